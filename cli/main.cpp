@@ -1,0 +1,44 @@
+// `deepinfer`: the command-line entry point. Subcommands live in cli/cmd_*.cpp; errors from
+// the library arrive as di::error and become one line on stderr and a non-zero exit code.
+#include "cli/command.hpp"
+#include "common/error.hpp"
+
+#include <cstdio>
+#include <exception>
+
+namespace di::cli {
+
+std::vector<setup_fn>& registered_commands() {
+  static std::vector<setup_fn> commands;
+  return commands;
+}
+
+command_registrar::command_registrar(setup_fn fn) { registered_commands().push_back(fn); }
+
+namespace {
+int g_exit_code = 0;
+}
+void set_exit_code(int code) { g_exit_code = code; }
+int exit_code() { return g_exit_code; }
+
+}  // namespace di::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"DeepInfer-C++: inference engine for DeepSeek-V4.1-Flash and V4-Flash", "deepinfer"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "deepinfer " DEEPINFER_VERSION);
+  app.footer("Run `deepinfer <command> --help` for the options of a command.");
+  for (auto setup : di::cli::registered_commands()) setup(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const di::error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return di::cli::exit_code();
+}

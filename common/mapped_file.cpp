@@ -1,0 +1,72 @@
+// POSIX mmap implementation of di::mapped_file.
+#include "common/mapped_file.hpp"
+
+#include "common/error.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+namespace di {
+
+mapped_file::mapped_file(const std::string& path) : path_(path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  DI_CHECK(fd >= 0, "{}: cannot open: {}", path, std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    int err = errno;
+    ::close(fd);
+    DI_FAIL("{}: not a regular file{}", path, err ? fmt::format(" ({})", std::strerror(err)) : "");
+  }
+  size_ = static_cast<std::size_t>(st.st_size);
+  if (size_ > 0) {
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    int err = errno;
+    ::close(fd);
+    DI_CHECK(p != MAP_FAILED, "{}: mmap of {} bytes failed: {}", path, size_, std::strerror(err));
+    data_ = static_cast<const std::uint8_t*>(p);
+  } else {
+    ::close(fd);
+  }
+}
+
+mapped_file::~mapped_file() { release(); }
+
+mapped_file::mapped_file(mapped_file&& other) noexcept
+    : path_(std::move(other.path_)),
+      data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)) {}
+
+mapped_file& mapped_file::operator=(mapped_file&& other) noexcept {
+  if (this != &other) {
+    release();
+    path_ = std::move(other.path_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+void mapped_file::release() noexcept {
+  if (data_ != nullptr) ::munmap(const_cast<std::uint8_t*>(data_), size_);
+  data_ = nullptr;
+  size_ = 0;
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  DI_CHECK(in.good(), "{}: cannot open: {}", path, std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  DI_CHECK(!in.bad(), "{}: read error", path);
+  return ss.str();
+}
+
+}  // namespace di
