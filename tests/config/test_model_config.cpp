@@ -1,0 +1,165 @@
+// config.json parsing: both golden configs, and one clear error per kind of malformed input.
+#include "common/error.hpp"
+#include "common/mapped_file.hpp"
+#include "config/model_config.hpp"
+#include "tests/test_support.hpp"
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <string>
+
+using namespace di;
+using json = nlohmann::json;
+
+namespace {
+
+json golden_json(const char* name) {
+  return json::parse(read_text_file(test::shared_path(std::string("testdata/golden/") + name +
+                                                      "/config.json").string()));
+}
+
+/// Parses `doc` and returns the error message (empty when it parsed).
+std::string parse_error(const json& doc) {
+  try {
+    parse_model_config(doc.dump(), "cfg.json");
+  } catch (const di::error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("the V4.1 golden config parses into the typed config") {
+  auto c = load_model_config(test::shared_path("testdata/golden/v41_public").string());
+  CHECK(c.family == model_family::deepseek_v41);
+  CHECK(c.hidden_size == 32);
+  CHECK(c.num_layers == 10);
+  CHECK(c.num_heads == 4);
+  CHECK(c.head_dim == 128);
+  CHECK(c.rope_head_dim == 64);
+  CHECK(c.q_lora_rank == 64);
+  CHECK(c.o_lora_rank == 32);
+  CHECK(c.o_groups == 2);
+  CHECK(c.rms_norm_eps == doctest::Approx(1e-20));
+  CHECK(c.quant.block_n == 32);
+  CHECK(c.quant.block_k == 32);
+  CHECK(c.quant.expert_dtype == "fp4");
+  CHECK(c.compress_ratios == std::vector<int>{0, 0, 2, 2, 2, 2, 1, 1, 1, 1});
+  CHECK(c.kv_source_of(3) == 2);
+  CHECK(c.kv_source_of(9) == 6);
+  CHECK(c.kv_source_of(1) == -1);
+  CHECK(c.has_indexer(8));
+  CHECK_FALSE(c.has_indexer(9));
+  CHECK(c.candidate_source_layer_id == 6);
+  CHECK(c.engram.layer_ids == std::vector<int>{1, 4});
+  CHECK(c.engram.num_hash_columns() == 24);
+  CHECK(c.engram.compressed_vocab_size == 98627);
+  CHECK(c.yarn.enabled);
+  CHECK(c.yarn.factor == 16);
+  CHECK(c.compress_rope_theta == 160000);
+  CHECK(c.image_token_id == 129264);
+}
+
+TEST_CASE("the V4 golden config parses into the typed config") {
+  auto c = load_model_config(test::shared_path("testdata/golden/v4_public/config.json").string());
+  CHECK(c.family == model_family::deepseek_v4);
+  CHECK(c.hidden_size == 128);
+  CHECK(c.num_layers == 6);
+  CHECK(c.num_hash_layers == 3);
+  CHECK(c.is_hash_routed(2));
+  CHECK_FALSE(c.is_hash_routed(3));
+  CHECK(c.quant.block_n == 128);
+  CHECK(c.has_overlap(2));
+  CHECK_FALSE(c.has_overlap(3));
+  CHECK(c.has_indexer(4));
+  CHECK_FALSE(c.has_indexer(5));
+  CHECK(c.rms_norm_eps == doctest::Approx(1e-6));
+  CHECK(c.yarn.enabled);
+}
+
+TEST_CASE("engram bucket primes follow the official layout") {
+  engram_config e;
+  e.layer_ids = {1, 4};
+  e.max_ngram_size = 3;
+  e.n_heads = 2;
+  e.vocab_size = 10;
+  auto p = engram_bucket_primes(e);
+  REQUIRE(p.size() == 2);
+  CHECK(p[0] == std::vector<std::int64_t>{11, 13, 17, 19});
+  CHECK(p[1] == std::vector<std::int64_t>{23, 29, 31, 37});
+}
+
+TEST_CASE("malformed config.json gives one clear error naming the key") {
+  json v41 = golden_json("v41_public");
+  json v4 = golden_json("v4_public");
+  struct mutation {
+    const char* what;
+    json base;
+    std::function<void(json&)> edit;
+    const char* expect;
+  };
+  const mutation cases[] = {
+      {"unknown model type", v4, [](json& j) { j["model_type"] = "llama"; }, "unsupported model type 'llama'"},
+      {"missing model type", v4, [](json& j) { j.erase("model_type"); }, "key 'model_type': missing"},
+      {"missing text_config", v41, [](json& j) { j.erase("text_config"); }, "key 'text_config': missing"},
+      {"missing hidden", v4, [](json& j) { j.erase("hidden_size"); }, "key 'hidden_size': missing"},
+      {"string where int", v4, [](json& j) { j["num_hidden_layers"] = "six"; },
+       "key 'num_hidden_layers': expected an integer, got \"six\""},
+      {"fractional int", v4, [](json& j) { j["head_dim"] = 127.5; }, "key 'head_dim': expected an integer"},
+      {"negative size", v41, [](json& j) { j["text_config"]["hidden_size"] = -32; },
+       "key 'text_config.hidden_size': must be a positive integer"},
+      {"ratios too short", v4, [](json& j) { j["compress_ratios"].erase(0); },
+       "key 'compress_ratios': has 5 entries but num_hidden_layers is 6"},
+      {"ratios not a list", v4, [](json& j) { j["compress_ratios"] = 4; },
+       "key 'compress_ratios': expected a list of integers"},
+      {"kv source uncompressed", v41, [](json& j) { j["text_config"]["kv_source_layer_ids"] = {1, 2, 4, 6}; },
+       "layer 1 has compress ratio 0"},
+      {"kv source out of range", v41, [](json& j) { j["text_config"]["kv_source_layer_ids"] = {2, 4, 60}; },
+       "layer id 60 out of range"},
+      {"kv sources unsorted", v41, [](json& j) { j["text_config"]["kv_source_layer_ids"] = {4, 2, 6}; },
+       "strictly increasing"},
+      {"group ratio mismatch", v41, [](json& j) { j["text_config"]["kv_source_layer_ids"] = {2, 4}; },
+       "layer 6 (ratio 1) reads the compressed KV of layer 4 (ratio 2)"},
+      {"no index source in group", v41,
+       [](json& j) { j["text_config"]["index_source_layer_ids"] = {2, 4, 6, 8}; j["text_config"]["kv_source_layer_ids"] = {2, 4, 6, 9}; },
+       "KV source layer 9 must also be an index source"},
+      {"candidate not index source", v41, [](json& j) { j["text_config"]["candidate_source_layer_id"] = 7; },
+       "'text_config.candidate_source_layer_id': layer 7 is not an index source"},
+      {"engram rows wrong", v41, [](json& j) { j["text_config"]["engram_num_embeddings"] = {14188, 17000}; },
+       "entry 1 is 17000 but the prime bucket layout of layer 4 needs 17942 rows"},
+      {"engram list length", v41, [](json& j) { j["text_config"]["engram_num_embeddings"] = {14188}; },
+       "has 1 entries for 2 engram layers"},
+      {"hash layers in v41", v41, [](json& j) { j["text_config"]["num_hash_layers"] = 2; },
+       "hash routing is a deepseek_v4 feature"},
+      {"too many hash layers", v4, [](json& j) { j["num_hash_layers"] = 7; }, "key 'num_hash_layers': 7 outside"},
+      {"block size", v4, [](json& j) { j["quantization_config"]["weight_block_size"] = {128}; },
+       "key 'quantization_config.weight_block_size': expected two positive integers"},
+      {"quant method", v4, [](json& j) { j["quantization_config"]["quant_method"] = "gptq"; },
+       "unsupported quantization 'gptq'"},
+      {"topk > experts", v4, [](json& j) { j["num_experts_per_tok"] = 9; },
+       "key 'num_experts_per_tok': 9 exceeds n_routed_experts (8)"},
+      {"rope dim", v4, [](json& j) { j["qk_rope_head_dim"] = 63; }, "key 'qk_rope_head_dim': must be even"},
+      {"o_groups", v4, [](json& j) { j["o_groups"] = 3; }, "key 'o_groups'"},
+      {"rope scaling type", v4, [](json& j) { j["rope_scaling"]["type"] = "linear"; },
+       "key 'rope_scaling.rope_type': unsupported rope scaling 'linear'"},
+  };
+  for (const auto& m : cases) {
+    CAPTURE(m.what);
+    json doc = m.base;
+    m.edit(doc);
+    std::string err = parse_error(doc);
+    CHECK_MESSAGE(err.find(m.expect) != std::string::npos, "got: " << err);
+    CHECK(err.rfind("cfg.json: ", 0) == 0);
+  }
+}
+
+TEST_CASE("non-JSON and non-object config files are rejected") {
+  CHECK_THROWS_WITH_AS(parse_model_config("{\"model_type\": ", "x.json"), "x.json: not valid JSON", di::error);
+  CHECK_THROWS_WITH_AS(parse_model_config("[1,2]", "x.json"),
+                       "x.json: expected a JSON object at the top level", di::error);
+  test::temp_dir dir;
+  CHECK_THROWS_AS(load_model_config(dir.path().string()), di::error);  // no config.json inside
+}
