@@ -1,0 +1,37 @@
+// Per-code-point Unicode classes used by the hand-written DeepSeek pre-tokenizer. The table is
+// built once from PCRE2's own property data, so the fast path and the PCRE2 path agree on
+// every code point (same Unicode version) by construction.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace di::tok::detail {
+
+/// Bit flags of one code point.
+enum char_class : std::uint8_t {
+  cc_letter = 1,        ///< \p{L}
+  cc_mark = 2,          ///< \p{M}
+  cc_number = 4,        ///< \p{N}
+  cc_punct_symbol = 8,  ///< \p{P} or \p{S}
+  cc_space = 16,        ///< Oniguruma \s: U+0009..U+000D, U+0085, \p{Z}
+};
+
+/// Two-stage lookup table from code point to char_class bits.
+class char_class_table {
+ public:
+  /// The process-wide table (built on first use, about 10 ms).
+  static const char_class_table& get();
+
+  std::uint8_t operator()(char32_t cp) const {
+    return blocks_[std::size_t(block_index_[cp >> 8]) * 256 + (cp & 0xFF)];
+  }
+
+ private:
+  char_class_table();
+
+  std::vector<std::uint16_t> block_index_;  // [0x1100] block number per 256 code points
+  std::vector<std::uint8_t> blocks_;        // [num_blocks * 256] deduplicated blocks
+};
+
+}  // namespace di::tok::detail

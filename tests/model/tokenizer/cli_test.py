@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+# End-to-end test of `deepinfer tokenize` / `detokenize`: golden lines through the binary must
+# give the golden ids and text; a malformed line must fail naming its line number.
+# Usage: cli_test.py <deepinfer binary> <repository root>
+import json
+import os
+import subprocess
+import sys
+
+binary, source_dir = sys.argv[1], sys.argv[2]
+shared = os.environ.get("DEEPINFER_SHARED_DIR") or os.path.join(os.path.dirname(source_dir), "shared")
+tokenizer = os.path.join(shared, "models/deepseek-v3-tokenizer")
+golden = [json.loads(l) for l in open(os.path.join(shared, "testdata/tokenizer/golden_public.jsonl"))]
+failures = []
+
+
+def run(args, stdin):
+    return subprocess.run([binary, *args, "--tokenizer", tokenizer], input=stdin.encode(),
+                          capture_output=True)
+
+
+def check(name, ok, detail=""):
+    if not ok:
+        failures.append(f"{name}: {detail}")
+
+
+lines = golden[::7]  # a spread of categories, about 150 lines
+text_in = "".join(json.dumps({"text": g["text"]}) + "\n" for g in lines)
+for flag, field in [([], "ids"), (["--add-special-tokens"], "ids_add_special"),
+                    (["--add-bos"], "ids_bos_transformers")]:
+    r = run(["tokenize", *flag], text_in)
+    check(f"tokenize {flag} exit", r.returncode == 0, r.stderr.decode())
+    got = [json.loads(l)["ids"] for l in r.stdout.decode().split("\n")[:-1]]
+    check(f"tokenize {flag} ids", got == [g[field] for g in lines], "ids differ")
+
+ids_in = "".join(json.dumps({"ids": g["ids"]}) + "\n" for g in lines)
+for flag, field in [([], "decoded"), (["--skip-special-tokens"], "decoded_skip_special")]:
+    r = run(["detokenize", *flag], ids_in)
+    check(f"detokenize {flag} exit", r.returncode == 0, r.stderr.decode())
+    got = [json.loads(l)["text"] for l in r.stdout.decode().split("\n")[:-1]]
+    check(f"detokenize {flag} text", got == [g[field] for g in lines], "text differs")
+
+r = run(["tokenize"], '{"text": "a"}\n\n{"txt": "b"}\n{"text": "c"}\n')
+check("malformed tokenize exit", r.returncode == 1, str(r.returncode))
+check("malformed tokenize message", b"stdin line 3" in r.stderr, r.stderr.decode())
+check("malformed tokenize keeps earlier output", r.stdout.decode().count("\n") == 1, r.stdout.decode())
+r = run(["detokenize"], '{"ids": [5]}\n{"ids": [5, 99999999]}\n')
+check("bad id exit", r.returncode == 1 and b"stdin line 2" in r.stderr, r.stderr.decode())
+
+for f in failures:
+    print("FAIL", f)
+print(f"cli_test: {len(failures)} failures")
+sys.exit(1 if failures else 0)
