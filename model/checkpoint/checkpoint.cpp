@@ -106,7 +106,9 @@ checkpoint::checkpoint(const fs::path& path) : path_(path.string()) {
            dup->file, std::next(dup)->file);
 }
 
-void checkpoint::load_single(const fs::path& file) { add_views(map_file(file)); }
+void checkpoint::load_single(const fs::path& file) {
+  add_views(map_file(file));
+}
 
 void checkpoint::load_sharded(const fs::path& dir, const fs::path& index_path) {
   const std::string index_file = index_path.string();

@@ -12,7 +12,9 @@ namespace di {
 
 namespace {
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return a / b + (a % b != 0); }
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
+  return a / b + (a % b != 0);
+}
 
 // A rank-2 tensor of an allowed dtype whose byte span matches its shape.
 void check_matrix(const tensor_view& t, std::string_view role, std::initializer_list<dtype> types) {
