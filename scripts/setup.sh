@@ -10,7 +10,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config git python3
   libcaf-dev libssl-dev libucx-dev libmsgpack-cxx-dev
   libspdlog-dev libfmt-dev doctest-dev libtomlplusplus-dev nlohmann-json3-dev
-  libpcre2-dev libboost-dev libcli11-dev libomp-dev
+  libpcre2-dev libboost-dev libcli11-dev libomp-dev libicu-dev
   clang libclang-rt-14-dev
 )
 

@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""End-to-end tests of the `deepinfer` binary: --help everywhere, `inspect` on both golden
+checkpoints, and one clear error line (non-zero exit) for broken checkpoints and configs.
+Usage: test_cli.py PATH/TO/deepinfer   (run by ctest)."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+BINARY = None
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SHARED = os.environ.get("DEEPINFER_SHARED_DIR", os.path.join(os.path.dirname(REPO), "shared"))
+GOLDEN = os.path.join(SHARED, "testdata", "golden")
+
+
+def run(*args, stdin=None):
+    return subprocess.run([BINARY, *args], input=stdin, capture_output=True, text=True, timeout=300)
+
+
+def error_lines(proc):
+    return [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+
+
+class HelpTest(unittest.TestCase):
+    def test_top_level_help_lists_subcommands(self):
+        p = run("--help")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        for sub in ("inspect", "tokenize", "detokenize", "chat-template", "env"):
+            self.assertIn(sub, p.stdout)
+
+    def test_every_subcommand_has_help(self):
+        for sub in ("inspect", "tokenize", "detokenize", "chat-template", "env"):
+            p = run(sub, "--help")
+            self.assertEqual(p.returncode, 0, f"{sub}: {p.stderr}")
+            self.assertIn("--help", p.stdout)
+
+    def test_unknown_subcommand_fails(self):
+        p = run("frobnicate")
+        self.assertNotEqual(p.returncode, 0)
+
+
+class InspectTest(unittest.TestCase):
+    def inspect_json(self, model):
+        p = run("inspect", "--model", model, "--json")
+        return p, (json.loads(p.stdout) if p.stdout.strip() else None)
+
+    def test_golden_v41(self):
+        p, j = self.inspect_json(os.path.join(GOLDEN, "v41_public"))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertTrue(j["matches"])
+        self.assertEqual(j["model_type"], "deepseek_v41")
+        self.assertEqual(j["tensors"]["expected"], 821)
+        self.assertEqual(j["tensors"]["found"], 821)
+        self.assertEqual(j["tensors"]["missing"], [])
+        self.assertEqual(j["tensors"]["unexpected"], [])
+        self.assertEqual(sum(j["bytes_per_dtype"].values()), j["total_bytes"])
+        # routed experts: 10 layers x 8 experts x 3 matrices x 64*32 params
+        self.assertEqual(j["params_per_group"]["routed experts"], 10 * 8 * 3 * 64 * 32)
+
+    def test_golden_v4(self):
+        p, j = self.inspect_json(os.path.join(GOLDEN, "v4_public"))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertTrue(j["matches"])
+        self.assertEqual(j["model_type"], "deepseek_v4")
+        self.assertEqual(j["tensors"]["found"], 498)
+        self.assertEqual(j["params_per_group"]["routed experts"], 6 * 8 * 3 * 128 * 128)
+        self.assertIn("I64", j["bytes_per_dtype"])  # tid2eid of the hash-routed layers
+
+    def test_text_report(self):
+        p = run("inspect", "--model", os.path.join(GOLDEN, "v41_public"))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("KV source", p.stdout)
+        self.assertIn("engram", p.stdout)
+        self.assertIn("821 expected, 821 found, 0 missing", p.stdout)
+
+    def test_config_implying_more_experts_reports_missing_tensors(self):
+        with tempfile.TemporaryDirectory() as d:
+            src = os.path.join(GOLDEN, "v4_public")
+            for f in ("model.safetensors", "model.safetensors.index.json"):
+                os.symlink(os.path.join(src, f), os.path.join(d, f))
+            with open(os.path.join(src, "config.json")) as f:
+                cfg = json.load(f)
+            cfg["n_routed_experts"] = 9
+            with open(os.path.join(d, "config.json"), "w") as f:
+                json.dump(cfg, f)
+            p = run("inspect", "--model", d)
+            self.assertEqual(p.returncode, 1)
+            self.assertIn("missing: layers.0.ffn.experts.8.w1.weight", p.stderr)
+            self.assertIn("wrong: layers.0.ffn.gate.weight", p.stderr)  # [8, 128] vs [9, 128]
+            errs = error_lines(p)
+            self.assertEqual(len(errs), 1, p.stderr)
+            self.assertIn("checkpoint does not match its config", errs[0])
+
+    def test_broken_inputs_give_one_error_line(self):
+        with tempfile.TemporaryDirectory() as d:
+            # no config.json at all
+            p = run("inspect", "--model", d)
+            self.assertEqual(p.returncode, 1)
+            self.assertEqual(len(error_lines(p)), 1, p.stderr)
+            self.assertIn("config.json", error_lines(p)[0])
+            # valid config, truncated safetensors
+            shutil.copy(os.path.join(GOLDEN, "v4_public", "config.json"), d)
+            with open(os.path.join(GOLDEN, "v4_public", "model.safetensors"), "rb") as f:
+                head = f.read(4096)
+            with open(os.path.join(d, "model.safetensors"), "wb") as f:
+                f.write(head)
+            p = run("inspect", "--model", d)
+            self.assertEqual(p.returncode, 1)
+            self.assertEqual(len(error_lines(p)), 1, p.stderr)
+            self.assertIn("model.safetensors", error_lines(p)[0])
+            # config that is not JSON
+            with open(os.path.join(d, "config.json"), "w") as f:
+                f.write("{not json")
+            p = run("inspect", "--model", d)
+            self.assertEqual(p.returncode, 1)
+            self.assertIn("not valid JSON", p.stderr)
+
+    def test_missing_required_option(self):
+        p = run("inspect")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("--model", p.stderr)
+
+
+if __name__ == "__main__":
+    BINARY = os.path.abspath(sys.argv.pop(1))
+    unittest.main(verbosity=2)
