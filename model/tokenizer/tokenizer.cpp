@@ -88,16 +88,19 @@ encode_workspace& workspace_for(std::uint64_t serial) {
   return *victim;
 }
 
-// A tokenizer file may be a one-line relative path to the real file (golden-data layout).
-std::string read_maybe_redirected(const std::filesystem::path& path) {
+// A tokenizer file may be one line holding the relative path of the real file (the golden
+// data's layout). Returns the path of the file to read: `path` itself unless it redirects.
+std::filesystem::path resolve_redirect(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::file_size(path, ec) >= 4096 || ec) return path;
   std::string text = read_text_file(path.string());
   auto first = text.find_first_not_of(" \t\r\n");
-  if (text.size() < 4096 && first != std::string::npos && text[first] != '{') {
-    auto last = text.find_last_not_of(" \t\r\n");
-    std::filesystem::path target = path.parent_path() / text.substr(first, last - first + 1);
-    return read_text_file(target.string());
-  }
-  return text;
+  auto last = text.find_last_not_of(" \t\r\n");
+  if (first == std::string::npos || text[first] == '{') return path;
+  std::string line = text.substr(first, last - first + 1);
+  if (line.find('\n') != std::string::npos) return path;
+  std::filesystem::path target = path.parent_path() / line;
+  return std::filesystem::is_regular_file(target, ec) ? target : path;
 }
 
 }  // namespace
@@ -184,8 +187,13 @@ tokenizer& tokenizer::operator=(tokenizer&&) noexcept = default;
 
 tokenizer tokenizer::from_json(std::string_view tokenizer_json, std::string_view config_json,
                                const load_options& options, std::string_view origin) {
+  return load(tokenizer_json, config_json, options, origin, "tokenizer_config.json");
+}
+
+tokenizer tokenizer::load(std::string_view tokenizer_json, std::string_view config_json,
+                          const load_options& options, std::string_view origin,
+                          std::string_view config_origin) {
   tokenizer_spec spec = parse_tokenizer_json(tokenizer_json, origin);
-  std::string config_origin = fmt::format("{} (tokenizer_config.json)", origin);
   if (!config_json.empty()) parse_tokenizer_config(config_json, config_origin, spec);
   auto p = std::make_unique<impl>();
   p->serial = g_next_serial.fetch_add(1);
@@ -213,12 +221,15 @@ tokenizer tokenizer::from_json(std::string_view tokenizer_json, std::string_view
 
 tokenizer tokenizer::from_dir(const std::string& dir, const load_options& options) {
   std::filesystem::path base(dir);
-  std::filesystem::path json_path = base / "tokenizer.json";
+  std::filesystem::path json_path = resolve_redirect(base / "tokenizer.json");
   std::filesystem::path config_path = base / "tokenizer_config.json";
-  std::string json = read_maybe_redirected(json_path);
   std::string config;
-  if (std::filesystem::exists(config_path)) config = read_maybe_redirected(config_path);
-  return from_json(json, config, options, json_path.string());
+  if (std::filesystem::exists(config_path)) {
+    config_path = resolve_redirect(config_path);
+    config = read_text_file(config_path.string());
+  }
+  return load(read_text_file(json_path.string()), config, options, json_path.string(),
+              config_path.string());
 }
 
 void tokenizer::impl::encode_piece(std::string_view bytes, std::vector<token_id>& out,
@@ -305,7 +316,9 @@ std::string tokenizer::decode(std::span<const token_id> ids, const decode_option
   return utf8_lossy(bytes);
 }
 
-std::size_t tokenizer::vocab_size() const { return impl_->tokens.size(); }
+std::size_t tokenizer::vocab_size() const {
+  return impl_->tokens.size();
+}
 
 std::optional<std::string_view> tokenizer::id_to_token(token_id id) const {
   if (id < 0 || std::size_t(id) >= impl_->tokens.size() || !impl_->has_token[std::size_t(id)]) {
@@ -324,10 +337,18 @@ bool tokenizer::is_special(token_id id) const {
   return id >= 0 && std::size_t(id) < impl_->special.size() && impl_->special[std::size_t(id)];
 }
 
-std::optional<token_id> tokenizer::bos_id() const { return impl_->bos; }
-std::optional<token_id> tokenizer::eos_id() const { return impl_->eos; }
-const std::vector<special_token>& tokenizer::special_tokens() const { return impl_->specials; }
-bool tokenizer::uses_fast_pre_tokenizer() const { return impl_->pre->uses_fast_path(); }
+std::optional<token_id> tokenizer::bos_id() const {
+  return impl_->bos;
+}
+std::optional<token_id> tokenizer::eos_id() const {
+  return impl_->eos;
+}
+const std::vector<special_token>& tokenizer::special_tokens() const {
+  return impl_->specials;
+}
+bool tokenizer::uses_fast_pre_tokenizer() const {
+  return impl_->pre->uses_fast_path();
+}
 
 incremental_detokenizer::incremental_detokenizer(const tokenizer& tok,
                                                  const decode_options& options)
@@ -347,6 +368,8 @@ std::string incremental_detokenizer::finish() {
   return out;
 }
 
-bool incremental_detokenizer::has_pending() const { return decoder_.has_pending(); }
+bool incremental_detokenizer::has_pending() const {
+  return decoder_.has_pending();
+}
 
 }  // namespace di::tok

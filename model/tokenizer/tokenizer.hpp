@@ -89,10 +89,12 @@ class tokenizer {
   /// True if the hand-written pre-tokenizer is in use (see load_options).
   bool uses_fast_pre_tokenizer() const;
 
-  struct impl;
-
  private:
+  struct impl;
   explicit tokenizer(std::unique_ptr<impl> impl);
+  static tokenizer load(std::string_view tokenizer_json, std::string_view config_json,
+                        const load_options& options, std::string_view origin,
+                        std::string_view config_origin);
   std::unique_ptr<impl> impl_;
 };
 

@@ -12,7 +12,7 @@ namespace {
 
 constexpr std::uint32_t k_no_rank = ~std::uint32_t(0);
 // Below this many symbols the O(n^2) scan over cached pair ranks beats a heap.
-constexpr std::size_t k_scan_max_symbols = 48;
+constexpr std::size_t k_scan_max_symbols = 24;
 
 std::uint64_t mix(std::uint64_t h) {
   h ^= h >> 32;

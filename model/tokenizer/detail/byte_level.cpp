@@ -33,9 +33,13 @@ const byte_tables& tables() {
 
 }  // namespace
 
-char32_t byte_to_char(unsigned char b) { return tables().to_char[b]; }
+char32_t byte_to_char(unsigned char b) {
+  return tables().to_char[b];
+}
 
-int char_to_byte(char32_t c) { return c < 512 ? tables().to_byte[c] : -1; }
+int char_to_byte(char32_t c) {
+  return c < 512 ? tables().to_byte[c] : -1;
+}
 
 std::string bytes_to_token(std::string_view bytes) {
   std::string out;

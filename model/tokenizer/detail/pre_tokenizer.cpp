@@ -2,9 +2,10 @@
 // with HF's Isolated/Removed semantics (non-matching gaps stay pieces; empty pieces vanish).
 #include "model/tokenizer/detail/pre_tokenizer.hpp"
 
-#include <fmt/format.h>
-
+#include "model/tokenizer/detail/char_classes.hpp"
 #include "model/tokenizer/detail/utf8.hpp"
+
+#include <fmt/format.h>
 
 namespace di::tok::detail {
 
@@ -44,6 +45,7 @@ pre_tokenizer::pre_tokenizer(std::vector<split_step> steps, pre_tokenizer_engine
     steps_.push_back({std::move(re), s.behavior});
   }
   is_deepseek_v3_ = engine == pre_tokenizer_engine::automatic && is_deepseek_v3(steps);
+  if (is_deepseek_v3_) char_class_table::get();  // build it now rather than in an encode call
 }
 
 void pre_tokenizer::split(std::string_view text, std::vector<piece>& out,

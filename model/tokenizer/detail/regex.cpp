@@ -100,7 +100,9 @@ void regex::compile(std::string_view pattern, unsigned options, std::string_view
   code_ = code;
 }
 
-regex::~regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
+regex::~regex() {
+  pcre2_code_free(static_cast<pcre2_code*>(code_));
+}
 
 regex::regex(regex&& other) noexcept : code_(std::exchange(other.code_, nullptr)) {}
 

@@ -34,7 +34,9 @@ inline int decode_utf8(const unsigned char* p, char32_t& cp) {
 }
 
 /// Length of the UTF-8 sequence that starts with lead byte `b` (valid input assumed).
-inline int utf8_length(unsigned char b) { return b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4; }
+inline int utf8_length(unsigned char b) {
+  return b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+}
 
 /// Appends the UTF-8 encoding of `cp` (a Unicode scalar value) to `out`.
 void append_utf8(std::string& out, char32_t cp);

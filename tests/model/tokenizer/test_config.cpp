@@ -68,7 +68,9 @@ std::string load_error(std::string_view text, std::string_view config = "") {
   return "";
 }
 
-std::string json_error(const json& j) { return load_error(j.dump()); }
+std::string json_error(const json& j) {
+  return load_error(j.dump());
+}
 
 bool contains(const std::string& s, std::string_view part) {
   return s.find(part) != std::string::npos;
@@ -269,4 +271,13 @@ TEST_CASE("from_dir reads both files and follows a one-line path indirection") {
   CHECK(tokenizer::from_dir((dir / "link").string()).bos_id() == 259);
   CHECK_THROWS_WITH_AS(tokenizer::from_dir((dir / "missing").string()),
                        doctest::Contains("cannot open"), di::error);
+  // A short file that is neither JSON nor a path to a file is reported as bad JSON.
+  std::filesystem::create_directories(dir / "bad");
+  di::test::write_file(dir / "bad" / "tokenizer.json", "oops");
+  CHECK_THROWS_WITH_AS(tokenizer::from_dir((dir / "bad").string()),
+                       doctest::Contains("bad/tokenizer.json: not valid JSON"), di::error);
+  di::test::write_file(dir / "bad" / "tokenizer.json", minimal_tokenizer().dump());
+  di::test::write_file(dir / "bad" / "tokenizer_config.json", R"({"bos_token": "<zz>"})");
+  CHECK_THROWS_WITH_AS(tokenizer::from_dir((dir / "bad").string()),
+                       doctest::Contains("bad/tokenizer_config.json: bos_token '<zz>'"), di::error);
 }

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <thread>
+
 #include "model/tokenizer/detail/utf8.hpp"
 #include "tests/model/tokenizer/tokenizer_fixture.hpp"
 
@@ -93,4 +95,25 @@ TEST_CASE("golden: incremental detokenizer reproduces decode and emits only whol
     // The golden set splits characters across tokens (emoji, CJK); holding back must happen.
     CHECK(num_held_back > 0);
   }
+}
+
+TEST_CASE("golden: concurrent encoding from several threads gives the same ids") {
+  // Each thread has its own word cache and scratch; the tokenizer itself is shared.
+  const auto& tok = di::test::deepseek_tokenizer(true);
+  const auto& lines = di::test::golden_lines();
+  constexpr int k_num_threads = 4;
+  std::vector<std::size_t> num_pass(k_num_threads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < k_num_threads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 3; ++round) {
+        for (std::size_t i = std::size_t(t); i < lines.size() + std::size_t(t); ++i) {
+          const golden_line& g = lines[i % lines.size()];
+          num_pass[std::size_t(t)] += tok.encode(g.text) == g.ids;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (std::size_t n : num_pass) CHECK(n == 3 * lines.size());
 }
