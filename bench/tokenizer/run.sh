@@ -2,7 +2,8 @@
 # Tokenizer benchmark: builds a ~12 MB mixed corpus from local files (make_corpus.py says what),
 # runs our encoder (hand-written and PCRE2 pre-tokenizers) and HF tokenizers single-threaded,
 # interleaved over several rounds because other processes may share the cores, checks that all
-# ids equal HF's on every document, and prints a table (report.py). Outputs in bench/out/tokenizer.
+# ids equal HF's on every document and on random tricky strings (fuzz_vs_hf.py), and prints a
+# table (report.py). Outputs in bench/out/tokenizer.
 # Env: ROUNDS (3), REPEAT (passes per round, 2), CORPUS_MB (12), DEEPINFER_BUILD_DIR (build-bench)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -33,6 +34,7 @@ endif()" > "$inc"
 fi
 cmake --build "$build" -j "${DEEPINFER_JOBS:-2}" --target bench_tokenizer > "$out/build.log"
 bench="$build/bin/bench_tokenizer"
+python3 "$here/fuzz_vs_hf.py" "$bench" "$tokenizer_dir" "$out"
 
 for ((r = 0; r < rounds; ++r)); do
   echo "--- round $((r + 1))/$rounds"

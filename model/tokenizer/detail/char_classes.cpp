@@ -40,12 +40,13 @@ char_class_table::char_class_table() {
   const std::string all = all_code_points();
   const auto* bytes = reinterpret_cast<const unsigned char*>(all.data());
   std::vector<std::uint8_t> flat(k_num_code_points, 0);
+  // The same classes, with the same Unicode additions, as the translated PCRE2 patterns.
   const std::pair<std::string, std::uint8_t> classes[] = {
-      {"\\p{L}+", cc_letter},
-      {"\\p{M}+", cc_mark},
-      {"\\p{N}+", cc_number},
-      {"[\\p{P}\\p{S}]+", cc_punct_symbol},
-      {"[" + std::string(k_onig_space_class) + "]+", cc_space},
+      {"[" + onig_category_class('L') + "]+", cc_letter},
+      {"[" + onig_category_class('M') + "]+", cc_mark},
+      {"[" + onig_category_class('N') + "]+", cc_number},
+      {"[" + onig_category_class('P') + onig_category_class('S') + "]+", cc_punct_symbol},
+      {"[" + onig_space_class() + "]+", cc_space},
   };
   for (const auto& [pattern, bit] : classes) {
     regex re(pattern, "char class table");

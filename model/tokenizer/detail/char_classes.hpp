@@ -1,6 +1,6 @@
 // Per-code-point Unicode classes used by the hand-written DeepSeek pre-tokenizer. The table is
-// built once from PCRE2's own property data, so the fast path and the PCRE2 path agree on
-// every code point (same Unicode version) by construction.
+// built once by matching the same translated PCRE2 classes that the PCRE2 path uses, so the
+// two paths agree on every code point by construction.
 #pragma once
 
 #include <cstdint>

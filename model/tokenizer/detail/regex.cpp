@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "common/error.hpp"
+#include "model/tokenizer/detail/unicode_delta.hpp"
 
 namespace di::tok::detail {
 
@@ -40,25 +41,68 @@ thread_match_state& match_state() {
 
 }  // namespace
 
+std::string onig_category_class(char category) {
+  std::string body = fmt::format("\\p{{{}}}", category);
+  for (const code_point_range& r : onig_unicode_delta(category)) {
+    body += r.first == r.last ? fmt::format("\\x{{{:X}}}", std::uint32_t(r.first))
+                              : fmt::format("\\x{{{:X}}}-\\x{{{:X}}}", std::uint32_t(r.first),
+                                            std::uint32_t(r.last));
+  }
+  return body;
+}
+
+std::string onig_space_class() {
+  return "\\x{9}-\\x{d}\\x{85}" + onig_category_class('Z');
+}
+
+namespace {
+
+// Translates the escape starting at pattern[i] == '\\'; returns the index of its last character.
+std::size_t translate_escape(std::string_view pattern, std::size_t i, bool in_class,
+                             std::string_view where, std::string& out) {
+  if (i + 1 >= pattern.size()) {
+    out += pattern[i];
+    return i;
+  }
+  char e = pattern[i + 1];
+  if (e == 's' || (e == 'S' && !in_class)) {
+    std::string body = onig_space_class();
+    out += in_class ? body : (e == 's' ? "[" : "[^") + body + "]";
+    return i + 1;
+  }
+  if (e == 'S' || e == 'h' || e == 'H') {
+    DI_FAIL("{}: regex escape '\\{}' differs between Oniguruma and PCRE2 and is not supported",
+            where, e);
+  }
+  if ((e == 'p' || e == 'P') && i + 2 < pattern.size()) {
+    // \pL or \p{L}: only the one-letter major categories have a delta to add.
+    std::size_t end = pattern[i + 2] == '{' ? pattern.find('}', i + 2) : i + 2;
+    std::string_view name = pattern[i + 2] == '{' && end != std::string_view::npos
+                                ? pattern.substr(i + 3, end - i - 3)
+                                : pattern.substr(i + 2, 1);
+    if (end != std::string_view::npos && name.size() == 1 && !onig_unicode_delta(name[0]).empty()) {
+      std::string body = onig_category_class(name[0]);
+      DI_CHECK(e == 'p' || !in_class, "{}: '\\P{{{}}}' inside a character class is not supported",
+               where, name);
+      out += in_class ? body : (e == 'p' ? "[" : "[^") + body + "]";
+      return end;
+    }
+  }
+  out += pattern[i];
+  out += e;
+  return i + 1;
+}
+
+}  // namespace
+
 std::string translate_onig_pattern(std::string_view pattern, std::string_view where) {
   std::string out;
   out.reserve(pattern.size() + 32);
   bool in_class = false;
   for (std::size_t i = 0; i < pattern.size(); ++i) {
     char c = pattern[i];
-    if (c == '\\' && i + 1 < pattern.size()) {
-      char e = pattern[++i];
-      if (e == 's') {
-        out += in_class ? std::string(k_onig_space_class) : fmt::format("[{}]", k_onig_space_class);
-      } else if (e == 'S' && !in_class) {
-        out += fmt::format("[^{}]", k_onig_space_class);
-      } else if (e == 'S' || e == 'h' || e == 'H') {
-        DI_FAIL("{}: regex escape '\\{}' differs between Oniguruma and PCRE2 and is not supported",
-                where, e);
-      } else {
-        out += c;
-        out += e;
-      }
+    if (c == '\\') {
+      i = translate_escape(pattern, i, in_class, where, out);
       continue;
     }
     if (c == '[' && !in_class) {
@@ -69,9 +113,8 @@ std::string translate_onig_pattern(std::string_view pattern, std::string_view wh
       if (i + 1 < pattern.size() && pattern[i + 1] == ']') out += pattern[++i];
       continue;
     }
-    if (c == '[' && in_class) {
-      DI_FAIL("{}: nested character classes are not supported in regex", where);
-    }
+    DI_CHECK(c != '[' || !in_class, "{}: nested character classes are not supported in regex",
+             where);
     if (c == ']' && in_class) in_class = false;
     out += c;
   }

@@ -10,11 +10,17 @@
 
 namespace di::tok::detail {
 
-/// Oniguruma `\s` (Unicode: U+0009..U+000D, U+0085 and General_Category Z), as a PCRE2 class body.
-inline constexpr std::string_view k_onig_space_class = "\\x{9}-\\x{d}\\x{85}\\p{Z}";
+/// PCRE2 class body (no brackets) of Oniguruma's `\p{category}` for a major category
+/// ('L', 'M', 'N', 'P', 'S', 'Z'): PCRE2's class plus the code points Oniguruma's newer
+/// Unicode adds (unicode_delta.hpp).
+std::string onig_category_class(char category);
 
-/// Rewrites `\s` / `\S` to Oniguruma's Unicode definition (PCRE2's lacks U+0085); throws
-/// di::error naming `where` for constructs that cannot be translated faithfully.
+/// PCRE2 class body of Oniguruma's `\s`: U+0009..U+000D, U+0085 and \p{Z}.
+std::string onig_space_class();
+
+/// Rewrites the constructs whose meaning differs between Oniguruma (HF tokenizers) and PCRE2:
+/// `\s`/`\S` (PCRE2's lacks U+0085) and `\p{X}`/`\P{X}` for major categories (Unicode 16 vs
+/// 14). Throws di::error naming `where` for constructs it cannot translate faithfully.
 std::string translate_onig_pattern(std::string_view pattern, std::string_view where);
 
 /// A match: byte offsets [begin, end) in the subject.

@@ -163,8 +163,15 @@ TEST_CASE("hand-written pre-tokenizer equals PCRE2 on random tricky text") {
 TEST_CASE("Oniguruma escapes are translated to PCRE2 with Oniguruma's meaning") {
   CHECK(detail::translate_onig_pattern("\\s+(?!\\S)", "t") ==
         "[\\x{9}-\\x{d}\\x{85}\\p{Z}]+(?![^\\x{9}-\\x{d}\\x{85}\\p{Z}])");
+  const std::string letters = detail::onig_category_class('L');
+  CHECK(letters.starts_with("\\p{L}\\x{"));  // Oniguruma's newer letters are added
   CHECK(detail::translate_onig_pattern("[^\\s\\p{L}]", "t") ==
-        "[^\\x{9}-\\x{d}\\x{85}\\p{Z}\\p{L}]");
+        "[^\\x{9}-\\x{d}\\x{85}\\p{Z}" + letters + "]");
+  CHECK(detail::translate_onig_pattern("\\p{L}+|\\pL", "t") ==
+        "[" + letters + "]+|[" + letters + "]");
+  CHECK(detail::translate_onig_pattern("\\P{L}", "t") == "[^" + letters + "]");
+  CHECK(detail::translate_onig_pattern("\\p{Han}\\p{Z}", "t") == "\\p{Han}\\p{Z}");
+  CHECK_THROWS_AS(detail::translate_onig_pattern("[\\P{L}]", "t"), di::error);
   CHECK(detail::translate_onig_pattern("[\\]\\[]x", "t") == "[\\]\\[]x");
   CHECK_THROWS_AS(detail::translate_onig_pattern("[\\S]", "t"), di::error);
 }
@@ -180,6 +187,9 @@ TEST_CASE("Unicode class table") {
   CHECK(cls(U'\u00A0') == detail::cc_space);
   CHECK(cls(U'\n') == detail::cc_space);
   CHECK(cls(U'\u200D') == 0);
+  CHECK(cls(U'\U0001FAE8') == detail::cc_punct_symbol);  // emoji of Unicode 15
+  CHECK(cls(U'\U00031350') == detail::cc_letter);        // CJK extension H (Unicode 15)
+  CHECK(cls(U'\U0001CC00') == detail::cc_punct_symbol);  // legacy computing (Unicode 16)
   CHECK(cls(U'\U0010FFFF') == 0);
 }
 
@@ -203,6 +213,21 @@ TEST_CASE("DeepSeek tokenizer lookups") {
   CHECK(tok.encode("").empty());
   CHECK(tok.encode("", {.add_bos = true}) == std::vector<token_id>{0});
   CHECK(tok.decode(std::vector<token_id>{}).empty());
+}
+
+TEST_CASE("characters newer than PCRE2's Unicode 14 split like HF tokenizers (Unicode 16)") {
+  // Expected ids from HF tokenizers 0.23.3 on this tokenizer.json.
+  for (bool fast : {true, false}) {
+    CAPTURE(fast);
+    const auto& tok = di::test::deepseek_tokenizer(fast);
+    CHECK(tok.encode(" \U0001FAE8\U0001FAE8") ==
+          std::vector<token_id>{7351, 107, 104, 3574, 107, 104});
+    CHECK(tok.encode("ok \U0001FAE9!") == std::vector<token_id>{633, 7351, 107, 105, 3});
+    CHECK(tok.encode("\U00031350\U00031351x") ==
+          std::vector<token_id>{175, 112, 238, 241, 175, 112, 238, 242, 90});
+    CHECK(tok.encode("a\U0001CC00b") == std::vector<token_id>{67, 175, 253, 111, 225, 68});
+    CHECK(tok.encode("x\U0001E5D0y") == std::vector<token_id>{90, 175, 255, 248, 241, 91});
+  }
 }
 
 TEST_CASE("bad input to encode and decode is a clear error") {
