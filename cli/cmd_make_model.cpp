@@ -1,0 +1,119 @@
+// `deepinfer make-model --preset NAME --out DIR [--seed S] [--force]`: writes a random-weight
+// checkpoint in the official DeepSeek format (see model/make_model). `--dry-run` prints what
+// a preset would contain (parameters, bytes per dtype, shards) without writing anything, and
+// `--list` names the presets.
+#include "cli/command.hpp"
+#include "common/error.hpp"
+#include "model/make_model/make_model.hpp"
+
+#include <fmt/format.h>
+
+#include <memory>
+
+namespace {
+
+struct make_model_cli_options {
+  std::string preset;
+  std::string out;
+  std::uint64_t seed = 0;
+  bool force = false;
+  bool dry_run = false;
+  bool list = false;
+  bool quiet = false;
+  std::uint64_t max_shard_bytes = di::default_max_shard_bytes;
+};
+
+/// 1234567 -> "1,234,567"
+std::string grouped(std::uint64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+void print_presets() {
+  for (const auto& p : di::model_presets()) fmt::print("{:<14} {}\n", p.name, p.summary);
+}
+
+void print_plan(const di::model_preset& preset, const di::model_config& c,
+                const di::model_plan& plan, std::uint64_t max_shard_bytes) {
+  fmt::print("preset:       {}\n", preset.name);
+  fmt::print("type:         {}  ({} layers, hidden {}, vocab {}, compress ratios [{}])\n",
+             c.model_type, c.num_layers, c.hidden_size, c.vocab_size,
+             fmt::join(c.compress_ratios, ", "));
+  fmt::print("about:        {}\n", preset.description);
+  fmt::print("tensors:      {} in {} file(s) of at most {:.2f} GiB of tensor data\n",
+             plan.num_stored_tensors(), plan.shard_files.size(),
+             double(max_shard_bytes) / (1u << 30));
+  fmt::print("parameters (FP4 counted as two per byte, scales excluded):\n");
+  for (const auto& [group, n] : plan.params_per_group)
+    fmt::print("  {:<16} {:>18}\n", di::to_string(group), grouped(std::uint64_t(n)));
+  fmt::print("  {:<16} {:>18}\n", "total", grouped(std::uint64_t(plan.total_params)));
+  fmt::print("  {:<16} {:>18}\n", "active/token",
+             grouped(std::uint64_t(plan.active_params_per_token)));
+  fmt::print("bytes per dtype:\n");
+  for (const auto& [t, bytes] : plan.bytes_per_dtype)
+    fmt::print("  {:<16} {:>18}\n", di::dtype_name(t), grouped(bytes));
+  fmt::print("  {:<16} {:>18}  ({:.2f} GB)\n", "total", grouped(plan.total_bytes),
+             double(plan.total_bytes) / 1e9);
+}
+
+void run_make_model(const make_model_cli_options& o) {
+  if (o.list) {
+    print_presets();
+    return;
+  }
+  DI_CHECK(!o.preset.empty(), "make-model: --preset is required (or --list)");
+  const di::model_preset& preset = di::find_model_preset(o.preset);
+  if (o.dry_run) {
+    di::model_config config = di::preset_model_config(preset);
+    print_plan(preset, config, di::plan_model(config, o.max_shard_bytes), o.max_shard_bytes);
+    return;
+  }
+  DI_CHECK(!o.out.empty(), "make-model: --out DIR is required (or --dry-run)");
+  di::make_model_result r = di::make_model({.preset = o.preset,
+                                            .out_dir = o.out,
+                                            .seed = o.seed,
+                                            .force = o.force,
+                                            .max_shard_bytes = o.max_shard_bytes,
+                                            .tokenizer_dir = {},  // the bundled tokenizer
+                                            .show_progress = !o.quiet,
+                                            .scales = {}});
+  if (o.quiet) return;
+  fmt::print("wrote {} (seed {}) to {}: {} tensors in {} safetensors file(s), {} bytes, {:.2f}s\n",
+             o.preset, o.seed, o.out, r.plan.num_stored_tensors(), r.plan.shard_files.size(),
+             grouped(r.plan.total_bytes), r.seconds);
+}
+
+void setup_make_model(CLI::App& app) {
+  auto opts = std::make_shared<make_model_cli_options>();
+  auto* sub = app.add_subcommand(
+      "make-model", "Write a random-weight checkpoint of a preset in the official DeepSeek format");
+  sub->add_option("--preset", opts->preset, "Model shape (see --list)");
+  sub->add_option("--out", opts->out, "Output folder (created if missing)");
+  sub->add_option("--seed", opts->seed, "Seed of the weights; the same seed gives the same bytes")
+      ->capture_default_str();
+  sub->add_flag("--force", opts->force,
+                "Replace the checkpoint files (config, tokenizer, *.safetensors, index) of a "
+                "non-empty output folder");
+  sub->add_flag("--dry-run", opts->dry_run,
+                "Print the parameters and bytes per dtype the preset would have; write nothing");
+  sub->add_flag("--list", opts->list, "List the presets");
+  sub->add_flag("--quiet", opts->quiet, "No progress bar and no summary line");
+  sub->add_option("--max-shard-size", opts->max_shard_bytes,
+                  "Largest safetensors file, e.g. 4GiB (default) or 500MB")
+      ->transform(CLI::AsSizeValue(true));
+  std::string names;
+  for (const auto& p : di::model_presets()) names += (names.empty() ? "" : ", ") + p.name;
+  sub->footer("Presets: " + names +
+              ". The checkpoint folder holds config.json, "
+              "model*.safetensors (+ model.safetensors.index.json), tokenizer.json and "
+              "tokenizer_config.json; `deepinfer inspect --model DIR` verifies it.");
+  sub->callback([opts] { run_make_model(*opts); });
+}
+
+}  // namespace
+
+DI_REGISTER_COMMAND(setup_make_model);

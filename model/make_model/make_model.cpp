@@ -1,0 +1,156 @@
+// make-model orchestration: check every input, prepare the output folder, generate the
+// shards, then write the index, the tokenizer files and config.json (last, so an interrupted
+// run never leaves a folder that looks like a finished checkpoint).
+#include "model/make_model/make_model.hpp"
+
+#include "common/error.hpp"
+#include "model/make_model/generate_shards.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <fstream>
+
+namespace di {
+
+namespace {
+
+/// Files make_model created; removed again unless the whole checkpoint was written.
+class created_files {
+ public:
+  ~created_files() {
+    if (committed_) return;
+    std::error_code ec;
+    for (const auto& f : files_) std::filesystem::remove(f, ec);
+  }
+  void add(std::filesystem::path f) { files_.push_back(std::move(f)); }
+  std::vector<std::filesystem::path> commit() {
+    committed_ = true;
+    return files_;
+  }
+
+ private:
+  std::vector<std::filesystem::path> files_;
+  bool committed_ = false;
+};
+
+/// Files of a checkpoint folder that a new checkpoint replaces.
+bool is_checkpoint_file(const std::filesystem::path& p) {
+  std::string name = p.filename().string();
+  return name == "config.json" || name == "tokenizer.json" || name == "tokenizer_config.json" ||
+         name == "model.safetensors.index.json" || p.extension() == ".safetensors";
+}
+
+void prepare_out_dir(const std::filesystem::path& dir, bool force) {
+  namespace fs = std::filesystem;
+  if (!fs::exists(dir)) {
+    fs::create_directories(dir);
+    return;
+  }
+  DI_CHECK(fs::is_directory(dir), "{}: exists and is not a directory", dir.string());
+  if (fs::is_empty(dir)) return;
+  DI_CHECK(force, "{}: folder is not empty; pass --force to replace the checkpoint in it",
+           dir.string());
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.is_regular_file() && is_checkpoint_file(entry.path())) fs::remove(entry.path());
+}
+
+void check_tokenizer_fits(const model_config& c, const tokenizer_facts& tok,
+                          const std::filesystem::path& dir) {
+  DI_CHECK(tok.num_ids <= c.vocab_size, "{}: the tokenizer defines {} ids but vocab_size is {}",
+           dir.string(), tok.num_ids, c.vocab_size);
+  // The bundled tokenizer's compressed Engram vocabulary is a known constant; another
+  // tokenizer would need its own (computed by the Engram token map).
+  DI_CHECK(c.engram.layer_ids.empty() ||
+               (tok.num_ids == bundled_tokenizer_size &&
+                c.engram.compressed_vocab_size == bundled_tokenizer_engram_vocab),
+           "{}: engram_compressed_vocab_size {} belongs to the bundled DeepSeek-V3 tokenizer "
+           "({} ids); this tokenizer defines {} ids",
+           dir.string(), c.engram.compressed_vocab_size, bundled_tokenizer_size, tok.num_ids);
+}
+
+void write_text(const std::filesystem::path& path, const std::string& text, created_files& files) {
+  files.add(path);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  DI_CHECK(out.good(), "{}: cannot write", path.string());
+}
+
+void write_index(const model_plan& plan, const std::filesystem::path& dir, created_files& files) {
+  std::map<std::string, std::string> weight_map;
+  for (const auto& [name, slot] : plan.slots)
+    weight_map[name] = plan.shard_files[std::size_t(slot.shard)];
+  files.add(dir / "model.safetensors.index.json");
+  write_safetensors_index(dir / "model.safetensors.index.json", weight_map, plan.total_bytes);
+}
+
+}  // namespace
+
+model_config preset_model_config(const model_preset& preset) {
+  return parse_model_config(preset_config_json(preset), "preset " + preset.name);
+}
+
+std::string preset_config_json(const model_preset& preset) {
+  return preset.config.dump(2) + "\n";
+}
+
+init_context make_init_context(const model_config& config, std::uint64_t seed,
+                               const init_scales& scales, const tokenizer_facts& tokenizer) {
+  auto unused = std::make_shared<std::vector<std::uint8_t>>(std::size_t(config.vocab_size), 0);
+  for (std::int64_t id = tokenizer.num_ids; id < config.vocab_size; ++id)
+    (*unused)[std::size_t(id)] = 1;
+  for (std::int64_t id : tokenizer.added_ids)
+    if (id >= 0 && id < config.vocab_size) (*unused)[std::size_t(id)] = 1;
+  return {.config = &config, .seed = seed, .scales = scales, .unused_token_rows = unused};
+}
+
+std::vector<float> generated_values(const planned_tensor& tensor, const init_context& context,
+                                    std::int64_t row0, std::int64_t num_rows) {
+  DI_CHECK(row0 >= 0 && num_rows >= 0 && row0 + num_rows <= tensor.rows,
+           "generated_values: rows [{}, {}) outside '{}' ({} rows)", row0, row0 + num_rows,
+           tensor.weight.name, tensor.rows);
+  init_rule rule = make_init_rule(tensor.weight, context);
+  DI_CHECK(rule.type == init_rule::kind::normal, "generated_values: '{}' holds integers",
+           tensor.weight.name);
+  std::vector<float> values(std::size_t(num_rows * tensor.cols));
+  generate_rows(rule, row0, num_rows, tensor.cols, values.data());
+  return values;
+}
+
+make_model_result make_model(const make_model_options& o) {
+  auto start = std::chrono::steady_clock::now();
+  const model_preset& preset = find_model_preset(o.preset);
+  DI_CHECK(!o.out_dir.empty(), "make-model: no output folder given");
+  make_model_result result;
+  model_config config = preset_model_config(preset);
+  std::filesystem::path tok_dir =
+      o.tokenizer_dir.empty() ? find_tokenizer_assets() : o.tokenizer_dir;
+  tokenizer_facts tok = read_tokenizer_facts(tok_dir / "tokenizer.json");
+  check_tokenizer_fits(config, tok, tok_dir);
+  result.plan = plan_model(config, o.max_shard_bytes);
+  init_context context = make_init_context(config, o.seed, o.scales, tok);
+
+  prepare_out_dir(o.out_dir, o.force);
+  created_files files;
+  for (const auto& shard : result.plan.shard_files) files.add(o.out_dir / shard);
+  generate_shards({.plan = &result.plan,
+                   .context = &context,
+                   .out_dir = o.out_dir,
+                   .metadata = {{"format", "pt"},
+                                {"deepinfer_make_model",
+                                 fmt::format("preset={} seed={}", preset.name, o.seed)}},
+                   .show_progress = o.show_progress});
+  write_index(result.plan, o.out_dir, files);
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
+    files.add(o.out_dir / name);
+    std::filesystem::copy_file(tok_dir / name, o.out_dir / name,
+                               std::filesystem::copy_options::overwrite_existing);
+  }
+  write_text(o.out_dir / "config.json", preset_config_json(preset), files);
+  result.files = files.commit();
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+}  // namespace di

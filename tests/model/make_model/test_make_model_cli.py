@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""End-to-end tests of `deepinfer make-model`: --list, --dry-run tables, generating the tiny
+presets and verifying them with `deepinfer inspect`, --force, and one clear error line for bad
+input. Usage: test_make_model_cli.py PATH/TO/deepinfer   (run by ctest)."""
+import json
+import os
+import sys
+import tempfile
+import unittest
+import subprocess
+
+BINARY = None
+
+
+def run(*args):
+    return subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=600)
+
+
+def error_lines(proc):
+    return [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+
+
+class MakeModelCliTest(unittest.TestCase):
+    def test_listed_in_help_and_lists_presets(self):
+        self.assertIn("make-model", run("--help").stdout)
+        p = run("make-model", "--list")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        names = [line.split()[0] for line in p.stdout.splitlines()]
+        self.assertEqual(names, ["tiny-v41", "tiny-v4", "v41-flash-L4", "v4-flash-L4"])
+
+    def test_dry_run_prints_the_size_table_and_writes_nothing(self):
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "never")
+            p = run("make-model", "--preset", "v41-flash-L4", "--dry-run", "--out", out)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertFalse(os.path.exists(out))
+        self.assertIn("routed experts", p.stdout)
+        self.assertIn("I8", p.stdout)
+        self.assertIn("9 file(s)", p.stdout)
+        # 4 layers x 384 experts x 3 matrices x 2304 x 5120 parameters
+        self.assertIn(f"{4 * 384 * 3 * 2304 * 5120:,}", p.stdout)
+
+    def test_generate_and_inspect_tiny_presets(self):
+        for preset, model_type in (("tiny-v41", "deepseek_v41"), ("tiny-v4", "deepseek_v4")):
+            with self.subTest(preset=preset), tempfile.TemporaryDirectory() as d:
+                out = os.path.join(d, "m")
+                p = run("make-model", "--preset", preset, "--out", out, "--seed", "3")
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.assertIn(f"wrote {preset} (seed 3)", p.stdout)
+                q = run("inspect", "--model", out, "--json")
+                self.assertEqual(q.returncode, 0, q.stderr)
+                j = json.loads(q.stdout)
+                self.assertTrue(j["matches"])
+                self.assertEqual(j["model_type"], model_type)
+                self.assertEqual(j["tensors"]["found"], j["tensors"]["expected"])
+                dry = run("make-model", "--preset", preset, "--dry-run")
+                self.assertIn(f"{j['total_bytes']:,}", dry.stdout)
+                # not empty now: refused without --force, accepted with it
+                again = run("make-model", "--preset", preset, "--out", out)
+                self.assertNotEqual(again.returncode, 0)
+                self.assertEqual(len(error_lines(again)), 1, again.stderr)
+                self.assertIn("--force", again.stderr)
+                forced = run("make-model", "--preset", preset, "--out", out, "--force", "--quiet")
+                self.assertEqual(forced.returncode, 0, forced.stderr)
+                self.assertEqual(forced.stdout, "")
+
+    def test_bad_input_is_one_clear_error(self):
+        with tempfile.TemporaryDirectory() as d:
+            p = run("make-model", "--preset", "nope", "--out", os.path.join(d, "x"))
+            self.assertNotEqual(p.returncode, 0)
+            self.assertEqual(error_lines(p), ["error: unknown preset 'nope' (available: tiny-v41, "
+                                              "tiny-v4, v41-flash-L4, v4-flash-L4)"])
+            self.assertFalse(os.path.exists(os.path.join(d, "x")))
+            p = run("make-model", "--preset", "tiny-v41")
+            self.assertEqual(len(error_lines(p)), 1, p.stderr)
+            self.assertIn("--out", p.stderr)
+            p = run("make-model", "--out", os.path.join(d, "x"))
+            self.assertIn("--preset", p.stderr)
+
+
+if __name__ == "__main__":
+    BINARY = os.path.abspath(sys.argv.pop(1))
+    unittest.main(verbosity=2)
