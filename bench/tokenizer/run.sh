@@ -17,8 +17,15 @@ tokenizer_dir="$root/assets/deepseek-v3-tokenizer"
 mkdir -p "$out"
 rm -f "$out"/*.json "$out"/*.ids
 
-python3 -c "import tokenizers" 2>/dev/null || python3 -m pip install --quiet tokenizers
-echo "HF tokenizers $(python3 -c 'import tokenizers; print(tokenizers.__version__)')"
+# HF tokenizers from PyPI: the current python3 if it has it, else a venv under bench/out
+# (Debian's system python refuses global pip installs; needs the python3-venv package).
+py=python3
+if ! python3 -c "import tokenizers" 2>/dev/null; then
+  [[ -x "$out/venv/bin/python" ]] || python3 -m venv "$out/venv"
+  py="$out/venv/bin/python"
+  "$py" -c "import tokenizers" 2>/dev/null || "$py" -m pip install --quiet tokenizers
+fi
+echo "HF tokenizers $("$py" -c 'import tokenizers; print(tokenizers.__version__)')"
 
 python3 "$here/make_corpus.py" "$out/corpus.jsonl" "${CORPUS_MB:-12}"
 
@@ -34,17 +41,17 @@ endif()" > "$inc"
 fi
 cmake --build "$build" -j "${DEEPINFER_JOBS:-2}" --target bench_tokenizer > "$out/build.log"
 bench="$build/bin/bench_tokenizer"
-python3 "$here/fuzz_vs_hf.py" "$bench" "$tokenizer_dir" "$out"
+"$py" "$here/fuzz_vs_hf.py" "$bench" "$tokenizer_dir" "$out"
 
 for ((r = 0; r < rounds; ++r)); do
   echo "--- round $((r + 1))/$rounds"
   "$bench" --tokenizer "$tokenizer_dir" --corpus "$out/corpus.jsonl" --repeat "$repeat" \
     --json-out "$out/deepinfer.round$r.json" --ids-out "$out/deepinfer.ids" | grep rep
-  python3 "$here/hf_bench.py" "$tokenizer_dir/tokenizer.json" "$out/corpus.jsonl" --mode encode \
+  "$py" "$here/hf_bench.py" "$tokenizer_dir/tokenizer.json" "$out/corpus.jsonl" --mode encode \
     --repeat "$repeat" --json-out "$out/hf-encode.round$r.json" --ids-out "$out/hf-encode.ids"
   "$bench" --tokenizer "$tokenizer_dir" --corpus "$out/corpus.jsonl" --repeat "$repeat" --pcre2 \
     --json-out "$out/deepinfer-pcre2.round$r.json" --ids-out "$out/deepinfer-pcre2.ids" | grep rep
-  python3 "$here/hf_bench.py" "$tokenizer_dir/tokenizer.json" "$out/corpus.jsonl" --mode batch \
+  "$py" "$here/hf_bench.py" "$tokenizer_dir/tokenizer.json" "$out/corpus.jsonl" --mode batch \
     --repeat "$repeat" --json-out "$out/hf-batch.round$r.json" --ids-out "$out/hf-batch.ids"
 done
 python3 "$here/report.py" "$out" "$out/corpus.jsonl"

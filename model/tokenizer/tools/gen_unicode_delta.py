@@ -3,9 +3,9 @@
 # \p{L}, \p{M}, \p{N}, \p{P}, \p{S} or \p{Z} but Unicode 14 (the data of Debian's PCRE2 10.42)
 # leaves unassigned, as ranges per category. The regex translation adds them to PCRE2's
 # classes so both pre-tokenizer engines see Oniguruma's newer Unicode (16 in tokenizers 0.22+).
-# Usage: python3 tools/gen_unicode_delta.py > detail/unicode_delta.cpp  (needs `tokenizers`,
+# Usage: python3 tools/gen_unicode_delta.py | clang-format --assume-filename=x.cpp \
+#          > detail/unicode_delta.cpp  (run in model/tokenizer; needs `tokenizers`,
 # and Python 3.11 whose unicodedata is Unicode 14.0.0, the same version as PCRE2 10.42).
-import sys
 import unicodedata
 
 import tokenizers
