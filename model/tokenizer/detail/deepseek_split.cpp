@@ -31,6 +31,10 @@ struct scanner {
 
   // End of the run of characters whose class intersects `mask`, starting at `i`.
   std::size_t run_end(std::size_t i, std::size_t e, std::uint8_t mask) const {
+    // ASCII letters first, without decoding: the bulk of English prose and code.
+    if (mask & cc_letter) {
+      while (i < e && is_ascii_letter(s[i])) ++i;
+    }
     while (i < e) {
       cp_info c = at(i);
       if (!(c.cls & mask)) break;
@@ -128,6 +132,11 @@ void split_deepseek_v3(std::string_view text, std::vector<piece>& out) {
   bool prev_num = false;
   bool prev_cjk = false;
   for (std::size_t i = 0; i < n;) {
+    if (!prev_num && !prev_cjk) {
+      // Inside an ordinary segment, ASCII other than digits can never start a new one.
+      while (i < n && sc.s[i] < 0x80 && !(sc.s[i] >= '0' && sc.s[i] <= '9')) ++i;
+      if (i == n) break;
+    }
     scanner::cp_info c = sc.at(i);
     bool num = c.cls & cc_number;
     bool cjk = c.cp >= 0x3040 && is_cjk(c.cp);
