@@ -4,7 +4,6 @@
 # blocks, loopcontrols, tojson/raise_exception/strftime_now). The C++ test compares against
 # these files byte for byte; CI never runs this script. Usage: gen_expected.py (needs jinja2).
 import json
-import os
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -16,7 +15,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures"
 REPO = HERE.parents[2]
-SHARED = Path(os.environ.get("DEEPINFER_SHARED_DIR", REPO.parent / "shared"))
+ASSETS = REPO / "assets"  # tokenizer folders bundled with the repository
 SPECIAL_TOKENS = ["bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
                   "mask_token"]
 
@@ -75,7 +74,7 @@ def special_tokens_map(config):
 def load_case_template(case):
     """Returns (template source, tokenizer_config) for a case."""
     if "tokenizer" in case:
-        config = json.loads((SHARED / "models" / case["tokenizer"] / "tokenizer_config.json")
+        config = json.loads((ASSETS / case["tokenizer"] / "tokenizer_config.json")
                             .read_text(encoding="utf-8"))
         templates = config["chat_template"]
         if isinstance(templates, list):

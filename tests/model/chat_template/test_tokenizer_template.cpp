@@ -34,8 +34,8 @@ std::string error_of(const std::function<void()>& fn) {
 }  // namespace
 
 TEST_CASE("the DeepSeek-V3 tokenizer folder loads with its special tokens") {
-  auto t =
-      tokenizer_chat_template::load(di::test::shared_path("models/deepseek-v3-tokenizer").string());
+  auto t = tokenizer_chat_template::load(
+      (di::test::source_dir() / "assets/deepseek-v3-tokenizer").string());  // bundled in the repo
   CHECK(t.template_names() == std::vector<std::string>{"default"});
   const ojson& tokens = t.special_tokens();
   CHECK(tokens["bos_token"] == "<｜begin▁of▁sentence｜>");  // an AddedToken object in the file
