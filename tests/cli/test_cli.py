@@ -124,6 +124,40 @@ class InspectTest(unittest.TestCase):
         self.assertIn("--model", p.stderr)
 
 
+class ChatTemplateTest(unittest.TestCase):
+    TOKENIZER = os.path.join(REPO, "assets", "deepseek-v3-tokenizer")
+
+    def test_renders_the_deepseek_template(self):
+        messages = [{"role": "system", "content": "Be brief."},
+                    {"role": "user", "content": "Hi"},
+                    {"role": "assistant", "content": "Hello!"},
+                    {"role": "user", "content": "2+2?"}]
+        p = run("chat-template", "--tokenizer", self.TOKENIZER, stdin=json.dumps(messages))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout, "<\uff5cbegin\u2581of\u2581sentence\uff5c>Be brief."
+                         "<\uff5cUser\uff5c>Hi<\uff5cAssistant\uff5c>Hello!<\uff5cend\u2581of\u2581sentence\uff5c>"
+                         "<\uff5cUser\uff5c>2+2?<\uff5cAssistant\uff5c>")
+        p = run("chat-template", "--tokenizer", self.TOKENIZER, "--no-generation-prompt",
+                stdin=json.dumps(messages))
+        self.assertTrue(p.stdout.endswith("2+2?"), p.stdout)
+
+    def test_malformed_messages_give_one_error_line(self):
+        p = run("chat-template", "--tokenizer", self.TOKENIZER, stdin="[{\"role\": ")
+        self.assertEqual(p.returncode, 1)
+        self.assertEqual(len(error_lines(p)), 1, p.stderr)
+
+    def test_template_errors_name_the_position(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "bad.jinja")
+            with open(path, "w") as f:
+                f.write("{% for m in messages %}{{ m.content | nosuchfilter }}{% endfor %}")
+            p = run("chat-template", "--template", path, stdin="[]")
+            self.assertEqual(p.returncode, 1)
+            errs = error_lines(p)
+            self.assertEqual(len(errs), 1, p.stderr)
+            self.assertIn("nosuchfilter", errs[0])
+
+
 if __name__ == "__main__":
     BINARY = os.path.abspath(sys.argv.pop(1))
     unittest.main(verbosity=2)
