@@ -4,7 +4,9 @@
 #include "model/make_model/make_model.hpp"
 
 #include "common/error.hpp"
+#include "model/engram/token_map.hpp"
 #include "model/make_model/generate_shards.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 
 #include <fmt/format.h>
 
@@ -59,14 +61,20 @@ void check_tokenizer_fits(const model_config& c, const tokenizer_facts& tok,
                           const std::filesystem::path& dir) {
   DI_CHECK(tok.num_ids <= c.vocab_size, "{}: the tokenizer defines {} ids but vocab_size is {}",
            dir.string(), tok.num_ids, c.vocab_size);
-  // The bundled tokenizer's compressed Engram vocabulary is a known constant; another
-  // tokenizer would need its own (computed by the Engram token map).
-  DI_CHECK(c.engram.layer_ids.empty() ||
-               (tok.num_ids == bundled_tokenizer_size &&
-                c.engram.compressed_vocab_size == bundled_tokenizer_engram_vocab),
-           "{}: engram_compressed_vocab_size {} belongs to the bundled DeepSeek-V3 tokenizer "
-           "({} ids); this tokenizer defines {} ids",
-           dir.string(), c.engram.compressed_vocab_size, bundled_tokenizer_size, tok.num_ids);
+}
+
+/// The preset's config.json with engram_compressed_vocab_size set to what the tokenizer in
+/// `tok_dir` yields (Engram's compressed token map), as the model's hashing requires.
+nlohmann::ordered_json config_for_tokenizer(const model_preset& preset,
+                                            const std::filesystem::path& tok_dir) {
+  nlohmann::ordered_json config = preset.config;
+  if (!config.contains("text_config") ||
+      config["text_config"].value("engram_layer_ids", nlohmann::ordered_json::array()).empty())
+    return config;
+  auto tok = tok::tokenizer::from_dir(tok_dir.string());
+  config["text_config"]["engram_compressed_vocab_size"] =
+      build_engram_token_map(tok).num_compressed;
+  return config;
 }
 
 void write_text(const std::filesystem::path& path, const std::string& text, created_files& files) {
@@ -123,9 +131,10 @@ make_model_result make_model(const make_model_options& o) {
   const model_preset& preset = find_model_preset(o.preset);
   DI_CHECK(!o.out_dir.empty(), "make-model: no output folder given");
   make_model_result result;
-  model_config config = preset_model_config(preset);
   std::filesystem::path tok_dir =
       o.tokenizer_dir.empty() ? find_tokenizer_assets() : o.tokenizer_dir;
+  const std::string config_json = config_for_tokenizer(preset, tok_dir).dump(2) + "\n";
+  model_config config = parse_model_config(config_json, "preset " + preset.name);
   tokenizer_facts tok = read_tokenizer_facts(tok_dir / "tokenizer.json");
   check_tokenizer_fits(config, tok, tok_dir);
   result.plan = plan_model(config, o.max_shard_bytes);
@@ -147,7 +156,7 @@ make_model_result make_model(const make_model_options& o) {
     std::filesystem::copy_file(tok_dir / name, o.out_dir / name,
                                std::filesystem::copy_options::overwrite_existing);
   }
-  write_text(o.out_dir / "config.json", preset_config_json(preset), files);
+  write_text(o.out_dir / "config.json", config_json, files);
   result.files = files.commit();
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;

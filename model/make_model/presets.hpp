@@ -27,11 +27,8 @@ const std::vector<model_preset>& model_presets();
 const model_preset& find_model_preset(std::string_view name);
 
 /// Compressed Engram vocabulary of the bundled DeepSeek-V3 tokenizer (the reference's
-/// build_compressed_token_map over assets/deepseek-v3-tokenizer; the released V4.1
-/// tokenizer gives 99092).
+/// build_compressed_token_map over assets/deepseek-v3-tokenizer; the released V4.1 tokenizer
+/// gives 99092). Presets carry it; make_model recomputes it from the tokenizer it ships.
 inline constexpr std::int64_t bundled_tokenizer_engram_vocab = 98627;
-
-/// Number of token ids the bundled tokenizer defines (128000 BPE + 815 added).
-inline constexpr std::int64_t bundled_tokenizer_size = 128815;
 
 }  // namespace di

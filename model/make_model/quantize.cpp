@@ -11,6 +11,20 @@
 
 namespace di {
 
+namespace {
+
+/// f32_to_e2m1 for finite inputs without its loop: the code counts the grid midpoints below
+/// |x|, ties going to the even code (up at 0.75, 1.75, 3.5; down at 0.25, 1.25, 2.5, 5).
+/// Branch-free, so the packing loop vectorizes; equal to f32_to_e2m1 (tested).
+inline std::uint8_t e2m1_code(float x) {
+  const float a = std::fabs(x);
+  const int code = int(a > 0.25f) + int(a >= 0.75f) + int(a > 1.25f) + int(a >= 1.75f) +
+                   int(a > 2.5f) + int(a >= 3.5f) + int(a > 5.0f);
+  return std::uint8_t(code | (std::signbit(x) ? 0x8 : 0x0));
+}
+
+}  // namespace
+
 std::uint8_t ue8m0_scale_for(float amax, float max_value) {
   float ratio = std::max(amax, 1e-4f) / max_value;
   int exp = 0;
@@ -55,7 +69,7 @@ void quantize_fp4_blocks(const float* values, std::int64_t num_rows, std::int64_
       scales[r * scale_cols + sc] = s;
       const float inv = 1.0f / e8m0_to_f32(s);
       for (std::int64_t c = c0; c < c1; c += 2) {
-        std::uint8_t lo = f32_to_e2m1(row[c] * inv), hi = f32_to_e2m1(row[c + 1] * inv);
+        std::uint8_t lo = e2m1_code(row[c] * inv), hi = e2m1_code(row[c + 1] * inv);
         packed[c / 2] = std::uint8_t(lo | (hi << 4));
       }
     }

@@ -10,25 +10,6 @@
 
 namespace di {
 
-std::uint64_t mix64(std::uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
-
-float counter_normal(std::uint64_t key, std::uint64_t index) {
-  std::uint64_t h = mix64(key + (index + 1) * 0x9e3779b97f4a7c15ull);
-  std::uint32_t sum = std::uint32_t(h & 0xffff) + std::uint32_t((h >> 16) & 0xffff) +
-                      std::uint32_t((h >> 32) & 0xffff) + std::uint32_t(h >> 48);
-  // four U{0..65535}: mean 2 x 65535, variance 4 x (65536^2 - 1) / 12
-  constexpr float mean = 2.0f * 65535.0f;
-  constexpr float inv_std = 1.0f / 37837.23f;  // 1 / sqrt(4 * (65536^2 - 1) / 12)
-  return (float(sum) - mean) * inv_std;
-}
-
 std::uint64_t stream_key(std::uint64_t seed, std::string_view name) {
   std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the name
   for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
@@ -147,22 +128,31 @@ init_rule make_init_rule(const weight_spec& spec, const init_context& context) {
 
 void generate_rows(const init_rule& rule, std::int64_t row0, std::int64_t num_rows,
                    std::int64_t cols, float* out) {
-  const float own = std::sqrt(1.0f - rule.shared_fraction);
-  const float shared = std::sqrt(rule.shared_fraction);
+  // Locals, not rule fields, in the loops: `out` could alias them otherwise.
+  const std::uint64_t key = rule.key, shared_key = rule.shared_key;
+  const bool has_shared = rule.shared_fraction > 0.0f;
+  const float own = std::sqrt(1.0f - rule.shared_fraction),
+              shared = std::sqrt(rule.shared_fraction);
+  const float* column_mean = rule.column_mean.empty() ? nullptr : rule.column_mean.data();
   for (std::int64_t r = 0; r < num_rows; ++r) {
     const std::int64_t row = row0 + r;
     float scale = rule.std;
     if (rule.damped_rows && std::size_t(row) < rule.damped_rows->size() &&
         (*rule.damped_rows)[std::size_t(row)])
       scale *= rule.row_damp;
+    const float mean = rule.mean;
     float* dst = out + r * cols;
     const std::uint64_t base = std::uint64_t(row) * std::uint64_t(cols);
-    for (std::int64_t c = 0; c < cols; ++c) {
-      float z = counter_normal(rule.key, base + std::uint64_t(c));
-      if (rule.shared_fraction > 0.0f)
-        z = own * z + shared * counter_normal(rule.shared_key, base + std::uint64_t(c));
-      float mean = rule.column_mean.empty() ? rule.mean : rule.column_mean[std::size_t(c)];
-      dst[c] = mean + scale * z;
+    if (has_shared) {
+      for (std::int64_t c = 0; c < cols; ++c)
+        dst[c] = mean + scale * (own * counter_normal(key, base + std::uint64_t(c)) +
+                                 shared * counter_normal(shared_key, base + std::uint64_t(c)));
+    } else if (column_mean != nullptr) {
+      for (std::int64_t c = 0; c < cols; ++c)
+        dst[c] = column_mean[c] + scale * counter_normal(key, base + std::uint64_t(c));
+    } else {
+      for (std::int64_t c = 0; c < cols; ++c)
+        dst[c] = mean + scale * counter_normal(key, base + std::uint64_t(c));
     }
   }
 }

@@ -14,13 +14,26 @@
 
 namespace di {
 
+/// 64-bit hash (splitmix64 finalizer) used to derive stream keys and draws.
+inline std::uint64_t mix64(std::uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return x;
+}
+
 /// Approximately standard-normal value number `index` of stream `key`: the Irwin-Hall sum of
 /// four 16-bit uniforms from one 64-bit hash, rescaled to unit variance (bounded at +-3.46,
-/// which keeps block quantization free of outliers).
-float counter_normal(std::uint64_t key, std::uint64_t index);
-
-/// 64-bit hash (splitmix64 finalizer) used to derive stream keys and draws.
-std::uint64_t mix64(std::uint64_t x);
+/// which keeps block quantization free of outliers). Inline: it runs once per weight.
+inline float counter_normal(std::uint64_t key, std::uint64_t index) {
+  const std::uint64_t h = mix64(key + (index + 1) * 0x9e3779b97f4a7c15ull);
+  const std::uint32_t sum = std::uint32_t(h & 0xffff) + std::uint32_t((h >> 16) & 0xffff) +
+                            std::uint32_t((h >> 32) & 0xffff) + std::uint32_t(h >> 48);
+  // four U{0..65535}: mean 2 x 65535, std sqrt(4 x (65536^2 - 1) / 12) = 37837.23
+  return (float(sum) - 2.0f * 65535.0f) * (1.0f / 37837.23f);
+}
 
 /// The stream key of tensor `name` under `seed`.
 std::uint64_t stream_key(std::uint64_t seed, std::string_view name);

@@ -8,6 +8,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -103,6 +104,30 @@ TEST_CASE("fp4 blocks: random 17x96 matrix round-trips within the e2m1 grid spac
       float x = w[std::size_t(r * cols + c)], y = deq.values[std::size_t(r * cols + c)];
       REQUIRE(std::fabs(x - y) <= 0.25f * std::max(std::fabs(x), scale) + 1e-7f);
     }
+}
+
+TEST_CASE("fp4 blocks: bytes equal the reference f32_to_e2m1 packing, ties and signs included") {
+  // every grid point, every midpoint (ties), just around them, negatives and zeros, scale 1
+  std::vector<float> w;
+  for (float m : {0.0f, 0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 1.75f, 2.0f, 2.5f, 3.0f, 3.5f, 4.0f,
+                  5.0f, 6.0f})
+    for (float x : {m, std::nextafter(m, 0.0f), std::nextafter(m, 7.0f)})
+      w.insert(w.end(), {x, -x});
+  auto noise = random_matrix(1, 256, 2.0f, 5);
+  w.insert(w.end(), noise.begin(), noise.end());
+  w.resize((w.size() + 31) / 32 * 32, 6.0f);  // every block's amax is 6: scale exactly 1
+  for (std::size_t b = 0; b < w.size(); b += 32) w[b + 31] = 6.0f;
+  for (float& x : w) x = std::clamp(x, -6.0f, 6.0f);
+  const std::int64_t cols = std::int64_t(w.size());
+  std::vector<std::uint8_t> q(w.size() / 2), s(w.size() / 32);
+  di::quantize_fp4_blocks(w.data(), 1, cols, q.data(), s.data());
+  for (std::uint8_t e : s) REQUIRE(di::e8m0_to_f32(e) == 1.0f);
+  int mismatches = 0;
+  for (std::size_t i = 0; i < w.size(); i += 2) {
+    std::uint8_t expect = std::uint8_t(di::f32_to_e2m1(w[i]) | (di::f32_to_e2m1(w[i + 1]) << 4));
+    mismatches += q[i / 2] != expect;
+  }
+  CHECK(mismatches == 0);
 }
 
 TEST_CASE("bf16 conversion rounds to nearest even") {
