@@ -14,8 +14,12 @@ namespace {
 
 using ordered_json = nlohmann::ordered_json;
 
+void add_v41_sparse_attention_and_moe(ordered_json& t);
+void add_v41_engram_and_drafter(ordered_json& t);
+
 /// text_config of DeepSeek-V4.1-Flash as released, without the DSpark drafter (no weights
-/// are generated for it) and with the bundled tokenizer's Engram vocabulary.
+/// are generated for it) and with the bundled tokenizer's Engram vocabulary. Keys in the
+/// official order.
 ordered_json v41_flash_text_config() {
   ordered_json t;
   t["model_type"] = "deepseek_v41_text";
@@ -41,6 +45,13 @@ ordered_json v41_flash_text_config() {
                        {"beta_fast", 32},
                        {"beta_slow", 1},
                        {"original_max_position_embeddings", 65536}};
+  add_v41_sparse_attention_and_moe(t);
+  add_v41_engram_and_drafter(t);
+  return t;
+}
+
+/// MoE, compressed attention (sources, indexer, candidates) and mHC keys of V4.1-Flash.
+void add_v41_sparse_attention_and_moe(ordered_json& t) {
   t["n_routed_experts"] = 384;
   t["n_shared_experts"] = 1;
   t["num_experts_per_tok"] = 6;
@@ -65,6 +76,10 @@ ordered_json v41_flash_text_config() {
   t["hc_mult"] = 4;
   t["hc_sinkhorn_iters"] = 20;
   t["hc_eps"] = 1e-6;
+}
+
+/// Engram and DSpark keys of V4.1-Flash (no drafter layers are generated).
+void add_v41_engram_and_drafter(ordered_json& t) {
   t["engram_layer_ids"] = {1, 14};
   t["engram_num_embeddings"] = {384006168, 384016682};
   t["engram_max_ngram_size"] = 4;
@@ -80,7 +95,6 @@ ordered_json v41_flash_text_config() {
   t["dspark_markov_rank"] = 256;
   t["dspark_n_routed_experts"] = 128;
   t["dspark_num_experts_per_tok"] = 3;
-  return t;
 }
 
 /// The whole V4.1 config.json around `text` (no vision tower weights: 0 vision layers).
@@ -113,7 +127,10 @@ ordered_json v41_config(ordered_json text) {
   return c;
 }
 
-/// DeepSeek-V4-Flash's config.json as released, without the MTP layer.
+void add_v4_rope_and_routing(ordered_json& c);
+
+/// DeepSeek-V4-Flash's config.json as released, without the MTP layer. Keys in the official
+/// order.
 ordered_json v4_flash_config() {
   ordered_json c;
   c["architectures"] = {"DeepseekV4ForCausalLM"};
@@ -153,6 +170,12 @@ ordered_json v4_flash_config() {
                               {"quant_method", "fp8"},
                               {"scale_fmt", "ue8m0"},
                               {"weight_block_size", {128, 128}}};
+  add_v4_rope_and_routing(c);
+  return c;
+}
+
+/// The keys of V4-Flash's config.json from rms_norm_eps to the end.
+void add_v4_rope_and_routing(ordered_json& c) {
   c["rms_norm_eps"] = 1e-6;
   c["rope_scaling"] = {{"beta_fast", 32},
                        {"beta_slow", 1},
@@ -175,7 +198,6 @@ ordered_json v4_flash_config() {
   for (int i = 0; i < 20; ++i) ratios.insert(ratios.end(), {4, 128});
   ratios.push_back(4);
   c["compress_ratios"] = ratios;
-  return c;
 }
 
 /// Sets engram_num_embeddings from the other Engram keys (sum of each layer's primes).

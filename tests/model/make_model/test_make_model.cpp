@@ -6,7 +6,9 @@
 #include "common/error.hpp"
 #include "common/mapped_file.hpp"
 #include "model/checkpoint/checkpoint.hpp"
+#include "model/engram/token_map.hpp"
 #include "model/model_summary.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 #include "tests/model/make_model/make_model_fixture.hpp"
 #include "tests/test_support.hpp"
 
@@ -117,5 +119,21 @@ TEST_CASE("make_model: same seed gives identical bytes, another seed other weigh
     std::size_t same = 0;
     for (std::size_t i = 0; i < x.size(); ++i) same += x[i] == y[i];
     CHECK(double(same) < 0.5 * double(x.size()));
+  }
+}
+
+TEST_CASE("make_model: engram_compressed_vocab_size is what the shipped tokenizer yields") {
+  fs::path dir = generated("tiny-v41");
+  di::model_config config = di::load_model_config(dir.string());
+  auto tok = di::tok::tokenizer::from_dir(dir.string());
+  CHECK(config.engram.compressed_vocab_size == di::build_engram_token_map(tok).num_compressed);
+  CHECK(config.engram.compressed_vocab_size == di::bundled_tokenizer_engram_vocab);
+  // the rows of each table are the official prime-bucket sums
+  auto primes = di::engram_bucket_primes(config.engram);
+  REQUIRE(primes.size() == 2);
+  for (std::size_t i = 0; i < primes.size(); ++i) {
+    std::int64_t rows = 0;
+    for (auto p : primes[i]) rows += p;
+    CHECK(rows == config.engram.num_embeddings[i]);
   }
 }

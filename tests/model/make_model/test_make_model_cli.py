@@ -4,12 +4,14 @@ presets and verifying them with `deepinfer inspect`, --force, and one clear erro
 input. Usage: test_make_model_cli.py PATH/TO/deepinfer   (run by ctest)."""
 import json
 import os
+import shutil
 import sys
 import tempfile
 import unittest
 import subprocess
 
 BINARY = None
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def run(*args):
@@ -63,6 +65,26 @@ class MakeModelCliTest(unittest.TestCase):
                 forced = run("make-model", "--preset", preset, "--out", out, "--force", "--quiet")
                 self.assertEqual(forced.returncode, 0, forced.stderr)
                 self.assertEqual(forced.stdout, "")
+
+    def test_installed_layout_assets_come_first(self):
+        # <bin>/../share/deepinfer/assets is where an installed binary finds the tokenizer
+        with tempfile.TemporaryDirectory() as d:
+            os.makedirs(os.path.join(d, "bin"))
+            binary = os.path.join(d, "bin", "deepinfer")
+            shutil.copy(BINARY, binary)
+            tok = os.path.join(d, "share", "deepinfer", "assets", "deepseek-v3-tokenizer")
+            shutil.copytree(os.path.join(REPO, "assets", "deepseek-v3-tokenizer"), tok)
+            with open(os.path.join(tok, "tokenizer_config.json")) as f:
+                config = json.load(f)
+            config["installed_copy"] = True
+            with open(os.path.join(tok, "tokenizer_config.json"), "w") as f:
+                json.dump(config, f)
+            out = os.path.join(d, "m")
+            p = subprocess.run([binary, "make-model", "--preset", "tiny-v4", "--out", out, "--quiet"],
+                               capture_output=True, text=True, timeout=600)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            with open(os.path.join(out, "tokenizer_config.json")) as f:
+                self.assertTrue(json.load(f)["installed_copy"])
 
     def test_bad_input_is_one_clear_error(self):
         with tempfile.TemporaryDirectory() as d:
