@@ -253,7 +253,7 @@ model_preset tiny_v41() {
           "sliding-window only; 2-5 ratio 2 (KV sources 2 and 4, the others reuse them); 6-9 "
           "ratio 1 (KV source 6, also the candidate source: top-8 blocks of 8; index sources "
           "2, 4, 6 and 8, layer 8 re-scoring only inside the candidate blocks); Engram on "
-          "layers 1 and 4 (2/3/4-grams x 8 heads x 32, engram_vocab_size 4096 -> ~98k rows "
+          "layers 1 and 4 (2/3/4-grams x 8 heads x 32, engram_vocab_size 4096 -> ~100k rows "
           "per table).",
           v41_config(std::move(t))};
 }
