@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(
-  build-essential cmake ninja-build ccache pkg-config git python3
+  build-essential cmake ninja-build ccache pkg-config git python3 python3-venv
   libcaf-dev libssl-dev libucx-dev libmsgpack-cxx-dev
   libspdlog-dev libfmt-dev doctest-dev libtomlplusplus-dev nlohmann-json3-dev
   libpcre2-dev libboost-dev libcli11-dev libomp-dev libicu-dev
