@@ -1,0 +1,181 @@
+// CPU reference of the model-specific ops: FP8 table rows (Engram), row concatenation, MoE
+// routing with sqrt-softplus scores, the Engram gate, and the compressor's partial-group
+// state machine (gated softmax pooling, with V4's overlapping windows).
+#include "kernels/cpu/cpu_ops.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace di::cpu {
+
+tensor embedding_fp8(const tensor& codes, const tensor& scales, const tensor& ids) {
+  check_cpu_tensor(codes, dtype::u8, 2, "fp8 table codes");
+  check_cpu_tensor(scales, dtype::u8, 2, "fp8 table scales");
+  check_cpu_tensor(ids, dtype::i64, 1, "fp8 table ids");
+  const std::int64_t rows = codes.size(0), dim = codes.size(1), n = ids.size(0);
+  DI_CHECK(scales.size(0) == rows && scales.size(1) > 0 && dim % scales.size(1) == 0,
+           "fp8 table: scales {} do not fit codes {}", scales.shape().str(), codes.shape().str());
+  const std::int64_t block = dim / scales.size(1);
+  tensor out = tensor::empty({n, dim}, dtype::f32);  // [n, dim]
+  const std::int64_t* id = ids.data<std::int64_t>();
+  for (std::int64_t t = 0; t < n; ++t) {
+    DI_CHECK(id[t] >= 0 && id[t] < rows, "fp8 table: row {} outside [0, {})", id[t], rows);
+    const std::uint8_t* c = codes.data<std::uint8_t>() + id[t] * dim;
+    const std::uint8_t* s = scales.data<std::uint8_t>() + id[t] * scales.size(1);
+    for (std::int64_t d = 0; d < dim; ++d)
+      out.data<float>()[t * dim + d] = e4m3_to_f32(c[d]) * e8m0_to_f32(s[d / block]);
+  }
+  return out;
+}
+
+tensor concat_rows(std::span<const tensor> parts) {
+  DI_CHECK(!parts.empty(), "concat_rows: nothing to concatenate");
+  std::int64_t rows = 0;
+  std::int64_t row_elems = 1;  // elements per row: the product of the trailing extents
+  for (int d = 1; d < parts[0].rank(); ++d) row_elems *= parts[0].size(d);
+  for (const tensor& p : parts) {
+    DI_CHECK(p.type() == dtype::f32 && p.is_contiguous() && p.rank() == parts[0].rank(),
+             "concat_rows: parts must be contiguous f32 tensors of one rank");
+    for (int d = 1; d < p.rank(); ++d)
+      DI_CHECK(p.size(d) == parts[0].size(d), "concat_rows: {} vs {}", p.shape().str(),
+               parts[0].shape().str());
+    rows += p.size(0);
+  }
+  tensor_shape shape = parts[0].shape();
+  shape[0] = rows;
+  tensor out = tensor::empty(shape, dtype::f32);  // [sum rows, ...]
+  std::int64_t at = 0;
+  for (const tensor& p : parts) {
+    if (p.numel() > 0) std::memcpy(out.data<float>() + at * row_elems, p.data<float>(), p.nbytes());
+    at += p.size(0);
+  }
+  return out;
+}
+
+routing route(const tensor& logits, const tensor& bias, const tensor& fixed,
+              const router_params& p) {
+  check_cpu_tensor(logits, dtype::f32, 2, "router logits");
+  const std::int64_t tokens = logits.size(0), experts = logits.size(1);
+  const int k = p.top_k;
+  DI_CHECK(k > 0 && k <= experts, "router: top {} of {} experts", k, experts);
+  if (bias.defined()) check_tensor(bias, dtype::f32, {experts}, "router bias");
+  if (fixed.defined()) check_tensor(fixed, dtype::i32, {tokens, k}, "router fixed experts");
+  tensor scores = tensor::empty({tokens, experts}, dtype::f32);  // [tokens, experts]
+  for (std::int64_t i = 0; i < tokens * experts; ++i) {
+    const float z = logits.data<float>()[i] / p.gate_temp;
+    const float softplus = z > 20.0f ? z : std::log1p(std::exp(z));  // torch's threshold 20
+    scores.data<float>()[i] = std::sqrt(softplus);
+  }
+  routing out{tensor::empty({tokens, k}, dtype::f32), fixed.defined() ? fixed.clone() : tensor()};
+  if (!fixed.defined()) {
+    tensor biased = scores.clone();  // [tokens, experts]
+    if (bias.defined())
+      for (std::int64_t i = 0; i < tokens * experts; ++i)
+        biased.data<float>()[i] += bias.data<float>()[i % experts];
+    out.experts = topk(biased, k);
+  }
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    float* w = out.weights.data<float>() + t * k;
+    float sum = 0.0f;
+    for (int j = 0; j < k; ++j) {
+      const std::int32_t e = out.experts.data<std::int32_t>()[t * k + j];
+      DI_CHECK(e >= 0 && e < experts, "router: expert {} of {}", e, experts);
+      sum += (w[j] = scores.data<float>()[t * experts + e]);
+    }
+    for (int j = 0; j < k; ++j) {
+      if (p.normalize) w[j] /= sum + p.normalize_eps;
+      w[j] *= p.route_scale;
+    }
+  }
+  return out;
+}
+
+tensor engram_gate(const tensor& h, const tensor& key, const tensor& value, const tensor& weight,
+                   const engram_params& p) {
+  check_cpu_tensor(h, dtype::f32, 3, "engram streams");
+  const std::int64_t tokens = h.size(0), hc = h.size(1), dim = h.size(2);
+  check_tensor(key, dtype::f32, h.shape(), "engram key");
+  check_tensor(value, dtype::f32, {tokens, dim}, "engram value");
+  check_tensor(weight, dtype::f32, {hc, dim}, "engram weight");
+  tensor out = tensor::empty(h.shape(), dtype::f32);  // [tokens, hc, dim]
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    for (std::int64_t k = 0; k < hc; ++k) {
+      const float* hp = h.data<float>() + (t * hc + k) * dim;
+      const float* kp = key.data<float>() + (t * hc + k) * dim;
+      const float* wp = weight.data<float>() + k * dim;
+      float hh = 0.0f, kk = 0.0f, dot = 0.0f;
+      for (std::int64_t d = 0; d < dim; ++d) {
+        hh += hp[d] * hp[d];
+        kk += kp[d] * kp[d];
+        dot += hp[d] * wp[d] * kp[d];
+      }
+      const float rstd =
+          (1.0f / std::sqrt(hh / float(dim) + p.eps)) * (1.0f / std::sqrt(kk / float(dim) + p.eps));
+      const float g = dot * rstd * (1.0f / std::sqrt(float(dim)));
+      const float root = std::copysign(std::sqrt(std::fmax(std::fabs(g), p.clamp)), g);
+      const float gate = 1.0f / (1.0f + std::exp(-root));
+      float* o = out.data<float>() + (t * hc + k) * dim;
+      const float* v = value.data<float>() + t * dim;
+      for (std::int64_t d = 0; d < dim; ++d) o[d] = hp[d] + gate * v[d];
+    }
+  }
+  return out;
+}
+
+namespace {
+
+/// Pools the group held in the state: per channel, softmax of the scores over the group's
+/// rows, then the weighted sum of kv. With overlap, rows [0, r) contribute their first half
+/// (previous group) and rows [r, 2r) their second half (current group).
+void pool_group(const float* skv, const float* sscore, int ratio, bool overlap, std::int64_t dim,
+                float* out) {
+  const int rows = overlap ? 2 * ratio : ratio;
+  const std::int64_t width = overlap ? 2 * dim : dim;
+  std::vector<float> w(static_cast<std::size_t>(rows));
+  for (std::int64_t c = 0; c < dim; ++c) {
+    auto col = [&](int j) { return (overlap && j >= ratio ? dim : 0) + c; };
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int j = 0; j < rows; ++j) mx = std::fmax(mx, sscore[j * width + col(j)]);
+    float sum = 0.0f;
+    for (int j = 0; j < rows; ++j)
+      sum += (w[std::size_t(j)] = std::exp(sscore[j * width + col(j)] - mx));
+    float acc = 0.0f;
+    for (int j = 0; j < rows; ++j) acc += skv[j * width + col(j)] * (w[std::size_t(j)] / sum);
+    out[c] = acc;
+  }
+}
+
+}  // namespace
+
+tensor compress_tokens(const tensor& kv, const tensor& score, std::int64_t start, tensor& state_kv,
+                       tensor& state_score, const compress_params& p) {
+  check_cpu_tensor(kv, dtype::f32, 2, "compressor kv");
+  check_tensor(score, dtype::f32, kv.shape(), "compressor score");
+  const int r = p.ratio, coff = p.overlap ? 2 : 1;
+  const std::int64_t n = kv.size(0), width = kv.size(1), dim = width / coff;
+  DI_CHECK(r > 0 && width % coff == 0 && start >= 0, "compressor: ratio {}, rows of {}", r, width);
+  check_tensor(state_kv, dtype::f32, {coff * r, width}, "compressor state kv");
+  check_tensor(state_score, dtype::f32, {coff * r, width}, "compressor state score");
+  const std::int64_t completed = (start + n) / r - start / r;
+  tensor out = tensor::empty({completed, dim}, dtype::f32);  // [completed, dim]
+  float* skv = state_kv.data<float>();
+  float* ssc = state_score.data<float>();
+  std::int64_t emitted = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t pos = start + i;
+    const std::int64_t slot = (p.overlap ? r : 0) + pos % r;
+    std::memcpy(skv + slot * width, kv.data<float>() + i * width, std::size_t(width) * 4);
+    std::memcpy(ssc + slot * width, score.data<float>() + i * width, std::size_t(width) * 4);
+    if ((pos + 1) % r != 0) continue;
+    pool_group(skv, ssc, r, p.overlap, dim, out.data<float>() + emitted++ * dim);
+    if (p.overlap) {  // the finished group becomes the next group's overlap half
+      std::memcpy(skv, skv + r * width, std::size_t(r * width) * 4);
+      std::memcpy(ssc, ssc + r * width, std::size_t(r * width) * 4);
+    }
+  }
+  return out;
+}
+
+}  // namespace di::cpu

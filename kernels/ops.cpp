@@ -1,0 +1,151 @@
+// The op interface's dispatch: each op runs on the backend of its operands' device. Only the
+// CPU backend exists so far; an op given tensors on another device is a clear error until the
+// CUDA backend registers its twins here.
+#include "kernels/ops.hpp"
+
+#include "kernels/cpu/cpu_ops.hpp"
+
+namespace di::ops {
+
+namespace {
+
+void require_cpu(const tensor& t, const char* op) {
+  DI_CHECK(t.dev().kind == device_kind::cpu, "{}: no {} backend in this build", op,
+           to_string(t.dev()));
+}
+
+}  // namespace
+
+tensor embedding(const tensor& table, const tensor& ids) {
+  require_cpu(table, "embedding");
+  return cpu::embedding(table, ids);
+}
+
+tensor embedding_fp8(const tensor& codes, const tensor& scales, const tensor& ids) {
+  require_cpu(codes, "embedding_fp8");
+  return cpu::embedding_fp8(codes, scales, ids);
+}
+
+tensor concat_rows(std::span<const tensor> parts) {
+  for (const tensor& p : parts) require_cpu(p, "concat_rows");
+  return cpu::concat_rows(parts);
+}
+
+tensor rms_norm(const tensor& x, const tensor& weight, float eps) {
+  require_cpu(x, "rms_norm");
+  return cpu::rms_norm(x, weight, eps);
+}
+
+tensor linear(const tensor& x, const tensor& weight, const linear_params& params) {
+  require_cpu(x, "linear");
+  return cpu::linear(x, weight, params);
+}
+
+tensor grouped_linear(const tensor& x, const tensor& weight) {
+  require_cpu(x, "grouped_linear");
+  return cpu::grouped_linear(x, weight);
+}
+
+void fp8_fake_quant(tensor& x, int block, std::int64_t num_dims) {
+  require_cpu(x, "fp8_fake_quant");
+  cpu::fp8_fake_quant(x, block, num_dims);
+}
+
+void fp4_fake_quant(tensor& x, int block, fp4_scale scale) {
+  require_cpu(x, "fp4_fake_quant");
+  cpu::fp4_fake_quant(x, block, scale);
+}
+
+void hadamard(tensor& x) {
+  require_cpu(x, "hadamard");
+  cpu::hadamard(x);
+}
+
+void rotary(tensor& x, const tensor& positions, const tensor& inv_freq, bool inverse) {
+  require_cpu(x, "rotary");
+  cpu::rotary(x, positions, inv_freq, inverse);
+}
+
+tensor sparse_attention(const tensor& q, const tensor& kv, const tensor& sinks,
+                        const tensor& indices, const sparse_attention_params& params) {
+  require_cpu(q, "sparse_attention");
+  return cpu::sparse_attention(q, kv, sinks, indices, params);
+}
+
+tensor index_scores(const tensor& q, const tensor& keys, const tensor& weights) {
+  require_cpu(q, "index_scores");
+  return cpu::index_scores(q, keys, weights);
+}
+
+tensor topk(const tensor& scores, int k) {
+  require_cpu(scores, "topk");
+  return cpu::topk(scores, k);
+}
+
+tensor masked_topk(const tensor& scores, const tensor& visible, const tensor& allowed, int k) {
+  require_cpu(scores, "masked_topk");
+  return cpu::masked_topk(scores, visible, allowed, k);
+}
+
+tensor candidate_blocks(const tensor& scores, const tensor& visible, int topk_blocks,
+                        int block_size) {
+  require_cpu(scores, "candidate_blocks");
+  return cpu::candidate_blocks(scores, visible, topk_blocks, block_size);
+}
+
+routing route(const tensor& logits, const tensor& bias, const tensor& fixed,
+              const router_params& params) {
+  require_cpu(logits, "route");
+  return cpu::route(logits, bias, fixed, params);
+}
+
+tensor swiglu(const tensor& gate, const tensor& up, float limit, const tensor& row_scale) {
+  require_cpu(gate, "swiglu");
+  return cpu::swiglu(gate, up, limit, row_scale);
+}
+
+tensor compress_tokens(const tensor& kv, const tensor& score, std::int64_t start, tensor& state_kv,
+                       tensor& state_score, const compress_params& params) {
+  require_cpu(kv, "compress_tokens");
+  return cpu::compress_tokens(kv, score, start, state_kv, state_score, params);
+}
+
+tensor engram_gate(const tensor& h, const tensor& key, const tensor& value, const tensor& weight,
+                   const engram_params& params) {
+  require_cpu(h, "engram_gate");
+  return cpu::engram_gate(h, key, value, weight, params);
+}
+
+hc_mix hc_mixes(const tensor& x, const tensor& fn, const tensor& scale, const tensor& base,
+                const hc_params& params) {
+  require_cpu(x, "hc_mixes");
+  return cpu::hc_mixes(x, fn, scale, base, params);
+}
+
+tensor hc_head_pre(const tensor& x, const tensor& fn, const tensor& scale, const tensor& base,
+                   const hc_params& params) {
+  require_cpu(x, "hc_head_pre");
+  return cpu::hc_head_pre(x, fn, scale, base, params);
+}
+
+tensor hc_collapse(const tensor& x, const tensor& pre) {
+  require_cpu(x, "hc_collapse");
+  return cpu::hc_collapse(x, pre);
+}
+
+tensor hc_expand(const tensor& y, const tensor& residual, const tensor& post, const tensor& comb) {
+  require_cpu(y, "hc_expand");
+  return cpu::hc_expand(y, residual, post, comb);
+}
+
+void encode_cache_rows(const tensor& x, const cache_row_format& fmt, tensor& out) {
+  require_cpu(x, "encode_cache_rows");
+  cpu::encode_cache_rows(x, fmt, out);
+}
+
+void decode_cache_rows(const tensor& rows, const cache_row_format& fmt, tensor& out) {
+  require_cpu(rows, "decode_cache_rows");
+  cpu::decode_cache_rows(rows, fmt, out);
+}
+
+}  // namespace di::ops

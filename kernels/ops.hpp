@@ -1,0 +1,196 @@
+// The op interface: every computation of the DeepSeek-V4/V4.1 forward pass, as functions of
+// tensors that dispatch on the tensors' device. The CPU backend (kernels/cpu/) is the
+// reference: plain loops, fp32 accumulation. A CUDA backend implements the same functions
+// (same params structs, same rounding via kernels/quant_math.hpp) and slots in here.
+#pragma once
+
+#include "kernels/cache_format.hpp"
+#include "kernels/tensor.hpp"
+
+#include <cstdint>
+#include <span>
+
+namespace di::ops {
+
+// ---- gathers and norms -------------------------------------------------------------------
+
+/// Rows of `table` [vocab, dim] f32 for `ids` [tokens] i64 -> [tokens, dim]. An id outside
+/// [0, vocab) is a di::error naming it.
+tensor embedding(const tensor& table, const tensor& ids);
+
+/// Rows of an FP8 table for `ids` [n] i64: codes [rows, dim] u8 (e4m3) times scales
+/// [rows, dim / block] u8 (e8m0, one per block of the row) -> [n, dim] f32.
+tensor embedding_fp8(const tensor& codes, const tensor& scales, const tensor& ids);
+
+/// Rows of every tensor in `parts` (each [rows_i, dim...] f32, same trailing shape) stacked.
+tensor concat_rows(std::span<const tensor> parts);
+
+/// RMSNorm over the last dim of `x` [rows, dim]: x * rsqrt(mean(x^2) + eps) * weight, with
+/// `weight` [dim] f32 or an undefined tensor for an unweighted norm. Returns [rows, dim].
+tensor rms_norm(const tensor& x, const tensor& weight, float eps);
+
+// ---- linear ------------------------------------------------------------------------------
+
+struct linear_params {
+  /// 0: multiply as is. > 0: first FP8-quantize each row of x per block of this many inputs
+  /// with ue8m0 scales (DeepSeek's activation quantization before FP8/FP4-weight GEMMs).
+  int act_quant_block = 0;
+};
+
+/// y = x W^T: x [rows, in] f32, weight [out, in] f32 -> [rows, out] f32 (fp32 accumulation).
+tensor linear(const tensor& x, const tensor& weight, const linear_params& params = {});
+
+/// Block-diagonal grouped projection: x [rows, groups, in] and weight [groups * out, in]
+/// (group g owns rows [g*out, (g+1)*out)) -> [rows, groups, out].
+tensor grouped_linear(const tensor& x, const tensor& weight);
+
+// ---- fake quantization (quantize, then dequantize in place) ------------------------------
+
+/// FP8 e4m3 with a ue8m0 scale per `block` consecutive values of each row of `x` [rows, dim],
+/// applied to the first `num_dims` values of the row (the rest pass through).
+void fp8_fake_quant(tensor& x, int block, std::int64_t num_dims);
+
+enum class fp4_scale : std::uint8_t { ue8m0, e4m3 };
+/// FP4 e2m1 per `block` values of each row of `x` [rows, dim] with ue8m0 or e4m3 scales.
+void fp4_fake_quant(tensor& x, int block, fp4_scale scale);
+
+/// Normalised Walsh-Hadamard transform of each row of `x` [rows, dim] (dim a power of two),
+/// in place: x <- H x / sqrt(dim), H the Sylvester-ordered Hadamard matrix.
+void hadamard(tensor& x);
+
+// ---- rotary embedding --------------------------------------------------------------------
+
+/// Rotates, in place, the last 2 * inv_freq.size(0) values of every row of `x` [tokens, dim]
+/// or [tokens, heads, dim] as interleaved (even, odd) pairs by angle positions[t] * inv_freq[i]
+/// (angles formed in fp32), or by the negated angle when `inverse`.
+void rotary(tensor& x, const tensor& positions, const tensor& inv_freq, bool inverse);
+
+// ---- attention ---------------------------------------------------------------------------
+
+struct sparse_attention_params {
+  float softmax_scale = 1.0f;
+};
+
+/// Attention of q [tokens, heads, dim] over the rows of kv [entries, dim] (one shared K = V
+/// head) that `indices` [tokens, k] i32 names per token (-1 = unused slot), with a per-head
+/// sink [heads] that joins the softmax denominator only. Returns [tokens, heads, dim].
+tensor sparse_attention(const tensor& q, const tensor& kv, const tensor& sinks,
+                        const tensor& indices, const sparse_attention_params& params);
+
+// ---- scores and selection ----------------------------------------------------------------
+
+/// Indexer scores [tokens, entries]: sum_h relu(q[t,h] . keys[e]) * weights[t,h], with
+/// q [tokens, heads, dim], keys [entries, dim], weights [tokens, heads].
+tensor index_scores(const tensor& q, const tensor& keys, const tensor& weights);
+
+/// Indices [rows, k] i32 of the k largest values of each row of `scores` [rows, n] (k <= n),
+/// in descending order of score; picks whose score is -inf come back as -1.
+tensor topk(const tensor& scores, int k);
+
+/// Top-k per row of `scores` [tokens, entries] after masking to -inf every entry e >=
+/// visible[t] (`visible` [tokens] i64) and, when `allowed` [tokens, entries] u8 is defined,
+/// every entry it marks 0. Returns [tokens, k] i32 entry ids, -1 for masked picks.
+tensor masked_topk(const tensor& scores, const tensor& visible, const tensor& allowed, int k);
+
+/// Level one of V4.1's two-level top-k: per token, score each block of `block_size` entries
+/// by its best visible entry, always keep the block holding entry visible[t] - 1, keep the
+/// `topk_blocks` best blocks with a finite score. Returns [tokens, entries] u8 (1 = kept).
+tensor candidate_blocks(const tensor& scores, const tensor& visible, int topk_blocks,
+                        int block_size);
+
+// ---- MoE ---------------------------------------------------------------------------------
+
+struct router_params {
+  int top_k = 1;
+  float gate_temp = 1.0f;      ///< logits are divided by it before the score function
+  float route_scale = 1.0f;    ///< routed_scaling_factor
+  bool normalize = true;       ///< divide the chosen weights by their sum
+  float normalize_eps = 0.0f;  ///< added to that sum (V4.1: 1e-20)
+};
+
+struct routing {
+  tensor weights;  // [tokens, top_k] f32
+  tensor experts;  // [tokens, top_k] i32
+};
+
+/// MoE routing from gate logits [tokens, experts]: s = sqrt(softplus(logits / temp)); the
+/// experts are the top-k of s + bias ([experts], undefined = none) or, when `fixed` [tokens,
+/// top_k] i32 is defined (hash routing), those; weights = s[experts], normalised, scaled.
+routing route(const tensor& logits, const tensor& bias, const tensor& fixed,
+              const router_params& params);
+
+/// silu(min(gate, limit)) * clamp(up, -limit, limit) (no clamp when limit <= 0), each row
+/// scaled by row_scale[row] when `row_scale` [rows] is defined. gate, up [rows, inter].
+tensor swiglu(const tensor& gate, const tensor& up, float limit, const tensor& row_scale);
+
+// ---- compressor --------------------------------------------------------------------------
+
+struct compress_params {
+  int ratio = 1;         ///< tokens per entry
+  bool overlap = false;  ///< V4 ratio 4: an entry also pools the previous group (first half)
+};
+
+/// Feeds the projected rows of consecutive tokens at positions [start, start + n) through a
+/// compressor's partial-group state and returns the entries that complete, pooled with a
+/// per-channel softmax over their group: [completed, entry_dim] f32. kv, score: [n, width]
+/// (score with any position bias already added), width = (overlap ? 2 : 1) * entry_dim.
+/// state_kv, state_score: [(overlap ? 2 : 1) * ratio, width], updated in place (the overlap
+/// half holds the previous complete group). Initial state: kv 0, score -inf.
+tensor compress_tokens(const tensor& kv, const tensor& score, std::int64_t start, tensor& state_kv,
+                       tensor& state_score, const compress_params& params);
+
+// ---- Engram ------------------------------------------------------------------------------
+
+struct engram_params {
+  float eps = 1e-20f;   ///< of both RMS statistics
+  float clamp = 1e-6f;  ///< floor of |dot| before the signed square root
+};
+
+/// Adds the gated Engram value to each stream: h [tokens, hc, dim], key [tokens, hc, dim],
+/// value [tokens, dim], weight [hc, dim] (q_weight * k_weight). gate = sigmoid(signed sqrt of
+/// sum(h * weight * key) * rsqrt(ms(h) + eps) * rsqrt(ms(key) + eps) / sqrt(dim)). Returns
+/// h + gate * value, [tokens, hc, dim].
+tensor engram_gate(const tensor& h, const tensor& key, const tensor& value, const tensor& weight,
+                   const engram_params& params);
+
+// ---- manifold hyper-connections ----------------------------------------------------------
+
+struct hc_params {
+  int hc_mult = 4;
+  int sinkhorn_iters = 20;
+  float hc_eps = 1e-6f;    ///< added to pre and to the Sinkhorn sums
+  float norm_eps = 1e-6f;  ///< of the RMS statistic of the flattened streams
+};
+
+struct hc_mix {
+  tensor pre;   // [tokens, hc]
+  tensor post;  // [tokens, hc]
+  tensor comb;  // [tokens, hc, hc]: comb[j][k] moves stream j into stream k
+};
+
+/// The mixing coefficients of one mHC site from streams x [tokens, hc, dim]: mixes =
+/// (x_flat fn^T) * rsqrt(mean(x_flat^2) + norm_eps) with fn [(2+hc)*hc, hc*dim]; pre =
+/// sigmoid(.)+eps, post = 2 sigmoid(.), comb = Sinkhorn(softmax rows) (scale [3], base).
+hc_mix hc_mixes(const tensor& x, const tensor& fn, const tensor& scale, const tensor& base,
+                const hc_params& params);
+
+/// The V4 head mix: pre = sigmoid(mixes * scale[0] + base) + hc_eps with fn [hc, hc*dim].
+tensor hc_head_pre(const tensor& x, const tensor& fn, const tensor& scale, const tensor& base,
+                   const hc_params& params);
+
+/// sum_k pre[t,k] * x[t,k,:]: x [tokens, hc, dim], pre [tokens, hc] -> [tokens, dim].
+tensor hc_collapse(const tensor& x, const tensor& pre);
+
+/// out_k = post_k * y + sum_j comb[j][k] * residual_j: y [tokens, dim], residual
+/// [tokens, hc, dim], post [tokens, hc], comb [tokens, hc, hc] -> [tokens, hc, dim].
+tensor hc_expand(const tensor& y, const tensor& residual, const tensor& post, const tensor& comb);
+
+// ---- quantized cache rows ----------------------------------------------------------------
+
+/// Quantizes x [rows, fmt.dim()] f32 into packed rows out [rows, fmt.row_bytes()] u8.
+void encode_cache_rows(const tensor& x, const cache_row_format& fmt, tensor& out);
+
+/// Decodes packed rows [rows, fmt.row_bytes()] u8 into out [rows, fmt.dim()] f32.
+void decode_cache_rows(const tensor& rows, const cache_row_format& fmt, tensor& out);
+
+}  // namespace di::ops

@@ -1,0 +1,180 @@
+// The tensor type: shapes, owned CPU storage, views and slices. Device storage for CUDA is
+// allocated by the CUDA backend; here a non-CPU `empty` is a clear error.
+#include "kernels/tensor.hpp"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+namespace di {
+
+std::string to_string(device d) {
+  return d.kind == device_kind::cpu ? std::string("cpu") : fmt::format("cuda:{}", d.index);
+}
+
+tensor_shape::tensor_shape(std::initializer_list<std::int64_t> dims)
+    : tensor_shape(std::span<const std::int64_t>(dims.begin(), dims.size())) {}
+
+tensor_shape::tensor_shape(std::span<const std::int64_t> dims) {
+  DI_CHECK(dims.size() <= std::size_t(max_tensor_rank), "tensor rank {} exceeds {}", dims.size(),
+           max_tensor_rank);
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    DI_CHECK(dims[i] >= 0, "negative tensor extent {}", dims[i]);
+    dims_[i] = dims[i];
+  }
+  rank_ = int(dims.size());
+}
+
+std::int64_t tensor_shape::numel() const {
+  std::int64_t n = 1;
+  for (int i = 0; i < rank_; ++i) n *= dims_[std::size_t(i)];
+  return n;
+}
+
+bool tensor_shape::operator==(const tensor_shape& o) const {
+  if (rank_ != o.rank_) return false;
+  for (int i = 0; i < rank_; ++i)
+    if (dims_[std::size_t(i)] != o.dims_[std::size_t(i)]) return false;
+  return true;
+}
+
+std::string tensor_shape::str() const {
+  std::string s = "[";
+  for (int i = 0; i < rank_; ++i) s += (i ? ", " : "") + std::to_string(dims_[std::size_t(i)]);
+  return s + "]";
+}
+
+namespace {
+
+std::array<std::int64_t, max_tensor_rank> contiguous_strides(const tensor_shape& shape) {
+  std::array<std::int64_t, max_tensor_rank> strides{};
+  std::int64_t s = 1;
+  for (int d = shape.rank() - 1; d >= 0; --d) {
+    strides[std::size_t(d)] = s;
+    s *= shape[d];
+  }
+  return strides;
+}
+
+}  // namespace
+
+tensor tensor::empty(const tensor_shape& shape, dtype type, device dev) {
+  DI_CHECK(dev.kind == device_kind::cpu, "tensor::empty on {}: no allocator for that device",
+           to_string(dev));
+  tensor t;
+  std::size_t bytes = std::size_t(shape.numel()) * dtype_size(type);
+  t.storage_ = std::shared_ptr<std::byte[]>(new std::byte[bytes > 0 ? bytes : 1]);
+  t.data_ = t.storage_.get();
+  t.shape_ = shape;
+  t.strides_ = contiguous_strides(shape);
+  t.type_ = type;
+  t.device_ = dev;
+  t.defined_ = true;
+  return t;
+}
+
+tensor tensor::zeros(const tensor_shape& shape, dtype type, device dev) {
+  tensor t = empty(shape, type, dev);
+  std::memset(t.data_, 0, t.nbytes());
+  return t;
+}
+
+tensor tensor::full(const tensor_shape& shape, float value) {
+  tensor t = empty(shape, dtype::f32);
+  float* p = t.data<float>();
+  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = value;
+  return t;
+}
+
+tensor tensor::view_of(void* data, const tensor_shape& shape, dtype type, device dev) {
+  tensor t;
+  t.data_ = data;
+  t.shape_ = shape;
+  t.strides_ = contiguous_strides(shape);
+  t.type_ = type;
+  t.device_ = dev;
+  t.defined_ = true;
+  return t;
+}
+
+tensor tensor::view_of(const void* data, const tensor_shape& shape, dtype type, device dev) {
+  return view_of(const_cast<void*>(data), shape, type, dev);
+}
+
+bool tensor::is_contiguous() const {
+  return strides_ == contiguous_strides(shape_) || numel() <= 1;
+}
+
+tensor tensor::view(const tensor_shape& shape) const {
+  DI_CHECK(is_contiguous(), "view of a non-contiguous tensor {}", shape_.str());
+  DI_CHECK(shape.numel() == numel(), "view {} of a tensor {}: element counts differ", shape.str(),
+           shape_.str());
+  tensor t = *this;
+  t.shape_ = shape;
+  t.strides_ = contiguous_strides(shape);
+  return t;
+}
+
+tensor tensor::slice(int dim, std::int64_t begin, std::int64_t end) const {
+  if (dim < 0) dim += rank();
+  DI_CHECK(dim >= 0 && dim < rank(), "slice dim {} of a rank-{} tensor", dim, rank());
+  DI_CHECK(0 <= begin && begin <= end && end <= shape_[dim], "slice [{}, {}) of extent {}", begin,
+           end, shape_[dim]);
+  tensor t = *this;
+  t.data_ = static_cast<std::byte*>(data_) +
+            begin * strides_[std::size_t(dim)] * std::int64_t(dtype_size(type_));
+  t.shape_[dim] = end - begin;
+  return t;
+}
+
+tensor tensor::operator[](std::int64_t i) const {
+  DI_CHECK(rank() >= 1 && i >= 0 && i < shape_[0], "row {} of a tensor {}", i, shape_.str());
+  tensor t = slice(0, i, i + 1);
+  std::array<std::int64_t, max_tensor_rank> dims{};
+  for (int d = 1; d < rank(); ++d) dims[std::size_t(d - 1)] = shape_[d];
+  t.shape_ = tensor_shape(std::span<const std::int64_t>(dims.data(), std::size_t(rank() - 1)));
+  for (int d = 1; d < rank(); ++d) t.strides_[std::size_t(d - 1)] = strides_[std::size_t(d)];
+  return t;
+}
+
+tensor tensor::clone() const {
+  DI_CHECK(device_.kind == device_kind::cpu, "clone on {}", to_string(device_));
+  tensor t = empty(shape_, type_, device_);
+  if (is_contiguous()) {
+    std::memcpy(t.data_, data_, nbytes());
+    return t;
+  }
+  // Non-contiguous: copy element by element through the strides.
+  const std::size_t es = dtype_size(type_);
+  std::array<std::int64_t, max_tensor_rank> idx{};
+  for (std::int64_t n = 0; n < numel(); ++n) {
+    std::int64_t off = 0;
+    for (int d = 0; d < rank(); ++d) off += idx[std::size_t(d)] * strides_[std::size_t(d)];
+    std::memcpy(static_cast<std::byte*>(t.data_) + std::size_t(n) * es,
+                static_cast<const std::byte*>(data_) + std::size_t(off) * es, es);
+    for (int d = rank() - 1; d >= 0; --d) {
+      if (++idx[std::size_t(d)] < shape_[d]) break;
+      idx[std::size_t(d)] = 0;
+    }
+  }
+  return t;
+}
+
+void check_tensor(const tensor& t, dtype type, const tensor_shape& shape, const char* what) {
+  DI_CHECK(t.defined(), "{}: tensor not set", what);
+  DI_CHECK(t.type() == type, "{}: expected {}, got {}", what, dtype_name(type),
+           dtype_name(t.type()));
+  DI_CHECK(t.shape() == shape, "{}: expected shape {}, got {}", what, shape.str(), t.shape().str());
+  DI_CHECK(t.is_contiguous(), "{}: tensor must be contiguous", what);
+}
+
+void check_cpu_tensor(const tensor& t, dtype type, int rank, const char* what) {
+  DI_CHECK(t.defined(), "{}: tensor not set", what);
+  DI_CHECK(t.dev().kind == device_kind::cpu, "{}: tensor lives on {}", what, to_string(t.dev()));
+  DI_CHECK(t.type() == type, "{}: expected {}, got {}", what, dtype_name(type),
+           dtype_name(t.type()));
+  DI_CHECK(t.rank() == rank, "{}: expected rank {}, got shape {}", what, rank, t.shape().str());
+  DI_CHECK(t.is_contiguous(), "{}: tensor must be contiguous", what);
+}
+
+}  // namespace di

@@ -1,0 +1,119 @@
+// The attention sub-block: low-rank queries, one shared K = V head with rope on its tail,
+// attention with sinks over the sliding window (its FP8 ring in the sequence state plus the
+// new rows) and, on compressed layers, the selected compressed entries; then the inverse
+// rotation of the output and the grouped low-rank output projection.
+#include "model/forward/detail/forward_pass.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace di::detail {
+
+namespace {
+
+/// Window KV rows as the cache stores them: V4.1 quantizes the whole row, V4 its non-rope part.
+void quantize_window_rows(const forward_pass& pass, tensor& kv) {
+  const cache_row_format& f = pass.layout.window_format;
+  ops::fp8_fake_quant(kv, f.block, f.quant_dims);
+}
+
+/// The window part of one sequence: the previous rows from the ring (decoded) followed by the
+/// new rows; indices[t] names the rows at positions max(0, p - window + 1) .. p.
+struct window_rows {
+  tensor kv;       // [previous + count, head_dim]
+  tensor indices;  // [count, window] i32
+};
+
+window_rows gather_window(const forward_pass& pass, int layer, sequence_pass& s,
+                          const tensor& kv_new) {
+  const std::int64_t win = pass.layout.window;
+  const std::int64_t prev = std::min(s.start, win - 1);
+  tensor ring = s.state->window_ring(layer);  // [window, row_bytes]
+  tensor prev_rows = tensor::empty({prev, kv_new.size(1)}, dtype::f32);
+  for (std::int64_t i = 0; i < prev; ++i) {
+    const std::int64_t pos = s.start - prev + i;
+    tensor out = prev_rows.slice(0, i, i + 1);
+    ops::decode_cache_rows(ring.slice(0, pos % win, pos % win + 1), pass.layout.window_format, out);
+  }
+  const tensor parts[] = {prev_rows, kv_new};
+  window_rows w{ops::concat_rows(parts), tensor::empty({s.count, win}, dtype::i32)};
+  const std::int64_t first = s.start - prev;  // position of row 0
+  for (std::int64_t t = 0; t < s.count; ++t) {
+    const std::int64_t pos = s.start + t;
+    std::int32_t* idx = w.indices.data<std::int32_t>() + t * win;
+    for (std::int64_t j = 0; j < win; ++j) {
+      const std::int64_t p = pos - win + 1 + j;
+      idx[j] = p < 0 ? -1 : std::int32_t(p - first);
+    }
+  }
+  return w;
+}
+
+/// Stores the last `window` new rows of a sequence in its ring.
+void update_ring(const forward_pass& pass, int layer, sequence_pass& s, const tensor& kv_new) {
+  const std::int64_t win = pass.layout.window;
+  tensor ring = s.state->window_ring(layer);  // [window, row_bytes]
+  for (std::int64_t t = std::max<std::int64_t>(0, s.count - win); t < s.count; ++t) {
+    const std::int64_t slot = (s.start + t) % win;
+    tensor out = ring.slice(0, slot, slot + 1);
+    ops::encode_cache_rows(kv_new.slice(0, t, t + 1), pass.layout.window_format, out);
+  }
+}
+
+/// Window plus compressed entries of one sequence, and its attention output [count, H, hd].
+tensor attend_sequence(forward_pass& pass, int layer, sequence_pass& s, const tensor& q,
+                       const tensor& kv, const tensor& x, const tensor& q_residual) {
+  const layer_weights& w = pass.weights.layers[std::size_t(layer)];
+  window_rows win = gather_window(pass, layer, s, kv);
+  update_ring(pass, layer, s, kv);
+  tensor pool = win.kv, indices = win.indices;
+  if (pass.config.compress_ratio(layer) > 0) {
+    compressed_attention comp = compressed_forward(pass, layer, s, x, q_residual);
+    const std::int64_t base = win.kv.size(0), kw = win.indices.size(1), kc = comp.indices.size(1);
+    const tensor parts[] = {win.kv, comp.kv};
+    pool = ops::concat_rows(parts);
+    indices = tensor::empty({s.count, kw + kc}, dtype::i32);  // [count, window + k]
+    for (std::int64_t t = 0; t < s.count; ++t) {
+      std::int32_t* dst = indices.data<std::int32_t>() + t * (kw + kc);
+      std::copy_n(win.indices.data<std::int32_t>() + t * kw, kw, dst);
+      for (std::int64_t j = 0; j < kc; ++j) {
+        const std::int32_t e = comp.indices.data<std::int32_t>()[t * kc + j];
+        dst[kw + j] = e < 0 ? -1 : std::int32_t(base + e);
+      }
+    }
+  }
+  const float scale = 1.0f / std::sqrt(float(pass.config.head_dim));
+  return ops::sparse_attention(q, pool, w.attn.sinks, indices, {scale});
+}
+
+}  // namespace
+
+tensor attention_forward(forward_pass& pass, int layer, const tensor& x) {
+  const model_config& c = pass.config;
+  const attention_weights& w = pass.weights.layers[std::size_t(layer)].attn;
+  const std::int64_t rows = x.size(0), heads = c.num_heads, hd = c.head_dim;
+  const float eps = float(c.rms_norm_eps);
+  const tensor& inv_freq =
+      c.compress_ratio(layer) > 0 ? pass.inv_freq_compress : pass.inv_freq_main;
+
+  tensor q_residual = ops::rms_norm(pass.linear(x, w.wq_a), w.q_norm, eps);       // [rows, q_lora]
+  tensor q = pass.linear(q_residual, w.wq_b);                                     // [rows, H * hd]
+  if (!c.is_v41()) q = ops::rms_norm(q.view({rows * heads, hd}), tensor(), eps);  // per head
+  q = q.view({rows, heads, hd});
+  ops::rotary(q, pass.positions, inv_freq, false);
+  tensor kv = ops::rms_norm(pass.linear(x, w.wkv), w.kv_norm, eps);  // [rows, hd]
+  ops::rotary(kv, pass.positions, inv_freq, false);
+  quantize_window_rows(pass, kv);
+
+  std::vector<tensor> outs;  // per sequence [count, H, hd]
+  for (sequence_pass& s : pass.seqs)
+    outs.push_back(attend_sequence(pass, layer, s, forward_pass::rows_of(q, s),
+                                   forward_pass::rows_of(kv, s), forward_pass::rows_of(x, s),
+                                   forward_pass::rows_of(q_residual, s)));
+  tensor o = ops::concat_rows(outs);  // [rows, H, hd]
+  ops::rotary(o, pass.positions, inv_freq, true);
+  tensor grouped = ops::grouped_linear(o.view({rows, c.o_groups, heads * hd / c.o_groups}), w.wo_a);
+  return pass.linear(grouped.view({rows, std::int64_t(c.o_groups) * c.o_lora_rank}), w.wo_b);
+}
+
+}  // namespace di::detail

@@ -1,0 +1,193 @@
+// The compressed branch of attention, per sequence: compressors pool the new tokens into
+// entries (appended, quantized, to the sequence's paged streams), indexers score the visible
+// entries and keep the top-k. V4.1 shares one source layer's entries, keys and selections
+// with the later layers of its group; V4 gives each compressed layer its own, with overlapping
+// windows, position biases and a Hadamard-rotated FP4 indexer at ratio 4.
+#include "model/forward/detail/forward_pass.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace di::detail {
+
+namespace {
+
+/// Positions [count] i64 of the entries first, first + 1, ...: entry w stands at w * ratio.
+tensor entry_positions(std::int64_t first, std::int64_t count, int ratio) {
+  tensor p = tensor::empty({count}, dtype::i64);  // [count]
+  for (std::int64_t i = 0; i < count; ++i) p.data<std::int64_t>()[i] = (first + i) * ratio;
+  return p;
+}
+
+/// Feeds the sequence's new rows x [count, dim] through compressor `cw` (state slot `slot`)
+/// and returns the normalised entries that complete, [completed, entry_dim] (pre-rope).
+tensor compress(const forward_pass& pass, sequence_pass& s, const tensor& x,
+                const compressor_weights& cw, int slot) {
+  const float eps = float(pass.config.rms_norm_eps);
+  tensor kv = ops::linear(x, cw.wkv);                    // [count, width] fp32, never act-quantized
+  if (slot < 0) return ops::rms_norm(kv, cw.norm, eps);  // ratio 1: every token is an entry
+  const compressor_slot& cs = pass.layout.compressors[std::size_t(slot)];
+  tensor score = ops::linear(x, cw.wgate);  // [count, width]
+  if (cw.ape.defined()) {
+    const std::int64_t width = score.size(1);
+    for (std::int64_t t = 0; t < s.count; ++t)
+      for (std::int64_t d = 0; d < width; ++d)
+        score.data<float>()[t * width + d] +=
+            cw.ape.data<float>()[((s.start + t) % cs.ratio) * width + d];
+  }
+  tensor state_kv = s.state->compressor_kv(slot), state_score = s.state->compressor_score(slot);
+  tensor pooled = ops::compress_tokens(kv, score, s.start, state_kv, state_score,
+                                       {cs.ratio, cs.overlap});  // [completed, entry_dim]
+  return ops::rms_norm(pooled, cw.norm, eps);
+}
+
+/// Quantizes rows into stream `stream`'s format and appends them.
+void append(const forward_pass& pass, sequence_pass& s, int stream, const tensor& rows) {
+  const cache_row_format& f = pass.layout.streams[std::size_t(stream)].format;
+  tensor packed = tensor::empty({rows.size(0), std::int64_t(f.row_bytes())}, dtype::u8);
+  ops::encode_cache_rows(rows, f, packed);
+  s.state->append_entries(stream, packed);
+}
+
+/// The first `entries` entries of `stream`, decoded (reused across the layers of a group).
+const tensor& decoded(const forward_pass& pass, sequence_pass& s, decoded_stream& d, int stream,
+                      std::int64_t entries) {
+  if (d.stream == stream && d.entries == entries) return d.rows;
+  const cache_row_format& f = pass.layout.streams[std::size_t(stream)].format;
+  d.stream = stream;
+  d.entries = entries;
+  d.rows = tensor::empty({entries, f.dim()}, dtype::f32);  // [entries, dim]
+  ops::decode_cache_rows(s.state->read_entries(stream, 0, entries), f, d.rows);
+  return d.rows;
+}
+
+/// V4.1 KV source: compress, derive indexer keys from the pre-rope latent, rotate and store.
+void feed_v41_source(const forward_pass& pass, int layer, sequence_pass& s, const tensor& x) {
+  const model_config& c = pass.config;
+  const layer_weights& w = pass.weights.layers[std::size_t(layer)];
+  const int r = c.compress_ratio(layer);
+  tensor latent = compress(pass, s, x, w.compressor, pass.layout.compressor_of(layer, false));
+  tensor pos = entry_positions(s.start / r, latent.size(0), r);
+  if (c.is_index_source(layer)) {
+    tensor keys = ops::rms_norm(ops::linear(latent, w.indexer.wk), w.indexer.k_norm,
+                                float(c.rms_norm_eps));  // [completed, index_head_dim]
+    ops::rotary(keys, pos, pass.inv_freq_compress, false);
+    append(pass, s, pass.layout.stream_of(layer, stream_kind::index_keys), keys);
+  }
+  tensor rotated = latent.clone();  // [completed, head_dim]
+  ops::rotary(rotated, pos, pass.inv_freq_compress, false);
+  append(pass, s, pass.layout.stream_of(layer, stream_kind::compressed_kv), rotated);
+}
+
+/// V4 layer: its own compressor and, at ratio 4, its indexer's compressor (Hadamard + FP4).
+void feed_v4_layer(const forward_pass& pass, int layer, sequence_pass& s, const tensor& x) {
+  const layer_weights& w = pass.weights.layers[std::size_t(layer)];
+  const int r = pass.config.compress_ratio(layer);
+  tensor latent = compress(pass, s, x, w.compressor, pass.layout.compressor_of(layer, false));
+  tensor pos = entry_positions(s.start / r, latent.size(0), r);
+  ops::rotary(latent, pos, pass.inv_freq_compress, false);
+  append(pass, s, pass.layout.stream_of(layer, stream_kind::compressed_kv), latent);
+  if (!pass.config.has_indexer(layer)) return;
+  tensor keys = compress(pass, s, x, w.indexer.compressor, pass.layout.compressor_of(layer, true));
+  ops::rotary(keys, pos, pass.inv_freq_compress, false);
+  ops::hadamard(keys);
+  append(pass, s, pass.layout.stream_of(layer, stream_kind::index_keys), keys);
+}
+
+/// Index queries [count, heads, index_head_dim] (rotated, V4 Hadamard, FP4) and head weights.
+struct index_query {
+  tensor q;        // [count, index_heads, index_head_dim]
+  tensor weights;  // [count, index_heads]
+};
+
+index_query make_index_query(const forward_pass& pass, int layer, sequence_pass& s, const tensor& x,
+                             const tensor& q_residual) {
+  const model_config& c = pass.config;
+  const indexer_weights& iw = pass.weights.layers[std::size_t(layer)].indexer;
+  const std::int64_t heads = c.index_n_heads, dim = c.index_head_dim;
+  tensor q = pass.linear(q_residual, iw.wq_b).view({s.count, heads, dim});
+  ops::rotary(q, s.positions, pass.inv_freq_compress, false);
+  tensor flat = q.view({s.count * heads, dim});
+  if (!c.is_v41()) ops::hadamard(flat);
+  ops::fp4_fake_quant(flat, 32, ops::fp4_scale::ue8m0);
+  tensor weights = ops::linear(x, iw.weights_proj);  // [count, heads] fp32
+  const float scale = 1.0f / std::sqrt(float(dim)) * (1.0f / std::sqrt(float(heads)));
+  for (std::int64_t i = 0; i < weights.numel(); ++i) weights.data<float>()[i] *= scale;
+  return {q, weights};
+}
+
+tensor visible_counts(const sequence_pass& s, int ratio) {
+  tensor v = tensor::empty({s.count}, dtype::i64);  // [count]
+  for (std::int64_t t = 0; t < s.count; ++t) v.data<std::int64_t>()[t] = (s.start + t + 1) / ratio;
+  return v;
+}
+
+/// Scores the keys with this layer's queries and returns the top-k entries per token.
+tensor run_indexer(const forward_pass& pass, int layer, sequence_pass& s, const tensor& x,
+                   const tensor& q_residual, const tensor& keys) {
+  const model_config& c = pass.config;
+  const std::int64_t entries = keys.size(0);
+  index_query iq = make_index_query(pass, layer, s, x, q_residual);
+  tensor scores = ops::index_scores(iq.q, keys, iq.weights);  // [count, entries]
+  tensor visible = visible_counts(s, c.compress_ratio(layer));
+  tensor allowed;
+  if (c.is_v41() && layer == c.candidate_source_layer_id) {
+    s.candidates =
+        ops::candidate_blocks(scores, visible, c.candidate_topk_blocks, c.candidate_block_size);
+  } else if (c.is_v41() && c.candidate_source_layer_id >= 0 &&
+             c.candidate_source_layer_id < layer && s.candidates.defined()) {
+    DI_CHECK(s.candidates.size(1) == entries, "layer {}: candidate mask over {} entries, keys {}",
+             layer, s.candidates.size(1), entries);
+    allowed = s.candidates;
+  }
+  const int k = int(std::min<std::int64_t>(c.index_topk, entries));
+  return ops::masked_topk(scores, visible, allowed, k);
+}
+
+/// V4 layers without an indexer attend every visible entry.
+tensor all_visible(const sequence_pass& s, int ratio, std::int64_t entries) {
+  tensor idx = tensor::empty({s.count, entries}, dtype::i32);  // [count, entries]
+  for (std::int64_t t = 0; t < s.count; ++t)
+    for (std::int64_t e = 0; e < entries; ++e)
+      idx.data<std::int32_t>()[t * entries + e] =
+          e < (s.start + t + 1) / ratio ? std::int32_t(e) : -1;
+  return idx;
+}
+
+}  // namespace
+
+compressed_attention compressed_forward(forward_pass& pass, int layer, sequence_pass& s,
+                                        const tensor& x, const tensor& q_residual) {
+  const model_config& c = pass.config;
+  const int r = c.compress_ratio(layer);
+  const std::int64_t entries = (s.start + s.count) / r;
+  if (!c.is_v41()) {
+    feed_v4_layer(pass, layer, s, x);
+    const tensor& kv =
+        decoded(pass, s, s.kv, pass.layout.stream_of(layer, stream_kind::compressed_kv), entries);
+    if (!c.has_indexer(layer)) return {kv, all_visible(s, r, entries)};
+    const tensor& keys =
+        decoded(pass, s, s.keys, pass.layout.stream_of(layer, stream_kind::index_keys), entries);
+    return {kv, run_indexer(pass, layer, s, x, q_residual, keys)};
+  }
+  const int source = c.kv_source_of(layer);
+  DI_CHECK(source >= 0, "layer {} compresses but no KV source layer precedes it", layer);
+  if (c.is_kv_source(layer)) feed_v41_source(pass, layer, s, x);
+  const tensor& kv =
+      decoded(pass, s, s.kv, pass.layout.stream_of(source, stream_kind::compressed_kv), entries);
+  if (c.is_index_source(layer)) {
+    if (entries == 0) {
+      s.topk = tensor::empty({s.count, 0}, dtype::i32);
+    } else {
+      const int key_stream = pass.layout.stream_of(source, stream_kind::index_keys);
+      DI_CHECK(key_stream >= 0, "layer {}: KV source {} has no indexer keys", layer, source);
+      s.topk =
+          run_indexer(pass, layer, s, x, q_residual, decoded(pass, s, s.keys, key_stream, entries));
+    }
+  }
+  DI_CHECK(s.topk.defined(), "layer {} reuses top-k indices but no index source precedes it",
+           layer);
+  return {kv, s.topk};
+}
+
+}  // namespace di::detail

@@ -1,0 +1,89 @@
+// Internals shared by the files of the forward pass: the per-call context (all tokens of the
+// batch stacked in rows, one entry per sequence) and the layer functions. Dense work runs on
+// all rows at once; attention, compressors and indexers run per sequence on its rows.
+#pragma once
+
+#include "kernels/ops.hpp"
+#include "model/forward/model.hpp"
+
+#include <cstdint>
+#include <vector>
+
+namespace di::detail {
+
+/// Decoded entries of one stream, kept for the layers that share it within a forward call.
+struct decoded_stream {
+  int stream = -1;
+  std::int64_t entries = -1;
+  tensor rows;  // [entries, dim] f32
+};
+
+/// One sequence within a forward call.
+struct sequence_pass {
+  sequence_state* state = nullptr;
+  std::int64_t start = 0;   ///< position of its first new token
+  std::int64_t count = 0;   ///< new tokens
+  std::int64_t offset = 0;  ///< first row of the batch
+  tensor positions;         // [count] i64
+  // What V4.1 layers hand down to the later layers of their group (the reference's shared
+  // attention runtime): compressed KV and keys of the current source, the last top-k.
+  decoded_stream kv;
+  decoded_stream keys;
+  tensor topk;        // [count, k] i32 entries chosen by the last index source
+  tensor candidates;  // [count, entries] u8 kept by the candidate source
+};
+
+struct forward_pass {
+  const model_config& config;
+  const model_weights& weights;
+  const cache_layout& layout;
+  const forward_options& options;
+  const tensor& inv_freq_main;      // [rope_head_dim / 2]
+  const tensor& inv_freq_compress;  // [rope_head_dim / 2]
+  tensor tokens;                    // [rows] i64
+  tensor positions;                 // [rows] i64
+  std::vector<sequence_pass> seqs;
+
+  /// Activation-quantization block for a linear (0 = none).
+  ops::linear_params act(const linear_weight& w) const {
+    return {options.act_quant && w.quantized ? int(config.quant.block_k) : 0};
+  }
+  tensor linear(const tensor& x, const linear_weight& w) const {
+    return ops::linear(x, w.w, act(w));
+  }
+  /// Rows [s.offset, s.offset + s.count) of a batch tensor.
+  static tensor rows_of(const tensor& t, const sequence_pass& s) {
+    return t.slice(0, s.offset, s.offset + s.count);
+  }
+};
+
+/// One block: mHC around attention and MoE. x [rows, hc, dim]; pre_mix [rows, hc] is the
+/// previous site's pre (V4.1) and is replaced by this block's FFN-site pre.
+tensor block_forward(forward_pass& pass, int layer, const tensor& x, tensor& pre_mix);
+
+/// The attention sub-block on normed inputs x [rows, dim] -> [rows, dim].
+tensor attention_forward(forward_pass& pass, int layer, const tensor& x);
+
+/// The compressed entries and their selection for one sequence: feeds the layer's
+/// compressors (if it owns any), then returns the decoded entries [entries, head_dim] and
+/// per-token entry indices [count, k] i32 (-1 unused).
+struct compressed_attention {
+  tensor kv;       // [entries, head_dim]
+  tensor indices;  // [count, k] i32
+};
+compressed_attention compressed_forward(forward_pass& pass, int layer, sequence_pass& seq,
+                                        const tensor& x, const tensor& q_residual);
+
+/// The MoE sub-block on normed inputs x [rows, dim] -> [rows, dim].
+tensor moe_forward(const forward_pass& pass, int layer, const tensor& x);
+
+/// Engram: adds the layer's n-gram memory to the streams x [rows, hc, dim]; hash_ids
+/// [rows, columns] i64 of this layer.
+tensor engram_forward(const forward_pass& pass, int layer, const tensor& x, const tensor& hash_ids);
+
+/// Embedding, the blocks (with Engram before its layers; hash_ids [rows, engram layers,
+/// columns] or undefined), and the head at every request's logit rows.
+std::vector<forward_output> run_model(forward_pass& pass, std::span<forward_request> batch,
+                                      const tensor& hash_ids);
+
+}  // namespace di::detail

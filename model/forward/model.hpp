@@ -1,0 +1,80 @@
+// The DeepSeek-V4.1 (`deepseek_v41`) and V4 (`deepseek_v4`) text forward pass over the op
+// interface, with incremental per-sequence state: a batch of (state, new tokens, positions)
+// runs in one call, prefill in chunks of any size and one-token decode steps compute the
+// same as one pass over the whole sequence.
+#pragma once
+
+#include "config/model_config.hpp"
+#include "kernels/tensor.hpp"
+#include "model/engram/hasher.hpp"
+#include "model/forward/cache_layout.hpp"
+#include "model/forward/sequence_state.hpp"
+#include "model/forward/weights.hpp"
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace di {
+
+struct forward_options {
+  /// Variant A (default, DeepSeek's official numerics): every GEMM with FP8/FP4 weights first
+  /// FP8-quantizes its input per block of quant.block_k. Variant B (false) skips that; both
+  /// keep the model's KV-cache and indexer quantization.
+  bool act_quant = true;
+};
+
+/// One sequence's part of a batched forward.
+struct forward_request {
+  sequence_state* state = nullptr;
+  std::span<const std::int64_t> tokens;     ///< new token ids
+  std::span<const std::int64_t> positions;  ///< state->num_tokens(), +1, ... (one per token)
+  std::vector<std::int64_t> logit_rows;     ///< indices into `tokens` whose logits to return
+  /// [tokens, engram layers, columns] i64 hash row ids; undefined: the model's hasher computes
+  /// them (from the state's engram history, which the hasher advances either way).
+  tensor engram_hash_ids;
+  bool capture_hidden = false;  ///< also return block outputs and final norm at logit_rows
+};
+
+struct forward_output {
+  tensor logits;      // [logit_rows, vocab] f32
+  tensor hidden;      // [logit_rows, layers, hc, dim] f32 (capture_hidden)
+  tensor final_norm;  // [logit_rows, dim] f32 (capture_hidden)
+};
+
+class deepseek_model {
+ public:
+  deepseek_model(model_config config, model_weights weights, forward_options options = {});
+  /// Opens the checkpoint folder (config.json + safetensors) and loads every weight.
+  static std::unique_ptr<deepseek_model> load(const std::filesystem::path& dir,
+                                              forward_options options = {});
+
+  const model_config& config() const { return config_; }
+  const cache_layout& layout() const { return layout_; }
+  const forward_options& options() const { return options_; }
+  void set_options(const forward_options& options) { options_ = options; }
+  /// Engram models hash each sequence's tokens with it (model/engram); without one every
+  /// request must carry its engram_hash_ids.
+  void set_engram_hasher(std::shared_ptr<const engram_hasher> hasher) {
+    hasher_ = std::move(hasher);
+  }
+
+  /// Runs every request's new tokens through the model, advancing each state. Invalid input
+  /// (token ids outside the vocabulary, positions that do not continue the state or exceed
+  /// max_position_embeddings or the state's capacity, a full block pool) throws di::error
+  /// before any state changes.
+  std::vector<forward_output> forward(std::span<forward_request> batch) const;
+
+ private:
+  model_config config_;
+  model_weights weights_;
+  forward_options options_;
+  cache_layout layout_;
+  tensor inv_freq_main_;      // [rope_head_dim / 2]
+  tensor inv_freq_compress_;  // [rope_head_dim / 2]
+  std::shared_ptr<const engram_hasher> hasher_;
+};
+
+}  // namespace di

@@ -1,0 +1,119 @@
+// The layer stack and the head: embedding expanded to hc_mult streams, Engram ahead of its
+// layers, the blocks (capturing block outputs where asked), then the final collapse (V4.1:
+// the last FFN site's pre; V4: its own head mix), RMSNorm and the BF16 head in fp32 -- only
+// for the rows whose logits were requested.
+#include "model/forward/detail/forward_pass.hpp"
+
+#include <algorithm>
+
+namespace di::detail {
+
+namespace {
+
+/// The hash ids of Engram slot `slot`: [rows, columns].
+tensor engram_slot_ids(const tensor& all, std::int64_t slot) {
+  const std::int64_t rows = all.size(0), layers = all.size(1), cols = all.size(2);
+  tensor out = tensor::empty({rows, cols}, dtype::i64);  // [rows, cols]
+  for (std::int64_t r = 0; r < rows; ++r)
+    std::copy_n(all.data<std::int64_t>() + (r * layers + slot) * cols, cols,
+                out.data<std::int64_t>() + r * cols);
+  return out;
+}
+
+/// Rows `picked` of a [rows, ...] f32 tensor, stacked.
+tensor gather_rows(const tensor& t, const std::vector<std::int64_t>& picked) {
+  std::vector<tensor> parts;
+  for (std::int64_t r : picked) parts.push_back(t.slice(0, r, r + 1));
+  if (parts.empty()) {
+    tensor_shape shape = t.shape();
+    shape[0] = 0;
+    return tensor::empty(shape, dtype::f32);
+  }
+  return ops::concat_rows(parts);
+}
+
+/// Batch rows whose logits (and captures) were asked for, in request order.
+std::vector<std::int64_t> logit_rows(const forward_pass& pass, std::span<forward_request> batch) {
+  std::vector<std::int64_t> rows;
+  for (std::size_t i = 0; i < batch.size(); ++i)
+    for (std::int64_t r : batch[i].logit_rows) rows.push_back(pass.seqs[i].offset + r);
+  return rows;
+}
+
+tensor embed_streams(const forward_pass& pass) {
+  const std::int64_t rows = pass.tokens.size(0), hc = pass.config.hc_mult;
+  const std::int64_t dim = pass.config.hidden_size;
+  tensor e = ops::embedding(pass.weights.embed, pass.tokens);  // [rows, dim]
+  tensor x = tensor::empty({rows, hc, dim}, dtype::f32);       // [rows, hc, dim]
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t k = 0; k < hc; ++k)
+      std::copy_n(e.data<float>() + r * dim, dim, x.data<float>() + (r * hc + k) * dim);
+  return x;
+}
+
+/// Final collapse and norm of the picked rows: [picked, dim].
+tensor final_norm(const forward_pass& pass, const tensor& x_rows, const tensor& pre_rows) {
+  const model_config& c = pass.config;
+  tensor pre = pre_rows;  // [picked, hc]
+  if (!c.is_v41()) {
+    const ops::hc_params hp{c.hc_mult, c.hc_sinkhorn_iters, float(c.hc_eps), float(c.rms_norm_eps)};
+    const hc_site_weights& h = pass.weights.hc_head;
+    pre = ops::hc_head_pre(x_rows, h.fn, h.scale, h.base, hp);
+  }
+  return ops::rms_norm(ops::hc_collapse(x_rows, pre), pass.weights.norm, float(c.rms_norm_eps));
+}
+
+/// Splits the stacked outputs back into one forward_output per request.
+std::vector<forward_output> split_outputs(std::span<forward_request> batch, const tensor& logits,
+                                          const std::vector<tensor>& hidden, const tensor& normed) {
+  std::vector<forward_output> out(batch.size());
+  std::int64_t at = 0;
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    const std::int64_t n = std::int64_t(batch[i].logit_rows.size());
+    out[i].logits = logits.slice(0, at, at + n).clone();
+    if (batch[i].capture_hidden) {
+      out[i].final_norm = normed.slice(0, at, at + n).clone();
+      std::vector<tensor> per_layer;  // each [n, hc, dim]
+      for (const tensor& h : hidden) per_layer.push_back(h.slice(0, at, at + n));
+      const std::int64_t layers = std::int64_t(hidden.size());
+      tensor hid = tensor::empty({n, layers, hidden[0].size(1), hidden[0].size(2)}, dtype::f32);
+      const std::int64_t block = hidden[0].size(1) * hidden[0].size(2);
+      for (std::int64_t r = 0; r < n; ++r)
+        for (std::int64_t l = 0; l < layers; ++l)
+          std::copy_n(per_layer[std::size_t(l)].data<float>() + r * block, block,
+                      hid.data<float>() + (r * layers + l) * block);
+      out[i].hidden = hid;
+    }
+    at += n;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<forward_output> run_model(forward_pass& pass, std::span<forward_request> batch,
+                                      const tensor& hash_ids) {
+  const model_config& c = pass.config;
+  const std::vector<std::int64_t> picked = logit_rows(pass, batch);
+  bool capture = false;
+  for (const forward_request& r : batch) capture = capture || r.capture_hidden;
+
+  tensor x = embed_streams(pass);                                      // [rows, hc, dim]
+  tensor pre_mix = tensor::zeros({x.size(0), c.hc_mult}, dtype::f32);  // one-hot initial mix
+  for (std::int64_t r = 0; r < x.size(0); ++r) pre_mix.data<float>()[r * c.hc_mult] = 1.0f;
+  std::vector<tensor> hidden;  // per layer [picked, hc, dim]
+  for (int l = 0; l < c.num_layers; ++l) {
+    if (c.is_engram_layer(l)) {
+      const auto& ids = c.engram.layer_ids;
+      const std::int64_t slot = std::find(ids.begin(), ids.end(), l) - ids.begin();
+      x = engram_forward(pass, l, x, engram_slot_ids(hash_ids, slot));
+    }
+    x = block_forward(pass, l, x, pre_mix);
+    if (capture) hidden.push_back(gather_rows(x, picked));
+  }
+  tensor normed = final_norm(pass, gather_rows(x, picked), gather_rows(pre_mix, picked));
+  tensor logits = ops::linear(normed, pass.weights.head);  // [picked, vocab]
+  return split_outputs(batch, logits, hidden, normed);
+}
+
+}  // namespace di::detail

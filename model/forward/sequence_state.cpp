@@ -1,0 +1,135 @@
+// The block pool and the per-sequence state. The slot is one byte buffer laid out by
+// cache_layout (so a runtime can carve slots out of an arena); stream entries live in pool
+// blocks reached through per-stream block tables.
+#include "model/forward/sequence_state.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace di {
+
+kv_block_pool::kv_block_pool(const cache_layout& layout, int blocks_per_stream)
+    : layout_(layout), blocks_per_stream_(blocks_per_stream) {
+  DI_CHECK(blocks_per_stream >= 0, "block pool: {} blocks per stream", blocks_per_stream);
+  for (std::size_t s = 0; s < layout.streams.size(); ++s) {
+    arenas_.emplace_back(std::size_t(blocks_per_stream) * layout.block_bytes(int(s)));
+    std::vector<int> ids;
+    for (int b = blocks_per_stream - 1; b >= 0; --b) ids.push_back(b);
+    free_.push_back(std::move(ids));
+  }
+}
+
+int kv_block_pool::allocate(int s) {
+  auto& ids = free_[std::size_t(s)];
+  DI_CHECK(!ids.empty(), "KV block pool exhausted: stream {} (layer {}) has all {} blocks in use",
+           s, layout_.streams[std::size_t(s)].layer, blocks_per_stream_);
+  const int b = ids.back();
+  ids.pop_back();
+  return b;
+}
+
+void kv_block_pool::release(int s, int block) {
+  free_[std::size_t(s)].push_back(block);
+}
+
+tensor kv_block_pool::block(int s, int block) const {
+  const std::size_t bytes = layout_.block_bytes(s);
+  const std::uint8_t* base = arenas_[std::size_t(s)].data() + std::size_t(block) * bytes;
+  return tensor::view_of(
+      base,
+      {layout_.entries_per_block, std::int64_t(layout_.streams[std::size_t(s)].format.row_bytes())},
+      dtype::u8);
+}
+
+sequence_state::sequence_state(kv_block_pool& pool, std::int64_t max_tokens)
+    : pool_(pool), max_tokens_(max_tokens), slot_(pool.layout().slot_bytes) {
+  DI_CHECK(max_tokens > 0, "sequence state: capacity of {} tokens", max_tokens);
+  const cache_layout& L = layout();
+  block_tables_.resize(L.streams.size());
+  num_entries_.assign(L.streams.size(), 0);
+  for (std::size_t c = 0; c < L.compressors.size(); ++c) {
+    const compressor_slot& s = L.compressors[c];
+    const std::size_t n = std::size_t(s.rows) * std::size_t(s.width);
+    float* kv = slot_floats(s.offset);
+    std::fill(kv, kv + n, 0.0f);
+    std::fill(kv + n, kv + 2 * n, -std::numeric_limits<float>::infinity());
+  }
+  if (L.has_engram) engram() = engram_history{};
+}
+
+sequence_state::~sequence_state() {
+  for (std::size_t s = 0; s < block_tables_.size(); ++s)
+    for (int b : block_tables_[s]) pool_.release(int(s), b);
+}
+
+tensor sequence_state::window_ring(int layer) {
+  const cache_layout& L = layout();
+  const std::size_t row = L.window_format.row_bytes();
+  std::uint8_t* base =
+      slot_.data() + L.window_offset + std::size_t(layer) * std::size_t(L.window) * row;
+  return tensor::view_of(base, {L.window, std::int64_t(row)}, dtype::u8);
+}
+
+tensor sequence_state::compressor_kv(int c) {
+  const compressor_slot& s = layout().compressors[std::size_t(c)];
+  return tensor::view_of(slot_floats(s.offset), {s.rows, s.width}, dtype::f32);
+}
+
+tensor sequence_state::compressor_score(int c) {
+  const compressor_slot& s = layout().compressors[std::size_t(c)];
+  const std::size_t n = std::size_t(s.rows) * std::size_t(s.width);
+  return tensor::view_of(slot_floats(s.offset) + n, {s.rows, s.width}, dtype::f32);
+}
+
+engram_history& sequence_state::engram() {
+  DI_CHECK(layout().has_engram, "sequence state: the model has no Engram layers");
+  return *reinterpret_cast<engram_history*>(slot_.data() + layout().engram_offset);
+}
+
+void sequence_state::reserve(int s, std::int64_t entries) {
+  auto& table = block_tables_[std::size_t(s)];
+  const std::int64_t per_block = layout().entries_per_block;
+  const std::int64_t needed = (entries + per_block - 1) / per_block - std::int64_t(table.size());
+  if (needed <= 0) return;
+  DI_CHECK(pool_.num_free(s) >= needed,
+           "KV block pool exhausted: layer {} needs {} more blocks, {} of {} are free",
+           layout().streams[std::size_t(s)].layer, needed, pool_.num_free(s),
+           pool_.blocks_per_stream());
+  for (std::int64_t i = 0; i < needed; ++i) table.push_back(pool_.allocate(s));
+}
+
+void sequence_state::append_entries(int s, const tensor& rows) {
+  const std::size_t row_bytes = layout().streams[std::size_t(s)].format.row_bytes();
+  check_tensor(rows, dtype::u8, {rows.size(0), std::int64_t(row_bytes)}, "stream entries");
+  std::int64_t& count = num_entries_[std::size_t(s)];
+  reserve(s, count + rows.size(0));
+  const std::int64_t per_block = layout().entries_per_block;
+  for (std::int64_t i = 0; i < rows.size(0); ++i, ++count) {
+    tensor blk = pool_.block(s, block_tables_[std::size_t(s)][std::size_t(count / per_block)]);
+    std::memcpy(blk.data<std::uint8_t>() + (count % per_block) * std::int64_t(row_bytes),
+                rows.data<std::uint8_t>() + i * std::int64_t(row_bytes), row_bytes);
+  }
+}
+
+tensor sequence_state::read_entries(int s, std::int64_t begin, std::int64_t end) const {
+  DI_CHECK(0 <= begin && begin <= end && end <= num_entries(s), "stream {}: entries [{}, {}) of {}",
+           s, begin, end, num_entries(s));
+  const std::size_t row_bytes = layout().streams[std::size_t(s)].format.row_bytes();
+  tensor out = tensor::empty({end - begin, std::int64_t(row_bytes)}, dtype::u8);  // [n, row_bytes]
+  const std::int64_t per_block = layout().entries_per_block;
+  for (std::int64_t e = begin; e < end; ++e) {
+    tensor blk = pool_.block(s, block_tables_[std::size_t(s)][std::size_t(e / per_block)]);
+    std::memcpy(out.data<std::uint8_t>() + (e - begin) * std::int64_t(row_bytes),
+                blk.data<std::uint8_t>() + (e % per_block) * std::int64_t(row_bytes), row_bytes);
+  }
+  return out;
+}
+
+void sequence_state::advance(std::int64_t n) {
+  DI_CHECK(n >= 0 && num_tokens_ + n <= max_tokens_,
+           "sequence state: {} + {} tokens exceed its capacity of {}", num_tokens_, n, max_tokens_);
+  num_tokens_ += n;
+}
+
+}  // namespace di

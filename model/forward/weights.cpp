@@ -1,0 +1,199 @@
+// Loading a checkpoint into model_weights: names follow the official checkpoints (see
+// model/weight_spec.cpp), FP8 weights are dequantized with their ue8m0 block scales, FP4
+// routed experts with their per-32 scales, BF16 tensors widened to fp32.
+#include "model/forward/weights.hpp"
+
+#include "model/checkpoint/checkpoint.hpp"
+#include "model/checkpoint/dequant.hpp"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+namespace di {
+
+namespace {
+
+tensor from_matrix(host_matrix<float>&& m) {
+  tensor t = tensor::empty({m.rows, m.cols}, dtype::f32);  // [rows, cols]
+  std::memcpy(t.data<float>(), m.values.data(), m.values.size() * sizeof(float));
+  return t;
+}
+
+class weight_reader {
+ public:
+  weight_reader(const checkpoint& c, const model_config& cfg) : ckpt_(c), cfg_(cfg) {}
+
+  /// A BF16/F32 tensor as fp32 with its stored shape.
+  tensor dense(const std::string& name) const {
+    const tensor_view& v = ckpt_.get(name);
+    tensor t = tensor::empty(tensor_shape(v.shape), dtype::f32);
+    float* out = t.data<float>();
+    const std::int64_t n = v.num_elements();
+    if (v.type == dtype::f32) {
+      std::memcpy(out, v.bytes.data(), std::size_t(n) * 4);
+    } else if (v.type == dtype::bf16) {
+      for (std::int64_t i = 0; i < n; ++i) {
+        std::uint16_t h;
+        std::memcpy(&h, v.bytes.data() + 2 * i, 2);
+        out[i] = bf16_to_f32(h);
+      }
+    } else {
+      DI_FAIL("{}: tensor '{}' is {}, expected BF16 or F32", v.file, name, dtype_name(v.type));
+    }
+    return t;
+  }
+
+  /// `name`.weight (+ `name`.scale): FP8 block-scaled, packed FP4, or plain BF16/F32.
+  linear_weight linear(const std::string& name) const {
+    const tensor_view& w = ckpt_.get(name + ".weight");
+    if (w.type == dtype::f8_e4m3) {
+      block_shape block{cfg_.quant.block_n, cfg_.quant.block_k};
+      return {from_matrix(dequant_fp8_to_f32(w, ckpt_.get(name + ".scale"), block)), true};
+    }
+    if (w.type == dtype::i8)
+      return {from_matrix(dequant_fp4_to_f32(w, ckpt_.get(name + ".scale"))), true};
+    return {dense(name + ".weight"), false};
+  }
+
+  /// A linear the reference always runs in high precision (dequantized when stored FP8).
+  tensor plain(const std::string& name) const { return linear(name).w; }
+
+  /// An I64 token-to-expert table as i32.
+  tensor index_table(const std::string& name) const {
+    const tensor_view& v = ckpt_.get(name);
+    DI_CHECK(v.type == dtype::i64 || v.type == dtype::i32, "{}: '{}' must be I64 or I32", v.file,
+             name);
+    tensor t = tensor::empty(tensor_shape(v.shape), dtype::i32);
+    for (std::int64_t i = 0; i < v.num_elements(); ++i) {
+      std::int64_t e = 0;
+      if (v.type == dtype::i64) {
+        std::memcpy(&e, v.bytes.data() + 8 * i, 8);
+      } else {
+        std::int32_t e32;
+        std::memcpy(&e32, v.bytes.data() + 4 * i, 4);
+        e = e32;
+      }
+      DI_CHECK(e >= 0 && e < cfg_.n_routed_experts, "{}: '{}' routes to expert {} of {}", v.file,
+               name, e, cfg_.n_routed_experts);
+      t.data<std::int32_t>()[i] = std::int32_t(e);
+    }
+    return t;
+  }
+
+  /// A raw byte view of a 1-byte-per-element tensor (FP8 codes, E8M0 scales).
+  tensor byte_view(const std::string& name) const {
+    const tensor_view& v = ckpt_.get(name);
+    DI_CHECK(dtype_size(v.type) == 1 && v.shape.size() == 2, "{}: '{}' must be a 2-D byte tensor",
+             v.file, name);
+    return tensor::view_of(v.bytes.data(), tensor_shape(v.shape), dtype::u8);
+  }
+
+  hc_site_weights hc_site(const std::string& prefix) const {
+    return {dense(prefix + "_fn"), dense(prefix + "_base"), dense(prefix + "_scale")};
+  }
+
+  compressor_weights compressor(const std::string& p, bool has_ape, bool has_gate) const {
+    compressor_weights c;
+    if (has_ape) c.ape = dense(p + ".ape");
+    c.wkv = plain(p + ".wkv");
+    if (has_gate) c.wgate = plain(p + ".wgate");
+    c.norm = dense(p + ".norm.weight");
+    return c;
+  }
+
+  expert_weights expert(const std::string& p) const {
+    return {linear(p + ".w1"), linear(p + ".w2"), linear(p + ".w3")};
+  }
+
+ private:
+  const checkpoint& ckpt_;
+  const model_config& cfg_;
+};
+
+attention_weights load_attention(const weight_reader& r, const std::string& p) {
+  attention_weights a;
+  a.sinks = r.dense(p + "attn.attn_sink");
+  a.wq_a = r.linear(p + "attn.wq_a");
+  a.q_norm = r.dense(p + "attn.q_norm.weight");
+  a.wq_b = r.linear(p + "attn.wq_b");
+  a.wkv = r.linear(p + "attn.wkv");
+  a.kv_norm = r.dense(p + "attn.kv_norm.weight");
+  a.wo_a = r.plain(p + "attn.wo_a");
+  a.wo_b = r.linear(p + "attn.wo_b");
+  return a;
+}
+
+void load_compression(const weight_reader& r, const model_config& c, int l, const std::string& p,
+                      layer_weights& lw) {
+  if (c.is_v41()) {
+    if (c.is_kv_source(l))
+      lw.compressor = r.compressor(p + "attn.compressor", false, c.compress_ratio(l) > 1);
+    if (c.is_index_source(l)) {
+      lw.indexer.wq_b = r.linear(p + "attn.indexer.wq_b");
+      lw.indexer.weights_proj = r.dense(p + "attn.indexer.weights_proj.weight");
+      if (c.is_kv_source(l)) {
+        lw.indexer.wk = r.dense(p + "attn.indexer.wk.weight");
+        lw.indexer.k_norm = r.dense(p + "attn.indexer.k_norm.weight");
+      }
+    }
+    return;
+  }
+  lw.compressor = r.compressor(p + "attn.compressor", true, true);
+  if (c.has_indexer(l)) {
+    lw.indexer.compressor = r.compressor(p + "attn.indexer.compressor", true, true);
+    lw.indexer.wq_b = r.linear(p + "attn.indexer.wq_b");
+    lw.indexer.weights_proj = r.dense(p + "attn.indexer.weights_proj.weight");
+  }
+}
+
+moe_weights load_moe(const weight_reader& r, const model_config& c, int l, const std::string& p) {
+  moe_weights m;
+  m.gate = r.dense(p + "ffn.gate.weight");
+  if (c.is_hash_routed(l)) {
+    m.tid2eid = r.index_table(p + "ffn.gate.tid2eid");
+  } else {
+    m.bias = r.dense(p + "ffn.gate.bias");
+  }
+  for (int e = 0; e < c.n_routed_experts; ++e)
+    m.experts.push_back(r.expert(fmt::format("{}ffn.experts.{}", p, e)));
+  m.shared = r.expert(p + "ffn.shared_experts");
+  return m;
+}
+
+}  // namespace
+
+model_weights load_model_weights(std::shared_ptr<const checkpoint> ckpt, const model_config& c) {
+  DI_CHECK(ckpt != nullptr, "load_model_weights: no checkpoint");
+  DI_CHECK(c.n_shared_experts == 1, "{}: {} shared experts; the forward supports exactly one",
+           ckpt->path(), c.n_shared_experts);
+  weight_reader r(*ckpt, c);
+  model_weights w;
+  w.source = ckpt;
+  w.embed = r.dense("embed.weight");
+  w.norm = r.dense("norm.weight");
+  w.head = r.dense("head.weight");
+  if (!c.is_v41()) w.hc_head = r.hc_site("hc_head");
+  for (int l = 0; l < c.num_layers; ++l) {
+    const std::string p = fmt::format("layers.{}.", l);
+    layer_weights lw;
+    lw.attn_norm = r.dense(p + "attn_norm.weight");
+    lw.ffn_norm = r.dense(p + "ffn_norm.weight");
+    lw.attn = load_attention(r, p);
+    if (c.compress_ratio(l) > 0) load_compression(r, c, l, p, lw);
+    lw.moe = load_moe(r, c, l, p);
+    lw.hc_attn = r.hc_site(p + "hc_attn");
+    lw.hc_ffn = r.hc_site(p + "hc_ffn");
+    if (c.is_engram_layer(l)) {
+      lw.engram.table_codes = r.byte_view(p + "engram.embed.weight");
+      lw.engram.table_scales = r.byte_view(p + "engram.embed.scale");
+      lw.engram.wkv = r.linear(p + "engram.wkv");
+      lw.engram.q_weight = r.dense(p + "engram.q_weight");
+      lw.engram.k_weight = r.dense(p + "engram.k_weight");
+    }
+    w.layers.push_back(std::move(lw));
+  }
+  return w;
+}
+
+}  // namespace di
