@@ -1,0 +1,32 @@
+// The Engram sub-block of V4.1: hashed n-gram rows looked up in the layer's FP8 table,
+// projected to one key per hc stream plus a shared value, and added to each stream through
+// a gate of how well stream and key agree.
+#include "model/forward/detail/forward_pass.hpp"
+
+#include <algorithm>
+
+namespace di::detail {
+
+tensor engram_forward(const forward_pass& pass, int layer, const tensor& x,
+                      const tensor& hash_ids) {
+  const model_config& c = pass.config;
+  const engram_weights& e = pass.weights.layers[std::size_t(layer)].engram;
+  const std::int64_t rows = x.size(0), hc = c.hc_mult, dim = c.hidden_size;
+  const std::int64_t cols = hash_ids.size(1), head_dim = e.table_codes.size(1);
+  tensor flat_ids = hash_ids.clone().view({rows * cols});                    // [rows * cols]
+  tensor emb = ops::embedding_fp8(e.table_codes, e.table_scales, flat_ids);  // [rows*cols, hd]
+  tensor kv = pass.linear(emb.view({rows, cols * head_dim}), e.wkv);         // [rows, (hc+1)*dim]
+  tensor key = tensor::empty({rows, hc, dim}, dtype::f32);                   // [rows, hc, dim]
+  tensor value = tensor::empty({rows, dim}, dtype::f32);                     // [rows, dim]
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* src = kv.data<float>() + r * (hc + 1) * dim;
+    std::copy_n(src, hc * dim, key.data<float>() + r * hc * dim);
+    std::copy_n(src + hc * dim, dim, value.data<float>() + r * dim);
+  }
+  tensor weight = tensor::empty({hc, dim}, dtype::f32);  // [hc, dim] q_weight * k_weight
+  for (std::int64_t i = 0; i < hc * dim; ++i)
+    weight.data<float>()[i] = e.q_weight.data<float>()[i] * e.k_weight.data<float>()[i];
+  return ops::engram_gate(x, key, value, weight, {float(c.rms_norm_eps), 1e-6f});
+}
+
+}  // namespace di::detail
