@@ -22,6 +22,11 @@
 //   index keys    one entry per `ratio` tokens of each layer that owns indexer keys (V4.1 KV
 //                 sources that index; V4 ratio-4 layers): FP4 e2m1, e8m0 scale per 32
 //                 (index_head_dim/2 + index_head_dim/32 bytes: 68 at 128).
+//
+// Released V4.1-Flash (40 layers, head_dim 512, window 128, KV sources 2/8/14 at ratio 2 and 20
+// at ratio 1): window rings 40 * 128 * 528 B = 2.7 MB and three ratio-2 partial groups of
+// 2 * 2 * 512 floats (8 KB each) per sequence; streams 3 * (288 + 68) / 2 + (288 + 68) = 890 B
+// per token of context.
 #pragma once
 
 #include "config/model_config.hpp"

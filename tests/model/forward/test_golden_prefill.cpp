@@ -87,13 +87,14 @@ TEST_CASE("golden v41_public: prefill variant B (no activation quantization)") {
   check_variant_b("v41_public");
 }
 
-// Open discrepancy: rows at positions 3..63 match to ~2e-5 and variant B matches on all
-// rows, but from position 127 on (the first stored row after the ratio-4 indexers start to
-// select a strict subset, pos 99) this engine lands ~0.1 away. The reference is chaotic here:
-// +-1e-6 relative noise on the FP8 activation-quantization inputs moves these rows by up to
-// 0.8, while every arithmetic variation tried on our side (accumulation order, FMA, double,
-// rsqrt, rope and exp variants) leaves them unchanged; no single FP8/FP4 rounding-boundary
-// flip (all candidates within 1e-5 of a midpoint) reproduces the reference.
+// Open discrepancy, explained by FP8 rounding-boundary flips: rows at positions 3..63 match
+// to ~2e-5 and variant B matches on all rows, but from position 127 on this engine lands
+// ~0.1 away. Variant A rounds every GEMM input to e4m3, and the reference is chaotic under
+// it: +-1e-6 relative noise on those inputs moves these rows by up to 0.8. One culprit is
+// identified: layer 2's FFN input at token 125, dim 70 comes out 2.5e-7 (relative) below the
+// e4m3 midpoint 11.5 here and rounds to 11; rounding it to 12 in all its consumers brings
+// row pos 127 to max|d| 6.0e-3. The later rows need more flips of the same kind (ulp-level
+// differences from the reference's GPU rsqrt/reduction order, which we cannot reproduce).
 TEST_CASE("golden v4_public: prefill variant A (logits, hidden states, final norm)" *
           doctest::may_fail()) {
   check_variant_a("v4_public");
