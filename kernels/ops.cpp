@@ -26,6 +26,21 @@ tensor embedding_fp8(const tensor& codes, const tensor& scales, const tensor& id
   return cpu::embedding_fp8(codes, scales, ids);
 }
 
+tensor gather_rows(const tensor& x, const tensor& rows) {
+  require_cpu(x, "gather_rows");
+  return cpu::gather_rows(x, rows);
+}
+
+void scatter_add_rows(tensor& y, const tensor& rows, const tensor& src) {
+  require_cpu(y, "scatter_add_rows");
+  cpu::scatter_add_rows(y, rows, src);
+}
+
+void add_inplace(tensor& y, const tensor& x) {
+  require_cpu(y, "add_inplace");
+  cpu::add_inplace(y, x);
+}
+
 tensor concat_rows(std::span<const tensor> parts) {
   for (const tensor& p : parts) require_cpu(p, "concat_rows");
   return cpu::concat_rows(parts);

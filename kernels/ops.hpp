@@ -22,6 +22,17 @@ tensor embedding(const tensor& table, const tensor& ids);
 /// [rows, dim / block] u8 (e8m0, one per block of the row) -> [n, dim] f32.
 tensor embedding_fp8(const tensor& codes, const tensor& scales, const tensor& ids);
 
+/// Rows `rows` [n] i64 of x [m, ...] (any dtype) -> [n, ...]; an index outside [0, m) is a
+/// di::error.
+tensor gather_rows(const tensor& x, const tensor& rows);
+
+/// y[rows[i]] += src[i] for every i: y [m, ...] f32, rows [n] i64, src [n, ...] f32 (rows may
+/// repeat; additions happen in index order).
+void scatter_add_rows(tensor& y, const tensor& rows, const tensor& src);
+
+/// y += x elementwise (same shape, f32).
+void add_inplace(tensor& y, const tensor& x);
+
 /// Rows of every tensor in `parts` (each [rows_i, dim...] f32, same trailing shape) stacked.
 tensor concat_rows(std::span<const tensor> parts);
 

@@ -30,6 +30,46 @@ tensor embedding_fp8(const tensor& codes, const tensor& scales, const tensor& id
   return out;
 }
 
+tensor gather_rows(const tensor& x, const tensor& rows) {
+  DI_CHECK(x.rank() >= 1 && x.is_contiguous(), "gather_rows: source must be contiguous");
+  check_cpu_tensor(rows, dtype::i64, 1, "gather_rows indices");
+  const std::int64_t m = x.size(0), n = rows.size(0);
+  const std::size_t row_bytes = m > 0 ? x.nbytes() / std::size_t(m) : 0;
+  tensor_shape shape = x.shape();
+  shape[0] = n;
+  tensor out = tensor::empty(shape, x.type());  // [n, ...]
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t r = rows.data<std::int64_t>()[i];
+    DI_CHECK(r >= 0 && r < m, "gather_rows: row {} outside [0, {})", r, m);
+    std::memcpy(static_cast<std::byte*>(out.raw()) + std::size_t(i) * row_bytes,
+                static_cast<const std::byte*>(x.raw()) + std::size_t(r) * row_bytes, row_bytes);
+  }
+  return out;
+}
+
+void scatter_add_rows(tensor& y, const tensor& rows, const tensor& src) {
+  DI_CHECK(y.type() == dtype::f32 && y.rank() >= 1 && y.is_contiguous(),
+           "scatter_add_rows: target must be a contiguous f32 tensor");
+  check_cpu_tensor(rows, dtype::i64, 1, "scatter_add_rows indices");
+  tensor_shape shape = y.shape();
+  shape[0] = rows.size(0);
+  check_tensor(src, dtype::f32, shape, "scatter_add_rows source");
+  const std::int64_t m = y.size(0), width = m > 0 ? y.numel() / m : 0;
+  for (std::int64_t i = 0; i < rows.size(0); ++i) {
+    const std::int64_t r = rows.data<std::int64_t>()[i];
+    DI_CHECK(r >= 0 && r < m, "scatter_add_rows: row {} outside [0, {})", r, m);
+    float* dst = y.data<float>() + r * width;
+    const float* s = src.data<float>() + i * width;
+    for (std::int64_t d = 0; d < width; ++d) dst[d] += s[d];
+  }
+}
+
+void add_inplace(tensor& y, const tensor& x) {
+  check_tensor(x, dtype::f32, y.shape(), "add_inplace operand");
+  DI_CHECK(y.type() == dtype::f32 && y.is_contiguous(), "add_inplace: target must be f32");
+  for (std::int64_t i = 0; i < y.numel(); ++i) y.data<float>()[i] += x.data<float>()[i];
+}
+
 tensor concat_rows(std::span<const tensor> parts) {
   DI_CHECK(!parts.empty(), "concat_rows: nothing to concatenate");
   std::int64_t rows = 0;

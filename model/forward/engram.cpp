@@ -3,8 +3,6 @@
 // a gate of how well stream and key agree.
 #include "model/forward/detail/forward_pass.hpp"
 
-#include <algorithm>
-
 namespace di::detail {
 
 tensor engram_forward(const forward_pass& pass, int layer, const tensor& x,
@@ -16,13 +14,9 @@ tensor engram_forward(const forward_pass& pass, int layer, const tensor& x,
   tensor flat_ids = hash_ids.clone().view({rows * cols});                    // [rows * cols]
   tensor emb = ops::embedding_fp8(e.table_codes, e.table_scales, flat_ids);  // [rows*cols, hd]
   tensor kv = pass.linear(emb.view({rows, cols * head_dim}), e.wkv);         // [rows, (hc+1)*dim]
-  tensor key = tensor::empty({rows, hc, dim}, dtype::f32);                   // [rows, hc, dim]
-  tensor value = tensor::empty({rows, dim}, dtype::f32);                     // [rows, dim]
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float* src = kv.data<float>() + r * (hc + 1) * dim;
-    std::copy_n(src, hc * dim, key.data<float>() + r * hc * dim);
-    std::copy_n(src + hc * dim, dim, value.data<float>() + r * dim);
-  }
+  tensor split = kv.view({rows, hc + 1, dim});                               // [rows, hc + 1, dim]
+  tensor key = split.slice(1, 0, hc).clone();                                // [rows, hc, dim]
+  tensor value = split.slice(1, hc, hc + 1).clone().view({rows, dim});       // [rows, dim]
   tensor weight = tensor::empty({hc, dim}, dtype::f32);  // [hc, dim] q_weight * k_weight
   for (std::int64_t i = 0; i < hc * dim; ++i)
     weight.data<float>()[i] = e.q_weight.data<float>()[i] * e.k_weight.data<float>()[i];

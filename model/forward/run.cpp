@@ -20,16 +20,10 @@ tensor engram_slot_ids(const tensor& all, std::int64_t slot) {
   return out;
 }
 
-/// Rows `picked` of a [rows, ...] f32 tensor, stacked.
+/// Rows `picked` of a [rows, ...] tensor, stacked.
 tensor gather_rows(const tensor& t, const std::vector<std::int64_t>& picked) {
-  std::vector<tensor> parts;
-  for (std::int64_t r : picked) parts.push_back(t.slice(0, r, r + 1));
-  if (parts.empty()) {
-    tensor_shape shape = t.shape();
-    shape[0] = 0;
-    return tensor::empty(shape, dtype::f32);
-  }
-  return ops::concat_rows(parts);
+  return ops::gather_rows(
+      t, tensor::view_of(picked.data(), {std::int64_t(picked.size())}, dtype::i64));
 }
 
 /// Batch rows whose logits (and captures) were asked for, in request order.

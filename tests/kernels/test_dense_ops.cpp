@@ -53,6 +53,25 @@ TEST_CASE("concat_rows stacks along dimension 0") {
   for (int i = 0; i < 6; ++i) CHECK(out.data<float>()[i] == float(i + 1));
 }
 
+TEST_CASE("gather_rows, scatter_add_rows and add_inplace") {
+  tensor x = make({3, 2}, {0, 1, 10, 11, 20, 21});
+  tensor g = ops::gather_rows(x, ids_of({2, 0, 2}));  // [3, 2]
+  const float want[] = {20, 21, 0, 1, 20, 21};
+  for (int i = 0; i < 6; ++i) CHECK(g.data<float>()[i] == want[i]);
+  tensor table = tensor::empty({2, 1}, dtype::i32);
+  table.data<std::int32_t>()[0] = 7;
+  table.data<std::int32_t>()[1] = 9;
+  CHECK(ops::gather_rows(table, ids_of({1})).data<std::int32_t>()[0] == 9);
+  CHECK_THROWS_AS(ops::gather_rows(x, ids_of({3})), error);
+  tensor y = tensor::zeros({3, 2}, dtype::f32);
+  ops::scatter_add_rows(y, ids_of({1, 1, 2}), make({3, 2}, {1, 2, 3, 4, 5, 6}));
+  const float sum[] = {0, 0, 4, 6, 5, 6};
+  for (int i = 0; i < 6; ++i) CHECK(y.data<float>()[i] == sum[i]);
+  ops::add_inplace(y, x);
+  CHECK(y.data<float>()[5] == 27.0f);
+  CHECK_THROWS_AS(ops::add_inplace(y, make({2}, {1, 2})), error);
+}
+
 TEST_CASE("rms_norm: weighted and unweighted") {
   tensor x = make({2, 2}, {3, 4, 0, 0});
   tensor w = make({2}, {2, 0.5f});
