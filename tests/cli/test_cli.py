@@ -28,11 +28,11 @@ class HelpTest(unittest.TestCase):
     def test_top_level_help_lists_subcommands(self):
         p = run("--help")
         self.assertEqual(p.returncode, 0, p.stderr)
-        for sub in ("inspect", "tokenize", "detokenize", "chat-template", "env"):
+        for sub in ("inspect", "tokenize", "detokenize", "chat-template", "env", "generate", "make-model"):
             self.assertIn(sub, p.stdout)
 
     def test_every_subcommand_has_help(self):
-        for sub in ("inspect", "tokenize", "detokenize", "chat-template", "env"):
+        for sub in ("inspect", "tokenize", "detokenize", "chat-template", "env", "generate", "make-model"):
             p = run(sub, "--help")
             self.assertEqual(p.returncode, 0, f"{sub}: {p.stderr}")
             self.assertIn("--help", p.stdout)

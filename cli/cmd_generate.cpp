@@ -1,0 +1,201 @@
+// `deepinfer generate`: offline generation of one completion on the CPU reference engine.
+// Text streams to the terminal as it becomes final; --json prints one object at the end.
+// Without --model it uses a built-in default: the tiny-v41 preset, generated once into the
+// user's cache folder.
+#include "cli/command.hpp"
+#include "cli/detail/offline_generation.hpp"
+#include "common/error.hpp"
+#include "common/mapped_file.hpp"
+#include "model/chat_template/tokenizer_chat_template.hpp"
+#include "model/make_model/make_model.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <iterator>
+#include <memory>
+#include <sstream>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct generate_options {
+  std::string model;
+  std::string prompt;
+  std::string prompt_ids;
+  std::string chat;
+  std::string act_quant = "on";
+  bool json = false;
+  bool no_stats = false;
+  di::runtime::sampling_params params;
+  int max_tokens = 64;
+  std::int64_t seed = -1;
+  int logprobs = -1;
+  int prompt_logprobs = -1;
+};
+
+/// $DEEPINFER_CACHE, else $XDG_CACHE_HOME/deepinfer, else ~/.cache/deepinfer.
+fs::path cache_dir() {
+  if (const char* d = std::getenv("DEEPINFER_CACHE")) return d;
+  if (const char* x = std::getenv("XDG_CACHE_HOME")) return fs::path(x) / "deepinfer";
+  if (const char* h = std::getenv("HOME")) return fs::path(h) / ".cache" / "deepinfer";
+  return fs::temp_directory_path() / "deepinfer";
+}
+
+/// The built-in default model: tiny-v41 (seed 0), generated on first use.
+std::string default_model() {
+  fs::path dir = cache_dir() / "models" / "tiny-v41";
+  if (!fs::exists(dir / "config.json")) {
+    fmt::print(stderr, "no --model given: generating the built-in tiny-v41 model into {}\n", dir.string());
+    di::make_model_options o;
+    o.preset = "tiny-v41";
+    o.out_dir = dir;
+    o.force = true;
+    o.show_progress = false;
+    di::make_model(o);
+  }
+  return dir.string();
+}
+
+std::vector<std::int32_t> parse_ids(const std::string& list) {
+  std::vector<std::int32_t> ids;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    std::size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    DI_CHECK(used == item.size() && !item.empty() && v >= INT32_MIN && v <= INT32_MAX,
+             "--prompt-ids: '{}' is not a token id (expected e.g. 0,1234,42)", item);
+    ids.push_back(std::int32_t(v));
+  }
+  DI_CHECK(!ids.empty(), "--prompt-ids: no ids given");
+  return ids;
+}
+
+std::vector<std::int32_t> prompt_tokens(const generate_options& o, const di::cli::loaded_model& m,
+                                        const std::string& model_dir) {
+  int given = int(!o.prompt.empty()) + int(!o.prompt_ids.empty()) + int(!o.chat.empty());
+  DI_CHECK(given == 1, "give exactly one of --prompt, --prompt-ids and --chat");
+  if (!o.prompt_ids.empty()) return parse_ids(o.prompt_ids);
+  if (!o.prompt.empty()) return m.tokenizer->encode(o.prompt, {.add_bos = true});
+  std::string text = o.chat == "-" ? std::string(std::istreambuf_iterator<char>(std::cin), {})
+                                   : di::read_text_file(o.chat);
+  auto doc = nlohmann::ordered_json::parse(text, nullptr, false);
+  DI_CHECK(!doc.is_discarded(), "--chat {}: not valid JSON", o.chat);
+  di::chat_request req;
+  req.messages = doc.is_object() && doc.contains("messages") ? doc["messages"] : doc;
+  DI_CHECK(req.messages.is_array(), "--chat {}: expected a JSON array of messages", o.chat);
+  auto tmpl = di::tokenizer_chat_template::load(model_dir);
+  return m.tokenizer->encode(tmpl.apply(req));  // the template writes BOS itself
+}
+
+nlohmann::json top_list(const std::vector<di::runtime::token_logprob>& top) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& t : top) list.push_back({t.id, t.logprob});
+  return list;
+}
+
+void print_json(const std::vector<std::int32_t>& prompt, const di::cli::generation_result& r,
+                const generate_options& o) {
+  nlohmann::json j;
+  j["prompt_ids"] = prompt;
+  j["output_ids"] = r.output_ids;
+  j["text"] = r.text;
+  j["finish_reason"] = std::string(di::runtime::to_string(r.finish));
+  j["seed"] = r.seed;
+  if (o.logprobs >= 0) {
+    j["logprobs"] = nlohmann::json::array();
+    j["token_logprobs"] = nlohmann::json::array();
+    for (const auto& p : r.logprobs) {
+      j["logprobs"].push_back(top_list(p.top));
+      j["token_logprobs"].push_back(p.logprob);
+    }
+  }
+  if (o.prompt_logprobs >= 0) {
+    j["prompt_logprobs"] = nlohmann::json::array();
+    j["prompt_token_logprobs"] = nlohmann::json::array();
+    for (const auto& p : r.prompt_logprobs) {
+      j["prompt_logprobs"].push_back(p ? top_list(p->top) : nlohmann::json(nullptr));
+      j["prompt_token_logprobs"].push_back(p ? nlohmann::json(p->logprob) : nlohmann::json(nullptr));
+    }
+  }
+  fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+void run_generate(generate_options& o) {
+  DI_CHECK(o.act_quant == "on" || o.act_quant == "off", "--act-quant must be on or off, got '{}'",
+           o.act_quant);
+  DI_CHECK(o.max_tokens > 0, "--max-tokens must be positive, got {}", o.max_tokens);
+  std::string dir = o.model.empty() ? default_model() : o.model;
+  di::cli::loaded_model m = di::cli::load_model_for_generation(dir, o.act_quant == "on");
+  di::cli::generation_request req;
+  req.prompt_ids = prompt_tokens(o, m, dir);
+  req.params = o.params;
+  req.params.max_tokens = o.max_tokens;
+  if (o.seed >= 0) req.params.seed = std::uint64_t(o.seed);
+  if (o.logprobs >= 0) req.params.logprobs = o.logprobs;
+  if (o.prompt_logprobs >= 0) req.params.prompt_logprobs = o.prompt_logprobs;
+  if (!o.json)
+    req.on_text = [](const std::string& text) {
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fflush(stdout);
+    };
+  di::cli::generation_result r = di::cli::generate(m, req);
+  if (o.json) {
+    print_json(req.prompt_ids, r, o);
+    return;
+  }
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+  if (!o.no_stats) {
+    double decode_tps = r.decode_seconds > 0 ? double(r.output_ids.size()) / r.decode_seconds : 0;
+    fmt::print(stderr, "[{} prompt tokens in {:.2f} s ({:.1f} tok/s); {} generated in {:.2f} s ({:.1f} tok/s); "
+               "finish_reason={}; seed={}]\n", req.prompt_ids.size(), r.prefill_seconds,
+               double(req.prompt_ids.size()) / std::max(r.prefill_seconds, 1e-9), r.output_ids.size(),
+               r.decode_seconds, decode_tps, di::runtime::to_string(r.finish), r.seed);
+  }
+}
+
+void setup_generate(CLI::App& app) {
+  auto o = std::make_shared<generate_options>();
+  auto* sub = app.add_subcommand("generate", "Generate a completion on the CPU reference engine");
+  sub->add_option("--model", o->model, "Checkpoint folder (default: the built-in tiny-v41, generated "
+                  "into ~/.cache/deepinfer on first use)");
+  sub->add_option("--prompt", o->prompt, "Prompt text (BOS is added as tokenizer_config.json says)");
+  sub->add_option("--prompt-ids", o->prompt_ids, "Prompt as comma-separated token ids");
+  sub->add_option("--chat", o->chat, "JSON file of chat messages (or '-' for stdin), rendered with "
+                  "the model's chat template and a generation prompt");
+  sub->add_option("--max-tokens", o->max_tokens, "Tokens to generate at most")->capture_default_str();
+  sub->add_option("--temperature", o->params.temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
+  sub->add_option("--top-k", o->params.top_k, "Keep the k most likely tokens (0 = off)");
+  sub->add_option("--top-p", o->params.top_p, "Nucleus sampling mass in (0, 1]");
+  sub->add_option("--min-p", o->params.min_p, "Drop tokens below min_p x the top probability");
+  sub->add_option("--repetition-penalty", o->params.repetition_penalty, "> 1 discourages repeats");
+  sub->add_option("--presence-penalty", o->params.presence_penalty, "OpenAI presence penalty [-2, 2]");
+  sub->add_option("--frequency-penalty", o->params.frequency_penalty, "OpenAI frequency penalty [-2, 2]");
+  sub->add_option("--seed", o->seed, "Random seed (same seed, same output)");
+  sub->add_option("--stop", o->params.stop, "Stop string (repeatable); not included in the output");
+  sub->add_flag("--ignore-eos", o->params.ignore_eos, "Do not stop at the end-of-sequence token");
+  sub->add_option("--logprobs", o->logprobs, "Return the top-K logprobs of every generated token");
+  sub->add_option("--prompt-logprobs", o->prompt_logprobs, "Return the top-K logprobs of every prompt token");
+  sub->add_option("--act-quant", o->act_quant, "FP8 activation quantization before FP8/FP4 GEMMs "
+                  "(on = DeepSeek's official numerics; off = the reference's variant B)")->capture_default_str();
+  sub->add_flag("--json", o->json, "Print one JSON object (prompt_ids, output_ids, text, "
+                "finish_reason, logprobs, prompt_logprobs) instead of streaming text");
+  sub->add_flag("--no-stats", o->no_stats, "Do not print the timing line on stderr");
+  sub->callback([o] { run_generate(*o); });
+}
+
+}  // namespace
+
+DI_REGISTER_COMMAND(setup_generate);

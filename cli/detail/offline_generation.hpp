@@ -1,0 +1,55 @@
+// One request generated start to finish in this process, on the CPU reference engine: prefill
+// the prompt, then sample and decode token by token with the runtime's sampler and stop
+// checker, streaming text as it becomes final. `deepinfer generate` is a thin CLI over it; the
+// actor runtime will split the same steps across scheduler and executor.
+#pragma once
+
+#include "model/forward/model.hpp"
+#include "model/tokenizer/tokenizer.hpp"
+#include "runtime/logprobs.hpp"
+#include "runtime/sampling_params.hpp"
+#include "runtime/stop_checker.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace di::cli {
+
+/// A loaded model with what generation needs beside the weights.
+struct loaded_model {
+  std::unique_ptr<deepseek_model> model;
+  std::unique_ptr<tok::tokenizer> tokenizer;
+};
+
+/// Loads config, weights and tokenizer of `dir` (and the Engram hasher when the model has
+/// Engram layers).
+loaded_model load_model_for_generation(const std::string& dir, bool act_quant);
+
+struct generation_request {
+  std::vector<std::int32_t> prompt_ids;
+  runtime::sampling_params params;  ///< validated by generate()
+  /// Called with text as soon as it is final (never part of a UTF-8 character or of a
+  /// possible stop string).
+  std::function<void(const std::string&)> on_text;
+};
+
+struct generation_result {
+  std::vector<std::int32_t> output_ids;
+  std::string text;
+  runtime::finish_reason finish = runtime::finish_reason::none;
+  std::vector<runtime::position_logprobs> logprobs;  ///< one per output token (params.logprobs)
+  std::vector<std::optional<runtime::position_logprobs>> prompt_logprobs;  ///< entry 0 null
+  std::uint64_t seed = 0;         ///< the seed used (drawn when the request had none)
+  double prefill_seconds = 0.0;
+  double decode_seconds = 0.0;
+};
+
+/// Generates one completion. Invalid input (ids outside the vocabulary, a prompt that does
+/// not fit the context, bad sampling values) throws di::error before any work.
+generation_result generate(const loaded_model& m, const generation_request& request);
+
+}  // namespace di::cli

@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""End-to-end tests of `deepinfer generate` on a generated tiny-v41 checkpoint: JSON output,
+seeds, logprobs consistency between the prefill and decode paths, stop strings, and clear
+errors for bad input. Usage: test_generate.py PATH/TO/deepinfer (run by ctest)."""
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+BINARY = None
+MODEL = None
+WORK = None
+
+
+def run(*args, stdin=None):
+    return subprocess.run([BINARY, *args], input=stdin, capture_output=True, text=True, timeout=600)
+
+
+def gen_json(*args):
+    p = run("generate", "--model", MODEL, "--json", *args)
+    if p.returncode != 0:
+        raise AssertionError(p.stderr)
+    return json.loads(p.stdout)
+
+
+def error_lines(p):
+    return [line for line in p.stderr.splitlines() if line.startswith("error:")]
+
+
+class GenerateTest(unittest.TestCase):
+    def test_json_shape_and_greedy_determinism(self):
+        a = gen_json("--prompt", "The capital of France is", "--max-tokens", "8", "--temperature", "0")
+        self.assertEqual(a["prompt_ids"][0], 0)  # BOS from tokenizer_config.json
+        self.assertEqual(len(a["output_ids"]), 8)
+        self.assertEqual(a["finish_reason"], "length")
+        self.assertIsInstance(a["text"], str)
+        b = gen_json("--prompt", "The capital of France is", "--max-tokens", "8", "--temperature", "0")
+        self.assertEqual(a["output_ids"], b["output_ids"])
+
+    def test_seeds(self):
+        args = ["--prompt-ids", "0,100,200,300", "--max-tokens", "12", "--temperature", "1.0"]
+        a = gen_json(*args, "--seed", "7")
+        b = gen_json(*args, "--seed", "7")
+        c = gen_json(*args, "--seed", "8")
+        self.assertEqual(a["output_ids"], b["output_ids"])
+        self.assertNotEqual(a["output_ids"], c["output_ids"])
+        self.assertEqual(a["seed"], 7)
+
+    def test_logprobs_are_sorted_and_greedy_picks_the_top(self):
+        r = gen_json("--prompt-ids", "0,5,6,7", "--max-tokens", "5", "--temperature", "0", "--logprobs", "4")
+        self.assertEqual(len(r["logprobs"]), 5)
+        for token, top, lp in zip(r["output_ids"], r["logprobs"], r["token_logprobs"]):
+            self.assertEqual(len(top), 4)
+            values = [v for _, v in top]
+            self.assertEqual(values, sorted(values, reverse=True))
+            self.assertEqual(top[0][0], token)
+            self.assertAlmostEqual(top[0][1], lp, places=5)
+            self.assertLessEqual(sum(math.exp(v) for v in values), 1.0 + 1e-5)
+
+    def test_prompt_logprobs_match_decode_logprobs(self):
+        # Decode-path logprobs of generated tokens == prefill-path prompt logprobs of the same
+        # tokens fed back as a prompt (entry i predicts token i; entry 0 is null).
+        prompt = [0, 11, 12, 13, 14]
+        r = gen_json("--prompt-ids", ",".join(map(str, prompt)), "--max-tokens", "6",
+                     "--temperature", "0", "--logprobs", "3")
+        full = prompt + r["output_ids"][:-1]
+        q = gen_json("--prompt-ids", ",".join(map(str, full)), "--max-tokens", "1",
+                     "--temperature", "0", "--prompt-logprobs", "3")
+        self.assertIsNone(q["prompt_logprobs"][0])
+        self.assertEqual(len(q["prompt_logprobs"]), len(full))
+        for k, token in enumerate(r["output_ids"][:-1]):
+            i = len(prompt) + k
+            self.assertAlmostEqual(q["prompt_token_logprobs"][i], r["token_logprobs"][k], places=3)
+            self.assertEqual([t for t, _ in q["prompt_logprobs"][i]], [t for t, _ in r["logprobs"][k]])
+        self.assertEqual(q["output_ids"][0], r["output_ids"][-1])
+
+    def test_stop_string(self):
+        r = gen_json("--prompt-ids", "0,1000,2000", "--max-tokens", "12", "--temperature", "0")
+        text = r["text"]
+        self.assertGreaterEqual(len(text), 4, text)
+        cut = text[2:4]
+        s = gen_json("--prompt-ids", "0,1000,2000", "--max-tokens", "12", "--temperature", "0",
+                     "--stop", cut)
+        self.assertEqual(s["finish_reason"], "stop")
+        self.assertEqual(s["text"], text[:text.index(cut)])
+
+    def test_streaming_text_equals_json_text(self):
+        args = ["--prompt-ids", "0,42,43", "--max-tokens", "10", "--temperature", "0"]
+        p = run("generate", "--model", MODEL, "--no-stats", *args)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout, gen_json(*args)["text"] + "\n")
+
+    def test_chat_input(self):
+        path = os.path.join(WORK, "chat.json")
+        with open(path, "w") as f:
+            json.dump([{"role": "user", "content": "Hi"}], f)
+        r = gen_json("--chat", path, "--max-tokens", "3", "--temperature", "0")
+        self.assertEqual(r["prompt_ids"][0], 0)
+        self.assertEqual(len(r["output_ids"]), 3)
+
+    def test_act_quant_off_changes_numerics_not_shape(self):
+        a = gen_json("--prompt-ids", "0,7,8", "--max-tokens", "2", "--temperature", "0", "--logprobs", "1")
+        b = gen_json("--prompt-ids", "0,7,8", "--max-tokens", "2", "--temperature", "0", "--logprobs", "1",
+                     "--act-quant", "off")
+        self.assertEqual(len(b["output_ids"]), 2)
+        self.assertNotEqual(a["token_logprobs"], b["token_logprobs"])
+
+    def test_bad_input_gives_one_clear_error(self):
+        cases = [
+            (["--prompt-ids", "0,999999"], "outside the vocabulary"),
+            (["--prompt-ids", "0,abc"], "--prompt-ids"),
+            (["--prompt", "x", "--temperature", "-1"], "temperature"),
+            (["--prompt", "x", "--top-p", "0"], "top_p"),
+            (["--prompt", "x", "--top-p", "1.5"], "top_p"),
+            (["--prompt", "x", "--min-p", "2"], "min_p"),
+            (["--prompt", "x", "--presence-penalty", "3"], "presence_penalty"),
+            (["--prompt", "x", "--logprobs", "100"], "logprobs"),
+            (["--prompt", "x", "--max-tokens", "0"], "--max-tokens"),
+            (["--prompt", "x", "--act-quant", "maybe"], "--act-quant"),
+            (["--prompt", "x", "--prompt-ids", "1"], "exactly one of"),
+            (["--chat", os.path.join(WORK, "missing.json")], "missing.json"),
+        ]
+        for args, expect in cases:
+            p = run("generate", "--model", MODEL, *args)
+            self.assertEqual(p.returncode, 1, f"{args}: {p.stderr}")
+            errs = error_lines(p)
+            self.assertEqual(len(errs), 1, f"{args}: {p.stderr}")
+            self.assertIn(expect, errs[0], args)
+
+    def test_prompt_longer_than_the_context(self):
+        small = os.path.join(WORK, "small-context")
+        if not os.path.exists(small):
+            shutil.copytree(MODEL, small, symlinks=True)
+            with open(os.path.join(small, "config.json")) as f:
+                cfg = json.load(f)
+            cfg["text_config"]["max_position_embeddings"] = 8
+            with open(os.path.join(small, "config.json"), "w") as f:
+                json.dump(cfg, f)
+        p = run("generate", "--model", small, "--prompt-ids", ",".join(["5"] * 9))
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("context", error_lines(p)[0])
+        p = run("generate", "--model", small, "--prompt-ids", "0,1,2", "--max-tokens", "6")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("exceeds the model's context", error_lines(p)[0])
+
+
+if __name__ == "__main__":
+    BINARY = os.path.abspath(sys.argv.pop(1))
+    WORK = tempfile.mkdtemp(prefix="deepinfer-generate-")
+    MODEL = os.path.join(WORK, "tiny-v41")
+    made = subprocess.run([BINARY, "make-model", "--preset", "tiny-v41", "--out", MODEL, "--quiet"],
+                          capture_output=True, text=True)
+    if made.returncode != 0:
+        sys.exit(made.stderr)
+    try:
+        unittest.main(verbosity=2)
+    finally:
+        shutil.rmtree(WORK, ignore_errors=True)
