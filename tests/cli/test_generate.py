@@ -109,6 +109,25 @@ class GenerateTest(unittest.TestCase):
         self.assertEqual(len(b["output_ids"]), 2)
         self.assertNotEqual(a["token_logprobs"], b["token_logprobs"])
 
+    def test_bench_reports_against_measured_bandwidth(self):
+        p = run("bench", "decode", "--model", MODEL, "--batch", "1,2", "--context", "16", "--steps", "2", "--json")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        j = json.loads(p.stdout)
+        self.assertGreater(j["copy_gbs"], 0)
+        self.assertEqual([r["batch"] for r in j["results"]], [1, 2])
+        for r in j["results"]:
+            self.assertGreater(r["tokens_per_s"], 0)
+            self.assertGreater(r["weight_bytes_fp32"], r["weight_bytes_stored"])
+            self.assertAlmostEqual(r["share_of_copy"], r["achieved_gbs"] / j["copy_gbs"], places=6)
+        p = run("bench", "prefill", "--model", MODEL, "--context", "8", "--steps", "2", "--json")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertGreater(json.loads(p.stdout)["results"][0]["tokens_per_s"], 0)
+        p = run("bench", "decode", "--model", MODEL, "--batch", "0")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("--batch", error_lines(p)[0])
+        p = run("bench", "decode", "--model", MODEL, "--device", "tpu")
+        self.assertEqual(p.returncode, 1)
+
     def test_bad_input_gives_one_clear_error(self):
         cases = [
             (["--prompt-ids", "0,999999"], "outside the vocabulary"),
