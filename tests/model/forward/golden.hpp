@@ -71,19 +71,21 @@ struct row_figures {
   double max_abs = 0.0;
   double cosine = 1.0;
   double rel_l2 = 0.0;
+  double mean_abs = 0.0;
 };
 
 inline row_figures compare(const float* got, const float* want, std::size_t n) {
-  double dot = 0, gg = 0, ww = 0, dd = 0, mx = 0;
+  double dot = 0, gg = 0, ww = 0, dd = 0, mx = 0, sum_abs = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const double d = double(got[i]) - double(want[i]);
     mx = std::max(mx, std::fabs(d));
+    sum_abs += std::fabs(d);
     dot += double(got[i]) * want[i];
     gg += double(got[i]) * got[i];
     ww += double(want[i]) * want[i];
     dd += d * d;
   }
-  return {mx, dot / std::sqrt(gg * ww), std::sqrt(dd / ww)};
+  return {mx, dot / std::sqrt(gg * ww), std::sqrt(dd / ww), sum_abs / double(n)};
 }
 
 /// A request for `tokens` continuing `state`, with logits at `rows`.
