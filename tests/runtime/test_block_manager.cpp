@@ -1,0 +1,206 @@
+// The block manager alone: per-stream block counts, prefix sharing with reference counts,
+// LRU eviction (tail blocks first), can_allocate's accounting of adopted evictable blocks,
+// snapshots and the resume point of a hit (snapshot boundary or bounded replay).
+#include "runtime/block_manager.hpp"
+#include "tests/runtime/scheduler_test_util.hpp"
+
+#include <doctest/doctest.h>
+
+using namespace di::runtime;
+using di::test::prompt_tokens;
+using di::test::small_geometry;
+
+namespace {
+
+block_manager_config config_with(std::vector<std::int32_t> pools, bool replay = false,
+                                 int num_snapshots = 0, int interval = 0) {
+  return {.geometry = small_geometry(),
+          .num_blocks = std::move(pools),
+          .enable_prefix_caching = true,
+          .enable_replay = replay,
+          .num_snapshots = num_snapshots,
+          .snapshot_interval = interval};
+}
+
+/// Allocates `tokens` in a new sequence and registers its full token blocks.
+sequence_blocks fill(block_manager& bm, const std::vector<std::int32_t>& tokens) {
+  sequence_blocks seq;
+  const std::int64_t n = std::int64_t(tokens.size());
+  bm.allocate(seq, bm.match_prefix(tokens, n - 1), n);
+  bm.cache_full_blocks(seq, tokens, n);
+  return seq;
+}
+
+void check_all_free(const block_manager& bm) {
+  for (int s = 0; s < bm.geometry().num_streams(); ++s) {
+    CHECK(bm.num_used_blocks(s) == 0);
+    CHECK(bm.num_free_blocks(s) + bm.num_evictable_blocks(s) == bm.num_blocks(s));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("each stream holds ceil((n / ratio) / entries_per_block) blocks") {
+  block_manager bm(config_with({8, 4, 4}));
+  sequence_blocks a;
+  bm.allocate(a, {}, 5);
+  CHECK(a.tables[0].size() == 2);  // 5 entries
+  CHECK(a.tables[1].size() == 1);  // 2 entries
+  bm.append(a, 9);
+  CHECK(a.tables[0].size() == 3);
+  CHECK(a.tables[1].size() == 1);  // 4 entries fill one block
+  bm.append(a, 10);
+  CHECK(a.tables[1].size() == 2);
+  CHECK(bm.num_free_blocks(0) == 5);
+  CHECK(bm.can_append(a, 32));
+  CHECK_FALSE(bm.can_append(a, 33));  // stream 0 holds 8 * 4 entries
+  CHECK_THROWS(bm.append(a, 33));
+  CHECK(a.tables[0].size() == 3);  // a failed append changes nothing
+  bm.free(a);
+  CHECK(bm.num_free_blocks(0) == 8);
+  CHECK(bm.num_free_blocks(1) == 4);
+  CHECK(a.is_empty());
+}
+
+TEST_CASE("a cached prefix is shared by reference and survives its first owner") {
+  block_manager bm(config_with({16, 8, 8}, /*replay=*/true));
+  const auto tokens = prompt_tokens(1, 20);
+  sequence_blocks a = fill(bm, tokens);
+  CHECK(bm.num_cached_entries() == 2);  // 16 of 20 tokens are full token blocks
+  prefix_match m = bm.match_prefix(tokens, 19);
+  CHECK(m.num_cached_tokens == 16);
+  CHECK(m.entries.size() == 2);
+  CHECK(m.resume_position == 16 - 9);  // bounded replay of R = 9 tokens
+  CHECK_FALSE(m.snapshot);
+  sequence_blocks b;
+  bm.allocate(b, m, 20);
+  for (int i = 0; i < 4; ++i) CHECK(b.tables[0][i] == a.tables[0][i]);
+  CHECK(b.tables[0][4] != a.tables[0][4]);
+  CHECK(b.tables[1][0] == a.tables[1][0]);
+  CHECK(b.tables[1][1] == a.tables[1][1]);
+  CHECK(bm.num_used_blocks(0) == 6);  // 4 shared + 1 + 1
+  bm.free(a);
+  CHECK(bm.num_used_blocks(0) == 5);  // b still holds the shared four
+  CHECK(bm.num_evictable_blocks(0) == 0);
+  bm.free(b);
+  check_all_free(bm);
+  CHECK(bm.num_evictable_blocks(0) == 4);
+  CHECK(bm.longest_cached_prefix(tokens) == 16);
+  bm.reset_prefix_cache();
+  CHECK(bm.num_free_blocks(0) == 16);
+  CHECK(bm.longest_cached_prefix(tokens) == 0);
+}
+
+TEST_CASE("a match stops at the first different token block and at max_tokens") {
+  block_manager bm(config_with({16, 8, 8}));
+  auto tokens = prompt_tokens(2, 24);
+  sequence_blocks a = fill(bm, tokens);
+  CHECK(bm.match_prefix(tokens, 23).num_cached_tokens == 16);
+  CHECK(bm.match_prefix(tokens, 24).num_cached_tokens == 24);
+  CHECK(bm.match_prefix(tokens, 15).num_cached_tokens == 8);
+  auto other = tokens;
+  other[10] += 1;  // block 1 differs: block 2 is unreachable even though its tokens match
+  CHECK(bm.match_prefix(other, 24).num_cached_tokens == 8);
+  other[3] += 1;
+  CHECK(bm.match_prefix(other, 24).num_cached_tokens == 0);
+  bm.free(a);
+}
+
+TEST_CASE("eviction takes the least recently released chain, tail first") {
+  block_manager bm(config_with({8, 4, 4}));  // 4 token blocks
+  const auto A = prompt_tokens(3, 16), B = prompt_tokens(4, 16);
+  sequence_blocks a = fill(bm, A);
+  bm.free(a);
+  sequence_blocks b = fill(bm, B);
+  bm.free(b);
+  CHECK(bm.num_free_blocks(0) == 0);
+  sequence_blocks c = fill(bm, prompt_tokens(5, 8));  // needs one token block
+  CHECK(bm.num_evictions() == 1);
+  CHECK(bm.longest_cached_prefix(A) == 8);  // A's tail went first
+  CHECK(bm.longest_cached_prefix(B) == 16);
+  bm.free(c);
+  check_all_free(bm);
+}
+
+TEST_CASE("can_allocate does not count adopted evictable blocks as reclaimable") {
+  block_manager bm(config_with({4, 2, 2}));  // two token blocks
+  const auto A = prompt_tokens(6, 16);
+  sequence_blocks a = fill(bm, A);
+  bm.free(a);
+  auto longer = A;
+  longer.insert(longer.end(), {1, 2, 3, 4});
+  prefix_match m = bm.match_prefix(longer, 19);
+  REQUIRE(m.num_cached_tokens == 16);
+  CHECK_FALSE(bm.can_allocate(m, 20));  // one more block, and the only evictable ones are m's
+  CHECK(bm.can_allocate(m, 16));
+  CHECK(bm.can_allocate(prefix_match{}, 16));  // by evicting both
+}
+
+TEST_CASE(
+    "snapshots: reserved at boundaries, chosen on a hit, LRU-evicted, dropped with their block") {
+  block_manager bm(config_with({16, 8, 8}, /*replay=*/true, /*num_snapshots=*/1, /*interval=*/1));
+  CHECK(bm.next_snapshot_boundary(0) == 8);
+  CHECK(bm.next_snapshot_boundary(8) == 16);
+  const auto tokens = prompt_tokens(7, 24);
+  sequence_blocks a;
+  bm.allocate(a, {}, 24);
+  bm.cache_full_blocks(a, tokens, 16);
+  CHECK(bm.reserve_snapshot(a, 16) == 0);
+  CHECK_FALSE(bm.reserve_snapshot(a, 16));  // already has one
+  CHECK_FALSE(bm.reserve_snapshot(a, 24));  // block 2 is not cached yet
+  prefix_match m = bm.match_prefix(tokens, 23);
+  CHECK(m.num_cached_tokens == 16);
+  CHECK(m.resume_position == 16);  // the snapshot beats a replay from 16 - 9
+  CHECK(m.snapshot == 0);
+  CHECK(bm.reserve_snapshot(a, 8) == 0);  // the pool is full: block 1's snapshot is evicted
+  CHECK(bm.num_snapshot_evictions() == 1);
+  m = bm.match_prefix(tokens, 23);
+  CHECK(m.resume_position == 8);  // snapshot at 8 (16 - 9 = 7 is earlier)
+  CHECK(m.snapshot == 0);
+  CHECK(m.num_replay_tokens() == 8);
+  bm.free(a);
+  bm.reset_prefix_cache();
+  CHECK(bm.num_snapshots_used() == 0);
+}
+
+TEST_CASE("without snapshots or replay a hit resumes at 0 but still shares the blocks") {
+  block_manager bm(config_with({16, 8, 8}));
+  const auto tokens = prompt_tokens(8, 40);
+  sequence_blocks a = fill(bm, tokens);
+  prefix_match m = bm.match_prefix(tokens, 39);
+  CHECK(m.num_cached_tokens == 32);
+  CHECK(m.resume_position == 0);
+  block_manager replay(config_with({16, 8, 8}, /*replay=*/true));
+  sequence_blocks b = fill(replay, tokens);
+  CHECK(replay.match_prefix(tokens, 39).resume_position == 32 - 9);
+  bm.free(a);
+  replay.free(b);
+}
+
+TEST_CASE("max_fitting_tokens finds the longest growth the pools allow") {
+  block_manager bm(config_with({8, 4, 4}));
+  sequence_blocks a, b;
+  bm.allocate(a, {}, 20);  // stream 0: 5 blocks, stream 1: 3
+  bm.allocate(b, {}, 8);   // 2 and 1
+  CHECK(bm.max_fitting_tokens(a, 20, 40) == 24);
+  CHECK(bm.max_fitting_tokens(b, 8, 9) == 9);
+  bm.free(a);
+  bm.free(b);
+}
+
+TEST_CASE("prefix caching off: no registration, no matches") {
+  block_manager_config c = config_with({8, 4, 4});
+  c.enable_prefix_caching = false;
+  block_manager bm(c);
+  const auto tokens = prompt_tokens(9, 16);
+  sequence_blocks a = fill(bm, tokens);
+  CHECK(bm.num_cached_entries() == 0);
+  CHECK(bm.longest_cached_prefix(tokens) == 0);
+  bm.free(a);
+  CHECK(bm.num_free_blocks(0) == 8);
+}
+
+TEST_CASE("bad pool configurations are rejected") {
+  CHECK_THROWS(block_manager(config_with({8})));
+  CHECK_THROWS(block_manager(config_with({8, 4, -1})));
+}

@@ -1,0 +1,292 @@
+// The scheduler's step plans and events: token budget and chunked prefill, decode priority,
+// admission limits, abort in every phase (free blocks back to their starting count), result
+// validation, per-sequence errors and failure of everything.
+#include "runtime/scheduler.hpp"
+#include "tests/runtime/scheduler_test_util.hpp"
+
+#include <doctest/doctest.h>
+
+using namespace di::runtime;
+using namespace di::test;
+
+namespace {
+
+/// Runs one step on `exec` and applies it; returns the plan.
+step_plan step(scheduler& s, fake_executor& exec, outputs* out = nullptr) {
+  step_plan plan = s.schedule();
+  step_result r = exec.run(plan);
+  if (!plan.sequences.empty()) {
+    apply_outcome a = s.apply(r);
+    REQUIRE_MESSAGE(a.is_ok(), a.error);
+    if (out) collect(*out, a.events);
+  }
+  return plan;
+}
+
+fake_executor executor_for(const scheduler& s) {
+  return fake_executor(s.config().blocks.geometry, s.config().blocks.num_blocks,
+                       s.config().blocks.num_snapshots, 1000);
+}
+
+const scheduled_sequence* find_rows(const step_plan& plan, std::uint64_t id) {
+  for (const scheduled_sequence& q : plan.sequences)
+    if (q.seq_id == id) return &q;
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("a long prompt is prefilled in chunks within the token budget") {
+  scheduler s(make_config({.budget = 16}));
+  fake_executor exec = executor_for(s);
+  const auto prompt = prompt_tokens(1, 50);
+  REQUIRE(s.add_request(make_request(1, prompt, 3)).is_accepted());
+  std::int64_t next = 0;
+  for (std::int64_t expect : {16, 16, 16, 2}) {
+    step_plan plan = step(s, exec);
+    REQUIRE(plan.sequences.size() == 1);
+    const scheduled_sequence& q = plan.sequences[0];
+    CHECK(plan.started.size() == (next == 0 ? 1u : 0u));
+    CHECK(q.first_position == next);
+    CHECK(q.num_rows() == expect);
+    CHECK(std::equal(q.token_ids.begin(), q.token_ids.end(), prompt.begin() + next));
+    CHECK(q.is_sampling == (next + expect == 50));
+    next += expect;
+  }
+  CHECK(s.status_of(1) == sequence_status::decoding);
+  CHECK(s.counters().num_prefill_tokens == 50);
+  step_plan decode = step(s, exec);
+  REQUIRE(decode.sequences.size() == 1);
+  CHECK(decode.sequences[0].first_position == 50);
+  CHECK(decode.sequences[0].num_rows() == 1);
+  CHECK(decode.sequences[0].sample_index == 1);
+  CHECK(s.counters().num_decode_tokens == 1);
+}
+
+TEST_CASE("max_prefill_chunk caps a chunk below the budget") {
+  scheduler_config c = make_config({.budget = 64});
+  c.max_prefill_chunk = 10;
+  scheduler s(c);
+  fake_executor exec = executor_for(s);
+  REQUIRE(s.add_request(make_request(1, prompt_tokens(2, 25), 2)).is_accepted());
+  CHECK(step(s, exec).num_rows() == 10);
+  CHECK(step(s, exec).num_rows() == 10);
+  CHECK(step(s, exec).num_rows() == 5);
+}
+
+TEST_CASE("running decodes are scheduled before prefill chunks, even older ones") {
+  scheduler_config c = make_config({.budget = 10});
+  c.max_prefill_chunk = 8;
+  scheduler s(c);
+  fake_executor exec = executor_for(s);
+  REQUIRE(s.add_request(make_request(1, prompt_tokens(3, 30), 5)).is_accepted());  // older, long
+  REQUIRE(s.add_request(make_request(2, prompt_tokens(4, 2), 5)).is_accepted());
+  step_plan first = step(s, exec);
+  CHECK(find_rows(first, 1)->num_rows() == 8);
+  CHECK(find_rows(first, 2)->num_rows() == 2);  // its whole prompt: decoding next
+  step_plan second = step(s, exec);
+  REQUIRE(second.sequences.size() == 2);
+  CHECK(second.sequences[0].seq_id == 2);  // the decode comes first
+  CHECK(second.sequences[0].num_rows() == 1);
+  CHECK(second.sequences[1].seq_id == 1);
+  CHECK(second.sequences[1].num_rows() == 8);
+  // Decodes alone can use up the budget: then no prefill runs.
+  scheduler tight(make_config({.budget = 2}));
+  fake_executor exec2 = executor_for(tight);
+  for (std::uint64_t id : {1, 2})
+    REQUIRE(tight.add_request(make_request(id, {5}, 9)).is_accepted());
+  step(tight, exec2);
+  REQUIRE(tight.add_request(make_request(3, prompt_tokens(5, 10), 2)).is_accepted());
+  step_plan p = step(tight, exec2);
+  CHECK(p.sequences.size() == 2);
+  CHECK_FALSE(find_rows(p, 3));
+  CHECK(tight.status_of(3) == sequence_status::queued);
+}
+
+TEST_CASE("beyond the admission limits add_request refuses at once and changes nothing") {
+  scheduler_config c = make_config({.max_model_len = 64});
+  c.max_num_queued = 2;
+  c.max_queued_tokens = 25;
+  scheduler s(c);
+  CHECK(s.add_request(make_request(1, prompt_tokens(1, 10), 4)).is_accepted());
+  CHECK(s.add_request(make_request(2, prompt_tokens(2, 10), 4)).is_accepted());
+  admission_result full = s.add_request(make_request(3, prompt_tokens(3, 1), 4));
+  CHECK(full.status == admission_status::queue_full);
+  CHECK(full.message == "2 requests are already waiting (the limit)");
+  CHECK(s.num_waiting() == 2);
+  CHECK_FALSE(s.status_of(3));
+  s.schedule();  // both start: the queue is empty again
+  CHECK(s.num_waiting() == 0);
+  CHECK(s.add_request(make_request(3, prompt_tokens(3, 20), 4)).is_accepted());
+  CHECK(s.add_request(make_request(4, prompt_tokens(4, 6), 4)).status ==
+        admission_status::queued_tokens_full);
+  CHECK(s.add_request(make_request(4, prompt_tokens(4, 5), 4)).is_accepted());
+  CHECK(s.add_request(make_request(1, {1}, 4)).status == admission_status::duplicate_id);
+  CHECK(s.add_request(make_request(9, {}, 4)).status == admission_status::invalid_request);
+  CHECK(s.add_request(make_request(9, prompt_tokens(9, 64), 4)).status ==
+        admission_status::too_long);
+  request bad_stop = make_request(9, {1}, 4);
+  bad_stop.params.stop = {""};
+  admission_result r = s.add_request(bad_stop);
+  CHECK(r.status == admission_status::invalid_request);
+  CHECK(r.message == "stop strings must not be empty");
+  request zero = make_request(9, {1}, 4);
+  zero.params.max_tokens = 0;
+  CHECK(s.add_request(zero).status == admission_status::invalid_request);
+  CHECK(s.counters().num_refused == 7);
+  CHECK(s.num_waiting() == 2);
+  CHECK_FALSE(s.status_of(9));
+}
+
+TEST_CASE("max_num_running bounds the batch; the rest wait their turn") {
+  scheduler_config c = make_config({});
+  c.max_num_running = 1;
+  scheduler s(c);
+  fake_executor exec = executor_for(s);
+  REQUIRE(s.add_request(make_request(1, {1, 2}, 2)).is_accepted());
+  REQUIRE(s.add_request(make_request(2, {3, 4}, 2)).is_accepted());
+  step(s, exec);
+  CHECK(s.num_running() == 1);
+  CHECK(s.status_of(2) == sequence_status::queued);
+  outputs out = drive(s, exec);
+  CHECK(out[1].status == sequence_status::finished_length);
+  CHECK(out[2].status == sequence_status::finished_length);
+}
+
+TEST_CASE("a pool too small for max_model_len is a configuration error") {
+  CHECK_THROWS_WITH(scheduler(make_config({.pool_tokens = 32, .max_model_len = 64})),
+                    "scheduler: max_model_len 64 needs 16 blocks of KV stream 0, the pool has 8");
+}
+
+TEST_CASE("abort in every phase frees everything it held") {
+  for (bool caching : {false, true}) {
+    CAPTURE(caching);
+    scheduler_config c = make_config({.budget = 8, .prefix_caching = caching});
+    c.max_num_running = 2;
+    scheduler s(c);
+    fake_executor exec = executor_for(s);
+    const scheduler_stats start = s.stats();
+    REQUIRE(s.add_request(make_request(1, prompt_tokens(1, 3), 50)).is_accepted());  // decodes
+    REQUIRE(s.add_request(make_request(2, prompt_tokens(2, 30), 5)).is_accepted());  // prefills
+    REQUIRE(s.add_request(make_request(3, prompt_tokens(3, 5), 5)).is_accepted());   // queued
+    step(s, exec);
+    step(s, exec);
+    CHECK(s.status_of(1) == sequence_status::decoding);
+    CHECK(s.status_of(2) == sequence_status::prefilling);
+    CHECK(s.status_of(3) == sequence_status::queued);
+    CHECK(s.stats().num_used_blocks > 0);
+    for (std::uint64_t id : {3, 2}) {
+      std::optional<token_event> e = s.abort(id);
+      REQUIRE(e);
+      CHECK(e->status == sequence_status::finished_abort);
+      CHECK_FALSE(s.status_of(id));
+    }
+    // Mid-decode with its next step in flight: that step's output is dropped.
+    step_plan inflight = s.schedule();
+    REQUIRE(find_rows(inflight, 1));
+    CHECK(inflight.finished == std::vector<std::uint64_t>{3, 2});  // executors drop them
+    step_result r = exec.run(inflight);
+    CHECK(s.abort(1)->status == sequence_status::finished_abort);
+    CHECK_FALSE(s.abort(1));
+    CHECK_FALSE(s.abort(77));
+    apply_outcome a = s.apply(r);
+    CHECK(a.is_ok());
+    CHECK(a.events.empty());
+    CHECK(s.counters().num_discarded_outputs == 1);
+    CHECK(s.counters().num_aborts == 3);
+    CHECK_FALSE(s.has_unfinished());
+    const scheduler_stats end = s.stats();
+    CHECK(end.num_used_blocks == 0);
+    if (caching) {
+      CHECK(end.num_free_blocks + end.num_cached_blocks == start.num_free_blocks);
+    } else {
+      CHECK(end.num_free_blocks == start.num_free_blocks);
+    }
+    step_plan next = s.schedule();
+    CHECK(next.finished == std::vector<std::uint64_t>{1});
+    exec.run(next);
+    CHECK(exec.num_live() == 0);
+  }
+}
+
+TEST_CASE("a malformed result is rejected and changes nothing") {
+  scheduler s(make_config({}));
+  fake_executor exec = executor_for(s);
+  REQUIRE(s.add_request(make_request(1, {1, 2, 3}, 4)).is_accepted());
+  CHECK(s.apply(step_result{.step_id = 0}).error == "step result 0: no step is awaiting a result");
+  step_plan plan = s.schedule();
+  step_result good = exec.run(plan);
+  step_result wrong_step = good;
+  wrong_step.step_id = 5;
+  CHECK(s.apply(wrong_step).error == "step result 5: step 0 is the next awaiting a result");
+  step_result two_tokens = good;
+  two_tokens.outputs[0].token_ids.push_back(1);
+  CHECK_FALSE(s.apply(two_tokens).is_ok());
+  step_result other_seq = good;
+  other_seq.outputs[0].seq_id = 2;
+  CHECK_FALSE(s.apply(other_seq).is_ok());
+  CHECK(s.num_in_flight() == 1);
+  apply_outcome ok = s.apply(good);
+  REQUIRE(ok.is_ok());
+  REQUIRE(ok.events.size() == 1);
+  CHECK(ok.events[0].token_ids == good.outputs[0].token_ids);
+}
+
+TEST_CASE("a failed row ends only its own sequence") {
+  scheduler s(make_config({}));
+  fake_executor exec = executor_for(s);
+  REQUIRE(s.add_request(make_request(1, {1, 2}, 4)).is_accepted());
+  REQUIRE(s.add_request(make_request(2, {3, 4}, 4)).is_accepted());
+  step_plan plan = s.schedule();
+  step_result r = exec.run(plan);
+  r.outputs[0].token_ids.clear();
+  r.outputs[0].error = "logits of row 1 are not finite";
+  apply_outcome a = s.apply(r);
+  REQUIRE(a.is_ok());
+  REQUIRE(a.events.size() == 2);
+  CHECK(a.events[0].status == sequence_status::finished_error);
+  CHECK(a.events[0].error == "logits of row 1 are not finite");
+  CHECK(a.events[1].status == sequence_status::decoding);
+  CHECK(s.counters().num_errors == 1);
+  CHECK(s.status_of(2) == sequence_status::decoding);
+}
+
+TEST_CASE("fail_all ends every request with the error and returns every block") {
+  scheduler s(make_config({.budget = 8, .prefix_caching = true}));
+  fake_executor exec = executor_for(s);
+  const std::int64_t free_at_start = s.stats().num_free_blocks;
+  for (std::uint64_t id : {1, 2, 3})
+    REQUIRE(s.add_request(make_request(id, prompt_tokens(id, 12), 9)).is_accepted());
+  step(s, exec);
+  s.schedule();  // a step in flight when the executor dies
+  std::vector<token_event> events = s.fail_all("executor on node 1 is down");
+  REQUIRE(events.size() == 3);
+  for (const token_event& e : events) {
+    CHECK(e.status == sequence_status::finished_error);
+    CHECK(e.error == "executor on node 1 is down");
+  }
+  CHECK_FALSE(s.has_unfinished());
+  CHECK(s.stats().num_free_blocks == free_at_start);
+}
+
+TEST_CASE("prompt logprobs arrive once per prompt token, across chunks, never from reused blocks") {
+  scheduler s(make_config({.budget = 8, .prefix_caching = true}));
+  fake_executor exec = executor_for(s);
+  const auto prompt = prompt_tokens(11, 21);
+  REQUIRE(s.add_request(make_request(1, prompt, 2)).is_accepted());  // caches the prompt
+  drive(s, exec);
+  request r = make_request(2, prompt, 3);
+  r.params.prompt_logprobs = 1;
+  REQUIRE(s.add_request(r).is_accepted());
+  const std::int64_t rows_before = exec.num_rows_run();
+  outputs out = drive(s, exec);
+  const collected& c = out[2];
+  REQUIRE(c.prompt_logprobs.size() == prompt.size());
+  CHECK_FALSE(c.prompt_logprobs[0]);
+  for (std::size_t i = 1; i < prompt.size(); ++i) {
+    REQUIRE(c.prompt_logprobs[i]);
+    CHECK(c.prompt_logprobs[i]->id == prompt[i]);
+  }
+  // No reuse for it: every prompt row ran (plus two decode rows).
+  CHECK(exec.num_rows_run() - rows_before == 21 + 2);
+}
