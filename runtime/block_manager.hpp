@@ -36,9 +36,10 @@
 //   function of h_l there, exact when p - w + 1 >= S + l (w - 1)), and of stream entries and
 //   indexer keys below (p + 1) / r, exact because they come from the cache.
 //
-//   After P, a token reads the rings only at P - w + 1 .. P - 1 (the row of P - w is
-//   overwritten by position P before anything reads or snapshots it) and an overlapping
-//   compressor reads its kept group from layer inputs at P - r .. P - 1. All are exact when
+//   After P, a token reads the rings only at P - w + 1 .. P - 1 (the row of P - w is never
+//   read again: position P overwrites it; a snapshot taken at P carries it, but whoever
+//   restores that snapshot resumes at P as well) and an overlapping compressor reads its kept
+//   group from layer inputs at P - r .. P - 1. All are exact when
 //   P - max(w - 1, r) >= S + (n - 1)(w - 1), with n the number of layers, i.e. when the replay
 //   covers R = (n - 1)(w - 1) + max(w - 1, r_overlap) tokens (kv_geometry::replay_span). Then
 //   everything from P on is computed exactly as in the original run, provided the forward
