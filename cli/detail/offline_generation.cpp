@@ -130,7 +130,8 @@ generation_result generate(const loaded_model& m, const generation_request& r) {
     counts.add_output_token(s.token_id);
     runtime::stop_update u = stop.push(s.token_id, detok.push(s.token_id));
     if (!u.finished() && step + 1 == max_new) {  // no max_tokens: the context is full
-      u.text += detok.finish() + stop.flush();
+      u.text += stop.flush();  // held back earlier than the detokenizer's unfinished bytes
+      u.text += detok.finish();
       u.reason = runtime::finish_reason::length;
     } else if (u.finished() && u.reason == runtime::finish_reason::length) {
       u.text += detok.finish();
