@@ -60,11 +60,14 @@ class deepseek_model {
   void set_engram_hasher(std::shared_ptr<const engram_hasher> hasher) {
     hasher_ = std::move(hasher);
   }
+  /// The attached Engram hasher, or null.
+  const engram_hasher* hasher() const { return hasher_.get(); }
 
   /// Runs every request's new tokens through the model, advancing each state. Invalid input
   /// (token ids outside the vocabulary, positions that do not continue the state or exceed
-  /// max_position_embeddings or the state's capacity, a full block pool) throws di::error
-  /// before any state changes.
+  /// max_position_embeddings or the state's capacity, a full block pool or block tables that
+  /// do not cover the new entries) throws di::error before any state changes. Rows below a
+  /// state's num_cached_tokens() rebuild its slot without writing stream entries.
   std::vector<forward_output> forward(std::span<forward_request> batch) const;
 
  private:

@@ -1,29 +1,36 @@
 // The block pool and the per-sequence state. The slot is one byte buffer laid out by
-// cache_layout (so a runtime can carve slots out of an arena); stream entries live in pool
-// blocks reached through per-stream block tables.
+// cache_layout (so a runtime can carve slots out of an arena and snapshot it by copy); stream
+// entries live in pool blocks reached through per-stream block tables.
 #include "model/forward/sequence_state.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 namespace di {
 
-kv_block_pool::kv_block_pool(const cache_layout& layout, int blocks_per_stream)
-    : layout_(layout), blocks_per_stream_(blocks_per_stream) {
-  DI_CHECK(blocks_per_stream >= 0, "block pool: {} blocks per stream", blocks_per_stream);
+kv_block_pool::kv_block_pool(const cache_layout& layout, std::vector<int> num_blocks)
+    : layout_(layout), num_blocks_(std::move(num_blocks)) {
+  DI_CHECK(num_blocks_.size() == layout.streams.size(), "block pool: {} block counts for {} streams",
+           num_blocks_.size(), layout.streams.size());
   for (std::size_t s = 0; s < layout.streams.size(); ++s) {
-    arenas_.emplace_back(std::size_t(blocks_per_stream) * layout.block_bytes(int(s)));
+    DI_CHECK(num_blocks_[s] >= 0, "block pool: {} blocks for stream {}", num_blocks_[s], s);
+    arenas_.emplace_back(std::size_t(num_blocks_[s]) * layout.block_bytes(int(s)));
     std::vector<int> ids;
-    for (int b = blocks_per_stream - 1; b >= 0; --b) ids.push_back(b);
+    for (int b = num_blocks_[s] - 1; b >= 0; --b) ids.push_back(b);
     free_.push_back(std::move(ids));
   }
 }
 
+kv_block_pool::kv_block_pool(const cache_layout& layout, int blocks_per_stream)
+    : kv_block_pool(layout, std::vector<int>(layout.streams.size(), blocks_per_stream)) {}
+
 int kv_block_pool::allocate(int s) {
   auto& ids = free_[std::size_t(s)];
   DI_CHECK(!ids.empty(), "KV block pool exhausted: stream {} (layer {}) has all {} blocks in use",
-           s, layout_.streams[std::size_t(s)].layer, blocks_per_stream_);
+           s, layout_.streams[std::size_t(s)].layer, num_blocks(s));
   const int b = ids.back();
   ids.pop_back();
   return b;
@@ -42,8 +49,8 @@ tensor kv_block_pool::block(int s, int block) const {
       dtype::u8);
 }
 
-sequence_state::sequence_state(kv_block_pool& pool, std::int64_t max_tokens)
-    : pool_(pool), max_tokens_(max_tokens), slot_(pool.layout().slot_bytes) {
+sequence_state::sequence_state(kv_block_pool& pool, std::int64_t max_tokens, block_source source)
+    : pool_(pool), source_(source), max_tokens_(max_tokens), slot_(pool.layout().slot_bytes) {
   DI_CHECK(max_tokens > 0, "sequence state: capacity of {} tokens", max_tokens);
   const cache_layout& L = layout();
   block_tables_.resize(L.streams.size());
@@ -59,6 +66,7 @@ sequence_state::sequence_state(kv_block_pool& pool, std::int64_t max_tokens)
 }
 
 sequence_state::~sequence_state() {
+  if (source_ != block_source::pool) return;
   for (std::size_t s = 0; s < block_tables_.size(); ++s)
     for (int b : block_tables_[s]) pool_.release(int(s), b);
 }
@@ -87,25 +95,58 @@ engram_history& sequence_state::engram() {
   return *reinterpret_cast<engram_history*>(slot_.data() + layout().engram_offset);
 }
 
+void sequence_state::load_slot(std::span<const std::uint8_t> bytes) {
+  DI_CHECK(bytes.size() == slot_.size(), "sequence state: a slot of {} bytes, the layout's has {}",
+           bytes.size(), slot_.size());
+  std::copy(bytes.begin(), bytes.end(), slot_.begin());
+}
+
+void sequence_state::adopt_prefix(std::int64_t num_cached_tokens, std::int64_t resume_position) {
+  DI_CHECK(source_ == block_source::planned && num_tokens_ == 0,
+           "sequence state: a cached prefix can only be adopted by a fresh, planned state");
+  DI_CHECK(0 <= resume_position && resume_position <= num_cached_tokens &&
+               num_cached_tokens <= max_tokens_,
+           "sequence state: resume at {} over a cached prefix of {} tokens (capacity {})",
+           resume_position, num_cached_tokens, max_tokens_);
+  num_cached_tokens_ = num_cached_tokens;
+  num_tokens_ = resume_position;
+  for (std::size_t s = 0; s < num_entries_.size(); ++s)
+    num_entries_[s] = resume_position / layout().streams[s].ratio;
+}
+
+void sequence_state::append_blocks(int s, std::span<const std::int32_t> ids) {
+  DI_CHECK(source_ == block_source::planned,
+           "sequence state: blocks are appended only to a planned state");
+  for (std::int32_t b : ids)
+    DI_CHECK(b >= 0 && b < pool_.num_blocks(s), "sequence state: block {} of stream {} (of {})", b,
+             s, pool_.num_blocks(s));
+  block_tables_[std::size_t(s)].insert(block_tables_[std::size_t(s)].end(), ids.begin(), ids.end());
+}
+
 void sequence_state::reserve(int s, std::int64_t entries) {
   auto& table = block_tables_[std::size_t(s)];
   const std::int64_t per_block = layout().entries_per_block;
   const std::int64_t needed = (entries + per_block - 1) / per_block - std::int64_t(table.size());
   if (needed <= 0) return;
+  DI_CHECK(source_ == block_source::pool,
+           "stream {} (layer {}): {} entries need {} more blocks than the plan gave ({})", s,
+           layout().streams[std::size_t(s)].layer, entries, needed, table.size());
   DI_CHECK(pool_.num_free(s) >= needed,
            "KV block pool exhausted: layer {} needs {} more blocks, {} of {} are free",
-           layout().streams[std::size_t(s)].layer, needed, pool_.num_free(s),
-           pool_.blocks_per_stream());
+           layout().streams[std::size_t(s)].layer, needed, pool_.num_free(s), pool_.num_blocks(s));
   for (std::int64_t i = 0; i < needed; ++i) table.push_back(pool_.allocate(s));
 }
 
 void sequence_state::append_entries(int s, const tensor& rows) {
-  const std::size_t row_bytes = layout().streams[std::size_t(s)].format.row_bytes();
+  const cache_stream& stream = layout().streams[std::size_t(s)];
+  const std::size_t row_bytes = stream.format.row_bytes();
   check_tensor(rows, dtype::u8, {rows.size(0), std::int64_t(row_bytes)}, "stream entries");
   std::int64_t& count = num_entries_[std::size_t(s)];
   reserve(s, count + rows.size(0));
   const std::int64_t per_block = layout().entries_per_block;
+  const std::int64_t num_shared = num_cached_tokens_ / stream.ratio;  // entries of the prefix
   for (std::int64_t i = 0; i < rows.size(0); ++i, ++count) {
+    if (count < num_shared) continue;  // a replay row's entry: the cached block holds it
     tensor blk = pool_.block(s, block_tables_[std::size_t(s)][std::size_t(count / per_block)]);
     std::memcpy(blk.data<std::uint8_t>() + (count % per_block) * std::int64_t(row_bytes),
                 rows.data<std::uint8_t>() + i * std::int64_t(row_bytes), row_bytes);

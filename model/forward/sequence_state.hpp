@@ -1,7 +1,9 @@
 // Per-sequence inference state: the bounded slot (window rings, compressor partial groups,
 // Engram history; see cache_layout.hpp for the exact bytes) and the paged streams of
-// compressed entries and indexer keys, whose blocks come from a kv_block_pool that the
-// actor runtime can size, share between sequences and page.
+// compressed entries and indexer keys in kv_block_pool blocks. Block ids come either from the
+// pool's own free lists (a standalone sequence: tests, benchmarks) or from the scheduler's
+// block manager through step plans (the model runner, runtime/step_plan.hpp), in which case
+// several sequences may share the blocks of a cached prefix and never write them.
 #pragma once
 
 #include "kernels/tensor.hpp"
@@ -14,11 +16,13 @@
 
 namespace di {
 
-/// Fixed-size blocks of every stream, handed out to sequences. Not thread-safe: one
-/// scheduler owns it.
+/// Fixed-size blocks of every stream. The free lists serve standalone sequences only; a
+/// runner whose block ids come from step plans leaves them untouched. Not thread-safe.
 class kv_block_pool {
  public:
-  /// `blocks_per_stream` blocks of layout.entries_per_block rows for every stream.
+  /// `num_blocks[s]` blocks of layout.entries_per_block rows for stream `s`.
+  kv_block_pool(const cache_layout& layout, std::vector<int> num_blocks);
+  /// `blocks_per_stream` blocks for every stream.
   kv_block_pool(const cache_layout& layout, int blocks_per_stream);
   kv_block_pool(const kv_block_pool&) = delete;
   kv_block_pool& operator=(const kv_block_pool&) = delete;
@@ -27,23 +31,30 @@ class kv_block_pool {
   int allocate(int s);
   void release(int s, int block);
   int num_free(int s) const { return int(free_[std::size_t(s)].size()); }
-  int blocks_per_stream() const { return blocks_per_stream_; }
+  int num_blocks(int s) const { return num_blocks_[std::size_t(s)]; }
   /// Block `block` of stream `s`: [entries_per_block, row_bytes] u8.
   tensor block(int s, int block) const;
   const cache_layout& layout() const { return layout_; }
 
  private:
   const cache_layout& layout_;
-  int blocks_per_stream_;
-  std::vector<std::vector<std::uint8_t>> arenas_;  // per stream: blocks_per_stream blocks
+  std::vector<int> num_blocks_;                    // per stream
+  std::vector<std::vector<std::uint8_t>> arenas_;  // per stream: num_blocks_[s] blocks
   std::vector<std::vector<int>> free_;             // per stream: free block ids
 };
 
-/// The state of one sequence. Its blocks go back to the pool when it is destroyed.
+/// Where a sequence's blocks come from.
+enum class block_source : std::uint8_t {
+  pool,     ///< the pool's free lists, as the sequence grows; returned when it is destroyed
+  planned,  ///< append_blocks (a step plan's new_blocks); the block manager owns them
+};
+
+/// The state of one sequence.
 class sequence_state {
  public:
   /// A fresh, empty sequence that may grow to `max_tokens` tokens.
-  sequence_state(kv_block_pool& pool, std::int64_t max_tokens);
+  sequence_state(kv_block_pool& pool, std::int64_t max_tokens,
+                 block_source source = block_source::pool);
   ~sequence_state();
   sequence_state(const sequence_state&) = delete;
   sequence_state& operator=(const sequence_state&) = delete;
@@ -60,12 +71,28 @@ class sequence_state {
   /// The Engram look-back of the sequence (Engram models only).
   engram_history& engram();
 
+  /// The whole slot, [layout.slot_bytes] (what a snapshot copies).
+  std::span<const std::uint8_t> slot() const { return slot_; }
+  /// Replaces the slot with `bytes` (a snapshot of a slot of the same layout).
+  void load_slot(std::span<const std::uint8_t> bytes);
+
+  /// Prefix reuse (block_source::planned, on an empty state): the stream entries of the first
+  /// `num_cached_tokens` tokens are in the tables' shared blocks already, so rows at positions
+  /// below it ("replay rows") rebuild the slot but never write those entries; the state then
+  /// starts at `resume_position` <= num_cached_tokens, its next row's position.
+  void adopt_prefix(std::int64_t num_cached_tokens, std::int64_t resume_position);
+  std::int64_t num_cached_tokens() const { return num_cached_tokens_; }
+
   std::int64_t num_entries(int s) const { return num_entries_[std::size_t(s)]; }
   const std::vector<int>& block_table(int s) const { return block_tables_[std::size_t(s)]; }
-  /// Allocates blocks so that stream `s` can hold `entries` entries; throws (allocating
-  /// nothing) when the pool cannot provide them.
+  /// Appends block ids to stream `s`'s table (block_source::planned only).
+  void append_blocks(int s, std::span<const std::int32_t> ids);
+  /// Makes stream `s` able to hold `entries` entries: block_source::pool allocates the missing
+  /// blocks, block_source::planned checks that the table covers them. Throws (changing
+  /// nothing) when it cannot.
   void reserve(int s, std::int64_t entries);
-  /// Appends packed rows [n, row_bytes] u8 to stream `s` (reserving as needed).
+  /// Appends packed rows [n, row_bytes] u8 to stream `s` (reserving as needed); rows of
+  /// entries below the cached prefix are counted, not written.
   void append_entries(int s, const tensor& rows);
   /// Entries [begin, end) of stream `s` gathered into [end - begin, row_bytes] u8.
   tensor read_entries(int s, std::int64_t begin, std::int64_t end) const;
@@ -77,8 +104,10 @@ class sequence_state {
   float* slot_floats(std::size_t offset) { return reinterpret_cast<float*>(slot_.data() + offset); }
 
   kv_block_pool& pool_;
+  block_source source_;
   std::int64_t max_tokens_;
   std::int64_t num_tokens_ = 0;
+  std::int64_t num_cached_tokens_ = 0;
   std::vector<std::uint8_t> slot_;              // [layout.slot_bytes]
   std::vector<std::vector<int>> block_tables_;  // per stream
   std::vector<std::int64_t> num_entries_;       // per stream
