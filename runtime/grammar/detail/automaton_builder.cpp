@@ -1,0 +1,203 @@
+// IR -> per-rule NFA -> DFA -> one global automaton. See automaton_builder.hpp.
+#include "runtime/grammar/detail/automaton_builder.hpp"
+
+#include "common/error.hpp"
+
+#include <algorithm>
+
+namespace di::grammar {
+
+namespace {
+
+constexpr int k_max_inline_depth = 48;
+
+std::string set_key(const byte_set& s) {
+  return std::string(reinterpret_cast<const char*>(s.words.data()), sizeof(s.words));
+}
+
+}  // namespace
+
+automaton_builder::automaton_builder(const grammar& g, const compile_options& options)
+    : g_(g), options_(options), analysis_(detail::analyze_grammar(g, options.inline_limit)) {}
+
+void automaton_builder::compute_byte_classes() {
+  // Refine the partition of 0..255 by every byte set of the grammar.
+  std::uint16_t cls[256] = {};
+  int n = 1;
+  for (expr_id id = 0; id < g_.num_exprs(); ++id) {
+    const expr& e = g_.at(id);
+    if (e.kind != expr_kind::bytes) continue;
+    std::int16_t remap[2][256];
+    std::fill(&remap[0][0], &remap[0][0] + 512, std::int16_t(-1));
+    int m = 0;
+    for (int b = 0; b < 256; ++b) {
+      auto& slot = remap[e.bytes.test(std::uint8_t(b))][cls[b]];
+      if (slot < 0) slot = std::int16_t(m++);
+      cls[b] = std::uint16_t(slot);
+    }
+    n = m;
+  }
+  class_rep_.assign(std::size_t(n), 0);
+  for (int b = 255; b >= 0; --b) {
+    class_of_[b] = std::uint8_t(cls[b]);
+    class_rep_[cls[b]] = std::uint8_t(b);
+  }
+}
+
+std::uint32_t automaton_builder::byte_set_index(const byte_set& s) {
+  auto [it, inserted] = set_index_.emplace(set_key(s), std::uint32_t(sets_.size()));
+  if (inserted) {
+    sets_.push_back(s);
+    std::vector<std::uint8_t> classes;
+    for (std::size_t c = 0; c < class_rep_.size(); ++c)
+      if (s.test(class_rep_[c])) classes.push_back(std::uint8_t(c));
+    set_classes_.push_back(std::move(classes));
+  }
+  return it->second;
+}
+
+std::uint32_t automaton_builder::rule_for_ir(rule_id r) {
+  auto [it, inserted] = ir_rule_job_.emplace(r, std::uint32_t(jobs_.size()));
+  if (inserted) jobs_.push_back(job{g_.rule_at(r).name, *g_.rule_at(r).body, false});
+  return it->second;
+}
+
+std::uint32_t automaton_builder::rule_for_expr(expr_id body, const std::string& name) {
+  auto [it, inserted] = expr_job_.emplace(body, std::uint32_t(jobs_.size()));
+  if (inserted) jobs_.push_back(job{name + "." + std::to_string(jobs_.size()), body, false});
+  return it->second;
+}
+
+std::uint32_t automaton_builder::new_nfa_state() {
+  DI_CHECK(nfa_.size() < options_.max_rule_size,
+           "grammar too large: a rule expands to more than {} automaton states (are repetition "
+           "bounds like {{m,n}} or length limits very large?)",
+           options_.max_rule_size);
+  nfa_.emplace_back();
+  return std::uint32_t(nfa_.size() - 1);
+}
+
+bool automaton_builder::outline_child(expr_id child, const job& j, std::uint32_t from,
+                                      std::uint32_t& end) {
+  expr_kind k = g_.at(child).kind;
+  if (k == expr_kind::bytes || k == expr_kind::empty) return false;
+  std::uint32_t callee =
+      k == expr_kind::rule_ref ? rule_for_ir(g_.at(child).rule) : rule_for_expr(child, j.name);
+  if (k == expr_kind::rule_ref && !analysis_.productive[g_.at(child).rule]) {
+    end = new_nfa_state();  // unreachable: the reference derives nothing
+    return true;
+  }
+  end = new_nfa_state();
+  nfa_[from].calls.push_back({callee, end});
+  return true;
+}
+
+std::uint32_t automaton_builder::emit_ref(const expr& e, std::uint32_t from, const job& j,
+                                          int depth, bool tail) {
+  if (!analysis_.productive[e.rule]) return new_nfa_state();
+  if (analysis_.inlined[e.rule] && !j.outline && depth < k_max_inline_depth) {
+    if (!tail) return emit(*g_.rule_at(e.rule).body, from, j, depth + 1, false);
+    // Tail position: one shared copy that runs to the accept state. The returned end state
+    // has no incoming edge, so whatever the caller appends after it is never reached.
+    auto it = tail_start_.find(e.rule);
+    if (it == tail_start_.end()) {
+      std::uint32_t start = new_nfa_state();
+      it = tail_start_.emplace(e.rule, start).first;
+      std::uint32_t end = emit(*g_.rule_at(e.rule).body, start, j, depth, true);
+      nfa_[end].eps.push_back(accept_);
+    }
+    nfa_[from].eps.push_back(it->second);
+    return new_nfa_state();
+  }
+  std::uint32_t to = new_nfa_state();
+  nfa_[from].calls.push_back({rule_for_ir(e.rule), to});
+  return to;
+}
+
+std::uint32_t automaton_builder::emit(expr_id id, std::uint32_t from, const job& j, int depth,
+                                      bool tail) {
+  struct guard {
+    int& n;
+    explicit guard(int& c) : n(c) {
+      DI_CHECK(++n < 20000,
+               "grammar too deeply nested (expressions and inlined rules over 20000 levels)");
+    }
+    ~guard() { --n; }
+  } depth_guard(emit_depth_);
+  const expr& e = g_.at(id);
+  switch (e.kind) {
+    case expr_kind::empty:
+      return from;
+    case expr_kind::bytes: {
+      std::uint32_t to = new_nfa_state();
+      if (!e.bytes.empty()) nfa_[from].bytes.push_back({byte_set_index(e.bytes), to});
+      return to;
+    }
+    case expr_kind::rule_ref:
+      return emit_ref(e, from, j, depth, tail);
+    case expr_kind::sequence: {
+      std::uint32_t cur = from;
+      for (std::size_t k = 0; k < e.children.size(); ++k)
+        cur = emit(e.children[k], cur, j, depth, tail && k + 1 == e.children.size());
+      return cur;
+    }
+    case expr_kind::choice: {
+      std::uint32_t end = new_nfa_state();
+      for (expr_id c : e.children) {
+        std::uint32_t start = new_nfa_state();
+        nfa_[from].eps.push_back(start);
+        std::uint32_t last;
+        if (!(j.outline && outline_child(c, j, start, last))) last = emit(c, start, j, depth, tail);
+        nfa_[last].eps.push_back(end);
+      }
+      return end;
+    }
+    case expr_kind::repeat:
+      return emit_repeat(e, from, j, depth);
+  }
+  return from;
+}
+
+std::uint32_t automaton_builder::emit_repeat(const expr& e, std::uint32_t from, const job& j,
+                                             int depth) {
+  expr_id body = e.children[0];
+  auto once = [&](std::uint32_t start) {
+    std::uint32_t last;
+    if (j.outline && outline_child(body, j, start, last)) return last;
+    return emit(body, start, j, depth, false);
+  };
+  std::uint32_t cur = from;
+  for (std::uint32_t i = 0; i < e.min; ++i) cur = once(cur);
+  if (e.max == k_unbounded) {
+    std::uint32_t loop = new_nfa_state();
+    nfa_[cur].eps.push_back(loop);
+    std::uint32_t last = once(loop);
+    nfa_[last].eps.push_back(loop);
+    return loop;
+  }
+  std::uint32_t end = new_nfa_state();
+  for (std::uint32_t i = e.min; i < e.max; ++i) {
+    nfa_[cur].eps.push_back(end);
+    cur = once(cur);
+  }
+  nfa_[cur].eps.push_back(end);
+  return end;
+}
+
+void automaton_builder::closure(std::vector<std::uint32_t>& set) {
+  if (mark_.size() < nfa_.size()) mark_.resize(nfa_.size(), 0);
+  ++stamp_;
+  std::vector<std::uint32_t> stack(set.begin(), set.end());
+  set.clear();
+  while (!stack.empty()) {
+    std::uint32_t s = stack.back();
+    stack.pop_back();
+    if (mark_[s] == stamp_) continue;
+    mark_[s] = stamp_;
+    if (!nfa_[s].bytes.empty() || !nfa_[s].calls.empty() || nfa_[s].eps.empty()) set.push_back(s);
+    for (std::uint32_t t : nfa_[s].eps) stack.push_back(t);
+  }
+  std::sort(set.begin(), set.end());
+}
+
+}  // namespace di::grammar

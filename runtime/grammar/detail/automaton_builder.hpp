@@ -1,0 +1,76 @@
+// Builds a compiled_grammar from the IR: byte classes, one Thompson NFA per compiled rule
+// (non-recursive small callees inlined), subset construction to a DFA over byte classes and
+// rule calls, pruning of states that cannot finish, and the global state numbering. A rule
+// whose DFA explodes is rebuilt with its choices and loops moved into sub-rules (the parser
+// then carries that nondeterminism instead of the automaton).
+#pragma once
+
+#include "runtime/grammar/compiled_grammar.hpp"
+#include "runtime/grammar/detail/grammar_analysis.hpp"
+
+#include <unordered_map>
+
+namespace di::grammar {
+
+class automaton_builder {
+ public:
+  automaton_builder(const grammar& g, const compile_options& options);
+  std::shared_ptr<compiled_grammar> build();
+
+ private:
+  struct job {
+    std::string name;
+    expr_id body;
+    bool outline = false;
+  };
+  struct nfa_state {
+    std::vector<std::uint32_t> eps;
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> bytes;  // (byte set index, target)
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> calls;  // (compiled rule, target)
+  };
+  struct local_dfa {
+    std::vector<std::uint8_t> final;
+    std::vector<std::uint32_t> trans;  // [states * num_classes]
+    std::vector<std::vector<call_edge>> calls;
+  };
+
+  void compute_byte_classes();
+  std::uint32_t byte_set_index(const byte_set& s);
+  std::uint32_t rule_for_ir(rule_id r);
+  std::uint32_t rule_for_expr(expr_id body, const std::string& name);
+  std::uint32_t new_nfa_state();
+  /// Adds the NFA of `id` starting at `from`; returns its end state. `tail`: nothing follows
+  /// in the rule, so an inlined rule there is built once and shared (right-linear rules, like
+  /// the chains the JSON Schema compiler emits for optional properties, stay linear).
+  std::uint32_t emit(expr_id id, std::uint32_t from, const job& j, int depth, bool tail);
+  std::uint32_t emit_ref(const expr& e, std::uint32_t from, const job& j, int depth, bool tail);
+  std::uint32_t emit_repeat(const expr& e, std::uint32_t from, const job& j, int depth);
+  bool outline_child(expr_id child, const job& j, std::uint32_t from, std::uint32_t& end);
+  void closure(std::vector<std::uint32_t>& set);
+  bool determinize(std::uint32_t start, std::uint32_t accept, local_dfa& out);
+  void prune(local_dfa& d);
+  void append(std::uint32_t rule, const local_dfa& d);
+  void compile_job(std::uint32_t index);
+
+  const grammar& g_;
+  compile_options options_;
+  detail::grammar_analysis analysis_;
+  std::vector<job> jobs_;
+  std::unordered_map<rule_id, std::uint32_t> ir_rule_job_;
+  std::unordered_map<expr_id, std::uint32_t> expr_job_;
+  std::vector<nfa_state> nfa_;
+  int emit_depth_ = 0;
+  std::uint32_t accept_ = 0;                               // accept state of the NFA in progress
+  std::unordered_map<rule_id, std::uint32_t> tail_start_;  // shared tail fragments
+  std::vector<std::uint32_t> mark_;                        // closure visit stamps
+  std::uint32_t stamp_ = 0;
+  std::vector<byte_set> sets_;
+  std::vector<std::vector<std::uint8_t>> set_classes_;  // classes inside each byte set
+  std::unordered_map<std::string, std::uint32_t> set_index_;
+  std::uint8_t class_of_[256] = {};
+  std::vector<std::uint8_t> class_rep_;
+  std::vector<local_dfa> dfas_;
+  std::shared_ptr<compiled_grammar> out_;
+};
+
+}  // namespace di::grammar

@@ -1,0 +1,69 @@
+// The recursive-descent regex parser behind compile_regex (regex.hpp). Structure (groups,
+// alternation, quantifiers, anchors) is in regex_parser.cpp; escapes and bracket classes in
+// regex_classes.cpp.
+#pragma once
+
+#include "runtime/grammar/regex.hpp"
+
+#include <optional>
+#include <string>
+
+namespace di::grammar::detail {
+
+class regex_parser {
+ public:
+  regex_parser(grammar& g, std::string_view pattern, const regex_options& options);
+  expr_id parse();
+
+ private:
+  struct flags {
+    bool case_insensitive = false;
+    bool dot_all = false;
+    bool multi_line = false;
+    bool extended = false;
+    bool unicode = true;
+  };
+  /// A parsed sub-pattern and whether it is tied to the start / end of the input.
+  struct piece {
+    expr_id e;
+    bool start = false;
+    bool end = false;
+    bool anchor_only = false;  ///< ^, $, \A, \z by themselves
+  };
+
+  piece parse_alternation(std::size_t depth);
+  piece parse_concat(std::size_t depth);
+  std::optional<piece> parse_atom(std::size_t depth);
+  std::optional<piece> parse_group(std::size_t depth);
+  /// Reads flags after "(?"; true for "(?flags)", false for "(?flags:".
+  bool parse_flag_group();
+  piece apply_quantifier(piece p);
+  bool parse_counted(std::uint32_t& min, std::uint32_t& max);
+  expr_id any_char() const;
+
+  // Escapes and classes (regex_classes.cpp).
+  expr_id parse_escape_atom();
+  bool parse_class_escape(codepoint_set& out);
+  char32_t parse_escaped_char();
+  codepoint_set parse_class();
+  codepoint_set parse_class_items(std::size_t depth);
+  codepoint_set parse_property(bool negated);
+  std::uint32_t parse_hex(std::size_t min_digits, std::size_t max_digits);
+  expr_id class_expr(codepoint_set set) const;
+  expr_id char_expr(char32_t cp) const;
+
+  char32_t peek_cp() const;
+  char32_t next_cp();
+  bool eat(char c);
+  bool at_end() const { return pos_ >= p_.size(); }
+  void skip_extended();
+  [[noreturn]] void fail(const std::string& what) const;
+
+  grammar& g_;
+  std::string_view p_;
+  std::size_t pos_ = 0;
+  regex_options options_;
+  flags flags_;
+};
+
+}  // namespace di::grammar::detail

@@ -1,0 +1,120 @@
+// The grammar IR every front end (EBNF, Lark, regex, JSON Schema) produces: rules whose bodies
+// are expressions over byte sets, sequences, choices, bounded repetitions and rule references.
+// Character classes are lowered to UTF-8 byte sequences on entry, so everything downstream
+// (automata, parser, token masks) works on bytes, which is also what tokens are made of.
+#pragma once
+
+#include "runtime/grammar/codepoint_set.hpp"
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace di::grammar {
+
+/// A set of byte values.
+struct byte_set {
+  std::array<std::uint64_t, 4> words{};
+
+  void set(std::uint8_t b) { words[b >> 6] |= std::uint64_t(1) << (b & 63); }
+  void set_range(std::uint8_t lo, std::uint8_t hi) {
+    for (unsigned b = lo; b <= hi; ++b) set(std::uint8_t(b));
+  }
+  bool test(std::uint8_t b) const { return (words[b >> 6] >> (b & 63)) & 1; }
+  bool empty() const { return (words[0] | words[1] | words[2] | words[3]) == 0; }
+  int count() const;
+  byte_set& operator|=(const byte_set& o) {
+    for (int i = 0; i < 4; ++i) words[i] |= o.words[i];
+    return *this;
+  }
+  bool operator==(const byte_set&) const = default;
+};
+
+using expr_id = std::uint32_t;
+using rule_id = std::uint32_t;
+constexpr std::uint32_t k_unbounded = UINT32_MAX;
+
+enum class expr_kind : std::uint8_t {
+  empty,     ///< the empty string
+  bytes,     ///< one byte from `bytes` (an empty set matches nothing)
+  sequence,  ///< children one after another
+  choice,    ///< any one child
+  repeat,    ///< children[0] between `min` and `max` times (max may be k_unbounded)
+  rule_ref,  ///< the language of rule `rule`
+};
+
+struct expr {
+  expr_kind kind = expr_kind::empty;
+  std::vector<expr_id> children;
+  byte_set bytes;
+  rule_id rule = 0;
+  std::uint32_t min = 0;
+  std::uint32_t max = 0;
+};
+
+struct rule {
+  std::string name;
+  std::optional<expr_id> body;  ///< unset while only declared (a forward reference)
+};
+
+/// Size limits that make hostile input fail with a clear error instead of exhausting memory.
+struct grammar_limits {
+  std::size_t max_exprs = 4'000'000;
+  std::size_t max_rules = 1'000'000;
+};
+
+/// A context-free grammar over bytes. Expressions are interned in one pool; the builders
+/// simplify as they go (a one-element sequence is its element, nested choices flatten).
+class grammar {
+ public:
+  explicit grammar(grammar_limits limits = {}) : limits_(limits) {}
+
+  expr_id empty();
+  expr_id nothing();  ///< matches no string
+  expr_id bytes(const byte_set& set);
+  expr_id byte_range(std::uint8_t lo, std::uint8_t hi);
+  /// The exact bytes of `text`.
+  expr_id literal(std::string_view text);
+  /// One code point from `set`, as its UTF-8 encodings.
+  expr_id codepoints(const codepoint_set& set);
+  expr_id sequence(std::vector<expr_id> items);
+  expr_id choice(std::vector<expr_id> items);
+  expr_id repeat(expr_id item, std::uint32_t min, std::uint32_t max);
+  expr_id optional(expr_id item) { return repeat(item, 0, 1); }
+  expr_id ref(rule_id rule);
+
+  /// Declares a rule (or returns the existing one of that name).
+  rule_id declare_rule(std::string_view name);
+  /// A new rule with a unique name derived from `hint`.
+  rule_id fresh_rule(std::string_view hint);
+  void define_rule(rule_id id, expr_id body);
+  std::optional<rule_id> find_rule(std::string_view name) const;
+  void set_root(rule_id id) { root_ = id; }
+
+  rule_id root() const { return root_; }
+  const expr& at(expr_id id) const { return exprs_[id]; }
+  const rule& rule_at(rule_id id) const { return rules_[id]; }
+  std::size_t num_exprs() const { return exprs_.size(); }
+  std::size_t num_rules() const { return rules_.size(); }
+  const grammar_limits& limits() const { return limits_; }
+
+  /// EBNF text of the grammar (GBNF syntax, byte escapes for non-ASCII), for debugging.
+  std::string to_string() const;
+  std::string expr_to_string(expr_id id) const;
+
+ private:
+  expr_id add(expr e);
+
+  grammar_limits limits_;
+  std::vector<expr> exprs_;
+  std::vector<rule> rules_;
+  std::unordered_map<std::string, rule_id> by_name_;
+  rule_id root_ = 0;
+  expr_id empty_id_ = UINT32_MAX;
+};
+
+}  // namespace di::grammar

@@ -1,0 +1,317 @@
+// Regex escapes and bracket classes: \n \xHH \u{...} \cX style character escapes, the Perl
+// classes \d \w \s, Unicode properties \p{..}, POSIX [:name:] classes, nested classes and
+// && intersection, case folding under (?i). A '[' inside a class is literal (ECMAScript, PCRE,
+// Python), not a nested class.
+#include "common/error.hpp"
+#include "runtime/grammar/detail/regex_parser.hpp"
+
+#include <cctype>
+
+namespace di::grammar::detail {
+
+namespace {
+
+codepoint_set posix_class(std::string_view name, bool& ok) {
+  ok = true;
+  codepoint_set s;
+  if (name == "alnum")
+    s.add('0', '9'), s.add('A', 'Z'), s.add('a', 'z');
+  else if (name == "alpha")
+    s.add('A', 'Z'), s.add('a', 'z');
+  else if (name == "ascii")
+    s.add(0, 0x7F);
+  else if (name == "blank")
+    s.add('\t', '\t'), s.add(' ', ' ');
+  else if (name == "cntrl")
+    s.add(0, 0x1F), s.add(0x7F, 0x7F);
+  else if (name == "digit")
+    s.add('0', '9');
+  else if (name == "graph")
+    s.add('!', '~');
+  else if (name == "lower")
+    s.add('a', 'z');
+  else if (name == "print")
+    s.add(' ', '~');
+  else if (name == "punct")
+    s.add('!', '/'), s.add(':', '@'), s.add('[', '`'), s.add('{', '~');
+  else if (name == "space")
+    s.add('\t', '\r'), s.add(' ', ' ');
+  else if (name == "upper")
+    s.add('A', 'Z');
+  else if (name == "word")
+    s.add('0', '9'), s.add('A', 'Z'), s.add('_', '_'), s.add('a', 'z');
+  else if (name == "xdigit")
+    s.add('0', '9'), s.add('A', 'F'), s.add('a', 'f');
+  else
+    ok = false;
+  return s;
+}
+
+}  // namespace
+
+char32_t regex_parser::peek_cp() const {
+  std::size_t save = pos_;
+  auto* self = const_cast<regex_parser*>(this);
+  char32_t cp = self->next_cp();
+  self->pos_ = save;
+  return cp;
+}
+
+char32_t regex_parser::next_cp() {
+  auto b = [&](std::size_t i) { return std::uint8_t(p_[i]); };
+  if (at_end()) fail("unexpected end of pattern");
+  std::uint8_t c = b(pos_);
+  int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+  if (n == 0 || pos_ + std::size_t(n) > p_.size()) fail("the pattern is not valid UTF-8");
+  char32_t cp = n == 1 ? c : n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : (c & 0x07);
+  for (int k = 1; k < n; ++k) {
+    if ((b(pos_ + std::size_t(k)) & 0xC0) != 0x80) fail("the pattern is not valid UTF-8");
+    cp = (cp << 6) | (b(pos_ + std::size_t(k)) & 0x3F);
+  }
+  pos_ += std::size_t(n);
+  return cp;
+}
+
+bool regex_parser::eat(char c) {
+  if (at_end() || p_[pos_] != c) return false;
+  ++pos_;
+  return true;
+}
+
+void regex_parser::skip_extended() {
+  if (!flags_.extended) return;
+  while (!at_end()) {
+    char c = p_[pos_];
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+      ++pos_;
+    } else if (c == '#') {
+      while (!at_end() && p_[pos_] != '\n') ++pos_;
+    } else {
+      break;
+    }
+  }
+}
+
+std::uint32_t regex_parser::parse_hex(std::size_t min_digits, std::size_t max_digits) {
+  std::uint32_t v = 0;
+  std::size_t n = 0;
+  while (n < max_digits && !at_end() && std::isxdigit(static_cast<unsigned char>(p_[pos_]))) {
+    char c = p_[pos_++];
+    v = v * 16 + std::uint32_t(std::isdigit(static_cast<unsigned char>(c))
+                                   ? c - '0'
+                                   : (std::tolower(c) - 'a' + 10));
+    if (v > 0x10FFFF) fail("code point escape above U+10FFFF");
+    ++n;
+  }
+  if (n < min_digits)
+    fail("escape must be followed by " + std::to_string(min_digits) + " hexadecimal digits");
+  return v;
+}
+
+char32_t regex_parser::parse_escaped_char() {
+  char c = p_[pos_++];
+  switch (c) {
+    case 'n':
+      return '\n';
+    case 't':
+      return '\t';
+    case 'r':
+      return '\r';
+    case 'f':
+      return '\f';
+    case 'v':
+      return '\v';
+    case 'a':
+      return 0x07;
+    case 'e':
+      return 0x1B;
+    case '0': {
+      char32_t v = 0;
+      for (int k = 0; k < 2 && !at_end() && p_[pos_] >= '0' && p_[pos_] <= '7'; ++k)
+        v = v * 8 + char32_t(p_[pos_++] - '0');
+      return v;
+    }
+    case 'x':
+      if (eat('{')) {
+        char32_t v = parse_hex(1, 8);
+        if (!eat('}')) fail("missing '}' after \\x{");
+        return v;
+      }
+      return parse_hex(2, 2);
+    case 'u': {
+      if (eat('{')) {
+        char32_t v = parse_hex(1, 8);
+        if (!eat('}')) fail("missing '}' after \\u{");
+        return v;
+      }
+      char32_t v = parse_hex(4, 4);
+      // A UTF-16 surrogate pair written as two escapes (ECMAScript, JSON Schema patterns).
+      if (v >= 0xD800 && v <= 0xDBFF && p_.substr(pos_, 2) == "\\u") {
+        std::size_t save = pos_;
+        pos_ += 2;
+        char32_t lo = parse_hex(4, 4);
+        if (lo >= 0xDC00 && lo <= 0xDFFF) return 0x10000 + ((v - 0xD800) << 10) + (lo - 0xDC00);
+        pos_ = save;
+      }
+      return v;
+    }
+    case 'U':
+      return parse_hex(8, 8);
+    case 'c': {
+      if (at_end() || !std::isalpha(static_cast<unsigned char>(p_[pos_])))
+        fail("\\c must be followed by a letter");
+      return char32_t(p_[pos_++] & 0x1F);
+    }
+    default:
+      if (std::isalnum(static_cast<unsigned char>(c)) || (static_cast<unsigned char>(c) >= 0x80))
+        fail(std::string("unknown escape '\\") + c + "'");
+      return char32_t(static_cast<unsigned char>(c));
+  }
+}
+
+codepoint_set regex_parser::parse_property(bool negated) {
+  std::string name;
+  if (eat('{')) {
+    while (!at_end() && p_[pos_] != '}') name.push_back(p_[pos_++]);
+    if (!eat('}')) fail("missing '}' after \\p{");
+  } else {
+    if (at_end()) fail("missing property name after \\p");
+    name.push_back(p_[pos_++]);
+  }
+  if (!name.empty() && name[0] == '^') negated = !negated, name.erase(0, 1);
+  std::size_t eq = name.find_first_of("=:");
+  if (eq != std::string::npos) {
+    std::string key = name.substr(0, eq);
+    for (auto& ch : key) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+    if (key != "gc" && key != "generalcategory" && key != "general_category")
+      fail("Unicode property '" + name + "' is not supported (general categories only)");
+    name = name.substr(eq + 1);
+  }
+  codepoint_set s;
+  if (!unicode_property(name, s))
+    fail("Unicode property '" + name + "' is not supported (general categories only)");
+  return negated ? s.complement() : s;
+}
+
+bool regex_parser::parse_class_escape(codepoint_set& out) {
+  char c = p_[pos_];
+  bool unicode = options_.unicode_classes && flags_.unicode;
+  switch (c) {
+    case 'd':
+      out = digit_class(unicode);
+      break;
+    case 'D':
+      out = digit_class(unicode).complement();
+      break;
+    case 'w':
+      out = word_class(unicode);
+      break;
+    case 'W':
+      out = word_class(unicode).complement();
+      break;
+    case 's':
+      out = space_class(unicode);
+      break;
+    case 'S':
+      out = space_class(unicode).complement();
+      break;
+    case 'p':
+    case 'P':
+      ++pos_;
+      out = parse_property(c == 'P');
+      return true;
+    default:
+      return false;
+  }
+  ++pos_;
+  return true;
+}
+
+expr_id regex_parser::parse_escape_atom() {
+  ++pos_;  // '\'
+  if (at_end()) fail("trailing backslash");
+  char c = p_[pos_];
+  codepoint_set set;
+  if (parse_class_escape(set)) return class_expr(set);
+  if (c == 'b' || c == 'B') fail("word boundary assertions (\\b, \\B) are not supported");
+  if ((c >= '1' && c <= '9') || c == 'k' || c == 'g') fail("backreferences are not supported");
+  return char_expr(parse_escaped_char());
+}
+
+codepoint_set regex_parser::parse_class() {
+  ++pos_;  // '['
+  bool negated = eat('^');
+  if (!at_end() && p_[pos_] == ']' && p_.find(']', pos_ + 1) == std::string_view::npos)
+    fail("empty character class");
+  codepoint_set set = parse_class_items(0);
+  if (!eat(']')) fail("unterminated character class");
+  if (flags_.case_insensitive) set = set.case_folded();
+  return negated ? set.complement() : set;
+}
+
+codepoint_set regex_parser::parse_class_items(std::size_t depth) {
+  if (depth > options_.max_nesting) fail("character classes nested too deeply");
+  codepoint_set acc;
+  for (bool first = true;; first = false) {
+    if (at_end()) fail("unterminated character class");
+    if (p_[pos_] == ']' && !first) return acc;
+    if (p_.substr(pos_, 2) == "[:") {
+      std::size_t close = p_.find(":]", pos_ + 2);
+      if (close != std::string_view::npos) {
+        std::string_view name = p_.substr(pos_ + 2, close - pos_ - 2);
+        bool neg = !name.empty() && name[0] == '^';
+        bool ok;
+        codepoint_set s = posix_class(neg ? name.substr(1) : name, ok);
+        if (!ok) fail("unknown POSIX class [:" + std::string(name) + ":]");
+        acc.add(neg ? s.complement() : s);
+        pos_ = close + 2;
+        continue;
+      }
+    }
+    if (p_.substr(pos_, 2) == "&&") {
+      pos_ += 2;
+      return acc.intersect(parse_class_items(depth + 1));
+    }
+    codepoint_set escaped;
+    char32_t lo;
+    if (p_[pos_] == '\\') {
+      ++pos_;
+      if (at_end()) fail("trailing backslash");
+      if (parse_class_escape(escaped)) {
+        acc.add(escaped);
+        continue;
+      }
+      lo = p_[pos_] == 'b' ? (++pos_, char32_t(8)) : parse_escaped_char();
+    } else {
+      lo = next_cp();
+    }
+    char32_t hi = lo;
+    if (pos_ + 1 < p_.size() && p_[pos_] == '-' && p_[pos_ + 1] != ']') {
+      ++pos_;
+      if (p_[pos_] == '\\') {
+        ++pos_;
+        if (at_end()) fail("trailing backslash");
+        codepoint_set dummy;
+        std::size_t save = pos_;
+        if (parse_class_escape(dummy)) pos_ = save, fail("a class like \\d cannot end a range");
+        hi = p_[pos_] == 'b' ? (++pos_, char32_t(8)) : parse_escaped_char();
+      } else {
+        hi = next_cp();
+      }
+      if (hi < lo) fail("invalid character range (end before start)");
+    }
+    acc.add(lo, hi);
+  }
+}
+
+expr_id regex_parser::class_expr(codepoint_set set) const {
+  return g_.codepoints(set);
+}
+
+expr_id regex_parser::char_expr(char32_t cp) const {
+  codepoint_set s = codepoint_set::single(cp);
+  if (flags_.case_insensitive) s = s.case_folded();
+  return g_.codepoints(s);
+}
+
+}  // namespace di::grammar::detail

@@ -1,0 +1,285 @@
+// Regex structure: alternation, concatenation, groups and inline flags, quantifiers, and the
+// anchor rules (an anchor may only sit at the start or end of the pattern or of a top-level
+// alternative; search mode pads unanchored ends with "any character").
+#include "runtime/grammar/detail/regex_parser.hpp"
+
+#include "common/error.hpp"
+
+#include <algorithm>
+
+namespace di::grammar {
+
+namespace detail {
+
+namespace {
+constexpr std::uint32_t k_max_repeat = 100000;
+}
+
+regex_parser::regex_parser(grammar& g, std::string_view pattern, const regex_options& options)
+    : g_(g), p_(pattern), options_(options) {
+  flags_.case_insensitive = options.case_insensitive;
+  flags_.dot_all = options.dot_all;
+}
+
+void regex_parser::fail(const std::string& what) const {
+  DI_FAIL("regex /{}/: {} (at offset {})", p_, what, pos_);
+}
+
+expr_id regex_parser::any_char() const {
+  codepoint_set s = codepoint_set::all();
+  if (!flags_.dot_all) {
+    s = s.minus(codepoint_set::single('\n'));
+    if (options_.ecma_dot) {
+      s = s.minus(codepoint_set::single('\r'));
+      s = s.minus(codepoint_set::range(0x2028, 0x2029));
+    }
+  }
+  return g_.codepoints(s);
+}
+
+expr_id regex_parser::parse() {
+  piece p = parse_alternation(0);
+  if (!at_end()) fail("unmatched ')'");
+  if (!options_.search) return p.e;
+  expr_id pad = g_.repeat(g_.codepoints(codepoint_set::all()), 0, k_unbounded);
+  std::vector<expr_id> items;
+  if (!p.start) items.push_back(pad);
+  items.push_back(p.e);
+  if (!p.end) items.push_back(pad);
+  return g_.sequence(std::move(items));
+}
+
+regex_parser::piece regex_parser::parse_alternation(std::size_t depth) {
+  std::vector<piece> alts{parse_concat(depth)};
+  while (eat('|')) alts.push_back(parse_concat(depth));
+  if (alts.size() == 1) return alts[0];
+  auto count = [&](bool piece::*flag) {
+    return std::count_if(alts.begin(), alts.end(), [&](const piece& a) { return a.*flag; });
+  };
+  std::size_t starts = count(&piece::start), ends = count(&piece::end);
+  piece out{0, starts > 0, ends > 0, false};
+  expr_id pad = g_.repeat(g_.codepoints(codepoint_set::all()), 0, k_unbounded);
+  std::vector<expr_id> es;
+  for (piece& a : alts) {
+    // Search mode: an unanchored alternative beside anchored ones may match anywhere.
+    if (options_.search && starts > 0 && !a.start) a.e = g_.sequence({pad, a.e});
+    if (options_.search && ends > 0 && !a.end) a.e = g_.sequence({a.e, pad});
+    es.push_back(a.e);
+  }
+  out.e = g_.choice(std::move(es));
+  return out;
+}
+
+regex_parser::piece regex_parser::parse_concat(std::size_t depth) {
+  std::vector<piece> items;
+  for (;;) {
+    skip_extended();
+    if (at_end() || p_[pos_] == '|' || p_[pos_] == ')') break;
+    std::optional<piece> a = parse_atom(depth);
+    if (!a) continue;
+    items.push_back(apply_quantifier(*a));
+  }
+  piece out{g_.empty(), false, false, !items.empty()};
+  std::vector<expr_id> es;
+  for (std::size_t k = 0; k < items.size(); ++k) {
+    const piece& it = items[k];
+    bool before_all_anchors = std::all_of(items.begin(), items.begin() + std::ptrdiff_t(k),
+                                          [](const piece& q) { return q.anchor_only; });
+    bool after_all_anchors = std::all_of(items.begin() + std::ptrdiff_t(k) + 1, items.end(),
+                                         [](const piece& q) { return q.anchor_only; });
+    if (it.start && !before_all_anchors)
+      fail("'^' or '\\A' in the middle of a pattern is not supported (only at its start)");
+    if (it.end && !after_all_anchors)
+      fail("'$' or '\\z' in the middle of a pattern is not supported (only at its end)");
+    out.start = out.start || it.start;
+    out.end = out.end || it.end;
+    out.anchor_only = out.anchor_only && it.anchor_only;
+    es.push_back(it.e);
+  }
+  out.e = g_.sequence(std::move(es));
+  return out;
+}
+
+std::optional<regex_parser::piece> regex_parser::parse_atom(std::size_t depth) {
+  char c = p_[pos_];
+  switch (c) {
+    case '(':
+      return parse_group(depth);
+    case '[':
+      return piece{class_expr(parse_class())};
+    case '.':
+      ++pos_;
+      return piece{any_char()};
+    case '^':
+    case '$':
+      if (flags_.multi_line) fail("'^' and '$' in multi-line mode are not supported");
+      ++pos_;
+      return piece{g_.empty(), c == '^', c == '$', true};
+    case '*':
+    case '+':
+    case '?':
+      fail(std::string("quantifier '") + c + "' has nothing to repeat");
+    case '{': {
+      std::size_t save = pos_;
+      std::uint32_t lo, hi;
+      if (parse_counted(lo, hi)) {
+        pos_ = save;
+        fail("quantifier '{' has nothing to repeat");
+      }
+      ++pos_;
+      return piece{g_.literal("{")};
+    }
+    case '\\': {
+      if (pos_ + 1 < p_.size()) {
+        char e = p_[pos_ + 1];
+        if (e == 'A' || e == 'z' || e == 'Z') {
+          pos_ += 2;
+          return piece{g_.empty(), e == 'A', e != 'A', true};
+        }
+      }
+      return piece{parse_escape_atom()};
+    }
+    default:
+      return piece{char_expr(next_cp())};
+  }
+}
+
+bool regex_parser::parse_counted(std::uint32_t& min, std::uint32_t& max) {
+  std::size_t save = pos_;
+  auto number = [&](std::uint32_t& out) {
+    std::size_t start = pos_;
+    std::uint64_t v = 0;
+    while (!at_end() && p_[pos_] >= '0' && p_[pos_] <= '9') {
+      v = std::min<std::uint64_t>(v * 10 + std::uint64_t(p_[pos_] - '0'), UINT32_MAX);
+      ++pos_;
+    }
+    out = std::uint32_t(v);
+    return pos_ > start;
+  };
+  auto skip_space = [&] {
+    while (!at_end() && p_[pos_] == ' ') ++pos_;
+  };
+  ++pos_;  // '{'
+  skip_space();
+  bool has_min = number(min);
+  skip_space();
+  if (!has_min) min = 0;
+  if (eat('}')) {
+    if (!has_min) return pos_ = save, false;
+    max = min;
+    return true;
+  }
+  if (!eat(',')) return pos_ = save, false;
+  skip_space();
+  bool has_max = number(max);
+  skip_space();
+  if (!has_min) fail("repetition '{,n}' needs a minimum (write {0,n})");
+  if (!eat('}')) return pos_ = save, false;
+  if (!has_max) max = k_unbounded;
+  return true;
+}
+
+regex_parser::piece regex_parser::apply_quantifier(piece p) {
+  for (;;) {
+    skip_extended();
+    if (at_end()) return p;
+    std::uint32_t lo = 0, hi = 0;
+    char c = p_[pos_];
+    if (c == '*')
+      lo = 0, hi = k_unbounded, ++pos_;
+    else if (c == '+')
+      lo = 1, hi = k_unbounded, ++pos_;
+    else if (c == '?')
+      lo = 0, hi = 1, ++pos_;
+    else if (c == '{' && parse_counted(lo, hi)) {
+    } else {
+      return p;
+    }
+    if (p.start || p.end) fail("a quantifier on an anchor is not supported");
+    if (lo > hi)
+      fail("repetition {" + std::to_string(lo) + "," + std::to_string(hi) + "} has min > max");
+    if ((hi != k_unbounded && hi > k_max_repeat) || lo > k_max_repeat)
+      fail("repetition count too large (the limit is " + std::to_string(k_max_repeat) + ")");
+    if (eat('+')) fail("possessive quantifiers are not supported");
+    eat('?');  // lazy: the same language
+    p.e = g_.repeat(p.e, lo, hi);
+  }
+}
+
+std::optional<regex_parser::piece> regex_parser::parse_group(std::size_t depth) {
+  if (depth + 1 > options_.max_nesting) fail("groups nested too deeply");
+  ++pos_;  // '('
+  flags saved = flags_;
+  if (eat('?')) {
+    if (p_.substr(pos_, 1) == "=" || p_.substr(pos_, 1) == "!")
+      fail("lookahead assertions are not supported");
+    if (p_.substr(pos_, 2) == "<=" || p_.substr(pos_, 2) == "<!")
+      fail("lookbehind assertions are not supported");
+    if (eat('>')) fail("atomic groups are not supported");
+    if (p_.substr(pos_, 2) == "P=") fail("backreferences are not supported");
+    if (eat('P') || p_.substr(pos_, 1) == "<" || p_.substr(pos_, 1) == "'") {
+      char close = eat('\'') ? '\'' : (eat('<') ? '>' : 0);
+      if (!close) fail("expected '<' after (?P");
+      while (!at_end() && p_[pos_] != close) ++pos_;
+      if (!eat(close)) fail("unterminated group name");
+    } else if (!eat(':') && parse_flag_group()) {
+      return std::nullopt;  // (?flags): they stay set until the enclosing group ends
+    }
+  }
+  piece inner = parse_alternation(depth + 1);
+  if (!eat(')')) fail("missing ')'");
+  flags_ = saved;
+  return inner;
+}
+
+bool regex_parser::parse_flag_group() {
+  bool negate = false;
+  for (;;) {
+    if (at_end()) fail("unterminated flag group");
+    char c = p_[pos_++];
+    if (c == ')') return true;
+    if (c == ':') return false;
+    if (c == '-') {
+      negate = true;
+      continue;
+    }
+    bool on = !negate;
+    switch (c) {
+      case 'i':
+        flags_.case_insensitive = on;
+        break;
+      case 's':
+        flags_.dot_all = on;
+        break;
+      case 'm':
+        flags_.multi_line = on;
+        break;
+      case 'x':
+        flags_.extended = on;
+        break;
+      case 'u':
+        flags_.unicode = on;
+        break;
+      case 'U':
+        break;  // swaps greediness: the same language
+      default:
+        fail(std::string("unknown flag '") + c + "'");
+    }
+  }
+}
+
+}  // namespace detail
+
+expr_id compile_regex(grammar& g, std::string_view pattern, const regex_options& options) {
+  return detail::regex_parser(g, pattern, options).parse();
+}
+
+grammar regex_grammar(std::string_view pattern, const regex_options& options) {
+  grammar g;
+  rule_id root = g.declare_rule("root");
+  g.define_rule(root, compile_regex(g, pattern, options));
+  g.set_root(root);
+  return g;
+}
+
+}  // namespace di::grammar

@@ -1,0 +1,125 @@
+// The token matcher against a brute-force reference: at every step of random walks through
+// several grammars, the mask must equal "accept each token, then roll it back". Also
+// rollback, stop tokens, termination and forced continuations.
+#include "runtime/grammar/grammar_matcher.hpp"
+#include "tests/runtime/grammar/grammar_test_util.hpp"
+
+#include <doctest/doctest.h>
+
+#include <random>
+
+using namespace di::grammar;
+
+namespace {
+
+const char* k_json_ebnf = R"(
+root ::= basic_array | basic_object
+basic_any ::= basic_number | basic_string | basic_boolean | basic_null | basic_array | basic_object
+basic_number ::= ("0" | "-"? [1-9] [0-9]*) ("." [0-9]+)? ([eE] [+-]? [0-9]+)?
+basic_string ::= (([\"] basic_string_1 [\"]))
+basic_string_1 ::= "" | [^"\\\x00-\x1F] basic_string_1 | "\\" escape basic_string_1
+escape ::= ["\\/bfnrt] | "u" [A-Fa-f0-9] [A-Fa-f0-9] [A-Fa-f0-9] [A-Fa-f0-9]
+basic_boolean ::= "true" | "false"
+basic_null ::= "null"
+basic_array ::= "[" ("" | ws basic_any (ws "," ws basic_any)*) ws "]"
+basic_object ::= "{" ("" | ws basic_string ws ":" ws basic_any ( ws "," ws basic_string ws ":" ws basic_any)*) ws "}"
+ws ::= [ \n\t]*
+)";
+
+/// A small vocabulary: every byte of `alphabet` alone, plus random strings over it.
+std::vector<std::string> random_vocab(const std::string& alphabet, std::size_t n,
+                                      std::mt19937& rng) {
+  std::vector<std::string> v;
+  for (char c : alphabet) v.push_back(std::string(1, c));
+  v.push_back("\xC3\xA9");  // é
+  v.push_back("\xE4\xB8");  // the first two bytes of a CJK character
+  v.push_back("\xAD");      // a lone continuation byte
+  std::uniform_int_distribution<std::size_t> len(2, 6), pick(0, alphabet.size() - 1);
+  while (v.size() < n) {
+    std::string s;
+    for (std::size_t k = len(rng); k > 0; --k) s.push_back(alphabet[pick(rng)]);
+    v.push_back(s);
+  }
+  v.push_back("");  // id with no text (like a special token)
+  return v;
+}
+
+std::vector<std::uint32_t> brute_mask(grammar_matcher& m, const token_vocabulary& v) {
+  std::vector<std::uint32_t> mask(v.mask_words(), 0);
+  for (std::size_t id = 0; id < v.mask_size(); ++id) {
+    if (m.accept_token(token_id(id))) {
+      mask[id >> 5] |= 1u << (id & 31);
+      m.rollback(1);
+    }
+  }
+  return mask;
+}
+
+/// Random walk: at each step compare masks, then take a random allowed token.
+void check_walks(const std::string& grammar_text, const std::string& alphabet, int walks,
+                 int steps) {
+  std::mt19937 rng(1234);
+  auto vocab = token_vocabulary::from_tokens(random_vocab(alphabet, 400, rng), {401}, 403);
+  auto tg = token_grammar::create(test::compile_ebnf(grammar_text), vocab, /*precompute=*/false);
+  for (int w = 0; w < walks; ++w) {
+    grammar_matcher m(tg);
+    for (int s = 0; s < steps; ++s) {
+      std::vector<std::uint32_t> mask(vocab->mask_words());
+      m.fill_next_token_mask(mask);
+      auto ref = brute_mask(m, *vocab);
+      REQUIRE(mask == ref);
+      std::vector<token_id> allowed;
+      for (std::size_t id = 0; id < vocab->mask_size(); ++id)
+        if ((mask[id >> 5] >> (id & 31)) & 1) allowed.push_back(token_id(id));
+      if (allowed.empty() || m.is_terminated()) break;
+      token_id pick =
+          allowed[std::uniform_int_distribution<std::size_t>(0, allowed.size() - 1)(rng)];
+      REQUIRE(m.accept_token(pick));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("masks equal the brute-force reference on a recursive JSON grammar") {
+  check_walks(k_json_ebnf, "{}[],: \"\\ntu0123456789.-eEabcfl/", 12, 40);
+}
+
+TEST_CASE("masks equal the brute-force reference on left recursion and ambiguity") {
+  check_walks("root ::= expr\nexpr ::= expr \"+\" term | term\nterm ::= [0-9]+ | \"(\" expr \")\"",
+              "0123456789+()", 10, 30);
+  check_walks("root ::= (a | b)* \"x\"\na ::= \"ab\" | \"a\"\nb ::= \"b\" | \"bb\"", "abx", 10, 20);
+  check_walks("root ::= [a-z]{2,5} (\",\" [a-z]{2,5}){0,3}", "abz,", 10, 20);
+}
+
+TEST_CASE("rollback restores the exact state; stop tokens only at the end") {
+  auto vocab = token_vocabulary::from_tokens({"a", "b", "ab", "c", ""}, {4});
+  auto tg = token_grammar::create(test::compile_ebnf("root ::= \"a\" \"b\"+ \"c\"?"), vocab);
+  grammar_matcher m(tg);
+  CHECK_FALSE(m.accept_token(4));  // stop before the text is complete
+  CHECK(m.accept_token(2));        // "ab"
+  CHECK(m.is_accepting());
+  CHECK_FALSE(m.is_terminated());  // "c" or more "b" may follow
+  CHECK(m.accept_token(1));
+  CHECK(m.accept_token(3));
+  CHECK(m.is_terminated());
+  m.rollback(2);
+  CHECK(m.num_tokens() == 1);
+  CHECK_FALSE(m.accept_token(0));
+  CHECK(m.accept_token(4));
+  CHECK(m.is_terminated());
+  CHECK_FALSE(m.accept_token(1));
+  m.rollback(1);
+  CHECK(m.accept_token(1));
+}
+
+TEST_CASE("forced continuations stop where the grammar branches") {
+  auto vocab = token_vocabulary::from_tokens({"x"}, {});
+  auto tg =
+      token_grammar::create(test::compile_ebnf(R"(root ::= "{\"name\": " ("1" | "2") "}")"), vocab);
+  grammar_matcher m(tg);
+  CHECK(m.forced_bytes() == "{\"name\": ");
+  CHECK(m.accept_bytes("{\"name\": 2"));
+  CHECK(m.forced_bytes() == "}");
+  CHECK(m.num_tokens() == 1);
+}

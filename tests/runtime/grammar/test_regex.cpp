@@ -1,0 +1,88 @@
+// Regex front end: syntax coverage (classes, escapes, quantifiers, groups, flags), full-match
+// and search semantics, Unicode, and the clear errors for what a grammar cannot express.
+#include "common/error.hpp"
+#include "tests/runtime/grammar/grammar_test_util.hpp"
+
+#include <doctest/doctest.h>
+
+using namespace di::grammar;
+using di::grammar::test::accepts;
+using di::grammar::test::compile_re;
+
+TEST_CASE("literals, classes and quantifiers match in full") {
+  auto g = compile_re("a[bc]+d{2,3}e?");
+  CHECK(accepts(*g, "abdd"));
+  CHECK(accepts(*g, "acbcddde"));
+  CHECK_FALSE(accepts(*g, "ad"));
+  CHECK_FALSE(accepts(*g, "abdddd"));
+  CHECK_FALSE(accepts(*g, "xabdd"));
+}
+
+TEST_CASE("alternation, groups and nested quantifiers") {
+  auto g = compile_re("(ab|cd)*(?:x|y){2}");
+  CHECK(accepts(*g, "xy"));
+  CHECK(accepts(*g, "abcdabyy"));
+  CHECK_FALSE(accepts(*g, "abx"));
+  CHECK_FALSE(accepts(*g, "acxy"));
+}
+
+TEST_CASE("escapes and Unicode") {
+  auto g = compile_re(R"(\u{20BB7}\u0300\x1F\cJ)");
+  CHECK(accepts(*g, "\xF0\xA0\xAE\xB7\xCC\x80\x1F\n"));
+  auto d = compile_re(R"(\d+)");
+  CHECK(accepts(*d, "0123"));
+  CHECK(accepts(*d, "\xD9\xA3"));  // ARABIC-INDIC DIGIT THREE (Unicode \d)
+  auto ascii = compile_re(R"(\d+)", {.unicode_classes = false});
+  CHECK_FALSE(accepts(*ascii, "\xD9\xA3"));
+  auto l = compile_re(R"(\p{Lu}\p{Ll}*)");
+  CHECK(accepts(*l, "\xC3\x89t\xC3\xA9"));  // Été
+  CHECK_FALSE(accepts(*l, "\xC3\xA9t\xC3\xA9"));
+  auto dot = compile_re("a.c");
+  CHECK(accepts(*dot,
+                "a\xE4\xB8\xAD"
+                "c"));
+  CHECK_FALSE(accepts(*dot, "a\nc"));
+  CHECK_FALSE(accepts(*dot,
+                      "a\xE4\xB8"
+                      "c"));  // a truncated character is not a character
+}
+
+TEST_CASE("case-insensitive flags scope to their group") {
+  auto g = compile_re("(?i)ab(?-i:c)");
+  CHECK(accepts(*g, "ABc"));
+  CHECK_FALSE(accepts(*g, "ABC"));
+  auto k = compile_re("(?i)k");
+  CHECK(accepts(*k, "\xE2\x84\xAA"));  // KELVIN SIGN folds with k
+  auto alt = compile_re("a(?i)b|c");
+  CHECK(accepts(*alt, "aB"));
+  CHECK(accepts(*alt, "C"));
+  CHECK_FALSE(accepts(*alt, "aC"));
+}
+
+TEST_CASE("search mode matches anywhere unless anchored") {
+  regex_options search{.search = true};
+  auto any = compile_re("ab", search);
+  CHECK(accepts(*any, "xxabyy"));
+  CHECK_FALSE(accepts(*any, "xxayy"));
+  auto start = compile_re("^ab", search);
+  CHECK(accepts(*start, "abyy"));
+  CHECK_FALSE(accepts(*start, "xab"));
+  auto both = compile_re("^ab$|c", search);
+  CHECK(accepts(*both, "ab"));
+  CHECK(accepts(*both, "xcx"));
+  CHECK_FALSE(accepts(*both, "abx"));
+}
+
+TEST_CASE("what a grammar cannot express is a clear error") {
+  CHECK_THROWS_WITH_AS(regex_grammar(R"((a)\1)"), doctest::Contains("backreferences"), di::error);
+  CHECK_THROWS_WITH_AS(regex_grammar(R"(a\b)"), doctest::Contains("word boundary"), di::error);
+  CHECK_THROWS_WITH_AS(regex_grammar("(?=a)a"), doctest::Contains("lookahead"), di::error);
+  CHECK_THROWS_WITH_AS(regex_grammar("(?<=a)b"), doctest::Contains("lookbehind"), di::error);
+  CHECK_THROWS_WITH_AS(regex_grammar("a^b"), doctest::Contains("middle"), di::error);
+  CHECK_THROWS_WITH_AS(regex_grammar("[abc"), doctest::Contains("unterminated"), di::error);
+  CHECK_THROWS_WITH_AS(regex_grammar("a{3,2}"), doctest::Contains("min > max"), di::error);
+  CHECK_THROWS_WITH_AS(regex_grammar("*a"), doctest::Contains("nothing to repeat"), di::error);
+  CHECK_THROWS_WITH_AS(regex_grammar("(ab"), doctest::Contains("missing ')'"), di::error);
+  CHECK_THROWS_WITH_AS(regex_grammar(R"(\p{Greek})"), doctest::Contains("not supported"),
+                       di::error);
+}
