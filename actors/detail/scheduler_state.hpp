@@ -1,0 +1,58 @@
+// The scheduler actor's state and the functions its two source files share
+// (scheduler_actor.cpp: startup and handlers; scheduler_steps.cpp: the step pipeline).
+#pragma once
+
+#include "actors/scheduler_actor.hpp"
+#include "runtime/scheduler.hpp"
+
+#include <caf/typed_response_promise.hpp>
+#include <spdlog/logger.h>
+
+#include <deque>
+#include <optional>
+
+namespace di::actors::detail {
+
+/// One plan sent to the executors and their answers.
+struct pending_step {
+  std::uint64_t step_id = 0;
+  bool has_rows = false;
+  std::int64_t sent_ns = 0;
+  bool is_direct = false;  ///< no other plan with rows was in flight when it was sent
+  std::vector<std::optional<step_done>> replies;  ///< one per executor
+  int num_replies = 0;
+};
+
+struct scheduler_state {
+  static inline const char* name = "scheduler";
+  scheduler_state() = default;
+
+  scheduler_params params;
+  std::shared_ptr<spdlog::logger> log;
+  std::vector<std::optional<executor_info>> infos;
+  std::unique_ptr<runtime::scheduler> sched;
+  std::optional<router_actor> router;
+  std::vector<caf::typed_response_promise<group_info>> attach_waiters;
+  group_info info;
+  bool is_up = false;
+  bool is_failed = false;
+  std::string down_reason;
+  std::deque<pending_step> in_flight;
+  int num_row_steps_in_flight = 0;
+  executor_timing timing;
+  runtime::scheduler_counters last_counters;  // at the last status line
+  std::int64_t last_status_ns = 0;
+};
+
+using scheduler_self = scheduler_actor::stateful_pointer<scheduler_state>;
+
+/// Plans and sends steps while the pipeline has room (scheduler_steps.cpp).
+void pump(scheduler_self self);
+/// Ends every live request with `reason` and stops the scheduler.
+void fail_group(scheduler_self self, const std::string& reason);
+/// Sends events to the router.
+void emit(scheduler_self self, std::vector<runtime::token_event> events);
+/// The step watchdog (scheduler_steps.cpp).
+void check_deadline(scheduler_self self);
+
+}  // namespace di::actors::detail

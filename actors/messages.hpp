@@ -1,0 +1,383 @@
+// Every message the actors exchange, their inspect() functions, and the typed interface of
+// each actor (one comment per message), in one place. Messages carry control data only: ids,
+// token ids, block ids, step plans, counters. Tensors never travel here (design.md §1).
+//
+// Who talks to whom:
+//   client ──submit/abort──▶ router ──start/abort/probe──▶ scheduler ──run_step──▶ executor(s)
+//   client ◀─client_events── router ◀────group_events──── scheduler ◀──step_done── executor(s)
+//   node(rank N) ──join──▶ coordinator (node rank 0) ──spawn_*──▶ node(rank N)
+// Monitoring: the coordinator monitors every node; each scheduler its executors; the router
+// its schedulers and its clients; each client its router; every node its coordinator.
+//
+// Every type here must be registered with register_types() on every node under the same
+// name: CAF 0.17 checks remote typed handles by comparing signature strings of names.
+#pragma once
+
+#include "actors/detail/runtime_inspect.hpp"
+
+#include <caf/actor_system_config.hpp>
+#include <caf/atom.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace di::actors {
+
+// ---- atoms -----------------------------------------------------------------------------------
+
+using info_atom = caf::atom_constant<caf::atom("di_info")>;
+using status_atom = caf::atom_constant<caf::atom("di_status")>;
+using shutdown_atom = caf::atom_constant<caf::atom("di_shutdn")>;
+using tick_atom = caf::atom_constant<caf::atom("di_tick")>;
+
+// ---- executor --------------------------------------------------------------------------------
+
+/// What an executor reports once its runner is loaded.
+struct executor_info {
+  runtime::runner_info runner;
+  runtime::kv_geometry geometry;  ///< the cache shape the scheduler's block manager must use
+  int node = 0;                   ///< rank of the executor's node
+};
+
+/// One step plan for an executor.
+struct run_step {
+  runtime::step_plan plan;
+  std::int64_t sent_ns = 0;  ///< scheduler's steady clock at sending (same-host latency)
+};
+
+/// An executor's answer to run_step.
+struct step_done {
+  runtime::step_result result;
+  std::int64_t run_ns = 0;       ///< time inside step_runner::run
+  std::int64_t gap_ns = -1;      ///< idle time since the previous step it continues; -1 = none
+  std::int64_t received_ns = 0;  ///< executor's steady clock when the plan was taken up
+  bool was_ready = false;  ///< (gap_ns >= 0) the plan was sent before the previous step ended
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, executor_info& x) {
+  return f(caf::meta::type_name("executor_info"), x.runner, x.geometry, x.node);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, run_step& x) {
+  return f(caf::meta::type_name("run_step"), x.plan, x.sent_ns);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_done& x) {
+  return f(caf::meta::type_name("step_done"), x.result, x.run_ns, x.gap_ns, x.received_ns,
+           x.was_ready);
+}
+
+using executor_actor = caf::typed_actor<
+    /// scheduler → executor: the runner's device, pools and cache geometry (answered once the
+    /// runner has loaded).
+    caf::replies_to<info_atom>::with<executor_info>,
+    /// scheduler → executor: run one plan; plans arrive strictly in step order, and a failed
+    /// device answers with an error and the executor stops.
+    caf::replies_to<run_step>::with<step_done>>;
+
+// ---- scheduler -------------------------------------------------------------------------------
+
+/// A tokenized, validated request for a group (id: the router's, unique in the cluster).
+struct start_request {
+  runtime::request request;
+};
+
+/// Ends a request in any phase (router → scheduler: router id; client → router: client id).
+struct abort_request {
+  std::uint64_t id = 0;
+};
+
+/// "How many leading tokens of this prompt do you have cached?" (cache-aware routing).
+struct prefix_probe {
+  std::vector<std::int32_t> tokens;
+};
+
+/// The token events of one step of a group (request ids are the router's).
+struct group_events {
+  int group = 0;
+  std::vector<runtime::token_event> events;
+};
+
+/// What a group's scheduler tells the router once its executors are ready.
+struct group_info {
+  int group = 0;
+  std::int64_t max_model_len = 0;
+  std::int64_t token_block_size = 0;  ///< the prefix-cache unit in tokens
+  std::int64_t num_blocks = 0;        ///< all streams
+  int num_executors = 0;
+  std::string device;  ///< of executor 0
+};
+
+/// Executor-side timing a scheduler accumulates over its steps.
+struct executor_timing {
+  std::int64_t num_steps = 0;
+  std::int64_t run_ns = 0;        ///< time inside the runner
+  std::int64_t num_gaps = 0;      ///< steps that continued the previous one
+  std::int64_t gap_ns = 0;        ///< executor idle time before those steps
+  std::int64_t max_gap_ns = 0;
+  std::int64_t num_ready = 0;     ///< ... whose plan was sent before the previous step ended
+  std::int64_t num_direct = 0;    ///< steps sent to an executor with nothing queued
+  std::int64_t direct_overhead_ns = 0;  ///< their round trip minus run time
+  std::int64_t num_sized = 0;     ///< steps whose messages were measured
+  std::int64_t plan_bytes = 0;    ///< serialized run_step bytes of those steps
+  std::int64_t result_bytes = 0;  ///< serialized step_done bytes of those steps
+};
+
+/// A group's state and statistics.
+struct group_status {
+  int group = 0;
+  bool is_up = false;
+  std::string down_reason;
+  int scheduler_node = 0;
+  std::vector<int> executor_nodes;
+  runtime::scheduler_stats stats;
+  executor_timing timing;
+  std::int64_t num_requests = 0;  ///< requests the router sent this group (router fills it)
+  std::int64_t num_affinity = 0;  ///< ... of which chosen for a cached prefix
+  std::int64_t num_live = 0;      ///< ... still live
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, start_request& x) {
+  return f(caf::meta::type_name("start_request"), x.request);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, abort_request& x) {
+  return f(caf::meta::type_name("abort_request"), x.id);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, prefix_probe& x) {
+  return f(caf::meta::type_name("prefix_probe"), x.tokens);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, group_events& x) {
+  return f(caf::meta::type_name("group_events"), x.group, x.events);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, group_info& x) {
+  return f(caf::meta::type_name("group_info"), x.group, x.max_model_len, x.token_block_size,
+           x.num_blocks, x.num_executors, x.device);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, executor_timing& x) {
+  return f(caf::meta::type_name("executor_timing"), x.num_steps, x.run_ns, x.num_gaps, x.gap_ns,
+           x.max_gap_ns, x.num_ready, x.num_direct, x.direct_overhead_ns, x.num_sized, x.plan_bytes,
+           x.result_bytes);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, group_status& x) {
+  return f(caf::meta::type_name("group_status"), x.group, x.is_up, x.down_reason,
+           x.scheduler_node, x.executor_nodes, x.stats, x.timing, x.num_requests, x.num_affinity,
+           x.num_live);
+}
+
+// ---- router and client -----------------------------------------------------------------------
+
+/// A client's request: text (tokenized by the router) or token ids, and sampling parameters.
+struct submit_request {
+  std::uint64_t id = 0;  ///< the client's id, unique among its live requests
+  std::string prompt;
+  std::vector<std::int32_t> prompt_ids;  ///< used when `prompt` is empty
+  runtime::sampling_params params;
+};
+
+/// The router's answer to submit_request.
+struct submit_reply {
+  bool accepted = false;
+  std::string error;  ///< why it was refused
+  std::uint64_t seed = 0;
+  std::vector<std::int32_t> prompt_ids;  ///< the tokenized prompt
+  int group = -1;                        ///< the data-parallel group serving it
+};
+
+/// Events of a client's requests (request ids are the client's).
+struct client_events {
+  std::vector<runtime::token_event> events;
+};
+
+/// A node came up or went down (coordinator → router).
+struct node_event {
+  int rank = 0;
+  bool is_up = false;
+  std::string address;  ///< host:port
+  std::string reason;   ///< why it went down
+};
+
+/// The router's counters.
+struct router_counters {
+  std::int64_t num_submitted = 0;
+  std::int64_t num_accepted = 0;
+  std::int64_t num_refused = 0;   ///< invalid, over a limit, or no group to serve
+  std::int64_t num_finished = 0;  ///< final events delivered
+  std::int64_t num_errors = 0;    ///< ... with finish_reason error
+  std::int64_t num_aborts = 0;    ///< ... with finish_reason abort
+  std::int64_t num_live = 0;
+  std::int64_t num_unexpected = 0;  ///< malformed or unknown messages dropped
+};
+
+/// Everything `deepinfer client --status` shows.
+struct cluster_status {
+  std::vector<node_event> nodes;
+  std::vector<group_status> groups;
+  router_counters router;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, submit_request& x) {
+  return f(caf::meta::type_name("submit_request"), x.id, x.prompt, x.prompt_ids, x.params);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, submit_reply& x) {
+  return f(caf::meta::type_name("submit_reply"), x.accepted, x.error, x.seed, x.prompt_ids,
+           x.group);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, client_events& x) {
+  return f(caf::meta::type_name("client_events"), x.events);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, node_event& x) {
+  return f(caf::meta::type_name("node_event"), x.rank, x.is_up, x.address, x.reason);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, router_counters& x) {
+  return f(caf::meta::type_name("router_counters"), x.num_submitted, x.num_accepted,
+           x.num_refused, x.num_finished, x.num_errors, x.num_aborts, x.num_live,
+           x.num_unexpected);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, cluster_status& x) {
+  return f(caf::meta::type_name("cluster_status"), x.nodes, x.groups, x.router);
+}
+
+using client_actor = caf::typed_actor<
+    /// router → client: events of the client's requests; the last one of a request has a
+    /// finished status (stop, length, abort or error with a message).
+    caf::reacts_to<client_events>>;
+
+using router_actor = caf::typed_actor<
+    /// client → router: a new request; the reply says accepted (events follow to the sender)
+    /// or why it was refused. Refusals are immediate.
+    caf::replies_to<submit_request>::with<submit_reply>,
+    /// client → router: abort one of the sender's requests (its final event says abort).
+    caf::reacts_to<abort_request>,
+    /// scheduler → router: the events of one step of a group.
+    caf::reacts_to<group_events>,
+    /// coordinator → router: a node joined or went down.
+    caf::reacts_to<node_event>,
+    /// anyone → router: nodes, groups and counters.
+    caf::replies_to<status_atom>::with<cluster_status>,
+    /// coordinator → router: refuse new work and end live requests ("shutting down").
+    caf::replies_to<shutdown_atom>::with<bool>,
+    /// router → itself: the periodic status line.
+    caf::reacts_to<tick_atom>>;
+
+/// The router introduces itself to a group (router → scheduler).
+struct attach_router {
+  router_actor router;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, attach_router& x) {
+  return f(caf::meta::type_name("attach_router"), x.router);
+}
+
+using scheduler_actor = caf::typed_actor<
+    /// router → scheduler: send this group's events to `router`; answered once every executor
+    /// has loaded its runner (or with the error that stopped one).
+    caf::replies_to<attach_router>::with<group_info>,
+    /// router → scheduler: queue a request; the answer says accepted or why not (limits).
+    caf::replies_to<start_request>::with<runtime::admission_result>,
+    /// router → scheduler: end a request in any phase; its final event has status abort.
+    caf::reacts_to<abort_request>,
+    /// router → scheduler: how many leading tokens of a prompt this group has cached.
+    caf::replies_to<prefix_probe>::with<std::int64_t>,
+    /// anyone → scheduler: state, counters, gauges and executor timing.
+    caf::replies_to<status_atom>::with<group_status>,
+    /// scheduler → itself: the step watchdog and the status line.
+    caf::reacts_to<tick_atom>>;
+
+// ---- nodes -----------------------------------------------------------------------------------
+
+/// A node announces itself to the coordinator.
+struct join_cluster {
+  int rank = 0;
+  std::string fingerprint;  ///< of its resolved cluster file: must equal the coordinator's
+  std::string hostname;
+  std::int64_t pid = 0;
+};
+
+/// Spawn one executor for a group on the receiving node.
+struct spawn_executor {
+  int group = 0;
+  int index = 0;  ///< within the group
+  std::string device;
+};
+
+/// Spawn a group's scheduler on the receiving node.
+struct spawn_scheduler {
+  int group = 0;
+  std::vector<executor_actor> executors;
+  std::vector<int> executor_nodes;
+};
+
+/// Spawn the router on the receiving node and publish it for clients.
+struct spawn_router {
+  std::vector<scheduler_actor> groups;
+  std::vector<node_event> nodes;  ///< the nodes as the coordinator sees them
+};
+
+/// The router is serving.
+struct router_ready {
+  router_actor router;
+  std::string address;  ///< host:port clients connect to
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, join_cluster& x) {
+  return f(caf::meta::type_name("join_cluster"), x.rank, x.fingerprint, x.hostname, x.pid);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, spawn_executor& x) {
+  return f(caf::meta::type_name("spawn_executor"), x.group, x.index, x.device);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, spawn_scheduler& x) {
+  return f(caf::meta::type_name("spawn_scheduler"), x.group, x.executors, x.executor_nodes);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, spawn_router& x) {
+  return f(caf::meta::type_name("spawn_router"), x.groups, x.nodes);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, router_ready& x) {
+  return f(caf::meta::type_name("router_ready"), x.router, x.address);
+}
+
+using node_actor = caf::typed_actor<
+    /// node → coordinator: this node is up with the same cluster file (answer: node count).
+    caf::replies_to<join_cluster>::with<int>,
+    /// coordinator → node: spawn an executor (answered at once; it loads in the background).
+    caf::replies_to<spawn_executor>::with<executor_actor>,
+    /// coordinator → node: spawn a group's scheduler over its executors.
+    caf::replies_to<spawn_scheduler>::with<scheduler_actor>,
+    /// coordinator → node: spawn the router, wait for the groups, publish it for clients.
+    caf::replies_to<spawn_router>::with<router_ready>,
+    /// coordinator or signal → node: shut down (the coordinator shuts the cluster down in
+    /// order: router, schedulers, executors, nodes).
+    caf::reacts_to<shutdown_atom>>;
+
+/// Registers every message and handle type above (call in every process's config).
+void register_types(caf::actor_system_config& cfg);
+
+/// The steady clock in nanoseconds (one clock for all processes of a host).
+std::int64_t now_ns();
+
+/// The text of an error: its message when it carries one, else CAF's rendering.
+std::string describe(const caf::error& err);
+
+}  // namespace di::actors

@@ -1,0 +1,34 @@
+// load_model_assets (see model_assets.hpp).
+#include "actors/model_assets.hpp"
+
+#include "common/error.hpp"
+#include "config/model_config.hpp"
+#include "model/make_model/assets.hpp"
+#include "model/tokenizer/tokenizer.hpp"
+
+#include <filesystem>
+
+namespace di::actors {
+
+model_assets load_model_assets(const cluster_config& config) {
+  model_assets a;
+  std::string dir = config.tokenizer_dir();
+  if (dir.empty()) dir = find_tokenizer_assets().string();  // toy runner without a model
+  DI_CHECK(std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json"),
+           "{}: no tokenizer.json in '{}' (model.tokenizer / model.path)", config.origin, dir);
+  a.tokenizer = std::make_shared<const tok::tokenizer>(tok::tokenizer::from_dir(dir));
+  std::int64_t eos = -1;
+  if (config.model.runner == "toy") {
+    a.vocab_size = config.model.toy.vocab_size;
+  } else {
+    const model_config m =
+        load_model_config((std::filesystem::path(config.model.path) / "config.json").string());
+    a.vocab_size = m.vocab_size;
+    eos = m.eos_token_id;
+  }
+  if (std::optional<std::int32_t> e = a.tokenizer->eos_id()) eos = *e;  // as generate does
+  if (eos >= 0 && eos < a.vocab_size) a.eos_token_ids.push_back(std::int32_t(eos));
+  return a;
+}
+
+}  // namespace di::actors

@@ -1,0 +1,40 @@
+// The router actor: the cluster's front door. It validates requests (every size is bounded:
+// prompt bytes and tokens, stop strings, logprobs, ids within the vocabulary), tokenizes text,
+// picks a data-parallel group by the longest cached prefix and by load, and forwards the events
+// of each step to the clients. It monitors its schedulers (a group that goes down stops
+// receiving work and its live requests end with finish_reason "error") and its clients (a
+// client that goes away has its requests aborted). Refusals are immediate replies with a
+// message; nothing a client sends can stop the router.
+#pragma once
+
+#include "actors/messages.hpp"
+#include "config/cluster_config.hpp"
+
+#include <caf/actor_system.hpp>
+
+#include <memory>
+#include <vector>
+
+namespace di::tok {
+class tokenizer;
+}
+
+namespace di::actors {
+
+struct router_params {
+  std::vector<scheduler_actor> groups;
+  std::vector<node_event> nodes;
+  router_section limits;
+  double status_interval_s = 10;
+  int startup_timeout_s = 600;
+  std::int64_t vocab_size = 0;  ///< ids must be below this
+  std::shared_ptr<const tok::tokenizer> tokenizer;  ///< null: text prompts are refused
+};
+
+/// The router once spawned also answers `info_atom` with the number of groups, once every
+/// group is ready (or with the error that stopped one).
+using router_handle = router_actor::extend<caf::replies_to<info_atom>::with<int>>;
+
+router_handle spawn_router_actor(caf::actor_system& sys, router_params params);
+
+}  // namespace di::actors

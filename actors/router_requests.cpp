@@ -1,0 +1,226 @@
+// The router's request path: admission (limits, validation), choice of a group (longest
+// cached prefix within a load margin, else least loaded), dispatch to its scheduler, and the
+// event stream back to clients with ids translated to the clients' own.
+#include "actors/detail/router_state.hpp"
+
+#include "runtime/sampling_rng.hpp"
+
+#include <caf/all.hpp>
+
+namespace di::actors::detail {
+
+namespace {
+
+constexpr auto admission_timeout = std::chrono::seconds(30);
+
+submit_reply refusal(router_self self, std::string why) {
+  ++self->state.counters.num_refused;
+  return submit_reply{.accepted = false, .error = std::move(why)};
+}
+
+std::vector<int> up_groups(const router_state& st) {
+  std::vector<int> up;
+  for (std::size_t g = 0; g < st.groups.size(); ++g)
+    if (st.groups[g].is_up) up.push_back(int(g));
+  return up;
+}
+
+std::string why_no_group(const router_state& st) {
+  std::string why = "no data-parallel group can serve";
+  for (std::size_t g = 0; g < st.groups.size(); ++g)
+    why += fmt::format("; group {}: {}", g, st.groups[g].down_reason);
+  return why;
+}
+
+/// The group for a request: the one with the longest cached prefix if it is long enough and
+/// the group is not overloaded compared with the least loaded one; else the least loaded.
+int choose_group(router_self self, const std::vector<int>& up, const std::vector<std::int64_t>& cached,
+                 bool& by_affinity) {
+  router_state& st = self->state;
+  std::int64_t min_live = INT64_MAX;
+  for (int g : up) min_live = std::min(min_live, st.groups[std::size_t(g)].num_live);
+  int best = -1;
+  for (std::size_t i = 0; i < up.size(); ++i) {
+    const group_entry& e = st.groups[std::size_t(up[i])];
+    if (cached[i] < st.params.limits.affinity_min_tokens ||
+        e.num_live > min_live + st.params.limits.affinity_max_imbalance)
+      continue;
+    if (best < 0 || cached[i] > cached[std::size_t(best)]) best = int(i);
+  }
+  by_affinity = best >= 0;
+  if (best >= 0) return up[std::size_t(best)];
+  int pick = up[0];
+  for (int g : up) {
+    const group_entry& e = st.groups[std::size_t(g)];
+    const group_entry& p = st.groups[std::size_t(pick)];
+    if (e.num_live < p.num_live || (e.num_live == p.num_live && e.num_requests < p.num_requests))
+      pick = g;
+  }
+  return pick;
+}
+
+void end_pending(router_self self, std::uint64_t id, const std::string& why) {
+  router_state& st = self->state;
+  auto it = st.requests.find(id);
+  if (it == st.requests.end()) return;
+  live_request& r = it->second;
+  if (r.reply) r.reply->deliver(refusal(self, why));
+  if (r.group >= 0) --st.groups[std::size_t(r.group)].num_live;
+  st.clients[r.client].erase(r.client_id);
+  st.requests.erase(it);
+  --st.counters.num_live;
+}
+
+void dispatch(router_self self, std::uint64_t id, runtime::request req, int group, bool by_affinity) {
+  router_state& st = self->state;
+  live_request& r = st.requests.at(id);
+  group_entry& g = st.groups[std::size_t(group)];
+  r.group = group;
+  r.accepted.group = group;
+  ++g.num_live;
+  ++g.num_requests;
+  g.num_affinity += by_affinity;
+  self->request(g.handle, admission_timeout, start_request{std::move(req)})
+      .then(
+          [=](runtime::admission_result& res) {
+            auto it = self->state.requests.find(id);
+            if (it == self->state.requests.end()) return;
+            if (!res.is_accepted())
+              return end_pending(self, id, fmt::format("{}: {}", runtime::to_string(res.status), res.message));
+            live_request& lr = it->second;
+            lr.is_admitted = true;
+            ++self->state.counters.num_accepted;
+            lr.reply->deliver(std::move(lr.accepted));
+            lr.reply.reset();
+            if (lr.abort_pending) self->send(self->state.groups[std::size_t(group)].handle, abort_request{id});
+          },
+          [=](caf::error& err) {
+            end_pending(self, id, fmt::format("group {} did not take the request: {}", group, describe(err)));
+          });
+}
+
+/// Asks every candidate group how much of the prompt it has cached, then dispatches.
+void probe_and_dispatch(router_self self, std::uint64_t id, runtime::request req, std::vector<int> up) {
+  struct probe_state {
+    std::vector<std::int64_t> cached;
+    std::size_t num_answers = 0;
+    runtime::request req;
+  };
+  auto ps = std::make_shared<probe_state>();
+  ps->cached.assign(up.size(), 0);
+  ps->req = std::move(req);
+  const prefix_probe probe{ps->req.prompt_ids};
+  const auto timeout = std::chrono::milliseconds(self->state.params.limits.probe_timeout_ms);
+  auto done = [=] {
+    if (++ps->num_answers < up.size() || !self->state.requests.contains(id)) return;
+    std::vector<int> still_up;
+    std::vector<std::int64_t> cached;
+    for (std::size_t i = 0; i < up.size(); ++i)
+      if (self->state.groups[std::size_t(up[i])].is_up) {
+        still_up.push_back(up[i]);
+        cached.push_back(ps->cached[i]);
+      }
+    if (still_up.empty()) return end_pending(self, id, why_no_group(self->state));
+    bool by_affinity = false;
+    const int g = choose_group(self, still_up, cached, by_affinity);
+    dispatch(self, id, std::move(ps->req), g, by_affinity);
+  };
+  for (std::size_t i = 0; i < up.size(); ++i)
+    self->request(self->state.groups[std::size_t(up[i])].handle, timeout, probe)
+        .then([=](std::int64_t n) { ps->cached[i] = n; done(); }, [=](caf::error&) { done(); });
+}
+
+}  // namespace
+
+caf::result<submit_reply> on_submit(router_self self, submit_request& req) {
+  router_state& st = self->state;
+  ++st.counters.num_submitted;
+  auto client = caf::actor_cast<client_actor>(self->current_sender());
+  if (!client) return refusal(self, "requests must come from an actor that can receive events");
+  if (st.is_shutting_down) return refusal(self, "the server is shutting down");
+  if (st.counters.num_live >= st.params.limits.max_live_requests)
+    return refusal(self, fmt::format("{} requests are in flight, the limit (router.max_live_requests)",
+                                     st.counters.num_live));
+  if (st.clients[client.address()].contains(req.id))
+    return refusal(self, fmt::format("request id {} is already live for this client", req.id));
+  if (auto why = validate_request(st, req)) return refusal(self, *why);
+  const std::vector<int> up = up_groups(st);
+  if (up.empty()) return refusal(self, why_no_group(st));
+
+  const std::uint64_t id = st.next_id++;
+  runtime::request r{.id = id, .prompt_ids = req.prompt_ids, .params = req.params};
+  r.seed = req.params.seed.value_or(runtime::draw_request_seed());
+  if (!st.clients.contains(client.address()) || st.clients[client.address()].empty()) self->monitor(client);
+  st.clients[client.address()][req.id] = id;
+  auto rp = self->make_response_promise<submit_reply>();
+  st.requests[id] = live_request{.client = client.address(), .client_handle = client, .client_id = req.id,
+                                 .reply = rp,
+                                 .accepted = {.accepted = true, .seed = r.seed, .prompt_ids = req.prompt_ids}};
+  ++st.counters.num_live;
+  if (up.size() == 1) {
+    dispatch(self, id, std::move(r), up[0], false);
+  } else {
+    probe_and_dispatch(self, id, std::move(r), up);
+  }
+  return rp;
+}
+
+void on_client_abort(router_self self, const abort_request& msg) {
+  router_state& st = self->state;
+  auto c = st.clients.find(self->current_sender() ? self->current_sender()->address() : caf::actor_addr{});
+  if (c == st.clients.end()) return;
+  auto it = c->second.find(msg.id);
+  if (it == c->second.end()) return;
+  live_request& r = st.requests.at(it->second);
+  if (!r.is_admitted) {
+    r.abort_pending = true;
+    return;
+  }
+  self->send(st.groups[std::size_t(r.group)].handle, abort_request{it->second});
+}
+
+void on_group_events(router_self self, group_events& msg) {
+  router_state& st = self->state;
+  std::map<caf::actor_addr, std::pair<client_actor, client_events>> out;
+  for (runtime::token_event& e : msg.events) {
+    auto it = st.requests.find(e.request_id);
+    if (it == st.requests.end() || it->second.group != msg.group) continue;
+    live_request& r = it->second;
+    e.request_id = r.client_id;
+    const bool finished = e.is_finished();
+    auto& slot = out[r.client];
+    slot.first = r.client_handle;
+    slot.second.events.push_back(std::move(e));
+    if (!finished) continue;
+    const auto status = slot.second.events.back().status;
+    ++st.counters.num_finished;
+    st.counters.num_errors += status == runtime::sequence_status::finished_error;
+    st.counters.num_aborts += status == runtime::sequence_status::finished_abort;
+    --st.groups[std::size_t(r.group)].num_live;
+    --st.counters.num_live;
+    st.clients[r.client].erase(r.client_id);
+    st.requests.erase(it);
+  }
+  for (auto& [addr, batch] : out) self->send(batch.first, std::move(batch.second));
+}
+
+void fail_requests(router_self self, int group, const std::string& reason) {
+  router_state& st = self->state;
+  std::vector<std::uint64_t> ids;
+  for (const auto& [id, r] : st.requests)
+    if (group < 0 || r.group == group) ids.push_back(id);
+  std::map<int, group_events> by_group;
+  for (std::uint64_t id : ids) {
+    live_request& r = st.requests.at(id);
+    if (!r.is_admitted) {
+      end_pending(self, id, reason);
+      continue;
+    }
+    group_events& ge = by_group[r.group];
+    ge.group = r.group;
+    ge.events.push_back({.request_id = id, .status = runtime::sequence_status::finished_error, .error = reason});
+  }
+  for (auto& [g, ge] : by_group) on_group_events(self, ge);
+}
+
+}  // namespace di::actors::detail

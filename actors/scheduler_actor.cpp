@@ -1,0 +1,218 @@
+// The scheduler actor (see scheduler_actor.hpp): startup (executor infos → runtime scheduler),
+// message handlers, failure detection and the periodic status line. The step pipeline is in
+// scheduler_steps.cpp.
+#include "actors/detail/scheduler_state.hpp"
+
+#include "actors/logging.hpp"
+#include "common/error.hpp"
+#include "model/tokenizer/tokenizer.hpp"
+#include "runtime/text_decoder.hpp"
+
+#include <caf/all.hpp>
+
+namespace di::actors {
+
+namespace {
+
+using detail::scheduler_self;
+using detail::scheduler_state;
+
+/// The runtime scheduler's configuration from the cluster file and the runner's report.
+runtime::scheduler_config make_config(const scheduler_state& st, const executor_info& e) {
+  const scheduler_section& l = st.params.limits;
+  const kv_section& kv = st.params.kv;
+  runtime::scheduler_config c;
+  c.max_num_batched_tokens = l.max_num_batched_tokens;
+  c.max_prefill_chunk = l.max_prefill_chunk;
+  c.max_num_running = l.max_num_running;
+  c.max_num_queued = l.max_num_queued;
+  c.max_queued_tokens = l.max_queued_tokens;
+  DI_CHECK(l.max_model_len <= e.runner.max_model_len,
+           "scheduler.max_model_len = {} exceeds what the runner of {} supports ({})",
+           l.max_model_len, e.runner.device, e.runner.max_model_len);
+  c.max_model_len = l.max_model_len > 0 ? l.max_model_len : e.runner.max_model_len;
+  c.eos_token_ids = st.params.eos_token_ids;
+  c.blocks.geometry = e.geometry;
+  c.blocks.num_blocks = e.runner.num_blocks;
+  for (std::int32_t& n : c.blocks.num_blocks) {
+    DI_CHECK(kv.num_blocks <= n, "kv.num_blocks = {} exceeds the {} blocks the runner of {} has",
+             kv.num_blocks, n, e.runner.device);
+    if (kv.num_blocks > 0) n = std::int32_t(kv.num_blocks);
+  }
+  c.blocks.enable_prefix_caching = kv.enable_prefix_caching;
+  c.blocks.enable_replay = kv.enable_replay;
+  c.blocks.num_snapshots = kv.num_snapshots >= 0 ? std::min(kv.num_snapshots, e.runner.num_snapshots)
+                                                 : e.runner.num_snapshots;
+  c.blocks.snapshot_interval = c.blocks.num_snapshots > 0 ? kv.snapshot_interval : 0;
+  return c;
+}
+
+/// Every executor answered: check they match, build the runtime scheduler, start serving.
+void become_ready(scheduler_self self) {
+  scheduler_state& st = self->state;
+  const executor_info& e0 = *st.infos[0];
+  try {
+    for (std::size_t i = 1; i < st.infos.size(); ++i)
+      DI_CHECK(st.infos[i]->runner.num_blocks == e0.runner.num_blocks &&
+                   st.infos[i]->runner.max_model_len == e0.runner.max_model_len,
+               "executors 0 and {} of group {} report different pools or context lengths", i,
+               st.params.group);
+    runtime::text_decoder_factory decoders;
+    if (st.params.tokenizer) decoders = runtime::tokenizer_decoder_factory(*st.params.tokenizer);
+    st.sched = std::make_unique<runtime::scheduler>(make_config(st, e0), std::move(decoders));
+  } catch (const std::exception& e) {
+    return detail::fail_group(self, fmt::format("group {} cannot start: {}", st.params.group, e.what()));
+  }
+  runtime::scheduler_stats s = st.sched->stats();
+  st.info = {.group = st.params.group,
+             .max_model_len = st.sched->config().max_model_len,
+             .token_block_size = e0.geometry.token_block_size(),
+             .num_blocks = s.num_blocks,
+             .num_executors = int(st.infos.size()),
+             .device = e0.runner.device};
+  st.is_up = true;
+  st.last_status_ns = now_ns();
+  st.log->info("group {} ready: {} executor(s) on {}, {} KV blocks, context {} tokens",
+               st.params.group, st.infos.size(), e0.runner.device, s.num_blocks,
+               st.info.max_model_len);
+  for (auto& rp : st.attach_waiters) rp.deliver(st.info);
+  st.attach_waiters.clear();
+}
+
+void ask_executors(scheduler_self self) {
+  scheduler_state& st = self->state;
+  st.infos.resize(st.params.executors.size());
+  const auto timeout = std::chrono::seconds(st.params.startup_timeout_s);
+  for (std::size_t i = 0; i < st.params.executors.size(); ++i) {
+    self->monitor(st.params.executors[i]);
+    self->request(st.params.executors[i], timeout, info_atom::value)
+        .then(
+            [=](executor_info& info) {
+              scheduler_state& s = self->state;
+              s.infos[i] = std::move(info);
+              for (const auto& x : s.infos)
+                if (!x) return;
+              become_ready(self);
+            },
+            [=](caf::error& err) {
+              detail::fail_group(self, fmt::format("group {}: executor {} (node {}) did not start: {}",
+                                                   self->state.params.group, i,
+                                                   self->state.params.executor_nodes[i], describe(err)));
+            });
+  }
+}
+
+void on_down(scheduler_self self, const caf::down_msg& dm) {
+  scheduler_state& st = self->state;
+  for (std::size_t i = 0; i < st.params.executors.size(); ++i)
+    if (dm.source == st.params.executors[i].address())
+      return detail::fail_group(
+          self, fmt::format("group {}: executor {} on node {} is down ({})", st.params.group, i,
+                            st.params.executor_nodes[i], describe(dm.reason)));
+  if (st.router && dm.source == st.router->address()) {
+    if (dm.reason != caf::exit_reason::user_shutdown)
+      st.log->warn("group {}: the router is down ({}); aborting live requests", st.params.group,
+                   describe(dm.reason));
+    if (st.sched) st.sched->fail_all("the router is down");
+    st.router.reset();
+  }
+}
+
+group_status make_status(const scheduler_state& st) {
+  group_status g{.group = st.params.group, .is_up = st.is_up, .down_reason = st.down_reason,
+                 .scheduler_node = st.params.node, .executor_nodes = st.params.executor_nodes,
+                 .timing = st.timing};
+  if (st.sched) g.stats = st.sched->stats();
+  return g;
+}
+
+/// The periodic status line: throughput since the last line, batch, KV use, prefix hits.
+void status_line(scheduler_self self) {
+  scheduler_state& st = self->state;
+  if (!st.sched) return;
+  const std::int64_t now = now_ns();
+  const double dt = double(now - st.last_status_ns) * 1e-9;
+  const runtime::scheduler_stats s = st.sched->stats();
+  const runtime::scheduler_counters& c = s.counters;
+  const runtime::scheduler_counters& p = st.last_counters;
+  if (c.num_steps == p.num_steps && s.num_running + s.num_waiting == 0) return;
+  const double kv_use = s.num_blocks ? 100.0 * double(s.num_used_blocks) / double(s.num_blocks) : 0;
+  const double hit = c.num_prefix_queries ? 100.0 * double(c.num_prefix_hits) / double(c.num_prefix_queries) : 0;
+  const double idle = st.timing.run_ns ? 100.0 * double(st.timing.gap_ns) / double(st.timing.run_ns) : 0;
+  st.log->info("group {}: prefill {:.0f} tok/s, decode {:.0f} tok/s, running {}, waiting {}, "
+               "KV {:.1f}% ({} cached), prefix hits {:.1f}% ({}/{}), preempted {}, steps {}, "
+               "executor idle {:.2f}%",
+               st.params.group, double(c.num_prefill_tokens - p.num_prefill_tokens) / dt,
+               double(c.num_decode_tokens - p.num_decode_tokens) / dt, s.num_running, s.num_waiting,
+               kv_use, s.num_cached_blocks, hit, c.num_prefix_hits, c.num_prefix_queries,
+               c.num_preemptions, c.num_steps, idle);
+  st.last_counters = c;
+  st.last_status_ns = now;
+}
+
+void on_tick(scheduler_self self) {
+  scheduler_state& st = self->state;
+  detail::check_deadline(self);
+  if (st.is_failed) return;
+  const double every = st.params.status_interval_s;
+  if (every > 0 && double(now_ns() - st.last_status_ns) * 1e-9 >= every) status_line(self);
+  self->delayed_send(self, std::chrono::seconds(1), tick_atom::value);
+}
+
+caf::result<group_info> on_attach(scheduler_self self, attach_router& msg) {
+  scheduler_state& st = self->state;
+  if (st.router && st.router->address() != msg.router.address()) self->demonitor(st.router->address());
+  st.router = msg.router;
+  self->monitor(msg.router);
+  if (st.is_failed) return caf::make_error(caf::sec::runtime_error, st.down_reason);
+  if (st.is_up) return st.info;
+  auto rp = self->make_response_promise<group_info>();
+  st.attach_waiters.push_back(rp);
+  return rp;
+}
+
+caf::result<runtime::admission_result> on_start(scheduler_self self, start_request& msg) {
+  scheduler_state& st = self->state;
+  if (!st.is_up)
+    return caf::make_error(caf::sec::runtime_error,
+                           fmt::format("group {} is not serving{}{}", st.params.group,
+                                       st.down_reason.empty() ? "" : ": ", st.down_reason));
+  runtime::admission_result r = st.sched->add_request(std::move(msg.request));
+  if (r.is_accepted()) detail::pump(self);
+  return r;
+}
+
+scheduler_actor::behavior_type scheduler_impl(scheduler_self self, scheduler_params params) {
+  self->state.params = std::move(params);
+  self->state.log = component_logger(fmt::format("scheduler.g{}", self->state.params.group));
+  self->set_down_handler([=](caf::down_msg& dm) { on_down(self, dm); });
+  self->set_default_handler([](caf::scheduled_actor*, caf::message_view&) -> caf::result<caf::message> {
+    return caf::make_error(caf::sec::unexpected_message);
+  });
+  ask_executors(self);
+  self->delayed_send(self, std::chrono::seconds(1), tick_atom::value);
+  return {
+      [=](attach_router& msg) { return on_attach(self, msg); },
+      [=](start_request& msg) { return on_start(self, msg); },
+      [=](abort_request& msg) {
+        if (!self->state.sched) return;
+        if (std::optional<runtime::token_event> e = self->state.sched->abort(msg.id)) {
+          detail::emit(self, {std::move(*e)});
+          detail::pump(self);  // tells the executors to drop it
+        }
+      },
+      [=](prefix_probe& msg) -> std::int64_t {
+        return self->state.sched ? self->state.sched->longest_cached_prefix(msg.tokens) : 0;
+      },
+      [=](status_atom) { return make_status(self->state); },
+      [=](tick_atom) { on_tick(self); },
+  };
+}
+
+}  // namespace
+
+scheduler_actor spawn_scheduler_actor(caf::actor_system& sys, scheduler_params params) {
+  return sys.spawn(scheduler_impl, std::move(params));
+}
+
+}  // namespace di::actors

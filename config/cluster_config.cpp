@@ -1,0 +1,508 @@
+// Cluster file parsing: a key reader that walks the TOML tables with the schema in hand, so
+// that every value is type- and range-checked where it is read, `--set` overrides are parsed
+// with the type of the key they replace, and whatever the schema never read (a misspelt key,
+// an override of a key that does not exist) is an error naming it.
+#include "config/cluster_config.hpp"
+
+#include "common/error.hpp"
+
+#include <toml++/toml.h>
+
+#include <charconv>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace di {
+
+namespace {
+
+struct override_value {
+  std::string raw;
+  bool used = false;
+};
+
+/// What every reader shares: the origin, the overrides, the resolved key list.
+struct read_context {
+  std::string origin;
+  std::map<std::string, override_value> overrides;
+  std::vector<std::string> resolved;
+
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+    DI_FAIL("{}: {}: {}", origin, key, what);
+  }
+};
+
+std::string join_key(const std::string& prefix, std::string_view key) {
+  return prefix.empty() ? std::string(key) : prefix + "." + std::string(key);
+}
+
+std::string quote(std::string_view s) {
+  std::ostringstream out;
+  out << toml::value<std::string>(std::string(s));
+  return out.str();
+}
+
+/// The table of `text`, or nothing when it is not valid TOML.
+std::optional<toml::table> try_parse(const std::string& text) {
+  try {
+    return toml::parse(std::string_view(text), std::string_view("override"));
+  } catch (const toml::parse_error&) {
+    return std::nullopt;
+  }
+}
+
+std::string type_name(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a number";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::table: return "a table";
+    case toml::node_type::array: return "an array";
+    default: return "a date/time";
+  }
+}
+
+/// Reads the keys of one table; finish() rejects the keys it never read.
+class table_reader {
+ public:
+  table_reader(const toml::table* table, std::string prefix, read_context& ctx)
+      : table_(table), prefix_(std::move(prefix)), ctx_(ctx) {}
+
+  void get(std::string_view key, std::string& out) {
+    read_scalar(key, out, "a string", [](const toml::node& n) { return n.value<std::string>(); },
+                [](const std::string& raw) -> std::optional<std::string> {
+                  if (raw.size() >= 2 && raw.front() == '"') {
+                    std::optional<toml::table> parsed = try_parse("v = " + raw);
+                    return parsed ? (*parsed)["v"].value<std::string>() : std::nullopt;
+                  }
+                  return raw;
+                });
+  }
+
+  void get(std::string_view key, bool& out) {
+    read_scalar(key, out, "true or false", [](const toml::node& n) { return n.value<bool>(); },
+                [](const std::string& raw) -> std::optional<bool> {
+                  if (raw == "true") return true;
+                  if (raw == "false") return false;
+                  return std::nullopt;
+                });
+  }
+
+  template <class Int>
+    requires std::is_integral_v<Int>
+  void get(std::string_view key, Int& out, std::int64_t min, std::int64_t max) {
+    std::int64_t v = std::int64_t(out);
+    read_scalar(key, v, "an integer",
+                [](const toml::node& n) -> std::optional<std::int64_t> {
+                  return n.is_integer() ? n.value<std::int64_t>() : std::nullopt;
+                },
+                [](const std::string& raw) -> std::optional<std::int64_t> {
+                  std::int64_t x = 0;
+                  auto [end, ec] = std::from_chars(raw.data(), raw.data() + raw.size(), x);
+                  if (ec != std::errc() || end != raw.data() + raw.size()) return std::nullopt;
+                  return x;
+                });
+    if (v < min || v > max)
+      ctx_.fail(join_key(prefix_, key), fmt::format("must be in [{}, {}], got {}", min, max, v));
+    out = Int(v);
+  }
+
+  void get(std::string_view key, double& out, double min, double max) {
+    read_scalar(key, out, "a number",
+                [](const toml::node& n) -> std::optional<double> {
+                  if (n.is_integer()) return double(*n.value<std::int64_t>());
+                  return n.value<double>();
+                },
+                [](const std::string& raw) -> std::optional<double> {
+                  char* end = nullptr;
+                  double x = std::strtod(raw.c_str(), &end);
+                  if (raw.empty() || end != raw.c_str() + raw.size()) return std::nullopt;
+                  return x;
+                });
+    if (!(out >= min && out <= max))
+      ctx_.fail(join_key(prefix_, key), fmt::format("must be in [{}, {}], got {}", min, max, out));
+  }
+
+  void get(std::string_view key, std::vector<std::string>& out) {
+    read_list<std::string>(key, out, "a list of strings");
+  }
+
+  void get(std::string_view key, std::vector<int>& out) {
+    std::vector<std::int64_t> wide(out.begin(), out.end());
+    read_list<std::int64_t>(key, wide, "a list of integers");
+    out.assign(wide.begin(), wide.end());
+  }
+
+  /// The reader of sub-table `key` (empty when absent).
+  table_reader sub(std::string_view key) {
+    const toml::node* n = find(key);
+    if (n != nullptr && !n->is_table()) ctx_.fail(join_key(prefix_, key), "expected a table");
+    return table_reader(n ? n->as_table() : nullptr, join_key(prefix_, key), ctx_);
+  }
+
+  /// The tables of array `key` (each element must be a table).
+  std::vector<table_reader> array_of_tables(std::string_view key) {
+    std::vector<table_reader> out;
+    const toml::node* n = find(key);
+    if (n == nullptr) return out;
+    const toml::array* arr = n->as_array();
+    if (arr == nullptr) ctx_.fail(join_key(prefix_, key), "expected an array of tables ([[...]])");
+    for (std::size_t i = 0; i < arr->size(); ++i) {
+      std::string elem = join_key(prefix_, key) + "." + std::to_string(i);
+      if (!(*arr)[i].is_table()) ctx_.fail(elem, "expected a table");
+      out.emplace_back((*arr)[i].as_table(), elem, ctx_);
+    }
+    return out;
+  }
+
+  /// Fails on a key of the table that was never read.
+  void finish() const {
+    if (table_ == nullptr) return;
+    for (const auto& [k, v] : *table_)
+      if (!seen_.contains(std::string(k.str())))
+        ctx_.fail(join_key(prefix_, k.str()), "unknown key (see the README's \"Cluster file\")");
+  }
+
+ private:
+  const toml::node* find(std::string_view key) {
+    seen_.insert(std::string(key));
+    return table_ ? table_->get(key) : nullptr;
+  }
+
+  override_value* override_of(const std::string& full) {
+    auto it = ctx_.overrides.find(full);
+    if (it == ctx_.overrides.end()) return nullptr;
+    it->second.used = true;
+    return &it->second;
+  }
+
+  template <class T, class FromNode, class FromRaw>
+  void read_scalar(std::string_view key, T& out, std::string_view expected, FromNode from_node,
+                   FromRaw from_raw) {
+    const std::string full = join_key(prefix_, key);
+    const toml::node* n = find(key);
+    if (override_value* o = override_of(full)) {
+      std::optional<T> v = from_raw(o->raw);
+      if (!v) ctx_.fail(full, fmt::format("expected {}, got '{}' (from --set)", expected, o->raw));
+      out = *v;
+    } else if (n != nullptr) {
+      std::optional<T> v = from_node(*n);
+      if (!v) ctx_.fail(full, fmt::format("expected {}, got {}", expected, type_name(*n)));
+      out = *v;
+    }
+    record(full, out);
+  }
+
+  template <class T, class Out>
+  void read_list(std::string_view key, Out& out, std::string_view expected) {
+    const std::string full = join_key(prefix_, key);
+    const toml::node* n = find(key);
+    std::optional<toml::table> parsed;
+    if (override_value* o = override_of(full)) {
+      std::string raw = o->raw.starts_with('[') ? o->raw : "[" + o->raw + "]";
+      parsed = try_parse("v = " + raw);
+      if (!parsed) {  // bare words: a list of strings
+        std::string words;
+        std::stringstream ss(o->raw);
+        for (std::string w; std::getline(ss, w, ',');) {
+          if (!words.empty()) words += ',';
+          words += quote(w);
+        }
+        parsed = try_parse("v = [" + words + "]");
+      }
+      if (!parsed) ctx_.fail(full, fmt::format("expected {}, got '{}' (from --set)", expected, o->raw));
+      n = parsed->get("v");
+    }
+    if (n != nullptr) {
+      const toml::array* arr = n->as_array();
+      if (arr == nullptr) ctx_.fail(full, fmt::format("expected {}, got {}", expected, type_name(*n)));
+      out.clear();
+      for (const toml::node& e : *arr) {
+        std::optional<T> v = e.value<T>();
+        if (!v || (std::is_integral_v<T> && !e.is_integer()))
+          ctx_.fail(full, fmt::format("expected {}, got {} in the list", expected, type_name(e)));
+        out.push_back(*v);
+      }
+    }
+    std::string shown;
+    for (const auto& v : out) shown += (shown.empty() ? "" : ", ") + fmt::format("{}", v);
+    ctx_.resolved.push_back(fmt::format("{} = [{}]", full, shown));
+  }
+
+  template <class T>
+  void record(const std::string& full, const T& v) {
+    if constexpr (std::is_same_v<T, std::string>)
+      ctx_.resolved.push_back(full + " = " + quote(v));
+    else
+      ctx_.resolved.push_back(fmt::format("{} = {}", full, v));
+  }
+
+  const toml::table* table_;
+  std::string prefix_;
+  read_context& ctx_;
+  std::set<std::string> seen_;
+};
+
+constexpr std::int64_t int_max = std::numeric_limits<int>::max();
+constexpr std::int64_t i64_max = std::numeric_limits<std::int64_t>::max();
+
+void read_cluster(table_reader r, cluster_section& c) {
+  r.get("name", c.name);
+  r.get("bind_address", c.bind_address);
+  r.get("heartbeat_interval_ms", c.heartbeat_interval_ms, 0, 3600000);
+  r.get("connection_timeout_ms", c.connection_timeout_ms, 0, 3600000);
+  r.get("startup_timeout_s", c.startup_timeout_s, 1, 86400);
+  r.get("shutdown_timeout_s", c.shutdown_timeout_s, 1, 3600);
+  r.get("caf_policy", c.caf_policy);
+  r.get("caf_threads", c.caf_threads, 0, 1024);
+  r.finish();
+}
+
+void read_tls(table_reader r, tls_section& t) {
+  r.get("enabled", t.enabled);
+  r.get("certificate", t.certificate);
+  r.get("key", t.key);
+  r.get("cafile", t.cafile);
+  r.get("passphrase", t.passphrase);
+  r.finish();
+}
+
+void read_model(table_reader r, model_section& m) {
+  r.get("path", m.path);
+  r.get("runner", m.runner);
+  r.get("tokenizer", m.tokenizer);
+  r.get("act_quant", m.act_quant);
+  table_reader toy = r.sub("toy");
+  toy.get("vocab_size", m.toy.vocab_size, 2, int_max);
+  toy.get("entries_per_block", m.toy.entries_per_block, 1, 1 << 20);
+  toy.get("max_model_len", m.toy.max_model_len, 2, i64_max);
+  toy.get("step_ms", m.toy.step_ms, 0.0, 3600e3);
+  toy.get("row_us", m.toy.row_us, 0.0, 1e9);
+  toy.finish();
+  r.finish();
+}
+
+void read_router(table_reader r, router_section& s) {
+  r.get("node", s.node, 0, int_max);
+  r.get("host", s.host);
+  r.get("port", s.port, 1, 65535);
+  r.get("max_live_requests", s.max_live_requests, 1, int_max);
+  r.get("max_prompt_bytes", s.max_prompt_bytes, 1, std::int64_t(1) << 30);
+  r.get("max_prompt_tokens", s.max_prompt_tokens, 0, i64_max);
+  r.get("max_stop_strings", s.max_stop_strings, 0, 1024);
+  r.get("max_stop_string_bytes", s.max_stop_string_bytes, 1, 1 << 16);
+  r.get("max_logprobs", s.max_logprobs, 0, 1 << 16);
+  r.get("affinity_min_tokens", s.affinity_min_tokens, 1, i64_max);
+  r.get("affinity_max_imbalance", s.affinity_max_imbalance, 0, int_max);
+  r.get("probe_timeout_ms", s.probe_timeout_ms, 1, 3600000);
+  r.finish();
+}
+
+void read_scheduler(table_reader r, scheduler_section& s) {
+  r.get("max_num_batched_tokens", s.max_num_batched_tokens, 1, i64_max);
+  r.get("max_prefill_chunk", s.max_prefill_chunk, 0, i64_max);
+  r.get("max_num_running", s.max_num_running, 1, int_max);
+  r.get("max_num_queued", s.max_num_queued, 0, int_max);
+  r.get("max_queued_tokens", s.max_queued_tokens, 0, i64_max);
+  r.get("max_model_len", s.max_model_len, 0, i64_max);
+  r.get("overlap", s.overlap);
+  r.get("step_timeout_s", s.step_timeout_s, 1, 86400);
+  r.finish();
+}
+
+void read_kv(table_reader r, kv_section& k) {
+  r.get("num_blocks", k.num_blocks, 0, int_max);
+  r.get("enable_prefix_caching", k.enable_prefix_caching);
+  r.get("enable_replay", k.enable_replay);
+  r.get("num_snapshots", k.num_snapshots, -1, int_max);
+  r.get("snapshot_interval", k.snapshot_interval, 0, int_max);
+  r.finish();
+}
+
+void read_logging(table_reader r, logging_section& l) {
+  r.get("level", l.level);
+  r.get("file", l.file);
+  r.get("status_interval_s", l.status_interval_s, 0.0, 86400.0);
+  r.finish();
+}
+
+void read_nodes(table_reader& root, std::vector<node_config>& nodes) {
+  for (table_reader& r : root.array_of_tables("nodes")) {
+    node_config n;
+    r.get("host", n.host);
+    r.get("port", n.port, 0, 65535);  // 0 = missing: validate() names it
+    r.get("bind", n.bind);
+    r.get("devices", n.devices);
+    r.finish();
+    nodes.push_back(std::move(n));
+  }
+}
+
+void read_groups(table_reader& root, std::vector<group_config>& groups) {
+  for (table_reader& r : root.array_of_tables("groups")) {
+    group_config g;
+    r.get("scheduler", g.scheduler_node, 0, int_max);
+    r.get("executors", g.executor_nodes);
+    r.finish();
+    groups.push_back(std::move(g));
+  }
+}
+
+}  // namespace
+
+namespace {
+
+void check(bool cond, const read_context& ctx, const std::string& key, const std::string& what) {
+  if (!cond) ctx.fail(key, what);
+}
+
+void validate_nodes(const cluster_config& c, const read_context& ctx) {
+  check(!c.nodes.empty(), ctx, "nodes", "at least one [[nodes]] entry is required");
+  std::set<std::pair<std::string, int>> used;
+  for (std::size_t i = 0; i < c.nodes.size(); ++i) {
+    const node_config& n = c.nodes[i];
+    const std::string key = fmt::format("nodes.{}", i);
+    check(n.port != 0, ctx, key + ".port", "required (the node's internal-plane port)");
+    check(!n.host.empty(), ctx, key + ".host", "must not be empty");
+    check(!n.devices.empty(), ctx, key + ".devices", "must list at least one device");
+    check(used.insert({n.host, n.port}).second, ctx, key + ".port",
+          fmt::format("{}:{} is already used by another node", n.host, n.port));
+  }
+  const int router_node = c.router.node;
+  check(router_node < int(c.nodes.size()), ctx, "router.node",
+        fmt::format("no node {} (the file has {} nodes)", router_node, c.nodes.size()));
+  check(!used.contains({c.router.host, c.router.port}), ctx, "router.port",
+        fmt::format("{}:{} is already a node's port", c.router.host, c.router.port));
+}
+
+void validate_groups(cluster_config& c, const read_context& ctx) {
+  check(!c.groups.empty(), ctx, "groups", "at least one [[groups]] entry is required");
+  std::vector<std::size_t> next_device(c.nodes.size(), 0);
+  for (std::size_t g = 0; g < c.groups.size(); ++g) {
+    group_config& grp = c.groups[g];
+    const std::string key = fmt::format("groups.{}", g);
+    check(grp.scheduler_node < int(c.nodes.size()), ctx, key + ".scheduler",
+          fmt::format("no node {} (the file has {} nodes)", grp.scheduler_node, c.nodes.size()));
+    check(!grp.executor_nodes.empty(), ctx, key + ".executors",
+          "must list at least one node (one executor each)");
+    grp.executor_devices.clear();
+    for (int e : grp.executor_nodes) {
+      check(e >= 0 && e < int(c.nodes.size()), ctx, key + ".executors",
+            fmt::format("no node {} (the file has {} nodes)", e, c.nodes.size()));
+      const node_config& n = c.nodes[std::size_t(e)];
+      check(next_device[std::size_t(e)] < n.devices.size(), ctx, key + ".executors",
+            fmt::format("node {} has {} device(s) and every one already has an executor", e,
+                        n.devices.size()));
+      grp.executor_devices.push_back(n.devices[next_device[std::size_t(e)]++]);
+    }
+  }
+}
+
+void validate_sections(const cluster_config& c, const read_context& ctx) {
+  check(c.cluster.caf_policy == "sharing" || c.cluster.caf_policy == "stealing", ctx,
+        "cluster.caf_policy", fmt::format("must be sharing or stealing, got '{}'", c.cluster.caf_policy));
+  check(!c.cluster.name.empty(), ctx, "cluster.name", "must not be empty");
+  check(c.model.runner == "cpu" || c.model.runner == "toy", ctx, "model.runner",
+        fmt::format("must be cpu or toy, got '{}'", c.model.runner));
+  check(c.model.runner != "cpu" || !c.model.path.empty(), ctx, "model.path",
+        "required for runner 'cpu' (set it in the file or with --set model.path=DIR)");
+  check(c.model.runner != "toy" || c.kv.num_blocks > 0, ctx, "kv.num_blocks",
+        "must be set (> 0) for the toy runner");
+  static const std::set<std::string> levels{"trace", "debug", "info", "warn", "error", "off"};
+  check(levels.contains(c.logging.level), ctx, "logging.level",
+        fmt::format("must be one of trace, debug, info, warn, error, off; got '{}'", c.logging.level));
+  if (c.tls.enabled) {
+    // CAF falls back to anonymous TLS when no certificate is configured: encrypted but
+    // unauthenticated, so anyone could join. Refuse instead.
+    check(!c.tls.certificate.empty(), ctx, "tls.certificate",
+          "required when tls.enabled = true (without it CAF silently uses anonymous, "
+          "unauthenticated TLS)");
+    check(!c.tls.key.empty(), ctx, "tls.key", "required when tls.enabled = true");
+    check(!c.tls.cafile.empty(), ctx, "tls.cafile",
+          "required when tls.enabled = true (peers are verified against it)");
+  }
+}
+
+std::uint64_t fnv1a(std::string_view s) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char ch : s) h = (h ^ ch) * 0x100000001b3ull;
+  return h;
+}
+
+std::map<std::string, override_value> parse_overrides(const std::vector<std::string>& overrides,
+                                                      std::string_view origin) {
+  std::map<std::string, override_value> out;
+  for (const std::string& o : overrides) {
+    const std::size_t eq = o.find('=');
+    DI_CHECK(eq != std::string::npos && eq > 0, "--set '{}': expected key=value (e.g. model.path=/models/x)", o);
+    std::string key = o.substr(0, eq);
+    // "nodes[1].port" is accepted as a spelling of "nodes.1.port".
+    for (char& ch : key)
+      if (ch == '[') ch = '.';
+    std::erase(key, ']');
+    out[key] = {o.substr(eq + 1), false};
+  }
+  return out;
+}
+
+}  // namespace
+
+const std::string& cluster_config::bind_of(int rank) const {
+  const node_config& n = nodes.at(std::size_t(rank));
+  return n.bind.empty() ? cluster.bind_address : n.bind;
+}
+
+std::string cluster_config::tokenizer_dir() const {
+  return model.tokenizer.empty() ? model.path : model.tokenizer;
+}
+
+cluster_config parse_cluster_config(std::string_view toml_text,
+                                    const std::vector<std::string>& overrides,
+                                    std::string_view origin) {
+  toml::table parsed;
+  try {
+    parsed = toml::parse(toml_text, origin);
+  } catch (const toml::parse_error& e) {
+    DI_FAIL("{}:{}:{}: {}", origin, e.source().begin.line, e.source().begin.column, e.description());
+  }
+  read_context ctx{.origin = std::string(origin), .overrides = parse_overrides(overrides, origin)};
+  cluster_config c;
+  c.origin = std::string(origin);
+  table_reader root(&parsed, "", ctx);
+  read_cluster(root.sub("cluster"), c.cluster);
+  read_tls(root.sub("tls"), c.tls);
+  read_model(root.sub("model"), c.model);
+  read_router(root.sub("router"), c.router);
+  read_scheduler(root.sub("scheduler"), c.scheduler);
+  read_kv(root.sub("kv"), c.kv);
+  read_logging(root.sub("logging"), c.logging);
+  read_nodes(root, c.nodes);
+  read_groups(root, c.groups);
+  root.finish();
+  for (const auto& [key, o] : ctx.overrides)
+    DI_CHECK(o.used, "--set {}={}: {} has no key {} (see the README's \"Cluster file\")", key,
+             o.raw, origin, key);
+  validate_sections(c, ctx);
+  validate_nodes(c, ctx);
+  validate_groups(c, ctx);
+  c.resolved = std::move(ctx.resolved);
+  std::string all;
+  for (const std::string& line : c.resolved) all += line + "\n";
+  c.fingerprint = fmt::format("{:016x}", fnv1a(all));
+  return c;
+}
+
+cluster_config load_cluster_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path, std::ios::binary);
+  DI_CHECK(in.good(), "cannot read the cluster file '{}'", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_cluster_config(text.str(), overrides, path);
+}
+
+}  // namespace di

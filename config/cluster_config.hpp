@@ -1,0 +1,146 @@
+// The cluster file (TOML): which nodes exist, which data-parallel groups run where, the model,
+// scheduler limits, KV pools, security and logging. One file describes the whole cluster;
+// every node reads the same file (and the same `--set key=value` overrides), and the
+// coordinator checks that they agree through `fingerprint`. Every key is documented in the
+// README ("Cluster file"); an unknown key, a value of the wrong type or out of range is a
+// di::error naming the key.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace di {
+
+/// [cluster]: the internal plane.
+struct cluster_section {
+  std::string name = "deepinfer";          ///< CAF application id: other clusters are refused
+  std::string bind_address = "127.0.0.1";  ///< default listen address of every node
+  int heartbeat_interval_ms = 500;         ///< CAF heartbeats between nodes; 0 = off
+  int connection_timeout_ms = 5000;        ///< a silent peer is declared down after this; 0 = off
+  int startup_timeout_s = 600;             ///< nodes joining, executors loading, actors starting
+  int shutdown_timeout_s = 10;             ///< orderly shutdown before processes are killed
+  std::string caf_policy = "sharing";      ///< CAF scheduler policy: sharing | stealing
+  int caf_threads = 0;                     ///< CAF worker threads; 0 = CAF's default
+};
+
+/// [tls]: CAF's OpenSSL module on the internal plane and the client port.
+struct tls_section {
+  bool enabled = false;
+  std::string certificate;  ///< PEM certificate of this node (required when enabled)
+  std::string key;          ///< its private key (required when enabled)
+  std::string cafile;       ///< CA that signed every node's and client's certificate
+  std::string passphrase;   ///< of the key, if encrypted
+};
+
+/// [model.toy]: the deterministic toy runner (cluster tests without weights).
+struct toy_model_section {
+  int vocab_size = 1000;          ///< sampled ids are in [0, vocab_size)
+  int entries_per_block = 16;     ///< tokens per KV block (the prefix-cache unit)
+  std::int64_t max_model_len = 4096;
+  double step_ms = 0;             ///< simulated device time per step
+  double row_us = 0;              ///< ... plus per row
+};
+
+/// [model]
+struct model_section {
+  std::string path;       ///< checkpoint folder (config.json, *.safetensors, tokenizer.json)
+  std::string runner = "cpu";  ///< cpu | toy
+  std::string tokenizer;  ///< folder with tokenizer.json; empty = path (toy: the bundled one)
+  bool act_quant = true;  ///< FP8 activation quantization (DeepSeek's official numerics)
+  toy_model_section toy;
+};
+
+/// [router]: the client-facing actor.
+struct router_section {
+  int node = 0;                         ///< node that runs the router
+  std::string host = "127.0.0.1";       ///< address clients connect to (and it listens on)
+  std::uint16_t port = 7000;            ///< port clients connect to
+  int max_live_requests = 4096;         ///< requests in flight over all groups
+  std::int64_t max_prompt_bytes = 1 << 20;  ///< text prompt size
+  std::int64_t max_prompt_tokens = 0;       ///< 0 = the context (max_model_len - 1)
+  int max_stop_strings = 16;
+  int max_stop_string_bytes = 256;
+  int max_logprobs = 20;
+  std::int64_t affinity_min_tokens = 1;  ///< cached tokens that make a group preferred
+  int affinity_max_imbalance = 8;        ///< ... unless it has this many more live requests
+  int probe_timeout_ms = 500;            ///< prefix-cache probes of the groups
+};
+
+/// [scheduler]: each data-parallel group's continuous-batching scheduler.
+struct scheduler_section {
+  std::int64_t max_num_batched_tokens = 8192;
+  std::int64_t max_prefill_chunk = 0;
+  int max_num_running = 256;
+  int max_num_queued = 4096;
+  std::int64_t max_queued_tokens = std::int64_t(1) << 24;
+  std::int64_t max_model_len = 0;  ///< 0 = what the runner supports
+  bool overlap = true;             ///< plan step N+1 while step N runs
+  int step_timeout_s = 600;        ///< a step unanswered this long fails the group
+};
+
+/// [kv]: the paged KV pools and the prefix cache of each group.
+struct kv_section {
+  std::int64_t num_blocks = 0;  ///< blocks per stream; 0 = what the runner reports
+  bool enable_prefix_caching = true;
+  bool enable_replay = true;
+  int num_snapshots = -1;     ///< slot snapshots; -1 = what the runner reports
+  int snapshot_interval = 0;  ///< token blocks between snapshots; 0 = none
+};
+
+/// [logging]
+struct logging_section {
+  std::string level = "info";    ///< trace | debug | info | warn | error | off
+  std::string file;              ///< also append to this file
+  double status_interval_s = 10;  ///< the periodic status line; 0 = off
+};
+
+/// [[nodes]]: one process of the cluster; its index is its rank.
+struct node_config {
+  std::string host = "127.0.0.1";  ///< where the other nodes reach it
+  std::uint16_t port = 0;          ///< its internal-plane port
+  std::string bind;                ///< listen address; empty = cluster.bind_address
+  std::vector<std::string> devices{"cpu"};
+};
+
+/// [[groups]]: one data-parallel group: a scheduler and the executors it drives in lockstep.
+struct group_config {
+  int scheduler_node = 0;
+  std::vector<int> executor_nodes;          ///< one executor each, on the node's next device
+  std::vector<std::string> executor_devices;  ///< derived: the device of each executor
+};
+
+struct cluster_config {
+  cluster_section cluster;
+  tls_section tls;
+  model_section model;
+  router_section router;
+  scheduler_section scheduler;
+  kv_section kv;
+  logging_section logging;
+  std::vector<node_config> nodes;
+  std::vector<group_config> groups;
+
+  std::string origin;       ///< the file (for messages)
+  std::string fingerprint;  ///< hash of every resolved key: nodes must agree
+  std::vector<std::string> resolved;  ///< "key = value" for every key, defaults included
+
+  /// The listen address of node `rank`.
+  const std::string& bind_of(int rank) const;
+  /// The tokenizer folder (model.tokenizer, else model.path); empty for the toy runner
+  /// without either (then the bundled tokenizer is used).
+  std::string tokenizer_dir() const;
+};
+
+/// Reads and validates `path`; `overrides` are "key=value" (dotted keys, array elements by
+/// index: nodes.1.port=7201). Throws di::error naming the file and the key.
+cluster_config load_cluster_config(const std::string& path,
+                                   const std::vector<std::string>& overrides = {});
+
+/// As load_cluster_config, from TOML text; `origin` names it in errors.
+cluster_config parse_cluster_config(std::string_view toml_text,
+                                    const std::vector<std::string>& overrides = {},
+                                    std::string_view origin = "cluster file");
+
+}  // namespace di
