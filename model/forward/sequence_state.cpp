@@ -13,8 +13,8 @@ namespace di {
 
 kv_block_pool::kv_block_pool(const cache_layout& layout, std::vector<int> num_blocks)
     : layout_(layout), num_blocks_(std::move(num_blocks)) {
-  DI_CHECK(num_blocks_.size() == layout.streams.size(), "block pool: {} block counts for {} streams",
-           num_blocks_.size(), layout.streams.size());
+  DI_CHECK(num_blocks_.size() == layout.streams.size(),
+           "block pool: {} block counts for {} streams", num_blocks_.size(), layout.streams.size());
   for (std::size_t s = 0; s < layout.streams.size(); ++s) {
     DI_CHECK(num_blocks_[s] >= 0, "block pool: {} blocks for stream {}", num_blocks_[s], s);
     arenas_.emplace_back(std::size_t(num_blocks_[s]) * layout.block_bytes(int(s)));

@@ -1,0 +1,125 @@
+// cpu_model_runner: construction (pools sized per stream from the cache geometry), loading,
+// and run(), which walks the step-plan protocol in order and times its phases. The steps
+// themselves live in runner_steps.cpp.
+#include "model/runner/cpu_model_runner.hpp"
+
+#include "common/error.hpp"
+#include "model/engram/token_map.hpp"
+#include "model/tokenizer/tokenizer.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+namespace di {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+runtime::kv_geometry geometry_of(const deepseek_model& m) {
+  return runtime::make_kv_geometry(m.layout(), m.config().engram.max_ngram_size);
+}
+
+std::int64_t checked_max_model_len(const deepseek_model& m, const cpu_runner_config& c) {
+  DI_CHECK(c.kv_pool_tokens > 0, "runner: kv_pool_tokens must be positive, got {}",
+           c.kv_pool_tokens);
+  DI_CHECK(c.num_snapshots >= 0, "runner: num_snapshots must be >= 0, got {}", c.num_snapshots);
+  const std::int64_t context = m.config().max_position_embeddings;
+  std::int64_t len = c.max_model_len > 0 ? c.max_model_len : c.kv_pool_tokens;
+  if (c.max_model_len <= 0 && context > 0) len = std::min(len, context);
+  DI_CHECK(len > 1 && (context <= 0 || len <= context),
+           "runner: max_model_len {} must be in [2, {}] (max_position_embeddings)", len, context);
+  DI_CHECK(!m.layout().has_engram || m.hasher() != nullptr,
+           "runner: the model has Engram layers but no Engram hasher is attached");
+  return len;
+}
+
+std::vector<int> pool_blocks(const runtime::kv_geometry& g, std::int64_t tokens) {
+  std::vector<int> n;
+  for (int s = 0; s < g.num_streams(); ++s) n.push_back(int(g.num_blocks(s, tokens)));
+  return n;
+}
+
+}  // namespace
+
+cpu_model_runner::cpu_model_runner(std::shared_ptr<const deepseek_model> model,
+                                   const cpu_runner_config& config)
+    : model_(std::move(model)),
+      geometry_(geometry_of(*model_)),
+      max_model_len_(checked_max_model_len(*model_, config)),
+      pool_(model_->layout(), pool_blocks(geometry_, config.kv_pool_tokens)),
+      snapshots_(std::size_t(config.num_snapshots)),
+      snapshot_positions_(std::size_t(config.num_snapshots), -1) {}
+
+std::unique_ptr<cpu_model_runner> cpu_model_runner::load(const std::filesystem::path& dir,
+                                                         const cpu_runner_config& config,
+                                                         forward_options options) {
+  const tok::tokenizer tokenizer = tok::tokenizer::from_dir(dir.string());
+  return std::make_unique<cpu_model_runner>(load_model_with_hasher(dir, tokenizer, options),
+                                            config);
+}
+
+runtime::runner_info cpu_model_runner::info() const {
+  runtime::runner_info r{.device = "cpu",
+                         .num_snapshots = std::int32_t(snapshots_.size()),
+                         .max_model_len = max_model_len_};
+  for (int s = 0; s < geometry_.num_streams(); ++s) r.num_blocks.push_back(pool_.num_blocks(s));
+  return r;
+}
+
+runtime::step_result cpu_model_runner::run(const runtime::step_plan& plan) {
+  const auto t0 = clock_type::now();
+  for (std::uint64_t id : plan.finished) live_.erase(id);
+  for (std::uint64_t id : plan.preempted) live_.erase(id);
+  for (const runtime::sequence_start& s : plan.started) start(s);
+
+  runtime::step_result result{.step_id = plan.step_id};
+  result.outputs.resize(plan.sequences.size());
+  std::vector<batch_entry> batch;
+  for (std::size_t i = 0; i < plan.sequences.size(); ++i) {
+    result.outputs[i].seq_id = plan.sequences[i].seq_id;
+    if (std::optional<batch_entry> e = prepare(i, plan.sequences[i], result.outputs[i]))
+      batch.push_back(std::move(*e));
+  }
+  const auto t_forward = clock_type::now();
+  std::vector<forward_output> logits = run_forward(batch);
+  stats_.forward_seconds += seconds_since(t_forward);
+  for (const batch_entry& e : batch)
+    if (std::optional<std::int32_t> snap = plan.sequences[e.index].save_snapshot)
+      save_snapshot(*e.seq, *snap);
+  const auto t_sample = clock_type::now();
+  sample(plan, batch, logits, result);
+  stats_.sampling_seconds += seconds_since(t_sample);
+  ++stats_.num_steps;
+  stats_.total_seconds += seconds_since(t0);
+  return result;
+}
+
+std::shared_ptr<deepseek_model> load_model_with_hasher(const std::filesystem::path& dir,
+                                                       const tok::tokenizer& tokenizer,
+                                                       forward_options options) {
+  std::shared_ptr<deepseek_model> m = deepseek_model::load(dir, options);
+  const model_config& c = m->config();
+  if (!c.engram.layer_ids.empty())
+    m->set_engram_hasher(
+        std::make_shared<engram_hasher>(c.engram, build_engram_token_map(tokenizer)));
+  return m;
+}
+
+runtime::scheduler_config scheduler_config_for(const cpu_model_runner& runner,
+                                               runtime::scheduler_config base) {
+  const runtime::runner_info info = runner.info();
+  base.max_model_len = info.max_model_len;
+  if (base.eos_token_ids.empty())
+    base.eos_token_ids.push_back(std::int32_t(runner.model().config().eos_token_id));
+  base.blocks.geometry = runner.geometry();
+  base.blocks.num_blocks = info.num_blocks;
+  base.blocks.num_snapshots = info.num_snapshots;
+  return base;
+}
+
+}  // namespace di

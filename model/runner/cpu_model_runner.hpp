@@ -1,0 +1,131 @@
+// The CPU executor's model runner: runs the scheduler's step plans (runtime/step_plan.hpp) on
+// the V4/V4.1 forward pass, one forward over every scheduled sequence per plan, and samples
+// inside the runner. It holds the executor's side of the KV cache: per-stream block pools
+// whose block ids come from the scheduler's block manager, one sequence_state per live
+// sequence, and a pool of slot snapshots for exact prefix reuse.
+#pragma once
+
+#include "model/forward/model.hpp"
+#include "model/forward/sequence_state.hpp"
+#include "runtime/kv_geometry.hpp"
+#include "runtime/sampler.hpp"
+#include "runtime/scheduler.hpp"
+#include "runtime/step_runner.hpp"
+#include "runtime/token_counts.hpp"
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+namespace di::tok {
+class tokenizer;
+}
+
+namespace di {
+
+/// How big the runner's caches are.
+struct cpu_runner_config {
+  /// Tokens of context every stream's pool holds, all sequences together (each stream gets
+  /// kv_geometry::num_blocks(s, kv_pool_tokens) blocks).
+  std::int64_t kv_pool_tokens = 0;
+  int num_snapshots = 0;  ///< slot snapshots for prefix reuse (slot_bytes each)
+  /// The longest sequence; 0 = kv_pool_tokens, capped by max_position_embeddings.
+  std::int64_t max_model_len = 0;
+};
+
+/// Where the runner's time went, summed over its steps.
+struct runner_stats {
+  std::int64_t num_steps = 0;        ///< plans run (with or without rows)
+  std::int64_t num_rows = 0;         ///< forward rows
+  std::int64_t num_replay_rows = 0;  ///< ... of them replay rows (no stream writes)
+  std::int64_t num_samples = 0;
+  std::int64_t num_snapshot_restores = 0;
+  std::int64_t num_snapshot_saves = 0;
+  double total_seconds = 0.0;     ///< inside run()
+  double forward_seconds = 0.0;   ///< deepseek_model::forward
+  double sampling_seconds = 0.0;  ///< sampler and logprobs
+  /// Everything else in run(): plan bookkeeping, block tables, snapshots, batch assembly.
+  double bookkeeping_seconds() const { return total_seconds - forward_seconds - sampling_seconds; }
+};
+
+class cpu_model_runner final : public runtime::step_runner {
+ public:
+  /// A runner over `model` (with its Engram hasher attached when it has Engram layers).
+  /// Throws di::error for an invalid config.
+  cpu_model_runner(std::shared_ptr<const deepseek_model> model, const cpu_runner_config& config);
+  /// Loads the checkpoint folder `dir` (config, weights, and the tokenizer that Engram
+  /// hashing needs).
+  static std::unique_ptr<cpu_model_runner> load(const std::filesystem::path& dir,
+                                                const cpu_runner_config& config,
+                                                forward_options options = {});
+
+  runtime::runner_info info() const override;
+  /// Runs one plan (the protocol in runtime/step_plan.hpp). A plan that breaks the protocol
+  /// (unknown sequence, stale snapshot, rows that do not continue a sequence) throws di::error.
+  runtime::step_result run(const runtime::step_plan& plan) override;
+
+  const deepseek_model& model() const { return *model_; }
+  /// The cache shape the scheduler's block manager must use with this runner.
+  const runtime::kv_geometry& geometry() const { return geometry_; }
+  const runner_stats& stats() const { return stats_; }
+  /// Sequences whose state the runner holds.
+  std::size_t num_live() const { return live_.size(); }
+
+ private:
+  /// What the runner keeps per sequence between steps.
+  struct live_sequence {
+    runtime::sequence_start start;
+    std::unique_ptr<sequence_state> state;
+    runtime::token_counts counts;  // tokens of the rows run so far, split at num_prompt_tokens
+    bool has_all_tokens = true;    // counts saw every earlier token (no resume past position 0)
+    std::optional<std::int32_t> last_sample;
+  };
+  /// One scheduled sequence's part of this step's forward.
+  struct batch_entry {
+    std::size_t index = 0;  // in plan.sequences and result.outputs
+    live_sequence* seq = nullptr;
+    std::vector<std::int64_t> tokens;      // [rows]
+    std::vector<std::int64_t> positions;   // [rows]
+    std::vector<std::int64_t> logit_rows;  // prompt-logprob rows, then the sampled row
+  };
+
+  // runner_steps.cpp: the protocol's steps.
+  void start(const runtime::sequence_start& s);
+  live_sequence& find(std::uint64_t seq_id);
+  void restore_slot(live_sequence& seq, const runtime::scheduled_sequence& s);
+  std::optional<batch_entry> prepare(std::size_t index, const runtime::scheduled_sequence& s,
+                                     runtime::sequence_output& out);
+  std::vector<forward_output> run_forward(std::vector<batch_entry>& batch);
+  void save_snapshot(const live_sequence& seq, std::int32_t snapshot);
+  void sample(const runtime::step_plan& plan, const std::vector<batch_entry>& batch,
+              const std::vector<forward_output>& logits, runtime::step_result& result);
+  void prompt_logprobs(const runtime::scheduled_sequence& s, const batch_entry& entry,
+                       const tensor& logits, runtime::sequence_output& out) const;
+
+  std::shared_ptr<const deepseek_model> model_;
+  runtime::kv_geometry geometry_;
+  std::int64_t max_model_len_ = 0;
+  kv_block_pool pool_;
+  std::vector<std::vector<std::uint8_t>> snapshots_;  // [snapshot] slot bytes
+  std::vector<std::int64_t> snapshot_positions_;      // [snapshot] tokens it holds; -1 = none
+  std::unordered_map<std::uint64_t, live_sequence> live_;
+  runtime::sampler sampler_;
+  runner_stats stats_;
+};
+
+/// Loads the checkpoint folder `dir` with the Engram hasher its Engram layers need, built
+/// from `tokenizer` (the model's own).
+std::shared_ptr<deepseek_model> load_model_with_hasher(const std::filesystem::path& dir,
+                                                       const tok::tokenizer& tokenizer,
+                                                       forward_options options = {});
+
+/// A scheduler config that matches `runner`: its cache geometry, block counts, snapshots and
+/// max_model_len, and the model's EOS; the rest (budgets, limits, prefix caching, snapshot
+/// interval) from `base`.
+runtime::scheduler_config scheduler_config_for(const cpu_model_runner& runner,
+                                               runtime::scheduler_config base);
+
+}  // namespace di

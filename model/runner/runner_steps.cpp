@@ -1,0 +1,187 @@
+// The step-plan protocol's steps on the CPU engine (runtime/step_plan.hpp): create and find
+// sequences, append planned blocks, restore or rebuild the slot, patch placeholders, one
+// forward for the whole plan, save snapshots, then sample and compute logprobs per sequence.
+#include "model/runner/cpu_model_runner.hpp"
+
+#include "common/error.hpp"
+#include "runtime/logprobs.hpp"
+
+#include <algorithm>
+
+namespace di {
+
+namespace {
+
+std::span<const float> logits_row(const tensor& logits, std::int64_t row) {
+  const std::int64_t vocab = logits.size(1);
+  return {logits.data<float>() + row * vocab, std::size_t(vocab)};
+}
+
+}  // namespace
+
+void cpu_model_runner::start(const runtime::sequence_start& s) {
+  DI_CHECK(!live_.contains(s.seq_id), "runner: sequence {} started twice", s.seq_id);
+  live_sequence& seq = live_[s.seq_id];
+  seq.start = s;
+  seq.state = std::make_unique<sequence_state>(pool_, max_model_len_, block_source::planned);
+}
+
+cpu_model_runner::live_sequence& cpu_model_runner::find(std::uint64_t seq_id) {
+  auto it = live_.find(seq_id);
+  DI_CHECK(it != live_.end(), "runner: rows for sequence {}, which is not live", seq_id);
+  return it->second;
+}
+
+/// A fresh state that starts past position 0 (a prefix hit) adopts the cached prefix and
+/// takes its slot from the snapshot, or keeps a fresh slot with the Engram history rebuilt
+/// from the look-back tokens (a bounded replay follows).
+void cpu_model_runner::restore_slot(live_sequence& seq, const runtime::scheduled_sequence& s) {
+  sequence_state& state = *seq.state;
+  const bool is_fresh = state.num_tokens() == 0 && state.num_cached_tokens() == 0;
+  if (is_fresh && (s.first_position > 0 || s.num_cached_tokens > 0)) {
+    state.adopt_prefix(s.num_cached_tokens, s.first_position);
+    seq.has_all_tokens = s.first_position == 0;
+  }
+  if (s.restore_snapshot) {
+    const std::size_t k = std::size_t(*s.restore_snapshot);
+    DI_CHECK(k < snapshots_.size() && snapshot_positions_[k] == s.first_position,
+             "runner: sequence {} restores snapshot {} at position {}, which holds {}", s.seq_id, k,
+             s.first_position, k < snapshots_.size() ? snapshot_positions_[k] : -1);
+    state.load_slot(snapshots_[k]);
+    ++stats_.num_snapshot_restores;
+  } else if (is_fresh && s.first_position > 0 && state.layout().has_engram) {
+    const std::vector<tok::token_id> lookback(s.lookback_tokens.begin(), s.lookback_tokens.end());
+    state.engram() = model_->hasher()->history_at(s.first_position, lookback);
+  }
+}
+
+std::optional<cpu_model_runner::batch_entry> cpu_model_runner::prepare(
+    std::size_t index, const runtime::scheduled_sequence& s, runtime::sequence_output& out) {
+  live_sequence& seq = find(s.seq_id);
+  sequence_state& state = *seq.state;
+  DI_CHECK(s.new_blocks.empty() || int(s.new_blocks.size()) == geometry_.num_streams(),
+           "runner: sequence {} gets blocks for {} streams, the model has {}", s.seq_id,
+           s.new_blocks.size(), geometry_.num_streams());
+  for (std::size_t st = 0; st < s.new_blocks.size(); ++st)
+    state.append_blocks(int(st), s.new_blocks[st]);
+  restore_slot(seq, s);
+  DI_CHECK(s.num_rows() > 0 && state.num_tokens() == s.first_position,
+           "runner: sequence {} has {} rows at position {}, its state is at {}", s.seq_id,
+           s.num_rows(), s.first_position, state.num_tokens());
+  batch_entry e{.index = index, .seq = &seq};
+  e.tokens.assign(s.token_ids.begin(), s.token_ids.end());
+  if (s.has_placeholder) {
+    DI_CHECK(seq.last_sample.has_value(), "runner: sequence {} has a placeholder but no sample",
+             s.seq_id);
+    e.tokens[0] = *seq.last_sample;
+  }
+  const std::int64_t vocab = model_->config().vocab_size;
+  for (std::int64_t t : e.tokens)
+    if (t < 0 || t >= vocab) {
+      out.error = fmt::format("token id {} is outside the vocabulary [0, {})", t, vocab);
+      return std::nullopt;
+    }
+  for (std::int64_t i = 0; i < s.num_rows(); ++i) {
+    const std::int64_t p = s.first_position + i;
+    e.positions.push_back(p);
+    if (p < seq.start.num_prompt_tokens) {
+      seq.counts.add_prompt_token(std::int32_t(e.tokens[std::size_t(i)]));
+    } else {
+      seq.counts.add_output_token(std::int32_t(e.tokens[std::size_t(i)]));
+    }
+  }
+  e.logit_rows.assign(s.prompt_logprob_rows.begin(), s.prompt_logprob_rows.end());
+  if (s.is_sampling) e.logit_rows.push_back(s.num_rows() - 1);
+  stats_.num_rows += s.num_rows();
+  stats_.num_replay_rows +=
+      std::clamp<std::int64_t>(s.num_cached_tokens - s.first_position, 0, s.num_rows());
+  return e;
+}
+
+std::vector<forward_output> cpu_model_runner::run_forward(std::vector<batch_entry>& batch) {
+  if (batch.empty()) return {};
+  std::vector<forward_request> requests;
+  for (batch_entry& e : batch) {
+    forward_request r;
+    r.state = e.seq->state.get();
+    r.tokens = e.tokens;
+    r.positions = e.positions;
+    r.logit_rows = e.logit_rows;
+    requests.push_back(std::move(r));
+  }
+  return model_->forward(requests);
+}
+
+void cpu_model_runner::save_snapshot(const live_sequence& seq, std::int32_t snapshot) {
+  const std::size_t k = std::size_t(snapshot);
+  DI_CHECK(k < snapshots_.size(), "runner: snapshot {} of {}", snapshot, snapshots_.size());
+  const std::span<const std::uint8_t> slot = seq.state->slot();
+  snapshots_[k].assign(slot.begin(), slot.end());
+  snapshot_positions_[k] = seq.state->num_tokens();
+  ++stats_.num_snapshot_saves;
+}
+
+void cpu_model_runner::sample(const runtime::step_plan& plan, const std::vector<batch_entry>& batch,
+                              const std::vector<forward_output>& logits,
+                              runtime::step_result& result) {
+  std::vector<runtime::sample_request> requests;
+  std::vector<std::size_t> owners;  // batch index of each request
+  for (std::size_t b = 0; b < batch.size(); ++b) {
+    const batch_entry& e = batch[b];
+    const runtime::scheduled_sequence& s = plan.sequences[e.index];
+    runtime::sequence_output& out = result.outputs[e.index];
+    prompt_logprobs(s, e, logits[b].logits, out);
+    if (!s.is_sampling || !out.error.empty()) continue;
+    const live_sequence& seq = *e.seq;
+    if (seq.start.params.has_penalties() && !seq.has_all_tokens) {
+      out.error =
+          "sampling penalties need every earlier token, but this sequence resumed "
+          "after a cached prefix the runner never saw";
+      continue;
+    }
+    const bool suppress = s.sample_index < seq.start.params.min_tokens;
+    requests.push_back(
+        {.logits = logits_row(logits[b].logits, logits[b].logits.size(0) - 1),
+         .params = &seq.start.params,
+         .seed = seq.start.seed,
+         .step = s.sample_index,
+         .counts = &seq.counts,
+         .suppressed_ids = suppress ? std::span<const std::int32_t>(seq.start.stop_token_ids)
+                                    : std::span<const std::int32_t>()});
+    owners.push_back(b);
+  }
+  std::vector<runtime::sample_outcome> outcomes = sampler_.sample_batch(requests);
+  for (std::size_t i = 0; i < outcomes.size(); ++i) {
+    const batch_entry& e = batch[owners[i]];
+    runtime::sequence_output& out = result.outputs[e.index];
+    if (!outcomes[i].is_ok()) {
+      out.error = outcomes[i].error;
+      continue;
+    }
+    runtime::sample_result& r = outcomes[i].result;
+    out.token_ids.push_back(r.token_id);
+    if (r.logprobs) out.logprobs.push_back(std::move(*r.logprobs));
+    e.seq->last_sample = r.token_id;
+    ++stats_.num_samples;
+  }
+}
+
+void cpu_model_runner::prompt_logprobs(const runtime::scheduled_sequence& s,
+                                       const batch_entry& entry, const tensor& logits,
+                                       runtime::sequence_output& out) const {
+  if (s.prompt_logprob_rows.empty()) return;
+  DI_CHECK(s.prompt_logprob_rows.size() == s.prompt_logprob_tokens.size(),
+           "runner: sequence {} asks {} prompt-logprob rows with {} tokens", s.seq_id,
+           s.prompt_logprob_rows.size(), s.prompt_logprob_tokens.size());
+  const int num_top = entry.seq->start.params.prompt_logprobs.value_or(0);
+  try {
+    for (std::size_t i = 0; i < s.prompt_logprob_rows.size(); ++i)
+      out.prompt_logprobs.push_back(runtime::compute_logprobs(logits_row(logits, std::int64_t(i)),
+                                                              s.prompt_logprob_tokens[i], num_top));
+  } catch (const di::error& err) {
+    out.prompt_logprobs.clear();
+    out.error = err.what();
+  }
+}
+
+}  // namespace di

@@ -1,0 +1,125 @@
+// Continuous batching through the runtime scheduler and the CPU model runner gives every
+// request exactly the tokens (and logprobs) it gets when run alone: concurrent mixed-length
+// greedy requests with chunked prefill, overlapped scheduling with placeholders, preemption
+// when the KV pool is too small, and seeded sampling with penalties and logprobs.
+#include "tests/model/runner/runner_test_util.hpp"
+
+namespace di::test {
+namespace {
+
+/// Serves `rs` on a fresh runner over `m` and checks every output against the request alone.
+served serve_and_check(const std::shared_ptr<const deepseek_model>& m,
+                       const std::vector<runtime::request>& rs, const cpu_runner_config& pool,
+                       const serving_options& so, const drive_options& o = {}) {
+  cpu_model_runner runner(m, pool);
+  runtime::scheduler s = make_scheduler(runner, so);
+  const std::int64_t free_at_start = s.stats().num_free_blocks;
+  add_all(s, rs);
+  served got = serve(s, runner, o);
+  check_equal_alone(m, rs, got);
+  CHECK(runner.num_live() == 0);
+  CHECK(s.stats().num_free_blocks + s.stats().num_cached_blocks == free_at_start);
+  return got;
+}
+
+TEST_CASE("runner: concurrent mixed-length greedy requests equal each request run alone") {
+  for (auto [name, model, n] : {std::tuple(std::string("v41_public"), golden_v41(), 32),
+                                std::tuple(std::string("tiny-v41"), tiny_v41(), 12)}) {
+    CAPTURE(name);
+    const std::vector<runtime::request> rs = mixed_requests(n, 150, 12);
+    SUBCASE("sequential scheduling, chunked prefill") {
+      serve_and_check(model, rs, {.kv_pool_tokens = 16384, .max_model_len = 512},
+                      {.budget = 256, .prefill_chunk = 48});
+    }
+    SUBCASE("overlapped scheduling: the runner patches the placeholders") {
+      serve_and_check(model, rs, {.kv_pool_tokens = 16384, .max_model_len = 512}, {.budget = 192},
+                      {.overlap = true});
+    }
+  }
+}
+
+/// Sampled requests (seeded, filtered, with penalties and logprobs) among greedy ones.
+std::vector<runtime::request> sampled_requests(int n) {
+  std::vector<runtime::request> rs = mixed_requests(n, 120, 10);
+  for (std::size_t i = 0; i < rs.size(); ++i) {
+    runtime::sampling_params& p = rs[i].params;
+    rs[i].seed = 1000 + i;
+    if (i % 4 == 0) continue;  // greedy
+    p.temperature = 0.6 + 0.1 * double(i % 5);
+    if (i % 2 == 1) p.top_k = 40;
+    if (i % 3 == 1) p.top_p = 0.9;
+    if (i % 3 == 2) p.min_p = 0.02;
+    if (i % 5 == 1) p.repetition_penalty = 1.3;
+    if (i % 5 == 2) p.presence_penalty = 0.5;
+    if (i % 5 == 3) p.frequency_penalty = 0.4;
+    if (i % 2 == 0) p.logprobs = 3;
+    if (i % 6 == 2) p.prompt_logprobs = 2;
+  }
+  return rs;
+}
+
+TEST_CASE("runner: seeded sampling, penalties and logprobs equal each request run alone") {
+  for (auto [name, model, n] : {std::tuple(std::string("v41_public"), golden_v41(), 24),
+                                std::tuple(std::string("tiny-v41"), tiny_v41(), 10)}) {
+    CAPTURE(name);
+    const std::vector<runtime::request> rs = sampled_requests(n);
+    serve_and_check(model, rs, {.kv_pool_tokens = 8192, .max_model_len = 512},
+                    {.budget = 160, .prefill_chunk = 40}, {.overlap = true});
+  }
+}
+
+TEST_CASE("runner: min_tokens suppresses the stop tokens of the first samples") {
+  const std::shared_ptr<const deepseek_model> m = golden_v41();
+  runtime::request free_run = runner_request(1, 30, 4);
+  const std::int32_t first = alone(m, free_run).tokens.at(0);
+  runtime::request r = free_run;
+  r.id = 2;
+  r.params.stop_token_ids = {first};  // greedy would stop at once
+  r.params.min_tokens = 2;
+  serve_and_check(m, {free_run, r}, {.kv_pool_tokens = 4096, .max_model_len = 256}, {});
+  CHECK(alone(m, r).tokens.at(0) != first);
+  CHECK(alone(m, r).tokens.size() == 4);
+}
+
+/// Prompts of 100 .. 127 tokens growing past 128 (a second block of the ratio-2 streams),
+/// half of them sampled: in a pool of 384 tokens (three ratio-2 blocks) decodes must preempt.
+std::vector<runtime::request> growing_requests(int n) {
+  std::vector<runtime::request> rs;
+  for (int i = 0; i < n; ++i) {
+    const std::uint64_t h = runtime::random_bits(5, std::uint64_t(i));
+    runtime::request r = runner_request(std::uint64_t(200 + i), 100 + std::int64_t(h % 28),
+                                        10 + int((h >> 20) % 20));
+    if (i % 2 == 1) {
+      r.params.temperature = 0.8;
+      r.params.top_k = 50;
+      r.params.repetition_penalty = i % 4 == 1 ? 1.2 : 1.0;
+      r.params.logprobs = 2;
+    }
+    rs.push_back(std::move(r));
+  }
+  return rs;
+}
+
+TEST_CASE("runner: preemption when the KV pool is too small keeps every output") {
+  for (auto [name, model, n] : {std::tuple(std::string("v41_public"), golden_v41(), 10),
+                                std::tuple(std::string("tiny-v41"), tiny_v41(), 6)}) {
+    CAPTURE(name);
+    const std::vector<runtime::request> rs = growing_requests(n);
+    for (bool overlap : {false, true}) {
+      CAPTURE(overlap);
+      cpu_model_runner runner(model, {.kv_pool_tokens = 384, .max_model_len = 256});
+      runtime::scheduler s = make_scheduler(runner, {.budget = 256, .prefill_chunk = 64});
+      add_all(s, rs);
+      const served got = serve(s, runner, {.overlap = overlap});
+      check_equal_alone(model, rs, got);
+      MESSAGE(name, ": ", s.counters().num_preemptions, " preemptions, ", s.counters().num_steps,
+              " steps");
+      CHECK(s.counters().num_preemptions > 0);
+      CHECK(s.stats().num_free_blocks == s.stats().num_blocks);
+      CHECK(runner.num_live() == 0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace di::test

@@ -1,0 +1,121 @@
+// Prefix reuse through scheduler and runner: a request that shares a >= 200-token prefix with
+// an earlier one hits the prefix cache, runs fewer rows (measured by the runner) and still
+// produces exactly the tokens it gets alone, whether its slot comes from a snapshot or from a
+// bounded replay over the shared blocks; sharing with a request still running; eviction of
+// cached prefixes when the pool runs short.
+#include "tests/model/runner/runner_test_util.hpp"
+
+namespace di::test {
+namespace {
+
+/// Rows and forward time the runner spent on one batch of requests.
+struct work {
+  std::int64_t rows = 0;
+  std::int64_t replay_rows = 0;
+  double forward_seconds = 0.0;
+};
+
+/// Serves `rs` (all at once) on `runner` and returns the work it took.
+work serve_batch(runtime::scheduler& s, cpu_model_runner& runner,
+                 const std::vector<runtime::request>& rs, served& got) {
+  const runner_stats before = runner.stats();
+  add_all(s, rs);
+  served more = serve(s, runner);
+  got.out.insert(more.out.begin(), more.out.end());
+  const runner_stats& after = runner.stats();
+  return {after.num_rows - before.num_rows, after.num_replay_rows - before.num_replay_rows,
+          after.forward_seconds - before.forward_seconds};
+}
+
+struct prefix_case {
+  std::string name;
+  std::shared_ptr<const deepseek_model> model;
+  int num_snapshots = 0;           // 0: bounded replay only
+  std::int64_t shared = 0;         // tokens B shares with A
+  std::int64_t expect_resume = 0;  // where B's rows start
+};
+
+TEST_CASE("runner: a request sharing a long prefix hits the cache, skips prefill, same output") {
+  const std::shared_ptr<const deepseek_model> golden = golden_v41(), tiny = tiny_v41();
+  // v41_public: replay span R = 9 * 15 + 15 = 150; tiny-v41: 9 * 31 + 31 = 310; L = 128.
+  for (const prefix_case& pc :
+       {prefix_case{"v41_public, snapshot", golden, 8, 260, 256},
+        prefix_case{"v41_public, bounded replay", golden, 0, 300, 256 - 150},
+        prefix_case{"tiny-v41, snapshot", tiny, 8, 260, 256},
+        prefix_case{"tiny-v41, replay from 0 over shared blocks", tiny, 0, 260, 0}}) {
+    CAPTURE(pc.name);
+    REQUIRE(runtime::make_kv_geometry(pc.model->layout(), 4).token_block_size() == 128);
+    const runtime::request a = runner_request(1, 300, 6, 300);
+    const runtime::request b = runner_request(2, 340, 6, pc.shared);
+    cpu_model_runner runner(
+        pc.model,
+        {.kv_pool_tokens = 4096, .num_snapshots = pc.num_snapshots, .max_model_len = 512});
+    runtime::scheduler s = make_scheduler(
+        runner,
+        {.budget = 512, .prefix_caching = true, .snapshot_interval = pc.num_snapshots ? 1 : 0});
+    served got;
+    const work for_a = serve_batch(s, runner, {a}, got);
+    const work for_b = serve_batch(s, runner, {b}, got);
+    check_equal_alone(pc.model, {a, b}, got);
+    const runtime::scheduler_counters& c = s.counters();
+    CHECK(c.num_prefix_hits == 1);
+    CHECK(c.num_prefix_hit_tokens == 256);
+    CHECK(c.num_prefix_skipped_tokens == pc.expect_resume);
+    CHECK(c.num_snapshot_restores == (pc.num_snapshots ? 1 : 0));
+    // B runs its prompt from the resume point, plus one row per later output token.
+    CHECK(for_b.rows == 340 - pc.expect_resume + 5);
+    CHECK(for_b.replay_rows == 256 - pc.expect_resume);
+    CHECK(for_a.rows == 300 + 5);
+    MESSAGE(pc.name, ": B ran ", for_b.rows, " rows (", for_b.replay_rows, " replay) in ",
+            for_b.forward_seconds, " s of forward; A ran ", for_a.rows, " rows in ",
+            for_a.forward_seconds, " s");
+  }
+}
+
+TEST_CASE("runner: requests sharing a prefix with a running request, concurrently") {
+  const std::shared_ptr<const deepseek_model> m = golden_v41();
+  std::vector<runtime::request> rs;
+  for (std::uint64_t i = 0; i < 6; ++i)
+    rs.push_back(runner_request(10 + i, 270 + std::int64_t(i) * 7, 8, 260));
+  cpu_model_runner runner(m, {.kv_pool_tokens = 8192, .num_snapshots = 4, .max_model_len = 512});
+  runtime::scheduler s = make_scheduler(
+      runner, {.budget = 128, .prefill_chunk = 64, .prefix_caching = true, .snapshot_interval = 1});
+  REQUIRE(s.add_request(rs[0]).is_accepted());
+  drive_options o{.overlap = true};
+  o.before_step = [&](int step, runtime::scheduler& sch, outputs&) {
+    if (step == 6)  // rs[0] has computed its first two token blocks
+      for (std::size_t i = 1; i < rs.size(); ++i) REQUIRE(sch.add_request(rs[i]).is_accepted());
+  };
+  const served got = serve(s, runner, o);
+  check_equal_alone(m, rs, got);
+  CHECK(s.counters().num_prefix_hits == 5);
+  CHECK(s.counters().num_prefix_skipped_tokens == 5 * 256);
+}
+
+TEST_CASE("runner: cached prefixes are evicted under pressure and outputs stay exact") {
+  const std::shared_ptr<const deepseek_model> m = golden_v41();
+  for (int num_snapshots : {0, 4}) {
+    CAPTURE(num_snapshots);
+    const runtime::request a = runner_request(1, 300, 4, 300);
+    const runtime::request c = runner_request(3, 380, 4);  // unrelated, needs most of the pool
+    const runtime::request b = runner_request(2, 320, 4, 290);
+    cpu_model_runner runner(
+        m, {.kv_pool_tokens = 512, .num_snapshots = num_snapshots, .max_model_len = 512});
+    runtime::scheduler s = make_scheduler(
+        runner,
+        {.budget = 512, .prefix_caching = true, .snapshot_interval = num_snapshots ? 1 : 0});
+    served got;
+    serve_batch(s, runner, {a}, got);
+    CHECK(s.stats().num_cached_blocks > 0);
+    serve_batch(s, runner, {c}, got);
+    CHECK(s.stats().num_evictions > 0);
+    serve_batch(s, runner, {b}, got);
+    check_equal_alone(m, {a, c, b}, got);
+    MESSAGE(s.stats().num_evictions, " token blocks evicted; B reused ",
+            s.counters().num_prefix_hit_tokens, " cached tokens");
+    CHECK(runner.num_live() == 0);
+  }
+}
+
+}  // namespace
+}  // namespace di::test
