@@ -1,7 +1,7 @@
-// One request generated start to finish in this process, on the CPU reference engine: prefill
-// the prompt, then sample and decode token by token with the runtime's sampler and stop
-// checker, streaming text as it becomes final. `deepinfer generate` is a thin CLI over it; the
-// actor runtime will split the same steps across scheduler and executor.
+// One request generated start to finish in this process, on the CPU reference engine, through
+// the same pieces the actor runtime uses: the runtime scheduler (admission, sampling plan,
+// streaming detokenizer, stop checker) and the CPU model runner (forward and sampling), in one
+// thread. `deepinfer generate` is a thin CLI over it.
 #pragma once
 
 #include "model/forward/model.hpp"
@@ -21,7 +21,7 @@ namespace di::cli {
 
 /// A loaded model with what generation needs beside the weights.
 struct loaded_model {
-  std::unique_ptr<deepseek_model> model;
+  std::shared_ptr<deepseek_model> model;
   std::unique_ptr<tok::tokenizer> tokenizer;
 };
 

@@ -58,9 +58,10 @@ cpu_model_runner::cpu_model_runner(std::shared_ptr<const deepseek_model> model,
 std::unique_ptr<cpu_model_runner> cpu_model_runner::load(const std::filesystem::path& dir,
                                                          const cpu_runner_config& config,
                                                          forward_options options) {
-  const tok::tokenizer tokenizer = tok::tokenizer::from_dir(dir.string());
-  return std::make_unique<cpu_model_runner>(load_model_with_hasher(dir, tokenizer, options),
-                                            config);
+  std::shared_ptr<deepseek_model> model = deepseek_model::load(dir, options);
+  if (!model->config().engram.layer_ids.empty())
+    attach_engram_hasher(*model, tok::tokenizer::from_dir(dir.string()));
+  return std::make_unique<cpu_model_runner>(std::move(model), config);
 }
 
 runtime::runner_info cpu_model_runner::info() const {
@@ -99,15 +100,11 @@ runtime::step_result cpu_model_runner::run(const runtime::step_plan& plan) {
   return result;
 }
 
-std::shared_ptr<deepseek_model> load_model_with_hasher(const std::filesystem::path& dir,
-                                                       const tok::tokenizer& tokenizer,
-                                                       forward_options options) {
-  std::shared_ptr<deepseek_model> m = deepseek_model::load(dir, options);
-  const model_config& c = m->config();
-  if (!c.engram.layer_ids.empty())
-    m->set_engram_hasher(
-        std::make_shared<engram_hasher>(c.engram, build_engram_token_map(tokenizer)));
-  return m;
+void attach_engram_hasher(deepseek_model& model, const tok::tokenizer& tokenizer) {
+  const model_config& c = model.config();
+  if (c.engram.layer_ids.empty()) return;
+  model.set_engram_hasher(
+      std::make_shared<engram_hasher>(c.engram, build_engram_token_map(tokenizer)));
 }
 
 runtime::scheduler_config scheduler_config_for(const cpu_model_runner& runner,

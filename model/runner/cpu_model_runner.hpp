@@ -116,11 +116,9 @@ class cpu_model_runner final : public runtime::step_runner {
   runner_stats stats_;
 };
 
-/// Loads the checkpoint folder `dir` with the Engram hasher its Engram layers need, built
-/// from `tokenizer` (the model's own).
-std::shared_ptr<deepseek_model> load_model_with_hasher(const std::filesystem::path& dir,
-                                                       const tok::tokenizer& tokenizer,
-                                                       forward_options options = {});
+/// Attaches the Engram hasher that `model`'s Engram layers need (none for a model without
+/// them), built from `tokenizer`, the model's own.
+void attach_engram_hasher(deepseek_model& model, const tok::tokenizer& tokenizer);
 
 /// A scheduler config that matches `runner`: its cache geometry, block counts, snapshots and
 /// max_model_len, and the model's EOS; the rest (budgets, limits, prefix caching, snapshot

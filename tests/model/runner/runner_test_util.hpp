@@ -29,8 +29,9 @@ namespace di::test {
 inline std::shared_ptr<const deepseek_model> tiny_v41() {
   static std::shared_ptr<const deepseek_model> model = [] {
     const fs::path dir = generated("tiny-v41");
-    const tok::tokenizer tokenizer = tok::tokenizer::from_dir(dir.string());
-    return std::shared_ptr<const deepseek_model>(load_model_with_hasher(dir, tokenizer));
+    std::shared_ptr<deepseek_model> m = deepseek_model::load(dir);
+    attach_engram_hasher(*m, tok::tokenizer::from_dir(dir.string()));
+    return std::shared_ptr<const deepseek_model>(std::move(m));
   }();
   return model;
 }
