@@ -30,6 +30,7 @@ void register_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<spawn_scheduler>("di::spawn_scheduler");
   cfg.add_message_type<spawn_router>("di::spawn_router");
   cfg.add_message_type<router_ready>("di::router_ready");
+  cfg.add_message_type<coordinator_found>("di::coordinator_found");
   cfg.add_message_type<executor_actor>("di::executor_actor");
   cfg.add_message_type<scheduler_actor>("di::scheduler_actor");
   cfg.add_message_type<router_actor>("di::router_actor");

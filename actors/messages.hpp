@@ -367,9 +367,26 @@ using node_actor = caf::typed_actor<
     caf::replies_to<spawn_scheduler>::with<scheduler_actor>,
     /// coordinator → node: spawn the router, wait for the groups, publish it for clients.
     caf::replies_to<spawn_router>::with<router_ready>,
-    /// coordinator or signal → node: shut down (the coordinator shuts the cluster down in
-    /// order: router, schedulers, executors, nodes).
-    caf::reacts_to<shutdown_atom>>;
+    /// coordinator or signal → node: shut down, answering once its actors are stopped (the
+    /// coordinator shuts the cluster down in order: router, schedulers, executors, nodes).
+    caf::replies_to<shutdown_atom>::with<bool>>;
+
+/// The coordinator was reached (a node's main thread → its own node actor).
+struct coordinator_found {
+  node_actor coordinator;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, coordinator_found& x) {
+  return f(caf::meta::type_name("coordinator_found"), x.coordinator);
+}
+
+/// A node actor as its own process sees it.
+using local_node_actor = node_actor::extend<
+    /// main thread → node: join this coordinator (nodes of rank > 0).
+    caf::reacts_to<coordinator_found>,
+    /// node → itself: the startup deadline.
+    caf::reacts_to<tick_atom>>;
 
 /// Registers every message and handle type above (call in every process's config).
 void register_types(caf::actor_system_config& cfg);

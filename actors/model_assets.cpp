@@ -19,7 +19,8 @@ model_assets load_model_assets(const cluster_config& config) {
   a.tokenizer = std::make_shared<const tok::tokenizer>(tok::tokenizer::from_dir(dir));
   std::int64_t eos = -1;
   if (config.model.runner == "toy") {
-    a.vocab_size = config.model.toy.vocab_size;
+    // Prompts may use every id of the tokenizer; the toy model samples below toy.vocab_size.
+    a.vocab_size = std::int64_t(a.tokenizer->vocab_size());
   } else {
     const model_config m =
         load_model_config((std::filesystem::path(config.model.path) / "config.json").string());

@@ -22,7 +22,7 @@ struct model_assets {
 };
 
 /// Loads the tokenizer (model.tokenizer, model.path, or the bundled one for the toy runner)
-/// and reads vocab_size / eos from config.json (the toy runner: model.toy.vocab_size).
+/// and reads vocab_size / eos from config.json (the toy runner: the tokenizer's vocabulary).
 model_assets load_model_assets(const cluster_config& config);
 
 }  // namespace di::actors

@@ -61,7 +61,10 @@ void on_down(router_self self, const caf::down_msg& dm) {
     if (e.is_up) {
       e.is_up = false;
       e.down_reason = describe(dm.reason);
-      st.log->error("group {} is down: {}; it receives no more work", g, e.down_reason);
+      if (st.is_shutting_down)
+        st.log->info("group {} stopped", g);
+      else
+        st.log->error("group {} is down: {}; it receives no more work", g, e.down_reason);
     }
     detail::fail_requests(self, int(g), fmt::format("group {} is down: {}", g, e.down_reason));
     return;

@@ -41,8 +41,7 @@ runtime::scheduler_config make_config(const scheduler_state& st, const executor_
   }
   c.blocks.enable_prefix_caching = kv.enable_prefix_caching;
   c.blocks.enable_replay = kv.enable_replay;
-  c.blocks.num_snapshots = kv.num_snapshots >= 0 ? std::min(kv.num_snapshots, e.runner.num_snapshots)
-                                                 : e.runner.num_snapshots;
+  c.blocks.num_snapshots = std::min(kv.num_snapshots, e.runner.num_snapshots);
   c.blocks.snapshot_interval = c.blocks.num_snapshots > 0 ? kv.snapshot_interval : 0;
   return c;
 }

@@ -316,10 +316,11 @@ void read_scheduler(table_reader r, scheduler_section& s) {
 }
 
 void read_kv(table_reader r, kv_section& k) {
+  r.get("pool_tokens", k.pool_tokens, 1, i64_max);
   r.get("num_blocks", k.num_blocks, 0, int_max);
   r.get("enable_prefix_caching", k.enable_prefix_caching);
   r.get("enable_replay", k.enable_replay);
-  r.get("num_snapshots", k.num_snapshots, -1, int_max);
+  r.get("num_snapshots", k.num_snapshots, 0, int_max);
   r.get("snapshot_interval", k.snapshot_interval, 0, int_max);
   r.finish();
 }
@@ -411,8 +412,6 @@ void validate_sections(const cluster_config& c, const read_context& ctx) {
         fmt::format("must be cpu or toy, got '{}'", c.model.runner));
   check(c.model.runner != "cpu" || !c.model.path.empty(), ctx, "model.path",
         "required for runner 'cpu' (set it in the file or with --set model.path=DIR)");
-  check(c.model.runner != "toy" || c.kv.num_blocks > 0, ctx, "kv.num_blocks",
-        "must be set (> 0) for the toy runner");
   static const std::set<std::string> levels{"trace", "debug", "info", "warn", "error", "off"};
   check(levels.contains(c.logging.level), ctx, "logging.level",
         fmt::format("must be one of trace, debug, info, warn, error, off; got '{}'", c.logging.level));

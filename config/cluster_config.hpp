@@ -82,10 +82,11 @@ struct scheduler_section {
 
 /// [kv]: the paged KV pools and the prefix cache of each group.
 struct kv_section {
-  std::int64_t num_blocks = 0;  ///< blocks per stream; 0 = what the runner reports
+  std::int64_t pool_tokens = 32768;  ///< tokens of context each executor's pools hold (all sequences)
+  std::int64_t num_blocks = 0;       ///< cap on the scheduler's blocks per stream; 0 = all
   bool enable_prefix_caching = true;
   bool enable_replay = true;
-  int num_snapshots = -1;     ///< slot snapshots; -1 = what the runner reports
+  int num_snapshots = 0;      ///< slot snapshots per executor (exact prefix reuse)
   int snapshot_interval = 0;  ///< token blocks between snapshots; 0 = none
 };
 

@@ -39,7 +39,7 @@ struct test_system {
 inline std::string toy_toml(int num_groups = 1, int execs_per_group = 1) {
   std::string devices;
   for (int i = 0; i < num_groups * execs_per_group; ++i) devices += (i ? ", " : "") + std::string("\"cpu\"");
-  std::string s = "[model]\nrunner = \"toy\"\n[kv]\nnum_blocks = 512\n[logging]\nstatus_interval_s = 0\n"
+  std::string s = "[model]\nrunner = \"toy\"\n[kv]\npool_tokens = 8192\n[logging]\nstatus_interval_s = 0\n"
                   "[[nodes]]\nport = 7100\ndevices = [" + devices + "]\n";
   for (int g = 0; g < num_groups; ++g) {
     s += "[[groups]]\nexecutors = [";
@@ -58,7 +58,7 @@ inline cluster_config toy_config(std::vector<std::string> overrides = {}, int nu
 inline actors::model_assets toy_assets(const cluster_config& c) {
   static std::shared_ptr<const tok::tokenizer> tokenizer = std::make_shared<const tok::tokenizer>(
       tok::tokenizer::from_dir(std::string(DI_SOURCE_DIR) + "/assets/deepseek-v3-tokenizer"));
-  actors::model_assets a{.tokenizer = tokenizer, .vocab_size = c.model.toy.vocab_size};
+  actors::model_assets a{.tokenizer = tokenizer, .vocab_size = std::int64_t(tokenizer->vocab_size())};
   if (auto eos = tokenizer->eos_id(); eos && *eos < a.vocab_size) a.eos_token_ids.push_back(*eos);
   return a;
 }

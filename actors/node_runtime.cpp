@@ -1,0 +1,153 @@
+// Process-level runtime (see node_runtime.hpp): CAF configuration, signals, the node's main
+// loop, connecting to the coordinator and to routers.
+#include "actors/node_runtime.hpp"
+
+#include "actors/logging.hpp"
+#include "actors/node_actor.hpp"
+#include "common/error.hpp"
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <caf/openssl/all.hpp>
+
+#include <csignal>
+#include <thread>
+
+namespace di::actors {
+
+namespace {
+
+std::atomic<int> g_signals{0};
+
+extern "C" void on_signal(int) {
+  if (g_signals.fetch_add(1) >= 1) std::_Exit(130);  // a second signal: stop now
+}
+
+void install_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+template <class Handle>
+caf::expected<std::uint16_t> publish_node(caf::actor_system& sys, const network_settings& net,
+                                          const Handle& node, std::uint16_t port, const std::string& bind) {
+  if (net.tls.enabled) return caf::openssl::publish(node, port, bind.c_str(), true);
+  return sys.middleman().publish(node, port, bind.c_str(), true);
+}
+
+/// Reaches the coordinator, retrying until the startup deadline (it may start later).
+node_actor find_coordinator(caf::actor_system& sys, const cluster_config& c, const network_settings& net) {
+  const node_config& n0 = c.nodes[0];
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(c.cluster.startup_timeout_s);
+  std::string last;
+  while (std::chrono::steady_clock::now() < deadline && g_signals.load() == 0) {
+    caf::expected<node_actor> h = net.tls.enabled ? caf::openssl::remote_actor<node_actor>(sys, n0.host, n0.port)
+                                                  : sys.middleman().remote_actor<node_actor>(n0.host, n0.port);
+    if (h) return *h;
+    last = describe(h.error());
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  DI_FAIL("cannot reach the coordinator (node 0) at {}:{} within {} s: {}", n0.host, n0.port,
+          c.cluster.startup_timeout_s, last);
+}
+
+}  // namespace
+
+network_settings network_settings_of(const cluster_config& c) {
+  return {.app_id = c.cluster.name, .heartbeat_interval_ms = c.cluster.heartbeat_interval_ms,
+          .connection_timeout_ms = c.cluster.connection_timeout_ms, .policy = c.cluster.caf_policy,
+          .threads = c.cluster.caf_threads, .tls = c.tls};
+}
+
+process_config::process_config(const network_settings& s) {
+  register_types(*this);
+  load<caf::io::middleman>();
+  if (s.tls.enabled) {
+    // Without a certificate CAF silently falls back to anonymous TLS: encrypted but anyone
+    // can connect. The cluster file validation refuses that too; clients check here.
+    DI_CHECK(!s.tls.certificate.empty() && !s.tls.key.empty() && !s.tls.cafile.empty(),
+             "TLS needs a certificate, a key and a CA file (anonymous TLS would authenticate nobody)");
+    load<caf::openssl::manager>();
+    set("openssl.certificate", s.tls.certificate);
+    set("openssl.key", s.tls.key);
+    set("openssl.cafile", s.tls.cafile);
+    if (!s.tls.passphrase.empty()) set("openssl.passphrase", s.tls.passphrase);
+  }
+  set("middleman.app-identifiers", std::vector<std::string>{s.app_id});
+  set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(s.heartbeat_interval_ms)});
+  set("middleman.connection-timeout", caf::timespan{std::chrono::milliseconds(s.connection_timeout_ms)});
+  set("scheduler.policy", s.policy == "stealing" ? caf::atom("stealing") : caf::atom("sharing"));
+  if (s.threads > 0) set("scheduler.max-threads", s.threads);
+  set("logger.console-verbosity", caf::atom("quiet"));
+  set("logger.file-verbosity", caf::atom("quiet"));
+}
+
+int run_node(const cluster_config& c, int rank, std::function<void(const std::string&)> on_ready) {
+  DI_CHECK(rank >= 0 && rank < int(c.nodes.size()), "--rank {}: the cluster file has nodes 0..{}", rank,
+           c.nodes.size() - 1);
+  install_signal_handlers();
+  const network_settings net = network_settings_of(c);
+  process_config cfg(net);
+  caf::actor_system sys{cfg};
+  auto log = component_logger("node");
+  auto exit_code = std::make_shared<std::atomic<int>>(0);
+  local_node_actor node = spawn_node_actor(sys, {.config = c, .rank = rank, .on_ready = std::move(on_ready),
+                                                 .exit_code = exit_code});
+  caf::scoped_actor self{sys};
+  const node_config& me = c.nodes[std::size_t(rank)];
+  caf::expected<std::uint16_t> port = publish_node(sys, net, node, me.port, c.bind_of(rank));
+  if (!port) {
+    self->send_exit(node, caf::exit_reason::user_shutdown);
+    DI_FAIL("node {}: cannot listen on {}:{} (nodes.{}.port / bind): {}", rank, c.bind_of(rank), me.port, rank,
+            describe(port.error()));
+  }
+  log->info("node {} listening on {}:{} (internal plane: never expose it)", rank, c.bind_of(rank), *port);
+  if (rank > 0) {
+    try {
+      self->send(node, coordinator_found{find_coordinator(sys, c, net)});
+    } catch (const di::error&) {
+      self->send_exit(node, caf::exit_reason::user_shutdown);
+      throw;
+    }
+  }
+  self->monitor(node);
+  bool asked = false, done = false;
+  while (!done) {
+    self->receive([&](caf::down_msg&) { done = true; },
+                  caf::after(std::chrono::milliseconds(100)) >> [&] {
+                    if (g_signals.load() > 0 && !asked) {
+                      asked = true;
+                      log->info("node {}: signal received, shutting down", rank);
+                      self->send(node, shutdown_atom::value);
+                    }
+                  });
+  }
+  return exit_code->load();
+}
+
+router_actor connect_router(caf::actor_system& sys, const network_settings& s, const std::string& host,
+                            std::uint16_t port) {
+  caf::expected<router_actor> r = s.tls.enabled ? caf::openssl::remote_actor<router_actor>(sys, host, port)
+                                                 : sys.middleman().remote_actor<router_actor>(host, port);
+  DI_CHECK(bool(r), "cannot connect to the router at {}:{}: {}", host, port, describe(r.error()));
+  return *r;
+}
+
+std::pair<std::string, std::uint16_t> split_address(const std::string& address, const std::string& what) {
+  const std::size_t colon = address.rfind(':');
+  DI_CHECK(colon != std::string::npos && colon > 0 && colon + 1 < address.size(),
+           "{} '{}': expected HOST:PORT", what, address);
+  int port = 0;
+  try {
+    port = std::stoi(address.substr(colon + 1));
+  } catch (const std::exception&) {
+    port = 0;
+  }
+  DI_CHECK(port > 0 && port < 65536, "{} '{}': the port must be in 1..65535", what, address);
+  return {address.substr(0, colon), std::uint16_t(port)};
+}
+
+}  // namespace di::actors

@@ -1,0 +1,354 @@
+// `deepinfer client --connect HOST:PORT (--prompt TEXT | --prompt-ids IDS | --file FILE.jsonl |
+// --status)`: submits requests to a running cluster through a client actor and streams the
+// results: text as it arrives for one --prompt, else one JSON line per request in the format
+// of `generate --json` (plus "index" for files, "error" when a request failed or was refused),
+// with a progress bar on stderr for files. --status prints the cluster's nodes, groups and
+// counters as JSON. Exit code 1 when any request ended with an error.
+#include "actors/client_actor.hpp"
+#include "actors/node_runtime.hpp"
+#include "cli/command.hpp"
+#include "common/error.hpp"
+#include "runtime/sequence_status.hpp"
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <sstream>
+
+namespace {
+
+using json = nlohmann::json;
+
+struct client_options {
+  std::string connect;
+  std::string prompt;
+  std::string prompt_ids;
+  std::string file;
+  bool status = false;
+  bool json_out = false;
+  int concurrency = 8;
+  std::string cluster_name = "deepinfer";
+  di::tls_section tls;
+  di::runtime::sampling_params params;
+  int max_tokens = 64;
+  std::int64_t seed = -1;
+  int logprobs = -1;
+  int prompt_logprobs = -1;
+};
+
+/// One request to send, or the reason its input line was rejected.
+struct input_item {
+  std::size_t index = 0;
+  std::optional<di::actors::submit_request> request;
+  std::string error;
+};
+
+std::vector<std::int32_t> parse_ids(const std::string& list) {
+  std::vector<std::int32_t> ids;
+  std::stringstream ss(list);
+  for (std::string item; std::getline(ss, item, ',');) {
+    std::size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    DI_CHECK(used == item.size() && !item.empty() && v >= INT32_MIN && v <= INT32_MAX,
+             "--prompt-ids: '{}' is not a token id (expected e.g. 0,1234,42)", item);
+    ids.push_back(std::int32_t(v));
+  }
+  DI_CHECK(!ids.empty(), "--prompt-ids: no ids given");
+  return ids;
+}
+
+di::actors::submit_request base_request(const client_options& o) {
+  di::actors::submit_request r;
+  r.params = o.params;
+  r.params.max_tokens = o.max_tokens;
+  if (o.seed >= 0) r.params.seed = std::uint64_t(o.seed);
+  if (o.logprobs >= 0) r.params.logprobs = o.logprobs;
+  if (o.prompt_logprobs >= 0) r.params.prompt_logprobs = o.prompt_logprobs;
+  return r;
+}
+
+/// Applies one JSON line's fields over the command line's defaults.
+void apply_line(const json& j, di::actors::submit_request& r) {
+  DI_CHECK(j.is_object(), "expected a JSON object");
+  auto& p = r.params;
+  for (const auto& [key, v] : j.items()) {
+    if (key == "prompt") r.prompt = v.get<std::string>();
+    else if (key == "prompt_ids") r.prompt_ids = v.get<std::vector<std::int32_t>>();
+    else if (key == "max_tokens") p.max_tokens = v.get<int>();
+    else if (key == "temperature") p.temperature = v.get<double>();
+    else if (key == "top_k") p.top_k = v.get<int>();
+    else if (key == "top_p") p.top_p = v.get<double>();
+    else if (key == "min_p") p.min_p = v.get<double>();
+    else if (key == "repetition_penalty") p.repetition_penalty = v.get<double>();
+    else if (key == "presence_penalty") p.presence_penalty = v.get<double>();
+    else if (key == "frequency_penalty") p.frequency_penalty = v.get<double>();
+    else if (key == "seed") p.seed = v.get<std::uint64_t>();
+    else if (key == "stop") p.stop = v.is_string() ? std::vector<std::string>{v.get<std::string>()} : v.get<std::vector<std::string>>();
+    else if (key == "stop_token_ids") p.stop_token_ids = v.get<std::vector<std::int32_t>>();
+    else if (key == "ignore_eos") p.ignore_eos = v.get<bool>();
+    else if (key == "min_tokens") p.min_tokens = v.get<int>();
+    else if (key == "logprobs") p.logprobs = v.get<int>();
+    else if (key == "prompt_logprobs") p.prompt_logprobs = v.get<int>();
+    else if (key == "skip_special_tokens") p.skip_special_tokens = v.get<bool>();
+    else DI_FAIL("unknown field '{}'", key);
+  }
+  DI_CHECK(r.prompt.empty() != r.prompt_ids.empty(), "give exactly one of \"prompt\" and \"prompt_ids\"");
+}
+
+std::vector<input_item> read_inputs(const client_options& o) {
+  const int given = int(!o.prompt.empty()) + int(!o.prompt_ids.empty()) + int(!o.file.empty());
+  DI_CHECK(given == 1, "give exactly one of --prompt, --prompt-ids, --file and --status");
+  std::vector<input_item> items;
+  if (o.file.empty()) {
+    di::actors::submit_request r = base_request(o);
+    if (!o.prompt.empty()) r.prompt = o.prompt;
+    else r.prompt_ids = parse_ids(o.prompt_ids);
+    items.push_back({.index = 0, .request = std::move(r)});
+    return items;
+  }
+  std::ifstream in(o.file);
+  DI_CHECK(in.good(), "--file: cannot read '{}'", o.file);
+  std::size_t line_no = 0;
+  for (std::string line; std::getline(in, line); ++line_no) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    input_item item{.index = items.size()};
+    try {
+      di::actors::submit_request r = base_request(o);
+      apply_line(json::parse(line), r);
+      item.request = std::move(r);
+    } catch (const std::exception& e) {
+      item.error = fmt::format("{} line {}: {}", o.file, line_no + 1, e.what());
+    }
+    items.push_back(std::move(item));
+  }
+  return items;
+}
+
+json top_list(const std::vector<di::runtime::token_logprob>& top) {
+  json list = json::array();
+  for (const auto& t : top) list.push_back({t.id, t.logprob});
+  return list;
+}
+
+/// The `generate --json` object of one outcome.
+json outcome_json(const di::actors::request_outcome& r, bool with_index, bool logprobs, bool prompt_logprobs) {
+  json j;
+  if (with_index) j["index"] = r.index;
+  j["prompt_ids"] = r.reply.prompt_ids;
+  j["output_ids"] = r.output_ids;
+  j["text"] = r.text;
+  j["finish_reason"] = r.finish_reason();
+  j["seed"] = r.reply.seed;
+  if (!r.error.empty()) j["error"] = r.error;
+  if (logprobs) {
+    j["logprobs"] = json::array();
+    j["token_logprobs"] = json::array();
+    for (const auto& p : r.logprobs) {
+      j["logprobs"].push_back(top_list(p.top));
+      j["token_logprobs"].push_back(p.logprob);
+    }
+  }
+  if (prompt_logprobs) {
+    j["prompt_logprobs"] = json::array();
+    j["prompt_token_logprobs"] = json::array();
+    for (const auto& p : r.prompt_logprobs) {
+      j["prompt_logprobs"].push_back(p ? top_list(p->top) : json(nullptr));
+      j["prompt_token_logprobs"].push_back(p ? json(p->logprob) : json(nullptr));
+    }
+  }
+  return j;
+}
+
+json counters_json(const di::runtime::scheduler_counters& c) {
+  return {{"steps", c.num_steps}, {"prefill_tokens", c.num_prefill_tokens},
+          {"replay_tokens", c.num_replay_tokens}, {"decode_tokens", c.num_decode_tokens},
+          {"prefix_queries", c.num_prefix_queries}, {"prefix_hits", c.num_prefix_hits},
+          {"prefix_hit_tokens", c.num_prefix_hit_tokens}, {"prefix_skipped_tokens", c.num_prefix_skipped_tokens},
+          {"snapshot_restores", c.num_snapshot_restores}, {"preemptions", c.num_preemptions},
+          {"aborts", c.num_aborts}, {"errors", c.num_errors}, {"finished", c.num_finished},
+          {"refused", c.num_refused}};
+}
+
+json timing_json(const di::actors::executor_timing& t) {
+  auto per = [](std::int64_t total, std::int64_t n) { return n ? double(total) / double(n) * 1e-3 : 0.0; };
+  return {{"steps", t.num_steps}, {"run_ms", double(t.run_ns) * 1e-6},
+          {"gaps", t.num_gaps}, {"gap_ms", double(t.gap_ns) * 1e-6}, {"max_gap_us", double(t.max_gap_ns) * 1e-3},
+          {"idle_share", t.run_ns ? double(t.gap_ns) / double(t.run_ns) : 0.0},
+          {"plans_waiting", t.num_ready}, {"direct_steps", t.num_direct},
+          {"control_overhead_us_per_step", per(t.direct_overhead_ns, t.num_direct)},
+          {"plan_bytes_per_step", t.num_sized ? t.plan_bytes / t.num_sized : 0},
+          {"result_bytes_per_step", t.num_sized ? t.result_bytes / t.num_sized : 0}};
+}
+
+json status_json(const di::actors::cluster_status& s) {
+  json j;
+  j["nodes"] = json::array();
+  for (const auto& n : s.nodes)
+    j["nodes"].push_back({{"rank", n.rank}, {"address", n.address}, {"up", n.is_up}, {"reason", n.reason}});
+  j["groups"] = json::array();
+  for (const auto& g : s.groups) {
+    const auto& st = g.stats;
+    j["groups"].push_back({{"group", g.group}, {"up", g.is_up}, {"down_reason", g.down_reason},
+                           {"scheduler_node", g.scheduler_node}, {"executor_nodes", g.executor_nodes},
+                           {"requests", g.num_requests}, {"affinity_routed", g.num_affinity}, {"live", g.num_live},
+                           {"running", st.num_running}, {"waiting", st.num_waiting},
+                           {"kv", {{"blocks", st.num_blocks}, {"free", st.num_free_blocks},
+                                   {"cached", st.num_cached_blocks}, {"used", st.num_used_blocks},
+                                   {"evictions", st.num_evictions}}},
+                           {"counters", counters_json(st.counters)}, {"executor", timing_json(g.timing)}});
+  }
+  const auto& r = s.router;
+  j["router"] = {{"submitted", r.num_submitted}, {"accepted", r.num_accepted}, {"refused", r.num_refused},
+                 {"finished", r.num_finished}, {"errors", r.num_errors}, {"aborts", r.num_aborts},
+                 {"live", r.num_live}, {"unexpected_messages", r.num_unexpected}};
+  return j;
+}
+
+/// "[=====>    ] 12/64  3 errors  812 tok/s" on a terminal's stderr.
+class progress_bar {
+ public:
+  progress_bar(std::size_t total, bool enabled) : total_(total), enabled_(enabled), start_(di::actors::now_ns()) {}
+  void update(std::size_t done, std::size_t errors, std::int64_t tokens) {
+    if (!enabled_) return;
+    const double secs = double(di::actors::now_ns() - start_) * 1e-9;
+    const int width = 30, filled = total_ ? int(width * done / total_) : width;
+    std::fprintf(stderr, "\r[%s%s] %zu/%zu  %zu errors  %.0f tok/s ", std::string(std::size_t(filled), '=').c_str(),
+                 std::string(std::size_t(width - filled), ' ').c_str(), done, total_, errors,
+                 secs > 0 ? double(tokens) / secs : 0.0);
+    if (done == total_) std::fputc('\n', stderr);
+    std::fflush(stderr);
+  }
+
+ private:
+  std::size_t total_;
+  bool enabled_;
+  std::int64_t start_;
+};
+
+caf::actor_system_config& client_config(const client_options& o, std::unique_ptr<di::actors::process_config>& holder) {
+  di::actors::network_settings net{.app_id = o.cluster_name, .connection_timeout_ms = 0, .tls = o.tls};
+  net.tls.enabled = !o.tls.certificate.empty() || !o.tls.cafile.empty();
+  holder = std::make_unique<di::actors::process_config>(net);
+  return *holder;
+}
+
+void print_status(caf::actor_system& sys, const di::actors::router_actor& router) {
+  caf::scoped_actor self{sys};
+  std::string failure;
+  self->request(router, std::chrono::seconds(10), di::actors::status_atom::value)
+      .receive([](di::actors::cluster_status& s) { std::printf("%s\n", status_json(s).dump(2).c_str()); },
+               [&](caf::error& err) { failure = di::actors::describe(err); });
+  DI_CHECK(failure.empty(), "status: {}", failure);
+}
+
+/// Submits every valid item; prints outcomes (and rejected lines) as they end.
+std::size_t run_items(caf::actor_system& sys, const di::actors::router_actor& router, const client_options& o,
+                      std::vector<input_item>& items) {
+  const bool stream_text = !o.json_out && o.file.empty();
+  const bool with_index = !o.file.empty();
+  std::vector<di::actors::submit_request> reqs;
+  std::vector<std::size_t> index_of;  // request → item
+  std::size_t errors = 0, done = 0;
+  std::int64_t tokens = 0;
+  progress_bar bar(items.size(), with_index && isatty(STDERR_FILENO));
+  for (input_item& it : items) {
+    if (it.request) {
+      index_of.push_back(it.index);
+      reqs.push_back(std::move(*it.request));
+      continue;
+    }
+    ++errors, ++done;
+    std::printf("%s\n", json{{"index", it.index}, {"finish_reason", "error"}, {"error", it.error}}.dump().c_str());
+  }
+  std::fflush(stdout);
+  di::actors::client_params p{.router = router, .requests = std::move(reqs), .concurrency = std::max(1, o.concurrency)};
+  p.on_text = [stream_text](std::size_t, const std::string& text) {
+    if (!stream_text) return;
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+  };
+  p.on_finished = [&, stream_text, with_index](const di::actors::request_outcome& r) {
+    errors += r.finish_reason() == "error";
+    tokens += std::int64_t(r.output_ids.size());
+    di::actors::request_outcome out = r;
+    out.index = index_of[r.index];
+    if (stream_text) {
+      std::printf("\n");
+      if (!r.error.empty()) std::fprintf(stderr, "error: %s\n", r.error.c_str());
+      std::fprintf(stderr, "[%zu prompt tokens; %zu generated in %.2f s; finish_reason=%s; seed=%llu]\n",
+                   r.reply.prompt_ids.size(), r.output_ids.size(), r.seconds, r.finish_reason().c_str(),
+                   (unsigned long long)r.reply.seed);
+    } else {
+      const bool lp = r.reply.accepted && o.logprobs >= 0, plp = r.reply.accepted && o.prompt_logprobs >= 0;
+      std::printf("%s\n", outcome_json(out, with_index, lp, plp)
+                              .dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+    }
+    std::fflush(stdout);
+    bar.update(++done, errors, tokens);
+  };
+  caf::scoped_actor waiter{sys};
+  auto client = di::actors::spawn_client_actor(sys, std::move(p));
+  waiter->wait_for(client);
+  return errors;
+}
+
+void run_client(const client_options& o) {
+  const auto [host, port] = di::actors::split_address(o.connect, "--connect");
+  std::vector<input_item> items;
+  if (!o.status) items = read_inputs(o);
+  std::unique_ptr<di::actors::process_config> cfg_holder;
+  caf::actor_system sys{client_config(o, cfg_holder)};
+  di::actors::network_settings net{.app_id = o.cluster_name, .tls = o.tls};
+  net.tls.enabled = !o.tls.certificate.empty() || !o.tls.cafile.empty();
+  const di::actors::router_actor router = di::actors::connect_router(sys, net, host, port);
+  if (o.status) return print_status(sys, router);
+  if (run_items(sys, router, o, items) > 0) di::cli::set_exit_code(1);
+}
+
+void setup_client(CLI::App& app) {
+  auto o = std::make_shared<client_options>();
+  auto* sub = app.add_subcommand("client", "Submit requests to a running cluster and stream the results");
+  sub->add_option("--connect", o->connect, "The router's HOST:PORT (the `ready:` line of launch)")->required();
+  sub->add_option("--prompt", o->prompt, "Prompt text (the router tokenizes it, adding BOS)");
+  sub->add_option("--prompt-ids", o->prompt_ids, "Prompt as comma-separated token ids");
+  sub->add_option("--file", o->file, "JSON lines: {\"prompt\": TEXT} or {\"prompt_ids\": [...]}, optional "
+                  "per-line sampling fields (max_tokens, temperature, top_k, top_p, min_p, seed, stop, ...)");
+  sub->add_flag("--status", o->status, "Print the cluster's nodes, groups and counters as JSON");
+  sub->add_option("--concurrency", o->concurrency, "Requests in flight at once (files)")->capture_default_str();
+  sub->add_flag("--json", o->json_out, "One JSON object per request (as generate --json) instead of text");
+  sub->add_option("--max-tokens", o->max_tokens, "Tokens to generate at most")->capture_default_str();
+  sub->add_option("--temperature", o->params.temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
+  sub->add_option("--top-k", o->params.top_k, "Keep the k most likely tokens (0 = off)");
+  sub->add_option("--top-p", o->params.top_p, "Nucleus sampling mass in (0, 1]");
+  sub->add_option("--min-p", o->params.min_p, "Drop tokens below min_p x the top probability");
+  sub->add_option("--repetition-penalty", o->params.repetition_penalty, "> 1 discourages repeats");
+  sub->add_option("--presence-penalty", o->params.presence_penalty, "OpenAI presence penalty [-2, 2]");
+  sub->add_option("--frequency-penalty", o->params.frequency_penalty, "OpenAI frequency penalty [-2, 2]");
+  sub->add_option("--seed", o->seed, "Random seed (same seed, same output)");
+  sub->add_option("--stop", o->params.stop, "Stop string (repeatable); not included in the output");
+  sub->add_flag("--ignore-eos", o->params.ignore_eos, "Do not stop at the end-of-sequence token");
+  sub->add_option("--logprobs", o->logprobs, "Return the top-K logprobs of every generated token");
+  sub->add_option("--prompt-logprobs", o->prompt_logprobs, "Return the top-K logprobs of every prompt token");
+  sub->add_option("--cluster-name", o->cluster_name, "The cluster's cluster.name")->capture_default_str();
+  sub->add_option("--tls-certificate", o->tls.certificate, "Client certificate (clusters with TLS)");
+  sub->add_option("--tls-key", o->tls.key, "Its private key");
+  sub->add_option("--tls-cafile", o->tls.cafile, "CA that signed the cluster's certificates");
+  sub->callback([o] { run_client(*o); });
+}
+
+}  // namespace
+
+DI_REGISTER_COMMAND(setup_client);

@@ -1,0 +1,222 @@
+// `deepinfer launch FILE [--set key=value]...`: starts every node of the cluster file that
+// lives on this host as a `deepinfer node` process, supervises them, and prints one line
+// `ready: HOST:PORT` (the address clients connect to) when the cluster can serve. Nodes on
+// other hosts are listed with the command to start them there. SIGINT/SIGTERM shut the cluster
+// down in order (the coordinator first; stragglers are killed after cluster.shutdown_timeout_s).
+// When the coordinator exits, the other local nodes are stopped and launch exits with its code.
+#include "cli/command.hpp"
+#include "common/error.hpp"
+#include "config/cluster_config.hpp"
+
+#include <fmt/format.h>
+
+#include <arpa/inet.h>
+#include <csignal>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <set>
+#include <thread>
+
+namespace {
+
+struct launch_options {
+  std::string file;
+  std::vector<std::string> sets;
+};
+
+struct child {
+  int rank = 0;
+  pid_t pid = -1;
+  int out_fd = -1;     // the node's stdout (the ready line)
+  std::string buffer;  // partial line
+  bool running = true;
+  int status = 0;
+};
+
+volatile std::sig_atomic_t g_stop = 0;
+extern "C" void on_stop_signal(int) { g_stop = 1; }
+
+/// Names and addresses that mean "this host".
+std::set<std::string> local_names() {
+  std::set<std::string> names{"localhost", "127.0.0.1", "::1", "0.0.0.0"};
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) == 0) names.insert(host);
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) == 0) {
+    for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+      if (a->ifa_addr == nullptr) continue;
+      char buf[INET6_ADDRSTRLEN] = {};
+      if (a->ifa_addr->sa_family == AF_INET)
+        inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, buf, sizeof(buf));
+      else if (a->ifa_addr->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(a->ifa_addr)->sin6_addr, buf, sizeof(buf));
+      if (buf[0] != 0) names.insert(buf);
+    }
+    freeifaddrs(list);
+  }
+  return names;
+}
+
+std::vector<std::string> node_args(const launch_options& o, int rank) {
+  std::vector<std::string> args{"deepinfer", "node", "--config", o.file, "--rank", std::to_string(rank)};
+  for (const std::string& s : o.sets) {
+    args.push_back("--set");
+    args.push_back(s);
+  }
+  return args;
+}
+
+child start_node(const launch_options& o, int rank) {
+  int fds[2];
+  DI_CHECK(pipe(fds) == 0, "launch: pipe failed");
+  const std::vector<std::string> args = node_args(o, rank);
+  const pid_t pid = fork();
+  DI_CHECK(pid >= 0, "launch: fork failed");
+  if (pid == 0) {
+    dup2(fds[1], STDOUT_FILENO);
+    close(fds[0]);
+    close(fds[1]);
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv("/proc/self/exe", argv.data());
+    std::perror("launch: exec");
+    std::_Exit(127);
+  }
+  close(fds[1]);
+  fcntl(fds[0], F_SETFL, O_NONBLOCK);
+  return {.rank = rank, .pid = pid, .out_fd = fds[0]};
+}
+
+/// Forwards complete lines of a node's stdout; `ready` lines of the coordinator once.
+void drain(child& c, bool& printed_ready) {
+  char buf[4096];
+  for (ssize_t n; (n = read(c.out_fd, buf, sizeof(buf))) > 0;) c.buffer.append(buf, std::size_t(n));
+  for (std::size_t nl; (nl = c.buffer.find('\n')) != std::string::npos;) {
+    const std::string line = c.buffer.substr(0, nl);
+    c.buffer.erase(0, nl + 1);
+    if (line.rfind("ready: ", 0) == 0) {
+      if (c.rank != 0 || printed_ready) continue;
+      printed_ready = true;
+    }
+    std::fprintf(stdout, "%s\n", line.c_str());
+    std::fflush(stdout);
+  }
+}
+
+/// Reaps exited children; true when `rank` 0 (if it is ours) has exited.
+bool reap(std::vector<child>& children) {
+  bool coordinator_gone = false;
+  for (child& c : children) {
+    if (!c.running) continue;
+    int status = 0;
+    if (waitpid(c.pid, &status, WNOHANG) != c.pid) continue;
+    c.running = false;
+    c.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    std::fprintf(stderr, "launch: node %d (pid %d) exited with status %d\n", c.rank, int(c.pid), c.status);
+    coordinator_gone |= c.rank == 0;
+  }
+  return coordinator_gone;
+}
+
+bool any_running(const std::vector<child>& children) {
+  for (const child& c : children)
+    if (c.running) return true;
+  return false;
+}
+
+/// SIGTERM to the coordinator (it stops the other nodes in order), then to every node left
+/// after `timeout_s`, then SIGKILL after as long again.
+void stop_all(std::vector<child>& children, int timeout_s) {
+  bool has_coordinator = false;
+  for (child& c : children)
+    if (c.running && c.rank == 0) {
+      kill(c.pid, SIGTERM);
+      has_coordinator = true;
+    }
+  const auto start = std::chrono::steady_clock::now();
+  const auto term_at = start + std::chrono::seconds(has_coordinator ? timeout_s : 0);
+  const auto kill_at = term_at + std::chrono::seconds(timeout_s);
+  bool termed = false, killed = false;
+  while (any_running(children)) {
+    reap(children);
+    const auto now = std::chrono::steady_clock::now();
+    for (child& c : children) {
+      if (!c.running) continue;
+      if (!termed && now >= term_at) kill(c.pid, SIGTERM);
+      if (!killed && now >= kill_at) kill(c.pid, SIGKILL);
+    }
+    termed |= now >= term_at;
+    killed |= now >= kill_at;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+int supervise(std::vector<child>& children, int shutdown_timeout_s) {
+  bool printed_ready = false;
+  std::vector<pollfd> fds;
+  while (true) {
+    fds.clear();
+    for (const child& c : children) fds.push_back({.fd = c.out_fd, .events = POLLIN});
+    poll(fds.data(), fds.size(), 100);
+    for (child& c : children) drain(c, printed_ready);
+    if (g_stop) {
+      std::fprintf(stderr, "launch: stopping the cluster\n");
+      stop_all(children, shutdown_timeout_s);
+      break;
+    }
+    if (reap(children) || !any_running(children)) {
+      stop_all(children, shutdown_timeout_s);
+      break;
+    }
+  }
+  for (child& c : children) drain(c, printed_ready);
+  for (const child& c : children)
+    if (c.rank == 0) return c.status;
+  return 0;
+}
+
+void run_launch(const launch_options& o) {
+  const di::cluster_config config = di::load_cluster_config(o.file, o.sets);  // errors before forking
+  const std::set<std::string> local = local_names();
+  std::vector<child> children;
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  for (std::size_t r = 0; r < config.nodes.size(); ++r) {
+    const std::string& host = config.nodes[r].host;
+    if (local.contains(host)) {
+      children.push_back(start_node(o, int(r)));
+      continue;
+    }
+    std::string cmd = fmt::format("deepinfer node --config {} --rank {}", o.file, r);
+    for (const std::string& s : o.sets) cmd += " --set '" + s + "'";
+    std::fprintf(stderr, "launch: node %zu lives on %s; start it there with: %s\n", r, host.c_str(), cmd.c_str());
+  }
+  DI_CHECK(!children.empty(), "{}: no node of the cluster file lives on this host", o.file);
+  di::cli::set_exit_code(supervise(children, config.cluster.shutdown_timeout_s));
+}
+
+void setup_launch(CLI::App& app) {
+  auto o = std::make_shared<launch_options>();
+  auto* sub = app.add_subcommand("launch", "Start every node of a cluster file that lives on this host "
+                                 "and print `ready: HOST:PORT` when it can serve");
+  sub->add_option("file", o->file, "Cluster file (TOML; see the README's \"Cluster file\")")->required();
+  sub->add_option("--set", o->sets, "Override a key of the cluster file: --set model.path=/models/x "
+                  "(repeatable; passed on to every node)");
+  sub->callback([o] { run_launch(*o); });
+}
+
+}  // namespace
+
+DI_REGISTER_COMMAND(setup_launch);
