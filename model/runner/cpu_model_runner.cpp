@@ -1,6 +1,6 @@
 // cpu_model_runner: construction (pools sized per stream from the cache geometry), loading,
-// and run(), which walks the step-plan protocol in order and times its phases. The steps
-// themselves live in runner_steps.cpp.
+// and run(), which walks the step-plan protocol in order (forward waves included) and times
+// its phases. The steps themselves live in runner_steps.cpp.
 #include "model/runner/cpu_model_runner.hpp"
 
 #include "common/error.hpp"
@@ -80,24 +80,59 @@ runtime::step_result cpu_model_runner::run(const runtime::step_plan& plan) {
 
   runtime::step_result result{.step_id = plan.step_id};
   result.outputs.resize(plan.sequences.size());
+  planned_saves saves;
+  for (const runtime::scheduled_sequence& s : plan.sequences)
+    if (s.save_snapshot) saves[*s.save_snapshot] = s.first_position + s.num_rows();
   std::vector<batch_entry> batch;
   for (std::size_t i = 0; i < plan.sequences.size(); ++i) {
     result.outputs[i].seq_id = plan.sequences[i].seq_id;
-    if (std::optional<batch_entry> e = prepare(i, plan.sequences[i], result.outputs[i]))
+    if (std::optional<batch_entry> e = prepare(i, plan.sequences[i], saves, result.outputs[i]))
       batch.push_back(std::move(*e));
   }
-  const auto t_forward = clock_type::now();
-  std::vector<forward_output> logits = run_forward(batch);
-  stats_.forward_seconds += seconds_since(t_forward);
-  for (const batch_entry& e : batch)
-    if (std::optional<std::int32_t> snap = plan.sequences[e.index].save_snapshot)
-      save_snapshot(*e.seq, *snap);
+  std::vector<forward_output> logits = run_waves(plan, batch);
   const auto t_sample = clock_type::now();
   sample(plan, batch, logits, result);
   stats_.sampling_seconds += seconds_since(t_sample);
   ++stats_.num_steps;
   stats_.total_seconds += seconds_since(t0);
   return result;
+}
+
+/// Forwards the batch in waves: every sequence whose slot is ready, then the snapshots those
+/// sequences save, then the sequences that waited for one of them (normally a single wave).
+std::vector<forward_output> cpu_model_runner::run_waves(const runtime::step_plan& plan,
+                                                        std::vector<batch_entry>& batch) {
+  std::vector<forward_output> logits(batch.size());
+  std::vector<bool> is_done(batch.size(), false);
+  for (std::size_t num_done = 0, wave_index = 0; num_done < batch.size(); ++wave_index) {
+    std::vector<batch_entry*> wave;
+    std::vector<std::size_t> members;
+    for (std::size_t b = 0; b < batch.size(); ++b) {
+      batch_entry& e = batch[b];
+      const std::int64_t p = plan.sequences[e.index].first_position;
+      if (is_done[b] ||
+          (e.deferred_restore && snapshot_positions_[std::size_t(*e.deferred_restore)] != p))
+        continue;
+      if (e.deferred_restore) load_snapshot(*e.seq->state, *e.deferred_restore, p);
+      wave.push_back(&e);
+      members.push_back(b);
+    }
+    DI_CHECK(!wave.empty(), "runner: step {} restores snapshots that no sequence of it saves",
+             plan.step_id);
+    const auto t0 = clock_type::now();
+    std::vector<forward_output> out = run_forward(wave);
+    stats_.forward_seconds += seconds_since(t0);
+    stats_.num_extra_forwards += wave_index > 0;
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      const batch_entry& e = batch[members[i]];
+      if (std::optional<std::int32_t> snap = plan.sequences[e.index].save_snapshot)
+        save_snapshot(*e.seq, *snap);
+      logits[members[i]] = std::move(out[i]);
+      is_done[members[i]] = true;
+    }
+    num_done += members.size();
+  }
+  return logits;
 }
 
 void attach_engram_hasher(deepseek_model& model, const tok::tokenizer& tokenizer) {

@@ -44,6 +44,9 @@ struct runner_stats {
   std::int64_t num_samples = 0;
   std::int64_t num_snapshot_restores = 0;
   std::int64_t num_snapshot_saves = 0;
+  /// Forwards beyond one per plan: a sequence restoring a snapshot that an earlier sequence
+  /// of the same plan saves runs after it (see run()).
+  std::int64_t num_extra_forwards = 0;
   double total_seconds = 0.0;     ///< inside run()
   double forward_seconds = 0.0;   ///< deepseek_model::forward
   double sampling_seconds = 0.0;  ///< sampler and logprobs
@@ -65,6 +68,9 @@ class cpu_model_runner final : public runtime::step_runner {
   runtime::runner_info info() const override;
   /// Runs one plan (the protocol in runtime/step_plan.hpp). A plan that breaks the protocol
   /// (unknown sequence, stale snapshot, rows that do not continue a sequence) throws di::error.
+  /// One forward runs every scheduled sequence, except that a sequence admitted onto a
+  /// snapshot which another sequence of the same plan saves (the scheduler registers a
+  /// prefix as soon as its rows are planned) waits for that save: it runs in a second forward.
   runtime::step_result run(const runtime::step_plan& plan) override;
 
   const deepseek_model& model() const { return *model_; }
@@ -87,18 +93,25 @@ class cpu_model_runner final : public runtime::step_runner {
   struct batch_entry {
     std::size_t index = 0;  // in plan.sequences and result.outputs
     live_sequence* seq = nullptr;
-    std::vector<std::int64_t> tokens;      // [rows]
-    std::vector<std::int64_t> positions;   // [rows]
-    std::vector<std::int64_t> logit_rows;  // prompt-logprob rows, then the sampled row
+    std::vector<std::int64_t> tokens;              // [rows]
+    std::vector<std::int64_t> positions;           // [rows]
+    std::vector<std::int64_t> logit_rows;          // prompt-logprob rows, then the sampled row
+    std::optional<std::int32_t> deferred_restore;  // a snapshot this plan saves first
   };
+  /// Snapshot id -> the position its save in the current plan leaves in it.
+  using planned_saves = std::unordered_map<std::int32_t, std::int64_t>;
 
   // runner_steps.cpp: the protocol's steps.
   void start(const runtime::sequence_start& s);
   live_sequence& find(std::uint64_t seq_id);
-  void restore_slot(live_sequence& seq, const runtime::scheduled_sequence& s);
+  std::optional<std::int32_t> restore_slot(live_sequence& seq, const runtime::scheduled_sequence& s,
+                                           const planned_saves& saves);
+  void load_snapshot(sequence_state& state, std::int32_t snapshot, std::int64_t position);
   std::optional<batch_entry> prepare(std::size_t index, const runtime::scheduled_sequence& s,
-                                     runtime::sequence_output& out);
-  std::vector<forward_output> run_forward(std::vector<batch_entry>& batch);
+                                     const planned_saves& saves, runtime::sequence_output& out);
+  std::vector<forward_output> run_waves(const runtime::step_plan& plan,
+                                        std::vector<batch_entry>& batch);
+  std::vector<forward_output> run_forward(std::vector<batch_entry*>& wave);
   void save_snapshot(const live_sequence& seq, std::int32_t snapshot);
   void sample(const runtime::step_plan& plan, const std::vector<batch_entry>& batch,
               const std::vector<forward_output>& logits, runtime::step_result& result);

@@ -34,8 +34,11 @@ cpu_model_runner::live_sequence& cpu_model_runner::find(std::uint64_t seq_id) {
 
 /// A fresh state that starts past position 0 (a prefix hit) adopts the cached prefix and
 /// takes its slot from the snapshot, or keeps a fresh slot with the Engram history rebuilt
-/// from the look-back tokens (a bounded replay follows).
-void cpu_model_runner::restore_slot(live_sequence& seq, const runtime::scheduled_sequence& s) {
+/// from the look-back tokens (a bounded replay follows). Returns the snapshot to load once
+/// this plan has saved it, when the snapshot does not hold the resume position yet.
+std::optional<std::int32_t> cpu_model_runner::restore_slot(live_sequence& seq,
+                                                           const runtime::scheduled_sequence& s,
+                                                           const planned_saves& saves) {
   sequence_state& state = *seq.state;
   const bool is_fresh = state.num_tokens() == 0 && state.num_cached_tokens() == 0;
   if (is_fresh && (s.first_position > 0 || s.num_cached_tokens > 0)) {
@@ -43,20 +46,32 @@ void cpu_model_runner::restore_slot(live_sequence& seq, const runtime::scheduled
     seq.has_all_tokens = s.first_position == 0;
   }
   if (s.restore_snapshot) {
-    const std::size_t k = std::size_t(*s.restore_snapshot);
-    DI_CHECK(k < snapshots_.size() && snapshot_positions_[k] == s.first_position,
-             "runner: sequence {} restores snapshot {} at position {}, which holds {}", s.seq_id, k,
-             s.first_position, k < snapshots_.size() ? snapshot_positions_[k] : -1);
-    state.load_slot(snapshots_[k]);
-    ++stats_.num_snapshot_restores;
+    const std::int32_t k = *s.restore_snapshot;
+    const bool holds = std::size_t(k) < snapshots_.size() &&
+                       snapshot_positions_[std::size_t(k)] == s.first_position;
+    auto saved = saves.find(k);
+    if (!holds && saved != saves.end() && saved->second == s.first_position) return k;
+    load_snapshot(state, k, s.first_position);
   } else if (is_fresh && s.first_position > 0 && state.layout().has_engram) {
     const std::vector<tok::token_id> lookback(s.lookback_tokens.begin(), s.lookback_tokens.end());
     state.engram() = model_->hasher()->history_at(s.first_position, lookback);
   }
+  return std::nullopt;
+}
+
+void cpu_model_runner::load_snapshot(sequence_state& state, std::int32_t snapshot,
+                                     std::int64_t position) {
+  const std::size_t k = std::size_t(snapshot);
+  DI_CHECK(k < snapshots_.size() && snapshot_positions_[k] == position,
+           "runner: a sequence restores snapshot {} at position {}, which holds {}", snapshot,
+           position, k < snapshots_.size() ? snapshot_positions_[k] : -1);
+  state.load_slot(snapshots_[k]);
+  ++stats_.num_snapshot_restores;
 }
 
 std::optional<cpu_model_runner::batch_entry> cpu_model_runner::prepare(
-    std::size_t index, const runtime::scheduled_sequence& s, runtime::sequence_output& out) {
+    std::size_t index, const runtime::scheduled_sequence& s, const planned_saves& saves,
+    runtime::sequence_output& out) {
   live_sequence& seq = find(s.seq_id);
   sequence_state& state = *seq.state;
   DI_CHECK(s.new_blocks.empty() || int(s.new_blocks.size()) == geometry_.num_streams(),
@@ -64,11 +79,11 @@ std::optional<cpu_model_runner::batch_entry> cpu_model_runner::prepare(
            s.new_blocks.size(), geometry_.num_streams());
   for (std::size_t st = 0; st < s.new_blocks.size(); ++st)
     state.append_blocks(int(st), s.new_blocks[st]);
-  restore_slot(seq, s);
+  const std::optional<std::int32_t> deferred = restore_slot(seq, s, saves);
   DI_CHECK(s.num_rows() > 0 && state.num_tokens() == s.first_position,
            "runner: sequence {} has {} rows at position {}, its state is at {}", s.seq_id,
            s.num_rows(), s.first_position, state.num_tokens());
-  batch_entry e{.index = index, .seq = &seq};
+  batch_entry e{.index = index, .seq = &seq, .deferred_restore = deferred};
   e.tokens.assign(s.token_ids.begin(), s.token_ids.end());
   if (s.has_placeholder) {
     DI_CHECK(seq.last_sample.has_value(), "runner: sequence {} has a placeholder but no sample",
@@ -98,15 +113,14 @@ std::optional<cpu_model_runner::batch_entry> cpu_model_runner::prepare(
   return e;
 }
 
-std::vector<forward_output> cpu_model_runner::run_forward(std::vector<batch_entry>& batch) {
-  if (batch.empty()) return {};
+std::vector<forward_output> cpu_model_runner::run_forward(std::vector<batch_entry*>& wave) {
   std::vector<forward_request> requests;
-  for (batch_entry& e : batch) {
+  for (batch_entry* e : wave) {
     forward_request r;
-    r.state = e.seq->state.get();
-    r.tokens = e.tokens;
-    r.positions = e.positions;
-    r.logit_rows = e.logit_rows;
+    r.state = e->seq->state.get();
+    r.tokens = e->tokens;
+    r.positions = e->positions;
+    r.logit_rows = e->logit_rows;
     requests.push_back(std::move(r));
   }
   return model_->forward(requests);

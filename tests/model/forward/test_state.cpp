@@ -1,5 +1,6 @@
 // Tests of the sequence state and of bad input: the cache layout's byte accounting, block
-// pool paging, and clear errors (that change no state) for token ids outside the vocabulary,
+// pool paging, planned block tables with a shared cached prefix (replay rows read it and never
+// write it), and clear errors (that change no state) for token ids outside the vocabulary,
 // positions that do not continue the sequence or exceed max_position_embeddings or the
 // state's capacity, an exhausted block pool, missing Engram hash ids.
 #include "model/checkpoint/checkpoint.hpp"
@@ -126,6 +127,74 @@ TEST_CASE("bad input: Engram models need hash ids or a hasher") {
   batch[0].engram_hash_ids = tensor::zeros({1, 2, 24}, dtype::i64);
   CHECK_NOTHROW(m.forward(batch));
   CHECK(state.num_tokens() == 1);
+}
+
+/// A planned state over `blocks[s]` of each stream.
+std::unique_ptr<sequence_state> planned_state(
+    kv_block_pool& pool, const std::vector<std::vector<std::int32_t>>& blocks) {
+  auto state = std::make_unique<sequence_state>(pool, 1024, block_source::planned);
+  for (std::size_t s = 0; s < blocks.size(); ++s) state->append_blocks(int(s), blocks[s]);
+  return state;
+}
+
+/// Bytes of blocks `ids` of every stream (ids[s]), concatenated.
+std::vector<std::uint8_t> block_bytes(const kv_block_pool& pool,
+                                      const std::vector<std::vector<std::int32_t>>& ids) {
+  std::vector<std::uint8_t> out;
+  for (std::size_t s = 0; s < ids.size(); ++s)
+    for (std::int32_t b : ids[s]) {
+      tensor t = pool.block(int(s), b);
+      out.insert(out.end(), t.data<std::uint8_t>(), t.data<std::uint8_t>() + t.numel());
+    }
+  return out;
+}
+
+TEST_CASE("planned state: block tables from the caller, shared prefix entries never written") {
+  golden_case& g = golden("v41_public");
+  const deepseek_model& m = *g.model;
+  const cache_layout& L = m.layout();
+  kv_block_pool pool(L, 8);
+  // 300 tokens: ratio-1 streams need 5 blocks of 64, ratio-2 streams 3.
+  auto blocks_for = [&](int first_private, std::int64_t shared_tokens) {
+    std::vector<std::vector<std::int32_t>> ids(L.streams.size());
+    for (std::size_t s = 0; s < L.streams.size(); ++s) {
+      const std::int64_t per = std::int64_t(L.streams[s].ratio) * L.entries_per_block;
+      const std::int64_t shared = shared_tokens / per, total = (300 / L.streams[s].ratio + 63) / 64;
+      for (std::int64_t i = 0; i < total; ++i)
+        ids[s].push_back(i < shared ? std::int32_t(i) : std::int32_t(first_private + i));
+    }
+    return ids;
+  };
+  std::vector<std::int64_t> tokens(300), positions;
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = 3 + std::int64_t(i * 7919 % 120000);
+
+  const auto a_blocks = blocks_for(0, 0);
+  auto a = planned_state(pool, a_blocks);
+  forward_output want = run_one(m, request_for(*a, tokens, positions, {299}));
+  const std::vector<std::uint8_t> shared_before = block_bytes(pool, blocks_for(0, 256));
+
+  // B shares A's blocks below P = 256 and resumes at P - R = 256 - 150 from a fresh slot with
+  // the Engram history rebuilt: rows 106 .. 255 are replay rows.
+  auto b = planned_state(pool, blocks_for(3, 256));
+  b->adopt_prefix(256, 106);
+  const std::vector<tok::token_id> lookback(tokens.begin() + 103, tokens.begin() + 106);
+  b->engram() = m.hasher()->history_at(106, lookback);
+  const std::span<const std::int64_t> rest(tokens.begin() + 106, tokens.end());
+  forward_output got = run_one(m, request_for(*b, rest, positions, {193}));
+  CHECK(b->num_tokens() == 300);
+  CHECK(std::equal(got.logits.data<float>(), got.logits.data<float>() + got.logits.numel(),
+                   want.logits.data<float>()));
+  CHECK(block_bytes(pool, blocks_for(0, 256)) == shared_before);
+
+  // A planned state never takes blocks itself: a forward beyond its table fails cleanly.
+  auto c = planned_state(pool, std::vector<std::vector<std::int32_t>>(L.streams.size()));
+  std::vector<forward_request> batch{request_for(*c, tokens, positions, {0})};
+  CHECK_THROWS_WITH_AS(m.forward(batch), doctest::Contains("more blocks than the plan gave"),
+                       error);
+  CHECK(c->num_tokens() == 0);
+  CHECK_THROWS_WITH_AS(c->append_blocks(0, std::vector<std::int32_t>{8}),
+                       doctest::Contains("block 8 of stream 0"), error);
+  CHECK_THROWS_WITH_AS(a->adopt_prefix(128, 0), doctest::Contains("fresh, planned state"), error);
 }
 
 }  // namespace

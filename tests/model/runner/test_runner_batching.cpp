@@ -23,18 +23,57 @@ served serve_and_check(const std::shared_ptr<const deepseek_model>& m,
 }
 
 TEST_CASE("runner: concurrent mixed-length greedy requests equal each request run alone") {
-  for (auto [name, model, n] : {std::tuple(std::string("v41_public"), golden_v41(), 32),
-                                std::tuple(std::string("tiny-v41"), tiny_v41(), 12)}) {
+  // Sequential: chunked prefill beside decodes. Overlapped: step N + 1 is planned before N's
+  // result is applied, so decodes carry placeholders the runner patches with its own samples.
+  for (auto [name, model, n, overlap] :
+       {std::tuple(std::string("v41_public"), golden_v41(), 16, false),
+        std::tuple(std::string("v41_public"), golden_v41(), 16, true),
+        std::tuple(std::string("tiny-v41"), tiny_v41(), 8, true)}) {
     CAPTURE(name);
+    CAPTURE(overlap);
     const std::vector<runtime::request> rs = mixed_requests(n, 150, 12);
-    SUBCASE("sequential scheduling, chunked prefill") {
-      serve_and_check(model, rs, {.kv_pool_tokens = 16384, .max_model_len = 512},
-                      {.budget = 256, .prefill_chunk = 48});
+    cpu_model_runner runner(model, {.kv_pool_tokens = 16384, .max_model_len = 512});
+    runtime::scheduler s = make_scheduler(runner, {.budget = 256, .prefill_chunk = 48});
+    add_all(s, rs);
+    const served got = serve(s, runner, {.overlap = overlap});
+    check_equal_alone(model, rs, got);
+    CHECK(runner.num_live() == 0);
+    CHECK(s.stats().num_free_blocks == s.stats().num_blocks);
+    // Real batching: several sequences per forward, decode rows beside prefill chunks.
+    CHECK(runner.stats().num_steps < s.counters().num_prefill_tokens / 48 + 12);
+    CHECK(s.counters().num_decode_tokens > 0);
+  }
+}
+
+// The full acceptance run, too slow for CI's two cores: `test_runner --no-skip -tc="*64*"`.
+TEST_CASE("runner: 64 concurrent requests of mixed lengths equal each request run alone" *
+          doctest::skip()) {
+  for (auto [name, model] : {std::tuple(std::string("v41_public"), golden_v41()),
+                             std::tuple(std::string("tiny-v41"), tiny_v41())}) {
+    CAPTURE(name);
+    std::vector<runtime::request> rs = mixed_requests(64, 300, 24, 200);
+    for (std::size_t i = 1; i < rs.size(); i += 4) {  // a quarter sampled with logprobs
+      rs[i].params.temperature = 0.8;
+      rs[i].params.top_p = 0.95;
+      rs[i].params.logprobs = 2;
     }
-    SUBCASE("overlapped scheduling: the runner patches the placeholders") {
-      serve_and_check(model, rs, {.kv_pool_tokens = 16384, .max_model_len = 512}, {.budget = 192},
-                      {.overlap = true});
-    }
+    cpu_model_runner runner(model,
+                            {.kv_pool_tokens = 16384, .num_snapshots = 32, .max_model_len = 1024});
+    runtime::scheduler s = make_scheduler(
+        runner,
+        {.budget = 512, .prefill_chunk = 128, .prefix_caching = true, .snapshot_interval = 1});
+    add_all(s, rs);
+    const served got = serve(s, runner, {.overlap = true});
+    check_equal_alone(model, rs, got);
+    int num_equal = 0;
+    for (const runtime::request& r : rs)
+      num_equal += got.out.at(r.id).tokens == alone(model, r).tokens;
+    const runner_stats& st = runner.stats();
+    MESSAGE(name, ": ", num_equal, "/64 equal to the request alone; ", s.counters().num_steps,
+            " steps, ", st.num_rows, " rows, prefix hits ", s.counters().num_prefix_hits,
+            " skipping ", s.counters().num_prefix_skipped_tokens, " tokens; forward ",
+            st.forward_seconds, " s, sampling ", st.sampling_seconds, " s, bookkeeping ",
+            st.bookkeeping_seconds(), " s");
   }
 }
 
@@ -59,8 +98,8 @@ std::vector<runtime::request> sampled_requests(int n) {
 }
 
 TEST_CASE("runner: seeded sampling, penalties and logprobs equal each request run alone") {
-  for (auto [name, model, n] : {std::tuple(std::string("v41_public"), golden_v41(), 24),
-                                std::tuple(std::string("tiny-v41"), tiny_v41(), 10)}) {
+  for (auto [name, model, n] : {std::tuple(std::string("v41_public"), golden_v41(), 12),
+                                std::tuple(std::string("tiny-v41"), tiny_v41(), 5)}) {
     CAPTURE(name);
     const std::vector<runtime::request> rs = sampled_requests(n);
     serve_and_check(model, rs, {.kv_pool_tokens = 8192, .max_model_len = 512},
@@ -101,23 +140,23 @@ std::vector<runtime::request> growing_requests(int n) {
 }
 
 TEST_CASE("runner: preemption when the KV pool is too small keeps every output") {
-  for (auto [name, model, n] : {std::tuple(std::string("v41_public"), golden_v41(), 10),
-                                std::tuple(std::string("tiny-v41"), tiny_v41(), 6)}) {
+  for (auto [name, model, n, overlap] :
+       {std::tuple(std::string("v41_public"), golden_v41(), 8, false),
+        std::tuple(std::string("v41_public"), golden_v41(), 8, true),
+        std::tuple(std::string("tiny-v41"), tiny_v41(), 4, false)}) {
     CAPTURE(name);
+    CAPTURE(overlap);
     const std::vector<runtime::request> rs = growing_requests(n);
-    for (bool overlap : {false, true}) {
-      CAPTURE(overlap);
-      cpu_model_runner runner(model, {.kv_pool_tokens = 384, .max_model_len = 256});
-      runtime::scheduler s = make_scheduler(runner, {.budget = 256, .prefill_chunk = 64});
-      add_all(s, rs);
-      const served got = serve(s, runner, {.overlap = overlap});
-      check_equal_alone(model, rs, got);
-      MESSAGE(name, ": ", s.counters().num_preemptions, " preemptions, ", s.counters().num_steps,
-              " steps");
-      CHECK(s.counters().num_preemptions > 0);
-      CHECK(s.stats().num_free_blocks == s.stats().num_blocks);
-      CHECK(runner.num_live() == 0);
-    }
+    cpu_model_runner runner(model, {.kv_pool_tokens = 384, .max_model_len = 256});
+    runtime::scheduler s = make_scheduler(runner, {.budget = 256, .prefill_chunk = 64});
+    add_all(s, rs);
+    const served got = serve(s, runner, {.overlap = overlap});
+    check_equal_alone(model, rs, got);
+    MESSAGE(name, ": ", s.counters().num_preemptions, " preemptions in ", s.counters().num_steps,
+            " steps");
+    CHECK(s.counters().num_preemptions > 0);
+    CHECK(s.stats().num_free_blocks == s.stats().num_blocks);
+    CHECK(runner.num_live() == 0);
   }
 }
 
