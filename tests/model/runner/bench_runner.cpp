@@ -120,9 +120,12 @@ nlohmann::json report(const phase_times& t, bool greedy) {
 int main(int argc, char** argv) {
   try {
     const options o = parse(argc, argv);
-    const std::int64_t tokens = std::int64_t(o.batch) * (o.prompt + o.steps + 2);
+    // Blocks belong to one sequence (a ratio-2 block spans 128 tokens): room for twice the
+    // batch's tokens in whole token blocks, so that every request runs at once.
+    const std::int64_t len = o.prompt + o.steps + 2;
     auto runner = di::cpu_model_runner::load(
-        o.model, {.kv_pool_tokens = tokens + 1024, .max_model_len = o.prompt + o.steps + 2});
+        o.model,
+        {.kv_pool_tokens = 2 * o.batch * std::max<std::int64_t>(len, 128), .max_model_len = len});
     nlohmann::json rows = nlohmann::json::array();
     for (bool greedy : {true, false})
       rows.push_back(report(run_decode(*runner, o, greedy), greedy));
