@@ -1,0 +1,343 @@
+#!/usr/bin/env python3
+"""Multi-process cluster tests: `deepinfer launch` starts real node processes on localhost and
+`deepinfer client` talks to them. A tiny-v41 checkpoint is generated first, so outputs are
+compared token for token with `deepinfer generate` run alone. Figures (failure detection
+latency, load spread) are printed as "FIGURE name: value" lines.
+Usage: test_cluster.py PATH/TO/deepinfer (run by ctest)."""
+import json
+import os
+import random
+import signal
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import cluster_util as cu
+
+WORK = None
+MODEL = None
+
+
+def figure(name, value):
+    print(f"FIGURE {name}: {value}", flush=True)
+
+
+def mixed_rows(n, seed, max_prompt=200, max_out=24):
+    """`n` requests of mixed prompt and output lengths; a quarter sample with a seed."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        row = {"prompt_ids": [0] + [rng.randrange(3, 100000) for _ in range(rng.randrange(0, max_prompt))],
+               "max_tokens": rng.randrange(1, max_out + 1), "temperature": 0}
+        if i % 4 == 3:
+            row.update(temperature=0.9, seed=rng.randrange(1 << 30))
+        rows.append(row)
+    return rows
+
+
+def run_file(cluster, rows, name, *args, timeout=900):
+    path = os.path.join(WORK, f"{name}.jsonl")
+    cu.write_jsonl(path, rows)
+    p = cluster.client("--file", path, *args, timeout=timeout)
+    out = {}
+    for line in p.stdout.splitlines():
+        if line.strip():
+            r = json.loads(line)
+            out[r["index"]] = r
+    return p, out
+
+
+class TwoNodeTest(unittest.TestCase):
+    """examples/cluster-2node.toml's layout: node 0 router + scheduler, node 1 executor."""
+
+    @classmethod
+    def setUpClass(cls):
+        ports = cu.free_ports(3)
+        cls.cluster = cu.Cluster(WORK, "two-node", cu.cluster_toml("two-node", ports[0], ports[1:], [(0, [1])], MODEL),
+                                 sets=["kv.pool_tokens=16384", "scheduler.max_num_batched_tokens=512"])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cluster.stop()
+
+    def test_text_prompt_equals_generate(self):
+        for extra in (["--temperature", "0"], ["--temperature", "0.8", "--seed", "5"]):
+            p, out = self.cluster.client_json_lines("--prompt", "The capital of France is", "--max-tokens", "12", *extra)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            g = subprocess.run([cu.BINARY, "generate", "--model", MODEL, "--json", "--no-stats", "--prompt",
+                                "The capital of France is", "--max-tokens", "12", *extra],
+                               capture_output=True, text=True, timeout=300)
+            ref = json.loads(g.stdout)
+            for key in ("prompt_ids", "output_ids", "text", "finish_reason"):
+                self.assertEqual(out[0][key], ref[key], key)
+
+    def test_64_concurrent_requests_equal_generate_alone(self):
+        rows = mixed_rows(64, seed=1)
+        t0 = time.time()
+        p, out = run_file(self.cluster, rows, "mixed64", "--concurrency", "64")
+        figure("64 concurrent mixed requests, wall seconds", round(time.time() - t0, 2))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(len(out), 64)
+        for i, row in enumerate(rows):
+            ref = cu.generate_alone(MODEL, row)
+            self.assertEqual(out[i]["output_ids"], ref["output_ids"], f"request {i}")
+            self.assertEqual(out[i]["finish_reason"], ref["finish_reason"], f"request {i}")
+            self.assertEqual(out[i]["text"], ref["text"], f"request {i}")
+
+    def test_malformed_requests_are_refused_and_others_served(self):
+        good = {"prompt_ids": [0, 5, 6, 7], "max_tokens": 4, "temperature": 0}
+        rows = [good,
+                {"prompt_ids": [0, 5, 999999999], "max_tokens": 4},       # outside the vocabulary
+                {"prompt_ids": [0, 5], "max_tokens": 4, "top_p": 0},      # invalid sampling value
+                {"prompt_ids": [0, 5], "max_tokens": -3},                 # negative budget
+                {"prompt": "x" * (2 << 20), "max_tokens": 4},             # over router.max_prompt_bytes
+                {"prompt_ids": [0, 5], "max_tokens": 4, "stop": ["s"] * 100},  # too many stop strings
+                {"prompt_ids": [0, 5], "max_tokens": 4, "logprobs": 100000},   # over max_logprobs
+                good]
+        p, out = run_file(self.cluster, rows, "malformed", "--concurrency", "8")
+        self.assertEqual(p.returncode, 1)  # some requests failed
+        for i in (0, 7):
+            self.assertEqual(out[i]["finish_reason"], "length", out[i])
+        expect = {1: "outside the vocabulary", 2: "top_p", 3: "max_tokens", 4: "max_prompt_bytes",
+                  5: "max_stop_strings", 6: "logprobs"}
+        for i, text in expect.items():
+            self.assertEqual(out[i]["finish_reason"], "error")
+            self.assertIn(text, out[i]["error"])
+        self.assertEqual(out[0]["output_ids"], out[7]["output_ids"])
+
+    def test_garbage_on_the_router_port_does_not_stop_it(self):
+        host, port = self.cluster.address.rsplit(":", 1)
+        for payload in (os.urandom(4096),
+                        # a BASP-like header claiming a 4 GiB payload, then nothing
+                        struct.pack(">BBIQ", 0, 0, 0xFFFFFFFF, 0) + b"\0" * 32):
+            s = socket.create_connection((host, int(port)), timeout=5)
+            s.sendall(payload)
+            time.sleep(0.2)
+            s.close()
+        p, out = self.cluster.client_json_lines("--prompt-ids", "0,5,6,7", "--max-tokens", "4", "--temperature", "0")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(out[0]["finish_reason"], "length")
+
+
+class PreemptionAndPrefixTest(unittest.TestCase):
+    """A pool too small for the load preempts without changing outputs; a shared prefix hits."""
+
+    def test_preemption_keeps_outputs(self):
+        ports = cu.free_ports(3)
+        c = cu.Cluster(WORK, "preempt", cu.cluster_toml("preempt", ports[0], ports[1:], [(0, [1])], MODEL),
+                       sets=["kv.pool_tokens=1024", "scheduler.max_model_len=512"])
+        try:
+            rows = mixed_rows(16, seed=2, max_prompt=250, max_out=160)
+            for row in rows:
+                row.update(max_tokens=max(row["max_tokens"], 64), ignore_eos=True)
+            p, out = run_file(c, rows, "preempt", "--concurrency", "16")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            g = c.status()["groups"][0]
+            figure("preemptions with a 1024-token pool and 16 requests", g["counters"]["preemptions"])
+            self.assertGreater(g["counters"]["preemptions"], 0)
+            self.assertEqual(g["kv"]["used"], 0)
+            for i, row in enumerate(rows):
+                self.assertEqual(out[i]["output_ids"], cu.generate_alone(MODEL, row)["output_ids"], f"request {i}")
+        finally:
+            c.stop()
+
+    def test_shared_prefix_hits_and_skips_prefill(self):
+        ports = cu.free_ports(3)
+        c = cu.Cluster(WORK, "prefix", cu.cluster_toml("prefix", ports[0], ports[1:], [(0, [1])], MODEL),
+                       sets=["kv.num_snapshots=8", "kv.snapshot_interval=1"])
+        try:
+            rng = random.Random(3)
+            shared = [0] + [rng.randrange(3, 100000) for _ in range(259)]
+            a = {"prompt_ids": shared + [11, 12], "max_tokens": 8, "temperature": 0}
+            b = {"prompt_ids": shared + [rng.randrange(3, 100000) for _ in range(20)], "max_tokens": 8, "temperature": 0}
+            cold = {"prompt_ids": [0] + [rng.randrange(3, 100000) for _ in range(279)], "max_tokens": 8,
+                    "temperature": 0}
+            run_file(c, [a], "prefix-a")
+            s0 = c.status()["groups"][0]
+            run_file(c, [cold], "prefix-cold")
+            s1 = c.status()["groups"][0]
+            before = s1["counters"]
+            _, out = run_file(c, [b], "prefix-b")
+            s2 = c.status()["groups"][0]
+            after = s2["counters"]
+            computed = after["prefill_tokens"] - before["prefill_tokens"]
+            skipped = after["prefix_skipped_tokens"] - before["prefix_skipped_tokens"]
+            cold_ms = s1["executor"]["run_ms"] - s0["executor"]["run_ms"]
+            hit_ms = s2["executor"]["run_ms"] - s1["executor"]["run_ms"]
+            figure("prefix hit: prefill rows computed / skipped for a 280-token prompt", f"{computed} / {skipped}")
+            figure("prefix hit: executor ms for 280 prompt + 8 output tokens, cold / hit",
+                   f"{cold_ms:.1f} / {hit_ms:.1f}")
+            self.assertEqual(after["prefix_hits"] - before["prefix_hits"], 1)
+            self.assertGreaterEqual(skipped, 256)
+            self.assertEqual(computed, len(b["prompt_ids"]) - skipped)
+            self.assertEqual(out[0]["output_ids"], cu.generate_alone(MODEL, b)["output_ids"])
+        finally:
+            c.stop()
+
+
+class DataParallelTest(unittest.TestCase):
+    """examples/cluster-2dp.toml's layout: node 0 router + two schedulers, nodes 1 and 2 one
+    executor each."""
+
+    def test_spread_affinity_and_a_dead_group(self):
+        ports = cu.free_ports(4)
+        c = cu.Cluster(WORK, "two-dp", cu.cluster_toml("two-dp", ports[0], ports[1:], [(0, [1]), (0, [2])], MODEL),
+                       sets=["kv.num_snapshots=8", "kv.snapshot_interval=1", "router.affinity_min_tokens=128"])
+        try:
+            self.check_spread(c)
+            self.check_affinity(c)
+            self.check_dead_group(c)
+        finally:
+            c.stop()
+
+    def check_spread(self, c):
+        rows = mixed_rows(64, seed=4, max_out=16)
+        p, out = run_file(c, rows, "spread", "--concurrency", "64")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        counts = [g["requests"] for g in c.status()["groups"]]
+        figure("load spread over two groups (64 requests)", counts)
+        self.assertEqual(sum(counts), 64)
+        self.assertGreaterEqual(min(counts), 16)
+
+    def check_affinity(self, c):
+        rng = random.Random(5)
+        prefix = [0] + [rng.randrange(3, 100000) for _ in range(300)]
+        warm = {"prompt_ids": prefix + [7], "max_tokens": 2, "temperature": 0}
+        start = c.status()["groups"]
+        run_file(c, [warm], "warm")
+        before = c.status()["groups"]
+        home = max(range(2), key=lambda g: before[g]["requests"] - start[g]["requests"])
+        rows = [{"prompt_ids": prefix + [rng.randrange(3, 100000) for _ in range(5)], "max_tokens": 2,
+                 "temperature": 0} for _ in range(6)]
+        for i, row in enumerate(rows):  # one at a time: each sees the same loads
+            run_file(c, [row], f"affine{i}")
+        after = c.status()["groups"]
+        routed = [after[g]["requests"] - before[g]["requests"] for g in range(2)]
+        figure("prefix affinity: 6 requests sharing a cached 300-token prefix went to", routed)
+        self.assertEqual(routed[home], 6)
+        self.assertEqual(after[home]["affinity_routed"] - before[home]["affinity_routed"], 6)
+        self.assertEqual(after[home]["counters"]["prefix_hits"] - before[home]["counters"]["prefix_hits"], 6)
+
+    def check_dead_group(self, c):
+        os.kill(c.node_pid(2), signal.SIGKILL)  # group 1's executor
+        self.assertTrue(cu.wait_until(lambda: not c.status()["groups"][1]["up"], 10))
+        rows = mixed_rows(16, seed=6, max_out=8)
+        p, out = run_file(c, rows, "after-kill", "--concurrency", "16")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertTrue(all(out[i]["finish_reason"] in ("stop", "length") for i in range(16)))
+        status = c.status()
+        self.assertIn("node 2", status["groups"][1]["down_reason"])
+        self.assertFalse([n for n in status["nodes"] if n["rank"] == 2][0]["up"])
+
+
+class FailureTest(unittest.TestCase):
+    """Killing or freezing the executor node mid-generation."""
+
+    def start(self, name, *sets):
+        ports = cu.free_ports(3)
+        return cu.Cluster(WORK, name, cu.cluster_toml(name, ports[0], ports[1:], [(0, [1])], "", runner="toy"),
+                          sets=["model.toy.step_ms=20", *sets])
+
+    def run_until_failure(self, c, stop_node):
+        path = os.path.join(WORK, f"{c.name}-long.jsonl")
+        cu.write_jsonl(path, [{"prompt_ids": [0, 5 + i], "max_tokens": 3000, "ignore_eos": True} for i in range(4)])
+        client = subprocess.Popen([cu.BINARY, "client", "--connect", c.address, "--cluster-name", c.name,
+                                   "--file", path, "--concurrency", "4"], stdout=subprocess.PIPE, text=True)
+        self.assertTrue(cu.wait_until(lambda: c.status()["groups"][0]["counters"]["decode_tokens"] > 100, 30))
+        t0 = time.time()
+        stop_node()
+        out, _ = client.communicate(timeout=60)
+        elapsed = time.time() - t0
+        rows = [json.loads(line) for line in out.splitlines()]
+        self.assertEqual(len(rows), 4)
+        for r in rows:
+            self.assertEqual(r["finish_reason"], "error")
+            self.assertIn("node 1", r["error"])
+            self.assertGreater(len(r["output_ids"]), 0)
+        return elapsed, rows[0]["error"]
+
+    def check_router_reports(self, c):
+        status = c.status()  # the router is alive
+        self.assertFalse(status["groups"][0]["up"])
+        self.assertIn("node 1", status["groups"][0]["down_reason"])
+        t0 = time.time()
+        p, out = c.client_json_lines("--prompt-ids", "0,5", "--max-tokens", "4")
+        self.assertLess(time.time() - t0, 5)
+        self.assertEqual(out[0]["finish_reason"], "error")
+        self.assertIn("no data-parallel group can serve", out[0]["error"])
+
+    def test_kill_executor_node(self):
+        c = self.start("kill")
+        try:
+            pid = c.node_pid(1)
+            elapsed, message = self.run_until_failure(c, lambda: os.kill(pid, signal.SIGKILL))
+            figure("SIGKILL of the executor node: seconds until every request failed", round(elapsed, 3))
+            figure("SIGKILL of the executor node: message", message)
+            self.assertLess(elapsed, 10)
+            self.check_router_reports(c)
+            self.assertTrue(cu.wait_until(lambda: not c.status()["nodes"][1]["up"], 5))
+        finally:
+            c.stop()
+
+    def test_frozen_executor_node(self):
+        c = self.start("freeze", "cluster.heartbeat_interval_ms=200", "cluster.connection_timeout_ms=2000")
+        pid = None
+        try:
+            pid = c.node_pid(1)
+            elapsed, message = self.run_until_failure(c, lambda: os.kill(pid, signal.SIGSTOP))
+            figure("SIGSTOP of the executor node (2 s connection timeout): seconds until failure", round(elapsed, 3))
+            self.assertLess(elapsed, 10)
+            self.check_router_reports(c)
+        finally:
+            if pid:
+                os.kill(pid, signal.SIGCONT)
+            c.stop()
+
+
+class AdmissionTest(unittest.TestCase):
+    def test_limits_refuse_at_once(self):
+        ports = cu.free_ports(3)
+        c = cu.Cluster(WORK, "limits", cu.cluster_toml("limits", ports[0], ports[1:], [(0, [1])], "", runner="toy"),
+                       sets=["model.toy.step_ms=50", "scheduler.max_num_running=2", "scheduler.max_num_queued=2"])
+        try:
+            rows = [{"prompt_ids": [0, 5 + i], "max_tokens": 40, "ignore_eos": True} for i in range(10)]
+            t0 = time.time()
+            path = os.path.join(WORK, "limits.jsonl")
+            cu.write_jsonl(path, rows)
+            client = subprocess.Popen([cu.BINARY, "client", "--connect", c.address, "--cluster-name", c.name,
+                                       "--file", path, "--concurrency", "10"], stdout=subprocess.PIPE, text=True)
+            first = client.stdout.readline()
+            refusal_seconds = time.time() - t0
+            rest, _ = client.communicate(timeout=60)
+            out = [json.loads(line) for line in [first] + rest.splitlines()]
+            refused = [r for r in out if r["finish_reason"] == "error"]
+            served = [r for r in out if r["finish_reason"] == "length"]
+            figure("admission: served / refused of 10 with 2 running + 2 queued", f"{len(served)} / {len(refused)}")
+            figure("admission: seconds to the first refusal", round(refusal_seconds, 3))
+            self.assertEqual(len(served) + len(refused), 10)
+            self.assertGreaterEqual(len(refused), 5)
+            self.assertIn("queue_full", refused[0]["error"])
+            self.assertLess(refusal_seconds, 1.5)  # well before any request could finish (2 s)
+        finally:
+            c.stop()
+
+
+def main():
+    global WORK, MODEL
+    cu.BINARY = os.path.abspath(sys.argv[1])
+    WORK = tempfile.mkdtemp(prefix="deepinfer-cluster-")
+    MODEL = os.path.join(WORK, "tiny-v41")
+    subprocess.run([cu.BINARY, "make-model", "--preset", "tiny-v41", "--out", MODEL, "--quiet"], check=True)
+    try:
+        unittest.main(argv=[sys.argv[0], "-v", *sys.argv[2:]])
+    finally:
+        shutil.rmtree(WORK, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
