@@ -71,6 +71,8 @@ class cpu_model_runner final : public runtime::step_runner {
   /// One forward runs every scheduled sequence, except that a sequence admitted onto a
   /// snapshot which another sequence of the same plan saves (the scheduler registers a
   /// prefix as soon as its rows are planned) waits for that save: it runs in a second forward.
+  /// A sequence resumed past position 0 whose request has sampling penalties fails (its output
+  /// carries the error): the plan does not carry the earlier tokens the penalties count.
   runtime::step_result run(const runtime::step_plan& plan) override;
 
   const deepseek_model& model() const { return *model_; }
