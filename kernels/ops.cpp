@@ -51,12 +51,12 @@ tensor rms_norm(const tensor& x, const tensor& weight, float eps) {
   return cpu::rms_norm(x, weight, eps);
 }
 
-tensor linear(const tensor& x, const tensor& weight, const linear_params& params) {
+tensor linear(const tensor& x, const weight_matrix& weight, const linear_params& params) {
   require_cpu(x, "linear");
   return cpu::linear(x, weight, params);
 }
 
-tensor grouped_linear(const tensor& x, const tensor& weight) {
+tensor grouped_linear(const tensor& x, const weight_matrix& weight) {
   require_cpu(x, "grouped_linear");
   return cpu::grouped_linear(x, weight);
 }

@@ -6,6 +6,7 @@
 
 #include "kernels/cache_format.hpp"
 #include "kernels/tensor.hpp"
+#include "kernels/weight_matrix.hpp"
 
 #include <cstdint>
 #include <span>
@@ -14,8 +15,8 @@ namespace di::ops {
 
 // ---- gathers and norms -------------------------------------------------------------------
 
-/// Rows of `table` [vocab, dim] f32 for `ids` [tokens] i64 -> [tokens, dim]. An id outside
-/// [0, vocab) is a di::error naming it.
+/// Rows of `table` [vocab, dim] f32 or bf16 (read in place, widened) for `ids` [tokens] i64
+/// -> [tokens, dim] f32. An id outside [0, vocab) is a di::error naming it.
 tensor embedding(const tensor& table, const tensor& ids);
 
 /// Rows of an FP8 table for `ids` [n] i64: codes [rows, dim] u8 (e4m3) times scales
@@ -48,12 +49,14 @@ struct linear_params {
   int act_quant_block = 0;
 };
 
-/// y = x W^T: x [rows, in] f32, weight [out, in] f32 -> [rows, out] f32 (fp32 accumulation).
-tensor linear(const tensor& x, const tensor& weight, const linear_params& params = {});
+/// y = x W^T: x [rows, in] f32, weight [out, in] in any stored format -> [rows, out] f32. The
+/// weight is decoded exactly to fp32 inside the product (fp32 accumulation), so the result
+/// equals that of the dequantized fp32 matrix bit for bit.
+tensor linear(const tensor& x, const weight_matrix& weight, const linear_params& params = {});
 
 /// Block-diagonal grouped projection: x [rows, groups, in] and weight [groups * out, in]
 /// (group g owns rows [g*out, (g+1)*out)) -> [rows, groups, out].
-tensor grouped_linear(const tensor& x, const tensor& weight);
+tensor grouped_linear(const tensor& x, const weight_matrix& weight);
 
 // ---- fake quantization (quantize, then dequantize in place) ------------------------------
 

@@ -15,7 +15,9 @@ double element_bytes(const weight_spec& w) {
   return n * double(dtype_size(w.type));
 }
 
-bool is_engram_table(const weight_spec& w) { return w.name.find(".engram.embed.") != std::string::npos; }
+bool is_engram_table(const weight_spec& w) {
+  return w.name.find(".engram.embed.") != std::string::npos;
+}
 
 }  // namespace
 
@@ -25,21 +27,15 @@ step_bytes decode_weight_bytes(const model_config& c, int batch) {
   const double touched = e * (1.0 - std::pow(1.0 - k / e, double(batch)));
   out.experts_touched_per_layer = touched;
   for (const auto& w : expected_weights(c)) {
-    double stored = element_bytes(w);
-    double fp32 = double(w.num_params()) * 4.0;
+    double bytes = element_bytes(w);
     if (w.group == weight_group::routed_experts) {
-      stored *= touched / e;
-      fp32 *= touched / e;
+      bytes *= touched / e;
     } else if (w.name == "embed.weight") {  // a gather of `batch` rows
-      stored *= double(batch) / double(w.shape[0]);
-      fp32 *= double(batch) / double(w.shape[0]);
+      bytes *= double(batch) / double(w.shape[0]);
     } else if (is_engram_table(w)) {  // rows gathered: one per hash column and token
-      double rows = double(batch) * c.engram.num_hash_columns();
-      stored *= rows / double(w.shape[0]);
-      fp32 = stored;
+      bytes *= double(batch) * c.engram.num_hash_columns() / double(w.shape[0]);
     }
-    out.stored += stored;
-    out.fp32 += fp32;
+    out.weights += bytes;
   }
   return out;
 }
@@ -49,7 +45,8 @@ double active_params_per_token(const model_config& c) {
   for (const auto& w : expected_weights(c)) {
     if (w.name == "embed.weight" || is_engram_table(w)) continue;
     double n = double(w.num_params());
-    if (w.group == weight_group::routed_experts) n *= double(c.num_experts_per_tok) / c.n_routed_experts;
+    if (w.group == weight_group::routed_experts)
+      n *= double(c.num_experts_per_tok) / c.n_routed_experts;
     total += n;
   }
   return total;

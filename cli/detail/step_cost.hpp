@@ -1,8 +1,9 @@
-// What one forward step has to read: weights in their stored format (FP8/FP4 + scales, BF16,
-// F32) and as fp32 (what the CPU reference backend keeps after dequantizing on load), plus
-// the sequence caches. Used by `deepinfer bench` to relate measured step times to memory
-// bandwidth. Routed experts are counted as the expected number of distinct experts a batch
-// touches under uniform routing: E * (1 - (1 - k/E)^B) per layer.
+// What one forward step has to read: the weights in the checkpoint's stored formats (FP8/FP4
+// codes + scales, BF16, F32) -- what the CPU backend reads, since it keeps them memory-mapped
+// and decodes them inside its GEMMs -- plus the sequence caches. Used by `deepinfer bench` to
+// relate measured step times to memory bandwidth. Routed experts are counted as the expected
+// number of distinct experts a batch touches under uniform routing: E * (1 - (1 - k/E)^B)
+// per layer.
 #pragma once
 
 #include "config/model_config.hpp"
@@ -12,8 +13,9 @@
 namespace di::cli {
 
 struct step_bytes {
-  double stored = 0;   ///< weights in the checkpoint's formats
-  double fp32 = 0;     ///< the same weights as fp32 (Engram tables stay FP8)
+  /// Weight bytes in their stored formats. The loader widens a few small BF16 vectors (norms,
+  /// Engram q/k weights: well under 0.1% of a step) to fp32; they count at their stored size.
+  double weights = 0;
   double experts_touched_per_layer = 0;
 };
 

@@ -1,5 +1,6 @@
-// CPU reference of the small elementwise ops: embedding gather, RMSNorm, the clamped SwiGLU
-// of the MoE experts and the normalised Walsh-Hadamard transform of V4's indexer.
+// CPU reference of the small elementwise ops: embedding gather (fp32 or in-place bf16
+// tables), RMSNorm, the clamped SwiGLU of the MoE experts and the normalised Walsh-Hadamard
+// transform of V4's indexer.
 #include "kernels/cpu/cpu_ops.hpp"
 
 #include <cmath>
@@ -8,7 +9,8 @@
 namespace di::cpu {
 
 tensor embedding(const tensor& table, const tensor& ids) {
-  check_cpu_tensor(table, dtype::f32, 2, "embedding table");
+  check_cpu_tensor(table, table.type() == dtype::bf16 ? dtype::bf16 : dtype::f32, 2,
+                   "embedding table");
   check_cpu_tensor(ids, dtype::i64, 1, "embedding ids");
   const std::int64_t vocab = table.size(0), dim = table.size(1), n = ids.size(0);
   const std::int64_t* id = ids.data<std::int64_t>();
@@ -16,10 +18,20 @@ tensor embedding(const tensor& table, const tensor& ids) {
     DI_CHECK(id[t] >= 0 && id[t] < vocab,
              "token id {} at index {} is outside the vocabulary [0, {})", id[t], t, vocab);
   tensor out = tensor::empty({n, dim}, dtype::f32);  // [tokens, dim]
-  const float* src = table.data<float>();
+  // Byte-wise reads: a bf16 table is usually a view into the checkpoint, not 2-byte aligned.
+  const auto* src = static_cast<const std::uint8_t*>(table.raw());
   float* dst = out.data<float>();
-  for (std::int64_t t = 0; t < n; ++t)
-    std::memcpy(dst + t * dim, src + id[t] * dim, std::size_t(dim) * sizeof(float));
+  for (std::int64_t t = 0; t < n; ++t) {
+    if (table.type() == dtype::f32) {
+      std::memcpy(dst + t * dim, src + 4 * id[t] * dim, std::size_t(dim) * sizeof(float));
+      continue;
+    }
+    for (std::int64_t i = 0; i < dim; ++i) {
+      std::uint16_t h;
+      std::memcpy(&h, src + 2 * (id[t] * dim + i), 2);
+      dst[t * dim + i] = bf16_to_f32(h);
+    }
+  }
   return out;
 }
 

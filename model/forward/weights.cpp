@@ -1,10 +1,9 @@
 // Loading a checkpoint into model_weights: names follow the official checkpoints (see
-// model/weight_spec.cpp), FP8 weights are dequantized with their ue8m0 block scales, FP4
-// routed experts with their per-32 scales, BF16 tensors widened to fp32.
+// model/weight_spec.cpp). Matrices become views into the mapping with their ue8m0 scales (FP8
+// blocks, FP4 per 32 inputs); only small vectors are copied, BF16 ones widened to fp32.
 #include "model/forward/weights.hpp"
 
 #include "model/checkpoint/checkpoint.hpp"
-#include "model/checkpoint/dequant.hpp"
 
 #include <fmt/format.h>
 
@@ -14,10 +13,9 @@ namespace di {
 
 namespace {
 
-tensor from_matrix(host_matrix<float>&& m) {
-  tensor t = tensor::empty({m.rows, m.cols}, dtype::f32);  // [rows, cols]
-  std::memcpy(t.data<float>(), m.values.data(), m.values.size() * sizeof(float));
-  return t;
+/// The bytes of `v` in place, with its stored dtype and shape.
+tensor in_place(const tensor_view& v) {
+  return tensor::view_of(v.bytes.data(), tensor_shape(v.shape), v.type);
 }
 
 class weight_reader {
@@ -44,20 +42,28 @@ class weight_reader {
     return t;
   }
 
-  /// `name`.weight (+ `name`.scale): FP8 block-scaled, packed FP4, or plain BF16/F32.
-  linear_weight linear(const std::string& name) const {
-    const tensor_view& w = ckpt_.get(name + ".weight");
-    if (w.type == dtype::f8_e4m3) {
-      block_shape block{cfg_.quant.block_n, cfg_.quant.block_k};
-      return {from_matrix(dequant_fp8_to_f32(w, ckpt_.get(name + ".scale"), block)), true};
+  /// `name`.weight (+ `name`.scale) in place: FP8 block-scaled, packed FP4, or BF16/F32.
+  weight_matrix matrix(const std::string& name) const {
+    const tensor_view& v = ckpt_.get(name + ".weight");
+    weight_matrix w;
+    if (v.type == dtype::f8_e4m3) {
+      w = weight_matrix::fp8(in_place(v), in_place(ckpt_.get(name + ".scale")),
+                             {cfg_.quant.block_n, cfg_.quant.block_k});
+    } else if (v.type == dtype::i8) {
+      w = weight_matrix::fp4(in_place(v), in_place(ckpt_.get(name + ".scale")));
+    } else {
+      w = in_place(v);
     }
-    if (w.type == dtype::i8)
-      return {from_matrix(dequant_fp4_to_f32(w, ckpt_.get(name + ".scale"))), true};
-    return {dense(name + ".weight"), false};
+    check_weight_matrix(w, fmt::format("{}: '{}'", v.file, v.name));
+    return w;
   }
 
-  /// A linear the reference always runs in high precision (dequantized when stored FP8).
-  tensor plain(const std::string& name) const { return linear(name).w; }
+  /// A linear whose input the reference FP8-quantizes when its weight is FP8 or FP4.
+  linear_weight linear(const std::string& name) const {
+    weight_matrix w = matrix(name);
+    const bool quantized = w.scales.defined();
+    return {std::move(w), quantized};
+  }
 
   /// An I64 token-to-expert table as i32.
   tensor index_table(const std::string& name) const {
@@ -81,6 +87,15 @@ class weight_reader {
     return t;
   }
 
+  /// A BF16/F32 lookup table [rows, dim] in place (gathered a few rows per step).
+  tensor table(const std::string& name) const {
+    const tensor_view& v = ckpt_.get(name);
+    DI_CHECK((v.type == dtype::bf16 || v.type == dtype::f32) && v.shape.size() == 2,
+             "{}: '{}' must be a 2-D BF16 or F32 table, is {} {}", v.file, name, dtype_name(v.type),
+             format_shape(v.shape));
+    return in_place(v);
+  }
+
   /// A raw byte view of a 1-byte-per-element tensor (FP8 codes, E8M0 scales).
   tensor byte_view(const std::string& name) const {
     const tensor_view& v = ckpt_.get(name);
@@ -96,8 +111,8 @@ class weight_reader {
   compressor_weights compressor(const std::string& p, bool has_ape, bool has_gate) const {
     compressor_weights c;
     if (has_ape) c.ape = dense(p + ".ape");
-    c.wkv = plain(p + ".wkv");
-    if (has_gate) c.wgate = plain(p + ".wgate");
+    c.wkv = matrix(p + ".wkv");
+    if (has_gate) c.wgate = matrix(p + ".wgate");
     c.norm = dense(p + ".norm.weight");
     return c;
   }
@@ -119,7 +134,7 @@ attention_weights load_attention(const weight_reader& r, const std::string& p) {
   a.wq_b = r.linear(p + "attn.wq_b");
   a.wkv = r.linear(p + "attn.wkv");
   a.kv_norm = r.dense(p + "attn.kv_norm.weight");
-  a.wo_a = r.plain(p + "attn.wo_a");
+  a.wo_a = r.matrix(p + "attn.wo_a");
   a.wo_b = r.linear(p + "attn.wo_b");
   return a;
 }
@@ -131,9 +146,9 @@ void load_compression(const weight_reader& r, const model_config& c, int l, cons
       lw.compressor = r.compressor(p + "attn.compressor", false, c.compress_ratio(l) > 1);
     if (c.is_index_source(l)) {
       lw.indexer.wq_b = r.linear(p + "attn.indexer.wq_b");
-      lw.indexer.weights_proj = r.dense(p + "attn.indexer.weights_proj.weight");
+      lw.indexer.weights_proj = r.matrix(p + "attn.indexer.weights_proj");
       if (c.is_kv_source(l)) {
-        lw.indexer.wk = r.dense(p + "attn.indexer.wk.weight");
+        lw.indexer.wk = r.matrix(p + "attn.indexer.wk");
         lw.indexer.k_norm = r.dense(p + "attn.indexer.k_norm.weight");
       }
     }
@@ -143,13 +158,13 @@ void load_compression(const weight_reader& r, const model_config& c, int l, cons
   if (c.has_indexer(l)) {
     lw.indexer.compressor = r.compressor(p + "attn.indexer.compressor", true, true);
     lw.indexer.wq_b = r.linear(p + "attn.indexer.wq_b");
-    lw.indexer.weights_proj = r.dense(p + "attn.indexer.weights_proj.weight");
+    lw.indexer.weights_proj = r.matrix(p + "attn.indexer.weights_proj");
   }
 }
 
 moe_weights load_moe(const weight_reader& r, const model_config& c, int l, const std::string& p) {
   moe_weights m;
-  m.gate = r.dense(p + "ffn.gate.weight");
+  m.gate = r.matrix(p + "ffn.gate");
   if (c.is_hash_routed(l)) {
     m.tid2eid = r.index_table(p + "ffn.gate.tid2eid");
   } else {
@@ -170,9 +185,9 @@ model_weights load_model_weights(std::shared_ptr<const checkpoint> ckpt, const m
   weight_reader r(*ckpt, c);
   model_weights w;
   w.source = ckpt;
-  w.embed = r.dense("embed.weight");
+  w.embed = r.table("embed.weight");
   w.norm = r.dense("norm.weight");
-  w.head = r.dense("head.weight");
+  w.head = r.matrix("head");
   if (!c.is_v41()) w.hc_head = r.hc_site("hc_head");
   for (int l = 0; l < c.num_layers; ++l) {
     const std::string p = fmt::format("layers.{}.", l);

@@ -1,11 +1,14 @@
 // The weights of a DeepSeek-V4.1 / V4 checkpoint in the layout the forward pass reads: every
-// dense matrix as fp32 (FP8 and FP4 blocks dequantized on load, BF16 widened), each linear
-// tagged with whether the reference quantizes its input activation, and the (huge) Engram
-// tables left FP8 in the memory-mapped checkpoint, dequantized per looked-up row.
+// matrix (linears, experts, embedding, head, Engram tables) stays in its stored format as a
+// view into the memory-mapped checkpoint -- FP8 and FP4 blocks are decoded exactly inside the
+// GEMMs, BF16 widened as it is read -- so loading copies nothing large and resident memory is
+// what the forward pass touches. Only small vectors (norms, sinks, biases, mHC) become fp32.
+// Each linear is tagged with whether the reference quantizes its input activation.
 #pragma once
 
 #include "config/model_config.hpp"
 #include "kernels/tensor.hpp"
+#include "kernels/weight_matrix.hpp"
 
 #include <filesystem>
 #include <memory>
@@ -15,10 +18,10 @@ namespace di {
 
 class checkpoint;
 
-/// A linear layer's weight [out, in] f32 and whether the reference runs it as an FP8/FP4 GEMM
+/// A linear layer's weight [out, in] and whether the reference runs it as an FP8/FP4 GEMM
 /// (then, with activation quantization on, its input is FP8-quantized per block first).
 struct linear_weight {
-  tensor w;  // [out, in]
+  weight_matrix w;  // [out, in]
   bool quantized = false;
 };
 
@@ -29,23 +32,23 @@ struct attention_weights {
   linear_weight wq_b;  // [heads * head_dim, q_lora]
   linear_weight wkv;   // [head_dim, dim]
   tensor kv_norm;      // [head_dim]
-  tensor wo_a;  // [o_groups * o_lora, heads * head_dim / o_groups] (BF16-exact, no act quant)
+  weight_matrix wo_a;  // [o_groups * o_lora, heads * head_dim / o_groups] (no act quant)
   linear_weight wo_b;  // [dim, o_groups * o_lora]
 };
 
 /// A compressor: pools `ratio` tokens into one entry. V4 has `ape` and `wgate` always and
 /// doubles the width at ratio 4 (overlap); V4.1 has no `ape` and no `wgate` at ratio 1.
 struct compressor_weights {
-  tensor ape;    // [ratio, width] or undefined
-  tensor wkv;    // [width, dim]
-  tensor wgate;  // [width, dim] or undefined
-  tensor norm;   // [entry_dim]
+  tensor ape;           // [ratio, width] or undefined
+  weight_matrix wkv;    // [width, dim]
+  weight_matrix wgate;  // [width, dim] or undefined
+  tensor norm;          // [entry_dim]
 };
 
 struct indexer_weights {
   linear_weight wq_b;             // [index_heads * index_head_dim, q_lora]
-  tensor weights_proj;            // [index_heads, dim]
-  tensor wk;                      // V4.1 key owners: [index_head_dim, head_dim]
+  weight_matrix weights_proj;     // [index_heads, dim]
+  weight_matrix wk;               // V4.1 key owners: [index_head_dim, head_dim]
   tensor k_norm;                  // V4.1 key owners: [index_head_dim]
   compressor_weights compressor;  // V4: the indexer's own compressor
 };
@@ -57,9 +60,9 @@ struct expert_weights {
 };
 
 struct moe_weights {
-  tensor gate;     // [experts, dim]
-  tensor bias;     // [experts] (score-routed layers)
-  tensor tid2eid;  // [vocab, top_k] i32 (V4 hash-routed layers)
+  weight_matrix gate;  // [experts, dim]
+  tensor bias;         // [experts] (score-routed layers)
+  tensor tid2eid;      // [vocab, top_k] i32 (V4 hash-routed layers)
   std::vector<expert_weights> experts;
   expert_weights shared;
 };
@@ -92,12 +95,12 @@ struct layer_weights {
 };
 
 struct model_weights {
-  tensor embed;             // [vocab, dim]
+  tensor embed;             // [vocab, dim] bf16 (or f32), a view into the checkpoint
   tensor norm;              // [dim]
-  tensor head;              // [vocab, dim]
+  weight_matrix head;       // [vocab, dim]
   hc_site_weights hc_head;  // V4 only
   std::vector<layer_weights> layers;
-  std::shared_ptr<const checkpoint> source;  // keeps the Engram table mapping alive
+  std::shared_ptr<const checkpoint> source;  // keeps the mapping every view points into alive
 };
 
 /// Loads every tensor the forward pass needs from `ckpt` (names and shapes as

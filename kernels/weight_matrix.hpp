@@ -1,0 +1,55 @@
+// A linear layer's weight in the format the checkpoint stores it: fp32, BF16, FP8 e4m3 with
+// one ue8m0 scale per block, or packed MXFP4 e2m1 with one scale per 32 inputs. The linear ops
+// decode it inside their dot products, so the values can stay a view into the memory-mapped
+// checkpoint (1 byte per FP8 parameter, half a byte per FP4 one) instead of an fp32 copy.
+#pragma once
+
+#include "kernels/tensor.hpp"
+
+#include <cstdint>
+#include <string_view>
+
+namespace di {
+
+/// Rows x columns of weight elements that share one scale.
+struct scale_block {
+  std::int64_t rows = 1;
+  std::int64_t cols = 1;
+};
+
+/// Elements per MXFP4 scale along the input dimension.
+inline constexpr std::int64_t mxfp4_block_cols = 32;
+
+/// A weight matrix [rows, cols] (output features x input features) in its stored format.
+/// Copying copies the handles, not the bytes.
+struct weight_matrix {
+  /// f32 or bf16 [rows, cols]; f8_e4m3 [rows, cols]; or i8 [rows, cols / 2] holding two e2m1
+  /// values per byte, low nibble first. Bytes may be unaligned (checkpoint views).
+  tensor values;
+  /// f8_e8m0 or f32 [ceil(rows / block.rows), ceil(cols / block.cols)] for f8_e4m3 and i8
+  /// values; undefined for f32 and bf16 values.
+  tensor scales;
+  /// Elements per scale (FP8: the checkpoint's weight_block_size; FP4: 1 x 32).
+  scale_block block;
+
+  weight_matrix() = default;
+  /// A plain f32 or bf16 matrix [rows, cols] (implicit: a dense tensor is a weight matrix).
+  weight_matrix(tensor dense);  // NOLINT(google-explicit-constructor)
+  /// FP8 e4m3 codes [rows, cols] with `scales` per `block`.
+  static weight_matrix fp8(tensor codes, tensor scales, scale_block block);
+  /// Packed e2m1 [rows, cols / 2] with `scales` [rows, ceil(cols / 32)].
+  static weight_matrix fp4(tensor packed, tensor scales);
+
+  bool defined() const { return values.defined(); }
+  std::int64_t rows() const { return values.size(0); }
+  /// Input features (two per byte for packed FP4).
+  std::int64_t cols() const;
+  /// Bytes a full pass over the matrix reads: values plus scales.
+  std::size_t nbytes() const;
+};
+
+/// Throws di::error, naming `what`, unless `w` is a CPU matrix whose values and scales have
+/// the dtypes and shapes the comments of weight_matrix require.
+void check_weight_matrix(const weight_matrix& w, std::string_view what);
+
+}  // namespace di
