@@ -11,7 +11,7 @@ namespace di::actors::detail {
 
 namespace {
 
-/// Every 16th step's messages are serialized once more to measure their size.
+/// Every 16th step's messages (by step id) are serialized once more to measure their size.
 constexpr std::int64_t size_sample_every = 16;
 
 template <class T>
@@ -59,8 +59,9 @@ void process_step(scheduler_self self, pending_step& ps) {
       return fail_group(self, fmt::format("group {}: executors 0 and {} disagree at step {}",
                                           st.params.group, i, ps.step_id));
   record_timing(self, ps);
-  if (st.timing.num_steps % size_sample_every == 1) {
+  if (ps.plan_bytes > 0) {
     ++st.timing.num_sized;
+    st.timing.plan_bytes += ps.plan_bytes;
     st.timing.result_bytes += serialized_bytes(self, *ps.replies[0]);
   }
   runtime::apply_outcome out = st.sched->apply(r0);
@@ -101,8 +102,7 @@ void send_plan(scheduler_self self, runtime::step_plan plan) {
   run_step msg{std::move(plan), ps.sent_ns};
   if (ps.has_rows) {
     ++st.num_row_steps_in_flight;
-    if (st.timing.num_steps % size_sample_every == 0)
-      st.timing.plan_bytes += serialized_bytes(self, msg);
+    if (ps.step_id % size_sample_every == 0) ps.plan_bytes = serialized_bytes(self, msg);
   }
   const std::uint64_t step_id = ps.step_id;
   st.in_flight.push_back(std::move(ps));

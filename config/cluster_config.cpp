@@ -74,7 +74,9 @@ class table_reader {
       : table_(table), prefix_(std::move(prefix)), ctx_(ctx) {}
 
   void get(std::string_view key, std::string& out) {
-    read_scalar(key, out, "a string", [](const toml::node& n) { return n.value<std::string>(); },
+    read_scalar(key, out, "a string", [](const toml::node& n) -> std::optional<std::string> {
+                  return n.is_string() ? n.value<std::string>() : std::nullopt;
+                },
                 [](const std::string& raw) -> std::optional<std::string> {
                   if (raw.size() >= 2 && raw.front() == '"') {
                     std::optional<toml::table> parsed = try_parse("v = " + raw);
@@ -85,7 +87,9 @@ class table_reader {
   }
 
   void get(std::string_view key, bool& out) {
-    read_scalar(key, out, "true or false", [](const toml::node& n) { return n.value<bool>(); },
+    read_scalar(key, out, "true or false", [](const toml::node& n) -> std::optional<bool> {
+                  return n.is_boolean() ? n.value<bool>() : std::nullopt;
+                },
                 [](const std::string& raw) -> std::optional<bool> {
                   if (raw == "true") return true;
                   if (raw == "false") return false;
@@ -116,7 +120,7 @@ class table_reader {
     read_scalar(key, out, "a number",
                 [](const toml::node& n) -> std::optional<double> {
                   if (n.is_integer()) return double(*n.value<std::int64_t>());
-                  return n.value<double>();
+                  return n.is_floating_point() ? n.value<double>() : std::nullopt;
                 },
                 [](const std::string& raw) -> std::optional<double> {
                   char* end = nullptr;
@@ -224,7 +228,7 @@ class table_reader {
       out.clear();
       for (const toml::node& e : *arr) {
         std::optional<T> v = e.value<T>();
-        if (!v || (std::is_integral_v<T> && !e.is_integer()))
+        if (!v || (std::is_integral_v<T> ? !e.is_integer() : !e.is_string()))
           ctx_.fail(full, fmt::format("expected {}, got {} in the list", expected, type_name(e)));
         out.push_back(*v);
       }

@@ -21,6 +21,7 @@ struct pending_step {
   bool is_direct = false;  ///< no other plan with rows was in flight when it was sent
   std::vector<std::optional<step_done>> replies;  ///< one per executor
   int num_replies = 0;
+  std::int64_t plan_bytes = 0;  ///< serialized run_step size, when this step is sampled
 };
 
 struct scheduler_state {

@@ -14,6 +14,7 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 
 namespace di::test {
 
@@ -79,6 +80,17 @@ inline actors::submit_request ids_request(std::vector<std::int32_t> ids, int max
   r.params.seed = seed;
   r.params.ignore_eos = true;
   return r;
+}
+
+/// Polls `cond` for up to `timeout`.
+template <class F>
+bool wait_for(F cond, std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
 }
 
 }  // namespace di::test

@@ -1,0 +1,250 @@
+// Failure and misuse, in process: aborts in every phase give the blocks back; a device that
+// fails, an executor that stops answering or executors that disagree fail their group's
+// requests with a clear message while another group keeps serving; refusals are immediate;
+// unexpected messages and vanished clients do not hurt the router.
+#include "tests/actors/actor_test_util.hpp"
+
+#include "actors/toy_runner.hpp"
+#include "common/error.hpp"
+
+#include <thread>
+
+namespace di::test {
+
+namespace {
+
+/// A toy runner that throws, stalls or lies at a given step.
+class faulty_runner : public runtime::step_runner {
+ public:
+  enum class fault { none, throw_at, stall_at, other_tokens };
+  faulty_runner(actors::toy_runner_config c, fault f, std::uint64_t at) : inner_(c), fault_(f), at_(at) {}
+  runtime::runner_info info() const override { return inner_.info(); }
+  runtime::step_result run(const runtime::step_plan& plan) override {
+    if (plan.step_id >= at_ && fault_ == fault::throw_at) DI_FAIL("device lost (injected)");
+    if (plan.step_id == at_ && fault_ == fault::stall_at) std::this_thread::sleep_for(std::chrono::seconds(3));
+    runtime::step_result r = inner_.run(plan);
+    if (plan.step_id >= at_ && fault_ == fault::other_tokens)
+      for (auto& o : r.outputs)
+        for (auto& t : o.token_ids) t = (t + 1) % 1000;
+    return r;
+  }
+
+ private:
+  actors::toy_runner inner_;
+  fault fault_;
+  std::uint64_t at_;
+};
+
+actors::toy_runner_config toy_of(const cluster_config& c) {
+  return {.vocab_size = c.model.toy.vocab_size, .entries_per_block = c.model.toy.entries_per_block,
+          .num_blocks = std::int32_t(c.kv.pool_tokens / c.model.toy.entries_per_block),
+          .max_model_len = c.model.toy.max_model_len, .step_ms = c.model.toy.step_ms};
+}
+
+/// Runners of group `g` executor `i`: `faulty(g, i)` decides which one is faulty.
+actors::local_cluster_params params_with(const cluster_config& c, faulty_runner::fault f, int bad_group,
+                                         int bad_index, std::uint64_t at) {
+  actors::local_cluster_params p{.config = c, .assets = toy_assets(c)};
+  p.make_runner = [c, f, bad_group, bad_index, at](int g, int i) {
+    const bool bad = g == bad_group && i == bad_index;
+    actors::toy_runner_config t = toy_of(c);
+    return actors::runner_bundle{std::make_unique<faulty_runner>(t, bad ? f : faulty_runner::fault::none, at),
+                                 actors::toy_runner::geometry(t)};
+  };
+  return p;
+}
+
+/// A scoped actor acting as a client: submit, then collect events until the request ends.
+struct raw_client {
+  explicit raw_client(caf::actor_system& sys) : self(sys) {}
+  actors::submit_reply submit(const actors::router_actor& r, actors::submit_request req) {
+    actors::submit_reply out;
+    self->request(r, std::chrono::seconds(10), std::move(req))
+        .receive([&](actors::submit_reply& rep) { out = std::move(rep); },
+                 [&](caf::error& err) { out.error = actors::describe(err); });
+    return out;
+  }
+  /// Events for `id` until a final one or until `timeout` has passed.
+  std::vector<runtime::token_event> until_final(std::uint64_t id, std::chrono::milliseconds timeout) {
+    std::vector<runtime::token_event> got;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    bool done = false;
+    while (!done) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      bool timed_out = false;
+      self->receive([&](actors::client_events& ev) {
+                      for (auto& e : ev.events)
+                        if (e.request_id == id) {
+                          done |= e.is_finished();
+                          got.push_back(std::move(e));
+                        }
+                    },
+                    caf::after(left) >> [&] { timed_out = true; });
+      if (timed_out) break;
+    }
+    return got;
+  }
+  caf::scoped_actor self;
+};
+
+}  // namespace
+
+TEST_CASE("abort while queued, mid-prefill and mid-decode: status abort, blocks back") {
+  test_system ts;
+  const cluster_config c = toy_config({"kv.enable_prefix_caching=false", "scheduler.max_num_batched_tokens=16",
+                                       "scheduler.max_num_running=1", "model.toy.step_ms=5"});
+  actors::local_cluster cluster(ts.sys, {.config = c, .assets = toy_assets(c)});
+  const std::int64_t free_at_start = cluster.status().groups[0].stats.num_free_blocks;
+  raw_client client(ts.sys);
+  auto long_prompt = ids_request(random_prompt(1, 400), 1000);
+  long_prompt.id = 1;
+  REQUIRE(client.submit(cluster.router(), long_prompt).accepted);  // 25 prefill steps
+  auto queued = ids_request(random_prompt(2, 10), 1000);
+  queued.id = 2;
+  REQUIRE(client.submit(cluster.router(), queued).accepted);  // waits: one running at most
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  client.self->send(cluster.router(), actors::abort_request{2});
+  auto q = client.until_final(2, std::chrono::seconds(5));
+  REQUIRE(!q.empty());
+  CHECK(q.back().status == runtime::sequence_status::finished_abort);
+  client.self->send(cluster.router(), actors::abort_request{1});
+  auto p = client.until_final(1, std::chrono::seconds(5));
+  REQUIRE(!p.empty());
+  CHECK(p.back().status == runtime::sequence_status::finished_abort);
+  for (const auto& e : p) CHECK(e.token_ids.empty());  // it never reached decode
+  auto decode = ids_request(random_prompt(3, 10), 1000);
+  decode.id = 3;
+  REQUIRE(client.submit(cluster.router(), decode).accepted);
+  auto first = client.until_final(3, std::chrono::milliseconds(100));  // some tokens, not final
+  REQUIRE(!first.empty());
+  CHECK_FALSE(first.back().is_finished());
+  client.self->send(cluster.router(), actors::abort_request{3});
+  auto d = client.until_final(3, std::chrono::seconds(5));
+  REQUIRE(!d.empty());
+  CHECK(d.back().status == runtime::sequence_status::finished_abort);
+  const actors::cluster_status s = cluster.status();
+  CHECK(s.groups[0].stats.counters.num_aborts == 3);
+  CHECK(s.groups[0].stats.num_free_blocks == free_at_start);
+  CHECK(s.groups[0].stats.num_used_blocks == 0);
+}
+
+TEST_CASE("a failing device fails its group's requests; the other group keeps serving") {
+  test_system ts;
+  const cluster_config c = toy_config({"model.toy.step_ms=2"}, 2);
+  actors::local_cluster cluster(ts.sys, params_with(c, faulty_runner::fault::throw_at, 1, 0, 3));
+  std::vector<actors::submit_request> reqs;
+  for (int i = 0; i < 8; ++i) reqs.push_back(ids_request(random_prompt(10 + std::uint64_t(i), 20), 20));
+  const auto out = actors::run_requests(ts.sys, cluster.router(), reqs, 8);
+  int failed = 0;
+  for (const auto& r : out) {
+    if (r.reply.group == 1) {
+      ++failed;
+      CHECK(r.finish_reason() == "error");
+      CHECK(r.error.find("device lost (injected)") != std::string::npos);
+      CHECK(r.error.find("group 1") != std::string::npos);
+    } else {
+      CHECK(r.finish_reason() == "length");
+    }
+  }
+  CHECK(failed > 0);
+  const auto status = cluster.status();
+  CHECK_FALSE(status.groups[1].is_up);
+  CHECK(status.groups[0].is_up);
+  const auto after = actors::run_requests(ts.sys, cluster.router(), reqs, 8);
+  for (const auto& r : after) {
+    CHECK(r.finish_reason() == "length");
+    CHECK(r.reply.group == 0);
+  }
+}
+
+TEST_CASE("an executor that stops answering fails the group at the step deadline") {
+  test_system ts;
+  const cluster_config c = toy_config({"scheduler.step_timeout_s=1"});
+  actors::local_cluster cluster(ts.sys, params_with(c, faulty_runner::fault::stall_at, 0, 0, 2));
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto out = actors::run_requests(ts.sys, cluster.router(), {ids_request(random_prompt(5, 8), 50)}, 1);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(out[0].finish_reason() == "error");
+  CHECK(out[0].error.find("within 1 s") != std::string::npos);
+  CHECK(secs < 2.9);  // before the stalled step would have finished
+}
+
+TEST_CASE("executors of a group run in lockstep and must agree") {
+  const auto reqs = std::vector<actors::submit_request>{ids_request(random_prompt(6, 30), 12),
+                                                        ids_request(random_prompt(7, 50), 9)};
+  std::vector<actors::request_outcome> one, two;
+  {
+    test_system ts;
+    const cluster_config c = toy_config();
+    actors::local_cluster cluster(ts.sys, {.config = c, .assets = toy_assets(c)});
+    one = actors::run_requests(ts.sys, cluster.router(), reqs, 2);
+  }
+  {
+    test_system ts;
+    const cluster_config c = toy_config({}, 1, 2);
+    actors::local_cluster cluster(ts.sys, {.config = c, .assets = toy_assets(c)});
+    two = actors::run_requests(ts.sys, cluster.router(), reqs, 2);
+  }
+  for (std::size_t i = 0; i < reqs.size(); ++i) CHECK(one[i].output_ids == two[i].output_ids);
+  test_system ts;
+  const cluster_config c = toy_config({}, 1, 2);
+  actors::local_cluster cluster(ts.sys, params_with(c, faulty_runner::fault::other_tokens, 0, 1, 2));
+  const auto out = actors::run_requests(ts.sys, cluster.router(), reqs, 2);
+  for (const auto& r : out) {
+    CHECK(r.finish_reason() == "error");
+    CHECK(r.error.find("disagree") != std::string::npos);
+  }
+}
+
+TEST_CASE("limits refuse at once with a clear message") {
+  test_system ts;
+  const cluster_config c = toy_config({"model.toy.step_ms=20", "scheduler.max_num_running=1",
+                                       "scheduler.max_num_queued=1", "router.max_live_requests=3"});
+  actors::local_cluster cluster(ts.sys, {.config = c, .assets = toy_assets(c)});
+  raw_client client(ts.sys);
+  std::vector<actors::submit_reply> replies;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (std::uint64_t i = 0; i < 5; ++i) {
+    auto r = ids_request(random_prompt(20 + i, 8), 200);
+    r.id = i;
+    replies.push_back(client.submit(cluster.router(), r));
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // let the first one start
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(replies[0].accepted);
+  CHECK(replies[1].accepted);
+  CHECK_FALSE(replies[2].accepted);
+  CHECK(replies[2].error.find("queue_full") != std::string::npos);
+  CHECK(secs < 1.0);
+  auto dup = ids_request(random_prompt(30, 8), 200);
+  dup.id = 0;  // still live
+  CHECK(client.submit(cluster.router(), dup).error.find("already live") != std::string::npos);
+  client.self->send(cluster.router(), actors::abort_request{0});
+  client.self->send(cluster.router(), actors::abort_request{1});
+}
+
+TEST_CASE("unexpected messages and vanished clients do not hurt the router") {
+  test_system ts;
+  const cluster_config c = toy_config({"model.toy.step_ms=5"});
+  actors::local_cluster cluster(ts.sys, {.config = c, .assets = toy_assets(c)});
+  caf::scoped_actor self{ts.sys};
+  auto untyped = caf::actor_cast<caf::actor>(cluster.router());
+  self->send(untyped, std::string("hello"));
+  bool refused = false;
+  self->request(untyped, std::chrono::seconds(5), 42).receive([](int) {}, [&](caf::error&) { refused = true; });
+  CHECK(refused);
+  // A client that disappears with a live request: the router aborts it.
+  actors::client_params p{.router = cluster.router(), .requests = {ids_request(random_prompt(8, 8), 2000)}};  // 10 s of steps
+  auto gone = actors::spawn_client_actor(ts.sys, std::move(p));
+  REQUIRE(wait_for([&] { return cluster.status().groups[0].stats.num_running == 1; }));
+  self->send_exit(gone, caf::exit_reason::kill);
+  CHECK(wait_for([&] { return cluster.status().groups[0].stats.num_running == 0; }));
+  const auto s = cluster.status();
+  CHECK(s.router.num_unexpected >= 2);
+  CHECK(s.groups[0].stats.counters.num_aborts == 1);
+  const auto out = actors::run_requests(ts.sys, cluster.router(), {ids_request(random_prompt(9, 8), 4)}, 1);
+  CHECK(out[0].finish_reason() == "length");
+}
+
+}  // namespace di::test

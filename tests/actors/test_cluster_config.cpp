@@ -1,0 +1,133 @@
+// The cluster file: the examples parse, every key is type- and range-checked, unknown keys and
+// overrides are errors naming the key, --set reaches every key, and TLS without a certificate
+// is refused (CAF's anonymous-TLS fallback).
+#include "config/cluster_config.hpp"
+#include "common/error.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <string>
+
+namespace di::test {
+
+namespace {
+
+const std::string base = R"(
+[model]
+runner = "toy"
+[[nodes]]
+port = 7100
+[[nodes]]
+host = "127.0.0.1"
+port = 7101
+devices = ["cpu"]
+[[groups]]
+scheduler = 0
+executors = [1]
+)";
+
+/// The message of the di::error that parsing `text` with `sets` throws ("" when none).
+std::string error_of(const std::string& text, std::vector<std::string> sets = {}) {
+  try {
+    parse_cluster_config(text, sets, "c.toml");
+  } catch (const di::error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("the example cluster files parse") {
+  for (const char* name : {"cluster-2node.toml", "cluster-2dp.toml"}) {
+    CAPTURE(name);
+    const cluster_config c = load_cluster_config(std::string(DI_SOURCE_DIR) + "/examples/" + name);
+    CHECK(c.model.runner == "cpu");
+    CHECK(c.cluster.bind_address == "127.0.0.1");
+    CHECK(c.router.node == 0);
+    for (const group_config& g : c.groups) CHECK(g.executor_devices == std::vector<std::string>{"cpu"});
+  }
+  const cluster_config dp = load_cluster_config(std::string(DI_SOURCE_DIR) + "/examples/cluster-2dp.toml");
+  CHECK(dp.groups.size() == 2);
+  CHECK(dp.nodes.size() == 3);
+}
+
+TEST_CASE("defaults, and every resolved key is listed") {
+  const cluster_config c = parse_cluster_config(base);
+  CHECK(c.cluster.name == "deepinfer");
+  CHECK(c.cluster.heartbeat_interval_ms == 500);
+  CHECK(c.scheduler.overlap);
+  CHECK(c.router.port == 7000);
+  CHECK(c.nodes[0].host == "127.0.0.1");
+  CHECK(c.groups[0].executor_nodes == std::vector<int>{1});
+  CHECK(std::find(c.resolved.begin(), c.resolved.end(), "scheduler.max_num_running = 256") != c.resolved.end());
+  CHECK(std::find(c.resolved.begin(), c.resolved.end(), "nodes.1.port = 7101") != c.resolved.end());
+}
+
+TEST_CASE("errors name the key") {
+  CHECK(error_of(base + "[scheduler]\nmax_num_runing = 3\n").find("scheduler.max_num_runing: unknown key") !=
+        std::string::npos);
+  CHECK(error_of(base + "[router]\nport = \"x\"\n").find("router.port: expected an integer, got a string") !=
+        std::string::npos);
+  CHECK(error_of(base + "[scheduler]\nmax_num_running = 0\n").find("scheduler.max_num_running: must be in [1,") !=
+        std::string::npos);
+  CHECK(error_of(base + "[kv]\nenable_prefix_caching = 1\n").find("kv.enable_prefix_caching: expected true or false") !=
+        std::string::npos);
+  CHECK(error_of(base + "bogus = 1\n").find("bogus: unknown key") != std::string::npos);
+  CHECK(error_of(base + "[model.toy]\nstep = 1\n").find("model.toy.step: unknown key") != std::string::npos);
+  CHECK(error_of("[[nodes]]\nport = 1\n[[nodes]]\nprt = 2\n").find("nodes.1.prt: unknown key") != std::string::npos);
+  CHECK(error_of("[model]\nrunner = \"toy\"\n").find("nodes: at least one") != std::string::npos);
+  CHECK(error_of("[model\n").find("c.toml:1:") != std::string::npos);  // TOML syntax: line and column
+}
+
+TEST_CASE("cross-checks name the key") {
+  CHECK(error_of(base, {"groups.0.executors=[5]"}).find("groups.0.executors: no node 5") != std::string::npos);
+  CHECK(error_of(base, {"groups.0.executors=[1, 1]"}).find("node 1 has 1 device(s)") != std::string::npos);
+  CHECK(error_of(base, {"router.node=2"}).find("router.node: no node 2") != std::string::npos);
+  CHECK(error_of(base, {"nodes.1.port=7100"}).find("nodes.1.port: 127.0.0.1:7100 is already used") != std::string::npos);
+  CHECK(error_of(base, {"model.runner=cpu"}).find("model.path: required for runner 'cpu'") != std::string::npos);
+  CHECK(error_of(base, {"model.runner=gpu"}).find("model.runner: must be cpu or toy") != std::string::npos);
+  CHECK(error_of(base, {"logging.level=loud"}).find("logging.level") != std::string::npos);
+  CHECK(error_of("[model]\nrunner = \"toy\"\n[[nodes]]\nhost = \"a\"\n[[groups]]\nexecutors = [0]\n")
+            .find("nodes.0.port: required") != std::string::npos);
+}
+
+TEST_CASE("TLS without a certificate is refused (anonymous TLS authenticates nobody)") {
+  CHECK(error_of(base, {"tls.enabled=true"}).find("tls.certificate: required") != std::string::npos);
+  CHECK(error_of(base, {"tls.enabled=true", "tls.certificate=a.pem"}).find("tls.key: required") != std::string::npos);
+  CHECK(error_of(base, {"tls.enabled=true", "tls.certificate=a.pem", "tls.key=a.key"}).find("tls.cafile") !=
+        std::string::npos);
+  CHECK(error_of(base, {"tls.enabled=true", "tls.certificate=a.pem", "tls.key=a.key", "tls.cafile=ca.pem"}).empty());
+}
+
+TEST_CASE("--set overrides any key with the key's type") {
+  const cluster_config c = parse_cluster_config(
+      base, {"model.path=/models/x y", "scheduler.max_num_running=8", "scheduler.overlap=false",
+             "nodes[1].port=7201", "nodes.0.devices=cpu,cpu", "groups.0.executors=[0]", "model.toy.step_ms=2.5",
+             "cluster.name=\"quoted\"", "kv.pool_tokens=640"});
+  CHECK(c.model.path == "/models/x y");
+  CHECK(c.scheduler.max_num_running == 8);
+  CHECK_FALSE(c.scheduler.overlap);
+  CHECK(c.nodes[1].port == 7201);
+  CHECK(c.nodes[0].devices == std::vector<std::string>{"cpu", "cpu"});
+  CHECK(c.groups[0].executor_nodes == std::vector<int>{0});
+  CHECK(c.model.toy.step_ms == 2.5);
+  CHECK(c.cluster.name == "quoted");
+  CHECK(c.kv.pool_tokens == 640);
+  CHECK(error_of(base, {"scheduler.max_num_running=many"}).find("scheduler.max_num_running: expected an integer, got 'many' (from --set)") !=
+        std::string::npos);
+  CHECK(error_of(base, {"scheduler.nope=1"}).find("--set scheduler.nope=1") != std::string::npos);
+  CHECK(error_of(base, {"nodes.7.port=1"}).find("no key nodes.7.port") != std::string::npos);
+  CHECK(error_of(base, {"novalue"}).find("expected key=value") != std::string::npos);
+}
+
+TEST_CASE("the fingerprint follows every resolved value") {
+  const cluster_config a = parse_cluster_config(base);
+  const cluster_config b = parse_cluster_config(base);
+  const cluster_config c = parse_cluster_config(base, {"scheduler.max_num_running=8"});
+  CHECK(a.fingerprint == b.fingerprint);
+  CHECK(a.fingerprint != c.fingerprint);
+}
+
+}  // namespace di::test

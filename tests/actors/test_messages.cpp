@@ -1,0 +1,117 @@
+// Messages survive CAF's binary serialization field for field (optional fields included), and
+// malformed bytes from the network give an error, never a crash or a huge allocation.
+#include "tests/actors/actor_test_util.hpp"
+
+#include <caf/binary_deserializer.hpp>
+#include <caf/binary_serializer.hpp>
+
+namespace di::test {
+
+namespace {
+
+template <class T>
+std::vector<char> save(caf::actor_system& sys, T value) {
+  std::vector<char> buf;
+  caf::binary_serializer sink{sys, buf};
+  REQUIRE_FALSE(sink(value));
+  return buf;
+}
+
+template <class T>
+caf::error load(caf::actor_system& sys, const std::vector<char>& buf, T& out) {
+  caf::binary_deserializer source{sys, buf};
+  return source(out);
+}
+
+runtime::step_plan sample_plan() {
+  runtime::step_plan p{.step_id = 42, .finished = {1, 2}, .preempted = {3}};
+  runtime::sequence_start s{.seq_id = 9, .seed = 77, .num_prompt_tokens = 5, .stop_token_ids = {1}};
+  s.params.seed = 123;
+  s.params.max_tokens = 16;
+  s.params.logprobs = 3;
+  s.params.stop = {"\n\n"};
+  p.started.push_back(s);
+  runtime::scheduled_sequence q{.seq_id = 9, .first_position = 128, .token_ids = {0, 5, 6},
+                                .has_placeholder = true, .num_cached_tokens = 128, .lookback_tokens = {4},
+                                .restore_snapshot = 2, .new_blocks = {{7, 8}, {}}, .is_sampling = true,
+                                .sample_index = 3, .prompt_logprob_rows = {1}, .prompt_logprob_tokens = {6}};
+  p.sequences.push_back(q);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("a step plan round-trips with its optional fields") {
+  test_system ts;
+  const runtime::step_plan p = sample_plan();
+  actors::run_step out;
+  REQUIRE_FALSE(load(ts.sys, save(ts.sys, actors::run_step{p, 5}), out));
+  const runtime::step_plan& q = out.plan;
+  CHECK(q.step_id == 42);
+  CHECK(q.finished == p.finished);
+  CHECK(q.preempted == p.preempted);
+  REQUIRE(q.started.size() == 1);
+  CHECK(q.started[0].params.seed == std::optional<std::uint64_t>(123));
+  CHECK(q.started[0].params.max_tokens == std::optional<int>(16));
+  CHECK(q.started[0].params.logprobs == std::optional<int>(3));
+  CHECK_FALSE(q.started[0].params.prompt_logprobs.has_value());
+  CHECK(q.started[0].params.stop == p.started[0].params.stop);
+  REQUIRE(q.sequences.size() == 1);
+  const runtime::scheduled_sequence& s = q.sequences[0];
+  CHECK(s.token_ids == p.sequences[0].token_ids);
+  CHECK(s.has_placeholder);
+  CHECK(s.restore_snapshot == std::optional<std::int32_t>(2));
+  CHECK_FALSE(s.save_snapshot.has_value());
+  CHECK(s.new_blocks == p.sequences[0].new_blocks);
+  CHECK(s.sample_index == 3);
+  CHECK(out.sent_ns == 5);
+}
+
+TEST_CASE("token events keep null prompt-logprob entries and the stop token") {
+  test_system ts;
+  runtime::token_event e{.request_id = 5, .token_ids = {10, 11}, .text = "hi"};
+  e.prompt_logprobs = {std::nullopt, runtime::position_logprobs{.id = 3, .logprob = -1.5f, .rank = 2,
+                                                                 .top = {{3, -1.5f}, {4, -2.0f}}}};
+  e.status = runtime::sequence_status::finished_stop;
+  e.stop_token = 1;
+  actors::client_events out;
+  REQUIRE_FALSE(load(ts.sys, save(ts.sys, actors::client_events{{e}}), out));
+  REQUIRE(out.events.size() == 1);
+  const runtime::token_event& f = out.events[0];
+  CHECK(f.token_ids == e.token_ids);
+  CHECK(f.text == "hi");
+  REQUIRE(f.prompt_logprobs.size() == 2);
+  CHECK_FALSE(f.prompt_logprobs[0].has_value());
+  REQUIRE(f.prompt_logprobs[1].has_value());
+  CHECK(f.prompt_logprobs[1]->top.size() == 2);
+  CHECK(f.status == runtime::sequence_status::finished_stop);
+  CHECK(f.stop_token == std::optional<std::int32_t>(1));
+}
+
+TEST_CASE("malformed bytes are an error, not a crash") {
+  test_system ts;
+  std::vector<char> buf = save(ts.sys, actors::run_step{sample_plan(), 1});
+  for (std::size_t cut : {std::size_t(0), std::size_t(3), buf.size() / 2, buf.size() - 1}) {
+    actors::run_step out;
+    CHECK(load(ts.sys, std::vector<char>(buf.begin(), buf.begin() + std::ptrdiff_t(cut)), out));
+  }
+  // A sequence length of 2^32 - 1 with nothing behind it: CAF reads element by element and
+  // stops at the end of the buffer (no up-front allocation for non-byte vectors).
+  std::vector<char> huge{char(0xFF), char(0xFF), char(0xFF), char(0xFF), char(0x0F)};
+  actors::prefix_probe probe;
+  CHECK(load(ts.sys, huge, probe));
+  // Presence flags that promise more values than follow, or fewer.
+  for (auto [present, num_values] : {std::pair{std::vector<std::int32_t>{1, 1}, 1},
+                                     std::pair{std::vector<std::int32_t>{0}, 1}}) {
+    std::vector<runtime::position_logprobs> values(static_cast<std::size_t>(num_values));
+    std::vector<char> bytes;
+    caf::binary_serializer sink{ts.sys, bytes};
+    REQUIRE_FALSE(sink(present, values));
+    std::vector<std::optional<runtime::position_logprobs>> target;
+    runtime::optional_list<runtime::position_logprobs> field{target};
+    caf::binary_deserializer source{ts.sys, bytes};
+    CHECK(source(field));
+  }
+}
+
+}  // namespace di::test
