@@ -1,52 +1,74 @@
-// The op interface's dispatch: each op runs on the backend of its operands' device. Only the
-// CPU backend exists so far; an op given tensors on another device is a clear error until the
-// CUDA backend registers its twins here.
+// The op interface's dispatch: each op runs on the backend of its first operand's device.
+// Ops with a CUDA twin (kernels/cuda/cuda_ops.hpp) go there for CUDA tensors when the CUDA
+// backend is built (DI_CUDA_TWIN); every other op given a CUDA tensor is a clear error
+// naming the op (require_cpu).
 #include "kernels/ops.hpp"
 
 #include "kernels/cpu/cpu_ops.hpp"
+
+#if defined(DEEPINFER_HAVE_CUDA)
+#include "kernels/cuda/cuda_ops.hpp"
+/// Returns the CUDA twin's result when `operand` lives on a CUDA device.
+#define DI_CUDA_TWIN(operand, call) \
+  if ((operand).dev().kind == device_kind::cuda) return cuda::call
+#else
+#define DI_CUDA_TWIN(operand, call) static_cast<void>(0)
+#endif
 
 namespace di::ops {
 
 namespace {
 
 void require_cpu(const tensor& t, const char* op) {
-  DI_CHECK(t.dev().kind == device_kind::cpu, "{}: no {} backend in this build", op,
+  DI_CHECK(t.dev().kind == device_kind::cpu, "{}: no {} kernel for tensors on {}", op,
+#if defined(DEEPINFER_HAVE_CUDA)
+           "CUDA",
+#else
+           "CUDA (this build has no CUDA backend)",
+#endif
            to_string(t.dev()));
 }
 
 }  // namespace
 
 tensor embedding(const tensor& table, const tensor& ids) {
+  DI_CUDA_TWIN(table, embedding(table, ids));
   require_cpu(table, "embedding");
   return cpu::embedding(table, ids);
 }
 
 tensor embedding_fp8(const tensor& codes, const tensor& scales, const tensor& ids) {
+  DI_CUDA_TWIN(codes, embedding_fp8(codes, scales, ids));
   require_cpu(codes, "embedding_fp8");
   return cpu::embedding_fp8(codes, scales, ids);
 }
 
 tensor gather_rows(const tensor& x, const tensor& rows) {
+  DI_CUDA_TWIN(x, gather_rows(x, rows));
   require_cpu(x, "gather_rows");
   return cpu::gather_rows(x, rows);
 }
 
 void scatter_add_rows(tensor& y, const tensor& rows, const tensor& src) {
+  DI_CUDA_TWIN(y, scatter_add_rows(y, rows, src));
   require_cpu(y, "scatter_add_rows");
   cpu::scatter_add_rows(y, rows, src);
 }
 
 void add_inplace(tensor& y, const tensor& x) {
+  DI_CUDA_TWIN(y, add_inplace(y, x));
   require_cpu(y, "add_inplace");
   cpu::add_inplace(y, x);
 }
 
 tensor concat_rows(std::span<const tensor> parts) {
+  if (!parts.empty()) DI_CUDA_TWIN(parts[0], concat_rows(parts));
   for (const tensor& p : parts) require_cpu(p, "concat_rows");
   return cpu::concat_rows(parts);
 }
 
 tensor rms_norm(const tensor& x, const tensor& weight, float eps) {
+  DI_CUDA_TWIN(x, rms_norm(x, weight, eps));
   require_cpu(x, "rms_norm");
   return cpu::rms_norm(x, weight, eps);
 }
@@ -62,21 +84,25 @@ tensor grouped_linear(const tensor& x, const weight_matrix& weight) {
 }
 
 void fp8_fake_quant(tensor& x, int block, std::int64_t num_dims) {
+  DI_CUDA_TWIN(x, fp8_fake_quant(x, block, num_dims));
   require_cpu(x, "fp8_fake_quant");
   cpu::fp8_fake_quant(x, block, num_dims);
 }
 
 void fp4_fake_quant(tensor& x, int block, fp4_scale scale) {
+  DI_CUDA_TWIN(x, fp4_fake_quant(x, block, scale));
   require_cpu(x, "fp4_fake_quant");
   cpu::fp4_fake_quant(x, block, scale);
 }
 
 void hadamard(tensor& x) {
+  DI_CUDA_TWIN(x, hadamard(x));
   require_cpu(x, "hadamard");
   cpu::hadamard(x);
 }
 
 void rotary(tensor& x, const tensor& positions, const tensor& inv_freq, bool inverse) {
+  DI_CUDA_TWIN(x, rotary(x, positions, inv_freq, inverse));
   require_cpu(x, "rotary");
   cpu::rotary(x, positions, inv_freq, inverse);
 }

@@ -1,6 +1,11 @@
-// The tensor type: shapes, owned CPU storage, views and slices. Device storage for CUDA is
-// allocated by the CUDA backend; here a non-CPU `empty` is a clear error.
+// The tensor type: shapes, owned CPU storage, views and slices. Device storage for CUDA comes
+// from the CUDA backend (kernels/cuda/device_memory.hpp) when it is built; otherwise a CUDA
+// tensor is a clear error.
 #include "kernels/tensor.hpp"
+
+#if defined(DEEPINFER_HAVE_CUDA)
+#include "kernels/cuda/device_memory.hpp"
+#endif
 
 #include <fmt/format.h>
 
@@ -58,12 +63,43 @@ std::array<std::int64_t, max_tensor_rank> contiguous_strides(const tensor_shape&
 
 }  // namespace
 
+namespace {
+
+#if !defined(DEEPINFER_HAVE_CUDA)
+[[noreturn]] void no_cuda(const char* what) {
+  DI_FAIL("{} on a CUDA device: this build has no CUDA backend (configure with nvcc present)",
+          what);
+}
+#endif
+
+/// Copies `bytes` between two tensors' storage on any devices.
+void copy_storage(void* dst, device dst_dev, const void* src, device src_dev, std::size_t bytes) {
+  if (dst_dev.kind == device_kind::cpu && src_dev.kind == device_kind::cpu) {
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+    return;
+  }
+#if defined(DEEPINFER_HAVE_CUDA)
+  cuda::copy_bytes(dst, dst_dev.kind == device_kind::cuda, src, src_dev.kind == device_kind::cuda,
+                   bytes);
+#else
+  no_cuda("copy");
+#endif
+}
+
+}  // namespace
+
 tensor tensor::empty(const tensor_shape& shape, dtype type, device dev) {
-  DI_CHECK(dev.kind == device_kind::cpu, "tensor::empty on {}: no allocator for that device",
-           to_string(dev));
   tensor t;
   std::size_t bytes = std::size_t(shape.numel()) * dtype_size(type);
-  t.storage_ = std::shared_ptr<std::byte[]>(new std::byte[bytes > 0 ? bytes : 1]);
+  if (dev.kind == device_kind::cuda) {
+#if defined(DEEPINFER_HAVE_CUDA)
+    t.storage_ = cuda::allocate(bytes, dev.index);
+#else
+    no_cuda("tensor::empty");
+#endif
+  } else {
+    t.storage_ = std::shared_ptr<std::byte[]>(new std::byte[bytes > 0 ? bytes : 1]);
+  }
   t.data_ = t.storage_.get();
   t.shape_ = shape;
   t.strides_ = contiguous_strides(shape);
@@ -75,7 +111,13 @@ tensor tensor::empty(const tensor_shape& shape, dtype type, device dev) {
 
 tensor tensor::zeros(const tensor_shape& shape, dtype type, device dev) {
   tensor t = empty(shape, type, dev);
-  std::memset(t.data_, 0, t.nbytes());
+  if (dev.kind == device_kind::cpu) {
+    std::memset(t.data_, 0, t.nbytes());
+    return t;
+  }
+#if defined(DEEPINFER_HAVE_CUDA)
+  cuda::fill_zero(t.data_, t.nbytes());
+#endif
   return t;
 }
 
@@ -138,12 +180,10 @@ tensor tensor::operator[](std::int64_t i) const {
 }
 
 tensor tensor::clone() const {
-  DI_CHECK(device_.kind == device_kind::cpu, "clone on {}", to_string(device_));
+  if (is_contiguous()) return to(device_);
+  DI_CHECK(device_.kind == device_kind::cpu, "clone of a non-contiguous tensor {} on {}",
+           shape_.str(), to_string(device_));
   tensor t = empty(shape_, type_, device_);
-  if (is_contiguous()) {
-    std::memcpy(t.data_, data_, nbytes());
-    return t;
-  }
   // Non-contiguous: copy element by element through the strides.
   const std::size_t es = dtype_size(type_);
   std::array<std::int64_t, max_tensor_rank> idx{};
@@ -160,6 +200,23 @@ tensor tensor::clone() const {
   return t;
 }
 
+tensor tensor::to(device dev) const {
+  DI_CHECK(defined_, "copy of an undefined tensor");
+  DI_CHECK(is_contiguous(), "copy of a non-contiguous tensor {} to {}", shape_.str(),
+           to_string(dev));
+  tensor t = empty(shape_, type_, dev);
+  copy_storage(t.data_, dev, data_, device_, nbytes());
+  return t;
+}
+
+void tensor::copy_from(const tensor& src) {
+  DI_CHECK(defined_ && src.defined_, "copy_from: tensor not set");
+  DI_CHECK(src.type_ == type_ && src.shape_ == shape_, "copy_from: {} {} into {} {}",
+           dtype_name(src.type_), src.shape_.str(), dtype_name(type_), shape_.str());
+  DI_CHECK(is_contiguous() && src.is_contiguous(), "copy_from: tensors must be contiguous");
+  copy_storage(data_, device_, src.data_, src.device_, nbytes());
+}
+
 void check_tensor(const tensor& t, dtype type, const tensor_shape& shape, const char* what) {
   DI_CHECK(t.defined(), "{}: tensor not set", what);
   DI_CHECK(t.type() == type, "{}: expected {}, got {}", what, dtype_name(type),
@@ -168,13 +225,27 @@ void check_tensor(const tensor& t, dtype type, const tensor_shape& shape, const 
   DI_CHECK(t.is_contiguous(), "{}: tensor must be contiguous", what);
 }
 
-void check_cpu_tensor(const tensor& t, dtype type, int rank, const char* what) {
+namespace {
+
+void check_device_tensor(const tensor& t, device_kind kind, dtype type, int rank,
+                         const char* what) {
   DI_CHECK(t.defined(), "{}: tensor not set", what);
-  DI_CHECK(t.dev().kind == device_kind::cpu, "{}: tensor lives on {}", what, to_string(t.dev()));
+  DI_CHECK(t.dev().kind == kind, "{}: tensor lives on {}, expected {}", what, to_string(t.dev()),
+           kind == device_kind::cpu ? "cpu" : "a CUDA device");
   DI_CHECK(t.type() == type, "{}: expected {}, got {}", what, dtype_name(type),
            dtype_name(t.type()));
   DI_CHECK(t.rank() == rank, "{}: expected rank {}, got shape {}", what, rank, t.shape().str());
   DI_CHECK(t.is_contiguous(), "{}: tensor must be contiguous", what);
+}
+
+}  // namespace
+
+void check_cpu_tensor(const tensor& t, dtype type, int rank, const char* what) {
+  check_device_tensor(t, device_kind::cpu, type, rank, what);
+}
+
+void check_cuda_tensor(const tensor& t, dtype type, int rank, const char* what) {
+  check_device_tensor(t, device_kind::cuda, type, rank, what);
 }
 
 }  // namespace di

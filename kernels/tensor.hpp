@@ -58,7 +58,8 @@ class tensor {
  public:
   tensor() = default;
 
-  /// Uninitialised owned storage (CPU only until a device allocator is registered).
+  /// Uninitialised owned storage on `dev` (CUDA storage needs a build with the CUDA backend;
+  /// it is allocated on the current stream, see kernels/cuda/stream.hpp).
   static tensor empty(const tensor_shape& shape, dtype type, device dev = cpu_device);
   /// Owned storage filled with zero bytes.
   static tensor zeros(const tensor_shape& shape, dtype type, device dev = cpu_device);
@@ -94,8 +95,13 @@ class tensor {
   tensor slice(int dim, std::int64_t begin, std::int64_t end) const;
   /// Row `i` along dimension 0, dropping that dimension.
   tensor operator[](std::int64_t i) const;
-  /// A contiguous owned copy (on the same device).
+  /// A contiguous owned copy (on the same device; non-contiguous only on the CPU).
   tensor clone() const;
+  /// A contiguous owned copy on `dev` (host<->device copies return once complete).
+  tensor to(device dev) const;
+  /// Copies the bytes of `src` (same dtype and shape, both contiguous) into this tensor's
+  /// storage, across devices if needed.
+  void copy_from(const tensor& src);
 
  private:
   template <typename T>
@@ -147,5 +153,7 @@ void tensor::check_element() const {
 void check_tensor(const tensor& t, dtype type, const tensor_shape& shape, const char* what);
 /// Throws unless `t` is a contiguous tensor of `type` and `rank` on the CPU.
 void check_cpu_tensor(const tensor& t, dtype type, int rank, const char* what);
+/// Throws unless `t` is a contiguous tensor of `type` and `rank` on a CUDA device.
+void check_cuda_tensor(const tensor& t, dtype type, int rank, const char* what);
 
 }  // namespace di

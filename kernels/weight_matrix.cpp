@@ -54,10 +54,10 @@ std::size_t weight_matrix::nbytes() const {
   return values.nbytes() + (scales.defined() ? scales.nbytes() : 0);
 }
 
-void check_weight_matrix(const weight_matrix& w, std::string_view what) {
+void check_weight_matrix(const weight_matrix& w, std::string_view what, device_kind kind) {
   const tensor& v = w.values;
   DI_CHECK(v.defined(), "{}: weight not set", what);
-  DI_CHECK(v.dev().kind == device_kind::cpu, "{}: weight lives on {}", what, to_string(v.dev()));
+  DI_CHECK(v.dev().kind == kind, "{}: weight lives on {}", what, to_string(v.dev()));
   DI_CHECK(v.rank() == 2 && v.is_contiguous(), "{}: weight must be a contiguous matrix, got {}",
            what, v.shape().str());
   switch (v.type()) {
@@ -78,6 +78,13 @@ void check_weight_matrix(const weight_matrix& w, std::string_view what) {
       DI_FAIL("{}: weight dtype {} is not F32, BF16, F8_E4M3 or packed FP4 (I8)", what,
               dtype_name(v.type()));
   }
+}
+
+weight_matrix weight_to(const weight_matrix& w, device dev) {
+  weight_matrix out = w;
+  out.values = w.values.to(dev);
+  if (w.scales.defined()) out.scales = w.scales.to(dev);
+  return out;
 }
 
 }  // namespace di

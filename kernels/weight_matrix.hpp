@@ -48,8 +48,12 @@ struct weight_matrix {
   std::size_t nbytes() const;
 };
 
-/// Throws di::error, naming `what`, unless `w` is a CPU matrix whose values and scales have
-/// the dtypes and shapes the comments of weight_matrix require.
-void check_weight_matrix(const weight_matrix& w, std::string_view what);
+/// Throws di::error, naming `what`, unless `w` is a matrix on a device of `kind` whose values
+/// and scales have the dtypes and shapes the comments of weight_matrix require.
+void check_weight_matrix(const weight_matrix& w, std::string_view what,
+                         device_kind kind = device_kind::cpu);
+
+/// A copy of `w` (values and scales, same format) on `dev`.
+weight_matrix weight_to(const weight_matrix& w, device dev);
 
 }  // namespace di

@@ -1,5 +1,6 @@
-// CUDA_CHECK: turns a failed CUDA runtime call into a di::error with file/line and the
-// CUDA error string (library code never exits).
+// CUDA_CHECK / CUDA_CHECK_LAUNCH / CUBLAS_CHECK: turn a failed CUDA runtime or cuBLAS call
+// into a di::error with the failing expression and the library's error name (library code
+// never exits). C++17-clean so that .cu files compiled by nvcc can include it.
 #pragma once
 
 #include "common/error.hpp"
@@ -12,4 +13,23 @@
     if (di_cuda_status_ != cudaSuccess) [[unlikely]]                                 \
       DI_FAIL("CUDA error {} ({}) in {}", cudaGetErrorName(di_cuda_status_),         \
               cudaGetErrorString(di_cuda_status_), #expr);                           \
+  } while (0)
+
+/// After a kernel launch: a bad configuration (or an earlier asynchronous fault) surfaces
+/// here as a di::error naming the kernel.
+#define CUDA_CHECK_LAUNCH(kernel_name)                                               \
+  do {                                                                               \
+    cudaError_t di_cuda_status_ = cudaGetLastError();                                \
+    if (di_cuda_status_ != cudaSuccess) [[unlikely]]                                 \
+      DI_FAIL("CUDA error {} ({}) launching {}", cudaGetErrorName(di_cuda_status_),  \
+              cudaGetErrorString(di_cuda_status_), kernel_name);                     \
+  } while (0)
+
+/// For cublasStatus_t / cublasLt calls (include cublas_api.h or cublasLt.h first).
+#define CUBLAS_CHECK(expr)                                                           \
+  do {                                                                               \
+    auto di_cublas_status_ = (expr);                                                 \
+    if (di_cublas_status_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                     \
+      DI_FAIL("cuBLAS error {} ({}) in {}", cublasGetStatusName(di_cublas_status_),  \
+              cublasGetStatusString(di_cublas_status_), #expr);                      \
   } while (0)

@@ -1,0 +1,23 @@
+// The sections of the kernel benchmarks: the physical limits of this GPU (measured first,
+// every later row is compared with them) and the GEMMs in the stored formats.
+#pragma once
+
+#include "bench/kernels/bench_timer.hpp"
+
+#include <vector>
+
+namespace di::bench {
+
+/// Measured in the same run.
+struct limits {
+  double copy_gbps = 0;     ///< device-to-device copy, bytes read + written per second / 1e9
+  double bf16_tflops = 0;   ///< cuBLAS bf16 GEMM 8192^3 on random data
+};
+
+/// Copy bandwidth and the cuBLAS bf16 (and cuBLASLt FP8 per-tensor) matmul rates.
+void run_limits(limits& lim, std::vector<result_row>& rows, bool quick);
+
+/// FP8 block-scaled GEMMs and MXFP4 grouped expert GEMMs on V4.1-Flash / V4-Flash shapes.
+void run_gemms(const limits& lim, std::vector<result_row>& rows, bool quick);
+
+}  // namespace di::bench

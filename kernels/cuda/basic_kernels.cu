@@ -1,0 +1,162 @@
+// CUDA kernels of the gathers, scatters, elementwise ops and RMSNorm (launchers declared in
+// basic_kernels.hpp). Gathers copy bytes, so they equal the CPU twin exactly; the scatter
+// adds with atomics (order across repeated rows differs from the CPU's index order).
+#include "kernels/cuda/basic_kernels.hpp"
+
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/dtype.hpp"
+
+namespace di::cuda {
+
+namespace {
+
+constexpr int threads = 256;
+
+unsigned grid_for(std::int64_t work, int per_block = threads) {
+  std::int64_t blocks = (work + per_block - 1) / per_block;
+  return unsigned(blocks < 1 ? 1 : (blocks > 65535 * 16 ? 65535 * 16 : blocks));
+}
+
+__device__ void flag_bad(bad_index_slot* slot, std::int64_t position) {
+  atomicCAS(slot, 0ull, bad_index_slot(position) + 1ull);
+}
+
+__global__ void embedding_kernel(embedding_params p) {
+  const std::int64_t t = blockIdx.x;
+  const std::int64_t id = p.ids[t];
+  float* out = p.out + t * p.dim;
+  if (id < 0 || id >= p.vocab) {
+    if (threadIdx.x == 0) flag_bad(p.bad_index, t);
+    for (std::int64_t i = threadIdx.x; i < p.dim; i += blockDim.x) out[i] = NAN;
+    return;
+  }
+  if (p.table_bf16) {
+    const auto* row = static_cast<const std::uint16_t*>(p.table) + id * p.dim;
+    for (std::int64_t i = threadIdx.x; i < p.dim; i += blockDim.x) out[i] = bf16_to_f32(row[i]);
+  } else {
+    const auto* row = static_cast<const float*>(p.table) + id * p.dim;
+    for (std::int64_t i = threadIdx.x; i < p.dim; i += blockDim.x) out[i] = row[i];
+  }
+}
+
+__global__ void embedding_fp8_kernel(embedding_fp8_params p) {
+  const std::int64_t t = blockIdx.x;
+  const std::int64_t id = p.ids[t];
+  float* out = p.out + t * p.dim;
+  if (id < 0 || id >= p.rows) {
+    if (threadIdx.x == 0) flag_bad(p.bad_index, t);
+    for (std::int64_t i = threadIdx.x; i < p.dim; i += blockDim.x) out[i] = NAN;
+    return;
+  }
+  const std::int64_t block = p.dim / p.scale_cols;
+  const std::uint8_t* codes = p.codes + id * p.dim;
+  const std::uint8_t* scales = p.scales + id * p.scale_cols;
+  for (std::int64_t i = threadIdx.x; i < p.dim; i += blockDim.x)
+    out[i] = e4m3_to_f32(codes[i]) * e8m0_to_f32(scales[i / block]);
+}
+
+__global__ void gather_rows_kernel(gather_rows_params p) {
+  const std::int64_t i = blockIdx.x;
+  const std::int64_t r = p.rows[i];
+  std::uint8_t* out = p.out + i * p.row_bytes;
+  if (r < 0 || r >= p.m) {
+    if (threadIdx.x == 0) flag_bad(p.bad_index, i);
+    return;
+  }
+  const std::uint8_t* src = p.src + r * p.row_bytes;
+  // 16-byte words when both rows are aligned, bytes otherwise.
+  const bool wide = p.row_bytes % 16 == 0 && (reinterpret_cast<std::uintptr_t>(src) % 16) == 0 &&
+                    (reinterpret_cast<std::uintptr_t>(out) % 16) == 0;
+  if (wide) {
+    const auto* s = reinterpret_cast<const uint4*>(src);
+    auto* o = reinterpret_cast<uint4*>(out);
+    for (std::int64_t k = threadIdx.x; k < p.row_bytes / 16; k += blockDim.x) o[k] = s[k];
+  } else {
+    for (std::int64_t k = threadIdx.x; k < p.row_bytes; k += blockDim.x) out[k] = src[k];
+  }
+}
+
+__global__ void scatter_add_kernel(scatter_add_params p) {
+  const std::int64_t i = blockIdx.x;
+  const std::int64_t r = p.rows[i];
+  if (r < 0 || r >= p.m) {
+    if (threadIdx.x == 0) flag_bad(p.bad_index, i);
+    return;
+  }
+  float* dst = p.y + r * p.width;
+  const float* src = p.src + i * p.width;
+  for (std::int64_t k = threadIdx.x; k < p.width; k += blockDim.x) atomicAdd(dst + k, src[k]);
+}
+
+__global__ void add_kernel(float* y, const float* x, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x)
+    y[i] += x[i];
+}
+
+/// Sum of `v` over the block (every thread gets it); `scratch` holds one float per warp.
+__device__ float block_sum(float v, float* scratch) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < int(blockDim.x / 32); ++w) total += scratch[w];
+  __syncthreads();
+  return total;
+}
+
+__global__ void rms_norm_kernel(rms_norm_params p) {
+  __shared__ float scratch[32];
+  const std::int64_t r = blockIdx.x;
+  const float* x = p.x + r * p.dim;
+  float* out = p.out + r * p.dim;
+  float sum = 0.0f;
+  for (std::int64_t i = threadIdx.x; i < p.dim; i += blockDim.x) sum += x[i] * x[i];
+  sum = block_sum(sum, scratch);
+  const float rs = 1.0f / sqrtf(sum / float(p.dim) + p.eps);
+  for (std::int64_t i = threadIdx.x; i < p.dim; i += blockDim.x) {
+    const float v = x[i] * rs;
+    out[i] = p.weight ? p.weight[i] * v : v;
+  }
+}
+
+}  // namespace
+
+void launch_embedding(const embedding_params& p, cudaStream_t stream) {
+  if (p.n == 0) return;
+  embedding_kernel<<<unsigned(p.n), threads, 0, stream>>>(p);
+  CUDA_CHECK_LAUNCH("embedding");
+}
+
+void launch_embedding_fp8(const embedding_fp8_params& p, cudaStream_t stream) {
+  if (p.n == 0) return;
+  embedding_fp8_kernel<<<unsigned(p.n), threads, 0, stream>>>(p);
+  CUDA_CHECK_LAUNCH("embedding_fp8");
+}
+
+void launch_gather_rows(const gather_rows_params& p, cudaStream_t stream) {
+  if (p.n == 0 || p.row_bytes == 0) return;
+  gather_rows_kernel<<<unsigned(p.n), threads, 0, stream>>>(p);
+  CUDA_CHECK_LAUNCH("gather_rows");
+}
+
+void launch_scatter_add_rows(const scatter_add_params& p, cudaStream_t stream) {
+  if (p.n == 0 || p.width == 0) return;
+  scatter_add_kernel<<<unsigned(p.n), threads, 0, stream>>>(p);
+  CUDA_CHECK_LAUNCH("scatter_add_rows");
+}
+
+void launch_add_inplace(float* y, const float* x, std::int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  add_kernel<<<grid_for(n), threads, 0, stream>>>(y, x, n);
+  CUDA_CHECK_LAUNCH("add_inplace");
+}
+
+void launch_rms_norm(const rms_norm_params& p, cudaStream_t stream) {
+  if (p.rows == 0) return;
+  rms_norm_kernel<<<unsigned(p.rows), threads, 0, stream>>>(p);
+  CUDA_CHECK_LAUNCH("rms_norm");
+}
+
+}  // namespace di::cuda

@@ -1,0 +1,75 @@
+// Launchers of the CUDA backend's gathers, scatters, elementwise ops and norms: one params
+// struct per kernel (raw device pointers and extents), enqueued on the given stream. The
+// tensor-level entry points with their shape checks are in basic_ops.cpp. C++17 (nvcc).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace di::cuda {
+
+/// Set by a kernel to 1 + the position of an index outside its range (0 = all valid).
+using bad_index_slot = unsigned long long;
+
+struct embedding_params {
+  const void* table;           ///< [vocab, dim] f32, or bf16 when table_bf16
+  bool table_bf16;
+  const std::int64_t* ids;     ///< [n]
+  std::int64_t n;
+  std::int64_t dim;
+  std::int64_t vocab;
+  float* out;                  ///< [n, dim]; the row of a bad id is NaN
+  bad_index_slot* bad_index;
+};
+void launch_embedding(const embedding_params& p, cudaStream_t stream);
+
+struct embedding_fp8_params {
+  const std::uint8_t* codes;   ///< [rows, dim] e4m3
+  const std::uint8_t* scales;  ///< [rows, scale_cols] e8m0
+  const std::int64_t* ids;     ///< [n]
+  std::int64_t n;
+  std::int64_t dim;
+  std::int64_t rows;
+  std::int64_t scale_cols;     ///< dim / block
+  float* out;                  ///< [n, dim]
+  bad_index_slot* bad_index;
+};
+void launch_embedding_fp8(const embedding_fp8_params& p, cudaStream_t stream);
+
+struct gather_rows_params {
+  const std::uint8_t* src;     ///< [m, row_bytes]
+  const std::int64_t* rows;    ///< [n]
+  std::int64_t n;
+  std::int64_t m;
+  std::int64_t row_bytes;
+  std::uint8_t* out;           ///< [n, row_bytes]
+  bad_index_slot* bad_index;
+};
+void launch_gather_rows(const gather_rows_params& p, cudaStream_t stream);
+
+struct scatter_add_params {
+  float* y;                    ///< [m, width]
+  const std::int64_t* rows;    ///< [n]
+  const float* src;            ///< [n, width]
+  std::int64_t n;
+  std::int64_t m;
+  std::int64_t width;
+  bad_index_slot* bad_index;
+};
+void launch_scatter_add_rows(const scatter_add_params& p, cudaStream_t stream);
+
+/// y[i] += x[i] for i < n.
+void launch_add_inplace(float* y, const float* x, std::int64_t n, cudaStream_t stream);
+
+struct rms_norm_params {
+  const float* x;              ///< [rows, dim]
+  const float* weight;         ///< [dim] or nullptr
+  float* out;                  ///< [rows, dim]
+  std::int64_t rows;
+  std::int64_t dim;
+  float eps;
+};
+void launch_rms_norm(const rms_norm_params& p, cudaStream_t stream);
+
+}  // namespace di::cuda

@@ -1,0 +1,28 @@
+// Device memory for tensors on device_kind::cuda: stream-ordered allocation on the current
+// stream (cudaMallocAsync from the device's memory pool, kept warm so that steady-state
+// allocation costs no driver call), zero fills and byte copies between host and device.
+// Plain C++ (no CUDA headers): kernels/tensor.cpp calls it when the CUDA backend is built.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+namespace di::cuda {
+
+/// True when a CUDA device is usable in this process (driver present, at least one GPU).
+bool have_device();
+
+/// `bytes` of device memory on GPU `index`, allocated on the current stream and released on
+/// that same stream once the last handle drops.
+std::shared_ptr<std::byte[]> allocate(std::size_t bytes, int index);
+
+/// Zero `bytes` at device address `data`, asynchronously on the current stream.
+void fill_zero(void* data, std::size_t bytes);
+
+/// Copies `bytes` between host and device memory in any direction, ordered on the current
+/// stream. Returns once a copy that reads or writes host memory has completed; a
+/// device-to-device copy stays asynchronous.
+void copy_bytes(void* dst, bool dst_on_device, const void* src, bool src_on_device,
+                std::size_t bytes);
+
+}  // namespace di::cuda

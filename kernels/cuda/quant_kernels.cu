@@ -1,0 +1,98 @@
+// CUDA kernels of the block fake-quantizers (one warp per block of a row), the normalised
+// Walsh-Hadamard transform (one thread block per row, butterflies in shared memory in the
+// CPU's stage order, so results are bitwise equal) and the rotary embedding.
+#include "kernels/cuda/quant_kernels.hpp"
+
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/quant_math.hpp"
+
+namespace di::cuda {
+
+namespace {
+
+constexpr int warps_per_block = 8;
+
+__global__ void fake_quant_kernel(fake_quant_params p) {
+  const std::int64_t blocks_per_row = (p.num_dims + p.block - 1) / p.block;
+  const std::int64_t item = std::int64_t(blockIdx.x) * warps_per_block + threadIdx.x / 32;
+  if (item >= p.rows * blocks_per_row) return;
+  const int lane = threadIdx.x % 32;
+  const std::int64_t row = item / blocks_per_row, b = item % blocks_per_row;
+  float* v = p.x + row * p.dim + b * p.block;
+  const std::int64_t n = min(std::int64_t(p.block), p.num_dims - b * p.block);
+  float amax = 0.0f;
+  for (std::int64_t i = lane; i < n; i += 32) amax = fmaxf(amax, fabsf(v[i]));
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  if (p.kind == 0) {
+    const float scale = fp8_block_scale(amax);
+    for (std::int64_t i = lane; i < n; i += 32) v[i] = fp8_fake_quant_value(v[i], scale);
+  } else {
+    const float scale = p.kind == 1 ? fp4_ue8m0_block_scale(amax) : fp4_e4m3_block_scale(amax);
+    for (std::int64_t i = lane; i < n; i += 32) v[i] = fp4_fake_quant_value(v[i], scale);
+  }
+}
+
+__global__ void hadamard_kernel(float* x, std::int64_t dim, float norm) {
+  extern __shared__ float row[];
+  float* v = x + std::int64_t(blockIdx.x) * dim;
+  for (std::int64_t i = threadIdx.x; i < dim; i += blockDim.x) row[i] = v[i];
+  __syncthreads();
+  for (std::int64_t h = 1; h < dim; h *= 2) {
+    // Pair k: j = (k / h) * 2h + k % h, partner j + h (the CPU's butterflies of this stage).
+    for (std::int64_t k = threadIdx.x; k < dim / 2; k += blockDim.x) {
+      const std::int64_t j = (k / h) * 2 * h + k % h;
+      const float a = row[j], b = row[j + h];
+      row[j] = a + b;
+      row[j + h] = a - b;
+    }
+    __syncthreads();
+  }
+  for (std::int64_t i = threadIdx.x; i < dim; i += blockDim.x) v[i] = row[i] * norm;
+}
+
+__global__ void rotary_kernel(rotary_params p) {
+  const std::int64_t t = blockIdx.x;
+  const float pos = float(p.positions[t]);
+  for (std::int64_t k = threadIdx.x; k < p.heads * p.pairs; k += blockDim.x) {
+    const std::int64_t h = k / p.pairs, i = k % p.pairs;
+    const float angle = __fmul_rn(pos, p.inv_freq[i]);
+    const float c = float(cos(double(angle)));
+    float s = float(sin(double(angle)));
+    if (p.inverse) s = -s;
+    float* rope = p.x + (t * p.heads + h) * p.dim + (p.dim - 2 * p.pairs);
+    const float re = rope[2 * i], im = rope[2 * i + 1];
+    // Separate roundings (no FMA contraction), as the CPU computes them.
+    rope[2 * i] = __fsub_rn(__fmul_rn(re, c), __fmul_rn(im, s));
+    rope[2 * i + 1] = __fadd_rn(__fmul_rn(re, s), __fmul_rn(im, c));
+  }
+}
+
+}  // namespace
+
+void launch_fake_quant(const fake_quant_params& p, cudaStream_t stream) {
+  const std::int64_t blocks_per_row = (p.num_dims + p.block - 1) / p.block;
+  const std::int64_t items = p.rows * blocks_per_row;
+  if (items == 0) return;
+  const std::int64_t grid = (items + warps_per_block - 1) / warps_per_block;
+  fake_quant_kernel<<<unsigned(grid), warps_per_block * 32, 0, stream>>>(p);
+  CUDA_CHECK_LAUNCH("fake_quant");
+}
+
+void launch_hadamard(float* x, std::int64_t rows, std::int64_t dim, cudaStream_t stream) {
+  if (rows == 0) return;
+  const std::size_t smem = std::size_t(dim) * sizeof(float);
+  if (smem > 48 * 1024)
+    CUDA_CHECK(cudaFuncSetAttribute(hadamard_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(smem)));
+  const float norm = 1.0f / sqrtf(float(dim));
+  hadamard_kernel<<<unsigned(rows), 256, smem, stream>>>(x, dim, norm);
+  CUDA_CHECK_LAUNCH("hadamard");
+}
+
+void launch_rotary(const rotary_params& p, cudaStream_t stream) {
+  if (p.tokens == 0 || p.pairs == 0 || p.heads == 0) return;
+  rotary_kernel<<<unsigned(p.tokens), 256, 0, stream>>>(p);
+  CUDA_CHECK_LAUNCH("rotary");
+}
+
+}  // namespace di::cuda

@@ -1,0 +1,49 @@
+// The CUDA stream the ops of the CUDA backend enqueue on. Every op runs asynchronously on
+// `current_stream()`: an executor owns one stream (owned_stream) and makes it current for
+// its thread with a stream_scope, so its kernels, copies and allocations stay ordered on
+// that stream and can be captured into CUDA graphs. Without a scope, a process-wide
+// non-blocking stream per device is used.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace di::cuda {
+
+/// This thread's current stream: the innermost stream_scope's, else the default stream of
+/// the current device (created on first use, never destroyed).
+cudaStream_t current_stream();
+
+/// Blocks until everything enqueued on the current stream has finished (errors throw).
+void synchronize();
+
+/// True while the current stream is capturing a CUDA graph (ops then skip host syncs).
+bool is_capturing();
+
+/// Makes `stream` this thread's current stream for the scope's lifetime (scopes nest).
+class stream_scope {
+ public:
+  explicit stream_scope(cudaStream_t stream);
+  ~stream_scope();
+  stream_scope(const stream_scope&) = delete;
+  stream_scope& operator=(const stream_scope&) = delete;
+
+ private:
+  cudaStream_t previous_;
+  bool had_previous_;
+};
+
+/// An owned non-blocking stream on the current device (one per executor). Tensors
+/// allocated while it is current are released on it, so it must outlive them.
+class owned_stream {
+ public:
+  owned_stream();
+  ~owned_stream();
+  owned_stream(const owned_stream&) = delete;
+  owned_stream& operator=(const owned_stream&) = delete;
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+}  // namespace di::cuda

@@ -1,0 +1,184 @@
+// The CUDA twins of the gathers, scatters, elementwise ops, norms, fake quantizers, Hadamard
+// transform and rotary embedding against their CPU twins: fresh random inputs, outputs
+// allocated from a NaN-poisoned pool, edge sizes (0, 1, odd widths), exact equality for
+// copies/gathers/quantizers, relative-error bounds where the summation order differs.
+#include "gpu_test_support.hpp"
+#include "kernels/ops.hpp"
+
+#include <vector>
+
+namespace di {
+namespace {
+
+using test::check_bitwise;
+using test::check_close;
+using test::gpu;
+
+TEST_CASE("cuda tensors: host<->device round trip, zeros, clone, slices") {
+  for (std::int64_t n : {0, 1, 7, 4099}) {
+    tensor h = test::random_f32({n, 3});
+    tensor d = h.to(gpu);
+    CHECK(d.dev() == gpu);
+    check_bitwise(d, h);
+    check_bitwise(d.clone(), h);
+    tensor z = tensor::zeros({n, 3}, dtype::f32, gpu);
+    tensor zh = tensor::zeros({n, 3}, dtype::f32);
+    check_bitwise(z, zh);
+    if (n > 2) check_bitwise(d.slice(0, 1, 3).to(cpu_device), h.slice(0, 1, 3).clone());
+  }
+  CHECK_THROWS_AS(tensor::full({2}, 1.0f).view({3}), di::error);
+}
+
+TEST_CASE("cuda embedding (f32, bf16) and fp8 table rows equal the CPU's") {
+  test::poison_device_pool();
+  for (std::int64_t n : {0, 1, 5, 257}) {
+    for (std::int64_t dim : {1, 33, 1024}) {
+      tensor table = test::random_f32({50, dim});
+      tensor ids = test::random_indices(n, 50);
+      check_bitwise(ops::embedding(table.to(gpu), ids.to(gpu)), ops::embedding(table, ids));
+      tensor bf = test::random_bytes({50, dim}, dtype::bf16);
+      check_bitwise(ops::embedding(bf.to(gpu), ids.to(gpu)), ops::embedding(bf, ids));
+      // No NaN codes or NaN scales (0xff): NaN payloads differ between CPU and GPU.
+      tensor codes = test::random_bytes({50, dim * 4}, dtype::u8, true);
+      tensor scales = test::random_bytes({50, dim}, dtype::u8);
+      for (std::int64_t i = 0; i < scales.numel(); ++i)
+        if (scales.data<std::uint8_t>()[i] == 0xff) scales.data<std::uint8_t>()[i] = 0;
+      check_bitwise(ops::embedding_fp8(codes.to(gpu), scales.to(gpu), ids.to(gpu)),
+                    ops::embedding_fp8(codes, scales, ids));
+    }
+  }
+}
+
+TEST_CASE("cuda gathers reject an out-of-range index with a clear error") {
+  tensor table = test::random_f32({10, 4}).to(gpu);
+  tensor ids = tensor::empty({3}, dtype::i64);
+  ids.data<std::int64_t>()[0] = 1;
+  ids.data<std::int64_t>()[1] = 10;
+  ids.data<std::int64_t>()[2] = -1;
+  CHECK_THROWS_AS(ops::embedding(table, ids.to(gpu)), di::error);
+  CHECK_THROWS_AS(ops::gather_rows(table, ids.to(gpu)), di::error);
+  CHECK_THROWS_AS(ops::gather_rows(table, ids), di::error);  // indices on the host
+}
+
+TEST_CASE("cuda gather_rows copies rows of any dtype exactly") {
+  test::poison_device_pool();
+  for (std::int64_t n : {0, 1, 9, 300}) {
+    tensor rows = test::random_indices(n, 37);
+    tensor f = test::random_f32({37, 3, 5});
+    check_bitwise(ops::gather_rows(f.to(gpu), rows.to(gpu)), ops::gather_rows(f, rows));
+    tensor b = test::random_bytes({37, 13}, dtype::u8);
+    check_bitwise(ops::gather_rows(b.to(gpu), rows.to(gpu)), ops::gather_rows(b, rows));
+    tensor w = test::random_bytes({37, 64}, dtype::u8);  // 16-byte rows: the wide path
+    check_bitwise(ops::gather_rows(w.to(gpu), rows.to(gpu)), ops::gather_rows(w, rows));
+  }
+}
+
+TEST_CASE("cuda scatter_add_rows, add_inplace and concat_rows match the CPU") {
+  for (std::int64_t n : {0, 1, 64, 999}) {
+    tensor y = test::random_f32({40, 7});
+    tensor src = test::random_f32({n, 7});
+    tensor rows = test::random_indices(n, 40);  // repeats: atomics, so not bitwise
+    tensor yd = y.to(gpu);
+    ops::scatter_add_rows(yd, rows.to(gpu), src.to(gpu));
+    ops::scatter_add_rows(y, rows, src);
+    check_close(yd, y, 1e-6);
+
+    tensor a = test::random_f32({n, 3}), b = test::random_f32({n, 3});
+    tensor ad = a.to(gpu);
+    ops::add_inplace(ad, b.to(gpu));
+    ops::add_inplace(a, b);
+    check_bitwise(ad, a);
+  }
+  test::poison_device_pool();
+  std::vector<tensor> parts = {test::random_f32({3, 2, 4}), test::random_f32({0, 2, 4}),
+                               test::random_f32({11, 2, 4})};
+  std::vector<tensor> dparts;
+  for (const tensor& p : parts) dparts.push_back(p.to(gpu));
+  check_bitwise(ops::concat_rows(dparts), ops::concat_rows(parts));
+}
+
+TEST_CASE("cuda rms_norm matches the CPU within fp32 rounding") {
+  test::poison_device_pool();
+  for (std::int64_t rows : {0, 1, 3, 130}) {
+    for (std::int64_t dim : {1, 31, 512, 4096, 7168}) {
+      tensor x = test::random_f32({rows, dim}, 3.0f);
+      tensor w = test::random_f32({dim});
+      check_close(ops::rms_norm(x.to(gpu), w.to(gpu), 1e-6f), ops::rms_norm(x, w, 1e-6f), 2e-6);
+      check_close(ops::rms_norm(x.to(gpu), tensor(), 1e-6f), ops::rms_norm(x, tensor(), 1e-6f),
+                  2e-6);
+    }
+  }
+}
+
+TEST_CASE("cuda fake quantizers equal the CPU's bit for bit") {
+  for (std::int64_t rows : {0, 1, 17}) {
+    for (int block : {32, 64, 128}) {
+      for (std::int64_t dim : {std::int64_t(block), std::int64_t(4 * block)}) {
+        tensor x = test::random_f32({rows, dim}, 5.0f);
+        // Values spanning many binades, with exact ties and tiny blocks.
+        if (x.numel() > 3) {
+          x.data<float>()[0] = 0.0f;
+          x.data<float>()[1] = 1e-30f;
+          x.data<float>()[2] = -448.0f;
+        }
+        for (std::int64_t num_dims : {dim, dim - 5, std::int64_t(0)}) {
+          tensor cpu = x.clone(), dev = x.to(gpu);
+          ops::fp8_fake_quant(cpu, block, num_dims);
+          ops::fp8_fake_quant(dev, block, num_dims);
+          check_bitwise(dev, cpu);  // the tail past num_dims passes through untouched
+        }
+        for (auto kind : {ops::fp4_scale::ue8m0, ops::fp4_scale::e4m3}) {
+          tensor cpu = x.clone(), dev = x.to(gpu);
+          ops::fp4_fake_quant(cpu, block, kind);
+          ops::fp4_fake_quant(dev, block, kind);
+          check_bitwise(dev, cpu);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda hadamard equals the CPU's butterflies bit for bit") {
+  for (std::int64_t rows : {0, 1, 33}) {
+    for (std::int64_t dim : {1, 2, 64, 128, 512, 16384}) {
+      tensor x = test::random_f32({rows, dim});
+      tensor dev = x.to(gpu);
+      ops::hadamard(x);
+      ops::hadamard(dev);
+      check_bitwise(dev, x);
+    }
+  }
+  tensor bad = test::random_f32({2, 96}).to(gpu);
+  CHECK_THROWS_AS(ops::hadamard(bad), di::error);
+}
+
+TEST_CASE("cuda rotary matches the CPU (2-D and 3-D rows, inverse)") {
+  for (std::int64_t tokens : {0, 1, 37}) {
+    for (std::int64_t heads : {1, 3, 64}) {
+      const std::int64_t dim = 192, pairs = 32;
+      tensor x = test::random_f32({tokens, heads, dim});
+      tensor pos = test::random_indices(tokens, 1 << 20);
+      tensor freq = test::random_f32({pairs});
+      for (std::int64_t i = 0; i < pairs; ++i) freq.data<float>()[i] = std::pow(1e4f, -float(i) / pairs);
+      for (bool inverse : {false, true}) {
+        tensor cpu = x.clone(), dev = x.to(gpu);
+        ops::rotary(cpu, pos, freq, inverse);
+        ops::rotary(dev, pos.to(gpu), freq.to(gpu), inverse);
+        check_close(dev, cpu, 1e-6);
+      }
+      tensor flat = x.view({tokens, heads * dim});
+      tensor cpu = flat.clone(), dev = flat.to(gpu);
+      ops::rotary(cpu, pos, freq, false);
+      ops::rotary(dev, pos.to(gpu), freq.to(gpu), false);
+      check_close(dev, cpu, 1e-6);
+    }
+  }
+}
+
+TEST_CASE("ops without a CUDA twin reject CUDA tensors with a clear error") {
+  tensor x = test::random_f32({2, 4}).to(gpu);
+  CHECK_THROWS_AS(ops::topk(x, 1), di::error);
+}
+
+}  // namespace
+}  // namespace di
