@@ -1,0 +1,257 @@
+// The CUDA twins of the model-level ops of kernels/ops.hpp (attention with sinks over packed
+// cache rows, indexer scores and top-k, MoE routing/permutation/combine, SwiGLU, compressor
+// pooling, mHC mixing, Engram, cache-row codecs), as launchers over raw device pointers: one
+// params struct per kernel, shape checks on the host before launch (di::error), the launch
+// error checked after. Each kernel computes the same function as its CPU twin in
+// kernels/cpu/ and rounds through the same scalar definitions (kernels/quant_math.hpp), so
+// copies, gathers and cache writes are bit-exact and the rest agree to fp32 rounding (bf16
+// for attention, which multiplies on the tensor cores).
+//
+// Pointers are device pointers; every launcher is asynchronous on `stream`. Index arguments
+// are device arrays the host cannot see: an attention or gather index outside its table is
+// treated as unused (-1) by the kernels rather than read out of bounds.
+#pragma once
+
+#include "kernels/cache_format.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace di::cuda {
+
+/// Rows of a KV or key table in device memory: packed cache rows (`format`, row_bytes each)
+/// or, when !packed, plain f32 rows of `dim` values.
+struct device_rows {
+  const void* data = nullptr;
+  std::int64_t rows = 0;
+  bool packed = true;
+  cache_row_format format;  ///< when packed
+};
+
+// ---- attention -----------------------------------------------------------------------
+
+/// Sparse attention with sinks for every query token over the rows two index lists name
+/// (the sliding window's rows, then the selected compressed entries), K = V shared:
+///   out[t,h] = sum_j softmax_j(q[t,h] . kv_j * scale ; sink[h]) kv_j
+/// the sink joining the denominator only; a token with no valid row gets zeros. Serves
+/// prefill (many tokens per sequence) and decode (one) alike. Rows are dequantized to bf16
+/// (exact for the FP8/FP4 cache formats) and q is rounded to bf16 for the tensor cores.
+struct attention_params {
+  const float* q = nullptr;      ///< [tokens, heads, dim]
+  float* out = nullptr;          ///< [tokens, heads, dim]
+  const float* sinks = nullptr;  ///< [heads]
+  int tokens = 0, heads = 0, dim = 0;  ///< dim in {64, 128, 256, 512}
+  float softmax_scale = 1.0f;
+  device_rows window;                       ///< first pool
+  const std::int32_t* window_idx = nullptr; ///< [tokens, window_k], -1 = unused
+  int window_k = 0;
+  device_rows extra;                        ///< second pool (compressed entries)
+  const std::int32_t* extra_idx = nullptr;  ///< [tokens, extra_k], -1 = unused
+  int extra_k = 0;
+  int num_splits = 0;  ///< split of the rows across blocks (flash-decoding); 0 = choose
+  void* workspace = nullptr;  ///< attention_workspace_bytes(p) bytes when splits > 1
+  std::size_t workspace_bytes = 0;
+};
+
+/// The split the launcher will use for `p` (p.num_splits, or its own choice when 0).
+int attention_splits(const attention_params& p);
+/// Device workspace `p` needs (0 when it runs unsplit).
+std::size_t attention_workspace_bytes(const attention_params& p);
+void launch_attention(const attention_params& p, cudaStream_t stream);
+
+// ---- cache rows ----------------------------------------------------------------------
+
+/// Quantizes x [rows, fmt.dim()] f32 into packed rows. Row r goes to out + dst_row(r) *
+/// row_bytes, dst_row(r) = dst_rows[r] when given (a ring slot or a paged pool row), else r.
+struct encode_rows_params {
+  const float* x = nullptr;
+  std::uint8_t* out = nullptr;
+  const std::int64_t* dst_rows = nullptr;  ///< [rows] or null
+  std::int64_t rows = 0;
+  cache_row_format format;
+};
+void launch_encode_cache_rows(const encode_rows_params& p, cudaStream_t stream);
+
+/// Decodes packed rows (src_rows[r] of `rows` when given, else r) into out [n, fmt.dim()].
+struct decode_rows_params {
+  const std::uint8_t* rows = nullptr;
+  const std::int64_t* src_rows = nullptr;  ///< [n] or null
+  float* out = nullptr;
+  std::int64_t n = 0;
+  cache_row_format format;
+};
+void launch_decode_cache_rows(const decode_rows_params& p, cudaStream_t stream);
+
+// ---- indexer -------------------------------------------------------------------------
+
+/// scores[t,e] = sum_h relu(q[t,h] . key_e) * weights[t,h] over keys [entries, dim] given
+/// as f32 rows or packed FP4 cache rows (read in place).
+struct index_scores_params {
+  const float* q = nullptr;        ///< [tokens, heads, dim]
+  const float* weights = nullptr;  ///< [tokens, heads]
+  device_rows keys;                ///< keys.rows entries
+  float* scores = nullptr;         ///< [tokens, entries]
+  int tokens = 0, heads = 0, dim = 0;  ///< heads <= 64, dim <= 256, dim % 8 == 0
+};
+void launch_index_scores(const index_scores_params& p, cudaStream_t stream);
+
+/// Top-k of each row of scores [rows, n] in descending order (ties: lower index first), -1
+/// for picks whose (masked) score is -inf. Entries e >= visible[r] and, with `allowed`,
+/// those it marks 0 are masked first (masked_topk); both null = plain topk.
+struct topk_params {
+  const float* scores = nullptr;           ///< [rows, n]
+  const std::int64_t* visible = nullptr;   ///< [rows] or null
+  const std::uint8_t* allowed = nullptr;   ///< [rows, n] or null
+  std::int32_t* out = nullptr;             ///< [rows, k]
+  std::int64_t rows = 0, n = 0;
+  int k = 0;  ///< <= topk_max_k
+};
+inline constexpr int topk_max_k = 2048;
+void launch_topk(const topk_params& p, cudaStream_t stream);
+
+/// V4.1's candidate blocks: keep[t,e] = 1 for the entries of the topk_blocks best blocks
+/// (best visible entry; the newest entry's block always kept). `work` needs
+/// candidate_blocks_work_bytes(tokens, entries, block_size) bytes.
+struct candidate_blocks_params {
+  const float* scores = nullptr;          ///< [tokens, entries]
+  const std::int64_t* visible = nullptr;  ///< [tokens]
+  std::uint8_t* keep = nullptr;           ///< [tokens, entries]
+  std::int64_t tokens = 0, entries = 0;
+  int topk_blocks = 0, block_size = 0;
+  void* work = nullptr;
+};
+std::size_t candidate_blocks_work_bytes(std::int64_t tokens, std::int64_t entries, int block_size,
+                                        int topk_blocks);
+void launch_candidate_blocks(const candidate_blocks_params& p, cudaStream_t stream);
+
+// ---- MoE -----------------------------------------------------------------------------
+
+/// sqrt(softplus(logits / temp)) scores, top-k of scores + bias (or the fixed hash-routed
+/// experts), weights = chosen scores, normalised (+eps), scaled.
+struct route_params {
+  const float* logits = nullptr;      ///< [tokens, experts]
+  const float* bias = nullptr;        ///< [experts] or null
+  const std::int32_t* fixed = nullptr;///< [tokens, top_k] or null
+  float* weights = nullptr;           ///< [tokens, top_k]
+  std::int32_t* experts_out = nullptr;///< [tokens, top_k]
+  std::int64_t tokens = 0;
+  int experts = 0;  ///< <= 1024
+  int top_k = 1;    ///< <= 16
+  float gate_temp = 1.0f, route_scale = 1.0f, normalize_eps = 0.0f;
+  bool normalize = true;
+};
+void launch_route(const route_params& p, cudaStream_t stream);
+
+/// silu(min(gate, limit)) * clamp(up, ±limit) (no clamp for limit <= 0), times row_scale.
+struct swiglu_params {
+  const float* gate = nullptr;  ///< [rows, inter]
+  const float* up = nullptr;    ///< [rows, inter]
+  const float* row_scale = nullptr;  ///< [rows] or null
+  float* out = nullptr;         ///< [rows, inter]
+  std::int64_t rows = 0, inter = 0;
+  float limit = 0.0f;
+};
+void launch_swiglu(const swiglu_params& p, cudaStream_t stream);
+
+/// Token permutation: out[i] = x[rows[i]] for rows of row_bytes bytes (an index outside
+/// [0, m) gives a zero row).
+struct gather_rows_params {
+  const void* x = nullptr;
+  const std::int64_t* rows = nullptr;  ///< [n]
+  void* out = nullptr;
+  std::int64_t m = 0, n = 0;
+  std::size_t row_bytes = 0;
+};
+void launch_gather_rows(const gather_rows_params& p, cudaStream_t stream);
+
+/// Combine: y[rows[i]] += src[i] in index order per column (bitwise the CPU's order).
+struct scatter_add_params {
+  float* y = nullptr;                  ///< [m, width]
+  const std::int64_t* rows = nullptr;  ///< [n]
+  const float* src = nullptr;          ///< [n, width]
+  std::int64_t m = 0, n = 0, width = 0;
+};
+void launch_scatter_add_rows(const scatter_add_params& p, cudaStream_t stream);
+
+// ---- compressor ----------------------------------------------------------------------
+
+/// ops::compress_tokens: feeds n rows at positions [start, start + n) through the partial
+/// group state (updated in place) and writes the completed entries to out [completed, dim].
+struct compress_params {
+  const float* kv = nullptr;     ///< [n, width]
+  const float* score = nullptr;  ///< [n, width]
+  float* state_kv = nullptr;     ///< [(overlap ? 2 : 1) * ratio, width]
+  float* state_score = nullptr;  ///< same
+  float* out = nullptr;          ///< [(start + n) / ratio - start / ratio, dim]
+  std::int64_t n = 0, start = 0;
+  int width = 0, ratio = 1;
+  bool overlap = false;
+};
+void launch_compress_tokens(const compress_params& p, cudaStream_t stream);
+
+// ---- mHC -----------------------------------------------------------------------------
+
+/// ops::hc_mixes (num_mixes = (2 + hc) * hc) or, with head_pre, ops::hc_head_pre (num_mixes
+/// = hc, only pre written).
+struct hc_mixes_params {
+  const float* x = nullptr;      ///< [tokens, hc, dim]
+  const float* fn = nullptr;     ///< [num_mixes, hc * dim]
+  const float* scale = nullptr;  ///< [3] ([1] for head_pre)
+  const float* base = nullptr;   ///< [num_mixes]
+  float* pre = nullptr;          ///< [tokens, hc]
+  float* post = nullptr;         ///< [tokens, hc]
+  float* comb = nullptr;         ///< [tokens, hc, hc]
+  std::int64_t tokens = 0, dim = 0;
+  int hc = 4, sinkhorn_iters = 20;
+  float hc_eps = 1e-6f, norm_eps = 1e-6f;
+  bool head_pre = false;
+};
+void launch_hc_mixes(const hc_mixes_params& p, cudaStream_t stream);
+
+struct hc_collapse_params {
+  const float* x = nullptr;    ///< [tokens, hc, dim]
+  const float* pre = nullptr;  ///< [tokens, hc]
+  float* out = nullptr;        ///< [tokens, dim]
+  std::int64_t tokens = 0, dim = 0;
+  int hc = 4;
+};
+void launch_hc_collapse(const hc_collapse_params& p, cudaStream_t stream);
+
+struct hc_expand_params {
+  const float* y = nullptr;         ///< [tokens, dim]
+  const float* residual = nullptr;  ///< [tokens, hc, dim]
+  const float* post = nullptr;      ///< [tokens, hc]
+  const float* comb = nullptr;      ///< [tokens, hc, hc]
+  float* out = nullptr;             ///< [tokens, hc, dim]
+  std::int64_t tokens = 0, dim = 0;
+  int hc = 4;
+};
+void launch_hc_expand(const hc_expand_params& p, cudaStream_t stream);
+
+// ---- Engram --------------------------------------------------------------------------
+
+/// Rows of an FP8 table: codes [rows, dim] e4m3 times e8m0 scales [rows, dim / block].
+struct embedding_fp8_params {
+  const std::uint8_t* codes = nullptr;
+  const std::uint8_t* scales = nullptr;
+  const std::int64_t* ids = nullptr;  ///< [n]
+  float* out = nullptr;               ///< [n, dim] (an id outside the table gives zeros)
+  std::int64_t table_rows = 0, n = 0, dim = 0, block = 0;
+};
+void launch_embedding_fp8(const embedding_fp8_params& p, cudaStream_t stream);
+
+struct engram_gate_params {
+  const float* h = nullptr;       ///< [tokens, hc, dim]
+  const float* key = nullptr;     ///< [tokens, hc, dim]
+  const float* value = nullptr;   ///< [tokens, dim]
+  const float* weight = nullptr;  ///< [hc, dim]
+  float* out = nullptr;           ///< [tokens, hc, dim]
+  std::int64_t tokens = 0, dim = 0;
+  int hc = 4;
+  float eps = 1e-20f, clamp = 1e-6f;
+};
+void launch_engram_gate(const engram_gate_params& p, cudaStream_t stream);
+
+}  // namespace di::cuda

@@ -1,0 +1,529 @@
+// Sparse attention with sinks on the tensor cores (the CUDA twin of ops::sparse_attention,
+// fused with the cache decode): per query token and group of 64 heads, one block walks the
+// token's rows (window ring rows, then selected compressed entries) in tiles of 64, decodes
+// each tile's packed FP8/FP4 rows straight into shared memory as bf16 (exact), computes
+// S = Q K^T and O += P V with mma.sync m16n8k16 (bf16 in, fp32 accumulate) and an online
+// softmax, and adds the sink to the denominator at the end. Short row lists are split
+// across blocks (flash-decoding) and combined by a second kernel.
+//
+// Block: 512 threads (16 warps). Shared memory: Q [64][D+8] bf16, K [64][D+8] bf16, S
+// [64][68] f32, P [64][72] bf16, row statistics. Phase 1: warp (hg, eg) computes S for heads
+// 16hg.. and rows 16eg..; phase 2: 8 threads per head update max/sum and write P; phase 3:
+// warp (hg, dq) accumulates O for heads 16hg.. and dims dq*D/4.. in registers. The next
+// tile's packed bytes are loaded into registers while the current tile is multiplied.
+#include "kernels/cuda/model_common.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace di::cuda {
+
+namespace {
+
+using detail::dev_rows;
+
+constexpr int kThreads = 512;
+constexpr int kHeads = 64;  // heads per block (M of both products)
+constexpr int kRows = 64;   // kv rows per tile
+constexpr int kSld = kRows + 4;
+constexpr int kPld = kRows + 8;
+
+struct attn_args {
+  const float* q;
+  float* out;
+  const float* sinks;
+  int tokens, heads;
+  float scale;
+  dev_rows win, ext;
+  const std::int32_t* win_idx;
+  const std::int32_t* ext_idx;
+  int win_k, ext_k;
+  bool win_fast, ext_fast;
+  int splits, tiles_per_split;
+  int stage_ld;    // bytes per staged packed row (a multiple of 16)
+  float* part_o;   // [splits, tokens, heads, D]
+  float* part_ml;  // [splits, tokens, heads, 2]
+};
+
+template <int D>
+struct layout {
+  static constexpr int ld = D + 8;
+  static constexpr std::size_t q_off = 0;
+  static constexpr std::size_t k_off = q_off + std::size_t(kHeads) * ld * 2;
+  static constexpr std::size_t s_off = k_off + std::size_t(kRows) * ld * 2;
+  static constexpr std::size_t p_off = s_off + std::size_t(kHeads) * kSld * 4;
+  static constexpr std::size_t stat_off = p_off + std::size_t(kHeads) * kPld * 2;
+  static constexpr std::size_t stage_off = stat_off + std::size_t(3 * kHeads + kRows) * 4;
+  /// bytes of the staging area for packed rows of at most max_stage_row bytes
+  static constexpr std::size_t bytes(int stage_ld) { return stage_off + std::size_t(kRows) * stage_ld; }
+  static constexpr int chunks = D / 64;  // 8-value chunks per thread per tile
+};
+
+__device__ __forceinline__ void ldsm_x4(std::uint32_t (&r)[4], const void* p) {
+  const unsigned a = unsigned(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void ldsm_x4_trans(std::uint32_t (&r)[4], const void* p) {
+  const unsigned a = unsigned(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const std::uint32_t (&a)[4],
+                                         std::uint32_t b0, std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ std::uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const std::uint32_t*>(&v);
+}
+
+/// e2m1 nibble -> float (same values as di::e2m1_to_f32, -0 for code 8).
+__device__ __forceinline__ float e2m1_fast(std::uint32_t n) {
+  const std::uint32_t c = n & 7u;
+  const std::uint32_t bits =
+      c >= 2u ? ((((c >> 1) + 126u) << 23) | ((c & 1u) << 22)) : (c ? 0x3f000000u : 0u);
+  return __uint_as_float(bits | ((n & 8u) << 28));
+}
+
+/// The table, row and validity of slot `s` of token t.
+struct slot_ref {
+  const dev_rows* table;  // null: unused slot
+  std::int64_t row;
+  bool fast;
+};
+__device__ __forceinline__ slot_ref resolve(const attn_args& a, int t, int s) {
+  const int total = a.win_k + a.ext_k;
+  if (s >= total) return {nullptr, -1, false};
+  std::int64_t r;
+  const dev_rows* tbl;
+  bool fast;
+  if (s < a.win_k) {
+    r = a.win_idx[std::int64_t(t) * a.win_k + s];
+    tbl = &a.win;
+    fast = a.win_fast;
+  } else {
+    r = a.ext_idx[std::int64_t(t) * a.ext_k + (s - a.win_k)];
+    tbl = &a.ext;
+    fast = a.ext_fast;
+  }
+  if (r < 0 || r >= tbl->rows) return {nullptr, -1, false};
+  return {tbl, r, fast};
+}
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned a = unsigned(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
+
+/// Starts copying the packed rows of tile `tile` that the fast path decodes into `stage`
+/// ([kRows][stage_ld] bytes), 16 bytes per cp.async.
+__device__ __forceinline__ void stage_tile(const attn_args& a, int t, int tile, std::uint8_t* stage,
+                                           int stage_ld) {
+  const int per_row = stage_ld / 16;
+  for (int c = int(threadIdx.x); c < kRows * per_row; c += kThreads) {
+    const int row = c / per_row, off = (c % per_row) * 16;
+    const slot_ref s = resolve(a, t, tile * kRows + row);
+    if (!s.fast || off >= s.table->f.row_bytes) continue;
+    const std::uint8_t* src = s.table->data + std::size_t(s.row) * std::size_t(s.table->f.row_bytes);
+    cp_async16(stage + row * stage_ld + off, src + off);
+  }
+  cp_async_commit();
+}
+
+/// Decodes tile `tile` (staged rows, or the slow path straight from global memory) into sK
+/// as bf16 and marks the valid rows.
+template <int D>
+__device__ __forceinline__ void decode_tile(const attn_args& a, int t, int tile,
+                                            const std::uint8_t* stage, int stage_ld,
+                                            __nv_bfloat16* sK, int* sValid) {
+#pragma unroll 2
+  for (int i = 0; i < layout<D>::chunks; ++i) {
+    const int c = i * kThreads + int(threadIdx.x);
+    const int row = c / (D / 8), d0 = (c % (D / 8)) * 8;
+    const slot_ref s = resolve(a, t, tile * kRows + row);
+    float v[8];
+    if (s.table == nullptr) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = 0.0f;
+    } else if (s.fast) {
+      const detail::dev_format& f = s.table->f;
+      const std::uint8_t* r = stage + row * stage_ld;
+      const std::uint8_t sb = r[f.code_bytes + d0 / f.block];
+      if (f.fp4) {
+        const float sc = f.quant == int(cache_quant::fp4_e4m3) ? e4m3_to_f32(sb) : e8m0_to_f32(sb);
+        const std::uint32_t w = *reinterpret_cast<const std::uint32_t*>(r + d0 / 2);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = e2m1_fast(w >> (4 * j)) * sc;
+      } else {
+        const float sc = e8m0_to_f32(sb);
+        const uint2 w2 = *reinterpret_cast<const uint2*>(r + d0);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const std::uint32_t w = j < 2 ? w2.x : w2.y;
+          const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
+              __nv_fp8x2_storage_t((w >> (16 * (j % 2))) & 0xffffu), __NV_E4M3);
+          const float2 f2 = __half22float2(*reinterpret_cast<const __half2*>(&h));
+          v[2 * j] = f2.x * sc;
+          v[2 * j + 1] = f2.y * sc;
+        }
+      }
+    } else {
+      detail::load8(*s.table, D, s.row, d0, v);
+    }
+    uint4 packed;
+    packed.x = pack_bf16(v[0], v[1]);
+    packed.y = pack_bf16(v[2], v[3]);
+    packed.z = pack_bf16(v[4], v[5]);
+    packed.w = pack_bf16(v[6], v[7]);
+    *reinterpret_cast<uint4*>(sK + row * layout<D>::ld + d0) = packed;
+    if (d0 == 0) sValid[row] = s.table != nullptr;
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads, 1) attention_kernel(const __grid_constant__ attn_args a) {
+  using L = layout<D>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem + L::q_off);
+  __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem + L::k_off);
+  float* sS = reinterpret_cast<float*>(smem + L::s_off);
+  __nv_bfloat16* sP = reinterpret_cast<__nv_bfloat16*>(smem + L::p_off);
+  float* sM = reinterpret_cast<float*>(smem + L::stat_off);
+  float* sL = sM + kHeads;
+  float* sAlpha = sL + kHeads;
+  int* sValid = reinterpret_cast<int*>(sAlpha + kHeads);
+
+  const int t = int(blockIdx.x), split = int(blockIdx.y), h0 = int(blockIdx.z) * kHeads;
+  const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, tq = lane & 3;
+  const int tiles = (a.win_k + a.ext_k + kRows - 1) / kRows;
+  const int tile_begin = split * a.tiles_per_split;
+  const int tile_end = min(tiles, tile_begin + a.tiles_per_split);
+
+  std::uint8_t* stage = smem + L::stage_off;
+  if (tile_begin < tile_end) stage_tile(a, t, tile_begin, stage, a.stage_ld);
+
+  // Q rows of this head group as bf16 (heads past the end are zero).
+  for (int i = tid; i < kHeads * (D / 4); i += kThreads) {
+    const int hh = i / (D / 4), c4 = (i % (D / 4)) * 4;
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (h0 + hh < a.heads)
+      v = __ldg(reinterpret_cast<const float4*>(a.q + (std::int64_t(t) * a.heads + h0 + hh) * D + c4));
+    uint2 w;
+    w.x = pack_bf16(v.x, v.y);
+    w.y = pack_bf16(v.z, v.w);
+    *reinterpret_cast<uint2*>(sQ + hh * L::ld + c4) = w;
+  }
+  if (tid < kHeads) {
+    sM[tid] = -INFINITY;
+    sL[tid] = 0.0f;
+  }
+
+  float o[D / 32][4];
+#pragma unroll
+  for (int j = 0; j < D / 32; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+  const int hg = warp & 3, wq = warp >> 2;
+
+  for (int tile = tile_begin; tile < tile_end; ++tile) {
+    cp_async_wait_all();
+    __syncthreads();
+    decode_tile<D>(a, t, tile, stage, a.stage_ld, sK, sValid);
+    __syncthreads();
+    if (tile + 1 < tile_end) stage_tile(a, t, tile + 1, stage, a.stage_ld);
+
+    {  // phase 1: S = Q K^T * scale for heads 16hg.., rows 16wq..
+      float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+      const __nv_bfloat16* qa = sQ + (hg * 16 + (lane & 15)) * L::ld + (lane >> 4) * 8;
+      const __nv_bfloat16* kb =
+          sK + (wq * 16 + (lane & 7) + ((lane >> 4) << 3)) * L::ld + ((lane >> 3) & 1) * 8;
+#pragma unroll 8
+      for (int k0 = 0; k0 < D; k0 += 16) {
+        std::uint32_t af[4], bf[4];
+        ldsm_x4(af, qa + k0);
+        ldsm_x4(bf, kb + k0);
+        mma_bf16(acc[0], af, bf[0], bf[1]);
+        mma_bf16(acc[1], af, bf[2], bf[3]);
+      }
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int col = wq * 16 + j * 8 + 2 * tq, row = hg * 16 + g;
+        const bool v0 = sValid[col] != 0, v1 = sValid[col + 1] != 0;
+        sS[row * kSld + col] = v0 ? acc[j][0] * a.scale : -INFINITY;
+        sS[row * kSld + col + 1] = v1 ? acc[j][1] * a.scale : -INFINITY;
+        sS[(row + 8) * kSld + col] = v0 ? acc[j][2] * a.scale : -INFINITY;
+        sS[(row + 8) * kSld + col + 1] = v1 ? acc[j][3] * a.scale : -INFINITY;
+      }
+    }
+    __syncthreads();
+    {  // phase 2: online softmax, 8 threads per head row
+      const int r = tid >> 3, part = tid & 7;
+      const float* srow = sS + r * kSld + part * 8;
+      float s[8];
+      float mt = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        s[j] = srow[j];
+        mt = fmaxf(mt, s[j]);
+      }
+      mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+      mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
+      mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 4));
+      const float m_old = sM[r];
+      const float m_new = fmaxf(m_old, mt);
+      const bool empty = m_new == -INFINITY;
+      const float alpha = empty ? 1.0f : expf(m_old - m_new);
+      float sum = 0.0f;
+      std::uint32_t pw[4];
+#pragma unroll
+      for (int j = 0; j < 8; j += 2) {
+        const float p0 = empty ? 0.0f : expf(s[j] - m_new);
+        const float p1 = empty ? 0.0f : expf(s[j + 1] - m_new);
+        sum += p0 + p1;
+        pw[j / 2] = pack_bf16(p0, p1);
+      }
+      *reinterpret_cast<uint4*>(sP + r * kPld + part * 8) = make_uint4(pw[0], pw[1], pw[2], pw[3]);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+      if (part == 0) {
+        sL[r] = sL[r] * alpha + sum;
+        sM[r] = m_new;
+        sAlpha[r] = alpha;
+      }
+    }
+    __syncthreads();
+    {  // phase 3: O = alpha O + P V for heads 16hg.., dims wq*D/4..
+      const float a_lo = sAlpha[hg * 16 + g], a_hi = sAlpha[hg * 16 + g + 8];
+#pragma unroll
+      for (int j = 0; j < D / 32; ++j) {
+        o[j][0] *= a_lo;
+        o[j][1] *= a_lo;
+        o[j][2] *= a_hi;
+        o[j][3] *= a_hi;
+      }
+      const __nv_bfloat16* pa = sP + (hg * 16 + (lane & 15)) * kPld + (lane >> 4) * 8;
+      const __nv_bfloat16* vb = sK + (lane & 15) * L::ld + wq * (D / 4) + (lane >> 4) * 8;
+#pragma unroll
+      for (int k0 = 0; k0 < kRows; k0 += 16) {
+        std::uint32_t af[4];
+        ldsm_x4(af, pa + k0);
+#pragma unroll
+        for (int jp = 0; jp < D / 64; ++jp) {
+          std::uint32_t bf[4];
+          ldsm_x4_trans(bf, vb + k0 * L::ld + jp * 16);
+          mma_bf16(o[2 * jp], af, bf[0], bf[1]);
+          mma_bf16(o[2 * jp + 1], af, bf[2], bf[3]);
+        }
+      }
+    }
+    __syncthreads();
+  }
+  if (tile_begin >= tile_end) __syncthreads();  // sM/sL initialised above
+
+  // Epilogue: rows g and g + 8 of this warp's head group, columns wq*D/4 + 8j + 2tq.
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int hr = hg * 16 + g + 8 * half, head = h0 + hr;
+    if (head >= a.heads) continue;
+    const float m = sM[hr], l = sL[hr];
+    const std::int64_t th = std::int64_t(t) * a.heads + head;
+    if (a.splits == 1) {
+      const bool none = m == -INFINITY;
+      const float inv = none ? 0.0f : 1.0f / (l + expf(a.sinks[head] - m));
+      float* dst = a.out + th * D + wq * (D / 4) + 2 * tq;
+#pragma unroll
+      for (int j = 0; j < D / 32; ++j)
+        *reinterpret_cast<float2*>(dst + j * 8) =
+            make_float2(o[j][2 * half] * inv, o[j][2 * half + 1] * inv);
+    } else {
+      const std::int64_t ph = std::int64_t(split) * a.tokens * a.heads + th;
+      float* dst = a.part_o + ph * D + wq * (D / 4) + 2 * tq;
+#pragma unroll
+      for (int j = 0; j < D / 32; ++j)
+        *reinterpret_cast<float2*>(dst + j * 8) = make_float2(o[j][2 * half], o[j][2 * half + 1]);
+      if (wq == 0 && tq == 0) {
+        a.part_ml[ph * 2] = m;
+        a.part_ml[ph * 2 + 1] = l;
+      }
+    }
+  }
+}
+
+/// Merges the splits: out = sum_s O_s e^(m_s - M) / (sum_s l_s e^(m_s - M) + e^(sink - M)).
+__global__ void attention_combine_kernel(const float* part_o, const float* part_ml,
+                                         const float* sinks, float* out, int tokens, int heads,
+                                         int dim, int splits) {
+  const std::int64_t th = blockIdx.x;  // token * heads + head
+  const int head = int(th % heads);
+  float M = -INFINITY;
+  for (int s = 0; s < splits; ++s)
+    M = fmaxf(M, part_ml[(std::int64_t(s) * tokens * heads + th) * 2]);
+  float L = 0.0f;
+  for (int s = 0; s < splits; ++s) {
+    const std::int64_t ph = std::int64_t(s) * tokens * heads + th;
+    if (M != -INFINITY) L += part_ml[ph * 2 + 1] * expf(part_ml[ph * 2] - M);
+  }
+  const bool none = M == -INFINITY;
+  const float inv = none ? 0.0f : 1.0f / (L + expf(sinks[head] - M));
+  for (int d = int(threadIdx.x); d < dim; d += int(blockDim.x)) {
+    float acc = 0.0f;
+    for (int s = 0; s < splits; ++s) {
+      const std::int64_t ph = std::int64_t(s) * tokens * heads + th;
+      const float m = part_ml[ph * 2];
+      if (m != -INFINITY) acc += part_o[ph * dim + d] * expf(m - M);
+    }
+    out[th * dim + d] = acc * inv;
+  }
+}
+
+int device_sms() {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      n = 132;
+    return n > 0 ? n : 132;
+  }();
+  return sms;
+}
+
+/// Longest packed row the staging area takes (V4.1's FP8 window row is 528 bytes).
+constexpr int max_stage_row = 1040;
+
+bool is_fast(const device_rows& t, int dim) {
+  if (!t.packed) return false;
+  const cache_row_format& f = t.format;
+  const bool aligned = (reinterpret_cast<std::uintptr_t>(t.data) % 8) == 0;
+  return aligned && f.raw_dims == 0 && f.quant_dims == dim && f.block % 8 == 0 &&
+         f.row_bytes() % 16 == 0 && (reinterpret_cast<std::uintptr_t>(t.data) % 16) == 0 &&
+         f.row_bytes() <= std::size_t(max_stage_row);
+}
+
+void check_table(const device_rows& t, int dim, int k, const char* what) {
+  if (k == 0) return;
+  DI_CHECK(t.data != nullptr && t.rows >= 0, "attention: {} table missing", what);
+  if (t.packed) {
+    detail::check_row_format(t.format, what);
+    DI_CHECK(t.format.dim() == dim, "attention: {} rows hold {} values, head dim {}", what,
+             t.format.dim(), dim);
+  } else {
+    DI_CHECK(reinterpret_cast<std::uintptr_t>(t.data) % 16 == 0,
+             "attention: f32 {} rows must be 16-byte aligned", what);
+  }
+}
+
+template <int D>
+void launch_dim(const attn_args& a, int head_groups, cudaStream_t stream) {
+  const std::size_t smem = layout<D>::bytes(a.stage_ld);
+  static std::size_t configured = 0;  // the largest dynamic size set so far
+  if (smem > configured) {
+    CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<D>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    configured = smem;
+  }
+  const dim3 grid(unsigned(a.tokens), unsigned(a.splits), unsigned(head_groups));
+  attention_kernel<D><<<grid, kThreads, smem, stream>>>(a);
+  detail::check_launch("attention");
+}
+
+}  // namespace
+
+int attention_splits(const attention_params& p) {
+  const int total = p.window_k + p.extra_k;
+  const int tiles = (total + kRows - 1) / kRows;
+  if (tiles <= 1 || p.tokens <= 0) return 1;
+  if (p.num_splits > 0) return std::min(p.num_splits, tiles);
+  const std::int64_t blocks = std::int64_t(p.tokens) * ((p.heads + kHeads - 1) / kHeads);
+  const int sms = device_sms();
+  int best = 1;
+  double best_cost = 1e300;
+  for (int s = 1; s <= std::min(tiles, 64); ++s) {
+    const double waves = double((blocks * s + sms - 1) / sms);
+    const double cost = waves * double((tiles + s - 1) / s) + (s > 1 ? 1.0 : 0.0);
+    if (cost < best_cost - 1e-9) {
+      best_cost = cost;
+      best = s;
+    }
+  }
+  return best;
+}
+
+std::size_t attention_workspace_bytes(const attention_params& p) {
+  const int s = attention_splits(p);
+  if (s <= 1) return 0;
+  return std::size_t(s) * std::size_t(p.tokens) * std::size_t(p.heads) *
+         (std::size_t(p.dim) + 2) * sizeof(float);
+}
+
+void launch_attention(const attention_params& p, cudaStream_t stream) {
+  DI_CHECK(p.dim == 64 || p.dim == 128 || p.dim == 256 || p.dim == 512,
+           "attention: head dim {} (supported: 64, 128, 256, 512)", p.dim);
+  DI_CHECK(p.tokens >= 0 && p.heads > 0 && p.window_k >= 0 && p.extra_k >= 0,
+           "attention: {} tokens, {} heads, {} + {} rows", p.tokens, p.heads, p.window_k,
+           p.extra_k);
+  if (p.tokens == 0) return;
+  DI_CHECK(p.q && p.out && p.sinks, "attention: q, out and sinks are required");
+  DI_CHECK(reinterpret_cast<std::uintptr_t>(p.q) % 16 == 0 &&
+               reinterpret_cast<std::uintptr_t>(p.out) % 16 == 0,
+           "attention: q and out must be 16-byte aligned");
+  DI_CHECK(p.window_k == 0 || p.window_idx, "attention: window indices missing");
+  DI_CHECK(p.extra_k == 0 || p.extra_idx, "attention: extra indices missing");
+  check_table(p.window, p.dim, p.window_k, "window");
+  check_table(p.extra, p.dim, p.extra_k, "extra");
+  const int splits = attention_splits(p);
+  const std::size_t need = attention_workspace_bytes(p);
+  DI_CHECK(p.workspace_bytes >= need && (need == 0 || p.workspace),
+           "attention: {} splits need {} workspace bytes, got {}", splits, need, p.workspace_bytes);
+  const int tiles = (p.window_k + p.extra_k + kRows - 1) / kRows;
+  attn_args a{};
+  a.q = p.q;
+  a.out = p.out;
+  a.sinks = p.sinks;
+  a.tokens = p.tokens;
+  a.heads = p.heads;
+  a.scale = p.softmax_scale;
+  a.win = detail::make_dev_rows(p.window);
+  a.ext = detail::make_dev_rows(p.extra);
+  a.win_idx = p.window_idx;
+  a.ext_idx = p.extra_idx;
+  a.win_k = p.window_k;
+  a.ext_k = p.extra_k;
+  a.win_fast = is_fast(p.window, p.dim);
+  a.ext_fast = is_fast(p.extra, p.dim);
+  a.splits = splits;
+  int stage = 16;
+  if (a.win_fast) stage = std::max(stage, int(p.window.format.row_bytes()));
+  if (a.ext_fast) stage = std::max(stage, int(p.extra.format.row_bytes()));
+  a.stage_ld = (stage + 15) / 16 * 16;
+  a.tiles_per_split = std::max(1, (tiles + splits - 1) / splits);
+  a.part_o = static_cast<float*>(p.workspace);
+  a.part_ml = a.part_o ? a.part_o + std::size_t(splits) * p.tokens * p.heads * p.dim : nullptr;
+  const int head_groups = (p.heads + kHeads - 1) / kHeads;
+  switch (p.dim) {
+    case 64: launch_dim<64>(a, head_groups, stream); break;
+    case 128: launch_dim<128>(a, head_groups, stream); break;
+    case 256: launch_dim<256>(a, head_groups, stream); break;
+    default: launch_dim<512>(a, head_groups, stream); break;
+  }
+  if (splits > 1) {
+    attention_combine_kernel<<<unsigned(std::int64_t(p.tokens) * p.heads), 128, 0, stream>>>(
+        a.part_o, a.part_ml, p.sinks, p.out, p.tokens, p.heads, p.dim, splits);
+    detail::check_launch("attention_combine");
+  }
+}
+
+}  // namespace di::cuda

@@ -1,0 +1,90 @@
+// Packed cache rows on the GPU (the CUDA twin of kernels/cpu/cache_codec.cpp): encode picks
+// each block's scale and codes with the same scalar functions as the CPU codec, so the bytes
+// are identical; decode multiplies code by scale exactly as decode_row does. Rows can be
+// written to / read from arbitrary pool rows (a ring slot, a paged stream row).
+#include "kernels/cuda/model_common.cuh"
+#include "kernels/quant_math.hpp"
+
+namespace di::cuda {
+
+namespace {
+
+using detail::dev_format;
+
+/// One thread per quantization block (then per raw value) of one row.
+__global__ void encode_kernel(const float* x, std::uint8_t* out, const std::int64_t* dst_rows,
+                              std::int64_t rows, dev_format f) {
+  const std::int64_t r = blockIdx.x;
+  if (r >= rows) return;
+  const int dim = f.quant_dims + f.raw_dims;
+  const float* xr = x + r * dim;
+  std::uint8_t* o = out + std::size_t(dst_rows ? dst_rows[r] : r) * std::size_t(f.row_bytes);
+  const int blocks = f.quant_dims / f.block;
+  for (int b = int(threadIdx.x); b < blocks; b += int(blockDim.x)) {
+    const float* xb = xr + b * f.block;
+    float amax = 0.0f;
+    for (int i = 0; i < f.block; ++i) amax = fmaxf(amax, fabsf(xb[i]));
+    float s;
+    std::uint8_t code;
+    if (f.quant == int(cache_quant::fp8_ue8m0)) {
+      s = fp8_block_scale(amax);
+      code = std::uint8_t(f32_to_bits(s) >> 23);
+    } else if (f.quant == int(cache_quant::fp4_ue8m0)) {
+      s = fp4_ue8m0_block_scale(amax);
+      code = std::uint8_t(f32_to_bits(s) >> 23);
+    } else {
+      code = f32_to_e4m3((amax > fp4_e4m3_amax_floor ? amax : fp4_e4m3_amax_floor) / fp4_e2m1_max);
+      s = e4m3_to_f32(code);
+    }
+    o[f.code_bytes + b] = code;
+    if (!f.fp4) {
+      for (int i = 0; i < f.block; ++i) {
+        const float q = fminf(fmaxf(xb[i] / s, -fp8_e4m3_max), fp8_e4m3_max);
+        o[b * f.block + i] = f32_to_e4m3(q);
+      }
+    } else {
+      for (int i = 0; i < f.block; i += 2) {
+        const float q0 = fminf(fmaxf(xb[i] / s, -fp4_e2m1_max), fp4_e2m1_max);
+        const float q1 = fminf(fmaxf(xb[i + 1] / s, -fp4_e2m1_max), fp4_e2m1_max);
+        o[(b * f.block + i) / 2] = std::uint8_t(f32_to_e2m1(q0) | (f32_to_e2m1(q1) << 4));
+      }
+    }
+  }
+  std::uint8_t* raw = o + f.code_bytes + f.scale_bytes;
+  for (int i = int(threadIdx.x); i < f.raw_dims * 4; i += int(blockDim.x))
+    raw[i] = reinterpret_cast<const std::uint8_t*>(xr + f.quant_dims)[i];
+}
+
+__global__ void decode_kernel(const std::uint8_t* rows, const std::int64_t* src_rows, float* out,
+                              std::int64_t n, dev_format f) {
+  const std::int64_t r = blockIdx.x;
+  if (r >= n) return;
+  const int dim = f.quant_dims + f.raw_dims;
+  const std::uint8_t* row = rows + std::size_t(src_rows ? src_rows[r] : r) * std::size_t(f.row_bytes);
+  for (int d = int(threadIdx.x); d < dim; d += int(blockDim.x))
+    out[r * dim + d] = detail::row_value(row, f, d);
+}
+
+}  // namespace
+
+void launch_encode_cache_rows(const encode_rows_params& p, cudaStream_t stream) {
+  detail::check_row_format(p.format, "encode_cache_rows");
+  DI_CHECK(p.rows >= 0, "encode_cache_rows: {} rows", p.rows);
+  if (p.rows == 0) return;
+  DI_CHECK(p.x && p.out, "encode_cache_rows: input and output are required");
+  encode_kernel<<<unsigned(p.rows), 64, 0, stream>>>(p.x, p.out, p.dst_rows, p.rows,
+                                                     detail::make_dev_format(p.format));
+  detail::check_launch("encode_cache_rows");
+}
+
+void launch_decode_cache_rows(const decode_rows_params& p, cudaStream_t stream) {
+  detail::check_row_format(p.format, "decode_cache_rows");
+  DI_CHECK(p.n >= 0, "decode_cache_rows: {} rows", p.n);
+  if (p.n == 0) return;
+  DI_CHECK(p.rows && p.out, "decode_cache_rows: input and output are required");
+  decode_kernel<<<unsigned(p.n), 128, 0, stream>>>(p.rows, p.src_rows, p.out, p.n,
+                                                   detail::make_dev_format(p.format));
+  detail::check_launch("decode_cache_rows");
+}
+
+}  // namespace di::cuda

@@ -1,0 +1,273 @@
+// The indexer on the GPU: relu-weighted scores of the query heads against the compressed
+// entries' keys (read in place from their packed FP4 rows), exact top-k selection (radix
+// select of the k-th key, then a bitonic sort of the k picks: descending score, ties by
+// lower index, as the CPU's partial_sort), the visibility / candidate masks of masked_topk,
+// and V4.1's candidate blocks.
+#include "kernels/cuda/model_common.cuh"
+
+#include <algorithm>
+
+namespace di::cuda {
+
+namespace {
+
+using detail::dev_rows;
+
+constexpr int kScoreEntries = 64;   // entries per block of index_scores
+constexpr int kScoreThreads = 256;  // 64 entries x 4 head quarters
+
+/// Block (tile of 64 entries, token): keys decoded to shared f32, q of the token in shared.
+__global__ void index_scores_kernel(const float* q, const float* weights, dev_rows keys,
+                                    float* scores, int heads, int dim) {
+  extern __shared__ float sm[];
+  float* sQ = sm;                   // [heads][dim]
+  float* sK = sm + heads * dim;     // [64][dim + 1]
+  float* sPart = sK + kScoreEntries * (dim + 1);  // [4][64]
+  const std::int64_t t = blockIdx.y;
+  const std::int64_t e0 = std::int64_t(blockIdx.x) * kScoreEntries;
+  const int tid = int(threadIdx.x);
+  for (int i = tid; i < heads * dim; i += kScoreThreads) sQ[i] = q[t * heads * dim + i];
+  const int chunks = dim / 8;
+  for (int c = tid; c < kScoreEntries * chunks; c += kScoreThreads) {
+    const int row = c / chunks, d0 = (c % chunks) * 8;
+    float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    if (e0 + row < keys.rows) detail::load8(keys, dim, e0 + row, d0, v);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) sK[row * (dim + 1) + d0 + j] = v[j];
+  }
+  __syncthreads();
+  const int e = tid % kScoreEntries, quarter = tid / kScoreEntries;
+  float acc = 0.0f;
+  for (int h = quarter; h < heads; h += 4) {
+    const float* qh = sQ + h * dim;
+    const float* kr = sK + e * (dim + 1);
+    float dot = 0.0f;
+    for (int d = 0; d < dim; ++d) dot = fmaf(qh[d], kr[d], dot);
+    acc += fmaxf(dot, 0.0f) * weights[t * heads + h];
+  }
+  sPart[quarter * kScoreEntries + e] = acc;
+  __syncthreads();
+  if (quarter == 0 && e0 + e < keys.rows)
+    scores[t * keys.rows + e0 + e] = ((sPart[e] + sPart[64 + e]) + sPart[128 + e]) + sPart[192 + e];
+}
+
+constexpr int kTopkThreads = 1024;
+
+struct topk_smem {
+  unsigned hist[256];
+  unsigned warp_counts[32];
+  unsigned sel, k_rem, gt_count, base;
+  unsigned long long keys[topk_max_k];
+};
+
+__device__ __forceinline__ std::uint32_t masked_key(const topk_params& p, std::int64_t r,
+                                                    std::int64_t e) {
+  float s = p.scores[r * p.n + e];
+  if ((p.visible && e >= p.visible[r]) || (p.allowed && p.allowed[r * p.n + e] == 0))
+    s = -INFINITY;
+  return detail::order_key(s);
+}
+
+/// One block per row: radix-select the k-th largest key, collect the picks, sort them.
+__global__ void __launch_bounds__(kTopkThreads) topk_kernel(const topk_params p) {
+  extern __shared__ unsigned char raw[];
+  topk_smem& sm = *reinterpret_cast<topk_smem*>(raw);
+  const std::int64_t r = blockIdx.x;
+  const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  const int k = p.k;
+  std::uint32_t prefix = 0, pmask = 0;
+  if (tid == 0) sm.k_rem = unsigned(k);
+  for (int pass = 0; pass < 4; ++pass) {
+    const int shift = 24 - 8 * pass;
+    for (int i = tid; i < 256; i += kTopkThreads) sm.hist[i] = 0;
+    __syncthreads();
+    for (std::int64_t e = tid; e < p.n; e += kTopkThreads) {
+      const std::uint32_t key = masked_key(p, r, e);
+      if ((key & pmask) == prefix) atomicAdd(&sm.hist[(key >> shift) & 255u], 1u);
+    }
+    __syncthreads();
+    if (tid == 0) {
+      unsigned cum = 0, need = sm.k_rem;
+      for (int d = 255; d >= 0; --d) {
+        if (cum + sm.hist[d] >= need) {
+          sm.sel = unsigned(d);
+          sm.k_rem = need - cum;
+          break;
+        }
+        cum += sm.hist[d];
+      }
+      sm.gt_count = 0;
+      sm.base = 0;
+    }
+    __syncthreads();
+    prefix |= sm.sel << shift;
+    pmask |= 255u << shift;
+  }
+  const std::uint32_t thr = prefix;   // the k-th largest key
+  const unsigned eq_needed = sm.k_rem;  // picks equal to it (lowest indices first)
+  const unsigned gt = unsigned(k) - eq_needed;
+  for (std::int64_t e = tid; e < p.n; e += kTopkThreads) {
+    const std::uint32_t key = masked_key(p, r, e);
+    if (key > thr) {
+      const unsigned at = atomicAdd(&sm.gt_count, 1u);
+      sm.keys[at] = (std::uint64_t(key) << 32) | std::uint32_t(~std::uint32_t(e));
+    }
+  }
+  // Equal keys in index order: block-wide prefix counts chunk by chunk.
+  for (std::int64_t c0 = 0; c0 < p.n; c0 += kTopkThreads) {
+    __syncthreads();
+    const unsigned base = sm.base;
+    if (base >= eq_needed) break;
+    const std::int64_t e = c0 + tid;
+    const bool eq = e < p.n && masked_key(p, r, e) == thr;
+    const unsigned ballot = __ballot_sync(0xffffffffu, eq);
+    if (lane == 0) sm.warp_counts[warp] = __popc(ballot);
+    __syncthreads();
+    unsigned before = 0, total = 0;
+    for (int w = 0; w < kTopkThreads / 32; ++w) {
+      if (w < warp) before += sm.warp_counts[w];
+      total += sm.warp_counts[w];
+    }
+    const unsigned pos = base + before + __popc(ballot & ((1u << lane) - 1u));
+    if (eq && pos < eq_needed)
+      sm.keys[gt + pos] = (std::uint64_t(thr) << 32) | std::uint32_t(~std::uint32_t(e));
+    __syncthreads();
+    if (tid == 0) sm.base = base + total;
+  }
+  __syncthreads();
+  int n2 = 1;
+  while (n2 < k) n2 <<= 1;
+  for (int i = k + tid; i < n2; i += kTopkThreads) sm.keys[i] = 0ull;
+  __syncthreads();
+  // Bitonic sort, descending.
+  for (int size = 2; size <= n2; size <<= 1) {
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      for (int i = tid; i < n2; i += kTopkThreads) {
+        const int j = i ^ stride;
+        if (j > i) {
+          const unsigned long long a = sm.keys[i], b = sm.keys[j];
+          const bool desc = (i & size) == 0;
+          if (desc ? (a < b) : (a > b)) {
+            sm.keys[i] = b;
+            sm.keys[j] = a;
+          }
+        }
+      }
+      __syncthreads();
+    }
+  }
+  const std::uint32_t neg_inf = detail::order_key(-INFINITY);
+  for (int j = tid; j < k; j += kTopkThreads) {
+    const unsigned long long v = sm.keys[j];
+    const std::uint32_t key = std::uint32_t(v >> 32);
+    p.out[r * k + j] = key == neg_inf ? -1 : std::int32_t(~std::uint32_t(v));
+  }
+}
+
+/// block_scores[t, b] = max over visible entries of block b; the newest visible block +inf.
+__global__ void block_max_kernel(const float* scores, const std::int64_t* visible, float* out,
+                                 std::int64_t tokens, std::int64_t entries, std::int64_t blocks,
+                                 int block_size) {
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= tokens * blocks) return;
+  const std::int64_t t = i / blocks, b = i % blocks;
+  const std::int64_t vis = min(visible[t], entries);
+  float m = -INFINITY;
+  const std::int64_t end = min((b + 1) * block_size, vis);
+  for (std::int64_t e = b * block_size; e < end; ++e) m = fmaxf(m, scores[t * entries + e]);
+  if (visible[t] > 0 && b == (visible[t] - 1) / block_size) m = INFINITY;
+  out[i] = m;
+}
+
+__global__ void mark_blocks_kernel(const std::int32_t* picked, std::uint8_t* keep,
+                                   std::int64_t tokens, std::int64_t entries, int k,
+                                   int block_size) {
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= tokens * k * std::int64_t(block_size)) return;
+  const std::int64_t t = i / (std::int64_t(k) * block_size);
+  const std::int64_t j = (i / block_size) % k, off = i % block_size;
+  const std::int32_t blk = picked[t * k + j];
+  if (blk < 0) return;
+  const std::int64_t e = std::int64_t(blk) * block_size + off;
+  if (e < entries) keep[t * entries + e] = 1;
+}
+
+}  // namespace
+
+void launch_index_scores(const index_scores_params& p, cudaStream_t stream) {
+  DI_CHECK(p.tokens >= 0 && p.heads > 0 && p.heads <= 64 && p.dim > 0 && p.dim <= 256 &&
+               p.dim % 8 == 0,
+           "index_scores: {} heads of dim {} (supported: heads <= 64, dim <= 256, dim % 8 == 0)",
+           p.heads, p.dim);
+  if (p.keys.packed) {
+    detail::check_row_format(p.keys.format, "index_scores keys");
+    DI_CHECK(p.keys.format.dim() == p.dim, "index_scores: key rows of {} for q of {}",
+             p.keys.format.dim(), p.dim);
+  }
+  if (p.tokens == 0 || p.keys.rows == 0) return;
+  DI_CHECK(p.q && p.weights && p.keys.data && p.scores, "index_scores: missing operand");
+  const std::size_t smem = (std::size_t(p.heads) * p.dim + std::size_t(kScoreEntries) * (p.dim + 1) +
+                            4 * kScoreEntries) * sizeof(float);
+  static std::size_t configured = 48 * 1024;
+  if (smem > configured) {
+    CUDA_CHECK(cudaFuncSetAttribute(index_scores_kernel,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    configured = smem;
+  }
+  const dim3 grid(detail::grid_for(p.keys.rows, kScoreEntries), unsigned(p.tokens));
+  index_scores_kernel<<<grid, kScoreThreads, smem, stream>>>(
+      p.q, p.weights, detail::make_dev_rows(p.keys), p.scores, p.heads, p.dim);
+  detail::check_launch("index_scores");
+}
+
+void launch_topk(const topk_params& p, cudaStream_t stream) {
+  DI_CHECK(p.k >= 0 && p.k <= p.n && p.k <= topk_max_k, "topk: k = {} of {} values (at most {})",
+           p.k, p.n, topk_max_k);
+  if (p.rows == 0 || p.k == 0) return;
+  DI_CHECK(p.scores && p.out, "topk: missing operand");
+  static bool configured = false;
+  if (!configured) {
+    CUDA_CHECK(cudaFuncSetAttribute(topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(sizeof(topk_smem))));
+    configured = true;
+  }
+  topk_kernel<<<unsigned(p.rows), kTopkThreads, sizeof(topk_smem), stream>>>(p);
+  detail::check_launch("topk");
+}
+
+std::size_t candidate_blocks_work_bytes(std::int64_t tokens, std::int64_t entries, int block_size,
+                                        int topk_blocks) {
+  const std::int64_t blocks = block_size > 0 ? (entries + block_size - 1) / block_size : 0;
+  const std::int64_t k = std::min<std::int64_t>(topk_blocks, blocks);
+  return std::size_t(tokens * blocks) * sizeof(float) + std::size_t(tokens * k) * 4 + 16;
+}
+
+void launch_candidate_blocks(const candidate_blocks_params& p, cudaStream_t stream) {
+  DI_CHECK(p.topk_blocks > 0 && p.block_size > 0, "candidate_blocks: top {} blocks of {}",
+           p.topk_blocks, p.block_size);
+  if (p.tokens == 0 || p.entries == 0) return;
+  DI_CHECK(p.scores && p.visible && p.keep && p.work, "candidate_blocks: missing operand");
+  const std::int64_t blocks = (p.entries + p.block_size - 1) / p.block_size;
+  const int k = int(std::min<std::int64_t>(p.topk_blocks, blocks));
+  DI_CHECK(k <= topk_max_k, "candidate_blocks: top {} blocks (at most {})", k, topk_max_k);
+  float* block_scores = static_cast<float*>(p.work);
+  auto* picked = reinterpret_cast<std::int32_t*>(
+      (reinterpret_cast<std::uintptr_t>(block_scores + p.tokens * blocks) + 15) & ~std::uintptr_t(15));
+  block_max_kernel<<<detail::grid_for(p.tokens * blocks, 256), 256, 0, stream>>>(
+      p.scores, p.visible, block_scores, p.tokens, p.entries, blocks, p.block_size);
+  detail::check_launch("candidate_blocks/max");
+  topk_params tp;
+  tp.scores = block_scores;
+  tp.out = picked;
+  tp.rows = p.tokens;
+  tp.n = blocks;
+  tp.k = k;
+  launch_topk(tp, stream);
+  CUDA_CHECK(cudaMemsetAsync(p.keep, 0, std::size_t(p.tokens * p.entries), stream));
+  const std::int64_t work = p.tokens * k * std::int64_t(p.block_size);
+  mark_blocks_kernel<<<detail::grid_for(work, 256), 256, 0, stream>>>(picked, p.keep, p.tokens,
+                                                                     p.entries, k, p.block_size);
+  detail::check_launch("candidate_blocks/mark");
+}
+
+}  // namespace di::cuda

@@ -1,0 +1,199 @@
+// GPU tests of the remaining model kernels against their CPU twins: SwiGLU, the token
+// permutation / combine (exact), the compressor's state machine over chained calls (V4.1
+// ratio 2, V4 overlapping ratio 4, ratio 128), mHC mixing / head mix / collapse / expand,
+// FP8 Engram table rows (exact) and the Engram gate.
+#include "gpu_test_util.hpp"
+#include "kernels/cpu/cpu_ops.hpp"
+#include "kernels/cuda/cuda_model_ops.hpp"
+
+namespace di {
+namespace {
+
+using test::dbuf;
+
+TEST_CASE("cuda swiglu: clamped and plain, with and without row scales") {
+  DI_REQUIRE_GPU();
+  for (std::int64_t rows : {0, 1, 45})
+    for (float limit : {0.0f, 10.0f})
+      for (bool scaled : {false, true}) {
+        const std::int64_t inter = 2304;
+        const tensor g = test::randn({rows, inter}, 6.0f), u = test::randn({rows, inter}, 6.0f);
+        const tensor s = test::randn({rows});
+        const tensor want = cpu::swiglu(g, u, limit, scaled ? s : tensor());
+        const dbuf dg(g), du(u), ds(s);
+        dbuf out(want.nbytes());
+        cuda::launch_swiglu({dg.get<float>(), du.get<float>(), scaled ? ds.get<float>() : nullptr,
+                             out.get<float>(), rows, inter, limit},
+                            nullptr);
+        CHECK(test::max_scaled_err(out.to_host(want.shape(), dtype::f32), want, 1e-5, 1e-6) <= 1.0);
+      }
+}
+
+TEST_CASE("cuda gather_rows and scatter_add_rows: exact, repeated rows in index order") {
+  DI_REQUIRE_GPU();
+  for (std::int64_t width : {1, 6, 4096}) {
+    const std::int64_t m = 37, n = 150;
+    const tensor x = test::randn({m, width});
+    tensor rows = tensor::empty({n}, dtype::i64);
+    for (std::int64_t i = 0; i < n; ++i) rows.data<std::int64_t>()[i] = std::int64_t(test::rng()() % m);
+    const dbuf dx(x), dr(rows);
+    dbuf out(std::size_t(n * width) * 4);
+    cuda::launch_gather_rows({dx.get(), dr.get<std::int64_t>(), out.get(), m, n,
+                              std::size_t(width) * 4},
+                             nullptr);
+    const tensor want = cpu::gather_rows(x, rows);
+    CHECK(test::bytes_equal(out.to_host(want.shape(), dtype::f32), want));
+
+    tensor y = test::randn({m, width});
+    const tensor src = test::randn({n, width});
+    dbuf dy(y);
+    const dbuf ds(src);
+    cuda::launch_scatter_add_rows({dy.get<float>(), dr.get<std::int64_t>(), ds.get<float>(), m, n,
+                                   width},
+                                  nullptr);
+    cpu::scatter_add_rows(y, rows, src);
+    CHECK(test::bytes_equal(dy.to_host(y.shape(), dtype::f32), y));
+  }
+}
+
+TEST_CASE("cuda compress_tokens: pooled entries and carried state over chained calls") {
+  DI_REQUIRE_GPU();
+  struct cfg {
+    int ratio;
+    bool overlap;
+    int dim;
+  };
+  for (const cfg& c : {cfg{2, false, 512}, cfg{4, true, 128}, cfg{128, false, 64}}) {
+    CAPTURE(c.ratio);
+    const int coff = c.overlap ? 2 : 1, width = coff * c.dim, srows = coff * c.ratio;
+    tensor skv = tensor::zeros({srows, width}, dtype::f32);
+    tensor ssc = tensor::full({srows, width}, -INFINITY);
+    dbuf dskv(skv), dssc(ssc);
+    std::int64_t start = 0;
+    for (std::int64_t n : {1, 3, 0, 300, 1, 7}) {
+      CAPTURE(n);
+      const tensor kv = test::randn({n, width}), sc = test::randn({n, width}, 2.0f);
+      const tensor want = cpu::compress_tokens(kv, sc, start, skv, ssc, {c.ratio, c.overlap});
+      const dbuf dkv(kv), dsc(sc);
+      dbuf out(want.nbytes());
+      cuda::compress_params p;
+      p.kv = dkv.get<float>();
+      p.score = dsc.get<float>();
+      p.state_kv = dskv.get<float>();
+      p.state_score = dssc.get<float>();
+      p.out = out.get<float>();
+      p.n = n;
+      p.start = start;
+      p.width = width;
+      p.ratio = c.ratio;
+      p.overlap = c.overlap;
+      cuda::launch_compress_tokens(p, nullptr);
+      CHECK(test::max_scaled_err(out.to_host(want.shape(), dtype::f32), want, 1e-5, 1e-6) <= 1.0);
+      CHECK(test::bytes_equal(dskv.to_host(skv.shape(), dtype::f32), skv));
+      CHECK(test::bytes_equal(dssc.to_host(ssc.shape(), dtype::f32), ssc));
+      start += n;
+    }
+  }
+}
+
+TEST_CASE("cuda hc_mixes, hc_head_pre, hc_collapse, hc_expand") {
+  DI_REQUIRE_GPU();
+  const int hc = 4;
+  for (std::int64_t tokens : {0, 1, 9}) {
+    for (std::int64_t dim : {64, 4096}) {
+      CAPTURE(tokens);
+      CAPTURE(dim);
+      const std::int64_t mixes = (2 + hc) * hc;
+      const tensor x = test::randn({tokens, hc, dim});
+      const tensor fn = test::randn({mixes, hc * dim}, 0.02f);
+      const tensor scale = test::randn({3}), base = test::randn({mixes});
+      const ops::hc_params hp{hc, 20, 1e-6f, 1e-6f};
+      const ops::hc_mix want = cpu::hc_mixes(x, fn, scale, base, hp);
+      const dbuf dx(x), dfn(fn), ds(scale), db(base);
+      dbuf pre(std::size_t(tokens) * hc * 4), post(std::size_t(tokens) * hc * 4),
+          comb(std::size_t(tokens) * hc * hc * 4);
+      cuda::hc_mixes_params p;
+      p.x = dx.get<float>();
+      p.fn = dfn.get<float>();
+      p.scale = ds.get<float>();
+      p.base = db.get<float>();
+      p.pre = pre.get<float>();
+      p.post = post.get<float>();
+      p.comb = comb.get<float>();
+      p.tokens = tokens;
+      p.dim = dim;
+      p.hc = hc;
+      cuda::launch_hc_mixes(p, nullptr);
+      CHECK(test::max_scaled_err(pre.to_host({tokens, hc}, dtype::f32), want.pre, 1e-4, 1e-5) <= 1.0);
+      CHECK(test::max_scaled_err(post.to_host({tokens, hc}, dtype::f32), want.post, 1e-4, 1e-5) <= 1.0);
+      CHECK(test::max_scaled_err(comb.to_host({tokens, hc, hc}, dtype::f32), want.comb, 1e-3, 1e-4) <=
+            1.0);
+
+      // V4 head mix: fn [hc, hc*dim], scale [1]
+      const tensor hfn = fn.slice(0, 0, hc).clone(), hscale = scale.slice(0, 0, 1).clone();
+      const tensor hbase = base.slice(0, 0, hc).clone();
+      const tensor want_pre = cpu::hc_head_pre(x, hfn, hscale, hbase, hp);
+      const dbuf dhfn(hfn), dhs(hscale), dhb(hbase);
+      pre.poison();
+      p.fn = dhfn.get<float>();
+      p.scale = dhs.get<float>();
+      p.base = dhb.get<float>();
+      p.head_pre = true;
+      cuda::launch_hc_mixes(p, nullptr);
+      CHECK(test::max_scaled_err(pre.to_host({tokens, hc}, dtype::f32), want_pre, 1e-4, 1e-5) <= 1.0);
+
+      const tensor y = test::randn({tokens, dim});
+      const dbuf dy(y), dpre(want.pre), dpost(want.post), dcomb(want.comb);
+      dbuf col(std::size_t(tokens * dim) * 4), exp(x.nbytes());
+      cuda::launch_hc_collapse({dx.get<float>(), dpre.get<float>(), col.get<float>(), tokens, dim, hc},
+                               nullptr);
+      cuda::launch_hc_expand({dy.get<float>(), dx.get<float>(), dpost.get<float>(),
+                              dcomb.get<float>(), exp.get<float>(), tokens, dim, hc},
+                             nullptr);
+      const tensor want_col = cpu::hc_collapse(x, want.pre);
+      const tensor want_exp = cpu::hc_expand(y, x, want.post, want.comb);
+      CHECK(test::max_scaled_err(col.to_host(want_col.shape(), dtype::f32), want_col, 1e-5, 1e-5) <= 1.0);
+      CHECK(test::max_scaled_err(exp.to_host(want_exp.shape(), dtype::f32), want_exp, 1e-5, 1e-5) <= 1.0);
+    }
+  }
+}
+
+TEST_CASE("cuda embedding_fp8 (exact) and engram_gate") {
+  DI_REQUIRE_GPU();
+  const std::int64_t rows = 50, dim = 1024, block = 128, n = 33;
+  tensor codes = tensor::empty({rows, dim}, dtype::u8), scales = tensor::empty({rows, dim / block}, dtype::u8);
+  for (std::int64_t i = 0; i < codes.numel(); ++i) {
+    std::uint8_t c = std::uint8_t(test::rng()());
+    if ((c & 0x7f) == 0x7f) c = 0x12;  // no NaN codes
+    codes.data<std::uint8_t>()[i] = c;
+  }
+  for (std::int64_t i = 0; i < scales.numel(); ++i)
+    scales.data<std::uint8_t>()[i] = std::uint8_t(110 + test::rng()() % 30);
+  tensor ids = tensor::empty({n}, dtype::i64);
+  for (std::int64_t i = 0; i < n; ++i) ids.data<std::int64_t>()[i] = std::int64_t(test::rng()() % rows);
+  const dbuf dc(codes), dsc(scales), di(ids);
+  dbuf out(std::size_t(n * dim) * 4);
+  cuda::launch_embedding_fp8({dc.get<std::uint8_t>(), dsc.get<std::uint8_t>(), di.get<std::int64_t>(),
+                              out.get<float>(), rows, n, dim, block},
+                             nullptr);
+  const tensor want = cpu::embedding_fp8(codes, scales, ids);
+  CHECK(test::bytes_equal(out.to_host(want.shape(), dtype::f32), want));
+
+  for (std::int64_t tokens : {0, 1, 7}) {
+    const int hc = 4;
+    const std::int64_t d = 4096;
+    const tensor h = test::randn({tokens, hc, d}), key = test::randn({tokens, hc, d});
+    const tensor value = test::randn({tokens, d}), weight = test::randn({hc, d});
+    const ops::engram_params ep{};
+    const tensor want_g = cpu::engram_gate(h, key, value, weight, ep);
+    const dbuf dh(h), dk(key), dv(value), dw(weight);
+    dbuf og(h.nbytes());
+    cuda::launch_engram_gate({dh.get<float>(), dk.get<float>(), dv.get<float>(), dw.get<float>(),
+                              og.get<float>(), tokens, d, hc, ep.eps, ep.clamp},
+                             nullptr);
+    CHECK(test::max_scaled_err(og.to_host(want_g.shape(), dtype::f32), want_g, 1e-4, 1e-4) <= 1.0);
+  }
+}
+
+}  // namespace
+}  // namespace di

@@ -1,0 +1,178 @@
+// GPU tests of the indexer and the router against their CPU twins: index scores over f32 and
+// packed FP4 keys, top-k / masked top-k / candidate blocks (exactly equal, ties and -inf
+// included), MoE routing (same experts, weights to fp32 rounding) with bias, hash routing and
+// V4.1's normalisation.
+#include "gpu_test_util.hpp"
+#include "kernels/cpu/cpu_ops.hpp"
+#include "kernels/cuda/cuda_model_ops.hpp"
+
+namespace di {
+namespace {
+
+using test::dbuf;
+
+std::vector<std::int32_t> ints(const tensor& t) {
+  return {t.data<std::int32_t>(), t.data<std::int32_t>() + t.numel()};
+}
+
+TEST_CASE("cuda index_scores: f32 keys and packed FP4 keys read in place") {
+  DI_REQUIRE_GPU();
+  const cache_row_format f{cache_quant::fp4_ue8m0, 32, 128, 0};
+  for (int tokens : {1, 3})
+    for (std::int64_t entries : {1, 65, 300}) {
+      CAPTURE(tokens);
+      CAPTURE(entries);
+      const int heads = 32, dim = 128;
+      tensor q = test::randn({tokens, heads, dim});
+      tensor flat = q.view({tokens * heads, dim});  // the indexer's FP4 queries
+      cpu::fp4_fake_quant(flat, 32, ops::fp4_scale::ue8m0);
+      const tensor keys = test::randn({entries, dim});
+      const tensor w = test::randn({tokens, heads});
+      tensor packed = tensor::empty({entries, std::int64_t(f.row_bytes())}, dtype::u8);
+      cpu::encode_cache_rows(keys, f, packed);
+      tensor keys_dec = tensor::empty({entries, dim}, dtype::f32);
+      cpu::decode_cache_rows(packed, f, keys_dec);
+      const dbuf dq(q), dw(w), dk(keys), dp(packed);
+      for (bool use_packed : {false, true}) {
+        const tensor want = cpu::index_scores(q, use_packed ? keys_dec : keys, w);
+        dbuf out(want.nbytes());
+        cuda::index_scores_params p;
+        p.q = dq.get<float>();
+        p.weights = dw.get<float>();
+        p.keys = {use_packed ? dp.get() : dk.get(), entries, use_packed, f};
+        p.scores = out.get<float>();
+        p.tokens = tokens;
+        p.heads = heads;
+        p.dim = dim;
+        cuda::launch_index_scores(p, nullptr);
+        const tensor got = out.to_host(want.shape(), dtype::f32);
+        CHECK(test::max_scaled_err(got, want, 1e-4, 1e-3) <= 1.0);
+      }
+    }
+}
+
+/// Scores on a coarse grid (many ties) with some -inf.
+tensor tie_scores(std::int64_t rows, std::int64_t n) {
+  tensor s = tensor::empty({rows, n}, dtype::f32);
+  std::uniform_int_distribution<int> v(-40, 40);
+  for (std::int64_t i = 0; i < s.numel(); ++i) {
+    const int x = v(test::rng());
+    s.data<float>()[i] = x == -40 ? -INFINITY : float(x) * 0.25f;
+  }
+  return s;
+}
+
+TEST_CASE("cuda topk and masked_topk: the CPU's picks and order exactly") {
+  DI_REQUIRE_GPU();
+  struct shape {
+    std::int64_t rows, n;
+    int k;
+  };
+  for (const shape& sh : {shape{1, 1, 1}, shape{3, 5, 5}, shape{4, 1000, 512}, shape{2, 5000, 2048},
+                          shape{5, 3000, 1}, shape{0, 10, 3}, shape{2, 70000, 512}}) {
+    CAPTURE(sh.n);
+    CAPTURE(sh.k);
+    const tensor s = sh.n > 4000 ? test::randn({sh.rows, sh.n}) : tie_scores(sh.rows, sh.n);
+    const dbuf ds(s);
+    dbuf out(std::size_t(sh.rows) * sh.k * 4);
+    cuda::topk_params p;
+    p.scores = ds.get<float>();
+    p.out = out.get<std::int32_t>();
+    p.rows = sh.rows;
+    p.n = sh.n;
+    p.k = sh.k;
+    cuda::launch_topk(p, nullptr);
+    CHECK(ints(out.to_host({sh.rows, sh.k}, dtype::i32)) == ints(cpu::topk(s, sh.k)));
+
+    // masked: visible prefix per row and a random allowed mask
+    tensor visible = tensor::empty({sh.rows}, dtype::i64);
+    tensor allowed = tensor::empty({sh.rows, sh.n}, dtype::u8);
+    std::uniform_int_distribution<std::int64_t> vis(0, sh.n);
+    for (std::int64_t r = 0; r < sh.rows; ++r) visible.data<std::int64_t>()[r] = vis(test::rng());
+    for (std::int64_t i = 0; i < allowed.numel(); ++i)
+      allowed.data<std::uint8_t>()[i] = std::uint8_t(test::rng()() % 4 != 0);
+    const dbuf dv(visible), da(allowed);
+    for (bool with_allowed : {false, true}) {
+      out.poison();
+      p.visible = dv.get<std::int64_t>();
+      p.allowed = with_allowed ? da.get<std::uint8_t>() : nullptr;
+      cuda::launch_topk(p, nullptr);
+      CHECK(ints(out.to_host({sh.rows, sh.k}, dtype::i32)) ==
+            ints(cpu::masked_topk(s, visible, with_allowed ? allowed : tensor(), sh.k)));
+    }
+  }
+  cuda::topk_params bad;
+  bad.rows = 1;
+  bad.n = 3;
+  bad.k = 4;
+  CHECK_THROWS_AS(cuda::launch_topk(bad, nullptr), error);
+}
+
+TEST_CASE("cuda candidate_blocks: the CPU's kept entries exactly") {
+  DI_REQUIRE_GPU();
+  for (std::int64_t entries : {1, 17, 1000, 20000}) {
+    CAPTURE(entries);
+    const std::int64_t tokens = 3;
+    const int block = 8, topk_blocks = 64;
+    const tensor s = test::randn({tokens, entries});
+    tensor visible = tensor::empty({tokens}, dtype::i64);
+    std::uniform_int_distribution<std::int64_t> vis(0, entries);
+    for (std::int64_t t = 0; t < tokens; ++t) visible.data<std::int64_t>()[t] = vis(test::rng());
+    const dbuf ds(s), dv(visible);
+    dbuf keep(std::size_t(tokens * entries));
+    dbuf work(cuda::candidate_blocks_work_bytes(tokens, entries, block, topk_blocks));
+    cuda::launch_candidate_blocks({ds.get<float>(), dv.get<std::int64_t>(),
+                                   keep.get<std::uint8_t>(), tokens, entries, topk_blocks, block,
+                                   work.get()},
+                                  nullptr);
+    const tensor want = cpu::candidate_blocks(s, visible, topk_blocks, block);
+    CHECK(test::bytes_equal(keep.to_host(want.shape(), dtype::u8), want));
+  }
+}
+
+TEST_CASE("cuda route: same experts as the CPU, weights to fp32 rounding") {
+  DI_REQUIRE_GPU();
+  struct cfg {
+    int experts, k;
+    bool bias, fixed, normalize;
+    float eps, temp;
+  };
+  for (const cfg& c : {cfg{384, 6, true, false, true, 1e-20f, 1.0f},
+                       cfg{256, 6, true, true, true, 0.0f, 1.0f},
+                       cfg{256, 8, false, false, false, 0.0f, 0.7f}, cfg{5, 1, true, false, false, 0, 1}}) {
+    for (std::int64_t tokens : {0, 1, 37}) {
+      CAPTURE(c.experts);
+      CAPTURE(tokens);
+      const tensor logits = test::randn({tokens, c.experts}, 3.0f);
+      const tensor bias = test::randn({c.experts}, 0.3f);
+      tensor fixed = tensor::empty({tokens, c.k}, dtype::i32);
+      for (std::int64_t i = 0; i < fixed.numel(); ++i)
+        fixed.data<std::int32_t>()[i] = std::int32_t(test::rng()() % unsigned(c.experts));
+      const ops::router_params rp{c.k, c.temp, 1.5f, c.normalize, c.eps};
+      const ops::routing want =
+          cpu::route(logits, c.bias ? bias : tensor(), c.fixed ? fixed : tensor(), rp);
+      const dbuf dl(logits), db(bias), df(fixed);
+      dbuf w(std::size_t(tokens) * c.k * 4), e(std::size_t(tokens) * c.k * 4);
+      cuda::route_params p;
+      p.logits = dl.get<float>();
+      p.bias = c.bias ? db.get<float>() : nullptr;
+      p.fixed = c.fixed ? df.get<std::int32_t>() : nullptr;
+      p.weights = w.get<float>();
+      p.experts_out = e.get<std::int32_t>();
+      p.tokens = tokens;
+      p.experts = c.experts;
+      p.top_k = c.k;
+      p.gate_temp = c.temp;
+      p.route_scale = 1.5f;
+      p.normalize = c.normalize;
+      p.normalize_eps = c.eps;
+      cuda::launch_route(p, nullptr);
+      CHECK(ints(e.to_host({tokens, c.k}, dtype::i32)) == ints(want.experts));
+      CHECK(test::max_scaled_err(w.to_host({tokens, c.k}, dtype::f32), want.weights, 1e-5, 1e-7) <=
+            1.0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace di
