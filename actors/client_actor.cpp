@@ -86,18 +86,8 @@ void on_events(self_ptr self, client_events& msg) {
     auto it = st.live.find(e.request_id);
     if (it == st.live.end()) continue;
     request_outcome& out = it->second;
-    if (out.first_token_seconds < 0 && !e.token_ids.empty())
-      out.first_token_seconds = double(now_ns() - st.started_ns[e.request_id]) * 1e-9;
-    out.output_ids.insert(out.output_ids.end(), e.token_ids.begin(), e.token_ids.end());
-    out.text += e.text;
+    add_event(out, e, double(now_ns() - st.started_ns[e.request_id]) * 1e-9);
     if (st.params.on_text && !e.text.empty()) st.params.on_text(out.index, e.text);
-    out.logprobs.insert(out.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
-    out.prompt_logprobs.insert(out.prompt_logprobs.end(), e.prompt_logprobs.begin(),
-                               e.prompt_logprobs.end());
-    out.status = e.status;
-    if (!e.error.empty()) out.error = e.error;
-    if (e.stop_token) out.stop_token = e.stop_token;
-    if (!e.stop_string.empty()) out.stop_string = e.stop_string;
     if (e.is_finished()) finish(self, e.request_id);
   }
   submit_more(self);
@@ -128,6 +118,18 @@ client_handle::behavior_type client_impl(self_ptr self, client_params params) {
 }
 
 }  // namespace
+
+void add_event(request_outcome& out, const runtime::token_event& e, double seconds) {
+  if (out.first_token_seconds < 0 && !e.token_ids.empty()) out.first_token_seconds = seconds;
+  out.output_ids.insert(out.output_ids.end(), e.token_ids.begin(), e.token_ids.end());
+  out.text += e.text;
+  out.logprobs.insert(out.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
+  out.prompt_logprobs.insert(out.prompt_logprobs.end(), e.prompt_logprobs.begin(), e.prompt_logprobs.end());
+  out.status = e.status;
+  if (!e.error.empty()) out.error = e.error;
+  if (e.stop_token) out.stop_token = e.stop_token;
+  if (!e.stop_string.empty()) out.stop_string = e.stop_string;
+}
 
 std::string request_outcome::finish_reason() const {
   const std::string_view r = runtime::finish_reason_of(status);

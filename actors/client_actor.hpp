@@ -2,7 +2,8 @@
 // flight, assembles each request's events into an outcome (the fields of `generate --json`)
 // and hands it to a callback as soon as the request ends. It monitors the router: if the
 // router goes away, every unfinished request ends with an error saying so. It stops when every
-// request has an outcome. Used by `deepinfer client`, in-process callers and the tests.
+// request has an outcome. Used by `deepinfer client`, in-process callers and the tests; front
+// ends that submit one request at a time from their own threads use client_session.hpp.
 #pragma once
 
 #include "actors/messages.hpp"
@@ -35,6 +36,10 @@ struct request_outcome {
   /// "stop", "length", "abort" or "error" (a refusal is an error).
   std::string finish_reason() const;
 };
+
+/// Adds one event of a request to its outcome (tokens, text, logprobs, status, error, stop
+/// reason); `seconds` since submit becomes first_token_seconds at the first tokens.
+void add_event(request_outcome& out, const runtime::token_event& e, double seconds);
 
 struct client_params {
   router_actor router;

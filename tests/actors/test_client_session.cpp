@@ -1,0 +1,109 @@
+// The client session, the seam for front ends: submits from several threads stream their
+// events and end with the outputs the batch client gets; abort works mid-decode; refusals
+// and a lost router reach the callbacks; destroying a session aborts what it left live.
+#include "tests/actors/actor_test_util.hpp"
+
+#include "actors/client_session.hpp"
+
+#include <mutex>
+#include <thread>
+
+namespace di::test {
+
+TEST_CASE("client session: submits from several threads stream and equal the batch client") {
+  test_system ts;
+  const cluster_config c = toy_config({"model.toy.step_ms=1"});
+  actors::local_cluster cluster(ts.sys, {.config = c, .assets = toy_assets(c)});
+  std::vector<actors::submit_request> reqs;
+  for (int i = 0; i < 12; ++i)
+    reqs.push_back(ids_request(random_prompt(40 + std::uint64_t(i), 5 + 7 * i), 3 + i, i % 2 == 0, std::uint64_t(i)));
+  const auto expected = actors::run_requests(ts.sys, cluster.router(), reqs, 12);
+
+  actors::client_session session(ts.sys, cluster.router());
+  std::mutex mutex;
+  std::vector<std::vector<std::int32_t>> streamed(reqs.size());
+  std::vector<int> num_final(reqs.size(), 0);
+  std::vector<std::future<actors::request_outcome>> futures(reqs.size());
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t)
+    threads.emplace_back([&, t] {
+      for (std::size_t i = std::size_t(t); i < reqs.size(); i += 3)
+        futures[i] = session.submit(reqs[i], [&, i](const runtime::token_event& e) {
+          std::lock_guard lock(mutex);
+          streamed[i].insert(streamed[i].end(), e.token_ids.begin(), e.token_ids.end());
+          num_final[i] += e.is_finished();
+        });
+    });
+  for (auto& t : threads) t.join();
+  for (std::size_t i = 0; i < reqs.size(); ++i) {
+    const actors::request_outcome out = futures[i].get();
+    CAPTURE(i);
+    CHECK(out.reply.accepted);
+    CHECK(out.finish_reason() == "length");
+    CHECK(out.output_ids == expected[i].output_ids);
+    CHECK(out.text == expected[i].text);
+    std::lock_guard lock(mutex);
+    CHECK(streamed[i] == out.output_ids);
+    CHECK(num_final[i] == 1);
+  }
+  CHECK(session.num_live() == 0);
+}
+
+TEST_CASE("client session: abort mid-decode, refusals, and the destructor aborts what is live") {
+  test_system ts;
+  const cluster_config c = toy_config({"model.toy.step_ms=5", "kv.enable_prefix_caching=false"});
+  actors::local_cluster cluster(ts.sys, {.config = c, .assets = toy_assets(c)});
+  const std::int64_t free_at_start = cluster.status().groups[0].stats.num_free_blocks;
+  {
+    actors::client_session session(ts.sys, cluster.router());
+    std::atomic<int> tokens{0};
+    std::promise<actors::submit_reply> reply;
+    std::promise<actors::request_outcome> done;
+    const std::uint64_t id = session.submit(
+        ids_request(random_prompt(50, 20), 2000),
+        {.on_reply = [&](const actors::submit_reply& r) { reply.set_value(r); },
+         .on_event = [&](const runtime::token_event& e) { tokens += int(e.token_ids.size()); },
+         .on_finished = [&](const actors::request_outcome& o) { done.set_value(o); }});
+    CHECK(reply.get_future().get().accepted);
+    REQUIRE(wait_for([&] { return tokens.load() >= 5; }));
+    session.abort(id);
+    const actors::request_outcome out = done.get_future().get();
+    CHECK(out.finish_reason() == "abort");
+    CHECK(out.output_ids.size() >= 5);
+    CHECK(out.output_ids.size() < 2000);
+
+    auto refused = session.submit(ids_request({0, 999999}, 4)).get();  // outside the vocabulary
+    CHECK(refused.finish_reason() == "error");
+    CHECK_FALSE(refused.reply.accepted);
+    CHECK(refused.error.find("outside the vocabulary") != std::string::npos);
+
+    session.submit(ids_request(random_prompt(51, 20), 2000), actors::request_callbacks{});
+    REQUIRE(wait_for([&] { return cluster.status().groups[0].stats.num_running == 1; }));
+    CHECK(session.num_live() == 1);
+  }  // the session goes away with a live request: the router aborts it
+  CHECK(wait_for([&] { return cluster.status().groups[0].stats.num_running == 0; }));
+  const auto s = cluster.status();
+  CHECK(s.groups[0].stats.counters.num_aborts == 2);
+  CHECK(wait_for([&] { return cluster.status().groups[0].stats.num_free_blocks == free_at_start; }));
+}
+
+TEST_CASE("client session: a lost router fails live requests and refuses new ones at once") {
+  test_system ts;
+  const cluster_config c = toy_config({"model.toy.step_ms=5"});
+  actors::local_cluster cluster(ts.sys, {.config = c, .assets = toy_assets(c)});
+  actors::client_session session(ts.sys, cluster.router());
+  auto live = session.submit(ids_request(random_prompt(60, 10), 2000));
+  REQUIRE(wait_for([&] { return cluster.status().groups[0].stats.num_running == 1; }));
+  caf::scoped_actor self{ts.sys};
+  self->send_exit(cluster.router(), caf::exit_reason::kill);
+  REQUIRE(live.wait_for(std::chrono::seconds(5)) == std::future_status::ready);
+  const actors::request_outcome out = live.get();
+  CHECK(out.finish_reason() == "error");
+  CHECK(out.error.find("lost the router") != std::string::npos);
+  const auto t0 = std::chrono::steady_clock::now();
+  const actors::request_outcome later = session.submit(ids_request({0, 5}, 4)).get();
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1));
+  CHECK(later.error.find("lost the router") != std::string::npos);
+}
+
+}  // namespace di::test
