@@ -1,0 +1,171 @@
+// `deepinfer serve`: the OpenAI-compatible HTTP server (server/). Three ways to run it:
+//   serve --model DIR                 one process: the model's cluster runs in-process
+//   serve --config FILE --in-process  one process: the cluster file's groups run in-process
+//   serve --config FILE               a front end of a cluster started with `deepinfer launch
+//                                     FILE` (it connects to the file's router as a client)
+// Settings come from the file's [server] section, `--set server.key=value` and
+// DEEPINFER_API_KEY. Prints `ready: http://HOST:PORT` once it can serve; SIGINT/SIGTERM stop it.
+#include "actors/local_cluster.hpp"
+#include "actors/logging.hpp"
+#include "actors/node_runtime.hpp"
+#include "cli/command.hpp"
+#include "common/error.hpp"
+#include "server/http_server.hpp"
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <fmt/format.h>
+
+#include <csignal>
+#include <filesystem>
+#include <thread>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct serve_options {
+  std::string model;
+  std::string config;
+  bool in_process = false;
+  std::vector<std::string> sets;
+  std::string host;
+  int port = -1;
+  std::vector<std::string> api_keys;
+  std::string served_name;
+};
+
+/// The cluster file `serve --model DIR` runs: one node, one group, one CPU executor.
+std::string single_process_toml(const std::string& model) {
+  return fmt::format("[model]\npath = {}\n[logging]\nstatus_interval_s = 0\n[[nodes]]\nhost = \"127.0.0.1\"\n"
+                     "port = 1\n[[groups]]\nscheduler = 0\nexecutors = [0]\n",
+                     nlohmann::json(model).dump());
+}
+
+struct loaded_config {
+  di::cluster_config cluster;
+  di::server::server_settings server;
+};
+
+loaded_config load(const serve_options& o) {
+  DI_CHECK(o.model.empty() != o.config.empty(), "give exactly one of --model and --config");
+  const auto split = di::server::split_server_overrides(o.sets);
+  loaded_config out;
+  if (!o.model.empty()) {
+    DI_CHECK(fs::exists(fs::path(o.model) / "config.json"), "--model {}: no config.json there", o.model);
+    out.cluster = di::parse_cluster_config(single_process_toml(o.model), split.cluster, "--model");
+    di::server::apply_server_overrides(out.server, split.server);
+  } else {
+    di::server::server_file f = di::server::read_server_file(o.config, split.server);
+    out.cluster = di::parse_cluster_config(f.cluster_toml, split.cluster, o.config);
+    out.server = std::move(f.settings);
+  }
+  if (!o.host.empty()) out.server.host = o.host;
+  if (o.port >= 0) out.server.port = std::uint16_t(o.port);
+  for (const std::string& k : o.api_keys) out.server.api_keys.push_back(k);
+  if (!o.served_name.empty()) out.server.model_name = o.served_name;
+  di::server::apply_server_env(out.server);
+  di::server::validate(out.server);
+  return out;
+}
+
+di::server::served_model served_model_of(const loaded_config& c, const di::actors::model_assets& assets) {
+  di::server::served_model m;
+  m.name = c.server.model_name;
+  if (m.name.empty()) {
+    fs::path p(c.cluster.model.path);
+    if (!p.has_filename()) p = p.parent_path();
+    m.name = p.empty() ? std::string("deepinfer") : p.filename().string();
+  }
+  m.tokenizer = assets.tokenizer;
+  m.created_unix = std::int64_t(std::time(nullptr));
+  try {
+    std::string dir = c.cluster.tokenizer_dir();
+    DI_CHECK(!dir.empty(), "no tokenizer folder");
+    m.chat_template = std::make_shared<const di::tokenizer_chat_template>(di::tokenizer_chat_template::load(dir));
+  } catch (const std::exception& e) {
+    m.chat_template_error = e.what();
+  }
+  return m;
+}
+
+/// Connects to the running cluster's router, retrying until cluster.startup_timeout_s.
+di::actors::router_actor connect(caf::actor_system& sys, const di::cluster_config& c) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(c.cluster.startup_timeout_s);
+  while (true) {
+    try {
+      return di::actors::connect_router(sys, di::actors::network_settings_of(c), c.router.host, c.router.port);
+    } catch (const di::error& e) {
+      if (std::chrono::steady_clock::now() > deadline) throw;
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+  }
+}
+
+/// Blocks SIGINT/SIGTERM in every thread started from here on; wait_for_signal() takes them.
+sigset_t block_stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return set;
+}
+
+void run_serve(const serve_options& o) {
+  const loaded_config c = load(o);
+  di::actors::configure_logging(c.cluster.logging.level, c.cluster.logging.file, "serve");
+  const sigset_t stop_signals = block_stop_signals();
+  const di::actors::model_assets assets = di::actors::load_model_assets(c.cluster);
+  di::actors::process_config cfg(di::actors::network_settings_of(c.cluster));
+  caf::actor_system sys{cfg};
+  std::unique_ptr<di::actors::local_cluster> cluster;
+  di::actors::router_actor router;
+  if (o.model.empty() && !o.in_process) {
+    router = connect(sys, c.cluster);
+  } else {
+    cluster = std::make_unique<di::actors::local_cluster>(sys, di::actors::local_cluster_params{c.cluster, assets, {}});
+    router = caf::actor_cast<di::actors::router_actor>(cluster->router());
+  }
+  di::server::engine engine(sys, router);
+  auto ctx = std::make_unique<di::server::server_context>();
+  ctx->settings = c.server;
+  ctx->cluster = &engine;
+  ctx->model = served_model_of(c, assets);
+  auto server = std::make_unique<di::server::http_server>(*ctx);
+  server->start();
+  std::fprintf(stdout, "ready: http://%s:%u\n", c.server.host.c_str(), unsigned(server->port()));
+  std::fflush(stdout);
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  std::fprintf(stderr, "serve: stopping (signal %d)\n", sig);
+  server->stop();
+  engine.shutdown();
+  if (cluster) cluster->shutdown();
+  sys.await_all_actors_done();
+  // Jobs still holding connections end with the actor system; the I/O objects go last.
+  server.reset();
+}
+
+void setup_serve(CLI::App& app) {
+  auto o = std::make_shared<serve_options>();
+  auto* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server (completions, chat, streaming, "
+                                 "metrics); prints `ready: http://HOST:PORT` when it can serve");
+  sub->add_option("--model", o->model, "Checkpoint folder: serve it from this process (one CPU executor)");
+  sub->add_option("--config", o->config, "Cluster file with a [server] section: front end of the cluster "
+                  "`deepinfer launch FILE` runs (or of its groups in-process with --in-process)");
+  sub->add_flag("--in-process", o->in_process, "With --config: run the file's groups in this process");
+  sub->add_option("--set", o->sets, "Override a key: --set server.port=8001, --set scheduler.max_num_running=64 "
+                  "(repeatable)");
+  sub->add_option("--host", o->host, "Listen address (server.host; default 127.0.0.1)");
+  sub->add_option("--port", o->port, "Listen port (server.port; default 8000; 0 = any free port)");
+  sub->add_option("--api-key", o->api_keys, "Accepted bearer key (repeatable; also server.api_keys and "
+                  "DEEPINFER_API_KEY); none = no authentication");
+  sub->add_option("--served-model-name", o->served_name, "Model id clients use (server.model_name; default: "
+                  "the model folder's name)");
+  sub->callback([o] { run_serve(*o); });
+}
+
+}  // namespace
+
+DI_REGISTER_COMMAND(setup_serve);

@@ -1,0 +1,34 @@
+// An OpenAI error object ({"error": {"message", "type", "param", "code"}}) with its HTTP
+// status, thrown by request parsing and turned into a response by the HTTP layer.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <stdexcept>
+#include <string>
+
+namespace di::server {
+
+struct api_error : std::runtime_error {
+  int status = 400;
+  std::string type = "invalid_request_error";
+  std::string param;  ///< the offending request field; empty = none
+  std::string code;   ///< machine-readable; empty = null
+
+  api_error(int status_, std::string message, std::string param_ = {}, std::string code_ = {},
+            std::string type_ = {})
+      : std::runtime_error(std::move(message)), status(status_), param(std::move(param_)),
+        code(std::move(code_)) {
+    type = !type_.empty() ? type_ : default_type(status_);
+  }
+
+  /// OpenAI's type for a status ("invalid_request_error", "authentication_error", ...).
+  static std::string default_type(int status);
+  /// The response body.
+  nlohmann::json body() const;
+};
+
+/// Throws api_error(400, message, param).
+[[noreturn]] void bad_param(const std::string& param, const std::string& message);
+
+}  // namespace di::server

@@ -1,0 +1,200 @@
+// http_session (see http_session.hpp). Responses are serialized by hand (status line, headers,
+// body or chunks) into one write queue, so a complete answer and an SSE stream share one path.
+#include "server/detail/http_session.hpp"
+
+#include "server/api_routes.hpp"
+
+#include <boost/asio/write.hpp>
+#include <boost/beast/http/read.hpp>
+#include <fmt/format.h>
+
+namespace di::server::detail {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+
+namespace {
+
+std::string status_line(int status) {
+  return fmt::format("HTTP/1.1 {} {}\r\n", status, std::string(http::obsolete_reason(http::status(status))));
+}
+
+}  // namespace
+
+http_session::http_session(asio::ip::tcp::socket&& socket, server_context& ctx)
+    : stream_(std::move(socket)), ctx_(ctx) {
+  ++ctx_.num_connections;
+}
+
+http_session::~http_session() { --ctx_.num_connections; }
+
+void http_session::start() {
+  asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->do_read(); });
+}
+
+double http_session::request_age() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - request_start_).count();
+}
+
+void http_session::do_read() {
+  if (!is_open_) return;
+  parser_.emplace();
+  parser_->header_limit(std::uint32_t(ctx_.settings.max_header_bytes));
+  parser_->body_limit(std::uint64_t(ctx_.settings.max_body_bytes));
+  request_ = {};
+  stream_.expires_after(std::chrono::seconds(ctx_.settings.header_timeout_s));
+  http::async_read(stream_, buffer_, *parser_,
+                   [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
+}
+
+void http_session::on_read(beast::error_code ec) {
+  if (ec) return on_read_error(ec);
+  stream_.expires_never();
+  request_ = parser_->release();
+  request_start_ = std::chrono::steady_clock::now();
+  is_responding_ = true;
+  response_ended_ = false;
+  on_gone_ = nullptr;
+  if (!request_.keep_alive()) close_after_ = true;
+  try {
+    handle_request(shared_from_this());
+  } catch (const api_error& e) {
+    if (!response_ended_) respond_error(e);
+  } catch (const std::exception& e) {
+    if (!response_ended_) respond_error(api_error(500, fmt::format("internal error: {}", e.what())));
+  }
+}
+
+void http_session::on_read_error(beast::error_code ec) {
+  if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::eof ||
+      ec == asio::error::connection_reset || ec == asio::error::operation_aborted)
+    return close();
+  close_after_ = true;
+  is_responding_ = true;
+  stream_.expires_never();
+  if (ec == http::error::body_limit)
+    return respond_error(api_error(413, fmt::format("the request body exceeds {} bytes (server.max_body_bytes)",
+                                                    ctx_.settings.max_body_bytes), "", "request_too_large"));
+  if (ec == http::error::header_limit)
+    return respond_error(api_error(431, fmt::format("the request headers exceed {} bytes (server.max_header_bytes)",
+                                                    ctx_.settings.max_header_bytes), "", "headers_too_large"));
+  if (&ec.category() == &http::make_error_code(http::error::bad_target).category())
+    return respond_error(api_error(400, fmt::format("malformed HTTP request: {}", ec.message())));
+  close();
+}
+
+void http_session::respond(int status, const std::string& body, const std::string& content_type,
+                           const header_list& extra) {
+  if (response_ended_) return;
+  response_ended_ = true;
+  ctx_.metrics.on_http_response(status);
+  std::string head = status_line(status);
+  head += fmt::format("Content-Type: {}\r\nContent-Length: {}\r\n", content_type, body.size());
+  for (const auto& [k, v] : extra) head += fmt::format("{}: {}\r\n", k, v);
+  head += close_after_ ? "Connection: close\r\n\r\n" : "Connection: keep-alive\r\n\r\n";
+  queue(head + body);
+}
+
+void http_session::respond_error(const api_error& e, const header_list& extra) {
+  respond(e.status, e.body().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json", extra);
+}
+
+void http_session::begin_stream() {
+  ctx_.metrics.on_http_response(200);
+  queue(status_line(200) +
+        "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n" +
+        (close_after_ ? "Connection: close\r\n\r\n" : "Connection: keep-alive\r\n\r\n"));
+}
+
+void http_session::send(const std::string& data) {
+  if (response_ended_ || data.empty()) return;
+  queue(fmt::format("{:x}\r\n", data.size()) + data + "\r\n");
+}
+
+void http_session::end_stream() {
+  if (response_ended_) return;
+  response_ended_ = true;
+  queue("0\r\n\r\n");
+}
+
+void http_session::queue(std::string bytes) {
+  if (!is_open_) return;
+  pending_ += bytes;
+  flush();
+}
+
+void http_session::flush() {
+  if (is_writing_ || pending_.empty() || !is_open_) {
+    if (!is_writing_ && pending_.empty() && response_ended_ && is_responding_) response_done();
+    return;
+  }
+  is_writing_ = true;
+  writing_.swap(pending_);
+  pending_.clear();
+  asio::async_write(stream_.socket(), asio::buffer(writing_),
+                    [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_written(ec); });
+}
+
+void http_session::on_written(beast::error_code ec) {
+  is_writing_ = false;
+  writing_.clear();
+  if (ec) return gone();
+  flush();
+}
+
+void http_session::response_done() {
+  is_responding_ = false;
+  on_gone_ = nullptr;
+  if (close_after_) return linger_close();
+  do_read();
+}
+
+void http_session::linger_close() {
+  // Half-close, then drain what the client still sends (e.g. the rest of an oversized body)
+  // for a moment, so that it reads our answer instead of a reset.
+  beast::error_code ec;
+  stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ec);
+  stream_.expires_after(std::chrono::seconds(2));
+  drain_.resize(16384);
+  stream_.async_read_some(asio::buffer(drain_), [self = shared_from_this()](beast::error_code ec, std::size_t) {
+    if (ec) return self->close();
+    self->linger_close();
+  });
+}
+
+void http_session::watch_disconnect(std::function<void()> on_gone) {
+  on_gone_ = std::move(on_gone);
+  arm_watch();
+}
+
+void http_session::arm_watch() {
+  if (is_watching_ || !is_open_) return;
+  is_watching_ = true;
+  stream_.socket().async_wait(asio::ip::tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
+    self->is_watching_ = false;
+    if (!self->is_responding_) return;  // a stale wait: the next request has its own read
+    beast::error_code aec;
+    const std::size_t available = self->stream_.socket().available(aec);
+    if (ec || aec || available == 0) self->gone();
+    // available > 0: the client pipelined its next request; it waits in the socket.
+  });
+}
+
+void http_session::gone() {
+  if (!is_open_) return;
+  auto on_gone = std::move(on_gone_);
+  on_gone_ = nullptr;
+  close();
+  if (on_gone) on_gone();
+}
+
+void http_session::close() {
+  if (!is_open_) return;
+  is_open_ = false;
+  beast::error_code ec;
+  stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ec);
+  stream_.socket().close(ec);
+}
+
+}  // namespace di::server::detail

@@ -1,0 +1,128 @@
+// engine and the job actor (see engine.hpp). A job actor submits every generation of its job
+// at once, forwards replies and events to the job's sink, turns an abort into one abort per
+// live generation at the router, ends its generations with an error if the router goes down,
+// and quits when all of them have ended.
+#include "server/engine.hpp"
+
+#include <caf/all.hpp>
+
+#include <set>
+
+namespace di::server {
+
+namespace {
+
+using actors::client_handle;
+
+constexpr auto submit_timeout = std::chrono::seconds(60);
+constexpr std::uint64_t all_requests = std::uint64_t(-1);
+
+struct job_state {
+  static inline const char* name = "http_job";
+  job_state() = default;
+  actors::router_actor router;
+  std::shared_ptr<job_sink> sink;
+  std::set<std::uint64_t> live;  // submitted, not ended
+  bool is_aborted = false;
+};
+
+using job_self = client_handle::stateful_pointer<job_state>;
+
+void end(job_self self, std::uint64_t index) {
+  self->state.live.erase(index);
+  if (self->state.live.empty()) self->quit();
+}
+
+void fail(job_self self, std::uint64_t index, const std::string& why) {
+  runtime::token_event e{.request_id = index, .status = runtime::sequence_status::finished_error, .error = why};
+  self->state.sink->on_events(index, {std::move(e)});
+  end(self, index);
+}
+
+void submit(job_self self, actors::submit_request req) {
+  const std::uint64_t index = req.id;
+  self->request(self->state.router, submit_timeout, std::move(req))
+      .then(
+          [=](actors::submit_reply& reply) {
+            if (!self->state.live.contains(index)) return;
+            const bool accepted = reply.accepted;
+            self->state.sink->on_reply(index, std::move(reply));
+            if (!accepted) return end(self, index);
+            if (self->state.is_aborted) self->send(self->state.router, actors::abort_request{index});
+          },
+          [=](caf::error& err) {
+            if (!self->state.live.contains(index)) return;
+            self->state.sink->on_reply(
+                index, {.accepted = false, .error = "the router did not answer: " + actors::describe(err)});
+            end(self, index);
+          });
+}
+
+client_handle::behavior_type job_impl(job_self self, actors::router_actor router,
+                                      std::vector<actors::submit_request> requests,
+                                      std::shared_ptr<job_sink> sink) {
+  self->state.router = std::move(router);
+  self->state.sink = std::move(sink);
+  self->monitor(self->state.router);
+  self->set_down_handler([=](caf::down_msg& dm) {
+    const std::string why = "lost the router: " + actors::describe(dm.reason);
+    for (std::uint64_t index : std::set<std::uint64_t>(self->state.live)) fail(self, index, why);
+  });
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    requests[i].id = i;
+    self->state.live.insert(i);
+  }
+  for (actors::submit_request& r : requests) submit(self, std::move(r));
+  return {
+      [=](actors::client_events& msg) {
+        std::map<std::uint64_t, std::vector<runtime::token_event>> by_index;
+        for (runtime::token_event& e : msg.events)
+          if (self->state.live.contains(e.request_id)) by_index[e.request_id].push_back(std::move(e));
+        for (auto& [index, events] : by_index) {
+          const bool finished = events.back().is_finished();
+          self->state.sink->on_events(index, std::move(events));
+          if (finished) end(self, index);
+        }
+      },
+      [=](actors::abort_request& msg) {
+        self->state.is_aborted = true;
+        for (std::uint64_t index : self->state.live)
+          if (msg.id == all_requests || msg.id == index) self->send(self->state.router, actors::abort_request{index});
+      },
+  };
+}
+
+}  // namespace
+
+void job_handle::abort() { caf::anon_send(actor_, actors::abort_request{all_requests}); }
+
+engine::engine(caf::actor_system& sys, actors::router_actor router) : sys_(sys), router_(std::move(router)) {}
+
+std::shared_ptr<job_handle> engine::submit(std::vector<actors::submit_request> requests,
+                                           std::shared_ptr<job_sink> sink) {
+  auto actor = sys_.spawn(job_impl, router_, std::move(requests), std::move(sink));
+  std::lock_guard lock(mutex_);
+  if (jobs_.size() >= prune_at_) {
+    std::erase_if(jobs_, [](const caf::actor_addr& a) { return !caf::actor_cast<caf::actor>(a); });
+    prune_at_ = std::max<std::size_t>(64, 2 * jobs_.size());
+  }
+  jobs_.push_back(actor.address());
+  return std::make_shared<job_handle>(std::move(actor));
+}
+
+void engine::shutdown() {
+  std::lock_guard lock(mutex_);
+  for (const caf::actor_addr& a : jobs_)
+    if (auto actor = caf::actor_cast<caf::actor>(a)) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+  jobs_.clear();
+}
+
+void engine::fetch_status(std::function<void(std::optional<actors::cluster_status>, std::string)> done) {
+  sys_.spawn([router = router_, done = std::move(done)](caf::event_based_actor* self) {
+    self->request(router, std::chrono::seconds(5), actors::status_atom::value)
+        .then([=](actors::cluster_status& s) { done(std::move(s), {}); },
+              [=](caf::error& err) { done(std::nullopt, actors::describe(err)); });
+  });
+}
+
+}  // namespace di::server

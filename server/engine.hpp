@@ -1,0 +1,61 @@
+// The HTTP front end's door into the cluster: a thread-safe submit of one HTTP request's
+// generations (n choices x prompts) whose token events arrive through a callback, an abort
+// that works from any thread, and the router's status. Each submitted job is one small CAF
+// actor (server/job_actor.cpp) that is the router's client for that job: the router monitors
+// it, so a job actor that dies also ends its requests. Bulk data never goes through here.
+#pragma once
+
+#include "actors/client_actor.hpp"
+
+#include <caf/actor_system.hpp>
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace di::server {
+
+/// Receives a job's answers. Called on CAF threads, one call at a time per job, in order.
+class job_sink {
+ public:
+  virtual ~job_sink() = default;
+  /// The router's answer to generation `index` (accepted, or refused with a message).
+  virtual void on_reply(std::size_t index, actors::submit_reply reply) = 0;
+  /// Token events of generation `index`; the last one is finished.
+  virtual void on_events(std::size_t index, std::vector<runtime::token_event> events) = 0;
+};
+
+/// A running job: abort() ends every generation that has not ended (thread-safe).
+class job_handle {
+ public:
+  explicit job_handle(actors::client_handle actor) : actor_(std::move(actor)) {}
+  void abort();
+
+ private:
+  actors::client_handle actor_;
+};
+
+class engine {
+ public:
+  engine(caf::actor_system& sys, actors::router_actor router);
+
+  /// Starts `requests` (their ids are replaced by their index). Thread-safe.
+  std::shared_ptr<job_handle> submit(std::vector<actors::submit_request> requests,
+                                     std::shared_ptr<job_sink> sink);
+  /// The router's status, or the error; the callback runs on a CAF thread.
+  void fetch_status(std::function<void(std::optional<actors::cluster_status>, std::string)> done);
+  /// Stops every job actor still running (the router aborts their requests).
+  void shutdown();
+
+ private:
+  caf::actor_system& sys_;
+  actors::router_actor router_;
+  std::mutex mutex_;
+  std::vector<caf::actor_addr> jobs_;  // pruned of ended jobs as it grows
+  std::size_t prune_at_ = 64;
+};
+
+}  // namespace di::server

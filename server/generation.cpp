@@ -1,0 +1,330 @@
+// The generation of one HTTP request (see generation.hpp).
+#include "server/generation.hpp"
+
+#include "runtime/sequence_status.hpp"
+
+#include <boost/asio/post.hpp>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <random>
+
+namespace di::server {
+
+namespace {
+
+using json = nlohmann::json;
+using clock_type = std::chrono::steady_clock;
+
+struct choice_state {
+  std::size_t prompt = 0;  ///< which prompt it continues
+  bool is_accepted = false;
+  bool is_ended = false;   ///< its final event (or refusal) arrived
+  std::vector<std::int32_t> prompt_ids;
+  choice_output out;
+  std::string error;
+  clock_type::time_point last_token;
+  bool has_token = false;
+};
+
+std::string random_id(const char* prefix) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return fmt::format("{}{:016x}{:08x}", prefix, rng(), std::uint32_t(rng()));
+}
+
+class generation : public job_sink, public std::enable_shared_from_this<generation> {
+ public:
+  generation(std::shared_ptr<detail::http_session> session, generation_request request)
+      : session_(std::move(session)), ctx_(session_->context()), req_(std::move(request)) {
+    header_ = {.id = random_id(req_.kind == api_kind::chat ? "chatcmpl-" : "cmpl-"),
+               .created = std::int64_t(std::time(nullptr)),
+               .model = ctx_.model.name,
+               .kind = req_.kind};
+  }
+
+  void start() {
+    std::vector<actors::submit_request> subs;
+    for (std::size_t p = 0; p < req_.prompts.size(); ++p)
+      for (int j = 0; j < req_.n; ++j) {
+        actors::submit_request s{.prompt = req_.prompts[p].text, .prompt_ids = req_.prompts[p].ids, .params = req_.params};
+        if (req_.params.seed) s.params.seed = *req_.params.seed + std::uint64_t(j);
+        if (req_.logprobs) s.params.logprobs = *req_.logprobs;
+        if (req_.echo && req_.logprobs) s.params.prompt_logprobs = *req_.logprobs;
+        choices_.push_back({.prompt = p});
+        subs.push_back(std::move(s));
+      }
+    auto self = shared_from_this();
+    session_->watch_disconnect([self] { self->on_client_gone(); });
+    job_ = ctx_.cluster->submit(std::move(subs), self);
+  }
+
+  // job_sink: on a CAF thread; hop to the connection's strand.
+  void on_reply(std::size_t index, actors::submit_reply reply) override {
+    boost::asio::post(session_->executor(), [self = shared_from_this(), index, reply = std::move(reply)]() mutable {
+      self->handle_reply(index, std::move(reply));
+    });
+  }
+  void on_events(std::size_t index, std::vector<runtime::token_event> events) override {
+    boost::asio::post(session_->executor(), [self = shared_from_this(), index, events = std::move(events)]() mutable {
+      self->handle_events(index, std::move(events));
+    });
+  }
+
+ private:
+  void handle_reply(std::size_t index, actors::submit_reply reply) {
+    choice_state& c = choices_[index];
+    if (!reply.accepted) {
+      c.is_ended = true;
+      c.error = reply.error;
+      fail(refusal_error(reply.error));
+      return ended();
+    }
+    c.is_accepted = true;
+    c.prompt_ids = std::move(reply.prompt_ids);
+    if (++num_accepted_ == choices_.size() && !is_failed_) begin();
+  }
+
+  void handle_events(std::size_t index, std::vector<runtime::token_event> events) {
+    choice_state& c = choices_[index];
+    for (runtime::token_event& e : events) {
+      record_tokens(c, e);
+      const std::size_t first_token = c.out.token_ids.size();
+      c.out.token_ids.insert(c.out.token_ids.end(), e.token_ids.begin(), e.token_ids.end());
+      c.out.text += e.text;
+      const std::size_t first_logprob = c.out.logprobs.size();
+      c.out.logprobs.insert(c.out.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
+      c.out.prompt_logprobs.insert(c.out.prompt_logprobs.end(), e.prompt_logprobs.begin(), e.prompt_logprobs.end());
+      if (e.is_finished()) finish_choice(c, e);
+      if (is_streaming_) stream_delta(index, e.text, first_token, first_logprob);
+      if (e.is_finished()) {
+        c.is_ended = true;
+        ended();
+      }
+    }
+    maybe_complete();
+  }
+
+  void record_tokens(choice_state& c, const runtime::token_event& e) {
+    if (e.token_ids.empty()) return;
+    const auto now = clock_type::now();
+    if (!c.has_token) ctx_.metrics.on_first_token(session_->request_age());
+    else ctx_.metrics.on_tokens(std::int64_t(e.token_ids.size()), std::chrono::duration<double>(now - c.last_token).count());
+    c.has_token = true;
+    c.last_token = now;
+  }
+
+  void finish_choice(choice_state& c, const runtime::token_event& e) {
+    c.out.finish_reason = std::string(runtime::finish_reason_of(e.status));
+    if (c.out.finish_reason.empty()) c.out.finish_reason = "error";
+    if (!e.stop_string.empty()) c.out.stop_reason = e.stop_string;
+    else if (e.stop_token && e.status == runtime::sequence_status::finished_stop) c.out.stop_reason = *e.stop_token;
+    if (e.status == runtime::sequence_status::finished_error) c.error = e.error.empty() ? "generation failed" : e.error;
+    ctx_.metrics.on_request_done(c.out.finish_reason, std::int64_t(c.prompt_ids.size()),
+                                 std::int64_t(c.out.token_ids.size()), session_->request_age());
+  }
+
+  /// Every choice was accepted: open the stream (buffered output goes first) or wait.
+  void begin() {
+    if (!req_.stream) return maybe_complete();
+    session_->begin_stream();
+    is_streaming_ = true;
+    for (std::size_t i = 0; i < choices_.size(); ++i) {
+      choice_state& c = choices_[i];
+      if (req_.kind == api_kind::chat) send_chunk(i, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr);
+      std::string text = c.out.text;
+      if (req_.echo) text = prompt_text(c) + text;
+      if (!text.empty() || !c.out.token_ids.empty() || !c.out.finish_reason.empty())
+        stream_delta_text(i, text, 0, 0);
+    }
+    maybe_complete();
+  }
+
+  void stream_delta(std::size_t index, const std::string& text, std::size_t first_token, std::size_t first_logprob) {
+    stream_delta_text(index, text, first_token, first_logprob);
+  }
+
+  void stream_delta_text(std::size_t index, const std::string& text, std::size_t first_token, std::size_t first_logprob) {
+    choice_state& c = choices_[index];
+    if (!c.error.empty()) return;
+    const bool finished = !c.out.finish_reason.empty();
+    if (text.empty() && !finished && (!req_.logprobs || first_logprob == c.out.logprobs.size())) return;
+    json lp = nullptr;
+    const std::size_t offset = c.out.text.size() >= text.size() ? c.out.text.size() - text.size() : 0;
+    if (req_.logprobs) lp = logprobs_json(c, first_token, first_logprob, offset);
+    json fr = finished ? json(c.out.finish_reason) : json(nullptr);
+    if (req_.kind == api_kind::chat) send_chunk(index, {{"content", text}}, lp, fr);
+    else send_chunk(index, text, lp, fr);
+  }
+
+  void send_chunk(std::size_t index, json delta_or_text, json logprobs, json finish_reason) {
+    json choice = {{"index", index}};
+    if (req_.kind == api_kind::chat) choice["delta"] = std::move(delta_or_text);
+    else choice["text"] = std::move(delta_or_text);
+    choice["logprobs"] = std::move(logprobs);
+    choice["finish_reason"] = finish_reason;
+    if (!finish_reason.is_null()) choice["stop_reason"] = choices_[index].out.stop_reason;
+    json chunk = stream_chunk(header_, json::array({std::move(choice)}));
+    if (req_.include_usage) chunk["usage"] = nullptr;
+    session_->send("data: " + dump(chunk) + "\n\n");
+  }
+
+  json logprobs_json(const choice_state& c, std::size_t first_token, std::size_t first_logprob, std::size_t offset) {
+    const tok::tokenizer& tok = *ctx_.model.tokenizer;
+    if (req_.kind == api_kind::chat)
+      return chat_logprobs(tok, {c.out.logprobs.begin() + std::ptrdiff_t(first_logprob), c.out.logprobs.end()});
+    std::vector<std::int32_t> ids(c.out.token_ids.begin() + std::ptrdiff_t(first_token), c.out.token_ids.end());
+    std::vector<const runtime::position_logprobs*> entries;
+    for (std::size_t i = first_logprob; i < c.out.logprobs.size(); ++i) entries.push_back(&c.out.logprobs[i]);
+    return completion_logprobs(tok, ids, entries, offset);
+  }
+
+  std::string prompt_text(const choice_state& c) const {
+    const prompt_input& p = req_.prompts[c.prompt];
+    if (!p.text.empty()) return p.text;
+    try {
+      return ctx_.model.tokenizer->decode(c.prompt_ids);
+    } catch (const std::exception&) {
+      return "";
+    }
+  }
+
+  bool all_finished() const {
+    for (const choice_state& c : choices_)
+      if (c.out.finish_reason.empty()) return false;
+    return true;
+  }
+
+  /// Every choice has its final event: answer.
+  void maybe_complete() {
+    if (is_failed_ || is_complete_ || num_accepted_ < choices_.size() || !all_finished()) return;
+    is_complete_ = true;
+    for (const choice_state& c : choices_)
+      if (!c.error.empty()) {
+        const api_error e(500, "generation failed: " + c.error, "", "generation_failed");
+        if (is_streaming_) {
+          session_->send("data: " + dump(e.body()) + "\n\ndata: [DONE]\n\n");
+          return session_->end_stream();
+        }
+        return session_->respond_error(e);
+      }
+    if (is_streaming_) {
+      if (req_.include_usage) session_->send("data: " + dump([&] {
+        json chunk = stream_chunk(header_, json::array());
+        chunk["usage"] = usage_json(usage());
+        return chunk;
+      }()) + "\n\n");
+      session_->send("data: [DONE]\n\n");
+      return session_->end_stream();
+    }
+    json choices = json::array();
+    for (std::size_t i = 0; i < choices_.size(); ++i) choices.push_back(final_choice(i));
+    session_->respond(200, dump(full_response(header_, std::move(choices), usage())));
+  }
+
+  json final_choice(std::size_t index) {
+    choice_state& c = choices_[index];
+    json choice = {{"index", index}};
+    json lp = nullptr;
+    if (req_.kind == api_kind::chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.out.text}, {"refusal", nullptr}};
+      if (req_.logprobs) lp = chat_logprobs(*ctx_.model.tokenizer, c.out.logprobs);
+    } else {
+      std::string text = c.out.text;
+      if (req_.echo) text = prompt_text(c) + text;
+      choice["text"] = text;
+      if (req_.logprobs) lp = echo_logprobs(c);
+    }
+    choice["logprobs"] = std::move(lp);
+    choice["finish_reason"] = c.out.finish_reason;
+    choice["stop_reason"] = c.out.stop_reason;
+    return choice;
+  }
+
+  json echo_logprobs(const choice_state& c) {
+    std::vector<std::int32_t> ids;
+    std::vector<const runtime::position_logprobs*> entries;
+    if (req_.echo) {
+      ids = c.prompt_ids;
+      for (std::size_t i = 0; i < ids.size(); ++i)
+        entries.push_back(i < c.out.prompt_logprobs.size() && c.out.prompt_logprobs[i] ? &*c.out.prompt_logprobs[i] : nullptr);
+    }
+    ids.insert(ids.end(), c.out.token_ids.begin(), c.out.token_ids.end());
+    for (const auto& e : c.out.logprobs) entries.push_back(&e);
+    return completion_logprobs(*ctx_.model.tokenizer, ids, entries, 0);
+  }
+
+  usage_counts usage() const {
+    usage_counts u;
+    std::vector<bool> counted(req_.prompts.size(), false);
+    for (const choice_state& c : choices_) {
+      u.completion_tokens += std::int64_t(c.out.token_ids.size());
+      if (!counted[c.prompt]) u.prompt_tokens += std::int64_t(c.prompt_ids.size());
+      counted[c.prompt] = true;
+    }
+    u.cached_tokens = cached_tokens_;
+    return u;
+  }
+
+  /// The response failed before it started (a refusal): answer with the error, abort the rest.
+  void fail(const api_error& e) {
+    if (is_failed_ || is_complete_) return;
+    is_failed_ = true;
+    if (job_) job_->abort();
+    detail::header_list extra;
+    if (e.status == 429 || e.status == 503) extra.push_back({"Retry-After", std::to_string(ctx_.settings.retry_after_s)});
+    if (is_streaming_) {
+      session_->send("data: " + dump(e.body()) + "\n\ndata: [DONE]\n\n");
+      session_->end_stream();
+    } else {
+      session_->respond_error(e, extra);
+    }
+  }
+
+  void on_client_gone() {
+    is_failed_ = true;
+    if (job_) job_->abort();
+  }
+
+  /// One choice ended; the last one gives the admission slot back.
+  void ended() {
+    if (++num_ended_ < choices_.size()) return;
+    --ctx_.num_inflight;
+  }
+
+  std::shared_ptr<detail::http_session> session_;
+  server_context& ctx_;
+  generation_request req_;
+  response_header header_;
+  std::vector<choice_state> choices_;
+  std::shared_ptr<job_handle> job_;
+  std::size_t num_accepted_ = 0;
+  std::size_t num_ended_ = 0;
+  std::int64_t cached_tokens_ = 0;
+  bool is_streaming_ = false;
+  bool is_failed_ = false;
+  bool is_complete_ = false;
+};
+
+bool contains(const std::string& s, const char* what) { return s.find(what) != std::string::npos; }
+
+}  // namespace
+
+api_error refusal_error(const std::string& m) {
+  if (contains(m, "requests are in flight") || contains(m, "queue_full") || contains(m, "queued_tokens_full"))
+    return api_error(429, "the server is at its admission limit, retry later: " + m, "", "rate_limit_exceeded");
+  if (contains(m, "shutting down") || contains(m, "no data-parallel group") || contains(m, "did not answer") ||
+      contains(m, "lost the router") || contains(m, "did not take the request"))
+    return api_error(503, "the cluster cannot serve right now: " + m, "", "service_unavailable");
+  if (contains(m, "max_tokens")) return api_error(400, m, "max_tokens");
+  if (contains(m, "stop")) return api_error(400, m, "stop");
+  if (contains(m, "logprobs")) return api_error(400, m, "logprobs");
+  if (contains(m, "prompt") || contains(m, "too_long")) return api_error(400, m, "prompt");
+  return api_error(400, m);
+}
+
+void start_generation(const std::shared_ptr<detail::http_session>& session, generation_request request) {
+  auto g = std::make_shared<generation>(session, std::move(request));
+  g->start();
+}
+
+}  // namespace di::server

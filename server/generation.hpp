@@ -1,0 +1,25 @@
+// One HTTP generation request in flight: its choices (prompts x n) submitted to the cluster as
+// one job, the token events turned into an OpenAI response or SSE chunks on the connection's
+// strand, usage and latency recorded, and the job aborted when the client goes away.
+//
+// Lifecycle: start() submits → every choice is accepted (a refusal ends the response with its
+// error and aborts the rest) → stream: headers, chunks as events arrive → every choice ended →
+// the response (or usage chunk and `data: [DONE]`) → the job's last event releases the slot.
+#pragma once
+
+#include "server/detail/http_session.hpp"
+#include "server/openai_request.hpp"
+#include "server/openai_response.hpp"
+
+#include <memory>
+
+namespace di::server {
+
+/// Validates, tokenizes and submits `request` on `session` (the caller checked the model and
+/// took an admission slot, which the generation gives back when its job has ended).
+void start_generation(const std::shared_ptr<detail::http_session>& session, generation_request request);
+
+/// The HTTP error for a router refusal message (429/503 at limits, 400 otherwise).
+api_error refusal_error(const std::string& message);
+
+}  // namespace di::server

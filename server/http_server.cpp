@@ -1,0 +1,98 @@
+// http_server (see http_server.hpp).
+#include "server/http_server.hpp"
+
+#include "common/error.hpp"
+#include "server/detail/http_session.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
+#include <fmt/format.h>
+
+#include <thread>
+#include <vector>
+
+namespace di::server {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+struct http_server::impl {
+  server_context& ctx;
+  asio::io_context ioc;
+  tcp::acceptor acceptor;
+  std::vector<std::thread> threads;
+  bool is_stopped = false;
+
+  explicit impl(server_context& c) : ctx(c), ioc(c.settings.io_threads), acceptor(ioc) {}
+
+  void bind() {
+    boost::system::error_code ec;
+    const auto address = asio::ip::make_address(ctx.settings.host, ec);
+    DI_CHECK(!ec, "server.host '{}' is not an IP address: {}", ctx.settings.host, ec.message());
+    const tcp::endpoint ep(address, ctx.settings.port);
+    acceptor.open(ep.protocol(), ec);
+    if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) acceptor.bind(ep, ec);
+    if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+    DI_CHECK(!ec, "cannot listen on {}:{}: {}", ctx.settings.host, ctx.settings.port, ec.message());
+  }
+
+  void accept() {
+    acceptor.async_accept(asio::make_strand(ioc), [this](boost::system::error_code ec, tcp::socket socket) {
+      if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
+      if (!ec) admit(std::move(socket));
+      accept();
+    });
+  }
+
+  void admit(tcp::socket socket) {
+    boost::system::error_code ec;
+    socket.set_option(tcp::no_delay(true), ec);
+    if (ctx.num_connections.load() >= ctx.settings.max_connections) return refuse(std::move(socket));
+    std::make_shared<detail::http_session>(std::move(socket), ctx)->start();
+  }
+
+  /// Over the connection limit: a 503 and close, without reading the request.
+  void refuse(tcp::socket socket) {
+    ctx.metrics.on_http_response(503);
+    const std::string body =
+        R"j({"error":{"message":"too many open connections (server.max_connections)","type":)j"
+        R"j("service_unavailable_error","param":null,"code":"too_many_connections"}})j";
+    auto msg = std::make_shared<std::string>(fmt::format(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {}\r\n"
+        "Retry-After: {}\r\nConnection: close\r\n\r\n{}",
+        body.size(), ctx.settings.retry_after_s, body));
+    auto sock = std::make_shared<tcp::socket>(std::move(socket));
+    asio::async_write(*sock, asio::buffer(*msg), [sock, msg](boost::system::error_code, std::size_t) {
+      boost::system::error_code ec;
+      sock->shutdown(tcp::socket::shutdown_both, ec);
+      sock->close(ec);
+    });
+  }
+};
+
+http_server::http_server(server_context& ctx) : impl_(std::make_unique<impl>(ctx)) { impl_->bind(); }
+
+http_server::~http_server() { stop(); }
+
+std::uint16_t http_server::port() const { return impl_->acceptor.local_endpoint().port(); }
+
+void http_server::start() {
+  impl_->accept();
+  for (int i = 0; i < impl_->ctx.settings.io_threads; ++i) impl_->threads.emplace_back([this] { impl_->ioc.run(); });
+}
+
+void http_server::stop() {
+  if (impl_->is_stopped) return;
+  impl_->is_stopped = true;
+  asio::post(impl_->ioc, [this] {
+    boost::system::error_code ec;
+    impl_->acceptor.close(ec);
+  });
+  impl_->ioc.stop();
+  for (std::thread& t : impl_->threads) t.join();
+}
+
+}  // namespace di::server

@@ -1,0 +1,33 @@
+// The HTTP server: one acceptor and `server.io_threads` Asio threads serving every connection
+// asynchronously (no thread per connection). Connections beyond server.max_connections are
+// answered 503 and closed.
+#pragma once
+
+#include "server/server_context.hpp"
+
+#include <cstdint>
+#include <memory>
+
+namespace di::server {
+
+class http_server {
+ public:
+  /// Binds server.host:server.port (throws di::error if it cannot); serves after start().
+  explicit http_server(server_context& ctx);
+  ~http_server();
+  http_server(const http_server&) = delete;
+  http_server& operator=(const http_server&) = delete;
+
+  /// The bound port (the chosen one when server.port = 0).
+  std::uint16_t port() const;
+  /// Starts accepting on the I/O threads.
+  void start();
+  /// Stops accepting, closes every connection and joins the threads.
+  void stop();
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace di::server

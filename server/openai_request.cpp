@@ -1,0 +1,291 @@
+// Request body parsing (see openai_request.hpp). Fields are read through one small reader that
+// checks type and range and names the field in its error; null counts as absent, as the
+// official clients send it for unset optional fields.
+#include "server/openai_request.hpp"
+
+#include "server/api_error.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+
+namespace di::server {
+
+namespace {
+
+using json = nlohmann::json;
+
+/// Typed, range-checked access to the top-level fields of a body.
+class field_reader {
+ public:
+  explicit field_reader(const json& body) : body_(body) {}
+
+  const json* find(const char* key) const {
+    auto it = body_.find(key);
+    return it == body_.end() || it->is_null() ? nullptr : &*it;
+  }
+  std::optional<bool> boolean(const char* key) const {
+    const json* v = find(key);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_boolean()) bad_param(key, fmt::format("'{}' must be a boolean", key));
+    return v->get<bool>();
+  }
+  std::optional<double> number(const char* key, double lo, double hi) const {
+    const json* v = find(key);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_number()) bad_param(key, fmt::format("'{}' must be a number", key));
+    const double x = v->get<double>();
+    if (!std::isfinite(x) || x < lo || x > hi)
+      bad_param(key, fmt::format("'{}' must be in [{}, {}], got {}", key, lo, hi, v->dump()));
+    return x;
+  }
+  std::optional<std::int64_t> integer(const char* key, std::int64_t lo, std::int64_t hi) const {
+    const json* v = find(key);
+    if (v == nullptr) return std::nullopt;
+    return integer_of(*v, key, lo, hi);
+  }
+  std::optional<std::string> string(const char* key) const {
+    const json* v = find(key);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_string()) bad_param(key, fmt::format("'{}' must be a string", key));
+    return v->get<std::string>();
+  }
+
+  static std::int64_t integer_of(const json& v, const std::string& key, std::int64_t lo, std::int64_t hi) {
+    if (v.is_number_float() && std::isfinite(v.get<double>()) && v.get<double>() == std::floor(v.get<double>()) &&
+        std::fabs(v.get<double>()) < 9e15)
+      return check_range(std::int64_t(v.get<double>()), key, lo, hi, v);
+    if (v.is_number_unsigned() && v.get<std::uint64_t>() > std::uint64_t(std::numeric_limits<std::int64_t>::max()))
+      bad_param(key, fmt::format("'{}' must be in [{}, {}], got {}", key, lo, hi, v.dump()));
+    if (!v.is_number_integer()) bad_param(key, fmt::format("'{}' must be an integer", key));
+    return check_range(v.get<std::int64_t>(), key, lo, hi, v);
+  }
+
+ private:
+  static std::int64_t check_range(std::int64_t x, const std::string& key, std::int64_t lo, std::int64_t hi,
+                                  const json& v) {
+    if (x < lo || x > hi) bad_param(key, fmt::format("'{}' must be in [{}, {}], got {}", key, lo, hi, v.dump()));
+    return x;
+  }
+
+  const json& body_;
+};
+
+constexpr std::int64_t max_token_budget = std::numeric_limits<std::int32_t>::max();
+
+std::vector<std::int32_t> token_ids(const json& v, const std::string& key) {
+  std::vector<std::int32_t> ids;
+  for (const json& x : v) ids.push_back(std::int32_t(field_reader::integer_of(x, key, 0, max_token_budget)));
+  return ids;
+}
+
+void read_stop(const field_reader& f, runtime::sampling_params& p, const server_settings& limits) {
+  if (const json* v = f.find("stop")) {
+    if (v->is_string()) {
+      p.stop = {v->get<std::string>()};
+    } else if (v->is_array()) {
+      for (const json& s : *v) {
+        if (!s.is_string()) bad_param("stop", "'stop' must be a string or a list of strings");
+        p.stop.push_back(s.get<std::string>());
+      }
+    } else {
+      bad_param("stop", "'stop' must be a string or a list of strings");
+    }
+    if (int(p.stop.size()) > limits.max_stop)
+      bad_param("stop", fmt::format("at most {} stop strings are accepted, got {}", limits.max_stop, p.stop.size()));
+    for (const std::string& s : p.stop) {
+      if (s.empty()) bad_param("stop", "stop strings must not be empty");
+      if (int(s.size()) > limits.max_stop_bytes)
+        bad_param("stop", fmt::format("a stop string has {} bytes; the limit is {}", s.size(), limits.max_stop_bytes));
+    }
+  }
+  if (const json* v = f.find("stop_token_ids")) {
+    if (!v->is_array()) bad_param("stop_token_ids", "'stop_token_ids' must be a list of token ids");
+    if (int(v->size()) > 1024) bad_param("stop_token_ids", "at most 1024 stop_token_ids are accepted");
+    p.stop_token_ids = token_ids(*v, "stop_token_ids");
+  }
+}
+
+void check_response_format(const field_reader& f) {
+  const json* v = f.find("response_format");
+  if (v == nullptr) return;
+  if (!v->is_object() || !v->contains("type") || !(*v)["type"].is_string())
+    bad_param("response_format", "'response_format' must be an object with a string 'type'");
+  const std::string type = (*v)["type"].get<std::string>();
+  if (type == "text") return;
+  if (type == "json_schema") {
+    auto it = v->find("json_schema");
+    if (it == v->end() || !it->is_object() || (it->contains("schema") && !(*it)["schema"].is_object() &&
+                                               !(*it)["schema"].is_boolean()))
+      bad_param("response_format.json_schema", "'json_schema' must be an object with a 'schema' object");
+  } else if (type == "regex" || type == "ebnf") {
+    auto it = v->find(type);
+    if (it == v->end() || !it->is_string())
+      bad_param("response_format." + type, fmt::format("'{}' must be a string", type));
+  } else if (type != "json_object") {
+    bad_param("response_format.type", fmt::format("unknown response_format type '{}' (text, json_object, "
+                                                  "json_schema, regex, ebnf)", type));
+  }
+  throw api_error(400, fmt::format("response_format '{}' is not supported yet by this server "
+                                   "(structured outputs are not wired to the scheduler)", type),
+                  "response_format", "unsupported_parameter");
+}
+
+void reject_unsupported(const field_reader& f) {
+  if (const json* v = f.find("logit_bias"); v != nullptr && !(v->is_object() && v->empty()))
+    bad_param("logit_bias", "'logit_bias' is not supported");
+  if (const json* v = f.find("suffix"); v != nullptr && !(v->is_string() && v->get<std::string>().empty()))
+    bad_param("suffix", "'suffix' is not supported");
+}
+
+/// The fields both endpoints share.
+void read_common(const field_reader& f, generation_request& r, const server_settings& limits) {
+  r.model = f.string("model").value_or("");
+  r.n = int(f.integer("n", 1, limits.max_n).value_or(1));
+  if (auto best_of = f.integer("best_of", 1, limits.max_n); best_of && *best_of != r.n)
+    bad_param("best_of", "'best_of' other than n is not supported");
+  r.stream = f.boolean("stream").value_or(false);
+  if (const json* so = f.find("stream_options")) {
+    if (!so->is_object()) bad_param("stream_options", "'stream_options' must be an object");
+    field_reader sof(*so);
+    if (auto iu = sof.find("include_usage")) {
+      if (!iu->is_boolean()) bad_param("stream_options.include_usage", "'include_usage' must be a boolean");
+      r.include_usage = iu->get<bool>();
+    }
+  }
+  runtime::sampling_params& p = r.params;
+  p.temperature = f.number("temperature", 0, 2).value_or(1.0);
+  p.top_p = f.number("top_p", 0, 1).value_or(1.0);
+  if (p.top_p <= 0) bad_param("top_p", "'top_p' must be in (0, 1]");
+  p.top_k = int(f.integer("top_k", -1, 1 << 30).value_or(0));
+  p.min_p = f.number("min_p", 0, 1).value_or(0.0);
+  p.presence_penalty = f.number("presence_penalty", -2, 2).value_or(0.0);
+  p.frequency_penalty = f.number("frequency_penalty", -2, 2).value_or(0.0);
+  p.repetition_penalty = f.number("repetition_penalty", 1e-6, 100).value_or(1.0);
+  if (auto seed = f.integer("seed", std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max()))
+    p.seed = std::uint64_t(*seed);
+  p.ignore_eos = f.boolean("ignore_eos").value_or(false);
+  p.min_tokens = int(f.integer("min_tokens", 0, max_token_budget).value_or(0));
+  p.skip_special_tokens = f.boolean("skip_special_tokens").value_or(true);
+  r.user = f.string("user").value_or("");
+  read_stop(f, p, limits);
+  check_response_format(f);
+  reject_unsupported(f);
+}
+
+std::vector<prompt_input> read_prompts(const json* v) {
+  if (v == nullptr) bad_param("prompt", "'prompt' is required");
+  const char* shape = "'prompt' must be a string, a list of strings, a list of token ids or a list of lists of token ids";
+  if (v->is_string()) return {{.text = v->get<std::string>()}};
+  if (!v->is_array() || v->empty()) bad_param("prompt", shape);
+  std::vector<prompt_input> out;
+  if ((*v)[0].is_number()) return {{.ids = token_ids(*v, "prompt")}};
+  for (const json& x : *v) {
+    if (x.is_string()) out.push_back({.text = x.get<std::string>()});
+    else if (x.is_array() && !x.empty()) out.push_back({.ids = token_ids(x, "prompt")});
+    else bad_param("prompt", shape);
+  }
+  return out;
+}
+
+/// Chat content: a string, or text parts [{"type": "text", "text": ...}] joined.
+json content_text(const json& content, std::size_t i) {
+  const std::string param = fmt::format("messages[{}].content", i);
+  if (content.is_null() || content.is_string()) return content;
+  if (!content.is_array()) bad_param(param, "content must be a string or a list of text parts");
+  std::string text;
+  for (const json& part : content) {
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+      bad_param(param, "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+nlohmann::ordered_json read_messages(const json* v) {
+  if (v == nullptr) bad_param("messages", "'messages' is required");
+  if (!v->is_array() || v->empty()) bad_param("messages", "'messages' must be a non-empty list");
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (std::size_t i = 0; i < v->size(); ++i) {
+    const json& m = (*v)[i];
+    const std::string param = fmt::format("messages[{}]", i);
+    if (!m.is_object()) bad_param(param, "each message must be an object");
+    if (!m.contains("role") || !m["role"].is_string()) bad_param(param + ".role", "a message needs a string 'role'");
+    const std::string role = m["role"].get<std::string>();
+    if (role != "system" && role != "developer" && role != "user" && role != "assistant" && role != "tool")
+      bad_param(param + ".role", fmt::format("unknown role '{}'", role));
+    nlohmann::ordered_json msg = nlohmann::ordered_json::parse(m.dump());
+    msg["role"] = role == "developer" ? "system" : role;
+    msg["content"] = m.contains("content") ? nlohmann::ordered_json(content_text(m["content"], i)) : nullptr;
+    if (msg["content"].is_null() && role != "assistant")
+      bad_param(param + ".content", "only assistant messages may omit 'content'");
+    out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+}  // namespace
+
+bool exceeds_depth(std::string_view body, int max_depth) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : body) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return true;
+    } else if (c == ']' || c == '}') --depth;
+  }
+  return false;
+}
+
+nlohmann::json parse_body(std::string_view body, const server_settings& limits) {
+  if (exceeds_depth(body, limits.max_json_depth))
+    throw api_error(400, fmt::format("the JSON body is nested deeper than {} levels", limits.max_json_depth));
+  json j = json::parse(body, nullptr, false);
+  if (j.is_discarded()) throw api_error(400, "the body is not valid JSON (or not valid UTF-8)");
+  if (!j.is_object()) throw api_error(400, "the body must be a JSON object");
+  return j;
+}
+
+generation_request parse_completion_request(const json& body, const server_settings& limits) {
+  field_reader f(body);
+  generation_request r{.kind = api_kind::completion};
+  read_common(f, r, limits);
+  r.prompts = read_prompts(f.find("prompt"));
+  if (r.prompts.size() > 64) bad_param("prompt", "at most 64 prompts are accepted in one request");
+  r.params.max_tokens = int(f.integer("max_tokens", 1, max_token_budget).value_or(16));
+  r.echo = f.boolean("echo").value_or(false);
+  if (auto lp = f.integer("logprobs", 0, limits.max_top_logprobs)) r.logprobs = int(*lp);
+  return r;
+}
+
+generation_request parse_chat_request(const json& body, const server_settings& limits) {
+  field_reader f(body);
+  generation_request r{.kind = api_kind::chat};
+  read_common(f, r, limits);
+  r.messages = read_messages(f.find("messages"));
+  if (auto m = f.integer("max_completion_tokens", 1, max_token_budget)) r.params.max_tokens = int(*m);
+  else if (auto t = f.integer("max_tokens", 1, max_token_budget)) r.params.max_tokens = int(*t);
+  const bool logprobs = f.boolean("logprobs").value_or(false);
+  auto top = f.integer("top_logprobs", 0, limits.max_top_logprobs);
+  if (top && !logprobs) bad_param("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+  if (logprobs) r.logprobs = int(top.value_or(0));
+  if (const json* kw = f.find("chat_template_kwargs")) {
+    if (!kw->is_object()) bad_param("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    r.chat_kwargs = nlohmann::ordered_json::parse(kw->dump());
+  }
+  if (const json* tools = f.find("tools")) {
+    if (!tools->is_array()) bad_param("tools", "'tools' must be a list");
+    r.tools = nlohmann::ordered_json::parse(tools->dump());
+  }
+  return r;
+}
+
+}  // namespace di::server

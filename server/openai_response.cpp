@@ -1,0 +1,114 @@
+// OpenAI response objects (see openai_response.hpp).
+#include "server/openai_response.hpp"
+
+#include "model/tokenizer/tokenizer.hpp"
+
+namespace di::server {
+
+namespace {
+
+using json = nlohmann::json;
+
+/// Replaces bytes that are not valid UTF-8 with U+FFFD.
+std::string lossy_utf8(std::string_view s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    std::size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    bool ok = len > 0 && i + len <= s.size();
+    for (std::size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(s[i + k]) >> 6) == 2;
+    if (ok) {
+      out.append(s.substr(i, len));
+      i += len;
+    } else {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    }
+  }
+  return out;
+}
+
+json bytes_of(const tok::tokenizer& tok, std::int32_t id) {
+  json b = json::array();
+  try {
+    for (unsigned char c : tok.token_bytes(id)) b.push_back(int(c));
+  } catch (const std::exception&) {
+  }
+  return b;
+}
+
+}  // namespace
+
+json usage_json(const usage_counts& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+
+std::string token_text(const tok::tokenizer& tok, std::int32_t id) {
+  try {
+    return lossy_utf8(tok.token_bytes(id));
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
+json completion_logprobs(const tok::tokenizer& tok, const std::vector<std::int32_t>& ids,
+                         const std::vector<const runtime::position_logprobs*>& entries, std::size_t offset) {
+  json tokens = json::array(), token_logprobs = json::array(), top = json::array(), offsets = json::array();
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const std::string text = token_text(tok, ids[i]);
+    tokens.push_back(text);
+    offsets.push_back(offset);
+    offset += text.size();
+    const runtime::position_logprobs* e = i < entries.size() ? entries[i] : nullptr;
+    if (e == nullptr) {
+      token_logprobs.push_back(nullptr);
+      top.push_back(nullptr);
+      continue;
+    }
+    token_logprobs.push_back(e->logprob);
+    json t = json::object();
+    for (const runtime::token_logprob& c : e->top) t[token_text(tok, c.id)] = c.logprob;
+    top.push_back(std::move(t));
+  }
+  return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}, {"text_offset", offsets}};
+}
+
+json chat_logprobs(const tok::tokenizer& tok, const std::vector<runtime::position_logprobs>& entries) {
+  json content = json::array();
+  for (const runtime::position_logprobs& e : entries) {
+    json top = json::array();
+    for (const runtime::token_logprob& c : e.top)
+      top.push_back({{"token", token_text(tok, c.id)}, {"logprob", c.logprob}, {"bytes", bytes_of(tok, c.id)}});
+    content.push_back({{"token", token_text(tok, e.id)},
+                       {"logprob", e.logprob},
+                       {"bytes", bytes_of(tok, e.id)},
+                       {"top_logprobs", std::move(top)}});
+  }
+  return {{"content", std::move(content)}, {"refusal", nullptr}};
+}
+
+json full_response(const response_header& h, json choices, const usage_counts& u) {
+  return {{"id", h.id},
+          {"object", h.kind == api_kind::chat ? "chat.completion" : "text_completion"},
+          {"created", h.created},
+          {"model", h.model},
+          {"choices", std::move(choices)},
+          {"system_fingerprint", nullptr},
+          {"usage", usage_json(u)}};
+}
+
+json stream_chunk(const response_header& h, json choices) {
+  return {{"id", h.id},
+          {"object", h.kind == api_kind::chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", h.created},
+          {"model", h.model},
+          {"system_fingerprint", nullptr},
+          {"choices", std::move(choices)}};
+}
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+}  // namespace di::server

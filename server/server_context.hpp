@@ -1,0 +1,34 @@
+// What every connection of the HTTP server shares: settings, the engine (the cluster), the
+// served model's tokenizer and chat template, the metrics and the admission counters.
+#pragma once
+
+#include "model/chat_template/tokenizer_chat_template.hpp"
+#include "model/tokenizer/tokenizer.hpp"
+#include "server/engine.hpp"
+#include "server/metrics.hpp"
+#include "server/server_config.hpp"
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+namespace di::server {
+
+struct served_model {
+  std::string name;  ///< the id clients pass as "model"
+  std::shared_ptr<const tok::tokenizer> tokenizer;
+  std::shared_ptr<const tokenizer_chat_template> chat_template;  ///< null: chat is refused
+  std::string chat_template_error;  ///< why there is none
+  std::int64_t created_unix = 0;
+};
+
+struct server_context {
+  server_settings settings;
+  engine* cluster = nullptr;
+  served_model model;
+  server_metrics metrics;
+  std::atomic<std::int64_t> num_connections{0};
+  std::atomic<std::int64_t> num_inflight{0};  ///< generation requests admitted by the server
+};
+
+}  // namespace di::server
