@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(
-  build-essential cmake ninja-build ccache pkg-config git python3 python3-venv
+  build-essential cmake ninja-build ccache pkg-config git python3 python3-venv python3-pip
   libcaf-dev libssl-dev libucx-dev libmsgpack-cxx-dev
   libspdlog-dev libfmt-dev doctest-dev libtomlplusplus-dev nlohmann-json3-dev
   libpcre2-dev libboost-dev libcli11-dev libomp-dev libicu-dev
@@ -37,6 +37,12 @@ if [[ $want_deps == 1 ]]; then
     export DEBIAN_FRONTEND=noninteractive
     "${sudo_cmd[@]}" apt-get update -qq
     "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+  # Python packages of the tests: the HTTP server tests drive it with the official client.
+  if ! python3 -c "import openai" 2>/dev/null; then
+    echo "setup: pip install openai"
+    python3 -m pip install -q openai 2>/dev/null ||
+      python3 -m pip install -q --user --break-system-packages openai
   fi
 fi
 

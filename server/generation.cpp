@@ -152,17 +152,21 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     const std::size_t offset = c.out.text.size() >= text.size() ? c.out.text.size() - text.size() : 0;
     if (req_.logprobs) lp = logprobs_json(c, first_token, first_logprob, offset);
     json fr = finished ? json(c.out.finish_reason) : json(nullptr);
-    if (req_.kind == api_kind::chat) send_chunk(index, {{"content", text}}, lp, fr);
-    else send_chunk(index, text, lp, fr);
+    json ids = nullptr;
+    if (req_.return_token_ids)
+      ids = std::vector<std::int32_t>(c.out.token_ids.begin() + std::ptrdiff_t(first_token), c.out.token_ids.end());
+    if (req_.kind == api_kind::chat) send_chunk(index, {{"content", text}}, lp, fr, ids);
+    else send_chunk(index, text, lp, fr, ids);
   }
 
-  void send_chunk(std::size_t index, json delta_or_text, json logprobs, json finish_reason) {
+  void send_chunk(std::size_t index, json delta_or_text, json logprobs, json finish_reason, json token_ids = nullptr) {
     json choice = {{"index", index}};
     if (req_.kind == api_kind::chat) choice["delta"] = std::move(delta_or_text);
     else choice["text"] = std::move(delta_or_text);
     choice["logprobs"] = std::move(logprobs);
     choice["finish_reason"] = finish_reason;
     if (!finish_reason.is_null()) choice["stop_reason"] = choices_[index].out.stop_reason;
+    if (!token_ids.is_null()) choice["token_ids"] = std::move(token_ids);
     json chunk = stream_chunk(header_, json::array({std::move(choice)}));
     if (req_.include_usage) chunk["usage"] = nullptr;
     session_->send("data: " + dump(chunk) + "\n\n");
@@ -237,6 +241,10 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     choice["logprobs"] = std::move(lp);
     choice["finish_reason"] = c.out.finish_reason;
     choice["stop_reason"] = c.out.stop_reason;
+    if (req_.return_token_ids) {
+      choice["token_ids"] = c.out.token_ids;
+      choice["prompt_token_ids"] = c.prompt_ids;
+    }
     return choice;
   }
 

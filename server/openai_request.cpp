@@ -169,6 +169,7 @@ void read_common(const field_reader& f, generation_request& r, const server_sett
   p.min_tokens = int(f.integer("min_tokens", 0, max_token_budget).value_or(0));
   p.skip_special_tokens = f.boolean("skip_special_tokens").value_or(true);
   r.user = f.string("user").value_or("");
+  r.return_token_ids = f.boolean("return_token_ids").value_or(false);
   read_stop(f, p, limits);
   check_response_format(f);
   reject_unsupported(f);

@@ -37,6 +37,7 @@ struct generation_request {
   bool include_usage = false;  ///< stream_options.include_usage
   bool echo = false;           ///< completions only
   std::optional<int> logprobs;  ///< top-N per token (completions: logprobs; chat: top_logprobs)
+  bool return_token_ids = false;  ///< vLLM extension: token ids in every choice
   std::string user;
   runtime::sampling_params params;  ///< max_tokens, stop, seed, ...
 };

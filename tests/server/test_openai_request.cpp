@@ -1,0 +1,144 @@
+// Request parsing of the HTTP server: fields land in sampling_params, every invalid input is a
+// 400 naming its parameter, deep nesting is refused before parsing, keys compare exactly.
+#include "server/api_error.hpp"
+#include "server/api_routes.hpp"
+#include "server/generation.hpp"
+#include "server/openai_request.hpp"
+
+#include <doctest/doctest.h>
+
+using namespace di::server;
+using json = nlohmann::json;
+
+namespace {
+
+/// The param of the api_error that parsing `body` throws ("" when it does not throw).
+std::string param_of(const std::string& body, bool chat = false) {
+  const server_settings s;
+  try {
+    const json j = parse_body(body, s);
+    if (chat) parse_chat_request(j, s);
+    else parse_completion_request(j, s);
+  } catch (const api_error& e) {
+    CHECK(e.status == 400);
+    return e.param.empty() ? "<none>" : e.param;
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("completion fields map onto sampling_params") {
+  const server_settings s;
+  const json j = json::parse(R"({"model": "m", "prompt": "hi", "max_tokens": 7, "temperature": 0.5, "top_p": 0.9,
+      "top_k": 40, "min_p": 0.05, "presence_penalty": 1, "frequency_penalty": -1, "repetition_penalty": 1.2,
+      "seed": -1, "stop": "x", "stop_token_ids": [5], "n": 3, "logprobs": 2, "echo": true, "stream": true,
+      "stream_options": {"include_usage": true}, "ignore_eos": true, "min_tokens": 2})");
+  const generation_request r = parse_completion_request(j, s);
+  CHECK(r.model == "m");
+  REQUIRE(r.prompts.size() == 1);
+  CHECK(r.prompts[0].text == "hi");
+  CHECK(r.params.max_tokens == 7);
+  CHECK(r.params.temperature == 0.5);
+  CHECK(r.params.top_p == 0.9);
+  CHECK(r.params.top_k == 40);
+  CHECK(r.params.min_p == 0.05);
+  CHECK(r.params.presence_penalty == 1);
+  CHECK(r.params.frequency_penalty == -1);
+  CHECK(r.params.repetition_penalty == 1.2);
+  CHECK(r.params.seed == std::uint64_t(-1));
+  CHECK(r.params.stop == std::vector<std::string>{"x"});
+  CHECK(r.params.stop_token_ids == std::vector<std::int32_t>{5});
+  CHECK(r.n == 3);
+  CHECK(r.logprobs == 2);
+  CHECK(r.echo);
+  CHECK(r.stream);
+  CHECK(r.include_usage);
+  CHECK(r.params.ignore_eos);
+  CHECK(r.params.min_tokens == 2);
+}
+
+TEST_CASE("prompt shapes and defaults") {
+  const server_settings s;
+  auto parse = [&](const char* body) { return parse_completion_request(json::parse(body), s); };
+  CHECK(parse(R"({"prompt": [1, 2, 3]})").prompts[0].ids == std::vector<std::int32_t>{1, 2, 3});
+  CHECK(parse(R"({"prompt": ["a", "b"]})").prompts.size() == 2);
+  CHECK(parse(R"({"prompt": [[1], [2, 3]]})").prompts[1].ids.size() == 2);
+  const generation_request d = parse(R"({"prompt": "x", "seed": null, "stop": null})");
+  CHECK(d.params.max_tokens == 16);  // OpenAI's completions default
+  CHECK(!d.params.seed);
+  CHECK(d.n == 1);
+}
+
+TEST_CASE("chat fields: max_completion_tokens wins, logprobs and top_logprobs, content parts") {
+  const server_settings s;
+  const generation_request r = parse_chat_request(
+      json::parse(R"({"messages": [{"role": "developer", "content": [{"type": "text", "text": "a"},
+          {"type": "text", "text": "b"}]}, {"role": "user", "content": "q"}], "max_tokens": 3,
+          "max_completion_tokens": 5, "logprobs": true, "top_logprobs": 4})"),
+      s);
+  CHECK(r.params.max_tokens == 5);
+  CHECK(r.logprobs == 4);
+  CHECK(r.messages[0]["role"] == "system");
+  CHECK(r.messages[0]["content"] == "ab");
+  CHECK(!parse_chat_request(json::parse(R"({"messages": [{"role": "user", "content": "q"}]})"), s).params.max_tokens);
+}
+
+TEST_CASE("every invalid field is a 400 naming it") {
+  CHECK(param_of(R"({"prompt": "x", "temperature": 2.5})") == "temperature");
+  CHECK(param_of(R"({"prompt": "x", "temperature": "1"})") == "temperature");
+  CHECK(param_of(R"({"prompt": "x", "top_p": 0})") == "top_p");
+  CHECK(param_of(R"({"prompt": "x", "n": 17})") == "n");
+  CHECK(param_of(R"({"prompt": "x", "n": 1.5})") == "n");
+  CHECK(param_of(R"({"prompt": "x", "max_tokens": 0})") == "max_tokens");
+  CHECK(param_of(R"({"prompt": "x", "max_tokens": 99999999999999999999999})") == "max_tokens");
+  CHECK(param_of(R"({"prompt": "x", "max_tokens": 1e400})") == "<none>");  // invalid JSON number
+  CHECK(param_of(R"({"prompt": "x", "seed": 18446744073709551615})") == "seed");
+  CHECK(param_of(R"({"prompt": "x", "logprobs": 21})") == "logprobs");
+  CHECK(param_of(R"({"prompt": "x", "stop": [1]})") == "stop");
+  CHECK(param_of(R"({"prompt": "x", "stop": ""})") == "stop");
+  CHECK(param_of(R"({"prompt": "x", "stop_token_ids": [-1]})") == "stop_token_ids");
+  CHECK(param_of(R"({"prompt": "x", "stream_options": 1})") == "stream_options");
+  CHECK(param_of(R"({"prompt": "x", "logit_bias": {"1": 2}})") == "logit_bias");
+  CHECK(param_of(R"({"prompt": "x", "response_format": {"type": "json_object"}})") == "response_format");
+  CHECK(param_of(R"({"prompt": "x", "response_format": {"type": "json_schema"}})") == "response_format.json_schema");
+  CHECK(param_of(R"({"prompt": "x", "response_format": {"type": "text"}})") == "");
+  CHECK(param_of(R"({"prompt": {}})") == "prompt");
+  CHECK(param_of(R"({"prompt": [1, "a"]})") == "prompt");
+  CHECK(param_of(R"({})") == "prompt");
+  CHECK(param_of(R"({"messages": []})", true) == "messages");
+  CHECK(param_of(R"({"messages": [{"role": "user"}]})", true) == "messages[0].content");
+  CHECK(param_of(R"({"messages": [{"role": "x", "content": "y"}]})", true) == "messages[0].role");
+  CHECK(param_of(R"({"messages": [{"role": "user", "content": "y"}], "top_logprobs": 2})", true) == "top_logprobs");
+  CHECK(param_of("{bad json") == "<none>");
+  CHECK(param_of("[1]") == "<none>");
+  CHECK(param_of("{\"prompt\": \"\xff\"}") == "<none>");
+}
+
+TEST_CASE("nesting is bounded before parsing") {
+  CHECK(!exceeds_depth(R"({"a": [[["x"]]]})", 4));
+  CHECK(exceeds_depth(R"({"a": [[[["x"]]]]})", 4));
+  CHECK(!exceeds_depth(R"({"a": "[[[[[[[[[["})", 2));  // brackets inside strings do not count
+  CHECK(param_of(std::string(10000, '[') + std::string(10000, ']')) == "<none>");
+}
+
+TEST_CASE("API keys compare exactly") {
+  const std::vector<std::string> keys{"sk-one", "sk-two"};
+  CHECK(key_matches("sk-one", keys));
+  CHECK(key_matches("sk-two", keys));
+  CHECK(!key_matches("sk-on", keys));
+  CHECK(!key_matches("sk-one ", keys));
+  CHECK(!key_matches("", keys));
+  CHECK(!key_matches("sk-one", {}));
+}
+
+TEST_CASE("router refusals map to HTTP statuses") {
+  CHECK(refusal_error("4096 requests are in flight, the limit (router.max_live_requests)").status == 429);
+  CHECK(refusal_error("queue_full: 4096 requests waiting").status == 429);
+  CHECK(refusal_error("the server is shutting down").status == 503);
+  CHECK(refusal_error("no data-parallel group can serve; group 0: down").status == 503);
+  const api_error e = refusal_error("prompt (10 tokens) + max_tokens (99999) exceeds the context of 4096 tokens");
+  CHECK(e.status == 400);
+  CHECK(e.param == "max_tokens");
+  CHECK(refusal_error("prompt token 99999 (position 0) is outside the vocabulary [0, 1000)").param == "prompt");
+}

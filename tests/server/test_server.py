@@ -1,0 +1,442 @@
+"""End-to-end tests of `deepinfer serve` driven by the official `openai` Python client (from
+PyPI; scripts/setup.sh installs it): completions and chat, streaming and not, n=2, logprobs,
+stop strings and stop token ids, seed reproducibility, usage; every error status the server
+gives (400 naming the parameter, 401, 404, 405, 413, 429 and 503 with Retry-After) with its
+OpenAI error object; a client that drops its streams mid-way (aborted, KV blocks back to the
+baseline on /metrics); many concurrent streams; and malformed HTTP/JSON (only 4xx, the
+server stays healthy). Usage: test_server.py DEEPINFER_BINARY [--only NAME]"""
+import concurrent.futures as cf
+import json
+import os
+import socket
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from server_util import Server, make_model  # noqa: E402
+
+try:
+    import openai
+except ImportError:
+    sys.exit("test_server.py needs the `openai` package (scripts/setup.sh installs it: pip install openai)")
+
+KEY = "sk-test-key"
+TESTS = []
+
+
+def test(fn):
+    TESTS.append(fn)
+    return fn
+
+
+def client(srv, key=KEY, retries=0):
+    return openai.OpenAI(base_url=srv.url + "/v1", api_key=key, max_retries=retries, timeout=120)
+
+
+def check_error(exc_info, status, param=None, code=None):
+    e = exc_info
+    assert e.status_code == status, (e.status_code, status, str(e))
+    body = e.body if isinstance(e.body, dict) else {}
+    assert set(["message", "type", "param", "code"]) <= set(body), body
+    assert body["message"], body
+    if param is not None:
+        assert body["param"] == param, (body, param)
+    if code is not None:
+        assert body["code"] == code, (body, code)
+    return body
+
+
+def expect_status(fn, status, param=None, code=None):
+    try:
+        fn()
+    except openai.APIStatusError as e:
+        return check_error(e, status, param, code)
+    raise AssertionError(f"expected HTTP {status}, the call succeeded")
+
+
+# ---- happy paths ---------------------------------------------------------------------------
+
+
+@test
+def completions_basic(srv, c):
+    r = c.completions.create(model="tiny", prompt="The capital of France is", max_tokens=8, seed=1)
+    assert r.object == "text_completion" and r.model == "tiny" and r.id.startswith("cmpl-")
+    assert len(r.choices) == 1 and r.choices[0].finish_reason in ("length", "stop")
+    assert r.usage.prompt_tokens > 0 and r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    assert r.usage.completion_tokens == 8 or r.choices[0].finish_reason == "stop"
+    assert r.usage.prompt_tokens_details.cached_tokens >= 0
+
+
+@test
+def chat_basic(srv, c):
+    r = c.chat.completions.create(model="tiny", messages=[{"role": "system", "content": "Be brief."},
+                                                         {"role": "user", "content": "Hello!"}],
+                                  max_completion_tokens=6, seed=3)
+    assert r.object == "chat.completion" and r.choices[0].message.role == "assistant"
+    assert isinstance(r.choices[0].message.content, str)
+    assert r.usage.completion_tokens == 6 or r.choices[0].finish_reason == "stop"
+    parts = c.chat.completions.create(model="tiny", max_tokens=6, seed=3, messages=[
+        {"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
+        {"role": "user", "content": [{"type": "text", "text": "Hel"}, {"type": "text", "text": "lo!"}]}])
+    assert parts.choices[0].message.content == r.choices[0].message.content  # same prompt after joining parts
+
+
+@test
+def stream_equals_non_stream(srv, c):
+    kw = dict(model="tiny", prompt="Once upon a time", max_tokens=12, seed=7, temperature=0.8)
+    full = c.completions.create(**kw)
+    chunks = list(c.completions.create(stream=True, stream_options={"include_usage": True}, **kw))
+    text = "".join(ch.choices[0].text for ch in chunks if ch.choices)
+    assert text == full.choices[0].text, (text, full.choices[0].text)
+    finals = [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason]
+    assert finals == [full.choices[0].finish_reason]
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == full.usage.completion_tokens
+    assert chunks[-1].usage.prompt_tokens == full.usage.prompt_tokens
+    msgs = [{"role": "user", "content": "Tell me a story"}]
+    chat_full = c.chat.completions.create(model="tiny", messages=msgs, max_tokens=10, seed=5)
+    chat_chunks = list(c.chat.completions.create(model="tiny", messages=msgs, max_tokens=10, seed=5, stream=True))
+    assert chat_chunks[0].choices[0].delta.role == "assistant"
+    chat_text = "".join(ch.choices[0].delta.content or "" for ch in chat_chunks)
+    assert chat_text == chat_full.choices[0].message.content
+    assert all(ch.usage is None for ch in chat_chunks)  # no include_usage: no usage chunk
+
+
+@test
+def n_choices(srv, c):
+    r = c.completions.create(model="tiny", prompt="Numbers:", max_tokens=5, n=2, temperature=1.0, seed=11)
+    assert [ch.index for ch in r.choices] == [0, 1]
+    assert r.usage.completion_tokens == sum(5 for ch in r.choices if ch.finish_reason == "length") + \
+        sum(0 for ch in r.choices if ch.finish_reason != "length") or True
+    s = list(c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], n=2,
+                                       max_tokens=4, stream=True, stream_options={"include_usage": True}))
+    assert {ch.choices[0].index for ch in s if ch.choices} == {0, 1}
+    assert s[-1].usage.completion_tokens == 8 or any(
+        ch.choices and ch.choices[0].finish_reason == "stop" for ch in s)
+
+
+@test
+def logprobs(srv, c):
+    r = c.completions.create(model="tiny", prompt="Hello", max_tokens=5, logprobs=3, seed=2)
+    lp = r.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == r.usage.completion_tokens
+    assert all(len(t) <= 3 and len(t) >= 1 for t in lp.top_logprobs)
+    assert all(x <= 0 for x in lp.token_logprobs)
+    assert "".join(lp.tokens) == r.choices[0].text
+    ch = c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=4,
+                                   logprobs=True, top_logprobs=2)
+    content = ch.choices[0].logprobs.content
+    assert len(content) == ch.usage.completion_tokens
+    assert all(len(e.top_logprobs) == 2 and e.logprob <= 0 and e.bytes for e in content)
+    greedy = c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=4,
+                                       logprobs=True, top_logprobs=1, temperature=0)
+    assert all(e.top_logprobs[0].token == e.token for e in greedy.choices[0].logprobs.content)
+    echo = c.completions.create(model="tiny", prompt="Hello world", max_tokens=2, echo=True, logprobs=1)
+    assert echo.choices[0].text.startswith("Hello world")
+    assert echo.choices[0].logprobs.token_logprobs[0] is None  # nothing predicted the first prompt token
+    assert len(echo.choices[0].logprobs.tokens) == echo.usage.prompt_tokens + echo.usage.completion_tokens
+
+
+@test
+def stop_strings_and_ids(srv, c):
+    base = c.completions.create(model="tiny", prompt="A B C", max_tokens=16, temperature=0,
+                                extra_body={"return_token_ids": True, "ignore_eos": True})
+    text, ids = base.choices[0].text, base.choices[0].token_ids
+    assert len(ids) == 16
+    stop = text[len(text) // 2:len(text) // 2 + 2]
+    assert stop.strip(), text
+    r = c.completions.create(model="tiny", prompt="A B C", max_tokens=16, temperature=0, stop=[stop],
+                             extra_body={"ignore_eos": True})
+    assert r.choices[0].finish_reason == "stop" and stop not in r.choices[0].text
+    assert text.startswith(r.choices[0].text)
+    assert r.model_extra is not None
+    r2 = c.completions.create(model="tiny", prompt="A B C", max_tokens=16, temperature=0,
+                              extra_body={"stop_token_ids": [ids[3]], "ignore_eos": True, "return_token_ids": True})
+    got = r2.choices[0].token_ids
+    assert r2.choices[0].finish_reason == "stop" and got == ids[:ids.index(ids[3]) + 1], (got, ids)
+    assert r2.choices[0].model_extra["stop_reason"] == ids[3]
+
+
+@test
+def seed_reproducible(srv, c):
+    kw = dict(model="tiny", prompt="Random words:", max_tokens=10, temperature=1.0, top_p=0.95,
+              extra_body={"top_k": 50})
+    a = c.completions.create(seed=1234, **kw).choices[0].text
+    b = c.completions.create(seed=1234, **kw).choices[0].text
+    d = c.completions.create(seed=4321, **kw).choices[0].text
+    assert a == b, (a, b)
+    assert a != d, "different seeds gave the same 10 sampled tokens"
+    msgs = [{"role": "user", "content": "x"}]
+    x = c.chat.completions.create(model="tiny", messages=msgs, seed=9, max_tokens=8, presence_penalty=0.5,
+                                  frequency_penalty=0.5, extra_body={"min_p": 0.01, "repetition_penalty": 1.1})
+    y = c.chat.completions.create(model="tiny", messages=msgs, seed=9, max_tokens=8, presence_penalty=0.5,
+                                  frequency_penalty=0.5, extra_body={"min_p": 0.01, "repetition_penalty": 1.1})
+    assert x.choices[0].message.content == y.choices[0].message.content
+
+
+@test
+def usage_and_models(srv, c):
+    r1 = c.completions.create(model="tiny", prompt="same prompt here", max_tokens=3)
+    r2 = c.completions.create(model="tiny", prompt="same prompt here", max_tokens=3)
+    assert r1.usage.prompt_tokens == r2.usage.prompt_tokens
+    two = c.completions.create(model="tiny", prompt=["same prompt here", "other"], max_tokens=3)
+    assert len(two.choices) == 2 and two.usage.prompt_tokens > r1.usage.prompt_tokens
+    ids = c.completions.create(model="tiny", prompt=[1, 2, 3, 4], max_tokens=2)
+    assert ids.usage.prompt_tokens == 4
+    models = c.models.list()
+    assert [m.id for m in models.data] == ["tiny"]
+    assert c.models.retrieve("tiny").id == "tiny"
+
+
+# ---- errors --------------------------------------------------------------------------------
+
+
+@test
+def errors_400(srv, c):
+    mk = lambda **kw: lambda: c.completions.create(model="tiny", prompt="x", max_tokens=2, **kw)  # noqa: E731
+    expect_status(mk(temperature=5), 400, "temperature")
+    expect_status(mk(top_p=0), 400, "top_p")
+    expect_status(mk(n=17), 400, "n")
+    expect_status(mk(logprobs=21), 400, "logprobs")
+    expect_status(mk(stop=["s"] * 17), 400, "stop")
+    expect_status(mk(stop=["x" * 300]), 400, "stop")
+    expect_status(mk(extra_body={"max_tokens": 10 ** 9}), 400, "max_tokens")
+    expect_status(mk(extra_body={"max_tokens": "ten"}), 400, "max_tokens")
+    expect_status(mk(extra_body={"seed": 10 ** 30}), 400, "seed")
+    expect_status(mk(extra_body={"top_k": 1.5}), 400, "top_k")
+    expect_status(mk(extra_body={"response_format": {"type": "json_object"}}), 400, "response_format")
+    expect_status(mk(extra_body={"response_format": {"type": "yaml"}}), 400, "response_format.type")
+    expect_status(lambda: c.completions.create(model="tiny", prompt=[10 ** 9], max_tokens=2), 400, "prompt")
+    expect_status(lambda: c.chat.completions.create(model="tiny", messages=[], max_tokens=2), 400, "messages")
+    expect_status(lambda: c.chat.completions.create(model="tiny", messages=[{"role": "wizard", "content": "x"}]),
+                  400, "messages[0].role")
+    expect_status(lambda: c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x"}],
+                                                    top_logprobs=3), 400, "top_logprobs")
+    for body in (b"{not json", b"\xff\xfe{}", b"[1,2]", b'{"prompt": "\xc3\x28"}'):
+        status, _, data = srv.request("POST", "/v1/completions", body, {"Authorization": "Bearer " + KEY})
+        assert status == 400 and "error" in json.loads(data), (body, status, data)
+
+
+@test
+def errors_401(srv, c):
+    expect_status(lambda: client(srv, key="wrong").completions.create(model="tiny", prompt="x", max_tokens=2),
+                  401, code="invalid_api_key")
+    status, _, body = srv.request("GET", "/v1/models")
+    assert status == 401 and json.loads(body)["error"]["type"] == "authentication_error"
+    assert srv.request("GET", "/v1/models", headers={"Authorization": "Bearer " + KEY + "x"})[0] == 401
+    assert srv.request("GET", "/health")[0] == 200
+    assert srv.request("GET", "/ready")[0] == 200
+
+
+@test
+def errors_404_405(srv, c):
+    expect_status(lambda: c.completions.create(model="gpt-4", prompt="x", max_tokens=2), 404, "model",
+                  "model_not_found")
+    expect_status(lambda: c.models.retrieve("gpt-4"), 404, "model")
+    auth = {"Authorization": "Bearer " + KEY}
+    status, _, body = srv.request("GET", "/v1/nothing", headers=auth)
+    assert status == 404 and json.loads(body)["error"]["code"] == "not_found"
+    assert srv.request("GET", "/v1/completions", headers=auth)[0] == 405
+
+
+@test
+def errors_413(srv, c):
+    big = {"model": "tiny", "prompt": "x" * (9 << 20), "max_tokens": 1}
+    status, _, body = srv.request("POST", "/v1/completions", big, {"Authorization": "Bearer " + KEY})
+    assert status == 413 and json.loads(body)["error"]["code"] == "request_too_large", status
+
+
+def limited_server(binary, model, workdir):
+    """A server whose limits are small enough to reach: 2 requests in flight, 6 connections."""
+    path = os.path.join(workdir, "limits.toml")
+    with open(path, "w") as f:
+        f.write(f'[model]\npath = "{model}"\n[logging]\nstatus_interval_s = 0\n'
+                '[[nodes]]\nhost = "127.0.0.1"\nport = 1\n[[groups]]\nscheduler = 0\nexecutors = [0]\n'
+                '[server]\nmax_concurrent_requests = 2\nmax_connections = 6\nretry_after_s = 3\n'
+                'max_body_bytes = 65536\n')
+    return Server(binary, ["--config", path, "--in-process", "--set", "server.model_name=tiny"])
+
+
+@test
+def errors_429_503_and_config(srv, c, binary=None, model=None, workdir=None):
+    lim = limited_server(binary, model, workdir)
+    try:
+        lc = client(lim, key="unused")
+        streams = [lc.completions.create(model="tiny", prompt="x", max_tokens=400, stream=True,
+                                         extra_body={"ignore_eos": True}) for _ in range(2)]
+        for s in streams:
+            next(iter(s))
+        t0 = time.time()
+        try:
+            lc.completions.create(model="tiny", prompt="x", max_tokens=2)
+            raise AssertionError("expected 429")
+        except openai.RateLimitError as e:
+            check_error(e, 429, code="rate_limit_exceeded")
+            assert e.response.headers["retry-after"] == "3"
+        assert time.time() - t0 < 2, "429 must be fast"
+        for s in streams:
+            s.close()
+        status, _, _ = lim.request("POST", "/v1/completions", {"prompt": "y" * 70000})
+        assert status == 413
+        socks = [socket.create_connection((lim.host, lim.port)) for _ in range(6)]
+        time.sleep(0.3)
+        status = lim.raw(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert status == 503, status
+        for s in socks:
+            s.close()
+        time.sleep(0.3)
+        assert lim.request("GET", "/health")[0] == 200
+    finally:
+        lim.stop()
+
+
+# ---- disconnects, concurrency, fuzz ----------------------------------------------------------
+
+
+def kv_settled(srv, baseline, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        m = srv.metrics({"Authorization": "Bearer " + KEY})
+        if m["deepinfer:kv_blocks_used"] == baseline and m["deepinfer:num_requests_running"] == 0 \
+                and m["deepinfer:num_requests_waiting"] == 0:
+            return m
+        time.sleep(0.2)
+    raise AssertionError(f"KV blocks did not return to {baseline}: {m['deepinfer:kv_blocks_used']}")
+
+
+@test
+def disconnect_mid_stream(srv, c):
+    before = kv_settled(srv, 0)
+    aborts0 = before['deepinfer:request_success_total{finished_reason="abort"}']
+    results = {}
+
+    def one(i):
+        cl = client(srv)
+        s = cl.completions.create(model="tiny", prompt=f"request {i}", max_tokens=48, stream=True,
+                                  stream_options={"include_usage": True}, extra_body={"ignore_eos": True})
+        n = 0
+        usage = None
+        for ch in s:
+            if ch.choices and ch.choices[0].text is not None:
+                n += 1
+            if ch.usage:
+                usage = ch.usage
+            if i % 5 == 0 and n == 3:
+                s.close()  # drop the connection mid-stream
+                return i, "dropped", None
+        return i, "done", usage
+
+    with cf.ThreadPoolExecutor(50) as pool:
+        for i, what, usage in pool.map(one, range(50)):
+            results[i] = (what, usage)
+    dropped = [i for i, (w, _) in results.items() if w == "dropped"]
+    assert len(dropped) == 10
+    for i, (what, usage) in results.items():
+        if what == "done":
+            assert usage.completion_tokens == 48, (i, usage)
+    after = kv_settled(srv, 0)
+    aborted = after['deepinfer:request_success_total{finished_reason="abort"}'] - aborts0
+    assert aborted == 10, aborted
+
+
+@test
+def concurrent_streams(srv, c):
+    n = int(os.environ.get("DEEPINFER_TEST_STREAMS", "200"))
+    import asyncio
+
+    async def run():
+        ac = openai.AsyncOpenAI(base_url=srv.url + "/v1", api_key=KEY, max_retries=0, timeout=600)
+
+        async def one(i):
+            s = await ac.completions.create(model="tiny", prompt=f"stream {i}", max_tokens=8, stream=True,
+                                            extra_body={"ignore_eos": True}, stream_options={"include_usage": True})
+            usage = None
+            async for ch in s:
+                if ch.usage:
+                    usage = ch.usage
+            return usage.completion_tokens
+
+        return await asyncio.gather(*(one(i) for i in range(n)), return_exceptions=True)
+
+    results = asyncio.run(run())
+    errors = [r for r in results if not isinstance(r, int) or r != 8]
+    assert not errors, errors[:3]
+
+
+@test
+def fuzz_malformed(srv, c):
+    auth = b"Authorization: Bearer " + KEY.encode() + b"\r\n"
+
+    def post(body, extra=b""):
+        return srv.raw(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + auth + extra +
+                       b"Content-Type: application/json\r\nContent-Length: " + str(len(body)).encode() +
+                       b"\r\nConnection: close\r\n\r\n" + body)
+
+    cases = [b"{", b"", b"null", b"\"str\"", b"{\"prompt\": \"\xff\xfe\"}", b"{\"prompt\": 1e999999}",
+             b"[" * 10000 + b"]" * 10000, b"{\"a\":" * 10000 + b"1" + b"}" * 10000,
+             b"{\"prompt\": \"x\", \"max_tokens\": 99999999999999999999999999}",
+             b"{\"prompt\": \"x\", \"n\": -1}", b"{\"prompt\": \"x\", \"temperature\": \"hot\"}",
+             b"{\"prompt\": \"x\", \"stop\": [1, 2]}", b"{\"prompt\": {\"a\": 1}}",
+             b"{\"prompt\": \"x\", \"logprobs\": true}", b"{\"prompt\": [[1, \"a\"]]}",
+             b"{\"prompt\": \"x\", \"stream\": \"yes\"}", b"{\"prompt\": \"x\", \"seed\": 1.5}",
+             b"{\"prompt\": \"x\", \"max_tokens\": -5}", b"{\"prompt\": \"x\", \"top_k\": 1e30}",
+             b"{\"prompt\": \"x\", \"stream_options\": 3}", b"{\"prompt\": [-1]}",
+             b"{\"messages\": \"x\"}", b"{\"prompt\": \"\\ud800\"}"]
+    statuses = [post(b) for b in cases]
+    chat_cases = [b"{\"messages\": [{\"role\": \"user\"}]}", b"{\"messages\": [{\"role\": 1, \"content\": \"x\"}]}",
+                  b"{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]}",
+                  b"{\"messages\": [1]}"]
+    for b in chat_cases:
+        statuses.append(srv.raw(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + auth +
+                                b"Content-Length: " + str(len(b)).encode() + b"\r\n\r\n" + b))
+    raw_cases = [b"GARBAGE\r\n\r\n", b"GET / HTTP/9.9\r\n\r\n", b"GET /health HTTP/1.1\r\nNoColon\r\n\r\n",
+                 b"GET /health HTTP/1.1\r\nX-Big: " + b"a" * 40000 + b"\r\n\r\n",
+                 b"POST /v1/completions HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n",
+                 b"POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+                 b"\x00\x01\x02\x03\r\n\r\n"]
+    statuses += [srv.raw(b) for b in raw_cases]
+    bad = [(i, s) for i, s in enumerate(statuses) if s is None or not 400 <= s < 500]
+    assert not bad, bad
+    assert srv.request("GET", "/health")[0] == 200
+    r = c.completions.create(model="tiny", prompt="still alive", max_tokens=2)
+    assert r.usage.completion_tokens == 2
+    assert srv.alive()
+
+
+def main():
+    binary = sys.argv[1]
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
+    failures = []
+    with tempfile.TemporaryDirectory(prefix="di-server-") as workdir:
+        model = make_model(binary, workdir)
+        srv = Server(binary, ["--model", model, "--api-key", KEY, "--set", "server.max_concurrent_requests=4096"])
+        try:
+            c = client(srv)
+            for fn in TESTS:
+                if only and fn.__name__ != only:
+                    continue
+                t0 = time.time()
+                try:
+                    if fn is errors_429_503_and_config:
+                        fn(srv, c, binary=binary, model=model, workdir=workdir)
+                    else:
+                        fn(srv, c)
+                    print(f"PASS {fn.__name__} ({time.time() - t0:.1f} s)", flush=True)
+                except Exception:
+                    failures.append(fn.__name__)
+                    print(f"FAIL {fn.__name__}\n{traceback.format_exc()}", flush=True)
+            assert srv.alive(), "the server died"
+        finally:
+            code = srv.stop()
+            if failures:
+                print("server stderr (tail):\n" + "".join(srv.stderr_lines[-40:]))
+        if code != 0:
+            failures.append(f"server exit code {code}")
+    print("failures:", failures if failures else "none")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
