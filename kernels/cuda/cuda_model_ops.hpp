@@ -1,15 +1,16 @@
-// The CUDA twins of the model-level ops of kernels/ops.hpp (attention with sinks over packed
-// cache rows, indexer scores and top-k, MoE routing/permutation/combine, SwiGLU, compressor
-// pooling, mHC mixing, Engram, cache-row codecs), as launchers over raw device pointers: one
-// params struct per kernel, shape checks on the host before launch (di::error), the launch
-// error checked after. Each kernel computes the same function as its CPU twin in
-// kernels/cpu/ and rounds through the same scalar definitions (kernels/quant_math.hpp), so
-// copies, gathers and cache writes are bit-exact and the rest agree to fp32 rounding (bf16
-// for attention, which multiplies on the tensor cores).
+// The CUDA kernels of the model-level ops of kernels/ops.hpp (attention with sinks over packed
+// cache rows, indexer scores and top-k, MoE routing, SwiGLU, compressor pooling, mHC mixing,
+// the Engram gate, cache-row codecs), as launchers over raw device pointers: one params
+// struct per kernel, shape checks on the host before launch (di::error), the launch error
+// checked after. Embedding rows, gathers and scatter-adds are in basic_kernels.hpp; the
+// tensor-level twins that ops.cpp dispatches to are in cuda_model_twins.hpp. Each kernel
+// computes the same function as its CPU twin in kernels/cpu/ with the same scalar definitions
+// (kernels/quant_math.hpp): cache writes and top-k are bit-exact, the rest agree to fp32
+// rounding (fp16 operands for attention, which multiplies on the tensor cores).
 //
 // Pointers are device pointers; every launcher is asynchronous on `stream`. Index arguments
-// are device arrays the host cannot see: an attention or gather index outside its table is
-// treated as unused (-1) by the kernels rather than read out of bounds.
+// are device arrays the host cannot see: an attention index outside its table is treated as
+// unused (-1) by the kernel rather than read out of bounds.
 #pragma once
 
 #include "kernels/cache_format.hpp"
@@ -155,26 +156,6 @@ struct swiglu_params {
 };
 void launch_swiglu(const swiglu_params& p, cudaStream_t stream);
 
-/// Token permutation: out[i] = x[rows[i]] for rows of row_bytes bytes (an index outside
-/// [0, m) gives a zero row).
-struct gather_rows_params {
-  const void* x = nullptr;
-  const std::int64_t* rows = nullptr;  ///< [n]
-  void* out = nullptr;
-  std::int64_t m = 0, n = 0;
-  std::size_t row_bytes = 0;
-};
-void launch_gather_rows(const gather_rows_params& p, cudaStream_t stream);
-
-/// Combine: y[rows[i]] += src[i] in index order per column (bitwise the CPU's order).
-struct scatter_add_params {
-  float* y = nullptr;                  ///< [m, width]
-  const std::int64_t* rows = nullptr;  ///< [n]
-  const float* src = nullptr;          ///< [n, width]
-  std::int64_t m = 0, n = 0, width = 0;
-};
-void launch_scatter_add_rows(const scatter_add_params& p, cudaStream_t stream);
-
 // ---- compressor ----------------------------------------------------------------------
 
 /// ops::compress_tokens: feeds n rows at positions [start, start + n) through the partial
@@ -231,16 +212,6 @@ struct hc_expand_params {
 void launch_hc_expand(const hc_expand_params& p, cudaStream_t stream);
 
 // ---- Engram --------------------------------------------------------------------------
-
-/// Rows of an FP8 table: codes [rows, dim] e4m3 times e8m0 scales [rows, dim / block].
-struct embedding_fp8_params {
-  const std::uint8_t* codes = nullptr;
-  const std::uint8_t* scales = nullptr;
-  const std::int64_t* ids = nullptr;  ///< [n]
-  float* out = nullptr;               ///< [n, dim] (an id outside the table gives zeros)
-  std::int64_t table_rows = 0, n = 0, dim = 0, block = 0;
-};
-void launch_embedding_fp8(const embedding_fp8_params& p, cudaStream_t stream);
 
 struct engram_gate_params {
   const float* h = nullptr;       ///< [tokens, hc, dim]

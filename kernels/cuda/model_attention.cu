@@ -1,19 +1,19 @@
 // Sparse attention with sinks on the tensor cores (the CUDA twin of ops::sparse_attention,
 // fused with the cache decode): per query token and group of 64 heads, one block walks the
 // token's rows (window ring rows, then selected compressed entries) in tiles of 64, decodes
-// each tile's packed FP8/FP4 rows straight into shared memory as bf16 (exact), computes
-// S = Q K^T and O += P V with mma.sync m16n8k16 (bf16 in, fp32 accumulate) and an online
+// each tile's packed FP8/FP4 rows straight into shared memory as fp16 (exact for FP4 rows and
+// for FP8 blocks with amax above 448 * 2^-16), computes S = Q K^T and O += P V with mma.sync
+// m16n8k16 (fp16 in, fp32 accumulate; q pre-multiplied by the softmax scale) and an online
 // softmax, and adds the sink to the denominator at the end. Short row lists are split
 // across blocks (flash-decoding) and combined by a second kernel.
 //
-// Block: 512 threads (16 warps). Shared memory: Q [64][D+8] bf16, K [64][D+8] bf16, S
-// [64][68] f32, P [64][72] bf16, row statistics. Phase 1: warp (hg, eg) computes S for heads
+// Block: 512 threads (16 warps). Shared memory: Q [64][D+8] fp16, K [64][D+8] fp16, S
+// [64][68] f32, P [64][72] fp16, row statistics, the FP4 byte table, the staged packed rows. Phase 1: warp (hg, eg) computes S for heads
 // 16hg.. and rows 16eg..; phase 2: 8 threads per head update max/sum and write P; phase 3:
 // warp (hg, dq) accumulates O for heads 16hg.. and dims dq*D/4.. in registers. The next
 // tile's packed bytes are loaded into registers while the current tile is multiplied.
 #include "kernels/cuda/model_common.cuh"
 
-#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
@@ -59,7 +59,13 @@ struct layout {
   static constexpr std::size_t stat_off = p_off + std::size_t(kHeads) * kPld * 2;
   static constexpr std::size_t stage_off = stat_off + std::size_t(3 * kHeads + kRows) * 4;
   /// bytes of the staging area for packed rows of at most max_stage_row bytes
-  static constexpr std::size_t bytes(int stage_ld) { return stage_off + std::size_t(kRows) * stage_ld; }
+  static constexpr std::size_t lut_off = stage_off;  // [256] u32: byte -> fp16 pair of its nibbles
+  static constexpr std::size_t kind_off = lut_off + 256 * 4;  // [kRows] i32 row kinds
+  static constexpr std::size_t row_off = kind_off + kRows * 4;  // [kRows] i64 rows (slow path)
+  static constexpr std::size_t stage_rows_off = row_off + kRows * 8;
+  static constexpr std::size_t bytes(int stage_ld) {
+    return stage_rows_off + std::size_t(kRows) * stage_ld;
+  }
   static constexpr int chunks = D / 64;  // 8-value chunks per thread per tile
 };
 
@@ -75,17 +81,23 @@ __device__ __forceinline__ void ldsm_x4_trans(std::uint32_t (&r)[4], const void*
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(a));
 }
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const std::uint32_t (&a)[4],
-                                         std::uint32_t b0, std::uint32_t b1) {
+__device__ __forceinline__ void mma_f16(float (&c)[4], const std::uint32_t (&a)[4],
+                                        std::uint32_t b0, std::uint32_t b1) {
   asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ std::uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+__device__ __forceinline__ std::uint32_t pack_h2(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const std::uint32_t*>(&v);
+}
+__device__ __forceinline__ __half2 as_h2(std::uint32_t u) {
+  return *reinterpret_cast<const __half2*>(&u);
+}
+__device__ __forceinline__ std::uint32_t h2_bits(__half2 v) {
   return *reinterpret_cast<const std::uint32_t*>(&v);
 }
 
@@ -97,29 +109,23 @@ __device__ __forceinline__ float e2m1_fast(std::uint32_t n) {
   return __uint_as_float(bits | ((n & 8u) << 28));
 }
 
-/// The table, row and validity of slot `s` of token t.
+/// What row `s` of a token's list is: 0 unused, 1/2 fast window/extra (staged packed rows),
+/// 3/4 window/extra decoded straight from global memory (f32 rows, unaligned formats).
+enum row_kind : int { kNone = 0, kFastWin = 1, kFastExt = 2, kSlowWin = 3, kSlowExt = 4 };
+
 struct slot_ref {
-  const dev_rows* table;  // null: unused slot
+  int kind;
   std::int64_t row;
-  bool fast;
 };
 __device__ __forceinline__ slot_ref resolve(const attn_args& a, int t, int s) {
-  const int total = a.win_k + a.ext_k;
-  if (s >= total) return {nullptr, -1, false};
-  std::int64_t r;
-  const dev_rows* tbl;
-  bool fast;
-  if (s < a.win_k) {
-    r = a.win_idx[std::int64_t(t) * a.win_k + s];
-    tbl = &a.win;
-    fast = a.win_fast;
-  } else {
-    r = a.ext_idx[std::int64_t(t) * a.ext_k + (s - a.win_k)];
-    tbl = &a.ext;
-    fast = a.ext_fast;
-  }
-  if (r < 0 || r >= tbl->rows) return {nullptr, -1, false};
-  return {tbl, r, fast};
+  if (s >= a.win_k + a.ext_k) return {kNone, -1};
+  const bool win = s < a.win_k;
+  const std::int64_t r = win ? __ldg(a.win_idx + std::int64_t(t) * a.win_k + s)
+                             : __ldg(a.ext_idx + std::int64_t(t) * a.ext_k + (s - a.win_k));
+  const std::int64_t rows = win ? a.win.rows : a.ext.rows;
+  if (r < 0 || r >= rows) return {kNone, -1};
+  const bool fast = win ? a.win_fast : a.ext_fast;
+  return {fast ? (win ? kFastWin : kFastExt) : (win ? kSlowWin : kSlowExt), r};
 }
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
@@ -129,68 +135,107 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
 
-/// Starts copying the packed rows of tile `tile` that the fast path decodes into `stage`
-/// ([kRows][stage_ld] bytes), 16 bytes per cp.async.
+/// Resolves the rows of tile `tile` into sKind/sRow and starts copying the packed rows the
+/// fast path decodes into `stage` ([kRows][stage_ld] bytes), 16 bytes per cp.async.
 __device__ __forceinline__ void stage_tile(const attn_args& a, int t, int tile, std::uint8_t* stage,
-                                           int stage_ld) {
+                                           int stage_ld, int* sKind, std::int64_t* sRow) {
   const int per_row = stage_ld / 16;
   for (int c = int(threadIdx.x); c < kRows * per_row; c += kThreads) {
     const int row = c / per_row, off = (c % per_row) * 16;
     const slot_ref s = resolve(a, t, tile * kRows + row);
-    if (!s.fast || off >= s.table->f.row_bytes) continue;
-    const std::uint8_t* src = s.table->data + std::size_t(s.row) * std::size_t(s.table->f.row_bytes);
-    cp_async16(stage + row * stage_ld + off, src + off);
+    if (off == 0) {
+      sKind[row] = s.kind;
+      sRow[row] = s.row;
+    }
+    if (s.kind != kFastWin && s.kind != kFastExt) continue;
+    const dev_rows& tb = s.kind == kFastWin ? a.win : a.ext;
+    if (off >= tb.f.row_bytes) continue;
+    cp_async16(stage + row * stage_ld + off,
+               tb.data + std::size_t(s.row) * std::size_t(tb.f.row_bytes) + off);
   }
   cp_async_commit();
 }
 
+/// fp16 of a power-of-two scale 2^k (0 below 2^-24; callers keep k <= 15).
+__device__ __forceinline__ std::uint32_t h2_pow2(int k) {
+  const std::uint32_t h = k >= -14 ? std::uint32_t(k + 15) << 10 : (k >= -24 ? 1u << (k + 24) : 0u);
+  return h | (h << 16);
+}
+
+/// fp16 pairs of the 8 e4m3 codes in `w` times the e8m0 scale `e` (exact unless the scale is
+/// below 2^-15, when values under 2^-24 round).
+__device__ __forceinline__ uint4 fp8x8_to_h(uint2 w, std::uint8_t e) {
+  std::uint32_t r[4];
+  const int k = int(e) - 127;
+  if (k <= 15 && e != 0) {
+    const __half2 sc = as_h2(h2_pow2(k));
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const std::uint32_t word = j < 2 ? w.x : w.y;
+      const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
+          __nv_fp8x2_storage_t((word >> (16 * (j % 2))) & 0xffffu), __NV_E4M3);
+      r[j] = h2_bits(__hmul2(*reinterpret_cast<const __half2*>(&h), sc));
+    }
+  } else {  // out of fp16's range: through fp32 (saturates to inf above 65504)
+    const float sc = e8m0_to_f32(e);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const std::uint32_t word = j < 2 ? w.x : w.y;
+      const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
+          __nv_fp8x2_storage_t((word >> (16 * (j % 2))) & 0xffffu), __NV_E4M3);
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+      r[j] = pack_h2(f.x * sc, f.y * sc);
+    }
+  }
+  return make_uint4(r[0], r[1], r[2], r[3]);
+}
+
+/// fp16 pairs of the 8 e2m1 codes in `w` (low nibble first) through the byte table `lut`
+/// (byte -> fp16 pair of its two nibbles), times the block scale.
+__device__ __forceinline__ uint4 fp4x8_to_h(std::uint32_t w, const std::uint32_t* lut, __half2 sc) {
+  std::uint32_t r[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) r[j] = h2_bits(__hmul2(as_h2(lut[(w >> (8 * j)) & 0xffu]), sc));
+  return make_uint4(r[0], r[1], r[2], r[3]);
+}
+
+__device__ __forceinline__ __half2 fp4_scale_h2(const detail::dev_format& f, std::uint8_t b) {
+  if (f.quant == int(cache_quant::fp4_e4m3)) {
+    const __half_raw h = __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(b), __NV_E4M3);
+    return __half2(__half(h), __half(h));
+  }
+  const float sc = e8m0_to_f32(b);
+  return __floats2half2_rn(sc, sc);
+}
+
 /// Decodes tile `tile` (staged rows, or the slow path straight from global memory) into sK
-/// as bf16 and marks the valid rows.
+/// as fp16 and marks the valid rows.
 template <int D>
-__device__ __forceinline__ void decode_tile(const attn_args& a, int t, int tile,
-                                            const std::uint8_t* stage, int stage_ld,
-                                            __nv_bfloat16* sK, int* sValid) {
+__device__ __forceinline__ void decode_tile(const attn_args& a, const std::uint8_t* stage,
+                                            int stage_ld, const std::uint32_t* lut,
+                                            const int* sKind, const std::int64_t* sRow,
+                                            __half* sK, int* sValid) {
 #pragma unroll 2
   for (int i = 0; i < layout<D>::chunks; ++i) {
     const int c = i * kThreads + int(threadIdx.x);
     const int row = c / (D / 8), d0 = (c % (D / 8)) * 8;
-    const slot_ref s = resolve(a, t, tile * kRows + row);
-    float v[8];
-    if (s.table == nullptr) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = 0.0f;
-    } else if (s.fast) {
-      const detail::dev_format& f = s.table->f;
+    const int kind = sKind[row];
+    uint4 packed = make_uint4(0u, 0u, 0u, 0u);
+    if (kind == kFastWin || kind == kFastExt) {
+      const detail::dev_format& f = kind == kFastWin ? a.win.f : a.ext.f;
       const std::uint8_t* r = stage + row * stage_ld;
       const std::uint8_t sb = r[f.code_bytes + d0 / f.block];
-      if (f.fp4) {
-        const float sc = f.quant == int(cache_quant::fp4_e4m3) ? e4m3_to_f32(sb) : e8m0_to_f32(sb);
-        const std::uint32_t w = *reinterpret_cast<const std::uint32_t*>(r + d0 / 2);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = e2m1_fast(w >> (4 * j)) * sc;
-      } else {
-        const float sc = e8m0_to_f32(sb);
-        const uint2 w2 = *reinterpret_cast<const uint2*>(r + d0);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const std::uint32_t w = j < 2 ? w2.x : w2.y;
-          const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
-              __nv_fp8x2_storage_t((w >> (16 * (j % 2))) & 0xffffu), __NV_E4M3);
-          const float2 f2 = __half22float2(*reinterpret_cast<const __half2*>(&h));
-          v[2 * j] = f2.x * sc;
-          v[2 * j + 1] = f2.y * sc;
-        }
-      }
-    } else {
-      detail::load8(*s.table, D, s.row, d0, v);
+      packed = f.fp4 ? fp4x8_to_h(*reinterpret_cast<const std::uint32_t*>(r + d0 / 2), lut,
+                                  fp4_scale_h2(f, sb))
+                     : fp8x8_to_h(*reinterpret_cast<const uint2*>(r + d0), sb);
+    } else if (kind != kNone) {
+      float v[8];
+      detail::load8(kind == kSlowWin ? a.win : a.ext, D, sRow[row], d0, v);
+      packed = make_uint4(pack_h2(v[0], v[1]), pack_h2(v[2], v[3]), pack_h2(v[4], v[5]),
+                          pack_h2(v[6], v[7]));
     }
-    uint4 packed;
-    packed.x = pack_bf16(v[0], v[1]);
-    packed.y = pack_bf16(v[2], v[3]);
-    packed.z = pack_bf16(v[4], v[5]);
-    packed.w = pack_bf16(v[6], v[7]);
     *reinterpret_cast<uint4*>(sK + row * layout<D>::ld + d0) = packed;
-    if (d0 == 0) sValid[row] = s.table != nullptr;
+    if (d0 == 0) sValid[row] = kind != kNone;
   }
 }
 
@@ -198,10 +243,10 @@ template <int D>
 __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const __grid_constant__ attn_args a) {
   using L = layout<D>;
   extern __shared__ __align__(16) unsigned char smem[];
-  __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem + L::q_off);
-  __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem + L::k_off);
+  __half* sQ = reinterpret_cast<__half*>(smem + L::q_off);
+  __half* sK = reinterpret_cast<__half*>(smem + L::k_off);
   float* sS = reinterpret_cast<float*>(smem + L::s_off);
-  __nv_bfloat16* sP = reinterpret_cast<__nv_bfloat16*>(smem + L::p_off);
+  __half* sP = reinterpret_cast<__half*>(smem + L::p_off);
   float* sM = reinterpret_cast<float*>(smem + L::stat_off);
   float* sL = sM + kHeads;
   float* sAlpha = sL + kHeads;
@@ -214,18 +259,23 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const __grid_con
   const int tile_begin = split * a.tiles_per_split;
   const int tile_end = min(tiles, tile_begin + a.tiles_per_split);
 
-  std::uint8_t* stage = smem + L::stage_off;
-  if (tile_begin < tile_end) stage_tile(a, t, tile_begin, stage, a.stage_ld);
+  std::uint32_t* lut = reinterpret_cast<std::uint32_t*>(smem + L::lut_off);
+  int* sKind = reinterpret_cast<int*>(smem + L::kind_off);
+  std::int64_t* sRow = reinterpret_cast<std::int64_t*>(smem + L::row_off);
+  std::uint8_t* stage = smem + L::stage_rows_off;
+  if (threadIdx.x < 256)
+    lut[threadIdx.x] = pack_h2(e2m1_fast(threadIdx.x & 15u), e2m1_fast(threadIdx.x >> 4));
+  if (tile_begin < tile_end) stage_tile(a, t, tile_begin, stage, a.stage_ld, sKind, sRow);
 
-  // Q rows of this head group as bf16 (heads past the end are zero).
+  // Q rows of this head group times the softmax scale, as fp16 (heads past the end are zero).
   for (int i = tid; i < kHeads * (D / 4); i += kThreads) {
     const int hh = i / (D / 4), c4 = (i % (D / 4)) * 4;
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
     if (h0 + hh < a.heads)
       v = __ldg(reinterpret_cast<const float4*>(a.q + (std::int64_t(t) * a.heads + h0 + hh) * D + c4));
     uint2 w;
-    w.x = pack_bf16(v.x, v.y);
-    w.y = pack_bf16(v.z, v.w);
+    w.x = pack_h2(v.x * a.scale, v.y * a.scale);
+    w.y = pack_h2(v.z * a.scale, v.w * a.scale);
     *reinterpret_cast<uint2*>(sQ + hh * L::ld + c4) = w;
   }
   if (tid < kHeads) {
@@ -241,31 +291,34 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const __grid_con
   for (int tile = tile_begin; tile < tile_end; ++tile) {
     cp_async_wait_all();
     __syncthreads();
-    decode_tile<D>(a, t, tile, stage, a.stage_ld, sK, sValid);
+    decode_tile<D>(a, stage, a.stage_ld, lut, sKind, sRow, sK, sValid);
     __syncthreads();
-    if (tile + 1 < tile_end) stage_tile(a, t, tile + 1, stage, a.stage_ld);
+    if (tile + 1 < tile_end) stage_tile(a, t, tile + 1, stage, a.stage_ld, sKind, sRow);
 
-    {  // phase 1: S = Q K^T * scale for heads 16hg.., rows 16wq..
-      float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-      const __nv_bfloat16* qa = sQ + (hg * 16 + (lane & 15)) * L::ld + (lane >> 4) * 8;
-      const __nv_bfloat16* kb =
+    {  // phase 1: S = (scale q) K^T for heads 16hg.., rows 16wq.. (two k halves in flight)
+      float acc[2][2][4] = {};
+      const __half* qa = sQ + (hg * 16 + (lane & 15)) * L::ld + (lane >> 4) * 8;
+      const __half* kb =
           sK + (wq * 16 + (lane & 7) + ((lane >> 4) << 3)) * L::ld + ((lane >> 3) & 1) * 8;
-#pragma unroll 8
-      for (int k0 = 0; k0 < D; k0 += 16) {
-        std::uint32_t af[4], bf[4];
-        ldsm_x4(af, qa + k0);
-        ldsm_x4(bf, kb + k0);
-        mma_bf16(acc[0], af, bf[0], bf[1]);
-        mma_bf16(acc[1], af, bf[2], bf[3]);
+#pragma unroll 4
+      for (int k0 = 0; k0 < D / 2; k0 += 16) {
+#pragma unroll
+        for (int hk = 0; hk < 2; ++hk) {
+          std::uint32_t af[4], bf[4];
+          ldsm_x4(af, qa + k0 + hk * (D / 2));
+          ldsm_x4(bf, kb + k0 + hk * (D / 2));
+          mma_f16(acc[hk][0], af, bf[0], bf[1]);
+          mma_f16(acc[hk][1], af, bf[2], bf[3]);
+        }
       }
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         const int col = wq * 16 + j * 8 + 2 * tq, row = hg * 16 + g;
         const bool v0 = sValid[col] != 0, v1 = sValid[col + 1] != 0;
-        sS[row * kSld + col] = v0 ? acc[j][0] * a.scale : -INFINITY;
-        sS[row * kSld + col + 1] = v1 ? acc[j][1] * a.scale : -INFINITY;
-        sS[(row + 8) * kSld + col] = v0 ? acc[j][2] * a.scale : -INFINITY;
-        sS[(row + 8) * kSld + col + 1] = v1 ? acc[j][3] * a.scale : -INFINITY;
+        sS[row * kSld + col] = v0 ? acc[0][j][0] + acc[1][j][0] : -INFINITY;
+        sS[row * kSld + col + 1] = v1 ? acc[0][j][1] + acc[1][j][1] : -INFINITY;
+        sS[(row + 8) * kSld + col] = v0 ? acc[0][j][2] + acc[1][j][2] : -INFINITY;
+        sS[(row + 8) * kSld + col + 1] = v1 ? acc[0][j][3] + acc[1][j][3] : -INFINITY;
       }
     }
     __syncthreads();
@@ -293,7 +346,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const __grid_con
         const float p0 = empty ? 0.0f : expf(s[j] - m_new);
         const float p1 = empty ? 0.0f : expf(s[j + 1] - m_new);
         sum += p0 + p1;
-        pw[j / 2] = pack_bf16(p0, p1);
+        pw[j / 2] = pack_h2(p0, p1);
       }
       *reinterpret_cast<uint4*>(sP + r * kPld + part * 8) = make_uint4(pw[0], pw[1], pw[2], pw[3]);
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
@@ -315,8 +368,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const __grid_con
         o[j][2] *= a_hi;
         o[j][3] *= a_hi;
       }
-      const __nv_bfloat16* pa = sP + (hg * 16 + (lane & 15)) * kPld + (lane >> 4) * 8;
-      const __nv_bfloat16* vb = sK + (lane & 15) * L::ld + wq * (D / 4) + (lane >> 4) * 8;
+      const __half* pa = sP + (hg * 16 + (lane & 15)) * kPld + (lane >> 4) * 8;
+      const __half* vb = sK + (lane & 15) * L::ld + wq * (D / 4) + (lane >> 4) * 8;
 #pragma unroll
       for (int k0 = 0; k0 < kRows; k0 += 16) {
         std::uint32_t af[4];
@@ -325,8 +378,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const __grid_con
         for (int jp = 0; jp < D / 64; ++jp) {
           std::uint32_t bf[4];
           ldsm_x4_trans(bf, vb + k0 * L::ld + jp * 16);
-          mma_bf16(o[2 * jp], af, bf[0], bf[1]);
-          mma_bf16(o[2 * jp + 1], af, bf[2], bf[3]);
+          mma_f16(o[2 * jp], af, bf[0], bf[1]);
+          mma_f16(o[2 * jp + 1], af, bf[2], bf[3]);
         }
       }
     }

@@ -1,23 +1,10 @@
-// Engram on the GPU: rows of the FP8 n-gram tables (e4m3 codes times e8m0 block scales,
-// exact) and the per-stream gate (twin of ops::engram_gate).
+// Engram's per-stream gate on the GPU (twin of ops::engram_gate); the FP8 table rows are
+// embedding_fp8 in basic_kernels.
 #include "kernels/cuda/model_common.cuh"
 
 namespace di::cuda {
 
 namespace {
-
-__global__ void embedding_fp8_kernel(const embedding_fp8_params p) {
-  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= p.n * p.dim) return;
-  const std::int64_t t = i / p.dim, d = i % p.dim;
-  const std::int64_t id = p.ids[t];
-  if (id < 0 || id >= p.table_rows) {
-    p.out[i] = 0.0f;
-    return;
-  }
-  p.out[i] = e4m3_to_f32(p.codes[id * p.dim + d]) *
-             e8m0_to_f32(p.scales[id * (p.dim / p.block) + d / p.block]);
-}
 
 /// One block per (token, stream): the three reductions, then the gated add.
 __global__ void engram_gate_kernel(const engram_gate_params p) {
@@ -47,15 +34,6 @@ __global__ void engram_gate_kernel(const engram_gate_params p) {
 }
 
 }  // namespace
-
-void launch_embedding_fp8(const embedding_fp8_params& p, cudaStream_t stream) {
-  DI_CHECK(p.block > 0 && p.dim % p.block == 0 && p.n >= 0,
-           "embedding_fp8: rows of {} in blocks of {}", p.dim, p.block);
-  if (p.n * p.dim == 0) return;
-  DI_CHECK(p.codes && p.scales && p.ids && p.out, "embedding_fp8: missing operand");
-  embedding_fp8_kernel<<<detail::grid_for(p.n * p.dim, 256), 256, 0, stream>>>(p);
-  detail::check_launch("embedding_fp8");
-}
 
 void launch_engram_gate(const engram_gate_params& p, cudaStream_t stream) {
   DI_CHECK(p.hc > 0 && p.dim > 0 && p.tokens >= 0, "engram_gate: {} streams of {}", p.hc, p.dim);

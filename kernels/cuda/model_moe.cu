@@ -1,6 +1,5 @@
-// MoE on the GPU apart from the expert GEMMs: sqrt-softplus routing with bias-corrected
-// top-k (or V4's fixed hash-routed experts), the clamped SwiGLU, and the token permutation
-// (gather of rows) and combine (ordered scatter-add, bitwise equal to the CPU's order).
+// MoE on the GPU apart from the expert GEMMs and the row gathers: sqrt-softplus routing with
+// bias-corrected top-k (or V4's fixed hash-routed experts) and the clamped SwiGLU.
 #include "kernels/cuda/model_common.cuh"
 
 namespace di::cuda {
@@ -103,35 +102,6 @@ __global__ void swiglu_kernel(const swiglu_params p) {
   }
 }
 
-/// One block per output row; 16-byte copies when the rows allow it.
-__global__ void gather_kernel(const gather_rows_params p, bool vec16) {
-  const std::int64_t i = blockIdx.x;
-  const std::int64_t r = p.rows[i];
-  const bool ok = r >= 0 && r < p.m;
-  if (vec16) {
-    const uint4* src = reinterpret_cast<const uint4*>(static_cast<const std::uint8_t*>(p.x) +
-                                                      std::size_t(ok ? r : 0) * p.row_bytes);
-    uint4* dst = reinterpret_cast<uint4*>(static_cast<std::uint8_t*>(p.out) + std::size_t(i) * p.row_bytes);
-    for (std::size_t j = threadIdx.x; j < p.row_bytes / 16; j += blockDim.x)
-      dst[j] = ok ? src[j] : make_uint4(0u, 0u, 0u, 0u);
-  } else {
-    const std::uint8_t* src = static_cast<const std::uint8_t*>(p.x) + std::size_t(ok ? r : 0) * p.row_bytes;
-    std::uint8_t* dst = static_cast<std::uint8_t*>(p.out) + std::size_t(i) * p.row_bytes;
-    for (std::size_t j = threadIdx.x; j < p.row_bytes; j += blockDim.x) dst[j] = ok ? src[j] : 0;
-  }
-}
-
-/// One thread per column, rows in index order (the CPU's summation order).
-__global__ void scatter_add_kernel(const scatter_add_params p) {
-  const std::int64_t d = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (d >= p.width) return;
-  for (std::int64_t i = 0; i < p.n; ++i) {
-    const std::int64_t r = p.rows[i];
-    if (r < 0 || r >= p.m) continue;
-    p.y[r * p.width + d] += p.src[i * p.width + d];
-  }
-}
-
 }  // namespace
 
 void launch_route(const route_params& p, cudaStream_t stream) {
@@ -152,25 +122,6 @@ void launch_swiglu(const swiglu_params& p, cudaStream_t stream) {
   const unsigned grid = std::min<unsigned>(detail::grid_for(p.rows * p.inter, 256), 132u * 16u);
   swiglu_kernel<<<grid, 256, 0, stream>>>(p);
   detail::check_launch("swiglu");
-}
-
-void launch_gather_rows(const gather_rows_params& p, cudaStream_t stream) {
-  DI_CHECK(p.m >= 0 && p.n >= 0, "gather_rows: {} of {} rows", p.n, p.m);
-  if (p.n == 0 || p.row_bytes == 0) return;
-  DI_CHECK(p.x && p.rows && p.out, "gather_rows: missing operand");
-  const bool vec16 = p.row_bytes % 16 == 0 && reinterpret_cast<std::uintptr_t>(p.x) % 16 == 0 &&
-                     reinterpret_cast<std::uintptr_t>(p.out) % 16 == 0;
-  gather_kernel<<<unsigned(p.n), 256, 0, stream>>>(p, vec16);
-  detail::check_launch("gather_rows");
-}
-
-void launch_scatter_add_rows(const scatter_add_params& p, cudaStream_t stream) {
-  DI_CHECK(p.m >= 0 && p.n >= 0 && p.width >= 0, "scatter_add_rows: [{}, {}] into {} rows", p.n,
-           p.width, p.m);
-  if (p.n == 0 || p.width == 0) return;
-  DI_CHECK(p.y && p.rows && p.src, "scatter_add_rows: missing operand");
-  scatter_add_kernel<<<detail::grid_for(p.width, 128), 128, 0, stream>>>(p);
-  detail::check_launch("scatter_add_rows");
 }
 
 }  // namespace di::cuda

@@ -4,7 +4,7 @@
 // before every launch (as DeepSeek's FlashMLA figures were measured) and back to back, the
 // bytes one step must read and write, achieved GB/s, the copy bandwidth measured in the same
 // run, and the ratio to FlashMLA sparse FP8 decode on this H200 (14.5 / 26.6 / 45 / 49 us).
-//   bench_attention_decode [--iters N] [--json]
+//   bench_attention_decode [--iters N] [--batch B] [--json FILE]
 #include "kernels/cache_format.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cuda_model_ops.hpp"
@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -160,17 +161,25 @@ result run(int batch, int iters, void* flush, std::size_t flush_bytes) {
 
 int main(int argc, char** argv) {
   int iters = 50;
-  bool json = false;
+  std::string json_path;
+  int only_batch = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--iters") == 0 && i + 1 < argc) iters = std::atoi(argv[++i]);
-    if (std::strcmp(argv[i], "--json") == 0) json = true;
+    if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json_path = argv[++i];
+    if (std::strcmp(argv[i], "--batch") == 0 && i + 1 < argc) only_batch = std::atoi(argv[++i]);
   }
   try {
     const double bw = copy_bandwidth();
     const std::size_t flush_bytes = std::size_t(256) << 20;
     dev flush(flush_bytes);
     std::vector<result> rs;
-    for (const anchor& a : anchors) rs.push_back(run(a.batch, iters, flush.p, flush_bytes));
+    std::vector<anchor> used;
+    for (const anchor& a : anchors) {
+      if (only_batch && a.batch != only_batch) continue;
+      rs.push_back(run(a.batch, iters, flush.p, flush_bytes));
+      used.push_back(a);
+    }
+    fmt::print("== bench_attention_decode ==\n");
     fmt::print("attention decode: {} heads x {}, window {} (FP8) + top-{} of {} (FP4), sink; "
                "copy bandwidth {:.0f} GB/s\n",
                heads, dim, window, topk, entries, bw * 1e-9);
@@ -180,11 +189,20 @@ int main(int argc, char** argv) {
       const result& r = rs[i];
       fmt::print("{:>6} {:>7} {:>12.2f} {:>10.2f} {:>10.2f} {:>9.0f} {:>10.1f} {:>12.2f}\n", r.batch,
                  r.splits, r.flushed_us, r.hot_us, r.bytes * 1e-6, r.bytes / (r.flushed_us * 1e-6) * 1e-9,
-                 anchors[i].us, r.flushed_us / anchors[i].us);
-      if (json)
-        fmt::print("{{\"bench\":\"attention_decode\",\"batch\":{},\"flushed_us\":{:.3f},\"hot_us\":{:.3f},"
-                   "\"bytes\":{:.0f},\"anchor_us\":{}}}\n",
-                   r.batch, r.flushed_us, r.hot_us, r.bytes, anchors[i].us);
+                 used[i].us, r.flushed_us / used[i].us);
+    }
+    if (!json_path.empty()) {
+      std::FILE* f = std::fopen(json_path.c_str(), "w");
+      DI_CHECK(f != nullptr, "cannot write {}", json_path);
+      fmt::print(f, "[");
+      for (std::size_t i = 0; i < rs.size(); ++i)
+        fmt::print(f, "{}{{\"bench\":\"attention_decode\",\"batch\":{},\"splits\":{},"
+                      "\"flushed_us\":{:.3f},\"hot_us\":{:.3f},\"bytes\":{:.0f},\"anchor_us\":{},"
+                      "\"copy_gbps\":{:.1f}}}",
+                   i ? "," : "", rs[i].batch, rs[i].splits, rs[i].flushed_us, rs[i].hot_us,
+                   rs[i].bytes, used[i].us, bw * 1e-9);
+      fmt::print(f, "]\n");
+      std::fclose(f);
     }
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench_attention_decode: {}\n", e.what());

@@ -1,0 +1,364 @@
+// Tensor-level entry points of the CUDA model kernels (cuda_model_twins.hpp): checks on the
+// host, outputs on the operands' device, launches on the current stream.
+#include "kernels/cuda/cuda_model_twins.hpp"
+#include "kernels/cuda/stream.hpp"
+
+#include <algorithm>
+
+namespace di::cuda {
+
+namespace {
+
+void same_device(const tensor& a, const tensor& b, const char* what) {
+  DI_CHECK(!b.defined() || a.dev() == b.dev(), "{}: operands on {} and {}", what,
+           to_string(a.dev()), to_string(b.dev()));
+}
+
+/// Device scratch of `bytes` (undefined when 0).
+tensor scratch(std::size_t bytes, device dev) {
+  if (bytes == 0) return {};
+  return tensor::empty({std::int64_t((bytes + 15) / 16) * 16}, dtype::u8, dev);
+}
+
+void run_attention(attention_params& p, device dev) {
+  const tensor work = scratch(attention_workspace_bytes(p), dev);
+  p.workspace = work.defined() ? work.raw() : nullptr;
+  p.workspace_bytes = work.defined() ? work.nbytes() : 0;
+  launch_attention(p, current_stream());
+}
+
+}  // namespace
+
+tensor sparse_attention(const tensor& q, const tensor& kv, const tensor& sinks,
+                        const tensor& indices, const ops::sparse_attention_params& params) {
+  check_cuda_tensor(q, dtype::f32, 3, "attention q");
+  check_cuda_tensor(kv, dtype::f32, 2, "attention kv");
+  check_cuda_tensor(indices, dtype::i32, 2, "attention indices");
+  const std::int64_t tokens = q.size(0), heads = q.size(1), dim = q.size(2);
+  DI_CHECK(kv.size(1) == dim, "attention: q head dim {} vs kv rows of {}", dim, kv.size(1));
+  DI_CHECK(indices.size(0) == tokens, "attention: {} index rows for {} tokens", indices.size(0),
+           tokens);
+  check_tensor(sinks, dtype::f32, {heads}, "attention sinks");
+  same_device(q, kv, "attention");
+  same_device(q, indices, "attention");
+  same_device(q, sinks, "attention");
+  tensor out = tensor::empty({tokens, heads, dim}, dtype::f32, q.dev());  // [tokens, heads, dim]
+  attention_params p;
+  p.q = q.data<float>();
+  p.out = out.data<float>();
+  p.sinks = sinks.data<float>();
+  p.tokens = int(tokens);
+  p.heads = int(heads);
+  p.dim = int(dim);
+  p.softmax_scale = params.softmax_scale;
+  p.window = {kv.raw(), kv.size(0), false, {}};
+  p.window_idx = indices.data<std::int32_t>();
+  p.window_k = int(indices.size(1));
+  run_attention(p, q.dev());
+  return out;
+}
+
+tensor attention_packed(const tensor& q, const tensor& sinks, const tensor& window,
+                        const cache_row_format& wf, const tensor& window_idx, const tensor& extra,
+                        const cache_row_format& ef, const tensor& extra_idx, float softmax_scale) {
+  check_cuda_tensor(q, dtype::f32, 3, "attention q");
+  const std::int64_t tokens = q.size(0), heads = q.size(1), dim = q.size(2);
+  check_tensor(sinks, dtype::f32, {heads}, "attention sinks");
+  check_cuda_tensor(window, dtype::u8, 2, "attention window rows");
+  DI_CHECK(window.size(1) == std::int64_t(wf.row_bytes()), "attention: window rows of {} bytes, "
+           "format {}", window.size(1), wf.row_bytes());
+  check_cuda_tensor(window_idx, dtype::i32, 2, "attention window indices");
+  DI_CHECK(window_idx.size(0) == tokens, "attention: {} window index rows for {} tokens",
+           window_idx.size(0), tokens);
+  same_device(q, window, "attention");
+  same_device(q, window_idx, "attention");
+  same_device(q, sinks, "attention");
+  attention_params p;
+  if (extra.defined()) {
+    check_cuda_tensor(extra, dtype::u8, 2, "attention extra rows");
+    DI_CHECK(extra.size(1) == std::int64_t(ef.row_bytes()), "attention: extra rows of {} bytes, "
+             "format {}", extra.size(1), ef.row_bytes());
+    check_cuda_tensor(extra_idx, dtype::i32, 2, "attention extra indices");
+    DI_CHECK(extra_idx.size(0) == tokens, "attention: {} extra index rows for {} tokens",
+             extra_idx.size(0), tokens);
+    same_device(q, extra, "attention");
+    same_device(q, extra_idx, "attention");
+    p.extra = {extra.raw(), extra.size(0), true, ef};
+    p.extra_idx = extra_idx.data<std::int32_t>();
+    p.extra_k = int(extra_idx.size(1));
+  }
+  tensor out = tensor::empty({tokens, heads, dim}, dtype::f32, q.dev());  // [tokens, heads, dim]
+  p.q = q.data<float>();
+  p.out = out.data<float>();
+  p.sinks = sinks.data<float>();
+  p.tokens = int(tokens);
+  p.heads = int(heads);
+  p.dim = int(dim);
+  p.softmax_scale = softmax_scale;
+  p.window = {window.raw(), window.size(0), true, wf};
+  p.window_idx = window_idx.data<std::int32_t>();
+  p.window_k = int(window_idx.size(1));
+  run_attention(p, q.dev());
+  return out;
+}
+
+tensor index_scores(const tensor& q, const tensor& keys, const tensor& weights) {
+  check_cuda_tensor(q, dtype::f32, 3, "index_scores q");
+  check_cuda_tensor(keys, dtype::f32, 2, "index_scores keys");
+  const std::int64_t tokens = q.size(0), heads = q.size(1), dim = q.size(2);
+  const std::int64_t entries = keys.size(0);
+  DI_CHECK(keys.size(1) == dim, "index_scores: q dim {} vs keys of {}", dim, keys.size(1));
+  check_tensor(weights, dtype::f32, {tokens, heads}, "index_scores weights");
+  same_device(q, keys, "index_scores");
+  same_device(q, weights, "index_scores");
+  tensor out = tensor::empty({tokens, entries}, dtype::f32, q.dev());  // [tokens, entries]
+  index_scores_params p;
+  p.q = q.data<float>();
+  p.weights = weights.data<float>();
+  p.keys = {keys.raw(), entries, false, {}};
+  p.scores = out.data<float>();
+  p.tokens = int(tokens);
+  p.heads = int(heads);
+  p.dim = int(dim);
+  launch_index_scores(p, current_stream());
+  return out;
+}
+
+tensor masked_topk(const tensor& scores, const tensor& visible, const tensor& allowed, int k) {
+  check_cuda_tensor(scores, dtype::f32, 2, "topk scores");
+  const std::int64_t rows = scores.size(0), n = scores.size(1);
+  if (visible.defined()) {
+    check_tensor(visible, dtype::i64, {rows}, "masked_topk visible counts");
+    same_device(scores, visible, "masked_topk");
+  }
+  if (allowed.defined()) {
+    check_tensor(allowed, dtype::u8, {rows, n}, "masked_topk mask");
+    same_device(scores, allowed, "masked_topk");
+  }
+  DI_CHECK(k >= 0 && k <= n, "topk: k = {} of {} values", k, n);
+  tensor out = tensor::empty({rows, k}, dtype::i32, scores.dev());  // [rows, k]
+  topk_params p;
+  p.scores = scores.data<float>();
+  p.visible = visible.defined() ? visible.data<std::int64_t>() : nullptr;
+  p.allowed = allowed.defined() ? allowed.data<std::uint8_t>() : nullptr;
+  p.out = out.data<std::int32_t>();
+  p.rows = rows;
+  p.n = n;
+  p.k = k;
+  launch_topk(p, current_stream());
+  return out;
+}
+
+tensor topk(const tensor& scores, int k) { return masked_topk(scores, tensor(), tensor(), k); }
+
+tensor candidate_blocks(const tensor& scores, const tensor& visible, int topk_blocks,
+                        int block_size) {
+  check_cuda_tensor(scores, dtype::f32, 2, "candidate_blocks scores");
+  const std::int64_t tokens = scores.size(0), entries = scores.size(1);
+  check_tensor(visible, dtype::i64, {tokens}, "candidate_blocks visible counts");
+  same_device(scores, visible, "candidate_blocks");
+  tensor keep = tensor::zeros({tokens, entries}, dtype::u8, scores.dev());  // [tokens, entries]
+  const tensor work =
+      scratch(candidate_blocks_work_bytes(tokens, entries, block_size, topk_blocks), scores.dev());
+  launch_candidate_blocks({scores.data<float>(), visible.data<std::int64_t>(),
+                           keep.data<std::uint8_t>(), tokens, entries, topk_blocks, block_size,
+                           work.defined() ? work.raw() : nullptr},
+                          current_stream());
+  return keep;
+}
+
+ops::routing route(const tensor& logits, const tensor& bias, const tensor& fixed,
+                   const ops::router_params& rp) {
+  check_cuda_tensor(logits, dtype::f32, 2, "router logits");
+  const std::int64_t tokens = logits.size(0), experts = logits.size(1);
+  const int k = rp.top_k;
+  DI_CHECK(k > 0 && k <= experts, "router: top {} of {} experts", k, experts);
+  if (bias.defined()) check_tensor(bias, dtype::f32, {experts}, "router bias");
+  if (fixed.defined()) check_tensor(fixed, dtype::i32, {tokens, k}, "router fixed experts");
+  same_device(logits, bias, "route");
+  same_device(logits, fixed, "route");
+  ops::routing out{tensor::empty({tokens, k}, dtype::f32, logits.dev()),
+                   tensor::empty({tokens, k}, dtype::i32, logits.dev())};
+  route_params p;
+  p.logits = logits.data<float>();
+  p.bias = bias.defined() ? bias.data<float>() : nullptr;
+  p.fixed = fixed.defined() ? fixed.data<std::int32_t>() : nullptr;
+  p.weights = out.weights.data<float>();
+  p.experts_out = out.experts.data<std::int32_t>();
+  p.tokens = tokens;
+  p.experts = int(experts);
+  p.top_k = k;
+  p.gate_temp = rp.gate_temp;
+  p.route_scale = rp.route_scale;
+  p.normalize = rp.normalize;
+  p.normalize_eps = rp.normalize_eps;
+  launch_route(p, current_stream());
+  return out;
+}
+
+tensor swiglu(const tensor& gate, const tensor& up, float limit, const tensor& row_scale) {
+  check_cuda_tensor(gate, dtype::f32, 2, "swiglu gate");
+  check_tensor(up, dtype::f32, gate.shape(), "swiglu up");
+  const std::int64_t rows = gate.size(0), inter = gate.size(1);
+  if (row_scale.defined()) check_tensor(row_scale, dtype::f32, {rows}, "swiglu row scale");
+  same_device(gate, up, "swiglu");
+  same_device(gate, row_scale, "swiglu");
+  tensor out = tensor::empty({rows, inter}, dtype::f32, gate.dev());  // [rows, inter]
+  launch_swiglu({gate.data<float>(), up.data<float>(),
+                 row_scale.defined() ? row_scale.data<float>() : nullptr, out.data<float>(), rows,
+                 inter, limit},
+                current_stream());
+  return out;
+}
+
+tensor compress_tokens(const tensor& kv, const tensor& score, std::int64_t start, tensor& state_kv,
+                       tensor& state_score, const ops::compress_params& cp) {
+  check_cuda_tensor(kv, dtype::f32, 2, "compressor kv");
+  check_tensor(score, dtype::f32, kv.shape(), "compressor score");
+  const int r = cp.ratio, coff = cp.overlap ? 2 : 1;
+  const std::int64_t n = kv.size(0), width = kv.size(1), dim = width / coff;
+  DI_CHECK(r > 0 && width % coff == 0 && start >= 0, "compressor: ratio {}, rows of {}", r, width);
+  check_tensor(state_kv, dtype::f32, {coff * r, width}, "compressor state kv");
+  check_tensor(state_score, dtype::f32, {coff * r, width}, "compressor state score");
+  same_device(kv, score, "compress_tokens");
+  same_device(kv, state_kv, "compress_tokens");
+  same_device(kv, state_score, "compress_tokens");
+  const std::int64_t completed = (start + n) / r - start / r;
+  tensor out = tensor::empty({completed, dim}, dtype::f32, kv.dev());  // [completed, dim]
+  compress_params p;
+  p.kv = kv.data<float>();
+  p.score = score.data<float>();
+  p.state_kv = state_kv.data<float>();
+  p.state_score = state_score.data<float>();
+  p.out = completed > 0 ? out.data<float>() : nullptr;
+  p.n = n;
+  p.start = start;
+  p.width = int(width);
+  p.ratio = r;
+  p.overlap = cp.overlap;
+  launch_compress_tokens(p, current_stream());
+  return out;
+}
+
+tensor engram_gate(const tensor& h, const tensor& key, const tensor& value, const tensor& weight,
+                   const ops::engram_params& ep) {
+  check_cuda_tensor(h, dtype::f32, 3, "engram streams");
+  const std::int64_t tokens = h.size(0), hc = h.size(1), dim = h.size(2);
+  check_tensor(key, dtype::f32, h.shape(), "engram key");
+  check_tensor(value, dtype::f32, {tokens, dim}, "engram value");
+  check_tensor(weight, dtype::f32, {hc, dim}, "engram weight");
+  same_device(h, key, "engram_gate");
+  same_device(h, value, "engram_gate");
+  same_device(h, weight, "engram_gate");
+  tensor out = tensor::empty(h.shape(), dtype::f32, h.dev());  // [tokens, hc, dim]
+  launch_engram_gate({h.data<float>(), key.data<float>(), value.data<float>(),
+                      weight.data<float>(), out.data<float>(), tokens, dim, int(hc), ep.eps,
+                      ep.clamp},
+                     current_stream());
+  return out;
+}
+
+namespace {
+
+hc_mixes_params mix_params(const tensor& x, const tensor& fn, const tensor& scale,
+                           const tensor& base, const ops::hc_params& hp, std::int64_t num_mixes,
+                           std::int64_t num_scales) {
+  check_cuda_tensor(x, dtype::f32, 3, "hc streams");
+  DI_CHECK(x.size(1) == hp.hc_mult, "hc streams: {} streams, config says {}", x.size(1), hp.hc_mult);
+  check_tensor(fn, dtype::f32, {num_mixes, hp.hc_mult * x.size(2)}, "hc fn");
+  check_tensor(scale, dtype::f32, {num_scales}, "hc scale");
+  check_tensor(base, dtype::f32, {num_mixes}, "hc base");
+  same_device(x, fn, "hc_mixes");
+  same_device(x, scale, "hc_mixes");
+  same_device(x, base, "hc_mixes");
+  hc_mixes_params p;
+  p.x = x.data<float>();
+  p.fn = fn.data<float>();
+  p.scale = scale.data<float>();
+  p.base = base.data<float>();
+  p.tokens = x.size(0);
+  p.dim = x.size(2);
+  p.hc = hp.hc_mult;
+  p.sinkhorn_iters = hp.sinkhorn_iters;
+  p.hc_eps = hp.hc_eps;
+  p.norm_eps = hp.norm_eps;
+  return p;
+}
+
+}  // namespace
+
+ops::hc_mix hc_mixes(const tensor& x, const tensor& fn, const tensor& scale, const tensor& base,
+                     const ops::hc_params& hp) {
+  const int hc = hp.hc_mult;
+  hc_mixes_params p = mix_params(x, fn, scale, base, hp, (2 + hc) * hc, 3);
+  const std::int64_t tokens = x.size(0);
+  ops::hc_mix out{tensor::empty({tokens, hc}, dtype::f32, x.dev()),
+                  tensor::empty({tokens, hc}, dtype::f32, x.dev()),
+                  tensor::empty({tokens, hc, hc}, dtype::f32, x.dev())};
+  p.pre = out.pre.data<float>();
+  p.post = out.post.data<float>();
+  p.comb = out.comb.data<float>();
+  launch_hc_mixes(p, current_stream());
+  return out;
+}
+
+tensor hc_head_pre(const tensor& x, const tensor& fn, const tensor& scale, const tensor& base,
+                   const ops::hc_params& hp) {
+  hc_mixes_params p = mix_params(x, fn, scale, base, hp, hp.hc_mult, 1);
+  tensor pre = tensor::empty({x.size(0), hp.hc_mult}, dtype::f32, x.dev());  // [tokens, hc]
+  p.pre = pre.data<float>();
+  p.head_pre = true;
+  launch_hc_mixes(p, current_stream());
+  return pre;
+}
+
+tensor hc_collapse(const tensor& x, const tensor& pre) {
+  check_cuda_tensor(x, dtype::f32, 3, "hc_collapse streams");
+  const std::int64_t tokens = x.size(0), hc = x.size(1), dim = x.size(2);
+  check_tensor(pre, dtype::f32, {tokens, hc}, "hc_collapse pre");
+  same_device(x, pre, "hc_collapse");
+  tensor out = tensor::empty({tokens, dim}, dtype::f32, x.dev());  // [tokens, dim]
+  launch_hc_collapse({x.data<float>(), pre.data<float>(), out.data<float>(), tokens, dim, int(hc)},
+                     current_stream());
+  return out;
+}
+
+tensor hc_expand(const tensor& y, const tensor& residual, const tensor& post, const tensor& comb) {
+  check_cuda_tensor(residual, dtype::f32, 3, "hc_expand residual");
+  const std::int64_t tokens = residual.size(0), hc = residual.size(1), dim = residual.size(2);
+  check_tensor(y, dtype::f32, {tokens, dim}, "hc_expand sub-block output");
+  check_tensor(post, dtype::f32, {tokens, hc}, "hc_expand post");
+  check_tensor(comb, dtype::f32, {tokens, hc, hc}, "hc_expand comb");
+  same_device(residual, y, "hc_expand");
+  same_device(residual, post, "hc_expand");
+  same_device(residual, comb, "hc_expand");
+  tensor out = tensor::empty({tokens, hc, dim}, dtype::f32, y.dev());  // [tokens, hc, dim]
+  launch_hc_expand({y.data<float>(), residual.data<float>(), post.data<float>(),
+                    comb.data<float>(), out.data<float>(), tokens, dim, int(hc)},
+                   current_stream());
+  return out;
+}
+
+void encode_cache_rows(const tensor& x, const cache_row_format& fmt, tensor& out) {
+  check_cuda_tensor(x, dtype::f32, 2, "encode_cache_rows input");
+  DI_CHECK(x.size(1) == fmt.dim(), "encode_cache_rows: rows of {}, format holds {}", x.size(1),
+           fmt.dim());
+  check_tensor(out, dtype::u8, {x.size(0), std::int64_t(fmt.row_bytes())},
+               "encode_cache_rows output");
+  same_device(x, out, "encode_cache_rows");
+  launch_encode_cache_rows({x.data<float>(), out.data<std::uint8_t>(), nullptr, x.size(0), fmt},
+                           current_stream());
+}
+
+void decode_cache_rows(const tensor& rows, const cache_row_format& fmt, tensor& out) {
+  check_cuda_tensor(rows, dtype::u8, 2, "decode_cache_rows input");
+  check_tensor(rows, dtype::u8, {rows.size(0), std::int64_t(fmt.row_bytes())},
+               "decode_cache_rows input");
+  check_tensor(out, dtype::f32, {rows.size(0), fmt.dim()}, "decode_cache_rows output");
+  same_device(rows, out, "decode_cache_rows");
+  launch_decode_cache_rows({rows.data<std::uint8_t>(), nullptr, out.data<float>(), rows.size(0),
+                            fmt},
+                           current_stream());
+}
+
+}  // namespace di::cuda

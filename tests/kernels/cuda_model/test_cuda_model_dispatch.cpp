@@ -1,0 +1,90 @@
+// The model ops reached through the op interface (kernels/ops.cpp dispatch) with tensors on
+// the GPU, against the same ops on the CPU: outputs come back on the device with the CPU's
+// shapes and values.
+#include "gpu_test_util.hpp"
+#include "kernels/cuda/cuda_model_twins.hpp"
+#include "kernels/ops.hpp"
+
+namespace di {
+namespace {
+
+const device gpu{device_kind::cuda, 0};
+
+TEST_CASE("ops dispatch: attention, selection, routing, codecs, mHC on CUDA tensors") {
+  DI_REQUIRE_GPU();
+  const tensor q = test::randn({3, 64, 512}), kv = test::randn({200, 512});
+  const tensor sinks = test::randn({64});
+  tensor idx = tensor::empty({3, 150}, dtype::i32);
+  for (std::int64_t i = 0; i < idx.numel(); ++i)
+    idx.data<std::int32_t>()[i] = std::int32_t(test::rng()() % 201) - 1;
+  const tensor want = ops::sparse_attention(q, kv, sinks, idx, {0.05f});
+  const tensor got = ops::sparse_attention(q.to(gpu), kv.to(gpu), sinks.to(gpu), idx.to(gpu), {0.05f});
+  CHECK(got.dev() == gpu);
+  CHECK(test::rel_l2(got.to(cpu_device), want) < 6e-3);
+
+  const tensor scores = test::randn({4, 3000});
+  tensor visible = tensor::empty({4}, dtype::i64);
+  for (int t = 0; t < 4; ++t) visible.data<std::int64_t>()[t] = 100 + 700 * t;
+  const tensor top = ops::masked_topk(scores.to(gpu), visible.to(gpu), tensor(), 512).to(cpu_device);
+  const tensor top_cpu = ops::masked_topk(scores, visible, tensor(), 512);
+  CHECK(test::bytes_equal(top, top_cpu));
+
+  const tensor logits = test::randn({9, 384}, 3.0f), bias = test::randn({384}, 0.3f);
+  const ops::router_params rp{6, 1.0f, 1.5f, true, 1e-20f};
+  const ops::routing r_cpu = ops::route(logits, bias, tensor(), rp);
+  const ops::routing r_gpu = ops::route(logits.to(gpu), bias.to(gpu), tensor(), rp);
+  CHECK(test::bytes_equal(r_gpu.experts.to(cpu_device), r_cpu.experts));
+  CHECK(test::max_scaled_err(r_gpu.weights.to(cpu_device), r_cpu.weights, 1e-5, 1e-7) <= 1.0);
+
+  const cache_row_format f{cache_quant::fp4_e4m3, 16, 512, 0};
+  const tensor x = test::randn({17, 512});
+  tensor packed_cpu = tensor::empty({17, std::int64_t(f.row_bytes())}, dtype::u8);
+  tensor packed_gpu = tensor::empty({17, std::int64_t(f.row_bytes())}, dtype::u8, gpu);
+  ops::encode_cache_rows(x, f, packed_cpu);
+  ops::encode_cache_rows(x.to(gpu), f, packed_gpu);
+  CHECK(test::bytes_equal(packed_gpu.to(cpu_device), packed_cpu));
+  tensor dec = tensor::empty({17, 512}, dtype::f32, gpu), dec_cpu = tensor::empty({17, 512}, dtype::f32);
+  ops::decode_cache_rows(packed_gpu, f, dec);
+  ops::decode_cache_rows(packed_cpu, f, dec_cpu);
+  CHECK(test::bytes_equal(dec.to(cpu_device), dec_cpu));
+
+  const tensor streams = test::randn({5, 4, 256}), fn = test::randn({24, 1024}, 0.05f);
+  const tensor scale = test::randn({3}), base = test::randn({24});
+  const ops::hc_params hp{};
+  const ops::hc_mix m_cpu = ops::hc_mixes(streams, fn, scale, base, hp);
+  const ops::hc_mix m_gpu = ops::hc_mixes(streams.to(gpu), fn.to(gpu), scale.to(gpu), base.to(gpu), hp);
+  CHECK(test::max_scaled_err(m_gpu.comb.to(cpu_device), m_cpu.comb, 1e-3, 1e-4) <= 1.0);
+}
+
+TEST_CASE("attention_packed: the FP8 window ring and FP4 entries read in place") {
+  DI_REQUIRE_GPU();
+  const cache_row_format wf{cache_quant::fp8_ue8m0, 32, 512, 0}, ef{cache_quant::fp4_e4m3, 16, 512, 0};
+  const tensor q = test::randn({2, 64, 512}), sinks = test::randn({64});
+  const tensor wx = test::randn({128, 512}), ex = test::randn({300, 512});
+  tensor wp = tensor::empty({128, std::int64_t(wf.row_bytes())}, dtype::u8);
+  tensor ep = tensor::empty({300, std::int64_t(ef.row_bytes())}, dtype::u8);
+  ops::encode_cache_rows(wx, wf, wp);
+  ops::encode_cache_rows(ex, ef, ep);
+  tensor wd = tensor::empty({128, 512}, dtype::f32), ed = tensor::empty({300, 512}, dtype::f32);
+  ops::decode_cache_rows(wp, wf, wd);
+  ops::decode_cache_rows(ep, ef, ed);
+  tensor widx = tensor::empty({2, 128}, dtype::i32), eidx = tensor::empty({2, 100}, dtype::i32);
+  tensor all = tensor::empty({2, 228}, dtype::i32);
+  for (int t = 0; t < 2; ++t) {
+    for (int j = 0; j < 128; ++j)
+      all.data<std::int32_t>()[t * 228 + j] = widx.data<std::int32_t>()[t * 128 + j] = (j * 7 + t) % 128;
+    for (int j = 0; j < 100; ++j) {
+      const std::int32_t e = (j * 3 + t) % 300;
+      eidx.data<std::int32_t>()[t * 100 + j] = e;
+      all.data<std::int32_t>()[t * 228 + 128 + j] = 128 + e;
+    }
+  }
+  const tensor parts[] = {wd, ed};
+  const tensor want = ops::sparse_attention(q, ops::concat_rows(parts), sinks, all, {0.044f});
+  const tensor got = cuda::attention_packed(q.to(gpu), sinks.to(gpu), wp.to(gpu), wf, widx.to(gpu),
+                                            ep.to(gpu), ef, eidx.to(gpu), 0.044f);
+  CHECK(test::rel_l2(got.to(cpu_device), want) < 6e-3);
+}
+
+}  // namespace
+}  // namespace di
