@@ -2,6 +2,7 @@
 // the physical limits measured in the same run (host copy bandwidth for decode; an estimate
 // of FLOP/s for prefill). CPU reference backend for now; the CUDA executor adds --device cuda.
 #include "cli/command.hpp"
+#include "cli/detail/bench_serve.hpp"
 #include "cli/detail/memory_bandwidth.hpp"
 #include "cli/detail/offline_generation.hpp"
 #include "cli/detail/step_cost.hpp"
@@ -262,6 +263,7 @@ void setup_bench(CLI::App& app) {
   auto* prefill = bench->add_subcommand("prefill", "Time the prefill of a batch of prompts");
   add_common(prefill, op);
   prefill->callback([op] { run_bench(*op, false); });
+  di::cli::add_bench_serve(bench);
   bench->footer(
       "Decode reports the bytes a step reads -- weights in the checkpoint's stored format "
       "(the CPU backend decodes FP8/FP4/BF16 inside its GEMMs) plus the KV caches -- and "
