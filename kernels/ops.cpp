@@ -8,6 +8,7 @@
 
 #if defined(DEEPINFER_HAVE_CUDA)
 #include "kernels/cuda/cuda_ops.hpp"
+#include "kernels/cuda/cuda_model_twins.hpp"
 /// Returns the CUDA twin's result when `operand` lives on a CUDA device.
 #define DI_CUDA_TWIN(operand, call) \
   if ((operand).dev().kind == device_kind::cuda) return cuda::call
@@ -74,13 +75,22 @@ tensor rms_norm(const tensor& x, const tensor& weight, float eps) {
 }
 
 tensor linear(const tensor& x, const weight_matrix& weight, const linear_params& params) {
+  DI_CUDA_TWIN(x, linear(x, weight, params));
   require_cpu(x, "linear");
   return cpu::linear(x, weight, params);
 }
 
 tensor grouped_linear(const tensor& x, const weight_matrix& weight) {
+  DI_CUDA_TWIN(x, grouped_linear(x, weight));
   require_cpu(x, "grouped_linear");
   return cpu::grouped_linear(x, weight);
+}
+
+tensor expert_linear(const tensor& x, const tensor& offsets, const weight_matrix& weights,
+                     const expert_linear_params& params) {
+  DI_CUDA_TWIN(x, expert_linear(x, offsets, weights, params));
+  require_cpu(x, "expert_linear");
+  return cpu::expert_linear(x, offsets, weights, params);
 }
 
 void fp8_fake_quant(tensor& x, int block, std::int64_t num_dims) {
@@ -109,82 +119,97 @@ void rotary(tensor& x, const tensor& positions, const tensor& inv_freq, bool inv
 
 tensor sparse_attention(const tensor& q, const tensor& kv, const tensor& sinks,
                         const tensor& indices, const sparse_attention_params& params) {
+  DI_CUDA_TWIN(q, sparse_attention(q, kv, sinks, indices, params));
   require_cpu(q, "sparse_attention");
   return cpu::sparse_attention(q, kv, sinks, indices, params);
 }
 
 tensor index_scores(const tensor& q, const tensor& keys, const tensor& weights) {
+  DI_CUDA_TWIN(q, index_scores(q, keys, weights));
   require_cpu(q, "index_scores");
   return cpu::index_scores(q, keys, weights);
 }
 
 tensor topk(const tensor& scores, int k) {
+  DI_CUDA_TWIN(scores, topk(scores, k));
   require_cpu(scores, "topk");
   return cpu::topk(scores, k);
 }
 
 tensor masked_topk(const tensor& scores, const tensor& visible, const tensor& allowed, int k) {
+  DI_CUDA_TWIN(scores, masked_topk(scores, visible, allowed, k));
   require_cpu(scores, "masked_topk");
   return cpu::masked_topk(scores, visible, allowed, k);
 }
 
 tensor candidate_blocks(const tensor& scores, const tensor& visible, int topk_blocks,
                         int block_size) {
+  DI_CUDA_TWIN(scores, candidate_blocks(scores, visible, topk_blocks, block_size));
   require_cpu(scores, "candidate_blocks");
   return cpu::candidate_blocks(scores, visible, topk_blocks, block_size);
 }
 
 routing route(const tensor& logits, const tensor& bias, const tensor& fixed,
               const router_params& params) {
+  DI_CUDA_TWIN(logits, route(logits, bias, fixed, params));
   require_cpu(logits, "route");
   return cpu::route(logits, bias, fixed, params);
 }
 
 tensor swiglu(const tensor& gate, const tensor& up, float limit, const tensor& row_scale) {
+  DI_CUDA_TWIN(gate, swiglu(gate, up, limit, row_scale));
   require_cpu(gate, "swiglu");
   return cpu::swiglu(gate, up, limit, row_scale);
 }
 
 tensor compress_tokens(const tensor& kv, const tensor& score, std::int64_t start, tensor& state_kv,
                        tensor& state_score, const compress_params& params) {
+  DI_CUDA_TWIN(kv, compress_tokens(kv, score, start, state_kv, state_score, params));
   require_cpu(kv, "compress_tokens");
   return cpu::compress_tokens(kv, score, start, state_kv, state_score, params);
 }
 
 tensor engram_gate(const tensor& h, const tensor& key, const tensor& value, const tensor& weight,
                    const engram_params& params) {
+  DI_CUDA_TWIN(h, engram_gate(h, key, value, weight, params));
   require_cpu(h, "engram_gate");
   return cpu::engram_gate(h, key, value, weight, params);
 }
 
 hc_mix hc_mixes(const tensor& x, const tensor& fn, const tensor& scale, const tensor& base,
                 const hc_params& params) {
+  DI_CUDA_TWIN(x, hc_mixes(x, fn, scale, base, params));
   require_cpu(x, "hc_mixes");
   return cpu::hc_mixes(x, fn, scale, base, params);
 }
 
 tensor hc_head_pre(const tensor& x, const tensor& fn, const tensor& scale, const tensor& base,
                    const hc_params& params) {
+  DI_CUDA_TWIN(x, hc_head_pre(x, fn, scale, base, params));
   require_cpu(x, "hc_head_pre");
   return cpu::hc_head_pre(x, fn, scale, base, params);
 }
 
 tensor hc_collapse(const tensor& x, const tensor& pre) {
+  DI_CUDA_TWIN(x, hc_collapse(x, pre));
   require_cpu(x, "hc_collapse");
   return cpu::hc_collapse(x, pre);
 }
 
 tensor hc_expand(const tensor& y, const tensor& residual, const tensor& post, const tensor& comb) {
+  DI_CUDA_TWIN(y, hc_expand(y, residual, post, comb));
   require_cpu(y, "hc_expand");
   return cpu::hc_expand(y, residual, post, comb);
 }
 
 void encode_cache_rows(const tensor& x, const cache_row_format& fmt, tensor& out) {
+  DI_CUDA_TWIN(x, encode_cache_rows(x, fmt, out));
   require_cpu(x, "encode_cache_rows");
   cpu::encode_cache_rows(x, fmt, out);
 }
 
 void decode_cache_rows(const tensor& rows, const cache_row_format& fmt, tensor& out) {
+  DI_CUDA_TWIN(rows, decode_cache_rows(rows, fmt, out));
   require_cpu(rows, "decode_cache_rows");
   cpu::decode_cache_rows(rows, fmt, out);
 }

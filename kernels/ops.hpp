@@ -58,6 +58,20 @@ tensor linear(const tensor& x, const weight_matrix& weight, const linear_params&
 /// (group g owns rows [g*out, (g+1)*out)) -> [rows, groups, out].
 tensor grouped_linear(const tensor& x, const weight_matrix& weight);
 
+struct expert_linear_params {
+  int act_quant_block = 0;                ///< as linear_params::act_quant_block
+  std::int64_t max_rows_per_expert = 0;   ///< bound on any expert's rows (0: all rows); the
+                                          ///< CUDA kernel sizes its grid by it
+};
+
+/// All MoE experts' projections in one call: rows [offsets[e], offsets[e+1]) of x [rows, in]
+/// f32 (grouped by expert) go through expert e's matrix, rows [e*out, (e+1)*out) of `weights`
+/// [experts * out, in] (the experts stacked in one stored-format matrix; out a multiple of
+/// its scale block rows) -> [rows, out] f32, rows outside every range zero. offsets
+/// [experts + 1] i32, non-decreasing, lives on x's device.
+tensor expert_linear(const tensor& x, const tensor& offsets, const weight_matrix& weights,
+                     const expert_linear_params& params = {});
+
 // ---- fake quantization (quantize, then dequantize in place) ------------------------------
 
 /// FP8 e4m3 with a ue8m0 scale per `block` consecutive values of each row of `x` [rows, dim],

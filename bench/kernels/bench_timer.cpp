@@ -35,6 +35,22 @@ double median_us(const std::function<void()>& fn, int warmup, int repeats) {
   return times[times.size() / 2];
 }
 
+double median_graph_us(const std::function<void()>& fn, int repeats) {
+  cudaStream_t s = cuda::current_stream();
+  fn();
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  cudaGraph_t graph;
+  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  fn();
+  CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  cudaGraphExec_t exec;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const double us = median_us([&] { CUDA_CHECK(cudaGraphLaunch(exec, s)); }, 3, repeats);
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  return us;
+}
+
 tensor random_device(const tensor_shape& shape, dtype type, unsigned seed) {
   tensor host = tensor::empty(shape, type);
   std::uint64_t x = 0x9e3779b97f4a7c15ull ^ seed;

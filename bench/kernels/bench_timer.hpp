@@ -15,6 +15,11 @@ namespace di::bench {
 /// untimed calls; each repeat is timed alone with CUDA events.
 double median_us(const std::function<void()>& fn, int warmup = 3, int repeats = 20);
 
+/// The same, timing replays of a CUDA graph captured from one call of `fn` (after one eager
+/// warm-up call): launch and allocation overheads vanish, as in the executor's decode graphs.
+/// `fn` must enqueue the same work every call.
+double median_graph_us(const std::function<void()>& fn, int repeats = 20);
+
 /// A device tensor of `shape` filled with random bytes (any dtype; e4m3 NaN codes avoided;
 /// f32/bf16 values uniform in [-1, 1)).
 tensor random_device(const tensor_shape& shape, dtype type, unsigned seed);

@@ -13,6 +13,7 @@ inline constexpr std::int64_t parallel_work = std::int64_t(1) << 22;
 
 using ops::compress_params;
 using ops::engram_params;
+using ops::expert_linear_params;
 using ops::fp4_scale;
 using ops::hc_mix;
 using ops::hc_params;
@@ -30,6 +31,8 @@ tensor concat_rows(std::span<const tensor> parts);
 tensor rms_norm(const tensor& x, const tensor& weight, float eps);
 tensor linear(const tensor& x, const weight_matrix& weight, const linear_params& params);
 tensor grouped_linear(const tensor& x, const weight_matrix& weight);
+tensor expert_linear(const tensor& x, const tensor& offsets, const weight_matrix& weights,
+                     const expert_linear_params& params);
 void fp8_fake_quant(tensor& x, int block, std::int64_t num_dims);
 void fp4_fake_quant(tensor& x, int block, fp4_scale scale);
 void hadamard(tensor& x);

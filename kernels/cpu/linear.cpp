@@ -280,4 +280,36 @@ tensor grouped_linear(const tensor& x, const weight_matrix& weight) {
   return out;
 }
 
+tensor expert_linear(const tensor& x, const tensor& offsets, const weight_matrix& weights,
+                     const expert_linear_params& params) {
+  check_cpu_tensor(x, dtype::f32, 2, "expert_linear input");
+  check_cpu_tensor(offsets, dtype::i32, 1, "expert_linear offsets");
+  check_weight_matrix(weights, "expert_linear weights");
+  const std::int64_t experts = offsets.size(0) - 1, rows = x.size(0);
+  DI_CHECK(experts > 0 && weights.rows() % experts == 0,
+           "expert_linear: {} stacked weight rows do not split into {} experts", weights.rows(),
+           experts);
+  const std::int64_t out_dim = weights.rows() / experts;
+  DI_CHECK(!weights.scales.defined() || out_dim % weights.block.rows == 0,
+           "expert_linear: {} rows per expert is not a multiple of the {}-row scale block",
+           out_dim, weights.block.rows);
+  const std::int32_t* off = offsets.data<std::int32_t>();
+  tensor out = tensor::zeros({rows, out_dim}, dtype::f32);  // [rows, out]
+  for (std::int64_t e = 0; e < experts; ++e) {
+    DI_CHECK(0 <= off[e] && off[e] <= off[e + 1] && off[e + 1] <= rows,
+             "expert_linear: offsets [{}, {}) of expert {} outside [0, {}]", off[e], off[e + 1], e,
+             rows);
+    if (off[e] == off[e + 1]) continue;
+    weight_matrix w = weights;
+    w.values = weights.values.slice(0, e * out_dim, (e + 1) * out_dim);
+    if (weights.scales.defined()) {
+      const std::int64_t br = weights.block.rows;
+      w.scales = weights.scales.slice(0, e * out_dim / br, (e + 1) * out_dim / br);
+    }
+    const tensor y = linear(x.slice(0, off[e], off[e + 1]), w, {params.act_quant_block});
+    std::memcpy(out.data<float>() + off[e] * out_dim, y.data<float>(), y.nbytes());
+  }
+  return out;
+}
+
 }  // namespace di::cpu

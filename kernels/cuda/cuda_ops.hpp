@@ -12,6 +12,7 @@
 
 namespace di::cuda {
 
+using ops::expert_linear_params;
 using ops::fp4_scale;
 using ops::linear_params;
 
@@ -26,5 +27,36 @@ void fp8_fake_quant(tensor& x, int block, std::int64_t num_dims);
 void fp4_fake_quant(tensor& x, int block, fp4_scale scale);
 void hadamard(tensor& x);
 void rotary(tensor& x, const tensor& positions, const tensor& inv_freq, bool inverse);
+
+// ---- GEMMs (kernels/cuda/gemm.cpp) --------------------------------------------------------
+//
+// A CUDA weight_matrix keeps the format it was uploaded in (weight_to): FP8 e4m3 with block
+// scales and packed MXFP4 run on sm90_block_gemm (activations FP8-quantized per
+// act_quant_block, as the CPU's act_quant path), BF16 on cuBLAS (the correctness path: upload
+// dequantize_weight(w, dtype::bf16)), f32 on cuBLAS SGEMM. Without activation quantization a
+// stored-format weight is decoded exactly to an fp32 temporary and multiplied by SGEMM.
+
+tensor linear(const tensor& x, const weight_matrix& weight, const linear_params& params);
+tensor grouped_linear(const tensor& x, const weight_matrix& weight);
+tensor expert_linear(const tensor& x, const tensor& offsets, const weight_matrix& weights,
+                     const expert_linear_params& params);
+
+/// Which kernel multiplies FP8/FP4 weights when activations are quantized (tests and
+/// benchmarks force one; `automatic` picks cuBLASLt's block-scaled FP8 GEMM for 128x128 FP8
+/// blocks and at least 256 rows when it accepts the shape, else sm90_block_gemm).
+enum class gemm_backend { automatic, block_gemm, cublaslt, dequant_fp32 };
+void set_gemm_backend(gemm_backend backend);
+gemm_backend get_gemm_backend();
+
+/// The weight decoded exactly (value times its block scale) to `to` (bf16 or f32), on the
+/// weight's device: the dequantize-at-load path.
+weight_matrix dequantize_weight(const weight_matrix& w, dtype to);
+
+/// Experts' matrices stacked into one [experts * rows, cols] matrix on `dev` (same format and
+/// block), as expert_linear takes them.
+weight_matrix stack_weights(std::span<const weight_matrix> experts, device dev);
+
+/// True when the last FP8 GEMM that asked cuBLASLt for its block-scaled kernel got one.
+bool cublaslt_block_fp8_available();
 
 }  // namespace di::cuda

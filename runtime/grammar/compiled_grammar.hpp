@@ -22,10 +22,16 @@ struct compile_options {
   /// Inline a non-recursive rule at each use when its automaton has at most this many states
   /// (fewer rule boundaries means more tokens decided without the parser stack).
   std::size_t inline_limit = 4000;
+  /// The same for a regular (right-recursive) component, expanded as a loop.
+  std::size_t regular_inline_limit = 200'000;
   /// Expanded size (NFA states) of one rule, repetitions unrolled.
   std::size_t max_rule_size = 2'000'000;
+  /// A repetition whose copies would exceed this many states repeats a sub-rule call instead.
+  std::size_t max_repeat_expansion = 60'000;
   /// Deterministic states of one rule before its choices and loops move into sub-rules.
   std::size_t max_rule_states = 50'000;
+  /// Compile a grammar that matches nothing (e.g. the JSON Schema `false`) instead of failing.
+  bool allow_empty_language = false;
   /// Deterministic states in total.
   std::size_t max_total_states = 1'000'000;
 };

@@ -8,6 +8,7 @@
 
 #include "runtime/grammar/grammar.hpp"
 
+#include <functional>
 #include <string_view>
 
 namespace di::grammar {
@@ -23,6 +24,9 @@ struct regex_options {
   bool case_insensitive = false;  ///< as if the pattern began with (?i)
   bool dot_all = false;           ///< as if the pattern began with (?s)
   std::size_t max_nesting = 200;  ///< groups nested deeper are an error
+  /// How one character from a set is written in the target text; default: its UTF-8 bytes.
+  /// The JSON Schema compiler maps characters to their escaped form inside a JSON string.
+  std::function<expr_id(grammar&, const codepoint_set&)> char_mapper;
 };
 
 /// Compiles `pattern` into an expression of `g`. di::error with the position on bad syntax.

@@ -305,13 +305,15 @@ codepoint_set regex_parser::parse_class_items(std::size_t depth) {
 }
 
 expr_id regex_parser::class_expr(codepoint_set set) const {
+  // Characters in their target form (e.g. escaped inside a JSON string), or their UTF-8 bytes.
+  if (options_.char_mapper) return options_.char_mapper(g_, set);
   return g_.codepoints(set);
 }
 
 expr_id regex_parser::char_expr(char32_t cp) const {
   codepoint_set s = codepoint_set::single(cp);
   if (flags_.case_insensitive) s = s.case_folded();
-  return g_.codepoints(s);
+  return class_expr(s);
 }
 
 }  // namespace di::grammar::detail

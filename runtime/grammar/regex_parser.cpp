@@ -34,14 +34,14 @@ expr_id regex_parser::any_char() const {
       s = s.minus(codepoint_set::range(0x2028, 0x2029));
     }
   }
-  return g_.codepoints(s);
+  return class_expr(s);
 }
 
 expr_id regex_parser::parse() {
   piece p = parse_alternation(0);
   if (!at_end()) fail("unmatched ')'");
   if (!options_.search) return p.e;
-  expr_id pad = g_.repeat(g_.codepoints(codepoint_set::all()), 0, k_unbounded);
+  expr_id pad = g_.repeat(class_expr(codepoint_set::all()), 0, k_unbounded);
   std::vector<expr_id> items;
   if (!p.start) items.push_back(pad);
   items.push_back(p.e);
@@ -58,7 +58,7 @@ regex_parser::piece regex_parser::parse_alternation(std::size_t depth) {
   };
   std::size_t starts = count(&piece::start), ends = count(&piece::end);
   piece out{0, starts > 0, ends > 0, false};
-  expr_id pad = g_.repeat(g_.codepoints(codepoint_set::all()), 0, k_unbounded);
+  expr_id pad = g_.repeat(class_expr(codepoint_set::all()), 0, k_unbounded);
   std::vector<expr_id> es;
   for (piece& a : alts) {
     // Search mode: an unanchored alternative beside anchored ones may match anywhere.

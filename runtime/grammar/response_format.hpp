@@ -4,6 +4,7 @@
 #pragma once
 
 #include "runtime/grammar/compiled_grammar.hpp"
+#include "runtime/grammar/json_schema.hpp"
 #include "runtime/grammar/token_grammar.hpp"
 
 #include <memory>
@@ -13,18 +14,21 @@
 
 namespace di::grammar {
 
-enum class format_kind { regex, ebnf };
+enum class format_kind { json_schema, json_object, regex, ebnf };
 
 struct response_format {
   format_kind kind = format_kind::regex;
-  std::string text;  ///< the pattern or grammar text itself
+  std::string text;  ///< the schema, pattern or grammar text itself (empty for json_object)
+  json_schema_options schema;
 };
 
-/// Parses the CLI syntax: "regex:PATTERN" or "ebnf:FILE" (the file is read).
+/// Parses the CLI syntax: "json_schema:FILE", "json_object", "regex:PATTERN" or "ebnf:FILE"
+/// (files are read).
 response_format parse_response_format(const std::string& spec);
 
 /// Front end + compilation (di::error with a clear message on bad input).
-std::shared_ptr<const compiled_grammar> compile_response_format(const response_format& f);
+std::shared_ptr<const compiled_grammar> compile_response_format(const response_format& f,
+                                                                const compile_options& options = {});
 
 /// Token grammars keyed by format and vocabulary; thread-safe; compiles outside the lock.
 class grammar_cache {

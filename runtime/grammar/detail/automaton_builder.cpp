@@ -18,7 +18,10 @@ std::string set_key(const byte_set& s) {
 }  // namespace
 
 automaton_builder::automaton_builder(const grammar& g, const compile_options& options)
-    : g_(g), options_(options), analysis_(detail::analyze_grammar(g, options.inline_limit)) {}
+    : g_(g),
+      options_(options),
+      analysis_(detail::analyze_grammar(g, options.inline_limit, options.regular_inline_limit,
+                                        options.allow_empty_language)) {}
 
 void automaton_builder::compute_byte_classes() {
   // Refine the partition of 0..255 by every byte set of the grammar.
@@ -92,30 +95,42 @@ bool automaton_builder::outline_child(expr_id child, const job& j, std::uint32_t
   return true;
 }
 
+std::uint32_t automaton_builder::emit_tail_copy(rule_id r, std::uint32_t from, const job& j,
+                                               int depth, fragment& f) {
+  auto it = f.starts.find(r);
+  if (it == f.starts.end()) {
+    std::uint32_t start = new_nfa_state();
+    it = f.starts.emplace(r, start).first;
+    std::uint32_t end = emit(*g_.rule_at(r).body, start, j, depth, true, f);
+    nfa_[end].eps.push_back(f.exit);
+  }
+  nfa_[from].eps.push_back(it->second);
+  // The path continues inside the copy up to the fragment's exit; the returned end state has
+  // no incoming edge, so whatever the caller appends after it is never reached.
+  return new_nfa_state();
+}
+
 std::uint32_t automaton_builder::emit_ref(const expr& e, std::uint32_t from, const job& j,
-                                          int depth, bool tail) {
-  if (!analysis_.productive[e.rule]) return new_nfa_state();
-  if (analysis_.inlined[e.rule] && !j.outline && depth < k_max_inline_depth) {
-    if (!tail) return emit(*g_.rule_at(e.rule).body, from, j, depth + 1, false);
-    // Tail position: one shared copy that runs to the accept state. The returned end state
-    // has no incoming edge, so whatever the caller appends after it is never reached.
-    auto it = tail_start_.find(e.rule);
-    if (it == tail_start_.end()) {
-      std::uint32_t start = new_nfa_state();
-      it = tail_start_.emplace(e.rule, start).first;
-      std::uint32_t end = emit(*g_.rule_at(e.rule).body, start, j, depth, true);
-      nfa_[end].eps.push_back(accept_);
-    }
-    nfa_[from].eps.push_back(it->second);
-    return new_nfa_state();
+                                         int depth, bool tail, fragment& f) {
+  const rule_id r = e.rule;
+  if (!analysis_.productive[r]) return new_nfa_state();
+  bool expandable = (analysis_.inlined[r] || analysis_.regular[r]) && !j.outline &&
+                    depth < k_max_inline_depth;
+  if (expandable || f.starts.count(r)) {
+    if (tail) return emit_tail_copy(r, from, j, depth, f);
+    if (analysis_.inlined[r]) return emit(*g_.rule_at(r).body, from, j, depth + 1, false, f);
+    // A regular component used mid-rule: a private copy with its own exit.
+    fragment inner{new_nfa_state(), {}};
+    emit_tail_copy(r, from, j, depth + 1, inner);
+    return inner.exit;
   }
   std::uint32_t to = new_nfa_state();
-  nfa_[from].calls.push_back({rule_for_ir(e.rule), to});
+  nfa_[from].calls.push_back({rule_for_ir(r), to});
   return to;
 }
 
 std::uint32_t automaton_builder::emit(expr_id id, std::uint32_t from, const job& j, int depth,
-                                      bool tail) {
+                                      bool tail, fragment& f) {
   struct guard {
     int& n;
     explicit guard(int& c) : n(c) {
@@ -134,11 +149,11 @@ std::uint32_t automaton_builder::emit(expr_id id, std::uint32_t from, const job&
       return to;
     }
     case expr_kind::rule_ref:
-      return emit_ref(e, from, j, depth, tail);
+      return emit_ref(e, from, j, depth, tail, f);
     case expr_kind::sequence: {
       std::uint32_t cur = from;
       for (std::size_t k = 0; k < e.children.size(); ++k)
-        cur = emit(e.children[k], cur, j, depth, tail && k + 1 == e.children.size());
+        cur = emit(e.children[k], cur, j, depth, tail && k + 1 == e.children.size(), f);
       return cur;
     }
     case expr_kind::choice: {
@@ -147,24 +162,31 @@ std::uint32_t automaton_builder::emit(expr_id id, std::uint32_t from, const job&
         std::uint32_t start = new_nfa_state();
         nfa_[from].eps.push_back(start);
         std::uint32_t last;
-        if (!(j.outline && outline_child(c, j, start, last))) last = emit(c, start, j, depth, tail);
+        if (!(j.outline && outline_child(c, j, start, last))) last = emit(c, start, j, depth, tail, f);
         nfa_[last].eps.push_back(end);
       }
       return end;
     }
     case expr_kind::repeat:
-      return emit_repeat(e, from, j, depth);
+      return emit_repeat(e, from, j, depth, f);
   }
   return from;
 }
 
 std::uint32_t automaton_builder::emit_repeat(const expr& e, std::uint32_t from, const job& j,
-                                             int depth) {
+                                             int depth, fragment& f) {
   expr_id body = e.children[0];
+  std::uint64_t copies = e.max == k_unbounded ? std::uint64_t(e.min) + 1 : e.max;
+  bool call_body = j.outline;
+  if (!call_body && copies > 1) {
+    std::vector<rule_id> tails;
+    std::uint64_t size = detail::expr_size(g_, body, analysis_, false, tails, UINT32_MAX);
+    call_body = size > 4 && size * copies > options_.max_repeat_expansion;
+  }
   auto once = [&](std::uint32_t start) {
     std::uint32_t last;
-    if (j.outline && outline_child(body, j, start, last)) return last;
-    return emit(body, start, j, depth, false);
+    if (call_body && outline_child(body, j, start, last)) return last;
+    return emit(body, start, j, depth, false, f);
   };
   std::uint32_t cur = from;
   for (std::uint32_t i = 0; i < e.min; ++i) cur = once(cur);

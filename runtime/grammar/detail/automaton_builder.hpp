@@ -8,6 +8,7 @@
 #include "runtime/grammar/compiled_grammar.hpp"
 #include "runtime/grammar/detail/grammar_analysis.hpp"
 
+#include <optional>
 #include <unordered_map>
 
 namespace di::grammar {
@@ -28,6 +29,13 @@ class automaton_builder {
     std::vector<std::pair<std::uint32_t, std::uint32_t>> bytes;  // (byte set index, target)
     std::vector<std::pair<std::uint32_t, std::uint32_t>> calls;  // (compiled rule, target)
   };
+  /// Where tail references lead: a fragment's exit state, and the shared copy of each rule
+  /// already built in tail position of this fragment (members of a regular component loop
+  /// back to their copy).
+  struct fragment {
+    std::uint32_t exit;
+    std::unordered_map<rule_id, std::uint32_t> starts;
+  };
   struct local_dfa {
     std::vector<std::uint8_t> final;
     std::vector<std::uint32_t> trans;  // [states * num_classes]
@@ -42,15 +50,19 @@ class automaton_builder {
   /// Adds the NFA of `id` starting at `from`; returns its end state. `tail`: nothing follows
   /// in the rule, so an inlined rule there is built once and shared (right-linear rules, like
   /// the chains the JSON Schema compiler emits for optional properties, stay linear).
-  std::uint32_t emit(expr_id id, std::uint32_t from, const job& j, int depth, bool tail);
-  std::uint32_t emit_ref(const expr& e, std::uint32_t from, const job& j, int depth, bool tail);
-  std::uint32_t emit_repeat(const expr& e, std::uint32_t from, const job& j, int depth);
+  std::uint32_t emit(expr_id id, std::uint32_t from, const job& j, int depth, bool tail,
+                     fragment& f);
+  std::uint32_t emit_ref(const expr& e, std::uint32_t from, const job& j, int depth, bool tail,
+                         fragment& f);
+  std::uint32_t emit_tail_copy(rule_id r, std::uint32_t from, const job& j, int depth, fragment& f);
+  std::uint32_t emit_repeat(const expr& e, std::uint32_t from, const job& j, int depth, fragment& f);
   bool outline_child(expr_id child, const job& j, std::uint32_t from, std::uint32_t& end);
   void closure(std::vector<std::uint32_t>& set);
   bool determinize(std::uint32_t start, std::uint32_t accept, local_dfa& out);
   void prune(local_dfa& d);
   void append(std::uint32_t rule, const local_dfa& d);
   void compile_job(std::uint32_t index);
+  std::optional<rule_id> job_ir_rule(std::uint32_t index) const;
 
   const grammar& g_;
   compile_options options_;

@@ -92,15 +92,23 @@ void automaton_builder::prune(local_dfa& d) {
   }
 }
 
+std::optional<rule_id> automaton_builder::job_ir_rule(std::uint32_t index) const {
+  for (const auto& [r, j] : ir_rule_job_)
+    if (j == index) return r;
+  return std::nullopt;
+}
+
 void automaton_builder::compile_job(std::uint32_t index) {
   for (bool outline : {false, true}) {
     jobs_[index].outline = outline;
     job j = jobs_[index];
     nfa_.clear();
-    tail_start_.clear();
     std::uint32_t start = new_nfa_state();
-    std::uint32_t accept = accept_ = new_nfa_state();
-    std::uint32_t end = emit(j.body, start, j, 0, true);
+    std::uint32_t accept = new_nfa_state();
+    fragment top{accept, {}};
+    // A rule of a regular component loops back to its own start when it tail-calls itself.
+    if (auto ir = job_ir_rule(index); ir && analysis_.regular[*ir] && !outline) top.starts[*ir] = start;
+    std::uint32_t end = emit(j.body, start, j, 0, true, top);
     nfa_[end].eps.push_back(accept);
     local_dfa d;
     if (determinize(start, accept, d)) {

@@ -54,12 +54,15 @@ void mark_reachable(const grammar& g, const std::vector<std::vector<rule_id>>& r
   }
 }
 
-/// Tarjan's algorithm, iterative; marks rules on a cycle (a component of size > 1 or a
-/// self-reference).
-void mark_recursive(const grammar& g, const std::vector<std::vector<rule_id>>& refs,
-                    grammar_analysis& a) {
+/// Tarjan's algorithm, iterative: components of the reachable rules, callees before callers.
+/// Marks rules on a cycle (a component of size > 1 or a self-reference).
+std::vector<std::vector<rule_id>> components(const grammar& g,
+                                             const std::vector<std::vector<rule_id>>& refs,
+                                             grammar_analysis& a) {
   std::size_t n = g.num_rules();
   a.recursive.assign(n, 0);
+  a.component.assign(n, UINT32_MAX);
+  std::vector<std::vector<rule_id>> out;
   std::vector<std::uint32_t> index(n, UINT32_MAX), low(n, 0);
   std::vector<std::uint8_t> on_stack(n, 0);
   std::vector<rule_id> scc_stack;
@@ -100,10 +103,33 @@ void mark_recursive(const grammar& g, const std::vector<std::vector<rule_id>>& r
         scc_stack.pop_back();
         on_stack[w] = 0;
         comp.push_back(w);
+        a.component[w] = std::uint32_t(out.size());
       } while (w != r);
       if (comp.size() > 1)
         for (rule_id m : comp) a.recursive[m] = 1;
+      out.push_back(std::move(comp));
     }
+  }
+  return out;
+}
+
+/// True if every reference from `id` to a rule of `component` is in tail position.
+bool tail_only(const grammar& g, expr_id id, const grammar_analysis& a, std::uint32_t component,
+               bool tail) {
+  const expr& e = g.at(id);
+  switch (e.kind) {
+    case expr_kind::rule_ref: return tail || a.component[e.rule] != component;
+    case expr_kind::repeat: return tail_only(g, e.children[0], a, component, false);
+    case expr_kind::sequence:
+      for (std::size_t k = 0; k < e.children.size(); ++k)
+        if (!tail_only(g, e.children[k], a, component, tail && k + 1 == e.children.size()))
+          return false;
+      return true;
+    case expr_kind::choice:
+      for (expr_id c : e.children)
+        if (!tail_only(g, c, a, component, tail)) return false;
+      return true;
+    default: return true;
   }
 }
 
@@ -131,7 +157,7 @@ bool expr_productive(const grammar& g, expr_id id, const std::vector<std::uint8_
 }
 
 std::uint64_t expr_size(const grammar& g, expr_id id, const grammar_analysis& a, bool tail,
-                        std::vector<rule_id>& tail_seen) {
+                        std::vector<rule_id>& tail_seen, std::uint32_t component) {
   const expr& e = g.at(id);
   switch (e.kind) {
     case expr_kind::empty:
@@ -139,13 +165,13 @@ std::uint64_t expr_size(const grammar& g, expr_id id, const grammar_analysis& a,
     case expr_kind::bytes:
       return 1;
     case expr_kind::rule_ref:
-      if (!a.inlined[e.rule]) return 1;
+      if (a.component[e.rule] == component) return 1;  // a loop back inside a regular component
+      if (!a.inlined[e.rule] && !a.regular[e.rule]) return 1;
       if (!tail) return a.size[e.rule];
-      if (std::find(tail_seen.begin(), tail_seen.end(), e.rule) != tail_seen.end()) return 1;
-      tail_seen.push_back(e.rule);
-      return a.size[e.rule];
+      if (std::find(tail_seen.begin(), tail_seen.end(), e.rule) == tail_seen.end()) tail_seen.push_back(e.rule);
+      return 1;
     case expr_kind::repeat: {
-      std::uint64_t body = expr_size(g, e.children[0], a, false, tail_seen);
+      std::uint64_t body = expr_size(g, e.children[0], a, false, tail_seen, component);
       std::uint64_t copies = e.max == k_unbounded ? std::uint64_t(e.min) + 1 : e.max;
       return sat_add(sat_mul(body, std::max<std::uint64_t>(copies, 1)), 2);
     }
@@ -153,19 +179,20 @@ std::uint64_t expr_size(const grammar& g, expr_id id, const grammar_analysis& a,
       std::uint64_t total = 2;
       for (std::size_t k = 0; k < e.children.size(); ++k)
         total = sat_add(
-            total, expr_size(g, e.children[k], a, tail && k + 1 == e.children.size(), tail_seen));
+            total, expr_size(g, e.children[k], a, tail && k + 1 == e.children.size(), tail_seen, component));
       return total;
     }
     case expr_kind::choice: {
       std::uint64_t total = 2;
-      for (expr_id c : e.children) total = sat_add(total, expr_size(g, c, a, tail, tail_seen));
+      for (expr_id c : e.children) total = sat_add(total, expr_size(g, c, a, tail, tail_seen, component));
       return total;
     }
   }
   return 1;
 }
 
-grammar_analysis analyze_grammar(const grammar& g, std::uint64_t inline_limit) {
+grammar_analysis analyze_grammar(const grammar& g, std::uint64_t inline_limit,
+                                 std::uint64_t regular_inline_limit, bool allow_empty) {
   DI_CHECK(g.root() < g.num_rules(), "the grammar has no root rule");
   grammar_analysis a;
   auto refs = reference_graph(g);
@@ -178,29 +205,43 @@ grammar_analysis analyze_grammar(const grammar& g, std::uint64_t inline_limit) {
       if (expr_productive(g, *g.rule_at(r).body, a.productive)) a.productive[r] = 1, changed = true;
     }
   }
-  DI_CHECK(a.productive[g.root()], "the grammar matches no string at all (rule '{}' never ends)",
+  DI_CHECK(a.productive[g.root()] || allow_empty, "the grammar matches no string at all (rule '{}' never ends)",
            g.rule_at(g.root()).name);
-  mark_recursive(g, refs, a);
-  // Sizes bottom-up: a non-recursive rule's callees are sized before it (iterative post-order).
   a.size.assign(g.num_rules(), 1);
   a.inlined.assign(g.num_rules(), 0);
-  std::vector<std::uint8_t> state(g.num_rules(), 0);  // 0 new, 1 open, 2 done
-  for (rule_id top = 0; top < g.num_rules(); ++top) {
-    if (!a.reachable[top] || state[top]) continue;
-    std::vector<std::pair<rule_id, std::size_t>> stack{{top, 0}};
-    state[top] = 1;
-    while (!stack.empty()) {
-      auto& [r, next] = stack.back();
-      if (next < refs[r].size()) {
-        rule_id c = refs[r][next++];
-        if (!state[c] && !a.recursive[c]) state[c] = 1, stack.push_back({c, 0});
-        continue;
-      }
-      std::vector<rule_id> tail_seen;
-      a.size[r] = expr_size(g, *g.rule_at(r).body, a, true, tail_seen);
-      a.inlined[r] = !a.recursive[r] && r != g.root() && a.size[r] <= inline_limit;
-      state[r] = 2;
-      stack.pop_back();
+  a.regular.assign(g.num_rules(), 0);
+  a.own_size.assign(g.num_rules(), 1);
+  a.tail_refs.assign(g.num_rules(), {});
+  const std::uint64_t cap = std::max(inline_limit, regular_inline_limit) + 1;
+  // Components come callees first, so every size a component needs is known when it is sized.
+  for (const auto& comp : components(g, refs, a)) {
+    std::uint32_t c = a.component[comp[0]];
+    std::uint64_t total = 0;
+    std::vector<rule_id> pending;
+    for (rule_id r : comp) {
+      a.own_size[r] = expr_size(g, *g.rule_at(r).body, a, true, a.tail_refs[r], c);
+      total = sat_add(total, a.own_size[r]);
+      pending.insert(pending.end(), a.tail_refs[r].begin(), a.tail_refs[r].end());
+    }
+    // One shared copy of everything reachable through tail references (stop once too large).
+    std::vector<rule_id> seen;
+    while (!pending.empty() && total < cap) {
+      rule_id s = pending.back();
+      pending.pop_back();
+      if (std::find(seen.begin(), seen.end(), s) != seen.end()) continue;
+      seen.push_back(s);
+      total = sat_add(total, a.own_size[s]);
+      pending.insert(pending.end(), a.tail_refs[s].begin(), a.tail_refs[s].end());
+    }
+    bool recursive = a.recursive[comp[0]] != 0;
+    bool regular = recursive && total <= regular_inline_limit &&
+                   std::all_of(comp.begin(), comp.end(), [&](rule_id r) {
+                     return tail_only(g, *g.rule_at(r).body, a, c, true);
+                   });
+    for (rule_id r : comp) {
+      a.size[r] = total;
+      a.regular[r] = regular;
+      a.inlined[r] = !recursive && r != g.root() && total <= inline_limit;
     }
   }
   return a;

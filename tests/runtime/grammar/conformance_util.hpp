@@ -24,6 +24,15 @@ inline std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& path)
   return rows;
 }
 
+inline std::vector<nlohmann::ordered_json> read_jsonl_ordered(const std::filesystem::path& path) {
+  std::vector<nlohmann::ordered_json> rows;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) rows.push_back(nlohmann::ordered_json::parse(line));
+  return rows;
+}
+
 struct tally {
   std::string name;
   std::size_t passed = 0;

@@ -1,0 +1,178 @@
+// cuBLAS and cuBLASLt products of the CUDA backend (see cublas_gemm.hpp).
+#include "kernels/cuda/cublas_gemm.hpp"
+
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/cuda_ops.hpp"
+#include "kernels/cuda/gemm_kernels.hpp"
+#include "kernels/cuda/stream.hpp"
+#include "kernels/dtype.hpp"
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+
+#include <atomic>
+#include <cstring>
+
+namespace di::cuda {
+
+namespace {
+
+constexpr std::size_t lt_workspace_bytes = std::size_t(32) << 20;
+
+/// One cuBLAS and one cuBLASLt handle per thread (a handle is not safe to share across
+/// threads), created on first use.
+struct handles {
+  cublasHandle_t blas = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  tensor workspace;  // [lt_workspace_bytes] u8 on the device
+  handles() {
+    CUBLAS_CHECK(cublasCreate(&blas));
+    CUBLAS_CHECK(cublasLtCreate(&lt));
+  }
+  ~handles() {
+    cublasDestroy(blas);
+    cublasLtDestroy(lt);
+  }
+};
+
+handles& thread_handles() {
+  thread_local handles h;
+  CUBLAS_CHECK(cublasSetStream(h.blas, current_stream()));
+  return h;
+}
+
+std::atomic<bool> g_lt_available{false};
+std::atomic<int> g_lt_layout{0};
+
+/// Weight scales as cuBLASLt's BLK128x128_32F wants them: fp32 [ceil(n/128), ld] row-major
+/// with ld = ceil(k/128) rounded up to a multiple of 4 (or the variants of
+/// set_cublaslt_scale_layout), converted on the device for each call (a few KB; a cache keyed
+/// by address would go stale when the pool hands the address to another weight).
+tensor lt_weight_scales(const weight_matrix& w) {
+  const int layout = g_lt_layout;
+  const bool col_major = layout & 1, pad = !(layout & 4);
+  tensor src = w.scales;
+  if (col_major) {  // rare probe layout: transpose on the host
+    tensor h = w.scales.to(cpu_device);
+    tensor t = tensor::empty({h.size(1), h.size(0)}, h.type());
+    const std::size_t es = dtype_size(h.type());
+    for (std::int64_t r = 0; r < h.size(0); ++r)
+      for (std::int64_t c = 0; c < h.size(1); ++c)
+        std::memcpy(static_cast<std::uint8_t*>(t.raw()) + (c * h.size(0) + r) * es,
+                    static_cast<const std::uint8_t*>(h.raw()) + (r * h.size(1) + c) * es, es);
+    src = t.to(w.scales.dev());
+  }
+  const std::int64_t rows = src.size(0), cols = src.size(1);
+  const std::int64_t ld = pad ? (cols + 3) / 4 * 4 : cols;
+  tensor out = tensor::empty({rows, ld}, dtype::f32, w.scales.dev());
+  const bool e8m0 = src.type() == dtype::f8_e8m0;
+  launch_scales_to_f32(e8m0 ? static_cast<const std::uint8_t*>(src.raw()) : nullptr,
+                       e8m0 ? nullptr : src.data<float>(), rows, cols, ld, out.data<float>(),
+                       current_stream());
+  return out;
+}
+
+/// RAII for the cuBLASLt descriptors of one call.
+struct lt_call {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~lt_call() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+}  // namespace
+
+void sgemm_nt(const tensor& x, const tensor& w, tensor y, int groups) {
+  const std::int64_t rows = x.size(0), in = x.size(1) / groups, out = w.size(0) / groups;
+  if (rows == 0 || out == 0) return;
+  if (in == 0) {
+    CUDA_CHECK(cudaMemsetAsync(y.raw(), 0, y.nbytes(), current_stream()));
+    return;
+  }
+  handles& h = thread_handles();
+  const float one = 1.0f, zero = 0.0f;
+  // Column-major view: y^T [out, rows] = W [in, out]^T x^T [in, rows].
+  CUBLAS_CHECK(cublasSgemmStridedBatched(
+      h.blas, CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(rows), int(in), &one, w.data<float>(),
+      int(in), out * in, x.data<float>(), int(x.size(1)), in, &zero, y.data<float>(),
+      int(y.size(1)), out, groups));
+}
+
+void bf16_gemm_nt(const tensor& x, const tensor& w, tensor& y) {
+  const std::int64_t rows = x.size(0), in = x.size(1), out = w.size(0);
+  if (rows == 0 || out == 0) return;
+  if (in == 0) {
+    CUDA_CHECK(cudaMemsetAsync(y.raw(), 0, y.nbytes(), current_stream()));
+    return;
+  }
+  tensor xb = tensor::empty({rows, in}, dtype::bf16, x.dev());  // [rows, in]
+  launch_to_bf16(x.data<float>(), xb.data<std::uint16_t>(), rows * in, current_stream());
+  handles& h = thread_handles();
+  const float one = 1.0f, zero = 0.0f;
+  CUBLAS_CHECK(cublasGemmEx(h.blas, CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(rows), int(in), &one,
+                            w.raw(), CUDA_R_16BF, int(in), xb.raw(), CUDA_R_16BF, int(in), &zero,
+                            y.raw(), CUDA_R_32F, int(out), CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT));
+}
+
+bool cublaslt_fp8_fits(const weight_matrix& w, std::int64_t rows, std::int64_t k, int act_block) {
+  return w.values.type() == dtype::f8_e4m3 && w.block.rows == 128 && w.block.cols == 128 &&
+         act_block == 128 && k % 128 == 0 && w.rows() % 16 == 0 && rows % 16 == 0;
+}
+
+bool cublaslt_block_fp8(const weight_matrix& w, const tensor& codes, const tensor& scales_mn,
+                        tensor& y) {
+  const std::int64_t m = w.rows(), n = codes.size(0), k = codes.size(1);
+  handles& h = thread_handles();
+  if (!h.workspace.defined())
+    h.workspace = tensor::empty({std::int64_t(lt_workspace_bytes)}, dtype::u8, y.dev());
+  const tensor a_scales = lt_weight_scales(w);
+  const float* a_scale = a_scales.data<float>();
+  const float* b_scale = scales_mn.data<float>();
+  lt_call call;
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&call.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  const cublasLtMatmulMatrixScale_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+  const cublasLtMatmulMatrixScale_t b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof a_mode));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof b_mode));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof a_scale));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof b_scale));
+  // Column-major: D [m = out, n = rows] = A^T B with A = W stored [k, m], B = codes [k, n].
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.a, CUDA_R_8F_E4M3, std::uint64_t(k), std::uint64_t(m), k));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.b, CUDA_R_8F_E4M3, std::uint64_t(k), std::uint64_t(n), k));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.c, CUDA_R_32F, std::uint64_t(m), std::uint64_t(n), m));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&call.pref));
+  const std::size_t ws = lt_workspace_bytes;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      call.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  if (cublasLtMatmulAlgoGetHeuristic(h.lt, call.op, call.a, call.b, call.c, call.c, call.pref, 1,
+                                     &result, &found) != CUBLAS_STATUS_SUCCESS ||
+      found == 0) {
+    g_lt_available = false;
+    return false;
+  }
+  const float one = 1.0f, zero = 0.0f;
+  CUBLAS_CHECK(cublasLtMatmul(h.lt, call.op, &one, w.values.raw(), call.a, codes.raw(), call.b,
+                              &zero, y.raw(), call.c, y.raw(), call.c, &result.algo,
+                              h.workspace.raw(), ws, current_stream()));
+  g_lt_available = true;
+  return true;
+}
+
+bool cublaslt_block_fp8_available() { return g_lt_available; }
+
+void set_cublaslt_scale_layout(int bits) { g_lt_layout = bits; }
+int cublaslt_scale_layout() { return g_lt_layout; }
+
+}  // namespace di::cuda

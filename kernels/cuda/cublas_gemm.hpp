@@ -1,0 +1,35 @@
+// cuBLAS / cuBLASLt calls of the CUDA backend's linear ops, on the current stream with one
+// handle (and cuBLASLt workspace) per thread: fp32 SGEMM (exact-path reference products),
+// bf16 GEMM with fp32 output (the dequantize-at-load path), and cuBLASLt's block-scaled FP8
+// GEMM (128x128 weight blocks, 1x128 activation blocks, fp32 scales) for prefill shapes.
+#pragma once
+
+#include "kernels/weight_matrix.hpp"
+
+namespace di::cuda {
+
+/// y [rows, groups * out] = per group g: x[:, g*in:(g+1)*in] W_g^T with W [groups * out, in]
+/// f32 (no TF32), x [rows, groups * in] f32.
+void sgemm_nt(const tensor& x, const tensor& w, tensor y, int groups);
+
+/// y [rows, out] f32 = x W^T with W [out, in] bf16; x f32 [rows, in] is rounded to bf16.
+void bf16_gemm_nt(const tensor& x, const tensor& w, tensor& y);
+
+/// Whether cuBLASLt's block-scaled FP8 GEMM applies: FP8 weight with 128x128 blocks,
+/// activations in blocks of 128, aligned extents.
+bool cublaslt_fp8_fits(const weight_matrix& w, std::int64_t rows, std::int64_t k, int act_block);
+
+/// y [rows, out] f32 = dequant(codes, scales_mn) W^T on cuBLASLt, with activation codes
+/// [rows, k] e4m3 and their scales [k / 128, rows] f32 (rows contiguous). False (nothing
+/// enqueued) when cuBLASLt offers no kernel for it.
+bool cublaslt_block_fp8(const weight_matrix& w, const tensor& codes, const tensor& scales_mn,
+                        tensor& y);
+
+/// Layout of the scale tensors handed to cuBLASLt, as bits (a GPU test probes them; 0, the
+/// layout PyTorch uses with these modes, was measured right on the H200): 1 = weight scales
+/// block-column-major, 2 = activation scales row-major [rows, k / 128], 4 = no padding of the
+/// weight scales' leading dimension to a multiple of 4.
+void set_cublaslt_scale_layout(int bits);
+int cublaslt_scale_layout();
+
+}  // namespace di::cuda

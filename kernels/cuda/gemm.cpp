@@ -1,0 +1,235 @@
+// The CUDA backend's linear ops: linear, grouped_linear (block-diagonal) and expert_linear
+// (MoE experts), dispatched on the weight's stored format (see cuda_ops.hpp): FP8/MXFP4 on
+// sm90_block_gemm or cuBLASLt's block-scaled FP8 GEMM after FP8 activation quantization,
+// BF16 and f32 weights on cuBLAS, and an exact fp32 dequantize-then-SGEMM path for stored
+// formats without activation quantization.
+#include "kernels/cuda/cublas_gemm.hpp"
+#include "kernels/cuda/cuda_ops.hpp"
+#include "kernels/cuda/gemm_kernels.hpp"
+#include "kernels/cuda/stream.hpp"
+
+#include <atomic>
+
+namespace di::cuda {
+
+namespace {
+
+std::atomic<gemm_backend> g_backend{gemm_backend::automatic};
+
+bool is_stored_format(const weight_matrix& w) {
+  return w.values.type() == dtype::f8_e4m3 || w.values.type() == dtype::i8;
+}
+
+/// x [rows, cols] quantized to FP8 codes [rows, cols] and fp32 scales per `block`.
+struct quantized_act {
+  tensor codes;   // [rows, cols] u8
+  tensor scales;  // [rows, cols / block] f32, or [cols / block, rows] when mn_major
+};
+
+quantized_act quantize_act(const tensor& x, int block, bool mn_major) {
+  const std::int64_t rows = x.size(0), cols = x.numel() / std::max<std::int64_t>(1, rows);
+  DI_CHECK(block > 0 && cols % block == 0, "activation quantization: rows of {} in blocks of {}",
+           cols, block);
+  quantized_act q{tensor::empty({rows, cols}, dtype::u8, x.dev()),
+                  mn_major ? tensor::empty({cols / block, rows}, dtype::f32, x.dev())
+                           : tensor::empty({rows, cols / block}, dtype::f32, x.dev())};
+  launch_act_quant({x.data<float>(), rows, cols, block, q.codes.data<std::uint8_t>(),
+                    q.scales.data<float>(), mn_major},
+                   current_stream());
+  return q;
+}
+
+/// Whether sm90_block_gemm takes this weight with this activation block.
+bool block_gemm_fits(const weight_matrix& w, std::int64_t k, int act_block) {
+  if (act_block <= 0 || act_block % 32 != 0 || k % 32 != 0 || k % act_block != 0) return false;
+  if (w.values.type() == dtype::i8) return w.scales.type() == dtype::f8_e8m0;
+  return w.block.cols % 32 == 0 && w.block.rows % 16 == 0 &&
+         (w.block.cols % act_block == 0 || act_block % w.block.cols == 0) && k % w.block.cols == 0;
+}
+
+/// Shared fields of a block_gemm launch for weight `w` and quantized activations `q`.
+block_gemm_params gemm_params(const weight_matrix& w, const quantized_act& q, int act_block,
+                              std::int64_t k, std::int64_t n, int groups, tensor& y) {
+  block_gemm_params p{};
+  p.weight = static_cast<const std::uint8_t*>(w.values.raw());
+  const bool e8m0 = w.scales.type() == dtype::f8_e8m0;
+  p.wscale_e8m0 = e8m0 ? static_cast<const std::uint8_t*>(w.scales.raw()) : nullptr;
+  p.wscale_f32 = e8m0 ? nullptr : w.scales.data<float>();
+  p.wscale_cols = w.scales.size(1);
+  p.block_rows = int(w.block.rows);
+  p.block_cols = int(w.block.cols);
+  p.fp4 = w.values.type() == dtype::i8;
+  p.act = q.codes.data<std::uint8_t>();
+  p.act_scale = q.scales.data<float>();
+  p.act_stride = q.codes.size(1);
+  p.act_scale_stride = q.scales.size(1);
+  p.act_block = act_block;
+  p.n = n;
+  p.k = k;
+  p.groups = groups;
+  p.y = y.data<float>();
+  p.y_elements = y.numel();
+  return p;
+}
+
+/// x (after optional FP8 fake quantization) times the weight decoded to fp32, on SGEMM.
+tensor dequant_linear(const tensor& x, const weight_matrix& weight, int act_block) {
+  tensor input = x;
+  if (act_block > 0) {
+    input = x.clone();
+    fp8_fake_quant(input, act_block, input.size(1));
+  }
+  const weight_matrix dense = dequantize_weight(weight, dtype::f32);
+  tensor y = tensor::empty({x.size(0), weight.rows()}, dtype::f32, x.dev());
+  sgemm_nt(input, dense.values, y, 1);
+  return y;
+}
+
+}  // namespace
+
+void set_gemm_backend(gemm_backend backend) { g_backend = backend; }
+gemm_backend get_gemm_backend() { return g_backend; }
+
+tensor linear(const tensor& x, const weight_matrix& weight, const linear_params& params) {
+  check_cuda_tensor(x, dtype::f32, 2, "linear input");
+  check_weight_matrix(weight, "linear weight", device_kind::cuda);
+  const std::int64_t rows = x.size(0), in = x.size(1), out = weight.rows();
+  DI_CHECK(weight.cols() == in, "linear: input has {} features, weight [{}, {}] expects {}", in,
+           weight.rows(), weight.cols(), weight.cols());
+  DI_CHECK(x.dev() == weight.values.dev(), "linear: input on {}, weight on {}",
+           to_string(x.dev()), to_string(weight.values.dev()));
+  const int act_block = params.act_quant_block;
+  const gemm_backend backend = g_backend;
+  if (!is_stored_format(weight)) {
+    tensor input = x;
+    if (act_block > 0) {
+      input = x.clone();
+      fp8_fake_quant(input, act_block, in);
+    }
+    tensor y = tensor::empty({rows, out}, dtype::f32, x.dev());  // [rows, out]
+    if (weight.values.type() == dtype::bf16) bf16_gemm_nt(input, weight.values, y);
+    else sgemm_nt(input, weight.values, y, 1);
+    return y;
+  }
+  if (backend == gemm_backend::dequant_fp32 || !block_gemm_fits(weight, in, act_block))
+    return dequant_linear(x, weight, act_block);
+  if (rows == 0) return tensor::empty({0, out}, dtype::f32, x.dev());
+  const bool try_lt = backend == gemm_backend::cublaslt ||
+                      (backend == gemm_backend::automatic && rows >= 256);
+  if (try_lt && cublaslt_fp8_fits(weight, rows, in, act_block)) {
+    const quantized_act q = quantize_act(x, act_block, !(cublaslt_scale_layout() & 2));
+    tensor y = tensor::empty({rows, out}, dtype::f32, x.dev());
+    if (cublaslt_block_fp8(weight, q.codes, q.scales, y)) return y;
+  }
+  const quantized_act q = quantize_act(x, act_block, false);
+  tensor y = tensor::empty({rows, out}, dtype::f32, x.dev());  // [rows, out]
+  block_gemm_params p = gemm_params(weight, q, act_block, in, out, 1, y);
+  p.rows = rows;
+  p.max_rows = rows;
+  p.y_stride = out;
+  launch_block_gemm(p, current_stream());
+  return y;
+}
+
+tensor grouped_linear(const tensor& x, const weight_matrix& weight) {
+  check_cuda_tensor(x, dtype::f32, 3, "grouped_linear input");
+  check_weight_matrix(weight, "grouped_linear weight", device_kind::cuda);
+  const std::int64_t rows = x.size(0), groups = x.size(1), in = x.size(2);
+  DI_CHECK(groups > 0 && weight.cols() == in && weight.rows() % groups == 0,
+           "grouped_linear: weight [{}, {}] does not fit {} groups of {} inputs", weight.rows(),
+           weight.cols(), groups, in);
+  const std::int64_t out = weight.rows() / groups;
+  tensor y = tensor::empty({rows, groups, out}, dtype::f32, x.dev());  // [rows, groups, out]
+  // No activation quantization here (as on the CPU): SGEMM per group over the decoded weight.
+  const weight_matrix dense =
+      is_stored_format(weight) || weight.values.type() == dtype::bf16
+          ? dequantize_weight(weight, dtype::f32)
+          : weight;
+  sgemm_nt(x.view({rows, groups * in}), dense.values, y.view({rows, groups * out}), int(groups));
+  return y;
+}
+
+tensor expert_linear(const tensor& x, const tensor& offsets, const weight_matrix& weights,
+                     const expert_linear_params& params) {
+  check_cuda_tensor(x, dtype::f32, 2, "expert_linear input");
+  check_cuda_tensor(offsets, dtype::i32, 1, "expert_linear offsets");
+  check_weight_matrix(weights, "expert_linear weights", device_kind::cuda);
+  const std::int64_t experts = offsets.size(0) - 1, rows = x.size(0), in = x.size(1);
+  DI_CHECK(experts > 0 && weights.rows() % experts == 0 && weights.cols() == in,
+           "expert_linear: weights [{}, {}] do not split into {} experts of {} inputs",
+           weights.rows(), weights.cols(), experts, in);
+  const std::int64_t out = weights.rows() / experts;
+  DI_CHECK(!weights.scales.defined() || out % weights.block.rows == 0,
+           "expert_linear: {} rows per expert is not a multiple of the {}-row scale block", out,
+           weights.block.rows);
+  const int act_block = params.act_quant_block;
+  DI_CHECK(is_stored_format(weights) && block_gemm_fits(weights, in, act_block) &&
+               g_backend != gemm_backend::dequant_fp32,
+           "expert_linear on CUDA: needs FP8/MXFP4 weights with activation quantization in "
+           "blocks of 32 or 128 (got {}, act_quant_block {})",
+           dtype_name(weights.values.type()), act_block);
+  tensor y = tensor::zeros({rows, out}, dtype::f32, x.dev());  // [rows, out]
+  if (rows == 0) return y;
+  const quantized_act q = quantize_act(x, act_block, false);
+  block_gemm_params p = gemm_params(weights, q, act_block, in, out, int(experts), y);
+  p.offsets = offsets.data<std::int32_t>();
+  p.max_rows = params.max_rows_per_expert > 0 ? std::min(params.max_rows_per_expert, rows) : rows;
+  p.y_stride = out;
+  launch_block_gemm(p, current_stream());
+  return y;
+}
+
+weight_matrix dequantize_weight(const weight_matrix& w, dtype to) {
+  check_weight_matrix(w, "dequantize_weight", device_kind::cuda);
+  DI_CHECK(to == dtype::bf16 || to == dtype::f32, "dequantize_weight: to {} (bf16 or F32 only)",
+           dtype_name(to));
+  const dtype from = w.values.type();
+  if (from == to) return w;
+  tensor out = tensor::empty({w.rows(), w.cols()}, to, w.values.dev());  // [rows, cols]
+  dequantize_params p{};
+  p.values = static_cast<const std::uint8_t*>(w.values.raw());
+  p.kind = from == dtype::f8_e4m3 ? 0 : from == dtype::i8 ? 1 : from == dtype::bf16 ? 2 : 3;
+  if (w.scales.defined()) {
+    const bool e8m0 = w.scales.type() == dtype::f8_e8m0;
+    p.scale_e8m0 = e8m0 ? static_cast<const std::uint8_t*>(w.scales.raw()) : nullptr;
+    p.scale_f32 = e8m0 ? nullptr : w.scales.data<float>();
+    p.scale_cols = w.scales.size(1);
+  }
+  p.block_rows = int(w.block.rows);
+  p.block_cols = int(w.block.cols);
+  p.rows = w.rows();
+  p.cols = w.cols();
+  p.out = out.raw();
+  p.out_bf16 = to == dtype::bf16;
+  launch_dequantize(p, current_stream());
+  return weight_matrix(out);
+}
+
+weight_matrix stack_weights(std::span<const weight_matrix> experts, device dev) {
+  DI_CHECK(!experts.empty(), "stack_weights: no experts");
+  const weight_matrix& first = experts[0];
+  const std::int64_t rows = first.values.size(0);
+  tensor_shape vshape = first.values.shape();
+  vshape[0] = rows * std::int64_t(experts.size());
+  weight_matrix out = first;
+  out.values = tensor::empty(vshape, first.values.type(), dev);
+  std::int64_t srows = 0;
+  if (first.scales.defined()) {
+    srows = first.scales.size(0);
+    tensor_shape sshape = first.scales.shape();
+    sshape[0] = srows * std::int64_t(experts.size());
+    out.scales = tensor::empty(sshape, first.scales.type(), dev);
+  }
+  for (std::size_t e = 0; e < experts.size(); ++e) {
+    const weight_matrix& w = experts[e];
+    DI_CHECK(w.values.shape() == first.values.shape() && w.values.type() == first.values.type(),
+             "stack_weights: expert {} is {} {}, expert 0 {} {}", e, dtype_name(w.values.type()),
+             w.values.shape().str(), dtype_name(first.values.type()), first.values.shape().str());
+    const std::int64_t i = std::int64_t(e);
+    out.values.slice(0, i * rows, (i + 1) * rows).copy_from(w.values);
+    if (srows > 0) out.scales.slice(0, i * srows, (i + 1) * srows).copy_from(w.scales);
+  }
+  return out;
+}
+
+}  // namespace di::cuda

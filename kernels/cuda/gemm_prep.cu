@@ -1,0 +1,113 @@
+// The GEMMs' helper kernels: FP8 activation quantization (one warp per block of a row, the
+// CPU fake quantizer's codes and scales), exact dequantization of stored-format weights to
+// fp32/bf16 (for the cuBLAS paths), and f32 -> bf16 conversion.
+#include "kernels/cuda/gemm_kernels.hpp"
+
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/quant_math.hpp"
+
+namespace di::cuda {
+
+namespace {
+
+constexpr int warps_per_block = 8;
+
+__global__ void act_quant_kernel(act_quant_params p) {
+  const std::int64_t blocks_per_row = p.cols / p.block;
+  const std::int64_t item = std::int64_t(blockIdx.x) * warps_per_block + threadIdx.x / 32;
+  if (item >= p.rows * blocks_per_row) return;
+  const int lane = threadIdx.x % 32;
+  const std::int64_t row = item / blocks_per_row, b = item % blocks_per_row;
+  const float* v = p.x + row * p.cols + b * p.block;
+  float amax = 0.0f;
+  for (int i = lane; i < p.block; i += 32) amax = fmaxf(amax, fabsf(v[i]));
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float scale = fp8_block_scale(amax);
+  std::uint8_t* out = p.codes + row * p.cols + b * p.block;
+  for (int i = lane; i < p.block; i += 32) {
+    float q = v[i] / scale;
+    q = q > fp8_e4m3_max ? fp8_e4m3_max : (q < -fp8_e4m3_max ? -fp8_e4m3_max : q);
+    out[i] = f32_to_e4m3(q);
+  }
+  if (lane == 0) {
+    if (p.mn_major) p.scales[b * p.rows + row] = scale;
+    else p.scales[row * blocks_per_row + b] = scale;
+  }
+}
+
+__device__ float weight_scale(const dequantize_params& p, std::int64_t r, std::int64_t c) {
+  const std::int64_t i = (r / p.block_rows) * p.scale_cols + c / p.block_cols;
+  return p.scale_e8m0 ? e8m0_to_f32(p.scale_e8m0[i]) : p.scale_f32[i];
+}
+
+__global__ void dequantize_kernel(dequantize_params p) {
+  const std::int64_t total = p.rows * p.cols;
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    const std::int64_t r = i / p.cols, c = i % p.cols;
+    float v;
+    switch (p.kind) {
+      case 0: v = e4m3_to_f32(p.values[i]) * weight_scale(p, r, c); break;
+      case 1: {
+        const std::uint8_t byte = p.values[r * (p.cols / 2) + c / 2];
+        v = e2m1_to_f32((c & 1) ? byte >> 4 : byte & 0xf) * weight_scale(p, r, c);
+        break;
+      }
+      case 2: v = bf16_to_f32(reinterpret_cast<const std::uint16_t*>(p.values)[i]); break;
+      default: v = reinterpret_cast<const float*>(p.values)[i]; break;
+    }
+    if (p.out_bf16) static_cast<std::uint16_t*>(p.out)[i] = f32_to_bf16(v);
+    else static_cast<float*>(p.out)[i] = v;
+  }
+}
+
+__global__ void to_bf16_kernel(const float* x, std::uint16_t* out, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x)
+    out[i] = f32_to_bf16(x[i]);
+}
+
+__global__ void scales_to_f32_kernel(const std::uint8_t* e8m0, const float* f32, std::int64_t rows,
+                                     std::int64_t cols, std::int64_t ld, float* out) {
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < rows * ld;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    const std::int64_t r = i / ld, c = i % ld;
+    out[i] = c >= cols ? 0.0f : e8m0 ? e8m0_to_f32(e8m0[r * cols + c]) : f32[r * cols + c];
+  }
+}
+
+unsigned grid_for(std::int64_t n) {
+  const std::int64_t b = (n + 255) / 256;
+  return unsigned(b < 1 ? 1 : (b > 132 * 64 ? 132 * 64 : b));
+}
+
+}  // namespace
+
+void launch_act_quant(const act_quant_params& p, cudaStream_t stream) {
+  const std::int64_t items = p.rows * (p.cols / p.block);
+  if (items == 0) return;
+  act_quant_kernel<<<unsigned((items + warps_per_block - 1) / warps_per_block),
+                     warps_per_block * 32, 0, stream>>>(p);
+  CUDA_CHECK_LAUNCH("act_quant");
+}
+
+void launch_dequantize(const dequantize_params& p, cudaStream_t stream) {
+  if (p.rows * p.cols == 0) return;
+  dequantize_kernel<<<grid_for(p.rows * p.cols), 256, 0, stream>>>(p);
+  CUDA_CHECK_LAUNCH("dequantize");
+}
+
+void launch_scales_to_f32(const std::uint8_t* e8m0, const float* f32, std::int64_t rows,
+                          std::int64_t cols, std::int64_t ld, float* out, cudaStream_t stream) {
+  if (rows * ld == 0) return;
+  scales_to_f32_kernel<<<grid_for(rows * ld), 256, 0, stream>>>(e8m0, f32, rows, cols, ld, out);
+  CUDA_CHECK_LAUNCH("scales_to_f32");
+}
+
+void launch_to_bf16(const float* x, std::uint16_t* out, std::int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  to_bf16_kernel<<<grid_for(n), 256, 0, stream>>>(x, out, n);
+  CUDA_CHECK_LAUNCH("to_bf16");
+}
+
+}  // namespace di::cuda

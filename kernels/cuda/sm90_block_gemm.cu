@@ -1,0 +1,314 @@
+// sm90_block_gemm: y = x W^T for FP8 e4m3 weights with block scales and packed MXFP4 weights,
+// both read in their stored format, on the FP8 tensor cores (mma.sync m16n8k32 e4m3, fp32
+// accumulate). Activations come FP8-quantized per block (act_quant); each warp owns 16 weight
+// rows and up to 64 tokens, streams its rows' bytes from global memory straight into MMA
+// fragments (FP4 nibbles become e4m3 codes of value * 2^-6 with three bit operations), and
+// promotes the MMA result into fp32 with weight scale x activation scale once per scale block
+// (every 32 inputs for MXFP4). Decode shapes split K across blocks (atomic fp32 adds) so the
+// whole GPU streams the weights; the inputs of the k-step are permuted identically in A and B.
+#include "kernels/cuda/gemm_kernels.hpp"
+
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/dtype.hpp"
+
+#include <algorithm>
+
+namespace di::cuda {
+
+namespace {
+
+constexpr int num_warps = 4;
+constexpr int rows_per_warp = 16;
+constexpr int rows_per_block = num_warps * rows_per_warp;
+constexpr int step_k = 32;          // inputs per MMA
+constexpr int unroll = 4;           // steps per load group (two groups in flight)
+constexpr int smem_pad = 32;        // bytes per token row: spreads the B loads over the banks
+
+__device__ __forceinline__ void mma_e4m3(float (&d)[4], const std::uint32_t (&a)[4],
+                                         std::uint32_t b0, std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Eight e2m1 nibbles (inputs k0..k7, low nibble first) -> e4m3 codes of value * 2^-6: the
+// sign moves to bit 7 and the three magnitude bits to bits 2..4 (exponent and mantissa line
+// up, subnormal 0.5 included). Low nibbles give (k0, k2, k4, k6), high ones (k1, k3, k5, k7).
+__device__ __forceinline__ std::uint32_t fp4_low(std::uint32_t w) {
+  return ((w << 4) & 0x80808080u) | ((w << 2) & 0x1c1c1c1cu);
+}
+__device__ __forceinline__ std::uint32_t fp4_high(std::uint32_t w) {
+  return (w & 0x80808080u) | ((w >> 2) & 0x1c1c1c1cu);
+}
+
+/// 2^(e - 127 + 6) for an e8m0 byte: the MXFP4 scale times the 2^6 the codes above lack.
+__device__ __forceinline__ float fp4_scale_factor(std::uint8_t e) {
+  const int biased = min(int(e) + 6, 254);
+  return __int_as_float(biased << 23);
+}
+
+struct split_config {
+  int k_splits;
+  std::int64_t steps_per_split;
+  int chunk_steps;
+};
+
+/// Weight scale of rows (lo, hi) at step `step` as fp32 factors (FP4: times 2^6).
+template <bool FP4>
+__device__ __forceinline__ void weight_scales(const block_gemm_params& p, std::int64_t row_lo,
+                                              std::int64_t row_hi, std::int64_t step,
+                                              float& lo, float& hi) {
+  if (FP4) {
+    lo = fp4_scale_factor(p.wscale_e8m0[row_lo * p.wscale_cols + step]);
+    hi = fp4_scale_factor(p.wscale_e8m0[row_hi * p.wscale_cols + step]);
+  } else {
+    const std::int64_t kb = step * step_k / p.block_cols;
+    const std::int64_t i_lo = (row_lo / p.block_rows) * p.wscale_cols + kb;
+    const std::int64_t i_hi = (row_hi / p.block_rows) * p.wscale_cols + kb;
+    lo = p.wscale_e8m0 ? e8m0_to_f32(p.wscale_e8m0[i_lo]) : p.wscale_f32[i_lo];
+    hi = p.wscale_e8m0 ? e8m0_to_f32(p.wscale_e8m0[i_hi]) : p.wscale_f32[i_hi];
+  }
+}
+
+/// The global loads of `unroll` consecutive k-steps of a warp's two rows per thread.
+struct group_regs {
+  std::uint32_t wl[unroll][2];  // row lo: FP8 8 bytes, FP4 4 bytes (+ unused)
+  std::uint32_t wh[unroll][2];  // row hi
+  float sw_lo[unroll];          // weight scales where the step promotes
+  float sw_hi[unroll];
+};
+
+template <bool FP4>
+__device__ __forceinline__ void load_group(const block_gemm_params& p, const std::uint8_t* w_lo,
+                                           const std::uint8_t* w_hi, bool has_lo, bool has_hi,
+                                           std::int64_t row_lo, std::int64_t row_hi, int t,
+                                           std::int64_t s, std::int64_t c1, std::int64_t s_end,
+                                           int promote_every, group_regs& r) {
+#pragma unroll
+  for (int u = 0; u < unroll; ++u) {
+    r.wl[u][0] = r.wl[u][1] = r.wh[u][0] = r.wh[u][1] = 0;
+    r.sw_lo[u] = r.sw_hi[u] = 0.0f;
+    if (s + u >= c1) continue;
+    if (FP4) {
+      const std::int64_t off = (s + u) * (step_k / 2) + 4 * t;
+      if (has_lo) r.wl[u][0] = __ldg(reinterpret_cast<const unsigned*>(w_lo + off));
+      if (has_hi) r.wh[u][0] = __ldg(reinterpret_cast<const unsigned*>(w_hi + off));
+    } else {
+      const std::int64_t off = (s + u) * step_k + 8 * t;
+      if (has_lo) {
+        const uint2 v = __ldg(reinterpret_cast<const uint2*>(w_lo + off));
+        r.wl[u][0] = v.x;
+        r.wl[u][1] = v.y;
+      }
+      if (has_hi) {
+        const uint2 v = __ldg(reinterpret_cast<const uint2*>(w_hi + off));
+        r.wh[u][0] = v.x;
+        r.wh[u][1] = v.y;
+      }
+    }
+    const bool promotes = (s + u + 1) % promote_every == 0 || s + u + 1 == s_end;
+    if (promotes) weight_scales<FP4>(p, row_lo, row_hi, s + u, r.sw_lo[u], r.sw_hi[u]);
+  }
+}
+
+template <int NT, bool FP4>
+__global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
+    block_gemm_kernel(block_gemm_params p, split_config cfg) {
+  // [NT * 8][chunk + pad] activation codes, then [NT * 8][chunk / act_block] their scales.
+  extern __shared__ __align__(16) std::uint8_t act_tile[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int group = blockIdx.y;
+  const int split = int(blockIdx.z % unsigned(cfg.k_splits));
+  const std::int64_t tile = blockIdx.z / unsigned(cfg.k_splits);
+  std::int64_t row_begin = 0, count = p.rows;
+  if (p.offsets) {
+    row_begin = p.offsets[group];
+    count = p.offsets[group + 1] - row_begin;
+  }
+  const std::int64_t tok0 = tile * NT * 8;
+  const std::int64_t total_steps = p.k / step_k;
+  const std::int64_t s_begin = split * cfg.steps_per_split;
+  const std::int64_t s_end = min(total_steps, s_begin + cfg.steps_per_split);
+  if (tok0 >= count || s_begin >= s_end) return;  // uniform over the block
+
+  const std::int64_t n0 = std::int64_t(blockIdx.x) * rows_per_block + warp * rows_per_warp;
+  const std::int64_t r_lo = n0 + g, r_hi = n0 + g + 8;
+  const bool has_lo = r_lo < p.n, has_hi = r_hi < p.n;
+  const std::int64_t row_lo = group * p.n + (has_lo ? r_lo : 0);  // rows of the stacked matrix
+  const std::int64_t row_hi = group * p.n + (has_hi ? r_hi : 0);
+  const std::int64_t row_bytes = FP4 ? p.k / 2 : p.k;
+  const std::uint8_t* w_lo = p.weight + row_lo * row_bytes;
+  const std::uint8_t* w_hi = p.weight + row_hi * row_bytes;
+  const int promote_every = FP4 ? 1 : max(1, min(p.block_cols, p.act_block) / step_k);
+  const int stride = cfg.chunk_steps * step_k + smem_pad;
+  const int sx_per_tok = cfg.chunk_steps * step_k / p.act_block;
+  float* sx_tile = reinterpret_cast<float*>(act_tile + NT * 8 * stride);
+  const std::int64_t col0 = group * p.act_group_offset;  // this group's first input column
+
+  float acc[NT][4], tmp[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[j][c] = tmp[j][c] = 0.0f;
+
+  const std::uint8_t* act_base = p.act + col0;
+  for (std::int64_t c0 = s_begin; c0 < s_end; c0 += cfg.chunk_steps) {
+    const std::int64_t c1 = min(s_end, c0 + cfg.chunk_steps);
+    const int units_per_row = int((c1 - c0) * step_k / 16);
+    const std::int64_t sx0 = (col0 + c0 * step_k) / p.act_block;
+    const int sx_count = int((c1 - c0) * step_k / p.act_block);
+    __syncthreads();
+    for (int u = threadIdx.x; u < NT * 8 * units_per_row; u += blockDim.x) {
+      const int tok = u / units_per_row, unit = u % units_per_row;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (tok0 + tok < count)
+        v = *reinterpret_cast<const uint4*>(act_base + (row_begin + tok0 + tok) * p.act_stride +
+                                            c0 * step_k + unit * 16);
+      if (FP4) {  // each 8 inputs as (k0, k2, k4, k6, k1, k3, k5, k7), as fp4_low/high give A
+        const uint4 o = make_uint4(__byte_perm(v.x, v.y, 0x6420), __byte_perm(v.x, v.y, 0x7531),
+                                   __byte_perm(v.z, v.w, 0x6420), __byte_perm(v.z, v.w, 0x7531));
+        v = o;
+      }
+      *reinterpret_cast<uint4*>(act_tile + tok * stride + unit * 16) = v;
+    }
+    for (int u = threadIdx.x; u < NT * 8 * sx_count; u += blockDim.x) {
+      const int tok = u / sx_count, i = u % sx_count;
+      sx_tile[tok * sx_per_tok + i] =
+          tok0 + tok < count ? p.act_scale[(row_begin + tok0 + tok) * p.act_scale_stride + sx0 + i]
+                             : 0.0f;
+    }
+    __syncthreads();
+    if (n0 >= p.n) continue;  // this warp has no rows (uniform per warp)
+
+    // Software pipeline: the next `unroll` steps' global loads (weights and their scales) are
+    // in flight while the current ones multiply.
+    group_regs cur, next;
+    load_group<FP4>(p, w_lo, w_hi, has_lo, has_hi, row_lo, row_hi, t, c0, c1, s_end,
+                    promote_every, cur);
+    for (std::int64_t s = c0; s < c1; s += unroll) {
+      if (s + unroll < c1)
+        load_group<FP4>(p, w_lo, w_hi, has_lo, has_hi, row_lo, row_hi, t, s + unroll, c1, s_end,
+                        promote_every, next);
+      const std::uint32_t(&wl)[unroll][2] = cur.wl;
+      const std::uint32_t(&wh)[unroll][2] = cur.wh;
+      const float(&sw_lo)[unroll] = cur.sw_lo;
+      const float(&sw_hi)[unroll] = cur.sw_hi;
+#pragma unroll
+      for (int u = 0; u < unroll; ++u) {
+        const std::int64_t step = s + u;
+        if (step >= c1) break;
+        std::uint32_t a[4];
+        if (FP4) {
+          a[0] = fp4_low(wl[u][0]);
+          a[1] = fp4_low(wh[u][0]);
+          a[2] = fp4_high(wl[u][0]);
+          a[3] = fp4_high(wh[u][0]);
+        } else {
+          a[0] = wl[u][0];
+          a[1] = wh[u][0];
+          a[2] = wl[u][1];
+          a[3] = wh[u][1];
+        }
+        const std::uint8_t* b_row = act_tile + (step - c0) * step_k + 8 * t;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          const uint2 b = *reinterpret_cast<const uint2*>(b_row + (8 * j + g) * stride);
+          mma_e4m3(tmp[j], a, b.x, b.y);
+        }
+        if ((step + 1) % promote_every != 0 && step + 1 != s_end) continue;
+        // Promote: acc += tmp * weight scale * activation scale.
+        const int si = int((col0 + step * step_k) / p.act_block - sx0);
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          const float sx_a = sx_tile[(8 * j + 2 * t) * sx_per_tok + si];
+          const float sx_b = sx_tile[(8 * j + 2 * t + 1) * sx_per_tok + si];
+          acc[j][0] += tmp[j][0] * (sw_lo[u] * sx_a);
+          acc[j][1] += tmp[j][1] * (sw_lo[u] * sx_b);
+          acc[j][2] += tmp[j][2] * (sw_hi[u] * sx_a);
+          acc[j][3] += tmp[j][3] * (sw_hi[u] * sx_b);
+#pragma unroll
+          for (int c = 0; c < 4; ++c) tmp[j][c] = 0.0f;
+        }
+      }
+      cur = next;
+    }
+  }
+  if (n0 >= p.n) return;
+  float* y = p.y + group * p.y_group_offset;
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const std::int64_t r = c < 2 ? r_lo : r_hi;
+      const std::int64_t tk = tok0 + 8 * j + 2 * t + (c & 1);
+      if (r >= p.n || tk >= count) continue;
+      float* dst = y + (row_begin + tk) * p.y_stride + r;
+      if (cfg.k_splits > 1) atomicAdd(dst, acc[j][c]);
+      else *dst = acc[j][c];
+    }
+}
+
+template <int NT, bool FP4>
+void launch_tiles(const block_gemm_params& p, const split_config& cfg, dim3 grid,
+                  cudaStream_t stream) {
+  const int smem = NT * 8 * (cfg.chunk_steps * step_k + smem_pad) +
+                   NT * 8 * (cfg.chunk_steps * step_k / p.act_block) * int(sizeof(float));
+  static bool raised = false;  // per instantiation: allow more than 48 KB of shared memory
+  if (!raised) {
+    CUDA_CHECK(cudaFuncSetAttribute(block_gemm_kernel<NT, FP4>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
+    raised = true;
+  }
+  block_gemm_kernel<NT, FP4><<<grid, num_warps * 32, smem, stream>>>(p, cfg);
+  CUDA_CHECK_LAUNCH("sm90_block_gemm");
+}
+
+template <bool FP4>
+void launch_for(const block_gemm_params& p, int nt, const split_config& cfg, dim3 grid,
+                cudaStream_t stream) {
+  switch (nt) {
+    case 1: launch_tiles<1, FP4>(p, cfg, grid, stream); break;
+    case 2: launch_tiles<2, FP4>(p, cfg, grid, stream); break;
+    case 4: launch_tiles<4, FP4>(p, cfg, grid, stream); break;
+    default: launch_tiles<8, FP4>(p, cfg, grid, stream); break;
+  }
+}
+
+}  // namespace
+
+void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream) {
+  if (p.max_rows == 0 || p.n == 0 || p.groups == 0) return;
+  const std::int64_t total_steps = p.k / step_k;
+  if (total_steps == 0) {
+    CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));
+    return;
+  }
+  const std::int64_t max_rows = p.max_rows;
+  const int nt = max_rows <= 8 ? 1 : max_rows <= 16 ? 2 : max_rows <= 32 ? 4 : 8;
+  const std::int64_t token_tiles = (max_rows + nt * 8 - 1) / (nt * 8);
+  const std::int64_t row_tiles = (p.n + rows_per_block - 1) / rows_per_block;
+  const std::int64_t blocks = row_tiles * p.groups * token_tiles;
+  // Enough blocks to keep every SM streaming: split K when the output alone is too small.
+  constexpr std::int64_t target_blocks = 132 * 8;
+  std::int64_t splits = 1;
+  if (blocks < target_blocks)
+    splits = std::min<std::int64_t>((target_blocks + blocks - 1) / blocks,
+                                    std::max<std::int64_t>(1, total_steps / unroll));
+  std::int64_t per_split = (total_steps + splits - 1) / splits;
+  per_split = (per_split + unroll - 1) / unroll * unroll;
+  splits = (total_steps + per_split - 1) / per_split;
+  // Stage as many inputs per pass as 48 KB of shared memory hold (fewer passes, fewer
+  // pipeline restarts), in whole unroll groups.
+  const std::int64_t fit = std::max<std::int64_t>(
+      unroll, (48 * 1024 / (nt * 8 * (step_k + 4)) - 1) / unroll * unroll);
+  const split_config cfg{int(splits), per_split, int(std::min(per_split, fit))};
+  if (splits > 1)
+    CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));
+  const dim3 grid(unsigned(row_tiles), unsigned(p.groups), unsigned(token_tiles * splits));
+  if (p.fp4) launch_for<true>(p, nt, cfg, grid, stream);
+  else launch_for<false>(p, nt, cfg, grid, stream);
+}
+
+}  // namespace di::cuda

@@ -1,0 +1,93 @@
+// Arrays: positional schemas (prefixItems, or draft 7's items array), the schema of the items
+// after them (items / additionalItems), and minItems/maxItems, as right-linear rules E(k)
+// "k items written" ending in one loop for the unbounded tail.
+#include "common/error.hpp"
+#include "runtime/grammar/json_schema/schema_compiler.hpp"
+
+#include <algorithm>
+
+namespace di::grammar::json_detail {
+
+namespace {
+
+constexpr std::uint64_t k_max_positions = 10'000;
+
+struct array_part {
+  std::vector<schema_ref> prefix;
+  std::optional<schema_ref> rest;  // applies to items after the prefix; none: unconstrained
+};
+
+array_part read_part(const schema_compiler& c, const schema_ref& part) {
+  const json& s = *part.s;
+  array_part a;
+  auto items = s.find("items");
+  auto prefix = s.find("prefixItems");
+  if (prefix != s.end()) {
+    for (const auto& sub : *prefix) a.prefix.push_back({&sub, part.base});
+    if (items != s.end()) a.rest = schema_ref{&*items, part.base};
+  } else if (items != s.end() && items->is_array()) {  // draft 7 tuple form
+    for (const auto& sub : *items) a.prefix.push_back({&sub, part.base});
+    if (auto extra = s.find("additionalItems"); extra != s.end()) a.rest = schema_ref{&*extra, part.base};
+  } else if (items != s.end()) {
+    a.rest = schema_ref{&*items, part.base};
+  }
+  return a;
+}
+
+}  // namespace
+
+expr_id array_schema(schema_compiler& c, const schema_node& n) {
+  if (n.array_parts.empty()) return c.text().any_array();
+  grammar& g = c.g();
+  json_text& t = c.text();
+  std::vector<array_part> parts;
+  std::uint64_t min_items = 0, max_items = UINT64_MAX;
+  std::size_t positions = 0;
+  for (const auto& p : n.array_parts) {
+    parts.push_back(read_part(c, p));
+    positions = std::max(positions, parts.back().prefix.size());
+    if (auto it = p.s->find("minItems"); it != p.s->end()) min_items = std::max(min_items, std::uint64_t(it->get<double>()));
+    if (auto it = p.s->find("maxItems"); it != p.s->end()) max_items = std::min(max_items, std::uint64_t(it->get<double>()));
+  }
+  if (min_items > max_items) return g.nothing();
+  auto item_at = [&](std::size_t i) {  // schemas of item i (i >= positions: the tail)
+    conjunction conj;
+    for (const auto& p : parts) {
+      if (i < p.prefix.size()) conj.push_back(p.prefix[i]);
+      else if (p.rest) conj.push_back(*p.rest);
+    }
+    return conj.empty() ? t.any_value() : c.value(conj);
+  };
+  const std::uint64_t fixed = std::max<std::uint64_t>(positions, min_items);
+  if (fixed > k_max_positions || (max_items != UINT64_MAX && max_items > k_max_positions && max_items > fixed))
+    c.unsupported(min_items > k_max_positions ? "minItems" : "maxItems", "more than 10000 tracked positions", n.array_parts[0]);
+  expr_id close = g.sequence({t.ws(), g.literal("]")});
+  expr_id sep = g.sequence({t.ws(), g.literal(","), t.ws()});
+  expr_id tail_item = item_at(positions);
+  // The tail after `fixed` items: any number (up to max) of further tail items.
+  rule_id tail = g.fresh_rule("array_tail");
+  if (max_items == UINT64_MAX) {
+    g.define_rule(tail, g.choice({close, g.sequence({sep, tail_item, g.ref(tail)})}));
+  } else {
+    std::uint64_t more = max_items > fixed ? max_items - fixed : 0;
+    g.define_rule(tail, g.sequence({g.repeat(g.sequence({sep, tail_item}), 0, std::uint32_t(std::min<std::uint64_t>(more, k_max_positions))), close}));
+  }
+  // E(k), k = fixed..0, built backwards; E(0) has no leading comma.
+  expr_id next = g.ref(tail);
+  if (fixed == 0) {
+    expr_id first = max_items == 0 ? close
+                                   : g.choice({close, g.sequence({tail_item, max_items == UINT64_MAX ? g.ref(tail) : g.sequence({g.repeat(g.sequence({sep, tail_item}), 0, std::uint32_t(std::min<std::uint64_t>(max_items - 1, k_max_positions))), close})})});
+    return g.sequence({g.literal("["), t.ws(), first});
+  }
+  for (std::uint64_t k = fixed; k-- > 0;) {
+    rule_id e = g.fresh_rule("array_e");
+    std::vector<expr_id> alts;
+    if (k >= min_items) alts.push_back(close);
+    if (k < max_items) alts.push_back(g.sequence({k == 0 ? g.empty() : sep, item_at(std::size_t(k)), next}));
+    g.define_rule(e, g.choice(std::move(alts)));
+    next = g.ref(e);
+  }
+  return g.sequence({g.literal("["), t.ws(), next});
+}
+
+}  // namespace di::grammar::json_detail

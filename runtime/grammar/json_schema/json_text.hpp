@@ -1,0 +1,49 @@
+// Building blocks of JSON text inside a grammar: whitespace per policy, the characters of a
+// JSON string (canonical or any escaping), strings, numbers, booleans, null, any value (one
+// recursive rule set shared by the whole schema), and a given value as a literal.
+#pragma once
+
+#include "runtime/grammar/json_schema.hpp"
+
+#include <optional>
+
+namespace di::grammar::json_detail {
+
+/// UTF-8 text to code points; invalid bytes become U+FFFD.
+std::u32string decode_utf8(std::string_view s);
+
+class json_text {
+ public:
+  json_text(grammar& g, json_whitespace ws) : g_(g), ws_policy_(ws) {}
+
+  grammar& g() { return g_; }
+  expr_id ws();
+  /// One character of `chars` in a JSON string, written the one way serializers write it:
+  /// itself, or \" \\ \b \f \n \r \t, or \u00XX for other control characters.
+  expr_id json_char(const codepoint_set& chars);
+  /// Any JSON string character, any escape allowed (\/, \uXXXX...).
+  expr_id any_char();
+  expr_id quoted(expr_id content) { return g_.sequence({g_.literal("\""), content, g_.literal("\"")}); }
+  expr_id any_string();
+  expr_id any_number();
+  expr_id any_integer();  ///< an integer value: digits, optionally with a zero fraction (1.0)
+  expr_id boolean() { return g_.choice({g_.literal("true"), g_.literal("false")}); }
+  expr_id null_value() { return g_.literal("null"); }
+  expr_id any_object();
+  expr_id any_array();
+  expr_id any_value();
+  /// `v` serialized (whitespace allowed between tokens; numbers by value, 1 == 1.0).
+  expr_id literal(const nlohmann::ordered_json& v);
+  /// The JSON string literal of `s` in canonical escaping.
+  expr_id string_literal(std::string_view s);
+
+ private:
+  void build_any();
+
+  grammar& g_;
+  json_whitespace ws_policy_;
+  std::optional<rule_id> ws_rule_;
+  std::optional<rule_id> value_rule_, object_rule_, array_rule_;
+};
+
+}  // namespace di::grammar::json_detail

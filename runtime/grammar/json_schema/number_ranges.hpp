@@ -1,0 +1,47 @@
+// Exact numeric bounds as regular languages over decimal digits: JSON integers in [lo, hi] and
+// JSON numbers (no exponent) between bounds with either inclusive or exclusive ends, built digit
+// by digit like llama.cpp's integer ranges but for any size and for fractions too. Also integer
+// multiples (a remainder automaton over the digits), combined with ranges by intersection.
+#pragma once
+
+#include "runtime/grammar/grammar.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+
+namespace di::grammar::json_detail {
+
+/// An exact decimal: sign, integer digits without leading zeros ("0" for zero), fraction
+/// digits without trailing zeros.
+struct decimal {
+  bool negative = false;
+  std::string int_digits = "0";
+  std::string frac_digits;
+
+  bool is_zero() const { return int_digits == "0" && frac_digits.empty(); }
+  bool is_integer() const { return frac_digits.empty(); }
+};
+
+/// The exact value of a JSON number (doubles through their shortest round-trip text).
+decimal to_decimal(const nlohmann::ordered_json& v);
+decimal parse_decimal(std::string_view text);
+int compare(const decimal& a, const decimal& b);
+decimal floor_decimal(const decimal& d);
+decimal ceil_decimal(const decimal& d);
+decimal add_one(const decimal& integer);  ///< integer + 1
+
+struct bound {
+  decimal value;
+  bool exclusive = false;
+};
+
+/// JSON integers (digits, optional "-", optionally a zero fraction like 3.0) in the bounds.
+expr_id integer_range(grammar& g, const std::optional<bound>& lo, const std::optional<bound>& hi);
+/// JSON numbers without exponent in the bounds.
+expr_id decimal_range(grammar& g, const std::optional<bound>& lo, const std::optional<bound>& hi);
+/// JSON integers that are multiples of the positive integer `k` (k <= 100000).
+expr_id integer_multiple(grammar& g, std::uint32_t k);
+
+}  // namespace di::grammar::json_detail

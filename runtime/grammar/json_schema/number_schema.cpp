@@ -1,0 +1,96 @@
+// Numbers and integers: bounds (inclusive or exclusive, any size) and multipleOf, intersected
+// as regular languages when both apply. Bounded numbers are written without an exponent.
+#include "common/error.hpp"
+#include "runtime/grammar/json_schema/schema_compiler.hpp"
+#include "runtime/grammar/regular_language.hpp"
+
+#include <algorithm>
+#include <functional>
+#include <numeric>
+
+namespace di::grammar::json_detail {
+
+namespace {
+
+constexpr std::uint64_t k_max_multiple = 100'000;
+
+/// The integer k such that integers are multiples of every m in `ms` exactly when they are
+/// multiples of k; 0 if that is out of range.
+std::uint64_t integer_step(const std::vector<decimal>& ms) {
+  std::uint64_t k = 1;
+  for (const auto& m : ms) {
+    std::string digits = m.int_digits + m.frac_digits;
+    if (digits.size() > 12) return 0;
+    std::uint64_t M = std::stoull(digits), p10 = 1;
+    for (std::size_t i = 0; i < m.frac_digits.size(); ++i) p10 *= 10;
+    if (M == 0) return 0;
+    std::uint64_t step = M / std::gcd(M, p10);  // v * 10^s divisible by M
+    k = std::lcm(k, step);
+    if (k > k_max_multiple) return 0;
+  }
+  return k;
+}
+
+expr_id intersect_into(grammar& g, const std::function<expr_id(grammar&)>& a, const std::function<expr_id(grammar&)>& b,
+                       std::size_t limit) {
+  grammar scratch;
+  byte_dfa da = byte_dfa::from_expr(scratch, a(scratch), limit);
+  byte_dfa db = byte_dfa::from_expr(scratch, b(scratch), limit);
+  return da.intersect(db, limit).minimize().emit(g, "number");
+}
+
+}  // namespace
+
+/// Numbers with a nonzero fraction (what remains of "number" after `not: {type: integer}`).
+expr_id non_integers(grammar& t) {
+  expr_id digit = t.byte_range('0', '9');
+  expr_id int_part = t.choice({t.literal("0"), t.sequence({t.byte_range('1', '9'), t.repeat(digit, 0, k_unbounded)})});
+  return t.sequence({t.optional(t.literal("-")), int_part, t.literal("."), t.repeat(digit, 0, k_unbounded),
+                     t.byte_range('1', '9'), t.repeat(digit, 0, k_unbounded)});
+}
+
+expr_id number_schema(schema_compiler& c, const schema_node& n, bool integer_only) {
+  grammar& g = c.g();
+  const bool bounded = n.minimum || n.maximum;
+  const std::optional<bound> lo = n.minimum, hi = n.maximum;
+  const std::size_t limit = c.options().max_string_states;
+  if ((n.types & t_number) && !(n.types & t_integer)) {
+    if (!n.multiple_of.empty()) c.unsupported("multipleOf", "on numbers that exclude integers", {nullptr, ""});
+    if (!bounded) return non_integers(g);
+    return intersect_into(g, non_integers, [&](grammar& t) { return decimal_range(t, lo, hi); }, limit);
+  }
+  bool all_integer_steps = std::all_of(n.multiple_of.begin(), n.multiple_of.end(), [](const decimal& m) { return m.is_integer(); });
+  if (!n.multiple_of.empty() && (integer_only || all_integer_steps)) {
+    std::uint64_t k = integer_step(n.multiple_of);
+    if (k == 0) {
+      c.unsupported("multipleOf", "multiples whose step exceeds 100000", {nullptr, ""});
+      return integer_only ? c.text().any_integer() : c.text().any_number();
+    }
+    auto multiples = [k](grammar& t) { return integer_multiple(t, std::uint32_t(k)); };
+    if (!bounded) return multiples(g);
+    return intersect_into(g, multiples, [&](grammar& t) { return integer_range(t, lo, hi); }, limit);
+  }
+  if (!n.multiple_of.empty()) {
+    // Non-integer steps on numbers: only 10^-s (0.1, 0.01...) is supported: at most s decimals.
+    const decimal& m = n.multiple_of.front();
+    bool power_of_ten = n.multiple_of.size() == 1 && m.int_digits == "0" &&
+                        m.frac_digits.find_first_not_of('0') == m.frac_digits.size() - 1 && m.frac_digits.back() == '1';
+    if (!power_of_ten) {
+      c.unsupported("multipleOf", "a non-integer step other than 0.1, 0.01, ...", {nullptr, ""});
+      return c.text().any_number();
+    }
+    std::uint32_t s = std::uint32_t(m.frac_digits.size());
+    auto decimals = [s](grammar& t) {
+      expr_id digit = t.byte_range('0', '9');
+      expr_id int_part = t.choice({t.literal("0"), t.sequence({t.byte_range('1', '9'), t.repeat(digit, 0, k_unbounded)})});
+      expr_id frac = t.sequence({t.literal("."), t.repeat(digit, 1, s), t.repeat(t.literal("0"), 0, k_unbounded)});
+      return t.sequence({t.optional(t.literal("-")), int_part, t.optional(frac)});
+    };
+    if (!bounded) return decimals(g);
+    return intersect_into(g, decimals, [&](grammar& t) { return decimal_range(t, lo, hi); }, limit);
+  }
+  if (integer_only) return bounded ? integer_range(g, lo, hi) : c.text().any_integer();
+  return bounded ? decimal_range(g, lo, hi) : c.text().any_number();
+}
+
+}  // namespace di::grammar::json_detail

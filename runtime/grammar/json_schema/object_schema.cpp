@@ -1,0 +1,214 @@
+// Objects. Declared properties come in schema order, each at most once, required ones always;
+// other keys follow (patternProperties, then additionalProperties), written as right-linear
+// rules A(i) "nothing written yet, at property i" and B(i, c) "c members written" so that
+// commas, requiredness and min/maxProperties stay linear in the number of properties. Key
+// languages that must avoid declared names or other patterns are DFA intersections and
+// complements over canonical string contents.
+#include "common/error.hpp"
+#include "runtime/grammar/json_schema/schema_compiler.hpp"
+#include "runtime/grammar/regex.hpp"
+#include "runtime/grammar/regular_language.hpp"
+
+#include <algorithm>
+#include <set>
+
+namespace di::grammar::json_detail {
+
+namespace {
+
+constexpr std::uint64_t k_max_count_states = 200'000;
+
+struct object_plan {
+  std::vector<std::string> names;             // declared, in schema order
+  std::map<std::string, conjunction> values;  // value schemas of each declared name
+  std::vector<std::string> required;         // in the order the schemas list them
+  bool additional_allowed = true;             // keys matching no pattern may appear
+  conjunction additional;                     // their value schemas
+  conjunction additional_elsewhere;           // additionalProperties of parts without patterns
+  const json* patterns = nullptr;             // patternProperties (one part only)
+  std::string pattern_base;
+  const json* property_names = nullptr;       // propertyNames (one part only)
+  std::string names_base;
+  std::uint64_t min_props = 0, max_props = UINT64_MAX;
+};
+
+void read_part_keywords(schema_compiler& c, object_plan& p, const schema_ref& part) {
+  const json& s = *part.s;
+  if (auto it = s.find("properties"); it != s.end())
+    for (const auto& [name, sub] : it->items())
+      if (std::find(p.names.begin(), p.names.end(), name) == p.names.end()) p.names.push_back(name);
+  if (auto it = s.find("required"); it != s.end())
+    for (const auto& r : *it)
+      if (std::find(p.required.begin(), p.required.end(), r.get<std::string>()) == p.required.end())
+        p.required.push_back(r.get<std::string>());
+  if (auto it = s.find("patternProperties"); it != s.end()) {
+    if (p.patterns) c.unsupported("patternProperties", "given by more than one schema of a combination", part);
+    p.patterns = &*it;
+    p.pattern_base = part.base;
+  }
+  if (auto it = s.find("propertyNames"); it != s.end()) {
+    if (p.property_names) c.unsupported("propertyNames", "given by more than one schema of a combination", part);
+    p.property_names = &*it;
+    p.names_base = part.base;
+  }
+  if (auto it = s.find("minProperties"); it != s.end()) p.min_props = std::max(p.min_props, std::uint64_t(it->get<double>()));
+  if (auto it = s.find("maxProperties"); it != s.end()) p.max_props = std::min(p.max_props, std::uint64_t(it->get<double>()));
+}
+
+object_plan plan_of(schema_compiler& c, const schema_node& n) {
+  object_plan p;
+  for (const auto& part : n.object_parts) read_part_keywords(c, p, part);
+  for (const auto& r : p.required)
+    if (std::find(p.names.begin(), p.names.end(), r) == p.names.end()) p.names.push_back(r);
+  static const json k_false = false;
+  for (const auto& name : p.names) {
+    conjunction& conj = p.values[name];
+    for (const auto& part : n.object_parts) {
+      const json& s = *part.s;
+      bool declared = s.contains("properties") && s["properties"].contains(name);
+      if (declared) conj.push_back({&s["properties"][name], part.base});
+      bool matched = false;
+      if (auto pp = s.find("patternProperties"); pp != s.end())
+        for (const auto& [pat, sub] : pp->items())
+          if (c.regex_matches(pat, true, name)) conj.push_back({&sub, part.base}), matched = true;
+      if (!declared && !matched && s.contains("additionalProperties")) conj.push_back({&s["additionalProperties"], part.base});
+    }
+    if (p.property_names && !scalar_matches(c, json(name), c.normalize({{p.property_names, p.names_base}})))
+      conj.push_back({&k_false, ""});
+  }
+  for (const auto& part : n.object_parts) {
+    auto it = part.s->find("additionalProperties");
+    if (it == part.s->end()) continue;
+    if (*it == false) p.additional_allowed = false;
+    p.additional.push_back({&*it, part.base});
+    if (!part.s->contains("patternProperties")) p.additional_elsewhere.push_back({&*it, part.base});
+  }
+  return p;
+}
+
+/// Canonical string content of `name` (between the quotes).
+expr_id name_content(grammar& g, json_whitespace ws, const std::string& name) {
+  json_text t(g, ws);
+  std::vector<expr_id> chars;
+  for (char32_t cp : decode_utf8(name)) chars.push_back(t.json_char(codepoint_set::single(cp)));
+  return g.sequence(std::move(chars));
+}
+
+struct key_kind {
+  expr_id key;          // quoted key language
+  conjunction value;    // value schemas for such keys
+};
+
+/// Keys that are not declared: one kind per pattern, plus the additional keys.
+std::vector<key_kind> undeclared_keys(schema_compiler& c, const object_plan& p, const schema_node& n) {
+  grammar& g = c.g();
+  json_whitespace ws = c.options().whitespace;
+  std::vector<key_kind> kinds;
+  if (!p.patterns && !p.property_names && p.names.empty()) {
+    if (p.additional_allowed) kinds.push_back({c.text().any_string(), p.additional});
+    return kinds;
+  }
+  std::size_t limit = c.options().max_string_states;
+  grammar scratch;
+  json_text st(scratch, ws);
+  regex_options ro;
+  ro.search = true;
+  ro.unicode_classes = false;
+  ro.ecma_dot = true;
+  ro.char_mapper = [ws](grammar& gg, const codepoint_set& cs) { return json_text(gg, ws).json_char(cs); };
+  byte_dfa base = byte_dfa::from_expr(scratch, scratch.repeat(st.json_char(codepoint_set::all()), 0, k_unbounded), limit);
+  if (!p.names.empty()) {
+    std::vector<expr_id> names;
+    for (const auto& nm : p.names) names.push_back(name_content(scratch, ws, nm));
+    base = base.intersect(byte_dfa::from_expr(scratch, scratch.choice(names), limit).complement(), limit);
+  }
+  if (p.property_names) {
+    schema_node pn = c.normalize({{p.property_names, p.names_base}});
+    expr_id lang = scratch.nothing();
+    if (pn.enum_values) {
+      std::vector<expr_id> alts;
+      for (const auto& v : *pn.enum_values)
+        if (v.is_string() && scalar_matches(c, v, pn)) alts.push_back(name_content(scratch, ws, v.get<std::string>()));
+      lang = scratch.choice(std::move(alts));
+    } else if (!pn.never && (pn.types & t_string)) {
+      lang = string_content(c, pn, scratch);
+    }
+    base = base.intersect(byte_dfa::from_expr(scratch, lang, limit), limit);
+  }
+  byte_dfa rest = base;
+  std::vector<byte_dfa> pattern_langs;
+  if (p.patterns) {
+    for (const auto& [pat, sub] : p.patterns->items()) {
+      byte_dfa lang = byte_dfa::from_expr(scratch, compile_regex(scratch, pat, ro), limit);
+      byte_dfa keys = base.intersect(lang, limit).minimize();
+      for (const auto& other : pattern_langs)
+        if (!keys.intersect(other, limit).empty())
+          c.unsupported("patternProperties", "patterns that overlap (a key matching two must satisfy both)", {p.patterns, ""});
+      pattern_langs.push_back(keys);
+      rest = rest.intersect(lang.complement(), limit);
+      // Other schemas of an allOf see a pattern key as an additional one.
+      conjunction value{{&sub, p.pattern_base}};
+      value.insert(value.end(), p.additional_elsewhere.begin(), p.additional_elsewhere.end());
+      if (!keys.empty()) kinds.push_back({c.text().quoted(keys.emit(g, "pattern_key")), value});
+    }
+  }
+  if (p.additional_allowed) {
+    rest = rest.minimize();
+    if (!rest.empty()) kinds.push_back({c.text().quoted(rest.emit(g, "additional_key")), p.additional});
+  }
+  return kinds;
+}
+
+}  // namespace
+
+expr_id object_schema(schema_compiler& c, const schema_node& n) {
+  if (n.object_parts.empty()) return c.text().any_object();
+  grammar& g = c.g();
+  json_text& t = c.text();
+  object_plan p = plan_of(c, n);
+  if (p.min_props > p.max_props) return g.nothing();
+  auto member = [&](expr_id key, const conjunction& value) {
+    return g.sequence({key, t.ws(), g.literal(":"), t.ws(), value.empty() ? t.any_value() : c.value(value)});
+  };
+  std::vector<key_kind> kinds = undeclared_keys(c, p, n);
+  std::vector<expr_id> extra;
+  for (const auto& k : kinds) extra.push_back(member(k.key, k.value));
+  expr_id extra_member = g.choice(extra);
+  const bool has_extra = !kinds.empty();
+  // Counts matter only up to max (finite) or min (when unbounded above).
+  const std::uint64_t cap = p.max_props != UINT64_MAX ? p.max_props : p.min_props;
+  const std::size_t num = p.names.size();
+  if ((num + 1) * (cap + 1) > k_max_count_states)
+    c.unsupported(p.max_props != UINT64_MAX ? "maxProperties" : "minProperties", "counts too large to track", n.object_parts[0]);
+  auto sat = [&](std::uint64_t k) { return p.max_props == UINT64_MAX ? std::min(k, cap) : k; };
+  expr_id close = g.sequence({t.ws(), g.literal("}")});
+  expr_id sep = g.sequence({t.ws(), g.literal(","), t.ws()});
+  // B[i][k]: k members written, at declared property i; A[i]: none written yet.
+  std::vector<std::vector<rule_id>> B(num + 1, std::vector<rule_id>(cap + 1));
+  std::vector<rule_id> A(num + 1);
+  for (std::size_t i = 0; i <= num; ++i) {
+    A[i] = g.fresh_rule("object_a");
+    for (std::uint64_t k = 0; k <= cap; ++k) B[i][k] = g.fresh_rule("object_b");
+  }
+  for (std::size_t i = num + 1; i-- > 0;) {
+    bool last = i == num;
+    bool required = !last && std::find(p.required.begin(), p.required.end(), p.names[i]) != p.required.end();
+    expr_id kv = last ? extra_member : member(t.string_literal(p.names[i]), p.values[p.names[i]]);
+    bool can_write = last ? has_extra : true;
+    std::vector<expr_id> a_alts;
+    if (last && p.min_props == 0) a_alts.push_back(close);
+    if (!last && !required) a_alts.push_back(g.ref(A[i + 1]));
+    if (can_write && p.max_props >= 1) a_alts.push_back(g.sequence({kv, g.ref(B[last ? i : i + 1][sat(1)])}));
+    g.define_rule(A[i], g.choice(std::move(a_alts)));
+    for (std::uint64_t k = 0; k <= cap; ++k) {
+      std::vector<expr_id> b_alts;
+      if (last && k >= p.min_props) b_alts.push_back(close);
+      if (!last && !required) b_alts.push_back(g.ref(B[i + 1][k]));
+      if (can_write && k < p.max_props) b_alts.push_back(g.sequence({sep, kv, g.ref(B[last ? i : i + 1][sat(k + 1)])}));
+      g.define_rule(B[i][k], g.choice(std::move(b_alts)));
+    }
+  }
+  return g.sequence({g.literal("{"), t.ws(), g.ref(A[0])});
+}
+
+}  // namespace di::grammar::json_detail

@@ -1,0 +1,150 @@
+// Conjunctions to rules, nodes to per-type grammars, anyOf/oneOf distribution with the
+// disjointness proof oneOf needs, enum filtering, and the public entry points.
+#include "runtime/grammar/json_schema/schema_compiler.hpp"
+
+#include "common/error.hpp"
+
+#include <algorithm>
+#include <set>
+
+namespace di::grammar::json_detail {
+
+namespace {
+
+constexpr int k_max_depth = 64;
+
+json_schema_draft dialect_of(const json& root, json_schema_draft fallback) {
+  if (!root.is_object() || !root.contains("$schema")) return fallback;
+  DI_CHECK(root["$schema"].is_string(), "JSON Schema: $schema must be a string");
+  std::string s = root["$schema"].get<std::string>();
+  while (!s.empty() && s.back() == '#') s.pop_back();
+  for (const char* prefix : {"http://", "https://"}) {
+    if (s == std::string(prefix) + "json-schema.org/draft/2020-12/schema" ||
+        s == std::string(prefix) + "json-schema.org/draft/2019-09/schema")
+      return json_schema_draft::draft2020_12;
+    if (s == std::string(prefix) + "json-schema.org/draft-07/schema" ||
+        s == std::string(prefix) + "json-schema.org/draft-06/schema")
+      return json_schema_draft::draft7;
+    if (s == std::string(prefix) + "json-schema.org/draft-04/schema") return json_schema_draft::draft4;
+  }
+  DI_FAIL("JSON Schema: unsupported $schema dialect '{}' (known: drafts 2020-12, 2019-09, 7, 6 and 4)", s);
+}
+
+bool only_ref(const json& s) {
+  if (!s.is_object() || !s.contains("$ref")) return false;
+  static const std::set<std::string> annotations = {"$ref", "title", "description", "$comment", "default",
+                                                    "examples", "deprecated", "readOnly", "writeOnly"};
+  return std::all_of(s.items().begin(), s.items().end(), [](const auto& kv) { return annotations.count(kv.key()) > 0; });
+}
+
+}  // namespace
+
+schema_compiler::schema_compiler(const json& root, const json_schema_options& options)
+    : options_(options),
+      text_(g_, options.whitespace),
+      root_(root),
+      dialect_(dialect_of(root, options.default_draft)),
+      draft7_(dialect_ != json_schema_draft::draft2020_12),
+      index_(root, options_.documents, dialect_ == json_schema_draft::draft4, draft7_) {}
+
+void schema_compiler::unsupported(const std::string& keyword, const std::string& why, const schema_ref& where) {
+  std::string excerpt = where.s ? where.s->dump() : std::string("the schema");
+  if (excerpt.size() > 160) excerpt = excerpt.substr(0, 157) + "...";
+  if (!options_.lenient)
+    DI_FAIL("JSON Schema keyword '{}' cannot be enforced: {} (in {}); compile in lenient mode to skip it", keyword,
+            why, excerpt);
+  warn("skipped '" + keyword + "': " + why);
+}
+
+std::string schema_compiler::key_of(const conjunction& c) const {
+  std::string key;
+  for (const auto& s : c) key += std::to_string(reinterpret_cast<std::uintptr_t>(s.s)) + "@" + s.base + ";";
+  return key;
+}
+
+expr_id schema_compiler::value(const conjunction& c) {
+  if (c.size() == 1 && only_ref(*c[0].s)) {
+    auto target = index_.resolve(index_.base_of(c[0].s, c[0].base), (*c[0].s)["$ref"].get<std::string>());
+    return value({{target.schema, target.base}});
+  }
+  std::string key = key_of(c);
+  if (auto it = memo_.find(key); it != memo_.end()) return g_.ref(it->second);
+  rule_id r = g_.fresh_rule("schema_" + std::to_string(memo_.size()));
+  memo_.emplace(key, r);
+  g_.define_rule(r, compile_node(normalize(c), 0));
+  return g_.ref(r);
+}
+
+expr_id schema_compiler::compile_node(const schema_node& n, int depth) {
+  DI_CHECK(depth < k_max_depth, "JSON Schema: anyOf/oneOf/allOf nested more than {} levels", k_max_depth);
+  if (n.never || n.types == 0) return g_.nothing();
+  if (!n.groups.empty()) return compile_groups(n, depth);
+  if (n.enum_values) return compile_enum(n);
+  std::vector<expr_id> alts;
+  if (n.types & t_null) alts.push_back(text_.null_value());
+  if (n.types & t_boolean) alts.push_back(text_.boolean());
+  if (n.types & t_string) alts.push_back(string_schema(*this, n));
+  if (n.types & t_number) {
+    alts.push_back(number_schema(*this, n, false));
+  } else if (n.types & t_integer) {
+    alts.push_back(number_schema(*this, n, true));
+  }
+  if (n.types & t_object) alts.push_back(object_schema(*this, n));
+  if (n.types & t_array) alts.push_back(array_schema(*this, n));
+  return g_.choice(std::move(alts));
+}
+
+expr_id schema_compiler::compile_groups(const schema_node& n, int depth) {
+  schema_node rest = n;
+  schema_node::group grp = rest.groups.front();
+  rest.groups.erase(rest.groups.begin());
+  std::vector<expr_id> alts;
+  std::vector<schema_node> nodes;
+  for (const auto& alt : grp.alternatives) {
+    schema_node m = rest;
+    absorb(m, alt);
+    if (grp.one_of) nodes.push_back(m);
+    // With nothing to merge, the alternative is its own (memoized, possibly recursive) rule.
+    alts.push_back(rest.trivial() ? value({alt}) : compile_node(m, depth + 1));
+  }
+  if (grp.one_of) check_one_of(nodes, grp);
+  return g_.choice(std::move(alts));
+}
+
+expr_id schema_compiler::compile_enum(const schema_node& n) {
+  std::vector<expr_id> alts;
+  for (const auto& v : *n.enum_values) {
+    if ((v.is_object() && !n.object_parts.empty()) || (v.is_array() && !n.array_parts.empty()))
+      unsupported("enum", "object or array values combined with object/array keywords", n.object_parts.empty() ? n.array_parts[0] : n.object_parts[0]);
+    if (scalar_matches(*this, v, n)) alts.push_back(text_.literal(v));
+  }
+  return g_.choice(std::move(alts));
+}
+
+json_schema_result schema_compiler::run() {
+  rule_id root = g_.declare_rule("root");
+  g_.define_rule(root, value({{&root_, index_.root_base()}}));
+  g_.set_root(root);
+  return {std::move(g_), std::move(warnings_)};
+}
+
+}  // namespace di::grammar::json_detail
+
+namespace di::grammar {
+
+json_schema_result compile_json_schema(const nlohmann::ordered_json& schema, const json_schema_options& options) {
+  json_detail::schema_compiler c(schema, options);
+  return c.run();
+}
+
+json_schema_result compile_json_schema_text(std::string_view text, const json_schema_options& options) {
+  auto doc = nlohmann::ordered_json::parse(text, nullptr, false);
+  DI_CHECK(!doc.is_discarded(), "the JSON Schema is not valid JSON");
+  return compile_json_schema(doc, options);
+}
+
+grammar json_object_grammar(const json_schema_options& options) {
+  return compile_json_schema(nlohmann::ordered_json{{"type", "object"}}, options).g;
+}
+
+}  // namespace di::grammar

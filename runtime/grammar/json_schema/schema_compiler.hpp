@@ -1,0 +1,128 @@
+// The JSON Schema compiler behind compile_json_schema (json_schema.hpp). A list of schemas that
+// must all hold (a conjunction: allOf members, $ref targets, a property's schemas from several
+// objects) is normalized into one `schema_node` of merged keywords; the node compiles to the
+// grammar of the values it allows, one rule per distinct conjunction so that recursive $refs
+// become recursive rules. Keywords: schema_normalize.cpp; types: string_schema.cpp,
+// number_schema.cpp, object_schema.cpp, array_schema.cpp.
+#pragma once
+
+#include "runtime/grammar/compiled_grammar.hpp"
+#include "runtime/grammar/json_schema.hpp"
+#include "runtime/grammar/json_schema/json_text.hpp"
+#include "runtime/grammar/json_schema/number_ranges.hpp"
+#include "runtime/grammar/json_schema/schema_index.hpp"
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace di::grammar::json_detail {
+
+/// A schema of the document and the base URI in force there.
+struct schema_ref {
+  const json* s;
+  std::string base;
+};
+using conjunction = std::vector<schema_ref>;
+
+enum type_bits : std::uint8_t {
+  t_null = 1,
+  t_boolean = 2,
+  t_object = 4,
+  t_array = 8,
+  t_string = 16,
+  t_number = 32,   ///< non-integer numbers (a schema's "number" sets t_number | t_integer)
+  t_integer = 64,
+  t_all = 127,
+};
+
+/// The merged keywords of a conjunction.
+struct schema_node {
+  bool never = false;
+  std::uint8_t types = t_all;
+  std::optional<std::vector<json>> enum_values;
+  // strings
+  std::uint64_t min_length = 0;
+  std::uint64_t max_length = UINT64_MAX;
+  std::vector<std::string> patterns;
+  std::vector<std::string> formats;
+  // numbers
+  std::optional<bound> minimum, maximum;
+  std::vector<decimal> multiple_of;
+  // objects and arrays: the schemas carrying their keywords, read when compiled
+  std::vector<schema_ref> object_parts;
+  std::vector<schema_ref> array_parts;
+  // anyOf / oneOf groups still to distribute
+  struct group {
+    bool one_of = false;
+    std::vector<schema_ref> alternatives;
+    schema_ref owner;  ///< the schema holding the anyOf/oneOf
+  };
+  std::vector<group> groups;
+
+  bool trivial() const;
+};
+
+class schema_compiler {
+ public:
+  schema_compiler(const json& root, const json_schema_options& options);
+  json_schema_result run();
+
+  // Used by the per-type builders.
+  expr_id value(const conjunction& c);
+  schema_node normalize(const conjunction& c);
+  void absorb(schema_node& n, const schema_ref& s);
+  json_text& text() { return text_; }
+  grammar& g() { return g_; }
+  const json_schema_options& options() const { return options_; }
+  const schema_index& index() const { return index_; }
+  /// A keyword that cannot be enforced: error, or (lenient) a warning.
+  void unsupported(const std::string& keyword, const std::string& why, const schema_ref& where);
+  void warn(const std::string& message) { warnings_.push_back(message); }
+  bool draft7() const { return draft7_; }
+  /// Whether `text` matches the ECMAScript regex (search: anywhere, else in full).
+  bool regex_matches(const std::string& regex, bool search, std::string_view text);
+
+ private:
+  expr_id compile_node(const schema_node& n, int depth);
+  expr_id compile_groups(const schema_node& n, int depth);
+  expr_id compile_enum(const schema_node& n);
+  void check_one_of(const std::vector<schema_node>& alts, const schema_node::group& g);
+  void absorb_keyword(schema_node& n, const schema_ref& s, const std::string& key, const json& v);
+  void absorb_not(schema_node& n, const schema_ref& s, const json& v);
+  void absorb_format(schema_node& n, const json& v);
+  void absorb_dependencies(schema_node& n, const schema_ref& s, const std::string& key, const json& v);
+  void absorb_bound(schema_node& n, const json& schema, const std::string& key, const json& v);
+  std::string key_of(const conjunction& c) const;
+
+  json_schema_options options_;
+  grammar g_;
+  json_text text_;
+  const json& root_;
+  json_schema_draft dialect_;
+  bool draft7_ = false;  ///< draft 7 or older: `$ref` overrides its siblings
+  std::deque<json> synthetic_;  // schemas made up by rewriting (stable addresses)
+  schema_index index_;
+  std::map<std::string, rule_id> memo_;
+  std::vector<const json*> absorbing_;  // $ref targets being merged (cycle guard)
+  std::vector<std::string> warnings_;
+  std::map<std::string, std::shared_ptr<const compiled_grammar>> regex_cache_;
+};
+
+/// JSON equality (numbers by value: 1 == 1.0).
+bool json_equal(const json& a, const json& b);
+
+// Per-type grammars (each in its own file).
+expr_id string_schema(schema_compiler& c, const schema_node& n);
+expr_id number_schema(schema_compiler& c, const schema_node& n, bool integer_only);
+expr_id object_schema(schema_compiler& c, const schema_node& n);
+expr_id array_schema(schema_compiler& c, const schema_node& n);
+/// Whether a concrete value satisfies the node's scalar keywords (enum filtering).
+bool scalar_matches(schema_compiler& c, const json& v, const schema_node& n);
+/// The decoded-string language of string keywords, as a grammar expression in `target`.
+expr_id string_content(schema_compiler& c, const schema_node& n, grammar& target);
+
+}  // namespace di::grammar::json_detail

@@ -1,0 +1,274 @@
+// Normalization: merging the keywords of a conjunction of schemas into one schema_node, with
+// the keyword tables (enforced / annotation / rejected) that decide what a schema may use.
+#include "common/error.hpp"
+#include "runtime/grammar/json_schema/formats.hpp"
+#include "runtime/grammar/json_schema/schema_compiler.hpp"
+
+#include <algorithm>
+#include <set>
+
+namespace di::grammar::json_detail {
+
+namespace {
+
+const std::set<std::string, std::less<>> k_annotations = {
+    "$schema", "$id", "$comment", "$defs", "definitions", "$anchor", "$vocabulary", "title",
+    "description", "default", "examples", "deprecated", "readOnly", "writeOnly", "contentMediaType",
+    "contentEncoding", "contentSchema", "$dynamicAnchor", "$recursiveAnchor", "then", "else"};
+const std::set<std::string, std::less<>> k_object_keywords = {
+    "properties", "required", "additionalProperties", "patternProperties", "propertyNames",
+    "minProperties", "maxProperties"};
+const std::set<std::string, std::less<>> k_array_keywords = {"items", "prefixItems", "additionalItems",
+                                                             "minItems", "maxItems"};
+const std::vector<std::string> k_rejected = {
+    "$dynamicRef", "$recursiveRef",
+    "contains", "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems",
+    "if/then/else", "uniqueItems (true)", "not (beyond type/const/enum/{}/false)",
+    "multipleOf (non-decimal multiples of non-integers)", "remote $ref"};
+
+std::uint8_t type_mask(const std::string& t) {
+  if (t == "null") return t_null;
+  if (t == "boolean") return t_boolean;
+  if (t == "object") return t_object;
+  if (t == "array") return t_array;
+  if (t == "string") return t_string;
+  if (t == "number") return t_number | t_integer;
+  if (t == "integer") return t_integer;
+  DI_FAIL("JSON Schema: unknown type '{}'", t);
+}
+
+std::uint64_t count_value(const json& v, const char* keyword) {
+  DI_CHECK(v.is_number() && v.get<double>() >= 0 && std::floor(v.get<double>()) == v.get<double>(),
+           "JSON Schema: '{}' must be a non-negative integer, got {}", keyword, v.dump());
+  double d = v.get<double>();
+  return d >= 1.8e19 ? UINT64_MAX : std::uint64_t(d);
+}
+
+void tighten_lower(std::optional<bound>& cur, bound b) {
+  if (!cur) return void(cur = b);
+  int c = compare(b.value, cur->value);
+  if (c > 0 || (c == 0 && b.exclusive)) cur = b;
+}
+void tighten_upper(std::optional<bound>& cur, bound b) {
+  if (!cur) return void(cur = b);
+  int c = compare(b.value, cur->value);
+  if (c < 0 || (c == 0 && b.exclusive)) cur = b;
+}
+
+}  // namespace
+
+bool json_equal(const json& a, const json& b) {
+  if (a.is_number() && b.is_number()) return compare(to_decimal(a), to_decimal(b)) == 0;
+  if (a.type() != b.type()) return false;
+  if (a.is_array()) {
+    if (a.size() != b.size()) return false;
+    for (std::size_t i = 0; i < a.size(); ++i)
+      if (!json_equal(a[i], b[i])) return false;
+    return true;
+  }
+  if (a.is_object()) {
+    if (a.size() != b.size()) return false;
+    for (const auto& [k, v] : a.items())
+      if (!b.contains(k) || !json_equal(v, b[k])) return false;
+    return true;
+  }
+  return a == b;
+}
+
+bool schema_node::trivial() const {
+  return !never && types == t_all && !enum_values && min_length == 0 && max_length == UINT64_MAX &&
+         patterns.empty() && formats.empty() && !minimum && !maximum && multiple_of.empty() &&
+         object_parts.empty() && array_parts.empty() && groups.empty();
+}
+
+schema_node schema_compiler::normalize(const conjunction& c) {
+  schema_node n;
+  for (const auto& s : c) absorb(n, s);
+  return n;
+}
+
+void schema_compiler::absorb(schema_node& n, const schema_ref& s) {
+  if (s.s->is_boolean()) {
+    if (!s.s->get<bool>()) n.never = true;
+    return;
+  }
+  DI_CHECK(s.s->is_object(), "JSON Schema: a schema must be an object or a boolean, got {}", s.s->dump());
+  const std::string base = index_.base_of(s.s, s.base);
+  auto absorb_ref = [&](const json& ref) {
+    DI_CHECK(ref.is_string(), "JSON Schema: $ref must be a string");
+    auto target = index_.resolve(base, ref.get<std::string>());
+    if (std::find(absorbing_.begin(), absorbing_.end(), target.schema) != absorbing_.end())
+      unsupported("$ref", "a recursive $ref merged with sibling keywords or allOf", s);
+    absorbing_.push_back(target.schema);
+    absorb(n, {target.schema, target.base});
+    absorbing_.pop_back();
+  };
+  if (draft7_ && s.s->contains("$ref")) return absorb_ref((*s.s)["$ref"]);  // siblings are ignored
+  // Keywords in document order, so that merged properties keep the order they are written in.
+  for (const auto& [key, v] : s.s->items()) {
+    if (key == "$ref") absorb_ref(v);
+    else absorb_keyword(n, {s.s, base}, key, v);
+  }
+}
+
+void schema_compiler::absorb_dependencies(schema_node& n, const schema_ref& s, const std::string& key, const json& v) {
+  DI_CHECK(v.is_object(), "JSON Schema: {} must be an object", key);
+  // "if `name` is present then ..." == anyOf [ {properties: {name: false}}, ... ]
+  for (const auto& [name, dep] : v.items()) {
+    schema_node::group grp{false, {}, s};
+    synthetic_.push_back(json{{"properties", json{{name, false}}}});
+    grp.alternatives.push_back({&synthetic_.back(), s.base});
+    if (dep.is_array()) {
+      synthetic_.push_back(json{{"required", dep}});
+      grp.alternatives.push_back({&synthetic_.back(), s.base});
+    } else {
+      grp.alternatives.push_back({&dep, s.base});
+    }
+    n.groups.push_back(std::move(grp));
+  }
+}
+
+void schema_compiler::absorb_keyword(schema_node& n, const schema_ref& s, const std::string& key, const json& v) {
+  if (k_annotations.count(key) || (key == "id" && dialect_ == json_schema_draft::draft4)) return;
+  if (k_object_keywords.count(key)) {
+    if (n.object_parts.empty() || n.object_parts.back().s != s.s) n.object_parts.push_back(s);
+    return;
+  }
+  if (k_array_keywords.count(key) || (key == "uniqueItems" && v == false)) {
+    if (key == "items" || key == "prefixItems" || key == "additionalItems" || key == "minItems" || key == "maxItems")
+      if (n.array_parts.empty() || n.array_parts.back().s != s.s) n.array_parts.push_back(s);
+    return;
+  }
+  if (key == "type") {
+    std::uint8_t m = 0;
+    if (v.is_string()) m = type_mask(v.get<std::string>());
+    else for (const auto& t : v) m |= type_mask(t.get<std::string>());
+    n.types &= m;
+  } else if (key == "enum" || key == "const") {
+    std::vector<json> values = key == "const" ? std::vector<json>{v} : std::vector<json>(v.begin(), v.end());
+    if (n.enum_values) {
+      std::vector<json> kept;
+      for (const auto& x : *n.enum_values)
+        if (std::any_of(values.begin(), values.end(), [&](const json& y) { return json_equal(x, y); })) kept.push_back(x);
+      values = std::move(kept);
+    }
+    n.enum_values = std::move(values);
+  } else if (key == "minLength") {
+    n.min_length = std::max(n.min_length, count_value(v, "minLength"));
+  } else if (key == "maxLength") {
+    n.max_length = std::min(n.max_length, count_value(v, "maxLength"));
+  } else if (key == "pattern") {
+    DI_CHECK(v.is_string(), "JSON Schema: pattern must be a string");
+    n.patterns.push_back(v.get<std::string>());
+  } else if (key == "format") {
+    absorb_format(n, v);
+  } else if (key == "minimum" || key == "maximum" || key == "exclusiveMinimum" || key == "exclusiveMaximum") {
+    absorb_bound(n, *s.s, key, v);
+  } else if (key == "multipleOf") {
+    DI_CHECK(v.is_number() && v.get<double>() > 0, "JSON Schema: multipleOf must be a positive number");
+    n.multiple_of.push_back(to_decimal(v));
+  } else if (key == "allOf") {
+    for (const auto& sub : v) absorb(n, {&sub, s.base});
+  } else if (key == "anyOf" || key == "oneOf") {
+    schema_node::group grp{key == "oneOf", {}, s};
+    for (const auto& sub : v) grp.alternatives.push_back({&sub, s.base});
+    n.groups.push_back(std::move(grp));
+  } else if (key == "not") {
+    absorb_not(n, s, v);
+  } else if (key == "if") {
+    if (s.s->contains("then") || s.s->contains("else"))
+      unsupported("if/then/else", "conditional schemas need the complement of `if`", s);
+  } else if (key == "uniqueItems") {
+    bool trivial_array = s.s->contains("maxItems") && (*s.s)["maxItems"].is_number() && (*s.s)["maxItems"].get<double>() <= 1;
+    if (!trivial_array) unsupported("uniqueItems", "distinct array items are not context-free", s);
+  } else if (key == "dependentRequired" || key == "dependentSchemas" || key == "dependencies") {
+    absorb_dependencies(n, s, key, v);
+  } else if (key == "$dynamicRef" || key == "$recursiveRef" || key == "contains" || key == "minContains" ||
+             key == "maxContains" || key == "unevaluatedProperties" || key == "unevaluatedItems") {
+    unsupported(key, "not supported by the grammar compiler", s);
+  } else {
+    warn("unknown keyword '" + key + "' ignored (JSON Schema treats unknown keywords as annotations)");
+  }
+}
+
+void schema_compiler::absorb_format(schema_node& n, const json& v) {
+  DI_CHECK(v.is_string(), "JSON Schema: format must be a string");
+  std::string f = v.get<std::string>();
+  if (!options_.format_assertion) return;
+  static const std::map<std::string, std::pair<const char*, const char*>> numeric = {
+      {"int8", {"-128", "127"}}, {"int16", {"-32768", "32767"}}, {"int32", {"-2147483648", "2147483647"}},
+      {"int64", {"-9223372036854775808", "9223372036854775807"}}, {"uint8", {"0", "255"}},
+      {"uint16", {"0", "65535"}}, {"uint32", {"0", "4294967295"}}, {"uint64", {"0", "18446744073709551615"}}};
+  if (auto it = numeric.find(f); it != numeric.end()) {
+    tighten_lower(n.minimum, {parse_decimal(it->second.first), false});
+    tighten_upper(n.maximum, {parse_decimal(it->second.second), false});
+    return;
+  }
+  if (f == "float" || f == "double") return;
+  if (format_regex(f)) {
+    n.formats.push_back(f);
+  } else {
+    warn("unknown format '" + f + "' not enforced");
+  }
+}
+
+void schema_compiler::absorb_bound(schema_node& n, const json& schema, const std::string& key, const json& v) {
+  bool lower = key == "minimum" || key == "exclusiveMinimum";
+  if (v.is_boolean()) return;  // draft 4 flag: read with minimum / maximum below
+  DI_CHECK(v.is_number(), "JSON Schema: {} must be a number", key);
+  bool exclusive = key.rfind("exclusive", 0) == 0;
+  if (!exclusive) {  // draft 4: "exclusiveMaximum": true modifies "maximum"
+    auto flag = schema.find(lower ? "exclusiveMinimum" : "exclusiveMaximum");
+    exclusive = flag != schema.end() && flag->is_boolean() && flag->get<bool>();
+  }
+  bound b{to_decimal(v), exclusive};
+  if (lower) tighten_lower(n.minimum, b);
+  else tighten_upper(n.maximum, b);
+}
+
+void schema_compiler::absorb_not(schema_node& n, const schema_ref& s, const json& v) {
+  if (v.is_boolean()) {
+    if (v.get<bool>()) n.never = true;
+    return;
+  }
+  DI_CHECK(v.is_object(), "JSON Schema: not must be a schema");
+  bool only_type_or_values = std::all_of(v.items().begin(), v.items().end(), [](const auto& kv) {
+    return kv.key() == "type" || kv.key() == "enum" || kv.key() == "const" || k_annotations.count(kv.key());
+  });
+  if (v.empty()) return void(n.never = true);
+  if (!only_type_or_values || (v.contains("type") && (v.contains("enum") || v.contains("const"))))
+    return unsupported("not", "only `not` of a type, const or enum is supported", s);
+  if (v.contains("type")) {
+    std::uint8_t m = 0;
+    const json& t = v["type"];
+    if (t.is_string()) m = type_mask(t.get<std::string>());
+    else for (const auto& x : t) m |= type_mask(x.get<std::string>());
+    // "not integer" keeps non-integer numbers; "not number" removes both.
+    n.types &= std::uint8_t(~m & t_all);
+    return;
+  }
+  std::vector<json> excluded = v.contains("const") ? std::vector<json>{v["const"]} : std::vector<json>(v["enum"].begin(), v["enum"].end());
+  if (!n.enum_values) return unsupported("not", "excluding values needs an enum or const beside it", s);
+  std::vector<json> kept;
+  for (const auto& x : *n.enum_values)
+    if (std::none_of(excluded.begin(), excluded.end(), [&](const json& y) { return json_equal(x, y); })) kept.push_back(x);
+  n.enum_values = std::move(kept);
+}
+
+}  // namespace di::grammar::json_detail
+
+namespace di::grammar {
+
+const std::vector<std::string>& rejected_json_schema_keywords() { return json_detail::k_rejected; }
+
+const std::vector<std::string>& supported_json_schema_keywords() {
+  static const std::vector<std::string> k = {
+      "type", "enum", "const", "minLength", "maxLength", "pattern", "format", "minimum", "maximum",
+      "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "properties", "required", "additionalProperties",
+      "patternProperties", "propertyNames", "minProperties", "maxProperties", "items", "prefixItems",
+      "additionalItems", "minItems", "maxItems", "allOf", "anyOf", "oneOf", "not", "$ref", "$defs",
+      "definitions", "$id", "$anchor"};
+  return k;
+}
+
+}  // namespace di::grammar

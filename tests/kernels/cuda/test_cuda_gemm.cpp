@@ -1,0 +1,202 @@
+// The CUDA linear ops against the CPU's on random stored-format weights: FP8 e4m3 with
+// 128x128 (V4) and 32x32 (V4.1) ue8m0 blocks and packed MXFP4, every path (sm90_block_gemm,
+// cuBLASLt block-scaled FP8, exact fp32 dequantize + SGEMM, dequantized-at-load BF16 on
+// cuBLAS), edge sizes (0 and 1 rows, outputs and inputs not multiples of the tiles, split K),
+// MoE expert groups with empty and over-64-row experts, and the block-diagonal projection.
+// Bounds: FP8 tensor-core products are exact and accumulate in fp32 per scale block, so the
+// relative error stays near fp32 summation noise; a wrong scale or permutation gives O(1).
+#include "gpu_test_support.hpp"
+#include "kernels/cuda/cublas_gemm.hpp"
+#include "kernels/cuda/cuda_ops.hpp"
+#include "kernels/ops.hpp"
+
+#include <vector>
+
+namespace di {
+namespace {
+
+using test::check_close;
+using test::gpu;
+
+/// Random FP8 weight [rows, cols] with `block` scales in 2^-12 .. 2^8 (host).
+weight_matrix random_fp8(std::int64_t rows, std::int64_t cols, std::int64_t block) {
+  tensor codes = test::random_bytes({rows, cols}, dtype::f8_e4m3, true);
+  const std::int64_t sr = (rows + block - 1) / block, sc = (cols + block - 1) / block;
+  tensor scales = test::random_bytes({sr, sc}, dtype::f8_e8m0);
+  for (std::int64_t i = 0; i < scales.numel(); ++i)
+    static_cast<std::uint8_t*>(scales.raw())[i] = std::uint8_t(115 + (static_cast<std::uint8_t*>(scales.raw())[i] % 21));
+  return weight_matrix::fp8(codes, scales, {block, block});
+}
+
+/// Random packed MXFP4 weight [rows, cols] (host).
+weight_matrix random_fp4(std::int64_t rows, std::int64_t cols) {
+  tensor packed = test::random_bytes({rows, cols / 2}, dtype::i8);
+  tensor scales = test::random_bytes({rows, cols / 32}, dtype::f8_e8m0);
+  for (std::int64_t i = 0; i < scales.numel(); ++i)
+    static_cast<std::uint8_t*>(scales.raw())[i] = std::uint8_t(115 + (static_cast<std::uint8_t*>(scales.raw())[i] % 21));
+  return weight_matrix::fp4(packed, scales);
+}
+
+/// Random activations [rows, cols] whose blocks of 32 differ in magnitude (2^-6 .. 2^6), so
+/// that every activation block gets its own scale and a misplaced scale shows.
+tensor varied_input(std::int64_t rows, std::int64_t cols) {
+  tensor x = test::random_f32({rows, cols}, 1.0f);
+  std::uniform_int_distribution<int> e(-6, 6);
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t b = 0; b < cols; b += 32) {
+      const float f = std::ldexp(1.0f, e(test::rng()));
+      for (std::int64_t i = b; i < std::min(cols, b + 32); ++i) x.data<float>()[r * cols + i] *= f;
+    }
+  return x;
+}
+
+/// The CUDA linear of x and w under `backend` against the CPU's.
+void check_linear(const tensor& x, const weight_matrix& w, int act_block, cuda::gemm_backend backend,
+                  double bound) {
+  const tensor want = ops::linear(x, w, {act_block});
+  cuda::set_gemm_backend(backend);
+  test::poison_device_pool();
+  const tensor got = ops::linear(x.to(gpu), weight_to(w, gpu), {act_block});
+  cuda::set_gemm_backend(cuda::gemm_backend::automatic);
+  INFO("rows " << x.size(0) << " out " << w.rows() << " in " << w.cols() << " act block "
+               << act_block << " backend " << int(backend));
+  check_close(got, want, bound);
+}
+
+TEST_CASE("cuda linear: FP8 weights (128x128 and 32x32 blocks) on every path") {
+  for (std::int64_t block : {128, 32}) {
+    for (std::int64_t rows : {0, 1, 3, 17, 64, 130}) {
+      for (std::int64_t out : {16, 48, 320}) {
+        for (std::int64_t in : {128, 384, 1280}) {
+          const weight_matrix w = random_fp8(out, in, block);
+          const tensor x = varied_input(rows, in);
+          for (int act : {128, 32}) {
+            check_linear(x, w, act, cuda::gemm_backend::block_gemm, 2e-3);
+            check_linear(x, w, act, cuda::gemm_backend::dequant_fp32, 1e-5);
+          }
+          check_linear(x, w, 0, cuda::gemm_backend::automatic, 1e-5);  // no act quant
+        }
+      }
+    }
+  }
+}
+
+/// ||got - want|| / ||want|| on the host.
+double rel_error(const tensor& got, const tensor& want) {
+  const tensor h = got.to(cpu_device);
+  double d = 0, n = 0;
+  for (std::int64_t i = 0; i < h.numel(); ++i) {
+    const double a = h.data<float>()[i], b = want.data<float>()[i];
+    d += (a - b) * (a - b);
+    n += b * b;
+  }
+  return std::sqrt(d / n);
+}
+
+TEST_CASE("cuda linear: cuBLASLt scale layouts (probe; the default must be right)") {
+  const weight_matrix w = random_fp8(384, 1280, 128);
+  const tensor x = varied_input(256, 1280);
+  const tensor want = ops::linear(x, w, {128});
+  const weight_matrix wd = weight_to(w, gpu);
+  cuda::set_gemm_backend(cuda::gemm_backend::cublaslt);
+  int good = -1;
+  for (int layout = 0; layout < 8; ++layout) {
+    cuda::set_cublaslt_scale_layout(layout);
+    const double err = rel_error(ops::linear(x.to(gpu), wd, {128}), want);
+    MESSAGE("cuBLASLt scale layout " << layout << ": relative error " << err << " (available "
+                                     << cuda::cublaslt_block_fp8_available() << ")");
+    if (err < 2e-3 && good < 0) good = layout;
+  }
+  cuda::set_cublaslt_scale_layout(0);
+  cuda::set_gemm_backend(cuda::gemm_backend::automatic);
+  MESSAGE("first matching cuBLASLt scale layout: " << good);
+  CHECK(good == 0);  // layout 0 is what linear uses
+}
+
+TEST_CASE("cuda linear: cuBLASLt block-scaled FP8 (prefill shapes) or its fallback") {
+  for (std::int64_t rows : {256, 512}) {
+    for (auto [out, in] : {std::pair<std::int64_t, std::int64_t>{256, 512}, {384, 1280}, {1024, 4096}}) {
+      const weight_matrix w = random_fp8(out, in, 128);
+      const tensor x = varied_input(rows, in);
+      check_linear(x, w, 128, cuda::gemm_backend::cublaslt, 2e-3);
+      MESSAGE("cuBLASLt block-scaled FP8 kernel available: " << cuda::cublaslt_block_fp8_available());
+      check_linear(x, w, 128, cuda::gemm_backend::block_gemm, 2e-3);
+    }
+  }
+}
+
+TEST_CASE("cuda linear: MXFP4 weights, split K and large M") {
+  for (std::int64_t rows : {0, 1, 2, 9, 33, 100, 300}) {
+    for (std::int64_t out : {16, 40, 256}) {
+      for (std::int64_t in : {64, 256, 2304}) {
+        const weight_matrix w = random_fp4(out, in);
+        const tensor x = varied_input(rows, in);
+        const int act = in % 128 == 0 ? 128 : 32;
+        check_linear(x, w, act, cuda::gemm_backend::block_gemm, 2e-3);
+        check_linear(x, w, act, cuda::gemm_backend::dequant_fp32, 1e-5);
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda linear: dequantized-at-load BF16 and f32 weights on cuBLAS") {
+  for (std::int64_t rows : {0, 1, 7, 130}) {
+    const weight_matrix w8 = random_fp8(192, 512, 128);
+    const tensor x = varied_input(rows, 512);
+    const weight_matrix bf = cuda::dequantize_weight(weight_to(w8, gpu), dtype::bf16);
+    CHECK(bf.values.type() == dtype::bf16);
+    // With activation quantization both operands are exact in bf16: only the sum order differs.
+    check_close(ops::linear(x.to(gpu), bf, {128}), ops::linear(x, w8, {128}), 1e-5);
+    // Without it x is rounded to bf16: bf16 accuracy.
+    check_close(ops::linear(x.to(gpu), bf, {}), ops::linear(x, w8, {}), 1e-2);
+    const tensor wf = test::random_f32({96, 512});
+    check_close(ops::linear(x.to(gpu), weight_matrix(wf.to(gpu)), {}), ops::linear(x, weight_matrix(wf), {}), 1e-5);
+  }
+}
+
+TEST_CASE("cuda grouped_linear (block-diagonal) matches the CPU") {
+  for (std::int64_t rows : {0, 1, 5, 70}) {
+    const weight_matrix w = random_fp8(8 * 128, 256, 128);  // 8 groups of 128 outputs
+    const tensor x = test::random_f32({rows, 8, 256});
+    check_close(ops::grouped_linear(x.to(gpu), weight_to(w, gpu)), ops::grouped_linear(x, w), 1e-5);
+  }
+}
+
+/// Offsets [experts + 1] i32 for the given per-expert row counts (host).
+tensor offsets_of(const std::vector<int>& counts) {
+  tensor t = tensor::empty({std::int64_t(counts.size()) + 1}, dtype::i32);
+  t.data<std::int32_t>()[0] = 0;
+  for (std::size_t e = 0; e < counts.size(); ++e)
+    t.data<std::int32_t>()[e + 1] = t.data<std::int32_t>()[e] + counts[e];
+  return t;
+}
+
+TEST_CASE("cuda expert_linear: MXFP4 and FP8 experts, empty and >64-row experts") {
+  const std::vector<std::vector<int>> cases = {{1, 0, 3, 2, 0}, {0, 0, 0, 0, 1}, {70, 1, 0, 9, 64},
+                                               {8, 8, 8, 8, 8}};
+  for (const auto& counts : cases) {
+    const tensor offsets = offsets_of(counts);
+    const std::int64_t rows = offsets.data<std::int32_t>()[counts.size()];
+    int max_rows = 0;
+    for (int c : counts) max_rows = std::max(max_rows, c);
+    const tensor x = varied_input(rows + 2, 512);  // 2 rows past every expert
+    const weight_matrix w4 = random_fp4(5 * 96, 512);
+    for (std::int64_t hint : {std::int64_t(0), std::int64_t(max_rows)}) {
+      const ops::expert_linear_params p{128, hint};
+      check_close(ops::expert_linear(x.to(gpu), offsets.to(gpu), weight_to(w4, gpu), p),
+                  ops::expert_linear(x, offsets, w4, p), 2e-3);
+    }
+    const weight_matrix w8 = random_fp8(5 * 128, 512, 128);
+    check_close(ops::expert_linear(x.to(gpu), offsets.to(gpu), weight_to(w8, gpu), {128, 0}),
+                ops::expert_linear(x, offsets, w8, {128, 0}), 2e-3);
+  }
+  // Experts uploaded one by one and stacked on the device equal the stacked host matrix.
+  std::vector<weight_matrix> parts;
+  for (int e = 0; e < 3; ++e) parts.push_back(random_fp4(32, 256));
+  const weight_matrix stacked = cuda::stack_weights(parts, gpu);
+  CHECK(stacked.rows() == 96);
+  test::check_bitwise(stacked.values.slice(0, 32, 64), parts[1].values);
+}
+
+}  // namespace
+}  // namespace di
