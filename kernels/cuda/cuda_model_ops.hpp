@@ -226,3 +226,36 @@ struct engram_gate_params {
 void launch_engram_gate(const engram_gate_params& p, cudaStream_t stream);
 
 }  // namespace di::cuda
+
+namespace di::cuda {
+
+// ---- sampling ------------------------------------------------------------------------
+
+/// One row's sampling settings (runtime/sampler.hpp's rules; greedy below 1e-5).
+struct sample_row {
+  double temperature = 1.0;
+  double top_p = 1.0;
+  double min_p = 0.0;
+  int top_k = 0;            ///< <= 0: off
+  std::uint64_t seed = 0;
+  std::int64_t step = 0;    ///< the draw is random_uniform(seed, step), lane 0
+};
+
+/// Samples one token per row of adjusted logits [rows, vocab] (finite or -inf; masks,
+/// suppressions and penalties already applied) exactly by runtime::sampler's definition:
+/// greedy = lowest id of the largest logit; otherwise weights exp(-(m - l) / T) in double,
+/// top-k (ties kept), top-p (ties never split), min-p, then the inverse-CDF walk in ascending
+/// id order. Sums are deterministic block reductions (their order differs from the CPU's, so a
+/// draw within double rounding of a boundary could pick the neighbour). A row with no finite
+/// logit gives -1. `logsumexp` [rows] (optional) receives log sum exp(l) of the row, for
+/// logprobs l - logsumexp.
+struct sample_params {
+  const float* logits = nullptr;     ///< [rows, vocab]
+  const sample_row* rows_cfg = nullptr;  ///< [rows] (device)
+  std::int32_t* tokens = nullptr;    ///< [rows]
+  float* logsumexp = nullptr;        ///< [rows] or null
+  std::int64_t rows = 0, vocab = 0;
+};
+void launch_sample(const sample_params& p, cudaStream_t stream);
+
+}  // namespace di::cuda

@@ -113,21 +113,6 @@ __device__ __forceinline__ float e2m1_fast(std::uint32_t n) {
 /// 3/4 window/extra decoded straight from global memory (f32 rows, unaligned formats).
 enum row_kind : int { kNone = 0, kFastWin = 1, kFastExt = 2, kSlowWin = 3, kSlowExt = 4 };
 
-struct slot_ref {
-  int kind;
-  std::int64_t row;
-};
-__device__ __forceinline__ slot_ref resolve(const attn_args& a, int t, int s) {
-  if (s >= a.win_k + a.ext_k) return {kNone, -1};
-  const bool win = s < a.win_k;
-  const std::int64_t r = win ? __ldg(a.win_idx + std::int64_t(t) * a.win_k + s)
-                             : __ldg(a.ext_idx + std::int64_t(t) * a.ext_k + (s - a.win_k));
-  const std::int64_t rows = win ? a.win.rows : a.ext.rows;
-  if (r < 0 || r >= rows) return {kNone, -1};
-  const bool fast = win ? a.win_fast : a.ext_fast;
-  return {fast ? (win ? kFastWin : kFastExt) : (win ? kSlowWin : kSlowExt), r};
-}
-
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned a = unsigned(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(gmem));
@@ -135,23 +120,38 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
 
-/// Resolves the rows of tile `tile` into sKind/sRow and starts copying the packed rows the
-/// fast path decodes into `stage` ([kRows][stage_ld] bytes), 16 bytes per cp.async.
-__device__ __forceinline__ void stage_tile(const attn_args& a, int t, int tile, std::uint8_t* stage,
-                                           int stage_ld, int* sKind, std::int64_t* sRow) {
-  const int per_row = stage_ld / 16;
-  for (int c = int(threadIdx.x); c < kRows * per_row; c += kThreads) {
-    const int row = c / per_row, off = (c % per_row) * 16;
-    const slot_ref s = resolve(a, t, tile * kRows + row);
-    if (off == 0) {
-      sKind[row] = s.kind;
-      sRow[row] = s.row;
-    }
-    if (s.kind != kFastWin && s.kind != kFastExt) continue;
-    const dev_rows& tb = s.kind == kFastWin ? a.win : a.ext;
-    if (off >= tb.f.row_bytes) continue;
-    cp_async16(stage + row * stage_ld + off,
-               tb.data + std::size_t(s.row) * std::size_t(tb.f.row_bytes) + off);
+/// Slot `s` of token t as loaded but not yet checked: its raw index and list. Loaded one tile
+/// ahead so that the index read's latency hides behind a tile's products.
+struct pending_slot {
+  std::int32_t idx;
+  bool win;
+};
+__device__ __forceinline__ pending_slot load_slot(const attn_args& a, int t, int s) {
+  if (s >= a.win_k + a.ext_k) return {-1, true};
+  const bool win = s < a.win_k;
+  return {win ? __ldg(a.win_idx + std::int64_t(t) * a.win_k + s)
+              : __ldg(a.ext_idx + std::int64_t(t) * a.ext_k + (s - a.win_k)),
+          win};
+}
+
+/// Row tid / 8 of the next tile: its kind and row into sKind/sRow (lane 0 of the 8), and the
+/// packed bytes the fast path decodes into `stage` ([kRows][stage_ld]), 16 bytes per
+/// cp.async, split over the row's 8 threads.
+__device__ __forceinline__ void stage_row(const attn_args& a, pending_slot ps, std::uint8_t* stage,
+                                          int stage_ld, int* sKind, std::int64_t* sRow) {
+  const int row = int(threadIdx.x) >> 3, part = int(threadIdx.x) & 7;
+  const dev_rows& tb = ps.win ? a.win : a.ext;
+  const bool valid = ps.idx >= 0 && ps.idx < tb.rows;
+  const bool fast = ps.win ? a.win_fast : a.ext_fast;
+  const int kind = !valid ? kNone : (fast ? (ps.win ? kFastWin : kFastExt) : (ps.win ? kSlowWin : kSlowExt));
+  if (part == 0) {
+    sKind[row] = kind;
+    sRow[row] = ps.idx;
+  }
+  if (valid && fast) {
+    const std::uint8_t* src = tb.data + std::size_t(ps.idx) * std::size_t(tb.f.row_bytes);
+    for (int off = part * 16; off < tb.f.row_bytes; off += 8 * 16)
+      cp_async16(stage + row * stage_ld + off, src + off);
   }
   cp_async_commit();
 }
@@ -265,9 +265,15 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const __grid_con
   std::uint8_t* stage = smem + L::stage_rows_off;
   if (threadIdx.x < 256)
     lut[threadIdx.x] = pack_h2(e2m1_fast(threadIdx.x & 15u), e2m1_fast(threadIdx.x >> 4));
-  if (tile_begin < tile_end) stage_tile(a, t, tile_begin, stage, a.stage_ld, sKind, sRow);
+  const int my_row = tid >> 3;  // the staging row this thread helps copy
+  pending_slot next{-1, true};
+  if (tile_begin < tile_end) {
+    stage_row(a, load_slot(a, t, tile_begin * kRows + my_row), stage, a.stage_ld, sKind, sRow);
+    if (tile_begin + 1 < tile_end) next = load_slot(a, t, (tile_begin + 1) * kRows + my_row);
+  }
 
   // Q rows of this head group times the softmax scale, as fp16 (heads past the end are zero).
+#pragma unroll 4
   for (int i = tid; i < kHeads * (D / 4); i += kThreads) {
     const int hh = i / (D / 4), c4 = (i % (D / 4)) * 4;
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -293,7 +299,10 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const __grid_con
     __syncthreads();
     decode_tile<D>(a, stage, a.stage_ld, lut, sKind, sRow, sK, sValid);
     __syncthreads();
-    if (tile + 1 < tile_end) stage_tile(a, t, tile + 1, stage, a.stage_ld, sKind, sRow);
+    if (tile + 1 < tile_end) {
+      stage_row(a, next, stage, a.stage_ld, sKind, sRow);
+      if (tile + 2 < tile_end) next = load_slot(a, t, (tile + 2) * kRows + my_row);
+    }
 
     {  // phase 1: S = (scale q) K^T for heads 16hg.., rows 16wq.. (two k halves in flight)
       float acc[2][2][4] = {};
@@ -361,12 +370,14 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const __grid_con
     __syncthreads();
     {  // phase 3: O = alpha O + P V for heads 16hg.., dims wq*D/4..
       const float a_lo = sAlpha[hg * 16 + g], a_hi = sAlpha[hg * 16 + g + 8];
+      if (!__all_sync(0xffffffffu, a_lo == 1.0f && a_hi == 1.0f)) {  // max moved: rescale
 #pragma unroll
-      for (int j = 0; j < D / 32; ++j) {
-        o[j][0] *= a_lo;
-        o[j][1] *= a_lo;
-        o[j][2] *= a_hi;
-        o[j][3] *= a_hi;
+        for (int j = 0; j < D / 32; ++j) {
+          o[j][0] *= a_lo;
+          o[j][1] *= a_lo;
+          o[j][2] *= a_hi;
+          o[j][3] *= a_hi;
+        }
       }
       const __half* pa = sP + (hg * 16 + (lane & 15)) * kPld + (lane >> 4) * 8;
       const __half* vb = sK + (lane & 15) * L::ld + wq * (D / 4) + (lane >> 4) * 8;
@@ -416,30 +427,51 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const __grid_con
   }
 }
 
-/// Merges the splits: out = sum_s O_s e^(m_s - M) / (sum_s l_s e^(m_s - M) + e^(sink - M)).
+/// Merges the splits of one (token, head): out = sum_s O_s e^(m_s - M) / (sum_s l_s e^(m_s - M)
+/// + e^(sink - M)). Warp 0 forms the split weights; every thread then sums 4 columns.
 __global__ void attention_combine_kernel(const float* part_o, const float* part_ml,
                                          const float* sinks, float* out, int tokens, int heads,
                                          int dim, int splits) {
+  __shared__ float w[64];
+  __shared__ float inv;
   const std::int64_t th = blockIdx.x;  // token * heads + head
-  const int head = int(th % heads);
-  float M = -INFINITY;
-  for (int s = 0; s < splits; ++s)
-    M = fmaxf(M, part_ml[(std::int64_t(s) * tokens * heads + th) * 2]);
-  float L = 0.0f;
-  for (int s = 0; s < splits; ++s) {
-    const std::int64_t ph = std::int64_t(s) * tokens * heads + th;
-    if (M != -INFINITY) L += part_ml[ph * 2 + 1] * expf(part_ml[ph * 2] - M);
-  }
-  const bool none = M == -INFINITY;
-  const float inv = none ? 0.0f : 1.0f / (L + expf(sinks[head] - M));
-  for (int d = int(threadIdx.x); d < dim; d += int(blockDim.x)) {
-    float acc = 0.0f;
-    for (int s = 0; s < splits; ++s) {
-      const std::int64_t ph = std::int64_t(s) * tokens * heads + th;
-      const float m = part_ml[ph * 2];
-      if (m != -INFINITY) acc += part_o[ph * dim + d] * expf(m - M);
+  const std::int64_t stride = std::int64_t(tokens) * heads;
+  if (threadIdx.x < 32) {
+    const int lane = int(threadIdx.x);
+    float m[2], l[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int sp = lane + 32 * i;
+      m[i] = sp < splits ? part_ml[(sp * stride + th) * 2] : -INFINITY;
+      l[i] = sp < splits ? part_ml[(sp * stride + th) * 2 + 1] : 0.0f;
     }
-    out[th * dim + d] = acc * inv;
+    const float M = detail::warp_max(fmaxf(m[0], m[1]));
+    const bool none = M == -INFINITY;
+    float L = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const float e = none || m[i] == -INFINITY ? 0.0f : expf(m[i] - M);
+      if (lane + 32 * i < splits) w[lane + 32 * i] = e;
+      L += l[i] * e;
+    }
+    L = detail::warp_sum(L);
+    if (lane == 0) inv = none ? 0.0f : 1.0f / (L + expf(sinks[th % heads] - M));
+  }
+  __syncthreads();
+  for (int d = int(threadIdx.x) * 4; d < dim; d += int(blockDim.x) * 4) {
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+    for (int sp = 0; sp < splits; ++sp) {
+      const float4 v = __ldg(reinterpret_cast<const float4*>(part_o + (sp * stride + th) * dim + d));
+      const float ws = w[sp];
+      acc.x += v.x * ws;
+      acc.y += v.y * ws;
+      acc.z += v.z * ws;
+      acc.w += v.w * ws;
+    }
+    const float iv = inv;
+    *reinterpret_cast<float4*>(out + th * dim + d) =
+        make_float4(acc.x * iv, acc.y * iv, acc.z * iv, acc.w * iv);
   }
 }
 
@@ -499,7 +531,7 @@ int attention_splits(const attention_params& p) {
   const int total = p.window_k + p.extra_k;
   const int tiles = (total + kRows - 1) / kRows;
   if (tiles <= 1 || p.tokens <= 0) return 1;
-  if (p.num_splits > 0) return std::min(p.num_splits, tiles);
+  if (p.num_splits > 0) return std::min({p.num_splits, tiles, 64});
   const std::int64_t blocks = std::int64_t(p.tokens) * ((p.heads + kHeads - 1) / kHeads);
   const int sms = device_sms();
   int best = 1;
@@ -573,7 +605,8 @@ void launch_attention(const attention_params& p, cudaStream_t stream) {
     default: launch_dim<512>(a, head_groups, stream); break;
   }
   if (splits > 1) {
-    attention_combine_kernel<<<unsigned(std::int64_t(p.tokens) * p.heads), 128, 0, stream>>>(
+    const int threads = std::max(32, p.dim / 4);
+    attention_combine_kernel<<<unsigned(std::int64_t(p.tokens) * p.heads), threads, 0, stream>>>(
         a.part_o, a.part_ml, p.sinks, p.out, p.tokens, p.heads, p.dim, splits);
     detail::check_launch("attention_combine");
   }

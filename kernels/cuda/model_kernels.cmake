@@ -8,7 +8,8 @@ add_library(deepinfer_cuda_model
   model_moe.cu
   model_compress.cu
   model_mhc.cu
-  model_engram.cu)
+  model_engram.cu
+  model_sampling.cu)
 target_include_directories(deepinfer_cuda_model PUBLIC ${PROJECT_SOURCE_DIR})
 target_link_libraries(deepinfer_cuda_model PUBLIC deepinfer_common CUDA::cudart fmt::fmt)
 target_compile_options(deepinfer_cuda_model PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)
