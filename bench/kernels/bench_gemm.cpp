@@ -11,6 +11,8 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
+
 namespace di::bench {
 
 namespace {
@@ -50,8 +52,8 @@ int copies_for(std::size_t bytes) {
 void fp8_rows(const limits& lim, std::vector<result_row>& rows, const char* model,
               std::int64_t block, const shape& s, bool quick) {
   const int act = int(block);
-  // M = 4096: throughput.
-  {
+  // M = 4096: throughput (skipped with DEEPINFER_BENCH_DECODE_ONLY=1, e.g. under ncu).
+  if (!std::getenv("DEEPINFER_BENCH_DECODE_ONLY")) {
     const std::int64_t m = quick ? 1024 : 4096;
     const weight_matrix w = device_fp8(s.n, s.k, block, 11);
     const tensor x = random_device({m, s.k}, dtype::f32, 12);
@@ -135,15 +137,21 @@ void fp4_grouped_rows(const limits& lim, std::vector<result_row>& rows, const ch
 
 }  // namespace
 
-void run_gemms(const limits& lim, std::vector<result_row>& rows, bool quick) {
+void run_gemms(const limits& lim, std::vector<result_row>& rows, bool quick,
+               const std::string& filter) {
+  auto wanted = [&](const std::string& label) {
+    return filter.empty() || label.find(filter) != std::string::npos;
+  };
   // V4.1-Flash: hidden 5120, q_lora 1280, 64 heads x 512, o_lora 8 x 1024, MoE 2304.
   const shape v41[] = {{"wq_b", 32768, 1280}, {"wo_b", 5120, 8192}, {"shared_w1", 2304, 5120}};
-  for (const shape& s : v41) fp8_rows(lim, rows, "V4.1", 32, s, quick);
+  for (const shape& s : v41)
+    if (wanted(std::string("V4.1 fp8 ") + s.name)) fp8_rows(lim, rows, "V4.1", 32, s, quick);
   // V4-Flash: hidden 4096, q_lora 1024, MoE 2048, 128x128 blocks.
   const shape v4[] = {{"wq_b", 32768, 1024}, {"wo_b", 4096, 8192}, {"shared_w1", 2048, 4096}};
-  for (const shape& s : v4) fp8_rows(lim, rows, "V4", 128, s, quick);
-  fp4_grouped_rows(lim, rows, "V4.1", {"w1", 2304, 5120}, 32, quick);
-  fp4_grouped_rows(lim, rows, "V4.1", {"w2", 5120, 2304}, 32, quick);
+  for (const shape& s : v4)
+    if (wanted(std::string("V4 fp8 ") + s.name)) fp8_rows(lim, rows, "V4", 128, s, quick);
+  if (wanted("V4.1 mxfp4 w1")) fp4_grouped_rows(lim, rows, "V4.1", {"w1", 2304, 5120}, 32, quick);
+  if (wanted("V4.1 mxfp4 w2")) fp4_grouped_rows(lim, rows, "V4.1", {"w2", 5120, 2304}, 32, quick);
 }
 
 }  // namespace di::bench

@@ -1,4 +1,4 @@
-// `bench_kernels_cuda [--json FILE] [--quick]`: the CUDA backend's kernels against the limits
+// `bench_kernels_cuda [--json FILE] [--quick] [--filter TEXT]`: the CUDA backend's kernels against the limits
 // measured in the same run -- device copy bandwidth (bytes read + written) and the cuBLAS
 // bf16 dense matmul peak -- and against the anchors of issue 5 (DeepGEMM / cuBLASLt figures
 // measured on this H200 model). Prints one table, ratios included; run by scripts/gpu-check.sh.
@@ -16,11 +16,13 @@
 int main(int argc, char** argv) {
   std::string json;
   bool quick = false;
+  std::string filter;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
     else if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    else if (std::strcmp(argv[i], "--filter") == 0 && i + 1 < argc) filter = argv[++i];
     else {
-      std::fprintf(stderr, "usage: bench_kernels_cuda [--json FILE] [--quick]\n");
+      std::fprintf(stderr, "usage: bench_kernels_cuda [--json FILE] [--quick] [--filter TEXT]\n");
       return 2;
     }
   }
@@ -32,7 +34,7 @@ int main(int argc, char** argv) {
     di::bench::limits lim;
     std::vector<di::bench::result_row> rows;
     di::bench::run_limits(lim, rows, quick);
-    di::bench::run_gemms(lim, rows, quick);
+    di::bench::run_gemms(lim, rows, quick, filter);
     di::bench::report("kernel benchmarks", rows, json);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_kernels_cuda: %s\n", e.what());

@@ -4,6 +4,7 @@
 
 #include "bench/kernels/bench_timer.hpp"
 
+#include <string>
 #include <vector>
 
 namespace di::bench {
@@ -17,7 +18,9 @@ struct limits {
 /// Copy bandwidth and the cuBLAS bf16 (and cuBLASLt FP8 per-tensor) matmul rates.
 void run_limits(limits& lim, std::vector<result_row>& rows, bool quick);
 
-/// FP8 block-scaled GEMMs and MXFP4 grouped expert GEMMs on V4.1-Flash / V4-Flash shapes.
-void run_gemms(const limits& lim, std::vector<result_row>& rows, bool quick);
+/// FP8 block-scaled GEMMs and MXFP4 grouped expert GEMMs on V4.1-Flash / V4-Flash shapes;
+/// only the cases whose label contains `filter` (all when empty).
+void run_gemms(const limits& lim, std::vector<result_row>& rows, bool quick,
+               const std::string& filter);
 
 }  // namespace di::bench

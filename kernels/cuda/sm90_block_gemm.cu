@@ -1,11 +1,12 @@
 // sm90_block_gemm: y = x W^T for FP8 e4m3 weights with block scales and packed MXFP4 weights,
 // both read in their stored format, on the FP8 tensor cores (mma.sync m16n8k32 e4m3, fp32
-// accumulate). Activations come FP8-quantized per block (act_quant); each warp owns 16 weight
-// rows and up to 64 tokens, streams its rows' bytes from global memory straight into MMA
-// fragments (FP4 nibbles become e4m3 codes of value * 2^-6 with three bit operations), and
-// promotes the MMA result into fp32 with weight scale x activation scale once per scale block
-// (every 32 inputs for MXFP4). Decode shapes split K across blocks (atomic fp32 adds) so the
-// whole GPU streams the weights; the inputs of the k-step are permuted identically in A and B.
+// accumulate). Activations come FP8-quantized per block (act_quant) and sit in shared memory;
+// each warp owns 16 weight rows and up to 64 tokens and streams its rows through a 4-stage
+// cp.async pipeline (16-byte copies, one 128-byte line per 8 lanes) into shared memory, from
+// where the MMA fragments are read without bank conflicts (FP4 nibbles become e4m3 codes of
+// value * 2^-6 with three bit operations). The MMA result is promoted into fp32 with weight
+// scale x activation scale once per scale block (every 32 inputs for MXFP4). Decode shapes
+// split K across blocks (atomic fp32 adds) so that the whole GPU streams the weights.
 #include "kernels/cuda/gemm_kernels.hpp"
 
 #include "kernels/cuda/cuda_check.hpp"
@@ -20,9 +21,22 @@ namespace {
 constexpr int num_warps = 4;
 constexpr int rows_per_warp = 16;
 constexpr int rows_per_block = num_warps * rows_per_warp;
-constexpr int step_k = 32;          // inputs per MMA
-constexpr int unroll = 4;           // steps per load group (two groups in flight)
-constexpr int smem_pad = 32;        // bytes per token row: spreads the B loads over the banks
+constexpr int step_k = 32;           // inputs per MMA
+constexpr int num_stages = 4;        // weight stages in flight per warp
+constexpr int stage_bytes = 128;     // bytes of each row per stage (FP8: 4 steps, FP4: 8)
+constexpr int act_pad = 32;          // bytes per token row: spreads the B loads over the banks
+constexpr int act_budget = 16 * 1024;  // shared memory for the activation tile
+
+/// Shared-memory row stride of a weight stage: FP8 fragments are 8-byte loads at 32-byte
+/// steps (stride = 8 mod 32 words), FP4 ones 4-byte loads at 16-byte steps (4 mod 32 words).
+template <bool FP4>
+constexpr int weight_stride() {
+  return FP4 ? stage_bytes + 16 : stage_bytes + 32;
+}
+template <bool FP4>
+constexpr int stage_steps() {
+  return FP4 ? stage_bytes / 16 : stage_bytes / 32;
+}
 
 __device__ __forceinline__ void mma_e4m3(float (&d)[4], const std::uint32_t (&a)[4],
                                          std::uint32_t b0, std::uint32_t b1) {
@@ -31,6 +45,16 @@ __device__ __forceinline__ void mma_e4m3(float (&d)[4], const std::uint32_t (&a)
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* global) {
+  const unsigned dst = unsigned(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(global));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 // Eight e2m1 nibbles (inputs k0..k7, low nibble first) -> e4m3 codes of value * 2^-6: the
@@ -52,7 +76,7 @@ __device__ __forceinline__ float fp4_scale_factor(std::uint8_t e) {
 struct split_config {
   int k_splits;
   std::int64_t steps_per_split;
-  int chunk_steps;
+  int chunk_steps;  ///< activation inputs staged per pass / 32 (a multiple of 8)
 };
 
 /// Weight scale of rows (lo, hi) at step `step` as fp32 factors (FP4: times 2^6).
@@ -72,52 +96,35 @@ __device__ __forceinline__ void weight_scales(const block_gemm_params& p, std::i
   }
 }
 
-/// The global loads of `unroll` consecutive k-steps of a warp's two rows per thread.
-struct group_regs {
-  std::uint32_t wl[unroll][2];  // row lo: FP8 8 bytes, FP4 4 bytes (+ unused)
-  std::uint32_t wh[unroll][2];  // row hi
-  float sw_lo[unroll];          // weight scales where the step promotes
-  float sw_hi[unroll];
+/// The weight scales a stage promotes with, loaded one stage ahead.
+template <bool FP4>
+struct stage_scales {
+  float lo[stage_steps<FP4>()];
+  float hi[stage_steps<FP4>()];
 };
 
 template <bool FP4>
-__device__ __forceinline__ void load_group(const block_gemm_params& p, const std::uint8_t* w_lo,
-                                           const std::uint8_t* w_hi, bool has_lo, bool has_hi,
-                                           std::int64_t row_lo, std::int64_t row_hi, int t,
-                                           std::int64_t s, std::int64_t c1, std::int64_t s_end,
-                                           int promote_every, group_regs& r) {
+__device__ __forceinline__ void load_scales(const block_gemm_params& p, std::int64_t row_lo,
+                                            std::int64_t row_hi, std::int64_t st,
+                                            std::int64_t s_end, int promote_every,
+                                            stage_scales<FP4>& sc) {
 #pragma unroll
-  for (int u = 0; u < unroll; ++u) {
-    r.wl[u][0] = r.wl[u][1] = r.wh[u][0] = r.wh[u][1] = 0;
-    r.sw_lo[u] = r.sw_hi[u] = 0.0f;
-    if (s + u >= c1) continue;
-    if (FP4) {
-      const std::int64_t off = (s + u) * (step_k / 2) + 4 * t;
-      if (has_lo) r.wl[u][0] = __ldg(reinterpret_cast<const unsigned*>(w_lo + off));
-      if (has_hi) r.wh[u][0] = __ldg(reinterpret_cast<const unsigned*>(w_hi + off));
-    } else {
-      const std::int64_t off = (s + u) * step_k + 8 * t;
-      if (has_lo) {
-        const uint2 v = __ldg(reinterpret_cast<const uint2*>(w_lo + off));
-        r.wl[u][0] = v.x;
-        r.wl[u][1] = v.y;
-      }
-      if (has_hi) {
-        const uint2 v = __ldg(reinterpret_cast<const uint2*>(w_hi + off));
-        r.wh[u][0] = v.x;
-        r.wh[u][1] = v.y;
-      }
-    }
-    const bool promotes = (s + u + 1) % promote_every == 0 || s + u + 1 == s_end;
-    if (promotes) weight_scales<FP4>(p, row_lo, row_hi, s + u, r.sw_lo[u], r.sw_hi[u]);
+  for (int u = 0; u < stage_steps<FP4>(); ++u) {
+    sc.lo[u] = sc.hi[u] = 0.0f;
+    const std::int64_t step = st + u;
+    if (step < s_end && ((step + 1) % promote_every == 0 || step + 1 == s_end))
+      weight_scales<FP4>(p, row_lo, row_hi, step, sc.lo[u], sc.hi[u]);
   }
 }
 
 template <int NT, bool FP4>
 __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
     block_gemm_kernel(block_gemm_params p, split_config cfg) {
-  // [NT * 8][chunk + pad] activation codes, then [NT * 8][chunk / act_block] their scales.
-  extern __shared__ __align__(16) std::uint8_t act_tile[];
+  // [num_warps][num_stages][16][weight_stride] weight stages, then [NT * 8][chunk + pad]
+  // activation codes, then [NT * 8][chunk / act_block] their scales.
+  extern __shared__ __align__(16) std::uint8_t smem[];
+  constexpr int wstride = weight_stride<FP4>();
+  constexpr int ssteps = stage_steps<FP4>();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int group = blockIdx.y;
   const int split = int(blockIdx.z % unsigned(cfg.k_splits));
@@ -134,18 +141,38 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
   if (tok0 >= count || s_begin >= s_end) return;  // uniform over the block
 
   const std::int64_t n0 = std::int64_t(blockIdx.x) * rows_per_block + warp * rows_per_warp;
+  const bool warp_active = n0 < p.n;
   const std::int64_t r_lo = n0 + g, r_hi = n0 + g + 8;
-  const bool has_lo = r_lo < p.n, has_hi = r_hi < p.n;
-  const std::int64_t row_lo = group * p.n + (has_lo ? r_lo : 0);  // rows of the stacked matrix
-  const std::int64_t row_hi = group * p.n + (has_hi ? r_hi : 0);
+  const std::int64_t row_lo = group * p.n + min(r_lo, p.n - 1);  // rows of the stacked matrix
+  const std::int64_t row_hi = group * p.n + min(r_hi, p.n - 1);
   const std::int64_t row_bytes = FP4 ? p.k / 2 : p.k;
-  const std::uint8_t* w_lo = p.weight + row_lo * row_bytes;
-  const std::uint8_t* w_hi = p.weight + row_hi * row_bytes;
   const int promote_every = FP4 ? 1 : max(1, min(p.block_cols, p.act_block) / step_k);
-  const int stride = cfg.chunk_steps * step_k + smem_pad;
+  std::uint8_t* wbuf = smem + warp * num_stages * rows_per_warp * wstride;
+  std::uint8_t* act_tile = smem + num_warps * num_stages * rows_per_warp * wstride;
+  const int stride = cfg.chunk_steps * step_k + act_pad;
   const int sx_per_tok = cfg.chunk_steps * step_k / p.act_block;
   float* sx_tile = reinterpret_cast<float*>(act_tile + NT * 8 * stride);
   const std::int64_t col0 = group * p.act_group_offset;  // this group's first input column
+  const std::uint8_t* act_base = p.act + col0;
+  const std::int64_t bytes_end = FP4 ? s_end * (step_k / 2) : s_end * step_k;
+
+  // Copies stage `si` (steps s_begin + si * ssteps ...) of this warp's 16 rows: lane l moves
+  // 16 bytes of row (i * 32 + l) / 8 per instruction, 8 lanes covering a 128-byte line.
+  auto issue = [&](std::int64_t si) {
+    const std::int64_t st = s_begin + si * ssteps;
+    if (warp_active && st < s_end) {
+      std::uint8_t* dst = wbuf + int(si % num_stages) * rows_per_warp * wstride;
+      const std::int64_t byte0 = FP4 ? st * (step_k / 2) : st * step_k;
+#pragma unroll
+      for (int i = 0; i < rows_per_warp * stage_bytes / 16 / 32; ++i) {
+        const int idx = i * 32 + lane, r = idx / 8, c = idx % 8;
+        const std::int64_t row = group * p.n + min(n0 + r, p.n - 1);
+        if (byte0 + c * 16 < bytes_end)
+          cp_async16(dst + r * wstride + c * 16, p.weight + row * row_bytes + byte0 + c * 16);
+      }
+    }
+    cp_async_commit();  // possibly empty: keeps the group count uniform
+  };
 
   float acc[NT][4], tmp[NT][4];
 #pragma unroll
@@ -153,89 +180,96 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
 #pragma unroll
     for (int c = 0; c < 4; ++c) acc[j][c] = tmp[j][c] = 0.0f;
 
-  const std::uint8_t* act_base = p.act + col0;
-  for (std::int64_t c0 = s_begin; c0 < s_end; c0 += cfg.chunk_steps) {
-    const std::int64_t c1 = min(s_end, c0 + cfg.chunk_steps);
-    const int units_per_row = int((c1 - c0) * step_k / 16);
-    const std::int64_t sx0 = (col0 + c0 * step_k) / p.act_block;
-    const int sx_count = int((c1 - c0) * step_k / p.act_block);
-    __syncthreads();
-    for (int u = threadIdx.x; u < NT * 8 * units_per_row; u += blockDim.x) {
-      const int tok = u / units_per_row, unit = u % units_per_row;
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (tok0 + tok < count)
-        v = *reinterpret_cast<const uint4*>(act_base + (row_begin + tok0 + tok) * p.act_stride +
-                                            c0 * step_k + unit * 16);
-      if (FP4) {  // each 8 inputs as (k0, k2, k4, k6, k1, k3, k5, k7), as fp4_low/high give A
-        const uint4 o = make_uint4(__byte_perm(v.x, v.y, 0x6420), __byte_perm(v.x, v.y, 0x7531),
-                                   __byte_perm(v.z, v.w, 0x6420), __byte_perm(v.z, v.w, 0x7531));
-        v = o;
+#pragma unroll
+  for (int i = 0; i < num_stages - 1; ++i) issue(i);
+  stage_scales<FP4> cur, next;
+  if (warp_active) load_scales<FP4>(p, row_lo, row_hi, s_begin, s_end, promote_every, cur);
+  std::int64_t c0 = s_begin, c1 = s_begin, sx0 = 0;
+  for (std::int64_t si = 0;; ++si) {
+    const std::int64_t st = s_begin + si * ssteps;
+    if (st >= s_end) break;
+    if (st >= c1) {  // next activation chunk (uniform over the block)
+      c0 = st;
+      c1 = min(s_end, c0 + cfg.chunk_steps);
+      const int units_per_row = int((c1 - c0) * step_k / 16);
+      sx0 = (col0 + c0 * step_k) / p.act_block;
+      const int sx_count = int((c1 - c0) * step_k / p.act_block);
+      __syncthreads();
+      for (int u = threadIdx.x; u < NT * 8 * units_per_row; u += blockDim.x) {
+        const int tok = u / units_per_row, unit = u % units_per_row;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (tok0 + tok < count)
+          v = *reinterpret_cast<const uint4*>(act_base + (row_begin + tok0 + tok) * p.act_stride +
+                                              c0 * step_k + unit * 16);
+        if (FP4) {  // each 8 inputs as (k0, k2, k4, k6, k1, k3, k5, k7), as fp4_low/high give A
+          const uint4 o = make_uint4(__byte_perm(v.x, v.y, 0x6420), __byte_perm(v.x, v.y, 0x7531),
+                                     __byte_perm(v.z, v.w, 0x6420), __byte_perm(v.z, v.w, 0x7531));
+          v = o;
+        }
+        *reinterpret_cast<uint4*>(act_tile + tok * stride + unit * 16) = v;
       }
-      *reinterpret_cast<uint4*>(act_tile + tok * stride + unit * 16) = v;
-    }
-    for (int u = threadIdx.x; u < NT * 8 * sx_count; u += blockDim.x) {
-      const int tok = u / sx_count, i = u % sx_count;
-      sx_tile[tok * sx_per_tok + i] =
-          tok0 + tok < count ? p.act_scale[(row_begin + tok0 + tok) * p.act_scale_stride + sx0 + i]
-                             : 0.0f;
-    }
-    __syncthreads();
-    if (n0 >= p.n) continue;  // this warp has no rows (uniform per warp)
-
-    // Software pipeline: the next `unroll` steps' global loads (weights and their scales) are
-    // in flight while the current ones multiply.
-    group_regs cur, next;
-    load_group<FP4>(p, w_lo, w_hi, has_lo, has_hi, row_lo, row_hi, t, c0, c1, s_end,
-                    promote_every, cur);
-    for (std::int64_t s = c0; s < c1; s += unroll) {
-      if (s + unroll < c1)
-        load_group<FP4>(p, w_lo, w_hi, has_lo, has_hi, row_lo, row_hi, t, s + unroll, c1, s_end,
-                        promote_every, next);
-      const std::uint32_t(&wl)[unroll][2] = cur.wl;
-      const std::uint32_t(&wh)[unroll][2] = cur.wh;
-      const float(&sw_lo)[unroll] = cur.sw_lo;
-      const float(&sw_hi)[unroll] = cur.sw_hi;
-#pragma unroll
-      for (int u = 0; u < unroll; ++u) {
-        const std::int64_t step = s + u;
-        if (step >= c1) break;
-        std::uint32_t a[4];
-        if (FP4) {
-          a[0] = fp4_low(wl[u][0]);
-          a[1] = fp4_low(wh[u][0]);
-          a[2] = fp4_high(wl[u][0]);
-          a[3] = fp4_high(wh[u][0]);
-        } else {
-          a[0] = wl[u][0];
-          a[1] = wh[u][0];
-          a[2] = wl[u][1];
-          a[3] = wh[u][1];
-        }
-        const std::uint8_t* b_row = act_tile + (step - c0) * step_k + 8 * t;
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          const uint2 b = *reinterpret_cast<const uint2*>(b_row + (8 * j + g) * stride);
-          mma_e4m3(tmp[j], a, b.x, b.y);
-        }
-        if ((step + 1) % promote_every != 0 && step + 1 != s_end) continue;
-        // Promote: acc += tmp * weight scale * activation scale.
-        const int si = int((col0 + step * step_k) / p.act_block - sx0);
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          const float sx_a = sx_tile[(8 * j + 2 * t) * sx_per_tok + si];
-          const float sx_b = sx_tile[(8 * j + 2 * t + 1) * sx_per_tok + si];
-          acc[j][0] += tmp[j][0] * (sw_lo[u] * sx_a);
-          acc[j][1] += tmp[j][1] * (sw_lo[u] * sx_b);
-          acc[j][2] += tmp[j][2] * (sw_hi[u] * sx_a);
-          acc[j][3] += tmp[j][3] * (sw_hi[u] * sx_b);
-#pragma unroll
-          for (int c = 0; c < 4; ++c) tmp[j][c] = 0.0f;
-        }
+      for (int u = threadIdx.x; u < NT * 8 * sx_count; u += blockDim.x) {
+        const int tok = u / sx_count, i = u % sx_count;
+        sx_tile[tok * sx_per_tok + i] =
+            tok0 + tok < count
+                ? p.act_scale[(row_begin + tok0 + tok) * p.act_scale_stride + sx0 + i]
+                : 0.0f;
       }
-      cur = next;
+      __syncthreads();
     }
+    issue(si + num_stages - 1);
+    if (!warp_active) continue;
+    if (st + ssteps < s_end)
+      load_scales<FP4>(p, row_lo, row_hi, st + ssteps, s_end, promote_every, next);
+    cp_async_wait<num_stages - 1>();  // stage si has landed (for this lane)
+    __syncwarp();                     // ... and for every lane of the warp
+    const std::uint8_t* w = wbuf + int(si % num_stages) * rows_per_warp * wstride;
+#pragma unroll
+    for (int u = 0; u < ssteps; ++u) {
+      const std::int64_t step = st + u;
+      if (step >= s_end) break;
+      std::uint32_t a[4];
+      if (FP4) {
+        const std::uint32_t wl = *reinterpret_cast<const std::uint32_t*>(w + g * wstride + u * 16 + 4 * t);
+        const std::uint32_t wh = *reinterpret_cast<const std::uint32_t*>(w + (g + 8) * wstride + u * 16 + 4 * t);
+        a[0] = fp4_low(wl);
+        a[1] = fp4_low(wh);
+        a[2] = fp4_high(wl);
+        a[3] = fp4_high(wh);
+      } else {
+        const uint2 wl = *reinterpret_cast<const uint2*>(w + g * wstride + u * 32 + 8 * t);
+        const uint2 wh = *reinterpret_cast<const uint2*>(w + (g + 8) * wstride + u * 32 + 8 * t);
+        a[0] = wl.x;
+        a[1] = wh.x;
+        a[2] = wl.y;
+        a[3] = wh.y;
+      }
+      const std::uint8_t* b_row = act_tile + (step - c0) * step_k + 8 * t;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const uint2 b = *reinterpret_cast<const uint2*>(b_row + (8 * j + g) * stride);
+        mma_e4m3(tmp[j], a, b.x, b.y);
+      }
+      if ((step + 1) % promote_every != 0 && step + 1 != s_end) continue;
+      // Promote: acc += tmp * weight scale * activation scale.
+      const int si_x = int((col0 + step * step_k) / p.act_block - sx0);
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const float sx_a = sx_tile[(8 * j + 2 * t) * sx_per_tok + si_x];
+        const float sx_b = sx_tile[(8 * j + 2 * t + 1) * sx_per_tok + si_x];
+        acc[j][0] += tmp[j][0] * (cur.lo[u] * sx_a);
+        acc[j][1] += tmp[j][1] * (cur.lo[u] * sx_b);
+        acc[j][2] += tmp[j][2] * (cur.hi[u] * sx_a);
+        acc[j][3] += tmp[j][3] * (cur.hi[u] * sx_b);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) tmp[j][c] = 0.0f;
+      }
+    }
+    cur = next;
+    __syncwarp();  // every lane is done with this stage's buffer before it is refilled
   }
-  if (n0 >= p.n) return;
+  cp_async_wait<0>();
+  if (!warp_active) return;
   float* y = p.y + group * p.y_group_offset;
 #pragma unroll
   for (int j = 0; j < NT; ++j)
@@ -250,15 +284,20 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
     }
 }
 
+template <bool FP4>
+int weight_smem() {
+  return num_warps * num_stages * rows_per_warp * weight_stride<FP4>();
+}
+
 template <int NT, bool FP4>
 void launch_tiles(const block_gemm_params& p, const split_config& cfg, dim3 grid,
                   cudaStream_t stream) {
-  const int smem = NT * 8 * (cfg.chunk_steps * step_k + smem_pad) +
+  const int smem = weight_smem<FP4>() + NT * 8 * (cfg.chunk_steps * step_k + act_pad) +
                    NT * 8 * (cfg.chunk_steps * step_k / p.act_block) * int(sizeof(float));
   static bool raised = false;  // per instantiation: allow more than 48 KB of shared memory
   if (!raised) {
     CUDA_CHECK(cudaFuncSetAttribute(block_gemm_kernel<NT, FP4>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024));
     raised = true;
   }
   block_gemm_kernel<NT, FP4><<<grid, num_warps * 32, smem, stream>>>(p, cfg);
@@ -285,6 +324,7 @@ void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream) {
     CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));
     return;
   }
+  constexpr std::int64_t align = 8;  // steps: whole weight stages of either format
   const std::int64_t max_rows = p.max_rows;
   const int nt = max_rows <= 8 ? 1 : max_rows <= 16 ? 2 : max_rows <= 32 ? 4 : 8;
   const std::int64_t token_tiles = (max_rows + nt * 8 - 1) / (nt * 8);
@@ -295,14 +335,13 @@ void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream) {
   std::int64_t splits = 1;
   if (blocks < target_blocks)
     splits = std::min<std::int64_t>((target_blocks + blocks - 1) / blocks,
-                                    std::max<std::int64_t>(1, total_steps / unroll));
+                                    std::max<std::int64_t>(1, total_steps / (2 * align)));
   std::int64_t per_split = (total_steps + splits - 1) / splits;
-  per_split = (per_split + unroll - 1) / unroll * unroll;
+  per_split = (per_split + align - 1) / align * align;
   splits = (total_steps + per_split - 1) / per_split;
-  // Stage as many inputs per pass as 48 KB of shared memory hold (fewer passes, fewer
-  // pipeline restarts), in whole unroll groups.
+  // Stage as many activation inputs per pass as the budget holds, in whole weight stages.
   const std::int64_t fit = std::max<std::int64_t>(
-      unroll, (48 * 1024 / (nt * 8 * (step_k + 4)) - 1) / unroll * unroll);
+      align, (act_budget / (nt * 8 * (step_k + 4)) - 1) / align * align);
   const split_config cfg{int(splits), per_split, int(std::min(per_split, fit))};
   if (splits > 1)
     CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));
