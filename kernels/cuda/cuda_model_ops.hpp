@@ -43,7 +43,7 @@ struct attention_params {
   const float* q = nullptr;      ///< [tokens, heads, dim]
   float* out = nullptr;          ///< [tokens, heads, dim]
   const float* sinks = nullptr;  ///< [heads]
-  int tokens = 0, heads = 0, dim = 0;  ///< dim in {64, 128, 256, 512}
+  int tokens = 0, heads = 0, dim = 0;  ///< dim in {128, 256, 512}
   float softmax_scale = 1.0f;
   device_rows window;                       ///< first pool
   const std::int32_t* window_idx = nullptr; ///< [tokens, window_k], -1 = unused
@@ -72,6 +72,7 @@ struct encode_rows_params {
   const std::int64_t* dst_rows = nullptr;  ///< [rows] or null
   std::int64_t rows = 0;
   cache_row_format format;
+  std::int64_t pool_rows = -1;  ///< with dst_rows: rows of `out`; a destination outside is skipped
 };
 void launch_encode_cache_rows(const encode_rows_params& p, cudaStream_t stream);
 
@@ -257,5 +258,27 @@ struct sample_params {
   std::int64_t rows = 0, vocab = 0;
 };
 void launch_sample(const sample_params& p, cudaStream_t stream);
+
+/// The sampler's logit edits, in place and in its order (runtime/logits_processors.hpp):
+/// allowed-token bitmask (bit i of word i / 32; 0 = -inf), suppressed ids (-inf), then the
+/// penalties over each row's distinct seen tokens: x = x > 0 ? x / repetition : x * repetition,
+/// minus frequency * num_output + presence when the token was generated (double, as the CPU).
+/// Rows' lists are CSR: entries [offsets[r], offsets[r + 1]). Ids outside the vocabulary are
+/// skipped (the CPU raises an error for them at admission).
+struct penalty_row {
+  double repetition = 1.0, frequency = 0.0, presence = 0.0;
+};
+struct logit_edit_params {
+  float* logits = nullptr;                   ///< [rows, vocab]
+  std::int64_t rows = 0, vocab = 0;
+  const std::uint32_t* allowed = nullptr;    ///< [rows, (vocab + 31) / 32] or null
+  const std::int64_t* suppressed_offsets = nullptr;  ///< [rows + 1] or null
+  const std::int32_t* suppressed_ids = nullptr;
+  const std::int64_t* seen_offsets = nullptr;        ///< [rows + 1] or null (no penalties)
+  const std::int32_t* seen_ids = nullptr;            ///< distinct per row
+  const std::int32_t* seen_num_output = nullptr;
+  const penalty_row* penalties = nullptr;            ///< [rows]
+};
+void launch_logit_edits(const logit_edit_params& p, cudaStream_t stream);
 
 }  // namespace di::cuda

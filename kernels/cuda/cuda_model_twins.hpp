@@ -24,6 +24,10 @@ tensor attention_packed(const tensor& q, const tensor& sinks, const tensor& wind
                         const cache_row_format& ef, const tensor& extra_idx, float softmax_scale);
 
 tensor index_scores(const tensor& q, const tensor& keys, const tensor& weights);
+/// index_scores over packed key rows [entries, fmt.row_bytes()] u8 (the FP4 index-key stream),
+/// read in place.
+tensor index_scores_packed(const tensor& q, const tensor& keys, const cache_row_format& fmt,
+                           const tensor& weights);
 tensor topk(const tensor& scores, int k);
 tensor masked_topk(const tensor& scores, const tensor& visible, const tensor& allowed, int k);
 tensor candidate_blocks(const tensor& scores, const tensor& visible, int topk_blocks,
@@ -42,6 +46,10 @@ tensor hc_head_pre(const tensor& x, const tensor& fn, const tensor& scale, const
 tensor hc_collapse(const tensor& x, const tensor& pre);
 tensor hc_expand(const tensor& y, const tensor& residual, const tensor& post, const tensor& comb);
 void encode_cache_rows(const tensor& x, const cache_row_format& fmt, tensor& out);
+/// Encodes row i of x [n, fmt.dim()] into row dst_rows[i] ([n] i64) of pool [rows,
+/// fmt.row_bytes()] u8: the window ring's slots or a paged stream's rows, in one launch.
+void encode_cache_rows_at(const tensor& x, const cache_row_format& fmt, tensor& pool,
+                          const tensor& dst_rows);
 void decode_cache_rows(const tensor& rows, const cache_row_format& fmt, tensor& out);
 
 }  // namespace di::cuda

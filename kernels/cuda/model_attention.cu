@@ -55,7 +55,8 @@ struct layout {
   static constexpr std::size_t q_off = 0;
   static constexpr std::size_t k_off = q_off + std::size_t(kHeads) * ld * 2;
   static constexpr std::size_t s_off = k_off + std::size_t(kRows) * ld * 2;
-  static constexpr std::size_t p_off = s_off + std::size_t(kHeads) * kSld * 4;
+  static constexpr std::size_t s2_off = s_off + std::size_t(kHeads) * kSld * 4;  // 2nd k half
+  static constexpr std::size_t p_off = s2_off + std::size_t(kHeads) * kSld * 4;
   static constexpr std::size_t stat_off = p_off + std::size_t(kHeads) * kPld * 2;
   static constexpr std::size_t stage_off = stat_off + std::size_t(3 * kHeads + kRows) * 4;
   /// bytes of the staging area for packed rows of at most max_stage_row bytes
@@ -246,6 +247,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const __grid_con
   __half* sQ = reinterpret_cast<__half*>(smem + L::q_off);
   __half* sK = reinterpret_cast<__half*>(smem + L::k_off);
   float* sS = reinterpret_cast<float*>(smem + L::s_off);
+  float* sS2 = reinterpret_cast<float*>(smem + L::s2_off);
   __half* sP = reinterpret_cast<__half*>(smem + L::p_off);
   float* sM = reinterpret_cast<float*>(smem + L::stat_off);
   float* sL = sM + kHeads;
@@ -289,10 +291,16 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const __grid_con
     sL[tid] = 0.0f;
   }
 
-  float o[D / 32][4];
+  constexpr int NT = D / 64;  // 8-column n-tiles of O per warp
+  float o[2][NT][4];
 #pragma unroll
-  for (int j = 0; j < D / 32; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
-  const int hg = warp & 3, wq = warp >> 2;
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int j = 0; j < NT; ++j) o[mi][j][0] = o[mi][j][1] = o[mi][j][2] = o[mi][j][3] = 0.0f;
+  // Warp tiles: phase 1, heads 32hg.. x rows 16rg.. over k half kh; phase 3, heads 32hg.. x
+  // dims dq*D/8...
+  const int hg = (warp >> 1) & 1, kh = warp & 1, rg = warp >> 2;
+  const int hg3 = warp & 1, dq = warp >> 1;
 
   for (int tile = tile_begin; tile < tile_end; ++tile) {
     cp_async_wait_all();
@@ -304,41 +312,46 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const __grid_con
       if (tile + 2 < tile_end) next = load_slot(a, t, (tile + 2) * kRows + my_row);
     }
 
-    {  // phase 1: S = (scale q) K^T for heads 16hg.., rows 16wq.. (two k halves in flight)
+    {  // phase 1: partial S = (scale q) K^T, heads 32hg.., rows 16rg.., k half kh
       float acc[2][2][4] = {};
-      const __half* qa = sQ + (hg * 16 + (lane & 15)) * L::ld + (lane >> 4) * 8;
-      const __half* kb =
-          sK + (wq * 16 + (lane & 7) + ((lane >> 4) << 3)) * L::ld + ((lane >> 3) & 1) * 8;
+      const __half* qa = sQ + (hg * 32 + (lane & 15)) * L::ld + (lane >> 4) * 8 + kh * (D / 2);
+      const __half* kb = sK + (rg * 16 + (lane & 7) + ((lane >> 4) << 3)) * L::ld +
+                         ((lane >> 3) & 1) * 8 + kh * (D / 2);
 #pragma unroll 4
       for (int k0 = 0; k0 < D / 2; k0 += 16) {
+        std::uint32_t a0[4], a1[4], bf[4];
+        ldsm_x4(a0, qa + k0);
+        ldsm_x4(a1, qa + 16 * L::ld + k0);
+        ldsm_x4(bf, kb + k0);
+        mma_f16(acc[0][0], a0, bf[0], bf[1]);
+        mma_f16(acc[0][1], a0, bf[2], bf[3]);
+        mma_f16(acc[1][0], a1, bf[0], bf[1]);
+        mma_f16(acc[1][1], a1, bf[2], bf[3]);
+      }
+      float* dstS = kh == 0 ? sS : sS2;
 #pragma unroll
-        for (int hk = 0; hk < 2; ++hk) {
-          std::uint32_t af[4], bf[4];
-          ldsm_x4(af, qa + k0 + hk * (D / 2));
-          ldsm_x4(bf, kb + k0 + hk * (D / 2));
-          mma_f16(acc[hk][0], af, bf[0], bf[1]);
-          mma_f16(acc[hk][1], af, bf[2], bf[3]);
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int col = rg * 16 + j * 8 + 2 * tq, row = hg * 32 + mi * 16 + g;
+          // invalid rows: -inf in the first half's partial (the sum stays -inf)
+          const bool v0 = kh != 0 || sValid[col] != 0, v1 = kh != 0 || sValid[col + 1] != 0;
+          dstS[row * kSld + col] = v0 ? acc[mi][j][0] : -INFINITY;
+          dstS[row * kSld + col + 1] = v1 ? acc[mi][j][1] : -INFINITY;
+          dstS[(row + 8) * kSld + col] = v0 ? acc[mi][j][2] : -INFINITY;
+          dstS[(row + 8) * kSld + col + 1] = v1 ? acc[mi][j][3] : -INFINITY;
         }
-      }
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int col = wq * 16 + j * 8 + 2 * tq, row = hg * 16 + g;
-        const bool v0 = sValid[col] != 0, v1 = sValid[col + 1] != 0;
-        sS[row * kSld + col] = v0 ? acc[0][j][0] + acc[1][j][0] : -INFINITY;
-        sS[row * kSld + col + 1] = v1 ? acc[0][j][1] + acc[1][j][1] : -INFINITY;
-        sS[(row + 8) * kSld + col] = v0 ? acc[0][j][2] + acc[1][j][2] : -INFINITY;
-        sS[(row + 8) * kSld + col + 1] = v1 ? acc[0][j][3] + acc[1][j][3] : -INFINITY;
-      }
     }
     __syncthreads();
     {  // phase 2: online softmax, 8 threads per head row
       const int r = tid >> 3, part = tid & 7;
       const float* srow = sS + r * kSld + part * 8;
+      const float* srow2 = sS2 + r * kSld + part * 8;
       float s[8];
       float mt = -INFINITY;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        s[j] = srow[j];
+        s[j] = srow[j] + srow2[j];
         mt = fmaxf(mt, s[j]);
       }
       mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
@@ -368,29 +381,40 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const __grid_con
       }
     }
     __syncthreads();
-    {  // phase 3: O = alpha O + P V for heads 16hg.., dims wq*D/4..
-      const float a_lo = sAlpha[hg * 16 + g], a_hi = sAlpha[hg * 16 + g + 8];
-      if (!__all_sync(0xffffffffu, a_lo == 1.0f && a_hi == 1.0f)) {  // max moved: rescale
+    {  // phase 3: O = alpha O + P V for heads 32hg3.., dims dq*D/8..
+      float a_lo[2], a_hi[2];
 #pragma unroll
-        for (int j = 0; j < D / 32; ++j) {
-          o[j][0] *= a_lo;
-          o[j][1] *= a_lo;
-          o[j][2] *= a_hi;
-          o[j][3] *= a_hi;
-        }
+      for (int mi = 0; mi < 2; ++mi) {
+        a_lo[mi] = sAlpha[hg3 * 32 + mi * 16 + g];
+        a_hi[mi] = sAlpha[hg3 * 32 + mi * 16 + g + 8];
       }
-      const __half* pa = sP + (hg * 16 + (lane & 15)) * kPld + (lane >> 4) * 8;
-      const __half* vb = sK + (lane & 15) * L::ld + wq * (D / 4) + (lane >> 4) * 8;
+      if (!__all_sync(0xffffffffu, a_lo[0] == 1.0f && a_hi[0] == 1.0f && a_lo[1] == 1.0f &&
+                                       a_hi[1] == 1.0f)) {  // max moved: rescale
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {
+            o[mi][j][0] *= a_lo[mi];
+            o[mi][j][1] *= a_lo[mi];
+            o[mi][j][2] *= a_hi[mi];
+            o[mi][j][3] *= a_hi[mi];
+          }
+      }
+      const __half* pa = sP + (hg3 * 32 + (lane & 15)) * kPld + (lane >> 4) * 8;
+      const __half* vb = sK + (lane & 15) * L::ld + dq * (D / 8) + (lane >> 4) * 8;
 #pragma unroll
       for (int k0 = 0; k0 < kRows; k0 += 16) {
-        std::uint32_t af[4];
-        ldsm_x4(af, pa + k0);
+        std::uint32_t p0[4], p1[4];
+        ldsm_x4(p0, pa + k0);
+        ldsm_x4(p1, pa + 16 * kPld + k0);
 #pragma unroll
-        for (int jp = 0; jp < D / 64; ++jp) {
+        for (int jp = 0; jp < NT / 2; ++jp) {
           std::uint32_t bf[4];
           ldsm_x4_trans(bf, vb + k0 * L::ld + jp * 16);
-          mma_f16(o[2 * jp], af, bf[0], bf[1]);
-          mma_f16(o[2 * jp + 1], af, bf[2], bf[3]);
+          mma_f16(o[0][2 * jp], p0, bf[0], bf[1]);
+          mma_f16(o[0][2 * jp + 1], p0, bf[2], bf[3]);
+          mma_f16(o[1][2 * jp], p1, bf[0], bf[1]);
+          mma_f16(o[1][2 * jp + 1], p1, bf[2], bf[3]);
         }
       }
     }
@@ -398,33 +422,37 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const __grid_con
   }
   if (tile_begin >= tile_end) __syncthreads();  // sM/sL initialised above
 
-  // Epilogue: rows g and g + 8 of this warp's head group, columns wq*D/4 + 8j + 2tq.
+  // Epilogue: rows g and g + 8 of each of this warp's two 16-head tiles, columns
+  // dq*D/8 + 8j + 2tq.
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int hr = hg * 16 + g + 8 * half, head = h0 + hr;
-    if (head >= a.heads) continue;
-    const float m = sM[hr], l = sL[hr];
-    const std::int64_t th = std::int64_t(t) * a.heads + head;
-    if (a.splits == 1) {
-      const bool none = m == -INFINITY;
-      const float inv = none ? 0.0f : 1.0f / (l + expf(a.sinks[head] - m));
-      float* dst = a.out + th * D + wq * (D / 4) + 2 * tq;
+  for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-      for (int j = 0; j < D / 32; ++j)
-        *reinterpret_cast<float2*>(dst + j * 8) =
-            make_float2(o[j][2 * half] * inv, o[j][2 * half + 1] * inv);
-    } else {
-      const std::int64_t ph = std::int64_t(split) * a.tokens * a.heads + th;
-      float* dst = a.part_o + ph * D + wq * (D / 4) + 2 * tq;
+    for (int half = 0; half < 2; ++half) {
+      const int hr = hg3 * 32 + mi * 16 + g + 8 * half, head = h0 + hr;
+      if (head >= a.heads) continue;
+      const float m = sM[hr], l = sL[hr];
+      const std::int64_t th = std::int64_t(t) * a.heads + head;
+      if (a.splits == 1) {
+        const bool none = m == -INFINITY;
+        const float inv = none ? 0.0f : 1.0f / (l + expf(a.sinks[head] - m));
+        float* dst = a.out + th * D + dq * (D / 8) + 2 * tq;
 #pragma unroll
-      for (int j = 0; j < D / 32; ++j)
-        *reinterpret_cast<float2*>(dst + j * 8) = make_float2(o[j][2 * half], o[j][2 * half + 1]);
-      if (wq == 0 && tq == 0) {
-        a.part_ml[ph * 2] = m;
-        a.part_ml[ph * 2 + 1] = l;
+        for (int j = 0; j < NT; ++j)
+          *reinterpret_cast<float2*>(dst + j * 8) =
+              make_float2(o[mi][j][2 * half] * inv, o[mi][j][2 * half + 1] * inv);
+      } else {
+        const std::int64_t ph = std::int64_t(split) * a.tokens * a.heads + th;
+        float* dst = a.part_o + ph * D + dq * (D / 8) + 2 * tq;
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+          *reinterpret_cast<float2*>(dst + j * 8) =
+              make_float2(o[mi][j][2 * half], o[mi][j][2 * half + 1]);
+        if (dq == 0 && tq == 0) {
+          a.part_ml[ph * 2] = m;
+          a.part_ml[ph * 2 + 1] = l;
+        }
       }
     }
-  }
 }
 
 /// Merges the splits of one (token, head): out = sum_s O_s e^(m_s - M) / (sum_s l_s e^(m_s - M)
@@ -555,8 +583,8 @@ std::size_t attention_workspace_bytes(const attention_params& p) {
 }
 
 void launch_attention(const attention_params& p, cudaStream_t stream) {
-  DI_CHECK(p.dim == 64 || p.dim == 128 || p.dim == 256 || p.dim == 512,
-           "attention: head dim {} (supported: 64, 128, 256, 512)", p.dim);
+  DI_CHECK(p.dim == 128 || p.dim == 256 || p.dim == 512,
+           "attention: head dim {} (supported: 128, 256, 512)", p.dim);
   DI_CHECK(p.tokens >= 0 && p.heads > 0 && p.window_k >= 0 && p.extra_k >= 0,
            "attention: {} tokens, {} heads, {} + {} rows", p.tokens, p.heads, p.window_k,
            p.extra_k);
@@ -599,7 +627,6 @@ void launch_attention(const attention_params& p, cudaStream_t stream) {
   a.part_ml = a.part_o ? a.part_o + std::size_t(splits) * p.tokens * p.heads * p.dim : nullptr;
   const int head_groups = (p.heads + kHeads - 1) / kHeads;
   switch (p.dim) {
-    case 64: launch_dim<64>(a, head_groups, stream); break;
     case 128: launch_dim<128>(a, head_groups, stream); break;
     case 256: launch_dim<256>(a, head_groups, stream); break;
     default: launch_dim<512>(a, head_groups, stream); break;

@@ -13,9 +13,10 @@ using detail::dev_format;
 
 /// One thread per quantization block (then per raw value) of one row.
 __global__ void encode_kernel(const float* x, std::uint8_t* out, const std::int64_t* dst_rows,
-                              std::int64_t rows, dev_format f) {
+                              std::int64_t rows, std::int64_t pool_rows, dev_format f) {
   const std::int64_t r = blockIdx.x;
   if (r >= rows) return;
+  if (dst_rows && pool_rows >= 0 && (dst_rows[r] < 0 || dst_rows[r] >= pool_rows)) return;
   const int dim = f.quant_dims + f.raw_dims;
   const float* xr = x + r * dim;
   std::uint8_t* o = out + std::size_t(dst_rows ? dst_rows[r] : r) * std::size_t(f.row_bytes);
@@ -72,7 +73,7 @@ void launch_encode_cache_rows(const encode_rows_params& p, cudaStream_t stream) 
   DI_CHECK(p.rows >= 0, "encode_cache_rows: {} rows", p.rows);
   if (p.rows == 0) return;
   DI_CHECK(p.x && p.out, "encode_cache_rows: input and output are required");
-  encode_kernel<<<unsigned(p.rows), 64, 0, stream>>>(p.x, p.out, p.dst_rows, p.rows,
+  encode_kernel<<<unsigned(p.rows), 64, 0, stream>>>(p.x, p.out, p.dst_rows, p.rows, p.pool_rows,
                                                      detail::make_dev_format(p.format));
   detail::check_launch("encode_cache_rows");
 }

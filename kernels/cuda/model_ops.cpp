@@ -124,6 +124,31 @@ tensor index_scores(const tensor& q, const tensor& keys, const tensor& weights) 
   return out;
 }
 
+tensor index_scores_packed(const tensor& q, const tensor& keys, const cache_row_format& fmt,
+                           const tensor& weights) {
+  check_cuda_tensor(q, dtype::f32, 3, "index_scores q");
+  check_cuda_tensor(keys, dtype::u8, 2, "index_scores packed keys");
+  const std::int64_t tokens = q.size(0), heads = q.size(1), dim = q.size(2);
+  const std::int64_t entries = keys.size(0);
+  DI_CHECK(keys.size(1) == std::int64_t(fmt.row_bytes()) && fmt.dim() == dim,
+           "index_scores: key rows of {} bytes / {} values, format {} / {}", keys.size(1), dim,
+           fmt.row_bytes(), fmt.dim());
+  check_tensor(weights, dtype::f32, {tokens, heads}, "index_scores weights");
+  same_device(q, keys, "index_scores");
+  same_device(q, weights, "index_scores");
+  tensor out = tensor::empty({tokens, entries}, dtype::f32, q.dev());  // [tokens, entries]
+  index_scores_params p;
+  p.q = q.data<float>();
+  p.weights = weights.data<float>();
+  p.keys = {keys.raw(), entries, true, fmt};
+  p.scores = out.data<float>();
+  p.tokens = int(tokens);
+  p.heads = int(heads);
+  p.dim = int(dim);
+  launch_index_scores(p, current_stream());
+  return out;
+}
+
 tensor masked_topk(const tensor& scores, const tensor& visible, const tensor& allowed, int k) {
   check_cuda_tensor(scores, dtype::f32, 2, "topk scores");
   const std::int64_t rows = scores.size(0), n = scores.size(1);
@@ -347,6 +372,22 @@ void encode_cache_rows(const tensor& x, const cache_row_format& fmt, tensor& out
                "encode_cache_rows output");
   same_device(x, out, "encode_cache_rows");
   launch_encode_cache_rows({x.data<float>(), out.data<std::uint8_t>(), nullptr, x.size(0), fmt},
+                           current_stream());
+}
+
+void encode_cache_rows_at(const tensor& x, const cache_row_format& fmt, tensor& pool,
+                          const tensor& dst_rows) {
+  check_cuda_tensor(x, dtype::f32, 2, "encode_cache_rows input");
+  DI_CHECK(x.size(1) == fmt.dim(), "encode_cache_rows: rows of {}, format holds {}", x.size(1),
+           fmt.dim());
+  check_cuda_tensor(pool, dtype::u8, 2, "encode_cache_rows pool");
+  DI_CHECK(pool.size(1) == std::int64_t(fmt.row_bytes()), "encode_cache_rows: pool rows of {} "
+           "bytes, format {}", pool.size(1), fmt.row_bytes());
+  check_tensor(dst_rows, dtype::i64, {x.size(0)}, "encode_cache_rows destination rows");
+  same_device(x, pool, "encode_cache_rows");
+  same_device(x, dst_rows, "encode_cache_rows");
+  launch_encode_cache_rows({x.data<float>(), pool.data<std::uint8_t>(),
+                            dst_rows.data<std::int64_t>(), x.size(0), fmt, pool.size(0)},
                            current_stream());
 }
 

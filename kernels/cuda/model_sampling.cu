@@ -259,7 +259,52 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const sample_params p)
   }
 }
 
+/// One block per row: mask, then suppression, then penalties (barriers between the stages).
+__global__ void logit_edit_kernel(const logit_edit_params p) {
+  const std::int64_t r = blockIdx.x;
+  float* l = p.logits + r * p.vocab;
+  if (p.allowed) {
+    const std::uint32_t* mask = p.allowed + r * ((p.vocab + 31) / 32);
+    for (std::int64_t i = threadIdx.x; i < p.vocab; i += blockDim.x)
+      if (((mask[i >> 5] >> (i & 31)) & 1u) == 0) l[i] = -INFINITY;
+  }
+  __syncthreads();
+  if (p.suppressed_offsets) {
+    for (std::int64_t j = p.suppressed_offsets[r] + threadIdx.x; j < p.suppressed_offsets[r + 1];
+         j += blockDim.x) {
+      const std::int32_t id = p.suppressed_ids[j];
+      if (id >= 0 && id < p.vocab) l[id] = -INFINITY;
+    }
+  }
+  __syncthreads();
+  if (p.seen_offsets) {
+    const penalty_row pr = p.penalties[r];
+    for (std::int64_t j = p.seen_offsets[r] + threadIdx.x; j < p.seen_offsets[r + 1];
+         j += blockDim.x) {
+      const std::int32_t id = p.seen_ids[j];
+      if (id < 0 || id >= p.vocab) continue;
+      double x = l[id];
+      x = x > 0 ? __ddiv_rn(x, pr.repetition) : __dmul_rn(x, pr.repetition);
+      const std::int32_t n = p.seen_num_output[j];
+      // no fused multiply-add: the CPU rounds the product and each sum separately
+      if (n > 0) x = __dsub_rn(x, __dadd_rn(__dmul_rn(pr.frequency, double(n)), pr.presence));
+      l[id] = float(x);
+    }
+  }
+}
+
 }  // namespace
+
+void launch_logit_edits(const logit_edit_params& p, cudaStream_t stream) {
+  DI_CHECK(p.rows >= 0 && p.vocab > 0, "logit_edits: [{}, {}] logits", p.rows, p.vocab);
+  if (p.rows == 0) return;
+  DI_CHECK(p.logits, "logit_edits: missing logits");
+  DI_CHECK(!p.suppressed_offsets || p.suppressed_ids, "logit_edits: suppressed ids missing");
+  DI_CHECK(!p.seen_offsets || (p.seen_ids && p.seen_num_output && p.penalties),
+           "logit_edits: penalty lists missing");
+  logit_edit_kernel<<<unsigned(p.rows), 256, 0, stream>>>(p);
+  detail::check_launch("logit_edits");
+}
 
 void launch_sample(const sample_params& p, cudaStream_t stream) {
   DI_CHECK(p.rows >= 0 && p.vocab > 0 && p.vocab <= 0x7fffffff, "sample: [{}, {}] logits",

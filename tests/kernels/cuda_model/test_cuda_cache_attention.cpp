@@ -1,7 +1,8 @@
 // GPU tests of the cache-row codecs (bit-exact against the CPU codec, through ring/pool row
 // maps) and of the fused sparse attention with sinks (against the CPU's decode + attention,
 // bf16 tolerance): V4.1 decode shape, prefill tokens with partial windows, unused and
-// out-of-range slots, head counts past 64, every head dim, f32 and V4 rows, forced splits.
+// out-of-range slots, head counts past 64 and below 16, head dims 128/256/512, f32 and V4 rows,
+// forced splits.
 #include "gpu_test_util.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
 #include "kernels/cuda/cuda_model_ops.hpp"
@@ -177,12 +178,13 @@ TEST_CASE("cuda attention: V4.1 decode over the FP8 window and FP4 compressed en
                           fp4_compressed(512), false, splits});
 }
 
-TEST_CASE("cuda attention: edge sizes, heads past 64, every head dim, f32 and V4 rows") {
+TEST_CASE("cuda attention: edge sizes, heads past 64, head dims 128-512, f32 and V4 rows") {
   DI_REQUIRE_GPU();
   run_attention_case({0, 64, 512, 128, 512, 10, 10, fp8_window(512), fp4_compressed(512)});
   run_attention_case({4, 64, 512, 128, 0, 200, 1, fp8_window(512), fp4_compressed(512)});
   run_attention_case({5, 100, 128, 70, 33, 90, 50, fp8_window(128), fp4_compressed(128)});
-  run_attention_case({3, 8, 64, 1, 1, 3, 3, fp8_window(64), fp4_compressed(64)});
+  run_attention_case({3, 8, 128, 1, 1, 3, 3, fp8_window(128), fp4_compressed(128)});
+  run_attention_case({9, 4, 128, 20, 7, 30, 12, fp8_window(128), fp4_compressed(128)});
   run_attention_case({6, 64, 256, 129, 65, 140, 70, fp8_window(256), fp4_compressed(256)});
   run_attention_case({7, 64, 512, 128, 200, 150, 210, fp8_window(512), fp4_compressed(512), true});
   run_attention_case({5, 64, 512, 128, 100, 140, 120, v4_window(512), v4_window(512)});
@@ -195,6 +197,8 @@ TEST_CASE("cuda attention: bad shapes are errors before launch") {
   p.tokens = 1;
   p.heads = 64;
   p.dim = 96;
+  CHECK_THROWS_AS(cuda::launch_attention(p, nullptr), error);
+  p.dim = 64;
   CHECK_THROWS_AS(cuda::launch_attention(p, nullptr), error);
   p.dim = 512;
   CHECK_THROWS_AS(cuda::launch_attention(p, nullptr), error);  // no q/out

@@ -5,6 +5,8 @@
 #include "kernels/cuda/cuda_model_twins.hpp"
 #include "kernels/ops.hpp"
 
+#include <cstring>
+
 namespace di {
 namespace {
 
@@ -84,6 +86,38 @@ TEST_CASE("attention_packed: the FP8 window ring and FP4 entries read in place")
   const tensor got = cuda::attention_packed(q.to(gpu), sinks.to(gpu), wp.to(gpu), wf, widx.to(gpu),
                                             ep.to(gpu), ef, eidx.to(gpu), 0.044f);
   CHECK(test::rel_l2(got.to(cpu_device), want) < 6e-3);
+}
+
+}  // namespace
+}  // namespace di
+
+namespace di {
+namespace {
+
+TEST_CASE("encode_cache_rows_at and index_scores_packed: pool rows and FP4 keys in place") {
+  DI_REQUIRE_GPU();
+  const device dev{device_kind::cuda, 0};
+  const cache_row_format kf{cache_quant::fp4_ue8m0, 32, 128, 0};
+  const tensor keys = test::randn({90, 128});
+  tensor pool = tensor::zeros({200, std::int64_t(kf.row_bytes())}, dtype::u8, dev);
+  tensor dst = tensor::empty({90}, dtype::i64);
+  for (int i = 0; i < 90; ++i) dst.data<std::int64_t>()[i] = 199 - 2 * i;
+  cuda::encode_cache_rows_at(keys.to(dev), kf, pool, dst.to(dev));
+  tensor want_rows = tensor::empty({90, std::int64_t(kf.row_bytes())}, dtype::u8);
+  ops::encode_cache_rows(keys, kf, want_rows);
+  const tensor host_pool = pool.to(cpu_device);
+  bool same = true;
+  for (int i = 0; i < 90; ++i)
+    same = same && std::memcmp(host_pool.data<std::uint8_t>() + (199 - 2 * i) * kf.row_bytes(),
+                               want_rows.data<std::uint8_t>() + i * kf.row_bytes(), kf.row_bytes()) == 0;
+  CHECK(same);
+
+  const tensor q = test::randn({2, 32, 128}), w = test::randn({2, 32});
+  tensor dec = tensor::empty({90, 128}, dtype::f32);
+  ops::decode_cache_rows(want_rows, kf, dec);
+  const tensor want = ops::index_scores(q, dec, w);
+  const tensor got = cuda::index_scores_packed(q.to(dev), want_rows.to(dev), kf, w.to(dev));
+  CHECK(test::max_scaled_err(got.to(cpu_device), want, 1e-4, 1e-3) <= 1.0);
 }
 
 }  // namespace

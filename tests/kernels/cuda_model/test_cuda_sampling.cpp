@@ -3,7 +3,9 @@
 // vocabulary size, seeded draws at many steps; and logsumexp for logprobs.
 #include "gpu_test_util.hpp"
 #include "kernels/cuda/cuda_model_ops.hpp"
+#include "runtime/logits_processors.hpp"
 #include "runtime/sampler.hpp"
+#include "runtime/token_counts.hpp"
 
 #include <cmath>
 
@@ -73,6 +75,68 @@ TEST_CASE("cuda sample: the CPU sampler's tokens on every filter combination") {
       CHECK(got_lse.data<float>()[r] == doctest::Approx(m + std::log(s)).epsilon(1e-6));
     }
   }
+}
+
+}  // namespace
+}  // namespace di
+
+namespace di {
+namespace {
+
+TEST_CASE("cuda logit edits: mask, suppression and penalties bit-equal to the CPU's") {
+  DI_REQUIRE_GPU();
+  const std::int64_t rows = 6, vocab = 5003, words = (vocab + 31) / 32;
+  tensor logits = test::randn({rows, vocab}, 4.0f);
+  std::vector<std::uint32_t> mask(std::size_t(rows * words));
+  for (auto& w : mask) w = std::uint32_t(test::rng()()) | std::uint32_t(test::rng()());
+  std::vector<std::int64_t> sup_off{0}, seen_off{0};
+  std::vector<std::int32_t> sup_ids, seen_ids, seen_out;
+  std::vector<cuda::penalty_row> pen(static_cast<std::size_t>(rows));
+  std::vector<runtime::token_counts> counts(static_cast<std::size_t>(rows));
+  std::vector<runtime::sampling_params> params(static_cast<std::size_t>(rows));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (int j = 0; j < 3; ++j) sup_ids.push_back(std::int32_t(test::rng()() % vocab));
+    sup_off.push_back(std::int64_t(sup_ids.size()));
+    auto& c = counts[std::size_t(r)];
+    for (int j = 0; j < 200; ++j) c.add_prompt_token(std::int32_t(test::rng()() % vocab));
+    for (int j = 0; j < 100; ++j) c.add_output_token(std::int32_t(test::rng()() % 400));
+    for (const auto& e : c.entries()) {
+      seen_ids.push_back(e.id);
+      seen_out.push_back(e.num_output);
+    }
+    seen_off.push_back(std::int64_t(seen_ids.size()));
+    auto& p = params[std::size_t(r)];
+    p.repetition_penalty = 1.0 + 0.1 * double(r);
+    p.frequency_penalty = 0.3 * double(r % 3);
+    p.presence_penalty = 0.7 - 0.2 * double(r);
+    pen[std::size_t(r)] = {p.repetition_penalty, p.frequency_penalty, p.presence_penalty};
+  }
+  tensor want = logits.clone();
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::span<float> row(want.data<float>() + r * vocab, std::size_t(vocab));
+    runtime::apply_allowed_mask(row, {mask.data() + r * words, std::size_t(words)});
+    runtime::suppress_tokens(row, {sup_ids.data() + sup_off[std::size_t(r)],
+                                   std::size_t(sup_off[std::size_t(r) + 1] - sup_off[std::size_t(r)])});
+    runtime::apply_penalties(row, counts[std::size_t(r)], params[std::size_t(r)]);
+  }
+  dbuf dl(logits);
+  const dbuf dm(mask.data(), mask.size() * 4), dso(sup_off.data(), sup_off.size() * 8),
+      dsi(sup_ids.data(), sup_ids.size() * 4), dpo(seen_off.data(), seen_off.size() * 8),
+      dpi(seen_ids.data(), seen_ids.size() * 4), dpn(seen_out.data(), seen_out.size() * 4),
+      dpr(pen.data(), pen.size() * sizeof(cuda::penalty_row));
+  cuda::logit_edit_params p;
+  p.logits = dl.get<float>();
+  p.rows = rows;
+  p.vocab = vocab;
+  p.allowed = dm.get<std::uint32_t>();
+  p.suppressed_offsets = dso.get<std::int64_t>();
+  p.suppressed_ids = dsi.get<std::int32_t>();
+  p.seen_offsets = dpo.get<std::int64_t>();
+  p.seen_ids = dpi.get<std::int32_t>();
+  p.seen_num_output = dpn.get<std::int32_t>();
+  p.penalties = dpr.get<cuda::penalty_row>();
+  cuda::launch_logit_edits(p, nullptr);
+  CHECK(test::bytes_equal(dl.to_host(want.shape(), dtype::f32), want));
 }
 
 }  // namespace
