@@ -39,12 +39,16 @@ quantized_act quantize_act(const tensor& x, int block, bool mn_major) {
   return q;
 }
 
-/// Whether sm90_block_gemm takes this weight with this activation block.
+/// Whether sm90_block_gemm takes this weight with this activation block: blocks of powers of
+/// two (activations 32..256 inputs, FP8 weights at least 16 rows x 32 inputs), K a multiple
+/// of 32 and of both blocks.
 bool block_gemm_fits(const weight_matrix& w, std::int64_t k, int act_block) {
-  if (act_block <= 0 || act_block % 32 != 0 || k % 32 != 0 || k % act_block != 0) return false;
+  auto pow2 = [](std::int64_t v) { return v > 0 && (v & (v - 1)) == 0; };
+  if (!pow2(act_block) || act_block < 32 || act_block > 256 || k % 32 != 0 || k % act_block != 0)
+    return false;
   if (w.values.type() == dtype::i8) return w.scales.type() == dtype::f8_e8m0;
-  return w.block.cols % 32 == 0 && w.block.rows % 16 == 0 &&
-         (w.block.cols % act_block == 0 || act_block % w.block.cols == 0) && k % w.block.cols == 0;
+  return pow2(w.block.cols) && w.block.cols >= 32 && w.block.rows % 16 == 0 &&
+         k % w.block.cols == 0;
 }
 
 /// Shared fields of a block_gemm launch for weight `w` and quantized activations `q`.

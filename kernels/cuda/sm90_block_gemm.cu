@@ -79,24 +79,18 @@ struct split_config {
   int chunk_steps;  ///< activation inputs staged per pass / 32 (a multiple of 8)
 };
 
-/// Weight scale of rows (lo, hi) at step `step` as fp32 factors (FP4: times 2^6).
-template <bool FP4>
-__device__ __forceinline__ void weight_scales(const block_gemm_params& p, std::int64_t row_lo,
-                                              std::int64_t row_hi, std::int64_t step,
-                                              float& lo, float& hi) {
-  if (FP4) {
-    lo = fp4_scale_factor(p.wscale_e8m0[row_lo * p.wscale_cols + step]);
-    hi = fp4_scale_factor(p.wscale_e8m0[row_hi * p.wscale_cols + step]);
-  } else {
-    const std::int64_t kb = step * step_k / p.block_cols;
-    const std::int64_t i_lo = (row_lo / p.block_rows) * p.wscale_cols + kb;
-    const std::int64_t i_hi = (row_hi / p.block_rows) * p.wscale_cols + kb;
-    lo = p.wscale_e8m0 ? e8m0_to_f32(p.wscale_e8m0[i_lo]) : p.wscale_f32[i_lo];
-    hi = p.wscale_e8m0 ? e8m0_to_f32(p.wscale_e8m0[i_hi]) : p.wscale_f32[i_hi];
-  }
-}
+/// Where a warp's two fragment rows (lo = g, hi = g + 8) find their weight scales; all index
+/// arithmetic of the hot loop is 32-bit shifts and adds (a 64-bit division costs ~60 ops).
+struct scale_rows {
+  const std::uint8_t* e8m0_lo;  // FP4: the row's e8m0 scales from the split's first step;
+  const std::uint8_t* e8m0_hi;  // FP8: the row block's scales (e8m0), or nullptr
+  const float* f32_lo;          // FP8 with fp32 scales
+  const float* f32_hi;
+  int col_shift;                // FP8: step -> scale column = (s_begin + step) * 32 >> this
+  int s_begin;
+};
 
-/// The weight scales a stage promotes with, loaded one stage ahead.
+/// The weight scales a stage promotes with (factors; FP4: times 2^6), loaded one stage ahead.
 template <bool FP4>
 struct stage_scales {
   float lo[stage_steps<FP4>()];
@@ -104,18 +98,25 @@ struct stage_scales {
 };
 
 template <bool FP4>
-__device__ __forceinline__ void load_scales(const block_gemm_params& p, std::int64_t row_lo,
-                                            std::int64_t row_hi, std::int64_t st,
-                                            std::int64_t s_end, int promote_every,
+__device__ __forceinline__ void load_scales(const scale_rows& sr, int st, int total, int pmask,
                                             stage_scales<FP4>& sc) {
 #pragma unroll
   for (int u = 0; u < stage_steps<FP4>(); ++u) {
     sc.lo[u] = sc.hi[u] = 0.0f;
-    const std::int64_t step = st + u;
-    if (step < s_end && ((step + 1) % promote_every == 0 || step + 1 == s_end))
-      weight_scales<FP4>(p, row_lo, row_hi, step, sc.lo[u], sc.hi[u]);
+    const int step = st + u;
+    if (step >= total || (((step + 1) & pmask) != 0 && step + 1 != total)) continue;
+    if (FP4) {
+      sc.lo[u] = fp4_scale_factor(sr.e8m0_lo[step]);
+      sc.hi[u] = fp4_scale_factor(sr.e8m0_hi[step]);
+    } else {
+      const int col = ((sr.s_begin + step) * step_k) >> sr.col_shift;
+      sc.lo[u] = sr.e8m0_lo ? e8m0_to_f32(sr.e8m0_lo[col]) : sr.f32_lo[col];
+      sc.hi[u] = sr.e8m0_hi ? e8m0_to_f32(sr.e8m0_hi[col]) : sr.f32_hi[col];
+    }
   }
 }
+
+__device__ __forceinline__ int log2_int(int v) { return 31 - __clz(v); }
 
 template <int NT, bool FP4>
 __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
@@ -125,6 +126,7 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
   extern __shared__ __align__(16) std::uint8_t smem[];
   constexpr int wstride = weight_stride<FP4>();
   constexpr int ssteps = stage_steps<FP4>();
+  constexpr int step_bytes = FP4 ? step_k / 2 : step_k;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int group = blockIdx.y;
   const int split = int(blockIdx.z % unsigned(cfg.k_splits));
@@ -135,10 +137,10 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
     count = p.offsets[group + 1] - row_begin;
   }
   const std::int64_t tok0 = tile * NT * 8;
-  const std::int64_t total_steps = p.k / step_k;
-  const std::int64_t s_begin = split * cfg.steps_per_split;
-  const std::int64_t s_end = min(total_steps, s_begin + cfg.steps_per_split);
-  if (tok0 >= count || s_begin >= s_end) return;  // uniform over the block
+  const int total_steps = int(p.k / step_k);
+  const int s_begin = split * int(cfg.steps_per_split);
+  const int total = min(total_steps, s_begin + int(cfg.steps_per_split)) - s_begin;  // local steps
+  if (tok0 >= count || total <= 0) return;  // uniform over the block
 
   const std::int64_t n0 = std::int64_t(blockIdx.x) * rows_per_block + warp * rows_per_warp;
   const bool warp_active = n0 < p.n;
@@ -146,30 +148,51 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
   const std::int64_t row_lo = group * p.n + min(r_lo, p.n - 1);  // rows of the stacked matrix
   const std::int64_t row_hi = group * p.n + min(r_hi, p.n - 1);
   const std::int64_t row_bytes = FP4 ? p.k / 2 : p.k;
-  const int promote_every = FP4 ? 1 : max(1, min(p.block_cols, p.act_block) / step_k);
+  const int pmask = (FP4 ? 1 : max(1, min(p.block_cols, p.act_block) / step_k)) - 1;
+  const int act_shift = log2_int(p.act_block);
   std::uint8_t* wbuf = smem + warp * num_stages * rows_per_warp * wstride;
   std::uint8_t* act_tile = smem + num_warps * num_stages * rows_per_warp * wstride;
   const int stride = cfg.chunk_steps * step_k + act_pad;
-  const int sx_per_tok = cfg.chunk_steps * step_k / p.act_block;
+  const int sx_per_tok = (cfg.chunk_steps * step_k) >> act_shift;
   float* sx_tile = reinterpret_cast<float*>(act_tile + NT * 8 * stride);
   const std::int64_t col0 = group * p.act_group_offset;  // this group's first input column
-  const std::uint8_t* act_base = p.act + col0;
-  const std::int64_t bytes_end = FP4 ? s_end * (step_k / 2) : s_end * step_k;
+  const std::uint8_t* act_base = p.act + col0 + std::int64_t(s_begin) * step_k;
 
-  // Copies stage `si` (steps s_begin + si * ssteps ...) of this warp's 16 rows: lane l moves
-  // 16 bytes of row (i * 32 + l) / 8 per instruction, 8 lanes covering a 128-byte line.
-  auto issue = [&](std::int64_t si) {
-    const std::int64_t st = s_begin + si * ssteps;
-    if (warp_active && st < s_end) {
-      std::uint8_t* dst = wbuf + int(si % num_stages) * rows_per_warp * wstride;
-      const std::int64_t byte0 = FP4 ? st * (step_k / 2) : st * step_k;
+  scale_rows sr{};
+  sr.s_begin = s_begin;
+  if (FP4) {
+    sr.e8m0_lo = p.wscale_e8m0 + row_lo * p.wscale_cols + s_begin;
+    sr.e8m0_hi = p.wscale_e8m0 + row_hi * p.wscale_cols + s_begin;
+  } else {
+    const std::int64_t b_lo = (row_lo / p.block_rows) * p.wscale_cols;
+    const std::int64_t b_hi = (row_hi / p.block_rows) * p.wscale_cols;
+    sr.e8m0_lo = p.wscale_e8m0 ? p.wscale_e8m0 + b_lo : nullptr;
+    sr.e8m0_hi = p.wscale_e8m0 ? p.wscale_e8m0 + b_hi : nullptr;
+    sr.f32_lo = p.wscale_f32 ? p.wscale_f32 + b_lo : nullptr;
+    sr.f32_hi = p.wscale_f32 ? p.wscale_f32 + b_hi : nullptr;
+    sr.col_shift = log2_int(p.block_cols);
+  }
+
+  // Lane l copies 16 bytes of row (i * 32 + l) / 8 per instruction: 8 lanes per 128-byte line.
+  constexpr int copies = rows_per_warp * stage_bytes / 16 / 32;
+  const std::uint8_t* src[copies];
+  int dst_off[copies], col_off[copies];
 #pragma unroll
-      for (int i = 0; i < rows_per_warp * stage_bytes / 16 / 32; ++i) {
-        const int idx = i * 32 + lane, r = idx / 8, c = idx % 8;
-        const std::int64_t row = group * p.n + min(n0 + r, p.n - 1);
-        if (byte0 + c * 16 < bytes_end)
-          cp_async16(dst + r * wstride + c * 16, p.weight + row * row_bytes + byte0 + c * 16);
-      }
+  for (int i = 0; i < copies; ++i) {
+    const int idx = i * 32 + lane, r = idx / 8, c = idx % 8;
+    const std::int64_t row = group * p.n + min(n0 + r, p.n - 1);
+    src[i] = p.weight + row * row_bytes + std::int64_t(s_begin) * step_bytes + c * 16;
+    dst_off[i] = r * wstride + c * 16;
+    col_off[i] = c * 16;
+  }
+  const int bytes_end = total * step_bytes;
+  auto issue = [&](int si) {
+    const int byte0 = si * stage_bytes;
+    if (warp_active && byte0 < bytes_end) {
+      std::uint8_t* dst = wbuf + (si & (num_stages - 1)) * rows_per_warp * wstride;
+#pragma unroll
+      for (int i = 0; i < copies; ++i)
+        if (byte0 + col_off[i] < bytes_end) cp_async16(dst + dst_off[i], src[i] + byte0);
     }
     cp_async_commit();  // possibly empty: keeps the group count uniform
   };
@@ -183,17 +206,17 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
 #pragma unroll
   for (int i = 0; i < num_stages - 1; ++i) issue(i);
   stage_scales<FP4> cur, next;
-  if (warp_active) load_scales<FP4>(p, row_lo, row_hi, s_begin, s_end, promote_every, cur);
-  std::int64_t c0 = s_begin, c1 = s_begin, sx0 = 0;
-  for (std::int64_t si = 0;; ++si) {
-    const std::int64_t st = s_begin + si * ssteps;
-    if (st >= s_end) break;
+  if (warp_active) load_scales<FP4>(sr, 0, total, pmask, cur);
+  int c0 = 0, c1 = 0;  // the staged activation chunk, local steps
+  for (int si = 0;; ++si) {
+    const int st = si * ssteps;
+    if (st >= total) break;
     if (st >= c1) {  // next activation chunk (uniform over the block)
       c0 = st;
-      c1 = min(s_end, c0 + cfg.chunk_steps);
-      const int units_per_row = int((c1 - c0) * step_k / 16);
-      sx0 = (col0 + c0 * step_k) / p.act_block;
-      const int sx_count = int((c1 - c0) * step_k / p.act_block);
+      c1 = min(total, c0 + cfg.chunk_steps);
+      const int units_per_row = (c1 - c0) * step_k / 16;
+      const std::int64_t sx0 = (col0 + std::int64_t(s_begin + c0) * step_k) >> act_shift;
+      const int sx_count = ((c1 - c0) * step_k) >> act_shift;
       __syncthreads();
       for (int u = threadIdx.x; u < NT * 8 * units_per_row; u += blockDim.x) {
         const int tok = u / units_per_row, unit = u % units_per_row;
@@ -219,15 +242,15 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
     }
     issue(si + num_stages - 1);
     if (!warp_active) continue;
-    if (st + ssteps < s_end)
-      load_scales<FP4>(p, row_lo, row_hi, st + ssteps, s_end, promote_every, next);
+    if (st + ssteps < total) load_scales<FP4>(sr, st + ssteps, total, pmask, next);
     cp_async_wait<num_stages - 1>();  // stage si has landed (for this lane)
     __syncwarp();                     // ... and for every lane of the warp
-    const std::uint8_t* w = wbuf + int(si % num_stages) * rows_per_warp * wstride;
+    const std::uint8_t* w = wbuf + (si & (num_stages - 1)) * rows_per_warp * wstride;
+    const std::uint8_t* b_base = act_tile + (st - c0) * step_k + 8 * t + g * stride;
 #pragma unroll
     for (int u = 0; u < ssteps; ++u) {
-      const std::int64_t step = st + u;
-      if (step >= s_end) break;
+      const int step = st + u;
+      if (step >= total) break;
       std::uint32_t a[4];
       if (FP4) {
         const std::uint32_t wl = *reinterpret_cast<const std::uint32_t*>(w + g * wstride + u * 16 + 4 * t);
@@ -244,15 +267,14 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
         a[2] = wl.y;
         a[3] = wh.y;
       }
-      const std::uint8_t* b_row = act_tile + (step - c0) * step_k + 8 * t;
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
-        const uint2 b = *reinterpret_cast<const uint2*>(b_row + (8 * j + g) * stride);
+        const uint2 b = *reinterpret_cast<const uint2*>(b_base + u * step_k + 8 * j * stride);
         mma_e4m3(tmp[j], a, b.x, b.y);
       }
-      if ((step + 1) % promote_every != 0 && step + 1 != s_end) continue;
+      if (((step + 1) & pmask) != 0 && step + 1 != total) continue;
       // Promote: acc += tmp * weight scale * activation scale.
-      const int si_x = int((col0 + step * step_k) / p.act_block - sx0);
+      const int si_x = ((step - c0) * step_k) >> act_shift;
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         const float sx_a = sx_tile[(8 * j + 2 * t) * sx_per_tok + si_x];
