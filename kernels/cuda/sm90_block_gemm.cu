@@ -1,7 +1,7 @@
 // sm90_block_gemm: y = x W^T for FP8 e4m3 weights with block scales and packed MXFP4 weights,
 // both read in their stored format, on the FP8 tensor cores (mma.sync m16n8k32 e4m3, fp32
 // accumulate). Activations come FP8-quantized per block (act_quant) and sit in shared memory;
-// each warp owns 16 weight rows and up to 64 tokens and streams its rows through a 4-stage
+// each warp owns 16 weight rows and up to 64 tokens and streams its rows through a 3-stage
 // cp.async pipeline (16-byte copies, one 128-byte line per 8 lanes) into shared memory, from
 // where the MMA fragments are read without bank conflicts (FP4 nibbles become e4m3 codes of
 // value * 2^-6 with three bit operations). The MMA result is promoted into fp32 with weight
@@ -22,10 +22,11 @@ constexpr int num_warps = 4;
 constexpr int rows_per_warp = 16;
 constexpr int rows_per_block = num_warps * rows_per_warp;
 constexpr int step_k = 32;           // inputs per MMA
-constexpr int num_stages = 4;        // weight stages in flight per warp
+constexpr int num_stages = 3;        // weight stages per warp (two in flight while one computes)
 constexpr int stage_bytes = 128;     // bytes of each row per stage (FP8: 4 steps, FP4: 8)
 constexpr int act_pad = 32;          // bytes per token row: spreads the B loads over the banks
-constexpr int act_budget = 16 * 1024;  // shared memory for the activation tile
+// Shared memory for the activation tile: small for decode tiles so that five blocks fit per SM.
+constexpr int act_budget(int nt) { return nt <= 2 ? 8 * 1024 : 16 * 1024; }
 
 /// Shared-memory row stride of a weight stage: FP8 fragments are 8-byte loads at 32-byte
 /// steps (stride = 8 mod 32 words), FP4 ones 4-byte loads at 16-byte steps (4 mod 32 words).
@@ -189,7 +190,7 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
   auto issue = [&](int si) {
     const int byte0 = si * stage_bytes;
     if (warp_active && byte0 < bytes_end) {
-      std::uint8_t* dst = wbuf + (si & (num_stages - 1)) * rows_per_warp * wstride;
+      std::uint8_t* dst = wbuf + (si % num_stages) * rows_per_warp * wstride;
 #pragma unroll
       for (int i = 0; i < copies; ++i)
         if (byte0 + col_off[i] < bytes_end) cp_async16(dst + dst_off[i], src[i] + byte0);
@@ -245,7 +246,7 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
     if (st + ssteps < total) load_scales<FP4>(sr, st + ssteps, total, pmask, next);
     cp_async_wait<num_stages - 1>();  // stage si has landed (for this lane)
     __syncwarp();                     // ... and for every lane of the warp
-    const std::uint8_t* w = wbuf + (si & (num_stages - 1)) * rows_per_warp * wstride;
+    const std::uint8_t* w = wbuf + (si % num_stages) * rows_per_warp * wstride;
     const std::uint8_t* b_base = act_tile + (st - c0) * step_k + 8 * t + g * stride;
 #pragma unroll
     for (int u = 0; u < ssteps; ++u) {
@@ -363,7 +364,7 @@ void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream) {
   splits = (total_steps + per_split - 1) / per_split;
   // Stage as many activation inputs per pass as the budget holds, in whole weight stages.
   const std::int64_t fit = std::max<std::int64_t>(
-      align, (act_budget / (nt * 8 * (step_k + 4)) - 1) / align * align);
+      align, (act_budget(nt) / (nt * 8 * (step_k + 4)) - 1) / align * align);
   const split_config cfg{int(splits), per_split, int(std::min(per_split, fit))};
   if (splits > 1)
     CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));
