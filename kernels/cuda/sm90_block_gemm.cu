@@ -25,8 +25,10 @@ constexpr int step_k = 32;           // inputs per MMA
 constexpr int num_stages = 3;        // weight stages per warp (two in flight while one computes)
 constexpr int stage_bytes = 128;     // bytes of each row per stage (FP8: 4 steps, FP4: 8)
 constexpr int act_pad = 32;          // bytes per token row: spreads the B loads over the banks
-// Shared memory for the activation tile: small for decode tiles so that five blocks fit per SM.
-constexpr int act_budget(int nt) { return nt <= 2 ? 8 * 1024 : 16 * 1024; }
+// Shared memory for the activation tile: small for decode tiles so that five blocks fit per SM,
+// large for many-token tiles (registers allow two blocks per SM there anyway), whose staging is
+// a synchronous pass per chunk: fewer, longer chunks expose its latency less often.
+constexpr int act_budget(int nt) { return nt <= 2 ? 8 * 1024 : 64 * 1024; }
 
 /// Shared-memory row stride of a weight stage: FP8 fragments are 8-byte loads at 32-byte
 /// steps (stride = 8 mod 32 words), FP4 ones 4-byte loads at 16-byte steps (4 mod 32 words).

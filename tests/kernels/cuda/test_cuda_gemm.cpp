@@ -200,3 +200,39 @@ TEST_CASE("cuda expert_linear: MXFP4 and FP8 experts, empty and >64-row experts"
 
 }  // namespace
 }  // namespace di
+
+namespace di {
+namespace {
+
+TEST_CASE("cuda GEMMs captured in a CUDA graph replay the eager results") {
+  // Decode shapes (split K: atomic adds, so compared by error, not bitwise) and an expert call.
+  const weight_matrix w = weight_to(random_fp8(320, 1280, 128), gpu);
+  const weight_matrix w4 = weight_to(random_fp4(4 * 64, 512), gpu);
+  const tensor x = varied_input(3, 1280).to(gpu);
+  const tensor xe = varied_input(6, 512).to(gpu);
+  const tensor offsets = offsets_of({1, 0, 3, 2}).to(gpu);
+  cuda::set_gemm_backend(cuda::gemm_backend::block_gemm);
+  const tensor want = ops::linear(x, w, {128}).to(cpu_device);
+  const tensor want_e = ops::expert_linear(xe, offsets, w4, {128, 3}).to(cpu_device);
+  tensor y = tensor::empty({3, 320}, dtype::f32, gpu);
+  tensor ye = tensor::empty({6, 64}, dtype::f32, gpu);
+  cudaStream_t s = cuda::current_stream();
+  cudaGraph_t graph;
+  REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  y.copy_from(ops::linear(x, w, {128}));
+  ye.copy_from(ops::expert_linear(xe, offsets, w4, {128, 3}));
+  REQUIRE(cudaStreamEndCapture(s, &graph) == cudaSuccess);
+  cudaGraphExec_t exec;
+  REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+  for (int replay = 0; replay < 3; ++replay) {
+    REQUIRE(cudaGraphLaunch(exec, s) == cudaSuccess);
+    check_close(y, want, 1e-6);
+    check_close(ye, want_e, 1e-6);
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cuda::set_gemm_backend(cuda::gemm_backend::automatic);
+}
+
+}  // namespace
+}  // namespace di
