@@ -25,7 +25,8 @@ struct shape {
 };
 
 weight_matrix device_fp8(std::int64_t n, std::int64_t k, std::int64_t block, unsigned seed) {
-  tensor scales = random_device({(n + block - 1) / block, (k + block - 1) / block}, dtype::u8, seed);
+  tensor scales =
+      random_device({(n + block - 1) / block, (k + block - 1) / block}, dtype::u8, seed);
   // Scales near 1 (2^-8 .. 2^7): random bytes would overflow the fp32 accumulators.
   tensor host = scales.to(cpu_device);
   for (std::int64_t i = 0; i < host.numel(); ++i)
@@ -65,9 +66,10 @@ void fp8_rows(const limits& lim, std::vector<result_row>& rows, const char* mode
       const bool lt = backend == cuda::gemm_backend::cublaslt;
       if (lt && !cuda::cublaslt_block_fp8_available()) continue;  // fell back: same kernel
       const double tf = flop / (us * 1e-6) / 1e12;
-      rows.push_back({fmt::format("{} fp8 {} {}", model, lt ? "cuBLASLt-blk" : "block_gemm", s.name),
-                      fmt::format("M{} N{} K{}", m, s.n, s.k), tf, "TFLOP/s", us,
-                      "DeepGEMM 1270 TFLOP/s (low end)", tf / 1270.0});
+      rows.push_back(
+          {fmt::format("{} fp8 {} {}", model, lt ? "cuBLASLt-blk" : "block_gemm", s.name),
+           fmt::format("M{} N{} K{}", m, s.n, s.k), tf, "TFLOP/s", us,
+           "DeepGEMM 1270 TFLOP/s (low end)", tf / 1270.0});
       if (lt)
         rows.push_back({"  same, vs cuBLASLt fp8 per-tensor", "", tf, "TFLOP/s", us,
                         "cuBLASLt per-tensor 1434 TFLOP/s", tf / 1434.0});
@@ -85,7 +87,8 @@ void fp8_rows(const limits& lim, std::vector<result_row>& rows, const char* mode
   }
   // M = 1: weight streaming.
   {
-    const std::size_t bytes = std::size_t(s.n * s.k) + std::size_t(((s.n + block - 1) / block) * ((s.k + block - 1) / block));
+    const std::size_t bytes = std::size_t(s.n * s.k) + std::size_t(((s.n + block - 1) / block) *
+                                                                   ((s.k + block - 1) / block));
     std::vector<weight_matrix> ws;
     for (int i = 0; i < copies_for(bytes); ++i) ws.push_back(device_fp8(s.n, s.k, block, 20 + i));
     const tensor x = random_device({1, s.k}, dtype::f32, 13);
@@ -102,8 +105,8 @@ void fp8_rows(const limits& lim, std::vector<result_row>& rows, const char* mode
     cuda::set_gemm_backend(cuda::gemm_backend::automatic);
     const double gbps = double(bytes) / (us * 1e-6) / 1e9;
     rows.push_back({fmt::format("{} fp8 block_gemm M=1 {}", model, s.name),
-                    fmt::format("N{} K{} {:.1f} MB", s.n, s.k, double(bytes) / 1e6), us,
-                    "us graph", us, "DeepGEMM M=1: 6-20 us (20 / ours)", 20.0 / us});
+                    fmt::format("N{} K{} {:.1f} MB", s.n, s.k, double(bytes) / 1e6), us, "us graph",
+                    us, "DeepGEMM M=1: 6-20 us (20 / ours)", 20.0 / us});
     rows.push_back({"  same, eager (launch overheads in)", "", eager, "us", eager,
                     "DeepGEMM M=1: 6-20 us (20 / ours)", 20.0 / eager});
     rows.push_back({"  same, weight stream rate (graph)", "", gbps, "GB/s", us,
@@ -128,7 +131,8 @@ void fp4_grouped_rows(const limits& lim, std::vector<result_row>& rows, const ch
                     fmt::format("{} tok/expert N{} K{}", t, s.n, s.k), gbps, "GB/s", us,
                     fmt::format("copy {:.0f} (DeepGEMM 92-98%)", lim.copy_gbps),
                     gbps / lim.copy_gbps});
-    const double tflops = 2.0 * double(experts) * t * double(s.n) * double(s.k) / (us * 1e-6) / 1e12;
+    const double tflops =
+        2.0 * double(experts) * t * double(s.n) * double(s.k) / (us * 1e-6) / 1e12;
     if (t >= 16)
       rows.push_back({"  same, rate", "", tflops, "TFLOP/s", us,
                       fmt::format("bf16 peak {:.0f}", lim.bf16_tflops), tflops / lim.bf16_tflops});

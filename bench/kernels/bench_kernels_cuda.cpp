@@ -1,6 +1,6 @@
-// `bench_kernels_cuda [--json FILE] [--quick] [--filter TEXT]`: the CUDA backend's kernels against the limits
-// measured in the same run -- device copy bandwidth (bytes read + written) and the cuBLAS
-// bf16 dense matmul peak -- and against the anchors of issue 5 (DeepGEMM / cuBLASLt figures
+// `bench_kernels_cuda [--json FILE] [--quick] [--filter TEXT]`: the CUDA backend's kernels against
+// the limits measured in the same run -- device copy bandwidth (bytes read + written) and the
+// cuBLAS bf16 dense matmul peak -- and against the anchors of issue 5 (DeepGEMM / cuBLASLt figures
 // measured on this H200 model). Prints one table, ratios included; run by scripts/gpu-check.sh.
 #include "bench/kernels/bench_sections.hpp"
 #include "bench/kernels/bench_timer.hpp"
@@ -18,9 +18,12 @@ int main(int argc, char** argv) {
   bool quick = false;
   std::string filter;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
-    else if (std::strcmp(argv[i], "--quick") == 0) quick = true;
-    else if (std::strcmp(argv[i], "--filter") == 0 && i + 1 < argc) filter = argv[++i];
+    if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc)
+      json = argv[++i];
+    else if (std::strcmp(argv[i], "--quick") == 0)
+      quick = true;
+    else if (std::strcmp(argv[i], "--filter") == 0 && i + 1 < argc)
+      filter = argv[++i];
     else {
       std::fprintf(stderr, "usage: bench_kernels_cuda [--json FILE] [--quick] [--filter TEXT]\n");
       return 2;

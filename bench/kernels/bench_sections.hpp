@@ -11,8 +11,8 @@ namespace di::bench {
 
 /// Measured in the same run.
 struct limits {
-  double copy_gbps = 0;     ///< device-to-device copy, bytes read + written per second / 1e9
-  double bf16_tflops = 0;   ///< cuBLAS bf16 GEMM 8192^3 on random data
+  double copy_gbps = 0;    ///< device-to-device copy, bytes read + written per second / 1e9
+  double bf16_tflops = 0;  ///< cuBLAS bf16 GEMM 8192^3 on random data
 };
 
 /// Copy bandwidth and the cuBLAS bf16 (and cuBLASLt FP8 per-tensor) matmul rates.

@@ -25,13 +25,13 @@ double median_graph_us(const std::function<void()>& fn, int repeats = 20);
 tensor random_device(const tensor_shape& shape, dtype type, unsigned seed);
 
 struct result_row {
-  std::string kernel;   ///< what ran
-  std::string shape;    ///< problem size
-  double value = 0;     ///< measured figure
-  std::string unit;     ///< of value
-  double time_us = 0;   ///< median time
-  std::string anchor;   ///< what it is compared with (limit or a peer's figure)
-  double ratio = 0;     ///< value / anchor value (or anchor time / our time), 0 = none
+  std::string kernel;  ///< what ran
+  std::string shape;   ///< problem size
+  double value = 0;    ///< measured figure
+  std::string unit;    ///< of value
+  double time_us = 0;  ///< median time
+  std::string anchor;  ///< what it is compared with (limit or a peer's figure)
+  double ratio = 0;    ///< value / anchor value (or anchor time / our time), 0 = none
 };
 
 /// Prints the table (headed "== <title> ==") and writes it as JSON to `json_path` if set.

@@ -13,13 +13,13 @@ namespace di::cuda {
 using bad_index_slot = unsigned long long;
 
 struct embedding_params {
-  const void* table;           ///< [vocab, dim] f32, or bf16 when table_bf16
+  const void* table;  ///< [vocab, dim] f32, or bf16 when table_bf16
   bool table_bf16;
-  const std::int64_t* ids;     ///< [n]
+  const std::int64_t* ids;  ///< [n]
   std::int64_t n;
   std::int64_t dim;
   std::int64_t vocab;
-  float* out;                  ///< [n, dim]; the row of a bad id is NaN
+  float* out;  ///< [n, dim]; the row of a bad id is NaN
   bad_index_slot* bad_index;
 };
 void launch_embedding(const embedding_params& p, cudaStream_t stream);
@@ -31,27 +31,27 @@ struct embedding_fp8_params {
   std::int64_t n;
   std::int64_t dim;
   std::int64_t rows;
-  std::int64_t scale_cols;     ///< dim / block
-  float* out;                  ///< [n, dim]
+  std::int64_t scale_cols;  ///< dim / block
+  float* out;               ///< [n, dim]
   bad_index_slot* bad_index;
 };
 void launch_embedding_fp8(const embedding_fp8_params& p, cudaStream_t stream);
 
 struct gather_rows_params {
-  const std::uint8_t* src;     ///< [m, row_bytes]
-  const std::int64_t* rows;    ///< [n]
+  const std::uint8_t* src;   ///< [m, row_bytes]
+  const std::int64_t* rows;  ///< [n]
   std::int64_t n;
   std::int64_t m;
   std::int64_t row_bytes;
-  std::uint8_t* out;           ///< [n, row_bytes]
+  std::uint8_t* out;  ///< [n, row_bytes]
   bad_index_slot* bad_index;
 };
 void launch_gather_rows(const gather_rows_params& p, cudaStream_t stream);
 
 struct scatter_add_params {
-  float* y;                    ///< [m, width]
-  const std::int64_t* rows;    ///< [n]
-  const float* src;            ///< [n, width]
+  float* y;                  ///< [m, width]
+  const std::int64_t* rows;  ///< [n]
+  const float* src;          ///< [n, width]
   std::int64_t n;
   std::int64_t m;
   std::int64_t width;
@@ -63,9 +63,9 @@ void launch_scatter_add_rows(const scatter_add_params& p, cudaStream_t stream);
 void launch_add_inplace(float* y, const float* x, std::int64_t n, cudaStream_t stream);
 
 struct rms_norm_params {
-  const float* x;              ///< [rows, dim]
-  const float* weight;         ///< [dim] or nullptr
-  float* out;                  ///< [rows, dim]
+  const float* x;       ///< [rows, dim]
+  const float* weight;  ///< [dim] or nullptr
+  float* out;           ///< [rows, dim]
   std::int64_t rows;
   std::int64_t dim;
   float eps;

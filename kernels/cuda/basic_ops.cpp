@@ -21,8 +21,7 @@ class bad_index_check {
     std::int64_t value = 0;
     tensor host = tensor::view_of(&value, {1}, dtype::i64);
     host.copy_from(slot_);
-    DI_CHECK(value == 0, "{}: the index at position {} is outside [0, {})", what, value - 1,
-             bound);
+    DI_CHECK(value == 0, "{}: the index at position {} is outside [0, {})", what, value - 1, bound);
   }
 
  private:
@@ -61,10 +60,10 @@ tensor embedding_fp8(const tensor& codes, const tensor& scales, const tensor& id
            "fp8 table: scales {} do not fit codes {}", scales.shape().str(), codes.shape().str());
   tensor out = tensor::empty({n, dim}, dtype::f32, codes.dev());  // [n, dim]
   bad_index_check bad(codes.dev());
-  launch_embedding_fp8({codes.data<std::uint8_t>(), scales.data<std::uint8_t>(),
-                        ids.data<std::int64_t>(), n, dim, rows, scales.size(1), out.data<float>(),
-                        bad.get()},
-                       current_stream());
+  launch_embedding_fp8(
+      {codes.data<std::uint8_t>(), scales.data<std::uint8_t>(), ids.data<std::int64_t>(), n, dim,
+       rows, scales.size(1), out.data<float>(), bad.get()},
+      current_stream());
   bad.check("fp8 table: row", rows);
   return out;
 }

@@ -98,10 +98,10 @@ void sgemm_nt(const tensor& x, const tensor& w, tensor y, int groups) {
   handles& h = thread_handles();
   const float one = 1.0f, zero = 0.0f;
   // Column-major view: y^T [out, rows] = W [in, out]^T x^T [in, rows].
-  CUBLAS_CHECK(cublasSgemmStridedBatched(
-      h.blas, CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(rows), int(in), &one, w.data<float>(),
-      int(in), out * in, x.data<float>(), int(x.size(1)), in, &zero, y.data<float>(),
-      int(y.size(1)), out, groups));
+  CUBLAS_CHECK(cublasSgemmStridedBatched(h.blas, CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(rows),
+                                         int(in), &one, w.data<float>(), int(in), out * in,
+                                         x.data<float>(), int(x.size(1)), in, &zero,
+                                         y.data<float>(), int(y.size(1)), out, groups));
 }
 
 void bf16_gemm_nt(const tensor& x, const tensor& w, tensor& y) {
@@ -138,18 +138,27 @@ bool cublaslt_block_fp8(const weight_matrix& w, const tensor& codes, const tenso
   lt_call call;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&call.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
   const cublasLtMatmulMatrixScale_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
   const cublasLtMatmulMatrixScale_t b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof a_mode));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof b_mode));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof a_scale));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof b_scale));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode,
+                                              sizeof a_mode));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode,
+                                              sizeof b_mode));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                              &a_scale, sizeof a_scale));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                              &b_scale, sizeof b_scale));
   // Column-major: D [m = out, n = rows] = A^T B with A = W stored [k, m], B = codes [k, n].
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.a, CUDA_R_8F_E4M3, std::uint64_t(k), std::uint64_t(m), k));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.b, CUDA_R_8F_E4M3, std::uint64_t(k), std::uint64_t(n), k));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.c, CUDA_R_32F, std::uint64_t(m), std::uint64_t(n), m));
+  CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&call.a, CUDA_R_8F_E4M3, std::uint64_t(k), std::uint64_t(m), k));
+  CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&call.b, CUDA_R_8F_E4M3, std::uint64_t(k), std::uint64_t(n), k));
+  CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&call.c, CUDA_R_32F, std::uint64_t(m), std::uint64_t(n), m));
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&call.pref));
   const std::size_t ws = lt_workspace_bytes;
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
@@ -170,9 +179,15 @@ bool cublaslt_block_fp8(const weight_matrix& w, const tensor& codes, const tenso
   return true;
 }
 
-bool cublaslt_block_fp8_available() { return g_lt_available; }
+bool cublaslt_block_fp8_available() {
+  return g_lt_available;
+}
 
-void set_cublaslt_scale_layout(int bits) { g_lt_layout = bits; }
-int cublaslt_scale_layout() { return g_lt_layout; }
+void set_cublaslt_scale_layout(int bits) {
+  g_lt_layout = bits;
+}
+int cublaslt_scale_layout() {
+  return g_lt_layout;
+}
 
 }  // namespace di::cuda

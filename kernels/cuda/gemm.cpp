@@ -91,8 +91,12 @@ tensor dequant_linear(const tensor& x, const weight_matrix& weight, int act_bloc
 
 }  // namespace
 
-void set_gemm_backend(gemm_backend backend) { g_backend = backend; }
-gemm_backend get_gemm_backend() { return g_backend; }
+void set_gemm_backend(gemm_backend backend) {
+  g_backend = backend;
+}
+gemm_backend get_gemm_backend() {
+  return g_backend;
+}
 
 tensor linear(const tensor& x, const weight_matrix& weight, const linear_params& params) {
   check_cuda_tensor(x, dtype::f32, 2, "linear input");
@@ -100,8 +104,8 @@ tensor linear(const tensor& x, const weight_matrix& weight, const linear_params&
   const std::int64_t rows = x.size(0), in = x.size(1), out = weight.rows();
   DI_CHECK(weight.cols() == in, "linear: input has {} features, weight [{}, {}] expects {}", in,
            weight.rows(), weight.cols(), weight.cols());
-  DI_CHECK(x.dev() == weight.values.dev(), "linear: input on {}, weight on {}",
-           to_string(x.dev()), to_string(weight.values.dev()));
+  DI_CHECK(x.dev() == weight.values.dev(), "linear: input on {}, weight on {}", to_string(x.dev()),
+           to_string(weight.values.dev()));
   const int act_block = params.act_quant_block;
   const gemm_backend backend = g_backend;
   if (!is_stored_format(weight)) {
@@ -111,15 +115,17 @@ tensor linear(const tensor& x, const weight_matrix& weight, const linear_params&
       fp8_fake_quant(input, act_block, in);
     }
     tensor y = tensor::empty({rows, out}, dtype::f32, x.dev());  // [rows, out]
-    if (weight.values.type() == dtype::bf16) bf16_gemm_nt(input, weight.values, y);
-    else sgemm_nt(input, weight.values, y, 1);
+    if (weight.values.type() == dtype::bf16)
+      bf16_gemm_nt(input, weight.values, y);
+    else
+      sgemm_nt(input, weight.values, y, 1);
     return y;
   }
   if (backend == gemm_backend::dequant_fp32 || !block_gemm_fits(weight, in, act_block))
     return dequant_linear(x, weight, act_block);
   if (rows == 0) return tensor::empty({0, out}, dtype::f32, x.dev());
-  const bool try_lt = backend == gemm_backend::cublaslt ||
-                      (backend == gemm_backend::automatic && rows >= 256);
+  const bool try_lt =
+      backend == gemm_backend::cublaslt || (backend == gemm_backend::automatic && rows >= 256);
   if (try_lt && cublaslt_fp8_fits(weight, rows, in, act_block)) {
     const quantized_act q = quantize_act(x, act_block, !(cublaslt_scale_layout() & 2));
     tensor y = tensor::empty({rows, out}, dtype::f32, x.dev());
@@ -145,10 +151,9 @@ tensor grouped_linear(const tensor& x, const weight_matrix& weight) {
   const std::int64_t out = weight.rows() / groups;
   tensor y = tensor::empty({rows, groups, out}, dtype::f32, x.dev());  // [rows, groups, out]
   // No activation quantization here (as on the CPU): SGEMM per group over the decoded weight.
-  const weight_matrix dense =
-      is_stored_format(weight) || weight.values.type() == dtype::bf16
-          ? dequantize_weight(weight, dtype::f32)
-          : weight;
+  const weight_matrix dense = is_stored_format(weight) || weight.values.type() == dtype::bf16
+                                  ? dequantize_weight(weight, dtype::f32)
+                                  : weight;
   sgemm_nt(x.view({rows, groups * in}), dense.values, y.view({rows, groups * out}), int(groups));
   return y;
 }

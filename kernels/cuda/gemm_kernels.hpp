@@ -16,13 +16,13 @@
 namespace di::cuda {
 
 struct act_quant_params {
-  const float* x;          ///< [rows, cols]
+  const float* x;  ///< [rows, cols]
   std::int64_t rows;
-  std::int64_t cols;       ///< multiple of block
-  int block;               ///< values per scale
-  std::uint8_t* codes;     ///< [rows, cols] e4m3
-  float* scales;           ///< [rows, cols / block], or [cols / block, rows] when mn_major
-  bool mn_major;           ///< scales laid out for cuBLASLt (rows contiguous)
+  std::int64_t cols;    ///< multiple of block
+  int block;            ///< values per scale
+  std::uint8_t* codes;  ///< [rows, cols] e4m3
+  float* scales;        ///< [rows, cols / block], or [cols / block, rows] when mn_major
+  bool mn_major;        ///< scales laid out for cuBLASLt (rows contiguous)
 };
 void launch_act_quant(const act_quant_params& p, cudaStream_t stream);
 
@@ -34,37 +34,38 @@ struct block_gemm_params {
   int block_rows;                   ///< weight rows per scale (FP4: 1)
   int block_cols;                   ///< weight inputs per scale (FP4: 32)
   bool fp4;
-  const std::uint8_t* act;          ///< e4m3 codes; row r of group g at act + r * act_stride + g * act_group_offset
-  const float* act_scale;           ///< [rows, act_scale_stride]
+  const std::uint8_t*
+      act;  ///< e4m3 codes; row r of group g at act + r * act_stride + g * act_group_offset
+  const float* act_scale;  ///< [rows, act_scale_stride]
   std::int64_t act_stride;
-  std::int64_t act_group_offset;    ///< elements; 0 for MoE experts
+  std::int64_t act_group_offset;  ///< elements; 0 for MoE experts
   std::int64_t act_scale_stride;
-  int act_block;                    ///< activation values per scale
-  const std::int32_t* offsets;      ///< [groups + 1] row ranges (device), or nullptr: rows each
-  std::int64_t rows;                ///< rows of every group when offsets is nullptr
-  std::int64_t max_rows;            ///< bound on any group's rows (sizes the grid)
-  std::int64_t n;                   ///< outputs per group
-  std::int64_t k;                   ///< inputs (multiple of 32; of block_cols for FP8)
+  int act_block;                ///< activation values per scale
+  const std::int32_t* offsets;  ///< [groups + 1] row ranges (device), or nullptr: rows each
+  std::int64_t rows;            ///< rows of every group when offsets is nullptr
+  std::int64_t max_rows;        ///< bound on any group's rows (sizes the grid)
+  std::int64_t n;               ///< outputs per group
+  std::int64_t k;               ///< inputs (multiple of 32; of block_cols for FP8)
   int groups;
-  float* y;                         ///< row r of group g at y + r * y_stride + g * y_group_offset
+  float* y;  ///< row r of group g at y + r * y_stride + g * y_group_offset
   std::int64_t y_stride;
   std::int64_t y_group_offset;
-  std::int64_t y_elements;          ///< size of the whole y buffer (zeroed when K is split)
+  std::int64_t y_elements;  ///< size of the whole y buffer (zeroed when K is split)
 };
 /// Enqueues the GEMM (zeroing y first when it splits K across blocks).
 void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream);
 
 struct dequantize_params {
-  const std::uint8_t* values;       ///< FP8 [rows, cols], FP4 [rows, cols / 2], or bf16/f32
-  int kind;                         ///< 0 FP8, 1 FP4, 2 bf16, 3 f32
-  const std::uint8_t* scale_e8m0;   ///< or nullptr
+  const std::uint8_t* values;      ///< FP8 [rows, cols], FP4 [rows, cols / 2], or bf16/f32
+  int kind;                        ///< 0 FP8, 1 FP4, 2 bf16, 3 f32
+  const std::uint8_t* scale_e8m0;  ///< or nullptr
   const float* scale_f32;
   std::int64_t scale_cols;
   int block_rows;
   int block_cols;
   std::int64_t rows;
   std::int64_t cols;
-  void* out;                        ///< [rows, cols] f32, or bf16 when out_bf16
+  void* out;  ///< [rows, cols] f32, or bf16 when out_bf16
   bool out_bf16;
 };
 void launch_dequantize(const dequantize_params& p, cudaStream_t stream);

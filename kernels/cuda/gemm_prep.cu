@@ -30,8 +30,10 @@ __global__ void act_quant_kernel(act_quant_params p) {
     out[i] = f32_to_e4m3(q);
   }
   if (lane == 0) {
-    if (p.mn_major) p.scales[b * p.rows + row] = scale;
-    else p.scales[row * blocks_per_row + b] = scale;
+    if (p.mn_major)
+      p.scales[b * p.rows + row] = scale;
+    else
+      p.scales[row * blocks_per_row + b] = scale;
   }
 }
 
@@ -47,17 +49,25 @@ __global__ void dequantize_kernel(dequantize_params p) {
     const std::int64_t r = i / p.cols, c = i % p.cols;
     float v;
     switch (p.kind) {
-      case 0: v = e4m3_to_f32(p.values[i]) * weight_scale(p, r, c); break;
+      case 0:
+        v = e4m3_to_f32(p.values[i]) * weight_scale(p, r, c);
+        break;
       case 1: {
         const std::uint8_t byte = p.values[r * (p.cols / 2) + c / 2];
         v = e2m1_to_f32((c & 1) ? byte >> 4 : byte & 0xf) * weight_scale(p, r, c);
         break;
       }
-      case 2: v = bf16_to_f32(reinterpret_cast<const std::uint16_t*>(p.values)[i]); break;
-      default: v = reinterpret_cast<const float*>(p.values)[i]; break;
+      case 2:
+        v = bf16_to_f32(reinterpret_cast<const std::uint16_t*>(p.values)[i]);
+        break;
+      default:
+        v = reinterpret_cast<const float*>(p.values)[i];
+        break;
     }
-    if (p.out_bf16) static_cast<std::uint16_t*>(p.out)[i] = f32_to_bf16(v);
-    else static_cast<float*>(p.out)[i] = v;
+    if (p.out_bf16)
+      static_cast<std::uint16_t*>(p.out)[i] = f32_to_bf16(v);
+    else
+      static_cast<float*>(p.out)[i] = v;
   }
 }
 

@@ -10,12 +10,12 @@
 namespace di::cuda {
 
 struct fake_quant_params {
-  float* x;                ///< [rows, dim], in place
+  float* x;  ///< [rows, dim], in place
   std::int64_t rows;
   std::int64_t dim;
-  std::int64_t num_dims;   ///< quantize the first num_dims values of each row
-  int block;               ///< values per scale
-  int kind;                ///< 0: FP8 e4m3/ue8m0, 1: FP4 e2m1/ue8m0, 2: FP4 e2m1/e4m3
+  std::int64_t num_dims;  ///< quantize the first num_dims values of each row
+  int block;              ///< values per scale
+  int kind;               ///< 0: FP8 e4m3/ue8m0, 1: FP4 e2m1/ue8m0, 2: FP4 e2m1/e4m3
 };
 void launch_fake_quant(const fake_quant_params& p, cudaStream_t stream);
 
@@ -23,13 +23,13 @@ void launch_fake_quant(const fake_quant_params& p, cudaStream_t stream);
 void launch_hadamard(float* x, std::int64_t rows, std::int64_t dim, cudaStream_t stream);
 
 struct rotary_params {
-  float* x;                      ///< [tokens, heads, dim], in place
-  const std::int64_t* positions; ///< [tokens]
-  const float* inv_freq;         ///< [pairs]
+  float* x;                       ///< [tokens, heads, dim], in place
+  const std::int64_t* positions;  ///< [tokens]
+  const float* inv_freq;          ///< [pairs]
   std::int64_t tokens;
   std::int64_t heads;
   std::int64_t dim;
-  std::int64_t pairs;            ///< the last 2 * pairs values of a row rotate
+  std::int64_t pairs;  ///< the last 2 * pairs values of a row rotate
   bool inverse;
 };
 void launch_rotary(const rotary_params& p, cudaStream_t stream);

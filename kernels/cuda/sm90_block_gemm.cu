@@ -21,14 +21,16 @@ namespace {
 constexpr int num_warps = 4;
 constexpr int rows_per_warp = 16;
 constexpr int rows_per_block = num_warps * rows_per_warp;
-constexpr int step_k = 32;           // inputs per MMA
-constexpr int num_stages = 3;        // weight stages per warp (two in flight while one computes)
-constexpr int stage_bytes = 128;     // bytes of each row per stage (FP8: 4 steps, FP4: 8)
-constexpr int act_pad = 32;          // bytes per token row: spreads the B loads over the banks
+constexpr int step_k = 32;        // inputs per MMA
+constexpr int num_stages = 3;     // weight stages per warp (two in flight while one computes)
+constexpr int stage_bytes = 128;  // bytes of each row per stage (FP8: 4 steps, FP4: 8)
+constexpr int act_pad = 32;       // bytes per token row: spreads the B loads over the banks
 // Shared memory for the activation tile: small for decode tiles so that five blocks fit per SM,
 // large for many-token tiles (registers allow two blocks per SM there anyway), whose staging is
 // a synchronous pass per chunk: fewer, longer chunks expose its latency less often.
-constexpr int act_budget(int nt) { return nt <= 2 ? 8 * 1024 : 64 * 1024; }
+constexpr int act_budget(int nt) {
+  return nt <= 2 ? 8 * 1024 : 64 * 1024;
+}
 
 /// Shared-memory row stride of a weight stage: FP8 fragments are 8-byte loads at 32-byte
 /// steps (stride = 8 mod 32 words), FP4 ones 4-byte loads at 16-byte steps (4 mod 32 words).
@@ -54,7 +56,9 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* global) {
   const unsigned dst = unsigned(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(global));
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
@@ -89,7 +93,7 @@ struct scale_rows {
   const std::uint8_t* e8m0_hi;  // FP8: the row block's scales (e8m0), or nullptr
   const float* f32_lo;          // FP8 with fp32 scales
   const float* f32_hi;
-  int col_shift;                // FP8: step -> scale column = (s_begin + step) * 32 >> this
+  int col_shift;  // FP8: step -> scale column = (s_begin + step) * 32 >> this
   int s_begin;
 };
 
@@ -119,7 +123,9 @@ __device__ __forceinline__ void load_scales(const scale_rows& sr, int st, int to
   }
 }
 
-__device__ __forceinline__ int log2_int(int v) { return 31 - __clz(v); }
+__device__ __forceinline__ int log2_int(int v) {
+  return 31 - __clz(v);
+}
 
 template <int NT, bool FP4>
 __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
@@ -256,8 +262,10 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
       if (step >= total) break;
       std::uint32_t a[4];
       if (FP4) {
-        const std::uint32_t wl = *reinterpret_cast<const std::uint32_t*>(w + g * wstride + u * 16 + 4 * t);
-        const std::uint32_t wh = *reinterpret_cast<const std::uint32_t*>(w + (g + 8) * wstride + u * 16 + 4 * t);
+        const std::uint32_t wl =
+            *reinterpret_cast<const std::uint32_t*>(w + g * wstride + u * 16 + 4 * t);
+        const std::uint32_t wh =
+            *reinterpret_cast<const std::uint32_t*>(w + (g + 8) * wstride + u * 16 + 4 * t);
         a[0] = fp4_low(wl);
         a[1] = fp4_low(wh);
         a[2] = fp4_high(wl);
@@ -304,8 +312,10 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
       const std::int64_t tk = tok0 + 8 * j + 2 * t + (c & 1);
       if (r >= p.n || tk >= count) continue;
       float* dst = y + (row_begin + tk) * p.y_stride + r;
-      if (cfg.k_splits > 1) atomicAdd(dst, acc[j][c]);
-      else *dst = acc[j][c];
+      if (cfg.k_splits > 1)
+        atomicAdd(dst, acc[j][c]);
+      else
+        *dst = acc[j][c];
     }
 }
 
@@ -333,10 +343,18 @@ template <bool FP4>
 void launch_for(const block_gemm_params& p, int nt, const split_config& cfg, dim3 grid,
                 cudaStream_t stream) {
   switch (nt) {
-    case 1: launch_tiles<1, FP4>(p, cfg, grid, stream); break;
-    case 2: launch_tiles<2, FP4>(p, cfg, grid, stream); break;
-    case 4: launch_tiles<4, FP4>(p, cfg, grid, stream); break;
-    default: launch_tiles<8, FP4>(p, cfg, grid, stream); break;
+    case 1:
+      launch_tiles<1, FP4>(p, cfg, grid, stream);
+      break;
+    case 2:
+      launch_tiles<2, FP4>(p, cfg, grid, stream);
+      break;
+    case 4:
+      launch_tiles<4, FP4>(p, cfg, grid, stream);
+      break;
+    default:
+      launch_tiles<8, FP4>(p, cfg, grid, stream);
+      break;
   }
 }
 
@@ -365,14 +383,16 @@ void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream) {
   per_split = (per_split + align - 1) / align * align;
   splits = (total_steps + per_split - 1) / per_split;
   // Stage as many activation inputs per pass as the budget holds, in whole weight stages.
-  const std::int64_t fit = std::max<std::int64_t>(
-      align, (act_budget(nt) / (nt * 8 * (step_k + 4)) - 1) / align * align);
+  const std::int64_t fit =
+      std::max<std::int64_t>(align, (act_budget(nt) / (nt * 8 * (step_k + 4)) - 1) / align * align);
   const split_config cfg{int(splits), per_split, int(std::min(per_split, fit))};
   if (splits > 1)
     CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));
   const dim3 grid(unsigned(row_tiles), unsigned(p.groups), unsigned(token_tiles * splits));
-  if (p.fp4) launch_for<true>(p, nt, cfg, grid, stream);
-  else launch_for<false>(p, nt, cfg, grid, stream);
+  if (p.fp4)
+    launch_for<true>(p, nt, cfg, grid, stream);
+  else
+    launch_for<false>(p, nt, cfg, grid, stream);
 }
 
 }  // namespace di::cuda

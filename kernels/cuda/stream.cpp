@@ -34,7 +34,9 @@ cudaStream_t current_stream() {
   return default_stream(device);
 }
 
-void synchronize() { CUDA_CHECK(cudaStreamSynchronize(current_stream())); }
+void synchronize() {
+  CUDA_CHECK(cudaStreamSynchronize(current_stream()));
+}
 
 bool is_capturing() {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
@@ -53,7 +55,9 @@ stream_scope::~stream_scope() {
   tl_has_stream = had_previous_;
 }
 
-owned_stream::owned_stream() { CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+owned_stream::owned_stream() {
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+}
 
 owned_stream::~owned_stream() {
   if (stream_) {

@@ -29,10 +29,12 @@ TEST_CASE("expert_linear equals a linear per expert over its row range") {
     const tensor y = ops::expert_linear(x, offsets, weight_matrix(w), {act, 0});
     REQUIRE(y.shape() == tensor_shape({rows, out}));
     for (int e = 0; e < experts; ++e) {
-      const std::int32_t b = offsets.data<std::int32_t>()[e], end = offsets.data<std::int32_t>()[e + 1];
+      const std::int32_t b = offsets.data<std::int32_t>()[e],
+                         end = offsets.data<std::int32_t>()[e + 1];
       if (b == end) continue;
-      const tensor want = ops::linear(x.slice(0, b, end).clone(),
-                                      weight_matrix(w.slice(0, e * out, (e + 1) * out).clone()), {act});
+      const tensor want =
+          ops::linear(x.slice(0, b, end).clone(),
+                      weight_matrix(w.slice(0, e * out, (e + 1) * out).clone()), {act});
       CHECK(std::memcmp(y.data<float>() + b * out, want.data<float>(), want.nbytes()) == 0);
     }
     for (std::int64_t i = 6 * out; i < rows * out; ++i) CHECK(y.data<float>()[i] == 0.0f);

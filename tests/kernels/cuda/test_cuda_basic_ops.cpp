@@ -159,7 +159,8 @@ TEST_CASE("cuda rotary matches the CPU (2-D and 3-D rows, inverse)") {
       tensor x = test::random_f32({tokens, heads, dim});
       tensor pos = test::random_indices(tokens, 1 << 20);
       tensor freq = test::random_f32({pairs});
-      for (std::int64_t i = 0; i < pairs; ++i) freq.data<float>()[i] = std::pow(1e4f, -float(i) / pairs);
+      for (std::int64_t i = 0; i < pairs; ++i)
+        freq.data<float>()[i] = std::pow(1e4f, -float(i) / pairs);
       for (bool inverse : {false, true}) {
         tensor cpu = x.clone(), dev = x.to(gpu);
         ops::rotary(cpu, pos, freq, inverse);

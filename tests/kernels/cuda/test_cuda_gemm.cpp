@@ -24,7 +24,8 @@ weight_matrix random_fp8(std::int64_t rows, std::int64_t cols, std::int64_t bloc
   const std::int64_t sr = (rows + block - 1) / block, sc = (cols + block - 1) / block;
   tensor scales = test::random_bytes({sr, sc}, dtype::f8_e8m0);
   for (std::int64_t i = 0; i < scales.numel(); ++i)
-    static_cast<std::uint8_t*>(scales.raw())[i] = std::uint8_t(115 + (static_cast<std::uint8_t*>(scales.raw())[i] % 21));
+    static_cast<std::uint8_t*>(scales.raw())[i] =
+        std::uint8_t(115 + (static_cast<std::uint8_t*>(scales.raw())[i] % 21));
   return weight_matrix::fp8(codes, scales, {block, block});
 }
 
@@ -33,7 +34,8 @@ weight_matrix random_fp4(std::int64_t rows, std::int64_t cols) {
   tensor packed = test::random_bytes({rows, cols / 2}, dtype::i8);
   tensor scales = test::random_bytes({rows, cols / 32}, dtype::f8_e8m0);
   for (std::int64_t i = 0; i < scales.numel(); ++i)
-    static_cast<std::uint8_t*>(scales.raw())[i] = std::uint8_t(115 + (static_cast<std::uint8_t*>(scales.raw())[i] % 21));
+    static_cast<std::uint8_t*>(scales.raw())[i] =
+        std::uint8_t(115 + (static_cast<std::uint8_t*>(scales.raw())[i] % 21));
   return weight_matrix::fp4(packed, scales);
 }
 
@@ -51,8 +53,8 @@ tensor varied_input(std::int64_t rows, std::int64_t cols) {
 }
 
 /// The CUDA linear of x and w under `backend` against the CPU's.
-void check_linear(const tensor& x, const weight_matrix& w, int act_block, cuda::gemm_backend backend,
-                  double bound) {
+void check_linear(const tensor& x, const weight_matrix& w, int act_block,
+                  cuda::gemm_backend backend, double bound) {
   const tensor want = ops::linear(x, w, {act_block});
   cuda::set_gemm_backend(backend);
   test::poison_device_pool();
@@ -115,11 +117,13 @@ TEST_CASE("cuda linear: cuBLASLt scale layouts (probe; the default must be right
 
 TEST_CASE("cuda linear: cuBLASLt block-scaled FP8 (prefill shapes) or its fallback") {
   for (std::int64_t rows : {256, 512}) {
-    for (auto [out, in] : {std::pair<std::int64_t, std::int64_t>{256, 512}, {384, 1280}, {1024, 4096}}) {
+    for (auto [out, in] :
+         {std::pair<std::int64_t, std::int64_t>{256, 512}, {384, 1280}, {1024, 4096}}) {
       const weight_matrix w = random_fp8(out, in, 128);
       const tensor x = varied_input(rows, in);
       check_linear(x, w, 128, cuda::gemm_backend::cublaslt, 2e-3);
-      MESSAGE("cuBLASLt block-scaled FP8 kernel available: " << cuda::cublaslt_block_fp8_available());
+      MESSAGE(
+          "cuBLASLt block-scaled FP8 kernel available: " << cuda::cublaslt_block_fp8_available());
       check_linear(x, w, 128, cuda::gemm_backend::block_gemm, 2e-3);
     }
   }
@@ -150,7 +154,8 @@ TEST_CASE("cuda linear: dequantized-at-load BF16 and f32 weights on cuBLAS") {
     // Without it x is rounded to bf16: bf16 accuracy.
     check_close(ops::linear(x.to(gpu), bf, {}), ops::linear(x, w8, {}), 1e-2);
     const tensor wf = test::random_f32({96, 512});
-    check_close(ops::linear(x.to(gpu), weight_matrix(wf.to(gpu)), {}), ops::linear(x, weight_matrix(wf), {}), 1e-5);
+    check_close(ops::linear(x.to(gpu), weight_matrix(wf.to(gpu)), {}),
+                ops::linear(x, weight_matrix(wf), {}), 1e-5);
   }
 }
 
@@ -172,8 +177,8 @@ tensor offsets_of(const std::vector<int>& counts) {
 }
 
 TEST_CASE("cuda expert_linear: MXFP4 and FP8 experts, empty and >64-row experts") {
-  const std::vector<std::vector<int>> cases = {{1, 0, 3, 2, 0}, {0, 0, 0, 0, 1}, {70, 1, 0, 9, 64},
-                                               {8, 8, 8, 8, 8}};
+  const std::vector<std::vector<int>> cases = {
+      {1, 0, 3, 2, 0}, {0, 0, 0, 0, 1}, {70, 1, 0, 9, 64}, {8, 8, 8, 8, 8}};
   for (const auto& counts : cases) {
     const tensor offsets = offsets_of(counts);
     const std::int64_t rows = offsets.data<std::int32_t>()[counts.size()];
