@@ -10,6 +10,8 @@
 #include "kernels/cuda/cuda_model_ops.hpp"
 #include "kernels/ops.hpp"
 
+#include <span>
+
 namespace di::cuda {
 
 tensor sparse_attention(const tensor& q, const tensor& kv, const tensor& sinks,
@@ -45,6 +47,12 @@ tensor hc_head_pre(const tensor& x, const tensor& fn, const tensor& scale, const
                    const ops::hc_params& params);
 tensor hc_collapse(const tensor& x, const tensor& pre);
 tensor hc_expand(const tensor& y, const tensor& residual, const tensor& post, const tensor& comb);
+/// One token per row of adjusted logits [rows, vocab] f32 (device) with the rows' settings
+/// (host, copied to the device): [rows] i32 on the device (launch_sample's rules). When
+/// `logsumexp` is given it receives [rows] f32 log sum exp of each row.
+tensor sample_tokens(const tensor& logits, std::span<const sample_row> settings,
+                     tensor* logsumexp = nullptr);
+
 void encode_cache_rows(const tensor& x, const cache_row_format& fmt, tensor& out);
 /// Encodes row i of x [n, fmt.dim()] into row dst_rows[i] ([n] i64) of pool [rows,
 /// fmt.row_bytes()] u8: the window ring's slots or a paged stream's rows, in one launch.

@@ -542,12 +542,8 @@ void check_table(const device_rows& t, int dim, int k, const char* what) {
 template <int D>
 void launch_dim(const attn_args& a, int head_groups, cudaStream_t stream) {
   const std::size_t smem = layout<D>::bytes(a.stage_ld);
-  static std::size_t configured = 0;  // the largest dynamic size set so far
-  if (smem > configured) {
-    CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<D>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    configured = smem;
-  }
+  static std::atomic<std::size_t> limits[16];
+  detail::ensure_smem(reinterpret_cast<const void*>(&attention_kernel<D>), smem, limits);
   const dim3 grid(unsigned(a.tokens), unsigned(a.splits), unsigned(head_groups));
   attention_kernel<D><<<grid, kThreads, smem, stream>>>(a);
   detail::check_launch("attention");

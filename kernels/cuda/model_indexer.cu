@@ -205,15 +205,12 @@ void launch_index_scores(const index_scores_params& p, cudaStream_t stream) {
              p.keys.format.dim(), p.dim);
   }
   if (p.tokens == 0 || p.keys.rows == 0) return;
+  DI_CHECK(p.tokens <= 65535, "index_scores: {} tokens in one call (at most 65535)", p.tokens);
   DI_CHECK(p.q && p.weights && p.keys.data && p.scores, "index_scores: missing operand");
   const std::size_t smem = (std::size_t(p.heads) * p.dim + std::size_t(kScoreEntries) * (p.dim + 1) +
                             4 * kScoreEntries) * sizeof(float);
-  static std::size_t configured = 48 * 1024;
-  if (smem > configured) {
-    CUDA_CHECK(cudaFuncSetAttribute(index_scores_kernel,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    configured = smem;
-  }
+  static std::atomic<std::size_t> limits[16];
+  detail::ensure_smem(reinterpret_cast<const void*>(&index_scores_kernel), smem, limits);
   const dim3 grid(detail::grid_for(p.keys.rows, kScoreEntries), unsigned(p.tokens));
   index_scores_kernel<<<grid, kScoreThreads, smem, stream>>>(
       p.q, p.weights, detail::make_dev_rows(p.keys), p.scores, p.heads, p.dim);
@@ -225,12 +222,8 @@ void launch_topk(const topk_params& p, cudaStream_t stream) {
            p.k, p.n, topk_max_k);
   if (p.rows == 0 || p.k == 0) return;
   DI_CHECK(p.scores && p.out, "topk: missing operand");
-  static bool configured = false;
-  if (!configured) {
-    CUDA_CHECK(cudaFuncSetAttribute(topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(sizeof(topk_smem))));
-    configured = true;
-  }
+  static std::atomic<std::size_t> limits[16];
+  detail::ensure_smem(reinterpret_cast<const void*>(&topk_kernel), sizeof(topk_smem), limits);
   topk_kernel<<<unsigned(p.rows), kTopkThreads, sizeof(topk_smem), stream>>>(p);
   detail::check_launch("topk");
 }

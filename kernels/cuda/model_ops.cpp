@@ -364,6 +364,31 @@ tensor hc_expand(const tensor& y, const tensor& residual, const tensor& post, co
   return out;
 }
 
+tensor sample_tokens(const tensor& logits, std::span<const sample_row> settings,
+                     tensor* logsumexp) {
+  check_cuda_tensor(logits, dtype::f32, 2, "sample logits");
+  const std::int64_t rows = logits.size(0), vocab = logits.size(1);
+  DI_CHECK(std::int64_t(settings.size()) == rows, "sample: {} settings for {} rows",
+           settings.size(), rows);
+  tensor tokens = tensor::empty({rows}, dtype::i32, logits.dev());  // [rows]
+  if (rows == 0) return tokens;
+  const std::int64_t cfg_bytes = rows * std::int64_t(sizeof(sample_row));
+  tensor cfg = tensor::empty({cfg_bytes}, dtype::u8, logits.dev());
+  cfg.copy_from(tensor::view_of(settings.data(), {cfg_bytes}, dtype::u8));
+  sample_params p;
+  p.logits = logits.data<float>();
+  p.rows_cfg = static_cast<const sample_row*>(cfg.raw());
+  p.tokens = tokens.data<std::int32_t>();
+  p.rows = rows;
+  p.vocab = vocab;
+  if (logsumexp) {
+    *logsumexp = tensor::empty({rows}, dtype::f32, logits.dev());  // [rows]
+    p.logsumexp = logsumexp->data<float>();
+  }
+  launch_sample(p, current_stream());
+  return tokens;
+}
+
 void encode_cache_rows(const tensor& x, const cache_row_format& fmt, tensor& out) {
   check_cuda_tensor(x, dtype::f32, 2, "encode_cache_rows input");
   DI_CHECK(x.size(1) == fmt.dim(), "encode_cache_rows: rows of {}, format holds {}", x.size(1),

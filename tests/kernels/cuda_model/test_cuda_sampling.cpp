@@ -3,6 +3,7 @@
 // vocabulary size, seeded draws at many steps; and logsumexp for logprobs.
 #include "gpu_test_util.hpp"
 #include "kernels/cuda/cuda_model_ops.hpp"
+#include "kernels/cuda/cuda_model_twins.hpp"
 #include "runtime/logits_processors.hpp"
 #include "runtime/sampler.hpp"
 #include "runtime/token_counts.hpp"
@@ -137,6 +138,38 @@ TEST_CASE("cuda logit edits: mask, suppression and penalties bit-equal to the CP
   p.penalties = dpr.get<cuda::penalty_row>();
   cuda::launch_logit_edits(p, nullptr);
   CHECK(test::bytes_equal(dl.to_host(want.shape(), dtype::f32), want));
+}
+
+}  // namespace
+}  // namespace di
+
+namespace di {
+namespace {
+
+TEST_CASE("cuda::sample_tokens: device logits in, device tokens out") {
+  DI_REQUIRE_GPU();
+  const device dev{device_kind::cuda, 0};
+  const tensor logits = test::randn({5, 3000}, 2.0f);
+  std::vector<cuda::sample_row> cfg(5);
+  std::vector<runtime::sampling_params> params(5);
+  for (int r = 0; r < 5; ++r) {
+    cfg[std::size_t(r)] = {r == 0 ? 0.0 : 0.9, 0.95, 0.0, 100, 1234u + unsigned(r), r};
+    params[std::size_t(r)].temperature = cfg[std::size_t(r)].temperature;
+    params[std::size_t(r)].top_p = 0.95;
+    params[std::size_t(r)].top_k = 100;
+  }
+  tensor lse;
+  const tensor tokens = cuda::sample_tokens(logits.to(dev), cfg, &lse).to(cpu_device);
+  CHECK(lse.dev() == dev);
+  runtime::sampler sampler;
+  for (int r = 0; r < 5; ++r) {
+    runtime::sample_request req;
+    req.logits = {logits.data<float>() + r * 3000, 3000};
+    req.params = &params[std::size_t(r)];
+    req.seed = cfg[std::size_t(r)].seed;
+    req.step = cfg[std::size_t(r)].step;
+    CHECK(tokens.data<std::int32_t>()[r] == sampler.sample(req).token_id);
+  }
 }
 
 }  // namespace
