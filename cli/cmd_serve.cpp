@@ -116,6 +116,7 @@ void run_serve(const serve_options& o) {
   const loaded_config c = load(o);
   di::actors::configure_logging(c.cluster.logging.level, c.cluster.logging.file, "serve");
   const sigset_t stop_signals = block_stop_signals();
+  di::server::raise_open_file_limit();
   const di::actors::model_assets assets = di::actors::load_model_assets(c.cluster);
   di::actors::process_config cfg(di::actors::network_settings_of(c.cluster));
   caf::actor_system sys{cfg};

@@ -54,7 +54,7 @@ void scheduler::apply_output(const planned_rows& rows, const sequence_output& ou
     ++counters_.num_discarded_outputs;
     return;
   }
-  token_event event{.request_id = seq->id(), .status = seq->status()};
+  token_event event{.request_id = seq->id(), .status = seq->status(), .num_cached_tokens = seq->num_cached_tokens()};
   if (!out.error.empty()) {
     event.text = seq->flush_text();
     event.error = out.error;

@@ -40,6 +40,8 @@ struct token_event {
   std::optional<std::int32_t> stop_token;            ///< the stop token id that ended it
   std::string stop_string;                           ///< the stop string that ended it
   std::string error;                                 ///< why it failed (finished_error)
+  /// Prompt tokens the current admission took from the prefix cache (usage.cached_tokens).
+  std::int64_t num_cached_tokens = 0;
 
   bool is_finished() const { return runtime::is_finished(status); }
 };

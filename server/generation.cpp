@@ -25,6 +25,7 @@ struct choice_state {
   std::string error;
   clock_type::time_point last_token;
   bool has_token = false;
+  std::int64_t num_cached_tokens = 0;  ///< of the admission that produced its first token
 };
 
 std::string random_id(const char* prefix) {
@@ -106,6 +107,7 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
 
   void record_tokens(choice_state& c, const runtime::token_event& e) {
     if (e.token_ids.empty()) return;
+    if (!c.has_token) c.num_cached_tokens = e.num_cached_tokens;
     const auto now = clock_type::now();
     if (!c.has_token) ctx_.metrics.on_first_token(session_->request_age());
     else ctx_.metrics.on_tokens(std::int64_t(e.token_ids.size()), std::chrono::duration<double>(now - c.last_token).count());
@@ -266,10 +268,12 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     std::vector<bool> counted(req_.prompts.size(), false);
     for (const choice_state& c : choices_) {
       u.completion_tokens += std::int64_t(c.out.token_ids.size());
-      if (!counted[c.prompt]) u.prompt_tokens += std::int64_t(c.prompt_ids.size());
+      if (!counted[c.prompt]) {
+        u.prompt_tokens += std::int64_t(c.prompt_ids.size());
+        u.cached_tokens += c.num_cached_tokens;
+      }
       counted[c.prompt] = true;
     }
-    u.cached_tokens = cached_tokens_;
     return u;
   }
 
@@ -307,7 +311,6 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
   std::shared_ptr<job_handle> job_;
   std::size_t num_accepted_ = 0;
   std::size_t num_ended_ = 0;
-  std::int64_t cached_tokens_ = 0;
   bool is_streaming_ = false;
   bool is_failed_ = false;
   bool is_complete_ = false;

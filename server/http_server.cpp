@@ -10,6 +10,8 @@
 #include <boost/asio/write.hpp>
 #include <fmt/format.h>
 
+#include <sys/resource.h>
+
 #include <thread>
 #include <vector>
 
@@ -72,6 +74,14 @@ struct http_server::impl {
     });
   }
 };
+
+void raise_open_file_limit() {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
 
 http_server::http_server(server_context& ctx) : impl_(std::make_unique<impl>(ctx)) { impl_->bind(); }
 

@@ -10,6 +10,9 @@
 
 namespace di::server {
 
+/// Raises this process's soft open-file limit to its hard limit (thousands of connections).
+void raise_open_file_limit();
+
 class http_server {
  public:
   /// Binds server.host:server.port (throws di::error if it cannot); serves after start().

@@ -108,7 +108,7 @@ typename Inspector::result_type inspect(Inspector& f, token_event& x) {
   optional_list<position_logprobs> prompt_logprobs{x.prompt_logprobs};
   optional_field<std::int32_t> stop_token{x.stop_token};
   return f(caf::meta::type_name("token_event"), x.request_id, x.token_ids, x.text, x.logprobs,
-           prompt_logprobs, x.status, stop_token, x.stop_string, x.error);
+           prompt_logprobs, x.status, stop_token, x.stop_string, x.error, x.num_cached_tokens);
 }
 
 template <class Inspector>

@@ -6,6 +6,7 @@
 
 #include "cli/command.hpp"
 #include "server/bench_client.hpp"
+#include "server/http_server.hpp"
 
 #include <fmt/format.h>
 
@@ -83,6 +84,7 @@ void add_bench_serve(CLI::App* bench) {
     if (p->api_key.empty())
       if (const char* k = std::getenv("DEEPINFER_API_KEY")) p->api_key = k;
     p->on_progress = progress;
+    server::raise_open_file_limit();
     const server::bench_report r = server::run_bench(*p);
     if (*json_out) fmt::print("{}\n", server::report_json(*p, r));
     else print_table(*p, r);

@@ -185,6 +185,12 @@ def usage_and_models(srv, c):
     assert len(two.choices) == 2 and two.usage.prompt_tokens > r1.usage.prompt_tokens
     ids = c.completions.create(model="tiny", prompt=[1, 2, 3, 4], max_tokens=2)
     assert ids.usage.prompt_tokens == 4
+    long_prompt = list(range(1000, 1300))
+    first = c.completions.create(model="tiny", prompt=long_prompt, max_tokens=2)
+    again = c.completions.create(model="tiny", prompt=long_prompt, max_tokens=2)
+    assert first.usage.prompt_tokens == again.usage.prompt_tokens == 300
+    assert again.usage.prompt_tokens_details.cached_tokens > 0, again.usage  # the prefix cache served it
+    assert again.usage.prompt_tokens_details.cached_tokens <= 300
     models = c.models.list()
     assert [m.id for m in models.data] == ["tiny"]
     assert c.models.retrieve("tiny").id == "tiny"
