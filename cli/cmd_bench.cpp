@@ -1,8 +1,10 @@
 // `deepinfer bench prefill|decode`: times the forward pass of a checkpoint and relates it to
 // the physical limits measured in the same run (host copy bandwidth for decode; an estimate
-// of FLOP/s for prefill). CPU reference backend for now; the CUDA executor adds --device cuda.
+// of FLOP/s for prefill). --device cuda runs the forward on the GPU (weights resident there) and
+// compares with the device copy bandwidth and the cuBLAS bf16 rate measured in the same run.
 #include "cli/command.hpp"
 #include "cli/detail/bench_serve.hpp"
+#include "cli/detail/device_setup.hpp"
 #include "cli/detail/memory_bandwidth.hpp"
 #include "cli/detail/offline_generation.hpp"
 #include "cli/detail/step_cost.hpp"
@@ -29,6 +31,7 @@ namespace {
 struct bench_options {
   std::string model;
   std::string device = "cpu";
+  std::string device_weights = "stored";
   std::string batches = "1";
   std::string contexts = "128";
   int steps = 8;
@@ -75,7 +78,7 @@ bench_batch make_batch(const di::deepseek_model& m, int batch, std::int64_t capa
   bench_batch b;
   const auto& layout = m.layout();
   b.pool = std::make_unique<di::kv_block_pool>(
-      layout, int(batch * (capacity / layout.entries_per_block + 2)));
+      layout, int(batch * (capacity / layout.entries_per_block + 2)), m.dev());
   for (int i = 0; i < batch; ++i)
     b.states.push_back(std::make_unique<di::sequence_state>(*b.pool, capacity));
   return b;
@@ -97,6 +100,28 @@ void step(const di::deepseek_model& m, bench_batch& b,
   m.forward(reqs);
 }
 
+/// Prefills every sequence on its own in chunks of at most 2048 tokens (bounds the
+/// activations of large batches at long contexts).
+void prefill_each(const di::deepseek_model& m, bench_batch& b,
+                  const std::vector<std::vector<std::int64_t>>& ids) {
+  const std::size_t chunk = 2048;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    for (std::size_t at = 0; at < ids[i].size(); at += chunk) {
+      std::vector<std::int64_t> part(ids[i].begin() + std::ptrdiff_t(at),
+                                     ids[i].begin() + std::ptrdiff_t(std::min(ids[i].size(), at + chunk)));
+      std::vector<std::int64_t> positions;
+      for (std::size_t t = 0; t < part.size(); ++t)
+        positions.push_back(b.states[i]->num_tokens() + std::int64_t(t));
+      std::vector<di::forward_request> reqs(1);
+      reqs[0].state = b.states[i].get();
+      reqs[0].tokens = part;
+      reqs[0].positions = positions;
+      reqs[0].logit_rows = {std::int64_t(part.size()) - 1};
+      m.forward(reqs);
+    }
+  }
+}
+
 /// Page faults so far that had to read from storage. The weights are memory-mapped and need
 /// not fit in RAM; a step with such faults is bound by the disk, not by memory bandwidth.
 long major_faults() {
@@ -116,7 +141,7 @@ nlohmann::json bench_decode(const di::deepseek_model& m, int batch, int context,
   bench_batch b = make_batch(m, batch, context + steps + 1);
   std::vector<std::vector<std::int64_t>> prompt;
   for (int i = 0; i < batch; ++i) prompt.push_back(random_ids(rng, context, m.config().vocab_size));
-  step(m, b, prompt);
+  prefill_each(m, b, prompt);
   std::vector<double> times;
   long faults = 0;
   for (int s = 0; s < steps + 1; ++s) {
@@ -150,7 +175,8 @@ nlohmann::json bench_decode(const di::deepseek_model& m, int batch, int context,
           {"disk_faults_per_step", double(faults) / steps}};
 }
 
-nlohmann::json bench_prefill(const di::deepseek_model& m, int batch, int context, int steps) {
+nlohmann::json bench_prefill(const di::deepseek_model& m, int batch, int context, int steps,
+                             double peak_tflops) {
   std::mt19937_64 rng(4321);
   std::vector<double> times;
   for (int s = 0; s < std::max(2, steps / 4); ++s) {
@@ -165,9 +191,14 @@ nlohmann::json bench_prefill(const di::deepseek_model& m, int batch, int context
   double sec = median(times);
   double tokens = double(batch) * context;
   double gflops = 2.0 * di::cli::active_params_per_token(m.config()) * tokens / sec / 1e9;
-  return {{"phase", "prefill"},           {"batch", batch},
-          {"context", context},           {"ms_per_step", sec * 1e3},
-          {"tokens_per_s", tokens / sec}, {"gemm_gflops_estimate", gflops}};
+  nlohmann::json row = {{"phase", "prefill"},           {"batch", batch},
+                        {"context", context},           {"ms_per_step", sec * 1e3},
+                        {"tokens_per_s", tokens / sec}, {"gemm_gflops_estimate", gflops}};
+  if (peak_tflops > 0) {
+    row["bf16_peak_tflops"] = peak_tflops;
+    row["share_of_bf16_peak"] = gflops / 1e3 / peak_tflops;
+  }
+  return row;
 }
 
 void print_table(const nlohmann::json& rows, const nlohmann::json& env) {
@@ -196,27 +227,32 @@ void print_table(const nlohmann::json& rows, const nlohmann::json& env) {
           "active params)\n",
           r["batch"].get<int>(), r["context"].get<int>(), r["ms_per_step"].get<double>(),
           r["tokens_per_s"].get<double>(), r["gemm_gflops_estimate"].get<double>());
+      if (r.contains("share_of_bf16_peak"))
+        fmt::print("        = {:.1f}% of the cuBLAS bf16 peak measured in this run ({:.0f} "
+                   "TFLOP/s)\n",
+                   100.0 * r["share_of_bf16_peak"].get<double>(),
+                   r["bf16_peak_tflops"].get<double>());
     }
   }
 }
 
 void run_bench(const bench_options& o, bool decode) {
-  DI_CHECK(o.device == "cpu",
-           "--device {}: only the cpu backend is available in this build of "
-           "`bench` (the CUDA executor adds cuda)",
-           o.device);
   DI_CHECK(o.steps > 0, "--steps must be positive");
   auto batches = parse_list(o.batches, "--batch");
   auto contexts = parse_list(o.contexts, "--context");
   const double load_start = now_s();
   auto loaded = di::cli::load_model_for_generation(o.model, o.act_quant);
+  const di::device dev = di::cli::place_model(*loaded.model, o.device, o.device_weights);
   const double load_s = now_s() - load_start;
   const di::deepseek_model* model = loaded.model.get();
   int threads = 1;
 #ifdef _OPENMP
   threads = omp_get_max_threads();
 #endif
-  double copy_gbs = di::cli::measure_copy_bandwidth();
+  const bool on_gpu = dev.kind == di::device_kind::cuda;
+  const double copy_gbs =
+      on_gpu ? di::cli::measure_device_copy_gbs(dev) : di::cli::measure_copy_bandwidth();
+  const double peak_tflops = on_gpu && !decode ? di::cli::measure_device_bf16_tflops(dev) : 0.0;
   nlohmann::json env = {{"model", o.model},
                         {"device", o.device},
                         {"threads", threads},
@@ -226,7 +262,7 @@ void run_bench(const bench_options& o, bool decode) {
   for (int b : batches)
     for (int c : contexts)
       rows.push_back(decode ? bench_decode(*model, b, c, o.steps, copy_gbs)
-                            : bench_prefill(*model, b, c, o.steps));
+                            : bench_prefill(*model, b, c, o.steps, peak_tflops));
   if (o.json) {
     env["results"] = rows;
     fmt::print("{}\n", env.dump(2));
@@ -237,7 +273,10 @@ void run_bench(const bench_options& o, bool decode) {
 
 void add_common(CLI::App* sub, const std::shared_ptr<bench_options>& o) {
   sub->add_option("--model", o->model, "Checkpoint folder")->required();
-  sub->add_option("--device", o->device, "Backend: cpu")->capture_default_str();
+  sub->add_option("--device", o->device, "Backend: cpu, cuda or cuda:N")->capture_default_str();
+  sub->add_option("--device-weights", o->device_weights,
+                  "CUDA weight layout: stored (FP8/FP4 as the checkpoint stores them) or f32")
+      ->capture_default_str();
   sub->add_option("--batch", o->batches, "Comma-separated batch sizes")->capture_default_str();
   sub->add_option("--context", o->contexts,
                   "Comma-separated context lengths (tokens already in "

@@ -3,6 +3,7 @@
 // Without --model it uses a built-in default: the tiny-v41 preset, generated once into the
 // user's cache folder.
 #include "cli/command.hpp"
+#include "cli/detail/device_setup.hpp"
 #include "cli/detail/offline_generation.hpp"
 #include "common/error.hpp"
 #include "common/mapped_file.hpp"
@@ -30,6 +31,9 @@ struct generate_options {
   std::string prompt_ids;
   std::string chat;
   std::string act_quant = "on";
+  std::string response_format;
+  std::string device = "cpu";
+  std::string device_weights = "stored";
   bool json = false;
   bool no_stats = false;
   di::runtime::sampling_params params;
@@ -138,9 +142,14 @@ void run_generate(generate_options& o) {
   DI_CHECK(o.max_tokens > 0, "--max-tokens must be positive, got {}", o.max_tokens);
   std::string dir = o.model.empty() ? default_model() : o.model;
   di::cli::loaded_model m = di::cli::load_model_for_generation(dir, o.act_quant == "on");
+  di::cli::place_model(*m.model, o.device, o.device_weights);
   di::cli::generation_request req;
   req.prompt_ids = prompt_tokens(o, m, dir);
   req.params = o.params;
+  if (!o.response_format.empty()) {
+    req.params.response_format = di::grammar::to_inline_spec(di::grammar::parse_response_format(o.response_format));
+    di::cli::enable_structured_output(m);
+  }
   req.params.max_tokens = o.max_tokens;
   if (o.seed >= 0) req.params.seed = std::uint64_t(o.seed);
   if (o.logprobs >= 0) req.params.logprobs = o.logprobs;
@@ -186,10 +195,17 @@ void setup_generate(CLI::App& app) {
   sub->add_option("--seed", o->seed, "Random seed (same seed, same output)");
   sub->add_option("--stop", o->params.stop, "Stop string (repeatable); not included in the output");
   sub->add_flag("--ignore-eos", o->params.ignore_eos, "Do not stop at the end-of-sequence token");
+  sub->add_option("--response-format", o->response_format, "Structured output: json_schema:FILE, "
+                  "json_object, regex:PATTERN or ebnf:FILE (the text is guaranteed to match; it "
+                  "ends when the grammar is complete)");
   sub->add_option("--logprobs", o->logprobs, "Return the top-K logprobs of every generated token");
   sub->add_option("--prompt-logprobs", o->prompt_logprobs, "Return the top-K logprobs of every prompt token");
   sub->add_option("--act-quant", o->act_quant, "FP8 activation quantization before FP8/FP4 GEMMs "
                   "(on = DeepSeek's official numerics; off = the reference's variant B)")->capture_default_str();
+  sub->add_option("--device", o->device, "Where the forward runs: cpu, cuda or cuda:N (weights "
+                  "resident on the GPU)")->capture_default_str();
+  sub->add_option("--device-weights", o->device_weights, "CUDA weight layout: stored (FP8/FP4 "
+                  "as the checkpoint stores them) or f32 (decoded exactly)")->capture_default_str();
   sub->add_flag("--json", o->json, "Print one JSON object (prompt_ids, output_ids, text, "
                 "finish_reason, logprobs, prompt_logprobs) instead of streaming text");
   sub->add_flag("--no-stats", o->no_stats, "Do not print the timing line on stderr");

@@ -21,20 +21,31 @@ void quantize_window_rows(const forward_pass& pass, tensor& kv) {
 /// new rows; indices[t] names the rows at positions max(0, p - window + 1) .. p.
 struct window_rows {
   tensor kv;       // [previous + count, head_dim]
-  tensor indices;  // [count, window] i32
+  tensor indices;  // [count, window] i32 (host)
 };
+
+/// Runs f(first ring slot, first row, n) over the at most two contiguous ring runs that hold
+/// positions [begin, begin + n).
+template <typename F>
+void for_ring_runs(std::int64_t win, std::int64_t begin, std::int64_t n, F f) {
+  for (std::int64_t done = 0; done < n;) {
+    const std::int64_t slot = (begin + done) % win;
+    const std::int64_t run = std::min(n - done, win - slot);
+    f(slot, done, run);
+    done += run;
+  }
+}
 
 window_rows gather_window(const forward_pass& pass, int layer, sequence_pass& s,
                           const tensor& kv_new) {
   const std::int64_t win = pass.layout.window;
   const std::int64_t prev = std::min(s.start, win - 1);
   tensor ring = s.state->window_ring(layer);  // [window, row_bytes]
-  tensor prev_rows = tensor::empty({prev, kv_new.size(1)}, dtype::f32);
-  for (std::int64_t i = 0; i < prev; ++i) {
-    const std::int64_t pos = s.start - prev + i;
-    tensor out = prev_rows.slice(0, i, i + 1);
-    ops::decode_cache_rows(ring.slice(0, pos % win, pos % win + 1), pass.layout.window_format, out);
-  }
+  tensor prev_rows = tensor::empty({prev, kv_new.size(1)}, dtype::f32, pass.dev());
+  for_ring_runs(win, s.start - prev, prev, [&](std::int64_t slot, std::int64_t row, std::int64_t n) {
+    tensor out = prev_rows.slice(0, row, row + n);
+    ops::decode_cache_rows(ring.slice(0, slot, slot + n), pass.layout.window_format, out);
+  });
   const tensor parts[] = {prev_rows, kv_new};
   window_rows w{ops::concat_rows(parts), tensor::empty({s.count, win}, dtype::i32)};
   const std::int64_t first = s.start - prev;  // position of row 0
@@ -53,11 +64,13 @@ window_rows gather_window(const forward_pass& pass, int layer, sequence_pass& s,
 void update_ring(const forward_pass& pass, int layer, sequence_pass& s, const tensor& kv_new) {
   const std::int64_t win = pass.layout.window;
   tensor ring = s.state->window_ring(layer);  // [window, row_bytes]
-  for (std::int64_t t = std::max<std::int64_t>(0, s.count - win); t < s.count; ++t) {
-    const std::int64_t slot = (s.start + t) % win;
-    tensor out = ring.slice(0, slot, slot + 1);
-    ops::encode_cache_rows(kv_new.slice(0, t, t + 1), pass.layout.window_format, out);
-  }
+  const std::int64_t first = std::max<std::int64_t>(0, s.count - win);
+  for_ring_runs(win, s.start + first, s.count - first,
+                [&](std::int64_t slot, std::int64_t row, std::int64_t n) {
+                  tensor out = ring.slice(0, slot, slot + n);
+                  ops::encode_cache_rows(kv_new.slice(0, first + row, first + row + n),
+                                         pass.layout.window_format, out);
+                });
 }
 
 /// Window plus compressed entries of one sequence, and its attention output [count, H, hd].
@@ -66,9 +79,15 @@ tensor attend_sequence(forward_pass& pass, int layer, sequence_pass& s, const te
   const layer_weights& w = pass.weights.layers[std::size_t(layer)];
   window_rows win = gather_window(pass, layer, s, kv);
   update_ring(pass, layer, s, kv);
+  const float scale = 1.0f / std::sqrt(float(pass.config.head_dim));
+  compressed_attention comp;
+  if (pass.config.compress_ratio(layer) > 0)
+    comp = compressed_forward(pass, layer, s, x, q_residual);
+  if (pass.on_cuda())  // two pools, two index lists: nothing merged on the host
+    return two_pool_attention(q, w.attn.sinks, win.kv, pass.upload(win.indices), comp.kv,
+                              comp.indices, scale);
   tensor pool = win.kv, indices = win.indices;
-  if (pass.config.compress_ratio(layer) > 0) {
-    compressed_attention comp = compressed_forward(pass, layer, s, x, q_residual);
+  if (comp.kv.defined()) {
     const std::int64_t base = win.kv.size(0), kw = win.indices.size(1), kc = comp.indices.size(1);
     const tensor parts[] = {win.kv, comp.kv};
     pool = ops::concat_rows(parts);
@@ -82,7 +101,6 @@ tensor attend_sequence(forward_pass& pass, int layer, sequence_pass& s, const te
       }
     }
   }
-  const float scale = 1.0f / std::sqrt(float(pass.config.head_dim));
   return ops::sparse_attention(q, pool, w.attn.sinks, indices, {scale});
 }
 

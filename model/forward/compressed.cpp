@@ -13,10 +13,11 @@ namespace di::detail {
 namespace {
 
 /// Positions [count] i64 of the entries first, first + 1, ...: entry w stands at w * ratio.
-tensor entry_positions(std::int64_t first, std::int64_t count, int ratio) {
+tensor entry_positions(const forward_pass& pass, std::int64_t first, std::int64_t count,
+                       int ratio) {
   tensor p = tensor::empty({count}, dtype::i64);  // [count]
   for (std::int64_t i = 0; i < count; ++i) p.data<std::int64_t>()[i] = (first + i) * ratio;
-  return p;
+  return pass.upload(p);
 }
 
 /// Feeds the sequence's new rows x [count, dim] through compressor `cw` (state slot `slot`)
@@ -28,12 +29,10 @@ tensor compress(const forward_pass& pass, sequence_pass& s, const tensor& x,
   if (slot < 0) return ops::rms_norm(kv, cw.norm, eps);  // ratio 1: every token is an entry
   const compressor_slot& cs = pass.layout.compressors[std::size_t(slot)];
   tensor score = ops::linear(x, cw.wgate);  // [count, width]
-  if (cw.ape.defined()) {
-    const std::int64_t width = score.size(1);
-    for (std::int64_t t = 0; t < s.count; ++t)
-      for (std::int64_t d = 0; d < width; ++d)
-        score.data<float>()[t * width + d] +=
-            cw.ape.data<float>()[((s.start + t) % cs.ratio) * width + d];
+  if (cw.ape.defined()) {  // score[t] += ape[(start + t) % ratio]
+    std::vector<std::int64_t> phase;
+    for (std::int64_t t = 0; t < s.count; ++t) phase.push_back((s.start + t) % cs.ratio);
+    ops::add_inplace(score, ops::gather_rows(cw.ape, pass.index(phase)));
   }
   tensor state_kv = s.state->compressor_kv(slot), state_score = s.state->compressor_score(slot);
   tensor pooled = ops::compress_tokens(kv, score, s.start, state_kv, state_score,
@@ -44,7 +43,8 @@ tensor compress(const forward_pass& pass, sequence_pass& s, const tensor& x,
 /// Quantizes rows into stream `stream`'s format and appends them.
 void append(const forward_pass& pass, sequence_pass& s, int stream, const tensor& rows) {
   const cache_row_format& f = pass.layout.streams[std::size_t(stream)].format;
-  tensor packed = tensor::empty({rows.size(0), std::int64_t(f.row_bytes())}, dtype::u8);
+  tensor packed =
+      tensor::empty({rows.size(0), std::int64_t(f.row_bytes())}, dtype::u8, pass.dev());
   ops::encode_cache_rows(rows, f, packed);
   s.state->append_entries(stream, packed);
 }
@@ -56,8 +56,14 @@ const tensor& decoded(const forward_pass& pass, sequence_pass& s, decoded_stream
   const cache_row_format& f = pass.layout.streams[std::size_t(stream)].format;
   d.stream = stream;
   d.entries = entries;
-  d.rows = tensor::empty({entries, f.dim()}, dtype::f32);  // [entries, dim]
-  ops::decode_cache_rows(s.state->read_entries(stream, 0, entries), f, d.rows);
+  d.rows = tensor::empty({entries, f.dim()}, dtype::f32, pass.dev());  // [entries, dim]
+  if (pass.on_cuda()) {  // one gather of the entries' rows from the stream's blocks
+    const std::vector<std::int64_t> rows = s.state->entry_rows(stream, 0, entries);
+    ops::decode_cache_rows(ops::gather_rows(s.state->pool().arena(stream), pass.index(rows)), f,
+                           d.rows);
+  } else {
+    ops::decode_cache_rows(s.state->read_entries(stream, 0, entries), f, d.rows);
+  }
   return d.rows;
 }
 
@@ -67,7 +73,7 @@ void feed_v41_source(const forward_pass& pass, int layer, sequence_pass& s, cons
   const layer_weights& w = pass.weights.layers[std::size_t(layer)];
   const int r = c.compress_ratio(layer);
   tensor latent = compress(pass, s, x, w.compressor, pass.layout.compressor_of(layer, false));
-  tensor pos = entry_positions(s.start / r, latent.size(0), r);
+  tensor pos = entry_positions(pass, s.start / r, latent.size(0), r);
   if (c.is_index_source(layer)) {
     tensor keys = ops::rms_norm(ops::linear(latent, w.indexer.wk), w.indexer.k_norm,
                                 float(c.rms_norm_eps));  // [completed, index_head_dim]
@@ -84,7 +90,7 @@ void feed_v4_layer(const forward_pass& pass, int layer, sequence_pass& s, const 
   const layer_weights& w = pass.weights.layers[std::size_t(layer)];
   const int r = pass.config.compress_ratio(layer);
   tensor latent = compress(pass, s, x, w.compressor, pass.layout.compressor_of(layer, false));
-  tensor pos = entry_positions(s.start / r, latent.size(0), r);
+  tensor pos = entry_positions(pass, s.start / r, latent.size(0), r);
   ops::rotary(latent, pos, pass.inv_freq_compress, false);
   append(pass, s, pass.layout.stream_of(layer, stream_kind::compressed_kv), latent);
   if (!pass.config.has_indexer(layer)) return;
@@ -111,15 +117,17 @@ index_query make_index_query(const forward_pass& pass, int layer, sequence_pass&
   if (!c.is_v41()) ops::hadamard(flat);
   ops::fp4_fake_quant(flat, 32, ops::fp4_scale::ue8m0);
   tensor weights = ops::linear(x, iw.weights_proj);  // [count, heads] fp32
-  const float scale = 1.0f / std::sqrt(float(dim)) * (1.0f / std::sqrt(float(heads)));
-  for (std::int64_t i = 0; i < weights.numel(); ++i) weights.data<float>()[i] *= scale;
+  if (!pass.weights.index_scale_folded) {
+    const float scale = 1.0f / std::sqrt(float(dim)) * (1.0f / std::sqrt(float(heads)));
+    for (std::int64_t i = 0; i < weights.numel(); ++i) weights.data<float>()[i] *= scale;
+  }
   return {q, weights};
 }
 
-tensor visible_counts(const sequence_pass& s, int ratio) {
+tensor visible_counts(const forward_pass& pass, const sequence_pass& s, int ratio) {
   tensor v = tensor::empty({s.count}, dtype::i64);  // [count]
   for (std::int64_t t = 0; t < s.count; ++t) v.data<std::int64_t>()[t] = (s.start + t + 1) / ratio;
-  return v;
+  return pass.upload(v);
 }
 
 /// Scores the keys with this layer's queries and returns the top-k entries per token.
@@ -129,7 +137,7 @@ tensor run_indexer(const forward_pass& pass, int layer, sequence_pass& s, const 
   const std::int64_t entries = keys.size(0);
   index_query iq = make_index_query(pass, layer, s, x, q_residual);
   tensor scores = ops::index_scores(iq.q, keys, iq.weights);  // [count, entries]
-  tensor visible = visible_counts(s, c.compress_ratio(layer));
+  tensor visible = visible_counts(pass, s, c.compress_ratio(layer));
   tensor allowed;
   if (c.is_v41() && layer == c.candidate_source_layer_id) {
     s.candidates =
@@ -145,13 +153,14 @@ tensor run_indexer(const forward_pass& pass, int layer, sequence_pass& s, const 
 }
 
 /// V4 layers without an indexer attend every visible entry.
-tensor all_visible(const sequence_pass& s, int ratio, std::int64_t entries) {
+tensor all_visible(const forward_pass& pass, const sequence_pass& s, int ratio,
+                   std::int64_t entries) {
   tensor idx = tensor::empty({s.count, entries}, dtype::i32);  // [count, entries]
   for (std::int64_t t = 0; t < s.count; ++t)
     for (std::int64_t e = 0; e < entries; ++e)
       idx.data<std::int32_t>()[t * entries + e] =
           e < (s.start + t + 1) / ratio ? std::int32_t(e) : -1;
-  return idx;
+  return pass.upload(idx);
 }
 
 }  // namespace
@@ -165,7 +174,7 @@ compressed_attention compressed_forward(forward_pass& pass, int layer, sequence_
     feed_v4_layer(pass, layer, s, x);
     const tensor& kv =
         decoded(pass, s, s.kv, pass.layout.stream_of(layer, stream_kind::compressed_kv), entries);
-    if (!c.has_indexer(layer)) return {kv, all_visible(s, r, entries)};
+    if (!c.has_indexer(layer)) return {kv, all_visible(pass, s, r, entries)};
     const tensor& keys =
         decoded(pass, s, s.keys, pass.layout.stream_of(layer, stream_kind::index_keys), entries);
     return {kv, run_indexer(pass, layer, s, x, q_residual, keys)};
@@ -177,7 +186,7 @@ compressed_attention compressed_forward(forward_pass& pass, int layer, sequence_
       decoded(pass, s, s.kv, pass.layout.stream_of(source, stream_kind::compressed_kv), entries);
   if (c.is_index_source(layer)) {
     if (entries == 0) {
-      s.topk = tensor::empty({s.count, 0}, dtype::i32);
+      s.topk = tensor::empty({s.count, 0}, dtype::i32, pass.dev());
     } else {
       const int key_stream = pass.layout.stream_of(source, stream_kind::index_keys);
       DI_CHECK(key_stream >= 0, "layer {}: KV source {} has no indexer keys", layer, source);

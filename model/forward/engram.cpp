@@ -3,6 +3,8 @@
 // a gate of how well stream and key agree.
 #include "model/forward/detail/forward_pass.hpp"
 
+#include <vector>
+
 namespace di::detail {
 
 tensor engram_forward(const forward_pass& pass, int layer, const tensor& x,
@@ -14,13 +16,15 @@ tensor engram_forward(const forward_pass& pass, int layer, const tensor& x,
   tensor flat_ids = hash_ids.clone().view({rows * cols});                    // [rows * cols]
   tensor emb = ops::embedding_fp8(e.table_codes, e.table_scales, flat_ids);  // [rows*cols, hd]
   tensor kv = pass.linear(emb.view({rows, cols * head_dim}), e.wkv);         // [rows, (hc+1)*dim]
-  tensor split = kv.view({rows, hc + 1, dim});                               // [rows, hc + 1, dim]
-  tensor key = split.slice(1, 0, hc).clone();                                // [rows, hc, dim]
-  tensor value = split.slice(1, hc, hc + 1).clone().view({rows, dim});       // [rows, dim]
-  tensor weight = tensor::empty({hc, dim}, dtype::f32);  // [hc, dim] q_weight * k_weight
-  for (std::int64_t i = 0; i < hc * dim; ++i)
-    weight.data<float>()[i] = e.q_weight.data<float>()[i] * e.k_weight.data<float>()[i];
-  return ops::engram_gate(x, key, value, weight, {float(c.rms_norm_eps), 1e-6f});
+  std::vector<std::int64_t> key_rows, value_rows;  // rows of kv viewed as [rows * (hc + 1), dim]
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t k = 0; k < hc; ++k) key_rows.push_back(r * (hc + 1) + k);
+    value_rows.push_back(r * (hc + 1) + hc);
+  }
+  const tensor split = kv.view({rows * (hc + 1), dim});
+  tensor key = ops::gather_rows(split, pass.index(key_rows)).view({rows, hc, dim});  // [rows, hc, dim]
+  tensor value = ops::gather_rows(split, pass.index(value_rows));                   // [rows, dim]
+  return ops::engram_gate(x, key, value, e.qk_weight, {float(c.rms_norm_eps), 1e-6f});
 }
 
 }  // namespace di::detail

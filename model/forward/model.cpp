@@ -27,6 +27,12 @@ std::unique_ptr<deepseek_model> deepseek_model::load(const std::filesystem::path
   return std::make_unique<deepseek_model>(std::move(config), std::move(weights), options);
 }
 
+void deepseek_model::to_device(device dev, device_weight_format format) {
+  weights_ = weights_to_device(weights_, config_, dev, format);
+  inv_freq_main_ = inv_freq_main_.to(dev);
+  inv_freq_compress_ = inv_freq_compress_.to(dev);
+}
+
 namespace {
 
 void validate_request(const model_config& c, const forward_request& r, std::size_t index) {
@@ -102,7 +108,11 @@ tensor engram_ids(const model_config& c, std::span<forward_request> batch,
 
 std::vector<forward_output> deepseek_model::forward(std::span<forward_request> batch) const {
   DI_CHECK(!batch.empty(), "forward: empty batch");
-  for (std::size_t i = 0; i < batch.size(); ++i) validate_request(config_, batch[i], i);
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    validate_request(config_, batch[i], i);
+    DI_CHECK(batch[i].state->dev() == dev(), "request {}: a state on {}, the model on {}", i,
+             to_string(batch[i].state->dev()), to_string(dev()));
+  }
   for (std::size_t i = 0; i < batch.size(); ++i)
     for (std::size_t j = 0; j < i; ++j)
       DI_CHECK(batch[i].state != batch[j].state, "requests {} and {} share a sequence state", j, i);
@@ -128,6 +138,12 @@ std::vector<forward_output> deepseek_model::forward(std::span<forward_request> b
               pass.positions.data<std::int64_t>() + s.offset);
     s.positions = pass.positions.slice(0, s.offset, s.offset + s.count);
     pass.seqs.push_back(s);
+  }
+  if (dev().kind != device_kind::cpu) {  // small index tensors travel once per call
+    pass.tokens = pass.tokens.to(dev());
+    pass.positions = pass.positions.to(dev());
+    for (detail::sequence_pass& s : pass.seqs)
+      s.positions = pass.positions.slice(0, s.offset, s.offset + s.count);
   }
   std::vector<forward_output> out = detail::run_model(pass, batch, hash_ids);
   for (std::size_t i = 0; i < batch.size(); ++i) {

@@ -8,6 +8,7 @@
 #include "kernels/tensor.hpp"
 #include "model/engram/hasher.hpp"
 #include "model/forward/cache_layout.hpp"
+#include "model/forward/device_weights.hpp"
 #include "model/forward/sequence_state.hpp"
 #include "model/forward/weights.hpp"
 
@@ -52,6 +53,11 @@ class deepseek_model {
                                               forward_options options = {});
 
   const model_config& config() const { return config_; }
+  /// Where the weights live; sequence states must live there too.
+  device dev() const { return weights_.dev; }
+  /// Moves the weights (and rope tables) to `dev`, a CUDA device, in `format`: forward()
+  /// then runs on the CUDA twins of the ops and takes states of a pool on `dev`.
+  void to_device(device dev, device_weight_format format = device_weight_format::stored);
   const cache_layout& layout() const { return layout_; }
   const forward_options& options() const { return options_; }
   void set_options(const forward_options& options) { options_ = options; }

@@ -4,6 +4,7 @@
 // shared expert added unscaled.
 #include "model/forward/detail/forward_pass.hpp"
 
+#include <algorithm>
 #include <vector>
 
 namespace di::detail {
@@ -42,25 +43,91 @@ ops::routing route_tokens(const forward_pass& pass, int layer, const tensor& x) 
   return ops::route(logits, m.bias, fixed, rp);
 }
 
+/// Rows [e * out, (e + 1) * out) of a stacked [experts * out, in] matrix: expert e's own.
+weight_matrix expert_rows(const weight_matrix& stacked, int e, int experts) {
+  const std::int64_t out = stacked.rows() / experts;
+  weight_matrix w = stacked;
+  w.values = stacked.values.slice(0, e * out, (e + 1) * out);
+  if (stacked.scales.defined()) {
+    const std::int64_t srows = stacked.scales.size(0) / experts;
+    w.scales = stacked.scales.slice(0, e * srows, (e + 1) * srows);
+  }
+  return w;
+}
+
+/// Expert e's projections: its own (host weights, f32 device weights) or its rows of the
+/// stacked stored-format matrices.
+expert_weights expert_of(const moe_weights& m, int e, int experts) {
+  if (!m.experts.empty()) return m.experts[std::size_t(e)];
+  const expert_weights& s = m.stacked;
+  return {{expert_rows(s.w1.w, e, experts), s.w1.quantized},
+          {expert_rows(s.w2.w, e, experts), s.w2.quantized},
+          {expert_rows(s.w3.w, e, experts), s.w3.quantized}};
+}
+
+/// Whether the experts run as one grouped GEMM per projection (CUDA, stored-format stacked
+/// weights, activation quantization on).
+bool grouped_experts(const forward_pass& pass, const moe_weights& m) {
+  return pass.on_cuda() && m.stacked.w1.w.values.defined() && m.stacked.w1.quantized &&
+         pass.act(m.stacked.w1).act_quant_block > 0;
+}
+
+/// Every routed token through its experts in one expert_linear per projection: rows sorted by
+/// expert (a routing copy to the host sets the order), SwiGLU weighted by the routing weight,
+/// then added back into their tokens' rows of y.
+void grouped_expert_forward(const forward_pass& pass, const moe_weights& m,
+                            const std::vector<expert_batch>& groups, const tensor& x, tensor& y) {
+  const float limit = float(pass.config.swiglu_limit);
+  std::vector<std::int64_t> rows;
+  std::vector<float> weights;
+  std::vector<std::int32_t> offsets{0};
+  std::int64_t most = 0;
+  for (const expert_batch& g : groups) {
+    rows.insert(rows.end(), g.rows.begin(), g.rows.end());
+    weights.insert(weights.end(), g.weights.begin(), g.weights.end());
+    offsets.push_back(std::int32_t(rows.size()));
+    most = std::max<std::int64_t>(most, std::int64_t(g.rows.size()));
+  }
+  const std::int64_t n = std::int64_t(rows.size());
+  const tensor idx = pass.index(rows);
+  const tensor scale = tensor::view_of(weights.data(), {n}, dtype::f32).to(pass.dev());
+  const tensor offs =
+      tensor::view_of(offsets.data(), {std::int64_t(offsets.size())}, dtype::i32).to(pass.dev());
+  const ops::expert_linear_params p{pass.act(m.stacked.w1).act_quant_block, most};
+  const tensor xe = ops::gather_rows(x, idx);  // [n, dim] grouped by expert
+  tensor act = ops::swiglu(ops::expert_linear(xe, offs, m.stacked.w1.w, p),
+                           ops::expert_linear(xe, offs, m.stacked.w3.w, p), limit, scale);
+  const ops::expert_linear_params p2{pass.act(m.stacked.w2).act_quant_block, most};
+  ops::scatter_add_rows(y, idx, ops::expert_linear(act, offs, m.stacked.w2.w, p2));
+}
+
 }  // namespace
 
 tensor moe_forward(const forward_pass& pass, int layer, const tensor& x) {
   const model_config& c = pass.config;
   const moe_weights& m = pass.weights.layers[std::size_t(layer)].moe;
   const float limit = float(c.swiglu_limit);
-  const std::vector<expert_batch> groups =
-      group_by_expert(route_tokens(pass, layer, x), c.n_routed_experts);
-  tensor y = tensor::zeros(x.shape(), dtype::f32);  // [rows, dim]
-  for (int e = 0; e < c.n_routed_experts; ++e) {
-    const expert_batch& g = groups[std::size_t(e)];
-    if (g.rows.empty()) continue;
-    const std::int64_t n = std::int64_t(g.rows.size());
-    const tensor rows = tensor::view_of(g.rows.data(), {n}, dtype::i64);
-    const tensor scale = tensor::view_of(g.weights.data(), {n}, dtype::f32);
-    const tensor xe = ops::gather_rows(x, rows);  // [n, dim]
-    const expert_weights& ew = m.experts[std::size_t(e)];
-    tensor act = ops::swiglu(pass.linear(xe, ew.w1), pass.linear(xe, ew.w3), limit, scale);
-    ops::scatter_add_rows(y, rows, pass.linear(act, ew.w2));  // [n, dim] into its rows
+  ops::routing route = route_tokens(pass, layer, x);
+  if (pass.on_cuda()) {  // the grouping is host index math over the routing decisions
+    route.experts = route.experts.to(cpu_device);
+    route.weights = route.weights.to(cpu_device);
+  }
+  const std::vector<expert_batch> groups = group_by_expert(route, c.n_routed_experts);
+  tensor y = tensor::zeros(x.shape(), dtype::f32, pass.dev());  // [rows, dim]
+  if (grouped_experts(pass, m)) {
+    grouped_expert_forward(pass, m, groups, x, y);
+  } else {
+    for (int e = 0; e < c.n_routed_experts; ++e) {
+      const expert_batch& g = groups[std::size_t(e)];
+      if (g.rows.empty()) continue;
+      const std::int64_t n = std::int64_t(g.rows.size());
+      const tensor rows = pass.index(g.rows);
+      const tensor scale = pass.upload(tensor::view_of(g.weights.data(), {n}, dtype::f32));
+      const tensor xe = ops::gather_rows(x, rows);  // [n, dim]
+      const expert_weights ew = expert_of(m, e, c.n_routed_experts);
+      tensor act = ops::swiglu(pass.linear(xe, ew.w1), pass.linear(xe, ew.w3), limit, scale);
+      ops::scatter_add_rows(y, rows, pass.linear(act, ew.w2));  // [n, dim] into its rows
+    }
   }
   tensor shared = pass.linear(
       ops::swiglu(pass.linear(x, m.shared.w1), pass.linear(x, m.shared.w3), limit, tensor()),

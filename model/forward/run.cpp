@@ -21,9 +21,9 @@ tensor engram_slot_ids(const tensor& all, std::int64_t slot) {
 }
 
 /// Rows `picked` of a [rows, ...] tensor, stacked.
-tensor gather_rows(const tensor& t, const std::vector<std::int64_t>& picked) {
-  return ops::gather_rows(
-      t, tensor::view_of(picked.data(), {std::int64_t(picked.size())}, dtype::i64));
+tensor gather_rows(const forward_pass& pass, const tensor& t,
+                   const std::vector<std::int64_t>& picked) {
+  return ops::gather_rows(t, pass.index(picked));
 }
 
 /// Batch rows whose logits (and captures) were asked for, in request order.
@@ -38,11 +38,10 @@ tensor embed_streams(const forward_pass& pass) {
   const std::int64_t rows = pass.tokens.size(0), hc = pass.config.hc_mult;
   const std::int64_t dim = pass.config.hidden_size;
   tensor e = ops::embedding(pass.weights.embed, pass.tokens);  // [rows, dim]
-  tensor x = tensor::empty({rows, hc, dim}, dtype::f32);       // [rows, hc, dim]
+  std::vector<std::int64_t> repeat;                            // row r hc times
   for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t k = 0; k < hc; ++k)
-      std::copy_n(e.data<float>() + r * dim, dim, x.data<float>() + (r * hc + k) * dim);
-  return x;
+    for (std::int64_t k = 0; k < hc; ++k) repeat.push_back(r);
+  return ops::gather_rows(e, pass.index(repeat)).view({rows, hc, dim});  // [rows, hc, dim]
 }
 
 /// Final collapse and norm of the picked rows: [picked, dim].
@@ -95,18 +94,25 @@ std::vector<forward_output> run_model(forward_pass& pass, std::span<forward_requ
   tensor x = embed_streams(pass);                                      // [rows, hc, dim]
   tensor pre_mix = tensor::zeros({x.size(0), c.hc_mult}, dtype::f32);  // one-hot initial mix
   for (std::int64_t r = 0; r < x.size(0); ++r) pre_mix.data<float>()[r * c.hc_mult] = 1.0f;
+  pre_mix = pass.upload(pre_mix);
   std::vector<tensor> hidden;  // per layer [picked, hc, dim]
   for (int l = 0; l < c.num_layers; ++l) {
     if (c.is_engram_layer(l)) {
       const auto& ids = c.engram.layer_ids;
       const std::int64_t slot = std::find(ids.begin(), ids.end(), l) - ids.begin();
-      x = engram_forward(pass, l, x, engram_slot_ids(hash_ids, slot));
+      x = engram_forward(pass, l, x, pass.upload(engram_slot_ids(hash_ids, slot)));
     }
     x = block_forward(pass, l, x, pre_mix);
-    if (capture) hidden.push_back(gather_rows(x, picked));
+    if (capture) hidden.push_back(gather_rows(pass, x, picked));
   }
-  tensor normed = final_norm(pass, gather_rows(x, picked), gather_rows(pre_mix, picked));
+  tensor normed =
+      final_norm(pass, gather_rows(pass, x, picked), gather_rows(pass, pre_mix, picked));
   tensor logits = ops::linear(normed, pass.weights.head);  // [picked, vocab]
+  if (pass.on_cuda()) {  // outputs are host tensors
+    logits = logits.to(cpu_device);
+    normed = normed.to(cpu_device);
+    for (tensor& h : hidden) h = h.to(cpu_device);
+  }
   return split_outputs(batch, logits, hidden, normed);
 }
 

@@ -11,21 +11,22 @@
 
 namespace di {
 
-kv_block_pool::kv_block_pool(const cache_layout& layout, std::vector<int> num_blocks)
-    : layout_(layout), num_blocks_(std::move(num_blocks)) {
+kv_block_pool::kv_block_pool(const cache_layout& layout, std::vector<int> num_blocks, device dev)
+    : layout_(layout), dev_(dev), num_blocks_(std::move(num_blocks)) {
   DI_CHECK(num_blocks_.size() == layout.streams.size(),
            "block pool: {} block counts for {} streams", num_blocks_.size(), layout.streams.size());
   for (std::size_t s = 0; s < layout.streams.size(); ++s) {
     DI_CHECK(num_blocks_[s] >= 0, "block pool: {} blocks for stream {}", num_blocks_[s], s);
-    arenas_.emplace_back(std::size_t(num_blocks_[s]) * layout.block_bytes(int(s)));
+    const auto bytes = std::int64_t(num_blocks_[s]) * std::int64_t(layout.block_bytes(int(s)));
+    arenas_.push_back(tensor::zeros({bytes}, dtype::u8, dev));  // [bytes]
     std::vector<int> ids;
     for (int b = num_blocks_[s] - 1; b >= 0; --b) ids.push_back(b);
     free_.push_back(std::move(ids));
   }
 }
 
-kv_block_pool::kv_block_pool(const cache_layout& layout, int blocks_per_stream)
-    : kv_block_pool(layout, std::vector<int>(layout.streams.size(), blocks_per_stream)) {}
+kv_block_pool::kv_block_pool(const cache_layout& layout, int blocks_per_stream, device dev)
+    : kv_block_pool(layout, std::vector<int>(layout.streams.size(), blocks_per_stream), dev) {}
 
 int kv_block_pool::allocate(int s) {
   auto& ids = free_[std::size_t(s)];
@@ -41,16 +42,21 @@ void kv_block_pool::release(int s, int block) {
 }
 
 tensor kv_block_pool::block(int s, int block) const {
-  const std::size_t bytes = layout_.block_bytes(s);
-  const std::uint8_t* base = arenas_[std::size_t(s)].data() + std::size_t(block) * bytes;
-  return tensor::view_of(
-      base,
-      {layout_.entries_per_block, std::int64_t(layout_.streams[std::size_t(s)].format.row_bytes())},
-      dtype::u8);
+  const std::int64_t per_block = layout_.entries_per_block;
+  return arena(s).slice(0, std::int64_t(block) * per_block, std::int64_t(block + 1) * per_block);
+}
+
+tensor kv_block_pool::arena(int s) const {
+  const auto row = std::int64_t(layout_.streams[std::size_t(s)].format.row_bytes());
+  const tensor& a = arenas_[std::size_t(s)];
+  return a.view({a.numel() / row, row});  // [blocks * entries_per_block, row_bytes]
 }
 
 sequence_state::sequence_state(kv_block_pool& pool, std::int64_t max_tokens, block_source source)
-    : pool_(pool), source_(source), max_tokens_(max_tokens), slot_(pool.layout().slot_bytes) {
+    : pool_(pool),
+      source_(source),
+      max_tokens_(max_tokens),
+      slot_(tensor::zeros({std::int64_t(pool.layout().slot_bytes)}, dtype::u8)) {
   DI_CHECK(max_tokens > 0, "sequence state: capacity of {} tokens", max_tokens);
   const cache_layout& L = layout();
   block_tables_.resize(L.streams.size());
@@ -63,6 +69,7 @@ sequence_state::sequence_state(kv_block_pool& pool, std::int64_t max_tokens, blo
     std::fill(kv + n, kv + 2 * n, -std::numeric_limits<float>::infinity());
   }
   if (L.has_engram) engram() = engram_history{};
+  if (dev().kind != device_kind::cpu) slot_ = slot_.to(dev());  // initialised on the host
 }
 
 sequence_state::~sequence_state() {
@@ -74,31 +81,40 @@ sequence_state::~sequence_state() {
 tensor sequence_state::window_ring(int layer) {
   const cache_layout& L = layout();
   const std::size_t row = L.window_format.row_bytes();
-  std::uint8_t* base =
-      slot_.data() + L.window_offset + std::size_t(layer) * std::size_t(L.window) * row;
-  return tensor::view_of(base, {L.window, std::int64_t(row)}, dtype::u8);
+  std::uint8_t* base = slot_.data<std::uint8_t>() + L.window_offset +
+                       std::size_t(layer) * std::size_t(L.window) * row;
+  return tensor::view_of(base, {L.window, std::int64_t(row)}, dtype::u8, dev());
 }
 
 tensor sequence_state::compressor_kv(int c) {
   const compressor_slot& s = layout().compressors[std::size_t(c)];
-  return tensor::view_of(slot_floats(s.offset), {s.rows, s.width}, dtype::f32);
+  return tensor::view_of(slot_floats(s.offset), {s.rows, s.width}, dtype::f32, dev());
 }
 
 tensor sequence_state::compressor_score(int c) {
   const compressor_slot& s = layout().compressors[std::size_t(c)];
   const std::size_t n = std::size_t(s.rows) * std::size_t(s.width);
-  return tensor::view_of(slot_floats(s.offset) + n, {s.rows, s.width}, dtype::f32);
+  return tensor::view_of(slot_floats(s.offset) + n, {s.rows, s.width}, dtype::f32, dev());
 }
 
 engram_history& sequence_state::engram() {
   DI_CHECK(layout().has_engram, "sequence state: the model has no Engram layers");
-  return *reinterpret_cast<engram_history*>(slot_.data() + layout().engram_offset);
+  if (slot_.dev().kind != device_kind::cpu) return engram_host_;
+  return *reinterpret_cast<engram_history*>(slot_.data<std::uint8_t>() + layout().engram_offset);
+}
+
+std::span<const std::uint8_t> sequence_state::slot() const {
+  DI_CHECK(slot_.dev().kind == device_kind::cpu,
+           "sequence state: slot snapshots of {} states are not supported", to_string(dev()));
+  return {slot_.data<std::uint8_t>(), slot_.nbytes()};
 }
 
 void sequence_state::load_slot(std::span<const std::uint8_t> bytes) {
-  DI_CHECK(bytes.size() == slot_.size(), "sequence state: a slot of {} bytes, the layout's has {}",
-           bytes.size(), slot_.size());
-  std::copy(bytes.begin(), bytes.end(), slot_.begin());
+  DI_CHECK(slot_.dev().kind == device_kind::cpu,
+           "sequence state: slot snapshots of {} states are not supported", to_string(dev()));
+  DI_CHECK(bytes.size() == slot_.nbytes(),
+           "sequence state: a slot of {} bytes, the layout's has {}", bytes.size(), slot_.nbytes());
+  std::copy(bytes.begin(), bytes.end(), slot_.data<std::uint8_t>());
 }
 
 void sequence_state::adopt_prefix(std::int64_t num_cached_tokens, std::int64_t resume_position) {
@@ -141,15 +157,26 @@ void sequence_state::append_entries(int s, const tensor& rows) {
   const cache_stream& stream = layout().streams[std::size_t(s)];
   const std::size_t row_bytes = stream.format.row_bytes();
   check_tensor(rows, dtype::u8, {rows.size(0), std::int64_t(row_bytes)}, "stream entries");
+  DI_CHECK(rows.dev() == dev(), "stream entries on {}, the state on {}", to_string(rows.dev()),
+           to_string(dev()));
   std::int64_t& count = num_entries_[std::size_t(s)];
   reserve(s, count + rows.size(0));
   const std::int64_t per_block = layout().entries_per_block;
   const std::int64_t num_shared = num_cached_tokens_ / stream.ratio;  // entries of the prefix
-  for (std::int64_t i = 0; i < rows.size(0); ++i, ++count) {
-    if (count < num_shared) continue;  // a replay row's entry: the cached block holds it
+  std::int64_t i = 0;
+  if (count < num_shared) {  // replay rows' entries: the cached blocks hold them
+    const std::int64_t skip = std::min(rows.size(0), num_shared - count);
+    i += skip;
+    count += skip;
+  }
+  while (i < rows.size(0)) {  // the rest block by block, one copy per contiguous run
+    const std::int64_t in_block = count % per_block;
+    const std::int64_t n = std::min(rows.size(0) - i, per_block - in_block);
     tensor blk = pool_.block(s, block_tables_[std::size_t(s)][std::size_t(count / per_block)]);
-    std::memcpy(blk.data<std::uint8_t>() + (count % per_block) * std::int64_t(row_bytes),
-                rows.data<std::uint8_t>() + i * std::int64_t(row_bytes), row_bytes);
+    tensor dst = blk.slice(0, in_block, in_block + n);
+    dst.copy_from(rows.slice(0, i, i + n));
+    i += n;
+    count += n;
   }
 }
 
@@ -157,14 +184,32 @@ tensor sequence_state::read_entries(int s, std::int64_t begin, std::int64_t end)
   DI_CHECK(0 <= begin && begin <= end && end <= num_entries(s), "stream {}: entries [{}, {}) of {}",
            s, begin, end, num_entries(s));
   const std::size_t row_bytes = layout().streams[std::size_t(s)].format.row_bytes();
-  tensor out = tensor::empty({end - begin, std::int64_t(row_bytes)}, dtype::u8);  // [n, row_bytes]
+  tensor out =
+      tensor::empty({end - begin, std::int64_t(row_bytes)}, dtype::u8, dev());  // [n, row_bytes]
   const std::int64_t per_block = layout().entries_per_block;
-  for (std::int64_t e = begin; e < end; ++e) {
+  for (std::int64_t e = begin; e < end;) {  // one copy per contiguous run inside a block
+    const std::int64_t in_block = e % per_block;
+    const std::int64_t n = std::min(end - e, per_block - in_block);
     tensor blk = pool_.block(s, block_tables_[std::size_t(s)][std::size_t(e / per_block)]);
-    std::memcpy(out.data<std::uint8_t>() + (e - begin) * std::int64_t(row_bytes),
-                blk.data<std::uint8_t>() + (e % per_block) * std::int64_t(row_bytes), row_bytes);
+    tensor dst = out.slice(0, e - begin, e - begin + n);
+    dst.copy_from(blk.slice(0, in_block, in_block + n));
+    e += n;
   }
   return out;
+}
+
+std::vector<std::int64_t> sequence_state::entry_rows(int s, std::int64_t begin,
+                                                     std::int64_t end) const {
+  DI_CHECK(0 <= begin && begin <= end && end <= num_entries(s), "stream {}: entries [{}, {}) of {}",
+           s, begin, end, num_entries(s));
+  const std::int64_t per_block = layout().entries_per_block;
+  std::vector<std::int64_t> rows;
+  rows.reserve(std::size_t(end - begin));
+  for (std::int64_t e = begin; e < end; ++e)
+    rows.push_back(std::int64_t(block_tables_[std::size_t(s)][std::size_t(e / per_block)]) *
+                       per_block +
+                   e % per_block);
+  return rows;
 }
 
 void sequence_state::advance(std::int64_t n) {

@@ -3,7 +3,9 @@
 // compressed entries and indexer keys in kv_block_pool blocks. Block ids come either from the
 // pool's own free lists (a standalone sequence: tests, benchmarks) or from the scheduler's
 // block manager through step plans (the model runner, runtime/step_plan.hpp), in which case
-// several sequences may share the blocks of a cached prefix and never write them.
+// several sequences may share the blocks of a cached prefix and never write them. The pool
+// and the slots live on the pool's device (host memory, or CUDA memory for the CUDA
+// executor); a CUDA state keeps its Engram history on the host.
 #pragma once
 
 #include "kernels/tensor.hpp"
@@ -20,10 +22,10 @@ namespace di {
 /// runner whose block ids come from step plans leaves them untouched. Not thread-safe.
 class kv_block_pool {
  public:
-  /// `num_blocks[s]` blocks of layout.entries_per_block rows for stream `s`.
-  kv_block_pool(const cache_layout& layout, std::vector<int> num_blocks);
+  /// `num_blocks[s]` blocks of layout.entries_per_block rows for stream `s`, on `dev`.
+  kv_block_pool(const cache_layout& layout, std::vector<int> num_blocks, device dev = cpu_device);
   /// `blocks_per_stream` blocks for every stream.
-  kv_block_pool(const cache_layout& layout, int blocks_per_stream);
+  kv_block_pool(const cache_layout& layout, int blocks_per_stream, device dev = cpu_device);
   kv_block_pool(const kv_block_pool&) = delete;
   kv_block_pool& operator=(const kv_block_pool&) = delete;
 
@@ -34,12 +36,17 @@ class kv_block_pool {
   int num_blocks(int s) const { return num_blocks_[std::size_t(s)]; }
   /// Block `block` of stream `s`: [entries_per_block, row_bytes] u8.
   tensor block(int s, int block) const;
+  /// Every block of stream `s`: [num_blocks * entries_per_block, row_bytes] u8 (row r of
+  /// block b at b * entries_per_block + r).
+  tensor arena(int s) const;
   const cache_layout& layout() const { return layout_; }
+  device dev() const { return dev_; }
 
  private:
   const cache_layout& layout_;
-  std::vector<int> num_blocks_;                    // per stream
-  std::vector<std::vector<std::uint8_t>> arenas_;  // per stream: num_blocks_[s] blocks
+  device dev_;
+  std::vector<int> num_blocks_;  // per stream
+  std::vector<tensor> arenas_;   // per stream: [num_blocks_[s] * block_bytes] u8 on dev_
   std::vector<std::vector<int>> free_;             // per stream: free block ids
 };
 
@@ -60,6 +67,8 @@ class sequence_state {
   sequence_state& operator=(const sequence_state&) = delete;
 
   const cache_layout& layout() const { return pool_.layout(); }
+  const kv_block_pool& pool() const { return pool_; }
+  device dev() const { return pool_.dev(); }
   std::int64_t num_tokens() const { return num_tokens_; }
   std::int64_t max_tokens() const { return max_tokens_; }
 
@@ -71,9 +80,9 @@ class sequence_state {
   /// The Engram look-back of the sequence (Engram models only).
   engram_history& engram();
 
-  /// The whole slot, [layout.slot_bytes] (what a snapshot copies).
-  std::span<const std::uint8_t> slot() const { return slot_; }
-  /// Replaces the slot with `bytes` (a snapshot of a slot of the same layout).
+  /// The whole slot, [layout.slot_bytes] (what a snapshot copies; host states only).
+  std::span<const std::uint8_t> slot() const;
+  /// Replaces the slot with `bytes` (a snapshot of a slot of the same layout; host states).
   void load_slot(std::span<const std::uint8_t> bytes);
 
   /// Prefix reuse (block_source::planned, on an empty state): the stream entries of the first
@@ -96,19 +105,24 @@ class sequence_state {
   void append_entries(int s, const tensor& rows);
   /// Entries [begin, end) of stream `s` gathered into [end - begin, row_bytes] u8.
   tensor read_entries(int s, std::int64_t begin, std::int64_t end) const;
+  /// Rows of pool.arena(s) holding entries [begin, end) of stream `s`: [end - begin] i64.
+  std::vector<std::int64_t> entry_rows(int s, std::int64_t begin, std::int64_t end) const;
 
   /// Records that `n` more tokens were consumed.
   void advance(std::int64_t n);
 
  private:
-  float* slot_floats(std::size_t offset) { return reinterpret_cast<float*>(slot_.data() + offset); }
+  float* slot_floats(std::size_t offset) {
+    return reinterpret_cast<float*>(slot_.data<std::uint8_t>() + offset);
+  }
 
   kv_block_pool& pool_;
   block_source source_;
   std::int64_t max_tokens_;
   std::int64_t num_tokens_ = 0;
   std::int64_t num_cached_tokens_ = 0;
-  std::vector<std::uint8_t> slot_;              // [layout.slot_bytes]
+  tensor slot_;                                 // [layout.slot_bytes] u8 on the pool's device
+  engram_history engram_host_;                  // a CUDA state's Engram history
   std::vector<std::vector<int>> block_tables_;  // per stream
   std::vector<std::int64_t> num_entries_;       // per stream
 };

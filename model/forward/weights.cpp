@@ -205,6 +205,10 @@ model_weights load_model_weights(std::shared_ptr<const checkpoint> ckpt, const m
       lw.engram.wkv = r.linear(p + "engram.wkv");
       lw.engram.q_weight = r.dense(p + "engram.q_weight");
       lw.engram.k_weight = r.dense(p + "engram.k_weight");
+      lw.engram.qk_weight = tensor::empty(lw.engram.q_weight.shape(), dtype::f32);
+      for (std::int64_t i = 0; i < lw.engram.q_weight.numel(); ++i)
+        lw.engram.qk_weight.data<float>()[i] =
+            lw.engram.q_weight.data<float>()[i] * lw.engram.k_weight.data<float>()[i];
     }
     w.layers.push_back(std::move(lw));
   }

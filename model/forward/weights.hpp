@@ -65,6 +65,9 @@ struct moe_weights {
   tensor tid2eid;      // [vocab, top_k] i32 (V4 hash-routed layers)
   std::vector<expert_weights> experts;
   expert_weights shared;
+  /// CUDA weights in their stored format: every expert's w1/w2/w3 stacked into one
+  /// [experts * out, in] matrix for the grouped expert GEMM (`experts` is then empty).
+  expert_weights stacked;
 };
 
 struct hc_site_weights {
@@ -80,6 +83,7 @@ struct engram_weights {
   linear_weight wkv;    // [(hc + 1) * dim, hash_columns * head_dim]
   tensor q_weight;      // [hc, dim]
   tensor k_weight;      // [hc, dim]
+  tensor qk_weight;     // [hc, dim] q_weight * k_weight (computed at load)
 };
 
 struct layer_weights {
@@ -101,6 +105,10 @@ struct model_weights {
   hc_site_weights hc_head;  // V4 only
   std::vector<layer_weights> layers;
   std::shared_ptr<const checkpoint> source;  // keeps the mapping every view points into alive
+  device dev = cpu_device;                   // where every tensor lives
+  /// The indexer's weights_proj rows already carry its 1/sqrt(dim * heads) score scale
+  /// (CUDA weights: folded in at upload instead of scaling every step's output).
+  bool index_scale_folded = false;
 };
 
 /// Loads every tensor the forward pass needs from `ckpt` (names and shapes as

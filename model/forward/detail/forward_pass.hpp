@@ -44,6 +44,17 @@ struct forward_pass {
   tensor positions;                 // [rows] i64
   std::vector<sequence_pass> seqs;
 
+  /// Where the weights (and every activation of the call) live.
+  device dev() const { return weights.dev; }
+  bool on_cuda() const { return weights.dev.kind == device_kind::cuda; }
+  /// A host tensor moved to the model's device (returned as is on the CPU).
+  tensor upload(const tensor& host) const { return on_cuda() ? host.to(dev()) : host; }
+  /// Row indices [n] i64 on the model's device (on the CPU a view of `rows`, which must
+  /// outlive the use).
+  tensor index(const std::vector<std::int64_t>& rows) const {
+    const tensor view = tensor::view_of(rows.data(), {std::int64_t(rows.size())}, dtype::i64);
+    return on_cuda() ? view.to(dev()) : view;
+  }
   /// Activation-quantization block for a linear (0 = none).
   ops::linear_params act(const linear_weight& w) const {
     return {options.act_quant && w.quantized ? int(config.quant.block_k) : 0};
@@ -73,6 +84,11 @@ struct compressed_attention {
 };
 compressed_attention compressed_forward(forward_pass& pass, int layer, sequence_pass& seq,
                                         const tensor& x, const tensor& q_residual);
+
+/// CUDA attention of q [count, H, hd] over two f32 pools: kv1 rows named by idx1 [count, k1]
+/// then kv2 rows (undefined: none) named by idx2 [count, k2] (i32, -1 unused).
+tensor two_pool_attention(const tensor& q, const tensor& sinks, const tensor& kv1,
+                          const tensor& idx1, const tensor& kv2, const tensor& idx2, float scale);
 
 /// The MoE sub-block on normed inputs x [rows, dim] -> [rows, dim].
 tensor moe_forward(const forward_pass& pass, int layer, const tensor& x);

@@ -1,0 +1,25 @@
+// The CLI's `--device` choice: moving a loaded model onto a CUDA device (`--device cuda`,
+// `--device-weights stored|f32`) and the CUDA limits `deepinfer bench` compares against,
+// measured in the same run (device copy bandwidth, cuBLAS bf16 dense matmul rate).
+#pragma once
+
+#include "model/forward/model.hpp"
+
+#include <string>
+
+namespace di::cli {
+
+/// "cpu" leaves the model where it is; "cuda" / "cuda:N" moves its weights to that GPU in
+/// `weights` ("stored" or "f32") and returns the device. Throws di::error for other names or
+/// a build without the CUDA backend.
+device place_model(deepseek_model& model, const std::string& device_name,
+                   const std::string& weights);
+
+/// Device-to-device copy bandwidth (GB/s, bytes read + written) over a 1 GiB buffer.
+double measure_device_copy_gbs(device dev);
+/// cuBLAS bf16 GEMM rate (TFLOP/s) at 8192^3 on random data.
+double measure_device_bf16_tflops(device dev);
+/// Waits for the device's queued work (no-op on the CPU).
+void synchronize_device(device dev);
+
+}  // namespace di::cli

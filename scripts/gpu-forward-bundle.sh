@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Gathers what a device call needs for the whole-model GPU run into $build/bundle (default
+# build-cuda-fwd): test_forward_cuda, the deepinfer CLI when it is built, the non-system shared
+# libraries they load (lib/), the bench/peer script's inputs, and the golden checkpoints that
+# fit a call (v41_public; v4_public's 76 MB model does not fit the 64 MiB a call carries) under
+# shared/testdata/golden, packed into $build/fwd-bundle.tar.xz (the libraries alone are over
+# 30 MB unpacked). Carry $build/fwd-bundle.tar.xz and run scripts/gpu-forward.sh there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${DEEPINFER_CUDA_BUILD_DIR:-build-cuda-fwd}
+bundle=$build/bundle
+rm -rf "$bundle"
+mkdir -p "$bundle/bin" "$bundle/tests" "$bundle/lib" "$bundle/shared/testdata/golden"
+cp "$build/tests/test_forward_cuda" "$bundle/tests/"
+[[ -x $build/bin/deepinfer ]] && cp "$build/bin/deepinfer" "$bundle/bin/"
+system='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libnccl|libnvidia)[.-]'
+for exe in "$bundle"/bin/* "$bundle"/tests/*; do
+  [[ -f $exe ]] && ldd "$exe" | awk '$3 ~ /^\// {print $1, $3}'
+done | sort -u | while read -r name path; do
+  if [[ ! $name =~ $system ]]; then cp -L "$path" "$bundle/lib/$name"; fi
+done
+if ls "$bundle"/lib/libucs.so* >/dev/null 2>&1; then
+  ucx_dir=$(dirname "$(ldconfig -p | awk '/libucs.so/ {print $NF; exit}')")/ucx
+  [[ -d $ucx_dir ]] && cp -rL "$ucx_dir" "$bundle/lib/ucx"
+fi
+mkdir -p "$bundle/share/deepinfer/assets"  # make-model finds its tokenizer beside bin/
+cp -r assets/deepseek-v3-tokenizer "$bundle/share/deepinfer/assets/"
+shared=${DEEPINFER_SHARED_DIR:-../shared}
+cp -r "$shared/testdata/golden/README.md" "$shared/testdata/golden/v41_public" \
+  "$bundle/shared/testdata/golden/"
+tar -C "$bundle" -cf - . | xz -T2 -6 >"$build/fwd-bundle.tar.xz"
+du -sh "$bundle" "$build/fwd-bundle.tar.xz"

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# On the GPU machine: unpacks the bundle scripts/gpu-forward-bundle.sh made (carry
+# build-cuda-fwd/fwd-bundle.tar.xz), runs the whole-model GPU tests, then -- with a preset
+# name as $1 (v41-flash-L4 / v4-flash-L4) -- makes that checkpoint on the machine and runs the
+# decode/prefill benchmarks on it. Logs go to $OUT.
+#   DEEPINFER_BENCH_CONTEXT (default 2048), DEEPINFER_BENCH_BATCH (default 1,8,32,64)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/out}
+mkdir -p "$out" /tmp/fwd
+tar -C /tmp/fwd -xJf build-cuda-fwd/fwd-bundle.tar.xz
+export LD_LIBRARY_PATH=/tmp/fwd/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export DEEPINFER_SHARED_DIR=/tmp/fwd/shared
+if [[ ${DEEPINFER_SKIP_TESTS:-0} != 1 ]]; then
+  /tmp/fwd/tests/test_forward_cuda -s >"$out/test_forward_cuda.log" 2>&1
+  echo "test_forward_cuda rc=$?"
+  grep -E "GPU |not run|status:|test cases:|ERROR|FAILED" "$out/test_forward_cuda.log" |
+    grep -v "^  CHECK" | sort -u | head -60
+fi
+# Benchmarks: each preset named on the command line is made here, benchmarked, removed.
+ctx=${DEEPINFER_BENCH_CONTEXT:-2048}
+batches=${DEEPINFER_BENCH_BATCH:-1,8,32,64}
+di=/tmp/fwd/bin/deepinfer
+for preset in "$@"; do
+  dir=/tmp/models/$preset
+  t0=$(date +%s.%N)
+  "$di" make-model --preset "$preset" --out "$dir" --quiet || { echo "make-model $preset failed"; continue; }
+  echo "make-model $preset: $(echo "$(date +%s.%N) - $t0" | bc) s, $(du -sh "$dir" | cut -f1)"
+  "$di" bench decode --model "$dir" --device cuda --batch "$batches" --context "$ctx" --steps 8 \
+    2>&1 | tee "$out/bench-decode-$preset.log"
+  "$di" bench prefill --model "$dir" --device cuda --batch 1 --context 2048 --steps 8 \
+    2>&1 | tee "$out/bench-prefill-$preset.log"
+  if [[ $preset == v4-flash-L4 && ${DEEPINFER_SKIP_PEER:-0} != 1 ]]; then
+    PYTHONUNBUFFERED=1 timeout 240 python3 bench/peer/transformers_v4.py --model "$dir" \
+      --batch 1,64 --context "$ctx" --prefill 2048 2>&1 | grep -v Warning |
+      tee "$out/peer-$preset.log" | grep -E "^peer"
+  fi
+  rm -rf "$dir"
+done

@@ -1,0 +1,244 @@
+// The whole V4.1 / V4 forward on the GPU (label `gpu`): the golden checkpoints under
+// $DEEPINFER_SHARED_DIR/testdata/golden (those present: a device call may carry only some)
+// run on CUDA weights in both device layouts -- `stored` (FP8/FP4 GEMMs) and `f32` (exactly
+// decoded weights on SGEMM) -- for the prompt's logits and teacher-forced decode. Attention
+// multiplies bf16/fp16 operands on the tensor cores in both layouts, so both are held to the
+// README's bf16 rules (variant A: cos >= 0.99, mean|d| <= 0.6, argmax where the reference
+// margin >= 1, one off row allowed and reported -- the README's near-tie clause; variant B:
+// cos >= 0.995, mean|d| <= 0.3), and f32 variant B to cos >= 0.9999; and a
+// the make-model presets tiny-v4 and tiny-v41 (generated here) against the CPU engine, prefill
+// of three prompts plus batched decode steps.
+#include "model/make_model/make_model.hpp"
+#include "model/runner/cpu_model_runner.hpp"
+#include "tests/model/forward/golden.hpp"
+
+#include <doctest/doctest.h>
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+
+namespace di::test {
+namespace {
+
+const device gpu{device_kind::cuda, 0};
+
+struct rule {
+  double min_cos;
+  double max_mean_abs;
+};
+
+/// Largest minus second largest logit of a row.
+double margin_of(const float* v, std::int64_t n) {
+  float a = -1e30f, b = -1e30f;
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (v[i] > a) {
+      b = a;
+      a = v[i];
+    } else if (v[i] > b) {
+      b = v[i];
+    }
+  }
+  return double(a) - double(b);
+}
+
+/// The golden model `name` on the GPU in `format`, variant A (act_quant) or B.
+std::unique_ptr<deepseek_model> gpu_model(const std::string& name, bool act_quant,
+                                          device_weight_format format) {
+  golden_case& g = golden(name);  // the CPU case: its hasher and expected outputs
+  auto m = deepseek_model::load(shared_path("testdata/golden/" + name), {act_quant});
+  if (g.model->hasher() != nullptr) {
+    m->set_engram_hasher(std::make_shared<const engram_hasher>(*g.model->hasher()));
+  }
+  m->to_device(gpu, format);
+  return m;
+}
+
+/// Prefill logits at the golden positions vs `key`; returns the worst cosine.
+double check_prefill(const std::string& name, const deepseek_model& m, const std::string& key,
+                     const rule& r, const std::string& label) {
+  golden_case& g = golden(name);
+  const std::vector<std::int64_t> ids = g.i64("input_ids"), rows = g.i64("positions");
+  kv_block_pool pool(m.layout(), 64, gpu);
+  sequence_state state(pool, 1024);
+  std::vector<std::int64_t> positions;
+  forward_request req = request_for(state, ids, positions, rows);
+  if (m.config().is_v41()) {
+    const tensor_view& h = g.expected->get("engram_hash_ids");
+    req.engram_hash_ids = tensor::view_of(h.bytes.data(), tensor_shape(h.shape), dtype::i64);
+  }
+  const forward_output out = run_one(m, std::move(req));
+  const std::int64_t vocab = m.config().vocab_size;
+  double worst_cos = 1.0, worst_mean = 0.0, worst_max = 0.0;
+  int argmax_checked = 0, argmax_agree = 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const std::vector<float> want = g.f32_row(key, std::int64_t(i));
+    const float* got = out.logits.data<float>() + std::int64_t(i) * vocab;
+    const row_figures f = compare(got, want.data(), std::size_t(vocab));
+    worst_cos = std::min(worst_cos, f.cosine);
+    worst_mean = std::max(worst_mean, f.mean_abs);
+    worst_max = std::max(worst_max, f.max_abs);
+    if (margin_of(want.data(), vocab) >= 1.0) {
+      ++argmax_checked;
+      argmax_agree += argmax(got, std::size_t(vocab)) == argmax(want.data(), std::size_t(vocab));
+    }
+  }
+  MESSAGE(fmt::format("GPU {} prefill {}: worst cos {:.6f}, worst mean|d| {:.4f}, max|d| {:.4f}, "
+                      "argmax {}/{} (margin >= 1)",
+                      label, key, worst_cos, worst_mean, worst_max, argmax_agree, argmax_checked));
+  CHECK(worst_cos >= r.min_cos);
+  CHECK(worst_mean <= r.max_mean_abs);
+  if (argmax_agree != argmax_checked)
+    MESSAGE(fmt::format("GPU {} prefill {}: {} row(s) with margin >= 1 differ in argmax", label,
+                        key, argmax_checked - argmax_agree));
+  CHECK(argmax_agree >= argmax_checked - 1);
+  return worst_cos;
+}
+
+/// Teacher-forced decode along the reference's greedy path (variant A keys).
+void check_decode(const std::string& name, const deepseek_model& m, const rule& r,
+                  const std::string& label) {
+  golden_case& g = golden(name);
+  const std::vector<std::int64_t> ids = g.i64("input_ids"), greedy = g.i64("greedy_ids");
+  const std::vector<std::int64_t> steps = g.i64("decode_steps");
+  const std::vector<float> margins = g.f32("greedy_margins");
+  const std::int64_t vocab = m.config().vocab_size;
+  kv_block_pool pool(m.layout(), 64, gpu);
+  sequence_state state(pool, 1024);
+  std::vector<std::int64_t> pos;
+  forward_output out = run_one(m, request_for(state, ids, pos, {std::int64_t(ids.size()) - 1}));
+  int checked = 0, agree = 0;
+  double worst_cos = 1.0, worst_mean = 0.0;
+  for (std::size_t k = 0; k < greedy.size(); ++k) {
+    if (k > 0) {
+      std::vector<std::int64_t> p, token{greedy[k - 1]};
+      out = run_one(m, request_for(state, token, p, {0}));
+    }
+    const float* got = out.logits.data<float>();
+    if (margins[k] >= 1.0f) {
+      ++checked;
+      agree += argmax(got, std::size_t(vocab)) == greedy[k];
+    }
+    for (std::size_t j = 0; j < steps.size(); ++j) {
+      if (steps[j] != std::int64_t(k)) continue;
+      const std::vector<float> want = g.f32_row("decode_logits", std::int64_t(j));
+      const row_figures f = compare(got, want.data(), want.size());
+      worst_cos = std::min(worst_cos, f.cosine);
+      worst_mean = std::max(worst_mean, f.mean_abs);
+    }
+  }
+  MESSAGE(fmt::format("GPU {} teacher-forced decode: argmax {}/{} (margin >= 1), decode_logits "
+                      "worst cos {:.6f}, worst mean|d| {:.4f}",
+                      label, agree, checked, worst_cos, worst_mean));
+  CHECK(agree == checked);
+  CHECK(worst_cos >= r.min_cos);
+  CHECK(worst_mean <= r.max_mean_abs);
+}
+
+bool have_golden(const std::string& name) {
+  const bool ok = std::filesystem::exists(shared_path("testdata/golden/" + name + "/config.json"));
+  if (!ok) MESSAGE(fmt::format("golden {} not present here: not run", name));
+  return ok;
+}
+
+void golden_suite(const std::string& name) {
+  if (!have_golden(name)) return;
+  const rule bf16_a{0.99, 0.6}, bf16_b{0.995, 0.3}, fp32_b{0.9999, 0.05};
+  {
+    auto m = gpu_model(name, true, device_weight_format::stored);
+    check_prefill(name, *m, "logits_last", bf16_a, name + " stored A");
+    check_decode(name, *m, bf16_a, name + " stored A");
+  }
+  {
+    auto m = gpu_model(name, false, device_weight_format::stored);
+    check_prefill(name, *m, "logits_last_noactq", bf16_b, name + " stored B");
+  }
+  {
+    auto m = gpu_model(name, true, device_weight_format::f32);
+    check_prefill(name, *m, "logits_last", bf16_a, name + " f32 A");
+    check_decode(name, *m, bf16_a, name + " f32 A");
+  }
+  {
+    auto m = gpu_model(name, false, device_weight_format::f32);
+    check_prefill(name, *m, "logits_last_noactq", fp32_b, name + " f32 B");
+  }
+}
+
+TEST_CASE("GPU forward: golden v41_public") { golden_suite("v41_public"); }
+TEST_CASE("GPU forward: golden v4_public") { golden_suite("v4_public"); }
+
+/// Logits of `batch` sequences after a prefill of distinct prompts and `steps` batched decode
+/// steps (each step's logits appended), on `m` with states on `dev`.
+std::vector<float> run_batch(const deepseek_model& m, device dev, int batch, int prompt,
+                             int steps) {
+  kv_block_pool pool(m.layout(), 64, dev);
+  std::vector<std::unique_ptr<sequence_state>> states;
+  std::vector<std::vector<std::int64_t>> ids(static_cast<std::size_t>(batch));
+  std::vector<std::vector<std::int64_t>> pos(static_cast<std::size_t>(batch));
+  for (int b = 0; b < batch; ++b) {
+    states.push_back(std::make_unique<sequence_state>(pool, 1024));
+    for (int t = 0; t < prompt - 7 * b; ++t)
+      ids[std::size_t(b)].push_back(100 + (t * 37 + b * 11) % 5000);
+  }
+  std::vector<float> logits;
+  for (int s = 0; s <= steps; ++s) {
+    std::vector<forward_request> reqs;
+    for (int b = 0; b < batch; ++b) {
+      if (s > 0) ids[std::size_t(b)] = {200 + s * 13 + b};
+      reqs.push_back(request_for(*states[std::size_t(b)], ids[std::size_t(b)], pos[std::size_t(b)],
+                                 {std::int64_t(ids[std::size_t(b)].size()) - 1}));
+    }
+    for (const forward_output& o : m.forward(reqs))
+      logits.insert(logits.end(), o.logits.data<float>(), o.logits.data<float>() + o.logits.numel());
+  }
+  return logits;
+}
+
+/// The bundled tokenizer: beside the working directory (a device call runs in the repo root)
+/// or in the source tree this test was built from.
+std::filesystem::path tokenizer_dir() {
+  const std::filesystem::path rel = std::filesystem::path("assets") / bundled_tokenizer_dir;
+  if (std::filesystem::exists(rel / "tokenizer.json")) return rel;
+  return source_dir() / rel;
+}
+
+TEST_CASE("GPU forward: make-model presets against the CPU engine (prefill + batched decode)") {
+  temp_dir tmp("gpu-forward");
+  for (const char* preset : {"tiny-v4", "tiny-v41"}) {
+    const std::string dir = (tmp.path() / preset).string();
+    make_model({.preset = preset, .out_dir = dir, .tokenizer_dir = tokenizer_dir(),
+                .show_progress = false});
+    const tok::tokenizer tokenizer = tok::tokenizer::from_dir(dir);
+    for (bool act_quant : {true, false}) {
+    auto cpu = deepseek_model::load(dir, {act_quant});
+    attach_engram_hasher(*cpu, tokenizer);
+    const std::int64_t vocab = cpu->config().vocab_size;
+    const std::vector<float> want = run_batch(*cpu, cpu_device, 3, 150, 4);
+    for (device_weight_format f : {device_weight_format::f32, device_weight_format::stored}) {
+      auto m = deepseek_model::load(dir, {act_quant});
+      attach_engram_hasher(*m, tokenizer);
+      m->to_device(gpu, f);
+      const std::vector<float> got = run_batch(*m, gpu, 3, 150, 4);
+      REQUIRE(got.size() == want.size());
+      double worst = 1.0;
+      int agree = 0, rows = 0;
+      for (std::size_t r = 0; r * std::size_t(vocab) < want.size(); ++r, ++rows) {
+        const float* a = got.data() + r * std::size_t(vocab);
+        const float* b = want.data() + r * std::size_t(vocab);
+        worst = std::min(worst, compare(a, b, std::size_t(vocab)).cosine);
+        agree += argmax(a, std::size_t(vocab)) == argmax(b, std::size_t(vocab));
+      }
+      const char* label = f == device_weight_format::f32 ? "f32" : "stored";
+      MESSAGE(fmt::format("{} variant {} GPU {} vs CPU: worst cos {:.6f} over {} rows, argmax "
+                          "{}/{}",
+                          preset, act_quant ? "A" : "B", label, worst, rows, agree, rows));
+      CHECK(worst >= (act_quant ? 0.99 : 0.999));
+    }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace di::test
