@@ -1,8 +1,9 @@
 // `deepinfer grammar check|bench`: structured-output grammars from the command line. `check`
-// compiles a regex or EBNF grammar and says, per line of a JSONL file of {"text": ...},
+// compiles a JSON Schema, regex or EBNF grammar and says, per line of a JSONL file of {"text": ...},
 // whether the text is a complete match; a grammar that does not compile is one clear message
-// on stderr and exit code 2.
+// on stderr and exit code 2. `bench` (cli/detail/grammar_bench.cpp) measures compile and mask times.
 #include "cli/command.hpp"
+#include "cli/detail/grammar_bench.hpp"
 #include "common/error.hpp"
 #include "common/mapped_file.hpp"
 #include "runtime/grammar/earley_parser.hpp"
@@ -19,19 +20,38 @@ namespace {
 using namespace di::grammar;
 
 struct check_options {
+  std::string json_schema;
   std::string regex;
   std::string ebnf;
   std::string strings;
   bool print_grammar = false;
+  bool lenient = false;
+  std::string whitespace = "any";
 };
 
+json_whitespace parse_whitespace(const std::string& w) {
+  if (w == "any") return json_whitespace::any;
+  if (w == "compact") return json_whitespace::compact;
+  if (w == "pretty") return json_whitespace::pretty;
+  DI_FAIL("--json-whitespace must be any, compact or pretty, got '{}'", w);
+}
+
 std::shared_ptr<const compiled_grammar> compile_for_check(const check_options& o) {
-  int given = int(!o.regex.empty()) + int(!o.ebnf.empty());
-  DI_CHECK(given == 1, "give exactly one of --regex and --ebnf");
-  response_format f = !o.regex.empty()
-                          ? response_format{format_kind::regex, o.regex}
-                          : response_format{format_kind::ebnf, di::read_text_file(o.ebnf)};
-  return compile_response_format(f);
+  int given = int(!o.json_schema.empty()) + int(!o.regex.empty()) + int(!o.ebnf.empty());
+  DI_CHECK(given == 1, "give exactly one of --json-schema, --regex and --ebnf");
+  response_format f;
+  if (!o.json_schema.empty()) {
+    f = {format_kind::json_schema, di::read_text_file(o.json_schema), {}};
+  } else if (!o.regex.empty()) {
+    f = {format_kind::regex, o.regex, {}};
+  } else {
+    f = {format_kind::ebnf, di::read_text_file(o.ebnf), {}};
+  }
+  f.schema.lenient = o.lenient;
+  f.schema.whitespace = parse_whitespace(o.whitespace);
+  compile_options co;
+  co.allow_empty_language = true;  // a schema like `false` compiles; every string is refused
+  return compile_response_format(f, co);
 }
 
 void run_check(const check_options& o) {
@@ -68,12 +88,17 @@ void setup_grammar(CLI::App& app) {
   cmd->require_subcommand(1);
   auto o = std::make_shared<check_options>();
   auto* check = cmd->add_subcommand("check", "Say whether each string fully matches a grammar");
+  check->add_option("--json-schema", o->json_schema, "JSON Schema file (draft 2020-12 or draft 7)");
   check->add_option("--regex", o->regex, "Regular expression (full match)");
   check->add_option("--ebnf", o->ebnf, "EBNF grammar file (GBNF/xgrammar `::=` rules, or Lark)");
   check->add_option("--strings", o->strings, "JSONL file of {\"text\": ...} lines")->required();
+  check->add_flag("--lenient", o->lenient, "JSON Schema: skip keywords that cannot be enforced");
+  check->add_option("--json-whitespace", o->whitespace, "JSON Schema whitespace: any, compact or pretty")
+      ->capture_default_str();
   check->add_flag("--print-grammar", o->print_grammar,
                   "Print the compiled grammar's size on stderr");
   check->callback([o] { run_check(*o); });
+  di::cli::add_grammar_bench(*cmd);
 }
 
 }  // namespace

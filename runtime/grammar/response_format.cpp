@@ -6,29 +6,78 @@
 #include "runtime/grammar/ebnf.hpp"
 #include "runtime/grammar/regex.hpp"
 
+#include <vector>
+
 namespace di::grammar {
 
-response_format parse_response_format(const std::string& spec) {
-  auto colon = spec.find(':');
-  std::string kind = spec.substr(0, colon);
-  std::string arg = colon == std::string::npos ? "" : spec.substr(colon + 1);
-  if (kind == "json_schema") {
-    DI_CHECK(!arg.empty(), "response format 'json_schema:' needs a schema file");
-    return {format_kind::json_schema, read_text_file(arg), {}};
+namespace {
+
+/// "kind[+modifier...]" before the colon: JSON whitespace (compact, pretty, any) and lenient.
+response_format parse_kind(const std::string& head) {
+  std::vector<std::string> parts;
+  std::size_t from = 0;
+  for (std::size_t plus; (plus = head.find('+', from)) != std::string::npos; from = plus + 1)
+    parts.push_back(head.substr(from, plus - from));
+  parts.push_back(head.substr(from));
+  response_format f;
+  const std::string& kind = parts[0];
+  if (kind == "json_schema") f.kind = format_kind::json_schema;
+  else if (kind == "json_object") f.kind = format_kind::json_object;
+  else if (kind == "regex") f.kind = format_kind::regex;
+  else if (kind == "ebnf") f.kind = format_kind::ebnf;
+  else DI_FAIL("unknown response format '{}' (expected json_schema, json_object, regex or ebnf)", kind);
+  const bool json = f.kind == format_kind::json_schema || f.kind == format_kind::json_object;
+  for (std::size_t i = 1; i < parts.size(); ++i) {
+    const std::string& m = parts[i];
+    DI_CHECK(json, "response format '{}': modifier '+{}' applies to JSON formats only", kind, m);
+    if (m == "compact") f.schema.whitespace = json_whitespace::compact;
+    else if (m == "pretty") f.schema.whitespace = json_whitespace::pretty;
+    else if (m == "any") f.schema.whitespace = json_whitespace::any;
+    else if (m == "lenient") f.schema.lenient = true;
+    else DI_FAIL("response format '{}': unknown modifier '+{}' (compact, pretty, any, lenient)", kind, m);
   }
-  if (kind == "json_object") {
-    DI_CHECK(arg.empty(), "response format 'json_object' takes no argument");
-    return {format_kind::json_object, "", {}};
+  return f;
+}
+
+response_format parse_spec(const std::string& spec, bool files) {
+  const auto colon = spec.find(':');
+  response_format f = parse_kind(spec.substr(0, colon));
+  const bool has_arg = colon != std::string::npos;
+  std::string arg = has_arg ? spec.substr(colon + 1) : "";
+  if (f.kind == format_kind::json_object) {
+    DI_CHECK(!has_arg, "response format 'json_object' takes no argument");
+    return f;
   }
-  if (kind == "regex") {
-    DI_CHECK(colon != std::string::npos, "response format 'regex:' needs a pattern");
-    return {format_kind::regex, arg, {}};
+  DI_CHECK(has_arg && (f.kind == format_kind::regex || !arg.empty()),
+           "response format '{}' needs {}", spec.substr(0, colon),
+           f.kind == format_kind::regex ? "a pattern (regex:PATTERN)" : files ? "a file (KIND:FILE)" : "its text");
+  f.text = files && f.kind != format_kind::regex ? read_text_file(arg) : arg;
+  return f;
+}
+
+std::string modifiers(const response_format& f) {
+  if (f.kind != format_kind::json_schema && f.kind != format_kind::json_object) return "";
+  std::string m;
+  if (f.schema.whitespace == json_whitespace::compact) m += "+compact";
+  if (f.schema.whitespace == json_whitespace::pretty) m += "+pretty";
+  if (f.schema.lenient) m += "+lenient";
+  return m;
+}
+
+}  // namespace
+
+response_format parse_response_format(const std::string& spec) { return parse_spec(spec, true); }
+
+response_format parse_inline_response_format(const std::string& spec) { return parse_spec(spec, false); }
+
+std::string to_inline_spec(const response_format& f) {
+  switch (f.kind) {
+    case format_kind::json_schema: return "json_schema" + modifiers(f) + ":" + f.text;
+    case format_kind::json_object: return "json_object" + modifiers(f);
+    case format_kind::regex: return "regex:" + f.text;
+    case format_kind::ebnf: return "ebnf:" + f.text;
   }
-  if (kind == "ebnf") {
-    DI_CHECK(!arg.empty(), "response format 'ebnf:' needs a grammar file");
-    return {format_kind::ebnf, read_text_file(arg), {}};
-  }
-  DI_FAIL("unknown response format '{}' (expected json_schema:FILE, json_object, regex:PATTERN or ebnf:FILE)", spec);
+  DI_FAIL("unknown response format kind");
 }
 
 std::shared_ptr<const compiled_grammar> compile_response_format(const response_format& f,
@@ -49,11 +98,15 @@ std::shared_ptr<const token_grammar> grammar_cache::get(
   std::string key = std::to_string(int(f.kind)) + ":" + std::to_string(reinterpret_cast<std::uintptr_t>(v.get())) +
                     ":" + std::to_string(int(f.schema.whitespace)) + std::to_string(f.schema.lenient) +
                     std::to_string(f.schema.format_assertion) + ":" + f.text;
+  std::shared_ptr<token_class_cache> classes;
   {
     std::lock_guard lock(mutex_);
     if (auto it = entries_.find(key); it != entries_.end()) return it->second;
+    auto& c = classes_[v.get()];
+    if (!c) c = std::make_shared<token_class_cache>();
+    classes = c;
   }
-  auto tg = token_grammar::create(compile_response_format(f), v);
+  auto tg = token_grammar::create(compile_response_format(f), v, /*precompute=*/false, classes);
   std::lock_guard lock(mutex_);
   return entries_.emplace(key, tg).first->second;
 }

@@ -23,14 +23,24 @@ struct response_format {
 };
 
 /// Parses the CLI syntax: "json_schema:FILE", "json_object", "regex:PATTERN" or "ebnf:FILE"
-/// (files are read).
+/// (files are read). JSON kinds take modifiers: "json_schema+compact:FILE" (no whitespace),
+/// "+pretty" (at most a newline and 20 spaces between tokens), "+any" (the default), "+lenient"
+/// (skip keywords that cannot be enforced).
 response_format parse_response_format(const std::string& spec);
+
+/// The inline syntax that travels in a request (runtime::sampling_params::response_format):
+/// "json_schema:<schema JSON>", "json_object", "regex:<pattern>" or "ebnf:<grammar text>".
+response_format parse_inline_response_format(const std::string& spec);
+/// `f` in the inline syntax (whitespace/lenient options are not carried: defaults apply).
+std::string to_inline_spec(const response_format& f);
 
 /// Front end + compilation (di::error with a clear message on bad input).
 std::shared_ptr<const compiled_grammar> compile_response_format(const response_format& f,
                                                                 const compile_options& options = {});
 
 /// Token grammars keyed by format and vocabulary; thread-safe; compiles outside the lock.
+/// Token classes are computed on first use and shared, per vocabulary, between grammars
+/// (token_class_cache).
 class grammar_cache {
  public:
   std::shared_ptr<const token_grammar> get(const response_format& f,
@@ -40,6 +50,7 @@ class grammar_cache {
  private:
   mutable std::mutex mutex_;
   std::unordered_map<std::string, std::shared_ptr<const token_grammar>> entries_;
+  std::unordered_map<const token_vocabulary*, std::shared_ptr<token_class_cache>> classes_;
 };
 
 }  // namespace di::grammar

@@ -1,6 +1,9 @@
-// Per-state token-class cache: an atomic pointer per automaton state, filled by whoever needs
-// it first (a racing duplicate is discarded), or all at creation.
+// Per-state token-class cache: an atomic pointer per equivalence class of states (its first
+// state holds it), filled by whoever needs it first (a racing duplicate is discarded), or all
+// at creation; misses look in the shared cross-grammar cache before walking the trie.
 #include "runtime/grammar/token_grammar.hpp"
+
+#include <unordered_map>
 
 namespace di::grammar {
 
@@ -13,30 +16,53 @@ token_grammar::token_grammar(std::shared_ptr<const compiled_grammar> g,
     cache_[s].store(nullptr, std::memory_order_relaxed);
 }
 
-token_grammar::~token_grammar() {
-  for (std::size_t s = 0; s < g_->num_states(); ++s)
-    delete cache_[s].load(std::memory_order_relaxed);
-}
+token_grammar::~token_grammar() = default;
 
 std::shared_ptr<const token_grammar> token_grammar::create(
     std::shared_ptr<const compiled_grammar> g, std::shared_ptr<const token_vocabulary> v,
-    bool precompute) {
+    bool precompute, std::shared_ptr<token_class_cache> shared) {
   std::shared_ptr<token_grammar> tg(new token_grammar(std::move(g), std::move(v)));
+  tg->shared_ = std::move(shared);
+  const std::size_t n = tg->g_->num_states();
+  tg->signatures_ = compute_state_signatures(*tg->g_);
+  tg->rep_.resize(n);
+  if (tg->signatures_.empty()) {
+    for (state_id s = 0; s < n; ++s) tg->rep_[s] = s;
+    tg->num_distinct_ = n;
+  } else {
+    std::unordered_map<state_signature, state_id, state_signature_hash> first;
+    for (state_id s = 0; s < n; ++s) tg->rep_[s] = first.emplace(tg->signatures_[s], s).first->second;
+    tg->num_distinct_ = first.size();
+  }
   if (precompute) {
     token_classifier scratch(*tg->g_, *tg->v_);
-    for (state_id s = 0; s < tg->g_->num_states(); ++s)
-      if (tg->g_->has_bytes(s)) tg->tokens_at(s, scratch);
+    for (state_id s = 0; s < n; ++s)
+      if (tg->g_->has_bytes(s) && tg->rep_[s] == s) tg->tokens_at(s, scratch);
   }
   return tg;
 }
 
 const state_tokens& token_grammar::tokens_at(state_id s, token_classifier& scratch) const {
-  const state_tokens* p = cache_[s].load(std::memory_order_acquire);
+  const state_id rep = rep_[s];
+  const state_tokens* p = cache_[rep].load(std::memory_order_acquire);
   if (p) return *p;
-  auto fresh = std::make_unique<state_tokens>(scratch.classify(s));
+  return classify(rep, scratch);
+}
+
+const state_tokens& token_grammar::classify(state_id rep, token_classifier& scratch) const {
+  std::shared_ptr<const state_tokens> t;
+  const bool shareable = shared_ && !signatures_.empty();
+  if (shareable) t = shared_->find(signatures_[rep]);
+  if (!t) {
+    t = std::make_shared<const state_tokens>(scratch.classify(rep));
+    if (shareable) t = shared_->insert(signatures_[rep], t);
+  }
   const state_tokens* expected = nullptr;
-  if (cache_[s].compare_exchange_strong(expected, fresh.get(), std::memory_order_acq_rel))
-    return *fresh.release();
+  if (cache_[rep].compare_exchange_strong(expected, t.get(), std::memory_order_acq_rel)) {
+    std::lock_guard lock(owned_mutex_);
+    owned_.push_back(std::move(t));
+    return *cache_[rep].load(std::memory_order_acquire);
+  }
   return *expected;
 }
 
@@ -48,9 +74,9 @@ std::size_t token_grammar::num_classified() const {
 }
 
 std::size_t token_grammar::memory_bytes() const {
-  std::size_t n = g_->memory_bytes() + g_->num_states() * sizeof(void*);
+  std::size_t n = g_->memory_bytes() + g_->num_states() * (sizeof(void*) + sizeof(state_id) + sizeof(state_signature));
   for (std::size_t s = 0; s < g_->num_states(); ++s)
-    if (auto* p = cache_[s].load(std::memory_order_acquire)) n += p->memory_bytes();
+    if (auto* p = cache_[s].load(std::memory_order_acquire); p && rep_[s] == s) n += p->memory_bytes();
   return n;
 }
 

@@ -2,6 +2,8 @@
 // several grammars, the mask must equal "accept each token, then roll it back". Also
 // rollback, stop tokens, termination and forced continuations.
 #include "runtime/grammar/grammar_matcher.hpp"
+#include "runtime/grammar/json_schema.hpp"
+#include "runtime/grammar/token_class_cache.hpp"
 #include "tests/runtime/grammar/grammar_test_util.hpp"
 
 #include <doctest/doctest.h>
@@ -56,11 +58,8 @@ std::vector<std::uint32_t> brute_mask(grammar_matcher& m, const token_vocabulary
 }
 
 /// Random walk: at each step compare masks, then take a random allowed token.
-void check_walks(const std::string& grammar_text, const std::string& alphabet, int walks,
-                 int steps) {
-  std::mt19937 rng(1234);
-  auto vocab = token_vocabulary::from_tokens(random_vocab(alphabet, 400, rng), {401}, 403);
-  auto tg = token_grammar::create(test::compile_ebnf(grammar_text), vocab, /*precompute=*/false);
+void check_walks(const std::shared_ptr<const token_grammar>& tg, int walks, int steps, std::mt19937& rng) {
+  const auto* vocab = &tg->vocabulary();
   for (int w = 0; w < walks; ++w) {
     grammar_matcher m(tg);
     for (int s = 0; s < steps; ++s) {
@@ -79,10 +78,38 @@ void check_walks(const std::string& grammar_text, const std::string& alphabet, i
   }
 }
 
+void check_walks(const std::string& grammar_text, const std::string& alphabet, int walks,
+                 int steps) {
+  std::mt19937 rng(1234);
+  auto vocab = token_vocabulary::from_tokens(random_vocab(alphabet, 400, rng), {401}, 403);
+  auto tg = token_grammar::create(test::compile_ebnf(grammar_text), vocab, /*precompute=*/false);
+  check_walks(tg, walks, steps, rng);
+}
+
 }  // namespace
 
 TEST_CASE("masks equal the brute-force reference on a recursive JSON grammar") {
   check_walks(k_json_ebnf, "{}[],: \"\\ntu0123456789.-eEabcfl/", 12, 40);
+}
+
+TEST_CASE("token classes shared between JSON Schema grammars give the brute-force masks") {
+  // Equivalent states (state_signature) share one classification, within a grammar and across
+  // grammars through the token_class_cache: every mask must still be exact.
+  std::mt19937 rng(99);
+  auto vocab = token_vocabulary::from_tokens(random_vocab("{}[],:\"\\ab0123456789.-tfnrue", 400, rng), {401}, 403);
+  auto shared = std::make_shared<token_class_cache>();
+  const char* schemas[] = {
+      R"({"type":"object","properties":{"a":{"type":"string","maxLength":40},"b":{"type":"integer","minimum":-5,"maximum":300}},"required":["a"]})",
+      R"({"type":"object","properties":{"a":{"type":"string","maxLength":40},"c":{"enum":["ab","ba",1,true]}}})",
+      R"({"type":"array","items":{"type":"string","minLength":2,"maxLength":300},"maxItems":4})",
+      R"({"anyOf":[{"type":"number"},{"type":"array","items":{"$ref":"#"}}]})"};
+  for (const char* text : schemas) {
+    auto tg = token_grammar::create(compiled_grammar::compile(compile_json_schema_text(text).g), vocab,
+                                    /*precompute=*/false, shared);
+    CHECK(tg->num_distinct_states() <= tg->automaton().num_states());
+    check_walks(tg, 6, 60, rng);
+  }
+  CHECK(shared->size() > 0);
 }
 
 TEST_CASE("masks equal the brute-force reference on left recursion and ambiguity") {

@@ -1,0 +1,98 @@
+// Partition refinement over the compiled automaton (see state_signature.hpp). Round k hashes a
+// state's round k-1 signature with its transitions (grouped by target signature, each group's
+// byte set in canonical form) and its calls; it stops when a round splits no class.
+#include "runtime/grammar/state_signature.hpp"
+
+#include <algorithm>
+#include <unordered_set>
+
+namespace di::grammar {
+
+namespace {
+
+std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
+  // splitmix64 finalizer over a combined word.
+  std::uint64_t z = h ^ (v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2));
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+state_signature mix(state_signature s, std::uint64_t v) {
+  return {mix(s.a, v), mix(s.b ^ 0x5851F42D4C957F2Dull, v * 0xD6E8FEB86659FD93ull + 1)};
+}
+
+state_signature mix(state_signature s, const byte_set& bytes) {
+  for (std::uint64_t w : bytes.words) s = mix(s, w);
+  return s;
+}
+
+struct edge {
+  state_signature target;
+  byte_set bytes;
+};
+
+/// Round 0: what a state shows without looking at its successors.
+std::vector<state_signature> initial(const compiled_grammar& g) {
+  std::vector<state_signature> h(g.num_states());
+  for (state_id s = 0; s < g.num_states(); ++s) {
+    rule_id r = g.rule_of(s);
+    state_signature x = mix(state_signature{1, 2}, g.is_final(s) ? 3 : 4);
+    x = mix(x, g.follow(r));
+    h[s] = mix(x, g.follow_end(r) ? 5 : 6);
+  }
+  return h;
+}
+
+}  // namespace
+
+std::vector<state_signature> compute_state_signatures(const compiled_grammar& g, std::size_t max_work) {
+  const std::size_t n = g.num_states();
+  const int num_classes = g.num_byte_classes();
+  std::vector<byte_set> class_bytes(std::size_t(std::max(num_classes, 1)));
+  std::vector<std::uint8_t> class_rep(class_bytes.size(), 0);
+  for (int b = 255; b >= 0; --b) {
+    class_bytes[g.byte_class(std::uint8_t(b))].set(std::uint8_t(b));
+    class_rep[g.byte_class(std::uint8_t(b))] = std::uint8_t(b);
+  }
+  std::vector<state_signature> h = initial(g), next(n);
+  std::size_t classes = 0, work = 0;
+  std::vector<edge> edges;
+  std::vector<std::pair<state_signature, state_signature>> calls;
+  std::unordered_set<state_signature, state_signature_hash> distinct;
+  auto less = [](const state_signature& x, const state_signature& y) { return x.a != y.a ? x.a < y.a : x.b < y.b; };
+  for (;;) {
+    for (state_id s = 0; s < n; ++s) {
+      edges.clear();
+      if (g.has_bytes(s)) {
+        for (int c = 0; c < num_classes; ++c) {
+          state_id t = g.next(s, class_rep[std::size_t(c)]);
+          if (t == k_dead_state) continue;
+          auto it = std::find_if(edges.begin(), edges.end(), [&](const edge& e) { return e.target == h[t]; });
+          if (it == edges.end()) edges.push_back({h[t], class_bytes[std::size_t(c)]});
+          else it->bytes |= class_bytes[std::size_t(c)];
+        }
+      }
+      std::sort(edges.begin(), edges.end(), [](const edge& x, const edge& y) { return x.bytes.words < y.bytes.words; });
+      calls.clear();
+      for (const call_edge& c : g.calls(s)) calls.push_back({h[g.start(c.rule)], h[c.target]});
+      std::sort(calls.begin(), calls.end(), [&](const auto& x, const auto& y) {
+        return less(x.first, y.first) || (x.first == y.first && less(x.second, y.second));
+      });
+      state_signature x = h[s];
+      for (const edge& e : edges) x = mix(mix(mix(x, e.target.a), e.target.b), e.bytes);
+      x = mix(x, 0xCA11);
+      for (const auto& [start, target] : calls) x = mix(mix(mix(mix(x, start.a), start.b), target.a), target.b);
+      next[s] = x;
+      work += std::size_t(num_classes) + 1;
+    }
+    h.swap(next);
+    distinct.clear();
+    distinct.insert(h.begin(), h.end());
+    if (distinct.size() == classes) return h;
+    classes = distinct.size();
+    if (work > max_work) return {};
+  }
+}
+
+}  // namespace di::grammar
