@@ -22,12 +22,23 @@ runner_bundle make_step_runner(const cluster_config& config, const std::string& 
     return {std::make_unique<toy_runner>(std::move(c)), std::move(g)};
   }
   DI_CHECK(config.model.runner == "cpu", "model.runner = '{}': expected cpu or toy", config.model.runner);
-  DI_CHECK(device == "cpu", "device '{}': the CPU model runner runs on device \"cpu\" only", device);
+  const bool cuda = device == "cuda" || device.rfind("cuda:", 0) == 0;
+  DI_CHECK(device == "cpu" || cuda,
+           "device '{}': the model runner runs on \"cpu\", \"cuda\" or \"cuda:N\"", device);
   cpu_runner_config c{.kv_pool_tokens = config.kv.pool_tokens,
                       .num_snapshots = config.kv.num_snapshots,
                       .max_model_len = config.scheduler.max_model_len};
-  std::unique_ptr<cpu_model_runner> r =
-      cpu_model_runner::load(config.model.path, c, forward_options{.act_quant = config.model.act_quant});
+  const forward_options options{.act_quant = config.model.act_quant};
+  std::unique_ptr<cpu_model_runner> r;
+  if (cuda) {  // the same runner over a model whose weights, slots and blocks live on the GPU
+    std::shared_ptr<deepseek_model> model = deepseek_model::load(config.model.path, options);
+    if (!model->config().engram.layer_ids.empty())
+      attach_engram_hasher(*model, tok::tokenizer::from_dir(config.model.path));
+    model->to_device({device_kind::cuda, device == "cuda" ? 0 : std::stoi(device.substr(5))});
+    r = std::make_unique<cpu_model_runner>(std::move(model), c);
+  } else {
+    r = cpu_model_runner::load(config.model.path, c, options);
+  }
   runtime::kv_geometry g = r->geometry();
   return {std::move(r), std::move(g)};
 }

@@ -23,9 +23,9 @@ batches=${DEEPINFER_BENCH_BATCH:-1,8,32,64}
 di=/tmp/fwd/bin/deepinfer
 for preset in "$@"; do
   dir=/tmp/models/$preset
-  t0=$(date +%s.%N)
+  t0=$(date +%s%N)
   "$di" make-model --preset "$preset" --out "$dir" --quiet || { echo "make-model $preset failed"; continue; }
-  echo "make-model $preset: $(echo "$(date +%s.%N) - $t0" | bc) s, $(du -sh "$dir" | cut -f1)"
+  echo "make-model $preset: $(( ($(date +%s%N) - t0) / 1000000 )) ms, $(du -sh "$dir" | cut -f1)"
   "$di" bench decode --model "$dir" --device cuda --batch "$batches" --context "$ctx" --steps 8 \
     2>&1 | tee "$out/bench-decode-$preset.log"
   "$di" bench prefill --model "$dir" --device cuda --batch 1 --context 2048 --steps 8 \

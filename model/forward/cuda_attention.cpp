@@ -1,16 +1,68 @@
-// The forward's CUDA attention entry: one launch over two f32 row pools (the window rows and
+// The forward's CUDA glue: attention as one launch over two f32 row pools (the window rows and
 // the compressed entries) with their own index lists, so the per-token indices never have to
-// be merged on the host. A tensor-level wrapper over helper kernels' launch_attention.
+// be merged on the host (a tensor-level wrapper over launch_attention); and asynchronous
+// uploads of the small host-built index tensors through a pinned staging arena, so they do not
+// drain the stream (a forward call ends with a synchronous copy of its logits, after which
+// the arena is reused).
 #include "model/forward/detail/forward_pass.hpp"
 
 #if defined(DEEPINFER_HAVE_CUDA)
+#include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cuda_model_ops.hpp"
 #include "kernels/cuda/stream.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <cstring>
 #endif
 
 namespace di::detail {
 
 #if defined(DEEPINFER_HAVE_CUDA)
+
+namespace {
+
+/// Pinned host memory the uploads of one forward call are staged in.
+struct staging_arena {
+  std::uint8_t* base = nullptr;
+  std::size_t size = 0;
+  std::size_t used = 0;
+  ~staging_arena() {
+    if (base != nullptr) cudaFreeHost(base);
+  }
+};
+
+staging_arena& arena() {
+  thread_local staging_arena a;
+  if (a.base == nullptr) {
+    a.size = std::size_t(64) << 20;
+    void* p = nullptr;
+    CUDA_CHECK(cudaMallocHost(&p, a.size));
+    a.base = static_cast<std::uint8_t*>(p);
+  }
+  return a;
+}
+
+}  // namespace
+
+void reset_uploads() {
+  cuda::synchronize();  // every staged copy of the last call has run
+  arena().used = 0;
+}
+
+tensor upload_async(const tensor& host, device dev) {
+  DI_CHECK(host.dev().kind == device_kind::cpu && host.is_contiguous(),
+           "upload_async: a contiguous host tensor");
+  staging_arena& a = arena();
+  const std::size_t bytes = host.nbytes(), at = (a.used + 255) / 256 * 256;
+  if (bytes == 0 || at + bytes > a.size) return host.to(dev);  // empty, or the arena is full
+  std::memcpy(a.base + at, host.raw(), bytes);
+  a.used = at + bytes;
+  tensor out = tensor::empty(host.shape(), host.type(), dev);
+  CUDA_CHECK(cudaMemcpyAsync(out.raw(), a.base + at, bytes, cudaMemcpyHostToDevice,
+                             cuda::current_stream()));
+  return out;
+}
 
 tensor two_pool_attention(const tensor& q, const tensor& sinks, const tensor& kv1,
                           const tensor& idx1, const tensor& kv2, const tensor& idx2, float scale) {
@@ -54,6 +106,10 @@ tensor two_pool_attention(const tensor& q, const tensor& sinks, const tensor& kv
 }
 
 #else
+
+void reset_uploads() {}
+
+tensor upload_async(const tensor& host, device dev) { return host.to(dev); }
 
 tensor two_pool_attention(const tensor& q, const tensor&, const tensor&, const tensor&,
                           const tensor&, const tensor&, float) {

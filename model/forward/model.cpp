@@ -140,8 +140,9 @@ std::vector<forward_output> deepseek_model::forward(std::span<forward_request> b
     pass.seqs.push_back(s);
   }
   if (dev().kind != device_kind::cpu) {  // small index tensors travel once per call
-    pass.tokens = pass.tokens.to(dev());
-    pass.positions = pass.positions.to(dev());
+    detail::reset_uploads();
+    pass.tokens = detail::upload_async(pass.tokens, dev());
+    pass.positions = detail::upload_async(pass.positions, dev());
     for (detail::sequence_pass& s : pass.seqs)
       s.positions = pass.positions.slice(0, s.offset, s.offset + s.count);
   }

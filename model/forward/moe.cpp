@@ -90,9 +90,9 @@ void grouped_expert_forward(const forward_pass& pass, const moe_weights& m,
   }
   const std::int64_t n = std::int64_t(rows.size());
   const tensor idx = pass.index(rows);
-  const tensor scale = tensor::view_of(weights.data(), {n}, dtype::f32).to(pass.dev());
+  const tensor scale = pass.upload(tensor::view_of(weights.data(), {n}, dtype::f32));
   const tensor offs =
-      tensor::view_of(offsets.data(), {std::int64_t(offsets.size())}, dtype::i32).to(pass.dev());
+      pass.upload(tensor::view_of(offsets.data(), {std::int64_t(offsets.size())}, dtype::i32));
   const ops::expert_linear_params p{pass.act(m.stacked.w1).act_quant_block, most};
   const tensor xe = ops::gather_rows(x, idx);  // [n, dim] grouped by expert
   tensor act = ops::swiglu(ops::expert_linear(xe, offs, m.stacked.w1.w, p),

@@ -104,17 +104,26 @@ engram_history& sequence_state::engram() {
 }
 
 std::span<const std::uint8_t> sequence_state::slot() const {
-  DI_CHECK(slot_.dev().kind == device_kind::cpu,
-           "sequence state: slot snapshots of {} states are not supported", to_string(dev()));
-  return {slot_.data<std::uint8_t>(), slot_.nbytes()};
+  if (slot_.dev().kind == device_kind::cpu) return {slot_.data<std::uint8_t>(), slot_.nbytes()};
+  // A device slot is copied to a host mirror, with the host-kept Engram history in its place.
+  host_slot_.resize(slot_.nbytes());
+  tensor::view_of(host_slot_.data(), {std::int64_t(host_slot_.size())}, dtype::u8)
+      .copy_from(slot_);
+  if (layout().has_engram)
+    std::memcpy(host_slot_.data() + layout().engram_offset, &engram_host_, sizeof engram_host_);
+  return host_slot_;
 }
 
 void sequence_state::load_slot(std::span<const std::uint8_t> bytes) {
-  DI_CHECK(slot_.dev().kind == device_kind::cpu,
-           "sequence state: slot snapshots of {} states are not supported", to_string(dev()));
   DI_CHECK(bytes.size() == slot_.nbytes(),
            "sequence state: a slot of {} bytes, the layout's has {}", bytes.size(), slot_.nbytes());
-  std::copy(bytes.begin(), bytes.end(), slot_.data<std::uint8_t>());
+  if (slot_.dev().kind == device_kind::cpu) {
+    std::copy(bytes.begin(), bytes.end(), slot_.data<std::uint8_t>());
+    return;
+  }
+  slot_.copy_from(tensor::view_of(bytes.data(), {std::int64_t(bytes.size())}, dtype::u8));
+  if (layout().has_engram)
+    std::memcpy(&engram_host_, bytes.data() + layout().engram_offset, sizeof engram_host_);
 }
 
 void sequence_state::adopt_prefix(std::int64_t num_cached_tokens, std::int64_t resume_position) {

@@ -80,9 +80,10 @@ class sequence_state {
   /// The Engram look-back of the sequence (Engram models only).
   engram_history& engram();
 
-  /// The whole slot, [layout.slot_bytes] (what a snapshot copies; host states only).
+  /// The whole slot, [layout.slot_bytes] (what a snapshot copies; a device state's is copied
+  /// to a host mirror, valid until the next call).
   std::span<const std::uint8_t> slot() const;
-  /// Replaces the slot with `bytes` (a snapshot of a slot of the same layout; host states).
+  /// Replaces the slot with `bytes` (a snapshot of a slot of the same layout).
   void load_slot(std::span<const std::uint8_t> bytes);
 
   /// Prefix reuse (block_source::planned, on an empty state): the stream entries of the first
@@ -123,6 +124,7 @@ class sequence_state {
   std::int64_t num_cached_tokens_ = 0;
   tensor slot_;                                 // [layout.slot_bytes] u8 on the pool's device
   engram_history engram_host_;                  // a CUDA state's Engram history
+  mutable std::vector<std::uint8_t> host_slot_;  // a CUDA state's slot() mirror
   std::vector<std::vector<int>> block_tables_;  // per stream
   std::vector<std::int64_t> num_entries_;       // per stream
 };

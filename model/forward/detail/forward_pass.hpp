@@ -47,13 +47,12 @@ struct forward_pass {
   /// Where the weights (and every activation of the call) live.
   device dev() const { return weights.dev; }
   bool on_cuda() const { return weights.dev.kind == device_kind::cuda; }
-  /// A host tensor moved to the model's device (returned as is on the CPU).
-  tensor upload(const tensor& host) const { return on_cuda() ? host.to(dev()) : host; }
+  /// A host tensor moved to the model's device without waiting (returned as is on the CPU).
+  tensor upload(const tensor& host) const;
   /// Row indices [n] i64 on the model's device (on the CPU a view of `rows`, which must
   /// outlive the use).
   tensor index(const std::vector<std::int64_t>& rows) const {
-    const tensor view = tensor::view_of(rows.data(), {std::int64_t(rows.size())}, dtype::i64);
-    return on_cuda() ? view.to(dev()) : view;
+    return upload(tensor::view_of(rows.data(), {std::int64_t(rows.size())}, dtype::i64));
   }
   /// Activation-quantization block for a linear (0 = none).
   ops::linear_params act(const linear_weight& w) const {
@@ -84,6 +83,16 @@ struct compressed_attention {
 };
 compressed_attention compressed_forward(forward_pass& pass, int layer, sequence_pass& seq,
                                         const tensor& x, const tensor& q_residual);
+
+/// Copies a contiguous host tensor to `dev` asynchronously on the current stream, staged in
+/// pinned memory that stays valid until reset_uploads() (called at the start of every CUDA
+/// forward call, after a sync).
+tensor upload_async(const tensor& host, device dev);
+void reset_uploads();
+
+inline tensor forward_pass::upload(const tensor& host) const {
+  return on_cuda() ? upload_async(host, dev()) : host;
+}
 
 /// CUDA attention of q [count, H, hd] over two f32 pools: kv1 rows named by idx1 [count, k1]
 /// then kv2 rows (undefined: none) named by idx2 [count, k2] (i32, -1 unused).
