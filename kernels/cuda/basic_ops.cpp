@@ -11,13 +11,17 @@ namespace di::cuda {
 namespace {
 
 /// A device slot the gather kernels set to 1 + the position of an out-of-range index; read
-/// back (one short sync) unless the stream is capturing a graph.
+/// back (one short sync) unless the stream is capturing a graph or this thread turned index
+/// checks off (index_check_scope), in which case the slot is not even cleared.
 class bad_index_check {
  public:
-  explicit bad_index_check(device dev) : slot_(tensor::zeros({1}, dtype::i64, dev)) {}
+  explicit bad_index_check(device dev)
+      : enabled_(index_checks_enabled() && !is_capturing()),
+        slot_(enabled_ ? tensor::zeros({1}, dtype::i64, dev)
+                       : tensor::empty({1}, dtype::i64, dev)) {}
   bad_index_slot* get() const { return static_cast<bad_index_slot*>(slot_.raw()); }
   void check(const char* what, std::int64_t bound) const {
-    if (is_capturing()) return;
+    if (!enabled_) return;
     std::int64_t value = 0;
     tensor host = tensor::view_of(&value, {1}, dtype::i64);
     host.copy_from(slot_);
@@ -25,6 +29,7 @@ class bad_index_check {
   }
 
  private:
+  bool enabled_;
   tensor slot_;
 };
 

@@ -42,9 +42,11 @@ tensor expert_linear(const tensor& x, const tensor& offsets, const weight_matrix
                      const expert_linear_params& params);
 
 /// Which kernel multiplies FP8/FP4 weights when activations are quantized (tests and
-/// benchmarks force one; `automatic` picks cuBLASLt's block-scaled FP8 GEMM for 128x128 FP8
-/// blocks and at least 256 rows when it accepts the shape, else sm90_block_gemm).
-enum class gemm_backend { automatic, block_gemm, cublaslt, dequant_fp32 };
+/// benchmarks force one). `automatic`: sm90_block_gemm below 128 rows (decode); from 128 rows
+/// cuBLASLt's block-scaled FP8 GEMM for 128x128 FP8 blocks (256+ rows) when it accepts the
+/// shape, else the weight dequantized to a bf16 temporary and cuBLAS (exact: quantized
+/// activations and decoded weights are bf16 numbers; prefill speed instead of ~60 TFLOP/s).
+enum class gemm_backend { automatic, block_gemm, cublaslt, dequant_fp32, dequant_bf16 };
 void set_gemm_backend(gemm_backend backend);
 gemm_backend get_gemm_backend();
 

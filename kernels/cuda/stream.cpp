@@ -12,6 +12,7 @@ namespace {
 
 thread_local cudaStream_t tl_stream = nullptr;
 thread_local bool tl_has_stream = false;
+thread_local bool tl_index_checks = true;
 
 constexpr int max_devices = 16;
 
@@ -42,6 +43,18 @@ bool is_capturing() {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   CUDA_CHECK(cudaStreamIsCapturing(current_stream(), &status));
   return status != cudaStreamCaptureStatusNone;
+}
+
+bool index_checks_enabled() {
+  return tl_index_checks;
+}
+
+index_check_scope::index_check_scope(bool enabled) : previous_(tl_index_checks) {
+  tl_index_checks = enabled;
+}
+
+index_check_scope::~index_check_scope() {
+  tl_index_checks = previous_;
 }
 
 stream_scope::stream_scope(cudaStream_t stream)

@@ -19,6 +19,23 @@ void synchronize();
 /// True while the current stream is capturing a CUDA graph (ops then skip host syncs).
 bool is_capturing();
 
+/// Whether the gathers of this thread read their bad-index flag back (one short sync per op).
+/// On by default; an executor whose indices are built and validated on the host turns it off
+/// with an index_check_scope so that its steps never drain the stream.
+bool index_checks_enabled();
+
+/// Sets index_checks_enabled() for this thread for the scope's lifetime (scopes nest).
+class index_check_scope {
+ public:
+  explicit index_check_scope(bool enabled);
+  ~index_check_scope();
+  index_check_scope(const index_check_scope&) = delete;
+  index_check_scope& operator=(const index_check_scope&) = delete;
+
+ private:
+  bool previous_;
+};
+
 /// Makes `stream` this thread's current stream for the scope's lifetime (scopes nest).
 class stream_scope {
  public:
