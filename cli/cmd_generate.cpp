@@ -31,7 +31,6 @@ struct generate_options {
   std::string prompt_ids;
   std::string chat;
   std::string act_quant = "on";
-  std::string response_format;
   std::string device = "cpu";
   std::string device_weights = "stored";
   bool json = false;
@@ -41,6 +40,8 @@ struct generate_options {
   std::int64_t seed = -1;
   int logprobs = -1;
   int prompt_logprobs = -1;
+  std::string response_format;
+  int n = 1;
 };
 
 /// $DEEPINFER_CACHE, else $XDG_CACHE_HOME/deepinfer, else ~/.cache/deepinfer.
@@ -159,11 +160,15 @@ void run_generate(generate_options& o) {
       std::fwrite(text.data(), 1, text.size(), stdout);
       std::fflush(stdout);
     };
-  di::cli::generation_result r = di::cli::generate(m, req);
-  if (o.json) {
-    print_json(req.prompt_ids, r, o);
-    return;
+  DI_CHECK(o.n >= 1, "--n must be at least 1, got {}", o.n);
+  DI_CHECK(o.n == 1 || o.json, "--n above 1 needs --json (one object per line)");
+  di::cli::generation_result r;
+  for (int i = 0; i < o.n; ++i) {  // --n: seeds seed, seed+1, ... (model and grammar loaded once)
+    if (o.seed >= 0) req.params.seed = std::uint64_t(o.seed) + std::uint64_t(i);
+    r = di::cli::generate(m, req);
+    if (o.json) print_json(req.prompt_ids, r, o);
   }
+  if (o.json) return;
   std::fputc('\n', stdout);
   std::fflush(stdout);
   if (!o.no_stats) {
@@ -195,9 +200,12 @@ void setup_generate(CLI::App& app) {
   sub->add_option("--seed", o->seed, "Random seed (same seed, same output)");
   sub->add_option("--stop", o->params.stop, "Stop string (repeatable); not included in the output");
   sub->add_flag("--ignore-eos", o->params.ignore_eos, "Do not stop at the end-of-sequence token");
+  sub->add_option("--n", o->n, "Generations of the same prompt (with --json: one line each; seeds "
+                  "seed, seed+1, ...)");
   sub->add_option("--response-format", o->response_format, "Structured output: json_schema:FILE, "
-                  "json_object, regex:PATTERN or ebnf:FILE (the text is guaranteed to match; it "
-                  "ends when the grammar is complete)");
+                  "json_object, regex:PATTERN or ebnf:FILE; JSON kinds take +compact, +pretty or "
+                  "+lenient (json_schema+compact:FILE). The text is guaranteed to match; it ends "
+                  "when the grammar is complete");
   sub->add_option("--logprobs", o->logprobs, "Return the top-K logprobs of every generated token");
   sub->add_option("--prompt-logprobs", o->prompt_logprobs, "Return the top-K logprobs of every prompt token");
   sub->add_option("--act-quant", o->act_quant, "FP8 activation quantization before FP8/FP4 GEMMs "

@@ -35,6 +35,11 @@ struct sampling_params {
   std::vector<std::int32_t> stop_token_ids;  ///< extra token ids that end generation
   bool ignore_eos = false;                   ///< keep generating after EOS
   bool skip_special_tokens = true;           ///< drop special tokens from the detokenized text
+  /// Structured output: the grammar the text must match, in the inline syntax of
+  /// runtime/grammar/response_format.hpp ("json_schema:<schema JSON>", "json_object",
+  /// "regex:<pattern>", "ebnf:<grammar>"); empty = free text. The runner masks every step to
+  /// the grammar and allows only EOS once the text is complete.
+  std::string response_format;
 
   /// True when the request takes the argmax (temperature below 1e-5, as vLLM).
   bool is_greedy() const;

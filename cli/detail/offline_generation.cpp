@@ -78,8 +78,19 @@ loaded_model load_model_for_generation(const std::string& dir, bool act_quant) {
   return m;
 }
 
+void enable_structured_output(loaded_model& m) {
+  if (m.grammar_vocab) return;
+  m.grammar_vocab =
+      grammar::token_vocabulary::from_tokenizer(*m.tokenizer, std::size_t(m.model->config().vocab_size));
+  m.grammars = std::make_shared<grammar::grammar_cache>();
+}
+
 generation_result generate(const loaded_model& m, const generation_request& r) {
   check_request(m, r);
+  if (!r.params.response_format.empty()) {
+    DI_CHECK(m.grammar_vocab != nullptr, "response_format given but structured output is not enabled");
+    m.grammars->get(grammar::parse_inline_response_format(r.params.response_format), m.grammar_vocab);
+  }
   const std::int64_t num_prompt = std::int64_t(r.prompt_ids.size());
   const std::int64_t max_new =
       r.params.max_tokens.value_or(m.model->config().max_position_embeddings - num_prompt);
@@ -88,6 +99,7 @@ generation_result generate(const loaded_model& m, const generation_request& r) {
   // Pools for exactly this request: max_model_len bounds its output as max_tokens would.
   cpu_model_runner runner(
       m.model, {.kv_pool_tokens = num_prompt + max_new, .max_model_len = num_prompt + max_new});
+  if (m.grammar_vocab) runner.enable_structured_output(m.grammar_vocab, m.grammars);
   runtime::scheduler s = make_scheduler(m, runner, num_prompt);
   runtime::request req{.id = 0, .prompt_ids = r.prompt_ids, .params = r.params, .seed = out.seed};
   const runtime::admission_result admitted = s.add_request(std::move(req));

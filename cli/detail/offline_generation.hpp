@@ -6,6 +6,7 @@
 
 #include "model/forward/model.hpp"
 #include "model/tokenizer/tokenizer.hpp"
+#include "runtime/grammar/response_format.hpp"
 #include "runtime/logprobs.hpp"
 #include "runtime/sampling_params.hpp"
 #include "runtime/stop_checker.hpp"
@@ -23,11 +24,18 @@ namespace di::cli {
 struct loaded_model {
   std::shared_ptr<deepseek_model> model;
   std::unique_ptr<tok::tokenizer> tokenizer;
+  /// Structured output (enable_structured_output): the tokenizer's bytes per token, masks of
+  /// the model's vocab_size, and the compiled grammars by spec text.
+  std::shared_ptr<const grammar::token_vocabulary> grammar_vocab;
+  std::shared_ptr<grammar::grammar_cache> grammars;
 };
 
 /// Loads config, weights and tokenizer of `dir` (and the Engram hasher when the model has
 /// Engram layers).
 loaded_model load_model_for_generation(const std::string& dir, bool act_quant);
+
+/// Builds what requests with params.response_format need (the token trie; once per model).
+void enable_structured_output(loaded_model& m);
 
 struct generation_request {
   std::vector<std::int32_t> prompt_ids;
@@ -49,7 +57,8 @@ struct generation_result {
 };
 
 /// Generates one completion. Invalid input (ids outside the vocabulary, a prompt that does
-/// not fit the context, bad sampling values) throws di::error before any work.
+/// not fit the context, bad sampling values, a response_format that does not compile) throws
+/// di::error before any work; the grammar is compiled here, before the step loop.
 generation_result generate(const loaded_model& m, const generation_request& request);
 
 }  // namespace di::cli

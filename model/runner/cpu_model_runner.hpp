@@ -7,6 +7,8 @@
 
 #include "model/forward/model.hpp"
 #include "model/forward/sequence_state.hpp"
+#include "runtime/grammar/grammar_matcher.hpp"
+#include "runtime/grammar/response_format.hpp"
 #include "runtime/kv_geometry.hpp"
 #include "runtime/sampler.hpp"
 #include "runtime/scheduler.hpp"
@@ -75,6 +77,13 @@ class cpu_model_runner final : public runtime::step_runner {
   /// carries the error): the plan does not carry the earlier tokens the penalties count.
   runtime::step_result run(const runtime::step_plan& plan) override;
 
+  /// Lets requests with a response_format run here (runner_grammar.cpp): each step's mask
+  /// comes from the request's grammar over `v` (whose mask_size must be the model's
+  /// vocab_size); compiled grammars come from `cache` (shared between runners; a private one
+  /// when null). Without it such a request fails with a clear error.
+  void enable_structured_output(std::shared_ptr<const grammar::token_vocabulary> v,
+                                std::shared_ptr<grammar::grammar_cache> cache = nullptr);
+
   const deepseek_model& model() const { return *model_; }
   /// The cache shape the scheduler's block manager must use with this runner.
   const runtime::kv_geometry& geometry() const { return geometry_; }
@@ -90,6 +99,10 @@ class cpu_model_runner final : public runtime::step_runner {
     runtime::token_counts counts;  // tokens of the rows run so far, split at num_prompt_tokens
     bool has_all_tokens = true;    // counts saw every earlier token (no resume past position 0)
     std::optional<std::int32_t> last_sample;
+    // Structured output (params.response_format): the matcher follows every output token fed.
+    std::unique_ptr<grammar::grammar_matcher> matcher;
+    std::vector<std::uint32_t> mask;  // [allowed_mask_words(vocab)]
+    std::string grammar_error;        // set when the grammar failed: the sequence fails
   };
   /// One scheduled sequence's part of this step's forward.
   struct batch_entry {
@@ -115,6 +128,11 @@ class cpu_model_runner final : public runtime::step_runner {
                                         std::vector<batch_entry>& batch);
   std::vector<forward_output> run_forward(std::vector<batch_entry*>& wave);
   void save_snapshot(const live_sequence& seq, std::int32_t snapshot);
+  // runner_grammar.cpp: structured output.
+  void start_grammar(live_sequence& seq) const;
+  void feed_grammar(live_sequence& seq, std::int32_t output_token) const;
+  /// The allowed-token mask for the next sample (empty span: no grammar).
+  std::span<const std::uint32_t> grammar_mask(live_sequence& seq) const;
   void sample(const runtime::step_plan& plan, const std::vector<batch_entry>& batch,
               const std::vector<forward_output>& logits, runtime::step_result& result);
   void prompt_logprobs(const runtime::scheduled_sequence& s, const batch_entry& entry,
@@ -128,6 +146,8 @@ class cpu_model_runner final : public runtime::step_runner {
   std::vector<std::int64_t> snapshot_positions_;      // [snapshot] tokens it holds; -1 = none
   std::unordered_map<std::uint64_t, live_sequence> live_;
   runtime::sampler sampler_;
+  std::shared_ptr<const grammar::token_vocabulary> grammar_vocab_;
+  std::shared_ptr<grammar::grammar_cache> grammar_cache_;
   runner_stats stats_;
 };
 

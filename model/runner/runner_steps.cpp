@@ -24,6 +24,7 @@ void cpu_model_runner::start(const runtime::sequence_start& s) {
   live_sequence& seq = live_[s.seq_id];
   seq.start = s;
   seq.state = std::make_unique<sequence_state>(pool_, max_model_len_, block_source::planned);
+  start_grammar(seq);
 }
 
 cpu_model_runner::live_sequence& cpu_model_runner::find(std::uint64_t seq_id) {
@@ -103,6 +104,7 @@ std::optional<cpu_model_runner::batch_entry> cpu_model_runner::prepare(
       seq.counts.add_prompt_token(std::int32_t(e.tokens[std::size_t(i)]));
     } else {
       seq.counts.add_output_token(std::int32_t(e.tokens[std::size_t(i)]));
+      feed_grammar(seq, std::int32_t(e.tokens[std::size_t(i)]));
     }
   }
   e.logit_rows.assign(s.prompt_logprob_rows.begin(), s.prompt_logprob_rows.end());
@@ -146,11 +148,15 @@ void cpu_model_runner::sample(const runtime::step_plan& plan, const std::vector<
     runtime::sequence_output& out = result.outputs[e.index];
     prompt_logprobs(s, e, logits[b].logits, out);
     if (!s.is_sampling || !out.error.empty()) continue;
-    const live_sequence& seq = *e.seq;
-    if (seq.start.params.has_penalties() && !seq.has_all_tokens) {
+    live_sequence& seq = *e.seq;
+    if ((seq.start.params.has_penalties() || seq.matcher) && !seq.has_all_tokens) {
       out.error =
-          "sampling penalties need every earlier token, but this sequence resumed "
-          "after a cached prefix the runner never saw";
+          "sampling penalties and response_format need every earlier token, but this sequence "
+          "resumed after a cached prefix the runner never saw";
+      continue;
+    }
+    if (!seq.grammar_error.empty()) {
+      out.error = seq.grammar_error;
       continue;
     }
     const bool suppress = s.sample_index < seq.start.params.min_tokens;
@@ -160,6 +166,7 @@ void cpu_model_runner::sample(const runtime::step_plan& plan, const std::vector<
          .seed = seq.start.seed,
          .step = s.sample_index,
          .counts = &seq.counts,
+         .allowed_mask = grammar_mask(seq),
          .suppressed_ids = suppress ? std::span<const std::int32_t>(seq.start.stop_token_ids)
                                     : std::span<const std::int32_t>()});
     owners.push_back(b);
