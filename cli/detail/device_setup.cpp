@@ -99,8 +99,12 @@ void synchronize_device(device dev) {
 
 #else
 
-double measure_device_copy_gbs(device) { DI_FAIL("no CUDA backend in this build"); }
-double measure_device_bf16_tflops(device) { DI_FAIL("no CUDA backend in this build"); }
+double measure_device_copy_gbs(device) {
+  DI_FAIL("no CUDA backend in this build");
+}
+double measure_device_bf16_tflops(device) {
+  DI_FAIL("no CUDA backend in this build");
+}
 void synchronize_device(device) {}
 
 #endif

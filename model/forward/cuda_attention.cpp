@@ -109,7 +109,9 @@ tensor two_pool_attention(const tensor& q, const tensor& sinks, const tensor& kv
 
 void reset_uploads() {}
 
-tensor upload_async(const tensor& host, device dev) { return host.to(dev); }
+tensor upload_async(const tensor& host, device dev) {
+  return host.to(dev);
+}
 
 tensor two_pool_attention(const tensor& q, const tensor&, const tensor&, const tensor&,
                           const tensor&, const tensor&, float) {

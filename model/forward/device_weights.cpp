@@ -49,9 +49,7 @@ class uploader {
   compressor_weights compressor(const compressor_weights& c) const {
     return {vec(c.ape), small(c.wkv), small(c.wgate), vec(c.norm)};
   }
-  expert_weights expert(const expert_weights& e) const {
-    return {lin(e.w1), lin(e.w2), lin(e.w3)};
-  }
+  expert_weights expert(const expert_weights& e) const { return {lin(e.w1), lin(e.w2), lin(e.w3)}; }
 
   /// weights_proj [heads, dim] decoded to fp32 on the host, times `scale`, uploaded.
   weight_matrix scaled(const weight_matrix& w, float scale) const {
@@ -90,12 +88,12 @@ layer_weights layer_to(const uploader& u, const model_config& c, const layer_wei
   d.attn_norm = u.vec(l.attn_norm);
   d.ffn_norm = u.vec(l.ffn_norm);
   const attention_weights& a = l.attn;
-  d.attn = {u.vec(a.sinks), u.lin(a.wq_a), u.vec(a.q_norm), u.lin(a.wq_b),
+  d.attn = {u.vec(a.sinks), u.lin(a.wq_a),    u.vec(a.q_norm), u.lin(a.wq_b),
             u.lin(a.wkv),   u.vec(a.kv_norm), u.small(a.wo_a), u.lin(a.wo_b)};
   d.compressor = u.compressor(l.compressor);
   const indexer_weights& ix = l.indexer;
-  const float index_scale = 1.0f / std::sqrt(float(c.index_head_dim)) *
-                            (1.0f / std::sqrt(float(c.index_n_heads)));
+  const float index_scale =
+      1.0f / std::sqrt(float(c.index_head_dim)) * (1.0f / std::sqrt(float(c.index_n_heads)));
   d.indexer = {u.lin(ix.wq_b), u.scaled(ix.weights_proj, index_scale), u.small(ix.wk),
                u.vec(ix.k_norm), u.compressor(ix.compressor)};
   const moe_weights& m = l.moe;

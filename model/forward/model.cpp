@@ -8,6 +8,11 @@
 #include "model/forward/rope.hpp"
 
 #include <algorithm>
+#include <optional>
+
+#if defined(DEEPINFER_HAVE_CUDA)
+#include "kernels/cuda/stream.hpp"
+#endif
 
 namespace di {
 
@@ -139,6 +144,12 @@ std::vector<forward_output> deepseek_model::forward(std::span<forward_request> b
     s.positions = pass.positions.slice(0, s.offset, s.offset + s.count);
     pass.seqs.push_back(s);
   }
+#if defined(DEEPINFER_HAVE_CUDA)
+  // Every index the CUDA path hands to a gather is built (and validated) on the host above or
+  // derived from the model's own top-k and routing: no per-op read-back of bad-index flags.
+  std::optional<cuda::index_check_scope> trusted;
+  if (dev().kind == device_kind::cuda) trusted.emplace(false);
+#endif
   if (dev().kind != device_kind::cpu) {  // small index tensors travel once per call
     detail::reset_uploads();
     pass.tokens = detail::upload_async(pass.tokens, dev());

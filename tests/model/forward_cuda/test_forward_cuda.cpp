@@ -85,9 +85,10 @@ double check_prefill(const std::string& name, const deepseek_model& m, const std
       argmax_agree += argmax(got, std::size_t(vocab)) == argmax(want.data(), std::size_t(vocab));
     }
   }
-  MESSAGE(fmt::format("GPU {} prefill {}: worst cos {:.6f}, worst mean|d| {:.4f}, max|d| {:.4f}, "
-                      "argmax {}/{} (margin >= 1)",
-                      label, key, worst_cos, worst_mean, worst_max, argmax_agree, argmax_checked));
+  MESSAGE(
+      fmt::format("GPU {} prefill {}: worst cos {:.6f}, worst mean|d| {:.4f}, max|d| {:.4f}, "
+                  "argmax {}/{} (margin >= 1)",
+                  label, key, worst_cos, worst_mean, worst_max, argmax_agree, argmax_checked));
   CHECK(worst_cos >= r.min_cos);
   CHECK(worst_mean <= r.max_mean_abs);
   if (argmax_agree != argmax_checked)
@@ -129,9 +130,10 @@ void check_decode(const std::string& name, const deepseek_model& m, const rule& 
       worst_mean = std::max(worst_mean, f.mean_abs);
     }
   }
-  MESSAGE(fmt::format("GPU {} teacher-forced decode: argmax {}/{} (margin >= 1), decode_logits "
-                      "worst cos {:.6f}, worst mean|d| {:.4f}",
-                      label, agree, checked, worst_cos, worst_mean));
+  MESSAGE(
+      fmt::format("GPU {} teacher-forced decode: argmax {}/{} (margin >= 1), decode_logits "
+                  "worst cos {:.6f}, worst mean|d| {:.4f}",
+                  label, agree, checked, worst_cos, worst_mean));
   CHECK(agree == checked);
   CHECK(worst_cos >= r.min_cos);
   CHECK(worst_mean <= r.max_mean_abs);
@@ -166,8 +168,12 @@ void golden_suite(const std::string& name) {
   }
 }
 
-TEST_CASE("GPU forward: golden v41_public") { golden_suite("v41_public"); }
-TEST_CASE("GPU forward: golden v4_public") { golden_suite("v4_public"); }
+TEST_CASE("GPU forward: golden v41_public") {
+  golden_suite("v41_public");
+}
+TEST_CASE("GPU forward: golden v4_public") {
+  golden_suite("v4_public");
+}
 
 /// Logits of `batch` sequences after a prefill of distinct prompts and `steps` batched decode
 /// steps (each step's logits appended), on `m` with states on `dev`.
@@ -191,7 +197,8 @@ std::vector<float> run_batch(const deepseek_model& m, device dev, int batch, int
                                  {std::int64_t(ids[std::size_t(b)].size()) - 1}));
     }
     for (const forward_output& o : m.forward(reqs))
-      logits.insert(logits.end(), o.logits.data<float>(), o.logits.data<float>() + o.logits.numel());
+      logits.insert(logits.end(), o.logits.data<float>(),
+                    o.logits.data<float>() + o.logits.numel());
   }
   return logits;
 }
@@ -208,34 +215,37 @@ TEST_CASE("GPU forward: make-model presets against the CPU engine (prefill + bat
   temp_dir tmp("gpu-forward");
   for (const char* preset : {"tiny-v4", "tiny-v41"}) {
     const std::string dir = (tmp.path() / preset).string();
-    make_model({.preset = preset, .out_dir = dir, .tokenizer_dir = tokenizer_dir(),
+    make_model({.preset = preset,
+                .out_dir = dir,
+                .tokenizer_dir = tokenizer_dir(),
                 .show_progress = false});
     const tok::tokenizer tokenizer = tok::tokenizer::from_dir(dir);
     for (bool act_quant : {true, false}) {
-    auto cpu = deepseek_model::load(dir, {act_quant});
-    attach_engram_hasher(*cpu, tokenizer);
-    const std::int64_t vocab = cpu->config().vocab_size;
-    const std::vector<float> want = run_batch(*cpu, cpu_device, 3, 150, 4);
-    for (device_weight_format f : {device_weight_format::f32, device_weight_format::stored}) {
-      auto m = deepseek_model::load(dir, {act_quant});
-      attach_engram_hasher(*m, tokenizer);
-      m->to_device(gpu, f);
-      const std::vector<float> got = run_batch(*m, gpu, 3, 150, 4);
-      REQUIRE(got.size() == want.size());
-      double worst = 1.0;
-      int agree = 0, rows = 0;
-      for (std::size_t r = 0; r * std::size_t(vocab) < want.size(); ++r, ++rows) {
-        const float* a = got.data() + r * std::size_t(vocab);
-        const float* b = want.data() + r * std::size_t(vocab);
-        worst = std::min(worst, compare(a, b, std::size_t(vocab)).cosine);
-        agree += argmax(a, std::size_t(vocab)) == argmax(b, std::size_t(vocab));
+      auto cpu = deepseek_model::load(dir, {act_quant});
+      attach_engram_hasher(*cpu, tokenizer);
+      const std::int64_t vocab = cpu->config().vocab_size;
+      const std::vector<float> want = run_batch(*cpu, cpu_device, 3, 150, 4);
+      for (device_weight_format f : {device_weight_format::f32, device_weight_format::stored}) {
+        auto m = deepseek_model::load(dir, {act_quant});
+        attach_engram_hasher(*m, tokenizer);
+        m->to_device(gpu, f);
+        const std::vector<float> got = run_batch(*m, gpu, 3, 150, 4);
+        REQUIRE(got.size() == want.size());
+        double worst = 1.0;
+        int agree = 0, rows = 0;
+        for (std::size_t r = 0; r * std::size_t(vocab) < want.size(); ++r, ++rows) {
+          const float* a = got.data() + r * std::size_t(vocab);
+          const float* b = want.data() + r * std::size_t(vocab);
+          worst = std::min(worst, compare(a, b, std::size_t(vocab)).cosine);
+          agree += argmax(a, std::size_t(vocab)) == argmax(b, std::size_t(vocab));
+        }
+        const char* label = f == device_weight_format::f32 ? "f32" : "stored";
+        MESSAGE(
+            fmt::format("{} variant {} GPU {} vs CPU: worst cos {:.6f} over {} rows, argmax "
+                        "{}/{}",
+                        preset, act_quant ? "A" : "B", label, worst, rows, agree, rows));
+        CHECK(worst >= (act_quant ? 0.99 : 0.999));
       }
-      const char* label = f == device_weight_format::f32 ? "f32" : "stored";
-      MESSAGE(fmt::format("{} variant {} GPU {} vs CPU: worst cos {:.6f} over {} rows, argmax "
-                          "{}/{}",
-                          preset, act_quant ? "A" : "B", label, worst, rows, agree, rows));
-      CHECK(worst >= (act_quant ? 0.99 : 0.999));
-    }
     }
   }
 }
