@@ -42,10 +42,10 @@ tensor expert_linear(const tensor& x, const tensor& offsets, const weight_matrix
                      const expert_linear_params& params);
 
 /// Which kernel multiplies FP8/FP4 weights when activations are quantized (tests and
-/// benchmarks force one). `automatic`: sm90_block_gemm below 128 rows (decode); from 128 rows
-/// cuBLASLt's block-scaled FP8 GEMM for 128x128 FP8 blocks (256+ rows) when it accepts the
-/// shape, else the weight dequantized to a bf16 temporary and cuBLAS (exact: quantized
-/// activations and decoded weights are bf16 numbers; prefill speed instead of ~60 TFLOP/s).
+/// benchmarks force one). `automatic`: cuBLASLt's block-scaled FP8 GEMM for 128x128 FP8 blocks
+/// from 256 rows when it accepts the shape, else sm90_block_gemm. `dequant_bf16`: the weight
+/// decoded to a bf16 temporary per call, then cuBLAS (exact: quantized activations and decoded
+/// weights are bf16 numbers).
 enum class gemm_backend { automatic, block_gemm, cublaslt, dequant_fp32, dequant_bf16 };
 void set_gemm_backend(gemm_backend backend);
 gemm_backend get_gemm_backend();

@@ -16,9 +16,10 @@ namespace {
 
 std::atomic<gemm_backend> g_backend{gemm_backend::automatic};
 
-/// Rows from which `automatic` leaves sm90_block_gemm (a weight-streaming decode kernel) for
-/// cuBLASLt or a bf16 temporary on cuBLAS.
-constexpr std::int64_t prefill_rows = 128;
+/// Rows from which `automatic` tries cuBLASLt's block-scaled FP8 GEMM (V4's 128x128 blocks).
+/// A bf16 temporary per call (dequant_bf16) is not automatic: with the element-wise dequantize
+/// kernel it measured slower than sm90_block_gemm in the v41-flash-L4 prefill (363 vs 316 ms).
+constexpr std::int64_t lt_rows = 256;
 
 bool is_stored_format(const weight_matrix& w) {
   return w.values.type() == dtype::f8_e4m3 || w.values.type() == dtype::i8;
@@ -128,14 +129,14 @@ tensor linear(const tensor& x, const weight_matrix& weight, const linear_params&
   if (backend == gemm_backend::dequant_fp32 || !block_gemm_fits(weight, in, act_block))
     return dequant_linear(x, weight, act_block);
   if (rows == 0) return tensor::empty({0, out}, dtype::f32, x.dev());
-  const bool prefill = backend == gemm_backend::automatic && rows >= prefill_rows;
-  const bool try_lt = backend == gemm_backend::cublaslt || (prefill && rows >= 256);
+  const bool try_lt =
+      backend == gemm_backend::cublaslt || (backend == gemm_backend::automatic && rows >= lt_rows);
   if (try_lt && cublaslt_fp8_fits(weight, rows, in, act_block)) {
     const quantized_act q = quantize_act(x, act_block, !(cublaslt_scale_layout() & 2));
     tensor y = tensor::empty({rows, out}, dtype::f32, x.dev());
     if (cublaslt_block_fp8(weight, q.codes, q.scales, y)) return y;
   }
-  if (prefill || backend == gemm_backend::dequant_bf16) {
+  if (backend == gemm_backend::dequant_bf16) {
     tensor input = x.clone();
     fp8_fake_quant(input, act_block, in);
     const weight_matrix bf = dequantize_weight(weight, dtype::bf16);  // [out, in] temporary

@@ -128,12 +128,13 @@ TEST_CASE("cuda linear: cuBLASLt block-scaled FP8 (prefill shapes) or its fallba
       check_linear(x, w, 128, cuda::gemm_backend::dequant_bf16, 1e-5);
     }
   }
-  // V4.1 blocks at prefill sizes: automatic takes the bf16 temporary (exact up to sum order).
+  // V4.1 blocks at prefill sizes: the bf16 temporary is exact up to the sum order.
   for (std::int64_t rows : {128, 300}) {
     const weight_matrix w = random_fp8(256, 1280, 32);
-    check_linear(varied_input(rows, 1280), w, 32, cuda::gemm_backend::automatic, 1e-5);
+    check_linear(varied_input(rows, 1280), w, 32, cuda::gemm_backend::dequant_bf16, 1e-5);
+    check_linear(varied_input(rows, 1280), w, 32, cuda::gemm_backend::automatic, 2e-3);
     const weight_matrix w4 = random_fp4(192, 512);
-    check_linear(varied_input(rows, 512), w4, 32, cuda::gemm_backend::automatic, 1e-5);
+    check_linear(varied_input(rows, 512), w4, 32, cuda::gemm_backend::dequant_bf16, 1e-5);
   }
 }
 
