@@ -164,6 +164,9 @@ class table_reader {
     return out;
   }
 
+  /// Marks `key` as read without reading it (a section another component owns).
+  void skip(std::string_view key) { find(key); }
+
   /// Fails on a key of the table that was never read.
   void finish() const {
     if (table_ == nullptr) return;
@@ -486,6 +489,9 @@ cluster_config parse_cluster_config(std::string_view toml_text,
   read_logging(root.sub("logging"), c.logging);
   read_nodes(root, c.nodes);
   read_groups(root, c.groups);
+  // [server] belongs to the HTTP front end (`deepinfer serve`, server/server_config.hpp).
+  root.skip("server");
+  for (auto& [key, o] : ctx.overrides) o.used |= key.rfind("server.", 0) == 0;
   root.finish();
   for (const auto& [key, o] : ctx.overrides)
     DI_CHECK(o.used, "--set {}={}: {} has no key {} (see the README's \"Cluster file\")", key,

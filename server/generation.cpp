@@ -87,6 +87,13 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
 
   void handle_events(std::size_t index, std::vector<runtime::token_event> events) {
     choice_state& c = choices_[index];
+    if (!c.is_accepted && !events.empty() && events.back().is_finished()) {
+      // Ended before the router accepted it (the router went away): a refusal.
+      c.is_ended = true;
+      c.error = events.back().error;
+      fail(refusal_error(c.error));
+      return ended();
+    }
     for (runtime::token_event& e : events) {
       record_tokens(c, e);
       const std::size_t first_token = c.out.token_ids.size();

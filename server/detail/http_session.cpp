@@ -5,6 +5,7 @@
 #include "server/api_routes.hpp"
 
 #include <boost/asio/write.hpp>
+#include <boost/beast/core/string.hpp>
 #include <boost/beast/http/read.hpp>
 #include <fmt/format.h>
 
@@ -44,8 +45,28 @@ void http_session::do_read() {
   parser_->body_limit(std::uint64_t(ctx_.settings.max_body_bytes));
   request_ = {};
   stream_.expires_after(std::chrono::seconds(ctx_.settings.header_timeout_s));
-  http::async_read(stream_, buffer_, *parser_,
-                   [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
+  http::async_read_header(stream_, buffer_, *parser_,
+                          [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_header(ec); });
+}
+
+void http_session::on_header(beast::error_code ec) {
+  if (ec) return on_read_error(ec);
+  auto read_body = [self = shared_from_this()] {
+    http::async_read(self->stream_, self->buffer_, *self->parser_,
+                     [self](beast::error_code ec, std::size_t) { self->on_read(ec); });
+  };
+  const auto& h = parser_->get();
+  if (!beast::iequals(h[http::field::expect], "100-continue") || parser_->is_done()) return read_body();
+  // curl and others wait for this before sending a large body.
+  writing_ = "HTTP/1.1 100 Continue\r\n\r\n";
+  is_writing_ = true;
+  asio::async_write(stream_.socket(), asio::buffer(writing_),
+                    [self = shared_from_this(), read_body](beast::error_code ec, std::size_t) {
+                      self->is_writing_ = false;
+                      self->writing_.clear();
+                      if (ec) return self->close();
+                      read_body();
+                    });
 }
 
 void http_session::on_read(beast::error_code ec) {

@@ -266,8 +266,8 @@ def limited_server(binary, model, workdir):
 
 
 @test
-def errors_429_503_and_config(srv, c, binary=None, model=None, workdir=None):
-    lim = limited_server(binary, model, workdir)
+def errors_429_503_and_config(srv, c):
+    lim = limited_server(srv.binary, srv.model, srv.workdir)
     try:
         lc = client(lim, key="unused")
         streams = [lc.completions.create(model="tiny", prompt="x", max_tokens=400, stream=True,
@@ -296,6 +296,45 @@ def errors_429_503_and_config(srv, c, binary=None, model=None, workdir=None):
         assert lim.request("GET", "/health")[0] == 200
     finally:
         lim.stop()
+
+
+@test
+def front_end_of_launched_cluster(srv, c):
+    """serve --config FILE in front of `deepinfer launch FILE` (toy runner); 503 once it is gone."""
+    import subprocess
+    ports = []
+    for _ in range(3):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    path = os.path.join(srv.workdir, "launched.toml")
+    with open(path, "w") as f:
+        f.write(f'[cluster]\nname = "srvtest"\n[model]\nrunner = "toy"\npath = "{srv.model}"\n'
+                f'[router]\nhost = "127.0.0.1"\nport = {ports[0]}\n[logging]\nstatus_interval_s = 0\n'
+                f'[[nodes]]\nhost = "127.0.0.1"\nport = {ports[1]}\n[[groups]]\nscheduler = 0\nexecutors = [0]\n'
+                f'[server]\napi_keys = ["k-launched"]\nmodel_name = "toy"\n')
+    launch = subprocess.Popen([srv.binary, "launch", path], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              text=True)
+    front = None
+    try:
+        assert launch.stdout.readline().startswith("ready: ")
+        front = Server(srv.binary, ["--config", path])
+        fc = client(front, key="k-launched")
+        r = fc.completions.create(model="toy", prompt="hello", max_tokens=5, extra_body={"ignore_eos": True})
+        assert r.usage.completion_tokens == 5
+        assert front.request("GET", "/ready")[0] == 200
+        launch.terminate()
+        launch.wait(60)
+        expect_status(lambda: fc.completions.create(model="toy", prompt="x", max_tokens=2), 503,
+                      code="service_unavailable")
+        status, headers, _ = front.request("GET", "/ready")
+        assert status == 503 and "retry-after" in headers
+        assert front.request("GET", "/health")[0] == 200
+    finally:
+        if launch.poll() is None:
+            launch.kill()
+        if front:
+            front.stop()
 
 
 # ---- disconnects, concurrency, fuzz ----------------------------------------------------------
@@ -418,6 +457,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="di-server-") as workdir:
         model = make_model(binary, workdir)
         srv = Server(binary, ["--model", model, "--api-key", KEY, "--set", "server.max_concurrent_requests=4096"])
+        srv.binary, srv.model, srv.workdir = binary, model, workdir
         try:
             c = client(srv)
             for fn in TESTS:
@@ -425,10 +465,7 @@ def main():
                     continue
                 t0 = time.time()
                 try:
-                    if fn is errors_429_503_and_config:
-                        fn(srv, c, binary=binary, model=model, workdir=workdir)
-                    else:
-                        fn(srv, c)
+                    fn(srv, c)
                     print(f"PASS {fn.__name__} ({time.time() - t0:.1f} s)", flush=True)
                 except Exception:
                     failures.append(fn.__name__)

@@ -1,6 +1,7 @@
 // The [server] section: read from a cluster file (the rest goes to the cluster parser),
 // overridden by --set server.*, extended by DEEPINFER_API_KEY; bad keys and values are errors.
 #include "common/error.hpp"
+#include "config/cluster_config.hpp"
 #include "server/server_config.hpp"
 
 #include <doctest/doctest.h>
@@ -59,4 +60,13 @@ TEST_CASE("overrides split and the environment key") {
   apply_server_env(s);
   unsetenv("DEEPINFER_API_KEY");
   CHECK(s.api_keys == std::vector<std::string>{"k1", "k2"});
+}
+
+TEST_CASE("the cluster parser leaves [server] and server.* overrides to the front end") {
+  const std::string text =
+      "[model]\nrunner = \"toy\"\n[server]\nport = 9000\n[[nodes]]\nhost = \"127.0.0.1\"\nport = 7100\n[[groups]]\nscheduler = 0\n"
+      "executors = [0]\n";
+  const di::cluster_config c = di::parse_cluster_config(text, {"server.port=9001"}, "test");
+  CHECK(c.nodes.size() == 1);
+  CHECK_THROWS_AS(di::parse_cluster_config(text, {"serve.port=1"}, "test"), di::error);
 }
