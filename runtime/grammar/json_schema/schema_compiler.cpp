@@ -64,13 +64,29 @@ std::string schema_compiler::key_of(const conjunction& c) const {
 
 expr_id schema_compiler::value(const conjunction& c) {
   if (c.size() == 1 && only_ref(*c[0].s)) {
-    auto target = index_.resolve(index_.base_of(c[0].s, c[0].base), (*c[0].s)["$ref"].get<std::string>());
-    return value({{target.schema, target.base}});
+    // Follow a chain of bare $refs; one that comes back to itself allows no value at all.
+    std::vector<const json*> seen{c[0].s};
+    schema_ref at = c[0];
+    while (only_ref(*at.s)) {
+      auto target = index_.resolve(index_.base_of(at.s, at.base), (*at.s)["$ref"].get<std::string>());
+      at = {target.schema, target.base};
+      DI_CHECK(std::find(seen.begin(), seen.end(), at.s) == seen.end(),
+               "JSON Schema: $ref '{}' refers back to itself without any other keyword (no value can match)",
+               (*c[0].s)["$ref"].get<std::string>());
+      seen.push_back(at.s);
+    }
+    return value({at});
   }
   std::string key = key_of(c);
   if (auto it = memo_.find(key); it != memo_.end()) return g_.ref(it->second);
+  DI_CHECK(nesting_ < k_max_nesting, "JSON Schema: subschemas nested more than {} levels deep", k_max_nesting);
   rule_id r = g_.fresh_rule("schema_" + std::to_string(memo_.size()));
   memo_.emplace(key, r);
+  ++nesting_;
+  struct leave {
+    int& n;
+    ~leave() { --n; }
+  } guard{nesting_};
   g_.define_rule(r, compile_node(normalize(c), 0));
   return g_.ref(r);
 }

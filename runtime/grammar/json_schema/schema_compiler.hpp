@@ -107,6 +107,8 @@ class schema_compiler {
   std::deque<json> synthetic_;  // schemas made up by rewriting (stable addresses)
   schema_index index_;
   std::map<std::string, rule_id> memo_;
+  static constexpr int k_max_nesting = 400;  ///< subschemas compiled inside one another (stack)
+  int nesting_ = 0;
   std::vector<const json*> absorbing_;  // $ref targets being merged (cycle guard)
   std::vector<std::string> warnings_;
   std::map<std::string, std::shared_ptr<const compiled_grammar>> regex_cache_;
