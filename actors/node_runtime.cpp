@@ -9,8 +9,12 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <caf/openssl/all.hpp>
+#include <spdlog/spdlog.h>
 
 #include <csignal>
+#include <cstdio>
+#include <future>
+#include <memory>
 #include <thread>
 
 namespace di::actors {
@@ -85,13 +89,34 @@ process_config::process_config(const network_settings& s) {
   set("logger.file-verbosity", caf::atom("quiet"));
 }
 
-int run_node(const cluster_config& c, int rank, std::function<void(const std::string&)> on_ready) {
-  DI_CHECK(rank >= 0 && rank < int(c.nodes.size()), "--rank {}: the cluster file has nodes 0..{}", rank,
-           c.nodes.size() - 1);
-  install_signal_handlers();
-  const network_settings net = network_settings_of(c);
-  process_config cfg(net);
-  caf::actor_system sys{cfg};
+namespace {
+
+/// Destroys the actor system, waiting at most `limit`. CAF 0.17's ~actor_system stops the
+/// middleman and then waits until every detached actor object is destroyed; a message the
+/// stopped middleman still holds (e.g. an executor's last answer to a coordinator that has
+/// gone) can keep one alive forever. Every actor has stopped by the time this runs, so past
+/// the limit a watchdog ends the process without the teardown rather than let it hang.
+int finish_process(std::unique_ptr<caf::actor_system> sys, std::unique_ptr<process_config> cfg, int code,
+                   std::chrono::seconds limit) {
+  std::promise<void> finished;
+  std::thread watchdog([done = finished.get_future(), code, limit] {
+    if (done.wait_for(limit) == std::future_status::ready) return;
+    component_logger("node")->warn("the actor system did not finish within {} s after every actor stopped; "
+                                   "exiting without it", limit.count());
+    spdlog::shutdown();
+    std::fflush(nullptr);
+    std::_Exit(code);
+  });
+  sys.reset();  // the destruction stays on the thread that created the system
+  cfg.reset();
+  finished.set_value();
+  watchdog.join();
+  return code;
+}
+
+/// The node's life: publish, join, serve until the node actor stops.
+int serve_node(caf::actor_system& sys, const cluster_config& c, const network_settings& net, int rank,
+               std::function<void(const std::string&)> on_ready) {
   auto log = component_logger("node");
   auto exit_code = std::make_shared<std::atomic<int>>(0);
   local_node_actor node = spawn_node_actor(sys, {.config = c, .rank = rank, .on_ready = std::move(on_ready),
@@ -126,6 +151,19 @@ int run_node(const cluster_config& c, int rank, std::function<void(const std::st
                   });
   }
   return exit_code->load();
+}
+
+}  // namespace
+
+int run_node(const cluster_config& c, int rank, std::function<void(const std::string&)> on_ready) {
+  DI_CHECK(rank >= 0 && rank < int(c.nodes.size()), "--rank {}: the cluster file has nodes 0..{}", rank,
+           c.nodes.size() - 1);
+  install_signal_handlers();
+  const network_settings net = network_settings_of(c);
+  auto cfg = std::make_unique<process_config>(net);
+  auto sys = std::make_unique<caf::actor_system>(*cfg);
+  const int code = serve_node(*sys, c, net, rank, std::move(on_ready));
+  return finish_process(std::move(sys), std::move(cfg), code, std::chrono::seconds(3));
 }
 
 router_actor connect_router(caf::actor_system& sys, const network_settings& s, const std::string& host,

@@ -327,6 +327,39 @@ class AdmissionTest(unittest.TestCase):
             c.stop()
 
 
+@unittest.skipUnless(shutil.which("openssl"), "needs the openssl command to make certificates")
+class TlsTest(unittest.TestCase):
+    """tls.enabled: clients with a certificate of the cluster's CA are served, plain ones refused."""
+
+    def test_tls_clients_only(self):
+        d = os.path.join(WORK, "tls")
+        os.makedirs(d, exist_ok=True)
+        run = lambda *a: subprocess.run(["openssl", *a], cwd=d, check=True, capture_output=True)
+        run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+            "-subj", "/CN=deepinfer-test-ca")
+        run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "node.key", "-out", "node.csr", "-subj", "/CN=127.0.0.1")
+        run("x509", "-req", "-in", "node.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out",
+            "node.pem", "-days", "2")
+        files = {k: os.path.join(d, f) for k, f in (("certificate", "node.pem"), ("key", "node.key"),
+                                                      ("cafile", "ca.pem"))}
+        ports = cu.free_ports(3)
+        c = cu.Cluster(WORK, "tls", cu.cluster_toml("tls", ports[0], ports[1:], [(0, [1])], "", runner="toy"),
+                       sets=["tls.enabled=true"] + [f"tls.{k}={v}" for k, v in files.items()])
+        try:
+            flags = [a for k, v in files.items() for a in (f"--tls-{k}", v)]
+            p, out = c.client_json_lines("--prompt-ids", "0,5,6", "--max-tokens", "4", *flags)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(out[0]["finish_reason"], "length")
+            p = c.client("--prompt-ids", "0,5,6", "--max-tokens", "4", timeout=60)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn("cannot connect to the router", p.stderr)
+            p = c.client("--prompt-ids", "0,5,6", "--max-tokens", "4", "--tls-cafile", files["cafile"], timeout=60)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn("TLS needs a certificate", p.stderr)
+        finally:
+            c.stop()
+
+
 def main():
     global WORK, MODEL
     cu.BINARY = os.path.abspath(sys.argv[1])
