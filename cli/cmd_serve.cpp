@@ -10,6 +10,8 @@
 #include "actors/node_runtime.hpp"
 #include "cli/command.hpp"
 #include "common/error.hpp"
+#include "model/runner/cpu_model_runner.hpp"
+#include "runtime/grammar/token_vocabulary.hpp"
 #include "server/http_server.hpp"
 
 #include <caf/all.hpp>
@@ -102,6 +104,20 @@ di::actors::router_actor connect(caf::actor_system& sys, const di::cluster_confi
   }
 }
 
+/// In-process CPU runners that accept response_format: each gets the tokenizer's token
+/// vocabulary and one grammar cache shared by all of them.
+std::function<di::actors::runner_bundle(int, int)> structured_output_runners(const di::cluster_config& c,
+                                                                           const di::actors::model_assets& a) {
+  if (c.model.runner != "cpu") return {};
+  auto vocab = di::grammar::token_vocabulary::from_tokenizer(*a.tokenizer, std::size_t(a.vocab_size));
+  auto cache = std::make_shared<di::grammar::grammar_cache>();
+  return [c, vocab, cache](int g, int) {
+    di::actors::runner_bundle b = di::actors::make_step_runner(c, c.groups[std::size_t(g)].executor_devices.at(0));
+    if (auto* r = dynamic_cast<di::cpu_model_runner*>(b.runner.get())) r->enable_structured_output(vocab, cache);
+    return b;
+  };
+}
+
 /// Blocks SIGINT/SIGTERM in every thread started from here on; wait_for_signal() takes them.
 sigset_t block_stop_signals() {
   sigset_t set;
@@ -125,7 +141,8 @@ void run_serve(const serve_options& o) {
   if (o.model.empty() && !o.in_process) {
     router = connect(sys, c.cluster);
   } else {
-    cluster = std::make_unique<di::actors::local_cluster>(sys, di::actors::local_cluster_params{c.cluster, assets, {}});
+    cluster = std::make_unique<di::actors::local_cluster>(
+        sys, di::actors::local_cluster_params{c.cluster, assets, structured_output_runners(c.cluster, assets)});
     router = caf::actor_cast<di::actors::router_actor>(cluster->router());
   }
   di::server::engine engine(sys, router);

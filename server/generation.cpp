@@ -213,7 +213,9 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     is_complete_ = true;
     for (const choice_state& c : choices_)
       if (!c.error.empty()) {
-        const api_error e(500, "generation failed: " + c.error, "", "generation_failed");
+        const bool is_format = c.error.find("response_format") != std::string::npos;
+        const api_error e(is_format ? 400 : 500, "generation failed: " + c.error, is_format ? "response_format" : "",
+                          is_format ? "unsupported_parameter" : "generation_failed");
         if (is_streaming_) {
           session_->send("data: " + dump(e.body()) + "\n\ndata: [DONE]\n\n");
           return session_->end_stream();

@@ -3,6 +3,7 @@
 // official clients send it for unset optional fields.
 #include "server/openai_request.hpp"
 
+#include "runtime/grammar/response_format.hpp"
 #include "server/api_error.hpp"
 
 #include <fmt/format.h>
@@ -107,29 +108,39 @@ void read_stop(const field_reader& f, runtime::sampling_params& p, const server_
   }
 }
 
-void check_response_format(const field_reader& f) {
+/// response_format → the inline spec of sampling_params::response_format ("" for text);
+/// the grammar is compiled here so that a bad schema, regex or grammar is a 400.
+std::string read_response_format(const field_reader& f) {
   const json* v = f.find("response_format");
-  if (v == nullptr) return;
+  if (v == nullptr) return "";
   if (!v->is_object() || !v->contains("type") || !(*v)["type"].is_string())
     bad_param("response_format", "'response_format' must be an object with a string 'type'");
   const std::string type = (*v)["type"].get<std::string>();
-  if (type == "text") return;
-  if (type == "json_schema") {
+  std::string spec;
+  if (type == "text") return "";
+  if (type == "json_object") {
+    spec = "json_object";
+  } else if (type == "json_schema") {
     auto it = v->find("json_schema");
-    if (it == v->end() || !it->is_object() || (it->contains("schema") && !(*it)["schema"].is_object() &&
-                                               !(*it)["schema"].is_boolean()))
+    if (it == v->end() || !it->is_object() || !it->contains("schema") ||
+        !((*it)["schema"].is_object() || (*it)["schema"].is_boolean()))
       bad_param("response_format.json_schema", "'json_schema' must be an object with a 'schema' object");
+    spec = "json_schema:" + (*it)["schema"].dump();
   } else if (type == "regex" || type == "ebnf") {
     auto it = v->find(type);
     if (it == v->end() || !it->is_string())
       bad_param("response_format." + type, fmt::format("'{}' must be a string", type));
-  } else if (type != "json_object") {
+    spec = type + ":" + it->get<std::string>();
+  } else {
     bad_param("response_format.type", fmt::format("unknown response_format type '{}' (text, json_object, "
                                                   "json_schema, regex, ebnf)", type));
   }
-  throw api_error(400, fmt::format("response_format '{}' is not supported yet by this server "
-                                   "(structured outputs are not wired to the scheduler)", type),
-                  "response_format", "unsupported_parameter");
+  try {
+    grammar::compile_response_format(grammar::parse_inline_response_format(spec));
+  } catch (const std::exception& e) {
+    bad_param("response_format", fmt::format("invalid response_format: {}", e.what()));
+  }
+  return spec;
 }
 
 void reject_unsupported(const field_reader& f) {
@@ -171,7 +182,7 @@ void read_common(const field_reader& f, generation_request& r, const server_sett
   r.user = f.string("user").value_or("");
   r.return_token_ids = f.boolean("return_token_ids").value_or(false);
   read_stop(f, p, limits);
-  check_response_format(f);
+  p.response_format = read_response_format(f);
   reject_unsupported(f);
 }
 

@@ -1,6 +1,7 @@
 // Parsing and validating the bodies of POST /v1/completions and /v1/chat/completions (the
 // OpenAI schema subset in ../shared/testdata/openai/, plus vLLM's extensions top_k, min_p,
-// repetition_penalty, stop_token_ids, ignore_eos, min_tokens, skip_special_tokens). Every
+// repetition_penalty, stop_token_ids, ignore_eos, min_tokens, skip_special_tokens), and
+// response_format (json_object, json_schema, plus regex and ebnf). Every
 // error is an api_error(400) naming the parameter; nothing here touches the cluster.
 #pragma once
 

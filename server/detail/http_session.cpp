@@ -178,8 +178,9 @@ void http_session::linger_close() {
   stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ec);
   stream_.expires_after(std::chrono::seconds(2));
   drain_.resize(16384);
-  stream_.async_read_some(asio::buffer(drain_), [self = shared_from_this()](beast::error_code ec, std::size_t) {
-    if (ec) return self->close();
+  stream_.async_read_some(asio::buffer(drain_), [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+    self->num_drained_ += std::int64_t(n);
+    if (ec || self->num_drained_ > 2 * self->ctx_.settings.max_body_bytes) return self->close();
     self->linger_close();
   });
 }

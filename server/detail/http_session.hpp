@@ -84,6 +84,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
   bool is_watching_ = false;
   std::function<void()> on_gone_;
   std::string drain_;  // discarded bytes while closing
+  std::int64_t num_drained_ = 0;
 };
 
 }  // namespace di::server::detail

@@ -58,6 +58,17 @@ TEST_CASE("completion fields map onto sampling_params") {
   CHECK(r.params.min_tokens == 2);
 }
 
+TEST_CASE("response_format becomes the inline spec") {
+  const server_settings s;
+  auto spec = [&](const char* body) { return parse_completion_request(json::parse(body), s).params.response_format; };
+  CHECK(spec(R"({"prompt": "x", "response_format": {"type": "text"}})") == "");
+  CHECK(spec(R"({"prompt": "x", "response_format": {"type": "json_object"}})") == "json_object");
+  CHECK(spec(R"j({"prompt": "x", "response_format": {"type": "regex", "regex": "(yes|no)"}})j") == "regex:(yes|no)");
+  const std::string schema = spec(
+      R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "integer"}}}})");
+  CHECK(schema == "json_schema:{\"type\":\"integer\"}");
+}
+
 TEST_CASE("prompt shapes and defaults") {
   const server_settings s;
   auto parse = [&](const char* body) { return parse_completion_request(json::parse(body), s); };
@@ -100,7 +111,10 @@ TEST_CASE("every invalid field is a 400 naming it") {
   CHECK(param_of(R"({"prompt": "x", "stop_token_ids": [-1]})") == "stop_token_ids");
   CHECK(param_of(R"({"prompt": "x", "stream_options": 1})") == "stream_options");
   CHECK(param_of(R"({"prompt": "x", "logit_bias": {"1": 2}})") == "logit_bias");
-  CHECK(param_of(R"({"prompt": "x", "response_format": {"type": "json_object"}})") == "response_format");
+  CHECK(param_of(R"({"prompt": "x", "response_format": {"type": "json_object"}})") == "");
+  CHECK(param_of(R"j({"prompt": "x", "response_format": {"type": "regex", "regex": "(a"}})j") == "response_format");
+  CHECK(param_of(R"({"prompt": "x", "response_format": {"type": "regex"}})") == "response_format.regex");
+  CHECK(param_of(R"({"prompt": "x", "response_format": {"type": "yaml"}})") == "response_format.type");
   CHECK(param_of(R"({"prompt": "x", "response_format": {"type": "json_schema"}})") == "response_format.json_schema");
   CHECK(param_of(R"({"prompt": "x", "response_format": {"type": "text"}})") == "");
   CHECK(param_of(R"({"prompt": {}})") == "prompt");

@@ -160,6 +160,21 @@ def stop_strings_and_ids(srv, c):
 
 
 @test
+def response_format(srv, c):
+    for seed in range(3):
+        r = c.completions.create(model="tiny", prompt="Answer:", max_tokens=8, seed=seed,
+                                 extra_body={"response_format": {"type": "regex", "regex": "(yes|no)!"}})
+        assert r.choices[0].text in ("yes!", "no!"), r.choices[0].text
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
+              "additionalProperties": False}
+    r = c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "n?"}], max_tokens=64,
+                                  seed=1, response_format={"type": "json_schema",
+                                                           "json_schema": {"name": "n", "schema": schema}})
+    if r.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(r.choices[0].message.content)["n"], int), r.choices[0].message.content
+
+
+@test
 def seed_reproducible(srv, c):
     kw = dict(model="tiny", prompt="Random words:", max_tokens=10, temperature=1.0, top_p=0.95,
               extra_body={"top_k": 50})
@@ -212,7 +227,9 @@ def errors_400(srv, c):
     expect_status(mk(extra_body={"max_tokens": "ten"}), 400, "max_tokens")
     expect_status(mk(extra_body={"seed": 10 ** 30}), 400, "seed")
     expect_status(mk(extra_body={"top_k": 1.5}), 400, "top_k")
-    expect_status(mk(extra_body={"response_format": {"type": "json_object"}}), 400, "response_format")
+    expect_status(mk(extra_body={"response_format": {"type": "regex", "regex": "(a"}}), 400, "response_format")
+    expect_status(mk(extra_body={"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}), 400,
+                  "response_format.json_schema")
     expect_status(mk(extra_body={"response_format": {"type": "yaml"}}), 400, "response_format.type")
     expect_status(lambda: c.completions.create(model="tiny", prompt=[10 ** 9], max_tokens=2), 400, "prompt")
     expect_status(lambda: c.chat.completions.create(model="tiny", messages=[], max_tokens=2), 400, "messages")
