@@ -1,6 +1,7 @@
 // Arrays: positional schemas (prefixItems, or draft 7's items array), the schema of the items
 // after them (items / additionalItems), and minItems/maxItems, as right-linear rules E(k)
-// "k items written" ending in one loop for the unbounded tail.
+// "k items written" ending in one loop for the unbounded tail. `contains` (with minContains)
+// on plain item lists: some items match items AND contains, in any position.
 #include "common/error.hpp"
 #include "runtime/grammar/json_schema/schema_compiler.hpp"
 
@@ -34,6 +35,48 @@ array_part read_part(const schema_compiler& c, const schema_ref& part) {
   return a;
 }
 
+/// The part holding `contains`, if any (one at most).
+const json* contains_part(schema_compiler& c, const schema_node& n, schema_ref& where) {
+  const json* found = nullptr;
+  for (const auto& p : n.array_parts) {
+    if (!p.s->contains("contains")) continue;
+    if (found) c.unsupported("contains", "given by more than one schema of a combination", p);
+    found = p.s;
+    where = p;
+  }
+  return found;
+}
+
+/// `[ items ]` where at least `m` items also match `contains`: (I,)* IX ((,I)* ,IX){m-1} (,I)*.
+expr_id contains_array(schema_compiler& c, const std::vector<array_part>& parts, const schema_ref& where) {
+  grammar& g = c.g();
+  json_text& t = c.text();
+  const json& s = *where.s;
+  std::uint64_t m = 1;
+  if (auto it = s.find("minContains"); it != s.end()) m = std::uint64_t(it->get<double>());
+  if (m > 100) c.unsupported("minContains", "more than 100 matching items to count", where);
+  conjunction item, matching;
+  for (const auto& p : parts)
+    if (p.rest) item.push_back(*p.rest);
+  matching = item;
+  matching.push_back({&s["contains"], where.base});
+  expr_id i = item.empty() ? t.any_value() : c.value(item);
+  expr_id close = g.sequence({t.ws(), g.literal("]")});
+  expr_id open = g.sequence({g.literal("["), t.ws()});
+  expr_id sep = g.sequence({t.ws(), g.literal(","), t.ws()});
+  if (m == 0) {
+    expr_id more = g.repeat(g.sequence({sep, i}), 0, k_unbounded);
+    return g.sequence({open, g.choice({close, g.sequence({i, more, close})})});
+  }
+  expr_id ix = c.value(matching);
+  expr_id before = g.repeat(g.sequence({i, sep}), 0, k_unbounded);
+  expr_id between = g.repeat(g.sequence({sep, i}), 0, k_unbounded);
+  std::vector<expr_id> body{open, before, ix};
+  for (std::uint64_t k = 1; k < m; ++k) body.insert(body.end(), {between, sep, ix});
+  body.insert(body.end(), {between, close});
+  return g.sequence(std::move(body));
+}
+
 }  // namespace
 
 expr_id array_schema(schema_compiler& c, const schema_node& n) {
@@ -50,6 +93,12 @@ expr_id array_schema(schema_compiler& c, const schema_node& n) {
     if (auto it = p.s->find("maxItems"); it != p.s->end()) max_items = std::min(max_items, std::uint64_t(it->get<double>()));
   }
   if (min_items > max_items) return g.nothing();
+  schema_ref where{nullptr, ""};
+  if (contains_part(c, n, where)) {
+    if (positions > 0 || min_items > 0 || max_items != UINT64_MAX)
+      c.unsupported("contains", "combined with prefixItems or minItems/maxItems", where);
+    return contains_array(c, parts, where);
+  }
   auto item_at = [&](std::size_t i) {  // schemas of item i (i >= positions: the tail)
     conjunction conj;
     for (const auto& p : parts) {

@@ -93,6 +93,7 @@ class schema_compiler {
   void check_one_of(const std::vector<schema_node>& alts, const schema_node::group& g);
   void absorb_keyword(schema_node& n, const schema_ref& s, const std::string& key, const json& v);
   void absorb_not(schema_node& n, const schema_ref& s, const json& v);
+  const json* without_unevaluated(const json& s);
   void absorb_format(schema_node& n, const json& v);
   void absorb_dependencies(schema_node& n, const schema_ref& s, const std::string& key, const json& v);
   void absorb_bound(schema_node& n, const json& schema, const std::string& key, const json& v);

@@ -22,7 +22,8 @@ const std::set<std::string, std::less<>> k_array_keywords = {"items", "prefixIte
                                                              "minItems", "maxItems"};
 const std::vector<std::string> k_rejected = {
     "$dynamicRef", "$recursiveRef",
-    "contains", "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems",
+    "contains (with prefixItems, minItems/maxItems, or in several schemas of a combination)",
+    "maxContains", "unevaluatedProperties", "unevaluatedItems",
     "if/then/else", "uniqueItems (true)", "not (beyond type/const/enum/{}/false)",
     "multipleOf (non-decimal multiples of non-integers)", "remote $ref"};
 
@@ -87,12 +88,37 @@ schema_node schema_compiler::normalize(const conjunction& c) {
   return n;
 }
 
+/// unevaluatedProperties/unevaluatedItems in a schema without applicators (nothing else can
+/// evaluate a property or item) mean additionalProperties/items: returns that rewritten copy,
+/// or null when the schema has neither keyword or has applicators (then they are rejected).
+const json* schema_compiler::without_unevaluated(const json& s) {
+  const bool props = s.contains("unevaluatedProperties"), items = s.contains("unevaluatedItems");
+  if (!props && !items) return nullptr;
+  for (const char* k : {"$ref", "$dynamicRef", "$recursiveRef", "allOf", "anyOf", "oneOf", "not", "if",
+                        "dependentSchemas", "dependencies", "contains"})
+    if (s.contains(k)) return nullptr;
+  if (s.dump().find("\"$id\"") != std::string::npos) return nullptr;  // copies must not move resources
+  json copy = s;
+  if (props) {
+    if (!copy.contains("additionalProperties")) copy["additionalProperties"] = copy["unevaluatedProperties"];
+    copy.erase("unevaluatedProperties");
+  }
+  if (items) {
+    if (copy.contains("items") && copy["items"].is_array()) return nullptr;
+    if (!copy.contains("items")) copy["items"] = copy["unevaluatedItems"];
+    copy.erase("unevaluatedItems");
+  }
+  synthetic_.push_back(std::move(copy));
+  return &synthetic_.back();
+}
+
 void schema_compiler::absorb(schema_node& n, const schema_ref& s) {
   if (s.s->is_boolean()) {
     if (!s.s->get<bool>()) n.never = true;
     return;
   }
   DI_CHECK(s.s->is_object(), "JSON Schema: a schema must be an object or a boolean, got {}", s.s->dump());
+  if (const json* plain = without_unevaluated(*s.s)) return absorb(n, {plain, index_.base_of(s.s, s.base)});
   const std::string base = index_.base_of(s.s, s.base);
   auto absorb_ref = [&](const json& ref) {
     DI_CHECK(ref.is_string(), "JSON Schema: $ref must be a string");
@@ -134,6 +160,12 @@ void schema_compiler::absorb_keyword(schema_node& n, const schema_ref& s, const 
     if (n.object_parts.empty() || n.object_parts.back().s != s.s) n.object_parts.push_back(s);
     return;
   }
+  if (key == "contains") {  // array_schema.cpp reads contains/minContains from the part
+    if (s.s->contains("maxContains")) unsupported("maxContains", "an upper bound on matching items needs the complement of `contains`", s);
+    if (n.array_parts.empty() || n.array_parts.back().s != s.s) n.array_parts.push_back(s);
+    return;
+  }
+  if (key == "minContains" || key == "maxContains") return;  // without `contains` they do nothing
   if (k_array_keywords.count(key) || (key == "uniqueItems" && v == false)) {
     if (key == "items" || key == "prefixItems" || key == "additionalItems" || key == "minItems" || key == "maxItems")
       if (n.array_parts.empty() || n.array_parts.back().s != s.s) n.array_parts.push_back(s);
@@ -183,8 +215,8 @@ void schema_compiler::absorb_keyword(schema_node& n, const schema_ref& s, const 
     if (!trivial_array) unsupported("uniqueItems", "distinct array items are not context-free", s);
   } else if (key == "dependentRequired" || key == "dependentSchemas" || key == "dependencies") {
     absorb_dependencies(n, s, key, v);
-  } else if (key == "$dynamicRef" || key == "$recursiveRef" || key == "contains" || key == "minContains" ||
-             key == "maxContains" || key == "unevaluatedProperties" || key == "unevaluatedItems") {
+  } else if (key == "$dynamicRef" || key == "$recursiveRef" || key == "unevaluatedProperties" ||
+             key == "unevaluatedItems") {
     unsupported(key, "not supported by the grammar compiler", s);
   } else {
     warn("unknown keyword '" + key + "' ignored (JSON Schema treats unknown keywords as annotations)");
