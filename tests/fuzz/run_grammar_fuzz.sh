@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Builds the grammar front-end fuzzer (tests/fuzz/fuzz_grammar.cpp) with clang++ (libFuzzer +
+# ASan + UBSan) and runs it for a fixed number of iterations from seeds of every front end.
+# Usage: run_grammar_fuzz.sh <source dir> <output dir>. Exit 77 (ctest skip) without a
+# libFuzzer toolchain. FUZZ_RUNS overrides the iteration count for longer local runs.
+set -euo pipefail
+
+src=${1:?usage: run_grammar_fuzz.sh <source dir> <output dir>}
+out=${2:?usage: run_grammar_fuzz.sh <source dir> <output dir>}
+runs=${FUZZ_RUNS:-3000}
+cxx=${FUZZ_CXX:-clang++}
+
+if ! command -v "$cxx" >/dev/null 2>&1; then
+  echo "SKIP: $cxx not found"
+  exit 77
+fi
+mkdir -p "$out"
+bin=$out/fuzz_grammar
+printf 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }\n' >"$out/probe.cpp"
+if ! "$cxx" -fsanitize=fuzzer "$out/probe.cpp" -o "$out/probe" >"$out/probe.log" 2>&1; then
+  echo "SKIP: $cxx cannot link -fsanitize=fuzzer"
+  exit 77
+fi
+
+sources=("$src/tests/fuzz/fuzz_grammar.cpp" "$src"/common/*.cpp)
+for f in "$src"/runtime/grammar/*.cpp "$src"/runtime/grammar/detail/*.cpp "$src"/runtime/grammar/json_schema/*.cpp; do
+  case $(basename "$f") in
+    token_*|grammar_matcher.cpp|response_format.cpp|token_class_cache.cpp) ;;  # need the tokenizer
+    *) sources+=("$f") ;;
+  esac
+done
+inputs=("${sources[@]}" "$src"/runtime/grammar/*.hpp "$src"/runtime/grammar/*/*.hpp "$src"/common/*.hpp "$0")
+flags=(-std=c++20 -O1 -gline-tables-only -fsanitize=fuzzer,address,undefined
+       -fno-sanitize-recover=all -fno-omit-frame-pointer "-I$src")
+stamp=$(cat "${inputs[@]}" | md5sum | cut -d' ' -f1)
+if [[ ! -x $bin || ! -f $bin.stamp || $(cat "$bin.stamp") != "$stamp" ]]; then
+  echo "building $bin"
+  objs=()
+  for s in "${sources[@]}"; do  # two compilers at a time
+    o=$out/$(echo "${s#$src/}" | tr / _).o
+    "$cxx" "${flags[@]}" -c "$s" -o "$o" &
+    objs+=("$o")
+    if (($(jobs -rp | wc -l) >= 2)); then wait -n; fi
+  done
+  wait
+  "$cxx" "${flags[@]}" "${objs[@]}" -lfmt -o "$bin"
+  echo "$stamp" >"$bin.stamp"
+fi
+
+seeds=$out/seeds
+rm -rf "$seeds" "$out/work"
+mkdir -p "$seeds" "$out/work"
+seed() { printf '%b' "$2" >"$seeds/$1"; }  # seed <name> <selector byte + text [\0 input]>
+seed ebnf1 '\x00root ::= "a" b* | [0-9]+\nb ::= "b" | "(" root ")"\0a(b)b'
+seed ebnf2 '\x00root ::= x{2,5} ("," x)*\nx ::= [a-z\\u00e9]+\0ab,cd'
+seed lark '\x00start: item+\nitem: "a" | /[0-9]+/\0a12a'
+seed regex1 '\x01(a|b)*c{1,3}[^x-z]\\d+$\0abcc12'
+seed regex2 '\x01(?i)h(e|a)llo\\s+\\p{L}{2}\0Hallo  ab'
+seed schema1 '\x02{"type":"object","properties":{"a":{"type":"integer","minimum":-3,"maximum":70},"b":{"type":"string","pattern":"^x+$"}},"required":["a"]}\0{"a":5}'
+seed schema2 '\x02{"anyOf":[{"type":"array","items":{"$ref":"#"},"maxItems":3},{"enum":[1,"x",null]}]}\0[[1],"x"]'
+seed schema3 '\x06{"$defs":{"p":{"type":"string","format":"date"}},"type":"array","prefixItems":[{"$ref":"#/$defs/p"}],"uniqueItems":true}\0["2020-01-01"]'
+
+echo "fuzzing for $runs runs (seed 1)"
+start=$SECONDS
+status=0
+"$bin" -runs="$runs" -seed=1 -max_len=2048 -timeout=10 -rss_limit_mb=2048 \
+  -error_exitcode=1 -timeout_exitcode=1 -artifact_prefix="$out/" -print_final_stats=1 \
+  "$out/work" "$seeds" || status=$?
+if [[ $status -ne 0 ]]; then
+  echo "FAIL: the fuzzer found a bug (exit $status); reproduce with: $bin $out/crash-*"
+  exit 1
+fi
+echo "fuzzing finished in $((SECONDS - start)) s without a crash"
