@@ -14,9 +14,9 @@
 #include "runtime/grammar/token_vocabulary.hpp"
 #include "server/http_server.hpp"
 
+#include <fmt/format.h>
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
-#include <fmt/format.h>
 
 #include <csignal>
 #include <filesystem>
@@ -39,9 +39,10 @@ struct serve_options {
 
 /// The cluster file `serve --model DIR` runs: one node, one group, one CPU executor.
 std::string single_process_toml(const std::string& model) {
-  return fmt::format("[model]\npath = {}\n[logging]\nstatus_interval_s = 0\n[[nodes]]\nhost = \"127.0.0.1\"\n"
-                     "port = 1\n[[groups]]\nscheduler = 0\nexecutors = [0]\n",
-                     nlohmann::json(model).dump());
+  return fmt::format(
+      "[model]\npath = {}\n[logging]\nstatus_interval_s = 0\n[[nodes]]\nhost = \"127.0.0.1\"\n"
+      "port = 1\n[[groups]]\nscheduler = 0\nexecutors = [0]\n",
+      nlohmann::json(model).dump());
 }
 
 struct loaded_config {
@@ -54,7 +55,8 @@ loaded_config load(const serve_options& o) {
   const auto split = di::server::split_server_overrides(o.sets);
   loaded_config out;
   if (!o.model.empty()) {
-    DI_CHECK(fs::exists(fs::path(o.model) / "config.json"), "--model {}: no config.json there", o.model);
+    DI_CHECK(fs::exists(fs::path(o.model) / "config.json"), "--model {}: no config.json there",
+             o.model);
     out.cluster = di::parse_cluster_config(single_process_toml(o.model), split.cluster, "--model");
     di::server::apply_server_overrides(out.server, split.server);
   } else {
@@ -71,7 +73,8 @@ loaded_config load(const serve_options& o) {
   return out;
 }
 
-di::server::served_model served_model_of(const loaded_config& c, const di::actors::model_assets& assets) {
+di::server::served_model served_model_of(const loaded_config& c,
+                                         const di::actors::model_assets& assets) {
   di::server::served_model m;
   m.name = c.server.model_name;
   if (m.name.empty()) {
@@ -84,7 +87,8 @@ di::server::served_model served_model_of(const loaded_config& c, const di::actor
   try {
     std::string dir = c.cluster.tokenizer_dir();
     DI_CHECK(!dir.empty(), "no tokenizer folder");
-    m.chat_template = std::make_shared<const di::tokenizer_chat_template>(di::tokenizer_chat_template::load(dir));
+    m.chat_template =
+        std::make_shared<const di::tokenizer_chat_template>(di::tokenizer_chat_template::load(dir));
   } catch (const std::exception& e) {
     m.chat_template_error = e.what();
   }
@@ -93,10 +97,12 @@ di::server::served_model served_model_of(const loaded_config& c, const di::actor
 
 /// Connects to the running cluster's router, retrying until cluster.startup_timeout_s.
 di::actors::router_actor connect(caf::actor_system& sys, const di::cluster_config& c) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(c.cluster.startup_timeout_s);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(c.cluster.startup_timeout_s);
   while (true) {
     try {
-      return di::actors::connect_router(sys, di::actors::network_settings_of(c), c.router.host, c.router.port);
+      return di::actors::connect_router(sys, di::actors::network_settings_of(c), c.router.host,
+                                        c.router.port);
     } catch (const di::error& e) {
       if (std::chrono::steady_clock::now() > deadline) throw;
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
@@ -106,14 +112,17 @@ di::actors::router_actor connect(caf::actor_system& sys, const di::cluster_confi
 
 /// In-process CPU runners that accept response_format: each gets the tokenizer's token
 /// vocabulary and one grammar cache shared by all of them.
-std::function<di::actors::runner_bundle(int, int)> structured_output_runners(const di::cluster_config& c,
-                                                                           const di::actors::model_assets& a) {
+std::function<di::actors::runner_bundle(int, int)> structured_output_runners(
+    const di::cluster_config& c, const di::actors::model_assets& a) {
   if (c.model.runner != "cpu") return {};
-  auto vocab = di::grammar::token_vocabulary::from_tokenizer(*a.tokenizer, std::size_t(a.vocab_size));
+  auto vocab =
+      di::grammar::token_vocabulary::from_tokenizer(*a.tokenizer, std::size_t(a.vocab_size));
   auto cache = std::make_shared<di::grammar::grammar_cache>();
   return [c, vocab, cache](int g, int) {
-    di::actors::runner_bundle b = di::actors::make_step_runner(c, c.groups[std::size_t(g)].executor_devices.at(0));
-    if (auto* r = dynamic_cast<di::cpu_model_runner*>(b.runner.get())) r->enable_structured_output(vocab, cache);
+    di::actors::runner_bundle b =
+        di::actors::make_step_runner(c, c.groups[std::size_t(g)].executor_devices.at(0));
+    if (auto* r = dynamic_cast<di::cpu_model_runner*>(b.runner.get()))
+      r->enable_structured_output(vocab, cache);
     return b;
   };
 }
@@ -142,7 +151,8 @@ void run_serve(const serve_options& o) {
     router = connect(sys, c.cluster);
   } else {
     cluster = std::make_unique<di::actors::local_cluster>(
-        sys, di::actors::local_cluster_params{c.cluster, assets, structured_output_runners(c.cluster, assets)});
+        sys, di::actors::local_cluster_params{c.cluster, assets,
+                                              structured_output_runners(c.cluster, assets)});
     router = caf::actor_cast<di::actors::router_actor>(cluster->router());
   }
   di::server::engine engine(sys, router);
@@ -167,19 +177,26 @@ void run_serve(const serve_options& o) {
 
 void setup_serve(CLI::App& app) {
   auto o = std::make_shared<serve_options>();
-  auto* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server (completions, chat, streaming, "
+  auto* sub = app.add_subcommand("serve",
+                                 "OpenAI-compatible HTTP server (completions, chat, streaming, "
                                  "metrics); prints `ready: http://HOST:PORT` when it can serve");
-  sub->add_option("--model", o->model, "Checkpoint folder: serve it from this process (one CPU executor)");
-  sub->add_option("--config", o->config, "Cluster file with a [server] section: front end of the cluster "
+  sub->add_option("--model", o->model,
+                  "Checkpoint folder: serve it from this process (one CPU executor)");
+  sub->add_option("--config", o->config,
+                  "Cluster file with a [server] section: front end of the cluster "
                   "`deepinfer launch FILE` runs (or of its groups in-process with --in-process)");
-  sub->add_flag("--in-process", o->in_process, "With --config: run the file's groups in this process");
-  sub->add_option("--set", o->sets, "Override a key: --set server.port=8001, --set scheduler.max_num_running=64 "
+  sub->add_flag("--in-process", o->in_process,
+                "With --config: run the file's groups in this process");
+  sub->add_option("--set", o->sets,
+                  "Override a key: --set server.port=8001, --set scheduler.max_num_running=64 "
                   "(repeatable)");
   sub->add_option("--host", o->host, "Listen address (server.host; default 127.0.0.1)");
   sub->add_option("--port", o->port, "Listen port (server.port; default 8000; 0 = any free port)");
-  sub->add_option("--api-key", o->api_keys, "Accepted bearer key (repeatable; also server.api_keys and "
+  sub->add_option("--api-key", o->api_keys,
+                  "Accepted bearer key (repeatable; also server.api_keys and "
                   "DEEPINFER_API_KEY); none = no authentication");
-  sub->add_option("--served-model-name", o->served_name, "Model id clients use (server.model_name; default: "
+  sub->add_option("--served-model-name", o->served_name,
+                  "Model id clients use (server.model_name; default: "
                   "the model folder's name)");
   sub->callback([o] { run_serve(*o); });
 }

@@ -5,12 +5,18 @@ namespace di::server {
 
 std::string api_error::default_type(int status) {
   switch (status) {
-    case 401: return "authentication_error";
-    case 403: return "permission_error";
-    case 429: return "rate_limit_error";
-    case 500: return "internal_error";
-    case 503: return "service_unavailable_error";
-    default: return "invalid_request_error";
+    case 401:
+      return "authentication_error";
+    case 403:
+      return "permission_error";
+    case 429:
+      return "rate_limit_error";
+    case 500:
+      return "internal_error";
+    case 503:
+      return "service_unavailable_error";
+    default:
+      return "invalid_request_error";
   }
 }
 

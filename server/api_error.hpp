@@ -17,7 +17,9 @@ struct api_error : std::runtime_error {
 
   api_error(int status_, std::string message, std::string param_ = {}, std::string code_ = {},
             std::string type_ = {})
-      : std::runtime_error(std::move(message)), status(status_), param(std::move(param_)),
+      : std::runtime_error(std::move(message)),
+        status(status_),
+        param(std::move(param_)),
         code(std::move(code_)) {
     type = !type_.empty() ? type_ : default_type(status_);
   }

@@ -4,8 +4,8 @@
 #include "server/generation.hpp"
 #include "server/openai_response.hpp"
 
-#include <boost/asio/post.hpp>
 #include <fmt/format.h>
+#include <boost/asio/post.hpp>
 
 namespace di::server {
 
@@ -30,28 +30,35 @@ void check_auth(const session_ptr& s) {
   constexpr std::string_view bearer = "Bearer ";
   const bool has_bearer = value.size() > bearer.size() && value.substr(0, bearer.size()) == bearer;
   if (!has_bearer || !key_matches(value.substr(bearer.size()), keys))
-    throw api_error(401, has_bearer ? "incorrect API key provided" : "missing API key (Authorization: Bearer KEY)",
-                    "", "invalid_api_key");
+    throw api_error(
+        401,
+        has_bearer ? "incorrect API key provided" : "missing API key (Authorization: Bearer KEY)",
+        "", "invalid_api_key");
 }
 
 void require_method(const session_ptr& s, http::verb verb) {
   if (s->request().method() != verb)
-    throw api_error(405, fmt::format("{} {} is not allowed; use {}", std::string(s->request().method_string()),
-                                     path_of(s->request()), std::string(http::to_string(verb))),
-                    "", "method_not_allowed");
+    throw api_error(
+        405,
+        fmt::format("{} {} is not allowed; use {}", std::string(s->request().method_string()),
+                    path_of(s->request()), std::string(http::to_string(verb))),
+        "", "method_not_allowed");
 }
 
 json model_json(const served_model& m) {
-  return {{"id", m.name}, {"object", "model"}, {"created", m.created_unix}, {"owned_by", "deepinfer"}, {"root", m.name},
-          {"parent", nullptr}};
+  return {
+      {"id", m.name},   {"object", "model"}, {"created", m.created_unix}, {"owned_by", "deepinfer"},
+      {"root", m.name}, {"parent", nullptr}};
 }
 
 /// Runs `fn(status or null)` on the session's strand once the router answered.
 template <class Fn>
 void with_status(const session_ptr& s, Fn fn) {
-  s->context().cluster->fetch_status([s, fn](std::optional<actors::cluster_status> st, std::string) mutable {
-    boost::asio::post(s->executor(), [s, fn, st = std::move(st)]() mutable { fn(st ? &*st : nullptr); });
-  });
+  s->context().cluster->fetch_status(
+      [s, fn](std::optional<actors::cluster_status> st, std::string) mutable {
+        boost::asio::post(s->executor(),
+                          [s, fn, st = std::move(st)]() mutable { fn(st ? &*st : nullptr); });
+      });
 }
 
 void serve_ready(const session_ptr& s) {
@@ -60,7 +67,8 @@ void serve_ready(const session_ptr& s) {
     if (st)
       for (const auto& g : st->groups) up += g.is_up;
     if (up > 0) return s->respond(200, dump({{"status", "ready"}, {"groups_up", up}}));
-    const api_error e(503, st ? "no data-parallel group is up" : "the router does not answer", "", "not_ready");
+    const api_error e(503, st ? "no data-parallel group is up" : "the router does not answer", "",
+                      "not_ready");
     s->respond_error(e, {{"Retry-After", std::to_string(s->context().settings.retry_after_s)}});
   });
 }
@@ -68,14 +76,16 @@ void serve_ready(const session_ptr& s) {
 void serve_metrics(const session_ptr& s) {
   with_status(s, [s](const actors::cluster_status* st) {
     server_context& ctx = s->context();
-    const front_end_gauges g{.num_connections = ctx.num_connections.load(), .num_inflight = ctx.num_inflight.load()};
+    const front_end_gauges g{.num_connections = ctx.num_connections.load(),
+                             .num_inflight = ctx.num_inflight.load()};
     s->respond(200, ctx.metrics.render(st, g), "text/plain; version=0.0.4; charset=utf-8");
   });
 }
 
 /// The chat prompt as token ids (the template writes BOS itself).
 void render_chat(const served_model& m, generation_request& r) {
-  if (!m.chat_template) throw api_error(400, "this model has no chat template: " + m.chat_template_error, "messages");
+  if (!m.chat_template)
+    throw api_error(400, "this model has no chat template: " + m.chat_template_error, "messages");
   chat_request cr;
   cr.messages = r.messages;
   cr.tools = r.tools;
@@ -86,27 +96,34 @@ void render_chat(const served_model& m, generation_request& r) {
   try {
     text = m.chat_template->apply(cr);
   } catch (const std::exception& e) {
-    throw api_error(400, fmt::format("the chat template failed on these messages: {}", e.what()), "messages");
+    throw api_error(400, fmt::format("the chat template failed on these messages: {}", e.what()),
+                    "messages");
   }
   r.prompts = {{.ids = m.tokenizer->encode(text)}};
-  if (r.prompts[0].ids.empty()) throw api_error(400, "the messages render to an empty prompt", "messages");
+  if (r.prompts[0].ids.empty())
+    throw api_error(400, "the messages render to an empty prompt", "messages");
 }
 
 void serve_generation(const session_ptr& s, api_kind kind) {
   require_method(s, http::verb::post);
   server_context& ctx = s->context();
   const json body = parse_body(s->request().body(), ctx.settings);
-  generation_request r =
-      kind == api_kind::chat ? parse_chat_request(body, ctx.settings) : parse_completion_request(body, ctx.settings);
+  generation_request r = kind == api_kind::chat ? parse_chat_request(body, ctx.settings)
+                                                : parse_completion_request(body, ctx.settings);
   if (!r.model.empty() && r.model != ctx.model.name)
-    throw api_error(404, fmt::format("the model '{}' does not exist (this server serves '{}')", r.model, ctx.model.name),
+    throw api_error(404,
+                    fmt::format("the model '{}' does not exist (this server serves '{}')", r.model,
+                                ctx.model.name),
                     "model", "model_not_found");
   if (kind == api_kind::chat) render_chat(ctx.model, r);
   if (ctx.num_inflight.fetch_add(1) >= ctx.settings.max_concurrent_requests) {
     --ctx.num_inflight;
-    throw api_error(429, fmt::format("{} requests are in flight, the limit (server.max_concurrent_requests); retry later",
-                                     ctx.settings.max_concurrent_requests),
-                    "", "rate_limit_exceeded");
+    throw api_error(
+        429,
+        fmt::format(
+            "{} requests are in flight, the limit (server.max_concurrent_requests); retry later",
+            ctx.settings.max_concurrent_requests),
+        "", "rate_limit_exceeded");
   }
   start_generation(s, std::move(r));
 }
@@ -118,7 +135,8 @@ bool key_matches(std::string_view given, const std::vector<std::string>& keys) {
   for (const std::string& key : keys) {
     unsigned diff = unsigned(given.size() != key.size());
     for (std::size_t i = 0; i < key.size(); ++i)
-      diff |= unsigned(static_cast<unsigned char>(key[i]) ^ static_cast<unsigned char>(i < given.size() ? given[i] : 0));
+      diff |= unsigned(static_cast<unsigned char>(key[i]) ^
+                       static_cast<unsigned char>(i < given.size() ? given[i] : 0));
     match |= unsigned(diff == 0);
   }
   return match != 0;
@@ -134,16 +152,20 @@ void handle_request(const session_ptr& s) {
     if (path == "/metrics") return serve_metrics(s);
     if (path == "/v1/models") {
       require_method(s, http::verb::get);
-      return s->respond(200, dump({{"object", "list"}, {"data", json::array({model_json(s->context().model)})}}));
+      return s->respond(
+          200, dump({{"object", "list"}, {"data", json::array({model_json(s->context().model)})}}));
     }
     if (path.rfind("/v1/models/", 0) == 0) {
       if (path.substr(11) != s->context().model.name)
-        throw api_error(404, fmt::format("the model '{}' does not exist", path.substr(11)), "model", "model_not_found");
+        throw api_error(404, fmt::format("the model '{}' does not exist", path.substr(11)), "model",
+                        "model_not_found");
       return s->respond(200, dump(model_json(s->context().model)));
     }
     if (path == "/v1/completions") return serve_generation(s, api_kind::completion);
     if (path == "/v1/chat/completions") return serve_generation(s, api_kind::chat);
-    throw api_error(404, fmt::format("no route {} {}", std::string(s->request().method_string()), path), "", "not_found");
+    throw api_error(404,
+                    fmt::format("no route {} {}", std::string(s->request().method_string()), path),
+                    "", "not_found");
   } catch (const api_error& e) {
     s->respond_error(e, e.status == 429 || e.status == 503 ? retry : header_list{});
   }

@@ -3,13 +3,13 @@
 
 #include "common/error.hpp"
 
+#include <fmt/format.h>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -77,7 +77,8 @@ std::vector<prompt_item> make_prompts(const bench_params& p) {
     for (std::string line; std::getline(in, line) && int(items.size()) < p.num_prompts;) {
       if (line.empty()) continue;
       const json j = json::parse(line, nullptr, false);
-      DI_CHECK(j.is_object() && j.contains("prompt"), "--dataset {}: each line needs a \"prompt\"", p.dataset);
+      DI_CHECK(j.is_object() && j.contains("prompt"), "--dataset {}: each line needs a \"prompt\"",
+               p.dataset);
       items.push_back({j["prompt"], j.value("output_len", p.output_len)});
     }
     DI_CHECK(!items.empty(), "--dataset {}: no prompts", p.dataset);
@@ -204,29 +205,35 @@ bench_conn::bench_conn(bench_run& run, int index, std::string body)
   req_.set(http::field::host, run.host().host);
   req_.set(http::field::content_type, "application/json");
   req_.set(http::field::connection, "close");
-  if (!run.params.api_key.empty()) req_.set(http::field::authorization, "Bearer " + run.params.api_key);
+  if (!run.params.api_key.empty())
+    req_.set(http::field::authorization, "Bearer " + run.params.api_key);
   req_.body() = std::move(body);
   req_.prepare_payload();
-  parser_.body_limit(std::uint64_t(1) << 40);  // not boost::none: Beast 1.74 then rejects any Content-Length
+  parser_.body_limit(std::uint64_t(1)
+                     << 40);  // not boost::none: Beast 1.74 then rejects any Content-Length
 }
 
 void bench_conn::start() {
   start_ = clock_type::now();
   stream_.expires_after(std::chrono::milliseconds(std::int64_t(run_.params.timeout_s * 1000)));
-  stream_.async_connect(run_.endpoints, [self = shared_from_this()](beast::error_code ec, const tcp::endpoint&) {
-    self->on_connected(ec);
-  });
+  stream_.async_connect(run_.endpoints,
+                        [self = shared_from_this()](beast::error_code ec, const tcp::endpoint&) {
+                          self->on_connected(ec);
+                        });
 }
 
 void bench_conn::on_connected(beast::error_code ec) {
   if (ec) return finish("connect: " + ec.message());
-  http::async_write(stream_, req_, [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_written(ec); });
+  http::async_write(stream_, req_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+    self->on_written(ec);
+  });
 }
 
 void bench_conn::on_written(beast::error_code ec) {
   if (ec) return finish("write: " + ec.message());
-  http::async_read_header(stream_, buffer_, parser_,
-                          [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_header(ec); });
+  http::async_read_header(
+      stream_, buffer_, parser_,
+      [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_header(ec); });
 }
 
 void bench_conn::on_header(beast::error_code ec) {
@@ -237,21 +244,24 @@ void bench_conn::on_header(beast::error_code ec) {
 
 void bench_conn::read_body() {
   if (parser_.is_done()) {
-    if (result_.status != 200) return finish(fmt::format("HTTP {}: {}", result_.status, error_body_.substr(0, 300)));
+    if (result_.status != 200)
+      return finish(fmt::format("HTTP {}: {}", result_.status, error_body_.substr(0, 300)));
     return finish(saw_done_ ? "" : "the stream ended without data: [DONE]");
   }
   parser_.get().body().data = chunk_;
   parser_.get().body().size = sizeof(chunk_);
-  http::async_read_some(stream_, buffer_, parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
-    self->on_body(ec);
-  });
+  http::async_read_some(
+      stream_, buffer_, parser_,
+      [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_body(ec); });
 }
 
 void bench_conn::on_body(beast::error_code ec) {
   if (ec == http::error::need_buffer) ec = {};
   const std::size_t n = sizeof(chunk_) - parser_.get().body().size;
-  if (result_.status != 200) error_body_.append(chunk_, n);
-  else consume({chunk_, n});
+  if (result_.status != 200)
+    error_body_.append(chunk_, n);
+  else
+    consume({chunk_, n});
   if (ec) return finish("read body: " + ec.message());
   if (is_finished_) return;
   read_body();
@@ -284,13 +294,16 @@ void bench_conn::on_event(std::string_view payload) {
   auto ch = j.find("choices");
   if (ch == j.end() || !ch->is_array() || ch->empty()) return;
   const json& c = (*ch)[0];
-  const bool has_text = (c.contains("text") && c["text"].is_string() && !c["text"].get<std::string>().empty()) ||
-                        (c.contains("delta") && c["delta"].is_object() && c["delta"].contains("content") &&
-                         c["delta"]["content"].is_string() && !c["delta"]["content"].get<std::string>().empty());
+  const bool has_text =
+      (c.contains("text") && c["text"].is_string() && !c["text"].get<std::string>().empty()) ||
+      (c.contains("delta") && c["delta"].is_object() && c["delta"].contains("content") &&
+       c["delta"]["content"].is_string() && !c["delta"]["content"].get<std::string>().empty());
   if (!has_text) return;
   const auto now = clock_type::now();
-  if (!has_first_) result_.ttft_s = seconds_between(start_, now);
-  else result_.itl_s.push_back(seconds_between(last_, now));
+  if (!has_first_)
+    result_.ttft_s = seconds_between(start_, now);
+  else
+    result_.itl_s.push_back(seconds_between(last_, now));
   has_first_ = true;
   last_ = now;
 }
@@ -314,7 +327,9 @@ latency_summary summarize(std::vector<double> xs) {
   std::sort(xs.begin(), xs.end());
   double sum = 0;
   for (double x : xs) sum += x;
-  auto pct = [&](double q) { return xs[std::min(xs.size() - 1, std::size_t(q * double(xs.size() - 1) + 0.5))] * 1e3; };
+  auto pct = [&](double q) {
+    return xs[std::min(xs.size() - 1, std::size_t(q * double(xs.size() - 1) + 0.5))] * 1e3;
+  };
   s.mean = sum / double(xs.size()) * 1e3;
   s.p50 = pct(0.5);
   s.p99 = pct(0.99);
@@ -338,11 +353,16 @@ bench_report run_bench(const bench_params& p) {
   const bool chat = p.endpoint.find("chat") != std::string::npos;
   std::vector<std::string> bodies;
   for (const prompt_item& item : make_prompts(p)) {
-    json body = {{"model", model}, {"max_tokens", item.output_len}, {"stream", true}, {"ignore_eos", true},
-                 {"stream_options", {{"include_usage", true}}}, {"temperature", 0}};
+    json body = {{"model", model},
+                 {"max_tokens", item.output_len},
+                 {"stream", true},
+                 {"ignore_eos", true},
+                 {"stream_options", {{"include_usage", true}}},
+                 {"temperature", 0}};
     if (chat) {
-      body["messages"] = json::array({{{"role", "user"}, {"content", item.prompt.is_string() ? item.prompt
-                                                                                                 : json(item.prompt.dump())}}});
+      body["messages"] = json::array(
+          {{{"role", "user"},
+            {"content", item.prompt.is_string() ? item.prompt : json(item.prompt.dump())}}});
     } else {
       body["prompt"] = item.prompt;
     }
@@ -383,16 +403,31 @@ bench_report run_bench(const bench_params& p) {
 }
 
 std::string report_json(const bench_params& p, const bench_report& r) {
-  auto lat = [](const latency_summary& s) { return json{{"mean", s.mean}, {"p50", s.p50}, {"p99", s.p99}}; };
-  json j = {{"url", p.url}, {"endpoint", p.endpoint}, {"num_prompts", p.num_prompts},
+  auto lat = [](const latency_summary& s) {
+    return json{{"mean", s.mean}, {"p50", s.p50}, {"p99", s.p99}};
+  };
+  json j = {{"url", p.url},
+            {"endpoint", p.endpoint},
+            {"num_prompts", p.num_prompts},
             {"request_rate", std::isfinite(p.request_rate) ? json(p.request_rate) : json("inf")},
-            {"concurrency", p.concurrency}, {"input_len", p.input_len}, {"output_len", p.output_len},
-            {"duration_s", r.duration_s}, {"completed", r.num_completed}, {"failed", r.num_failed},
-            {"errors", r.errors}, {"prompt_tokens", r.prompt_tokens}, {"output_tokens", r.output_tokens},
-            {"request_throughput", r.request_throughput}, {"output_throughput", r.output_throughput},
-            {"total_token_throughput", r.total_throughput}, {"max_in_flight", r.max_in_flight},
-            {"ttft_ms", lat(r.ttft_ms)}, {"tpot_ms", lat(r.tpot_ms)}, {"itl_ms", lat(r.itl_ms)},
-            {"e2e_ms", lat(r.e2e_ms)}, {"failed_e2e_ms", lat(r.failed_e2e_ms)}};
+            {"concurrency", p.concurrency},
+            {"input_len", p.input_len},
+            {"output_len", p.output_len},
+            {"duration_s", r.duration_s},
+            {"completed", r.num_completed},
+            {"failed", r.num_failed},
+            {"errors", r.errors},
+            {"prompt_tokens", r.prompt_tokens},
+            {"output_tokens", r.output_tokens},
+            {"request_throughput", r.request_throughput},
+            {"output_throughput", r.output_throughput},
+            {"total_token_throughput", r.total_throughput},
+            {"max_in_flight", r.max_in_flight},
+            {"ttft_ms", lat(r.ttft_ms)},
+            {"tpot_ms", lat(r.tpot_ms)},
+            {"itl_ms", lat(r.itl_ms)},
+            {"e2e_ms", lat(r.e2e_ms)},
+            {"failed_e2e_ms", lat(r.failed_e2e_ms)}};
   for (const auto& [status, n] : r.status_counts) j["status_counts"][std::to_string(status)] = n;
   return j.dump(2);
 }

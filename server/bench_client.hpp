@@ -18,18 +18,18 @@ namespace di::server {
 struct bench_params {
   std::string url = "http://127.0.0.1:8000";  ///< server base URL (http only)
   std::string endpoint = "/v1/completions";
-  std::string model;                           ///< empty: the first of GET /v1/models
+  std::string model;  ///< empty: the first of GET /v1/models
   std::string api_key;
   int num_prompts = 100;
   double request_rate = std::numeric_limits<double>::infinity();  ///< requests/s (Poisson)
-  int concurrency = 0;                         ///< 0 = unlimited
+  int concurrency = 0;                                            ///< 0 = unlimited
   int input_len = 128;
   int output_len = 128;
-  std::string dataset;                         ///< JSONL of {"prompt", "output_len"?}; empty = random
+  std::string dataset;  ///< JSONL of {"prompt", "output_len"?}; empty = random
   std::uint64_t seed = 0;
-  std::int32_t vocab_lo = 1000;                ///< random prompt ids are in [vocab_lo, vocab_hi)
+  std::int32_t vocab_lo = 1000;  ///< random prompt ids are in [vocab_lo, vocab_hi)
   std::int32_t vocab_hi = 20000;
-  double timeout_s = 600;                      ///< per request
+  double timeout_s = 600;                                ///< per request
   std::function<void(int done, int total)> on_progress;  ///< after each request
 };
 
@@ -53,7 +53,7 @@ struct bench_report {
   double duration_s = 0;
   int num_completed = 0;
   int num_failed = 0;
-  std::vector<std::string> errors;  ///< the first few failure messages
+  std::vector<std::string> errors;   ///< the first few failure messages
   std::map<int, int> status_counts;  ///< HTTP status of every request (0 = no response)
   latency_summary failed_e2e_ms;     ///< how fast failures failed (e.g. 429 at admission)
   std::int64_t prompt_tokens = 0;

@@ -34,7 +34,8 @@ void end(job_self self, std::uint64_t index) {
 }
 
 void fail(job_self self, std::uint64_t index, const std::string& why) {
-  runtime::token_event e{.request_id = index, .status = runtime::sequence_status::finished_error, .error = why};
+  runtime::token_event e{
+      .request_id = index, .status = runtime::sequence_status::finished_error, .error = why};
   self->state.sink->on_events(index, {std::move(e)});
   end(self, index);
 }
@@ -48,12 +49,14 @@ void submit(job_self self, actors::submit_request req) {
             const bool accepted = reply.accepted;
             self->state.sink->on_reply(index, std::move(reply));
             if (!accepted) return end(self, index);
-            if (self->state.is_aborted) self->send(self->state.router, actors::abort_request{index});
+            if (self->state.is_aborted)
+              self->send(self->state.router, actors::abort_request{index});
           },
           [=](caf::error& err) {
             if (!self->state.live.contains(index)) return;
             self->state.sink->on_reply(
-                index, {.accepted = false, .error = "the router did not answer: " + actors::describe(err)});
+                index, {.accepted = false,
+                        .error = "the router did not answer: " + actors::describe(err)});
             end(self, index);
           });
 }
@@ -77,7 +80,8 @@ client_handle::behavior_type job_impl(job_self self, actors::router_actor router
       [=](actors::client_events& msg) {
         std::map<std::uint64_t, std::vector<runtime::token_event>> by_index;
         for (runtime::token_event& e : msg.events)
-          if (self->state.live.contains(e.request_id)) by_index[e.request_id].push_back(std::move(e));
+          if (self->state.live.contains(e.request_id))
+            by_index[e.request_id].push_back(std::move(e));
         for (auto& [index, events] : by_index) {
           const bool finished = events.back().is_finished();
           self->state.sink->on_events(index, std::move(events));
@@ -87,16 +91,20 @@ client_handle::behavior_type job_impl(job_self self, actors::router_actor router
       [=](actors::abort_request& msg) {
         self->state.is_aborted = true;
         for (std::uint64_t index : self->state.live)
-          if (msg.id == all_requests || msg.id == index) self->send(self->state.router, actors::abort_request{index});
+          if (msg.id == all_requests || msg.id == index)
+            self->send(self->state.router, actors::abort_request{index});
       },
   };
 }
 
 }  // namespace
 
-void job_handle::abort() { caf::anon_send(actor_, actors::abort_request{all_requests}); }
+void job_handle::abort() {
+  caf::anon_send(actor_, actors::abort_request{all_requests});
+}
 
-engine::engine(caf::actor_system& sys, actors::router_actor router) : sys_(sys), router_(std::move(router)) {}
+engine::engine(caf::actor_system& sys, actors::router_actor router)
+    : sys_(sys), router_(std::move(router)) {}
 
 std::shared_ptr<job_handle> engine::submit(std::vector<actors::submit_request> requests,
                                            std::shared_ptr<job_sink> sink) {
@@ -113,11 +121,13 @@ std::shared_ptr<job_handle> engine::submit(std::vector<actors::submit_request> r
 void engine::shutdown() {
   std::lock_guard lock(mutex_);
   for (const caf::actor_addr& a : jobs_)
-    if (auto actor = caf::actor_cast<caf::actor>(a)) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+    if (auto actor = caf::actor_cast<caf::actor>(a))
+      caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   jobs_.clear();
 }
 
-void engine::fetch_status(std::function<void(std::optional<actors::cluster_status>, std::string)> done) {
+void engine::fetch_status(
+    std::function<void(std::optional<actors::cluster_status>, std::string)> done) {
   sys_.spawn([router = router_, done = std::move(done)](caf::event_based_actor* self) {
     self->request(router, std::chrono::seconds(5), actors::status_atom::value)
         .then([=](actors::cluster_status& s) { done(std::move(s), {}); },

@@ -3,8 +3,8 @@
 
 #include "runtime/sequence_status.hpp"
 
-#include <boost/asio/post.hpp>
 #include <fmt/format.h>
+#include <boost/asio/post.hpp>
 
 #include <chrono>
 #include <random>
@@ -19,7 +19,7 @@ using clock_type = std::chrono::steady_clock;
 struct choice_state {
   std::size_t prompt = 0;  ///< which prompt it continues
   bool is_accepted = false;
-  bool is_ended = false;   ///< its final event (or refusal) arrived
+  bool is_ended = false;  ///< its final event (or refusal) arrived
   std::vector<std::int32_t> prompt_ids;
   choice_output out;
   std::string error;
@@ -47,7 +47,9 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     std::vector<actors::submit_request> subs;
     for (std::size_t p = 0; p < req_.prompts.size(); ++p)
       for (int j = 0; j < req_.n; ++j) {
-        actors::submit_request s{.prompt = req_.prompts[p].text, .prompt_ids = req_.prompts[p].ids, .params = req_.params};
+        actors::submit_request s{.prompt = req_.prompts[p].text,
+                                 .prompt_ids = req_.prompts[p].ids,
+                                 .params = req_.params};
         if (req_.params.seed) s.params.seed = *req_.params.seed + std::uint64_t(j);
         if (req_.logprobs) s.params.logprobs = *req_.logprobs;
         if (req_.echo && req_.logprobs) s.params.prompt_logprobs = *req_.logprobs;
@@ -61,14 +63,16 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
 
   // job_sink: on a CAF thread; hop to the connection's strand.
   void on_reply(std::size_t index, actors::submit_reply reply) override {
-    boost::asio::post(session_->executor(), [self = shared_from_this(), index, reply = std::move(reply)]() mutable {
-      self->handle_reply(index, std::move(reply));
-    });
+    boost::asio::post(session_->executor(),
+                      [self = shared_from_this(), index, reply = std::move(reply)]() mutable {
+                        self->handle_reply(index, std::move(reply));
+                      });
   }
   void on_events(std::size_t index, std::vector<runtime::token_event> events) override {
-    boost::asio::post(session_->executor(), [self = shared_from_this(), index, events = std::move(events)]() mutable {
-      self->handle_events(index, std::move(events));
-    });
+    boost::asio::post(session_->executor(),
+                      [self = shared_from_this(), index, events = std::move(events)]() mutable {
+                        self->handle_events(index, std::move(events));
+                      });
   }
 
  private:
@@ -101,7 +105,8 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
       c.out.text += e.text;
       const std::size_t first_logprob = c.out.logprobs.size();
       c.out.logprobs.insert(c.out.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
-      c.out.prompt_logprobs.insert(c.out.prompt_logprobs.end(), e.prompt_logprobs.begin(), e.prompt_logprobs.end());
+      c.out.prompt_logprobs.insert(c.out.prompt_logprobs.end(), e.prompt_logprobs.begin(),
+                                   e.prompt_logprobs.end());
       if (e.is_finished()) finish_choice(c, e);
       if (is_streaming_) stream_delta(index, e.text, first_token, first_logprob);
       if (e.is_finished()) {
@@ -116,8 +121,11 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     if (e.token_ids.empty()) return;
     if (!c.has_token) c.num_cached_tokens = e.num_cached_tokens;
     const auto now = clock_type::now();
-    if (!c.has_token) ctx_.metrics.on_first_token(session_->request_age());
-    else ctx_.metrics.on_tokens(std::int64_t(e.token_ids.size()), std::chrono::duration<double>(now - c.last_token).count());
+    if (!c.has_token)
+      ctx_.metrics.on_first_token(session_->request_age());
+    else
+      ctx_.metrics.on_tokens(std::int64_t(e.token_ids.size()),
+                             std::chrono::duration<double>(now - c.last_token).count());
     c.has_token = true;
     c.last_token = now;
   }
@@ -125,9 +133,12 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
   void finish_choice(choice_state& c, const runtime::token_event& e) {
     c.out.finish_reason = std::string(runtime::finish_reason_of(e.status));
     if (c.out.finish_reason.empty()) c.out.finish_reason = "error";
-    if (!e.stop_string.empty()) c.out.stop_reason = e.stop_string;
-    else if (e.stop_token && e.status == runtime::sequence_status::finished_stop) c.out.stop_reason = *e.stop_token;
-    if (e.status == runtime::sequence_status::finished_error) c.error = e.error.empty() ? "generation failed" : e.error;
+    if (!e.stop_string.empty())
+      c.out.stop_reason = e.stop_string;
+    else if (e.stop_token && e.status == runtime::sequence_status::finished_stop)
+      c.out.stop_reason = *e.stop_token;
+    if (e.status == runtime::sequence_status::finished_error)
+      c.error = e.error.empty() ? "generation failed" : e.error;
     ctx_.metrics.on_request_done(c.out.finish_reason, std::int64_t(c.prompt_ids.size()),
                                  std::int64_t(c.out.token_ids.size()), session_->request_age());
   }
@@ -139,7 +150,8 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     is_streaming_ = true;
     for (std::size_t i = 0; i < choices_.size(); ++i) {
       choice_state& c = choices_[i];
-      if (req_.kind == api_kind::chat) send_chunk(i, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr);
+      if (req_.kind == api_kind::chat)
+        send_chunk(i, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr);
       std::string text = c.out.text;
       if (req_.echo) text = prompt_text(c) + text;
       if (!text.empty() || !c.out.token_ids.empty() || !c.out.finish_reason.empty())
@@ -148,30 +160,40 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     maybe_complete();
   }
 
-  void stream_delta(std::size_t index, const std::string& text, std::size_t first_token, std::size_t first_logprob) {
+  void stream_delta(std::size_t index, const std::string& text, std::size_t first_token,
+                    std::size_t first_logprob) {
     stream_delta_text(index, text, first_token, first_logprob);
   }
 
-  void stream_delta_text(std::size_t index, const std::string& text, std::size_t first_token, std::size_t first_logprob) {
+  void stream_delta_text(std::size_t index, const std::string& text, std::size_t first_token,
+                         std::size_t first_logprob) {
     choice_state& c = choices_[index];
     if (!c.error.empty()) return;
     const bool finished = !c.out.finish_reason.empty();
-    if (text.empty() && !finished && (!req_.logprobs || first_logprob == c.out.logprobs.size())) return;
+    if (text.empty() && !finished && (!req_.logprobs || first_logprob == c.out.logprobs.size()))
+      return;
     json lp = nullptr;
-    const std::size_t offset = c.out.text.size() >= text.size() ? c.out.text.size() - text.size() : 0;
+    const std::size_t offset =
+        c.out.text.size() >= text.size() ? c.out.text.size() - text.size() : 0;
     if (req_.logprobs) lp = logprobs_json(c, first_token, first_logprob, offset);
     json fr = finished ? json(c.out.finish_reason) : json(nullptr);
     json ids = nullptr;
     if (req_.return_token_ids)
-      ids = std::vector<std::int32_t>(c.out.token_ids.begin() + std::ptrdiff_t(first_token), c.out.token_ids.end());
-    if (req_.kind == api_kind::chat) send_chunk(index, {{"content", text}}, lp, fr, ids);
-    else send_chunk(index, text, lp, fr, ids);
+      ids = std::vector<std::int32_t>(c.out.token_ids.begin() + std::ptrdiff_t(first_token),
+                                      c.out.token_ids.end());
+    if (req_.kind == api_kind::chat)
+      send_chunk(index, {{"content", text}}, lp, fr, ids);
+    else
+      send_chunk(index, text, lp, fr, ids);
   }
 
-  void send_chunk(std::size_t index, json delta_or_text, json logprobs, json finish_reason, json token_ids = nullptr) {
+  void send_chunk(std::size_t index, json delta_or_text, json logprobs, json finish_reason,
+                  json token_ids = nullptr) {
     json choice = {{"index", index}};
-    if (req_.kind == api_kind::chat) choice["delta"] = std::move(delta_or_text);
-    else choice["text"] = std::move(delta_or_text);
+    if (req_.kind == api_kind::chat)
+      choice["delta"] = std::move(delta_or_text);
+    else
+      choice["text"] = std::move(delta_or_text);
     choice["logprobs"] = std::move(logprobs);
     choice["finish_reason"] = finish_reason;
     if (!finish_reason.is_null()) choice["stop_reason"] = choices_[index].out.stop_reason;
@@ -181,13 +203,17 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     session_->send("data: " + dump(chunk) + "\n\n");
   }
 
-  json logprobs_json(const choice_state& c, std::size_t first_token, std::size_t first_logprob, std::size_t offset) {
+  json logprobs_json(const choice_state& c, std::size_t first_token, std::size_t first_logprob,
+                     std::size_t offset) {
     const tok::tokenizer& tok = *ctx_.model.tokenizer;
     if (req_.kind == api_kind::chat)
-      return chat_logprobs(tok, {c.out.logprobs.begin() + std::ptrdiff_t(first_logprob), c.out.logprobs.end()});
-    std::vector<std::int32_t> ids(c.out.token_ids.begin() + std::ptrdiff_t(first_token), c.out.token_ids.end());
+      return chat_logprobs(
+          tok, {c.out.logprobs.begin() + std::ptrdiff_t(first_logprob), c.out.logprobs.end()});
+    std::vector<std::int32_t> ids(c.out.token_ids.begin() + std::ptrdiff_t(first_token),
+                                  c.out.token_ids.end());
     std::vector<const runtime::position_logprobs*> entries;
-    for (std::size_t i = first_logprob; i < c.out.logprobs.size(); ++i) entries.push_back(&c.out.logprobs[i]);
+    for (std::size_t i = first_logprob; i < c.out.logprobs.size(); ++i)
+      entries.push_back(&c.out.logprobs[i]);
     return completion_logprobs(tok, ids, entries, offset);
   }
 
@@ -214,7 +240,8 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     for (const choice_state& c : choices_)
       if (!c.error.empty()) {
         const bool is_format = c.error.find("response_format") != std::string::npos;
-        const api_error e(is_format ? 400 : 500, "generation failed: " + c.error, is_format ? "response_format" : "",
+        const api_error e(is_format ? 400 : 500, "generation failed: " + c.error,
+                          is_format ? "response_format" : "",
                           is_format ? "unsupported_parameter" : "generation_failed");
         if (is_streaming_) {
           session_->send("data: " + dump(e.body()) + "\n\ndata: [DONE]\n\n");
@@ -223,11 +250,13 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
         return session_->respond_error(e);
       }
     if (is_streaming_) {
-      if (req_.include_usage) session_->send("data: " + dump([&] {
-        json chunk = stream_chunk(header_, json::array());
-        chunk["usage"] = usage_json(usage());
-        return chunk;
-      }()) + "\n\n");
+      if (req_.include_usage)
+        session_->send("data: " + dump([&] {
+                         json chunk = stream_chunk(header_, json::array());
+                         chunk["usage"] = usage_json(usage());
+                         return chunk;
+                       }()) +
+                       "\n\n");
       session_->send("data: [DONE]\n\n");
       return session_->end_stream();
     }
@@ -265,7 +294,9 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     if (req_.echo) {
       ids = c.prompt_ids;
       for (std::size_t i = 0; i < ids.size(); ++i)
-        entries.push_back(i < c.out.prompt_logprobs.size() && c.out.prompt_logprobs[i] ? &*c.out.prompt_logprobs[i] : nullptr);
+        entries.push_back(i < c.out.prompt_logprobs.size() && c.out.prompt_logprobs[i]
+                              ? &*c.out.prompt_logprobs[i]
+                              : nullptr);
     }
     ids.insert(ids.end(), c.out.token_ids.begin(), c.out.token_ids.end());
     for (const auto& e : c.out.logprobs) entries.push_back(&e);
@@ -292,7 +323,8 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     is_failed_ = true;
     if (job_) job_->abort();
     detail::header_list extra;
-    if (e.status == 429 || e.status == 503) extra.push_back({"Retry-After", std::to_string(ctx_.settings.retry_after_s)});
+    if (e.status == 429 || e.status == 503)
+      extra.push_back({"Retry-After", std::to_string(ctx_.settings.retry_after_s)});
     if (is_streaming_) {
       session_->send("data: " + dump(e.body()) + "\n\ndata: [DONE]\n\n");
       session_->end_stream();
@@ -325,15 +357,20 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
   bool is_complete_ = false;
 };
 
-bool contains(const std::string& s, const char* what) { return s.find(what) != std::string::npos; }
+bool contains(const std::string& s, const char* what) {
+  return s.find(what) != std::string::npos;
+}
 
 }  // namespace
 
 api_error refusal_error(const std::string& m) {
-  if (contains(m, "requests are in flight") || contains(m, "queue_full") || contains(m, "queued_tokens_full"))
-    return api_error(429, "the server is at its admission limit, retry later: " + m, "", "rate_limit_exceeded");
-  if (contains(m, "shutting down") || contains(m, "no data-parallel group") || contains(m, "did not answer") ||
-      contains(m, "lost the router") || contains(m, "did not take the request"))
+  if (contains(m, "requests are in flight") || contains(m, "queue_full") ||
+      contains(m, "queued_tokens_full"))
+    return api_error(429, "the server is at its admission limit, retry later: " + m, "",
+                     "rate_limit_exceeded");
+  if (contains(m, "shutting down") || contains(m, "no data-parallel group") ||
+      contains(m, "did not answer") || contains(m, "lost the router") ||
+      contains(m, "did not take the request"))
     return api_error(503, "the cluster cannot serve right now: " + m, "", "service_unavailable");
   if (contains(m, "max_tokens")) return api_error(400, m, "max_tokens");
   if (contains(m, "stop")) return api_error(400, m, "stop");
@@ -342,7 +379,8 @@ api_error refusal_error(const std::string& m) {
   return api_error(400, m);
 }
 
-void start_generation(const std::shared_ptr<detail::http_session>& session, generation_request request) {
+void start_generation(const std::shared_ptr<detail::http_session>& session,
+                      generation_request request) {
   auto g = std::make_shared<generation>(session, std::move(request));
   g->start();
 }

@@ -17,7 +17,8 @@ namespace di::server {
 
 /// Validates, tokenizes and submits `request` on `session` (the caller checked the model and
 /// took an admission slot, which the generation gives back when its job has ended).
-void start_generation(const std::shared_ptr<detail::http_session>& session, generation_request request);
+void start_generation(const std::shared_ptr<detail::http_session>& session,
+                      generation_request request);
 
 /// The HTTP error for a router refusal message (429/503 at limits, 400 otherwise).
 api_error refusal_error(const std::string& message);

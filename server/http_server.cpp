@@ -4,11 +4,11 @@
 #include "common/error.hpp"
 #include "server/detail/http_session.hpp"
 
+#include <fmt/format.h>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
-#include <fmt/format.h>
 
 #include <sys/resource.h>
 
@@ -42,17 +42,19 @@ struct http_server::impl {
   }
 
   void accept() {
-    acceptor.async_accept(asio::make_strand(ioc), [this](boost::system::error_code ec, tcp::socket socket) {
-      if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
-      if (!ec) admit(std::move(socket));
-      accept();
-    });
+    acceptor.async_accept(asio::make_strand(ioc),
+                          [this](boost::system::error_code ec, tcp::socket socket) {
+                            if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
+                            if (!ec) admit(std::move(socket));
+                            accept();
+                          });
   }
 
   void admit(tcp::socket socket) {
     boost::system::error_code ec;
     socket.set_option(tcp::no_delay(true), ec);
-    if (ctx.num_connections.load() >= ctx.settings.max_connections) return refuse(std::move(socket));
+    if (ctx.num_connections.load() >= ctx.settings.max_connections)
+      return refuse(std::move(socket));
     std::make_shared<detail::http_session>(std::move(socket), ctx)->start();
   }
 
@@ -62,16 +64,18 @@ struct http_server::impl {
     const std::string body =
         R"j({"error":{"message":"too many open connections (server.max_connections)","type":)j"
         R"j("service_unavailable_error","param":null,"code":"too_many_connections"}})j";
-    auto msg = std::make_shared<std::string>(fmt::format(
-        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {}\r\n"
-        "Retry-After: {}\r\nConnection: close\r\n\r\n{}",
-        body.size(), ctx.settings.retry_after_s, body));
+    auto msg = std::make_shared<std::string>(
+        fmt::format("HTTP/1.1 503 Service Unavailable\r\nContent-Type: "
+                    "application/json\r\nContent-Length: {}\r\n"
+                    "Retry-After: {}\r\nConnection: close\r\n\r\n{}",
+                    body.size(), ctx.settings.retry_after_s, body));
     auto sock = std::make_shared<tcp::socket>(std::move(socket));
-    asio::async_write(*sock, asio::buffer(*msg), [sock, msg](boost::system::error_code, std::size_t) {
-      boost::system::error_code ec;
-      sock->shutdown(tcp::socket::shutdown_both, ec);
-      sock->close(ec);
-    });
+    asio::async_write(*sock, asio::buffer(*msg),
+                      [sock, msg](boost::system::error_code, std::size_t) {
+                        boost::system::error_code ec;
+                        sock->shutdown(tcp::socket::shutdown_both, ec);
+                        sock->close(ec);
+                      });
   }
 };
 
@@ -83,15 +87,22 @@ void raise_open_file_limit() {
   }
 }
 
-http_server::http_server(server_context& ctx) : impl_(std::make_unique<impl>(ctx)) { impl_->bind(); }
+http_server::http_server(server_context& ctx) : impl_(std::make_unique<impl>(ctx)) {
+  impl_->bind();
+}
 
-http_server::~http_server() { stop(); }
+http_server::~http_server() {
+  stop();
+}
 
-std::uint16_t http_server::port() const { return impl_->acceptor.local_endpoint().port(); }
+std::uint16_t http_server::port() const {
+  return impl_->acceptor.local_endpoint().port();
+}
 
 void http_server::start() {
   impl_->accept();
-  for (int i = 0; i < impl_->ctx.settings.io_threads; ++i) impl_->threads.emplace_back([this] { impl_->ioc.run(); });
+  for (int i = 0; i < impl_->ctx.settings.io_threads; ++i)
+    impl_->threads.emplace_back([this] { impl_->ioc.run(); });
 }
 
 void http_server::stop() {

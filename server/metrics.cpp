@@ -9,12 +9,13 @@ namespace di::server {
 
 namespace {
 
-const std::vector<double> ttft_bounds{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
-                                      0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
-const std::vector<double> itl_bounds{0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
-                                     0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0};
-const std::vector<double> e2e_bounds{0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0,
-                                     30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0};
+const std::vector<double> ttft_bounds{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25, 0.5,
+                                      0.75,  1.0,   2.5,  5.0,  7.5,  10.0, 20.0, 40.0, 80.0};
+const std::vector<double> itl_bounds{0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1,
+                                     0.15,  0.2,   0.3,  0.4,   0.5,  0.75,  1.0,
+                                     2.5,   5.0,   10.0, 20.0,  40.0, 80.0};
+const std::vector<double> e2e_bounds{0.3,  0.5,  0.8,  1.0,  1.5,  2.0,   2.5,   5.0,   10.0, 15.0,
+                                     20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0};
 
 void gauge(std::string& out, const std::string& name, const std::string& help, double value,
            const char* type = "gauge") {
@@ -40,24 +41,29 @@ void render_cluster(std::string& out, const actors::cluster_status& c) {
     preemptions += s.counters.num_preemptions;
   }
   gauge(out, "deepinfer:num_requests_running", "Requests in the running batches.", double(running));
-  gauge(out, "deepinfer:num_requests_waiting", "Requests waiting to be scheduled.", double(waiting));
+  gauge(out, "deepinfer:num_requests_waiting", "Requests waiting to be scheduled.",
+        double(waiting));
   gauge(out, "deepinfer:num_groups_up", "Data-parallel groups able to serve.", double(up));
-  gauge(out, "deepinfer:kv_cache_usage_perc", "Fraction of KV blocks held by live requests (1 = full).",
+  gauge(out, "deepinfer:kv_cache_usage_perc",
+        "Fraction of KV blocks held by live requests (1 = full).",
         blocks > 0 ? double(used) / double(blocks) : 0.0);
   gauge(out, "deepinfer:kv_blocks_total", "KV blocks of all groups.", double(blocks));
   gauge(out, "deepinfer:kv_blocks_used", "KV blocks held by live requests.", double(used));
-  gauge(out, "deepinfer:kv_blocks_cached", "KV blocks cached for prefix reuse and unreferenced.", double(cached));
+  gauge(out, "deepinfer:kv_blocks_cached", "KV blocks cached for prefix reuse and unreferenced.",
+        double(cached));
   gauge(out, "deepinfer:kv_blocks_free", "KV blocks free.", double(free));
   gauge(out, "deepinfer:prefix_cache_queries_total", "Admissions that looked up the prefix cache.",
         double(queries), "counter");
-  gauge(out, "deepinfer:prefix_cache_hits_total", "Admissions that reused cached blocks.", double(hits), "counter");
-  gauge(out, "deepinfer:prefix_cache_hit_tokens_total", "Prompt tokens served from the prefix cache.",
-        double(hit_tokens), "counter");
+  gauge(out, "deepinfer:prefix_cache_hits_total", "Admissions that reused cached blocks.",
+        double(hits), "counter");
+  gauge(out, "deepinfer:prefix_cache_hit_tokens_total",
+        "Prompt tokens served from the prefix cache.", double(hit_tokens), "counter");
   gauge(out, "deepinfer:prefix_cache_hit_rate", "prefix_cache_hits / prefix_cache_queries.",
         queries > 0 ? double(hits) / double(queries) : 0.0);
   gauge(out, "deepinfer:num_preemptions_total", "Preemptions (recompute) of running requests.",
         double(preemptions), "counter");
-  gauge(out, "deepinfer:router_requests_live", "Requests the router has in flight.", double(c.router.num_live));
+  gauge(out, "deepinfer:router_requests_live", "Requests the router has in flight.",
+        double(c.router.num_live));
 }
 
 }  // namespace
@@ -79,7 +85,8 @@ void histogram::render(std::string& out, const std::string& name, const std::str
     cumulative += counts_[i];
     out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, bounds_[i], cumulative);
   }
-  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, count_, name, sum_, name, count_);
+  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, count_, name,
+                     sum_, name, count_);
 }
 
 server_metrics::server_metrics() : ttft_(ttft_bounds), itl_(itl_bounds), e2e_(e2e_bounds) {}
@@ -108,33 +115,41 @@ void server_metrics::on_request_done(const std::string& finish_reason, std::int6
   e2e_.observe(e2e_seconds);
 }
 
-std::string server_metrics::render(const actors::cluster_status* cluster, const front_end_gauges& gauges) const {
+std::string server_metrics::render(const actors::cluster_status* cluster,
+                                   const front_end_gauges& gauges) const {
   std::string out;
   {
     std::lock_guard lock(mutex_);
-    out += "# HELP deepinfer:request_success_total Finished generations by finish reason.\n"
-           "# TYPE deepinfer:request_success_total counter\n";
+    out +=
+        "# HELP deepinfer:request_success_total Finished generations by finish reason.\n"
+        "# TYPE deepinfer:request_success_total counter\n";
     for (const char* reason : {"stop", "length", "abort", "error"}) {
       auto it = finished_.find(reason);
       out += fmt::format("deepinfer:request_success_total{{finished_reason=\"{}\"}} {}\n", reason,
                          it == finished_.end() ? 0 : it->second);
     }
-    gauge(out, "deepinfer:prompt_tokens_total", "Prompt tokens of finished generations.", double(prompt_tokens_),
-          "counter");
+    gauge(out, "deepinfer:prompt_tokens_total", "Prompt tokens of finished generations.",
+          double(prompt_tokens_), "counter");
     gauge(out, "deepinfer:generation_tokens_total", "Generated tokens of finished generations.",
           double(generation_tokens_), "counter");
-    ttft_.render(out, "deepinfer:time_to_first_token_seconds", "Time from the HTTP request to the first token.");
-    itl_.render(out, "deepinfer:inter_token_latency_seconds", "Time between tokens of one generation.");
-    e2e_.render(out, "deepinfer:e2e_request_latency_seconds", "Time from the HTTP request to the last token.");
-    out += "# HELP deepinfer:http_responses_total HTTP responses by status.\n"
-           "# TYPE deepinfer:http_responses_total counter\n";
+    ttft_.render(out, "deepinfer:time_to_first_token_seconds",
+                 "Time from the HTTP request to the first token.");
+    itl_.render(out, "deepinfer:inter_token_latency_seconds",
+                "Time between tokens of one generation.");
+    e2e_.render(out, "deepinfer:e2e_request_latency_seconds",
+                "Time from the HTTP request to the last token.");
+    out +=
+        "# HELP deepinfer:http_responses_total HTTP responses by status.\n"
+        "# TYPE deepinfer:http_responses_total counter\n";
     for (const auto& [status, n] : http_responses_)
       out += fmt::format("deepinfer:http_responses_total{{status=\"{}\"}} {}\n", status, n);
   }
-  gauge(out, "deepinfer:http_connections", "Open HTTP connections.", double(gauges.num_connections));
+  gauge(out, "deepinfer:http_connections", "Open HTTP connections.",
+        double(gauges.num_connections));
   gauge(out, "deepinfer:http_requests_inflight", "Generation requests being served over HTTP.",
         double(gauges.num_inflight));
-  gauge(out, "deepinfer:cluster_reachable", "1 when the router answered this scrape.", cluster ? 1.0 : 0.0);
+  gauge(out, "deepinfer:cluster_reachable", "1 when the router answered this scrape.",
+        cluster ? 1.0 : 0.0);
   if (cluster) render_cluster(out, *cluster);
   return out;
 }

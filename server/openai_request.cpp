@@ -53,20 +53,23 @@ class field_reader {
     return v->get<std::string>();
   }
 
-  static std::int64_t integer_of(const json& v, const std::string& key, std::int64_t lo, std::int64_t hi) {
-    if (v.is_number_float() && std::isfinite(v.get<double>()) && v.get<double>() == std::floor(v.get<double>()) &&
-        std::fabs(v.get<double>()) < 9e15)
+  static std::int64_t integer_of(const json& v, const std::string& key, std::int64_t lo,
+                                 std::int64_t hi) {
+    if (v.is_number_float() && std::isfinite(v.get<double>()) &&
+        v.get<double>() == std::floor(v.get<double>()) && std::fabs(v.get<double>()) < 9e15)
       return check_range(std::int64_t(v.get<double>()), key, lo, hi, v);
-    if (v.is_number_unsigned() && v.get<std::uint64_t>() > std::uint64_t(std::numeric_limits<std::int64_t>::max()))
+    if (v.is_number_unsigned() &&
+        v.get<std::uint64_t>() > std::uint64_t(std::numeric_limits<std::int64_t>::max()))
       bad_param(key, fmt::format("'{}' must be in [{}, {}], got {}", key, lo, hi, v.dump()));
     if (!v.is_number_integer()) bad_param(key, fmt::format("'{}' must be an integer", key));
     return check_range(v.get<std::int64_t>(), key, lo, hi, v);
   }
 
  private:
-  static std::int64_t check_range(std::int64_t x, const std::string& key, std::int64_t lo, std::int64_t hi,
-                                  const json& v) {
-    if (x < lo || x > hi) bad_param(key, fmt::format("'{}' must be in [{}, {}], got {}", key, lo, hi, v.dump()));
+  static std::int64_t check_range(std::int64_t x, const std::string& key, std::int64_t lo,
+                                  std::int64_t hi, const json& v) {
+    if (x < lo || x > hi)
+      bad_param(key, fmt::format("'{}' must be in [{}, {}], got {}", key, lo, hi, v.dump()));
     return x;
   }
 
@@ -77,7 +80,8 @@ constexpr std::int64_t max_token_budget = std::numeric_limits<std::int32_t>::max
 
 std::vector<std::int32_t> token_ids(const json& v, const std::string& key) {
   std::vector<std::int32_t> ids;
-  for (const json& x : v) ids.push_back(std::int32_t(field_reader::integer_of(x, key, 0, max_token_budget)));
+  for (const json& x : v)
+    ids.push_back(std::int32_t(field_reader::integer_of(x, key, 0, max_token_budget)));
   return ids;
 }
 
@@ -94,16 +98,19 @@ void read_stop(const field_reader& f, runtime::sampling_params& p, const server_
       bad_param("stop", "'stop' must be a string or a list of strings");
     }
     if (int(p.stop.size()) > limits.max_stop)
-      bad_param("stop", fmt::format("at most {} stop strings are accepted, got {}", limits.max_stop, p.stop.size()));
+      bad_param("stop", fmt::format("at most {} stop strings are accepted, got {}", limits.max_stop,
+                                    p.stop.size()));
     for (const std::string& s : p.stop) {
       if (s.empty()) bad_param("stop", "stop strings must not be empty");
       if (int(s.size()) > limits.max_stop_bytes)
-        bad_param("stop", fmt::format("a stop string has {} bytes; the limit is {}", s.size(), limits.max_stop_bytes));
+        bad_param("stop", fmt::format("a stop string has {} bytes; the limit is {}", s.size(),
+                                      limits.max_stop_bytes));
     }
   }
   if (const json* v = f.find("stop_token_ids")) {
     if (!v->is_array()) bad_param("stop_token_ids", "'stop_token_ids' must be a list of token ids");
-    if (int(v->size()) > 1024) bad_param("stop_token_ids", "at most 1024 stop_token_ids are accepted");
+    if (int(v->size()) > 1024)
+      bad_param("stop_token_ids", "at most 1024 stop_token_ids are accepted");
     p.stop_token_ids = token_ids(*v, "stop_token_ids");
   }
 }
@@ -124,7 +131,8 @@ std::string read_response_format(const field_reader& f) {
     auto it = v->find("json_schema");
     if (it == v->end() || !it->is_object() || !it->contains("schema") ||
         !((*it)["schema"].is_object() || (*it)["schema"].is_boolean()))
-      bad_param("response_format.json_schema", "'json_schema' must be an object with a 'schema' object");
+      bad_param("response_format.json_schema",
+                "'json_schema' must be an object with a 'schema' object");
     spec = "json_schema:" + (*it)["schema"].dump();
   } else if (type == "regex" || type == "ebnf") {
     auto it = v->find(type);
@@ -132,8 +140,10 @@ std::string read_response_format(const field_reader& f) {
       bad_param("response_format." + type, fmt::format("'{}' must be a string", type));
     spec = type + ":" + it->get<std::string>();
   } else {
-    bad_param("response_format.type", fmt::format("unknown response_format type '{}' (text, json_object, "
-                                                  "json_schema, regex, ebnf)", type));
+    bad_param("response_format.type",
+              fmt::format("unknown response_format type '{}' (text, json_object, "
+                          "json_schema, regex, ebnf)",
+                          type));
   }
   try {
     grammar::compile_response_format(grammar::parse_inline_response_format(spec));
@@ -146,7 +156,8 @@ std::string read_response_format(const field_reader& f) {
 void reject_unsupported(const field_reader& f) {
   if (const json* v = f.find("logit_bias"); v != nullptr && !(v->is_object() && v->empty()))
     bad_param("logit_bias", "'logit_bias' is not supported");
-  if (const json* v = f.find("suffix"); v != nullptr && !(v->is_string() && v->get<std::string>().empty()))
+  if (const json* v = f.find("suffix");
+      v != nullptr && !(v->is_string() && v->get<std::string>().empty()))
     bad_param("suffix", "'suffix' is not supported");
 }
 
@@ -161,7 +172,8 @@ void read_common(const field_reader& f, generation_request& r, const server_sett
     if (!so->is_object()) bad_param("stream_options", "'stream_options' must be an object");
     field_reader sof(*so);
     if (auto iu = sof.find("include_usage")) {
-      if (!iu->is_boolean()) bad_param("stream_options.include_usage", "'include_usage' must be a boolean");
+      if (!iu->is_boolean())
+        bad_param("stream_options.include_usage", "'include_usage' must be a boolean");
       r.include_usage = iu->get<bool>();
     }
   }
@@ -174,7 +186,8 @@ void read_common(const field_reader& f, generation_request& r, const server_sett
   p.presence_penalty = f.number("presence_penalty", -2, 2).value_or(0.0);
   p.frequency_penalty = f.number("frequency_penalty", -2, 2).value_or(0.0);
   p.repetition_penalty = f.number("repetition_penalty", 1e-6, 100).value_or(1.0);
-  if (auto seed = f.integer("seed", std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max()))
+  if (auto seed = f.integer("seed", std::numeric_limits<std::int64_t>::min(),
+                            std::numeric_limits<std::int64_t>::max()))
     p.seed = std::uint64_t(*seed);
   p.ignore_eos = f.boolean("ignore_eos").value_or(false);
   p.min_tokens = int(f.integer("min_tokens", 0, max_token_budget).value_or(0));
@@ -188,15 +201,20 @@ void read_common(const field_reader& f, generation_request& r, const server_sett
 
 std::vector<prompt_input> read_prompts(const json* v) {
   if (v == nullptr) bad_param("prompt", "'prompt' is required");
-  const char* shape = "'prompt' must be a string, a list of strings, a list of token ids or a list of lists of token ids";
+  const char* shape =
+      "'prompt' must be a string, a list of strings, a list of token ids or a list of lists of "
+      "token ids";
   if (v->is_string()) return {{.text = v->get<std::string>()}};
   if (!v->is_array() || v->empty()) bad_param("prompt", shape);
   std::vector<prompt_input> out;
   if ((*v)[0].is_number()) return {{.ids = token_ids(*v, "prompt")}};
   for (const json& x : *v) {
-    if (x.is_string()) out.push_back({.text = x.get<std::string>()});
-    else if (x.is_array() && !x.empty()) out.push_back({.ids = token_ids(x, "prompt")});
-    else bad_param("prompt", shape);
+    if (x.is_string())
+      out.push_back({.text = x.get<std::string>()});
+    else if (x.is_array() && !x.empty())
+      out.push_back({.ids = token_ids(x, "prompt")});
+    else
+      bad_param("prompt", shape);
   }
   return out;
 }
@@ -208,8 +226,10 @@ json content_text(const json& content, std::size_t i) {
   if (!content.is_array()) bad_param(param, "content must be a string or a list of text parts");
   std::string text;
   for (const json& part : content) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
-      bad_param(param, "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+        !part["text"].is_string())
+      bad_param(param,
+                "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
     text += part["text"].get<std::string>();
   }
   return text;
@@ -223,13 +243,16 @@ nlohmann::ordered_json read_messages(const json* v) {
     const json& m = (*v)[i];
     const std::string param = fmt::format("messages[{}]", i);
     if (!m.is_object()) bad_param(param, "each message must be an object");
-    if (!m.contains("role") || !m["role"].is_string()) bad_param(param + ".role", "a message needs a string 'role'");
+    if (!m.contains("role") || !m["role"].is_string())
+      bad_param(param + ".role", "a message needs a string 'role'");
     const std::string role = m["role"].get<std::string>();
-    if (role != "system" && role != "developer" && role != "user" && role != "assistant" && role != "tool")
+    if (role != "system" && role != "developer" && role != "user" && role != "assistant" &&
+        role != "tool")
       bad_param(param + ".role", fmt::format("unknown role '{}'", role));
     nlohmann::ordered_json msg = nlohmann::ordered_json::parse(m.dump());
     msg["role"] = role == "developer" ? "system" : role;
-    msg["content"] = m.contains("content") ? nlohmann::ordered_json(content_text(m["content"], i)) : nullptr;
+    msg["content"] =
+        m.contains("content") ? nlohmann::ordered_json(content_text(m["content"], i)) : nullptr;
     if (msg["content"].is_null() && role != "assistant")
       bad_param(param + ".content", "only assistant messages may omit 'content'");
     out.push_back(std::move(msg));
@@ -244,22 +267,28 @@ bool exceeds_depth(std::string_view body, int max_depth) {
   bool in_string = false, escaped = false;
   for (char c : body) {
     if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
       continue;
     }
-    if (c == '"') in_string = true;
+    if (c == '"')
+      in_string = true;
     else if (c == '[' || c == '{') {
       if (++depth > max_depth) return true;
-    } else if (c == ']' || c == '}') --depth;
+    } else if (c == ']' || c == '}')
+      --depth;
   }
   return false;
 }
 
 nlohmann::json parse_body(std::string_view body, const server_settings& limits) {
   if (exceeds_depth(body, limits.max_json_depth))
-    throw api_error(400, fmt::format("the JSON body is nested deeper than {} levels", limits.max_json_depth));
+    throw api_error(
+        400, fmt::format("the JSON body is nested deeper than {} levels", limits.max_json_depth));
   json j = json::parse(body, nullptr, false);
   if (j.is_discarded()) throw api_error(400, "the body is not valid JSON (or not valid UTF-8)");
   if (!j.is_object()) throw api_error(400, "the body must be a JSON object");
@@ -283,14 +312,17 @@ generation_request parse_chat_request(const json& body, const server_settings& l
   generation_request r{.kind = api_kind::chat};
   read_common(f, r, limits);
   r.messages = read_messages(f.find("messages"));
-  if (auto m = f.integer("max_completion_tokens", 1, max_token_budget)) r.params.max_tokens = int(*m);
-  else if (auto t = f.integer("max_tokens", 1, max_token_budget)) r.params.max_tokens = int(*t);
+  if (auto m = f.integer("max_completion_tokens", 1, max_token_budget))
+    r.params.max_tokens = int(*m);
+  else if (auto t = f.integer("max_tokens", 1, max_token_budget))
+    r.params.max_tokens = int(*t);
   const bool logprobs = f.boolean("logprobs").value_or(false);
   auto top = f.integer("top_logprobs", 0, limits.max_top_logprobs);
   if (top && !logprobs) bad_param("top_logprobs", "'top_logprobs' needs 'logprobs': true");
   if (logprobs) r.logprobs = int(top.value_or(0));
   if (const json* kw = f.find("chat_template_kwargs")) {
-    if (!kw->is_object()) bad_param("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    if (!kw->is_object())
+      bad_param("chat_template_kwargs", "'chat_template_kwargs' must be an object");
     r.chat_kwargs = nlohmann::ordered_json::parse(kw->dump());
   }
   if (const json* tools = f.find("tools")) {

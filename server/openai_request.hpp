@@ -32,12 +32,12 @@ struct generation_request {
   std::vector<prompt_input> prompts;  ///< completions: one or more; chat: filled by render
   nlohmann::ordered_json messages;    ///< chat only
   nlohmann::ordered_json chat_kwargs = nlohmann::ordered_json::object();  ///< chat_template_kwargs
-  nlohmann::ordered_json tools;       ///< chat only: tool schemas for the template; null = none
+  nlohmann::ordered_json tools;  ///< chat only: tool schemas for the template; null = none
   int n = 1;
   bool stream = false;
-  bool include_usage = false;  ///< stream_options.include_usage
-  bool echo = false;           ///< completions only
-  std::optional<int> logprobs;  ///< top-N per token (completions: logprobs; chat: top_logprobs)
+  bool include_usage = false;     ///< stream_options.include_usage
+  bool echo = false;              ///< completions only
+  std::optional<int> logprobs;    ///< top-N per token (completions: logprobs; chat: top_logprobs)
   bool return_token_ids = false;  ///< vLLM extension: token ids in every choice
   std::string user;
   runtime::sampling_params params;  ///< max_tokens, stop, seed, ...
@@ -50,7 +50,8 @@ bool exceeds_depth(std::string_view body, int max_depth);
 /// Parses a body (400 for invalid JSON, UTF-8 or structure, naming the parameter).
 nlohmann::json parse_body(std::string_view body, const server_settings& limits);
 
-generation_request parse_completion_request(const nlohmann::json& body, const server_settings& limits);
+generation_request parse_completion_request(const nlohmann::json& body,
+                                            const server_settings& limits);
 generation_request parse_chat_request(const nlohmann::json& body, const server_settings& limits);
 
 }  // namespace di::server

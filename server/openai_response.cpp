@@ -14,9 +14,14 @@ std::string lossy_utf8(std::string_view s) {
   std::string out;
   for (std::size_t i = 0; i < s.size();) {
     const unsigned char c = static_cast<unsigned char>(s[i]);
-    std::size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    std::size_t len = c < 0x80         ? 1
+                      : (c >> 5) == 6  ? 2
+                      : (c >> 4) == 14 ? 3
+                      : (c >> 3) == 30 ? 4
+                                       : 0;
     bool ok = len > 0 && i + len <= s.size();
-    for (std::size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(s[i + k]) >> 6) == 2;
+    for (std::size_t k = 1; ok && k < len; ++k)
+      ok = (static_cast<unsigned char>(s[i + k]) >> 6) == 2;
     if (ok) {
       out.append(s.substr(i, len));
       i += len;
@@ -55,8 +60,10 @@ std::string token_text(const tok::tokenizer& tok, std::int32_t id) {
 }
 
 json completion_logprobs(const tok::tokenizer& tok, const std::vector<std::int32_t>& ids,
-                         const std::vector<const runtime::position_logprobs*>& entries, std::size_t offset) {
-  json tokens = json::array(), token_logprobs = json::array(), top = json::array(), offsets = json::array();
+                         const std::vector<const runtime::position_logprobs*>& entries,
+                         std::size_t offset) {
+  json tokens = json::array(), token_logprobs = json::array(), top = json::array(),
+       offsets = json::array();
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const std::string text = token_text(tok, ids[i]);
     tokens.push_back(text);
@@ -73,15 +80,21 @@ json completion_logprobs(const tok::tokenizer& tok, const std::vector<std::int32
     for (const runtime::token_logprob& c : e->top) t[token_text(tok, c.id)] = c.logprob;
     top.push_back(std::move(t));
   }
-  return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}, {"text_offset", offsets}};
+  return {{"tokens", tokens},
+          {"token_logprobs", token_logprobs},
+          {"top_logprobs", top},
+          {"text_offset", offsets}};
 }
 
-json chat_logprobs(const tok::tokenizer& tok, const std::vector<runtime::position_logprobs>& entries) {
+json chat_logprobs(const tok::tokenizer& tok,
+                   const std::vector<runtime::position_logprobs>& entries) {
   json content = json::array();
   for (const runtime::position_logprobs& e : entries) {
     json top = json::array();
     for (const runtime::token_logprob& c : e.top)
-      top.push_back({{"token", token_text(tok, c.id)}, {"logprob", c.logprob}, {"bytes", bytes_of(tok, c.id)}});
+      top.push_back({{"token", token_text(tok, c.id)},
+                     {"logprob", c.logprob},
+                     {"bytes", bytes_of(tok, c.id)}});
     content.push_back({{"token", token_text(tok, e.id)},
                        {"logprob", e.logprob},
                        {"bytes", bytes_of(tok, e.id)},
@@ -109,6 +122,8 @@ json stream_chunk(const response_header& h, json choices) {
           {"choices", std::move(choices)}};
 }
 
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 }  // namespace di::server

@@ -24,7 +24,7 @@ struct choice_output {
   std::vector<std::int32_t> token_ids;
   std::vector<runtime::position_logprobs> logprobs;
   std::vector<std::optional<runtime::position_logprobs>> prompt_logprobs;
-  std::string finish_reason;  ///< empty while running
+  std::string finish_reason;   ///< empty while running
   nlohmann::json stop_reason;  ///< the stop string or token id, else null
 };
 
@@ -52,10 +52,12 @@ nlohmann::json completion_logprobs(const tok::tokenizer& tok, const std::vector<
                                    const std::vector<const runtime::position_logprobs*>& entries,
                                    std::size_t offset);
 /// Chat logprobs {"content": [...]} of generated entries.
-nlohmann::json chat_logprobs(const tok::tokenizer& tok, const std::vector<runtime::position_logprobs>& entries);
+nlohmann::json chat_logprobs(const tok::tokenizer& tok,
+                             const std::vector<runtime::position_logprobs>& entries);
 
 /// A whole (non-streamed) response; `choices` already hold the final JSON of each choice.
-nlohmann::json full_response(const response_header& h, nlohmann::json choices, const usage_counts& u);
+nlohmann::json full_response(const response_header& h, nlohmann::json choices,
+                             const usage_counts& u);
 /// One stream chunk with `choices` (may be empty for the usage chunk).
 nlohmann::json stream_chunk(const response_header& h, nlohmann::json choices);
 

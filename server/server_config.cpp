@@ -21,23 +21,40 @@ class key_reader {
   explicit key_reader(std::string origin) : origin_(std::move(origin)) {}
 
   void set(server_settings& s, const std::string& key, const toml::node& v) {
-    if (key == "host") s.host = text(key, v);
-    else if (key == "port") s.port = std::uint16_t(integer(key, v, 0, 65535));
-    else if (key == "api_keys") s.api_keys = keys(key, v);
-    else if (key == "model_name") s.model_name = text(key, v);
-    else if (key == "io_threads") s.io_threads = int(integer(key, v, 1, 64));
-    else if (key == "max_body_bytes") s.max_body_bytes = integer(key, v, 1024, std::int64_t(1) << 32);
-    else if (key == "max_header_bytes") s.max_header_bytes = integer(key, v, 1024, 1 << 24);
-    else if (key == "max_connections") s.max_connections = int(integer(key, v, 1, 1 << 20));
-    else if (key == "max_concurrent_requests") s.max_concurrent_requests = int(integer(key, v, 1, 1 << 20));
-    else if (key == "max_n") s.max_n = int(integer(key, v, 1, 256));
-    else if (key == "max_top_logprobs") s.max_top_logprobs = int(integer(key, v, 0, 1024));
-    else if (key == "max_stop") s.max_stop = int(integer(key, v, 0, 1024));
-    else if (key == "max_stop_bytes") s.max_stop_bytes = int(integer(key, v, 1, 1 << 16));
-    else if (key == "max_json_depth") s.max_json_depth = int(integer(key, v, 4, 1024));
-    else if (key == "header_timeout_s") s.header_timeout_s = int(integer(key, v, 1, 86400));
-    else if (key == "retry_after_s") s.retry_after_s = int(integer(key, v, 0, 3600));
-    else DI_FAIL("{}: server.{}: unknown key (see the README, \"HTTP server\")", origin_, key);
+    if (key == "host")
+      s.host = text(key, v);
+    else if (key == "port")
+      s.port = std::uint16_t(integer(key, v, 0, 65535));
+    else if (key == "api_keys")
+      s.api_keys = keys(key, v);
+    else if (key == "model_name")
+      s.model_name = text(key, v);
+    else if (key == "io_threads")
+      s.io_threads = int(integer(key, v, 1, 64));
+    else if (key == "max_body_bytes")
+      s.max_body_bytes = integer(key, v, 1024, std::int64_t(1) << 32);
+    else if (key == "max_header_bytes")
+      s.max_header_bytes = integer(key, v, 1024, 1 << 24);
+    else if (key == "max_connections")
+      s.max_connections = int(integer(key, v, 1, 1 << 20));
+    else if (key == "max_concurrent_requests")
+      s.max_concurrent_requests = int(integer(key, v, 1, 1 << 20));
+    else if (key == "max_n")
+      s.max_n = int(integer(key, v, 1, 256));
+    else if (key == "max_top_logprobs")
+      s.max_top_logprobs = int(integer(key, v, 0, 1024));
+    else if (key == "max_stop")
+      s.max_stop = int(integer(key, v, 0, 1024));
+    else if (key == "max_stop_bytes")
+      s.max_stop_bytes = int(integer(key, v, 1, 1 << 16));
+    else if (key == "max_json_depth")
+      s.max_json_depth = int(integer(key, v, 4, 1024));
+    else if (key == "header_timeout_s")
+      s.header_timeout_s = int(integer(key, v, 1, 86400));
+    else if (key == "retry_after_s")
+      s.retry_after_s = int(integer(key, v, 0, 3600));
+    else
+      DI_FAIL("{}: server.{}: unknown key (see the README, \"HTTP server\")", origin_, key);
   }
 
  private:
@@ -45,7 +62,8 @@ class key_reader {
     DI_CHECK(v.is_string(), "{}: server.{}: expected a string", origin_, key);
     return *v.value<std::string>();
   }
-  std::int64_t integer(const std::string& key, const toml::node& v, std::int64_t lo, std::int64_t hi) const {
+  std::int64_t integer(const std::string& key, const toml::node& v, std::int64_t lo,
+                       std::int64_t hi) const {
     DI_CHECK(v.is_integer(), "{}: server.{}: expected an integer", origin_, key);
     const std::int64_t x = *v.value<std::int64_t>();
     DI_CHECK(x >= lo && x <= hi, "{}: server.{}: {} is outside [{}, {}]", origin_, key, x, lo, hi);
@@ -99,10 +117,12 @@ void apply_server_overrides(server_settings& s, const std::vector<std::string>& 
 }
 
 void apply_server_env(server_settings& s) {
-  if (const char* k = std::getenv("DEEPINFER_API_KEY"); k != nullptr && *k != 0) s.api_keys.push_back(k);
+  if (const char* k = std::getenv("DEEPINFER_API_KEY"); k != nullptr && *k != 0)
+    s.api_keys.push_back(k);
 }
 
-server_file read_server_file(const std::string& path, const std::vector<std::string>& server_overrides) {
+server_file read_server_file(const std::string& path,
+                             const std::vector<std::string>& server_overrides) {
   std::ifstream in(path);
   DI_CHECK(in, "{}: cannot read the cluster file", path);
   std::stringstream text;
@@ -117,7 +137,8 @@ server_file read_server_file(const std::string& path, const std::vector<std::str
   if (const toml::node* section = root.get("server")) {
     DI_CHECK(section->is_table(), "{}: server: expected a table", path);
     key_reader reader(path);
-    for (const auto& [key, value] : *section->as_table()) reader.set(out.settings, std::string(key.str()), value);
+    for (const auto& [key, value] : *section->as_table())
+      reader.set(out.settings, std::string(key.str()), value);
     root.erase("server");
   }
   apply_server_overrides(out.settings, server_overrides);
@@ -130,7 +151,8 @@ server_file read_server_file(const std::string& path, const std::vector<std::str
 void validate(const server_settings& s) {
   DI_CHECK(!s.host.empty(), "server.host must not be empty");
   DI_CHECK(s.max_header_bytes >= 1024, "server.max_header_bytes must be at least 1024");
-  for (const std::string& k : s.api_keys) DI_CHECK(!k.empty(), "server.api_keys: an empty key is not allowed");
+  for (const std::string& k : s.api_keys)
+    DI_CHECK(!k.empty(), "server.api_keys: an empty key is not allowed");
 }
 
 }  // namespace di::server

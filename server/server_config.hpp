@@ -11,22 +11,22 @@ namespace di::server {
 
 /// [server]: one field per key, documented in the README ("HTTP server").
 struct server_settings {
-  std::string host = "127.0.0.1";       ///< listen address
-  std::uint16_t port = 8000;            ///< listen port; 0 = any free port (printed)
-  std::vector<std::string> api_keys;    ///< accepted bearer keys; empty = no auth
-  std::string model_name;               ///< served model id; empty = the model folder's name
-  int io_threads = 2;                   ///< Asio threads for all connections
+  std::string host = "127.0.0.1";            ///< listen address
+  std::uint16_t port = 8000;                 ///< listen port; 0 = any free port (printed)
+  std::vector<std::string> api_keys;         ///< accepted bearer keys; empty = no auth
+  std::string model_name;                    ///< served model id; empty = the model folder's name
+  int io_threads = 2;                        ///< Asio threads for all connections
   std::int64_t max_body_bytes = 8 << 20;     ///< larger bodies get 413
   std::int64_t max_header_bytes = 16 << 10;  ///< larger headers get 431
-  int max_connections = 8192;           ///< open connections; beyond, 503 and close
-  int max_concurrent_requests = 2048;   ///< generation requests in flight; beyond, 429
-  int max_n = 16;                       ///< choices per request
+  int max_connections = 8192;                ///< open connections; beyond, 503 and close
+  int max_concurrent_requests = 2048;        ///< generation requests in flight; beyond, 429
+  int max_n = 16;                            ///< choices per request
   int max_top_logprobs = 20;
-  int max_stop = 16;                    ///< stop strings per request
-  int max_stop_bytes = 256;             ///< bytes per stop string
-  int max_json_depth = 64;              ///< nesting of a request body
-  int header_timeout_s = 60;            ///< idle connection / slow headers are closed after this
-  int retry_after_s = 1;                ///< Retry-After of 429 and 503 answers
+  int max_stop = 16;          ///< stop strings per request
+  int max_stop_bytes = 256;   ///< bytes per stop string
+  int max_json_depth = 64;    ///< nesting of a request body
+  int header_timeout_s = 60;  ///< idle connection / slow headers are closed after this
+  int retry_after_s = 1;      ///< Retry-After of 429 and 503 answers
 };
 
 /// Splits `overrides` into server.* (applied here) and the rest (for the cluster file).
@@ -43,7 +43,8 @@ struct server_file {
   server_settings settings;
   std::string cluster_toml;  ///< the rest of the file
 };
-server_file read_server_file(const std::string& path, const std::vector<std::string>& server_overrides);
+server_file read_server_file(const std::string& path,
+                             const std::vector<std::string>& server_overrides);
 
 /// Applies "server.key=value" overrides and DEEPINFER_API_KEY (appended to api_keys).
 void apply_server_overrides(server_settings& s, const std::vector<std::string>& overrides);

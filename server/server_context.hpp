@@ -18,7 +18,7 @@ struct served_model {
   std::string name;  ///< the id clients pass as "model"
   std::shared_ptr<const tok::tokenizer> tokenizer;
   std::shared_ptr<const tokenizer_chat_template> chat_template;  ///< null: chat is refused
-  std::string chat_template_error;  ///< why there is none
+  std::string chat_template_error;                               ///< why there is none
   std::int64_t created_unix = 0;
 };
 

@@ -37,7 +37,8 @@ void print_table(const server::bench_params& p, const server::bench_report& r) {
   fmt::print("{:<34} {}\n", "Successful requests:", r.num_completed);
   fmt::print("{:<34} {}\n", "Failed requests:", r.num_failed);
   for (const std::string& e : r.errors) fmt::print("  error: {}\n", e);
-  for (const auto& [status, n] : r.status_counts) fmt::print("  HTTP {}: {} request(s)\n", status, n);
+  for (const auto& [status, n] : r.status_counts)
+    fmt::print("  HTTP {}: {} request(s)\n", status, n);
   fmt::print("{:<34} {:.2f}\n", "Benchmark duration (s):", r.duration_s);
   fmt::print("{:<34} {}\n", "Max requests in flight:", r.max_in_flight);
   fmt::print("{:<34} {}\n", "Total input tokens:", r.prompt_tokens);
@@ -59,21 +60,28 @@ void add_bench_serve(CLI::App* bench) {
   auto p = std::make_shared<server::bench_params>();
   auto json_out = std::make_shared<bool>(false);
   auto rate = std::make_shared<std::string>("inf");
-  auto* sub = bench->add_subcommand("serve", "Load-test an OpenAI-compatible server: Poisson arrivals, "
+  auto* sub = bench->add_subcommand("serve",
+                                    "Load-test an OpenAI-compatible server: Poisson arrivals, "
                                     "streaming requests, TTFT/TPOT/ITL/E2E and throughput");
   sub->add_option("--url", p->url, "Server base URL")->capture_default_str();
-  sub->add_option("--endpoint", p->endpoint, "/v1/completions or /v1/chat/completions")->capture_default_str();
+  sub->add_option("--endpoint", p->endpoint, "/v1/completions or /v1/chat/completions")
+      ->capture_default_str();
   sub->add_option("--model", p->model, "Model id (default: the first of GET /v1/models)");
   sub->add_option("--api-key", p->api_key, "Bearer key (default: $DEEPINFER_API_KEY)");
   sub->add_option("--num-prompts", p->num_prompts, "Requests to send")->capture_default_str();
-  sub->add_option("--request-rate", *rate, "Mean arrival rate in requests/s (Poisson); inf = all at once")
+  sub->add_option("--request-rate", *rate,
+                  "Mean arrival rate in requests/s (Poisson); inf = all at once")
       ->capture_default_str();
-  sub->add_option("--concurrency", p->concurrency, "Most requests in flight (0 = no limit)")->capture_default_str();
+  sub->add_option("--concurrency", p->concurrency, "Most requests in flight (0 = no limit)")
+      ->capture_default_str();
   sub->add_option("--input-len", p->input_len, "Prompt tokens (random ids)")->capture_default_str();
-  sub->add_option("--output-len", p->output_len, "Generated tokens per request (ignore_eos)")->capture_default_str();
-  sub->add_option("--dataset", p->dataset, "JSONL file of {\"prompt\": ..., \"output_len\": N} instead of random");
+  sub->add_option("--output-len", p->output_len, "Generated tokens per request (ignore_eos)")
+      ->capture_default_str();
+  sub->add_option("--dataset", p->dataset,
+                  "JSONL file of {\"prompt\": ..., \"output_len\": N} instead of random");
   sub->add_option("--seed", p->seed, "Seed of prompts and arrivals")->capture_default_str();
-  sub->add_option("--timeout", p->timeout_s, "Per-request timeout in seconds")->capture_default_str();
+  sub->add_option("--timeout", p->timeout_s, "Per-request timeout in seconds")
+      ->capture_default_str();
   sub->add_flag("--json", *json_out, "Print one JSON object instead of the table");
   sub->callback([p, json_out, rate] {
     try {
@@ -86,8 +94,10 @@ void add_bench_serve(CLI::App* bench) {
     p->on_progress = progress;
     server::raise_open_file_limit();
     const server::bench_report r = server::run_bench(*p);
-    if (*json_out) fmt::print("{}\n", server::report_json(*p, r));
-    else print_table(*p, r);
+    if (*json_out)
+      fmt::print("{}\n", server::report_json(*p, r));
+    else
+      print_table(*p, r);
     if (r.num_failed > 0) set_exit_code(1);
   });
 }

@@ -4,10 +4,10 @@
 
 #include "server/api_routes.hpp"
 
+#include <fmt/format.h>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/read.hpp>
-#include <fmt/format.h>
 
 namespace di::server::detail {
 
@@ -18,7 +18,8 @@ namespace http = beast::http;
 namespace {
 
 std::string status_line(int status) {
-  return fmt::format("HTTP/1.1 {} {}\r\n", status, std::string(http::obsolete_reason(http::status(status))));
+  return fmt::format("HTTP/1.1 {} {}\r\n", status,
+                     std::string(http::obsolete_reason(http::status(status))));
 }
 
 }  // namespace
@@ -28,7 +29,9 @@ http_session::http_session(asio::ip::tcp::socket&& socket, server_context& ctx)
   ++ctx_.num_connections;
 }
 
-http_session::~http_session() { --ctx_.num_connections; }
+http_session::~http_session() {
+  --ctx_.num_connections;
+}
 
 void http_session::start() {
   asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->do_read(); });
@@ -45,8 +48,9 @@ void http_session::do_read() {
   parser_->body_limit(std::uint64_t(ctx_.settings.max_body_bytes));
   request_ = {};
   stream_.expires_after(std::chrono::seconds(ctx_.settings.header_timeout_s));
-  http::async_read_header(stream_, buffer_, *parser_,
-                          [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_header(ec); });
+  http::async_read_header(
+      stream_, buffer_, *parser_,
+      [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_header(ec); });
 }
 
 void http_session::on_header(beast::error_code ec) {
@@ -56,7 +60,8 @@ void http_session::on_header(beast::error_code ec) {
                      [self](beast::error_code ec, std::size_t) { self->on_read(ec); });
   };
   const auto& h = parser_->get();
-  if (!beast::iequals(h[http::field::expect], "100-continue") || parser_->is_done()) return read_body();
+  if (!beast::iequals(h[http::field::expect], "100-continue") || parser_->is_done())
+    return read_body();
   // curl and others wait for this before sending a large body.
   writing_ = "HTTP/1.1 100 Continue\r\n\r\n";
   is_writing_ = true;
@@ -83,7 +88,8 @@ void http_session::on_read(beast::error_code ec) {
   } catch (const api_error& e) {
     if (!response_ended_) respond_error(e);
   } catch (const std::exception& e) {
-    if (!response_ended_) respond_error(api_error(500, fmt::format("internal error: {}", e.what())));
+    if (!response_ended_)
+      respond_error(api_error(500, fmt::format("internal error: {}", e.what())));
   }
 }
 
@@ -95,11 +101,17 @@ void http_session::on_read_error(beast::error_code ec) {
   is_responding_ = true;
   stream_.expires_never();
   if (ec == http::error::body_limit)
-    return respond_error(api_error(413, fmt::format("the request body exceeds {} bytes (server.max_body_bytes)",
-                                                    ctx_.settings.max_body_bytes), "", "request_too_large"));
+    return respond_error(
+        api_error(413,
+                  fmt::format("the request body exceeds {} bytes (server.max_body_bytes)",
+                              ctx_.settings.max_body_bytes),
+                  "", "request_too_large"));
   if (ec == http::error::header_limit)
-    return respond_error(api_error(431, fmt::format("the request headers exceed {} bytes (server.max_header_bytes)",
-                                                    ctx_.settings.max_header_bytes), "", "headers_too_large"));
+    return respond_error(
+        api_error(431,
+                  fmt::format("the request headers exceed {} bytes (server.max_header_bytes)",
+                              ctx_.settings.max_header_bytes),
+                  "", "headers_too_large"));
   if (&ec.category() == &http::make_error_code(http::error::bad_target).category())
     return respond_error(api_error(400, fmt::format("malformed HTTP request: {}", ec.message())));
   close();
@@ -118,13 +130,15 @@ void http_session::respond(int status, const std::string& body, const std::strin
 }
 
 void http_session::respond_error(const api_error& e, const header_list& extra) {
-  respond(e.status, e.body().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json", extra);
+  respond(e.status, e.body().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+          "application/json", extra);
 }
 
 void http_session::begin_stream() {
   ctx_.metrics.on_http_response(200);
   queue(status_line(200) +
-        "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n" +
+        "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: "
+        "chunked\r\n" +
         (close_after_ ? "Connection: close\r\n\r\n" : "Connection: keep-alive\r\n\r\n"));
 }
 
@@ -153,8 +167,9 @@ void http_session::flush() {
   is_writing_ = true;
   writing_.swap(pending_);
   pending_.clear();
-  asio::async_write(stream_.socket(), asio::buffer(writing_),
-                    [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_written(ec); });
+  asio::async_write(
+      stream_.socket(), asio::buffer(writing_),
+      [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_written(ec); });
 }
 
 void http_session::on_written(beast::error_code ec) {
@@ -178,11 +193,13 @@ void http_session::linger_close() {
   stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ec);
   stream_.expires_after(std::chrono::seconds(2));
   drain_.resize(16384);
-  stream_.async_read_some(asio::buffer(drain_), [self = shared_from_this()](beast::error_code ec, std::size_t n) {
-    self->num_drained_ += std::int64_t(n);
-    if (ec || self->num_drained_ > 2 * self->ctx_.settings.max_body_bytes) return self->close();
-    self->linger_close();
-  });
+  stream_.async_read_some(asio::buffer(drain_),
+                          [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+                            self->num_drained_ += std::int64_t(n);
+                            if (ec || self->num_drained_ > 2 * self->ctx_.settings.max_body_bytes)
+                              return self->close();
+                            self->linger_close();
+                          });
 }
 
 void http_session::watch_disconnect(std::function<void()> on_gone) {
@@ -193,14 +210,17 @@ void http_session::watch_disconnect(std::function<void()> on_gone) {
 void http_session::arm_watch() {
   if (is_watching_ || !is_open_) return;
   is_watching_ = true;
-  stream_.socket().async_wait(asio::ip::tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
-    self->is_watching_ = false;
-    if (!self->is_responding_) return;  // a stale wait: the next request has its own read
-    beast::error_code aec;
-    const std::size_t available = self->stream_.socket().available(aec);
-    if (ec || aec || available == 0) self->gone();
-    // available > 0: the client pipelined its next request; it waits in the socket.
-  });
+  stream_.socket().async_wait(asio::ip::tcp::socket::wait_read,
+                              [self = shared_from_this()](beast::error_code ec) {
+                                self->is_watching_ = false;
+                                if (!self->is_responding_)
+                                  return;  // a stale wait: the next request has its own read
+                                beast::error_code aec;
+                                const std::size_t available = self->stream_.socket().available(aec);
+                                if (ec || aec || available == 0) self->gone();
+                                // available > 0: the client pipelined its next request; it waits in
+                                // the socket.
+                              });
 }
 
 void http_session::gone() {

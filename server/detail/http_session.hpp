@@ -41,8 +41,8 @@ class http_session : public std::enable_shared_from_this<http_session> {
   /// Seconds since the current request was read.
   double request_age() const;
   /// A complete response; the connection then reads the next request (or closes).
-  void respond(int status, const std::string& body, const std::string& content_type = "application/json",
-               const header_list& extra = {});
+  void respond(int status, const std::string& body,
+               const std::string& content_type = "application/json", const header_list& extra = {});
   void respond_error(const api_error& e, const header_list& extra = {});
   /// Starts a text/event-stream response; send() writes one chunk; end_stream() finishes it.
   void begin_stream();

@@ -17,8 +17,10 @@ std::string param_of(const std::string& body, bool chat = false) {
   const server_settings s;
   try {
     const json j = parse_body(body, s);
-    if (chat) parse_chat_request(j, s);
-    else parse_completion_request(j, s);
+    if (chat)
+      parse_chat_request(j, s);
+    else
+      parse_completion_request(j, s);
   } catch (const api_error& e) {
     CHECK(e.status == 400);
     return e.param.empty() ? "<none>" : e.param;
@@ -30,7 +32,8 @@ std::string param_of(const std::string& body, bool chat = false) {
 
 TEST_CASE("completion fields map onto sampling_params") {
   const server_settings s;
-  const json j = json::parse(R"({"model": "m", "prompt": "hi", "max_tokens": 7, "temperature": 0.5, "top_p": 0.9,
+  const json j = json::parse(
+      R"({"model": "m", "prompt": "hi", "max_tokens": 7, "temperature": 0.5, "top_p": 0.9,
       "top_k": 40, "min_p": 0.05, "presence_penalty": 1, "frequency_penalty": -1, "repetition_penalty": 1.2,
       "seed": -1, "stop": "x", "stop_token_ids": [5], "n": 3, "logprobs": 2, "echo": true, "stream": true,
       "stream_options": {"include_usage": true}, "ignore_eos": true, "min_tokens": 2})");
@@ -60,10 +63,13 @@ TEST_CASE("completion fields map onto sampling_params") {
 
 TEST_CASE("response_format becomes the inline spec") {
   const server_settings s;
-  auto spec = [&](const char* body) { return parse_completion_request(json::parse(body), s).params.response_format; };
+  auto spec = [&](const char* body) {
+    return parse_completion_request(json::parse(body), s).params.response_format;
+  };
   CHECK(spec(R"({"prompt": "x", "response_format": {"type": "text"}})") == "");
   CHECK(spec(R"({"prompt": "x", "response_format": {"type": "json_object"}})") == "json_object");
-  CHECK(spec(R"j({"prompt": "x", "response_format": {"type": "regex", "regex": "(yes|no)"}})j") == "regex:(yes|no)");
+  CHECK(spec(R"j({"prompt": "x", "response_format": {"type": "regex", "regex": "(yes|no)"}})j") ==
+        "regex:(yes|no)");
   const std::string schema = spec(
       R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "integer"}}}})");
   CHECK(schema == "json_schema:{\"type\":\"integer\"}");
@@ -92,7 +98,8 @@ TEST_CASE("chat fields: max_completion_tokens wins, logprobs and top_logprobs, c
   CHECK(r.logprobs == 4);
   CHECK(r.messages[0]["role"] == "system");
   CHECK(r.messages[0]["content"] == "ab");
-  CHECK(!parse_chat_request(json::parse(R"({"messages": [{"role": "user", "content": "q"}]})"), s).params.max_tokens);
+  CHECK(!parse_chat_request(json::parse(R"({"messages": [{"role": "user", "content": "q"}]})"), s)
+             .params.max_tokens);
 }
 
 TEST_CASE("every invalid field is a 400 naming it") {
@@ -112,10 +119,14 @@ TEST_CASE("every invalid field is a 400 naming it") {
   CHECK(param_of(R"({"prompt": "x", "stream_options": 1})") == "stream_options");
   CHECK(param_of(R"({"prompt": "x", "logit_bias": {"1": 2}})") == "logit_bias");
   CHECK(param_of(R"({"prompt": "x", "response_format": {"type": "json_object"}})") == "");
-  CHECK(param_of(R"j({"prompt": "x", "response_format": {"type": "regex", "regex": "(a"}})j") == "response_format");
-  CHECK(param_of(R"({"prompt": "x", "response_format": {"type": "regex"}})") == "response_format.regex");
-  CHECK(param_of(R"({"prompt": "x", "response_format": {"type": "yaml"}})") == "response_format.type");
-  CHECK(param_of(R"({"prompt": "x", "response_format": {"type": "json_schema"}})") == "response_format.json_schema");
+  CHECK(param_of(R"j({"prompt": "x", "response_format": {"type": "regex", "regex": "(a"}})j") ==
+        "response_format");
+  CHECK(param_of(R"({"prompt": "x", "response_format": {"type": "regex"}})") ==
+        "response_format.regex");
+  CHECK(param_of(R"({"prompt": "x", "response_format": {"type": "yaml"}})") ==
+        "response_format.type");
+  CHECK(param_of(R"({"prompt": "x", "response_format": {"type": "json_schema"}})") ==
+        "response_format.json_schema");
   CHECK(param_of(R"({"prompt": "x", "response_format": {"type": "text"}})") == "");
   CHECK(param_of(R"({"prompt": {}})") == "prompt");
   CHECK(param_of(R"({"prompt": [1, "a"]})") == "prompt");
@@ -123,7 +134,8 @@ TEST_CASE("every invalid field is a 400 naming it") {
   CHECK(param_of(R"({"messages": []})", true) == "messages");
   CHECK(param_of(R"({"messages": [{"role": "user"}]})", true) == "messages[0].content");
   CHECK(param_of(R"({"messages": [{"role": "x", "content": "y"}]})", true) == "messages[0].role");
-  CHECK(param_of(R"({"messages": [{"role": "user", "content": "y"}], "top_logprobs": 2})", true) == "top_logprobs");
+  CHECK(param_of(R"({"messages": [{"role": "user", "content": "y"}], "top_logprobs": 2})", true) ==
+        "top_logprobs");
   CHECK(param_of("{bad json") == "<none>");
   CHECK(param_of("[1]") == "<none>");
   CHECK(param_of("{\"prompt\": \"\xff\"}") == "<none>");
@@ -147,12 +159,16 @@ TEST_CASE("API keys compare exactly") {
 }
 
 TEST_CASE("router refusals map to HTTP statuses") {
-  CHECK(refusal_error("4096 requests are in flight, the limit (router.max_live_requests)").status == 429);
+  CHECK(refusal_error("4096 requests are in flight, the limit (router.max_live_requests)").status ==
+        429);
   CHECK(refusal_error("queue_full: 4096 requests waiting").status == 429);
   CHECK(refusal_error("the server is shutting down").status == 503);
   CHECK(refusal_error("no data-parallel group can serve; group 0: down").status == 503);
-  const api_error e = refusal_error("prompt (10 tokens) + max_tokens (99999) exceeds the context of 4096 tokens");
+  const api_error e =
+      refusal_error("prompt (10 tokens) + max_tokens (99999) exceeds the context of 4096 tokens");
   CHECK(e.status == 400);
   CHECK(e.param == "max_tokens");
-  CHECK(refusal_error("prompt token 99999 (position 0) is outside the vocabulary [0, 1000)").param == "prompt");
+  CHECK(
+      refusal_error("prompt token 99999 (position 0) is outside the vocabulary [0, 1000)").param ==
+      "prompt");
 }

@@ -24,9 +24,11 @@ std::string write_file(const std::string& text) {
 
 TEST_CASE("[server] is read and removed from the cluster text") {
   const std::string path = write_file(
-      "[model]\npath = \"m\"\n[server]\nhost = \"0.0.0.0\"\nport = 9000\napi_keys = [\"a\", \"b\"]\n"
+      "[model]\npath = \"m\"\n[server]\nhost = \"0.0.0.0\"\nport = 9000\napi_keys = [\"a\", "
+      "\"b\"]\n"
       "max_n = 4\n[[nodes]]\nhost = \"127.0.0.1\"\nport = 7100\n");
-  const server_file f = read_server_file(path, {"server.port=9001", "server.max_concurrent_requests=7"});
+  const server_file f =
+      read_server_file(path, {"server.port=9001", "server.max_concurrent_requests=7"});
   CHECK(f.settings.host == "0.0.0.0");
   CHECK(f.settings.port == 9001);
   CHECK(f.settings.api_keys == std::vector<std::string>{"a", "b"});
@@ -37,12 +39,12 @@ TEST_CASE("[server] is read and removed from the cluster text") {
 }
 
 TEST_CASE("bad [server] keys and values are errors naming them") {
-  CHECK_THROWS_WITH_AS(read_server_file(write_file("[server]\nprot = 1\n"), {}), doctest::Contains("server.prot"),
-                       di::error);
-  CHECK_THROWS_WITH_AS(read_server_file(write_file("[server]\nport = 70000\n"), {}), doctest::Contains("server.port"),
-                       di::error);
-  CHECK_THROWS_WITH_AS(read_server_file(write_file("[server]\nport = \"x\"\n"), {}), doctest::Contains("integer"),
-                       di::error);
+  CHECK_THROWS_WITH_AS(read_server_file(write_file("[server]\nprot = 1\n"), {}),
+                       doctest::Contains("server.prot"), di::error);
+  CHECK_THROWS_WITH_AS(read_server_file(write_file("[server]\nport = 70000\n"), {}),
+                       doctest::Contains("server.port"), di::error);
+  CHECK_THROWS_WITH_AS(read_server_file(write_file("[server]\nport = \"x\"\n"), {}),
+                       doctest::Contains("integer"), di::error);
   server_settings s;
   CHECK_THROWS_AS(apply_server_overrides(s, {"server.max_n=0"}), di::error);
   CHECK_THROWS_AS(apply_server_overrides(s, {"server.max_n"}), di::error);
@@ -64,7 +66,8 @@ TEST_CASE("overrides split and the environment key") {
 
 TEST_CASE("the cluster parser leaves [server] and server.* overrides to the front end") {
   const std::string text =
-      "[model]\nrunner = \"toy\"\n[server]\nport = 9000\n[[nodes]]\nhost = \"127.0.0.1\"\nport = 7100\n[[groups]]\nscheduler = 0\n"
+      "[model]\nrunner = \"toy\"\n[server]\nport = 9000\n[[nodes]]\nhost = \"127.0.0.1\"\nport = "
+      "7100\n[[groups]]\nscheduler = 0\n"
       "executors = [0]\n";
   const di::cluster_config c = di::parse_cluster_config(text, {"server.port=9001"}, "test");
   CHECK(c.nodes.size() == 1);
