@@ -4,8 +4,26 @@
 #include "actors/toy_runner.hpp"
 #include "common/error.hpp"
 #include "model/runner/cpu_model_runner.hpp"
+#include "model/tokenizer/tokenizer.hpp"
+#include "runtime/grammar/response_format.hpp"
+#include "runtime/grammar/token_vocabulary.hpp"
+
+#include <filesystem>
 
 namespace di::actors {
+
+namespace {
+
+/// Requests with a response_format need the token vocabulary of the model's tokenizer; a
+/// model folder without tokenizer files keeps the runner's clear "no token vocabulary" error.
+void enable_structured_output(cpu_model_runner& r, const std::string& model_dir) {
+  if (!std::filesystem::exists(std::filesystem::path(model_dir) / "tokenizer.json")) return;
+  const tok::tokenizer tk = tok::tokenizer::from_dir(model_dir);
+  r.enable_structured_output(grammar::token_vocabulary::from_tokenizer(
+      tk, std::size_t(r.model().config().vocab_size)));
+}
+
+}  // namespace
 
 runner_bundle make_step_runner(const cluster_config& config, const std::string& device) {
   if (config.model.runner == "toy") {
@@ -39,6 +57,7 @@ runner_bundle make_step_runner(const cluster_config& config, const std::string& 
   } else {
     r = cpu_model_runner::load(config.model.path, c, options);
   }
+  enable_structured_output(*r, config.model.path);
   runtime::kv_geometry g = r->geometry();
   return {std::move(r), std::move(g)};
 }

@@ -95,7 +95,7 @@ typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
   return f(caf::meta::type_name("sampling_params"), x.temperature, x.top_k, x.top_p, x.min_p,
            x.repetition_penalty, x.presence_penalty, x.frequency_penalty, seed, logprobs,
            prompt_logprobs, max_tokens, x.min_tokens, x.stop, x.stop_token_ids, x.ignore_eos,
-           x.skip_special_tokens);
+           x.skip_special_tokens, x.response_format);
 }
 
 template <class Inspector>

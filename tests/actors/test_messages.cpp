@@ -30,6 +30,7 @@ runtime::step_plan sample_plan() {
   s.params.max_tokens = 16;
   s.params.logprobs = 3;
   s.params.stop = {"\n\n"};
+  s.params.response_format = "regex:(yes|no)!";
   p.started.push_back(s);
   runtime::scheduled_sequence q{.seq_id = 9, .first_position = 128, .token_ids = {0, 5, 6},
                                 .has_placeholder = true, .num_cached_tokens = 128, .lookback_tokens = {4},
@@ -56,6 +57,7 @@ TEST_CASE("a step plan round-trips with its optional fields") {
   CHECK(q.started[0].params.logprobs == std::optional<int>(3));
   CHECK_FALSE(q.started[0].params.prompt_logprobs.has_value());
   CHECK(q.started[0].params.stop == p.started[0].params.stop);
+  CHECK(q.started[0].params.response_format == "regex:(yes|no)!");  // lost once: the grammar
   REQUIRE(q.sequences.size() == 1);
   const runtime::scheduled_sequence& s = q.sequences[0];
   CHECK(s.token_ids == p.sequences[0].token_ids);
