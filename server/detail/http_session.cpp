@@ -78,6 +78,7 @@ void http_session::on_read(beast::error_code ec) {
   if (ec) return on_read_error(ec);
   stream_.expires_never();
   request_ = parser_->release();
+  ++request_serial_;
   request_start_ = std::chrono::steady_clock::now();
   is_responding_ = true;
   response_ended_ = false;
@@ -211,10 +212,15 @@ void http_session::arm_watch() {
   if (is_watching_ || !is_open_) return;
   is_watching_ = true;
   stream_.socket().async_wait(asio::ip::tcp::socket::wait_read,
-                              [self = shared_from_this()](beast::error_code ec) {
+                              [self = shared_from_this(), serial = request_serial_](beast::error_code ec) {
                                 self->is_watching_ = false;
-                                if (!self->is_responding_)
-                                  return;  // a stale wait: the next request has its own read
+                                if (!self->is_responding_) return;
+                                if (serial != self->request_serial_) {
+                                  // A wait armed for an earlier request woke because this
+                                  // request's bytes arrived (and were read): not a disconnect.
+                                  if (self->on_gone_) self->arm_watch();
+                                  return;
+                                }
                                 beast::error_code aec;
                                 const std::size_t available = self->stream_.socket().available(aec);
                                 if (ec || aec || available == 0) self->gone();

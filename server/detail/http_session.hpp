@@ -82,6 +82,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
   bool close_after_ = false;
   bool is_open_ = true;
   bool is_watching_ = false;
+  std::uint64_t request_serial_ = 0;  ///< counts requests read; a watch belongs to one of them
   std::function<void()> on_gone_;
   std::string drain_;  // discarded bytes while closing
   std::int64_t num_drained_ = 0;
