@@ -10,43 +10,15 @@ out=${2:?usage: run_fuzz.sh <source dir> <output dir>}
 runs=${FUZZ_RUNS:-30000}
 cxx=${FUZZ_CXX:-clang++}
 
-if ! command -v "$cxx" >/dev/null 2>&1; then
-  echo "SKIP: $cxx not found; install clang and libclang-rt-14-dev to run the fuzzers"
-  exit 77
-fi
-mkdir -p "$out"
+source "$(dirname "$0")/fuzz_lib.sh"
+fuzz_require_toolchain
 bin=$out/fuzz_safetensors_header
-
-# A toolchain without the libFuzzer runtime is a skip, not a failure of our code.
-printf 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }\n' \
-  >"$out/probe.cpp"
-if ! "$cxx" -fsanitize=fuzzer "$out/probe.cpp" -o "$out/probe" >"$out/probe.log" 2>&1; then
-  echo "SKIP: $cxx cannot link -fsanitize=fuzzer (is libclang-rt-14-dev installed?)"
-  cat "$out/probe.log"
-  exit 77
-fi
 
 sources=("$src/tests/fuzz/fuzz_safetensors_header.cpp" "$src/model/checkpoint/safetensors.cpp"
          "$src/model/checkpoint/detail/strict_json.cpp" "$src"/common/*.cpp)
 inputs=("${sources[@]}" "$src"/model/checkpoint/*.hpp "$src"/model/checkpoint/detail/*.hpp
         "$src"/common/*.hpp "$src/kernels/dtype.hpp" "$0")
-flags=(-std=c++20 -O1 -gline-tables-only -fsanitize=fuzzer,address,undefined
-       -fno-sanitize-recover=all -fno-omit-frame-pointer "-I$src")
-
-# Rebuild only when a source, header or this script changed.
-stamp=$(cat "${inputs[@]}" | md5sum | cut -d' ' -f1)
-if [[ ! -x $bin || ! -f $bin.stamp || $(cat "$bin.stamp") != "$stamp" ]]; then
-  echo "building $bin"
-  objs=()
-  for s in "${sources[@]}"; do
-    o=$out/$(basename "${s%.cpp}").o
-    "$cxx" "${flags[@]}" -c "$s" -o "$o" &
-    objs+=("$o")
-  done
-  for job in $(jobs -p); do wait "$job"; done
-  "$cxx" "${flags[@]}" "${objs[@]}" -lfmt -o "$bin"
-  echo "$stamp" >"$bin.stamp"
-fi
+fuzz_build "$bin"
 
 # Seed corpus: small valid files (8-byte little-endian header length, JSON header, data).
 seeds=$out/seeds
@@ -76,15 +48,4 @@ printf '%s\n' '"dtype"' '"shape"' '"data_offsets"' '"__metadata__"' '"F8_E4M3"' 
   '"BF16"' '"F32"' '"I8"' '"I64"' '"{"' '"}"' '"["' '"]"' '":"' '","' '"-1"' \
   '"18446744073709551615"' '"4294967296"' >"$dict"
 
-echo "fuzzing for $runs runs (seed 1)"
-start=$SECONDS
-# libFuzzer's default exit code for a crash is 77, which ctest would read as a skip.
-status=0
-"$bin" -runs="$runs" -seed=1 -max_len=4096 -timeout=10 -rss_limit_mb=2048 -dict="$dict" \
-  -error_exitcode=1 -timeout_exitcode=1 -artifact_prefix="$out/" -print_final_stats=1 \
-  "$out/work" "$seeds" || status=$?
-if [[ $status -ne 0 ]]; then
-  echo "FAIL: the fuzzer found a bug (exit $status); reproduce with: $bin $out/crash-*"
-  exit 1
-fi
-echo "fuzzing finished in $((SECONDS - start)) s without a crash"
+fuzz_run "$bin" "$runs" 4096 -dict="$dict"

@@ -10,17 +10,9 @@ out=${2:?usage: run_grammar_fuzz.sh <source dir> <output dir>}
 runs=${FUZZ_RUNS:-3000}
 cxx=${FUZZ_CXX:-clang++}
 
-if ! command -v "$cxx" >/dev/null 2>&1; then
-  echo "SKIP: $cxx not found"
-  exit 77
-fi
-mkdir -p "$out"
+source "$(dirname "$0")/fuzz_lib.sh"
+fuzz_require_toolchain
 bin=$out/fuzz_grammar
-printf 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }\n' >"$out/probe.cpp"
-if ! "$cxx" -fsanitize=fuzzer "$out/probe.cpp" -o "$out/probe" >"$out/probe.log" 2>&1; then
-  echo "SKIP: $cxx cannot link -fsanitize=fuzzer"
-  exit 77
-fi
 
 sources=("$src/tests/fuzz/fuzz_grammar.cpp" "$src"/common/*.cpp)
 for f in "$src"/runtime/grammar/*.cpp "$src"/runtime/grammar/detail/*.cpp "$src"/runtime/grammar/json_schema/*.cpp; do
@@ -30,22 +22,7 @@ for f in "$src"/runtime/grammar/*.cpp "$src"/runtime/grammar/detail/*.cpp "$src"
   esac
 done
 inputs=("${sources[@]}" "$src"/runtime/grammar/*.hpp "$src"/runtime/grammar/*/*.hpp "$src"/common/*.hpp "$0")
-flags=(-std=c++20 -O1 -gline-tables-only -fsanitize=fuzzer,address,undefined
-       -fno-sanitize-recover=all -fno-omit-frame-pointer "-I$src")
-stamp=$(cat "${inputs[@]}" | md5sum | cut -d' ' -f1)
-if [[ ! -x $bin || ! -f $bin.stamp || $(cat "$bin.stamp") != "$stamp" ]]; then
-  echo "building $bin"
-  objs=()
-  for s in "${sources[@]}"; do  # two compilers at a time
-    o=$out/$(echo "${s#$src/}" | tr / _).o
-    "$cxx" "${flags[@]}" -c "$s" -o "$o" &
-    objs+=("$o")
-    if (($(jobs -rp | wc -l) >= 2)); then wait -n; fi
-  done
-  wait
-  "$cxx" "${flags[@]}" "${objs[@]}" -lfmt -o "$bin"
-  echo "$stamp" >"$bin.stamp"
-fi
+fuzz_build "$bin"
 
 seeds=$out/seeds
 rm -rf "$seeds" "$out/work"
@@ -60,14 +37,4 @@ seed schema1 '\x02{"type":"object","properties":{"a":{"type":"integer","minimum"
 seed schema2 '\x02{"anyOf":[{"type":"array","items":{"$ref":"#"},"maxItems":3},{"enum":[1,"x",null]}]}\0[[1],"x"]'
 seed schema3 '\x06{"$defs":{"p":{"type":"string","format":"date"}},"type":"array","prefixItems":[{"$ref":"#/$defs/p"}],"uniqueItems":true}\0["2020-01-01"]'
 
-echo "fuzzing for $runs runs (seed 1)"
-start=$SECONDS
-status=0
-"$bin" -runs="$runs" -seed=1 -max_len=2048 -timeout=10 -rss_limit_mb=2048 \
-  -error_exitcode=1 -timeout_exitcode=1 -artifact_prefix="$out/" -print_final_stats=1 \
-  "$out/work" "$seeds" || status=$?
-if [[ $status -ne 0 ]]; then
-  echo "FAIL: the fuzzer found a bug (exit $status); reproduce with: $bin $out/crash-*"
-  exit 1
-fi
-echo "fuzzing finished in $((SECONDS - start)) s without a crash"
+fuzz_run "$bin" "$runs" 2048
