@@ -313,8 +313,11 @@ class AdmissionTest(unittest.TestCase):
                                        "--file", path, "--concurrency", "10"], stdout=subprocess.PIPE, text=True)
             first = client.stdout.readline()
             refusal_seconds = time.time() - t0
-            rest, _ = client.communicate(timeout=60)
-            out = [json.loads(line) for line in [first] + rest.splitlines()]
+            # Not communicate(timeout=...): it reads the raw pipe and loses what readline() had
+            # already buffered (it dropped outcome lines here before).
+            rest = client.stdout.read()
+            client.wait(timeout=60)
+            out = [json.loads(line) for line in [first] + rest.splitlines() if line.strip()]
             refused = [r for r in out if r["finish_reason"] == "error"]
             served = [r for r in out if r["finish_reason"] == "length"]
             figure("admission: served / refused of 10 with 2 running + 2 queued", f"{len(served)} / {len(refused)}")
