@@ -9,6 +9,10 @@
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/read.hpp>
 
+#include <sys/socket.h>
+
+#include <cerrno>
+
 namespace di::server::detail {
 
 namespace asio = boost::asio;
@@ -221,12 +225,26 @@ void http_session::arm_watch() {
                                   if (self->on_gone_) self->arm_watch();
                                   return;
                                 }
-                                beast::error_code aec;
-                                const std::size_t available = self->stream_.socket().available(aec);
-                                if (ec || aec || available == 0) self->gone();
-                                // available > 0: the client pipelined its next request; it waits in
-                                // the socket.
+                                if (ec) return self->gone();
+                                switch (self->peer_state()) {
+                                  case peer::closed: return self->gone();
+                                  case peer::quiet:
+                                    // A stale readiness edge (the request's own bytes, already
+                                    // read by a speculative read): still connected, watch on.
+                                    return self->arm_watch();
+                                  case peer::sent_more:
+                                    return;  // a pipelined next request waits in the socket
+                                }
                               });
+}
+
+http_session::peer http_session::peer_state() {
+  char byte = 0;
+  const ssize_t n =
+      ::recv(stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n > 0) return peer::sent_more;
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return peer::quiet;
+  return peer::closed;  // 0: orderly shutdown; other errors: reset
 }
 
 void http_session::gone() {

@@ -64,6 +64,9 @@ class http_session : public std::enable_shared_from_this<http_session> {
   void on_written(boost::beast::error_code ec);
   void response_done();
   void arm_watch();
+  /// What a non-blocking peek sees on the socket: nothing yet, more bytes, or the end.
+  enum class peer { quiet, sent_more, closed };
+  peer peer_state();
   void gone();
   void linger_close();
   void close();

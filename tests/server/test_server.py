@@ -305,6 +305,13 @@ def errors_429_503_and_config(srv, c):
             s.close()
         status, _, _ = lim.request("POST", "/v1/completions", {"prompt": "y" * 70000})
         assert status == 413
+        # The dropped streams' connections close once their aborts are confirmed; wait for that
+        # (only the /metrics request itself open) so that the six sockets below are the only ones.
+        lc.close()  # its keep-alive connection (the 429 answer) too
+        deadline = time.time() + 30
+        while (open_now := lim.metrics()["deepinfer:http_connections"]) > 1:
+            assert time.time() < deadline, f"{open_now - 1} connection(s) of the closed streams stay open"
+            time.sleep(0.1)
         socks = [socket.create_connection((lim.host, lim.port)) for _ in range(6)]
         time.sleep(0.3)
         status = lim.raw(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
