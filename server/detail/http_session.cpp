@@ -215,33 +215,34 @@ void http_session::watch_disconnect(std::function<void()> on_gone) {
 void http_session::arm_watch() {
   if (is_watching_ || !is_open_) return;
   is_watching_ = true;
-  stream_.socket().async_wait(asio::ip::tcp::socket::wait_read,
-                              [self = shared_from_this(), serial = request_serial_](beast::error_code ec) {
-                                self->is_watching_ = false;
-                                if (!self->is_responding_) return;
-                                if (serial != self->request_serial_) {
-                                  // A wait armed for an earlier request woke because this
-                                  // request's bytes arrived (and were read): not a disconnect.
-                                  if (self->on_gone_) self->arm_watch();
-                                  return;
-                                }
-                                if (ec) return self->gone();
-                                switch (self->peer_state()) {
-                                  case peer::closed: return self->gone();
-                                  case peer::quiet:
-                                    // A stale readiness edge (the request's own bytes, already
-                                    // read by a speculative read): still connected, watch on.
-                                    return self->arm_watch();
-                                  case peer::sent_more:
-                                    return;  // a pipelined next request waits in the socket
-                                }
-                              });
+  stream_.socket().async_wait(
+      asio::ip::tcp::socket::wait_read,
+      [self = shared_from_this(), serial = request_serial_](beast::error_code ec) {
+        self->is_watching_ = false;
+        if (!self->is_responding_) return;
+        if (serial != self->request_serial_) {
+          // A wait armed for an earlier request woke because this
+          // request's bytes arrived (and were read): not a disconnect.
+          if (self->on_gone_) self->arm_watch();
+          return;
+        }
+        if (ec) return self->gone();
+        switch (self->peer_state()) {
+          case peer::closed:
+            return self->gone();
+          case peer::quiet:
+            // A stale readiness edge (the request's own bytes, already
+            // read by a speculative read): still connected, watch on.
+            return self->arm_watch();
+          case peer::sent_more:
+            return;  // a pipelined next request waits in the socket
+        }
+      });
 }
 
 http_session::peer http_session::peer_state() {
   char byte = 0;
-  const ssize_t n =
-      ::recv(stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  const ssize_t n = ::recv(stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
   if (n > 0) return peer::sent_more;
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return peer::quiet;
   return peer::closed;  // 0: orderly shutdown; other errors: reset
