@@ -7,6 +7,7 @@
 #include "actors/client_actor.hpp"
 #include "actors/node_runtime.hpp"
 #include "cli/command.hpp"
+#include "cli/detail/token_id_list.hpp"
 #include "common/error.hpp"
 #include "runtime/sequence_status.hpp"
 
@@ -50,25 +51,6 @@ struct input_item {
   std::optional<di::actors::submit_request> request;
   std::string error;
 };
-
-std::vector<std::int32_t> parse_ids(const std::string& list) {
-  std::vector<std::int32_t> ids;
-  std::stringstream ss(list);
-  for (std::string item; std::getline(ss, item, ',');) {
-    std::size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    DI_CHECK(used == item.size() && !item.empty() && v >= INT32_MIN && v <= INT32_MAX,
-             "--prompt-ids: '{}' is not a token id (expected e.g. 0,1234,42)", item);
-    ids.push_back(std::int32_t(v));
-  }
-  DI_CHECK(!ids.empty(), "--prompt-ids: no ids given");
-  return ids;
-}
 
 di::actors::submit_request base_request(const client_options& o) {
   di::actors::submit_request r;
@@ -115,7 +97,7 @@ std::vector<input_item> read_inputs(const client_options& o) {
   if (o.file.empty()) {
     di::actors::submit_request r = base_request(o);
     if (!o.prompt.empty()) r.prompt = o.prompt;
-    else r.prompt_ids = parse_ids(o.prompt_ids);
+    else r.prompt_ids = di::cli::parse_token_id_list(o.prompt_ids);
     items.push_back({.index = 0, .request = std::move(r)});
     return items;
   }

@@ -3,6 +3,7 @@
 // Without --model it uses a built-in default: the tiny-v41 preset, generated once into the
 // user's cache folder.
 #include "cli/command.hpp"
+#include "cli/detail/token_id_list.hpp"
 #include "cli/detail/device_setup.hpp"
 #include "cli/detail/offline_generation.hpp"
 #include "common/error.hpp"
@@ -67,31 +68,11 @@ std::string default_model() {
   return dir.string();
 }
 
-std::vector<std::int32_t> parse_ids(const std::string& list) {
-  std::vector<std::int32_t> ids;
-  std::stringstream ss(list);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    std::size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    DI_CHECK(used == item.size() && !item.empty() && v >= INT32_MIN && v <= INT32_MAX,
-             "--prompt-ids: '{}' is not a token id (expected e.g. 0,1234,42)", item);
-    ids.push_back(std::int32_t(v));
-  }
-  DI_CHECK(!ids.empty(), "--prompt-ids: no ids given");
-  return ids;
-}
-
 std::vector<std::int32_t> prompt_tokens(const generate_options& o, const di::cli::loaded_model& m,
                                         const std::string& model_dir) {
   int given = int(!o.prompt.empty()) + int(!o.prompt_ids.empty()) + int(!o.chat.empty());
   DI_CHECK(given == 1, "give exactly one of --prompt, --prompt-ids and --chat");
-  if (!o.prompt_ids.empty()) return parse_ids(o.prompt_ids);
+  if (!o.prompt_ids.empty()) return di::cli::parse_token_id_list(o.prompt_ids);
   if (!o.prompt.empty()) return m.tokenizer->encode(o.prompt, {.add_bos = true});
   std::string text = o.chat == "-" ? std::string(std::istreambuf_iterator<char>(std::cin), {})
                                    : di::read_text_file(o.chat);
