@@ -81,9 +81,16 @@ def chat_basic(srv, c):
     parts = c.chat.completions.create(model="tiny", max_tokens=6, seed=3, messages=[
         {"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
         {"role": "user", "content": [{"type": "text", "text": "Hel"}, {"type": "text", "text": "lo!"}]}])
-    # Same prompt after joining the parts (output text may differ: the second run reuses the
-    # cached prefix, which is not bitwise equal to a fresh prefill at temperature 1).
+    # Same prompt after joining the parts, same seed: the same sampled text (temperature 1).
     assert parts.usage.prompt_tokens == r.usage.prompt_tokens
+    assert parts.choices[0].message.content == r.choices[0].message.content
+    # A prompt long enough for the prefix cache (whole 128-token blocks): the warm run reuses
+    # the cached prefix and still samples exactly the cold run's text.
+    long_msgs = [{"role": "user", "content": "Tell me about the sea, the wind and the rain. " * 20}]
+    cold = c.chat.completions.create(model="tiny", messages=long_msgs, max_tokens=8, seed=5)
+    warm = c.chat.completions.create(model="tiny", messages=long_msgs, max_tokens=8, seed=5)
+    assert warm.usage.prompt_tokens_details.cached_tokens >= 128, warm.usage
+    assert warm.choices[0].message.content == cold.choices[0].message.content
 
 
 @test

@@ -22,6 +22,7 @@ work serve_batch(runtime::scheduler& s, cpu_model_runner& runner,
   add_all(s, rs);
   served more = serve(s, runner);
   got.out.insert(more.out.begin(), more.out.end());
+  got.logprobs.insert(more.logprobs.begin(), more.logprobs.end());
   const runner_stats& after = runner.stats();
   return {after.num_rows - before.num_rows, after.num_replay_rows - before.num_replay_rows,
           after.forward_seconds - before.forward_seconds};
@@ -69,6 +70,52 @@ TEST_CASE("runner: a request sharing a long prefix hits the cache, skips prefill
     MESSAGE(pc.name, ": B ran ", for_b.rows, " rows (", for_b.replay_rows, " replay) in ",
             for_b.forward_seconds, " s of forward; A ran ", for_a.rows, " rows in ",
             for_a.forward_seconds, " s");
+  }
+}
+
+/// `r` sampled at temperature 1 with `seed` (request ids differ, the seed is the same).
+runtime::request sampled(runtime::request r, std::uint64_t seed) {
+  r.params.temperature = 1.0;
+  r.seed = seed;
+  r.params.logprobs = 1;
+  return r;
+}
+
+TEST_CASE("runner: a sampled request with a cached prefix draws exactly the tokens of a cold run") {
+  // The promise: same prompt + same seed -> same tokens, whether the prefix came from the cache
+  // (snapshot or bounded replay) or was computed fresh, and whatever else shares the batch.
+  // Prompts of 256 tokens (a whole number of token blocks: the match stops one block short so
+  // the last prompt position is computed) and 300 (a partial last block).
+  const std::shared_ptr<const deepseek_model> golden = golden_v41(), tiny = tiny_v41();
+  for (auto [name, model, num_snapshots] :
+       {std::tuple(std::string("v41_public, bounded replay"), golden, 0),
+        std::tuple(std::string("v41_public, snapshot"), golden, 8),
+        std::tuple(std::string("tiny-v41, replay from 0"), tiny, 0),
+        std::tuple(std::string("tiny-v41, snapshot"), tiny, 8)}) {
+    for (std::int64_t len : {256, 300}) {
+      CAPTURE(name);
+      CAPTURE(len);
+      const runtime::request cold = sampled(runner_request(1, len, 8, len), 3);
+      runtime::request warm = cold;  // the same prompt and seed again
+      warm.id = 2;
+      const runtime::request other = sampled(runner_request(3, 90, 8), 4);  // shares the batch
+      cpu_model_runner runner(
+          model, {.kv_pool_tokens = 4096, .num_snapshots = num_snapshots, .max_model_len = 512});
+      runtime::scheduler s = make_scheduler(
+          runner, {.budget = 512, .prefix_caching = true, .snapshot_interval = num_snapshots ? 1 : 0});
+      served got;
+      serve_batch(s, runner, {cold}, got);
+      serve_batch(s, runner, {warm, other}, got);
+      CHECK(s.counters().num_prefix_hits == 1);
+      CHECK(s.counters().num_prefix_hit_tokens == (len == 256 ? 128 : 256));
+      CHECK(got.out.at(2).tokens == got.out.at(1).tokens);
+      const auto& lp_cold = got.logprobs.at(1);
+      const auto& lp_warm = got.logprobs.at(2);
+      REQUIRE(lp_cold.size() == lp_warm.size());
+      for (std::size_t i = 0; i < lp_cold.size(); ++i)
+        CHECK(lp_cold[i].logprob == lp_warm[i].logprob);  // bitwise, not approximately
+      check_equal_alone(model, {cold, warm, other}, got);
+    }
   }
 }
 
