@@ -1,7 +1,8 @@
 // oneOf means exactly one alternative matches. A grammar can only offer "any of them", which is
 // the same language when no value matches two alternatives; this proves that for the common
 // shapes (different types, disjoint enums/consts, disjoint number ranges, a discriminating
-// required property) and otherwise refuses oneOf (or, lenient, treats it as anyOf).
+// required property); otherwise alternative i becomes "A_i and not A_j for every j != i"
+// (schema_negate.cpp), which fails by name where a complement is not expressible.
 #include "runtime/grammar/json_schema/schema_compiler.hpp"
 
 #include <algorithm>
@@ -101,19 +102,16 @@ bool objects_disjoint(schema_compiler& c, const schema_node& a, const schema_nod
 
 }  // namespace
 
-void schema_compiler::check_one_of(const std::vector<schema_node>& alts, const schema_node::group& g) {
+bool schema_compiler::one_of_disjoint(const std::vector<schema_node>& alts) {
   for (std::size_t i = 0; i < alts.size(); ++i) {
     for (std::size_t j = i + 1; j < alts.size(); ++j) {
       const schema_node &a = alts[i], &b = alts[j];
-      if (types_disjoint(a, b) || enum_excludes(*this, a, b) || enum_excludes(*this, b, a) || ranges_disjoint(a, b) ||
-          objects_disjoint(*this, a, b))
-        continue;
-      std::string why = "alternatives " + std::to_string(i) + " and " + std::to_string(j) +
-                        " may both match a value, and exactly-one is not context-free (use anyOf if overlap is fine)";
-      unsupported("oneOf", why, g.owner);
-      return;
+      if (!(types_disjoint(a, b) || enum_excludes(*this, a, b) || enum_excludes(*this, b, a) || ranges_disjoint(a, b) ||
+            objects_disjoint(*this, a, b)))
+        return false;
     }
   }
+  return true;
 }
 
 }  // namespace di::grammar::json_detail

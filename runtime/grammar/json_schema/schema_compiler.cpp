@@ -93,6 +93,9 @@ expr_id schema_compiler::value(const conjunction& c) {
 
 expr_id schema_compiler::compile_node(const schema_node& n, int depth) {
   DI_CHECK(depth < k_max_depth, "JSON Schema: anyOf/oneOf/allOf nested more than {} levels", k_max_depth);
+  DI_CHECK(++nodes_compiled_ <= k_max_nodes,
+           "JSON Schema too large: more than {} schema combinations to compile (anyOf/oneOf/not distributed "
+           "over each other multiply)", k_max_nodes);
   if (n.never || n.types == 0) return g_.nothing();
   if (!n.groups.empty()) return compile_groups(n, depth);
   if (n.enum_values) return compile_enum(n);
@@ -114,16 +117,33 @@ expr_id schema_compiler::compile_groups(const schema_node& n, int depth) {
   schema_node rest = n;
   schema_node::group grp = rest.groups.front();
   rest.groups.erase(rest.groups.begin());
+  if (grp.one_of) {
+    std::vector<schema_node> nodes;
+    for (const auto& alt : grp.alternatives) {
+      nodes.push_back(rest);
+      absorb(nodes.back(), alt);
+    }
+    if (!one_of_disjoint(nodes)) {
+      // Exactly one: alternative i and the complement of every other one.
+      std::vector<schema_ref> exclusive;
+      for (std::size_t i = 0; i < grp.alternatives.size(); ++i) {
+        json all = json::array({ref_marker(grp.alternatives[i])});
+        for (std::size_t j = 0; j < grp.alternatives.size(); ++j)
+          if (j != i) all.push_back(not_marker(grp.alternatives[j]));
+        synthetic_.push_back(json{{"allOf", std::move(all)}});
+        exclusive.push_back({&synthetic_.back(), grp.owner.base});
+      }
+      grp.alternatives = std::move(exclusive);
+    }
+  }
   std::vector<expr_id> alts;
-  std::vector<schema_node> nodes;
   for (const auto& alt : grp.alternatives) {
     schema_node m = rest;
     absorb(m, alt);
-    if (grp.one_of) nodes.push_back(m);
+    if (m.never || m.types == 0) continue;  // e.g. "another type" beside a type keyword
     // With nothing to merge, the alternative is its own (memoized, possibly recursive) rule.
     alts.push_back(rest.trivial() ? value({alt}) : compile_node(m, depth + 1));
   }
-  if (grp.one_of) check_one_of(nodes, grp);
   return g_.choice(std::move(alts));
 }
 

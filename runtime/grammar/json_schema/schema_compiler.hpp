@@ -49,6 +49,8 @@ struct schema_node {
   std::uint64_t max_length = UINT64_MAX;
   std::vector<std::string> patterns;
   std::vector<std::string> formats;
+  std::vector<std::string> anti_patterns;     ///< patterns the string must NOT match (search)
+  std::vector<std::string> excluded_strings;  ///< values the string must not equal
   // numbers
   std::optional<bound> minimum, maximum;
   std::vector<decimal> multiple_of;
@@ -90,9 +92,16 @@ class schema_compiler {
   expr_id compile_node(const schema_node& n, int depth);
   expr_id compile_groups(const schema_node& n, int depth);
   expr_id compile_enum(const schema_node& n);
-  void check_one_of(const std::vector<schema_node>& alts, const schema_node::group& g);
   void absorb_keyword(schema_node& n, const schema_ref& s, const std::string& key, const json& v);
-  void absorb_not(schema_node& n, const schema_ref& s, const json& v);
+  void absorb_if(schema_node& n, const schema_ref& s);
+  /// A synthetic schema allowing exactly the values `s` refuses (schema_negate.cpp).
+  const json* negation(const schema_ref& s);
+  json negate_object(const schema_ref& s);
+  /// Placeholders inside synthetic schemas: "$di_ref" absorbs a schema, "$di_not" its complement.
+  json ref_marker(const schema_ref& s);
+  json not_marker(const schema_ref& s);
+  std::vector<schema_node> one_of_nodes(const schema_node& rest, const std::vector<schema_ref>& alts);
+  bool one_of_disjoint(const std::vector<schema_node>& alts);
   const json* without_unevaluated(const json& s);
   void absorb_format(schema_node& n, const json& v);
   void absorb_dependencies(schema_node& n, const schema_ref& s, const std::string& key, const json& v);
@@ -110,7 +119,12 @@ class schema_compiler {
   std::map<std::string, rule_id> memo_;
   static constexpr int k_max_nesting = 400;  ///< subschemas compiled inside one another (stack)
   int nesting_ = 0;
+  static constexpr std::size_t k_max_nodes = 20'000;  ///< compile_node calls (combinations)
+  std::size_t nodes_compiled_ = 0;
   std::vector<const json*> absorbing_;  // $ref targets being merged (cycle guard)
+  std::vector<schema_ref> marked_;       // schemas named by "$di_ref"/"$di_not" placeholders
+  std::map<std::pair<const json*, std::string>, const json*> negations_;
+  std::vector<const json*> negating_;    // negations being built (cycle guard)
   std::vector<std::string> warnings_;
   std::map<std::string, std::shared_ptr<const compiled_grammar>> regex_cache_;
 };

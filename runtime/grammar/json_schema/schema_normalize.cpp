@@ -24,7 +24,9 @@ const std::vector<std::string> k_rejected = {
     "$dynamicRef", "$recursiveRef",
     "contains (with prefixItems, minItems/maxItems, or in several schemas of a combination)",
     "maxContains", "unevaluatedProperties", "unevaluatedItems",
-    "if/then/else", "uniqueItems (true)", "not (beyond type/const/enum/{}/false)",
+    "uniqueItems (true)",
+    "not / if / overlapping oneOf over multipleOf, additionalProperties, patternProperties, propertyNames, "
+    "uniqueItems, maxContains, or items after prefixItems (their complements)",
     "multipleOf (non-decimal multiples of non-integers)", "remote $ref"};
 
 std::uint8_t type_mask(const std::string& t) {
@@ -78,7 +80,7 @@ bool json_equal(const json& a, const json& b) {
 
 bool schema_node::trivial() const {
   return !never && types == t_all && !enum_values && min_length == 0 && max_length == UINT64_MAX &&
-         patterns.empty() && formats.empty() && !minimum && !maximum && multiple_of.empty() &&
+         patterns.empty() && formats.empty() && anti_patterns.empty() && excluded_strings.empty() && !minimum && !maximum && multiple_of.empty() &&
          object_parts.empty() && array_parts.empty() && groups.empty();
 }
 
@@ -206,10 +208,21 @@ void schema_compiler::absorb_keyword(schema_node& n, const schema_ref& s, const 
     for (const auto& sub : v) grp.alternatives.push_back({&sub, s.base});
     n.groups.push_back(std::move(grp));
   } else if (key == "not") {
-    absorb_not(n, s, v);
+    absorb(n, {negation({&v, s.base}), s.base});
   } else if (key == "if") {
-    if (s.s->contains("then") || s.s->contains("else"))
-      unsupported("if/then/else", "conditional schemas need the complement of `if`", s);
+    absorb_if(n, s);
+  } else if (key == "$di_types") {  // placeholders of synthetic schemas (schema_negate.cpp)
+    n.types &= v.get<std::uint8_t>();
+  } else if (key == "$di_ref") {
+    schema_ref m = marked_[v.get<std::size_t>()];  // a copy: absorbing may grow marked_
+    absorb(n, m);
+  } else if (key == "$di_not") {
+    schema_ref m = marked_[v.get<std::size_t>()];
+    absorb(n, {negation(m), index_.base_of(m.s, m.base)});
+  } else if (key == "$di_anti_pattern") {
+    n.anti_patterns.push_back(v.get<std::string>());
+  } else if (key == "$di_not_strings") {
+    for (const auto& x : v) n.excluded_strings.push_back(x.get<std::string>());
   } else if (key == "uniqueItems") {
     bool trivial_array = s.s->contains("maxItems") && (*s.s)["maxItems"].is_number() && (*s.s)["maxItems"].get<double>() <= 1;
     if (!trivial_array) unsupported("uniqueItems", "distinct array items are not context-free", s);
@@ -258,33 +271,17 @@ void schema_compiler::absorb_bound(schema_node& n, const json& schema, const std
   else tighten_upper(n.maximum, b);
 }
 
-void schema_compiler::absorb_not(schema_node& n, const schema_ref& s, const json& v) {
-  if (v.is_boolean()) {
-    if (v.get<bool>()) n.never = true;
-    return;
-  }
-  DI_CHECK(v.is_object(), "JSON Schema: not must be a schema");
-  bool only_type_or_values = std::all_of(v.items().begin(), v.items().end(), [](const auto& kv) {
-    return kv.key() == "type" || kv.key() == "enum" || kv.key() == "const" || k_annotations.count(kv.key());
-  });
-  if (v.empty()) return void(n.never = true);
-  if (!only_type_or_values || (v.contains("type") && (v.contains("enum") || v.contains("const"))))
-    return unsupported("not", "only `not` of a type, const or enum is supported", s);
-  if (v.contains("type")) {
-    std::uint8_t m = 0;
-    const json& t = v["type"];
-    if (t.is_string()) m = type_mask(t.get<std::string>());
-    else for (const auto& x : t) m |= type_mask(x.get<std::string>());
-    // "not integer" keeps non-integer numbers; "not number" removes both.
-    n.types &= std::uint8_t(~m & t_all);
-    return;
-  }
-  std::vector<json> excluded = v.contains("const") ? std::vector<json>{v["const"]} : std::vector<json>(v["enum"].begin(), v["enum"].end());
-  if (!n.enum_values) return unsupported("not", "excluding values needs an enum or const beside it", s);
-  std::vector<json> kept;
-  for (const auto& x : *n.enum_values)
-    if (std::none_of(excluded.begin(), excluded.end(), [&](const json& y) { return json_equal(x, y); })) kept.push_back(x);
-  n.enum_values = std::move(kept);
+void schema_compiler::absorb_if(schema_node& n, const schema_ref& s) {
+  // if/then/else == anyOf [ allOf [if, then], allOf [not if, else] ]
+  const json& o = *s.s;
+  if (!o.contains("then") && !o.contains("else")) return;
+  static const json k_true = true;
+  const json& then_ = o.contains("then") ? o["then"] : k_true;
+  const json& else_ = o.contains("else") ? o["else"] : k_true;
+  synthetic_.push_back(json{{"allOf", json::array({ref_marker({&o["if"], s.base}), ref_marker({&then_, s.base})})}});
+  const json* yes = &synthetic_.back();
+  synthetic_.push_back(json{{"allOf", json::array({not_marker({&o["if"], s.base}), ref_marker({&else_, s.base})})}});
+  n.groups.push_back({false, {{yes, s.base}, {&synthetic_.back(), s.base}}, s});
 }
 
 }  // namespace di::grammar::json_detail

@@ -26,7 +26,8 @@ regex_options ecma_options(bool search, json_whitespace ws) {
 }
 
 bool has_string_constraints(const schema_node& n) {
-  return n.min_length > 0 || n.max_length != UINT64_MAX || !n.patterns.empty() || !n.formats.empty();
+  return n.min_length > 0 || n.max_length != UINT64_MAX || !n.patterns.empty() || !n.formats.empty() ||
+         !n.anti_patterns.empty() || !n.excluded_strings.empty();
 }
 
 }  // namespace
@@ -54,13 +55,33 @@ expr_id string_content(schema_compiler& c, const schema_node& n, grammar& target
     std::string re = *format_regex(f);
     pieces.push_back([=](grammar& g) { return compile_regex(g, re, ecma_options(false, ws)); });
   }
+  // Complemented pieces (from `not`): strings matching an anti-pattern or equal to an excluded value.
+  std::vector<piece> holes;
+  for (const auto& p : n.anti_patterns)
+    holes.push_back([=](grammar& g) { return compile_regex(g, p, ecma_options(true, ws)); });
+  if (!n.excluded_strings.empty()) {
+    std::vector<std::string> excluded = n.excluded_strings;
+    holes.push_back([=](grammar& g) {
+      std::vector<expr_id> alts;
+      for (const auto& x : excluded) {
+        std::vector<expr_id> chars;
+        for (char32_t cp : decode_utf8(x)) chars.push_back(json_text(g, ws).json_char(codepoint_set::single(cp)));
+        alts.push_back(g.sequence(std::move(chars)));
+      }
+      return g.choice(std::move(alts));
+    });
+  }
+  if (!holes.empty() && pieces.empty())
+    pieces.push_back([=](grammar& g) { return g.repeat(json_text(g, ws).json_char(codepoint_set::all()), 0, k_unbounded); });
   if (pieces.empty()) return target.repeat(json_text(target, ws).json_char(codepoint_set::all()), 0, k_unbounded);
-  if (pieces.size() == 1) return pieces[0](target);
+  if (pieces.size() == 1 && holes.empty()) return pieces[0](target);
   std::size_t limit = c.options().max_string_states;
   grammar scratch;
   byte_dfa all = byte_dfa::from_expr(scratch, pieces[0](scratch), limit);
   for (std::size_t k = 1; k < pieces.size(); ++k)
     all = all.intersect(byte_dfa::from_expr(scratch, pieces[k](scratch), limit), limit).minimize();
+  for (const auto& h : holes)
+    all = all.intersect(byte_dfa::from_expr(scratch, h(scratch), limit).complement(), limit).minimize();
   return all.emit(target, "string");
 }
 
@@ -97,6 +118,10 @@ bool scalar_matches(schema_compiler& c, const json& v, const schema_node& n) {
       if (!c.regex_matches(p, true, s)) return false;
     for (const auto& f : n.formats)
       if (!c.regex_matches(*format_regex(f), false, s)) return false;
+    for (const auto& p : n.anti_patterns)
+      if (c.regex_matches(p, true, s)) return false;
+    for (const auto& x : n.excluded_strings)
+      if (x == s) return false;
     return true;
   }
   decimal d = to_decimal(v);
