@@ -4,6 +4,7 @@
 
 #include "actors/logging.hpp"
 #include "actors/node_actor.hpp"
+#include "actors/tls_error_queue.hpp"
 #include "common/error.hpp"
 
 #include <caf/all.hpp>
@@ -75,6 +76,10 @@ process_config::process_config(const network_settings& s) {
     DI_CHECK(!s.tls.certificate.empty() && !s.tls.key.empty() && !s.tls.cafile.empty(),
              "TLS needs a certificate, a key and a CA file (anonymous TLS would authenticate nobody)");
     load<caf::openssl::manager>();
+    if (!tls_error_queue_guard_active())
+      component_logger("node")->warn(
+          "TLS: the OpenSSL error-queue guard is not in effect in this binary; one failed "
+          "handshake may break this process's other TLS connections (actors/tls_error_queue.hpp)");
     set("openssl.certificate", s.tls.certificate);
     set("openssl.key", s.tls.key);
     set("openssl.cafile", s.tls.cafile);

@@ -102,7 +102,8 @@ TEST_CASE("runner: a sampled request with a cached prefix draws exactly the toke
       cpu_model_runner runner(
           model, {.kv_pool_tokens = 4096, .num_snapshots = num_snapshots, .max_model_len = 512});
       runtime::scheduler s = make_scheduler(
-          runner, {.budget = 512, .prefix_caching = true, .snapshot_interval = num_snapshots ? 1 : 0});
+          runner,
+          {.budget = 512, .prefix_caching = true, .snapshot_interval = num_snapshots ? 1 : 0});
       served got;
       serve_batch(s, runner, {cold}, got);
       serve_batch(s, runner, {warm, other}, got);
