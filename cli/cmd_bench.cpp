@@ -1,7 +1,8 @@
 // `deepinfer bench prefill|decode`: times the forward pass of a checkpoint and relates it to
 // the physical limits measured in the same run (host copy bandwidth for decode; an estimate
 // of FLOP/s for prefill). --device cuda runs the forward on the GPU (weights resident there) and
-// compares with the device copy bandwidth and the cuBLAS bf16 rate measured in the same run.
+// compares with the device copy bandwidth and the cuBLAS bf16 rate measured in the same run;
+// --cuda-graphs off|on|both times its decode steps eagerly, through CUDA graphs, or both ways.
 #include "cli/command.hpp"
 #include "cli/detail/bench_serve.hpp"
 #include "cli/detail/device_setup.hpp"
@@ -36,6 +37,7 @@ struct bench_options {
   std::string contexts = "128";
   int steps = 8;
   bool act_quant = true;
+  std::string cuda_graphs = "off";  ///< decode steps through CUDA graphs: off, on or both
   bool json = false;
 };
 
@@ -210,9 +212,12 @@ void print_table(const nlohmann::json& rows, const nlohmann::json& env) {
   for (const auto& r : rows) {
     if (r["phase"] == "decode") {
       fmt::print(
-          "decode  batch {:>4} ctx {:>6}: {:>9.2f} ms/step {:>9.1f} tok/s | read {:.3f} GB "
+          "decode  batch {:>4} ctx {:>6}{}: {:>9.2f} ms/step {:>9.1f} tok/s | read {:.3f} GB "
           "weights + {:.3f} GB cache | {:.1f} GB/s = {:.0f}% of copy bandwidth\n",
-          r["batch"].get<int>(), r["context"].get<int>(), r["ms_per_step"].get<double>(),
+          r["batch"].get<int>(), r["context"].get<int>(),
+          r.contains("cuda_graphs") ? (r["cuda_graphs"].get<bool>() ? " graphs on " : " graphs off")
+                                    : "",
+          r["ms_per_step"].get<double>(),
           r["tokens_per_s"].get<double>(), r["weight_bytes"].get<double>() / 1e9,
           r["cache_bytes"].get<double>() / 1e9, r["achieved_gbs"].get<double>(),
           100.0 * r["share_of_copy"].get<double>());
@@ -244,12 +249,17 @@ void run_bench(const bench_options& o, bool decode) {
   auto loaded = di::cli::load_model_for_generation(o.model, o.act_quant);
   const di::device dev = di::cli::place_model(*loaded.model, o.device, o.device_weights);
   const double load_s = now_s() - load_start;
-  const di::deepseek_model* model = loaded.model.get();
+  di::deepseek_model* model = loaded.model.get();
   int threads = 1;
 #ifdef _OPENMP
   threads = omp_get_max_threads();
 #endif
   const bool on_gpu = dev.kind == di::device_kind::cuda;
+  DI_CHECK(o.cuda_graphs == "off" || o.cuda_graphs == "on" || o.cuda_graphs == "both",
+           "--cuda-graphs must be off, on or both, got '{}'", o.cuda_graphs);
+  std::vector<bool> graph_modes{o.cuda_graphs == "on"};
+  if (o.cuda_graphs == "both") graph_modes = {false, true};
+  if (!on_gpu || !decode) graph_modes = {false};  // graphs: CUDA decode steps only
   const double copy_gbs =
       on_gpu ? di::cli::measure_device_copy_gbs(dev) : di::cli::measure_copy_bandwidth();
   const double peak_tflops = on_gpu && !decode ? di::cli::measure_device_bf16_tflops(dev) : 0.0;
@@ -261,8 +271,18 @@ void run_bench(const bench_options& o, bool decode) {
   nlohmann::json rows = nlohmann::json::array();
   for (int b : batches)
     for (int c : contexts)
-      rows.push_back(decode ? bench_decode(*model, b, c, o.steps, copy_gbs)
-                            : bench_prefill(*model, b, c, o.steps, peak_tflops));
+      for (bool graphs : graph_modes) {
+        di::forward_options fo = model->options();
+        fo.cuda_graphs = graphs;
+        model->set_options(fo);
+        nlohmann::json row = decode ? bench_decode(*model, b, c, o.steps, copy_gbs)
+                                    : bench_prefill(*model, b, c, o.steps, peak_tflops);
+        if (decode && on_gpu) {
+          row["cuda_graphs"] = graphs;
+          row["graph_pieces"] = model->captured_graphs();
+        }
+        rows.push_back(row);
+      }
   if (o.json) {
     env["results"] = rows;
     fmt::print("{}\n", env.dump(2));
@@ -286,6 +306,10 @@ void add_common(CLI::App* sub, const std::shared_ptr<bench_options>& o) {
       ->capture_default_str();
   sub->add_flag("--act-quant,!--no-act-quant", o->act_quant,
                 "FP8 activation quantization (default on)");
+  sub->add_option("--cuda-graphs", o->cuda_graphs,
+                  "CUDA decode steps through captured graphs: off, on, or both (each batch "
+                  "timed both ways)")
+      ->capture_default_str();
   sub->add_flag("--json", o->json, "Print one JSON object");
 }
 

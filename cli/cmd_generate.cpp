@@ -32,6 +32,7 @@ struct generate_options {
   std::string prompt_ids;
   std::string chat;
   std::string act_quant = "on";
+  std::string cuda_graphs = "off";
   std::string device = "cpu";
   std::string device_weights = "stored";
   bool json = false;
@@ -125,6 +126,11 @@ void run_generate(generate_options& o) {
   std::string dir = o.model.empty() ? default_model() : o.model;
   di::cli::loaded_model m = di::cli::load_model_for_generation(dir, o.act_quant == "on");
   di::cli::place_model(*m.model, o.device, o.device_weights);
+  DI_CHECK(o.cuda_graphs == "on" || o.cuda_graphs == "off", "--cuda-graphs must be on or off, "
+           "got '{}'", o.cuda_graphs);
+  di::forward_options fo = m.model->options();
+  fo.cuda_graphs = o.cuda_graphs == "on";
+  m.model->set_options(fo);
   di::cli::generation_request req;
   req.prompt_ids = prompt_tokens(o, m, dir);
   req.params = o.params;
@@ -195,6 +201,8 @@ void setup_generate(CLI::App& app) {
                   "resident on the GPU)")->capture_default_str();
   sub->add_option("--device-weights", o->device_weights, "CUDA weight layout: stored (FP8/FP4 "
                   "as the checkpoint stores them) or f32 (decoded exactly)")->capture_default_str();
+  sub->add_option("--cuda-graphs", o->cuda_graphs, "CUDA: decode steps replay captured graphs "
+                  "(on) or launch every kernel (off)")->capture_default_str();
   sub->add_flag("--json", o->json, "Print one JSON object (prompt_ids, output_ids, text, "
                 "finish_reason, logprobs, prompt_logprobs) instead of streaming text");
   sub->add_flag("--no-stats", o->no_stats, "Do not print the timing line on stderr");

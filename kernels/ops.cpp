@@ -156,6 +156,12 @@ routing route(const tensor& logits, const tensor& bias, const tensor& fixed,
   return cpu::route(logits, bias, fixed, params);
 }
 
+expert_groups group_by_expert(const routing& route, int experts) {
+  DI_CUDA_TWIN(route.experts, group_by_expert(route, experts));
+  require_cpu(route.experts, "group_by_expert");
+  return cpu::group_by_expert(route, experts);
+}
+
 tensor swiglu(const tensor& gate, const tensor& up, float limit, const tensor& row_scale) {
   DI_CUDA_TWIN(gate, swiglu(gate, up, limit, row_scale));
   require_cpu(gate, "swiglu");

@@ -147,6 +147,16 @@ struct routing {
 routing route(const tensor& logits, const tensor& bias, const tensor& fixed,
               const router_params& params);
 
+/// Routed (token, expert) pairs grouped by expert, as ops::expert_linear takes them: pair
+/// (r, j) of routing [tokens, k] lands in expert experts[r, j]'s group; within a group in
+/// (r, j) order. Computed where the routing lives (no host read-back on the GPU).
+struct expert_groups {
+  tensor rows;     // [tokens * k] i64 token row of each grouped pair
+  tensor weights;  // [tokens * k] f32 its routing weight
+  tensor offsets;  // [experts + 1] i32 group e is [offsets[e], offsets[e + 1])
+};
+expert_groups group_by_expert(const routing& route, int experts);
+
 /// silu(min(gate, limit)) * clamp(up, -limit, limit) (no clamp when limit <= 0), each row
 /// scaled by row_scale[row] when `row_scale` [rows] is defined. gate, up [rows, inter].
 tensor swiglu(const tensor& gate, const tensor& up, float limit, const tensor& row_scale);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Gathers what a device call needs for the whole-model GPU run into $build/bundle (default
-# build-cuda-fwd): test_forward_cuda, the deepinfer CLI when it is built, the non-system shared
+# build-cuda-fwd): test_forward_cuda (and test_kernels_cuda / test_cuda_model_ops when built
+# there), the deepinfer CLI when it is built, the non-system shared
 # libraries they load (lib/), the bench/peer script's inputs, and the golden checkpoints that
 # fit a call (v41_public; v4_public's 76 MB model does not fit the 64 MiB a call carries) under
 # shared/testdata/golden, packed into $build/fwd-bundle.tar.xz (the libraries alone are over
@@ -12,6 +13,9 @@ bundle=$build/bundle
 rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/tests" "$bundle/lib" "$bundle/shared/testdata/golden"
 cp "$build/tests/test_forward_cuda" "$bundle/tests/"
+for t in test_kernels_cuda test_cuda_model_ops; do  # the kernel-level GPU tests when built here
+  [[ -x $build/tests/$t ]] && cp "$build/tests/$t" "$bundle/tests/"
+done
 [[ -x $build/bin/deepinfer ]] && cp "$build/bin/deepinfer" "$bundle/bin/"
 system='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libnccl|libnvidia)[.-]'
 for exe in "$bundle"/bin/* "$bundle"/tests/*; do

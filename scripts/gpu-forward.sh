@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # On the GPU machine: unpacks the bundle scripts/gpu-forward-bundle.sh made (carry
-# build-cuda-fwd/fwd-bundle.tar.xz), runs the whole-model GPU tests, then -- with a preset
+# build-cuda-fwd/fwd-bundle.tar.xz), runs the GPU tests it holds, then -- with a preset
 # name as $1 (v41-flash-L4 / v4-flash-L4) -- makes that checkpoint on the machine and runs the
 # decode/prefill benchmarks on it. Logs go to $OUT.
-#   DEEPINFER_BENCH_CONTEXT (default 2048), DEEPINFER_BENCH_BATCH (default 1,8,32,64)
+#   DEEPINFER_BENCH_CONTEXT (default 2048), DEEPINFER_BENCH_BATCH (default 1,8,32,64),
+#   DEEPINFER_BENCH_GRAPHS (decode through CUDA graphs: off, on or both -- the default)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/out}
@@ -12,9 +13,16 @@ tar -C /tmp/fwd -xJf build-cuda-fwd/fwd-bundle.tar.xz
 export LD_LIBRARY_PATH=/tmp/fwd/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export DEEPINFER_SHARED_DIR=/tmp/fwd/shared
 if [[ ${DEEPINFER_SKIP_TESTS:-0} != 1 ]]; then
+  for t in /tmp/fwd/tests/test_kernels_cuda /tmp/fwd/tests/test_cuda_model_ops; do
+    [[ -x $t ]] || continue
+    DEEPINFER_SOURCE_DIR=$PWD "$t" >"$out/$(basename "$t").log" 2>&1
+    echo "$(basename "$t") rc=$? $(grep -E '^\[doctest\] (test cases|assertions)' \
+      "$out/$(basename "$t").log" | tr -s ' ' | paste -sd' ')"
+    grep -E "ERROR|FATAL" -A3 "$out/$(basename "$t").log" | head -20
+  done
   /tmp/fwd/tests/test_forward_cuda -s >"$out/test_forward_cuda.log" 2>&1
   echo "test_forward_cuda rc=$?"
-  grep -E "GPU |not run|status:|test cases:|ERROR|FAILED" "$out/test_forward_cuda.log" |
+  grep -E "GPU |graphs|not run|status:|test cases:|ERROR|FAILED" "$out/test_forward_cuda.log" |
     grep -v "^  CHECK" | sort -u | head -60
 fi
 # Benchmarks: each preset named on the command line is made here, benchmarked, removed.
@@ -27,6 +35,7 @@ for preset in "$@"; do
   "$di" make-model --preset "$preset" --out "$dir" --quiet || { echo "make-model $preset failed"; continue; }
   echo "make-model $preset: $(( ($(date +%s%N) - t0) / 1000000 )) ms, $(du -sh "$dir" | cut -f1)"
   "$di" bench decode --model "$dir" --device cuda --batch "$batches" --context "$ctx" --steps 8 \
+    --cuda-graphs "${DEEPINFER_BENCH_GRAPHS:-both}" \
     2>&1 | tee "$out/bench-decode-$preset.log"
   "$di" bench prefill --model "$dir" --device cuda --batch 1 --context 2048 --steps 8 \
     2>&1 | tee "$out/bench-prefill-$preset.log"

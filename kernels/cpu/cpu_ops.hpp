@@ -19,6 +19,7 @@ using ops::hc_mix;
 using ops::hc_params;
 using ops::linear_params;
 using ops::router_params;
+using ops::expert_groups;
 using ops::routing;
 using ops::sparse_attention_params;
 
@@ -46,6 +47,7 @@ tensor candidate_blocks(const tensor& scores, const tensor& visible, int topk_bl
                         int block_size);
 routing route(const tensor& logits, const tensor& bias, const tensor& fixed,
               const router_params& params);
+expert_groups group_by_expert(const routing& route, int experts);
 tensor swiglu(const tensor& gate, const tensor& up, float limit, const tensor& row_scale);
 tensor compress_tokens(const tensor& kv, const tensor& score, std::int64_t start, tensor& state_kv,
                        tensor& state_score, const compress_params& params);

@@ -132,6 +132,30 @@ routing route(const tensor& logits, const tensor& bias, const tensor& fixed,
   return out;
 }
 
+expert_groups group_by_expert(const routing& route, int experts) {
+  check_cpu_tensor(route.experts, dtype::i32, 2, "group_by_expert experts");
+  check_tensor(route.weights, dtype::f32, route.experts.shape(), "group_by_expert weights");
+  DI_CHECK(experts > 0, "group_by_expert: {} experts", experts);
+  const std::int64_t n = route.experts.numel();
+  const std::int32_t* ids = route.experts.data<std::int32_t>();
+  expert_groups g{tensor::empty({n}, dtype::i64), tensor::empty({n}, dtype::f32),
+                  tensor::zeros({std::int64_t(experts) + 1}, dtype::i32)};
+  std::int32_t* offs = g.offsets.data<std::int32_t>();
+  for (std::int64_t i = 0; i < n; ++i) {
+    DI_CHECK(ids[i] >= 0 && ids[i] < experts, "group_by_expert: expert {} of {}", ids[i], experts);
+    ++offs[ids[i] + 1];
+  }
+  for (int e = 0; e < experts; ++e) offs[e + 1] += offs[e];
+  std::vector<std::int32_t> fill(offs, offs + experts);  // next free slot of each group
+  const std::int64_t k = route.experts.size(1);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int32_t at = fill[std::size_t(ids[i])]++;
+    g.rows.data<std::int64_t>()[at] = i / k;
+    g.weights.data<float>()[at] = route.weights.data<float>()[i];
+  }
+  return g;
+}
+
 tensor engram_gate(const tensor& h, const tensor& key, const tensor& value, const tensor& weight,
                    const engram_params& p) {
   check_cpu_tensor(h, dtype::f32, 3, "engram streams");

@@ -146,6 +146,21 @@ struct route_params {
 };
 void launch_route(const route_params& p, cudaStream_t stream);
 
+/// ops::group_by_expert on the device: one block counts each expert's pairs, scans the
+/// counts into offsets and writes every group in (token, slot) order (no atomics: the same
+/// order as the CPU twin). Out-of-range experts count as expert 0 (contained, as in routing).
+struct group_experts_params {
+  const std::int32_t* experts_in = nullptr;  ///< [pairs] (routing [tokens, k] flattened)
+  const float* weights_in = nullptr;         ///< [pairs]
+  std::int64_t* rows = nullptr;              ///< [pairs] token of each grouped pair
+  float* weights = nullptr;                  ///< [pairs]
+  std::int32_t* offsets = nullptr;           ///< [experts + 1]
+  std::int64_t pairs = 0;
+  int k = 1;        ///< pairs per token
+  int experts = 0;  ///< <= 1024
+};
+void launch_group_experts(const group_experts_params& p, cudaStream_t stream);
+
 /// silu(min(gate, limit)) * clamp(up, ±limit) (no clamp for limit <= 0), times row_scale.
 struct swiglu_params {
   const float* gate = nullptr;  ///< [rows, inter]

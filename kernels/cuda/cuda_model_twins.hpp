@@ -36,6 +36,7 @@ tensor candidate_blocks(const tensor& scores, const tensor& visible, int topk_bl
                         int block_size);
 ops::routing route(const tensor& logits, const tensor& bias, const tensor& fixed,
                    const ops::router_params& params);
+ops::expert_groups group_by_expert(const ops::routing& route, int experts);
 tensor swiglu(const tensor& gate, const tensor& up, float limit, const tensor& row_scale);
 tensor compress_tokens(const tensor& kv, const tensor& score, std::int64_t start, tensor& state_kv,
                        tensor& state_score, const ops::compress_params& params);

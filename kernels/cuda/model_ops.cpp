@@ -221,6 +221,28 @@ ops::routing route(const tensor& logits, const tensor& bias, const tensor& fixed
   return out;
 }
 
+ops::expert_groups group_by_expert(const ops::routing& route, int experts) {
+  check_cuda_tensor(route.experts, dtype::i32, 2, "group_by_expert experts");
+  check_tensor(route.weights, dtype::f32, route.experts.shape(), "group_by_expert weights");
+  same_device(route.experts, route.weights, "group_by_expert");
+  DI_CHECK(experts > 0, "group_by_expert: {} experts", experts);
+  const std::int64_t n = route.experts.numel();
+  const device dev = route.experts.dev();
+  ops::expert_groups g{tensor::empty({n}, dtype::i64, dev), tensor::empty({n}, dtype::f32, dev),
+                       tensor::empty({std::int64_t(experts) + 1}, dtype::i32, dev)};
+  group_experts_params p;
+  p.experts_in = route.experts.data<std::int32_t>();
+  p.weights_in = route.weights.data<float>();
+  p.rows = g.rows.data<std::int64_t>();
+  p.weights = g.weights.data<float>();
+  p.offsets = g.offsets.data<std::int32_t>();
+  p.pairs = n;
+  p.k = int(std::max<std::int64_t>(1, route.experts.size(1)));
+  p.experts = experts;
+  launch_group_experts(p, current_stream());
+  return g;
+}
+
 tensor swiglu(const tensor& gate, const tensor& up, float limit, const tensor& row_scale) {
   check_cuda_tensor(gate, dtype::f32, 2, "swiglu gate");
   check_tensor(up, dtype::f32, gate.shape(), "swiglu up");

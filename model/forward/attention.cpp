@@ -106,32 +106,54 @@ tensor attend_sequence(forward_pass& pass, int layer, sequence_pass& s, const te
 
 }  // namespace
 
-tensor attention_forward(forward_pass& pass, int layer, const tensor& x) {
+namespace {
+
+const tensor& inv_freq_of(const forward_pass& pass, int layer) {
+  return pass.config.compress_ratio(layer) > 0 ? pass.inv_freq_compress : pass.inv_freq_main;
+}
+
+}  // namespace
+
+attention_inputs attention_project(const forward_pass& pass, int layer, const tensor& x) {
   const model_config& c = pass.config;
   const attention_weights& w = pass.weights.layers[std::size_t(layer)].attn;
   const std::int64_t rows = x.size(0), heads = c.num_heads, hd = c.head_dim;
   const float eps = float(c.rms_norm_eps);
-  const tensor& inv_freq =
-      c.compress_ratio(layer) > 0 ? pass.inv_freq_compress : pass.inv_freq_main;
+  const tensor& inv_freq = inv_freq_of(pass, layer);
 
-  tensor q_residual = ops::rms_norm(pass.linear(x, w.wq_a), w.q_norm, eps);       // [rows, q_lora]
-  tensor q = pass.linear(q_residual, w.wq_b);                                     // [rows, H * hd]
+  attention_inputs in;
+  in.q_residual = ops::rms_norm(pass.linear(x, w.wq_a), w.q_norm, eps);  // [rows, q_lora]
+  tensor q = pass.linear(in.q_residual, w.wq_b);                          // [rows, H * hd]
   if (!c.is_v41()) q = ops::rms_norm(q.view({rows * heads, hd}), tensor(), eps);  // per head
-  q = q.view({rows, heads, hd});
-  ops::rotary(q, pass.positions, inv_freq, false);
-  tensor kv = ops::rms_norm(pass.linear(x, w.wkv), w.kv_norm, eps);  // [rows, hd]
-  ops::rotary(kv, pass.positions, inv_freq, false);
-  quantize_window_rows(pass, kv);
+  in.q = q.view({rows, heads, hd});
+  ops::rotary(in.q, pass.positions, inv_freq, false);
+  in.kv = ops::rms_norm(pass.linear(x, w.wkv), w.kv_norm, eps);  // [rows, hd]
+  ops::rotary(in.kv, pass.positions, inv_freq, false);
+  quantize_window_rows(pass, in.kv);
+  return in;
+}
 
+tensor attention_core(forward_pass& pass, int layer, const attention_inputs& in, const tensor& x) {
   std::vector<tensor> outs;  // per sequence [count, H, hd]
   for (sequence_pass& s : pass.seqs)
-    outs.push_back(attend_sequence(pass, layer, s, forward_pass::rows_of(q, s),
-                                   forward_pass::rows_of(kv, s), forward_pass::rows_of(x, s),
-                                   forward_pass::rows_of(q_residual, s)));
-  tensor o = ops::concat_rows(outs);  // [rows, H, hd]
-  ops::rotary(o, pass.positions, inv_freq, true);
+    outs.push_back(attend_sequence(pass, layer, s, forward_pass::rows_of(in.q, s),
+                                   forward_pass::rows_of(in.kv, s), forward_pass::rows_of(x, s),
+                                   forward_pass::rows_of(in.q_residual, s)));
+  return ops::concat_rows(outs);  // [rows, H, hd]
+}
+
+tensor attention_output(const forward_pass& pass, int layer, tensor o) {
+  const model_config& c = pass.config;
+  const attention_weights& w = pass.weights.layers[std::size_t(layer)].attn;
+  const std::int64_t rows = o.size(0), heads = c.num_heads, hd = c.head_dim;
+  ops::rotary(o, pass.positions, inv_freq_of(pass, layer), true);
   tensor grouped = ops::grouped_linear(o.view({rows, c.o_groups, heads * hd / c.o_groups}), w.wo_a);
   return pass.linear(grouped.view({rows, std::int64_t(c.o_groups) * c.o_lora_rank}), w.wo_b);
+}
+
+tensor attention_forward(forward_pass& pass, int layer, const tensor& x) {
+  const attention_inputs in = attention_project(pass, layer, x);
+  return attention_output(pass, layer, attention_core(pass, layer, in, x));
 }
 
 }  // namespace di::detail

@@ -1,7 +1,8 @@
 // One decoder block with manifold hyper-connections. V4.1 collapses each sub-block's input
 // with the `pre` computed at the previous mixing site (single pass: attention uses the last
 // FFN site's, the FFN this attention site's); V4 uses each site's own. The sub-blocks live in
-// attention.cpp and moe.cpp.
+// attention.cpp and moe.cpp. With decode graphs, the fixed-shape parts before and after the
+// per-sequence attention replay as captured pieces (detail/decode_graphs.hpp).
 #include "model/forward/detail/forward_pass.hpp"
 
 namespace di::detail {
@@ -12,28 +13,82 @@ ops::hc_params hc_params_of(const model_config& c) {
   return {c.hc_mult, c.hc_sinkhorn_iters, float(c.hc_eps), float(c.rms_norm_eps)};
 }
 
+/// The attention site up to the per-sequence attention: mix, collapsed and normed input,
+/// queries and new window rows.
+struct attention_site {
+  ops::hc_mix mix;
+  tensor h;  // [rows, dim]
+  attention_inputs in;
+};
+
+attention_site attention_site_forward(const forward_pass& pass, int layer, const tensor& x,
+                                      const tensor& pre_mix) {
+  const model_config& c = pass.config;
+  const layer_weights& w = pass.weights.layers[std::size_t(layer)];
+  attention_site a;
+  a.mix = ops::hc_mixes(x, w.hc_attn.fn, w.hc_attn.scale, w.hc_attn.base, hc_params_of(c));
+  const tensor& attn_pre = c.is_v41() ? pre_mix : a.mix.pre;  // [rows, hc]
+  a.h = ops::rms_norm(ops::hc_collapse(x, attn_pre), w.attn_norm, float(c.rms_norm_eps));
+  a.in = attention_project(pass, layer, a.h);
+  return a;
+}
+
+/// From the attention output o [rows, H, hd] to the block output [rows, hc, dim]: output
+/// projection, expand, FFN site (pre_mix receives its pre).
+tensor ffn_site_forward(const forward_pass& pass, int layer, const tensor& o, const tensor& x,
+                        const ops::hc_mix& attn_mix, tensor& pre_mix) {
+  const model_config& c = pass.config;
+  const layer_weights& w = pass.weights.layers[std::size_t(layer)];
+  tensor a = attention_output(pass, layer, o);                     // [rows, dim]
+  tensor y = ops::hc_expand(a, x, attn_mix.post, attn_mix.comb);  // [rows, hc, dim]
+  ops::hc_mix ffn_mix = ops::hc_mixes(y, w.hc_ffn.fn, w.hc_ffn.scale, w.hc_ffn.base,
+                                      hc_params_of(c));
+  const tensor& ffn_pre = c.is_v41() ? attn_mix.pre : ffn_mix.pre;  // [rows, hc]
+  tensor h = ops::rms_norm(ops::hc_collapse(y, ffn_pre), w.ffn_norm, float(c.rms_norm_eps));
+  tensor f = moe_forward(pass, layer, h);  // [rows, dim]
+  pre_mix = ffn_mix.pre;
+  return ops::hc_expand(f, y, ffn_mix.post, ffn_mix.comb);  // [rows, hc, dim]
+}
+
+/// The pass a captured piece runs with: the graphs' padded tokens and positions, no
+/// sequences (pieces never touch per-sequence state).
+forward_pass padded_pass(const forward_pass& pass) {
+  forward_pass p = pass;
+  p.tokens = pass.graphs->tokens();
+  p.positions = pass.graphs->positions();
+  p.seqs.clear();
+  p.graphs = nullptr;
+  return p;
+}
+
+/// block_forward through the decode graphs: two captured pieces around the eager attention.
+tensor graphed_block(forward_pass& pass, int layer, const tensor& x, tensor& pre_mix) {
+  decode_graphs& g = *pass.graphs;
+  const std::vector<tensor> site = g.run(layer, 0, {x, pre_mix}, [&](const std::vector<tensor>& in) {
+    const attention_site a = attention_site_forward(padded_pass(pass), layer, in[0], in[1]);
+    return std::vector<tensor>{a.mix.pre, a.mix.post, a.mix.comb, a.h,
+                               a.in.q_residual, a.in.q, a.in.kv};
+  });
+  const ops::hc_mix mix{site[0], site[1], site[2]};
+  const tensor o = attention_core(pass, layer, {site[4], site[5], site[6]}, site[3]);
+  const std::vector<tensor> out =
+      g.run(layer, 1, {o, x, mix.pre, mix.post, mix.comb}, [&](const std::vector<tensor>& in) {
+        tensor next_pre;
+        tensor y = ffn_site_forward(padded_pass(pass), layer, in[0], in[1],
+                                    ops::hc_mix{in[2], in[3], in[4]}, next_pre);
+        return std::vector<tensor>{y, next_pre};
+      });
+  pre_mix = out[1];
+  return out[0];
+}
+
 }  // namespace
 
 tensor block_forward(forward_pass& pass, int layer, const tensor& x, tensor& pre_mix) {
-  const model_config& c = pass.config;
-  const layer_weights& w = pass.weights.layers[std::size_t(layer)];
-  const ops::hc_params hp = hc_params_of(c);
-  const float eps = float(c.rms_norm_eps);
-
-  // attention site: x [rows, hc, dim]
-  ops::hc_mix attn_mix = ops::hc_mixes(x, w.hc_attn.fn, w.hc_attn.scale, w.hc_attn.base, hp);
-  const tensor& attn_pre = c.is_v41() ? pre_mix : attn_mix.pre;               // [rows, hc]
-  tensor h = ops::rms_norm(ops::hc_collapse(x, attn_pre), w.attn_norm, eps);  // [rows, dim]
-  tensor a = attention_forward(pass, layer, h);                               // [rows, dim]
-  tensor y = ops::hc_expand(a, x, attn_mix.post, attn_mix.comb);              // [rows, hc, dim]
-
-  // FFN site
-  ops::hc_mix ffn_mix = ops::hc_mixes(y, w.hc_ffn.fn, w.hc_ffn.scale, w.hc_ffn.base, hp);
-  const tensor& ffn_pre = c.is_v41() ? attn_mix.pre : ffn_mix.pre;   // [rows, hc]
-  h = ops::rms_norm(ops::hc_collapse(y, ffn_pre), w.ffn_norm, eps);  // [rows, dim]
-  tensor f = moe_forward(pass, layer, h);                            // [rows, dim]
-  pre_mix = ffn_mix.pre;
-  return ops::hc_expand(f, y, ffn_mix.post, ffn_mix.comb);  // [rows, hc, dim]
+  if (pass.graphs != nullptr) return graphed_block(pass, layer, x, pre_mix);
+  const attention_site a = attention_site_forward(pass, layer, x, pre_mix);
+  const tensor o = attention_core(pass, layer, a.in, a.h);  // [rows, H, hd]
+  return ffn_site_forward(pass, layer, o, x, a.mix, pre_mix);
 }
 
 }  // namespace di::detail

@@ -32,7 +32,17 @@ std::unique_ptr<deepseek_model> deepseek_model::load(const std::filesystem::path
   return std::make_unique<deepseek_model>(std::move(config), std::move(weights), options);
 }
 
+void deepseek_model::set_options(const forward_options& options) {
+  graphs_.reset();
+  options_ = options;
+}
+
+std::int64_t deepseek_model::captured_graphs() const {
+  return graphs_ ? graphs_->captured() : 0;
+}
+
 void deepseek_model::to_device(device dev, device_weight_format format) {
+  graphs_.reset();
   weights_ = weights_to_device(weights_, config_, dev, format);
   inv_freq_main_ = inv_freq_main_.to(dev);
   inv_freq_compress_ = inv_freq_compress_.to(dev);
@@ -65,6 +75,19 @@ void validate_request(const model_config& c, const forward_request& r, std::size
   for (std::int64_t row : r.logit_rows)
     DI_CHECK(row >= 0 && row < std::int64_t(r.tokens.size()), "request {}: logit row {} of {}",
              index, row, r.tokens.size());
+}
+
+/// Whether a batch runs through the decode graphs: CUDA, graphs on, one new token per
+/// sequence, no hidden-state capture, few enough rows, every MoE layer free of read-backs.
+bool use_graphs(const detail::forward_pass& pass, std::span<forward_request> batch,
+                std::int64_t largest) {
+  if (!pass.on_cuda() || !pass.options.cuda_graphs || std::int64_t(batch.size()) > largest)
+    return false;
+  for (const forward_request& r : batch)
+    if (r.tokens.size() != 1 || r.capture_hidden) return false;
+  for (int l = 0; l < pass.config.num_layers; ++l)
+    if (!detail::moe_is_graphable(pass, l)) return false;
+  return true;
 }
 
 /// Blocks for every entry the request will append, taken before anything is written.
@@ -156,6 +179,13 @@ std::vector<forward_output> deepseek_model::forward(std::span<forward_request> b
     pass.positions = detail::upload_async(pass.positions, dev());
     for (detail::sequence_pass& s : pass.seqs)
       s.positions = pass.positions.slice(0, s.offset, s.offset + s.count);
+  }
+  const std::vector<int>& sizes = options_.graph_batch_sizes;
+  const std::int64_t largest = sizes.empty() ? 0 : *std::max_element(sizes.begin(), sizes.end());
+  if (use_graphs(pass, batch, largest)) {
+    if (!graphs_) graphs_ = std::make_shared<detail::decode_graphs>(sizes);
+    graphs_->begin_step(rows, pass.tokens, pass.positions);
+    pass.graphs = graphs_.get();
   }
   std::vector<forward_output> out = detail::run_model(pass, batch, hash_ids);
   for (std::size_t i = 0; i < batch.size(); ++i) {

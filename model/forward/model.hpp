@@ -25,7 +25,18 @@ struct forward_options {
   /// FP8-quantizes its input per block of quant.block_k. Variant B (false) skips that; both
   /// keep the model's KV-cache and indexer quantization.
   bool act_quant = true;
+  /// CUDA only: one-token-per-sequence decode steps (no hidden-state capture) of at most
+  /// the largest of graph_batch_sizes sequences replay each block's fixed-shape pieces from
+  /// CUDA graphs, the batch padded to the next size (captured on first use); attention per
+  /// sequence stays eager. Needs the grouped MoE path (stored weights, act_quant); models
+  /// without it run eagerly.
+  bool cuda_graphs = false;
+  std::vector<int> graph_batch_sizes = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256};
 };
+
+namespace detail {
+class decode_graphs;
+}
 
 /// One sequence's part of a batched forward.
 struct forward_request {
@@ -60,7 +71,10 @@ class deepseek_model {
   void to_device(device dev, device_weight_format format = device_weight_format::stored);
   const cache_layout& layout() const { return layout_; }
   const forward_options& options() const { return options_; }
-  void set_options(const forward_options& options) { options_ = options; }
+  /// Replaces the options (dropping any captured decode graphs).
+  void set_options(const forward_options& options);
+  /// Decode-graph pieces captured so far (0 with graphs off).
+  std::int64_t captured_graphs() const;
   /// Engram models hash each sequence's tokens with it (model/engram); without one every
   /// request must carry its engram_hash_ids.
   void set_engram_hasher(std::shared_ptr<const engram_hasher> hasher) {
@@ -84,6 +98,9 @@ class deepseek_model {
   tensor inv_freq_main_;      // [rope_head_dim / 2]
   tensor inv_freq_compress_;  // [rope_head_dim / 2]
   std::shared_ptr<const engram_hasher> hasher_;
+  /// Captured decode graphs (options_.cuda_graphs on a CUDA model); forward() is not
+  /// reentrant on one model (one executor thread drives it).
+  mutable std::shared_ptr<detail::decode_graphs> graphs_;
 };
 
 }  // namespace di

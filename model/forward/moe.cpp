@@ -17,7 +17,7 @@ struct expert_batch {
   std::vector<float> weights;      // [n] routing weight of each
 };
 
-std::vector<expert_batch> group_by_expert(const ops::routing& route, int num_experts) {
+std::vector<expert_batch> group_on_host(const ops::routing& route, int num_experts) {
   std::vector<expert_batch> out(static_cast<std::size_t>(num_experts));
   const std::int64_t rows = route.experts.size(0), k = route.experts.size(1);
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -72,51 +72,44 @@ bool grouped_experts(const forward_pass& pass, const moe_weights& m) {
          pass.act(m.stacked.w1).act_quant_block > 0;
 }
 
-/// Every routed token through its experts in one expert_linear per projection: rows sorted by
-/// expert (a routing copy to the host sets the order), SwiGLU weighted by the routing weight,
-/// then added back into their tokens' rows of y.
+/// Every routed token through its experts in one expert_linear per projection: the routed
+/// pairs grouped by expert where the routing lives (ops::group_by_expert: no host read-back,
+/// so a decode step can be captured in a CUDA graph), SwiGLU weighted by the routing weight,
+/// then added back into their tokens' rows of y. No expert gets more rows than there are
+/// tokens (a token picks distinct experts), which bounds the grid.
 void grouped_expert_forward(const forward_pass& pass, const moe_weights& m,
-                            const std::vector<expert_batch>& groups, const tensor& x, tensor& y) {
+                            const ops::routing& route, const tensor& x, tensor& y) {
   const float limit = float(pass.config.swiglu_limit);
-  std::vector<std::int64_t> rows;
-  std::vector<float> weights;
-  std::vector<std::int32_t> offsets{0};
-  std::int64_t most = 0;
-  for (const expert_batch& g : groups) {
-    rows.insert(rows.end(), g.rows.begin(), g.rows.end());
-    weights.insert(weights.end(), g.weights.begin(), g.weights.end());
-    offsets.push_back(std::int32_t(rows.size()));
-    most = std::max<std::int64_t>(most, std::int64_t(g.rows.size()));
-  }
-  const std::int64_t n = std::int64_t(rows.size());
-  const tensor idx = pass.index(rows);
-  const tensor scale = pass.upload(tensor::view_of(weights.data(), {n}, dtype::f32));
-  const tensor offs =
-      pass.upload(tensor::view_of(offsets.data(), {std::int64_t(offsets.size())}, dtype::i32));
+  const ops::expert_groups g = ops::group_by_expert(route, pass.config.n_routed_experts);
+  const std::int64_t most = x.size(0);
   const ops::expert_linear_params p{pass.act(m.stacked.w1).act_quant_block, most};
-  const tensor xe = ops::gather_rows(x, idx);  // [n, dim] grouped by expert
-  tensor act = ops::swiglu(ops::expert_linear(xe, offs, m.stacked.w1.w, p),
-                           ops::expert_linear(xe, offs, m.stacked.w3.w, p), limit, scale);
+  const tensor xe = ops::gather_rows(x, g.rows);  // [tokens * k, dim] grouped by expert
+  tensor act = ops::swiglu(ops::expert_linear(xe, g.offsets, m.stacked.w1.w, p),
+                           ops::expert_linear(xe, g.offsets, m.stacked.w3.w, p), limit, g.weights);
   const ops::expert_linear_params p2{pass.act(m.stacked.w2).act_quant_block, most};
-  ops::scatter_add_rows(y, idx, ops::expert_linear(act, offs, m.stacked.w2.w, p2));
+  ops::scatter_add_rows(y, g.rows, ops::expert_linear(act, g.offsets, m.stacked.w2.w, p2));
 }
 
 }  // namespace
+
+bool moe_is_graphable(const forward_pass& pass, int layer) {
+  return grouped_experts(pass, pass.weights.layers[std::size_t(layer)].moe);
+}
 
 tensor moe_forward(const forward_pass& pass, int layer, const tensor& x) {
   const model_config& c = pass.config;
   const moe_weights& m = pass.weights.layers[std::size_t(layer)].moe;
   const float limit = float(c.swiglu_limit);
   ops::routing route = route_tokens(pass, layer, x);
-  if (pass.on_cuda()) {  // the grouping is host index math over the routing decisions
-    route.experts = route.experts.to(cpu_device);
-    route.weights = route.weights.to(cpu_device);
-  }
-  const std::vector<expert_batch> groups = group_by_expert(route, c.n_routed_experts);
   tensor y = tensor::zeros(x.shape(), dtype::f32, pass.dev());  // [rows, dim]
   if (grouped_experts(pass, m)) {
-    grouped_expert_forward(pass, m, groups, x, y);
+    grouped_expert_forward(pass, m, route, x, y);
   } else {
+    if (pass.on_cuda()) {  // the per-expert loop needs each group's size on the host
+      route.experts = route.experts.to(cpu_device);
+      route.weights = route.weights.to(cpu_device);
+    }
+    const std::vector<expert_batch> groups = group_on_host(route, c.n_routed_experts);
     for (int e = 0; e < c.n_routed_experts; ++e) {
       const expert_batch& g = groups[std::size_t(e)];
       if (g.rows.empty()) continue;

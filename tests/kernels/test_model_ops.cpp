@@ -42,6 +42,25 @@ TEST_CASE("route: bias picks, unbiased scores weigh, normalised and scaled") {
   CHECK(temp.weights.data<float>()[1] == doctest::Approx(sqrt_softplus(1.0f)));
 }
 
+TEST_CASE("group_by_expert: offsets, token rows and weights in (token, slot) order") {
+  // 3 tokens, k = 2, 4 experts: expert 1 gets (0,0) and (2,1); expert 2 none.
+  const ops::routing r{make<float>({3, 2}, {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f}),
+                       make<std::int32_t>({3, 2}, {1, 3, 0, 3, 0, 1})};
+  const ops::expert_groups g = ops::group_by_expert(r, 4);
+  const std::vector<std::int32_t> offsets{0, 2, 4, 4, 6};
+  const std::vector<std::int64_t> rows{1, 2, 0, 2, 0, 1};
+  const std::vector<float> weights{0.3f, 0.5f, 0.1f, 0.6f, 0.2f, 0.4f};
+  for (int e = 0; e <= 4; ++e) CHECK(g.offsets.data<std::int32_t>()[e] == offsets[std::size_t(e)]);
+  for (int i = 0; i < 6; ++i) {
+    CHECK(g.rows.data<std::int64_t>()[i] == rows[std::size_t(i)]);
+    CHECK(g.weights.data<float>()[i] == weights[std::size_t(i)]);
+  }
+  const ops::routing empty{tensor::empty({0, 2}, dtype::f32), tensor::empty({0, 2}, dtype::i32)};
+  CHECK(ops::group_by_expert(empty, 4).offsets.data<std::int32_t>()[4] == 0);
+  CHECK_THROWS_AS(ops::group_by_expert(r, 3), di::error);  // expert 3 of 3
+  CHECK_THROWS_AS(ops::group_by_expert({r.experts, r.experts}, 4), di::error);  // f32 weights
+}
+
 TEST_CASE("engram_gate: signed-sqrt sigmoid gate of the normalised dot product") {
   tensor h = make<float>({1, 1, 2}, {1, 1});
   tensor value = make<float>({1, 2}, {10, 20});

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "kernels/ops.hpp"
+#include "model/forward/detail/decode_graphs.hpp"
 #include "model/forward/model.hpp"
 
 #include <cstdint>
@@ -43,6 +44,9 @@ struct forward_pass {
   tensor tokens;                    // [rows] i64
   tensor positions;                 // [rows] i64
   std::vector<sequence_pass> seqs;
+  /// Set for a decode step run through CUDA graphs (tokens/positions above stay the real
+  /// rows; the graphs hold padded copies).
+  decode_graphs* graphs = nullptr;
 
   /// Where the weights (and every activation of the call) live.
   device dev() const { return weights.dev; }
@@ -71,8 +75,21 @@ struct forward_pass {
 /// previous site's pre (V4.1) and is replaced by this block's FFN-site pre.
 tensor block_forward(forward_pass& pass, int layer, const tensor& x, tensor& pre_mix);
 
-/// The attention sub-block on normed inputs x [rows, dim] -> [rows, dim].
+/// The attention sub-block on normed inputs x [rows, dim] -> [rows, dim]: the three parts
+/// below in turn.
 tensor attention_forward(forward_pass& pass, int layer, const tensor& x);
+
+/// Queries and the new window rows of every batch row (fixed-shape: graph-capturable).
+struct attention_inputs {
+  tensor q_residual;  // [rows, q_lora_rank]
+  tensor q;           // [rows, H, hd] rotated
+  tensor kv;          // [rows, hd] rotated, window-quantized
+};
+attention_inputs attention_project(const forward_pass& pass, int layer, const tensor& x);
+/// Per sequence: window + compressed entries, cache updates, attention -> [rows, H, hd].
+tensor attention_core(forward_pass& pass, int layer, const attention_inputs& in, const tensor& x);
+/// Inverse rotation (in place on o [rows, H, hd]) and the output projection -> [rows, dim].
+tensor attention_output(const forward_pass& pass, int layer, tensor o);
 
 /// The compressed entries and their selection for one sequence: feeds the layer's
 /// compressors (if it owns any), then returns the decoded entries [entries, head_dim] and
@@ -101,6 +118,8 @@ tensor two_pool_attention(const tensor& q, const tensor& sinks, const tensor& kv
 
 /// The MoE sub-block on normed inputs x [rows, dim] -> [rows, dim].
 tensor moe_forward(const forward_pass& pass, int layer, const tensor& x);
+/// Whether layer's MoE runs without reading anything back to the host (grouped experts).
+bool moe_is_graphable(const forward_pass& pass, int layer);
 
 /// Engram: adds the layer's n-gram memory to the streams x [rows, hc, dim]; hash_ids
 /// [rows, columns] i64 of this layer.

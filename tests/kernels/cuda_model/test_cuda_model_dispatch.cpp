@@ -120,5 +120,33 @@ TEST_CASE("encode_cache_rows_at and index_scores_packed: pool rows and FP4 keys 
   CHECK(test::max_scaled_err(got.to(cpu_device), want, 1e-4, 1e-3) <= 1.0);
 }
 
+
+TEST_CASE("group_by_expert: the CPU's offsets, rows and weights exactly, edge sizes included") {
+  DI_REQUIRE_GPU();
+  struct shape {
+    std::int64_t tokens;
+    int k, experts;
+  };
+  // 0 tokens, one token, decode batches, a prefill over several 4096-pair chunks, 1024 experts
+  for (const shape c : {shape{0, 6, 256}, shape{1, 6, 256}, shape{64, 8, 384}, shape{3, 1, 7},
+                        shape{1100, 8, 256}, shape{40, 16, 1024}}) {
+    CAPTURE(c.tokens);
+    CAPTURE(c.experts);
+    const tensor logits = test::randn({c.tokens, c.experts}, 3.0f);
+    const ops::router_params rp{c.k, 1.0f, 1.5f, true, 1e-20f};
+    const ops::routing r = ops::route(logits, tensor(), tensor(), rp);
+    const ops::expert_groups want = ops::group_by_expert(r, c.experts);
+    const ops::routing rg{r.weights.to(gpu), r.experts.to(gpu)};
+    const ops::expert_groups got = ops::group_by_expert(rg, c.experts);
+    CHECK(got.rows.dev() == gpu);
+    CHECK(test::bytes_equal(got.offsets.to(cpu_device), want.offsets));
+    CHECK(test::bytes_equal(got.rows.to(cpu_device), want.rows));
+    CHECK(test::bytes_equal(got.weights.to(cpu_device), want.weights));
+    CHECK(want.offsets.data<std::int32_t>()[c.experts] == c.tokens * c.k);
+  }
+  const tensor bad = tensor::empty({2, 3}, dtype::f32, gpu);
+  CHECK_THROWS_AS(ops::group_by_expert({bad, bad}, 8), di::error);  // experts must be i32
+}
+
 }  // namespace
 }  // namespace di

@@ -7,7 +7,8 @@
 // margin >= 1, one off row allowed and reported -- the README's near-tie clause; variant B:
 // cos >= 0.995, mean|d| <= 0.3), and f32 variant B to cos >= 0.9999; and a
 // the make-model presets tiny-v4 and tiny-v41 (generated here) against the CPU engine, prefill
-// of three prompts plus batched decode steps.
+// of three prompts plus batched decode steps; and decode steps through CUDA graphs (padded
+// batches, captured then replayed) against the same model run eagerly.
 #include "model/make_model/make_model.hpp"
 #include "model/runner/cpu_model_runner.hpp"
 #include "tests/model/forward/golden.hpp"
@@ -152,6 +153,12 @@ void golden_suite(const std::string& name) {
     auto m = gpu_model(name, true, device_weight_format::stored);
     check_prefill(name, *m, "logits_last", bf16_a, name + " stored A");
     check_decode(name, *m, bf16_a, name + " stored A");
+    forward_options graphs = m->options();
+    graphs.cuda_graphs = true;
+    m->set_options(graphs);
+    check_decode(name, *m, bf16_a, name + " stored A, CUDA graphs");
+    MESSAGE(fmt::format("{} stored A: {} graph pieces captured", name, m->captured_graphs()));
+    CHECK(m->captured_graphs() > 0);
   }
   {
     auto m = gpu_model(name, false, device_weight_format::stored);
@@ -246,6 +253,58 @@ TEST_CASE("GPU forward: make-model presets against the CPU engine (prefill + bat
                         preset, act_quant ? "A" : "B", label, worst, rows, agree, rows));
         CHECK(worst >= (act_quant ? 0.99 : 0.999));
       }
+    }
+  }
+}
+
+TEST_CASE("GPU forward: decode steps through CUDA graphs give the eager logits") {
+  temp_dir tmp("gpu-graphs");
+  for (const char* preset : {"tiny-v4", "tiny-v41"}) {
+    const std::string dir = (tmp.path() / preset).string();
+    make_model({.preset = preset,
+                .out_dir = dir,
+                .tokenizer_dir = tokenizer_dir(),
+                .show_progress = false});
+    const tok::tokenizer tokenizer = tok::tokenizer::from_dir(dir);
+    auto m = deepseek_model::load(dir, {true});
+    attach_engram_hasher(*m, tokenizer);
+    m->to_device(gpu, device_weight_format::stored);
+    const std::int64_t vocab = m->config().vocab_size;
+    // 3 and 5 sequences pad to the captured sizes 4 and 8; 1 runs unpadded; 12 decode steps
+    // cross compression boundaries (entries appended inside the eager attention).
+    for (int batch : {3, 5, 1}) {
+      forward_options o = m->options();
+      o.cuda_graphs = false;
+      m->set_options(o);
+      const std::vector<float> eager = run_batch(*m, gpu, batch, 150, 12);
+      o.cuda_graphs = true;
+      m->set_options(o);
+      const std::vector<float> graphed = run_batch(*m, gpu, batch, 150, 12);
+      const std::int64_t pieces = m->captured_graphs();
+      const std::vector<float> again = run_batch(*m, gpu, batch, 150, 12);  // replays only
+      CHECK(m->captured_graphs() == pieces);
+      CHECK(pieces == 2 * m->config().num_layers);
+      REQUIRE(graphed.size() == eager.size());
+      REQUIRE(again.size() == eager.size());
+      double worst = 1.0, max_abs = 0.0, scale = 0.0;
+      int agree = 0, rows = 0;
+      for (std::size_t r = 0; r * std::size_t(vocab) < eager.size(); ++r, ++rows) {
+        for (const std::vector<float>* got : {&graphed, &again}) {
+          const float* a = got->data() + r * std::size_t(vocab);
+          const float* b = eager.data() + r * std::size_t(vocab);
+          const row_figures f = compare(a, b, std::size_t(vocab));
+          worst = std::min(worst, f.cosine);
+          max_abs = std::max(max_abs, f.max_abs);
+          for (std::int64_t i = 0; i < vocab; ++i) scale = std::max(scale, double(std::abs(b[i])));
+          agree += argmax(a, std::size_t(vocab)) == argmax(b, std::size_t(vocab));
+        }
+      }
+      MESSAGE(fmt::format("{} batch {}: graphs vs eager over {} rows x 2 runs: worst cos {:.8f}, "
+                          "max|d| {:.3g} (max|logit| {:.3g}), argmax {}/{}, {} pieces",
+                          preset, batch, rows, worst, max_abs, scale, agree, 2 * rows, pieces));
+      CHECK(worst >= 0.99999);
+      CHECK(max_abs <= 1e-3 * std::max(1.0, scale));
+      CHECK(agree == 2 * rows);
     }
   }
 }

@@ -1,0 +1,181 @@
+// decode_graphs (detail/decode_graphs.hpp): per (layer, piece, padded rows) a graph captured
+// on the executor's current stream. Memory the body allocates is captured as graph
+// allocations (stream-ordered allocator); the outputs' allocations stay alive with the
+// piece and are re-made at the same addresses on every launch (auto-free on launch), so the
+// returned views always name the latest replay's outputs.
+#include "model/forward/detail/decode_graphs.hpp"
+
+#include "common/error.hpp"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#if defined(DEEPINFER_HAVE_CUDA)
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/stream.hpp"
+
+#include <cuda_runtime_api.h>
+#endif
+
+namespace di::detail {
+
+namespace {
+
+/// `t`'s shape with its first dimension replaced by `rows`.
+tensor_shape with_rows(const tensor& t, std::int64_t rows) {
+  tensor_shape shape = t.shape();
+  shape[0] = rows;
+  return shape;
+}
+
+/// Copies src [rows, ...] into the first rows of dst [padded, ...].
+void copy_rows(tensor& dst, const tensor& src) {
+  DI_CHECK(src.type() == dst.type() && src.rank() == dst.rank() && src.size(0) <= dst.size(0),
+           "decode graph input {} does not fit its buffer {}", src.shape().str(),
+           dst.shape().str());
+  tensor head = dst.slice(0, 0, src.size(0));
+  head.copy_from(src);
+}
+
+}  // namespace
+
+#if defined(DEEPINFER_HAVE_CUDA)
+
+struct decode_graphs::impl {
+  struct piece {
+    std::vector<tensor> inputs;   // [padded, ...] persistent buffers
+    std::vector<tensor> outputs;  // [padded, ...] graph allocations kept with the graph
+    cudaGraphExec_t exec = nullptr;
+    ~piece() {
+      outputs.clear();  // freed (outside the graph) before the graph goes
+      if (exec != nullptr) cudaGraphExecDestroy(exec);
+    }
+  };
+  struct step_buffers {
+    tensor tokens;     // [padded] i64
+    tensor positions;  // [padded] i64
+  };
+  std::vector<int> sizes;
+  std::map<std::int64_t, step_buffers> steps;
+  std::map<std::tuple<int, int, std::int64_t>, std::unique_ptr<piece>> pieces;
+  std::int64_t rows = 0, padded = 0;
+};
+
+decode_graphs::decode_graphs(std::vector<int> sizes) : impl_(std::make_unique<impl>()) {
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  DI_CHECK(!sizes.empty() && sizes.front() > 0, "CUDA graph batch sizes must be positive");
+  impl_->sizes = std::move(sizes);
+}
+
+decode_graphs::~decode_graphs() {
+  cudaStreamSynchronize(cuda::current_stream());  // no replay still reads the buffers
+  impl_->pieces.clear();
+  impl_->steps.clear();
+}
+
+std::int64_t decode_graphs::padded_size(std::int64_t rows) const {
+  for (int s : impl_->sizes)
+    if (s >= rows) return s;
+  return 0;
+}
+
+void decode_graphs::begin_step(std::int64_t rows, const tensor& tokens, const tensor& positions) {
+  const std::int64_t padded = padded_size(rows);
+  DI_CHECK(rows > 0 && padded > 0, "decode graphs: {} rows exceed the captured sizes", rows);
+  impl::step_buffers& b = impl_->steps[padded];
+  if (!b.tokens.defined()) {
+    b.tokens = tensor::zeros({padded}, dtype::i64, tokens.dev());
+    b.positions = tensor::zeros({padded}, dtype::i64, tokens.dev());
+  }
+  copy_rows(b.tokens, tokens);
+  copy_rows(b.positions, positions);
+  impl_->rows = rows;
+  impl_->padded = padded;
+}
+
+const tensor& decode_graphs::tokens() const {
+  return impl_->steps.at(impl_->padded).tokens;
+}
+
+const tensor& decode_graphs::positions() const {
+  return impl_->steps.at(impl_->padded).positions;
+}
+
+std::vector<tensor> decode_graphs::run(int layer, int piece_id, const std::vector<tensor>& inputs,
+                                       const piece_body& body) {
+  const std::int64_t rows = impl_->rows, padded = impl_->padded;
+  DI_CHECK(padded > 0, "decode graphs: run before begin_step");
+  for (const tensor& in : inputs)
+    DI_CHECK(in.size(0) == rows, "decode graph input {} for a step of {} rows", in.shape().str(),
+             rows);
+  const auto key = std::make_tuple(layer, piece_id, padded);
+  std::unique_ptr<impl::piece>& p = impl_->pieces[key];
+  cudaStream_t stream = cuda::current_stream();
+  if (!p) {
+    auto fresh = std::make_unique<impl::piece>();
+    for (const tensor& in : inputs)
+      fresh->inputs.push_back(tensor::zeros(with_rows(in, padded), in.type(), in.dev()));
+    for (std::size_t i = 0; i < inputs.size(); ++i) copy_rows(fresh->inputs[i], inputs[i]);
+    body(fresh->inputs);  // eager warm-up: lazy setup (handles, attributes) outside capture
+    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+    try {
+      fresh->outputs = body(fresh->inputs);
+    } catch (...) {
+      cudaGraph_t broken = nullptr;
+      cudaStreamEndCapture(stream, &broken);
+      if (broken != nullptr) cudaGraphDestroy(broken);
+      cudaGetLastError();
+      impl_->pieces.erase(key);
+      throw;
+    }
+    cudaGraph_t graph = nullptr;
+    CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    const cudaError_t made = cudaGraphInstantiateWithFlags(
+        &fresh->exec, graph, cudaGraphInstantiateFlagAutoFreeOnLaunch);
+    cudaGraphDestroy(graph);
+    if (made != cudaSuccess) impl_->pieces.erase(key);
+    CUDA_CHECK(made);
+    p = std::move(fresh);
+  }
+  // Inputs are (re)copied right before the launch: the warm-up may have changed them in place.
+  for (std::size_t i = 0; i < inputs.size(); ++i) copy_rows(p->inputs[i], inputs[i]);
+  CUDA_CHECK(cudaGraphLaunch(p->exec, stream));
+  std::vector<tensor> out;
+  for (const tensor& o : p->outputs) out.push_back(o.slice(0, 0, rows));
+  return out;
+}
+
+std::int64_t decode_graphs::captured() const {
+  return std::int64_t(impl_->pieces.size());
+}
+
+#else
+
+struct decode_graphs::impl {};
+
+decode_graphs::decode_graphs(std::vector<int>) {
+  DI_FAIL("CUDA graphs need a build with the CUDA backend");
+}
+decode_graphs::~decode_graphs() = default;
+std::int64_t decode_graphs::padded_size(std::int64_t) const {
+  return 0;
+}
+void decode_graphs::begin_step(std::int64_t, const tensor&, const tensor&) {}
+const tensor& decode_graphs::tokens() const {
+  DI_FAIL("CUDA graphs need a build with the CUDA backend");
+}
+const tensor& decode_graphs::positions() const {
+  DI_FAIL("CUDA graphs need a build with the CUDA backend");
+}
+std::vector<tensor> decode_graphs::run(int, int, const std::vector<tensor>&, const piece_body&) {
+  DI_FAIL("CUDA graphs need a build with the CUDA backend");
+}
+std::int64_t decode_graphs::captured() const {
+  return 0;
+}
+
+#endif
+
+}  // namespace di::detail

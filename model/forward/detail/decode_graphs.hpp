@@ -1,0 +1,51 @@
+// CUDA graphs of a batched decode step's fixed-shape pieces. A decode step's shapes depend
+// only on its row count except inside attention, whose per-sequence window/compressed work
+// is host-shaped (entry counts grow with each sequence). So each block is cut into two
+// pieces that are captured once per (layer, piece, padded row count) and replayed: the
+// attention site (mHC mix, norm, q/kv projections, rotary) and the output + FFN site
+// (inverse rotary, output projection, mHC expand, MoE, mHC expand); the per-sequence
+// attention between them runs eagerly. Rows are padded to the next captured size; padding
+// rows hold zeros (token 0, position 0) and are never read back.
+#pragma once
+
+#include "kernels/tensor.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+namespace di::detail {
+
+/// Computes a piece's outputs from its padded inputs (one eager warm-up call, one captured).
+using piece_body = std::function<std::vector<tensor>(const std::vector<tensor>& padded)>;
+
+class decode_graphs {
+ public:
+  /// `sizes`: the row counts graphs are captured for (ascending after construction).
+  explicit decode_graphs(std::vector<int> sizes);
+  ~decode_graphs();
+  decode_graphs(const decode_graphs&) = delete;
+  decode_graphs& operator=(const decode_graphs&) = delete;
+
+  /// The captured size `rows` pads to, or 0 when it exceeds every size.
+  std::int64_t padded_size(std::int64_t rows) const;
+  /// Starts a step of `rows` (<= the largest size) real rows: copies its tokens and
+  /// positions ([rows] i64 on the device) into the padded size's buffers.
+  void begin_step(std::int64_t rows, const tensor& tokens, const tensor& positions);
+  const tensor& tokens() const;     // [padded] i64
+  const tensor& positions() const;  // [padded] i64
+  /// Runs piece `piece` of `layer` on inputs [rows, ...] (copied into the piece's padded
+  /// buffers), capturing it on first use. Returns its outputs' first `rows` rows: views
+  /// valid until the piece runs again (the next step).
+  std::vector<tensor> run(int layer, int piece, const std::vector<tensor>& inputs,
+                          const piece_body& body);
+  /// Graphs captured so far.
+  std::int64_t captured() const;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace di::detail
