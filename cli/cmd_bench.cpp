@@ -221,6 +221,9 @@ void print_table(const nlohmann::json& rows, const nlohmann::json& env) {
           r["tokens_per_s"].get<double>(), r["weight_bytes"].get<double>() / 1e9,
           r["cache_bytes"].get<double>() / 1e9, r["achieved_gbs"].get<double>(),
           100.0 * r["share_of_copy"].get<double>());
+      if (r.contains("graph_failure"))
+        fmt::print("        CUDA graph capture failed, steps ran eagerly: {}\n",
+                   r["graph_failure"].get<std::string>());
       if (r["disk_faults_per_step"].get<double>() > 0)
         fmt::print(
             "        {:.0f} page faults per step read weights from disk (they do not all fit "
@@ -280,6 +283,7 @@ void run_bench(const bench_options& o, bool decode) {
         if (decode && on_gpu) {
           row["cuda_graphs"] = graphs;
           row["graph_pieces"] = model->captured_graphs();
+          if (!model->graph_failure().empty()) row["graph_failure"] = model->graph_failure();
         }
         rows.push_back(row);
       }

@@ -7,6 +7,8 @@
 
 #include "common/error.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
 #include <tuple>
@@ -42,6 +44,16 @@ void copy_rows(tensor& dst, const tensor& src) {
 
 #if defined(DEEPINFER_HAVE_CUDA)
 
+namespace {
+
+/// The CUDA error's text, the error cleared (capture errors do not poison the context).
+std::string cuda_text(cudaError_t e) {
+  cudaGetLastError();
+  return cudaGetErrorString(e);
+}
+
+}  // namespace
+
 struct decode_graphs::impl {
   struct piece {
     std::vector<tensor> inputs;   // [padded, ...] persistent buffers
@@ -60,7 +72,34 @@ struct decode_graphs::impl {
   std::map<std::int64_t, step_buffers> steps;
   std::map<std::tuple<int, int, std::int64_t>, std::unique_ptr<piece>> pieces;
   std::int64_t rows = 0, padded = 0;
+  std::string failure;  // why a capture failed (empty: none did)
+
+  static std::string capture(cudaStream_t stream, piece& p, const piece_body& body);
 };
+
+/// Captures `body` over p's inputs into p (outputs and instantiated graph); returns why it
+/// failed, or an empty string.
+std::string decode_graphs::impl::capture(cudaStream_t stream, piece& p, const piece_body& body) {
+  cudaError_t e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed);
+  if (e != cudaSuccess) return "begin capture: " + cuda_text(e);
+  std::string failure;
+  try {
+    p.outputs = body(p.inputs);
+  } catch (const std::exception& ex) {
+    failure = ex.what();
+  }
+  cudaGraph_t graph = nullptr;
+  e = cudaStreamEndCapture(stream, &graph);
+  if (failure.empty() && e != cudaSuccess) failure = "end capture: " + cuda_text(e);
+  if (failure.empty()) {
+    e = cudaGraphInstantiateWithFlags(&p.exec, graph, cudaGraphInstantiateFlagAutoFreeOnLaunch);
+    if (e != cudaSuccess) failure = "instantiate: " + cuda_text(e);
+  }
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  cudaGetLastError();
+  if (!failure.empty()) p.outputs.clear();  // never launched: dropped with the graph
+  return failure;
+}
 
 decode_graphs::decode_graphs(std::vector<int> sizes) : impl_(std::make_unique<impl>()) {
   std::sort(sizes.begin(), sizes.end());
@@ -118,25 +157,18 @@ std::vector<tensor> decode_graphs::run(int layer, int piece_id, const std::vecto
     for (const tensor& in : inputs)
       fresh->inputs.push_back(tensor::zeros(with_rows(in, padded), in.type(), in.dev()));
     for (std::size_t i = 0; i < inputs.size(); ++i) copy_rows(fresh->inputs[i], inputs[i]);
-    body(fresh->inputs);  // eager warm-up: lazy setup (handles, attributes) outside capture
-    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
-    try {
-      fresh->outputs = body(fresh->inputs);
-    } catch (...) {
-      cudaGraph_t broken = nullptr;
-      cudaStreamEndCapture(stream, &broken);
-      if (broken != nullptr) cudaGraphDestroy(broken);
-      cudaGetLastError();
+    // Eager warm-up: lazy setup (handles, attributes) happens outside the capture, and its
+    // outputs carry the step on if the capture fails.
+    const std::vector<tensor> warm = body(fresh->inputs);
+    std::string failure = impl::capture(stream, *fresh, body);
+    if (!failure.empty()) {
       impl_->pieces.erase(key);
-      throw;
+      impl_->failure = fmt::format("layer {} piece {} at {} rows: {}", layer, piece_id, padded,
+                                   failure);
+      std::vector<tensor> out;
+      for (const tensor& o : warm) out.push_back(o.slice(0, 0, rows));
+      return out;
     }
-    cudaGraph_t graph = nullptr;
-    CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    const cudaError_t made = cudaGraphInstantiateWithFlags(
-        &fresh->exec, graph, cudaGraphInstantiateFlagAutoFreeOnLaunch);
-    cudaGraphDestroy(graph);
-    if (made != cudaSuccess) impl_->pieces.erase(key);
-    CUDA_CHECK(made);
     p = std::move(fresh);
   }
   // Inputs are (re)copied right before the launch: the warm-up may have changed them in place.
@@ -149,6 +181,14 @@ std::vector<tensor> decode_graphs::run(int layer, int piece_id, const std::vecto
 
 std::int64_t decode_graphs::captured() const {
   return std::int64_t(impl_->pieces.size());
+}
+
+bool decode_graphs::usable() const {
+  return impl_->failure.empty();
+}
+
+const std::string& decode_graphs::failure() const {
+  return impl_->failure;
 }
 
 #else
@@ -174,6 +214,13 @@ std::vector<tensor> decode_graphs::run(int, int, const std::vector<tensor>&, con
 }
 std::int64_t decode_graphs::captured() const {
   return 0;
+}
+bool decode_graphs::usable() const {
+  return false;
+}
+const std::string& decode_graphs::failure() const {
+  static const std::string none = "CUDA graphs need a build with the CUDA backend";
+  return none;
 }
 
 #endif

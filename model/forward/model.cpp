@@ -41,6 +41,10 @@ std::int64_t deepseek_model::captured_graphs() const {
   return graphs_ ? graphs_->captured() : 0;
 }
 
+std::string deepseek_model::graph_failure() const {
+  return graphs_ ? graphs_->failure() : std::string();
+}
+
 void deepseek_model::to_device(device dev, device_weight_format format) {
   graphs_.reset();
   weights_ = weights_to_device(weights_, config_, dev, format);
@@ -182,7 +186,7 @@ std::vector<forward_output> deepseek_model::forward(std::span<forward_request> b
   }
   const std::vector<int>& sizes = options_.graph_batch_sizes;
   const std::int64_t largest = sizes.empty() ? 0 : *std::max_element(sizes.begin(), sizes.end());
-  if (use_graphs(pass, batch, largest)) {
+  if (use_graphs(pass, batch, largest) && (!graphs_ || graphs_->usable())) {
     if (!graphs_) graphs_ = std::make_shared<detail::decode_graphs>(sizes);
     graphs_->begin_step(rows, pass.tokens, pass.positions);
     pass.graphs = graphs_.get();

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace di {
@@ -75,6 +76,8 @@ class deepseek_model {
   void set_options(const forward_options& options);
   /// Decode-graph pieces captured so far (0 with graphs off).
   std::int64_t captured_graphs() const;
+  /// Why a decode-graph capture failed (steps then run eagerly); empty when none did.
+  std::string graph_failure() const;
   /// Engram models hash each sequence's tokens with it (model/engram); without one every
   /// request must carry its engram_hash_ids.
   void set_engram_hasher(std::shared_ptr<const engram_hasher> hasher) {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace di::detail {
@@ -37,11 +38,15 @@ class decode_graphs {
   const tensor& positions() const;  // [padded] i64
   /// Runs piece `piece` of `layer` on inputs [rows, ...] (copied into the piece's padded
   /// buffers), capturing it on first use. Returns its outputs' first `rows` rows: views
-  /// valid until the piece runs again (the next step).
+  /// valid until the piece runs again (the next step). If a capture fails, the step goes on
+  /// with the eager warm-up's outputs and usable() turns false (failure() says why).
   std::vector<tensor> run(int layer, int piece, const std::vector<tensor>& inputs,
                           const piece_body& body);
   /// Graphs captured so far.
   std::int64_t captured() const;
+  /// False once a capture failed: the model then runs its steps eagerly.
+  bool usable() const;
+  const std::string& failure() const;
 
  private:
   struct impl;

@@ -157,7 +157,8 @@ void golden_suite(const std::string& name) {
     graphs.cuda_graphs = true;
     m->set_options(graphs);
     check_decode(name, *m, bf16_a, name + " stored A, CUDA graphs");
-    MESSAGE(fmt::format("{} stored A: {} graph pieces captured", name, m->captured_graphs()));
+    MESSAGE(fmt::format("{} stored A: {} graph pieces captured{}", name, m->captured_graphs(),
+                        m->graph_failure().empty() ? "" : "; capture failed: " + m->graph_failure()));
     CHECK(m->captured_graphs() > 0);
   }
   {
@@ -281,6 +282,8 @@ TEST_CASE("GPU forward: decode steps through CUDA graphs give the eager logits")
       m->set_options(o);
       const std::vector<float> graphed = run_batch(*m, gpu, batch, 150, 12);
       const std::int64_t pieces = m->captured_graphs();
+      if (!m->graph_failure().empty()) MESSAGE("capture failed: " << m->graph_failure());
+      CHECK(m->graph_failure().empty());
       const std::vector<float> again = run_batch(*m, gpu, batch, 150, 12);  // replays only
       CHECK(m->captured_graphs() == pieces);
       CHECK(pieces == 2 * m->config().num_layers);
