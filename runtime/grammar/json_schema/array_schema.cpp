@@ -1,7 +1,8 @@
 // Arrays: positional schemas (prefixItems, or draft 7's items array), the schema of the items
 // after them (items / additionalItems), and minItems/maxItems, as right-linear rules E(k)
 // "k items written" ending in one loop for the unbounded tail. `contains` (with minContains)
-// on plain item lists: some items match items AND contains, in any position.
+// on plain item lists: some items match items AND contains, in any position; maxContains
+// counts items matching it against those matching its complement (schema_negate.cpp).
 #include "common/error.hpp"
 #include "runtime/grammar/json_schema/schema_compiler.hpp"
 
@@ -48,6 +49,7 @@ const json* contains_part(schema_compiler& c, const schema_node& n, schema_ref& 
 }
 
 /// `[ items ]` where at least `m` items also match `contains`: (I,)* IX ((,I)* ,IX){m-1} (,I)*.
+/// With maxContains M, items are IX or I-and-not-contains, counted in rules F(k), k <= M.
 expr_id contains_array(schema_compiler& c, const std::vector<array_part>& parts, const schema_ref& where) {
   grammar& g = c.g();
   json_text& t = c.text();
@@ -55,6 +57,9 @@ expr_id contains_array(schema_compiler& c, const std::vector<array_part>& parts,
   std::uint64_t m = 1;
   if (auto it = s.find("minContains"); it != s.end()) m = std::uint64_t(it->get<double>());
   if (m > 100) c.unsupported("minContains", "more than 100 matching items to count", where);
+  std::optional<std::uint64_t> max;
+  if (auto it = s.find("maxContains"); it != s.end()) max = std::uint64_t(std::max(0.0, it->get<double>()));
+  if (max && *max > 100) c.unsupported("maxContains", "more than 100 matching items to count", where);
   conjunction item, matching;
   for (const auto& p : parts)
     if (p.rest) item.push_back(*p.rest);
@@ -64,6 +69,26 @@ expr_id contains_array(schema_compiler& c, const std::vector<array_part>& parts,
   expr_id close = g.sequence({t.ws(), g.literal("]")});
   expr_id open = g.sequence({g.literal("["), t.ws()});
   expr_id sep = g.sequence({t.ws(), g.literal(","), t.ws()});
+  if (max && *max <= 100) {
+    if (m > *max) return g.nothing();
+    conjunction other = item;
+    other.push_back(c.complement({&s["contains"], where.base}));
+    expr_id x = c.value(matching), y = c.value(other);
+    std::vector<rule_id> f(*max + 1);
+    for (auto& r : f) r = g.fresh_rule("contains_count");
+    for (std::uint64_t k = 0; k <= *max; ++k) {
+      std::vector<expr_id> alts;
+      if (k >= m) alts.push_back(close);
+      alts.push_back(g.sequence({sep, y, g.ref(f[k])}));
+      if (k < *max) alts.push_back(g.sequence({sep, x, g.ref(f[k + 1])}));
+      g.define_rule(f[k], g.choice(std::move(alts)));
+    }
+    std::vector<expr_id> first;
+    if (m == 0) first.push_back(close);
+    first.push_back(g.sequence({y, g.ref(f[0])}));
+    if (*max >= 1) first.push_back(g.sequence({x, g.ref(f[1])}));
+    return g.sequence({open, g.choice(std::move(first))});
+  }
   if (m == 0) {
     expr_id more = g.repeat(g.sequence({sep, i}), 0, k_unbounded);
     return g.sequence({open, g.choice({close, g.sequence({i, more, close})})});

@@ -24,9 +24,10 @@ struct object_plan {
   std::vector<std::string> required;         // in the order the schemas list them
   bool additional_allowed = true;             // keys matching no pattern may appear
   conjunction additional;                     // their value schemas
-  conjunction additional_elsewhere;           // additionalProperties of parts without patterns
-  const json* patterns = nullptr;             // patternProperties (one part only)
-  std::string pattern_base;
+  // patternProperties by pattern text (several parts may list the same pattern): the value
+  // schemas of keys matching it, with the additionalProperties of parts that do not list it.
+  std::vector<std::pair<std::string, conjunction>> patterns;
+  schema_ref pattern_owner{nullptr, ""};
   const json* property_names = nullptr;       // propertyNames (one part only)
   std::string names_base;
   std::uint64_t min_props = 0, max_props = UINT64_MAX;
@@ -42,9 +43,12 @@ void read_part_keywords(schema_compiler& c, object_plan& p, const schema_ref& pa
       if (std::find(p.required.begin(), p.required.end(), r.get<std::string>()) == p.required.end())
         p.required.push_back(r.get<std::string>());
   if (auto it = s.find("patternProperties"); it != s.end()) {
-    if (p.patterns) c.unsupported("patternProperties", "given by more than one schema of a combination", part);
-    p.patterns = &*it;
-    p.pattern_base = part.base;
+    p.pattern_owner = {&*it, part.base};
+    for (const auto& [pat, sub] : it->items()) {
+      auto at = std::find_if(p.patterns.begin(), p.patterns.end(), [&](const auto& x) { return x.first == pat; });
+      if (at == p.patterns.end()) at = p.patterns.insert(p.patterns.end(), {pat, {}});
+      at->second.push_back({&sub, part.base});
+    }
   }
   if (auto it = s.find("propertyNames"); it != s.end()) {
     if (p.property_names) c.unsupported("propertyNames", "given by more than one schema of a combination", part);
@@ -81,8 +85,13 @@ object_plan plan_of(schema_compiler& c, const schema_node& n) {
     if (it == part.s->end()) continue;
     if (*it == false) p.additional_allowed = false;
     p.additional.push_back({&*it, part.base});
-    if (!part.s->contains("patternProperties")) p.additional_elsewhere.push_back({&*it, part.base});
   }
+  for (auto& [pat, conj] : p.patterns)
+    for (const auto& part : n.object_parts) {
+      auto pp = part.s->find("patternProperties");
+      auto it = part.s->find("additionalProperties");
+      if (it != part.s->end() && (pp == part.s->end() || !pp->contains(pat))) conj.push_back({&*it, part.base});
+    }
   return p;
 }
 
@@ -104,7 +113,7 @@ std::vector<key_kind> undeclared_keys(schema_compiler& c, const object_plan& p, 
   grammar& g = c.g();
   json_whitespace ws = c.options().whitespace;
   std::vector<key_kind> kinds;
-  if (!p.patterns && !p.property_names && p.names.empty()) {
+  if (p.patterns.empty() && !p.property_names && p.names.empty()) {
     if (p.additional_allowed) kinds.push_back({c.text().any_string(), p.additional});
     return kinds;
   }
@@ -137,20 +146,15 @@ std::vector<key_kind> undeclared_keys(schema_compiler& c, const object_plan& p, 
   }
   byte_dfa rest = base;
   std::vector<byte_dfa> pattern_langs;
-  if (p.patterns) {
-    for (const auto& [pat, sub] : p.patterns->items()) {
-      byte_dfa lang = byte_dfa::from_expr(scratch, compile_regex(scratch, pat, ro), limit);
-      byte_dfa keys = base.intersect(lang, limit).minimize();
-      for (const auto& other : pattern_langs)
-        if (!keys.intersect(other, limit).empty())
-          c.unsupported("patternProperties", "patterns that overlap (a key matching two must satisfy both)", {p.patterns, ""});
-      pattern_langs.push_back(keys);
-      rest = rest.intersect(lang.complement(), limit);
-      // Other schemas of an allOf see a pattern key as an additional one.
-      conjunction value{{&sub, p.pattern_base}};
-      value.insert(value.end(), p.additional_elsewhere.begin(), p.additional_elsewhere.end());
-      if (!keys.empty()) kinds.push_back({c.text().quoted(keys.emit(g, "pattern_key")), value});
-    }
+  for (const auto& [pat, value] : p.patterns) {
+    byte_dfa lang = byte_dfa::from_expr(scratch, compile_regex(scratch, pat, ro), limit);
+    byte_dfa keys = base.intersect(lang, limit).minimize();
+    for (const auto& other : pattern_langs)
+      if (!keys.intersect(other, limit).empty())
+        c.unsupported("patternProperties", "patterns that overlap (a key matching two must satisfy both)", p.pattern_owner);
+    pattern_langs.push_back(keys);
+    rest = rest.intersect(lang.complement(), limit);
+    if (!keys.empty()) kinds.push_back({c.text().quoted(keys.emit(g, "pattern_key")), value});
   }
   if (p.additional_allowed) {
     rest = rest.minimize();

@@ -98,6 +98,7 @@ expr_id schema_compiler::compile_node(const schema_node& n, int depth) {
            "over each other multiply)", k_max_nodes);
   if (n.never || n.types == 0) return g_.nothing();
   if (!n.groups.empty()) return compile_groups(n, depth);
+  if (!n.unevaluated.empty()) return compile_node(resolve_unevaluated(n), depth);
   if (n.enum_values) return compile_enum(n);
   std::vector<expr_id> alts;
   if (n.types & t_null) alts.push_back(text_.null_value());
@@ -113,38 +114,99 @@ expr_id schema_compiler::compile_node(const schema_node& n, int depth) {
   return g_.choice(std::move(alts));
 }
 
+std::vector<schema_ref> schema_compiler::exclusive_alternatives(const std::vector<schema_ref>& alts, bool all_subsets,
+                                                                const std::string& base) {
+  // Subset T of the alternatives: all of T match and none of the others (anyOf: every nonempty
+  // T; oneOf: the singletons).
+  std::vector<schema_ref> out;
+  const std::size_t n = alts.size();
+  for (std::uint32_t t = 1; t < (1u << n); ++t) {
+    if (!all_subsets && (t & (t - 1)) != 0) continue;
+    json all = json::array();
+    for (std::size_t j = 0; j < n; ++j) all.push_back((t >> j) & 1 ? ref_marker(alts[j]) : not_marker(alts[j]));
+    synthetic_.push_back(json{{"allOf", std::move(all)}});
+    out.push_back({&synthetic_.back(), base});
+  }
+  return out;
+}
+
 expr_id schema_compiler::compile_groups(const schema_node& n, int depth) {
   schema_node rest = n;
   schema_node::group grp = rest.groups.front();
   rest.groups.erase(rest.groups.begin());
-  if (grp.one_of) {
+  auto absorb_alt = [&](schema_node& m, const schema_ref& alt) {
+    m.open_scopes = grp.scopes;  // the alternative evaluates for unevaluated* open around the group
+    absorb(m, alt);
+    m.open_scopes.clear();
+  };
+  if (grp.one_of && !grp.exclusive) {
     std::vector<schema_node> nodes;
     for (const auto& alt : grp.alternatives) {
       nodes.push_back(rest);
-      absorb(nodes.back(), alt);
+      absorb_alt(nodes.back(), alt);
     }
-    if (!one_of_disjoint(nodes)) {
-      // Exactly one: alternative i and the complement of every other one.
-      std::vector<schema_ref> exclusive;
-      for (std::size_t i = 0; i < grp.alternatives.size(); ++i) {
-        json all = json::array({ref_marker(grp.alternatives[i])});
-        for (std::size_t j = 0; j < grp.alternatives.size(); ++j)
-          if (j != i) all.push_back(not_marker(grp.alternatives[j]));
-        synthetic_.push_back(json{{"allOf", std::move(all)}});
-        exclusive.push_back({&synthetic_.back(), grp.owner.base});
-      }
-      grp.alternatives = std::move(exclusive);
+    // Exactly one: alternative i and the complement of every other one.
+    if (!one_of_disjoint(nodes)) grp.alternatives = exclusive_alternatives(grp.alternatives, false, grp.owner.base);
+  } else if (!grp.exclusive && !grp.scopes.empty() && grp.alternatives.size() > 1) {
+    // Under unevaluated*, every matching alternative evaluates: split anyOf by which ones match.
+    if (grp.alternatives.size() > 4) {
+      unsupported(n.unevaluated[grp.scopes.back()].items ? "unevaluatedItems" : "unevaluatedProperties",
+                  "beside an anyOf of more than 4 alternatives", grp.owner);
+    } else {
+      grp.alternatives = exclusive_alternatives(grp.alternatives, true, grp.owner.base);
     }
   }
   std::vector<expr_id> alts;
   for (const auto& alt : grp.alternatives) {
     schema_node m = rest;
-    absorb(m, alt);
+    absorb_alt(m, alt);
     if (m.never || m.types == 0) continue;  // e.g. "another type" beside a type keyword
     // With nothing to merge, the alternative is its own (memoized, possibly recursive) rule.
     alts.push_back(rest.trivial() ? value({alt}) : compile_node(m, depth + 1));
   }
   return g_.choice(std::move(alts));
+}
+
+schema_node schema_compiler::resolve_unevaluated(const schema_node& n) {
+  schema_node out = n;
+  out.unevaluated.clear();
+  out.open_scopes.clear();
+  auto has = [](const schema_ref& p, const char* k) { return p.s->is_object() && p.s->contains(k); };
+  for (const auto& u : n.unevaluated) {
+    const json& where = *u.where.s;
+    const json& keep = where[u.items ? "unevaluatedItems" : "unevaluatedProperties"];
+    json rest = keep.is_boolean() ? keep : ref_marker({&keep, u.where.base});
+    bool all = false;
+    if (!u.items) {
+      json names = json::object(), patterns = json::object();
+      for (const auto& e : u.evaluators) {
+        all = all || has(e, "additionalProperties") || (e.s != u.where.s && has(e, "unevaluatedProperties"));
+        if (has(e, "properties")) for (const auto& [k, v] : (*e.s)["properties"].items()) names[k] = true;
+        if (has(e, "patternProperties")) for (const auto& [k, v] : (*e.s)["patternProperties"].items()) patterns[k] = true;
+      }
+      if (all || !(n.types & t_object)) continue;
+      json part = {{"additionalProperties", rest}};
+      if (!names.empty()) part["properties"] = names;
+      if (!patterns.empty()) part["patternProperties"] = patterns;
+      synthetic_.push_back(std::move(part));
+      out.object_parts.push_back({&synthetic_.back(), u.where.base});
+    } else {
+      std::size_t prefix = 0;
+      json any = json::array({rest});
+      for (const auto& e : u.evaluators) {
+        all = all || (has(e, "items") && !(*e.s)["items"].is_array()) || (e.s != u.where.s && has(e, "unevaluatedItems"));
+        if (has(e, "prefixItems")) prefix = std::max(prefix, (*e.s)["prefixItems"].size());
+        if (has(e, "items") && (*e.s)["items"].is_array()) prefix = std::max(prefix, (*e.s)["items"].size());
+        if (has(e, "contains")) any.push_back(ref_marker({&(*e.s)["contains"], e.base}));
+      }
+      if (all || !(n.types & t_array)) continue;
+      json part = {{"items", any.size() == 1 ? rest : json{{"anyOf", any}}}};
+      if (prefix > 0) part["prefixItems"] = json(std::vector<json>(prefix, true));
+      synthetic_.push_back(std::move(part));
+      out.array_parts.push_back({&synthetic_.back(), u.where.base});
+    }
+  }
+  return out;
 }
 
 expr_id schema_compiler::compile_enum(const schema_node& n) {

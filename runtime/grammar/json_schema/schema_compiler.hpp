@@ -62,8 +62,19 @@ struct schema_node {
     bool one_of = false;
     std::vector<schema_ref> alternatives;
     schema_ref owner;  ///< the schema holding the anyOf/oneOf
+    bool exclusive = false;           ///< alternatives disjoint by construction (if/then/else)
+    std::vector<std::size_t> scopes;  ///< unevaluated* scopes open where the group was written
   };
   std::vector<group> groups;
+  // unevaluatedProperties / unevaluatedItems: the parts that evaluate in the keyword's scope
+  // (its schema and the in-place applicators under it, `not` excluded).
+  struct unevaluated_scope {
+    bool items = false;
+    schema_ref where;
+    std::vector<schema_ref> evaluators;
+  };
+  std::vector<unevaluated_scope> unevaluated;
+  std::vector<std::size_t> open_scopes;  ///< scopes whose schema is being absorbed
 
   bool trivial() const;
 };
@@ -85,12 +96,20 @@ class schema_compiler {
   void unsupported(const std::string& keyword, const std::string& why, const schema_ref& where);
   void warn(const std::string& message) { warnings_.push_back(message); }
   bool draft7() const { return draft7_; }
+  /// The schema allowing exactly the values `s` refuses (a compile error names what cannot be).
+  schema_ref complement(const schema_ref& s) { return {negation(s), index_.base_of(s.s, s.base)}; }
   /// Whether `text` matches the ECMAScript regex (search: anywhere, else in full).
   bool regex_matches(const std::string& regex, bool search, std::string_view text);
 
  private:
   expr_id compile_node(const schema_node& n, int depth);
   expr_id compile_groups(const schema_node& n, int depth);
+  /// The node with each unevaluated* scope turned into a part for the keys/items it constrains.
+  schema_node resolve_unevaluated(const schema_node& n);
+  void add_part(schema_node& n, std::vector<schema_ref>& parts, const schema_ref& s);
+  void absorb_negated(schema_node& n, const schema_ref& s);
+  std::vector<schema_ref> exclusive_alternatives(const std::vector<schema_ref>& alts, bool all_subsets,
+                                                 const std::string& base);
   expr_id compile_enum(const schema_node& n);
   void absorb_keyword(schema_node& n, const schema_ref& s, const std::string& key, const json& v);
   void absorb_if(schema_node& n, const schema_ref& s);
@@ -102,7 +121,6 @@ class schema_compiler {
   json not_marker(const schema_ref& s);
   std::vector<schema_node> one_of_nodes(const schema_node& rest, const std::vector<schema_ref>& alts);
   bool one_of_disjoint(const std::vector<schema_node>& alts);
-  const json* without_unevaluated(const json& s);
   void absorb_format(schema_node& n, const json& v);
   void absorb_dependencies(schema_node& n, const schema_ref& s, const std::string& key, const json& v);
   void absorb_bound(schema_node& n, const json& schema, const std::string& key, const json& v);

@@ -81,7 +81,7 @@ bool json_equal(const json& a, const json& b) {
 bool schema_node::trivial() const {
   return !never && types == t_all && !enum_values && min_length == 0 && max_length == UINT64_MAX &&
          patterns.empty() && formats.empty() && anti_patterns.empty() && excluded_strings.empty() && !minimum && !maximum && multiple_of.empty() &&
-         object_parts.empty() && array_parts.empty() && groups.empty();
+         object_parts.empty() && array_parts.empty() && groups.empty() && unevaluated.empty();
 }
 
 schema_node schema_compiler::normalize(const conjunction& c) {
@@ -90,37 +90,12 @@ schema_node schema_compiler::normalize(const conjunction& c) {
   return n;
 }
 
-/// unevaluatedProperties/unevaluatedItems in a schema without applicators (nothing else can
-/// evaluate a property or item) mean additionalProperties/items: returns that rewritten copy,
-/// or null when the schema has neither keyword or has applicators (then they are rejected).
-const json* schema_compiler::without_unevaluated(const json& s) {
-  const bool props = s.contains("unevaluatedProperties"), items = s.contains("unevaluatedItems");
-  if (!props && !items) return nullptr;
-  for (const char* k : {"$ref", "$dynamicRef", "$recursiveRef", "allOf", "anyOf", "oneOf", "not", "if",
-                        "dependentSchemas", "dependencies", "contains"})
-    if (s.contains(k)) return nullptr;
-  if (s.dump().find("\"$id\"") != std::string::npos) return nullptr;  // copies must not move resources
-  json copy = s;
-  if (props) {
-    if (!copy.contains("additionalProperties")) copy["additionalProperties"] = copy["unevaluatedProperties"];
-    copy.erase("unevaluatedProperties");
-  }
-  if (items) {
-    if (copy.contains("items") && copy["items"].is_array()) return nullptr;
-    if (!copy.contains("items")) copy["items"] = copy["unevaluatedItems"];
-    copy.erase("unevaluatedItems");
-  }
-  synthetic_.push_back(std::move(copy));
-  return &synthetic_.back();
-}
-
 void schema_compiler::absorb(schema_node& n, const schema_ref& s) {
   if (s.s->is_boolean()) {
     if (!s.s->get<bool>()) n.never = true;
     return;
   }
   DI_CHECK(s.s->is_object(), "JSON Schema: a schema must be an object or a boolean, got {}", s.s->dump());
-  if (const json* plain = without_unevaluated(*s.s)) return absorb(n, {plain, index_.base_of(s.s, s.base)});
   const std::string base = index_.base_of(s.s, s.base);
   auto absorb_ref = [&](const json& ref) {
     DI_CHECK(ref.is_string(), "JSON Schema: $ref must be a string");
@@ -132,45 +107,62 @@ void schema_compiler::absorb(schema_node& n, const schema_ref& s) {
     absorbing_.pop_back();
   };
   if (draft7_ && s.s->contains("$ref")) return absorb_ref((*s.s)["$ref"]);  // siblings are ignored
+  const std::size_t open = n.open_scopes.size();
+  for (const char* k : {"unevaluatedProperties", "unevaluatedItems"}) {
+    if (!s.s->contains(k)) continue;
+    n.open_scopes.push_back(n.unevaluated.size());
+    n.unevaluated.push_back({k == std::string("unevaluatedItems"), {s.s, base}, {}});
+  }
   // Keywords in document order, so that merged properties keep the order they are written in.
   for (const auto& [key, v] : s.s->items()) {
     if (key == "$ref") absorb_ref(v);
     else absorb_keyword(n, {s.s, base}, key, v);
   }
+  n.open_scopes.resize(open);
+}
+
+void schema_compiler::add_part(schema_node& n, std::vector<schema_ref>& parts, const schema_ref& s) {
+  if (!parts.empty() && parts.back().s == s.s) return;
+  parts.push_back(s);
+  for (std::size_t i : n.open_scopes) n.unevaluated[i].evaluators.push_back(s);
+}
+
+void schema_compiler::absorb_negated(schema_node& n, const schema_ref& s) {
+  // A schema under `not` evaluates nothing for unevaluated* around it.
+  std::vector<std::size_t> open;
+  open.swap(n.open_scopes);
+  absorb(n, {negation(s), index_.base_of(s.s, s.base)});
+  n.open_scopes.swap(open);
 }
 
 void schema_compiler::absorb_dependencies(schema_node& n, const schema_ref& s, const std::string& key, const json& v) {
   DI_CHECK(v.is_object(), "JSON Schema: {} must be an object", key);
   // "if `name` is present then ..." == anyOf [ {properties: {name: false}}, ... ]
+  // (exclusive: the schema applies only when the property is there, for unevaluated*)
   for (const auto& [name, dep] : v.items()) {
-    schema_node::group grp{false, {}, s};
+    schema_node::group grp{false, {}, s, true, n.open_scopes};
     synthetic_.push_back(json{{"properties", json{{name, false}}}});
     grp.alternatives.push_back({&synthetic_.back(), s.base});
     if (dep.is_array()) {
-      synthetic_.push_back(json{{"required", dep}});
-      grp.alternatives.push_back({&synthetic_.back(), s.base});
+      json req = dep;
+      req.push_back(name);
+      synthetic_.push_back(json{{"required", req}});
     } else {
-      grp.alternatives.push_back({&dep, s.base});
+      synthetic_.push_back(json{{"required", json::array({name})}, {"allOf", json::array({ref_marker({&dep, s.base})})}});
     }
+    grp.alternatives.push_back({&synthetic_.back(), s.base});
     n.groups.push_back(std::move(grp));
   }
 }
 
 void schema_compiler::absorb_keyword(schema_node& n, const schema_ref& s, const std::string& key, const json& v) {
   if (k_annotations.count(key) || (key == "id" && dialect_ == json_schema_draft::draft4)) return;
-  if (k_object_keywords.count(key)) {
-    if (n.object_parts.empty() || n.object_parts.back().s != s.s) n.object_parts.push_back(s);
-    return;
-  }
-  if (key == "contains") {  // array_schema.cpp reads contains/minContains from the part
-    if (s.s->contains("maxContains")) unsupported("maxContains", "an upper bound on matching items needs the complement of `contains`", s);
-    if (n.array_parts.empty() || n.array_parts.back().s != s.s) n.array_parts.push_back(s);
-    return;
-  }
+  if (k_object_keywords.count(key) || key == "unevaluatedProperties") return add_part(n, n.object_parts, s);
+  if (key == "contains" || key == "unevaluatedItems") return add_part(n, n.array_parts, s);  // array_schema.cpp reads contains/min/maxContains
   if (key == "minContains" || key == "maxContains") return;  // without `contains` they do nothing
   if (k_array_keywords.count(key) || (key == "uniqueItems" && v == false)) {
     if (key == "items" || key == "prefixItems" || key == "additionalItems" || key == "minItems" || key == "maxItems")
-      if (n.array_parts.empty() || n.array_parts.back().s != s.s) n.array_parts.push_back(s);
+      add_part(n, n.array_parts, s);
     return;
   }
   if (key == "type") {
@@ -204,11 +196,11 @@ void schema_compiler::absorb_keyword(schema_node& n, const schema_ref& s, const 
   } else if (key == "allOf") {
     for (const auto& sub : v) absorb(n, {&sub, s.base});
   } else if (key == "anyOf" || key == "oneOf") {
-    schema_node::group grp{key == "oneOf", {}, s};
+    schema_node::group grp{key == "oneOf", {}, s, false, n.open_scopes};
     for (const auto& sub : v) grp.alternatives.push_back({&sub, s.base});
     n.groups.push_back(std::move(grp));
   } else if (key == "not") {
-    absorb(n, {negation({&v, s.base}), s.base});
+    absorb_negated(n, {&v, s.base});
   } else if (key == "if") {
     absorb_if(n, s);
   } else if (key == "$di_types") {  // placeholders of synthetic schemas (schema_negate.cpp)
@@ -217,8 +209,7 @@ void schema_compiler::absorb_keyword(schema_node& n, const schema_ref& s, const 
     schema_ref m = marked_[v.get<std::size_t>()];  // a copy: absorbing may grow marked_
     absorb(n, m);
   } else if (key == "$di_not") {
-    schema_ref m = marked_[v.get<std::size_t>()];
-    absorb(n, {negation(m), index_.base_of(m.s, m.base)});
+    absorb_negated(n, schema_ref(marked_[v.get<std::size_t>()]));
   } else if (key == "$di_anti_pattern") {
     n.anti_patterns.push_back(v.get<std::string>());
   } else if (key == "$di_not_strings") {
@@ -228,8 +219,7 @@ void schema_compiler::absorb_keyword(schema_node& n, const schema_ref& s, const 
     if (!trivial_array) unsupported("uniqueItems", "distinct array items are not context-free", s);
   } else if (key == "dependentRequired" || key == "dependentSchemas" || key == "dependencies") {
     absorb_dependencies(n, s, key, v);
-  } else if (key == "$dynamicRef" || key == "$recursiveRef" || key == "unevaluatedProperties" ||
-             key == "unevaluatedItems") {
+  } else if (key == "$dynamicRef" || key == "$recursiveRef") {
     unsupported(key, "not supported by the grammar compiler", s);
   } else {
     warn("unknown keyword '" + key + "' ignored (JSON Schema treats unknown keywords as annotations)");
@@ -274,14 +264,15 @@ void schema_compiler::absorb_bound(schema_node& n, const json& schema, const std
 void schema_compiler::absorb_if(schema_node& n, const schema_ref& s) {
   // if/then/else == anyOf [ allOf [if, then], allOf [not if, else] ]
   const json& o = *s.s;
-  if (!o.contains("then") && !o.contains("else")) return;
+  // Without then/else `if` still matters to unevaluated* (its annotations when it matches).
+  if (!o.contains("then") && !o.contains("else") && n.open_scopes.empty()) return;
   static const json k_true = true;
   const json& then_ = o.contains("then") ? o["then"] : k_true;
   const json& else_ = o.contains("else") ? o["else"] : k_true;
   synthetic_.push_back(json{{"allOf", json::array({ref_marker({&o["if"], s.base}), ref_marker({&then_, s.base})})}});
   const json* yes = &synthetic_.back();
   synthetic_.push_back(json{{"allOf", json::array({not_marker({&o["if"], s.base}), ref_marker({&else_, s.base})})}});
-  n.groups.push_back({false, {{yes, s.base}, {&synthetic_.back(), s.base}}, s});
+  n.groups.push_back({false, {{yes, s.base}, {&synthetic_.back(), s.base}}, s, true, n.open_scopes});
 }
 
 }  // namespace di::grammar::json_detail
