@@ -109,7 +109,7 @@ decode_graphs::decode_graphs(std::vector<int> sizes) : impl_(std::make_unique<im
 }
 
 decode_graphs::~decode_graphs() {
-  cudaStreamSynchronize(cuda::current_stream());  // no replay still reads the buffers
+  cudaDeviceSynchronize();  // no replay still uses the buffers (any thread's stream)
   impl_->pieces.clear();
   impl_->steps.clear();
 }
@@ -163,8 +163,8 @@ std::vector<tensor> decode_graphs::run(int layer, int piece_id, const std::vecto
     std::string failure = impl::capture(stream, *fresh, body);
     if (!failure.empty()) {
       impl_->pieces.erase(key);
-      impl_->failure = fmt::format("layer {} piece {} at {} rows: {}", layer, piece_id, padded,
-                                   failure);
+      impl_->failure =
+          fmt::format("layer {} piece {} at {} rows: {}", layer, piece_id, padded, failure);
       std::vector<tensor> out;
       for (const tensor& o : warm) out.push_back(o.slice(0, 0, rows));
       return out;
@@ -180,7 +180,9 @@ std::vector<tensor> decode_graphs::run(int layer, int piece_id, const std::vecto
 }
 
 std::int64_t decode_graphs::captured() const {
-  return std::int64_t(impl_->pieces.size());
+  std::int64_t n = 0;
+  for (const auto& [key, piece] : impl_->pieces) n += piece != nullptr;
+  return n;
 }
 
 bool decode_graphs::usable() const {
