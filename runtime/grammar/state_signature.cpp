@@ -1,9 +1,11 @@
 // Partition refinement over the compiled automaton (see state_signature.hpp). Round k hashes a
 // state's round k-1 signature with its transitions (grouped by target signature, each group's
-// byte set in canonical form) and its calls; it stops when a round splits no class.
+// byte set in canonical form) and its calls; it stops when a round splits no class. The bounded
+// variant refines over byte transitions only, for at most the longest token's byte count.
 #include "runtime/grammar/state_signature.hpp"
 
 #include <algorithm>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace di::grammar {
@@ -93,6 +95,93 @@ std::vector<state_signature> compute_state_signatures(const compiled_grammar& g,
     classes = distinct.size();
     if (work > max_work) return {};
   }
+}
+
+namespace {
+
+/// Exact identity of a state for the bounded refinement: its bisimulation signature, or itself.
+state_signature exact_id(const std::vector<state_signature>& exact, state_id s) {
+  return exact.empty() ? state_signature{s, ~std::uint64_t(s)} : exact[s];
+}
+
+bool sig_less(const state_signature& x, const state_signature& y) { return x.a != y.a ? x.a < y.a : x.b < y.b; }
+
+/// Hashes (callee start, return target) pairs in a canonical order.
+state_signature mix_calls(state_signature x, std::vector<std::pair<state_signature, state_signature>>& calls) {
+  std::sort(calls.begin(), calls.end(), [](const auto& p, const auto& q) {
+    return sig_less(p.first, q.first) || (p.first == q.first && sig_less(p.second, q.second));
+  });
+  for (const auto& [start, target] : calls) x = mix(mix(mix(mix(x, start.a), start.b), target.a), target.b);
+  return x;
+}
+
+/// Round 0 of the bounded refinement: finality, the rule's follow set and the calls of nullable
+/// rules, exactly (their targets are reached without reading a byte).
+std::vector<state_signature> bounded_initial(const compiled_grammar& g,
+                                             const std::vector<state_signature>& exact) {
+  std::vector<state_signature> h = initial(g);
+  std::vector<std::pair<state_signature, state_signature>> calls;
+  for (state_id s = 0; s < g.num_states(); ++s) {
+    calls.clear();
+    for (const call_edge& c : g.calls(s))
+      if (g.nullable(c.rule)) calls.push_back({exact_id(exact, g.start(c.rule)), exact_id(exact, c.target)});
+    h[s] = mix_calls(h[s], calls);
+  }
+  return h;
+}
+
+}  // namespace
+
+std::vector<state_id> token_equivalence_classes(const compiled_grammar& g,
+                                                const std::vector<state_signature>& exact,
+                                                std::uint32_t max_token_bytes) {
+  const std::size_t n = g.num_states();
+  const int num_classes = g.num_byte_classes();
+  std::vector<byte_set> class_bytes(std::size_t(std::max(num_classes, 1)));
+  std::vector<std::uint8_t> class_rep(class_bytes.size(), 0);
+  for (int b = 255; b >= 0; --b) {
+    class_bytes[g.byte_class(std::uint8_t(b))].set(std::uint8_t(b));
+    class_rep[g.byte_class(std::uint8_t(b))] = std::uint8_t(b);
+  }
+  const std::vector<state_signature> h0 = bounded_initial(g, exact);
+  std::vector<state_signature> h = h0, next(n);
+  std::vector<edge> edges;
+  std::vector<std::pair<state_signature, state_signature>> calls;
+  std::unordered_set<state_signature, state_signature_hash> distinct(h.begin(), h.end());
+  std::size_t classes = distinct.size();
+  // After round d, equal signatures mean equal behaviour for inputs of up to d bytes.
+  for (std::uint32_t round = 0; round < max_token_bytes; ++round) {
+    for (state_id s = 0; s < n; ++s) {
+      edges.clear();
+      if (g.has_bytes(s)) {
+        for (int c = 0; c < num_classes; ++c) {
+          state_id t = g.next(s, class_rep[std::size_t(c)]);
+          if (t == k_dead_state) continue;
+          auto it = std::find_if(edges.begin(), edges.end(), [&](const edge& e) { return e.target == h[t]; });
+          if (it == edges.end()) edges.push_back({h[t], class_bytes[std::size_t(c)]});
+          else it->bytes |= class_bytes[std::size_t(c)];
+        }
+      }
+      std::sort(edges.begin(), edges.end(), [](const edge& x, const edge& y) { return x.bytes.words < y.bytes.words; });
+      state_signature x = mix(h0[s], 0xB17E);
+      for (const edge& e : edges) x = mix(mix(mix(x, e.target.a), e.target.b), e.bytes);
+      // A call of a rule that reads at least one byte: the callee compares exactly, the return
+      // target like a byte transition's (one round less).
+      calls.clear();
+      for (const call_edge& c : g.calls(s))
+        if (!g.nullable(c.rule)) calls.push_back({exact_id(exact, g.start(c.rule)), h[c.target]});
+      next[s] = mix_calls(mix(x, 0xCA11), calls);
+    }
+    h.swap(next);
+    distinct.clear();
+    distinct.insert(h.begin(), h.end());
+    if (distinct.size() == classes) break;  // a round that splits nothing: stable from here on
+    classes = distinct.size();
+  }
+  std::unordered_map<state_signature, state_id, state_signature_hash> first;
+  std::vector<state_id> rep(n);
+  for (state_id s = 0; s < n; ++s) rep[s] = first.emplace(h[s], s).first->second;
+  return rep;
 }
 
 }  // namespace di::grammar

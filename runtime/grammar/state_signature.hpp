@@ -29,4 +29,14 @@ struct state_signature_hash {
 std::vector<state_signature> compute_state_signatures(const compiled_grammar& g,
                                                       std::size_t max_work = 200'000'000);
 
+/// Classes of states whose token classes are equal for tokens of at most `max_token_bytes`
+/// bytes (the longest token of the vocabulary): states equal in their first `max_token_bytes`
+/// bytes of behaviour share one, so the states of a string with 300 characters left and one
+/// with 200 left merge. Returns, per state, the first state of its class. Byte transitions are
+/// refined for at most `max_token_bytes` rounds; calls compare exactly, by `exact` signatures
+/// when given (compute_state_signatures) or else by state identity. Grammar-local.
+std::vector<state_id> token_equivalence_classes(const compiled_grammar& g,
+                                                const std::vector<state_signature>& exact,
+                                                std::uint32_t max_token_bytes);
+
 }  // namespace di::grammar

@@ -3,9 +3,11 @@
 // at creation; misses look in the shared cross-grammar cache before walking the trie.
 #include "runtime/grammar/token_grammar.hpp"
 
-#include <unordered_map>
-
 namespace di::grammar {
+
+namespace {
+constexpr std::size_t k_signature_work = 30'000'000;
+}
 
 token_grammar::token_grammar(std::shared_ptr<const compiled_grammar> g,
                              std::shared_ptr<const token_vocabulary> v)
@@ -24,20 +26,16 @@ std::shared_ptr<const token_grammar> token_grammar::create(
   std::shared_ptr<token_grammar> tg(new token_grammar(std::move(g), std::move(v)));
   tg->shared_ = std::move(shared);
   const std::size_t n = tg->g_->num_states();
-  tg->signatures_ = compute_state_signatures(*tg->g_);
-  tg->rep_.resize(n);
-  if (tg->signatures_.empty()) {
-    for (state_id s = 0; s < n; ++s) tg->rep_[s] = s;
-    tg->num_distinct_ = n;
-  } else {
-    std::unordered_map<state_signature, state_id, state_signature_hash> first;
-    for (state_id s = 0; s < n; ++s) tg->rep_[s] = first.emplace(tg->signatures_[s], s).first->second;
-    tg->num_distinct_ = first.size();
-  }
+  // Bisimulation signatures only serve sharing across grammars; a grammar whose refinement
+  // runs long (a long chain of counted states) goes without it rather than pay for it.
+  tg->signatures_ = compute_state_signatures(*tg->g_, k_signature_work);
+  tg->rep_ = token_equivalence_classes(*tg->g_, tg->signatures_, tg->v_->max_depth());
+  tg->num_distinct_ = 0;
+  for (state_id s = 0; s < n; ++s) tg->num_distinct_ += tg->rep_[s] == s;
   if (precompute) {
     token_classifier scratch(*tg->g_, *tg->v_);
     for (state_id s = 0; s < n; ++s)
-      if (tg->g_->has_bytes(s) && tg->rep_[s] == s) tg->tokens_at(s, scratch);
+      if (tg->g_->has_bytes(s)) tg->tokens_at(s, scratch);
   }
   return tg;
 }

@@ -1,7 +1,8 @@
 // A compiled grammar bound to a vocabulary: the automaton, the token trie and the per-state
 // token classes, computed eagerly at creation (precompute) or on first use and then shared by
-// every matcher of the grammar (publication is lock-free and thread-safe). Equivalent states
-// (equal state_signature) share one classification, within the grammar and, through an
+// every matcher of the grammar (publication is lock-free and thread-safe). States that behave
+// alike for inputs as long as the longest token share one classification within the grammar
+// (token_equivalence_classes); bisimilar states (equal state_signature) share it, through an
 // optional token_class_cache, with other grammars over the same vocabulary.
 #pragma once
 
@@ -48,7 +49,7 @@ class token_grammar {
   const state_tokens& classify(state_id rep, token_classifier& scratch) const;
 
   std::unique_ptr<std::atomic<const state_tokens*>[]> cache_;  // [num_states], by representative
-  std::vector<state_id> rep_;                  // [num_states] first state of its equivalence class
+  std::vector<state_id> rep_;                  // [num_states] first state of its token class (token_equivalence_classes)
   std::vector<state_signature> signatures_;    // [num_states] or empty
   std::size_t num_distinct_ = 0;
   std::shared_ptr<token_class_cache> shared_;

@@ -73,6 +73,7 @@ void token_vocabulary::build_trie() {
       node_byte_.push_back(std::uint8_t(b[d]));
       node_parent_.push_back(path.back());
       node_depth_.push_back(std::uint32_t(d + 1));
+      max_depth_ = std::max(max_depth_, std::uint32_t(d + 1));
       at_node.emplace_back();
       path.push_back(n);
     }

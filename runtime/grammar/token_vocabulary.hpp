@@ -52,7 +52,10 @@ class token_vocabulary {
     return {node_tokens_.data() + node_token_begin_[n],
             node_token_begin_[n + 1] - node_token_begin_[n]};
   }
+  bool has_tokens(node_id n) const { return node_token_begin_[n + 1] != node_token_begin_[n]; }
   node_id node_of(token_id id) const { return token_node_[id]; }
+  /// Bytes of the longest text token (the depth of the trie).
+  std::uint32_t max_depth() const { return max_depth_; }
 
  private:
   void build_trie();
@@ -68,6 +71,7 @@ class token_vocabulary {
   std::vector<std::uint32_t> node_token_begin_;  // [num_nodes + 1]
   std::vector<token_id> node_tokens_;
   std::vector<node_id> token_node_;  // [num ids], UINT32_MAX if not a text token
+  std::uint32_t max_depth_ = 0;
 };
 
 }  // namespace di::grammar

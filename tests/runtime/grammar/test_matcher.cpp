@@ -1,10 +1,13 @@
 // The token matcher against a brute-force reference: at every step of random walks through
 // several grammars, the mask must equal "accept each token, then roll it back". Also
 // rollback, stop tokens, termination and forced continuations.
+#include "common/error.hpp"
 #include "runtime/grammar/grammar_matcher.hpp"
 #include "runtime/grammar/json_schema.hpp"
 #include "runtime/grammar/token_class_cache.hpp"
+#include "tests/runtime/grammar/conformance_util.hpp"
 #include "tests/runtime/grammar/grammar_test_util.hpp"
+#include "tests/test_support.hpp"
 
 #include <doctest/doctest.h>
 
@@ -110,6 +113,45 @@ TEST_CASE("token classes shared between JSON Schema grammars give the brute-forc
     check_walks(tg, 6, 60, rng);
   }
   CHECK(shared->size() > 0);
+}
+
+TEST_CASE("precomputed masks with token-bounded state classes equal the reference on jsonschemabench") {
+  // The fast path (token classes of every state computed at compile time, states merged when
+  // they agree for inputs as long as the longest token, uncertain tokens checked against the
+  // stack) against the plain reference mask (accept each token, roll back), bit for bit, at
+  // every step of random walks. Tokens of at most 6 bytes make the merging aggressive: a
+  // string with 20 characters left and one with 200 left share one classification.
+  std::mt19937 rng(2024);
+  auto vocab = token_vocabulary::from_tokens(random_vocab("{}[],:\"\\ab0123456789.-+eEtfnrulsx ", 400, rng), {401}, 403);
+  REQUIRE(vocab->max_depth() <= 6);
+  std::size_t schemas = 0, merged = 0;
+  for (const auto& row : test::read_jsonl_ordered(di::test::shared_path("testdata/jsonschema/jsonschemabench_public.jsonl"))) {
+    if (schemas == 40) break;
+    std::shared_ptr<const compiled_grammar> cg;
+    try {
+      cg = compiled_grammar::compile(compile_json_schema(row["schema"], {}).g);
+    } catch (const di::error&) {
+      continue;
+    }
+    if (cg->num_states() > 20'000) continue;
+    ++schemas;
+    auto tg = token_grammar::create(cg, vocab, /*precompute=*/true);
+    merged += tg->automaton().num_states() - tg->num_distinct_states();
+    check_walks(tg, 3, 40, rng);
+  }
+  CHECK(schemas == 40);
+  CHECK(merged > 0);
+}
+
+TEST_CASE("states counting string characters merge when no token can tell them apart") {
+  std::mt19937 rng(5);
+  auto vocab = token_vocabulary::from_tokens(random_vocab("\"ab\\u0", 200, rng), {201}, 203);
+  auto tg = token_grammar::create(
+      compiled_grammar::compile(compile_json_schema_text(R"({"type":"string","minLength":3,"maxLength":300})").g),
+      vocab, /*precompute=*/true);
+  // About 300 positions, but only those within a token's length of either bound differ.
+  CHECK(tg->num_distinct_states() * 4 < tg->automaton().num_states());
+  check_walks(tg, 4, 120, rng);
 }
 
 TEST_CASE("masks equal the brute-force reference on left recursion and ambiguity") {
