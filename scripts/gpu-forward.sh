@@ -39,8 +39,11 @@ for preset in "$@"; do
     2>&1 | tee "$out/bench-decode-$preset.log"
   "$di" bench prefill --model "$dir" --device cuda --batch 1 --context 2048 --steps 8 \
     2>&1 | tee "$out/bench-prefill-$preset.log"
-  "$di" generate --model "$dir" --device cuda --prompt "The H200 has" --max-tokens 16 \
-    --ignore-eos 2>&1 | tee "$out/generate-$preset.log" | tail -2
+  for graphs in off on; do  # greedy text: the same both ways
+    "$di" generate --model "$dir" --device cuda --prompt "The H200 has" --max-tokens 16 \
+      --ignore-eos --cuda-graphs $graphs 2>&1 | tee "$out/generate-$preset-graphs-$graphs.log" |
+      tail -2
+  done
   if [[ $preset == v4-flash-L4 && ${DEEPINFER_SKIP_PEER:-0} != 1 ]]; then
     PYTHONUNBUFFERED=1 timeout 240 python3 bench/peer/transformers_v4.py --model "$dir" \
       --batch 1,64 --context "$ctx" --prefill 2048 2>&1 | grep -v Warning |
