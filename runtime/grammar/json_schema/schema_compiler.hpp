@@ -106,6 +106,8 @@ class schema_compiler {
   expr_id compile_groups(const schema_node& n, int depth);
   /// The node with each unevaluated* scope turned into a part for the keys/items it constrains.
   schema_node resolve_unevaluated(const schema_node& n);
+  std::optional<schema_index::target> dynamic_target(const std::string& base, const std::string& keyword,
+                                                     const std::string& ref, const schema_ref& where);
   void add_part(schema_node& n, std::vector<schema_ref>& parts, const schema_ref& s);
   void absorb_negated(schema_node& n, const schema_ref& s);
   std::vector<schema_ref> exclusive_alternatives(const std::vector<schema_ref>& alts, bool all_subsets,

@@ -143,6 +143,7 @@ schema_index::schema_index(const json& root, const std::vector<std::pair<std::st
     walk(doc, base, 0);
   }
   root_base_ = "urn:deepinfer:root";
+  root_ = &root;
   walk(root, root_base_, 0);
   resources_.emplace(root_base_, &root);
 }
@@ -165,6 +166,10 @@ void schema_index::walk(const json& node, const std::string& parent_base, int de
   for (const char* key : {"$anchor", "$dynamicAnchor"})
     if (auto it = node.find(key); it != node.end() && it->is_string())
       anchors_.emplace(strip_fragment(base) + "#" + it->get<std::string>(), &node);
+  if (auto it = node.find("$dynamicAnchor"); it != node.end() && it->is_string())
+    dynamic_anchors_[it->get<std::string>()].push_back(strip_fragment(base));
+  if (auto it = node.find("$recursiveAnchor"); it != node.end() && *it == true)
+    recursive_anchors_.push_back(strip_fragment(base));
   bases_.emplace(&node, base);
   for (const auto& k : schema_map_keywords())
     if (auto it = node.find(k); it != node.end() && it->is_object())
@@ -174,6 +179,30 @@ void schema_index::walk(const json& node, const std::string& parent_base, int de
       for (const auto& sub : *it) walk(sub, base, depth + 1);
   for (const auto& k : schema_keywords())
     if (auto it = node.find(k); it != node.end() && it->is_object()) walk(*it, base, depth + 1);
+}
+
+std::optional<schema_index::target> schema_index::resolve_dynamic(const std::string& base, const std::string& ref,
+                                                                  bool recursive) const {
+  target t = resolve(base, ref);
+  std::string name;
+  if (recursive) {
+    if (!t.schema->is_object() || !t.schema->contains("$recursiveAnchor") || (*t.schema)["$recursiveAnchor"] != true)
+      return t;
+  } else {
+    std::size_t hash = ref.find('#');
+    if (hash == std::string::npos || hash + 1 == ref.size() || ref[hash + 1] == '/') return t;
+    name = ref.substr(hash + 1);
+    if (!t.schema->is_object() || !t.schema->contains("$dynamicAnchor") || (*t.schema)["$dynamicAnchor"] != name)
+      return t;
+  }
+  std::vector<std::string> defining = recursive ? recursive_anchors_ : dynamic_anchors_.at(name);
+  std::sort(defining.begin(), defining.end());
+  defining.erase(std::unique(defining.begin(), defining.end()), defining.end());
+  const std::string root = strip_fragment(base_of(root_, root_base_));
+  if (std::find(defining.begin(), defining.end(), root) != defining.end())
+    return recursive ? target{root_, base_of(root_, root_base_)} : resolve(root, "#" + name);
+  if (defining.size() == 1) return t;
+  return std::nullopt;
 }
 
 std::string schema_index::base_of(const json* schema, const std::string& parent_base) const {

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -32,6 +33,11 @@ class schema_index {
   /// Base URI in force inside `schema` (a subschema of the document).
   std::string base_of(const json* schema, const std::string& parent_base) const;
   const std::string& root_base() const { return root_base_; }
+  /// Where $dynamicRef (or, `recursive`, $recursiveRef) `ref` lands when every evaluation
+  /// starts at the root: the static target unless it is a dynamic anchor, else the root's
+  /// anchor of that name when the root resource has one, else the only resource defining it.
+  /// Null when several resources define it and the dynamic scope would decide.
+  std::optional<target> resolve_dynamic(const std::string& base, const std::string& ref, bool recursive) const;
 
  private:
   void walk(const json& node, const std::string& base, int depth);
@@ -42,6 +48,9 @@ class schema_index {
   std::unordered_map<std::string, const json*> resources_;  // absolute URI -> resource root
   std::unordered_map<std::string, const json*> anchors_;    // "uri#name" -> schema
   std::unordered_map<const json*, std::string> bases_;      // schema -> base in force
+  std::unordered_map<std::string, std::vector<std::string>> dynamic_anchors_;  // name -> resources
+  std::vector<std::string> recursive_anchors_;  // resources whose root has $recursiveAnchor: true
+  const json* root_ = nullptr;
 };
 
 }  // namespace di::grammar::json_detail

@@ -229,14 +229,16 @@ json schema_compiler::negate_object(const schema_ref& s) {
         alts.push_back(json{{"$di_types", types}, {"allOf", json::array({ref_marker({&v, s.base}), not_marker({&*then_, s.base})})}});
       if (else_ != o.end() && !is_true(*else_))
         alts.push_back(json{{"$di_types", types}, {"allOf", json::array({not_marker({&v, s.base}), not_marker({&*else_, s.base})})}});
-    } else if (key == "$ref") {
-      auto target = index_.resolve(s.base, v.get<std::string>());
+    } else if (key == "$ref" || key == "$dynamicRef" || key == "$recursiveRef") {
+      auto resolved = dynamic_target(s.base, key, v.get<std::string>(), s);
+      if (!resolved) continue;
+      auto target = *resolved;
       alts.push_back(json{{"$di_types", types}, {"allOf", json::array({not_marker({target.schema, target.base})})}});
     } else if (key == "$di_ref") {
       alts.push_back(json{{"$di_types", types}, {"allOf", json::array({not_marker(schema_ref(marked_[v.get<std::size_t>()]))})}});
     } else if (key == "$di_not") {
       alts.push_back(json{{"$di_types", types}, {"allOf", json::array({ref_marker(schema_ref(marked_[v.get<std::size_t>()]))})}});
-    } else if (key == "$dynamicRef" || key == "$recursiveRef" || key == "unevaluatedItems") {
+    } else if (key == "unevaluatedItems") {
       refuse(key, "is not supported");
     }
     // Other keywords are annotations: they never fail.

@@ -21,7 +21,7 @@ const std::set<std::string, std::less<>> k_object_keywords = {
 const std::set<std::string, std::less<>> k_array_keywords = {"items", "prefixItems", "additionalItems",
                                                              "minItems", "maxItems"};
 const std::vector<std::string> k_rejected = {
-    "$dynamicRef", "$recursiveRef",
+    "$dynamicRef / $recursiveRef when several resources define the anchor and the root does not",
     "contains (with prefixItems, minItems/maxItems, or in several schemas of a combination)",
     "maxContains", "unevaluatedProperties", "unevaluatedItems",
     "uniqueItems (true)",
@@ -97,16 +97,18 @@ void schema_compiler::absorb(schema_node& n, const schema_ref& s) {
   }
   DI_CHECK(s.s->is_object(), "JSON Schema: a schema must be an object or a boolean, got {}", s.s->dump());
   const std::string base = index_.base_of(s.s, s.base);
-  auto absorb_ref = [&](const json& ref) {
-    DI_CHECK(ref.is_string(), "JSON Schema: $ref must be a string");
-    auto target = index_.resolve(base, ref.get<std::string>());
+  auto absorb_ref = [&](const json& ref, const char* keyword) {
+    DI_CHECK(ref.is_string(), "JSON Schema: {} must be a string", keyword);
+    auto resolved = dynamic_target(base, keyword, ref.get<std::string>(), s);
+    if (!resolved) return;
+    auto target = *resolved;
     if (std::find(absorbing_.begin(), absorbing_.end(), target.schema) != absorbing_.end())
       unsupported("$ref", "a recursive $ref merged with sibling keywords or allOf", s);
     absorbing_.push_back(target.schema);
     absorb(n, {target.schema, target.base});
     absorbing_.pop_back();
   };
-  if (draft7_ && s.s->contains("$ref")) return absorb_ref((*s.s)["$ref"]);  // siblings are ignored
+  if (draft7_ && s.s->contains("$ref")) return absorb_ref((*s.s)["$ref"], "$ref");  // siblings are ignored
   const std::size_t open = n.open_scopes.size();
   for (const char* k : {"unevaluatedProperties", "unevaluatedItems"}) {
     if (!s.s->contains(k)) continue;
@@ -115,10 +117,18 @@ void schema_compiler::absorb(schema_node& n, const schema_ref& s) {
   }
   // Keywords in document order, so that merged properties keep the order they are written in.
   for (const auto& [key, v] : s.s->items()) {
-    if (key == "$ref") absorb_ref(v);
+    if (key == "$ref" || key == "$dynamicRef" || key == "$recursiveRef") absorb_ref(v, key.c_str());
     else absorb_keyword(n, {s.s, base}, key, v);
   }
   n.open_scopes.resize(open);
+}
+
+std::optional<schema_index::target> schema_compiler::dynamic_target(const std::string& base, const std::string& keyword,
+                                                                    const std::string& ref, const schema_ref& where) {
+  if (keyword == "$ref") return index_.resolve(base, ref);
+  auto t = index_.resolve_dynamic(base, ref, keyword == "$recursiveRef");
+  if (!t) unsupported(keyword, "several schema resources define its anchor, so the dynamic scope decides", where);
+  return t;
 }
 
 void schema_compiler::add_part(schema_node& n, std::vector<schema_ref>& parts, const schema_ref& s) {
@@ -219,8 +229,6 @@ void schema_compiler::absorb_keyword(schema_node& n, const schema_ref& s, const 
     if (!trivial_array) unsupported("uniqueItems", "distinct array items are not context-free", s);
   } else if (key == "dependentRequired" || key == "dependentSchemas" || key == "dependencies") {
     absorb_dependencies(n, s, key, v);
-  } else if (key == "$dynamicRef" || key == "$recursiveRef") {
-    unsupported(key, "not supported by the grammar compiler", s);
   } else {
     warn("unknown keyword '" + key + "' ignored (JSON Schema treats unknown keywords as annotations)");
   }
