@@ -12,6 +12,7 @@ packages=(
   libspdlog-dev libfmt-dev doctest-dev libtomlplusplus-dev nlohmann-json3-dev
   libpcre2-dev libboost-dev libcli11-dev libomp-dev libicu-dev
   clang libclang-rt-14-dev
+  gnuplot-nox  # `deepinfer bench serve --plot` (optional for users; its test needs it)
 )
 
 want_deps=1; want_build=1; cmake_args=()

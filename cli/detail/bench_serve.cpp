@@ -1,10 +1,13 @@
-// `deepinfer bench serve --url URL --num-prompts N --request-rate R --concurrency C
-// [--input-len L --output-len L | --dataset FILE] [--json]`: runs the load generator, shows a
-// progress bar on stderr, and prints a table (or one JSON object) of throughput and TTFT /
-// TPOT / ITL / end-to-end latency (mean, p50, p99) and failures. Exit code 1 when any failed.
+// `deepinfer bench serve --url URL --num-prompts N --request-rate R[,R...] --concurrency C
+// [--input-len L --output-len L | --dataset FILE] [--json] [--plot FILE.png]`: runs the load
+// generator, shows a progress bar on stderr, and prints a table (or one JSON object) of
+// throughput and TTFT / TPOT / ITL / end-to-end latency (mean, p50, p99) and failures. Several
+// rates make a sweep: one run per rate, then a summary table (JSON: an array of the objects)
+// and, with --plot, a PNG drawn by gnuplot. Exit code 1 when any request failed.
 #include "cli/detail/bench_serve.hpp"
 
 #include "cli/command.hpp"
+#include "cli/detail/sweep_plot.hpp"
 #include "server/bench_client.hpp"
 #include "server/http_server.hpp"
 
@@ -12,9 +15,13 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <memory>
+#include <sstream>
+#include <vector>
 
 namespace di::cli {
 
@@ -54,12 +61,50 @@ void print_table(const server::bench_params& p, const server::bench_report& r) {
   if (r.num_failed > 0) row("E2E of failures", r.failed_e2e_ms);
 }
 
+/// "1,2.5,inf" -> {1, 2.5, inf}: each rate positive or inf.
+std::vector<double> parse_rates(const std::string& list) {
+  std::vector<double> rates;
+  std::stringstream ss(list);
+  for (std::string item; std::getline(ss, item, ',');) {
+    double r = 0;
+    std::size_t used = 0;
+    try {
+      r = item == "inf" ? std::numeric_limits<double>::infinity() : std::stod(item, &used);
+      if (item == "inf") used = item.size();
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || item.empty() || !(r > 0))
+      throw CLI::ValidationError(
+          "--request-rate",
+          "expected positive numbers or inf separated by commas, got '" + list + "'");
+    rates.push_back(r);
+  }
+  if (rates.empty()) throw CLI::ValidationError("--request-rate", "no rate given");
+  return rates;
+}
+
+void print_sweep(const std::vector<sweep_point>& points) {
+  fmt::print("============ Request-rate sweep ============\n");
+  fmt::print("{:>10} {:>9} {:>11} {:>10} {:>10} {:>10} {:>10} {:>7}\n", "rate", "req/s",
+             "out tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "failed");
+  for (const sweep_point& p : points) {
+    const server::bench_report& r = p.report;
+    fmt::print("{:>10} {:>9.2f} {:>11.1f} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>7}\n",
+               std::isfinite(p.offered_rate) ? fmt::format("{:g}", p.offered_rate) : "inf",
+               r.request_throughput, r.output_throughput, r.ttft_ms.p50, r.ttft_ms.p99,
+               r.tpot_ms.p50, r.tpot_ms.p99, r.num_failed);
+  }
+  fmt::print("(latencies in ms)\n");
+}
+
 }  // namespace
 
 void add_bench_serve(CLI::App* bench) {
   auto p = std::make_shared<server::bench_params>();
   auto json_out = std::make_shared<bool>(false);
   auto rate = std::make_shared<std::string>("inf");
+  auto plot = std::make_shared<std::string>();
   auto* sub = bench->add_subcommand("serve",
                                     "Load-test an OpenAI-compatible server: Poisson arrivals, "
                                     "streaming requests, TTFT/TPOT/ITL/E2E and throughput");
@@ -70,7 +115,8 @@ void add_bench_serve(CLI::App* bench) {
   sub->add_option("--api-key", p->api_key, "Bearer key (default: $DEEPINFER_API_KEY)");
   sub->add_option("--num-prompts", p->num_prompts, "Requests to send")->capture_default_str();
   sub->add_option("--request-rate", *rate,
-                  "Mean arrival rate in requests/s (Poisson); inf = all at once")
+                  "Mean arrival rate in requests/s (Poisson); inf = all at once; several "
+                  "(e.g. 1,2,4,inf) run a sweep, one benchmark per rate")
       ->capture_default_str();
   sub->add_option("--concurrency", p->concurrency, "Most requests in flight (0 = no limit)")
       ->capture_default_str();
@@ -82,23 +128,42 @@ void add_bench_serve(CLI::App* bench) {
   sub->add_option("--seed", p->seed, "Seed of prompts and arrivals")->capture_default_str();
   sub->add_option("--timeout", p->timeout_s, "Per-request timeout in seconds")
       ->capture_default_str();
-  sub->add_flag("--json", *json_out, "Print one JSON object instead of the table");
-  sub->callback([p, json_out, rate] {
-    try {
-      p->request_rate = *rate == "inf" ? std::numeric_limits<double>::infinity() : std::stod(*rate);
-    } catch (const std::exception&) {
-      throw CLI::ValidationError("--request-rate", "expected a number or inf, got " + *rate);
+  sub->add_flag("--json", *json_out,
+                "Print one JSON object (a sweep: an array of them) instead of the tables");
+  sub->add_option("--plot", *plot,
+                  "With a sweep: write a PNG of TTFT and TPOT against the achieved throughput "
+                  "(needs gnuplot; its data goes to FILE.tsv)");
+  sub->callback([p, json_out, rate, plot] {
+    const std::vector<double> rates = parse_rates(*rate);
+    if (!plot->empty()) {
+      if (rates.size() < 2)
+        throw CLI::ValidationError("--plot", "needs a sweep: give several --request-rate values");
+      require_gnuplot();
     }
     if (p->api_key.empty())
       if (const char* k = std::getenv("DEEPINFER_API_KEY")) p->api_key = k;
     p->on_progress = progress;
     server::raise_open_file_limit();
-    const server::bench_report r = server::run_bench(*p);
-    if (*json_out)
-      fmt::print("{}\n", server::report_json(*p, r));
-    else
-      print_table(*p, r);
-    if (r.num_failed > 0) set_exit_code(1);
+    std::vector<sweep_point> points;
+    std::string json_items;
+    for (double r : rates) {
+      p->request_rate = r;
+      if (rates.size() > 1)
+        fmt::print(stderr, "rate {}:\n", std::isfinite(r) ? fmt::format("{:g}/s", r) : "inf");
+      points.push_back({r, server::run_bench(*p)});
+      if (*json_out)
+        json_items +=
+            (json_items.empty() ? "" : ",\n") + server::report_json(*p, points.back().report);
+      else
+        print_table(*p, points.back().report);
+      if (points.back().report.num_failed > 0) set_exit_code(1);
+    }
+    if (*json_out) fmt::print("{}\n", rates.size() > 1 ? "[" + json_items + "]" : json_items);
+    if (rates.size() > 1 && !*json_out) print_sweep(points);
+    if (!plot->empty()) {
+      plot_sweep(points, *plot);
+      fmt::print(stderr, "wrote {} (data: {}.tsv)\n", *plot, *plot);
+    }
   });
 }
 

@@ -370,6 +370,34 @@ def front_end_of_launched_cluster(srv, c):
             front.stop()
 
 
+@test
+def bench_serve_sweep(srv, c):
+    """`deepinfer bench serve` with a two-rate sweep: JSON per rate, the summary and the PNG."""
+    import subprocess
+    png = os.path.join(srv.workdir, "sweep.png")
+    cmd = [srv.binary, "bench", "serve", "--url", srv.url, "--api-key", KEY, "--num-prompts", "6",
+           "--input-len", "8", "--output-len", "4", "--request-rate", "20,inf", "--seed", "3"]
+    p = subprocess.run(cmd + ["--json", "--plot", png], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    runs = json.loads(p.stdout)
+    assert [r["request_rate"] for r in runs] == [20, "inf"], runs
+    for r in runs:
+        assert r["completed"] == 6 and r["failed"] == 0 and r["output_tokens"] == 24, r
+        assert r["ttft_ms"]["p50"] > 0 and r["ttft_ms"]["p50"] <= r["ttft_ms"]["p99"], r
+    with open(png, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    with open(png + ".tsv") as f:
+        rows = [line.split("\t") for line in f if not line.startswith("#")]
+    assert [row[0] for row in rows] == ["20/s", "inf"], rows
+    table = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert table.returncode == 0 and "Request-rate sweep" in table.stdout, table.stdout[-2000:]
+    bad = subprocess.run(cmd[:-4] + ["--request-rate", "2,-1"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "--request-rate" in bad.stderr, bad.stderr
+    single = subprocess.run(cmd[:-4] + ["--request-rate", "inf", "--plot", png], capture_output=True,
+                            text=True, timeout=60)
+    assert single.returncode != 0 and "--plot" in single.stderr, single.stderr
+
+
 # ---- disconnects, concurrency, fuzz ----------------------------------------------------------
 
 
