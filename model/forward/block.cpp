@@ -58,6 +58,7 @@ forward_pass padded_pass(const forward_pass& pass) {
   p.positions = pass.graphs->positions();
   p.seqs.clear();
   p.graphs = nullptr;
+  p.in_graph = true;
   return p;
 }
 

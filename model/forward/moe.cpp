@@ -72,16 +72,34 @@ bool grouped_experts(const forward_pass& pass, const moe_weights& m) {
          pass.act(m.stacked.w1).act_quant_block > 0;
 }
 
+/// Tokens up to which the expert GEMM's tile (sized by the largest group) is the same for any
+/// group size: sm90_block_gemm runs one 8-token tile per block up to 8 rows per expert.
+constexpr std::int64_t small_group_rows = 8;
+
+/// Bound on any expert's rows: no expert gets more rows than there are tokens (a token picks
+/// distinct experts). Past small_group_rows the kernel's token tile grows with the bound
+/// (fewer blocks per SM), so an eager step reads the group sizes back and uses the largest;
+/// a captured step (and batches up to small_group_rows) keeps the bound: no read-back.
+std::int64_t largest_group(const forward_pass& pass, const ops::expert_groups& g,
+                           std::int64_t tokens) {
+  if (pass.in_graph || tokens <= small_group_rows) return tokens;
+  const tensor offsets = g.offsets.to(cpu_device);  // [experts + 1]
+  const std::int32_t* o = offsets.data<std::int32_t>();
+  std::int64_t most = 0;
+  for (std::int64_t e = 0; e + 1 < offsets.numel(); ++e)
+    most = std::max<std::int64_t>(most, o[e + 1] - o[e]);
+  return most;
+}
+
 /// Every routed token through its experts in one expert_linear per projection: the routed
-/// pairs grouped by expert where the routing lives (ops::group_by_expert: no host read-back,
-/// so a decode step can be captured in a CUDA graph), SwiGLU weighted by the routing weight,
-/// then added back into their tokens' rows of y. No expert gets more rows than there are
-/// tokens (a token picks distinct experts), which bounds the grid.
+/// pairs grouped by expert where the routing lives (ops::group_by_expert, so a decode step
+/// can be captured in a CUDA graph), SwiGLU weighted by the routing weight, then added back
+/// into their tokens' rows of y.
 void grouped_expert_forward(const forward_pass& pass, const moe_weights& m,
                             const ops::routing& route, const tensor& x, tensor& y) {
   const float limit = float(pass.config.swiglu_limit);
   const ops::expert_groups g = ops::group_by_expert(route, pass.config.n_routed_experts);
-  const std::int64_t most = x.size(0);
+  const std::int64_t most = largest_group(pass, g, x.size(0));
   const ops::expert_linear_params p{pass.act(m.stacked.w1).act_quant_block, most};
   const tensor xe = ops::gather_rows(x, g.rows);  // [tokens * k, dim] grouped by expert
   tensor act = ops::swiglu(ops::expert_linear(xe, g.offsets, m.stacked.w1.w, p),

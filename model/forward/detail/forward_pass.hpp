@@ -47,6 +47,8 @@ struct forward_pass {
   /// Set for a decode step run through CUDA graphs (tokens/positions above stay the real
   /// rows; the graphs hold padded copies).
   decode_graphs* graphs = nullptr;
+  /// True inside a captured piece (and its eager warm-up): nothing may be read back.
+  bool in_graph = false;
 
   /// Where the weights (and every activation of the call) live.
   device dev() const { return weights.dev; }
