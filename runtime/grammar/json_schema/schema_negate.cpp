@@ -7,6 +7,7 @@
 // recursive rules. A keyword whose failure is not context-free (multipleOf, uniqueItems,
 // additionalProperties...) is refused by name.
 #include "common/error.hpp"
+#include "runtime/grammar/json_schema/formats.hpp"
 #include "runtime/grammar/json_schema/schema_compiler.hpp"
 
 #include <algorithm>
@@ -106,7 +107,13 @@ json schema_compiler::negate_object(const schema_ref& s) {
   for (const auto& [key, v] : o.items()) {
     if (k_ignored.count(key) || key == "type" || (key == "id" && dialect_ == json_schema_draft::draft4)) continue;
     if (key == "format") {
-      if (options_.format_assertion) refuse(key, "is not supported for formats");
+      // Enforced formats fail as strings outside the format's (full-match) regex; numeric
+      // formats would fail as bounds, which is not supported; unknown ones never fail.
+      static const std::set<std::string, std::less<>> numeric = {"int8", "int16", "int32", "int64", "uint8",
+                                                                 "uint16", "uint32", "uint64"};
+      if (!options_.format_assertion || !v.is_string() || v == "float" || v == "double") continue;
+      if (numeric.count(v.get<std::string>())) refuse(key, "is not supported for numeric formats");
+      else if (auto re = format_regex(v.get<std::string>())) fails(t_string, json{{"$di_anti_pattern", "^(?:" + *re + ")$"}});
     } else if (key == "enum" || key == "const") {
       std::vector<json> values = key == "const" ? std::vector<json>{v} : std::vector<json>(v.begin(), v.end());
       bool has_null = false, has_true = false, has_false = false;
