@@ -62,6 +62,10 @@ struct expert_linear_params {
   int act_quant_block = 0;                ///< as linear_params::act_quant_block
   std::int64_t max_rows_per_expert = 0;   ///< bound on any expert's rows (0: all rows); the
                                           ///< CUDA kernel sizes its grid by it
+  /// CUDA: rows an expert typically has when max_rows_per_expert is a loose bound (0: size
+  /// the kernel's token tile by the bound). A small hint keeps the narrow tile (more blocks
+  /// per SM); the grid still covers the bound, its surplus blocks exit at once.
+  std::int64_t tile_rows_hint = 0;
 };
 
 /// All MoE experts' projections in one call: rows [offsets[e], offsets[e+1]) of x [rows, in]

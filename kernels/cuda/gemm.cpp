@@ -196,6 +196,7 @@ tensor expert_linear(const tensor& x, const tensor& offsets, const weight_matrix
   block_gemm_params p = gemm_params(weights, q, act_block, in, out, int(experts), y);
   p.offsets = offsets.data<std::int32_t>();
   p.max_rows = params.max_rows_per_expert > 0 ? std::min(params.max_rows_per_expert, rows) : rows;
+  p.tile_rows = params.tile_rows_hint;
   p.y_stride = out;
   launch_block_gemm(p, current_stream());
   return y;

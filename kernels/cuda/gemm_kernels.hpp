@@ -44,6 +44,7 @@ struct block_gemm_params {
   const std::int32_t* offsets;  ///< [groups + 1] row ranges (device), or nullptr: rows each
   std::int64_t rows;            ///< rows of every group when offsets is nullptr
   std::int64_t max_rows;        ///< bound on any group's rows (sizes the grid)
+  std::int64_t tile_rows;       ///< rows the token tile is sized for (0: max_rows)
   std::int64_t n;               ///< outputs per group
   std::int64_t k;               ///< inputs (multiple of 32; of block_cols for FP8)
   int groups;

@@ -369,7 +369,9 @@ void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream) {
   }
   constexpr std::int64_t align = 8;  // steps: whole weight stages of either format
   const std::int64_t max_rows = p.max_rows;
-  const int nt = max_rows <= 8 ? 1 : max_rows <= 16 ? 2 : max_rows <= 32 ? 4 : 8;
+  // Token tile by the rows a group typically has; the grid covers max_rows either way.
+  const std::int64_t tile_basis = p.tile_rows > 0 ? std::min(p.tile_rows, max_rows) : max_rows;
+  const int nt = tile_basis <= 8 ? 1 : tile_basis <= 16 ? 2 : tile_basis <= 32 ? 4 : 8;
   const std::int64_t token_tiles = (max_rows + nt * 8 - 1) / (nt * 8);
   const std::int64_t row_tiles = (p.n + rows_per_block - 1) / rows_per_block;
   const std::int64_t blocks = row_tiles * p.groups * token_tiles;

@@ -100,11 +100,16 @@ void grouped_expert_forward(const forward_pass& pass, const moe_weights& m,
   const float limit = float(pass.config.swiglu_limit);
   const ops::expert_groups g = ops::group_by_expert(route, pass.config.n_routed_experts);
   const std::int64_t most = largest_group(pass, g, x.size(0));
-  const ops::expert_linear_params p{pass.act(m.stacked.w1).act_quant_block, most};
+  // Captured steps bound the groups by the token count: twice the mean group keeps the
+  // kernel's narrow token tile (eager steps know the largest group and need no hint).
+  const std::int64_t experts = pass.config.n_routed_experts;
+  const std::int64_t hint =
+      pass.in_graph ? std::max<std::int64_t>(1, (2 * g.rows.numel() + experts - 1) / experts) : 0;
+  const ops::expert_linear_params p{pass.act(m.stacked.w1).act_quant_block, most, hint};
   const tensor xe = ops::gather_rows(x, g.rows);  // [tokens * k, dim] grouped by expert
   tensor act = ops::swiglu(ops::expert_linear(xe, g.offsets, m.stacked.w1.w, p),
                            ops::expert_linear(xe, g.offsets, m.stacked.w3.w, p), limit, g.weights);
-  const ops::expert_linear_params p2{pass.act(m.stacked.w2).act_quant_block, most};
+  const ops::expert_linear_params p2{pass.act(m.stacked.w2).act_quant_block, most, hint};
   ops::scatter_add_rows(y, g.rows, ops::expert_linear(act, g.offsets, m.stacked.w2.w, p2));
 }
 

@@ -200,6 +200,11 @@ TEST_CASE("cuda expert_linear: MXFP4 and FP8 experts, empty and >64-row experts"
       check_close(ops::expert_linear(x.to(gpu), offsets.to(gpu), weight_to(w4, gpu), p),
                   ops::expert_linear(x, offsets, w4, p), 2e-3);
     }
+    // A loose bound (every row) with a small tile hint (decode graphs): narrow tiles, more of
+    // them; the same result.
+    const ops::expert_linear_params loose{128, rows + 2, 2};
+    check_close(ops::expert_linear(x.to(gpu), offsets.to(gpu), weight_to(w4, gpu), loose),
+                ops::expert_linear(x, offsets, w4, {128, 0}), 2e-3);
     const weight_matrix w8 = random_fp8(5 * 128, 512, 128);
     check_close(ops::expert_linear(x.to(gpu), offsets.to(gpu), weight_to(w8, gpu), {128, 0}),
                 ops::expert_linear(x, offsets, w8, {128, 0}), 2e-3);
