@@ -1,4 +1,6 @@
-// The executor actor (see executor_actor.hpp).
+// The executor actor (see executor_actor.hpp): a scheduled actor in front of a device thread.
+// The actor queues each request as a job and answers it when the device thread reports the
+// job done; the device thread owns the runner and runs the jobs in arrival order.
 #include "actors/executor_actor.hpp"
 
 #include "actors/logging.hpp"
@@ -7,109 +9,244 @@
 #include <caf/all.hpp>
 
 #include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
 #include <optional>
+#include <thread>
+#include <variant>
 
 namespace di::actors {
 
 namespace {
 
+/// One request for the device thread: the runner's info (nullopt) or one plan to run.
+struct device_job {
+  std::uint64_t id = 0;
+  std::optional<run_step> step;
+};
+
+/// What a job produced: the answer, or an error after which the executor stops.
+using job_outcome = std::variant<executor_info, step_done, caf::error>;
+
+/// The device thread and the jobs between it and the actor. Everything below `mutex` is
+/// shared; the runner and the step-gap bookkeeping belong to the thread alone.
+class device_thread {
+ public:
+  device_thread(executor_params params, caf::actor_addr owner)
+      : params_(std::move(params)), owner_(std::move(owner)), log_(component_logger("executor")) {
+    thread_ = std::thread([this] { loop(); });
+  }
+  device_thread(const device_thread&) = delete;
+  device_thread& operator=(const device_thread&) = delete;
+
+  /// Lets the job in progress finish, drops the queued ones and joins the thread (detaches
+  /// instead when called on the thread itself, e.g. if it released the actor's last handle).
+  ~device_thread() {
+    {
+      std::lock_guard lock(mutex_);
+      is_stopping_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.get_id() == std::this_thread::get_id())
+      thread_.detach();
+    else
+      thread_.join();
+  }
+
+  void push(device_job job) {
+    {
+      std::lock_guard lock(mutex_);
+      jobs_.push_back(std::move(job));
+    }
+    wake_.notify_all();
+  }
+
+  /// The outcome of finished job `id` (taken out), if there is one.
+  std::optional<job_outcome> take(std::uint64_t id) {
+    std::lock_guard lock(mutex_);
+    auto it = done_.find(id);
+    if (it == done_.end()) return std::nullopt;
+    job_outcome out = std::move(it->second);
+    done_.erase(it);
+    return out;
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      device_job job;
+      {
+        std::unique_lock lock(mutex_);
+        wake_.wait(lock, [&] { return is_stopping_ || !jobs_.empty(); });
+        if (is_stopping_) break;
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      job_outcome out = job.step ? run_one(*job.step) : info();
+      {
+        std::lock_guard lock(mutex_);
+        done_.emplace(job.id, std::move(out));
+      }
+      // A weak address: the thread must not keep the actor alive. Gone actor: nobody waits.
+      if (caf::actor owner = caf::actor_cast<caf::actor>(owner_))
+        caf::anon_send(owner, step_ran_atom::value, job.id);
+    }
+    bundle_ = {};  // the runner dies on the thread that made it (a device context lives here)
+  }
+
+  /// Loads the runner on first use; an error when it cannot be loaded.
+  caf::error ensure_loaded() {
+    if (bundle_.runner) return {};
+    try {
+      bundle_ = params_.make_runner();
+      const runtime::runner_info info = bundle_.runner->info();
+      log_->info("{}: runner ready on {} ({} block pools, max_model_len {})", params_.label,
+                 info.device, info.num_blocks.size(), info.max_model_len);
+      return {};
+    } catch (const std::exception& e) {
+      return caf::make_error(caf::sec::runtime_error, fmt::format("{}: cannot load the runner: {}",
+                                                                  params_.label, e.what()));
+    }
+  }
+
+  job_outcome info() {
+    if (caf::error err = ensure_loaded()) return err;
+    return executor_info{bundle_.runner->info(), bundle_.geometry, params_.node};
+  }
+
+  /// True when the plan continues the previous one: the next step id with a common sequence
+  /// (the scheduler could have planned it while the previous step ran).
+  bool continues(const runtime::step_plan& plan) const {
+    if (!last_step_id_ || plan.step_id != *last_step_id_ + 1) return false;
+    for (const runtime::scheduled_sequence& s : plan.sequences)
+      if (std::binary_search(last_seq_ids_.begin(), last_seq_ids_.end(), s.seq_id)) return true;
+    return false;
+  }
+
+  job_outcome run_one(const run_step& msg) {
+    const std::int64_t start = now_ns();
+    if (caf::error err = ensure_loaded()) return err;
+    const runtime::step_plan& plan = msg.plan;
+    step_done done{.received_ns = start};
+    if (!plan.sequences.empty() && continues(plan)) {
+      done.gap_ns = start - last_end_ns_;
+      done.was_ready = msg.sent_ns <= last_end_ns_;
+    }
+    try {
+      done.result = bundle_.runner->run(plan);
+    } catch (const std::exception& e) {
+      caf::error err = caf::make_error(
+          caf::sec::runtime_error,
+          fmt::format("{} failed at step {}: {}", params_.label, plan.step_id, e.what()));
+      log_->error("{}", describe(err));
+      return err;
+    }
+    const std::int64_t end = now_ns();
+    done.run_ns = end - start;
+    if (!plan.sequences.empty()) {
+      last_step_id_ = plan.step_id;
+      last_seq_ids_.clear();
+      for (const runtime::scheduled_sequence& s : plan.sequences) last_seq_ids_.push_back(s.seq_id);
+      std::sort(last_seq_ids_.begin(), last_seq_ids_.end());
+      last_end_ns_ = end;
+    }
+    return done;
+  }
+
+  executor_params params_;
+  caf::actor_addr owner_;
+  std::shared_ptr<spdlog::logger> log_;
+  // The device thread's own.
+  runner_bundle bundle_;
+  std::optional<std::uint64_t> last_step_id_;  // of the last plan with rows
+  std::vector<std::uint64_t> last_seq_ids_;    // its sequences, sorted
+  std::int64_t last_end_ns_ = 0;
+  // Shared.
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<device_job> jobs_;
+  std::map<std::uint64_t, job_outcome> done_;
+  bool is_stopping_ = false;
+  std::thread thread_;  // last: starts after everything it uses exists
+};
+
 struct executor_state {
   static inline const char* name = "executor";
-  executor_state() = default;
+  std::unique_ptr<device_thread> device;
+  std::uint64_t next_job = 0;
+  /// The requests waiting for their job, by job id.
+  std::map<std::uint64_t, caf::typed_response_promise<executor_info>> info_waiting;
+  std::map<std::uint64_t, caf::typed_response_promise<step_done>> step_waiting;
 
-  executor_params params;
-  runner_bundle bundle;
-  std::shared_ptr<spdlog::logger> log;
-  std::optional<std::uint64_t> last_step_id;  // of the last plan with rows
-  std::vector<std::uint64_t> last_seq_ids;    // its sequences, sorted
-  std::int64_t last_end_ns = 0;
+  executor_state() = default;
+  executor_state(const executor_state&) = delete;
+  executor_state& operator=(const executor_state&) = delete;
+  /// Runs when the actor exits (CAF 0.17 destroys a state in on_exit): joins the device
+  /// thread (after its current step) and fails the requests still waiting.
+  ~executor_state() {
+    device.reset();
+    const caf::error gone = caf::make_error(caf::sec::request_receiver_down);
+    for (auto& [id, rp] : info_waiting) rp.deliver(gone);
+    for (auto& [id, rp] : step_waiting) rp.deliver(gone);
+  }
 };
 
 using self_ptr = executor_actor::stateful_pointer<executor_state>;
 
-/// Loads the runner on first use; an error value when it cannot be loaded.
-caf::error ensure_loaded(self_ptr self) {
+/// Answers job `id` with its outcome; an error also stops the executor (a failed device).
+void on_job_done(self_ptr self, std::uint64_t id) {
   executor_state& st = self->state;
-  if (st.bundle.runner) return {};
-  try {
-    st.bundle = st.params.make_runner();
-    const runtime::runner_info info = st.bundle.runner->info();
-    st.log->info("{}: runner ready on {} ({} block pools, max_model_len {})", st.params.label,
-                 info.device, info.num_blocks.size(), info.max_model_len);
-    return {};
-  } catch (const std::exception& e) {
-    return caf::make_error(caf::sec::runtime_error,
-                           fmt::format("{}: cannot load the runner: {}", st.params.label, e.what()));
+  std::optional<job_outcome> out = st.device ? st.device->take(id) : std::nullopt;
+  if (!out) return;
+  caf::error failure;
+  if (auto* err = std::get_if<caf::error>(&*out)) failure = *err;
+  if (auto it = st.info_waiting.find(id); it != st.info_waiting.end()) {
+    if (failure)
+      it->second.deliver(failure);
+    else
+      it->second.deliver(std::get<executor_info>(std::move(*out)));
+    st.info_waiting.erase(it);
+  } else if (auto jt = st.step_waiting.find(id); jt != st.step_waiting.end()) {
+    if (failure)
+      jt->second.deliver(failure);
+    else
+      jt->second.deliver(std::get<step_done>(std::move(*out)));
+    st.step_waiting.erase(jt);
   }
-}
-
-/// True when the plan continues the previous one: the next step id with a common sequence
-/// (the scheduler could have planned it while the previous step ran).
-bool continues(const executor_state& st, const runtime::step_plan& plan) {
-  if (!st.last_step_id || plan.step_id != *st.last_step_id + 1) return false;
-  for (const runtime::scheduled_sequence& s : plan.sequences)
-    if (std::binary_search(st.last_seq_ids.begin(), st.last_seq_ids.end(), s.seq_id)) return true;
-  return false;
-}
-
-caf::result<step_done> run_one(self_ptr self, run_step& msg) {
-  executor_state& st = self->state;
-  const std::int64_t start = now_ns();
-  if (caf::error err = ensure_loaded(self)) {
-    self->quit(err);
-    return err;
-  }
-  const runtime::step_plan& plan = msg.plan;
-  step_done done{.received_ns = start};
-  if (!plan.sequences.empty() && continues(st, plan)) {
-    done.gap_ns = start - st.last_end_ns;
-    done.was_ready = msg.sent_ns <= st.last_end_ns;
-  }
-  try {
-    done.result = st.bundle.runner->run(plan);
-  } catch (const std::exception& e) {
-    caf::error err = caf::make_error(
-        caf::sec::runtime_error,
-        fmt::format("{} failed at step {}: {}", st.params.label, plan.step_id, e.what()));
-    st.log->error("{}", describe(err));
-    self->quit(err);
-    return err;
-  }
-  const std::int64_t end = now_ns();
-  done.run_ns = end - start;
-  if (!plan.sequences.empty()) {
-    st.last_step_id = plan.step_id;
-    st.last_seq_ids.clear();
-    for (const runtime::scheduled_sequence& s : plan.sequences) st.last_seq_ids.push_back(s.seq_id);
-    std::sort(st.last_seq_ids.begin(), st.last_seq_ids.end());
-    st.last_end_ns = end;
-  }
-  return done;
+  if (failure) self->quit(failure);
 }
 
 executor_actor::behavior_type executor_impl(self_ptr self, executor_params params) {
-  self->state.params = std::move(params);
-  self->state.log = component_logger("executor");
-  self->set_default_handler([](caf::scheduled_actor*, caf::message_view&) -> caf::result<caf::message> {
-    return caf::make_error(caf::sec::unexpected_message);
-  });
+  self->state.device = std::make_unique<device_thread>(std::move(params), self->address());
+  self->set_default_handler(
+      [](caf::scheduled_actor*, caf::message_view&) -> caf::result<caf::message> {
+        return caf::make_error(caf::sec::unexpected_message);
+      });
   return {
       [=](info_atom) -> caf::result<executor_info> {
-        if (caf::error err = ensure_loaded(self)) {
-          self->quit(err);
-          return err;
-        }
-        const runner_bundle& b = self->state.bundle;
-        return executor_info{b.runner->info(), b.geometry, self->state.params.node};
+        const std::uint64_t id = self->state.next_job++;
+        auto rp = self->make_response_promise<executor_info>();
+        self->state.info_waiting.emplace(id, rp);
+        self->state.device->push({.id = id});
+        return rp;
       },
-      [=](run_step& msg) -> caf::result<step_done> { return run_one(self, msg); },
+      [=](run_step& msg) -> caf::result<step_done> {
+        const std::uint64_t id = self->state.next_job++;
+        auto rp = self->make_response_promise<step_done>();
+        self->state.step_waiting.emplace(id, rp);
+        self->state.device->push({.id = id, .step = std::move(msg)});
+        return rp;
+      },
+      [=](step_ran_atom, std::uint64_t id) { on_job_done(self, id); },
   };
 }
 
 }  // namespace
 
 executor_actor spawn_executor_actor(caf::actor_system& sys, executor_params params) {
-  return sys.spawn<caf::detached>(executor_impl, std::move(params));
+  return sys.spawn(executor_impl, std::move(params));
 }
 
 }  // namespace di::actors

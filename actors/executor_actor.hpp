@@ -1,5 +1,10 @@
-// The executor actor: one per device, detached (its own thread, because a runner blocks on its
-// device), owning one step_runner. It loads the runner on the first message (so spawning is
+// The executor actor: one per device, owning one step_runner. The runner runs on the
+// executor's own device thread (a runner blocks on its device; the thread also holds the device
+// context), while the actor itself is an ordinary scheduled actor that queues the requests for
+// that thread and answers each when the thread reports it done. (It is not a caf::detached
+// actor: CAF 0.17's private threads could keep a finished detached actor alive, and
+// ~actor_system then waited for it forever, 1 in 4 executor-node shutdowns; CAF issue 1196,
+// fixed only by 0.18's rewrite.) It loads the runner on the first message (so spawning is
 // instant and the load time counts against the scheduler's startup timeout), runs plans
 // strictly in step order, and measures the idle gap between consecutive steps: the quantity
 // overlapped scheduling exists to remove. A runner that throws is a failed device: the
@@ -17,12 +22,12 @@
 namespace di::actors {
 
 struct executor_params {
-  std::function<runner_bundle()> make_runner;  ///< called once, on the executor's thread
+  std::function<runner_bundle()> make_runner;  ///< called once, on the device thread
   int node = 0;                                ///< rank of this node
   std::string label;                           ///< for logs: "group 0 executor 0 (cpu)"
 };
 
-/// Spawns a detached executor.
+/// Spawns an executor and its device thread (joined when the executor exits).
 executor_actor spawn_executor_actor(caf::actor_system& sys, executor_params params);
 
 }  // namespace di::actors

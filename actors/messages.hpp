@@ -32,6 +32,7 @@ using info_atom = caf::atom_constant<caf::atom("di_info")>;
 using status_atom = caf::atom_constant<caf::atom("di_status")>;
 using shutdown_atom = caf::atom_constant<caf::atom("di_shutdn")>;
 using tick_atom = caf::atom_constant<caf::atom("di_tick")>;
+using step_ran_atom = caf::atom_constant<caf::atom("di_stepran")>;
 
 // ---- executor --------------------------------------------------------------------------------
 
@@ -77,7 +78,10 @@ using executor_actor = caf::typed_actor<
     caf::replies_to<info_atom>::with<executor_info>,
     /// scheduler → executor: run one plan; plans arrive strictly in step order, and a failed
     /// device answers with an error and the executor stops.
-    caf::replies_to<run_step>::with<step_done>>;
+    caf::replies_to<run_step>::with<step_done>,
+    /// the executor's own device thread → executor (local only, never sent by others): job
+    /// `id` has finished and its outcome waits in the executor; it answers the job's request.
+    caf::reacts_to<step_ran_atom, std::uint64_t>>;
 
 // ---- scheduler -------------------------------------------------------------------------------
 

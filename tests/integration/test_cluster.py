@@ -330,6 +330,26 @@ class AdmissionTest(unittest.TestCase):
             c.stop()
 
 
+class TeardownTest(unittest.TestCase):
+    """Nodes shut down by themselves: CAF's teardown of an executor node used to hang (1 in 4
+    shutdowns, ended by the 3 s watchdog) while the executor was a caf::detached actor."""
+
+    def test_nodes_exit_without_the_watchdog(self):
+        times = []
+        for i in range(6):
+            ports = cu.free_ports(3)
+            c = cu.Cluster(WORK, f"down{i}", cu.cluster_toml(f"down{i}", ports[0], ports[1:], [(0, [1])], "",
+                                                               runner="toy"))
+            p, out = c.client_json_lines("--prompt-ids", "0,5,6", "--max-tokens", "2", timeout=60)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            t0 = time.time()
+            c.stop()
+            times.append(time.time() - t0)
+            log = c.read_log() if not c.log.closed else open(c.log_path).read()
+            self.assertNotIn("did not finish", log, f"cycle {i}: the teardown watchdog fired\n{log[-2000:]}")
+        print(f"FIGURE teardown: 6 launches stopped in {', '.join(f'{t:.2f}' for t in times)} s")
+
+
 @unittest.skipUnless(shutil.which("openssl"), "needs the openssl command to make certificates")
 class TlsTest(unittest.TestCase):
     """tls.enabled: clients with a certificate of the cluster's CA are served, plain ones refused."""
