@@ -69,16 +69,26 @@ void grammar_matcher::fill_next_token_mask(std::span<std::uint32_t> mask) {
            v.mask_words());
   std::fill(mask.begin(), mask.end(), 0u);
   if (stopped_) return;
+  // Every item whose state reads bytes or calls rules contributes its accepted tokens. Only
+  // items of rule instances begun before this step need their uncertain tokens checked: an
+  // instance begun here was predicted by a caller in this same set, whose own classification
+  // walked through the call and decided those tokens (accepted, or uncertain one level up).
+  const compiled_grammar& a = g_->automaton();
+  const std::uint32_t here = std::uint32_t(parser_.num_bytes());
   scan_states_.clear();
   for (const earley_item& it : parser_.current())
-    if (g_->automaton().has_bytes(it.state)) scan_states_.push_back(it.state);
+    if (a.has_bytes(it.state) || !a.calls(it.state).empty())
+      scan_states_.push_back(it.state << 1 | std::uint32_t(it.origin != here));
   std::sort(scan_states_.begin(), scan_states_.end());
-  scan_states_.erase(std::unique(scan_states_.begin(), scan_states_.end()), scan_states_.end());
   uncertain_.clear();
-  for (state_id s : scan_states_) {
+  for (std::size_t i = 0; i < scan_states_.size();) {
+    const state_id s = scan_states_[i] >> 1;
+    bool check = false;
+    for (; i < scan_states_.size() && (scan_states_[i] >> 1) == s; ++i)
+      check |= scan_states_[i] & 1;
     const state_tokens& t = g_->tokens_at(s, classifier_);
     t.or_into(mask);
-    uncertain_.insert(uncertain_.end(), t.uncertain.begin(), t.uncertain.end());
+    if (check) uncertain_.insert(uncertain_.end(), t.uncertain.begin(), t.uncertain.end());
   }
   if (!uncertain_.empty()) check_uncertain(mask);
   if (parser_.is_accepting())

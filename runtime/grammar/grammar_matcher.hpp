@@ -2,7 +2,8 @@
 // bitmask for the next step (runtime/logits_processors.hpp layout: bit id%32 of word id/32),
 // rolls back k tokens (speculative decoding), and reports forced continuations (jump-forward).
 // Per step, the mask is the union of the precomputed classes of the current states plus a
-// parser check of only the uncertain tokens. One matcher per request; not thread-safe.
+// parser check of only the uncertain tokens of rule instances begun before the step. One matcher
+// per request; not thread-safe.
 #pragma once
 
 #include "runtime/grammar/earley_parser.hpp"
@@ -48,9 +49,9 @@ class grammar_matcher {
   token_classifier classifier_;
   std::vector<std::uint32_t> lengths_;  // bytes of each accepted step; k_stop_step for a stop token
   bool stopped_ = false;
-  std::vector<state_id> scan_states_;  // scratch
-  std::vector<node_id> uncertain_;     // scratch
-  std::vector<node_id> path_;          // scratch
+  std::vector<std::uint32_t> scan_states_;  // scratch: state << 1 | its instance began earlier
+  std::vector<node_id> uncertain_;          // scratch
+  std::vector<node_id> path_;               // scratch
 };
 
 }  // namespace di::grammar

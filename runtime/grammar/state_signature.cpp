@@ -48,7 +48,8 @@ std::vector<state_signature> initial(const compiled_grammar& g) {
 
 }  // namespace
 
-std::vector<state_signature> compute_state_signatures(const compiled_grammar& g, std::size_t max_work) {
+std::vector<state_signature> compute_state_signatures(const compiled_grammar& g,
+                                                      std::size_t max_work) {
   const std::size_t n = g.num_states();
   const int num_classes = g.num_byte_classes();
   std::vector<byte_set> class_bytes(std::size_t(std::max(num_classes, 1)));
@@ -62,7 +63,9 @@ std::vector<state_signature> compute_state_signatures(const compiled_grammar& g,
   std::vector<edge> edges;
   std::vector<std::pair<state_signature, state_signature>> calls;
   std::unordered_set<state_signature, state_signature_hash> distinct;
-  auto less = [](const state_signature& x, const state_signature& y) { return x.a != y.a ? x.a < y.a : x.b < y.b; };
+  auto less = [](const state_signature& x, const state_signature& y) {
+    return x.a != y.a ? x.a < y.a : x.b < y.b;
+  };
   for (;;) {
     for (state_id s = 0; s < n; ++s) {
       edges.clear();
@@ -70,12 +73,16 @@ std::vector<state_signature> compute_state_signatures(const compiled_grammar& g,
         for (int c = 0; c < num_classes; ++c) {
           state_id t = g.next(s, class_rep[std::size_t(c)]);
           if (t == k_dead_state) continue;
-          auto it = std::find_if(edges.begin(), edges.end(), [&](const edge& e) { return e.target == h[t]; });
-          if (it == edges.end()) edges.push_back({h[t], class_bytes[std::size_t(c)]});
-          else it->bytes |= class_bytes[std::size_t(c)];
+          auto it = std::find_if(edges.begin(), edges.end(),
+                                 [&](const edge& e) { return e.target == h[t]; });
+          if (it == edges.end())
+            edges.push_back({h[t], class_bytes[std::size_t(c)]});
+          else
+            it->bytes |= class_bytes[std::size_t(c)];
         }
       }
-      std::sort(edges.begin(), edges.end(), [](const edge& x, const edge& y) { return x.bytes.words < y.bytes.words; });
+      std::sort(edges.begin(), edges.end(),
+                [](const edge& x, const edge& y) { return x.bytes.words < y.bytes.words; });
       calls.clear();
       for (const call_edge& c : g.calls(s)) calls.push_back({h[g.start(c.rule)], h[c.target]});
       std::sort(calls.begin(), calls.end(), [&](const auto& x, const auto& y) {
@@ -84,7 +91,8 @@ std::vector<state_signature> compute_state_signatures(const compiled_grammar& g,
       state_signature x = h[s];
       for (const edge& e : edges) x = mix(mix(mix(x, e.target.a), e.target.b), e.bytes);
       x = mix(x, 0xCA11);
-      for (const auto& [start, target] : calls) x = mix(mix(mix(mix(x, start.a), start.b), target.a), target.b);
+      for (const auto& [start, target] : calls)
+        x = mix(mix(mix(mix(x, start.a), start.b), target.a), target.b);
       next[s] = x;
       work += std::size_t(num_classes) + 1;
     }
@@ -104,14 +112,18 @@ state_signature exact_id(const std::vector<state_signature>& exact, state_id s) 
   return exact.empty() ? state_signature{s, ~std::uint64_t(s)} : exact[s];
 }
 
-bool sig_less(const state_signature& x, const state_signature& y) { return x.a != y.a ? x.a < y.a : x.b < y.b; }
+bool sig_less(const state_signature& x, const state_signature& y) {
+  return x.a != y.a ? x.a < y.a : x.b < y.b;
+}
 
 /// Hashes (callee start, return target) pairs in a canonical order.
-state_signature mix_calls(state_signature x, std::vector<std::pair<state_signature, state_signature>>& calls) {
+state_signature mix_calls(state_signature x,
+                          std::vector<std::pair<state_signature, state_signature>>& calls) {
   std::sort(calls.begin(), calls.end(), [](const auto& p, const auto& q) {
     return sig_less(p.first, q.first) || (p.first == q.first && sig_less(p.second, q.second));
   });
-  for (const auto& [start, target] : calls) x = mix(mix(mix(mix(x, start.a), start.b), target.a), target.b);
+  for (const auto& [start, target] : calls)
+    x = mix(mix(mix(mix(x, start.a), start.b), target.a), target.b);
   return x;
 }
 
@@ -124,7 +136,8 @@ std::vector<state_signature> bounded_initial(const compiled_grammar& g,
   for (state_id s = 0; s < g.num_states(); ++s) {
     calls.clear();
     for (const call_edge& c : g.calls(s))
-      if (g.nullable(c.rule)) calls.push_back({exact_id(exact, g.start(c.rule)), exact_id(exact, c.target)});
+      if (g.nullable(c.rule))
+        calls.push_back({exact_id(exact, g.start(c.rule)), exact_id(exact, c.target)});
     h[s] = mix_calls(h[s], calls);
   }
   return h;
@@ -157,12 +170,16 @@ std::vector<state_id> token_equivalence_classes(const compiled_grammar& g,
         for (int c = 0; c < num_classes; ++c) {
           state_id t = g.next(s, class_rep[std::size_t(c)]);
           if (t == k_dead_state) continue;
-          auto it = std::find_if(edges.begin(), edges.end(), [&](const edge& e) { return e.target == h[t]; });
-          if (it == edges.end()) edges.push_back({h[t], class_bytes[std::size_t(c)]});
-          else it->bytes |= class_bytes[std::size_t(c)];
+          auto it = std::find_if(edges.begin(), edges.end(),
+                                 [&](const edge& e) { return e.target == h[t]; });
+          if (it == edges.end())
+            edges.push_back({h[t], class_bytes[std::size_t(c)]});
+          else
+            it->bytes |= class_bytes[std::size_t(c)];
         }
       }
-      std::sort(edges.begin(), edges.end(), [](const edge& x, const edge& y) { return x.bytes.words < y.bytes.words; });
+      std::sort(edges.begin(), edges.end(),
+                [](const edge& x, const edge& y) { return x.bytes.words < y.bytes.words; });
       state_signature x = mix(h0[s], 0xB17E);
       for (const edge& e : edges) x = mix(mix(mix(x, e.target.a), e.target.b), e.bytes);
       // A call of a rule that reads at least one byte: the callee compares exactly, the return

@@ -21,7 +21,9 @@ struct state_signature {
 };
 
 struct state_signature_hash {
-  std::size_t operator()(const state_signature& s) const { return std::size_t(s.a ^ (s.b * 0x9E3779B97F4A7C15ull)); }
+  std::size_t operator()(const state_signature& s) const {
+    return std::size_t(s.a ^ (s.b * 0x9E3779B97F4A7C15ull));
+  }
 };
 
 /// Signatures of every state, or an empty vector when refinement does not settle within

@@ -35,6 +35,7 @@ void token_classifier::prepare() {
   pushed_at_.assign(depths, 0);
   kernel_.resize(depths);
   closure_.resize(depths);
+  closure_src_.assign(depths, stack_set{});
   base_at_.assign(depths, 0);
   closed_at_.assign(depths, 0);
   exit_at_.assign(depths, 0);
@@ -116,17 +117,30 @@ constexpr std::size_t k_max_stacks = 64;
 }  // namespace
 
 bool token_classifier::stack_set::add(std::span<const state_id> st) {
+  return add(st.first(st.size() - 1), st.back());
+}
+
+bool token_classifier::stack_set::add(std::span<const state_id> below, state_id top) {
   for (std::size_t i = 0; i < size(); ++i) {
     auto other = at(i);
-    if (other.size() == st.size() && std::equal(st.begin(), st.end(), other.begin())) return false;
+    if (other.size() == below.size() + 1 && other.back() == top &&
+        std::equal(below.begin(), below.end(), other.begin()))
+      return false;
   }
-  data.insert(data.end(), st.begin(), st.end());
+  data.insert(data.end(), below.begin(), below.end());
+  data.push_back(top);
   begin.push_back(std::uint32_t(data.size()));
   return true;
 }
 
 bool token_classifier::close(std::uint32_t d) {
   stack_set& c = closure_[d];
+  stack_set& src = closure_src_[d];
+  closed_at_[d] = 1;
+  // Siblings often reach the same stacks (bytes of one class): reuse the previous closure.
+  if (src.data == kernel_[d].data && src.begin == kernel_[d].begin) return true;
+  src.data.clear();  // invalid until this closure completes
+  src.begin.assign(1, 0);
   c = kernel_[d];
   exit_at_[d] = 0;
   for (std::size_t i = 0; i < c.size(); ++i) {
@@ -144,18 +158,21 @@ bool token_classifier::close(std::uint32_t d) {
     }
     if (g_.is_final(q)) {  // the current rule ends: back to the caller, or out of the instance
       scratch_.resize(below);
-      if (below == 0) exit_at_[d] = 1;
-      else c.add(scratch_);
+      if (below == 0)
+        exit_at_[d] = 1;
+      else
+        c.add(scratch_);
     }
     if (c.size() > k_max_stacks) return false;
   }
-  closed_at_[d] = 1;
+  src = kernel_[d];
   return true;
 }
 
 bool token_classifier::walk_stacks(state_id s, std::vector<node_id>& accepted,
                                    std::vector<std::pair<node_id, node_id>>& exits) {
   const byte_set& follow = g_.follow(g_.rule_of(s));
+  for (stack_set& src : closure_src_) src.clear();
   kernel_[0].clear();
   kernel_[0].add(std::span<const state_id>(&s, 1));
   dfa_at_[0] = k_dead_state;
@@ -186,10 +203,8 @@ bool token_classifier::walk_stacks(state_id s, std::vector<node_id>& accepted,
         continue;
       }
       const stack_set& from = kernel_[base];
-      scratch_.assign(from.data.begin(), from.data.end() - 1);
-      scratch_.push_back(t);
       k.clear();
-      k.add(scratch_);
+      k.add(std::span<const state_id>(from.data).first(from.data.size() - 1), t);
     } else {
       if (!closed_at_[d - 1] && !close(d - 1)) return false;
       const stack_set& c = closure_[d - 1];
@@ -198,9 +213,7 @@ bool token_classifier::walk_stacks(state_id s, std::vector<node_id>& accepted,
         auto st = c.at(i);
         const state_id t = g_.next(st.back(), b);
         if (t == k_dead_state) continue;
-        scratch_.assign(st.begin(), st.end() - 1);
-        scratch_.push_back(t);
-        k.add(scratch_);
+        k.add(st.first(st.size() - 1), t);
       }
       if (k.size() == 0) {
         n += v_.subtree_size(n);

@@ -41,20 +41,25 @@ class token_classifier {
     std::vector<state_id> data;
     std::vector<std::uint32_t> begin{0};
     std::size_t size() const { return begin.size() - 1; }
-    std::span<const state_id> at(std::size_t i) const { return {data.data() + begin[i], begin[i + 1] - begin[i]}; }
+    std::span<const state_id> at(std::size_t i) const {
+      return {data.data() + begin[i], begin[i + 1] - begin[i]};
+    }
     void clear() { data.clear(), begin.assign(1, 0); }
     /// Adds `st` unless present; returns whether it was added.
     bool add(std::span<const state_id> st);
+    bool add(std::span<const state_id> below, state_id top);
   };
 
   bool pure(state_id s) const { return pure_[s] != 0; }
   void prepare();
   /// The walk on explicit parse stacks; false when they grow past the limits (left recursion,
   /// deep ambiguity): then walk_parser() does it with the Earley parser.
-  bool walk_stacks(state_id s, std::vector<node_id>& accepted, std::vector<std::pair<node_id, node_id>>& exits);
+  bool walk_stacks(state_id s, std::vector<node_id>& accepted,
+                   std::vector<std::pair<node_id, node_id>>& exits);
   /// closure_[d] from kernel_[d]: calls entered, finished rules returned from; false on overflow.
   bool close(std::uint32_t d);
-  void walk_parser(state_id s, std::vector<node_id>& accepted, std::vector<std::pair<node_id, node_id>>& exits);
+  void walk_parser(state_id s, std::vector<node_id>& accepted,
+                   std::vector<std::pair<node_id, node_id>>& exits);
   state_tokens finish(state_id s, std::vector<node_id>& accepted,
                       std::vector<std::pair<node_id, node_id>>& exits) const;
 
@@ -70,6 +75,7 @@ class token_classifier {
   // Per trie depth, for walk_stacks: the stacks after the node's byte and their closure.
   // (dfa_at_[d] != k_dead_state: one stack, kernel_[base_at_[d]]'s with dfa_at_[d] on top.)
   std::vector<stack_set> kernel_, closure_;
+  std::vector<stack_set> closure_src_;  // the kernel closure_[d] was computed from
   std::vector<std::uint32_t> base_at_;
   std::vector<std::uint8_t> closed_at_, exit_at_;
   std::vector<state_id> scratch_;

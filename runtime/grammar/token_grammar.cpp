@@ -35,7 +35,7 @@ std::shared_ptr<const token_grammar> token_grammar::create(
   if (precompute) {
     token_classifier scratch(*tg->g_, *tg->v_);
     for (state_id s = 0; s < n; ++s)
-      if (tg->g_->has_bytes(s)) tg->tokens_at(s, scratch);
+      if (tg->g_->has_bytes(s) || !tg->g_->calls(s).empty()) tg->tokens_at(s, scratch);
   }
   return tg;
 }
@@ -72,9 +72,11 @@ std::size_t token_grammar::num_classified() const {
 }
 
 std::size_t token_grammar::memory_bytes() const {
-  std::size_t n = g_->memory_bytes() + g_->num_states() * (sizeof(void*) + sizeof(state_id) + sizeof(state_signature));
+  std::size_t n = g_->memory_bytes() +
+                  g_->num_states() * (sizeof(void*) + sizeof(state_id) + sizeof(state_signature));
   for (std::size_t s = 0; s < g_->num_states(); ++s)
-    if (auto* p = cache_[s].load(std::memory_order_acquire); p && rep_[s] == s) n += p->memory_bytes();
+    if (auto* p = cache_[s].load(std::memory_order_acquire); p && rep_[s] == s)
+      n += p->memory_bytes();
   return n;
 }
 

@@ -23,10 +23,9 @@ class token_grammar {
  public:
   /// `precompute`: classify every state now (compile time) instead of on first use. `shared`:
   /// classes computed for other grammars over the same vocabulary (may be null).
-  static std::shared_ptr<const token_grammar> create(std::shared_ptr<const compiled_grammar> g,
-                                                     std::shared_ptr<const token_vocabulary> v,
-                                                     bool precompute = true,
-                                                     std::shared_ptr<token_class_cache> shared = nullptr);
+  static std::shared_ptr<const token_grammar> create(
+      std::shared_ptr<const compiled_grammar> g, std::shared_ptr<const token_vocabulary> v,
+      bool precompute = true, std::shared_ptr<token_class_cache> shared = nullptr);
   ~token_grammar();
   token_grammar(const token_grammar&) = delete;
   token_grammar& operator=(const token_grammar&) = delete;
@@ -49,8 +48,9 @@ class token_grammar {
   const state_tokens& classify(state_id rep, token_classifier& scratch) const;
 
   std::unique_ptr<std::atomic<const state_tokens*>[]> cache_;  // [num_states], by representative
-  std::vector<state_id> rep_;                  // [num_states] first state of its token class (token_equivalence_classes)
-  std::vector<state_signature> signatures_;    // [num_states] or empty
+  std::vector<state_id>
+      rep_;  // [num_states] first state of its token class (token_equivalence_classes)
+  std::vector<state_signature> signatures_;  // [num_states] or empty
   std::size_t num_distinct_ = 0;
   std::shared_ptr<token_class_cache> shared_;
   mutable std::mutex owned_mutex_;
