@@ -96,6 +96,7 @@ expr_id schema_compiler::compile_node(const schema_node& n, int depth) {
   DI_CHECK(++nodes_compiled_ <= k_max_nodes,
            "JSON Schema too large: more than {} schema combinations to compile (anyOf/oneOf/not distributed "
            "over each other multiply)", k_max_nodes);
+  DI_CHECK(g_.num_exprs() <= k_max_exprs, "JSON Schema too large: its grammar passes {} expressions", k_max_exprs);
   if (n.never || n.types == 0) return g_.nothing();
   if (!n.groups.empty()) return compile_groups(n, depth);
   if (!n.unevaluated.empty()) return compile_node(resolve_unevaluated(n), depth);
@@ -146,7 +147,14 @@ expr_id schema_compiler::compile_groups(const schema_node& n, int depth) {
       absorb_alt(nodes.back(), alt);
     }
     // Exactly one: alternative i and the complement of every other one.
-    if (!one_of_disjoint(nodes)) grp.alternatives = exclusive_alternatives(grp.alternatives, false, grp.owner.base);
+    if (!one_of_disjoint(nodes)) {
+      if (grp.alternatives.size() > 8) {
+        unsupported("oneOf", "more than 8 alternatives that may overlap (each would need the complement of all others)",
+                    grp.owner);
+      } else {
+        grp.alternatives = exclusive_alternatives(grp.alternatives, false, grp.owner.base);
+      }
+    }
   } else if (!grp.exclusive && !grp.scopes.empty() && grp.alternatives.size() > 1) {
     // Under unevaluated*, every matching alternative evaluates: split anyOf by which ones match.
     if (grp.alternatives.size() > 4) {

@@ -139,7 +139,8 @@ class schema_compiler {
   std::map<std::string, rule_id> memo_;
   static constexpr int k_max_nesting = 400;  ///< subschemas compiled inside one another (stack)
   int nesting_ = 0;
-  static constexpr std::size_t k_max_nodes = 20'000;  ///< compile_node calls (combinations)
+  static constexpr std::size_t k_max_nodes = 1'000;  ///< compile_node calls (combinations)
+  static constexpr std::size_t k_max_exprs = 1'000'000;  ///< grammar expressions (bounded time/memory)
   std::size_t nodes_compiled_ = 0;
   std::vector<const json*> absorbing_;  // $ref targets being merged (cycle guard)
   std::vector<schema_ref> marked_;       // schemas named by "$di_ref"/"$di_not" placeholders

@@ -23,10 +23,11 @@ const std::set<std::string, std::less<>> k_array_keywords = {"items", "prefixIte
 const std::vector<std::string> k_rejected = {
     "$dynamicRef / $recursiveRef when several resources define the anchor and the root does not",
     "contains (with prefixItems, minItems/maxItems, or in several schemas of a combination)",
-    "maxContains", "unevaluatedProperties", "unevaluatedItems",
+    "minContains / maxContains above 100", "unevaluated* beside an anyOf of more than 4 alternatives",
     "uniqueItems (true)",
     "not / if / overlapping oneOf over multipleOf, additionalProperties, patternProperties, propertyNames, "
-    "uniqueItems, maxContains, or items after prefixItems (their complements)",
+    "uniqueItems, minContains > 1, or items after prefixItems (their complements)",
+    "oneOf with more than 8 alternatives that may overlap", "overlapping patternProperties",
     "multipleOf (non-decimal multiples of non-integers)", "remote $ref"};
 
 std::uint8_t type_mask(const std::string& t) {
@@ -294,8 +295,10 @@ const std::vector<std::string>& supported_json_schema_keywords() {
       "type", "enum", "const", "minLength", "maxLength", "pattern", "format", "minimum", "maximum",
       "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "properties", "required", "additionalProperties",
       "patternProperties", "propertyNames", "minProperties", "maxProperties", "items", "prefixItems",
-      "additionalItems", "minItems", "maxItems", "allOf", "anyOf", "oneOf", "not", "$ref", "$defs",
-      "definitions", "$id", "$anchor"};
+      "additionalItems", "minItems", "maxItems", "contains", "minContains", "maxContains", "allOf", "anyOf",
+      "oneOf", "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies",
+      "unevaluatedProperties", "unevaluatedItems", "$ref", "$dynamicRef", "$recursiveRef", "$defs",
+      "definitions", "$id", "$anchor", "$dynamicAnchor", "$recursiveAnchor"};
   return k;
 }
 

@@ -118,6 +118,45 @@ TEST_CASE("hostile JSON Schemas: recursion, huge enums and bounds") {
     run_case(std::string("schema ") + s, [&] { schema(s); });
 }
 
+TEST_CASE("hostile JSON Schemas: complements (not, if/then/else, overlapping oneOf, unevaluated*)") {
+  run_case("schema 2000 nested not", [] { schema(nested("{\"not\":", "{\"type\":\"integer\"}", "}", 2000)); });
+  run_case("schema 500-deep if/then/else chain", [] {
+    schema(nested("{\"if\":{\"type\":\"integer\"},\"then\":{\"minimum\":1},\"else\":", "{\"type\":\"string\"}", "}", 500));
+  });
+  CHECK(run_case("schema self-negating $ref", [] {
+          schema(R"({"$ref":"#/$defs/t","$defs":{"t":{"not":{"$ref":"#/$defs/t"}}}})");
+        }) == outcome::refused);
+  run_case("schema recursive not through properties", [] {
+    schema(R"({"$defs":{"t":{"type":"object","properties":{"c":{"not":{"$ref":"#/$defs/t"}}}}},"$ref":"#/$defs/t"})");
+  });
+  // 40 overlapping alternatives: each one and the complement of the 39 others.
+  std::string one_of = "{\"oneOf\":[";
+  for (int i = 0; i < 40; ++i)
+    one_of += (i ? "," : "") + std::string("{\"type\":\"object\",\"properties\":{\"p") + std::to_string(i) +
+              "\":{\"minimum\":" + std::to_string(i) + "}},\"required\":[\"q" + std::to_string(i) + "\"]}";
+  one_of += "]}";
+  CHECK(run_case("schema 40 overlapping oneOf objects", [&] { schema(one_of); }) == outcome::refused);
+  std::string eight = "{\"oneOf\":[";
+  for (int i = 0; i < 8; ++i)
+    eight += (i ? "," : "") + std::string("{\"type\":\"object\",\"properties\":{\"p") + std::to_string(i) +
+             "\":{\"minimum\":" + std::to_string(i) + "},\"r\":{\"maxLength\":" + std::to_string(i) +
+             "}},\"required\":[\"q" + std::to_string(i) + "\"]}";
+  eight += "]}";
+  run_case("schema 8 overlapping oneOf objects", [&] { schema(eight); });
+  run_case("schema unevaluatedProperties over nested anyOf", [] {
+    schema("{\"unevaluatedProperties\":false,\"allOf\":[" +
+           nested("{\"anyOf\":[{\"properties\":{\"a\":true}},{\"properties\":{\"b\":true}},", "true", "]}", 30) + "]}");
+  });
+  run_case("schema unevaluatedProperties beside 4x4 anyOf", [] {
+    schema(R"({"unevaluatedProperties":false,"allOf":[)"
+           R"({"anyOf":[{"properties":{"a":true}},{"properties":{"b":true}},{"properties":{"c":true}},{"properties":{"d":true}}]},)"
+           R"({"anyOf":[{"properties":{"e":true}},{"properties":{"f":true}},{"properties":{"g":true}},{"properties":{"h":true}}]},)"
+           R"({"anyOf":[{"properties":{"i":true}},{"properties":{"j":true}},{"properties":{"k":true}},{"properties":{"l":true}}]},)"
+           R"({"anyOf":[{"properties":{"m":true}},{"properties":{"n":true}},{"properties":{"o":true}},{"properties":{"p":true}}]}]})");
+  });
+  run_case("schema maxContains 1e9", [] { schema(R"({"contains":{"type":"integer"},"maxContains":1000000000})"); });
+}
+
 TEST_CASE("hostile inputs: peak memory") {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
