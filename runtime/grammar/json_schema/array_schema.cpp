@@ -3,10 +3,12 @@
 // "k items written" ending in one loop for the unbounded tail. `contains` (with minContains)
 // on plain item lists: some items match items AND contains, in any position; maxContains
 // counts items matching it against those matching its complement (schema_negate.cpp).
+// uniqueItems over finite scalar item sets: subsets of one domain, or the distinct arrays listed.
 #include "common/error.hpp"
 #include "runtime/grammar/json_schema/schema_compiler.hpp"
 
 #include <algorithm>
+#include <functional>
 
 namespace di::grammar::json_detail {
 
@@ -102,6 +104,95 @@ expr_id contains_array(schema_compiler& c, const std::vector<array_part>& parts,
   return g.sequence(std::move(body));
 }
 
+/// The values a conjunction allows when they are few scalars (null/boolean types or an enum).
+std::optional<std::vector<json>> finite_domain(schema_compiler& c, const conjunction& conj) {
+  if (conj.empty()) return std::nullopt;
+  schema_node n = c.normalize(conj);
+  if (n.never || n.types == 0) return std::vector<json>{};
+  if (!n.groups.empty() || !n.unevaluated.empty()) return std::nullopt;
+  std::vector<json> candidates;
+  if (n.enum_values) {
+    candidates = *n.enum_values;
+  } else if ((n.types & ~(t_null | t_boolean)) == 0) {
+    if (n.types & t_null) candidates.push_back(nullptr);
+    if (n.types & t_boolean) candidates.insert(candidates.end(), {false, true});
+  } else {
+    return std::nullopt;
+  }
+  std::vector<json> out;
+  for (const auto& v : candidates) {
+    if (v.is_object() || v.is_array()) return std::nullopt;
+    if (scalar_matches(c, v, n) && std::none_of(out.begin(), out.end(), [&](const json& x) { return json_equal(x, v); }))
+      out.push_back(v);
+  }
+  return out;
+}
+
+/// uniqueItems over finite item sets: arrays of one domain as subsets (a rule per set of values
+/// already written, at most 9 values), or, with positional items, every distinct array listed.
+/// Null when refused (lenient: the caller builds the array without uniqueness).
+std::optional<expr_id> unique_array(schema_compiler& c, const std::vector<std::optional<std::vector<json>>>& domains,
+                                    std::uint64_t min_items, std::uint64_t max_items, const schema_ref& where) {
+  grammar& g = c.g();
+  json_text& t = c.text();
+  expr_id close = g.sequence({t.ws(), g.literal("]")});
+  expr_id sep = g.sequence({t.ws(), g.literal(","), t.ws()});
+  auto refuse = [&](const char* why) -> std::optional<expr_id> {
+    c.unsupported("uniqueItems", why, where);
+    return std::nullopt;
+  };
+  if (domains.size() == 1) {  // one domain for every item
+    if (!domains[0]) return refuse("distinct items are enforced only over at most 9 scalar values");
+    const std::vector<json>& d = *domains[0];
+    if (d.size() > 9) return refuse("distinct items are enforced only over at most 9 scalar values");
+    std::vector<rule_id> u(std::size_t(1) << d.size());
+    for (auto& r : u) r = g.fresh_rule("unique_items");
+    for (std::size_t set = 0; set < u.size(); ++set) {
+      std::uint64_t written = std::uint64_t(__builtin_popcountll(set));
+      std::vector<expr_id> alts;
+      if (written >= min_items) alts.push_back(close);
+      if (written < max_items)
+        for (std::size_t v = 0; v < d.size(); ++v)
+          if (!((set >> v) & 1))
+            alts.push_back(g.sequence({written ? sep : g.empty(), t.literal(d[v]), g.ref(u[set | (std::size_t(1) << v)])}));
+      g.define_rule(u[set], g.choice(std::move(alts)));
+    }
+    return g.sequence({g.literal("["), t.ws(), g.ref(u[0])});
+  }
+  // Positional domains (the last one repeats up to max_items): list every distinct array.
+  std::vector<expr_id> arrays;
+  std::vector<const json*> stack;
+  bool too_many = false;
+  std::size_t visited = 0;
+  std::function<void()> walk = [&]() {
+    if (too_many) return;
+    if (++visited > 20'000) return void(too_many = true);
+    std::size_t k = stack.size();
+    if (k >= min_items) {
+      std::vector<expr_id> body{g.literal("["), t.ws()};
+      for (std::size_t i = 0; i < k; ++i) {
+        if (i) body.push_back(sep);
+        body.push_back(t.literal(*stack[i]));
+      }
+      body.push_back(close);
+      arrays.push_back(g.sequence(std::move(body)));
+      if (arrays.size() > 1000) return void(too_many = true);
+    }
+    if (k >= max_items) return;
+    const auto& dom = domains[std::min(k, domains.size() - 1)];
+    if (!dom) return void(too_many = true);
+    for (const auto& v : *dom) {
+      if (std::any_of(stack.begin(), stack.end(), [&](const json* x) { return json_equal(*x, v); })) continue;
+      stack.push_back(&v);
+      walk();
+      stack.pop_back();
+    }
+  };
+  walk();
+  if (too_many) return refuse("distinct items are enforced only when the arrays are few (at most 1000) scalar lists");
+  return g.choice(std::move(arrays));
+}
+
 }  // namespace
 
 expr_id array_schema(schema_compiler& c, const schema_node& n) {
@@ -118,11 +209,28 @@ expr_id array_schema(schema_compiler& c, const schema_node& n) {
     if (auto it = p.s->find("maxItems"); it != p.s->end()) max_items = std::min(max_items, std::uint64_t(it->get<double>()));
   }
   if (min_items > max_items) return g.nothing();
+  schema_ref unique{nullptr, ""};
+  for (const auto& p : n.array_parts)
+    if (auto it = p.s->find("uniqueItems"); it != p.s->end() && *it == true && max_items > 1) unique = p;
   schema_ref where{nullptr, ""};
   if (contains_part(c, n, where)) {
     if (positions > 0 || min_items > 0 || max_items != UINT64_MAX)
       c.unsupported("contains", "combined with prefixItems or minItems/maxItems", where);
+    if (unique.s) c.unsupported("uniqueItems", "combined with contains", unique);
     return contains_array(c, parts, where);
+  }
+  if (unique.s) {
+    std::vector<std::optional<std::vector<json>>> domains;
+    auto conj_at = [&](std::size_t i) {
+      conjunction conj;
+      for (const auto& p : parts) {
+        if (i < p.prefix.size()) conj.push_back(p.prefix[i]);
+        else if (p.rest) conj.push_back(*p.rest);
+      }
+      return conj;
+    };
+    for (std::size_t i = 0; i <= positions; ++i) domains.push_back(finite_domain(c, conj_at(i)));
+    if (auto e = unique_array(c, domains, min_items, max_items, unique)) return *e;
   }
   auto item_at = [&](std::size_t i) {  // schemas of item i (i >= positions: the tail)
     conjunction conj;

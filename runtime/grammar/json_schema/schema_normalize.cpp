@@ -24,7 +24,7 @@ const std::vector<std::string> k_rejected = {
     "$dynamicRef / $recursiveRef when several resources define the anchor and the root does not",
     "contains (with prefixItems, minItems/maxItems, or in several schemas of a combination)",
     "minContains / maxContains above 100", "unevaluated* beside an anyOf of more than 4 alternatives",
-    "uniqueItems (true)",
+    "uniqueItems (true) unless items range over at most 9 scalar values or the arrays are few (<= 1000)",
     "not / if / overlapping oneOf over multipleOf, additionalProperties, patternProperties, propertyNames, "
     "uniqueItems, minContains > 1, or items after prefixItems (their complements)",
     "oneOf with more than 8 alternatives that may overlap", "overlapping patternProperties",
@@ -225,9 +225,9 @@ void schema_compiler::absorb_keyword(schema_node& n, const schema_ref& s, const 
     n.anti_patterns.push_back(v.get<std::string>());
   } else if (key == "$di_not_strings") {
     for (const auto& x : v) n.excluded_strings.push_back(x.get<std::string>());
-  } else if (key == "uniqueItems") {
-    bool trivial_array = s.s->contains("maxItems") && (*s.s)["maxItems"].is_number() && (*s.s)["maxItems"].get<double>() <= 1;
-    if (!trivial_array) unsupported("uniqueItems", "distinct array items are not context-free", s);
+  } else if (key == "uniqueItems") {  // array_schema.cpp enforces it over small finite item sets
+    DI_CHECK(v.is_boolean(), "JSON Schema: uniqueItems must be a boolean");
+    add_part(n, n.array_parts, s);
   } else if (key == "dependentRequired" || key == "dependentSchemas" || key == "dependencies") {
     absorb_dependencies(n, s, key, v);
   } else {

@@ -108,8 +108,8 @@ TEST_CASE("JSON-Schema-Test-Suite: every test of a compiled schema is right") {
     r.tests.print();
     for (const auto& [k, n] : r.rejected) MESSAGE("  refused because of " << k << ": " << n << " groups");
     CHECK(r.tests.passed == r.tests.total);
-    // Floors from the measured rates (2020-12: 359/383, draft 7: 246/257); the goal is 0.90.
-    CHECK(r.groups.rate() >= (std::string(draft) == "draft7" ? 0.95 : 0.93));
+    // Floors from the measured rates (2020-12: 360/383, draft 7: 247/257); the goal is 0.90.
+    CHECK(r.groups.rate() >= (std::string(draft) == "draft7" ? 0.96 : 0.93));
     rejected[draft] = rejected_json(r);
     all.push_back(r.groups);
     all.push_back(r.tests);
@@ -157,5 +157,5 @@ TEST_CASE("jsonschemabench: compile, accept valid and reject invalid instances")
   write_report("jsonschemabench.json", {compiled, lenient, valid, invalid}, {{"refused", refused_j}});
   CHECK(valid.rate() >= 0.99);
   CHECK(invalid.rate() >= 0.99);
-  CHECK(compiled.rate() >= 0.84);  // measured 127/150; the goal is 0.95
+  CHECK(compiled.rate() >= 0.85);  // measured 128/150; the goal is 0.95
 }

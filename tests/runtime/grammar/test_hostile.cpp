@@ -154,6 +154,13 @@ TEST_CASE("hostile JSON Schemas: complements (not, if/then/else, overlapping one
            R"({"anyOf":[{"properties":{"i":true}},{"properties":{"j":true}},{"properties":{"k":true}},{"properties":{"l":true}}]},)"
            R"({"anyOf":[{"properties":{"m":true}},{"properties":{"n":true}},{"properties":{"o":true}},{"properties":{"p":true}}]}]})");
   });
+  run_case("schema uniqueItems over a 9-value enum", [] {
+    schema(R"({"type":"array","uniqueItems":true,"items":{"enum":[0,1,2,3,4,5,6,7,8]}})");
+  });
+  run_case("schema uniqueItems, 12 values, 10 to 12 positional items", [] {
+    schema(R"({"type":"array","uniqueItems":true,"minItems":10,"maxItems":12,"prefixItems":[{"type":"boolean"}],)"
+           R"("items":{"enum":[0,1,2,3,4,5,6,7,8,9,10,11]}})");
+  });
   run_case("schema maxContains 1e9", [] { schema(R"({"contains":{"type":"integer"},"maxContains":1000000000})"); });
 }
 
