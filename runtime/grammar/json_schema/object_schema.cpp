@@ -205,6 +205,12 @@ expr_id object_schema(schema_compiler& c, const schema_node& n) {
     if (can_write && p.max_props >= 1) a_alts.push_back(g.sequence({kv, g.ref(B[last ? i : i + 1][sat(1)])}));
     g.define_rule(A[i], g.choice(std::move(a_alts)));
     for (std::uint64_t k = 0; k <= cap; ++k) {
+      if (!last && !required && can_write && k < p.max_props && sat(k + 1) == k) {
+        // Skip or write, then the same rule: one reference, so that expanding the chain in
+        // place stays linear in the number of properties.
+        g.define_rule(B[i][k], g.sequence({g.choice({g.empty(), g.sequence({sep, kv})}), g.ref(B[i + 1][k])}));
+        continue;
+      }
       std::vector<expr_id> b_alts;
       if (last && k >= p.min_props) b_alts.push_back(close);
       if (!last && !required) b_alts.push_back(g.ref(B[i + 1][k]));

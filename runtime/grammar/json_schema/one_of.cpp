@@ -51,7 +51,9 @@ bool enum_excludes(schema_compiler& c, const schema_node& with_enum, const schem
   for (const auto& v : *with_enum.enum_values) {
     if (!scalar_matches(c, v, with_enum)) continue;
     if (v.is_object() || v.is_array()) return false;
-    if (scalar_matches(c, v, other) && (other.types & value_types(v))) return false;
+    bool in_other_enum = !other.enum_values || std::any_of(other.enum_values->begin(), other.enum_values->end(),
+                                                           [&](const json& x) { return json_equal(x, v); });
+    if (in_other_enum && scalar_matches(c, v, other) && (other.types & value_types(v))) return false;
   }
   return true;
 }
