@@ -100,8 +100,11 @@ json schema_compiler::negate_object(const schema_ref& s) {
   auto fails = [&](std::uint8_t own, json body) {  // "is of a type the keyword constrains, and fails it"
     if (types & own) alts.push_back(typed(std::uint8_t(types & own), std::move(body)));
   };
-  auto refuse = [&](const std::string& key, const std::string& why) {
-    unsupported(key, "its complement (under not, if/then/else or an overlapping oneOf) " + why, s);
+  // A failure that cannot be expressed is refused when it is used: an alternative of types the
+  // value cannot have (e.g. "an object failing additionalProperties" beside an array) is pruned.
+  auto refuse = [&](std::uint8_t own, const std::string& key, const std::string& why) {
+    marked_.push_back(s);
+    fails(own, json{{"$di_refuse", json::array({key, why, marked_.size() - 1})}});
   };
   const std::uint8_t numbers = t_number | t_integer;
   for (const auto& [key, v] : o.items()) {
@@ -112,7 +115,7 @@ json schema_compiler::negate_object(const schema_ref& s) {
       static const std::set<std::string, std::less<>> numeric = {"int8", "int16", "int32", "int64", "uint8",
                                                                  "uint16", "uint32", "uint64"};
       if (!options_.format_assertion || !v.is_string() || v == "float" || v == "double") continue;
-      if (numeric.count(v.get<std::string>())) refuse(key, "is not supported for numeric formats");
+      if (numeric.count(v.get<std::string>())) refuse(numbers, key, "is not supported for numeric formats");
       else if (auto re = format_regex(v.get<std::string>())) fails(t_string, json{{"$di_anti_pattern", "^(?:" + *re + ")$"}});
     } else if (key == "enum" || key == "const") {
       std::vector<json> values = key == "const" ? std::vector<json>{v} : std::vector<json>(v.begin(), v.end());
@@ -137,9 +140,9 @@ json schema_compiler::negate_object(const schema_ref& s) {
         fails(numbers, gap);
       }
       fails(t_string, strings.empty() ? json::object() : json{{"$di_not_strings", strings}});
-      if (structured[0] && (types & t_object)) refuse(key, "for object values is not supported");
+      if (structured[0] && (types & t_object)) refuse(t_object, key, "for object values is not supported");
       else fails(t_object, json::object());
-      if (structured[1] && (types & t_array)) refuse(key, "for array values is not supported");
+      if (structured[1] && (types & t_array)) refuse(t_array, key, "for array values is not supported");
       else fails(t_array, json::object());
     } else if (key == "minimum" || key == "maximum" || key == "exclusiveMinimum" || key == "exclusiveMaximum") {
       if (v.is_boolean()) continue;  // draft 4 flag, read with minimum / maximum
@@ -186,10 +189,10 @@ json schema_compiler::negate_object(const schema_ref& s) {
         }
       }
     } else if (key == "additionalProperties" || key == "propertyNames" || key == "unevaluatedProperties") {
-      if (!is_true(v)) refuse(key, "needs 'some key' constraints that are not supported");
+      if (!is_true(v)) refuse(t_object, key, "needs 'some key' constraints that are not supported");
     } else if (key == "patternProperties") {
       for (const auto& [pat, sub] : v.items())
-        if (!is_true(sub)) refuse(key, "needs 'some key' constraints that are not supported");
+        if (!is_true(sub)) refuse(t_object, key, "needs 'some key' constraints that are not supported");
     } else if (key == "items" || key == "prefixItems") {
       bool tuple = key == "prefixItems" || v.is_array();
       if (tuple) {
@@ -202,7 +205,7 @@ json schema_compiler::negate_object(const schema_ref& s) {
         }
         auto rest = o.find(key == "prefixItems" ? "items" : "additionalItems");
         if (rest != o.end() && !is_true(*rest) && v.size() > 0)
-          refuse(key == "prefixItems" ? "items" : "additionalItems", "after positional items is not supported");
+          refuse(t_array, key == "prefixItems" ? "items" : "additionalItems", "after positional items is not supported");
         else if (rest != o.end() && !is_true(*rest))
           fails(t_array, json{{"contains", not_marker({&*rest, s.base})}});
       } else if (!o.contains("prefixItems") && !is_true(v)) {
@@ -210,13 +213,13 @@ json schema_compiler::negate_object(const schema_ref& s) {
       }
     } else if (key == "contains") {
       std::uint64_t m = o.contains("minContains") ? count_of(o["minContains"]) : 1;
-      if (o.contains("maxContains")) refuse("maxContains", "is not supported");
-      else if (m > 1) refuse("minContains", "above 1 is not supported");
+      if (o.contains("maxContains")) refuse(t_array, "maxContains", "is not supported");
+      else if (m > 1) refuse(t_array, "minContains", "above 1 is not supported");
       else if (m == 1) fails(t_array, json{{"items", not_marker({&v, s.base})}});
     } else if (key == "uniqueItems") {
-      if (v == true) refuse(key, "(some item repeated) is not context-free");
+      if (v == true) refuse(t_array, key, "(some item repeated) is not context-free");
     } else if (key == "multipleOf") {
-      refuse(key, "is not supported");
+      refuse(numbers, key, "is not supported");
     } else if (key == "allOf") {
       for (const auto& sub : v) alts.push_back(json{{"$di_types", types}, {"allOf", json::array({not_marker({&sub, s.base})})}});
     } else if (key == "anyOf" || key == "oneOf") {
@@ -246,7 +249,9 @@ json schema_compiler::negate_object(const schema_ref& s) {
     } else if (key == "$di_not") {
       alts.push_back(json{{"$di_types", types}, {"allOf", json::array({ref_marker(schema_ref(marked_[v.get<std::size_t>()]))})}});
     } else if (key == "unevaluatedItems") {
-      refuse(key, "is not supported");
+      refuse(t_array, key, "is not supported");
+    } else if (key == "$di_refuse") {  // not (T and an unexpressible failure): the same failure
+      alts.push_back(typed(types, json{{"$di_refuse", v}}));
     }
     // Other keywords are annotations: they never fail.
   }

@@ -221,6 +221,12 @@ void schema_compiler::absorb_keyword(schema_node& n, const schema_ref& s, const 
     absorb(n, m);
   } else if (key == "$di_not") {
     absorb_negated(n, schema_ref(marked_[v.get<std::size_t>()]));
+  } else if (key == "$di_refuse") {  // an unexpressible complement (schema_negate.cpp), unless pruned
+    auto own = s.s->find("$di_types");
+    if (own != s.s->end() && (n.types & own->get<std::uint8_t>()) == 0) return;
+    unsupported(v[0].get<std::string>(),
+                "its complement (under not, if/then/else or an overlapping oneOf) " + v[1].get<std::string>(),
+                marked_[v[2].get<std::size_t>()]);
   } else if (key == "$di_anti_pattern") {
     n.anti_patterns.push_back(v.get<std::string>());
   } else if (key == "$di_not_strings") {
