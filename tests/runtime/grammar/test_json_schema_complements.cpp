@@ -1,0 +1,104 @@
+// JSON Schema keywords enforced through complements and counting (schema_negate.cpp,
+// array_schema.cpp): not, if/then/else, overlapping oneOf, unevaluated*, maxContains,
+// uniqueItems over finite item sets, and the clear errors where a complement is not expressible.
+#include "common/error.hpp"
+#include "runtime/grammar/compiled_grammar.hpp"
+#include "runtime/grammar/json_instance.hpp"
+#include "runtime/grammar/json_schema.hpp"
+
+#include <doctest/doctest.h>
+
+#include <string>
+
+using namespace di::grammar;
+
+namespace {
+
+std::shared_ptr<const compiled_grammar> compile(const std::string& schema, bool lenient = false) {
+  json_schema_options o;
+  o.lenient = lenient;
+  compile_options co;
+  co.allow_empty_language = true;
+  return compiled_grammar::compile(compile_json_schema_text(schema, o).g, co);
+}
+
+bool accepts(const compiled_grammar& g, const std::string& instance) {
+  return accepts_instance(g, nlohmann::ordered_json::parse(instance));
+}
+
+std::string error_of(const std::string& schema) {
+  try {
+    compile(schema);
+  } catch (const di::error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("not: complements of strings, numbers, objects and combinations") {
+  auto g = compile(R"({"not":{"type":"string","pattern":"^a","maxLength":3}})");
+  CHECK(accepts(*g, R"("abcd")"));   // fails maxLength
+  CHECK(accepts(*g, R"("bc")"));     // fails pattern
+  CHECK_FALSE(accepts(*g, R"("ab")"));
+  CHECK(accepts(*g, "3"));
+  auto e = compile(R"({"type":"number","not":{"enum":[1,2.5]}})");
+  CHECK(accepts(*e, "2"));
+  CHECK_FALSE(accepts(*e, "1"));
+  CHECK_FALSE(accepts(*e, "2.5"));
+  auto o = compile(R"({"not":{"required":["a"],"properties":{"b":{"type":"integer"}}}})");
+  CHECK(accepts(*o, R"({"b":1})"));
+  CHECK(accepts(*o, R"({"a":1,"b":"x"})"));
+  CHECK_FALSE(accepts(*o, R"({"a":1,"b":2})"));
+  auto s = compile(R"({"type":"string","not":{"enum":["x","yz"]}})");
+  CHECK(accepts(*s, R"("y")"));
+  CHECK_FALSE(accepts(*s, R"("yz")"));
+}
+
+TEST_CASE("if/then/else and overlapping oneOf") {
+  auto g = compile(R"({"if":{"type":"integer"},"then":{"minimum":10},"else":{"type":"string"}})");
+  CHECK(accepts(*g, "12"));
+  CHECK_FALSE(accepts(*g, "3"));
+  CHECK(accepts(*g, R"("s")"));
+  CHECK_FALSE(accepts(*g, "true"));
+  auto o = compile(R"({"oneOf":[{"type":"integer"},{"minimum":2}]})");
+  CHECK(accepts(*o, "1"));
+  CHECK(accepts(*o, "2.5"));
+  CHECK_FALSE(accepts(*o, "3"));  // both match
+  CHECK_FALSE(accepts(*o, "1.5"));
+}
+
+TEST_CASE("unevaluatedProperties sees the properties of matching anyOf alternatives") {
+  auto g = compile(R"({"type":"object","properties":{"a":true},"anyOf":[{"properties":{"b":{"type":"integer"}}},)"
+                   R"({"properties":{"c":true},"required":["c"]}],"unevaluatedProperties":false})");
+  CHECK(accepts(*g, R"({"a":1,"b":2})"));
+  CHECK(accepts(*g, R"({"b":2,"c":1})"));       // both alternatives match: b and c evaluated
+  CHECK_FALSE(accepts(*g, R"({"b":"x","c":1})"));  // only the second matches: b is unevaluated
+  CHECK_FALSE(accepts(*g, R"({"a":1,"d":2})"));
+}
+
+TEST_CASE("maxContains and uniqueItems over finite sets") {
+  auto c = compile(R"({"contains":{"const":1},"minContains":1,"maxContains":2})");
+  CHECK(accepts(*c, "[1,2,1]"));
+  CHECK_FALSE(accepts(*c, "[1,1,1]"));
+  CHECK_FALSE(accepts(*c, "[2]"));
+  auto u = compile(R"({"type":"array","uniqueItems":true,"items":{"enum":["GET","POST","PUT"]},"minItems":1})");
+  CHECK(accepts(*u, R"(["PUT","GET"])"));
+  CHECK_FALSE(accepts(*u, R"(["GET","GET"])"));
+  CHECK_FALSE(accepts(*u, "[]"));
+  auto t = compile(R"({"prefixItems":[{"type":"boolean"},{"type":"boolean"}],"items":false,"uniqueItems":true})");
+  CHECK(accepts(*t, "[true,false]"));
+  CHECK_FALSE(accepts(*t, "[true,true]"));
+}
+
+TEST_CASE("complements that cannot be expressed are errors naming the keyword") {
+  CHECK(error_of(R"({"not":{"type":"object","additionalProperties":false}})").find("'additionalProperties'") != std::string::npos);
+  CHECK(error_of(R"({"type":"array","uniqueItems":true})").find("'uniqueItems'") != std::string::npos);
+  CHECK(error_of(R"({"not":{"multipleOf":3}})").find("'multipleOf'") != std::string::npos);
+  // Pruned: an array can never be the object that fails additionalProperties.
+  CHECK(error_of(R"({"type":"array","not":{"additionalProperties":false}})").empty());
+  // Lenient: uniqueItems is skipped, the array still compiles.
+  auto l = compile(R"({"type":"array","uniqueItems":true,"items":{"type":"string"}})", true);
+  CHECK(accepts(*l, R"(["a","a"])"));
+}
