@@ -2,6 +2,7 @@
 // state's round k-1 signature with its transitions (grouped by target signature, each group's
 // byte set in canonical form) and its calls; it stops when a round splits no class. The bounded
 // variant refines over byte transitions only, for at most the longest token's byte count.
+// Sharing keys walk the quotient automaton breadth first from each wanted state.
 #include "runtime/grammar/state_signature.hpp"
 
 #include <algorithm>
@@ -144,6 +145,119 @@ std::vector<state_signature> bounded_initial(const compiled_grammar& g,
 }
 
 }  // namespace
+
+namespace {
+
+/// The quotient automaton: one node per class of equal exact signatures, with edges in a fixed
+/// order (byte edges by byte set, calls by the signatures of callee start and return target).
+struct quotient {
+  struct node {
+    state_signature label;
+    std::vector<std::pair<byte_set, std::uint32_t>> edges;
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> calls;  // (callee start, return target)
+  };
+  std::vector<std::uint32_t> class_of;  // [num_states]
+  std::vector<node> nodes;
+};
+
+quotient build_quotient(const compiled_grammar& g, const std::vector<state_signature>& exact) {
+  const std::size_t n = g.num_states();
+  quotient q;
+  q.class_of.resize(n);
+  std::unordered_map<state_signature, std::uint32_t, state_signature_hash> index;
+  std::vector<state_id> rep;
+  for (state_id s = 0; s < n; ++s) {
+    auto [it, is_new] = index.emplace(exact[s], std::uint32_t(rep.size()));
+    if (is_new) rep.push_back(s);
+    q.class_of[s] = it->second;
+  }
+  const std::vector<state_signature> labels = initial(g);
+  const int num_classes = g.num_byte_classes();
+  std::vector<byte_set> class_bytes(std::size_t(std::max(num_classes, 1)));
+  std::vector<std::uint8_t> class_rep(class_bytes.size(), 0);
+  for (int b = 255; b >= 0; --b) {
+    class_bytes[g.byte_class(std::uint8_t(b))].set(std::uint8_t(b));
+    class_rep[g.byte_class(std::uint8_t(b))] = std::uint8_t(b);
+  }
+  q.nodes.resize(rep.size());
+  for (std::size_t c = 0; c < rep.size(); ++c) {
+    const state_id s = rep[c];
+    quotient::node& node = q.nodes[c];
+    node.label = labels[s];
+    if (g.has_bytes(s))
+      for (int b = 0; b < num_classes; ++b) {
+        const state_id t = g.next(s, class_rep[std::size_t(b)]);
+        if (t == k_dead_state) continue;
+        const std::uint32_t tc = q.class_of[t];
+        auto it = std::find_if(node.edges.begin(), node.edges.end(),
+                               [&](const auto& e) { return e.second == tc; });
+        if (it == node.edges.end())
+          node.edges.push_back({class_bytes[std::size_t(b)], tc});
+        else
+          it->first |= class_bytes[std::size_t(b)];
+      }
+    std::sort(node.edges.begin(), node.edges.end(),
+              [](const auto& x, const auto& y) { return x.first.words < y.first.words; });
+    std::vector<std::pair<state_signature, state_signature>> by_sig;
+    for (const call_edge& e : g.calls(s)) {
+      by_sig.push_back({exact[g.start(e.rule)], exact[e.target]});
+      node.calls.push_back({q.class_of[g.start(e.rule)], q.class_of[e.target]});
+    }
+    // Any fixed order keeps keys sound (equal keys still mean isomorphic parts).
+    std::vector<std::size_t> order(node.calls.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+      const auto& a = by_sig[x];
+      const auto& b = by_sig[y];
+      return sig_less(a.first, b.first) || (a.first == b.first && sig_less(a.second, b.second));
+    });
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> sorted;
+    for (std::size_t i : order) sorted.push_back(node.calls[i]);
+    node.calls.swap(sorted);
+  }
+  return q;
+}
+
+}  // namespace
+
+std::vector<std::optional<state_signature>> sharing_keys(const compiled_grammar& g,
+                                                         const std::vector<state_signature>& exact,
+                                                         const std::vector<bool>& wanted,
+                                                         std::size_t max_classes) {
+  const std::size_t n = g.num_states();
+  std::vector<std::optional<state_signature>> keys(n);
+  if (exact.size() != n) return keys;
+  const quotient q = build_quotient(g, exact);
+  std::vector<std::uint32_t> number(q.nodes.size()), stamp(q.nodes.size(), 0);
+  std::vector<std::uint32_t> queue;
+  std::uint32_t generation = 0;
+  for (state_id s = 0; s < n; ++s) {
+    if (!wanted[s]) continue;
+    ++generation;
+    queue.assign(1, q.class_of[s]);
+    stamp[q.class_of[s]] = generation;
+    number[q.class_of[s]] = 0;
+    auto visit = [&](std::uint32_t c) {
+      if (stamp[c] != generation) {
+        stamp[c] = generation;
+        number[c] = std::uint32_t(queue.size());
+        queue.push_back(c);
+      }
+      return std::uint64_t(number[c]);
+    };
+    state_signature key{0x6B65790A, 0x51A7E};
+    for (std::size_t i = 0; i < queue.size() && queue.size() <= max_classes; ++i) {
+      const quotient::node& node = q.nodes[queue[i]];
+      key = mix(mix(mix(key, 0xC1A55), node.label.a), node.label.b);
+      for (const auto& [bytes, target] : node.edges) key = mix(mix(key, bytes), visit(target));
+      key = mix(key, 0xCA11);
+      for (const auto& [start, target] : node.calls)
+        key = mix(mix(key, visit(start)), visit(target));
+    }
+    if (queue.size() <= max_classes) keys[s] = key;
+  }
+  return keys;
+}
 
 std::vector<state_id> token_equivalence_classes(const compiled_grammar& g,
                                                 const std::vector<state_signature>& exact,

@@ -3,14 +3,17 @@
 // signatures, calls of rules whose start states and return targets have equal signatures),
 // so the token walk from them gives the same token classes. Computed by partition refinement
 // with 128-bit hashes that do not depend on state or byte-class numbering, they let one
-// classification serve every equivalent state of a grammar, and of other grammars over the
-// same vocabulary (token_class_cache).
+// classification serve every equivalent state of a grammar. Across grammars they are not
+// enough (refinement that settles after k rounds in one grammar proves only k-step equivalence
+// to a state of another: `a a b*` and `a a a*` agree for two rounds); sharing_keys() gives the
+// keys of the cross-grammar token_class_cache.
 #pragma once
 
 #include "runtime/grammar/compiled_grammar.hpp"
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 namespace di::grammar {
@@ -30,6 +33,19 @@ struct state_signature_hash {
 /// `max_work` state-transition visits (then states are classified one by one).
 std::vector<state_signature> compute_state_signatures(const compiled_grammar& g,
                                                       std::size_t max_work = 200'000'000);
+
+/// Keys under which the token classes of a state may be shared with other grammars: a hash of
+/// the canonical form of the part of the quotient automaton (states merged by their `exact`
+/// signatures) reachable from the state through byte edges and calls — each class's finality,
+/// rule follow set and end flag, its byte edges with their byte sets, its calls with callee
+/// start and return target — with classes numbered in discovery order. Equal keys mean
+/// isomorphic reachable parts, hence equal token classes, in any two grammars. Computed for the
+/// states with `wanted[s]`; a state whose reachable part has more than `max_classes` classes
+/// (or any state, when `exact` is empty) gets none.
+std::vector<std::optional<state_signature>> sharing_keys(const compiled_grammar& g,
+                                                         const std::vector<state_signature>& exact,
+                                                         const std::vector<bool>& wanted,
+                                                         std::size_t max_classes = 512);
 
 /// Classes of states whose token classes are equal for tokens of at most `max_token_bytes`
 /// bytes (the longest token of the vocabulary): states equal in their first `max_token_bytes`

@@ -1,6 +1,7 @@
-// Token classes shared across grammars over one vocabulary, keyed by state signature
-// (state_signature.hpp): the states common to most JSON grammars (inside a string, a number,
-// whitespace) are classified once per process instead of once per grammar. Thread-safe;
+// Token classes shared across grammars over one vocabulary, keyed by sharing key
+// (state_signature.hpp: a hash of the state's reachable part of the automaton): the states
+// common to most JSON grammars (inside a string, a number, whitespace) are classified once per
+// process instead of once per grammar. Thread-safe;
 // stops taking entries past its memory budget.
 #pragma once
 

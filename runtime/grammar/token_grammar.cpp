@@ -26,12 +26,20 @@ std::shared_ptr<const token_grammar> token_grammar::create(
   std::shared_ptr<token_grammar> tg(new token_grammar(std::move(g), std::move(v)));
   tg->shared_ = std::move(shared);
   const std::size_t n = tg->g_->num_states();
-  // Bisimulation signatures only serve sharing across grammars; a grammar whose refinement
-  // runs long (a long chain of counted states) goes without it rather than pay for it.
+  // Bisimulation signatures refine the token classes and key the sharing across grammars; a
+  // grammar whose refinement runs long (a long chain of counted states) goes without them.
   tg->signatures_ = compute_state_signatures(*tg->g_, k_signature_work);
   tg->rep_ = token_equivalence_classes(*tg->g_, tg->signatures_, tg->v_->max_depth());
   tg->num_distinct_ = 0;
   for (state_id s = 0; s < n; ++s) tg->num_distinct_ += tg->rep_[s] == s;
+  if (tg->shared_) {
+    std::vector<bool> wanted(n);
+    for (state_id s = 0; s < n; ++s)
+      wanted[s] = tg->rep_[s] == s && (tg->g_->has_bytes(s) || !tg->g_->calls(s).empty());
+    tg->share_keys_ = sharing_keys(*tg->g_, tg->signatures_, wanted);
+  }
+  tg->signatures_.clear();
+  tg->signatures_.shrink_to_fit();
   if (precompute) {
     token_classifier scratch(*tg->g_, *tg->v_);
     for (state_id s = 0; s < n; ++s)
@@ -49,11 +57,12 @@ const state_tokens& token_grammar::tokens_at(state_id s, token_classifier& scrat
 
 const state_tokens& token_grammar::classify(state_id rep, token_classifier& scratch) const {
   std::shared_ptr<const state_tokens> t;
-  const bool shareable = shared_ && !signatures_.empty();
-  if (shareable) t = shared_->find(signatures_[rep]);
+  const std::optional<state_signature> key =
+      rep < share_keys_.size() ? share_keys_[rep] : std::nullopt;
+  if (key) t = shared_->find(*key);
   if (!t) {
     t = std::make_shared<const state_tokens>(scratch.classify(rep));
-    if (shareable) t = shared_->insert(signatures_[rep], t);
+    if (key) t = shared_->insert(*key, t);
   }
   const state_tokens* expected = nullptr;
   if (cache_[rep].compare_exchange_strong(expected, t.get(), std::memory_order_acq_rel)) {
@@ -73,7 +82,8 @@ std::size_t token_grammar::num_classified() const {
 
 std::size_t token_grammar::memory_bytes() const {
   std::size_t n = g_->memory_bytes() +
-                  g_->num_states() * (sizeof(void*) + sizeof(state_id) + sizeof(state_signature));
+                  g_->num_states() * (sizeof(void*) + sizeof(state_id)) +
+                  share_keys_.size() * sizeof(std::optional<state_signature>);
   for (std::size_t s = 0; s < g_->num_states(); ++s)
     if (auto* p = cache_[s].load(std::memory_order_acquire); p && rep_[s] == s)
       n += p->memory_bytes();

@@ -2,8 +2,8 @@
 // token classes, computed eagerly at creation (precompute) or on first use and then shared by
 // every matcher of the grammar (publication is lock-free and thread-safe). States that behave
 // alike for inputs as long as the longest token share one classification within the grammar
-// (token_equivalence_classes); bisimilar states (equal state_signature) share it, through an
-// optional token_class_cache, with other grammars over the same vocabulary.
+// (token_equivalence_classes); states whose reachable parts are isomorphic (sharing_keys) share
+// it, through an optional token_class_cache, with other grammars over the same vocabulary.
 #pragma once
 
 #include "runtime/grammar/compiled_grammar.hpp"
@@ -50,7 +50,8 @@ class token_grammar {
   std::unique_ptr<std::atomic<const state_tokens*>[]> cache_;  // [num_states], by representative
   std::vector<state_id>
       rep_;  // [num_states] first state of its token class (token_equivalence_classes)
-  std::vector<state_signature> signatures_;  // [num_states] or empty
+  std::vector<state_signature> signatures_;  // [num_states] or empty; only during create()
+  std::vector<std::optional<state_signature>> share_keys_;  // [num_states] with a shared cache
   std::size_t num_distinct_ = 0;
   std::shared_ptr<token_class_cache> shared_;
   mutable std::mutex owned_mutex_;
