@@ -81,8 +81,7 @@ std::size_t token_grammar::num_classified() const {
 }
 
 std::size_t token_grammar::memory_bytes() const {
-  std::size_t n = g_->memory_bytes() +
-                  g_->num_states() * (sizeof(void*) + sizeof(state_id)) +
+  std::size_t n = g_->memory_bytes() + g_->num_states() * (sizeof(void*) + sizeof(state_id)) +
                   share_keys_.size() * sizeof(std::optional<state_signature>);
   for (std::size_t s = 0; s < g_->num_states(); ++s)
     if (auto* p = cache_[s].load(std::memory_order_acquire); p && rep_[s] == s)
