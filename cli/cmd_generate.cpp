@@ -1,5 +1,6 @@
-// `deepinfer generate`: offline generation of one completion on the CPU reference engine.
-// Text streams to the terminal as it becomes final; --json prints one object at the end.
+// `deepinfer generate`: offline generation of one completion, through the actor runtime in
+// this process (cli/detail/offline_generation.hpp). Text streams to the terminal as it
+// becomes final; --json prints one object at the end.
 // Without --model it uses a built-in default: the tiny-v41 preset, generated once into the
 // user's cache folder.
 #include "cli/command.hpp"

@@ -1,25 +1,27 @@
-// The generation loop of `deepinfer generate`: validate, then step a scheduler holding the one
-// request and a CPU model runner sized for it (schedule -> run -> apply) until the request
-// ends, streaming the text each step makes final.
+// The generation path of `deepinfer generate`: validate, then start a local cluster sized for
+// the one request (router, scheduler, executor whose runner wraps the loaded model), submit it
+// through a client session, stream the text of each event, and stop the cluster.
 #include "cli/detail/offline_generation.hpp"
 
+#include "actors/client_session.hpp"
+#include "actors/local_cluster.hpp"
+#include "actors/logging.hpp"
+#include "actors/node_runtime.hpp"
 #include "common/error.hpp"
 #include "model/runner/cpu_model_runner.hpp"
 #include "runtime/sampling_rng.hpp"
-#include "runtime/scheduler.hpp"
+
+#include <caf/all.hpp>
 
 #include <chrono>
 #include <filesystem>
+#include <mutex>
 
 namespace di::cli {
 
 namespace {
 
 using clock_type = std::chrono::steady_clock;
-
-double seconds_since(clock_type::time_point t0) {
-  return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
 
 void check_request(const loaded_model& m, const generation_request& r) {
   const model_config& c = m.model->config();
@@ -39,31 +41,69 @@ void check_request(const loaded_model& m, const generation_request& r) {
            max_new, context);
 }
 
-/// A scheduler for the one request: the whole prompt in one step, EOS from the tokenizer.
-runtime::scheduler make_scheduler(const loaded_model& m, const cpu_model_runner& runner,
-                                  std::int64_t num_prompt) {
-  runtime::scheduler_config c;
-  c.max_num_batched_tokens = num_prompt;
-  c.max_num_running = 1;
-  c.blocks.enable_prefix_caching = false;
-  const std::optional<tok::token_id> eos = m.tokenizer->eos_id();
-  c.eos_token_ids = {eos ? *eos : std::int32_t(m.model->config().eos_token_id)};
-  return runtime::scheduler(scheduler_config_for(runner, std::move(c)),
-                            runtime::tokenizer_decoder_factory(*m.tokenizer));
+/// The cluster of one request: one group, one executor, pools of exactly `len` tokens (the
+/// prompt plus max_tokens), the whole prompt in one step, no prefix cache (nothing to share).
+/// The executor's device is the model's (make_runner wraps it); "cpu" here only fills the slot.
+cluster_config cluster_for(std::int64_t num_prompt, std::int64_t len) {
+  cluster_config c;
+  c.nodes = {node_config{}};
+  c.groups = {
+      group_config{.scheduler_node = 0, .executor_nodes = {0}, .executor_devices = {"cpu"}}};
+  c.scheduler.max_num_batched_tokens = num_prompt;
+  c.scheduler.max_num_running = 1;
+  c.scheduler.max_model_len = len;
+  c.kv.pool_tokens = len;
+  c.kv.enable_prefix_caching = false;
+  c.logging.status_interval_s = 0;
+  // generate checks stop strings itself (none of the server's limits on them).
+  c.router.max_stop_strings = 1 << 20;
+  c.router.max_stop_string_bytes = 1 << 30;
+  return c;
 }
 
-/// Adds one event of the request to `out` (and streams its text).
-void take_event(const generation_request& r, runtime::token_event& e, generation_result& out) {
-  DI_CHECK(e.status != runtime::sequence_status::finished_error, "generation failed: {}", e.error);
-  out.output_ids.insert(out.output_ids.end(), e.token_ids.begin(), e.token_ids.end());
-  for (runtime::position_logprobs& lp : e.logprobs) out.logprobs.push_back(std::move(lp));
-  for (auto& lp : e.prompt_logprobs) out.prompt_logprobs.push_back(std::move(lp));
-  out.text += e.text;
-  if (r.on_text && !e.text.empty()) r.on_text(e.text);
-  if (e.status == runtime::sequence_status::finished_stop)
+actors::model_assets assets_of(const loaded_model& m) {
+  const std::optional<tok::token_id> eos = m.tokenizer->eos_id();
+  return {.tokenizer = m.tokenizer,
+          .vocab_size = m.model->config().vocab_size,
+          .eos_token_ids = {eos ? *eos : std::int32_t(m.model->config().eos_token_id)}};
+}
+
+/// The executor's runner: the CPU model runner over the model as loaded and placed.
+actors::runner_bundle runner_for(const loaded_model& m, std::int64_t len) {
+  auto r = std::make_unique<cpu_model_runner>(
+      m.model, cpu_runner_config{.kv_pool_tokens = len, .max_model_len = len});
+  if (m.grammar_vocab) r->enable_structured_output(m.grammar_vocab, m.grammars);
+  runtime::kv_geometry g = r->geometry();
+  return {std::move(r), std::move(g)};
+}
+
+/// Actor logs are for clusters; generate reports failures as its own error message.
+void quiet_actor_logs() {
+  static std::once_flag once;
+  std::call_once(once, [] { actors::configure_logging("error", "", "generate"); });
+}
+
+/// Times of the request's events (written on the session's thread, read after it ends).
+struct event_times {
+  clock_type::time_point submitted, first_token, last;
+  bool has_token = false;
+};
+
+/// Fills `out` from the request's outcome; a refusal or failure throws its message.
+void take_outcome(const actors::request_outcome& o, const event_times& t, generation_result& out) {
+  DI_CHECK(o.reply.accepted, "{}", o.reply.error.empty() ? o.error : o.reply.error);
+  DI_CHECK(o.status != runtime::sequence_status::finished_error, "generation failed: {}", o.error);
+  out.output_ids = o.output_ids;
+  out.text = o.text;
+  out.logprobs = o.logprobs;
+  out.prompt_logprobs = o.prompt_logprobs;
+  if (o.status == runtime::sequence_status::finished_stop)
     out.finish = runtime::finish_reason::stop;
-  if (e.status == runtime::sequence_status::finished_length)
+  if (o.status == runtime::sequence_status::finished_length)
     out.finish = runtime::finish_reason::length;
+  const auto first = t.has_token ? t.first_token : t.last;
+  out.prefill_seconds = std::chrono::duration<double>(first - t.submitted).count();
+  out.decode_seconds = std::chrono::duration<double>(t.last - first).count();
 }
 
 }  // namespace
@@ -73,53 +113,59 @@ loaded_model load_model_for_generation(const std::string& dir, bool act_quant) {
   m.model = deepseek_model::load(dir, forward_options{.act_quant = act_quant});
   DI_CHECK(std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json"),
            "{}: no tokenizer.json in the model folder", dir);
-  m.tokenizer = std::make_unique<tok::tokenizer>(tok::tokenizer::from_dir(dir));
+  m.tokenizer = std::make_shared<const tok::tokenizer>(tok::tokenizer::from_dir(dir));
   attach_engram_hasher(*m.model, *m.tokenizer);
   return m;
 }
 
 void enable_structured_output(loaded_model& m) {
   if (m.grammar_vocab) return;
-  m.grammar_vocab =
-      grammar::token_vocabulary::from_tokenizer(*m.tokenizer, std::size_t(m.model->config().vocab_size));
+  m.grammar_vocab = grammar::token_vocabulary::from_tokenizer(
+      *m.tokenizer, std::size_t(m.model->config().vocab_size));
   m.grammars = std::make_shared<grammar::grammar_cache>();
 }
 
 generation_result generate(const loaded_model& m, const generation_request& r) {
   check_request(m, r);
   if (!r.params.response_format.empty()) {
-    DI_CHECK(m.grammar_vocab != nullptr, "response_format given but structured output is not enabled");
-    m.grammars->get(grammar::parse_inline_response_format(r.params.response_format), m.grammar_vocab);
+    DI_CHECK(m.grammar_vocab != nullptr,
+             "response_format given but structured output is not enabled");
+    m.grammars->get(grammar::parse_inline_response_format(r.params.response_format),
+                    m.grammar_vocab);
   }
   const std::int64_t num_prompt = std::int64_t(r.prompt_ids.size());
-  const std::int64_t max_new =
-      r.params.max_tokens.value_or(m.model->config().max_position_embeddings - num_prompt);
+  const std::int64_t len = num_prompt + r.params.max_tokens.value_or(
+                                            m.model->config().max_position_embeddings - num_prompt);
   generation_result out;
   out.seed = r.params.seed.value_or(runtime::draw_request_seed());
-  // Pools for exactly this request: max_model_len bounds its output as max_tokens would.
-  cpu_model_runner runner(
-      m.model, {.kv_pool_tokens = num_prompt + max_new, .max_model_len = num_prompt + max_new});
-  if (m.grammar_vocab) runner.enable_structured_output(m.grammar_vocab, m.grammars);
-  runtime::scheduler s = make_scheduler(m, runner, num_prompt);
-  runtime::request req{.id = 0, .prompt_ids = r.prompt_ids, .params = r.params, .seed = out.seed};
-  const runtime::admission_result admitted = s.add_request(std::move(req));
-  DI_CHECK(admitted.is_accepted(), "{}", admitted.message);
 
-  auto t0 = clock_type::now();
-  while (s.has_unfinished()) {
-    const runtime::step_plan plan = s.schedule();
-    const runtime::step_result result = runner.run(plan);
-    if (plan.sequences.empty()) continue;
-    runtime::apply_outcome applied = s.apply(result);
-    DI_CHECK(applied.is_ok(), "generation: {}", applied.error);
-    const bool was_prefill = out.output_ids.empty();
-    for (runtime::token_event& e : applied.events) take_event(r, e, out);
-    if (was_prefill && !out.output_ids.empty()) {  // the first token: the prompt is done
-      out.prefill_seconds = seconds_since(t0);
-      t0 = clock_type::now();
-    }
+  quiet_actor_logs();
+  actors::local_cluster_params params{
+      .config = cluster_for(num_prompt, len),
+      .assets = assets_of(m),
+      .make_runner = [&m, len](int, int) { return runner_for(m, len); }};
+  actors::process_config cfg(actors::network_settings_of(params.config));
+  caf::actor_system sys{cfg};
+  actors::local_cluster cluster(sys, std::move(params));
+  actors::request_outcome outcome;
+  event_times times;
+  {
+    actors::client_session session(sys, caf::actor_cast<actors::router_actor>(cluster.router()));
+    actors::submit_request req{.prompt_ids = r.prompt_ids, .params = r.params};
+    req.params.seed = out.seed;
+    times.submitted = clock_type::now();
+    auto on_event = [&r, &times](const runtime::token_event& e) {
+      times.last = clock_type::now();
+      if (!times.has_token && !e.token_ids.empty()) {
+        times.first_token = times.last;
+        times.has_token = true;
+      }
+      if (r.on_text && !e.text.empty()) r.on_text(e.text);
+    };
+    outcome = session.submit(std::move(req), on_event).get();
   }
-  out.decode_seconds = seconds_since(t0);
+  cluster.shutdown();
+  take_outcome(outcome, times, out);
   return out;
 }
 

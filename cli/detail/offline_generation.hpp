@@ -1,7 +1,8 @@
-// One request generated start to finish in this process, on the CPU reference engine, through
-// the same pieces the actor runtime uses: the runtime scheduler (admission, sampling plan,
-// streaming detokenizer, stop checker) and the CPU model runner (forward and sampling), in one
-// thread. `deepinfer generate` is a thin CLI over it.
+// One request generated start to finish in this process, through the actor runtime: an
+// in-process cluster (actors/local_cluster: router, one scheduler, one executor) whose runner
+// wraps the model already loaded and placed (CPU or CUDA), and a client session that submits
+// the request and hears its token events. The same actors serve `deepinfer serve` and
+// clusters. `deepinfer generate` is a thin CLI over it.
 #pragma once
 
 #include "model/forward/model.hpp"
@@ -23,7 +24,7 @@ namespace di::cli {
 /// A loaded model with what generation needs beside the weights.
 struct loaded_model {
   std::shared_ptr<deepseek_model> model;
-  std::unique_ptr<tok::tokenizer> tokenizer;
+  std::shared_ptr<const tok::tokenizer> tokenizer;  ///< shared with the cluster's actors
   /// Structured output (enable_structured_output): the tokenizer's bytes per token, masks of
   /// the model's vocab_size, and the compiled grammars by spec text.
   std::shared_ptr<const grammar::token_vocabulary> grammar_vocab;
@@ -56,9 +57,12 @@ struct generation_result {
   double decode_seconds = 0.0;
 };
 
-/// Generates one completion. Invalid input (ids outside the vocabulary, a prompt that does
-/// not fit the context, bad sampling values, a response_format that does not compile) throws
-/// di::error before any work; the grammar is compiled here, before the step loop.
+/// Generates one completion through a local cluster started for it (its pools sized for this
+/// request) and stopped before returning. Invalid input (ids outside the vocabulary, a prompt
+/// that does not fit the context, bad sampling values, a response_format that does not
+/// compile) throws di::error before any actor starts; the grammar is compiled here too. A
+/// request the actors refuse or fail also throws di::error with their message. on_text runs
+/// on the client session's thread, one call at a time, in order.
 generation_result generate(const loaded_model& m, const generation_request& request);
 
 }  // namespace di::cli
