@@ -3,13 +3,38 @@
 // of every state and the follow bytes of every rule.
 #include "runtime/grammar/compiled_grammar.hpp"
 
+#include "common/error.hpp"
 #include "runtime/grammar/detail/automaton_builder.hpp"
+
+#include <algorithm>
+#include <string_view>
 
 namespace di::grammar {
 
+namespace {
+constexpr std::size_t k_lean_inline_limit = 100;
+constexpr std::size_t k_lean_regular_inline_limit = 20'000;
+}  // namespace
+
 std::shared_ptr<const compiled_grammar> compiled_grammar::compile(const grammar& g,
                                                                   const compile_options& options) {
-  return automaton_builder(g, options).build();
+  if (options.inline_limit <= k_lean_inline_limit) return automaton_builder(g, options).build();
+  // Generous inlining first (fewer rule boundaries: more tokens decided without the parser
+  // stack) within a quarter of the size limits. Inlining copies a rule at every use, so a rule
+  // used at many places under others (fan-in) can outgrow the limits although its language is
+  // small; such a grammar is compiled again with lean inlining and the full limits.
+  compile_options generous = options;
+  generous.max_total_states = options.max_total_states / 4;
+  generous.max_rule_size = options.max_rule_size / 4;
+  try {
+    return automaton_builder(g, generous).build();
+  } catch (const di::error& e) {
+    if (std::string_view(e.what()).find("grammar too large") == std::string_view::npos) throw;
+  }
+  compile_options lean = options;
+  lean.inline_limit = k_lean_inline_limit;
+  lean.regular_inline_limit = std::min(options.regular_inline_limit, k_lean_regular_inline_limit);
+  return automaton_builder(g, lean).build();
 }
 
 void compiled_grammar::analyze() {
