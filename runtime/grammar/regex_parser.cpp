@@ -70,6 +70,26 @@ regex_parser::piece regex_parser::parse_alternation(std::size_t depth) {
   return out;
 }
 
+bool regex_parser::matches_empty(expr_id id) const {
+  const expr& x = g_.at(id);
+  switch (x.kind) {
+    case expr_kind::empty:
+      return true;
+    case expr_kind::sequence:
+      return std::all_of(x.children.begin(), x.children.end(),
+                         [&](expr_id c) { return matches_empty(c); });
+    case expr_kind::choice:
+      return std::any_of(x.children.begin(), x.children.end(),
+                         [&](expr_id c) { return matches_empty(c); });
+    case expr_kind::repeat:
+      return x.min == 0 || matches_empty(x.children[0]);
+    case expr_kind::bytes:
+    case expr_kind::rule_ref:
+      return false;  // a rule (none in regexes) counts as non-empty: the caller then refuses
+  }
+  return false;
+}
+
 regex_parser::piece regex_parser::parse_concat(std::size_t depth) {
   std::vector<piece> items;
   for (;;) {
@@ -87,14 +107,24 @@ regex_parser::piece regex_parser::parse_concat(std::size_t depth) {
                                           [](const piece& q) { return q.anchor_only; });
     bool after_all_anchors = std::all_of(items.begin() + std::ptrdiff_t(k) + 1, items.end(),
                                          [](const piece& q) { return q.anchor_only; });
+    // `$` asserts the end of the input, so what follows it can match only the empty string
+    // there: `^$[a-z]*$` is `^$`. Items after it that can match empty are dropped. Search mode
+    // only: there an alternation with `$` in some alternatives pads the others with `.*`, so
+    // every match of an end-anchored item ends the input (in full-match mode `(a$|b)c*` would
+    // lose `bc`).
+    const bool rest_matches_empty =
+        options_.search &&
+        std::all_of(items.begin() + std::ptrdiff_t(k) + 1, items.end(),
+                    [&](const piece& q) { return !q.start && matches_empty(q.e); });
     if (it.start && !before_all_anchors)
       fail("'^' or '\\A' in the middle of a pattern is not supported (only at its start)");
-    if (it.end && !after_all_anchors)
+    if (it.end && !after_all_anchors && !rest_matches_empty)
       fail("'$' or '\\z' in the middle of a pattern is not supported (only at its end)");
     out.start = out.start || it.start;
     out.end = out.end || it.end;
     out.anchor_only = out.anchor_only && it.anchor_only;
     es.push_back(it.e);
+    if (it.end && !after_all_anchors) break;  // the rest can only match empty (checked above)
   }
   out.e = g_.sequence(std::move(es));
   return out;

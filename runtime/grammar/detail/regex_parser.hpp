@@ -33,6 +33,8 @@ class regex_parser {
 
   piece parse_alternation(std::size_t depth);
   piece parse_concat(std::size_t depth);
+  /// Whether expression `id` matches the empty string.
+  bool matches_empty(expr_id id) const;
   std::optional<piece> parse_atom(std::size_t depth);
   std::optional<piece> parse_group(std::size_t depth);
   /// Reads flags after "(?"; true for "(?flags)", false for "(?flags:".

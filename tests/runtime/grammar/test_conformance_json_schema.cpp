@@ -157,5 +157,5 @@ TEST_CASE("jsonschemabench: compile, accept valid and reject invalid instances")
   write_report("jsonschemabench.json", {compiled, lenient, valid, invalid}, {{"refused", refused_j}});
   CHECK(valid.rate() >= 0.99);
   CHECK(invalid.rate() >= 0.99);
-  CHECK(compiled.rate() >= 0.94);  // measured 142/150 (0.947); the goal is 0.95
+  CHECK(compiled.rate() >= 0.95);  // measured 143/150 (0.953); the goal is 0.95
 }

@@ -73,6 +73,26 @@ TEST_CASE("search mode matches anywhere unless anchored") {
   CHECK_FALSE(accepts(*both, "abx"));
 }
 
+TEST_CASE("search mode: '$' in the middle ends the input, what follows may only match empty") {
+  regex_options search{.search = true};
+  auto dollar = compile_re("^$[a-zA-Z0-9$_]*$", search);  // a jsonschemabench pattern: only ""
+  CHECK(accepts(*dollar, ""));
+  CHECK_FALSE(accepts(*dollar, "a"));
+  CHECK_FALSE(accepts(*dollar, "$a"));
+  auto tail = compile_re("ab$c*", search);
+  CHECK(accepts(*tail, "xab"));
+  CHECK_FALSE(accepts(*tail, "abc"));
+  CHECK_FALSE(accepts(*tail, "abx"));
+  auto group = compile_re("(a$|b)c*", search);  // = a at the end, or any b
+  CHECK(accepts(*group, "xa"));
+  CHECK(accepts(*group, "bcx"));
+  CHECK(accepts(*group, "xbx"));
+  CHECK_FALSE(accepts(*group, "ax"));
+  CHECK_THROWS_WITH_AS(compile_re("a$b", search), doctest::Contains("middle"), di::error);
+  // Full match keeps refusing it: (a$|b)c* also matches "bc" there.
+  CHECK_THROWS_WITH_AS(regex_grammar("(a$|b)c*"), doctest::Contains("middle"), di::error);
+}
+
 TEST_CASE("what a grammar cannot express is a clear error") {
   CHECK_THROWS_WITH_AS(regex_grammar(R"((a)\1)"), doctest::Contains("backreferences"), di::error);
   CHECK_THROWS_WITH_AS(regex_grammar(R"(a\b)"), doctest::Contains("word boundary"), di::error);
