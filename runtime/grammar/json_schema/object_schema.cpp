@@ -45,7 +45,9 @@ void read_part_keywords(schema_compiler& c, object_plan& p, const schema_ref& pa
   if (auto it = s.find("patternProperties"); it != s.end()) {
     p.pattern_owner = {&*it, part.base};
     for (const auto& [pat, sub] : it->items()) {
-      auto at = std::find_if(p.patterns.begin(), p.patterns.end(), [&](const auto& x) { return x.first == pat; });
+      const std::string& key = pat;  // clang 14 (the fuzz build) cannot capture a binding
+      auto at = std::find_if(p.patterns.begin(), p.patterns.end(),
+                             [&](const auto& x) { return x.first == key; });
       if (at == p.patterns.end()) at = p.patterns.insert(p.patterns.end(), {pat, {}});
       at->second.push_back({&sub, part.base});
     }
