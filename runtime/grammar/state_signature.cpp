@@ -30,10 +30,41 @@ state_signature mix(state_signature s, const byte_set& bytes) {
   return s;
 }
 
-struct edge {
-  state_signature target;
-  byte_set bytes;
+/// The bytes of each byte class of a grammar, and one byte standing for each class.
+struct byte_classes {
+  std::vector<byte_set> bytes;
+  std::vector<std::uint8_t> rep;
+  explicit byte_classes(const compiled_grammar& g)
+      : bytes(std::size_t(std::max(g.num_byte_classes(), 1))), rep(bytes.size(), 0) {
+    for (int b = 255; b >= 0; --b) {
+      bytes[g.byte_class(std::uint8_t(b))].set(std::uint8_t(b));
+      rep[g.byte_class(std::uint8_t(b))] = std::uint8_t(b);
+    }
+  }
 };
+
+/// The byte transitions of `s` as (key of the target, bytes) with one entry per key (the union
+/// of its bytes), sorted by byte set.
+template <class Key, class KeyOf>
+void group_edges(const compiled_grammar& g, const byte_classes& classes, state_id s, KeyOf key_of,
+                 std::vector<std::pair<Key, byte_set>>& out) {
+  out.clear();
+  if (!g.has_bytes(s)) return;
+  for (int c = 0; c < g.num_byte_classes(); ++c) {
+    const state_id t = g.next(s, classes.rep[std::size_t(c)]);
+    if (t == k_dead_state) continue;
+    const Key key = key_of(t);
+    auto it = std::find_if(out.begin(), out.end(), [&](const auto& e) { return e.first == key; });
+    if (it == out.end())
+      out.push_back({key, classes.bytes[std::size_t(c)]});
+    else
+      it->second |= classes.bytes[std::size_t(c)];
+  }
+  std::sort(out.begin(), out.end(),
+            [](const auto& x, const auto& y) { return x.second.words < y.second.words; });
+}
+
+using edge = std::pair<state_signature, byte_set>;  // (target signature, bytes)
 
 /// Round 0: what a state shows without looking at its successors.
 std::vector<state_signature> initial(const compiled_grammar& g) {
@@ -52,13 +83,7 @@ std::vector<state_signature> initial(const compiled_grammar& g) {
 std::vector<state_signature> compute_state_signatures(const compiled_grammar& g,
                                                       std::size_t max_work) {
   const std::size_t n = g.num_states();
-  const int num_classes = g.num_byte_classes();
-  std::vector<byte_set> class_bytes(std::size_t(std::max(num_classes, 1)));
-  std::vector<std::uint8_t> class_rep(class_bytes.size(), 0);
-  for (int b = 255; b >= 0; --b) {
-    class_bytes[g.byte_class(std::uint8_t(b))].set(std::uint8_t(b));
-    class_rep[g.byte_class(std::uint8_t(b))] = std::uint8_t(b);
-  }
+  const byte_classes byte_class_table(g);
   std::vector<state_signature> h = initial(g), next(n);
   std::size_t classes = 0, work = 0;
   std::vector<edge> edges;
@@ -69,33 +94,20 @@ std::vector<state_signature> compute_state_signatures(const compiled_grammar& g,
   };
   for (;;) {
     for (state_id s = 0; s < n; ++s) {
-      edges.clear();
-      if (g.has_bytes(s)) {
-        for (int c = 0; c < num_classes; ++c) {
-          state_id t = g.next(s, class_rep[std::size_t(c)]);
-          if (t == k_dead_state) continue;
-          auto it = std::find_if(edges.begin(), edges.end(),
-                                 [&](const edge& e) { return e.target == h[t]; });
-          if (it == edges.end())
-            edges.push_back({h[t], class_bytes[std::size_t(c)]});
-          else
-            it->bytes |= class_bytes[std::size_t(c)];
-        }
-      }
-      std::sort(edges.begin(), edges.end(),
-                [](const edge& x, const edge& y) { return x.bytes.words < y.bytes.words; });
+      group_edges(
+          g, byte_class_table, s, [&](state_id t) { return h[t]; }, edges);
       calls.clear();
       for (const call_edge& c : g.calls(s)) calls.push_back({h[g.start(c.rule)], h[c.target]});
       std::sort(calls.begin(), calls.end(), [&](const auto& x, const auto& y) {
         return less(x.first, y.first) || (x.first == y.first && less(x.second, y.second));
       });
       state_signature x = h[s];
-      for (const edge& e : edges) x = mix(mix(mix(x, e.target.a), e.target.b), e.bytes);
+      for (const auto& [target, bytes] : edges) x = mix(mix(mix(x, target.a), target.b), bytes);
       x = mix(x, 0xCA11);
       for (const auto& [start, target] : calls)
         x = mix(mix(mix(mix(x, start.a), start.b), target.a), target.b);
       next[s] = x;
-      work += std::size_t(num_classes) + 1;
+      work += std::size_t(g.num_byte_classes()) + 1;
     }
     h.swap(next);
     distinct.clear();
@@ -172,32 +184,16 @@ quotient build_quotient(const compiled_grammar& g, const std::vector<state_signa
     q.class_of[s] = it->second;
   }
   const std::vector<state_signature> labels = initial(g);
-  const int num_classes = g.num_byte_classes();
-  std::vector<byte_set> class_bytes(std::size_t(std::max(num_classes, 1)));
-  std::vector<std::uint8_t> class_rep(class_bytes.size(), 0);
-  for (int b = 255; b >= 0; --b) {
-    class_bytes[g.byte_class(std::uint8_t(b))].set(std::uint8_t(b));
-    class_rep[g.byte_class(std::uint8_t(b))] = std::uint8_t(b);
-  }
+  const byte_classes byte_class_table(g);
+  std::vector<std::pair<std::uint32_t, byte_set>> edges;
   q.nodes.resize(rep.size());
   for (std::size_t c = 0; c < rep.size(); ++c) {
     const state_id s = rep[c];
     quotient::node& node = q.nodes[c];
     node.label = labels[s];
-    if (g.has_bytes(s))
-      for (int b = 0; b < num_classes; ++b) {
-        const state_id t = g.next(s, class_rep[std::size_t(b)]);
-        if (t == k_dead_state) continue;
-        const std::uint32_t tc = q.class_of[t];
-        auto it = std::find_if(node.edges.begin(), node.edges.end(),
-                               [&](const auto& e) { return e.second == tc; });
-        if (it == node.edges.end())
-          node.edges.push_back({class_bytes[std::size_t(b)], tc});
-        else
-          it->first |= class_bytes[std::size_t(b)];
-      }
-    std::sort(node.edges.begin(), node.edges.end(),
-              [](const auto& x, const auto& y) { return x.first.words < y.first.words; });
+    group_edges(
+        g, byte_class_table, s, [&](state_id t) { return q.class_of[t]; }, edges);
+    for (const auto& [target, bytes] : edges) node.edges.push_back({bytes, target});
     std::vector<std::pair<state_signature, state_signature>> by_sig;
     for (const call_edge& e : g.calls(s)) {
       by_sig.push_back({exact[g.start(e.rule)], exact[e.target]});
@@ -263,13 +259,7 @@ std::vector<state_id> token_equivalence_classes(const compiled_grammar& g,
                                                 const std::vector<state_signature>& exact,
                                                 std::uint32_t max_token_bytes) {
   const std::size_t n = g.num_states();
-  const int num_classes = g.num_byte_classes();
-  std::vector<byte_set> class_bytes(std::size_t(std::max(num_classes, 1)));
-  std::vector<std::uint8_t> class_rep(class_bytes.size(), 0);
-  for (int b = 255; b >= 0; --b) {
-    class_bytes[g.byte_class(std::uint8_t(b))].set(std::uint8_t(b));
-    class_rep[g.byte_class(std::uint8_t(b))] = std::uint8_t(b);
-  }
+  const byte_classes byte_class_table(g);
   const std::vector<state_signature> h0 = bounded_initial(g, exact);
   std::vector<state_signature> h = h0, next(n);
   std::vector<edge> edges;
@@ -279,23 +269,10 @@ std::vector<state_id> token_equivalence_classes(const compiled_grammar& g,
   // After round d, equal signatures mean equal behaviour for inputs of up to d bytes.
   for (std::uint32_t round = 0; round < max_token_bytes; ++round) {
     for (state_id s = 0; s < n; ++s) {
-      edges.clear();
-      if (g.has_bytes(s)) {
-        for (int c = 0; c < num_classes; ++c) {
-          state_id t = g.next(s, class_rep[std::size_t(c)]);
-          if (t == k_dead_state) continue;
-          auto it = std::find_if(edges.begin(), edges.end(),
-                                 [&](const edge& e) { return e.target == h[t]; });
-          if (it == edges.end())
-            edges.push_back({h[t], class_bytes[std::size_t(c)]});
-          else
-            it->bytes |= class_bytes[std::size_t(c)];
-        }
-      }
-      std::sort(edges.begin(), edges.end(),
-                [](const edge& x, const edge& y) { return x.bytes.words < y.bytes.words; });
+      group_edges(
+          g, byte_class_table, s, [&](state_id t) { return h[t]; }, edges);
       state_signature x = mix(h0[s], 0xB17E);
-      for (const edge& e : edges) x = mix(mix(mix(x, e.target.a), e.target.b), e.bytes);
+      for (const auto& [target, bytes] : edges) x = mix(mix(mix(x, target.a), target.b), bytes);
       // A call of a rule that reads at least one byte: the callee compares exactly, the return
       // target like a byte transition's (one round less).
       calls.clear();
