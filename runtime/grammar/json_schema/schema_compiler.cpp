@@ -25,16 +25,21 @@ json_schema_draft dialect_of(const json& root, json_schema_draft fallback) {
     if (s == std::string(prefix) + "json-schema.org/draft-07/schema" ||
         s == std::string(prefix) + "json-schema.org/draft-06/schema")
       return json_schema_draft::draft7;
-    if (s == std::string(prefix) + "json-schema.org/draft-04/schema") return json_schema_draft::draft4;
+    if (s == std::string(prefix) + "json-schema.org/draft-04/schema")
+      return json_schema_draft::draft4;
   }
-  DI_FAIL("JSON Schema: unsupported $schema dialect '{}' (known: drafts 2020-12, 2019-09, 7, 6 and 4)", s);
+  DI_FAIL(
+      "JSON Schema: unsupported $schema dialect '{}' (known: drafts 2020-12, 2019-09, 7, 6 and 4)",
+      s);
 }
 
 bool only_ref(const json& s) {
   if (!s.is_object() || !s.contains("$ref")) return false;
-  static const std::set<std::string> annotations = {"$ref", "title", "description", "$comment", "default",
-                                                    "examples", "deprecated", "readOnly", "writeOnly"};
-  return std::all_of(s.items().begin(), s.items().end(), [](const auto& kv) { return annotations.count(kv.key()) > 0; });
+  static const std::set<std::string> annotations = {"$ref",       "title",    "description",
+                                                    "$comment",   "default",  "examples",
+                                                    "deprecated", "readOnly", "writeOnly"};
+  return std::all_of(s.items().begin(), s.items().end(),
+                     [](const auto& kv) { return annotations.count(kv.key()) > 0; });
 }
 
 }  // namespace
@@ -47,18 +52,22 @@ schema_compiler::schema_compiler(const json& root, const json_schema_options& op
       draft7_(dialect_ != json_schema_draft::draft2020_12),
       index_(root, options_.documents, dialect_ == json_schema_draft::draft4, draft7_) {}
 
-void schema_compiler::unsupported(const std::string& keyword, const std::string& why, const schema_ref& where) {
+void schema_compiler::unsupported(const std::string& keyword, const std::string& why,
+                                  const schema_ref& where) {
   std::string excerpt = where.s ? where.s->dump() : std::string("the schema");
   if (excerpt.size() > 160) excerpt = excerpt.substr(0, 157) + "...";
   if (!options_.lenient)
-    DI_FAIL("JSON Schema keyword '{}' cannot be enforced: {} (in {}); compile in lenient mode to skip it", keyword,
-            why, excerpt);
+    DI_FAIL(
+        "JSON Schema keyword '{}' cannot be enforced: {} (in {}); compile in lenient mode to skip "
+        "it",
+        keyword, why, excerpt);
   warn("skipped '" + keyword + "': " + why);
 }
 
 std::string schema_compiler::key_of(const conjunction& c) const {
   std::string key;
-  for (const auto& s : c) key += std::to_string(reinterpret_cast<std::uintptr_t>(s.s)) + "@" + s.base + ";";
+  for (const auto& s : c)
+    key += std::to_string(reinterpret_cast<std::uintptr_t>(s.s)) + "@" + s.base + ";";
   return key;
 }
 
@@ -68,10 +77,12 @@ expr_id schema_compiler::value(const conjunction& c) {
     std::vector<const json*> seen{c[0].s};
     schema_ref at = c[0];
     while (only_ref(*at.s)) {
-      auto target = index_.resolve(index_.base_of(at.s, at.base), (*at.s)["$ref"].get<std::string>());
+      auto target =
+          index_.resolve(index_.base_of(at.s, at.base), (*at.s)["$ref"].get<std::string>());
       at = {target.schema, target.base};
       DI_CHECK(std::find(seen.begin(), seen.end(), at.s) == seen.end(),
-               "JSON Schema: $ref '{}' refers back to itself without any other keyword (no value can match)",
+               "JSON Schema: $ref '{}' refers back to itself without any other keyword (no value "
+               "can match)",
                (*c[0].s)["$ref"].get<std::string>());
       seen.push_back(at.s);
     }
@@ -79,7 +90,8 @@ expr_id schema_compiler::value(const conjunction& c) {
   }
   std::string key = key_of(c);
   if (auto it = memo_.find(key); it != memo_.end()) return g_.ref(it->second);
-  DI_CHECK(nesting_ < k_max_nesting, "JSON Schema: subschemas nested more than {} levels deep", k_max_nesting);
+  DI_CHECK(nesting_ < k_max_nesting, "JSON Schema: subschemas nested more than {} levels deep",
+           k_max_nesting);
   rule_id r = g_.fresh_rule("schema_" + std::to_string(memo_.size()));
   memo_.emplace(key, r);
   ++nesting_;
@@ -92,11 +104,15 @@ expr_id schema_compiler::value(const conjunction& c) {
 }
 
 expr_id schema_compiler::compile_node(const schema_node& n, int depth) {
-  DI_CHECK(depth < k_max_depth, "JSON Schema: anyOf/oneOf/allOf nested more than {} levels", k_max_depth);
+  DI_CHECK(depth < k_max_depth, "JSON Schema: anyOf/oneOf/allOf nested more than {} levels",
+           k_max_depth);
   DI_CHECK(++nodes_compiled_ <= k_max_nodes,
-           "JSON Schema too large: more than {} schema combinations to compile (anyOf/oneOf/not distributed "
-           "over each other multiply)", k_max_nodes);
-  DI_CHECK(g_.num_exprs() <= k_max_exprs, "JSON Schema too large: its grammar passes {} expressions", k_max_exprs);
+           "JSON Schema too large: more than {} schema combinations to compile (anyOf/oneOf/not "
+           "distributed "
+           "over each other multiply)",
+           k_max_nodes);
+  DI_CHECK(g_.num_exprs() <= k_max_exprs,
+           "JSON Schema too large: its grammar passes {} expressions", k_max_exprs);
   if (n.never || n.types == 0) return g_.nothing();
   if (!n.groups.empty()) return compile_groups(n, depth);
   if (!n.unevaluated.empty()) return compile_node(resolve_unevaluated(n), depth);
@@ -115,7 +131,8 @@ expr_id schema_compiler::compile_node(const schema_node& n, int depth) {
   return g_.choice(std::move(alts));
 }
 
-std::vector<schema_ref> schema_compiler::exclusive_alternatives(const std::vector<schema_ref>& alts, bool all_subsets,
+std::vector<schema_ref> schema_compiler::exclusive_alternatives(const std::vector<schema_ref>& alts,
+                                                                bool all_subsets,
                                                                 const std::string& base) {
   // Subset T of the alternatives: all of T match and none of the others (anyOf: every nonempty
   // T; oneOf: the singletons).
@@ -124,7 +141,8 @@ std::vector<schema_ref> schema_compiler::exclusive_alternatives(const std::vecto
   for (std::uint32_t t = 1; t < (1u << n); ++t) {
     if (!all_subsets && (t & (t - 1)) != 0) continue;
     json all = json::array();
-    for (std::size_t j = 0; j < n; ++j) all.push_back((t >> j) & 1 ? ref_marker(alts[j]) : not_marker(alts[j]));
+    for (std::size_t j = 0; j < n; ++j)
+      all.push_back((t >> j) & 1 ? ref_marker(alts[j]) : not_marker(alts[j]));
     synthetic_.push_back(json{{"allOf", std::move(all)}});
     out.push_back({&synthetic_.back(), base});
   }
@@ -149,7 +167,9 @@ expr_id schema_compiler::compile_groups(const schema_node& n, int depth) {
     // Exactly one: alternative i and the complement of every other one.
     if (!one_of_disjoint(nodes)) {
       if (grp.alternatives.size() > 8) {
-        unsupported("oneOf", "more than 8 alternatives that may overlap (each would need the complement of all others)",
+        unsupported("oneOf",
+                    "more than 8 alternatives that may overlap (each would need the complement of "
+                    "all others)",
                     grp.owner);
       } else {
         grp.alternatives = exclusive_alternatives(grp.alternatives, false, grp.owner.base);
@@ -158,8 +178,9 @@ expr_id schema_compiler::compile_groups(const schema_node& n, int depth) {
   } else if (!grp.exclusive && !grp.scopes.empty() && grp.alternatives.size() > 1) {
     // Under unevaluated*, every matching alternative evaluates: split anyOf by which ones match.
     if (grp.alternatives.size() > 4) {
-      unsupported(n.unevaluated[grp.scopes.back()].items ? "unevaluatedItems" : "unevaluatedProperties",
-                  "beside an anyOf of more than 4 alternatives", grp.owner);
+      unsupported(
+          n.unevaluated[grp.scopes.back()].items ? "unevaluatedItems" : "unevaluatedProperties",
+          "beside an anyOf of more than 4 alternatives", grp.owner);
     } else {
       grp.alternatives = exclusive_alternatives(grp.alternatives, true, grp.owner.base);
     }
@@ -179,7 +200,9 @@ schema_node schema_compiler::resolve_unevaluated(const schema_node& n) {
   schema_node out = n;
   out.unevaluated.clear();
   out.open_scopes.clear();
-  auto has = [](const schema_ref& p, const char* k) { return p.s->is_object() && p.s->contains(k); };
+  auto has = [](const schema_ref& p, const char* k) {
+    return p.s->is_object() && p.s->contains(k);
+  };
   for (const auto& u : n.unevaluated) {
     const json& where = *u.where.s;
     const json& keep = where[u.items ? "unevaluatedItems" : "unevaluatedProperties"];
@@ -188,9 +211,12 @@ schema_node schema_compiler::resolve_unevaluated(const schema_node& n) {
     if (!u.items) {
       json names = json::object(), patterns = json::object();
       for (const auto& e : u.evaluators) {
-        all = all || has(e, "additionalProperties") || (e.s != u.where.s && has(e, "unevaluatedProperties"));
-        if (has(e, "properties")) for (const auto& [k, v] : (*e.s)["properties"].items()) names[k] = true;
-        if (has(e, "patternProperties")) for (const auto& [k, v] : (*e.s)["patternProperties"].items()) patterns[k] = true;
+        all = all || has(e, "additionalProperties") ||
+              (e.s != u.where.s && has(e, "unevaluatedProperties"));
+        if (has(e, "properties"))
+          for (const auto& [k, v] : (*e.s)["properties"].items()) names[k] = true;
+        if (has(e, "patternProperties"))
+          for (const auto& [k, v] : (*e.s)["patternProperties"].items()) patterns[k] = true;
       }
       if (all || !(n.types & t_object)) continue;
       json part = {{"additionalProperties", rest}};
@@ -202,9 +228,11 @@ schema_node schema_compiler::resolve_unevaluated(const schema_node& n) {
       std::size_t prefix = 0;
       json any = json::array({rest});
       for (const auto& e : u.evaluators) {
-        all = all || (has(e, "items") && !(*e.s)["items"].is_array()) || (e.s != u.where.s && has(e, "unevaluatedItems"));
+        all = all || (has(e, "items") && !(*e.s)["items"].is_array()) ||
+              (e.s != u.where.s && has(e, "unevaluatedItems"));
         if (has(e, "prefixItems")) prefix = std::max(prefix, (*e.s)["prefixItems"].size());
-        if (has(e, "items") && (*e.s)["items"].is_array()) prefix = std::max(prefix, (*e.s)["items"].size());
+        if (has(e, "items") && (*e.s)["items"].is_array())
+          prefix = std::max(prefix, (*e.s)["items"].size());
         if (has(e, "contains")) any.push_back(ref_marker({&(*e.s)["contains"], e.base}));
       }
       if (all || !(n.types & t_array)) continue;
@@ -221,7 +249,8 @@ expr_id schema_compiler::compile_enum(const schema_node& n) {
   std::vector<expr_id> alts;
   for (const auto& v : *n.enum_values) {
     if ((v.is_object() && !n.object_parts.empty()) || (v.is_array() && !n.array_parts.empty()))
-      unsupported("enum", "object or array values combined with object/array keywords", n.object_parts.empty() ? n.array_parts[0] : n.object_parts[0]);
+      unsupported("enum", "object or array values combined with object/array keywords",
+                  n.object_parts.empty() ? n.array_parts[0] : n.object_parts[0]);
     if (scalar_matches(*this, v, n)) alts.push_back(text_.literal(v));
   }
   return g_.choice(std::move(alts));
@@ -238,12 +267,46 @@ json_schema_result schema_compiler::run() {
 
 namespace di::grammar {
 
-json_schema_result compile_json_schema(const nlohmann::ordered_json& schema, const json_schema_options& options) {
+namespace {
+
+/// The compiler's own placeholder keywords ("$di_ref", "$di_not", "$di_types", ... in the
+/// synthetic schemas of schema_negate.cpp) must not come from the user: refuse them in schema
+/// positions. Names (keys of properties, $defs, ...) and instance data (const, enum, ...) may
+/// be anything.
+void refuse_reserved_keywords(const nlohmann::ordered_json& s, int depth = 0) {
+  if (depth > 256) return;  // deeper nesting is refused by the compiler itself
+  if (s.is_array()) {
+    for (const auto& v : s) refuse_reserved_keywords(v, depth + 1);
+    return;
+  }
+  if (!s.is_object()) return;
+  for (const auto& [key, v] : s.items()) {
+    DI_CHECK(
+        key.rfind("$di_", 0) != 0,
+        "JSON Schema keyword '{}' is reserved (the compiler's own placeholders start with $di_)",
+        key);
+    if (key == "const" || key == "enum" || key == "default" || key == "examples") continue;
+    const bool names = key == "properties" || key == "patternProperties" || key == "$defs" ||
+                       key == "definitions" || key == "dependentSchemas" || key == "dependencies";
+    if (names && v.is_object()) {
+      for (const auto& [name, sub] : v.items()) refuse_reserved_keywords(sub, depth + 1);
+    } else {
+      refuse_reserved_keywords(v, depth + 1);
+    }
+  }
+}
+
+}  // namespace
+
+json_schema_result compile_json_schema(const nlohmann::ordered_json& schema,
+                                       const json_schema_options& options) {
+  refuse_reserved_keywords(schema);
   json_detail::schema_compiler c(schema, options);
   return c.run();
 }
 
-json_schema_result compile_json_schema_text(std::string_view text, const json_schema_options& options) {
+json_schema_result compile_json_schema_text(std::string_view text,
+                                            const json_schema_options& options) {
   auto doc = nlohmann::ordered_json::parse(text, nullptr, false);
   DI_CHECK(!doc.is_discarded(), "the JSON Schema is not valid JSON");
   return compile_json_schema(doc, options);

@@ -171,3 +171,13 @@ TEST_CASE("hostile inputs: peak memory") {
   MESSAGE("peak RSS of the hostile-input run: " << mib << " MiB (limit 256 MiB)");
   CHECK(mib < 1024.0);
 }
+
+TEST_CASE("hostile JSON Schemas: the compiler's own placeholder keywords are refused, not obeyed") {
+  // "$di_ref"/"$di_not" index the compiler's internal table; from a user they crashed it.
+  for (const char* text : {R"({"not":{"$di_ref":99}})", R"({"$di_ref":7})", R"({"not":{"$di_not":5}})",
+                           R"({"$di_types":"x"})", R"({"anyOf":[{"$di_refuse":[1]}]})",
+                           R"({"properties":{"a":{"$di_not_strings":3}}})"})
+    CHECK_THROWS_WITH_AS(compile_json_schema_text(text, {}), doctest::Contains("is reserved"), di::error);
+  // As names and instance data they are ordinary strings.
+  CHECK_NOTHROW(compile_json_schema_text(R"({"properties":{"$di_ref":{"const":{"$di_not":1}}}})", {}));
+}
