@@ -204,7 +204,10 @@ struct hc_mixes_params {
   int hc = 4, sinkhorn_iters = 20;
   float hc_eps = 1e-6f, norm_eps = 1e-6f;
   bool head_pre = false;
+  void* workspace = nullptr;  ///< hc_mixes_workspace_bytes(*this): per-chunk partial sums
+  std::size_t workspace_bytes = 0;
 };
+std::size_t hc_mixes_workspace_bytes(const hc_mixes_params& p);
 void launch_hc_mixes(const hc_mixes_params& p, cudaStream_t stream);
 
 struct hc_collapse_params {

@@ -7,79 +7,147 @@ namespace di::cuda {
 
 namespace {
 
-constexpr int kMixThreads = 256;
-constexpr int kMaxMixes = 32;  // (2 + hc) * hc for hc <= 4
-
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-/// Row softmax (+eps), then alternating column / row normalisation (the CPU's order).
-__device__ void sinkhorn(float* comb, int hc, int iters, float eps) {
-  for (int j = 0; j < hc; ++j) {
-    float* row = comb + j * hc;
-    float mx = row[0];
-    for (int k = 1; k < hc; ++k) mx = fmaxf(mx, row[k]);
-    float sum = 0.0f;
-    for (int k = 0; k < hc; ++k) sum += (row[k] = expf(row[k] - mx));
-    for (int k = 0; k < hc; ++k) row[k] = row[k] / sum + eps;
+// The mixes are a skinny product [tokens, hc * dim] x [hc * dim, num_mixes] (plus each row's
+// sum of squares) followed by a tiny per-token epilogue. One block per token (the first
+// version) streamed the 2 MB `fn` through a single multiprocessor: 250 us per site on V4.1-Flash
+// widths, 40% of a batch-1 decode step. Now the width is split into chunks of kChunk elements:
+// hc_mix_partials_kernel gives every (chunk, tile of kTileTokens tokens) block its own partial
+// sums, and hc_mix_finish_kernel adds a token's partials in chunk order and runs the epilogue.
+// A token's arithmetic does not depend on which tile it lands in or on the batch size, so the
+// result is batch-invariant and deterministic (no atomics).
+constexpr int kPartThreads = 128;
+constexpr int kPerThread = 2;  // elements per thread per chunk, strided by kPartThreads
+constexpr int kChunk = kPartThreads * kPerThread;
+constexpr int kTileTokens = 4;
+constexpr int kMaxMixes = 24;  // (2 + hc) * hc for hc <= 4
+constexpr int kFinishThreads = 256;
+
+std::int64_t mix_chunks(const hc_mixes_params& p) { return (p.hc * p.dim + kChunk - 1) / kChunk; }
+
+/// partial[(chunk * tokens + t) * (num_mixes + 1) + m]: chunk's share of mix m of token t;
+/// entry num_mixes holds the sum of squares. The loads carry no control dependence (indices
+/// are clamped and surplus values masked), so each thread issues all of them at once: at
+/// decode the 2 MB `fn` is a few DRAM latencies of work, not a bandwidth problem.
+template <int Mixes>
+__global__ void __launch_bounds__(kPartThreads)
+    hc_mix_partials_kernel(const hc_mixes_params p, int num_mixes, float* partial) {
+  __shared__ float sRed[kTileTokens * (Mixes + 1)][kPartThreads / 32];
+  const std::int64_t width = std::int64_t(p.hc) * p.dim;
+  const std::int64_t chunk = blockIdx.x, t0 = std::int64_t(blockIdx.y) * kTileTokens;
+  const int tile = p.tokens - t0 < kTileTokens ? int(p.tokens - t0) : kTileTokens;
+  float acc[kTileTokens][Mixes + 1];
+#pragma unroll
+  for (int t = 0; t < kTileTokens; ++t)
+#pragma unroll
+    for (int m = 0; m <= Mixes; ++m) acc[t][m] = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const std::int64_t i = chunk * kChunk + k * kPartThreads + threadIdx.x;
+    const bool valid = i < width;
+    const std::int64_t ii = valid ? i : 0;
+    float xv[kTileTokens];
+#pragma unroll
+    for (int t = 0; t < kTileTokens; ++t) {
+      const float v = p.x[(t0 + (t < tile ? t : 0)) * width + ii];
+      xv[t] = valid && t < tile ? v : 0.0f;
+    }
+#pragma unroll
+    for (int t = 0; t < kTileTokens; ++t) acc[t][Mixes] = fmaf(xv[t], xv[t], acc[t][Mixes]);
+#pragma unroll
+    for (int m = 0; m < Mixes; ++m) {
+      const float f = p.fn[std::int64_t(m < num_mixes ? m : num_mixes - 1) * width + ii];
+#pragma unroll
+      for (int t = 0; t < kTileTokens; ++t) acc[t][m] = fmaf(xv[t], f, acc[t][m]);
+    }
   }
-  for (int it = 0; it < iters; ++it) {
-    if (it > 0)
-      for (int j = 0; j < hc; ++j) {
-        float sum = 0.0f;
-        for (int k = 0; k < hc; ++k) sum += comb[j * hc + k];
-        for (int k = 0; k < hc; ++k) comb[j * hc + k] /= sum + eps;
-      }
-    for (int k = 0; k < hc; ++k) {
-      float sum = 0.0f;
-      for (int j = 0; j < hc; ++j) sum += comb[j * hc + k];
-      for (int j = 0; j < hc; ++j) comb[j * hc + k] /= sum + eps;
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+#pragma unroll
+  for (int t = 0; t < kTileTokens; ++t)
+#pragma unroll
+    for (int m = 0; m <= Mixes; ++m) {
+      const float s = detail::warp_sum(acc[t][m]);
+      if (lane == 0) sRed[t * (Mixes + 1) + m][warp] = s;
+    }
+  __syncthreads();
+  const int stride = num_mixes + 1;
+  for (int e = int(threadIdx.x); e < tile * (Mixes + 1); e += kPartThreads) {
+    const int t = e / (Mixes + 1), m = e % (Mixes + 1);
+    if (m < num_mixes || m == Mixes) {
+      float s = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kPartThreads / 32; ++w) s += sRed[e][w];
+      partial[(chunk * p.tokens + t0 + t) * stride + (m == Mixes ? num_mixes : m)] = s;
     }
   }
 }
 
-/// One block per token: every thread accumulates all mixes over a strided slice.
-__global__ void hc_mixes_kernel(const hc_mixes_params p, int num_mixes) {
-  __shared__ float sRed[kMaxMixes + 1][kMixThreads / 32];
-  __shared__ float sMix[kMaxMixes];
+/// Sinkhorn normalisation of a token's comb with one element per lane (lane = 4 j + k; lanes
+/// with j or k >= hc hold 0 and take no part): row softmax (+eps), then alternating column /
+/// row normalisation in the CPU twin's order (kernels/cpu/mhc.cpp). Row sums add over lane
+/// bits 0-1, column sums over bits 2-3. Called by a whole warp; returns the lane's element.
+__device__ float sinkhorn_lane(float v, int hc, int iters, float eps) {
+  const int lane = int(threadIdx.x) & 31, j = (lane >> 2) & 3, k = lane & 3;
+  const bool live = lane < 16 && j < hc && k < hc;
+  auto row_sum = [](float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+  };
+  auto col_sum = [](float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 4);
+    return x + __shfl_xor_sync(0xffffffffu, x, 8);
+  };
+  float mx = live ? v : -INFINITY;
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+  const float e = live ? expf(v - mx) : 0.0f;
+  const float rs = row_sum(e);
+  v = live ? e / rs + eps : 0.0f;
+  for (int it = 0; it < iters; ++it) {
+    if (it > 0) {
+      const float r = row_sum(v);
+      v = live ? v / (r + eps) : 0.0f;
+    }
+    const float c = col_sum(v);
+    v = live ? v / (c + eps) : 0.0f;
+  }
+  return v;
+}
+
+/// One block per token: warps add the partials of their mixes over the chunks (lane-strided,
+/// then a fixed shuffle tree: deterministic), warp 0 runs the epilogue.
+__global__ void __launch_bounds__(kFinishThreads)
+    hc_mix_finish_kernel(const hc_mixes_params p, int num_mixes, int chunks,
+                         const float* partial) {
+  __shared__ float sMix[kMaxMixes + 1];
   const std::int64_t t = blockIdx.x;
-  const std::int64_t width = p.hc * p.dim;
-  const float* x = p.x + t * width;
-  float acc[kMaxMixes + 1];
-#pragma unroll
-  for (int m = 0; m <= kMaxMixes; ++m) acc[m] = 0.0f;
-  for (std::int64_t i = threadIdx.x; i < width; i += kMixThreads) {
-    const float v = x[i];
-    acc[kMaxMixes] = fmaf(v, v, acc[kMaxMixes]);
-#pragma unroll
-    for (int m = 0; m < kMaxMixes; ++m)
-      if (m < num_mixes) acc[m] = fmaf(v, p.fn[m * width + i], acc[m]);
-  }
+  const int stride = num_mixes + 1;
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
-#pragma unroll
-  for (int m = 0; m <= kMaxMixes; ++m) {
-    const float s = detail::warp_sum(acc[m]);
-    if (lane == 0) sRed[m][warp] = s;
-  }
-  __syncthreads();
-  if (threadIdx.x <= kMaxMixes) {
+  for (int m = warp; m < stride; m += kFinishThreads / 32) {
     float s = 0.0f;
-    for (int w = 0; w < kMixThreads / 32; ++w) s += sRed[threadIdx.x][w];
-    sRed[threadIdx.x][0] = s;
+    for (int c = lane; c < chunks; c += 32)
+      s += partial[(std::int64_t(c) * p.tokens + t) * stride + m];
+    s = detail::warp_sum(s);
+    if (lane == 0) sMix[m] = s;
   }
   __syncthreads();
-  if (threadIdx.x != 0) return;
-  const float rs = 1.0f / sqrtf(sRed[kMaxMixes][0] / float(width) + p.norm_eps);
-  for (int m = 0; m < num_mixes; ++m) sMix[m] = sRed[m][0] * rs;
+  if (warp != 0) return;
+  const std::int64_t width = std::int64_t(p.hc) * p.dim;
+  const float rs = 1.0f / sqrtf(sMix[num_mixes] / float(width) + p.norm_eps);
   const int hc = p.hc;
   const float* s = p.scale;
   const float* b = p.base;
-  for (int j = 0; j < hc; ++j) p.pre[t * hc + j] = sigmoid(sMix[j] * s[0] + b[j]) + p.hc_eps;
-  if (p.head_pre) return;
-  for (int j = 0; j < hc; ++j) p.post[t * hc + j] = 2.0f * sigmoid(sMix[hc + j] * s[1] + b[hc + j]);
-  float comb[16];
-  for (int j = 0; j < hc * hc; ++j) comb[j] = sMix[2 * hc + j] * s[2] + b[2 * hc + j];
-  sinkhorn(comb, hc, p.sinkhorn_iters, p.hc_eps);
-  for (int j = 0; j < hc * hc; ++j) p.comb[t * hc * hc + j] = comb[j];
+  if (lane < hc) p.pre[t * hc + lane] = sigmoid(sMix[lane] * rs * s[0] + b[lane]) + p.hc_eps;
+  if (p.head_pre) return;  // uniform over the warp
+  if (lane < hc)
+    p.post[t * hc + lane] = 2.0f * sigmoid(sMix[hc + lane] * rs * s[1] + b[hc + lane]);
+  const int j = (lane >> 2) & 3, k = lane & 3;
+  const bool live = lane < 16 && j < hc && k < hc;
+  const int e = j * hc + k;
+  const float v = live ? sMix[2 * hc + e] * rs * s[2] + b[2 * hc + e] : 0.0f;
+  const float c = sinkhorn_lane(v, hc, p.sinkhorn_iters, p.hc_eps);
+  if (live) p.comb[t * hc * hc + e] = c;
 }
 
 __global__ void hc_collapse_kernel(const hc_collapse_params p) {
@@ -103,6 +171,12 @@ __global__ void hc_expand_kernel(const hc_expand_params p) {
 
 }  // namespace
 
+std::size_t hc_mixes_workspace_bytes(const hc_mixes_params& p) {
+  const int num_mixes = p.head_pre ? p.hc : (2 + p.hc) * p.hc;
+  return std::size_t(mix_chunks(p)) * std::size_t(p.tokens) * std::size_t(num_mixes + 1) *
+         sizeof(float);
+}
+
 void launch_hc_mixes(const hc_mixes_params& p, cudaStream_t stream) {
   const int num_mixes = p.head_pre ? p.hc : (2 + p.hc) * p.hc;
   DI_CHECK(p.hc > 0 && p.hc <= 4 && p.dim > 0 && p.tokens >= 0 && p.sinkhorn_iters >= 1,
@@ -110,8 +184,23 @@ void launch_hc_mixes(const hc_mixes_params& p, cudaStream_t stream) {
   if (p.tokens == 0) return;
   DI_CHECK(p.x && p.fn && p.scale && p.base && p.pre && (p.head_pre || (p.post && p.comb)),
            "hc_mixes: missing operand");
-  hc_mixes_kernel<<<unsigned(p.tokens), kMixThreads, 0, stream>>>(p, num_mixes);
-  detail::check_launch("hc_mixes");
+  DI_CHECK(p.workspace && p.workspace_bytes >= hc_mixes_workspace_bytes(p),
+           "hc_mixes: workspace of {} bytes, needs {}", p.workspace_bytes,
+           hc_mixes_workspace_bytes(p));
+  const std::int64_t chunks = mix_chunks(p);
+  DI_CHECK(chunks < (1 << 30) && (p.tokens + kTileTokens - 1) / kTileTokens < 65536,
+           "hc_mixes: {} tokens of width {} exceed one launch", p.tokens, p.hc * p.dim);
+  const dim3 grid(unsigned(chunks), unsigned((p.tokens + kTileTokens - 1) / kTileTokens));
+  float* partial = static_cast<float*>(p.workspace);
+  if (num_mixes <= 8)
+    hc_mix_partials_kernel<8><<<grid, kPartThreads, 0, stream>>>(p, num_mixes, partial);
+  else if (num_mixes <= 16)
+    hc_mix_partials_kernel<16><<<grid, kPartThreads, 0, stream>>>(p, num_mixes, partial);
+  else
+    hc_mix_partials_kernel<kMaxMixes><<<grid, kPartThreads, 0, stream>>>(p, num_mixes, partial);
+  detail::check_launch("hc_mix_partials");
+  hc_mix_finish_kernel<<<unsigned(p.tokens), kFinishThreads, 0, stream>>>(p, num_mixes, int(chunks), partial);
+  detail::check_launch("hc_mix_finish");
 }
 
 void launch_hc_collapse(const hc_collapse_params& p, cudaStream_t stream) {

@@ -20,10 +20,23 @@ tensor scratch(std::size_t bytes, device dev) {
   return tensor::empty({std::int64_t((bytes + 15) / 16) * 16}, dtype::u8, dev);
 }
 
-void run_attention(attention_params& p, device dev) {
-  const tensor work = scratch(attention_workspace_bytes(p), dev);
+/// Gives p a device scratch of `bytes` for its launch (stream-ordered: it may be released as
+/// soon as the launch is queued).
+template <typename Params>
+tensor attach_workspace(Params& p, std::size_t bytes, device dev) {
+  tensor work = scratch(bytes, dev);
   p.workspace = work.defined() ? work.raw() : nullptr;
   p.workspace_bytes = work.defined() ? work.nbytes() : 0;
+  return work;
+}
+
+void run_hc_mixes(hc_mixes_params& p, device dev) {
+  const tensor work = attach_workspace(p, hc_mixes_workspace_bytes(p), dev);
+  launch_hc_mixes(p, current_stream());
+}
+
+void run_attention(attention_params& p, device dev) {
+  const tensor work = attach_workspace(p, attention_workspace_bytes(p), dev);
   launch_attention(p, current_stream());
 }
 
@@ -345,7 +358,7 @@ ops::hc_mix hc_mixes(const tensor& x, const tensor& fn, const tensor& scale, con
   p.pre = out.pre.data<float>();
   p.post = out.post.data<float>();
   p.comb = out.comb.data<float>();
-  launch_hc_mixes(p, current_stream());
+  run_hc_mixes(p, x.dev());
   return out;
 }
 
@@ -355,7 +368,7 @@ tensor hc_head_pre(const tensor& x, const tensor& fn, const tensor& scale, const
   tensor pre = tensor::empty({x.size(0), hp.hc_mult}, dtype::f32, x.dev());  // [tokens, hc]
   p.pre = pre.data<float>();
   p.head_pre = true;
-  launch_hc_mixes(p, current_stream());
+  run_hc_mixes(p, x.dev());
   return pre;
 }
 

@@ -70,9 +70,12 @@ TEST_CASE("cuda compress_tokens: pooled entries and carried state over chained c
 
 TEST_CASE("cuda hc_mixes, hc_head_pre, hc_collapse, hc_expand") {
   DI_REQUIRE_GPU();
-  const int hc = 4;
-  for (std::int64_t tokens : {0, 1, 9}) {
-    for (std::int64_t dim : {64, 4096}) {
+  // hc 2 / 3 / 4 take the 8 / 16 / 24-mix kernels; widths below, at and above one 512-element
+  // chunk and not a multiple of it; token counts around the 4-token tile.
+  for (int hc : {2, 3, 4})
+  for (std::int64_t tokens : {0, 1, 5, 9}) {
+    for (std::int64_t dim : {64, 100, 4096}) {
+      CAPTURE(hc);
       CAPTURE(tokens);
       CAPTURE(dim);
       const std::int64_t mixes = (2 + hc) * hc;
@@ -95,11 +98,27 @@ TEST_CASE("cuda hc_mixes, hc_head_pre, hc_collapse, hc_expand") {
       p.tokens = tokens;
       p.dim = dim;
       p.hc = hc;
+      dbuf work(cuda::hc_mixes_workspace_bytes(p));
+      p.workspace = work.get<float>();
+      p.workspace_bytes = work.bytes();
+      pre.poison();
+      post.poison();
+      comb.poison();
       cuda::launch_hc_mixes(p, nullptr);
       CHECK(test::max_scaled_err(pre.to_host({tokens, hc}, dtype::f32), want.pre, 1e-4, 1e-5) <= 1.0);
       CHECK(test::max_scaled_err(post.to_host({tokens, hc}, dtype::f32), want.post, 1e-4, 1e-5) <= 1.0);
       CHECK(test::max_scaled_err(comb.to_host({tokens, hc, hc}, dtype::f32), want.comb, 1e-3, 1e-4) <=
             1.0);
+
+      if (tokens > 1) {  // batch invariance: token 0 alone gives the same bits as in the batch
+        const tensor batch_comb = comb.to_host({tokens, hc, hc}, dtype::f32);
+        comb.poison();
+        p.tokens = 1;
+        cuda::launch_hc_mixes(p, nullptr);
+        p.tokens = tokens;
+        CHECK(test::bytes_equal(comb.to_host({1, hc, hc}, dtype::f32),
+                                batch_comb.slice(0, 0, 1).clone()));
+      }
 
       // V4 head mix: fn [hc, hc*dim], scale [1]
       const tensor hfn = fn.slice(0, 0, hc).clone(), hscale = scale.slice(0, 0, 1).clone();
