@@ -195,6 +195,7 @@ tensor expert_linear(const tensor& x, const tensor& offsets, const weight_matrix
   const quantized_act q = quantize_act(x, act_block, false);
   block_gemm_params p = gemm_params(weights, q, act_block, in, out, int(experts), y);
   p.offsets = offsets.data<std::int32_t>();
+  p.rows = rows;  // with offsets: the total, which bounds the non-empty experts
   p.max_rows = params.max_rows_per_expert > 0 ? std::min(params.max_rows_per_expert, rows) : rows;
   p.tile_rows = params.tile_rows_hint;
   p.y_stride = out;

@@ -42,7 +42,8 @@ struct block_gemm_params {
   std::int64_t act_scale_stride;
   int act_block;                ///< activation values per scale
   const std::int32_t* offsets;  ///< [groups + 1] row ranges (device), or nullptr: rows each
-  std::int64_t rows;            ///< rows of every group when offsets is nullptr
+  std::int64_t rows;            ///< rows of every group when offsets is nullptr; with offsets
+                                ///< their total (0: unknown), which bounds the non-empty groups
   std::int64_t max_rows;        ///< bound on any group's rows (sizes the grid)
   std::int64_t tile_rows;       ///< rows the token tile is sized for (0: max_rows)
   std::int64_t n;               ///< outputs per group

@@ -84,7 +84,42 @@ struct split_config {
   int k_splits;
   std::int64_t steps_per_split;
   int chunk_steps;  ///< activation inputs staged per pass / 32 (a multiple of 8)
+  bool compact;     ///< grid row y serves the y-th non-empty group (see nth_nonempty_group)
 };
+
+/// The index of the n-th group (from 0) whose offsets range is not empty, or -1; called by
+/// every thread of the block (it synchronises). Expert GEMMs of a few routed tokens touch at
+/// most `rows` of their groups: the grid then has one row per possible non-empty group instead
+/// of one per expert (6 instead of 384 at batch 1), and the split-K decision counts only those,
+/// so the few weights that are read stream through the whole GPU. One pass over the offsets:
+/// each thread counts the non-empty groups of a contiguous run, a block scan places the runs.
+__device__ int nth_nonempty_group(const std::int32_t* offsets, int groups, int n) {
+  __shared__ int warp_total[num_warps];
+  __shared__ int found;
+  const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  const int per = (groups + num_warps * 32 - 1) / (num_warps * 32);
+  const int g0 = min(groups, tid * per), g1 = min(groups, g0 + per);
+  int mine = 0;
+  for (int g = g0; g < g1; ++g) mine += offsets[g + 1] > offsets[g] ? 1 : 0;
+  int incl = mine;  // inclusive scan within the warp
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+    const int v = __shfl_up_sync(0xffffffffu, incl, d);
+    if (lane >= d) incl += v;
+  }
+  if (tid == 0) found = -1;
+  if (lane == 31) warp_total[warp] = incl;
+  __syncthreads();
+  int before = incl - mine;
+  for (int w = 0; w < warp; ++w) before += warp_total[w];
+  if (n >= before && n < before + mine) {
+    int seen = before;
+    for (int g = g0; g < g1; ++g)
+      if (offsets[g + 1] > offsets[g] && seen++ == n) found = g;
+  }
+  __syncthreads();
+  return found;
+}
 
 /// Where a warp's two fragment rows (lo = g, hi = g + 8) find their weight scales; all index
 /// arithmetic of the hot loop is 32-bit shifts and adds (a 64-bit division costs ~60 ops).
@@ -137,7 +172,9 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
   constexpr int ssteps = stage_steps<FP4>();
   constexpr int step_bytes = FP4 ? step_k / 2 : step_k;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int group = blockIdx.y;
+  const int group = cfg.compact ? nth_nonempty_group(p.offsets, p.groups, int(blockIdx.y))
+                                 : int(blockIdx.y);
+  if (group < 0) return;  // fewer non-empty groups than grid rows (uniform over the block)
   const int split = int(blockIdx.z % unsigned(cfg.k_splits));
   const std::int64_t tile = blockIdx.z / unsigned(cfg.k_splits);
   std::int64_t row_begin = 0, count = p.rows;
@@ -374,23 +411,37 @@ void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream) {
   const int nt = tile_basis <= 8 ? 1 : tile_basis <= 16 ? 2 : tile_basis <= 32 ? 4 : 8;
   const std::int64_t token_tiles = (max_rows + nt * 8 - 1) / (nt * 8);
   const std::int64_t row_tiles = (p.n + rows_per_block - 1) / rows_per_block;
-  const std::int64_t blocks = row_tiles * p.groups * token_tiles;
+  // At most `rows` groups are non-empty: a grid row per possible one (p.offsets only).
+  const bool compact = p.offsets && p.rows > 0 && p.rows < p.groups;
+  const std::int64_t grid_groups = compact ? p.rows : p.groups;
+  const std::int64_t blocks = row_tiles * grid_groups * token_tiles;
   // Enough blocks to keep every SM streaming: split K when the output alone is too small.
   constexpr std::int64_t target_blocks = 132 * 8;
   std::int64_t splits = 1;
-  if (blocks < target_blocks)
+  if (p.offsets) {
+    // Grouped (MoE) GEMMs: the split must not depend on how many tokens were routed (a
+    // token's result must not change with the batch, and a captured step must equal an eager
+    // one), and must stay deterministic: at most two splits, whose fp32 atomic adds onto the
+    // zeroed output commute exactly. Two whenever the experts a decode step can touch (a
+    // handful) would leave the GPU short of blocks, judged with a fixed 8 groups; not for
+    // prefill-sized groups (over 64 rows), where the atomics would cost more than they give.
+    if (row_tiles * std::min<std::int64_t>(p.groups, 8) < target_blocks &&
+        total_steps >= 4 * align && max_rows <= 64)
+      splits = 2;
+  } else if (blocks < target_blocks) {
     splits = std::min<std::int64_t>((target_blocks + blocks - 1) / blocks,
                                     std::max<std::int64_t>(1, total_steps / (2 * align)));
+  }
   std::int64_t per_split = (total_steps + splits - 1) / splits;
   per_split = (per_split + align - 1) / align * align;
   splits = (total_steps + per_split - 1) / per_split;
   // Stage as many activation inputs per pass as the budget holds, in whole weight stages.
   const std::int64_t fit =
       std::max<std::int64_t>(align, (act_budget(nt) / (nt * 8 * (step_k + 4)) - 1) / align * align);
-  const split_config cfg{int(splits), per_split, int(std::min(per_split, fit))};
+  const split_config cfg{int(splits), per_split, int(std::min(per_split, fit)), compact};
   if (splits > 1)
     CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));
-  const dim3 grid(unsigned(row_tiles), unsigned(p.groups), unsigned(token_tiles * splits));
+  const dim3 grid(unsigned(row_tiles), unsigned(grid_groups), unsigned(token_tiles * splits));
   if (p.fp4)
     launch_for<true>(p, nt, cfg, grid, stream);
   else
