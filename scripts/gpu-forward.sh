@@ -41,13 +41,16 @@ for preset in "$@"; do
     2>&1 | tee "$out/bench-prefill-$preset.log"
   for graphs in off on; do  # greedy text: the same both ways
     "$di" generate --model "$dir" --device cuda --prompt "The H200 has" --max-tokens 16 \
-      --ignore-eos --cuda-graphs $graphs 2>&1 | tee "$out/generate-$preset-graphs-$graphs.log" |
+      --temperature 0 --ignore-eos --cuda-graphs $graphs 2>&1 | tee "$out/generate-$preset-graphs-$graphs.log" |
       tail -2
   done
   if [[ $preset == v4-flash-L4 && ${DEEPINFER_SKIP_PEER:-0} != 1 ]]; then
     PYTHONUNBUFFERED=1 timeout 240 python3 bench/peer/transformers_v4.py --model "$dir" \
       --batch 1,64 --context "$ctx" --prefill 2048 2>&1 | grep -v Warning |
       tee "$out/peer-$preset.log" | grep -E "^peer"
+  fi
+  if [[ -n ${DEEPINFER_PROFILE_BATCH:-} ]]; then  # per-kernel times (scripts/gpu-profile.sh)
+    scripts/gpu-profile.sh "$preset"
   fi
   rm -rf "$dir"
 done
