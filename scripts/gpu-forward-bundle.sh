@@ -6,17 +6,26 @@
 # fit a call (v41_public; v4_public's 76 MB model does not fit the 64 MiB a call carries) under
 # shared/testdata/golden, packed into $build/fwd-bundle.tar.xz (the libraries alone are over
 # 30 MB unpacked). Carry $build/fwd-bundle.tar.xz and run scripts/gpu-forward.sh there.
+#
+# With --v4-golden it packs only test_forward_cuda, its libraries and v4_public -- with the
+# embedding rows no test token reads zeroed (scripts/trim-golden-embedding.py), which makes it
+# compress to ~37 MB -- into $build/v4-golden.tar.xz; carry that instead and run
+# scripts/gpu-forward.sh (no preset) to run the v4_public golden on the GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${DEEPINFER_CUDA_BUILD_DIR:-build-cuda-fwd}
+v4_golden=0
+[[ ${1:-} == --v4-golden ]] && v4_golden=1
 bundle=$build/bundle
 rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/tests" "$bundle/lib" "$bundle/shared/testdata/golden"
 cp "$build/tests/test_forward_cuda" "$bundle/tests/"
-for t in test_kernels_cuda test_cuda_model_ops; do  # the kernel-level GPU tests when built here
-  [[ -x $build/tests/$t ]] && cp "$build/tests/$t" "$bundle/tests/"
-done
-[[ -x $build/bin/deepinfer ]] && cp "$build/bin/deepinfer" "$bundle/bin/"
+if [[ $v4_golden == 0 ]]; then
+  for t in test_kernels_cuda test_cuda_model_ops; do  # the kernel-level GPU tests when built
+    if [[ -x $build/tests/$t ]]; then cp "$build/tests/$t" "$bundle/tests/"; fi
+  done
+  if [[ -x $build/bin/deepinfer ]]; then cp "$build/bin/deepinfer" "$bundle/bin/"; fi
+fi
 system='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libnccl|libnvidia)[.-]'
 for exe in "$bundle"/bin/* "$bundle"/tests/*; do
   [[ -f $exe ]] && ldd "$exe" | awk '$3 ~ /^\// {print $1, $3}'
@@ -27,10 +36,23 @@ if ls "$bundle"/lib/libucs.so* >/dev/null 2>&1; then
   ucx_dir=$(dirname "$(ldconfig -p | awk '/libucs.so/ {print $NF; exit}')")/ucx
   [[ -d $ucx_dir ]] && cp -rL "$ucx_dir" "$bundle/lib/ucx"
 fi
-mkdir -p "$bundle/share/deepinfer/assets"  # make-model finds its tokenizer beside bin/
-cp -r assets/deepseek-v3-tokenizer "$bundle/share/deepinfer/assets/"
 shared=${DEEPINFER_SHARED_DIR:-../shared}
-cp -r "$shared/testdata/golden/README.md" "$shared/testdata/golden/v41_public" \
-  "$bundle/shared/testdata/golden/"
-tar -C "$bundle" -cf - . | xz -T2 -6 >"$build/fwd-bundle.tar.xz"
-du -sh "$bundle" "$build/fwd-bundle.tar.xz"
+cp "$shared/testdata/golden/README.md" "$bundle/shared/testdata/golden/"
+if [[ $v4_golden == 1 ]]; then
+  python3 scripts/trim-golden-embedding.py "$shared/testdata/golden/v4_public" \
+    "$bundle/shared/testdata/golden/v4_public"
+  out=$build/v4-golden.tar.xz
+else
+  mkdir -p "$bundle/share/deepinfer/assets"  # make-model finds its tokenizer beside bin/
+  cp -r assets/deepseek-v3-tokenizer "$bundle/share/deepinfer/assets/"
+  cp -r "$shared/testdata/golden/v41_public" "$bundle/shared/testdata/golden/"
+  out=$build/fwd-bundle.tar.xz
+fi
+chmod -R u+w "$bundle"
+tar -C "$bundle" -cf - . | xz -T2 -6 >"$out"
+du -sh "$bundle" "$out"
+size=$(stat -c %s "$out")
+if ((size > 62 * 1024 * 1024)); then
+  echo "gpu-forward-bundle: $out is $((size >> 20)) MiB, over what a device call carries" >&2
+  exit 1
+fi

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # On the GPU machine: unpacks the bundle scripts/gpu-forward-bundle.sh made (carry
-# build-cuda-fwd/fwd-bundle.tar.xz), runs the GPU tests it holds, then -- with a preset
-# name as $1 (v41-flash-L4 / v4-flash-L4) -- makes that checkpoint on the machine and runs the
-# decode/prefill benchmarks on it. Logs go to $OUT.
+# build-cuda-fwd/fwd-bundle.tar.xz, or v4-golden.tar.xz), runs the GPU tests it holds, then --
+# with a preset name as $1 (v41-flash-L4 / v4-flash-L4) -- makes that checkpoint on the
+# machine and runs the decode/prefill benchmarks on it. Logs go to $OUT.
 #   DEEPINFER_BENCH_CONTEXT (default 2048), DEEPINFER_BENCH_BATCH (default 1,8,32,64),
 #   DEEPINFER_BENCH_GRAPHS (decode through CUDA graphs: off, on or both -- the default)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/out}
 mkdir -p "$out" /tmp/fwd
-tar -C /tmp/fwd -xJf build-cuda-fwd/fwd-bundle.tar.xz
+for b in build-cuda-fwd/fwd-bundle.tar.xz build-cuda-fwd/v4-golden.tar.xz; do  # whichever came
+  if [[ -f $b ]]; then tar -C /tmp/fwd -xJf "$b"; fi
+done
 export LD_LIBRARY_PATH=/tmp/fwd/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export DEEPINFER_SHARED_DIR=/tmp/fwd/shared
 if [[ ${DEEPINFER_SKIP_TESTS:-0} != 1 ]]; then
@@ -25,10 +27,14 @@ if [[ ${DEEPINFER_SKIP_TESTS:-0} != 1 ]]; then
   grep -E "GPU |graphs|not run|status:|test cases:|ERROR|FAILED" "$out/test_forward_cuda.log" |
     grep -v "^  CHECK" | sort -u | head -60
 fi
+di=/tmp/fwd/bin/deepinfer
+# The actor cluster with its executor on the GPU (tiny-v41; client == generate --device cuda).
+if [[ -x $di && ${DEEPINFER_SKIP_CLUSTER:-0} != 1 ]]; then
+  DEEPINFER_BIN=$di timeout 300 scripts/gpu-cluster.sh 2>&1 | tee "$out/cluster.log" | tail -5
+fi
 # Benchmarks: each preset named on the command line is made here, benchmarked, removed.
 ctx=${DEEPINFER_BENCH_CONTEXT:-2048}
 batches=${DEEPINFER_BENCH_BATCH:-1,8,32,64}
-di=/tmp/fwd/bin/deepinfer
 for preset in "$@"; do
   dir=/tmp/models/$preset
   t0=$(date +%s%N)
