@@ -3,9 +3,10 @@
 
 Usage: scripts/trim-golden-embedding.py SRC_DIR DST_DIR
 
-The GPU tests run prefill of `input_ids` and teacher-forced decode along `greedy_ids` (both in
-SRC_DIR/expected.safetensors), so every other row of `embed.weight` is never read and the
-logits they compute are unchanged. Zeroed rows compress to nothing: v4_public's 76 MB
+The tests run prefill of `input_ids` and teacher-forced decode along the reference's greedy
+paths (`greedy_ids`, `greedy_ids_noactq`; every I64 tensor of SRC_DIR/expected.safetensors whose
+name is or ends in `ids` is kept), so every other row of `embed.weight` is never read and the
+logits they compute are unchanged (the CPU golden tests give identical output on the copy). Zeroed rows compress to nothing: v4_public's 76 MB
 checkpoint then fits, xz-compressed, into the 64 MiB a device call carries. The head is kept
 whole (every logit is compared). Standard library only (the GPU machine's python has numpy,
 this one may not).
@@ -40,7 +41,15 @@ def main():
         raise SystemExit(__doc__)
     src, dst = Path(sys.argv[1]), Path(sys.argv[2])
     expected = src / "expected.safetensors"
-    keep = set(read_i64(expected, "input_ids")) | set(read_i64(expected, "greedy_ids"))
+    _, eh = header(expected)
+    id_lists = [k for k, v in eh.items()
+                if k != "__metadata__" and v["dtype"] == "I64" and "hash" not in k and (k == "ids" or k.endswith("_ids")
+                                                                    or "_ids_" in k)]
+    if "input_ids" not in id_lists:
+        raise SystemExit(f"{expected}: no input_ids")
+    keep = set()
+    for name in id_lists:
+        keep |= set(read_i64(expected, name))
     if dst.exists():
         shutil.rmtree(dst)
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("model.safetensors"))
