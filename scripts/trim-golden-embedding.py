@@ -42,9 +42,11 @@ def main():
     src, dst = Path(sys.argv[1]), Path(sys.argv[2])
     expected = src / "expected.safetensors"
     _, eh = header(expected)
-    id_lists = [k for k, v in eh.items()
-                if k != "__metadata__" and v["dtype"] == "I64" and "hash" not in k and (k == "ids" or k.endswith("_ids")
-                                                                    or "_ids_" in k)]
+    def token_ids(name, meta):  # input_ids, greedy_ids, greedy_ids_noactq; not engram hash ids
+        named = name == "ids" or name.endswith("_ids") or "_ids_" in name
+        return meta["dtype"] == "I64" and named and "hash" not in name
+
+    id_lists = [k for k, v in eh.items() if k != "__metadata__" and token_ids(k, v)]
     if "input_ids" not in id_lists:
         raise SystemExit(f"{expected}: no input_ids")
     keep = set()
