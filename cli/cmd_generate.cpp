@@ -150,13 +150,13 @@ void run_generate(generate_options& o) {
     };
   DI_CHECK(o.n >= 1, "--n must be at least 1, got {}", o.n);
   DI_CHECK(o.n == 1 || o.json, "--n above 1 needs --json (one object per line)");
-  di::cli::generation_result r;
-  for (int i = 0; i < o.n; ++i) {  // --n: seeds seed, seed+1, ... (model and grammar loaded once)
-    if (o.seed >= 0) req.params.seed = std::uint64_t(o.seed) + std::uint64_t(i);
-    r = di::cli::generate(m, req);
-    if (o.json) print_json(req.prompt_ids, r, o);
+  // --n: one cluster, the n generations decoded as one batch; seeds seed, seed + 1, ...
+  const std::vector<di::cli::generation_result> results = di::cli::generate_n(m, req, o.n);
+  if (o.json) {
+    for (const auto& r : results) print_json(req.prompt_ids, r, o);
+    return;
   }
-  if (o.json) return;
+  const di::cli::generation_result& r = results.front();
   std::fputc('\n', stdout);
   std::fflush(stdout);
   if (!o.no_stats) {
@@ -188,8 +188,8 @@ void setup_generate(CLI::App& app) {
   sub->add_option("--seed", o->seed, "Random seed (same seed, same output)");
   sub->add_option("--stop", o->params.stop, "Stop string (repeatable); not included in the output");
   sub->add_flag("--ignore-eos", o->params.ignore_eos, "Do not stop at the end-of-sequence token");
-  sub->add_option("--n", o->n, "Generations of the same prompt (with --json: one line each; seeds "
-                  "seed, seed+1, ...)");
+  sub->add_option("--n", o->n, "Generations of the same prompt, decoded together as one batch "
+                  "(with --json: one line each, in order; seeds seed, seed+1, ...)");
   sub->add_option("--response-format", o->response_format, "Structured output: json_schema:FILE, "
                   "json_object, regex:PATTERN or ebnf:FILE; JSON kinds take +compact, +pretty or "
                   "+lenient (json_schema+compact:FILE). The text is guaranteed to match; it ends "

@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <future>
 #include <mutex>
 
 namespace di::cli {
@@ -41,18 +42,19 @@ void check_request(const loaded_model& m, const generation_request& r) {
            max_new, context);
 }
 
-/// The cluster of one request: one group, one executor, pools of exactly `len` tokens (the
-/// prompt plus max_tokens), the whole prompt in one step, no prefix cache (nothing to share).
-/// The executor's device is the model's (make_runner wraps it); "cpu" here only fills the slot.
-cluster_config cluster_for(std::int64_t num_prompt, std::int64_t len) {
+/// The cluster of `n` copies of one request: one group, one executor, pools of exactly n x
+/// `len` tokens (the prompt plus max_tokens each), one whole prompt per step, all n running at
+/// once, no prefix cache (copies are not guaranteed to be prefilled after one another). The
+/// executor's device is the model's (make_runner wraps it); "cpu" here only fills the slot.
+cluster_config cluster_for(std::int64_t num_prompt, std::int64_t len, int n) {
   cluster_config c;
   c.nodes = {node_config{}};
   c.groups = {
       group_config{.scheduler_node = 0, .executor_nodes = {0}, .executor_devices = {"cpu"}}};
   c.scheduler.max_num_batched_tokens = num_prompt;
-  c.scheduler.max_num_running = 1;
+  c.scheduler.max_num_running = n;
   c.scheduler.max_model_len = len;
-  c.kv.pool_tokens = len;
+  c.kv.pool_tokens = len * n;
   c.kv.enable_prefix_caching = false;
   c.logging.status_interval_s = 0;
   // generate checks stop strings itself (none of the server's limits on them).
@@ -69,9 +71,9 @@ actors::model_assets assets_of(const loaded_model& m) {
 }
 
 /// The executor's runner: the CPU model runner over the model as loaded and placed.
-actors::runner_bundle runner_for(const loaded_model& m, std::int64_t len) {
+actors::runner_bundle runner_for(const loaded_model& m, std::int64_t len, int n) {
   auto r = std::make_unique<cpu_model_runner>(
-      m.model, cpu_runner_config{.kv_pool_tokens = len, .max_model_len = len});
+      m.model, cpu_runner_config{.kv_pool_tokens = len * n, .max_model_len = len});
   if (m.grammar_vocab) r->enable_structured_output(m.grammar_vocab, m.grammars);
   runtime::kv_geometry g = r->geometry();
   return {std::move(r), std::move(g)};
@@ -125,7 +127,9 @@ void enable_structured_output(loaded_model& m) {
   m.grammars = std::make_shared<grammar::grammar_cache>();
 }
 
-generation_result generate(const loaded_model& m, const generation_request& r) {
+std::vector<generation_result> generate_n(const loaded_model& m, const generation_request& r,
+                                          int n) {
+  DI_CHECK(n >= 1, "n must be at least 1, got {}", n);
   check_request(m, r);
   if (!r.params.response_format.empty()) {
     DI_CHECK(m.grammar_vocab != nullptr,
@@ -136,37 +140,50 @@ generation_result generate(const loaded_model& m, const generation_request& r) {
   const std::int64_t num_prompt = std::int64_t(r.prompt_ids.size());
   const std::int64_t len = num_prompt + r.params.max_tokens.value_or(
                                             m.model->config().max_position_embeddings - num_prompt);
-  generation_result out;
-  out.seed = r.params.seed.value_or(runtime::draw_request_seed());
+  std::vector<generation_result> out(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i)
+    out[std::size_t(i)].seed = r.params.seed ? *r.params.seed + std::uint64_t(i)
+                                             : runtime::draw_request_seed();
 
   quiet_actor_logs();
   actors::local_cluster_params params{
-      .config = cluster_for(num_prompt, len),
+      .config = cluster_for(num_prompt, len, n),
       .assets = assets_of(m),
-      .make_runner = [&m, len](int, int) { return runner_for(m, len); }};
+      .make_runner = [&m, len, n](int, int) { return runner_for(m, len, n); }};
   actors::process_config cfg(actors::network_settings_of(params.config));
   caf::actor_system sys{cfg};
   actors::local_cluster cluster(sys, std::move(params));
-  actors::request_outcome outcome;
-  event_times times;
+  std::vector<actors::request_outcome> outcomes(static_cast<std::size_t>(n));
+  std::vector<event_times> times(static_cast<std::size_t>(n));
   {
     actors::client_session session(sys, caf::actor_cast<actors::router_actor>(cluster.router()));
-    actors::submit_request req{.prompt_ids = r.prompt_ids, .params = r.params};
-    req.params.seed = out.seed;
-    times.submitted = clock_type::now();
-    auto on_event = [&r, &times](const runtime::token_event& e) {
-      times.last = clock_type::now();
-      if (!times.has_token && !e.token_ids.empty()) {
-        times.first_token = times.last;
-        times.has_token = true;
-      }
-      if (r.on_text && !e.text.empty()) r.on_text(e.text);
-    };
-    outcome = session.submit(std::move(req), on_event).get();
+    std::vector<std::future<actors::request_outcome>> pending;
+    for (int i = 0; i < n; ++i) {
+      actors::submit_request req{.prompt_ids = r.prompt_ids, .params = r.params};
+      req.params.seed = out[std::size_t(i)].seed;
+      event_times& t = times[std::size_t(i)];
+      t.submitted = clock_type::now();
+      const bool stream = n == 1 && r.on_text != nullptr;
+      auto on_event = [&r, &t, stream](const runtime::token_event& e) {
+        t.last = clock_type::now();
+        if (!t.has_token && !e.token_ids.empty()) {
+          t.first_token = t.last;
+          t.has_token = true;
+        }
+        if (stream && !e.text.empty()) r.on_text(e.text);
+      };
+      pending.push_back(session.submit(std::move(req), on_event));
+    }
+    for (int i = 0; i < n; ++i) outcomes[std::size_t(i)] = pending[std::size_t(i)].get();
   }
   cluster.shutdown();
-  take_outcome(outcome, times, out);
+  for (int i = 0; i < n; ++i)
+    take_outcome(outcomes[std::size_t(i)], times[std::size_t(i)], out[std::size_t(i)]);
   return out;
+}
+
+generation_result generate(const loaded_model& m, const generation_request& r) {
+  return std::move(generate_n(m, r, 1).front());
 }
 
 }  // namespace di::cli

@@ -65,4 +65,11 @@ struct generation_result {
 /// on the client session's thread, one call at a time, in order.
 generation_result generate(const loaded_model& m, const generation_request& request);
 
+/// `n` completions of the same request from one cluster, submitted together so that they are
+/// decoded as one batch (pools sized for all of them). Completion i uses the request's seed + i
+/// when it has one, else a seed of its own. on_text is not called (several streams would
+/// interleave). Results come in submission order; errors as generate().
+std::vector<generation_result> generate_n(const loaded_model& m, const generation_request& request,
+                                          int n);
+
 }  // namespace di::cli

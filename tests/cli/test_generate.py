@@ -50,6 +50,20 @@ class GenerateTest(unittest.TestCase):
         self.assertNotEqual(a["output_ids"], c["output_ids"])
         self.assertEqual(a["seed"], 7)
 
+    def test_n_generations_are_one_batch_equal_to_single_runs(self):
+        # --n decodes the generations together; each must equal a run of its own with its seed
+        # (the engine is batch-invariant), in order, with seeds seed, seed + 1, ...
+        args = ["--prompt-ids", "0,100,200,300", "--max-tokens", "10", "--temperature", "1.0"]
+        p = run("generate", "--model", MODEL, "--json", *args, "--seed", "11", "--n", "3")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        lines = [json.loads(line) for line in p.stdout.splitlines()]
+        self.assertEqual([r["seed"] for r in lines], [11, 12, 13])
+        for r in lines:
+            single = gen_json(*args, "--seed", str(r["seed"]))
+            self.assertEqual(r["output_ids"], single["output_ids"])
+            self.assertEqual(len(r["output_ids"]), 10)
+        self.assertNotEqual(lines[0]["output_ids"], lines[1]["output_ids"])
+
     def test_logprobs_are_sorted_and_greedy_picks_the_top(self):
         r = gen_json("--prompt-ids", "0,5,6,7", "--max-tokens", "5", "--temperature", "0", "--logprobs", "4")
         self.assertEqual(len(r["logprobs"]), 5)
