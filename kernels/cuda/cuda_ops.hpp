@@ -50,6 +50,14 @@ enum class gemm_backend { automatic, block_gemm, cublaslt, dequant_fp32, dequant
 void set_gemm_backend(gemm_backend backend);
 gemm_backend get_gemm_backend();
 
+/// sm90_block_gemm's K splits (decode shapes) add their partial sums with fp32 atomics by
+/// default, in an order that varies from run to run. Ordered: each split stores its partials
+/// and the last block of a tile adds them in split order -- bit-reproducible, and (split counts
+/// depend on the batch only beyond 64 rows) the same for a row whatever else is in the batch.
+/// Off by default until measured on the GPU (written in session 4 without device time).
+void set_ordered_gemm_splits(bool on);
+bool get_ordered_gemm_splits();
+
 /// The weight decoded exactly (value times its block scale) to `to` (bf16 or f32), on the
 /// weight's device: the dequantize-at-load path.
 weight_matrix dequantize_weight(const weight_matrix& w, dtype to);

@@ -15,6 +15,24 @@ namespace di::cuda {
 namespace {
 
 std::atomic<gemm_backend> g_backend{gemm_backend::automatic};
+std::atomic<bool> g_ordered_splits{false};
+
+/// Launches p on sm90_block_gemm; with ordered splits (set_ordered_gemm_splits), a K split
+/// gets its partials workspace and zeroed tile counters (stream-ordered scratch, so CUDA graph
+/// captures keep them as graph allocations).
+void run_block_gemm(block_gemm_params& p, device dev) {
+  tensor work, counters;
+  if (g_ordered_splits) {
+    const block_gemm_plan plan = plan_block_gemm(p);
+    if (plan.splits > 1) {
+      work = tensor::empty({plan.splits * p.y_elements}, dtype::f32, dev);  // [splits, y]
+      counters = tensor::zeros({plan.tiles}, dtype::i32, dev);              // [tiles]
+      p.split_work = work.data<float>();
+      p.split_counters = static_cast<unsigned*>(counters.raw());
+    }
+  }
+  launch_block_gemm(p, current_stream());
+}
 
 /// Rows from which `automatic` tries cuBLASLt's block-scaled FP8 GEMM (V4's 128x128 blocks).
 /// A bf16 temporary per call (dequant_bf16) is not automatic: with the element-wise dequantize
@@ -103,6 +121,13 @@ gemm_backend get_gemm_backend() {
   return g_backend;
 }
 
+void set_ordered_gemm_splits(bool on) {
+  g_ordered_splits = on;
+}
+bool get_ordered_gemm_splits() {
+  return g_ordered_splits;
+}
+
 tensor linear(const tensor& x, const weight_matrix& weight, const linear_params& params) {
   check_cuda_tensor(x, dtype::f32, 2, "linear input");
   check_weight_matrix(weight, "linear weight", device_kind::cuda);
@@ -150,7 +175,7 @@ tensor linear(const tensor& x, const weight_matrix& weight, const linear_params&
   p.rows = rows;
   p.max_rows = rows;
   p.y_stride = out;
-  launch_block_gemm(p, current_stream());
+  run_block_gemm(p, x.dev());
   return y;
 }
 
@@ -199,7 +224,7 @@ tensor expert_linear(const tensor& x, const tensor& offsets, const weight_matrix
   p.max_rows = params.max_rows_per_expert > 0 ? std::min(params.max_rows_per_expert, rows) : rows;
   p.tile_rows = params.tile_rows_hint;
   p.y_stride = out;
-  launch_block_gemm(p, current_stream());
+  run_block_gemm(p, x.dev());
   return y;
 }
 

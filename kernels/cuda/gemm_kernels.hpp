@@ -53,8 +53,22 @@ struct block_gemm_params {
   std::int64_t y_stride;
   std::int64_t y_group_offset;
   std::int64_t y_elements;  ///< size of the whole y buffer (zeroed when K is split)
+  /// Deterministic split K (when plan_block_gemm(p).splits > 1): every split stores its partial
+  /// sums in split_work[split * y_elements + ...] (y's layout) and the last block of a tile to
+  /// finish adds them in split order into y; split_counters (tiles entries, zeroed by the
+  /// caller) count the finished splits of each tile and are left zeroed again. Both nullptr:
+  /// fp32 atomic adds into the zeroed y, whose order varies from run to run.
+  float* split_work = nullptr;
+  unsigned* split_counters = nullptr;
 };
-/// Enqueues the GEMM (zeroing y first when it splits K across blocks).
+/// How launch_block_gemm will run p: its K splits and the output tiles each split covers
+/// (deterministic splits need splits * y_elements floats of split_work and tiles counters).
+struct block_gemm_plan {
+  int splits = 1;
+  std::int64_t tiles = 0;
+};
+block_gemm_plan plan_block_gemm(const block_gemm_params& p);
+/// Enqueues the GEMM (zeroing y first when it splits K across blocks with atomics).
 void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream);
 
 struct dequantize_params {

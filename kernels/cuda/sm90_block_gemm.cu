@@ -339,20 +339,61 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
     __syncwarp();  // every lane is done with this stage's buffer before it is refilled
   }
   cp_async_wait<0>();
+  // Offset of element (j, c) of this thread's accumulators in y's layout, or -1.
+  auto offset_of = [&](int j, int c) -> std::int64_t {
+    const std::int64_t r = c < 2 ? r_lo : r_hi;
+    const std::int64_t tk = tok0 + 8 * j + 2 * t + (c & 1);
+    if (!warp_active || r >= p.n || tk >= count) return -1;
+    return group * p.y_group_offset + (row_begin + tk) * p.y_stride + r;
+  };
+  if (cfg.k_splits > 1 && p.split_work) {
+    // Ordered split K: store this split's partials, count the tile's finished splits, and let
+    // the last one add all partials in split order (the same order whichever block is last).
+    __shared__ int last_split;
+    float* mine = p.split_work + std::int64_t(split) * p.y_elements;
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const std::int64_t o = offset_of(j, c);
+        if (o >= 0) mine[o] = acc[j][c];
+      }
+    __threadfence();  // the partials are visible device-wide before the count says so
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const std::int64_t tile_id =
+          (tile * std::int64_t(gridDim.y) + blockIdx.y) * std::int64_t(gridDim.x) + blockIdx.x;
+      const unsigned done = atomicAdd(p.split_counters + tile_id, 1u);
+      last_split = done == unsigned(cfg.k_splits - 1);
+      if (last_split) p.split_counters[tile_id] = 0;  // ready for the next launch or replay
+    }
+    __syncthreads();
+    if (!last_split) return;
+    __threadfence();
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const std::int64_t o = offset_of(j, c);
+        if (o < 0) continue;
+        float sum = 0.0f;
+        for (int sp = 0; sp < cfg.k_splits; ++sp)
+          sum += __ldcg(p.split_work + std::int64_t(sp) * p.y_elements + o);
+        p.y[o] = sum;
+      }
+    return;
+  }
   if (!warp_active) return;
-  float* y = p.y + group * p.y_group_offset;
 #pragma unroll
   for (int j = 0; j < NT; ++j)
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      const std::int64_t r = c < 2 ? r_lo : r_hi;
-      const std::int64_t tk = tok0 + 8 * j + 2 * t + (c & 1);
-      if (r >= p.n || tk >= count) continue;
-      float* dst = y + (row_begin + tk) * p.y_stride + r;
+      const std::int64_t o = offset_of(j, c);
+      if (o < 0) continue;
       if (cfg.k_splits > 1)
-        atomicAdd(dst, acc[j][c]);
+        atomicAdd(p.y + o, acc[j][c]);
       else
-        *dst = acc[j][c];
+        p.y[o] = acc[j][c];
     }
 }
 
@@ -397,24 +438,30 @@ void launch_for(const block_gemm_params& p, int nt, const split_config& cfg, dim
 
 }  // namespace
 
-void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream) {
-  if (p.max_rows == 0 || p.n == 0 || p.groups == 0) return;
+namespace {
+
+/// The launch of p: token tile, grid and K split (shared by plan_block_gemm and the launch).
+struct launch_shape {
+  int nt = 1;
+  std::int64_t token_tiles = 0, row_tiles = 0, grid_groups = 0;
+  split_config cfg{1, 0, 0, false};
+  std::int64_t tiles() const { return row_tiles * grid_groups * token_tiles; }
+};
+
+launch_shape shape_of(const block_gemm_params& p) {
+  launch_shape sh;
   const std::int64_t total_steps = p.k / step_k;
-  if (total_steps == 0) {
-    CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));
-    return;
-  }
   constexpr std::int64_t align = 8;  // steps: whole weight stages of either format
   const std::int64_t max_rows = p.max_rows;
   // Token tile by the rows a group typically has; the grid covers max_rows either way.
   const std::int64_t tile_basis = p.tile_rows > 0 ? std::min(p.tile_rows, max_rows) : max_rows;
-  const int nt = tile_basis <= 8 ? 1 : tile_basis <= 16 ? 2 : tile_basis <= 32 ? 4 : 8;
-  const std::int64_t token_tiles = (max_rows + nt * 8 - 1) / (nt * 8);
-  const std::int64_t row_tiles = (p.n + rows_per_block - 1) / rows_per_block;
+  sh.nt = tile_basis <= 8 ? 1 : tile_basis <= 16 ? 2 : tile_basis <= 32 ? 4 : 8;
+  sh.token_tiles = (max_rows + sh.nt * 8 - 1) / (sh.nt * 8);
+  sh.row_tiles = (p.n + rows_per_block - 1) / rows_per_block;
   // At most `rows` groups are non-empty: a grid row per possible one (p.offsets only).
   const bool compact = p.offsets && p.rows > 0 && p.rows < p.groups;
-  const std::int64_t grid_groups = compact ? p.rows : p.groups;
-  const std::int64_t blocks = row_tiles * grid_groups * token_tiles;
+  sh.grid_groups = compact ? p.rows : p.groups;
+  const std::int64_t blocks = sh.tiles();
   // Enough blocks to keep every SM streaming: split K when the output alone is too small.
   constexpr std::int64_t target_blocks = 132 * 8;
   std::int64_t splits = 1;
@@ -425,27 +472,51 @@ void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream) {
     // zeroed output commute exactly. Two whenever the experts a decode step can touch (a
     // handful) would leave the GPU short of blocks, judged with a fixed 8 groups; not for
     // prefill-sized groups (over 64 rows), where the atomics would cost more than they give.
-    if (row_tiles * std::min<std::int64_t>(p.groups, 8) < target_blocks &&
+    if (sh.row_tiles * std::min<std::int64_t>(p.groups, 8) < target_blocks &&
         total_steps >= 4 * align && max_rows <= 64)
       splits = 2;
   } else if (blocks < target_blocks) {
+    // Depends on the token tiles, so on the batch only beyond 64 rows (one tile up to there).
     splits = std::min<std::int64_t>((target_blocks + blocks - 1) / blocks,
                                     std::max<std::int64_t>(1, total_steps / (2 * align)));
   }
   std::int64_t per_split = (total_steps + splits - 1) / splits;
-  per_split = (per_split + align - 1) / align * align;
+  per_split = std::max<std::int64_t>(align, (per_split + align - 1) / align * align);
   splits = (total_steps + per_split - 1) / per_split;
   // Stage as many activation inputs per pass as the budget holds, in whole weight stages.
-  const std::int64_t fit =
-      std::max<std::int64_t>(align, (act_budget(nt) / (nt * 8 * (step_k + 4)) - 1) / align * align);
-  const split_config cfg{int(splits), per_split, int(std::min(per_split, fit)), compact};
-  if (splits > 1)
+  const std::int64_t fit = std::max<std::int64_t>(
+      align, (act_budget(sh.nt) / (sh.nt * 8 * (step_k + 4)) - 1) / align * align);
+  sh.cfg = split_config{int(std::max<std::int64_t>(1, splits)), per_split,
+                        int(std::min(per_split, fit)), compact};
+  return sh;
+}
+
+}  // namespace
+
+block_gemm_plan plan_block_gemm(const block_gemm_params& p) {
+  if (p.max_rows == 0 || p.n == 0 || p.groups == 0 || p.k / step_k == 0) return {};
+  const launch_shape sh = shape_of(p);
+  return {sh.cfg.k_splits, sh.tiles()};
+}
+
+void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream) {
+  if (p.max_rows == 0 || p.n == 0 || p.groups == 0) return;
+  if (p.k / step_k == 0) {
     CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));
-  const dim3 grid(unsigned(row_tiles), unsigned(grid_groups), unsigned(token_tiles * splits));
+    return;
+  }
+  const launch_shape sh = shape_of(p);
+  const int splits = sh.cfg.k_splits;
+  DI_CHECK((p.split_work == nullptr) == (p.split_counters == nullptr),
+           "block_gemm: split_work and split_counters come together");
+  if (splits > 1 && !p.split_work)  // atomic adds need a zeroed y
+    CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));
+  const dim3 grid(unsigned(sh.row_tiles), unsigned(sh.grid_groups),
+                  unsigned(sh.token_tiles * splits));
   if (p.fp4)
-    launch_for<true>(p, nt, cfg, grid, stream);
+    launch_for<true>(p, sh.nt, sh.cfg, grid, stream);
   else
-    launch_for<false>(p, nt, cfg, grid, stream);
+    launch_for<false>(p, sh.nt, sh.cfg, grid, stream);
 }
 
 }  // namespace di::cuda

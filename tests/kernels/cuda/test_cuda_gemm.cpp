@@ -255,3 +255,89 @@ TEST_CASE("cuda GEMMs captured in a CUDA graph replay the eager results") {
 
 }  // namespace
 }  // namespace di
+
+namespace di {
+namespace {
+
+/// Restores the GEMM switches a test case sets.
+struct gemm_switches {
+  explicit gemm_switches(bool ordered) {
+    cuda::set_gemm_backend(cuda::gemm_backend::block_gemm);
+    cuda::set_ordered_gemm_splits(ordered);
+  }
+  ~gemm_switches() {
+    cuda::set_gemm_backend(cuda::gemm_backend::automatic);
+    cuda::set_ordered_gemm_splits(false);
+  }
+};
+
+TEST_CASE("cuda ordered K splits: bit-reproducible, batch-invariant, right, graph-safe") {
+  const gemm_switches on(true);
+  // Decode shapes that split K many ways (8 row tiles -> up to 8 splits; V4 and V4.1 blocks,
+  // MXFP4), outputs not a multiple of the 64-row tile.
+  struct shape {
+    std::int64_t out, in;
+    int block;  // 0: MXFP4
+  };
+  for (const shape sh : {shape{512, 4096, 128}, shape{200, 1280, 32}, shape{96, 2304, 0}}) {
+    CAPTURE(sh.out);
+    const weight_matrix host = sh.block ? random_fp8(sh.out, sh.in, sh.block) : random_fp4(sh.out, sh.in);
+    const weight_matrix w = weight_to(host, gpu);
+    const int act = sh.in % 128 == 0 ? 128 : 32;
+    const tensor x7 = varied_input(7, sh.in);
+    const tensor x1 = x7.slice(0, 0, 1).clone();
+    const tensor first = ops::linear(x1.to(gpu), w, {act}).to(cpu_device);
+    for (int run = 0; run < 3; ++run)  // the same bits every run
+      test::check_bitwise(ops::linear(x1.to(gpu), w, {act}).to(cpu_device), first);
+    // Row 0 of a batch of 7 (the same token tile, so the same splits) has the same bits.
+    const tensor batch = ops::linear(x7.to(gpu), w, {act}).to(cpu_device);
+    test::check_bitwise(batch.slice(0, 0, 1).clone(), first);
+    check_close(batch, ops::linear(x7, host, {act}), 2e-3);
+    // Against the atomic path: the same sums in another order.
+    cuda::set_ordered_gemm_splits(false);
+    check_close(ops::linear(x7.to(gpu), w, {act}), batch, 1e-5);
+    cuda::set_ordered_gemm_splits(true);
+  }
+  // Experts: two splits, empty experts, and a grid compacted to the routed rows (3 rows over
+  // 8 experts); against the CPU.
+  {
+    const weight_matrix host8 = random_fp4(8 * 64, 1024);
+    const tensor xr = varied_input(3, 1024);
+    const tensor off = offsets_of({0, 1, 0, 0, 2, 0, 0, 0});
+    check_close(ops::expert_linear(xr.to(gpu), off.to(gpu), weight_to(host8, gpu), {128, 2}),
+                ops::expert_linear(xr, off, host8, {128, 2}), 2e-3);
+  }
+  // A captured, replayed dense and expert call: the tile counters must come back to zero for
+  // every replay, and every replay gives the eager bits.
+  const weight_matrix host4 = random_fp4(4 * 64, 1024);
+  const weight_matrix w4 = weight_to(host4, gpu);
+  const tensor xe_host = varied_input(6, 1024);
+  const tensor xe = xe_host.to(gpu);
+  const tensor offsets_host = offsets_of({1, 0, 3, 2});
+  const tensor offsets = offsets_host.to(gpu);
+  const tensor want_e = ops::expert_linear(xe, offsets, w4, {128, 3}).to(cpu_device);
+  check_close(want_e, ops::expert_linear(xe_host, offsets_host, host4, {128, 3}), 2e-3);
+  const weight_matrix w = weight_to(random_fp8(320, 2048, 128), gpu);
+  const tensor x = varied_input(3, 2048).to(gpu);
+  const tensor want = ops::linear(x, w, {128}).to(cpu_device);
+  tensor y = tensor::empty({3, 320}, dtype::f32, gpu);
+  tensor ye = tensor::empty({6, 64}, dtype::f32, gpu);
+  cudaStream_t s = cuda::current_stream();
+  cudaGraph_t graph;
+  REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  y.copy_from(ops::linear(x, w, {128}));
+  ye.copy_from(ops::expert_linear(xe, offsets, w4, {128, 3}));
+  REQUIRE(cudaStreamEndCapture(s, &graph) == cudaSuccess);
+  cudaGraphExec_t exec;
+  REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+  for (int replay = 0; replay < 3; ++replay) {
+    REQUIRE(cudaGraphLaunch(exec, s) == cudaSuccess);
+    test::check_bitwise(y.to(cpu_device), want);
+    test::check_bitwise(ye.to(cpu_device), want_e);
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+}  // namespace
+}  // namespace di
