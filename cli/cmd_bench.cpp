@@ -38,6 +38,7 @@ struct bench_options {
   int steps = 8;
   bool act_quant = true;
   std::string cuda_graphs = "off";  ///< decode steps through CUDA graphs: off, on or both
+  bool ordered_splits = false;      ///< CUDA GEMM K splits added in a fixed order
   bool json = false;
 };
 
@@ -263,6 +264,8 @@ void run_bench(const bench_options& o, bool decode) {
   std::vector<bool> graph_modes{o.cuda_graphs == "on"};
   if (o.cuda_graphs == "both") graph_modes = {false, true};
   if (!on_gpu || !decode) graph_modes = {false};  // graphs: CUDA decode steps only
+  DI_CHECK(!o.ordered_splits || on_gpu, "--ordered-splits needs --device cuda");
+  if (on_gpu) di::cli::set_ordered_gemm_splits(o.ordered_splits);
   const double copy_gbs =
       on_gpu ? di::cli::measure_device_copy_gbs(dev) : di::cli::measure_copy_bandwidth();
   const double peak_tflops = on_gpu && !decode ? di::cli::measure_device_bf16_tflops(dev) : 0.0;
@@ -270,7 +273,8 @@ void run_bench(const bench_options& o, bool decode) {
                         {"device", o.device},
                         {"threads", threads},
                         {"load_s", load_s},
-                        {"copy_gbs", copy_gbs}};
+                        {"copy_gbs", copy_gbs},
+                        {"ordered_splits", o.ordered_splits}};
   nlohmann::json rows = nlohmann::json::array();
   for (int b : batches)
     for (int c : contexts)
@@ -314,6 +318,9 @@ void add_common(CLI::App* sub, const std::shared_ptr<bench_options>& o) {
                   "CUDA decode steps through captured graphs: off, on, or both (each batch "
                   "timed both ways)")
       ->capture_default_str();
+  sub->add_flag("--ordered-splits", o->ordered_splits,
+                "CUDA: add the K splits of decode GEMMs in a fixed order (bit-reproducible, "
+                "batch-invariant) instead of with atomic adds");
   sub->add_flag("--json", o->json, "Print one JSON object");
 }
 

@@ -43,6 +43,8 @@ for preset in "$@"; do
   "$di" bench decode --model "$dir" --device cuda --batch "$batches" --context "$ctx" --steps 8 \
     --cuda-graphs "${DEEPINFER_BENCH_GRAPHS:-both}" \
     2>&1 | tee "$out/bench-decode-$preset.log"
+  "$di" bench decode --model "$dir" --device cuda --batch 1,64 --context "$ctx" --steps 8 \
+    --cuda-graphs on --ordered-splits 2>&1 | tee "$out/bench-decode-ordered-$preset.log" | grep decode
   "$di" bench prefill --model "$dir" --device cuda --batch 1 --context 2048 --steps 8 \
     2>&1 | tee "$out/bench-prefill-$preset.log"
   for graphs in off on; do  # greedy text: the same both ways

@@ -6,6 +6,7 @@
 
 #if defined(DEEPINFER_HAVE_CUDA)
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/cuda_ops.hpp"
 #include "kernels/cuda/stream.hpp"
 
 #include <cublas_v2.h>
@@ -97,6 +98,10 @@ void synchronize_device(device dev) {
   if (dev.kind == device_kind::cuda) cuda::synchronize();
 }
 
+void set_ordered_gemm_splits(bool on) {
+  cuda::set_ordered_gemm_splits(on);
+}
+
 #else
 
 double measure_device_copy_gbs(device) {
@@ -106,6 +111,10 @@ double measure_device_bf16_tflops(device) {
   DI_FAIL("no CUDA backend in this build");
 }
 void synchronize_device(device) {}
+
+void set_ordered_gemm_splits(bool on) {
+  DI_CHECK(!on, "--ordered-splits: no CUDA backend in this build");
+}
 
 #endif
 

@@ -21,5 +21,8 @@ double measure_device_copy_gbs(device dev);
 double measure_device_bf16_tflops(device dev);
 /// Waits for the device's queued work (no-op on the CPU).
 void synchronize_device(device dev);
+/// CUDA GEMM K splits added in a fixed order (cuda::set_ordered_gemm_splits); turning it on
+/// in a build without CUDA throws di::error.
+void set_ordered_gemm_splits(bool on);
 
 }  // namespace di::cli
