@@ -75,14 +75,14 @@ void update_ring(const forward_pass& pass, int layer, sequence_pass& s, const te
 
 /// Window plus compressed entries of one sequence, and its attention output [count, H, hd].
 tensor attend_sequence(forward_pass& pass, int layer, sequence_pass& s, const tensor& q,
-                       const tensor& kv, const tensor& x, const tensor& q_residual) {
+                       const tensor& kv, const compressed_rows& rows) {
   const layer_weights& w = pass.weights.layers[std::size_t(layer)];
   window_rows win = gather_window(pass, layer, s, kv);
   update_ring(pass, layer, s, kv);
   const float scale = 1.0f / std::sqrt(float(pass.config.head_dim));
   compressed_attention comp;
   if (pass.config.compress_ratio(layer) > 0)
-    comp = compressed_forward(pass, layer, s, x, q_residual);
+    comp = compressed_forward(pass, layer, s, rows);
   if (pass.on_cuda())  // two pools, two index lists: nothing merged on the host
     return two_pool_attention(q, w.attn.sinks, win.kv, pass.upload(win.indices), comp.kv,
                               comp.indices, scale);
@@ -134,11 +134,11 @@ attention_inputs attention_project(const forward_pass& pass, int layer, const te
 }
 
 tensor attention_core(forward_pass& pass, int layer, const attention_inputs& in, const tensor& x) {
+  const compressed_rows rows = compressed_project(pass, layer, x, in.q_residual);
   std::vector<tensor> outs;  // per sequence [count, H, hd]
   for (sequence_pass& s : pass.seqs)
     outs.push_back(attend_sequence(pass, layer, s, forward_pass::rows_of(in.q, s),
-                                   forward_pass::rows_of(in.kv, s), forward_pass::rows_of(x, s),
-                                   forward_pass::rows_of(in.q_residual, s)));
+                                   forward_pass::rows_of(in.kv, s), rows));
   return ops::concat_rows(outs);  // [rows, H, hd]
 }
 

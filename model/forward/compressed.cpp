@@ -1,8 +1,10 @@
-// The compressed branch of attention, per sequence: compressors pool the new tokens into
-// entries (appended, quantized, to the sequence's paged streams), indexers score the visible
-// entries and keep the top-k. V4.1 shares one source layer's entries, keys and selections
-// with the later layers of its group; V4 gives each compressed layer its own, with overlapping
-// windows, position biases and a Hadamard-rotated FP4 indexer at ratio 4.
+// The compressed branch of attention: compressors pool the new tokens into entries (appended,
+// quantized, to the sequence's paged streams), indexers score the visible entries and keep
+// the top-k. V4.1 shares one source layer's entries, keys and selections with the later layers
+// of its group; V4 gives each compressed layer its own, with overlapping windows, position
+// biases and a Hadamard-rotated FP4 indexer at ratio 4. The row-wise part (compressor
+// projections, index queries) runs once on all rows of the call (compressed_project); the
+// stateful part (pooling, caches, scoring, top-k) per sequence on its rows.
 #include "model/forward/detail/forward_pass.hpp"
 
 #include <algorithm>
@@ -20,24 +22,39 @@ tensor entry_positions(const forward_pass& pass, std::int64_t first, std::int64_
   return pass.upload(p);
 }
 
-/// Feeds the sequence's new rows x [count, dim] through compressor `cw` (state slot `slot`)
-/// and returns the normalised entries that complete, [completed, entry_dim] (pre-rope).
-tensor compress(const forward_pass& pass, sequence_pass& s, const tensor& x,
-                const compressor_weights& cw, int slot) {
+/// Compressor `cw`'s projections of every row of the call (its state slot `slot`; < 0: ratio
+/// 1, every token an entry, so kv is already the normalised entries).
+compressor_rows project_compressor(const forward_pass& pass, const tensor& x,
+                                   const compressor_weights& cw, int slot) {
   const float eps = float(pass.config.rms_norm_eps);
-  tensor kv = ops::linear(x, cw.wkv);                    // [count, width] fp32, never act-quantized
-  if (slot < 0) return ops::rms_norm(kv, cw.norm, eps);  // ratio 1: every token is an entry
-  const compressor_slot& cs = pass.layout.compressors[std::size_t(slot)];
-  tensor score = ops::linear(x, cw.wgate);  // [count, width]
-  if (cw.ape.defined()) {  // score[t] += ape[(start + t) % ratio]
-    std::vector<std::int64_t> phase;
-    for (std::int64_t t = 0; t < s.count; ++t) phase.push_back((s.start + t) % cs.ratio);
-    ops::add_inplace(score, ops::gather_rows(cw.ape, pass.index(phase)));
+  compressor_rows out;
+  out.kv = ops::linear(x, cw.wkv);  // [rows, width] fp32, never act-quantized
+  if (slot < 0) {
+    out.kv = ops::rms_norm(out.kv, cw.norm, eps);
+    return out;
   }
+  const compressor_slot& cs = pass.layout.compressors[std::size_t(slot)];
+  out.score = ops::linear(x, cw.wgate);  // [rows, width]
+  if (cw.ape.defined()) {  // score[row] += ape[position % ratio], the row's phase in its group
+    std::vector<std::int64_t> phase;
+    for (const sequence_pass& s : pass.seqs)
+      for (std::int64_t t = 0; t < s.count; ++t) phase.push_back((s.start + t) % cs.ratio);
+    ops::add_inplace(out.score, ops::gather_rows(cw.ape, pass.index(phase)));
+  }
+  return out;
+}
+
+/// Feeds the sequence's rows of the projections `rows` through compressor `cw` (state slot
+/// `slot`) and returns the normalised entries that complete, [completed, entry_dim] (pre-rope).
+tensor compress(const forward_pass& pass, sequence_pass& s, const compressor_rows& rows,
+                const compressor_weights& cw, int slot) {
+  const tensor kv = forward_pass::rows_of(rows.kv, s);  // [count, width]
+  if (slot < 0) return kv;
+  const compressor_slot& cs = pass.layout.compressors[std::size_t(slot)];
   tensor state_kv = s.state->compressor_kv(slot), state_score = s.state->compressor_score(slot);
-  tensor pooled = ops::compress_tokens(kv, score, s.start, state_kv, state_score,
-                                       {cs.ratio, cs.overlap});  // [completed, entry_dim]
-  return ops::rms_norm(pooled, cw.norm, eps);
+  tensor pooled = ops::compress_tokens(kv, forward_pass::rows_of(rows.score, s), s.start, state_kv,
+                                       state_score, {cs.ratio, cs.overlap});  // [completed, entry_dim]
+  return ops::rms_norm(pooled, cw.norm, float(pass.config.rms_norm_eps));
 }
 
 /// Quantizes rows into stream `stream`'s format and appends them.
@@ -68,11 +85,13 @@ const tensor& decoded(const forward_pass& pass, sequence_pass& s, decoded_stream
 }
 
 /// V4.1 KV source: compress, derive indexer keys from the pre-rope latent, rotate and store.
-void feed_v41_source(const forward_pass& pass, int layer, sequence_pass& s, const tensor& x) {
+void feed_v41_source(const forward_pass& pass, int layer, sequence_pass& s,
+                     const compressed_rows& rows) {
   const model_config& c = pass.config;
   const layer_weights& w = pass.weights.layers[std::size_t(layer)];
   const int r = c.compress_ratio(layer);
-  tensor latent = compress(pass, s, x, w.compressor, pass.layout.compressor_of(layer, false));
+  tensor latent =
+      compress(pass, s, rows.main, w.compressor, pass.layout.compressor_of(layer, false));
   tensor pos = entry_positions(pass, s.start / r, latent.size(0), r);
   if (c.is_index_source(layer)) {
     tensor keys = ops::rms_norm(ops::linear(latent, w.indexer.wk), w.indexer.k_norm,
@@ -86,37 +105,36 @@ void feed_v41_source(const forward_pass& pass, int layer, sequence_pass& s, cons
 }
 
 /// V4 layer: its own compressor and, at ratio 4, its indexer's compressor (Hadamard + FP4).
-void feed_v4_layer(const forward_pass& pass, int layer, sequence_pass& s, const tensor& x) {
+void feed_v4_layer(const forward_pass& pass, int layer, sequence_pass& s,
+                   const compressed_rows& rows) {
   const layer_weights& w = pass.weights.layers[std::size_t(layer)];
   const int r = pass.config.compress_ratio(layer);
-  tensor latent = compress(pass, s, x, w.compressor, pass.layout.compressor_of(layer, false));
+  tensor latent =
+      compress(pass, s, rows.main, w.compressor, pass.layout.compressor_of(layer, false));
   tensor pos = entry_positions(pass, s.start / r, latent.size(0), r);
   ops::rotary(latent, pos, pass.inv_freq_compress, false);
   append(pass, s, pass.layout.stream_of(layer, stream_kind::compressed_kv), latent);
   if (!pass.config.has_indexer(layer)) return;
-  tensor keys = compress(pass, s, x, w.indexer.compressor, pass.layout.compressor_of(layer, true));
+  tensor keys =
+      compress(pass, s, rows.index, w.indexer.compressor, pass.layout.compressor_of(layer, true));
   ops::rotary(keys, pos, pass.inv_freq_compress, false);
   ops::hadamard(keys);
   append(pass, s, pass.layout.stream_of(layer, stream_kind::index_keys), keys);
 }
 
-/// Index queries [count, heads, index_head_dim] (rotated, V4 Hadamard, FP4) and head weights.
-struct index_query {
-  tensor q;        // [count, index_heads, index_head_dim]
-  tensor weights;  // [count, index_heads]
-};
-
-index_query make_index_query(const forward_pass& pass, int layer, sequence_pass& s, const tensor& x,
+/// Index queries of every row of the call [rows, heads, index_head_dim] (rotated, V4
+/// Hadamard, FP4) and their head weights [rows, heads].
+index_query make_index_query(const forward_pass& pass, int layer, const tensor& x,
                              const tensor& q_residual) {
   const model_config& c = pass.config;
   const indexer_weights& iw = pass.weights.layers[std::size_t(layer)].indexer;
-  const std::int64_t heads = c.index_n_heads, dim = c.index_head_dim;
-  tensor q = pass.linear(q_residual, iw.wq_b).view({s.count, heads, dim});
-  ops::rotary(q, s.positions, pass.inv_freq_compress, false);
-  tensor flat = q.view({s.count * heads, dim});
+  const std::int64_t rows = x.size(0), heads = c.index_n_heads, dim = c.index_head_dim;
+  tensor q = pass.linear(q_residual, iw.wq_b).view({rows, heads, dim});
+  ops::rotary(q, pass.positions, pass.inv_freq_compress, false);
+  tensor flat = q.view({rows * heads, dim});
   if (!c.is_v41()) ops::hadamard(flat);
   ops::fp4_fake_quant(flat, 32, ops::fp4_scale::ue8m0);
-  tensor weights = ops::linear(x, iw.weights_proj);  // [count, heads] fp32
+  tensor weights = ops::linear(x, iw.weights_proj);  // [rows, heads] fp32
   if (!pass.weights.index_scale_folded) {
     const float scale = 1.0f / std::sqrt(float(dim)) * (1.0f / std::sqrt(float(heads)));
     for (std::int64_t i = 0; i < weights.numel(); ++i) weights.data<float>()[i] *= scale;
@@ -130,13 +148,13 @@ tensor visible_counts(const forward_pass& pass, const sequence_pass& s, int rati
   return pass.upload(v);
 }
 
-/// Scores the keys with this layer's queries and returns the top-k entries per token.
-tensor run_indexer(const forward_pass& pass, int layer, sequence_pass& s, const tensor& x,
-                   const tensor& q_residual, const tensor& keys) {
+/// Scores the keys with the sequence's index queries and returns the top-k entries per token.
+tensor run_indexer(const forward_pass& pass, int layer, sequence_pass& s,
+                   const compressed_rows& rows, const tensor& keys) {
   const model_config& c = pass.config;
   const std::int64_t entries = keys.size(0);
-  index_query iq = make_index_query(pass, layer, s, x, q_residual);
-  tensor scores = ops::index_scores(iq.q, keys, iq.weights);  // [count, entries]
+  tensor scores = ops::index_scores(forward_pass::rows_of(rows.query.q, s), keys,
+                                    forward_pass::rows_of(rows.query.weights, s));  // [count, entries]
   tensor visible = visible_counts(pass, s, c.compress_ratio(layer));
   tensor allowed;
   if (c.is_v41() && layer == c.candidate_source_layer_id) {
@@ -165,23 +183,40 @@ tensor all_visible(const forward_pass& pass, const sequence_pass& s, int ratio,
 
 }  // namespace
 
+compressed_rows compressed_project(const forward_pass& pass, int layer, const tensor& x,
+                                   const tensor& q_residual) {
+  const model_config& c = pass.config;
+  compressed_rows out;
+  if (c.compress_ratio(layer) == 0) return out;
+  const layer_weights& w = pass.weights.layers[std::size_t(layer)];
+  const bool v41 = c.is_v41();
+  if (!v41 || c.is_kv_source(layer))
+    out.main = project_compressor(pass, x, w.compressor, pass.layout.compressor_of(layer, false));
+  if (!v41 && c.has_indexer(layer))
+    out.index = project_compressor(pass, x, w.indexer.compressor,
+                                   pass.layout.compressor_of(layer, true));
+  if (v41 ? c.is_index_source(layer) : c.has_indexer(layer))
+    out.query = make_index_query(pass, layer, x, q_residual);
+  return out;
+}
+
 compressed_attention compressed_forward(forward_pass& pass, int layer, sequence_pass& s,
-                                        const tensor& x, const tensor& q_residual) {
+                                        const compressed_rows& rows) {
   const model_config& c = pass.config;
   const int r = c.compress_ratio(layer);
   const std::int64_t entries = (s.start + s.count) / r;
   if (!c.is_v41()) {
-    feed_v4_layer(pass, layer, s, x);
+    feed_v4_layer(pass, layer, s, rows);
     const tensor& kv =
         decoded(pass, s, s.kv, pass.layout.stream_of(layer, stream_kind::compressed_kv), entries);
     if (!c.has_indexer(layer)) return {kv, all_visible(pass, s, r, entries)};
     const tensor& keys =
         decoded(pass, s, s.keys, pass.layout.stream_of(layer, stream_kind::index_keys), entries);
-    return {kv, run_indexer(pass, layer, s, x, q_residual, keys)};
+    return {kv, run_indexer(pass, layer, s, rows, keys)};
   }
   const int source = c.kv_source_of(layer);
   DI_CHECK(source >= 0, "layer {} compresses but no KV source layer precedes it", layer);
-  if (c.is_kv_source(layer)) feed_v41_source(pass, layer, s, x);
+  if (c.is_kv_source(layer)) feed_v41_source(pass, layer, s, rows);
   const tensor& kv =
       decoded(pass, s, s.kv, pass.layout.stream_of(source, stream_kind::compressed_kv), entries);
   if (c.is_index_source(layer)) {
@@ -190,8 +225,7 @@ compressed_attention compressed_forward(forward_pass& pass, int layer, sequence_
     } else {
       const int key_stream = pass.layout.stream_of(source, stream_kind::index_keys);
       DI_CHECK(key_stream >= 0, "layer {}: KV source {} has no indexer keys", layer, source);
-      s.topk =
-          run_indexer(pass, layer, s, x, q_residual, decoded(pass, s, s.keys, key_stream, entries));
+      s.topk = run_indexer(pass, layer, s, rows, decoded(pass, s, s.keys, key_stream, entries));
     }
   }
   DI_CHECK(s.topk.defined(), "layer {} reuses top-k indices but no index source precedes it",

@@ -1,6 +1,7 @@
 // Internals shared by the files of the forward pass: the per-call context (all tokens of the
 // batch stacked in rows, one entry per sequence) and the layer functions. Dense work runs on
-// all rows at once; attention, compressors and indexers run per sequence on its rows.
+// all rows at once (compressor and indexer projections included); attention, pooling and
+// scoring run per sequence on its rows.
 #pragma once
 
 #include "kernels/ops.hpp"
@@ -93,15 +94,35 @@ tensor attention_core(forward_pass& pass, int layer, const attention_inputs& in,
 /// Inverse rotation (in place on o [rows, H, hd]) and the output projection -> [rows, dim].
 tensor attention_output(const forward_pass& pass, int layer, tensor o);
 
+/// A compressor's projections of every row of the call: kv [rows, width] and score [rows,
+/// width] (with the position bias), or, at ratio 1, kv already normalised and no score.
+struct compressor_rows {
+  tensor kv, score;
+};
+/// Index queries [rows, index_heads, index_head_dim] (rotated, V4 Hadamard, FP4) and their
+/// head weights [rows, index_heads].
+struct index_query {
+  tensor q, weights;
+};
+/// The row-wise work of a layer's compressed branch for all rows of the call at once (one
+/// launch each instead of one per sequence); members the layer does not use stay undefined.
+struct compressed_rows {
+  compressor_rows main;   // the layer's compressor (V4.1: KV source layers only)
+  compressor_rows index;  // V4: the indexer's compressor
+  index_query query;      // layers that run an indexer
+};
+compressed_rows compressed_project(const forward_pass& pass, int layer, const tensor& x,
+                                   const tensor& q_residual);
+
 /// The compressed entries and their selection for one sequence: feeds the layer's
-/// compressors (if it owns any), then returns the decoded entries [entries, head_dim] and
-/// per-token entry indices [count, k] i32 (-1 unused).
+/// compressors (if it owns any) with the sequence's rows of `rows`, then returns the decoded
+/// entries [entries, head_dim] and per-token entry indices [count, k] i32 (-1 unused).
 struct compressed_attention {
   tensor kv;       // [entries, head_dim]
   tensor indices;  // [count, k] i32
 };
 compressed_attention compressed_forward(forward_pass& pass, int layer, sequence_pass& seq,
-                                        const tensor& x, const tensor& q_residual);
+                                        const compressed_rows& rows);
 
 /// Copies a contiguous host tensor to `dev` asynchronously on the current stream, staged in
 /// pinned memory that stays valid until reset_uploads() (called at the start of every CUDA
