@@ -84,24 +84,46 @@ const tensor& decoded(const forward_pass& pass, sequence_pass& s, decoded_stream
   return d.rows;
 }
 
-/// V4.1 KV source: compress, derive indexer keys from the pre-rope latent, rotate and store.
+/// V4.1 source entries: indexer keys derived from the pre-rope latent [n, head_dim] (index
+/// sources only) and the latent itself, both rotated to the entries' positions [n].
+struct v41_entries {
+  tensor kv, keys;
+};
+v41_entries v41_source_entries(const forward_pass& pass, int layer, const tensor& latent,
+                               const tensor& positions) {
+  const model_config& c = pass.config;
+  const layer_weights& w = pass.weights.layers[std::size_t(layer)];
+  v41_entries e;
+  if (c.is_index_source(layer)) {
+    e.keys = ops::rms_norm(ops::linear(latent, w.indexer.wk), w.indexer.k_norm,
+                           float(c.rms_norm_eps));  // [n, index_head_dim]
+    ops::rotary(e.keys, positions, pass.inv_freq_compress, false);
+  }
+  e.kv = latent.clone();  // [n, head_dim]
+  ops::rotary(e.kv, positions, pass.inv_freq_compress, false);
+  return e;
+}
+
+/// V4.1 KV source: compress, derive the entries (at ratio 1 already done on all rows by
+/// compressed_project) and store them.
 void feed_v41_source(const forward_pass& pass, int layer, sequence_pass& s,
                      const compressed_rows& rows) {
   const model_config& c = pass.config;
   const layer_weights& w = pass.weights.layers[std::size_t(layer)];
   const int r = c.compress_ratio(layer);
-  tensor latent =
-      compress(pass, s, rows.main, w.compressor, pass.layout.compressor_of(layer, false));
-  tensor pos = entry_positions(pass, s.start / r, latent.size(0), r);
-  if (c.is_index_source(layer)) {
-    tensor keys = ops::rms_norm(ops::linear(latent, w.indexer.wk), w.indexer.k_norm,
-                                float(c.rms_norm_eps));  // [completed, index_head_dim]
-    ops::rotary(keys, pos, pass.inv_freq_compress, false);
-    append(pass, s, pass.layout.stream_of(layer, stream_kind::index_keys), keys);
+  v41_entries e;
+  if (rows.entry_kv.defined()) {
+    e.kv = forward_pass::rows_of(rows.entry_kv, s);
+    if (rows.entry_keys.defined()) e.keys = forward_pass::rows_of(rows.entry_keys, s);
+  } else {
+    tensor latent =
+        compress(pass, s, rows.main, w.compressor, pass.layout.compressor_of(layer, false));
+    e = v41_source_entries(pass, layer, latent,
+                           entry_positions(pass, s.start / r, latent.size(0), r));
   }
-  tensor rotated = latent.clone();  // [completed, head_dim]
-  ops::rotary(rotated, pos, pass.inv_freq_compress, false);
-  append(pass, s, pass.layout.stream_of(layer, stream_kind::compressed_kv), rotated);
+  if (e.keys.defined())
+    append(pass, s, pass.layout.stream_of(layer, stream_kind::index_keys), e.keys);
+  append(pass, s, pass.layout.stream_of(layer, stream_kind::compressed_kv), e.kv);
 }
 
 /// V4 layer: its own compressor and, at ratio 4, its indexer's compressor (Hadamard + FP4).
@@ -192,6 +214,12 @@ compressed_rows compressed_project(const forward_pass& pass, int layer, const te
   const bool v41 = c.is_v41();
   if (!v41 || c.is_kv_source(layer))
     out.main = project_compressor(pass, x, w.compressor, pass.layout.compressor_of(layer, false));
+  if (v41 && c.is_kv_source(layer) && pass.layout.compressor_of(layer, false) < 0) {
+    // Ratio 1: row t is the entry at position t; its keys and rotation are row-wise too.
+    v41_entries e = v41_source_entries(pass, layer, out.main.kv, pass.positions);
+    out.entry_kv = e.kv;
+    out.entry_keys = e.keys;
+  }
   if (!v41 && c.has_indexer(layer))
     out.index = project_compressor(pass, x, w.indexer.compressor,
                                    pass.layout.compressor_of(layer, true));

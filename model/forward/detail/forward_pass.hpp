@@ -110,6 +110,9 @@ struct compressed_rows {
   compressor_rows main;   // the layer's compressor (V4.1: KV source layers only)
   compressor_rows index;  // V4: the indexer's compressor
   index_query query;      // layers that run an indexer
+  // V4.1 KV source at ratio 1 (every token an entry at its own position): the entries as
+  // stored, rotated [rows, head_dim], and for an index source their keys [rows, index_dim].
+  tensor entry_kv, entry_keys;
 };
 compressed_rows compressed_project(const forward_pass& pass, int layer, const tensor& x,
                                    const tensor& q_residual);
