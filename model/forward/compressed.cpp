@@ -3,8 +3,9 @@
 // the top-k. V4.1 shares one source layer's entries, keys and selections with the later layers
 // of its group; V4 gives each compressed layer its own, with overlapping windows, position
 // biases and a Hadamard-rotated FP4 indexer at ratio 4. The row-wise part (compressor
-// projections, index queries) runs once on all rows of the call (compressed_project); the
-// stateful part (pooling, caches, scoring, top-k) per sequence on its rows.
+// projections, index queries) runs once on all rows of the call (compressed_project); pooling
+// and appends per sequence, then one gather + decode of the entries every sequence reads
+// (compressed_feed); scoring and top-k per sequence (compressed_forward).
 #include "model/forward/detail/forward_pass.hpp"
 
 #include <algorithm>
@@ -192,6 +193,39 @@ tensor run_indexer(const forward_pass& pass, int layer, sequence_pass& s,
   return ops::masked_topk(scores, visible, allowed, k);
 }
 
+/// Decodes the first entries of `stream` (entries = (start + count) / ratio) for every
+/// sequence of the call whose copy in `member` is stale: one gather and one decode for all of
+/// them, left where decoded() finds them. Sequences on different pools are left to decoded().
+void prefetch_stream(forward_pass& pass, int stream, int ratio,
+                     decoded_stream sequence_pass::*member) {
+  if (stream < 0 || pass.seqs.empty()) return;
+  const kv_block_pool& pool = pass.seqs.front().state->pool();
+  std::vector<std::int64_t> rows;                              // arena rows of every stale copy
+  std::vector<std::pair<sequence_pass*, std::int64_t>> stale;  // (sequence, entries)
+  for (sequence_pass& s : pass.seqs) {
+    if (&s.state->pool() != &pool) return;
+    const std::int64_t entries = (s.start + s.count) / ratio;
+    const decoded_stream& d = s.*member;
+    if (d.stream == stream && d.entries == entries) continue;
+    const std::vector<std::int64_t> r = s.state->entry_rows(stream, 0, entries);
+    rows.insert(rows.end(), r.begin(), r.end());
+    stale.emplace_back(&s, entries);
+  }
+  if (stale.empty()) return;
+  const cache_row_format& f = pass.layout.streams[std::size_t(stream)].format;
+  tensor all = tensor::empty({std::int64_t(rows.size()), f.dim()}, dtype::f32, pass.dev());
+  if (!rows.empty())
+    ops::decode_cache_rows(ops::gather_rows(pool.arena(stream), pass.index(rows)), f, all);
+  std::int64_t at = 0;
+  for (const auto& [s, entries] : stale) {
+    decoded_stream& d = s->*member;
+    d.stream = stream;
+    d.entries = entries;
+    d.rows = all.slice(0, at, at + entries);  // [entries, dim]
+    at += entries;
+  }
+}
+
 /// V4 layers without an indexer attend every visible entry.
 tensor all_visible(const forward_pass& pass, const sequence_pass& s, int ratio,
                    std::int64_t entries) {
@@ -228,13 +262,33 @@ compressed_rows compressed_project(const forward_pass& pass, int layer, const te
   return out;
 }
 
+void compressed_feed(forward_pass& pass, int layer, const compressed_rows& rows) {
+  const model_config& c = pass.config;
+  const int r = c.compress_ratio(layer);
+  if (r == 0) return;
+  const bool v41 = c.is_v41();
+  DI_CHECK(!v41 || c.kv_source_of(layer) >= 0,
+           "layer {} compresses but no KV source layer precedes it", layer);
+  for (sequence_pass& s : pass.seqs) {
+    if (!v41)
+      feed_v4_layer(pass, layer, s, rows);
+    else if (c.is_kv_source(layer))
+      feed_v41_source(pass, layer, s, rows);
+  }
+  const int source = v41 ? c.kv_source_of(layer) : layer;
+  prefetch_stream(pass, pass.layout.stream_of(source, stream_kind::compressed_kv), r,
+                  &sequence_pass::kv);
+  if (v41 ? c.is_index_source(layer) : c.has_indexer(layer))
+    prefetch_stream(pass, pass.layout.stream_of(source, stream_kind::index_keys), r,
+                    &sequence_pass::keys);
+}
+
 compressed_attention compressed_forward(forward_pass& pass, int layer, sequence_pass& s,
                                         const compressed_rows& rows) {
   const model_config& c = pass.config;
   const int r = c.compress_ratio(layer);
   const std::int64_t entries = (s.start + s.count) / r;
   if (!c.is_v41()) {
-    feed_v4_layer(pass, layer, s, rows);
     const tensor& kv =
         decoded(pass, s, s.kv, pass.layout.stream_of(layer, stream_kind::compressed_kv), entries);
     if (!c.has_indexer(layer)) return {kv, all_visible(pass, s, r, entries)};
@@ -244,7 +298,6 @@ compressed_attention compressed_forward(forward_pass& pass, int layer, sequence_
   }
   const int source = c.kv_source_of(layer);
   DI_CHECK(source >= 0, "layer {} compresses but no KV source layer precedes it", layer);
-  if (c.is_kv_source(layer)) feed_v41_source(pass, layer, s, rows);
   const tensor& kv =
       decoded(pass, s, s.kv, pass.layout.stream_of(source, stream_kind::compressed_kv), entries);
   if (c.is_index_source(layer)) {

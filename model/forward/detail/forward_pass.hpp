@@ -117,9 +117,12 @@ struct compressed_rows {
 compressed_rows compressed_project(const forward_pass& pass, int layer, const tensor& x,
                                    const tensor& q_residual);
 
-/// The compressed entries and their selection for one sequence: feeds the layer's
-/// compressors (if it owns any) with the sequence's rows of `rows`, then returns the decoded
-/// entries [entries, head_dim] and per-token entry indices [count, k] i32 (-1 unused).
+/// Feeds every sequence's rows of `rows` through the layer's compressors (if it owns any),
+/// appending the entries that complete, then decodes the entries (and keys) the layer reads
+/// for all sequences at once.
+void compressed_feed(forward_pass& pass, int layer, const compressed_rows& rows);
+/// The compressed entries and their selection for one sequence (after compressed_feed): the
+/// decoded entries [entries, head_dim] and per-token entry indices [count, k] i32 (-1 unused).
 struct compressed_attention {
   tensor kv;       // [entries, head_dim]
   tensor indices;  // [count, k] i32
