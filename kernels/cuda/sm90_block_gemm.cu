@@ -339,25 +339,25 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
     __syncwarp();  // every lane is done with this stage's buffer before it is refilled
   }
   cp_async_wait<0>();
-  // Offset of element (j, c) of this thread's accumulators in y's layout, or -1.
-  auto offset_of = [&](int j, int c) -> std::int64_t {
-    const std::int64_t r = c < 2 ? r_lo : r_hi;
-    const std::int64_t tk = tok0 + 8 * j + 2 * t + (c & 1);
-    if (!warp_active || r >= p.n || tk >= count) return -1;
-    return group * p.y_group_offset + (row_begin + tk) * p.y_stride + r;
+  // f(offset in y's layout, accumulator) for every output this thread holds.
+  auto for_each_output = [&](auto f) {
+    if (!warp_active) return;
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const std::int64_t r = c < 2 ? r_lo : r_hi;
+        const std::int64_t tk = tok0 + 8 * j + 2 * t + (c & 1);
+        if (r < p.n && tk < count)
+          f(group * p.y_group_offset + (row_begin + tk) * p.y_stride + r, acc[j][c]);
+      }
   };
   if (cfg.k_splits > 1 && p.split_work) {
     // Ordered split K: store this split's partials, count the tile's finished splits, and let
     // the last one add all partials in split order (the same order whichever block is last).
     __shared__ int last_split;
     float* mine = p.split_work + std::int64_t(split) * p.y_elements;
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const std::int64_t o = offset_of(j, c);
-        if (o >= 0) mine[o] = acc[j][c];
-      }
+    for_each_output([&](std::int64_t o, float v) { mine[o] = v; });
     __threadfence();  // the partials are visible device-wide before the count says so
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -370,31 +370,18 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
     __syncthreads();
     if (!last_split) return;
     __threadfence();
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const std::int64_t o = offset_of(j, c);
-        if (o < 0) continue;
-        float sum = 0.0f;
-        for (int sp = 0; sp < cfg.k_splits; ++sp)
-          sum += __ldcg(p.split_work + std::int64_t(sp) * p.y_elements + o);
-        p.y[o] = sum;
-      }
+    for_each_output([&](std::int64_t o, float) {
+      float sum = 0.0f;
+      for (int sp = 0; sp < cfg.k_splits; ++sp)
+        sum += __ldcg(p.split_work + std::int64_t(sp) * p.y_elements + o);
+      p.y[o] = sum;
+    });
     return;
   }
-  if (!warp_active) return;
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const std::int64_t o = offset_of(j, c);
-      if (o < 0) continue;
-      if (cfg.k_splits > 1)
-        atomicAdd(p.y + o, acc[j][c]);
-      else
-        p.y[o] = acc[j][c];
-    }
+  if (cfg.k_splits > 1)
+    for_each_output([&](std::int64_t o, float v) { atomicAdd(p.y + o, v); });
+  else
+    for_each_output([&](std::int64_t o, float v) { p.y[o] = v; });
 }
 
 template <bool FP4>

@@ -185,6 +185,30 @@ tensor offsets_of(const std::vector<int>& counts) {
   return t;
 }
 
+/// y = linear(x, w) and ye = expert_linear(xe, offsets, w4) (act blocks of 128, tile hint 3)
+/// captured on the current stream into a CUDA graph, replayed three times; check(y, ye) after
+/// each replay.
+template <typename Check>
+void replay_dense_and_expert(const tensor& x, const weight_matrix& w, const tensor& xe,
+                             const tensor& offsets, const weight_matrix& w4, Check check) {
+  tensor y = tensor::empty({x.size(0), w.rows()}, dtype::f32, gpu);
+  tensor ye = tensor::empty({xe.size(0), w4.rows() / (offsets.size(0) - 1)}, dtype::f32, gpu);
+  cudaStream_t s = cuda::current_stream();
+  cudaGraph_t graph;
+  REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  y.copy_from(ops::linear(x, w, {128}));
+  ye.copy_from(ops::expert_linear(xe, offsets, w4, {128, 3}));
+  REQUIRE(cudaStreamEndCapture(s, &graph) == cudaSuccess);
+  cudaGraphExec_t exec;
+  REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+  for (int replay = 0; replay < 3; ++replay) {
+    REQUIRE(cudaGraphLaunch(exec, s) == cudaSuccess);
+    check(y, ye);
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
 TEST_CASE("cuda expert_linear: MXFP4 and FP8 experts, empty and >64-row experts") {
   const std::vector<std::vector<int>> cases = {
       {1, 0, 3, 2, 0}, {0, 0, 0, 0, 1}, {70, 1, 0, 9, 64}, {8, 8, 8, 8, 8}};
@@ -233,23 +257,10 @@ TEST_CASE("cuda GEMMs captured in a CUDA graph replay the eager results") {
   cuda::set_gemm_backend(cuda::gemm_backend::block_gemm);
   const tensor want = ops::linear(x, w, {128}).to(cpu_device);
   const tensor want_e = ops::expert_linear(xe, offsets, w4, {128, 3}).to(cpu_device);
-  tensor y = tensor::empty({3, 320}, dtype::f32, gpu);
-  tensor ye = tensor::empty({6, 64}, dtype::f32, gpu);
-  cudaStream_t s = cuda::current_stream();
-  cudaGraph_t graph;
-  REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
-  y.copy_from(ops::linear(x, w, {128}));
-  ye.copy_from(ops::expert_linear(xe, offsets, w4, {128, 3}));
-  REQUIRE(cudaStreamEndCapture(s, &graph) == cudaSuccess);
-  cudaGraphExec_t exec;
-  REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
-  for (int replay = 0; replay < 3; ++replay) {
-    REQUIRE(cudaGraphLaunch(exec, s) == cudaSuccess);
+  replay_dense_and_expert(x, w, xe, offsets, w4, [&](const tensor& y, const tensor& ye) {
     check_close(y, want, 1e-6);
     check_close(ye, want_e, 1e-6);
-  }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
+  });
   cuda::set_gemm_backend(cuda::gemm_backend::automatic);
 }
 
@@ -320,23 +331,10 @@ TEST_CASE("cuda ordered K splits: bit-reproducible, batch-invariant, right, grap
   const weight_matrix w = weight_to(random_fp8(320, 2048, 128), gpu);
   const tensor x = varied_input(3, 2048).to(gpu);
   const tensor want = ops::linear(x, w, {128}).to(cpu_device);
-  tensor y = tensor::empty({3, 320}, dtype::f32, gpu);
-  tensor ye = tensor::empty({6, 64}, dtype::f32, gpu);
-  cudaStream_t s = cuda::current_stream();
-  cudaGraph_t graph;
-  REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
-  y.copy_from(ops::linear(x, w, {128}));
-  ye.copy_from(ops::expert_linear(xe, offsets, w4, {128, 3}));
-  REQUIRE(cudaStreamEndCapture(s, &graph) == cudaSuccess);
-  cudaGraphExec_t exec;
-  REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
-  for (int replay = 0; replay < 3; ++replay) {
-    REQUIRE(cudaGraphLaunch(exec, s) == cudaSuccess);
+  replay_dense_and_expert(x, w, xe, offsets, w4, [&](const tensor& y, const tensor& ye) {
     test::check_bitwise(y.to(cpu_device), want);
     test::check_bitwise(ye.to(cpu_device), want_e);
-  }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
+  });
 }
 
 }  // namespace
