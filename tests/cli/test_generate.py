@@ -143,6 +143,9 @@ class GenerateTest(unittest.TestCase):
         self.assertIn("--batch", error_lines(p)[0])
         p = run("bench", "decode", "--model", MODEL, "--device", "tpu")
         self.assertEqual(p.returncode, 1)
+        p = run("bench", "decode", "--model", MODEL, "--ordered-splits")  # a CUDA-only switch
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("--ordered-splits needs --device cuda", error_lines(p)[0])
 
     def test_bad_input_gives_one_clear_error(self):
         cases = [
@@ -158,6 +161,8 @@ class GenerateTest(unittest.TestCase):
             (["--prompt", "x", "--act-quant", "maybe"], "--act-quant"),
             (["--prompt", "x", "--prompt-ids", "1"], "exactly one of"),
             (["--chat", os.path.join(WORK, "missing.json")], "missing.json"),
+            (["--prompt", "x", "--n", "0"], "--n must be at least 1"),
+            (["--prompt", "x", "--n", "2"], "--n above 1 needs --json"),
         ]
         for args, expect in cases:
             p = run("generate", "--model", MODEL, *args)
