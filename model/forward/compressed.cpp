@@ -67,21 +67,12 @@ void append(const forward_pass& pass, sequence_pass& s, int stream, const tensor
   s.state->append_entries(stream, packed);
 }
 
-/// The first `entries` entries of `stream`, decoded (reused across the layers of a group).
-const tensor& decoded(const forward_pass& pass, sequence_pass& s, decoded_stream& d, int stream,
-                      std::int64_t entries) {
-  if (d.stream == stream && d.entries == entries) return d.rows;
-  const cache_row_format& f = pass.layout.streams[std::size_t(stream)].format;
-  d.stream = stream;
-  d.entries = entries;
-  d.rows = tensor::empty({entries, f.dim()}, dtype::f32, pass.dev());  // [entries, dim]
-  if (pass.on_cuda()) {  // one gather of the entries' rows from the stream's blocks
-    const std::vector<std::int64_t> rows = s.state->entry_rows(stream, 0, entries);
-    ops::decode_cache_rows(ops::gather_rows(s.state->pool().arena(stream), pass.index(rows)), f,
-                           d.rows);
-  } else {
-    ops::decode_cache_rows(s.state->read_entries(stream, 0, entries), f, d.rows);
-  }
+/// The first `entries` entries of `stream` as prefetch_stream decoded them for this call
+/// (reused across the layers of a group).
+const tensor& decoded(const decoded_stream& d, int stream, std::int64_t entries) {
+  DI_CHECK(d.stream == stream && d.entries == entries,
+           "stream {}: {} entries were not decoded for this layer (have stream {}, {} entries)",
+           stream, entries, d.stream, d.entries);
   return d.rows;
 }
 
@@ -194,8 +185,8 @@ tensor run_indexer(const forward_pass& pass, int layer, sequence_pass& s,
 }
 
 /// Decodes the first entries of `stream` (entries = (start + count) / ratio) for every
-/// sequence of the call whose copy in `member` is stale: one gather and one decode for all of
-/// them, left where decoded() finds them. Sequences on different pools are left to decoded().
+/// sequence of the call whose copy in `member` is stale: one gather from the pool's arena and
+/// one decode for all of them, left where decoded() finds them.
 void prefetch_stream(forward_pass& pass, int stream, int ratio,
                      decoded_stream sequence_pass::*member) {
   if (stream < 0 || pass.seqs.empty()) return;
@@ -203,7 +194,7 @@ void prefetch_stream(forward_pass& pass, int stream, int ratio,
   std::vector<std::int64_t> rows;                              // arena rows of every stale copy
   std::vector<std::pair<sequence_pass*, std::int64_t>> stale;  // (sequence, entries)
   for (sequence_pass& s : pass.seqs) {
-    if (&s.state->pool() != &pool) return;
+    DI_CHECK(&s.state->pool() == &pool, "the sequences of one forward call share one block pool");
     const std::int64_t entries = (s.start + s.count) / ratio;
     const decoded_stream& d = s.*member;
     if (d.stream == stream && d.entries == entries) continue;
@@ -290,23 +281,23 @@ compressed_attention compressed_forward(forward_pass& pass, int layer, sequence_
   const std::int64_t entries = (s.start + s.count) / r;
   if (!c.is_v41()) {
     const tensor& kv =
-        decoded(pass, s, s.kv, pass.layout.stream_of(layer, stream_kind::compressed_kv), entries);
+        decoded(s.kv, pass.layout.stream_of(layer, stream_kind::compressed_kv), entries);
     if (!c.has_indexer(layer)) return {kv, all_visible(pass, s, r, entries)};
     const tensor& keys =
-        decoded(pass, s, s.keys, pass.layout.stream_of(layer, stream_kind::index_keys), entries);
+        decoded(s.keys, pass.layout.stream_of(layer, stream_kind::index_keys), entries);
     return {kv, run_indexer(pass, layer, s, rows, keys)};
   }
   const int source = c.kv_source_of(layer);
   DI_CHECK(source >= 0, "layer {} compresses but no KV source layer precedes it", layer);
   const tensor& kv =
-      decoded(pass, s, s.kv, pass.layout.stream_of(source, stream_kind::compressed_kv), entries);
+      decoded(s.kv, pass.layout.stream_of(source, stream_kind::compressed_kv), entries);
   if (c.is_index_source(layer)) {
     if (entries == 0) {
       s.topk = tensor::empty({s.count, 0}, dtype::i32, pass.dev());
     } else {
       const int key_stream = pass.layout.stream_of(source, stream_kind::index_keys);
       DI_CHECK(key_stream >= 0, "layer {}: KV source {} has no indexer keys", layer, source);
-      s.topk = run_indexer(pass, layer, s, rows, decoded(pass, s, s.keys, key_stream, entries));
+      s.topk = run_indexer(pass, layer, s, rows, decoded(s.keys, key_stream, entries));
     }
   }
   DI_CHECK(s.topk.defined(), "layer {} reuses top-k indices but no index source precedes it",

@@ -189,24 +189,6 @@ void sequence_state::append_entries(int s, const tensor& rows) {
   }
 }
 
-tensor sequence_state::read_entries(int s, std::int64_t begin, std::int64_t end) const {
-  DI_CHECK(0 <= begin && begin <= end && end <= num_entries(s), "stream {}: entries [{}, {}) of {}",
-           s, begin, end, num_entries(s));
-  const std::size_t row_bytes = layout().streams[std::size_t(s)].format.row_bytes();
-  tensor out =
-      tensor::empty({end - begin, std::int64_t(row_bytes)}, dtype::u8, dev());  // [n, row_bytes]
-  const std::int64_t per_block = layout().entries_per_block;
-  for (std::int64_t e = begin; e < end;) {  // one copy per contiguous run inside a block
-    const std::int64_t in_block = e % per_block;
-    const std::int64_t n = std::min(end - e, per_block - in_block);
-    tensor blk = pool_.block(s, block_tables_[std::size_t(s)][std::size_t(e / per_block)]);
-    tensor dst = out.slice(0, e - begin, e - begin + n);
-    dst.copy_from(blk.slice(0, in_block, in_block + n));
-    e += n;
-  }
-  return out;
-}
-
 std::vector<std::int64_t> sequence_state::entry_rows(int s, std::int64_t begin,
                                                      std::int64_t end) const {
   DI_CHECK(0 <= begin && begin <= end && end <= num_entries(s), "stream {}: entries [{}, {}) of {}",

@@ -104,8 +104,6 @@ class sequence_state {
   /// Appends packed rows [n, row_bytes] u8 to stream `s` (reserving as needed); rows of
   /// entries below the cached prefix are counted, not written.
   void append_entries(int s, const tensor& rows);
-  /// Entries [begin, end) of stream `s` gathered into [end - begin, row_bytes] u8.
-  tensor read_entries(int s, std::int64_t begin, std::int64_t end) const;
   /// Rows of pool.arena(s) holding entries [begin, end) of stream `s`: [end - begin] i64.
   std::vector<std::int64_t> entry_rows(int s, std::int64_t begin, std::int64_t end) const;
 
