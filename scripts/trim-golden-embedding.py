@@ -41,6 +41,9 @@ def main():
         raise SystemExit(__doc__)
     src, dst = Path(sys.argv[1]), Path(sys.argv[2])
     expected = src / "expected.safetensors"
+    for f in (expected, src / "model.safetensors"):
+        if not f.is_file():
+            raise SystemExit(f"trim-golden-embedding: {f} not found")
     _, eh = header(expected)
     def token_ids(name, meta):  # input_ids, greedy_ids, greedy_ids_noactq; not engram hash ids
         named = name == "ids" or name.endswith("_ids") or "_ids_" in name
