@@ -4,7 +4,9 @@
 # with a preset name as $1 (v41-flash-L4 / v4-flash-L4) -- makes that checkpoint on the
 # machine and runs the decode/prefill benchmarks on it. Logs go to $OUT.
 #   DEEPINFER_BENCH_CONTEXT (default 2048), DEEPINFER_BENCH_BATCH (default 1,8,32,64),
-#   DEEPINFER_BENCH_GRAPHS (decode through CUDA graphs: off, on or both -- the default)
+#   DEEPINFER_BENCH_GRAPHS (decode through CUDA graphs: off, on or both -- the default),
+#   DEEPINFER_KERNEL_BENCH (run bench_kernels_cuda --filter it first), DEEPINFER_COMPARE_DECODE=1
+#   (decode again with sm90_block_gemm's tiles instead of stream_gemm, DEEPINFER_STREAM_GEMM=0)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/out}
@@ -32,6 +34,12 @@ di=/tmp/fwd/bin/deepinfer
 if [[ -x $di && ${DEEPINFER_SKIP_CLUSTER:-0} != 1 ]]; then
   DEEPINFER_BIN=$di timeout 300 scripts/gpu-cluster.sh 2>&1 | tee "$out/cluster.log" | tail -5
 fi
+# Per-kernel benchmarks (GEMM rows whose label holds $DEEPINFER_KERNEL_BENCH, e.g. "M=1").
+if [[ -n ${DEEPINFER_KERNEL_BENCH:-} && -x /tmp/fwd/bin/bench_kernels_cuda ]]; then
+  /tmp/fwd/bin/bench_kernels_cuda --filter "$DEEPINFER_KERNEL_BENCH" >"$out/bench_kernels_cuda.log" 2>&1
+  echo "bench_kernels_cuda rc=$?"
+  tail -70 "$out/bench_kernels_cuda.log"
+fi
 # Benchmarks: each preset named on the command line is made here, benchmarked, removed.
 ctx=${DEEPINFER_BENCH_CONTEXT:-2048}
 batches=${DEEPINFER_BENCH_BATCH:-1,8,32,64}
@@ -43,6 +51,14 @@ for preset in "$@"; do
   "$di" bench decode --model "$dir" --device cuda --batch "$batches" --context "$ctx" --steps 8 \
     --cuda-graphs "${DEEPINFER_BENCH_GRAPHS:-both}" \
     2>&1 | tee "$out/bench-decode-$preset.log"
+  if [[ ${DEEPINFER_COMPARE_DECODE:-0} == 1 ]]; then
+    DEEPINFER_STREAM_GEMM=0 "$di" bench decode --model "$dir" --device cuda --batch "$batches" \
+      --context "$ctx" --steps 8 --cuda-graphs on 2>&1 | tee "$out/bench-decode-smem-$preset.log" |
+      grep decode | sed 's/^/smem tiles: /'
+    DEEPINFER_STREAM_TILES=2 "$di" bench decode --model "$dir" --device cuda --batch "$batches" \
+      --context "$ctx" --steps 8 --cuda-graphs on 2>&1 | tee "$out/bench-decode-x2-$preset.log" |
+      grep decode | sed 's/^/stream x2: /'
+  fi
   "$di" bench decode --model "$dir" --device cuda --batch 1,64 --context "$ctx" --steps 8 \
     --cuda-graphs on --ordered-splits 2>&1 | tee "$out/bench-decode-ordered-$preset.log" | grep decode
   "$di" bench prefill --model "$dir" --device cuda --batch 1 --context 2048 --steps 8 \

@@ -45,6 +45,23 @@ weight_matrix device_fp4(std::int64_t n, std::int64_t k, unsigned seed) {
   return weight_matrix::fp4(random_device({n, k / 2}, dtype::i8, seed + 1), s);
 }
 
+/// The decode (<= 8 rows per group) kernels compared: stream_gemm with 1 or 2 m16 tiles per
+/// warp, and sm90_block_gemm's shared-memory tiles.
+struct decode_kernel {
+  const char* name;
+  bool stream;
+  int tiles;
+  void select() const {
+    cuda::set_stream_gemm(stream);
+    cuda::set_stream_gemm_tiles(tiles);
+  }
+};
+const decode_kernel decode_kernels[] = {
+    {"stream_gemm", true, 1}, {"stream_gemm x2", true, 2}, {"smem tiles", false, 1}};
+void default_decode_kernel() {
+  decode_kernels[0].select();
+}
+
 /// Copies of a weight so that rotating through them streams more than the 60 MB L2.
 int copies_for(std::size_t bytes) {
   return int(std::max<std::size_t>(2, (std::size_t(256) << 20) / std::max<std::size_t>(1, bytes)));
@@ -102,24 +119,29 @@ void fp8_rows(const limits& lim, std::vector<result_row>& rows, const char* mode
     for (int i = 0; i < copies_for(bytes); ++i) ws.push_back(device_fp8(s.n, s.k, block, 20 + i));
     const tensor x = random_device({1, s.k}, dtype::f32, 13);
     cuda::set_gemm_backend(cuda::gemm_backend::block_gemm);
-    std::size_t next = 0;
-    const double eager = median_us([&] { ops::linear(x, ws[next++ % ws.size()], {act}); }, 3, 30);
-    // Graph replays: one graph per weight copy would be needed to rotate; replay over the
-    // first copy with the L2 flushed by streaming the others between replays is not possible
-    // inside one graph, so capture a graph that runs every copy once and divide.
-    const double all = median_graph_us([&] {
-      for (const weight_matrix& w : ws) ops::linear(x, w, {act});
-    });
-    const double us = all / double(ws.size());
+    for (const decode_kernel& kernel : decode_kernels) {
+      kernel.select();
+      std::size_t next = 0;
+      const double eager =
+          median_us([&] { ops::linear(x, ws[next++ % ws.size()], {act}); }, 3, 30);
+      // Graph replays: one graph per weight copy would be needed to rotate; replay over the
+      // first copy with the L2 flushed by streaming the others between replays is not possible
+      // inside one graph, so capture a graph that runs every copy once and divide.
+      const double all = median_graph_us([&] {
+        for (const weight_matrix& w : ws) ops::linear(x, w, {act});
+      });
+      const double us = all / double(ws.size());
+      const double gbps = double(bytes) / (us * 1e-6) / 1e9;
+      rows.push_back({fmt::format("{} fp8 {} M=1 {}", model, kernel.name, s.name),
+                      fmt::format("N{} K{} {:.1f} MB", s.n, s.k, double(bytes) / 1e6), us,
+                      "us graph", us, "DeepGEMM M=1: 6-20 us (20 / ours)", 20.0 / us});
+      rows.push_back({"  same, eager (launch overheads in)", "", eager, "us", eager,
+                      "DeepGEMM M=1: 6-20 us (20 / ours)", 20.0 / eager});
+      rows.push_back({"  same, weight stream rate (graph)", "", gbps, "GB/s", us,
+                      fmt::format("copy {:.0f} GB/s", lim.copy_gbps), gbps / lim.copy_gbps});
+    }
+    default_decode_kernel();
     cuda::set_gemm_backend(cuda::gemm_backend::automatic);
-    const double gbps = double(bytes) / (us * 1e-6) / 1e9;
-    rows.push_back({fmt::format("{} fp8 block_gemm M=1 {}", model, s.name),
-                    fmt::format("N{} K{} {:.1f} MB", s.n, s.k, double(bytes) / 1e6), us, "us graph",
-                    us, "DeepGEMM M=1: 6-20 us (20 / ours)", 20.0 / us});
-    rows.push_back({"  same, eager (launch overheads in)", "", eager, "us", eager,
-                    "DeepGEMM M=1: 6-20 us (20 / ours)", 20.0 / eager});
-    rows.push_back({"  same, weight stream rate (graph)", "", gbps, "GB/s", us,
-                    fmt::format("copy {:.0f} GB/s", lim.copy_gbps), gbps / lim.copy_gbps});
   }
 }
 
@@ -134,12 +156,19 @@ void fp4_grouped_rows(const limits& lim, std::vector<result_row>& rows, const ch
     const tensor offsets = off.to(gpu);
     const tensor x = random_device({std::int64_t(experts) * t, s.k}, dtype::f32, 32);
     const ops::expert_linear_params p{32, t};
-    const double us = median_graph_us([&] { ops::expert_linear(x, offsets, w, p); });
-    const double gbps = double(bytes) / (us * 1e-6) / 1e9;
-    rows.push_back({fmt::format("{} mxfp4 grouped {} x{}", model, s.name, experts),
-                    fmt::format("{} tok/expert N{} K{}", t, s.n, s.k), gbps, "GB/s", us,
-                    fmt::format("copy {:.0f} (DeepGEMM 92-98%)", lim.copy_gbps),
-                    gbps / lim.copy_gbps});
+    double us = 0;
+    for (const decode_kernel& kernel : decode_kernels) {  // tiles of > 8 rows: one kernel
+      if (t > 8 && &kernel != &decode_kernels[0]) continue;
+      kernel.select();
+      us = median_graph_us([&] { ops::expert_linear(x, offsets, w, p); });
+      const double gbps = double(bytes) / (us * 1e-6) / 1e9;
+      rows.push_back({fmt::format("{} mxfp4 grouped {} x{} {}", model, s.name, experts,
+                                  t > 8 ? "smem tiles" : kernel.name),
+                      fmt::format("{} tok/expert N{} K{}", t, s.n, s.k), gbps, "GB/s", us,
+                      fmt::format("copy {:.0f} (DeepGEMM 92-98%)", lim.copy_gbps),
+                      gbps / lim.copy_gbps});
+    }
+    default_decode_kernel();
     const double tflops =
         2.0 * double(experts) * t * double(s.n) * double(s.k) / (us * 1e-6) / 1e12;
     if (t >= 16)
@@ -156,7 +185,8 @@ void run_gemms(const limits& lim, std::vector<result_row>& rows, bool quick,
     return filter.empty() || label.find(filter) != std::string::npos;
   };
   // V4.1-Flash: hidden 5120, q_lora 1280, 64 heads x 512, o_lora 8 x 1024, MoE 2304.
-  const shape v41[] = {{"wq_b", 32768, 1280}, {"wo_b", 5120, 8192}, {"shared_w1", 2304, 5120}};
+  const shape v41[] = {{"wq_b", 32768, 1280}, {"wo_b", 5120, 8192}, {"shared_w1", 2304, 5120},
+                       {"wq_a", 1280, 5120},   {"wkv", 512, 5120}};
   for (const shape& s : v41)
     if (wanted(std::string("V4.1 fp8 ") + s.name)) fp8_rows(lim, rows, "V4.1", 32, s, quick);
   // V4-Flash: hidden 4096, q_lora 1024, MoE 2048, 128x128 blocks.

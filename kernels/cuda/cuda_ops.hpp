@@ -58,6 +58,16 @@ gemm_backend get_gemm_backend();
 void set_ordered_gemm_splits(bool on);
 bool get_ordered_gemm_splits();
 
+/// Decode tiles (<= 8 rows per group) go to stream_gemm -- weights streamed from global memory
+/// into registers, K split by the weight's shape only (deterministic, batch-invariant up to 8
+/// rows) -- unless switched off (then sm90_block_gemm's shared-memory tiles); its warps take
+/// 1 or 2 m16 tiles. Defaults from DEEPINFER_STREAM_GEMM=0 / DEEPINFER_STREAM_TILES=2.
+/// (Defined in stream_gemm.cu / sm90_block_gemm.cu; also declared in gemm_kernels.hpp.)
+void set_stream_gemm(bool on);
+bool get_stream_gemm();
+void set_stream_gemm_tiles(int tiles);
+int get_stream_gemm_tiles();
+
 /// The weight decoded exactly (value times its block scale) to `to` (bf16 or f32), on the
 /// weight's device: the dequantize-at-load path.
 weight_matrix dequantize_weight(const weight_matrix& w, dtype to);

@@ -68,8 +68,20 @@ struct block_gemm_plan {
   std::int64_t tiles = 0;
 };
 block_gemm_plan plan_block_gemm(const block_gemm_params& p);
-/// Enqueues the GEMM (zeroing y first when it splits K across blocks with atomics).
+/// Enqueues the GEMM (zeroing y first when it splits K across blocks with atomics). Token
+/// tiles of at most 8 rows (decode) go to stream_gemm unless that is switched off.
 void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream);
+/// block_gemm's decode kernel (stream_gemm.cu): weights streamed into registers; its K splits
+/// depend on the weight's shape only and add deterministically (no workspace).
+void launch_stream_gemm(const block_gemm_params& p, cudaStream_t stream);
+/// Whether decode tiles use stream_gemm (default on; DEEPINFER_STREAM_GEMM=0 starts it off)
+/// or sm90_block_gemm's shared-memory tiles (benchmarks and tests compare the two).
+void set_stream_gemm(bool on);
+bool get_stream_gemm();
+/// stream_gemm's m16 tiles per warp: 1 (default; two blocks per SM) or 2 (32 rows per warp
+/// sharing each activation fragment, one block per SM); DEEPINFER_STREAM_TILES=2 starts at 2.
+void set_stream_gemm_tiles(int tiles);
+int get_stream_gemm_tiles();
 
 struct dequantize_params {
   const std::uint8_t* values;      ///< FP8 [rows, cols], FP4 [rows, cols / 2], or bf16/f32

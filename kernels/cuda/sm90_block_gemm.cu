@@ -9,14 +9,21 @@
 // split K across blocks (atomic fp32 adds) so that the whole GPU streams the weights.
 #include "kernels/cuda/gemm_kernels.hpp"
 
+#include "kernels/cuda/block_gemm_common.cuh"
+
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/dtype.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <string_view>
 
 namespace di::cuda {
 
 namespace {
+
+using namespace gemm_detail;
 
 constexpr int num_warps = 4;
 constexpr int rows_per_warp = 16;
@@ -43,15 +50,6 @@ constexpr int stage_steps() {
   return FP4 ? stage_bytes / 16 : stage_bytes / 32;
 }
 
-__device__ __forceinline__ void mma_e4m3(float (&d)[4], const std::uint32_t (&a)[4],
-                                         std::uint32_t b0, std::uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 __device__ __forceinline__ void cp_async16(void* smem, const void* global) {
   const unsigned dst = unsigned(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(global));
@@ -64,62 +62,12 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// Eight e2m1 nibbles (inputs k0..k7, low nibble first) -> e4m3 codes of value * 2^-6: the
-// sign moves to bit 7 and the three magnitude bits to bits 2..4 (exponent and mantissa line
-// up, subnormal 0.5 included). Low nibbles give (k0, k2, k4, k6), high ones (k1, k3, k5, k7).
-__device__ __forceinline__ std::uint32_t fp4_low(std::uint32_t w) {
-  return ((w << 4) & 0x80808080u) | ((w << 2) & 0x1c1c1c1cu);
-}
-__device__ __forceinline__ std::uint32_t fp4_high(std::uint32_t w) {
-  return (w & 0x80808080u) | ((w >> 2) & 0x1c1c1c1cu);
-}
-
-/// 2^(e - 127 + 6) for an e8m0 byte: the MXFP4 scale times the 2^6 the codes above lack.
-__device__ __forceinline__ float fp4_scale_factor(std::uint8_t e) {
-  const int biased = min(int(e) + 6, 254);
-  return __int_as_float(biased << 23);
-}
-
 struct split_config {
   int k_splits;
   std::int64_t steps_per_split;
   int chunk_steps;  ///< activation inputs staged per pass / 32 (a multiple of 8)
   bool compact;     ///< grid row y serves the y-th non-empty group (see nth_nonempty_group)
 };
-
-/// The index of the n-th group (from 0) whose offsets range is not empty, or -1; called by
-/// every thread of the block (it synchronises). Expert GEMMs of a few routed tokens touch at
-/// most `rows` of their groups: the grid then has one row per possible non-empty group instead
-/// of one per expert (6 instead of 384 at batch 1), and the split-K decision counts only those,
-/// so the few weights that are read stream through the whole GPU. One pass over the offsets:
-/// each thread counts the non-empty groups of a contiguous run, a block scan places the runs.
-__device__ int nth_nonempty_group(const std::int32_t* offsets, int groups, int n) {
-  __shared__ int warp_total[num_warps];
-  __shared__ int found;
-  const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
-  const int per = (groups + num_warps * 32 - 1) / (num_warps * 32);
-  const int g0 = min(groups, tid * per), g1 = min(groups, g0 + per);
-  int mine = 0;
-  for (int g = g0; g < g1; ++g) mine += offsets[g + 1] > offsets[g] ? 1 : 0;
-  int incl = mine;  // inclusive scan within the warp
-#pragma unroll
-  for (int d = 1; d < 32; d *= 2) {
-    const int v = __shfl_up_sync(0xffffffffu, incl, d);
-    if (lane >= d) incl += v;
-  }
-  if (tid == 0) found = -1;
-  if (lane == 31) warp_total[warp] = incl;
-  __syncthreads();
-  int before = incl - mine;
-  for (int w = 0; w < warp; ++w) before += warp_total[w];
-  if (n >= before && n < before + mine) {
-    int seen = before;
-    for (int g = g0; g < g1; ++g)
-      if (offsets[g + 1] > offsets[g] && seen++ == n) found = g;
-  }
-  __syncthreads();
-  return found;
-}
 
 /// Where a warp's two fragment rows (lo = g, hi = g + 8) find their weight scales; all index
 /// arithmetic of the hot loop is 32-bit shifts and adds (a 64-bit division costs ~60 ops).
@@ -158,10 +106,6 @@ __device__ __forceinline__ void load_scales(const scale_rows& sr, int st, int to
   }
 }
 
-__device__ __forceinline__ int log2_int(int v) {
-  return 31 - __clz(v);
-}
-
 template <int NT, bool FP4>
 __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
     block_gemm_kernel(block_gemm_params p, split_config cfg) {
@@ -172,7 +116,7 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
   constexpr int ssteps = stage_steps<FP4>();
   constexpr int step_bytes = FP4 ? step_k / 2 : step_k;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int group = cfg.compact ? nth_nonempty_group(p.offsets, p.groups, int(blockIdx.y))
+  const int group = cfg.compact ? nth_nonempty_group<num_warps>(p.offsets, p.groups, int(blockIdx.y))
                                  : int(blockIdx.y);
   if (group < 0) return;  // fewer non-empty groups than grid rows (uniform over the block)
   const int split = int(blockIdx.z % unsigned(cfg.k_splits));
@@ -271,8 +215,8 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
           v = *reinterpret_cast<const uint4*>(act_base + (row_begin + tok0 + tok) * p.act_stride +
                                               c0 * step_k + unit * 16);
         if (FP4) {  // each 8 inputs as (k0, k2, k4, k6, k1, k3, k5, k7), as fp4_low/high give A
-          const uint4 o = make_uint4(__byte_perm(v.x, v.y, 0x6420), __byte_perm(v.x, v.y, 0x7531),
-                                     __byte_perm(v.z, v.w, 0x6420), __byte_perm(v.z, v.w, 0x7531));
+          const uint4 o = make_uint4(fp4_act_low(v.x, v.y), fp4_act_high(v.x, v.y),
+                                     fp4_act_low(v.z, v.w), fp4_act_high(v.z, v.w));
           v = o;
         }
         *reinterpret_cast<uint4*>(act_tile + tok * stride + unit * 16) = v;
@@ -478,11 +422,29 @@ launch_shape shape_of(const block_gemm_params& p) {
   return sh;
 }
 
+std::atomic<bool> g_stream_gemm{[] {
+  const char* env = std::getenv("DEEPINFER_STREAM_GEMM");
+  return !(env && std::string_view(env) == "0");
+}()};
+
+/// Whether launch_block_gemm hands p to stream_gemm: token tiles of <= 8 rows.
+bool streams(const launch_shape& sh) {
+  return sh.nt == 1 && g_stream_gemm;
+}
+
 }  // namespace
+
+void set_stream_gemm(bool on) {
+  g_stream_gemm = on;
+}
+bool get_stream_gemm() {
+  return g_stream_gemm;
+}
 
 block_gemm_plan plan_block_gemm(const block_gemm_params& p) {
   if (p.max_rows == 0 || p.n == 0 || p.groups == 0 || p.k / step_k == 0) return {};
   const launch_shape sh = shape_of(p);
+  if (streams(sh)) return {1, sh.tiles()};  // its splits need no workspace
   return {sh.cfg.k_splits, sh.tiles()};
 }
 
@@ -493,6 +455,10 @@ void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream) {
     return;
   }
   const launch_shape sh = shape_of(p);
+  if (streams(sh)) {
+    launch_stream_gemm(p, stream);
+    return;
+  }
   const int splits = sh.cfg.k_splits;
   DI_CHECK((p.split_work == nullptr) == (p.split_counters == nullptr),
            "block_gemm: split_work and split_counters come together");

@@ -339,3 +339,74 @@ TEST_CASE("cuda ordered K splits: bit-reproducible, batch-invariant, right, grap
 
 }  // namespace
 }  // namespace di
+
+namespace di {
+namespace {
+
+/// Restores the decode-kernel switches a test case sets.
+struct stream_switches {
+  stream_switches() { cuda::set_gemm_backend(cuda::gemm_backend::block_gemm); }
+  ~stream_switches() {
+    cuda::set_gemm_backend(cuda::gemm_backend::automatic);
+    cuda::set_stream_gemm(true);
+    cuda::set_stream_gemm_tiles(1);
+  }
+};
+
+TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invariant, both widths") {
+  const stream_switches restore;
+  struct shape {
+    std::int64_t out, in;
+    int block;  // 0: MXFP4
+  };
+  // Outputs not a multiple of 16 or 32 rows; K from one step to a two-block split (6144 inputs
+  // at 16 outputs asks for more warps than K has); V4 and V4.1 blocks and MXFP4.
+  const shape shapes[] = {{16, 32, 32},     {40, 256, 0},     {200, 1280, 32}, {48, 384, 128},
+                          {16, 6144, 128}, {96, 2304, 0},    {1000, 512, 32}, {24, 8192, 0}};
+  for (const shape sh : shapes) {
+    CAPTURE(sh.out);
+    CAPTURE(sh.in);
+    const weight_matrix host =
+        sh.block ? random_fp8(sh.out, sh.in, sh.block) : random_fp4(sh.out, sh.in);
+    const weight_matrix w = weight_to(host, gpu);
+    const int act = sh.in % 128 == 0 ? 128 : 32;
+    const tensor x8 = varied_input(8, sh.in);
+    cuda::set_stream_gemm(false);  // the shared-memory tile kernel
+    const tensor tiled = ops::linear(x8.to(gpu), w, {act}).to(cpu_device);
+    cuda::set_stream_gemm(true);
+    for (int tiles : {1, 2}) {
+      CAPTURE(tiles);
+      cuda::set_stream_gemm_tiles(tiles);
+      test::poison_device_pool();
+      const tensor y8 = ops::linear(x8.to(gpu), w, {act}).to(cpu_device);
+      check_close(y8, ops::linear(x8, host, {act}), 2e-3);
+      check_close(y8, tiled, 1e-5);  // the same sums, grouped differently
+      test::check_bitwise(ops::linear(x8.to(gpu), w, {act}).to(cpu_device), y8);
+      for (std::int64_t rows : {1, 3}) {  // fewer rows: the same bits for the same tokens
+        const tensor part = ops::linear(x8.slice(0, 0, rows).clone().to(gpu), w, {act});
+        test::check_bitwise(part.to(cpu_device), y8.slice(0, 0, rows).clone());
+      }
+    }
+  }
+  // Experts: empty ones, a compacted grid (3 routed rows over 8 experts), up to 8 rows per
+  // expert, several token tiles under a small tile hint (decode graphs), FP8 and MXFP4.
+  for (int tiles : {1, 2}) {
+    cuda::set_stream_gemm_tiles(tiles);
+    for (const auto& counts : std::vector<std::vector<int>>{
+             {0, 1, 0, 0, 2, 0, 0, 0}, {8, 0, 3, 5, 1, 0, 7, 2}, {17, 0, 1, 0, 0, 0, 0, 9}}) {
+      const tensor off = offsets_of(counts);
+      const std::int64_t rows = off.data<std::int32_t>()[counts.size()];
+      const tensor xr = varied_input(rows, 1024);
+      const weight_matrix w4 = random_fp4(8 * 72, 1024);
+      const weight_matrix w8 = random_fp8(8 * 64, 1024, 32);
+      for (const weight_matrix* w : {&w4, &w8}) {
+        const ops::expert_linear_params hint{32, rows, 2};  // loose bound, tile for 2 rows
+        check_close(ops::expert_linear(xr.to(gpu), off.to(gpu), weight_to(*w, gpu), hint),
+                    ops::expert_linear(xr, off, *w, {32, 0}), 2e-3);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace di

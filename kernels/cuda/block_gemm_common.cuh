@@ -1,0 +1,84 @@
+// Device helpers shared by the two block_gemm kernels (sm90_block_gemm.cu: shared-memory tiles
+// for many tokens; stream_gemm.cu: register-streamed weights for decode tiles of <= 8 tokens):
+// the FP8 MMA, the MXFP4 -> e4m3 nibble decode and its scale, and the compacted-grid lookup of
+// non-empty expert groups.
+#pragma once
+
+#include <cstdint>
+
+namespace di::cuda::gemm_detail {
+
+/// d += a b on the FP8 tensor cores: m16n8k32, e4m3 x e4m3, fp32 accumulate.
+__device__ __forceinline__ void mma_e4m3(float (&d)[4], const std::uint32_t (&a)[4],
+                                         std::uint32_t b0, std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Eight e2m1 nibbles (inputs k0..k7, low nibble first) -> e4m3 codes of value * 2^-6: the
+// sign moves to bit 7 and the three magnitude bits to bits 2..4 (exponent and mantissa line
+// up, subnormal 0.5 included). Low nibbles give (k0, k2, k4, k6), high ones (k1, k3, k5, k7);
+// the activations are permuted to match (fp4_act_low / fp4_act_high).
+__device__ __forceinline__ std::uint32_t fp4_low(std::uint32_t w) {
+  return ((w << 4) & 0x80808080u) | ((w << 2) & 0x1c1c1c1cu);
+}
+__device__ __forceinline__ std::uint32_t fp4_high(std::uint32_t w) {
+  return (w & 0x80808080u) | ((w >> 2) & 0x1c1c1c1cu);
+}
+/// Activation codes of inputs k0..k3 (x) and k4..k7 (y) -> (k0, k2, k4, k6) and (k1, k3, k5, k7).
+__device__ __forceinline__ std::uint32_t fp4_act_low(std::uint32_t x, std::uint32_t y) {
+  return __byte_perm(x, y, 0x6420);
+}
+__device__ __forceinline__ std::uint32_t fp4_act_high(std::uint32_t x, std::uint32_t y) {
+  return __byte_perm(x, y, 0x7531);
+}
+
+/// 2^(e - 127 + 6) for an e8m0 byte: the MXFP4 scale times the 2^6 the codes above lack.
+__device__ __forceinline__ float fp4_scale_factor(std::uint8_t e) {
+  const int biased = min(int(e) + 6, 254);
+  return __int_as_float(biased << 23);
+}
+
+__device__ __forceinline__ int log2_int(int v) {
+  return 31 - __clz(v);
+}
+
+/// The index of the n-th group (from 0) whose offsets range is not empty, or -1; called by
+/// every thread of a block of Warps warps (it synchronises). Expert GEMMs of a few routed
+/// tokens touch at most `rows` of their groups: the grid then has one row per possible
+/// non-empty group instead of one per expert (6 instead of 384 at batch 1), so the few weights
+/// that are read stream through the whole GPU. One pass over the offsets: each thread counts
+/// the non-empty groups of a contiguous run, a block scan places the runs.
+template <int Warps>
+__device__ int nth_nonempty_group(const std::int32_t* offsets, int groups, int n) {
+  __shared__ int warp_total[Warps];
+  __shared__ int found;
+  const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  const int per = (groups + Warps * 32 - 1) / (Warps * 32);
+  const int g0 = min(groups, tid * per), g1 = min(groups, g0 + per);
+  int mine = 0;
+  for (int g = g0; g < g1; ++g) mine += offsets[g + 1] > offsets[g] ? 1 : 0;
+  int incl = mine;  // inclusive scan within the warp
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+    const int v = __shfl_up_sync(0xffffffffu, incl, d);
+    if (lane >= d) incl += v;
+  }
+  if (tid == 0) found = -1;
+  if (lane == 31) warp_total[warp] = incl;
+  __syncthreads();
+  int before = incl - mine;
+  for (int w = 0; w < warp; ++w) before += warp_total[w];
+  if (n >= before && n < before + mine) {
+    int seen = before;
+    for (int g = g0; g < g1; ++g)
+      if (offsets[g + 1] > offsets[g] && seen++ == n) found = g;
+  }
+  __syncthreads();
+  return found;
+}
+
+}  // namespace di::cuda::gemm_detail
