@@ -55,9 +55,11 @@ for preset in "$@"; do
     DEEPINFER_STREAM_GEMM=0 "$di" bench decode --model "$dir" --device cuda --batch "$batches" \
       --context "$ctx" --steps 8 --cuda-graphs on 2>&1 | tee "$out/bench-decode-smem-$preset.log" |
       grep decode | sed 's/^/smem tiles: /'
-    DEEPINFER_STREAM_TILES=2 "$di" bench decode --model "$dir" --device cuda --batch "$batches" \
-      --context "$ctx" --steps 8 --cuda-graphs on 2>&1 | tee "$out/bench-decode-x2-$preset.log" |
-      grep decode | sed 's/^/stream x2: /'
+    for v in 1 2 3; do  # sm90_block_gemm's deeper weight pipelines for decode tiles
+      DEEPINFER_STREAM_GEMM=0 DEEPINFER_TILE_PIPELINE=$v "$di" bench decode --model "$dir" \
+        --device cuda --batch "$batches" --context "$ctx" --steps 8 --cuda-graphs on 2>&1 |
+        tee "$out/bench-decode-pipeline$v-$preset.log" | grep decode | sed "s/^/smem pipeline $v: /"
+    done
   fi
   "$di" bench decode --model "$dir" --device cuda --batch 1,64 --context "$ctx" --steps 8 \
     --cuda-graphs on --ordered-splits 2>&1 | tee "$out/bench-decode-ordered-$preset.log" | grep decode

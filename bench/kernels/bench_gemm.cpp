@@ -50,14 +50,17 @@ weight_matrix device_fp4(std::int64_t n, std::int64_t k, unsigned seed) {
 struct decode_kernel {
   const char* name;
   bool stream;
-  int tiles;
+  int pipeline;  // sm90_block_gemm's weight pipeline (set_decode_tile_pipeline)
   void select() const {
     cuda::set_stream_gemm(stream);
-    cuda::set_stream_gemm_tiles(tiles);
+    cuda::set_decode_tile_pipeline(pipeline);
   }
 };
-const decode_kernel decode_kernels[] = {
-    {"stream_gemm", true, 1}, {"stream_gemm x2", true, 2}, {"smem tiles", false, 1}};
+const decode_kernel decode_kernels[] = {{"stream_gemm", true, 0},
+                                        {"smem 3x128", false, 0},
+                                        {"smem 6x128", false, 1},
+                                        {"smem 4x256", false, 2},
+                                        {"smem 8x256", false, 3}};
 void default_decode_kernel() {
   decode_kernels[0].select();
 }

@@ -67,6 +67,10 @@ void set_stream_gemm(bool on);
 bool get_stream_gemm();
 void set_stream_gemm_tiles(int tiles);
 int get_stream_gemm_tiles();
+/// sm90_block_gemm's weight pipeline for decode tiles (<= 8 rows) when stream_gemm is off:
+/// 0 = 3 stages x 128 bytes per row (default), 1 = 6 x 128, 2 = 4 x 256, 3 = 8 x 256
+/// (DEEPINFER_TILE_PIPELINE sets the default).
+void set_decode_tile_pipeline(int variant);
 
 /// The weight decoded exactly (value times its block scale) to `to` (bf16 or f32), on the
 /// weight's device: the dequantize-at-load path.

@@ -350,6 +350,7 @@ struct stream_switches {
     cuda::set_gemm_backend(cuda::gemm_backend::automatic);
     cuda::set_stream_gemm(true);
     cuda::set_stream_gemm_tiles(1);
+    cuda::set_decode_tile_pipeline(0);
   }
 };
 
@@ -371,7 +372,12 @@ TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invarian
     const weight_matrix w = weight_to(host, gpu);
     const int act = sh.in % 128 == 0 ? 128 : 32;
     const tensor x8 = varied_input(8, sh.in);
-    cuda::set_stream_gemm(false);  // the shared-memory tile kernel
+    cuda::set_stream_gemm(false);  // the shared-memory tile kernel, each weight pipeline
+    for (int pipeline : {1, 2, 3, 0}) {
+      CAPTURE(pipeline);
+      cuda::set_decode_tile_pipeline(pipeline);
+      check_close(ops::linear(x8.to(gpu), w, {act}), ops::linear(x8, host, {act}), 2e-3);
+    }
     const tensor tiled = ops::linear(x8.to(gpu), w, {act}).to(cpu_device);
     cuda::set_stream_gemm(true);
     for (int tiles : {1, 2}) {
@@ -401,8 +407,16 @@ TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invarian
       const weight_matrix w8 = random_fp8(8 * 64, 1024, 32);
       for (const weight_matrix* w : {&w4, &w8}) {
         const ops::expert_linear_params hint{32, rows, 2};  // loose bound, tile for 2 rows
-        check_close(ops::expert_linear(xr.to(gpu), off.to(gpu), weight_to(*w, gpu), hint),
-                    ops::expert_linear(xr, off, *w, {32, 0}), 2e-3);
+        const tensor want = ops::expert_linear(xr, off, *w, {32, 0});
+        check_close(ops::expert_linear(xr.to(gpu), off.to(gpu), weight_to(*w, gpu), hint), want,
+                    2e-3);
+        cuda::set_stream_gemm(false);
+        for (int pipeline : {1, 2, 3, 0}) {
+          cuda::set_decode_tile_pipeline(pipeline);
+          check_close(ops::expert_linear(xr.to(gpu), off.to(gpu), weight_to(*w, gpu), hint),
+                      want, 2e-3);
+        }
+        cuda::set_stream_gemm(true);
       }
     }
   }
