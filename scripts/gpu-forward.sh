@@ -6,7 +6,7 @@
 #   DEEPINFER_BENCH_CONTEXT (default 2048), DEEPINFER_BENCH_BATCH (default 1,8,32,64),
 #   DEEPINFER_BENCH_GRAPHS (decode through CUDA graphs: off, on or both -- the default),
 #   DEEPINFER_KERNEL_BENCH (run bench_kernels_cuda --filter it first), DEEPINFER_COMPARE_DECODE=1
-#   (decode again with sm90_block_gemm's tiles instead of stream_gemm, DEEPINFER_STREAM_GEMM=0)
+#   (decode again with stream_gemm's other variants and sm90_block_gemm's tiles)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/out}
@@ -55,11 +55,14 @@ for preset in "$@"; do
     DEEPINFER_STREAM_GEMM=0 "$di" bench decode --model "$dir" --device cuda --batch "$batches" \
       --context "$ctx" --steps 8 --cuda-graphs on 2>&1 | tee "$out/bench-decode-smem-$preset.log" |
       grep decode | sed 's/^/smem tiles: /'
-    for v in 1 2 3; do  # sm90_block_gemm's deeper weight pipelines for decode tiles
-      DEEPINFER_STREAM_GEMM=0 DEEPINFER_TILE_PIPELINE=$v "$di" bench decode --model "$dir" \
-        --device cuda --batch "$batches" --context "$ctx" --steps 8 --cuda-graphs on 2>&1 |
-        tee "$out/bench-decode-pipeline$v-$preset.log" | grep decode | sed "s/^/smem pipeline $v: /"
+    for v in 1 2; do  # stream_gemm's other variants
+      DEEPINFER_STREAM_VARIANT=$v "$di" bench decode --model "$dir" --device cuda \
+        --batch "$batches" --context "$ctx" --steps 8 --cuda-graphs on 2>&1 |
+        tee "$out/bench-decode-stream$v-$preset.log" | grep decode | sed "s/^/stream variant $v: /"
     done
+    DEEPINFER_STREAM_GEMM=0 DEEPINFER_TILE_PIPELINE=2 "$di" bench decode --model "$dir" \
+      --device cuda --batch "$batches" --context "$ctx" --steps 8 --cuda-graphs on 2>&1 |
+      tee "$out/bench-decode-smem4x256-$preset.log" | grep decode | sed "s/^/smem 4x256: /"
   fi
   "$di" bench decode --model "$dir" --device cuda --batch 1,64 --context "$ctx" --steps 8 \
     --cuda-graphs on --ordered-splits 2>&1 | tee "$out/bench-decode-ordered-$preset.log" | grep decode

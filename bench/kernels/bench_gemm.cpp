@@ -45,24 +45,28 @@ weight_matrix device_fp4(std::int64_t n, std::int64_t k, unsigned seed) {
   return weight_matrix::fp4(random_device({n, k / 2}, dtype::i8, seed + 1), s);
 }
 
-/// The decode (<= 8 rows per group) kernels compared: stream_gemm with 1 or 2 m16 tiles per
-/// warp, and sm90_block_gemm's shared-memory tiles.
+/// The decode (<= 8 rows per group) kernels compared: stream_gemm's variants (steps per load
+/// batch x blocks per SM) and sm90_block_gemm's shared-memory tiles (stages x bytes per row).
 struct decode_kernel {
   const char* name;
   bool stream;
-  int pipeline;  // sm90_block_gemm's weight pipeline (set_decode_tile_pipeline)
+  int variant;  // set_stream_gemm_variant or set_decode_tile_pipeline
   void select() const {
     cuda::set_stream_gemm(stream);
-    cuda::set_decode_tile_pipeline(pipeline);
+    if (stream)
+      cuda::set_stream_gemm_variant(variant);
+    else
+      cuda::set_decode_tile_pipeline(variant);
   }
 };
-const decode_kernel decode_kernels[] = {{"stream_gemm", true, 0},
+const decode_kernel decode_kernels[] = {{"stream 4x2", true, 0},
+                                        {"stream 2x2", true, 1},
+                                        {"stream 2x3", true, 2},
                                         {"smem 3x128", false, 0},
-                                        {"smem 6x128", false, 1},
-                                        {"smem 4x256", false, 2},
-                                        {"smem 8x256", false, 3}};
+                                        {"smem 4x256", false, 2}};
 void default_decode_kernel() {
   decode_kernels[0].select();
+  cuda::set_decode_tile_pipeline(0);
 }
 
 /// Copies of a weight so that rotating through them streams more than the 60 MB L2.

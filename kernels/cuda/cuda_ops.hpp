@@ -60,13 +60,14 @@ bool get_ordered_gemm_splits();
 
 /// Decode tiles (<= 8 rows per group) go to stream_gemm -- weights streamed from global memory
 /// into registers, K split by the weight's shape only (deterministic, batch-invariant up to 8
-/// rows) -- unless switched off (then sm90_block_gemm's shared-memory tiles); its warps take
-/// 1 or 2 m16 tiles. Defaults from DEEPINFER_STREAM_GEMM=0 / DEEPINFER_STREAM_TILES=2.
+/// rows) -- unless switched off (then sm90_block_gemm's shared-memory tiles; default from
+/// DEEPINFER_STREAM_GEMM=0).
 /// (Defined in stream_gemm.cu / sm90_block_gemm.cu; also declared in gemm_kernels.hpp.)
 void set_stream_gemm(bool on);
 bool get_stream_gemm();
-void set_stream_gemm_tiles(int tiles);
-int get_stream_gemm_tiles();
+/// stream_gemm's (steps per load batch, blocks per SM): 0 = (4, 2) default, 1 = (2, 2),
+/// 2 = (2, 3) (DEEPINFER_STREAM_VARIANT sets the default).
+void set_stream_gemm_variant(int variant);
 /// sm90_block_gemm's weight pipeline for decode tiles (<= 8 rows) when stream_gemm is off:
 /// 0 = 3 stages x 128 bytes per row (default), 1 = 6 x 128, 2 = 4 x 256, 3 = 8 x 256
 /// (DEEPINFER_TILE_PIPELINE sets the default).

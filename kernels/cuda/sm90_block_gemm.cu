@@ -166,13 +166,14 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
     sr.col_shift = log2_int(p.block_cols);
   }
 
-  // Lane l copies 16 bytes of row (i * 32 + l) / 8 per instruction: 8 lanes per 128-byte line.
+  // Lane l copies 16 bytes of row (i * 32 + l) / (SB / 16) per instruction: 8 lanes per 128 bytes.
   constexpr int copies = rows_per_warp * SB / 16 / 32;
   const std::uint8_t* src[copies];
   int dst_off[copies], col_off[copies];
 #pragma unroll
   for (int i = 0; i < copies; ++i) {
-    const int idx = i * 32 + lane, r = idx / 8, c = idx % 8;
+    constexpr int units = SB / 16;  // 16-byte copies per row and stage
+    const int idx = i * 32 + lane, r = idx / units, c = idx % units;
     const std::int64_t row = group * p.n + min(n0 + r, p.n - 1);
     src[i] = p.weight + row * row_bytes + std::int64_t(s_begin) * step_bytes + c * 16;
     dst_off[i] = r * wstride + c * 16;

@@ -1,18 +1,19 @@
 // stream_gemm: block_gemm's decode path, for token tiles of at most 8 rows per group (every
 // dense decode GEMM up to batch 8, and the routed experts of a decode step). Such a GEMM reads
-// each weight byte once and does almost no arithmetic with it, so all that counts is keeping
-// enough weight bytes in flight. Each warp owns 32 weight rows (two m16 MMA tiles) and a range
-// of K, and loads its weight fragments straight from global memory into registers -- no shared
-// memory, no block barriers in the loop -- in batches of 4 MMA steps, the next batch issued
-// before the current one is multiplied (two batches in flight: 8 KB per warp for FP8). The
-// fragment a lane loads is the one its MMA needs: for FP8 the 8 bytes 8t..8t+7 of a 32-input
-// step of rows g and g+8, for MXFP4 the 4 bytes 4t..4t+3 of a 16-byte step (decoded to e4m3 in
-// registers as in sm90_block_gemm); the activations take the same permutation. Warps of a
-// block that share rows split K and add their sums in warp order through shared memory
-// (deterministic); dense GEMMs with few rows and long K also split K across two blocks, whose
-// fp32 atomic adds onto the zeroed output commute exactly. Every split decision depends on the
-// weight's shape only, never on the batch, so a token's result does not change with the batch
-// (up to 8 rows per group, where this kernel serves).
+// each weight byte once and does little arithmetic with it: what counts is keeping many weight
+// bytes in flight with few instructions per byte. Each warp owns 16 FP8 rows (one m16 MMA tile)
+// or 32 MXFP4 rows (two tiles sharing the activation fragments) -- 512 weight bytes per
+// 32-input step either way -- and a range of K, and loads its weight fragments straight from
+// global memory into registers (no shared memory, no barriers in the loop) in batches of 4
+// steps, the next batch issued before the current one is multiplied. The fragment a lane loads
+// is the one its MMA needs: for FP8 bytes 8t..8t+7 of a row's 32-byte step, for MXFP4 bytes
+// 4t..4t+3 of its 16 (decoded to e4m3 in registers as in sm90_block_gemm); the activations
+// take the same permutation. Whole batches run without guards; pointers are set once per warp.
+// Warps of a block that share rows split K and add their sums in warp order through shared
+// memory (deterministic); dense GEMMs with few rows and long K also split K across two blocks,
+// whose fp32 atomic adds onto the zeroed output commute exactly. Every split decision depends
+// on the weight's shape only, never on the batch, so a token's result does not change with the
+// batch (up to 8 rows per group, where this kernel serves).
 #include "kernels/cuda/gemm_kernels.hpp"
 
 #include "kernels/cuda/block_gemm_common.cuh"
@@ -22,7 +23,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <string_view>
+#include <type_traits>
 
 namespace di::cuda {
 
@@ -31,12 +32,10 @@ namespace {
 using namespace gemm_detail;
 
 constexpr int warps = 8;
-constexpr int batch = 4;              // MMA steps (32 inputs each) per load batch
 constexpr int step_k = 32;
 constexpr int align_steps = 8;  // a warp's K range starts at a multiple of 8 steps (256 inputs)
 
 struct stream_config {
-  int tiles;            ///< m16 tiles per warp (1 or 2)
   int wk;               ///< warps of a block along K (1, 2, 4 or 8); 8 / wk row slices
   int k_splits;         ///< blocks along K (1 or 2; 2 adds with atomics into a zeroed y)
   int steps_per_split;  ///< multiple of align_steps
@@ -47,41 +46,42 @@ struct stream_config {
 /// of the row prefetched into L2 (the warp's next batches).
 __device__ __forceinline__ uint2 load_stream8(const std::uint8_t* p) {
   uint2 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0, %1}, [%2];\n"
-               : "=r"(v.x), "=r"(v.y)
-               : "l"(p));
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0, %1}, [%2];\n"
+      : "=r"(v.x), "=r"(v.y)
+      : "l"(p));
   return v;
 }
 /// 4 bytes of an MXFP4 row; kept in L1: the other half of the 32-byte sector is the next step.
 __device__ __forceinline__ std::uint32_t load_stream4(const std::uint8_t* p) {
   std::uint32_t v;
-  asm volatile("ld.global.nc.L2::256B.u32 %0, [%1];\n" : "=r"(v) : "l"(p));
+  asm("ld.global.nc.L2::256B.u32 %0, [%1];\n" : "=r"(v) : "l"(p));
   return v;
 }
 
+/// m16 MMA tiles per warp: FP8 one (16 rows x 32 bytes per step), MXFP4 two (32 rows x 16
+/// bytes, sharing each activation fragment): 512 weight bytes per step and warp either way.
 template <bool FP4>
-struct weight_frag {
-  using type = uint2;  // FP8: (a0 | a2) of one row
-};
-template <>
-struct weight_frag<true> {
-  using type = std::uint32_t;  // FP4: 8 nibbles of one row
-};
+constexpr int tiles_of() {
+  return FP4 ? 2 : 1;
+}
 
-/// One load batch: the A fragments of `batch` steps (per tile, rows g and g + 8) and the B
-/// fragments (this lane's token g, inputs 8t..8t+7 of each step).
-template <bool FP4, int tiles>
+/// One load batch: the A fragments of `batch` steps (per tile, rows g and g + 8; FP8: bytes
+/// 8t..8t+7 of the row's 32-byte step, MXFP4: bytes 4t..4t+3 of its 16) and the B fragments
+/// (token g's activation codes, inputs 8t..8t+7 of each step).
+template <bool FP4, int batch>
 struct batch_regs {
-  typename weight_frag<FP4>::type a[batch][tiles][2];
+  std::conditional_t<FP4, std::uint32_t, uint2> a[batch][tiles_of<FP4>()][2];
   uint2 b[batch];
 };
 
-/// tiles: m16 MMA tiles per warp (16 or 32 weight rows; two share each activation fragment
-/// but need about 176 registers, so one block per SM instead of two).
-template <bool FP4, int tiles>
-__global__ void __launch_bounds__(warps * 32, tiles == 1 ? 2 : 1)
+/// EVERY: 32-input scale blocks for the weights (MXFP4, or FP8 with e8m0 scales) and the
+/// activations (V4.1's shapes): every step promotes, with no branch in a whole batch.
+template <bool FP4, bool EVERY, int batch, int min_blocks>
+__global__ void __launch_bounds__(warps * 32, min_blocks)
     stream_gemm_kernel(block_gemm_params p, stream_config cfg) {
+  constexpr int tiles = tiles_of<FP4>();
   constexpr int warp_rows = 16 * tiles;
+  constexpr int step_bytes = FP4 ? step_k / 2 : step_k;
   __shared__ float partial[warps][32][tiles * 4];
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
   const int group = cfg.compact ? nth_nonempty_group<warps>(p.offsets, p.groups, int(blockIdx.y))
@@ -97,7 +97,8 @@ __global__ void __launch_bounds__(warps * 32, tiles == 1 ? 2 : 1)
   const std::int64_t tok0 = tile * 8;
   if (tok0 >= count) return;  // uniform over the block
 
-  // This warp's rows and K range (steps, global within K).
+  // This warp's rows and K range (steps, global within K). Ranges start at multiples of 8
+  // steps and end there or at K's end, so they hold whole promotion blocks (<= 8 steps).
   const int wk_i = warp % cfg.wk, wr_i = warp / cfg.wk;
   const int total_steps = int(p.k / step_k);
   const int split_begin = split * cfg.steps_per_split;
@@ -109,53 +110,57 @@ __global__ void __launch_bounds__(warps * 32, tiles == 1 ? 2 : 1)
   const std::int64_t n0 = (std::int64_t(blockIdx.x) * (warps / cfg.wk) + wr_i) * warp_rows;
   const bool active = n0 < p.n && w0 < w1;
 
+  // Pointers at the warp's first step; batches index them with small offsets. Tokens past
+  // the group read its last row: their MMA columns and outputs are never stored.
   const std::int64_t row_bytes = FP4 ? p.k / 2 : p.k;
-  constexpr int step_bytes = FP4 ? step_k / 2 : step_k;
-  const std::uint8_t* wrow[tiles][2];  // this lane's weight rows, at its fragment's column
-  // Where their scales start: FP4 one row each; FP8 one row block per tile (rows g and g + 8
-  // share it: FP8 scale blocks span a multiple of 16 rows, and 16-row tiles start aligned).
-  std::int64_t scale_at[tiles][FP4 ? 2 : 1];
+  const std::uint8_t* wrow[tiles][2];
+  // Weight scales: MXFP4 one e8m0 row per weight row; FP8 one row block per tile (rows g and
+  // g + 8 share it: FP8 scale blocks span a multiple of 16 rows, and 16-row tiles are aligned).
+  const std::uint8_t* ws8[tiles][FP4 ? 2 : 1];
+  const float* ws32 = nullptr;
 #pragma unroll
   for (int m = 0; m < tiles; ++m)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const std::int64_t r = group * p.n + min(n0 + 16 * m + 8 * h + g, p.n - 1);
-      wrow[m][h] = p.weight + r * row_bytes + (FP4 ? 4 * t : 8 * t);
-      if (FP4)
-        scale_at[m][FP4 ? h : 0] = r * p.wscale_cols;
-      else if (h == 0)
-        scale_at[m][0] = (r / p.block_rows) * p.wscale_cols;
+      wrow[m][h] = p.weight + r * row_bytes + std::int64_t(w0) * step_bytes + (FP4 ? 4 * t : 8 * t);
+      if constexpr (FP4) {
+        ws8[m][h] = p.wscale_e8m0 + r * p.wscale_cols;
+      } else if (h == 0) {
+        const std::int64_t at = (r / p.block_rows) * p.wscale_cols;
+        ws8[m][0] = p.wscale_e8m0 ? p.wscale_e8m0 + at : nullptr;
+        if (m == 0 && !p.wscale_e8m0) ws32 = p.wscale_f32 + at;  // tiles == 1 for FP8
+      }
     }
   const std::int64_t col0 = group * p.act_group_offset;
-  const std::int64_t last_tok = count - tok0 - 1;  // rows past the group read its last one
+  const std::int64_t last_tok = count - tok0 - 1;
   auto tile_row = [&](int i) { return row_begin + tok0 + (i < last_tok ? i : last_tok); };
-  const bool tok_ok = tok0 + g < count;
-  const std::uint8_t* act_row = p.act + tile_row(g) * p.act_stride + col0 + 8 * t;
+  const std::uint8_t* act_row =
+      p.act + tile_row(g) * p.act_stride + col0 + std::int64_t(w0) * step_k + 8 * t;
   const int act_shift = log2_int(p.act_block);
+  const float* sx_a = p.act_scale + tile_row(2 * t) * p.act_scale_stride + (col0 >> act_shift);
+  const float* sx_b = p.act_scale + tile_row(2 * t + 1) * p.act_scale_stride + (col0 >> act_shift);
   const int pmask = (FP4 ? 1 : max(1, min(p.block_cols, p.act_block) / step_k)) - 1;
-  const bool sx_ok[2] = {tok0 + 2 * t < count, tok0 + 2 * t + 1 < count};
-  const float* sx_row = p.act_scale + tile_row(2 * t) * p.act_scale_stride;  // tokens 2t, 2t + 1
-  const std::int64_t sx_next = (tile_row(2 * t + 1) - tile_row(2 * t)) * p.act_scale_stride;
   const int col_shift = FP4 ? 0 : log2_int(p.block_cols);
 
-  auto load = [&](batch_regs<FP4, tiles>& r, int s) {
+  // Batch loads: `Tail` guards steps past w1 (the last, partial batch only).
+  auto load = [&](auto tail, batch_regs<FP4, batch>& r, int s) {
+    constexpr bool Tail = decltype(tail)::value;
+    const int off = s - w0;
 #pragma unroll
     for (int u = 0; u < batch; ++u) {
-      const int step = s + u;
-      const bool ok = step < w1;
+      if (Tail && s + u >= w1) break;
 #pragma unroll
       for (int m = 0; m < tiles; ++m)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const std::uint8_t* src = wrow[m][h] + std::int64_t(step) * step_bytes;
+          const std::uint8_t* src = wrow[m][h] + (off + u) * step_bytes;
           if constexpr (FP4)
-            r.a[u][m][h] = ok ? load_stream4(src) : 0u;
+            r.a[u][m][h] = load_stream4(src);
           else
-            r.a[u][m][h] = ok ? load_stream8(src) : make_uint2(0, 0);
+            r.a[u][m][h] = load_stream8(src);
         }
-      r.b[u] = ok && tok_ok
-                   ? __ldg(reinterpret_cast<const uint2*>(act_row + std::int64_t(step) * step_k))
-                   : make_uint2(0, 0);
+      r.b[u] = __ldg(reinterpret_cast<const uint2*>(act_row + (off + u) * step_k));
     }
   };
 
@@ -165,52 +170,97 @@ __global__ void __launch_bounds__(warps * 32, tiles == 1 ? 2 : 1)
 #pragma unroll
     for (int c = 0; c < 4; ++c) acc[m][c] = tmp[m][c] = 0.0f;
 
-  auto multiply = [&](const batch_regs<FP4, tiles>& r, int s) {
+  // The A fragments of step u of a batch for tile m.
+  auto fragments = [](const batch_regs<FP4, batch>& r, int u, int m, std::uint32_t (&a)[4]) {
+    if constexpr (FP4) {
+      a[0] = fp4_low(r.a[u][m][0]);
+      a[1] = fp4_low(r.a[u][m][1]);
+      a[2] = fp4_high(r.a[u][m][0]);
+      a[3] = fp4_high(r.a[u][m][1]);
+    } else {
+      a[0] = r.a[u][m][0].x;
+      a[1] = r.a[u][m][1].x;
+      a[2] = r.a[u][m][0].y;
+      a[3] = r.a[u][m][1].y;
+    }
+  };
+  auto b_fragments = [](const batch_regs<FP4, batch>& r, int u, std::uint32_t& b0, std::uint32_t& b1) {
+    b0 = FP4 ? fp4_act_low(r.b[u].x, r.b[u].y) : r.b[u].x;
+    b1 = FP4 ? fp4_act_high(r.b[u].x, r.b[u].y) : r.b[u].y;
+  };
+
+  // A whole batch of steps that each promote (32-input scale blocks on both sides): all its
+  // scales are read first, with no branch between them and the MMAs.
+  auto multiply_every = [&](const batch_regs<FP4, batch>& r, int s) {
+    float xa[batch], xb[batch], w_lo[batch][tiles], w_hi[batch][tiles];
 #pragma unroll
     for (int u = 0; u < batch; ++u) {
-      const int step = s + u;
-      if (step >= w1) break;
-      std::uint32_t b0 = r.b[u].x, b1 = r.b[u].y;
-      if constexpr (FP4) {
-        b0 = fp4_act_low(r.b[u].x, r.b[u].y);
-        b1 = fp4_act_high(r.b[u].x, r.b[u].y);
+      xa[u] = sx_a[s + u];
+      xb[u] = sx_b[s + u];
+#pragma unroll
+      for (int m = 0; m < tiles; ++m) {
+        if constexpr (FP4) {
+          w_lo[u][m] = fp4_scale_factor(ws8[m][0][s + u]);
+          w_hi[u][m] = fp4_scale_factor(ws8[m][FP4 ? 1 : 0][s + u]);
+        } else {
+          w_lo[u][m] = w_hi[u][m] = e8m0_to_f32(ws8[m][0][s + u]);
+        }
       }
+    }
+#pragma unroll
+    for (int u = 0; u < batch; ++u) {
+      std::uint32_t b0, b1;
+      b_fragments(r, u, b0, b1);
 #pragma unroll
       for (int m = 0; m < tiles; ++m) {
         std::uint32_t a[4];
-        if constexpr (FP4) {
-          a[0] = fp4_low(r.a[u][m][0]);
-          a[1] = fp4_low(r.a[u][m][1]);
-          a[2] = fp4_high(r.a[u][m][0]);
-          a[3] = fp4_high(r.a[u][m][1]);
-        } else {
-          a[0] = r.a[u][m][0].x;
-          a[1] = r.a[u][m][1].x;
-          a[2] = r.a[u][m][0].y;
-          a[3] = r.a[u][m][1].y;
-        }
-        mma_e4m3(tmp[m], a, b0, b1);
+        fragments(r, u, m, a);
+        float d[4];
+        mma_e4m3_fresh(d, a, b0, b1);
+        acc[m][0] += d[0] * (w_lo[u][m] * xa[u]);
+        acc[m][1] += d[1] * (w_lo[u][m] * xb[u]);
+        acc[m][2] += d[2] * (w_hi[u][m] * xa[u]);
+        acc[m][3] += d[3] * (w_hi[u][m] * xb[u]);
       }
-      if (((step + 1) & pmask) != 0 && step + 1 != w1) continue;
-      // Promote: acc += tmp * weight scale * activation scale (as sm90_block_gemm does).
-      const int sx_col = int((col0 + std::int64_t(step) * step_k) >> act_shift);
-      const float sx_a = sx_ok[0] ? sx_row[sx_col] : 0.0f;
-      const float sx_b = sx_ok[1] ? sx_row[sx_next + sx_col] : 0.0f;
+    }
+  };
+
+  auto multiply = [&](auto tail, const batch_regs<FP4, batch>& r, int s) {
+    constexpr bool Tail = decltype(tail)::value;
+    if constexpr (EVERY && !Tail) {
+      multiply_every(r, s);
+      return;
+    }
+#pragma unroll
+    for (int u = 0; u < batch; ++u) {
+      const int step = s + u;
+      if (Tail && step >= w1) break;
+      std::uint32_t b0, b1;
+      b_fragments(r, u, b0, b1);
 #pragma unroll
       for (int m = 0; m < tiles; ++m) {
-        float ws[2];
-        if constexpr (FP4) {
+        std::uint32_t a[4];
+        fragments(r, u, m, a);
+        mma_e4m3(tmp[m], a, b0, b1);
+      }
+      if (((step + 1) & pmask) != 0) continue;  // ranges hold whole promotion blocks
+      // Promote: acc += tmp * weight scale * activation scale (as sm90_block_gemm does).
+      const int sx_col = (step * step_k) >> act_shift;
+      const float xa = sx_a[sx_col], xb = sx_b[sx_col];
 #pragma unroll
-          for (int h = 0; h < 2; ++h)
-            ws[h] = fp4_scale_factor(p.wscale_e8m0[scale_at[m][FP4 ? h : 0] + step]);
+      for (int m = 0; m < tiles; ++m) {
+        float w_lo, w_hi;
+        if constexpr (FP4) {
+          w_lo = fp4_scale_factor(ws8[m][0][step]);
+          w_hi = fp4_scale_factor(ws8[m][FP4 ? 1 : 0][step]);
         } else {
-          const std::int64_t at = scale_at[m][0] + ((step * step_k) >> col_shift);
-          ws[0] = ws[1] = p.wscale_e8m0 ? e8m0_to_f32(p.wscale_e8m0[at]) : p.wscale_f32[at];
+          const int col = (step * step_k) >> col_shift;
+          w_lo = w_hi = ws32 ? ws32[col] : e8m0_to_f32(ws8[m][0][col]);
         }
-        acc[m][0] += tmp[m][0] * (ws[0] * sx_a);
-        acc[m][1] += tmp[m][1] * (ws[0] * sx_b);
-        acc[m][2] += tmp[m][2] * (ws[1] * sx_a);
-        acc[m][3] += tmp[m][3] * (ws[1] * sx_b);
+        acc[m][0] += tmp[m][0] * (w_lo * xa);
+        acc[m][1] += tmp[m][1] * (w_lo * xb);
+        acc[m][2] += tmp[m][2] * (w_hi * xa);
+        acc[m][3] += tmp[m][3] * (w_hi * xb);
 #pragma unroll
         for (int c = 0; c < 4; ++c) tmp[m][c] = 0.0f;
       }
@@ -218,14 +268,29 @@ __global__ void __launch_bounds__(warps * 32, tiles == 1 ? 2 : 1)
   };
 
   if (active) {
-    batch_regs<FP4, tiles> r0, r1;
-    load(r0, w0);
-    for (int s = w0; s < w1; s += 2 * batch) {
-      if (s + batch < w1) load(r1, s + batch);
-      multiply(r0, s);
-      if (s + batch >= w1) break;
-      if (s + 2 * batch < w1) load(r0, s + 2 * batch);
-      multiply(r1, s + batch);
+    using full = std::false_type;
+    using tail = std::true_type;
+    const int full_end = w0 + (w1 - w0) / batch * batch;  // whole batches: no guards
+    int s = w0;
+    batch_regs<FP4, batch> r0, r1;
+    if (s < full_end) {
+      load(full{}, r0, s);
+      for (;;) {  // two batches in flight: the next one loads while this one multiplies
+        const bool more = s + batch < full_end;
+        if (more) load(full{}, r1, s + batch);
+        multiply(full{}, r0, s);
+        s += batch;
+        if (!more) break;
+        const bool more2 = s + batch < full_end;
+        if (more2) load(full{}, r0, s + batch);
+        multiply(full{}, r1, s);
+        s += batch;
+        if (!more2) break;
+      }
+    }
+    if (s < w1) {
+      load(tail{}, r0, s);
+      multiply(tail{}, r0, s);
     }
   }
 
@@ -265,18 +330,12 @@ __global__ void __launch_bounds__(warps * 32, tiles == 1 ? 2 : 1)
 /// The launch of p on stream_gemm: grid, warps along K and K splits, from the weight's shape.
 struct stream_shape {
   std::int64_t row_blocks = 0, grid_groups = 0, token_tiles = 0;
-  stream_config cfg{1, 1, 1, 0, false};
+  stream_config cfg{1, 1, 0, false};
 };
-
-std::atomic<int> g_tiles{[] {
-  const char* env = std::getenv("DEEPINFER_STREAM_TILES");
-  return env && std::string_view(env) == "2" ? 2 : 1;
-}()};
 
 stream_shape stream_shape_of(const block_gemm_params& p) {
   stream_shape sh;
-  const int tiles = g_tiles;
-  const std::int64_t warp_rows = 16 * tiles;
+  const std::int64_t warp_rows = 16 * (p.fp4 ? tiles_of<true>() : tiles_of<false>());
   const std::int64_t total_steps = p.k / step_k;
   const bool compact = p.offsets && p.rows > 0 && p.rows < p.groups;
   sh.grid_groups = compact ? p.rows : p.groups;
@@ -295,20 +354,38 @@ stream_shape stream_shape_of(const block_gemm_params& p) {
   const int k_splits = !p.offsets && kw >= 16 && total_steps >= 16 * align_steps ? 2 : 1;
   std::int64_t per_split = (total_steps + k_splits - 1) / k_splits;
   per_split = (per_split + align_steps - 1) / align_steps * align_steps;
-  sh.cfg = stream_config{tiles, wk, k_splits, int(std::max<std::int64_t>(align_steps, per_split)),
+  sh.cfg = stream_config{wk, k_splits, int(std::max<std::int64_t>(align_steps, per_split)),
                          compact};
   const std::int64_t rows_per_block = std::int64_t(warps / wk) * warp_rows;
   sh.row_blocks = (p.n + rows_per_block - 1) / rows_per_block;
   return sh;
 }
 
+std::atomic<int> g_variant{[] {
+  const char* env = std::getenv("DEEPINFER_STREAM_VARIANT");
+  return env ? std::atoi(env) : 0;
+}()};
+
+template <int batch, int min_blocks>
+void launch_variant(const block_gemm_params& p, bool every, dim3 grid, const stream_config& cfg,
+                    cudaStream_t stream) {
+  if (p.fp4) {
+    if (every)
+      stream_gemm_kernel<true, true, batch, min_blocks><<<grid, warps * 32, 0, stream>>>(p, cfg);
+    else
+      stream_gemm_kernel<true, false, batch, min_blocks><<<grid, warps * 32, 0, stream>>>(p, cfg);
+  } else {
+    if (every)
+      stream_gemm_kernel<false, true, batch, min_blocks><<<grid, warps * 32, 0, stream>>>(p, cfg);
+    else
+      stream_gemm_kernel<false, false, batch, min_blocks><<<grid, warps * 32, 0, stream>>>(p, cfg);
+  }
+}
+
 }  // namespace
 
-void set_stream_gemm_tiles(int tiles) {
-  g_tiles = tiles == 2 ? 2 : 1;
-}
-int get_stream_gemm_tiles() {
-  return g_tiles;
+void set_stream_gemm_variant(int variant) {
+  g_variant = variant;
 }
 
 void launch_stream_gemm(const block_gemm_params& p, cudaStream_t stream) {
@@ -317,16 +394,18 @@ void launch_stream_gemm(const block_gemm_params& p, cudaStream_t stream) {
     CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));
   const dim3 grid(unsigned(sh.row_blocks), unsigned(sh.grid_groups),
                   unsigned(sh.token_tiles * sh.cfg.k_splits));
-  if (sh.cfg.tiles == 2) {
-    if (p.fp4)
-      stream_gemm_kernel<true, 2><<<grid, warps * 32, 0, stream>>>(p, sh.cfg);
-    else
-      stream_gemm_kernel<false, 2><<<grid, warps * 32, 0, stream>>>(p, sh.cfg);
-  } else {
-    if (p.fp4)
-      stream_gemm_kernel<true, 1><<<grid, warps * 32, 0, stream>>>(p, sh.cfg);
-    else
-      stream_gemm_kernel<false, 1><<<grid, warps * 32, 0, stream>>>(p, sh.cfg);
+  // 32-input scale blocks on both sides (and e8m0 weight scales): every step promotes.
+  const bool every = p.act_block == 32 && p.wscale_e8m0 && (p.fp4 || p.block_cols == 32);
+  switch (g_variant.load()) {  // steps per load batch, blocks per SM
+    case 1:
+      launch_variant<2, 2>(p, every, grid, sh.cfg, stream);
+      break;
+    case 2:
+      launch_variant<2, 3>(p, every, grid, sh.cfg, stream);
+      break;
+    default:
+      launch_variant<4, 2>(p, every, grid, sh.cfg, stream);
+      break;
   }
   CUDA_CHECK_LAUNCH("stream_gemm");
 }

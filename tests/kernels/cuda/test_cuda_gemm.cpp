@@ -349,12 +349,12 @@ struct stream_switches {
   ~stream_switches() {
     cuda::set_gemm_backend(cuda::gemm_backend::automatic);
     cuda::set_stream_gemm(true);
-    cuda::set_stream_gemm_tiles(1);
+    cuda::set_stream_gemm_variant(0);
     cuda::set_decode_tile_pipeline(0);
   }
 };
 
-TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invariant, both widths") {
+TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invariant") {
   const stream_switches restore;
   struct shape {
     std::int64_t out, in;
@@ -380,9 +380,9 @@ TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invarian
     }
     const tensor tiled = ops::linear(x8.to(gpu), w, {act}).to(cpu_device);
     cuda::set_stream_gemm(true);
-    for (int tiles : {1, 2}) {
-      CAPTURE(tiles);
-      cuda::set_stream_gemm_tiles(tiles);
+    for (int variant : {1, 2, 0}) {
+      CAPTURE(variant);
+      cuda::set_stream_gemm_variant(variant);
       test::poison_device_pool();
       const tensor y8 = ops::linear(x8.to(gpu), w, {act}).to(cpu_device);
       check_close(y8, ops::linear(x8, host, {act}), 2e-3);
@@ -396,8 +396,7 @@ TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invarian
   }
   // Experts: empty ones, a compacted grid (3 routed rows over 8 experts), up to 8 rows per
   // expert, several token tiles under a small tile hint (decode graphs), FP8 and MXFP4.
-  for (int tiles : {1, 2}) {
-    cuda::set_stream_gemm_tiles(tiles);
+  {
     for (const auto& counts : std::vector<std::vector<int>>{
              {0, 1, 0, 0, 2, 0, 0, 0}, {8, 0, 3, 5, 1, 0, 7, 2}, {17, 0, 1, 0, 0, 0, 0, 9}}) {
       const tensor off = offsets_of(counts);
@@ -408,8 +407,11 @@ TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invarian
       for (const weight_matrix* w : {&w4, &w8}) {
         const ops::expert_linear_params hint{32, rows, 2};  // loose bound, tile for 2 rows
         const tensor want = ops::expert_linear(xr, off, *w, {32, 0});
-        check_close(ops::expert_linear(xr.to(gpu), off.to(gpu), weight_to(*w, gpu), hint), want,
-                    2e-3);
+        for (int variant : {1, 2, 0}) {
+          cuda::set_stream_gemm_variant(variant);
+          check_close(ops::expert_linear(xr.to(gpu), off.to(gpu), weight_to(*w, gpu), hint),
+                      want, 2e-3);
+        }
         cuda::set_stream_gemm(false);
         for (int pipeline : {1, 2, 3, 0}) {
           cuda::set_decode_tile_pipeline(pipeline);
