@@ -6,7 +6,8 @@
 #   DEEPINFER_BENCH_CONTEXT (default 2048), DEEPINFER_BENCH_BATCH (default 1,8,32,64),
 #   DEEPINFER_BENCH_GRAPHS (decode through CUDA graphs: off, on or both -- the default),
 #   DEEPINFER_KERNEL_BENCH (run bench_kernels_cuda --filter it first), DEEPINFER_COMPARE_DECODE=1
-#   (decode again with stream_gemm's other variants and sm90_block_gemm's tiles)
+#   (decode again with stream_gemm's other variants and sm90_block_gemm's tiles),
+#   DEEPINFER_SKIP_ORDERED=1 (no decode run with ordered K splits)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/out}
@@ -55,7 +56,7 @@ for preset in "$@"; do
     DEEPINFER_STREAM_GEMM=0 "$di" bench decode --model "$dir" --device cuda --batch "$batches" \
       --context "$ctx" --steps 8 --cuda-graphs on 2>&1 | tee "$out/bench-decode-smem-$preset.log" |
       grep decode | sed 's/^/smem tiles: /'
-    for v in 1 2; do  # stream_gemm's other variants
+    for v in 0 1; do  # stream_gemm's variants forced
       DEEPINFER_STREAM_VARIANT=$v "$di" bench decode --model "$dir" --device cuda \
         --batch "$batches" --context "$ctx" --steps 8 --cuda-graphs on 2>&1 |
         tee "$out/bench-decode-stream$v-$preset.log" | grep decode | sed "s/^/stream variant $v: /"
@@ -64,8 +65,11 @@ for preset in "$@"; do
       --device cuda --batch "$batches" --context "$ctx" --steps 8 --cuda-graphs on 2>&1 |
       tee "$out/bench-decode-smem4x256-$preset.log" | grep decode | sed "s/^/smem 4x256: /"
   fi
-  "$di" bench decode --model "$dir" --device cuda --batch 1,64 --context "$ctx" --steps 8 \
-    --cuda-graphs on --ordered-splits 2>&1 | tee "$out/bench-decode-ordered-$preset.log" | grep decode
+  if [[ ${DEEPINFER_SKIP_ORDERED:-0} != 1 ]]; then
+    "$di" bench decode --model "$dir" --device cuda --batch 1,64 --context "$ctx" --steps 8 \
+      --cuda-graphs on --ordered-splits 2>&1 | tee "$out/bench-decode-ordered-$preset.log" |
+      grep decode
+  fi
   "$di" bench prefill --model "$dir" --device cuda --batch 1 --context 2048 --steps 8 \
     2>&1 | tee "$out/bench-prefill-$preset.log"
   for graphs in off on; do  # greedy text: the same both ways

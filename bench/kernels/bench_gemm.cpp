@@ -59,9 +59,9 @@ struct decode_kernel {
       cuda::set_decode_tile_pipeline(variant);
   }
 };
-const decode_kernel decode_kernels[] = {{"stream 4x2", true, 0},
-                                        {"stream 2x2", true, 1},
-                                        {"stream 2x3", true, 2},
+const decode_kernel decode_kernels[] = {{"stream_gemm", true, -1},
+                                        {"stream 4x2", true, 0},
+                                        {"stream 2x3", true, 1},
                                         {"smem 3x128", false, 0},
                                         {"smem 4x256", false, 2}};
 void default_decode_kernel() {

@@ -65,8 +65,8 @@ bool get_ordered_gemm_splits();
 /// (Defined in stream_gemm.cu / sm90_block_gemm.cu; also declared in gemm_kernels.hpp.)
 void set_stream_gemm(bool on);
 bool get_stream_gemm();
-/// stream_gemm's (steps per load batch, blocks per SM): 0 = (4, 2) default, 1 = (2, 2),
-/// 2 = (2, 3) (DEEPINFER_STREAM_VARIANT sets the default).
+/// stream_gemm's FP8 (steps per load batch, blocks per SM): -1 = by K (default), 0 = (4, 2),
+/// 1 = (2, 3); the same results either way (DEEPINFER_STREAM_VARIANT sets the default).
 void set_stream_gemm_variant(int variant);
 /// sm90_block_gemm's weight pipeline for decode tiles (<= 8 rows) when stream_gemm is off:
 /// 0 = 3 stages x 128 bytes per row (default), 1 = 6 x 128, 2 = 4 x 256, 3 = 8 x 256

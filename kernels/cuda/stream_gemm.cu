@@ -33,12 +33,13 @@ using namespace gemm_detail;
 
 constexpr int warps = 8;
 constexpr int step_k = 32;
-constexpr int align_steps = 8;  // a warp's K range starts at a multiple of 8 steps (256 inputs)
+constexpr int align_steps = 8;  // K splits start at multiples of 8 steps (256 inputs)
 
 struct stream_config {
   int wk;               ///< warps of a block along K (1, 2, 4 or 8); 8 / wk row slices
   int k_splits;         ///< blocks along K (1 or 2; 2 adds with atomics into a zeroed y)
   int steps_per_split;  ///< multiple of align_steps
+  int warp_align;       ///< a warp's K range starts at a multiple of this (>= a promotion block)
   bool compact;         ///< grid row y serves the y-th non-empty group
 };
 
@@ -97,14 +98,14 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
   const std::int64_t tok0 = tile * 8;
   if (tok0 >= count) return;  // uniform over the block
 
-  // This warp's rows and K range (steps, global within K). Ranges start at multiples of 8
-  // steps and end there or at K's end, so they hold whole promotion blocks (<= 8 steps).
+  // This warp's rows and K range (steps, global within K). Ranges start at multiples of
+  // warp_align steps and end there or at K's end, so they hold whole promotion blocks.
   const int wk_i = warp % cfg.wk, wr_i = warp / cfg.wk;
   const int total_steps = int(p.k / step_k);
   const int split_begin = split * cfg.steps_per_split;
   const int split_end = min(total_steps, split_begin + cfg.steps_per_split);
   int per_warp = (split_end - split_begin + cfg.wk - 1) / cfg.wk;
-  per_warp = (per_warp + align_steps - 1) / align_steps * align_steps;
+  per_warp = (per_warp + cfg.warp_align - 1) / cfg.warp_align * cfg.warp_align;
   const int w0 = split_begin + wk_i * per_warp;
   const int w1 = min(split_end, w0 + per_warp);
   const std::int64_t n0 = (std::int64_t(blockIdx.x) * (warps / cfg.wk) + wr_i) * warp_rows;
@@ -330,7 +331,7 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
 /// The launch of p on stream_gemm: grid, warps along K and K splits, from the weight's shape.
 struct stream_shape {
   std::int64_t row_blocks = 0, grid_groups = 0, token_tiles = 0;
-  stream_config cfg{1, 1, 0, false};
+  stream_config cfg{1, 1, 0, 4, false};
 };
 
 stream_shape stream_shape_of(const block_gemm_params& p) {
@@ -354,7 +355,10 @@ stream_shape stream_shape_of(const block_gemm_params& p) {
   const int k_splits = !p.offsets && kw >= 16 && total_steps >= 16 * align_steps ? 2 : 1;
   std::int64_t per_split = (total_steps + k_splits - 1) / k_splits;
   per_split = (per_split + align_steps - 1) / align_steps * align_steps;
+  // Warp ranges in whole batches of 4 steps (and whole promotion blocks: 1, 4 or 8 steps).
+  const int promotion = p.fp4 ? 1 : std::max(1, std::min(p.block_cols, p.act_block) / step_k);
   sh.cfg = stream_config{wk, k_splits, int(std::max<std::int64_t>(align_steps, per_split)),
+                         std::max(4, promotion),
                          compact};
   const std::int64_t rows_per_block = std::int64_t(warps / wk) * warp_rows;
   sh.row_blocks = (p.n + rows_per_block - 1) / rows_per_block;
@@ -363,23 +367,17 @@ stream_shape stream_shape_of(const block_gemm_params& p) {
 
 std::atomic<int> g_variant{[] {
   const char* env = std::getenv("DEEPINFER_STREAM_VARIANT");
-  return env ? std::atoi(env) : 0;
+  return env ? std::atoi(env) : -1;
 }()};
 
-template <int batch, int min_blocks>
+template <bool FP4, int batch, int min_blocks>
 void launch_variant(const block_gemm_params& p, bool every, dim3 grid, const stream_config& cfg,
                     cudaStream_t stream) {
-  if (p.fp4) {
-    if (every)
-      stream_gemm_kernel<true, true, batch, min_blocks><<<grid, warps * 32, 0, stream>>>(p, cfg);
-    else
-      stream_gemm_kernel<true, false, batch, min_blocks><<<grid, warps * 32, 0, stream>>>(p, cfg);
-  } else {
-    if (every)
-      stream_gemm_kernel<false, true, batch, min_blocks><<<grid, warps * 32, 0, stream>>>(p, cfg);
-    else
-      stream_gemm_kernel<false, false, batch, min_blocks><<<grid, warps * 32, 0, stream>>>(p, cfg);
-  }
+  const dim3 block(warps * 32);
+  if (every)
+    stream_gemm_kernel<FP4, true, batch, min_blocks><<<grid, block, 0, stream>>>(p, cfg);
+  else
+    stream_gemm_kernel<FP4, false, batch, min_blocks><<<grid, block, 0, stream>>>(p, cfg);
 }
 
 }  // namespace
@@ -396,17 +394,18 @@ void launch_stream_gemm(const block_gemm_params& p, cudaStream_t stream) {
                   unsigned(sh.token_tiles * sh.cfg.k_splits));
   // 32-input scale blocks on both sides (and e8m0 weight scales): every step promotes.
   const bool every = p.act_block == 32 && p.wscale_e8m0 && (p.fp4 || p.block_cols == 32);
-  switch (g_variant.load()) {  // steps per load batch, blocks per SM
-    case 1:
-      launch_variant<2, 2>(p, every, grid, sh.cfg, stream);
-      break;
-    case 2:
-      launch_variant<2, 3>(p, every, grid, sh.cfg, stream);
-      break;
-    default:
-      launch_variant<4, 2>(p, every, grid, sh.cfg, stream);
-      break;
-  }
+  // FP8: batches of 4 steps at 2 blocks per SM, or of 2 at 3 (fewer registers, more warps):
+  // the second measured faster with long K on the H200 (wo_b N5120 K8192: 0.49 vs 0.38 of the
+  // copy bandwidth; shared_w1 K5120: 0.25 vs 0.20), the first with short K (wq_b K1280: 0.47
+  // vs 0.42). Both add in the same order: the same bits. MXFP4: 4 x 2 (0.36 vs 0.31).
+  int variant = g_variant;
+  if (variant < 0) variant = p.k >= 4096 ? 1 : 0;
+  if (p.fp4)
+    launch_variant<true, 4, 2>(p, every, grid, sh.cfg, stream);
+  else if (variant == 1)
+    launch_variant<false, 2, 3>(p, every, grid, sh.cfg, stream);
+  else
+    launch_variant<false, 4, 2>(p, every, grid, sh.cfg, stream);
   CUDA_CHECK_LAUNCH("stream_gemm");
 }
 
