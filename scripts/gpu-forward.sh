@@ -61,9 +61,6 @@ for preset in "$@"; do
         --batch "$batches" --context "$ctx" --steps 8 --cuda-graphs on 2>&1 |
         tee "$out/bench-decode-stream$v-$preset.log" | grep decode | sed "s/^/stream variant $v: /"
     done
-    DEEPINFER_STREAM_GEMM=0 DEEPINFER_TILE_PIPELINE=2 "$di" bench decode --model "$dir" \
-      --device cuda --batch "$batches" --context "$ctx" --steps 8 --cuda-graphs on 2>&1 |
-      tee "$out/bench-decode-smem4x256-$preset.log" | grep decode | sed "s/^/smem 4x256: /"
   fi
   if [[ ${DEEPINFER_SKIP_ORDERED:-0} != 1 ]]; then
     "$di" bench decode --model "$dir" --device cuda --batch 1,64 --context "$ctx" --steps 8 \

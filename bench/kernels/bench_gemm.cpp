@@ -45,28 +45,23 @@ weight_matrix device_fp4(std::int64_t n, std::int64_t k, unsigned seed) {
   return weight_matrix::fp4(random_device({n, k / 2}, dtype::i8, seed + 1), s);
 }
 
-/// The decode (<= 8 rows per group) kernels compared: stream_gemm's variants (steps per load
-/// batch x blocks per SM) and sm90_block_gemm's shared-memory tiles (stages x bytes per row).
+/// The decode (<= 8 rows per group) kernels compared: stream_gemm (its FP8 variants picked by
+/// K, and each forced) and sm90_block_gemm's shared-memory tiles.
 struct decode_kernel {
   const char* name;
   bool stream;
-  int variant;  // set_stream_gemm_variant or set_decode_tile_pipeline
+  int variant;  // set_stream_gemm_variant
   void select() const {
     cuda::set_stream_gemm(stream);
-    if (stream)
-      cuda::set_stream_gemm_variant(variant);
-    else
-      cuda::set_decode_tile_pipeline(variant);
+    cuda::set_stream_gemm_variant(variant);
   }
 };
 const decode_kernel decode_kernels[] = {{"stream_gemm", true, -1},
                                         {"stream 4x2", true, 0},
                                         {"stream 2x3", true, 1},
-                                        {"smem 3x128", false, 0},
-                                        {"smem 4x256", false, 2}};
+                                        {"smem tiles", false, -1}};
 void default_decode_kernel() {
   decode_kernels[0].select();
-  cuda::set_decode_tile_pipeline(0);
 }
 
 /// Copies of a weight so that rotating through them streams more than the 60 MB L2.

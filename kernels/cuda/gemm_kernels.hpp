@@ -81,10 +81,6 @@ bool get_stream_gemm();
 /// stream_gemm's FP8 (steps per load batch, blocks per SM): -1 = by K (default), 0 = (4, 2),
 /// 1 = (2, 3); the same results either way (DEEPINFER_STREAM_VARIANT sets the default).
 void set_stream_gemm_variant(int variant);
-/// sm90_block_gemm's weight pipeline for decode tiles (<= 8 rows) when stream_gemm is off:
-/// 0 = 3 stages x 128 bytes per row (default), 1 = 6 x 128, 2 = 4 x 256, 3 = 8 x 256
-/// (DEEPINFER_TILE_PIPELINE sets the default).
-void set_decode_tile_pipeline(int variant);
 
 struct dequantize_params {
   const std::uint8_t* values;      ///< FP8 [rows, cols], FP4 [rows, cols / 2], or bf16/f32

@@ -30,8 +30,8 @@ constexpr int rows_per_warp = 16;
 constexpr int rows_per_block = num_warps * rows_per_warp;
 constexpr int step_k = 32;        // inputs per MMA
 // Weight pipeline of a warp: S stages of SB bytes per row (FP8: SB / 32 steps, FP4: SB / 16),
-// S - 1 of them in flight while one computes. Many-token tiles use 3 x 128; decode tiles take
-// the variant set_decode_tile_pipeline picks (more bytes in flight per SM).
+// S - 1 of them in flight while one computes. 3 x 128 everywhere: for decode tiles 6 x 128,
+// 4 x 256 and 8 x 256 measured slower on the H200 (fewer blocks per SM; session 5).
 constexpr int default_stages = 3;
 constexpr int default_stage_bytes = 128;
 constexpr int act_pad = 32;       // bytes per token row: spreads the B loads over the banks
@@ -354,30 +354,12 @@ void launch_tiles(const block_gemm_params& p, split_config cfg, dim3 grid, cudaS
   CUDA_CHECK_LAUNCH("sm90_block_gemm");
 }
 
-std::atomic<int> g_decode_pipeline{[] {
-  const char* env = std::getenv("DEEPINFER_TILE_PIPELINE");
-  return env ? std::atoi(env) : 0;
-}()};
-
 template <bool FP4>
 void launch_for(const block_gemm_params& p, int nt, const split_config& cfg, dim3 grid,
                 cudaStream_t stream) {
   switch (nt) {
     case 1:
-      switch (g_decode_pipeline.load()) {  // stages x bytes per row
-        case 1:
-          launch_tiles<1, FP4, 6, 128>(p, cfg, grid, stream);
-          break;
-        case 2:
-          launch_tiles<1, FP4, 4, 256>(p, cfg, grid, stream);
-          break;
-        case 3:
-          launch_tiles<1, FP4, 8, 256>(p, cfg, grid, stream);
-          break;
-        default:
-          launch_tiles<1, FP4>(p, cfg, grid, stream);
-          break;
-      }
+      launch_tiles<1, FP4>(p, cfg, grid, stream);
       break;
     case 2:
       launch_tiles<2, FP4>(p, cfg, grid, stream);
@@ -457,10 +439,6 @@ bool streams(const launch_shape& sh) {
 }
 
 }  // namespace
-
-void set_decode_tile_pipeline(int variant) {
-  g_decode_pipeline = variant;
-}
 
 void set_stream_gemm(bool on) {
   g_stream_gemm = on;

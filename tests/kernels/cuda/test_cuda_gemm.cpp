@@ -350,7 +350,6 @@ struct stream_switches {
     cuda::set_gemm_backend(cuda::gemm_backend::automatic);
     cuda::set_stream_gemm(true);
     cuda::set_stream_gemm_variant(-1);
-    cuda::set_decode_tile_pipeline(0);
   }
 };
 
@@ -372,12 +371,7 @@ TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invarian
     const weight_matrix w = weight_to(host, gpu);
     const int act = sh.in % 128 == 0 ? 128 : 32;
     const tensor x8 = varied_input(8, sh.in);
-    cuda::set_stream_gemm(false);  // the shared-memory tile kernel, each weight pipeline
-    for (int pipeline : {1, 2, 3, 0}) {
-      CAPTURE(pipeline);
-      cuda::set_decode_tile_pipeline(pipeline);
-      check_close(ops::linear(x8.to(gpu), w, {act}), ops::linear(x8, host, {act}), 2e-3);
-    }
+    cuda::set_stream_gemm(false);  // the shared-memory tile kernel
     const tensor tiled = ops::linear(x8.to(gpu), w, {act}).to(cpu_device);
     cuda::set_stream_gemm(true);
     tensor first_variant;  // the variants batch loads differently but add in the same order
@@ -418,11 +412,8 @@ TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invarian
                       want, 2e-3);
         }
         cuda::set_stream_gemm(false);
-        for (int pipeline : {1, 2, 3, 0}) {
-          cuda::set_decode_tile_pipeline(pipeline);
-          check_close(ops::expert_linear(xr.to(gpu), off.to(gpu), weight_to(*w, gpu), hint),
-                      want, 2e-3);
-        }
+        check_close(ops::expert_linear(xr.to(gpu), off.to(gpu), weight_to(*w, gpu), hint), want,
+                    2e-3);
         cuda::set_stream_gemm(true);
       }
     }
