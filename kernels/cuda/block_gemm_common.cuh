@@ -90,4 +90,30 @@ __device__ int nth_nonempty_group(const std::int32_t* offsets, int groups, int n
   return found;
 }
 
+/// Where a block of a (grouped) block_gemm launch works: blockIdx.y is its group (or, with a
+/// compacted grid, the y-th non-empty one), blockIdx.z its token tile and K split. group < 0:
+/// nothing to do (uniform over the block; every thread must call this, it may synchronise).
+struct block_site {
+  int group;
+  int split;
+  std::int64_t tile;
+  std::int64_t row_begin;  ///< the group's first row of activations and outputs
+  std::int64_t count;      ///< its rows
+};
+template <int Warps, typename Params>
+__device__ block_site locate_block(const Params& p, bool compact, int k_splits) {
+  block_site b{};
+  b.group = compact ? nth_nonempty_group<Warps>(p.offsets, p.groups, int(blockIdx.y))
+                    : int(blockIdx.y);
+  if (b.group < 0) return b;
+  b.split = int(blockIdx.z % unsigned(k_splits));
+  b.tile = blockIdx.z / unsigned(k_splits);
+  b.count = p.rows;
+  if (p.offsets) {
+    b.row_begin = p.offsets[b.group];
+    b.count = p.offsets[b.group + 1] - b.row_begin;
+  }
+  return b;
+}
+
 }  // namespace di::cuda::gemm_detail

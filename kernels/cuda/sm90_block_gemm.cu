@@ -119,16 +119,10 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
   constexpr int ssteps = stage_steps<FP4, SB>();
   constexpr int step_bytes = FP4 ? step_k / 2 : step_k;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int group = cfg.compact ? nth_nonempty_group<num_warps>(p.offsets, p.groups, int(blockIdx.y))
-                                 : int(blockIdx.y);
-  if (group < 0) return;  // fewer non-empty groups than grid rows (uniform over the block)
-  const int split = int(blockIdx.z % unsigned(cfg.k_splits));
-  const std::int64_t tile = blockIdx.z / unsigned(cfg.k_splits);
-  std::int64_t row_begin = 0, count = p.rows;
-  if (p.offsets) {
-    row_begin = p.offsets[group];
-    count = p.offsets[group + 1] - row_begin;
-  }
+  const block_site site = locate_block<num_warps>(p, cfg.compact, cfg.k_splits);
+  if (site.group < 0) return;  // fewer non-empty groups than grid rows (uniform over the block)
+  const int group = site.group, split = site.split;
+  const std::int64_t tile = site.tile, row_begin = site.row_begin, count = site.count;
   const std::int64_t tok0 = tile * NT * 8;
   const int total_steps = int(p.k / step_k);
   const int s_begin = split * int(cfg.steps_per_split);

@@ -85,16 +85,10 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
   constexpr int step_bytes = FP4 ? step_k / 2 : step_k;
   __shared__ float partial[warps][32][tiles * 4];
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
-  const int group = cfg.compact ? nth_nonempty_group<warps>(p.offsets, p.groups, int(blockIdx.y))
-                                : int(blockIdx.y);
-  if (group < 0) return;  // fewer non-empty groups than grid rows (uniform over the block)
-  const int split = int(blockIdx.z % unsigned(cfg.k_splits));
-  const std::int64_t tile = blockIdx.z / unsigned(cfg.k_splits);
-  std::int64_t row_begin = 0, count = p.rows;
-  if (p.offsets) {
-    row_begin = p.offsets[group];
-    count = p.offsets[group + 1] - row_begin;
-  }
+  const block_site site = locate_block<warps>(p, cfg.compact, cfg.k_splits);
+  if (site.group < 0) return;  // fewer non-empty groups than grid rows (uniform over the block)
+  const int group = site.group, split = site.split;
+  const std::int64_t tile = site.tile, row_begin = site.row_begin, count = site.count;
   const std::int64_t tok0 = tile * 8;
   if (tok0 >= count) return;  // uniform over the block
 
@@ -185,9 +179,16 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
       a[3] = r.a[u][m][1].y;
     }
   };
-  auto b_fragments = [](const batch_regs<FP4, batch>& r, int u, std::uint32_t& b0, std::uint32_t& b1) {
-    b0 = FP4 ? fp4_act_low(r.b[u].x, r.b[u].y) : r.b[u].x;
-    b1 = FP4 ? fp4_act_high(r.b[u].x, r.b[u].y) : r.b[u].y;
+  // Step u of a batch: each tile's fragments handed to mma_tile(m, a, b0, b1).
+  auto step_fragments = [&](const batch_regs<FP4, batch>& r, int u, auto&& mma_tile) {
+    const std::uint32_t b0 = FP4 ? fp4_act_low(r.b[u].x, r.b[u].y) : r.b[u].x;
+    const std::uint32_t b1 = FP4 ? fp4_act_high(r.b[u].x, r.b[u].y) : r.b[u].y;
+#pragma unroll
+    for (int m = 0; m < tiles; ++m) {
+      std::uint32_t a[4];
+      fragments(r, u, m, a);
+      mma_tile(m, a, b0, b1);
+    }
   };
 
   // A whole batch of steps that each promote (32-input scale blocks on both sides): all its
@@ -209,21 +210,15 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
       }
     }
 #pragma unroll
-    for (int u = 0; u < batch; ++u) {
-      std::uint32_t b0, b1;
-      b_fragments(r, u, b0, b1);
-#pragma unroll
-      for (int m = 0; m < tiles; ++m) {
-        std::uint32_t a[4];
-        fragments(r, u, m, a);
+    for (int u = 0; u < batch; ++u)
+      step_fragments(r, u, [&](int m, const std::uint32_t(&a)[4], std::uint32_t b0, std::uint32_t b1) {
         float d[4];
         mma_e4m3_fresh(d, a, b0, b1);
         acc[m][0] += d[0] * (w_lo[u][m] * xa[u]);
         acc[m][1] += d[1] * (w_lo[u][m] * xb[u]);
         acc[m][2] += d[2] * (w_hi[u][m] * xa[u]);
         acc[m][3] += d[3] * (w_hi[u][m] * xb[u]);
-      }
-    }
+      });
   };
 
   auto multiply = [&](auto tail, const batch_regs<FP4, batch>& r, int s) {
@@ -236,14 +231,8 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
     for (int u = 0; u < batch; ++u) {
       const int step = s + u;
       if (Tail && step >= w1) break;
-      std::uint32_t b0, b1;
-      b_fragments(r, u, b0, b1);
-#pragma unroll
-      for (int m = 0; m < tiles; ++m) {
-        std::uint32_t a[4];
-        fragments(r, u, m, a);
-        mma_e4m3(tmp[m], a, b0, b1);
-      }
+      step_fragments(r, u, [&](int m, const std::uint32_t(&a)[4], std::uint32_t b0,
+                               std::uint32_t b1) { mma_e4m3(tmp[m], a, b0, b1); });
       if (((step + 1) & pmask) != 0) continue;  // ranges hold whole promotion blocks
       // Promote: acc += tmp * weight scale * activation scale (as sm90_block_gemm does).
       const int sx_col = (step * step_k) >> act_shift;
