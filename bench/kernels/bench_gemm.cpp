@@ -179,6 +179,31 @@ void fp4_grouped_rows(const limits& lim, std::vector<result_row>& rows, const ch
   }
 }
 
+/// attention's wo_a at batch 1 (block-diagonal, no activation quantization): fp8_gemv on the
+/// stored codes against cuBLAS on the weight decoded to fp32 (what the model kept before).
+void wo_a_rows(const limits& lim, std::vector<result_row>& rows, const char* model,
+               std::int64_t groups, std::int64_t out, std::int64_t in, std::int64_t block) {
+  const std::size_t bytes = std::size_t(groups * out * in);
+  std::vector<weight_matrix> stored, decoded;
+  for (int i = 0; i < copies_for(bytes); ++i) {
+    stored.push_back(device_fp8(groups * out, in, block, 40 + i));
+    decoded.push_back(cuda::dequantize_weight(stored.back(), dtype::f32));
+  }
+  const tensor x = random_device({1, groups, in}, dtype::f32, 41);
+  for (const auto* ws : {&stored, &decoded}) {
+    const double us = median_graph_us([&] {
+                        for (const weight_matrix& w : *ws) ops::grouped_linear(x, w);
+                      }) /
+                      double(ws->size());
+    const bool fp8 = ws == &stored;
+    const double read = double(fp8 ? bytes : 4 * bytes);
+    rows.push_back({fmt::format("{} wo_a M=1 {}", model, fp8 ? "fp8_gemv" : "fp32 cuBLAS"),
+                    fmt::format("{} x N{} K{} {:.1f} MB", groups, out, in, read / 1e6), us,
+                    "us graph", us, fmt::format("copy {:.0f} GB/s", lim.copy_gbps),
+                    read / (us * 1e-6) / 1e9 / lim.copy_gbps});
+  }
+}
+
 }  // namespace
 
 void run_gemms(const limits& lim, std::vector<result_row>& rows, bool quick,
@@ -195,6 +220,8 @@ void run_gemms(const limits& lim, std::vector<result_row>& rows, bool quick,
   const shape v4[] = {{"wq_b", 32768, 1024}, {"wo_b", 4096, 8192}, {"shared_w1", 2048, 4096}};
   for (const shape& s : v4)
     if (wanted(std::string("V4 fp8 ") + s.name)) fp8_rows(lim, rows, "V4", 128, s, quick);
+  if (wanted("V4.1 wo_a")) wo_a_rows(lim, rows, "V4.1", 8, 1024, 4096, 32);
+  if (wanted("V4 wo_a")) wo_a_rows(lim, rows, "V4", 8, 1024, 4096, 128);
   if (wanted("V4.1 mxfp4 w1")) fp4_grouped_rows(lim, rows, "V4.1", {"w1", 2304, 5120}, 32, quick);
   if (wanted("V4.1 mxfp4 w2")) fp4_grouped_rows(lim, rows, "V4.1", {"w2", 5120, 2304}, 32, quick);
 }

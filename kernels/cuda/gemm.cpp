@@ -9,6 +9,7 @@
 #include "kernels/cuda/stream.hpp"
 
 #include <atomic>
+#include <cstdint>
 
 namespace di::cuda {
 
@@ -188,7 +189,20 @@ tensor grouped_linear(const tensor& x, const weight_matrix& weight) {
            weight.cols(), groups, in);
   const std::int64_t out = weight.rows() / groups;
   tensor y = tensor::empty({rows, groups, out}, dtype::f32, x.dev());  // [rows, groups, out]
-  // No activation quantization here (as on the CPU): SGEMM per group over the decoded weight.
+  // No activation quantization here (as on the CPU). A few rows of an FP8 weight: fp8_gemv
+  // reads the stored codes; otherwise SGEMM per group over the decoded weight.
+  if (weight.values.type() == dtype::f8_e4m3 && weight.scales.defined() && x.is_contiguous() &&
+      reinterpret_cast<std::uintptr_t>(x.raw()) % 16 == 0 &&
+      fp8_gemv_fits(rows, in, int(weight.block.cols))) {
+    const bool e8m0 = weight.scales.type() == dtype::f8_e8m0;
+    launch_fp8_gemv({x.data<float>(), static_cast<const std::uint8_t*>(weight.values.raw()),
+                     e8m0 ? static_cast<const std::uint8_t*>(weight.scales.raw()) : nullptr,
+                     e8m0 ? nullptr : weight.scales.data<float>(), weight.scales.size(1),
+                     int(weight.block.rows), int(weight.block.cols), rows, groups, in, out,
+                     y.data<float>()},
+                    current_stream());
+    return y;
+  }
   const weight_matrix dense = is_stored_format(weight) || weight.values.type() == dtype::bf16
                                   ? dequantize_weight(weight, dtype::f32)
                                   : weight;

@@ -82,6 +82,27 @@ bool get_stream_gemm();
 /// 1 = (2, 3); the same results either way (DEEPINFER_STREAM_VARIANT sets the default).
 void set_stream_gemm_variant(int variant);
 
+/// y = x W^T for 1..fp8_gemv_max_rows fp32 rows without activation quantization, W FP8 e4m3
+/// with block scales, block-diagonal over `groups` (group g: inputs [g * in, (g + 1) * in) of
+/// x, weight rows and outputs [g * out, (g + 1) * out)); groups = 1 is a plain linear.
+struct fp8_gemv_params {
+  const float* x;                  ///< [rows, groups * in], 16-byte aligned
+  const std::uint8_t* w;           ///< [groups * out, in] e4m3 codes
+  const std::uint8_t* scale_e8m0;  ///< block scales as e8m0 bytes, or nullptr
+  const float* scale_f32;          ///< block scales as fp32, when scale_e8m0 is nullptr
+  std::int64_t scale_cols;         ///< scales per row block
+  int block_rows;
+  int block_cols;  ///< a power of two >= 16
+  std::int64_t rows;
+  std::int64_t groups;
+  std::int64_t in;   ///< multiple of 16
+  std::int64_t out;  ///< outputs per group
+  float* y;          ///< [rows, groups * out]
+};
+constexpr std::int64_t fp8_gemv_max_rows = 8;
+bool fp8_gemv_fits(std::int64_t rows, std::int64_t in, int block_cols);
+void launch_fp8_gemv(const fp8_gemv_params& p, cudaStream_t stream);
+
 struct dequantize_params {
   const std::uint8_t* values;      ///< FP8 [rows, cols], FP4 [rows, cols / 2], or bf16/f32
   int kind;                        ///< 0 FP8, 1 FP4, 2 bf16, 3 f32

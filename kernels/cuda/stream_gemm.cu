@@ -221,12 +221,9 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
       });
   };
 
-  auto multiply = [&](auto tail, const batch_regs<FP4, batch>& r, int s) {
+  // Any batch (Tail: the last, partial one): accumulate MMAs, promote at block ends.
+  auto multiply_generic = [&](auto tail, const batch_regs<FP4, batch>& r, int s) {
     constexpr bool Tail = decltype(tail)::value;
-    if constexpr (EVERY && !Tail) {
-      multiply_every(r, s);
-      return;
-    }
 #pragma unroll
     for (int u = 0; u < batch; ++u) {
       const int step = s + u;
@@ -255,6 +252,13 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
         for (int c = 0; c < 4; ++c) tmp[m][c] = 0.0f;
       }
     }
+  };
+
+  auto multiply = [&](auto tail, const batch_regs<FP4, batch>& r, int s) {
+    if constexpr (EVERY && !decltype(tail)::value)
+      multiply_every(r, s);
+    else
+      multiply_generic(tail, r, s);
   };
 
   if (active) {

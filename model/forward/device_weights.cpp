@@ -89,7 +89,7 @@ layer_weights layer_to(const uploader& u, const model_config& c, const layer_wei
   d.ffn_norm = u.vec(l.ffn_norm);
   const attention_weights& a = l.attn;
   d.attn = {u.vec(a.sinks), u.lin(a.wq_a),    u.vec(a.q_norm), u.lin(a.wq_b),
-            u.lin(a.wkv),   u.vec(a.kv_norm), u.small(a.wo_a), u.lin(a.wo_b)};
+            u.lin(a.wkv),   u.vec(a.kv_norm), u.big(a.wo_a),  u.lin(a.wo_b)};
   d.compressor = u.compressor(l.compressor);
   const indexer_weights& ix = l.indexer;
   const float index_scale =
