@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Gathers what a device call needs for the whole-model GPU run into $build/bundle (default
 # build-cuda-fwd): test_forward_cuda (and test_kernels_cuda / test_cuda_model_ops when built
-# there), the deepinfer CLI and bench_kernels_cuda when they are built, the non-system shared
+# there), the deepinfer CLI, bench_kernels_cuda and bench_attention_decode when they are built, the non-system shared
 # libraries they load (lib/), the bench/peer script's inputs, and the golden checkpoints that
 # fit a call (v41_public; v4_public's 76 MB model does not fit the 64 MiB a call carries) under
 # shared/testdata/golden, packed into $build/fwd-bundle.tar.xz (the libraries alone are over
@@ -24,8 +24,8 @@ if [[ $v4_golden == 0 ]]; then
   for t in test_kernels_cuda test_cuda_model_ops; do  # the kernel-level GPU tests when built
     if [[ -x $build/tests/$t ]]; then cp "$build/tests/$t" "$bundle/tests/"; fi
   done
-  for b in deepinfer bench_kernels_cuda; do  # the CLI, and the per-kernel benchmarks when built
-    if [[ -x $build/bin/$b ]]; then cp "$build/bin/$b" "$bundle/bin/"; fi
+  for b in bin/deepinfer bin/bench_kernels_cuda bench/bench_attention_decode; do  # when built
+    if [[ -x $build/$b ]]; then cp "$build/$b" "$bundle/bin/"; fi
   done
 fi
 system='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libnccl|libnvidia)[.-]'

@@ -5,7 +5,8 @@
 # machine and runs the decode/prefill benchmarks on it. Logs go to $OUT.
 #   DEEPINFER_BENCH_CONTEXT (default 2048), DEEPINFER_BENCH_BATCH (default 1,8,32,64),
 #   DEEPINFER_BENCH_GRAPHS (decode through CUDA graphs: off, on or both -- the default),
-#   DEEPINFER_KERNEL_BENCH (run bench_kernels_cuda --filter it first), DEEPINFER_COMPARE_DECODE=1
+#   DEEPINFER_KERNEL_BENCH (run bench_kernels_cuda --filter it first, and bench_attention_decode
+#   when bundled), DEEPINFER_COMPARE_DECODE=1
 #   (decode again with stream_gemm's other variants and sm90_block_gemm's tiles),
 #   DEEPINFER_SKIP_ORDERED=1 (no decode run with ordered K splits)
 set -uo pipefail
@@ -40,6 +41,11 @@ if [[ -n ${DEEPINFER_KERNEL_BENCH:-} && -x /tmp/fwd/bin/bench_kernels_cuda ]]; t
   /tmp/fwd/bin/bench_kernels_cuda --filter "$DEEPINFER_KERNEL_BENCH" >"$out/bench_kernels_cuda.log" 2>&1
   echo "bench_kernels_cuda rc=$?"
   tail -70 "$out/bench_kernels_cuda.log"
+  if [[ -x /tmp/fwd/bin/bench_attention_decode ]]; then  # attention decode vs FlashMLA's anchor
+    /tmp/fwd/bin/bench_attention_decode >"$out/bench_attention_decode.log" 2>&1
+    echo "bench_attention_decode rc=$?"
+    tail -12 "$out/bench_attention_decode.log"
+  fi
 fi
 # Benchmarks: each preset named on the command line is made here, benchmarked, removed.
 ctx=${DEEPINFER_BENCH_CONTEXT:-2048}
