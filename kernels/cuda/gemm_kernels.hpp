@@ -74,6 +74,18 @@ void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream);
 /// block_gemm's decode kernel (stream_gemm.cu): weights streamed into registers; its K splits
 /// depend on the weight's shape only and add deterministically (no workspace).
 void launch_stream_gemm(const block_gemm_params& p, cudaStream_t stream);
+/// How launch_stream_gemm runs p (host-side; depends on the weight's shape, the groups and the
+/// switches, never on the rows: the grid's token tiles and compacted groups aside).
+struct stream_gemm_plan {
+  int warps_along_k;    ///< warps of a block splitting K (1, 2, 4, 8), added in warp order
+  int k_splits;         ///< blocks along K (1 or 2), added with exact fp32 atomics
+  int steps_per_split;  ///< 32-input steps per K split
+  int warp_align;       ///< a warp's K range starts at a multiple of this many steps
+  int batch_steps;      ///< steps per load batch
+  int blocks_per_sm;    ///< the kernel's launch bound
+  std::int64_t row_blocks, grid_groups, token_tiles;  ///< the grid
+};
+stream_gemm_plan plan_stream_gemm(const block_gemm_params& p);
 /// Whether decode tiles use stream_gemm (default on; DEEPINFER_STREAM_GEMM=0 starts it off)
 /// or sm90_block_gemm's shared-memory tiles (benchmarks and tests compare the two).
 void set_stream_gemm(bool on);

@@ -379,6 +379,25 @@ void set_stream_gemm_variant(int variant) {
   g_variant = variant;
 }
 
+namespace {
+
+/// The FP8 load batching launch_stream_gemm picks: 1 = (2 steps, 3 blocks per SM), 0 = (4, 2).
+int variant_for(const block_gemm_params& p) {
+  const int forced = g_variant;
+  if (p.fp4) return 0;
+  return forced >= 0 ? forced : (p.k >= 4096 ? 1 : 0);
+}
+
+}  // namespace
+
+stream_gemm_plan plan_stream_gemm(const block_gemm_params& p) {
+  const stream_shape sh = stream_shape_of(p);
+  const int v = variant_for(p);
+  return {sh.cfg.wk,          sh.cfg.k_splits,    sh.cfg.steps_per_split, sh.cfg.warp_align,
+          v == 1 ? 2 : 4,     v == 1 ? 3 : 2,     sh.row_blocks,          sh.grid_groups,
+          sh.token_tiles};
+}
+
 void launch_stream_gemm(const block_gemm_params& p, cudaStream_t stream) {
   const stream_shape sh = stream_shape_of(p);
   if (sh.cfg.k_splits > 1)  // atomic adds need a zeroed y
@@ -391,11 +410,9 @@ void launch_stream_gemm(const block_gemm_params& p, cudaStream_t stream) {
   // the second measured faster with long K on the H200 (wo_b N5120 K8192: 0.49 vs 0.38 of the
   // copy bandwidth; shared_w1 K5120: 0.25 vs 0.20), the first with short K (wq_b K1280: 0.47
   // vs 0.42). Both add in the same order: the same bits. MXFP4: 4 x 2 (0.36 vs 0.31).
-  int variant = g_variant;
-  if (variant < 0) variant = p.k >= 4096 ? 1 : 0;
   if (p.fp4)
     launch_variant<true, 4, 2>(p, every, grid, sh.cfg, stream);
-  else if (variant == 1)
+  else if (variant_for(p) == 1)
     launch_variant<false, 2, 3>(p, every, grid, sh.cfg, stream);
   else
     launch_variant<false, 4, 2>(p, every, grid, sh.cfg, stream);

@@ -1,0 +1,101 @@
+// Host-side launch plans of the CUDA decode GEMM (stream_gemm), checked without a GPU: the
+// decisions that fix the order of a row's fp32 sums -- warps along K, K splits, split length,
+// warp alignment, load batching -- must depend on the weight's shape only, never on how many
+// rows the batch has (up to the 8 rows per group stream_gemm serves), or a token's logits would
+// change with the batch. (The GPU test "cuda stream_gemm" checks the same property bitwise.)
+#include <doctest/doctest.h>
+
+#if defined(DEEPINFER_HAVE_CUDA)
+#include "kernels/cuda/gemm_kernels.hpp"
+
+#include <vector>
+
+namespace di {
+namespace {
+
+struct shape {
+  std::int64_t n, k;
+  int block_cols;  // FP8 scale block; 0 = MXFP4
+  int groups;      // > 1: grouped (MoE experts, offsets on the device)
+  int act_block;
+};
+
+/// Params as gemm.cpp fills them for `rows` rows (pointers unused by the planner).
+cuda::block_gemm_params params_for(const shape& s, std::int64_t rows) {
+  cuda::block_gemm_params p{};
+  p.fp4 = s.block_cols == 0;
+  p.block_cols = p.fp4 ? 32 : s.block_cols;
+  p.block_rows = p.fp4 ? 1 : s.block_cols;
+  p.wscale_cols = s.k / p.block_cols;
+  p.act_block = s.act_block;
+  p.n = s.n;
+  p.k = s.k;
+  p.groups = s.groups;
+  static const std::int32_t dummy_offsets[1] = {0};
+  if (s.groups > 1) {
+    p.offsets = dummy_offsets;  // grouped: rows = routed pairs (6 per token), bounded per group
+    p.rows = rows * 6;
+    p.max_rows = rows;
+  } else {
+    p.rows = rows;
+    p.max_rows = rows;
+  }
+  return p;
+}
+
+TEST_CASE("stream_gemm plans depend on the weight's shape, not on the batch") {
+  const std::vector<shape> shapes = {
+      {32768, 1280, 32, 1, 32},  // V4.1 wq_b
+      {5120, 8192, 32, 1, 32},   // V4.1 wo_b
+      {1280, 5120, 32, 1, 32},   // V4.1 wq_a
+      {512, 5120, 32, 1, 32},    // V4.1 wkv
+      {32768, 1024, 128, 1, 128},  // V4 wq_b
+      {200, 1280, 32, 1, 128},   // ragged outputs
+      {2304, 5120, 0, 384, 32},  // V4.1 experts w1 (MXFP4)
+      {5120, 2304, 0, 384, 32},  // V4.1 experts w2
+      {2048, 4096, 0, 256, 128}, // V4 experts
+  };
+  for (const shape& s : shapes) {
+    CAPTURE(s.n);
+    CAPTURE(s.k);
+    const cuda::stream_gemm_plan one = cuda::plan_stream_gemm(params_for(s, 1));
+    CHECK(one.warps_along_k >= 1);
+    CHECK(one.warps_along_k <= 8);
+    CHECK(one.steps_per_split * one.k_splits >= s.k / 32);  // the splits cover K
+    CHECK(one.steps_per_split % 8 == 0);
+    if (s.groups > 1) CHECK(one.k_splits == 1);  // experts: no atomics at all
+    for (std::int64_t rows = 2; rows <= 8; ++rows) {
+      CAPTURE(rows);
+      const cuda::stream_gemm_plan p = cuda::plan_stream_gemm(params_for(s, rows));
+      CHECK(p.warps_along_k == one.warps_along_k);
+      CHECK(p.k_splits == one.k_splits);
+      CHECK(p.steps_per_split == one.steps_per_split);
+      CHECK(p.warp_align == one.warp_align);
+      CHECK(p.batch_steps == one.batch_steps);
+      CHECK(p.row_blocks == one.row_blocks);
+      CHECK(p.token_tiles == 1);
+    }
+    // Decode tiles go to stream_gemm, whose splits need no workspace: plan_block_gemm says
+    // one split for them (ordered-splits mode allocates nothing).
+    CHECK(cuda::plan_block_gemm(params_for(s, 1)).splits == 1);
+  }
+}
+
+TEST_CASE("stream_gemm FP8 load batching follows K; forcing a variant changes only that") {
+  const shape short_k{32768, 1280, 32, 1, 32}, long_k{5120, 8192, 32, 1, 32};
+  CHECK(cuda::plan_stream_gemm(params_for(short_k, 1)).batch_steps == 4);
+  CHECK(cuda::plan_stream_gemm(params_for(long_k, 1)).batch_steps == 2);
+  const cuda::stream_gemm_plan by_k = cuda::plan_stream_gemm(params_for(long_k, 1));
+  cuda::set_stream_gemm_variant(0);
+  const cuda::stream_gemm_plan forced = cuda::plan_stream_gemm(params_for(long_k, 1));
+  cuda::set_stream_gemm_variant(-1);
+  CHECK(forced.batch_steps == 4);
+  CHECK(forced.blocks_per_sm == 2);
+  CHECK(forced.warps_along_k == by_k.warps_along_k);  // the same sums in the same order
+  CHECK(forced.steps_per_split == by_k.steps_per_split);
+  CHECK(forced.warp_align == by_k.warp_align);
+}
+
+}  // namespace
+}  // namespace di
+#endif
