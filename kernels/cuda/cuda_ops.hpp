@@ -54,19 +54,21 @@ gemm_backend get_gemm_backend();
 /// default, in an order that varies from run to run. Ordered: each split stores its partials
 /// and the last block of a tile adds them in split order -- bit-reproducible, and (split counts
 /// depend on the batch only beyond 64 rows) the same for a row whatever else is in the batch.
-/// Off by default until measured on the GPU (written in session 4 without device time).
+/// Off by default (tested on the H200 in session 5; its cost was within the run-to-run spread).
+/// Decode tiles of up to 8 rows run on stream_gemm, whose K splits are deterministic anyway.
 void set_ordered_gemm_splits(bool on);
 bool get_ordered_gemm_splits();
 
 /// Decode tiles (<= 8 rows per group) go to stream_gemm -- weights streamed from global memory
 /// into registers, K split by the weight's shape only (deterministic, batch-invariant up to 8
 /// rows) -- unless switched off (then sm90_block_gemm's shared-memory tiles; default from
-/// DEEPINFER_STREAM_GEMM=0).
-/// (Defined in stream_gemm.cu / sm90_block_gemm.cu; also declared in gemm_kernels.hpp.)
+/// DEEPINFER_STREAM_GEMM=0). Defined in sm90_block_gemm.cu.
 void set_stream_gemm(bool on);
 bool get_stream_gemm();
 /// stream_gemm's FP8 (steps per load batch, blocks per SM): -1 = by K (default), 0 = (4, 2),
-/// 1 = (2, 3); the same results either way (DEEPINFER_STREAM_VARIANT sets the default).
+/// 1 = (2, 3); the same results either way. Any other value is a di::error.
+/// DEEPINFER_STREAM_VARIANT sets the default (a value other than -1, 0 or 1 is ignored with a
+/// warning on stderr). Defined in stream_gemm.cu.
 void set_stream_gemm_variant(int variant);
 
 /// The weight decoded exactly (value times its block scale) to `to` (bf16 or f32), on the

@@ -86,13 +86,8 @@ struct stream_gemm_plan {
   std::int64_t row_blocks, grid_groups, token_tiles;  ///< the grid
 };
 stream_gemm_plan plan_stream_gemm(const block_gemm_params& p);
-/// Whether decode tiles use stream_gemm (default on; DEEPINFER_STREAM_GEMM=0 starts it off)
-/// or sm90_block_gemm's shared-memory tiles (benchmarks and tests compare the two).
-void set_stream_gemm(bool on);
-bool get_stream_gemm();
-/// stream_gemm's FP8 (steps per load batch, blocks per SM): -1 = by K (default), 0 = (4, 2),
-/// 1 = (2, 3); the same results either way (DEEPINFER_STREAM_VARIANT sets the default).
-void set_stream_gemm_variant(int variant);
+/// (The switches that choose between stream_gemm and sm90_block_gemm, and stream_gemm's load
+/// batching, are declared with the other GEMM switches in cuda_ops.hpp.)
 
 /// y = x W^T for 1..fp8_gemv_max_rows fp32 rows without activation quantization, W FP8 e4m3
 /// with block scales, block-diagonal over `groups` (group g: inputs [g * in, (g + 1) * in) of

@@ -29,11 +29,11 @@ constexpr int num_warps = 4;
 constexpr int rows_per_warp = 16;
 constexpr int rows_per_block = num_warps * rows_per_warp;
 constexpr int step_k = 32;        // inputs per MMA
-// Weight pipeline of a warp: S stages of SB bytes per row (FP8: SB / 32 steps, FP4: SB / 16),
-// S - 1 of them in flight while one computes. 3 x 128 everywhere: for decode tiles 6 x 128,
-// 4 x 256 and 8 x 256 measured slower on the H200 (fewer blocks per SM; session 5).
-constexpr int default_stages = 3;
-constexpr int default_stage_bytes = 128;
+// Weight stages per warp (two in flight while one computes) and bytes of each row per stage
+// (FP8: 4 steps, FP4: 8). Deeper decode pipelines (6 x 128, 4 x 256, 8 x 256) measured slower
+// on the H200 (fewer blocks per SM; session 5).
+constexpr int num_stages = 3;
+constexpr int stage_bytes = 128;
 constexpr int act_pad = 32;       // bytes per token row: spreads the B loads over the banks
 // Shared memory for the activation tile: small for decode tiles so that five blocks fit per SM,
 // large for many-token tiles (registers allow two blocks per SM there anyway), whose staging is
@@ -44,13 +44,13 @@ constexpr int act_budget(int nt) {
 
 /// Shared-memory row stride of a weight stage: FP8 fragments are 8-byte loads at 32-byte
 /// steps (stride = 8 mod 32 words), FP4 ones 4-byte loads at 16-byte steps (4 mod 32 words).
-template <bool FP4, int SB>
+template <bool FP4>
 constexpr int weight_stride() {
-  return FP4 ? SB + 16 : SB + 32;
+  return FP4 ? stage_bytes + 16 : stage_bytes + 32;
 }
-template <bool FP4, int SB>
+template <bool FP4>
 constexpr int stage_steps() {
-  return FP4 ? SB / 16 : SB / 32;
+  return FP4 ? stage_bytes / 16 : stage_bytes / 32;
 }
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* global) {
@@ -84,17 +84,17 @@ struct scale_rows {
 };
 
 /// The weight scales a stage promotes with (factors; FP4: times 2^6), loaded one stage ahead.
-template <bool FP4, int SB>
+template <bool FP4>
 struct stage_scales {
-  float lo[stage_steps<FP4, SB>()];
-  float hi[stage_steps<FP4, SB>()];
+  float lo[stage_steps<FP4>()];
+  float hi[stage_steps<FP4>()];
 };
 
-template <bool FP4, int SB>
+template <bool FP4>
 __device__ __forceinline__ void load_scales(const scale_rows& sr, int st, int total, int pmask,
-                                            stage_scales<FP4, SB>& sc) {
+                                            stage_scales<FP4>& sc) {
 #pragma unroll
-  for (int u = 0; u < stage_steps<FP4, SB>(); ++u) {
+  for (int u = 0; u < stage_steps<FP4>(); ++u) {
     sc.lo[u] = sc.hi[u] = 0.0f;
     const int step = st + u;
     if (step >= total || (((step + 1) & pmask) != 0 && step + 1 != total)) continue;
@@ -109,14 +109,14 @@ __device__ __forceinline__ void load_scales(const scale_rows& sr, int st, int to
   }
 }
 
-template <int NT, bool FP4, int S, int SB>
+template <int NT, bool FP4>
 __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
     block_gemm_kernel(block_gemm_params p, split_config cfg) {
-  // [num_warps][S][16][weight_stride] weight stages, then [NT * 8][chunk + pad]
+  // [num_warps][num_stages][16][weight_stride] weight stages, then [NT * 8][chunk + pad]
   // activation codes, then [NT * 8][chunk / act_block] their scales.
   extern __shared__ __align__(16) std::uint8_t smem[];
-  constexpr int wstride = weight_stride<FP4, SB>();
-  constexpr int ssteps = stage_steps<FP4, SB>();
+  constexpr int wstride = weight_stride<FP4>();
+  constexpr int ssteps = stage_steps<FP4>();
   constexpr int step_bytes = FP4 ? step_k / 2 : step_k;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const block_site site = locate_block<num_warps>(p, cfg.compact, cfg.k_splits);
@@ -137,8 +137,8 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
   const std::int64_t row_bytes = FP4 ? p.k / 2 : p.k;
   const int pmask = (FP4 ? 1 : max(1, min(p.block_cols, p.act_block) / step_k)) - 1;
   const int act_shift = log2_int(p.act_block);
-  std::uint8_t* wbuf = smem + warp * S * rows_per_warp * wstride;
-  std::uint8_t* act_tile = smem + num_warps * S * rows_per_warp * wstride;
+  std::uint8_t* wbuf = smem + warp * num_stages * rows_per_warp * wstride;
+  std::uint8_t* act_tile = smem + num_warps * num_stages * rows_per_warp * wstride;
   const int stride = cfg.chunk_steps * step_k + act_pad;
   const int sx_per_tok = (cfg.chunk_steps * step_k) >> act_shift;
   float* sx_tile = reinterpret_cast<float*>(act_tile + NT * 8 * stride);
@@ -160,14 +160,13 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
     sr.col_shift = log2_int(p.block_cols);
   }
 
-  // Lane l copies 16 bytes of row (i * 32 + l) / (SB / 16) per instruction: 8 lanes per 128 bytes.
-  constexpr int copies = rows_per_warp * SB / 16 / 32;
+  // Lane l copies 16 bytes of row (i * 32 + l) / 8 per instruction: 8 lanes per 128-byte line.
+  constexpr int copies = rows_per_warp * stage_bytes / 16 / 32;
   const std::uint8_t* src[copies];
   int dst_off[copies], col_off[copies];
 #pragma unroll
   for (int i = 0; i < copies; ++i) {
-    constexpr int units = SB / 16;  // 16-byte copies per row and stage
-    const int idx = i * 32 + lane, r = idx / units, c = idx % units;
+    const int idx = i * 32 + lane, r = idx / 8, c = idx % 8;
     const std::int64_t row = group * p.n + min(n0 + r, p.n - 1);
     src[i] = p.weight + row * row_bytes + std::int64_t(s_begin) * step_bytes + c * 16;
     dst_off[i] = r * wstride + c * 16;
@@ -175,9 +174,9 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
   }
   const int bytes_end = total * step_bytes;
   auto issue = [&](int si) {
-    const int byte0 = si * SB;
+    const int byte0 = si * stage_bytes;
     if (warp_active && byte0 < bytes_end) {
-      std::uint8_t* dst = wbuf + (si % S) * rows_per_warp * wstride;
+      std::uint8_t* dst = wbuf + (si % num_stages) * rows_per_warp * wstride;
 #pragma unroll
       for (int i = 0; i < copies; ++i)
         if (byte0 + col_off[i] < bytes_end) cp_async16(dst + dst_off[i], src[i] + byte0);
@@ -192,9 +191,9 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
     for (int c = 0; c < 4; ++c) acc[j][c] = tmp[j][c] = 0.0f;
 
 #pragma unroll
-  for (int i = 0; i < S - 1; ++i) issue(i);
-  stage_scales<FP4, SB> cur, next;
-  if (warp_active) load_scales<FP4, SB>(sr, 0, total, pmask, cur);
+  for (int i = 0; i < num_stages - 1; ++i) issue(i);
+  stage_scales<FP4> cur, next;
+  if (warp_active) load_scales<FP4>(sr, 0, total, pmask, cur);
   int c0 = 0, c1 = 0;  // the staged activation chunk, local steps
   for (int si = 0;; ++si) {
     const int st = si * ssteps;
@@ -228,12 +227,12 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
       }
       __syncthreads();
     }
-    issue(si + S - 1);
+    issue(si + num_stages - 1);
     if (!warp_active) continue;
-    if (st + ssteps < total) load_scales<FP4, SB>(sr, st + ssteps, total, pmask, next);
-    cp_async_wait<S - 1>();  // stage si has landed (for this lane)
+    if (st + ssteps < total) load_scales<FP4>(sr, st + ssteps, total, pmask, next);
+    cp_async_wait<num_stages - 1>();  // stage si has landed (for this lane)
     __syncwarp();                     // ... and for every lane of the warp
-    const std::uint8_t* w = wbuf + (si % S) * rows_per_warp * wstride;
+    const std::uint8_t* w = wbuf + (si % num_stages) * rows_per_warp * wstride;
     const std::uint8_t* b_base = act_tile + (st - c0) * step_k + 8 * t + g * stride;
 #pragma unroll
     for (int u = 0; u < ssteps; ++u) {
@@ -326,25 +325,23 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
     for_each_output([&](std::int64_t o, float v) { p.y[o] = v; });
 }
 
-template <bool FP4, int S, int SB>
+template <bool FP4>
 int weight_smem() {
-  return num_warps * S * rows_per_warp * weight_stride<FP4, SB>();
+  return num_warps * num_stages * rows_per_warp * weight_stride<FP4>();
 }
 
-template <int NT, bool FP4, int S = default_stages, int SB = default_stage_bytes>
-void launch_tiles(const block_gemm_params& p, split_config cfg, dim3 grid, cudaStream_t stream) {
-  // Activation chunks hold whole weight stages.
-  constexpr int ssteps = stage_steps<FP4, SB>();
-  cfg.chunk_steps = std::max(ssteps, cfg.chunk_steps / ssteps * ssteps);
-  const int smem = weight_smem<FP4, S, SB>() + NT * 8 * (cfg.chunk_steps * step_k + act_pad) +
+template <int NT, bool FP4>
+void launch_tiles(const block_gemm_params& p, const split_config& cfg, dim3 grid,
+                  cudaStream_t stream) {
+  const int smem = weight_smem<FP4>() + NT * 8 * (cfg.chunk_steps * step_k + act_pad) +
                    NT * 8 * (cfg.chunk_steps * step_k / p.act_block) * int(sizeof(float));
   static bool raised = false;  // per instantiation: allow more than 48 KB of shared memory
   if (!raised) {
-    CUDA_CHECK(cudaFuncSetAttribute(block_gemm_kernel<NT, FP4, S, SB>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+    CUDA_CHECK(cudaFuncSetAttribute(block_gemm_kernel<NT, FP4>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024));
     raised = true;
   }
-  block_gemm_kernel<NT, FP4, S, SB><<<grid, num_warps * 32, smem, stream>>>(p, cfg);
+  block_gemm_kernel<NT, FP4><<<grid, num_warps * 32, smem, stream>>>(p, cfg);
   CUDA_CHECK_LAUNCH("sm90_block_gemm");
 }
 
