@@ -22,7 +22,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
+#include <string_view>
 #include <type_traits>
 
 namespace di::cuda {
@@ -360,7 +362,14 @@ stream_shape stream_shape_of(const block_gemm_params& p) {
 
 std::atomic<int> g_variant{[] {
   const char* env = std::getenv("DEEPINFER_STREAM_VARIANT");
-  return env ? std::atoi(env) : -1;
+  if (!env) return -1;
+  const std::string_view v(env);
+  if (v == "-1" || v == "0" || v == "1") return v == "-1" ? -1 : v == "0" ? 0 : 1;
+  std::fprintf(stderr,
+               "deepinfer: DEEPINFER_STREAM_VARIANT=%s ignored (expected -1, 0 or 1); "
+               "stream_gemm picks its load batching by K\n",
+               env);
+  return -1;
 }()};
 
 template <bool FP4, int batch, int min_blocks>
@@ -376,6 +385,10 @@ void launch_variant(const block_gemm_params& p, bool every, dim3 grid, const str
 }  // namespace
 
 void set_stream_gemm_variant(int variant) {
+  DI_CHECK(variant >= -1 && variant <= 1,
+           "stream_gemm variant {}: expected -1 (by K), 0 (4 steps x 2 blocks per SM) or 1 "
+           "(2 steps x 3 blocks per SM)",
+           variant);
   g_variant = variant;
 }
 

@@ -6,6 +6,8 @@
 #include <doctest/doctest.h>
 
 #if defined(DEEPINFER_HAVE_CUDA)
+#include "common/error.hpp"
+#include "kernels/cuda/cuda_ops.hpp"
 #include "kernels/cuda/gemm_kernels.hpp"
 
 #include <vector>
@@ -94,6 +96,31 @@ TEST_CASE("stream_gemm FP8 load batching follows K; forcing a variant changes on
   CHECK(forced.warps_along_k == by_k.warps_along_k);  // the same sums in the same order
   CHECK(forced.steps_per_split == by_k.steps_per_split);
   CHECK(forced.warp_align == by_k.warp_align);
+}
+
+TEST_CASE("stream_gemm and fp8_gemv refuse what they do not take, with a clear error") {
+  // Variants: -1, 0 and 1 only; a refused value leaves the switch as it was.
+  CHECK_THROWS_WITH_AS(cuda::set_stream_gemm_variant(2),
+                       doctest::Contains("expected -1 (by K), 0"), error);
+  CHECK_THROWS_AS(cuda::set_stream_gemm_variant(-2), error);
+  const shape long_k{5120, 8192, 32, 1, 32};
+  CHECK(cuda::plan_stream_gemm(params_for(long_k, 1)).batch_steps == 2);  // still by K
+  // fp8_gemv takes 1-8 rows, inputs in whole 16-code groups, power-of-two scale blocks >= 16;
+  // grouped_linear sends anything else to the dequantize + SGEMM path.
+  CHECK(cuda::fp8_gemv_fits(1, 4096, 32));
+  CHECK(cuda::fp8_gemv_fits(8, 528, 128));
+  CHECK_FALSE(cuda::fp8_gemv_fits(0, 4096, 32));
+  CHECK_FALSE(cuda::fp8_gemv_fits(9, 4096, 32));
+  CHECK_FALSE(cuda::fp8_gemv_fits(1, 4104, 32));
+  CHECK_FALSE(cuda::fp8_gemv_fits(1, 4096, 8));
+  CHECK_FALSE(cuda::fp8_gemv_fits(1, 4096, 48));
+  // A direct launch with a shape it does not take is refused before anything reaches the GPU.
+  cuda::fp8_gemv_params p{};
+  p.rows = 9;
+  p.in = 4096;
+  p.block_cols = 32;
+  CHECK_THROWS_WITH_AS(cuda::launch_fp8_gemv(p, nullptr), doctest::Contains("fp8_gemv: 9 rows"),
+                       error);
 }
 
 }  // namespace
