@@ -45,7 +45,8 @@ runner_bundle make_step_runner(const cluster_config& config, const std::string& 
            "device '{}': the model runner runs on \"cpu\", \"cuda\" or \"cuda:N\"", device);
   cpu_runner_config c{.kv_pool_tokens = config.kv.pool_tokens,
                       .num_snapshots = config.kv.num_snapshots,
-                      .max_model_len = config.scheduler.max_model_len};
+                      .max_model_len = config.scheduler.max_model_len,
+                      .num_state_slots = cuda ? config.scheduler.max_num_running : 0};
   const forward_options options{.act_quant = config.model.act_quant};
   std::unique_ptr<cpu_model_runner> r;
   if (cuda) {  // the same runner over a model whose weights, slots and blocks live on the GPU

@@ -39,6 +39,7 @@ struct bench_options {
   bool act_quant = true;
   std::string cuda_graphs = "off";  ///< decode steps through CUDA graphs: off, on or both
   bool ordered_splits = false;      ///< CUDA GEMM K splits added in a fixed order
+  bool batched_decode = true;       ///< CUDA decode attention batched across sequences
   bool json = false;
 };
 
@@ -81,7 +82,8 @@ bench_batch make_batch(const di::deepseek_model& m, int batch, std::int64_t capa
   bench_batch b;
   const auto& layout = m.layout();
   b.pool = std::make_unique<di::kv_block_pool>(
-      layout, int(batch * (capacity / layout.entries_per_block + 2)), m.dev());
+      layout, int(batch * (capacity / layout.entries_per_block + 2)), m.dev(),
+      m.dev().kind == di::device_kind::cpu ? 0 : batch);  // slot arena: batched decode
   for (int i = 0; i < batch; ++i)
     b.states.push_back(std::make_unique<di::sequence_state>(*b.pool, capacity));
   return b;
@@ -274,13 +276,15 @@ void run_bench(const bench_options& o, bool decode) {
                         {"threads", threads},
                         {"load_s", load_s},
                         {"copy_gbs", copy_gbs},
-                        {"ordered_splits", o.ordered_splits}};
+                        {"ordered_splits", o.ordered_splits},
+                        {"batched_decode", o.batched_decode}};
   nlohmann::json rows = nlohmann::json::array();
   for (int b : batches)
     for (int c : contexts)
       for (bool graphs : graph_modes) {
         di::forward_options fo = model->options();
         fo.cuda_graphs = graphs;
+        fo.batched_decode = o.batched_decode;
         model->set_options(fo);
         nlohmann::json row = decode ? bench_decode(*model, b, c, o.steps, copy_gbs)
                                     : bench_prefill(*model, b, c, o.steps, peak_tflops);
@@ -321,6 +325,9 @@ void add_common(CLI::App* sub, const std::shared_ptr<bench_options>& o) {
   sub->add_flag("--ordered-splits", o->ordered_splits,
                 "CUDA: add the K splits of decode GEMMs in a fixed order (bit-reproducible, "
                 "batch-invariant) instead of with atomic adds");
+  sub->add_flag("--batched-decode,!--per-sequence-decode", o->batched_decode,
+                "CUDA decode: each layer's attention as a few launches over the whole batch "
+                "(default), or per sequence (the reference path)");
   sub->add_flag("--json", o->json, "Print one JSON object");
 }
 

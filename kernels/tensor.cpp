@@ -204,7 +204,20 @@ tensor tensor::to(device dev) const {
   DI_CHECK(defined_, "copy of an undefined tensor");
   DI_CHECK(is_contiguous(), "copy of a non-contiguous tensor {} to {}", shape_.str(),
            to_string(dev));
-  tensor t = empty(shape_, type_, dev);
+  tensor t;
+#if defined(DEEPINFER_HAVE_CUDA)
+  if (device_.kind == device_kind::cuda && dev.kind == device_kind::cpu) {
+    // Device-to-host copies land in cached page-locked memory (no first-touch faults).
+    t.storage_ = cuda::allocate_host(nbytes());
+    t.data_ = t.storage_.get();
+    t.shape_ = shape_;
+    t.strides_ = contiguous_strides(shape_);
+    t.type_ = type_;
+    t.device_ = dev;
+    t.defined_ = true;
+  }
+#endif
+  if (!t.defined_) t = empty(shape_, type_, dev);
   copy_storage(t.data_, dev, data_, device_, nbytes());
   return t;
 }

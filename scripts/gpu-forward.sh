@@ -8,7 +8,9 @@
 #   DEEPINFER_KERNEL_BENCH (run bench_kernels_cuda --filter it first, and bench_attention_decode
 #   when bundled), DEEPINFER_COMPARE_DECODE=1
 #   (decode again with stream_gemm's other variants and sm90_block_gemm's tiles),
-#   DEEPINFER_SKIP_ORDERED=1 (no decode run with ordered K splits)
+#   DEEPINFER_SKIP_ORDERED=1 (no decode run with ordered K splits),
+#   DEEPINFER_COMPARE_BATCHED=1 (decode again with per-sequence attention, graphs on),
+#   DEEPINFER_SKIP_PEER=1, DEEPINFER_SKIP_CLUSTER=1, DEEPINFER_SKIP_TESTS=1
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/out}
@@ -67,6 +69,11 @@ for preset in "$@"; do
         --batch "$batches" --context "$ctx" --steps 8 --cuda-graphs on 2>&1 |
         tee "$out/bench-decode-stream$v-$preset.log" | grep decode | sed "s/^/stream variant $v: /"
     done
+  fi
+  if [[ ${DEEPINFER_COMPARE_BATCHED:-0} == 1 ]]; then  # the per-sequence attention path
+    "$di" bench decode --model "$dir" --device cuda --batch "$batches" --context "$ctx" --steps 8 \
+      --cuda-graphs on --per-sequence-decode 2>&1 | tee "$out/bench-decode-perseq-$preset.log" |
+      grep decode | sed 's/^/per-sequence: /'
   fi
   if [[ ${DEEPINFER_SKIP_ORDERED:-0} != 1 ]]; then
     "$di" bench decode --model "$dir" --device cuda --batch 1,64 --context "$ctx" --steps 8 \

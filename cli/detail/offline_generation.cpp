@@ -73,7 +73,9 @@ actors::model_assets assets_of(const loaded_model& m) {
 /// The executor's runner: the CPU model runner over the model as loaded and placed.
 actors::runner_bundle runner_for(const loaded_model& m, std::int64_t len, int n) {
   auto r = std::make_unique<cpu_model_runner>(
-      m.model, cpu_runner_config{.kv_pool_tokens = len * n, .max_model_len = len});
+      m.model, cpu_runner_config{.kv_pool_tokens = len * n,
+                                 .max_model_len = len,
+                                 .num_state_slots = m.model->dev().kind == device_kind::cpu ? 0 : n});
   if (m.grammar_vocab) r->enable_structured_output(m.grammar_vocab, m.grammars);
   runtime::kv_geometry g = r->geometry();
   return {std::move(r), std::move(g)};

@@ -86,6 +86,26 @@ struct decode_rows_params {
 };
 void launch_decode_cache_rows(const decode_rows_params& p, cudaStream_t stream);
 
+/// Pool rows of paged entries: out[b, e] = tables[b, e / per_block] * per_block + e % per_block
+/// for e < counts[b], else -1 (b < batch, e < entries). tables [batch, max_blocks] i32.
+struct entry_rows_params {
+  const std::int32_t* tables = nullptr;
+  const std::int64_t* counts = nullptr;  ///< [batch]
+  std::int32_t* out = nullptr;           ///< [batch, entries]
+  std::int64_t batch = 0, entries = 0;
+  int max_blocks = 0, per_block = 1;
+};
+void launch_entry_rows(const entry_rows_params& p, cudaStream_t stream);
+
+/// Per-row index translation: out[b, j] = map[b, idx[b, j]] (-1 where idx is < 0 or >= n).
+struct map_rows_params {
+  const std::int32_t* idx = nullptr;  ///< [batch, k]
+  const std::int32_t* map = nullptr;  ///< [batch, n]
+  std::int32_t* out = nullptr;        ///< [batch, k]
+  std::int64_t batch = 0, k = 0, n = 0;
+};
+void launch_map_rows(const map_rows_params& p, cudaStream_t stream);
+
 // ---- indexer -------------------------------------------------------------------------
 
 /// scores[t,e] = sum_h relu(q[t,h] . key_e) * weights[t,h] over keys [entries, dim] given
@@ -96,6 +116,11 @@ struct index_scores_params {
   device_rows keys;                ///< keys.rows entries
   float* scores = nullptr;         ///< [tokens, entries]
   int tokens = 0, heads = 0, dim = 0;  ///< heads <= 64, dim <= 256, dim % 8 == 0
+  /// Per-token keys (batched decode): token t scores rows key_rows[t * entries + e] of the
+  /// key table for e < entries (a row < 0 or beyond the table scores 0); null: every token
+  /// scores all keys.rows rows (entries = keys.rows).
+  const std::int32_t* key_rows = nullptr;  ///< [tokens, entries]
+  std::int64_t entries = 0;                ///< with key_rows
 };
 void launch_index_scores(const index_scores_params& p, cudaStream_t stream);
 
@@ -187,6 +212,25 @@ struct compress_params {
   bool overlap = false;
 };
 void launch_compress_tokens(const compress_params& p, cudaStream_t stream);
+
+/// compress_tokens for one new row of each of `batch` decoding sequences whose partial-group
+/// states live in one slot arena: sequence b's state (kv then score, as compress_params'
+/// state_kv / state_score) starts at slots + slot_ids[b] * slot_stride + state_offset, its
+/// row is at position starts[b]; out row b receives its entry when that row completes a group
+/// ((starts[b] + 1) % ratio == 0; otherwise out row b is left as it was).
+struct compress_decode_params {
+  const float* kv = nullptr;     ///< [batch, width]
+  const float* score = nullptr;  ///< [batch, width]
+  std::uint8_t* slots = nullptr;
+  std::size_t slot_stride = 0, state_offset = 0;  ///< bytes (multiples of 4)
+  const std::int32_t* slot_ids = nullptr;  ///< [batch]
+  const std::int64_t* starts = nullptr;    ///< [batch]
+  float* out = nullptr;                    ///< [batch, dim]
+  std::int64_t batch = 0;
+  int width = 0, ratio = 1;
+  bool overlap = false;
+};
+void launch_compress_decode(const compress_decode_params& p, cudaStream_t stream);
 
 // ---- mHC -----------------------------------------------------------------------------
 

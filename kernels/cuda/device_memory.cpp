@@ -6,6 +6,7 @@
 #include "kernels/cuda/stream.hpp"
 
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <set>
 
@@ -67,6 +68,61 @@ std::shared_ptr<std::byte[]> allocate(std::size_t bytes, int index) {
       cudaFree(q);
       cudaGetLastError();
     }
+  });
+}
+
+namespace {
+
+/// Freed pinned blocks by capacity. Never destroyed: handles may drop during static
+/// destruction, after which the blocks are simply not returned.
+struct pinned_cache {
+  std::mutex mutex;
+  std::multimap<std::size_t, std::byte*> free;
+  std::size_t cached = 0;
+};
+
+pinned_cache& pinned() {
+  static auto* cache = new pinned_cache;
+  return *cache;
+}
+
+constexpr std::size_t pinned_cache_limit = std::size_t(1) << 30;
+
+}  // namespace
+
+std::shared_ptr<std::byte[]> allocate_host(std::size_t bytes) {
+  std::size_t cap = 4096;
+  while (cap < bytes) cap *= 2;
+  pinned_cache& c = pinned();
+  std::byte* p = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    auto it = c.free.find(cap);
+    if (it != c.free.end()) {
+      p = it->second;
+      c.free.erase(it);
+      c.cached -= cap;
+    }
+  }
+  if (p == nullptr) {
+    void* q = nullptr;
+    if (cudaMallocHost(&q, cap) != cudaSuccess) {  // out of pinnable memory: plain pages
+      cudaGetLastError();
+      return std::shared_ptr<std::byte[]>(new std::byte[bytes > 0 ? bytes : 1]);
+    }
+    p = static_cast<std::byte*>(q);
+  }
+  return std::shared_ptr<std::byte[]>(p, [cap](std::byte* q) {
+    pinned_cache& cache = pinned();
+    {
+      std::lock_guard<std::mutex> lock(cache.mutex);
+      if (cache.cached + cap <= pinned_cache_limit) {
+        cache.free.emplace(cap, q);
+        cache.cached += cap;
+        return;
+      }
+    }
+    if (cudaFreeHost(q) != cudaSuccess) cudaGetLastError();
   });
 }
 

@@ -16,6 +16,12 @@ bool have_device();
 /// that same stream once the last handle drops.
 std::shared_ptr<std::byte[]> allocate(std::size_t bytes, int index);
 
+/// `bytes` of page-locked host memory (what device-to-host copies land in: no page faults
+/// on first touch, full-speed DMA), from a cache of earlier blocks (sizes rounded up to a
+/// power of two; at most 1 GiB kept), returned to the cache when the last handle drops.
+/// Falls back to ordinary host memory when the driver cannot pin more.
+std::shared_ptr<std::byte[]> allocate_host(std::size_t bytes);
+
 /// Zero `bytes` at device address `data`, asynchronously on the current stream.
 void fill_zero(void* data, std::size_t bytes);
 

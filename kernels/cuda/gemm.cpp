@@ -189,18 +189,25 @@ tensor grouped_linear(const tensor& x, const weight_matrix& weight) {
            weight.cols(), groups, in);
   const std::int64_t out = weight.rows() / groups;
   tensor y = tensor::empty({rows, groups, out}, dtype::f32, x.dev());  // [rows, groups, out]
-  // No activation quantization here (as on the CPU). A few rows of an FP8 weight: fp8_gemv
-  // reads the stored codes; otherwise SGEMM per group over the decoded weight.
+  // No activation quantization here (as on the CPU). Decode batches of an FP8 weight (up to
+  // fp8_gemv_chunked_rows rows, in chunks of fp8_gemv_max_rows: each chunk streams the stored
+  // codes once, which beats decoding the whole weight to f32 for SGEMM every step); prefill
+  // runs SGEMM per group over the decoded weight. A row's result does not depend on its chunk.
   if (weight.values.type() == dtype::f8_e4m3 && weight.scales.defined() && x.is_contiguous() &&
-      reinterpret_cast<std::uintptr_t>(x.raw()) % 16 == 0 &&
-      fp8_gemv_fits(rows, in, int(weight.block.cols))) {
+      reinterpret_cast<std::uintptr_t>(x.raw()) % 16 == 0 && rows > 0 &&
+      rows <= fp8_gemv_chunked_rows &&
+      fp8_gemv_fits(std::min(rows, fp8_gemv_max_rows), in, int(weight.block.cols))) {
     const bool e8m0 = weight.scales.type() == dtype::f8_e8m0;
-    launch_fp8_gemv({x.data<float>(), static_cast<const std::uint8_t*>(weight.values.raw()),
-                     e8m0 ? static_cast<const std::uint8_t*>(weight.scales.raw()) : nullptr,
-                     e8m0 ? nullptr : weight.scales.data<float>(), weight.scales.size(1),
-                     int(weight.block.rows), int(weight.block.cols), rows, groups, in, out,
-                     y.data<float>()},
-                    current_stream());
+    for (std::int64_t r0 = 0; r0 < rows; r0 += fp8_gemv_max_rows) {
+      const std::int64_t n = std::min(fp8_gemv_max_rows, rows - r0);
+      launch_fp8_gemv({x.data<float>() + r0 * groups * in,
+                       static_cast<const std::uint8_t*>(weight.values.raw()),
+                       e8m0 ? static_cast<const std::uint8_t*>(weight.scales.raw()) : nullptr,
+                       e8m0 ? nullptr : weight.scales.data<float>(), weight.scales.size(1),
+                       int(weight.block.rows), int(weight.block.cols), n, groups, in, out,
+                       y.data<float>() + r0 * groups * out},
+                      current_stream());
+    }
     return y;
   }
   const weight_matrix dense = is_stored_format(weight) || weight.values.type() == dtype::bf16

@@ -107,6 +107,8 @@ struct fp8_gemv_params {
   float* y;          ///< [rows, groups * out]
 };
 constexpr std::int64_t fp8_gemv_max_rows = 8;
+/// grouped_linear runs fp8_gemv in chunks of fp8_gemv_max_rows up to this many rows.
+constexpr std::int64_t fp8_gemv_chunked_rows = 64;
 bool fp8_gemv_fits(std::int64_t rows, std::int64_t in, int block_cols);
 void launch_fp8_gemv(const fp8_gemv_params& p, cudaStream_t stream);
 

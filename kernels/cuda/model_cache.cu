@@ -66,6 +66,28 @@ __global__ void decode_kernel(const std::uint8_t* rows, const std::int64_t* src_
     out[r * dim + d] = detail::row_value(row, f, d);
 }
 
+__global__ void entry_rows_kernel(const entry_rows_params p) {
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= p.batch * p.entries) return;
+  const std::int64_t b = i / p.entries, e = i % p.entries;
+  std::int32_t row = -1;
+  if (e < p.counts[b]) {
+    const std::int64_t blk = e / p.per_block;
+    row = blk < p.max_blocks ? p.tables[b * p.max_blocks + blk] * p.per_block +
+                                   std::int32_t(e % p.per_block)
+                             : -1;
+  }
+  p.out[i] = row;
+}
+
+__global__ void map_rows_kernel(const map_rows_params p) {
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= p.batch * p.k) return;
+  const std::int64_t b = i / p.k;
+  const std::int32_t j = p.idx[i];
+  p.out[i] = j < 0 || j >= p.n ? -1 : p.map[b * p.n + j];
+}
+
 }  // namespace
 
 void launch_encode_cache_rows(const encode_rows_params& p, cudaStream_t stream) {
@@ -86,6 +108,25 @@ void launch_decode_cache_rows(const decode_rows_params& p, cudaStream_t stream) 
   decode_kernel<<<unsigned(p.n), 128, 0, stream>>>(p.rows, p.src_rows, p.out, p.n,
                                                    detail::make_dev_format(p.format));
   detail::check_launch("decode_cache_rows");
+}
+
+void launch_entry_rows(const entry_rows_params& p, cudaStream_t stream) {
+  DI_CHECK(p.batch >= 0 && p.entries >= 0 && p.max_blocks >= 0 && p.per_block > 0,
+           "entry_rows: {} x {} entries, {} blocks of {}", p.batch, p.entries, p.max_blocks,
+           p.per_block);
+  if (p.batch * p.entries == 0) return;
+  DI_CHECK(p.counts && p.out && (p.max_blocks == 0 || p.tables), "entry_rows: missing operand");
+  entry_rows_kernel<<<detail::grid_for(p.batch * p.entries, 256), 256, 0, stream>>>(p);
+  detail::check_launch("entry_rows");
+}
+
+void launch_map_rows(const map_rows_params& p, cudaStream_t stream) {
+  DI_CHECK(p.batch >= 0 && p.k >= 0 && p.n >= 0, "map_rows: {} x {} indices over {}", p.batch, p.k,
+           p.n);
+  if (p.batch * p.k == 0) return;
+  DI_CHECK(p.idx && p.out && (p.n == 0 || p.map), "map_rows: missing operand");
+  map_rows_kernel<<<detail::grid_for(p.batch * p.k, 256), 256, 0, stream>>>(p);
+  detail::check_launch("map_rows");
 }
 
 }  // namespace di::cuda

@@ -9,41 +9,64 @@ namespace di::cuda {
 
 namespace {
 
-__global__ void compress_kernel(const compress_params p) {
-  const int coff = p.overlap ? 2 : 1;
-  const int dim = p.width / coff;
-  const int c = int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x);
-  if (c >= dim) return;
-  const int r = p.ratio, rows = coff * r, width = p.width;
+/// Channel c of one sequence: feeds rows kv/score [n, width] at positions [start, start + n)
+/// through the state, writing each completed group's pooled value to out[emitted * dim + c].
+__device__ void compress_channel(const float* kv, const float* score, float* state_kv,
+                                 float* state_score, float* out, std::int64_t n,
+                                 std::int64_t start, int c, int width, int r, bool overlap) {
+  const int coff = overlap ? 2 : 1;
+  const int dim = width / coff, rows = coff * r;
   std::int64_t emitted = 0;
-  for (std::int64_t i = 0; i < p.n; ++i) {
-    const std::int64_t pos = p.start + i;
-    const std::int64_t slot = (p.overlap ? r : 0) + pos % r;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t pos = start + i;
+    const std::int64_t slot = (overlap ? r : 0) + pos % r;
     for (int h = 0; h < coff; ++h) {
       const int col = h * dim + c;
-      p.state_kv[slot * width + col] = p.kv[i * width + col];
-      p.state_score[slot * width + col] = p.score[i * width + col];
+      state_kv[slot * width + col] = kv[i * width + col];
+      state_score[slot * width + col] = score[i * width + col];
     }
     if ((pos + 1) % r != 0) continue;
     // column of state row j that this channel pools
-    auto col = [&](int j) { return (p.overlap && j >= r ? dim : 0) + c; };
+    auto col = [&](int j) { return (overlap && j >= r ? dim : 0) + c; };
     float mx = -INFINITY;
-    for (int j = 0; j < rows; ++j) mx = fmaxf(mx, p.state_score[j * width + col(j)]);
+    for (int j = 0; j < rows; ++j) mx = fmaxf(mx, state_score[j * width + col(j)]);
     float sum = 0.0f;
-    for (int j = 0; j < rows; ++j) sum += expf(p.state_score[j * width + col(j)] - mx);
+    for (int j = 0; j < rows; ++j) sum += expf(state_score[j * width + col(j)] - mx);
     float acc = 0.0f;
     for (int j = 0; j < rows; ++j)
-      acc += p.state_kv[j * width + col(j)] * (expf(p.state_score[j * width + col(j)] - mx) / sum);
-    p.out[emitted++ * dim + c] = acc;
-    if (p.overlap) {  // the finished group becomes the next group's overlap half
+      acc += state_kv[j * width + col(j)] * (expf(state_score[j * width + col(j)] - mx) / sum);
+    out[emitted++ * dim + c] = acc;
+    if (overlap) {  // the finished group becomes the next group's overlap half
       for (int j = 0; j < r; ++j)
         for (int h = 0; h < 2; ++h) {
           const int cc = h * dim + c;
-          p.state_kv[j * width + cc] = p.state_kv[(r + j) * width + cc];
-          p.state_score[j * width + cc] = p.state_score[(r + j) * width + cc];
+          state_kv[j * width + cc] = state_kv[(r + j) * width + cc];
+          state_score[j * width + cc] = state_score[(r + j) * width + cc];
         }
     }
   }
+}
+
+__global__ void compress_kernel(const compress_params p) {
+  const int c = int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x);
+  if (c >= p.width / (p.overlap ? 2 : 1)) return;
+  compress_channel(p.kv, p.score, p.state_kv, p.state_score, p.out, p.n, p.start, c, p.width,
+                   p.ratio, p.overlap);
+}
+
+/// Block (channel tile, sequence b): one new row of sequence b through its state in the slot
+/// arena.
+__global__ void compress_decode_kernel(const compress_decode_params p) {
+  const int c = int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x);
+  const int dim = p.width / (p.overlap ? 2 : 1);
+  const std::int64_t b = blockIdx.y;
+  if (c >= dim) return;
+  const std::size_t state_floats =
+      std::size_t(p.overlap ? 2 : 1) * std::size_t(p.ratio) * std::size_t(p.width);
+  float* state_kv = reinterpret_cast<float*>(p.slots + std::size_t(p.slot_ids[b]) * p.slot_stride +
+                                             p.state_offset);
+  compress_channel(p.kv + b * p.width, p.score + b * p.width, state_kv, state_kv + state_floats,
+                   p.out + b * dim, 1, p.starts[b], c, p.width, p.ratio, p.overlap);
 }
 
 }  // namespace
@@ -59,6 +82,20 @@ void launch_compress_tokens(const compress_params& p, cudaStream_t stream) {
   const int dim = p.width / coff;
   compress_kernel<<<detail::grid_for(dim, 128), 128, 0, stream>>>(p);
   detail::check_launch("compress_tokens");
+}
+
+void launch_compress_decode(const compress_decode_params& p, cudaStream_t stream) {
+  const int coff = p.overlap ? 2 : 1;
+  DI_CHECK(p.ratio > 0 && p.width > 0 && p.width % coff == 0 && p.batch >= 0 &&
+               p.state_offset % 4 == 0 && p.slot_stride % 4 == 0,
+           "compress_decode: ratio {}, rows of {}, {} sequences, state at {} (stride {})", p.ratio,
+           p.width, p.batch, p.state_offset, p.slot_stride);
+  if (p.batch == 0) return;
+  DI_CHECK(p.kv && p.score && p.slots && p.slot_ids && p.starts && p.out,
+           "compress_decode: missing operand");
+  const dim3 grid(detail::grid_for(p.width / coff, 128), unsigned(p.batch));
+  compress_decode_kernel<<<grid, 128, 0, stream>>>(p);
+  detail::check_launch("compress_decode");
 }
 
 }  // namespace di::cuda

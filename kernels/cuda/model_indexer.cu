@@ -18,6 +18,7 @@ constexpr int kScoreThreads = 256;  // 64 entries x 4 head quarters
 
 /// Block (tile of 64 entries, token): keys decoded to shared f32, q of the token in shared.
 __global__ void index_scores_kernel(const float* q, const float* weights, dev_rows keys,
+                                    const std::int32_t* key_rows, std::int64_t entries,
                                     float* scores, int heads, int dim) {
   extern __shared__ float sm[];
   float* sQ = sm;                   // [heads][dim]
@@ -31,7 +32,10 @@ __global__ void index_scores_kernel(const float* q, const float* weights, dev_ro
   for (int c = tid; c < kScoreEntries * chunks; c += kScoreThreads) {
     const int row = c / chunks, d0 = (c % chunks) * 8;
     float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    if (e0 + row < keys.rows) detail::load8(keys, dim, e0 + row, d0, v);
+    if (e0 + row < entries) {
+      const std::int64_t r = key_rows ? std::int64_t(key_rows[t * entries + e0 + row]) : e0 + row;
+      if (r >= 0 && r < keys.rows) detail::load8(keys, dim, r, d0, v);
+    }
 #pragma unroll
     for (int j = 0; j < 8; ++j) sK[row * (dim + 1) + d0 + j] = v[j];
   }
@@ -47,8 +51,8 @@ __global__ void index_scores_kernel(const float* q, const float* weights, dev_ro
   }
   sPart[quarter * kScoreEntries + e] = acc;
   __syncthreads();
-  if (quarter == 0 && e0 + e < keys.rows)
-    scores[t * keys.rows + e0 + e] = ((sPart[e] + sPart[64 + e]) + sPart[128 + e]) + sPart[192 + e];
+  if (quarter == 0 && e0 + e < entries)
+    scores[t * entries + e0 + e] = ((sPart[e] + sPart[64 + e]) + sPart[128 + e]) + sPart[192 + e];
 }
 
 constexpr int kTopkThreads = 1024;
@@ -204,16 +208,24 @@ void launch_index_scores(const index_scores_params& p, cudaStream_t stream) {
     DI_CHECK(p.keys.format.dim() == p.dim, "index_scores: key rows of {} for q of {}",
              p.keys.format.dim(), p.dim);
   }
-  if (p.tokens == 0 || p.keys.rows == 0) return;
+  DI_CHECK(!p.key_rows || p.entries >= 0, "index_scores: {} entries per token", p.entries);
+  const std::int64_t entries = p.key_rows ? p.entries : p.keys.rows;
+  if (p.tokens == 0 || entries == 0) return;
+  if (p.keys.rows == 0) {  // per-token rows into an empty table: every score is 0
+    CUDA_CHECK(cudaMemsetAsync(p.scores, 0, std::size_t(p.tokens) * std::size_t(entries) * 4, stream));
+    return;
+  }
   DI_CHECK(p.tokens <= 65535, "index_scores: {} tokens in one call (at most 65535)", p.tokens);
   DI_CHECK(p.q && p.weights && p.keys.data && p.scores, "index_scores: missing operand");
   const std::size_t smem = (std::size_t(p.heads) * p.dim + std::size_t(kScoreEntries) * (p.dim + 1) +
                             4 * kScoreEntries) * sizeof(float);
   static std::atomic<std::size_t> limits[16];
   detail::ensure_smem(reinterpret_cast<const void*>(&index_scores_kernel), smem, limits);
-  const dim3 grid(detail::grid_for(p.keys.rows, kScoreEntries), unsigned(p.tokens));
-  index_scores_kernel<<<grid, kScoreThreads, smem, stream>>>(
-      p.q, p.weights, detail::make_dev_rows(p.keys), p.scores, p.heads, p.dim);
+  const dim3 grid(detail::grid_for(entries, kScoreEntries), unsigned(p.tokens));
+  index_scores_kernel<<<grid, kScoreThreads, smem, stream>>>(p.q, p.weights,
+                                                             detail::make_dev_rows(p.keys),
+                                                             p.key_rows, entries, p.scores,
+                                                             p.heads, p.dim);
   detail::check_launch("index_scores");
 }
 

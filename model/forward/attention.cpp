@@ -134,6 +134,7 @@ attention_inputs attention_project(const forward_pass& pass, int layer, const te
 }
 
 tensor attention_core(forward_pass& pass, int layer, const attention_inputs& in, const tensor& x) {
+  if (pass.batched) return batched_attention_core(pass, layer, in, x);
   const compressed_rows rows = compressed_project(pass, layer, x, in.q_residual);
   compressed_feed(pass, layer, rows);
   std::vector<tensor> outs;  // per sequence [count, H, hd]

@@ -76,11 +76,8 @@ const tensor& decoded(const decoded_stream& d, int stream, std::int64_t entries)
   return d.rows;
 }
 
-/// V4.1 source entries: indexer keys derived from the pre-rope latent [n, head_dim] (index
-/// sources only) and the latent itself, both rotated to the entries' positions [n].
-struct v41_entries {
-  tensor kv, keys;
-};
+}  // namespace
+
 v41_entries v41_source_entries(const forward_pass& pass, int layer, const tensor& latent,
                                const tensor& positions) {
   const model_config& c = pass.config;
@@ -95,6 +92,8 @@ v41_entries v41_source_entries(const forward_pass& pass, int layer, const tensor
   ops::rotary(e.kv, positions, pass.inv_freq_compress, false);
   return e;
 }
+
+namespace {
 
 /// V4.1 KV source: compress, derive the entries (at ratio 1 already done on all rows by
 /// compressed_project) and store them.

@@ -50,6 +50,10 @@ void reset_uploads() {
   arena().used = 0;
 }
 
+void device_sync(const forward_pass& pass) {
+  if (pass.on_cuda()) cuda::synchronize();
+}
+
 tensor upload_async(const tensor& host, device dev) {
   DI_CHECK(host.dev().kind == device_kind::cpu && host.is_contiguous(),
            "upload_async: a contiguous host tensor");
@@ -108,6 +112,8 @@ tensor two_pool_attention(const tensor& q, const tensor& sinks, const tensor& kv
 #else
 
 void reset_uploads() {}
+
+void device_sync(const forward_pass&) {}
 
 tensor upload_async(const tensor& host, device dev) {
   return host.to(dev);

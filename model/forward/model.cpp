@@ -191,6 +191,7 @@ std::vector<forward_output> deepseek_model::forward(std::span<forward_request> b
     graphs_->begin_step(rows, pass.tokens, pass.positions);
     pass.graphs = graphs_.get();
   }
+  pass.batched = detail::make_decode_batch(pass);
   std::vector<forward_output> out = detail::run_model(pass, batch, hash_ids);
   for (std::size_t i = 0; i < batch.size(); ++i) {
     batch[i].state->advance(std::int64_t(batch[i].tokens.size()));

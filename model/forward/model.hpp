@@ -32,6 +32,10 @@ struct forward_options {
   /// sequence stays eager. Needs the grouped MoE path (stored weights, act_quant); models
   /// without it run eagerly.
   bool cuda_graphs = false;
+  /// CUDA only: a decode step (one new token per sequence, every state in its pool's slot
+  /// arena, see kv_block_pool) runs each layer's attention as a few launches over all
+  /// sequences instead of a dozen per sequence. Off: the per-sequence path (the reference).
+  bool batched_decode = true;
   std::vector<int> graph_batch_sizes = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256};
 };
 

@@ -4,11 +4,48 @@
 // for the rows whose logits were requested.
 #include "model/forward/detail/forward_pass.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 
 namespace di::detail {
 
 namespace {
+
+/// DEEPINFER_FORWARD_TIMING=1: every forward call prints to stderr where its wall time went --
+/// the host time spent issuing each phase, then (after one synchronisation at the end) the
+/// whole call; a diagnostic for host-bound steps, off by default.
+class phase_timer {
+ public:
+  phase_timer() : on_(std::getenv("DEEPINFER_FORWARD_TIMING") != nullptr), t0_(now()), last_(t0_) {}
+  void mark(const char* what) {
+    if (!on_) return;
+    const double t = now();
+    line_ += fmt::format(" {} {:.2f}", what, (t - last_) * 1e3);
+    last_ = t;
+  }
+  void finish(const forward_pass& pass, std::int64_t rows) {
+    if (!on_) return;
+    const double issued = now();
+    device_sync(pass);
+    std::fprintf(stderr, "forward timing: %lld rows | host ms:%s | issued %.2f, done %.2f ms\n",
+                 static_cast<long long>(rows), line_.c_str(), (issued - t0_) * 1e3,
+                 (now() - t0_) * 1e3);
+  }
+
+ private:
+  static double now() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  bool on_;
+  double t0_, last_;
+  std::string line_;
+};
 
 /// The hash ids of Engram slot `slot`: [rows, columns].
 tensor engram_slot_ids(const tensor& all, std::int64_t slot) {
@@ -63,7 +100,7 @@ std::vector<forward_output> split_outputs(std::span<forward_request> batch, cons
   std::int64_t at = 0;
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const std::int64_t n = std::int64_t(batch[i].logit_rows.size());
-    out[i].logits = logits.slice(0, at, at + n).clone();
+    out[i].logits = logits.slice(0, at, at + n);  // a view: the rows share one buffer
     if (batch[i].capture_hidden) {
       out[i].final_norm = normed.slice(0, at, at + n).clone();
       std::vector<tensor> per_layer;  // each [n, hc, dim]
@@ -91,6 +128,7 @@ std::vector<forward_output> run_model(forward_pass& pass, std::span<forward_requ
   bool capture = false;
   for (const forward_request& r : batch) capture = capture || r.capture_hidden;
 
+  phase_timer timer;
   tensor x = embed_streams(pass);                                      // [rows, hc, dim]
   tensor pre_mix = tensor::zeros({x.size(0), c.hc_mult}, dtype::f32);  // one-hot initial mix
   for (std::int64_t r = 0; r < x.size(0); ++r) pre_mix.data<float>()[r * c.hc_mult] = 1.0f;
@@ -104,16 +142,22 @@ std::vector<forward_output> run_model(forward_pass& pass, std::span<forward_requ
     }
     x = block_forward(pass, l, x, pre_mix);
     if (capture) hidden.push_back(gather_rows(pass, x, picked));
+    timer.mark("layer");
   }
   tensor normed =
       final_norm(pass, gather_rows(pass, x, picked), gather_rows(pass, pre_mix, picked));
   tensor logits = ops::linear(normed, pass.weights.head);  // [picked, vocab]
+  timer.mark("head");
   if (pass.on_cuda()) {  // outputs are host tensors
     logits = logits.to(cpu_device);
     normed = normed.to(cpu_device);
     for (tensor& h : hidden) h = h.to(cpu_device);
   }
-  return split_outputs(batch, logits, hidden, normed);
+  timer.mark("to-host");
+  std::vector<forward_output> out = split_outputs(batch, logits, hidden, normed);
+  timer.mark("split");
+  timer.finish(pass, pass.tokens.size(0));
+  return out;
 }
 
 }  // namespace di::detail

@@ -7,12 +7,15 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <utility>
 
 namespace di {
 
-kv_block_pool::kv_block_pool(const cache_layout& layout, std::vector<int> num_blocks, device dev)
-    : layout_(layout), dev_(dev), num_blocks_(std::move(num_blocks)) {
+kv_block_pool::kv_block_pool(const cache_layout& layout, std::vector<int> num_blocks, device dev,
+                             int num_slots)
+    : layout_(layout), dev_(dev), num_blocks_(std::move(num_blocks)), num_slots_(num_slots) {
+  DI_CHECK(num_slots >= 0, "block pool: {} sequence slots", num_slots);
   DI_CHECK(num_blocks_.size() == layout.streams.size(),
            "block pool: {} block counts for {} streams", num_blocks_.size(), layout.streams.size());
   for (std::size_t s = 0; s < layout.streams.size(); ++s) {
@@ -23,10 +26,43 @@ kv_block_pool::kv_block_pool(const cache_layout& layout, std::vector<int> num_bl
     for (int b = num_blocks_[s] - 1; b >= 0; --b) ids.push_back(b);
     free_.push_back(std::move(ids));
   }
+  const std::size_t row = layout.window_format.row_bytes();
+  const std::size_t unit = std::lcm(row, std::size_t(16));
+  slot_stride_ = std::max<std::size_t>(1, (layout.slot_bytes + unit - 1) / unit) * unit;
+  if (num_slots_ > 0)
+    slots_ = tensor::empty({std::int64_t(slot_stride_) * num_slots_}, dtype::u8, dev);
+  for (int i = num_slots_ - 1; i >= 0; --i) free_slots_.push_back(i);
 }
 
-kv_block_pool::kv_block_pool(const cache_layout& layout, int blocks_per_stream, device dev)
-    : kv_block_pool(layout, std::vector<int>(layout.streams.size(), blocks_per_stream), dev) {}
+kv_block_pool::kv_block_pool(const cache_layout& layout, int blocks_per_stream, device dev,
+                             int num_slots)
+    : kv_block_pool(layout, std::vector<int>(layout.streams.size(), blocks_per_stream), dev,
+                    num_slots) {}
+
+int kv_block_pool::acquire_slot() {
+  if (free_slots_.empty()) return -1;
+  const int i = free_slots_.back();
+  free_slots_.pop_back();
+  return i;
+}
+
+void kv_block_pool::release_slot(int slot) {
+  free_slots_.push_back(slot);
+}
+
+tensor kv_block_pool::slot_memory(int slot) const {
+  DI_CHECK(slot >= 0 && slot < num_slots_, "block pool: slot {} of {}", slot, num_slots_);
+  const auto at = std::int64_t(slot_stride_) * slot;
+  return slots_.slice(0, at, at + std::int64_t(layout_.slot_bytes));
+}
+
+tensor kv_block_pool::ring_rows() const {
+  DI_CHECK(num_slots_ > 0, "block pool: no slot arena");
+  const auto row = std::int64_t(layout_.window_format.row_bytes());
+  const auto at = std::int64_t(layout_.window_offset);
+  const std::int64_t rows = (slots_.numel() - at) / row;
+  return slots_.slice(0, at, at + rows * row).view({rows, row});
+}
 
 int kv_block_pool::allocate(int s) {
   auto& ids = free_[std::size_t(s)];
@@ -69,10 +105,18 @@ sequence_state::sequence_state(kv_block_pool& pool, std::int64_t max_tokens, blo
     std::fill(kv + n, kv + 2 * n, -std::numeric_limits<float>::infinity());
   }
   if (L.has_engram) engram() = engram_history{};
-  if (dev().kind != device_kind::cpu) slot_ = slot_.to(dev());  // initialised on the host
+  slot_index_ = pool.acquire_slot();
+  if (slot_index_ >= 0) {  // initialised on the host, then copied into the arena slot
+    tensor arena_slot = pool.slot_memory(slot_index_);
+    arena_slot.copy_from(slot_);
+    slot_ = arena_slot;
+  } else if (dev().kind != device_kind::cpu) {
+    slot_ = slot_.to(dev());
+  }
 }
 
 sequence_state::~sequence_state() {
+  if (slot_index_ >= 0) pool_.release_slot(slot_index_);
   if (source_ != block_source::pool) return;
   for (std::size_t s = 0; s < block_tables_.size(); ++s)
     for (int b : block_tables_[s]) pool_.release(int(s), b);
@@ -187,6 +231,14 @@ void sequence_state::append_entries(int s, const tensor& rows) {
     i += n;
     count += n;
   }
+}
+
+void sequence_state::commit_entries(int s, std::int64_t n) {
+  std::int64_t& count = num_entries_[std::size_t(s)];
+  DI_CHECK(n >= 0 && count >= num_cached_tokens_ / layout().streams[std::size_t(s)].ratio,
+           "stream {}: {} entries committed over a cached prefix", s, n);
+  reserve(s, count + n);
+  count += n;
 }
 
 std::vector<std::int64_t> sequence_state::entry_rows(int s, std::int64_t begin,

@@ -22,10 +22,14 @@ namespace di {
 /// runner whose block ids come from step plans leaves them untouched. Not thread-safe.
 class kv_block_pool {
  public:
-  /// `num_blocks[s]` blocks of layout.entries_per_block rows for stream `s`, on `dev`.
-  kv_block_pool(const cache_layout& layout, std::vector<int> num_blocks, device dev = cpu_device);
+  /// `num_blocks[s]` blocks of layout.entries_per_block rows for stream `s`, on `dev`, and
+  /// `num_slots` sequence slots in one arena (a sequence created while none is free allocates
+  /// its own; the CUDA forward batches decode steps only over sequences with arena slots).
+  kv_block_pool(const cache_layout& layout, std::vector<int> num_blocks, device dev = cpu_device,
+                int num_slots = 0);
   /// `blocks_per_stream` blocks for every stream.
-  kv_block_pool(const cache_layout& layout, int blocks_per_stream, device dev = cpu_device);
+  kv_block_pool(const cache_layout& layout, int blocks_per_stream, device dev = cpu_device,
+                int num_slots = 0);
   kv_block_pool(const kv_block_pool&) = delete;
   kv_block_pool& operator=(const kv_block_pool&) = delete;
 
@@ -42,12 +46,34 @@ class kv_block_pool {
   const cache_layout& layout() const { return layout_; }
   device dev() const { return dev_; }
 
+  /// Sequence slots in the arena (slot i at byte i * slot_stride()).
+  int num_slots() const { return num_slots_; }
+  std::size_t slot_stride() const { return slot_stride_; }
+  /// A free arena slot, or -1 when none is left.
+  int acquire_slot();
+  void release_slot(int slot);
+  /// Slot i's bytes: [layout.slot_bytes] u8.
+  tensor slot_memory(int slot) const;
+  /// The whole slot arena: [num_slots * slot_stride] u8.
+  const tensor& slot_arena() const { return slots_; }
+  /// Every window-ring row of the arena as one table, [rows, window row_bytes] u8 from byte
+  /// layout.window_offset on; ring_row() names a row of it.
+  tensor ring_rows() const;
+  std::int64_t ring_row(int slot, int layer, std::int64_t ring_slot) const {
+    return std::int64_t(slot) * std::int64_t(slot_stride_ / layout_.window_format.row_bytes()) +
+           std::int64_t(layer) * layout_.window + ring_slot;
+  }
+
  private:
   const cache_layout& layout_;
   device dev_;
   std::vector<int> num_blocks_;  // per stream
   std::vector<tensor> arenas_;   // per stream: [num_blocks_[s] * block_bytes] u8 on dev_
   std::vector<std::vector<int>> free_;             // per stream: free block ids
+  int num_slots_ = 0;
+  std::size_t slot_stride_ = 0;  // a multiple of the window row and of 16 bytes
+  tensor slots_;                 // [num_slots * slot_stride] u8 on dev_
+  std::vector<int> free_slots_;
 };
 
 /// Where a sequence's blocks come from.
@@ -107,6 +133,13 @@ class sequence_state {
   /// Rows of pool.arena(s) holding entries [begin, end) of stream `s`: [end - begin] i64.
   std::vector<std::int64_t> entry_rows(int s, std::int64_t begin, std::int64_t end) const;
 
+  /// Counts `n` entries of stream `s` that the caller wrote itself at the pool rows
+  /// entry_rows(s, num_entries(s), num_entries(s) + n) (a batched decode step; never rows of a
+  /// cached prefix). Throws, changing nothing, when the table does not cover them.
+  void commit_entries(int s, std::int64_t n);
+  /// The pool slot holding this state, or -1 when it has its own memory.
+  int slot_index() const { return slot_index_; }
+
   /// Records that `n` more tokens were consumed.
   void advance(std::int64_t n);
 
@@ -120,6 +153,7 @@ class sequence_state {
   std::int64_t max_tokens_;
   std::int64_t num_tokens_ = 0;
   std::int64_t num_cached_tokens_ = 0;
+  int slot_index_ = -1;                         // the pool's arena slot, or -1
   tensor slot_;                                 // [layout.slot_bytes] u8 on the pool's device
   engram_history engram_host_;                  // a CUDA state's Engram history
   mutable std::vector<std::uint8_t> host_slot_;  // a CUDA state's slot() mirror

@@ -51,7 +51,8 @@ cpu_model_runner::cpu_model_runner(std::shared_ptr<const deepseek_model> model,
     : model_(std::move(model)),
       geometry_(geometry_of(*model_)),
       max_model_len_(checked_max_model_len(*model_, config)),
-      pool_(model_->layout(), pool_blocks(geometry_, config.kv_pool_tokens), model_->dev()),
+      pool_(model_->layout(), pool_blocks(geometry_, config.kv_pool_tokens), model_->dev(),
+            config.num_state_slots),
       snapshots_(std::size_t(config.num_snapshots)),
       snapshot_positions_(std::size_t(config.num_snapshots), -1) {}
 

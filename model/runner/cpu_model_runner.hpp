@@ -36,6 +36,10 @@ struct cpu_runner_config {
   int num_snapshots = 0;  ///< slot snapshots for prefix reuse (slot_bytes each)
   /// The longest sequence; 0 = kv_pool_tokens, capped by max_position_embeddings.
   std::int64_t max_model_len = 0;
+  /// Sequence slots in the block pool's slot arena (kv_block_pool): the CUDA forward batches a
+  /// decode step across its sequences only when each holds one. 0 = none (every sequence
+  /// allocates its own slot; the CPU needs none).
+  int num_state_slots = 0;
 };
 
 /// Where the runner's time went, summed over its steps.

@@ -9,6 +9,7 @@
 #include "model/forward/model.hpp"
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace di::detail {
@@ -35,6 +36,8 @@ struct sequence_pass {
   tensor candidates;  // [count, entries] u8 kept by the candidate source
 };
 
+struct decode_batch;
+
 struct forward_pass {
   const model_config& config;
   const model_weights& weights;
@@ -50,6 +53,8 @@ struct forward_pass {
   decode_graphs* graphs = nullptr;
   /// True inside a captured piece (and its eager warm-up): nothing may be read back.
   bool in_graph = false;
+  /// Set when the call is a decode step batched across its sequences (batched_decode.cpp).
+  std::shared_ptr<decode_batch> batched;
 
   /// Where the weights (and every activation of the call) live.
   device dev() const { return weights.dev; }
@@ -117,6 +122,26 @@ struct compressed_rows {
 compressed_rows compressed_project(const forward_pass& pass, int layer, const tensor& x,
                                    const tensor& q_residual);
 
+/// V4.1 source entries: indexer keys derived from the pre-rope latent [n, head_dim] (index
+/// sources only) and the latent itself, both rotated to the entries' positions [n].
+struct v41_entries {
+  tensor kv, keys;
+};
+v41_entries v41_source_entries(const forward_pass& pass, int layer, const tensor& latent,
+                               const tensor& positions);
+
+/// Batched decode (CUDA): when every sequence of the call adds one token and holds a slot of
+/// its pool's arena, each layer's attention runs as a few launches over all sequences --
+/// compressor pooling through the states in the arena, one scatter of the new window rows and
+/// entries, one index-score and top-k launch, one attention launch reading the packed rings
+/// and streams in place. Returns the call's batch state, or null when the call does not
+/// qualify (forward_options::batched_decode off, CPU, multi-token rows, no arena slots, rows
+/// of a cached prefix).
+std::shared_ptr<decode_batch> make_decode_batch(const forward_pass& pass);
+/// attention_core for a batched decode step: [seqs, H, hd].
+tensor batched_attention_core(forward_pass& pass, int layer, const attention_inputs& in,
+                              const tensor& x);
+
 /// Feeds every sequence's rows of `rows` through the layer's compressors (if it owns any),
 /// appending the entries that complete, then decodes the entries (and keys) the layer reads
 /// for all sequences at once.
@@ -135,6 +160,8 @@ compressed_attention compressed_forward(forward_pass& pass, int layer, sequence_
 /// forward call, after a sync).
 tensor upload_async(const tensor& host, device dev);
 void reset_uploads();
+/// Waits for the device's queued work (no-op on the CPU).
+void device_sync(const forward_pass& pass);
 
 inline tensor forward_pass::upload(const tensor& host) const {
   return on_cuda() ? upload_async(host, dev()) : host;

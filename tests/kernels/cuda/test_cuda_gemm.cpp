@@ -169,22 +169,28 @@ TEST_CASE("cuda linear: dequantized-at-load BF16 and f32 weights on cuBLAS") {
 }
 
 TEST_CASE("cuda grouped_linear (block-diagonal) matches the CPU") {
-  // Rows 1-8 take fp8_gemv (stored codes, no activation quantization), the others the
-  // dequantize + SGEMM path; V4's 128x128 and V4.1's 32x32 blocks, outputs per group not a
-  // multiple of the scale block, inputs not a multiple of a warp's 512-input pass.
+  // Rows 1-64 take fp8_gemv (stored codes, no activation quantization; chunks of 8 rows),
+  // the others the dequantize + SGEMM path; V4's 128x128 and V4.1's 32x32 blocks, outputs per
+  // group not a multiple of the scale block, inputs not a multiple of a warp's 512-input pass.
+  // A row's result does not depend on the chunk or batch it runs in (bitwise).
   struct shape {
     std::int64_t groups, out, in, block;
   };
   for (const shape sh : {shape{8, 128, 256, 128}, shape{8, 40, 1040, 32}, shape{1, 200, 4096, 32},
                          shape{3, 96, 528, 128}}) {
-    for (std::int64_t rows : {0, 1, 2, 3, 5, 8, 9, 70}) {
+    const weight_matrix w = random_fp8(sh.groups * sh.out, sh.in, sh.block);
+    const weight_matrix wg = weight_to(w, gpu);
+    for (std::int64_t rows : {0, 1, 2, 3, 5, 8, 9, 17, 64, 70}) {
       CAPTURE(rows);
       CAPTURE(sh.in);
-      const weight_matrix w = random_fp8(sh.groups * sh.out, sh.in, sh.block);
       const tensor x = test::random_f32({rows, sh.groups, sh.in});
       test::poison_device_pool();
-      check_close(ops::grouped_linear(x.to(gpu), weight_to(w, gpu)), ops::grouped_linear(x, w),
-                  1e-5);
+      const tensor y = ops::grouped_linear(x.to(gpu), wg).to(cpu_device);
+      check_close(y, ops::grouped_linear(x, w), 1e-5);
+      if (rows > 3 && rows <= 64) {  // the last 3 rows alone: the same bits
+        const tensor tail = ops::grouped_linear(x.slice(0, rows - 3, rows).to(gpu), wg);
+        test::check_bitwise(tail, y.slice(0, rows - 3, rows).clone());
+      }
     }
   }
 }

@@ -9,6 +9,7 @@
 // the make-model presets tiny-v4 and tiny-v41 (generated here) against the CPU engine, prefill
 // of three prompts plus batched decode steps; and decode steps through CUDA graphs (padded
 // batches, captured then replayed) against the same model run eagerly.
+#include "kernels/cuda/cuda_ops.hpp"
 #include "model/make_model/make_model.hpp"
 #include "model/runner/cpu_model_runner.hpp"
 #include "tests/model/forward/golden.hpp"
@@ -183,17 +184,18 @@ TEST_CASE("GPU forward: golden v4_public") {
   golden_suite("v4_public");
 }
 
-/// Logits of `batch` sequences after a prefill of distinct prompts and `steps` batched decode
-/// steps (each step's logits appended), on `m` with states on `dev`.
+/// Logits of `batch` sequences after a prefill of distinct prompts (prompt - stagger * b
+/// tokens) and `steps` batched decode steps (each step's logits appended), on `m` with states
+/// on `dev`; with `slots`, the states live in the pool's slot arena (batched decode).
 std::vector<float> run_batch(const deepseek_model& m, device dev, int batch, int prompt,
-                             int steps) {
-  kv_block_pool pool(m.layout(), 64, dev);
+                             int steps, int slots = 0, int stagger = 7) {
+  kv_block_pool pool(m.layout(), 64, dev, slots);
   std::vector<std::unique_ptr<sequence_state>> states;
   std::vector<std::vector<std::int64_t>> ids(static_cast<std::size_t>(batch));
   std::vector<std::vector<std::int64_t>> pos(static_cast<std::size_t>(batch));
   for (int b = 0; b < batch; ++b) {
     states.push_back(std::make_unique<sequence_state>(pool, 1024));
-    for (int t = 0; t < prompt - 7 * b; ++t)
+    for (int t = 0; t < prompt - stagger * b; ++t)
       ids[std::size_t(b)].push_back(100 + (t * 37 + b * 11) % 5000);
   }
   std::vector<float> logits;
@@ -309,6 +311,84 @@ TEST_CASE("GPU forward: decode steps through CUDA graphs give the eager logits")
       CHECK(max_abs <= 1e-3 * std::max(1.0, scale));
       CHECK(agree == 2 * rows);
     }
+  }
+}
+
+/// Worst cosine, largest |difference|, largest |logit|, rows agreeing in argmax and rows
+/// equal bit for bit of two runs' logits (rows of `vocab`).
+struct run_diff {
+  double worst = 1.0, max_abs = 0.0, scale = 0.0;
+  int agree = 0, identical = 0, rows = 0;
+};
+run_diff diff_runs(const std::vector<float>& got, const std::vector<float>& want,
+                   std::int64_t vocab) {
+  run_diff d;
+  for (std::size_t r = 0; r * std::size_t(vocab) < want.size(); ++r, ++d.rows) {
+    const float* a = got.data() + r * std::size_t(vocab);
+    const float* b = want.data() + r * std::size_t(vocab);
+    const row_figures f = compare(a, b, std::size_t(vocab));
+    d.worst = std::min(d.worst, f.cosine);
+    d.max_abs = std::max(d.max_abs, f.max_abs);
+    for (std::int64_t i = 0; i < vocab; ++i) d.scale = std::max(d.scale, double(std::abs(b[i])));
+    d.agree += argmax(a, std::size_t(vocab)) == argmax(b, std::size_t(vocab));
+    d.identical += std::equal(a, a + vocab, b);
+  }
+  return d;
+}
+
+TEST_CASE("GPU forward: batched decode attention gives the per-sequence logits") {
+  temp_dir tmp("gpu-batched");
+  for (const char* preset : {"tiny-v4", "tiny-v41"}) {
+    const std::string dir = (tmp.path() / preset).string();
+    make_model({.preset = preset,
+                .out_dir = dir,
+                .tokenizer_dir = tokenizer_dir(),
+                .show_progress = false});
+    const tok::tokenizer tokenizer = tok::tokenizer::from_dir(dir);
+    auto m = deepseek_model::load(dir, {true});
+    attach_engram_hasher(*m, tokenizer);
+    m->to_device(gpu, device_weight_format::stored);
+    const std::int64_t vocab = m->config().vocab_size;
+    // Staggered prompts (different entry counts per sequence) and equal ones; 12 decode steps
+    // cross compression boundaries (entries completed and appended inside the batched step);
+    // ordered splits make both paths pick one attention split per sequence; graphs replay the
+    // fixed-shape pieces around the batched attention.
+    struct run_case {
+      int batch, stagger;
+      bool ordered, graphs;
+    };
+    for (const run_case rc : {run_case{3, 7, false, false}, run_case{3, 7, true, false},
+                              run_case{5, 0, true, false}, run_case{1, 0, true, false},
+                              run_case{5, 3, false, true}}) {
+      cuda::set_ordered_gemm_splits(rc.ordered);
+      forward_options o = m->options();
+      o.cuda_graphs = false;
+      m->set_options(o);
+      const std::vector<float> reference = run_batch(*m, gpu, rc.batch, 150, 12, 0, rc.stagger);
+      o.cuda_graphs = rc.graphs;
+      m->set_options(o);
+      const std::vector<float> batched =
+          run_batch(*m, gpu, rc.batch, 150, 12, rc.batch, rc.stagger);
+      // A pool with fewer slots than sequences: the call falls back to the per-sequence path.
+      const std::vector<float> fallback =
+          run_batch(*m, gpu, rc.batch, 150, 12, rc.batch - 1, rc.stagger);
+      REQUIRE(batched.size() == reference.size());
+      REQUIRE(fallback.size() == reference.size());
+      const run_diff d = diff_runs(batched, reference, vocab);
+      MESSAGE(fmt::format("{} batch {} (stagger {}, ordered splits {}, graphs {}): batched vs "
+                          "per-sequence over {} rows: worst cos {:.8f}, max|d| {:.3g} "
+                          "(max|logit| {:.3g}), argmax {}/{}, bitwise {}/{}",
+                          preset, rc.batch, rc.stagger, rc.ordered, rc.graphs, d.rows, d.worst,
+                          d.max_abs, d.scale, d.agree, d.rows, d.identical, d.rows));
+      CHECK(d.worst >= 0.99999);
+      CHECK(d.max_abs <= 1e-3 * std::max(1.0, d.scale));
+      CHECK(d.agree == d.rows);
+      if (rc.ordered && !rc.graphs) {  // the per-sequence path again: the same bits
+        const run_diff f = diff_runs(fallback, reference, vocab);
+        CHECK(f.identical == f.rows);
+      }
+    }
+    cuda::set_ordered_gemm_splits(false);
   }
 }
 
