@@ -1,6 +1,6 @@
 // CUDA kernels of the gathers, scatters, elementwise ops and RMSNorm (launchers declared in
-// basic_kernels.hpp). Gathers copy bytes, so they equal the CPU twin exactly; the scatter
-// adds with atomics (order across repeated rows differs from the CPU's index order).
+// basic_kernels.hpp). Gathers copy bytes, so they equal the CPU twin exactly; the scatter-add
+// sums each target row's sources in index order, as the CPU does (bitwise equal too).
 #include "kernels/cuda/basic_kernels.hpp"
 
 #include "kernels/cuda/cuda_check.hpp"
@@ -76,16 +76,41 @@ __global__ void gather_rows_kernel(gather_rows_params p) {
   }
 }
 
+/// One block per destination row r (launched with `threads` threads): the sources i with
+/// rows[i] == r are added in ascending i -- the CPU twin's order, so the sums are reproducible
+/// and equal the CPU's bit for bit (fp32 atomics from one block per source left the order of a
+/// row's additions to the scheduler: an MoE token's k expert outputs summed differently run to
+/// run). Each chunk of `threads` indices is compacted in order into shared memory, then every
+/// thread adds those sources to its columns. Block 0 also flags indices outside [0, m).
 __global__ void scatter_add_kernel(scatter_add_params p) {
-  const std::int64_t i = blockIdx.x;
-  const std::int64_t r = p.rows[i];
-  if (r < 0 || r >= p.m) {
-    if (threadIdx.x == 0) flag_bad(p.bad_index, i);
-    return;
-  }
+  __shared__ std::int64_t hits[threads];
+  __shared__ int warp_hits[threads / 32];
+  const std::int64_t r = blockIdx.x;
+  const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
   float* dst = p.y + r * p.width;
-  const float* src = p.src + i * p.width;
-  for (std::int64_t k = threadIdx.x; k < p.width; k += blockDim.x) atomicAdd(dst + k, src[k]);
+  for (std::int64_t base = 0; base < p.n; base += threads) {  // uniform over the block
+    const std::int64_t i = base + tid;
+    const std::int64_t target = i < p.n ? p.rows[i] : -1;
+    if (r == 0 && i < p.n && (target < 0 || target >= p.m)) flag_bad(p.bad_index, i);
+    const bool hit = target == r && r < p.m;
+    const unsigned ballot = __ballot_sync(0xffffffffu, hit);
+    if (lane == 0) warp_hits[warp] = __popc(ballot);
+    __syncthreads();
+    int before = 0, total = 0;
+    for (int w = 0; w < threads / 32; ++w) {
+      if (w < warp) before += warp_hits[w];
+      total += warp_hits[w];
+    }
+    if (hit) hits[before + __popc(ballot & ((1u << lane) - 1u))] = i;
+    __syncthreads();
+    if (total > 0)
+      for (std::int64_t k = tid; k < p.width; k += threads) {
+        float acc = dst[k];
+        for (int j = 0; j < total; ++j) acc += p.src[hits[j] * p.width + k];
+        dst[k] = acc;
+      }
+    __syncthreads();  // the next chunk rewrites hits and warp_hits
+  }
 }
 
 __global__ void add_kernel(float* y, const float* x, std::int64_t n) {
@@ -143,7 +168,9 @@ void launch_gather_rows(const gather_rows_params& p, cudaStream_t stream) {
 
 void launch_scatter_add_rows(const scatter_add_params& p, cudaStream_t stream) {
   if (p.n == 0 || p.width == 0) return;
-  scatter_add_kernel<<<unsigned(p.n), threads, 0, stream>>>(p);
+  DI_CHECK(p.m < (std::int64_t(1) << 31), "scatter_add_rows: {} target rows", p.m);
+  // One block per target row (at least one: block 0 also checks the indices).
+  scatter_add_kernel<<<unsigned(p.m > 0 ? p.m : 1), threads, 0, stream>>>(p);
   CUDA_CHECK_LAUNCH("scatter_add_rows");
 }
 

@@ -79,7 +79,7 @@ struct batch_regs {
 
 /// EVERY: 32-input scale blocks for the weights (MXFP4, or FP8 with e8m0 scales) and the
 /// activations (V4.1's shapes): every step promotes, with no branch in a whole batch.
-template <bool FP4, bool EVERY, int batch, int min_blocks>
+template <bool FP4, bool EVERY, int batch, int min_blocks, bool WALK>
 __global__ void __launch_bounds__(warps * 32, min_blocks)
     stream_gemm_kernel(block_gemm_params p, stream_config cfg) {
   constexpr int tiles = tiles_of<FP4>();
@@ -90,9 +90,15 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
   const block_site site = locate_block<warps>(p, cfg.compact, cfg.k_splits);
   if (site.group < 0) return;  // fewer non-empty groups than grid rows (uniform over the block)
   const int group = site.group, split = site.split;
-  const std::int64_t tile = site.tile, row_begin = site.row_begin, count = site.count;
-  const std::int64_t tok0 = tile * 8;
-  if (tok0 >= count) return;  // uniform over the block
+  const std::int64_t row_begin = site.row_begin, count = site.count;
+  // WALK (groups bounded by more than 8 rows, e.g. a captured step bounded by its whole
+  // batch): the block walks its group's 8-token tiles one after another and the grid's z
+  // covers the K splits only, so no idle tile blocks are launched; a group of more than 8 rows
+  // streams its weights once per tile, with the same sums. Otherwise one tile per block.
+  const std::int64_t first = site.tile * 8;
+  for (std::int64_t tok0 = first; tok0 < count; tok0 += 8) {
+    if (WALK && tok0 != first && cfg.wk > 1) __syncthreads();  // partial[] is reused
+    [&] {
 
   // This warp's rows and K range (steps, global within K). Ranges start at multiples of
   // warp_align steps and end there or at K's end, so they hold whole promotion blocks.
@@ -321,11 +327,15 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
       else
         *out = acc[m][c];
     }
+    }();
+    if constexpr (!WALK) break;
+  }
 }
 
 /// The launch of p on stream_gemm: grid, warps along K and K splits, from the weight's shape.
 struct stream_shape {
   std::int64_t row_blocks = 0, grid_groups = 0, token_tiles = 0;
+  bool walk = false;  // groups of more than 8 rows: the blocks walk their token tiles
   stream_config cfg{1, 1, 0, 4, false};
 };
 
@@ -335,7 +345,8 @@ stream_shape stream_shape_of(const block_gemm_params& p) {
   const std::int64_t total_steps = p.k / step_k;
   const bool compact = p.offsets && p.rows > 0 && p.rows < p.groups;
   sh.grid_groups = compact ? p.rows : p.groups;
-  sh.token_tiles = (p.max_rows + 7) / 8;
+  sh.walk = p.max_rows > 8;  // the kernel walks a group's token tiles itself
+  sh.token_tiles = 1;
   // Warps wanted along K per 32-row slice, so that about 32 warps per SM stream weights:
   // counted with the weight's groups (at most 8 for experts: a decode step touches a few)
   // and never with the batch.
@@ -373,13 +384,17 @@ std::atomic<int> g_variant{[] {
 }()};
 
 template <bool FP4, int batch, int min_blocks>
-void launch_variant(const block_gemm_params& p, bool every, dim3 grid, const stream_config& cfg,
-                    cudaStream_t stream) {
+void launch_variant(const block_gemm_params& p, bool every, bool walk, dim3 grid,
+                    const stream_config& cfg, cudaStream_t stream) {
   const dim3 block(warps * 32);
-  if (every)
-    stream_gemm_kernel<FP4, true, batch, min_blocks><<<grid, block, 0, stream>>>(p, cfg);
+  if (every && walk)
+    stream_gemm_kernel<FP4, true, batch, min_blocks, true><<<grid, block, 0, stream>>>(p, cfg);
+  else if (every)
+    stream_gemm_kernel<FP4, true, batch, min_blocks, false><<<grid, block, 0, stream>>>(p, cfg);
+  else if (walk)
+    stream_gemm_kernel<FP4, false, batch, min_blocks, true><<<grid, block, 0, stream>>>(p, cfg);
   else
-    stream_gemm_kernel<FP4, false, batch, min_blocks><<<grid, block, 0, stream>>>(p, cfg);
+    stream_gemm_kernel<FP4, false, batch, min_blocks, false><<<grid, block, 0, stream>>>(p, cfg);
 }
 
 }  // namespace
@@ -424,11 +439,11 @@ void launch_stream_gemm(const block_gemm_params& p, cudaStream_t stream) {
   // copy bandwidth; shared_w1 K5120: 0.25 vs 0.20), the first with short K (wq_b K1280: 0.47
   // vs 0.42). Both add in the same order: the same bits. MXFP4: 4 x 2 (0.36 vs 0.31).
   if (p.fp4)
-    launch_variant<true, 4, 2>(p, every, grid, sh.cfg, stream);
+    launch_variant<true, 4, 2>(p, every, sh.walk, grid, sh.cfg, stream);
   else if (variant_for(p) == 1)
-    launch_variant<false, 2, 3>(p, every, grid, sh.cfg, stream);
+    launch_variant<false, 2, 3>(p, every, sh.walk, grid, sh.cfg, stream);
   else
-    launch_variant<false, 4, 2>(p, every, grid, sh.cfg, stream);
+    launch_variant<false, 4, 2>(p, every, sh.walk, grid, sh.cfg, stream);
   CUDA_CHECK_LAUNCH("stream_gemm");
 }
 

@@ -57,6 +57,83 @@ TEST_CASE("block pool: blocks are handed out, exhausted with a clear error, retu
   CHECK(pool.num_free(s) == 2);
 }
 
+TEST_CASE("slot arena: slots handed out, fallback when full, ring rows, reuse starts fresh") {
+  for (const char* name : {"v41_public", "v4_public"}) {
+    CAPTURE(name);
+    const cache_layout& L = golden(name).model->layout();
+    kv_block_pool pool(L, 4, cpu_device, 2);
+    const std::size_t row = L.window_format.row_bytes();
+    CHECK(pool.num_slots() == 2);
+    CHECK(pool.slot_stride() >= L.slot_bytes);
+    CHECK(pool.slot_stride() % row == 0);  // V4's 321-byte rows included
+    CHECK(pool.slot_stride() % 16 == 0);
+    CHECK(pool.ring_rows().size(1) == std::int64_t(row));
+    auto a = std::make_unique<sequence_state>(pool, 256);
+    sequence_state b(pool, 256);
+    sequence_state c(pool, 256);  // none left: its own memory
+    CHECK(a->slot_index() >= 0);
+    CHECK(b.slot_index() >= 0);
+    CHECK(a->slot_index() != b.slot_index());
+    CHECK(c.slot_index() == -1);
+    // ring_row names the bytes window_ring() views, for every layer and ring slot
+    for (int layer : {0, L.num_layers - 1})
+      for (std::int64_t j : {std::int64_t(0), std::int64_t(L.window - 1)}) {
+        const auto* want = b.window_ring(layer).data<std::uint8_t>() + j * std::int64_t(row);
+        const auto* got = pool.ring_rows().data<std::uint8_t>() +
+                          pool.ring_row(b.slot_index(), layer, j) * std::int64_t(row);
+        CHECK(want == got);
+      }
+    // a state that dirtied its slot, destroyed; the next one reuses the slot, fresh
+    const int slot = a->slot_index();
+    const std::vector<std::uint8_t> fresh(c.slot().begin(), c.slot().end());
+    std::vector<std::uint8_t> dirty(fresh.size(), 0x5a);
+    a->load_slot(dirty);
+    CHECK(std::equal(dirty.begin(), dirty.end(), a->slot().begin()));
+    a.reset();
+    sequence_state d(pool, 256);
+    CHECK(d.slot_index() == slot);
+    CHECK(std::equal(fresh.begin(), fresh.end(), d.slot().begin()));
+  }
+}
+
+TEST_CASE("commit_entries counts entries written in place, within the block table") {
+  const cache_layout& L = golden("v41_public").model->layout();
+  kv_block_pool pool(L, 1, cpu_device, 1);
+  const int s = L.stream_of(6, stream_kind::compressed_kv);
+  sequence_state a(pool, 1024);
+  a.commit_entries(s, 3);
+  CHECK(a.num_entries(s) == 3);
+  CHECK(a.block_table(s).size() == 1);
+  CHECK(a.entry_rows(s, 2, 3).front() == std::int64_t(a.block_table(s)[0]) * 64 + 2);
+  CHECK_THROWS_WITH_AS(a.commit_entries(s, 62), doctest::Contains("exhausted"), error);
+  CHECK(a.num_entries(s) == 3);
+}
+
+TEST_CASE("CPU forward: states in a slot arena compute what states with their own slots do") {
+  golden_case& g = golden("v4_public");
+  const deepseek_model& m = *g.model;
+  auto run = [&](int slots) {
+    kv_block_pool pool(m.layout(), 8, cpu_device, slots);
+    sequence_state a(pool, 64), b(pool, 64);
+    std::vector<float> out;
+    std::vector<std::int64_t> ta{5, 9, 11, 13, 2, 7}, tb{3, 4, 8}, pa{0, 1, 2, 3, 4, 5},
+        pb{0, 1, 2};
+    std::vector<forward_request> prefill{request_for(a, ta, pa, {5}), request_for(b, tb, pb, {2})};
+    m.forward(prefill);
+    for (int step = 0; step < 5; ++step) {
+      std::vector<std::int64_t> na{20 + step}, nb{40 + step};
+      std::vector<std::int64_t> qa{a.num_tokens()}, qb{b.num_tokens()};
+      std::vector<forward_request> dec{request_for(a, na, qa, {0}), request_for(b, nb, qb, {0})};
+      for (const forward_output& o : m.forward(dec))
+        out.insert(out.end(), o.logits.data<float>(), o.logits.data<float>() + o.logits.numel());
+    }
+    return out;
+  };
+  const std::vector<float> own = run(0), arena = run(2);
+  REQUIRE(own.size() == arena.size());
+  CHECK(std::equal(own.begin(), own.end(), arena.begin()));
+}
+
 /// A forward of `tokens` at `positions` on a fresh state, expected to fail with `what`.
 void expect_rejected(const deepseek_model& m, kv_block_pool& pool, std::int64_t capacity,
                      std::vector<std::int64_t> tokens, std::vector<std::int64_t> positions,
