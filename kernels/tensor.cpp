@@ -88,18 +88,10 @@ void copy_storage(void* dst, device dst_dev, const void* src, device src_dev, st
 
 }  // namespace
 
-tensor tensor::empty(const tensor_shape& shape, dtype type, device dev) {
+tensor tensor::over(std::shared_ptr<std::byte[]> storage, const tensor_shape& shape, dtype type,
+                    device dev) {
   tensor t;
-  std::size_t bytes = std::size_t(shape.numel()) * dtype_size(type);
-  if (dev.kind == device_kind::cuda) {
-#if defined(DEEPINFER_HAVE_CUDA)
-    t.storage_ = cuda::allocate(bytes, dev.index);
-#else
-    no_cuda("tensor::empty");
-#endif
-  } else {
-    t.storage_ = std::shared_ptr<std::byte[]>(new std::byte[bytes > 0 ? bytes : 1]);
-  }
+  t.storage_ = std::move(storage);
   t.data_ = t.storage_.get();
   t.shape_ = shape;
   t.strides_ = contiguous_strides(shape);
@@ -107,6 +99,18 @@ tensor tensor::empty(const tensor_shape& shape, dtype type, device dev) {
   t.device_ = dev;
   t.defined_ = true;
   return t;
+}
+
+tensor tensor::empty(const tensor_shape& shape, dtype type, device dev) {
+  std::size_t bytes = std::size_t(shape.numel()) * dtype_size(type);
+  if (dev.kind == device_kind::cuda) {
+#if defined(DEEPINFER_HAVE_CUDA)
+    return over(cuda::allocate(bytes, dev.index), shape, type, dev);
+#else
+    no_cuda("tensor::empty");
+#endif
+  }
+  return over(std::shared_ptr<std::byte[]>(new std::byte[bytes > 0 ? bytes : 1]), shape, type, dev);
 }
 
 tensor tensor::zeros(const tensor_shape& shape, dtype type, device dev) {
@@ -206,16 +210,9 @@ tensor tensor::to(device dev) const {
            to_string(dev));
   tensor t;
 #if defined(DEEPINFER_HAVE_CUDA)
-  if (device_.kind == device_kind::cuda && dev.kind == device_kind::cpu) {
-    // Device-to-host copies land in cached page-locked memory (no first-touch faults).
-    t.storage_ = cuda::allocate_host(nbytes());
-    t.data_ = t.storage_.get();
-    t.shape_ = shape_;
-    t.strides_ = contiguous_strides(shape_);
-    t.type_ = type_;
-    t.device_ = dev;
-    t.defined_ = true;
-  }
+  // Device-to-host copies land in cached page-locked memory (no first-touch faults).
+  if (device_.kind == device_kind::cuda && dev.kind == device_kind::cpu)
+    t = over(cuda::allocate_host(nbytes()), shape_, type_, dev);
 #endif
   if (!t.defined_) t = empty(shape_, type_, dev);
   copy_storage(t.data_, dev, data_, device_, nbytes());

@@ -106,6 +106,9 @@ class tensor {
  private:
   template <typename T>
   void check_element() const;
+  /// A contiguous tensor over all of `storage`.
+  static tensor over(std::shared_ptr<std::byte[]> storage, const tensor_shape& shape, dtype type,
+                     device dev);
 
   std::shared_ptr<std::byte[]> storage_;
   void* data_ = nullptr;

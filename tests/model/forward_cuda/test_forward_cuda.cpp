@@ -260,18 +260,22 @@ TEST_CASE("GPU forward: make-model presets against the CPU engine (prefill + bat
   }
 }
 
+/// make-model preset `preset` generated under `tmp`, loaded on the GPU (stored weights,
+/// variant A) with its Engram hasher.
+std::unique_ptr<deepseek_model> gpu_preset(const temp_dir& tmp, const char* preset) {
+  const std::string dir = (tmp.path() / preset).string();
+  make_model(
+      {.preset = preset, .out_dir = dir, .tokenizer_dir = tokenizer_dir(), .show_progress = false});
+  auto m = deepseek_model::load(dir, {true});
+  attach_engram_hasher(*m, tok::tokenizer::from_dir(dir));
+  m->to_device(gpu, device_weight_format::stored);
+  return m;
+}
+
 TEST_CASE("GPU forward: decode steps through CUDA graphs give the eager logits") {
   temp_dir tmp("gpu-graphs");
   for (const char* preset : {"tiny-v4", "tiny-v41"}) {
-    const std::string dir = (tmp.path() / preset).string();
-    make_model({.preset = preset,
-                .out_dir = dir,
-                .tokenizer_dir = tokenizer_dir(),
-                .show_progress = false});
-    const tok::tokenizer tokenizer = tok::tokenizer::from_dir(dir);
-    auto m = deepseek_model::load(dir, {true});
-    attach_engram_hasher(*m, tokenizer);
-    m->to_device(gpu, device_weight_format::stored);
+    auto m = gpu_preset(tmp, preset);
     const std::int64_t vocab = m->config().vocab_size;
     // 3 and 5 sequences pad to the captured sizes 4 and 8; 1 runs unpadded; 12 decode steps
     // cross compression boundaries (entries appended inside the eager attention).
@@ -339,15 +343,7 @@ run_diff diff_runs(const std::vector<float>& got, const std::vector<float>& want
 TEST_CASE("GPU forward: batched decode attention gives the per-sequence logits") {
   temp_dir tmp("gpu-batched");
   for (const char* preset : {"tiny-v4", "tiny-v41"}) {
-    const std::string dir = (tmp.path() / preset).string();
-    make_model({.preset = preset,
-                .out_dir = dir,
-                .tokenizer_dir = tokenizer_dir(),
-                .show_progress = false});
-    const tok::tokenizer tokenizer = tok::tokenizer::from_dir(dir);
-    auto m = deepseek_model::load(dir, {true});
-    attach_engram_hasher(*m, tokenizer);
-    m->to_device(gpu, device_weight_format::stored);
+    auto m = gpu_preset(tmp, preset);
     const std::int64_t vocab = m->config().vocab_size;
     // Staggered prompts (different entry counts per sequence) and equal ones; 12 decode steps
     // cross compression boundaries (entries completed and appended inside the batched step);
