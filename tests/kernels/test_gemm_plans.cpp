@@ -77,6 +77,15 @@ TEST_CASE("stream_gemm plans depend on the weight's shape, not on the batch") {
       CHECK(p.row_blocks == one.row_blocks);
       CHECK(p.token_tiles == 1);
     }
+    // Groups bounded by more rows than one tile (a captured step bounded by its batch): the
+    // blocks walk their token tiles, so the grid and the sums stay those of one tile.
+    if (s.groups > 1) {
+      const cuda::stream_gemm_plan walked = cuda::plan_stream_gemm(params_for(s, 64));
+      CHECK(walked.token_tiles == 1);
+      CHECK(walked.warps_along_k == one.warps_along_k);
+      CHECK(walked.steps_per_split == one.steps_per_split);
+      CHECK(walked.row_blocks == one.row_blocks);
+    }
     // Decode tiles go to stream_gemm, whose splits need no workspace: plan_block_gemm says
     // one split for them (ordered-splits mode allocates nothing).
     CHECK(cuda::plan_block_gemm(params_for(s, 1)).splits == 1);

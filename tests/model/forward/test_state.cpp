@@ -61,6 +61,7 @@ TEST_CASE("slot arena: slots handed out, fallback when full, ring rows, reuse st
   for (const char* name : {"v41_public", "v4_public"}) {
     CAPTURE(name);
     const cache_layout& L = golden(name).model->layout();
+    CHECK_THROWS_WITH_AS(kv_block_pool(L, 4, cpu_device, -1), doctest::Contains("slots"), error);
     kv_block_pool pool(L, 4, cpu_device, 2);
     const std::size_t row = L.window_format.row_bytes();
     CHECK(pool.num_slots() == 2);
