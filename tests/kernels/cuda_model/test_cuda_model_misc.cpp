@@ -2,6 +2,7 @@
 // ratio 2, V4 overlapping ratio 4, ratio 128), mHC mixing / head mix / collapse / expand,
 // and the Engram gate.
 #include "gpu_test_util.hpp"
+#include <cstring>
 #include "kernels/cpu/cpu_ops.hpp"
 #include "kernels/cuda/cuda_model_ops.hpp"
 
@@ -66,6 +67,124 @@ TEST_CASE("cuda compress_tokens: pooled entries and carried state over chained c
       start += n;
     }
   }
+}
+
+TEST_CASE("cuda compress_decode: one row per sequence through states in a slot arena") {
+  // Three sequences at different phases of their groups (one completing, one not, one
+  // completing with V4's overlap shift) with their states at scattered arena slots: each
+  // state and each completed entry equals compress_tokens' on the CPU, bit for bit in the
+  // state; slots of other sequences are untouched.
+  DI_REQUIRE_GPU();
+  struct cfg {
+    int ratio;
+    bool overlap;
+    int dim;
+  };
+  for (const cfg& c : {cfg{2, false, 512}, cfg{4, true, 128}, cfg{128, false, 64}}) {
+    CAPTURE(c.ratio);
+    const int coff = c.overlap ? 2 : 1, width = coff * c.dim, srows = coff * c.ratio;
+    const std::size_t state_bytes = 2 * std::size_t(srows) * width * 4;
+    const std::size_t offset = 48, stride = (offset + state_bytes + 15) / 16 * 16;
+    const std::vector<std::int32_t> slots = {3, 0, 1};
+    const std::vector<std::int64_t> starts = {std::int64_t(c.ratio) - 1, c.ratio,
+                                              3 * std::int64_t(c.ratio) - 1};
+    const std::int64_t b = std::int64_t(slots.size());
+    // Host states after feeding each sequence its first starts[i] rows on the CPU.
+    std::vector<tensor> skv, ssc;
+    tensor arena = test::randn({std::int64_t(4 * stride / 4)});  // 4 slots, random filler
+    for (std::int64_t i = 0; i < b; ++i) {
+      skv.push_back(tensor::zeros({srows, width}, dtype::f32));
+      ssc.push_back(tensor::full({srows, width}, -INFINITY));
+      const tensor kv = test::randn({starts[std::size_t(i)], width});
+      const tensor sc = test::randn({starts[std::size_t(i)], width}, 2.0f);
+      cpu::compress_tokens(kv, sc, 0, skv.back(), ssc.back(), {c.ratio, c.overlap});
+      auto* at = reinterpret_cast<std::uint8_t*>(arena.raw()) + slots[std::size_t(i)] * stride + offset;
+      std::memcpy(at, skv.back().raw(), state_bytes / 2);
+      std::memcpy(at + state_bytes / 2, ssc.back().raw(), state_bytes / 2);
+    }
+    const tensor kv = test::randn({b, width}), sc = test::randn({b, width}, 2.0f);
+    const tensor ids = tensor::view_of(slots.data(), {b}, dtype::i32);
+    const tensor st = tensor::view_of(starts.data(), {b}, dtype::i64);
+    const dbuf da(arena), dkv(kv), dsc(sc), dids(ids), dst(st);
+    dbuf out(std::size_t(b) * c.dim * 4);
+    cuda::compress_decode_params p;
+    p.kv = dkv.get<float>();
+    p.score = dsc.get<float>();
+    p.slots = da.get<std::uint8_t>();
+    p.slot_stride = stride;
+    p.state_offset = offset;
+    p.slot_ids = dids.get<std::int32_t>();
+    p.starts = dst.get<std::int64_t>();
+    p.out = out.get<float>();
+    p.batch = b;
+    p.width = width;
+    p.ratio = c.ratio;
+    p.overlap = c.overlap;
+    cuda::launch_compress_decode(p, nullptr);
+    const tensor got_out = out.to_host({b, c.dim}, dtype::f32);
+    const tensor got_arena = da.to_host(arena.shape(), dtype::f32);
+    for (std::int64_t i = 0; i < b; ++i) {
+      CAPTURE(i);
+      const tensor want = cpu::compress_tokens(kv.slice(0, i, i + 1), sc.slice(0, i, i + 1),
+                                               starts[std::size_t(i)], skv[std::size_t(i)],
+                                               ssc[std::size_t(i)], {c.ratio, c.overlap});
+      const auto* at = reinterpret_cast<const std::uint8_t*>(got_arena.raw()) +
+                       slots[std::size_t(i)] * stride + offset;
+      CHECK(std::memcmp(at, skv[std::size_t(i)].raw(), state_bytes / 2) == 0);
+      CHECK(std::memcmp(at + state_bytes / 2, ssc[std::size_t(i)].raw(), state_bytes / 2) == 0);
+      CHECK(want.size(0) == ((starts[std::size_t(i)] + 1) % c.ratio == 0 ? 1 : 0));
+      if (want.size(0) == 1)
+        CHECK(test::max_scaled_err(got_out.slice(0, i, i + 1).clone(), want, 1e-5, 1e-6) <= 1.0);
+    }
+    // slot 2 belongs to no sequence: its bytes are as they were
+    CHECK(std::memcmp(reinterpret_cast<const std::uint8_t*>(got_arena.raw()) + 2 * stride,
+                      reinterpret_cast<const std::uint8_t*>(arena.raw()) + 2 * stride,
+                      stride) == 0);
+  }
+}
+
+TEST_CASE("cuda entry_rows and map_rows: pool rows from block tables, picks to rows") {
+  DI_REQUIRE_GPU();
+  const int per_block = 4, max_blocks = 3;
+  const std::vector<std::int32_t> tables = {7, 2, 5, 1, 0, 0, 9, 3, 0};  // [3, 3]
+  const std::vector<std::int64_t> counts = {9, 2, 0};
+  const std::int64_t b = 3, n = 10;
+  const dbuf dt(tables.data(), tables.size() * 4), dc(counts.data(), counts.size() * 8);
+  dbuf map(std::size_t(b * n) * 4);
+  cuda::launch_entry_rows({.tables = dt.get<std::int32_t>(),
+                           .counts = dc.get<std::int64_t>(),
+                           .out = map.get<std::int32_t>(),
+                           .batch = b,
+                           .entries = n,
+                           .max_blocks = max_blocks,
+                           .per_block = per_block},
+                          nullptr);
+  const tensor got = map.to_host({b, n}, dtype::i32);
+  for (std::int64_t i = 0; i < b; ++i)
+    for (std::int64_t e = 0; e < n; ++e) {
+      const std::int32_t want =
+          e < counts[std::size_t(i)]
+              ? tables[std::size_t(i * max_blocks + e / per_block)] * per_block + std::int32_t(e % per_block)
+              : -1;
+      CHECK(got.data<std::int32_t>()[i * n + e] == want);
+    }
+  const std::vector<std::int32_t> picks = {0, 8, -1, 9, 1, 0, 3, 12, 0, -1, 5, 2};  // [3, 4]
+  const dbuf dp(picks.data(), picks.size() * 4);
+  dbuf rows(picks.size() * 4);
+  cuda::launch_map_rows({.idx = dp.get<std::int32_t>(),
+                         .map = map.get<std::int32_t>(),
+                         .out = rows.get<std::int32_t>(),
+                         .batch = b,
+                         .k = 4,
+                         .n = n},
+                        nullptr);
+  const tensor mapped = rows.to_host({b, 4}, dtype::i32);
+  for (std::int64_t i = 0; i < b; ++i)
+    for (std::int64_t j = 0; j < 4; ++j) {
+      const std::int32_t pick = picks[std::size_t(i * 4 + j)];
+      const std::int32_t want = pick < 0 || pick >= n ? -1 : got.data<std::int32_t>()[i * n + pick];
+      CHECK(mapped.data<std::int32_t>()[i * 4 + j] == want);
+    }
 }
 
 TEST_CASE("cuda hc_mixes, hc_head_pre, hc_collapse, hc_expand") {

@@ -3,6 +3,7 @@
 // included), MoE routing (same experts, weights to fp32 rounding) with bias, hash routing and
 // V4.1's normalisation.
 #include "gpu_test_util.hpp"
+#include <cstring>
 #include "kernels/cpu/cpu_ops.hpp"
 #include "kernels/cuda/cuda_model_ops.hpp"
 
@@ -49,6 +50,54 @@ TEST_CASE("cuda index_scores: f32 keys and packed FP4 keys read in place") {
         CHECK(test::max_scaled_err(got, want, 1e-4, 1e-3) <= 1.0);
       }
     }
+}
+
+TEST_CASE("cuda index_scores with per-token key rows: each token's own keys, in place") {
+  // Batched decode: token t scores rows key_rows[t, e] of one packed key table; a row < 0
+  // scores 0. Each token's scores equal index_scores of that token over its own keys.
+  DI_REQUIRE_GPU();
+  const cache_row_format f{cache_quant::fp4_ue8m0, 32, 128, 0};
+  const int heads = 64, dim = 128, tokens = 3;
+  const std::int64_t table = 200, entries = 70;
+  tensor q = test::randn({tokens, heads, dim});
+  tensor flat = q.view({tokens * heads, dim});
+  cpu::fp4_fake_quant(flat, 32, ops::fp4_scale::ue8m0);
+  const tensor w = test::randn({tokens, heads});
+  const tensor keys = test::randn({table, dim});
+  tensor packed = tensor::empty({table, std::int64_t(f.row_bytes())}, dtype::u8);
+  cpu::encode_cache_rows(keys, f, packed);
+  tensor dec = tensor::empty({table, dim}, dtype::f32);
+  cpu::decode_cache_rows(packed, f, dec);
+  tensor rows = tensor::empty({tokens, entries}, dtype::i32);
+  const std::int64_t valid[tokens] = {70, 3, 0};
+  for (int t = 0; t < tokens; ++t)
+    for (std::int64_t e = 0; e < entries; ++e)
+      rows.data<std::int32_t>()[t * entries + e] =
+          e < valid[t] ? std::int32_t((e * 37 + t * 11) % table) : -1;
+  const dbuf dq(q), dw(w), dp(packed), dr(rows);
+  dbuf out(std::size_t(tokens * entries) * 4);
+  cuda::index_scores_params p;
+  p.q = dq.get<float>();
+  p.weights = dw.get<float>();
+  p.keys = {dp.get(), table, true, f};
+  p.scores = out.get<float>();
+  p.tokens = tokens;
+  p.heads = heads;
+  p.dim = dim;
+  p.key_rows = dr.get<std::int32_t>();
+  p.entries = entries;
+  cuda::launch_index_scores(p, nullptr);
+  const tensor got = out.to_host({tokens, entries}, dtype::f32);
+  for (int t = 0; t < tokens; ++t) {
+    CAPTURE(t);
+    tensor own = tensor::zeros({entries, dim}, dtype::f32);  // a missing row: zero key, score 0
+    for (std::int64_t e = 0; e < valid[t]; ++e)
+      std::memcpy(own.data<float>() + e * dim,
+                  dec.data<float>() + rows.data<std::int32_t>()[t * entries + e] * dim, dim * 4);
+    const tensor want = cpu::index_scores(q.slice(0, t, t + 1).clone(), own,
+                                          w.slice(0, t, t + 1).clone());
+    CHECK(test::max_scaled_err(got.slice(0, t, t + 1).clone(), want, 1e-4, 1e-3) <= 1.0);
+  }
 }
 
 /// Scores on a coarse grid (many ties) with some -inf.
