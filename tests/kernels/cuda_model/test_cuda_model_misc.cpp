@@ -29,14 +29,17 @@ TEST_CASE("cuda swiglu: clamped and plain, with and without row scales") {
       }
 }
 
+/// The compressors' shapes: V4.1 ratio 2, V4's overlapping ratio 4, ratio 128.
+struct compressor_shape {
+  int ratio;
+  bool overlap;
+  int dim;
+};
+constexpr compressor_shape compressor_shapes[] = {{2, false, 512}, {4, true, 128}, {128, false, 64}};
+
 TEST_CASE("cuda compress_tokens: pooled entries and carried state over chained calls") {
   DI_REQUIRE_GPU();
-  struct cfg {
-    int ratio;
-    bool overlap;
-    int dim;
-  };
-  for (const cfg& c : {cfg{2, false, 512}, cfg{4, true, 128}, cfg{128, false, 64}}) {
+  for (const compressor_shape& c : compressor_shapes) {
     CAPTURE(c.ratio);
     const int coff = c.overlap ? 2 : 1, width = coff * c.dim, srows = coff * c.ratio;
     tensor skv = tensor::zeros({srows, width}, dtype::f32);
@@ -75,12 +78,7 @@ TEST_CASE("cuda compress_decode: one row per sequence through states in a slot a
   // state and each completed entry equals compress_tokens' on the CPU, bit for bit in the
   // state; slots of other sequences are untouched.
   DI_REQUIRE_GPU();
-  struct cfg {
-    int ratio;
-    bool overlap;
-    int dim;
-  };
-  for (const cfg& c : {cfg{2, false, 512}, cfg{4, true, 128}, cfg{128, false, 64}}) {
+  for (const compressor_shape& c : compressor_shapes) {
     CAPTURE(c.ratio);
     const int coff = c.overlap ? 2 : 1, width = coff * c.dim, srows = coff * c.ratio;
     const std::size_t state_bytes = 2 * std::size_t(srows) * width * 4;
