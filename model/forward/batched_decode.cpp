@@ -371,17 +371,7 @@ tensor batched_attention_core(forward_pass& pass, int layer, const attention_inp
     one.tokens = 1;
     p.num_splits = cuda::attention_splits(one);
   }
-  tensor out = tensor::empty({b, heads, dim}, dtype::f32, pass.dev());  // [seqs, H, hd]
-  p.out = out.data<float>();
-  const std::size_t bytes = cuda::attention_workspace_bytes(p);
-  tensor work;
-  if (bytes > 0) {
-    work = tensor::empty({std::int64_t((bytes + 15) / 16) * 16}, dtype::u8, pass.dev());
-    p.workspace = work.raw();
-    p.workspace_bytes = work.nbytes();
-  }
-  cuda::launch_attention(p, cuda::current_stream());
-  return out;
+  return run_attention(p, pass.dev());  // [seqs, H, hd]
 }
 
 #else

@@ -87,9 +87,7 @@ tensor two_pool_attention(const tensor& q, const tensor& sinks, const tensor& kv
     p.extra_idx = idx2.data<std::int32_t>();
     p.extra_k = int(idx2.size(1));
   }
-  tensor out = tensor::empty({tokens, heads, dim}, dtype::f32, q.dev());  // [tokens, heads, dim]
   p.q = q.data<float>();
-  p.out = out.data<float>();
   p.sinks = sinks.data<float>();
   p.tokens = int(tokens);
   p.heads = int(heads);
@@ -98,14 +96,20 @@ tensor two_pool_attention(const tensor& q, const tensor& sinks, const tensor& kv
   p.window = {kv1.raw(), kv1.size(0), false, {}};
   p.window_idx = idx1.data<std::int32_t>();
   p.window_k = int(idx1.size(1));
+  return run_attention(p, q.dev());
+}
+
+tensor run_attention(cuda::attention_params& p, device dev) {
+  tensor out = tensor::empty({p.tokens, p.heads, p.dim}, dtype::f32, dev);  // [tokens, H, hd]
+  p.out = out.data<float>();
   const std::size_t bytes = cuda::attention_workspace_bytes(p);
-  tensor work;
+  tensor work;  // freed in stream order after the launch
   if (bytes > 0) {
-    work = tensor::empty({std::int64_t((bytes + 15) / 16) * 16}, dtype::u8, q.dev());
+    work = tensor::empty({std::int64_t((bytes + 15) / 16) * 16}, dtype::u8, dev);
     p.workspace = work.raw();
     p.workspace_bytes = work.nbytes();
   }
-  if (tokens > 0) cuda::launch_attention(p, cuda::current_stream());
+  if (p.tokens > 0) cuda::launch_attention(p, cuda::current_stream());
   return out;
 }
 

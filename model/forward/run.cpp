@@ -21,7 +21,7 @@ namespace {
 /// whole call; a diagnostic for host-bound steps, off by default.
 class phase_timer {
  public:
-  phase_timer() : on_(std::getenv("DEEPINFER_FORWARD_TIMING") != nullptr), t0_(now()), last_(t0_) {}
+  phase_timer() : on_(enabled()), t0_(now()), last_(t0_) {}
   void mark(const char* what) {
     if (!on_) return;
     const double t = now();
@@ -38,6 +38,10 @@ class phase_timer {
   }
 
  private:
+  static bool enabled() {  // read once per process
+    static const bool on = std::getenv("DEEPINFER_FORWARD_TIMING") != nullptr;
+    return on;
+  }
   static double now() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
         .count();

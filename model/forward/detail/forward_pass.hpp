@@ -167,6 +167,17 @@ inline tensor forward_pass::upload(const tensor& host) const {
   return on_cuda() ? upload_async(host, dev()) : host;
 }
 
+#if defined(DEEPINFER_HAVE_CUDA)
+}  // namespace di::detail
+namespace di::cuda {
+struct attention_params;
+}
+namespace di::detail {
+/// Allocates p's output [tokens, heads, dim] (and its split workspace) on `dev`, launches
+/// the attention on the current stream and returns the output.
+tensor run_attention(cuda::attention_params& p, device dev);
+#endif
+
 /// CUDA attention of q [count, H, hd] over two f32 pools: kv1 rows named by idx1 [count, k1]
 /// then kv2 rows (undefined: none) named by idx2 [count, k2] (i32, -1 unused).
 tensor two_pool_attention(const tensor& q, const tensor& sinks, const tensor& kv1,

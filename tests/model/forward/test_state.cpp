@@ -108,6 +108,14 @@ TEST_CASE("commit_entries counts entries written in place, within the block tabl
   CHECK(a.entry_rows(s, 2, 3).front() == std::int64_t(a.block_table(s)[0]) * 64 + 2);
   CHECK_THROWS_WITH_AS(a.commit_entries(s, 62), doctest::Contains("exhausted"), error);
   CHECK(a.num_entries(s) == 3);
+  // A planned state over a cached prefix: entries below it are never written by the caller.
+  kv_block_pool shared(L, 2);
+  sequence_state b(shared, 1024, block_source::planned);
+  const std::vector<std::int32_t> ids{0};
+  b.append_blocks(s, ids);
+  b.adopt_prefix(8, 4);
+  CHECK_THROWS_WITH_AS(b.commit_entries(s, 1), doctest::Contains("cached prefix"), error);
+  CHECK(b.num_entries(s) == 4);
 }
 
 TEST_CASE("CPU forward: states in a slot arena compute what states with their own slots do") {
