@@ -60,6 +60,13 @@ void check_weight_matrix(const weight_matrix& w, std::string_view what, device_k
   DI_CHECK(v.dev().kind == kind, "{}: weight lives on {}", what, to_string(v.dev()));
   DI_CHECK(v.rank() == 2 && v.is_contiguous(), "{}: weight must be a contiguous matrix, got {}",
            what, v.shape().str());
+  if (w.interleaved) {
+    DI_CHECK(
+        v.type() == dtype::i8 && kind == device_kind::cuda && v.size(1) % fp4_interleave_bytes == 0,
+        "{}: only packed FP4 on a CUDA device with rows of a multiple of {} bytes is "
+        "interleaved, got {} [{}] on {}",
+        what, fp4_interleave_bytes, dtype_name(v.type()), v.shape().str(), to_string(v.dev()));
+  }
   switch (v.type()) {
     case dtype::f32:
     case dtype::bf16:
@@ -81,6 +88,10 @@ void check_weight_matrix(const weight_matrix& w, std::string_view what, device_k
 }
 
 weight_matrix weight_to(const weight_matrix& w, device dev) {
+  DI_CHECK(!w.interleaved || dev.kind == device_kind::cuda,
+           "weight_to {}: an interleaved FP4 weight stays on CUDA devices "
+           "(cuda::with_fp4_layout(w, false) first)",
+           to_string(dev));
   weight_matrix out = w;
   out.values = w.values.to(dev);
   if (w.scales.defined()) out.scales = w.scales.to(dev);

@@ -19,6 +19,8 @@ struct scale_block {
 
 /// Elements per MXFP4 scale along the input dimension.
 inline constexpr std::int64_t mxfp4_block_cols = 32;
+/// Bytes of a packed FP4 row that weight_matrix::interleaved permutes as one run.
+inline constexpr std::int64_t fp4_interleave_bytes = 64;
 
 /// A weight matrix [rows, cols] (output features x input features) in its stored format.
 /// Copying copies the handles, not the bytes.
@@ -31,6 +33,11 @@ struct weight_matrix {
   tensor scales;
   /// Elements per scale (FP8: the checkpoint's weight_block_size; FP4: 1 x 32).
   scale_block block;
+  /// Packed FP4 on a CUDA device only (cuda::with_fp4_layout): each row's runs of
+  /// fp4_interleave_bytes (four 32-input scale blocks u = 0..3 of 16 bytes, quarters q = 0..3
+  /// of 4 bytes) stored quarter-major, byte 4q + b of block u at 16q + 4u + b, so that one
+  /// 16-byte load gives an MMA lane its quarter of four blocks. Same bytes, same scales.
+  bool interleaved = false;
 
   weight_matrix() = default;
   /// A plain f32 or bf16 matrix [rows, cols] (implicit: a dense tensor is a weight matrix).
@@ -53,7 +60,8 @@ struct weight_matrix {
 void check_weight_matrix(const weight_matrix& w, std::string_view what,
                          device_kind kind = device_kind::cpu);
 
-/// A copy of `w` (values and scales, same format) on `dev`.
+/// A copy of `w` (values and scales, same format) on `dev`; an interleaved weight stays on
+/// CUDA devices (cuda::with_fp4_layout turns it back first).
 weight_matrix weight_to(const weight_matrix& w, device dev);
 
 }  // namespace di

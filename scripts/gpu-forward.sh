@@ -10,6 +10,7 @@
 #   (decode again with stream_gemm's other variants and sm90_block_gemm's tiles),
 #   DEEPINFER_SKIP_ORDERED=1 (no decode run with ordered K splits),
 #   DEEPINFER_COMPARE_BATCHED=1 (decode again with per-sequence attention, graphs on),
+#   DEEPINFER_COMPARE_FP4_LAYOUT=1 (decode again with MXFP4 rows as stored, not interleaved),
 #   DEEPINFER_SKIP_PEER=1, DEEPINFER_SKIP_CLUSTER=1, DEEPINFER_SKIP_TESTS=1
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -74,6 +75,11 @@ for preset in "$@"; do
     "$di" bench decode --model "$dir" --device cuda --batch "$batches" --context "$ctx" --steps 8 \
       --cuda-graphs on --per-sequence-decode 2>&1 | tee "$out/bench-decode-perseq-$preset.log" |
       grep decode | sed 's/^/per-sequence: /'
+  fi
+  if [[ ${DEEPINFER_COMPARE_FP4_LAYOUT:-0} == 1 ]]; then  # experts' rows as the checkpoint has them
+    DEEPINFER_FP4_INTERLEAVE=0 "$di" bench decode --model "$dir" --device cuda --batch "$batches" \
+      --context "$ctx" --steps 8 --cuda-graphs on 2>&1 | tee "$out/bench-decode-plainfp4-$preset.log" |
+      grep decode | sed 's/^/fp4 rows as stored: /'
   fi
   if [[ ${DEEPINFER_SKIP_ORDERED:-0} != 1 ]]; then
     "$di" bench decode --model "$dir" --device cuda --batch 1,64 --context "$ctx" --steps 8 \

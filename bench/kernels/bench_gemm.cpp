@@ -124,8 +124,7 @@ void fp8_rows(const limits& lim, std::vector<result_row>& rows, const char* mode
     for (const decode_kernel& kernel : decode_kernels) {
       kernel.select();
       std::size_t next = 0;
-      const double eager =
-          median_us([&] { ops::linear(x, ws[next++ % ws.size()], {act}); }, 3, 30);
+      const double eager = median_us([&] { ops::linear(x, ws[next++ % ws.size()], {act}); }, 3, 30);
       // Graph replays: one graph per weight copy would be needed to rotate; replay over the
       // first copy with the L2 flushed by streaming the others between replays is not possible
       // inside one graph, so capture a graph that runs every copy once and divide.
@@ -149,33 +148,37 @@ void fp8_rows(const limits& lim, std::vector<result_row>& rows, const char* mode
 
 void fp4_grouped_rows(const limits& lim, std::vector<result_row>& rows, const char* model,
                       const shape& s, int experts, bool quick) {
-  const weight_matrix w = device_fp4(std::int64_t(experts) * s.n, s.k, 31);
-  const std::size_t bytes = w.nbytes();
-  for (int t : {1, 2, 4, 8, 16, 32, 64}) {
-    if (quick && t > 8) break;
-    tensor off = tensor::empty({experts + 1}, dtype::i32);
-    for (int e = 0; e <= experts; ++e) off.data<std::int32_t>()[e] = e * t;
-    const tensor offsets = off.to(gpu);
-    const tensor x = random_device({std::int64_t(experts) * t, s.k}, dtype::f32, 32);
-    const ops::expert_linear_params p{32, t};
-    double us = 0;
-    for (const decode_kernel& kernel : decode_kernels) {  // tiles of > 8 rows: one kernel
-      if (t > 8 && &kernel != &decode_kernels[0]) continue;
-      kernel.select();
-      us = median_graph_us([&] { ops::expert_linear(x, offsets, w, p); });
-      const double gbps = double(bytes) / (us * 1e-6) / 1e9;
-      rows.push_back({fmt::format("{} mxfp4 grouped {} x{} {}", model, s.name, experts,
-                                  t > 8 ? "smem tiles" : kernel.name),
-                      fmt::format("{} tok/expert N{} K{}", t, s.n, s.k), gbps, "GB/s", us,
-                      fmt::format("copy {:.0f} (DeepGEMM 92-98%)", lim.copy_gbps),
-                      gbps / lim.copy_gbps});
+  const weight_matrix stored = device_fp4(std::int64_t(experts) * s.n, s.k, 31);
+  const std::size_t bytes = stored.nbytes();
+  // Rows as the checkpoint stores them, and interleaved as the model uploads them.
+  for (const weight_matrix& w : {stored, cuda::with_fp4_layout(stored, true)}) {
+    for (int t : {1, 2, 4, 8, 16, 32, 64}) {
+      if (quick && t > 8) break;
+      tensor off = tensor::empty({experts + 1}, dtype::i32);
+      for (int e = 0; e <= experts; ++e) off.data<std::int32_t>()[e] = e * t;
+      const tensor offsets = off.to(gpu);
+      const tensor x = random_device({std::int64_t(experts) * t, s.k}, dtype::f32, 32);
+      const ops::expert_linear_params p{32, t};
+      double us = 0;
+      for (const decode_kernel& kernel : decode_kernels) {  // tiles of > 8 rows: one kernel
+        if (t > 8 && &kernel != &decode_kernels[0]) continue;
+        kernel.select();
+        us = median_graph_us([&] { ops::expert_linear(x, offsets, w, p); });
+        const double gbps = double(bytes) / (us * 1e-6) / 1e9;
+        rows.push_back(
+            {fmt::format("{} mxfp4{} grouped {} x{} {}", model, w.interleaved ? " il" : "", s.name,
+                         experts, t > 8 ? "smem tiles" : kernel.name),
+             fmt::format("{} tok/expert N{} K{}", t, s.n, s.k), gbps, "GB/s", us,
+             fmt::format("copy {:.0f} (DeepGEMM 92-98%)", lim.copy_gbps), gbps / lim.copy_gbps});
+      }
+      default_decode_kernel();
+      const double tflops =
+          2.0 * double(experts) * t * double(s.n) * double(s.k) / (us * 1e-6) / 1e12;
+      if (t >= 16)
+        rows.push_back({"  same, rate", "", tflops, "TFLOP/s", us,
+                        fmt::format("bf16 peak {:.0f}", lim.bf16_tflops),
+                        tflops / lim.bf16_tflops});
     }
-    default_decode_kernel();
-    const double tflops =
-        2.0 * double(experts) * t * double(s.n) * double(s.k) / (us * 1e-6) / 1e12;
-    if (t >= 16)
-      rows.push_back({"  same, rate", "", tflops, "TFLOP/s", us,
-                      fmt::format("bf16 peak {:.0f}", lim.bf16_tflops), tflops / lim.bf16_tflops});
   }
 }
 
@@ -212,8 +215,11 @@ void run_gemms(const limits& lim, std::vector<result_row>& rows, bool quick,
     return filter.empty() || label.find(filter) != std::string::npos;
   };
   // V4.1-Flash: hidden 5120, q_lora 1280, 64 heads x 512, o_lora 8 x 1024, MoE 2304.
-  const shape v41[] = {{"wq_b", 32768, 1280}, {"wo_b", 5120, 8192}, {"shared_w1", 2304, 5120},
-                       {"wq_a", 1280, 5120},   {"wkv", 512, 5120}};
+  const shape v41[] = {{"wq_b", 32768, 1280},
+                       {"wo_b", 5120, 8192},
+                       {"shared_w1", 2304, 5120},
+                       {"wq_a", 1280, 5120},
+                       {"wkv", 512, 5120}};
   for (const shape& s : v41)
     if (wanted(std::string("V4.1 fp8 ") + s.name)) fp8_rows(lim, rows, "V4.1", 32, s, quick);
   // V4-Flash: hidden 4096, q_lora 1024, MoE 2048, 128x128 blocks.

@@ -51,6 +51,11 @@ __device__ __forceinline__ float fp4_scale_factor(std::uint8_t e) {
   return __int_as_float(biased << 23);
 }
 
+/// Word i (0..3, known at compile time after unrolling) of a 16-byte load.
+__device__ __forceinline__ std::uint32_t word_of(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
 __device__ __forceinline__ int log2_int(int v) {
   return 31 - __clz(v);
 }

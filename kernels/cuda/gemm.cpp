@@ -10,6 +10,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 
 namespace di::cuda {
 
@@ -87,6 +89,7 @@ block_gemm_params gemm_params(const weight_matrix& w, const quantized_act& q, in
   p.block_rows = int(w.block.rows);
   p.block_cols = int(w.block.cols);
   p.fp4 = w.values.type() == dtype::i8;
+  p.fp4_interleaved = w.interleaved;
   p.act = q.codes.data<std::uint8_t>();
   p.act_scale = q.scales.data<float>();
   p.act_stride = q.codes.size(1);
@@ -271,8 +274,31 @@ weight_matrix dequantize_weight(const weight_matrix& w, dtype to) {
   p.cols = w.cols();
   p.out = out.raw();
   p.out_bf16 = to == dtype::bf16;
+  p.fp4_interleaved = w.interleaved;
   launch_dequantize(p, current_stream());
   return weight_matrix(out);
+}
+
+weight_matrix with_fp4_layout(const weight_matrix& w, bool interleaved) {
+  check_weight_matrix(w, "with_fp4_layout", device_kind::cuda);
+  const std::int64_t row_bytes = w.values.type() == dtype::i8 ? w.values.size(1) : 0;
+  if (row_bytes == 0 || w.interleaved == interleaved || row_bytes % fp4_interleave_bytes != 0)
+    return w;
+  weight_matrix out = w;
+  out.values = tensor::empty(w.values.shape(), dtype::i8, w.values.dev());
+  out.interleaved = interleaved;
+  launch_fp4_interleave(static_cast<const std::uint8_t*>(w.values.raw()),
+                        static_cast<std::uint8_t*>(out.values.raw()), w.rows(), row_bytes,
+                        current_stream());
+  return out;
+}
+
+bool fp4_interleave_default() {
+  static const bool on = [] {
+    const char* env = std::getenv("DEEPINFER_FP4_INTERLEAVE");
+    return !(env && std::string_view(env) == "0");
+  }();
+  return on;
 }
 
 weight_matrix stack_weights(std::span<const weight_matrix> experts, device dev) {

@@ -3,6 +3,7 @@
 // fp32/bf16 (for the cuBLAS paths), and f32 -> bf16 conversion.
 #include "kernels/cuda/gemm_kernels.hpp"
 
+#include "common/error.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/quant_math.hpp"
 
@@ -53,7 +54,12 @@ __global__ void dequantize_kernel(dequantize_params p) {
         v = e4m3_to_f32(p.values[i]) * weight_scale(p, r, c);
         break;
       case 1: {
-        const std::uint8_t byte = p.values[r * (p.cols / 2) + c / 2];
+        std::int64_t j = c / 2;   // byte of the plain row
+        if (p.fp4_interleaved) {  // block u, quarter q, byte b at 16q + 4u + b of its run
+          const std::int64_t in_run = j % 64;
+          j += (in_run / 4 % 4) * 16 + (in_run / 16) * 4 - (in_run / 4) * 4;
+        }
+        const std::uint8_t byte = p.values[r * (p.cols / 2) + j];
         v = e2m1_to_f32((c & 1) ? byte >> 4 : byte & 0xf) * weight_scale(p, r, c);
         break;
       }
@@ -86,12 +92,39 @@ __global__ void scales_to_f32_kernel(const std::uint8_t* e8m0, const float* f32,
   }
 }
 
+/// One thread per 4-byte word: word (u, q) of a 64-byte run (plain: 4u + q) moves to 4q + u.
+__global__ void fp4_interleave_kernel(const std::uint32_t* src, std::uint32_t* dst,
+                                      std::int64_t words) {
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < words;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    const std::int64_t run = i & ~std::int64_t(15);
+    const int w = int(i & 15), moved = (w % 4) * 4 + w / 4;  // a 4x4 transpose: its own inverse
+    dst[run + moved] = src[i];
+  }
+}
+
 unsigned grid_for(std::int64_t n) {
   const std::int64_t b = (n + 255) / 256;
   return unsigned(b < 1 ? 1 : (b > 132 * 64 ? 132 * 64 : b));
 }
 
 }  // namespace
+
+void launch_fp4_interleave(const std::uint8_t* src, std::uint8_t* dst, std::int64_t rows,
+                           std::int64_t row_bytes, cudaStream_t stream) {
+  DI_CHECK(row_bytes % 64 == 0 && rows >= 0, "fp4_interleave: rows of {} bytes (a multiple of 64)",
+           row_bytes);
+  DI_CHECK(src + rows * row_bytes <= dst || dst + rows * row_bytes <= src,
+           "fp4_interleave: source and destination overlap");
+  DI_CHECK(reinterpret_cast<std::uintptr_t>(src) % 4 == 0 &&
+               reinterpret_cast<std::uintptr_t>(dst) % 4 == 0,
+           "fp4_interleave: rows must be 4-byte aligned");
+  const std::int64_t words = rows * row_bytes / 4;
+  if (words == 0) return;
+  fp4_interleave_kernel<<<grid_for(words), 256, 0, stream>>>(
+      reinterpret_cast<const std::uint32_t*>(src), reinterpret_cast<std::uint32_t*>(dst), words);
+  CUDA_CHECK_LAUNCH("fp4_interleave");
+}
 
 void launch_act_quant(const act_quant_params& p, cudaStream_t stream) {
   const std::int64_t items = p.rows * (p.cols / p.block);

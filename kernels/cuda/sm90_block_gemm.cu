@@ -28,13 +28,13 @@ using namespace gemm_detail;
 constexpr int num_warps = 4;
 constexpr int rows_per_warp = 16;
 constexpr int rows_per_block = num_warps * rows_per_warp;
-constexpr int step_k = 32;        // inputs per MMA
+constexpr int step_k = 32;  // inputs per MMA
 // Weight stages per warp (two in flight while one computes) and bytes of each row per stage
 // (FP8: 4 steps, FP4: 8). Deeper decode pipelines (6 x 128, 4 x 256, 8 x 256) measured slower
 // on the H200 (fewer blocks per SM; session 5).
 constexpr int num_stages = 3;
 constexpr int stage_bytes = 128;
-constexpr int act_pad = 32;       // bytes per token row: spreads the B loads over the banks
+constexpr int act_pad = 32;  // bytes per token row: spreads the B loads over the banks
 // Shared memory for the activation tile: small for decode tiles so that five blocks fit per SM,
 // large for many-token tiles (registers allow two blocks per SM there anyway), whose staging is
 // a synchronous pass per chunk: fewer, longer chunks expose its latency less often.
@@ -42,11 +42,19 @@ constexpr int act_budget(int nt) {
   return nt <= 2 ? 8 * 1024 : 64 * 1024;
 }
 
+/// Weight formats of the kernel: FP8, MXFP4 as stored, MXFP4 interleaved
+/// (weight_matrix::interleaved).
+enum weight_fmt : int { fmt_fp8 = 0, fmt_fp4 = 1, fmt_fp4_il = 2 };
+
 /// Shared-memory row stride of a weight stage: FP8 fragments are 8-byte loads at 32-byte
-/// steps (stride = 8 mod 32 words), FP4 ones 4-byte loads at 16-byte steps (4 mod 32 words).
-template <bool FP4>
+/// steps (stride = 8 mod 32 words), FP4 ones 4-byte loads at 16-byte steps (4 mod 32 words),
+/// interleaved FP4 ones 16-byte loads of a lane's quarter of four steps (16 mod 32 words: the
+/// 8 lanes of each quarter-warp phase cover the 32 banks once).
+template <int FMT>
 constexpr int weight_stride() {
-  return FP4 ? stage_bytes + 16 : stage_bytes + 32;
+  return FMT == fmt_fp4_il ? stage_bytes + 64
+         : FMT == fmt_fp4  ? stage_bytes + 16
+                           : stage_bytes + 32;
 }
 template <bool FP4>
 constexpr int stage_steps() {
@@ -109,13 +117,14 @@ __device__ __forceinline__ void load_scales(const scale_rows& sr, int st, int to
   }
 }
 
-template <int NT, bool FP4>
+template <int NT, int FMT>
 __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
     block_gemm_kernel(block_gemm_params p, split_config cfg) {
+  constexpr bool FP4 = FMT != fmt_fp8;
   // [num_warps][num_stages][16][weight_stride] weight stages, then [NT * 8][chunk + pad]
   // activation codes, then [NT * 8][chunk / act_block] their scales.
   extern __shared__ __align__(16) std::uint8_t smem[];
-  constexpr int wstride = weight_stride<FP4>();
+  constexpr int wstride = weight_stride<FMT>();
   constexpr int ssteps = stage_steps<FP4>();
   constexpr int step_bytes = FP4 ? step_k / 2 : step_k;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -234,12 +243,23 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
     __syncwarp();                     // ... and for every lane of the warp
     const std::uint8_t* w = wbuf + (si % num_stages) * rows_per_warp * wstride;
     const std::uint8_t* b_base = act_tile + (st - c0) * step_k + 8 * t + g * stride;
+    uint4 run_lo{}, run_hi{};  // interleaved FP4: the lane's quarters of four steps
 #pragma unroll
     for (int u = 0; u < ssteps; ++u) {
       const int step = st + u;
       if (step >= total) break;
       std::uint32_t a[4];
-      if (FP4) {
+      if constexpr (FMT == fmt_fp4_il) {  // stages and splits start at whole runs of 4 steps
+        if (u % 4 == 0) {
+          run_lo = *reinterpret_cast<const uint4*>(w + g * wstride + (u / 4) * 64 + 16 * t);
+          run_hi = *reinterpret_cast<const uint4*>(w + (g + 8) * wstride + (u / 4) * 64 + 16 * t);
+        }
+        const std::uint32_t wl = word_of(run_lo, u % 4), wh = word_of(run_hi, u % 4);
+        a[0] = fp4_low(wl);
+        a[1] = fp4_low(wh);
+        a[2] = fp4_high(wl);
+        a[3] = fp4_high(wh);
+      } else if (FP4) {
         const std::uint32_t wl =
             *reinterpret_cast<const std::uint32_t*>(w + g * wstride + u * 16 + 4 * t);
         const std::uint32_t wh =
@@ -325,41 +345,41 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
     for_each_output([&](std::int64_t o, float v) { p.y[o] = v; });
 }
 
-template <bool FP4>
+template <int FMT>
 int weight_smem() {
-  return num_warps * num_stages * rows_per_warp * weight_stride<FP4>();
+  return num_warps * num_stages * rows_per_warp * weight_stride<FMT>();
 }
 
-template <int NT, bool FP4>
+template <int NT, int FMT>
 void launch_tiles(const block_gemm_params& p, const split_config& cfg, dim3 grid,
                   cudaStream_t stream) {
-  const int smem = weight_smem<FP4>() + NT * 8 * (cfg.chunk_steps * step_k + act_pad) +
+  const int smem = weight_smem<FMT>() + NT * 8 * (cfg.chunk_steps * step_k + act_pad) +
                    NT * 8 * (cfg.chunk_steps * step_k / p.act_block) * int(sizeof(float));
   static bool raised = false;  // per instantiation: allow more than 48 KB of shared memory
   if (!raised) {
-    CUDA_CHECK(cudaFuncSetAttribute(block_gemm_kernel<NT, FP4>,
+    CUDA_CHECK(cudaFuncSetAttribute(block_gemm_kernel<NT, FMT>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024));
     raised = true;
   }
-  block_gemm_kernel<NT, FP4><<<grid, num_warps * 32, smem, stream>>>(p, cfg);
+  block_gemm_kernel<NT, FMT><<<grid, num_warps * 32, smem, stream>>>(p, cfg);
   CUDA_CHECK_LAUNCH("sm90_block_gemm");
 }
 
-template <bool FP4>
+template <int FMT>
 void launch_for(const block_gemm_params& p, int nt, const split_config& cfg, dim3 grid,
                 cudaStream_t stream) {
   switch (nt) {
     case 1:
-      launch_tiles<1, FP4>(p, cfg, grid, stream);
+      launch_tiles<1, FMT>(p, cfg, grid, stream);
       break;
     case 2:
-      launch_tiles<2, FP4>(p, cfg, grid, stream);
+      launch_tiles<2, FMT>(p, cfg, grid, stream);
       break;
     case 4:
-      launch_tiles<4, FP4>(p, cfg, grid, stream);
+      launch_tiles<4, FMT>(p, cfg, grid, stream);
       break;
     default:
-      launch_tiles<8, FP4>(p, cfg, grid, stream);
+      launch_tiles<8, FMT>(p, cfg, grid, stream);
       break;
   }
 }
@@ -446,6 +466,8 @@ block_gemm_plan plan_block_gemm(const block_gemm_params& p) {
 }
 
 void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream) {
+  DI_CHECK(!p.fp4_interleaved || (p.fp4 && p.k % 128 == 0),
+           "block_gemm: interleaved rows are MXFP4 with K a multiple of 128, got K {}", p.k);
   if (p.max_rows == 0 || p.n == 0 || p.groups == 0) return;
   if (p.k / step_k == 0) {
     CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));
@@ -463,10 +485,12 @@ void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream) {
     CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));
   const dim3 grid(unsigned(sh.row_tiles), unsigned(sh.grid_groups),
                   unsigned(sh.token_tiles * splits));
-  if (p.fp4)
-    launch_for<true>(p, sh.nt, sh.cfg, grid, stream);
+  if (p.fp4 && p.fp4_interleaved)
+    launch_for<fmt_fp4_il>(p, sh.nt, sh.cfg, grid, stream);
+  else if (p.fp4)
+    launch_for<fmt_fp4>(p, sh.nt, sh.cfg, grid, stream);
   else
-    launch_for<false>(p, sh.nt, sh.cfg, grid, stream);
+    launch_for<fmt_fp8>(p, sh.nt, sh.cfg, grid, stream);
 }
 
 }  // namespace di::cuda

@@ -8,7 +8,10 @@
 // steps, the next batch issued before the current one is multiplied. The fragment a lane loads
 // is the one its MMA needs: for FP8 bytes 8t..8t+7 of a row's 32-byte step, for MXFP4 bytes
 // 4t..4t+3 of its 16 (decoded to e4m3 in registers as in sm90_block_gemm); the activations
-// take the same permutation. Whole batches run without guards; pointers are set once per warp.
+// take the same permutation. MXFP4 rows in the interleaved layout (weight_matrix::interleaved)
+// hold a lane's 4 bytes of four consecutive steps together: one 16-byte load per row and batch
+// instead of four 4-byte ones (a warp's 4-byte load touches 8 rows' lines for 128 useful bytes).
+// Whole batches run without guards; pointers are set once per warp.
 // Warps of a block that share rows split K and add their sums in warp order through shared
 // memory (deterministic); dense GEMMs with few rows and long K also split K across two blocks,
 // whose fp32 atomic adds onto the zeroed output commute exactly. Every split decision depends
@@ -61,6 +64,16 @@ __device__ __forceinline__ std::uint32_t load_stream4(const std::uint8_t* p) {
   return v;
 }
 
+/// 16 bytes (a lane's quarter of four MXFP4 steps in the interleaved layout), read-only, not
+/// kept in L1, with the next 256 bytes of the row prefetched into L2.
+__device__ __forceinline__ uint4 load_stream16(const std::uint8_t* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
 /// m16 MMA tiles per warp: FP8 one (16 rows x 32 bytes per step), MXFP4 two (32 rows x 16
 /// bytes, sharing each activation fragment): 512 weight bytes per step and warp either way.
 template <bool FP4>
@@ -79,9 +92,12 @@ struct batch_regs {
 
 /// EVERY: 32-input scale blocks for the weights (MXFP4, or FP8 with e8m0 scales) and the
 /// activations (V4.1's shapes): every step promotes, with no branch in a whole batch.
-template <bool FP4, bool EVERY, int batch, int min_blocks, bool WALK>
+/// IL: MXFP4 rows interleaved (K a multiple of 128, so warp ranges hold whole 4-step runs and
+/// every batch is a whole run: no tail batch).
+template <bool FP4, bool IL, bool EVERY, int batch, int min_blocks, bool WALK>
 __global__ void __launch_bounds__(warps * 32, min_blocks)
     stream_gemm_kernel(block_gemm_params p, stream_config cfg) {
+  static_assert(!IL || (FP4 && batch == 4), "interleaved runs are MXFP4 batches of 4 steps");
   constexpr int tiles = tiles_of<FP4>();
   constexpr int warp_rows = 16 * tiles;
   constexpr int step_bytes = FP4 ? step_k / 2 : step_k;
@@ -126,7 +142,8 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const std::int64_t r = group * p.n + min(n0 + 16 * m + 8 * h + g, p.n - 1);
-      wrow[m][h] = p.weight + r * row_bytes + std::int64_t(w0) * step_bytes + (FP4 ? 4 * t : 8 * t);
+      const int lane_bytes = FP4 ? (IL ? 16 * t : 4 * t) : 8 * t;
+      wrow[m][h] = p.weight + r * row_bytes + std::int64_t(w0) * step_bytes + lane_bytes;
       if constexpr (FP4) {
         ws8[m][h] = p.wscale_e8m0 + r * p.wscale_cols;
       } else if (h == 0) {
@@ -150,6 +167,22 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
   auto load = [&](auto tail, batch_regs<FP4, batch>& r, int s) {
     constexpr bool Tail = decltype(tail)::value;
     const int off = s - w0;
+    if constexpr (IL) {  // one run of 4 steps: the lane's 4 bytes of each, in step order
+#pragma unroll
+      for (int m = 0; m < tiles; ++m)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint4 v = load_stream16(wrow[m][h] + off * step_bytes);
+          r.a[0][m][h] = v.x;
+          r.a[1][m][h] = v.y;
+          r.a[2][m][h] = v.z;
+          r.a[3][m][h] = v.w;
+        }
+#pragma unroll
+      for (int u = 0; u < batch; ++u)
+        r.b[u] = __ldg(reinterpret_cast<const uint2*>(act_row + (off + u) * step_k));
+      return;
+    }
 #pragma unroll
     for (int u = 0; u < batch; ++u) {
       if (Tail && s + u >= w1) break;
@@ -383,18 +416,19 @@ std::atomic<int> g_variant{[] {
   return -1;
 }()};
 
-template <bool FP4, int batch, int min_blocks>
+template <bool FP4, bool IL, int batch, int min_blocks>
 void launch_variant(const block_gemm_params& p, bool every, bool walk, dim3 grid,
                     const stream_config& cfg, cudaStream_t stream) {
   const dim3 block(warps * 32);
   if (every && walk)
-    stream_gemm_kernel<FP4, true, batch, min_blocks, true><<<grid, block, 0, stream>>>(p, cfg);
+    stream_gemm_kernel<FP4, IL, true, batch, min_blocks, true><<<grid, block, 0, stream>>>(p, cfg);
   else if (every)
-    stream_gemm_kernel<FP4, true, batch, min_blocks, false><<<grid, block, 0, stream>>>(p, cfg);
+    stream_gemm_kernel<FP4, IL, true, batch, min_blocks, false><<<grid, block, 0, stream>>>(p, cfg);
   else if (walk)
-    stream_gemm_kernel<FP4, false, batch, min_blocks, true><<<grid, block, 0, stream>>>(p, cfg);
+    stream_gemm_kernel<FP4, IL, false, batch, min_blocks, true><<<grid, block, 0, stream>>>(p, cfg);
   else
-    stream_gemm_kernel<FP4, false, batch, min_blocks, false><<<grid, block, 0, stream>>>(p, cfg);
+    stream_gemm_kernel<FP4, IL, false, batch, min_blocks, false>
+        <<<grid, block, 0, stream>>>(p, cfg);
 }
 
 }  // namespace
@@ -427,6 +461,8 @@ stream_gemm_plan plan_stream_gemm(const block_gemm_params& p) {
 }
 
 void launch_stream_gemm(const block_gemm_params& p, cudaStream_t stream) {
+  DI_CHECK(!p.fp4_interleaved || (p.fp4 && p.k % 128 == 0),
+           "stream_gemm: interleaved rows are MXFP4 with K a multiple of 128, got K {}", p.k);
   const stream_shape sh = stream_shape_of(p);
   if (sh.cfg.k_splits > 1)  // atomic adds need a zeroed y
     CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));
@@ -438,12 +474,14 @@ void launch_stream_gemm(const block_gemm_params& p, cudaStream_t stream) {
   // the second measured faster with long K on the H200 (wo_b N5120 K8192: 0.49 vs 0.38 of the
   // copy bandwidth; shared_w1 K5120: 0.25 vs 0.20), the first with short K (wq_b K1280: 0.47
   // vs 0.42). Both add in the same order: the same bits. MXFP4: 4 x 2 (0.36 vs 0.31).
-  if (p.fp4)
-    launch_variant<true, 4, 2>(p, every, sh.walk, grid, sh.cfg, stream);
+  if (p.fp4 && p.fp4_interleaved)
+    launch_variant<true, true, 4, 2>(p, every, sh.walk, grid, sh.cfg, stream);
+  else if (p.fp4)
+    launch_variant<true, false, 4, 2>(p, every, sh.walk, grid, sh.cfg, stream);
   else if (variant_for(p) == 1)
-    launch_variant<false, 2, 3>(p, every, sh.walk, grid, sh.cfg, stream);
+    launch_variant<false, false, 2, 3>(p, every, sh.walk, grid, sh.cfg, stream);
   else
-    launch_variant<false, 4, 2>(p, every, sh.walk, grid, sh.cfg, stream);
+    launch_variant<false, false, 4, 2>(p, every, sh.walk, grid, sh.cfg, stream);
   CUDA_CHECK_LAUNCH("stream_gemm");
 }
 

@@ -34,7 +34,12 @@ class uploader {
   weight_matrix big(const weight_matrix& w) const {
     if (!w.values.defined()) return w;
     weight_matrix d = weight_to(w, dev_);
-    return format_ == device_weight_format::f32 ? cuda::dequantize_weight(d, dtype::f32) : d;
+    return format_ == device_weight_format::f32 ? cuda::dequantize_weight(d, dtype::f32)
+                                                : streamed(d);
+  }
+  /// Packed FP4 in the layout the decode GEMM streams fastest (weight_matrix::interleaved).
+  static weight_matrix streamed(const weight_matrix& w) {
+    return cuda::fp4_interleave_default() ? cuda::with_fp4_layout(w, true) : w;
   }
   /// A small or precision-sensitive matrix: always fp32 (exactly decoded).
   weight_matrix small(const weight_matrix& w) const {
@@ -73,9 +78,9 @@ class uploader {
       w3.push_back(e.w3.w);
     }
     const expert_weights& first = src.experts.front();
-    dst.stacked = {{cuda::stack_weights(w1, dev_), first.w1.quantized},
-                   {cuda::stack_weights(w2, dev_), first.w2.quantized},
-                   {cuda::stack_weights(w3, dev_), first.w3.quantized}};
+    dst.stacked = {{streamed(cuda::stack_weights(w1, dev_)), first.w1.quantized},
+                   {streamed(cuda::stack_weights(w2, dev_)), first.w2.quantized},
+                   {streamed(cuda::stack_weights(w3, dev_)), first.w3.quantized}};
   }
 
  private:
@@ -89,7 +94,7 @@ layer_weights layer_to(const uploader& u, const model_config& c, const layer_wei
   d.ffn_norm = u.vec(l.ffn_norm);
   const attention_weights& a = l.attn;
   d.attn = {u.vec(a.sinks), u.lin(a.wq_a),    u.vec(a.q_norm), u.lin(a.wq_b),
-            u.lin(a.wkv),   u.vec(a.kv_norm), u.big(a.wo_a),  u.lin(a.wo_b)};
+            u.lin(a.wkv),   u.vec(a.kv_norm), u.big(a.wo_a),   u.lin(a.wo_b)};
   d.compressor = u.compressor(l.compressor);
   const indexer_weights& ix = l.indexer;
   const float index_scale =

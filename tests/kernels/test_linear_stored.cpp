@@ -214,6 +214,18 @@ TEST_CASE("stored-format weights: mismatched scales and shapes are clear errors"
       ops::linear(x, weight_matrix::fp4(tensor::view_of(codes.data(), {8, 4}, dtype::i8), s)),
       doctest::Contains("do not fit"), error);  // needs [8, 1]
   CHECK(ops::linear(x, weight_matrix::fp8(c, s, {4, 4})).size(1) == 8);
+  // The interleaved FP4 layout exists on CUDA devices only: a CPU weight claiming it, or
+  // leaving a device for the CPU, is refused rather than read in the wrong order.
+  std::vector<std::uint8_t> packed(2 * 64), fp4_scales(2 * 4);
+  weight_matrix il = weight_matrix::fp4(tensor::view_of(packed.data(), {2, 64}, dtype::i8),
+                                        tensor::view_of(fp4_scales.data(), {2, 4}, dtype::f8_e8m0));
+  il.interleaved = true;
+  CHECK_THROWS_WITH_AS(check_weight_matrix(il, "w"), doctest::Contains("interleaved"), error);
+  CHECK_THROWS_WITH_AS(ops::linear(tensor::full({1, 128}, 1.0f), il),
+                       doctest::Contains("interleaved"), error);
+  CHECK_THROWS_WITH_AS(weight_to(il, cpu_device), doctest::Contains("interleaved"), error);
+  il.interleaved = false;
+  check_weight_matrix(il, "w");
 }
 
 }  // namespace

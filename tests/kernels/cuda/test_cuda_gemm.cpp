@@ -252,8 +252,8 @@ TEST_CASE("cuda expert_linear: MXFP4 and FP8 experts, empty and >64-row experts"
         ops::expert_linear(x.to(gpu), offsets.to(gpu), weight_to(w4, gpu), loose).to(cpu_device);
     check_close(walked, ops::expert_linear(x, offsets, w4, {128, 0}), 2e-3);
     if (max_rows <= 8)
-      test::check_bitwise(walked, ops::expert_linear(x.to(gpu), offsets.to(gpu),
-                                                     weight_to(w4, gpu), {128, max_rows})
+      test::check_bitwise(walked, ops::expert_linear(x.to(gpu), offsets.to(gpu), weight_to(w4, gpu),
+                                                     {128, max_rows})
                                       .to(cpu_device));
     const weight_matrix w8 = random_fp8(5 * 128, 512, 128);
     check_close(ops::expert_linear(x.to(gpu), offsets.to(gpu), weight_to(w8, gpu), {128, 0}),
@@ -318,7 +318,8 @@ TEST_CASE("cuda ordered K splits: bit-reproducible, batch-invariant, right, grap
   };
   for (const shape sh : {shape{512, 4096, 128}, shape{200, 1280, 32}, shape{96, 2304, 0}}) {
     CAPTURE(sh.out);
-    const weight_matrix host = sh.block ? random_fp8(sh.out, sh.in, sh.block) : random_fp4(sh.out, sh.in);
+    const weight_matrix host =
+        sh.block ? random_fp8(sh.out, sh.in, sh.block) : random_fp4(sh.out, sh.in);
     const weight_matrix w = weight_to(host, gpu);
     const int act = sh.in % 128 == 0 ? 128 : 32;
     const tensor x7 = varied_input(7, sh.in);
@@ -387,8 +388,8 @@ TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invarian
   };
   // Outputs not a multiple of 16 or 32 rows; K from one step to a two-block split (6144 inputs
   // at 16 outputs asks for more warps than K has); V4 and V4.1 blocks and MXFP4.
-  const shape shapes[] = {{16, 32, 32},     {40, 256, 0},     {200, 1280, 32}, {48, 384, 128},
-                          {16, 6144, 128}, {96, 2304, 0},    {1000, 512, 32}, {24, 8192, 0}};
+  const shape shapes[] = {{16, 32, 32},    {40, 256, 0},  {200, 1280, 32}, {48, 384, 128},
+                          {16, 6144, 128}, {96, 2304, 0}, {1000, 512, 32}, {24, 8192, 0}};
   for (const shape sh : shapes) {
     CAPTURE(sh.out);
     CAPTURE(sh.in);
@@ -434,8 +435,8 @@ TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invarian
         const tensor want = ops::expert_linear(xr, off, *w, {32, 0});
         for (int variant : {0, 1, -1}) {
           cuda::set_stream_gemm_variant(variant);
-          check_close(ops::expert_linear(xr.to(gpu), off.to(gpu), weight_to(*w, gpu), hint),
-                      want, 2e-3);
+          check_close(ops::expert_linear(xr.to(gpu), off.to(gpu), weight_to(*w, gpu), hint), want,
+                      2e-3);
         }
         cuda::set_stream_gemm(false);
         check_close(ops::expert_linear(xr.to(gpu), off.to(gpu), weight_to(*w, gpu), hint), want,
@@ -444,6 +445,94 @@ TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invarian
       }
     }
   }
+}
+
+}  // namespace
+}  // namespace di
+
+namespace di {
+namespace {
+
+/// The interleaved layout of packed FP4 rows computed on the host (weight_matrix::interleaved).
+tensor interleaved_on_host(const tensor& packed) {
+  tensor out = packed.clone();
+  const auto* src = static_cast<const std::uint8_t*>(packed.raw());
+  auto* dst = static_cast<std::uint8_t*>(out.raw());
+  const std::int64_t row_bytes = packed.size(1);
+  for (std::int64_t r = 0; r < packed.size(0); ++r)
+    for (std::int64_t run = 0; run < row_bytes; run += 64)
+      for (int u = 0; u < 4; ++u)        // scale block
+        for (int q = 0; q < 4; ++q)      // quarter
+          for (int b = 0; b < 4; ++b) {  // byte
+            const std::int64_t base = r * row_bytes + run;
+            dst[base + 16 * q + 4 * u + b] = src[base + 16 * u + 4 * q + b];
+          }
+  return out;
+}
+
+TEST_CASE("cuda MXFP4 interleaved rows: the layout, its round trip, and the same bits") {
+  const stream_switches restore;
+  const weight_matrix host = random_fp4(5 * 96, 512);
+  const weight_matrix plain = weight_to(host, gpu);
+  const weight_matrix il = cuda::with_fp4_layout(plain, true);
+  REQUIRE(il.interleaved);
+  test::check_bitwise(il.values.to(cpu_device), interleaved_on_host(host.values));
+  test::check_bitwise(il.scales.to(cpu_device), host.scales);  // scales untouched
+  const weight_matrix back = cuda::with_fp4_layout(il, false);
+  CHECK_FALSE(back.interleaved);
+  test::check_bitwise(back.values.to(cpu_device), host.values);
+  CHECK(cuda::with_fp4_layout(il, true).values.raw() == il.values.raw());  // already so
+  test::check_bitwise(cuda::dequantize_weight(il, dtype::f32).values.to(cpu_device),
+                      cuda::dequantize_weight(plain, dtype::f32).values.to(cpu_device));
+  // Rows that are not whole 64-byte runs (96 inputs), FP8 and f32 weights stay as they are.
+  const weight_matrix odd = weight_to(random_fp4(64, 96), gpu);
+  CHECK_FALSE(cuda::with_fp4_layout(odd, true).interleaved);
+  const weight_matrix w8 = weight_to(random_fp8(64, 256, 128), gpu);
+  CHECK_FALSE(cuda::with_fp4_layout(w8, true).interleaved);
+  // An interleaved weight does not leave the GPU as if it were plain.
+  CHECK_THROWS_AS(weight_to(il, cpu_device), error);
+
+  // Experts: decode tiles (stream_gemm, tight bound and walked), the shared-memory tiles for
+  // larger groups and with stream_gemm off: bit for bit what the stored rows give.
+  const std::vector<std::vector<int>> cases = {
+      {1, 0, 3, 2, 0}, {0, 0, 0, 0, 1}, {70, 1, 0, 9, 64}, {8, 8, 8, 8, 8}};
+  for (const auto& counts : cases) {
+    const tensor offsets = offsets_of(counts).to(gpu);
+    const std::int64_t rows = offsets_of(counts).data<std::int32_t>()[counts.size()];
+    int max_rows = 0;
+    for (int c : counts) max_rows = std::max(max_rows, c);
+    const tensor x = varied_input(rows + 2, 512).to(gpu);
+    for (bool streamed : {true, false}) {
+      cuda::set_stream_gemm(streamed);
+      for (const ops::expert_linear_params p :
+           {ops::expert_linear_params{128, 0}, ops::expert_linear_params{128, max_rows},
+            ops::expert_linear_params{128, rows + 2, 2}, ops::expert_linear_params{32, 0}}) {
+        CAPTURE(streamed);
+        CAPTURE(p.max_rows_per_expert);
+        test::poison_device_pool();
+        test::check_bitwise(ops::expert_linear(x, offsets, il, p).to(cpu_device),
+                            ops::expert_linear(x, offsets, plain, p).to(cpu_device));
+      }
+    }
+  }
+  cuda::set_stream_gemm(true);
+  // Dense linear (stream_gemm's K split across two blocks at long K; sm90_block_gemm tiles
+  // from 9 rows) and the exact dequantize path (no activation quantization).
+  const weight_matrix long_host = random_fp4(48, 8192);
+  const weight_matrix long_plain = weight_to(long_host, gpu);
+  const weight_matrix long_il = cuda::with_fp4_layout(long_plain, true);
+  cuda::set_ordered_gemm_splits(true);
+  for (std::int64_t rows : {1, 5, 8, 40}) {
+    CAPTURE(rows);
+    const tensor x = varied_input(rows, 8192).to(gpu);
+    test::check_bitwise(ops::linear(x, long_il, {32}).to(cpu_device),
+                        ops::linear(x, long_plain, {32}).to(cpu_device));
+    check_close(ops::linear(x, long_il, {32}), ops::linear(x.to(cpu_device), long_host, {32}),
+                2e-3);
+    test::check_bitwise(ops::linear(x, long_il, {0}).to(cpu_device),
+                        ops::linear(x, long_plain, {0}).to(cpu_device));
+  }
+  cuda::set_ordered_gemm_splits(false);
 }
 
 }  // namespace
