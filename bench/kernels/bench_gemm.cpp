@@ -150,8 +150,8 @@ void fp4_grouped_rows(const limits& lim, std::vector<result_row>& rows, const ch
                       const shape& s, int experts, bool quick) {
   const weight_matrix stored = device_fp4(std::int64_t(experts) * s.n, s.k, 31);
   const std::size_t bytes = stored.nbytes();
-  // Rows as the checkpoint stores them, and interleaved as the model uploads them.
-  for (const weight_matrix& w : {stored, cuda::with_fp4_layout(stored, true)}) {
+  // Rows interleaved as the model uploads them, and as the checkpoint stores them.
+  for (const weight_matrix& w : {cuda::with_fp4_layout(stored, true), stored}) {
     for (int t : {1, 2, 4, 8, 16, 32, 64}) {
       if (quick && t > 8) break;
       tensor off = tensor::empty({experts + 1}, dtype::i32);

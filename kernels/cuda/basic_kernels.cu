@@ -76,22 +76,30 @@ __global__ void gather_rows_kernel(gather_rows_params p) {
   }
 }
 
-/// One block per destination row r (launched with `threads` threads): the sources i with
-/// rows[i] == r are added in ascending i -- the CPU twin's order, so the sums are reproducible
-/// and equal the CPU's bit for bit (fp32 atomics from one block per source left the order of a
-/// row's additions to the scheduler: an MoE token's k expert outputs summed differently run to
-/// run). Each chunk of `threads` indices is compacted in order into shared memory, then every
-/// thread adds those sources to its columns. Block 0 also flags indices outside [0, m).
+/// Columns of a destination row that one scatter_add block covers (4 per thread).
+constexpr int scatter_cols = threads * 4;
+
+/// One block per destination row r and run of scatter_cols columns (launched with `threads`
+/// threads): the sources i with rows[i] == r are added in ascending i -- the CPU twin's order,
+/// so the sums are reproducible and equal the CPU's bit for bit (fp32 atomics from one block
+/// per source left the order of a row's additions to the scheduler: an MoE token's k expert
+/// outputs summed differently run to run). Each chunk of `threads` indices is compacted in
+/// order into shared memory, then every thread adds those sources to its columns (the sources'
+/// loads independent of each other). Block (0, 0) also flags indices outside [0, m). One block
+/// per whole row left a decode step's single row to 256 threads: 36 us per call at 5120 wide.
 __global__ void scatter_add_kernel(scatter_add_params p) {
   __shared__ std::int64_t hits[threads];
   __shared__ int warp_hits[threads / 32];
   const std::int64_t r = blockIdx.x;
   const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
   float* dst = p.y + r * p.width;
+  const std::int64_t col_begin = std::int64_t(blockIdx.y) * scatter_cols;
+  const std::int64_t col_end = min(p.width, col_begin + scatter_cols);
   for (std::int64_t base = 0; base < p.n; base += threads) {  // uniform over the block
     const std::int64_t i = base + tid;
     const std::int64_t target = i < p.n ? p.rows[i] : -1;
-    if (r == 0 && i < p.n && (target < 0 || target >= p.m)) flag_bad(p.bad_index, i);
+    if (r == 0 && blockIdx.y == 0 && i < p.n && (target < 0 || target >= p.m))
+      flag_bad(p.bad_index, i);
     const bool hit = target == r && r < p.m;
     const unsigned ballot = __ballot_sync(0xffffffffu, hit);
     if (lane == 0) warp_hits[warp] = __popc(ballot);
@@ -104,9 +112,9 @@ __global__ void scatter_add_kernel(scatter_add_params p) {
     if (hit) hits[before + __popc(ballot & ((1u << lane) - 1u))] = i;
     __syncthreads();
     if (total > 0)
-      for (std::int64_t k = tid; k < p.width; k += threads) {
+      for (std::int64_t k = col_begin + tid; k < col_end; k += threads) {
         float acc = dst[k];
-        for (int j = 0; j < total; ++j) acc += p.src[hits[j] * p.width + k];
+        for (int j = 0; j < total; ++j) acc += __ldg(p.src + hits[j] * p.width + k);
         dst[k] = acc;
       }
     __syncthreads();  // the next chunk rewrites hits and warp_hits
@@ -169,8 +177,11 @@ void launch_gather_rows(const gather_rows_params& p, cudaStream_t stream) {
 void launch_scatter_add_rows(const scatter_add_params& p, cudaStream_t stream) {
   if (p.n == 0 || p.width == 0) return;
   DI_CHECK(p.m < (std::int64_t(1) << 31), "scatter_add_rows: {} target rows", p.m);
-  // One block per target row (at least one: block 0 also checks the indices).
-  scatter_add_kernel<<<unsigned(p.m > 0 ? p.m : 1), threads, 0, stream>>>(p);
+  const std::int64_t col_blocks = (p.width + scatter_cols - 1) / scatter_cols;
+  DI_CHECK(col_blocks < 65536, "scatter_add_rows: rows of {} columns", p.width);
+  // A block per target row and column run (at least one row: block (0, 0) checks the indices).
+  const dim3 grid(unsigned(p.m > 0 ? p.m : 1), unsigned(col_blocks));
+  scatter_add_kernel<<<grid, threads, 0, stream>>>(p);
   CUDA_CHECK_LAUNCH("scatter_add_rows");
 }
 

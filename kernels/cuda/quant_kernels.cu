@@ -66,10 +66,12 @@ __global__ void rotary_kernel(rotary_params p) {
     sc[1][i] = p.inverse ? -s : s;
   }
   __syncthreads();
-  for (std::int64_t k = threadIdx.x; k < p.heads * p.pairs; k += blockDim.x) {
-    const std::int64_t h = k / p.pairs, i = k % p.pairs;
+  // 32-bit index arithmetic (heads * pairs is small; 64-bit divisions cost ~60 ops each).
+  const int pairs = int(p.pairs), items = int(p.heads) * pairs;
+  for (int k = int(threadIdx.x); k < items; k += int(blockDim.x)) {
+    const int h = k / pairs, i = k % pairs;
     const float c = sc[0][i], s = sc[1][i];
-    float* rope = p.x + (t * p.heads + h) * p.dim + (p.dim - 2 * p.pairs);
+    float* rope = p.x + (t * p.heads + h) * p.dim + (p.dim - 2 * pairs);
     const float re = rope[2 * i], im = rope[2 * i + 1];
     // Separate roundings (no FMA contraction), as the CPU computes them.
     rope[2 * i] = __fsub_rn(__fmul_rn(re, c), __fmul_rn(im, s));
@@ -103,6 +105,7 @@ void launch_rotary(const rotary_params& p, cudaStream_t stream) {
   if (p.tokens == 0 || p.pairs == 0 || p.heads == 0) return;
   DI_CHECK(p.pairs <= kRotaryMaxPairs, "rotary: {} rotated pairs (at most {})", p.pairs,
            kRotaryMaxPairs);
+  DI_CHECK(p.heads <= (std::int64_t(1) << 20), "rotary: {} heads per token", p.heads);
   rotary_kernel<<<unsigned(p.tokens), 256, 0, stream>>>(p);
   CUDA_CHECK_LAUNCH("rotary");
 }

@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
 
   // Batch loads: `Tail` guards steps past w1 (the last, partial batch only).
   auto load = [&](auto tail, batch_regs<FP4, batch>& r, int s) {
-    constexpr bool Tail = decltype(tail)::value;
+    [[maybe_unused]] constexpr bool Tail = decltype(tail)::value;
     const int off = s - w0;
     if constexpr (IL) {  // one run of 4 steps: the lane's 4 bytes of each, in step order
 #pragma unroll
@@ -181,22 +181,22 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
 #pragma unroll
       for (int u = 0; u < batch; ++u)
         r.b[u] = __ldg(reinterpret_cast<const uint2*>(act_row + (off + u) * step_k));
-      return;
-    }
+    } else {
 #pragma unroll
-    for (int u = 0; u < batch; ++u) {
-      if (Tail && s + u >= w1) break;
+      for (int u = 0; u < batch; ++u) {
+        if (Tail && s + u >= w1) break;
 #pragma unroll
-      for (int m = 0; m < tiles; ++m)
+        for (int m = 0; m < tiles; ++m)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const std::uint8_t* src = wrow[m][h] + (off + u) * step_bytes;
-          if constexpr (FP4)
-            r.a[u][m][h] = load_stream4(src);
-          else
-            r.a[u][m][h] = load_stream8(src);
-        }
-      r.b[u] = __ldg(reinterpret_cast<const uint2*>(act_row + (off + u) * step_k));
+          for (int h = 0; h < 2; ++h) {
+            const std::uint8_t* src = wrow[m][h] + (off + u) * step_bytes;
+            if constexpr (FP4)
+              r.a[u][m][h] = load_stream4(src);
+            else
+              r.a[u][m][h] = load_stream8(src);
+          }
+        r.b[u] = __ldg(reinterpret_cast<const uint2*>(act_row + (off + u) * step_k));
+      }
     }
   };
 
