@@ -61,11 +61,12 @@ void check_weight_matrix(const weight_matrix& w, std::string_view what, device_k
   DI_CHECK(v.rank() == 2 && v.is_contiguous(), "{}: weight must be a contiguous matrix, got {}",
            what, v.shape().str());
   if (w.interleaved) {
-    DI_CHECK(
-        v.type() == dtype::i8 && kind == device_kind::cuda && v.size(1) % fp4_interleave_bytes == 0,
-        "{}: only packed FP4 on a CUDA device with rows of a multiple of {} bytes is "
-        "interleaved, got {} [{}] on {}",
-        what, fp4_interleave_bytes, dtype_name(v.type()), v.shape().str(), to_string(v.dev()));
+    DI_CHECK(v.type() == dtype::i8 && kind == device_kind::cuda &&
+                 v.size(1) % fp4_interleave_bytes == 0 && v.size(0) % fp4_interleave_rows == 0,
+             "{}: only packed FP4 on a CUDA device, {}-row stripes of rows of a multiple of {} "
+             "bytes, is interleaved, got {} [{}] on {}",
+             what, fp4_interleave_rows, fp4_interleave_bytes, dtype_name(v.type()),
+             v.shape().str(), to_string(v.dev()));
   }
   switch (v.type()) {
     case dtype::f32:

@@ -19,8 +19,10 @@ struct scale_block {
 
 /// Elements per MXFP4 scale along the input dimension.
 inline constexpr std::int64_t mxfp4_block_cols = 32;
-/// Bytes of a packed FP4 row that weight_matrix::interleaved permutes as one run.
+/// Bytes of a packed FP4 row (four 32-input scale blocks) and rows that
+/// weight_matrix::interleaved permutes as one unit.
 inline constexpr std::int64_t fp4_interleave_bytes = 64;
+inline constexpr std::int64_t fp4_interleave_rows = 32;
 
 /// A weight matrix [rows, cols] (output features x input features) in its stored format.
 /// Copying copies the handles, not the bytes.
@@ -33,10 +35,13 @@ struct weight_matrix {
   tensor scales;
   /// Elements per scale (FP8: the checkpoint's weight_block_size; FP4: 1 x 32).
   scale_block block;
-  /// Packed FP4 on a CUDA device only (cuda::with_fp4_layout): each row's runs of
-  /// fp4_interleave_bytes (four 32-input scale blocks u = 0..3 of 16 bytes, quarters q = 0..3
-  /// of 4 bytes) stored quarter-major, byte 4q + b of block u at 16q + 4u + b, so that one
-  /// 16-byte load gives an MMA lane its quarter of four blocks. Same bytes, same scales.
+  /// Packed FP4 on a CUDA device only (cuda::with_fp4_layout), laid out in the order the
+  /// decode GEMM's lanes read it: stripes of fp4_interleave_rows rows, each a sequence of runs
+  /// (fp4_interleave_bytes of every row: four 32-input scale blocks u of 16 bytes, quarters t
+  /// of 4 bytes); within a run, row r = 16m + 8h + g of the stripe sends quarter t of block u
+  /// to byte ((2m + h) * 32 + 4g + t) * 16 + 4u. One warp load then reads 512 contiguous
+  /// bytes, and a warp's rows over its K range are one contiguous stretch of memory. Same
+  /// bytes, same scales.
   bool interleaved = false;
 
   weight_matrix() = default;

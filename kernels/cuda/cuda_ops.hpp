@@ -76,10 +76,11 @@ void set_stream_gemm_variant(int variant);
 weight_matrix dequantize_weight(const weight_matrix& w, dtype to);
 
 /// `w` with its packed FP4 rows in the layout asked for (weight_matrix::interleaved): the
-/// interleaved one lets stream_gemm load a lane's fragments of four scale blocks with one
-/// 16-byte load instead of four 4-byte ones (every block_gemm kernel and dequantize_weight
-/// read both layouts, with the same results). A weight that is not packed FP4, is already in
-/// that layout, or whose rows are not a multiple of fp4_interleave_bytes comes back as it is.
+/// interleaved one lets stream_gemm's warps read their fragments as contiguous 512-byte loads
+/// (every block_gemm kernel and dequantize_weight read both layouts, with the same results;
+/// a GEMM on it needs outputs per group in whole 32-row stripes). A weight that is not packed
+/// FP4, is already in that layout, or whose shape does not take it (rows not a multiple of
+/// fp4_interleave_rows or fp4_interleave_bytes) comes back as it is.
 weight_matrix with_fp4_layout(const weight_matrix& w, bool interleaved);
 /// Whether the model upload interleaves packed FP4 weights (default on; DEEPINFER_FP4_INTERLEAVE=0
 /// switches it off for comparisons).

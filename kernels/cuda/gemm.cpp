@@ -282,14 +282,15 @@ weight_matrix dequantize_weight(const weight_matrix& w, dtype to) {
 weight_matrix with_fp4_layout(const weight_matrix& w, bool interleaved) {
   check_weight_matrix(w, "with_fp4_layout", device_kind::cuda);
   const std::int64_t row_bytes = w.values.type() == dtype::i8 ? w.values.size(1) : 0;
-  if (row_bytes == 0 || w.interleaved == interleaved || row_bytes % fp4_interleave_bytes != 0)
+  if (row_bytes == 0 || w.interleaved == interleaved || row_bytes % fp4_interleave_bytes != 0 ||
+      w.rows() % fp4_interleave_rows != 0)
     return w;
   weight_matrix out = w;
   out.values = tensor::empty(w.values.shape(), dtype::i8, w.values.dev());
   out.interleaved = interleaved;
   launch_fp4_interleave(static_cast<const std::uint8_t*>(w.values.raw()),
                         static_cast<std::uint8_t*>(out.values.raw()), w.rows(), row_bytes,
-                        current_stream());
+                        !interleaved, current_stream());
   return out;
 }
 

@@ -34,7 +34,7 @@ struct block_gemm_params {
   int block_rows;                   ///< weight rows per scale (FP4: 1)
   int block_cols;                   ///< weight inputs per scale (FP4: 32)
   bool fp4;
-  bool fp4_interleaved;  ///< FP4 rows in weight_matrix::interleaved's layout (k % 128 == 0)
+  bool fp4_interleaved;  ///< FP4 in weight_matrix::interleaved's layout (k % 128, n % 32 == 0)
   const std::uint8_t*
       act;  ///< e4m3 codes; row r of group g at act + r * act_stride + g * act_group_offset
   const float* act_scale;  ///< [rows, act_scale_stride]
@@ -129,11 +129,10 @@ struct dequantize_params {
 };
 void launch_dequantize(const dequantize_params& p, cudaStream_t stream);
 
-/// Packed FP4 rows [rows, row_bytes] (row_bytes a multiple of 64) from the plain layout to
-/// weight_matrix::interleaved's, or back: the permutation (a 4x4 transpose of each run's
-/// 4-byte words) is its own inverse. src and dst must not overlap.
+/// Packed FP4 rows [rows, row_bytes] (rows a multiple of 32, row_bytes of 64) from the plain
+/// layout to weight_matrix::interleaved's, or back (to_plain). src and dst must not overlap.
 void launch_fp4_interleave(const std::uint8_t* src, std::uint8_t* dst, std::int64_t rows,
-                           std::int64_t row_bytes, cudaStream_t stream);
+                           std::int64_t row_bytes, bool to_plain, cudaStream_t stream);
 
 /// Block scales [rows, cols] (e8m0 bytes, or f32 when e8m0 is nullptr) -> f32 [rows, ld]
 /// (columns past cols zero): the weight scales as cuBLASLt's BLK128x128_32F mode reads them.

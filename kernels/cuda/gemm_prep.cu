@@ -38,6 +38,17 @@ __global__ void act_quant_kernel(act_quant_params p) {
   }
 }
 
+/// Word `word` of plain row `r` (rows of row_words 4-byte words) in weight_matrix::interleaved's
+/// layout: stripe of 32 rows, run of 16 words per row (4 blocks u x 4 quarters t), then
+/// ((2m + h) * 32 + 4g + t) * 4 + u for row 16m + 8h + g of the stripe.
+__device__ std::int64_t fp4_interleaved_word(std::int64_t r, std::int64_t word,
+                                             std::int64_t row_words) {
+  const std::int64_t stripe = r / 32, run = word / 16;
+  const int in_stripe = int(r % 32), w = int(word % 16), u = w / 4, t = w % 4;
+  const int mh = in_stripe / 8, g = in_stripe % 8;  // (2m + h) = in_stripe / 8
+  return stripe * 32 * row_words + run * 512 + ((mh * 32 + 4 * g + t) * 4 + u);
+}
+
 __device__ float weight_scale(const dequantize_params& p, std::int64_t r, std::int64_t c) {
   const std::int64_t i = (r / p.block_rows) * p.scale_cols + c / p.block_cols;
   return p.scale_e8m0 ? e8m0_to_f32(p.scale_e8m0[i]) : p.scale_f32[i];
@@ -54,12 +65,11 @@ __global__ void dequantize_kernel(dequantize_params p) {
         v = e4m3_to_f32(p.values[i]) * weight_scale(p, r, c);
         break;
       case 1: {
-        std::int64_t j = c / 2;   // byte of the plain row
-        if (p.fp4_interleaved) {  // block u, quarter q, byte b at 16q + 4u + b of its run
-          const std::int64_t in_run = j % 64;
-          j += (in_run / 4 % 4) * 16 + (in_run / 16) * 4 - (in_run / 4) * 4;
-        }
-        const std::uint8_t byte = p.values[r * (p.cols / 2) + j];
+        const std::int64_t row_bytes = p.cols / 2, j = c / 2;  // byte j of plain row r
+        const std::uint8_t byte =
+            p.fp4_interleaved
+                ? p.values[4 * fp4_interleaved_word(r, j / 4, row_bytes / 4) + j % 4]
+                : p.values[r * row_bytes + j];
         v = e2m1_to_f32((c & 1) ? byte >> 4 : byte & 0xf) * weight_scale(p, r, c);
         break;
       }
@@ -92,14 +102,17 @@ __global__ void scales_to_f32_kernel(const std::uint8_t* e8m0, const float* f32,
   }
 }
 
-/// One thread per 4-byte word: word (u, q) of a 64-byte run (plain: 4u + q) moves to 4q + u.
+/// One thread per 4-byte word of the plain layout (i, in a matrix of rows of row_words):
+/// where weight_matrix::interleaved keeps it; to_plain moves it back.
 __global__ void fp4_interleave_kernel(const std::uint32_t* src, std::uint32_t* dst,
-                                      std::int64_t words) {
+                                      std::int64_t words, std::int64_t row_words, bool to_plain) {
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < words;
        i += std::int64_t(gridDim.x) * blockDim.x) {
-    const std::int64_t run = i & ~std::int64_t(15);
-    const int w = int(i & 15), moved = (w % 4) * 4 + w / 4;  // a 4x4 transpose: its own inverse
-    dst[run + moved] = src[i];
+    const std::int64_t j = fp4_interleaved_word(i / row_words, i % row_words, row_words);
+    if (to_plain)
+      dst[i] = src[j];
+    else
+      dst[j] = src[i];
   }
 }
 
@@ -111,9 +124,10 @@ unsigned grid_for(std::int64_t n) {
 }  // namespace
 
 void launch_fp4_interleave(const std::uint8_t* src, std::uint8_t* dst, std::int64_t rows,
-                           std::int64_t row_bytes, cudaStream_t stream) {
-  DI_CHECK(row_bytes % 64 == 0 && rows >= 0, "fp4_interleave: rows of {} bytes (a multiple of 64)",
-           row_bytes);
+                           std::int64_t row_bytes, bool to_plain, cudaStream_t stream) {
+  DI_CHECK(row_bytes % 64 == 0 && rows >= 0 && rows % 32 == 0,
+           "fp4_interleave: {} rows of {} bytes (stripes of 32 rows of a multiple of 64 bytes)",
+           rows, row_bytes);
   DI_CHECK(src + rows * row_bytes <= dst || dst + rows * row_bytes <= src,
            "fp4_interleave: source and destination overlap");
   DI_CHECK(reinterpret_cast<std::uintptr_t>(src) % 4 == 0 &&
@@ -122,7 +136,8 @@ void launch_fp4_interleave(const std::uint8_t* src, std::uint8_t* dst, std::int6
   const std::int64_t words = rows * row_bytes / 4;
   if (words == 0) return;
   fp4_interleave_kernel<<<grid_for(words), 256, 0, stream>>>(
-      reinterpret_cast<const std::uint32_t*>(src), reinterpret_cast<std::uint32_t*>(dst), words);
+      reinterpret_cast<const std::uint32_t*>(src), reinterpret_cast<std::uint32_t*>(dst), words,
+      row_bytes / 4, to_plain);
   CUDA_CHECK_LAUNCH("fp4_interleave");
 }
 

@@ -47,12 +47,12 @@ constexpr int act_budget(int nt) {
 enum weight_fmt : int { fmt_fp8 = 0, fmt_fp4 = 1, fmt_fp4_il = 2 };
 
 /// Shared-memory row stride of a weight stage: FP8 fragments are 8-byte loads at 32-byte
-/// steps (stride = 8 mod 32 words), FP4 ones 4-byte loads at 16-byte steps (4 mod 32 words),
-/// interleaved FP4 ones 16-byte loads of a lane's quarter of four steps (16 mod 32 words: the
-/// 8 lanes of each quarter-warp phase cover the 32 banks once).
+/// steps (stride = 8 mod 32 words), FP4 ones 4-byte loads at 16-byte steps (4 mod 32 words);
+/// interleaved FP4 stages are the pieces as stored (2 runs x 2 halves x 32 lanes x 16 bytes,
+/// the same 2 KB), each lane reading its own consecutive 16 bytes.
 template <int FMT>
 constexpr int weight_stride() {
-  return FMT == fmt_fp4_il ? stage_bytes + 64
+  return FMT == fmt_fp4_il ? stage_bytes
          : FMT == fmt_fp4  ? stage_bytes + 16
                            : stage_bytes + 32;
 }
@@ -170,16 +170,28 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
   }
 
   // Lane l copies 16 bytes of row (i * 32 + l) / 8 per instruction: 8 lanes per 128-byte line.
+  // Interleaved FP4 (whole 32-row stripes): copy i is run i / 2 of the stage, piece (m, h = i %
+  // 2) of this warp's tile m: each lane copies the fragments it reads itself, 512 contiguous
+  // bytes per warp instruction; a stage (2 runs) advances 32x the row-major stage bytes.
   constexpr int copies = rows_per_warp * stage_bytes / 16 / 32;
+  constexpr int src_scale = FMT == fmt_fp4_il ? 32 : 1;
   const std::uint8_t* src[copies];
   int dst_off[copies], col_off[copies];
 #pragma unroll
   for (int i = 0; i < copies; ++i) {
-    const int idx = i * 32 + lane, r = idx / 8, c = idx % 8;
-    const std::int64_t row = group * p.n + min(n0 + r, p.n - 1);
-    src[i] = p.weight + row * row_bytes + std::int64_t(s_begin) * step_bytes + c * 16;
-    dst_off[i] = r * wstride + c * 16;
-    col_off[i] = c * 16;
+    if constexpr (FMT == fmt_fp4_il) {
+      const int run = i / 2, h = i % 2, m = int((n0 / 16) % 2);
+      src[i] = p.weight + (group * p.n + n0 - 16 * m) * row_bytes +
+               (std::int64_t(s_begin) / 4 + run) * 2048 + ((2 * m + h) * 32 + lane) * 16;
+      dst_off[i] = (2 * run + h) * 512 + lane * 16;
+      col_off[i] = run * 64;
+    } else {
+      const int idx = i * 32 + lane, r = idx / 8, c = idx % 8;
+      const std::int64_t row = group * p.n + min(n0 + r, p.n - 1);
+      src[i] = p.weight + row * row_bytes + std::int64_t(s_begin) * step_bytes + c * 16;
+      dst_off[i] = r * wstride + c * 16;
+      col_off[i] = c * 16;
+    }
   }
   const int bytes_end = total * step_bytes;
   auto issue = [&](int si) {
@@ -188,7 +200,8 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
       std::uint8_t* dst = wbuf + (si % num_stages) * rows_per_warp * wstride;
 #pragma unroll
       for (int i = 0; i < copies; ++i)
-        if (byte0 + col_off[i] < bytes_end) cp_async16(dst + dst_off[i], src[i] + byte0);
+        if (byte0 + col_off[i] < bytes_end)
+          cp_async16(dst + dst_off[i], src[i] + std::int64_t(byte0) * src_scale);
     }
     cp_async_commit();  // possibly empty: keeps the group count uniform
   };
@@ -251,8 +264,8 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
       std::uint32_t a[4];
       if constexpr (FMT == fmt_fp4_il) {  // stages and splits start at whole runs of 4 steps
         if (u % 4 == 0) {
-          run_lo = *reinterpret_cast<const uint4*>(w + g * wstride + (u / 4) * 64 + 16 * t);
-          run_hi = *reinterpret_cast<const uint4*>(w + (g + 8) * wstride + (u / 4) * 64 + 16 * t);
+          run_lo = *reinterpret_cast<const uint4*>(w + (u / 4) * 1024 + lane * 16);
+          run_hi = *reinterpret_cast<const uint4*>(w + (u / 4) * 1024 + 512 + lane * 16);
         }
         const std::uint32_t wl = word_of(run_lo, u % 4), wh = word_of(run_hi, u % 4);
         a[0] = fp4_low(wl);
@@ -466,8 +479,10 @@ block_gemm_plan plan_block_gemm(const block_gemm_params& p) {
 }
 
 void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream) {
-  DI_CHECK(!p.fp4_interleaved || (p.fp4 && p.k % 128 == 0),
-           "block_gemm: interleaved rows are MXFP4 with K a multiple of 128, got K {}", p.k);
+  DI_CHECK(!p.fp4_interleaved || (p.fp4 && p.k % 128 == 0 && p.n % 32 == 0),
+           "block_gemm: interleaved weights are MXFP4 with K a multiple of 128 and outputs of 32, "
+           "got K {}, {} outputs",
+           p.k, p.n);
   if (p.max_rows == 0 || p.n == 0 || p.groups == 0) return;
   if (p.k / step_k == 0) {
     CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));

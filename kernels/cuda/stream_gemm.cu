@@ -8,9 +8,10 @@
 // steps, the next batch issued before the current one is multiplied. The fragment a lane loads
 // is the one its MMA needs: for FP8 bytes 8t..8t+7 of a row's 32-byte step, for MXFP4 bytes
 // 4t..4t+3 of its 16 (decoded to e4m3 in registers as in sm90_block_gemm); the activations
-// take the same permutation. MXFP4 rows in the interleaved layout (weight_matrix::interleaved)
-// hold a lane's 4 bytes of four consecutive steps together: one 16-byte load per row and batch
-// instead of four 4-byte ones (a warp's 4-byte load touches 8 rows' lines for 128 useful bytes).
+// take the same permutation. MXFP4 in the interleaved layout (weight_matrix::interleaved)
+// holds a warp's fragments of four consecutive steps as four contiguous 512-byte pieces: 16-byte
+// loads, each warp instruction one contiguous stretch, a warp's whole K range one contiguous
+// region (the row-major layout's 4-byte loads touch 8 rows' lines for 128 useful bytes).
 // Whole batches run without guards; pointers are set once per warp.
 // Warps of a block that share rows split K and add their sums in warp order through shared
 // memory (deterministic); dense GEMMs with few rows and long K also split K across two blocks,
@@ -64,7 +65,7 @@ __device__ __forceinline__ std::uint32_t load_stream4(const std::uint8_t* p) {
   return v;
 }
 
-/// 16 bytes (a lane's quarter of four MXFP4 steps in the interleaved layout), read-only, not
+/// 16 bytes (a lane's quarters of four MXFP4 steps in the interleaved layout), read-only, not
 /// kept in L1, with the next 256 bytes of the row prefetched into L2.
 __device__ __forceinline__ uint4 load_stream16(const std::uint8_t* p) {
   uint4 v;
@@ -92,12 +93,14 @@ struct batch_regs {
 
 /// EVERY: 32-input scale blocks for the weights (MXFP4, or FP8 with e8m0 scales) and the
 /// activations (V4.1's shapes): every step promotes, with no branch in a whole batch.
-/// IL: MXFP4 rows interleaved (K a multiple of 128, so warp ranges hold whole 4-step runs and
-/// every batch is a whole run: no tail batch).
+/// IL: MXFP4 interleaved (K a multiple of 128 and N of 32, so warps own whole stripes, their
+/// ranges hold whole 4-step runs and every batch is a whole run: no tail batch).
 template <bool FP4, bool IL, bool EVERY, int batch, int min_blocks, bool WALK>
 __global__ void __launch_bounds__(warps * 32, min_blocks)
     stream_gemm_kernel(block_gemm_params p, stream_config cfg) {
   static_assert(!IL || (FP4 && batch == 4), "interleaved runs are MXFP4 batches of 4 steps");
+  constexpr int DEPTH = 2;  // batches of registers: one loads while one multiplies (a third
+                            // measured slower on the H200)
   constexpr int tiles = tiles_of<FP4>();
   constexpr int warp_rows = 16 * tiles;
   constexpr int step_bytes = FP4 ? step_k / 2 : step_k;
@@ -142,8 +145,12 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const std::int64_t r = group * p.n + min(n0 + 16 * m + 8 * h + g, p.n - 1);
-      const int lane_bytes = FP4 ? (IL ? 16 * t : 4 * t) : 8 * t;
-      wrow[m][h] = p.weight + r * row_bytes + std::int64_t(w0) * step_bytes + lane_bytes;
+      if constexpr (IL)  // the stripe n0 starts, run w0 / 4, this (m, h) piece, this lane
+        wrow[m][h] = p.weight + (group * p.n + n0) * row_bytes + std::int64_t(w0) * 32 * step_bytes +
+                     ((2 * m + h) * 32 + lane) * 16;
+      else
+        wrow[m][h] =
+            p.weight + r * row_bytes + std::int64_t(w0) * step_bytes + (FP4 ? 4 * t : 8 * t);
       if constexpr (FP4) {
         ws8[m][h] = p.wscale_e8m0 + r * p.wscale_cols;
       } else if (h == 0) {
@@ -172,7 +179,7 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
       for (int m = 0; m < tiles; ++m)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const uint4 v = load_stream16(wrow[m][h] + off * step_bytes);
+          const uint4 v = load_stream16(wrow[m][h] + off * 32 * step_bytes);
           r.a[0][m][h] = v.x;
           r.a[1][m][h] = v.y;
           r.a[2][m][h] = v.z;
@@ -232,6 +239,45 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
     }
   };
 
+  // Interleaved MXFP4 (every step promotes, as the generic path does for FP4, with the same
+  // arithmetic): a run's 4 weight scales per row in one word, and with 32-input activation
+  // blocks their 4 scales in one 16-byte load (K % 128 == 0 keeps both aligned); fewer
+  // registers than holding every scale as a float.
+  auto multiply_il = [&](const batch_regs<FP4, batch>& r, int s) {
+    std::uint32_t wpk[tiles][2];
+#pragma unroll
+    for (int m = 0; m < tiles; ++m)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) wpk[m][h] = __ldg(reinterpret_cast<const unsigned*>(ws8[m][h] + s));
+    float xa[4], xb[4];
+    if constexpr (EVERY) {
+      const float4 a4 = __ldg(reinterpret_cast<const float4*>(sx_a + s));
+      const float4 b4 = __ldg(reinterpret_cast<const float4*>(sx_b + s));
+      xa[0] = a4.x, xa[1] = a4.y, xa[2] = a4.z, xa[3] = a4.w;
+      xb[0] = b4.x, xb[1] = b4.y, xb[2] = b4.z, xb[3] = b4.w;
+    } else {
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int col = ((s + u) * step_k) >> act_shift;
+        xa[u] = sx_a[col];
+        xb[u] = sx_b[col];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < batch; ++u)
+      step_fragments(r, u, [&](int m, const std::uint32_t(&a)[4], std::uint32_t b0,
+                                  std::uint32_t b1) {
+        float d[4];
+        mma_e4m3_fresh(d, a, b0, b1);
+        const float w_lo = fp4_scale_factor(std::uint8_t(wpk[m][0] >> (8 * u)));
+        const float w_hi = fp4_scale_factor(std::uint8_t(wpk[m][1] >> (8 * u)));
+        acc[m][0] += d[0] * (w_lo * xa[u]);
+        acc[m][1] += d[1] * (w_lo * xb[u]);
+        acc[m][2] += d[2] * (w_hi * xa[u]);
+        acc[m][3] += d[3] * (w_hi * xb[u]);
+      });
+  };
+
   // A whole batch of steps that each promote (32-input scale blocks on both sides): all its
   // scales are read first, with no branch between them and the MMAs.
   auto multiply_every = [&](const batch_regs<FP4, batch>& r, int s) {
@@ -270,7 +316,7 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
       const int step = s + u;
       if (Tail && step >= w1) break;
       step_fragments(r, u, [&](int m, const std::uint32_t(&a)[4], std::uint32_t b0,
-                               std::uint32_t b1) { mma_e4m3(tmp[m], a, b0, b1); });
+                                  std::uint32_t b1) { mma_e4m3(tmp[m], a, b0, b1); });
       if (((step + 1) & pmask) != 0) continue;  // ranges hold whole promotion blocks
       // Promote: acc += tmp * weight scale * activation scale (as sm90_block_gemm does).
       const int sx_col = (step * step_k) >> act_shift;
@@ -296,7 +342,9 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
   };
 
   auto multiply = [&](auto tail, const batch_regs<FP4, batch>& r, int s) {
-    if constexpr (EVERY && !decltype(tail)::value)
+    if constexpr (IL)  // whole runs only: no tail batch
+      multiply_il(r, s);
+    else if constexpr (EVERY && !decltype(tail)::value)
       multiply_every(r, s);
     else
       multiply_generic(tail, r, s);
@@ -307,25 +355,24 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
     using tail = std::true_type;
     const int full_end = w0 + (w1 - w0) / batch * batch;  // whole batches: no guards
     int s = w0;
-    batch_regs<FP4, batch> r0, r1;
-    if (s < full_end) {
-      load(full{}, r0, s);
-      for (;;) {  // two batches in flight: the next one loads while this one multiplies
-        const bool more = s + batch < full_end;
-        if (more) load(full{}, r1, s + batch);
-        multiply(full{}, r0, s);
+    batch_regs<FP4, batch> r[DEPTH];
+    // DEPTH - 1 batches issued ahead; each multiply is preceded by the load DEPTH - 1 ahead.
+#pragma unroll
+    for (int i = 0; i < DEPTH - 1; ++i)
+      if (w0 + i * batch < full_end) load(full{}, r[i], w0 + i * batch);
+    while (s < full_end) {
+#pragma unroll
+      for (int i = 0; i < DEPTH; ++i) {  // unrolled: every r[] index is known at compile time
+        if (s >= full_end) break;
+        const int ahead = s + (DEPTH - 1) * batch;
+        if (ahead < full_end) load(full{}, r[(i + DEPTH - 1) % DEPTH], ahead);
+        multiply(full{}, r[i], s);
         s += batch;
-        if (!more) break;
-        const bool more2 = s + batch < full_end;
-        if (more2) load(full{}, r0, s + batch);
-        multiply(full{}, r1, s);
-        s += batch;
-        if (!more2) break;
       }
     }
     if (s < w1) {
-      load(tail{}, r0, s);
-      multiply(tail{}, r0, s);
+      load(tail{}, r[0], s);
+      multiply(tail{}, r[0], s);
     }
   }
 
@@ -421,15 +468,19 @@ void launch_variant(const block_gemm_params& p, bool every, bool walk, dim3 grid
                     const stream_config& cfg, cudaStream_t stream) {
   const dim3 block(warps * 32);
   if (every && walk)
-    stream_gemm_kernel<FP4, IL, true, batch, min_blocks, true><<<grid, block, 0, stream>>>(p, cfg);
+    stream_gemm_kernel<FP4, IL, true, batch, min_blocks, true>
+        <<<grid, block, 0, stream>>>(p, cfg);
   else if (every)
-    stream_gemm_kernel<FP4, IL, true, batch, min_blocks, false><<<grid, block, 0, stream>>>(p, cfg);
+    stream_gemm_kernel<FP4, IL, true, batch, min_blocks, false>
+        <<<grid, block, 0, stream>>>(p, cfg);
   else if (walk)
-    stream_gemm_kernel<FP4, IL, false, batch, min_blocks, true><<<grid, block, 0, stream>>>(p, cfg);
+    stream_gemm_kernel<FP4, IL, false, batch, min_blocks, true>
+        <<<grid, block, 0, stream>>>(p, cfg);
   else
     stream_gemm_kernel<FP4, IL, false, batch, min_blocks, false>
         <<<grid, block, 0, stream>>>(p, cfg);
 }
+
 
 }  // namespace
 
@@ -461,8 +512,10 @@ stream_gemm_plan plan_stream_gemm(const block_gemm_params& p) {
 }
 
 void launch_stream_gemm(const block_gemm_params& p, cudaStream_t stream) {
-  DI_CHECK(!p.fp4_interleaved || (p.fp4 && p.k % 128 == 0),
-           "stream_gemm: interleaved rows are MXFP4 with K a multiple of 128, got K {}", p.k);
+  DI_CHECK(!p.fp4_interleaved || (p.fp4 && p.k % 128 == 0 && p.n % 32 == 0),
+           "stream_gemm: interleaved weights are MXFP4 with K a multiple of 128 and outputs of "
+           "32, got K {}, {} outputs",
+           p.k, p.n);
   const stream_shape sh = stream_shape_of(p);
   if (sh.cfg.k_splits > 1)  // atomic adds need a zeroed y
     CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));

@@ -78,9 +78,14 @@ class uploader {
       w3.push_back(e.w3.w);
     }
     const expert_weights& first = src.experts.front();
-    dst.stacked = {{streamed(cuda::stack_weights(w1, dev_)), first.w1.quantized},
-                   {streamed(cuda::stack_weights(w2, dev_)), first.w2.quantized},
-                   {streamed(cuda::stack_weights(w3, dev_)), first.w3.quantized}};
+    // Interleaved only where each expert's rows are whole 32-row stripes (the GEMM's groups).
+    auto stacked = [&](const std::vector<weight_matrix>& parts) {
+      const weight_matrix w = cuda::stack_weights(parts, dev_);
+      return parts.front().rows() % fp4_interleave_rows == 0 ? streamed(w) : w;
+    };
+    dst.stacked = {{stacked(w1), first.w1.quantized},
+                   {stacked(w2), first.w2.quantized},
+                   {stacked(w3), first.w3.quantized}};
   }
 
  private:

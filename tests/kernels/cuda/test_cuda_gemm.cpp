@@ -453,20 +453,28 @@ TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invarian
 namespace di {
 namespace {
 
-/// The interleaved layout of packed FP4 rows computed on the host (weight_matrix::interleaved).
+/// The interleaved layout of packed FP4 rows computed on the host (weight_matrix::interleaved),
+/// from the lanes' side: lane 4g + t of piece (m, h) of a run holds quarter t of the run's four
+/// scale blocks u of stripe row 16m + 8h + g.
 tensor interleaved_on_host(const tensor& packed) {
   tensor out = packed.clone();
   const auto* src = static_cast<const std::uint8_t*>(packed.raw());
   auto* dst = static_cast<std::uint8_t*>(out.raw());
   const std::int64_t row_bytes = packed.size(1);
-  for (std::int64_t r = 0; r < packed.size(0); ++r)
-    for (std::int64_t run = 0; run < row_bytes; run += 64)
-      for (int u = 0; u < 4; ++u)        // scale block
-        for (int q = 0; q < 4; ++q)      // quarter
-          for (int b = 0; b < 4; ++b) {  // byte
-            const std::int64_t base = r * row_bytes + run;
-            dst[base + 16 * q + 4 * u + b] = src[base + 16 * u + 4 * q + b];
-          }
+  for (std::int64_t stripe = 0; stripe < packed.size(0) / 32; ++stripe)
+    for (std::int64_t run = 0; run < row_bytes / 64; ++run)
+      for (int m = 0; m < 2; ++m)
+        for (int h = 0; h < 2; ++h)
+          for (int g = 0; g < 8; ++g)
+            for (int t = 0; t < 4; ++t)
+              for (int u = 0; u < 4; ++u)
+                for (int b = 0; b < 4; ++b) {
+                  const std::int64_t row = stripe * 32 + 16 * m + 8 * h + g;
+                  const std::int64_t from = row * row_bytes + run * 64 + 16 * u + 4 * t + b;
+                  const std::int64_t to = stripe * 32 * row_bytes + run * 2048 +
+                                          ((2 * m + h) * 32 + 4 * g + t) * 16 + 4 * u + b;
+                  dst[to] = src[from];
+                }
   return out;
 }
 
@@ -484,13 +492,23 @@ TEST_CASE("cuda MXFP4 interleaved rows: the layout, its round trip, and the same
   CHECK(cuda::with_fp4_layout(il, true).values.raw() == il.values.raw());  // already so
   test::check_bitwise(cuda::dequantize_weight(il, dtype::f32).values.to(cpu_device),
                       cuda::dequantize_weight(plain, dtype::f32).values.to(cpu_device));
-  // Rows that are not whole 64-byte runs (96 inputs), FP8 and f32 weights stay as they are.
+  // Rows that are not whole 64-byte runs (96 inputs) or whole 32-row stripes (48 rows), FP8
+  // and f32 weights stay as they are.
   const weight_matrix odd = weight_to(random_fp4(64, 96), gpu);
   CHECK_FALSE(cuda::with_fp4_layout(odd, true).interleaved);
+  CHECK_FALSE(cuda::with_fp4_layout(weight_to(random_fp4(48, 256), gpu), true).interleaved);
   const weight_matrix w8 = weight_to(random_fp8(64, 256, 128), gpu);
   CHECK_FALSE(cuda::with_fp4_layout(w8, true).interleaved);
-  // An interleaved weight does not leave the GPU as if it were plain.
+  // An interleaved weight does not leave the GPU as if it were plain; experts whose rows cut
+  // through its 32-row stripes (4 experts of 48) are refused, not misread.
   CHECK_THROWS_AS(weight_to(il, cpu_device), error);
+  {
+    const weight_matrix cut = cuda::with_fp4_layout(weight_to(random_fp4(4 * 48, 256), gpu), true);
+    REQUIRE(cut.interleaved);
+    CHECK_THROWS_WITH_AS(ops::expert_linear(varied_input(3, 256).to(gpu),
+                                            offsets_of({1, 0, 2, 0}).to(gpu), cut, {32, 0}),
+                         doctest::Contains("outputs of 32"), error);
+  }
 
   // Experts: decode tiles (stream_gemm, tight bound and walked), the shared-memory tiles for
   // larger groups and with stream_gemm off: bit for bit what the stored rows give.
@@ -518,9 +536,10 @@ TEST_CASE("cuda MXFP4 interleaved rows: the layout, its round trip, and the same
   cuda::set_stream_gemm(true);
   // Dense linear (stream_gemm's K split across two blocks at long K; sm90_block_gemm tiles
   // from 9 rows) and the exact dequantize path (no activation quantization).
-  const weight_matrix long_host = random_fp4(48, 8192);
+  const weight_matrix long_host = random_fp4(64, 8192);
   const weight_matrix long_plain = weight_to(long_host, gpu);
   const weight_matrix long_il = cuda::with_fp4_layout(long_plain, true);
+  REQUIRE(long_il.interleaved);
   cuda::set_ordered_gemm_splits(true);
   for (std::int64_t rows : {1, 5, 8, 40}) {
     CAPTURE(rows);
