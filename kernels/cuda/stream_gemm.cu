@@ -412,6 +412,20 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
   }
 }
 
+/// Weight-streaming warps the K split aims for: FP8 32 per SM, MXFP4 16 (fewer warps along K,
+/// each streaming a longer contiguous stretch: the V4.1 expert GEMMs 0.47 -> 0.53 of the copy
+/// bandwidth on the H200, where FP8's wo_b lost 15% with 16). DEEPINFER_STREAM_WARPS (a
+/// positive count) overrides both for tuning runs.
+const std::int64_t g_target_warps_env = [] {
+  const char* env = std::getenv("DEEPINFER_STREAM_WARPS");
+  const long v = env ? std::atol(env) : 0;
+  return v > 0 ? std::int64_t(v) : std::int64_t(0);
+}();
+std::int64_t target_warps_for(const block_gemm_params& p) {
+  if (g_target_warps_env > 0) return g_target_warps_env;
+  return p.fp4 ? 132 * 16 : 132 * 32;
+}
+
 /// The launch of p on stream_gemm: grid, warps along K and K splits, from the weight's shape.
 struct stream_shape {
   std::int64_t row_blocks = 0, grid_groups = 0, token_tiles = 0;
@@ -432,7 +446,7 @@ stream_shape stream_shape_of(const block_gemm_params& p) {
   // and never with the batch.
   const std::int64_t slices = (p.n + warp_rows - 1) / warp_rows;
   const std::int64_t shape_groups = p.offsets ? std::min<std::int64_t>(p.groups, 8) : p.groups;
-  constexpr std::int64_t target_warps = 132 * 32;
+  const std::int64_t target_warps = target_warps_for(p);
   std::int64_t kw = (target_warps + slices * shape_groups - 1) / (slices * shape_groups);
   kw = std::clamp<std::int64_t>(kw, 1, std::max<std::int64_t>(1, total_steps / align_steps));
   int wk = 1;
