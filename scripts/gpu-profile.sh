@@ -6,16 +6,10 @@
 # (default 1024). One row per kernel launch (name, grid, block, ns) goes to
 # $OUT/ncu-decode-b<batch>.csv; scripts/ncu-summary.py sums the last decode step by kernel.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-out=${OUT:-/tmp/out}
-mkdir -p "$out" /tmp/fwd
-[[ -x /tmp/fwd/bin/deepinfer ]] || tar -C /tmp/fwd -xJf build-cuda-fwd/fwd-bundle.tar.xz
-export LD_LIBRARY_PATH=/tmp/fwd/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+source "$(dirname "$0")/gpu-profile-env.sh" deepinfer
 preset=${1:-v41-flash-L4}
 dir=/tmp/models/$preset
 [[ -f $dir/config.json ]] || /tmp/fwd/bin/deepinfer make-model --preset "$preset" --out "$dir" --quiet
-ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-[[ -n $ncu ]] || { echo "no ncu here"; exit 1; }
 for b in ${DEEPINFER_PROFILE_BATCH:-1}; do
   "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
     /tmp/fwd/bin/deepinfer bench decode --model "$dir" --device cuda --batch "$b" \
