@@ -279,6 +279,9 @@ weight_matrix dequantize_weight(const weight_matrix& w, dtype to) {
   return weight_matrix(out);
 }
 
+static_assert(fp4_interleave_rows == il_stripe_rows && fp4_interleave_bytes == il_run_bytes,
+              "the kernels' stripes and runs are weight_matrix::interleaved's");
+
 weight_matrix with_fp4_layout(const weight_matrix& w, bool interleaved) {
   check_weight_matrix(w, "with_fp4_layout", device_kind::cuda);
   const std::int64_t row_bytes = w.values.type() == dtype::i8 ? w.values.size(1) : 0;

@@ -129,8 +129,17 @@ struct dequantize_params {
 };
 void launch_dequantize(const dequantize_params& p, cudaStream_t stream);
 
-/// Packed FP4 rows [rows, row_bytes] (rows a multiple of 32, row_bytes of 64) from the plain
-/// layout to weight_matrix::interleaved's, or back (to_plain). src and dst must not overlap.
+/// weight_matrix::interleaved's stripe rows and run bytes (the same as kernels/weight_matrix.hpp's
+/// fp4_interleave_rows / fp4_interleave_bytes, which this C++17 header cannot include).
+inline constexpr std::int64_t il_stripe_rows = 32;
+inline constexpr std::int64_t il_run_bytes = 64;
+/// Throws di::error (naming `what`) when p's weight is interleaved but its outputs per group
+/// cut the stripes or K the runs, or it is not MXFP4. Both block_gemm kernels call it.
+void check_interleaved(const block_gemm_params& p, const char* what);
+
+/// Packed FP4 rows [rows, row_bytes] (rows a multiple of il_stripe_rows, row_bytes of
+/// il_run_bytes) from the plain layout to weight_matrix::interleaved's, or back (to_plain).
+/// src and dst must not overlap.
 void launch_fp4_interleave(const std::uint8_t* src, std::uint8_t* dst, std::int64_t rows,
                            std::int64_t row_bytes, bool to_plain, cudaStream_t stream);
 

@@ -125,9 +125,9 @@ unsigned grid_for(std::int64_t n) {
 
 void launch_fp4_interleave(const std::uint8_t* src, std::uint8_t* dst, std::int64_t rows,
                            std::int64_t row_bytes, bool to_plain, cudaStream_t stream) {
-  DI_CHECK(row_bytes % 64 == 0 && rows >= 0 && rows % 32 == 0,
-           "fp4_interleave: {} rows of {} bytes (stripes of 32 rows of a multiple of 64 bytes)",
-           rows, row_bytes);
+  DI_CHECK(row_bytes % il_run_bytes == 0 && rows >= 0 && rows % il_stripe_rows == 0,
+           "fp4_interleave: {} rows of {} bytes (stripes of {} rows of a multiple of {} bytes)",
+           rows, row_bytes, il_stripe_rows, il_run_bytes);
   DI_CHECK(src + rows * row_bytes <= dst || dst + rows * row_bytes <= src,
            "fp4_interleave: source and destination overlap");
   DI_CHECK(reinterpret_cast<std::uintptr_t>(src) % 4 == 0 &&

@@ -479,10 +479,7 @@ block_gemm_plan plan_block_gemm(const block_gemm_params& p) {
 }
 
 void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream) {
-  DI_CHECK(!p.fp4_interleaved || (p.fp4 && p.k % 128 == 0 && p.n % 32 == 0),
-           "block_gemm: interleaved weights are MXFP4 with K a multiple of 128 and outputs of 32, "
-           "got K {}, {} outputs",
-           p.k, p.n);
+  check_interleaved(p, "block_gemm");
   if (p.max_rows == 0 || p.n == 0 || p.groups == 0) return;
   if (p.k / step_k == 0) {
     CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));

@@ -498,6 +498,14 @@ void launch_variant(const block_gemm_params& p, bool every, bool walk, dim3 grid
 
 }  // namespace
 
+void check_interleaved(const block_gemm_params& p, const char* what) {
+  DI_CHECK(!p.fp4_interleaved ||
+               (p.fp4 && p.k % (2 * il_run_bytes) == 0 && p.n % il_stripe_rows == 0),
+           "{}: interleaved weights are MXFP4 with K a multiple of {} and outputs of {}, got K "
+           "{}, {} outputs",
+           what, 2 * il_run_bytes, il_stripe_rows, p.k, p.n);
+}
+
 void set_stream_gemm_variant(int variant) {
   DI_CHECK(variant >= -1 && variant <= 1,
            "stream_gemm variant {}: expected -1 (by K), 0 (4 steps x 2 blocks per SM) or 1 "
@@ -526,10 +534,7 @@ stream_gemm_plan plan_stream_gemm(const block_gemm_params& p) {
 }
 
 void launch_stream_gemm(const block_gemm_params& p, cudaStream_t stream) {
-  DI_CHECK(!p.fp4_interleaved || (p.fp4 && p.k % 128 == 0 && p.n % 32 == 0),
-           "stream_gemm: interleaved weights are MXFP4 with K a multiple of 128 and outputs of "
-           "32, got K {}, {} outputs",
-           p.k, p.n);
+  check_interleaved(p, "stream_gemm");
   const stream_shape sh = stream_shape_of(p);
   if (sh.cfg.k_splits > 1)  // atomic adds need a zeroed y
     CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));

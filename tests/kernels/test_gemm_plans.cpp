@@ -135,3 +135,29 @@ TEST_CASE("stream_gemm and fp8_gemv refuse what they do not take, with a clear e
 }  // namespace
 }  // namespace di
 #endif
+
+namespace di {
+namespace {
+
+TEST_CASE("block_gemm launches refuse interleaved weights whose shape cuts stripes or runs") {
+  // shape: n, k, block_cols (0 = MXFP4), groups, act_block
+  cuda::block_gemm_params whole = params_for({2304, 5120, 0, 8, 32}, 1);
+  whole.fp4_interleaved = true;
+  cuda::check_interleaved(whole, "test");  // 72 stripes, 40 runs: taken
+  cuda::block_gemm_params cut = params_for({48, 5120, 0, 8, 32}, 1);  // 1.5 stripes per expert
+  cut.fp4_interleaved = true;
+  CHECK_THROWS_WITH_AS(cuda::check_interleaved(cut, "test"), doctest::Contains("outputs of 32"),
+                       error);
+  cuda::block_gemm_params short_k = params_for({64, 96, 0, 1, 32}, 1);  // K not whole runs
+  short_k.fp4_interleaved = true;
+  CHECK_THROWS_WITH_AS(cuda::check_interleaved(short_k, "test"),
+                       doctest::Contains("K a multiple of 128"), error);
+  cuda::block_gemm_params fp8 = params_for({64, 256, 32, 1, 32}, 1);  // the layout is MXFP4's
+  fp8.fp4_interleaved = true;
+  CHECK_THROWS_AS(cuda::check_interleaved(fp8, "test"), error);
+  fp8.fp4_interleaved = false;
+  cuda::check_interleaved(fp8, "test");
+}
+
+}  // namespace
+}  // namespace di
