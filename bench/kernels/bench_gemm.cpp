@@ -182,8 +182,9 @@ void fp4_grouped_rows(const limits& lim, std::vector<result_row>& rows, const ch
   }
 }
 
-/// attention's wo_a at batch 1 (block-diagonal, no activation quantization): fp8_gemv on the
-/// stored codes against cuBLAS on the weight decoded to fp32 (what the model kept before).
+/// attention's wo_a (block-diagonal, no activation quantization) at decode batches: the stored
+/// codes on fp8_split_gemm (bf16 tensor cores) and on fp8_gemv (CUDA cores), against cuBLAS on
+/// the weight decoded to fp32 (what the model kept before).
 void wo_a_rows(const limits& lim, std::vector<result_row>& rows, const char* model,
                std::int64_t groups, std::int64_t out, std::int64_t in, std::int64_t block) {
   const std::size_t bytes = std::size_t(groups * out * in);
@@ -192,19 +193,30 @@ void wo_a_rows(const limits& lim, std::vector<result_row>& rows, const char* mod
     stored.push_back(device_fp8(groups * out, in, block, 40 + i));
     decoded.push_back(cuda::dequantize_weight(stored.back(), dtype::f32));
   }
-  const tensor x = random_device({1, groups, in}, dtype::f32, 41);
-  for (const auto* ws : {&stored, &decoded}) {
-    const double us = median_graph_us([&] {
-                        for (const weight_matrix& w : *ws) ops::grouped_linear(x, w);
-                      }) /
-                      double(ws->size());
-    const bool fp8 = ws == &stored;
-    const double read = double(fp8 ? bytes : 4 * bytes);
-    rows.push_back({fmt::format("{} wo_a M=1 {}", model, fp8 ? "fp8_gemv" : "fp32 cuBLAS"),
-                    fmt::format("{} x N{} K{} {:.1f} MB", groups, out, in, read / 1e6), us,
-                    "us graph", us, fmt::format("copy {:.0f} GB/s", lim.copy_gbps),
-                    read / (us * 1e-6) / 1e9 / lim.copy_gbps});
+  const bool split_before = cuda::get_split_gemm();
+  for (const std::int64_t m : {1, 8, 64}) {
+    const tensor x = random_device({m, groups, in}, dtype::f32, 41);
+    struct path {
+      const char* name;
+      bool fp8, split;
+    };
+    for (const path k : {path{"fp8_split_gemm", true, true}, path{"fp8_gemv", true, false},
+                         path{"fp32 cuBLAS", false, false}}) {
+      const bool fp8 = k.fp8;
+      cuda::set_split_gemm(k.split);
+      const std::vector<weight_matrix>& ws = fp8 ? stored : decoded;
+      const double us = median_graph_us([&] {
+                          for (const weight_matrix& w : ws) ops::grouped_linear(x, w);
+                        }) /
+                        double(ws.size());
+      const double read = double(fp8 ? bytes : 4 * bytes);
+      rows.push_back({fmt::format("{} wo_a M={} {}", model, m, k.name),
+                      fmt::format("{} x N{} K{} {:.1f} MB", groups, out, in, read / 1e6), us,
+                      "us graph", us, fmt::format("copy {:.0f} GB/s", lim.copy_gbps),
+                      read / (us * 1e-6) / 1e9 / lim.copy_gbps});
+    }
   }
+  cuda::set_split_gemm(split_before);
 }
 
 }  // namespace

@@ -70,6 +70,11 @@ bool get_stream_gemm();
 /// DEEPINFER_STREAM_VARIANT sets the default (a value other than -1, 0 or 1 is ignored with a
 /// warning on stderr). Defined in stream_gemm.cu.
 void set_stream_gemm_variant(int variant);
+/// grouped_linear's decode batches (1..64 rows, FP8 with e8m0 scales) on fp8_split_gemm (bf16
+/// tensor cores, activations split into two bf16 parts) -- the default -- or, switched off, on
+/// fp8_gemv (CUDA cores, fp32 activations). For benchmarks and tests. Defined in gemm.cpp.
+void set_split_gemm(bool on);
+bool get_split_gemm();
 
 /// The weight decoded exactly (value times its block scale) to `to` (bf16 or f32), on the
 /// weight's device: the dequantize-at-load path.

@@ -19,6 +19,7 @@ namespace {
 
 std::atomic<gemm_backend> g_backend{gemm_backend::automatic};
 std::atomic<bool> g_ordered_splits{false};
+std::atomic<bool> g_split_gemm{true};
 
 /// Launches p on sm90_block_gemm; with ordered splits (set_ordered_gemm_splits), a K split
 /// gets its partials workspace and zeroed tile counters (stream-ordered scratch, so CUDA graph
@@ -125,6 +126,13 @@ gemm_backend get_gemm_backend() {
   return g_backend;
 }
 
+void set_split_gemm(bool on) {
+  g_split_gemm = on;
+}
+bool get_split_gemm() {
+  return g_split_gemm;
+}
+
 void set_ordered_gemm_splits(bool on) {
   g_ordered_splits = on;
 }
@@ -192,25 +200,32 @@ tensor grouped_linear(const tensor& x, const weight_matrix& weight) {
            weight.cols(), groups, in);
   const std::int64_t out = weight.rows() / groups;
   tensor y = tensor::empty({rows, groups, out}, dtype::f32, x.dev());  // [rows, groups, out]
-  // No activation quantization here (as on the CPU). Decode batches of an FP8 weight (up to
-  // fp8_gemv_chunked_rows rows, in chunks of fp8_gemv_max_rows: each chunk streams the stored
-  // codes once, which beats decoding the whole weight to f32 for SGEMM every step); prefill
-  // runs SGEMM per group over the decoded weight. A row's result does not depend on its chunk.
-  if (weight.values.type() == dtype::f8_e4m3 && weight.scales.defined() && x.is_contiguous() &&
-      reinterpret_cast<std::uintptr_t>(x.raw()) % 16 == 0 && rows > 0 &&
-      rows <= fp8_gemv_chunked_rows &&
+  // No activation quantization here (as on the CPU). Decode batches of an FP8 weight stream
+  // the stored codes once: up to fp8_split_gemm_max_rows rows with e8m0 scales on the bf16
+  // tensor cores (activations split into two bf16 parts), otherwise fp8_gemv (CUDA cores) in
+  // chunks of fp8_gemv_max_rows up to fp8_gemv_chunked_rows rows; prefill runs SGEMM per group
+  // over the decoded weight. A row's result does not depend on the batch it runs in.
+  const bool fp8_decode = weight.values.type() == dtype::f8_e4m3 && weight.scales.defined() &&
+                          x.is_contiguous() &&
+                          reinterpret_cast<std::uintptr_t>(x.raw()) % 16 == 0 && rows > 0;
+  const bool e8m0 = weight.scales.defined() && weight.scales.type() == dtype::f8_e8m0;
+  auto params = [&](std::int64_t r0, std::int64_t n) {
+    return fp8_gemv_params{x.data<float>() + r0 * groups * in,
+                           static_cast<const std::uint8_t*>(weight.values.raw()),
+                           e8m0 ? static_cast<const std::uint8_t*>(weight.scales.raw()) : nullptr,
+                           e8m0 ? nullptr : weight.scales.data<float>(), weight.scales.size(1),
+                           int(weight.block.rows), int(weight.block.cols), n, groups, in, out,
+                           y.data<float>() + r0 * groups * out};
+  };
+  if (fp8_decode && g_split_gemm &&
+      fp8_split_gemm_fits(rows, in, int(weight.block.cols), e8m0)) {
+    launch_fp8_split_gemm(params(0, rows), current_stream());
+    return y;
+  }
+  if (fp8_decode && rows <= fp8_gemv_chunked_rows &&
       fp8_gemv_fits(std::min(rows, fp8_gemv_max_rows), in, int(weight.block.cols))) {
-    const bool e8m0 = weight.scales.type() == dtype::f8_e8m0;
-    for (std::int64_t r0 = 0; r0 < rows; r0 += fp8_gemv_max_rows) {
-      const std::int64_t n = std::min(fp8_gemv_max_rows, rows - r0);
-      launch_fp8_gemv({x.data<float>() + r0 * groups * in,
-                       static_cast<const std::uint8_t*>(weight.values.raw()),
-                       e8m0 ? static_cast<const std::uint8_t*>(weight.scales.raw()) : nullptr,
-                       e8m0 ? nullptr : weight.scales.data<float>(), weight.scales.size(1),
-                       int(weight.block.rows), int(weight.block.cols), n, groups, in, out,
-                       y.data<float>() + r0 * groups * out},
-                      current_stream());
-    }
+    for (std::int64_t r0 = 0; r0 < rows; r0 += fp8_gemv_max_rows)
+      launch_fp8_gemv(params(r0, std::min(fp8_gemv_max_rows, rows - r0)), current_stream());
     return y;
   }
   const weight_matrix dense = is_stored_format(weight) || weight.values.type() == dtype::bf16

@@ -70,7 +70,8 @@ struct block_gemm_plan {
 };
 block_gemm_plan plan_block_gemm(const block_gemm_params& p);
 /// Enqueues the GEMM (zeroing y first when it splits K across blocks with atomics). Token
-/// tiles of at most 8 rows (decode) go to stream_gemm unless that is switched off.
+/// tiles of at most 8 rows (decode), and dense FP8 GEMMs of up to 64 rows, go to stream_gemm
+/// unless that is switched off.
 void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream);
 /// block_gemm's decode kernel (stream_gemm.cu): weights streamed into registers; its K splits
 /// depend on the weight's shape only and add deterministically (no workspace).
@@ -87,6 +88,9 @@ struct stream_gemm_plan {
   std::int64_t row_blocks, grid_groups, token_tiles;  ///< the grid
 };
 stream_gemm_plan plan_stream_gemm(const block_gemm_params& p);
+/// 8-token tiles stream_gemm multiplies per weight fragment: 1, or for dense FP8 GEMMs of 9..64
+/// rows 2, 4 or 8 (the weight read once for the whole batch).
+int stream_token_tiles(const block_gemm_params& p);
 /// (The switches that choose between stream_gemm and sm90_block_gemm, and stream_gemm's load
 /// batching, are declared with the other GEMM switches in cuda_ops.hpp.)
 
@@ -112,6 +116,11 @@ constexpr std::int64_t fp8_gemv_max_rows = 8;
 constexpr std::int64_t fp8_gemv_chunked_rows = 64;
 bool fp8_gemv_fits(std::int64_t rows, std::int64_t in, int block_cols);
 void launch_fp8_gemv(const fp8_gemv_params& p, cudaStream_t stream);
+/// The same product for 1..fp8_split_gemm_max_rows rows on the bf16 tensor cores, each
+/// activation split into two bf16 parts (fp8_split_gemm.cu); e8m0 weight scales only.
+constexpr std::int64_t fp8_split_gemm_max_rows = 64;
+bool fp8_split_gemm_fits(std::int64_t rows, std::int64_t in, int block_cols, bool e8m0);
+void launch_fp8_split_gemm(const fp8_gemv_params& p, cudaStream_t stream);
 
 struct dequantize_params {
   const std::uint8_t* values;      ///< FP8 [rows, cols], FP4 [rows, cols / 2], or bf16/f32

@@ -457,9 +457,10 @@ std::atomic<bool> g_stream_gemm{[] {
   return !(env && std::string_view(env) == "0");
 }()};
 
-/// Whether launch_block_gemm hands p to stream_gemm: token tiles of <= 8 rows.
-bool streams(const launch_shape& sh) {
-  return sh.nt == 1 && g_stream_gemm;
+/// Whether launch_block_gemm hands p to stream_gemm: token tiles of <= 8 rows, and dense FP8
+/// GEMMs of up to 64 rows (stream_gemm multiplies every weight fragment with all of them).
+bool streams(const block_gemm_params& p, const launch_shape& sh) {
+  return (sh.nt == 1 || stream_token_tiles(p) > 1) && g_stream_gemm;
 }
 
 }  // namespace
@@ -474,7 +475,7 @@ bool get_stream_gemm() {
 block_gemm_plan plan_block_gemm(const block_gemm_params& p) {
   if (p.max_rows == 0 || p.n == 0 || p.groups == 0 || p.k / step_k == 0) return {};
   const launch_shape sh = shape_of(p);
-  if (streams(sh)) return {1, sh.tiles()};  // its splits need no workspace
+  if (streams(p, sh)) return {1, sh.tiles()};  // its splits need no workspace
   return {sh.cfg.k_splits, sh.tiles()};
 }
 
@@ -486,7 +487,7 @@ void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream) {
     return;
   }
   const launch_shape sh = shape_of(p);
-  if (streams(sh)) {
+  if (streams(p, sh)) {
     launch_stream_gemm(p, stream);
     return;
   }

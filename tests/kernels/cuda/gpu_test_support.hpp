@@ -67,8 +67,9 @@ inline void poison_device_pool(std::size_t bytes = std::size_t(64) << 20) {
 }
 
 /// The CUDA result `got` back on the host equals `want` byte for byte.
-inline void check_bitwise(const tensor& got, const tensor& want) {
+inline void check_bitwise(const tensor& got, const tensor& want_any) {
   tensor host = got.dev().kind == device_kind::cpu ? got : got.to(cpu_device);
+  const tensor want = want_any.dev().kind == device_kind::cpu ? want_any : want_any.to(cpu_device);
   REQUIRE(host.shape() == want.shape());
   REQUIRE(host.type() == want.type());
   const auto* a = static_cast<const std::uint8_t*>(host.raw());
@@ -80,9 +81,11 @@ inline void check_bitwise(const tensor& got, const tensor& want) {
   CHECK(mismatches == 0);
 }
 
-/// ||got - want|| / ||want|| <= rel (f32 tensors); NaN anywhere in `got` fails.
-inline void check_close(const tensor& got, const tensor& want, double rel) {
+/// ||got - want|| / ||want|| <= rel (f32 tensors, either on any device); NaN anywhere in `got`
+/// fails.
+inline void check_close(const tensor& got, const tensor& want_any, double rel) {
   tensor host = got.dev().kind == device_kind::cpu ? got : got.to(cpu_device);
+  const tensor want = want_any.dev().kind == device_kind::cpu ? want_any : want_any.to(cpu_device);
   REQUIRE(host.shape() == want.shape());
   REQUIRE(host.type() == dtype::f32);
   double diff = 0.0, norm = 0.0;

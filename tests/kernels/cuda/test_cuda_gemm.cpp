@@ -169,30 +169,47 @@ TEST_CASE("cuda linear: dequantized-at-load BF16 and f32 weights on cuBLAS") {
 }
 
 TEST_CASE("cuda grouped_linear (block-diagonal) matches the CPU") {
-  // Rows 1-64 take fp8_gemv (stored codes, no activation quantization; chunks of 8 rows),
-  // the others the dequantize + SGEMM path; V4's 128x128 and V4.1's 32x32 blocks, outputs per
-  // group not a multiple of the scale block, inputs not a multiple of a warp's 512-input pass.
-  // A row's result does not depend on the chunk or batch it runs in (bitwise).
+  // Rows 1-64 take fp8_split_gemm (bf16 tensor cores, activations split in two bf16 parts) or,
+  // switched off or with f32 scales, fp8_gemv (CUDA cores; chunks of 8 rows); the others the
+  // dequantize + SGEMM path. V4's 128x128 and V4.1's 32x32 blocks, outputs per group not a
+  // multiple of the scale block or of a 64-row block, inputs not a multiple of a 128-input
+  // batch, a K split across two blocks (K 4096). A row's result does not depend on the chunk,
+  // token tile or batch it runs in (bitwise).
   struct shape {
     std::int64_t groups, out, in, block;
   };
-  for (const shape sh : {shape{8, 128, 256, 128}, shape{8, 40, 1040, 32}, shape{1, 200, 4096, 32},
-                         shape{3, 96, 528, 128}}) {
-    const weight_matrix w = random_fp8(sh.groups * sh.out, sh.in, sh.block);
-    const weight_matrix wg = weight_to(w, gpu);
-    for (std::int64_t rows : {0, 1, 2, 3, 5, 8, 9, 17, 64, 70}) {
-      CAPTURE(rows);
-      CAPTURE(sh.in);
-      const tensor x = test::random_f32({rows, sh.groups, sh.in});
-      test::poison_device_pool();
-      const tensor y = ops::grouped_linear(x.to(gpu), wg).to(cpu_device);
-      check_close(y, ops::grouped_linear(x, w), 1e-5);
-      if (rows > 3 && rows <= 64) {  // the last 3 rows alone: the same bits
-        const tensor tail = ops::grouped_linear(x.slice(0, rows - 3, rows).to(gpu), wg);
-        test::check_bitwise(tail, y.slice(0, rows - 3, rows).clone());
+  const bool split_before = cuda::get_split_gemm();
+  for (const bool split : {true, false}) {
+    cuda::set_split_gemm(split);
+    for (const shape sh : {shape{8, 128, 256, 128}, shape{8, 40, 1040, 32},
+                           shape{1, 200, 4096, 32}, shape{3, 96, 528, 128}}) {
+      const weight_matrix w = random_fp8(sh.groups * sh.out, sh.in, sh.block);
+      const weight_matrix wg = weight_to(w, gpu);
+      for (std::int64_t rows : {0, 1, 2, 3, 5, 8, 9, 17, 33, 64, 70}) {
+        CAPTURE(split);
+        CAPTURE(rows);
+        CAPTURE(sh.in);
+        const tensor x = test::random_f32({rows, sh.groups, sh.in});
+        test::poison_device_pool();
+        const tensor y = ops::grouped_linear(x.to(gpu), wg).to(cpu_device);
+        check_close(y, ops::grouped_linear(x, w), 1e-5);
+        if (rows > 3 && rows <= 64) {  // the last 3 rows alone: the same bits
+          const tensor tail = ops::grouped_linear(x.slice(0, rows - 3, rows).to(gpu), wg);
+          test::check_bitwise(tail, y.slice(0, rows - 3, rows).clone());
+        }
       }
     }
   }
+  // f32 block scales: fp8_gemv even with the split kernel on (it folds e8m0 scales only).
+  cuda::set_split_gemm(true);
+  weight_matrix w = random_fp8(256, 512, 128);
+  tensor s32 = tensor::empty(w.scales.shape(), dtype::f32);
+  for (std::int64_t i = 0; i < s32.numel(); ++i)
+    s32.data<float>()[i] = e8m0_to_f32(static_cast<const std::uint8_t*>(w.scales.raw())[i]) * 1.5f;
+  w = weight_matrix::fp8(w.values, s32, w.block);
+  const tensor x = test::random_f32({5, 2, 512});
+  check_close(ops::grouped_linear(x.to(gpu), weight_to(w, gpu)), ops::grouped_linear(x, w), 1e-5);
+  cuda::set_split_gemm(split_before);
 }
 
 /// Offsets [experts + 1] i32 for the given per-expert row counts (host).
@@ -381,6 +398,7 @@ struct stream_switches {
 };
 
 TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invariant") {
+  // Up to 8 rows per group, and dense FP8 up to 64 rows (several token tiles per block).
   const stream_switches restore;
   struct shape {
     std::int64_t out, in;
@@ -417,6 +435,22 @@ TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invarian
       for (std::int64_t rows : {1, 3}) {  // fewer rows: the same bits for the same tokens
         const tensor part = ops::linear(x8.slice(0, 0, rows).clone().to(gpu), w, {act});
         test::check_bitwise(part.to(cpu_device), y8.slice(0, 0, rows).clone());
+      }
+    }
+    if (sh.block) {  // dense FP8 up to 64 rows: each weight fragment times 2, 4 or 8 token tiles
+      cuda::set_stream_gemm_variant(-1);
+      const tensor x64 = varied_input(64, sh.in);
+      test::poison_device_pool();
+      const tensor y64 = ops::linear(x64.to(gpu), w, {act}).to(cpu_device);
+      check_close(y64, ops::linear(x64, host, {act}), 2e-3);
+      cuda::set_stream_gemm(false);  // the shared-memory tile kernel: the same sums, regrouped
+      check_close(ops::linear(x64.to(gpu), w, {act}), y64, 1e-5);
+      cuda::set_stream_gemm(true);
+      test::check_bitwise(ops::linear(x64.to(gpu), w, {act}), y64);
+      for (std::int64_t rows : {1, 8, 9, 17, 33, 40}) {  // the same bits for the same tokens
+        CAPTURE(rows);
+        const tensor part = ops::linear(x64.slice(0, 0, rows).clone().to(gpu), w, {act});
+        test::check_bitwise(part, y64.slice(0, 0, rows).clone());
       }
     }
   }
