@@ -5,6 +5,9 @@
 # DEEPINFER_PROFILE_BATCH (default 1), eagerly, 2 timed steps, context DEEPINFER_BENCH_CONTEXT
 # (default 1024). One row per kernel launch (name, grid, block, ns) goes to
 # $OUT/ncu-decode-b<batch>.csv; scripts/ncu-summary.py sums the last decode step by kernel.
+# DEEPINFER_PROFILE_SKIP=N leaves the first N launches unprofiled (the prefill forwards of a
+# large batch: 64 x 269 launches at v41-flash-L4 batch 64), DEEPINFER_PROFILE_COUNT=M profiles
+# M launches after them.
 set -uo pipefail
 source "$(dirname "$0")/gpu-profile-env.sh" deepinfer
 preset=${1:-v41-flash-L4}
@@ -12,6 +15,7 @@ dir=/tmp/models/$preset
 [[ -f $dir/config.json ]] || /tmp/fwd/bin/deepinfer make-model --preset "$preset" --out "$dir" --quiet
 for b in ${DEEPINFER_PROFILE_BATCH:-1}; do
   "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
+    --launch-skip "${DEEPINFER_PROFILE_SKIP:-0}" ${DEEPINFER_PROFILE_COUNT:+--launch-count "$DEEPINFER_PROFILE_COUNT"} \
     /tmp/fwd/bin/deepinfer bench decode --model "$dir" --device cuda --batch "$b" \
     --context "${DEEPINFER_BENCH_CONTEXT:-1024}" --steps 2 --cuda-graphs off \
     2>"$out/ncu-decode-b$b.err" | python3 -c '
