@@ -70,8 +70,7 @@ struct block_gemm_plan {
 };
 block_gemm_plan plan_block_gemm(const block_gemm_params& p);
 /// Enqueues the GEMM (zeroing y first when it splits K across blocks with atomics). Token
-/// tiles of at most 8 rows (decode), and dense FP8 GEMMs of up to 64 rows, go to stream_gemm
-/// unless that is switched off.
+/// tiles of at most 8 rows (decode) go to stream_gemm unless that is switched off.
 void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream);
 /// block_gemm's decode kernel (stream_gemm.cu): weights streamed into registers; its K splits
 /// depend on the weight's shape only and add deterministically (no workspace).
@@ -88,9 +87,6 @@ struct stream_gemm_plan {
   std::int64_t row_blocks, grid_groups, token_tiles;  ///< the grid
 };
 stream_gemm_plan plan_stream_gemm(const block_gemm_params& p);
-/// 8-token tiles stream_gemm multiplies per weight fragment: 1, or for dense FP8 GEMMs of 9..64
-/// rows 2, 4 or 8 (the weight read once for the whole batch).
-int stream_token_tiles(const block_gemm_params& p);
 /// (The switches that choose between stream_gemm and sm90_block_gemm, and stream_gemm's load
 /// batching, are declared with the other GEMM switches in cuda_ops.hpp.)
 

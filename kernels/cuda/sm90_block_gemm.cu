@@ -227,25 +227,51 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
       const std::int64_t sx0 = (col0 + std::int64_t(s_begin + c0) * step_k) >> act_shift;
       const int sx_count = ((c1 - c0) * step_k) >> act_shift;
       __syncthreads();
-      for (int u = threadIdx.x; u < NT * 8 * units_per_row; u += blockDim.x) {
-        const int tok = u / units_per_row, unit = u % units_per_row;
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (tok0 + tok < count)
-          v = *reinterpret_cast<const uint4*>(act_base + (row_begin + tok0 + tok) * p.act_stride +
-                                              c0 * step_k + unit * 16);
-        if (FP4) {  // each 8 inputs as (k0, k2, k4, k6, k1, k3, k5, k7), as fp4_low/high give A
-          const uint4 o = make_uint4(fp4_act_low(v.x, v.y), fp4_act_high(v.x, v.y),
-                                     fp4_act_low(v.z, v.w), fp4_act_high(v.z, v.w));
-          v = o;
+      // Staged in rounds of `batch` independent loads per thread (a plain loop waits for each
+      // load before the next: ~20 L2 round trips per chunk at 64 tokens; V4.1's wq_b at M=64
+      // 101 -> 88 us on the H200, still a ninth of the copy bandwidth: the short K range of
+      // each block, not the staging, is what holds these tiles back).
+      constexpr int batch = NT <= 2 ? 4 : 8;  // 4: no spills under the 4-blocks-per-SM bound
+      const int units = NT * 8 * units_per_row;
+      for (int base = threadIdx.x; base < units; base += batch * blockDim.x) {
+        uint4 v[batch];
+#pragma unroll
+        for (int i = 0; i < batch; ++i) {
+          const int u = base + i * int(blockDim.x), tok = u / units_per_row;
+          v[i] = make_uint4(0, 0, 0, 0);
+          if (u < units && tok0 + tok < count)
+            v[i] = *reinterpret_cast<const uint4*>(act_base +
+                                                   (row_begin + tok0 + tok) * p.act_stride +
+                                                   c0 * step_k + (u % units_per_row) * 16);
         }
-        *reinterpret_cast<uint4*>(act_tile + tok * stride + unit * 16) = v;
+#pragma unroll
+        for (int i = 0; i < batch; ++i) {
+          const int u = base + i * int(blockDim.x);
+          if (u >= units) break;
+          uint4 o = v[i];
+          if (FP4)  // each 8 inputs as (k0, k2, k4, k6, k1, k3, k5, k7), as fp4_low/high give A
+            o = make_uint4(fp4_act_low(v[i].x, v[i].y), fp4_act_high(v[i].x, v[i].y),
+                           fp4_act_low(v[i].z, v[i].w), fp4_act_high(v[i].z, v[i].w));
+          *reinterpret_cast<uint4*>(act_tile + (u / units_per_row) * stride +
+                                    (u % units_per_row) * 16) = o;
+        }
       }
-      for (int u = threadIdx.x; u < NT * 8 * sx_count; u += blockDim.x) {
-        const int tok = u / sx_count, i = u % sx_count;
-        sx_tile[tok * sx_per_tok + i] =
-            tok0 + tok < count
-                ? p.act_scale[(row_begin + tok0 + tok) * p.act_scale_stride + sx0 + i]
-                : 0.0f;
+      const int sx_units = NT * 8 * sx_count;
+      for (int base = threadIdx.x; base < sx_units; base += batch * blockDim.x) {
+        float v[batch];
+#pragma unroll
+        for (int i = 0; i < batch; ++i) {
+          const int u = base + i * int(blockDim.x), tok = u / sx_count;
+          v[i] = u < sx_units && tok0 + tok < count
+                     ? p.act_scale[(row_begin + tok0 + tok) * p.act_scale_stride + sx0 +
+                                   u % sx_count]
+                     : 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < batch; ++i) {
+          const int u = base + i * int(blockDim.x);
+          if (u < sx_units) sx_tile[(u / sx_count) * sx_per_tok + u % sx_count] = v[i];
+        }
       }
       __syncthreads();
     }
@@ -457,10 +483,9 @@ std::atomic<bool> g_stream_gemm{[] {
   return !(env && std::string_view(env) == "0");
 }()};
 
-/// Whether launch_block_gemm hands p to stream_gemm: token tiles of <= 8 rows, and dense FP8
-/// GEMMs of up to 64 rows (stream_gemm multiplies every weight fragment with all of them).
-bool streams(const block_gemm_params& p, const launch_shape& sh) {
-  return (sh.nt == 1 || stream_token_tiles(p) > 1) && g_stream_gemm;
+/// Whether launch_block_gemm hands p to stream_gemm: token tiles of <= 8 rows.
+bool streams(const launch_shape& sh) {
+  return sh.nt == 1 && g_stream_gemm;
 }
 
 }  // namespace
@@ -475,7 +500,7 @@ bool get_stream_gemm() {
 block_gemm_plan plan_block_gemm(const block_gemm_params& p) {
   if (p.max_rows == 0 || p.n == 0 || p.groups == 0 || p.k / step_k == 0) return {};
   const launch_shape sh = shape_of(p);
-  if (streams(p, sh)) return {1, sh.tiles()};  // its splits need no workspace
+  if (streams(sh)) return {1, sh.tiles()};  // its splits need no workspace
   return {sh.cfg.k_splits, sh.tiles()};
 }
 
@@ -487,7 +512,7 @@ void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream) {
     return;
   }
   const launch_shape sh = shape_of(p);
-  if (streams(p, sh)) {
+  if (streams(sh)) {
     launch_stream_gemm(p, stream);
     return;
   }

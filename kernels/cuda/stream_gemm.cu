@@ -95,19 +95,16 @@ struct batch_regs {
 /// activations (V4.1's shapes): every step promotes, with no branch in a whole batch.
 /// IL: MXFP4 interleaved (K a multiple of 128 and N of 32, so warps own whole stripes, their
 /// ranges hold whole 4-step runs and every batch is a whole run: no tail batch).
-/// NT: 8-token tiles per block (dense FP8 up to 64 rows): every weight fragment multiplies NT
-/// tiles' activations, read from L1 at multiply time (tile 0's too) instead of with the batch.
-template <bool FP4, bool IL, bool EVERY, int batch, int min_blocks, bool WALK, int NT = 1>
+template <bool FP4, bool IL, bool EVERY, int batch, int min_blocks, bool WALK>
 __global__ void __launch_bounds__(warps * 32, min_blocks)
     stream_gemm_kernel(block_gemm_params p, stream_config cfg) {
   static_assert(!IL || (FP4 && batch == 4), "interleaved runs are MXFP4 batches of 4 steps");
-  static_assert(NT == 1 || (!FP4 && !WALK), "several token tiles: dense FP8 only");
   constexpr int DEPTH = 2;  // batches of registers: one loads while one multiplies (a third
                             // measured slower on the H200)
   constexpr int tiles = tiles_of<FP4>();
   constexpr int warp_rows = 16 * tiles;
   constexpr int step_bytes = FP4 ? step_k / 2 : step_k;
-  __shared__ float partial[warps][32][NT * tiles * 4];
+  __shared__ float partial[warps][32][tiles * 4];
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
   const block_site site = locate_block<warps>(p, cfg.compact, cfg.k_splits);
   if (site.group < 0) return;  // fewer non-empty groups than grid rows (uniform over the block)
@@ -170,19 +167,6 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
   const int act_shift = log2_int(p.act_block);
   const float* sx_a = p.act_scale + tile_row(2 * t) * p.act_scale_stride + (col0 >> act_shift);
   const float* sx_b = p.act_scale + tile_row(2 * t + 1) * p.act_scale_stride + (col0 >> act_shift);
-  // Tile j's rows relative to tile 0's (NT > 1; small: at most 64 rows of K codes or scales).
-  int act_off[NT], sx_off_a[NT], sx_off_b[NT];
-#pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    act_off[j] = int((tile_row(8 * j + g) - tile_row(g)) * p.act_stride);
-    sx_off_a[j] = int((tile_row(8 * j + 2 * t) - tile_row(2 * t)) * p.act_scale_stride);
-    sx_off_b[j] = int((tile_row(8 * j + 2 * t + 1) - tile_row(2 * t + 1)) * p.act_scale_stride);
-  }
-  // Tile j's B fragment of (global) step `step`: with the batch (NT == 1) or from L1.
-  auto act_frag = [&](const auto& r, int u, int j, int step) -> uint2 {
-    if constexpr (NT == 1) return r.b[u];
-    else return __ldg(reinterpret_cast<const uint2*>(act_row + act_off[j] + (step - w0) * step_k));
-  };
   const int pmask = (FP4 ? 1 : max(1, min(p.block_cols, p.act_block) / step_k)) - 1;
   const int col_shift = FP4 ? 0 : log2_int(p.block_cols);
 
@@ -218,19 +202,16 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
             else
               r.a[u][m][h] = load_stream8(src);
           }
-        if constexpr (NT == 1)
-          r.b[u] = __ldg(reinterpret_cast<const uint2*>(act_row + (off + u) * step_k));
+        r.b[u] = __ldg(reinterpret_cast<const uint2*>(act_row + (off + u) * step_k));
       }
     }
   };
 
-  float acc[NT][tiles][4], tmp[NT][tiles][4];
+  float acc[tiles][4], tmp[tiles][4];
 #pragma unroll
-  for (int j = 0; j < NT; ++j)
+  for (int m = 0; m < tiles; ++m)
 #pragma unroll
-    for (int m = 0; m < tiles; ++m)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) acc[j][m][c] = tmp[j][m][c] = 0.0f;
+    for (int c = 0; c < 4; ++c) acc[m][c] = tmp[m][c] = 0.0f;
 
   // The A fragments of step u of a batch for tile m.
   auto fragments = [](const batch_regs<FP4, batch>& r, int u, int m, std::uint32_t (&a)[4]) {
@@ -246,20 +227,15 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
       a[3] = r.a[u][m][1].y;
     }
   };
-  // Step u (global step `step`) of a batch: each weight tile's fragments with each token
-  // tile's handed to mma_tile(j, m, a, b0, b1).
-  auto step_fragments = [&](const batch_regs<FP4, batch>& r, int u, int step, auto&& mma_tile) {
+  // Step u of a batch: each tile's fragments handed to mma_tile(m, a, b0, b1).
+  auto step_fragments = [&](const batch_regs<FP4, batch>& r, int u, auto&& mma_tile) {
+    const std::uint32_t b0 = FP4 ? fp4_act_low(r.b[u].x, r.b[u].y) : r.b[u].x;
+    const std::uint32_t b1 = FP4 ? fp4_act_high(r.b[u].x, r.b[u].y) : r.b[u].y;
 #pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      const uint2 b = act_frag(r, u, j, step);
-      const std::uint32_t b0 = FP4 ? fp4_act_low(b.x, b.y) : b.x;
-      const std::uint32_t b1 = FP4 ? fp4_act_high(b.x, b.y) : b.y;
-#pragma unroll
-      for (int m = 0; m < tiles; ++m) {
-        std::uint32_t a[4];
-        fragments(r, u, m, a);
-        mma_tile(j, m, a, b0, b1);
-      }
+    for (int m = 0; m < tiles; ++m) {
+      std::uint32_t a[4];
+      fragments(r, u, m, a);
+      mma_tile(m, a, b0, b1);
     }
   };
 
@@ -289,30 +265,27 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
     }
 #pragma unroll
     for (int u = 0; u < batch; ++u)
-      step_fragments(r, u, s + u, [&](int j, int m, const std::uint32_t(&a)[4], std::uint32_t b0,
-                                      std::uint32_t b1) {
+      step_fragments(r, u, [&](int m, const std::uint32_t(&a)[4], std::uint32_t b0,
+                                  std::uint32_t b1) {
         float d[4];
         mma_e4m3_fresh(d, a, b0, b1);
         const float w_lo = fp4_scale_factor(std::uint8_t(wpk[m][0] >> (8 * u)));
         const float w_hi = fp4_scale_factor(std::uint8_t(wpk[m][1] >> (8 * u)));
-        acc[j][m][0] += d[0] * (w_lo * xa[u]);
-        acc[j][m][1] += d[1] * (w_lo * xb[u]);
-        acc[j][m][2] += d[2] * (w_hi * xa[u]);
-        acc[j][m][3] += d[3] * (w_hi * xb[u]);
+        acc[m][0] += d[0] * (w_lo * xa[u]);
+        acc[m][1] += d[1] * (w_lo * xb[u]);
+        acc[m][2] += d[2] * (w_hi * xa[u]);
+        acc[m][3] += d[3] * (w_hi * xb[u]);
       });
   };
 
   // A whole batch of steps that each promote (32-input scale blocks on both sides): all its
   // scales are read first, with no branch between them and the MMAs.
   auto multiply_every = [&](const batch_regs<FP4, batch>& r, int s) {
-    float xa[batch][NT], xb[batch][NT], w_lo[batch][tiles], w_hi[batch][tiles];
+    float xa[batch], xb[batch], w_lo[batch][tiles], w_hi[batch][tiles];
 #pragma unroll
     for (int u = 0; u < batch; ++u) {
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        xa[u][j] = sx_a[sx_off_a[j] + s + u];
-        xb[u][j] = sx_b[sx_off_b[j] + s + u];
-      }
+      xa[u] = sx_a[s + u];
+      xb[u] = sx_b[s + u];
 #pragma unroll
       for (int m = 0; m < tiles; ++m) {
         if constexpr (FP4) {
@@ -325,14 +298,13 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
     }
 #pragma unroll
     for (int u = 0; u < batch; ++u)
-      step_fragments(r, u, s + u, [&](int j, int m, const std::uint32_t(&a)[4], std::uint32_t b0,
-                                      std::uint32_t b1) {
+      step_fragments(r, u, [&](int m, const std::uint32_t(&a)[4], std::uint32_t b0, std::uint32_t b1) {
         float d[4];
         mma_e4m3_fresh(d, a, b0, b1);
-        acc[j][m][0] += d[0] * (w_lo[u][m] * xa[u][j]);
-        acc[j][m][1] += d[1] * (w_lo[u][m] * xb[u][j]);
-        acc[j][m][2] += d[2] * (w_hi[u][m] * xa[u][j]);
-        acc[j][m][3] += d[3] * (w_hi[u][m] * xb[u][j]);
+        acc[m][0] += d[0] * (w_lo[u][m] * xa[u]);
+        acc[m][1] += d[1] * (w_lo[u][m] * xb[u]);
+        acc[m][2] += d[2] * (w_hi[u][m] * xa[u]);
+        acc[m][3] += d[3] * (w_hi[u][m] * xb[u]);
       });
   };
 
@@ -343,11 +315,12 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
     for (int u = 0; u < batch; ++u) {
       const int step = s + u;
       if (Tail && step >= w1) break;
-      step_fragments(r, u, step, [&](int j, int m, const std::uint32_t(&a)[4], std::uint32_t b0,
-                                     std::uint32_t b1) { mma_e4m3(tmp[j][m], a, b0, b1); });
+      step_fragments(r, u, [&](int m, const std::uint32_t(&a)[4], std::uint32_t b0,
+                                  std::uint32_t b1) { mma_e4m3(tmp[m], a, b0, b1); });
       if (((step + 1) & pmask) != 0) continue;  // ranges hold whole promotion blocks
       // Promote: acc += tmp * weight scale * activation scale (as sm90_block_gemm does).
       const int sx_col = (step * step_k) >> act_shift;
+      const float xa = sx_a[sx_col], xb = sx_b[sx_col];
 #pragma unroll
       for (int m = 0; m < tiles; ++m) {
         float w_lo, w_hi;
@@ -358,16 +331,12 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
           const int col = (step * step_k) >> col_shift;
           w_lo = w_hi = ws32 ? ws32[col] : e8m0_to_f32(ws8[m][0][col]);
         }
+        acc[m][0] += tmp[m][0] * (w_lo * xa);
+        acc[m][1] += tmp[m][1] * (w_lo * xb);
+        acc[m][2] += tmp[m][2] * (w_hi * xa);
+        acc[m][3] += tmp[m][3] * (w_hi * xb);
 #pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          const float xa = sx_a[sx_off_a[j] + sx_col], xb = sx_b[sx_off_b[j] + sx_col];
-          acc[j][m][0] += tmp[j][m][0] * (w_lo * xa);
-          acc[j][m][1] += tmp[j][m][1] * (w_lo * xb);
-          acc[j][m][2] += tmp[j][m][2] * (w_hi * xa);
-          acc[j][m][3] += tmp[j][m][3] * (w_hi * xb);
-#pragma unroll
-          for (int c = 0; c < 4; ++c) tmp[j][m][c] = 0.0f;
-        }
+        for (int c = 0; c < 4; ++c) tmp[m][c] = 0.0f;
       }
     }
   };
@@ -410,40 +379,34 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
   // The warps of a row slice add their K ranges in warp order; the first one stores.
   if (cfg.wk > 1) {
 #pragma unroll
-    for (int j = 0; j < NT; ++j)
+    for (int m = 0; m < tiles; ++m)
 #pragma unroll
-      for (int m = 0; m < tiles; ++m)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) partial[warp][lane][(j * tiles + m) * 4 + c] = acc[j][m][c];
+      for (int c = 0; c < 4; ++c) partial[warp][lane][m * 4 + c] = acc[m][c];
     __syncthreads();
     if (wk_i != 0) return;
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int m = 0; m < tiles; ++m)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          float sum = 0.0f;
-          for (int w = 0; w < cfg.wk; ++w) sum += partial[warp + w][lane][(j * tiles + m) * 4 + c];
-          acc[j][m][c] = sum;
-        }
-  }
-  if (n0 >= p.n) return;
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
 #pragma unroll
     for (int m = 0; m < tiles; ++m)
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        const std::int64_t r = n0 + 16 * m + g + (c < 2 ? 0 : 8);
-        const std::int64_t tk = tok0 + 8 * j + 2 * t + (c & 1);
-        if (r >= p.n || tk >= count) continue;
-        float* out = p.y + group * p.y_group_offset + (row_begin + tk) * p.y_stride + r;
-        if (cfg.k_splits > 1)
-          atomicAdd(out, acc[j][m][c]);
-        else
-          *out = acc[j][m][c];
+        float sum = 0.0f;
+        for (int w = 0; w < cfg.wk; ++w) sum += partial[warp + w][lane][m * 4 + c];
+        acc[m][c] = sum;
       }
+  }
+  if (n0 >= p.n) return;
+#pragma unroll
+  for (int m = 0; m < tiles; ++m)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const std::int64_t r = n0 + 16 * m + g + (c < 2 ? 0 : 8);
+      const std::int64_t tk = tok0 + 2 * t + (c & 1);
+      if (r >= p.n || tk >= count) continue;
+      float* out = p.y + group * p.y_group_offset + (row_begin + tk) * p.y_stride + r;
+      if (cfg.k_splits > 1)
+        atomicAdd(out, acc[m][c]);
+      else
+        *out = acc[m][c];
+    }
     }();
     if constexpr (!WALK) break;
   }
@@ -463,20 +426,10 @@ std::int64_t target_warps_for(const block_gemm_params& p) {
   return p.fp4 ? 132 * 16 : 132 * 32;
 }
 
-}  // namespace
-
-int stream_token_tiles(const block_gemm_params& p) {
-  if (p.offsets || p.fp4 || p.max_rows <= 8 || p.max_rows > 64) return 1;
-  return p.max_rows <= 16 ? 2 : p.max_rows <= 32 ? 4 : 8;
-}
-
-namespace {
-
 /// The launch of p on stream_gemm: grid, warps along K and K splits, from the weight's shape.
 struct stream_shape {
   std::int64_t row_blocks = 0, grid_groups = 0, token_tiles = 0;
-  int nt = 1;         // 8-token tiles per block (dense FP8 of 9..64 rows: 2, 4 or 8)
-  bool walk = false;  // groups of more than 8 rows (nt 1): the blocks walk their token tiles
+  bool walk = false;  // groups of more than 8 rows: the blocks walk their token tiles
   stream_config cfg{1, 1, 0, 4, false};
 };
 
@@ -486,8 +439,7 @@ stream_shape stream_shape_of(const block_gemm_params& p) {
   const std::int64_t total_steps = p.k / step_k;
   const bool compact = p.offsets && p.rows > 0 && p.rows < p.groups;
   sh.grid_groups = compact ? p.rows : p.groups;
-  sh.nt = stream_token_tiles(p);
-  sh.walk = p.max_rows > 8 && sh.nt == 1;  // the kernel walks a group's token tiles itself
+  sh.walk = p.max_rows > 8;  // the kernel walks a group's token tiles itself
   sh.token_tiles = 1;
   // Warps wanted along K per 32-row slice, so that about 32 warps per SM stream weights:
   // counted with the weight's groups (at most 8 for experts: a decode step touches a few)
@@ -524,20 +476,6 @@ std::atomic<int> g_variant{[] {
                env);
   return -1;
 }()};
-
-/// Dense FP8 with NT token tiles per block: batches of 2 steps (activations are loaded at
-/// multiply time, so a batch holds weights only).
-template <int NT>
-void launch_tiles(const block_gemm_params& p, bool every, dim3 grid, const stream_config& cfg,
-                  cudaStream_t stream) {
-  constexpr int min_blocks = NT <= 2 ? 2 : 1;
-  if (every)
-    stream_gemm_kernel<false, false, true, 2, min_blocks, false, NT>
-        <<<grid, warps * 32, 0, stream>>>(p, cfg);
-  else
-    stream_gemm_kernel<false, false, false, 2, min_blocks, false, NT>
-        <<<grid, warps * 32, 0, stream>>>(p, cfg);
-}
 
 template <bool FP4, bool IL, int batch, int min_blocks>
 void launch_variant(const block_gemm_params& p, bool every, bool walk, dim3 grid,
@@ -608,13 +546,7 @@ void launch_stream_gemm(const block_gemm_params& p, cudaStream_t stream) {
   // the second measured faster with long K on the H200 (wo_b N5120 K8192: 0.49 vs 0.38 of the
   // copy bandwidth; shared_w1 K5120: 0.25 vs 0.20), the first with short K (wq_b K1280: 0.47
   // vs 0.42). Both add in the same order: the same bits. MXFP4: 4 x 2 (0.36 vs 0.31).
-  if (sh.nt == 2)
-    launch_tiles<2>(p, every, grid, sh.cfg, stream);
-  else if (sh.nt == 4)
-    launch_tiles<4>(p, every, grid, sh.cfg, stream);
-  else if (sh.nt == 8)
-    launch_tiles<8>(p, every, grid, sh.cfg, stream);
-  else if (p.fp4 && p.fp4_interleaved)
+  if (p.fp4 && p.fp4_interleaved)
     launch_variant<true, true, 4, 2>(p, every, sh.walk, grid, sh.cfg, stream);
   else if (p.fp4)
     launch_variant<true, false, 4, 2>(p, every, sh.walk, grid, sh.cfg, stream);
