@@ -42,9 +42,8 @@ tensor expert_linear(const tensor& x, const tensor& offsets, const weight_matrix
                      const expert_linear_params& params);
 
 /// Which kernel multiplies FP8/FP4 weights when activations are quantized (tests and
-/// benchmarks force one). `automatic`: from 256 rows cuBLASLt's block-scaled FP8 GEMM for
-/// 128x128 FP8 blocks when it accepts the shape, and dequant_bf16 for other FP8 weights; below
-/// that, and for MXFP4, sm90_block_gemm (stream_gemm up to 8 rows). `dequant_bf16`: the weight
+/// benchmarks force one). `automatic`: cuBLASLt's block-scaled FP8 GEMM for 128x128 FP8 blocks
+/// from 256 rows when it accepts the shape, else sm90_block_gemm. `dequant_bf16`: the weight
 /// decoded to a bf16 temporary per call, then cuBLAS (exact: quantized activations and decoded
 /// weights are bf16 numbers).
 enum class gemm_backend { automatic, block_gemm, cublaslt, dequant_fp32, dequant_bf16 };

@@ -38,12 +38,11 @@ void run_block_gemm(block_gemm_params& p, device dev) {
   launch_block_gemm(p, current_stream());
 }
 
-/// Rows from which `automatic` tries cuBLASLt's block-scaled FP8 GEMM (V4's 128x128 blocks)
-/// and, for FP8 weights it does not take (V4.1's 32x32 blocks), a bf16 temporary per call and
-/// cuBLAS (dequant_bf16): on the H200 V4.1's wq_b at M=4096 ran at 420 TFLOP/s that way and at
-/// 76 on sm90_block_gemm, whose 64-token tiles reached 31 of the 100 ms of a 1024-token
-/// v41-flash-L4 prefill (session 8's ncu profile). (Session 5 measured the bf16 temporary
-/// slower with an element-wise dequantize kernel: 363 vs 316 ms.)
+/// Rows from which `automatic` tries cuBLASLt's block-scaled FP8 GEMM (V4's 128x128 blocks).
+/// A bf16 temporary per call (dequant_bf16) is not automatic: V4.1's wq_b at M=4096 ran at 420
+/// TFLOP/s that way and at 76 on sm90_block_gemm (H200, session 8), yet with it automatic from
+/// 256 rows the v41-flash-L4 2048-token prefill measured 362 ms against 359 without (and
+/// session 5's element-wise dequantize kernel: 363 vs 316 ms), so it stays opt-in.
 constexpr std::int64_t lt_rows = 256;
 
 bool is_stored_format(const weight_matrix& w) {
@@ -176,9 +175,7 @@ tensor linear(const tensor& x, const weight_matrix& weight, const linear_params&
     tensor y = tensor::empty({rows, out}, dtype::f32, x.dev());
     if (cublaslt_block_fp8(weight, q.codes, q.scales, y)) return y;
   }
-  const bool prefill_fp8 = backend == gemm_backend::automatic && rows >= lt_rows &&
-                           weight.values.type() == dtype::f8_e4m3;
-  if (backend == gemm_backend::dequant_bf16 || prefill_fp8) {
+  if (backend == gemm_backend::dequant_bf16) {
     tensor input = x.clone();
     fp8_fake_quant(input, act_block, in);
     const weight_matrix bf = dequantize_weight(weight, dtype::bf16);  // [out, in] temporary
