@@ -1,12 +1,22 @@
-// Device helpers shared by the two block_gemm kernels (sm90_block_gemm.cu: shared-memory tiles
-// for many tokens; stream_gemm.cu: register-streamed weights for decode tiles of <= 8 tokens):
-// the FP8 MMA, the MXFP4 -> e4m3 nibble decode and its scale, and the compacted-grid lookup of
-// non-empty expert groups.
+// Device helpers shared by the GEMM kernels (sm90_block_gemm.cu: shared-memory tiles for many
+// tokens; stream_gemm.cu: register-streamed weights for decode tiles of <= 8 tokens;
+// fp8_split_gemm.cu): the FP8 MMA, the streaming weight load, the MXFP4 -> e4m3 nibble decode
+// and its scale, and the compacted-grid lookup of non-empty expert groups.
 #pragma once
 
 #include <cstdint>
 
 namespace di::cuda::gemm_detail {
+
+/// 16 weight bytes, read-only and read once: not kept in L1, the next 256 bytes of the row
+/// prefetched into L2 (a warp's next batches).
+__device__ __forceinline__ uint4 load_stream16(const std::uint8_t* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
 
 /// d += a b on the FP8 tensor cores: m16n8k32, e4m3 x e4m3, fp32 accumulate.
 __device__ __forceinline__ void mma_e4m3(float (&d)[4], const std::uint32_t (&a)[4],

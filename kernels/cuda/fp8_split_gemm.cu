@@ -21,6 +21,7 @@
 // with the batch.
 #include "kernels/cuda/gemm_kernels.hpp"
 
+#include "kernels/cuda/block_gemm_common.cuh"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/dtype.hpp"
 
@@ -68,15 +69,6 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const std::uint32_t (&a)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/// 16 bytes, read-only, not kept in L1 (each weight byte is read once).
-__device__ __forceinline__ uint4 load_weight16(const std::uint8_t* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
 /// One batch of a lane's weights: 16 codes of rows g (lo) and g + 8 (hi) in each 64-input
 /// half, and their block scales.
 struct weight_batch {
@@ -119,8 +111,8 @@ __global__ void __launch_bounds__(warps * 32, NT >= 8 ? 1 : 2)
     for (int h = 0; h < 2; ++h) {
       const std::int64_t k = k0 + h * half_k + 16 * t;
       if (k < ke) {
-        b.lo[h] = load_weight16(w_lo + k0 + h * half_k);
-        b.hi[h] = load_weight16(w_hi + k0 + h * half_k);
+        b.lo[h] = gemm_detail::load_stream16(w_lo + k0 + h * half_k);
+        b.hi[h] = gemm_detail::load_stream16(w_hi + k0 + h * half_k);
         b.s_lo[h] = e8m0_to_f32(sc_lo[k >> col_shift]);
         b.s_hi[h] = e8m0_to_f32(sc_hi[k >> col_shift]);
       } else {  // past the range: zero weights (and zero activations below)

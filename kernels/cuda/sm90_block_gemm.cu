@@ -117,6 +117,25 @@ __device__ __forceinline__ void load_scales(const scale_rows& sr, int st, int to
   }
 }
 
+/// store(u, load(u)) for u in [0, count) over the block's threads, in rounds of Batch
+/// independent loads per thread (a plain loop waits for each load before issuing the next).
+template <int Batch, typename T, typename Load, typename Store>
+__device__ __forceinline__ void stage_rounds(int count, Load load, Store store) {
+  for (int base = int(threadIdx.x); base < count; base += Batch * int(blockDim.x)) {
+    T v[Batch];
+#pragma unroll
+    for (int i = 0; i < Batch; ++i) {
+      const int u = base + i * int(blockDim.x);
+      if (u < count) v[i] = load(u);
+    }
+#pragma unroll
+    for (int i = 0; i < Batch; ++i) {
+      const int u = base + i * int(blockDim.x);
+      if (u < count) store(u, v[i]);
+    }
+  }
+}
+
 template <int NT, int FMT>
 __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
     block_gemm_kernel(block_gemm_params p, split_config cfg) {
@@ -227,52 +246,36 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
       const std::int64_t sx0 = (col0 + std::int64_t(s_begin + c0) * step_k) >> act_shift;
       const int sx_count = ((c1 - c0) * step_k) >> act_shift;
       __syncthreads();
-      // Staged in rounds of `batch` independent loads per thread (a plain loop waits for each
-      // load before the next: ~20 L2 round trips per chunk at 64 tokens; V4.1's wq_b at M=64
-      // 101 -> 88 us on the H200, still a ninth of the copy bandwidth: the short K range of
-      // each block, not the staging, is what holds these tiles back).
+      // Staged in rounds of independent loads per thread (stage_rounds): V4.1's wq_b at M=64
+      // 101 -> 88 us on the H200 against a load-then-store loop, still a ninth of the copy
+      // bandwidth: the short K range of each block, not the staging, holds these tiles back.
       constexpr int batch = NT <= 2 ? 4 : 8;  // 4: no spills under the 4-blocks-per-SM bound
-      const int units = NT * 8 * units_per_row;
-      for (int base = threadIdx.x; base < units; base += batch * blockDim.x) {
-        uint4 v[batch];
-#pragma unroll
-        for (int i = 0; i < batch; ++i) {
-          const int u = base + i * int(blockDim.x), tok = u / units_per_row;
-          v[i] = make_uint4(0, 0, 0, 0);
-          if (u < units && tok0 + tok < count)
-            v[i] = *reinterpret_cast<const uint4*>(act_base +
+      stage_rounds<batch, uint4>(
+          NT * 8 * units_per_row,
+          [&](int u) {
+            const int tok = u / units_per_row;
+            if (tok0 + tok >= count) return make_uint4(0, 0, 0, 0);
+            return *reinterpret_cast<const uint4*>(act_base +
                                                    (row_begin + tok0 + tok) * p.act_stride +
                                                    c0 * step_k + (u % units_per_row) * 16);
-        }
-#pragma unroll
-        for (int i = 0; i < batch; ++i) {
-          const int u = base + i * int(blockDim.x);
-          if (u >= units) break;
-          uint4 o = v[i];
-          if (FP4)  // each 8 inputs as (k0, k2, k4, k6, k1, k3, k5, k7), as fp4_low/high give A
-            o = make_uint4(fp4_act_low(v[i].x, v[i].y), fp4_act_high(v[i].x, v[i].y),
-                           fp4_act_low(v[i].z, v[i].w), fp4_act_high(v[i].z, v[i].w));
-          *reinterpret_cast<uint4*>(act_tile + (u / units_per_row) * stride +
-                                    (u % units_per_row) * 16) = o;
-        }
-      }
-      const int sx_units = NT * 8 * sx_count;
-      for (int base = threadIdx.x; base < sx_units; base += batch * blockDim.x) {
-        float v[batch];
-#pragma unroll
-        for (int i = 0; i < batch; ++i) {
-          const int u = base + i * int(blockDim.x), tok = u / sx_count;
-          v[i] = u < sx_units && tok0 + tok < count
-                     ? p.act_scale[(row_begin + tok0 + tok) * p.act_scale_stride + sx0 +
-                                   u % sx_count]
-                     : 0.0f;
-        }
-#pragma unroll
-        for (int i = 0; i < batch; ++i) {
-          const int u = base + i * int(blockDim.x);
-          if (u < sx_units) sx_tile[(u / sx_count) * sx_per_tok + u % sx_count] = v[i];
-        }
-      }
+          },
+          [&](int u, uint4 v) {
+            if (FP4)  // each 8 inputs as (k0, k2, k4, k6, k1, k3, k5, k7), as fp4_low/high give A
+              v = make_uint4(fp4_act_low(v.x, v.y), fp4_act_high(v.x, v.y),
+                             fp4_act_low(v.z, v.w), fp4_act_high(v.z, v.w));
+            *reinterpret_cast<uint4*>(act_tile + (u / units_per_row) * stride +
+                                      (u % units_per_row) * 16) = v;
+          });
+      stage_rounds<batch, float>(
+          NT * 8 * sx_count,
+          [&](int u) {
+            const int tok = u / sx_count;
+            return tok0 + tok < count
+                       ? p.act_scale[(row_begin + tok0 + tok) * p.act_scale_stride + sx0 +
+                                     u % sx_count]
+                       : 0.0f;
+          },
+          [&](int u, float v) { sx_tile[(u / sx_count) * sx_per_tok + u % sx_count] = v; });
       __syncthreads();
     }
     issue(si + num_stages - 1);

@@ -65,15 +65,6 @@ __device__ __forceinline__ std::uint32_t load_stream4(const std::uint8_t* p) {
   return v;
 }
 
-/// 16 bytes (a lane's quarters of four MXFP4 steps in the interleaved layout), read-only, not
-/// kept in L1, with the next 256 bytes of the row prefetched into L2.
-__device__ __forceinline__ uint4 load_stream16(const std::uint8_t* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
 
 /// m16 MMA tiles per warp: FP8 one (16 rows x 32 bytes per step), MXFP4 two (32 rows x 16
 /// bytes, sharing each activation fragment): 512 weight bytes per step and warp either way.
