@@ -132,6 +132,26 @@ TEST_CASE("stream_gemm and fp8_gemv refuse what they do not take, with a clear e
                        error);
 }
 
+TEST_CASE("fp8_split_gemm takes 1..64 rows with e8m0 scales and refuses the rest") {
+  // grouped_linear's decode kernel on the bf16 tensor cores: the e8m0 scale is folded exactly
+  // into the bf16 weight, so f32 scales go to fp8_gemv.
+  CHECK(cuda::fp8_split_gemm_fits(1, 4096, 32, true));
+  CHECK(cuda::fp8_split_gemm_fits(64, 528, 128, true));
+  CHECK_FALSE(cuda::fp8_split_gemm_fits(65, 4096, 32, true));
+  CHECK_FALSE(cuda::fp8_split_gemm_fits(0, 4096, 32, true));
+  CHECK_FALSE(cuda::fp8_split_gemm_fits(8, 4096, 32, false));
+  CHECK_FALSE(cuda::fp8_split_gemm_fits(8, 4104, 32, true));
+  CHECK_FALSE(cuda::fp8_split_gemm_fits(8, 4096, 48, true));
+  cuda::fp8_gemv_params p{};
+  p.rows = 65;
+  p.in = 4096;
+  p.block_cols = 32;
+  static const std::uint8_t scale = 127;
+  p.scale_e8m0 = &scale;
+  CHECK_THROWS_WITH_AS(cuda::launch_fp8_split_gemm(p, nullptr),
+                       doctest::Contains("fp8_split_gemm: 65 rows"), error);
+}
+
 }  // namespace
 }  // namespace di
 #endif
