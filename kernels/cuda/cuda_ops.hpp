@@ -65,6 +65,10 @@ bool get_ordered_gemm_splits();
 /// DEEPINFER_STREAM_GEMM=0). Defined in sm90_block_gemm.cu.
 void set_stream_gemm(bool on);
 bool get_stream_gemm();
+/// Dense FP8 GEMMs of 9..64 rows go to skinny_gemm unless switched off (then sm90_block_gemm's
+/// tiles; default from DEEPINFER_SKINNY_GEMM=0). Defined in sm90_block_gemm.cu.
+void set_skinny_gemm(bool on);
+bool get_skinny_gemm();
 /// stream_gemm's FP8 (steps per load batch, blocks per SM): -1 = by K (default), 0 = (4, 2),
 /// 1 = (2, 3); the same results either way. Any other value is a di::error.
 /// DEEPINFER_STREAM_VARIANT sets the default (a value other than -1, 0 or 1 is ignored with a
