@@ -96,8 +96,13 @@ weight_matrix with_fp4_layout(const weight_matrix& w, bool interleaved);
 bool fp4_interleave_default();
 
 /// Experts' matrices stacked into one [experts * rows, cols] matrix on `dev` (same format and
-/// block), as expert_linear takes them.
-weight_matrix stack_weights(std::span<const weight_matrix> experts, device dev);
+/// block), as expert_linear takes them. With `interleave`, packed FP4 experts whose rows are
+/// whole stripes (rows % fp4_interleave_rows == 0, row bytes % fp4_interleave_bytes == 0) land
+/// in weight_matrix::interleaved's layout -- the layout is stripe-local, so each expert is
+/// interleaved into its own slice through a one-expert device temporary instead of the whole
+/// stack being copied (the same bytes as with_fp4_layout(stack_weights(...), true)).
+weight_matrix stack_weights(std::span<const weight_matrix> experts, device dev,
+                            bool interleave = false);
 
 /// True when the last FP8 GEMM that asked cuBLASLt for its block-scaled kernel got one.
 bool cublaslt_block_fp8_available();

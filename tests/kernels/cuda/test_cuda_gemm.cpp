@@ -281,7 +281,17 @@ TEST_CASE("cuda expert_linear: MXFP4 and FP8 experts, empty and >64-row experts"
   for (int e = 0; e < 3; ++e) parts.push_back(random_fp4(32, 256));
   const weight_matrix stacked = cuda::stack_weights(parts, gpu);
   CHECK(stacked.rows() == 96);
+  CHECK_FALSE(stacked.interleaved);
   test::check_bitwise(stacked.values.slice(0, 32, 64), parts[1].values);
+  // Interleaved while stacking (one expert at a time): the bytes of interleaving the stack.
+  const weight_matrix tiled = cuda::stack_weights(parts, gpu, true);
+  REQUIRE(tiled.interleaved);
+  test::check_bitwise(tiled.values, cuda::with_fp4_layout(stacked, true).values);
+  test::check_bitwise(tiled.scales, stacked.scales);
+  // Experts that are not whole stripes (48 rows) stack as they are.
+  std::vector<weight_matrix> odd;
+  for (int e = 0; e < 2; ++e) odd.push_back(random_fp4(48, 256));
+  CHECK_FALSE(cuda::stack_weights(odd, gpu, true).interleaved);
 }
 
 }  // namespace
