@@ -223,14 +223,13 @@ void wo_a_rows(const limits& lim, std::vector<result_row>& rows, const char* mod
     };
     for (const path k : {path{"fp8_split_gemm", true, true}, path{"fp8_gemv", true, false},
                          path{"fp32 cuBLAS", false, false}}) {
-      const bool fp8 = k.fp8;
       cuda::set_split_gemm(k.split);
-      const std::vector<weight_matrix>& ws = fp8 ? stored : decoded;
+      const std::vector<weight_matrix>& ws = k.fp8 ? stored : decoded;
       const double us = median_graph_us([&] {
                           for (const weight_matrix& w : ws) ops::grouped_linear(x, w);
                         }) /
                         double(ws.size());
-      const double read = double(fp8 ? bytes : 4 * bytes);
+      const double read = double(k.fp8 ? bytes : 4 * bytes);
       rows.push_back({fmt::format("{} wo_a M={} {}", model, m, k.name),
                       fmt::format("{} x N{} K{} {:.1f} MB", groups, out, in, read / 1e6), us,
                       "us graph", us, fmt::format("copy {:.0f} GB/s", lim.copy_gbps),

@@ -1,12 +1,22 @@
 // Device helpers shared by the GEMM kernels (sm90_block_gemm.cu: shared-memory tiles for many
 // tokens; stream_gemm.cu: register-streamed weights for decode tiles of <= 8 tokens;
-// fp8_split_gemm.cu): the FP8 MMA, the streaming weight load, the MXFP4 -> e4m3 nibble decode
+// fp8_split_gemm.cu, fp8_gemv.cu): the FP8 MMA, the streaming weight load, the e4m3 pair
+// decode, the MXFP4 -> e4m3 nibble decode
 // and its scale, and the compacted-grid lookup of non-empty expert groups.
 #pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 
 namespace di::cuda::gemm_detail {
+
+/// Two e4m3 codes (low byte first) -> their exact values (e4m3 -> f16 -> f32).
+__device__ __forceinline__ float2 e4m3x2_to_float2(std::uint32_t two) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(two & 0xffffu), __NV_E4M3);
+  return __half22float2(*reinterpret_cast<const __half2*>(&h));
+}
 
 /// 16 weight bytes, read-only and read once: not kept in L1, the next 256 bytes of the row
 /// prefetched into L2 (a warp's next batches).

@@ -9,6 +9,8 @@
 // order than the dequantize-then-SGEMM path they replace.
 #include "kernels/cuda/gemm_kernels.hpp"
 
+#include "kernels/cuda/block_gemm_common.cuh"
+
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/dtype.hpp"
 
@@ -23,11 +25,6 @@ constexpr int warps = 8;
 constexpr int lane_codes = 16;                 // codes a lane loads per pass
 constexpr int pass_codes = 32 * lane_codes;    // 512 inputs per warp and pass
 
-/// Two e4m3 codes (low byte first) -> their exact values.
-__device__ __forceinline__ float2 decode2(std::uint32_t two) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(two & 0xffffu), __NV_E4M3);
-  return __half22float2(*reinterpret_cast<const __half2*>(&h));
-}
 
 template <int R>
 __global__ void __launch_bounds__(warps * 32) fp8_gemv_kernel(fp8_gemv_params p) {
@@ -52,7 +49,8 @@ __global__ void __launch_bounds__(warps * 32) fp8_gemv_kernel(fp8_gemv_params p)
     const std::uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const float2 lo = decode2(words[i]), hi = decode2(words[i] >> 16);
+      const float2 lo = gemm_detail::e4m3x2_to_float2(words[i]),
+                   hi = gemm_detail::e4m3x2_to_float2(words[i] >> 16);
       v[4 * i] = lo.x * s;
       v[4 * i + 1] = lo.y * s;
       v[4 * i + 2] = hi.x * s;

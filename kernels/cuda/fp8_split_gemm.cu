@@ -46,8 +46,7 @@ __device__ __forceinline__ std::uint32_t bf16x2(float lo, float hi) {
 
 /// Two e4m3 codes (low byte first) times the power of two s as bf16x2 (exact).
 __device__ __forceinline__ std::uint32_t decode2(std::uint32_t two, float s) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(two & 0xffffu), __NV_E4M3);
-  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+  const float2 f = gemm_detail::e4m3x2_to_float2(two);
   return bf16x2(f.x * s, f.y * s);
 }
 
