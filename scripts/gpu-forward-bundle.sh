@@ -27,6 +27,9 @@ if [[ $v4_golden == 0 ]]; then
   for b in bin/deepinfer bin/bench_kernels_cuda bench/bench_attention_decode; do  # when built
     if [[ -x $build/$b ]]; then cp "$build/$b" "$bundle/bin/"; fi
   done
+  # DEEPINFER_BASE_BIN: another build's deepinfer (same libraries, e.g. an older commit) that
+  # gpu-forward.sh benchmarks beside this one on the same checkpoint.
+  if [[ -n ${DEEPINFER_BASE_BIN:-} ]]; then cp "$DEEPINFER_BASE_BIN" "$bundle/bin/deepinfer-base"; fi
 fi
 system='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libnccl|libnvidia)[.-]'
 for exe in "$bundle"/bin/* "$bundle"/tests/*; do

@@ -11,7 +11,9 @@
 #   DEEPINFER_SKIP_ORDERED=1 (no decode run with ordered K splits),
 #   DEEPINFER_COMPARE_BATCHED=1 (decode again with per-sequence attention, graphs on),
 #   DEEPINFER_COMPARE_FP4_LAYOUT=1 (decode again with MXFP4 rows as stored, not interleaved),
-#   DEEPINFER_SKIP_PEER=1, DEEPINFER_SKIP_CLUSTER=1, DEEPINFER_SKIP_TESTS=1
+#   DEEPINFER_SKIP_PEER=1, DEEPINFER_SKIP_CLUSTER=1, DEEPINFER_SKIP_TESTS=1,
+#   a bundled bin/deepinfer-base (gpu-forward-bundle.sh's DEEPINFER_BASE_BIN, e.g. an older
+#   commit's build): its decode (graphs on) and prefill run on the same checkpoint, for comparison
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/out}
@@ -88,6 +90,13 @@ for preset in "$@"; do
   fi
   "$di" bench prefill --model "$dir" --device cuda --batch 1 --context 2048 --steps 8 \
     2>&1 | tee "$out/bench-prefill-$preset.log"
+  if [[ -x /tmp/fwd/bin/deepinfer-base ]]; then  # the baseline build on the same checkpoint
+    /tmp/fwd/bin/deepinfer-base bench decode --model "$dir" --device cuda --batch "$batches" \
+      --context "$ctx" --steps 8 --cuda-graphs on 2>&1 | tee "$out/bench-decode-base-$preset.log" |
+      grep decode | sed 's/^/baseline: /'
+    /tmp/fwd/bin/deepinfer-base bench prefill --model "$dir" --device cuda --batch 1 --context 2048 \
+      --steps 8 2>&1 | tee "$out/bench-prefill-base-$preset.log" | grep prefill | sed 's/^/baseline: /'
+  fi
   for graphs in off on; do  # greedy text: the same both ways
     "$di" generate --model "$dir" --device cuda --prompt "The H200 has" --max-tokens 16 \
       --temperature 0 --ignore-eos --cuda-graphs $graphs 2>&1 | tee "$out/generate-$preset-graphs-$graphs.log" |

@@ -62,6 +62,7 @@ const decode_kernel decode_kernels[] = {{"stream_gemm", true, -1},
                                         {"smem tiles", false, -1}};
 void default_decode_kernel() {
   decode_kernels[0].select();
+  cuda::set_skinny_gemm(true);
 }
 
 /// Copies of a weight so that rotating through them streams more than the 60 MB L2.
@@ -141,19 +142,21 @@ void fp8_rows(const limits& lim, std::vector<result_row>& rows, const char* mode
       rows.push_back({"  same, weight stream rate (graph)", "", gbps, "GB/s", us,
                       fmt::format("copy {:.0f} GB/s", lim.copy_gbps), gbps / lim.copy_gbps});
     }
-    // Decode batches of 8 and 64 rows: stream_gemm (a block per 8-token tile, side by side)
-    // against sm90_block_gemm's shared-memory tiles, as a share of the copy bandwidth.
+    // Decode batches of 8 and 64 rows: stream_gemm (8) or skinny_gemm (64) against
+    // sm90_block_gemm's shared-memory tiles, as a share of the copy bandwidth.
     for (const std::int64_t m : {8, 64}) {
       const tensor xm = random_device({m, s.k}, dtype::f32, 14);
       for (const bool stream : {true, false}) {
         cuda::set_stream_gemm(stream);
+        cuda::set_skinny_gemm(stream);
         const double us = median_graph_us([&] {
                             for (const weight_matrix& w : ws) ops::linear(xm, w, {act});
                           }) /
                           double(ws.size());
         const double gbps = double(bytes) / (us * 1e-6) / 1e9;
         rows.push_back({fmt::format("{} fp8 {} M={} {}", model,
-                                    stream ? "stream_gemm" : "smem tiles", m, s.name),
+                                    !stream ? "smem tiles" : m <= 8 ? "stream_gemm" : "skinny_gemm",
+                                    m, s.name),
                         fmt::format("N{} K{} {:.1f} MB", s.n, s.k, double(bytes) / 1e6), gbps,
                         "GB/s", us, fmt::format("copy {:.0f} GB/s", lim.copy_gbps),
                         gbps / lim.copy_gbps});

@@ -65,6 +65,10 @@ bool get_ordered_gemm_splits();
 /// DEEPINFER_STREAM_GEMM=0). Defined in sm90_block_gemm.cu.
 void set_stream_gemm(bool on);
 bool get_stream_gemm();
+/// Dense FP8 GEMMs of 9..64 rows go to skinny_gemm unless switched off (then sm90_block_gemm's
+/// tiles; default from DEEPINFER_SKINNY_GEMM=0). Defined in sm90_block_gemm.cu.
+void set_skinny_gemm(bool on);
+bool get_skinny_gemm();
 /// stream_gemm's FP8 (steps per load batch, blocks per SM): -1 = by K (default), 0 = (4, 2),
 /// 1 = (2, 3); the same results either way. Any other value is a di::error.
 /// DEEPINFER_STREAM_VARIANT sets the default (a value other than -1, 0 or 1 is ignored with a
@@ -92,8 +96,13 @@ weight_matrix with_fp4_layout(const weight_matrix& w, bool interleaved);
 bool fp4_interleave_default();
 
 /// Experts' matrices stacked into one [experts * rows, cols] matrix on `dev` (same format and
-/// block), as expert_linear takes them.
-weight_matrix stack_weights(std::span<const weight_matrix> experts, device dev);
+/// block), as expert_linear takes them. With `interleave`, packed FP4 experts whose rows are
+/// whole stripes (rows % fp4_interleave_rows == 0, row bytes % fp4_interleave_bytes == 0) land
+/// in weight_matrix::interleaved's layout -- the layout is stripe-local, so each expert is
+/// interleaved into its own slice through a one-expert device temporary instead of the whole
+/// stack being copied (the same bytes as with_fp4_layout(stack_weights(...), true)).
+weight_matrix stack_weights(std::span<const weight_matrix> experts, device dev,
+                            bool interleave = false);
 
 /// True when the last FP8 GEMM that asked cuBLASLt for its block-scaled kernel got one.
 bool cublaslt_block_fp8_available();

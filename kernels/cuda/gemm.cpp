@@ -322,10 +322,14 @@ bool fp4_interleave_default() {
   return on;
 }
 
-weight_matrix stack_weights(std::span<const weight_matrix> experts, device dev) {
+weight_matrix stack_weights(std::span<const weight_matrix> experts, device dev,
+                            bool interleave) {
   DI_CHECK(!experts.empty(), "stack_weights: no experts");
   const weight_matrix& first = experts[0];
   const std::int64_t rows = first.values.size(0);
+  const std::int64_t row_bytes = first.values.type() == dtype::i8 ? first.values.size(1) : 0;
+  const bool tiled = interleave && !first.interleaved && row_bytes > 0 &&
+                     row_bytes % fp4_interleave_bytes == 0 && rows % fp4_interleave_rows == 0;
   tensor_shape vshape = first.values.shape();
   vshape[0] = rows * std::int64_t(experts.size());
   weight_matrix out = first;
@@ -342,10 +346,22 @@ weight_matrix stack_weights(std::span<const weight_matrix> experts, device dev) 
     DI_CHECK(w.values.shape() == first.values.shape() && w.values.type() == first.values.type(),
              "stack_weights: expert {} is {} {}, expert 0 {} {}", e, dtype_name(w.values.type()),
              w.values.shape().str(), dtype_name(first.values.type()), first.values.shape().str());
+    DI_CHECK(w.interleaved == first.interleaved, "stack_weights: expert {} is {}interleaved",
+             e, w.interleaved ? "" : "not ");
     const std::int64_t i = std::int64_t(e);
-    out.values.slice(0, i * rows, (i + 1) * rows).copy_from(w.values);
+    tensor slice = out.values.slice(0, i * rows, (i + 1) * rows);
+    if (tiled) {  // up through a one-expert temporary, interleaved into the slice
+      tensor part = tensor::empty(w.values.shape(), dtype::i8, dev);
+      part.copy_from(w.values);
+      launch_fp4_interleave(static_cast<const std::uint8_t*>(part.raw()),
+                            static_cast<std::uint8_t*>(slice.raw()), rows, row_bytes, false,
+                            current_stream());
+    } else {
+      slice.copy_from(w.values);
+    }
     if (srows > 0) out.scales.slice(0, i * srows, (i + 1) * srows).copy_from(w.scales);
   }
+  out.interleaved = first.interleaved || tiled;
   return out;
 }
 

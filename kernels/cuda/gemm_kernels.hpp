@@ -87,6 +87,13 @@ struct stream_gemm_plan {
   std::int64_t row_blocks, grid_groups, token_tiles;  ///< the grid
 };
 stream_gemm_plan plan_stream_gemm(const block_gemm_params& p);
+/// Dense FP8 GEMMs of 9..64 rows (skinny_gemm.cu): 128-row blocks whose warps share each
+/// activation fragment, the block's K range of activations staged once in shared memory.
+/// launch_block_gemm hands them over when skinny_gemm_takes(p) (and it is switched on); its
+/// plan (K splits, row blocks as tiles) is what plan_block_gemm reports for them.
+bool skinny_gemm_takes(const block_gemm_params& p);
+block_gemm_plan plan_skinny_gemm(const block_gemm_params& p);
+void launch_skinny_gemm(const block_gemm_params& p, cudaStream_t stream);
 /// (The switches that choose between stream_gemm and sm90_block_gemm, and stream_gemm's load
 /// batching, are declared with the other GEMM switches in cuda_ops.hpp.)
 

@@ -486,12 +486,29 @@ std::atomic<bool> g_stream_gemm{[] {
   return !(env && std::string_view(env) == "0");
 }()};
 
+std::atomic<bool> g_skinny_gemm{[] {
+  const char* env = std::getenv("DEEPINFER_SKINNY_GEMM");
+  return !(env && std::string_view(env) == "0");
+}()};
+
+/// Whether launch_block_gemm hands p to skinny_gemm: dense FP8 GEMMs of 9..64 rows.
+bool skinny(const block_gemm_params& p) {
+  return g_skinny_gemm && skinny_gemm_takes(p);
+}
+
 /// Whether launch_block_gemm hands p to stream_gemm: token tiles of <= 8 rows.
 bool streams(const launch_shape& sh) {
   return sh.nt == 1 && g_stream_gemm;
 }
 
 }  // namespace
+
+void set_skinny_gemm(bool on) {
+  g_skinny_gemm = on;
+}
+bool get_skinny_gemm() {
+  return g_skinny_gemm;
+}
 
 void set_stream_gemm(bool on) {
   g_stream_gemm = on;
@@ -502,6 +519,7 @@ bool get_stream_gemm() {
 
 block_gemm_plan plan_block_gemm(const block_gemm_params& p) {
   if (p.max_rows == 0 || p.n == 0 || p.groups == 0 || p.k / step_k == 0) return {};
+  if (skinny(p)) return plan_skinny_gemm(p);
   const launch_shape sh = shape_of(p);
   if (streams(sh)) return {1, sh.tiles()};  // its splits need no workspace
   return {sh.cfg.k_splits, sh.tiles()};
@@ -512,6 +530,10 @@ void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream) {
   if (p.max_rows == 0 || p.n == 0 || p.groups == 0) return;
   if (p.k / step_k == 0) {
     CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));
+    return;
+  }
+  if (skinny(p)) {
+    launch_skinny_gemm(p, stream);
     return;
   }
   const launch_shape sh = shape_of(p);

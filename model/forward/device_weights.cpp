@@ -78,10 +78,10 @@ class uploader {
       w3.push_back(e.w3.w);
     }
     const expert_weights& first = src.experts.front();
-    // Interleaved only where each expert's rows are whole 32-row stripes (the GEMM's groups).
+    // Interleaved (where each expert's rows are whole 32-row stripes, the GEMM's groups) one
+    // expert at a time while stacking: no second copy of the whole stack during the upload.
     auto stacked = [&](const std::vector<weight_matrix>& parts) {
-      const weight_matrix w = cuda::stack_weights(parts, dev_);
-      return parts.front().rows() % fp4_interleave_rows == 0 ? streamed(w) : w;
+      return cuda::stack_weights(parts, dev_, cuda::fp4_interleave_default());
     };
     dst.stacked = {{stacked(w1), first.w1.quantized},
                    {stacked(w2), first.w2.quantized},

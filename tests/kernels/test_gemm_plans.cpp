@@ -33,6 +33,7 @@ cuda::block_gemm_params params_for(const shape& s, std::int64_t rows) {
   p.n = s.n;
   p.k = s.k;
   p.groups = s.groups;
+  p.y_stride = s.n;
   static const std::int32_t dummy_offsets[1] = {0};
   if (s.groups > 1) {
     p.offsets = dummy_offsets;  // grouped: rows = routed pairs (6 per token), bounded per group
@@ -150,6 +151,45 @@ TEST_CASE("fp8_split_gemm takes 1..64 rows with e8m0 scales and refuses the rest
   p.scale_e8m0 = &scale;
   CHECK_THROWS_WITH_AS(cuda::launch_fp8_split_gemm(p, nullptr),
                        doctest::Contains("fp8_split_gemm: 65 rows"), error);
+}
+
+TEST_CASE("skinny_gemm plans: dense FP8 of 9..64 rows, K splits from the weight's shape") {
+  const std::vector<shape> dense = {
+      {32768, 1280, 32, 1, 32},    // V4.1 wq_b
+      {5120, 8192, 32, 1, 32},     // V4.1 wo_b
+      {1280, 5120, 32, 1, 32},     // V4.1 wq_a
+      {512, 5120, 32, 1, 32},      // V4.1 wkv
+      {2304, 5120, 32, 1, 32},     // V4.1 shared expert w1
+      {32768, 1024, 128, 1, 128},  // V4 wq_b
+      {4096, 8192, 128, 1, 128},   // V4 wo_b
+      {200, 1280, 32, 1, 128},     // ragged outputs
+  };
+  for (const shape& s : dense) {
+    CAPTURE(s.n);
+    CAPTURE(s.k);
+    const cuda::block_gemm_params p9 = params_for(s, 9);
+    REQUIRE(cuda::skinny_gemm_takes(p9));
+    const cuda::block_gemm_plan first = cuda::plan_skinny_gemm(p9);
+    CHECK(first.tiles == (s.n + 127) / 128);
+    CHECK(first.splits >= 1);
+    CHECK(first.splits * 1280 >= s.k);  // each split at most 1280 inputs
+    for (std::int64_t rows = 10; rows <= 64; ++rows) {
+      CAPTURE(rows);
+      const cuda::block_gemm_params p = params_for(s, rows);
+      CHECK(cuda::skinny_gemm_takes(p));
+      const cuda::block_gemm_plan plan = cuda::plan_skinny_gemm(p);
+      CHECK(plan.splits == first.splits);
+      CHECK(plan.tiles == first.tiles);
+      // launch_block_gemm hands it over, and its plan sizes the ordered-split workspace
+      CHECK(cuda::plan_block_gemm(p).splits == plan.splits);
+    }
+    CHECK_FALSE(cuda::skinny_gemm_takes(params_for(s, 8)));   // stream_gemm's
+    CHECK_FALSE(cuda::skinny_gemm_takes(params_for(s, 65)));  // sm90_block_gemm's
+  }
+  // Experts (grouped) and MXFP4 stay on the block_gemm kernels.
+  CHECK_FALSE(cuda::skinny_gemm_takes(params_for({2304, 5120, 0, 384, 32}, 16)));
+  CHECK_FALSE(cuda::skinny_gemm_takes(params_for({2304, 5120, 0, 1, 32}, 16)));
+  CHECK_FALSE(cuda::skinny_gemm_takes(params_for({1024, 4096, 128, 8, 128}, 16)));
 }
 
 }  // namespace

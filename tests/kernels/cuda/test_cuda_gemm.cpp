@@ -281,7 +281,17 @@ TEST_CASE("cuda expert_linear: MXFP4 and FP8 experts, empty and >64-row experts"
   for (int e = 0; e < 3; ++e) parts.push_back(random_fp4(32, 256));
   const weight_matrix stacked = cuda::stack_weights(parts, gpu);
   CHECK(stacked.rows() == 96);
+  CHECK_FALSE(stacked.interleaved);
   test::check_bitwise(stacked.values.slice(0, 32, 64), parts[1].values);
+  // Interleaved while stacking (one expert at a time): the bytes of interleaving the stack.
+  const weight_matrix tiled = cuda::stack_weights(parts, gpu, true);
+  REQUIRE(tiled.interleaved);
+  test::check_bitwise(tiled.values, cuda::with_fp4_layout(stacked, true).values);
+  test::check_bitwise(tiled.scales, stacked.scales);
+  // Experts that are not whole stripes (48 rows) stack as they are.
+  std::vector<weight_matrix> odd;
+  for (int e = 0; e < 2; ++e) odd.push_back(random_fp4(48, 256));
+  CHECK_FALSE(cuda::stack_weights(odd, gpu, true).interleaved);
 }
 
 }  // namespace
@@ -394,6 +404,7 @@ struct stream_switches {
     cuda::set_gemm_backend(cuda::gemm_backend::automatic);
     cuda::set_stream_gemm(true);
     cuda::set_stream_gemm_variant(-1);
+    cuda::set_skinny_gemm(true);
   }
 };
 
@@ -436,14 +447,17 @@ TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invarian
         test::check_bitwise(part.to(cpu_device), y8.slice(0, 0, rows).clone());
       }
     }
-    if (sh.block) {  // dense FP8 batches of 9..64 rows: sm90_block_gemm's tiles, whose K
-      // splits (more than two) add in a fixed order only with ordered splits
+    if (sh.block) {  // dense FP8 batches of 9..64 rows: skinny_gemm, whose K splits (more
+      // than two) add in a fixed order only with ordered splits
       const bool ordered_before = cuda::get_ordered_gemm_splits();
       cuda::set_ordered_gemm_splits(true);
       const tensor x64 = varied_input(64, sh.in);
       test::poison_device_pool();
       const tensor y64 = ops::linear(x64.to(gpu), w, {act}).to(cpu_device);
       check_close(y64, ops::linear(x64, host, {act}), 2e-3);
+      cuda::set_skinny_gemm(false);  // sm90_block_gemm's tiles: the same sums, regrouped
+      check_close(ops::linear(x64.to(gpu), w, {act}), y64, 1e-5);
+      cuda::set_skinny_gemm(true);
       test::check_bitwise(ops::linear(x64.to(gpu), w, {act}), y64);
       for (std::int64_t rows : {9, 17, 33, 40}) {  // the same bits for the same tokens
         CAPTURE(rows);
