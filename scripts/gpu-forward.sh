@@ -11,6 +11,7 @@
 #   DEEPINFER_SKIP_ORDERED=1 (no decode run with ordered K splits),
 #   DEEPINFER_COMPARE_BATCHED=1 (decode again with per-sequence attention, graphs on),
 #   DEEPINFER_COMPARE_FP4_LAYOUT=1 (decode again with MXFP4 rows as stored, not interleaved),
+#   DEEPINFER_COMPARE_PIPE=1 (decode again with the experts on pipe_gemm, not stream_gemm),
 #   DEEPINFER_SKIP_PEER=1, DEEPINFER_SKIP_CLUSTER=1, DEEPINFER_SKIP_TESTS=1,
 #   a bundled bin/deepinfer-base (gpu-forward-bundle.sh's DEEPINFER_BASE_BIN, e.g. an older
 #   commit's build): its decode (graphs on) and prefill run on the same checkpoint, for comparison
@@ -82,6 +83,11 @@ for preset in "$@"; do
     DEEPINFER_FP4_INTERLEAVE=0 "$di" bench decode --model "$dir" --device cuda --batch "$batches" \
       --context "$ctx" --steps 8 --cuda-graphs on 2>&1 | tee "$out/bench-decode-plainfp4-$preset.log" |
       grep decode | sed 's/^/fp4 rows as stored: /'
+  fi
+  if [[ ${DEEPINFER_COMPARE_PIPE:-0} == 1 ]]; then  # the experts on pipe_gemm
+    DEEPINFER_PIPE_GEMM=1 "$di" bench decode --model "$dir" --device cuda --batch "$batches" \
+      --context "$ctx" --steps 8 --cuda-graphs both 2>&1 | tee "$out/bench-decode-pipe-$preset.log" |
+      grep decode | sed 's/^/experts on pipe_gemm: /'
   fi
   if [[ ${DEEPINFER_SKIP_ORDERED:-0} != 1 ]]; then
     "$di" bench decode --model "$dir" --device cuda --batch 1,64 --context "$ctx" --steps 8 \

@@ -11,7 +11,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <random>
 
 namespace di::bench {
 
@@ -45,21 +47,25 @@ weight_matrix device_fp4(std::int64_t n, std::int64_t k, unsigned seed) {
   return weight_matrix::fp4(random_device({n, k / 2}, dtype::i8, seed + 1), s);
 }
 
-/// The decode (<= 8 rows per group) kernels compared: stream_gemm (its FP8 variants picked by
-/// K, and each forced) and sm90_block_gemm's shared-memory tiles.
+/// The decode (<= 8 rows per group) kernels compared: pipe_gemm (interleaved MXFP4 experts
+/// only), stream_gemm (its FP8 variants picked by K, and each forced) and sm90_block_gemm's
+/// shared-memory tiles.
 struct decode_kernel {
   const char* name;
   bool stream;
   int variant;  // set_stream_gemm_variant
+  bool pipe;    // set_pipe_gemm
   void select() const {
     cuda::set_stream_gemm(stream);
     cuda::set_stream_gemm_variant(variant);
+    cuda::set_pipe_gemm(pipe);
   }
 };
-const decode_kernel decode_kernels[] = {{"stream_gemm", true, -1},
-                                        {"stream 4x2", true, 0},
-                                        {"stream 2x3", true, 1},
-                                        {"smem tiles", false, -1}};
+const decode_kernel decode_kernels[] = {{"stream_gemm", true, -1, false},
+                                        {"pipe_gemm", true, -1, true},
+                                        {"stream 4x2", true, 0, false},
+                                        {"stream 2x3", true, 1, false},
+                                        {"smem tiles", false, -1, false}};
 void default_decode_kernel() {
   decode_kernels[0].select();
   cuda::set_skinny_gemm(true);
@@ -123,6 +129,7 @@ void fp8_rows(const limits& lim, std::vector<result_row>& rows, const char* mode
     const tensor x = random_device({1, s.k}, dtype::f32, 13);
     cuda::set_gemm_backend(cuda::gemm_backend::block_gemm);
     for (const decode_kernel& kernel : decode_kernels) {
+      if (kernel.pipe) continue;  // MXFP4 experts only
       kernel.select();
       std::size_t next = 0;
       const double eager = median_us([&] { ops::linear(x, ws[next++ % ws.size()], {act}); }, 3, 30);
@@ -183,6 +190,7 @@ void fp4_grouped_rows(const limits& lim, std::vector<result_row>& rows, const ch
       double us = 0;
       for (const decode_kernel& kernel : decode_kernels) {  // tiles of > 8 rows: one kernel
         if (t > 8 && &kernel != &decode_kernels[0]) continue;
+        if (kernel.pipe && !w.interleaved) continue;  // pipe_gemm reads the interleaved layout
         kernel.select();
         us = median_graph_us([&] { ops::expert_linear(x, offsets, w, p); });
         const double gbps = double(bytes) / (us * 1e-6) / 1e9;
@@ -200,6 +208,67 @@ void fp4_grouped_rows(const limits& lim, std::vector<result_row>& rows, const ch
                         fmt::format("bf16 peak {:.0f}", lim.bf16_tflops),
                         tflops / lim.bf16_tflops});
     }
+  }
+}
+
+/// The routed experts of one decode step as the model runs them (captured: the groups bounded
+/// by the batch, the tile hint twice the mean group): `batch` tokens each routed to 6 distinct
+/// experts at random over all `experts`, interleaved MXFP4. Weight bytes counted are those of
+/// the experts touched; small batches rotate over several routings in one graph so that the
+/// touched weights exceed the L2.
+void fp4_routed_rows(const limits& lim, std::vector<result_row>& rows, const char* model,
+                     const shape& s, int experts, int act) {
+  const weight_matrix w = cuda::with_fp4_layout(device_fp4(std::int64_t(experts) * s.n, s.k, 51),
+                                                true);
+  const double expert_bytes = double(s.n) * double(s.k) * (0.5 + 1.0 / 32.0);
+  std::mt19937 rng(52);
+  for (const int batch : {1, 8, 64}) {
+    const std::int64_t pairs = std::int64_t(batch) * 6;
+    struct routing {
+      tensor offsets;
+      int touched;
+    };
+    std::vector<routing> routings;
+    double touched = 0;
+    while (routings.empty() || touched * expert_bytes < double(256 << 20)) {
+      std::vector<int> counts(std::size_t(experts), 0);
+      for (int b = 0; b < batch; ++b) {
+        std::vector<int> picked;
+        while (picked.size() < 6) {
+          const int e = int(rng() % unsigned(experts));
+          if (std::find(picked.begin(), picked.end(), e) == picked.end()) picked.push_back(e);
+        }
+        for (int e : picked) ++counts[std::size_t(e)];
+      }
+      tensor off = tensor::empty({experts + 1}, dtype::i32);
+      int used = 0;
+      off.data<std::int32_t>()[0] = 0;
+      for (int e = 0; e < experts; ++e) {
+        off.data<std::int32_t>()[e + 1] = off.data<std::int32_t>()[e] + counts[std::size_t(e)];
+        used += counts[std::size_t(e)] > 0 ? 1 : 0;
+      }
+      routings.push_back({off.to(gpu), used});
+      touched += used;
+    }
+    const tensor x = random_device({pairs, s.k}, dtype::f32, 53);
+    const ops::expert_linear_params p{act, batch, std::max<std::int64_t>(1, (2 * pairs + experts - 1) / experts)};
+    for (const decode_kernel& kernel : decode_kernels) {
+      if (&kernel != &decode_kernels[0] && &kernel != &decode_kernels[1]) continue;
+      kernel.select();
+      const double us = median_graph_us([&] {
+                          for (const routing& r : routings) ops::expert_linear(x, r.offsets, w, p);
+                        }) /
+                        double(routings.size());
+      const double bytes = touched / double(routings.size()) * expert_bytes;
+      const double gbps = bytes / (us * 1e-6) / 1e9;
+      rows.push_back({fmt::format("{} mxfp4 il routed {} x{} b{} {}", model, s.name, experts,
+                                  batch, kernel.name),
+                      fmt::format("{:.0f} experts N{} K{}", touched / double(routings.size()),
+                                  s.n, s.k),
+                      gbps, "GB/s", us, fmt::format("copy {:.0f} GB/s", lim.copy_gbps),
+                      gbps / lim.copy_gbps});
+    }
+    default_decode_kernel();
   }
 }
 
@@ -262,6 +331,12 @@ void run_gemms(const limits& lim, std::vector<result_row>& rows, bool quick,
   if (wanted("V4 wo_a")) wo_a_rows(lim, rows, "V4", 8, 1024, 4096, 128);
   if (wanted("V4.1 mxfp4 w1")) fp4_grouped_rows(lim, rows, "V4.1", {"w1", 2304, 5120}, 32, quick);
   if (wanted("V4.1 mxfp4 w2")) fp4_grouped_rows(lim, rows, "V4.1", {"w2", 5120, 2304}, 32, quick);
+  if (wanted("V4.1 mxfp4 il routed w1"))
+    fp4_routed_rows(lim, rows, "V4.1", {"w1", 2304, 5120}, 384, 32);
+  if (wanted("V4.1 mxfp4 il routed w2"))
+    fp4_routed_rows(lim, rows, "V4.1", {"w2", 5120, 2304}, 384, 32);
+  if (wanted("V4 mxfp4 il routed w1")) fp4_routed_rows(lim, rows, "V4", {"w1", 2048, 4096}, 256, 128);
+  if (wanted("V4 mxfp4 il routed w2")) fp4_routed_rows(lim, rows, "V4", {"w2", 4096, 2048}, 256, 128);
 }
 
 }  // namespace di::bench

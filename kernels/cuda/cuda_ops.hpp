@@ -69,6 +69,14 @@ bool get_stream_gemm();
 /// tiles; default from DEEPINFER_SKINNY_GEMM=0). Defined in sm90_block_gemm.cu.
 void set_skinny_gemm(bool on);
 bool get_skinny_gemm();
+/// Decode tiles of interleaved MXFP4 weights (the routed experts) go to pipe_gemm -- the
+/// weights copied into shared memory by the bulk-copy engine, the same bits as stream_gemm --
+/// when switched on. Off by default (DEEPINFER_PIPE_GEMM=1 turns it on): on the H200 it still
+/// streams slower than stream_gemm (README, session 9). Defined in pipe_gemm.cu.
+void set_pipe_gemm(bool on);
+bool get_pipe_gemm();
+/// Launches of pipe_gemm so far in this process (tests: that it served a GEMM).
+long pipe_gemm_launches();
 /// stream_gemm's FP8 (steps per load batch, blocks per SM): -1 = by K (default), 0 = (4, 2),
 /// 1 = (2, 3); the same results either way. Any other value is a di::error.
 /// DEEPINFER_STREAM_VARIANT sets the default (a value other than -1, 0 or 1 is ignored with a

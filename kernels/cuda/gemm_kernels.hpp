@@ -87,6 +87,23 @@ struct stream_gemm_plan {
   std::int64_t row_blocks, grid_groups, token_tiles;  ///< the grid
 };
 stream_gemm_plan plan_stream_gemm(const block_gemm_params& p);
+/// block_gemm's decode kernel for interleaved MXFP4 weights (pipe_gemm.cu): the weights
+/// streamed into shared memory by the bulk-copy engine through an mbarrier ring, consumed by
+/// 8 warps per block. launch_block_gemm hands token tiles of <= 8 rows to it when
+/// pipe_gemm_takes(p), which is false unless it is switched on (set_pipe_gemm,
+/// DEEPINFER_PIPE_GEMM=1; off by default).
+struct pipe_gemm_plan {
+  int warps_along_k = 1;       ///< consumer warps per 32-row stripe splitting K (1, 2, 4, 8)
+  std::int64_t row_blocks = 0;  ///< per group: 8 / warps_along_k stripes each
+  std::int64_t blocks = 0;      ///< persistent blocks (one per SM at most)
+  int tile_tokens = 0;          ///< token rows per tile (two tile buffers)
+  int stages = 0;               ///< ring depth
+  std::int64_t smem_bytes = 0;  ///< dynamic shared memory
+};
+bool pipe_gemm_takes(const block_gemm_params& p);
+/// The launch on a GPU of `sms` multiprocessors (the grid only depends on it).
+pipe_gemm_plan plan_pipe_gemm(const block_gemm_params& p, int sms = 132);
+void launch_pipe_gemm(const block_gemm_params& p, cudaStream_t stream);
 /// Dense FP8 GEMMs of 9..64 rows (skinny_gemm.cu): 128-row blocks whose warps share each
 /// activation fragment, the block's K range of activations staged once in shared memory.
 /// launch_block_gemm hands them over when skinny_gemm_takes(p) (and it is switched on); its

@@ -192,6 +192,58 @@ TEST_CASE("skinny_gemm plans: dense FP8 of 9..64 rows, K splits from the weight'
   CHECK_FALSE(cuda::skinny_gemm_takes(params_for({1024, 4096, 128, 8, 128}, 16)));
 }
 
+TEST_CASE("pipe_gemm takes interleaved MXFP4 experts and splits K as stream_gemm does") {
+  static const std::uint8_t scales[16] = {};  // planning reads no pointer, only whether set
+  cuda::set_pipe_gemm(true);  // off by default (opt-in)
+  auto experts = [&](const shape& s, std::int64_t rows) {
+    cuda::block_gemm_params p = params_for(s, rows);
+    p.fp4_interleaved = true;
+    p.wscale_e8m0 = scales;
+    return p;
+  };
+  const std::vector<shape> shapes = {
+      {2304, 5120, 0, 384, 32},   // V4.1 experts w1 / w3
+      {5120, 2304, 0, 384, 32},   // V4.1 experts w2
+      {2048, 4096, 0, 256, 128},  // V4 experts w1 / w3
+      {4096, 2048, 0, 256, 128},  // V4 experts w2
+  };
+  for (const shape& s : shapes) {
+    CAPTURE(s.n);
+    CAPTURE(s.k);
+    const cuda::pipe_gemm_plan first = cuda::plan_pipe_gemm(experts(s, 1));
+    for (std::int64_t rows = 1; rows <= 8; ++rows) {
+      const cuda::block_gemm_params p = experts(s, rows);
+      REQUIRE(cuda::pipe_gemm_takes(p));
+      const cuda::pipe_gemm_plan plan = cuda::plan_pipe_gemm(p);
+      // stream_gemm's warps along K: the same K ranges, the same bits
+      CHECK(plan.warps_along_k == cuda::plan_stream_gemm(p).warps_along_k);
+      CHECK(plan.warps_along_k == first.warps_along_k);
+      const std::int64_t rows_per_block = 8 / plan.warps_along_k * 32;
+      CHECK(plan.row_blocks == (s.n + rows_per_block - 1) / rows_per_block);
+      CHECK(plan.blocks == std::min<std::int64_t>(132, 6 * rows * plan.row_blocks));
+      CHECK(cuda::plan_block_gemm(p).tiles == plan.blocks);
+      CHECK(plan.tile_tokens == rows);
+      CHECK(plan.stages >= 2);
+      CHECK(plan.smem_bytes <= 200 * 1024);
+    }
+  }
+  const shape w1{2304, 5120, 0, 384, 32};
+  cuda::block_gemm_params p = experts(w1, 1);
+  p.fp4_interleaved = false;  // rows as stored: stream_gemm's
+  CHECK_FALSE(cuda::pipe_gemm_takes(p));
+  CHECK_FALSE(cuda::pipe_gemm_takes(experts({2304, 5120, 0, 1, 32}, 1)));  // dense
+  CHECK_FALSE(cuda::pipe_gemm_takes(experts({64, 8192, 0, 8, 32}, 1)));  // 8-token tile > 64 KB
+  CHECK_FALSE(cuda::pipe_gemm_takes(experts({64, 384, 0, 8, 128}, 1)));  // K not 4 act blocks
+  p = experts(w1, 1);
+  p.act = reinterpret_cast<const std::uint8_t*>(std::uintptr_t(8));  // not 16-byte aligned
+  CHECK_FALSE(cuda::pipe_gemm_takes(p));
+  CHECK_THROWS_WITH_AS(cuda::launch_pipe_gemm(p, nullptr), doctest::Contains("pipe_gemm: grouped"),
+                       error);
+  CHECK(cuda::pipe_gemm_takes(experts(w1, 1)));
+  cuda::set_pipe_gemm(false);  // the default
+  CHECK_FALSE(cuda::pipe_gemm_takes(experts(w1, 1)));
+}
+
 }  // namespace
 }  // namespace di
 #endif

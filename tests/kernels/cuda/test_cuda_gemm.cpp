@@ -405,6 +405,7 @@ struct stream_switches {
     cuda::set_stream_gemm(true);
     cuda::set_stream_gemm_variant(-1);
     cuda::set_skinny_gemm(true);
+    cuda::set_pipe_gemm(false);
   }
 };
 
@@ -489,6 +490,56 @@ TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invarian
         check_close(ops::expert_linear(xr.to(gpu), off.to(gpu), weight_to(*w, gpu), hint), want,
                     2e-3);
         cuda::set_stream_gemm(true);
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda pipe_gemm (MXFP4 expert decode tiles): stream_gemm's bits, right, refusals") {
+  const stream_switches restore;
+  struct shape {
+    std::int64_t out, in;
+    int act;
+  };
+  // One run (K 128) up to V4.1's w1 (K 5120, 2 stripes per block); 3 stripes (warps past the
+  // last one); V4's 128-input activation blocks; K 8192 with 32-input blocks, whose 8-token
+  // tile does not fit the shared memory: stream_gemm's, with the same result.
+  const shape shapes[] = {{32, 128, 32},    {96, 2304, 32},  {160, 1024, 128},
+                          {256, 5120, 32},  {64, 4096, 128}, {64, 8192, 32}};
+  // A compacted grid (3 routed rows over 8 experts), up to 8 rows per expert, and more than 8
+  // (several 8-token passes over the same weights under a loose bound).
+  const std::vector<std::vector<int>> cases = {
+      {0, 1, 0, 0, 2, 0, 0, 0}, {8, 0, 3, 5, 1, 0, 7, 2}, {17, 0, 1, 0, 0, 0, 0, 9}};
+  for (const shape sh : shapes) {
+    CAPTURE(sh.out);
+    CAPTURE(sh.in);
+    const weight_matrix host = random_fp4(8 * sh.out, sh.in);
+    const weight_matrix il = cuda::with_fp4_layout(weight_to(host, gpu), true);
+    REQUIRE(il.interleaved);
+    for (const auto& counts : cases) {
+      const tensor off = offsets_of(counts);
+      const std::int64_t rows = off.data<std::int32_t>()[counts.size()];
+      int max_rows = 0;
+      for (int c : counts) max_rows = std::max(max_rows, c);
+      const tensor x = varied_input(rows, sh.in);
+      const tensor want = ops::expert_linear(x, off, host, {sh.act, 0});
+      for (const ops::expert_linear_params p :
+           {ops::expert_linear_params{sh.act, max_rows},
+            ops::expert_linear_params{sh.act, rows, 2}}) {  // loose bound, tile for 2 rows
+        if (p.max_rows_per_expert > 8 && p.tile_rows_hint == 0) continue;  // not a decode tile
+        CAPTURE(p.max_rows_per_expert);
+        cuda::set_pipe_gemm(false);
+        test::poison_device_pool();
+        const tensor streamed =
+            ops::expert_linear(x.to(gpu), off.to(gpu), il, p).to(cpu_device);
+        cuda::set_pipe_gemm(true);
+        const long before = cuda::pipe_gemm_launches();
+        test::poison_device_pool();
+        const tensor piped = ops::expert_linear(x.to(gpu), off.to(gpu), il, p).to(cpu_device);
+        const bool fits = !(sh.in == 8192 && sh.act == 32);
+        CHECK(cuda::pipe_gemm_launches() - before == (fits ? 1 : 0));
+        test::check_bitwise(piped, streamed);
+        check_close(piped, want, 2e-3);
       }
     }
   }
