@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# One device call's command (run it as the `run` command, carrying build-cuda-fwd/fwd-bundle.tar.xz):
+# an optional gate -- the GPU tests matching $DEEPINFER_GATE (a doctest -tc pattern, e.g.
+# "*pipe_gemm*") under a 120 s timeout, so that a new kernel that hangs or fails costs seconds,
+# not the call -- then scripts/gpu-forward.sh "$@" (presets, DEEPINFER_* switches as documented
+# there) under $DEEPINFER_CALL_TIMEOUT seconds (default 480). A device call brings back only a
+# few files, so every log is packed into $OUT/logs.tgz beside the combined $OUT/all.log.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/out}
+logs=$(mktemp -d)
+mkdir -p "$out" /tmp/fwd
+tar -C /tmp/fwd -xJf build-cuda-fwd/fwd-bundle.tar.xz
+export LD_LIBRARY_PATH=/tmp/fwd/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export DEEPINFER_SHARED_DIR=/tmp/fwd/shared
+rc=0
+if [[ -n ${DEEPINFER_GATE:-} ]]; then
+  DEEPINFER_SOURCE_DIR=$PWD timeout 120 /tmp/fwd/tests/test_kernels_cuda -tc="$DEEPINFER_GATE" \
+    >"$logs/gate.log" 2>&1
+  rc=$?
+  echo "gate ($DEEPINFER_GATE) rc=$rc"
+  grep -E "^\[doctest\] (test cases|assertions)|ERROR" "$logs/gate.log" | head -20
+fi
+if [[ $rc == 0 ]]; then
+  OUT=$logs timeout "${DEEPINFER_CALL_TIMEOUT:-480}" scripts/gpu-forward.sh "$@" >"$logs/all.log" 2>&1
+  echo "gpu-forward rc=$?"
+  cp "$logs/all.log" "$out/"
+fi
+tar -C "$logs" -czf "$out/logs.tgz" .
