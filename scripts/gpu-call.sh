@@ -12,7 +12,7 @@ logs=$(mktemp -d)
 mkdir -p "$out" /tmp/fwd
 tar -C /tmp/fwd -xJf build-cuda-fwd/fwd-bundle.tar.xz
 export LD_LIBRARY_PATH=/tmp/fwd/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export DEEPINFER_SHARED_DIR=/tmp/fwd/shared
+export DEEPINFER_SHARED_DIR=/tmp/fwd/shared DEEPINFER_BUNDLE_UNPACKED=1
 rc=0
 if [[ -n ${DEEPINFER_GATE:-} ]]; then
   DEEPINFER_SOURCE_DIR=$PWD timeout 120 /tmp/fwd/tests/test_kernels_cuda -tc="$DEEPINFER_GATE" \

@@ -20,7 +20,8 @@ cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/out}
 mkdir -p "$out" /tmp/fwd
 for b in build-cuda-fwd/fwd-bundle.tar.xz build-cuda-fwd/v4-golden.tar.xz; do  # whichever came
-  if [[ -f $b ]]; then tar -C /tmp/fwd -xJf "$b"; fi
+  # (gpu-call.sh has unpacked it already)
+  if [[ -f $b && ${DEEPINFER_BUNDLE_UNPACKED:-0} != 1 ]]; then tar -C /tmp/fwd -xJf "$b"; fi
 done
 export LD_LIBRARY_PATH=/tmp/fwd/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export DEEPINFER_SHARED_DIR=/tmp/fwd/shared
