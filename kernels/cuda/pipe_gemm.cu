@@ -17,11 +17,12 @@
 // (one per SM) and walk the work items -- (non-empty group, row block) -- so the ring never
 // drains between items.
 //
-// What limits it now (measured above): the consumers. 9 warps per block leave 168 registers
-// per thread (the warp allocation rounds up to 12), and the kernel uses them all, so an SM runs
-// 8 consumer warps -- half of stream_gemm's 16 -- each issuing ~235 instructions per 2 KB run
-// (FP4 -> e4m3 decode, MMA, scale conversion and promotion). Next: 12 consumer warps at <= 128
-// registers (13 warps round to 16), the scales converted to floats by the idle producer lanes.
+// What limits it is not known yet. Not the consumer warps: 9 warps per block leave 168
+// registers per thread (register allocation rounds the warps up to 12), so an SM runs 8
+// consumer warps (stream_gemm: 16); a variant with 12 consumer warps at 128 registers, one run
+// per warp per stage and up to 6 stages (branch pipe12-wip, same call) measured the same or
+// lower (b64 0.40-0.44). Next: Nsight Compute on it (DRAM throughput, where the producer and
+// the consumers wait) before changing more; the bulk copies are 2-4 KB each.
 //
 // Layout: in weight_matrix::interleaved a 32-row stripe of a group is contiguous, run after
 // run; so is any range of whole runs of it. Consumer warp w owns stripe w / wk of the row block
