@@ -18,6 +18,16 @@ __device__ __forceinline__ float2 e4m3x2_to_float2(std::uint32_t two) {
   return __half22float2(*reinterpret_cast<const __half2*>(&h));
 }
 
+/// 8 weight bytes, read-only and read once: not kept in L1, the next 256 bytes of the row
+/// prefetched into L2.
+__device__ __forceinline__ uint2 load_stream8(const std::uint8_t* p) {
+  uint2 v;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0, %1}, [%2];\n"
+      : "=r"(v.x), "=r"(v.y)
+      : "l"(p));
+  return v;
+}
+
 /// 16 weight bytes, read-only and read once: not kept in L1, the next 256 bytes of the row
 /// prefetched into L2 (a warp's next batches).
 __device__ __forceinline__ uint4 load_stream16(const std::uint8_t* p) {
@@ -71,6 +81,43 @@ __device__ __forceinline__ float fp4_scale_factor(std::uint8_t e) {
   return __int_as_float(biased << 23);
 }
 
+/// The activation scales of the 4 steps from step s for a lane's two token columns (scale rows
+/// sx_a, sx_b; act_shift = log2 of the activation block): with 32-input blocks (Every) one
+/// 16-byte load each (read-only path when Ldg: global memory), else one load per step.
+template <bool Every, bool Ldg>
+__device__ __forceinline__ void run_act_scales(const float* sx_a, const float* sx_b, int s,
+                                               int act_shift, float (&xa)[4], float (&xb)[4]) {
+  if constexpr (Every) {
+    const float4 a4 = Ldg ? __ldg(reinterpret_cast<const float4*>(sx_a + s))
+                          : *reinterpret_cast<const float4*>(sx_a + s);
+    const float4 b4 = Ldg ? __ldg(reinterpret_cast<const float4*>(sx_b + s))
+                          : *reinterpret_cast<const float4*>(sx_b + s);
+    xa[0] = a4.x, xa[1] = a4.y, xa[2] = a4.z, xa[3] = a4.w;
+    xb[0] = b4.x, xb[1] = b4.y, xb[2] = b4.z, xb[3] = b4.w;
+  } else {
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int col = ((s + u) * 32) >> act_shift;
+      xa[u] = sx_a[col];
+      xb[u] = sx_b[col];
+    }
+  }
+}
+
+/// One MXFP4 step promoted: acc += d * (weight scale * activation scale), d a fresh m16n8
+/// result whose rows g / g + 8 take byte u of the e8m0 scale words w_lo / w_hi and whose token
+/// columns 2t / 2t + 1 the activation scales xa / xb.
+__device__ __forceinline__ void promote_fp4_step(float (&acc)[4], const float (&d)[4],
+                                                 std::uint32_t w_lo_word, std::uint32_t w_hi_word,
+                                                 int u, float xa, float xb) {
+  const float w_lo = fp4_scale_factor(std::uint8_t(w_lo_word >> (8 * u)));
+  const float w_hi = fp4_scale_factor(std::uint8_t(w_hi_word >> (8 * u)));
+  acc[0] += d[0] * (w_lo * xa);
+  acc[1] += d[1] * (w_lo * xb);
+  acc[2] += d[2] * (w_hi * xa);
+  acc[3] += d[3] * (w_hi * xb);
+}
+
 /// Word i (0..3, known at compile time after unrolling) of a 16-byte load.
 __device__ __forceinline__ std::uint32_t word_of(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
@@ -80,39 +127,87 @@ __device__ __forceinline__ int log2_int(int v) {
   return 31 - __clz(v);
 }
 
-/// The index of the n-th group (from 0) whose offsets range is not empty, or -1; called by
-/// every thread of a block of Warps warps (it synchronises). Expert GEMMs of a few routed
-/// tokens touch at most `rows` of their groups: the grid then has one row per possible
-/// non-empty group instead of one per expert (6 instead of 384 at batch 1), so the few weights
-/// that are read stream through the whole GPU. One pass over the offsets: each thread counts
-/// the non-empty groups of a contiguous run, a block scan places the runs.
+/// A thread's contiguous run of groups [g0, g1), its non-empty ones (mine) and those of the
+/// runs before it (before): one pass over the offsets, each thread counting its run, a block
+/// scan placing the runs. Called by every thread of a block of Warps warps (it synchronises).
+struct nonempty_run {
+  int g0, g1, mine, before;
+};
 template <int Warps>
-__device__ int nth_nonempty_group(const std::int32_t* offsets, int groups, int n) {
+__device__ nonempty_run count_nonempty_groups(const std::int32_t* offsets, int groups) {
   __shared__ int warp_total[Warps];
-  __shared__ int found;
   const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
   const int per = (groups + Warps * 32 - 1) / (Warps * 32);
-  const int g0 = min(groups, tid * per), g1 = min(groups, g0 + per);
-  int mine = 0;
-  for (int g = g0; g < g1; ++g) mine += offsets[g + 1] > offsets[g] ? 1 : 0;
-  int incl = mine;  // inclusive scan within the warp
+  nonempty_run r{min(groups, tid * per), 0, 0, 0};
+  r.g1 = min(groups, r.g0 + per);
+  for (int g = r.g0; g < r.g1; ++g) r.mine += offsets[g + 1] > offsets[g] ? 1 : 0;
+  int incl = r.mine;  // inclusive scan within the warp
 #pragma unroll
   for (int d = 1; d < 32; d *= 2) {
     const int v = __shfl_up_sync(0xffffffffu, incl, d);
     if (lane >= d) incl += v;
   }
-  if (tid == 0) found = -1;
   if (lane == 31) warp_total[warp] = incl;
   __syncthreads();
-  int before = incl - mine;
-  for (int w = 0; w < warp; ++w) before += warp_total[w];
-  if (n >= before && n < before + mine) {
-    int seen = before;
-    for (int g = g0; g < g1; ++g)
+  r.before = incl - r.mine;
+  for (int w = 0; w < warp; ++w) r.before += warp_total[w];
+  return r;
+}
+
+/// The index of the n-th group (from 0) whose offsets range is not empty, or -1; called by
+/// every thread of a block of Warps warps (it synchronises). Expert GEMMs of a few routed
+/// tokens touch at most `rows` of their groups: the grid then has one row per possible
+/// non-empty group instead of one per expert (6 instead of 384 at batch 1), so the few weights
+/// that are read stream through the whole GPU.
+template <int Warps>
+__device__ int nth_nonempty_group(const std::int32_t* offsets, int groups, int n) {
+  __shared__ int found;
+  if (threadIdx.x == 0) found = -1;  // ordered before the writes below by the scan's barrier
+  const nonempty_run r = count_nonempty_groups<Warps>(offsets, groups);
+  if (n >= r.before && n < r.before + r.mine) {
+    int seen = r.before;
+    for (int g = r.g0; g < r.g1; ++g)
       if (offsets[g + 1] > offsets[g] && seen++ == n) found = g;
   }
   __syncthreads();
   return found;
+}
+
+/// Stores a block's outputs -- for_each_output(f) calls f(index into y, value) for each --
+/// plainly (one K split), with fp32 atomic adds into the zeroed y, or, when p.split_work is
+/// given, in split order: this split's partials go to split_work, p.split_counters[tile_id]
+/// counts the tile's finished splits, and the last one adds every split's partials in split
+/// order (the same order whichever block finishes last) and zeroes the counter for the next
+/// launch or replay. Every thread of the block calls it (it synchronises).
+template <typename Params, typename ForEach>
+__device__ __forceinline__ void store_split_outputs(const Params& p, int split, int k_splits,
+                                                    std::int64_t tile_id,
+                                                    ForEach&& for_each_output) {
+  if (k_splits > 1 && p.split_work) {
+    __shared__ int last_split;
+    float* mine = p.split_work + std::int64_t(split) * p.y_elements;
+    for_each_output([&](std::int64_t o, float v) { mine[o] = v; });
+    __threadfence();  // the partials are visible device-wide before the count says so
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const unsigned done = atomicAdd(p.split_counters + tile_id, 1u);
+      last_split = done == unsigned(k_splits - 1);
+      if (last_split) p.split_counters[tile_id] = 0;
+    }
+    __syncthreads();
+    if (!last_split) return;
+    __threadfence();
+    for_each_output([&](std::int64_t o, float) {
+      float sum = 0.0f;
+      for (int sp = 0; sp < k_splits; ++sp)
+        sum += __ldcg(p.split_work + std::int64_t(sp) * p.y_elements + o);
+      p.y[o] = sum;
+    });
+  } else if (k_splits > 1) {
+    for_each_output([&](std::int64_t o, float v) { atomicAdd(p.y + o, v); });
+  } else {
+    for_each_output([&](std::int64_t o, float v) { p.y[o] = v; });
+  }
 }
 
 /// Where a block of a (grouped) block_gemm launch works: blockIdx.y is its group (or, with a

@@ -146,29 +146,14 @@ __device__ __forceinline__ warp_runs runs_of(int w, int wk, int total_runs) {
 }
 
 /// The non-empty groups of `offsets` in order into list[], their number into *count; called by
-/// every thread of the block (it synchronises). Each thread checks a contiguous run of groups;
-/// a block scan places the runs.
+/// every thread of the block (it synchronises).
 __device__ void list_nonempty_groups(const std::int32_t* offsets, int groups, int* list,
                                      int* count) {
-  __shared__ int warp_total[threads / 32];
-  const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
-  const int per = (groups + threads - 1) / threads;
-  const int g0 = min(groups, tid * per), g1 = min(groups, g0 + per);
-  int mine = 0;
-  for (int e = g0; e < g1; ++e) mine += offsets[e + 1] > offsets[e] ? 1 : 0;
-  int incl = mine;  // inclusive scan within the warp
-#pragma unroll
-  for (int d = 1; d < 32; d *= 2) {
-    const int v = __shfl_up_sync(0xffffffffu, incl, d);
-    if (lane >= d) incl += v;
-  }
-  if (lane == 31) warp_total[warp] = incl;
-  __syncthreads();
-  int at = incl - mine;
-  for (int w = 0; w < warp; ++w) at += warp_total[w];
-  for (int e = g0; e < g1; ++e)
+  const nonempty_run r = count_nonempty_groups<threads / 32>(offsets, groups);
+  int at = r.before;
+  for (int e = r.g0; e < r.g1; ++e)
     if (offsets[e + 1] > offsets[e]) list[at++] = e;
-  if (tid == threads - 1) *count = at;
+  if (threadIdx.x == threads - 1) *count = at;
   __syncthreads();
 }
 
@@ -315,19 +300,7 @@ __global__ void __launch_bounds__(threads, blocks_per_sm)
       auto multiply_run = [&](const uint4 (&v)[4], const std::uint32_t (&wpk)[2][2], int run) {
         const int s = run * run_steps;  // first step
         float xa[4], xb[4];
-        if constexpr (EVERY) {
-          const float4 a4 = *reinterpret_cast<const float4*>(sx_a + s);
-          const float4 b4 = *reinterpret_cast<const float4*>(sx_b + s);
-          xa[0] = a4.x, xa[1] = a4.y, xa[2] = a4.z, xa[3] = a4.w;
-          xb[0] = b4.x, xb[1] = b4.y, xb[2] = b4.z, xb[3] = b4.w;
-        } else {
-#pragma unroll
-          for (int u = 0; u < 4; ++u) {
-            const int col = ((s + u) * step_k) >> act_shift;
-            xa[u] = sx_a[col];
-            xb[u] = sx_b[col];
-          }
-        }
+        run_act_scales<EVERY, false>(sx_a, sx_b, s, act_shift, xa, xb);
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
           const uint2 b = *reinterpret_cast<const uint2*>(act_row + (s + u) * step_k);
@@ -338,12 +311,7 @@ __global__ void __launch_bounds__(threads, blocks_per_sm)
             const std::uint32_t a[4] = {fp4_low(lo), fp4_low(hi), fp4_high(lo), fp4_high(hi)};
             float d[4];
             mma_e4m3_fresh(d, a, b0, b1);
-            const float w_lo = fp4_scale_factor(std::uint8_t(wpk[m][0] >> (8 * u)));
-            const float w_hi = fp4_scale_factor(std::uint8_t(wpk[m][1] >> (8 * u)));
-            acc[m][0] += d[0] * (w_lo * xa[u]);
-            acc[m][1] += d[1] * (w_lo * xb[u]);
-            acc[m][2] += d[2] * (w_hi * xa[u]);
-            acc[m][3] += d[3] * (w_hi * xb[u]);
+            promote_fp4_step(acc[m], d, wpk[m][0], wpk[m][1], u, xa[u], xb[u]);
           }
         }
       };

@@ -47,15 +47,6 @@ struct skinny_config {
   int range;  ///< inputs per split: a multiple of batch * step_k (the last split may be shorter)
 };
 
-/// 8 weight bytes, read once: not kept in L1, the next 256 bytes prefetched into L2.
-__device__ __forceinline__ uint2 load_weight8(const std::uint8_t* p) {
-  uint2 v;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0, %1}, [%2];\n"
-      : "=r"(v.x), "=r"(v.y)
-      : "l"(p));
-  return v;
-}
-
 /// 16 bytes global -> shared, zero-filled when !valid.
 __device__ __forceinline__ void cp_async16_zfill(void* smem, const void* global, bool valid) {
   const unsigned dst = unsigned(__cvta_generic_to_shared(smem));
@@ -135,7 +126,7 @@ __global__ void __launch_bounds__(warps * 32, 2)
       for (int m = 0; m < tiles; ++m)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          r.a[u][m][h] = s + u < steps ? load_weight8(wrow[m][h] + (s + u) * step_k)
+          r.a[u][m][h] = s + u < steps ? load_stream8(wrow[m][h] + (s + u) * step_k)
                                        : make_uint2(0, 0);
   };
 
@@ -226,31 +217,7 @@ __global__ void __launch_bounds__(warps * 32, 2)
           if (row < p.n && tk < p.rows) f(tk * p.y_stride + row, acc[m][j][c]);
         }
   };
-  if (cfg.k_splits > 1 && p.split_work) {
-    __shared__ int last_split;
-    float* mine = p.split_work + std::int64_t(split) * p.y_elements;
-    for_each_output([&](std::int64_t o, float v) { mine[o] = v; });
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      const unsigned done = atomicAdd(p.split_counters + blockIdx.x, 1u);
-      last_split = done == unsigned(cfg.k_splits - 1);
-      if (last_split) p.split_counters[blockIdx.x] = 0;
-    }
-    __syncthreads();
-    if (!last_split) return;
-    __threadfence();
-    for_each_output([&](std::int64_t o, float) {
-      float sum = 0.0f;
-      for (int sp = 0; sp < cfg.k_splits; ++sp)
-        sum += __ldcg(p.split_work + std::int64_t(sp) * p.y_elements + o);
-      p.y[o] = sum;
-    });
-  } else if (cfg.k_splits > 1) {
-    for_each_output([&](std::int64_t o, float v) { atomicAdd(p.y + o, v); });
-  } else {
-    for_each_output([&](std::int64_t o, float v) { p.y[o] = v; });
-  }
+  store_split_outputs(p, split, cfg.k_splits, blockIdx.x, for_each_output);
 }
 
 /// The launch of p: row blocks, K splits (from the weight's shape only).

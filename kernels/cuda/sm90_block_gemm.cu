@@ -355,36 +355,9 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
           f(group * p.y_group_offset + (row_begin + tk) * p.y_stride + r, acc[j][c]);
       }
   };
-  if (cfg.k_splits > 1 && p.split_work) {
-    // Ordered split K: store this split's partials, count the tile's finished splits, and let
-    // the last one add all partials in split order (the same order whichever block is last).
-    __shared__ int last_split;
-    float* mine = p.split_work + std::int64_t(split) * p.y_elements;
-    for_each_output([&](std::int64_t o, float v) { mine[o] = v; });
-    __threadfence();  // the partials are visible device-wide before the count says so
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      const std::int64_t tile_id =
-          (tile * std::int64_t(gridDim.y) + blockIdx.y) * std::int64_t(gridDim.x) + blockIdx.x;
-      const unsigned done = atomicAdd(p.split_counters + tile_id, 1u);
-      last_split = done == unsigned(cfg.k_splits - 1);
-      if (last_split) p.split_counters[tile_id] = 0;  // ready for the next launch or replay
-    }
-    __syncthreads();
-    if (!last_split) return;
-    __threadfence();
-    for_each_output([&](std::int64_t o, float) {
-      float sum = 0.0f;
-      for (int sp = 0; sp < cfg.k_splits; ++sp)
-        sum += __ldcg(p.split_work + std::int64_t(sp) * p.y_elements + o);
-      p.y[o] = sum;
-    });
-    return;
-  }
-  if (cfg.k_splits > 1)
-    for_each_output([&](std::int64_t o, float v) { atomicAdd(p.y + o, v); });
-  else
-    for_each_output([&](std::int64_t o, float v) { p.y[o] = v; });
+  const std::int64_t tile_id =
+      (tile * std::int64_t(gridDim.y) + blockIdx.y) * std::int64_t(gridDim.x) + blockIdx.x;
+  store_split_outputs(p, split, cfg.k_splits, tile_id, for_each_output);
 }
 
 template <int FMT>

@@ -49,15 +49,6 @@ struct stream_config {
   bool compact;         ///< grid row y serves the y-th non-empty group
 };
 
-/// 8 bytes, read-only, not kept in L1 (each weight byte is read once), with the next 256 bytes
-/// of the row prefetched into L2 (the warp's next batches).
-__device__ __forceinline__ uint2 load_stream8(const std::uint8_t* p) {
-  uint2 v;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0, %1}, [%2];\n"
-      : "=r"(v.x), "=r"(v.y)
-      : "l"(p));
-  return v;
-}
 /// 4 bytes of an MXFP4 row; kept in L1: the other half of the 32-byte sector is the next step.
 __device__ __forceinline__ std::uint32_t load_stream4(const std::uint8_t* p) {
   std::uint32_t v;
@@ -241,31 +232,14 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
 #pragma unroll
       for (int h = 0; h < 2; ++h) wpk[m][h] = __ldg(reinterpret_cast<const unsigned*>(ws8[m][h] + s));
     float xa[4], xb[4];
-    if constexpr (EVERY) {
-      const float4 a4 = __ldg(reinterpret_cast<const float4*>(sx_a + s));
-      const float4 b4 = __ldg(reinterpret_cast<const float4*>(sx_b + s));
-      xa[0] = a4.x, xa[1] = a4.y, xa[2] = a4.z, xa[3] = a4.w;
-      xb[0] = b4.x, xb[1] = b4.y, xb[2] = b4.z, xb[3] = b4.w;
-    } else {
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const int col = ((s + u) * step_k) >> act_shift;
-        xa[u] = sx_a[col];
-        xb[u] = sx_b[col];
-      }
-    }
+    run_act_scales<EVERY, true>(sx_a, sx_b, s, act_shift, xa, xb);
 #pragma unroll
     for (int u = 0; u < batch; ++u)
       step_fragments(r, u, [&](int m, const std::uint32_t(&a)[4], std::uint32_t b0,
                                   std::uint32_t b1) {
         float d[4];
         mma_e4m3_fresh(d, a, b0, b1);
-        const float w_lo = fp4_scale_factor(std::uint8_t(wpk[m][0] >> (8 * u)));
-        const float w_hi = fp4_scale_factor(std::uint8_t(wpk[m][1] >> (8 * u)));
-        acc[m][0] += d[0] * (w_lo * xa[u]);
-        acc[m][1] += d[1] * (w_lo * xb[u]);
-        acc[m][2] += d[2] * (w_hi * xa[u]);
-        acc[m][3] += d[3] * (w_hi * xb[u]);
+        promote_fp4_step(acc[m], d, wpk[m][0], wpk[m][1], u, xa[u], xb[u]);
       });
   };
 
