@@ -7,6 +7,7 @@
 #include "kernels/cache_format.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cuda_model_ops.hpp"
+#include "kernels/cuda/kernel_attributes.hpp"
 #include "kernels/dtype.hpp"
 
 #include <cuda_runtime.h>
@@ -22,20 +23,6 @@ inline void check_launch(const char* kernel) {
   if (st != cudaSuccess)
     DI_FAIL("CUDA kernel {} failed to launch: {} ({})", kernel, cudaGetErrorName(st),
             cudaGetErrorString(st));
-}
-
-/// Raises `kernel`'s dynamic shared-memory limit to `bytes` on the current device (once per
-/// device and size; thread-safe). `limits` is the kernel's own per-device record.
-inline void ensure_smem(const void* kernel, std::size_t bytes, std::atomic<std::size_t> (&limits)[16]) {
-  if (bytes <= 48 * 1024) return;
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  DI_CHECK(dev >= 0 && dev < 16, "CUDA device {} beyond the 16 the model kernels track", dev);
-  std::size_t seen = limits[dev].load(std::memory_order_acquire);
-  if (bytes <= seen) return;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-  while (seen < bytes && !limits[dev].compare_exchange_weak(seen, bytes)) {
-  }
 }
 
 inline unsigned grid_for(std::int64_t work, int per_block) {

@@ -38,6 +38,7 @@
 #include "common/error.hpp"
 #include "kernels/cuda/block_gemm_common.cuh"
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/kernel_attributes.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -430,18 +431,6 @@ pipe_gemm_plan plan_pipe_gemm(const block_gemm_params& p, int sms) {
   return plan;
 }
 
-namespace {
-int sm_count() {
-  static const int sms = [] {
-    int device = 0, n = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-    return n;
-  }();
-  return sms;
-}
-}  // namespace
-
 void launch_pipe_gemm(const block_gemm_params& p, cudaStream_t stream) {
   DI_CHECK(pipe_gemm_takes(p),
            "pipe_gemm: grouped (expert) GEMMs of interleaved MXFP4 weights with e8m0 scales, K a "
@@ -452,21 +441,22 @@ void launch_pipe_gemm(const block_gemm_params& p, cudaStream_t stream) {
            p.groups, p.offsets ? "grouped" : "dense");
   if (p.max_rows == 0) return;
   ++g_launches;
-  const pipe_gemm_plan plan = plan_pipe_gemm(p, sm_count());
+  const pipe_gemm_plan plan = plan_pipe_gemm(p, detail::multiprocessor_count());
   const pipe_config cfg{plan.warps_along_k, plan.tile_tokens, plan.stages, plan.row_blocks};
-  static const bool raised = [] {  // both instantiations: room for the largest layout
-    for (auto kernel : {pipe_gemm_kernel<true>, pipe_gemm_kernel<false>})
-      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      smem_budget));
-    return true;
-  }();
-  (void)raised;
+  // Per instantiation and device: room for the largest layout.
+  static std::atomic<std::size_t> limits_every[detail::max_tracked_devices],
+      limits_other[detail::max_tracked_devices];
   const dim3 grid(unsigned(plan.blocks));
   const std::size_t smem = std::size_t(plan.smem_bytes);
-  if (p.act_block == 32)
+  if (p.act_block == 32) {
+    detail::ensure_smem(reinterpret_cast<const void*>(&pipe_gemm_kernel<true>), smem_budget,
+                        limits_every);
     pipe_gemm_kernel<true><<<grid, threads, smem, stream>>>(p, cfg);
-  else
+  } else {
+    detail::ensure_smem(reinterpret_cast<const void*>(&pipe_gemm_kernel<false>), smem_budget,
+                        limits_other);
     pipe_gemm_kernel<false><<<grid, threads, smem, stream>>>(p, cfg);
+  }
   CUDA_CHECK_LAUNCH("pipe_gemm");
 }
 

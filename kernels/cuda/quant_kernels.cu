@@ -4,6 +4,7 @@
 #include "kernels/cuda/quant_kernels.hpp"
 
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/kernel_attributes.hpp"
 #include "kernels/quant_math.hpp"
 
 namespace di::cuda {
@@ -93,9 +94,8 @@ void launch_fake_quant(const fake_quant_params& p, cudaStream_t stream) {
 void launch_hadamard(float* x, std::int64_t rows, std::int64_t dim, cudaStream_t stream) {
   if (rows == 0) return;
   const std::size_t smem = std::size_t(dim) * sizeof(float);
-  if (smem > 48 * 1024)
-    CUDA_CHECK(cudaFuncSetAttribute(hadamard_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(smem)));
+  static std::atomic<std::size_t> limits[detail::max_tracked_devices];
+  detail::ensure_smem(reinterpret_cast<const void*>(&hadamard_kernel), smem, limits);
   const float norm = 1.0f / sqrtf(float(dim));
   hadamard_kernel<<<unsigned(rows), 256, smem, stream>>>(x, dim, norm);
   CUDA_CHECK_LAUNCH("hadamard");

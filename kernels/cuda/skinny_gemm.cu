@@ -23,6 +23,7 @@
 
 #include "kernels/cuda/block_gemm_common.cuh"
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/kernel_attributes.hpp"
 #include "kernels/dtype.hpp"
 
 #include <algorithm>
@@ -252,13 +253,9 @@ int skinny_smem(int range) {
 template <int NT, bool EVERY>
 void launch_nt(const block_gemm_params& p, const skinny_shape& sh, cudaStream_t stream) {
   const int smem = skinny_smem<NT>(sh.cfg.range);
-  static bool raised = false;  // per instantiation: allow more than 48 KB of shared memory
-  if (!raised) {
-    CUDA_CHECK(cudaFuncSetAttribute(skinny_gemm_kernel<NT, EVERY>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    skinny_smem<8>(max_range)));
-    raised = true;
-  }
+  static std::atomic<std::size_t> limits[detail::max_tracked_devices];  // per instantiation
+  detail::ensure_smem(reinterpret_cast<const void*>(&skinny_gemm_kernel<NT, EVERY>),
+                      std::size_t(skinny_smem<8>(max_range)), limits);
   const dim3 grid(unsigned(sh.row_blocks), unsigned(sh.cfg.k_splits));
   skinny_gemm_kernel<NT, EVERY><<<grid, warps * 32, smem, stream>>>(p, sh.cfg);
 }

@@ -12,6 +12,7 @@
 #include "kernels/cuda/block_gemm_common.cuh"
 
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/kernel_attributes.hpp"
 #include "kernels/dtype.hpp"
 
 #include <algorithm>
@@ -370,12 +371,9 @@ void launch_tiles(const block_gemm_params& p, const split_config& cfg, dim3 grid
                   cudaStream_t stream) {
   const int smem = weight_smem<FMT>() + NT * 8 * (cfg.chunk_steps * step_k + act_pad) +
                    NT * 8 * (cfg.chunk_steps * step_k / p.act_block) * int(sizeof(float));
-  static bool raised = false;  // per instantiation: allow more than 48 KB of shared memory
-  if (!raised) {
-    CUDA_CHECK(cudaFuncSetAttribute(block_gemm_kernel<NT, FMT>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024));
-    raised = true;
-  }
+  static std::atomic<std::size_t> limits[detail::max_tracked_devices];  // per instantiation
+  detail::ensure_smem(reinterpret_cast<const void*>(&block_gemm_kernel<NT, FMT>), 160 * 1024,
+                      limits);
   block_gemm_kernel<NT, FMT><<<grid, num_warps * 32, smem, stream>>>(p, cfg);
   CUDA_CHECK_LAUNCH("sm90_block_gemm");
 }
