@@ -1,8 +1,9 @@
 // Device helpers shared by the GEMM kernels (sm90_block_gemm.cu: shared-memory tiles for many
 // tokens; stream_gemm.cu: register-streamed weights for decode tiles of <= 8 tokens;
-// fp8_split_gemm.cu, fp8_gemv.cu): the FP8 MMA, the streaming weight load, the e4m3 pair
-// decode, the MXFP4 -> e4m3 nibble decode
-// and its scale, and the compacted-grid lookup of non-empty expert groups.
+// skinny_gemm.cu, pipe_gemm.cu, fp8_split_gemm.cu, fp8_gemv.cu): the cp.async copies, the
+// streaming weight loads, the FP8 MMA, the e4m3 pair decode, the MXFP4 -> e4m3 nibble decode
+// and its scale, a run's activation scales and the MXFP4 step promotion, the non-empty expert
+// group scan, and the plain / atomic / ordered-split output store.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -36,6 +37,19 @@ __device__ __forceinline__ uint4 load_stream16(const std::uint8_t* p) {
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(p));
   return v;
+}
+
+/// 16 bytes global -> shared, zero-filled when !valid.
+__device__ __forceinline__ void cp_async16_zfill(void* smem, const void* global, bool valid) {
+  const unsigned dst = unsigned(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global),
+               "r"(valid ? 16 : 0));
+}
+/// 4 bytes global -> shared, zero-filled when !valid.
+__device__ __forceinline__ void cp_async4_zfill(void* smem, const void* global, bool valid) {
+  const unsigned dst = unsigned(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(global),
+               "r"(valid ? 4 : 0));
 }
 
 /// d += a b on the FP8 tensor cores: m16n8k32, e4m3 x e4m3, fp32 accumulate.

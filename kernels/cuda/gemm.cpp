@@ -350,9 +350,12 @@ weight_matrix stack_weights(std::span<const weight_matrix> experts, device dev,
              e, w.interleaved ? "" : "not ");
     const std::int64_t i = std::int64_t(e);
     tensor slice = out.values.slice(0, i * rows, (i + 1) * rows);
-    if (tiled) {  // up through a one-expert temporary, interleaved into the slice
-      tensor part = tensor::empty(w.values.shape(), dtype::i8, dev);
-      part.copy_from(w.values);
+    if (tiled) {  // interleaved into the slice (from the host through a one-expert temporary)
+      tensor part = w.values;
+      if (part.dev() != dev) {
+        part = tensor::empty(w.values.shape(), dtype::i8, dev);
+        part.copy_from(w.values);
+      }
       launch_fp4_interleave(static_cast<const std::uint8_t*>(part.raw()),
                             static_cast<std::uint8_t*>(slice.raw()), rows, row_bytes, false,
                             current_stream());

@@ -123,13 +123,8 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned b
       : "memory");
 }
 
-/// 4 bytes global -> shared, asynchronously (no registers); completion is signalled to an
-/// mbarrier by cp_async_arrive.
-__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(dst)), "l"(src)
-               : "memory");
-}
-/// The barrier counts one arrival of this thread once its earlier cp.async copies have landed
+/// The barrier counts one arrival of this thread once its earlier cp.async copies (e.g.
+/// cp_async4_zfill: no registers per byte) have landed
 /// (noinc: the barrier's expected count includes it).
 __device__ __forceinline__ void cp_async_arrive(std::uint64_t* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar))
@@ -276,8 +271,8 @@ __global__ void __launch_bounds__(threads, blocks_per_sm)
           for (int r = 0; r < scnt; ++r)
 #pragma unroll
             for (int i = 0; i < 8; ++i)
-              cp_async4(&scale_ring[slot][lane / 4][r][(lane % 4) * 8 + i],
-                        scale_src + i * p.wscale_cols + (k * runs + r) * run_steps);
+              cp_async4_zfill(&scale_ring[slot][lane / 4][r][(lane % 4) * 8 + i],
+                              scale_src + i * p.wscale_cols + (k * runs + r) * run_steps, true);
           cp_async_arrive(&full[slot]);
         }
         __syncwarp();

@@ -48,18 +48,6 @@ struct skinny_config {
   int range;  ///< inputs per split: a multiple of batch * step_k (the last split may be shorter)
 };
 
-/// 16 bytes global -> shared, zero-filled when !valid.
-__device__ __forceinline__ void cp_async16_zfill(void* smem, const void* global, bool valid) {
-  const unsigned dst = unsigned(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global),
-               "r"(valid ? 16 : 0));
-}
-/// 4 bytes global -> shared, zero-filled when !valid.
-__device__ __forceinline__ void cp_async4_zfill(void* smem, const void* global, bool valid) {
-  const unsigned dst = unsigned(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(global),
-               "r"(valid ? 4 : 0));
-}
 
 /// NT: 8-token tiles (2, 4 or 8). EVERY: 32-input scale blocks on both sides and e8m0 weight
 /// scales (V4.1): every step promotes with fresh MMA results.

@@ -66,10 +66,14 @@ inline void poison_device_pool(std::size_t bytes = std::size_t(64) << 20) {
   REQUIRE(cudaMemsetAsync(junk.raw(), 0xff, bytes, cuda::current_stream()) == cudaSuccess);
 }
 
-/// The CUDA result `got` back on the host equals `want` byte for byte.
+/// `t` on the host (itself when it is there already).
+inline tensor on_host(const tensor& t) {
+  return t.dev().kind == device_kind::cpu ? t : t.to(cpu_device);
+}
+
+/// The CUDA result `got` back on the host equals `want` (on any device) byte for byte.
 inline void check_bitwise(const tensor& got, const tensor& want_any) {
-  tensor host = got.dev().kind == device_kind::cpu ? got : got.to(cpu_device);
-  const tensor want = want_any.dev().kind == device_kind::cpu ? want_any : want_any.to(cpu_device);
+  const tensor host = on_host(got), want = on_host(want_any);
   REQUIRE(host.shape() == want.shape());
   REQUIRE(host.type() == want.type());
   const auto* a = static_cast<const std::uint8_t*>(host.raw());
@@ -84,8 +88,7 @@ inline void check_bitwise(const tensor& got, const tensor& want_any) {
 /// ||got - want|| / ||want|| <= rel (f32 tensors, either on any device); NaN anywhere in `got`
 /// fails.
 inline void check_close(const tensor& got, const tensor& want_any, double rel) {
-  tensor host = got.dev().kind == device_kind::cpu ? got : got.to(cpu_device);
-  const tensor want = want_any.dev().kind == device_kind::cpu ? want_any : want_any.to(cpu_device);
+  const tensor host = on_host(got), want = on_host(want_any);
   REQUIRE(host.shape() == want.shape());
   REQUIRE(host.type() == dtype::f32);
   double diff = 0.0, norm = 0.0;

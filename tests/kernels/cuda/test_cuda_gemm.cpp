@@ -288,6 +288,9 @@ TEST_CASE("cuda expert_linear: MXFP4 and FP8 experts, empty and >64-row experts"
   REQUIRE(tiled.interleaved);
   test::check_bitwise(tiled.values, cuda::with_fp4_layout(stacked, true).values);
   test::check_bitwise(tiled.scales, stacked.scales);
+  std::vector<weight_matrix> on_gpu;  // experts already on the device: no temporary, same bytes
+  for (const weight_matrix& w : parts) on_gpu.push_back(weight_to(w, gpu));
+  test::check_bitwise(cuda::stack_weights(on_gpu, gpu, true).values, tiled.values);
   // Experts that are not whole stripes (48 rows) stack as they are.
   std::vector<weight_matrix> odd;
   for (int e = 0; e < 2; ++e) odd.push_back(random_fp4(48, 256));
