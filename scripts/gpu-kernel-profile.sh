@@ -5,7 +5,9 @@
 # default: the V4.1 MXFP4 w1 experts, interleaved first, and the V4.1 FP8 wo_b at M=1), --quick.
 # Reports go to $OUT/ncu-kernel-<n>.txt. Unpacks the bundle of scripts/gpu-forward-bundle.sh.
 #   DEEPINFER_PROFILE_KERNEL (kernel name regex, default stream_gemm), DEEPINFER_PROFILE_COUNT
-#   (launches per filter, default 2)
+#   (launches per filter, default 2), DEEPINFER_PROFILE_SKIP (matching launches skipped first,
+#   default 0), DEEPINFER_PROFILE_FULL=1 (also instruction statistics and per-source-line stall
+#   sampling: the executed instructions per byte read, and where warps wait)
 set -uo pipefail
 source "$(dirname "$0")/gpu-profile-env.sh" bench_kernels_cuda
 IFS=';' read -ra filters <<<"${DEEPINFER_PROFILE_FILTERS:-V4.1 mxfp4 w1;V4.1 fp8 wo_b}"
@@ -16,6 +18,9 @@ for f in "${filters[@]}"; do
     --launch-count "${DEEPINFER_PROFILE_COUNT:-2}" \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
     --section WarpStateStats --section SchedulerStats --section LaunchStats \
+    --launch-skip "${DEEPINFER_PROFILE_SKIP:-0}" \
+    ${DEEPINFER_PROFILE_FULL:+--section InstructionStats --section ComputeWorkloadAnalysis \
+      --section SourceCounters --print-details all} \
     /tmp/fwd/bin/bench_kernels_cuda --quick --filter "$f" >"$out/ncu-kernel-$n.txt" 2>&1
   echo "profile '$f': rc=$? -> ncu-kernel-$n.txt"
 done

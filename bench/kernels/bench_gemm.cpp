@@ -47,25 +47,29 @@ weight_matrix device_fp4(std::int64_t n, std::int64_t k, unsigned seed) {
   return weight_matrix::fp4(random_device({n, k / 2}, dtype::i8, seed + 1), s);
 }
 
-/// The decode (<= 8 rows per group) kernels compared: pipe_gemm (interleaved MXFP4 experts
-/// only), stream_gemm (its FP8 variants picked by K, and each forced) and sm90_block_gemm's
-/// shared-memory tiles.
+/// The decode (<= 8 rows per group) kernels compared: wg_gemm and pipe_gemm (interleaved
+/// MXFP4 experts only), stream_gemm (its FP8 variants picked by K, and each forced) and
+/// sm90_block_gemm's shared-memory tiles. The first is the default.
 struct decode_kernel {
   const char* name;
   bool stream;
   int variant;  // set_stream_gemm_variant
   bool pipe;    // set_pipe_gemm
+  bool wg;      // set_wg_gemm
   void select() const {
     cuda::set_stream_gemm(stream);
     cuda::set_stream_gemm_variant(variant);
     cuda::set_pipe_gemm(pipe);
+    cuda::set_wg_gemm(wg);
   }
+  bool interleaved_only() const { return pipe || wg; }
 };
-const decode_kernel decode_kernels[] = {{"stream_gemm", true, -1, false},
-                                        {"pipe_gemm", true, -1, true},
-                                        {"stream 4x2", true, 0, false},
-                                        {"stream 2x3", true, 1, false},
-                                        {"smem tiles", false, -1, false}};
+const decode_kernel decode_kernels[] = {{"wg_gemm", true, -1, false, true},
+                                        {"stream_gemm", true, -1, false, false},
+                                        {"pipe_gemm", true, -1, true, false},
+                                        {"stream 4x2", true, 0, false, false},
+                                        {"stream 2x3", true, 1, false, false},
+                                        {"smem tiles", false, -1, false, false}};
 void default_decode_kernel() {
   decode_kernels[0].select();
   cuda::set_skinny_gemm(true);
@@ -129,7 +133,7 @@ void fp8_rows(const limits& lim, std::vector<result_row>& rows, const char* mode
     const tensor x = random_device({1, s.k}, dtype::f32, 13);
     cuda::set_gemm_backend(cuda::gemm_backend::block_gemm);
     for (const decode_kernel& kernel : decode_kernels) {
-      if (kernel.pipe) continue;  // MXFP4 experts only
+      if (kernel.interleaved_only()) continue;  // MXFP4 experts only
       kernel.select();
       std::size_t next = 0;
       const double eager = median_us([&] { ops::linear(x, ws[next++ % ws.size()], {act}); }, 3, 30);
@@ -190,7 +194,7 @@ void fp4_grouped_rows(const limits& lim, std::vector<result_row>& rows, const ch
       double us = 0;
       for (const decode_kernel& kernel : decode_kernels) {  // tiles of > 8 rows: one kernel
         if (t > 8 && &kernel != &decode_kernels[0]) continue;
-        if (kernel.pipe && !w.interleaved) continue;  // pipe_gemm reads the interleaved layout
+        if (kernel.interleaved_only() && !w.interleaved) continue;  // they read that layout only
         kernel.select();
         us = median_graph_us([&] { ops::expert_linear(x, offsets, w, p); });
         const double gbps = double(bytes) / (us * 1e-6) / 1e9;
@@ -211,6 +215,25 @@ void fp4_grouped_rows(const limits& lim, std::vector<result_row>& rows, const ch
   }
 }
 
+/// The decode batches of the routed-expert rows: 1, 8 and 64, or the comma-separated list in
+/// DEEPINFER_BENCH_ROUTED_BATCHES (e.g. "64", so that a profiler sees only that batch's launches).
+std::vector<int> routed_batches() {
+  const char* env = std::getenv("DEEPINFER_BENCH_ROUTED_BATCHES");
+  if (!env || !*env) return {1, 8, 64};
+  std::vector<int> out;
+  for (const char* c = env; *c;) {
+    char* end = nullptr;
+    const long v = std::strtol(c, &end, 10);
+    if (end == c || v < 1 || v > 4096) {
+      fmt::print(stderr, "DEEPINFER_BENCH_ROUTED_BATCHES='{}': expected batch sizes like 1,8,64\n", env);
+      std::exit(2);
+    }
+    out.push_back(int(v));
+    c = *end == ',' ? end + 1 : end;
+  }
+  return out;
+}
+
 /// The routed experts of one decode step as the model runs them (captured: the groups bounded
 /// by the batch, the tile hint twice the mean group): `batch` tokens each routed to 6 distinct
 /// experts at random over all `experts`, interleaved MXFP4. Weight bytes counted are those of
@@ -222,7 +245,7 @@ void fp4_routed_rows(const limits& lim, std::vector<result_row>& rows, const cha
                                                 true);
   const double expert_bytes = double(s.n) * double(s.k) * (0.5 + 1.0 / 32.0);
   std::mt19937 rng(52);
-  for (const int batch : {1, 8, 64}) {
+  for (const int batch : routed_batches()) {
     const std::int64_t pairs = std::int64_t(batch) * 6;
     struct routing {
       tensor offsets;
@@ -253,7 +276,7 @@ void fp4_routed_rows(const limits& lim, std::vector<result_row>& rows, const cha
     const tensor x = random_device({pairs, s.k}, dtype::f32, 53);
     const ops::expert_linear_params p{act, batch, std::max<std::int64_t>(1, (2 * pairs + experts - 1) / experts)};
     for (const decode_kernel& kernel : decode_kernels) {
-      if (&kernel != &decode_kernels[0] && &kernel != &decode_kernels[1]) continue;
+      if (&kernel > &decode_kernels[2]) continue;  // wg_gemm, stream_gemm, pipe_gemm
       kernel.select();
       const double us = median_graph_us([&] {
                           for (const routing& r : routings) ops::expert_linear(x, r.offsets, w, p);

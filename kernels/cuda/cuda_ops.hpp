@@ -77,6 +77,14 @@ void set_pipe_gemm(bool on);
 bool get_pipe_gemm();
 /// Launches of pipe_gemm so far in this process (tests: that it served a GEMM).
 long pipe_gemm_launches();
+/// Decode tiles of interleaved MXFP4 weights (the routed experts) go to wg_gemm -- the FP8
+/// warpgroup MMA, native on the H200, where stream_gemm's mma.sync e4m3 is emulated -- unless
+/// switched off (then pipe_gemm when that is on, else stream_gemm; default from
+/// DEEPINFER_WG_GEMM=0). Defined in wg_gemm.cu.
+void set_wg_gemm(bool on);
+bool get_wg_gemm();
+/// Launches of wg_gemm so far in this process (tests: that it served a GEMM).
+long wg_gemm_launches();
 /// stream_gemm's FP8 (steps per load batch, blocks per SM): -1 = by K (default), 0 = (4, 2),
 /// 1 = (2, 3); the same results either way. Any other value is a di::error.
 /// DEEPINFER_STREAM_VARIANT sets the default (a value other than -1, 0 or 1 is ignored with a

@@ -3,9 +3,11 @@
 //    the same codes the CPU's fp8_fake_quant rounds to;
 //  - block_gemm: y = x W^T with W in FP8 e4m3 (block scales, any block multiple of 16 x 32)
 //    or packed MXFP4 (e2m1, ue8m0 per 32 inputs), read as stored and decoded in registers,
-//    on the FP8 tensor cores (mma.sync m16n8k32 e4m3, fp32 accumulation, promoted to an fp32
-//    accumulator with the scales every scale block). Groups cover MoE experts (row ranges
-//    from device offsets) and block-diagonal projections (column offsets);
+//    with mma.sync m16n8k32 e4m3 (fp32 accumulation, promoted to an fp32 accumulator with the
+//    scales every scale block; on sm_90 ptxas emulates that instruction with e4m3 -> f16
+//    conversions and f16 HMMAs), or for interleaved MXFP4 decode tiles with the native
+//    warpgroup MMA (wg_gemm). Groups cover MoE experts (row ranges from device offsets) and
+//    block-diagonal projections (column offsets);
 //  - dequantize: a stored-format matrix -> fp32 or bf16 (exact decode), for the cuBLAS paths.
 #pragma once
 
@@ -104,6 +106,14 @@ bool pipe_gemm_takes(const block_gemm_params& p);
 /// The launch on a GPU of `sms` multiprocessors (the grid only depends on it).
 pipe_gemm_plan plan_pipe_gemm(const block_gemm_params& p, int sms = 132);
 void launch_pipe_gemm(const block_gemm_params& p, cudaStream_t stream);
+/// block_gemm's decode kernel for interleaved MXFP4 weights (wg_gemm.cu) on the warpgroup MMA
+/// (wgmma e4m3, native on sm_90, where stream_gemm's mma.sync e4m3 is emulated): the routed
+/// experts of a decode step. launch_block_gemm hands token tiles of <= 8 rows to it when
+/// wg_gemm_takes(p) (switched on by default: set_wg_gemm, DEEPINFER_WG_GEMM=0 turns it off).
+/// Its K splits depend on the weight's shape only (two warpgroups, two blocks with exact
+/// atomics): deterministic and batch-invariant.
+bool wg_gemm_takes(const block_gemm_params& p);
+void launch_wg_gemm(const block_gemm_params& p, cudaStream_t stream);
 /// Dense FP8 GEMMs of 9..64 rows (skinny_gemm.cu): 128-row blocks whose warps share each
 /// activation fragment, the block's K range of activations staged once in shared memory.
 /// launch_block_gemm hands them over when skinny_gemm_takes(p) (and it is switched on); its

@@ -17,12 +17,14 @@
 // (one per SM) and walk the work items -- (non-empty group, row block) -- so the ring never
 // drains between items.
 //
-// What limits it is not known yet. Not the consumer warps: 9 warps per block leave 168
-// registers per thread (register allocation rounds the warps up to 12), so an SM runs 8
-// consumer warps (stream_gemm: 16); a variant with 12 consumer warps at 128 registers, one run
-// per warp per stage and up to 6 stages (branch pipe12-wip, same call) measured the same or
-// lower (b64 0.40-0.44). Next: Nsight Compute on it (DRAM throughput, where the producer and
-// the consumers wait) before changing more; the bulk copies are 2-4 KB each.
+// What limits it (session 10): the consumers' instructions, not the copies. Its MMA is
+// mma.sync m16n8k32 e4m3, which sm_90 emulates (e4m3 -> f16 conversions, two f16 HMMAs and
+// FADDs of the zero accumulator per call: SASS of stream_gemm, whose Nsight Compute profile on
+// the same routed experts shows the ALU pipe at 60% and 127 instructions per warp and step);
+// that is why neither more consumer warps (branch pipe12-wip: 12 at 128 registers, b64
+// 0.40-0.44) nor more stages moved it. wg_gemm.cu multiplies on the native warpgroup MMA
+// instead and is what launch_block_gemm now picks for these tiles; pipe_gemm's copy engine
+// would need the same change to be worth a new measurement.
 //
 // Layout: in weight_matrix::interleaved a 32-row stripe of a group is contiguous, run after
 // run; so is any range of whole runs of it. Consumer warp w owns stripe w / wk of the row block

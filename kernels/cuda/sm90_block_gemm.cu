@@ -492,6 +492,7 @@ block_gemm_plan plan_block_gemm(const block_gemm_params& p) {
   if (p.max_rows == 0 || p.n == 0 || p.groups == 0 || p.k / step_k == 0) return {};
   if (skinny(p)) return plan_skinny_gemm(p);
   const launch_shape sh = shape_of(p);
+  if (streams(sh) && wg_gemm_takes(p)) return {1, sh.tiles()};  // exact atomic splits
   if (streams(sh) && pipe_gemm_takes(p)) {
     const pipe_gemm_plan pp = plan_pipe_gemm(p);
     return {1, pp.blocks};
@@ -512,6 +513,10 @@ void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream) {
     return;
   }
   const launch_shape sh = shape_of(p);
+  if (streams(sh) && wg_gemm_takes(p)) {
+    launch_wg_gemm(p, stream);
+    return;
+  }
   if (streams(sh) && pipe_gemm_takes(p)) {
     launch_pipe_gemm(p, stream);
     return;

@@ -10,6 +10,7 @@
 #include "kernels/cuda/cuda_ops.hpp"
 #include "kernels/ops.hpp"
 
+#include <utility>
 #include <vector>
 
 namespace di {
@@ -409,6 +410,7 @@ struct stream_switches {
     cuda::set_stream_gemm_variant(-1);
     cuda::set_skinny_gemm(true);
     cuda::set_pipe_gemm(false);
+    cuda::set_wg_gemm(true);
   }
 };
 
@@ -500,6 +502,7 @@ TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invarian
 
 TEST_CASE("cuda pipe_gemm (MXFP4 expert decode tiles): stream_gemm's bits, right, refusals") {
   const stream_switches restore;
+  cuda::set_wg_gemm(false);  // it would take these tiles first
   struct shape {
     std::int64_t out, in;
     int act;
@@ -545,6 +548,76 @@ TEST_CASE("cuda pipe_gemm (MXFP4 expert decode tiles): stream_gemm's bits, right
         check_close(piped, want, 2e-3);
       }
     }
+  }
+}
+
+TEST_CASE("cuda wg_gemm (MXFP4 expert decode tiles on wgmma): right, deterministic, "
+          "batch-invariant, refusals") {
+  const stream_switches restore;
+  struct shape {
+    std::int64_t out, in;
+    int act;
+  };
+  // One run (K 128, one warpgroup's half empty); 3 stripes (a warpgroup's 4th stripe past the
+  // outputs); V4's 128-input activation blocks and two K splits (K 2048, 4096); V4.1's w2
+  // (K 2304: splits of 40 and 32 steps, warpgroup halves of 20 and 16) and w1 (K 5120).
+  const shape shapes[] = {{32, 128, 32},    {96, 2304, 32},  {160, 1024, 128},
+                          {256, 5120, 32},  {64, 4096, 128}, {128, 2048, 64}};
+  const std::vector<std::vector<int>> cases = {
+      {0, 1, 0, 0, 2, 0, 0, 0}, {8, 0, 3, 5, 1, 0, 7, 2}, {17, 0, 1, 0, 0, 0, 0, 9}};
+  for (const shape sh : shapes) {
+    CAPTURE(sh.out);
+    CAPTURE(sh.in);
+    const weight_matrix host = random_fp4(8 * sh.out, sh.in);
+    const weight_matrix il = cuda::with_fp4_layout(weight_to(host, gpu), true);
+    REQUIRE(il.interleaved);
+    for (const auto& counts : cases) {
+      const tensor off = offsets_of(counts);
+      const std::int64_t rows = off.data<std::int32_t>()[counts.size()];
+      int max_rows = 0;
+      for (int c : counts) max_rows = std::max(max_rows, c);
+      const tensor x = varied_input(rows, sh.in);
+      const tensor want = ops::expert_linear(x, off, host, {sh.act, 0});
+      tensor first;  // tight bound (one tile per block) and loose bound (tiles walked): same bits
+      bool have_first = false;
+      for (const ops::expert_linear_params p :
+           {ops::expert_linear_params{sh.act, max_rows},
+            ops::expert_linear_params{sh.act, rows, 2}}) {
+        if (p.max_rows_per_expert > 8 && p.tile_rows_hint == 0) continue;  // not a decode tile
+        CAPTURE(p.max_rows_per_expert);
+        cuda::set_wg_gemm(false);
+        const tensor streamed = ops::expert_linear(x.to(gpu), off.to(gpu), il, p).to(cpu_device);
+        cuda::set_wg_gemm(true);
+        const long before = cuda::wg_gemm_launches();
+        test::poison_device_pool();
+        const tensor y = ops::expert_linear(x.to(gpu), off.to(gpu), il, p).to(cpu_device);
+        CHECK(cuda::wg_gemm_launches() - before == 1);
+        check_close(y, want, 2e-3);
+        // stream_gemm's emulated mma.sync (f16 products on the f16 tensor cores) and wgmma's
+        // native FP8 step sums differ in the last bits: the FP8 tensor cores keep fewer
+        // accumulation bits (the DeepSeek-V3 report's ~14), which every step's promotion bounds.
+        check_close(y, streamed, 1e-4);
+        test::check_bitwise(ops::expert_linear(x.to(gpu), off.to(gpu), il, p).to(cpu_device), y);
+        if (have_first)
+          test::check_bitwise(y, first);
+        first = y;
+        have_first = true;
+      }
+    }
+  }
+  // What it does not take goes to stream_gemm: weights as stored (not interleaved), or a K
+  // split whose 8-token tile exceeds 48 KB of shared memory (K 32768: 2 x 512 steps).
+  const weight_matrix small_host = random_fp4(8 * 32, 256), big_host = random_fp4(8 * 32, 32768);
+  const weight_matrix plain = weight_to(small_host, gpu);
+  const weight_matrix big = cuda::with_fp4_layout(weight_to(big_host, gpu), true);
+  REQUIRE(big.interleaved);
+  const tensor off = offsets_of({1, 0, 0, 0, 0, 0, 0, 0});
+  for (const auto& [w, w_host] : {std::pair{&plain, &small_host}, std::pair{&big, &big_host}}) {
+    const tensor x = varied_input(1, w_host->cols());
+    const long before = cuda::wg_gemm_launches();
+    const tensor y = ops::expert_linear(x.to(gpu), off.to(gpu), *w, {32, 1}).to(cpu_device);
+    CHECK(cuda::wg_gemm_launches() == before);
+    check_close(y, ops::expert_linear(x, off, *w_host, {32, 0}), 2e-3);
   }
 }
 
@@ -612,7 +685,10 @@ TEST_CASE("cuda MXFP4 interleaved rows: the layout, its round trip, and the same
   }
 
   // Experts: decode tiles (stream_gemm, tight bound and walked), the shared-memory tiles for
-  // larger groups and with stream_gemm off: bit for bit what the stored rows give.
+  // larger groups and with stream_gemm off: bit for bit what the stored rows give. (wg_gemm,
+  // which takes interleaved decode tiles first, adds its FP8 step sums differently: its own
+  // test case compares it with stream_gemm.)
+  cuda::set_wg_gemm(false);
   const std::vector<std::vector<int>> cases = {
       {1, 0, 3, 2, 0}, {0, 0, 0, 0, 1}, {70, 1, 0, 9, 64}, {8, 8, 8, 8, 8}};
   for (const auto& counts : cases) {
@@ -653,6 +729,7 @@ TEST_CASE("cuda MXFP4 interleaved rows: the layout, its round trip, and the same
                         ops::linear(x, long_plain, {0}).to(cpu_device));
   }
   cuda::set_ordered_gemm_splits(false);
+  cuda::set_wg_gemm(true);
 }
 
 }  // namespace

@@ -1,0 +1,318 @@
+// wg_gemm: the routed experts' decode GEMM (interleaved MXFP4, token tiles of <= 8 rows) on
+// the Hopper warpgroup MMA, the FP8 tensor-core instruction sm_90 runs natively.
+//
+// Why a kernel of its own: stream_gemm multiplies with mma.sync m16n8k32 e4m3, which sm_90 does
+// not have -- ptxas emulates it (per 32-input step and 16 rows: 8 e4m3 -> f16 conversions of
+// the weights, 4 of the activations, two f16 HMMAs and 4 FADDs of the zero accumulator), so
+// on the routed experts stream_gemm is bound by its integer/ALU pipe, not by memory (Nsight
+// Compute, V4.1 w1 at batch 64, session 10: 127 instructions per warp and 32-input step, ALU
+// pipe 60%, DRAM 49%). wgmma.mma_async m64n8k32 e4m3 takes the weights (A) from registers --
+// the same fragments stream_gemm decodes, 16 rows of each of the 4 warps of a warpgroup -- and
+// the activations (B) from shared memory, with no conversion.
+//
+// Layout: 8 warps = 2 warpgroups; each warp owns one 32-row stripe of the interleaved layout
+// (two m16 tiles), a warpgroup 4 stripes (128 rows) and one half of the block's K range; the
+// two halves add in warpgroup order through shared memory. Blocks split K in two (experts of
+// K >= 2048) and add with fp32 atomics onto the zeroed y, whose two terms commute exactly.
+// Every split depends on the weight's shape only: a token's result does not change with the
+// batch. The block's 8-token tile of activation codes is staged once in shared memory, each
+// 32-input step as wgmma's two K-major 8 x 16-byte core matrices, the inputs permuted as
+// fp4_low / fp4_high permute the weights. Per run of 4 steps a warp decodes its 2 x 4 weight
+// fragments, issues 8 wgmmas (fresh accumulators), waits, and promotes each step with the
+// weight and activation scales exactly as stream_gemm does (promote_fp4_step).
+#include "kernels/cuda/gemm_kernels.hpp"
+
+#include "common/error.hpp"
+#include "kernels/cuda/block_gemm_common.cuh"
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/kernel_attributes.hpp"
+
+#include <atomic>
+#include <cstdlib>
+#include <string_view>
+
+namespace di::cuda {
+
+namespace {
+
+using namespace gemm_detail;
+
+constexpr int warps = 8;
+constexpr int step_k = 32;
+constexpr int run_steps = 4;                       // steps per interleaved run
+constexpr int step_bytes = step_k / 2;             // MXFP4 bytes of a row per step
+constexpr int wg_rows = 4 * il_stripe_rows;        // rows of a warpgroup (and of a block)
+constexpr int b_step_bytes = 8 * step_k;           // an 8-token step of B in shared memory
+constexpr int max_split_steps = 48 * 1024 / b_step_bytes;  // B within the default 48 KB
+constexpr int split_align = 8;                     // K splits start at multiples of 8 steps
+
+struct wg_config {
+  int k_splits;         ///< blocks along K (1 or 2)
+  int steps_per_split;  ///< a multiple of split_align
+  bool compact;         ///< grid row y serves the y-th non-empty group
+};
+
+/// A shared-memory matrix descriptor for wgmma: K-major, no swizzle, core matrices of 8 rows x
+/// 16 bytes; the K-adjacent core matrix 128 bytes on (leading and stride offsets both 128: with
+/// 8 tokens there is no second core-matrix row, so either reading gives the same operand).
+__device__ __forceinline__ std::uint64_t b_descriptor(const void* smem) {
+  const std::uint64_t addr = std::uint64_t(__cvta_generic_to_shared(smem));
+  return ((addr & 0x3ffff) >> 4) | (std::uint64_t(128 >> 4) << 16) |
+         (std::uint64_t(128 >> 4) << 32);
+}
+
+/// Keeps a register's value where it is until this point (wgmma reads A and writes D
+/// asynchronously: the compiler must neither reuse A's registers nor read D's before the wait).
+__device__ __forceinline__ void pin(std::uint32_t& r) {
+  asm volatile("" : "+r"(r)::"memory");
+}
+__device__ __forceinline__ void pin(float& r) {
+  asm volatile("" : "+f"(r)::"memory");
+}
+
+/// d = A B (fresh accumulators): A the warp's 16 x 32 e4m3 fragment in registers (mma.sync
+/// m16n8k32's layout), B the 32 x 8 e4m3 step in shared memory.
+__device__ __forceinline__ void wgmma_fresh(float (&d)[4], const std::uint32_t (&a)[4],
+                                            std::uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p, "
+      "1, 1;\n}\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)
+      : "memory");
+}
+
+template <bool EVERY, bool WALK>
+__global__ void __launch_bounds__(warps * 32, 2) wg_gemm_kernel(block_gemm_params p, wg_config cfg) {
+  extern __shared__ __align__(128) std::uint8_t b_tile[];  // the split's steps of 8 tokens
+  __shared__ float partial[4][32][8];                      // warpgroup 1's sums
+  // Steps per wgmma group (fence, wgmmas, commit, wait): a whole run, or two steps when the
+  // block walks token tiles (fewer live registers: no spills at 128). The same sums either way.
+  constexpr int group_steps = WALK ? 2 : 4;
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
+  const int wg = warp / 4, wq = warp % 4;
+  const block_site site = locate_block<warps>(p, cfg.compact, cfg.k_splits);
+  if (site.group < 0) return;  // uniform over the block
+  const int group = site.group, split = site.split;
+  const std::int64_t row_begin = site.row_begin, count = site.count;
+
+  const int total_steps = int(p.k / step_k);
+  const int split_begin = split * cfg.steps_per_split;
+  const int split_end = min(total_steps, split_begin + cfg.steps_per_split);
+  int per_wg = (split_end - split_begin + 1) / 2;
+  per_wg = (per_wg + run_steps - 1) / run_steps * run_steps;
+  const int w0 = min(split_end, split_begin + wg * per_wg);
+  const int w1 = min(split_end, w0 + per_wg);
+  // This warp's stripe (a warpgroup's stripes past the last one load the last: their results
+  // are not stored, but every warp of a warpgroup takes part in its wgmmas).
+  const std::int64_t n0 = std::int64_t(blockIdx.x) * wg_rows + wq * il_stripe_rows;
+  const std::int64_t ld0 = min(n0, p.n - il_stripe_rows);
+  const std::int64_t row_bytes = p.k / 2;
+  // Piece (m, h) of a run at wrow + (2m + h) * 512; its rows' scales at ws8 + (16m + 8h) *
+  // wscale_cols (one base pointer each: fewer live registers).
+  const std::uint8_t* const wrow =
+      p.weight + (group * p.n + ld0) * row_bytes + std::int64_t(w0) * 32 * step_bytes + lane * 16;
+  const std::uint8_t* const ws8 = p.wscale_e8m0 + (group * p.n + ld0 + g) * p.wscale_cols;
+  const std::int64_t col0 = group * p.act_group_offset;
+  const int act_shift = log2_int(p.act_block);
+
+  for (std::int64_t tok0 = site.tile * 8; tok0 < count; tok0 += 8) {
+    const std::int64_t last_tok = count - tok0 - 1;
+    auto tile_row = [&](std::int64_t i) { return row_begin + tok0 + (i < last_tok ? i : last_tok); };
+    // Stage the split's steps of the 8-token tile: step s at (s - split_begin) * 256, inputs
+    // 8t'..8t'+7 of token n as fp4_act_low (slots 4t'..4t'+3: core matrix 0) and fp4_act_high
+    // (slots 16 + 4t'..: core matrix 1), so that slot j meets the weight code fp4_low / fp4_high
+    // put at column j of A.
+    if (WALK && tok0 != site.tile * 8) __syncthreads();  // the previous tile's B is read
+    {  // thread: token n, quarter q, steps s = threadIdx.x / 32 + 8j
+      const int q = int(threadIdx.x) % 4, n = (int(threadIdx.x) / 4) % 8;
+      const std::uint8_t* src =
+          p.act + tile_row(n) * p.act_stride + col0 + std::int64_t(split_begin) * step_k + 8 * q;
+      std::uint8_t* dst = b_tile + n * 16 + 4 * q;
+      for (int s = int(threadIdx.x) / 32; s < split_end - split_begin; s += warps) {
+        const uint2 v = __ldg(reinterpret_cast<const uint2*>(src + s * step_k));
+        *reinterpret_cast<std::uint32_t*>(dst + s * b_step_bytes) = fp4_act_low(v.x, v.y);
+        *reinterpret_cast<std::uint32_t*>(dst + s * b_step_bytes + 128) = fp4_act_high(v.x, v.y);
+      }
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // seen by wgmma
+    __syncthreads();
+
+    const float* sx_a = p.act_scale + tile_row(2 * t) * p.act_scale_stride + (col0 >> act_shift);
+    const float* sx_b = p.act_scale + tile_row(2 * t + 1) * p.act_scale_stride + (col0 >> act_shift);
+    float acc[2][4] = {};
+    uint4 raw[2][2] = {};
+    auto load = [&](int s) {
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          raw[m][h] = load_stream16(wrow + (2 * m + h) * 512 + (s - w0) * 32 * step_bytes);
+    };
+    if (w0 < w1) load(w0);
+    for (int s = w0; s < w1; s += run_steps) {
+      const uint4 cur[2][2] = {{raw[0][0], raw[0][1]}, {raw[1][0], raw[1][1]}};
+      if (s + run_steps < w1) load(s + run_steps);  // the next run streams in meanwhile
+      std::uint32_t wpk[2][2];
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          wpk[m][h] = __ldg(reinterpret_cast<const unsigned*>(ws8 + (16 * m + 8 * h) * p.wscale_cols + s));
+      float xa[4], xb[4];
+      run_act_scales<EVERY, true>(sx_a, sx_b, s, act_shift, xa, xb);
+      // Step u of tile m from word u of its two rows' 16-byte pieces.
+#pragma unroll
+      for (int u0 = 0; u0 < run_steps; u0 += group_steps) {
+        std::uint32_t a[group_steps][2][4];
+        float d[group_steps][2][4];
+#pragma unroll
+        for (int v = 0; v < group_steps; ++v)
+#pragma unroll
+          for (int m = 0; m < 2; ++m) {
+            const std::uint32_t lo = word_of(cur[m][0], u0 + v), hi = word_of(cur[m][1], u0 + v);
+            a[v][m][0] = fp4_low(lo);
+            a[v][m][1] = fp4_low(hi);
+            a[v][m][2] = fp4_high(lo);
+            a[v][m][3] = fp4_high(hi);
+#pragma unroll
+            for (int c = 0; c < 4; ++c) pin(a[v][m][c]);  // written before the fence
+          }
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+        const std::uint8_t* b_step = b_tile + (s + u0 - split_begin) * b_step_bytes;
+#pragma unroll
+        for (int v = 0; v < group_steps; ++v)
+#pragma unroll
+          for (int m = 0; m < 2; ++m)
+            wgmma_fresh(d[v][m], a[v][m], b_descriptor(b_step + v * b_step_bytes));
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+        for (int v = 0; v < group_steps; ++v)
+#pragma unroll
+          for (int m = 0; m < 2; ++m) {
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+              pin(d[v][m][c]);  // read only after the wait
+              pin(a[v][m][c]);  // kept until the wgmmas have read them
+            }
+            promote_fp4_step(acc[m], d[v][m], wpk[m][0], wpk[m][1], u0 + v, xa[u0 + v],
+                             xb[u0 + v]);
+          }
+      }
+    }
+
+    // Warpgroup 1 hands its sums to warpgroup 0, which adds them after its own and stores.
+    if (wg == 1) {
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) partial[wq][lane][m * 4 + c] = acc[m][c];
+    }
+    __syncthreads();  // also: every warp is done with this tile's B
+    if (wg == 0 && n0 < p.n) {
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const std::int64_t r = n0 + 16 * m + g + (c < 2 ? 0 : 8);
+          const std::int64_t tk = tok0 + 2 * t + (c & 1);
+          if (tk >= count) continue;
+          float* out = p.y + group * p.y_group_offset + (row_begin + tk) * p.y_stride + r;
+          const float v = acc[m][c] + partial[wq][lane][m * 4 + c];
+          if (cfg.k_splits > 1)
+            atomicAdd(out, v);
+          else
+            *out = v;
+        }
+    }
+    if constexpr (!WALK) break;
+  }
+}
+
+std::atomic<long> g_launches{0};
+std::atomic<bool> g_wg_gemm{[] {
+  const char* env = std::getenv("DEEPINFER_WG_GEMM");
+  return !(env && std::string_view(env) == "0");
+}()};
+
+struct wg_shape {
+  wg_config cfg{1, 0, false};
+  std::int64_t row_blocks = 0, grid_groups = 0;
+  bool walk = false;
+};
+
+wg_shape wg_shape_of(const block_gemm_params& p) {
+  wg_shape sh;
+  const int total_steps = int(p.k / step_k);
+  // Two blocks along K (K >= 2048) when 8 experts' row blocks would not give the GPU about 1.5
+  // blocks per SM (V4.1's w1: 18 row blocks, V4's: 16; their w2s have 40 and 32): a decode
+  // step's few experts. From the shape only, never the batch.
+  const std::int64_t row_blocks = (p.n + wg_rows - 1) / wg_rows;
+  const int k_splits = total_steps >= 64 && row_blocks * 8 < 200 ? 2 : 1;
+  int per_split = (total_steps + k_splits - 1) / k_splits;
+  per_split = (per_split + split_align - 1) / split_align * split_align;
+  const bool compact = p.offsets && p.rows > 0 && p.rows < p.groups;
+  sh.cfg = wg_config{k_splits, per_split, compact};
+  sh.row_blocks = row_blocks;
+  sh.grid_groups = compact ? p.rows : p.groups;
+  sh.walk = p.max_rows > 8;
+  return sh;
+}
+
+}  // namespace
+
+void set_wg_gemm(bool on) {
+  g_wg_gemm = on;
+}
+bool get_wg_gemm() {
+  return g_wg_gemm;
+}
+long wg_gemm_launches() {
+  return g_launches;
+}
+
+bool wg_gemm_takes(const block_gemm_params& p) {
+  if (!g_wg_gemm || !p.fp4 || !p.fp4_interleaved || !p.wscale_e8m0 || p.k <= 0 || p.n <= 0)
+    return false;
+  const bool blocks = p.act_block == 32 || p.act_block == 64 || p.act_block == 128;
+  const wg_shape sh = wg_shape_of(p);
+  // Whole runs (K % 128) and stripes (n % 32), the 8-byte activation loads aligned, a split's
+  // B within 48 KB of shared memory.
+  return blocks && p.k % (step_k * run_steps) == 0 && p.n % il_stripe_rows == 0 &&
+         p.act_stride % 8 == 0 && p.act_group_offset % 8 == 0 &&
+         reinterpret_cast<std::uintptr_t>(p.act) % 8 == 0 &&
+         p.act_scale_stride % (p.act_block == 32 ? 4 : 1) == 0 &&
+         reinterpret_cast<std::uintptr_t>(p.act_scale) % 16 == 0 &&
+         sh.cfg.steps_per_split <= max_split_steps;
+}
+
+void launch_wg_gemm(const block_gemm_params& p, cudaStream_t stream) {
+  DI_CHECK(wg_gemm_takes(p),
+           "wg_gemm: interleaved MXFP4 weights with e8m0 scales, K a multiple of {}, outputs in "
+           "stripes of {}, a K split of at most {} steps, aligned activations (got K {}, {} "
+           "outputs, act_block {}, {})",
+           step_k * run_steps, il_stripe_rows, max_split_steps, p.k, p.n, p.act_block,
+           g_wg_gemm ? "on" : "switched off");
+  if (p.max_rows == 0 || p.groups == 0) return;
+  ++g_launches;
+  const wg_shape sh = wg_shape_of(p);
+  if (sh.cfg.k_splits > 1)  // atomic adds need a zeroed y
+    CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));
+  // One 8-token tile per block: groups of more than 8 rows are walked tile by tile (WALK).
+  const dim3 grid(unsigned(sh.row_blocks), unsigned(sh.grid_groups), unsigned(sh.cfg.k_splits));
+  const std::size_t smem = std::size_t(sh.cfg.steps_per_split) * b_step_bytes;
+  const bool every = p.act_block == 32;
+  if (every && sh.walk)
+    wg_gemm_kernel<true, true><<<grid, warps * 32, smem, stream>>>(p, sh.cfg);
+  else if (every)
+    wg_gemm_kernel<true, false><<<grid, warps * 32, smem, stream>>>(p, sh.cfg);
+  else if (sh.walk)
+    wg_gemm_kernel<false, true><<<grid, warps * 32, smem, stream>>>(p, sh.cfg);
+  else
+    wg_gemm_kernel<false, false><<<grid, warps * 32, smem, stream>>>(p, sh.cfg);
+  CUDA_CHECK_LAUNCH("wg_gemm");
+}
+
+}  // namespace di::cuda
