@@ -500,72 +500,21 @@ TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invarian
   }
 }
 
-TEST_CASE("cuda pipe_gemm (MXFP4 expert decode tiles): stream_gemm's bits, right, refusals") {
-  const stream_switches restore;
-  cuda::set_wg_gemm(false);  // it would take these tiles first
-  struct shape {
-    std::int64_t out, in;
-    int act;
-  };
-  // One run (K 128) up to V4.1's w1 (K 5120, 2 stripes per block); 3 stripes (warps past the
-  // last one); V4's 128-input activation blocks; K 8192 with 32-input blocks, whose 8-token
-  // tile does not fit the shared memory: stream_gemm's, with the same result.
-  const shape shapes[] = {{32, 128, 32},    {96, 2304, 32},  {160, 1024, 128},
-                          {256, 5120, 32},  {64, 4096, 128}, {64, 8192, 32}};
-  // A compacted grid (3 routed rows over 8 experts), up to 8 rows per expert, and more than 8
-  // (several 8-token passes over the same weights under a loose bound).
-  const std::vector<std::vector<int>> cases = {
-      {0, 1, 0, 0, 2, 0, 0, 0}, {8, 0, 3, 5, 1, 0, 7, 2}, {17, 0, 1, 0, 0, 0, 0, 9}};
-  for (const shape sh : shapes) {
-    CAPTURE(sh.out);
-    CAPTURE(sh.in);
-    const weight_matrix host = random_fp4(8 * sh.out, sh.in);
-    const weight_matrix il = cuda::with_fp4_layout(weight_to(host, gpu), true);
-    REQUIRE(il.interleaved);
-    for (const auto& counts : cases) {
-      const tensor off = offsets_of(counts);
-      const std::int64_t rows = off.data<std::int32_t>()[counts.size()];
-      int max_rows = 0;
-      for (int c : counts) max_rows = std::max(max_rows, c);
-      const tensor x = varied_input(rows, sh.in);
-      const tensor want = ops::expert_linear(x, off, host, {sh.act, 0});
-      for (const ops::expert_linear_params p :
-           {ops::expert_linear_params{sh.act, max_rows},
-            ops::expert_linear_params{sh.act, rows, 2}}) {  // loose bound, tile for 2 rows
-        if (p.max_rows_per_expert > 8 && p.tile_rows_hint == 0) continue;  // not a decode tile
-        CAPTURE(p.max_rows_per_expert);
-        cuda::set_pipe_gemm(false);
-        test::poison_device_pool();
-        const tensor streamed =
-            ops::expert_linear(x.to(gpu), off.to(gpu), il, p).to(cpu_device);
-        cuda::set_pipe_gemm(true);
-        const long before = cuda::pipe_gemm_launches();
-        test::poison_device_pool();
-        const tensor piped = ops::expert_linear(x.to(gpu), off.to(gpu), il, p).to(cpu_device);
-        const bool fits = !(sh.in == 8192 && sh.act == 32);
-        CHECK(cuda::pipe_gemm_launches() - before == (fits ? 1 : 0));
-        test::check_bitwise(piped, streamed);
-        check_close(piped, want, 2e-3);
-      }
-    }
-  }
-}
+struct expert_shape {
+  std::int64_t out, in;
+  int act;
+};
 
-TEST_CASE("cuda wg_gemm (MXFP4 expert decode tiles on wgmma): right, deterministic, "
-          "batch-invariant, refusals") {
-  const stream_switches restore;
-  struct shape {
-    std::int64_t out, in;
-    int act;
-  };
-  // One run (K 128, one warpgroup's half empty); 3 stripes (a warpgroup's 4th stripe past the
-  // outputs); V4's 128-input activation blocks and two K splits (K 2048, 4096); V4.1's w2
-  // (K 2304: splits of 40 and 32 steps, warpgroup halves of 20 and 16) and w1 (K 5120).
-  const shape shapes[] = {{32, 128, 32},    {96, 2304, 32},  {160, 1024, 128},
-                          {256, 5120, 32},  {64, 4096, 128}, {128, 2048, 64}};
+/// For interleaved MXFP4 expert weights of each shape (8 experts) and routings with a compacted
+/// grid (3 routed rows over 8 experts), up to 8 rows per expert, and more than 8 (several 8-token
+/// passes over the same weights under a loose bound): body(shape, il, x, offsets, want, p,
+/// first) for each decode-tile bound p (tight; loose with a 2-row tile hint), want the CPU's
+/// result, first whether p is the routing's first.
+template <typename Body>
+void for_each_expert_decode_tile(std::initializer_list<expert_shape> shapes, Body&& body) {
   const std::vector<std::vector<int>> cases = {
       {0, 1, 0, 0, 2, 0, 0, 0}, {8, 0, 3, 5, 1, 0, 7, 2}, {17, 0, 1, 0, 0, 0, 0, 9}};
-  for (const shape sh : shapes) {
+  for (const expert_shape sh : shapes) {
     CAPTURE(sh.out);
     CAPTURE(sh.in);
     const weight_matrix host = random_fp4(8 * sh.out, sh.in);
@@ -578,33 +527,74 @@ TEST_CASE("cuda wg_gemm (MXFP4 expert decode tiles on wgmma): right, determinist
       for (int c : counts) max_rows = std::max(max_rows, c);
       const tensor x = varied_input(rows, sh.in);
       const tensor want = ops::expert_linear(x, off, host, {sh.act, 0});
-      tensor first;  // tight bound (one tile per block) and loose bound (tiles walked): same bits
-      bool have_first = false;
+      bool first = true;
       for (const ops::expert_linear_params p :
            {ops::expert_linear_params{sh.act, max_rows},
             ops::expert_linear_params{sh.act, rows, 2}}) {
         if (p.max_rows_per_expert > 8 && p.tile_rows_hint == 0) continue;  // not a decode tile
         CAPTURE(p.max_rows_per_expert);
+        body(sh, il, x.to(gpu), off.to(gpu), want, p, first);
+        first = false;
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda pipe_gemm (MXFP4 expert decode tiles): stream_gemm's bits, right, refusals") {
+  const stream_switches restore;
+  cuda::set_wg_gemm(false);  // it would take these tiles first
+  // One run (K 128) up to V4.1's w1 (K 5120, 2 stripes per block); 3 stripes (warps past the
+  // last one); V4's 128-input activation blocks; K 8192 with 32-input blocks, whose 8-token
+  // tile does not fit the shared memory: stream_gemm's, with the same result.
+  for_each_expert_decode_tile(
+      {{32, 128, 32}, {96, 2304, 32}, {160, 1024, 128}, {256, 5120, 32}, {64, 4096, 128},
+       {64, 8192, 32}},
+      [](const expert_shape& sh, const weight_matrix& il, const tensor& x, const tensor& off,
+         const tensor& want, const ops::expert_linear_params& p, bool) {
+        cuda::set_pipe_gemm(false);
+        test::poison_device_pool();
+        const tensor streamed = ops::expert_linear(x, off, il, p).to(cpu_device);
+        cuda::set_pipe_gemm(true);
+        const long before = cuda::pipe_gemm_launches();
+        test::poison_device_pool();
+        const tensor piped = ops::expert_linear(x, off, il, p).to(cpu_device);
+        const bool fits = !(sh.in == 8192 && sh.act == 32);
+        CHECK(cuda::pipe_gemm_launches() - before == (fits ? 1 : 0));
+        test::check_bitwise(piped, streamed);
+        check_close(piped, want, 2e-3);
+      });
+}
+
+TEST_CASE("cuda wg_gemm (MXFP4 expert decode tiles on wgmma): right, deterministic, "
+          "batch-invariant, refusals") {
+  const stream_switches restore;
+  // One run (K 128, one warpgroup's half empty); 3 stripes (a warpgroup's 4th stripe past the
+  // outputs); K 1024 (one block along K, warpgroup halves of 16 steps); few row blocks with
+  // K >= 2048, so two blocks along K (K 2304: splits of 40 and 32 steps, halves of 20 and 16;
+  // K 2048 with 64-input activation blocks; 4096 and 5120); V4.1's w2-like 3200 x 2304 (25 row
+  // blocks: one block along K, halves of 36 steps).
+  tensor first_y;  // tight bound (one tile per block) and loose bound (tiles walked): same bits
+  for_each_expert_decode_tile(
+      {{32, 128, 32}, {96, 2304, 32}, {160, 1024, 128}, {256, 5120, 32}, {64, 4096, 128},
+       {128, 2048, 64}, {3200, 2304, 32}},
+      [&](const expert_shape&, const weight_matrix& il, const tensor& x, const tensor& off,
+          const tensor& want, const ops::expert_linear_params& p, bool first) {
         cuda::set_wg_gemm(false);
-        const tensor streamed = ops::expert_linear(x.to(gpu), off.to(gpu), il, p).to(cpu_device);
+        const tensor streamed = ops::expert_linear(x, off, il, p).to(cpu_device);
         cuda::set_wg_gemm(true);
         const long before = cuda::wg_gemm_launches();
         test::poison_device_pool();
-        const tensor y = ops::expert_linear(x.to(gpu), off.to(gpu), il, p).to(cpu_device);
+        const tensor y = ops::expert_linear(x, off, il, p).to(cpu_device);
         CHECK(cuda::wg_gemm_launches() - before == 1);
         check_close(y, want, 2e-3);
         // stream_gemm's emulated mma.sync (f16 products on the f16 tensor cores) and wgmma's
         // native FP8 step sums differ in the last bits: the FP8 tensor cores keep fewer
         // accumulation bits (the DeepSeek-V3 report's ~14), which every step's promotion bounds.
         check_close(y, streamed, 1e-4);
-        test::check_bitwise(ops::expert_linear(x.to(gpu), off.to(gpu), il, p).to(cpu_device), y);
-        if (have_first)
-          test::check_bitwise(y, first);
-        first = y;
-        have_first = true;
-      }
-    }
-  }
+        test::check_bitwise(ops::expert_linear(x, off, il, p).to(cpu_device), y);
+        if (!first) test::check_bitwise(y, first_y);
+        first_y = y;
+      });
   // What it does not take goes to stream_gemm: weights as stored (not interleaved), or a K
   // split whose 8-token tile exceeds 48 KB of shared memory (K 32768: 2 x 512 steps).
   const weight_matrix small_host = random_fp4(8 * 32, 256), big_host = random_fp4(8 * 32, 32768);
