@@ -113,6 +113,14 @@ void launch_pipe_gemm(const block_gemm_params& p, cudaStream_t stream);
 /// Its K splits depend on the weight's shape only (two warpgroups, two blocks with exact
 /// atomics): deterministic and batch-invariant.
 bool wg_gemm_takes(const block_gemm_params& p);
+struct wg_gemm_plan {
+  int k_splits;         ///< blocks along K (1 or 2, exact atomics)
+  int steps_per_split;  ///< 32-input steps per K split (its two warpgroups take half each)
+  std::int64_t row_blocks, grid_groups;  ///< the grid (x: 128-row blocks, y: groups)
+  bool walk;            ///< groups bounded by more than 8 rows: blocks walk their token tiles
+};
+/// How launch_wg_gemm runs p: the splits from the weight's shape only, never the rows.
+wg_gemm_plan plan_wg_gemm(const block_gemm_params& p);
 void launch_wg_gemm(const block_gemm_params& p, cudaStream_t stream);
 /// Dense FP8 GEMMs of 9..64 rows (skinny_gemm.cu): 128-row blocks whose warps share each
 /// activation fragment, the block's K range of activations staged once in shared memory.

@@ -273,6 +273,11 @@ long wg_gemm_launches() {
   return g_launches;
 }
 
+wg_gemm_plan plan_wg_gemm(const block_gemm_params& p) {
+  const wg_shape sh = wg_shape_of(p);
+  return {sh.cfg.k_splits, sh.cfg.steps_per_split, sh.row_blocks, sh.grid_groups, sh.walk};
+}
+
 bool wg_gemm_takes(const block_gemm_params& p) {
   if (!g_wg_gemm || !p.fp4 || !p.fp4_interleaved || !p.wscale_e8m0 || p.k <= 0 || p.n <= 0)
     return false;

@@ -195,6 +195,7 @@ TEST_CASE("skinny_gemm plans: dense FP8 of 9..64 rows, K splits from the weight'
 TEST_CASE("pipe_gemm takes interleaved MXFP4 experts and splits K as stream_gemm does") {
   static const std::uint8_t scales[16] = {};  // planning reads no pointer, only whether set
   cuda::set_pipe_gemm(true);  // off by default (opt-in)
+  cuda::set_wg_gemm(false);   // on by default, and it comes first
   auto experts = [&](const shape& s, std::int64_t rows) {
     cuda::block_gemm_params p = params_for(s, rows);
     p.fp4_interleaved = true;
@@ -242,6 +243,68 @@ TEST_CASE("pipe_gemm takes interleaved MXFP4 experts and splits K as stream_gemm
   CHECK(cuda::pipe_gemm_takes(experts(w1, 1)));
   cuda::set_pipe_gemm(false);  // the default
   CHECK_FALSE(cuda::pipe_gemm_takes(experts(w1, 1)));
+  cuda::set_wg_gemm(true);
+}
+
+TEST_CASE("wg_gemm takes interleaved MXFP4 decode tiles; its splits depend on the shape only") {
+  static const std::uint8_t scales[16] = {};  // planning reads no pointer, only whether set
+  REQUIRE(cuda::get_wg_gemm());               // on by default
+  auto experts = [&](const shape& s, std::int64_t rows) {
+    cuda::block_gemm_params p = params_for(s, rows);
+    p.fp4_interleaved = true;
+    p.wscale_e8m0 = scales;
+    return p;
+  };
+  struct expected {
+    shape s;
+    int k_splits;
+  };
+  // Two blocks along K where 8 experts' 128-row blocks are fewer than 200 (the w1s).
+  const std::vector<expected> cases = {
+      {{2304, 5120, 0, 384, 32}, 2},   // V4.1 experts w1 / w3: 18 row blocks
+      {{5120, 2304, 0, 384, 32}, 1},   // V4.1 experts w2: 40
+      {{2048, 4096, 0, 256, 128}, 2},  // V4 experts w1 / w3: 16
+      {{4096, 2048, 0, 256, 128}, 1},  // V4 experts w2: 32
+  };
+  for (const expected& e : cases) {
+    CAPTURE(e.s.n);
+    CAPTURE(e.s.k);
+    const cuda::wg_gemm_plan first = cuda::plan_wg_gemm(experts(e.s, 1));
+    CHECK(first.k_splits == e.k_splits);
+    CHECK(first.row_blocks == (e.s.n + 127) / 128);
+    CHECK(first.steps_per_split % 8 == 0);
+    CHECK(first.steps_per_split * first.k_splits >= e.s.k / 32);
+    CHECK_FALSE(first.walk);
+    for (std::int64_t rows : {2, 5, 8, 9, 33, 64}) {  // decode batches: tight and walked
+      CAPTURE(rows);
+      cuda::block_gemm_params p = experts(e.s, rows);
+      if (rows > 8) p.tile_rows = 2;  // a captured step: groups bounded by the batch
+      REQUIRE(cuda::wg_gemm_takes(p));
+      const cuda::wg_gemm_plan plan = cuda::plan_wg_gemm(p);
+      CHECK(plan.k_splits == first.k_splits);
+      CHECK(plan.steps_per_split == first.steps_per_split);
+      CHECK(plan.row_blocks == first.row_blocks);
+      CHECK(plan.walk == (rows > 8));
+      CHECK(cuda::plan_block_gemm(p).splits == 1);  // its splits need no workspace
+    }
+  }
+  const shape w1{2304, 5120, 0, 384, 32};
+  cuda::block_gemm_params p = experts(w1, 1);
+  p.fp4_interleaved = false;  // rows as stored: stream_gemm's
+  CHECK_FALSE(cuda::wg_gemm_takes(p));
+  CHECK_FALSE(cuda::wg_gemm_takes(experts({64, 32768, 0, 8, 32}, 1)));  // a split's B > 48 KB
+  CHECK_FALSE(cuda::wg_gemm_takes(experts({64, 4096, 0, 8, 256}, 1)));  // 256-input act blocks
+  p = experts(w1, 1);
+  p.act = reinterpret_cast<const std::uint8_t*>(std::uintptr_t(4));  // not 8-byte aligned
+  CHECK_FALSE(cuda::wg_gemm_takes(p));
+  CHECK_THROWS_WITH_AS(cuda::launch_wg_gemm(p, nullptr), doctest::Contains("wg_gemm:"), error);
+  p = experts(w1, 1);
+  p.act_scale = reinterpret_cast<const float*>(std::uintptr_t(4));  // float4 loads need 16
+  CHECK_FALSE(cuda::wg_gemm_takes(p));
+  cuda::set_wg_gemm(false);
+  CHECK_FALSE(cuda::wg_gemm_takes(experts(w1, 1)));
+  cuda::set_wg_gemm(true);  // the default
+  CHECK(cuda::wg_gemm_takes(experts(w1, 1)));
 }
 
 }  // namespace
