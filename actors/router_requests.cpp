@@ -95,7 +95,14 @@ void dispatch(router_self self, std::uint64_t id, runtime::request req, int grou
             if (lr.abort_pending) self->send(self->state.groups[std::size_t(group)].handle, abort_request{id});
           },
           [=](caf::error& err) {
-            end_pending(self, id, fmt::format("group {} did not take the request: {}", group, describe(err)));
+            const group_entry& ge = self->state.groups[std::size_t(group)];
+            // The group's scheduler stopped while the request was on its way: the down message
+            // that follows fails it with the group's reason (fail_requests), unless it came
+            // first (then the request is gone already and end_pending does nothing).
+            if (err == caf::sec::request_receiver_down && ge.is_up) return;
+            end_pending(self, id,
+                        fmt::format("group {} did not take the request: {}{}{}", group, describe(err),
+                                    ge.down_reason.empty() ? "" : "; ", ge.down_reason));
           });
 }
 

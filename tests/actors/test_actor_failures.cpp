@@ -192,8 +192,9 @@ TEST_CASE("executors of a group run in lockstep and must agree") {
   actors::local_cluster cluster(ts.sys, params_with(c, faulty_runner::fault::other_tokens, 0, 1, 2));
   const auto out = actors::run_requests(ts.sys, cluster.router(), reqs, 2);
   for (const auto& r : out) {
+    INFO(r.error);
     CHECK(r.finish_reason() == "error");
-    CHECK(r.error.find("disagree") != std::string::npos);
+    CHECK(r.error.find("disagree") != std::string::npos);  // however the request met the failure
   }
 }
 
