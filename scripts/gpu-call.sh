@@ -4,7 +4,8 @@
 # "*pipe_gemm*") under a 120 s timeout, so that a new kernel that hangs or fails costs seconds,
 # not the call -- then scripts/gpu-forward.sh "$@" (presets, DEEPINFER_* switches as documented
 # there) under $DEEPINFER_CALL_TIMEOUT seconds (default 480). A device call brings back only a
-# few files, so every log is packed into $OUT/logs.tgz beside the combined $OUT/all.log.
+# few files, so every log is packed into $OUT/logs.tgz beside the combined $OUT/all.log, which
+# ends with scripts/acceptance-summary.py's figures against issue 5's targets.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/out}
@@ -24,6 +25,8 @@ fi
 if [[ $rc == 0 ]]; then
   OUT=$logs timeout "${DEEPINFER_CALL_TIMEOUT:-480}" scripts/gpu-forward.sh "$@" >"$logs/all.log" 2>&1
   echo "gpu-forward rc=$?"
+  # Each acceptance figure beside its target (whatever this call measured).
+  python3 scripts/acceptance-summary.py "$logs" 2>&1 | tee -a "$logs/all.log"
   cp "$logs/all.log" "$out/"
 fi
 tar -C "$logs" -czf "$out/logs.tgz" .
