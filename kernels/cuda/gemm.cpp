@@ -6,6 +6,7 @@
 #include "kernels/cuda/cublas_gemm.hpp"
 #include "kernels/cuda/cuda_ops.hpp"
 #include "kernels/cuda/gemm_kernels.hpp"
+#include "kernels/cuda/kernel_attributes.hpp"
 #include "kernels/cuda/stream.hpp"
 
 #include <atomic>
@@ -299,12 +300,25 @@ weight_matrix dequantize_weight(const weight_matrix& w, dtype to) {
 static_assert(fp4_interleave_rows == il_stripe_rows && fp4_interleave_bytes == il_run_bytes,
               "the kernels' stripes and runs are weight_matrix::interleaved's");
 
+namespace {
+
+/// The packed row bytes of FP4 values that weight_matrix::interleaved's layout takes (whole
+/// 32-row stripes of whole 64-byte runs), else 0 (FP8, f32, or a shape that cuts them).
+std::int64_t interleavable_row_bytes(const tensor& values) {
+  if (values.type() != dtype::i8) return 0;
+  const std::int64_t row_bytes = values.size(1);
+  return row_bytes > 0 && row_bytes % fp4_interleave_bytes == 0 &&
+                 values.size(0) % fp4_interleave_rows == 0
+             ? row_bytes
+             : 0;
+}
+
+}  // namespace
+
 weight_matrix with_fp4_layout(const weight_matrix& w, bool interleaved) {
   check_weight_matrix(w, "with_fp4_layout", device_kind::cuda);
-  const std::int64_t row_bytes = w.values.type() == dtype::i8 ? w.values.size(1) : 0;
-  if (row_bytes == 0 || w.interleaved == interleaved || row_bytes % fp4_interleave_bytes != 0 ||
-      w.rows() % fp4_interleave_rows != 0)
-    return w;
+  const std::int64_t row_bytes = interleavable_row_bytes(w.values);
+  if (row_bytes == 0 || w.interleaved == interleaved) return w;
   weight_matrix out = w;
   out.values = tensor::empty(w.values.shape(), dtype::i8, w.values.dev());
   out.interleaved = interleaved;
@@ -315,10 +329,7 @@ weight_matrix with_fp4_layout(const weight_matrix& w, bool interleaved) {
 }
 
 bool fp4_interleave_default() {
-  static const bool on = [] {
-    const char* env = std::getenv("DEEPINFER_FP4_INTERLEAVE");
-    return !(env && std::string_view(env) == "0");
-  }();
+  static const bool on = detail::env_switch("DEEPINFER_FP4_INTERLEAVE", true);
   return on;
 }
 
@@ -327,9 +338,8 @@ weight_matrix stack_weights(std::span<const weight_matrix> experts, device dev,
   DI_CHECK(!experts.empty(), "stack_weights: no experts");
   const weight_matrix& first = experts[0];
   const std::int64_t rows = first.values.size(0);
-  const std::int64_t row_bytes = first.values.type() == dtype::i8 ? first.values.size(1) : 0;
-  const bool tiled = interleave && !first.interleaved && row_bytes > 0 &&
-                     row_bytes % fp4_interleave_bytes == 0 && rows % fp4_interleave_rows == 0;
+  const std::int64_t row_bytes = interleavable_row_bytes(first.values);
+  const bool tiled = interleave && !first.interleaved && row_bytes > 0;
   tensor_shape vshape = first.values.shape();
   vshape[0] = rows * std::int64_t(experts.size());
   weight_matrix out = first;

@@ -1,4 +1,5 @@
-// Kernel attributes and device properties, per device. cudaFuncSetAttribute applies to the
+// Kernel attributes and device properties, per device, and the kernel switches' defaults from
+// the environment. cudaFuncSetAttribute applies to the
 // current device only, so a launcher that raised a kernel's shared-memory limit once per
 // process would have that kernel's launches fail ("invalid argument") on a second GPU of the
 // same process (several executors on cuda:N): every launcher keeps a per-device record of the
@@ -12,10 +13,20 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdlib>
+#include <string_view>
 
 namespace di::cuda::detail {
 
 inline constexpr int max_tracked_devices = 16;
+
+/// A kernel switch's default from environment variable `name`: a switch on by default is off
+/// only when it is "0"; one off by default is on only when it is "1".
+inline bool env_switch(const char* name, bool default_on) {
+  const char* env = std::getenv(name);
+  if (!env) return default_on;
+  return default_on ? std::string_view(env) != "0" : std::string_view(env) == "1";
+}
 
 /// The current device's ordinal, within the devices the records below track.
 inline int tracked_device() {

@@ -379,10 +379,7 @@ __global__ void __launch_bounds__(threads, blocks_per_sm)
 
 std::atomic<long> g_launches{0};
 
-std::atomic<bool> g_pipe_gemm{[] {
-  const char* env = std::getenv("DEEPINFER_PIPE_GEMM");
-  return env && std::string_view(env) == "1";
-}()};
+std::atomic<bool> g_pipe_gemm{detail::env_switch("DEEPINFER_PIPE_GEMM", false)};
 
 }  // namespace
 

@@ -452,15 +452,9 @@ launch_shape shape_of(const block_gemm_params& p) {
   return sh;
 }
 
-std::atomic<bool> g_stream_gemm{[] {
-  const char* env = std::getenv("DEEPINFER_STREAM_GEMM");
-  return !(env && std::string_view(env) == "0");
-}()};
+std::atomic<bool> g_stream_gemm{detail::env_switch("DEEPINFER_STREAM_GEMM", true)};
 
-std::atomic<bool> g_skinny_gemm{[] {
-  const char* env = std::getenv("DEEPINFER_SKINNY_GEMM");
-  return !(env && std::string_view(env) == "0");
-}()};
+std::atomic<bool> g_skinny_gemm{detail::env_switch("DEEPINFER_SKINNY_GEMM", true)};
 
 /// Whether launch_block_gemm hands p to skinny_gemm: dense FP8 GEMMs of 9..64 rows.
 bool skinny(const block_gemm_params& p) {

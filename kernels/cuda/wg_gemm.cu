@@ -232,10 +232,7 @@ __global__ void __launch_bounds__(warps * 32, 2) wg_gemm_kernel(block_gemm_param
 }
 
 std::atomic<long> g_launches{0};
-std::atomic<bool> g_wg_gemm{[] {
-  const char* env = std::getenv("DEEPINFER_WG_GEMM");
-  return !(env && std::string_view(env) == "0");
-}()};
+std::atomic<bool> g_wg_gemm{detail::env_switch("DEEPINFER_WG_GEMM", true)};
 
 struct wg_shape {
   wg_config cfg{1, 0, false};

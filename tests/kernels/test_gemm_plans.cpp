@@ -9,7 +9,9 @@
 #include "common/error.hpp"
 #include "kernels/cuda/cuda_ops.hpp"
 #include "kernels/cuda/gemm_kernels.hpp"
+#include "kernels/cuda/kernel_attributes.hpp"
 
+#include <cstdlib>
 #include <vector>
 
 namespace di {
@@ -46,18 +48,45 @@ cuda::block_gemm_params params_for(const shape& s, std::int64_t rows) {
   return p;
 }
 
+/// V4.1's and V4's dense FP8 decode GEMMs (and ragged outputs).
+const std::vector<shape> dense_fp8_shapes = {
+    {32768, 1280, 32, 1, 32},    // V4.1 wq_b
+    {5120, 8192, 32, 1, 32},     // V4.1 wo_b
+    {1280, 5120, 32, 1, 32},     // V4.1 wq_a
+    {512, 5120, 32, 1, 32},      // V4.1 wkv
+    {2304, 5120, 32, 1, 32},     // V4.1 shared expert w1
+    {32768, 1024, 128, 1, 128},  // V4 wq_b
+    {4096, 8192, 128, 1, 128},   // V4 wo_b
+    {200, 1280, 32, 1, 128},     // ragged outputs
+};
+/// V4.1's and V4's routed MXFP4 expert GEMMs.
+const std::vector<shape> expert_shapes = {
+    {2304, 5120, 0, 384, 32},   // V4.1 experts w1 / w3
+    {5120, 2304, 0, 384, 32},   // V4.1 experts w2
+    {2048, 4096, 0, 256, 128},  // V4 experts w1 / w3
+    {4096, 2048, 0, 256, 128},  // V4 experts w2
+};
+
+TEST_CASE("kernel switches take their defaults from the environment") {
+  const char* name = "DEEPINFER_TEST_KERNEL_SWITCH";
+  ::unsetenv(name);
+  CHECK(cuda::detail::env_switch(name, true));
+  CHECK_FALSE(cuda::detail::env_switch(name, false));
+  ::setenv(name, "0", 1);  // turns a default-on switch off, leaves a default-off one off
+  CHECK_FALSE(cuda::detail::env_switch(name, true));
+  CHECK_FALSE(cuda::detail::env_switch(name, false));
+  ::setenv(name, "1", 1);  // turns a default-off switch on
+  CHECK(cuda::detail::env_switch(name, true));
+  CHECK(cuda::detail::env_switch(name, false));
+  ::setenv(name, "yes", 1);  // anything else: the default
+  CHECK(cuda::detail::env_switch(name, true));
+  CHECK_FALSE(cuda::detail::env_switch(name, false));
+  ::unsetenv(name);
+}
+
 TEST_CASE("stream_gemm plans depend on the weight's shape, not on the batch") {
-  const std::vector<shape> shapes = {
-      {32768, 1280, 32, 1, 32},  // V4.1 wq_b
-      {5120, 8192, 32, 1, 32},   // V4.1 wo_b
-      {1280, 5120, 32, 1, 32},   // V4.1 wq_a
-      {512, 5120, 32, 1, 32},    // V4.1 wkv
-      {32768, 1024, 128, 1, 128},  // V4 wq_b
-      {200, 1280, 32, 1, 128},   // ragged outputs
-      {2304, 5120, 0, 384, 32},  // V4.1 experts w1 (MXFP4)
-      {5120, 2304, 0, 384, 32},  // V4.1 experts w2
-      {2048, 4096, 0, 256, 128}, // V4 experts
-  };
+  std::vector<shape> shapes = dense_fp8_shapes;
+  shapes.insert(shapes.end(), expert_shapes.begin(), expert_shapes.end());
   for (const shape& s : shapes) {
     CAPTURE(s.n);
     CAPTURE(s.k);
@@ -154,17 +183,7 @@ TEST_CASE("fp8_split_gemm takes 1..64 rows with e8m0 scales and refuses the rest
 }
 
 TEST_CASE("skinny_gemm plans: dense FP8 of 9..64 rows, K splits from the weight's shape") {
-  const std::vector<shape> dense = {
-      {32768, 1280, 32, 1, 32},    // V4.1 wq_b
-      {5120, 8192, 32, 1, 32},     // V4.1 wo_b
-      {1280, 5120, 32, 1, 32},     // V4.1 wq_a
-      {512, 5120, 32, 1, 32},      // V4.1 wkv
-      {2304, 5120, 32, 1, 32},     // V4.1 shared expert w1
-      {32768, 1024, 128, 1, 128},  // V4 wq_b
-      {4096, 8192, 128, 1, 128},   // V4 wo_b
-      {200, 1280, 32, 1, 128},     // ragged outputs
-  };
-  for (const shape& s : dense) {
+  for (const shape& s : dense_fp8_shapes) {
     CAPTURE(s.n);
     CAPTURE(s.k);
     const cuda::block_gemm_params p9 = params_for(s, 9);
@@ -202,13 +221,7 @@ TEST_CASE("pipe_gemm takes interleaved MXFP4 experts and splits K as stream_gemm
     p.wscale_e8m0 = scales;
     return p;
   };
-  const std::vector<shape> shapes = {
-      {2304, 5120, 0, 384, 32},   // V4.1 experts w1 / w3
-      {5120, 2304, 0, 384, 32},   // V4.1 experts w2
-      {2048, 4096, 0, 256, 128},  // V4 experts w1 / w3
-      {4096, 2048, 0, 256, 128},  // V4 experts w2
-  };
-  for (const shape& s : shapes) {
+  for (const shape& s : expert_shapes) {
     CAPTURE(s.n);
     CAPTURE(s.k);
     const cuda::pipe_gemm_plan first = cuda::plan_pipe_gemm(experts(s, 1));
@@ -260,12 +273,11 @@ TEST_CASE("wg_gemm takes interleaved MXFP4 decode tiles; its splits depend on th
     int k_splits;
   };
   // Two blocks along K where 8 experts' 128-row blocks are fewer than 200 (the w1s).
-  const std::vector<expected> cases = {
-      {{2304, 5120, 0, 384, 32}, 2},   // V4.1 experts w1 / w3: 18 row blocks
-      {{5120, 2304, 0, 384, 32}, 1},   // V4.1 experts w2: 40
-      {{2048, 4096, 0, 256, 128}, 2},  // V4 experts w1 / w3: 16
-      {{4096, 2048, 0, 256, 128}, 1},  // V4 experts w2: 32
-  };
+  // expert_shapes in order: V4.1 w1 / w3 (18 row blocks), V4.1 w2 (40), V4 w1 / w3 (16),
+  // V4 w2 (32).
+  const int want_splits[] = {2, 1, 2, 1};
+  std::vector<expected> cases;
+  for (std::size_t i = 0; i < expert_shapes.size(); ++i) cases.push_back({expert_shapes[i], want_splits[i]});
   for (const expected& e : cases) {
     CAPTURE(e.s.n);
     CAPTURE(e.s.k);
