@@ -56,15 +56,18 @@ struct decode_kernel {
   int variant;  // set_stream_gemm_variant
   bool pipe;    // set_pipe_gemm
   bool wg;      // set_wg_gemm
+  int ring = 0;  // set_wg_gemm_ring (forced on or off in these rows)
   void select() const {
     cuda::set_stream_gemm(stream);
     cuda::set_stream_gemm_variant(variant);
     cuda::set_pipe_gemm(pipe);
     cuda::set_wg_gemm(wg);
+    cuda::set_wg_gemm_ring(ring);
   }
   bool interleaved_only() const { return pipe || wg; }
 };
 const decode_kernel decode_kernels[] = {{"wg_gemm", true, -1, false, true},
+                                        {"wg_gemm ring", true, -1, false, true, 1},
                                         {"stream_gemm", true, -1, false, false},
                                         {"pipe_gemm", true, -1, true, false},
                                         {"stream 4x2", true, 0, false, false},
@@ -72,6 +75,7 @@ const decode_kernel decode_kernels[] = {{"wg_gemm", true, -1, false, true},
                                         {"smem tiles", false, -1, false, false}};
 void default_decode_kernel() {
   decode_kernels[0].select();
+  cuda::set_wg_gemm_ring(-1);  // by the routed rows
   cuda::set_skinny_gemm(true);
 }
 
@@ -276,7 +280,7 @@ void fp4_routed_rows(const limits& lim, std::vector<result_row>& rows, const cha
     const tensor x = random_device({pairs, s.k}, dtype::f32, 53);
     const ops::expert_linear_params p{act, batch, std::max<std::int64_t>(1, (2 * pairs + experts - 1) / experts)};
     for (const decode_kernel& kernel : decode_kernels) {
-      if (&kernel > &decode_kernels[2]) continue;  // wg_gemm, stream_gemm, pipe_gemm
+      if (&kernel > &decode_kernels[3]) continue;  // wg_gemm (both), stream_gemm, pipe_gemm
       kernel.select();
       const double us = median_graph_us([&] {
                           for (const routing& r : routings) ops::expert_linear(x, r.offsets, w, p);

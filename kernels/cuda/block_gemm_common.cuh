@@ -45,6 +45,12 @@ __device__ __forceinline__ void cp_async16_zfill(void* smem, const void* global,
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global),
                "r"(valid ? 16 : 0));
 }
+/// 16 weight bytes global -> shared, read once: not kept in L1, the next 256 bytes of the row
+/// prefetched into L2 (load_stream16's hints, for a shared-memory ring).
+__device__ __forceinline__ void cp_async16_stream(void* smem, const void* global) {
+  const unsigned dst = unsigned(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(dst), "l"(global));
+}
 /// 4 bytes global -> shared, zero-filled when !valid.
 __device__ __forceinline__ void cp_async4_zfill(void* smem, const void* global, bool valid) {
   const unsigned dst = unsigned(__cvta_generic_to_shared(smem));

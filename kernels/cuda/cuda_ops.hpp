@@ -85,6 +85,12 @@ void set_wg_gemm(bool on);
 bool get_wg_gemm();
 /// Launches of wg_gemm so far in this process (tests: that it served a GEMM).
 long wg_gemm_launches();
+/// wg_gemm streams its weights through a per-warp shared-memory ring of 4 runs (cp.async: more
+/// bytes in flight, no registers held) instead of one run ahead in registers; the same bits.
+/// 1 always, 0 never, -1 (the default) from 128 routed rows on (batches of about 22 tokens and
+/// more); DEEPINFER_WG_RING sets the default; any other value is a di::error. Defined in
+/// wg_gemm.cu.
+void set_wg_gemm_ring(int mode);
 /// stream_gemm's FP8 (steps per load batch, blocks per SM): -1 = by K (default), 0 = (4, 2),
 /// 1 = (2, 3); the same results either way. Any other value is a di::error.
 /// DEEPINFER_STREAM_VARIANT sets the default (a value other than -1, 0 or 1 is ignored with a

@@ -121,6 +121,8 @@ struct wg_gemm_plan {
 };
 /// How launch_wg_gemm runs p: the splits from the weight's shape only, never the rows.
 wg_gemm_plan plan_wg_gemm(const block_gemm_params& p);
+/// Whether launch_wg_gemm streams p's weights through its shared-memory ring (set_wg_gemm_ring).
+bool wg_gemm_uses_ring(const block_gemm_params& p);
 void launch_wg_gemm(const block_gemm_params& p, cudaStream_t stream);
 /// Dense FP8 GEMMs of 9..64 rows (skinny_gemm.cu): 128-row blocks whose warps share each
 /// activation fragment, the block's K range of activations staged once in shared memory.

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <string_view>
 
@@ -26,6 +27,19 @@ inline bool env_switch(const char* name, bool default_on) {
   const char* env = std::getenv(name);
   if (!env) return default_on;
   return default_on ? std::string_view(env) != "0" : std::string_view(env) == "1";
+}
+
+/// A three-way kernel mode's default from environment variable `name`: -1 (automatic, also
+/// when unset), 0 or 1; anything else is ignored with a warning on stderr naming `what_auto`,
+/// what the automatic mode does.
+inline int env_mode(const char* name, const char* what_auto) {
+  const char* env = std::getenv(name);
+  if (!env) return -1;
+  const std::string_view v(env);
+  if (v == "-1" || v == "0" || v == "1") return v == "-1" ? -1 : v == "0" ? 0 : 1;
+  std::fprintf(stderr, "deepinfer: %s=%s ignored (expected -1, 0 or 1); %s\n", name, env,
+               what_auto);
+  return -1;
 }
 
 /// The current device's ordinal, within the devices the records below track.

@@ -22,6 +22,7 @@
 
 #include "kernels/cuda/block_gemm_common.cuh"
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/kernel_attributes.hpp"
 #include "kernels/dtype.hpp"
 
 #include <algorithm>
@@ -430,17 +431,8 @@ stream_shape stream_shape_of(const block_gemm_params& p) {
   return sh;
 }
 
-std::atomic<int> g_variant{[] {
-  const char* env = std::getenv("DEEPINFER_STREAM_VARIANT");
-  if (!env) return -1;
-  const std::string_view v(env);
-  if (v == "-1" || v == "0" || v == "1") return v == "-1" ? -1 : v == "0" ? 0 : 1;
-  std::fprintf(stderr,
-               "deepinfer: DEEPINFER_STREAM_VARIANT=%s ignored (expected -1, 0 or 1); "
-               "stream_gemm picks its load batching by K\n",
-               env);
-  return -1;
-}()};
+std::atomic<int> g_variant{
+    detail::env_mode("DEEPINFER_STREAM_VARIANT", "stream_gemm picks its load batching by K")};
 
 template <bool FP4, bool IL, int batch, int min_blocks>
 void launch_variant(const block_gemm_params& p, bool every, bool walk, dim3 grid,

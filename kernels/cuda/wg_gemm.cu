@@ -26,6 +26,7 @@
 #include "kernels/cuda/block_gemm_common.cuh"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/kernel_attributes.hpp"
+#include "kernels/cuda/wgmma.cuh"
 
 #include <atomic>
 #include <cstdlib>
@@ -52,38 +53,18 @@ struct wg_config {
   bool compact;         ///< grid row y serves the y-th non-empty group
 };
 
-/// A shared-memory matrix descriptor for wgmma: K-major, no swizzle, core matrices of 8 rows x
-/// 16 bytes; the K-adjacent core matrix 128 bytes on (leading and stride offsets both 128: with
-/// 8 tokens there is no second core-matrix row, so either reading gives the same operand).
+/// Runs of weights a warp keeps in flight through its shared-memory ring (RING > 0: cp.async,
+/// no registers held) instead of one run ahead in registers (RING = 0).
+constexpr int ring_runs = 4;
+constexpr int run_bytes = 4 * 32 * 16;  // a warp's run: 4 pieces (m, h) x 32 lanes x 16 bytes
+
+/// The 8-token B of a step: its K-adjacent core matrix 128 bytes on (with 8 tokens there is
+/// no second core-matrix row; the stride offset is given the same 128).
 __device__ __forceinline__ std::uint64_t b_descriptor(const void* smem) {
-  const std::uint64_t addr = std::uint64_t(__cvta_generic_to_shared(smem));
-  return ((addr & 0x3ffff) >> 4) | (std::uint64_t(128 >> 4) << 16) |
-         (std::uint64_t(128 >> 4) << 32);
+  return smem_descriptor(smem, 128, 128);
 }
 
-/// Keeps a register's value where it is until this point (wgmma reads A and writes D
-/// asynchronously: the compiler must neither reuse A's registers nor read D's before the wait).
-__device__ __forceinline__ void pin(std::uint32_t& r) {
-  asm volatile("" : "+r"(r)::"memory");
-}
-__device__ __forceinline__ void pin(float& r) {
-  asm volatile("" : "+f"(r)::"memory");
-}
-
-/// d = A B (fresh accumulators): A the warp's 16 x 32 e4m3 fragment in registers (mma.sync
-/// m16n8k32's layout), B the 32 x 8 e4m3 step in shared memory.
-__device__ __forceinline__ void wgmma_fresh(float (&d)[4], const std::uint32_t (&a)[4],
-                                            std::uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p, "
-      "1, 1;\n}\n"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)
-      : "memory");
-}
-
-template <bool EVERY, bool WALK>
+template <bool EVERY, bool WALK, int RING>
 __global__ void __launch_bounds__(warps * 32, 2) wg_gemm_kernel(block_gemm_params p, wg_config cfg) {
   extern __shared__ __align__(128) std::uint8_t b_tile[];  // the split's steps of 8 tokens
   __shared__ float partial[4][32][8];                      // warpgroup 1's sums
@@ -136,7 +117,7 @@ __global__ void __launch_bounds__(warps * 32, 2) wg_gemm_kernel(block_gemm_param
         *reinterpret_cast<std::uint32_t*>(dst + s * b_step_bytes + 128) = fp4_act_high(v.x, v.y);
       }
     }
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // seen by wgmma
+    fence_proxy_async();  // seen by wgmma
     __syncthreads();
 
     const float* sx_a = p.act_scale + tile_row(2 * t) * p.act_scale_stride + (col0 >> act_shift);
@@ -150,10 +131,38 @@ __global__ void __launch_bounds__(warps * 32, 2) wg_gemm_kernel(block_gemm_param
         for (int h = 0; h < 2; ++h)
           raw[m][h] = load_stream16(wrow + (2 * m + h) * 512 + (s - w0) * 32 * step_bytes);
     };
-    if (w0 < w1) load(w0);
+    // RING: this lane's 16 bytes of each piece of a run in slot ((s - w0) / 4) % RING of the
+    // warp's ring (it reads back only what it copied: no barrier), one commit group per run.
+    std::uint8_t* const ring =
+        b_tile + cfg.steps_per_split * b_step_bytes + (warp * RING * run_bytes) + lane * 16;
+    auto slot_of = [&](int s) { return ring + ((s - w0) / run_steps) % (RING > 0 ? RING : 1) * run_bytes; };
+    auto issue = [&](int s) {
+      if (s < w1) {
+#pragma unroll
+        for (int piece = 0; piece < 4; ++piece)
+          cp_async16_stream(slot_of(s) + piece * 512,
+                            wrow + piece * 512 + (s - w0) * 32 * step_bytes);
+      }
+      asm volatile("cp.async.commit_group;\n" ::);  // empty past w1: the count stays simple
+    };
+    if constexpr (RING > 0) {
+#pragma unroll
+      for (int i = 0; i < RING - 1; ++i) issue(w0 + i * run_steps);
+    } else if (w0 < w1) {
+      load(w0);
+    }
     for (int s = w0; s < w1; s += run_steps) {
-      const uint4 cur[2][2] = {{raw[0][0], raw[0][1]}, {raw[1][0], raw[1][1]}};
-      if (s + run_steps < w1) load(s + run_steps);  // the next run streams in meanwhile
+      uint4 cur[2][2];
+      if constexpr (RING > 0) {
+        issue(s + (RING - 1) * run_steps);  // into the slot the previous run was read from
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(RING - 1));  // this run has landed
+#pragma unroll
+        for (int piece = 0; piece < 4; ++piece)
+          cur[piece / 2][piece % 2] = *reinterpret_cast<const uint4*>(slot_of(s) + piece * 512);
+      } else {
+        cur[0][0] = raw[0][0], cur[0][1] = raw[0][1], cur[1][0] = raw[1][0], cur[1][1] = raw[1][1];
+        if (s + run_steps < w1) load(s + run_steps);  // the next run streams in meanwhile
+      }
       std::uint32_t wpk[2][2];
 #pragma unroll
       for (int m = 0; m < 2; ++m)
@@ -179,15 +188,15 @@ __global__ void __launch_bounds__(warps * 32, 2) wg_gemm_kernel(block_gemm_param
 #pragma unroll
             for (int c = 0; c < 4; ++c) pin(a[v][m][c]);  // written before the fence
           }
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+        wgmma_fence();
         const std::uint8_t* b_step = b_tile + (s + u0 - split_begin) * b_step_bytes;
 #pragma unroll
         for (int v = 0; v < group_steps; ++v)
 #pragma unroll
           for (int m = 0; m < 2; ++m)
-            wgmma_fresh(d[v][m], a[v][m], b_descriptor(b_step + v * b_step_bytes));
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+            wgmma_n8_fresh(d[v][m], a[v][m], b_descriptor(b_step + v * b_step_bytes));
+        wgmma_commit();
+        wgmma_wait<0>();
 #pragma unroll
         for (int v = 0; v < group_steps; ++v)
 #pragma unroll
@@ -232,6 +241,14 @@ __global__ void __launch_bounds__(warps * 32, 2) wg_gemm_kernel(block_gemm_param
 }
 
 std::atomic<long> g_launches{0};
+/// The weights through each warp's shared-memory ring of ring_runs runs: 1 always, 0 never,
+/// -1 (the default; DEEPINFER_WG_RING sets it) from ring_min_rows routed rows on. The ring
+/// keeps more bytes in flight and pays off when many experts stream at once (H200,
+/// v41-flash-L4, session 11: batch 64 11.56 -> 11.14 ms per step) but costs a few
+/// microseconds at batch 1 and 8 (2.29 -> 2.35 ms). Both add the same products in the same
+/// order: the choice never changes a result, so it may depend on the batch.
+std::atomic<int> g_ring{detail::env_mode("DEEPINFER_WG_RING", "wg_gemm uses its ring from 128 routed rows")};
+constexpr std::int64_t ring_min_rows = 128;
 std::atomic<bool> g_wg_gemm{detail::env_switch("DEEPINFER_WG_GEMM", true)};
 
 struct wg_shape {
@@ -258,7 +275,39 @@ wg_shape wg_shape_of(const block_gemm_params& p) {
   return sh;
 }
 
+template <int RING>
+void launch_ring(const block_gemm_params& p, const wg_shape& sh, bool every, dim3 grid,
+                 std::size_t smem, cudaStream_t stream) {
+  // Per instantiation and device: room for the largest split's B and the ring.
+  static std::atomic<std::size_t> limits[4][detail::max_tracked_devices];
+  const std::size_t most =
+      std::size_t(max_split_steps) * b_step_bytes + std::size_t(warps) * RING * run_bytes;
+  auto go = [&](auto kernel, int which) {
+    detail::ensure_smem(reinterpret_cast<const void*>(kernel), most, limits[which]);
+    kernel<<<grid, warps * 32, smem, stream>>>(p, sh.cfg);
+  };
+  if (every && sh.walk)
+    go(&wg_gemm_kernel<true, true, RING>, 0);
+  else if (every)
+    go(&wg_gemm_kernel<true, false, RING>, 1);
+  else if (sh.walk)
+    go(&wg_gemm_kernel<false, true, RING>, 2);
+  else
+    go(&wg_gemm_kernel<false, false, RING>, 3);
+}
+
 }  // namespace
+
+void set_wg_gemm_ring(int mode) {
+  DI_CHECK(mode >= -1 && mode <= 1, "wg_gemm ring mode {} (expected -1, 0 or 1)", mode);
+  g_ring = mode;
+}
+
+bool wg_gemm_uses_ring(const block_gemm_params& p) {
+  const int mode = g_ring;
+  if (mode >= 0) return mode == 1;
+  return (p.rows > 0 ? p.rows : p.max_rows) >= ring_min_rows;
+}
 
 void set_wg_gemm(bool on) {
   g_wg_gemm = on;
@@ -304,16 +353,13 @@ void launch_wg_gemm(const block_gemm_params& p, cudaStream_t stream) {
     CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));
   // One 8-token tile per block: groups of more than 8 rows are walked tile by tile (WALK).
   const dim3 grid(unsigned(sh.row_blocks), unsigned(sh.grid_groups), unsigned(sh.cfg.k_splits));
-  const std::size_t smem = std::size_t(sh.cfg.steps_per_split) * b_step_bytes;
+  const std::size_t b_bytes = std::size_t(sh.cfg.steps_per_split) * b_step_bytes;
   const bool every = p.act_block == 32;
-  if (every && sh.walk)
-    wg_gemm_kernel<true, true><<<grid, warps * 32, smem, stream>>>(p, sh.cfg);
-  else if (every)
-    wg_gemm_kernel<true, false><<<grid, warps * 32, smem, stream>>>(p, sh.cfg);
-  else if (sh.walk)
-    wg_gemm_kernel<false, true><<<grid, warps * 32, smem, stream>>>(p, sh.cfg);
+  if (wg_gemm_uses_ring(p))
+    launch_ring<ring_runs>(p, sh, every, grid, b_bytes + std::size_t(warps) * ring_runs * run_bytes,
+                           stream);
   else
-    wg_gemm_kernel<false, false><<<grid, warps * 32, smem, stream>>>(p, sh.cfg);
+    launch_ring<0>(p, sh, every, grid, b_bytes, stream);
   CUDA_CHECK_LAUNCH("wg_gemm");
 }
 

@@ -67,6 +67,16 @@ const std::vector<shape> expert_shapes = {
     {4096, 2048, 0, 256, 128},  // V4 experts w2
 };
 
+/// Params of interleaved MXFP4 experts with e8m0 scales (planning reads no pointer, only
+/// whether the scales are set).
+cuda::block_gemm_params experts(const shape& s, std::int64_t rows) {
+  static const std::uint8_t scales[16] = {};
+  cuda::block_gemm_params p = params_for(s, rows);
+  p.fp4_interleaved = true;
+  p.wscale_e8m0 = scales;
+  return p;
+}
+
 TEST_CASE("kernel switches take their defaults from the environment") {
   const char* name = "DEEPINFER_TEST_KERNEL_SWITCH";
   ::unsetenv(name);
@@ -78,6 +88,14 @@ TEST_CASE("kernel switches take their defaults from the environment") {
   ::setenv(name, "1", 1);  // turns a default-off switch on
   CHECK(cuda::detail::env_switch(name, true));
   CHECK(cuda::detail::env_switch(name, false));
+  // Three-way modes: -1 (automatic) unless set to -1, 0 or 1; anything else is ignored.
+  CHECK(cuda::detail::env_mode(name, "auto") == 1);
+  ::setenv(name, "0", 1);
+  CHECK(cuda::detail::env_mode(name, "auto") == 0);
+  ::setenv(name, "2", 1);
+  CHECK(cuda::detail::env_mode(name, "auto") == -1);
+  ::unsetenv(name);
+  CHECK(cuda::detail::env_mode(name, "auto") == -1);
   ::setenv(name, "yes", 1);  // anything else: the default
   CHECK(cuda::detail::env_switch(name, true));
   CHECK_FALSE(cuda::detail::env_switch(name, false));
@@ -212,15 +230,8 @@ TEST_CASE("skinny_gemm plans: dense FP8 of 9..64 rows, K splits from the weight'
 }
 
 TEST_CASE("pipe_gemm takes interleaved MXFP4 experts and splits K as stream_gemm does") {
-  static const std::uint8_t scales[16] = {};  // planning reads no pointer, only whether set
   cuda::set_pipe_gemm(true);  // off by default (opt-in)
   cuda::set_wg_gemm(false);   // on by default, and it comes first
-  auto experts = [&](const shape& s, std::int64_t rows) {
-    cuda::block_gemm_params p = params_for(s, rows);
-    p.fp4_interleaved = true;
-    p.wscale_e8m0 = scales;
-    return p;
-  };
   for (const shape& s : expert_shapes) {
     CAPTURE(s.n);
     CAPTURE(s.k);
@@ -260,14 +271,7 @@ TEST_CASE("pipe_gemm takes interleaved MXFP4 experts and splits K as stream_gemm
 }
 
 TEST_CASE("wg_gemm takes interleaved MXFP4 decode tiles; its splits depend on the shape only") {
-  static const std::uint8_t scales[16] = {};  // planning reads no pointer, only whether set
-  REQUIRE(cuda::get_wg_gemm());               // on by default
-  auto experts = [&](const shape& s, std::int64_t rows) {
-    cuda::block_gemm_params p = params_for(s, rows);
-    p.fp4_interleaved = true;
-    p.wscale_e8m0 = scales;
-    return p;
-  };
+  REQUIRE(cuda::get_wg_gemm());  // on by default
   struct expected {
     shape s;
     int k_splits;
@@ -317,6 +321,24 @@ TEST_CASE("wg_gemm takes interleaved MXFP4 decode tiles; its splits depend on th
   CHECK_FALSE(cuda::wg_gemm_takes(experts(w1, 1)));
   cuda::set_wg_gemm(true);  // the default
   CHECK(cuda::wg_gemm_takes(experts(w1, 1)));
+}
+
+TEST_CASE("wg_gemm's shared-memory ring: from 128 routed rows by default, forced on or off") {
+  const shape w1{2304, 5120, 0, 384, 32};
+  CHECK_FALSE(cuda::wg_gemm_uses_ring(experts(w1, 1)));   // batch 1: 6 routed rows
+  CHECK_FALSE(cuda::wg_gemm_uses_ring(experts(w1, 8)));   // 48
+  CHECK(cuda::wg_gemm_uses_ring(experts(w1, 22)));        // 132
+  CHECK(cuda::wg_gemm_uses_ring(experts(w1, 64)));        // 384
+  cuda::block_gemm_params unknown = experts(w1, 64);
+  unknown.rows = 0;  // the total unknown: the bound on one expert's rows decides
+  CHECK_FALSE(cuda::wg_gemm_uses_ring(unknown));
+  cuda::set_wg_gemm_ring(1);
+  CHECK(cuda::wg_gemm_uses_ring(experts(w1, 1)));
+  cuda::set_wg_gemm_ring(0);
+  CHECK_FALSE(cuda::wg_gemm_uses_ring(experts(w1, 64)));
+  CHECK_THROWS_AS(cuda::set_wg_gemm_ring(2), error);
+  cuda::set_wg_gemm_ring(-1);  // the default
+  CHECK(cuda::wg_gemm_uses_ring(experts(w1, 64)));
 }
 
 }  // namespace

@@ -411,6 +411,7 @@ struct stream_switches {
     cuda::set_skinny_gemm(true);
     cuda::set_pipe_gemm(false);
     cuda::set_wg_gemm(true);
+    cuda::set_wg_gemm_ring(-1);
   }
 };
 
@@ -594,6 +595,10 @@ TEST_CASE("cuda wg_gemm (MXFP4 expert decode tiles on wgmma): right, determinist
         test::check_bitwise(ops::expert_linear(x, off, il, p).to(cpu_device), y);
         if (!first) test::check_bitwise(y, first_y);
         first_y = y;
+        cuda::set_wg_gemm_ring(1);  // the weights through shared memory: the same bits
+        test::poison_device_pool();
+        test::check_bitwise(ops::expert_linear(x, off, il, p).to(cpu_device), y);
+        cuda::set_wg_gemm_ring(-1);
       });
   // What it does not take goes to stream_gemm: weights as stored (not interleaved), or a K
   // split whose 8-token tile exceeds 48 KB of shared memory (K 32768: 2 x 512 steps).

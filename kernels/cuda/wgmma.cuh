@@ -1,0 +1,64 @@
+// The Hopper warpgroup MMA (wgmma.mma_async, sm_90a) as the GEMM kernels use it: FP8 e4m3 with
+// A (the weights) in registers -- each warp of the warpgroup its 16 rows of the 64, in
+// mma.sync m16n8k32's fragment layout -- and B (the activations) in shared memory, K-major
+// without swizzle (core matrices of 8 rows x 16 bytes). On sm_90 this is the only native FP8
+// tensor-core instruction: mma.sync e4m3 is emulated (wg_gemm.cu says how that was found).
+//
+// Ordering rules the helpers encode: registers written before a wgmma must be written before
+// wgmma_fence() (pin() them first); a wgmma reads A and writes D asynchronously, so after
+// wgmma_commit() + wgmma_wait<0>() pin() D (read only after the wait) and A (kept until the
+// wgmmas have read it); shared memory written by ordinary stores is made visible to wgmma with
+// fence_proxy_async() before the barrier that publishes it.
+#pragma once
+
+#include <cstdint>
+
+namespace di::cuda::gemm_detail {
+
+/// Keeps a register's value where it is until this point (see above).
+__device__ __forceinline__ void pin(std::uint32_t& r) {
+  asm volatile("" : "+r"(r)::"memory");
+}
+__device__ __forceinline__ void pin(float& r) {
+  asm volatile("" : "+f"(r)::"memory");
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/// Ordinary shared-memory stores become visible to wgmma (the async proxy).
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+/// A shared-memory matrix descriptor, K-major without swizzle: `k_stride` bytes between
+/// K-adjacent core matrices (the leading-dimension offset), `mn_stride` between core matrices
+/// 8 rows apart (the stride-dimension offset); both multiples of 16.
+__device__ __forceinline__ std::uint64_t smem_descriptor(const void* smem, std::uint32_t k_stride,
+                                                         std::uint32_t mn_stride) {
+  const std::uint64_t addr = std::uint64_t(__cvta_generic_to_shared(smem));
+  return ((addr & 0x3ffff) >> 4) | (std::uint64_t((k_stride >> 4) & 0x3fff) << 16) |
+         (std::uint64_t((mn_stride >> 4) & 0x3fff) << 32);
+}
+
+/// d = A B (fresh accumulators), m64n8k32 e4m3: A the warp's 16 x 32 fragment in registers, B
+/// 32 x 8 in shared memory.
+__device__ __forceinline__ void wgmma_n8_fresh(float (&d)[4], const std::uint32_t (&a)[4],
+                                               std::uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p, "
+      "1, 1;\n}\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)
+      : "memory");
+}
+
+}  // namespace di::cuda::gemm_detail
