@@ -20,7 +20,7 @@ DECODE = re.compile(r"^decode\s+batch\s+(\d+)\s+ctx\s+(\d+)\s+graphs (on|off)\s*
 PREFILL_MS = re.compile(r"^prefill\s+batch\s+\d+\s+ctx\s+(\d+):\s+([\d.]+) ms/step\s+([\d.]+) tok/s")
 PREFILL_PEAK = re.compile(r"= ([\d.]+)% of the cuBLAS bf16 peak")
 ATTENTION = re.compile(r"^\s*(\d+)\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+\d+\s+[\d.]+\s+([\d.]+)\s*$")
-ROUTED = re.compile(r"^(V4\.1|V4) mxfp4 il routed (w\d) x\d+ b(\d+) (\S+) .* ([\d.]+)\s*$")
+ROUTED = re.compile(r"^(V4\.1|V4) mxfp4 il routed (w\d) x\d+ b(\d+) (.+?) \d+ experts .* ([\d.]+)\s*$")
 
 B1_ROOFLINE_TARGET = 50.0   # % of the copy bandwidth, v41-flash-L4 batch 1
 PEER_TARGET = 10.0          # x transformers' decode tokens/s at batch 1 and 64

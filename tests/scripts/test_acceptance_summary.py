@@ -38,6 +38,7 @@ peer json {"model": "m", "context": 1024, "decode": [{"batch": 1, "ms_per_step":
     "bench_kernels_cuda.log": """\
 V4.1 mxfp4 il routed w1 x384 b64 wg_gemm 235 experts N2304 K5120          2651.4 GB/s          555.5  copy 4234 GB/s                        0.63
 V4 mxfp4 il routed w2 x256 b64 wg_gemm 198 experts N4096 K2048          2558.4 GB/s          344.9  copy 4234 GB/s                        0.60
+V4 mxfp4 il routed w2 x256 b64 wg_gemm ring 198 experts N4096 K2048          2947.9 GB/s          299.3  copy 4235 GB/s                        0.70
 V4.1 mxfp4 il routed w1 x384 b1 wg_gemm 6 experts N2304 K5120            1770.3 GB/s           21.2  copy 4234 GB/s                        0.42
 """,
 }
@@ -68,6 +69,8 @@ def main():
         check("v4-flash-L4 prefill 2048: 3.5% of the bf16 peak" in out, "prefill MFU line")
         check("b1 1.49x, b64 1.20x; target <= 1.25x: met at 1 of 2" in out, "attention line")
         check("routed MXFP4 experts on wg_gemm, b64: 0.60-0.63 of the copy bandwidth" in out, "routed line")
+        check("routed MXFP4 experts on wg_gemm ring, b64: 0.70-0.70 of the copy bandwidth" in out,
+              "the ring's rows apart from the register path's")
         check("CUDA graphs vs eager, ms/step: b1 2.34 / 2.89, b64 11.62 / 11.93" in out, "graphs line")
         os.remove(os.path.join(d, "peer-v4-flash-L4.log"))
         check("peer comparison: not measured" in run(d).stdout, "missing peer log")
