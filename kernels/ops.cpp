@@ -80,6 +80,13 @@ tensor linear(const tensor& x, const weight_matrix& weight, const linear_params&
   return cpu::linear(x, weight, params);
 }
 
+std::pair<tensor, tensor> linear_pair(const tensor& x, const weight_matrix& a,
+                                      const weight_matrix& b, const linear_params& params) {
+  DI_CUDA_TWIN(x, linear_pair(x, a, b, params));
+  require_cpu(x, "linear");
+  return {cpu::linear(x, a, params), cpu::linear(x, b, params)};
+}
+
 tensor grouped_linear(const tensor& x, const weight_matrix& weight) {
   DI_CUDA_TWIN(x, grouped_linear(x, weight));
   require_cpu(x, "grouped_linear");
@@ -91,6 +98,14 @@ tensor expert_linear(const tensor& x, const tensor& offsets, const weight_matrix
   DI_CUDA_TWIN(x, expert_linear(x, offsets, weights, params));
   require_cpu(x, "expert_linear");
   return cpu::expert_linear(x, offsets, weights, params);
+}
+
+std::pair<tensor, tensor> expert_linear_pair(const tensor& x, const tensor& offsets,
+                                             const weight_matrix& a, const weight_matrix& b,
+                                             const expert_linear_params& params) {
+  DI_CUDA_TWIN(x, expert_linear_pair(x, offsets, a, b, params));
+  require_cpu(x, "expert_linear");
+  return {cpu::expert_linear(x, offsets, a, params), cpu::expert_linear(x, offsets, b, params)};
 }
 
 void fp8_fake_quant(tensor& x, int block, std::int64_t num_dims) {

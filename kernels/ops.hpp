@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 
 namespace di::ops {
 
@@ -54,6 +55,12 @@ struct linear_params {
 /// equals that of the dequantized fp32 matrix bit for bit.
 tensor linear(const tensor& x, const weight_matrix& weight, const linear_params& params = {});
 
+/// linear(x, a, params) and linear(x, b, params) -- exactly those results -- for two weights
+/// that read the same input (V4's wq_a and wkv, an FFN's w1 and w3): on CUDA the activation
+/// quantization runs once for both where both products take it.
+std::pair<tensor, tensor> linear_pair(const tensor& x, const weight_matrix& a,
+                                      const weight_matrix& b, const linear_params& params = {});
+
 /// Block-diagonal grouped projection: x [rows, groups, in] and weight [groups * out, in]
 /// (group g owns rows [g*out, (g+1)*out)) -> [rows, groups, out].
 tensor grouped_linear(const tensor& x, const weight_matrix& weight);
@@ -75,6 +82,11 @@ struct expert_linear_params {
 /// [experts + 1] i32, non-decreasing, lives on x's device.
 tensor expert_linear(const tensor& x, const tensor& offsets, const weight_matrix& weights,
                      const expert_linear_params& params = {});
+/// expert_linear of x through `a` and through `b` (the experts' w1 and w3) -- exactly those
+/// results -- with x's activation quantization done once on CUDA.
+std::pair<tensor, tensor> expert_linear_pair(const tensor& x, const tensor& offsets,
+                                             const weight_matrix& a, const weight_matrix& b,
+                                             const expert_linear_params& params = {});
 
 // ---- fake quantization (quantize, then dequantize in place) ------------------------------
 

@@ -37,9 +37,14 @@ void rotary(tensor& x, const tensor& positions, const tensor& inv_freq, bool inv
 // stored-format weight is decoded exactly to an fp32 temporary and multiplied by SGEMM.
 
 tensor linear(const tensor& x, const weight_matrix& weight, const linear_params& params);
+std::pair<tensor, tensor> linear_pair(const tensor& x, const weight_matrix& a,
+                                      const weight_matrix& b, const linear_params& params);
 tensor grouped_linear(const tensor& x, const weight_matrix& weight);
 tensor expert_linear(const tensor& x, const tensor& offsets, const weight_matrix& weights,
                      const expert_linear_params& params);
+std::pair<tensor, tensor> expert_linear_pair(const tensor& x, const tensor& offsets,
+                                             const weight_matrix& a, const weight_matrix& b,
+                                             const expert_linear_params& params);
 
 /// Which kernel multiplies FP8/FP4 weights when activations are quantized (tests and
 /// benchmarks force one). `automatic`: cuBLASLt's block-scaled FP8 GEMM for 128x128 FP8 blocks

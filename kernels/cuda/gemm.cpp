@@ -143,14 +143,49 @@ bool get_ordered_gemm_splits() {
   return g_ordered_splits;
 }
 
-tensor linear(const tensor& x, const weight_matrix& weight, const linear_params& params) {
+namespace {
+
+void check_linear_operands(const tensor& x, const weight_matrix& weight) {
   check_cuda_tensor(x, dtype::f32, 2, "linear input");
   check_weight_matrix(weight, "linear weight", device_kind::cuda);
-  const std::int64_t rows = x.size(0), in = x.size(1), out = weight.rows();
-  DI_CHECK(weight.cols() == in, "linear: input has {} features, weight [{}, {}] expects {}", in,
-           weight.rows(), weight.cols(), weight.cols());
+  DI_CHECK(weight.cols() == x.size(1), "linear: input has {} features, weight [{}, {}] expects {}",
+           x.size(1), weight.rows(), weight.cols(), weight.cols());
   DI_CHECK(x.dev() == weight.values.dev(), "linear: input on {}, weight on {}", to_string(x.dev()),
            to_string(weight.values.dev()));
+}
+
+/// Whether linear(x, weight) ends on sm90_block_gemm with quantize_act(x, act_block, false):
+/// a stored format it fits, rows to multiply, and neither a dequantizing backend nor
+/// cuBLASLt's block-scaled GEMM taking it first.
+bool takes_block_gemm(const tensor& x, const weight_matrix& weight, int act_block) {
+  const gemm_backend backend = g_backend;
+  const std::int64_t rows = x.size(0), in = x.size(1);
+  if (!is_stored_format(weight) || backend == gemm_backend::dequant_fp32 ||
+      backend == gemm_backend::dequant_bf16 || !block_gemm_fits(weight, in, act_block) || rows == 0)
+    return false;
+  const bool try_lt =
+      backend == gemm_backend::cublaslt || (backend == gemm_backend::automatic && rows >= lt_rows);
+  return !(try_lt && cublaslt_fp8_fits(weight, rows, in, act_block));
+}
+
+/// y = x W^T on sm90_block_gemm from x's quantized activations q.
+tensor block_linear(const tensor& x, const weight_matrix& weight, const quantized_act& q,
+                    int act_block) {
+  const std::int64_t rows = x.size(0), in = x.size(1), out = weight.rows();
+  tensor y = tensor::empty({rows, out}, dtype::f32, x.dev());  // [rows, out]
+  block_gemm_params p = gemm_params(weight, q, act_block, in, out, 1, y);
+  p.rows = rows;
+  p.max_rows = rows;
+  p.y_stride = out;
+  run_block_gemm(p, x.dev());
+  return y;
+}
+
+}  // namespace
+
+tensor linear(const tensor& x, const weight_matrix& weight, const linear_params& params) {
+  check_linear_operands(x, weight);
+  const std::int64_t rows = x.size(0), in = x.size(1), out = weight.rows();
   const int act_block = params.act_quant_block;
   const gemm_backend backend = g_backend;
   if (!is_stored_format(weight)) {
@@ -184,14 +219,18 @@ tensor linear(const tensor& x, const weight_matrix& weight, const linear_params&
     bf16_gemm_nt(input, bf.values, y);
     return y;
   }
-  const quantized_act q = quantize_act(x, act_block, false);
-  tensor y = tensor::empty({rows, out}, dtype::f32, x.dev());  // [rows, out]
-  block_gemm_params p = gemm_params(weight, q, act_block, in, out, 1, y);
-  p.rows = rows;
-  p.max_rows = rows;
-  p.y_stride = out;
-  run_block_gemm(p, x.dev());
-  return y;
+  return block_linear(x, weight, quantize_act(x, act_block, false), act_block);
+}
+
+std::pair<tensor, tensor> linear_pair(const tensor& x, const weight_matrix& a,
+                                      const weight_matrix& b, const linear_params& params) {
+  check_linear_operands(x, a);
+  check_linear_operands(x, b);
+  const int act_block = params.act_quant_block;
+  if (!takes_block_gemm(x, a, act_block) || !takes_block_gemm(x, b, act_block))
+    return {cuda::linear(x, a, params), cuda::linear(x, b, params)};
+  const quantized_act q = quantize_act(x, act_block, false);  // once for both
+  return {block_linear(x, a, q, act_block), block_linear(x, b, q, act_block)};
 }
 
 tensor grouped_linear(const tensor& x, const weight_matrix& weight) {
@@ -238,12 +277,15 @@ tensor grouped_linear(const tensor& x, const weight_matrix& weight) {
   return y;
 }
 
-tensor expert_linear(const tensor& x, const tensor& offsets, const weight_matrix& weights,
-                     const expert_linear_params& params) {
+namespace {
+
+/// Checks expert_linear's operands; returns the outputs per expert.
+std::int64_t check_expert_operands(const tensor& x, const tensor& offsets,
+                                   const weight_matrix& weights, int act_block) {
   check_cuda_tensor(x, dtype::f32, 2, "expert_linear input");
   check_cuda_tensor(offsets, dtype::i32, 1, "expert_linear offsets");
   check_weight_matrix(weights, "expert_linear weights", device_kind::cuda);
-  const std::int64_t experts = offsets.size(0) - 1, rows = x.size(0), in = x.size(1);
+  const std::int64_t experts = offsets.size(0) - 1, in = x.size(1);
   DI_CHECK(experts > 0 && weights.rows() % experts == 0 && weights.cols() == in,
            "expert_linear: weights [{}, {}] do not split into {} experts of {} inputs",
            weights.rows(), weights.cols(), experts, in);
@@ -251,15 +293,21 @@ tensor expert_linear(const tensor& x, const tensor& offsets, const weight_matrix
   DI_CHECK(!weights.scales.defined() || out % weights.block.rows == 0,
            "expert_linear: {} rows per expert is not a multiple of the {}-row scale block", out,
            weights.block.rows);
-  const int act_block = params.act_quant_block;
   DI_CHECK(is_stored_format(weights) && block_gemm_fits(weights, in, act_block) &&
                g_backend != gemm_backend::dequant_fp32,
            "expert_linear on CUDA: needs FP8/MXFP4 weights with activation quantization in "
            "blocks of 32 or 128 (got {}, act_quant_block {})",
            dtype_name(weights.values.type()), act_block);
+  return out;
+}
+
+/// The experts' products from x's quantized activations q (rows > 0).
+tensor block_expert_linear(const tensor& x, const tensor& offsets, const weight_matrix& weights,
+                           const expert_linear_params& params, const quantized_act& q,
+                           std::int64_t out) {
+  const std::int64_t experts = offsets.size(0) - 1, rows = x.size(0), in = x.size(1);
+  const int act_block = params.act_quant_block;
   tensor y = tensor::zeros({rows, out}, dtype::f32, x.dev());  // [rows, out]
-  if (rows == 0) return y;
-  const quantized_act q = quantize_act(x, act_block, false);
   block_gemm_params p = gemm_params(weights, q, act_block, in, out, int(experts), y);
   p.offsets = offsets.data<std::int32_t>();
   p.rows = rows;  // with offsets: the total, which bounds the non-empty experts
@@ -268,6 +316,29 @@ tensor expert_linear(const tensor& x, const tensor& offsets, const weight_matrix
   p.y_stride = out;
   run_block_gemm(p, x.dev());
   return y;
+}
+
+}  // namespace
+
+tensor expert_linear(const tensor& x, const tensor& offsets, const weight_matrix& weights,
+                     const expert_linear_params& params) {
+  const std::int64_t out = check_expert_operands(x, offsets, weights, params.act_quant_block);
+  if (x.size(0) == 0) return tensor::zeros({0, out}, dtype::f32, x.dev());
+  return block_expert_linear(x, offsets, weights, params,
+                             quantize_act(x, params.act_quant_block, false), out);
+}
+
+std::pair<tensor, tensor> expert_linear_pair(const tensor& x, const tensor& offsets,
+                                             const weight_matrix& a, const weight_matrix& b,
+                                             const expert_linear_params& params) {
+  const std::int64_t out_a = check_expert_operands(x, offsets, a, params.act_quant_block);
+  const std::int64_t out_b = check_expert_operands(x, offsets, b, params.act_quant_block);
+  if (x.size(0) == 0)
+    return {tensor::zeros({0, out_a}, dtype::f32, x.dev()),
+            tensor::zeros({0, out_b}, dtype::f32, x.dev())};
+  const quantized_act q = quantize_act(x, params.act_quant_block, false);  // once for both
+  return {block_expert_linear(x, offsets, a, params, q, out_a),
+          block_expert_linear(x, offsets, b, params, q, out_b)};
 }
 
 weight_matrix dequantize_weight(const weight_matrix& w, dtype to) {

@@ -122,12 +122,13 @@ attention_inputs attention_project(const forward_pass& pass, int layer, const te
   const tensor& inv_freq = inv_freq_of(pass, layer);
 
   attention_inputs in;
-  in.q_residual = ops::rms_norm(pass.linear(x, w.wq_a), w.q_norm, eps);  // [rows, q_lora]
-  tensor q = pass.linear(in.q_residual, w.wq_b);                          // [rows, H * hd]
+  auto [q_a, kv_a] = pass.linear_pair(x, w.wq_a, w.wkv);  // [rows, q_lora], [rows, hd]
+  in.q_residual = ops::rms_norm(q_a, w.q_norm, eps);
+  tensor q = pass.linear(in.q_residual, w.wq_b);  // [rows, H * hd]
   if (!c.is_v41()) q = ops::rms_norm(q.view({rows * heads, hd}), tensor(), eps);  // per head
   in.q = q.view({rows, heads, hd});
   ops::rotary(in.q, pass.positions, inv_freq, false);
-  in.kv = ops::rms_norm(pass.linear(x, w.wkv), w.kv_norm, eps);  // [rows, hd]
+  in.kv = ops::rms_norm(kv_a, w.kv_norm, eps);
   ops::rotary(in.kv, pass.positions, inv_freq, false);
   quantize_window_rows(pass, in.kv);
   return in;

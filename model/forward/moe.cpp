@@ -107,8 +107,9 @@ void grouped_expert_forward(const forward_pass& pass, const moe_weights& m,
       pass.in_graph ? std::max<std::int64_t>(1, (2 * g.rows.numel() + experts - 1) / experts) : 0;
   const ops::expert_linear_params p{pass.act(m.stacked.w1).act_quant_block, most, hint};
   const tensor xe = ops::gather_rows(x, g.rows);  // [tokens * k, dim] grouped by expert
-  tensor act = ops::swiglu(ops::expert_linear(xe, g.offsets, m.stacked.w1.w, p),
-                           ops::expert_linear(xe, g.offsets, m.stacked.w3.w, p), limit, g.weights);
+  // w1 and w3 read the same rows with the same activation blocks: quantized once.
+  const auto [h1, h3] = ops::expert_linear_pair(xe, g.offsets, m.stacked.w1.w, m.stacked.w3.w, p);
+  tensor act = ops::swiglu(h1, h3, limit, g.weights);
   const ops::expert_linear_params p2{pass.act(m.stacked.w2).act_quant_block, most, hint};
   ops::scatter_add_rows(y, g.rows, ops::expert_linear(act, g.offsets, m.stacked.w2.w, p2));
 }
@@ -141,13 +142,13 @@ tensor moe_forward(const forward_pass& pass, int layer, const tensor& x) {
       const tensor scale = pass.upload(tensor::view_of(g.weights.data(), {n}, dtype::f32));
       const tensor xe = ops::gather_rows(x, rows);  // [n, dim]
       const expert_weights ew = expert_of(m, e, c.n_routed_experts);
-      tensor act = ops::swiglu(pass.linear(xe, ew.w1), pass.linear(xe, ew.w3), limit, scale);
+      const auto [h1, h3] = pass.linear_pair(xe, ew.w1, ew.w3);
+      tensor act = ops::swiglu(h1, h3, limit, scale);
       ops::scatter_add_rows(y, rows, pass.linear(act, ew.w2));  // [n, dim] into its rows
     }
   }
-  tensor shared = pass.linear(
-      ops::swiglu(pass.linear(x, m.shared.w1), pass.linear(x, m.shared.w3), limit, tensor()),
-      m.shared.w2);  // [rows, dim]
+  const auto [s1, s3] = pass.linear_pair(x, m.shared.w1, m.shared.w3);
+  tensor shared = pass.linear(ops::swiglu(s1, s3, limit, tensor()), m.shared.w2);  // [rows, dim]
   ops::add_inplace(y, shared);
   return y;
 }

@@ -38,6 +38,14 @@ TEST_CASE("expert_linear equals a linear per expert over its row range") {
       CHECK(std::memcmp(y.data<float>() + b * out, want.data<float>(), want.nbytes()) == 0);
     }
     for (std::int64_t i = 6 * out; i < rows * out; ++i) CHECK(y.data<float>()[i] == 0.0f);
+    // Two weights over the same rows (w1 and w3): each exactly its own expert_linear.
+    tensor w3 = tensor::empty({experts * out, in}, dtype::f32);
+    for (std::int64_t i = 0; i < w3.numel(); ++i) w3.data<float>()[i] = u(rng);
+    const auto [y1, y3] =
+        ops::expert_linear_pair(x, offsets, weight_matrix(w), weight_matrix(w3), {act, 0});
+    CHECK(std::memcmp(y1.data<float>(), y.data<float>(), y.nbytes()) == 0);
+    const tensor want3 = ops::expert_linear(x, offsets, weight_matrix(w3), {act, 0});
+    CHECK(std::memcmp(y3.data<float>(), want3.data<float>(), want3.nbytes()) == 0);
   }
   offsets.data<std::int32_t>()[2] = 99;
   CHECK_THROWS_AS(ops::expert_linear(x, offsets, weight_matrix(w), {}), di::error);

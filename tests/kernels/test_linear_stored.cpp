@@ -97,6 +97,10 @@ TEST_CASE("linear on FP8 block-scaled weights equals dequantize-then-linear, bit
       INFO(fmt::format("rows {} out {} in {} block {}x{} act {}", c.rows, c.out, c.in, c.block.rows,
                        c.block.cols, act));
       CHECK(bitwise_equal(ops::linear(x, w, {act}), ops::linear(x, dense, {act})));
+      // A pair of weights over the same input: each exactly its own linear.
+      const auto [ya, yb] = ops::linear_pair(x, w, dense, {act});
+      CHECK(bitwise_equal(ya, ops::linear(x, w, {act})));
+      CHECK(bitwise_equal(yb, ops::linear(x, dense, {act})));
     }
   }
 }

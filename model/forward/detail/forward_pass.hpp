@@ -73,6 +73,14 @@ struct forward_pass {
   tensor linear(const tensor& x, const linear_weight& w) const {
     return ops::linear(x, w.w, act(w));
   }
+  /// linear(x, a) and linear(x, b) -- the same results -- with x's activation quantization
+  /// done once when both use the same block (ops::linear_pair).
+  std::pair<tensor, tensor> linear_pair(const tensor& x, const linear_weight& a,
+                                        const linear_weight& b) const {
+    const ops::linear_params pa = act(a), pb = act(b);
+    if (pa.act_quant_block != pb.act_quant_block) return {linear(x, a), linear(x, b)};
+    return ops::linear_pair(x, a.w, b.w, pa);
+  }
   /// Rows [s.offset, s.offset + s.count) of a batch tensor.
   static tensor rows_of(const tensor& t, const sequence_pass& s) {
     return t.slice(0, s.offset, s.offset + s.count);

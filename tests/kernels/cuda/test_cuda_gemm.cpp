@@ -339,6 +339,48 @@ struct gemm_switches {
   }
 };
 
+TEST_CASE("cuda linear_pair and expert_linear_pair: the bits of two separate calls") {
+  const gemm_switches ordered(true);  // K splits in a fixed order: separate calls repeat bitwise
+  cuda::set_gemm_backend(cuda::gemm_backend::automatic);
+  // V4.1 blocks (sm90_block_gemm's kernels at every row count: one quantization for both), V4
+  // blocks at 300 rows (cuBLASLt's block-scaled GEMM takes them: two separate calls), and an
+  // FP8 weight paired with a bf16 one (cuBLAS: two separate calls).
+  struct pair_case {
+    std::int64_t in, out_a, out_b;
+    int block;
+    bool bf16_b;
+  };
+  for (const pair_case c : {pair_case{1280, 200, 512, 32, false}, pair_case{1024, 256, 128, 128, false},
+                            pair_case{512, 96, 64, 32, true}}) {
+    CAPTURE(c.in);
+    const weight_matrix a = weight_to(random_fp8(c.out_a, c.in, c.block), gpu);
+    const weight_matrix b8 = weight_to(random_fp8(c.out_b, c.in, c.block), gpu);
+    const weight_matrix b = c.bf16_b ? cuda::dequantize_weight(b8, dtype::bf16) : b8;
+    for (std::int64_t rows : {1, 8, 64, 300}) {
+      CAPTURE(rows);
+      const tensor x = varied_input(rows, c.in).to(gpu);
+      test::poison_device_pool();
+      const auto [ya, yb] = ops::linear_pair(x, a, b, {c.block});
+      test::check_bitwise(ya.to(cpu_device), ops::linear(x, a, {c.block}).to(cpu_device));
+      test::check_bitwise(yb.to(cpu_device), ops::linear(x, b, {c.block}).to(cpu_device));
+    }
+  }
+  // The experts' w1 and w3 (interleaved MXFP4 on wg_gemm, FP8 on stream_gemm), empty experts.
+  const tensor off = offsets_of({8, 0, 3, 5, 1, 0, 7, 2});
+  const tensor xe = varied_input(26, 1024).to(gpu);
+  for (const bool fp4 : {true, false}) {
+    CAPTURE(fp4);
+    const weight_matrix w1 = fp4 ? cuda::with_fp4_layout(weight_to(random_fp4(8 * 64, 1024), gpu), true)
+                                 : weight_to(random_fp8(8 * 64, 1024, 32), gpu);
+    const weight_matrix w3 = fp4 ? cuda::with_fp4_layout(weight_to(random_fp4(8 * 64, 1024), gpu), true)
+                                 : weight_to(random_fp8(8 * 64, 1024, 32), gpu);
+    const ops::expert_linear_params p{32, 8};
+    const auto [h1, h3] = ops::expert_linear_pair(xe, off.to(gpu), w1, w3, p);
+    test::check_bitwise(h1.to(cpu_device), ops::expert_linear(xe, off.to(gpu), w1, p).to(cpu_device));
+    test::check_bitwise(h3.to(cpu_device), ops::expert_linear(xe, off.to(gpu), w3, p).to(cpu_device));
+  }
+}
+
 TEST_CASE("cuda ordered K splits: bit-reproducible, batch-invariant, right, graph-safe") {
   const gemm_switches on(true);
   // Decode shapes that split K many ways (8 row tiles -> up to 8 splits; V4 and V4.1 blocks,
