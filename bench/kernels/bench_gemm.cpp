@@ -66,13 +66,11 @@ struct decode_kernel {
   }
   bool interleaved_only() const { return pipe || wg; }
 };
-const decode_kernel decode_kernels[] = {{"wg_gemm", true, -1, false, true},
-                                        {"wg_gemm ring", true, -1, false, true, 1},
-                                        {"stream_gemm", true, -1, false, false},
-                                        {"pipe_gemm", true, -1, true, false},
-                                        {"stream 4x2", true, 0, false, false},
-                                        {"stream 2x3", true, 1, false, false},
-                                        {"smem tiles", false, -1, false, false}};
+const decode_kernel decode_kernels[] = {
+    {"wg_gemm", true, -1, false, true},      {"wg_gemm ring", true, -1, false, true, 1},
+    {"stream_gemm", true, -1, false, false}, {"pipe_gemm", true, -1, true, false},
+    {"stream 4x2", true, 0, false, false},   {"stream 2x3", true, 1, false, false},
+    {"smem tiles", false, -1, false, false}};
 void default_decode_kernel() {
   decode_kernels[0].select();
   cuda::set_wg_gemm_ring(-1);  // by the routed rows

@@ -65,7 +65,8 @@ __device__ __forceinline__ std::uint64_t b_descriptor(const void* smem) {
 }
 
 template <bool EVERY, bool WALK, int RING>
-__global__ void __launch_bounds__(warps * 32, 2) wg_gemm_kernel(block_gemm_params p, wg_config cfg) {
+__global__ void __launch_bounds__(warps * 32, 2)
+    wg_gemm_kernel(block_gemm_params p, wg_config cfg) {
   extern __shared__ __align__(128) std::uint8_t b_tile[];  // the split's steps of 8 tokens
   __shared__ float partial[4][32][8];                      // warpgroup 1's sums
   // Steps per wgmma group (fence, wgmmas, commit, wait): a whole run, or two steps when the
@@ -135,7 +136,9 @@ __global__ void __launch_bounds__(warps * 32, 2) wg_gemm_kernel(block_gemm_param
     // warp's ring (it reads back only what it copied: no barrier), one commit group per run.
     std::uint8_t* const ring =
         b_tile + cfg.steps_per_split * b_step_bytes + (warp * RING * run_bytes) + lane * 16;
-    auto slot_of = [&](int s) { return ring + ((s - w0) / run_steps) % (RING > 0 ? RING : 1) * run_bytes; };
+    auto slot_of = [&](int s) {
+      return ring + ((s - w0) / run_steps) % (RING > 0 ? RING : 1) * run_bytes;
+    };
     auto issue = [&](int s) {
       if (s < w1) {
 #pragma unroll
@@ -247,7 +250,8 @@ std::atomic<long> g_launches{0};
 /// v41-flash-L4, session 11: batch 64 11.56 -> 11.14 ms per step) but costs a few
 /// microseconds at batch 1 and 8 (2.29 -> 2.35 ms). Both add the same products in the same
 /// order: the choice never changes a result, so it may depend on the batch.
-std::atomic<int> g_ring{detail::env_mode("DEEPINFER_WG_RING", "wg_gemm uses its ring from 128 routed rows")};
+std::atomic<int> g_ring{
+    detail::env_mode("DEEPINFER_WG_RING", "wg_gemm uses its ring from 128 routed rows")};
 constexpr std::int64_t ring_min_rows = 128;
 std::atomic<bool> g_wg_gemm{detail::env_switch("DEEPINFER_WG_GEMM", true)};
 

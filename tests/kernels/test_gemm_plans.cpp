@@ -325,10 +325,10 @@ TEST_CASE("wg_gemm takes interleaved MXFP4 decode tiles; its splits depend on th
 
 TEST_CASE("wg_gemm's shared-memory ring: from 128 routed rows by default, forced on or off") {
   const shape w1{2304, 5120, 0, 384, 32};
-  CHECK_FALSE(cuda::wg_gemm_uses_ring(experts(w1, 1)));   // batch 1: 6 routed rows
-  CHECK_FALSE(cuda::wg_gemm_uses_ring(experts(w1, 8)));   // 48
-  CHECK(cuda::wg_gemm_uses_ring(experts(w1, 22)));        // 132
-  CHECK(cuda::wg_gemm_uses_ring(experts(w1, 64)));        // 384
+  CHECK_FALSE(cuda::wg_gemm_uses_ring(experts(w1, 1)));  // batch 1: 6 routed rows
+  CHECK_FALSE(cuda::wg_gemm_uses_ring(experts(w1, 8)));  // 48
+  CHECK(cuda::wg_gemm_uses_ring(experts(w1, 22)));       // 132
+  CHECK(cuda::wg_gemm_uses_ring(experts(w1, 64)));       // 384
   cuda::block_gemm_params unknown = experts(w1, 64);
   unknown.rows = 0;  // the total unknown: the bound on one expert's rows decides
   CHECK_FALSE(cuda::wg_gemm_uses_ring(unknown));

@@ -350,8 +350,9 @@ TEST_CASE("cuda linear_pair and expert_linear_pair: the bits of two separate cal
     int block;
     bool bf16_b;
   };
-  for (const pair_case c : {pair_case{1280, 200, 512, 32, false}, pair_case{1024, 256, 128, 128, false},
-                            pair_case{512, 96, 64, 32, true}}) {
+  for (const pair_case c :
+       {pair_case{1280, 200, 512, 32, false}, pair_case{1024, 256, 128, 128, false},
+        pair_case{512, 96, 64, 32, true}}) {
     CAPTURE(c.in);
     const weight_matrix a = weight_to(random_fp8(c.out_a, c.in, c.block), gpu);
     const weight_matrix b8 = weight_to(random_fp8(c.out_b, c.in, c.block), gpu);
@@ -370,14 +371,18 @@ TEST_CASE("cuda linear_pair and expert_linear_pair: the bits of two separate cal
   const tensor xe = varied_input(26, 1024).to(gpu);
   for (const bool fp4 : {true, false}) {
     CAPTURE(fp4);
-    const weight_matrix w1 = fp4 ? cuda::with_fp4_layout(weight_to(random_fp4(8 * 64, 1024), gpu), true)
-                                 : weight_to(random_fp8(8 * 64, 1024, 32), gpu);
-    const weight_matrix w3 = fp4 ? cuda::with_fp4_layout(weight_to(random_fp4(8 * 64, 1024), gpu), true)
-                                 : weight_to(random_fp8(8 * 64, 1024, 32), gpu);
+    const weight_matrix w1 =
+        fp4 ? cuda::with_fp4_layout(weight_to(random_fp4(8 * 64, 1024), gpu), true)
+            : weight_to(random_fp8(8 * 64, 1024, 32), gpu);
+    const weight_matrix w3 =
+        fp4 ? cuda::with_fp4_layout(weight_to(random_fp4(8 * 64, 1024), gpu), true)
+            : weight_to(random_fp8(8 * 64, 1024, 32), gpu);
     const ops::expert_linear_params p{32, 8};
     const auto [h1, h3] = ops::expert_linear_pair(xe, off.to(gpu), w1, w3, p);
-    test::check_bitwise(h1.to(cpu_device), ops::expert_linear(xe, off.to(gpu), w1, p).to(cpu_device));
-    test::check_bitwise(h3.to(cpu_device), ops::expert_linear(xe, off.to(gpu), w3, p).to(cpu_device));
+    test::check_bitwise(h1.to(cpu_device),
+                        ops::expert_linear(xe, off.to(gpu), w1, p).to(cpu_device));
+    test::check_bitwise(h3.to(cpu_device),
+                        ops::expert_linear(xe, off.to(gpu), w3, p).to(cpu_device));
   }
 }
 
