@@ -154,6 +154,14 @@ void check_linear_operands(const tensor& x, const weight_matrix& weight) {
            to_string(weight.values.dev()));
 }
 
+/// Whether linear tries cuBLASLt's block-scaled FP8 GEMM first for this weight and x's rows.
+bool tries_cublaslt(gemm_backend backend, const weight_matrix& weight, std::int64_t rows,
+                    std::int64_t in, int act_block) {
+  const bool try_lt =
+      backend == gemm_backend::cublaslt || (backend == gemm_backend::automatic && rows >= lt_rows);
+  return try_lt && cublaslt_fp8_fits(weight, rows, in, act_block);
+}
+
 /// Whether linear(x, weight) ends on sm90_block_gemm with quantize_act(x, act_block, false):
 /// a stored format it fits, rows to multiply, and neither a dequantizing backend nor
 /// cuBLASLt's block-scaled GEMM taking it first.
@@ -163,9 +171,7 @@ bool takes_block_gemm(const tensor& x, const weight_matrix& weight, int act_bloc
   if (!is_stored_format(weight) || backend == gemm_backend::dequant_fp32 ||
       backend == gemm_backend::dequant_bf16 || !block_gemm_fits(weight, in, act_block) || rows == 0)
     return false;
-  const bool try_lt =
-      backend == gemm_backend::cublaslt || (backend == gemm_backend::automatic && rows >= lt_rows);
-  return !(try_lt && cublaslt_fp8_fits(weight, rows, in, act_block));
+  return !tries_cublaslt(backend, weight, rows, in, act_block);
 }
 
 /// y = x W^T on sm90_block_gemm from x's quantized activations q.
@@ -204,9 +210,7 @@ tensor linear(const tensor& x, const weight_matrix& weight, const linear_params&
   if (backend == gemm_backend::dequant_fp32 || !block_gemm_fits(weight, in, act_block))
     return dequant_linear(x, weight, act_block);
   if (rows == 0) return tensor::empty({0, out}, dtype::f32, x.dev());
-  const bool try_lt =
-      backend == gemm_backend::cublaslt || (backend == gemm_backend::automatic && rows >= lt_rows);
-  if (try_lt && cublaslt_fp8_fits(weight, rows, in, act_block)) {
+  if (tries_cublaslt(backend, weight, rows, in, act_block)) {
     const quantized_act q = quantize_act(x, act_block, !(cublaslt_scale_layout() & 2));
     tensor y = tensor::empty({rows, out}, dtype::f32, x.dev());
     if (cublaslt_block_fp8(weight, q.codes, q.scales, y)) return y;

@@ -124,8 +124,9 @@ attention_inputs attention_project(const forward_pass& pass, int layer, const te
   attention_inputs in;
   auto [q_a, kv_a] = pass.linear_pair(x, w.wq_a, w.wkv);  // [rows, q_lora], [rows, hd]
   in.q_residual = ops::rms_norm(q_a, w.q_norm, eps);
-  tensor q = pass.linear(in.q_residual, w.wq_b);                                  // [rows, H * hd]
-  if (!c.is_v41()) q = ops::rms_norm(q.view({rows * heads, hd}), tensor(), eps);  // per head
+  tensor q = pass.linear(in.q_residual, w.wq_b);  // [rows, H * hd]
+  // V4 normalises each head of the query.
+  if (!c.is_v41()) q = ops::rms_norm(q.view({rows * heads, hd}), tensor(), eps);
   in.q = q.view({rows, heads, hd});
   ops::rotary(in.q, pass.positions, inv_freq, false);
   in.kv = ops::rms_norm(kv_a, w.kv_norm, eps);

@@ -47,8 +47,14 @@ TEST_CASE("expert_linear equals a linear per expert over its row range") {
     const tensor want3 = ops::expert_linear(x, offsets, weight_matrix(w3), {act, 0});
     CHECK(std::memcmp(y3.data<float>(), want3.data<float>(), want3.nbytes()) == 0);
   }
+  // A pair whose second weight does not split into the experts is a clear error.
+  const tensor w_odd = tensor::zeros({experts * out + 1, in}, dtype::f32);
+  CHECK_THROWS_AS(ops::expert_linear_pair(x, offsets, weight_matrix(w), weight_matrix(w_odd), {}),
+                  di::error);
   offsets.data<std::int32_t>()[2] = 99;
   CHECK_THROWS_AS(ops::expert_linear(x, offsets, weight_matrix(w), {}), di::error);
+  CHECK_THROWS_AS(ops::expert_linear_pair(x, offsets, weight_matrix(w), weight_matrix(w), {}),
+                  di::error);
 }
 
 }  // namespace

@@ -218,6 +218,13 @@ TEST_CASE("stored-format weights: mismatched scales and shapes are clear errors"
       ops::linear(x, weight_matrix::fp4(tensor::view_of(codes.data(), {8, 4}, dtype::i8), s)),
       doctest::Contains("do not fit"), error);  // needs [8, 1]
   CHECK(ops::linear(x, weight_matrix::fp8(c, s, {4, 4})).size(1) == 8);
+  // A pair is refused when either weight does not fit (nothing of the other one is returned).
+  CHECK_THROWS_WITH_AS(
+      ops::linear_pair(x, weight_matrix::fp8(c, s, {4, 4}), weight_matrix::fp8(c, s, {2, 2})),
+      doctest::Contains("do not fit"), error);
+  CHECK_THROWS_AS(ops::linear_pair(tensor::full({1, 7}, 1.0f), weight_matrix::fp8(c, s, {4, 4}),
+                                   weight_matrix::fp8(c, s, {4, 4})),
+                  error);
   // The interleaved FP4 layout exists on CUDA devices only: a CPU weight claiming it, or
   // leaving a device for the CPU, is refused rather than read in the wrong order.
   std::vector<std::uint8_t> packed(2 * 64), fp4_scales(2 * 4);
