@@ -49,7 +49,8 @@ weight_matrix device_fp4(std::int64_t n, std::int64_t k, unsigned seed) {
 
 /// The decode (<= 8 rows per group) kernels compared: wg_gemm and pipe_gemm (interleaved
 /// MXFP4 experts only), stream_gemm (its FP8 variants picked by K, and each forced) and
-/// sm90_block_gemm's shared-memory tiles. The first is the default.
+/// sm90_block_gemm's shared-memory tiles. The first two are wg_gemm with its shared-memory
+/// ring forced off and on; the default (default_decode_kernel) picks by the routed rows.
 struct decode_kernel {
   const char* name;
   bool stream;
