@@ -2,6 +2,7 @@
 // basic_kernels.hpp). Gathers copy bytes, so they equal the CPU twin exactly; the scatter-add
 // sums each target row's sources in index order, as the CPU does (bitwise equal too).
 #include "kernels/cuda/basic_kernels.hpp"
+#include "kernels/cuda/launch.cuh"
 
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/dtype.hpp"
@@ -22,6 +23,7 @@ __device__ void flag_bad(bad_index_slot* slot, std::int64_t position) {
 }
 
 __global__ void embedding_kernel(embedding_params p) {
+  detail::grid_dependency_sync();
   const std::int64_t t = blockIdx.x;
   const std::int64_t id = p.ids[t];
   float* out = p.out + t * p.dim;
@@ -40,6 +42,7 @@ __global__ void embedding_kernel(embedding_params p) {
 }
 
 __global__ void embedding_fp8_kernel(embedding_fp8_params p) {
+  detail::grid_dependency_sync();
   const std::int64_t t = blockIdx.x;
   const std::int64_t id = p.ids[t];
   float* out = p.out + t * p.dim;
@@ -56,6 +59,7 @@ __global__ void embedding_fp8_kernel(embedding_fp8_params p) {
 }
 
 __global__ void gather_rows_kernel(gather_rows_params p) {
+  detail::grid_dependency_sync();
   const std::int64_t i = blockIdx.x;
   const std::int64_t r = p.rows[i];
   std::uint8_t* out = p.out + i * p.row_bytes;
@@ -88,6 +92,7 @@ constexpr int scatter_cols = threads * 4;
 /// loads independent of each other). Block (0, 0) also flags indices outside [0, m). One block
 /// per whole row left a decode step's single row to 256 threads: 36 us per call at 5120 wide.
 __global__ void scatter_add_kernel(scatter_add_params p) {
+  detail::grid_dependency_sync();
   __shared__ std::int64_t hits[threads];
   __shared__ int warp_hits[threads / 32];
   const std::int64_t r = blockIdx.x;
@@ -122,6 +127,7 @@ __global__ void scatter_add_kernel(scatter_add_params p) {
 }
 
 __global__ void add_kernel(float* y, const float* x, std::int64_t n) {
+  detail::grid_dependency_sync();
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
        i += std::int64_t(gridDim.x) * blockDim.x)
     y[i] += x[i];
@@ -140,6 +146,7 @@ __device__ float block_sum(float v, float* scratch) {
 }
 
 __global__ void rms_norm_kernel(rms_norm_params p) {
+  detail::grid_dependency_sync();
   __shared__ float scratch[32];
   const std::int64_t r = blockIdx.x;
   const float* x = p.x + r * p.dim;
@@ -158,19 +165,19 @@ __global__ void rms_norm_kernel(rms_norm_params p) {
 
 void launch_embedding(const embedding_params& p, cudaStream_t stream) {
   if (p.n == 0) return;
-  embedding_kernel<<<unsigned(p.n), threads, 0, stream>>>(p);
+  detail::launch("embedding", embedding_kernel, unsigned(p.n), threads, 0, stream, p);
   CUDA_CHECK_LAUNCH("embedding");
 }
 
 void launch_embedding_fp8(const embedding_fp8_params& p, cudaStream_t stream) {
   if (p.n == 0) return;
-  embedding_fp8_kernel<<<unsigned(p.n), threads, 0, stream>>>(p);
+  detail::launch("embedding_fp8", embedding_fp8_kernel, unsigned(p.n), threads, 0, stream, p);
   CUDA_CHECK_LAUNCH("embedding_fp8");
 }
 
 void launch_gather_rows(const gather_rows_params& p, cudaStream_t stream) {
   if (p.n == 0 || p.row_bytes == 0) return;
-  gather_rows_kernel<<<unsigned(p.n), threads, 0, stream>>>(p);
+  detail::launch("gather_rows", gather_rows_kernel, unsigned(p.n), threads, 0, stream, p);
   CUDA_CHECK_LAUNCH("gather_rows");
 }
 
@@ -181,13 +188,13 @@ void launch_scatter_add_rows(const scatter_add_params& p, cudaStream_t stream) {
   DI_CHECK(col_blocks < 65536, "scatter_add_rows: rows of {} columns", p.width);
   // A block per target row and column run (at least one row: block (0, 0) checks the indices).
   const dim3 grid(unsigned(p.m > 0 ? p.m : 1), unsigned(col_blocks));
-  scatter_add_kernel<<<grid, threads, 0, stream>>>(p);
+  detail::launch("scatter_add", scatter_add_kernel, grid, threads, 0, stream, p);
   CUDA_CHECK_LAUNCH("scatter_add_rows");
 }
 
 void launch_add_inplace(float* y, const float* x, std::int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  add_kernel<<<grid_for(n), threads, 0, stream>>>(y, x, n);
+  detail::launch("add", add_kernel, grid_for(n), threads, 0, stream, y, x, n);
   CUDA_CHECK_LAUNCH("add_inplace");
 }
 
@@ -197,7 +204,7 @@ void launch_rms_norm(const rms_norm_params& p, cudaStream_t stream) {
   // 20 dependent loads per pass over a 5120-wide row (17 us per call on the H200); wide rows
   // get up to 1024 threads. The thread count depends on the width alone (batch-invariant).
   const int row_threads = p.dim >= 4096 ? 1024 : p.dim >= 1024 ? 512 : threads;
-  rms_norm_kernel<<<unsigned(p.rows), row_threads, 0, stream>>>(p);
+  detail::launch("rms_norm", rms_norm_kernel, unsigned(p.rows), row_threads, 0, stream, p);
   CUDA_CHECK_LAUNCH("rms_norm");
 }
 

@@ -8,6 +8,7 @@
 // is read in its stored bytes (a quarter of a decoded fp32 copy); the sums are fp32, in another
 // order than the dequantize-then-SGEMM path they replace.
 #include "kernels/cuda/gemm_kernels.hpp"
+#include "kernels/cuda/launch.cuh"
 
 #include "kernels/cuda/block_gemm_common.cuh"
 
@@ -28,6 +29,7 @@ constexpr int pass_codes = 32 * lane_codes;    // 512 inputs per warp and pass
 
 template <int R>
 __global__ void __launch_bounds__(warps * 32) fp8_gemv_kernel(fp8_gemv_params p) {
+  detail::grid_dependency_sync();
   const int lane = int(threadIdx.x) % 32;
   const std::int64_t o = std::int64_t(blockIdx.x) * warps + int(threadIdx.x) / 32;  // weight row
   if (o >= p.groups * p.out) return;  // whole warps only: no barrier below
@@ -96,13 +98,13 @@ void launch_fp8_gemv(const fp8_gemv_params& p, cudaStream_t stream) {
   if (weight_rows == 0) return;
   const unsigned grid = unsigned((weight_rows + warps - 1) / warps);
   if (p.rows <= 1)
-    fp8_gemv_kernel<1><<<grid, warps * 32, 0, stream>>>(p);
+    detail::launch("fp8_gemv", fp8_gemv_kernel<1>, grid, warps * 32, 0, stream, p);
   else if (p.rows <= 2)
-    fp8_gemv_kernel<2><<<grid, warps * 32, 0, stream>>>(p);
+    detail::launch("fp8_gemv", fp8_gemv_kernel<2>, grid, warps * 32, 0, stream, p);
   else if (p.rows <= 4)
-    fp8_gemv_kernel<4><<<grid, warps * 32, 0, stream>>>(p);
+    detail::launch("fp8_gemv", fp8_gemv_kernel<4>, grid, warps * 32, 0, stream, p);
   else
-    fp8_gemv_kernel<8><<<grid, warps * 32, 0, stream>>>(p);
+    detail::launch("fp8_gemv", fp8_gemv_kernel<8>, grid, warps * 32, 0, stream, p);
   CUDA_CHECK_LAUNCH("fp8_gemv");
 }
 

@@ -20,6 +20,7 @@
 // not depend on the other rows or on the token tiles, so a token's output does not change
 // with the batch.
 #include "kernels/cuda/gemm_kernels.hpp"
+#include "kernels/cuda/launch.cuh"
 
 #include "kernels/cuda/block_gemm_common.cuh"
 #include "kernels/cuda/cuda_check.hpp"
@@ -78,6 +79,7 @@ struct weight_batch {
 template <int NT>
 __global__ void __launch_bounds__(warps * 32, NT >= 8 ? 1 : 2)
     fp8_split_gemm_kernel(fp8_gemv_params p, int per_split) {
+  detail::grid_dependency_sync();
   __shared__ float partial[slices][32][NT * 4];
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
   const int slice = warp % slices, wk_i = warp / slices;
@@ -222,13 +224,13 @@ void launch_fp8_split_gemm(const fp8_gemv_params& p, cudaStream_t stream) {
                   unsigned(splits));
   const int per = int((per_split + batch_k - 1) / batch_k * batch_k);
   if (p.rows <= 8)
-    fp8_split_gemm_kernel<1><<<grid, warps * 32, 0, stream>>>(p, per);
+    detail::launch("fp8_split_gemm", fp8_split_gemm_kernel<1>, grid, warps * 32, 0, stream, p, per);
   else if (p.rows <= 16)
-    fp8_split_gemm_kernel<2><<<grid, warps * 32, 0, stream>>>(p, per);
+    detail::launch("fp8_split_gemm", fp8_split_gemm_kernel<2>, grid, warps * 32, 0, stream, p, per);
   else if (p.rows <= 32)
-    fp8_split_gemm_kernel<4><<<grid, warps * 32, 0, stream>>>(p, per);
+    detail::launch("fp8_split_gemm", fp8_split_gemm_kernel<4>, grid, warps * 32, 0, stream, p, per);
   else
-    fp8_split_gemm_kernel<8><<<grid, warps * 32, 0, stream>>>(p, per);
+    detail::launch("fp8_split_gemm", fp8_split_gemm_kernel<8>, grid, warps * 32, 0, stream, p, per);
   CUDA_CHECK_LAUNCH("fp8_split_gemm");
 }
 

@@ -2,6 +2,7 @@
 // CPU fake quantizer's codes and scales), exact dequantization of stored-format weights to
 // fp32/bf16 (for the cuBLAS paths), and f32 -> bf16 conversion.
 #include "kernels/cuda/gemm_kernels.hpp"
+#include "kernels/cuda/launch.cuh"
 
 #include "common/error.hpp"
 #include "kernels/cuda/cuda_check.hpp"
@@ -14,6 +15,7 @@ namespace {
 constexpr int warps_per_block = 8;
 
 __global__ void act_quant_kernel(act_quant_params p) {
+  detail::grid_dependency_sync();
   const std::int64_t blocks_per_row = p.cols / p.block;
   const std::int64_t item = std::int64_t(blockIdx.x) * warps_per_block + threadIdx.x / 32;
   if (item >= p.rows * blocks_per_row) return;
@@ -55,6 +57,7 @@ __device__ float weight_scale(const dequantize_params& p, std::int64_t r, std::i
 }
 
 __global__ void dequantize_kernel(dequantize_params p) {
+  detail::grid_dependency_sync();
   const std::int64_t total = p.rows * p.cols;
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < total;
        i += std::int64_t(gridDim.x) * blockDim.x) {
@@ -88,6 +91,7 @@ __global__ void dequantize_kernel(dequantize_params p) {
 }
 
 __global__ void to_bf16_kernel(const float* x, std::uint16_t* out, std::int64_t n) {
+  detail::grid_dependency_sync();
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
        i += std::int64_t(gridDim.x) * blockDim.x)
     out[i] = f32_to_bf16(x[i]);
@@ -95,6 +99,7 @@ __global__ void to_bf16_kernel(const float* x, std::uint16_t* out, std::int64_t 
 
 __global__ void scales_to_f32_kernel(const std::uint8_t* e8m0, const float* f32, std::int64_t rows,
                                      std::int64_t cols, std::int64_t ld, float* out) {
+  detail::grid_dependency_sync();
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < rows * ld;
        i += std::int64_t(gridDim.x) * blockDim.x) {
     const std::int64_t r = i / ld, c = i % ld;
@@ -106,6 +111,7 @@ __global__ void scales_to_f32_kernel(const std::uint8_t* e8m0, const float* f32,
 /// where weight_matrix::interleaved keeps it; to_plain moves it back.
 __global__ void fp4_interleave_kernel(const std::uint32_t* src, std::uint32_t* dst,
                                       std::int64_t words, std::int64_t row_words, bool to_plain) {
+  detail::grid_dependency_sync();
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < words;
        i += std::int64_t(gridDim.x) * blockDim.x) {
     const std::int64_t j = fp4_interleaved_word(i / row_words, i % row_words, row_words);
@@ -135,36 +141,38 @@ void launch_fp4_interleave(const std::uint8_t* src, std::uint8_t* dst, std::int6
            "fp4_interleave: rows must be 4-byte aligned");
   const std::int64_t words = rows * row_bytes / 4;
   if (words == 0) return;
-  fp4_interleave_kernel<<<grid_for(words), 256, 0, stream>>>(
-      reinterpret_cast<const std::uint32_t*>(src), reinterpret_cast<std::uint32_t*>(dst), words,
-      row_bytes / 4, to_plain);
+  detail::launch("fp4_interleave", fp4_interleave_kernel, grid_for(words), 256, 0, stream,
+                 reinterpret_cast<const std::uint32_t*>(src), reinterpret_cast<std::uint32_t*>(dst),
+                 words, row_bytes / 4, to_plain);
   CUDA_CHECK_LAUNCH("fp4_interleave");
 }
 
 void launch_act_quant(const act_quant_params& p, cudaStream_t stream) {
   const std::int64_t items = p.rows * (p.cols / p.block);
   if (items == 0) return;
-  act_quant_kernel<<<unsigned((items + warps_per_block - 1) / warps_per_block),
-                     warps_per_block * 32, 0, stream>>>(p);
+  detail::launch("act_quant", act_quant_kernel,
+                 unsigned((items + warps_per_block - 1) / warps_per_block), warps_per_block * 32, 0,
+                 stream, p);
   CUDA_CHECK_LAUNCH("act_quant");
 }
 
 void launch_dequantize(const dequantize_params& p, cudaStream_t stream) {
   if (p.rows * p.cols == 0) return;
-  dequantize_kernel<<<grid_for(p.rows * p.cols), 256, 0, stream>>>(p);
+  detail::launch("dequantize", dequantize_kernel, grid_for(p.rows * p.cols), 256, 0, stream, p);
   CUDA_CHECK_LAUNCH("dequantize");
 }
 
 void launch_scales_to_f32(const std::uint8_t* e8m0, const float* f32, std::int64_t rows,
                           std::int64_t cols, std::int64_t ld, float* out, cudaStream_t stream) {
   if (rows * ld == 0) return;
-  scales_to_f32_kernel<<<grid_for(rows * ld), 256, 0, stream>>>(e8m0, f32, rows, cols, ld, out);
+  detail::launch("scales_to_f32", scales_to_f32_kernel, grid_for(rows * ld), 256, 0, stream, e8m0,
+                 f32, rows, cols, ld, out);
   CUDA_CHECK_LAUNCH("scales_to_f32");
 }
 
 void launch_to_bf16(const float* x, std::uint16_t* out, std::int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  to_bf16_kernel<<<grid_for(n), 256, 0, stream>>>(x, out, n);
+  detail::launch("to_bf16", to_bf16_kernel, grid_for(n), 256, 0, stream, x, out, n);
   CUDA_CHECK_LAUNCH("to_bf16");
 }
 

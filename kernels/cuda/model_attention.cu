@@ -12,6 +12,7 @@
 // 16hg.. and rows 16eg..; phase 2: 8 threads per head update max/sum and write P; phase 3:
 // warp (hg, dq) accumulates O for heads 16hg.. and dims dq*D/4.. in registers. The next
 // tile's packed bytes are loaded into registers while the current tile is multiplied.
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/model_common.cuh"
 
 #include <cuda_fp16.h>
@@ -242,6 +243,7 @@ __device__ __forceinline__ void decode_tile(const attn_args& a, const std::uint8
 
 template <int D>
 __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const __grid_constant__ attn_args a) {
+  detail::grid_dependency_sync();
   using L = layout<D>;
   extern __shared__ __align__(16) unsigned char smem[];
   __half* sQ = reinterpret_cast<__half*>(smem + L::q_off);
@@ -460,6 +462,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const __grid_con
 __global__ void attention_combine_kernel(const float* part_o, const float* part_ml,
                                          const float* sinks, float* out, int tokens, int heads,
                                          int dim, int splits) {
+  detail::grid_dependency_sync();
   __shared__ float w[64];
   __shared__ float inv;
   const std::int64_t th = blockIdx.x;  // token * heads + head
@@ -545,7 +548,7 @@ void launch_dim(const attn_args& a, int head_groups, cudaStream_t stream) {
   static std::atomic<std::size_t> limits[16];
   detail::ensure_smem(reinterpret_cast<const void*>(&attention_kernel<D>), smem, limits);
   const dim3 grid(unsigned(a.tokens), unsigned(a.splits), unsigned(head_groups));
-  attention_kernel<D><<<grid, kThreads, smem, stream>>>(a);
+  detail::launch("attention", attention_kernel<D>, grid, kThreads, smem, stream, a);
   detail::check_launch("attention");
 }
 
@@ -629,8 +632,9 @@ void launch_attention(const attention_params& p, cudaStream_t stream) {
   }
   if (splits > 1) {
     const int threads = std::max(32, p.dim / 4);
-    attention_combine_kernel<<<unsigned(std::int64_t(p.tokens) * p.heads), threads, 0, stream>>>(
-        a.part_o, a.part_ml, p.sinks, p.out, p.tokens, p.heads, p.dim, splits);
+    detail::launch("attention_combine", attention_combine_kernel,
+                   unsigned(std::int64_t(p.tokens) * p.heads), threads, 0, stream, a.part_o,
+                   a.part_ml, p.sinks, p.out, p.tokens, p.heads, p.dim, splits);
     detail::check_launch("attention_combine");
   }
 }

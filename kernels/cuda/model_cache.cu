@@ -2,6 +2,7 @@
 // each block's scale and codes with the same scalar functions as the CPU codec, so the bytes
 // are identical; decode multiplies code by scale exactly as decode_row does. Rows can be
 // written to / read from arbitrary pool rows (a ring slot, a paged stream row).
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/model_common.cuh"
 #include "kernels/quant_math.hpp"
 
@@ -14,6 +15,7 @@ using detail::dev_format;
 /// One thread per quantization block (then per raw value) of one row.
 __global__ void encode_kernel(const float* x, std::uint8_t* out, const std::int64_t* dst_rows,
                               std::int64_t rows, std::int64_t pool_rows, dev_format f) {
+  detail::grid_dependency_sync();
   const std::int64_t r = blockIdx.x;
   if (r >= rows) return;
   if (dst_rows && pool_rows >= 0 && (dst_rows[r] < 0 || dst_rows[r] >= pool_rows)) return;
@@ -58,6 +60,7 @@ __global__ void encode_kernel(const float* x, std::uint8_t* out, const std::int6
 
 __global__ void decode_kernel(const std::uint8_t* rows, const std::int64_t* src_rows, float* out,
                               std::int64_t n, dev_format f) {
+  detail::grid_dependency_sync();
   const std::int64_t r = blockIdx.x;
   if (r >= n) return;
   const int dim = f.quant_dims + f.raw_dims;
@@ -67,6 +70,7 @@ __global__ void decode_kernel(const std::uint8_t* rows, const std::int64_t* src_
 }
 
 __global__ void entry_rows_kernel(const entry_rows_params p) {
+  detail::grid_dependency_sync();
   const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= p.batch * p.entries) return;
   const std::int64_t b = i / p.entries, e = i % p.entries;
@@ -81,6 +85,7 @@ __global__ void entry_rows_kernel(const entry_rows_params p) {
 }
 
 __global__ void map_rows_kernel(const map_rows_params p) {
+  detail::grid_dependency_sync();
   const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= p.batch * p.k) return;
   const std::int64_t b = i / p.k;
@@ -95,8 +100,8 @@ void launch_encode_cache_rows(const encode_rows_params& p, cudaStream_t stream) 
   DI_CHECK(p.rows >= 0, "encode_cache_rows: {} rows", p.rows);
   if (p.rows == 0) return;
   DI_CHECK(p.x && p.out, "encode_cache_rows: input and output are required");
-  encode_kernel<<<unsigned(p.rows), 64, 0, stream>>>(p.x, p.out, p.dst_rows, p.rows, p.pool_rows,
-                                                     detail::make_dev_format(p.format));
+  detail::launch("encode", encode_kernel, unsigned(p.rows), 64, 0, stream, p.x, p.out, p.dst_rows,
+                 p.rows, p.pool_rows, detail::make_dev_format(p.format));
   detail::check_launch("encode_cache_rows");
 }
 
@@ -105,8 +110,8 @@ void launch_decode_cache_rows(const decode_rows_params& p, cudaStream_t stream) 
   DI_CHECK(p.n >= 0, "decode_cache_rows: {} rows", p.n);
   if (p.n == 0) return;
   DI_CHECK(p.rows && p.out, "decode_cache_rows: input and output are required");
-  decode_kernel<<<unsigned(p.n), 128, 0, stream>>>(p.rows, p.src_rows, p.out, p.n,
-                                                   detail::make_dev_format(p.format));
+  detail::launch("decode", decode_kernel, unsigned(p.n), 128, 0, stream, p.rows, p.src_rows, p.out,
+                 p.n, detail::make_dev_format(p.format));
   detail::check_launch("decode_cache_rows");
 }
 
@@ -116,7 +121,8 @@ void launch_entry_rows(const entry_rows_params& p, cudaStream_t stream) {
            p.per_block);
   if (p.batch * p.entries == 0) return;
   DI_CHECK(p.counts && p.out && (p.max_blocks == 0 || p.tables), "entry_rows: missing operand");
-  entry_rows_kernel<<<detail::grid_for(p.batch * p.entries, 256), 256, 0, stream>>>(p);
+  detail::launch("entry_rows", entry_rows_kernel, detail::grid_for(p.batch * p.entries, 256), 256,
+                 0, stream, p);
   detail::check_launch("entry_rows");
 }
 
@@ -125,7 +131,8 @@ void launch_map_rows(const map_rows_params& p, cudaStream_t stream) {
            p.n);
   if (p.batch * p.k == 0) return;
   DI_CHECK(p.idx && p.out && (p.n == 0 || p.map), "map_rows: missing operand");
-  map_rows_kernel<<<detail::grid_for(p.batch * p.k, 256), 256, 0, stream>>>(p);
+  detail::launch("map_rows", map_rows_kernel, detail::grid_for(p.batch * p.k, 256), 256, 0, stream,
+                 p);
   detail::check_launch("map_rows");
 }
 

@@ -3,6 +3,7 @@
 // dim + c), so one thread owns its columns and walks the tokens in order, copying rows into
 // the state, pooling each completed group with a softmax over the group's scores, and
 // shifting the overlap half, exactly as the CPU loop does.
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/model_common.cuh"
 
 namespace di::cuda {
@@ -48,6 +49,7 @@ __device__ void compress_channel(const float* kv, const float* score, float* sta
 }
 
 __global__ void compress_kernel(const compress_params p) {
+  detail::grid_dependency_sync();
   const int c = int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x);
   if (c >= p.width / (p.overlap ? 2 : 1)) return;
   compress_channel(p.kv, p.score, p.state_kv, p.state_score, p.out, p.n, p.start, c, p.width,
@@ -57,6 +59,7 @@ __global__ void compress_kernel(const compress_params p) {
 /// Block (channel tile, sequence b): one new row of sequence b through its state in the slot
 /// arena.
 __global__ void compress_decode_kernel(const compress_decode_params p) {
+  detail::grid_dependency_sync();
   const int c = int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x);
   const int dim = p.width / (p.overlap ? 2 : 1);
   const std::int64_t b = blockIdx.y;
@@ -80,7 +83,7 @@ void launch_compress_tokens(const compress_params& p, cudaStream_t stream) {
   const std::int64_t completed = (p.start + p.n) / p.ratio - p.start / p.ratio;
   DI_CHECK(completed == 0 || p.out, "compress_tokens: output missing");
   const int dim = p.width / coff;
-  compress_kernel<<<detail::grid_for(dim, 128), 128, 0, stream>>>(p);
+  detail::launch("compress", compress_kernel, detail::grid_for(dim, 128), 128, 0, stream, p);
   detail::check_launch("compress_tokens");
 }
 
@@ -94,7 +97,7 @@ void launch_compress_decode(const compress_decode_params& p, cudaStream_t stream
   DI_CHECK(p.kv && p.score && p.slots && p.slot_ids && p.starts && p.out,
            "compress_decode: missing operand");
   const dim3 grid(detail::grid_for(p.width / coff, 128), unsigned(p.batch));
-  compress_decode_kernel<<<grid, 128, 0, stream>>>(p);
+  detail::launch("compress_decode", compress_decode_kernel, grid, 128, 0, stream, p);
   detail::check_launch("compress_decode");
 }
 

@@ -1,5 +1,6 @@
 // Engram's per-stream gate on the GPU (twin of ops::engram_gate); the FP8 table rows are
 // embedding_fp8 in basic_kernels.
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/model_common.cuh"
 
 namespace di::cuda {
@@ -8,6 +9,7 @@ namespace {
 
 /// One block per (token, stream): the three reductions, then the gated add.
 __global__ void engram_gate_kernel(const engram_gate_params p) {
+  detail::grid_dependency_sync();
   __shared__ float scratch[32];
   const std::int64_t tk = blockIdx.x;  // t * hc + k
   const std::int64_t t = tk / p.hc, k = tk % p.hc;
@@ -39,7 +41,7 @@ void launch_engram_gate(const engram_gate_params& p, cudaStream_t stream) {
   DI_CHECK(p.hc > 0 && p.dim > 0 && p.tokens >= 0, "engram_gate: {} streams of {}", p.hc, p.dim);
   if (p.tokens == 0) return;
   DI_CHECK(p.h && p.key && p.value && p.weight && p.out, "engram_gate: missing operand");
-  engram_gate_kernel<<<unsigned(p.tokens * p.hc), 256, 0, stream>>>(p);
+  detail::launch("engram_gate", engram_gate_kernel, unsigned(p.tokens * p.hc), 256, 0, stream, p);
   detail::check_launch("engram_gate");
 }
 

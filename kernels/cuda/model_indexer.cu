@@ -3,6 +3,7 @@
 // select of the k-th key, then a bitonic sort of the k picks: descending score, ties by
 // lower index, as the CPU's partial_sort), the visibility / candidate masks of masked_topk,
 // and V4.1's candidate blocks.
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/model_common.cuh"
 
 #include <algorithm>
@@ -20,6 +21,7 @@ constexpr int kScoreThreads = 256;  // 64 entries x 4 head quarters
 __global__ void index_scores_kernel(const float* q, const float* weights, dev_rows keys,
                                     const std::int32_t* key_rows, std::int64_t entries,
                                     float* scores, int heads, int dim) {
+  detail::grid_dependency_sync();
   extern __shared__ float sm[];
   float* sQ = sm;                   // [heads][dim]
   float* sK = sm + heads * dim;     // [64][dim + 1]
@@ -74,6 +76,7 @@ __device__ __forceinline__ std::uint32_t masked_key(const topk_params& p, std::i
 
 /// One block per row: radix-select the k-th largest key, collect the picks, sort them.
 __global__ void __launch_bounds__(kTopkThreads) topk_kernel(const topk_params p) {
+  detail::grid_dependency_sync();
   extern __shared__ unsigned char raw[];
   topk_smem& sm = *reinterpret_cast<topk_smem*>(raw);
   const std::int64_t r = blockIdx.x;
@@ -190,6 +193,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(const topk_params p)
 __global__ void block_max_kernel(const float* scores, const std::int64_t* visible, float* out,
                                  std::int64_t tokens, std::int64_t entries, std::int64_t blocks,
                                  int block_size) {
+  detail::grid_dependency_sync();
   const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= tokens * blocks) return;
   const std::int64_t t = i / blocks, b = i % blocks;
@@ -204,6 +208,7 @@ __global__ void block_max_kernel(const float* scores, const std::int64_t* visibl
 __global__ void mark_blocks_kernel(const std::int32_t* picked, std::uint8_t* keep,
                                    std::int64_t tokens, std::int64_t entries, int k,
                                    int block_size) {
+  detail::grid_dependency_sync();
   const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= tokens * k * std::int64_t(block_size)) return;
   const std::int64_t t = i / (std::int64_t(k) * block_size);
@@ -240,10 +245,9 @@ void launch_index_scores(const index_scores_params& p, cudaStream_t stream) {
   static std::atomic<std::size_t> limits[16];
   detail::ensure_smem(reinterpret_cast<const void*>(&index_scores_kernel), smem, limits);
   const dim3 grid(detail::grid_for(entries, kScoreEntries), unsigned(p.tokens));
-  index_scores_kernel<<<grid, kScoreThreads, smem, stream>>>(p.q, p.weights,
-                                                             detail::make_dev_rows(p.keys),
-                                                             p.key_rows, entries, p.scores,
-                                                             p.heads, p.dim);
+  detail::launch("index_scores", index_scores_kernel, grid, kScoreThreads, smem, stream, p.q,
+                 p.weights, detail::make_dev_rows(p.keys), p.key_rows, entries, p.scores, p.heads,
+                 p.dim);
   detail::check_launch("index_scores");
 }
 
@@ -254,7 +258,7 @@ void launch_topk(const topk_params& p, cudaStream_t stream) {
   DI_CHECK(p.scores && p.out, "topk: missing operand");
   static std::atomic<std::size_t> limits[16];
   detail::ensure_smem(reinterpret_cast<const void*>(&topk_kernel), sizeof(topk_smem), limits);
-  topk_kernel<<<unsigned(p.rows), kTopkThreads, sizeof(topk_smem), stream>>>(p);
+  detail::launch("topk", topk_kernel, unsigned(p.rows), kTopkThreads, sizeof(topk_smem), stream, p);
   detail::check_launch("topk");
 }
 
@@ -276,8 +280,9 @@ void launch_candidate_blocks(const candidate_blocks_params& p, cudaStream_t stre
   float* block_scores = static_cast<float*>(p.work);
   auto* picked = reinterpret_cast<std::int32_t*>(
       (reinterpret_cast<std::uintptr_t>(block_scores + p.tokens * blocks) + 15) & ~std::uintptr_t(15));
-  block_max_kernel<<<detail::grid_for(p.tokens * blocks, 256), 256, 0, stream>>>(
-      p.scores, p.visible, block_scores, p.tokens, p.entries, blocks, p.block_size);
+  detail::launch("block_max", block_max_kernel, detail::grid_for(p.tokens * blocks, 256), 256, 0,
+                 stream, p.scores, p.visible, block_scores, p.tokens, p.entries, blocks,
+                 p.block_size);
   detail::check_launch("candidate_blocks/max");
   topk_params tp;
   tp.scores = block_scores;
@@ -288,8 +293,8 @@ void launch_candidate_blocks(const candidate_blocks_params& p, cudaStream_t stre
   launch_topk(tp, stream);
   CUDA_CHECK(cudaMemsetAsync(p.keep, 0, std::size_t(p.tokens * p.entries), stream));
   const std::int64_t work = p.tokens * k * std::int64_t(p.block_size);
-  mark_blocks_kernel<<<detail::grid_for(work, 256), 256, 0, stream>>>(picked, p.keep, p.tokens,
-                                                                     p.entries, k, p.block_size);
+  detail::launch("mark_blocks", mark_blocks_kernel, detail::grid_for(work, 256), 256, 0, stream,
+                 picked, p.keep, p.tokens, p.entries, k, p.block_size);
   detail::check_launch("candidate_blocks/mark");
 }
 

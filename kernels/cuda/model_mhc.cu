@@ -1,6 +1,7 @@
 // Manifold hyper-connections on the GPU (twin of kernels/cpu/mhc.cpp): the mixing
 // coefficients of a site (RMS-scaled projections of the flattened streams, sigmoids and the
 // Sinkhorn-normalised comb), V4's head mix, and the collapse / expand of the streams.
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/model_common.cuh"
 
 namespace di::cuda {
@@ -33,6 +34,7 @@ std::int64_t mix_chunks(const hc_mixes_params& p) { return (p.hc * p.dim + kChun
 template <int Mixes>
 __global__ void __launch_bounds__(kPartThreads)
     hc_mix_partials_kernel(const hc_mixes_params p, int num_mixes, float* partial) {
+  detail::grid_dependency_sync();
   __shared__ float sRed[kTileTokens * (Mixes + 1)][kPartThreads / 32];
   const std::int64_t width = std::int64_t(p.hc) * p.dim;
   const std::int64_t chunk = blockIdx.x, t0 = std::int64_t(blockIdx.y) * kTileTokens;
@@ -120,6 +122,7 @@ __device__ float sinkhorn_lane(float v, int hc, int iters, float eps) {
 __global__ void __launch_bounds__(kFinishThreads)
     hc_mix_finish_kernel(const hc_mixes_params p, int num_mixes, int chunks,
                          const float* partial) {
+  detail::grid_dependency_sync();
   __shared__ float sMix[kMaxMixes + 1];
   const std::int64_t t = blockIdx.x;
   const int stride = num_mixes + 1;
@@ -151,6 +154,7 @@ __global__ void __launch_bounds__(kFinishThreads)
 }
 
 __global__ void hc_collapse_kernel(const hc_collapse_params p) {
+  detail::grid_dependency_sync();
   const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= p.tokens * p.dim) return;
   const std::int64_t t = i / p.dim, d = i % p.dim;
@@ -160,6 +164,7 @@ __global__ void hc_collapse_kernel(const hc_collapse_params p) {
 }
 
 __global__ void hc_expand_kernel(const hc_expand_params p) {
+  detail::grid_dependency_sync();
   const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= p.tokens * p.hc * p.dim) return;
   const std::int64_t d = i % p.dim, k = (i / p.dim) % p.hc, t = i / (p.dim * p.hc);
@@ -193,13 +198,17 @@ void launch_hc_mixes(const hc_mixes_params& p, cudaStream_t stream) {
   const dim3 grid(unsigned(chunks), unsigned((p.tokens + kTileTokens - 1) / kTileTokens));
   float* partial = static_cast<float*>(p.workspace);
   if (num_mixes <= 8)
-    hc_mix_partials_kernel<8><<<grid, kPartThreads, 0, stream>>>(p, num_mixes, partial);
+    detail::launch("hc_mix_partials", hc_mix_partials_kernel<8>, grid, kPartThreads, 0, stream, p,
+                   num_mixes, partial);
   else if (num_mixes <= 16)
-    hc_mix_partials_kernel<16><<<grid, kPartThreads, 0, stream>>>(p, num_mixes, partial);
+    detail::launch("hc_mix_partials", hc_mix_partials_kernel<16>, grid, kPartThreads, 0, stream, p,
+                   num_mixes, partial);
   else
-    hc_mix_partials_kernel<kMaxMixes><<<grid, kPartThreads, 0, stream>>>(p, num_mixes, partial);
+    detail::launch("hc_mix_partials", hc_mix_partials_kernel<kMaxMixes>, grid, kPartThreads, 0,
+                   stream, p, num_mixes, partial);
   detail::check_launch("hc_mix_partials");
-  hc_mix_finish_kernel<<<unsigned(p.tokens), kFinishThreads, 0, stream>>>(p, num_mixes, int(chunks), partial);
+  detail::launch("hc_mix_finish", hc_mix_finish_kernel, unsigned(p.tokens), kFinishThreads, 0,
+                 stream, p, num_mixes, int(chunks), partial);
   detail::check_launch("hc_mix_finish");
 }
 
@@ -207,7 +216,8 @@ void launch_hc_collapse(const hc_collapse_params& p, cudaStream_t stream) {
   DI_CHECK(p.hc > 0 && p.dim >= 0 && p.tokens >= 0, "hc_collapse: {} streams of {}", p.hc, p.dim);
   if (p.tokens * p.dim == 0) return;
   DI_CHECK(p.x && p.pre && p.out, "hc_collapse: missing operand");
-  hc_collapse_kernel<<<detail::grid_for(p.tokens * p.dim, 256), 256, 0, stream>>>(p);
+  detail::launch("hc_collapse", hc_collapse_kernel, detail::grid_for(p.tokens * p.dim, 256), 256, 0,
+                 stream, p);
   detail::check_launch("hc_collapse");
 }
 
@@ -215,7 +225,8 @@ void launch_hc_expand(const hc_expand_params& p, cudaStream_t stream) {
   DI_CHECK(p.hc > 0 && p.dim >= 0 && p.tokens >= 0, "hc_expand: {} streams of {}", p.hc, p.dim);
   if (p.tokens * p.dim == 0) return;
   DI_CHECK(p.y && p.residual && p.post && p.comb && p.out, "hc_expand: missing operand");
-  hc_expand_kernel<<<detail::grid_for(p.tokens * p.hc * p.dim, 256), 256, 0, stream>>>(p);
+  detail::launch("hc_expand", hc_expand_kernel, detail::grid_for(p.tokens * p.hc * p.dim, 256), 256,
+                 0, stream, p);
   detail::check_launch("hc_expand");
 }
 

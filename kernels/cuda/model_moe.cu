@@ -1,6 +1,7 @@
 // MoE on the GPU apart from the expert GEMMs and the row gathers: sqrt-softplus routing with
 // bias-corrected top-k (or V4's fixed hash-routed experts), grouping the routed pairs by
 // expert (offsets and permutation on the device) and the clamped SwiGLU.
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/model_common.cuh"
 
 namespace di::cuda {
@@ -13,6 +14,7 @@ constexpr int kMaxTopK = 16;
 
 /// One block per token: scores in shared memory, k rounds of a block argmax (ties: lower id).
 __global__ void route_kernel(const route_params p) {
+  detail::grid_dependency_sync();
   __shared__ float sScore[kMaxExperts];
   __shared__ float sBiased[kMaxExperts];
   __shared__ float sVal[kRouteThreads / 32];
@@ -89,6 +91,7 @@ __global__ void route_kernel(const route_params p) {
 }
 
 __global__ void swiglu_kernel(const swiglu_params p) {
+  detail::grid_dependency_sync();
   const std::int64_t n = p.rows * p.inter;
   for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += std::int64_t(gridDim.x) * blockDim.x) {
@@ -110,6 +113,7 @@ constexpr int kGroupChunk = 4096;  // expert ids staged in shared memory per pas
 /// staged in shared memory, read as broadcasts), counting its experts' pairs, then after the
 /// scan walks again writing them. O(pairs) per thread: microseconds at decode sizes.
 __global__ void group_experts_kernel(const group_experts_params p) {
+  detail::grid_dependency_sync();
   __shared__ std::int32_t sIds[kGroupChunk];
   __shared__ std::int32_t sCount[kMaxExperts + 1];
   const int tid = int(threadIdx.x);
@@ -158,7 +162,7 @@ void launch_route(const route_params& p, cudaStream_t stream) {
            kMaxExperts);
   if (p.tokens == 0) return;
   DI_CHECK(p.logits && p.weights && p.experts_out, "route: missing operand");
-  route_kernel<<<unsigned(p.tokens), kRouteThreads, 0, stream>>>(p);
+  detail::launch("route", route_kernel, unsigned(p.tokens), kRouteThreads, 0, stream, p);
   detail::check_launch("route");
 }
 
@@ -169,7 +173,7 @@ void launch_group_experts(const group_experts_params& p, cudaStream_t stream) {
            kMaxExperts);
   DI_CHECK(p.offsets && (p.pairs == 0 || (p.experts_in && p.weights_in && p.rows && p.weights)),
            "group_experts: missing operand");
-  group_experts_kernel<<<1, kGroupThreads, 0, stream>>>(p);
+  detail::launch("group_experts", group_experts_kernel, 1, kGroupThreads, 0, stream, p);
   detail::check_launch("group_experts");
 }
 
@@ -178,7 +182,7 @@ void launch_swiglu(const swiglu_params& p, cudaStream_t stream) {
   if (p.rows * p.inter == 0) return;
   DI_CHECK(p.gate && p.up && p.out, "swiglu: missing operand");
   const unsigned grid = std::min<unsigned>(detail::grid_for(p.rows * p.inter, 256), 132u * 16u);
-  swiglu_kernel<<<grid, 256, 0, stream>>>(p);
+  detail::launch("swiglu", swiglu_kernel, grid, 256, 0, stream, p);
   detail::check_launch("swiglu");
 }
 

@@ -3,6 +3,7 @@
 // in double, the top-p threshold by a bitwise search over the order keys (deterministic sums),
 // min-p, and the seeded inverse-CDF walk in ascending id order as a chunked block scan. The
 // counter-based draw is runtime/sampling_rng.hpp's, bit for bit.
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/model_common.cuh"
 
 namespace di::cuda {
@@ -142,6 +143,7 @@ __device__ __forceinline__ double weight(float v, float m, double t) {
 }
 
 __global__ void __launch_bounds__(kThreads) sample_kernel(const sample_params p) {
+  detail::grid_dependency_sync();
   __shared__ smem_t sm;
   const std::int64_t r = blockIdx.x;
   const float* l = p.logits + r * p.vocab;
@@ -261,6 +263,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const sample_params p)
 
 /// One block per row: mask, then suppression, then penalties (barriers between the stages).
 __global__ void logit_edit_kernel(const logit_edit_params p) {
+  detail::grid_dependency_sync();
   const std::int64_t r = blockIdx.x;
   float* l = p.logits + r * p.vocab;
   if (p.allowed) {
@@ -302,7 +305,7 @@ void launch_logit_edits(const logit_edit_params& p, cudaStream_t stream) {
   DI_CHECK(!p.suppressed_offsets || p.suppressed_ids, "logit_edits: suppressed ids missing");
   DI_CHECK(!p.seen_offsets || (p.seen_ids && p.seen_num_output && p.penalties),
            "logit_edits: penalty lists missing");
-  logit_edit_kernel<<<unsigned(p.rows), 256, 0, stream>>>(p);
+  detail::launch("logit_edit", logit_edit_kernel, unsigned(p.rows), 256, 0, stream, p);
   detail::check_launch("logit_edits");
 }
 
@@ -311,7 +314,7 @@ void launch_sample(const sample_params& p, cudaStream_t stream) {
            p.rows, p.vocab);
   if (p.rows == 0) return;
   DI_CHECK(p.logits && p.rows_cfg && p.tokens, "sample: missing operand");
-  sample_kernel<<<unsigned(p.rows), kThreads, 0, stream>>>(p);
+  detail::launch("sample", sample_kernel, unsigned(p.rows), kThreads, 0, stream, p);
   detail::check_launch("sample");
 }
 

@@ -36,6 +36,7 @@
 // warp order through shared memory. So the result is stream_gemm's, bit for bit: deterministic
 // and independent of the batch (the splits depend on the weight's shape only).
 #include "kernels/cuda/gemm_kernels.hpp"
+#include "kernels/cuda/launch.cuh"
 
 #include "common/error.hpp"
 #include "kernels/cuda/block_gemm_common.cuh"
@@ -168,6 +169,7 @@ __device__ __forceinline__ void consumers_sync() {
 template <bool EVERY>
 __global__ void __launch_bounds__(threads, blocks_per_sm)
     pipe_gemm_kernel(block_gemm_params p, pipe_config cfg) {
+  detail::grid_dependency_sync();
   extern __shared__ __align__(128) std::uint8_t ring[];  // then two token tiles (act_bytes)
   __shared__ __align__(8) std::uint64_t full[max_stages], empty[max_stages], act_full[2],
       act_empty[2];
@@ -445,11 +447,11 @@ void launch_pipe_gemm(const block_gemm_params& p, cudaStream_t stream) {
   if (p.act_block == 32) {
     detail::ensure_smem(reinterpret_cast<const void*>(&pipe_gemm_kernel<true>), smem_budget,
                         limits_every);
-    pipe_gemm_kernel<true><<<grid, threads, smem, stream>>>(p, cfg);
+    detail::launch("pipe_gemm", pipe_gemm_kernel<true>, grid, threads, smem, stream, p, cfg);
   } else {
     detail::ensure_smem(reinterpret_cast<const void*>(&pipe_gemm_kernel<false>), smem_budget,
                         limits_other);
-    pipe_gemm_kernel<false><<<grid, threads, smem, stream>>>(p, cfg);
+    detail::launch("pipe_gemm", pipe_gemm_kernel<false>, grid, threads, smem, stream, p, cfg);
   }
   CUDA_CHECK_LAUNCH("pipe_gemm");
 }

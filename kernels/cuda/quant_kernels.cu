@@ -1,6 +1,7 @@
 // CUDA kernels of the block fake-quantizers (one warp per block of a row), the normalised
 // Walsh-Hadamard transform (one thread block per row, butterflies in shared memory in the
 // CPU's stage order, so results are bitwise equal) and the rotary embedding.
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/quant_kernels.hpp"
 
 #include "kernels/cuda/cuda_check.hpp"
@@ -14,6 +15,7 @@ namespace {
 constexpr int warps_per_block = 8;
 
 __global__ void fake_quant_kernel(fake_quant_params p) {
+  detail::grid_dependency_sync();
   const std::int64_t blocks_per_row = (p.num_dims + p.block - 1) / p.block;
   const std::int64_t item = std::int64_t(blockIdx.x) * warps_per_block + threadIdx.x / 32;
   if (item >= p.rows * blocks_per_row) return;
@@ -34,6 +36,7 @@ __global__ void fake_quant_kernel(fake_quant_params p) {
 }
 
 __global__ void hadamard_kernel(float* x, std::int64_t dim, float norm) {
+  detail::grid_dependency_sync();
   extern __shared__ float row[];
   float* v = x + std::int64_t(blockIdx.x) * dim;
   for (std::int64_t i = threadIdx.x; i < dim; i += blockDim.x) row[i] = v[i];
@@ -57,6 +60,7 @@ constexpr int kRotaryMaxPairs = 256;
 /// double precision, as the CPU does) into shared memory and applied to every head: the first
 /// version evaluated them per head, 64x the double sin/cos on V4 widths (7 us per call).
 __global__ void rotary_kernel(rotary_params p) {
+  detail::grid_dependency_sync();
   __shared__ float sc[2][kRotaryMaxPairs];
   const std::int64_t t = blockIdx.x;
   const float pos = float(p.positions[t]);
@@ -87,7 +91,8 @@ void launch_fake_quant(const fake_quant_params& p, cudaStream_t stream) {
   const std::int64_t items = p.rows * blocks_per_row;
   if (items == 0) return;
   const std::int64_t grid = (items + warps_per_block - 1) / warps_per_block;
-  fake_quant_kernel<<<unsigned(grid), warps_per_block * 32, 0, stream>>>(p);
+  detail::launch("fake_quant", fake_quant_kernel, unsigned(grid), warps_per_block * 32, 0, stream,
+                 p);
   CUDA_CHECK_LAUNCH("fake_quant");
 }
 
@@ -97,7 +102,7 @@ void launch_hadamard(float* x, std::int64_t rows, std::int64_t dim, cudaStream_t
   static std::atomic<std::size_t> limits[detail::max_tracked_devices];
   detail::ensure_smem(reinterpret_cast<const void*>(&hadamard_kernel), smem, limits);
   const float norm = 1.0f / sqrtf(float(dim));
-  hadamard_kernel<<<unsigned(rows), 256, smem, stream>>>(x, dim, norm);
+  detail::launch("hadamard", hadamard_kernel, unsigned(rows), 256, smem, stream, x, dim, norm);
   CUDA_CHECK_LAUNCH("hadamard");
 }
 
@@ -106,7 +111,7 @@ void launch_rotary(const rotary_params& p, cudaStream_t stream) {
   DI_CHECK(p.pairs <= kRotaryMaxPairs, "rotary: {} rotated pairs (at most {})", p.pairs,
            kRotaryMaxPairs);
   DI_CHECK(p.heads <= (std::int64_t(1) << 20), "rotary: {} heads per token", p.heads);
-  rotary_kernel<<<unsigned(p.tokens), 256, 0, stream>>>(p);
+  detail::launch("rotary", rotary_kernel, unsigned(p.tokens), 256, 0, stream, p);
   CUDA_CHECK_LAUNCH("rotary");
 }
 

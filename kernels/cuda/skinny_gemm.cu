@@ -20,6 +20,7 @@
 // splits). The splits depend on the weight's shape only, so a row's result is the same for
 // any batch of 9..64 rows (with ordered splits: bit for bit).
 #include "kernels/cuda/gemm_kernels.hpp"
+#include "kernels/cuda/launch.cuh"
 
 #include "kernels/cuda/block_gemm_common.cuh"
 #include "kernels/cuda/cuda_check.hpp"
@@ -54,6 +55,7 @@ struct skinny_config {
 template <int NT, bool EVERY>
 __global__ void __launch_bounds__(warps * 32, 2)
     skinny_gemm_kernel(block_gemm_params p, skinny_config cfg) {
+  detail::grid_dependency_sync();
   extern __shared__ __align__(16) std::uint8_t smem[];
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
   const int split = int(blockIdx.y);
@@ -245,7 +247,8 @@ void launch_nt(const block_gemm_params& p, const skinny_shape& sh, cudaStream_t 
   detail::ensure_smem(reinterpret_cast<const void*>(&skinny_gemm_kernel<NT, EVERY>),
                       std::size_t(skinny_smem<8>(max_range)), limits);
   const dim3 grid(unsigned(sh.row_blocks), unsigned(sh.cfg.k_splits));
-  skinny_gemm_kernel<NT, EVERY><<<grid, warps * 32, smem, stream>>>(p, sh.cfg);
+  detail::launch("skinny_gemm", skinny_gemm_kernel<NT, EVERY>, grid, warps * 32, smem, stream, p,
+                 sh.cfg);
 }
 
 }  // namespace

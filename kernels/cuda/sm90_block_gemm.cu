@@ -8,6 +8,7 @@
 // scale x activation scale once per scale block (every 32 inputs for MXFP4). Decode shapes
 // split K across blocks (atomic fp32 adds) so that the whole GPU streams the weights.
 #include "kernels/cuda/gemm_kernels.hpp"
+#include "kernels/cuda/launch.cuh"
 
 #include "kernels/cuda/block_gemm_common.cuh"
 
@@ -140,6 +141,7 @@ __device__ __forceinline__ void stage_rounds(int count, Load load, Store store) 
 template <int NT, int FMT>
 __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
     block_gemm_kernel(block_gemm_params p, split_config cfg) {
+  detail::grid_dependency_sync();
   constexpr bool FP4 = FMT != fmt_fp8;
   // [num_warps][num_stages][16][weight_stride] weight stages, then [NT * 8][chunk + pad]
   // activation codes, then [NT * 8][chunk / act_block] their scales.
@@ -374,7 +376,8 @@ void launch_tiles(const block_gemm_params& p, const split_config& cfg, dim3 grid
   static std::atomic<std::size_t> limits[detail::max_tracked_devices];  // per instantiation
   detail::ensure_smem(reinterpret_cast<const void*>(&block_gemm_kernel<NT, FMT>), 160 * 1024,
                       limits);
-  block_gemm_kernel<NT, FMT><<<grid, num_warps * 32, smem, stream>>>(p, cfg);
+  detail::launch("block_gemm", block_gemm_kernel<NT, FMT>, grid, num_warps * 32, smem, stream, p,
+                 cfg);
   CUDA_CHECK_LAUNCH("sm90_block_gemm");
 }
 

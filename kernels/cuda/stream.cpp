@@ -2,8 +2,10 @@
 #include "kernels/cuda/stream.hpp"
 
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/kernel_attributes.hpp"
 
 #include <array>
+#include <atomic>
 #include <mutex>
 
 namespace di::cuda {
@@ -13,6 +15,8 @@ namespace {
 thread_local cudaStream_t tl_stream = nullptr;
 thread_local bool tl_has_stream = false;
 thread_local bool tl_index_checks = true;
+
+std::atomic<bool> g_programmatic_launch{detail::env_switch("DEEPINFER_PDL", true)};
 
 constexpr int max_devices = 16;
 
@@ -27,6 +31,14 @@ cudaStream_t default_stream(int device) {
 }
 
 }  // namespace
+
+void set_programmatic_launch(bool on) {
+  g_programmatic_launch.store(on, std::memory_order_relaxed);
+}
+
+bool programmatic_launch() {
+  return g_programmatic_launch.load(std::memory_order_relaxed);
+}
 
 cudaStream_t current_stream() {
   if (tl_has_stream) return tl_stream;

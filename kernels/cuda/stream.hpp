@@ -19,6 +19,13 @@ void synchronize();
 /// True while the current stream is capturing a CUDA graph (ops then skip host syncs).
 bool is_capturing();
 
+/// Whether the backend's kernels launch with programmatic dependent launch (kernels/cuda/
+/// launch.cuh: each kernel's scheduling overlaps the end of the one before it; the same results
+/// either way). On by default; DEEPINFER_PDL=0 sets the default off. Process-wide, read at each
+/// launch (a CUDA graph keeps what was set when it was captured).
+void set_programmatic_launch(bool on);
+bool programmatic_launch();
+
 /// Whether the gathers of this thread read their bad-index flag back (one short sync per op).
 /// On by default; an executor whose indices are built and validated on the host turns it off
 /// with an index_check_scope so that its steps never drain the stream.

@@ -19,6 +19,7 @@
 // on the weight's shape only, never on the batch, so a token's result does not change with the
 // batch (up to 8 rows per group, where this kernel serves).
 #include "kernels/cuda/gemm_kernels.hpp"
+#include "kernels/cuda/launch.cuh"
 
 #include "kernels/cuda/block_gemm_common.cuh"
 #include "kernels/cuda/cuda_check.hpp"
@@ -81,6 +82,7 @@ struct batch_regs {
 template <bool FP4, bool IL, bool EVERY, int batch, int min_blocks, bool WALK>
 __global__ void __launch_bounds__(warps * 32, min_blocks)
     stream_gemm_kernel(block_gemm_params p, stream_config cfg) {
+  detail::grid_dependency_sync();
   static_assert(!IL || (FP4 && batch == 4), "interleaved runs are MXFP4 batches of 4 steps");
   constexpr int DEPTH = 2;  // batches of registers: one loads while one multiplies (a third
                             // measured slower on the H200)
@@ -439,17 +441,17 @@ void launch_variant(const block_gemm_params& p, bool every, bool walk, dim3 grid
                     const stream_config& cfg, cudaStream_t stream) {
   const dim3 block(warps * 32);
   if (every && walk)
-    stream_gemm_kernel<FP4, IL, true, batch, min_blocks, true>
-        <<<grid, block, 0, stream>>>(p, cfg);
+    detail::launch("stream_gemm", stream_gemm_kernel<FP4, IL, true, batch, min_blocks, true>, grid,
+                   block, 0, stream, p, cfg);
   else if (every)
-    stream_gemm_kernel<FP4, IL, true, batch, min_blocks, false>
-        <<<grid, block, 0, stream>>>(p, cfg);
+    detail::launch("stream_gemm", stream_gemm_kernel<FP4, IL, true, batch, min_blocks, false>, grid,
+                   block, 0, stream, p, cfg);
   else if (walk)
-    stream_gemm_kernel<FP4, IL, false, batch, min_blocks, true>
-        <<<grid, block, 0, stream>>>(p, cfg);
+    detail::launch("stream_gemm", stream_gemm_kernel<FP4, IL, false, batch, min_blocks, true>, grid,
+                   block, 0, stream, p, cfg);
   else
-    stream_gemm_kernel<FP4, IL, false, batch, min_blocks, false>
-        <<<grid, block, 0, stream>>>(p, cfg);
+    detail::launch("stream_gemm", stream_gemm_kernel<FP4, IL, false, batch, min_blocks, false>,
+                   grid, block, 0, stream, p, cfg);
 }
 
 

@@ -21,6 +21,7 @@
 // fragments, issues 8 wgmmas (fresh accumulators), waits, and promotes each step with the
 // weight and activation scales exactly as stream_gemm does (promote_fp4_step).
 #include "kernels/cuda/gemm_kernels.hpp"
+#include "kernels/cuda/launch.cuh"
 
 #include "common/error.hpp"
 #include "kernels/cuda/block_gemm_common.cuh"
@@ -67,6 +68,7 @@ __device__ __forceinline__ std::uint64_t b_descriptor(const void* smem) {
 template <bool EVERY, bool WALK, int RING>
 __global__ void __launch_bounds__(warps * 32, 2)
     wg_gemm_kernel(block_gemm_params p, wg_config cfg) {
+  detail::grid_dependency_sync();
   extern __shared__ __align__(128) std::uint8_t b_tile[];  // the split's steps of 8 tokens
   __shared__ float partial[4][32][8];                      // warpgroup 1's sums
   // Steps per wgmma group (fence, wgmmas, commit, wait): a whole run, or two steps when the
@@ -288,7 +290,7 @@ void launch_ring(const block_gemm_params& p, const wg_shape& sh, bool every, dim
       std::size_t(max_split_steps) * b_step_bytes + std::size_t(warps) * RING * run_bytes;
   auto go = [&](auto kernel, int which) {
     detail::ensure_smem(reinterpret_cast<const void*>(kernel), most, limits[which]);
-    kernel<<<grid, warps * 32, smem, stream>>>(p, sh.cfg);
+    detail::launch("wg_gemm", kernel, grid, warps * 32, smem, stream, p, sh.cfg);
   };
   if (every && sh.walk)
     go(&wg_gemm_kernel<true, true, RING>, 0);

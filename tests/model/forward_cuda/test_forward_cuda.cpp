@@ -10,6 +10,7 @@
 // of three prompts plus batched decode steps; and decode steps through CUDA graphs (padded
 // batches, captured then replayed) against the same model run eagerly.
 #include "kernels/cuda/cuda_ops.hpp"
+#include "kernels/cuda/stream.hpp"
 #include "model/make_model/make_model.hpp"
 #include "model/runner/cpu_model_runner.hpp"
 #include "tests/model/forward/golden.hpp"
@@ -386,6 +387,39 @@ TEST_CASE("GPU forward: batched decode attention gives the per-sequence logits")
     }
     cuda::set_ordered_gemm_splits(false);
   }
+}
+
+TEST_CASE("GPU forward: programmatic dependent launch changes no bit") {
+  // Every kernel waits for its predecessor before touching memory, so launching with PDL (the
+  // default) must give exactly the logits of launching without it -- eagerly and through
+  // graphs captured either way. Ordered splits make every run of a path the same bits.
+  cuda::set_ordered_gemm_splits(true);
+  for (const char* preset : {"tiny-v4", "tiny-v41"}) {
+    for (bool graphs : {false, true}) {
+      std::vector<float> runs[2];
+      std::int64_t vocab = 0;
+      for (bool pdl : {false, true}) {
+        cuda::set_programmatic_launch(pdl);
+        temp_dir tmp("gpu-pdl");
+        auto m = gpu_preset(tmp, preset);  // fresh: graphs captured with this launch mode
+        vocab = m->config().vocab_size;
+        forward_options o = m->options();
+        o.cuda_graphs = graphs;
+        m->set_options(o);
+        runs[pdl] = run_batch(*m, gpu, 5, 150, 12, 5, 3);
+        if (graphs) CHECK(m->captured_graphs() > 0);
+      }
+      REQUIRE(runs[1].size() == runs[0].size());
+      const run_diff d = diff_runs(runs[1], runs[0], vocab);
+      MESSAGE(fmt::format("{} graphs {}: PDL on vs off over {} rows: bitwise {}/{}, worst cos "
+                          "{:.8f}",
+                          preset, graphs, d.rows, d.identical, d.rows, d.worst));
+      CHECK(d.rows > 0);
+      CHECK(d.identical == d.rows);
+    }
+  }
+  cuda::set_programmatic_launch(true);
+  cuda::set_ordered_gemm_splits(false);
 }
 
 }  // namespace

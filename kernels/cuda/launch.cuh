@@ -1,0 +1,53 @@
+// Kernel launches with programmatic dependent launch (PDL, sm_90): every kernel of the backend
+// is launched by detail::launch and opens with detail::grid_dependency_sync(). A launch so marked
+// may have its blocks scheduled while the kernel before it in the stream is still running (that
+// kernel lets them in from its own first instruction); they then wait, at their first
+// instruction, until it has finished and its writes are visible. A decode step is ~240 short
+// launches at batch 1: the scheduling and prologue of each overlaps the tail of the one before
+// instead of following it. Ordering is unchanged -- no kernel reads or writes anything before
+// its predecessor has completed, and since every kernel waits, completion stays transitive down
+// the stream -- so results are the same bits with PDL on or off (set_programmatic_launch).
+// Works inside CUDA graph capture (programmatic edges). C++17 (included by .cu files).
+#pragma once
+
+#include "common/error.hpp"
+#include "kernels/cuda/stream.hpp"
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <utility>
+
+namespace di::cuda::detail {
+
+/// The first statement of every kernel launched by launch(), executed by every thread before
+/// anything else (also before an early return): waits for the previous kernel in the stream to
+/// complete (a no-op when launched without PDL), then allows the next one to be scheduled.
+__device__ __forceinline__ void grid_dependency_sync() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+/// `kernel<<<grid, block, smem, stream>>>(args...)` with the PDL attribute when
+/// programmatic_launch() is on; a failed launch is a di::error naming `name`. The kernel must
+/// begin with grid_dependency_sync().
+template <typename... Params, typename... Args>
+void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem,
+            cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attribute[1] = {};
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = programmatic_launch() ? 1 : 0;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  const cudaError_t status = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  if (status != cudaSuccess) [[unlikely]]
+    DI_FAIL("CUDA error {} ({}) launching {}", cudaGetErrorName(status), cudaGetErrorString(status),
+            name);
+}
+
+}  // namespace di::cuda::detail
