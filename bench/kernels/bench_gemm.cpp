@@ -343,9 +343,8 @@ void run_gemms(const limits& lim, std::vector<result_row>& rows, bool quick,
   };
   // V4.1-Flash: hidden 5120, q_lora 1280, 64 heads x 512, o_lora 8 x 1024, MoE 2304; Engram's
   // wkv maps 24 hash columns x 256 to (4 + 1) x hidden.
-  const shape v41[] = {{"wq_b", 32768, 1280},     {"wo_b", 5120, 8192},
-                       {"shared_w1", 2304, 5120}, {"wq_a", 1280, 5120},
-                       {"wkv", 512, 5120},        {"engram_wkv", 25600, 6144}};
+  const shape v41[] = {{"wq_b", 32768, 1280}, {"wo_b", 5120, 8192}, {"shared_w1", 2304, 5120},
+                       {"wq_a", 1280, 5120},  {"wkv", 512, 5120},   {"engram_wkv", 25600, 6144}};
   for (const shape& s : v41)
     if (wanted(std::string("V4.1 fp8 ") + s.name)) fp8_rows(lim, rows, "V4.1", 32, s, quick);
   // V4-Flash: hidden 4096, q_lora 1024, MoE 2048, 128x128 blocks.

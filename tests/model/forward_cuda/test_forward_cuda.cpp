@@ -411,9 +411,10 @@ TEST_CASE("GPU forward: programmatic dependent launch changes no bit") {
       }
       REQUIRE(runs[1].size() == runs[0].size());
       const run_diff d = diff_runs(runs[1], runs[0], vocab);
-      MESSAGE(fmt::format("{} graphs {}: PDL on vs off over {} rows: bitwise {}/{}, worst cos "
-                          "{:.8f}",
-                          preset, graphs, d.rows, d.identical, d.rows, d.worst));
+      MESSAGE(
+          fmt::format("{} graphs {}: PDL on vs off over {} rows: bitwise {}/{}, worst cos "
+                      "{:.8f}",
+                      preset, graphs, d.rows, d.identical, d.rows, d.worst));
       CHECK(d.rows > 0);
       CHECK(d.identical == d.rows);
     }
