@@ -54,7 +54,9 @@ else
   out=$build/fwd-bundle.tar.xz
 fi
 chmod -R u+w "$bundle"
-tar -C "$bundle" -cf - . | xz -T2 -6 >"$out"
+# DEEPINFER_BUNDLE_XZ="-9e" packs ~17% smaller (about 2 minutes instead of 50 s on 2 cores) when
+# the bundle and the tree would exceed what a device call carries (64 MiB).
+tar -C "$bundle" -cf - . | xz -T2 ${DEEPINFER_BUNDLE_XZ:--6} >"$out"
 du -sh "$bundle" "$out"
 size=$(stat -c %s "$out")
 if ((size > 62 * 1024 * 1024)); then
