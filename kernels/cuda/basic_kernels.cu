@@ -166,19 +166,16 @@ __global__ void rms_norm_kernel(rms_norm_params p) {
 void launch_embedding(const embedding_params& p, cudaStream_t stream) {
   if (p.n == 0) return;
   detail::launch("embedding", embedding_kernel, unsigned(p.n), threads, 0, stream, p);
-  CUDA_CHECK_LAUNCH("embedding");
 }
 
 void launch_embedding_fp8(const embedding_fp8_params& p, cudaStream_t stream) {
   if (p.n == 0) return;
   detail::launch("embedding_fp8", embedding_fp8_kernel, unsigned(p.n), threads, 0, stream, p);
-  CUDA_CHECK_LAUNCH("embedding_fp8");
 }
 
 void launch_gather_rows(const gather_rows_params& p, cudaStream_t stream) {
   if (p.n == 0 || p.row_bytes == 0) return;
   detail::launch("gather_rows", gather_rows_kernel, unsigned(p.n), threads, 0, stream, p);
-  CUDA_CHECK_LAUNCH("gather_rows");
 }
 
 void launch_scatter_add_rows(const scatter_add_params& p, cudaStream_t stream) {
@@ -189,13 +186,11 @@ void launch_scatter_add_rows(const scatter_add_params& p, cudaStream_t stream) {
   // A block per target row and column run (at least one row: block (0, 0) checks the indices).
   const dim3 grid(unsigned(p.m > 0 ? p.m : 1), unsigned(col_blocks));
   detail::launch("scatter_add", scatter_add_kernel, grid, threads, 0, stream, p);
-  CUDA_CHECK_LAUNCH("scatter_add_rows");
 }
 
 void launch_add_inplace(float* y, const float* x, std::int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   detail::launch("add", add_kernel, grid_for(n), threads, 0, stream, y, x, n);
-  CUDA_CHECK_LAUNCH("add_inplace");
 }
 
 void launch_rms_norm(const rms_norm_params& p, cudaStream_t stream) {
@@ -205,7 +200,6 @@ void launch_rms_norm(const rms_norm_params& p, cudaStream_t stream) {
   // get up to 1024 threads. The thread count depends on the width alone (batch-invariant).
   const int row_threads = p.dim >= 4096 ? 1024 : p.dim >= 1024 ? 512 : threads;
   detail::launch("rms_norm", rms_norm_kernel, unsigned(p.rows), row_threads, 0, stream, p);
-  CUDA_CHECK_LAUNCH("rms_norm");
 }
 
 }  // namespace di::cuda

@@ -1,4 +1,4 @@
-// CUDA_CHECK / CUDA_CHECK_LAUNCH / CUBLAS_CHECK: turn a failed CUDA runtime or cuBLAS call
+// CUDA_CHECK / CUBLAS_CHECK: turn a failed CUDA runtime or cuBLAS call
 // into a di::error with the failing expression and the library's error name (library code
 // never exits). C++17-clean so that .cu files compiled by nvcc can include it.
 #pragma once
@@ -13,16 +13,6 @@
     if (di_cuda_status_ != cudaSuccess) [[unlikely]]                                 \
       DI_FAIL("CUDA error {} ({}) in {}", cudaGetErrorName(di_cuda_status_),         \
               cudaGetErrorString(di_cuda_status_), #expr);                           \
-  } while (0)
-
-/// After a kernel launch: a bad configuration (or an earlier asynchronous fault) surfaces
-/// here as a di::error naming the kernel.
-#define CUDA_CHECK_LAUNCH(kernel_name)                                               \
-  do {                                                                               \
-    cudaError_t di_cuda_status_ = cudaGetLastError();                                \
-    if (di_cuda_status_ != cudaSuccess) [[unlikely]]                                 \
-      DI_FAIL("CUDA error {} ({}) launching {}", cudaGetErrorName(di_cuda_status_),  \
-              cudaGetErrorString(di_cuda_status_), kernel_name);                     \
   } while (0)
 
 /// For cublasStatus_t / cublasLt calls (include cublas_api.h or cublasLt.h first).

@@ -105,7 +105,6 @@ void launch_fp8_gemv(const fp8_gemv_params& p, cudaStream_t stream) {
     detail::launch("fp8_gemv", fp8_gemv_kernel<4>, grid, warps * 32, 0, stream, p);
   else
     detail::launch("fp8_gemv", fp8_gemv_kernel<8>, grid, warps * 32, 0, stream, p);
-  CUDA_CHECK_LAUNCH("fp8_gemv");
 }
 
 }  // namespace di::cuda

@@ -231,7 +231,6 @@ void launch_fp8_split_gemm(const fp8_gemv_params& p, cudaStream_t stream) {
     detail::launch("fp8_split_gemm", fp8_split_gemm_kernel<4>, grid, warps * 32, 0, stream, p, per);
   else
     detail::launch("fp8_split_gemm", fp8_split_gemm_kernel<8>, grid, warps * 32, 0, stream, p, per);
-  CUDA_CHECK_LAUNCH("fp8_split_gemm");
 }
 
 }  // namespace di::cuda

@@ -144,7 +144,6 @@ void launch_fp4_interleave(const std::uint8_t* src, std::uint8_t* dst, std::int6
   detail::launch("fp4_interleave", fp4_interleave_kernel, grid_for(words), 256, 0, stream,
                  reinterpret_cast<const std::uint32_t*>(src), reinterpret_cast<std::uint32_t*>(dst),
                  words, row_bytes / 4, to_plain);
-  CUDA_CHECK_LAUNCH("fp4_interleave");
 }
 
 void launch_act_quant(const act_quant_params& p, cudaStream_t stream) {
@@ -153,13 +152,11 @@ void launch_act_quant(const act_quant_params& p, cudaStream_t stream) {
   detail::launch("act_quant", act_quant_kernel,
                  unsigned((items + warps_per_block - 1) / warps_per_block), warps_per_block * 32, 0,
                  stream, p);
-  CUDA_CHECK_LAUNCH("act_quant");
 }
 
 void launch_dequantize(const dequantize_params& p, cudaStream_t stream) {
   if (p.rows * p.cols == 0) return;
   detail::launch("dequantize", dequantize_kernel, grid_for(p.rows * p.cols), 256, 0, stream, p);
-  CUDA_CHECK_LAUNCH("dequantize");
 }
 
 void launch_scales_to_f32(const std::uint8_t* e8m0, const float* f32, std::int64_t rows,
@@ -167,13 +164,11 @@ void launch_scales_to_f32(const std::uint8_t* e8m0, const float* f32, std::int64
   if (rows * ld == 0) return;
   detail::launch("scales_to_f32", scales_to_f32_kernel, grid_for(rows * ld), 256, 0, stream, e8m0,
                  f32, rows, cols, ld, out);
-  CUDA_CHECK_LAUNCH("scales_to_f32");
 }
 
 void launch_to_bf16(const float* x, std::uint16_t* out, std::int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   detail::launch("to_bf16", to_bf16_kernel, grid_for(n), 256, 0, stream, x, out, n);
-  CUDA_CHECK_LAUNCH("to_bf16");
 }
 
 }  // namespace di::cuda

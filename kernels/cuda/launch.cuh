@@ -29,8 +29,9 @@ __device__ __forceinline__ void grid_dependency_sync() {
 }
 
 /// `kernel<<<grid, block, smem, stream>>>(args...)` with the PDL attribute when
-/// programmatic_launch() is on; a failed launch is a di::error naming `name`. The kernel must
-/// begin with grid_dependency_sync().
+/// programmatic_launch() is on; a failed launch (a bad configuration, or an earlier
+/// asynchronous fault it reports) is a di::error naming `name` -- no separate check after it.
+/// The kernel must begin with grid_dependency_sync().
 template <typename... Params, typename... Args>
 void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem,
             cudaStream_t stream, Args&&... args) {

@@ -102,7 +102,6 @@ void launch_encode_cache_rows(const encode_rows_params& p, cudaStream_t stream) 
   DI_CHECK(p.x && p.out, "encode_cache_rows: input and output are required");
   detail::launch("encode", encode_kernel, unsigned(p.rows), 64, 0, stream, p.x, p.out, p.dst_rows,
                  p.rows, p.pool_rows, detail::make_dev_format(p.format));
-  detail::check_launch("encode_cache_rows");
 }
 
 void launch_decode_cache_rows(const decode_rows_params& p, cudaStream_t stream) {
@@ -112,7 +111,6 @@ void launch_decode_cache_rows(const decode_rows_params& p, cudaStream_t stream) 
   DI_CHECK(p.rows && p.out, "decode_cache_rows: input and output are required");
   detail::launch("decode", decode_kernel, unsigned(p.n), 128, 0, stream, p.rows, p.src_rows, p.out,
                  p.n, detail::make_dev_format(p.format));
-  detail::check_launch("decode_cache_rows");
 }
 
 void launch_entry_rows(const entry_rows_params& p, cudaStream_t stream) {
@@ -123,7 +121,6 @@ void launch_entry_rows(const entry_rows_params& p, cudaStream_t stream) {
   DI_CHECK(p.counts && p.out && (p.max_blocks == 0 || p.tables), "entry_rows: missing operand");
   detail::launch("entry_rows", entry_rows_kernel, detail::grid_for(p.batch * p.entries, 256), 256,
                  0, stream, p);
-  detail::check_launch("entry_rows");
 }
 
 void launch_map_rows(const map_rows_params& p, cudaStream_t stream) {
@@ -133,7 +130,6 @@ void launch_map_rows(const map_rows_params& p, cudaStream_t stream) {
   DI_CHECK(p.idx && p.out && (p.n == 0 || p.map), "map_rows: missing operand");
   detail::launch("map_rows", map_rows_kernel, detail::grid_for(p.batch * p.k, 256), 256, 0, stream,
                  p);
-  detail::check_launch("map_rows");
 }
 
 }  // namespace di::cuda

@@ -17,14 +17,6 @@
 
 namespace di::cuda::detail {
 
-/// Checks the launch just made (configuration errors surface here, faults at the next sync).
-inline void check_launch(const char* kernel) {
-  const cudaError_t st = cudaGetLastError();
-  if (st != cudaSuccess)
-    DI_FAIL("CUDA kernel {} failed to launch: {} ({})", kernel, cudaGetErrorName(st),
-            cudaGetErrorString(st));
-}
-
 inline unsigned grid_for(std::int64_t work, int per_block) {
   const std::int64_t blocks = (work + per_block - 1) / per_block;
   return unsigned(blocks < 1 ? 1 : (blocks > 0x7fffffff ? 0x7fffffff : blocks));

@@ -248,7 +248,6 @@ void launch_index_scores(const index_scores_params& p, cudaStream_t stream) {
   detail::launch("index_scores", index_scores_kernel, grid, kScoreThreads, smem, stream, p.q,
                  p.weights, detail::make_dev_rows(p.keys), p.key_rows, entries, p.scores, p.heads,
                  p.dim);
-  detail::check_launch("index_scores");
 }
 
 void launch_topk(const topk_params& p, cudaStream_t stream) {
@@ -259,7 +258,6 @@ void launch_topk(const topk_params& p, cudaStream_t stream) {
   static std::atomic<std::size_t> limits[16];
   detail::ensure_smem(reinterpret_cast<const void*>(&topk_kernel), sizeof(topk_smem), limits);
   detail::launch("topk", topk_kernel, unsigned(p.rows), kTopkThreads, sizeof(topk_smem), stream, p);
-  detail::check_launch("topk");
 }
 
 std::size_t candidate_blocks_work_bytes(std::int64_t tokens, std::int64_t entries, int block_size,
@@ -283,7 +281,6 @@ void launch_candidate_blocks(const candidate_blocks_params& p, cudaStream_t stre
   detail::launch("block_max", block_max_kernel, detail::grid_for(p.tokens * blocks, 256), 256, 0,
                  stream, p.scores, p.visible, block_scores, p.tokens, p.entries, blocks,
                  p.block_size);
-  detail::check_launch("candidate_blocks/max");
   topk_params tp;
   tp.scores = block_scores;
   tp.out = picked;
@@ -295,7 +292,6 @@ void launch_candidate_blocks(const candidate_blocks_params& p, cudaStream_t stre
   const std::int64_t work = p.tokens * k * std::int64_t(p.block_size);
   detail::launch("mark_blocks", mark_blocks_kernel, detail::grid_for(work, 256), 256, 0, stream,
                  picked, p.keep, p.tokens, p.entries, k, p.block_size);
-  detail::check_launch("candidate_blocks/mark");
 }
 
 }  // namespace di::cuda

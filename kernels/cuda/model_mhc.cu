@@ -206,10 +206,8 @@ void launch_hc_mixes(const hc_mixes_params& p, cudaStream_t stream) {
   else
     detail::launch("hc_mix_partials", hc_mix_partials_kernel<kMaxMixes>, grid, kPartThreads, 0,
                    stream, p, num_mixes, partial);
-  detail::check_launch("hc_mix_partials");
   detail::launch("hc_mix_finish", hc_mix_finish_kernel, unsigned(p.tokens), kFinishThreads, 0,
                  stream, p, num_mixes, int(chunks), partial);
-  detail::check_launch("hc_mix_finish");
 }
 
 void launch_hc_collapse(const hc_collapse_params& p, cudaStream_t stream) {
@@ -218,7 +216,6 @@ void launch_hc_collapse(const hc_collapse_params& p, cudaStream_t stream) {
   DI_CHECK(p.x && p.pre && p.out, "hc_collapse: missing operand");
   detail::launch("hc_collapse", hc_collapse_kernel, detail::grid_for(p.tokens * p.dim, 256), 256, 0,
                  stream, p);
-  detail::check_launch("hc_collapse");
 }
 
 void launch_hc_expand(const hc_expand_params& p, cudaStream_t stream) {
@@ -227,7 +224,6 @@ void launch_hc_expand(const hc_expand_params& p, cudaStream_t stream) {
   DI_CHECK(p.y && p.residual && p.post && p.comb && p.out, "hc_expand: missing operand");
   detail::launch("hc_expand", hc_expand_kernel, detail::grid_for(p.tokens * p.hc * p.dim, 256), 256,
                  0, stream, p);
-  detail::check_launch("hc_expand");
 }
 
 }  // namespace di::cuda

@@ -163,7 +163,6 @@ void launch_route(const route_params& p, cudaStream_t stream) {
   if (p.tokens == 0) return;
   DI_CHECK(p.logits && p.weights && p.experts_out, "route: missing operand");
   detail::launch("route", route_kernel, unsigned(p.tokens), kRouteThreads, 0, stream, p);
-  detail::check_launch("route");
 }
 
 void launch_group_experts(const group_experts_params& p, cudaStream_t stream) {
@@ -174,7 +173,6 @@ void launch_group_experts(const group_experts_params& p, cudaStream_t stream) {
   DI_CHECK(p.offsets && (p.pairs == 0 || (p.experts_in && p.weights_in && p.rows && p.weights)),
            "group_experts: missing operand");
   detail::launch("group_experts", group_experts_kernel, 1, kGroupThreads, 0, stream, p);
-  detail::check_launch("group_experts");
 }
 
 void launch_swiglu(const swiglu_params& p, cudaStream_t stream) {
@@ -183,7 +181,6 @@ void launch_swiglu(const swiglu_params& p, cudaStream_t stream) {
   DI_CHECK(p.gate && p.up && p.out, "swiglu: missing operand");
   const unsigned grid = std::min<unsigned>(detail::grid_for(p.rows * p.inter, 256), 132u * 16u);
   detail::launch("swiglu", swiglu_kernel, grid, 256, 0, stream, p);
-  detail::check_launch("swiglu");
 }
 
 }  // namespace di::cuda

@@ -453,7 +453,6 @@ void launch_pipe_gemm(const block_gemm_params& p, cudaStream_t stream) {
                         limits_other);
     detail::launch("pipe_gemm", pipe_gemm_kernel<false>, grid, threads, smem, stream, p, cfg);
   }
-  CUDA_CHECK_LAUNCH("pipe_gemm");
 }
 
 }  // namespace di::cuda

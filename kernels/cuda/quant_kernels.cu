@@ -93,7 +93,6 @@ void launch_fake_quant(const fake_quant_params& p, cudaStream_t stream) {
   const std::int64_t grid = (items + warps_per_block - 1) / warps_per_block;
   detail::launch("fake_quant", fake_quant_kernel, unsigned(grid), warps_per_block * 32, 0, stream,
                  p);
-  CUDA_CHECK_LAUNCH("fake_quant");
 }
 
 void launch_hadamard(float* x, std::int64_t rows, std::int64_t dim, cudaStream_t stream) {
@@ -103,7 +102,6 @@ void launch_hadamard(float* x, std::int64_t rows, std::int64_t dim, cudaStream_t
   detail::ensure_smem(reinterpret_cast<const void*>(&hadamard_kernel), smem, limits);
   const float norm = 1.0f / sqrtf(float(dim));
   detail::launch("hadamard", hadamard_kernel, unsigned(rows), 256, smem, stream, x, dim, norm);
-  CUDA_CHECK_LAUNCH("hadamard");
 }
 
 void launch_rotary(const rotary_params& p, cudaStream_t stream) {
@@ -112,7 +110,6 @@ void launch_rotary(const rotary_params& p, cudaStream_t stream) {
            kRotaryMaxPairs);
   DI_CHECK(p.heads <= (std::int64_t(1) << 20), "rotary: {} heads per token", p.heads);
   detail::launch("rotary", rotary_kernel, unsigned(p.tokens), 256, 0, stream, p);
-  CUDA_CHECK_LAUNCH("rotary");
 }
 
 }  // namespace di::cuda

@@ -280,7 +280,6 @@ void launch_skinny_gemm(const block_gemm_params& p, cudaStream_t stream) {
     every ? launch_nt<4, true>(p, sh, stream) : launch_nt<4, false>(p, sh, stream);
   else
     every ? launch_nt<8, true>(p, sh, stream) : launch_nt<8, false>(p, sh, stream);
-  CUDA_CHECK_LAUNCH("skinny_gemm");
 }
 
 }  // namespace di::cuda

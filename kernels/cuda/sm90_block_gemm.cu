@@ -378,7 +378,6 @@ void launch_tiles(const block_gemm_params& p, const split_config& cfg, dim3 grid
                       limits);
   detail::launch("block_gemm", block_gemm_kernel<NT, FMT>, grid, num_warps * 32, smem, stream, p,
                  cfg);
-  CUDA_CHECK_LAUNCH("sm90_block_gemm");
 }
 
 template <int FMT>

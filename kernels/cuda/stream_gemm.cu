@@ -513,7 +513,6 @@ void launch_stream_gemm(const block_gemm_params& p, cudaStream_t stream) {
     launch_variant<false, false, 2, 3>(p, every, sh.walk, grid, sh.cfg, stream);
   else
     launch_variant<false, false, 4, 2>(p, every, sh.walk, grid, sh.cfg, stream);
-  CUDA_CHECK_LAUNCH("stream_gemm");
 }
 
 }  // namespace di::cuda

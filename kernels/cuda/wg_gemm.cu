@@ -366,7 +366,6 @@ void launch_wg_gemm(const block_gemm_params& p, cudaStream_t stream) {
                            stream);
   else
     launch_ring<0>(p, sh, every, grid, b_bytes, stream);
-  CUDA_CHECK_LAUNCH("wg_gemm");
 }
 
 }  // namespace di::cuda
