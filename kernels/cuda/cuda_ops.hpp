@@ -101,6 +101,11 @@ void set_wg_gemm_ring(int mode);
 /// DEEPINFER_STREAM_VARIANT sets the default (a value other than -1, 0 or 1 is ignored with a
 /// warning on stderr). Defined in stream_gemm.cu.
 void set_stream_gemm_variant(int variant);
+/// stream_gemm's dense FP8 token tiles (not walking): the weights through per-warp shared-memory
+/// rings filled by TMA loads (-1, the default, and 1) or loaded into registers (0); the same
+/// bits either way. DEEPINFER_STREAM_TMA sets the default; any other value is a di::error.
+/// Defined in stream_gemm.cu.
+void set_stream_gemm_tma(int mode);
 /// grouped_linear's decode batches (1..64 rows, FP8 with e8m0 scales) on fp8_split_gemm (bf16
 /// tensor cores, activations split into two bf16 parts) -- the default -- or, switched off, on
 /// fp8_gemv (CUDA cores, fp32 activations). For benchmarks and tests. Defined in gemm.cpp.

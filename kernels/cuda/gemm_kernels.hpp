@@ -89,6 +89,9 @@ struct stream_gemm_plan {
   std::int64_t row_blocks, grid_groups, token_tiles;  ///< the grid
 };
 stream_gemm_plan plan_stream_gemm(const block_gemm_params& p);
+/// Whether launch_stream_gemm streams p's weights through its warps' TMA rings
+/// (set_stream_gemm_tma): dense FP8 (and FP8 experts) with one token tile per block.
+bool stream_gemm_uses_tma(const block_gemm_params& p);
 /// block_gemm's decode kernel for interleaved MXFP4 weights (pipe_gemm.cu): the weights
 /// streamed into shared memory by the bulk-copy engine through an mbarrier ring, consumed by
 /// 8 warps per block. launch_block_gemm hands token tiles of <= 8 rows to it when

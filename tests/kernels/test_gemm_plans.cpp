@@ -368,5 +368,21 @@ TEST_CASE("block_gemm launches refuse interleaved weights whose shape cuts strip
   cuda::check_interleaved(fp8, "test");
 }
 
+TEST_CASE("stream_gemm's TMA rings: dense FP8 token tiles by default, forced off") {
+  const shape wq_a{1280, 5120, 32, 1, 32};
+  const shape w1{2304, 5120, 0, 384, 32};
+  CHECK(cuda::stream_gemm_uses_tma(params_for(wq_a, 1)));
+  CHECK(cuda::stream_gemm_uses_tma(params_for(wq_a, 8)));
+  CHECK_FALSE(cuda::stream_gemm_uses_tma(params_for(wq_a, 9)));  // walks its token tiles
+  CHECK_FALSE(cuda::stream_gemm_uses_tma(experts(w1, 1)));        // MXFP4
+  cuda::set_stream_gemm_tma(0);
+  CHECK_FALSE(cuda::stream_gemm_uses_tma(params_for(wq_a, 1)));
+  cuda::set_stream_gemm_tma(1);
+  CHECK(cuda::stream_gemm_uses_tma(params_for(wq_a, 1)));
+  CHECK_THROWS_AS(cuda::set_stream_gemm_tma(2), error);
+  cuda::set_stream_gemm_tma(-1);  // the default
+  CHECK(cuda::stream_gemm_uses_tma(params_for(wq_a, 1)));
+}
+
 }  // namespace
 }  // namespace di

@@ -10,6 +10,7 @@
 #include "kernels/cuda/cuda_ops.hpp"
 #include "kernels/ops.hpp"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -459,6 +460,7 @@ struct stream_switches {
     cuda::set_pipe_gemm(false);
     cuda::set_wg_gemm(true);
     cuda::set_wg_gemm_ring(-1);
+    cuda::set_stream_gemm_tma(-1);
   }
 };
 
@@ -483,10 +485,13 @@ TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invarian
     cuda::set_stream_gemm(false);  // the shared-memory tile kernel
     const tensor tiled = ops::linear(x8.to(gpu), w, {act}).to(cpu_device);
     cuda::set_stream_gemm(true);
-    tensor first_variant;  // the variants batch loads differently but add in the same order
-    for (int variant : {0, 1, -1}) {
+    tensor first_variant;  // the variants batch loads differently but add in the same order;
+    // FP8 through the TMA rings (the default) or registers: the same bits
+    for (const auto [variant, tma] : {std::pair{0, 0}, {1, 0}, {-1, 0}, {-1, -1}}) {
       CAPTURE(variant);
+      CAPTURE(tma);
       cuda::set_stream_gemm_variant(variant);
+      cuda::set_stream_gemm_tma(tma);
       test::poison_device_pool();
       const tensor y8 = ops::linear(x8.to(gpu), w, {act}).to(cpu_device);
       if (variant == 0)
@@ -533,11 +538,19 @@ TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invarian
       const weight_matrix w8 = random_fp8(8 * 64, 1024, 32);
       for (const weight_matrix* w : {&w4, &w8}) {
         const ops::expert_linear_params hint{32, rows, 2};  // loose bound, tile for 2 rows
+        const int most = *std::max_element(counts.begin(), counts.end());
+        const ops::expert_linear_params tight{32, most};  // a token tile per block (<= 8 rows)
         const tensor want = ops::expert_linear(xr, off, *w, {32, 0});
         for (int variant : {0, 1, -1}) {
           cuda::set_stream_gemm_variant(variant);
-          check_close(ops::expert_linear(xr.to(gpu), off.to(gpu), weight_to(*w, gpu), hint), want,
-                      2e-3);
+          for (int tma : {0, -1}) {  // FP8 through TMA rings with a tight bound
+            cuda::set_stream_gemm_tma(tma);
+            for (const ops::expert_linear_params& prm : {hint, tight}) {
+              if (prm.max_rows_per_expert > 8 && prm.tile_rows_hint == 0) continue;
+              check_close(ops::expert_linear(xr.to(gpu), off.to(gpu), weight_to(*w, gpu), prm),
+                          want, 2e-3);
+            }
+          }
         }
         cuda::set_stream_gemm(false);
         check_close(ops::expert_linear(xr.to(gpu), off.to(gpu), weight_to(*w, gpu), hint), want,
