@@ -1,22 +1,34 @@
 #!/bin/bash
-# WIP device call for branch stream-tma-wip: stream_gemm TMA rings -- the stream_gemm GPU tests
-# first (stops if they fail), kernel bench with TMA off / on, all GPU tests, then v41-flash-L4
-# decode with TMA on / off. Device call: carry ["build-cuda-fwd/fwd-bundle.tar.xz"], command:
-# bash scripts/wip-stream-tma-call.sh
+# WIP device call for branch stream-tma-wip (session 12, not run yet): dense FP8 decode GEMMs
+# with their weights streamed by TMA -- stream_gemm's per-warp TMA rings (on by default on this
+# branch, DEEPINFER_STREAM_TMA=0 off) and dense_wg_gemm on wgmma with TMA stages
+# (DEEPINFER_DENSE_WG=1, DEEPINFER_DENSE_WG_AMODE=5). Their GPU tests first (each under 120 s;
+# stops if the first fails), then bench_kernels_cuda's V4.1 fp8 rows (decode only), every GPU
+# test, and v41-flash-L4 decode with the TMA rings on and off.
+# Device call: carry ["build-cuda-fwd/fwd-bundle.tar.xz"], command: bash scripts/wip-stream-tma-call.sh
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out" /tmp/fwd
 tar -C /tmp/fwd -xJf build-cuda-fwd/fwd-bundle.tar.xz
 export LD_LIBRARY_PATH=/tmp/fwd/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export DEEPINFER_SHARED_DIR=/tmp/fwd/shared
 di=/tmp/fwd/bin/deepinfer
-DEEPINFER_SOURCE_DIR=$PWD timeout 120 /tmp/fwd/tests/test_kernels_cuda -tc="*stream_gemm*" >"$out/gate.log" 2>&1
-rc=$?; echo "gate rc=$rc"; grep -E "^\[doctest\] (test cases|assertions)|ERROR" -A3 "$out/gate.log" | head -30
-[[ $rc == 0 ]] || exit 1
+gate() {  # name, env..., -- test pattern
+  local name=$1; shift
+  env "$@" DEEPINFER_SOURCE_DIR=$PWD timeout 120 /tmp/fwd/tests/test_kernels_cuda \
+    >"$out/gate-$name.log" 2>&1
+  local rc=$?
+  echo "gate $name rc=$rc"; grep -E "^\[doctest\] (test cases|assertions)|ERROR" -A3 "$out/gate-$name.log" | head -30
+  return $rc
+}
+gate stream_tma -tc="*stream_gemm*" || exit 1
+gate dense_tma DEEPINFER_DENSE_WG_AMODE=5 -tc="*dense_wg*"
 ( $di make-model --preset v41-flash-L4 --out /tmp/models/v41 --quiet >"$out/mm.log" 2>&1; echo "make-model rc=$?" >>"$out/mm.log" ) &
 mm=$!
-for tma in 0 -1; do
-  DEEPINFER_BENCH_DECODE_ONLY=1 DEEPINFER_STREAM_TMA=$tma timeout 100 /tmp/fwd/bin/bench_kernels_cuda --filter "V4.1 fp8" >"$out/fp8-tma$tma.log" 2>&1
-  echo "== stream tma $tma rc=$?"; grep -E "stream_gemm M=1|stream_gemm M=8" -A2 "$out/fp8-tma$tma.log" | grep -E "M=8|weight stream" | cut -c1-30,60-140
+for amode in 5 0; do
+  DEEPINFER_BENCH_DECODE_ONLY=1 DEEPINFER_DENSE_WG_AMODE=$amode timeout 150 /tmp/fwd/bin/bench_kernels_cuda \
+    --filter "V4.1 fp8" >"$out/fp8-amode$amode.log" 2>&1
+  echo "== bench V4.1 fp8, dense_wg AMODE $amode rc=$?"
+  grep -E "M=1 |M=8 |M=64 " -A2 "$out/fp8-amode$amode.log" | grep -E "M=8|M=64|weight stream|M=1 " | grep -v eager | cut -c1-40,60-150
 done
 for t in test_kernels_cuda test_cuda_model_ops; do
   DEEPINFER_SOURCE_DIR=$PWD timeout 150 /tmp/fwd/tests/$t >"$out/$t.log" 2>&1
@@ -29,5 +41,6 @@ grep -E "PDL|argmax 23|test cases:|ERROR|FAILED" "$out/test_forward_cuda.log" | 
 wait $mm; tail -1 "$out/mm.log"
 for tma in -1 0; do
   echo "== DEEPINFER_STREAM_TMA=$tma"
-  DEEPINFER_STREAM_TMA=$tma timeout 120 $di bench decode --model /tmp/models/v41 --device cuda --batch 1,8,64 --context 1024 --steps 8 --cuda-graphs on 2>&1 | grep decode
+  DEEPINFER_STREAM_TMA=$tma timeout 120 $di bench decode --model /tmp/models/v41 --device cuda \
+    --batch 1,8,64 --context 1024 --steps 8 --cuda-graphs on 2>&1 | grep decode
 done

@@ -74,6 +74,14 @@ bool get_stream_gemm();
 /// tiles; default from DEEPINFER_SKINNY_GEMM=0). Defined in sm90_block_gemm.cu.
 void set_skinny_gemm(bool on);
 bool get_skinny_gemm();
+/// Dense FP8 GEMMs of 1..64 rows go to dense_wg_gemm -- the warpgroup MMA with weights and
+/// activations staged in shared memory (DEEPINFER_DENSE_WG_AMODE=5: the weights by TMA) --
+/// before stream_gemm and skinny_gemm when switched on (DEEPINFER_DENSE_WG=1). EXPERIMENT.
+/// Defined in dense_wg_gemm.cu.
+void set_dense_wg(bool on);
+bool get_dense_wg();
+/// Launches of dense_wg_gemm so far in this process (tests: that it served a GEMM).
+long dense_wg_launches();
 /// Decode tiles of interleaved MXFP4 weights (the routed experts) go to pipe_gemm -- the
 /// weights copied into shared memory by the bulk-copy engine, the same bits as stream_gemm --
 /// when switched on. Off by default (DEEPINFER_PIPE_GEMM=1 turns it on): on the H200 it still

@@ -134,6 +134,14 @@ void launch_wg_gemm(const block_gemm_params& p, cudaStream_t stream);
 bool skinny_gemm_takes(const block_gemm_params& p);
 block_gemm_plan plan_skinny_gemm(const block_gemm_params& p);
 void launch_skinny_gemm(const block_gemm_params& p, cudaStream_t stream);
+/// Dense FP8 GEMMs of 1..64 rows on the warpgroup MMA with both operands in shared memory
+/// (dense_wg_gemm.cu, EXPERIMENT): launch_block_gemm hands them over, before stream_gemm and
+/// skinny_gemm, when dense_wg_takes(p) (it is switched on and the shape and alignment fit). K
+/// splits (1 or 2, exact) from the weight's shape only: deterministic and batch-invariant over
+/// 1..64 rows.
+bool dense_wg_takes(const block_gemm_params& p);
+block_gemm_plan plan_dense_wg(const block_gemm_params& p);
+void launch_dense_wg(const block_gemm_params& p, cudaStream_t stream);
 /// (The switches that choose between stream_gemm and sm90_block_gemm, and stream_gemm's load
 /// batching, are declared with the other GEMM switches in cuda_ops.hpp.)
 

@@ -461,6 +461,7 @@ struct stream_switches {
     cuda::set_wg_gemm(true);
     cuda::set_wg_gemm_ring(-1);
     cuda::set_stream_gemm_tma(-1);
+    cuda::set_dense_wg(false);
   }
 };
 
@@ -559,6 +560,59 @@ TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invarian
       }
     }
   }
+}
+
+TEST_CASE(
+    "cuda dense_wg_gemm (dense FP8, 1..64 rows on wgmma): right, deterministic, "
+    "batch-invariant, refusals") {
+  const stream_switches restore;
+  struct shape {
+    std::int64_t out, in;
+    int block;
+  };
+  // One step (K 32: three of four warpgroups idle); K 64 and 384 (fewer steps than a ring);
+  // outputs not a multiple of the 64-row block (16, 40, 200, 1000); two blocks along K (few row
+  // blocks, K >= 512) with V4 (128) and V4.1 (32) blocks; V4.1's wq_a-like 1280 x 5120.
+  const shape shapes[] = {{16, 32, 32},    {40, 64, 32},    {48, 384, 128},   {200, 1280, 32},
+                          {16, 6144, 128}, {1000, 512, 32}, {1280, 5120, 32}, {96, 2048, 128}};
+  for (const shape sh : shapes) {
+    CAPTURE(sh.out);
+    CAPTURE(sh.in);
+    const weight_matrix host = random_fp8(sh.out, sh.in, sh.block);
+    const weight_matrix w = weight_to(host, gpu);
+    const int act = sh.in % 128 == 0 ? 128 : 32;
+    const tensor x64 = varied_input(64, sh.in);
+    cuda::set_dense_wg(false);  // skinny_gemm: the same sums on the emulated MMA
+    const tensor emulated = ops::linear(x64.to(gpu), w, {act}).to(cpu_device);
+    cuda::set_dense_wg(true);
+    const long before = cuda::dense_wg_launches();
+    test::poison_device_pool();
+    const tensor y64 = ops::linear(x64.to(gpu), w, {act}).to(cpu_device);
+    CHECK(cuda::dense_wg_launches() == before + 1);
+    check_close(y64, ops::linear(x64, host, {act}), 2e-3);
+    // The FP8 tensor cores keep fewer accumulation bits than the emulated path's f16 MMAs.
+    check_close(y64, emulated, 5e-4);
+    test::check_bitwise(ops::linear(x64.to(gpu), w, {act}).to(cpu_device), y64);
+    cuda::set_ordered_gemm_splits(true);  // two splits: 0 + a + b either way
+    test::check_bitwise(ops::linear(x64.to(gpu), w, {act}).to(cpu_device), y64);
+    cuda::set_ordered_gemm_splits(false);
+    // Any batch of 1..64 rows (N = 8, 16, 32, 64): the same bits for the same tokens.
+    for (std::int64_t rows : {1, 3, 8, 9, 16, 17, 33, 40}) {
+      CAPTURE(rows);
+      test::poison_device_pool();
+      const tensor part = ops::linear(x64.slice(0, 0, rows).clone().to(gpu), w, {act});
+      test::check_bitwise(part.to(cpu_device), y64.slice(0, 0, rows).clone());
+    }
+  }
+  // 65 rows are not its (sm90_block_gemm's tiles; the CPU test of plan_dense_wg checks the
+  // other refusals).
+  cuda::set_dense_wg(true);
+  const weight_matrix host = random_fp8(64, 256, 32);
+  const long before = cuda::dense_wg_launches();
+  const tensor x65 = varied_input(65, 256);
+  check_close(ops::linear(x65.to(gpu), weight_to(host, gpu), {32}), ops::linear(x65, host, {32}),
+              2e-3);
+  CHECK(cuda::dense_wg_launches() == before);
 }
 
 struct expert_shape {
