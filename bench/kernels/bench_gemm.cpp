@@ -74,6 +74,7 @@ struct decode_kernel {
 const decode_kernel decode_kernels[] = {{"wg_gemm", true, -1, false, true},
                                         {"wg_gemm ring", true, -1, false, true, 1},
                                         {"stream_gemm", true, -1, false, false},
+                                        {"wg_gemm bulk", true, -1, false, true, 2},
                                         {"pipe_gemm", true, -1, true, false},
                                         {"stream regs", true, -1, false, false, 0, 0},
                                         {"stream 4x2", true, 0, false, false, 0, 0},
@@ -294,7 +295,7 @@ void fp4_routed_rows(const limits& lim, std::vector<result_row>& rows, const cha
     const tensor x = random_device({pairs, s.k}, dtype::f32, 53);
     const ops::expert_linear_params p{act, batch, std::max<std::int64_t>(1, (2 * pairs + experts - 1) / experts)};
     for (const decode_kernel& kernel : decode_kernels) {
-      if (&kernel > &decode_kernels[3]) continue;  // wg_gemm (both), stream_gemm, pipe_gemm
+      if (&kernel > &decode_kernels[4]) continue;  // wg_gemm (3 rings), stream_gemm, pipe_gemm
       kernel.select();
       const double us = median_graph_us([&] {
                           for (const routing& r : routings) ops::expert_linear(x, r.offsets, w, p);

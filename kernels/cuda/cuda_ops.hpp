@@ -101,8 +101,9 @@ long wg_gemm_launches();
 /// wg_gemm streams its weights through a per-warp shared-memory ring of 4 runs (cp.async: more
 /// bytes in flight, no registers held) instead of one run ahead in registers; the same bits.
 /// 1 always, 0 never, -1 (the default) from 128 routed rows on (batches of about 22 tokens and
-/// more); DEEPINFER_WG_RING sets the default; any other value is a di::error. Defined in
-/// wg_gemm.cu.
+/// more); 2 (EXPERIMENT) the ring filled by one bulk copy per run (2 KB) counted by an mbarrier
+/// per slot, for token tiles that do not walk (else as 1). DEEPINFER_WG_RING sets the default;
+/// any other value is a di::error. Defined in wg_gemm.cu.
 void set_wg_gemm_ring(int mode);
 /// stream_gemm's FP8 (steps per load batch, blocks per SM): -1 = by K (default), 0 = (4, 2),
 /// 1 = (2, 3); the same results either way. Any other value is a di::error.

@@ -709,9 +709,12 @@ TEST_CASE("cuda wg_gemm (MXFP4 expert decode tiles on wgmma): right, determinist
         test::check_bitwise(ops::expert_linear(x, off, il, p).to(cpu_device), y);
         if (!first) test::check_bitwise(y, first_y);
         first_y = y;
-        cuda::set_wg_gemm_ring(1);  // the weights through shared memory: the same bits
-        test::poison_device_pool();
-        test::check_bitwise(ops::expert_linear(x, off, il, p).to(cpu_device), y);
+        for (int ring : {1, 2}) {  // the weights through shared memory (cp.async, bulk copies)
+          CAPTURE(ring);
+          cuda::set_wg_gemm_ring(ring);
+          test::poison_device_pool();
+          test::check_bitwise(ops::expert_linear(x, off, il, p).to(cpu_device), y);
+        }
         cuda::set_wg_gemm_ring(-1);
       });
   // What it does not take goes to stream_gemm: weights as stored (not interleaved), or a K
