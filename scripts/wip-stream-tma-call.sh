@@ -2,7 +2,8 @@
 # WIP device call for branch stream-tma-wip (session 12, not run yet): dense FP8 decode GEMMs
 # with their weights streamed by TMA -- stream_gemm's per-warp TMA rings (on by default on this
 # branch, DEEPINFER_STREAM_TMA=0 off) and dense_wg_gemm on wgmma with TMA stages
-# (DEEPINFER_DENSE_WG=1, DEEPINFER_DENSE_WG_AMODE=5). Their GPU tests first (each under 120 s;
+# (DEEPINFER_DENSE_WG=1, DEEPINFER_DENSE_WG_AMODE=5); and wg_gemm's ring filled by bulk copies
+# (DEEPINFER_WG_RING=2). Their GPU tests first (each under 120 s;
 # stops if the first fails), then bench_kernels_cuda's V4.1 fp8 rows (decode only), every GPU
 # test, and v41-flash-L4 decode with the TMA rings on and off.
 # Device call: carry ["build-cuda-fwd/fwd-bundle.tar.xz"], command: bash scripts/wip-stream-tma-call.sh
@@ -22,6 +23,7 @@ gate() {  # name, env..., -- test pattern
 }
 gate stream_tma -tc="*stream_gemm*" || exit 1
 gate dense_tma DEEPINFER_DENSE_WG_AMODE=5 -tc="*dense_wg*"
+gate wg_bulk -tc="*wg_gemm*"
 ( $di make-model --preset v41-flash-L4 --out /tmp/models/v41 --quiet >"$out/mm.log" 2>&1; echo "make-model rc=$?" >>"$out/mm.log" ) &
 mm=$!
 for amode in 5 0; do
@@ -30,6 +32,9 @@ for amode in 5 0; do
   echo "== bench V4.1 fp8, dense_wg AMODE $amode rc=$?"
   grep -E "M=1 |M=8 |M=64 " -A2 "$out/fp8-amode$amode.log" | grep -E "M=8|M=64|weight stream|M=1 " | grep -v eager | cut -c1-40,60-150
 done
+DEEPINFER_BENCH_DECODE_ONLY=1 timeout 150 /tmp/fwd/bin/bench_kernels_cuda --filter "il routed" \
+  >"$out/routed.log" 2>&1
+echo "== bench il routed rc=$?"; grep -E "il routed" "$out/routed.log" | cut -c1-60,75-150
 for t in test_kernels_cuda test_cuda_model_ops; do
   DEEPINFER_SOURCE_DIR=$PWD timeout 150 /tmp/fwd/tests/$t >"$out/$t.log" 2>&1
   echo "$t rc=$? $(grep -E '^\[doctest\] (test cases|assertions)' "$out/$t.log" | tr -s ' ' | paste -sd' ')"
@@ -39,8 +44,8 @@ timeout 200 /tmp/fwd/tests/test_forward_cuda -s >"$out/test_forward_cuda.log" 2>
 echo "test_forward_cuda rc=$?"
 grep -E "PDL|argmax 23|test cases:|ERROR|FAILED" "$out/test_forward_cuda.log" | sed 's/.*MESSAGE: //' | sort -u | head -30
 wait $mm; tail -1 "$out/mm.log"
-for tma in -1 0; do
-  echo "== DEEPINFER_STREAM_TMA=$tma"
-  DEEPINFER_STREAM_TMA=$tma timeout 120 $di bench decode --model /tmp/models/v41 --device cuda \
+for mode in "DEEPINFER_STREAM_TMA=-1" "DEEPINFER_STREAM_TMA=0" "DEEPINFER_WG_RING=2"; do
+  echo "== $mode"
+  env "$mode" timeout 120 $di bench decode --model /tmp/models/v41 --device cuda \
     --batch 1,8,64 --context 1024 --steps 8 --cuda-graphs on 2>&1 | grep decode
 done
