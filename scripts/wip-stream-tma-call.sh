@@ -1,11 +1,13 @@
 #!/bin/bash
-# WIP device call for branch stream-tma-wip (session 12, not run yet): dense FP8 decode GEMMs
+# WIP device call for branches stream-tma-wip / small-kernels-wip (session 12, not run yet):
+# dense FP8 decode GEMMs
 # with their weights streamed by TMA -- stream_gemm's per-warp TMA rings (on by default on this
 # branch, DEEPINFER_STREAM_TMA=0 off) and dense_wg_gemm on wgmma with TMA stages
 # (DEEPINFER_DENSE_WG=1, DEEPINFER_DENSE_WG_AMODE=5); and wg_gemm's ring filled by bulk copies
-# (DEEPINFER_WG_RING=2). Their GPU tests first (each under 120 s;
-# stops if the first fails), then bench_kernels_cuda's V4.1 fp8 rows (decode only), every GPU
-# test, and v41-flash-L4 decode with the TMA rings on and off.
+# (DEEPINFER_WG_RING=2); and (small-kernels-wip) engram_gate, cache encode, rotary and RMSNorm
+# rewritten for batch 1. Their GPU tests first (each under 120 s; a failed one switches its
+# experiment off for the rest), then bench_kernels_cuda's V4.1 fp8 and routed rows (decode
+# only), every GPU test, and v41-flash-L4 decode with each experiment on and off.
 # Device call: carry ["build-cuda-fwd/fwd-bundle.tar.xz"], command: bash scripts/wip-stream-tma-call.sh
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out" /tmp/fwd
@@ -13,17 +15,29 @@ tar -C /tmp/fwd -xJf build-cuda-fwd/fwd-bundle.tar.xz
 export LD_LIBRARY_PATH=/tmp/fwd/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export DEEPINFER_SHARED_DIR=/tmp/fwd/shared
 di=/tmp/fwd/bin/deepinfer
-gate() {  # name, env..., -- test pattern
-  local name=$1; shift
-  env "$@" DEEPINFER_SOURCE_DIR=$PWD timeout 120 /tmp/fwd/tests/test_kernels_cuda \
+gate() {  # name, pattern, VAR=value...: the GPU kernel tests matching pattern, under 120 s
+  local name=$1 pattern=$2; shift 2
+  env "$@" DEEPINFER_SOURCE_DIR=$PWD timeout 120 /tmp/fwd/tests/test_kernels_cuda -tc="$pattern" \
     >"$out/gate-$name.log" 2>&1
   local rc=$?
   echo "gate $name rc=$rc"; grep -E "^\[doctest\] (test cases|assertions)|ERROR" -A3 "$out/gate-$name.log" | head -30
   return $rc
 }
-gate stream_tma -tc="*stream_gemm*" || exit 1
-gate dense_tma DEEPINFER_DENSE_WG_AMODE=5 -tc="*dense_wg*"
-gate wg_bulk -tc="*wg_gemm*"
+# A failed experiment is switched off for the rest of the call (the others still measured).
+modes=()
+if gate stream_tma "*stream_gemm*"; then
+  modes+=("DEEPINFER_STREAM_TMA=-1" "DEEPINFER_STREAM_TMA=0")
+else
+  export DEEPINFER_STREAM_TMA=0
+  modes+=("DEEPINFER_STREAM_TMA=0")
+fi
+gate dense_tma "*dense_wg*" DEEPINFER_DENSE_WG_AMODE=5
+gate wg_bulk "*wg_gemm*" && modes+=("DEEPINFER_WG_RING=2")
+# small-kernels-wip: engram_gate, cache encode, rotary and RMSNorm rewritten for batch 1
+gate small_kernels "*rotary*,*rms_norm*"
+DEEPINFER_SOURCE_DIR=$PWD timeout 120 /tmp/fwd/tests/test_cuda_model_ops -tc="*engram_gate*,*encode*" \
+  >"$out/gate-model.log" 2>&1
+echo "gate model kernels rc=$?"; grep -E "^\[doctest\] (test cases|assertions)|ERROR" -A3 "$out/gate-model.log" | head -20
 ( $di make-model --preset v41-flash-L4 --out /tmp/models/v41 --quiet >"$out/mm.log" 2>&1; echo "make-model rc=$?" >>"$out/mm.log" ) &
 mm=$!
 for amode in 5 0; do
@@ -44,7 +58,7 @@ timeout 200 /tmp/fwd/tests/test_forward_cuda -s >"$out/test_forward_cuda.log" 2>
 echo "test_forward_cuda rc=$?"
 grep -E "PDL|argmax 23|test cases:|ERROR|FAILED" "$out/test_forward_cuda.log" | sed 's/.*MESSAGE: //' | sort -u | head -30
 wait $mm; tail -1 "$out/mm.log"
-for mode in "DEEPINFER_STREAM_TMA=-1" "DEEPINFER_STREAM_TMA=0" "DEEPINFER_WG_RING=2"; do
+for mode in "${modes[@]}"; do
   echo "== $mode"
   env "$mode" timeout 120 $di bench decode --model /tmp/models/v41 --device cuda \
     --batch 1,8,64 --context 1024 --steps 8 --cuda-graphs on 2>&1 | grep decode

@@ -343,7 +343,6 @@ std::atomic<long> g_launches{0};
 
 template <int NT>
 void launch_n(const block_gemm_params& p, const dense_wg_shape& sh, cudaStream_t stream) {
-  static std::atomic<std::size_t> limits[detail::max_tracked_devices];  // per instantiation
   static const int env_mode = std::getenv("DEEPINFER_DENSE_WG_AMODE")   // EXPERIMENT
                                   ? std::atoi(std::getenv("DEEPINFER_DENSE_WG_AMODE"))
                                   : 0;
@@ -413,7 +412,6 @@ void launch_dense_wg(const block_gemm_params& p, cudaStream_t stream) {
     launch_n<4>(p, sh, stream);
   else
     launch_n<8>(p, sh, stream);
-  CUDA_CHECK_LAUNCH("dense_wg_gemm");
   ++g_launches;
 }
 

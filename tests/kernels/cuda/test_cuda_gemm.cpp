@@ -488,7 +488,7 @@ TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invarian
     cuda::set_stream_gemm(true);
     tensor first_variant;  // the variants batch loads differently but add in the same order;
     // FP8 through the TMA rings (the default) or registers: the same bits
-    for (const auto [variant, tma] : {std::pair{0, 0}, {1, 0}, {-1, 0}, {-1, -1}}) {
+    for (const auto& [variant, tma] : {std::pair{0, 0}, {1, 0}, {-1, 0}, {-1, -1}}) {
       CAPTURE(variant);
       CAPTURE(tma);
       cuda::set_stream_gemm_variant(variant);

@@ -3,6 +3,7 @@
 // and the Engram gate.
 #include "gpu_test_util.hpp"
 #include <cstring>
+#include <utility>
 #include "kernels/cpu/cpu_ops.hpp"
 #include "kernels/cuda/cuda_model_ops.hpp"
 
@@ -268,9 +269,12 @@ TEST_CASE("cuda hc_mixes, hc_head_pre, hc_collapse, hc_expand") {
 
 TEST_CASE("cuda engram_gate") {
   DI_REQUIRE_GPU();
-  for (std::int64_t tokens : {0, 1, 7}) {
+  // Widths of 16-byte rows (V4, V4.1) and one that is not (the kernel's scalar path).
+  for (const auto& [tokens, d] : {std::pair<std::int64_t, std::int64_t>{0, 4096}, {1, 4096},
+                                 {7, 4096}, {1, 5120}, {3, 1001}}) {
+    CAPTURE(tokens);
+    CAPTURE(d);
     const int hc = 4;
-    const std::int64_t d = 4096;
     const tensor h = test::randn({tokens, hc, d}), key = test::randn({tokens, hc, d});
     const tensor value = test::randn({tokens, d}), weight = test::randn({hc, d});
     const ops::engram_params ep{};
