@@ -503,7 +503,9 @@ std::atomic<int> g_tma{
 bool uses_tma(const block_gemm_params& p, const stream_shape& sh) {
   const int mode = g_tma;
   if (mode == 0 || p.fp4 || sh.walk) return false;
-  return p.k % 16 == 0 && p.groups * p.n < (std::int64_t(1) << 31);
+  // cuTensorMapEncodeTiled: a 16-byte aligned base and row pitch; int32 box coordinates.
+  return p.k % 16 == 0 && reinterpret_cast<std::uintptr_t>(p.weight) % 16 == 0 &&
+         p.groups * p.n < (std::int64_t(1) << 31);
 }
 
 template <bool FP4, bool IL, int batch, int min_blocks, bool TMA = false>
