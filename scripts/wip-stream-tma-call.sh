@@ -1,11 +1,12 @@
 #!/bin/bash
-# WIP device call for branches stream-tma-wip / small-kernels-wip (session 12, not run yet):
+# WIP device call for branch session12-wip (session 12, not run yet):
 # dense FP8 decode GEMMs
 # with their weights streamed by TMA -- stream_gemm's per-warp TMA rings (on by default on this
 # branch, DEEPINFER_STREAM_TMA=0 off) and dense_wg_gemm on wgmma with TMA stages
 # (DEEPINFER_DENSE_WG=1, DEEPINFER_DENSE_WG_AMODE=5); and wg_gemm's ring filled by bulk copies
 # (DEEPINFER_WG_RING=2); and (small-kernels-wip) engram_gate, cache encode, rotary and RMSNorm
-# rewritten for batch 1. Their GPU tests first (each under 120 s; a failed one switches its
+# rewritten for batch 1; fp32 decode projections on f32_gemv instead of cuBLAS SGEMV
+# (DEEPINFER_F32_GEMV=0 off). Their GPU tests first (each under 120 s; a failed one switches its
 # experiment off for the rest), then bench_kernels_cuda's V4.1 fp8 and routed rows (decode
 # only), every GPU test, and v41-flash-L4 decode with each experiment on and off.
 # Device call: carry ["build-cuda-fwd/fwd-bundle.tar.xz"], command: bash scripts/wip-stream-tma-call.sh
@@ -33,7 +34,8 @@ else
 fi
 gate dense_tma "*dense_wg*" DEEPINFER_DENSE_WG_AMODE=5
 gate wg_bulk "*wg_gemm*" && modes+=("DEEPINFER_WG_RING=2")
-# small-kernels-wip: engram_gate, cache encode, rotary and RMSNorm rewritten for batch 1
+if gate f32_gemv "*f32_gemv*"; then modes+=("DEEPINFER_F32_GEMV=0"); else export DEEPINFER_F32_GEMV=0; fi
+# engram_gate, cache encode, rotary and RMSNorm rewritten for batch 1
 gate small_kernels "*rotary*,*rms_norm*"
 DEEPINFER_SOURCE_DIR=$PWD timeout 120 /tmp/fwd/tests/test_cuda_model_ops -tc="*engram_gate*,*encode*" \
   >"$out/gate-model.log" 2>&1

@@ -119,6 +119,9 @@ void set_stream_gemm_tma(int mode);
 /// tensor cores, activations split into two bf16 parts) -- the default -- or, switched off, on
 /// fp8_gemv (CUDA cores, fp32 activations). For benchmarks and tests. Defined in gemm.cpp.
 void set_split_gemm(bool on);
+/// linear's fp32 weights with 1..8 rows on f32_gemv (the default; DEEPINFER_F32_GEMV=0 off) or
+/// on cuBLAS SGEMM (EXPERIMENT). Defined in gemm.cpp.
+void set_f32_gemv(bool on);
 bool get_split_gemm();
 
 /// The weight decoded exactly (value times its block scale) to `to` (bf16 or f32), on the

@@ -21,6 +21,7 @@ namespace {
 std::atomic<gemm_backend> g_backend{gemm_backend::automatic};
 std::atomic<bool> g_ordered_splits{false};
 std::atomic<bool> g_split_gemm{true};
+std::atomic<bool> g_f32_gemv{detail::env_switch("DEEPINFER_F32_GEMV", true)};
 
 /// Launches p on sm90_block_gemm; with ordered splits (set_ordered_gemm_splits), a K split
 /// gets its partials workspace and zeroed tile counters (stream-ordered scratch, so CUDA graph
@@ -129,6 +130,10 @@ gemm_backend get_gemm_backend() {
   return g_backend;
 }
 
+void set_f32_gemv(bool on) {
+  g_f32_gemv = on;
+}
+
 void set_split_gemm(bool on) {
   g_split_gemm = on;
 }
@@ -201,10 +206,18 @@ tensor linear(const tensor& x, const weight_matrix& weight, const linear_params&
       fp8_fake_quant(input, act_block, in);
     }
     tensor y = tensor::empty({rows, out}, dtype::f32, x.dev());  // [rows, out]
-    if (weight.values.type() == dtype::bf16)
+    if (weight.values.type() == dtype::bf16) {
       bf16_gemm_nt(input, weight.values, y);
-    else
+    } else if (g_f32_gemv && input.is_contiguous() && weight.values.is_contiguous() &&
+               f32_gemv_fits(rows, in, out)) {  // decode rows: f32_gemv instead of SGEMV
+      auto aligned = [](const void* q) { return reinterpret_cast<std::uintptr_t>(q) % 16 == 0; };
+      const bool vec = in % 4 == 0 && aligned(input.raw()) && aligned(weight.values.raw());
+      launch_f32_gemv({input.data<float>(), weight.values.data<float>(), y.data<float>(), rows,
+                       in, out, vec},
+                      current_stream());
+    } else {
       sgemm_nt(input, weight.values, y, 1);
+    }
     return y;
   }
   if (backend == gemm_backend::dequant_fp32 || !block_gemm_fits(weight, in, act_block))

@@ -167,6 +167,19 @@ constexpr std::int64_t fp8_gemv_max_rows = 8;
 constexpr std::int64_t fp8_gemv_chunked_rows = 64;
 bool fp8_gemv_fits(std::int64_t rows, std::int64_t in, int block_cols);
 void launch_fp8_gemv(const fp8_gemv_params& p, cudaStream_t stream);
+
+/// y = x W^T for 1..f32_gemv_max_rows fp32 rows and an fp32 weight (f32_gemv.cu); a row's
+/// result does not depend on the batch.
+struct f32_gemv_params {
+  const float* x;  ///< [rows, in], contiguous
+  const float* w;  ///< [out, in]
+  float* y;        ///< [rows, out]
+  std::int64_t rows, in, out;
+  bool vec;  ///< in % 4 == 0 and x, w 16-byte aligned: float4 loads
+};
+constexpr std::int64_t f32_gemv_max_rows = 8;
+bool f32_gemv_fits(std::int64_t rows, std::int64_t in, std::int64_t out);
+void launch_f32_gemv(const f32_gemv_params& p, cudaStream_t stream);
 /// The same product for 1..fp8_split_gemm_max_rows rows on the bf16 tensor cores, each
 /// activation split into two bf16 parts (fp8_split_gemm.cu); e8m0 weight scales only.
 constexpr std::int64_t fp8_split_gemm_max_rows = 64;

@@ -97,6 +97,38 @@ double rel_error(const tensor& got, const tensor& want) {
   return std::sqrt(d / n);
 }
 
+TEST_CASE("cuda linear: fp32 weights of 1..8 rows on f32_gemv (batch-invariant) or cuBLAS") {
+  // The router's shape, one output (cuBLAS's dot), widths not a multiple of 4 (the scalar path),
+  // many outputs of a short row (no K split), with and without activation fake-quantization.
+  struct shape {
+    std::int64_t out, in;
+  };
+  for (const shape sh : {shape{384, 5120}, shape{1, 4096}, shape{7, 33}, shape{1000, 100},
+                         shape{2048, 64}, shape{96, 512}}) {
+    CAPTURE(sh.out);
+    CAPTURE(sh.in);
+    const tensor wf = test::random_f32({sh.out, sh.in});
+    const weight_matrix w(wf.to(gpu));
+    const tensor x8 = varied_input(8, sh.in);
+    for (const int act : {0, 32}) {
+      if (act > 0 && sh.in % act != 0) continue;
+      CAPTURE(act);
+      const ops::linear_params lp{act};
+      test::poison_device_pool();
+      const tensor y8 = ops::linear(x8.to(gpu), w, lp).to(cpu_device);
+      check_close(y8, ops::linear(x8, weight_matrix(wf), lp), 1e-5);
+      cuda::set_f32_gemv(false);  // cuBLAS SGEMM: the same products, summed in another order
+      check_close(ops::linear(x8.to(gpu), w, lp), y8, 1e-5);
+      cuda::set_f32_gemv(true);
+      for (std::int64_t rows : {1, 2, 3, 5}) {  // fewer rows: the same bits for the same tokens
+        CAPTURE(rows);
+        const tensor part = ops::linear(x8.slice(0, 0, rows).clone().to(gpu), w, lp);
+        test::check_bitwise(part.to(cpu_device), y8.slice(0, 0, rows).clone());
+      }
+    }
+  }
+}
+
 TEST_CASE("cuda linear: cuBLASLt scale layouts (probe; the default must be right)") {
   const weight_matrix w = random_fp8(384, 1280, 128);
   const tensor x = varied_input(256, 1280);

@@ -1,0 +1,129 @@
+// f32_gemv: y = x W^T for 1..8 fp32 rows (decode) and an fp32 weight -- the projections the
+// model keeps in fp32 (the MoE router, the compressors' and the indexer's small linears), which
+// went to cuBLAS's SGEMV / dot kernels at 4-8 us per call on the H200 (ncu, batch 1). Each
+// output row is owned by `wk` warps of a block, which split K into contiguous ranges; a warp's
+// lanes read 16 bytes of the row each (the loop unrolled so that several loads are in flight)
+// and multiply them with every activation row by explicit fmaf in input order; a butterfly
+// adds the lanes, and the row's warps add in warp order through shared memory. The split
+// depends on the weight's shape only and a token's sums never on the other tokens, so a row's
+// result is the same bits in any batch of 1..8 rows (EXPERIMENT, session12-wip: not yet run
+// on a GPU).
+#include "kernels/cuda/gemm_kernels.hpp"
+#include "kernels/cuda/launch.cuh"
+
+#include "kernels/cuda/cuda_check.hpp"
+
+#include <cstdint>
+
+namespace di::cuda {
+
+namespace {
+
+constexpr int warps = 8;
+
+__device__ __forceinline__ float4 load_weight4(const float* p) {
+  float4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+      : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+      : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ float lane_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+template <int R>
+__global__ void __launch_bounds__(warps * 32) f32_gemv_kernel(f32_gemv_params p, int wk) {
+  detail::grid_dependency_sync();
+  __shared__ float part[warps][R];
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const std::int64_t o = std::int64_t(blockIdx.x) * (warps / wk) + warp / wk;  // output row
+  const int kq = warp % wk;
+  const int rows = int(p.rows);
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  if (o < p.out) {
+    const float* w = p.w + o * p.in;
+    if (p.vec) {  // 16-byte rows: float4 steps
+      const std::int64_t n4 = p.in / 4, per = (n4 + wk - 1) / wk;
+      const std::int64_t begin = kq * per, end = min(n4, begin + per);
+#pragma unroll 4
+      for (std::int64_t i = begin + lane; i < end; i += 32) {
+        const float4 wv = load_weight4(w + 4 * i);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          if (r >= rows) break;
+          const float4 xv = __ldg(reinterpret_cast<const float4*>(p.x + r * p.in) + i);
+          acc[r] = fmaf(wv.x, xv.x, acc[r]);
+          acc[r] = fmaf(wv.y, xv.y, acc[r]);
+          acc[r] = fmaf(wv.z, xv.z, acc[r]);
+          acc[r] = fmaf(wv.w, xv.w, acc[r]);
+        }
+      }
+    } else {
+      const std::int64_t per = (p.in + wk - 1) / wk;
+      const std::int64_t begin = kq * per, end = min(p.in, begin + per);
+      for (std::int64_t i = begin + lane; i < end; i += 32) {
+        const float wv = __ldg(w + i);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          if (r >= rows) break;
+          acc[r] = fmaf(wv, __ldg(p.x + r * p.in + i), acc[r]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = lane_sum(acc[r]);
+  if (wk > 1) {  // the row's warps in warp order
+    if (lane == 0)
+#pragma unroll
+      for (int r = 0; r < R; ++r) part[warp][r] = acc[r];
+    __syncthreads();
+    if (kq != 0) return;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      float s = 0.0f;
+      for (int q = 0; q < wk; ++q) s += part[warp + q][r];
+      acc[r] = s;
+    }
+  }
+  if (lane != 0 || o >= p.out) return;
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    if (r < rows) p.y[r * p.out + o] = acc[r];
+}
+
+/// Warps per output row along K: about 16 warps per SM over the GPU, each at least 64 inputs.
+int warps_along_k(const f32_gemv_params& p) {
+  int wk = 1;
+  while (wk < warps && p.out * wk < 132 * 16 && p.in / (2 * wk) >= 64) wk *= 2;
+  return wk;
+}
+
+}  // namespace
+
+bool f32_gemv_fits(std::int64_t rows, std::int64_t in, std::int64_t out) {
+  return rows >= 1 && rows <= f32_gemv_max_rows && in >= 1 && out >= 1 &&
+         out <= std::int64_t(65535) * warps;
+}
+
+void launch_f32_gemv(const f32_gemv_params& p, cudaStream_t stream) {
+  DI_CHECK(f32_gemv_fits(p.rows, p.in, p.out), "f32_gemv: {} rows of {} inputs, {} outputs",
+           p.rows, p.in, p.out);
+  const int wk = warps_along_k(p);
+  const unsigned grid = unsigned((p.out + warps / wk - 1) / (warps / wk));
+  if (p.rows <= 1)
+    detail::launch("f32_gemv", f32_gemv_kernel<1>, grid, warps * 32, 0, stream, p, wk);
+  else if (p.rows <= 2)
+    detail::launch("f32_gemv", f32_gemv_kernel<2>, grid, warps * 32, 0, stream, p, wk);
+  else if (p.rows <= 4)
+    detail::launch("f32_gemv", f32_gemv_kernel<4>, grid, warps * 32, 0, stream, p, wk);
+  else
+    detail::launch("f32_gemv", f32_gemv_kernel<8>, grid, warps * 32, 0, stream, p, wk);
+}
+
+}  // namespace di::cuda
