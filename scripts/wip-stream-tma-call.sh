@@ -4,7 +4,7 @@
 # with their weights streamed by TMA -- stream_gemm's per-warp TMA rings (on by default on this
 # branch, DEEPINFER_STREAM_TMA=0 off) and dense_wg_gemm on wgmma with TMA stages
 # (DEEPINFER_DENSE_WG=1, DEEPINFER_DENSE_WG_AMODE=5); and wg_gemm's ring filled by bulk copies
-# (DEEPINFER_WG_RING=2); and (small-kernels-wip) engram_gate, cache encode, rotary and RMSNorm
+# (DEEPINFER_WG_RING=2); engram_gate, cache encode, rotary and RMSNorm
 # rewritten for batch 1; fp32 decode projections on f32_gemv instead of cuBLAS SGEMV
 # (DEEPINFER_F32_GEMV=0 off). Their GPU tests first (each under 120 s; a failed one switches its
 # experiment off for the rest), then bench_kernels_cuda's V4.1 fp8 and routed rows (decode
