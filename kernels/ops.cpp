@@ -217,6 +217,12 @@ tensor hc_collapse(const tensor& x, const tensor& pre) {
   return cpu::hc_collapse(x, pre);
 }
 
+tensor hc_collapse_norm(const tensor& x, const tensor& pre, const tensor& weight, float eps) {
+  DI_CUDA_TWIN(x, hc_collapse_norm(x, pre, weight, eps));
+  require_cpu(x, "hc_collapse_norm");
+  return rms_norm(cpu::hc_collapse(x, pre), weight, eps);
+}
+
 tensor hc_expand(const tensor& y, const tensor& residual, const tensor& post, const tensor& comb) {
   DI_CUDA_TWIN(y, hc_expand(y, residual, post, comb));
   require_cpu(y, "hc_expand");

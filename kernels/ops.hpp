@@ -235,6 +235,10 @@ tensor hc_head_pre(const tensor& x, const tensor& fn, const tensor& scale, const
 /// sum_k pre[t,k] * x[t,k,:]: x [tokens, hc, dim], pre [tokens, hc] -> [tokens, dim].
 tensor hc_collapse(const tensor& x, const tensor& pre);
 
+/// rms_norm(hc_collapse(x, pre), weight, eps) in one op (the CUDA backend: one kernel, a block
+/// per token, instead of two launches); the CPU computes exactly the two ops.
+tensor hc_collapse_norm(const tensor& x, const tensor& pre, const tensor& weight, float eps);
+
 /// out_k = post_k * y + sum_j comb[j][k] * residual_j: y [tokens, dim], residual
 /// [tokens, hc, dim], post [tokens, hc], comb [tokens, hc, hc] -> [tokens, hc, dim].
 tensor hc_expand(const tensor& y, const tensor& residual, const tensor& post, const tensor& comb);

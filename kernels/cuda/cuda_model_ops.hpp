@@ -263,6 +263,20 @@ struct hc_collapse_params {
 };
 void launch_hc_collapse(const hc_collapse_params& p, cudaStream_t stream);
 
+/// out = rms_norm(hc_collapse(x, pre), weight, eps) with a block per token (rows of up to
+/// hc_collapse_norm_max_dim values; the op falls back to the two kernels past that).
+struct hc_collapse_norm_params {
+  const float* x = nullptr;       ///< [tokens, hc, dim]
+  const float* pre = nullptr;     ///< [tokens, hc]
+  const float* weight = nullptr;  ///< [dim], or nullptr
+  float* out = nullptr;           ///< [tokens, dim]
+  std::int64_t tokens = 0, dim = 0;
+  int hc = 4;
+  float eps = 1e-6f;
+};
+constexpr std::int64_t hc_collapse_norm_max_dim = 8192;
+void launch_hc_collapse_norm(const hc_collapse_norm_params& p, cudaStream_t stream);
+
 struct hc_expand_params {
   const float* y = nullptr;         ///< [tokens, dim]
   const float* residual = nullptr;  ///< [tokens, hc, dim]

@@ -163,6 +163,42 @@ __global__ void hc_collapse_kernel(const hc_collapse_params p) {
   p.out[i] = acc;
 }
 
+/// Values of a row a thread keeps between the collapse and the scaling (hc_collapse_norm).
+constexpr int kNormPerThread = 8;
+
+/// One block per token: the collapse of its streams into registers (each value summed over the
+/// streams in stream order, as hc_collapse_kernel does), their sum of squares over the block,
+/// then the scaled (and weighted) row -- rms_norm(hc_collapse(x, pre)) without the [tokens, dim]
+/// temporary and the second launch. dim <= kNormPerThread * blockDim.x.
+__global__ void hc_collapse_norm_kernel(const hc_collapse_norm_params p) {
+  detail::grid_dependency_sync();
+  __shared__ float scratch[32];
+  const std::int64_t t = blockIdx.x;
+  const float* pre = p.pre + t * p.hc;
+  const float* x = p.x + t * p.hc * p.dim;
+  float v[kNormPerThread];
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kNormPerThread; ++j) {
+    const std::int64_t d = threadIdx.x + std::int64_t(j) * blockDim.x;
+    float acc = 0.0f;
+    if (d < p.dim)
+      for (int k = 0; k < p.hc; ++k) acc += pre[k] * x[k * p.dim + d];
+    v[j] = acc;
+    sum += acc * acc;
+  }
+  sum = detail::block_sum(sum, scratch);
+  const float rs = 1.0f / sqrtf(sum / float(p.dim) + p.eps);
+  float* out = p.out + t * p.dim;
+#pragma unroll
+  for (int j = 0; j < kNormPerThread; ++j) {
+    const std::int64_t d = threadIdx.x + std::int64_t(j) * blockDim.x;
+    if (d >= p.dim) break;
+    const float y = v[j] * rs;
+    out[d] = p.weight ? p.weight[d] * y : y;
+  }
+}
+
 __global__ void hc_expand_kernel(const hc_expand_params p) {
   detail::grid_dependency_sync();
   const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -216,6 +252,18 @@ void launch_hc_collapse(const hc_collapse_params& p, cudaStream_t stream) {
   DI_CHECK(p.x && p.pre && p.out, "hc_collapse: missing operand");
   detail::launch("hc_collapse", hc_collapse_kernel, detail::grid_for(p.tokens * p.dim, 256), 256, 0,
                  stream, p);
+}
+
+void launch_hc_collapse_norm(const hc_collapse_norm_params& p, cudaStream_t stream) {
+  DI_CHECK(p.dim >= 1 && p.dim <= hc_collapse_norm_max_dim && p.hc >= 1 && p.tokens >= 0,
+           "hc_collapse_norm: {} streams of {}", p.hc, p.dim);
+  if (p.tokens == 0) return;
+  // As rms_norm: the thread count from the width alone (batch-invariant).
+  const int threads = p.dim >= 4096 ? 1024 : p.dim >= 1024 ? 512 : 256;
+  static_assert(hc_collapse_norm_max_dim <= kNormPerThread * 1024, "rows fit the registers");
+  detail::launch("hc_collapse_norm", hc_collapse_norm_kernel, unsigned(p.tokens), threads, 0,
+                 stream, p);
+  detail::check_launch("hc_collapse_norm");
 }
 
 void launch_hc_expand(const hc_expand_params& p, cudaStream_t stream) {

@@ -1,6 +1,7 @@
 // Tensor-level entry points of the CUDA model kernels (cuda_model_twins.hpp): checks on the
 // host, outputs on the operands' device, launches on the current stream.
 #include "kernels/cuda/cuda_model_twins.hpp"
+#include "kernels/cuda/cuda_ops.hpp"
 #include "kernels/cuda/stream.hpp"
 
 #include <algorithm>
@@ -380,6 +381,25 @@ tensor hc_collapse(const tensor& x, const tensor& pre) {
   tensor out = tensor::empty({tokens, dim}, dtype::f32, x.dev());  // [tokens, dim]
   launch_hc_collapse({x.data<float>(), pre.data<float>(), out.data<float>(), tokens, dim, int(hc)},
                      current_stream());
+  return out;
+}
+
+tensor hc_collapse_norm(const tensor& x, const tensor& pre, const tensor& weight, float eps) {
+  check_cuda_tensor(x, dtype::f32, 3, "hc_collapse_norm streams");
+  const std::int64_t tokens = x.size(0), hc = x.size(1), dim = x.size(2);
+  if (dim > hc_collapse_norm_max_dim) return rms_norm(hc_collapse(x, pre), weight, eps);
+  check_tensor(pre, dtype::f32, {tokens, hc}, "hc_collapse_norm pre");
+  same_device(x, pre, "hc_collapse_norm");
+  if (weight.defined()) {
+    check_tensor(weight, dtype::f32, {dim}, "hc_collapse_norm weight");
+    same_device(x, weight, "hc_collapse_norm");
+  }
+  DI_CHECK(hc >= 1 && hc <= 16, "hc_collapse_norm: {} streams", hc);
+  tensor out = tensor::empty({tokens, dim}, dtype::f32, x.dev());  // [tokens, dim]
+  launch_hc_collapse_norm({x.data<float>(), pre.data<float>(),
+                           weight.defined() ? weight.data<float>() : nullptr, out.data<float>(),
+                           tokens, dim, int(hc), eps},
+                          current_stream());
   return out;
 }
 

@@ -28,7 +28,7 @@ attention_site attention_site_forward(const forward_pass& pass, int layer, const
   attention_site a;
   a.mix = ops::hc_mixes(x, w.hc_attn.fn, w.hc_attn.scale, w.hc_attn.base, hc_params_of(c));
   const tensor& attn_pre = c.is_v41() ? pre_mix : a.mix.pre;  // [rows, hc]
-  a.h = ops::rms_norm(ops::hc_collapse(x, attn_pre), w.attn_norm, float(c.rms_norm_eps));
+  a.h = ops::hc_collapse_norm(x, attn_pre, w.attn_norm, float(c.rms_norm_eps));
   a.in = attention_project(pass, layer, a.h);
   return a;
 }
@@ -44,7 +44,7 @@ tensor ffn_site_forward(const forward_pass& pass, int layer, const tensor& o, co
   ops::hc_mix ffn_mix = ops::hc_mixes(y, w.hc_ffn.fn, w.hc_ffn.scale, w.hc_ffn.base,
                                       hc_params_of(c));
   const tensor& ffn_pre = c.is_v41() ? attn_mix.pre : ffn_mix.pre;  // [rows, hc]
-  tensor h = ops::rms_norm(ops::hc_collapse(y, ffn_pre), w.ffn_norm, float(c.rms_norm_eps));
+  tensor h = ops::hc_collapse_norm(y, ffn_pre, w.ffn_norm, float(c.rms_norm_eps));
   tensor f = moe_forward(pass, layer, h);  // [rows, dim]
   pre_mix = ffn_mix.pre;
   return ops::hc_expand(f, y, ffn_mix.post, ffn_mix.comb);  // [rows, hc, dim]

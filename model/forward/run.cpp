@@ -94,7 +94,7 @@ tensor final_norm(const forward_pass& pass, const tensor& x_rows, const tensor& 
     const hc_site_weights& h = pass.weights.hc_head;
     pre = ops::hc_head_pre(x_rows, h.fn, h.scale, h.base, hp);
   }
-  return ops::rms_norm(ops::hc_collapse(x_rows, pre), pass.weights.norm, float(c.rms_norm_eps));
+  return ops::hc_collapse_norm(x_rows, pre, pass.weights.norm, float(c.rms_norm_eps));
 }
 
 /// Splits the stacked outputs back into one forward_output per request.

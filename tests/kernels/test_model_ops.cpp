@@ -144,6 +144,14 @@ TEST_CASE("hc_head_pre, hc_collapse and hc_expand") {
   tensor y = ops::hc_collapse(x, make<float>({1, 2}, {0.5f, 2.0f}));  // [1, 2]
   CHECK(y.data<float>()[0] == 6.5f);
   CHECK(y.data<float>()[1] == 9.0f);
+  // hc_collapse_norm is exactly rms_norm(hc_collapse(.)) on the CPU, with and without a weight.
+  const tensor pre2 = make<float>({1, 2}, {0.5f, 2.0f}), nw = make<float>({2}, {2.0f, -1.0f});
+  for (const tensor& weight : {nw, tensor()}) {
+    const tensor fused = ops::hc_collapse_norm(x, pre2, weight, 1e-6f);
+    const tensor two = ops::rms_norm(ops::hc_collapse(x, pre2), weight, 1e-6f);
+    REQUIRE(fused.shape() == two.shape());
+    for (int i = 0; i < 2; ++i) CHECK(fused.data<float>()[i] == two.data<float>()[i]);
+  }
   tensor out = ops::hc_expand(make<float>({1, 2}, {1, 1}), x, make<float>({1, 2}, {2, 3}),
                               make<float>({1, 2, 2}, {0, 1, 1, 0}));  // [1, 2, 2]
   const float want[] = {5, 6, 4, 5};

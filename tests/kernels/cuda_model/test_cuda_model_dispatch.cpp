@@ -58,6 +58,38 @@ TEST_CASE("ops dispatch: attention, selection, routing, codecs, mHC on CUDA tens
   CHECK(test::max_scaled_err(m_gpu.comb.to(cpu_device), m_cpu.comb, 1e-3, 1e-4) <= 1.0);
 }
 
+TEST_CASE("hc_collapse_norm: the CPU's rms_norm(hc_collapse) in one kernel, batch-invariant") {
+  DI_REQUIRE_GPU();
+  // V4.1 / V4 widths, a width below a warp, one stream, no weight; past the register budget
+  // (12000 > 8192) the op runs the two kernels.
+  struct shape {
+    std::int64_t tokens, hc, dim;
+    bool weighted;
+  };
+  for (const shape sh : {shape{1, 4, 5120, true}, shape{7, 4, 4096, true}, shape{3, 4, 33, true},
+                         shape{130, 1, 512, false}, shape{0, 4, 5120, true},
+                         shape{2, 4, 12000, true}}) {
+    CAPTURE(sh.tokens);
+    CAPTURE(sh.hc);
+    CAPTURE(sh.dim);
+    const tensor x = test::randn({sh.tokens, sh.hc, sh.dim}), pre = test::randn({sh.tokens, sh.hc});
+    const tensor w = sh.weighted ? test::randn({sh.dim}) : tensor();
+    const tensor want = ops::rms_norm(ops::hc_collapse(x, pre), w, 1e-6f);
+    const tensor got =
+        ops::hc_collapse_norm(x.to(gpu), pre.to(gpu), w.defined() ? w.to(gpu) : w, 1e-6f)
+            .to(cpu_device);
+    REQUIRE(got.shape() == want.shape());
+    CHECK(test::max_scaled_err(got, want, 1e-5, 1e-5) <= 1.0);
+    if (sh.tokens > 1) {  // token 0 alone: the same bits
+      const tensor one =
+          ops::hc_collapse_norm(x.slice(0, 0, 1).clone().to(gpu), pre.slice(0, 0, 1).clone().to(gpu),
+                                w.defined() ? w.to(gpu) : w, 1e-6f)
+              .to(cpu_device);
+      CHECK(test::bytes_equal(one, got.slice(0, 0, 1).clone()));
+    }
+  }
+}
+
 TEST_CASE("attention_packed: the FP8 window ring and FP4 entries read in place") {
   DI_REQUIRE_GPU();
   const cache_row_format wf{cache_quant::fp8_ue8m0, 32, 512, 0}, ef{cache_quant::fp4_e4m3, 16, 512, 0};
