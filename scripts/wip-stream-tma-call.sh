@@ -6,7 +6,8 @@
 # (DEEPINFER_DENSE_WG=1, DEEPINFER_DENSE_WG_AMODE=5); and wg_gemm's ring filled by bulk copies
 # (DEEPINFER_WG_RING=2); engram_gate, cache encode, rotary and RMSNorm
 # rewritten for batch 1; fp32 decode projections on f32_gemv instead of cuBLAS SGEMV
-# (DEEPINFER_F32_GEMV=0 off). Their GPU tests first (each under 120 s; a failed one switches its
+# (DEEPINFER_F32_GEMV=0 off); rms_norm(hc_collapse) fused (DEEPINFER_HC_COLLAPSE_NORM=0 off).
+# Their GPU tests first (each under 120 s; a failed one switches its
 # experiment off for the rest), then bench_kernels_cuda's V4.1 fp8 and routed rows (decode
 # only), every GPU test, and v41-flash-L4 decode with each experiment on and off.
 # Device call: carry ["build-cuda-fwd/fwd-bundle.tar.xz"], command: bash scripts/wip-stream-tma-call.sh
@@ -40,6 +41,13 @@ gate small_kernels "*rotary*,*rms_norm*"
 DEEPINFER_SOURCE_DIR=$PWD timeout 120 /tmp/fwd/tests/test_cuda_model_ops -tc="*engram_gate*,*encode*" \
   >"$out/gate-model.log" 2>&1
 echo "gate model kernels rc=$?"; grep -E "^\[doctest\] (test cases|assertions)|ERROR" -A3 "$out/gate-model.log" | head -20
+# hc_collapse_norm (the model uses it at every mHC site): off for the rest if its test fails
+if DEEPINFER_SOURCE_DIR=$PWD timeout 120 /tmp/fwd/tests/test_cuda_model_ops -tc="*hc_collapse_norm*" \
+  >"$out/gate-hcnorm.log" 2>&1; then
+  echo "gate hc_collapse_norm rc=0"; modes+=("DEEPINFER_HC_COLLAPSE_NORM=0")
+else
+  echo "gate hc_collapse_norm FAILED"; grep -E "ERROR" -A3 "$out/gate-hcnorm.log" | head; export DEEPINFER_HC_COLLAPSE_NORM=0
+fi
 ( $di make-model --preset v41-flash-L4 --out /tmp/models/v41 --quiet >"$out/mm.log" 2>&1; echo "make-model rc=$?" >>"$out/mm.log" ) &
 mm=$!
 for amode in 5; do  # (AMODE 0, the cp.async stages, was measured in session 11)

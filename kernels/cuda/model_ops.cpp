@@ -2,6 +2,7 @@
 // host, outputs on the operands' device, launches on the current stream.
 #include "kernels/cuda/cuda_model_twins.hpp"
 #include "kernels/cuda/cuda_ops.hpp"
+#include "kernels/cuda/kernel_attributes.hpp"
 #include "kernels/cuda/stream.hpp"
 
 #include <algorithm>
@@ -387,7 +388,9 @@ tensor hc_collapse(const tensor& x, const tensor& pre) {
 tensor hc_collapse_norm(const tensor& x, const tensor& pre, const tensor& weight, float eps) {
   check_cuda_tensor(x, dtype::f32, 3, "hc_collapse_norm streams");
   const std::int64_t tokens = x.size(0), hc = x.size(1), dim = x.size(2);
-  if (dim > hc_collapse_norm_max_dim) return rms_norm(hc_collapse(x, pre), weight, eps);
+  // EXPERIMENT switch: DEEPINFER_HC_COLLAPSE_NORM=0 runs the two kernels.
+  static const bool fused = detail::env_switch("DEEPINFER_HC_COLLAPSE_NORM", true);
+  if (!fused || dim > hc_collapse_norm_max_dim) return rms_norm(hc_collapse(x, pre), weight, eps);
   check_tensor(pre, dtype::f32, {tokens, hc}, "hc_collapse_norm pre");
   same_device(x, pre, "hc_collapse_norm");
   if (weight.defined()) {
