@@ -10,7 +10,10 @@
 # Their GPU tests first (each under 120 s; a failed one switches its
 # experiment off for the rest), then bench_kernels_cuda's V4.1 fp8 and routed rows (decode
 # only), every GPU test, and v41-flash-L4 decode with each experiment on and off.
-# Device call: carry ["build-cuda-fwd/fwd-bundle.tar.xz"], command: bash scripts/wip-stream-tma-call.sh
+# Two device calls, each carrying ["build-cuda-fwd/fwd-bundle.tar.xz"]:
+#   bash scripts/wip-stream-tma-call.sh kernels      (gates + kernel benchmarks, ~5 min)
+#   bash scripts/wip-stream-tma-call.sh model [VAR=0 ...]   (all GPU tests + decode, ~6 min;
+#     pass DEEPINFER_STREAM_TMA=0 etc. for the experiments whose gate failed in the first call)
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out" /tmp/fwd
 tar -C /tmp/fwd -xJf build-cuda-fwd/fwd-bundle.tar.xz
@@ -25,7 +28,10 @@ gate() {  # name, pattern, VAR=value...: the GPU kernel tests matching pattern, 
   echo "gate $name rc=$rc"; grep -E "^\[doctest\] (test cases|assertions)|ERROR" -A3 "$out/gate-$name.log" | head -30
   return $rc
 }
-# A failed experiment is switched off for the rest of the call (the others still measured).
+phase=${1:-kernels}; shift || true
+if [[ $phase == kernels ]]; then  # call 1: each experiment's GPU tests, then the kernel rows
+# A failed experiment is switched off for the rest of the call (the others still measured);
+# pass its VAR=0 to the model call.
 modes=()
 if gate stream_tma "*stream_gemm*"; then
   modes+=("DEEPINFER_STREAM_TMA=-1" "DEEPINFER_STREAM_TMA=0")
@@ -48,8 +54,6 @@ if DEEPINFER_SOURCE_DIR=$PWD timeout 120 /tmp/fwd/tests/test_cuda_model_ops -tc=
 else
   echo "gate hc_collapse_norm FAILED"; grep -E "ERROR" -A3 "$out/gate-hcnorm.log" | head; export DEEPINFER_HC_COLLAPSE_NORM=0
 fi
-( $di make-model --preset v41-flash-L4 --out /tmp/models/v41 --quiet >"$out/mm.log" 2>&1; echo "make-model rc=$?" >>"$out/mm.log" ) &
-mm=$!
 for amode in 5; do  # (AMODE 0, the cp.async stages, was measured in session 11)
   DEEPINFER_BENCH_DECODE_ONLY=1 DEEPINFER_DENSE_WG_AMODE=$amode timeout 150 /tmp/fwd/bin/bench_kernels_cuda \
     --filter "V4.1 fp8" >"$out/fp8-amode$amode.log" 2>&1
@@ -59,6 +63,15 @@ done
 DEEPINFER_BENCH_DECODE_ONLY=1 timeout 150 /tmp/fwd/bin/bench_kernels_cuda --filter "il routed" \
   >"$out/routed.log" 2>&1
 echo "== bench il routed rc=$?"; grep -E "il routed" "$out/routed.log" | cut -c1-60,75-150
+echo "experiments whose gate passed (compare them in the model call): ${modes[*]}"
+  exit 0
+fi
+# call 2 (phase model, then VAR=value... for the experiments whose gate failed in call 1):
+# every GPU test and v41-flash-L4 decode with each experiment on and off.
+for setting in "$@"; do export "$setting"; done
+( $di make-model --preset v41-flash-L4 --out /tmp/models/v41 --quiet >"$out/mm.log" 2>&1; echo "make-model rc=$?" >>"$out/mm.log" ) &
+mm=$!
+modes=("DEEPINFER_STREAM_TMA=0" "DEEPINFER_WG_RING=2" "DEEPINFER_F32_GEMV=0" "DEEPINFER_HC_COLLAPSE_NORM=0")
 for t in test_kernels_cuda test_cuda_model_ops; do
   DEEPINFER_SOURCE_DIR=$PWD timeout 150 /tmp/fwd/tests/$t >"$out/$t.log" 2>&1
   echo "$t rc=$? $(grep -E '^\[doctest\] (test cases|assertions)' "$out/$t.log" | tr -s ' ' | paste -sd' ')"
@@ -68,8 +81,8 @@ timeout 200 /tmp/fwd/tests/test_forward_cuda -s >"$out/test_forward_cuda.log" 2>
 echo "test_forward_cuda rc=$?"
 grep -E "PDL|argmax 23|test cases:|ERROR|FAILED" "$out/test_forward_cuda.log" | sed 's/.*MESSAGE: //' | sort -u | head -30
 wait $mm; tail -1 "$out/mm.log"
-for mode in "${modes[@]}"; do
-  echo "== $mode"
-  env "$mode" timeout 120 $di bench decode --model /tmp/models/v41 --device cuda \
+for mode in "" "${modes[@]}"; do
+  echo "== ${mode:-defaults}"
+  env ${mode:+"$mode"} timeout 120 $di bench decode --model /tmp/models/v41 --device cuda \
     --batch 1,8,64 --context 1024 --steps 8 --cuda-graphs on 2>&1 | grep decode
 done
