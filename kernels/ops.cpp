@@ -132,6 +132,16 @@ void rotary(tensor& x, const tensor& positions, const tensor& inv_freq, bool inv
   cpu::rotary(x, positions, inv_freq, inverse);
 }
 
+tensor norm_rope_quant(const tensor& x, const tensor& weight, float eps, const tensor& positions,
+                       const tensor& inv_freq, int quant_block, std::int64_t quant_dims) {
+  DI_CUDA_TWIN(x, norm_rope_quant(x, weight, eps, positions, inv_freq, quant_block, quant_dims));
+  require_cpu(x, "norm_rope_quant");
+  tensor y = cpu::rms_norm(x, weight, eps);
+  cpu::rotary(y, positions, inv_freq, false);
+  cpu::fp8_fake_quant(y, quant_block, quant_dims);
+  return y;
+}
+
 tensor sparse_attention(const tensor& q, const tensor& kv, const tensor& sinks,
                         const tensor& indices, const sparse_attention_params& params) {
   DI_CUDA_TWIN(q, sparse_attention(q, kv, sinks, indices, params));

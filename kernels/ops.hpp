@@ -109,6 +109,12 @@ void hadamard(tensor& x);
 /// (angles formed in fp32), or by the negated angle when `inverse`.
 void rotary(tensor& x, const tensor& positions, const tensor& inv_freq, bool inverse);
 
+/// The window KV rows' preparation in one op: y = rms_norm(x, weight, eps), then rotary(y,
+/// positions, inv_freq, false), then fp8_fake_quant(y, quant_block, quant_dims); x [tokens, dim].
+/// The CPU runs exactly those three ops; the CUDA backend one kernel (a block per row).
+tensor norm_rope_quant(const tensor& x, const tensor& weight, float eps, const tensor& positions,
+                       const tensor& inv_freq, int quant_block, std::int64_t quant_dims);
+
 // ---- attention ---------------------------------------------------------------------------
 
 struct sparse_attention_params {

@@ -3,6 +3,7 @@
 // sums each target row's sources in index order, as the CPU does (bitwise equal too).
 #include "kernels/cuda/basic_kernels.hpp"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/rope_math.cuh"
 
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/dtype.hpp"
@@ -134,16 +135,6 @@ __global__ void add_kernel(float* y, const float* x, std::int64_t n) {
 }
 
 /// Sum of `v` over the block (every thread gets it); `scratch` holds one float per warp.
-__device__ float block_sum(float v, float* scratch) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  float total = 0.0f;
-  for (int w = 0; w < int(blockDim.x / 32); ++w) total += scratch[w];
-  __syncthreads();
-  return total;
-}
 
 /// float4s of a row each thread holds between the sum and the scaling (the 16-byte path: rows
 /// of up to 4 * 4 * blockDim.x values).
@@ -170,7 +161,7 @@ __global__ void rms_norm_kernel(rms_norm_params p) {
 #pragma unroll
     for (int j = 0; j < norm_vectors; ++j)
       sum += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
-    sum = block_sum(sum, scratch);
+    sum = detail::block_sum_in_order(sum, scratch);
     const float rs = 1.0f / sqrtf(sum / float(p.dim) + p.eps);
 #pragma unroll
     for (int j = 0; j < norm_vectors; ++j) {
@@ -187,7 +178,7 @@ __global__ void rms_norm_kernel(rms_norm_params p) {
   }
   float sum = 0.0f;
   for (std::int64_t i = threadIdx.x; i < p.dim; i += blockDim.x) sum += x[i] * x[i];
-  sum = block_sum(sum, scratch);
+  sum = detail::block_sum_in_order(sum, scratch);
   const float rs = 1.0f / sqrtf(sum / float(p.dim) + p.eps);
   for (std::int64_t i = threadIdx.x; i < p.dim; i += blockDim.x) {
     const float v = x[i] * rs;

@@ -3,6 +3,7 @@
 // quant_kernels.cu), and the bad-index check of the gathers.
 #include "kernels/cuda/basic_kernels.hpp"
 #include "kernels/cuda/cuda_ops.hpp"
+#include "kernels/cuda/kernel_attributes.hpp"
 #include "kernels/cuda/quant_kernels.hpp"
 #include "kernels/cuda/stream.hpp"
 
@@ -189,6 +190,39 @@ void rotary(tensor& x, const tensor& positions, const tensor& inv_freq, bool inv
   launch_rotary({x.data<float>(), positions.data<std::int64_t>(), inv_freq.data<float>(), tokens,
                  heads, dim, pairs, inverse},
                 current_stream());
+}
+
+tensor norm_rope_quant(const tensor& x, const tensor& weight, float eps, const tensor& positions,
+                       const tensor& inv_freq, int quant_block, std::int64_t quant_dims) {
+  check_cuda_tensor(x, dtype::f32, 2, "norm_rope_quant input");
+  const std::int64_t tokens = x.size(0), dim = x.size(1);
+  static const bool fused = detail::env_switch("DEEPINFER_NORM_ROPE_QUANT", true);  // EXPERIMENT
+  if (!fused || dim > norm_rope_quant_max_dim || inv_freq.size(0) > 256) {  // the three kernels
+    tensor y = rms_norm(x, weight, eps);
+    rotary(y, positions, inv_freq, false);
+    fp8_fake_quant(y, quant_block, quant_dims);
+    return y;
+  }
+  const float* w = nullptr;
+  if (weight.defined()) {
+    check_tensor(weight, dtype::f32, {dim}, "norm_rope_quant weight");
+    check_same_device(x, weight, "norm_rope_quant");
+    w = weight.data<float>();
+  }
+  check_cuda_tensor(positions, dtype::i64, 1, "norm_rope_quant positions");
+  check_cuda_tensor(inv_freq, dtype::f32, 1, "norm_rope_quant inv_freq");
+  const std::int64_t pairs = inv_freq.size(0);
+  DI_CHECK(positions.size(0) == tokens, "norm_rope_quant: {} positions for {} tokens",
+           positions.size(0), tokens);
+  DI_CHECK(2 * pairs <= dim, "norm_rope_quant: {} rope dims exceed the row of {}", 2 * pairs, dim);
+  DI_CHECK(quant_block > 0 && quant_dims >= 0 && quant_dims <= dim,
+           "norm_rope_quant: block {} / {} dims of rows of {}", quant_block, quant_dims, dim);
+  tensor out = tensor::empty({tokens, dim}, dtype::f32, x.dev());  // [tokens, dim]
+  launch_norm_rope_quant({x.data<float>(), w, out.data<float>(), positions.data<std::int64_t>(),
+                          inv_freq.data<float>(), tokens, dim, pairs, eps, quant_block,
+                          quant_dims},
+                         current_stream());
+  return out;
 }
 
 }  // namespace di::cuda

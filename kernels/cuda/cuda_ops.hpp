@@ -27,6 +27,8 @@ void fp8_fake_quant(tensor& x, int block, std::int64_t num_dims);
 void fp4_fake_quant(tensor& x, int block, fp4_scale scale);
 void hadamard(tensor& x);
 void rotary(tensor& x, const tensor& positions, const tensor& inv_freq, bool inverse);
+tensor norm_rope_quant(const tensor& x, const tensor& weight, float eps, const tensor& positions,
+                       const tensor& inv_freq, int quant_block, std::int64_t quant_dims);
 
 // ---- GEMMs (kernels/cuda/gemm.cpp) --------------------------------------------------------
 //

@@ -3,6 +3,7 @@
 // CPU's stage order, so results are bitwise equal) and the rotary embedding.
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/quant_kernels.hpp"
+#include "kernels/cuda/rope_math.cuh"
 
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/kernel_attributes.hpp"
@@ -71,10 +72,9 @@ __global__ void rotary_kernel(rotary_params p, int heads_per_block) {
   const std::int64_t t = blockIdx.x;
   const float pos = float(p.positions[t]);
   for (std::int64_t i = threadIdx.x; i < p.pairs; i += blockDim.x) {
-    const float angle = __fmul_rn(pos, p.inv_freq[i]);
-    sc[0][i] = float(cos(double(angle)));
-    const float s = float(sin(double(angle)));
-    sc[1][i] = p.inverse ? -s : s;
+    const float2 cs = detail::rope_cos_sin(pos, p.inv_freq[i], p.inverse);
+    sc[0][i] = cs.x;
+    sc[1][i] = cs.y;
   }
   __syncthreads();
   // 32-bit index arithmetic (heads * pairs is small; 64-bit divisions cost ~60 ops each).
@@ -84,11 +84,57 @@ __global__ void rotary_kernel(rotary_params p, int heads_per_block) {
     const int h = h0 + k / pairs, i = k % pairs;
     const float c = sc[0][i], s = sc[1][i];
     float* rope = p.x + (t * p.heads + h) * p.dim + (p.dim - 2 * pairs);
-    const float re = rope[2 * i], im = rope[2 * i + 1];
-    // Separate roundings (no FMA contraction), as the CPU computes them.
-    rope[2 * i] = __fsub_rn(__fmul_rn(re, c), __fmul_rn(im, s));
-    rope[2 * i + 1] = __fadd_rn(__fmul_rn(re, s), __fmul_rn(im, c));
+    const float2 r = detail::rope_rotate(rope[2 * i], rope[2 * i + 1], c, s);
+    rope[2 * i] = r.x;
+    rope[2 * i + 1] = r.y;
   }
+}
+
+/// One block per row: the row into shared memory, its RMS norm (the sum as rms_norm's scalar
+/// path forms it), the rotation of its last 2 * pairs values, the FP8 fake quantization of its
+/// first quant_dims values (a warp per block of values), then the row out: norm_rope_quant.
+__global__ void norm_rope_quant_kernel(norm_rope_quant_params p) {
+  detail::grid_dependency_sync();
+  extern __shared__ float row[];  // [dim]
+  __shared__ float scratch[32];
+  const std::int64_t t = blockIdx.x;
+  const float* x = p.x + t * p.dim;
+  const int dim = int(p.dim), tid = int(threadIdx.x), threads = int(blockDim.x);
+  float sum = 0.0f;
+  for (int i = tid; i < dim; i += threads) {
+    const float v = x[i];
+    row[i] = v;
+    sum += v * v;
+  }
+  sum = detail::block_sum_in_order(sum, scratch);  // ends with a barrier
+  const float rs = 1.0f / sqrtf(sum / float(p.dim) + p.eps);
+  for (int i = tid; i < dim; i += threads) {
+    const float v = row[i] * rs;
+    row[i] = p.weight ? p.weight[i] * v : v;
+  }
+  __syncthreads();
+  const float pos = float(p.positions[t]);
+  const int pairs = int(p.pairs), rope0 = dim - 2 * pairs;
+  for (int i = tid; i < pairs; i += threads) {
+    const float2 cs = detail::rope_cos_sin(pos, p.inv_freq[i], false);
+    const float2 r = detail::rope_rotate(row[rope0 + 2 * i], row[rope0 + 2 * i + 1], cs.x, cs.y);
+    row[rope0 + 2 * i] = r.x;
+    row[rope0 + 2 * i + 1] = r.y;
+  }
+  __syncthreads();
+  const int lane = tid % 32, blocks = int((p.quant_dims + p.quant_block - 1) / p.quant_block);
+  for (int b = tid / 32; b < blocks; b += threads / 32) {  // as fake_quant_kernel, kind 0
+    float* v = row + std::int64_t(b) * p.quant_block;
+    const int n = int(min(std::int64_t(p.quant_block), p.quant_dims - std::int64_t(b) * p.quant_block));
+    float amax = 0.0f;
+    for (int i = lane; i < n; i += 32) amax = fmaxf(amax, fabsf(v[i]));
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float scale = fp8_block_scale(amax);
+    for (int i = lane; i < n; i += 32) v[i] = fp8_fake_quant_value(v[i], scale);
+  }
+  __syncthreads();
+  float* out = p.out + t * p.dim;
+  for (int i = tid; i < dim; i += threads) out[i] = row[i];
 }
 
 }  // namespace
@@ -122,6 +168,21 @@ void launch_rotary(const rotary_params& p, cudaStream_t stream) {
   const std::int64_t head_blocks = (p.heads + heads_per_block - 1) / heads_per_block;
   detail::launch("rotary", rotary_kernel, dim3(unsigned(p.tokens), unsigned(head_blocks)),
                  kRotaryThreads, 0, stream, p, heads_per_block);
+}
+
+void launch_norm_rope_quant(const norm_rope_quant_params& p, cudaStream_t stream) {
+  DI_CHECK(p.dim >= 1 && p.dim <= norm_rope_quant_max_dim && p.pairs <= kRotaryMaxPairs &&
+               2 * p.pairs <= p.dim && p.quant_block > 0 && p.quant_dims <= p.dim,
+           "norm_rope_quant: rows of {}, {} pairs, {} dims in blocks of {}", p.dim, p.pairs,
+           p.quant_dims, p.quant_block);
+  if (p.tokens == 0) return;
+  // As rms_norm: the thread count from the width alone.
+  const int threads = p.dim >= 4096 ? 1024 : p.dim >= 1024 ? 512 : 256;
+  const std::size_t smem = std::size_t(p.dim) * sizeof(float);
+  static std::atomic<std::size_t> limits[detail::max_tracked_devices];
+  detail::ensure_smem(reinterpret_cast<const void*>(&norm_rope_quant_kernel), smem, limits);
+  detail::launch("norm_rope_quant", norm_rope_quant_kernel, unsigned(p.tokens), threads, smem,
+                 stream, p);
 }
 
 }  // namespace di::cuda

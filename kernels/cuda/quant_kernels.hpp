@@ -34,4 +34,20 @@ struct rotary_params {
 };
 void launch_rotary(const rotary_params& p, cudaStream_t stream);
 
+/// rms_norm, rotary (forward) and FP8 fake quantization of each row in one kernel (a block per
+/// row, the row in shared memory): norm_rope_quant.
+struct norm_rope_quant_params {
+  const float* x;                 ///< [tokens, dim]
+  const float* weight;            ///< [dim] or nullptr
+  float* out;                     ///< [tokens, dim]
+  const std::int64_t* positions;  ///< [tokens]
+  const float* inv_freq;          ///< [pairs]
+  std::int64_t tokens, dim, pairs;
+  float eps;
+  int quant_block;
+  std::int64_t quant_dims;
+};
+constexpr std::int64_t norm_rope_quant_max_dim = 8192;
+void launch_norm_rope_quant(const norm_rope_quant_params& p, cudaStream_t stream);
+
 }  // namespace di::cuda

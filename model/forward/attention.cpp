@@ -11,12 +11,6 @@ namespace di::detail {
 
 namespace {
 
-/// Window KV rows as the cache stores them: V4.1 quantizes the whole row, V4 its non-rope part.
-void quantize_window_rows(const forward_pass& pass, tensor& kv) {
-  const cache_row_format& f = pass.layout.window_format;
-  ops::fp8_fake_quant(kv, f.block, f.quant_dims);
-}
-
 /// The window part of one sequence: the previous rows from the ring (decoded) followed by the
 /// new rows; indices[t] names the rows at positions max(0, p - window + 1) .. p.
 struct window_rows {
@@ -129,9 +123,11 @@ attention_inputs attention_project(const forward_pass& pass, int layer, const te
   if (!c.is_v41()) q = ops::rms_norm(q.view({rows * heads, hd}), tensor(), eps);
   in.q = q.view({rows, heads, hd});
   ops::rotary(in.q, pass.positions, inv_freq, false);
-  in.kv = ops::rms_norm(kv_a, w.kv_norm, eps);
-  ops::rotary(in.kv, pass.positions, inv_freq, false);
-  quantize_window_rows(pass, in.kv);
+  // Norm, rope and the window cache's FP8 rounding of the new rows (V4.1 quantizes the whole row,
+  // V4 its non-rope part), one op: one launch on CUDA.
+  const cache_row_format& f = pass.layout.window_format;
+  in.kv = ops::norm_rope_quant(kv_a, w.kv_norm, eps, pass.positions, inv_freq, f.block,
+                               f.quant_dims);
   return in;
 }
 

@@ -147,5 +147,20 @@ TEST_CASE("rotary: interleaved pairs of the trailing dims, inverse undoes it") {
   CHECK_THROWS_AS(ops::rotary(x, ids_of({0}), freq, false), error);
 }
 
+TEST_CASE("norm_rope_quant: rms_norm, then rotary, then FP8 fake quantization") {
+  const tensor x = make({2, 4}, {1, -2, 3, 0.5f, 4, 1, -1, 2});  // [tokens, dim]
+  const tensor w = make({4}, {1, 2, 0.5f, 1});
+  const tensor freq = make({1}, {0.25f});
+  const tensor pos = ids_of({3, 9});
+  for (const std::int64_t quant_dims : {std::int64_t(0), std::int64_t(2), std::int64_t(4)}) {
+    tensor want = ops::rms_norm(x, w, 1e-6f);
+    ops::rotary(want, pos, freq, false);
+    ops::fp8_fake_quant(want, 2, quant_dims);
+    const tensor got = ops::norm_rope_quant(x, w, 1e-6f, pos, freq, 2, quant_dims);
+    REQUIRE(got.shape() == want.shape());
+    for (std::int64_t i = 0; i < got.numel(); ++i) CHECK(got.data<float>()[i] == want.data<float>()[i]);
+  }
+}
+
 }  // namespace
 }  // namespace di

@@ -204,6 +204,40 @@ TEST_CASE("cuda rotary matches the CPU (2-D and 3-D rows, inverse)") {
   }
 }
 
+TEST_CASE("cuda norm_rope_quant: the CPU's rms_norm, rotary and FP8 fake quantization") {
+  // V4.1's window rows (all 512 values quantized), V4's (448 of them, the rope tail raw), a row
+  // with a partial last block and no weight, and past the kernel's width (the three kernels).
+  struct shape {
+    std::int64_t tokens, dim, pairs;
+    int block;
+    std::int64_t quant_dims;
+    bool weighted;
+  };
+  for (const shape sh : {shape{1, 512, 32, 64, 512, true}, shape{7, 512, 32, 64, 448, true},
+                         shape{0, 512, 32, 64, 512, true}, shape{3, 40, 4, 16, 36, false},
+                         shape{2, 9000, 32, 64, 8960, true}}) {
+    CAPTURE(sh.tokens);
+    CAPTURE(sh.dim);
+    const tensor x = test::random_f32({sh.tokens, sh.dim}, 3.0f);
+    const tensor w = sh.weighted ? test::random_f32({sh.dim}) : tensor();
+    const tensor pos = test::random_indices(sh.tokens, 1 << 20);
+    tensor freq = test::random_f32({sh.pairs});
+    for (std::int64_t i = 0; i < sh.pairs; ++i)
+      freq.data<float>()[i] = std::pow(1e4f, -float(i) / float(sh.pairs));
+    const tensor wg = w.defined() ? w.to(gpu) : w;
+    for (const std::int64_t qd : {std::int64_t(0), sh.quant_dims}) {
+      CAPTURE(qd);
+      const tensor want = ops::norm_rope_quant(x, w, 1e-6f, pos, freq, sh.block, qd);
+      test::poison_device_pool();
+      const tensor got =
+          ops::norm_rope_quant(x.to(gpu), wg, 1e-6f, pos.to(gpu), freq.to(gpu), sh.block, qd);
+      // The norm's sum is formed in another order, so a value may round to the neighbouring
+      // FP8 code: closeness over the tensor, not bits.
+      check_close(got, want, qd == 0 ? 1e-5 : 1e-2);
+    }
+  }
+}
+
 TEST_CASE("operands on different devices are a clear error, not a crash") {
   tensor x = test::random_f32({2, 4}).to(gpu);
   CHECK_THROWS_AS(ops::linear(x, weight_matrix(test::random_f32({3, 4})), {}), di::error);
