@@ -101,12 +101,12 @@ inline CUtensorMap byte_tensor_map_2d(const void* base, std::int64_t row_bytes, 
   const cuuint64_t strides[1] = {cuuint64_t(row_bytes)};
   const cuuint32_t box[2] = {box_bytes, box_rows};
   const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims,
-                            strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  DI_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed ({}) for {} rows of {} bytes",
-           int(r), rows, row_bytes);
+  const CUresult r =
+      encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box,
+             element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  DI_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed ({}) for {} rows of {} bytes", int(r),
+           rows, row_bytes);
   return map;
 }
 

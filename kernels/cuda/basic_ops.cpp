@@ -219,8 +219,7 @@ tensor norm_rope_quant(const tensor& x, const tensor& weight, float eps, const t
            "norm_rope_quant: block {} / {} dims of rows of {}", quant_block, quant_dims, dim);
   tensor out = tensor::empty({tokens, dim}, dtype::f32, x.dev());  // [tokens, dim]
   launch_norm_rope_quant({x.data<float>(), w, out.data<float>(), positions.data<std::int64_t>(),
-                          inv_freq.data<float>(), tokens, dim, pairs, eps, quant_block,
-                          quant_dims},
+                          inv_freq.data<float>(), tokens, dim, pairs, eps, quant_block, quant_dims},
                          current_stream());
   return out;
 }

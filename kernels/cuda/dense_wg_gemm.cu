@@ -343,7 +343,7 @@ std::atomic<long> g_launches{0};
 
 template <int NT>
 void launch_n(const block_gemm_params& p, const dense_wg_shape& sh, cudaStream_t stream) {
-  static const int env_mode = std::getenv("DEEPINFER_DENSE_WG_AMODE")   // EXPERIMENT
+  static const int env_mode = std::getenv("DEEPINFER_DENSE_WG_AMODE")  // EXPERIMENT
                                   ? std::atoi(std::getenv("DEEPINFER_DENSE_WG_AMODE"))
                                   : 0;
   // The TMA modes take 4 k-steps (128 bytes) per stage: up to 16 rows; the others fall back.
@@ -404,14 +404,7 @@ void launch_dense_wg(const block_gemm_params& p, cudaStream_t stream) {
   const dense_wg_shape sh = dense_wg_shape_of(p);
   if (sh.cfg.k_splits > 1 && !p.split_work)  // 0 + a + b: exact, in any order
     CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));
-  if (p.rows <= 8)
-    launch_n<1>(p, sh, stream);
-  else if (p.rows <= 16)
-    launch_n<2>(p, sh, stream);
-  else if (p.rows <= 32)
-    launch_n<4>(p, sh, stream);
-  else
-    launch_n<8>(p, sh, stream);
+  detail::by_row_tiles<8>(p.rows, [&](auto nt) { launch_n<decltype(nt)::value>(p, sh, stream); });
   ++g_launches;
 }
 

@@ -112,18 +112,14 @@ bool f32_gemv_fits(std::int64_t rows, std::int64_t in, std::int64_t out) {
 }
 
 void launch_f32_gemv(const f32_gemv_params& p, cudaStream_t stream) {
-  DI_CHECK(f32_gemv_fits(p.rows, p.in, p.out), "f32_gemv: {} rows of {} inputs, {} outputs",
-           p.rows, p.in, p.out);
+  DI_CHECK(f32_gemv_fits(p.rows, p.in, p.out), "f32_gemv: {} rows of {} inputs, {} outputs", p.rows,
+           p.in, p.out);
   const int wk = warps_along_k(p);
   const unsigned grid = unsigned((p.out + warps / wk - 1) / (warps / wk));
-  if (p.rows <= 1)
-    detail::launch("f32_gemv", f32_gemv_kernel<1>, grid, warps * 32, 0, stream, p, wk);
-  else if (p.rows <= 2)
-    detail::launch("f32_gemv", f32_gemv_kernel<2>, grid, warps * 32, 0, stream, p, wk);
-  else if (p.rows <= 4)
-    detail::launch("f32_gemv", f32_gemv_kernel<4>, grid, warps * 32, 0, stream, p, wk);
-  else
-    detail::launch("f32_gemv", f32_gemv_kernel<8>, grid, warps * 32, 0, stream, p, wk);
+  detail::by_row_tiles<1>(p.rows, [&](auto r) {
+    detail::launch("f32_gemv", f32_gemv_kernel<decltype(r)::value>, grid, warps * 32, 0, stream, p,
+                   wk);
+  });
 }
 
 }  // namespace di::cuda

@@ -97,14 +97,9 @@ void launch_fp8_gemv(const fp8_gemv_params& p, cudaStream_t stream) {
   const std::int64_t weight_rows = p.groups * p.out;
   if (weight_rows == 0) return;
   const unsigned grid = unsigned((weight_rows + warps - 1) / warps);
-  if (p.rows <= 1)
-    detail::launch("fp8_gemv", fp8_gemv_kernel<1>, grid, warps * 32, 0, stream, p);
-  else if (p.rows <= 2)
-    detail::launch("fp8_gemv", fp8_gemv_kernel<2>, grid, warps * 32, 0, stream, p);
-  else if (p.rows <= 4)
-    detail::launch("fp8_gemv", fp8_gemv_kernel<4>, grid, warps * 32, 0, stream, p);
-  else
-    detail::launch("fp8_gemv", fp8_gemv_kernel<8>, grid, warps * 32, 0, stream, p);
+  detail::by_row_tiles<1>(p.rows, [&](auto r) {
+    detail::launch("fp8_gemv", fp8_gemv_kernel<decltype(r)::value>, grid, warps * 32, 0, stream, p);
+  });
 }
 
 }  // namespace di::cuda

@@ -223,14 +223,10 @@ void launch_fp8_split_gemm(const fp8_gemv_params& p, cudaStream_t stream) {
   const dim3 grid(unsigned((p.out + slices * 16 - 1) / (slices * 16)), unsigned(p.groups),
                   unsigned(splits));
   const int per = int((per_split + batch_k - 1) / batch_k * batch_k);
-  if (p.rows <= 8)
-    detail::launch("fp8_split_gemm", fp8_split_gemm_kernel<1>, grid, warps * 32, 0, stream, p, per);
-  else if (p.rows <= 16)
-    detail::launch("fp8_split_gemm", fp8_split_gemm_kernel<2>, grid, warps * 32, 0, stream, p, per);
-  else if (p.rows <= 32)
-    detail::launch("fp8_split_gemm", fp8_split_gemm_kernel<4>, grid, warps * 32, 0, stream, p, per);
-  else
-    detail::launch("fp8_split_gemm", fp8_split_gemm_kernel<8>, grid, warps * 32, 0, stream, p, per);
+  detail::by_row_tiles<8>(p.rows, [&](auto nt) {  // 8-row tiles
+    detail::launch("fp8_split_gemm", fp8_split_gemm_kernel<decltype(nt)::value>, grid, warps * 32,
+                   0, stream, p, per);
+  });
 }
 
 }  // namespace di::cuda

@@ -212,9 +212,9 @@ tensor linear(const tensor& x, const weight_matrix& weight, const linear_params&
                f32_gemv_fits(rows, in, out)) {  // decode rows: f32_gemv instead of SGEMV
       auto aligned = [](const void* q) { return reinterpret_cast<std::uintptr_t>(q) % 16 == 0; };
       const bool vec = in % 4 == 0 && aligned(input.raw()) && aligned(weight.values.raw());
-      launch_f32_gemv({input.data<float>(), weight.values.data<float>(), y.data<float>(), rows,
-                       in, out, vec},
-                      current_stream());
+      launch_f32_gemv(
+          {input.data<float>(), weight.values.data<float>(), y.data<float>(), rows, in, out, vec},
+          current_stream());
     } else {
       sgemm_nt(input, weight.values, y, 1);
     }

@@ -16,6 +16,8 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <type_traits>
 #include <utility>
 
 namespace di::cuda::detail {
@@ -49,6 +51,20 @@ void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, 
   if (status != cudaSuccess) [[unlikely]]
     DI_FAIL("CUDA error {} ({}) launching {}", cudaGetErrorName(status), cudaGetErrorString(status),
             name);
+}
+
+/// Calls f(std::integral_constant<int, N>{}) for the smallest N of 1, 2, 4 and 8 with rows <=
+/// N * Unit (8 past that): a kernel template instantiated per tile of rows.
+template <int Unit, typename F>
+void by_row_tiles(std::int64_t rows, F&& f) {
+  if (rows <= Unit)
+    f(std::integral_constant<int, 1>{});
+  else if (rows <= 2 * Unit)
+    f(std::integral_constant<int, 2>{});
+  else if (rows <= 4 * Unit)
+    f(std::integral_constant<int, 4>{});
+  else
+    f(std::integral_constant<int, 8>{});
 }
 
 }  // namespace di::cuda::detail

@@ -107,8 +107,8 @@ void launch_encode_cache_rows(const encode_rows_params& p, cudaStream_t stream) 
   DI_CHECK(p.rows >= 0, "encode_cache_rows: {} rows", p.rows);
   if (p.rows == 0) return;
   DI_CHECK(p.x && p.out, "encode_cache_rows: input and output are required");
-  detail::launch("encode", encode_kernel, unsigned(p.rows), kEncodeThreads, 0, stream, p.x, p.out, p.dst_rows,
-                 p.rows, p.pool_rows, detail::make_dev_format(p.format));
+  detail::launch("encode", encode_kernel, unsigned(p.rows), kEncodeThreads, 0, stream, p.x, p.out,
+                 p.dst_rows, p.rows, p.pool_rows, detail::make_dev_format(p.format));
 }
 
 void launch_decode_cache_rows(const decode_rows_params& p, cudaStream_t stream) {

@@ -85,8 +85,8 @@ void launch_engram_gate(const engram_gate_params& p, cudaStream_t stream) {
   DI_CHECK(p.hc > 0 && p.dim > 0 && p.tokens >= 0, "engram_gate: {} streams of {}", p.hc, p.dim);
   if (p.tokens == 0) return;
   DI_CHECK(p.h && p.key && p.value && p.weight && p.out, "engram_gate: missing operand");
-  detail::launch("engram_gate", engram_gate_kernel, unsigned(p.tokens * p.hc), kGateThreads, 0, stream,
-                 p);
+  detail::launch("engram_gate", engram_gate_kernel, unsigned(p.tokens * p.hc), kGateThreads, 0,
+                 stream, p);
 }
 
 }  // namespace di::cuda

@@ -263,7 +263,6 @@ void launch_hc_collapse_norm(const hc_collapse_norm_params& p, cudaStream_t stre
   static_assert(hc_collapse_norm_max_dim <= kNormPerThread * 1024, "rows fit the registers");
   detail::launch("hc_collapse_norm", hc_collapse_norm_kernel, unsigned(p.tokens), threads, 0,
                  stream, p);
-  detail::check_launch("hc_collapse_norm");
 }
 
 void launch_hc_expand(const hc_expand_params& p, cudaStream_t stream) {

@@ -399,10 +399,10 @@ tensor hc_collapse_norm(const tensor& x, const tensor& pre, const tensor& weight
   }
   DI_CHECK(hc >= 1 && hc <= 16, "hc_collapse_norm: {} streams", hc);
   tensor out = tensor::empty({tokens, dim}, dtype::f32, x.dev());  // [tokens, dim]
-  launch_hc_collapse_norm({x.data<float>(), pre.data<float>(),
-                           weight.defined() ? weight.data<float>() : nullptr, out.data<float>(),
-                           tokens, dim, int(hc), eps},
-                          current_stream());
+  launch_hc_collapse_norm(
+      {x.data<float>(), pre.data<float>(), weight.defined() ? weight.data<float>() : nullptr,
+       out.data<float>(), tokens, dim, int(hc), eps},
+      current_stream());
   return out;
 }
 

@@ -125,7 +125,8 @@ __global__ void norm_rope_quant_kernel(norm_rope_quant_params p) {
   const int lane = tid % 32, blocks = int((p.quant_dims + p.quant_block - 1) / p.quant_block);
   for (int b = tid / 32; b < blocks; b += threads / 32) {  // as fake_quant_kernel, kind 0
     float* v = row + std::int64_t(b) * p.quant_block;
-    const int n = int(min(std::int64_t(p.quant_block), p.quant_dims - std::int64_t(b) * p.quant_block));
+    const int n =
+        int(min(std::int64_t(p.quant_block), p.quant_dims - std::int64_t(b) * p.quant_block));
     float amax = 0.0f;
     for (int i = lane; i < n; i += 32) amax = fmaxf(amax, fabsf(v[i]));
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
@@ -163,8 +164,8 @@ void launch_rotary(const rotary_params& p, cudaStream_t stream) {
            kRotaryMaxPairs);
   DI_CHECK(p.heads <= (std::int64_t(1) << 20), "rotary: {} heads per token", p.heads);
   // A thread per pair (at most 65535 blocks along the heads).
-  const int heads_per_block = int(std::max<std::int64_t>(
-      std::max(1, kRotaryThreads / int(p.pairs)), (p.heads + 65534) / 65535));
+  const int heads_per_block = int(std::max<std::int64_t>(std::max(1, kRotaryThreads / int(p.pairs)),
+                                                         (p.heads + 65534) / 65535));
   const std::int64_t head_blocks = (p.heads + heads_per_block - 1) / heads_per_block;
   detail::launch("rotary", rotary_kernel, dim3(unsigned(p.tokens), unsigned(head_blocks)),
                  kRotaryThreads, 0, stream, p, heads_per_block);

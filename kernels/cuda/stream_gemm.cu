@@ -182,8 +182,8 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
   auto issue_box = [&](int j) {  // lane 0
     const int slot = j % tma_stages;
     mbar_expect_tx(&full_bar[slot], tma_stage_bytes);
-    tma_load_2d(ring + slot * tma_stage_bytes, &wmap, (w0 + 4 * j) * step_k,
-                int(group * p.n + n0), &full_bar[slot]);
+    tma_load_2d(ring + slot * tma_stage_bytes, &wmap, (w0 + 4 * j) * step_k, int(group * p.n + n0),
+                &full_bar[slot]);
   };
 
   // Batch loads: `Tail` guards steps past w1 (the last, partial batch only).
@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
           r.a[u][0][h] = *reinterpret_cast<const uint2*>(box + (g + 8 * h) * tma_box_bytes +
-                                                          chunk * 16 + (t & 1) * 8);
+                                                         chunk * 16 + (t & 1) * 8);
         r.b[u] = __ldg(reinterpret_cast<const uint2*>(act_row + (off + u) * step_k));
       }
       __syncwarp();
@@ -539,7 +539,6 @@ void launch_variant(const block_gemm_params& p, bool every, bool walk, dim3 grid
     go(stream_gemm_kernel<FP4, IL, false, batch, min_blocks, false, false>);
   }
 }
-
 
 }  // namespace
 

@@ -126,8 +126,8 @@ attention_inputs attention_project(const forward_pass& pass, int layer, const te
   // Norm, rope and the window cache's FP8 rounding of the new rows (V4.1 quantizes the whole row,
   // V4 its non-rope part), one op: one launch on CUDA.
   const cache_row_format& f = pass.layout.window_format;
-  in.kv = ops::norm_rope_quant(kv_a, w.kv_norm, eps, pass.positions, inv_freq, f.block,
-                               f.quant_dims);
+  in.kv =
+      ops::norm_rope_quant(kv_a, w.kv_norm, eps, pass.positions, inv_freq, f.block, f.quant_dims);
   return in;
 }
 

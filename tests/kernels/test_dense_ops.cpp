@@ -158,7 +158,8 @@ TEST_CASE("norm_rope_quant: rms_norm, then rotary, then FP8 fake quantization") 
     ops::fp8_fake_quant(want, 2, quant_dims);
     const tensor got = ops::norm_rope_quant(x, w, 1e-6f, pos, freq, 2, quant_dims);
     REQUIRE(got.shape() == want.shape());
-    for (std::int64_t i = 0; i < got.numel(); ++i) CHECK(got.data<float>()[i] == want.data<float>()[i]);
+    for (std::int64_t i = 0; i < got.numel(); ++i)
+      CHECK(got.data<float>()[i] == want.data<float>()[i]);
   }
 }
 

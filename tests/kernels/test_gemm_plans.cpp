@@ -376,7 +376,7 @@ TEST_CASE("stream_gemm's TMA rings: dense FP8 token tiles by default, forced off
   CHECK(cuda::stream_gemm_uses_tma(params_for(wq_a, 1)));
   CHECK(cuda::stream_gemm_uses_tma(params_for(wq_a, 8)));
   CHECK_FALSE(cuda::stream_gemm_uses_tma(params_for(wq_a, 9)));  // walks its token tiles
-  CHECK_FALSE(cuda::stream_gemm_uses_tma(experts(w1, 1)));        // MXFP4
+  CHECK_FALSE(cuda::stream_gemm_uses_tma(experts(w1, 1)));       // MXFP4
   cuda::set_stream_gemm_tma(0);
   CHECK_FALSE(cuda::stream_gemm_uses_tma(params_for(wq_a, 1)));
   cuda::set_stream_gemm_tma(1);

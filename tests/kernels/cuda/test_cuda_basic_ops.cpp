@@ -121,7 +121,8 @@ TEST_CASE("cuda scatter_add_rows, add_inplace and concat_rows match the CPU") {
 TEST_CASE("cuda rms_norm matches the CPU within fp32 rounding") {
   test::poison_device_pool();
   for (std::int64_t rows : {0, 1, 3, 130}) {
-    for (std::int64_t dim : {1, 31, 512, 4096, 5120, 7168, 20000}) {  // 20000: past the 16-byte path
+    for (std::int64_t dim :
+         {1, 31, 512, 4096, 5120, 7168, 20000}) {  // 20000: past the 16-byte path
       tensor x = test::random_f32({rows, dim}, 3.0f);
       tensor w = test::random_f32({dim});
       check_close(ops::rms_norm(x.to(gpu), w.to(gpu), 1e-6f), ops::rms_norm(x, w, 1e-6f), 2e-6);
@@ -177,8 +178,13 @@ TEST_CASE("cuda rotary matches the CPU (2-D and 3-D rows, inverse)") {
   // Heads split over blocks of 256 / pairs heads: a run past the last (9, 64 at 32 pairs; 3 at
   // 100 pairs, 2 heads per block).
   for (const auto& [tokens, heads, pairs] :
-       {std::tuple<std::int64_t, std::int64_t, std::int64_t>{0, 1, 32}, {1, 1, 32}, {1, 9, 32},
-        {1, 64, 32}, {37, 3, 32}, {37, 64, 32}, {5, 3, 100}}) {
+       {std::tuple<std::int64_t, std::int64_t, std::int64_t>{0, 1, 32},
+        {1, 1, 32},
+        {1, 9, 32},
+        {1, 64, 32},
+        {37, 3, 32},
+        {37, 64, 32},
+        {5, 3, 100}}) {
     CAPTURE(tokens);
     CAPTURE(heads);
     CAPTURE(pairs);

@@ -66,9 +66,9 @@ TEST_CASE("hc_collapse_norm: the CPU's rms_norm(hc_collapse) in one kernel, batc
     std::int64_t tokens, hc, dim;
     bool weighted;
   };
-  for (const shape sh : {shape{1, 4, 5120, true}, shape{7, 4, 4096, true}, shape{3, 4, 33, true},
-                         shape{130, 1, 512, false}, shape{0, 4, 5120, true},
-                         shape{2, 4, 12000, true}}) {
+  for (const shape sh :
+       {shape{1, 4, 5120, true}, shape{7, 4, 4096, true}, shape{3, 4, 33, true},
+        shape{130, 1, 512, false}, shape{0, 4, 5120, true}, shape{2, 4, 12000, true}}) {
     CAPTURE(sh.tokens);
     CAPTURE(sh.hc);
     CAPTURE(sh.dim);
@@ -81,10 +81,10 @@ TEST_CASE("hc_collapse_norm: the CPU's rms_norm(hc_collapse) in one kernel, batc
     REQUIRE(got.shape() == want.shape());
     CHECK(test::max_scaled_err(got, want, 1e-5, 1e-5) <= 1.0);
     if (sh.tokens > 1) {  // token 0 alone: the same bits
-      const tensor one =
-          ops::hc_collapse_norm(x.slice(0, 0, 1).clone().to(gpu), pre.slice(0, 0, 1).clone().to(gpu),
-                                w.defined() ? w.to(gpu) : w, 1e-6f)
-              .to(cpu_device);
+      const tensor one = ops::hc_collapse_norm(x.slice(0, 0, 1).clone().to(gpu),
+                                               pre.slice(0, 0, 1).clone().to(gpu),
+                                               w.defined() ? w.to(gpu) : w, 1e-6f)
+                             .to(cpu_device);
       CHECK(test::bytes_equal(one, got.slice(0, 0, 1).clone()));
     }
   }

@@ -1,9 +1,9 @@
 // GPU tests of the remaining model kernels against their CPU twins: SwiGLU, the compressor's state machine over chained calls (V4.1
 // ratio 2, V4 overlapping ratio 4, ratio 128), mHC mixing / head mix / collapse / expand,
 // and the Engram gate.
-#include "gpu_test_util.hpp"
 #include <cstring>
 #include <utility>
+#include "gpu_test_util.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
 #include "kernels/cuda/cuda_model_ops.hpp"
 
@@ -270,8 +270,11 @@ TEST_CASE("cuda hc_mixes, hc_head_pre, hc_collapse, hc_expand") {
 TEST_CASE("cuda engram_gate") {
   DI_REQUIRE_GPU();
   // Widths of 16-byte rows (V4, V4.1) and one that is not (the kernel's scalar path).
-  for (const auto& [tokens, d] : {std::pair<std::int64_t, std::int64_t>{0, 4096}, {1, 4096},
-                                 {7, 4096}, {1, 5120}, {3, 1001}}) {
+  for (const auto& [tokens, d] : {std::pair<std::int64_t, std::int64_t>{0, 4096},
+                                  {1, 4096},
+                                  {7, 4096},
+                                  {1, 5120},
+                                  {3, 1001}}) {
     CAPTURE(tokens);
     CAPTURE(d);
     const int hc = 4;
