@@ -74,6 +74,23 @@ tensor rms_norm(const tensor& x, const tensor& weight, float eps) {
   return cpu::rms_norm(x, weight, eps);
 }
 
+quantized_rows rms_norm_quantized(const tensor& x, const tensor& weight, float eps, int block) {
+  DI_CUDA_TWIN(x, rms_norm_quantized(x, weight, eps, block));
+  require_cpu(x, "rms_norm_quantized");
+  return {cpu::rms_norm(x, weight, eps), {}, {}, block};  // the CPU's linear quantizes x
+}
+
+tensor linear(const quantized_rows& x, const weight_matrix& weight, const linear_params& params) {
+  DI_CUDA_TWIN(x.x, linear(x, weight, params));
+  return linear(x.x, weight, params);
+}
+
+tensor expert_linear(const quantized_rows& x, const tensor& offsets, const weight_matrix& weights,
+                     const expert_linear_params& params) {
+  DI_CUDA_TWIN(x.x, expert_linear(x, offsets, weights, params));
+  return expert_linear(x.x, offsets, weights, params);
+}
+
 tensor linear(const tensor& x, const weight_matrix& weight, const linear_params& params) {
   DI_CUDA_TWIN(x, linear(x, weight, params));
   require_cpu(x, "linear");
@@ -185,6 +202,13 @@ expert_groups group_by_expert(const routing& route, int experts) {
   DI_CUDA_TWIN(route.experts, group_by_expert(route, experts));
   require_cpu(route.experts, "group_by_expert");
   return cpu::group_by_expert(route, experts);
+}
+
+quantized_rows swiglu_quantized(const tensor& gate, const tensor& up, float limit,
+                                const tensor& row_scale, int block) {
+  DI_CUDA_TWIN(gate, swiglu_quantized(gate, up, limit, row_scale, block));
+  require_cpu(gate, "swiglu_quantized");
+  return {cpu::swiglu(gate, up, limit, row_scale), {}, {}, block};
 }
 
 tensor swiglu(const tensor& gate, const tensor& up, float limit, const tensor& row_scale) {

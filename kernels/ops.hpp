@@ -41,6 +41,18 @@ tensor concat_rows(std::span<const tensor> parts);
 /// RMSNorm over the last dim of `x` [rows, dim]: x * rsqrt(mean(x^2) + eps) * weight, with
 /// `weight` [dim] f32 or an undefined tensor for an unweighted norm. Returns [rows, dim].
 tensor rms_norm(const tensor& x, const tensor& weight, float eps);
+/// An activation with the FP8 quantization that a linear with act_quant_block == block computes
+/// from it: codes [rows, cols] (e4m3 bytes) and scales [rows, cols / block] f32, filled by the
+/// CUDA producers below in the kernel that computes x (one launch fewer per consumer). Where
+/// they are empty (the CPU, shapes a fused kernel does not take) linear quantizes x itself;
+/// either way the results are linear(x, w, {block})'s.
+struct quantized_rows {
+  tensor x;  ///< [rows, cols] f32
+  tensor codes, scales;
+  int block = 0;  ///< the activation block of codes and scales (0: x alone)
+};
+/// rms_norm(x, weight, eps) with its quantization in blocks of `block` (quantized_rows).
+quantized_rows rms_norm_quantized(const tensor& x, const tensor& weight, float eps, int block);
 
 // ---- linear ------------------------------------------------------------------------------
 
@@ -82,6 +94,11 @@ struct expert_linear_params {
 /// [experts + 1] i32, non-decreasing, lives on x's device.
 tensor expert_linear(const tensor& x, const tensor& offsets, const weight_matrix& weights,
                      const expert_linear_params& params = {});
+/// linear(x.x, weight, params), from x's codes when they are params' quantization.
+tensor linear(const quantized_rows& x, const weight_matrix& weight, const linear_params& params);
+/// expert_linear(x.x, ...), from x's codes when they are params' quantization.
+tensor expert_linear(const quantized_rows& x, const tensor& offsets, const weight_matrix& weights,
+                     const expert_linear_params& params);
 /// expert_linear of x through `a` and through `b` (the experts' w1 and w3) -- exactly those
 /// results -- with x's activation quantization done once on CUDA.
 std::pair<tensor, tensor> expert_linear_pair(const tensor& x, const tensor& offsets,
@@ -182,6 +199,9 @@ expert_groups group_by_expert(const routing& route, int experts);
 /// silu(min(gate, limit)) * clamp(up, -limit, limit) (no clamp when limit <= 0), each row
 /// scaled by row_scale[row] when `row_scale` [rows] is defined. gate, up [rows, inter].
 tensor swiglu(const tensor& gate, const tensor& up, float limit, const tensor& row_scale);
+/// swiglu(...) with its quantization in blocks of `block` (quantized_rows; block 0: none).
+quantized_rows swiglu_quantized(const tensor& gate, const tensor& up, float limit,
+                                const tensor& row_scale, int block);
 
 // ---- compressor --------------------------------------------------------------------------
 

@@ -7,7 +7,8 @@
 # (DEEPINFER_WG_RING=2); engram_gate, cache encode, rotary and RMSNorm
 # rewritten for batch 1; fp32 decode projections on f32_gemv instead of cuBLAS SGEMV
 # (DEEPINFER_F32_GEMV=0 off); rms_norm(hc_collapse) fused (DEEPINFER_HC_COLLAPSE_NORM=0 off);
-# the window KV rows' norm + rope + FP8 rounding in one kernel (DEEPINFER_NORM_ROPE_QUANT=0 off).
+# the window KV rows' norm + rope + FP8 rounding in one kernel (DEEPINFER_NORM_ROPE_QUANT=0 off);
+# q_norm's and SwiGLU's kernels emitting their consumer's FP8 codes (DEEPINFER_FUSED_ACT_QUANT=0).
 # Their GPU tests first (each under 120 s; a failed one switches its
 # experiment off for the rest), then bench_kernels_cuda's V4.1 fp8 and routed rows (decode
 # only), every GPU test, and v41-flash-L4 decode with each experiment on and off.
@@ -43,6 +44,7 @@ fi
 gate dense_tma "*dense_wg*" DEEPINFER_DENSE_WG_AMODE=5
 gate wg_bulk "*wg_gemm*" && modes+=("DEEPINFER_WG_RING=2")
 if gate f32_gemv "*f32_gemv*"; then modes+=("DEEPINFER_F32_GEMV=0"); else export DEEPINFER_F32_GEMV=0; fi
+if gate fused_act_quant "*quantized_rows*"; then modes+=("DEEPINFER_FUSED_ACT_QUANT=0"); else export DEEPINFER_FUSED_ACT_QUANT=0; fi
 if gate norm_rope_quant "*norm_rope_quant*"; then modes+=("DEEPINFER_NORM_ROPE_QUANT=0"); else export DEEPINFER_NORM_ROPE_QUANT=0; fi
 # engram_gate, cache encode, rotary and RMSNorm rewritten for batch 1
 gate small_kernels "*rotary*,*rms_norm*"
@@ -74,7 +76,7 @@ for setting in "$@"; do export "$setting"; done
 ( $di make-model --preset v41-flash-L4 --out /tmp/models/v41 --quiet >"$out/mm.log" 2>&1; echo "make-model rc=$?" >>"$out/mm.log" ) &
 mm=$!
 modes=("DEEPINFER_STREAM_TMA=0" "DEEPINFER_WG_RING=2" "DEEPINFER_F32_GEMV=0" "DEEPINFER_HC_COLLAPSE_NORM=0"
-       "DEEPINFER_NORM_ROPE_QUANT=0")
+       "DEEPINFER_NORM_ROPE_QUANT=0" "DEEPINFER_FUSED_ACT_QUANT=0")
 for t in test_kernels_cuda test_cuda_model_ops; do
   DEEPINFER_SOURCE_DIR=$PWD timeout 150 /tmp/fwd/tests/$t >"$out/$t.log" 2>&1
   echo "$t rc=$? $(grep -E '^\[doctest\] (test cases|assertions)' "$out/$t.log" | tr -s ' ' | paste -sd' ')"

@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/dtype.hpp"
+#include "kernels/quant_math.hpp"
 
 namespace di::cuda {
 
@@ -139,6 +140,7 @@ __global__ void add_kernel(float* y, const float* x, std::int64_t n) {
 /// float4s of a row each thread holds between the sum and the scaling (the 16-byte path: rows
 /// of up to 4 * 4 * blockDim.x values).
 constexpr int norm_vectors = 4;
+constexpr int threads_for_narrow = 256;  // rms_norm's threads per row below 1024 values
 
 __global__ void rms_norm_kernel(rms_norm_params p) {
   detail::grid_dependency_sync();
@@ -163,16 +165,38 @@ __global__ void rms_norm_kernel(rms_norm_params p) {
       sum += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
     sum = detail::block_sum_in_order(sum, scratch);
     const float rs = 1.0f / sqrtf(sum / float(p.dim) + p.eps);
+    // With quant_block > 0 (rms_norm_quantizes: 4 * 32 % quant_block == 0, dim % quant_block
+    // == 0): the quant_block / 4 consecutive threads holding a block take its amax by a
+    // butterfly (every lane takes part: no break before it), then each its 4 codes -- the
+    // functions and order of act_quant_kernel, so the same bytes.
+    const int group = p.quant_block / 4;
 #pragma unroll
     for (int j = 0; j < norm_vectors; ++j) {
       const int i = int(threadIdx.x) + j * int(blockDim.x);
-      if (i >= n4) break;
+      const bool live = i < n4;
       float4 y = make_float4(v[j].x * rs, v[j].y * rs, v[j].z * rs, v[j].w * rs);
-      if (p.weight) {
+      if (p.weight && live) {
         const float4 w = reinterpret_cast<const float4*>(p.weight)[i];
         y = make_float4(w.x * y.x, w.y * y.y, w.z * y.z, w.w * y.w);
       }
-      reinterpret_cast<float4*>(out)[i] = y;
+      if (live) reinterpret_cast<float4*>(out)[i] = y;
+      if (group > 0) {
+        float amax = fmaxf(fmaxf(fabsf(y.x), fabsf(y.y)), fmaxf(fabsf(y.z), fabsf(y.w)));
+        for (int o = 1; o < group; o <<= 1)
+          amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        if (live) {
+          const float scale = fp8_block_scale(amax);
+          auto code = [&](float x) {
+            float q = x / scale;
+            q = q > fp8_e4m3_max ? fp8_e4m3_max : (q < -fp8_e4m3_max ? -fp8_e4m3_max : q);
+            return std::uint32_t(f32_to_e4m3(q));
+          };
+          reinterpret_cast<std::uint32_t*>(p.codes + r * p.dim)[i] =
+              code(y.x) | (code(y.y) << 8) | (code(y.z) << 16) | (code(y.w) << 24);
+          if (int(threadIdx.x) % group == 0)
+            p.scales[r * (p.dim / p.quant_block) + (4 * i) / p.quant_block] = scale;
+        }
+      }
     }
     return;
   }
@@ -218,12 +242,24 @@ void launch_add_inplace(float* y, const float* x, std::int64_t n, cudaStream_t s
   detail::launch("add", add_kernel, grid_for(n), threads, 0, stream, y, x, n);
 }
 
+bool rms_norm_quantizes(std::int64_t dim, int block) {
+  const int threads = dim >= 4096 ? 1024 : dim >= 1024 ? 512 : threads_for_narrow;
+  return (block == 32 || block == 64 || block == 128) && dim % block == 0 &&
+         dim / 4 <= norm_vectors * threads;
+}
+
 void launch_rms_norm(const rms_norm_params& p, cudaStream_t stream) {
   if (p.rows == 0) return;
+  DI_CHECK(p.quant_block == 0 || (rms_norm_quantizes(p.dim, p.quant_block) && p.codes &&
+                                  p.scales && reinterpret_cast<std::uintptr_t>(p.x) % 16 == 0 &&
+                                  reinterpret_cast<std::uintptr_t>(p.out) % 16 == 0 &&
+                                  (!p.weight || reinterpret_cast<std::uintptr_t>(p.weight) % 16 == 0)),
+           "rms_norm: cannot quantize rows of {} in blocks of {} in its kernel", p.dim,
+           p.quant_block);
   // One block per row. Decode normalises a handful of wide rows: 256 threads left each one
   // 20 dependent loads per pass over a 5120-wide row (17 us per call on the H200); wide rows
   // get up to 1024 threads. The thread count depends on the width alone (batch-invariant).
-  const int row_threads = p.dim >= 4096 ? 1024 : p.dim >= 1024 ? 512 : threads;
+  const int row_threads = p.dim >= 4096 ? 1024 : p.dim >= 1024 ? 512 : threads_for_narrow;
   detail::launch("rms_norm", rms_norm_kernel, unsigned(p.rows), row_threads, 0, stream, p);
 }
 

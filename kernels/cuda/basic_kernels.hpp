@@ -69,7 +69,15 @@ struct rms_norm_params {
   std::int64_t rows;
   std::int64_t dim;
   float eps;
+  /// Also the output's FP8 activation quantization (as gemm's quantize_act: codes [rows, dim]
+  /// e4m3, scales [rows, dim / quant_block] f32) when quant_block > 0; only where
+  /// rms_norm_quantizes(dim, quant_block) and the rows are 16-byte aligned.
+  std::uint8_t* codes = nullptr;
+  float* scales = nullptr;
+  int quant_block = 0;
 };
 void launch_rms_norm(const rms_norm_params& p, cudaStream_t stream);
+/// Whether launch_rms_norm can quantize rows of `dim` in blocks of `block` in its kernel.
+bool rms_norm_quantizes(std::int64_t dim, int block);
 
 }  // namespace di::cuda

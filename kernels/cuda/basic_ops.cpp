@@ -152,6 +152,37 @@ tensor rms_norm(const tensor& x, const tensor& weight, float eps) {
   return out;
 }
 
+/// Whether the fused kernels' codes (quantized_rows) may be written for x: block > 0, the
+/// fused-quantization switch on (DEEPINFER_FUSED_ACT_QUANT=0 turns it off, EXPERIMENT).
+bool fuses_act_quant(int block) {
+  static const bool on = detail::env_switch("DEEPINFER_FUSED_ACT_QUANT", true);
+  return on && block > 0;
+}
+
+quantized_rows rms_norm_quantized(const tensor& x, const tensor& weight, float eps, int block) {
+  check_cuda_tensor(x, dtype::f32, 2, "rms_norm input");
+  const std::int64_t rows = x.size(0), dim = x.size(1);
+  auto aligned = [](const tensor& t) {
+    return !t.defined() || reinterpret_cast<std::uintptr_t>(t.raw()) % 16 == 0;
+  };
+  if (!fuses_act_quant(block) || !rms_norm_quantizes(dim, block) || !aligned(x) ||
+      !aligned(weight) || rows == 0)
+    return {rms_norm(x, weight, eps), {}, {}, block};  // the consumer quantizes
+  const float* w = nullptr;
+  if (weight.defined()) {
+    check_tensor(weight, dtype::f32, {dim}, "rms_norm weight");
+    check_same_device(x, weight, "rms_norm");
+    w = weight.data<float>();
+  }
+  quantized_rows q{tensor::empty({rows, dim}, dtype::f32, x.dev()),
+                   tensor::empty({rows, dim}, dtype::u8, x.dev()),
+                   tensor::empty({rows, dim / block}, dtype::f32, x.dev()), block};
+  launch_rms_norm({x.data<float>(), w, q.x.data<float>(), rows, dim, eps,
+                   q.codes.data<std::uint8_t>(), q.scales.data<float>(), block},
+                  current_stream());
+  return q;
+}
+
 void fp8_fake_quant(tensor& x, int block, std::int64_t num_dims) {
   check_cuda_tensor(x, dtype::f32, 2, "fp8_fake_quant input");
   DI_CHECK(block > 0 && num_dims >= 0 && num_dims <= x.size(1),

@@ -194,6 +194,11 @@ struct swiglu_params {
   float* out = nullptr;         ///< [rows, inter]
   std::int64_t rows = 0, inter = 0;
   float limit = 0.0f;
+  /// Also out's FP8 activation quantization (gemm's quantize_act layout: codes [rows, inter],
+  /// scales [rows, inter / quant_block]) when quant_block > 0 (32, 64 or 128 dividing inter).
+  std::uint8_t* codes = nullptr;
+  float* scales = nullptr;
+  int quant_block = 0;
 };
 void launch_swiglu(const swiglu_params& p, cudaStream_t stream);
 

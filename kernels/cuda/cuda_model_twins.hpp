@@ -38,6 +38,8 @@ ops::routing route(const tensor& logits, const tensor& bias, const tensor& fixed
                    const ops::router_params& params);
 ops::expert_groups group_by_expert(const ops::routing& route, int experts);
 tensor swiglu(const tensor& gate, const tensor& up, float limit, const tensor& row_scale);
+ops::quantized_rows swiglu_quantized(const tensor& gate, const tensor& up, float limit,
+                                     const tensor& row_scale, int block);
 tensor compress_tokens(const tensor& kv, const tensor& score, std::int64_t start, tensor& state_kv,
                        tensor& state_score, const ops::compress_params& params);
 tensor engram_gate(const tensor& h, const tensor& key, const tensor& value, const tensor& weight,

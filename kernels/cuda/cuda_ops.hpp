@@ -15,6 +15,7 @@ namespace di::cuda {
 using ops::expert_linear_params;
 using ops::fp4_scale;
 using ops::linear_params;
+using ops::quantized_rows;
 
 tensor embedding(const tensor& table, const tensor& ids);
 tensor embedding_fp8(const tensor& codes, const tensor& scales, const tensor& ids);
@@ -23,6 +24,10 @@ void scatter_add_rows(tensor& y, const tensor& rows, const tensor& src);
 void add_inplace(tensor& y, const tensor& x);
 tensor concat_rows(std::span<const tensor> parts);
 tensor rms_norm(const tensor& x, const tensor& weight, float eps);
+quantized_rows rms_norm_quantized(const tensor& x, const tensor& weight, float eps, int block);
+/// Whether the producers of quantized_rows fill its codes for activation block `block` (> 0 and
+/// DEEPINFER_FUSED_ACT_QUANT not 0). Defined in basic_ops.cpp.
+bool fuses_act_quant(int block);
 void fp8_fake_quant(tensor& x, int block, std::int64_t num_dims);
 void fp4_fake_quant(tensor& x, int block, fp4_scale scale);
 void hadamard(tensor& x);
@@ -39,6 +44,9 @@ tensor norm_rope_quant(const tensor& x, const tensor& weight, float eps, const t
 // stored-format weight is decoded exactly to an fp32 temporary and multiplied by SGEMM.
 
 tensor linear(const tensor& x, const weight_matrix& weight, const linear_params& params);
+tensor linear(const quantized_rows& x, const weight_matrix& weight, const linear_params& params);
+tensor expert_linear(const quantized_rows& x, const tensor& offsets, const weight_matrix& weights,
+                     const expert_linear_params& params);
 std::pair<tensor, tensor> linear_pair(const tensor& x, const weight_matrix& a,
                                       const weight_matrix& b, const linear_params& params);
 tensor grouped_linear(const tensor& x, const weight_matrix& weight);

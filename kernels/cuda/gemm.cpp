@@ -239,6 +239,14 @@ tensor linear(const tensor& x, const weight_matrix& weight, const linear_params&
   return block_linear(x, weight, quantize_act(x, act_block, false), act_block);
 }
 
+tensor linear(const quantized_rows& x, const weight_matrix& weight, const linear_params& params) {
+  const int act_block = params.act_quant_block;
+  if (!x.codes.defined() || x.block != act_block || !takes_block_gemm(x.x, weight, act_block))
+    return cuda::linear(x.x, weight, params);
+  check_linear_operands(x.x, weight);
+  return block_linear(x.x, weight, {x.codes, x.scales}, act_block);  // x's codes: no act_quant
+}
+
 std::pair<tensor, tensor> linear_pair(const tensor& x, const weight_matrix& a,
                                       const weight_matrix& b, const linear_params& params) {
   check_linear_operands(x, a);
@@ -343,6 +351,15 @@ tensor expert_linear(const tensor& x, const tensor& offsets, const weight_matrix
   if (x.size(0) == 0) return tensor::zeros({0, out}, dtype::f32, x.dev());
   return block_expert_linear(x, offsets, weights, params,
                              quantize_act(x, params.act_quant_block, false), out);
+}
+
+tensor expert_linear(const quantized_rows& x, const tensor& offsets, const weight_matrix& weights,
+                     const expert_linear_params& params) {
+  if (!x.codes.defined() || x.block != params.act_quant_block)
+    return cuda::expert_linear(x.x, offsets, weights, params);
+  const std::int64_t out = check_expert_operands(x.x, offsets, weights, params.act_quant_block);
+  if (x.x.size(0) == 0) return tensor::zeros({0, out}, dtype::f32, x.x.dev());
+  return block_expert_linear(x.x, offsets, weights, params, {x.codes, x.scales}, out);
 }
 
 std::pair<tensor, tensor> expert_linear_pair(const tensor& x, const tensor& offsets,

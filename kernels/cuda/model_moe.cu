@@ -3,6 +3,7 @@
 // expert (offsets and permutation on the device) and the clamped SwiGLU.
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/model_common.cuh"
+#include "kernels/quant_math.hpp"
 
 namespace di::cuda {
 
@@ -90,20 +91,53 @@ __global__ void route_kernel(const route_params p) {
   }
 }
 
+/// SwiGLU of element i (row i / inter): the CPU twin's clamps and order.
+__device__ __forceinline__ float swiglu_value(const swiglu_params& p, std::int64_t i) {
+  float gv = p.gate[i], uv = p.up[i];
+  if (p.limit > 0.0f) {
+    uv = fminf(fmaxf(uv, -p.limit), p.limit);
+    gv = fminf(gv, p.limit);
+  }
+  const float silu = gv / (1.0f + expf(-gv));
+  const float v = silu * uv;
+  return p.row_scale ? p.row_scale[i / p.inter] * v : v;
+}
+
 __global__ void swiglu_kernel(const swiglu_params p) {
   detail::grid_dependency_sync();
   const std::int64_t n = p.rows * p.inter;
   for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += std::int64_t(gridDim.x) * blockDim.x) {
-    float gv = p.gate[i], uv = p.up[i];
-    if (p.limit > 0.0f) {
-      uv = fminf(fmaxf(uv, -p.limit), p.limit);
-      gv = fminf(gv, p.limit);
-    }
-    const float silu = gv / (1.0f + expf(-gv));
-    const float v = silu * uv;
-    p.out[i] = p.row_scale ? p.row_scale[i / p.inter] * v : v;
+       i += std::int64_t(gridDim.x) * blockDim.x)
+    p.out[i] = swiglu_value(p, i);
+}
+
+constexpr int kQuantWarps = 8;
+
+/// A warp per (row, quantization block): the block's values (lanes strided by 32), their amax
+/// by a butterfly, then act_quant_kernel's scale and codes -- the same bytes as quantizing out.
+__global__ void swiglu_quant_kernel(const swiglu_params p) {
+  detail::grid_dependency_sync();
+  const std::int64_t blocks_per_row = p.inter / p.quant_block;
+  const std::int64_t item = std::int64_t(blockIdx.x) * kQuantWarps + threadIdx.x / 32;
+  if (item >= p.rows * blocks_per_row) return;  // whole warps
+  const int lane = int(threadIdx.x) % 32, per = p.quant_block / 32;
+  const std::int64_t r = item / blocks_per_row, b = item % blocks_per_row;
+  const std::int64_t base = r * p.inter + b * p.quant_block;
+  float v[4];
+  float amax = 0.0f;
+  for (int u = 0; u < per; ++u) {
+    v[u] = swiglu_value(p, base + lane + 32 * u);
+    p.out[base + lane + 32 * u] = v[u];
+    amax = fmaxf(amax, fabsf(v[u]));
   }
+  amax = detail::warp_max(amax);
+  const float scale = fp8_block_scale(amax);
+  for (int u = 0; u < per; ++u) {
+    float q = v[u] / scale;
+    q = q > fp8_e4m3_max ? fp8_e4m3_max : (q < -fp8_e4m3_max ? -fp8_e4m3_max : q);
+    p.codes[base + lane + 32 * u] = f32_to_e4m3(q);
+  }
+  if (lane == 0) p.scales[r * blocks_per_row + b] = scale;
 }
 
 constexpr int kGroupThreads = 1024;
@@ -179,6 +213,16 @@ void launch_swiglu(const swiglu_params& p, cudaStream_t stream) {
   DI_CHECK(p.rows >= 0 && p.inter >= 0, "swiglu: [{}, {}]", p.rows, p.inter);
   if (p.rows * p.inter == 0) return;
   DI_CHECK(p.gate && p.up && p.out, "swiglu: missing operand");
+  if (p.quant_block > 0) {
+    DI_CHECK((p.quant_block == 32 || p.quant_block == 64 || p.quant_block == 128) &&
+                 p.inter % p.quant_block == 0 && p.codes && p.scales,
+             "swiglu: cannot quantize rows of {} in blocks of {}", p.inter, p.quant_block);
+    const std::int64_t items = p.rows * (p.inter / p.quant_block);
+    detail::launch("swiglu_quant", swiglu_quant_kernel,
+                   detail::grid_for(items, kQuantWarps), kQuantWarps * 32, 0, stream, p);
+    detail::check_launch("swiglu_quant");
+    return;
+  }
   const unsigned grid = std::min<unsigned>(detail::grid_for(p.rows * p.inter, 256), 132u * 16u);
   detail::launch("swiglu", swiglu_kernel, grid, 256, 0, stream, p);
 }

@@ -273,6 +273,31 @@ tensor swiglu(const tensor& gate, const tensor& up, float limit, const tensor& r
   return out;
 }
 
+ops::quantized_rows swiglu_quantized(const tensor& gate, const tensor& up, float limit,
+                                     const tensor& row_scale, int block) {
+  const std::int64_t inter = gate.rank() == 2 ? gate.size(1) : 0;
+  if (!fuses_act_quant(block) || !(block == 32 || block == 64 || block == 128) ||
+      inter % block != 0)
+    return {swiglu(gate, up, limit, row_scale), {}, {}, block};  // the consumer quantizes
+  check_cuda_tensor(gate, dtype::f32, 2, "swiglu gate");
+  check_tensor(up, dtype::f32, gate.shape(), "swiglu up");
+  const std::int64_t rows = gate.size(0);
+  if (row_scale.defined()) check_tensor(row_scale, dtype::f32, {rows}, "swiglu row scale");
+  same_device(gate, up, "swiglu");
+  same_device(gate, row_scale, "swiglu");
+  ops::quantized_rows q{tensor::empty({rows, inter}, dtype::f32, gate.dev()),
+                        tensor::empty({rows, inter}, dtype::u8, gate.dev()),
+                        tensor::empty({rows, inter / block}, dtype::f32, gate.dev()), block};
+  swiglu_params p{gate.data<float>(), up.data<float>(),
+                  row_scale.defined() ? row_scale.data<float>() : nullptr, q.x.data<float>(),
+                  rows, inter, limit};
+  p.codes = q.codes.data<std::uint8_t>();
+  p.scales = q.scales.data<float>();
+  p.quant_block = block;
+  launch_swiglu(p, current_stream());
+  return q;
+}
+
 tensor compress_tokens(const tensor& kv, const tensor& score, std::int64_t start, tensor& state_kv,
                        tensor& state_score, const ops::compress_params& cp) {
   check_cuda_tensor(kv, dtype::f32, 2, "compressor kv");

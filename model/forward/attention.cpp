@@ -117,8 +117,11 @@ attention_inputs attention_project(const forward_pass& pass, int layer, const te
 
   attention_inputs in;
   auto [q_a, kv_a] = pass.linear_pair(x, w.wq_a, w.wkv);  // [rows, q_lora], [rows, hd]
-  in.q_residual = ops::rms_norm(q_a, w.q_norm, eps);
-  tensor q = pass.linear(in.q_residual, w.wq_b);  // [rows, H * hd]
+  // The norm hands wq_b its activation codes (on CUDA computed in the norm's kernel).
+  const ops::quantized_rows qr =
+      ops::rms_norm_quantized(q_a, w.q_norm, eps, pass.act(w.wq_b).act_quant_block);
+  in.q_residual = qr.x;
+  tensor q = pass.linear(qr, w.wq_b);  // [rows, H * hd]
   // V4 normalises each head of the query.
   if (!c.is_v41()) q = ops::rms_norm(q.view({rows * heads, hd}), tensor(), eps);
   in.q = q.view({rows, heads, hd});

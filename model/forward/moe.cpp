@@ -109,8 +109,10 @@ void grouped_expert_forward(const forward_pass& pass, const moe_weights& m,
   const tensor xe = ops::gather_rows(x, g.rows);  // [tokens * k, dim] grouped by expert
   // w1 and w3 read the same rows with the same activation blocks: quantized once.
   const auto [h1, h3] = ops::expert_linear_pair(xe, g.offsets, m.stacked.w1.w, m.stacked.w3.w, p);
-  tensor act = ops::swiglu(h1, h3, limit, g.weights);
   const ops::expert_linear_params p2{pass.act(m.stacked.w2).act_quant_block, most, hint};
+  // SwiGLU hands w2 its activation codes (on CUDA computed in the SwiGLU kernel).
+  const ops::quantized_rows act =
+      ops::swiglu_quantized(h1, h3, limit, g.weights, p2.act_quant_block);
   ops::scatter_add_rows(y, g.rows, ops::expert_linear(act, g.offsets, m.stacked.w2.w, p2));
 }
 
@@ -148,7 +150,9 @@ tensor moe_forward(const forward_pass& pass, int layer, const tensor& x) {
     }
   }
   const auto [s1, s3] = pass.linear_pair(x, m.shared.w1, m.shared.w3);
-  tensor shared = pass.linear(ops::swiglu(s1, s3, limit, tensor()), m.shared.w2);  // [rows, dim]
+  tensor shared = pass.linear(ops::swiglu_quantized(s1, s3, limit, tensor(),
+                                                    pass.act(m.shared.w2).act_quant_block),
+                              m.shared.w2);  // [rows, dim]
   ops::add_inplace(y, shared);
   return y;
 }

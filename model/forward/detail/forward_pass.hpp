@@ -73,6 +73,10 @@ struct forward_pass {
   tensor linear(const tensor& x, const linear_weight& w) const {
     return ops::linear(x, w.w, act(w));
   }
+  /// linear(x.x, w), from x's activation codes when they are w's quantization.
+  tensor linear(const ops::quantized_rows& x, const linear_weight& w) const {
+    return ops::linear(x, w.w, act(w));
+  }
   /// linear(x, a) and linear(x, b) -- the same results -- with x's activation quantization
   /// done once when both use the same block (ops::linear_pair).
   std::pair<tensor, tensor> linear_pair(const tensor& x, const linear_weight& a,

@@ -419,6 +419,60 @@ TEST_CASE("cuda linear_pair and expert_linear_pair: the bits of two separate cal
   }
 }
 
+TEST_CASE("cuda quantized_rows: RMSNorm's and SwiGLU's own codes give linear's exact results") {
+  // The fused producers quantize as linear would (act_quant_kernel's functions and order), so
+  // a linear from their codes is the same bits as one that quantizes x itself. V4.1 (32-input
+  // blocks) and V4 (128) widths; a width the fused norm does not take (odd: codes stay empty).
+  struct norm_case {
+    std::int64_t dim;
+    int block;
+    bool fused;
+  };
+  for (const norm_case nc : {norm_case{1280, 32, true}, norm_case{1024, 128, true},
+                             norm_case{5120, 32, true}, norm_case{96, 32, true},
+                             norm_case{1280, 0, false}, norm_case{99, 32, false}}) {
+    CAPTURE(nc.dim);
+    CAPTURE(nc.block);
+    const weight_matrix w = weight_to(random_fp8(256, nc.dim, nc.block > 0 ? nc.block : 32), gpu);
+    const tensor nw = test::random_f32({nc.dim}).to(gpu);
+    for (const std::int64_t rows : {1, 7, 64}) {
+      CAPTURE(rows);
+      const tensor x = varied_input(rows, nc.dim).to(gpu);
+      test::poison_device_pool();
+      const ops::quantized_rows q = ops::rms_norm_quantized(x, nw, 1e-6f, nc.block);
+      CHECK(q.codes.defined() == nc.fused);
+      test::check_bitwise(q.x.to(cpu_device), ops::rms_norm(x, nw, 1e-6f).to(cpu_device));
+      if (nc.block == 0 || nc.dim % nc.block != 0) continue;
+      test::check_bitwise(ops::linear(q, w, {nc.block}).to(cpu_device),
+                          ops::linear(q.x, w, {nc.block}).to(cpu_device));
+    }
+  }
+  for (const auto& [inter, block] : {std::pair<std::int64_t, int>{2304, 32}, {2048, 128}}) {
+    CAPTURE(inter);
+    CAPTURE(block);
+    const weight_matrix w2 = weight_to(random_fp8(256, inter, block), gpu);
+    const weight_matrix we = weight_to(random_fp8(4 * 64, inter, block), gpu);  // 4 experts
+    for (const std::int64_t rows : {1, 6, 48}) {
+      CAPTURE(rows);
+      const tensor gate = varied_input(rows, inter).to(gpu), up = varied_input(rows, inter).to(gpu);
+      const tensor scale = test::random_f32({rows}).to(gpu);
+      for (const tensor& rs : {scale, tensor()}) {
+        test::poison_device_pool();
+        const ops::quantized_rows q = ops::swiglu_quantized(gate, up, 10.0f, rs, block);
+        REQUIRE(q.codes.defined());
+        test::check_bitwise(q.x.to(cpu_device), ops::swiglu(gate, up, 10.0f, rs).to(cpu_device));
+        test::check_bitwise(ops::linear(q, w2, {block}).to(cpu_device),
+                            ops::linear(q.x, w2, {block}).to(cpu_device));
+        const int n = int(rows);
+        const tensor off = offsets_of({n / 2, 0, n - n / 2 - n / 3, n / 3}).to(gpu);
+        const ops::expert_linear_params ep{block, rows};
+        test::check_bitwise(ops::expert_linear(q, off, we, ep).to(cpu_device),
+                            ops::expert_linear(q.x, off, we, ep).to(cpu_device));
+      }
+    }
+  }
+}
+
 TEST_CASE("cuda ordered K splits: bit-reproducible, batch-invariant, right, graph-safe") {
   const gemm_switches on(true);
   // Decode shapes that split K many ways (8 row tiles -> up to 8 splits; V4 and V4.1 blocks,
