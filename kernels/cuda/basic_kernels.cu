@@ -250,12 +250,12 @@ bool rms_norm_quantizes(std::int64_t dim, int block) {
 
 void launch_rms_norm(const rms_norm_params& p, cudaStream_t stream) {
   if (p.rows == 0) return;
-  DI_CHECK(p.quant_block == 0 || (rms_norm_quantizes(p.dim, p.quant_block) && p.codes &&
-                                  p.scales && reinterpret_cast<std::uintptr_t>(p.x) % 16 == 0 &&
-                                  reinterpret_cast<std::uintptr_t>(p.out) % 16 == 0 &&
-                                  (!p.weight || reinterpret_cast<std::uintptr_t>(p.weight) % 16 == 0)),
-           "rms_norm: cannot quantize rows of {} in blocks of {} in its kernel", p.dim,
-           p.quant_block);
+  DI_CHECK(
+      p.quant_block == 0 || (rms_norm_quantizes(p.dim, p.quant_block) && p.codes && p.scales &&
+                             reinterpret_cast<std::uintptr_t>(p.x) % 16 == 0 &&
+                             reinterpret_cast<std::uintptr_t>(p.out) % 16 == 0 &&
+                             (!p.weight || reinterpret_cast<std::uintptr_t>(p.weight) % 16 == 0)),
+      "rms_norm: cannot quantize rows of {} in blocks of {} in its kernel", p.dim, p.quant_block);
   // One block per row. Decode normalises a handful of wide rows: 256 threads left each one
   // 20 dependent loads per pass over a 5120-wide row (17 us per call on the H200); wide rows
   // get up to 1024 threads. The thread count depends on the width alone (batch-invariant).

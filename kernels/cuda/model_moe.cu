@@ -218,8 +218,8 @@ void launch_swiglu(const swiglu_params& p, cudaStream_t stream) {
                  p.inter % p.quant_block == 0 && p.codes && p.scales,
              "swiglu: cannot quantize rows of {} in blocks of {}", p.inter, p.quant_block);
     const std::int64_t items = p.rows * (p.inter / p.quant_block);
-    detail::launch("swiglu_quant", swiglu_quant_kernel,
-                   detail::grid_for(items, kQuantWarps), kQuantWarps * 32, 0, stream, p);
+    detail::launch("swiglu_quant", swiglu_quant_kernel, detail::grid_for(items, kQuantWarps),
+                   kQuantWarps * 32, 0, stream, p);
     detail::check_launch("swiglu_quant");
     return;
   }

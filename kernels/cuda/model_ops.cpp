@@ -288,9 +288,13 @@ ops::quantized_rows swiglu_quantized(const tensor& gate, const tensor& up, float
   ops::quantized_rows q{tensor::empty({rows, inter}, dtype::f32, gate.dev()),
                         tensor::empty({rows, inter}, dtype::u8, gate.dev()),
                         tensor::empty({rows, inter / block}, dtype::f32, gate.dev()), block};
-  swiglu_params p{gate.data<float>(), up.data<float>(),
-                  row_scale.defined() ? row_scale.data<float>() : nullptr, q.x.data<float>(),
-                  rows, inter, limit};
+  swiglu_params p{gate.data<float>(),
+                  up.data<float>(),
+                  row_scale.defined() ? row_scale.data<float>() : nullptr,
+                  q.x.data<float>(),
+                  rows,
+                  inter,
+                  limit};
   p.codes = q.codes.data<std::uint8_t>();
   p.scales = q.scales.data<float>();
   p.quant_block = block;

@@ -150,9 +150,9 @@ tensor moe_forward(const forward_pass& pass, int layer, const tensor& x) {
     }
   }
   const auto [s1, s3] = pass.linear_pair(x, m.shared.w1, m.shared.w3);
-  tensor shared = pass.linear(ops::swiglu_quantized(s1, s3, limit, tensor(),
-                                                    pass.act(m.shared.w2).act_quant_block),
-                              m.shared.w2);  // [rows, dim]
+  tensor shared = pass.linear(
+      ops::swiglu_quantized(s1, s3, limit, tensor(), pass.act(m.shared.w2).act_quant_block),
+      m.shared.w2);  // [rows, dim]
   ops::add_inplace(y, shared);
   return y;
 }

@@ -428,9 +428,9 @@ TEST_CASE("cuda quantized_rows: RMSNorm's and SwiGLU's own codes give linear's e
     int block;
     bool fused;
   };
-  for (const norm_case nc : {norm_case{1280, 32, true}, norm_case{1024, 128, true},
-                             norm_case{5120, 32, true}, norm_case{96, 32, true},
-                             norm_case{1280, 0, false}, norm_case{99, 32, false}}) {
+  for (const norm_case nc :
+       {norm_case{1280, 32, true}, norm_case{1024, 128, true}, norm_case{5120, 32, true},
+        norm_case{96, 32, true}, norm_case{1280, 0, false}, norm_case{99, 32, false}}) {
     CAPTURE(nc.dim);
     CAPTURE(nc.block);
     const weight_matrix w = weight_to(random_fp8(256, nc.dim, nc.block > 0 ? nc.block : 32), gpu);

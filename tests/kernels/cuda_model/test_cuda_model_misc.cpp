@@ -1,6 +1,6 @@
-// GPU tests of the remaining model kernels against their CPU twins: SwiGLU, the compressor's state machine over chained calls (V4.1
-// ratio 2, V4 overlapping ratio 4, ratio 128), mHC mixing / head mix / collapse / expand,
-// and the Engram gate.
+// GPU tests of the remaining model kernels against their CPU twins: SwiGLU, the compressor's state
+// machine over chained calls (V4.1 ratio 2, V4 overlapping ratio 4, ratio 128), mHC mixing / head
+// mix / collapse / expand, and the Engram gate.
 #include <cstring>
 #include <utility>
 #include "gpu_test_util.hpp"
