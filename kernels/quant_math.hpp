@@ -35,11 +35,16 @@ DI_HOST_DEVICE inline float fp8_block_scale(float amax) {
   return pow2_ceil((amax > fp8_amax_floor ? amax : fp8_amax_floor) * inv_max);
 }
 
-/// x quantized to e4m3 under `scale` and dequantized: e4m3(clamp(x / s, ±448)) * s.
-DI_HOST_DEVICE inline float fp8_fake_quant_value(float x, float scale) {
+/// x's e4m3 code under `scale`: e4m3(clamp(x / s, ±448)).
+DI_HOST_DEVICE inline std::uint8_t fp8_code(float x, float scale) {
   float q = x / scale;
   q = q > fp8_e4m3_max ? fp8_e4m3_max : (q < -fp8_e4m3_max ? -fp8_e4m3_max : q);
-  return e4m3_to_f32(f32_to_e4m3(q)) * scale;
+  return f32_to_e4m3(q);
+}
+
+/// x quantized to e4m3 under `scale` and dequantized: e4m3(clamp(x / s, ±448)) * s.
+DI_HOST_DEVICE inline float fp8_fake_quant_value(float x, float scale) {
+  return e4m3_to_f32(fp8_code(x, scale)) * scale;
 }
 
 /// The ue8m0 scale of an FP4 block (indexer queries and keys).

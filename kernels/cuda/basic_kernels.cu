@@ -186,11 +186,7 @@ __global__ void rms_norm_kernel(rms_norm_params p) {
           amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
         if (live) {
           const float scale = fp8_block_scale(amax);
-          auto code = [&](float x) {
-            float q = x / scale;
-            q = q > fp8_e4m3_max ? fp8_e4m3_max : (q < -fp8_e4m3_max ? -fp8_e4m3_max : q);
-            return std::uint32_t(f32_to_e4m3(q));
-          };
+          auto code = [&](float x) { return std::uint32_t(fp8_code(x, scale)); };
           reinterpret_cast<std::uint32_t*>(p.codes + r * p.dim)[i] =
               code(y.x) | (code(y.y) << 8) | (code(y.z) << 16) | (code(y.w) << 24);
           if (int(threadIdx.x) % group == 0)

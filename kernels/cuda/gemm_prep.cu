@@ -27,11 +27,7 @@ __global__ void act_quant_kernel(act_quant_params p) {
   for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
   const float scale = fp8_block_scale(amax);
   std::uint8_t* out = p.codes + row * p.cols + b * p.block;
-  for (int i = lane; i < p.block; i += 32) {
-    float q = v[i] / scale;
-    q = q > fp8_e4m3_max ? fp8_e4m3_max : (q < -fp8_e4m3_max ? -fp8_e4m3_max : q);
-    out[i] = f32_to_e4m3(q);
-  }
+  for (int i = lane; i < p.block; i += 32) out[i] = fp8_code(v[i], scale);
   if (lane == 0) {
     if (p.mn_major)
       p.scales[b * p.rows + row] = scale;

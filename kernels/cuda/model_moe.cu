@@ -132,11 +132,7 @@ __global__ void swiglu_quant_kernel(const swiglu_params p) {
   }
   amax = detail::warp_max(amax);
   const float scale = fp8_block_scale(amax);
-  for (int u = 0; u < per; ++u) {
-    float q = v[u] / scale;
-    q = q > fp8_e4m3_max ? fp8_e4m3_max : (q < -fp8_e4m3_max ? -fp8_e4m3_max : q);
-    p.codes[base + lane + 32 * u] = f32_to_e4m3(q);
-  }
+  for (int u = 0; u < per; ++u) p.codes[base + lane + 32 * u] = fp8_code(v[u], scale);
   if (lane == 0) p.scales[r * blocks_per_row + b] = scale;
 }
 
