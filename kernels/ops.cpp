@@ -85,6 +85,12 @@ tensor linear(const quantized_rows& x, const weight_matrix& weight, const linear
   return linear(x.x, weight, params);
 }
 
+std::pair<tensor, tensor> linear_pair(const quantized_rows& x, const weight_matrix& a,
+                                      const weight_matrix& b, const linear_params& params) {
+  DI_CUDA_TWIN(x.x, linear_pair(x, a, b, params));
+  return linear_pair(x.x, a, b, params);
+}
+
 tensor expert_linear(const quantized_rows& x, const tensor& offsets, const weight_matrix& weights,
                      const expert_linear_params& params) {
   DI_CUDA_TWIN(x.x, expert_linear(x, offsets, weights, params));
@@ -255,6 +261,12 @@ tensor hc_collapse_norm(const tensor& x, const tensor& pre, const tensor& weight
   DI_CUDA_TWIN(x, hc_collapse_norm(x, pre, weight, eps));
   require_cpu(x, "hc_collapse_norm");
   return rms_norm(cpu::hc_collapse(x, pre), weight, eps);
+}
+
+quantized_rows hc_collapse_norm_quantized(const tensor& x, const tensor& pre, const tensor& weight,
+                                          float eps, int block) {
+  DI_CUDA_TWIN(x, hc_collapse_norm_quantized(x, pre, weight, eps, block));
+  return {hc_collapse_norm(x, pre, weight, eps), {}, {}, block};  // the CPU's linear quantizes
 }
 
 tensor hc_expand(const tensor& y, const tensor& residual, const tensor& post, const tensor& comb) {

@@ -96,6 +96,9 @@ tensor expert_linear(const tensor& x, const tensor& offsets, const weight_matrix
                      const expert_linear_params& params = {});
 /// linear(x.x, weight, params), from x's codes when they are params' quantization.
 tensor linear(const quantized_rows& x, const weight_matrix& weight, const linear_params& params);
+/// linear_pair(x.x, a, b, params), from x's codes when they are params' quantization.
+std::pair<tensor, tensor> linear_pair(const quantized_rows& x, const weight_matrix& a,
+                                      const weight_matrix& b, const linear_params& params);
 /// expert_linear(x.x, ...), from x's codes when they are params' quantization.
 tensor expert_linear(const quantized_rows& x, const tensor& offsets, const weight_matrix& weights,
                      const expert_linear_params& params);
@@ -264,6 +267,9 @@ tensor hc_collapse(const tensor& x, const tensor& pre);
 /// rms_norm(hc_collapse(x, pre), weight, eps) in one op (the CUDA backend: one kernel, a block
 /// per token, instead of two launches); the CPU computes exactly the two ops.
 tensor hc_collapse_norm(const tensor& x, const tensor& pre, const tensor& weight, float eps);
+/// hc_collapse_norm with its quantization in blocks of `block` (quantized_rows).
+quantized_rows hc_collapse_norm_quantized(const tensor& x, const tensor& pre, const tensor& weight,
+                                          float eps, int block);
 
 /// out_k = post_k * y + sum_j comb[j][k] * residual_j: y [tokens, dim], residual
 /// [tokens, hc, dim], post [tokens, hc], comb [tokens, hc, hc] -> [tokens, hc, dim].

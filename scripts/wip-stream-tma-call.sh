@@ -8,7 +8,8 @@
 # rewritten for batch 1; fp32 decode projections on f32_gemv instead of cuBLAS SGEMV
 # (DEEPINFER_F32_GEMV=0 off); rms_norm(hc_collapse) fused (DEEPINFER_HC_COLLAPSE_NORM=0 off);
 # the window KV rows' norm + rope + FP8 rounding in one kernel (DEEPINFER_NORM_ROPE_QUANT=0 off);
-# q_norm's and SwiGLU's kernels emitting their consumer's FP8 codes (DEEPINFER_FUSED_ACT_QUANT=0).
+# q_norm's, SwiGLU's and hc_collapse_norm's kernels emitting their consumers' FP8 codes
+# (DEEPINFER_FUSED_ACT_QUANT=0 off).
 # Their GPU tests first (each under 120 s; a failed one switches its
 # experiment off for the rest), then bench_kernels_cuda's V4.1 fp8 and routed rows (decode
 # only), every GPU test, and v41-flash-L4 decode with each experiment on and off.

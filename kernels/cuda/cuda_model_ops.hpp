@@ -278,6 +278,11 @@ struct hc_collapse_norm_params {
   std::int64_t tokens = 0, dim = 0;
   int hc = 4;
   float eps = 1e-6f;
+  /// Also out's FP8 activation quantization (gemm's quantize_act layout: codes [tokens, dim],
+  /// scales [tokens, dim / quant_block]) when quant_block > 0 (32, 64 or 128 dividing dim).
+  std::uint8_t* codes = nullptr;
+  float* scales = nullptr;
+  int quant_block = 0;
 };
 constexpr std::int64_t hc_collapse_norm_max_dim = 8192;
 void launch_hc_collapse_norm(const hc_collapse_norm_params& p, cudaStream_t stream);

@@ -50,6 +50,8 @@ tensor hc_head_pre(const tensor& x, const tensor& fn, const tensor& scale, const
                    const ops::hc_params& params);
 tensor hc_collapse(const tensor& x, const tensor& pre);
 tensor hc_collapse_norm(const tensor& x, const tensor& pre, const tensor& weight, float eps);
+ops::quantized_rows hc_collapse_norm_quantized(const tensor& x, const tensor& pre,
+                                               const tensor& weight, float eps, int block);
 tensor hc_expand(const tensor& y, const tensor& residual, const tensor& post, const tensor& comb);
 /// One token per row of adjusted logits [rows, vocab] f32 (device) with the rows' settings
 /// (host, copied to the device): [rows] i32 on the device (launch_sample's rules). When

@@ -45,6 +45,8 @@ tensor norm_rope_quant(const tensor& x, const tensor& weight, float eps, const t
 
 tensor linear(const tensor& x, const weight_matrix& weight, const linear_params& params);
 tensor linear(const quantized_rows& x, const weight_matrix& weight, const linear_params& params);
+std::pair<tensor, tensor> linear_pair(const quantized_rows& x, const weight_matrix& a,
+                                      const weight_matrix& b, const linear_params& params);
 tensor expert_linear(const quantized_rows& x, const tensor& offsets, const weight_matrix& weights,
                      const expert_linear_params& params);
 std::pair<tensor, tensor> linear_pair(const tensor& x, const weight_matrix& a,

@@ -258,6 +258,18 @@ std::pair<tensor, tensor> linear_pair(const tensor& x, const weight_matrix& a,
   return {block_linear(x, a, q, act_block), block_linear(x, b, q, act_block)};
 }
 
+std::pair<tensor, tensor> linear_pair(const quantized_rows& x, const weight_matrix& a,
+                                      const weight_matrix& b, const linear_params& params) {
+  const int act_block = params.act_quant_block;
+  if (!x.codes.defined() || x.block != act_block || !takes_block_gemm(x.x, a, act_block) ||
+      !takes_block_gemm(x.x, b, act_block))
+    return {cuda::linear(x, a, params), cuda::linear(x, b, params)};
+  check_linear_operands(x.x, a);
+  check_linear_operands(x.x, b);
+  const quantized_act q{x.codes, x.scales};  // x's codes: no act_quant launch
+  return {block_linear(x.x, a, q, act_block), block_linear(x.x, b, q, act_block)};
+}
+
 tensor grouped_linear(const tensor& x, const weight_matrix& weight) {
   check_cuda_tensor(x, dtype::f32, 3, "grouped_linear input");
   check_weight_matrix(weight, "grouped_linear weight", device_kind::cuda);

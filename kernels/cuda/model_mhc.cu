@@ -3,6 +3,7 @@
 // Sinkhorn-normalised comb), V4's head mix, and the collapse / expand of the streams.
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/model_common.cuh"
+#include "kernels/quant_math.hpp"
 
 namespace di::cuda {
 
@@ -193,9 +194,34 @@ __global__ void hc_collapse_norm_kernel(const hc_collapse_norm_params p) {
 #pragma unroll
   for (int j = 0; j < kNormPerThread; ++j) {
     const std::int64_t d = threadIdx.x + std::int64_t(j) * blockDim.x;
-    if (d >= p.dim) break;
     const float y = v[j] * rs;
-    out[d] = p.weight ? p.weight[d] * y : y;
+    v[j] = d < p.dim ? (p.weight ? p.weight[d] * y : y) : 0.0f;  // the output value
+    if (d < p.dim) out[d] = v[j];
+  }
+  if (p.quant_block == 0) return;  // uniform
+  // The output's quantization: a quantization block is quant_block / 32 whole warps of one j
+  // (blockDim.x is a multiple of 128), so its amax is their warps' maxima combined -- a max,
+  // exact in any order: act_quant_kernel's scale and codes.
+  __shared__ float warp_amax[kNormPerThread][32];
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+#pragma unroll
+  for (int j = 0; j < kNormPerThread; ++j) {
+    const float a = detail::warp_max(fabsf(v[j]));
+    if (lane == 0) warp_amax[j][warp] = a;
+  }
+  __syncthreads();
+  const int wpb = p.quant_block / 32, w0 = warp / wpb * wpb;
+  std::uint8_t* codes = p.codes + t * p.dim;
+#pragma unroll
+  for (int j = 0; j < kNormPerThread; ++j) {
+    const std::int64_t d = threadIdx.x + std::int64_t(j) * blockDim.x;
+    if (d >= p.dim) break;
+    float amax = 0.0f;
+    for (int w = w0; w < w0 + wpb; ++w) amax = fmaxf(amax, warp_amax[j][w]);
+    const float scale = fp8_block_scale(amax);
+    codes[d] = fp8_code(v[j], scale);
+    if (d % p.quant_block == 0)
+      p.scales[t * (p.dim / p.quant_block) + d / p.quant_block] = scale;
   }
 }
 
@@ -261,6 +287,10 @@ void launch_hc_collapse_norm(const hc_collapse_norm_params& p, cudaStream_t stre
   // As rms_norm: the thread count from the width alone (batch-invariant).
   const int threads = p.dim >= 4096 ? 1024 : p.dim >= 1024 ? 512 : 256;
   static_assert(hc_collapse_norm_max_dim <= kNormPerThread * 1024, "rows fit the registers");
+  DI_CHECK(p.quant_block == 0 || ((p.quant_block == 32 || p.quant_block == 64 ||
+                                   p.quant_block == 128) &&
+                                  p.dim % p.quant_block == 0 && p.codes && p.scales),
+           "hc_collapse_norm: cannot quantize rows of {} in blocks of {}", p.dim, p.quant_block);
   detail::launch("hc_collapse_norm", hc_collapse_norm_kernel, unsigned(p.tokens), threads, 0,
                  stream, p);
 }

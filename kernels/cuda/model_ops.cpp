@@ -435,6 +435,35 @@ tensor hc_collapse_norm(const tensor& x, const tensor& pre, const tensor& weight
   return out;
 }
 
+ops::quantized_rows hc_collapse_norm_quantized(const tensor& x, const tensor& pre,
+                                               const tensor& weight, float eps, int block) {
+  static const bool fused = detail::env_switch("DEEPINFER_HC_COLLAPSE_NORM", true);
+  const std::int64_t dim = x.rank() == 3 ? x.size(2) : 0;
+  if (!fused || !fuses_act_quant(block) || !(block == 32 || block == 64 || block == 128) ||
+      dim % block != 0 || dim > hc_collapse_norm_max_dim)
+    return {hc_collapse_norm(x, pre, weight, eps), {}, {}, block};  // the consumer quantizes
+  check_cuda_tensor(x, dtype::f32, 3, "hc_collapse_norm streams");
+  const std::int64_t tokens = x.size(0), hc = x.size(1);
+  check_tensor(pre, dtype::f32, {tokens, hc}, "hc_collapse_norm pre");
+  same_device(x, pre, "hc_collapse_norm");
+  if (weight.defined()) {
+    check_tensor(weight, dtype::f32, {dim}, "hc_collapse_norm weight");
+    same_device(x, weight, "hc_collapse_norm");
+  }
+  DI_CHECK(hc >= 1 && hc <= 16, "hc_collapse_norm: {} streams", hc);
+  ops::quantized_rows q{tensor::empty({tokens, dim}, dtype::f32, x.dev()),
+                        tensor::empty({tokens, dim}, dtype::u8, x.dev()),
+                        tensor::empty({tokens, dim / block}, dtype::f32, x.dev()), block};
+  hc_collapse_norm_params p{x.data<float>(), pre.data<float>(),
+                            weight.defined() ? weight.data<float>() : nullptr, q.x.data<float>(),
+                            tokens, dim, int(hc), eps};
+  p.codes = q.codes.data<std::uint8_t>();
+  p.scales = q.scales.data<float>();
+  p.quant_block = block;
+  launch_hc_collapse_norm(p, current_stream());
+  return q;
+}
+
 tensor hc_expand(const tensor& y, const tensor& residual, const tensor& post, const tensor& comb) {
   check_cuda_tensor(residual, dtype::f32, 3, "hc_expand residual");
   const std::int64_t tokens = residual.size(0), hc = residual.size(1), dim = residual.size(2);

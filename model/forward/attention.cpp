@@ -108,10 +108,11 @@ const tensor& inv_freq_of(const forward_pass& pass, int layer) {
 
 }  // namespace
 
-attention_inputs attention_project(const forward_pass& pass, int layer, const tensor& x) {
+attention_inputs attention_project(const forward_pass& pass, int layer,
+                                   const ops::quantized_rows& x) {
   const model_config& c = pass.config;
   const attention_weights& w = pass.weights.layers[std::size_t(layer)].attn;
-  const std::int64_t rows = x.size(0), heads = c.num_heads, hd = c.head_dim;
+  const std::int64_t rows = x.x.size(0), heads = c.num_heads, hd = c.head_dim;
   const float eps = float(c.rms_norm_eps);
   const tensor& inv_freq = inv_freq_of(pass, layer);
 
@@ -155,7 +156,7 @@ tensor attention_output(const forward_pass& pass, int layer, tensor o) {
 }
 
 tensor attention_forward(forward_pass& pass, int layer, const tensor& x) {
-  const attention_inputs in = attention_project(pass, layer, x);
+  const attention_inputs in = attention_project(pass, layer, {x});
   return attention_output(pass, layer, attention_core(pass, layer, in, x));
 }
 

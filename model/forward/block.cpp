@@ -17,7 +17,7 @@ ops::hc_params hc_params_of(const model_config& c) {
 /// queries and new window rows.
 struct attention_site {
   ops::hc_mix mix;
-  tensor h;  // [rows, dim]
+  ops::quantized_rows h;  // [rows, dim], with wq_a's activation codes where the backend fuses them
   attention_inputs in;
 };
 
@@ -28,7 +28,8 @@ attention_site attention_site_forward(const forward_pass& pass, int layer, const
   attention_site a;
   a.mix = ops::hc_mixes(x, w.hc_attn.fn, w.hc_attn.scale, w.hc_attn.base, hc_params_of(c));
   const tensor& attn_pre = c.is_v41() ? pre_mix : a.mix.pre;  // [rows, hc]
-  a.h = ops::hc_collapse_norm(x, attn_pre, w.attn_norm, float(c.rms_norm_eps));
+  a.h = ops::hc_collapse_norm_quantized(x, attn_pre, w.attn_norm, float(c.rms_norm_eps),
+                                        pass.act(w.attn.wq_a).act_quant_block);
   a.in = attention_project(pass, layer, a.h);
   return a;
 }
@@ -44,7 +45,8 @@ tensor ffn_site_forward(const forward_pass& pass, int layer, const tensor& o, co
   ops::hc_mix ffn_mix = ops::hc_mixes(y, w.hc_ffn.fn, w.hc_ffn.scale, w.hc_ffn.base,
                                       hc_params_of(c));
   const tensor& ffn_pre = c.is_v41() ? attn_mix.pre : ffn_mix.pre;  // [rows, hc]
-  tensor h = ops::hc_collapse_norm(y, ffn_pre, w.ffn_norm, float(c.rms_norm_eps));
+  const ops::quantized_rows h = ops::hc_collapse_norm_quantized(
+      y, ffn_pre, w.ffn_norm, float(c.rms_norm_eps), pass.act(w.moe.shared.w1).act_quant_block);
   tensor f = moe_forward(pass, layer, h);  // [rows, dim]
   pre_mix = ffn_mix.pre;
   return ops::hc_expand(f, y, ffn_mix.post, ffn_mix.comb);  // [rows, hc, dim]
@@ -67,7 +69,7 @@ tensor graphed_block(forward_pass& pass, int layer, const tensor& x, tensor& pre
   decode_graphs& g = *pass.graphs;
   const std::vector<tensor> site = g.run(layer, 0, {x, pre_mix}, [&](const std::vector<tensor>& in) {
     const attention_site a = attention_site_forward(padded_pass(pass), layer, in[0], in[1]);
-    return std::vector<tensor>{a.mix.pre, a.mix.post, a.mix.comb, a.h,
+    return std::vector<tensor>{a.mix.pre, a.mix.post, a.mix.comb, a.h.x,
                                a.in.q_residual, a.in.q, a.in.kv};
   });
   const ops::hc_mix mix{site[0], site[1], site[2]};
@@ -88,7 +90,7 @@ tensor graphed_block(forward_pass& pass, int layer, const tensor& x, tensor& pre
 tensor block_forward(forward_pass& pass, int layer, const tensor& x, tensor& pre_mix) {
   if (pass.graphs != nullptr) return graphed_block(pass, layer, x, pre_mix);
   const attention_site a = attention_site_forward(pass, layer, x, pre_mix);
-  const tensor o = attention_core(pass, layer, a.in, a.h);  // [rows, H, hd]
+  const tensor o = attention_core(pass, layer, a.in, a.h.x);  // [rows, H, hd]
   return ffn_site_forward(pass, layer, o, x, a.mix, pre_mix);
 }
 

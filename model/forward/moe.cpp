@@ -122,7 +122,8 @@ bool moe_is_graphable(const forward_pass& pass, int layer) {
   return grouped_experts(pass, pass.weights.layers[std::size_t(layer)].moe);
 }
 
-tensor moe_forward(const forward_pass& pass, int layer, const tensor& x) {
+tensor moe_forward(const forward_pass& pass, int layer, const ops::quantized_rows& xq) {
+  const tensor& x = xq.x;  // [rows, dim]; xq carries the shared experts' activation codes
   const model_config& c = pass.config;
   const moe_weights& m = pass.weights.layers[std::size_t(layer)].moe;
   const float limit = float(c.swiglu_limit);
@@ -149,7 +150,7 @@ tensor moe_forward(const forward_pass& pass, int layer, const tensor& x) {
       ops::scatter_add_rows(y, rows, pass.linear(act, ew.w2));  // [n, dim] into its rows
     }
   }
-  const auto [s1, s3] = pass.linear_pair(x, m.shared.w1, m.shared.w3);
+  const auto [s1, s3] = pass.linear_pair(xq, m.shared.w1, m.shared.w3);
   tensor shared = pass.linear(
       ops::swiglu_quantized(s1, s3, limit, tensor(), pass.act(m.shared.w2).act_quant_block),
       m.shared.w2);  // [rows, dim]

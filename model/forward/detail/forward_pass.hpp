@@ -85,6 +85,13 @@ struct forward_pass {
     if (pa.act_quant_block != pb.act_quant_block) return {linear(x, a), linear(x, b)};
     return ops::linear_pair(x, a.w, b.w, pa);
   }
+  /// linear_pair(x.x, a, b), from x's activation codes when they are the pair's quantization.
+  std::pair<tensor, tensor> linear_pair(const ops::quantized_rows& x, const linear_weight& a,
+                                        const linear_weight& b) const {
+    const ops::linear_params pa = act(a), pb = act(b);
+    if (pa.act_quant_block != pb.act_quant_block) return {linear(x, a), linear(x, b)};
+    return ops::linear_pair(x, a.w, b.w, pa);
+  }
   /// Rows [s.offset, s.offset + s.count) of a batch tensor.
   static tensor rows_of(const tensor& t, const sequence_pass& s) {
     return t.slice(0, s.offset, s.offset + s.count);
@@ -105,7 +112,8 @@ struct attention_inputs {
   tensor q;           // [rows, H, hd] rotated
   tensor kv;          // [rows, hd] rotated, window-quantized
 };
-attention_inputs attention_project(const forward_pass& pass, int layer, const tensor& x);
+attention_inputs attention_project(const forward_pass& pass, int layer,
+                                   const ops::quantized_rows& x);
 /// Per sequence: window + compressed entries, cache updates, attention -> [rows, H, hd].
 tensor attention_core(forward_pass& pass, int layer, const attention_inputs& in, const tensor& x);
 /// Inverse rotation (in place on o [rows, H, hd]) and the output projection -> [rows, dim].
@@ -196,7 +204,7 @@ tensor two_pool_attention(const tensor& q, const tensor& sinks, const tensor& kv
                           const tensor& idx1, const tensor& kv2, const tensor& idx2, float scale);
 
 /// The MoE sub-block on normed inputs x [rows, dim] -> [rows, dim].
-tensor moe_forward(const forward_pass& pass, int layer, const tensor& x);
+tensor moe_forward(const forward_pass& pass, int layer, const ops::quantized_rows& x);
 /// Whether layer's MoE runs without reading anything back to the host (grouped experts).
 bool moe_is_graphable(const forward_pass& pass, int layer);
 
