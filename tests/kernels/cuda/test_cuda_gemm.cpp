@@ -423,6 +423,8 @@ TEST_CASE("cuda quantized_rows: RMSNorm's and SwiGLU's own codes give linear's e
   // The fused producers quantize as linear would (act_quant_kernel's functions and order), so
   // a linear from their codes is the same bits as one that quantizes x itself. V4.1 (32-input
   // blocks) and V4 (128) widths; a width the fused norm does not take (odd: codes stay empty).
+  const gemm_switches ordered(true);  // K splits (9+ rows) in a fixed order: calls repeat bitwise
+  cuda::set_gemm_backend(cuda::gemm_backend::automatic);
   struct norm_case {
     std::int64_t dim;
     int block;
@@ -473,7 +475,8 @@ TEST_CASE("cuda quantized_rows: RMSNorm's and SwiGLU's own codes give linear's e
     CAPTURE(inter);
     CAPTURE(block);
     const weight_matrix w2 = weight_to(random_fp8(256, inter, block), gpu);
-    const weight_matrix we = weight_to(random_fp8(4 * 64, inter, block), gpu);  // 4 experts
+    // 4 experts, a whole number of scale blocks each
+    const weight_matrix we = weight_to(random_fp8(4 * std::max(64, block), inter, block), gpu);
     for (const std::int64_t rows : {1, 6, 48}) {
       CAPTURE(rows);
       const tensor gate = varied_input(rows, inter).to(gpu), up = varied_input(rows, inter).to(gpu);
