@@ -117,7 +117,7 @@ long wg_gemm_launches();
 /// per slot, for token tiles that do not walk (else as 1). DEEPINFER_WG_RING sets the default;
 /// any other value is a di::error. Defined in wg_gemm.cu.
 void set_wg_gemm_ring(int mode);
-/// stream_gemm's FP8 (steps per load batch, blocks per SM): -1 = by K (default), 0 = (4, 2),
+/// stream_gemm's FP8 (steps per load batch, blocks per SM): -1 = by shape (default), 0 = (4, 2),
 /// 1 = (2, 3); the same results either way. Any other value is a di::error.
 /// DEEPINFER_STREAM_VARIANT sets the default (a value other than -1, 0 or 1 is ignored with a
 /// warning on stderr). Defined in stream_gemm.cu.

@@ -495,7 +495,7 @@ stream_shape stream_shape_of(const block_gemm_params& p) {
 }
 
 std::atomic<int> g_variant{
-    detail::env_mode("DEEPINFER_STREAM_VARIANT", "stream_gemm picks its load batching by K")};
+    detail::env_mode("DEEPINFER_STREAM_VARIANT", "stream_gemm picks its load batching by shape")};
 std::atomic<int> g_tma{
     detail::env_mode("DEEPINFER_STREAM_TMA", "stream_gemm streams dense FP8 tiles by TMA")};
 
@@ -518,9 +518,11 @@ void launch_variant(const block_gemm_params& p, bool every, bool walk, dim3 grid
     map = byte_tensor_map_2d(p.weight, p.k, p.groups * p.n, tma_box_bytes, tma_box_rows);
   auto go = [&](auto kernel) {
     if constexpr (TMA) {
-      static std::atomic<std::size_t> limits[detail::max_tracked_devices];  // per instantiation
+      // Per kernel and device: the EVERY and per-block kernels have the same type, so one
+      // instantiation of this lambda serves both (a shared table left the second unset).
+      static std::atomic<std::size_t> limits[2][detail::max_tracked_devices];
       smem = tma_smem_bytes;
-      detail::ensure_smem(reinterpret_cast<const void*>(kernel), smem, limits);
+      detail::ensure_smem(reinterpret_cast<const void*>(kernel), smem, limits[every ? 1 : 0]);
     }
     detail::launch("stream_gemm", kernel, grid, block, smem, stream, p, cfg, map);
   };
@@ -552,7 +554,7 @@ void check_interleaved(const block_gemm_params& p, const char* what) {
 
 void set_stream_gemm_variant(int variant) {
   DI_CHECK(variant >= -1 && variant <= 1,
-           "stream_gemm variant {}: expected -1 (by K), 0 (4 steps x 2 blocks per SM) or 1 "
+           "stream_gemm variant {}: expected -1 (by shape), 0 (4 steps x 2 blocks per SM) or 1 "
            "(2 steps x 3 blocks per SM)",
            variant);
   g_variant = variant;
@@ -569,7 +571,10 @@ namespace {
 int variant_for(const block_gemm_params& p) {
   const int forced = g_variant;
   if (p.fp4) return 0;
-  return forced >= 0 ? forced : (p.k >= 4096 ? 1 : 0);
+  // 2 x 3 for long K unless the grid is many waves anyway: V4.1's Engram wkv (N25600 K6144)
+  // took 62.7 us at 4 x 2 and 77.5 at 2 x 3 (H200, session 13), wo_b (N5120 K8192) the reverse.
+  const bool long_k = p.k >= 4096 && p.n < 16384;  // outputs per group
+  return forced >= 0 ? forced : (long_k ? 1 : 0);
 }
 
 }  // namespace
