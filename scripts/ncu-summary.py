@@ -17,6 +17,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("csv")
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--step", type=int, default=None,
+                    help="which forward to break down (0-based; default: the last one with as "
+                         "many kernels as the longest after the first, i.e. not cut short)")
     a = ap.parse_args()
     with open(a.csv, newline="") as f:
         rows = list(csv.DictReader(f))
@@ -29,7 +32,12 @@ def main():
     for begin, end in zip(marks, marks[1:] + [len(rows)]):
         total = sum(float(r["ns"]) for r in rows[begin:end]) / 1e3
         print(f"forward at launch {begin}: {end - begin} kernels, {total:.1f} us")
-    step = range(marks[-1], len(rows))
+    bounds = list(zip(marks, marks[1:] + [len(rows)]))
+    if a.step is None:  # the last whole step (the first one also loads: skipped when possible)
+        rest = bounds[1:] or bounds
+        most = max(e - b for b, e in rest)
+        a.step = max(i for i, (b, e) in enumerate(bounds) if e - b >= most and (i > 0 or len(bounds) == 1))
+    step = range(*bounds[a.step])
     by_kernel = collections.defaultdict(lambda: [0, 0.0, set()])
     for i in step:
         k = by_kernel[short[i][:80]]
@@ -37,7 +45,7 @@ def main():
         k[1] += float(rows[i]["ns"]) / 1e3
         k[2].add(rows[i]["grid"])
     total = sum(v[1] for v in by_kernel.values())
-    print(f"last step: {len(step)} kernels, {total:.1f} us")
+    print(f"step {a.step}: {len(step)} kernels, {total:.1f} us")
     print(f"{'us':>8} {'share':>6} {'calls':>5}  kernel (grids)")
     for name, (calls, us, grids) in sorted(by_kernel.items(), key=lambda kv: -kv[1][1])[: a.top]:
         print(f"{us:8.1f} {us / total:6.1%} {calls:5d}  {name} {sorted(grids)[:3]}")

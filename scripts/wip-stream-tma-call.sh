@@ -20,6 +20,10 @@
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out" /tmp/fwd
 tar -C /tmp/fwd -xJf build-cuda-fwd/fwd-bundle.tar.xz
+for f in build-cuda-fwd/override/*.xz; do  # test binaries rebuilt after the bundle (optional)
+  [[ -e $f ]] || continue
+  xz -dc "$f" >"/tmp/fwd/tests/$(basename "$f" .xz)" && chmod +x "/tmp/fwd/tests/$(basename "$f" .xz)"
+done
 export LD_LIBRARY_PATH=/tmp/fwd/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export DEEPINFER_SHARED_DIR=/tmp/fwd/shared
 di=/tmp/fwd/bin/deepinfer
@@ -71,9 +75,37 @@ echo "== bench il routed rc=$?"; grep -E "il routed" "$out/routed.log" | cut -c1
 echo "experiments whose gate passed (compare them in the model call): ${modes[*]}"
   exit 0
 fi
+if [[ $phase == ab ]]; then  # call 3: gates, the fp8 kernel rows, then interleaved model A/B
+  gate stream_tma "*stream_gemm*"
+  gate fused_act_quant "*quantized_rows*"
+  DEEPINFER_BENCH_DECODE_ONLY=1 timeout 150 /tmp/fwd/bin/bench_kernels_cuda --filter "V4.1 fp8" \
+    >"$out/fp8.log" 2>&1
+  echo "== bench V4.1 fp8 rc=$?"
+  grep -E "M=1 " "$out/fp8.log" | grep -v eager | grep -E "stream|dense_wg" | cut -c1-40,60-80
+  $di make-model --preset v41-flash-L4 --out /tmp/models/v41 --quiet >"$out/mm.log" 2>&1
+  echo "make-model rc=$?"
+  off="DEEPINFER_F32_GEMV=0 DEEPINFER_HC_COLLAPSE_NORM=0 DEEPINFER_NORM_ROPE_QUANT=0 DEEPINFER_FUSED_ACT_QUANT=0"
+  configs=("none:$off DEEPINFER_STREAM_TMA=0" "all:DEEPINFER_STREAM_TMA=0" "all+tma:DEEPINFER_STREAM_TMA=-1"
+           "no-f32gemv:DEEPINFER_STREAM_TMA=0 DEEPINFER_F32_GEMV=0"
+           "no-fusedq:DEEPINFER_STREAM_TMA=0 DEEPINFER_FUSED_ACT_QUANT=0"
+           "no-hcnorm:DEEPINFER_STREAM_TMA=0 DEEPINFER_HC_COLLAPSE_NORM=0 DEEPINFER_FUSED_ACT_QUANT=0"
+           "no-nrq:DEEPINFER_STREAM_TMA=0 DEEPINFER_NORM_ROPE_QUANT=0")
+  for round in 1 2; do
+    for c in "${configs[@]}"; do
+      name=${c%%:*}; vars=${c#*:}
+      env $vars timeout 100 $di bench decode --model /tmp/models/v41 --device cuda \
+        --batch 1,8,64 --context 1024 --steps ${AB_STEPS:-48} --cuda-graphs on 2>&1 | grep "^decode" |
+        awk -v n="$name" -v r="$round" '{printf "r%s %-11s b%-3s %s ms\n", r, n, $3, $9}'
+    done
+  done
+  exit 0
+fi
 # call 2 (phase model, then VAR=value... for the experiments whose gate failed in call 1):
 # every GPU test and v41-flash-L4 decode with each experiment on and off.
 for setting in "$@"; do export "$setting"; done
+# The gates of the experiments that are on by default: a failed one is switched off here.
+gate stream_tma "*stream_gemm*" || export DEEPINFER_STREAM_TMA=0
+gate fused_act_quant "*quantized_rows*" || export DEEPINFER_FUSED_ACT_QUANT=0
 ( $di make-model --preset v41-flash-L4 --out /tmp/models/v41 --quiet >"$out/mm.log" 2>&1; echo "make-model rc=$?" >>"$out/mm.log" ) &
 mm=$!
 modes=("DEEPINFER_STREAM_TMA=0" "DEEPINFER_WG_RING=2" "DEEPINFER_F32_GEMV=0" "DEEPINFER_HC_COLLAPSE_NORM=0"
