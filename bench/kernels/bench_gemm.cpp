@@ -57,30 +57,21 @@ struct decode_kernel {
   int variant;  // set_stream_gemm_variant
   bool pipe;    // set_pipe_gemm
   bool wg;      // set_wg_gemm
-  int ring = 0;        // set_wg_gemm_ring (forced on or off in these rows)
-  int tma = -1;        // set_stream_gemm_tma (EXPERIMENT: dense FP8 tiles through TMA rings)
-  bool dense = false;  // set_dense_wg (EXPERIMENT: dense FP8 only)
+  int ring = 0;  // set_wg_gemm_ring (forced on or off in these rows)
   void select() const {
     cuda::set_stream_gemm(stream);
     cuda::set_stream_gemm_variant(variant);
     cuda::set_pipe_gemm(pipe);
     cuda::set_wg_gemm(wg);
     cuda::set_wg_gemm_ring(ring);
-    cuda::set_stream_gemm_tma(tma);
-    cuda::set_dense_wg(dense);
   }
   bool interleaved_only() const { return pipe || wg; }
 };
-const decode_kernel decode_kernels[] = {{"wg_gemm", true, -1, false, true},
-                                        {"wg_gemm ring", true, -1, false, true, 1},
-                                        {"stream_gemm", true, -1, false, false},
-                                        {"wg_gemm bulk", true, -1, false, true, 2},
-                                        {"pipe_gemm", true, -1, true, false},
-                                        {"stream regs", true, -1, false, false, 0, 0},
-                                        {"stream 4x2", true, 0, false, false, 0, 0},
-                                        {"stream 2x3", true, 1, false, false, 0, 0},
-                                        {"dense_wg", true, -1, false, false, 0, -1, true},
-                                        {"smem tiles", false, -1, false, false}};
+const decode_kernel decode_kernels[] = {
+    {"wg_gemm", true, -1, false, true},      {"wg_gemm ring", true, -1, false, true, 1},
+    {"stream_gemm", true, -1, false, false}, {"pipe_gemm", true, -1, true, false},
+    {"stream 4x2", true, 0, false, false},   {"stream 2x3", true, 1, false, false},
+    {"smem tiles", false, -1, false, false}};
 void default_decode_kernel() {
   decode_kernels[0].select();
   cuda::set_wg_gemm_ring(-1);  // by the routed rows
@@ -169,22 +160,16 @@ void fp8_rows(const limits& lim, std::vector<result_row>& rows, const char* mode
     // sm90_block_gemm's shared-memory tiles, as a share of the copy bandwidth.
     for (const std::int64_t m : {8, 64}) {
       const tensor xm = random_device({m, s.k}, dtype::f32, 14);
-      for (const int kind : {0, 1, 2}) {  // stream_gemm / skinny_gemm, smem tiles, dense_wg
-        const bool stream = kind != 1;
+      for (const bool stream : {true, false}) {
         cuda::set_stream_gemm(stream);
         cuda::set_skinny_gemm(stream);
-        cuda::set_dense_wg(kind == 2);
         const double us = median_graph_us([&] {
                             for (const weight_matrix& w : ws) ops::linear(xm, w, {act});
                           }) /
                           double(ws.size());
-        cuda::set_dense_wg(false);
         const double gbps = double(bytes) / (us * 1e-6) / 1e9;
         rows.push_back({fmt::format("{} fp8 {} M={} {}", model,
-                                    kind == 1   ? "smem tiles"
-                                    : kind == 2 ? "dense_wg"
-                                    : m <= 8    ? "stream_gemm"
-                                                : "skinny_gemm",
+                                    !stream ? "smem tiles" : m <= 8 ? "stream_gemm" : "skinny_gemm",
                                     m, s.name),
                         fmt::format("N{} K{} {:.1f} MB", s.n, s.k, double(bytes) / 1e6), gbps,
                         "GB/s", us, fmt::format("copy {:.0f} GB/s", lim.copy_gbps),
@@ -213,7 +198,6 @@ void fp4_grouped_rows(const limits& lim, std::vector<result_row>& rows, const ch
       for (const decode_kernel& kernel : decode_kernels) {  // tiles of > 8 rows: one kernel
         if (t > 8 && &kernel != &decode_kernels[0]) continue;
         if (kernel.interleaved_only() && !w.interleaved) continue;  // they read that layout only
-        if (kernel.dense) continue;                                 // dense FP8 only
         kernel.select();
         us = median_graph_us([&] { ops::expert_linear(x, offsets, w, p); });
         const double gbps = double(bytes) / (us * 1e-6) / 1e9;
@@ -295,7 +279,7 @@ void fp4_routed_rows(const limits& lim, std::vector<result_row>& rows, const cha
     const tensor x = random_device({pairs, s.k}, dtype::f32, 53);
     const ops::expert_linear_params p{act, batch, std::max<std::int64_t>(1, (2 * pairs + experts - 1) / experts)};
     for (const decode_kernel& kernel : decode_kernels) {
-      if (&kernel > &decode_kernels[4]) continue;  // wg_gemm (3 rings), stream_gemm, pipe_gemm
+      if (&kernel > &decode_kernels[3]) continue;  // wg_gemm (both), stream_gemm, pipe_gemm
       kernel.select();
       const double us = median_graph_us([&] {
                           for (const routing& r : routings) ops::expert_linear(x, r.offsets, w, p);

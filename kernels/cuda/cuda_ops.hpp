@@ -86,14 +86,6 @@ bool get_stream_gemm();
 /// tiles; default from DEEPINFER_SKINNY_GEMM=0). Defined in sm90_block_gemm.cu.
 void set_skinny_gemm(bool on);
 bool get_skinny_gemm();
-/// Dense FP8 GEMMs of 1..64 rows go to dense_wg_gemm -- the warpgroup MMA with weights and
-/// activations staged in shared memory (DEEPINFER_DENSE_WG_AMODE=5: the weights by TMA) --
-/// before stream_gemm and skinny_gemm when switched on (DEEPINFER_DENSE_WG=1). EXPERIMENT.
-/// Defined in dense_wg_gemm.cu.
-void set_dense_wg(bool on);
-bool get_dense_wg();
-/// Launches of dense_wg_gemm so far in this process (tests: that it served a GEMM).
-long dense_wg_launches();
 /// Decode tiles of interleaved MXFP4 weights (the routed experts) go to pipe_gemm -- the
 /// weights copied into shared memory by the bulk-copy engine, the same bits as stream_gemm --
 /// when switched on. Off by default (DEEPINFER_PIPE_GEMM=1 turns it on): on the H200 it still
@@ -113,26 +105,20 @@ long wg_gemm_launches();
 /// wg_gemm streams its weights through a per-warp shared-memory ring of 4 runs (cp.async: more
 /// bytes in flight, no registers held) instead of one run ahead in registers; the same bits.
 /// 1 always, 0 never, -1 (the default) from 128 routed rows on (batches of about 22 tokens and
-/// more); 2 (EXPERIMENT) the ring filled by one bulk copy per run (2 KB) counted by an mbarrier
-/// per slot, for token tiles that do not walk (else as 1). DEEPINFER_WG_RING sets the default;
-/// any other value is a di::error. Defined in wg_gemm.cu.
+/// more); DEEPINFER_WG_RING sets the default; any other value is a di::error. Defined in
+/// wg_gemm.cu.
 void set_wg_gemm_ring(int mode);
 /// stream_gemm's FP8 (steps per load batch, blocks per SM): -1 = by shape (default), 0 = (4, 2),
 /// 1 = (2, 3); the same results either way. Any other value is a di::error.
 /// DEEPINFER_STREAM_VARIANT sets the default (a value other than -1, 0 or 1 is ignored with a
 /// warning on stderr). Defined in stream_gemm.cu.
 void set_stream_gemm_variant(int variant);
-/// stream_gemm's dense FP8 token tiles (not walking): the weights through per-warp shared-memory
-/// rings filled by TMA loads (-1, the default, and 1) or loaded into registers (0); the same
-/// bits either way. DEEPINFER_STREAM_TMA sets the default; any other value is a di::error.
-/// Defined in stream_gemm.cu.
-void set_stream_gemm_tma(int mode);
 /// grouped_linear's decode batches (1..64 rows, FP8 with e8m0 scales) on fp8_split_gemm (bf16
 /// tensor cores, activations split into two bf16 parts) -- the default -- or, switched off, on
 /// fp8_gemv (CUDA cores, fp32 activations). For benchmarks and tests. Defined in gemm.cpp.
 void set_split_gemm(bool on);
 /// linear's fp32 weights with 1..8 rows on f32_gemv (the default; DEEPINFER_F32_GEMV=0 off) or
-/// on cuBLAS SGEMM (EXPERIMENT). Defined in gemm.cpp.
+/// on cuBLAS SGEMV / SGEMM. Defined in gemm.cpp.
 void set_f32_gemv(bool on);
 bool get_split_gemm();
 

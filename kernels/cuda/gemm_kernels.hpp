@@ -89,9 +89,6 @@ struct stream_gemm_plan {
   std::int64_t row_blocks, grid_groups, token_tiles;  ///< the grid
 };
 stream_gemm_plan plan_stream_gemm(const block_gemm_params& p);
-/// Whether launch_stream_gemm streams p's weights through its warps' TMA rings
-/// (set_stream_gemm_tma): dense FP8 (and FP8 experts) with one token tile per block.
-bool stream_gemm_uses_tma(const block_gemm_params& p);
 /// block_gemm's decode kernel for interleaved MXFP4 weights (pipe_gemm.cu): the weights
 /// streamed into shared memory by the bulk-copy engine through an mbarrier ring, consumed by
 /// 8 warps per block. launch_block_gemm hands token tiles of <= 8 rows to it when
@@ -134,14 +131,6 @@ void launch_wg_gemm(const block_gemm_params& p, cudaStream_t stream);
 bool skinny_gemm_takes(const block_gemm_params& p);
 block_gemm_plan plan_skinny_gemm(const block_gemm_params& p);
 void launch_skinny_gemm(const block_gemm_params& p, cudaStream_t stream);
-/// Dense FP8 GEMMs of 1..64 rows on the warpgroup MMA with both operands in shared memory
-/// (dense_wg_gemm.cu, EXPERIMENT): launch_block_gemm hands them over, before stream_gemm and
-/// skinny_gemm, when dense_wg_takes(p) (it is switched on and the shape and alignment fit). K
-/// splits (1 or 2, exact) from the weight's shape only: deterministic and batch-invariant over
-/// 1..64 rows.
-bool dense_wg_takes(const block_gemm_params& p);
-block_gemm_plan plan_dense_wg(const block_gemm_params& p);
-void launch_dense_wg(const block_gemm_params& p, cudaStream_t stream);
 /// (The switches that choose between stream_gemm and sm90_block_gemm, and stream_gemm's load
 /// batching, are declared with the other GEMM switches in cuda_ops.hpp.)
 

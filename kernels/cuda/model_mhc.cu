@@ -220,8 +220,7 @@ __global__ void hc_collapse_norm_kernel(const hc_collapse_norm_params p) {
     for (int w = w0; w < w0 + wpb; ++w) amax = fmaxf(amax, warp_amax[j][w]);
     const float scale = fp8_block_scale(amax);
     codes[d] = fp8_code(v[j], scale);
-    if (d % p.quant_block == 0)
-      p.scales[t * (p.dim / p.quant_block) + d / p.quant_block] = scale;
+    if (d % p.quant_block == 0) p.scales[t * (p.dim / p.quant_block) + d / p.quant_block] = scale;
   }
 }
 
@@ -287,10 +286,10 @@ void launch_hc_collapse_norm(const hc_collapse_norm_params& p, cudaStream_t stre
   // As rms_norm: the thread count from the width alone (batch-invariant).
   const int threads = p.dim >= 4096 ? 1024 : p.dim >= 1024 ? 512 : 256;
   static_assert(hc_collapse_norm_max_dim <= kNormPerThread * 1024, "rows fit the registers");
-  DI_CHECK(p.quant_block == 0 || ((p.quant_block == 32 || p.quant_block == 64 ||
-                                   p.quant_block == 128) &&
-                                  p.dim % p.quant_block == 0 && p.codes && p.scales),
-           "hc_collapse_norm: cannot quantize rows of {} in blocks of {}", p.dim, p.quant_block);
+  DI_CHECK(
+      p.quant_block == 0 || ((p.quant_block == 32 || p.quant_block == 64 || p.quant_block == 128) &&
+                             p.dim % p.quant_block == 0 && p.codes && p.scales),
+      "hc_collapse_norm: cannot quantize rows of {} in blocks of {}", p.dim, p.quant_block);
   detail::launch("hc_collapse_norm", hc_collapse_norm_kernel, unsigned(p.tokens), threads, 0,
                  stream, p);
 }

@@ -454,9 +454,14 @@ ops::quantized_rows hc_collapse_norm_quantized(const tensor& x, const tensor& pr
   ops::quantized_rows q{tensor::empty({tokens, dim}, dtype::f32, x.dev()),
                         tensor::empty({tokens, dim}, dtype::u8, x.dev()),
                         tensor::empty({tokens, dim / block}, dtype::f32, x.dev()), block};
-  hc_collapse_norm_params p{x.data<float>(), pre.data<float>(),
-                            weight.defined() ? weight.data<float>() : nullptr, q.x.data<float>(),
-                            tokens, dim, int(hc), eps};
+  hc_collapse_norm_params p{x.data<float>(),
+                            pre.data<float>(),
+                            weight.defined() ? weight.data<float>() : nullptr,
+                            q.x.data<float>(),
+                            tokens,
+                            dim,
+                            int(hc),
+                            eps};
   p.codes = q.codes.data<std::uint8_t>();
   p.scales = q.scales.data<float>();
   p.quant_block = block;

@@ -486,7 +486,6 @@ bool get_stream_gemm() {
 
 block_gemm_plan plan_block_gemm(const block_gemm_params& p) {
   if (p.max_rows == 0 || p.n == 0 || p.groups == 0 || p.k / step_k == 0) return {};
-  if (dense_wg_takes(p)) return plan_dense_wg(p);
   if (skinny(p)) return plan_skinny_gemm(p);
   const launch_shape sh = shape_of(p);
   if (streams(sh) && wg_gemm_takes(p)) return {1, sh.tiles()};  // exact atomic splits
@@ -503,10 +502,6 @@ void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream) {
   if (p.max_rows == 0 || p.n == 0 || p.groups == 0) return;
   if (p.k / step_k == 0) {
     CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));
-    return;
-  }
-  if (dense_wg_takes(p)) {
-    launch_dense_wg(p, stream);
     return;
   }
   if (skinny(p)) {

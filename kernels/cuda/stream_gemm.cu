@@ -21,7 +21,6 @@
 #include "kernels/cuda/gemm_kernels.hpp"
 #include "kernels/cuda/launch.cuh"
 
-#include "kernels/cuda/async_copy.cuh"
 #include "kernels/cuda/block_gemm_common.cuh"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/kernel_attributes.hpp"
@@ -52,16 +51,6 @@ struct stream_config {
   bool compact;         ///< grid row y serves the y-th non-empty group
 };
 
-/// TMA (FP8, a token tile per block): each warp streams its 16 rows through its own ring of
-/// tma_stages boxes of 16 rows x 128 bytes (4 steps), one TMA load per box (no registers or
-/// load instructions per weight byte in flight), and reads back from shared memory exactly the
-/// fragments the register path loads from global memory: the same MMAs, the same bits.
-constexpr int tma_stages = 6;
-constexpr int tma_box_rows = 16;
-constexpr int tma_box_bytes = 128;
-constexpr int tma_stage_bytes = tma_box_rows * tma_box_bytes;
-constexpr std::size_t tma_smem_bytes = std::size_t(warps) * tma_stages * tma_stage_bytes + 1024;
-
 /// 4 bytes of an MXFP4 row; kept in L1: the other half of the 32-byte sector is the next step.
 __device__ __forceinline__ std::uint32_t load_stream4(const std::uint8_t* p) {
   std::uint32_t v;
@@ -90,16 +79,11 @@ struct batch_regs {
 /// activations (V4.1's shapes): every step promotes, with no branch in a whole batch.
 /// IL: MXFP4 interleaved (K a multiple of 128 and N of 32, so warps own whole stripes, their
 /// ranges hold whole 4-step runs and every batch is a whole run: no tail batch).
-template <bool FP4, bool IL, bool EVERY, int batch, int min_blocks, bool WALK, bool TMA>
+template <bool FP4, bool IL, bool EVERY, int batch, int min_blocks, bool WALK>
 __global__ void __launch_bounds__(warps * 32, min_blocks)
-    stream_gemm_kernel(block_gemm_params p, stream_config cfg,
-                       const __grid_constant__ CUtensorMap wmap) {
+    stream_gemm_kernel(block_gemm_params p, stream_config cfg) {
   detail::grid_dependency_sync();
   static_assert(!IL || (FP4 && batch == 4), "interleaved runs are MXFP4 batches of 4 steps");
-  static_assert(!TMA || (!FP4 && batch * step_k == tma_box_bytes && !WALK),
-                "TMA boxes are one FP8 batch of 4 steps, one token tile per block");
-  extern __shared__ std::uint8_t stream_dynamic[];  // TMA: the warps' rings
-  __shared__ std::uint64_t tma_full[TMA ? warps : 1][tma_stages];
   constexpr int DEPTH = 2;  // batches of registers: one loads while one multiplies (a third
                             // measured slower on the H200)
   constexpr int tiles = tiles_of<FP4>();
@@ -171,47 +155,11 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
   const int pmask = (FP4 ? 1 : max(1, min(p.block_cols, p.act_block) / step_k)) - 1;
   const int col_shift = FP4 ? 0 : log2_int(p.block_cols);
 
-  // TMA: this warp's ring (1024-byte aligned, as the 128-byte swizzle wants) and barriers;
-  // box j holds steps w0 + 4j .. w0 + 4j + 3 of its 16 rows (zeros past K and the rows' end).
-  const int boxes = (w1 - w0 + 3) / 4;
-  std::uint8_t* const ring =
-      reinterpret_cast<std::uint8_t*>((reinterpret_cast<std::uintptr_t>(stream_dynamic) + 1023) &
-                                      ~std::uintptr_t(1023)) +
-      std::size_t(warp) * tma_stages * tma_stage_bytes;
-  std::uint64_t* const full_bar = tma_full[TMA ? warp : 0];
-  auto issue_box = [&](int j) {  // lane 0
-    const int slot = j % tma_stages;
-    mbar_expect_tx(&full_bar[slot], tma_stage_bytes);
-    tma_load_2d(ring + slot * tma_stage_bytes, &wmap, (w0 + 4 * j) * step_k, int(group * p.n + n0),
-                &full_bar[slot]);
-  };
-
   // Batch loads: `Tail` guards steps past w1 (the last, partial batch only).
   auto load = [&](auto tail, batch_regs<FP4, batch>& r, int s) {
     [[maybe_unused]] constexpr bool Tail = decltype(tail)::value;
     const int off = s - w0;
-    if constexpr (TMA) {  // box off / 4: wait for it, read the lane's bytes, refill its slot
-      const int j = off / 4, slot = j % tma_stages;
-      mbar_wait(&full_bar[slot], unsigned(j / tma_stages) & 1u);
-      const std::uint8_t* box = ring + slot * tma_stage_bytes;
-#pragma unroll
-      for (int u = 0; u < batch; ++u) {
-        if (Tail && s + u >= w1) break;
-        // Bytes 8t..8t+7 of step u of rows g and g + 8: 16-byte chunk 2u + t / 2 of the row,
-        // swizzled by the row (g and g + 8 alike).
-        const int chunk = (2 * u + t / 2) ^ g;
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          r.a[u][0][h] = *reinterpret_cast<const uint2*>(box + (g + 8 * h) * tma_box_bytes +
-                                                         chunk * 16 + (t & 1) * 8);
-        r.b[u] = __ldg(reinterpret_cast<const uint2*>(act_row + (off + u) * step_k));
-      }
-      __syncwarp();
-      if (lane == 0 && j + tma_stages < boxes) {
-        fence_proxy_async_shared();  // the warp's reads of the slot before the TMA's writes
-        issue_box(j + tma_stages);
-      }
-    } else if constexpr (IL) {  // one run of 4 steps: the lane's 4 bytes of each, in step order
+    if constexpr (IL) {  // one run of 4 steps: the lane's 4 bytes of each, in step order
 #pragma unroll
       for (int m = 0; m < tiles; ++m)
 #pragma unroll
@@ -376,15 +324,6 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
     const int full_end = w0 + (w1 - w0) / batch * batch;  // whole batches: no guards
     int s = w0;
     batch_regs<FP4, batch> r[DEPTH];
-    if constexpr (TMA) {  // the ring's barriers, then its first boxes in flight
-      if (lane == 0) {
-        for (int i = 0; i < tma_stages; ++i) mbar_init(&full_bar[i], 1);
-        fence_mbarrier_init();
-      }
-      __syncwarp();
-      if (lane == 0)
-        for (int j = 0; j < tma_stages && j < boxes; ++j) issue_box(j);
-    }
     // DEPTH - 1 batches issued ahead; each multiply is preceded by the load DEPTH - 1 ahead.
 #pragma unroll
     for (int i = 0; i < DEPTH - 1; ++i)
@@ -496,51 +435,25 @@ stream_shape stream_shape_of(const block_gemm_params& p) {
 
 std::atomic<int> g_variant{
     detail::env_mode("DEEPINFER_STREAM_VARIANT", "stream_gemm picks its load batching by shape")};
-std::atomic<int> g_tma{
-    detail::env_mode("DEEPINFER_STREAM_TMA", "stream_gemm streams dense FP8 tiles by TMA")};
 
-/// FP8 weights of a token tile per block through the warps' TMA rings (set_stream_gemm_tma).
-bool uses_tma(const block_gemm_params& p, const stream_shape& sh) {
-  const int mode = g_tma;
-  if (mode == 0 || p.fp4 || sh.walk) return false;
-  // cuTensorMapEncodeTiled: a 16-byte aligned base and row pitch; int32 box coordinates.
-  return p.k % 16 == 0 && reinterpret_cast<std::uintptr_t>(p.weight) % 16 == 0 &&
-         p.groups * p.n < (std::int64_t(1) << 31);
-}
-
-template <bool FP4, bool IL, int batch, int min_blocks, bool TMA = false>
+template <bool FP4, bool IL, int batch, int min_blocks>
 void launch_variant(const block_gemm_params& p, bool every, bool walk, dim3 grid,
                     const stream_config& cfg, cudaStream_t stream) {
   const dim3 block(warps * 32);
-  CUtensorMap map{};
-  std::size_t smem = 0;
-  if constexpr (TMA)
-    map = byte_tensor_map_2d(p.weight, p.k, p.groups * p.n, tma_box_bytes, tma_box_rows);
-  auto go = [&](auto kernel) {
-    if constexpr (TMA) {
-      // Per kernel and device: the EVERY and per-block kernels have the same type, so one
-      // instantiation of this lambda serves both (a shared table left the second unset).
-      static std::atomic<std::size_t> limits[2][detail::max_tracked_devices];
-      smem = tma_smem_bytes;
-      detail::ensure_smem(reinterpret_cast<const void*>(kernel), smem, limits[every ? 1 : 0]);
-    }
-    detail::launch("stream_gemm", kernel, grid, block, smem, stream, p, cfg, map);
-  };
-  if constexpr (TMA) {  // a token tile per block (no walk)
-    if (every)
-      go(stream_gemm_kernel<FP4, IL, true, batch, min_blocks, false, true>);
-    else
-      go(stream_gemm_kernel<FP4, IL, false, batch, min_blocks, false, true>);
-  } else if (every && walk) {
-    go(stream_gemm_kernel<FP4, IL, true, batch, min_blocks, true, false>);
-  } else if (every) {
-    go(stream_gemm_kernel<FP4, IL, true, batch, min_blocks, false, false>);
-  } else if (walk) {
-    go(stream_gemm_kernel<FP4, IL, false, batch, min_blocks, true, false>);
-  } else {
-    go(stream_gemm_kernel<FP4, IL, false, batch, min_blocks, false, false>);
-  }
+  if (every && walk)
+    detail::launch("stream_gemm", stream_gemm_kernel<FP4, IL, true, batch, min_blocks, true>, grid,
+                   block, 0, stream, p, cfg);
+  else if (every)
+    detail::launch("stream_gemm", stream_gemm_kernel<FP4, IL, true, batch, min_blocks, false>, grid,
+                   block, 0, stream, p, cfg);
+  else if (walk)
+    detail::launch("stream_gemm", stream_gemm_kernel<FP4, IL, false, batch, min_blocks, true>, grid,
+                   block, 0, stream, p, cfg);
+  else
+    detail::launch("stream_gemm", stream_gemm_kernel<FP4, IL, false, batch, min_blocks, false>,
+                   grid, block, 0, stream, p, cfg);
 }
+
 
 }  // namespace
 
@@ -560,11 +473,6 @@ void set_stream_gemm_variant(int variant) {
   g_variant = variant;
 }
 
-void set_stream_gemm_tma(int mode) {
-  DI_CHECK(mode >= -1 && mode <= 1, "stream_gemm TMA mode {} (expected -1, 0 or 1)", mode);
-  g_tma = mode;
-}
-
 namespace {
 
 /// The FP8 load batching launch_stream_gemm picks: 1 = (2 steps, 3 blocks per SM), 0 = (4, 2).
@@ -572,16 +480,12 @@ int variant_for(const block_gemm_params& p) {
   const int forced = g_variant;
   if (p.fp4) return 0;
   // 2 x 3 for long K unless the grid is many waves anyway: V4.1's Engram wkv (N25600 K6144)
-  // took 62.7 us at 4 x 2 and 77.5 at 2 x 3 (H200, session 13), wo_b (N5120 K8192) the reverse.
+  // took 62.6 us at 4 x 2 and 77.6 at 2 x 3 (H200, session 13), wo_b (N5120 K8192) the reverse.
   const bool long_k = p.k >= 4096 && p.n < 16384;  // outputs per group
   return forced >= 0 ? forced : (long_k ? 1 : 0);
 }
 
 }  // namespace
-
-bool stream_gemm_uses_tma(const block_gemm_params& p) {
-  return uses_tma(p, stream_shape_of(p));
-}
 
 stream_gemm_plan plan_stream_gemm(const block_gemm_params& p) {
   const stream_shape sh = stream_shape_of(p);
@@ -604,9 +508,7 @@ void launch_stream_gemm(const block_gemm_params& p, cudaStream_t stream) {
   // the second measured faster with long K on the H200 (wo_b N5120 K8192: 0.49 vs 0.38 of the
   // copy bandwidth; shared_w1 K5120: 0.25 vs 0.20), the first with short K (wq_b K1280: 0.47
   // vs 0.42). Both add in the same order: the same bits. MXFP4: 4 x 2 (0.36 vs 0.31).
-  if (uses_tma(p, sh))
-    launch_variant<false, false, 4, 2, true>(p, every, false, grid, sh.cfg, stream);
-  else if (p.fp4 && p.fp4_interleaved)
+  if (p.fp4 && p.fp4_interleaved)
     launch_variant<true, true, 4, 2>(p, every, sh.walk, grid, sh.cfg, stream);
   else if (p.fp4)
     launch_variant<true, false, 4, 2>(p, every, sh.walk, grid, sh.cfg, stream);

@@ -24,7 +24,6 @@
 #include "kernels/cuda/launch.cuh"
 
 #include "common/error.hpp"
-#include "kernels/cuda/async_copy.cuh"
 #include "kernels/cuda/block_gemm_common.cuh"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/kernel_attributes.hpp"
@@ -66,14 +65,10 @@ __device__ __forceinline__ std::uint64_t b_descriptor(const void* smem) {
   return smem_descriptor(smem, 128, 128);
 }
 
-template <bool EVERY, bool WALK, int RING, bool BULK = false>
+template <bool EVERY, bool WALK, int RING>
 __global__ void __launch_bounds__(warps * 32, 2)
     wg_gemm_kernel(block_gemm_params p, wg_config cfg) {
   detail::grid_dependency_sync();
-  static_assert(!BULK || (RING > 0 && !WALK), "bulk rings: one token tile per block");
-  // BULK: lane 0 copies each whole run (2 KB, contiguous in the interleaved layout) into its
-  // slot with one bulk copy counted by the slot's barrier, instead of 4 cp.async per lane.
-  __shared__ std::uint64_t run_full[BULK ? warps : 1][BULK ? RING : 1];
   extern __shared__ __align__(128) std::uint8_t b_tile[];  // the split's steps of 8 tokens
   __shared__ float partial[4][32][8];                      // warpgroup 1's sums
   // Steps per wgmma group (fence, wgmmas, commit, wait): a whole run, or two steps when the
@@ -146,13 +141,6 @@ __global__ void __launch_bounds__(warps * 32, 2)
     auto slot_of = [&](int s) {
       return ring + ((s - w0) / run_steps) % (RING > 0 ? RING : 1) * run_bytes;
     };
-    std::uint64_t* const full_bar = run_full[BULK ? warp : 0];
-    auto issue_bulk = [&](int s) {  // lane 0; the slot's run_bytes land on its barrier
-      const int j = (s - w0) / run_steps, slot = j % (RING > 0 ? RING : 1);
-      mbar_expect_tx(&full_bar[slot], run_bytes);
-      bulk_copy(slot_of(s) - lane * 16, wrow - lane * 16 + (s - w0) * 32 * step_bytes, run_bytes,
-                &full_bar[slot]);
-    };
     auto issue = [&](int s) {
       if (s < w1) {
 #pragma unroll
@@ -162,15 +150,7 @@ __global__ void __launch_bounds__(warps * 32, 2)
       }
       asm volatile("cp.async.commit_group;\n" ::);  // empty past w1: the count stays simple
     };
-    if constexpr (BULK) {  // the slots' barriers, then the first RING runs in flight
-      if (lane == 0) {
-        for (int i = 0; i < RING; ++i) mbar_init(&full_bar[i], 1);
-        fence_mbarrier_init();
-      }
-      __syncwarp();
-      if (lane == 0)
-        for (int i = 0; i < RING && w0 + i * run_steps < w1; ++i) issue_bulk(w0 + i * run_steps);
-    } else if constexpr (RING > 0) {
+    if constexpr (RING > 0) {
 #pragma unroll
       for (int i = 0; i < RING - 1; ++i) issue(w0 + i * run_steps);
     } else if (w0 < w1) {
@@ -178,18 +158,7 @@ __global__ void __launch_bounds__(warps * 32, 2)
     }
     for (int s = w0; s < w1; s += run_steps) {
       uint4 cur[2][2];
-      if constexpr (BULK) {  // wait for this run, read the lane's pieces, refill the slot
-        const int j = (s - w0) / run_steps;
-        mbar_wait(&full_bar[j % RING], unsigned(j / RING) & 1u);
-#pragma unroll
-        for (int piece = 0; piece < 4; ++piece)
-          cur[piece / 2][piece % 2] = *reinterpret_cast<const uint4*>(slot_of(s) + piece * 512);
-        __syncwarp();
-        if (lane == 0 && s + RING * run_steps < w1) {
-          fence_proxy_async_shared();  // the warp's reads of the slot before the copy's writes
-          issue_bulk(s + RING * run_steps);
-        }
-      } else if constexpr (RING > 0) {
+      if constexpr (RING > 0) {
         issue(s + (RING - 1) * run_steps);  // into the slot the previous run was read from
         asm volatile("cp.async.wait_group %0;\n" ::"n"(RING - 1));  // this run has landed
 #pragma unroll
@@ -283,11 +252,8 @@ std::atomic<long> g_launches{0};
 /// v41-flash-L4, session 11: batch 64 11.56 -> 11.14 ms per step) but costs a few
 /// microseconds at batch 1 and 8 (2.29 -> 2.35 ms). Both add the same products in the same
 /// order: the choice never changes a result, so it may depend on the batch.
-std::atomic<int> g_ring{[] {
-  const char* env = std::getenv("DEEPINFER_WG_RING");  // 2: the bulk-copy ring (EXPERIMENT)
-  if (env && std::string_view(env) == "2") return 2;
-  return detail::env_mode("DEEPINFER_WG_RING", "wg_gemm uses its ring from 128 routed rows");
-}()};
+std::atomic<int> g_ring{
+    detail::env_mode("DEEPINFER_WG_RING", "wg_gemm uses its ring from 128 routed rows")};
 constexpr std::int64_t ring_min_rows = 128;
 std::atomic<bool> g_wg_gemm{detail::env_switch("DEEPINFER_WG_GEMM", true)};
 
@@ -315,20 +281,11 @@ wg_shape wg_shape_of(const block_gemm_params& p) {
   return sh;
 }
 
-template <int RING, bool BULK = false>
+template <int RING>
 void launch_ring(const block_gemm_params& p, const wg_shape& sh, bool every, dim3 grid,
                  std::size_t smem, cudaStream_t stream) {
   // Per instantiation and device: room for the largest split's B and the ring.
   static std::atomic<std::size_t> limits[4][detail::max_tracked_devices];
-  if constexpr (BULK) {  // one token tile per block (never walks)
-    const std::size_t most =
-        std::size_t(max_split_steps) * b_step_bytes + std::size_t(warps) * RING * run_bytes;
-    auto kernel = every ? &wg_gemm_kernel<true, false, RING, true>
-                        : &wg_gemm_kernel<false, false, RING, true>;
-    detail::ensure_smem(reinterpret_cast<const void*>(kernel), most, limits[every ? 0 : 1]);
-    detail::launch("wg_gemm", kernel, grid, warps * 32, smem, stream, p, sh.cfg);
-    return;
-  }
   const std::size_t most =
       std::size_t(max_split_steps) * b_step_bytes + std::size_t(warps) * RING * run_bytes;
   auto go = [&](auto kernel, int which) {
@@ -348,13 +305,13 @@ void launch_ring(const block_gemm_params& p, const wg_shape& sh, bool every, dim
 }  // namespace
 
 void set_wg_gemm_ring(int mode) {
-  DI_CHECK(mode >= -1 && mode <= 2, "wg_gemm ring mode {} (expected -1, 0, 1 or 2)", mode);
+  DI_CHECK(mode >= -1 && mode <= 1, "wg_gemm ring mode {} (expected -1, 0 or 1)", mode);
   g_ring = mode;
 }
 
 bool wg_gemm_uses_ring(const block_gemm_params& p) {
   const int mode = g_ring;
-  if (mode >= 0) return mode >= 1;
+  if (mode >= 0) return mode == 1;
   return (p.rows > 0 ? p.rows : p.max_rows) >= ring_min_rows;
 }
 
@@ -404,11 +361,9 @@ void launch_wg_gemm(const block_gemm_params& p, cudaStream_t stream) {
   const dim3 grid(unsigned(sh.row_blocks), unsigned(sh.grid_groups), unsigned(sh.cfg.k_splits));
   const std::size_t b_bytes = std::size_t(sh.cfg.steps_per_split) * b_step_bytes;
   const bool every = p.act_block == 32;
-  const std::size_t ring_bytes = b_bytes + std::size_t(warps) * ring_runs * run_bytes;
-  if (g_ring == 2 && !sh.walk)  // EXPERIMENT: the runs by bulk copies
-    launch_ring<ring_runs, true>(p, sh, every, grid, ring_bytes, stream);
-  else if (wg_gemm_uses_ring(p))
-    launch_ring<ring_runs>(p, sh, every, grid, ring_bytes, stream);
+  if (wg_gemm_uses_ring(p))
+    launch_ring<ring_runs>(p, sh, every, grid, b_bytes + std::size_t(warps) * ring_runs * run_bytes,
+                           stream);
   else
     launch_ring<0>(p, sh, every, grid, b_bytes, stream);
 }

@@ -61,15 +61,4 @@ __device__ __forceinline__ void wgmma_n8_fresh(float (&d)[4], const std::uint32_
       : "memory");
 }
 
-/// d = A B (fresh accumulators), m64n8k32 e4m3 with both operands in shared memory: A the
-/// warpgroup's 64 rows x 32 inputs, B 32 inputs x 8 tokens, both K-major core matrices.
-__device__ __forceinline__ void wgmma_n8_ss_fresh(float (&d)[4], std::uint64_t a, std::uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, %4, %5, p, 1, 1;\n}\n"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "l"(a), "l"(b)
-      : "memory");
-}
-
 }  // namespace di::cuda::gemm_detail

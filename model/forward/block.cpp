@@ -69,8 +69,8 @@ tensor graphed_block(forward_pass& pass, int layer, const tensor& x, tensor& pre
   decode_graphs& g = *pass.graphs;
   const std::vector<tensor> site = g.run(layer, 0, {x, pre_mix}, [&](const std::vector<tensor>& in) {
     const attention_site a = attention_site_forward(padded_pass(pass), layer, in[0], in[1]);
-    return std::vector<tensor>{a.mix.pre, a.mix.post, a.mix.comb, a.h.x,
-                               a.in.q_residual, a.in.q, a.in.kv};
+    return std::vector<tensor>{a.mix.pre,       a.mix.post, a.mix.comb, a.h.x,
+                               a.in.q_residual, a.in.q,     a.in.kv};
   });
   const ops::hc_mix mix{site[0], site[1], site[2]};
   const tensor o = attention_core(pass, layer, {site[4], site[5], site[6]}, site[3]);
