@@ -66,6 +66,10 @@ std::pair<tensor, tensor> expert_linear_pair(const tensor& x, const tensor& offs
 enum class gemm_backend { automatic, block_gemm, cublaslt, dequant_fp32, dequant_bf16 };
 void set_gemm_backend(gemm_backend backend);
 gemm_backend get_gemm_backend();
+/// Rows from which `automatic` tries cuBLASLt's block-scaled FP8 GEMM (default 256;
+/// DEEPINFER_LT_ROWS sets the default). Below 1 is a di::error. Defined in gemm.cpp.
+void set_cublaslt_min_rows(std::int64_t rows);
+std::int64_t get_cublaslt_min_rows();
 
 /// sm90_block_gemm's K splits (decode shapes) add their partial sums with fp32 atomics by
 /// default, in an order that varies from run to run. Ordered: each split stores its partials

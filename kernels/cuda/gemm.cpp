@@ -45,7 +45,11 @@ void run_block_gemm(block_gemm_params& p, device dev) {
 /// TFLOP/s that way and at 76 on sm90_block_gemm (H200, session 8), yet with it automatic from
 /// 256 rows the v41-flash-L4 2048-token prefill measured 362 ms against 359 without (and
 /// session 5's element-wise dequantize kernel: 363 vs 316 ms), so it stays opt-in.
-constexpr std::int64_t lt_rows = 256;
+/// DEEPINFER_LT_ROWS / set_cublaslt_min_rows move that threshold (e.g. 16: V4's decode batches
+/// of 16..255 rows on cuBLASLt too; rows must still be a multiple of 16).
+constexpr std::int64_t default_lt_rows = 256;
+std::atomic<std::int64_t> g_lt_rows{
+    detail::env_count("DEEPINFER_LT_ROWS", default_lt_rows, std::int64_t(1) << 40)};
 
 bool is_stored_format(const weight_matrix& w) {
   return w.values.type() == dtype::f8_e4m3 || w.values.type() == dtype::i8;
@@ -130,6 +134,14 @@ gemm_backend get_gemm_backend() {
   return g_backend;
 }
 
+void set_cublaslt_min_rows(std::int64_t rows) {
+  DI_CHECK(rows >= 1, "cuBLASLt threshold of {} rows (expected at least 1)", rows);
+  g_lt_rows = rows;
+}
+std::int64_t get_cublaslt_min_rows() {
+  return g_lt_rows;
+}
+
 void set_f32_gemv(bool on) {
   g_f32_gemv = on;
 }
@@ -163,7 +175,7 @@ void check_linear_operands(const tensor& x, const weight_matrix& weight) {
 bool tries_cublaslt(gemm_backend backend, const weight_matrix& weight, std::int64_t rows,
                     std::int64_t in, int act_block) {
   const bool try_lt =
-      backend == gemm_backend::cublaslt || (backend == gemm_backend::automatic && rows >= lt_rows);
+      backend == gemm_backend::cublaslt || (backend == gemm_backend::automatic && rows >= g_lt_rows);
   return try_lt && cublaslt_fp8_fits(weight, rows, in, act_block);
 }
 

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
@@ -40,6 +41,19 @@ inline int env_mode(const char* name, const char* what_auto) {
   std::fprintf(stderr, "deepinfer: %s=%s ignored (expected -1, 0 or 1); %s\n", name, env,
                what_auto);
   return -1;
+}
+
+/// A positive count's default from environment variable `name`: `fallback` when unset; a value
+/// that is not a whole number in [1, max] is ignored with a warning on stderr.
+inline std::int64_t env_count(const char* name, std::int64_t fallback, std::int64_t max) {
+  const char* env = std::getenv(name);
+  if (!env) return fallback;
+  char* end = nullptr;
+  const long long v = std::strtoll(env, &end, 10);
+  if (end != env && *end == '\0' && v >= 1 && v <= max) return v;
+  std::fprintf(stderr, "deepinfer: %s=%s ignored (expected a whole number in 1..%lld); using %lld\n",
+               name, env, static_cast<long long>(max), static_cast<long long>(fallback));
+  return fallback;
 }
 
 /// The current device's ordinal, within the devices the records below track.

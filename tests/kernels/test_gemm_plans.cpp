@@ -158,6 +158,16 @@ TEST_CASE("stream_gemm FP8 load batching follows the shape; forcing a variant ch
   CHECK(forced.warp_align == by_k.warp_align);
 }
 
+TEST_CASE("cuBLASLt's row threshold: settable, at least 1") {
+  const std::int64_t before = cuda::get_cublaslt_min_rows();
+  if (!std::getenv("DEEPINFER_LT_ROWS")) CHECK(before == 256);
+  cuda::set_cublaslt_min_rows(16);
+  CHECK(cuda::get_cublaslt_min_rows() == 16);
+  CHECK_THROWS_WITH_AS(cuda::set_cublaslt_min_rows(0), doctest::Contains("at least 1"), error);
+  CHECK(cuda::get_cublaslt_min_rows() == 16);  // a refused value changes nothing
+  cuda::set_cublaslt_min_rows(before);
+}
+
 TEST_CASE("stream_gemm and fp8_gemv refuse what they do not take, with a clear error") {
   // Variants: -1, 0 and 1 only; a refused value leaves the switch as it was.
   CHECK_THROWS_WITH_AS(cuda::set_stream_gemm_variant(2),

@@ -162,6 +162,16 @@ TEST_CASE("cuda linear: cuBLASLt block-scaled FP8 (prefill shapes) or its fallba
       check_linear(x, w, 128, cuda::gemm_backend::dequant_bf16, 1e-5);
     }
   }
+  // Decode batches with the threshold lowered (DEEPINFER_LT_ROWS=16): cuBLASLt for 16k rows,
+  // block_gemm for the others (8, 24 rows); right either way.
+  const std::int64_t lt_before = cuda::get_cublaslt_min_rows();
+  cuda::set_cublaslt_min_rows(16);
+  for (std::int64_t rows : {8, 16, 24, 64}) {
+    CAPTURE(rows);
+    const weight_matrix w = random_fp8(512, 1024, 128);
+    check_linear(varied_input(rows, 1024), w, 128, cuda::gemm_backend::automatic, 2e-3);
+  }
+  cuda::set_cublaslt_min_rows(lt_before);
   // V4.1 blocks at prefill sizes: the bf16 temporary is exact up to the sum order.
   for (std::int64_t rows : {128, 300}) {
     const weight_matrix w = random_fp8(256, 1280, 32);
