@@ -201,8 +201,8 @@ __device__ __forceinline__ uint4 fp4x8_to_h(std::uint32_t w, const std::uint32_t
   return make_uint4(r[0], r[1], r[2], r[3]);
 }
 
-__device__ __forceinline__ __half2 fp4_scale_h2(const detail::dev_format& f, std::uint8_t b) {
-  if (f.quant == int(cache_quant::fp4_e4m3)) {
+__device__ __forceinline__ __half2 fp4_scale_h2(bool e4m3_scale, std::uint8_t b) {
+  if (e4m3_scale) {
     const __half_raw h = __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(b), __NV_E4M3);
     return __half2(__half(h), __half(h));
   }
@@ -210,26 +210,47 @@ __device__ __forceinline__ __half2 fp4_scale_h2(const detail::dev_format& f, std
   return __floats2half2_rn(sc, sc);
 }
 
+/// Where this thread's chunk of 8 values lies in a packed row of one format. kThreads is a
+/// multiple of D / 8, so the chunk's column d0 is the same in every row the thread decodes:
+/// the offsets are worked out once per block (the block-scale index divides by a runtime block
+/// size, which cost a software division per chunk inside the tile loop).
+struct chunk_plan {
+  int scale_off;    ///< byte of the chunk's block scale within the row
+  int code_off;     ///< first byte of the chunk's codes within the row
+  bool fp4;         ///< e2m1 codes (else e4m3)
+  bool e4m3_scale;  ///< fp4_e4m3 rows: e4m3 block scales (else e8m0)
+};
+
+template <int D>
+__device__ __forceinline__ chunk_plan plan_chunk(const detail::dev_format& f) {
+  static_assert(kThreads % (D / 8) == 0, "a thread's chunk column is the same in every row");
+  const int d0 = (int(threadIdx.x) % (D / 8)) * 8;
+  return {f.code_bytes + d0 / f.block, f.fp4 ? d0 / 2 : d0, f.fp4,
+          f.quant == int(cache_quant::fp4_e4m3)};
+}
+
 /// Decodes tile `tile` (staged rows, or the slow path straight from global memory) into sK
-/// as fp16 and marks the valid rows.
+/// as fp16 and marks the valid rows. pw / pe: this thread's chunk in window / extra rows.
 template <int D>
 __device__ __forceinline__ void decode_tile(const attn_args& a, const std::uint8_t* stage,
                                             int stage_ld, const std::uint32_t* lut,
                                             const int* sKind, const std::int64_t* sRow,
-                                            __half* sK, int* sValid) {
+                                            const chunk_plan& pw, const chunk_plan& pe, __half* sK,
+                                            int* sValid) {
+  constexpr int per_row = D / 8;  // chunks of a row
+  const int d0 = (int(threadIdx.x) % per_row) * 8;
 #pragma unroll 2
   for (int i = 0; i < layout<D>::chunks; ++i) {
-    const int c = i * kThreads + int(threadIdx.x);
-    const int row = c / (D / 8), d0 = (c % (D / 8)) * 8;
+    const int row = i * (kThreads / per_row) + int(threadIdx.x) / per_row;
     const int kind = sKind[row];
     uint4 packed = make_uint4(0u, 0u, 0u, 0u);
     if (kind == kFastWin || kind == kFastExt) {
-      const detail::dev_format& f = kind == kFastWin ? a.win.f : a.ext.f;
+      const chunk_plan& cp = kind == kFastWin ? pw : pe;
       const std::uint8_t* r = stage + row * stage_ld;
-      const std::uint8_t sb = r[f.code_bytes + d0 / f.block];
-      packed = f.fp4 ? fp4x8_to_h(*reinterpret_cast<const std::uint32_t*>(r + d0 / 2), lut,
-                                  fp4_scale_h2(f, sb))
-                     : fp8x8_to_h(*reinterpret_cast<const uint2*>(r + d0), sb);
+      const std::uint8_t sb = r[cp.scale_off];
+      packed = cp.fp4 ? fp4x8_to_h(*reinterpret_cast<const std::uint32_t*>(r + cp.code_off), lut,
+                                   fp4_scale_h2(cp.e4m3_scale, sb))
+                      : fp8x8_to_h(*reinterpret_cast<const uint2*>(r + cp.code_off), sb);
     } else if (kind != kNone) {
       float v[8];
       detail::load8(kind == kSlowWin ? a.win : a.ext, D, sRow[row], d0, v);
@@ -269,6 +290,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const __grid_con
   std::uint8_t* stage = smem + L::stage_rows_off;
   if (threadIdx.x < 256)
     lut[threadIdx.x] = pack_h2(e2m1_fast(threadIdx.x & 15u), e2m1_fast(threadIdx.x >> 4));
+  const chunk_plan plan_w = plan_chunk<D>(a.win.f), plan_e = plan_chunk<D>(a.ext.f);
   const int my_row = tid >> 3;  // the staging row this thread helps copy
   pending_slot next{-1, true};
   if (tile_begin < tile_end) {
@@ -307,7 +329,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const __grid_con
   for (int tile = tile_begin; tile < tile_end; ++tile) {
     cp_async_wait_all();
     __syncthreads();
-    decode_tile<D>(a, stage, a.stage_ld, lut, sKind, sRow, sK, sValid);
+    decode_tile<D>(a, stage, a.stage_ld, lut, sKind, sRow, plan_w, plan_e, sK, sValid);
     __syncthreads();
     if (tile + 1 < tile_end) {
       stage_row(a, next, stage, a.stage_ld, sKind, sRow);
