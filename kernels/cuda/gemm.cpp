@@ -9,6 +9,7 @@
 #include "kernels/cuda/kernel_attributes.hpp"
 #include "kernels/cuda/stream.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -45,11 +46,16 @@ void run_block_gemm(block_gemm_params& p, device dev) {
 /// TFLOP/s that way and at 76 on sm90_block_gemm (H200, session 8), yet with it automatic from
 /// 256 rows the v41-flash-L4 2048-token prefill measured 362 ms against 359 without (and
 /// session 5's element-wise dequantize kernel: 363 vs 316 ms), so it stays opt-in.
-/// DEEPINFER_LT_ROWS / set_cublaslt_min_rows move that threshold (e.g. 16: V4's decode batches
-/// of 16..255 rows on cuBLASLt too; rows must still be a multiple of 16).
-constexpr std::int64_t default_lt_rows = 256;
+/// DEEPINFER_LT_ROWS / set_cublaslt_min_rows move the threshold. 16 puts V4's decode batches of
+/// 16k rows (128-blocks) on it too: at 16..64 rows it streamed V4's wq_b at 0.40-0.44 of the
+/// copy bandwidth against skinny_gemm's 0.15 (wo_b 0.36-0.38 vs 0.17), and v4-flash-L4 decoded
+/// batch 64 in 7.80 ms against 8.11 (H200, session 13, one call; the whole GPU suite has not
+/// run with it yet, so it is not the default). With ordered splits (the batch-invariant mode)
+/// decode batches stay on sm90_block_gemm, whose rows do not depend on the batch: cuBLASLt
+/// from prefill_lt_rows only, whatever the threshold.
+constexpr std::int64_t prefill_lt_rows = 256;
 std::atomic<std::int64_t> g_lt_rows{
-    detail::env_count("DEEPINFER_LT_ROWS", default_lt_rows, std::int64_t(1) << 40)};
+    detail::env_count("DEEPINFER_LT_ROWS", prefill_lt_rows, std::int64_t(1) << 40)};
 
 bool is_stored_format(const weight_matrix& w) {
   return w.values.type() == dtype::f8_e4m3 || w.values.type() == dtype::i8;
@@ -174,8 +180,10 @@ void check_linear_operands(const tensor& x, const weight_matrix& weight) {
 /// Whether linear tries cuBLASLt's block-scaled FP8 GEMM first for this weight and x's rows.
 bool tries_cublaslt(gemm_backend backend, const weight_matrix& weight, std::int64_t rows,
                     std::int64_t in, int act_block) {
-  const bool try_lt =
-      backend == gemm_backend::cublaslt || (backend == gemm_backend::automatic && rows >= g_lt_rows);
+  const std::int64_t lt_rows = g_lt_rows;
+  const std::int64_t from = g_ordered_splits ? std::max(lt_rows, prefill_lt_rows) : lt_rows;
+  const bool try_lt = backend == gemm_backend::cublaslt ||
+                      (backend == gemm_backend::automatic && rows >= from);
   return try_lt && cublaslt_fp8_fits(weight, rows, in, act_block);
 }
 
