@@ -60,9 +60,9 @@ std::pair<tensor, tensor> expert_linear_pair(const tensor& x, const tensor& offs
 
 /// Which kernel multiplies FP8/FP4 weights when activations are quantized (tests and
 /// benchmarks force one). `automatic`: cuBLASLt's block-scaled FP8 GEMM for 128x128 FP8 blocks
-/// from set_cublaslt_min_rows' rows (256) when it accepts the shape, else sm90_block_gemm. `dequant_bf16`: the weight
-/// decoded to a bf16 temporary per call, then cuBLAS (exact: quantized activations and decoded
-/// weights are bf16 numbers).
+/// from set_cublaslt_min_rows' rows (256) when it accepts the shape, else sm90_block_gemm.
+/// `dequant_bf16`: the weight decoded to a bf16 temporary per call, then cuBLAS (exact: quantized
+/// activations and decoded weights are bf16 numbers).
 enum class gemm_backend { automatic, block_gemm, cublaslt, dequant_fp32, dequant_bf16 };
 void set_gemm_backend(gemm_backend backend);
 gemm_backend get_gemm_backend();

@@ -182,8 +182,8 @@ bool tries_cublaslt(gemm_backend backend, const weight_matrix& weight, std::int6
                     std::int64_t in, int act_block) {
   const std::int64_t lt_rows = g_lt_rows;
   const std::int64_t from = g_ordered_splits ? std::max(lt_rows, prefill_lt_rows) : lt_rows;
-  const bool try_lt = backend == gemm_backend::cublaslt ||
-                      (backend == gemm_backend::automatic && rows >= from);
+  const bool try_lt =
+      backend == gemm_backend::cublaslt || (backend == gemm_backend::automatic && rows >= from);
   return try_lt && cublaslt_fp8_fits(weight, rows, in, act_block);
 }
 

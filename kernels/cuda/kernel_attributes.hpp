@@ -51,8 +51,9 @@ inline std::int64_t env_count(const char* name, std::int64_t fallback, std::int6
   char* end = nullptr;
   const long long v = std::strtoll(env, &end, 10);
   if (end != env && *end == '\0' && v >= 1 && v <= max) return v;
-  std::fprintf(stderr, "deepinfer: %s=%s ignored (expected a whole number in 1..%lld); using %lld\n",
-               name, env, static_cast<long long>(max), static_cast<long long>(fallback));
+  std::fprintf(stderr,
+               "deepinfer: %s=%s ignored (expected a whole number in 1..%lld); using %lld\n", name,
+               env, static_cast<long long>(max), static_cast<long long>(fallback));
   return fallback;
 }
 
