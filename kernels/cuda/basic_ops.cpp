@@ -152,11 +152,14 @@ tensor rms_norm(const tensor& x, const tensor& weight, float eps) {
   return out;
 }
 
-/// Whether the fused kernels' codes (quantized_rows) may be written for x: block > 0, the
-/// fused-quantization switch on (DEEPINFER_FUSED_ACT_QUANT=0 turns it off, EXPERIMENT).
-bool fuses_act_quant(int block) {
+bool fuses_act_quant(int block, std::int64_t dim) {
   static const bool on = detail::env_switch("DEEPINFER_FUSED_ACT_QUANT", true);
-  return on && block > 0;
+  return on && (block == 32 || block == 64 || block == 128) && dim % block == 0;
+}
+
+quantized_rows quantized_rows_for(std::int64_t rows, std::int64_t dim, int block, device dev) {
+  return {tensor::empty({rows, dim}, dtype::f32, dev), tensor::empty({rows, dim}, dtype::u8, dev),
+          tensor::empty({rows, dim / block}, dtype::f32, dev), block};
 }
 
 quantized_rows rms_norm_quantized(const tensor& x, const tensor& weight, float eps, int block) {
@@ -165,7 +168,7 @@ quantized_rows rms_norm_quantized(const tensor& x, const tensor& weight, float e
   auto aligned = [](const tensor& t) {
     return !t.defined() || reinterpret_cast<std::uintptr_t>(t.raw()) % 16 == 0;
   };
-  if (!fuses_act_quant(block) || !rms_norm_quantizes(dim, block) || !aligned(x) ||
+  if (!fuses_act_quant(block, dim) || !rms_norm_quantizes(dim, block) || !aligned(x) ||
       !aligned(weight) || rows == 0)
     return {rms_norm(x, weight, eps), {}, {}, block};  // the consumer quantizes
   const float* w = nullptr;
@@ -174,9 +177,7 @@ quantized_rows rms_norm_quantized(const tensor& x, const tensor& weight, float e
     check_same_device(x, weight, "rms_norm");
     w = weight.data<float>();
   }
-  quantized_rows q{tensor::empty({rows, dim}, dtype::f32, x.dev()),
-                   tensor::empty({rows, dim}, dtype::u8, x.dev()),
-                   tensor::empty({rows, dim / block}, dtype::f32, x.dev()), block};
+  quantized_rows q = quantized_rows_for(rows, dim, block, x.dev());
   launch_rms_norm({x.data<float>(), w, q.x.data<float>(), rows, dim, eps,
                    q.codes.data<std::uint8_t>(), q.scales.data<float>(), block},
                   current_stream());

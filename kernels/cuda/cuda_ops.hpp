@@ -25,9 +25,13 @@ void add_inplace(tensor& y, const tensor& x);
 tensor concat_rows(std::span<const tensor> parts);
 tensor rms_norm(const tensor& x, const tensor& weight, float eps);
 quantized_rows rms_norm_quantized(const tensor& x, const tensor& weight, float eps, int block);
-/// Whether the producers of quantized_rows fill its codes for activation block `block` (> 0 and
-/// DEEPINFER_FUSED_ACT_QUANT not 0). Defined in basic_ops.cpp.
-bool fuses_act_quant(int block);
+/// Whether the producers of quantized_rows fill its codes for rows of `dim` in activation blocks
+/// of `block`: DEEPINFER_FUSED_ACT_QUANT not 0, block 32, 64 or 128 and dividing dim. Defined
+/// in basic_ops.cpp.
+bool fuses_act_quant(int block, std::int64_t dim);
+/// A quantized_rows of [rows, dim] values on `dev`, with room for their codes and scales in
+/// blocks of `block` (which fuses_act_quant accepted). Defined in basic_ops.cpp.
+quantized_rows quantized_rows_for(std::int64_t rows, std::int64_t dim, int block, device dev);
 void fp8_fake_quant(tensor& x, int block, std::int64_t num_dims);
 void fp4_fake_quant(tensor& x, int block, fp4_scale scale);
 void hadamard(tensor& x);

@@ -276,8 +276,7 @@ tensor swiglu(const tensor& gate, const tensor& up, float limit, const tensor& r
 ops::quantized_rows swiglu_quantized(const tensor& gate, const tensor& up, float limit,
                                      const tensor& row_scale, int block) {
   const std::int64_t inter = gate.rank() == 2 ? gate.size(1) : 0;
-  if (!fuses_act_quant(block) || !(block == 32 || block == 64 || block == 128) ||
-      inter % block != 0)
+  if (!fuses_act_quant(block, inter))
     return {swiglu(gate, up, limit, row_scale), {}, {}, block};  // the consumer quantizes
   check_cuda_tensor(gate, dtype::f32, 2, "swiglu gate");
   check_tensor(up, dtype::f32, gate.shape(), "swiglu up");
@@ -285,9 +284,7 @@ ops::quantized_rows swiglu_quantized(const tensor& gate, const tensor& up, float
   if (row_scale.defined()) check_tensor(row_scale, dtype::f32, {rows}, "swiglu row scale");
   same_device(gate, up, "swiglu");
   same_device(gate, row_scale, "swiglu");
-  ops::quantized_rows q{tensor::empty({rows, inter}, dtype::f32, gate.dev()),
-                        tensor::empty({rows, inter}, dtype::u8, gate.dev()),
-                        tensor::empty({rows, inter / block}, dtype::f32, gate.dev()), block};
+  ops::quantized_rows q = quantized_rows_for(rows, inter, block, gate.dev());
   swiglu_params p{gate.data<float>(),
                   up.data<float>(),
                   row_scale.defined() ? row_scale.data<float>() : nullptr,
@@ -439,8 +436,7 @@ ops::quantized_rows hc_collapse_norm_quantized(const tensor& x, const tensor& pr
                                                const tensor& weight, float eps, int block) {
   static const bool fused = detail::env_switch("DEEPINFER_HC_COLLAPSE_NORM", true);
   const std::int64_t dim = x.rank() == 3 ? x.size(2) : 0;
-  if (!fused || !fuses_act_quant(block) || !(block == 32 || block == 64 || block == 128) ||
-      dim % block != 0 || dim > hc_collapse_norm_max_dim)
+  if (!fused || !fuses_act_quant(block, dim) || dim > hc_collapse_norm_max_dim)
     return {hc_collapse_norm(x, pre, weight, eps), {}, {}, block};  // the consumer quantizes
   check_cuda_tensor(x, dtype::f32, 3, "hc_collapse_norm streams");
   const std::int64_t tokens = x.size(0), hc = x.size(1);
@@ -451,9 +447,7 @@ ops::quantized_rows hc_collapse_norm_quantized(const tensor& x, const tensor& pr
     same_device(x, weight, "hc_collapse_norm");
   }
   DI_CHECK(hc >= 1 && hc <= 16, "hc_collapse_norm: {} streams", hc);
-  ops::quantized_rows q{tensor::empty({tokens, dim}, dtype::f32, x.dev()),
-                        tensor::empty({tokens, dim}, dtype::u8, x.dev()),
-                        tensor::empty({tokens, dim / block}, dtype::f32, x.dev()), block};
+  ops::quantized_rows q = quantized_rows_for(tokens, dim, block, x.dev());
   hc_collapse_norm_params p{x.data<float>(),
                             pre.data<float>(),
                             weight.defined() ? weight.data<float>() : nullptr,
