@@ -273,6 +273,18 @@ tensor swiglu(const tensor& gate, const tensor& up, float limit, const tensor& r
   return out;
 }
 
+namespace {
+
+/// Points a fused kernel's FP8 outputs (codes, scales, their block) at q's.
+template <typename Params>
+void point_codes(Params& p, ops::quantized_rows& q) {
+  p.codes = q.codes.data<std::uint8_t>();
+  p.scales = q.scales.data<float>();
+  p.quant_block = q.block;
+}
+
+}  // namespace
+
 ops::quantized_rows swiglu_quantized(const tensor& gate, const tensor& up, float limit,
                                      const tensor& row_scale, int block) {
   const std::int64_t inter = gate.rank() == 2 ? gate.size(1) : 0;
@@ -292,9 +304,7 @@ ops::quantized_rows swiglu_quantized(const tensor& gate, const tensor& up, float
                   rows,
                   inter,
                   limit};
-  p.codes = q.codes.data<std::uint8_t>();
-  p.scales = q.scales.data<float>();
-  p.quant_block = block;
+  point_codes(p, q);
   launch_swiglu(p, current_stream());
   return q;
 }
@@ -456,9 +466,7 @@ ops::quantized_rows hc_collapse_norm_quantized(const tensor& x, const tensor& pr
                             dim,
                             int(hc),
                             eps};
-  p.codes = q.codes.data<std::uint8_t>();
-  p.scales = q.scales.data<float>();
-  p.quant_block = block;
+  point_codes(p, q);
   launch_hc_collapse_norm(p, current_stream());
   return q;
 }
