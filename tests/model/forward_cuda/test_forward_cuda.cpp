@@ -393,6 +393,8 @@ TEST_CASE("GPU forward: programmatic dependent launch changes no bit") {
   // Every kernel waits for its predecessor before touching memory, so launching with PDL (the
   // default) must give exactly the logits of launching without it -- eagerly and through
   // graphs captured either way. Ordered splits make every run of a path the same bits.
+  const bool ordered_before = cuda::get_ordered_gemm_splits();
+  const bool pdl_before = cuda::programmatic_launch();
   cuda::set_ordered_gemm_splits(true);
   for (const char* preset : {"tiny-v4", "tiny-v41"}) {
     for (bool graphs : {false, true}) {
@@ -419,8 +421,8 @@ TEST_CASE("GPU forward: programmatic dependent launch changes no bit") {
       CHECK(d.identical == d.rows);
     }
   }
-  cuda::set_programmatic_launch(true);
-  cuda::set_ordered_gemm_splits(false);
+  cuda::set_programmatic_launch(pdl_before);  // as they were (DEEPINFER_PDL may have set it)
+  cuda::set_ordered_gemm_splits(ordered_before);
 }
 
 }  // namespace
