@@ -281,9 +281,10 @@ std::pair<tensor, tensor> linear_pair(const tensor& x, const weight_matrix& a,
 std::pair<tensor, tensor> linear_pair(const quantized_rows& x, const weight_matrix& a,
                                       const weight_matrix& b, const linear_params& params) {
   const int act_block = params.act_quant_block;
+  // Without codes to use: the plain pair, which still quantizes x once for both.
   if (!x.codes.defined() || x.block != act_block || !takes_block_gemm(x.x, a, act_block) ||
       !takes_block_gemm(x.x, b, act_block))
-    return {cuda::linear(x, a, params), cuda::linear(x, b, params)};
+    return cuda::linear_pair(x.x, a, b, params);
   check_linear_operands(x.x, a);
   check_linear_operands(x.x, b);
   const quantized_act q{x.codes, x.scales};  // x's codes: no act_quant launch

@@ -81,9 +81,7 @@ struct forward_pass {
   /// done once when both use the same block (ops::linear_pair).
   std::pair<tensor, tensor> linear_pair(const tensor& x, const linear_weight& a,
                                         const linear_weight& b) const {
-    const ops::linear_params pa = act(a), pb = act(b);
-    if (pa.act_quant_block != pb.act_quant_block) return {linear(x, a), linear(x, b)};
-    return ops::linear_pair(x, a.w, b.w, pa);
+    return linear_pair(ops::quantized_rows{x}, a, b);  // no codes: ops::linear_pair on x
   }
   /// linear_pair(x.x, a, b), from x's activation codes when they are the pair's quantization.
   std::pair<tensor, tensor> linear_pair(const ops::quantized_rows& x, const linear_weight& a,
