@@ -158,6 +158,20 @@ TEST_CASE("stream_gemm FP8 load batching follows the shape; forcing a variant ch
   CHECK(forced.warp_align == by_k.warp_align);
 }
 
+TEST_CASE("env_count: a whole number in range, else the default with a warning") {
+  const char* name = "DEEPINFER_TEST_ENV_COUNT";
+  ::unsetenv(name);
+  CHECK(cuda::detail::env_count(name, 256, 1000) == 256);
+  ::setenv(name, "16", 1);
+  CHECK(cuda::detail::env_count(name, 256, 1000) == 16);
+  for (const char* bad : {"", "0", "-3", "16x", "abc", "1001", "99999999999999999999999"}) {
+    CAPTURE(bad);
+    ::setenv(name, bad, 1);
+    CHECK(cuda::detail::env_count(name, 256, 1000) == 256);
+  }
+  ::unsetenv(name);
+}
+
 TEST_CASE("cuBLASLt's row threshold: settable, at least 1") {
   const std::int64_t before = cuda::get_cublaslt_min_rows();
   if (!std::getenv("DEEPINFER_LT_ROWS")) CHECK(before == 256);
