@@ -421,35 +421,20 @@ tensor hc_collapse(const tensor& x, const tensor& pre) {
   return out;
 }
 
-tensor hc_collapse_norm(const tensor& x, const tensor& pre, const tensor& weight, float eps) {
-  check_cuda_tensor(x, dtype::f32, 3, "hc_collapse_norm streams");
-  const std::int64_t tokens = x.size(0), hc = x.size(1), dim = x.size(2);
-  // EXPERIMENT switch: DEEPINFER_HC_COLLAPSE_NORM=0 runs the two kernels.
+namespace {
+
+/// Whether hc_collapse_norm runs as one kernel for rows of `dim` (EXPERIMENT switch:
+/// DEEPINFER_HC_COLLAPSE_NORM=0 runs hc_collapse and rms_norm).
+bool fuses_hc_collapse_norm(std::int64_t dim) {
   static const bool fused = detail::env_switch("DEEPINFER_HC_COLLAPSE_NORM", true);
-  if (!fused || dim > hc_collapse_norm_max_dim) return rms_norm(hc_collapse(x, pre), weight, eps);
-  check_tensor(pre, dtype::f32, {tokens, hc}, "hc_collapse_norm pre");
-  same_device(x, pre, "hc_collapse_norm");
-  if (weight.defined()) {
-    check_tensor(weight, dtype::f32, {dim}, "hc_collapse_norm weight");
-    same_device(x, weight, "hc_collapse_norm");
-  }
-  DI_CHECK(hc >= 1 && hc <= 16, "hc_collapse_norm: {} streams", hc);
-  tensor out = tensor::empty({tokens, dim}, dtype::f32, x.dev());  // [tokens, dim]
-  launch_hc_collapse_norm(
-      {x.data<float>(), pre.data<float>(), weight.defined() ? weight.data<float>() : nullptr,
-       out.data<float>(), tokens, dim, int(hc), eps},
-      current_stream());
-  return out;
+  return fused && dim <= hc_collapse_norm_max_dim;
 }
 
-ops::quantized_rows hc_collapse_norm_quantized(const tensor& x, const tensor& pre,
-                                               const tensor& weight, float eps, int block) {
-  static const bool fused = detail::env_switch("DEEPINFER_HC_COLLAPSE_NORM", true);
-  const std::int64_t dim = x.rank() == 3 ? x.size(2) : 0;
-  if (!fused || !fuses_act_quant(block, dim) || dim > hc_collapse_norm_max_dim)
-    return {hc_collapse_norm(x, pre, weight, eps), {}, {}, block};  // the consumer quantizes
-  check_cuda_tensor(x, dtype::f32, 3, "hc_collapse_norm streams");
-  const std::int64_t tokens = x.size(0), hc = x.size(1);
+/// The fused collapse + norm of x's streams into q.x (and q's codes and scales when it has
+/// them), after the operand checks.
+void run_hc_collapse_norm(const tensor& x, const tensor& pre, const tensor& weight, float eps,
+                          ops::quantized_rows& q) {
+  const std::int64_t tokens = x.size(0), hc = x.size(1), dim = x.size(2);
   check_tensor(pre, dtype::f32, {tokens, hc}, "hc_collapse_norm pre");
   same_device(x, pre, "hc_collapse_norm");
   if (weight.defined()) {
@@ -457,7 +442,6 @@ ops::quantized_rows hc_collapse_norm_quantized(const tensor& x, const tensor& pr
     same_device(x, weight, "hc_collapse_norm");
   }
   DI_CHECK(hc >= 1 && hc <= 16, "hc_collapse_norm: {} streams", hc);
-  ops::quantized_rows q = quantized_rows_for(tokens, dim, block, x.dev());
   hc_collapse_norm_params p{x.data<float>(),
                             pre.data<float>(),
                             weight.defined() ? weight.data<float>() : nullptr,
@@ -466,8 +450,29 @@ ops::quantized_rows hc_collapse_norm_quantized(const tensor& x, const tensor& pr
                             dim,
                             int(hc),
                             eps};
-  point_codes(p, q);
+  if (q.codes.defined()) point_codes(p, q);
   launch_hc_collapse_norm(p, current_stream());
+}
+
+}  // namespace
+
+tensor hc_collapse_norm(const tensor& x, const tensor& pre, const tensor& weight, float eps) {
+  check_cuda_tensor(x, dtype::f32, 3, "hc_collapse_norm streams");
+  const std::int64_t tokens = x.size(0), dim = x.size(2);
+  if (!fuses_hc_collapse_norm(dim)) return rms_norm(hc_collapse(x, pre), weight, eps);
+  ops::quantized_rows q{tensor::empty({tokens, dim}, dtype::f32, x.dev()), {}, {}, 0};
+  run_hc_collapse_norm(x, pre, weight, eps, q);
+  return q.x;
+}
+
+ops::quantized_rows hc_collapse_norm_quantized(const tensor& x, const tensor& pre,
+                                               const tensor& weight, float eps, int block) {
+  check_cuda_tensor(x, dtype::f32, 3, "hc_collapse_norm streams");
+  const std::int64_t tokens = x.size(0), dim = x.size(2);
+  if (!fuses_hc_collapse_norm(dim) || !fuses_act_quant(block, dim))
+    return {hc_collapse_norm(x, pre, weight, eps), {}, {}, block};  // the consumer quantizes
+  ops::quantized_rows q = quantized_rows_for(tokens, dim, block, x.dev());
+  run_hc_collapse_norm(x, pre, weight, eps, q);
   return q;
 }
 
