@@ -174,7 +174,7 @@ TEST_CASE("env_count: a whole number in range, else the default with a warning")
 
 TEST_CASE("cuBLASLt's row threshold: settable, at least 1") {
   const std::int64_t before = cuda::get_cublaslt_min_rows();
-  if (!std::getenv("DEEPINFER_LT_ROWS")) CHECK(before == 256);
+  if (!std::getenv("DEEPINFER_LT_ROWS")) CHECK(before == 16);
   cuda::set_cublaslt_min_rows(16);
   CHECK(cuda::get_cublaslt_min_rows() == 16);
   CHECK_THROWS_WITH_AS(cuda::set_cublaslt_min_rows(0), doctest::Contains("at least 1"), error);
