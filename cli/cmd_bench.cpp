@@ -40,6 +40,7 @@ struct bench_options {
   std::string cuda_graphs = "off";  ///< decode steps through CUDA graphs: off, on or both
   bool ordered_splits = false;      ///< CUDA GEMM K splits added in a fixed order
   bool batched_decode = true;       ///< CUDA decode attention batched across sequences
+  std::string logits = "device";    ///< CUDA: where a step's logits end up (device or host)
   bool json = false;
 };
 
@@ -103,6 +104,7 @@ void step(const di::deepseek_model& m, bench_batch& b,
     reqs[i].logit_rows = {std::int64_t(ids[i].size()) - 1};
   }
   m.forward(reqs);
+  m.synchronize();  // the logits may stay on the device (--logits device): wait for them
 }
 
 /// Prefills every sequence on its own in chunks of at most 2048 tokens (bounds the
@@ -209,9 +211,10 @@ nlohmann::json bench_prefill(const di::deepseek_model& m, int batch, int context
 void print_table(const nlohmann::json& rows, const nlohmann::json& env) {
   fmt::print(
       "model {} (loaded in {:.2f} s) | device {} | threads {} | copy bandwidth {:.1f} GB/s "
-      "(read+write)\n",
+      "(read+write) | logits on the {}\n",
       env["model"].get<std::string>(), env["load_s"].get<double>(),
-      env["device"].get<std::string>(), env["threads"].get<int>(), env["copy_gbs"].get<double>());
+      env["device"].get<std::string>(), env["threads"].get<int>(), env["copy_gbs"].get<double>(),
+      env["logits"].get<std::string>());
   for (const auto& r : rows) {
     if (r["phase"] == "decode") {
       fmt::print(
@@ -268,6 +271,8 @@ void run_bench(const bench_options& o, bool decode) {
   if (!on_gpu || !decode) graph_modes = {false};  // graphs: CUDA decode steps only
   DI_CHECK(!o.ordered_splits || on_gpu, "--ordered-splits needs --device cuda");
   if (on_gpu) di::cli::set_ordered_gemm_splits(o.ordered_splits);
+  DI_CHECK(o.logits == "device" || o.logits == "host", "--logits must be device or host, got '{}'",
+           o.logits);
   const double copy_gbs =
       on_gpu ? di::cli::measure_device_copy_gbs(dev) : di::cli::measure_copy_bandwidth();
   const double peak_tflops = on_gpu && !decode ? di::cli::measure_device_bf16_tflops(dev) : 0.0;
@@ -277,7 +282,8 @@ void run_bench(const bench_options& o, bool decode) {
                         {"load_s", load_s},
                         {"copy_gbs", copy_gbs},
                         {"ordered_splits", o.ordered_splits},
-                        {"batched_decode", o.batched_decode}};
+                        {"batched_decode", o.batched_decode},
+                        {"logits", on_gpu ? o.logits : "host"}};
   nlohmann::json rows = nlohmann::json::array();
   for (int b : batches)
     for (int c : contexts)
@@ -285,6 +291,7 @@ void run_bench(const bench_options& o, bool decode) {
         di::forward_options fo = model->options();
         fo.cuda_graphs = graphs;
         fo.batched_decode = o.batched_decode;
+        fo.logits_to_host = o.logits == "host";
         model->set_options(fo);
         nlohmann::json row = decode ? bench_decode(*model, b, c, o.steps, copy_gbs)
                                     : bench_prefill(*model, b, c, o.steps, peak_tflops);
@@ -328,6 +335,11 @@ void add_common(CLI::App* sub, const std::shared_ptr<bench_options>& o) {
   sub->add_flag("--batched-decode,!--per-sequence-decode", o->batched_decode,
                 "CUDA decode: each layer's attention as a few launches over the whole batch "
                 "(default), or per sequence (the reference path)");
+  sub->add_option("--logits", o->logits,
+                  "CUDA: a step ends with its logits on the device (device: the forward alone, "
+                  "as transformers' model() call is timed) or copied to host memory (host: "
+                  "adds the copy, [batch, vocab] f32)")
+      ->capture_default_str();
   sub->add_flag("--json", o->json, "Print one JSON object");
 }
 

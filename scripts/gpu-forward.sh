@@ -11,6 +11,8 @@
 #   DEEPINFER_SKIP_ORDERED=1 (no decode run with ordered K splits),
 #   DEEPINFER_COMPARE_BATCHED=1 (decode again with per-sequence attention, graphs on),
 #   DEEPINFER_COMPARE_ENV="VAR=value ..." (decode again with those settings, graphs on),
+#   DEEPINFER_COMPARE_ARGS="--logits host" (decode again with those bench arguments, graphs on;
+#   with COMPARE_ENV: both in one run),
 #   DEEPINFER_COMPARE_FP4_LAYOUT=1 (decode again with MXFP4 rows as stored, not interleaved),
 #   DEEPINFER_COMPARE_PIPE=1 (decode again with the experts on pipe_gemm, not stream_gemm),
 #   DEEPINFER_SKIP_PEER=1, DEEPINFER_SKIP_CLUSTER=1, DEEPINFER_SKIP_TESTS=1,
@@ -76,10 +78,11 @@ for preset in "$@"; do
         tee "$out/bench-decode-stream$v-$preset.log" | grep decode | sed "s/^/stream variant $v: /"
     done
   fi
-  if [[ -n ${DEEPINFER_COMPARE_ENV:-} ]]; then  # decode again with these settings (graphs on)
-    env $DEEPINFER_COMPARE_ENV "$di" bench decode --model "$dir" --device cuda --batch "$batches" \
-      --context "$ctx" --steps 8 --cuda-graphs on 2>&1 | tee "$out/bench-decode-env-$preset.log" |
-      grep decode | sed "s/^/$DEEPINFER_COMPARE_ENV: /"
+  if [[ -n ${DEEPINFER_COMPARE_ENV:-}${DEEPINFER_COMPARE_ARGS:-} ]]; then  # decode again (graphs on)
+    env ${DEEPINFER_COMPARE_ENV:-} "$di" bench decode --model "$dir" --device cuda --batch "$batches" \
+      --context "$ctx" --steps 8 --cuda-graphs on ${DEEPINFER_COMPARE_ARGS:-} 2>&1 |
+      tee "$out/bench-decode-env-$preset.log" |
+      grep decode | sed "s/^/${DEEPINFER_COMPARE_ENV:-}${DEEPINFER_COMPARE_ARGS:-}: /"
   fi
   if [[ ${DEEPINFER_COMPARE_BATCHED:-0} == 1 ]]; then  # the per-sequence attention path
     "$di" bench decode --model "$dir" --device cuda --batch "$batches" --context "$ctx" --steps 8 \

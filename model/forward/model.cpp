@@ -33,7 +33,12 @@ std::unique_ptr<deepseek_model> deepseek_model::load(const std::filesystem::path
 }
 
 void deepseek_model::set_options(const forward_options& options) {
-  graphs_.reset();
+  // Where the logits go does not change a captured piece (the head runs eagerly).
+  const bool same_pieces = options.act_quant == options_.act_quant &&
+                           options.cuda_graphs == options_.cuda_graphs &&
+                           options.batched_decode == options_.batched_decode &&
+                           options.graph_batch_sizes == options_.graph_batch_sizes;
+  if (!same_pieces) graphs_.reset();
   options_ = options;
 }
 
@@ -198,6 +203,12 @@ std::vector<forward_output> deepseek_model::forward(std::span<forward_request> b
     if (layout_.has_engram && hasher_) batch[i].state->engram() = histories[i];
   }
   return out;
+}
+
+void deepseek_model::synchronize() const {
+#if defined(DEEPINFER_HAVE_CUDA)
+  if (dev().kind == device_kind::cuda) cuda::synchronize();
+#endif
 }
 
 }  // namespace di

@@ -37,6 +37,11 @@ struct forward_options {
   /// sequences instead of a dozen per sequence. Off: the per-sequence path (the reference).
   bool batched_decode = true;
   std::vector<int> graph_batch_sizes = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256};
+  /// CUDA only: forward() copies the logits to host memory before it returns (true), or
+  /// returns them on the device without waiting for the GPU (false: a caller that samples on
+  /// the device, or a benchmark timing the forward as transformers' model() call is timed;
+  /// synchronize() or reading them waits). Captured hidden states always come to the host.
+  bool logits_to_host = true;
 };
 
 namespace detail {
@@ -76,7 +81,8 @@ class deepseek_model {
   void to_device(device dev, device_weight_format format = device_weight_format::stored);
   const cache_layout& layout() const { return layout_; }
   const forward_options& options() const { return options_; }
-  /// Replaces the options (dropping any captured decode graphs).
+  /// Replaces the options (dropping any captured decode graphs unless only logits_to_host
+  /// changed).
   void set_options(const forward_options& options);
   /// Decode-graph pieces captured so far (0 with graphs off).
   std::int64_t captured_graphs() const;
@@ -96,6 +102,8 @@ class deepseek_model {
   /// do not cover the new entries) throws di::error before any state changes. Rows below a
   /// state's num_cached_tokens() rebuild its slot without writing stream entries.
   std::vector<forward_output> forward(std::span<forward_request> batch) const;
+  /// Waits until the device has finished everything forward() enqueued (nothing on the CPU).
+  void synchronize() const;
 
  private:
   model_config config_;

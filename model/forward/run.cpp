@@ -152,10 +152,12 @@ std::vector<forward_output> run_model(forward_pass& pass, std::span<forward_requ
       final_norm(pass, gather_rows(pass, x, picked), gather_rows(pass, pre_mix, picked));
   tensor logits = ops::linear(normed, pass.weights.head);  // [picked, vocab]
   timer.mark("head");
-  if (pass.on_cuda()) {  // outputs are host tensors
-    logits = logits.to(cpu_device);
-    normed = normed.to(cpu_device);
-    for (tensor& h : hidden) h = h.to(cpu_device);
+  if (pass.on_cuda()) {  // outputs are host tensors (the logits unless asked to stay)
+    if (pass.options.logits_to_host) logits = logits.to(cpu_device);
+    if (capture) {  // each copy to the host waits for the stream
+      normed = normed.to(cpu_device);
+      for (tensor& h : hidden) h = h.to(cpu_device);
+    }
   }
   timer.mark("to-host");
   std::vector<forward_output> out = split_outputs(batch, logits, hidden, normed);

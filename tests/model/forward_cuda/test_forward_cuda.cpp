@@ -207,9 +207,12 @@ std::vector<float> run_batch(const deepseek_model& m, device dev, int batch, int
       reqs.push_back(request_for(*states[std::size_t(b)], ids[std::size_t(b)], pos[std::size_t(b)],
                                  {std::int64_t(ids[std::size_t(b)].size()) - 1}));
     }
-    for (const forward_output& o : m.forward(reqs))
-      logits.insert(logits.end(), o.logits.data<float>(),
-                    o.logits.data<float>() + o.logits.numel());
+    for (const forward_output& o : m.forward(reqs)) {
+      // logits_to_host off: the step's logits come back on the device
+      CHECK(o.logits.dev().kind == (m.options().logits_to_host ? device_kind::cpu : dev.kind));
+      const tensor host = o.logits.to(cpu_device);
+      logits.insert(logits.end(), host.data<float>(), host.data<float>() + host.numel());
+    }
   }
   return logits;
 }
@@ -422,6 +425,33 @@ TEST_CASE("GPU forward: programmatic dependent launch changes no bit") {
     }
   }
   cuda::set_programmatic_launch(pdl_before);  // as they were (DEEPINFER_PDL may have set it)
+  cuda::set_ordered_gemm_splits(ordered_before);
+}
+
+TEST_CASE("GPU forward: logits left on the device are the logits copied to the host") {
+  // forward_options::logits_to_host = false (the bench's default) returns the head's output
+  // on the device without waiting; the same steps through the same graphs give the same bits
+  // (ordered splits: every run of a path the same bits).
+  const bool ordered_before = cuda::get_ordered_gemm_splits();
+  cuda::set_ordered_gemm_splits(true);
+  temp_dir tmp("gpu-logits");
+  for (const char* preset : {"tiny-v4", "tiny-v41"}) {
+    auto m = gpu_preset(tmp, preset);
+    forward_options o = m->options();
+    o.cuda_graphs = true;
+    m->set_options(o);
+    const std::vector<float> host = run_batch(*m, gpu, 3, 150, 6);
+    const std::int64_t pieces = m->captured_graphs();
+    o.logits_to_host = false;
+    m->set_options(o);
+    CHECK(m->captured_graphs() == pieces);  // kept: only where the logits go changed
+    const std::vector<float> on_device = run_batch(*m, gpu, 3, 150, 6);
+    const run_diff d = diff_runs(on_device, host, m->config().vocab_size);
+    MESSAGE(fmt::format("{}: logits on the device vs copied, {} rows: bitwise {}/{}", preset,
+                        d.rows, d.identical, d.rows));
+    CHECK(d.rows == 3 * 7);
+    CHECK(d.identical == d.rows);
+  }
   cuda::set_ordered_gemm_splits(ordered_before);
 }
 
