@@ -268,8 +268,9 @@ struct hc_collapse_params {
 };
 void launch_hc_collapse(const hc_collapse_params& p, cudaStream_t stream);
 
-/// out = rms_norm(hc_collapse(x, pre), weight, eps) with a block per token (rows of up to
-/// hc_collapse_norm_max_dim values; the op falls back to the two kernels past that).
+/// out = rms_norm(hc_collapse(x, pre), weight, eps) with a block per token (up to
+/// hc_collapse_norm_max_streams streams of hc_collapse_norm_max_dim values; the op falls back
+/// to the two kernels past that).
 struct hc_collapse_norm_params {
   const float* x = nullptr;       ///< [tokens, hc, dim]
   const float* pre = nullptr;     ///< [tokens, hc]
@@ -285,6 +286,7 @@ struct hc_collapse_norm_params {
   int quant_block = 0;
 };
 constexpr std::int64_t hc_collapse_norm_max_dim = 8192;
+constexpr std::int64_t hc_collapse_norm_max_streams = 4;  ///< the op runs two kernels past it
 void launch_hc_collapse_norm(const hc_collapse_norm_params& p, cudaStream_t stream);
 
 struct hc_expand_params {

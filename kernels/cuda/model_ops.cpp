@@ -423,11 +423,11 @@ tensor hc_collapse(const tensor& x, const tensor& pre) {
 
 namespace {
 
-/// Whether hc_collapse_norm runs as one kernel for rows of `dim` (EXPERIMENT switch:
+/// Whether hc_collapse_norm runs as one kernel for `hc` streams of `dim` (EXPERIMENT switch:
 /// DEEPINFER_HC_COLLAPSE_NORM=0 runs hc_collapse and rms_norm).
-bool fuses_hc_collapse_norm(std::int64_t dim) {
+bool fuses_hc_collapse_norm(std::int64_t hc, std::int64_t dim) {
   static const bool fused = detail::env_switch("DEEPINFER_HC_COLLAPSE_NORM", true);
-  return fused && dim <= hc_collapse_norm_max_dim;
+  return fused && dim <= hc_collapse_norm_max_dim && hc <= hc_collapse_norm_max_streams;
 }
 
 /// The fused collapse + norm of x's streams into q.x (and q's codes and scales when it has
@@ -441,7 +441,6 @@ void run_hc_collapse_norm(const tensor& x, const tensor& pre, const tensor& weig
     check_tensor(weight, dtype::f32, {dim}, "hc_collapse_norm weight");
     same_device(x, weight, "hc_collapse_norm");
   }
-  DI_CHECK(hc >= 1 && hc <= 16, "hc_collapse_norm: {} streams", hc);
   hc_collapse_norm_params p{x.data<float>(),
                             pre.data<float>(),
                             weight.defined() ? weight.data<float>() : nullptr,
@@ -458,8 +457,8 @@ void run_hc_collapse_norm(const tensor& x, const tensor& pre, const tensor& weig
 
 tensor hc_collapse_norm(const tensor& x, const tensor& pre, const tensor& weight, float eps) {
   check_cuda_tensor(x, dtype::f32, 3, "hc_collapse_norm streams");
-  const std::int64_t tokens = x.size(0), dim = x.size(2);
-  if (!fuses_hc_collapse_norm(dim)) return rms_norm(hc_collapse(x, pre), weight, eps);
+  const std::int64_t tokens = x.size(0), hc = x.size(1), dim = x.size(2);
+  if (!fuses_hc_collapse_norm(hc, dim)) return rms_norm(hc_collapse(x, pre), weight, eps);
   ops::quantized_rows q{tensor::empty({tokens, dim}, dtype::f32, x.dev()), {}, {}, 0};
   run_hc_collapse_norm(x, pre, weight, eps, q);
   return q.x;
@@ -468,8 +467,8 @@ tensor hc_collapse_norm(const tensor& x, const tensor& pre, const tensor& weight
 ops::quantized_rows hc_collapse_norm_quantized(const tensor& x, const tensor& pre,
                                                const tensor& weight, float eps, int block) {
   check_cuda_tensor(x, dtype::f32, 3, "hc_collapse_norm streams");
-  const std::int64_t tokens = x.size(0), dim = x.size(2);
-  if (!fuses_hc_collapse_norm(dim) || !fuses_act_quant(block, dim))
+  const std::int64_t tokens = x.size(0), hc = x.size(1), dim = x.size(2);
+  if (!fuses_hc_collapse_norm(hc, dim) || !fuses_act_quant(block, dim))
     return {hc_collapse_norm(x, pre, weight, eps), {}, {}, block};  // the consumer quantizes
   ops::quantized_rows q = quantized_rows_for(tokens, dim, block, x.dev());
   run_hc_collapse_norm(x, pre, weight, eps, q);

@@ -61,14 +61,15 @@ TEST_CASE("ops dispatch: attention, selection, routing, codecs, mHC on CUDA tens
 TEST_CASE("hc_collapse_norm: the CPU's rms_norm(hc_collapse) in one kernel, batch-invariant") {
   DI_REQUIRE_GPU();
   // V4.1 / V4 widths, a width below a warp, one stream, no weight; past the register budget
-  // (12000 > 8192) the op runs the two kernels.
+  // (12000 > 8192) or past 4 streams the op runs the two kernels.
   struct shape {
     std::int64_t tokens, hc, dim;
     bool weighted;
   };
   for (const shape sh :
        {shape{1, 4, 5120, true}, shape{7, 4, 4096, true}, shape{3, 4, 33, true},
-        shape{130, 1, 512, false}, shape{0, 4, 5120, true}, shape{2, 4, 12000, true}}) {
+        shape{130, 1, 512, false}, shape{0, 4, 5120, true}, shape{2, 4, 12000, true},
+        shape{3, 6, 512, true}, shape{2, 3, 1000, true}}) {
     CAPTURE(sh.tokens);
     CAPTURE(sh.hc);
     CAPTURE(sh.dim);
