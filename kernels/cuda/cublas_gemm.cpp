@@ -20,7 +20,8 @@ namespace {
 constexpr std::size_t lt_workspace_bytes = std::size_t(32) << 20;
 
 /// One cuBLAS and one cuBLASLt handle per thread (a handle is not safe to share across
-/// threads), created on first use.
+/// threads) and one more for an open stream_fork's side stream (their workspaces must not be
+/// shared by two streams at once), created on first use.
 struct handles {
   cublasHandle_t blas = nullptr;
   cublasLtHandle_t lt = nullptr;
@@ -36,8 +37,10 @@ struct handles {
 };
 
 handles& thread_handles() {
-  thread_local handles h;
-  CUBLAS_CHECK(cublasSetStream(h.blas, current_stream()));
+  thread_local handles main_h, side_h;
+  const cudaStream_t stream = current_stream();
+  handles& h = stream == current_fork().side ? side_h : main_h;
+  CUBLAS_CHECK(cublasSetStream(h.blas, stream));
   return h;
 }
 

@@ -59,11 +59,20 @@ std::shared_ptr<std::byte[]> allocate(std::size_t bytes, int index) {
   device_guard guard(index);
   keep_pool_warm(index);
   cudaStream_t stream = current_stream();
+  // Allocated on an open fork's side stream: released on its parent once the branch is over
+  // (stream_fork's rules in stream.hpp).
+  const open_fork at_alloc = current_fork();
+  const cudaStream_t parent = stream == at_alloc.side ? at_alloc.parent : nullptr;
   void* p = nullptr;
   CUDA_CHECK(cudaMallocAsync(&p, bytes > 0 ? bytes : 1, stream));
-  return std::shared_ptr<std::byte[]>(static_cast<std::byte*>(p), [stream](std::byte* q) {
+  return std::shared_ptr<std::byte[]>(static_cast<std::byte*>(p), [stream, parent](std::byte* q) {
+    cudaStream_t on = parent != nullptr ? parent : stream;
+    const open_fork now = current_fork();
+    if (now.side != nullptr && scoped_stream() == now.side &&
+        (stream == now.side || stream == now.parent))
+      on = now.side;  // dropped inside the branch: after every use on either stream
     // A destructor must not throw: if the stream is gone, fall back to a synchronous free.
-    if (cudaFreeAsync(q, stream) != cudaSuccess) {
+    if (cudaFreeAsync(q, on) != cudaSuccess) {
       cudaGetLastError();
       cudaFree(q);
       cudaGetLastError();

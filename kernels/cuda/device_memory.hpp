@@ -13,7 +13,8 @@ namespace di::cuda {
 bool have_device();
 
 /// `bytes` of device memory on GPU `index`, allocated on the current stream and released on
-/// that same stream once the last handle drops.
+/// that same stream once the last handle drops -- except around an open stream_fork, whose
+/// rules (stream.hpp) say which of its two streams releases it.
 std::shared_ptr<std::byte[]> allocate(std::size_t bytes, int index);
 
 /// `bytes` of page-locked host memory (what device-to-host copies land in: no page faults

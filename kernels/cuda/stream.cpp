@@ -6,6 +6,7 @@
 
 #include <array>
 #include <atomic>
+#include <map>
 #include <mutex>
 
 namespace di::cuda {
@@ -17,6 +18,50 @@ thread_local bool tl_has_stream = false;
 thread_local bool tl_index_checks = true;
 
 std::atomic<bool> g_programmatic_launch{detail::env_switch("DEEPINFER_PDL", true)};
+std::atomic<bool> g_side_streams{detail::env_switch("DEEPINFER_SIDE_STREAMS", true)};
+
+/// The fork open on this thread (stream_fork).
+thread_local open_fork tl_fork;
+
+/// A parent stream's side stream and the events of its forks.
+struct side_entry {
+  cudaStream_t side = nullptr;
+  cudaEvent_t forked = nullptr, done = nullptr;
+};
+
+std::mutex g_sides_mutex;
+std::map<cudaStream_t, side_entry>& sides() {
+  static auto* m = new std::map<cudaStream_t, side_entry>;  // never destroyed (static exit)
+  return *m;
+}
+
+/// The side stream of `parent` (created on first use) with its events.
+side_entry side_of(cudaStream_t parent) {
+  std::lock_guard<std::mutex> lock(g_sides_mutex);
+  side_entry& e = sides()[parent];
+  if (e.side == nullptr) {
+    CUDA_CHECK(cudaStreamCreateWithFlags(&e.side, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&e.forked, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&e.done, cudaEventDisableTiming));
+  }
+  return e;
+}
+
+/// Destroys `parent`'s side stream (the parent is going away; both have been synchronised).
+void drop_side_of(cudaStream_t parent) {
+  side_entry e;
+  {
+    std::lock_guard<std::mutex> lock(g_sides_mutex);
+    auto it = sides().find(parent);
+    if (it == sides().end()) return;
+    e = it->second;
+    sides().erase(it);
+  }
+  cudaStreamSynchronize(e.side);
+  cudaStreamDestroy(e.side);
+  cudaEventDestroy(e.forked);
+  cudaEventDestroy(e.done);
+}
 
 constexpr int max_devices = 16;
 
@@ -38,6 +83,50 @@ void set_programmatic_launch(bool on) {
 
 bool programmatic_launch() {
   return g_programmatic_launch.load(std::memory_order_relaxed);
+}
+
+void set_side_streams(bool on) {
+  g_side_streams.store(on, std::memory_order_relaxed);
+}
+
+bool side_streams() {
+  return g_side_streams.load(std::memory_order_relaxed);
+}
+
+open_fork current_fork() noexcept {
+  return tl_fork;
+}
+
+cudaStream_t scoped_stream() noexcept {
+  return tl_has_stream ? tl_stream : nullptr;
+}
+
+stream_fork::stream_fork() {
+  parent_ = side_ = current_stream();
+  if (!side_streams() || tl_fork.side != nullptr) return;  // off, or nested: inactive
+  const side_entry e = side_of(parent_);
+  CUDA_CHECK(cudaEventRecord(e.forked, parent_));
+  CUDA_CHECK(cudaStreamWaitEvent(e.side, e.forked, 0));
+  side_ = e.side;
+  done_ = e.done;
+  active_ = true;
+  tl_fork = {side_, parent_};
+}
+
+void stream_fork::join() {
+  if (!active_) return;
+  active_ = false;
+  tl_fork = {};
+  CUDA_CHECK(cudaEventRecord(done_, side_));
+  CUDA_CHECK(cudaStreamWaitEvent(parent_, done_, 0));
+}
+
+stream_fork::~stream_fork() {
+  if (!active_) return;
+  active_ = false;
+  tl_fork = {};
+  // A destructor must not throw: errors are left for the next checked call to report.
+  if (cudaEventRecord(done_, side_) == cudaSuccess) cudaStreamWaitEvent(parent_, done_, 0);
 }
 
 cudaStream_t current_stream() {
@@ -87,6 +176,7 @@ owned_stream::owned_stream() {
 owned_stream::~owned_stream() {
   if (stream_) {
     cudaStreamSynchronize(stream_);
+    drop_side_of(stream_);
     cudaStreamDestroy(stream_);
   }
 }

@@ -56,6 +56,51 @@ class stream_scope {
   bool had_previous_;
 };
 
+/// Whether forward passes run independent work on a forked stream (stream_fork): on by
+/// default; DEEPINFER_SIDE_STREAMS=0 sets the default off. Process-wide, read at each fork (a
+/// CUDA graph keeps what was set when it was captured). Same results either way.
+void set_side_streams(bool on);
+bool side_streams();
+
+/// A fork of the current stream (the parent): work enqueued while side() is current (a
+/// stream_scope) runs beside what the parent enqueues after the fork point, and join() (or the
+/// destructor) makes the parent wait for it. Works eagerly and inside a graph capture (the
+/// branch becomes a parallel path of the graph). Each parent stream has one side stream,
+/// created on first use and kept while the parent lives. One fork at a time per thread, and
+/// none from a side stream: such a fork is inactive (side() is the parent, join() a no-op).
+///
+/// Memory (the allocator follows the open fork): a tensor allocated on the side stream is
+/// released on it while it is current (the branch's own temporaries) and on the parent
+/// otherwise (the branch's outputs, dropped after the join); a parent's tensor whose last
+/// handle the branch drops is released on the side stream. So the branch may read the
+/// parent's tensors that the caller holds until join() -- it must not read what the parent
+/// enqueues after the fork, and the parent must not read the branch's outputs before join().
+class stream_fork {
+ public:
+  stream_fork();
+  ~stream_fork();
+  stream_fork(const stream_fork&) = delete;
+  stream_fork& operator=(const stream_fork&) = delete;
+  /// The stream the branch enqueues on (the parent when the fork is inactive).
+  cudaStream_t side() const { return side_; }
+  bool active() const { return active_; }
+  /// Makes the parent wait for everything enqueued on the side stream so far (once).
+  void join();
+
+ private:
+  cudaStream_t parent_ = nullptr, side_ = nullptr;
+  cudaEvent_t done_ = nullptr;
+  bool active_ = false;
+};
+
+/// The fork open on this thread: its side and parent streams (both null when none is open).
+struct open_fork {
+  cudaStream_t side = nullptr, parent = nullptr;
+};
+open_fork current_fork() noexcept;
+/// The innermost stream_scope's stream of this thread, or null (never throws).
+cudaStream_t scoped_stream() noexcept;
+
 /// An owned non-blocking stream on the current device (one per executor). Tensors
 /// allocated while it is current are released on it, so it must outlive them.
 class owned_stream {
