@@ -118,20 +118,26 @@ attention_inputs attention_project(const forward_pass& pass, int layer,
 
   attention_inputs in;
   auto [q_a, kv_a] = pass.linear_pair(x, w.wq_a, w.wkv);  // [rows, q_lora], [rows, hd]
-  // The norm hands wq_b its activation codes (on CUDA computed in the norm's kernel).
-  const ops::quantized_rows qr =
-      ops::rms_norm_quantized(q_a, w.q_norm, eps, pass.act(w.wq_b).act_quant_block);
-  in.q_residual = qr.x;
-  tensor q = pass.linear(qr, w.wq_b);  // [rows, H * hd]
-  // V4 normalises each head of the query.
-  if (!c.is_v41()) q = ops::rms_norm(q.view({rows * heads, hd}), tensor(), eps);
-  in.q = q.view({rows, heads, hd});
-  ops::rotary(in.q, pass.positions, inv_freq, false);
   // Norm, rope and the window cache's FP8 rounding of the new rows (V4.1 quantizes the whole row,
-  // V4 its non-rope part), one op: one launch on CUDA.
+  // V4 its non-rope part), one op: one launch on CUDA -- on a side branch beside the queries.
   const cache_row_format& f = pass.layout.window_format;
-  in.kv =
-      ops::norm_rope_quant(kv_a, w.kv_norm, eps, pass.positions, inv_freq, f.block, f.quant_dims);
+  auto kv_rows = [&] {
+    return ops::norm_rope_quant(kv_a, w.kv_norm, eps, pass.positions, inv_freq, f.block,
+                                f.quant_dims);
+  };
+  auto queries = [&] {
+    // The norm hands wq_b its activation codes (on CUDA computed in the norm's kernel).
+    const ops::quantized_rows qr =
+        ops::rms_norm_quantized(q_a, w.q_norm, eps, pass.act(w.wq_b).act_quant_block);
+    in.q_residual = qr.x;
+    tensor q = pass.linear(qr, w.wq_b);  // [rows, H * hd]
+    // V4 normalises each head of the query.
+    if (!c.is_v41()) q = ops::rms_norm(q.view({rows * heads, hd}), tensor(), eps);
+    in.q = q.view({rows, heads, hd});
+    ops::rotary(in.q, pass.positions, inv_freq, false);
+    return 0;
+  };
+  in.kv = beside(pass, kv_rows, queries).first;
   return in;
 }
 

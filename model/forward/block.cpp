@@ -26,11 +26,21 @@ attention_site attention_site_forward(const forward_pass& pass, int layer, const
   const model_config& c = pass.config;
   const layer_weights& w = pass.weights.layers[std::size_t(layer)];
   attention_site a;
-  a.mix = ops::hc_mixes(x, w.hc_attn.fn, w.hc_attn.scale, w.hc_attn.base, hc_params_of(c));
-  const tensor& attn_pre = c.is_v41() ? pre_mix : a.mix.pre;  // [rows, hc]
-  a.h = ops::hc_collapse_norm_quantized(x, attn_pre, w.attn_norm, float(c.rms_norm_eps),
-                                        pass.act(w.attn.wq_a).act_quant_block);
-  a.in = attention_project(pass, layer, a.h);
+  auto mixes = [&] {
+    return ops::hc_mixes(x, w.hc_attn.fn, w.hc_attn.scale, w.hc_attn.base, hc_params_of(c));
+  };
+  auto project = [&](const tensor& attn_pre) {  // [rows, hc]
+    a.h = ops::hc_collapse_norm_quantized(x, attn_pre, w.attn_norm, float(c.rms_norm_eps),
+                                          pass.act(w.attn.wq_a).act_quant_block);
+    a.in = attention_project(pass, layer, a.h);
+    return 0;
+  };
+  if (c.is_v41()) {  // the input collapses with the last site's pre: the mix on a side branch
+    a.mix = beside(pass, mixes, [&] { return project(pre_mix); }).first;
+  } else {
+    a.mix = mixes();
+    project(a.mix.pre);
+  }
   return a;
 }
 
@@ -42,12 +52,17 @@ tensor ffn_site_forward(const forward_pass& pass, int layer, const tensor& o, co
   const layer_weights& w = pass.weights.layers[std::size_t(layer)];
   tensor a = attention_output(pass, layer, o);                     // [rows, dim]
   tensor y = ops::hc_expand(a, x, attn_mix.post, attn_mix.comb);  // [rows, hc, dim]
-  ops::hc_mix ffn_mix = ops::hc_mixes(y, w.hc_ffn.fn, w.hc_ffn.scale, w.hc_ffn.base,
-                                      hc_params_of(c));
+  ops::hc_mix ffn_mix;
+  auto mixes = [&] {
+    ffn_mix = ops::hc_mixes(y, w.hc_ffn.fn, w.hc_ffn.scale, w.hc_ffn.base, hc_params_of(c));
+  };
+  // V4.1 collapses with the attention site's pre, so its FFN mix can wait: it runs on the
+  // MoE's side branch (moe_forward), beside the routed experts.
+  if (!c.is_v41()) mixes();
   const tensor& ffn_pre = c.is_v41() ? attn_mix.pre : ffn_mix.pre;  // [rows, hc]
   const ops::quantized_rows h = ops::hc_collapse_norm_quantized(
       y, ffn_pre, w.ffn_norm, float(c.rms_norm_eps), pass.act(w.moe.shared.w1).act_quant_block);
-  tensor f = moe_forward(pass, layer, h);  // [rows, dim]
+  tensor f = c.is_v41() ? moe_forward(pass, layer, h, mixes) : moe_forward(pass, layer, h);
   pre_mix = ffn_mix.pre;
   return ops::hc_expand(f, y, ffn_mix.post, ffn_mix.comb);  // [rows, hc, dim]
 }

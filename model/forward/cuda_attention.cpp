@@ -2,8 +2,8 @@
 // the compressed entries) with their own index lists, so the per-token indices never have to
 // be merged on the host (a tensor-level wrapper over launch_attention); and asynchronous
 // uploads of the small host-built index tensors through a pinned staging arena, so they do not
-// drain the stream (a forward call ends with a synchronous copy of its logits, after which
-// the arena is reused).
+// drain the stream (every forward call starts with a sync, after which the arena is reused);
+// side branches on a forked stream.
 #include "model/forward/detail/forward_pass.hpp"
 
 #if defined(DEEPINFER_HAVE_CUDA)
@@ -14,6 +14,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstring>
+#include <optional>
 #endif
 
 namespace di::detail {
@@ -44,6 +45,29 @@ staging_arena& arena() {
 }
 
 }  // namespace
+
+struct side_branch::impl {
+  cuda::stream_fork fork;
+  std::optional<cuda::stream_scope> scope;  // destroyed first: the fork's join comes last
+};
+
+side_branch::side_branch(const forward_pass& pass) {
+  if (!pass.on_cuda()) return;
+  impl_ = std::make_unique<impl>();
+  if (impl_->fork.active()) impl_->scope.emplace(impl_->fork.side());
+}
+
+side_branch::~side_branch() = default;
+
+void side_branch::end() {
+  if (impl_) impl_->scope.reset();
+}
+
+void side_branch::join() {
+  if (!impl_) return;
+  impl_->scope.reset();
+  impl_->fork.join();
+}
 
 void reset_uploads() {
   cuda::synchronize();  // every staged copy of the last call has run
@@ -114,6 +138,12 @@ tensor run_attention(cuda::attention_params& p, device dev) {
 }
 
 #else
+
+struct side_branch::impl {};
+side_branch::side_branch(const forward_pass&) {}
+side_branch::~side_branch() = default;
+void side_branch::end() {}
+void side_branch::join() {}
 
 void reset_uploads() {}
 

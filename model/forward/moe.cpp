@@ -122,39 +122,58 @@ bool moe_is_graphable(const forward_pass& pass, int layer) {
   return grouped_experts(pass, pass.weights.layers[std::size_t(layer)].moe);
 }
 
-tensor moe_forward(const forward_pass& pass, int layer, const ops::quantized_rows& xq) {
+tensor moe_forward(const forward_pass& pass, int layer, const ops::quantized_rows& xq,
+                   const std::function<void()>& also_beside) {
   const tensor& x = xq.x;  // [rows, dim]; xq carries the shared experts' activation codes
   const model_config& c = pass.config;
   const moe_weights& m = pass.weights.layers[std::size_t(layer)].moe;
   const float limit = float(c.swiglu_limit);
+  auto shared_expert = [&] {
+    const auto [s1, s3] = pass.linear_pair(xq, m.shared.w1, m.shared.w3);
+    return pass.linear(
+        ops::swiglu_quantized(s1, s3, limit, tensor(), pass.act(m.shared.w2).act_quant_block),
+        m.shared.w2);  // [rows, dim]
+  };
+  if (grouped_experts(pass, m)) {
+    // The shared expert (and the caller's work) on a side branch beside the routing and the
+    // routed experts: at batch 1 each is a chain of latency-bound launches on a few SMs. The
+    // sum is formed after the join in the same order as below (the same bits).
+    auto [shared, y] = beside(
+        pass,
+        [&] {
+          if (also_beside) also_beside();
+          return shared_expert();
+        },
+        [&] {
+          const ops::routing route = route_tokens(pass, layer, x);
+          tensor routed = tensor::zeros(x.shape(), dtype::f32, pass.dev());  // [rows, dim]
+          grouped_expert_forward(pass, m, route, x, routed);
+          return routed;
+        });
+    ops::add_inplace(y, shared);
+    return y;
+  }
+  if (also_beside) also_beside();
   ops::routing route = route_tokens(pass, layer, x);
   tensor y = tensor::zeros(x.shape(), dtype::f32, pass.dev());  // [rows, dim]
-  if (grouped_experts(pass, m)) {
-    grouped_expert_forward(pass, m, route, x, y);
-  } else {
-    if (pass.on_cuda()) {  // the per-expert loop needs each group's size on the host
-      route.experts = route.experts.to(cpu_device);
-      route.weights = route.weights.to(cpu_device);
-    }
-    const std::vector<expert_batch> groups = group_on_host(route, c.n_routed_experts);
-    for (int e = 0; e < c.n_routed_experts; ++e) {
-      const expert_batch& g = groups[std::size_t(e)];
-      if (g.rows.empty()) continue;
-      const std::int64_t n = std::int64_t(g.rows.size());
-      const tensor rows = pass.index(g.rows);
-      const tensor scale = pass.upload(tensor::view_of(g.weights.data(), {n}, dtype::f32));
-      const tensor xe = ops::gather_rows(x, rows);  // [n, dim]
-      const expert_weights ew = expert_of(m, e, c.n_routed_experts);
-      const auto [h1, h3] = pass.linear_pair(xe, ew.w1, ew.w3);
-      tensor act = ops::swiglu(h1, h3, limit, scale);
-      ops::scatter_add_rows(y, rows, pass.linear(act, ew.w2));  // [n, dim] into its rows
-    }
+  if (pass.on_cuda()) {  // the per-expert loop needs each group's size on the host
+    route.experts = route.experts.to(cpu_device);
+    route.weights = route.weights.to(cpu_device);
   }
-  const auto [s1, s3] = pass.linear_pair(xq, m.shared.w1, m.shared.w3);
-  tensor shared = pass.linear(
-      ops::swiglu_quantized(s1, s3, limit, tensor(), pass.act(m.shared.w2).act_quant_block),
-      m.shared.w2);  // [rows, dim]
-  ops::add_inplace(y, shared);
+  const std::vector<expert_batch> groups = group_on_host(route, c.n_routed_experts);
+  for (int e = 0; e < c.n_routed_experts; ++e) {
+    const expert_batch& g = groups[std::size_t(e)];
+    if (g.rows.empty()) continue;
+    const std::int64_t n = std::int64_t(g.rows.size());
+    const tensor rows = pass.index(g.rows);
+    const tensor scale = pass.upload(tensor::view_of(g.weights.data(), {n}, dtype::f32));
+    const tensor xe = ops::gather_rows(x, rows);  // [n, dim]
+    const expert_weights ew = expert_of(m, e, c.n_routed_experts);
+    const auto [h1, h3] = pass.linear_pair(xe, ew.w1, ew.w3);
+    tensor act = ops::swiglu(h1, h3, limit, scale);
+    ops::scatter_add_rows(y, rows, pass.linear(act, ew.w2));  // [n, dim] into its rows
+  }
+  ops::add_inplace(y, shared_expert());
   return y;
 }
 

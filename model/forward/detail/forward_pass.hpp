@@ -9,7 +9,9 @@
 #include "model/forward/model.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace di::detail {
@@ -181,6 +183,37 @@ void reset_uploads();
 /// Waits for the device's queued work (no-op on the CPU).
 void device_sync(const forward_pass& pass);
 
+/// A side branch of a forward call. On CUDA (cuda::stream_fork), the ops enqueued between the
+/// construction and end() run on a second stream beside what the caller enqueues after end(),
+/// until join(); elsewhere -- the CPU, side streams off, a branch inside a branch -- they
+/// simply run in place, in order. The branch may read the caller's tensors that outlive the
+/// join; the caller reads the branch's results only after join(). The results are the same
+/// bits either way (the same kernels on the same inputs).
+class side_branch {
+ public:
+  explicit side_branch(const forward_pass& pass);
+  ~side_branch();
+  side_branch(const side_branch&) = delete;
+  side_branch& operator=(const side_branch&) = delete;
+  void end();   ///< the caller's own stream is current again
+  void join();  ///< the caller's stream waits for the branch (ends it first)
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+/// side() on a side branch, main() beside it, then the join: {side's result, main's result}.
+template <class Side, class Main>
+auto beside(const forward_pass& pass, Side&& side, Main&& main) {
+  side_branch branch(pass);
+  auto on_side = side();
+  branch.end();
+  auto on_main = main();
+  branch.join();
+  return std::make_pair(std::move(on_side), std::move(on_main));
+}
+
 inline tensor forward_pass::upload(const tensor& host) const {
   return on_cuda() ? upload_async(host, dev()) : host;
 }
@@ -201,8 +234,11 @@ tensor run_attention(cuda::attention_params& p, device dev);
 tensor two_pool_attention(const tensor& q, const tensor& sinks, const tensor& kv1,
                           const tensor& idx1, const tensor& kv2, const tensor& idx2, float scale);
 
-/// The MoE sub-block on normed inputs x [rows, dim] -> [rows, dim].
-tensor moe_forward(const forward_pass& pass, int layer, const ops::quantized_rows& x);
+/// The MoE sub-block on normed inputs x [rows, dim] -> [rows, dim]. With grouped experts the
+/// shared expert runs on a side branch beside the routed ones, after `also_beside` (work of
+/// the caller's that nothing here reads) when given.
+tensor moe_forward(const forward_pass& pass, int layer, const ops::quantized_rows& x,
+                   const std::function<void()>& also_beside = {});
 /// Whether layer's MoE runs without reading anything back to the host (grouped experts).
 bool moe_is_graphable(const forward_pass& pass, int layer);
 

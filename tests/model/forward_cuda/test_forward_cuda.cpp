@@ -428,6 +428,40 @@ TEST_CASE("GPU forward: programmatic dependent launch changes no bit") {
   cuda::set_ordered_gemm_splits(ordered_before);
 }
 
+TEST_CASE("GPU forward: side branches on a forked stream change no bit") {
+  // The mHC mixes, the shared expert and the kv rows run on a forked stream beside the rest
+  // (cuda::stream_fork): the same kernels on the same inputs, so the same logits as with
+  // side streams off -- eagerly and through graphs captured either way (ordered splits).
+  const bool ordered_before = cuda::get_ordered_gemm_splits();
+  const bool sides_before = cuda::side_streams();
+  cuda::set_ordered_gemm_splits(true);
+  for (const char* preset : {"tiny-v4", "tiny-v41"}) {
+    for (bool graphs : {false, true}) {
+      std::vector<float> runs[2];
+      std::int64_t vocab = 0;
+      for (bool sides : {false, true}) {
+        cuda::set_side_streams(sides);
+        temp_dir tmp("gpu-sides");
+        auto m = gpu_preset(tmp, preset);  // fresh: graphs captured with this setting
+        vocab = m->config().vocab_size;
+        forward_options o = m->options();
+        o.cuda_graphs = graphs;
+        m->set_options(o);
+        runs[sides] = run_batch(*m, gpu, 5, 150, 12, 5, 3);
+        if (graphs) CHECK(m->graph_failure().empty());
+      }
+      REQUIRE(runs[1].size() == runs[0].size());
+      const run_diff d = diff_runs(runs[1], runs[0], vocab);
+      MESSAGE(fmt::format("{} graphs {}: side streams on vs off over {} rows: bitwise {}/{}",
+                          preset, graphs, d.rows, d.identical, d.rows));
+      CHECK(d.rows > 0);
+      CHECK(d.identical == d.rows);
+    }
+  }
+  cuda::set_side_streams(sides_before);
+  cuda::set_ordered_gemm_splits(ordered_before);
+}
+
 TEST_CASE("GPU forward: logits left on the device are the logits copied to the host") {
   // forward_options::logits_to_host = false (the bench's default) returns the head's output
   // on the device without waiting; the same steps through the same graphs give the same bits
