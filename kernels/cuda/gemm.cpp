@@ -50,9 +50,9 @@ void run_block_gemm(block_gemm_params& p, device dev) {
 /// 16k rows (128-blocks) on it too: at 16..64 rows it streamed V4's wq_b at 0.40-0.44 of the
 /// copy bandwidth against skinny_gemm's 0.15 (wo_b 0.36-0.38 vs 0.17), and v4-flash-L4 decoded
 /// batch 64 in 7.80 ms against 8.11 (H200, session 13, one call; session 14: 8.06 vs 8.05, within
-/// the spread); the whole GPU suite passes with it (session 14). With ordered splits (the batch-invariant mode)
-/// decode batches stay on sm90_block_gemm, whose rows do not depend on the batch: cuBLASLt
-/// from prefill_lt_rows only, whatever the threshold.
+/// the spread); the whole GPU suite passes with it (session 14). With ordered splits (the
+/// batch-invariant mode) decode batches stay on sm90_block_gemm, whose rows do not depend on the
+/// batch: cuBLASLt from prefill_lt_rows only, whatever the threshold.
 constexpr std::int64_t prefill_lt_rows = 256;
 std::atomic<std::int64_t> g_lt_rows{
     detail::env_count("DEEPINFER_LT_ROWS", 16, std::int64_t(1) << 40)};

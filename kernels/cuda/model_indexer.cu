@@ -31,9 +31,9 @@ __global__ void __launch_bounds__(kScoreThreads)
                         int heads, int dim) {
   detail::grid_dependency_sync();
   extern __shared__ __align__(16) float sm[];
-  float* sQ = sm;                             // [dim][kScoreHeads]
-  float* sK = sQ + dim * kScoreHeads;         // [dim][kScoreEntries]
-  float* sPart = sK + dim * kScoreEntries;    // [16][kScoreEntries]
+  float* sQ = sm;                           // [dim][kScoreHeads]
+  float* sK = sQ + dim * kScoreHeads;       // [dim][kScoreEntries]
+  float* sPart = sK + dim * kScoreEntries;  // [16][kScoreEntries]
   const std::int64_t t = blockIdx.y;
   const std::int64_t e0 = std::int64_t(blockIdx.x) * kScoreEntries;
   const int tid = int(threadIdx.x);

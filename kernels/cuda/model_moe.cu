@@ -169,7 +169,8 @@ __device__ void scan_counts_warp0(std::int32_t* sCount, int n) {
 /// plus those before it in its own range. The first version walked every pair with one thread
 /// per expert and scanned the offsets with one thread: ~30 us at batch 64, 8 at batch 1 (ncu,
 /// session 14).
-__global__ void __launch_bounds__(kGroupThreads) group_experts_kernel(const group_experts_params p) {
+__global__ void __launch_bounds__(kGroupThreads)
+    group_experts_kernel(const group_experts_params p) {
   detail::grid_dependency_sync();
   __shared__ std::int32_t sIds[kGroupChunk];
   __shared__ std::int32_t sCount[kMaxExperts + 1];  // per expert: pairs, then first slot

@@ -89,7 +89,8 @@ TEST_CASE("stream_fork inside a graph capture: the branch is a parallel path of 
       ops::add_inplace(a, x);  // a = (x + x) + x
     }
     ops::add_inplace(b, x);  // b = y + x, beside
-  }  // the destructor joins
+    // the fork's destructor joins
+  }
   ops::add_inplace(b, a);
   cudaGraph_t graph = nullptr;
   REQUIRE(cudaStreamEndCapture(owned.get(), &graph) == cudaSuccess);
