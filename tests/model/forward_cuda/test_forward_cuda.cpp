@@ -21,6 +21,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <sstream>
 
 namespace di::test {
@@ -392,74 +393,55 @@ TEST_CASE("GPU forward: batched decode attention gives the per-sequence logits")
   }
 }
 
-TEST_CASE("GPU forward: programmatic dependent launch changes no bit") {
-  // Every kernel waits for its predecessor before touching memory, so launching with PDL (the
-  // default) must give exactly the logits of launching without it -- eagerly and through
-  // graphs captured either way. Ordered splits make every run of a path the same bits.
+/// Runs 5 sequences x 12 decode steps of each tiny preset, eagerly and through graphs, with a
+/// process-wide switch off and on (`set`; each run on a fresh model, so graphs are captured
+/// under the setting) and checks that the logits are the same bits (ordered splits: every run
+/// of a path the same bits). Restores the switch to `before` and the splits as they were.
+void check_switch_changes_no_bit(const char* what, const std::function<void(bool)>& set,
+                                 bool before) {
   const bool ordered_before = cuda::get_ordered_gemm_splits();
-  const bool pdl_before = cuda::programmatic_launch();
   cuda::set_ordered_gemm_splits(true);
   for (const char* preset : {"tiny-v4", "tiny-v41"}) {
     for (bool graphs : {false, true}) {
       std::vector<float> runs[2];
       std::int64_t vocab = 0;
-      for (bool pdl : {false, true}) {
-        cuda::set_programmatic_launch(pdl);
-        temp_dir tmp("gpu-pdl");
-        auto m = gpu_preset(tmp, preset);  // fresh: graphs captured with this launch mode
-        vocab = m->config().vocab_size;
-        forward_options o = m->options();
-        o.cuda_graphs = graphs;
-        m->set_options(o);
-        runs[pdl] = run_batch(*m, gpu, 5, 150, 12, 5, 3);
-        if (graphs) CHECK(m->captured_graphs() > 0);
-      }
-      REQUIRE(runs[1].size() == runs[0].size());
-      const run_diff d = diff_runs(runs[1], runs[0], vocab);
-      MESSAGE(
-          fmt::format("{} graphs {}: PDL on vs off over {} rows: bitwise {}/{}, worst cos "
-                      "{:.8f}",
-                      preset, graphs, d.rows, d.identical, d.rows, d.worst));
-      CHECK(d.rows > 0);
-      CHECK(d.identical == d.rows);
-    }
-  }
-  cuda::set_programmatic_launch(pdl_before);  // as they were (DEEPINFER_PDL may have set it)
-  cuda::set_ordered_gemm_splits(ordered_before);
-}
-
-TEST_CASE("GPU forward: side branches on a forked stream change no bit") {
-  // The mHC mixes, the shared expert and the kv rows run on a forked stream beside the rest
-  // (cuda::stream_fork): the same kernels on the same inputs, so the same logits as with
-  // side streams off -- eagerly and through graphs captured either way (ordered splits).
-  const bool ordered_before = cuda::get_ordered_gemm_splits();
-  const bool sides_before = cuda::side_streams();
-  cuda::set_ordered_gemm_splits(true);
-  for (const char* preset : {"tiny-v4", "tiny-v41"}) {
-    for (bool graphs : {false, true}) {
-      std::vector<float> runs[2];
-      std::int64_t vocab = 0;
-      for (bool sides : {false, true}) {
-        cuda::set_side_streams(sides);
-        temp_dir tmp("gpu-sides");
+      for (bool on : {false, true}) {
+        set(on);
+        temp_dir tmp("gpu-switch");
         auto m = gpu_preset(tmp, preset);  // fresh: graphs captured with this setting
         vocab = m->config().vocab_size;
         forward_options o = m->options();
         o.cuda_graphs = graphs;
         m->set_options(o);
-        runs[sides] = run_batch(*m, gpu, 5, 150, 12, 5, 3);
+        runs[on] = run_batch(*m, gpu, 5, 150, 12, 5, 3);
+        if (graphs) CHECK(m->captured_graphs() > 0);
         if (graphs) CHECK(m->graph_failure().empty());
       }
       REQUIRE(runs[1].size() == runs[0].size());
       const run_diff d = diff_runs(runs[1], runs[0], vocab);
-      MESSAGE(fmt::format("{} graphs {}: side streams on vs off over {} rows: bitwise {}/{}",
-                          preset, graphs, d.rows, d.identical, d.rows));
+      MESSAGE(fmt::format("{} graphs {}: {} on vs off over {} rows: bitwise {}/{}, worst cos "
+                          "{:.8f}",
+                          preset, graphs, what, d.rows, d.identical, d.rows, d.worst));
       CHECK(d.rows > 0);
       CHECK(d.identical == d.rows);
     }
   }
-  cuda::set_side_streams(sides_before);
+  set(before);
   cuda::set_ordered_gemm_splits(ordered_before);
+}
+
+TEST_CASE("GPU forward: programmatic dependent launch changes no bit") {
+  // Every kernel waits for its predecessor before touching memory, so launching with PDL (the
+  // default) must give exactly the logits of launching without it -- eagerly and through
+  // graphs captured either way. (DEEPINFER_PDL may have set the switch: restored after.)
+  check_switch_changes_no_bit("PDL", cuda::set_programmatic_launch, cuda::programmatic_launch());
+}
+
+TEST_CASE("GPU forward: side branches on a forked stream change no bit") {
+  // The mHC mixes, the shared expert and the kv rows run on a forked stream beside the rest
+  // (cuda::stream_fork): the same kernels on the same inputs, so the same logits as with
+  // side streams off.
+  check_switch_changes_no_bit("side streams", cuda::set_side_streams, cuda::side_streams());
 }
 
 TEST_CASE("GPU forward: logits left on the device are the logits copied to the host") {
