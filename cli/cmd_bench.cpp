@@ -252,6 +252,8 @@ void print_table(const nlohmann::json& rows, const nlohmann::json& env) {
 
 void run_bench(const bench_options& o, bool decode) {
   DI_CHECK(o.steps > 0, "--steps must be positive");
+  DI_CHECK(o.logits == "device" || o.logits == "host", "--logits must be device or host, got '{}'",
+           o.logits);
   auto batches = parse_list(o.batches, "--batch");
   auto contexts = parse_list(o.contexts, "--context");
   const double load_start = now_s();
@@ -271,8 +273,6 @@ void run_bench(const bench_options& o, bool decode) {
   if (!on_gpu || !decode) graph_modes = {false};  // graphs: CUDA decode steps only
   DI_CHECK(!o.ordered_splits || on_gpu, "--ordered-splits needs --device cuda");
   if (on_gpu) di::cli::set_ordered_gemm_splits(o.ordered_splits);
-  DI_CHECK(o.logits == "device" || o.logits == "host", "--logits must be device or host, got '{}'",
-           o.logits);
   const double copy_gbs =
       on_gpu ? di::cli::measure_device_copy_gbs(dev) : di::cli::measure_copy_bandwidth();
   const double peak_tflops = on_gpu && !decode ? di::cli::measure_device_bf16_tflops(dev) : 0.0;

@@ -146,6 +146,12 @@ class GenerateTest(unittest.TestCase):
         p = run("bench", "decode", "--model", MODEL, "--ordered-splits")  # a CUDA-only switch
         self.assertEqual(p.returncode, 1)
         self.assertIn("--ordered-splits needs --device cuda", error_lines(p)[0])
+        p = run("bench", "decode", "--model", MODEL, "--logits", "gpu")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("--logits must be device or host", error_lines(p)[0])
+        # on the CPU the logits are host memory either way; the JSON says so
+        p = run("bench", "decode", "--model", MODEL, "--context", "8", "--steps", "1", "--json")
+        self.assertEqual(json.loads(p.stdout)["logits"], "host")
 
     def test_bad_input_gives_one_clear_error(self):
         cases = [
