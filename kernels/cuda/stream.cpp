@@ -8,6 +8,9 @@
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
 
 namespace di::cuda {
 
@@ -29,16 +32,19 @@ struct side_entry {
   cudaEvent_t forked = nullptr, done = nullptr;
 };
 
+/// Side streams by parent stream and forking thread: two threads that fork from one parent
+/// (e.g. two executors on the process-wide default stream) get a side stream and events each.
+using side_key = std::pair<cudaStream_t, std::thread::id>;
 std::mutex g_sides_mutex;
-std::map<cudaStream_t, side_entry>& sides() {
-  static auto* m = new std::map<cudaStream_t, side_entry>;  // never destroyed (static exit)
+std::map<side_key, side_entry>& sides() {
+  static auto* m = new std::map<side_key, side_entry>;  // never destroyed (static exit)
   return *m;
 }
 
-/// The side stream of `parent` (created on first use) with its events.
+/// This thread's side stream of `parent` (created on first use) with its events.
 side_entry side_of(cudaStream_t parent) {
   std::lock_guard<std::mutex> lock(g_sides_mutex);
-  side_entry& e = sides()[parent];
+  side_entry& e = sides()[{parent, std::this_thread::get_id()}];
   if (e.side == nullptr) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&e.side, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&e.forked, cudaEventDisableTiming));
@@ -47,20 +53,26 @@ side_entry side_of(cudaStream_t parent) {
   return e;
 }
 
-/// Destroys `parent`'s side stream (the parent is going away; both have been synchronised).
+/// Destroys `parent`'s side streams (the parent is going away and has been synchronised).
 void drop_side_of(cudaStream_t parent) {
-  side_entry e;
+  std::vector<side_entry> dropped;
   {
     std::lock_guard<std::mutex> lock(g_sides_mutex);
-    auto it = sides().find(parent);
-    if (it == sides().end()) return;
-    e = it->second;
-    sides().erase(it);
+    for (auto it = sides().begin(); it != sides().end();) {
+      if (it->first.first != parent) {
+        ++it;
+        continue;
+      }
+      dropped.push_back(it->second);
+      it = sides().erase(it);
+    }
   }
-  cudaStreamSynchronize(e.side);
-  cudaStreamDestroy(e.side);
-  cudaEventDestroy(e.forked);
-  cudaEventDestroy(e.done);
+  for (const side_entry& e : dropped) {
+    cudaStreamSynchronize(e.side);
+    cudaStreamDestroy(e.side);
+    cudaEventDestroy(e.forked);
+    cudaEventDestroy(e.done);
+  }
 }
 
 constexpr int max_devices = 16;

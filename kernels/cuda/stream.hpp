@@ -65,8 +65,8 @@ bool side_streams();
 /// A fork of the current stream (the parent): work enqueued while side() is current (a
 /// stream_scope) runs beside what the parent enqueues after the fork point, and join() (or the
 /// destructor) makes the parent wait for it. Works eagerly and inside a graph capture (the
-/// branch becomes a parallel path of the graph). Each parent stream has one side stream,
-/// created on first use and kept while the parent lives. One fork at a time per thread, and
+/// branch becomes a parallel path of the graph). Each parent stream has one side stream per
+/// forking thread, created on first use and kept while the parent lives. One fork at a time per thread, and
 /// none from a side stream: such a fork is inactive (side() is the parent, join() a no-op).
 ///
 /// Memory (the allocator follows the open fork): a tensor allocated on the side stream is
