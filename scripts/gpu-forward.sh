@@ -6,7 +6,7 @@
 #   DEEPINFER_BENCH_CONTEXT (default 2048), DEEPINFER_BENCH_BATCH (default 1,8,32,64),
 #   DEEPINFER_BENCH_GRAPHS (decode through CUDA graphs: off, on or both -- the default),
 #   DEEPINFER_KERNEL_BENCH (run bench_kernels_cuda --filter it first, and bench_attention_decode
-#   when bundled), DEEPINFER_COMPARE_DECODE=1
+#   when bundled; DEEPINFER_ATTN_SWEEP=1 adds its splits sweep), DEEPINFER_COMPARE_DECODE=1
 #   (decode again with stream_gemm's other variants and sm90_block_gemm's tiles),
 #   DEEPINFER_SKIP_ORDERED=1 (no decode run with ordered K splits),
 #   DEEPINFER_COMPARE_BATCHED=1 (decode again with per-sequence attention, graphs on),
@@ -52,9 +52,10 @@ if [[ -n ${DEEPINFER_KERNEL_BENCH:-} && -x /tmp/fwd/bin/bench_kernels_cuda ]]; t
   echo "bench_kernels_cuda rc=$?"
   tail -70 "$out/bench_kernels_cuda.log"
   if [[ -x /tmp/fwd/bin/bench_attention_decode ]]; then  # attention decode vs FlashMLA's anchor
-    /tmp/fwd/bin/bench_attention_decode >"$out/bench_attention_decode.log" 2>&1
+    /tmp/fwd/bin/bench_attention_decode ${DEEPINFER_ATTN_SWEEP:+--splits-sweep} \
+      >"$out/bench_attention_decode.log" 2>&1
     echo "bench_attention_decode rc=$?"
-    tail -12 "$out/bench_attention_decode.log"
+    tail -20 "$out/bench_attention_decode.log"
   fi
 fi
 # Benchmarks: each preset named on the command line is made here, benchmarked, removed.

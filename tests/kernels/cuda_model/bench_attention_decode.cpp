@@ -4,7 +4,9 @@
 // before every launch (as DeepSeek's FlashMLA figures were measured) and back to back, the
 // bytes one step must read and write, achieved GB/s, the copy bandwidth measured in the same
 // run, and the ratio to FlashMLA sparse FP8 decode on this H200 (14.5 / 26.6 / 45 / 49 us).
-//   bench_attention_decode [--iters N] [--batch B] [--json FILE]
+// --splits-sweep adds each batch's time with the row list split 1, 2, 3, 4, 5, 6, 8 and 10 ways
+// (the default picks by a wave model, attention_splits).
+//   bench_attention_decode [--iters N] [--batch B] [--json FILE] [--splits-sweep]
 #include "kernels/cache_format.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cuda_model_ops.hpp"
@@ -72,7 +74,7 @@ struct result {
   double flushed_us, hot_us, bytes;
 };
 
-result run(int batch, int iters, void* flush, std::size_t flush_bytes) {
+result run(int batch, int iters, void* flush, std::size_t flush_bytes, int num_splits = 0) {
   const cache_row_format wf{cache_quant::fp8_ue8m0, 32, dim, 0};
   const cache_row_format cf{cache_quant::fp4_e4m3, 16, dim, 0};
   std::mt19937 rng(1234 + batch);
@@ -119,6 +121,7 @@ result run(int batch, int iters, void* flush, std::size_t flush_bytes) {
   p.extra = {comp.p, crows, true, cf};
   p.extra_idx = dcidx.as<std::int32_t>();
   p.extra_k = topk;
+  p.num_splits = num_splits;  // 0: attention_splits' choice
   const std::size_t ws = cuda::attention_workspace_bytes(p);
   dev work(ws);
   p.workspace = work.p;
@@ -163,10 +166,12 @@ int main(int argc, char** argv) {
   int iters = 50;
   std::string json_path;
   int only_batch = 0;
+  bool sweep = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--iters") == 0 && i + 1 < argc) iters = std::atoi(argv[++i]);
     if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json_path = argv[++i];
     if (std::strcmp(argv[i], "--batch") == 0 && i + 1 < argc) only_batch = std::atoi(argv[++i]);
+    if (std::strcmp(argv[i], "--splits-sweep") == 0) sweep = true;
   }
   try {
     const double bw = copy_bandwidth();
@@ -190,6 +195,20 @@ int main(int argc, char** argv) {
       fmt::print("{:>6} {:>7} {:>12.2f} {:>10.2f} {:>10.2f} {:>9.0f} {:>10.1f} {:>12.2f}\n", r.batch,
                  r.splits, r.flushed_us, r.hot_us, r.bytes * 1e-6, r.bytes / (r.flushed_us * 1e-6) * 1e-9,
                  used[i].us, r.flushed_us / used[i].us);
+    }
+    if (sweep) {
+      fmt::print("splits sweep (flushed us; * = the default's choice):\n{:>6}", "batch");
+      const int candidates[] = {1, 2, 3, 4, 5, 6, 8, 10};
+      for (int c : candidates) fmt::print(" {:>8}", c);
+      fmt::print("\n");
+      for (const result& r : rs) {
+        fmt::print("{:>6}", r.batch);
+        for (int c : candidates) {
+          const result t = run(r.batch, iters, flush.p, flush_bytes, c);
+          fmt::print(" {:>7.2f}{}", t.flushed_us, t.splits == r.splits ? "*" : " ");
+        }
+        fmt::print("\n");
+      }
     }
     if (!json_path.empty()) {
       std::FILE* f = std::fopen(json_path.c_str(), "w");
