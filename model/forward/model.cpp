@@ -33,12 +33,11 @@ std::unique_ptr<deepseek_model> deepseek_model::load(const std::filesystem::path
 }
 
 void deepseek_model::set_options(const forward_options& options) {
-  // Where the logits go does not change a captured piece (the head runs eagerly).
-  const bool same_pieces = options.act_quant == options_.act_quant &&
-                           options.cuda_graphs == options_.cuda_graphs &&
-                           options.batched_decode == options_.batched_decode &&
-                           options.graph_batch_sizes == options_.graph_batch_sizes;
-  if (!same_pieces) graphs_.reset();
+  // Where the logits go does not change a captured piece (the head runs eagerly); any other
+  // option (including one added later) drops the pieces.
+  forward_options pieces_of_new = options;
+  pieces_of_new.logits_to_host = options_.logits_to_host;
+  if (!(pieces_of_new == options_)) graphs_.reset();
   options_ = options;
 }
 

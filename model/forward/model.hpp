@@ -42,6 +42,8 @@ struct forward_options {
   /// the device, or a benchmark timing the forward as transformers' model() call is timed;
   /// synchronize() or reading them waits). Captured hidden states always come to the host.
   bool logits_to_host = true;
+
+  bool operator==(const forward_options&) const = default;
 };
 
 namespace detail {
