@@ -16,8 +16,10 @@
 #   DEEPINFER_COMPARE_FP4_LAYOUT=1 (decode again with MXFP4 rows as stored, not interleaved),
 #   DEEPINFER_COMPARE_PIPE=1 (decode again with the experts on pipe_gemm, not stream_gemm),
 #   DEEPINFER_SKIP_PEER=1, DEEPINFER_SKIP_CLUSTER=1, DEEPINFER_SKIP_TESTS=1,
+#   DEEPINFER_SKIP_PREFILL=1 (no prefill runs),
 #   a bundled bin/deepinfer-base (gpu-forward-bundle.sh's DEEPINFER_BASE_BIN, e.g. an older
-#   commit's build): its decode (graphs on) and prefill run on the same checkpoint, for comparison
+#   commit's build): its decode (graphs on, or DEEPINFER_BASE_GRAPHS=off|both) and prefill run
+#   on the same checkpoint, for comparison
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/out}
@@ -105,14 +107,19 @@ for preset in "$@"; do
       --cuda-graphs on --ordered-splits 2>&1 | tee "$out/bench-decode-ordered-$preset.log" |
       grep decode
   fi
-  "$di" bench prefill --model "$dir" --device cuda --batch 1 --context 2048 --steps 8 \
-    2>&1 | tee "$out/bench-prefill-$preset.log"
+  if [[ ${DEEPINFER_SKIP_PREFILL:-0} != 1 ]]; then
+    "$di" bench prefill --model "$dir" --device cuda --batch 1 --context 2048 --steps 8 \
+      2>&1 | tee "$out/bench-prefill-$preset.log"
+  fi
   if [[ -x /tmp/fwd/bin/deepinfer-base ]]; then  # the baseline build on the same checkpoint
     /tmp/fwd/bin/deepinfer-base bench decode --model "$dir" --device cuda --batch "$batches" \
-      --context "$ctx" --steps 8 --cuda-graphs on 2>&1 | tee "$out/bench-decode-base-$preset.log" |
-      grep decode | sed 's/^/baseline: /'
-    /tmp/fwd/bin/deepinfer-base bench prefill --model "$dir" --device cuda --batch 1 --context 2048 \
-      --steps 8 2>&1 | tee "$out/bench-prefill-base-$preset.log" | grep prefill | sed 's/^/baseline: /'
+      --context "$ctx" --steps 8 --cuda-graphs "${DEEPINFER_BASE_GRAPHS:-on}" 2>&1 |
+      tee "$out/bench-decode-base-$preset.log" | grep decode | sed 's/^/baseline: /'
+    if [[ ${DEEPINFER_SKIP_PREFILL:-0} != 1 ]]; then
+      /tmp/fwd/bin/deepinfer-base bench prefill --model "$dir" --device cuda --batch 1 \
+        --context 2048 --steps 8 2>&1 | tee "$out/bench-prefill-base-$preset.log" |
+        grep prefill | sed 's/^/baseline: /'
+    fi
   fi
   for graphs in off on; do  # greedy text: the same both ways
     "$di" generate --model "$dir" --device cuda --prompt "The H200 has" --max-tokens 16 \

@@ -134,6 +134,7 @@ void fp8_rows(const limits& lim, std::vector<result_row>& rows, const char* mode
     std::vector<weight_matrix> ws;
     for (int i = 0; i < copies_for(bytes); ++i) ws.push_back(device_fp8(s.n, s.k, block, 20 + i));
     const tensor x = random_device({1, s.k}, dtype::f32, 13);
+    const double read_us = read_stream_us(bytes);
     cuda::set_gemm_backend(cuda::gemm_backend::block_gemm);
     for (const decode_kernel& kernel : decode_kernels) {
       if (kernel.interleaved_only()) continue;  // MXFP4 experts only
@@ -155,6 +156,8 @@ void fp8_rows(const limits& lim, std::vector<result_row>& rows, const char* mode
                       "DeepGEMM M=1: 6-20 us (20 / ours)", 20.0 / eager});
       rows.push_back({"  same, weight stream rate (graph)", "", gbps, "GB/s", us,
                       fmt::format("copy {:.0f} GB/s", lim.copy_gbps), gbps / lim.copy_gbps});
+      rows.push_back({"  same, vs one kernel reading its bytes", "", read_us, "us read", us,
+                      "read time / ours", read_us / us});
     }
     // Decode batches of 8 and 64 rows: stream_gemm (8) or skinny_gemm (64) against
     // sm90_block_gemm's shared-memory tiles, as a share of the copy bandwidth.

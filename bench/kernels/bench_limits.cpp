@@ -1,12 +1,16 @@
 // The limits every kernel row is compared with, measured in the same run: device copy
-// bandwidth and the cuBLAS bf16 dense matmul rate on random data (8192^3).
+// bandwidth, the cuBLAS bf16 dense matmul rate on random data (8192^3), and one kernel's plain
+// read of the decode weights' sizes.
 #include "bench/kernels/bench_sections.hpp"
 
+#include "bench/kernels/read_stream.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/stream.hpp"
 
 #include <cublas_v2.h>
 #include <fmt/format.h>
+
+#include <algorithm>
 
 namespace di::bench {
 
@@ -48,9 +52,39 @@ double cublas_bf16(std::vector<result_row>& rows, bool quick) {
 
 }  // namespace
 
+double read_stream_us(std::size_t bytes) {
+  bytes = (bytes + 15) / 16 * 16;
+  const std::size_t copies = std::max<std::size_t>(2, (std::size_t(256) << 20) / bytes);
+  tensor buf = random_device({std::int64_t(copies * bytes)}, dtype::u8, 7);
+  tensor sink = tensor::zeros({1}, dtype::i32, buf.dev());
+  int sms = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  double best = 0;
+  for (const int per_sm : {2, 4, 8}) {
+    const double us = median_graph_us([&] {
+      for (std::size_t c = 0; c < copies; ++c)
+        launch_read_stream(static_cast<const std::uint8_t*>(buf.raw()) + c * bytes, bytes,
+                           sms * per_sm, static_cast<unsigned*>(sink.raw()),
+                           cuda::current_stream());
+    });
+    const double one = us / double(copies);
+    if (best == 0 || one < best) best = one;
+  }
+  return best;
+}
+
 void run_limits(limits& lim, std::vector<result_row>& rows, bool quick) {
   lim.copy_gbps = copy_bandwidth(rows);
   lim.bf16_tflops = cublas_bf16(rows, quick);
+  // A plain read at the sizes of the decode weights (V4.1 wkv, wq_a, shared w1, wq_b / wo_b,
+  // Engram wkv) and a large one: the per-kernel ceiling of a weight-streaming GEMM.
+  for (const double mb : {2.6, 6.6, 11.8, 42.0, 157.4, 1024.0}) {
+    const std::size_t bytes = std::size_t(mb * 1e6);
+    const double us = read_stream_us(bytes);
+    const double gbps = double(bytes) / (us * 1e-6) / 1e9;
+    rows.push_back({"read once (one kernel, L2 cold)", fmt::format("{:.1f} MB", mb), gbps, "GB/s",
+                    us, fmt::format("copy {:.0f} GB/s", lim.copy_gbps), gbps / lim.copy_gbps});
+  }
 }
 
 }  // namespace di::bench

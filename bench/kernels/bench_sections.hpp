@@ -15,8 +15,14 @@ struct limits {
   double bf16_tflops = 0;  ///< cuBLAS bf16 GEMM 8192^3 on random data
 };
 
-/// Copy bandwidth and the cuBLAS bf16 (and cuBLASLt FP8 per-tensor) matmul rates.
+/// Copy bandwidth and the cuBLAS bf16 (and cuBLASLt FP8 per-tensor) matmul rates; the time of a
+/// plain read (read_stream_us) at the decode weights' sizes.
 void run_limits(limits& lim, std::vector<result_row>& rows, bool quick);
+
+/// The best time in microseconds of one kernel that only reads `bytes` (read_stream.hpp; 2, 4
+/// or 8 blocks per SM), L2-cold: replays of a graph over copies that together exceed the L2,
+/// divided by the copies -- what a weight-streaming GEMM of those bytes could reach.
+double read_stream_us(std::size_t bytes);
 
 /// FP8 block-scaled GEMMs and MXFP4 grouped expert GEMMs on V4.1-Flash / V4-Flash shapes;
 /// only the cases whose label contains `filter` (all when empty).
