@@ -20,8 +20,8 @@ __device__ __forceinline__ uint4 load_once(const uint4* p) {
   return v;
 }
 
-__global__ void __launch_bounds__(threads) read_stream_kernel(const uint4* p, std::size_t n,
-                                                              unsigned* sink) {
+__global__ void __launch_bounds__(threads)
+    read_stream_kernel(const uint4* p, std::size_t n, unsigned* sink) {
   const std::size_t stride = std::size_t(gridDim.x) * threads;
   std::size_t i = std::size_t(blockIdx.x) * threads + threadIdx.x;
   unsigned acc = 0;
