@@ -7,6 +7,8 @@ Usage: scripts/acceptance-summary.py LOG_DIR
 
 Reads whichever of these are there (a missing one is reported as not measured):
   bench-decode-<preset>.log, bench-prefill-<preset>.log  (deepinfer bench ... --device cuda)
+  bench-decode-base-<preset>.log  (a bundled baseline build's decode in the same call: each
+                                   common step beside this build's, as a same-call A/B)
   peer-v4-flash-L4.log                                   (bench/peer/transformers_v4.py)
   bench_attention_decode.log, bench_kernels_cuda.log     (the per-kernel benchmarks)
 """
@@ -71,6 +73,16 @@ def main():
         if pairs:
             out.append(f"{preset} CUDA graphs vs eager, ms/step: " +
                        ", ".join(f"b{b} {on:.2f} / {off:.2f}" for b, on, off in pairs))
+
+    for preset in ("v41-flash-L4", "v4-flash-L4"):
+        base = decode_rows(read(os.path.join(d, f"bench-decode-base-{preset}.log")))
+        ours = decode_rows(read(os.path.join(d, f"bench-decode-{preset}.log")))
+        common = sorted((k for k in ours if k in base), key=lambda k: (not k[1], k[0]))
+        if common:
+            out.append(f"{preset} this build / the baseline build (same call), ms/step: " +
+                       ", ".join(f"b{b} {'graphs' if g else 'eager'} {ours[(b, g)][0]:.2f} / "
+                                 f"{base[(b, g)][0]:.2f} ({(ours[(b, g)][0] / base[(b, g)][0] - 1) * 100:+.1f}%)"
+                                 for b, g in common))
 
     v4 = decode_rows(read(os.path.join(d, "bench-decode-v4-flash-L4.log")))
     peer_lines = read(os.path.join(d, "peer-v4-flash-L4.log")) or []

@@ -22,6 +22,11 @@ decode  batch   64 ctx   1024 graphs on :     11.62 ms/step    5509.1 tok/s | re
 decode  batch    1 ctx   1024 graphs on :      2.19 ms/step     456.2 tok/s | read 2.011 GB weights + 0.001 GB cache | 917.9 GB/s = 22% of copy bandwidth
 decode  batch   64 ctx   1024 graphs on :      9.01 ms/step    7107.2 tok/s | read 12.380 GB weights + 0.093 GB cache | 1385.1 GB/s = 33% of copy bandwidth
 """,
+    "bench-decode-base-v4-flash-L4.log": """\
+decode  batch    1 ctx   1024 graphs on :      2.25 ms/step     444.4 tok/s | read 2.011 GB weights + 0.001 GB cache | 893.8 GB/s = 21% of copy bandwidth
+decode  batch    8 ctx   1024 graphs on :      3.00 ms/step    2666.7 tok/s | read 4.056 GB weights + 0.012 GB cache | 1352.0 GB/s = 32% of copy bandwidth
+decode  batch   64 ctx   1024 graphs on :      8.80 ms/step    7272.7 tok/s | read 12.380 GB weights + 0.093 GB cache | 1417.4 GB/s = 33% of copy bandwidth
+""",
     "bench-prefill-v4-flash-L4.log": """\
 prefill batch    1 ctx   2048:    242.35 ms/step    8450.7 tok/s | ~28961.1 GFLOP/s (2 x active params)
         = 3.5% of the cuBLAS bf16 peak measured in this run (832 TFLOP/s)
@@ -72,6 +77,10 @@ def main():
         check("routed MXFP4 experts on wg_gemm ring, b64: 0.70-0.70 of the copy bandwidth" in out,
               "the ring's rows apart from the register path's")
         check("CUDA graphs vs eager, ms/step: b1 2.34 / 2.89, b64 11.62 / 11.93" in out, "graphs line")
+        # The baseline's steps this build also ran (b8 only in the baseline: left out).
+        check("v4-flash-L4 this build / the baseline build (same call), ms/step: b1 graphs 2.19 / "
+              "2.25 (-2.7%), b64 graphs 9.01 / 8.80 (+2.4%)" in out, "baseline A/B line")
+        check("v41-flash-L4 this build / the baseline" not in out, "no baseline log, no A/B line")
         os.remove(os.path.join(d, "peer-v4-flash-L4.log"))
         check("peer comparison: not measured" in run(d).stdout, "missing peer log")
     with tempfile.TemporaryDirectory() as empty:
