@@ -254,6 +254,8 @@ void run_bench(const bench_options& o, bool decode) {
   DI_CHECK(o.steps > 0, "--steps must be positive");
   DI_CHECK(o.logits == "device" || o.logits == "host", "--logits must be device or host, got '{}'",
            o.logits);
+  DI_CHECK(o.cuda_graphs == "off" || o.cuda_graphs == "on" || o.cuda_graphs == "both",
+           "--cuda-graphs must be off, on or both, got '{}'", o.cuda_graphs);
   auto batches = parse_list(o.batches, "--batch");
   auto contexts = parse_list(o.contexts, "--context");
   const double load_start = now_s();
@@ -266,8 +268,6 @@ void run_bench(const bench_options& o, bool decode) {
   threads = omp_get_max_threads();
 #endif
   const bool on_gpu = dev.kind == di::device_kind::cuda;
-  DI_CHECK(o.cuda_graphs == "off" || o.cuda_graphs == "on" || o.cuda_graphs == "both",
-           "--cuda-graphs must be off, on or both, got '{}'", o.cuda_graphs);
   std::vector<bool> graph_modes{o.cuda_graphs == "on"};
   if (o.cuda_graphs == "both") graph_modes = {false, true};
   if (!on_gpu || !decode) graph_modes = {false};  // graphs: CUDA decode steps only

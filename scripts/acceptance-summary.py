@@ -57,7 +57,9 @@ def main():
     d = sys.argv[1]
     out = ["== issue 5 acceptance, from the logs in " + d + " =="]
 
-    v41 = decode_rows(read(os.path.join(d, "bench-decode-v41-flash-L4.log")))
+    decode = {preset: decode_rows(read(os.path.join(d, f"bench-decode-{preset}.log")))
+              for preset in ("v41-flash-L4", "v4-flash-L4")}
+    v41 = decode["v41-flash-L4"]
     if (1, True) in v41:
         share = v41[(1, True)][2]
         out.append(f"v41-flash-L4 decode b1, graphs: {share}% of the copy-bandwidth roofline; target "
@@ -65,7 +67,7 @@ def main():
     else:
         out.append("v41-flash-L4 decode b1: not measured in these logs")
     for preset in ("v41-flash-L4", "v4-flash-L4"):
-        rows = v41 if preset == "v41-flash-L4" else decode_rows(read(os.path.join(d, f"bench-decode-{preset}.log")))
+        rows = decode[preset]
         if (64, True) in rows:
             out.append(f"{preset} decode b64, graphs: {rows[(64, True)][2]}% of the roofline (reported)")
         pairs = [(b, rows[(b, True)][0], rows[(b, False)][0]) for b in sorted({b for b, _ in rows})
@@ -76,7 +78,7 @@ def main():
 
     for preset in ("v41-flash-L4", "v4-flash-L4"):
         base = decode_rows(read(os.path.join(d, f"bench-decode-base-{preset}.log")))
-        ours = decode_rows(read(os.path.join(d, f"bench-decode-{preset}.log")))
+        ours = decode[preset]
         common = sorted((k for k in ours if k in base), key=lambda k: (not k[1], k[0]))
         if common:
             out.append(f"{preset} this build / the baseline build (same call), ms/step: " +
@@ -84,7 +86,7 @@ def main():
                                  f"{base[(b, g)][0]:.2f} ({(ours[(b, g)][0] / base[(b, g)][0] - 1) * 100:+.1f}%)"
                                  for b, g in common))
 
-    v4 = decode_rows(read(os.path.join(d, "bench-decode-v4-flash-L4.log")))
+    v4 = decode["v4-flash-L4"]
     peer_lines = read(os.path.join(d, "peer-v4-flash-L4.log")) or []
     peer = None
     for line in peer_lines:

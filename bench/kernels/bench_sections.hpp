@@ -21,7 +21,8 @@ void run_limits(limits& lim, std::vector<result_row>& rows, bool quick);
 
 /// The best time in microseconds of one kernel that only reads `bytes` (read_stream.hpp; 2, 4
 /// or 8 blocks per SM), L2-cold: replays of a graph over copies that together exceed the L2,
-/// divided by the copies -- what a weight-streaming GEMM of those bytes could reach.
+/// divided by the copies -- what a weight-streaming GEMM of those bytes could reach. Each size
+/// (rounded up to 16 bytes) is measured once per process.
 double read_stream_us(std::size_t bytes);
 
 /// FP8 block-scaled GEMMs and MXFP4 grouped expert GEMMs on V4.1-Flash / V4-Flash shapes;

@@ -149,6 +149,9 @@ class GenerateTest(unittest.TestCase):
         p = run("bench", "decode", "--model", MODEL, "--logits", "gpu")
         self.assertEqual(p.returncode, 1)
         self.assertIn("--logits must be device or host", error_lines(p)[0])
+        p = run("bench", "decode", "--model", MODEL, "--cuda-graphs", "maybe")  # before the load
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("--cuda-graphs must be off, on or both", error_lines(p)[0])
         # on the CPU the logits are host memory either way; the JSON says so
         p = run("bench", "decode", "--model", MODEL, "--context", "8", "--steps", "1", "--json")
         self.assertEqual(json.loads(p.stdout)["logits"], "host")
