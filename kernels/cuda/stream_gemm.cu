@@ -73,6 +73,11 @@ template <bool FP4, int batch>
 struct batch_regs {
   std::conditional_t<FP4, std::uint32_t, uint2> a[batch][tiles_of<FP4>()][2];
   uint2 b[batch];
+  // FP8 with every step promoting (EVERY): the batch's scales, loaded with its fragments so that
+  // their latency hides behind the batch before (read at multiply time, each warp's first
+  // weight-scale sector was a miss in the middle of its chain).
+  float xa[batch], xb[batch];
+  std::uint32_t ws[batch];
 };
 
 /// EVERY: 32-input scale blocks for the weights (MXFP4, or FP8 with e8m0 scales) and the
@@ -189,6 +194,14 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
           }
         r.b[u] = __ldg(reinterpret_cast<const uint2*>(act_row + (off + u) * step_k));
       }
+      if constexpr (EVERY && !FP4 && !Tail) {  // the scales multiply_every reads (full batches)
+#pragma unroll
+        for (int u = 0; u < batch; ++u) {
+          r.xa[u] = sx_a[s + u];
+          r.xb[u] = sx_b[s + u];
+          r.ws[u] = ws8[0][0][s + u];
+        }
+      }
     }
   };
 
@@ -252,15 +265,15 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
     float xa[batch], xb[batch], w_lo[batch][tiles], w_hi[batch][tiles];
 #pragma unroll
     for (int u = 0; u < batch; ++u) {
-      xa[u] = sx_a[s + u];
-      xb[u] = sx_b[s + u];
+      xa[u] = FP4 ? sx_a[s + u] : r.xa[u];  // FP8: loaded with the batch
+      xb[u] = FP4 ? sx_b[s + u] : r.xb[u];
 #pragma unroll
       for (int m = 0; m < tiles; ++m) {
         if constexpr (FP4) {
           w_lo[u][m] = fp4_scale_factor(ws8[m][0][s + u]);
           w_hi[u][m] = fp4_scale_factor(ws8[m][FP4 ? 1 : 0][s + u]);
         } else {
-          w_lo[u][m] = w_hi[u][m] = e8m0_to_f32(ws8[m][0][s + u]);
+          w_lo[u][m] = w_hi[u][m] = e8m0_to_f32(std::uint8_t(r.ws[u]));
         }
       }
     }
