@@ -310,21 +310,34 @@ void fp4_routed_rows(const limits& lim, std::vector<result_row>& rows, const cha
     }
     const tensor x = random_device({pairs, s.k}, dtype::f32, 53);
     const ops::expert_linear_params p{act, batch, std::max<std::int64_t>(1, (2 * pairs + experts - 1) / experts)};
+    // Past 8 rows per tile (a prefill chunk's groups) wg_gemm walks wide tiles and the others
+    // fall back to sm90_block_gemm's shared-memory tiles: those two are compared, in TFLOP/s
+    // too (the weights are re-read per 8-token tile, mostly from the L2).
+    const bool wide = p.tile_rows_hint > 8;
     for (const decode_kernel& kernel : decode_kernels) {
       if (&kernel > &decode_kernels[3]) continue;  // wg_gemm (both), stream_gemm, pipe_gemm
+      if (wide && kernel.pipe) continue;           // the same tiles as the stream_gemm row
       kernel.select();
+      const char* name = !wide ? kernel.name
+                         : kernel.wg
+                             ? (kernel.ring ? "wg_gemm wide tiles ring" : "wg_gemm wide tiles")
+                             : "smem tiles";
       const double us = median_graph_us([&] {
                           for (const routing& r : routings) ops::expert_linear(x, r.offsets, w, p);
                         }) /
                         double(routings.size());
       const double bytes = touched / double(routings.size()) * expert_bytes;
       const double gbps = bytes / (us * 1e-6) / 1e9;
-      rows.push_back({fmt::format("{} mxfp4 il routed {} x{} b{} {}", model, s.name, experts,
-                                  batch, kernel.name),
-                      fmt::format("{:.0f} experts N{} K{}", touched / double(routings.size()),
-                                  s.n, s.k),
-                      gbps, "GB/s", us, fmt::format("copy {:.0f} GB/s", lim.copy_gbps),
-                      gbps / lim.copy_gbps});
+      rows.push_back(
+          {fmt::format("{} mxfp4 il routed {} x{} b{} {}", model, s.name, experts, batch, name),
+           fmt::format("{:.0f} experts N{} K{}", touched / double(routings.size()), s.n, s.k), gbps,
+           "GB/s", us, fmt::format("copy {:.0f} GB/s", lim.copy_gbps), gbps / lim.copy_gbps});
+      if (wide) {
+        const double tflops = 2.0 * double(pairs) * double(s.n) * double(s.k) / (us * 1e-6) / 1e12;
+        rows.push_back({"  same, TFLOP/s", "", tflops, "TFLOP/s", us,
+                        fmt::format("bf16 peak {:.0f}", lim.bf16_tflops),
+                        tflops / lim.bf16_tflops});
+      }
     }
     default_decode_kernel();
   }

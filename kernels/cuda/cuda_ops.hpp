@@ -112,6 +112,14 @@ void set_wg_gemm(bool on);
 bool get_wg_gemm();
 /// Launches of wg_gemm so far in this process (tests: that it served a GEMM).
 long wg_gemm_launches();
+/// Grouped GEMMs of wider token tiles than decode's 8 rows (prefill's routed experts, eager
+/// steps of large batches) also go to wg_gemm when it takes them -- it walks their 8-token
+/// tiles, several blocks per group (the tile hint sets how many), with the sums it gives a
+/// decode step (a token's expert outputs do not depend on its group's size) -- instead of
+/// sm90_block_gemm's shared-memory tiles, whose mma.sync e4m3 sm_90 emulates. On by default;
+/// DEEPINFER_WG_PREFILL=0 sets the default off. Defined in sm90_block_gemm.cu.
+void set_wg_gemm_wide_tiles(bool on);
+bool get_wg_gemm_wide_tiles();
 /// wg_gemm streams its weights through a per-warp shared-memory ring of 4 runs (cp.async: more
 /// bytes in flight, no registers held) instead of one run ahead in registers; the same bits.
 /// 1 always, 0 never, -1 (the default) from 128 routed rows on (batches of about 22 tokens and

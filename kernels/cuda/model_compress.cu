@@ -88,7 +88,8 @@ __global__ void compress_groups_kernel(const compress_params p) {
       if (q >= p.start)
         return value_pair{p.score[(q - p.start) * width + col], p.kv[(q - p.start) * width + col]};
       // Before the call: the state's row for q (the carried group's, or the previous one's).
-      const int row = prev && q < first * r ? j : (p.overlap ? r : 0) + int(q - g * r + (prev ? r : 0));
+      const int row =
+          prev && q < first * r ? j : (p.overlap ? r : 0) + int(q - g * r + (prev ? r : 0));
       return value_pair{p.state_score[std::int64_t(row) * width + col],
                         p.state_kv[std::int64_t(row) * width + col]};
     });
@@ -105,16 +106,17 @@ __global__ void compress_state_kernel(const compress_params p) {
   const int r = p.ratio, width = p.width;
   if (i >= std::int64_t(width) * r) return;
   const int col = int(i % width), k = int(i / width);
-  const std::int64_t end = p.start + p.n;  // positions [start, end)
+  const std::int64_t end = p.start + p.n;       // positions [start, end)
   const std::int64_t last_group = end / r - 1;  // completed by the call when >= start / r
   const int cur = (p.overlap ? r : 0) + k;
   float prev_kv = 0.0f, prev_score = 0.0f;
   const bool completed = last_group >= p.start / r;
   if (p.overlap && completed) {
     const std::int64_t q = last_group * r + k;
-    prev_kv = q >= p.start ? p.kv[(q - p.start) * width + col] : p.state_kv[std::int64_t(cur) * width + col];
-    prev_score =
-        q >= p.start ? p.score[(q - p.start) * width + col] : p.state_score[std::int64_t(cur) * width + col];
+    prev_kv = q >= p.start ? p.kv[(q - p.start) * width + col]
+                           : p.state_kv[std::int64_t(cur) * width + col];
+    prev_score = q >= p.start ? p.score[(q - p.start) * width + col]
+                              : p.state_score[std::int64_t(cur) * width + col];
   }
   // The last position of phase k in [start, end): end - 1 stepped back to phase k.
   const std::int64_t q = end - 1 - ((end - 1 - k) % r + r) % r;

@@ -457,6 +457,7 @@ launch_shape shape_of(const block_gemm_params& p) {
 std::atomic<bool> g_stream_gemm{detail::env_switch("DEEPINFER_STREAM_GEMM", true)};
 
 std::atomic<bool> g_skinny_gemm{detail::env_switch("DEEPINFER_SKINNY_GEMM", true)};
+std::atomic<bool> g_wg_wide_tiles{detail::env_switch("DEEPINFER_WG_PREFILL", true)};
 
 /// Whether launch_block_gemm hands p to skinny_gemm: dense FP8 GEMMs of 9..64 rows.
 bool skinny(const block_gemm_params& p) {
@@ -468,6 +469,13 @@ bool streams(const launch_shape& sh) {
   return sh.nt == 1 && g_stream_gemm;
 }
 
+/// Whether p goes to wg_gemm: decode tiles it takes, and with set_wg_gemm_wide_tiles grouped
+/// GEMMs of wider tiles too (prefill's routed experts), whose 8-token tiles it walks.
+bool to_wg_gemm(const block_gemm_params& p, const launch_shape& sh) {
+  if (streams(sh)) return wg_gemm_takes(p);
+  return g_wg_wide_tiles && p.offsets && wg_gemm_takes(p);
+}
+
 }  // namespace
 
 void set_skinny_gemm(bool on) {
@@ -475,6 +483,13 @@ void set_skinny_gemm(bool on) {
 }
 bool get_skinny_gemm() {
   return g_skinny_gemm;
+}
+
+void set_wg_gemm_wide_tiles(bool on) {
+  g_wg_wide_tiles = on;
+}
+bool get_wg_gemm_wide_tiles() {
+  return g_wg_wide_tiles;
 }
 
 void set_stream_gemm(bool on) {
@@ -488,7 +503,7 @@ block_gemm_plan plan_block_gemm(const block_gemm_params& p) {
   if (p.max_rows == 0 || p.n == 0 || p.groups == 0 || p.k / step_k == 0) return {};
   if (skinny(p)) return plan_skinny_gemm(p);
   const launch_shape sh = shape_of(p);
-  if (streams(sh) && wg_gemm_takes(p)) return {1, sh.tiles()};  // exact atomic splits
+  if (to_wg_gemm(p, sh)) return {1, sh.tiles()};  // exact atomic splits
   if (streams(sh) && pipe_gemm_takes(p)) {
     const pipe_gemm_plan pp = plan_pipe_gemm(p);
     return {1, pp.blocks};
@@ -509,7 +524,7 @@ void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream) {
     return;
   }
   const launch_shape sh = shape_of(p);
-  if (streams(sh) && wg_gemm_takes(p)) {
+  if (to_wg_gemm(p, sh)) {
     launch_wg_gemm(p, stream);
     return;
   }

@@ -52,6 +52,7 @@ struct wg_config {
   int k_splits;         ///< blocks along K (1 or 2)
   int steps_per_split;  ///< a multiple of split_align
   bool compact;         ///< grid row y serves the y-th non-empty group
+  int walkers;          ///< blocks walking a group's token tiles (the grid's z is splits x walkers)
 };
 
 /// Runs of weights a warp keeps in flight through its shared-memory ring (RING > 0: cp.async,
@@ -101,7 +102,9 @@ __global__ void __launch_bounds__(warps * 32, 2)
   const std::int64_t col0 = group * p.act_group_offset;
   const int act_shift = log2_int(p.act_block);
 
-  for (std::int64_t tok0 = site.tile * 8; tok0 < count; tok0 += 8) {
+  // WALK: the block takes tiles site.tile, site.tile + walkers, ... of its group (1 walker for
+  // a decode step, more for prefill-sized groups).
+  for (std::int64_t tok0 = site.tile * 8; tok0 < count; tok0 += 8 * cfg.walkers) {
     const std::int64_t last_tok = count - tok0 - 1;
     auto tile_row = [&](std::int64_t i) { return row_begin + tok0 + (i < last_tok ? i : last_tok); };
     // Stage the split's steps of the 8-token tile: step s at (s - split_begin) * 256, inputs
@@ -258,7 +261,7 @@ constexpr std::int64_t ring_min_rows = 128;
 std::atomic<bool> g_wg_gemm{detail::env_switch("DEEPINFER_WG_GEMM", true)};
 
 struct wg_shape {
-  wg_config cfg{1, 0, false};
+  wg_config cfg{1, 0, false, 1};
   std::int64_t row_blocks = 0, grid_groups = 0;
   bool walk = false;
 };
@@ -274,10 +277,21 @@ wg_shape wg_shape_of(const block_gemm_params& p) {
   int per_split = (total_steps + k_splits - 1) / k_splits;
   per_split = (per_split + split_align - 1) / split_align * split_align;
   const bool compact = p.offsets && p.rows > 0 && p.rows < p.groups;
-  sh.cfg = wg_config{k_splits, per_split, compact};
+  sh.cfg = wg_config{k_splits, per_split, compact, 1};
   sh.row_blocks = row_blocks;
   sh.grid_groups = compact ? p.rows : p.groups;
   sh.walk = p.max_rows > 8;
+  // Prefill-sized groups share their token tiles among as many blocks as a typical group has
+  // tiles -- by the tile hint, else by twice the mean group (an eager step knows its total) --
+  // so that a large group is not one block's serial walk; a decode step's groups (a hint of <=
+  // 8 rows, or a mean of <= 4) are walked by one block. Each tile's sums are the same whichever
+  // block adds them: the walkers never change a result.
+  if (sh.walk) {
+    const std::int64_t mean2 =
+        p.offsets && p.rows > 0 ? 2 * ((p.rows + p.groups - 1) / p.groups) : 0;
+    const std::int64_t basis = std::min(p.max_rows, p.tile_rows > 0 ? p.tile_rows : mean2);
+    if (basis > 8) sh.cfg.walkers = int(std::min<std::int64_t>((basis + 7) / 8, 4096));
+  }
   return sh;
 }
 
@@ -327,7 +341,8 @@ long wg_gemm_launches() {
 
 wg_gemm_plan plan_wg_gemm(const block_gemm_params& p) {
   const wg_shape sh = wg_shape_of(p);
-  return {sh.cfg.k_splits, sh.cfg.steps_per_split, sh.row_blocks, sh.grid_groups, sh.walk};
+  return {sh.cfg.k_splits, sh.cfg.steps_per_split, sh.row_blocks, sh.grid_groups,
+          sh.walk,         sh.cfg.walkers};
 }
 
 bool wg_gemm_takes(const block_gemm_params& p) {
@@ -357,8 +372,10 @@ void launch_wg_gemm(const block_gemm_params& p, cudaStream_t stream) {
   const wg_shape sh = wg_shape_of(p);
   if (sh.cfg.k_splits > 1)  // atomic adds need a zeroed y
     CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));
-  // One 8-token tile per block: groups of more than 8 rows are walked tile by tile (WALK).
-  const dim3 grid(unsigned(sh.row_blocks), unsigned(sh.grid_groups), unsigned(sh.cfg.k_splits));
+  // One 8-token tile per block: groups of more than 8 rows are walked tile by tile (WALK), by
+  // sh.cfg.walkers blocks each.
+  const dim3 grid(unsigned(sh.row_blocks), unsigned(sh.grid_groups),
+                  unsigned(sh.cfg.k_splits * sh.cfg.walkers));
   const std::size_t b_bytes = std::size_t(sh.cfg.steps_per_split) * b_step_bytes;
   const bool every = p.act_block == 32;
   if (wg_gemm_uses_ring(p))

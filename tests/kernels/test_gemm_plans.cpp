@@ -328,8 +328,28 @@ TEST_CASE("wg_gemm takes interleaved MXFP4 decode tiles; its splits depend on th
       CHECK(plan.steps_per_split == first.steps_per_split);
       CHECK(plan.row_blocks == first.row_blocks);
       CHECK(plan.walk == (rows > 8));
+      CHECK(plan.walkers == 1);                     // a decode step's groups: one block walks each
       CHECK(cuda::plan_block_gemm(p).splits == 1);  // its splits need no workspace
     }
+    // Prefill-sized groups (wide tiles, set_wg_gemm_wide_tiles): the same splits; an eager
+    // chunk of 1024 tokens (6144 routed rows, bounded by the largest group) walked by as many
+    // blocks per group as twice the mean group has 8-token tiles, or as the hint says.
+    REQUIRE(cuda::get_wg_gemm_wide_tiles());
+    cuda::block_gemm_params pf = experts(e.s, 1024);
+    REQUIRE(cuda::wg_gemm_takes(pf));
+    const cuda::wg_gemm_plan prefill = cuda::plan_wg_gemm(pf);
+    CHECK(prefill.walk);
+    CHECK(prefill.k_splits == first.k_splits);
+    CHECK(prefill.steps_per_split == first.steps_per_split);
+    const std::int64_t mean = (6144 + e.s.groups - 1) / e.s.groups;  // 16 (V4.1), 24 (V4)
+    CHECK(prefill.walkers == (2 * mean + 7) / 8);
+    pf.tile_rows = 48;
+    CHECK(cuda::plan_wg_gemm(pf).walkers == 6);
+    pf.tile_rows = 8;
+    CHECK(cuda::plan_wg_gemm(pf).walkers == 1);
+    pf.max_rows = 20;  // the hint never exceeds the largest group
+    pf.tile_rows = 48;
+    CHECK(cuda::plan_wg_gemm(pf).walkers == 3);
   }
   const shape w1{2304, 5120, 0, 384, 32};
   cuda::block_gemm_params p = experts(w1, 1);

@@ -786,6 +786,62 @@ TEST_CASE("cuda wg_gemm (MXFP4 expert decode tiles on wgmma): right, determinist
   }
 }
 
+TEST_CASE(
+    "cuda wg_gemm on prefill-sized expert groups (wide tiles walked by several blocks): "
+    "right, deterministic, each token's bits as in a decode tile") {
+  const stream_switches restore;
+  REQUIRE(cuda::get_wg_gemm_wide_tiles());  // on by default
+  // Groups of 0 .. 130 rows (tiles walked, a partial last tile), by the largest group (an eager
+  // step: walkers from twice the mean group) and by a tile hint of 48 rows (6 walkers); V4.1's
+  // w1-like (two blocks along K), V4's 128-input activation blocks, and w2-like 3200 outputs.
+  const std::vector<int> counts = {40, 0, 9, 130, 1, 17, 0, 64};
+  const tensor off = offsets_of(counts);
+  const std::int64_t rows = off.data<std::int32_t>()[counts.size()];
+  for (const expert_shape sh :
+       {expert_shape{96, 2304, 32}, expert_shape{256, 4096, 128}, expert_shape{3200, 2304, 32}}) {
+    CAPTURE(sh.out);
+    CAPTURE(sh.in);
+    const weight_matrix host = random_fp4(8 * sh.out, sh.in);
+    const weight_matrix il = cuda::with_fp4_layout(weight_to(host, gpu), true);
+    REQUIRE(il.interleaved);
+    const tensor x = varied_input(rows, sh.in);
+    const tensor want = ops::expert_linear(x, off, host, {sh.act, 0});
+    const tensor xg = x.to(gpu), offg = off.to(gpu);
+    tensor first;
+    for (const ops::expert_linear_params p :
+         {ops::expert_linear_params{sh.act, 130}, ops::expert_linear_params{sh.act, rows, 48}}) {
+      CAPTURE(p.tile_rows_hint);
+      const long before = cuda::wg_gemm_launches();
+      test::poison_device_pool();
+      const tensor y = ops::expert_linear(xg, offg, il, p).to(cpu_device);
+      CHECK(cuda::wg_gemm_launches() - before == 1);
+      check_close(y, want, 2e-3);
+      test::check_bitwise(ops::expert_linear(xg, offg, il, p).to(cpu_device), y);
+      if (first.defined()) test::check_bitwise(y, first);  // the walkers change no result
+      first = y;
+    }
+    // Off: sm90_block_gemm's shared-memory tiles (emulated mma.sync: the last bits differ).
+    cuda::set_wg_gemm_wide_tiles(false);
+    const long before = cuda::wg_gemm_launches();
+    const tensor tiles = ops::expert_linear(xg, offg, il, {sh.act, 130}).to(cpu_device);
+    CHECK(cuda::wg_gemm_launches() == before);
+    cuda::set_wg_gemm_wide_tiles(true);
+    check_close(tiles, first, 1e-4);
+    // A token's expert outputs are what a decode step alone with it gives: rows of the
+    // 130-row group (first, last, a middle one) and of the 9-row group, each as a 1-row group.
+    for (const std::int64_t r : {49, 53, 114, 178, 40, 48}) {  // expert 2: rows 40..48, 3: 49..178
+      CAPTURE(r);
+      const std::size_t e = r < 49 ? 2 : 3;
+      std::vector<int> one(counts.size(), 0);
+      one[e] = 1;
+      const tensor y1 = ops::expert_linear(xg.slice(0, r, r + 1).clone(), offsets_of(one).to(gpu),
+                                           il, {sh.act, 1})
+                            .to(cpu_device);
+      test::check_bitwise(y1, first.slice(0, r, r + 1).clone());
+    }
+  }
+}
+
 }  // namespace
 }  // namespace di
 
