@@ -34,23 +34,35 @@ __device__ __forceinline__ void grid_dependency_sync() {
 /// programmatic_launch() is on; a failed launch (a bad configuration, or an earlier
 /// asynchronous fault it reports) is a di::error naming `name` -- no separate check after it.
 /// The kernel must begin with grid_dependency_sync().
+/// With `cluster` other than (1, 1, 1) the blocks are launched in thread-block clusters of
+/// those dimensions (launch_clustered).
 template <typename... Params, typename... Args>
-void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem,
-            cudaStream_t stream, Args&&... args) {
-  cudaLaunchAttribute attribute[1] = {};
+void launch_in(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, dim3 cluster,
+               std::size_t smem, cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attribute[2] = {};
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute[0].val.programmaticStreamSerializationAllowed = programmatic_launch() ? 1 : 0;
+  attribute[1].id = cudaLaunchAttributeClusterDimension;
+  attribute[1].val.clusterDim.x = cluster.x;
+  attribute[1].val.clusterDim.y = cluster.y;
+  attribute[1].val.clusterDim.z = cluster.z;
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
   config.attrs = attribute;
-  config.numAttrs = 1;
+  config.numAttrs = cluster.x * cluster.y * cluster.z > 1 ? 2 : 1;
   const cudaError_t status = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
   if (status != cudaSuccess) [[unlikely]]
     DI_FAIL("CUDA error {} ({}) launching {}", cudaGetErrorName(status), cudaGetErrorString(status),
             name);
+}
+
+template <typename... Params, typename... Args>
+void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem,
+            cudaStream_t stream, Args&&... args) {
+  launch_in(name, kernel, grid, block, dim3(1, 1, 1), smem, stream, std::forward<Args>(args)...);
 }
 
 /// Calls f(std::integral_constant<int, N>{}) for the smallest N of 1, 2, 4 and 8 with rows <=

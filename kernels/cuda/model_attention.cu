@@ -15,6 +15,7 @@
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/model_common.cuh"
 
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
@@ -265,8 +266,82 @@ __device__ __forceinline__ void decode_tile(const attn_args& a, const std::uint8
   }
 }
 
+/// The epilogue of a split launched in a cluster (attention_kernel<D, true>): this split's
+/// unnormalised O goes into its shared memory over Q and K (no longer read), then -- the
+/// cluster's splits all there -- this block merges heads split, split + S, ... of the head
+/// group from every split's O, m and l through distributed shared memory, with
+/// attention_combine_kernel's operations in its order (one warp per head: the split weights
+/// over the lanes, then 4 columns per lane and float4).
 template <int D>
-__global__ void __launch_bounds__(kThreads, 1) attention_kernel(const __grid_constant__ attn_args a) {
+__device__ __forceinline__ void cluster_epilogue(const attn_args& a, unsigned char* smem,
+                                                 const float (&o)[2][D / 64][4], float* sM,
+                                                 float* sL, const float* sSink, int t, int split,
+                                                 int h0, int hg3, int dq, int g, int tq) {
+  namespace cg = cooperative_groups;
+  constexpr int NT = D / 64;
+  constexpr int kWarps = kThreads / 32;
+  __shared__ float sW[kWarps][64];
+  cg::cluster_group cluster = cg::this_cluster();
+  float* sO = reinterpret_cast<float*>(smem + layout<D>::q_off);  // [kHeads][D]
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float* dst = sO + (hg3 * 32 + mi * 16 + g + 8 * half) * D + dq * (D / 8) + 2 * tq;
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+        *reinterpret_cast<float2*>(dst + j * 8) =
+            make_float2(o[mi][j][2 * half], o[mi][j][2 * half + 1]);
+    }
+  cluster.sync();  // every split's O, m and l are in its shared memory
+  const int splits = a.splits, lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+  for (int hr = split + splits * warp; hr < kHeads && h0 + hr < a.heads; hr += splits * kWarps) {
+    float m[2], l[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int sp = lane + 32 * i;
+      m[i] = sp < splits ? cluster.map_shared_rank(sM, unsigned(sp))[hr] : -INFINITY;
+      l[i] = sp < splits ? cluster.map_shared_rank(sL, unsigned(sp))[hr] : 0.0f;
+    }
+    const float M = detail::warp_max(fmaxf(m[0], m[1]));
+    const bool none = M == -INFINITY;
+    float L = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const float e = none || m[i] == -INFINITY ? 0.0f : expf(m[i] - M);
+      if (lane + 32 * i < splits) sW[warp][lane + 32 * i] = e;
+      L += l[i] * e;
+    }
+    L = detail::warp_sum(L);
+    const float inv = none ? 0.0f : 1.0f / (L + expf(sSink[hr] - M));
+    __syncwarp();
+    float* out = a.out + (std::int64_t(t) * a.heads + h0 + hr) * D;
+    for (int d = lane * 4; d < D; d += 128) {
+      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+      for (int sp = 0; sp < splits; ++sp) {
+        const float4 v = *reinterpret_cast<const float4*>(
+            cluster.map_shared_rank(sO, unsigned(sp)) + hr * D + d);
+        const float ws = sW[warp][sp];
+        acc.x += v.x * ws;
+        acc.y += v.y * ws;
+        acc.z += v.z * ws;
+        acc.w += v.w * ws;
+      }
+      *reinterpret_cast<float4*>(out + d) =
+          make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+    }
+    __syncwarp();  // sW[warp] is rewritten for the next head
+  }
+  cluster.sync();  // no block leaves while another reads its shared memory
+}
+
+/// CLUSTER: the splits of one (token, head group) run as one thread-block cluster and merge
+/// through distributed shared memory at the end (no partials in global memory, no combine
+/// launch), with attention_combine_kernel's arithmetic in its order.
+template <int D, bool CLUSTER = false>
+__global__ void __launch_bounds__(kThreads, 1)
+    attention_kernel(const __grid_constant__ attn_args a) {
   detail::grid_dependency_sync();
   using L = layout<D>;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -462,6 +537,12 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const __grid_con
   }
   if (tile_begin >= tile_end) __syncthreads();  // sM/sL initialised above
 
+  if constexpr (CLUSTER) {
+    if (a.splits > 1) {  // uniform over the grid
+      cluster_epilogue<D>(a, smem, o, sM, sL, sSink, t, split, h0, hg3, dq, g, tq);
+      return;
+    }
+  }
   // Epilogue: rows g and g + 8 of each of this warp's two 16-head tiles, columns
   // dq*D/8 + 8j + 2tq.
 #pragma unroll
@@ -580,16 +661,101 @@ void check_table(const device_rows& t, int dim, int k, const char* what) {
   }
 }
 
+/// The dynamic shared memory set on attention_kernel<D, true> per device (ensure_smem's record,
+/// shared by the launch and cluster_fits).
 template <int D>
-void launch_dim(const attn_args& a, int head_groups, cudaStream_t stream) {
+std::atomic<std::size_t> (&cluster_smem_limits())[detail::max_tracked_devices] {
+  static std::atomic<std::size_t> limits[detail::max_tracked_devices];
+  return limits;
+}
+
+template <int D>
+void launch_dim(const attn_args& a, int head_groups, bool cluster, cudaStream_t stream) {
   const std::size_t smem = layout<D>::bytes(a.stage_ld);
+  const dim3 grid(unsigned(a.tokens), unsigned(a.splits), unsigned(head_groups));
+  if (cluster) {
+    detail::ensure_smem(reinterpret_cast<const void*>(&attention_kernel<D, true>), smem,
+                        cluster_smem_limits<D>());
+    detail::launch_in("attention", attention_kernel<D, true>, grid, kThreads,
+                      dim3(1, unsigned(a.splits), 1), smem, stream, a);
+    return;
+  }
   static std::atomic<std::size_t> limits[16];
   detail::ensure_smem(reinterpret_cast<const void*>(&attention_kernel<D>), smem, limits);
-  const dim3 grid(unsigned(a.tokens), unsigned(a.splits), unsigned(head_groups));
   detail::launch("attention", attention_kernel<D>, grid, kThreads, smem, stream, a);
 }
 
+std::atomic<bool> g_cluster{detail::env_switch("DEEPINFER_ATTN_CLUSTER", false)};
+
+/// Bytes per staged packed row of p's tables (a multiple of 16; 16 when none is staged).
+int stage_ld_of(const attention_params& p) {
+  int stage = 16;
+  if (is_fast(p.window, p.dim)) stage = std::max(stage, int(p.window.format.row_bytes()));
+  if (is_fast(p.extra, p.dim)) stage = std::max(stage, int(p.extra.format.row_bytes()));
+  return (stage + 15) / 16 * 16;
+}
+
+/// Whether clusters of `splits` blocks of attention_kernel<D, true> with a staging area of
+/// stage_ld bytes per row can be resident on this GPU: asked once per (head dim, splits,
+/// stage_ld).
+template <int D>
+bool cluster_fits(int splits, int stage_ld) {
+  static std::atomic<int> known[17][max_stage_row / 16 + 2];  // 0 unknown, 1 yes, 2 no
+  std::atomic<int>& slot = known[splits][stage_ld / 16];
+  int k = slot.load();
+  if (k == 0) {
+    const void* kernel = reinterpret_cast<const void*>(&attention_kernel<D, true>);
+    const std::size_t smem = layout<D>::bytes(stage_ld);
+    bool ok = smem <= 227 * 1024 &&
+              cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
+                  cudaSuccess;
+    if (ok) detail::ensure_smem(kernel, smem, cluster_smem_limits<D>());
+    int clusters = 0;
+    if (ok) {
+      cudaLaunchAttribute attribute[1] = {};
+      attribute[0].id = cudaLaunchAttributeClusterDimension;
+      attribute[0].val.clusterDim.x = 1;
+      attribute[0].val.clusterDim.y = unsigned(splits);
+      attribute[0].val.clusterDim.z = 1;
+      cudaLaunchConfig_t config = {};
+      config.gridDim = dim3(1, unsigned(splits), 1);
+      config.blockDim = dim3(kThreads);
+      config.dynamicSmemBytes = smem;
+      config.attrs = attribute;
+      config.numAttrs = 1;
+      ok =
+          cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess && clusters > 0;
+    }
+    cudaGetLastError();  // a refusal is an answer, not a pending error
+    k = ok ? 1 : 2;
+    slot = k;
+  }
+  return k == 1;
+}
+
+/// Whether p's splits merge inside a cluster (set_attention_cluster) rather than through the
+/// workspace and attention_combine_kernel.
+bool clustered(const attention_params& p, int splits) {
+  if (!g_cluster || splits <= 1 || splits > 16) return false;
+  const int stage_ld = stage_ld_of(p);
+  switch (p.dim) {
+    case 128:
+      return cluster_fits<128>(splits, stage_ld);
+    case 256:
+      return cluster_fits<256>(splits, stage_ld);
+    default:
+      return cluster_fits<512>(splits, stage_ld);
+  }
+}
+
 }  // namespace
+
+void set_attention_cluster(bool on) {
+  g_cluster = on;
+}
+bool get_attention_cluster() {
+  return g_cluster;
+}
 
 int attention_splits(const attention_params& p) {
   const int total = p.window_k + p.extra_k;
@@ -613,7 +779,7 @@ int attention_splits(const attention_params& p) {
 
 std::size_t attention_workspace_bytes(const attention_params& p) {
   const int s = attention_splits(p);
-  if (s <= 1) return 0;
+  if (s <= 1 || clustered(p, s)) return 0;
   return std::size_t(s) * std::size_t(p.tokens) * std::size_t(p.heads) *
          (std::size_t(p.dim) + 2) * sizeof(float);
 }
@@ -634,6 +800,7 @@ void launch_attention(const attention_params& p, cudaStream_t stream) {
   check_table(p.window, p.dim, p.window_k, "window");
   check_table(p.extra, p.dim, p.extra_k, "extra");
   const int splits = attention_splits(p);
+  const bool cluster = clustered(p, splits);
   const std::size_t need = attention_workspace_bytes(p);
   DI_CHECK(p.workspace_bytes >= need && (need == 0 || p.workspace),
            "attention: {} splits need {} workspace bytes, got {}", splits, need, p.workspace_bytes);
@@ -654,20 +821,23 @@ void launch_attention(const attention_params& p, cudaStream_t stream) {
   a.win_fast = is_fast(p.window, p.dim);
   a.ext_fast = is_fast(p.extra, p.dim);
   a.splits = splits;
-  int stage = 16;
-  if (a.win_fast) stage = std::max(stage, int(p.window.format.row_bytes()));
-  if (a.ext_fast) stage = std::max(stage, int(p.extra.format.row_bytes()));
-  a.stage_ld = (stage + 15) / 16 * 16;
+  a.stage_ld = stage_ld_of(p);
   a.tiles_per_split = std::max(1, (tiles + splits - 1) / splits);
   a.part_o = static_cast<float*>(p.workspace);
   a.part_ml = a.part_o ? a.part_o + std::size_t(splits) * p.tokens * p.heads * p.dim : nullptr;
   const int head_groups = (p.heads + kHeads - 1) / kHeads;
   switch (p.dim) {
-    case 128: launch_dim<128>(a, head_groups, stream); break;
-    case 256: launch_dim<256>(a, head_groups, stream); break;
-    default: launch_dim<512>(a, head_groups, stream); break;
+    case 128:
+      launch_dim<128>(a, head_groups, cluster, stream);
+      break;
+    case 256:
+      launch_dim<256>(a, head_groups, cluster, stream);
+      break;
+    default:
+      launch_dim<512>(a, head_groups, cluster, stream);
+      break;
   }
-  if (splits > 1) {
+  if (splits > 1 && !cluster) {
     const int threads = std::max(32, p.dim / 4);
     detail::launch("attention_combine", attention_combine_kernel,
                    unsigned(std::int64_t(p.tokens) * p.heads), threads, 0, stream, a.part_o,

@@ -185,9 +185,12 @@ int main(int argc, char** argv) {
       used.push_back(a);
     }
     fmt::print("== bench_attention_decode ==\n");
-    fmt::print("attention decode: {} heads x {}, window {} (FP8) + top-{} of {} (FP4), sink; "
-               "copy bandwidth {:.0f} GB/s\n",
-               heads, dim, window, topk, entries, bw * 1e-9);
+    fmt::print(
+        "attention decode: {} heads x {}, window {} (FP8) + top-{} of {} (FP4), sink; "
+        "copy bandwidth {:.0f} GB/s; splits merged {}\n",
+        heads, dim, window, topk, entries, bw * 1e-9,
+        cuda::get_attention_cluster() ? "in thread-block clusters (DEEPINFER_ATTN_CLUSTER=1)"
+                                      : "by the combine kernel");
     fmt::print("{:>6} {:>7} {:>12} {:>10} {:>10} {:>9} {:>10} {:>12}\n", "batch", "splits",
                "flushed us", "hot us", "MB/step", "GB/s", "anchor us", "ours/anchor");
     for (std::size_t i = 0; i < rs.size(); ++i) {

@@ -168,6 +168,23 @@ void run_attention_case(const attn_case& c) {
   CHECK(test::max_scaled_err(got, want, 3e-2, 3e-2) <= 1.0);
   if (c.tokens > 2)
     for (int i = 0; i < c.heads * c.dim; ++i) REQUIRE(got.data<float>()[i] == 0.0f);
+  // The splits merged inside a thread-block cluster (set_attention_cluster): the combine
+  // kernel's arithmetic in its order, so its bits; no workspace where a cluster holds them.
+  const int splits = cuda::attention_splits(p);
+  if (splits > 1 && c.tokens > 0) {
+    cuda::set_attention_cluster(true);
+    const std::size_t need = cuda::attention_workspace_bytes(p);
+    if (splits <= 8) CHECK(need == 0);  // a portable cluster size always fits
+    if (need > 0) MESSAGE("attention: clusters of " << splits << " splits do not fit: combined");
+    dbuf dout2(q.nbytes());
+    p.out = dout2.get<float>();
+    p.workspace = need > 0 ? work.get() : nullptr;
+    p.workspace_bytes = need > 0 ? work.bytes() : 0;
+    cuda::launch_attention(p, nullptr);
+    cuda::set_attention_cluster(false);
+    const tensor clustered = dout2.to_host(q.shape(), dtype::f32);
+    CHECK(test::bytes_equal(clustered, got));
+  }
 }
 
 TEST_CASE("cuda attention: V4.1 decode over the FP8 window and FP4 compressed entries") {
@@ -189,6 +206,21 @@ TEST_CASE("cuda attention: edge sizes, heads past 64, head dims 128-512, f32 and
   run_attention_case({7, 64, 512, 128, 200, 150, 210, fp8_window(512), fp4_compressed(512), true});
   run_attention_case({5, 64, 512, 128, 100, 140, 120, v4_window(512), v4_window(512)});
   run_attention_case({130, 64, 512, 128, 64, 300, 100, fp8_window(512), fp4_compressed(512)});
+}
+
+TEST_CASE("cuda attention: splits merged in thread-block clusters give the combine kernel's bits") {
+  DI_REQUIRE_GPU();
+  // Decode rows (one token per sequence) at 2..16 splits (b1's 10: 128 window + 512 entries),
+  // two head groups with a partial one (100 heads), head dims 128 / 256 / 512.
+  for (int splits : {2, 4, 8, 10, 16})
+    run_attention_case(
+        {1, 64, 512, 128, 512, 300, 900, fp8_window(512), fp4_compressed(512), false, splits});
+  run_attention_case(
+      {33, 64, 512, 128, 512, 300, 900, fp8_window(512), fp4_compressed(512), false, 4});
+  run_attention_case(
+      {5, 100, 128, 70, 300, 90, 500, fp8_window(128), fp4_compressed(128), false, 6});
+  run_attention_case(
+      {3, 64, 256, 129, 400, 140, 700, fp8_window(256), fp4_compressed(256), false, 3});
 }
 
 TEST_CASE("cuda attention: bad shapes are errors before launch") {
