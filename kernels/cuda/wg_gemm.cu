@@ -102,6 +102,43 @@ __global__ void __launch_bounds__(warps * 32, 2)
   const std::int64_t col0 = group * p.act_group_offset;
   const int act_shift = log2_int(p.act_block);
 
+  uint4 raw[2][2] = {};
+  auto load = [&](int s) {
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        raw[m][h] = load_stream16(wrow + (2 * m + h) * 512 + (s - w0) * 32 * step_bytes);
+  };
+  // RING: this lane's 16 bytes of each piece of a run in slot ((s - w0) / 4) % RING of the
+  // warp's ring (it reads back only what it copied: no barrier), one commit group per run.
+  std::uint8_t* const ring =
+      b_tile + cfg.steps_per_split * b_step_bytes + (warp * RING * run_bytes) + lane * 16;
+  auto slot_of = [&](int s) {
+    return ring + ((s - w0) / run_steps) % (RING > 0 ? RING : 1) * run_bytes;
+  };
+  auto issue = [&](int s) {
+    if (s < w1) {
+#pragma unroll
+      for (int piece = 0; piece < 4; ++piece)
+        cp_async16_stream(slot_of(s) + piece * 512,
+                          wrow + piece * 512 + (s - w0) * 32 * step_bytes);
+    }
+    asm volatile("cp.async.commit_group;\n" ::);  // empty past w1: the count stays simple
+  };
+  // The first runs of weights are requested before the first tile's activations are staged
+  // (they do not depend on them): the staging's latency hides behind theirs. Later tiles of a
+  // walk request theirs after staging, as the loop below does.
+  auto prime = [&] {
+    if constexpr (RING > 0) {
+#pragma unroll
+      for (int i = 0; i < RING - 1; ++i) issue(w0 + i * run_steps);
+    } else if (w0 < w1) {
+      load(w0);
+    }
+  };
+  if (site.tile * 8 < count) prime();  // (a walker past its group's tiles loads nothing)
+
   // WALK: the block takes tiles site.tile, site.tile + walkers, ... of its group (1 walker for
   // a decode step, more for prefill-sized groups).
   for (std::int64_t tok0 = site.tile * 8; tok0 < count; tok0 += 8 * cfg.walkers) {
@@ -129,36 +166,7 @@ __global__ void __launch_bounds__(warps * 32, 2)
     const float* sx_a = p.act_scale + tile_row(2 * t) * p.act_scale_stride + (col0 >> act_shift);
     const float* sx_b = p.act_scale + tile_row(2 * t + 1) * p.act_scale_stride + (col0 >> act_shift);
     float acc[2][4] = {};
-    uint4 raw[2][2] = {};
-    auto load = [&](int s) {
-#pragma unroll
-      for (int m = 0; m < 2; ++m)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          raw[m][h] = load_stream16(wrow + (2 * m + h) * 512 + (s - w0) * 32 * step_bytes);
-    };
-    // RING: this lane's 16 bytes of each piece of a run in slot ((s - w0) / 4) % RING of the
-    // warp's ring (it reads back only what it copied: no barrier), one commit group per run.
-    std::uint8_t* const ring =
-        b_tile + cfg.steps_per_split * b_step_bytes + (warp * RING * run_bytes) + lane * 16;
-    auto slot_of = [&](int s) {
-      return ring + ((s - w0) / run_steps) % (RING > 0 ? RING : 1) * run_bytes;
-    };
-    auto issue = [&](int s) {
-      if (s < w1) {
-#pragma unroll
-        for (int piece = 0; piece < 4; ++piece)
-          cp_async16_stream(slot_of(s) + piece * 512,
-                            wrow + piece * 512 + (s - w0) * 32 * step_bytes);
-      }
-      asm volatile("cp.async.commit_group;\n" ::);  // empty past w1: the count stays simple
-    };
-    if constexpr (RING > 0) {
-#pragma unroll
-      for (int i = 0; i < RING - 1; ++i) issue(w0 + i * run_steps);
-    } else if (w0 < w1) {
-      load(w0);
-    }
+    if (tok0 != site.tile * 8) prime();
     for (int s = w0; s < w1; s += run_steps) {
       uint4 cur[2][2];
       if constexpr (RING > 0) {
