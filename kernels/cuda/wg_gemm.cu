@@ -83,8 +83,8 @@ __global__ void __launch_bounds__(warps * 32, NT == 8 ? 2 : 1)
     wg_gemm_kernel(block_gemm_params p, wg_config cfg) {
   detail::grid_dependency_sync();
   static_assert(NT == 8 || (NT == 32 && WALK), "8-token tiles, or walked 32-token tiles");
-  constexpr int NJ = NT / 8;              // 8-token column groups of a tile
-  constexpr int bstep = NT * step_k;      // bytes of one step of B
+  constexpr int NJ = NT / 8;                               // 8-token column groups of a tile
+  constexpr int bstep = NT * step_k;                       // bytes of one step of B
   extern __shared__ __align__(128) std::uint8_t b_tile[];  // the split's steps of NT tokens
   __shared__ float partial[4][32][8 * NJ];                 // warpgroup 1's sums
   // Steps per wgmma group (fence, wgmmas, commit, wait): a whole run, or two steps when the
@@ -204,9 +204,10 @@ __global__ void __launch_bounds__(warps * 32, NT == 8 ? 2 : 1)
       // 8-token tiles: the run's activation scales now; 32-token tiles: each step's, loaded
       // while its wgmmas run (16 registers instead of 64).
       float xa[1][4], xb[1][4];  // (unused with 32-token tiles)
-      if constexpr (NT == 8)
+      if constexpr (NT == 8) {
         run_act_scales<EVERY, true>(p.act_scale + sx_a[0], p.act_scale + sx_b[0], s, act_shift,
                                     xa[0], xb[0]);
+      }
       // Step u of tile m from word u of its two rows' 16-byte pieces.
 #pragma unroll
       for (int u0 = 0; u0 < run_steps; u0 += group_steps) {
@@ -353,11 +354,10 @@ wg_shape wg_shape_of(const block_gemm_params& p) {
     const std::int64_t basis = std::min(p.max_rows, p.tile_rows > 0 ? p.tile_rows : mean2);
     // 32-token tiles when a typical group fills most of one and B (32 x the split's K) and the
     // ring fit the shared memory of one block per SM.
-    const std::size_t n32_bytes = std::size_t(per_split) * 32 * step_k +
-                                  std::size_t(8) * ring_runs * run_bytes;
+    const std::size_t n32_bytes =
+        std::size_t(per_split) * 32 * step_k + std::size_t(8) * ring_runs * run_bytes;
     if (g_n32 > 0 && basis >= 24 && n32_bytes <= n32_smem_limit) sh.nt = 32;
-    if (basis > 8)
-      sh.cfg.walkers = int(std::min<std::int64_t>((basis + sh.nt - 1) / sh.nt, 4096));
+    if (basis > 8) sh.cfg.walkers = int(std::min<std::int64_t>((basis + sh.nt - 1) / sh.nt, 4096));
   }
   return sh;
 }
@@ -370,8 +370,8 @@ void launch_ring(const block_gemm_params& p, const wg_shape& sh, bool every, dim
   const std::size_t most =
       std::size_t(max_split_steps) * b_step_bytes + std::size_t(warps) * RING * run_bytes;
   auto go = [&](auto kernel, int which) {
-    detail::ensure_smem(reinterpret_cast<const void*>(kernel),
-                        which >= 4 ? n32_smem_limit : most, limits[which]);
+    detail::ensure_smem(reinterpret_cast<const void*>(kernel), which >= 4 ? n32_smem_limit : most,
+                        limits[which]);
     detail::launch("wg_gemm", kernel, grid, warps * 32, smem, stream, p, sh.cfg);
   };
   if (sh.nt == 32 && every)
@@ -418,8 +418,8 @@ long wg_gemm_launches() {
 
 wg_gemm_plan plan_wg_gemm(const block_gemm_params& p) {
   const wg_shape sh = wg_shape_of(p);
-  return {sh.cfg.k_splits, sh.cfg.steps_per_split, sh.row_blocks, sh.grid_groups, sh.walk,
-          sh.cfg.walkers, sh.nt};
+  return {sh.cfg.k_splits, sh.cfg.steps_per_split, sh.row_blocks, sh.grid_groups,
+          sh.walk,         sh.cfg.walkers,         sh.nt};
 }
 
 bool wg_gemm_takes(const block_gemm_params& p) {
