@@ -314,14 +314,7 @@ void fp4_routed_rows(const limits& lim, std::vector<result_row>& rows, const cha
     // fall back to sm90_block_gemm's shared-memory tiles: those two are compared, in TFLOP/s
     // too (the weights are re-read per 8-token tile, mostly from the L2).
     const bool wide = p.tile_rows_hint > 8;
-    for (const decode_kernel& kernel : decode_kernels) {
-      if (&kernel > &decode_kernels[3]) continue;  // wg_gemm (both), stream_gemm, pipe_gemm
-      if (wide && kernel.pipe) continue;           // the same tiles as the stream_gemm row
-      kernel.select();
-      const char* name = !wide ? kernel.name
-                         : kernel.wg
-                             ? (kernel.ring ? "wg_gemm wide tiles ring" : "wg_gemm wide tiles")
-                             : "smem tiles";
+    auto time_row = [&](const char* name) {
       const double us = median_graph_us([&] {
                           for (const routing& r : routings) ops::expert_linear(x, r.offsets, w, p);
                         }) /
@@ -338,6 +331,20 @@ void fp4_routed_rows(const limits& lim, std::vector<result_row>& rows, const cha
                         fmt::format("bf16 peak {:.0f}", lim.bf16_tflops),
                         tflops / lim.bf16_tflops});
       }
+    };
+    for (const decode_kernel& kernel : decode_kernels) {
+      if (&kernel > &decode_kernels[3]) continue;  // wg_gemm (both), stream_gemm, pipe_gemm
+      if (wide && kernel.pipe) continue;           // the same tiles as the stream_gemm row
+      kernel.select();
+      time_row(!wide       ? kernel.name
+               : kernel.wg ? (kernel.ring ? "wg_gemm wide tiles ring" : "wg_gemm wide tiles")
+                           : "smem tiles");
+    }
+    if (wide) {  // 32-token tiles (opt-in while untested)
+      default_decode_kernel();
+      cuda::set_wg_gemm_n32(1);
+      time_row("wg_gemm n32 tiles");
+      cuda::set_wg_gemm_n32(0);
     }
     default_decode_kernel();
   }

@@ -120,6 +120,12 @@ long wg_gemm_launches();
 /// DEEPINFER_WG_PREFILL=0 sets the default off. Defined in sm90_block_gemm.cu.
 void set_wg_gemm_wide_tiles(bool on);
 bool get_wg_gemm_wide_tiles();
+/// wg_gemm's walked prefill-sized groups in 32-token tiles (m64n32k32: each weight fragment
+/// decoded and each weight byte read from the L2 once per 32 tokens instead of 8) when a typical
+/// group has 24 rows or more and the tile's B fits: 1 on, 0 off (the default: EXPERIMENT, not
+/// yet run on a GPU), 2 on with B's descriptor offsets swapped (a diagnostic for that first
+/// run). DEEPINFER_WG_N32 sets the default. Defined in wg_gemm.cu.
+void set_wg_gemm_n32(int mode);
 /// wg_gemm streams its weights through a per-warp shared-memory ring of 4 runs (cp.async: more
 /// bytes in flight, no registers held) instead of one run ahead in registers; the same bits.
 /// 1 always, 0 never, -1 (the default) from 128 routed rows on (batches of about 22 tokens and

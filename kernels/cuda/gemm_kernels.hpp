@@ -119,6 +119,7 @@ struct wg_gemm_plan {
   std::int64_t row_blocks, grid_groups;  ///< the grid (x: 128-row blocks, y: groups)
   bool walk;            ///< groups bounded by more than 8 rows: blocks walk their token tiles
   std::int64_t walkers;  ///< blocks walking each group's tiles (1 unless a tile hint > 8 rows)
+  int tile_tokens;       ///< 8, or 32 for walked prefill-sized groups (set_wg_gemm_n32)
 };
 /// How launch_wg_gemm runs p: the splits from the weight's shape only, never the rows.
 wg_gemm_plan plan_wg_gemm(const block_gemm_params& p);

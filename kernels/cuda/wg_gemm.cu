@@ -46,6 +46,7 @@ constexpr int step_bytes = step_k / 2;             // MXFP4 bytes of a row per s
 constexpr int wg_rows = 4 * il_stripe_rows;        // rows of a warpgroup (and of a block)
 constexpr int b_step_bytes = 8 * step_k;           // an 8-token step of B in shared memory
 constexpr int max_split_steps = 48 * 1024 / b_step_bytes;  // B within the default 48 KB
+constexpr std::size_t n32_smem_limit = 200 * 1024;  // 32-token tiles: B and the ring within this
 constexpr int split_align = 8;                     // K splits start at multiples of 8 steps
 
 struct wg_config {
@@ -53,6 +54,7 @@ struct wg_config {
   int steps_per_split;  ///< a multiple of split_align
   bool compact;         ///< grid row y serves the y-th non-empty group
   int walkers;          ///< blocks walking a group's token tiles (the grid's z is splits x walkers)
+  bool b_swap;          ///< 32-token tiles: B's descriptor offsets swapped (diagnostic)
 };
 
 /// Runs of weights a warp keeps in flight through its shared-memory ring (RING > 0: cp.async,
@@ -66,15 +68,29 @@ __device__ __forceinline__ std::uint64_t b_descriptor(const void* smem) {
   return smem_descriptor(smem, 128, 128);
 }
 
-template <bool EVERY, bool WALK, int RING>
-__global__ void __launch_bounds__(warps * 32, 2)
+/// A 32-token step of B: token groups of 8 at 256-byte steps (each its two K-adjacent core
+/// matrices, 128 bytes apart). swap (set_wg_gemm_n32 mode 2: a diagnostic for the first GPU
+/// run) gives the two offsets the other way round.
+__device__ __forceinline__ std::uint64_t b32_descriptor(const void* smem, bool swap) {
+  return swap ? smem_descriptor(smem, 256, 128) : smem_descriptor(smem, 128, 256);
+}
+
+/// NT tokens per tile: 8 (m64n8k32; decode tiles, and the walked tiles of larger groups), or
+/// 32 (m64n32k32, walked prefill-sized groups only: each weight fragment decoded once for 32
+/// tokens; one block per SM for its larger B and registers).
+template <bool EVERY, bool WALK, int RING, int NT = 8>
+__global__ void __launch_bounds__(warps * 32, NT == 8 ? 2 : 1)
     wg_gemm_kernel(block_gemm_params p, wg_config cfg) {
   detail::grid_dependency_sync();
-  extern __shared__ __align__(128) std::uint8_t b_tile[];  // the split's steps of 8 tokens
-  __shared__ float partial[4][32][8];                      // warpgroup 1's sums
+  static_assert(NT == 8 || (NT == 32 && WALK), "8-token tiles, or walked 32-token tiles");
+  constexpr int NJ = NT / 8;                               // 8-token column groups of a tile
+  constexpr int bstep = NT * step_k;                       // bytes of one step of B
+  extern __shared__ __align__(128) std::uint8_t b_tile[];  // the split's steps of NT tokens
+  __shared__ float partial[4][32][8 * NJ];                 // warpgroup 1's sums
   // Steps per wgmma group (fence, wgmmas, commit, wait): a whole run, or two steps when the
-  // block walks token tiles (fewer live registers: no spills at 128). The same sums either way.
-  constexpr int group_steps = WALK ? 2 : 4;
+  // block walks token tiles (fewer live registers: no spills at 128), one with 32-token tiles.
+  // The same sums either way.
+  constexpr int group_steps = NT == 32 ? 1 : WALK ? 2 : 4;
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
   const int wg = warp / 4, wq = warp % 4;
   const block_site site = locate_block<warps>(p, cfg.compact, cfg.k_splits);
@@ -113,7 +129,7 @@ __global__ void __launch_bounds__(warps * 32, 2)
   // RING: this lane's 16 bytes of each piece of a run in slot ((s - w0) / 4) % RING of the
   // warp's ring (it reads back only what it copied: no barrier), one commit group per run.
   std::uint8_t* const ring =
-      b_tile + cfg.steps_per_split * b_step_bytes + (warp * RING * run_bytes) + lane * 16;
+      b_tile + cfg.steps_per_split * bstep + (warp * RING * run_bytes) + lane * 16;
   auto slot_of = [&](int s) {
     return ring + ((s - w0) / run_steps) % (RING > 0 ? RING : 1) * run_bytes;
   };
@@ -137,36 +153,44 @@ __global__ void __launch_bounds__(warps * 32, 2)
       load(w0);
     }
   };
-  if (site.tile * 8 < count) prime();  // (a walker past its group's tiles loads nothing)
+  if (site.tile * NT < count) prime();  // (a walker past its group's tiles loads nothing)
 
   // WALK: the block takes tiles site.tile, site.tile + walkers, ... of its group (1 walker for
   // a decode step, more for prefill-sized groups).
-  for (std::int64_t tok0 = site.tile * 8; tok0 < count; tok0 += 8 * cfg.walkers) {
+  for (std::int64_t tok0 = site.tile * NT; tok0 < count; tok0 += NT * cfg.walkers) {
     const std::int64_t last_tok = count - tok0 - 1;
     auto tile_row = [&](std::int64_t i) { return row_begin + tok0 + (i < last_tok ? i : last_tok); };
     // Stage the split's steps of the 8-token tile: step s at (s - split_begin) * 256, inputs
     // 8t'..8t'+7 of token n as fp4_act_low (slots 4t'..4t'+3: core matrix 0) and fp4_act_high
     // (slots 16 + 4t'..: core matrix 1), so that slot j meets the weight code fp4_low / fp4_high
     // put at column j of A.
-    if (WALK && tok0 != site.tile * 8) __syncthreads();  // the previous tile's B is read
-    {  // thread: token n, quarter q, steps s = threadIdx.x / 32 + 8j
-      const int q = int(threadIdx.x) % 4, n = (int(threadIdx.x) / 4) % 8;
+    // With 32-token tiles, token group n / 8 of a step at (n / 8) * 256 (the core matrices of
+    // the next 8 tokens: the descriptor's stride offset).
+    if (WALK && tok0 != site.tile * NT) __syncthreads();  // the previous tile's B is read
+    {  // thread: token n, quarter q, steps s = threadIdx.x / (4 NT) + (8 / NJ) j
+      const int q = int(threadIdx.x) % 4, n = (int(threadIdx.x) / 4) % NT;
       const std::uint8_t* src =
           p.act + tile_row(n) * p.act_stride + col0 + std::int64_t(split_begin) * step_k + 8 * q;
-      std::uint8_t* dst = b_tile + n * 16 + 4 * q;
-      for (int s = int(threadIdx.x) / 32; s < split_end - split_begin; s += warps) {
+      std::uint8_t* dst = b_tile + (n / 8) * 256 + (n % 8) * 16 + 4 * q;
+      for (int s = int(threadIdx.x) / (4 * NT); s < split_end - split_begin; s += warps / NJ) {
         const uint2 v = __ldg(reinterpret_cast<const uint2*>(src + s * step_k));
-        *reinterpret_cast<std::uint32_t*>(dst + s * b_step_bytes) = fp4_act_low(v.x, v.y);
-        *reinterpret_cast<std::uint32_t*>(dst + s * b_step_bytes + 128) = fp4_act_high(v.x, v.y);
+        *reinterpret_cast<std::uint32_t*>(dst + s * bstep) = fp4_act_low(v.x, v.y);
+        *reinterpret_cast<std::uint32_t*>(dst + s * bstep + 128) = fp4_act_high(v.x, v.y);
       }
     }
     fence_proxy_async();  // seen by wgmma
     __syncthreads();
 
-    const float* sx_a = p.act_scale + tile_row(2 * t) * p.act_scale_stride + (col0 >> act_shift);
-    const float* sx_b = p.act_scale + tile_row(2 * t + 1) * p.act_scale_stride + (col0 >> act_shift);
-    float acc[2][4] = {};
-    if (tok0 != site.tile * 8) prime();
+    // Column group j's token columns 8j + 2t and 8j + 2t + 1: their activation scale rows.
+    // (32-bit offsets from p.act_scale: fewer registers than pointers in 32-token tiles.)
+    int sx_a[NJ], sx_b[NJ];
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) {
+      sx_a[j] = int(tile_row(8 * j + 2 * t) * p.act_scale_stride + (col0 >> act_shift));
+      sx_b[j] = int(tile_row(8 * j + 2 * t + 1) * p.act_scale_stride + (col0 >> act_shift));
+    }
+    float acc[2][4 * NJ] = {};
+    if (tok0 != site.tile * NT) prime();
     for (int s = w0; s < w1; s += run_steps) {
       uint4 cur[2][2];
       if constexpr (RING > 0) {
@@ -185,13 +209,18 @@ __global__ void __launch_bounds__(warps * 32, 2)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
           wpk[m][h] = __ldg(reinterpret_cast<const unsigned*>(ws8 + (16 * m + 8 * h) * p.wscale_cols + s));
-      float xa[4], xb[4];
-      run_act_scales<EVERY, true>(sx_a, sx_b, s, act_shift, xa, xb);
+      // 8-token tiles: the run's activation scales now; 32-token tiles: each step's, loaded
+      // while its wgmmas run (16 registers instead of 64).
+      float xa[1][4], xb[1][4];  // (unused with 32-token tiles)
+      if constexpr (NT == 8) {
+        run_act_scales<EVERY, true>(p.act_scale + sx_a[0], p.act_scale + sx_b[0], s, act_shift,
+                                    xa[0], xb[0]);
+      }
       // Step u of tile m from word u of its two rows' 16-byte pieces.
 #pragma unroll
       for (int u0 = 0; u0 < run_steps; u0 += group_steps) {
         std::uint32_t a[group_steps][2][4];
-        float d[group_steps][2][4];
+        float d[group_steps][2][4 * NJ];
 #pragma unroll
         for (int v = 0; v < group_steps; ++v)
 #pragma unroll
@@ -205,25 +234,50 @@ __global__ void __launch_bounds__(warps * 32, 2)
             for (int c = 0; c < 4; ++c) pin(a[v][m][c]);  // written before the fence
           }
         wgmma_fence();
-        const std::uint8_t* b_step = b_tile + (s + u0 - split_begin) * b_step_bytes;
+        const std::uint8_t* b_step = b_tile + (s + u0 - split_begin) * bstep;
 #pragma unroll
         for (int v = 0; v < group_steps; ++v)
 #pragma unroll
-          for (int m = 0; m < 2; ++m)
-            wgmma_n8_fresh(d[v][m], a[v][m], b_descriptor(b_step + v * b_step_bytes));
+          for (int m = 0; m < 2; ++m) {
+            if constexpr (NT == 8)
+              wgmma_n8_fresh(d[v][m], a[v][m], b_descriptor(b_step + v * bstep));
+            else
+              wgmma_n32_fresh(d[v][m], a[v][m], b32_descriptor(b_step + v * bstep, cfg.b_swap));
+          }
         wgmma_commit();
+        float xs_a[NJ], xs_b[NJ];  // 32-token tiles: step u0's scales (group_steps == 1)
+        if constexpr (NT == 32) {
+          const int col = ((s + u0) * step_k) >> act_shift;
+#pragma unroll
+          for (int j = 0; j < NJ; ++j) {
+            xs_a[j] = __ldg(p.act_scale + sx_a[j] + col);
+            xs_b[j] = __ldg(p.act_scale + sx_b[j] + col);
+          }
+        }
         wgmma_wait<0>();
 #pragma unroll
         for (int v = 0; v < group_steps; ++v)
 #pragma unroll
           for (int m = 0; m < 2; ++m) {
 #pragma unroll
-            for (int c = 0; c < 4; ++c) {
-              pin(d[v][m][c]);  // read only after the wait
-              pin(a[v][m][c]);  // kept until the wgmmas have read them
+            for (int c = 0; c < 4 * NJ; ++c) pin(d[v][m][c]);  // read only after the wait
+#pragma unroll
+            for (int c = 0; c < 4; ++c) pin(a[v][m][c]);  // kept until the wgmmas have read them
+            if constexpr (NT == 8) {
+              promote_fp4_step(acc[m], d[v][m], wpk[m][0], wpk[m][1], u0 + v, xa[0][u0 + v],
+                               xb[0][u0 + v]);
+            } else {  // promote_fp4_step's arithmetic per column group
+              const int u = u0 + v;
+              const float w_lo = fp4_scale_factor(std::uint8_t(wpk[m][0] >> (8 * u)));
+              const float w_hi = fp4_scale_factor(std::uint8_t(wpk[m][1] >> (8 * u)));
+#pragma unroll
+              for (int j = 0; j < NJ; ++j) {
+                acc[m][4 * j + 0] += d[v][m][4 * j + 0] * (w_lo * xs_a[j]);
+                acc[m][4 * j + 1] += d[v][m][4 * j + 1] * (w_lo * xs_b[j]);
+                acc[m][4 * j + 2] += d[v][m][4 * j + 2] * (w_hi * xs_a[j]);
+                acc[m][4 * j + 3] += d[v][m][4 * j + 3] * (w_hi * xs_b[j]);
+              }
             }
-            promote_fp4_step(acc[m], d[v][m], wpk[m][0], wpk[m][1], u0 + v, xa[u0 + v],
-                             xb[u0 + v]);
           }
       }
     }
@@ -233,19 +287,19 @@ __global__ void __launch_bounds__(warps * 32, 2)
 #pragma unroll
       for (int m = 0; m < 2; ++m)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) partial[wq][lane][m * 4 + c] = acc[m][c];
+        for (int c = 0; c < 4 * NJ; ++c) partial[wq][lane][m * 4 * NJ + c] = acc[m][c];
     }
     __syncthreads();  // also: every warp is done with this tile's B
     if (wg == 0 && n0 < p.n) {
 #pragma unroll
       for (int m = 0; m < 2; ++m)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const std::int64_t r = n0 + 16 * m + g + (c < 2 ? 0 : 8);
-          const std::int64_t tk = tok0 + 2 * t + (c & 1);
+        for (int c = 0; c < 4 * NJ; ++c) {
+          const std::int64_t r = n0 + 16 * m + g + ((c & 3) < 2 ? 0 : 8);
+          const std::int64_t tk = tok0 + 8 * (c / 4) + 2 * t + (c & 1);
           if (tk >= count) continue;
           float* out = p.y + group * p.y_group_offset + (row_begin + tk) * p.y_stride + r;
-          const float v = acc[m][c] + partial[wq][lane][m * 4 + c];
+          const float v = acc[m][c] + partial[wq][lane][m * 4 * NJ + c];
           if (cfg.k_splits > 1)
             atomicAdd(out, v);
           else
@@ -269,10 +323,18 @@ constexpr std::int64_t ring_min_rows = 128;
 std::atomic<bool> g_wg_gemm{detail::env_switch("DEEPINFER_WG_GEMM", true)};
 
 struct wg_shape {
-  wg_config cfg{1, 0, false, 1};
+  wg_config cfg{1, 0, false, 1, false};
   std::int64_t row_blocks = 0, grid_groups = 0;
   bool walk = false;
+  int nt = 8;  ///< tokens per tile (32: walked prefill-sized groups, set_wg_gemm_n32)
 };
+
+/// 32-token tiles (m64n32k32) for walked prefill-sized groups: 0 off (the default while
+/// untested on a GPU), 1 on, 2 on with B's descriptor offsets swapped (a diagnostic).
+std::atomic<int> g_n32{[] {
+  const char* env = std::getenv("DEEPINFER_WG_N32");
+  return env && (env[0] == '1' || env[0] == '2') && env[1] == '\0' ? env[0] - '0' : 0;
+}()};
 
 wg_shape wg_shape_of(const block_gemm_params& p) {
   wg_shape sh;
@@ -285,7 +347,7 @@ wg_shape wg_shape_of(const block_gemm_params& p) {
   int per_split = (total_steps + k_splits - 1) / k_splits;
   per_split = (per_split + split_align - 1) / split_align * split_align;
   const bool compact = p.offsets && p.rows > 0 && p.rows < p.groups;
-  sh.cfg = wg_config{k_splits, per_split, compact, 1};
+  sh.cfg = wg_config{k_splits, per_split, compact, 1, g_n32 == 2};
   sh.row_blocks = row_blocks;
   sh.grid_groups = compact ? p.rows : p.groups;
   sh.walk = p.max_rows > 8;
@@ -298,7 +360,12 @@ wg_shape wg_shape_of(const block_gemm_params& p) {
     const std::int64_t mean2 =
         p.offsets && p.rows > 0 ? 2 * ((p.rows + p.groups - 1) / p.groups) : 0;
     const std::int64_t basis = std::min(p.max_rows, p.tile_rows > 0 ? p.tile_rows : mean2);
-    if (basis > 8) sh.cfg.walkers = int(std::min<std::int64_t>((basis + 7) / 8, 4096));
+    // 32-token tiles when a typical group fills most of one and B (32 x the split's K) and the
+    // ring fit the shared memory of one block per SM.
+    const std::size_t n32_bytes =
+        std::size_t(per_split) * 32 * step_k + std::size_t(8) * ring_runs * run_bytes;
+    if (g_n32 > 0 && basis >= 24 && n32_bytes <= n32_smem_limit) sh.nt = 32;
+    if (basis > 8) sh.cfg.walkers = int(std::min<std::int64_t>((basis + sh.nt - 1) / sh.nt, 4096));
   }
   return sh;
 }
@@ -307,14 +374,19 @@ template <int RING>
 void launch_ring(const block_gemm_params& p, const wg_shape& sh, bool every, dim3 grid,
                  std::size_t smem, cudaStream_t stream) {
   // Per instantiation and device: room for the largest split's B and the ring.
-  static std::atomic<std::size_t> limits[4][detail::max_tracked_devices];
+  static std::atomic<std::size_t> limits[6][detail::max_tracked_devices];
   const std::size_t most =
       std::size_t(max_split_steps) * b_step_bytes + std::size_t(warps) * RING * run_bytes;
   auto go = [&](auto kernel, int which) {
-    detail::ensure_smem(reinterpret_cast<const void*>(kernel), most, limits[which]);
+    detail::ensure_smem(reinterpret_cast<const void*>(kernel), which >= 4 ? n32_smem_limit : most,
+                        limits[which]);
     detail::launch("wg_gemm", kernel, grid, warps * 32, smem, stream, p, sh.cfg);
   };
-  if (every && sh.walk)
+  if (sh.nt == 32 && every)
+    go(&wg_gemm_kernel<true, true, RING, 32>, 4);
+  else if (sh.nt == 32)
+    go(&wg_gemm_kernel<false, true, RING, 32>, 5);
+  else if (every && sh.walk)
     go(&wg_gemm_kernel<true, true, RING>, 0);
   else if (every)
     go(&wg_gemm_kernel<true, false, RING>, 1);
@@ -337,6 +409,11 @@ bool wg_gemm_uses_ring(const block_gemm_params& p) {
   return (p.rows > 0 ? p.rows : p.max_rows) >= ring_min_rows;
 }
 
+void set_wg_gemm_n32(int mode) {
+  DI_CHECK(mode >= 0 && mode <= 2, "wg_gemm 32-token tiles mode {} (expected 0, 1 or 2)", mode);
+  g_n32 = mode;
+}
+
 void set_wg_gemm(bool on) {
   g_wg_gemm = on;
 }
@@ -350,7 +427,7 @@ long wg_gemm_launches() {
 wg_gemm_plan plan_wg_gemm(const block_gemm_params& p) {
   const wg_shape sh = wg_shape_of(p);
   return {sh.cfg.k_splits, sh.cfg.steps_per_split, sh.row_blocks, sh.grid_groups,
-          sh.walk,         sh.cfg.walkers};
+          sh.walk,         sh.cfg.walkers,         sh.nt};
 }
 
 bool wg_gemm_takes(const block_gemm_params& p) {
@@ -384,7 +461,7 @@ void launch_wg_gemm(const block_gemm_params& p, cudaStream_t stream) {
   // sh.cfg.walkers blocks each.
   const dim3 grid(unsigned(sh.row_blocks), unsigned(sh.grid_groups),
                   unsigned(sh.cfg.k_splits * sh.cfg.walkers));
-  const std::size_t b_bytes = std::size_t(sh.cfg.steps_per_split) * b_step_bytes;
+  const std::size_t b_bytes = std::size_t(sh.cfg.steps_per_split) * step_k * sh.nt;
   const bool every = p.act_block == 32;
   if (wg_gemm_uses_ring(p))
     launch_ring<ring_runs>(p, sh, every, grid, b_bytes + std::size_t(warps) * ring_runs * run_bytes,

@@ -61,4 +61,21 @@ __device__ __forceinline__ void wgmma_n8_fresh(float (&d)[4], const std::uint32_
       : "memory");
 }
 
+/// d = A B (fresh accumulators), m64n32k32 e4m3: A as wgmma_n8_fresh's, B 32 x 32 in shared
+/// memory; d holds the thread's 16 results, column group j (8 tokens) at d[4j .. 4j + 3] in
+/// mma.sync m16n8's layout (rows g / g + 8, columns 2t / 2t + 1 of the group).
+__device__ __forceinline__ void wgmma_n32_fresh(float (&d)[16], const std::uint32_t (&a)[4],
+                                                std::uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, p, 1, "
+      "1;\n}\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]),
+        "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]),
+        "=f"(d[14]), "=f"(d[15])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)
+      : "memory");
+}
+
 }  // namespace di::cuda::gemm_detail

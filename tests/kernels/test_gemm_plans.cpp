@@ -350,7 +350,20 @@ TEST_CASE("wg_gemm takes interleaved MXFP4 decode tiles; its splits depend on th
     pf.max_rows = 20;  // the hint never exceeds the largest group
     pf.tile_rows = 48;
     CHECK(cuda::plan_wg_gemm(pf).walkers == 3);
+    CHECK(cuda::plan_wg_gemm(pf).tile_tokens == 8);  // 32-token tiles off by default
+    // 32-token tiles: from a typical group of 24 rows, walkers counted in them; decode keeps 8.
+    cuda::set_wg_gemm_n32(1);
+    pf = experts(e.s, 1024);
+    const cuda::wg_gemm_plan wide = cuda::plan_wg_gemm(pf);
+    CHECK(wide.tile_tokens == (2 * mean >= 24 ? 32 : 8));
+    CHECK(wide.walkers == (2 * mean + wide.tile_tokens - 1) / wide.tile_tokens);
+    CHECK(wide.k_splits == first.k_splits);
+    pf.tile_rows = 16;
+    CHECK(cuda::plan_wg_gemm(pf).tile_tokens == 8);
+    CHECK(cuda::plan_wg_gemm(experts(e.s, 64)).tile_tokens == 8);
+    cuda::set_wg_gemm_n32(0);
   }
+  CHECK_THROWS_AS(cuda::set_wg_gemm_n32(3), error);
   const shape w1{2304, 5120, 0, 384, 32};
   cuda::block_gemm_params p = experts(w1, 1);
   p.fp4_interleaved = false;  // rows as stored: stream_gemm's

@@ -11,6 +11,7 @@
 #include "kernels/ops.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -582,6 +583,8 @@ struct stream_switches {
     cuda::set_pipe_gemm(false);
     cuda::set_wg_gemm(true);
     cuda::set_wg_gemm_ring(-1);
+    cuda::set_wg_gemm_wide_tiles(true);
+    cuda::set_wg_gemm_n32(0);
   }
 };
 
@@ -820,6 +823,21 @@ TEST_CASE(
       if (first.defined()) test::check_bitwise(y, first);  // the walkers change no result
       first = y;
     }
+    // 32-token tiles (m64n32k32, set_wg_gemm_n32; mode 2 swaps B's descriptor offsets -- a
+    // diagnostic that tells a B layout bug from others on the first GPU run).
+    cuda::set_wg_gemm_n32(1);
+    for (const ops::expert_linear_params p :
+         {ops::expert_linear_params{sh.act, 130}, ops::expert_linear_params{sh.act, rows, 48}}) {
+      CAPTURE(p.tile_rows_hint);
+      test::poison_device_pool();
+      const tensor y32 = ops::expert_linear(xg, offg, il, p).to(cpu_device);
+      check_close(y32, want, 2e-3);
+      check_close(y32, first, 1e-6);
+      test::check_bitwise(ops::expert_linear(xg, offg, il, p).to(cpu_device), y32);
+      const bool same = std::memcmp(y32.raw(), first.raw(), first.nbytes()) == 0;
+      MESSAGE("32-token tiles " << (same ? "give" : "do not give") << " the 8-token tiles' bits");
+    }
+    cuda::set_wg_gemm_n32(0);
     // Off: sm90_block_gemm's shared-memory tiles (emulated mma.sync: the last bits differ).
     cuda::set_wg_gemm_wide_tiles(false);
     const long before = cuda::wg_gemm_launches();
