@@ -11,6 +11,7 @@
 #   DEEPINFER_SKIP_ORDERED=1 (no decode run with ordered K splits),
 #   DEEPINFER_COMPARE_BATCHED=1 (decode again with per-sequence attention, graphs on),
 #   DEEPINFER_COMPARE_ENV="VAR=value ..." (decode again with those settings, graphs on),
+#   DEEPINFER_COMPARE_PREFILL_ENV="VAR=value ..." (prefill again with those settings),
 #   DEEPINFER_COMPARE_ARGS="--logits host" (decode again with those bench arguments, graphs on;
 #   with COMPARE_ENV: both in one run),
 #   DEEPINFER_COMPARE_FP4_LAYOUT=1 (decode again with MXFP4 rows as stored, not interleaved),
@@ -110,6 +111,11 @@ for preset in "$@"; do
   if [[ ${DEEPINFER_SKIP_PREFILL:-0} != 1 ]]; then
     "$di" bench prefill --model "$dir" --device cuda --batch 1 --context 2048 --steps 8 \
       2>&1 | tee "$out/bench-prefill-$preset.log"
+    if [[ -n ${DEEPINFER_COMPARE_PREFILL_ENV:-} ]]; then  # prefill again with those settings
+      env $DEEPINFER_COMPARE_PREFILL_ENV "$di" bench prefill --model "$dir" --device cuda \
+        --batch 1 --context 2048 --steps 8 2>&1 | tee "$out/bench-prefill-env-$preset.log" |
+        grep prefill | sed "s/^/$DEEPINFER_COMPARE_PREFILL_ENV: /"
+    fi
   fi
   if [[ -x /tmp/fwd/bin/deepinfer-base ]]; then  # the baseline build on the same checkpoint
     /tmp/fwd/bin/deepinfer-base bench decode --model "$dir" --device cuda --batch "$batches" \
