@@ -43,6 +43,11 @@ struct weight_matrix {
   /// bytes, and a warp's rows over its K range are one contiguous stretch of memory. Same
   /// bytes, same scales.
   bool interleaved = false;
+  /// CUDA, FP8 with 128 x 128 blocks: the scales as cuBLASLt's block-scaled FP8 GEMM reads them
+  /// (f32 [ceil(rows / 128), ceil(cols / 128) rounded up to 4]), made once by
+  /// cuda::with_lt_scales (the model upload does); undefined otherwise, and then that GEMM
+  /// converts the scales on every call. Derived data: weight_to does not carry it.
+  tensor lt_scales;
 
   weight_matrix() = default;
   /// A plain f32 or bf16 matrix [rows, cols] (implicit: a dense tensor is a weight matrix).

@@ -49,10 +49,11 @@ std::atomic<int> g_lt_layout{0};
 
 /// Weight scales as cuBLASLt's BLK128x128_32F wants them: fp32 [ceil(n/128), ld] row-major
 /// with ld = ceil(k/128) rounded up to a multiple of 4 (or the variants of
-/// set_cublaslt_scale_layout), converted on the device for each call (a few KB; a cache keyed
-/// by address would go stale when the pool hands the address to another weight).
-tensor lt_weight_scales(const weight_matrix& w) {
-  const int layout = g_lt_layout;
+/// set_cublaslt_scale_layout): w.lt_scales when the weight carries them (with_lt_scales, the
+/// default layout), else converted on the device for this call (a few KB; a cache keyed by
+/// address would go stale when the pool hands the address to another weight).
+tensor lt_weight_scales(const weight_matrix& w, int layout) {
+  if (layout == 0 && w.lt_scales.defined()) return w.lt_scales;
   const bool col_major = layout & 1, pad = !(layout & 4);
   tensor src = w.scales;
   if (col_major) {  // rare probe layout: transpose on the host
@@ -135,7 +136,7 @@ bool cublaslt_block_fp8(const weight_matrix& w, const tensor& codes, const tenso
   handles& h = thread_handles();
   if (!h.workspace.defined())
     h.workspace = tensor::empty({std::int64_t(lt_workspace_bytes)}, dtype::u8, y.dev());
-  const tensor a_scales = lt_weight_scales(w);
+  const tensor a_scales = lt_weight_scales(w, g_lt_layout);
   const float* a_scale = a_scales.data<float>();
   const float* b_scale = scales_mn.data<float>();
   lt_call call;
@@ -180,6 +181,15 @@ bool cublaslt_block_fp8(const weight_matrix& w, const tensor& codes, const tenso
                               h.workspace.raw(), ws, current_stream()));
   g_lt_available = true;
   return true;
+}
+
+weight_matrix with_lt_scales(const weight_matrix& w) {
+  if (w.values.type() != dtype::f8_e4m3 || w.block.rows != 128 || w.block.cols != 128 ||
+      w.values.dev().kind != device_kind::cuda || w.lt_scales.defined())
+    return w;
+  weight_matrix out = w;
+  out.lt_scales = lt_weight_scales(w, 0);
+  return out;
 }
 
 bool cublaslt_block_fp8_available() {

@@ -172,5 +172,10 @@ weight_matrix stack_weights(std::span<const weight_matrix> experts, device dev,
 
 /// True when the last FP8 GEMM that asked cuBLASLt for its block-scaled kernel got one.
 bool cublaslt_block_fp8_available();
+/// `w` with weight_matrix::lt_scales made (FP8 with 128 x 128 blocks on a CUDA device; any
+/// other weight comes back as it is): cuBLASLt's GEMMs on it then launch no scale conversion
+/// (30 launches per v4-flash-L4 step at batch 64, session 14's profile). The same values as the
+/// per-call conversion: the same results. Defined in cublas_gemm.cpp.
+weight_matrix with_lt_scales(const weight_matrix& w);
 
 }  // namespace di::cuda

@@ -35,7 +35,7 @@ class uploader {
     if (!w.values.defined()) return w;
     weight_matrix d = weight_to(w, dev_);
     return format_ == device_weight_format::f32 ? cuda::dequantize_weight(d, dtype::f32)
-                                                : streamed(d);
+                                                : cuda::with_lt_scales(streamed(d));
   }
   /// Packed FP4 in the layout the decode GEMM streams fastest (weight_matrix::interleaved).
   static weight_matrix streamed(const weight_matrix& w) {

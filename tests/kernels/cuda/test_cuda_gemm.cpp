@@ -163,6 +163,20 @@ TEST_CASE("cuda linear: cuBLASLt block-scaled FP8 (prefill shapes) or its fallba
       check_linear(x, w, 128, cuda::gemm_backend::dequant_bf16, 1e-5);
     }
   }
+  // Scales made once (with_lt_scales, as the model upload does): the per-call conversion's
+  // bits; V4.1's 32-blocks take none.
+  {
+    const weight_matrix w = weight_to(random_fp8(1024, 4096, 128), gpu);
+    const weight_matrix wl = cuda::with_lt_scales(w);
+    REQUIRE(wl.lt_scales.defined());
+    const tensor x = varied_input(256, 4096).to(gpu);
+    cuda::set_gemm_backend(cuda::gemm_backend::cublaslt);
+    test::check_bitwise(ops::linear(x, wl, {128}).to(cpu_device),
+                        ops::linear(x, w, {128}).to(cpu_device));
+    cuda::set_gemm_backend(cuda::gemm_backend::automatic);
+    CHECK_FALSE(
+        cuda::with_lt_scales(weight_to(random_fp8(256, 512, 32), gpu)).lt_scales.defined());
+  }
   // Decode batches with the threshold lowered (DEEPINFER_LT_ROWS=16): cuBLASLt for 16k rows,
   // block_gemm for the others (8, 24 rows); right either way.
   const std::int64_t lt_before = cuda::get_cublaslt_min_rows();
