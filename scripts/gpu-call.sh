@@ -2,7 +2,8 @@
 # One device call's command (run it as the `run` command, carrying build-cuda-fwd/fwd-bundle.tar.xz):
 # an optional gate -- the GPU tests matching $DEEPINFER_GATE (a doctest -tc pattern, e.g.
 # "*pipe_gemm*") under a 120 s timeout, so that a new kernel that hangs or fails costs seconds,
-# not the call -- then scripts/gpu-forward.sh "$@" (presets, DEEPINFER_* switches as documented
+# not the call (DEEPINFER_GATE_STOP=hang: go on unless the gate timed out or crashed -- for opt-in
+# kernels whose failure leaves the default path's figures meaningful) -- then scripts/gpu-forward.sh "$@" (presets, DEEPINFER_* switches as documented
 # there) under $DEEPINFER_CALL_TIMEOUT seconds (default 480). A device call brings back only a
 # few files, so every log is packed into $OUT/logs.tgz beside the combined $OUT/all.log, which
 # ends with scripts/acceptance-summary.py's figures against issue 5's targets.
@@ -21,6 +22,8 @@ if [[ -n ${DEEPINFER_GATE:-} ]]; then
   rc=$?
   echo "gate ($DEEPINFER_GATE) rc=$rc"
   grep -E "^\[doctest\] (test cases|assertions)|ERROR" "$logs/gate.log" | head -20
+  # doctest exits 1 on a failed assertion; a timeout is 124, a signal 128+.
+  if [[ ${DEEPINFER_GATE_STOP:-fail} == hang && $rc == 1 ]]; then rc=0; fi
 fi
 if [[ $rc == 0 ]]; then
   OUT=$logs timeout "${DEEPINFER_CALL_TIMEOUT:-480}" scripts/gpu-forward.sh "$@" >"$logs/all.log" 2>&1

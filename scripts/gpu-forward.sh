@@ -10,7 +10,8 @@
 #   (decode again with stream_gemm's other variants and sm90_block_gemm's tiles),
 #   DEEPINFER_SKIP_ORDERED=1 (no decode run with ordered K splits),
 #   DEEPINFER_COMPARE_BATCHED=1 (decode again with per-sequence attention, graphs on),
-#   DEEPINFER_COMPARE_ENV="VAR=value ..." (decode again with those settings, graphs on),
+#   DEEPINFER_COMPARE_ENV="VAR=value ..." (decode again with those settings, graphs on; sets
+#   separated by ';' run one after another),
 #   DEEPINFER_COMPARE_PREFILL_ENV="VAR=value ..." (prefill again with those settings),
 #   DEEPINFER_COMPARE_ARGS="--logits host" (decode again with those bench arguments, graphs on;
 #   with COMPARE_ENV: both in one run),
@@ -83,10 +84,14 @@ for preset in "$@"; do
     done
   fi
   if [[ -n ${DEEPINFER_COMPARE_ENV:-}${DEEPINFER_COMPARE_ARGS:-} ]]; then  # decode again (graphs on)
-    env ${DEEPINFER_COMPARE_ENV:-} "$di" bench decode --model "$dir" --device cuda --batch "$batches" \
-      --context "$ctx" --steps 8 --cuda-graphs on ${DEEPINFER_COMPARE_ARGS:-} 2>&1 |
-      tee "$out/bench-decode-env-$preset.log" |
-      grep decode | sed "s/^/${DEEPINFER_COMPARE_ENV:-}${DEEPINFER_COMPARE_ARGS:-}: /"
+    IFS=';' read -ra envsets <<<"${DEEPINFER_COMPARE_ENV:-}"  # "A=1;B=2": one run per set
+    [[ ${#envsets[@]} -gt 0 ]] || envsets=("")
+    for i in "${!envsets[@]}"; do
+      env ${envsets[$i]} "$di" bench decode --model "$dir" --device cuda --batch "$batches" \
+        --context "$ctx" --steps 8 --cuda-graphs on ${DEEPINFER_COMPARE_ARGS:-} 2>&1 |
+        tee "$out/bench-decode-env$i-$preset.log" |
+        grep decode | sed "s/^/${envsets[$i]}${DEEPINFER_COMPARE_ARGS:-}: /"
+    done
   fi
   if [[ ${DEEPINFER_COMPARE_BATCHED:-0} == 1 ]]; then  # the per-sequence attention path
     "$di" bench decode --model "$dir" --device cuda --batch "$batches" --context "$ctx" --steps 8 \
