@@ -273,11 +273,14 @@ std::vector<int> routed_batches() {
 /// by the batch, the tile hint twice the mean group): `batch` tokens each routed to 6 distinct
 /// experts at random over all `experts`, interleaved MXFP4. Weight bytes counted are those of
 /// the experts touched; small batches rotate over several routings in one graph so that the
-/// touched weights exceed the L2.
+/// touched weights exceed the L2. With `pair` (w1's shape) also w1 and a w3 together
+/// (expert_linear_pair): two launches, one (set_wg_gemm_pair 1), one with the pair's splits (2).
 void fp4_routed_rows(const limits& lim, std::vector<result_row>& rows, const char* model,
-                     const shape& s, int experts, int act) {
+                     const shape& s, int experts, int act, bool pair = false) {
   const weight_matrix w = cuda::with_fp4_layout(device_fp4(std::int64_t(experts) * s.n, s.k, 51),
                                                 true);
+  const weight_matrix w3 =
+      pair ? cuda::with_fp4_layout(device_fp4(std::int64_t(experts) * s.n, s.k, 54), true) : w;
   const double expert_bytes = double(s.n) * double(s.k) * (0.5 + 1.0 / 32.0);
   std::mt19937 rng(52);
   for (const int batch : routed_batches()) {
@@ -314,19 +317,25 @@ void fp4_routed_rows(const limits& lim, std::vector<result_row>& rows, const cha
     // fall back to sm90_block_gemm's shared-memory tiles: those two are compared, in TFLOP/s
     // too (the weights are re-read per 8-token tile, mostly from the L2).
     const bool wide = p.tile_rows_hint > 8;
-    auto time_row = [&](const char* name) {
+    auto time_row = [&](const char* name, bool both = false) {
       const double us = median_graph_us([&] {
-                          for (const routing& r : routings) ops::expert_linear(x, r.offsets, w, p);
+                          for (const routing& r : routings) {
+                            if (both)
+                              ops::expert_linear_pair(x, r.offsets, w, w3, p);
+                            else
+                              ops::expert_linear(x, r.offsets, w, p);
+                          }
                         }) /
                         double(routings.size());
-      const double bytes = touched / double(routings.size()) * expert_bytes;
+      const double bytes = (both ? 2 : 1) * touched / double(routings.size()) * expert_bytes;
       const double gbps = bytes / (us * 1e-6) / 1e9;
       rows.push_back(
           {fmt::format("{} mxfp4 il routed {} x{} b{} {}", model, s.name, experts, batch, name),
            fmt::format("{:.0f} experts N{} K{}", touched / double(routings.size()), s.n, s.k), gbps,
            "GB/s", us, fmt::format("copy {:.0f} GB/s", lim.copy_gbps), gbps / lim.copy_gbps});
       if (wide) {
-        const double tflops = 2.0 * double(pairs) * double(s.n) * double(s.k) / (us * 1e-6) / 1e12;
+        const double tflops =
+          (both ? 4.0 : 2.0) * double(pairs) * double(s.n) * double(s.k) / (us * 1e-6) / 1e12;
         rows.push_back({"  same, TFLOP/s", "", tflops, "TFLOP/s", us,
                         fmt::format("bf16 peak {:.0f}", lim.bf16_tflops),
                         tflops / lim.bf16_tflops});
@@ -340,13 +349,23 @@ void fp4_routed_rows(const limits& lim, std::vector<result_row>& rows, const cha
                : kernel.wg ? (kernel.ring ? "wg_gemm wide tiles ring" : "wg_gemm wide tiles")
                            : "smem tiles");
     }
-    if (wide) {  // 32-token tiles (opt-in while untested)
+    if (wide) {  // the wide rows above take 32-token tiles (the default); the 8-token walk
       default_decode_kernel();
-      cuda::set_wg_gemm_n32(1);
-      time_row("wg_gemm n32 tiles");
       cuda::set_wg_gemm_n32(0);
+      time_row("wg_gemm 8-token tiles");
+      cuda::set_wg_gemm_n32(1);
     }
     default_decode_kernel();
+    if (pair) {
+      for (const int mode : {0, 1, 2}) {
+        cuda::set_wg_gemm_pair(mode);
+        time_row(mode == 0   ? "w1+w3 two launches"
+                 : mode == 1 ? "w1+w3 one launch"
+                             : "w1+w3 one launch, pair's splits",
+                 true);
+      }
+      cuda::set_wg_gemm_pair(2);
+    }
   }
 }
 
@@ -408,10 +427,11 @@ void run_gemms(const limits& lim, std::vector<result_row>& rows, bool quick,
   if (wanted("V4.1 mxfp4 w1")) fp4_grouped_rows(lim, rows, "V4.1", {"w1", 2304, 5120}, 32, quick);
   if (wanted("V4.1 mxfp4 w2")) fp4_grouped_rows(lim, rows, "V4.1", {"w2", 5120, 2304}, 32, quick);
   if (wanted("V4.1 mxfp4 il routed w1"))
-    fp4_routed_rows(lim, rows, "V4.1", {"w1", 2304, 5120}, 384, 32);
+    fp4_routed_rows(lim, rows, "V4.1", {"w1", 2304, 5120}, 384, 32, true);
   if (wanted("V4.1 mxfp4 il routed w2"))
     fp4_routed_rows(lim, rows, "V4.1", {"w2", 5120, 2304}, 384, 32);
-  if (wanted("V4 mxfp4 il routed w1")) fp4_routed_rows(lim, rows, "V4", {"w1", 2048, 4096}, 256, 128);
+  if (wanted("V4 mxfp4 il routed w1"))
+    fp4_routed_rows(lim, rows, "V4", {"w1", 2048, 4096}, 256, 128, true);
   if (wanted("V4 mxfp4 il routed w2")) fp4_routed_rows(lim, rows, "V4", {"w2", 4096, 2048}, 256, 128);
 }
 

@@ -359,21 +359,51 @@ std::int64_t check_expert_operands(const tensor& x, const tensor& offsets,
   return out;
 }
 
-/// The experts' products from x's quantized activations q (rows > 0).
-tensor block_expert_linear(const tensor& x, const tensor& offsets, const weight_matrix& weights,
-                           const expert_linear_params& params, const quantized_act& q,
-                           std::int64_t out) {
+/// The launch of the experts' products from x's quantized activations q into the zeroed y.
+block_gemm_params expert_params(const tensor& x, const tensor& offsets,
+                                const weight_matrix& weights, const expert_linear_params& params,
+                                const quantized_act& q, tensor& y) {
   const std::int64_t experts = offsets.size(0) - 1, rows = x.size(0), in = x.size(1);
-  const int act_block = params.act_quant_block;
-  tensor y = tensor::zeros({rows, out}, dtype::f32, x.dev());  // [rows, out]
-  block_gemm_params p = gemm_params(weights, q, act_block, in, out, int(experts), y);
+  const std::int64_t out = y.size(1);
+  block_gemm_params p = gemm_params(weights, q, params.act_quant_block, in, out, int(experts), y);
   p.offsets = offsets.data<std::int32_t>();
   p.rows = rows;  // with offsets: the total, which bounds the non-empty experts
   p.max_rows = params.max_rows_per_expert > 0 ? std::min(params.max_rows_per_expert, rows) : rows;
   p.tile_rows = params.tile_rows_hint;
   p.y_stride = out;
+  p.y_zeroed = true;
+  return p;
+}
+
+/// The experts' products from x's quantized activations q (rows > 0).
+tensor block_expert_linear(const tensor& x, const tensor& offsets, const weight_matrix& weights,
+                           const expert_linear_params& params, const quantized_act& q,
+                           std::int64_t out) {
+  tensor y = tensor::zeros({x.size(0), out}, dtype::f32, x.dev());  // [rows, out]
+  block_gemm_params p = expert_params(x, offsets, weights, params, q, y);
   run_block_gemm(p, x.dev());
   return y;
+}
+
+/// Both products in one wg_gemm launch when it takes the pair (the same shape and formats;
+/// set_wg_gemm_pair), else an empty pair.
+std::pair<tensor, tensor> paired_expert_linear(const tensor& x, const tensor& offsets,
+                                               const weight_matrix& a, const weight_matrix& b,
+                                               const expert_linear_params& params,
+                                               const quantized_act& q, std::int64_t out) {
+  if (!a.interleaved || !b.interleaved || a.values.shape() != b.values.shape() ||
+      a.scales.shape() != b.scales.shape() || a.scales.type() != b.scales.type())
+    return {};
+  const std::int64_t rows = x.size(0);
+  tensor both = tensor::zeros({2 * rows, out}, dtype::f32, x.dev());  // [2, rows, out]: one memset
+  tensor ya = both.slice(0, 0, rows), yb = both.slice(0, rows, 2 * rows);
+  block_gemm_params p = expert_params(x, offsets, a, params, q, ya);
+  p.weight_b = static_cast<const std::uint8_t*>(b.values.raw());
+  p.wscale_e8m0_b = static_cast<const std::uint8_t*>(b.scales.raw());
+  p.y_b = yb.data<float>();
+  if (!wg_gemm_takes(p)) return {};
+  run_block_gemm(p, x.dev());
+  return {ya, yb};
 }
 
 }  // namespace
@@ -404,6 +434,10 @@ std::pair<tensor, tensor> expert_linear_pair(const tensor& x, const tensor& offs
     return {tensor::zeros({0, out_a}, dtype::f32, x.dev()),
             tensor::zeros({0, out_b}, dtype::f32, x.dev())};
   const quantized_act q = quantize_act(x, params.act_quant_block, false);  // once for both
+  if (out_a == out_b) {
+    auto paired = paired_expert_linear(x, offsets, a, b, params, q, out_a);
+    if (paired.first.defined()) return paired;
+  }
   return {block_expert_linear(x, offsets, a, params, q, out_a),
           block_expert_linear(x, offsets, b, params, q, out_b)};
 }

@@ -63,6 +63,14 @@ struct block_gemm_params {
   /// fp32 atomic adds into the zeroed y, whose order varies from run to run.
   float* split_work = nullptr;
   unsigned* split_counters = nullptr;
+  /// y (and y_b) zeroed by the caller already: a K split's atomic adds need no memset.
+  bool y_zeroed = false;
+  /// A second weight of the same shape, format and scale layout over the same activations
+  /// (the experts' w1 and w3), its outputs in y_b (y's layout): one wg_gemm launch computes
+  /// both -- wg_gemm only (wg_gemm_takes), see set_wg_gemm_pair. nullptr: a single weight.
+  const std::uint8_t* weight_b = nullptr;
+  const std::uint8_t* wscale_e8m0_b = nullptr;
+  float* y_b = nullptr;
 };
 /// How launch_block_gemm will run p: its K splits and the output tiles each split covers
 /// (deterministic splits need splits * y_elements floats of split_work and tiles counters).
@@ -73,6 +81,7 @@ struct block_gemm_plan {
 block_gemm_plan plan_block_gemm(const block_gemm_params& p);
 /// Enqueues the GEMM (zeroing y first when it splits K across blocks with atomics). Token
 /// tiles of at most 8 rows (decode) go to stream_gemm unless that is switched off.
+/// (A pair -- p.weight_b set -- goes to wg_gemm, which must take it.)
 void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream);
 /// block_gemm's decode kernel (stream_gemm.cu): weights streamed into registers; its K splits
 /// depend on the weight's shape only and add deterministically (no workspace).

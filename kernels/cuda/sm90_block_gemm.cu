@@ -514,6 +514,10 @@ block_gemm_plan plan_block_gemm(const block_gemm_params& p) {
 
 void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream) {
   check_interleaved(p, "block_gemm");
+  if (p.weight_b) {  // a pair: wg_gemm only (it checks that it takes it)
+    launch_wg_gemm(p, stream);
+    return;
+  }
   if (p.max_rows == 0 || p.n == 0 || p.groups == 0) return;
   if (p.k / step_k == 0) {
     CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));

@@ -55,6 +55,7 @@ struct wg_config {
   bool compact;         ///< grid row y serves the y-th non-empty group
   int walkers;          ///< blocks walking a group's token tiles (the grid's z is splits x walkers)
   bool b_swap;          ///< 32-token tiles: B's descriptor offsets swapped (diagnostic)
+  int pair_blocks;      ///< a pair (p.weight_b): grid columns from here on take the second weight
 };
 
 /// Runs of weights a warp keeps in flight through its shared-memory ring (RING > 0: cp.async,
@@ -96,6 +97,11 @@ __global__ void __launch_bounds__(warps * 32, NT == 8 ? 2 : 1)
   const block_site site = locate_block<warps>(p, cfg.compact, cfg.k_splits);
   if (site.group < 0) return;  // uniform over the block
   const int group = site.group, split = site.split;
+  // A pair's second weight: the grid's columns from cfg.pair_blocks on (uniform over the block).
+  const bool second = int(blockIdx.x) >= cfg.pair_blocks;
+  const int row_block = int(blockIdx.x) - (second ? cfg.pair_blocks : 0);
+  const std::uint8_t* const weight = second ? p.weight_b : p.weight;
+  const std::uint8_t* const wscale = second ? p.wscale_e8m0_b : p.wscale_e8m0;
   const std::int64_t row_begin = site.row_begin, count = site.count;
 
   const int total_steps = int(p.k / step_k);
@@ -107,14 +113,14 @@ __global__ void __launch_bounds__(warps * 32, NT == 8 ? 2 : 1)
   const int w1 = min(split_end, w0 + per_wg);
   // This warp's stripe (a warpgroup's stripes past the last one load the last: their results
   // are not stored, but every warp of a warpgroup takes part in its wgmmas).
-  const std::int64_t n0 = std::int64_t(blockIdx.x) * wg_rows + wq * il_stripe_rows;
+  const std::int64_t n0 = std::int64_t(row_block) * wg_rows + wq * il_stripe_rows;
   const std::int64_t ld0 = min(n0, p.n - il_stripe_rows);
   const std::int64_t row_bytes = p.k / 2;
   // Piece (m, h) of a run at wrow + (2m + h) * 512; its rows' scales at ws8 + (16m + 8h) *
   // wscale_cols (one base pointer each: fewer live registers).
   const std::uint8_t* const wrow =
-      p.weight + (group * p.n + ld0) * row_bytes + std::int64_t(w0) * 32 * step_bytes + lane * 16;
-  const std::uint8_t* const ws8 = p.wscale_e8m0 + (group * p.n + ld0 + g) * p.wscale_cols;
+      weight + (group * p.n + ld0) * row_bytes + std::int64_t(w0) * 32 * step_bytes + lane * 16;
+  const std::uint8_t* const ws8 = wscale + (group * p.n + ld0 + g) * p.wscale_cols;
   const std::int64_t col0 = group * p.act_group_offset;
   const int act_shift = log2_int(p.act_block);
 
@@ -298,7 +304,8 @@ __global__ void __launch_bounds__(warps * 32, NT == 8 ? 2 : 1)
           const std::int64_t r = n0 + 16 * m + g + ((c & 3) < 2 ? 0 : 8);
           const std::int64_t tk = tok0 + 8 * (c / 4) + 2 * t + (c & 1);
           if (tk >= count) continue;
-          float* out = p.y + group * p.y_group_offset + (row_begin + tk) * p.y_stride + r;
+          float* out =
+              (second ? p.y_b : p.y) + group * p.y_group_offset + (row_begin + tk) * p.y_stride + r;
           const float v = acc[m][c] + partial[wq][lane][m * 4 * NJ + c];
           if (cfg.k_splits > 1)
             atomicAdd(out, v);
@@ -322,18 +329,28 @@ std::atomic<int> g_ring{
 constexpr std::int64_t ring_min_rows = 128;
 std::atomic<bool> g_wg_gemm{detail::env_switch("DEEPINFER_WG_GEMM", true)};
 
+/// A pair's launch (set_wg_gemm_pair): 2 (the default) with the splits the pair's row blocks
+/// together ask for, 1 with each weight's own K splits (the bits of two launches). H200,
+/// session 17 (same call): V4.1 w1+w3 at batch 1 took 33.3 us (2), 36.1 (1), 40.5 as two
+/// launches; at batch 64 900 / 952 / 962 us; v41-flash-L4 decode b1 1.80 / 1.88 / 1.88 ms,
+/// b64 9.48 / 9.83 / 9.65 (v4-flash-L4: 1.81 / 1.81 / 1.86, 6.72 / 6.82 / 6.87).
+std::atomic<int> g_pair{[] {
+  const char* env = std::getenv("DEEPINFER_WG_PAIR");
+  return env && (env[0] >= '0' && env[0] <= '2') && env[1] == '\0' ? env[0] - '0' : 2;
+}()};
+
 struct wg_shape {
-  wg_config cfg{1, 0, false, 1, false};
+  wg_config cfg{1, 0, false, 1, false, 1 << 30};
   std::int64_t row_blocks = 0, grid_groups = 0;
   bool walk = false;
   int nt = 8;  ///< tokens per tile (32: walked prefill-sized groups, set_wg_gemm_n32)
 };
 
-/// 32-token tiles (m64n32k32) for walked prefill-sized groups: 0 off (the default while
-/// untested on a GPU), 1 on, 2 on with B's descriptor offsets swapped (a diagnostic).
+/// 32-token tiles (m64n32k32) for walked prefill-sized groups: 1 on (the default), 0 off, 2 on
+/// with B's descriptor offsets swapped (a diagnostic).
 std::atomic<int> g_n32{[] {
   const char* env = std::getenv("DEEPINFER_WG_N32");
-  return env && (env[0] == '1' || env[0] == '2') && env[1] == '\0' ? env[0] - '0' : 0;
+  return env && (env[0] >= '0' && env[0] <= '2') && env[1] == '\0' ? env[0] - '0' : 1;
 }()};
 
 wg_shape wg_shape_of(const block_gemm_params& p) {
@@ -342,12 +359,15 @@ wg_shape wg_shape_of(const block_gemm_params& p) {
   // Two blocks along K (K >= 2048) when 8 experts' row blocks would not give the GPU about 1.5
   // blocks per SM (V4.1's w1: 18 row blocks, V4's: 16; their w2s have 40 and 32): a decode
   // step's few experts. From the shape only, never the batch.
+  // A pair's blocks count twice in mode 2 (its splits then differ from a single weight's).
   const std::int64_t row_blocks = (p.n + wg_rows - 1) / wg_rows;
-  const int k_splits = total_steps >= 64 && row_blocks * 8 < 200 ? 2 : 1;
+  const std::int64_t split_basis = row_blocks * (p.weight_b && g_pair == 2 ? 2 : 1);
+  const int k_splits = total_steps >= 64 && split_basis * 8 < 200 ? 2 : 1;
   int per_split = (total_steps + k_splits - 1) / k_splits;
   per_split = (per_split + split_align - 1) / split_align * split_align;
   const bool compact = p.offsets && p.rows > 0 && p.rows < p.groups;
-  sh.cfg = wg_config{k_splits, per_split, compact, 1, g_n32 == 2};
+  sh.cfg = wg_config{k_splits, per_split, compact, 1, g_n32 == 2,
+                     p.weight_b ? int(row_blocks) : 1 << 30};
   sh.row_blocks = row_blocks;
   sh.grid_groups = compact ? p.rows : p.groups;
   sh.walk = p.max_rows > 8;
@@ -409,9 +429,20 @@ bool wg_gemm_uses_ring(const block_gemm_params& p) {
   return (p.rows > 0 ? p.rows : p.max_rows) >= ring_min_rows;
 }
 
+void set_wg_gemm_pair(int mode) {
+  DI_CHECK(mode >= 0 && mode <= 2, "wg_gemm pair mode {} (expected 0, 1 or 2)", mode);
+  g_pair = mode;
+}
+int get_wg_gemm_pair() {
+  return g_pair;
+}
+
 void set_wg_gemm_n32(int mode) {
   DI_CHECK(mode >= 0 && mode <= 2, "wg_gemm 32-token tiles mode {} (expected 0, 1 or 2)", mode);
   g_n32 = mode;
+}
+int get_wg_gemm_n32() {
+  return g_n32;
 }
 
 void set_wg_gemm(bool on) {
@@ -433,6 +464,7 @@ wg_gemm_plan plan_wg_gemm(const block_gemm_params& p) {
 bool wg_gemm_takes(const block_gemm_params& p) {
   if (!g_wg_gemm || !p.fp4 || !p.fp4_interleaved || !p.wscale_e8m0 || p.k <= 0 || p.n <= 0)
     return false;
+  if (p.weight_b && (!p.wscale_e8m0_b || !p.y_b || g_pair == 0)) return false;
   const bool blocks = p.act_block == 32 || p.act_block == 64 || p.act_block == 128;
   const wg_shape sh = wg_shape_of(p);
   // Whole runs (K % 128) and stripes (n % 32), the 8-byte activation loads aligned, a split's
@@ -455,11 +487,14 @@ void launch_wg_gemm(const block_gemm_params& p, cudaStream_t stream) {
   if (p.max_rows == 0 || p.groups == 0) return;
   ++g_launches;
   const wg_shape sh = wg_shape_of(p);
-  if (sh.cfg.k_splits > 1)  // atomic adds need a zeroed y
+  if (sh.cfg.k_splits > 1 && !p.y_zeroed) {  // atomic adds need a zeroed y
     CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));
+    if (p.y_b)
+      CUDA_CHECK(cudaMemsetAsync(p.y_b, 0, std::size_t(p.y_elements) * sizeof(float), stream));
+  }
   // One 8-token tile per block: groups of more than 8 rows are walked tile by tile (WALK), by
-  // sh.cfg.walkers blocks each.
-  const dim3 grid(unsigned(sh.row_blocks), unsigned(sh.grid_groups),
+  // sh.cfg.walkers blocks each. A pair's second weight takes the columns past the first's.
+  const dim3 grid(unsigned(sh.row_blocks * (p.weight_b ? 2 : 1)), unsigned(sh.grid_groups),
                   unsigned(sh.cfg.k_splits * sh.cfg.walkers));
   const std::size_t b_bytes = std::size_t(sh.cfg.steps_per_split) * step_k * sh.nt;
   const bool every = p.act_block == 32;

@@ -335,6 +335,8 @@ TEST_CASE("wg_gemm takes interleaved MXFP4 decode tiles; its splits depend on th
     // chunk of 1024 tokens (6144 routed rows, bounded by the largest group) walked by as many
     // blocks per group as twice the mean group has 8-token tiles, or as the hint says.
     REQUIRE(cuda::get_wg_gemm_wide_tiles());
+    CHECK(cuda::get_wg_gemm_n32() == 1);  // 32-token tiles on by default; first the 8-token walk
+    cuda::set_wg_gemm_n32(0);
     cuda::block_gemm_params pf = experts(e.s, 1024);
     REQUIRE(cuda::wg_gemm_takes(pf));
     const cuda::wg_gemm_plan prefill = cuda::plan_wg_gemm(pf);
@@ -350,7 +352,7 @@ TEST_CASE("wg_gemm takes interleaved MXFP4 decode tiles; its splits depend on th
     pf.max_rows = 20;  // the hint never exceeds the largest group
     pf.tile_rows = 48;
     CHECK(cuda::plan_wg_gemm(pf).walkers == 3);
-    CHECK(cuda::plan_wg_gemm(pf).tile_tokens == 8);  // 32-token tiles off by default
+    CHECK(cuda::plan_wg_gemm(pf).tile_tokens == 8);
     // 32-token tiles: from a typical group of 24 rows, walkers counted in them; decode keeps 8.
     cuda::set_wg_gemm_n32(1);
     pf = experts(e.s, 1024);
@@ -361,9 +363,27 @@ TEST_CASE("wg_gemm takes interleaved MXFP4 decode tiles; its splits depend on th
     pf.tile_rows = 16;
     CHECK(cuda::plan_wg_gemm(pf).tile_tokens == 8);
     CHECK(cuda::plan_wg_gemm(experts(e.s, 64)).tile_tokens == 8);
-    cuda::set_wg_gemm_n32(0);
+    // A pair (expert_linear_pair's w1 and w3 in one launch): by default (mode 2) the splits of
+    // twice the row blocks -- one for the w1s --, in mode 1 each weight's own; not without y_b.
+    cuda::block_gemm_params pair = experts(e.s, 1);
+    static std::uint8_t second_weight[1];
+    static float second_y[1];
+    pair.weight_b = second_weight;
+    pair.wscale_e8m0_b = second_weight;
+    CHECK_FALSE(cuda::wg_gemm_takes(pair));
+    pair.y_b = second_y;
+    REQUIRE(cuda::wg_gemm_takes(pair));
+    REQUIRE(cuda::get_wg_gemm_pair() == 2);
+    CHECK(cuda::plan_wg_gemm(pair).k_splits == 1);
+    CHECK(cuda::plan_wg_gemm(pair).row_blocks == first.row_blocks);
+    cuda::set_wg_gemm_pair(1);
+    CHECK(cuda::plan_wg_gemm(pair).k_splits == first.k_splits);
+    cuda::set_wg_gemm_pair(0);
+    CHECK_FALSE(cuda::wg_gemm_takes(pair));
+    cuda::set_wg_gemm_pair(2);
   }
   CHECK_THROWS_AS(cuda::set_wg_gemm_n32(3), error);
+  CHECK_THROWS_AS(cuda::set_wg_gemm_pair(-1), error);
   const shape w1{2304, 5120, 0, 384, 32};
   cuda::block_gemm_params p = experts(w1, 1);
   p.fp4_interleaved = false;  // rows as stored: stream_gemm's

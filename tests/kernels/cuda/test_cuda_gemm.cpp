@@ -444,6 +444,61 @@ TEST_CASE("cuda linear_pair and expert_linear_pair: the bits of two separate cal
   }
 }
 
+TEST_CASE("cuda expert_linear_pair on one wg_gemm launch: right, and its splits' bits") {
+  REQUIRE(cuda::get_wg_gemm_pair() == 2);  // the default: one launch, the pair's own splits
+  // V4.1's widths: a single w1 of 13 row blocks splits K in two, the pair's 26 would not (mode
+  // 2). Decode tiles (groups of <= 8 rows) and walked groups (up to 40 rows, a tile hint of 48).
+  const std::int64_t out = 13 * 128, in = 2304;
+  const weight_matrix h1w = random_fp4(8 * out, in), h3w = random_fp4(8 * out, in);
+  const weight_matrix w1 = cuda::with_fp4_layout(weight_to(h1w, gpu), true);
+  const weight_matrix w3 = cuda::with_fp4_layout(weight_to(h3w, gpu), true);
+  struct pair_case {
+    std::vector<int> counts;
+    ops::expert_linear_params params;
+  };
+  for (const pair_case& c : {pair_case{{8, 0, 3, 5, 1, 0, 7, 2}, {32, 8}},
+                             pair_case{{40, 0, 9, 30, 1, 17, 0, 3}, {32, 0, 48}}}) {
+    const tensor off = offsets_of(c.counts);
+    const std::int64_t rows = off.data<std::int32_t>()[c.counts.size()];
+    CAPTURE(rows);
+    const tensor x = varied_input(rows, in);
+    const tensor want1 = ops::expert_linear(x, off, h1w, {32, 0});
+    const tensor want3 = ops::expert_linear(x, off, h3w, {32, 0});
+    const tensor xg = x.to(gpu), offg = off.to(gpu);
+    const tensor single1 = ops::expert_linear(xg, offg, w1, c.params).to(cpu_device);
+    const tensor single3 = ops::expert_linear(xg, offg, w3, c.params).to(cpu_device);
+    for (const int mode : {1, 2, 0}) {
+      CAPTURE(mode);
+      cuda::set_wg_gemm_pair(mode);
+      test::poison_device_pool();
+      const long before = cuda::wg_gemm_launches();
+      const auto [g1, g3] = ops::expert_linear_pair(xg, offg, w1, w3, c.params);
+      CHECK(cuda::wg_gemm_launches() - before == (mode == 0 ? 2 : 1));
+      const tensor y1 = g1.to(cpu_device), y3 = g3.to(cpu_device);
+      check_close(y1, want1, 2e-3);
+      check_close(y3, want3, 2e-3);
+      if (mode == 2) {  // one K split where the single weight has two: other last bits
+        check_close(y1, single1, 1e-5);
+        check_close(y3, single3, 1e-5);
+      } else {
+        test::check_bitwise(y1, single1);
+        test::check_bitwise(y3, single3);
+      }
+      const auto [r1, r3] = ops::expert_linear_pair(xg, offg, w1, w3, c.params);  // repeats
+      test::check_bitwise(r1.to(cpu_device), y1);
+      test::check_bitwise(r3.to(cpu_device), y3);
+    }
+    cuda::set_wg_gemm_pair(2);
+  }
+  // A pair of different shapes is two launches.
+  const weight_matrix narrow = cuda::with_fp4_layout(weight_to(random_fp4(8 * 128, in), gpu), true);
+  const tensor off = offsets_of({1, 0, 0, 0, 0, 0, 0, 1});
+  const long before = cuda::wg_gemm_launches();
+  ops::expert_linear_pair(varied_input(2, in).to(gpu), off.to(gpu), w1, narrow, {32, 8});
+  CHECK(cuda::wg_gemm_launches() - before == 2);
+  CHECK_THROWS_AS(cuda::set_wg_gemm_pair(3), error);
+}
+
 TEST_CASE("cuda quantized_rows: RMSNorm's and SwiGLU's own codes give linear's exact results") {
   // The fused producers quantize as linear would (act_quant_kernel's functions and order), so
   // a linear from their codes is the same bits as one that quantizes x itself. V4.1 (32-input
@@ -598,7 +653,7 @@ struct stream_switches {
     cuda::set_wg_gemm(true);
     cuda::set_wg_gemm_ring(-1);
     cuda::set_wg_gemm_wide_tiles(true);
-    cuda::set_wg_gemm_n32(0);
+    cuda::set_wg_gemm_n32(1);
   }
 };
 
@@ -825,6 +880,7 @@ TEST_CASE(
     const tensor want = ops::expert_linear(x, off, host, {sh.act, 0});
     const tensor xg = x.to(gpu), offg = off.to(gpu);
     tensor first;
+    cuda::set_wg_gemm_n32(0);  // the 8-token walk first
     for (const ops::expert_linear_params p :
          {ops::expert_linear_params{sh.act, 130}, ops::expert_linear_params{sh.act, rows, 48}}) {
       CAPTURE(p.tile_rows_hint);
@@ -837,8 +893,8 @@ TEST_CASE(
       if (first.defined()) test::check_bitwise(y, first);  // the walkers change no result
       first = y;
     }
-    // 32-token tiles (m64n32k32, set_wg_gemm_n32; mode 2 swaps B's descriptor offsets -- a
-    // diagnostic that tells a B layout bug from others on the first GPU run).
+    // 32-token tiles (m64n32k32, set_wg_gemm_n32, the default): the 8-token tiles' bits -- each
+    // output is the same chain of k32 products and promotions, only more columns per wgmma.
     cuda::set_wg_gemm_n32(1);
     for (const ops::expert_linear_params p :
          {ops::expert_linear_params{sh.act, 130}, ops::expert_linear_params{sh.act, rows, 48}}) {
@@ -846,12 +902,9 @@ TEST_CASE(
       test::poison_device_pool();
       const tensor y32 = ops::expert_linear(xg, offg, il, p).to(cpu_device);
       check_close(y32, want, 2e-3);
-      check_close(y32, first, 1e-6);
+      test::check_bitwise(y32, first);
       test::check_bitwise(ops::expert_linear(xg, offg, il, p).to(cpu_device), y32);
-      const bool same = std::memcmp(y32.raw(), first.raw(), first.nbytes()) == 0;
-      MESSAGE("32-token tiles " << (same ? "give" : "do not give") << " the 8-token tiles' bits");
     }
-    cuda::set_wg_gemm_n32(0);
     // Off: sm90_block_gemm's shared-memory tiles (emulated mma.sync: the last bits differ).
     cuda::set_wg_gemm_wide_tiles(false);
     const long before = cuda::wg_gemm_launches();
