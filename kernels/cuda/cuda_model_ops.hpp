@@ -62,11 +62,12 @@ int attention_splits(const attention_params& p);
 std::size_t attention_workspace_bytes(const attention_params& p);
 void launch_attention(const attention_params& p, cudaStream_t stream);
 /// Splits of 2..16 merged inside thread-block clusters through distributed shared memory (no
-/// workspace, no combine launch; the same arithmetic in the same order as the combine kernel)
-/// where the GPU can hold such clusters. Off by default (EXPERIMENT: not yet run on a GPU);
-/// DEEPINFER_ATTN_CLUSTER=1 sets it on. Defined in model_attention.cu.
-void set_attention_cluster(bool on);
-bool get_attention_cluster();
+/// workspace, no combine launch; the same arithmetic in the same order as the combine kernel:
+/// the same bits) where the GPU can hold such clusters: 1 any 2..16 splits, 0 never, -1 (the
+/// default) two splits only -- larger clusters were slower on the H200 (model_attention.cu).
+/// DEEPINFER_ATTN_CLUSTER sets the default. Defined in model_attention.cu.
+void set_attention_cluster(int mode);
+int get_attention_cluster();
 
 // ---- cache rows ----------------------------------------------------------------------
 

@@ -685,7 +685,12 @@ void launch_dim(const attn_args& a, int head_groups, bool cluster, cudaStream_t 
   detail::launch("attention", attention_kernel<D>, grid, kThreads, smem, stream, a);
 }
 
-std::atomic<bool> g_cluster{detail::env_switch("DEEPINFER_ATTN_CLUSTER", false)};
+/// Splits merged in clusters: 1 any 2..16, 0 never, -1 (the default) two. H200 (session 17,
+/// bench_attention_decode, L2 flushed, 4096-entry V4.1 layer): batch 64 (2 splits) 50.6 us in
+/// clusters vs 56.6 with the combine kernel; batch 1 (10 splits) 21.1 vs 19.6, batch 32 (4)
+/// 66.8 vs 39.2 -- larger clusters wait for whole groups of free multiprocessors.
+std::atomic<int> g_cluster{
+    detail::env_mode("DEEPINFER_ATTN_CLUSTER", "attention splits merge in clusters when two")};
 
 /// Bytes per staged packed row of p's tables (a multiple of 16; 16 when none is staged).
 int stage_ld_of(const attention_params& p) {
@@ -736,7 +741,8 @@ bool cluster_fits(int splits, int stage_ld) {
 /// Whether p's splits merge inside a cluster (set_attention_cluster) rather than through the
 /// workspace and attention_combine_kernel.
 bool clustered(const attention_params& p, int splits) {
-  if (!g_cluster || splits <= 1 || splits > 16) return false;
+  const int mode = g_cluster;
+  if (mode == 0 || splits <= 1 || splits > 16 || (mode < 0 && splits != 2)) return false;
   const int stage_ld = stage_ld_of(p);
   switch (p.dim) {
     case 128:
@@ -750,10 +756,11 @@ bool clustered(const attention_params& p, int splits) {
 
 }  // namespace
 
-void set_attention_cluster(bool on) {
-  g_cluster = on;
+void set_attention_cluster(int mode) {
+  DI_CHECK(mode >= -1 && mode <= 1, "attention cluster mode {} (expected -1, 0 or 1)", mode);
+  g_cluster = mode;
 }
-bool get_attention_cluster() {
+int get_attention_cluster() {
   return g_cluster;
 }
 

@@ -189,8 +189,9 @@ int main(int argc, char** argv) {
         "attention decode: {} heads x {}, window {} (FP8) + top-{} of {} (FP4), sink; "
         "copy bandwidth {:.0f} GB/s; splits merged {}\n",
         heads, dim, window, topk, entries, bw * 1e-9,
-        cuda::get_attention_cluster() ? "in thread-block clusters (DEEPINFER_ATTN_CLUSTER=1)"
-                                      : "by the combine kernel");
+        cuda::get_attention_cluster() > 0    ? "in thread-block clusters (DEEPINFER_ATTN_CLUSTER=1)"
+        : cuda::get_attention_cluster() == 0 ? "by the combine kernel (DEEPINFER_ATTN_CLUSTER=0)"
+                                             : "in clusters when two, else by the combine kernel");
     fmt::print("{:>6} {:>7} {:>12} {:>10} {:>10} {:>9} {:>10} {:>12}\n", "batch", "splits",
                "flushed us", "hot us", "MB/step", "GB/s", "anchor us", "ours/anchor");
     for (std::size_t i = 0; i < rs.size(); ++i) {
