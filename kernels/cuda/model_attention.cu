@@ -773,9 +773,13 @@ int attention_splits(const attention_params& p) {
   const int sms = device_sms();
   int best = 1;
   double best_cost = 1e300;
+  // The merge costs about a tile through the combine kernel, half of one inside a cluster (two
+  // splits): a 2-tile sliding-window layer at batch 1 then takes two blocks instead of one.
+  const double cluster_merge = clustered(p, 2) ? 0.5 : 1.0;
   for (int s = 1; s <= std::min(tiles, 64); ++s) {
     const double waves = double((blocks * s + sms - 1) / sms);
-    const double cost = waves * double((tiles + s - 1) / s) + (s > 1 ? 1.0 : 0.0);
+    const double merge = s == 1 ? 0.0 : s == 2 ? cluster_merge : 1.0;
+    const double cost = waves * double((tiles + s - 1) / s) + merge;
     if (cost < best_cost - 1e-9) {
       best_cost = cost;
       best = s;
