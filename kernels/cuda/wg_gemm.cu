@@ -48,6 +48,14 @@ constexpr int b_step_bytes = 8 * step_k;           // an 8-token step of B in sh
 constexpr int max_split_steps = 48 * 1024 / b_step_bytes;  // B within the default 48 KB
 constexpr std::size_t n32_smem_limit = 200 * 1024;  // 32-token tiles: B and the ring within this
 constexpr int split_align = 8;                     // K splits start at multiples of 8 steps
+/// 8-token tiles stage their activation scales beside B: per token and step, the exponent byte
+/// of the scale -- act_quant's scales (fp8_block_scale: ue8m0, a normal power of two) are
+/// exactly 2^(e - 127), so a byte keeps them whole in a quarter of the shared memory (V4.1's w1
+/// pair streams 160 steps per block: fp32 scales would cost the second block per SM).
+constexpr std::size_t scale_stage_bytes(int steps) { return std::size_t(steps) * 8; }
+__device__ __forceinline__ float scale_of_exponent(std::uint32_t e) {
+  return __uint_as_float(e << 23);
+}
 
 struct wg_config {
   int k_splits;         ///< blocks along K (1 or 2)
@@ -159,7 +167,25 @@ __global__ void __launch_bounds__(warps * 32, NT == 8 ? 2 : 1)
       load(w0);
     }
   };
-  if (site.tile * NT < count) prime();  // (a walker past its group's tiles loads nothing)
+  // The weight scales of a run (byte u of word (m, h): step u of rows g + 16m + 8h); 8-token
+  // tiles load them a run ahead like the weights (loaded at the run's start, their latency was
+  // part of every run), 32-token tiles at the run's start (no registers to spare).
+  auto load_wpk = [&](int s, std::uint32_t (&w)[2][2]) {
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        w[m][h] = __ldg(reinterpret_cast<const unsigned*>(ws8 + (16 * m + 8 * h) * p.wscale_cols + s));
+  };
+  std::uint32_t wpk_next[2][2] = {};
+  if (site.tile * NT < count) {  // (a walker past its group's tiles loads nothing)
+    prime();
+    if (NT == 8 && w0 < w1) load_wpk(w0, wpk_next);
+  }
+  // 8-token tiles: the tile's activation scales per token and step (exponent bytes,
+  // [8][steps_per_split]) past B and the ring: a run reads its 4 steps' with two shared loads
+  // instead of global ones.
+  std::uint8_t* const act_sc = b_tile + cfg.steps_per_split * bstep + warps * RING * run_bytes;
 
   // WALK: the block takes tiles site.tile, site.tile + walkers, ... of its group (1 walker for
   // a decode step, more for prefill-sized groups).
@@ -178,10 +204,22 @@ __global__ void __launch_bounds__(warps * 32, NT == 8 ? 2 : 1)
       const std::uint8_t* src =
           p.act + tile_row(n) * p.act_stride + col0 + std::int64_t(split_begin) * step_k + 8 * q;
       std::uint8_t* dst = b_tile + (n / 8) * 256 + (n % 8) * 16 + 4 * q;
+#pragma unroll 8
       for (int s = int(threadIdx.x) / (4 * NT); s < split_end - split_begin; s += warps / NJ) {
         const uint2 v = __ldg(reinterpret_cast<const uint2*>(src + s * step_k));
         *reinterpret_cast<std::uint32_t*>(dst + s * bstep) = fp4_act_low(v.x, v.y);
         *reinterpret_cast<std::uint32_t*>(dst + s * bstep + 128) = fp4_act_high(v.x, v.y);
+      }
+    }
+    if constexpr (NT == 8) {  // the scales of step s of token n at n * steps_per_split + s
+      const int steps = split_end - split_begin;
+      const float* sc0 = p.act_scale + (col0 >> act_shift);
+#pragma unroll 4
+      for (int i = int(threadIdx.x); i < 8 * steps; i += warps * 32) {
+        const int n = i / steps, s = i % steps;
+        const float scale = __ldg(sc0 + tile_row(n) * p.act_scale_stride +
+                                  (((split_begin + s) * step_k) >> act_shift));
+        act_sc[n * cfg.steps_per_split + s] = std::uint8_t(__float_as_uint(scale) >> 23);
       }
     }
     fence_proxy_async();  // seen by wgmma
@@ -196,7 +234,10 @@ __global__ void __launch_bounds__(warps * 32, NT == 8 ? 2 : 1)
       sx_b[j] = int(tile_row(8 * j + 2 * t + 1) * p.act_scale_stride + (col0 >> act_shift));
     }
     float acc[2][4 * NJ] = {};
-    if (tok0 != site.tile * NT) prime();
+    if (tok0 != site.tile * NT) {
+      prime();
+      if (NT == 8 && w0 < w1) load_wpk(w0, wpk_next);
+    }
     for (int s = w0; s < w1; s += run_steps) {
       uint4 cur[2][2];
       if constexpr (RING > 0) {
@@ -210,17 +251,28 @@ __global__ void __launch_bounds__(warps * 32, NT == 8 ? 2 : 1)
         if (s + run_steps < w1) load(s + run_steps);  // the next run streams in meanwhile
       }
       std::uint32_t wpk[2][2];
+      if constexpr (NT == 8) {
 #pragma unroll
-      for (int m = 0; m < 2; ++m)
+        for (int m = 0; m < 2; ++m)
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
-          wpk[m][h] = __ldg(reinterpret_cast<const unsigned*>(ws8 + (16 * m + 8 * h) * p.wscale_cols + s));
-      // 8-token tiles: the run's activation scales now; 32-token tiles: each step's, loaded
-      // while its wgmmas run (16 registers instead of 64).
+          for (int h = 0; h < 2; ++h) wpk[m][h] = wpk_next[m][h];
+        if (s + run_steps < w1) load_wpk(s + run_steps, wpk_next);
+      } else {
+        load_wpk(s, wpk);
+      }
+      // 8-token tiles: the run's activation scales from shared memory (tokens 2t and 2t + 1);
+      // 32-token tiles: each step's, loaded while its wgmmas run (16 registers instead of 64).
       float xa[1][4], xb[1][4];  // (unused with 32-token tiles)
       if constexpr (NT == 8) {
-        run_act_scales<EVERY, true>(p.act_scale + sx_a[0], p.act_scale + sx_b[0], s, act_shift,
-                                    xa[0], xb[0]);
+        const std::uint32_t ea = *reinterpret_cast<const std::uint32_t*>(
+            act_sc + (2 * t) * cfg.steps_per_split + (s - split_begin));
+        const std::uint32_t eb = *reinterpret_cast<const std::uint32_t*>(
+            act_sc + (2 * t + 1) * cfg.steps_per_split + (s - split_begin));
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          xa[0][u] = scale_of_exponent((ea >> (8 * u)) & 0xffu);
+          xb[0][u] = scale_of_exponent((eb >> (8 * u)) & 0xffu);
+        }
       }
       // Step u of tile m from word u of its two rows' 16-byte pieces.
 #pragma unroll
@@ -395,8 +447,8 @@ void launch_ring(const block_gemm_params& p, const wg_shape& sh, bool every, dim
                  std::size_t smem, cudaStream_t stream) {
   // Per instantiation and device: room for the largest split's B and the ring.
   static std::atomic<std::size_t> limits[6][detail::max_tracked_devices];
-  const std::size_t most =
-      std::size_t(max_split_steps) * b_step_bytes + std::size_t(warps) * RING * run_bytes;
+  const std::size_t most = std::size_t(max_split_steps) * b_step_bytes +
+                          std::size_t(warps) * RING * run_bytes + scale_stage_bytes(max_split_steps);
   auto go = [&](auto kernel, int which) {
     detail::ensure_smem(reinterpret_cast<const void*>(kernel), which >= 4 ? n32_smem_limit : most,
                         limits[which]);
@@ -496,7 +548,9 @@ void launch_wg_gemm(const block_gemm_params& p, cudaStream_t stream) {
   // sh.cfg.walkers blocks each. A pair's second weight takes the columns past the first's.
   const dim3 grid(unsigned(sh.row_blocks * (p.weight_b ? 2 : 1)), unsigned(sh.grid_groups),
                   unsigned(sh.cfg.k_splits * sh.cfg.walkers));
-  const std::size_t b_bytes = std::size_t(sh.cfg.steps_per_split) * step_k * sh.nt;
+  // B of a tile, and with 8-token tiles their activation scales (staged past the ring).
+  const std::size_t b_bytes = std::size_t(sh.cfg.steps_per_split) * step_k * sh.nt +
+                              (sh.nt == 8 ? scale_stage_bytes(sh.cfg.steps_per_split) : 0);
   const bool every = p.act_block == 32;
   if (wg_gemm_uses_ring(p))
     launch_ring<ring_runs>(p, sh, every, grid, b_bytes + std::size_t(warps) * ring_runs * run_bytes,
