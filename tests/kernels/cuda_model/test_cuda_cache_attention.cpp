@@ -158,7 +158,10 @@ void run_attention_case(const attn_case& c) {
   p.extra_idx = dext_idx.get<std::int32_t>();
   p.extra_k = c.ext_k;
   p.num_splits = c.splits;
-  cuda::set_attention_cluster(0);  // first through the combine kernel (the default clusters two)
+  // First through the combine kernel (the default merges two splits in a cluster); its split
+  // (the wave model prices the merge by how it is done: pinned below for the same split).
+  cuda::set_attention_cluster(0);
+  const int splits = cuda::attention_splits(p);
   dbuf work(cuda::attention_workspace_bytes(p));
   p.workspace = work.get();
   p.workspace_bytes = work.bytes();
@@ -170,10 +173,10 @@ void run_attention_case(const attn_case& c) {
   CHECK(test::max_scaled_err(got, want, 3e-2, 3e-2) <= 1.0);
   if (c.tokens > 2)
     for (int i = 0; i < c.heads * c.dim; ++i) REQUIRE(got.data<float>()[i] == 0.0f);
-  // The splits merged inside a thread-block cluster (set_attention_cluster): the combine
+  // The same splits merged inside a thread-block cluster (set_attention_cluster): the combine
   // kernel's arithmetic in its order, so its bits; no workspace where a cluster holds them.
-  const int splits = cuda::attention_splits(p);
   if (splits > 1 && c.tokens > 0) {
+    p.num_splits = splits;
     cuda::set_attention_cluster(1);
     const std::size_t need = cuda::attention_workspace_bytes(p);
     if (splits <= 8) CHECK(need == 0);  // a portable cluster size always fits
@@ -223,6 +226,28 @@ TEST_CASE("cuda attention: splits merged in thread-block clusters give the combi
       {5, 100, 128, 70, 300, 90, 500, fp8_window(128), fp4_compressed(128), false, 6});
   run_attention_case(
       {3, 64, 256, 129, 400, 140, 700, fp8_window(256), fp4_compressed(256), false, 3});
+}
+
+TEST_CASE("cuda attention_splits: a 2-tile sliding window at batch 1 takes two clustered blocks") {
+  DI_REQUIRE_GPU();
+  // V4.1's sliding-window layer at batch 1 (128 window rows, no compressed entries): one block
+  // through the combine kernel's pricing, two merged in a cluster by default -- right against
+  // the CPU and the combine kernel's bits (run_attention_case).
+  cuda::attention_params p;
+  p.tokens = 1;
+  p.heads = 64;
+  p.dim = 512;
+  p.window = {nullptr, 200, true, fp8_window(512)};
+  p.window_k = 128;
+  REQUIRE(cuda::get_attention_cluster() == -1);
+  CHECK(cuda::attention_splits(p) == 2);
+  CHECK(cuda::attention_workspace_bytes(p) == 0);  // merged in the cluster
+  cuda::set_attention_cluster(0);
+  CHECK(cuda::attention_splits(p) == 1);
+  cuda::set_attention_cluster(-1);
+  run_attention_case(  // its two splits: through the combine kernel, then in a cluster
+      {1, 64, 512, 128, 0, 200, 1, fp8_window(512), fp4_compressed(512), false, 2});
+  CHECK_THROWS_AS(cuda::set_attention_cluster(2), error);
 }
 
 TEST_CASE("cuda attention: bad shapes are errors before launch") {
