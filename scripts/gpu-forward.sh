@@ -36,7 +36,8 @@ if [[ ${DEEPINFER_SKIP_TESTS:-0} != 1 ]]; then
   for t in /tmp/fwd/tests/test_kernels_cuda /tmp/fwd/tests/test_cuda_model_ops; do
     [[ -x $t ]] || continue
     DEEPINFER_SOURCE_DIR=$PWD "$t" >"$out/$(basename "$t").log" 2>&1
-    echo "$(basename "$t") rc=$? $(grep -E '^\[doctest\] (test cases|assertions)' \
+    rc=$?  # (read before any other command: "$(basename ...) rc=$?" printed basename's status)
+    echo "$(basename "$t") rc=$rc $(grep -E '^\[doctest\] (test cases|assertions)' \
       "$out/$(basename "$t").log" | tr -s ' ' | paste -sd' ')"
     grep -E "ERROR|FATAL" -A3 "$out/$(basename "$t").log" | head -20
   done
