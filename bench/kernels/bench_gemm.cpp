@@ -335,7 +335,7 @@ void fp4_routed_rows(const limits& lim, std::vector<result_row>& rows, const cha
            "GB/s", us, fmt::format("copy {:.0f} GB/s", lim.copy_gbps), gbps / lim.copy_gbps});
       if (wide) {
         const double tflops =
-          (both ? 4.0 : 2.0) * double(pairs) * double(s.n) * double(s.k) / (us * 1e-6) / 1e12;
+            (both ? 4.0 : 2.0) * double(pairs) * double(s.n) * double(s.k) / (us * 1e-6) / 1e12;
         rows.push_back({"  same, TFLOP/s", "", tflops, "TFLOP/s", us,
                         fmt::format("bf16 peak {:.0f}", lim.bf16_tflops),
                         tflops / lim.bf16_tflops});

@@ -52,7 +52,9 @@ constexpr int split_align = 8;                     // K splits start at multiple
 /// of the scale -- act_quant's scales (fp8_block_scale: ue8m0, a normal power of two) are
 /// exactly 2^(e - 127), so a byte keeps them whole in a quarter of the shared memory (V4.1's w1
 /// pair streams 160 steps per block: fp32 scales would cost the second block per SM).
-constexpr std::size_t scale_stage_bytes(int steps) { return std::size_t(steps) * 8; }
+constexpr std::size_t scale_stage_bytes(int steps) {
+  return std::size_t(steps) * 8;
+}
 __device__ __forceinline__ float scale_of_exponent(std::uint32_t e) {
   return __uint_as_float(e << 23);
 }
@@ -170,12 +172,13 @@ __global__ void __launch_bounds__(warps * 32, NT == 8 ? 2 : 1)
   // The weight scales of a run (byte u of word (m, h): step u of rows g + 16m + 8h); 8-token
   // tiles load them a run ahead like the weights (loaded at the run's start, their latency was
   // part of every run), 32-token tiles at the run's start (no registers to spare).
-  auto load_wpk = [&](int s, std::uint32_t (&w)[2][2]) {
+  auto load_wpk = [&](int s, std::uint32_t(&w)[2][2]) {
 #pragma unroll
     for (int m = 0; m < 2; ++m)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        w[m][h] = __ldg(reinterpret_cast<const unsigned*>(ws8 + (16 * m + 8 * h) * p.wscale_cols + s));
+        w[m][h] =
+            __ldg(reinterpret_cast<const unsigned*>(ws8 + (16 * m + 8 * h) * p.wscale_cols + s));
   };
   std::uint32_t wpk_next[2][2] = {};
   if (site.tile * NT < count) {  // (a walker past its group's tiles loads nothing)
@@ -418,8 +421,8 @@ wg_shape wg_shape_of(const block_gemm_params& p) {
   int per_split = (total_steps + k_splits - 1) / k_splits;
   per_split = (per_split + split_align - 1) / split_align * split_align;
   const bool compact = p.offsets && p.rows > 0 && p.rows < p.groups;
-  sh.cfg = wg_config{k_splits, per_split, compact, 1, g_n32 == 2,
-                     p.weight_b ? int(row_blocks) : 1 << 30};
+  sh.cfg = wg_config{k_splits, per_split,  compact,
+                     1,        g_n32 == 2, p.weight_b ? int(row_blocks) : 1 << 30};
   sh.row_blocks = row_blocks;
   sh.grid_groups = compact ? p.rows : p.groups;
   sh.walk = p.max_rows > 8;
@@ -448,7 +451,8 @@ void launch_ring(const block_gemm_params& p, const wg_shape& sh, bool every, dim
   // Per instantiation and device: room for the largest split's B and the ring.
   static std::atomic<std::size_t> limits[6][detail::max_tracked_devices];
   const std::size_t most = std::size_t(max_split_steps) * b_step_bytes +
-                          std::size_t(warps) * RING * run_bytes + scale_stage_bytes(max_split_steps);
+                           std::size_t(warps) * RING * run_bytes +
+                           scale_stage_bytes(max_split_steps);
   auto go = [&](auto kernel, int which) {
     detail::ensure_smem(reinterpret_cast<const void*>(kernel), which >= 4 ? n32_smem_limit : most,
                         limits[which]);

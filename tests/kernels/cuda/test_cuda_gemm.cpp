@@ -174,8 +174,7 @@ TEST_CASE("cuda linear: cuBLASLt block-scaled FP8 (prefill shapes) or its fallba
     test::check_bitwise(ops::linear(x, wl, {128}).to(cpu_device),
                         ops::linear(x, w, {128}).to(cpu_device));
     cuda::set_gemm_backend(cuda::gemm_backend::automatic);
-    CHECK_FALSE(
-        cuda::with_lt_scales(weight_to(random_fp8(256, 512, 32), gpu)).lt_scales.defined());
+    CHECK_FALSE(cuda::with_lt_scales(weight_to(random_fp8(256, 512, 32), gpu)).lt_scales.defined());
   }
   // Decode batches with the threshold lowered (DEEPINFER_LT_ROWS=16): cuBLASLt for 16k rows,
   // block_gemm for the others (8, 24 rows); right either way.
