@@ -266,6 +266,28 @@ __device__ __forceinline__ void decode_tile(const attn_args& a, const std::uint8
   }
 }
 
+/// The merge of a warp's up to 64 splits (lane holds splits lane and lane + 32: their running
+/// max m and sum l): each split's weight exp(m - M) into w[split], the largest max M, the
+/// weighted sum L (warp-wide) and whether no split saw a row. Shared by the combine kernel and
+/// the cluster epilogue: the same arithmetic, so the same bits.
+struct split_merge {
+  float M, L;
+  bool none;
+};
+__device__ __forceinline__ split_merge merge_splits(const float (&m)[2], const float (&l)[2],
+                                                    int splits, int lane, float* w) {
+  const float M = detail::warp_max(fmaxf(m[0], m[1]));
+  const bool none = M == -INFINITY;
+  float L = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const float e = none || m[i] == -INFINITY ? 0.0f : expf(m[i] - M);
+    if (lane + 32 * i < splits) w[lane + 32 * i] = e;
+    L += l[i] * e;
+  }
+  return {M, detail::warp_sum(L), none};
+}
+
 /// The epilogue of a split launched in a cluster (attention_kernel<D, true>): this split's
 /// unnormalised O goes into its shared memory over Q and K (no longer read), then -- the
 /// cluster's splits all there -- this block merges heads split, split + S, ... of the head
@@ -303,17 +325,8 @@ __device__ __forceinline__ void cluster_epilogue(const attn_args& a, unsigned ch
       m[i] = sp < splits ? cluster.map_shared_rank(sM, unsigned(sp))[hr] : -INFINITY;
       l[i] = sp < splits ? cluster.map_shared_rank(sL, unsigned(sp))[hr] : 0.0f;
     }
-    const float M = detail::warp_max(fmaxf(m[0], m[1]));
-    const bool none = M == -INFINITY;
-    float L = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const float e = none || m[i] == -INFINITY ? 0.0f : expf(m[i] - M);
-      if (lane + 32 * i < splits) sW[warp][lane + 32 * i] = e;
-      L += l[i] * e;
-    }
-    L = detail::warp_sum(L);
-    const float inv = none ? 0.0f : 1.0f / (L + expf(sSink[hr] - M));
+    const split_merge mg = merge_splits(m, l, splits, lane, sW[warp]);
+    const float inv = mg.none ? 0.0f : 1.0f / (mg.L + expf(sSink[hr] - mg.M));
     __syncwarp();
     float* out = a.out + (std::int64_t(t) * a.heads + h0 + hr) * D;
     for (int d = lane * 4; d < D; d += 128) {
@@ -595,17 +608,8 @@ __global__ void attention_combine_kernel(const float* part_o, const float* part_
       m[i] = sp < splits ? part_ml[(sp * stride + th) * 2] : -INFINITY;
       l[i] = sp < splits ? part_ml[(sp * stride + th) * 2 + 1] : 0.0f;
     }
-    const float M = detail::warp_max(fmaxf(m[0], m[1]));
-    const bool none = M == -INFINITY;
-    float L = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const float e = none || m[i] == -INFINITY ? 0.0f : expf(m[i] - M);
-      if (lane + 32 * i < splits) w[lane + 32 * i] = e;
-      L += l[i] * e;
-    }
-    L = detail::warp_sum(L);
-    if (lane == 0) inv = none ? 0.0f : 1.0f / (L + expf(sinks[th % heads] - M));
+    const split_merge mg = merge_splits(m, l, splits, lane, w);
+    if (lane == 0) inv = mg.none ? 0.0f : 1.0f / (mg.L + expf(sinks[th % heads] - mg.M));
   }
   __syncthreads();
   for (int d = int(threadIdx.x) * 4; d < dim; d += int(blockDim.x) * 4) {

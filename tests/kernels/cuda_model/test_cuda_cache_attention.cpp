@@ -228,15 +228,21 @@ TEST_CASE("cuda attention: splits merged in thread-block clusters give the combi
       {3, 64, 256, 129, 400, 140, 700, fp8_window(256), fp4_compressed(256), false, 3});
 }
 
+/// One token's attention over `dim`-wide heads (64), no tables yet.
+cuda::attention_params one_token(int dim) {
+  cuda::attention_params p;
+  p.tokens = 1;
+  p.heads = 64;
+  p.dim = dim;
+  return p;
+}
+
 TEST_CASE("cuda attention_splits: a 2-tile sliding window at batch 1 takes two clustered blocks") {
   DI_REQUIRE_GPU();
   // V4.1's sliding-window layer at batch 1 (128 window rows, no compressed entries): one block
   // through the combine kernel's pricing, two merged in a cluster by default -- right against
   // the CPU and the combine kernel's bits (run_attention_case).
-  cuda::attention_params p;
-  p.tokens = 1;
-  p.heads = 64;
-  p.dim = 512;
+  cuda::attention_params p = one_token(512);
   p.window = {nullptr, 200, true, fp8_window(512)};
   p.window_k = 128;
   REQUIRE(cuda::get_attention_cluster() == -1);
@@ -252,10 +258,7 @@ TEST_CASE("cuda attention_splits: a 2-tile sliding window at batch 1 takes two c
 
 TEST_CASE("cuda attention: bad shapes are errors before launch") {
   DI_REQUIRE_GPU();
-  cuda::attention_params p;
-  p.tokens = 1;
-  p.heads = 64;
-  p.dim = 96;
+  cuda::attention_params p = one_token(96);
   CHECK_THROWS_AS(cuda::launch_attention(p, nullptr), error);
   p.dim = 64;
   CHECK_THROWS_AS(cuda::launch_attention(p, nullptr), error);
