@@ -96,6 +96,7 @@ weight_matrix weight_to(const weight_matrix& w, device dev) {
   weight_matrix out = w;
   out.values = w.values.to(dev);
   if (w.scales.defined()) out.scales = w.scales.to(dev);
+  out.lt_scales = tensor();  // derived data of the source device (cuda::with_lt_scales)
   return out;
 }
 

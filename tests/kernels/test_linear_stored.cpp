@@ -237,6 +237,11 @@ TEST_CASE("stored-format weights: mismatched scales and shapes are clear errors"
   CHECK_THROWS_WITH_AS(weight_to(il, cpu_device), doctest::Contains("interleaved"), error);
   il.interleaved = false;
   check_weight_matrix(il, "w");
+  // Derived data (cuBLASLt's scale layout) belongs to the source device: not carried.
+  il.lt_scales = tensor::full({1, 4}, 1.0f);
+  const weight_matrix moved = weight_to(il, cpu_device);
+  CHECK_FALSE(moved.lt_scales.defined());
+  CHECK(moved.values.defined());
 }
 
 }  // namespace
