@@ -5,7 +5,8 @@
 # machine and runs the decode/prefill benchmarks on it. Logs go to $OUT.
 #   DEEPINFER_BENCH_CONTEXT (default 2048), DEEPINFER_BENCH_BATCH (default 1,8,32,64),
 #   DEEPINFER_BENCH_GRAPHS (decode through CUDA graphs: off, on or both -- the default),
-#   DEEPINFER_KERNEL_BENCH (run bench_kernels_cuda --filter it first, and bench_attention_decode
+#   DEEPINFER_KERNEL_BENCH (run bench_kernels_cuda --filter it first -- several filters separated
+#   by ';' run one after another --, and bench_attention_decode
 #   when bundled; DEEPINFER_ATTN_SWEEP=1 adds its splits sweep), DEEPINFER_COMPARE_DECODE=1
 #   (decode again with stream_gemm's other variants and sm90_block_gemm's tiles),
 #   DEEPINFER_SKIP_ORDERED=1 (no decode run with ordered K splits),
@@ -53,8 +54,12 @@ if [[ -x $di && ${DEEPINFER_SKIP_CLUSTER:-0} != 1 ]]; then
 fi
 # Per-kernel benchmarks (GEMM rows whose label holds $DEEPINFER_KERNEL_BENCH, e.g. "M=1").
 if [[ -n ${DEEPINFER_KERNEL_BENCH:-} && -x /tmp/fwd/bin/bench_kernels_cuda ]]; then
-  /tmp/fwd/bin/bench_kernels_cuda --filter "$DEEPINFER_KERNEL_BENCH" >"$out/bench_kernels_cuda.log" 2>&1
-  echo "bench_kernels_cuda rc=$?"
+  IFS=';' read -ra filters <<<"$DEEPINFER_KERNEL_BENCH"  # "wo_a;mxfp4 il routed": one run each
+  : >"$out/bench_kernels_cuda.log"
+  for f in "${filters[@]}"; do
+    /tmp/fwd/bin/bench_kernels_cuda --filter "$f" >>"$out/bench_kernels_cuda.log" 2>&1
+    echo "bench_kernels_cuda ($f) rc=$?"
+  done
   tail -70 "$out/bench_kernels_cuda.log"
   if [[ -x /tmp/fwd/bin/bench_attention_decode ]]; then  # attention decode vs FlashMLA's anchor
     /tmp/fwd/bin/bench_attention_decode ${DEEPINFER_ATTN_SWEEP:+--splits-sweep} \
