@@ -13,13 +13,16 @@
 // Layout: 8 warps = 2 warpgroups; each warp owns one 32-row stripe of the interleaved layout
 // (two m16 tiles), a warpgroup 4 stripes (128 rows) and one half of the block's K range; the
 // two halves add in warpgroup order through shared memory. Blocks split K in two (experts of
-// K >= 2048) and add with fp32 atomics onto the zeroed y, whose two terms commute exactly.
-// Every split depends on the weight's shape only: a token's result does not change with the
-// batch. The block's 8-token tile of activation codes is staged once in shared memory, each
-// 32-input step as wgmma's two K-major 8 x 16-byte core matrices, the inputs permuted as
-// fp4_low / fp4_high permute the weights. Per run of 4 steps a warp decodes its 2 x 4 weight
+// K >= 2048 with few row blocks) and add with fp32 atomics onto the zeroed y, whose two terms
+// commute exactly. Every split depends on the weight's shape only (a pair -- the experts' w1
+// and w3 in one launch, set_wg_gemm_pair -- counts both weights' row blocks): a token's result
+// does not change with the batch. The block's 8-token tile of activation codes is staged once
+// in shared memory, each 32-input step as wgmma's two K-major 8 x 16-byte core matrices, the
+// inputs permuted as fp4_low / fp4_high permute the weights, and beside it the tile's
+// activation scales (exponent bytes). Per run of 4 steps a warp decodes its 2 x 4 weight
 // fragments, issues 8 wgmmas (fresh accumulators), waits, and promotes each step with the
-// weight and activation scales exactly as stream_gemm does (promote_fp4_step).
+// weight scales (loaded a run ahead) and activation scales exactly as stream_gemm does
+// (promote_fp4_step).
 #include "kernels/cuda/gemm_kernels.hpp"
 #include "kernels/cuda/launch.cuh"
 
