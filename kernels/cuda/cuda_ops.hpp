@@ -126,6 +126,7 @@ bool get_wg_gemm_wide_tiles();
 /// 8-token tiles), 0 off, 2 on with B's descriptor offsets swapped (a diagnostic: wrong
 /// results). DEEPINFER_WG_N32 sets the default. Defined in wg_gemm.cu.
 void set_wg_gemm_n32(int mode);
+int get_wg_gemm_n32();
 /// The routed experts' w1 and w3 (expert_linear_pair) in one wg_gemm launch when it takes them:
 /// 2 (the default) with the K splits the pair's row blocks together ask for (V4 and V4.1: one,
 /// where each weight alone has two -- other last bits than a single launch, from the shapes
@@ -133,7 +134,6 @@ void set_wg_gemm_n32(int mode);
 /// launches), 0 two launches. DEEPINFER_WG_PAIR sets the default. Defined in wg_gemm.cu.
 void set_wg_gemm_pair(int mode);
 int get_wg_gemm_pair();
-int get_wg_gemm_n32();
 /// wg_gemm streams its weights through a per-warp shared-memory ring of 4 runs (cp.async: more
 /// bytes in flight, no registers held) instead of one run ahead in registers; the same bits.
 /// 1 always, 0 never, -1 (the default) from 128 routed rows on (batches of about 22 tokens and

@@ -43,17 +43,19 @@ inline int env_mode(const char* name, const char* what_auto) {
   return -1;
 }
 
-/// A positive count's default from environment variable `name`: `fallback` when unset; a value
-/// that is not a whole number in [1, max] is ignored with a warning on stderr.
-inline std::int64_t env_count(const char* name, std::int64_t fallback, std::int64_t max) {
+/// A count's (or numbered mode's) default from environment variable `name`: `fallback` when
+/// unset; a value that is not a whole number in [min, max] is ignored with a warning on stderr.
+inline std::int64_t env_count(const char* name, std::int64_t fallback, std::int64_t max,
+                              std::int64_t min = 1) {
   const char* env = std::getenv(name);
   if (!env) return fallback;
   char* end = nullptr;
   const long long v = std::strtoll(env, &end, 10);
-  if (end != env && *end == '\0' && v >= 1 && v <= max) return v;
+  if (end != env && *end == '\0' && v >= min && v <= max) return v;
   std::fprintf(stderr,
-               "deepinfer: %s=%s ignored (expected a whole number in 1..%lld); using %lld\n", name,
-               env, static_cast<long long>(max), static_cast<long long>(fallback));
+               "deepinfer: %s=%s ignored (expected a whole number in %lld..%lld); using %lld\n",
+               name, env, static_cast<long long>(min), static_cast<long long>(max),
+               static_cast<long long>(fallback));
   return fallback;
 }
 

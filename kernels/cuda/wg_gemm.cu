@@ -33,8 +33,6 @@
 #include "kernels/cuda/wgmma.cuh"
 
 #include <atomic>
-#include <cstdlib>
-#include <string_view>
 
 namespace di::cuda {
 
@@ -392,10 +390,7 @@ std::atomic<bool> g_wg_gemm{detail::env_switch("DEEPINFER_WG_GEMM", true)};
 /// session 17 (same call): V4.1 w1+w3 at batch 1 took 33.3 us (2), 36.1 (1), 40.5 as two
 /// launches; at batch 64 900 / 952 / 962 us; v41-flash-L4 decode b1 1.80 / 1.88 / 1.88 ms,
 /// b64 9.48 / 9.83 / 9.65 (v4-flash-L4: 1.81 / 1.81 / 1.86, 6.72 / 6.82 / 6.87).
-std::atomic<int> g_pair{[] {
-  const char* env = std::getenv("DEEPINFER_WG_PAIR");
-  return env && (env[0] >= '0' && env[0] <= '2') && env[1] == '\0' ? env[0] - '0' : 2;
-}()};
+std::atomic<int> g_pair{int(detail::env_count("DEEPINFER_WG_PAIR", 2, 2, 0))};
 
 struct wg_shape {
   wg_config cfg{1, 0, false, 1, false, 1 << 30};
@@ -406,10 +401,7 @@ struct wg_shape {
 
 /// 32-token tiles (m64n32k32) for walked prefill-sized groups: 1 on (the default), 0 off, 2 on
 /// with B's descriptor offsets swapped (a diagnostic).
-std::atomic<int> g_n32{[] {
-  const char* env = std::getenv("DEEPINFER_WG_N32");
-  return env && (env[0] >= '0' && env[0] <= '2') && env[1] == '\0' ? env[0] - '0' : 1;
-}()};
+std::atomic<int> g_n32{int(detail::env_count("DEEPINFER_WG_N32", 1, 2, 0))};
 
 wg_shape wg_shape_of(const block_gemm_params& p) {
   wg_shape sh;

@@ -169,6 +169,14 @@ TEST_CASE("env_count: a whole number in range, else the default with a warning")
     ::setenv(name, bad, 1);
     CHECK(cuda::detail::env_count(name, 256, 1000) == 256);
   }
+  // Numbered modes from 0 (DEEPINFER_WG_PAIR, DEEPINFER_WG_N32): 0 taken, past max ignored.
+  ::setenv(name, "0", 1);
+  CHECK(cuda::detail::env_count(name, 2, 2, 0) == 0);
+  for (const char* bad : {"3", "-1", "2x", ""}) {
+    CAPTURE(bad);
+    ::setenv(name, bad, 1);
+    CHECK(cuda::detail::env_count(name, 2, 2, 0) == 2);
+  }
   ::unsetenv(name);
 }
 
@@ -373,6 +381,17 @@ TEST_CASE("wg_gemm takes interleaved MXFP4 decode tiles; its splits depend on th
     CHECK_FALSE(cuda::wg_gemm_takes(pair));
     pair.y_b = second_y;
     REQUIRE(cuda::wg_gemm_takes(pair));
+    CHECK(cuda::block_gemm_takes_pair(pair));
+    // A prefill-sized pair follows its weights: with the wide tiles off each alone goes to
+    // sm90_block_gemm's tiles, so the pair is two launches there too.
+    cuda::block_gemm_params wide_pair = pair;
+    wide_pair.max_rows = 300;
+    wide_pair.rows = 1024 * 6;
+    CHECK(cuda::block_gemm_takes_pair(wide_pair));
+    cuda::set_wg_gemm_wide_tiles(false);
+    CHECK_FALSE(cuda::block_gemm_takes_pair(wide_pair));
+    CHECK(cuda::block_gemm_takes_pair(pair));  // decode tiles: wg_gemm still
+    cuda::set_wg_gemm_wide_tiles(true);
     REQUIRE(cuda::get_wg_gemm_pair() == 2);
     CHECK(cuda::plan_wg_gemm(pair).k_splits == 1);
     CHECK(cuda::plan_wg_gemm(pair).row_blocks == first.row_blocks);
