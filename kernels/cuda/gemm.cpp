@@ -385,8 +385,8 @@ tensor block_expert_linear(const tensor& x, const tensor& offsets, const weight_
   return y;
 }
 
-/// Both products in one wg_gemm launch when it takes the pair (the same shape and formats;
-/// set_wg_gemm_pair), else an empty pair.
+/// Both products in one wg_gemm launch when it takes the pair (the same shape and formats,
+/// where each alone would run on wg_gemm: block_gemm_takes_pair), else an empty pair.
 std::pair<tensor, tensor> paired_expert_linear(const tensor& x, const tensor& offsets,
                                                const weight_matrix& a, const weight_matrix& b,
                                                const expert_linear_params& params,
@@ -401,7 +401,7 @@ std::pair<tensor, tensor> paired_expert_linear(const tensor& x, const tensor& of
   p.weight_b = static_cast<const std::uint8_t*>(b.values.raw());
   p.wscale_e8m0_b = static_cast<const std::uint8_t*>(b.scales.raw());
   p.y_b = yb.data<float>();
-  if (!wg_gemm_takes(p)) return {};
+  if (!block_gemm_takes_pair(p)) return {};
   run_block_gemm(p, x.dev());
   return {ya, yb};
 }

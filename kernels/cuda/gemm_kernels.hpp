@@ -81,8 +81,12 @@ struct block_gemm_plan {
 block_gemm_plan plan_block_gemm(const block_gemm_params& p);
 /// Enqueues the GEMM (zeroing y first when it splits K across blocks with atomics). Token
 /// tiles of at most 8 rows (decode) go to stream_gemm unless that is switched off.
-/// (A pair -- p.weight_b set -- goes to wg_gemm, which must take it.)
+/// (A pair -- p.weight_b set -- goes to wg_gemm, which must take it: block_gemm_takes_pair.)
 void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream);
+/// Whether p's pair of weights (p.weight_b) runs as one wg_gemm launch: where each weight alone
+/// would go to wg_gemm (decode tiles; wider tiles only with set_wg_gemm_wide_tiles) and wg_gemm
+/// takes the pair (set_wg_gemm_pair).
+bool block_gemm_takes_pair(const block_gemm_params& p);
 /// block_gemm's decode kernel (stream_gemm.cu): weights streamed into registers; its K splits
 /// depend on the weight's shape only and add deterministically (no workspace).
 void launch_stream_gemm(const block_gemm_params& p, cudaStream_t stream);

@@ -485,6 +485,13 @@ bool get_skinny_gemm() {
   return g_skinny_gemm;
 }
 
+bool block_gemm_takes_pair(const block_gemm_params& p) {
+  if (!p.weight_b || p.max_rows == 0 || p.n == 0 || p.groups == 0 || p.k / step_k == 0 ||
+      skinny(p))
+    return false;
+  return to_wg_gemm(p, shape_of(p));  // (wg_gemm_takes checks the pair's operands and mode)
+}
+
 void set_wg_gemm_wide_tiles(bool on) {
   g_wg_wide_tiles = on;
 }
@@ -514,7 +521,8 @@ block_gemm_plan plan_block_gemm(const block_gemm_params& p) {
 
 void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream) {
   check_interleaved(p, "block_gemm");
-  if (p.weight_b) {  // a pair: wg_gemm only (it checks that it takes it)
+  if (p.weight_b) {  // a pair: one wg_gemm launch, where each weight alone would take wg_gemm
+    DI_CHECK(block_gemm_takes_pair(p), "block_gemm: no kernel takes this pair of weights");
     launch_wg_gemm(p, stream);
     return;
   }
