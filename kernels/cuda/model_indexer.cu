@@ -6,6 +6,8 @@
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/model_common.cuh"
 
+#include <cuda_pipeline.h>
+
 #include <algorithm>
 
 namespace di::cuda {
@@ -18,38 +20,38 @@ constexpr int kScoreEntries = 64;   // entries per block of index_scores
 constexpr int kScoreThreads = 256;  // 16 groups of 4 heads x 16 groups of 4 entries
 constexpr int kScoreHeads = 64;     // heads padded to 64 (zero q rows, zero weights)
 
-/// Block (tile of 64 entries, token): q and the tile's keys transposed into shared memory as
-/// [dim][64] (heads / entries fastest), so that thread (hq, eq) forms the 4 x 4 dot products of
-/// heads 4hq.. with entries 4eq.. from one float4 of each per input (the first version gave a
-/// thread one entry and every head in turn: two scalar shared loads per multiply-add, ~17 us
-/// per block at batch 1, ncu session 14). Each dot product runs over the inputs in order; a
-/// score adds its heads' relu(dot) * weight in head order within a group of 4, then the 16
-/// groups in order -- the same arithmetic for a token whatever the batch.
+/// Block (tile of 64 entries, token): q into shared memory as [64][dim + 4] (heads padded with
+/// zeros) and the tile's keys transposed as [dim][64], so that thread (hq, eq) forms the 4 x 4
+/// dot products of heads 4hq.. with entries 4eq.. from four scalars and one float4 per input
+/// (the first version gave a thread one entry and every head in turn: two scalar shared loads
+/// per multiply-add, ~17 us per block at batch 1, ncu session 14). q arrives by cp.async, every
+/// copy in flight while the keys are decoded (read through registers into a transposed layout,
+/// four loads in flight per thread, it took 28.5 us per call at V4.1 batch 1; this, 26.5 --
+/// ncu, session 18: the loads of q were not where the time goes).
+/// Each dot product runs over the inputs in order; a score adds its heads' relu(dot) * weight in
+/// head order within a group of 4, then the 16 groups in order -- the same arithmetic for a
+/// token whatever the batch.
 __global__ void __launch_bounds__(kScoreThreads)
     index_scores_kernel(const float* q, const float* weights, dev_rows keys,
                         const std::int32_t* key_rows, std::int64_t entries, float* scores,
                         int heads, int dim) {
   detail::grid_dependency_sync();
   extern __shared__ __align__(16) float sm[];
-  float* sQ = sm;                           // [dim][kScoreHeads]
-  float* sK = sQ + dim * kScoreHeads;       // [dim][kScoreEntries]
+  const int ldq = dim + 4;                  // q rows 16-byte aligned, 4 banks apart
+  float* sQ = sm;                           // [kScoreHeads][ldq]
+  float* sK = sQ + kScoreHeads * ldq;       // [dim][kScoreEntries]
   float* sPart = sK + dim * kScoreEntries;  // [16][kScoreEntries]
   const std::int64_t t = blockIdx.y;
   const std::int64_t e0 = std::int64_t(blockIdx.x) * kScoreEntries;
   const int tid = int(threadIdx.x);
-  // q: thread i reads 4 inputs of head i % 64 (consecutive threads, consecutive heads: the
-  // transposed stores hit distinct banks).
   const int quads = dim / 4;
-#pragma unroll 4
   for (int i = tid; i < kScoreHeads * quads; i += kScoreThreads) {
-    const int h = i % kScoreHeads, d0 = (i / kScoreHeads) * 4;
-    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (h < heads) v = *reinterpret_cast<const float4*>(q + (t * heads + h) * dim + d0);
-    sQ[(d0 + 0) * kScoreHeads + h] = v.x;
-    sQ[(d0 + 1) * kScoreHeads + h] = v.y;
-    sQ[(d0 + 2) * kScoreHeads + h] = v.z;
-    sQ[(d0 + 3) * kScoreHeads + h] = v.w;
+    const int h = i / quads, d0 = (i % quads) * 4;
+    const bool live = h < heads;  // padded heads: zero-filled
+    __pipeline_memcpy_async(sQ + h * ldq + d0, q + (t * heads + (live ? h : 0)) * dim + d0, 16,
+                            live ? 0 : 16);
   }
+  __pipeline_commit();
   // keys: thread c decodes 8 inputs of row c % 64 (a missing row: zeros, score 0).
   const int chunks = dim / 8;
 #pragma unroll 4
@@ -63,13 +65,15 @@ __global__ void __launch_bounds__(kScoreThreads)
 #pragma unroll
     for (int j = 0; j < 8; ++j) sK[(d0 + j) * kScoreEntries + row] = v[j];
   }
+  __pipeline_wait_prior(0);
   __syncthreads();
   const int eq = tid % 16, hq = tid / 16;
+  const float* qh = sQ + 4 * hq * ldq;
   float dot[4][4] = {};  // [head][entry]
   for (int d = 0; d < dim; ++d) {
-    const float4 a = *reinterpret_cast<const float4*>(sQ + d * kScoreHeads + 4 * hq);
     const float4 b = *reinterpret_cast<const float4*>(sK + d * kScoreEntries + 4 * eq);
-    const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+    const float av[4] = {qh[d], qh[ldq + d], qh[2 * ldq + d], qh[3 * ldq + d]};
+    const float bv[4] = {b.x, b.y, b.z, b.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -111,12 +115,19 @@ __device__ __forceinline__ std::uint32_t masked_key(const topk_params& p, std::i
   return detail::order_key(s);
 }
 
-/// One block per row: radix-select the k-th largest key, collect the picks, sort them.
-__global__ void __launch_bounds__(kTopkThreads) topk_kernel(const topk_params p) {
-  detail::grid_dependency_sync();
-  extern __shared__ unsigned char raw[];
-  topk_smem& sm = *reinterpret_cast<topk_smem*>(raw);
-  const std::int64_t r = blockIdx.x;
+/// Where position i of a bitonic stage (size, stride) ends up: the larger of its value `a` and
+/// its partner's `b` (position i ^ stride) when it is the lower of the pair in a descending
+/// run, or the upper in an ascending one; else the smaller.
+__device__ __forceinline__ unsigned long long bitonic_keep(unsigned long long a,
+                                                           unsigned long long b, int i, int size,
+                                                           int stride) {
+  const bool desc = (i & size) == 0, lower = (i & stride) == 0;
+  return desc == lower ? (a > b ? a : b) : (a < b ? a : b);
+}
+
+/// The k picks of row r (k < n) into sm.keys (unsorted): radix-select the k-th largest key,
+/// then every larger key and, of the keys equal to it, the lowest indices.
+__device__ void collect_picks(const topk_params& p, std::int64_t r, topk_smem& sm) {
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int k = p.k;
   std::uint32_t prefix = 0, pmask = 0;
@@ -196,33 +207,68 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(const topk_params p)
     __syncthreads();
     if (tid == 0) sm.base = base + total;
   }
+}
+
+/// One block per row: radix-select the k-th largest key, collect the picks, sort them. With
+/// k == n every entry is a pick and the selection is skipped.
+__global__ void __launch_bounds__(kTopkThreads) topk_kernel(const topk_params p) {
+  detail::grid_dependency_sync();
+  extern __shared__ unsigned char raw[];
+  topk_smem& sm = *reinterpret_cast<topk_smem*>(raw);
+  const std::int64_t r = blockIdx.x;
+  const int tid = int(threadIdx.x);
+  const int k = p.k;
+  if (k == p.n) {  // every entry (the same picks the selection would make)
+    for (int e = tid; e < k; e += kTopkThreads)
+      sm.keys[e] = (std::uint64_t(masked_key(p, r, e)) << 32) | std::uint32_t(~std::uint32_t(e));
+  } else {
+    collect_picks(p, r, sm);
+  }
   __syncthreads();
   int n2 = 1;
   while (n2 < k) n2 <<= 1;
-  for (int i = k + tid; i < n2; i += kTopkThreads) sm.keys[i] = 0ull;
-  __syncthreads();
-  // Bitonic sort, descending.
+  // Bitonic sort, descending (keys are unique: the index is in their low half, so any correct
+  // sort gives the same order). Thread tid holds positions tid + c * kTopkThreads in registers;
+  // stages with partners in the same warp (stride < 32) exchange by shuffles, the others through
+  // shared memory (a barrier per stage was most of the kernel at batch 1: 12-16 us, session 18).
+  constexpr int kPer = topk_max_k / kTopkThreads;
+  static_assert(topk_max_k % kTopkThreads == 0 && kTopkThreads % 32 == 0, "whole warps");
+  unsigned long long v[kPer];
+#pragma unroll
+  for (int c = 0; c < kPer; ++c) {
+    const int i = tid + c * kTopkThreads;
+    v[c] = i < k ? sm.keys[i] : 0ull;  // padding below every key: sorts last
+  }
   for (int size = 2; size <= n2; size <<= 1) {
     for (int stride = size >> 1; stride > 0; stride >>= 1) {
-      for (int i = tid; i < n2; i += kTopkThreads) {
-        const int j = i ^ stride;
-        if (j > i) {
-          const unsigned long long a = sm.keys[i], b = sm.keys[j];
-          const bool desc = (i & size) == 0;
-          if (desc ? (a < b) : (a > b)) {
-            sm.keys[i] = b;
-            sm.keys[j] = a;
-          }
+      if (stride >= 32) {
+        __syncthreads();  // the previous stage's reads are done
+#pragma unroll
+        for (int c = 0; c < kPer; ++c)
+          if (tid + c * kTopkThreads < n2) sm.keys[tid + c * kTopkThreads] = v[c];
+        __syncthreads();
+#pragma unroll
+        for (int c = 0; c < kPer; ++c) {
+          const int i = tid + c * kTopkThreads;
+          if (i < n2) v[c] = bitonic_keep(v[c], sm.keys[i ^ stride], i, size, stride);
+        }
+      } else {  // whole warps shuffle; positions past n2 exchange among themselves, unused
+#pragma unroll
+        for (int c = 0; c < kPer; ++c) {
+          const int i = tid + c * kTopkThreads;
+          const unsigned long long b = __shfl_xor_sync(0xffffffffu, v[c], stride);
+          if (i < n2) v[c] = bitonic_keep(v[c], b, i, size, stride);
         }
       }
-      __syncthreads();
     }
   }
   const std::uint32_t neg_inf = detail::order_key(-INFINITY);
-  for (int j = tid; j < k; j += kTopkThreads) {
-    const unsigned long long v = sm.keys[j];
-    const std::uint32_t key = std::uint32_t(v >> 32);
-    p.out[r * k + j] = key == neg_inf ? -1 : std::int32_t(~std::uint32_t(v));
+#pragma unroll
+  for (int c = 0; c < kPer; ++c) {
+    const int j = tid + c * kTopkThreads;
+    if (j >= k) continue;
+    const std::uint32_t key = std::uint32_t(v[c] >> 32);
+    p.out[r * k + j] = key == neg_inf ? -1 : std::int32_t(~std::uint32_t(v[c]));
   }
 }
 
@@ -278,8 +324,9 @@ void launch_index_scores(const index_scores_params& p, cudaStream_t stream) {
   DI_CHECK(p.tokens <= 65535, "index_scores: {} tokens in one call (at most 65535)", p.tokens);
   DI_CHECK(p.q && p.weights && p.keys.data && p.scores, "index_scores: missing operand");
   DI_CHECK(reinterpret_cast<std::uintptr_t>(p.q) % 16 == 0, "index_scores: q not 16-byte aligned");
-  const std::size_t smem =
-      (std::size_t(kScoreHeads + kScoreEntries) * p.dim + 16 * kScoreEntries) * sizeof(float);
+  const std::size_t smem = (std::size_t(kScoreHeads) * (p.dim + 4) +
+                            std::size_t(kScoreEntries) * p.dim + 16 * kScoreEntries) *
+                           sizeof(float);
   static std::atomic<std::size_t> limits[16];
   detail::ensure_smem(reinterpret_cast<const void*>(&index_scores_kernel), smem, limits);
   const dim3 grid(detail::grid_for(entries, kScoreEntries), unsigned(p.tokens));

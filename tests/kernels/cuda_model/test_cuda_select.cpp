@@ -117,8 +117,12 @@ TEST_CASE("cuda topk and masked_topk: the CPU's picks and order exactly") {
     std::int64_t rows, n;
     int k;
   };
-  for (const shape& sh : {shape{1, 1, 1}, shape{3, 5, 5}, shape{4, 1000, 512}, shape{2, 5000, 2048},
-                          shape{5, 3000, 1}, shape{0, 10, 3}, shape{2, 70000, 512}}) {
+  // k == n (every entry picked: the selection skipped) at 5, 40, 300 and 2048 entries; k past
+  // 1024 (two sort positions per thread).
+  for (const shape& sh :
+       {shape{1, 1, 1}, shape{3, 5, 5}, shape{4, 1000, 512}, shape{2, 5000, 2048},
+        shape{5, 3000, 1}, shape{0, 10, 3}, shape{2, 70000, 512}, shape{3, 40, 40},
+        shape{2, 300, 300}, shape{2, 2048, 2048}, shape{2, 1500, 1100}}) {
     CAPTURE(sh.n);
     CAPTURE(sh.k);
     const tensor s = sh.n > 4000 ? test::randn({sh.rows, sh.n}) : tie_scores(sh.rows, sh.n);
