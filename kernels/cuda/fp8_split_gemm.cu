@@ -15,17 +15,18 @@
 // 2t+8, 2t+9 inputs 16t + 4s + {2, 3} -- and the activations (token g of each 8-token tile,
 // the same 16 inputs: four float4 loads) take the same permutation, so that the sum is over
 // the same products. Two warps of a block split K and add in warp order through shared
-// memory; a second block along K (decided by the weight's shape only) adds with an fp32
-// atomic onto the zeroed output, which commutes exactly for two addends. A row's result does
+// memory; a second block along K (decided by the weight's shape only) runs in a cluster with
+// the first and hands it its sums through distributed shared memory (a + b, as the fp32 atomic
+// adds onto a zeroed output this replaced gave, without their memset). A row's result does
 // not depend on the other rows or on the token tiles, so a token's output does not change
 // with the batch.
 #include "kernels/cuda/gemm_kernels.hpp"
 #include "kernels/cuda/launch.cuh"
 
 #include "kernels/cuda/block_gemm_common.cuh"
-#include "kernels/cuda/cuda_check.hpp"
 #include "kernels/dtype.hpp"
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -178,7 +179,36 @@ __global__ void __launch_bounds__(warps * 32, NT >= 8 ? 1 : 2)
       for (int c = 0; c < 4; ++c) partial[slice][lane][j * 4 + c] = acc[j][c];
   }
   __syncthreads();
-  if (wk_i == 1 || n0 >= p.out) return;
+  const bool sums = wk_i == 0;  // (no early return: K splits meet the cluster barriers below)
+  if (sums) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[j][c] += partial[slice][lane][j * 4 + c];
+  }
+  // Two K splits run as one cluster: split 1 hands its sums to split 0 through distributed
+  // shared memory (a + b: the bits of the atomic adds onto a zeroed y this replaced).
+  if (gridDim.z > 1) {
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    __syncthreads();  // partial[] has been read
+    if (blockIdx.z == 1 && sums) {
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) partial[slice][lane][j * 4 + c] = acc[j][c];
+    }
+    cluster.sync();
+    if (blockIdx.z == 0 && sums) {
+      const float* peer = cluster.map_shared_rank(&partial[slice][lane][0], 1u);
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[j][c] += peer[j * 4 + c];
+    }
+    cluster.sync();  // split 1's shared memory stays until split 0 has read it
+  }
+  if (!sums || blockIdx.z != 0 || n0 >= p.out) return;
 #pragma unroll
   for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -186,12 +216,7 @@ __global__ void __launch_bounds__(warps * 32, NT >= 8 ? 1 : 2)
       const std::int64_t r = n0 + g + (c < 2 ? 0 : 8);
       const std::int64_t tk = 8 * j + 2 * t + (c & 1);
       if (r >= p.out || tk >= p.rows) continue;
-      const float v = acc[j][c] + partial[slice][lane][j * 4 + c];
-      float* out = p.y + tk * p.groups * p.out + group * p.out + r;
-      if (gridDim.z > 1)
-        atomicAdd(out, v);
-      else
-        *out = v;
+      p.y[tk * p.groups * p.out + group * p.out + r] = acc[j][c];
     }
 }
 
@@ -217,15 +242,12 @@ void launch_fp8_split_gemm(const fp8_gemv_params& p, cudaStream_t stream) {
   if (p.groups * p.out == 0) return;
   const int splits = k_splits_for(p);
   const std::int64_t per_split = (p.in + splits - 1) / splits;
-  if (splits > 1)  // atomic adds need a zeroed y
-    CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.rows * p.groups * p.out) * sizeof(float),
-                               stream));
   const dim3 grid(unsigned((p.out + slices * 16 - 1) / (slices * 16)), unsigned(p.groups),
                   unsigned(splits));
   const int per = int((per_split + batch_k - 1) / batch_k * batch_k);
   detail::by_row_tiles<8>(p.rows, [&](auto nt) {  // 8-row tiles
-    detail::launch("fp8_split_gemm", fp8_split_gemm_kernel<decltype(nt)::value>, grid, warps * 32,
-                   0, stream, p, per);
+    detail::launch_in("fp8_split_gemm", fp8_split_gemm_kernel<decltype(nt)::value>, grid,
+                      warps * 32, dim3(1, 1, unsigned(splits)), 0, stream, p, per);
   });
 }
 

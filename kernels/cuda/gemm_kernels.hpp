@@ -94,7 +94,7 @@ void launch_stream_gemm(const block_gemm_params& p, cudaStream_t stream);
 /// switches, never on the rows: the grid's token tiles and compacted groups aside).
 struct stream_gemm_plan {
   int warps_along_k;    ///< warps of a block splitting K (1, 2, 4, 8), added in warp order
-  int k_splits;         ///< blocks along K (1 or 2), added with exact fp32 atomics
+  int k_splits;         ///< blocks along K (1 or 2: a cluster, added in distributed shared memory)
   int steps_per_split;  ///< 32-input steps per K split
   int warp_align;       ///< a warp's K range starts at a multiple of this many steps
   int batch_steps;      ///< steps per load batch

@@ -14,17 +14,20 @@
 // region (the row-major layout's 4-byte loads touch 8 rows' lines for 128 useful bytes).
 // Whole batches run without guards; pointers are set once per warp.
 // Warps of a block that share rows split K and add their sums in warp order through shared
-// memory (deterministic); dense GEMMs with few rows and long K also split K across two blocks,
-// whose fp32 atomic adds onto the zeroed output commute exactly. Every split decision depends
+// memory (deterministic); dense GEMMs with few rows and long K also split K across two blocks
+// launched as a thread-block cluster, the second handing its sums to the first through
+// distributed shared memory (a + b, as the fp32 atomic adds onto a zeroed output that this
+// replaced -- and its memset node -- gave). Every split decision depends
 // on the weight's shape only, never on the batch, so a token's result does not change with the
 // batch (up to 8 rows per group, where this kernel serves).
 #include "kernels/cuda/gemm_kernels.hpp"
 #include "kernels/cuda/launch.cuh"
 
 #include "kernels/cuda/block_gemm_common.cuh"
-#include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/kernel_attributes.hpp"
 #include "kernels/dtype.hpp"
+
+#include <cooperative_groups.h>
 
 #include <algorithm>
 #include <atomic>
@@ -45,7 +48,7 @@ constexpr int align_steps = 8;  // K splits start at multiples of 8 steps (256 i
 
 struct stream_config {
   int wk;               ///< warps of a block along K (1, 2, 4 or 8); 8 / wk row slices
-  int k_splits;         ///< blocks along K (1 or 2; 2 adds with atomics into a zeroed y)
+  int k_splits;         ///< blocks along K (1 or 2; 2 run as a cluster, split 0 adds and stores)
   int steps_per_split;  ///< multiple of align_steps
   int warp_align;       ///< a warp's K range starts at a multiple of this (>= a promotion block)
   bool compact;         ///< grid row y serves the y-th non-empty group
@@ -106,7 +109,8 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
   // streams its weights once per tile, with the same sums. Otherwise one tile per block.
   const std::int64_t first = site.tile * 8;
   for (std::int64_t tok0 = first; tok0 < count; tok0 += 8) {
-    if (WALK && tok0 != first && cfg.wk > 1) __syncthreads();  // partial[] is reused
+    if (WALK && tok0 != first && (cfg.wk > 1 || cfg.k_splits > 1))
+      __syncthreads();  // partial[] is reused
     [&] {
 
   // This warp's rows and K range (steps, global within K). Ranges start at multiples of
@@ -357,24 +361,52 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
     }
   }
 
-  // The warps of a row slice add their K ranges in warp order; the first one stores.
+  // The warps of a row slice add their K ranges in warp order; the first one goes on. (No
+  // early return: with K splits every thread meets the cluster barriers below.)
+  bool sums = true;  // this warp holds its row slice's sums
   if (cfg.wk > 1) {
 #pragma unroll
     for (int m = 0; m < tiles; ++m)
 #pragma unroll
       for (int c = 0; c < 4; ++c) partial[warp][lane][m * 4 + c] = acc[m][c];
     __syncthreads();
-    if (wk_i != 0) return;
+    sums = wk_i == 0;
+    if (sums) {
 #pragma unroll
-    for (int m = 0; m < tiles; ++m)
+      for (int m = 0; m < tiles; ++m)
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        float sum = 0.0f;
-        for (int w = 0; w < cfg.wk; ++w) sum += partial[warp + w][lane][m * 4 + c];
-        acc[m][c] = sum;
-      }
+        for (int c = 0; c < 4; ++c) {
+          float sum = 0.0f;
+          for (int w = 0; w < cfg.wk; ++w) sum += partial[warp + w][lane][m * 4 + c];
+          acc[m][c] = sum;
+        }
+    }
   }
-  if (n0 >= p.n) return;
+  // Two K splits run as one thread-block cluster: split 1 hands its sums to split 0 through
+  // distributed shared memory, which adds them (a + b: the bits the atomic adds onto a zeroed
+  // y gave, in either order) and stores -- no memset of y before the launch.
+  if (cfg.k_splits > 1) {
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    __syncthreads();  // partial[] has been read by the warps' sums
+    if (split == 1 && sums) {
+#pragma unroll
+      for (int m = 0; m < tiles; ++m)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) partial[warp][lane][m * 4 + c] = acc[m][c];
+    }
+    cluster.sync();
+    if (split == 0 && sums) {
+      const float* peer = cluster.map_shared_rank(&partial[warp][lane][0], 1u);
+#pragma unroll
+      for (int m = 0; m < tiles; ++m)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[m][c] += peer[m * 4 + c];
+    }
+    cluster.sync();  // split 1's shared memory stays until split 0 has read it
+    sums = sums && split == 0;
+  }
+  if (!sums || n0 >= p.n) return;
 #pragma unroll
   for (int m = 0; m < tiles; ++m)
 #pragma unroll
@@ -382,11 +414,7 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
       const std::int64_t r = n0 + 16 * m + g + (c < 2 ? 0 : 8);
       const std::int64_t tk = tok0 + 2 * t + (c & 1);
       if (r >= p.n || tk >= count) continue;
-      float* out = p.y + group * p.y_group_offset + (row_begin + tk) * p.y_stride + r;
-      if (cfg.k_splits > 1)
-        atomicAdd(out, acc[m][c]);
-      else
-        *out = acc[m][c];
+      p.y[group * p.y_group_offset + (row_begin + tk) * p.y_stride + r] = acc[m][c];
     }
     }();
     if constexpr (!WALK) break;
@@ -453,20 +481,20 @@ template <bool FP4, bool IL, int batch, int min_blocks>
 void launch_variant(const block_gemm_params& p, bool every, bool walk, dim3 grid,
                     const stream_config& cfg, cudaStream_t stream) {
   const dim3 block(warps * 32);
+  // K splits (grid z = token tiles x splits, split fastest) run as clusters of the splits.
+  const dim3 cluster(1, 1, unsigned(cfg.k_splits));
+  auto go = [&](auto kernel) {
+    detail::launch_in("stream_gemm", kernel, grid, block, cluster, 0, stream, p, cfg);
+  };
   if (every && walk)
-    detail::launch("stream_gemm", stream_gemm_kernel<FP4, IL, true, batch, min_blocks, true>, grid,
-                   block, 0, stream, p, cfg);
+    go(stream_gemm_kernel<FP4, IL, true, batch, min_blocks, true>);
   else if (every)
-    detail::launch("stream_gemm", stream_gemm_kernel<FP4, IL, true, batch, min_blocks, false>, grid,
-                   block, 0, stream, p, cfg);
+    go(stream_gemm_kernel<FP4, IL, true, batch, min_blocks, false>);
   else if (walk)
-    detail::launch("stream_gemm", stream_gemm_kernel<FP4, IL, false, batch, min_blocks, true>, grid,
-                   block, 0, stream, p, cfg);
+    go(stream_gemm_kernel<FP4, IL, false, batch, min_blocks, true>);
   else
-    detail::launch("stream_gemm", stream_gemm_kernel<FP4, IL, false, batch, min_blocks, false>,
-                   grid, block, 0, stream, p, cfg);
+    go(stream_gemm_kernel<FP4, IL, false, batch, min_blocks, false>);
 }
-
 
 }  // namespace
 
@@ -511,8 +539,6 @@ stream_gemm_plan plan_stream_gemm(const block_gemm_params& p) {
 void launch_stream_gemm(const block_gemm_params& p, cudaStream_t stream) {
   check_interleaved(p, "stream_gemm");
   const stream_shape sh = stream_shape_of(p);
-  if (sh.cfg.k_splits > 1)  // atomic adds need a zeroed y
-    CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));
   const dim3 grid(unsigned(sh.row_blocks), unsigned(sh.grid_groups),
                   unsigned(sh.token_tiles * sh.cfg.k_splits));
   // 32-input scale blocks on both sides (and e8m0 weight scales): every step promotes.
