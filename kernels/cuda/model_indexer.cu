@@ -16,22 +16,20 @@ namespace {
 
 using detail::dev_rows;
 
-constexpr int kScoreEntries = 64;   // entries per block of index_scores
-constexpr int kScoreThreads = 256;  // 16 groups of 4 heads x 16 groups of 4 entries
+constexpr int kScoreEntries = 16;   // entries per block of index_scores
+constexpr int kScoreThreads = 256;  // 16 groups of 4 heads x 16 entries
 constexpr int kScoreHeads = 64;     // heads padded to 64 (zero q rows, zero weights)
 
-/// Block (tile of 64 entries, token): q into shared memory as [64][dim + 4] (heads padded with
-/// zeros) and the tile's keys transposed as [dim][64], so that thread (hq, eq) forms the 4 x 4
-/// dot products of heads 4hq.. with entries 4eq.. from four scalars and one float4 per input
-/// (the first version gave a thread one entry and every head in turn: two scalar shared loads
-/// per multiply-add, ~17 us per block at batch 1, ncu session 14). q arrives by cp.async, every
-/// copy in flight while the keys are decoded (read through registers into a transposed layout,
-/// four loads in flight per thread, it took 28.5 us per call at V4.1 batch 1; this, 26.5 --
-/// ncu, session 18: the loads of q were not where the time goes).
-/// Each dot product runs over the inputs in order; a score adds its heads' relu(dot) * weight in
-/// head order within a group of 4, then the 16 groups in order -- the same arithmetic for a
-/// token whatever the batch.
-__global__ void __launch_bounds__(kScoreThreads)
+/// Block (tile of 16 entries, token): q into shared memory as [64][dim + 4] (heads padded with
+/// zeros; by cp.async, in flight while the keys decode) and the tile's keys transposed as
+/// [dim][16]; thread (hq, e) forms the dot products of heads 4hq.. with entry e. Tiles of 64
+/// entries (a 4 x 4 register tile per thread) left 8-17 blocks of long dependent chains at batch
+/// 1 -- 26-29 us per call, ncu (session 18): 8 warps per SM issuing every 7-8 cycles, waiting on
+/// shared loads and instruction fetch; 16-entry tiles give 4x the blocks and a quarter of the
+/// chain each. Each dot product runs over the inputs in order; a score adds its heads'
+/// relu(dot) * weight in head order within a group of 4, then the 16 groups in order -- the
+/// same arithmetic for a token whatever the batch (and whatever the tile).
+__global__ void __launch_bounds__(kScoreThreads, 1)
     index_scores_kernel(const float* q, const float* weights, dev_rows keys,
                         const std::int32_t* key_rows, std::int64_t entries, float* scores,
                         int heads, int dim) {
@@ -40,7 +38,7 @@ __global__ void __launch_bounds__(kScoreThreads)
   const int ldq = dim + 4;                  // q rows 16-byte aligned, 4 banks apart
   float* sQ = sm;                           // [kScoreHeads][ldq]
   float* sK = sQ + kScoreHeads * ldq;       // [dim][kScoreEntries]
-  float* sPart = sK + dim * kScoreEntries;  // [16][kScoreEntries]
+  float* sPart = sK + dim * kScoreEntries;  // [16 head groups][kScoreEntries]
   const std::int64_t t = blockIdx.y;
   const std::int64_t e0 = std::int64_t(blockIdx.x) * kScoreEntries;
   const int tid = int(threadIdx.x);
@@ -52,7 +50,7 @@ __global__ void __launch_bounds__(kScoreThreads)
                             live ? 0 : 16);
   }
   __pipeline_commit();
-  // keys: thread c decodes 8 inputs of row c % 64 (a missing row: zeros, score 0).
+  // keys: thread c decodes 8 inputs of row c % kScoreEntries (a missing row: zeros, score 0).
   const int chunks = dim / 8;
 #pragma unroll 4
   for (int c = tid; c < kScoreEntries * chunks; c += kScoreThreads) {
@@ -67,28 +65,23 @@ __global__ void __launch_bounds__(kScoreThreads)
   }
   __pipeline_wait_prior(0);
   __syncthreads();
-  const int eq = tid % 16, hq = tid / 16;
+  static_assert(kScoreThreads == 16 * kScoreEntries, "16 head groups x the tile's entries");
+  const int eq = tid % kScoreEntries, hq = tid / kScoreEntries;
   const float* qh = sQ + 4 * hq * ldq;
-  float dot[4][4] = {};  // [head][entry]
-  for (int d = 0; d < dim; ++d) {
-    const float4 b = *reinterpret_cast<const float4*>(sK + d * kScoreEntries + 4 * eq);
-    const float av[4] = {qh[d], qh[ldq + d], qh[2 * ldq + d], qh[3 * ldq + d]};
-    const float bv[4] = {b.x, b.y, b.z, b.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) dot[i][j] = fmaf(av[i], bv[j], dot[i][j]);
-  }
-  float w[4];
+  float w[4];  // (loaded before the products: their latency hides behind them)
 #pragma unroll
   for (int i = 0; i < 4; ++i) w[i] = 4 * hq + i < heads ? weights[t * heads + 4 * hq + i] : 0.0f;
+  float dot[4] = {};  // heads 4hq..
+#pragma unroll 4
+  for (int d = 0; d < dim; ++d) {
+    const float b = sK[d * kScoreEntries + eq];
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    float acc = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) acc += fmaxf(dot[i][j], 0.0f) * w[i];
-    sPart[hq * kScoreEntries + 4 * eq + j] = acc;
+    for (int i = 0; i < 4; ++i) dot[i] = fmaf(qh[i * ldq + d], b, dot[i]);
   }
+  float acc = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) acc += fmaxf(dot[i], 0.0f) * w[i];
+  sPart[hq * kScoreEntries + eq] = acc;
   __syncthreads();
   if (tid < kScoreEntries && e0 + tid < entries) {
     float acc = 0.0f;
