@@ -295,6 +295,14 @@ struct hc_collapse_norm_params {
 constexpr std::int64_t hc_collapse_norm_max_dim = 8192;
 constexpr std::int64_t hc_collapse_norm_max_streams = 4;  ///< the op runs two kernels past it
 void launch_hc_collapse_norm(const hc_collapse_norm_params& p, cudaStream_t stream);
+/// hc_collapse_norm on a cluster of 4 blocks per token (each a quarter of the row; the sum of
+/// squares added across them through distributed shared memory) for widths that are a multiple
+/// of 512, instead of one block per token: off by default (DEEPINFER_HC_NORM_CLUSTER=1 or this
+/// switch turns it on). Its sums group differently, so its bits differ from the one-block
+/// kernel's in the last places; either is batch-invariant (the choice depends on the width
+/// only). Not yet run on a GPU (session 18 wrote it after its device time was spent).
+void set_hc_collapse_norm_cluster(bool on);
+bool hc_collapse_norm_uses_cluster(std::int64_t dim);
 
 struct hc_expand_params {
   const float* y = nullptr;         ///< [tokens, dim]

@@ -2,8 +2,13 @@
 // coefficients of a site (RMS-scaled projections of the flattened streams, sigmoids and the
 // Sinkhorn-normalised comb), V4's head mix, and the collapse / expand of the streams.
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/kernel_attributes.hpp"
 #include "kernels/cuda/model_common.cuh"
 #include "kernels/quant_math.hpp"
+
+#include <cooperative_groups.h>
+
+#include <atomic>
 
 namespace di::cuda {
 
@@ -176,58 +181,34 @@ __global__ void hc_collapse_kernel(const hc_collapse_params p) {
 /// Values of a row a thread keeps between the collapse and the scaling (hc_collapse_norm).
 constexpr int kNormPerThread = 8;
 constexpr int kMaxStreams = int(hc_collapse_norm_max_streams);  // V4 and V4.1: 4 streams
+/// The cluster variant (set_hc_collapse_norm_cluster): blocks per token, threads per block and
+/// values per thread (a slice of at most 2048 columns: dim <= 8192).
+constexpr int kNormCluster = 4;
+constexpr int kNormClusterThreads = 256;
+constexpr int kNormClusterPerThread = 8;
 
-/// One block per token: the collapse of its streams into registers (each value summed over the
-/// streams in stream order, as hc_collapse_kernel does), their sum of squares over the block,
-/// then the scaled (and weighted) row -- rms_norm(hc_collapse(x, pre)) without the [tokens, dim]
-/// temporary and the second launch. dim <= kNormPerThread * blockDim.x.
-__global__ void hc_collapse_norm_kernel(const hc_collapse_norm_params p) {
-  detail::grid_dependency_sync();
-  __shared__ float scratch[32];
-  const std::int64_t t = blockIdx.x;
-  const float* pre = p.pre + t * p.hc;
-  const float* x = p.x + t * p.hc * p.dim;
-  // Every load is issued before the first is used (a runtime loop over the streams waited for
-  // each load in turn: ~32 memory latencies, 17 us per call at batch 1, ncu session 14).
-  float w[kMaxStreams], xv[kNormPerThread][kMaxStreams];
-#pragma unroll
-  for (int k = 0; k < kMaxStreams; ++k) w[k] = k < p.hc ? pre[k] : 0.0f;
-#pragma unroll
-  for (int j = 0; j < kNormPerThread; ++j) {
-    const std::int64_t d = threadIdx.x + std::int64_t(j) * blockDim.x;
-#pragma unroll
-    for (int k = 0; k < kMaxStreams; ++k)
-      xv[j][k] = d < p.dim && k < p.hc ? x[k * p.dim + d] : 0.0f;
-  }
-  float v[kNormPerThread];
-  float sum = 0.0f;
-#pragma unroll
-  for (int j = 0; j < kNormPerThread; ++j) {
-    float acc = 0.0f;  // summed over the streams in stream order, as hc_collapse_kernel does
-#pragma unroll
-    for (int k = 0; k < kMaxStreams; ++k)
-      if (k < p.hc) acc += w[k] * xv[j][k];
-    v[j] = acc;
-    sum += acc * acc;
-  }
-  sum = detail::block_sum(sum, scratch);
-  const float rs = 1.0f / sqrtf(sum / float(p.dim) + p.eps);
+/// The end of hc_collapse_norm for a thread's values v[j] (columns d0 + threadIdx.x + j *
+/// blockDim.x below end) once the row's 1 / rms is known: the scaled (and weighted) row, and
+/// its FP8 quantization. A quantization block is quant_block / 32 whole warps of one j
+/// (blockDim.x is a multiple of 128 and d0 of quant_block), so its amax is their warps' maxima
+/// combined -- a max, exact in any order: act_quant_kernel's scale and codes.
+template <int NPT>
+__device__ __forceinline__ void finish_norm_row(const hc_collapse_norm_params& p, std::int64_t t,
+                                                float (&v)[NPT], float rs, std::int64_t d0,
+                                                std::int64_t end) {
   float* out = p.out + t * p.dim;
 #pragma unroll
-  for (int j = 0; j < kNormPerThread; ++j) {
-    const std::int64_t d = threadIdx.x + std::int64_t(j) * blockDim.x;
+  for (int j = 0; j < NPT; ++j) {
+    const std::int64_t d = d0 + threadIdx.x + std::int64_t(j) * blockDim.x;
     const float y = v[j] * rs;
-    v[j] = d < p.dim ? (p.weight ? p.weight[d] * y : y) : 0.0f;  // the output value
-    if (d < p.dim) out[d] = v[j];
+    v[j] = d < end ? (p.weight ? p.weight[d] * y : y) : 0.0f;  // the output value
+    if (d < end) out[d] = v[j];
   }
   if (p.quant_block == 0) return;  // uniform
-  // The output's quantization: a quantization block is quant_block / 32 whole warps of one j
-  // (blockDim.x is a multiple of 128), so its amax is their warps' maxima combined -- a max,
-  // exact in any order: act_quant_kernel's scale and codes.
-  __shared__ float warp_amax[kNormPerThread][32];
+  __shared__ float warp_amax[NPT][32];
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
 #pragma unroll
-  for (int j = 0; j < kNormPerThread; ++j) {
+  for (int j = 0; j < NPT; ++j) {
     const float a = detail::warp_max(fabsf(v[j]));
     if (lane == 0) warp_amax[j][warp] = a;
   }
@@ -235,15 +216,85 @@ __global__ void hc_collapse_norm_kernel(const hc_collapse_norm_params p) {
   const int wpb = p.quant_block / 32, w0 = warp / wpb * wpb;
   std::uint8_t* codes = p.codes + t * p.dim;
 #pragma unroll
-  for (int j = 0; j < kNormPerThread; ++j) {
-    const std::int64_t d = threadIdx.x + std::int64_t(j) * blockDim.x;
-    if (d >= p.dim) break;
+  for (int j = 0; j < NPT; ++j) {
+    const std::int64_t d = d0 + threadIdx.x + std::int64_t(j) * blockDim.x;
+    if (d >= end) break;
     float amax = 0.0f;
     for (int w = w0; w < w0 + wpb; ++w) amax = fmaxf(amax, warp_amax[j][w]);
     const float scale = fp8_block_scale(amax);
     codes[d] = fp8_code(v[j], scale);
     if (d % p.quant_block == 0) p.scales[t * (p.dim / p.quant_block) + d / p.quant_block] = scale;
   }
+}
+
+/// A thread's columns d0 + threadIdx.x + j * blockDim.x (below end) collapsed over the streams
+/// (each value summed in stream order, as hc_collapse_kernel does) into v, and the sum of their
+/// squares. Every load is issued before the first is used (a runtime loop over the streams
+/// waited for each load in turn: ~32 memory latencies, 17 us per call at batch 1, ncu session 14).
+template <int NPT>
+__device__ __forceinline__ float collapse_values(const hc_collapse_norm_params& p, std::int64_t t,
+                                                 std::int64_t d0, std::int64_t end,
+                                                 float (&v)[NPT]) {
+  const float* pre = p.pre + t * p.hc;
+  const float* x = p.x + t * p.hc * p.dim;
+  float w[kMaxStreams], xv[NPT][kMaxStreams];
+#pragma unroll
+  for (int k = 0; k < kMaxStreams; ++k) w[k] = k < p.hc ? pre[k] : 0.0f;
+#pragma unroll
+  for (int j = 0; j < NPT; ++j) {
+    const std::int64_t d = d0 + threadIdx.x + std::int64_t(j) * blockDim.x;
+#pragma unroll
+    for (int k = 0; k < kMaxStreams; ++k) xv[j][k] = d < end && k < p.hc ? x[k * p.dim + d] : 0.0f;
+  }
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < NPT; ++j) {
+    float acc = 0.0f;  // summed over the streams in stream order, as hc_collapse_kernel does
+#pragma unroll
+    for (int k = 0; k < kMaxStreams; ++k)
+      if (k < p.hc) acc += w[k] * xv[j][k];
+    v[j] = acc;
+    sum += acc * acc;
+  }
+  return sum;
+}
+
+/// One block per token: rms_norm(hc_collapse(x, pre)) without the [tokens, dim] temporary and
+/// the second launch. dim <= kNormPerThread * blockDim.x.
+__global__ void hc_collapse_norm_kernel(const hc_collapse_norm_params p) {
+  detail::grid_dependency_sync();
+  __shared__ float scratch[32];
+  const std::int64_t t = blockIdx.x;
+  float v[kNormPerThread];
+  const float sum = detail::block_sum(collapse_values(p, t, 0, p.dim, v), scratch);
+  finish_norm_row(p, t, v, 1.0f / sqrtf(sum / float(p.dim) + p.eps), 0, p.dim);
+}
+
+/// hc_collapse_norm on a cluster of kNormCluster blocks per token, each a slice of dim /
+/// kNormCluster columns (a whole number of quantization blocks): the one-block kernel is bound
+/// by its one SM issuing the loads, sums and codes of a whole row (12.6 us at V4.1's 4096 x 4,
+/// ncu session 18: an instruction every 12.7 cycles per warp, 32 warps on 4 schedulers). Each
+/// block sums its slice's squares; every block then adds the kNormCluster partial sums in rank
+/// order from distributed shared memory (the same 1 / rms in every block).
+__global__ void __launch_bounds__(kNormClusterThreads, 1)
+    hc_collapse_norm_cluster_kernel(const hc_collapse_norm_params p) {
+  namespace cg = cooperative_groups;
+  detail::grid_dependency_sync();
+  __shared__ float scratch[32];
+  __shared__ float slice_sum;
+  cg::cluster_group cluster = cg::this_cluster();
+  const std::int64_t t = blockIdx.x / kNormCluster;
+  const std::int64_t slice = p.dim / kNormCluster;
+  const std::int64_t d0 = std::int64_t(cluster.block_rank()) * slice;
+  float v[kNormClusterPerThread];
+  const float sum = detail::block_sum(collapse_values(p, t, d0, d0 + slice, v), scratch);
+  if (threadIdx.x == 0) slice_sum = sum;
+  cluster.sync();
+  float total = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kNormCluster; ++r) total += *cluster.map_shared_rank(&slice_sum, unsigned(r));
+  cluster.sync();  // no block leaves while another reads its slice_sum
+  finish_norm_row(p, t, v, 1.0f / sqrtf(total / float(p.dim) + p.eps), d0, d0 + slice);
 }
 
 __global__ void hc_expand_kernel(const hc_expand_params p) {
@@ -313,8 +364,27 @@ void launch_hc_collapse_norm(const hc_collapse_norm_params& p, cudaStream_t stre
       p.quant_block == 0 || ((p.quant_block == 32 || p.quant_block == 64 || p.quant_block == 128) &&
                              p.dim % p.quant_block == 0 && p.codes && p.scales),
       "hc_collapse_norm: cannot quantize rows of {} in blocks of {}", p.dim, p.quant_block);
+  if (hc_collapse_norm_uses_cluster(p.dim)) {
+    detail::launch_in("hc_collapse_norm", hc_collapse_norm_cluster_kernel,
+                      unsigned(p.tokens * kNormCluster), kNormClusterThreads,
+                      dim3(kNormCluster, 1, 1), 0, stream, p);
+    return;
+  }
   detail::launch("hc_collapse_norm", hc_collapse_norm_kernel, unsigned(p.tokens), threads, 0,
                  stream, p);
+}
+
+namespace {
+std::atomic<bool> g_norm_cluster{detail::env_switch("DEEPINFER_HC_NORM_CLUSTER", false)};
+}  // namespace
+
+void set_hc_collapse_norm_cluster(bool on) {
+  g_norm_cluster = on;
+}
+
+bool hc_collapse_norm_uses_cluster(std::int64_t dim) {
+  return g_norm_cluster && dim % (kNormCluster * 128) == 0 &&
+         dim / kNormCluster <= kNormClusterPerThread * kNormClusterThreads;
 }
 
 void launch_hc_expand(const hc_expand_params& p, cudaStream_t stream) {

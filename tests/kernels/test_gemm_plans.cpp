@@ -7,6 +7,7 @@
 
 #if defined(DEEPINFER_HAVE_CUDA)
 #include "common/error.hpp"
+#include "kernels/cuda/cuda_model_ops.hpp"
 #include "kernels/cuda/cuda_ops.hpp"
 #include "kernels/cuda/gemm_kernels.hpp"
 #include "kernels/cuda/kernel_attributes.hpp"
@@ -100,6 +101,18 @@ TEST_CASE("kernel switches take their defaults from the environment") {
   CHECK(cuda::detail::env_switch(name, true));
   CHECK_FALSE(cuda::detail::env_switch(name, false));
   ::unsetenv(name);
+}
+
+TEST_CASE("hc_collapse_norm's cluster variant: off by default, chosen by the width alone") {
+  if (!std::getenv("DEEPINFER_HC_NORM_CLUSTER")) CHECK_FALSE(cuda::hc_collapse_norm_uses_cluster(4096));
+  cuda::set_hc_collapse_norm_cluster(true);
+  CHECK(cuda::hc_collapse_norm_uses_cluster(4096));   // V4.1 / V4: 4 slices of 1024
+  CHECK(cuda::hc_collapse_norm_uses_cluster(7168));   // 4 x 1792: whole 128-column blocks
+  CHECK(cuda::hc_collapse_norm_uses_cluster(8192));   // 4 x 2048: the registers' limit
+  CHECK_FALSE(cuda::hc_collapse_norm_uses_cluster(4000));   // slices not whole blocks
+  CHECK_FALSE(cuda::hc_collapse_norm_uses_cluster(16384));  // slices past the registers
+  cuda::set_hc_collapse_norm_cluster(false);
+  CHECK_FALSE(cuda::hc_collapse_norm_uses_cluster(4096));
 }
 
 TEST_CASE("stream_gemm plans depend on the weight's shape, not on the batch") {

@@ -7,6 +7,7 @@
 // relative error stays near fp32 summation noise; a wrong scale or permutation gives O(1).
 #include "gpu_test_support.hpp"
 #include "kernels/cuda/cublas_gemm.hpp"
+#include "kernels/cuda/cuda_model_ops.hpp"
 #include "kernels/cuda/cuda_ops.hpp"
 #include "kernels/ops.hpp"
 
@@ -528,9 +529,13 @@ TEST_CASE("cuda quantized_rows: RMSNorm's and SwiGLU's own codes give linear's e
                           ops::linear(q.x, w, {nc.block}).to(cpu_device));
     }
   }
-  // The mHC collapse + norm (wq_a / wkv, the shared experts' w1 / w3 as pairs).
+  // The mHC collapse + norm (wq_a / wkv, the shared experts' w1 / w3 as pairs), one block per
+  // token and a cluster of 4.
+  for (const bool cluster : {false, true})
   for (const auto& [dim, block] :
        {std::pair<std::int64_t, int>{5120, 32}, {4096, 128}, {512, 64}}) {
+    cuda::set_hc_collapse_norm_cluster(cluster);
+    CAPTURE(cluster);
     CAPTURE(dim);
     CAPTURE(block);
     const weight_matrix a = weight_to(random_fp8(256, dim, block), gpu);
@@ -551,6 +556,7 @@ TEST_CASE("cuda quantized_rows: RMSNorm's and SwiGLU's own codes give linear's e
       test::check_bitwise(yb.to(cpu_device), wb.to(cpu_device));
     }
   }
+  cuda::set_hc_collapse_norm_cluster(false);
   for (const auto& [inter, block] : {std::pair<std::int64_t, int>{2304, 32}, {2048, 128}}) {
     CAPTURE(inter);
     CAPTURE(block);

@@ -66,10 +66,14 @@ TEST_CASE("hc_collapse_norm: the CPU's rms_norm(hc_collapse) in one kernel, batc
     std::int64_t tokens, hc, dim;
     bool weighted;
   };
+  // Each width with one block per token and, where the width allows it, a cluster of 4.
+  for (const bool cluster : {false, true})
   for (const shape sh :
        {shape{1, 4, 5120, true}, shape{7, 4, 4096, true}, shape{3, 4, 33, true},
         shape{130, 1, 512, false}, shape{0, 4, 5120, true}, shape{2, 4, 12000, true},
         shape{3, 6, 512, true}, shape{2, 3, 1000, true}}) {
+    cuda::set_hc_collapse_norm_cluster(cluster);
+    CAPTURE(cluster);
     CAPTURE(sh.tokens);
     CAPTURE(sh.hc);
     CAPTURE(sh.dim);
@@ -89,6 +93,7 @@ TEST_CASE("hc_collapse_norm: the CPU's rms_norm(hc_collapse) in one kernel, batc
       CHECK(test::bytes_equal(one, got.slice(0, 0, 1).clone()));
     }
   }
+  cuda::set_hc_collapse_norm_cluster(false);
 }
 
 TEST_CASE("attention_packed: the FP8 window ring and FP4 entries read in place") {
