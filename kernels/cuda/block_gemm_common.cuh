@@ -6,6 +6,7 @@
 // group scan, and the plain / atomic / ordered-split output store.
 #pragma once
 
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
@@ -37,6 +38,34 @@ __device__ __forceinline__ uint4 load_stream16(const std::uint8_t* p) {
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(p));
   return v;
+}
+
+/// Two K splits launched as one thread-block cluster (split = the block's rank in it): split 1
+/// hands its sums `acc` to split 0 through `slot` (this thread's M x 4 floats of shared memory,
+/// free to reuse), and split 0 adds them to its own -- a + b, the bits fp32 atomic adds of the
+/// two onto a zeroed output give, in either order. `holds`: whether this thread has sums (every
+/// thread of both blocks must call this: it waits at the cluster's barriers).
+template <int M>
+__device__ __forceinline__ void add_split_pair(float (&acc)[M][4], float* slot, int split,
+                                               bool holds) {
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  __syncthreads();  // the block's earlier readers of the slots are done
+  if (split == 1 && holds) {
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) slot[m * 4 + c] = acc[m][c];
+  }
+  cluster.sync();
+  if (split == 0 && holds) {
+    const float* peer = cluster.map_shared_rank(slot, 1u);
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[m][c] += peer[m * 4 + c];
+  }
+  cluster.sync();  // split 1's shared memory stays until split 0 has read it
 }
 
 /// 16 bytes global -> shared, zero-filled when !valid.

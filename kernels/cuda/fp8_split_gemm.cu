@@ -26,7 +26,6 @@
 #include "kernels/cuda/block_gemm_common.cuh"
 #include "kernels/dtype.hpp"
 
-#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -188,26 +187,7 @@ __global__ void __launch_bounds__(warps * 32, NT >= 8 ? 1 : 2)
   }
   // Two K splits run as one cluster: split 1 hands its sums to split 0 through distributed
   // shared memory (a + b: the bits of the atomic adds onto a zeroed y this replaced).
-  if (gridDim.z > 1) {
-    namespace cg = cooperative_groups;
-    cg::cluster_group cluster = cg::this_cluster();
-    __syncthreads();  // partial[] has been read
-    if (blockIdx.z == 1 && sums) {
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) partial[slice][lane][j * 4 + c] = acc[j][c];
-    }
-    cluster.sync();
-    if (blockIdx.z == 0 && sums) {
-      const float* peer = cluster.map_shared_rank(&partial[slice][lane][0], 1u);
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) acc[j][c] += peer[j * 4 + c];
-    }
-    cluster.sync();  // split 1's shared memory stays until split 0 has read it
-  }
+  if (gridDim.z > 1) gemm_detail::add_split_pair(acc, &partial[slice][lane][0], int(blockIdx.z), sums);
   if (!sums || blockIdx.z != 0 || n0 >= p.out) return;
 #pragma unroll
   for (int j = 0; j < NT; ++j)

@@ -27,8 +27,6 @@
 #include "kernels/cuda/kernel_attributes.hpp"
 #include "kernels/dtype.hpp"
 
-#include <cooperative_groups.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -386,24 +384,7 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
   // distributed shared memory, which adds them (a + b: the bits the atomic adds onto a zeroed
   // y gave, in either order) and stores -- no memset of y before the launch.
   if (cfg.k_splits > 1) {
-    namespace cg = cooperative_groups;
-    cg::cluster_group cluster = cg::this_cluster();
-    __syncthreads();  // partial[] has been read by the warps' sums
-    if (split == 1 && sums) {
-#pragma unroll
-      for (int m = 0; m < tiles; ++m)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) partial[warp][lane][m * 4 + c] = acc[m][c];
-    }
-    cluster.sync();
-    if (split == 0 && sums) {
-      const float* peer = cluster.map_shared_rank(&partial[warp][lane][0], 1u);
-#pragma unroll
-      for (int m = 0; m < tiles; ++m)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) acc[m][c] += peer[m * 4 + c];
-    }
-    cluster.sync();  // split 1's shared memory stays until split 0 has read it
+    add_split_pair(acc, &partial[warp][lane][0], split, sums);
     sums = sums && split == 0;
   }
   if (!sums || n0 >= p.n) return;
