@@ -187,7 +187,8 @@ __global__ void __launch_bounds__(warps * 32, NT >= 8 ? 1 : 2)
   }
   // Two K splits run as one cluster: split 1 hands its sums to split 0 through distributed
   // shared memory (a + b: the bits of the atomic adds onto a zeroed y this replaced).
-  if (gridDim.z > 1) gemm_detail::add_split_pair(acc, &partial[slice][lane][0], int(blockIdx.z), sums);
+  if (gridDim.z > 1)
+    gemm_detail::add_split_pair(acc, &partial[slice][lane][0], int(blockIdx.z), sums);
   if (!sums || blockIdx.z != 0 || n0 >= p.out) return;
 #pragma unroll
   for (int j = 0; j < NT; ++j)

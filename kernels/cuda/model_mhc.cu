@@ -1,8 +1,8 @@
 // Manifold hyper-connections on the GPU (twin of kernels/cpu/mhc.cpp): the mixing
 // coefficients of a site (RMS-scaled projections of the flattened streams, sigmoids and the
 // Sinkhorn-normalised comb), V4's head mix, and the collapse / expand of the streams.
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/kernel_attributes.hpp"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/model_common.cuh"
 #include "kernels/quant_math.hpp"
 

@@ -486,8 +486,7 @@ bool get_skinny_gemm() {
 }
 
 bool block_gemm_takes_pair(const block_gemm_params& p) {
-  if (!p.weight_b || p.max_rows == 0 || p.n == 0 || p.groups == 0 || p.k / step_k == 0 ||
-      skinny(p))
+  if (!p.weight_b || p.max_rows == 0 || p.n == 0 || p.groups == 0 || p.k / step_k == 0 || skinny(p))
     return false;
   return to_wg_gemm(p, shape_of(p));  // (wg_gemm_takes checks the pair's operands and mode)
 }

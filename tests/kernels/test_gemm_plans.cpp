@@ -104,11 +104,12 @@ TEST_CASE("kernel switches take their defaults from the environment") {
 }
 
 TEST_CASE("hc_collapse_norm's cluster variant: off by default, chosen by the width alone") {
-  if (!std::getenv("DEEPINFER_HC_NORM_CLUSTER")) CHECK_FALSE(cuda::hc_collapse_norm_uses_cluster(4096));
+  if (!std::getenv("DEEPINFER_HC_NORM_CLUSTER"))
+    CHECK_FALSE(cuda::hc_collapse_norm_uses_cluster(4096));
   cuda::set_hc_collapse_norm_cluster(true);
-  CHECK(cuda::hc_collapse_norm_uses_cluster(4096));   // V4.1 / V4: 4 slices of 1024
-  CHECK(cuda::hc_collapse_norm_uses_cluster(7168));   // 4 x 1792: whole 128-column blocks
-  CHECK(cuda::hc_collapse_norm_uses_cluster(8192));   // 4 x 2048: the registers' limit
+  CHECK(cuda::hc_collapse_norm_uses_cluster(4096));         // V4.1 / V4: 4 slices of 1024
+  CHECK(cuda::hc_collapse_norm_uses_cluster(7168));         // 4 x 1792: whole 128-column blocks
+  CHECK(cuda::hc_collapse_norm_uses_cluster(8192));         // 4 x 2048: the registers' limit
   CHECK_FALSE(cuda::hc_collapse_norm_uses_cluster(4000));   // slices not whole blocks
   CHECK_FALSE(cuda::hc_collapse_norm_uses_cluster(16384));  // slices past the registers
   cuda::set_hc_collapse_norm_cluster(false);

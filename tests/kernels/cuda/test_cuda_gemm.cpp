@@ -532,30 +532,31 @@ TEST_CASE("cuda quantized_rows: RMSNorm's and SwiGLU's own codes give linear's e
   // The mHC collapse + norm (wq_a / wkv, the shared experts' w1 / w3 as pairs), one block per
   // token and a cluster of 4.
   for (const bool cluster : {false, true})
-  for (const auto& [dim, block] :
-       {std::pair<std::int64_t, int>{5120, 32}, {4096, 128}, {512, 64}}) {
-    cuda::set_hc_collapse_norm_cluster(cluster);
-    CAPTURE(cluster);
-    CAPTURE(dim);
-    CAPTURE(block);
-    const weight_matrix a = weight_to(random_fp8(256, dim, block), gpu);
-    const weight_matrix b = weight_to(random_fp8(128, dim, block), gpu);
-    const tensor nw = test::random_f32({dim}).to(gpu);
-    for (const std::int64_t rows : {1, 7, 64}) {
-      CAPTURE(rows);
-      const tensor streams = test::random_f32({rows, 4, dim}).to(gpu);
-      const tensor pre = test::random_f32({rows, 4}).to(gpu);
-      test::poison_device_pool();
-      const ops::quantized_rows q = ops::hc_collapse_norm_quantized(streams, pre, nw, 1e-6f, block);
-      REQUIRE(q.codes.defined());
-      test::check_bitwise(q.x.to(cpu_device),
-                          ops::hc_collapse_norm(streams, pre, nw, 1e-6f).to(cpu_device));
-      const auto [ya, yb] = ops::linear_pair(q, a, b, {block});
-      const auto [wa, wb] = ops::linear_pair(q.x, a, b, {block});
-      test::check_bitwise(ya.to(cpu_device), wa.to(cpu_device));
-      test::check_bitwise(yb.to(cpu_device), wb.to(cpu_device));
+    for (const auto& [dim, block] :
+         {std::pair<std::int64_t, int>{5120, 32}, {4096, 128}, {512, 64}}) {
+      cuda::set_hc_collapse_norm_cluster(cluster);
+      CAPTURE(cluster);
+      CAPTURE(dim);
+      CAPTURE(block);
+      const weight_matrix a = weight_to(random_fp8(256, dim, block), gpu);
+      const weight_matrix b = weight_to(random_fp8(128, dim, block), gpu);
+      const tensor nw = test::random_f32({dim}).to(gpu);
+      for (const std::int64_t rows : {1, 7, 64}) {
+        CAPTURE(rows);
+        const tensor streams = test::random_f32({rows, 4, dim}).to(gpu);
+        const tensor pre = test::random_f32({rows, 4}).to(gpu);
+        test::poison_device_pool();
+        const ops::quantized_rows q =
+            ops::hc_collapse_norm_quantized(streams, pre, nw, 1e-6f, block);
+        REQUIRE(q.codes.defined());
+        test::check_bitwise(q.x.to(cpu_device),
+                            ops::hc_collapse_norm(streams, pre, nw, 1e-6f).to(cpu_device));
+        const auto [ya, yb] = ops::linear_pair(q, a, b, {block});
+        const auto [wa, wb] = ops::linear_pair(q.x, a, b, {block});
+        test::check_bitwise(ya.to(cpu_device), wa.to(cpu_device));
+        test::check_bitwise(yb.to(cpu_device), wb.to(cpu_device));
+      }
     }
-  }
   cuda::set_hc_collapse_norm_cluster(false);
   for (const auto& [inter, block] : {std::pair<std::int64_t, int>{2304, 32}, {2048, 128}}) {
     CAPTURE(inter);

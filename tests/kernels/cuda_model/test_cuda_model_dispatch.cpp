@@ -68,31 +68,32 @@ TEST_CASE("hc_collapse_norm: the CPU's rms_norm(hc_collapse) in one kernel, batc
   };
   // Each width with one block per token and, where the width allows it, a cluster of 4.
   for (const bool cluster : {false, true})
-  for (const shape sh :
-       {shape{1, 4, 5120, true}, shape{7, 4, 4096, true}, shape{3, 4, 33, true},
-        shape{130, 1, 512, false}, shape{0, 4, 5120, true}, shape{2, 4, 12000, true},
-        shape{3, 6, 512, true}, shape{2, 3, 1000, true}}) {
-    cuda::set_hc_collapse_norm_cluster(cluster);
-    CAPTURE(cluster);
-    CAPTURE(sh.tokens);
-    CAPTURE(sh.hc);
-    CAPTURE(sh.dim);
-    const tensor x = test::randn({sh.tokens, sh.hc, sh.dim}), pre = test::randn({sh.tokens, sh.hc});
-    const tensor w = sh.weighted ? test::randn({sh.dim}) : tensor();
-    const tensor want = ops::rms_norm(ops::hc_collapse(x, pre), w, 1e-6f);
-    const tensor got =
-        ops::hc_collapse_norm(x.to(gpu), pre.to(gpu), w.defined() ? w.to(gpu) : w, 1e-6f)
-            .to(cpu_device);
-    REQUIRE(got.shape() == want.shape());
-    CHECK(test::max_scaled_err(got, want, 1e-5, 1e-5) <= 1.0);
-    if (sh.tokens > 1) {  // token 0 alone: the same bits
-      const tensor one = ops::hc_collapse_norm(x.slice(0, 0, 1).clone().to(gpu),
-                                               pre.slice(0, 0, 1).clone().to(gpu),
-                                               w.defined() ? w.to(gpu) : w, 1e-6f)
-                             .to(cpu_device);
-      CHECK(test::bytes_equal(one, got.slice(0, 0, 1).clone()));
+    for (const shape sh :
+         {shape{1, 4, 5120, true}, shape{7, 4, 4096, true}, shape{3, 4, 33, true},
+          shape{130, 1, 512, false}, shape{0, 4, 5120, true}, shape{2, 4, 12000, true},
+          shape{3, 6, 512, true}, shape{2, 3, 1000, true}}) {
+      cuda::set_hc_collapse_norm_cluster(cluster);
+      CAPTURE(cluster);
+      CAPTURE(sh.tokens);
+      CAPTURE(sh.hc);
+      CAPTURE(sh.dim);
+      const tensor x = test::randn({sh.tokens, sh.hc, sh.dim}),
+                   pre = test::randn({sh.tokens, sh.hc});
+      const tensor w = sh.weighted ? test::randn({sh.dim}) : tensor();
+      const tensor want = ops::rms_norm(ops::hc_collapse(x, pre), w, 1e-6f);
+      const tensor got =
+          ops::hc_collapse_norm(x.to(gpu), pre.to(gpu), w.defined() ? w.to(gpu) : w, 1e-6f)
+              .to(cpu_device);
+      REQUIRE(got.shape() == want.shape());
+      CHECK(test::max_scaled_err(got, want, 1e-5, 1e-5) <= 1.0);
+      if (sh.tokens > 1) {  // token 0 alone: the same bits
+        const tensor one = ops::hc_collapse_norm(x.slice(0, 0, 1).clone().to(gpu),
+                                                 pre.slice(0, 0, 1).clone().to(gpu),
+                                                 w.defined() ? w.to(gpu) : w, 1e-6f)
+                               .to(cpu_device);
+        CHECK(test::bytes_equal(one, got.slice(0, 0, 1).clone()));
+      }
     }
-  }
   cuda::set_hc_collapse_norm_cluster(false);
 }
 
