@@ -297,11 +297,12 @@ constexpr std::int64_t hc_collapse_norm_max_streams = 4;  ///< the op runs two k
 void launch_hc_collapse_norm(const hc_collapse_norm_params& p, cudaStream_t stream);
 /// hc_collapse_norm on a cluster of 4 blocks per token (each a quarter of the row; the sum of
 /// squares added across them through distributed shared memory) for widths that are a multiple
-/// of 512, instead of one block per token: off by default (DEEPINFER_HC_NORM_CLUSTER=1 or this
-/// switch turns it on). Its sums group differently, so its bits differ from the one-block
-/// kernel's in the last places; either is batch-invariant (the choice depends on the width
-/// only). Not yet run on a GPU (session 18 wrote it after its device time was spent).
+/// of 512, instead of one block per token: on by default (DEEPINFER_HC_NORM_CLUSTER=0 or this
+/// switch turns it off; session 19: v41-flash-L4 batch 1 1.80 -> 1.74 ms). Its sums group
+/// differently, so its bits differ from the one-block kernel's in the last places; either is
+/// batch-invariant (the choice depends on the width only).
 void set_hc_collapse_norm_cluster(bool on);
+bool hc_collapse_norm_cluster();
 bool hc_collapse_norm_uses_cluster(std::int64_t dim);
 
 struct hc_expand_params {

@@ -375,11 +375,15 @@ void launch_hc_collapse_norm(const hc_collapse_norm_params& p, cudaStream_t stre
 }
 
 namespace {
-std::atomic<bool> g_norm_cluster{detail::env_switch("DEEPINFER_HC_NORM_CLUSTER", false)};
+std::atomic<bool> g_norm_cluster{detail::env_switch("DEEPINFER_HC_NORM_CLUSTER", true)};
 }  // namespace
 
 void set_hc_collapse_norm_cluster(bool on) {
   g_norm_cluster = on;
+}
+
+bool hc_collapse_norm_cluster() {
+  return g_norm_cluster;
 }
 
 bool hc_collapse_norm_uses_cluster(std::int64_t dim) {

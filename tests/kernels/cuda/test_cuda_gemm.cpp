@@ -531,6 +531,7 @@ TEST_CASE("cuda quantized_rows: RMSNorm's and SwiGLU's own codes give linear's e
   }
   // The mHC collapse + norm (wq_a / wkv, the shared experts' w1 / w3 as pairs), one block per
   // token and a cluster of 4.
+  const bool cluster_before = cuda::hc_collapse_norm_cluster();
   for (const bool cluster : {false, true})
     for (const auto& [dim, block] :
          {std::pair<std::int64_t, int>{5120, 32}, {4096, 128}, {512, 64}}) {
@@ -557,7 +558,7 @@ TEST_CASE("cuda quantized_rows: RMSNorm's and SwiGLU's own codes give linear's e
         test::check_bitwise(yb.to(cpu_device), wb.to(cpu_device));
       }
     }
-  cuda::set_hc_collapse_norm_cluster(false);
+  cuda::set_hc_collapse_norm_cluster(cluster_before);
   for (const auto& [inter, block] : {std::pair<std::int64_t, int>{2304, 32}, {2048, 128}}) {
     CAPTURE(inter);
     CAPTURE(block);

@@ -67,6 +67,7 @@ TEST_CASE("hc_collapse_norm: the CPU's rms_norm(hc_collapse) in one kernel, batc
     bool weighted;
   };
   // Each width with one block per token and, where the width allows it, a cluster of 4.
+  const bool cluster_before = cuda::hc_collapse_norm_cluster();
   for (const bool cluster : {false, true})
     for (const shape sh :
          {shape{1, 4, 5120, true}, shape{7, 4, 4096, true}, shape{3, 4, 33, true},
@@ -94,7 +95,7 @@ TEST_CASE("hc_collapse_norm: the CPU's rms_norm(hc_collapse) in one kernel, batc
         CHECK(test::bytes_equal(one, got.slice(0, 0, 1).clone()));
       }
     }
-  cuda::set_hc_collapse_norm_cluster(false);
+  cuda::set_hc_collapse_norm_cluster(cluster_before);
 }
 
 TEST_CASE("attention_packed: the FP8 window ring and FP4 entries read in place") {
