@@ -33,7 +33,7 @@ struct generate_options {
   std::string prompt_ids;
   std::string chat;
   std::string act_quant = "on";
-  std::string cuda_graphs = "off";
+  std::string cuda_graphs = "on";
   std::string device = "cpu";
   std::string device_weights = "stored";
   bool json = false;

@@ -49,6 +49,9 @@ struct model_section {
   std::string runner = "cpu";  ///< cpu | toy
   std::string tokenizer;  ///< folder with tokenizer.json; empty = path (toy: the bundled one)
   bool act_quant = true;  ///< FP8 activation quantization (DeepSeek's official numerics)
+  /// CUDA executors: decode steps replay captured CUDA graphs (forward_options::cuda_graphs);
+  /// false launches every kernel of every step.
+  bool cuda_graphs = true;
   toy_model_section toy;
 };
 

@@ -14,7 +14,7 @@ namespace di::runtime {
 /// What an executor reports about its runner at startup (the scheduler sizes its pools and
 /// limits from it).
 struct runner_info {
-  std::string device;                    ///< e.g. "cpu", "cuda:0"
+  std::string device;                    ///< e.g. "cpu", "cuda:0 (CUDA graphs)"
   std::vector<std::int32_t> num_blocks;  ///< blocks available per cache stream
   std::int32_t num_snapshots = 0;        ///< slot snapshots available (prefix reuse)
   std::int64_t max_model_len = 0;        ///< longest sequence a slot can hold

@@ -66,7 +66,11 @@ std::unique_ptr<cpu_model_runner> cpu_model_runner::load(const std::filesystem::
 }
 
 runtime::runner_info cpu_model_runner::info() const {
-  runtime::runner_info r{.device = "cpu",
+  // The model's device, and on a GPU whether decode steps replay CUDA graphs (the executor
+  // logs this when the runner is ready).
+  const bool gpu = model_->dev().kind == device_kind::cuda;
+  runtime::runner_info r{.device = to_string(model_->dev()) +
+                                   (gpu && model_->options().cuda_graphs ? " (CUDA graphs)" : ""),
                          .num_snapshots = std::int32_t(snapshots_.size()),
                          .max_model_len = max_model_len_};
   for (int s = 0; s < geometry_.num_streams(); ++s) r.num_blocks.push_back(pool_.num_blocks(s));

@@ -59,6 +59,7 @@ TEST_CASE("defaults, and every resolved key is listed") {
   CHECK(c.cluster.heartbeat_interval_ms == 500);
   CHECK(c.scheduler.overlap);
   CHECK(c.router.port == 7000);
+  CHECK(c.model.cuda_graphs);
   CHECK(c.nodes[0].host == "127.0.0.1");
   CHECK(c.groups[0].executor_nodes == std::vector<int>{1});
   CHECK(std::find(c.resolved.begin(), c.resolved.end(), "scheduler.max_num_running = 256") != c.resolved.end());
@@ -105,7 +106,7 @@ TEST_CASE("--set overrides any key with the key's type") {
   const cluster_config c = parse_cluster_config(
       base, {"model.path=/models/x y", "scheduler.max_num_running=8", "scheduler.overlap=false",
              "nodes[1].port=7201", "nodes.0.devices=cpu,cpu", "groups.0.executors=[0]", "model.toy.step_ms=2.5",
-             "cluster.name=\"quoted\"", "kv.pool_tokens=640"});
+             "cluster.name=\"quoted\"", "kv.pool_tokens=640", "model.cuda_graphs=false"});
   CHECK(c.model.path == "/models/x y");
   CHECK(c.scheduler.max_num_running == 8);
   CHECK_FALSE(c.scheduler.overlap);
@@ -115,6 +116,7 @@ TEST_CASE("--set overrides any key with the key's type") {
   CHECK(c.model.toy.step_ms == 2.5);
   CHECK(c.cluster.name == "quoted");
   CHECK(c.kv.pool_tokens == 640);
+  CHECK_FALSE(c.model.cuda_graphs);
   CHECK(error_of(base, {"scheduler.max_num_running=many"}).find("scheduler.max_num_running: expected an integer, got 'many' (from --set)") !=
         std::string::npos);
   CHECK(error_of(base, {"scheduler.nope=1"}).find("--set scheduler.nope=1") != std::string::npos);
