@@ -37,7 +37,7 @@ struct bench_options {
   std::string contexts = "128";
   int steps = 8;
   bool act_quant = true;
-  std::string cuda_graphs = "on";  ///< decode steps through CUDA graphs: off, on or both
+  std::string cuda_graphs = "on";   ///< decode steps through CUDA graphs: off, on or both
   bool ordered_splits = false;      ///< CUDA GEMM K splits added in a fixed order
   bool batched_decode = true;       ///< CUDA decode attention batched across sequences
   std::string logits = "device";    ///< CUDA: where a step's logits end up (device or host)

@@ -105,8 +105,9 @@ TEST_CASE("TLS without a certificate is refused (anonymous TLS authenticates nob
 TEST_CASE("--set overrides any key with the key's type") {
   const cluster_config c = parse_cluster_config(
       base, {"model.path=/models/x y", "scheduler.max_num_running=8", "scheduler.overlap=false",
-             "nodes[1].port=7201", "nodes.0.devices=cpu,cpu", "groups.0.executors=[0]", "model.toy.step_ms=2.5",
-             "cluster.name=\"quoted\"", "kv.pool_tokens=640", "model.cuda_graphs=false"});
+             "nodes[1].port=7201", "nodes.0.devices=cpu,cpu", "groups.0.executors=[0]",
+             "model.toy.step_ms=2.5", "cluster.name=\"quoted\"", "kv.pool_tokens=640",
+             "model.cuda_graphs=false"});
   CHECK(c.model.path == "/models/x y");
   CHECK(c.scheduler.max_num_running == 8);
   CHECK_FALSE(c.scheduler.overlap);
