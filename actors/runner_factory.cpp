@@ -9,6 +9,7 @@
 #include "runtime/grammar/token_vocabulary.hpp"
 
 #include <filesystem>
+#include <vector>
 
 namespace di::actors {
 
@@ -47,8 +48,11 @@ runner_bundle make_step_runner(const cluster_config& config, const std::string& 
                       .num_snapshots = config.kv.num_snapshots,
                       .max_model_len = config.scheduler.max_model_len,
                       .num_state_slots = cuda ? config.scheduler.max_num_running : 0};
-  const forward_options options{.act_quant = config.model.act_quant,
-                                .cuda_graphs = config.model.cuda_graphs};
+  forward_options options{.act_quant = config.model.act_quant,
+                          .cuda_graphs = config.model.cuda_graphs};
+  std::erase_if(options.graph_batch_sizes,
+                [&](int b) { return b > config.model.cuda_graph_max_batch; });
+  if (options.graph_batch_sizes.empty()) options.cuda_graphs = false;
   std::unique_ptr<cpu_model_runner> r;
   if (cuda) {  // the same runner over a model whose weights, slots and blocks live on the GPU
     std::shared_ptr<deepseek_model> model = deepseek_model::load(config.model.path, options);

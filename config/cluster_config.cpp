@@ -285,6 +285,7 @@ void read_model(table_reader r, model_section& m) {
   r.get("tokenizer", m.tokenizer);
   r.get("act_quant", m.act_quant);
   r.get("cuda_graphs", m.cuda_graphs);
+  r.get("cuda_graph_max_batch", m.cuda_graph_max_batch, 1, 1 << 16);
   table_reader toy = r.sub("toy");
   toy.get("vocab_size", m.toy.vocab_size, 2, int_max);
   toy.get("entries_per_block", m.toy.entries_per_block, 1, 1 << 20);

@@ -52,6 +52,11 @@ struct model_section {
   /// CUDA executors: decode steps replay captured CUDA graphs (forward_options::cuda_graphs);
   /// false launches every kernel of every step.
   bool cuda_graphs = true;
+  /// CUDA executors: the largest decode batch captured (sizes of forward_options'
+  /// graph_batch_sizes up to it; larger batches run eagerly). Each captured size keeps its own
+  /// input and output buffers per layer and piece (about 0.5 MB per row and layer at
+  /// V4.1-Flash widths: ~4 GB for the sizes up to 64 on its 40 layers, ~18 GB up to 256).
+  int cuda_graph_max_batch = 64;
   toy_model_section toy;
 };
 

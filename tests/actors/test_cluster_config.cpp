@@ -60,6 +60,7 @@ TEST_CASE("defaults, and every resolved key is listed") {
   CHECK(c.scheduler.overlap);
   CHECK(c.router.port == 7000);
   CHECK(c.model.cuda_graphs);
+  CHECK(c.model.cuda_graph_max_batch == 64);
   CHECK(c.nodes[0].host == "127.0.0.1");
   CHECK(c.groups[0].executor_nodes == std::vector<int>{1});
   CHECK(std::find(c.resolved.begin(), c.resolved.end(), "scheduler.max_num_running = 256") != c.resolved.end());
@@ -107,7 +108,7 @@ TEST_CASE("--set overrides any key with the key's type") {
       base, {"model.path=/models/x y", "scheduler.max_num_running=8", "scheduler.overlap=false",
              "nodes[1].port=7201", "nodes.0.devices=cpu,cpu", "groups.0.executors=[0]",
              "model.toy.step_ms=2.5", "cluster.name=\"quoted\"", "kv.pool_tokens=640",
-             "model.cuda_graphs=false"});
+             "model.cuda_graphs=false", "model.cuda_graph_max_batch=8"});
   CHECK(c.model.path == "/models/x y");
   CHECK(c.scheduler.max_num_running == 8);
   CHECK_FALSE(c.scheduler.overlap);
@@ -118,6 +119,9 @@ TEST_CASE("--set overrides any key with the key's type") {
   CHECK(c.cluster.name == "quoted");
   CHECK(c.kv.pool_tokens == 640);
   CHECK_FALSE(c.model.cuda_graphs);
+  CHECK(c.model.cuda_graph_max_batch == 8);
+  CHECK(error_of(base, {"model.cuda_graph_max_batch=0"}).find("model.cuda_graph_max_batch") !=
+        std::string::npos);
   CHECK(error_of(base, {"scheduler.max_num_running=many"}).find("scheduler.max_num_running: expected an integer, got 'many' (from --set)") !=
         std::string::npos);
   CHECK(error_of(base, {"scheduler.nope=1"}).find("--set scheduler.nope=1") != std::string::npos);
