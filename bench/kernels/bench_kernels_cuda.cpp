@@ -2,6 +2,8 @@
 // the limits measured in the same run -- device copy bandwidth (bytes read + written) and the
 // cuBLAS bf16 dense matmul peak -- and against the anchors of issue 5 (DeepGEMM / cuBLASLt figures
 // measured on this H200 model). Prints one table, ratios included; run by scripts/gpu-check.sh.
+// --filter "read depth" adds the sweep of bytes in flight per SM for a plain read
+// (run_read_depth: what a weight-streaming GEMM needs for a share of the copy rate).
 #include "bench/kernels/bench_sections.hpp"
 #include "bench/kernels/bench_timer.hpp"
 #include "kernels/cuda/device_memory.hpp"
@@ -12,6 +14,7 @@
 #include <cstring>
 #include <exception>
 #include <string>
+#include <string_view>
 
 int main(int argc, char** argv) {
   std::string json;
@@ -37,6 +40,9 @@ int main(int argc, char** argv) {
     di::bench::limits lim;
     std::vector<di::bench::result_row> rows;
     di::bench::run_limits(lim, rows, quick);
+    // The sweep of bytes in flight only when asked for (--filter "read depth").
+    if (!filter.empty() && std::string_view("read depth").find(filter) != std::string_view::npos)
+      di::bench::run_read_depth(lim, rows);
     di::bench::run_gemms(lim, rows, quick, filter);
     di::bench::report("kernel benchmarks", rows, json);
   } catch (const std::exception& e) {

@@ -77,6 +77,34 @@ double read_stream_us(std::size_t bytes) {
   return best;
 }
 
+void run_read_depth(const limits& lim, std::vector<result_row>& rows) {
+  int sms = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  for (const double mb : {11.8, 42.0}) {
+    const std::size_t bytes = std::size_t(mb * 1e6) / 16 * 16;
+    const std::size_t copies = std::max<std::size_t>(2, (std::size_t(256) << 20) / bytes);
+    tensor buf = random_device({std::int64_t(copies * bytes)}, dtype::u8, 11);
+    tensor sink = tensor::zeros({1}, dtype::i32, buf.dev());
+    for (const int loads : {1, 2, 4, 8})
+      for (const int per_sm : {1, 2, 4, 8}) {
+        const double us = median_graph_us([&] {
+                            for (std::size_t c = 0; c < copies; ++c)
+                              launch_read_stream_depth(
+                                  static_cast<const std::uint8_t*>(buf.raw()) + c * bytes, bytes,
+                                  sms * per_sm, loads, static_cast<unsigned*>(sink.raw()),
+                                  cuda::current_stream());
+                          }) /
+                          double(copies);
+        const double gbps = double(bytes) / (us * 1e-6) / 1e9;
+        const int in_flight_kb = loads * 16 * 256 * per_sm / 1024;
+        rows.push_back({"read depth", fmt::format("{:.1f} MB, {} KB/SM in flight ({} x 16 B, {} blk/SM)", mb,
+                                                  in_flight_kb, loads, per_sm),
+                        gbps, "GB/s", us, fmt::format("copy {:.0f} GB/s", lim.copy_gbps),
+                        gbps / lim.copy_gbps});
+      }
+  }
+}
+
 void run_limits(limits& lim, std::vector<result_row>& rows, bool quick) {
   lim.copy_gbps = copy_bandwidth(rows);
   lim.bf16_tflops = cublas_bf16(rows, quick);

@@ -25,6 +25,11 @@ void run_limits(limits& lim, std::vector<result_row>& rows, bool quick);
 /// (rounded up to 16 bytes) is measured once per process.
 double read_stream_us(std::size_t bytes);
 
+/// The plain read of 11.8 and 42 MB (a shared-expert projection, wq_b / wo_b) with 1-8 loads
+/// of 16 bytes per thread in flight at 1-8 blocks of 256 threads per SM: the bytes in flight
+/// per SM a weight-streaming GEMM needs for a given share of the copy rate. Rows "read depth".
+void run_read_depth(const limits& lim, std::vector<result_row>& rows);
+
 /// FP8 block-scaled GEMMs and MXFP4 grouped expert GEMMs on V4.1-Flash / V4-Flash shapes;
 /// only the cases whose label contains `filter` (all when empty).
 void run_gemms(const limits& lim, std::vector<result_row>& rows, bool quick,

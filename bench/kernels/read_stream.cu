@@ -1,6 +1,7 @@
-// launch_read_stream: see read_stream.hpp.
+// launch_read_stream and launch_read_stream_depth: see read_stream.hpp.
 #include "bench/kernels/read_stream.hpp"
 
+#include "common/error.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 
 #include <cstdint>
@@ -10,7 +11,6 @@ namespace di::bench {
 namespace {
 
 constexpr int threads = 256;
-constexpr int unroll = 8;
 
 __device__ __forceinline__ uint4 load_once(const uint4* p) {
   uint4 v;
@@ -20,6 +20,7 @@ __device__ __forceinline__ uint4 load_once(const uint4* p) {
   return v;
 }
 
+template <int unroll>
 __global__ void __launch_bounds__(threads)
     read_stream_kernel(const uint4* p, std::size_t n, unsigned* sink) {
   const std::size_t stride = std::size_t(gridDim.x) * threads;
@@ -43,8 +44,29 @@ __global__ void __launch_bounds__(threads)
 
 void launch_read_stream(const void* p, std::size_t bytes, int blocks, unsigned* sink,
                         cudaStream_t stream) {
-  read_stream_kernel<<<unsigned(blocks), threads, 0, stream>>>(static_cast<const uint4*>(p),
-                                                               bytes / 16, sink);
+  launch_read_stream_depth(p, bytes, blocks, 8, sink, stream);
+}
+
+void launch_read_stream_depth(const void* p, std::size_t bytes, int blocks, int loads,
+                              unsigned* sink, cudaStream_t stream) {
+  const auto* src = static_cast<const uint4*>(p);
+  const std::size_t n = bytes / 16;
+  switch (loads) {
+    case 1:
+      read_stream_kernel<1><<<unsigned(blocks), threads, 0, stream>>>(src, n, sink);
+      break;
+    case 2:
+      read_stream_kernel<2><<<unsigned(blocks), threads, 0, stream>>>(src, n, sink);
+      break;
+    case 4:
+      read_stream_kernel<4><<<unsigned(blocks), threads, 0, stream>>>(src, n, sink);
+      break;
+    case 8:
+      read_stream_kernel<8><<<unsigned(blocks), threads, 0, stream>>>(src, n, sink);
+      break;
+    default:
+      DI_FAIL("read_stream: {} loads per thread (1, 2, 4 or 8)", loads);
+  }
   CUDA_CHECK(cudaGetLastError());
 }
 

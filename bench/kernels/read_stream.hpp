@@ -15,4 +15,9 @@ namespace di::bench {
 void launch_read_stream(const void* p, std::size_t bytes, int blocks, unsigned* sink,
                         cudaStream_t stream);
 
+/// The same read with `loads` (1, 2, 4 or 8) independent 16-byte loads per thread in flight:
+/// launch_read_stream is loads = 8. For the sweep of bytes in flight per SM (run_read_depth).
+void launch_read_stream_depth(const void* p, std::size_t bytes, int blocks, int loads,
+                              unsigned* sink, cudaStream_t stream);
+
 }  // namespace di::bench
