@@ -49,24 +49,13 @@ void launch_read_stream(const void* p, std::size_t bytes, int blocks, unsigned* 
 
 void launch_read_stream_depth(const void* p, std::size_t bytes, int blocks, int loads,
                               unsigned* sink, cudaStream_t stream) {
-  const auto* src = static_cast<const uint4*>(p);
-  const std::size_t n = bytes / 16;
-  switch (loads) {
-    case 1:
-      read_stream_kernel<1><<<unsigned(blocks), threads, 0, stream>>>(src, n, sink);
-      break;
-    case 2:
-      read_stream_kernel<2><<<unsigned(blocks), threads, 0, stream>>>(src, n, sink);
-      break;
-    case 4:
-      read_stream_kernel<4><<<unsigned(blocks), threads, 0, stream>>>(src, n, sink);
-      break;
-    case 8:
-      read_stream_kernel<8><<<unsigned(blocks), threads, 0, stream>>>(src, n, sink);
-      break;
-    default:
-      DI_FAIL("read_stream: {} loads per thread (1, 2, 4 or 8)", loads);
-  }
+  DI_CHECK(loads == 1 || loads == 2 || loads == 4 || loads == 8,
+           "read_stream: {} loads per thread (1, 2, 4 or 8)", loads);
+  auto kernel = loads == 1   ? read_stream_kernel<1>
+                : loads == 2 ? read_stream_kernel<2>
+                : loads == 4 ? read_stream_kernel<4>
+                             : read_stream_kernel<8>;
+  kernel<<<unsigned(blocks), threads, 0, stream>>>(static_cast<const uint4*>(p), bytes / 16, sink);
   CUDA_CHECK(cudaGetLastError());
 }
 
