@@ -104,7 +104,8 @@ TEST_CASE("kernel switches take their defaults from the environment") {
 }
 
 TEST_CASE("hc_collapse_norm's cluster variant: on by default, chosen by the width alone") {
-  if (!std::getenv("DEEPINFER_HC_NORM_CLUSTER")) CHECK(cuda::hc_collapse_norm_cluster());
+  const bool before = cuda::hc_collapse_norm_cluster();
+  if (!std::getenv("DEEPINFER_HC_NORM_CLUSTER")) CHECK(before);
   cuda::set_hc_collapse_norm_cluster(true);
   CHECK(cuda::hc_collapse_norm_uses_cluster(4096));         // V4.1 / V4: 4 slices of 1024
   CHECK(cuda::hc_collapse_norm_uses_cluster(7168));         // 4 x 1792: whole 128-column blocks
@@ -113,7 +114,7 @@ TEST_CASE("hc_collapse_norm's cluster variant: on by default, chosen by the widt
   CHECK_FALSE(cuda::hc_collapse_norm_uses_cluster(16384));  // slices past the registers
   cuda::set_hc_collapse_norm_cluster(false);
   CHECK_FALSE(cuda::hc_collapse_norm_uses_cluster(4096));
-  cuda::set_hc_collapse_norm_cluster(true);
+  cuda::set_hc_collapse_norm_cluster(before);  // as the environment left it
 }
 
 TEST_CASE("stream_gemm plans depend on the weight's shape, not on the batch") {
