@@ -59,24 +59,33 @@ struct decode_kernel {
   bool pipe;    // set_pipe_gemm
   bool wg;      // set_wg_gemm
   int ring = 0;  // set_wg_gemm_ring (forced on or off in these rows)
+  int dense = 0;  // dense_wg_gemm: 0 off, 1 on, 2 on without early weights, 3 on in batches of 4
   void select() const {
     cuda::set_stream_gemm(stream);
     cuda::set_stream_gemm_variant(variant);
     cuda::set_pipe_gemm(pipe);
     cuda::set_wg_gemm(wg);
     cuda::set_wg_gemm_ring(ring);
+    cuda::set_dense_wg_gemm(dense > 0);
+    cuda::set_dense_wg_gemm_early(dense != 2);
+    cuda::set_dense_wg_gemm_batch(dense == 3 ? 4 : 8);
   }
   bool interleaved_only() const { return pipe || wg; }
+  bool dense_only() const { return dense > 0; }  // dense FP8 weights only
 };
 const decode_kernel decode_kernels[] = {
     {"wg_gemm", true, -1, false, true},      {"wg_gemm ring", true, -1, false, true, 1},
     {"stream_gemm", true, -1, false, false}, {"pipe_gemm", true, -1, true, false},
     {"stream 4x2", true, 0, false, false},   {"stream 2x3", true, 1, false, false},
-    {"smem tiles", false, -1, false, false}};
+    {"smem tiles", false, -1, false, false},
+    {"dense_wg_gemm", true, -1, false, false, 0, 1},
+    {"dense_wg late weights", true, -1, false, false, 0, 2},
+    {"dense_wg batch 4", true, -1, false, false, 0, 3}};
 void default_decode_kernel() {
   decode_kernels[0].select();
   cuda::set_wg_gemm_ring(-1);  // by the routed rows
   cuda::set_skinny_gemm(true);
+  cuda::set_dense_wg_gemm(true);
 }
 
 /// Copies of a weight so that rotating through them streams more than the 60 MB L2.
@@ -172,8 +181,9 @@ void fp8_rows(const limits& lim, std::vector<result_row>& rows, const char* mode
                         alone, "read time / ours", read_us / alone});
       }
     }
-    // Decode batches of 8 and 64 rows: stream_gemm (8) or skinny_gemm (64) against
+    // Decode batches of 8 and 64 rows: dense_wg_gemm (8) or skinny_gemm (64) against
     // sm90_block_gemm's shared-memory tiles, as a share of the copy bandwidth.
+    default_decode_kernel();
     for (const std::int64_t m : {8, 64}) {
       const tensor xm = random_device({m, s.k}, dtype::f32, 14);
       for (const bool stream : {true, false}) {
@@ -185,7 +195,7 @@ void fp8_rows(const limits& lim, std::vector<result_row>& rows, const char* mode
                           double(ws.size());
         const double gbps = double(bytes) / (us * 1e-6) / 1e9;
         rows.push_back({fmt::format("{} fp8 {} M={} {}", model,
-                                    !stream ? "smem tiles" : m <= 8 ? "stream_gemm" : "skinny_gemm",
+                                    !stream ? "smem tiles" : m <= 8 ? "dense_wg_gemm" : "skinny_gemm",
                                     m, s.name),
                         fmt::format("N{} K{} {:.1f} MB", s.n, s.k, double(bytes) / 1e6), gbps,
                         "GB/s", us, fmt::format("copy {:.0f} GB/s", lim.copy_gbps),
@@ -230,6 +240,7 @@ void fp4_grouped_rows(const limits& lim, std::vector<result_row>& rows, const ch
       for (const decode_kernel& kernel : decode_kernels) {  // tiles of > 8 rows: one kernel
         if (t > 8 && &kernel != &decode_kernels[0]) continue;
         if (kernel.interleaved_only() && !w.interleaved) continue;  // they read that layout only
+        if (kernel.dense_only()) continue;
         kernel.select();
         us = median_graph_us([&] { ops::expert_linear(x, offsets, w, p); });
         const double gbps = double(bytes) / (us * 1e-6) / 1e9;

@@ -40,18 +40,20 @@ __device__ __forceinline__ uint4 load_stream16(const std::uint8_t* p) {
   return v;
 }
 
-/// Two K splits launched as one thread-block cluster (split = the block's rank in it): split 1
-/// hands its sums `acc` to split 0 through `slot` (this thread's M x 4 floats of shared memory,
-/// free to reuse), and split 0 adds them to its own -- a + b, the bits fp32 atomic adds of the
-/// two onto a zeroed output give, in either order. `holds`: whether this thread has sums (every
-/// thread of both blocks must call this: it waits at the cluster's barriers).
+/// K splits launched as one thread-block cluster of `splits` blocks (split = the block's rank
+/// in it): splits 1.. hand their sums `acc` to split 0 through `slot` (this thread's M x 4
+/// floats of shared memory, free to reuse), and split 0 adds them to its own in rank order --
+/// ((a + b) + c) + ..., the same bits whichever block finishes first; with two splits a + b,
+/// the bits fp32 atomic adds of the two onto a zeroed output give. `holds`: whether this
+/// thread has sums (every thread of every block must call this: it waits at the cluster's
+/// barriers).
 template <int M>
-__device__ __forceinline__ void add_split_pair(float (&acc)[M][4], float* slot, int split,
-                                               bool holds) {
+__device__ __forceinline__ void add_split_ranks(float (&acc)[M][4], float* slot, int split,
+                                                int splits, bool holds) {
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
   __syncthreads();  // the block's earlier readers of the slots are done
-  if (split == 1 && holds) {
+  if (split > 0 && holds) {
 #pragma unroll
     for (int m = 0; m < M; ++m)
 #pragma unroll
@@ -59,13 +61,21 @@ __device__ __forceinline__ void add_split_pair(float (&acc)[M][4], float* slot, 
   }
   cluster.sync();
   if (split == 0 && holds) {
-    const float* peer = cluster.map_shared_rank(slot, 1u);
+    for (int r = 1; r < splits; ++r) {
+      const float* peer = cluster.map_shared_rank(slot, unsigned(r));
 #pragma unroll
-    for (int m = 0; m < M; ++m)
+      for (int m = 0; m < M; ++m)
 #pragma unroll
-      for (int c = 0; c < 4; ++c) acc[m][c] += peer[m * 4 + c];
+        for (int c = 0; c < 4; ++c) acc[m][c] += peer[m * 4 + c];
+    }
   }
-  cluster.sync();  // split 1's shared memory stays until split 0 has read it
+  cluster.sync();  // the other splits' shared memory stays until split 0 has read it
+}
+/// Two K splits as one cluster: add_split_ranks with two ranks (a + b).
+template <int M>
+__device__ __forceinline__ void add_split_pair(float (&acc)[M][4], float* slot, int split,
+                                               bool holds) {
+  add_split_ranks(acc, slot, split, 2, holds);
 }
 
 /// 16 bytes global -> shared, zero-filled when !valid.

@@ -92,6 +92,19 @@ bool get_ordered_gemm_splits();
 /// DEEPINFER_STREAM_GEMM=0). Defined in sm90_block_gemm.cu.
 void set_stream_gemm(bool on);
 bool get_stream_gemm();
+/// Dense FP8 decode tiles (<= 8 rows) go to dense_wg_gemm -- the FP8 warpgroup MMA, native on
+/// the H200, where stream_gemm's mma.sync e4m3 is emulated; K split by the weight's shape only
+/// across a thread-block cluster (deterministic, batch-invariant up to 8 rows) -- unless
+/// switched off (then stream_gemm; default from DEEPINFER_DENSE_WG=0). Early: each block loads
+/// its first weights before waiting for the previous kernel (PDL; the weights are constant),
+/// default from DEEPINFER_DENSE_WG_EARLY=0. Batch: steps per load batch, 4 or 8 (the default;
+/// DEEPINFER_DENSE_WG_BATCH), the same sums. Defined in dense_wg_gemm.cu.
+void set_dense_wg_gemm(bool on);
+bool get_dense_wg_gemm();
+void set_dense_wg_gemm_early(bool on);
+void set_dense_wg_gemm_batch(int steps);
+/// Launches of dense_wg_gemm so far in this process (tests: that it served a GEMM).
+long dense_wg_gemm_launches();
 /// Dense FP8 GEMMs of 9..64 rows go to skinny_gemm unless switched off (then sm90_block_gemm's
 /// tiles; default from DEEPINFER_SKINNY_GEMM=0). Defined in sm90_block_gemm.cu.
 void set_skinny_gemm(bool on);

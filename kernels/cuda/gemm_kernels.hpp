@@ -139,6 +139,21 @@ wg_gemm_plan plan_wg_gemm(const block_gemm_params& p);
 /// Whether launch_wg_gemm streams p's weights through its shared-memory ring (set_wg_gemm_ring).
 bool wg_gemm_uses_ring(const block_gemm_params& p);
 void launch_wg_gemm(const block_gemm_params& p, cudaStream_t stream);
+/// block_gemm's decode kernel for dense FP8 weights (dense_wg_gemm.cu) on the warpgroup MMA:
+/// launch_block_gemm hands token tiles of <= 8 rows to it when dense_wg_gemm_takes(p) (switched
+/// on by default: set_dense_wg_gemm). Its K splits (a thread-block cluster, added in rank order)
+/// depend on the weight's shape only: deterministic and batch-invariant, no workspace. It reads
+/// the weight and its scales before waiting for the previous kernel (unless
+/// set_dense_wg_gemm_early(false)): they must not be written by the kernel launched just before.
+bool dense_wg_gemm_takes(const block_gemm_params& p);
+struct dense_wg_gemm_plan {
+  int k_splits;             ///< blocks along K (1, 2, 4 or 8: one cluster)
+  int steps_per_split;      ///< 32-input steps per K split
+  std::int64_t row_tiles;   ///< 64-row blocks per group
+  int batch_steps;          ///< steps per load batch
+};
+dense_wg_gemm_plan plan_dense_wg_gemm(const block_gemm_params& p);
+void launch_dense_wg_gemm(const block_gemm_params& p, cudaStream_t stream);
 /// Dense FP8 GEMMs of 9..64 rows (skinny_gemm.cu): 128-row blocks whose warps share each
 /// activation fragment, the block's K range of activations staged once in shared memory.
 /// launch_block_gemm hands them over when skinny_gemm_takes(p) (and it is switched on); its

@@ -510,6 +510,7 @@ block_gemm_plan plan_block_gemm(const block_gemm_params& p) {
   if (skinny(p)) return plan_skinny_gemm(p);
   const launch_shape sh = shape_of(p);
   if (to_wg_gemm(p, sh)) return {1, sh.tiles()};  // exact atomic splits
+  if (streams(sh) && dense_wg_gemm_takes(p)) return {1, sh.tiles()};  // cluster splits
   if (streams(sh) && pipe_gemm_takes(p)) {
     const pipe_gemm_plan pp = plan_pipe_gemm(p);
     return {1, pp.blocks};
@@ -537,6 +538,10 @@ void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream) {
   const launch_shape sh = shape_of(p);
   if (to_wg_gemm(p, sh)) {
     launch_wg_gemm(p, stream);
+    return;
+  }
+  if (streams(sh) && dense_wg_gemm_takes(p)) {
+    launch_dense_wg_gemm(p, stream);
     return;
   }
   if (streams(sh) && pipe_gemm_takes(p)) {

@@ -13,6 +13,7 @@
 #include "kernels/cuda/kernel_attributes.hpp"
 
 #include <cstdlib>
+#include <utility>
 #include <vector>
 
 namespace di {
@@ -480,6 +481,60 @@ TEST_CASE("block_gemm launches refuse interleaved weights whose shape cuts strip
   CHECK_THROWS_AS(cuda::check_interleaved(fp8, "test"), error);
   fp8.fp4_interleaved = false;
   cuda::check_interleaved(fp8, "test");
+}
+
+TEST_CASE("dense_wg_gemm takes the dense FP8 decode tiles; its plans depend on the shape only") {
+  static const std::uint8_t scales[16] = {};
+  auto dense = [](const shape& s, std::int64_t rows) {
+    cuda::block_gemm_params p = params_for(s, rows);
+    p.wscale_e8m0 = scales;
+    return p;
+  };
+  const bool before = cuda::get_dense_wg_gemm();
+  cuda::set_dense_wg_gemm(true);
+  for (const shape& s : dense_fp8_shapes) {
+    CAPTURE(s.n);
+    CAPTURE(s.k);
+    const std::int64_t steps = s.k / 32;
+    const cuda::dense_wg_gemm_plan one = cuda::plan_dense_wg_gemm(dense(s, 1));
+    CHECK(one.k_splits >= 1);
+    CHECK(one.k_splits <= 8);  // one portable cluster
+    CHECK(one.steps_per_split % 8 == 0);
+    CHECK(one.steps_per_split * one.k_splits >= steps);        // the splits cover K
+    CHECK(one.steps_per_split * (one.k_splits - 1) < steps);   // and none is empty
+    CHECK(one.row_tiles == (s.n + 63) / 64);
+    for (std::int64_t rows = 1; rows <= 8; ++rows) {
+      CAPTURE(rows);
+      CHECK(cuda::dense_wg_gemm_takes(dense(s, rows)));
+      const cuda::dense_wg_gemm_plan p = cuda::plan_dense_wg_gemm(dense(s, rows));
+      CHECK(p.k_splits == one.k_splits);
+      CHECK(p.steps_per_split == one.steps_per_split);
+      CHECK(p.row_tiles == one.row_tiles);
+      CHECK(cuda::plan_block_gemm(dense(s, rows)).splits == 1);  // no workspace
+    }
+    CHECK_FALSE(cuda::dense_wg_gemm_takes(dense(s, 9)));  // skinny_gemm's
+  }
+  // The grid aims at about four 128-thread blocks per SM of a 132-SM GPU: many row tiles keep
+  // K whole, few split it (V4.1 wq_b: 512 tiles; wo_b: 80 tiles x 4; V4 wo_b: 64 x 8).
+  const auto splits_of = [&](const shape& s) {
+    const cuda::dense_wg_gemm_plan p = cuda::plan_dense_wg_gemm(dense(s, 1));
+    return std::pair<int, int>{p.k_splits, p.steps_per_split};
+  };
+  CHECK(splits_of({32768, 1280, 32, 1, 32}) == std::pair<int, int>{1, 40});
+  CHECK(splits_of({5120, 8192, 32, 1, 32}) == std::pair<int, int>{4, 64});
+  CHECK(splits_of({4096, 8192, 128, 1, 128}) == std::pair<int, int>{8, 32});
+  CHECK(splits_of({1280, 5120, 32, 1, 32}) == std::pair<int, int>{7, 24});
+  // Refused: MXFP4, grouped experts, no scales, scale blocks of fewer than 16 rows, switched off.
+  for (const shape& s : expert_shapes) CHECK_FALSE(cuda::dense_wg_gemm_takes(experts(s, 1)));
+  cuda::block_gemm_params p = dense(dense_fp8_shapes[0], 1);
+  p.wscale_e8m0 = nullptr;
+  CHECK_FALSE(cuda::dense_wg_gemm_takes(p));
+  p = dense(dense_fp8_shapes[0], 1);
+  p.block_rows = 8;
+  CHECK_FALSE(cuda::dense_wg_gemm_takes(p));
+  cuda::set_dense_wg_gemm(false);
+  CHECK_FALSE(cuda::dense_wg_gemm_takes(dense(dense_fp8_shapes[0], 1)));
+  cuda::set_dense_wg_gemm(before);  // as the environment left it
 }
 
 }  // namespace

@@ -653,6 +653,9 @@ struct stream_switches {
   stream_switches() { cuda::set_gemm_backend(cuda::gemm_backend::block_gemm); }
   ~stream_switches() {
     cuda::set_gemm_backend(cuda::gemm_backend::automatic);
+    cuda::set_dense_wg_gemm(dense_wg);  // as the environment left it
+    cuda::set_dense_wg_gemm_early(true);
+    cuda::set_dense_wg_gemm_batch(8);
     cuda::set_stream_gemm(true);
     cuda::set_stream_gemm_variant(-1);
     cuda::set_skinny_gemm(true);
@@ -662,10 +665,12 @@ struct stream_switches {
     cuda::set_wg_gemm_wide_tiles(true);
     cuda::set_wg_gemm_n32(1);
   }
+  bool dense_wg = cuda::get_dense_wg_gemm();
 };
 
 TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invariant") {
   const stream_switches restore;
+  cuda::set_dense_wg_gemm(false);  // it would take the dense FP8 tiles first
   struct shape {
     std::int64_t out, in;
     int block;  // 0: MXFP4
@@ -748,6 +753,85 @@ TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invarian
       }
     }
   }
+}
+
+TEST_CASE("cuda dense_wg_gemm (dense FP8 decode tiles on wgmma): right, deterministic, "
+          "batch-invariant, graph-safe, refusals") {
+  const stream_switches restore;
+  struct shape {
+    std::int64_t out, in;
+    int block;
+    bool f32_scales;
+  };
+  // Outputs not a multiple of 16 or 64 (warps and rows past the last output); K of one step;
+  // 41 steps (two K splits of 24 and 17: whole batches, then a tail of single steps); few row
+  // tiles with long K (clusters of 7 and 8 splits); V4's 128 and V4.1's 32 blocks, 128-input
+  // activation blocks over 32-input weight blocks; fp32 weight scales.
+  const shape shapes[] = {{16, 32, 32, false},     {200, 1312, 32, false}, {48, 384, 128, false},
+                          {16, 6144, 128, false},  {1000, 512, 32, false}, {64, 8192, 32, false},
+                          {320, 2048, 128, true},  {130, 5120, 32, false}, {96, 2560, 32, true}};
+  for (const shape sh : shapes) {
+    CAPTURE(sh.out);
+    CAPTURE(sh.in);
+    CAPTURE(sh.f32_scales);
+    weight_matrix host = random_fp8(sh.out, sh.in, sh.block);
+    if (sh.f32_scales) {  // the same scales as fp32
+      tensor f32 = tensor::empty(host.scales.shape(), dtype::f32, cpu_device);
+      for (std::int64_t i = 0; i < f32.numel(); ++i)
+        f32.data<float>()[i] = e8m0_to_f32(static_cast<const std::uint8_t*>(host.scales.raw())[i]);
+      host = weight_matrix::fp8(host.values, f32, {sh.block, sh.block});
+    }
+    const weight_matrix w = weight_to(host, gpu);
+    const int act = sh.in % 128 == 0 && sh.block == 32 ? 128 : 32;
+    const tensor x8 = varied_input(8, sh.in);
+    const tensor want = ops::linear(x8, host, {act});
+    cuda::set_dense_wg_gemm(false);  // stream_gemm: the same products, other roundings
+    const tensor streamed = ops::linear(x8.to(gpu), w, {act}).to(cpu_device);
+    cuda::set_dense_wg_gemm(true);
+    tensor first;
+    for (const int batch : {8, 4}) {
+      for (const bool early : {true, false}) {
+        CAPTURE(batch);
+        CAPTURE(early);
+        cuda::set_dense_wg_gemm_batch(batch);
+        cuda::set_dense_wg_gemm_early(early);
+        const long before = cuda::dense_wg_gemm_launches();
+        test::poison_device_pool();
+        const tensor y8 = ops::linear(x8.to(gpu), w, {act}).to(cpu_device);
+        CHECK(cuda::dense_wg_gemm_launches() - before == 1);
+        if (!first.defined())
+          first = y8;
+        else
+          test::check_bitwise(y8, first);  // batching and early loads: the same sums
+        check_close(y8, want, 2e-3);
+        // wgmma's FP8 MMA adds a step's 32 products at less than fp32 precision (about 2^-14
+        // relative: H200, 6e-5 .. 9e-5 here), stream_gemm's emulated one in fp32.
+        check_close(y8, streamed, 3e-4);
+        for (const std::int64_t rows : {1, 3, 5}) {  // fewer rows: the same bits
+          CAPTURE(rows);
+          const tensor part = ops::linear(x8.slice(0, 0, rows).clone().to(gpu), w, {act});
+          test::check_bitwise(part.to(cpu_device), y8.slice(0, 0, rows).clone());
+        }
+      }
+    }
+    // Nine rows are not a decode tile: skinny_gemm takes them.
+    const long before = cuda::dense_wg_gemm_launches();
+    const tensor x9 = varied_input(9, sh.in);
+    check_close(ops::linear(x9.to(gpu), w, {act}), ops::linear(x9, host, {act}), 2e-3);
+    CHECK(cuda::dense_wg_gemm_launches() == before);
+  }
+  // Captured in a CUDA graph and replayed: the eager bits (K split across a cluster).
+  const weight_matrix w = weight_to(random_fp8(320, 4096, 128), gpu);
+  const weight_matrix w4 = weight_to(random_fp4(4 * 64, 512), gpu);
+  const tensor x = varied_input(3, 4096).to(gpu);
+  const tensor xe = varied_input(6, 512).to(gpu);
+  const tensor offsets = offsets_of({1, 0, 3, 2}).to(gpu);
+  const tensor eager = ops::linear(x, w, {128}).to(cpu_device);
+  const long before = cuda::dense_wg_gemm_launches();
+  replay_dense_and_expert(x, w, xe, offsets, w4, [&](const tensor& y, const tensor&) {
+    test::check_bitwise(y.to(cpu_device), eager);
+  });
+  CHECK(cuda::dense_wg_gemm_launches() == before + 1);  // captured once
 }
 
 struct expert_shape {

@@ -1,0 +1,347 @@
+// dense_wg_gemm: block_gemm's decode GEMM for dense FP8 weights (token tiles of <= 8 rows: every
+// attention projection and shared expert of a decode step up to batch 8) on the Hopper
+// warpgroup MMA.
+//
+// Why a kernel of its own: stream_gemm, which served these tiles, multiplies with mma.sync
+// m16n8k32 e4m3, which sm_90 emulates (e4m3 -> f16 conversions and two f16 MMAs per call): its
+// registers go to the conversions, so it keeps only 2-4 steps of weights in flight per warp
+// (24-32 KB per SM) and reached 0.4-0.5 of the copy bandwidth on V4.1's projections at batch 1
+// (wo_b, 42 MB: 18.8 us, DRAM 50%, stalled on memory latency -- Nsight Compute, session 20).
+// wgmma.mma_async m64n8k32 e4m3 is native: the weight fragments go from the loads straight into
+// the MMA, with no conversion and no register to spare for it.
+//
+// Layout: a block is one warpgroup (4 warps) and 64 weight rows, 16 per warp (the m64 MMA's
+// rows); a lane loads the bytes its MMA fragment needs -- bytes 8t..8t+7 of each 32-byte step of
+// its rows g and g + 8 (lane = 4g + t), stream_gemm's permutation of the inputs -- in batches of
+// `Batch` steps, the next batch loading while the current one multiplies. The block's K range of
+// the 8-token tile's activation codes is staged once in shared memory as wgmma's K-major B
+// (per step two 8 x 16-byte core matrices: bytes 8q..8q+3 of token n's step in the first at
+// n * 16 + 4q, bytes 8q+4..8q+7 in the second, 128 bytes on -- the inputs the A fragments pair
+// them with), beside it the tile's activation scales per step ([step][token]) and the block's
+// weight scales per warp and step. Every step promotes: d = A B on fresh accumulators, acc += d
+// * (weight scale * activation scale), whatever the scale blocks (32 or 128 inputs: a block's
+// scale serves each of its steps).
+//
+// K splits: as many blocks along K (1, 2, 4 or 8) as bring the grid to about four blocks per
+// SM, launched as one thread-block cluster whose splits hand their sums to split 0 through
+// distributed shared memory, added in rank order (add_split_ranks): deterministic, no
+// workspace, no memset. The splits depend on the weight's shape only, never on the batch, so a
+// token's result does not change with the batch (1..8 rows).
+//
+// Early weights: a block loads its first batch of weight fragments and stages its weight scales
+// before it waits for the kernel before it in the stream (programmatic dependent launch, see
+// launch.cuh): the weights are constant, so their latency hides behind that kernel's tail. The
+// contract this rests on -- the weight bytes and scales are not written by the kernel launched
+// just before (weights come from host copies) -- holds for every weight of the engine;
+// set_dense_wg_gemm_early(false) (DEEPINFER_DENSE_WG_EARLY=0) loads them after the wait.
+#include "kernels/cuda/gemm_kernels.hpp"
+#include "kernels/cuda/launch.cuh"
+
+#include "common/error.hpp"
+#include "kernels/cuda/block_gemm_common.cuh"
+#include "kernels/cuda/kernel_attributes.hpp"
+#include "kernels/cuda/wgmma.cuh"
+#include "kernels/dtype.hpp"
+
+#include <algorithm>
+#include <atomic>
+
+namespace di::cuda {
+
+namespace {
+
+using namespace gemm_detail;
+
+constexpr int warps = 4;  // one warpgroup
+constexpr int threads = warps * 32;
+constexpr int tile_rows = warps * 16;
+constexpr int step_k = 32;
+constexpr int b_step_bytes = 8 * step_k;  // an 8-token step of B
+constexpr int max_splits = 8;             // a portable cluster
+constexpr int split_align = 8;            // K splits start at multiples of 8 steps
+/// The grid the K splits aim for (a shape-only constant: the same splits on any GPU).
+constexpr std::int64_t target_blocks = 132 * 4;
+constexpr std::int64_t min_split_steps = 16;
+/// Dynamic shared memory per block (B, activation scales, weight scales) within which a K
+/// split's steps must fit (more splits otherwise; refused past max_splits).
+constexpr std::size_t smem_limit = 100 * 1024;
+
+__host__ __device__ constexpr std::size_t smem_bytes(int steps) {
+  return std::size_t(steps) * (b_step_bytes + 8 * sizeof(float) + warps * sizeof(float));
+}
+
+struct dense_config {
+  int k_splits;
+  int steps_per_split;  ///< a multiple of split_align
+  bool early;           ///< weights loaded before the wait for the previous kernel
+};
+
+/// The B of a step (8 tokens): K-adjacent core matrices 128 bytes apart.
+__device__ __forceinline__ std::uint64_t b_step_descriptor(const void* smem) {
+  return smem_descriptor(smem, 128, 128);
+}
+
+/// A batch of weight fragments: per step the lane's 8 bytes of rows g (lo) and g + 8 (hi).
+template <int Batch>
+struct weight_batch {
+  uint2 lo[Batch], hi[Batch];
+};
+
+/// Batch: steps per load batch; F32: weight scales as fp32 (else e8m0 bytes).
+template <int Batch, bool F32>
+__global__ void __launch_bounds__(threads, 4)
+    dense_wg_gemm_kernel(block_gemm_params p, dense_config cfg) {
+  constexpr int group_steps = 4;  // steps per wgmma group (fence, MMAs, commit, wait)
+  static_assert(Batch % group_steps == 0, "whole wgmma groups per batch");
+  extern __shared__ __align__(128) std::uint8_t smem[];
+  __shared__ float reduce_slot[threads][4];
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
+  const int group = int(blockIdx.y), split = int(blockIdx.z);
+  const int total_steps = int(p.k / step_k);
+  const int w0 = split * cfg.steps_per_split;
+  const int w1 = min(total_steps, w0 + cfg.steps_per_split);
+  const int steps = w1 - w0;  // > 0: the host makes every split non-empty
+  std::uint8_t* const b_tile = smem;
+  float* const act_sc = reinterpret_cast<float*>(smem + std::size_t(cfg.steps_per_split) * b_step_bytes);
+  float* const w_sc = act_sc + std::size_t(cfg.steps_per_split) * 8 + warp * cfg.steps_per_split;
+
+  // This warp's rows (rows past the last output load the last one: their results are not
+  // stored, but every warp of the warpgroup takes part in its MMAs).
+  const std::int64_t nw = std::int64_t(blockIdx.x) * tile_rows + warp * 16;
+  const std::int64_t r_lo = group * p.n + min(nw + g, p.n - 1);
+  const std::int64_t r_hi = group * p.n + min(nw + g + 8, p.n - 1);
+  const std::uint8_t* const wlo = p.weight + r_lo * p.k + std::int64_t(w0) * step_k + 8 * t;
+  const std::uint8_t* const whi = p.weight + r_hi * p.k + std::int64_t(w0) * step_k + 8 * t;
+
+  weight_batch<Batch> r[2];
+  auto load = [&](weight_batch<Batch>& b, int s) {  // a whole batch from step s (< w1)
+#pragma unroll
+    for (int u = 0; u < Batch; ++u) {
+      b.lo[u] = load_stream8(wlo + (s - w0 + u) * step_k);
+      b.hi[u] = load_stream8(whi + (s - w0 + u) * step_k);
+    }
+  };
+  const int full_end = w0 + steps / Batch * Batch;  // whole batches: no guards
+  // The warp's weight scales per step (its 16 rows lie in one scale block: blocks span a
+  // multiple of 16 rows and warps start at multiples of 16), decoded once.
+  auto stage_weight_scales = [&] {
+    const std::int64_t block_row = (group * p.n + min(nw, p.n - 1)) / p.block_rows;
+    const int col_shift = log2_int(p.block_cols);
+    for (int i = lane; i < steps; i += 32) {
+      const std::int64_t at = block_row * p.wscale_cols + (((w0 + i) * step_k) >> col_shift);
+      w_sc[i] = F32 ? __ldg(p.wscale_f32 + at) : e8m0_to_f32(__ldg(p.wscale_e8m0 + at));
+    }
+  };
+  if (cfg.early) {
+    if (w0 < full_end) load(r[0], w0);
+    stage_weight_scales();
+  }
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  if (!cfg.early) {
+    if (w0 < full_end) load(r[0], w0);
+    stage_weight_scales();
+  }
+
+  // Stage the tile's activation codes of steps [w0, w1) as B and their scales. A warp's pass
+  // covers one step: thread (n, q) = ((i / 4) % 8, i % 4) copies token n's bytes 8q..8q+7.
+  const std::int64_t count = p.rows;
+  const std::int64_t col0 = group * p.act_group_offset;
+  auto tile_row = [&](std::int64_t i) { return i < count ? i : count - 1; };
+  {
+    const int q = int(threadIdx.x) % 4, n = (int(threadIdx.x) / 4) % 8;
+    const std::uint8_t* src =
+        p.act + tile_row(n) * p.act_stride + col0 + std::int64_t(w0) * step_k + 8 * q;
+    std::uint8_t* dst = b_tile + n * 16 + 4 * q;
+#pragma unroll 4
+    for (int s = int(threadIdx.x) / 32; s < steps; s += warps) {
+      const uint2 v = __ldg(reinterpret_cast<const uint2*>(src + s * step_k));
+      *reinterpret_cast<std::uint32_t*>(dst + s * b_step_bytes) = v.x;
+      *reinterpret_cast<std::uint32_t*>(dst + s * b_step_bytes + 128) = v.y;
+    }
+    const int act_shift = log2_int(p.act_block);
+    for (int i = int(threadIdx.x); i < 8 * steps; i += threads) {
+      const int s = i / 8, tok = i % 8;
+      act_sc[i] = __ldg(p.act_scale + tile_row(tok) * p.act_scale_stride +
+                        ((col0 + std::int64_t(w0 + s) * step_k) >> act_shift));
+    }
+  }
+  fence_proxy_async();  // B seen by wgmma
+  __syncthreads();
+
+  float acc[1][4] = {};
+  // Steps [s, s + count_steps) of batch b, in wgmma groups of group_steps (fewer: the tail).
+  auto multiply = [&](const weight_batch<Batch>& b, int s, int u0, auto nsteps) {
+    constexpr int n_steps = decltype(nsteps)::value;
+    std::uint32_t a[n_steps][4];
+    float d[n_steps][4];
+#pragma unroll
+    for (int v = 0; v < n_steps; ++v) {
+      a[v][0] = b.lo[u0 + v].x;
+      a[v][1] = b.hi[u0 + v].x;
+      a[v][2] = b.lo[u0 + v].y;
+      a[v][3] = b.hi[u0 + v].y;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) pin(a[v][c]);  // written before the fence
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int v = 0; v < n_steps; ++v)
+      wgmma_n8_fresh(d[v], a[v], b_step_descriptor(b_tile + (s + v - w0) * b_step_bytes));
+    wgmma_commit();
+    float ws[n_steps];
+    float2 xs[n_steps];
+#pragma unroll
+    for (int v = 0; v < n_steps; ++v) {
+      ws[v] = w_sc[s + v - w0];
+      xs[v] = *reinterpret_cast<const float2*>(act_sc + (s + v - w0) * 8 + 2 * t);
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int v = 0; v < n_steps; ++v) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) pin(d[v][c]);  // read only after the wait
+#pragma unroll
+      for (int c = 0; c < 4; ++c) pin(a[v][c]);  // kept until the wgmmas have read them
+      acc[0][0] += d[v][0] * (ws[v] * xs[v].x);
+      acc[0][1] += d[v][1] * (ws[v] * xs[v].y);
+      acc[0][2] += d[v][2] * (ws[v] * xs[v].x);
+      acc[0][3] += d[v][3] * (ws[v] * xs[v].y);
+    }
+  };
+  using group_t = std::integral_constant<int, group_steps>;
+  int s = w0;
+  while (s < full_end) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {  // unrolled: each r[] index is known at compile time
+      if (s >= full_end) break;
+      if (s + Batch < full_end) load(r[1 - i], s + Batch);  // the next batch streams in
+#pragma unroll
+      for (int u0 = 0; u0 < Batch; u0 += group_steps) multiply(r[i], s + u0, u0, group_t{});
+      s += Batch;
+    }
+  }
+  for (; s < w1; ++s) {  // the tail: one step at a time
+    weight_batch<Batch> tail;
+    tail.lo[0] = load_stream8(wlo + (s - w0) * step_k);
+    tail.hi[0] = load_stream8(whi + (s - w0) * step_k);
+    multiply(tail, s, 0, std::integral_constant<int, 1>{});
+  }
+
+  if (cfg.k_splits > 1) add_split_ranks(acc, &reduce_slot[threadIdx.x][0], split, cfg.k_splits, true);
+  if (split != 0) return;
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    const std::int64_t row = nw + g + (c < 2 ? 0 : 8);
+    const std::int64_t tk = 2 * t + (c & 1);
+    if (row >= p.n || tk >= count) continue;
+    p.y[group * p.y_group_offset + tk * p.y_stride + row] = acc[0][c];
+  }
+}
+
+std::atomic<bool> g_on{detail::env_switch("DEEPINFER_DENSE_WG", true)};
+std::atomic<bool> g_early{detail::env_switch("DEEPINFER_DENSE_WG_EARLY", true)};
+std::atomic<long> g_launches{0};
+/// Steps per load batch: 8 (the default) or 4 (DEEPINFER_DENSE_WG_BATCH); the same sums.
+std::atomic<int> g_batch{int(detail::env_count("DEEPINFER_DENSE_WG_BATCH", 8, 8, 4))};
+
+struct dense_shape {
+  int k_splits = 1;
+  int steps_per_split = 0;
+  std::int64_t row_tiles = 0;
+};
+
+/// The K splits from the weight's shape only: doubled while the grid stays within
+/// target_blocks and each split keeps min_split_steps, then while a split's staging does not
+/// fit smem_limit; every split starts at a multiple of split_align steps and is non-empty.
+dense_shape dense_shape_of(const block_gemm_params& p) {
+  dense_shape sh;
+  const std::int64_t total = p.k / step_k;
+  sh.row_tiles = (p.n + tile_rows - 1) / tile_rows;
+  const std::int64_t units = sh.row_tiles * p.groups;
+  std::int64_t splits = 1;
+  while (splits < max_splits && units * splits * 2 <= target_blocks &&
+         total >= splits * 2 * min_split_steps)
+    splits *= 2;
+  auto per_split = [&](std::int64_t n) {
+    const std::int64_t per = (total + n - 1) / n;
+    return (per + split_align - 1) / split_align * split_align;
+  };
+  while (splits < max_splits && smem_bytes(int(std::min<std::int64_t>(per_split(splits), 1 << 20))) >
+                                    smem_limit)
+    splits *= 2;
+  const std::int64_t per = per_split(splits);
+  sh.steps_per_split = int(std::min<std::int64_t>(per, 1 << 20));
+  sh.k_splits = int((total + per - 1) / per);
+  return sh;
+}
+
+bool power_of_two(std::int64_t v) {
+  return v > 0 && (v & (v - 1)) == 0;
+}
+
+}  // namespace
+
+bool dense_wg_gemm_takes(const block_gemm_params& p) {
+  if (!g_on || p.fp4 || p.offsets || p.weight_b || p.split_work || p.k <= 0 || p.n <= 0 ||
+      p.groups <= 0 || p.rows <= 0 || p.rows > 8 || p.max_rows > 8)
+    return false;
+  if (!p.wscale_e8m0 && !p.wscale_f32) return false;
+  const dense_shape sh = dense_shape_of(p);
+  // Scale blocks of whole 16-row warp slices, powers of two of at least one step; the 8-byte
+  // weight and activation loads aligned; a split's staging within the shared-memory limit.
+  return p.k % step_k == 0 && p.block_rows % 16 == 0 && power_of_two(p.block_cols) &&
+         p.block_cols >= step_k && power_of_two(p.act_block) && p.act_block >= step_k &&
+         p.act_stride % 8 == 0 && p.act_group_offset % 8 == 0 &&
+         reinterpret_cast<std::uintptr_t>(p.act) % 8 == 0 &&
+         reinterpret_cast<std::uintptr_t>(p.weight) % 8 == 0 &&
+         smem_bytes(sh.steps_per_split) <= smem_limit;
+}
+
+dense_wg_gemm_plan plan_dense_wg_gemm(const block_gemm_params& p) {
+  const dense_shape sh = dense_shape_of(p);
+  return {sh.k_splits, sh.steps_per_split, sh.row_tiles, g_batch == 4 ? 4 : 8};
+}
+
+void launch_dense_wg_gemm(const block_gemm_params& p, cudaStream_t stream) {
+  DI_CHECK(dense_wg_gemm_takes(p),
+           "dense_wg_gemm: dense FP8 weights (block rows a multiple of 16, power-of-two blocks of "
+           ">= 32 inputs), 1..8 rows, K a multiple of {}, aligned activations, a K split within {} "
+           "KB of shared memory (got K {}, {} outputs, {} rows, {})",
+           step_k, smem_limit / 1024, p.k, p.n, p.rows, g_on ? "on" : "switched off");
+  ++g_launches;
+  const dense_shape sh = dense_shape_of(p);
+  const dim3 grid(unsigned(sh.row_tiles), unsigned(p.groups), unsigned(sh.k_splits));
+  const dim3 cluster(1, 1, unsigned(sh.k_splits));
+  const std::size_t smem = smem_bytes(sh.steps_per_split);
+  const dense_config cfg{sh.k_splits, sh.steps_per_split, g_early.load()};
+  static std::atomic<std::size_t> limits[4][detail::max_tracked_devices];
+  auto go = [&](auto kernel, int which) {
+    detail::ensure_smem(reinterpret_cast<const void*>(kernel), smem_limit, limits[which]);
+    detail::launch_in("dense_wg_gemm", kernel, grid, dim3(threads), cluster, smem, stream, p, cfg);
+  };
+  const bool f32 = p.wscale_e8m0 == nullptr;
+  if (g_batch == 4)
+    f32 ? go(&dense_wg_gemm_kernel<4, true>, 0) : go(&dense_wg_gemm_kernel<4, false>, 1);
+  else
+    f32 ? go(&dense_wg_gemm_kernel<8, true>, 2) : go(&dense_wg_gemm_kernel<8, false>, 3);
+}
+
+void set_dense_wg_gemm(bool on) {
+  g_on = on;
+}
+bool get_dense_wg_gemm() {
+  return g_on;
+}
+void set_dense_wg_gemm_early(bool on) {
+  g_early = on;
+}
+void set_dense_wg_gemm_batch(int steps) {
+  DI_CHECK(steps == 4 || steps == 8, "dense_wg_gemm batch {}: expected 4 or 8 steps", steps);
+  g_batch = steps;
+}
+long dense_wg_gemm_launches() {
+  return g_launches;
+}
+
+}  // namespace di::cuda
