@@ -73,14 +73,16 @@ struct decode_kernel {
   bool interleaved_only() const { return pipe || wg; }
   bool dense_only() const { return dense > 0; }  // dense FP8 weights only
 };
-const decode_kernel decode_kernels[] = {
-    {"wg_gemm", true, -1, false, true},      {"wg_gemm ring", true, -1, false, true, 1},
-    {"stream_gemm", true, -1, false, false}, {"pipe_gemm", true, -1, true, false},
-    {"stream 4x2", true, 0, false, false},   {"stream 2x3", true, 1, false, false},
-    {"smem tiles", false, -1, false, false},
-    {"dense_wg_gemm", true, -1, false, false, 0, 1},
-    {"dense_wg late weights", true, -1, false, false, 0, 2},
-    {"dense_wg batch 4", true, -1, false, false, 0, 3}};
+const decode_kernel decode_kernels[] = {{"wg_gemm", true, -1, false, true},
+                                        {"wg_gemm ring", true, -1, false, true, 1},
+                                        {"stream_gemm", true, -1, false, false},
+                                        {"pipe_gemm", true, -1, true, false},
+                                        {"stream 4x2", true, 0, false, false},
+                                        {"stream 2x3", true, 1, false, false},
+                                        {"smem tiles", false, -1, false, false},
+                                        {"dense_wg_gemm", true, -1, false, false, 0, 1},
+                                        {"dense_wg late weights", true, -1, false, false, 0, 2},
+                                        {"dense_wg batch 4", true, -1, false, false, 0, 3}};
 void default_decode_kernel() {
   decode_kernels[0].select();
   cuda::set_wg_gemm_ring(-1);  // by the routed rows
@@ -195,7 +197,9 @@ void fp8_rows(const limits& lim, std::vector<result_row>& rows, const char* mode
                           double(ws.size());
         const double gbps = double(bytes) / (us * 1e-6) / 1e9;
         rows.push_back({fmt::format("{} fp8 {} M={} {}", model,
-                                    !stream ? "smem tiles" : m <= 8 ? "dense_wg_gemm" : "skinny_gemm",
+                                    !stream  ? "smem tiles"
+                                    : m <= 8 ? "dense_wg_gemm"
+                                             : "skinny_gemm",
                                     m, s.name),
                         fmt::format("N{} K{} {:.1f} MB", s.n, s.k, double(bytes) / 1e6), gbps,
                         "GB/s", us, fmt::format("copy {:.0f} GB/s", lim.copy_gbps),

@@ -102,7 +102,8 @@ __global__ void __launch_bounds__(threads, 4)
   const int w1 = min(total_steps, w0 + cfg.steps_per_split);
   const int steps = w1 - w0;  // > 0: the host makes every split non-empty
   std::uint8_t* const b_tile = smem;
-  float* const act_sc = reinterpret_cast<float*>(smem + std::size_t(cfg.steps_per_split) * b_step_bytes);
+  float* const act_sc =
+      reinterpret_cast<float*>(smem + std::size_t(cfg.steps_per_split) * b_step_bytes);
   float* const w_sc = act_sc + std::size_t(cfg.steps_per_split) * 8 + warp * cfg.steps_per_split;
 
   // This warp's rows (rows past the last output load the last one: their results are not
@@ -228,7 +229,8 @@ __global__ void __launch_bounds__(threads, 4)
     multiply(tail, s, 0, std::integral_constant<int, 1>{});
   }
 
-  if (cfg.k_splits > 1) add_split_ranks(acc, &reduce_slot[threadIdx.x][0], split, cfg.k_splits, true);
+  if (cfg.k_splits > 1)
+    add_split_ranks(acc, &reduce_slot[threadIdx.x][0], split, cfg.k_splits, true);
   if (split != 0) return;
 #pragma unroll
   for (int c = 0; c < 4; ++c) {
@@ -267,8 +269,8 @@ dense_shape dense_shape_of(const block_gemm_params& p) {
     const std::int64_t per = (total + n - 1) / n;
     return (per + split_align - 1) / split_align * split_align;
   };
-  while (splits < max_splits && smem_bytes(int(std::min<std::int64_t>(per_split(splits), 1 << 20))) >
-                                    smem_limit)
+  while (splits < max_splits &&
+         smem_bytes(int(std::min<std::int64_t>(per_split(splits), 1 << 20))) > smem_limit)
     splits *= 2;
   const std::int64_t per = per_split(splits);
   sh.steps_per_split = int(std::min<std::int64_t>(per, 1 << 20));

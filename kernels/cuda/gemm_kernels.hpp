@@ -147,10 +147,10 @@ void launch_wg_gemm(const block_gemm_params& p, cudaStream_t stream);
 /// set_dense_wg_gemm_early(false)): they must not be written by the kernel launched just before.
 bool dense_wg_gemm_takes(const block_gemm_params& p);
 struct dense_wg_gemm_plan {
-  int k_splits;             ///< blocks along K (1, 2, 4 or 8: one cluster)
-  int steps_per_split;      ///< 32-input steps per K split
-  std::int64_t row_tiles;   ///< 64-row blocks per group
-  int batch_steps;          ///< steps per load batch
+  int k_splits;            ///< blocks along K (1, 2, 4 or 8: one cluster)
+  int steps_per_split;     ///< 32-input steps per K split
+  std::int64_t row_tiles;  ///< 64-row blocks per group
+  int batch_steps;         ///< steps per load batch
 };
 dense_wg_gemm_plan plan_dense_wg_gemm(const block_gemm_params& p);
 void launch_dense_wg_gemm(const block_gemm_params& p, cudaStream_t stream);

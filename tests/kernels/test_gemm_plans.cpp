@@ -500,8 +500,8 @@ TEST_CASE("dense_wg_gemm takes the dense FP8 decode tiles; its plans depend on t
     CHECK(one.k_splits >= 1);
     CHECK(one.k_splits <= 8);  // one portable cluster
     CHECK(one.steps_per_split % 8 == 0);
-    CHECK(one.steps_per_split * one.k_splits >= steps);        // the splits cover K
-    CHECK(one.steps_per_split * (one.k_splits - 1) < steps);   // and none is empty
+    CHECK(one.steps_per_split * one.k_splits >= steps);       // the splits cover K
+    CHECK(one.steps_per_split * (one.k_splits - 1) < steps);  // and none is empty
     CHECK(one.row_tiles == (s.n + 63) / 64);
     for (std::int64_t rows = 1; rows <= 8; ++rows) {
       CAPTURE(rows);

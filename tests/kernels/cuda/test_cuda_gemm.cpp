@@ -755,8 +755,9 @@ TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invarian
   }
 }
 
-TEST_CASE("cuda dense_wg_gemm (dense FP8 decode tiles on wgmma): right, deterministic, "
-          "batch-invariant, graph-safe, refusals") {
+TEST_CASE(
+    "cuda dense_wg_gemm (dense FP8 decode tiles on wgmma): right, deterministic, "
+    "batch-invariant, graph-safe, refusals") {
   const stream_switches restore;
   struct shape {
     std::int64_t out, in;
@@ -767,9 +768,9 @@ TEST_CASE("cuda dense_wg_gemm (dense FP8 decode tiles on wgmma): right, determin
   // 41 steps (two K splits of 24 and 17: whole batches, then a tail of single steps); few row
   // tiles with long K (clusters of 7 and 8 splits); V4's 128 and V4.1's 32 blocks, 128-input
   // activation blocks over 32-input weight blocks; fp32 weight scales.
-  const shape shapes[] = {{16, 32, 32, false},     {200, 1312, 32, false}, {48, 384, 128, false},
-                          {16, 6144, 128, false},  {1000, 512, 32, false}, {64, 8192, 32, false},
-                          {320, 2048, 128, true},  {130, 5120, 32, false}, {96, 2560, 32, true}};
+  const shape shapes[] = {{16, 32, 32, false},    {200, 1312, 32, false}, {48, 384, 128, false},
+                          {16, 6144, 128, false}, {1000, 512, 32, false}, {64, 8192, 32, false},
+                          {320, 2048, 128, true}, {130, 5120, 32, false}, {96, 2560, 32, true}};
   for (const shape sh : shapes) {
     CAPTURE(sh.out);
     CAPTURE(sh.in);
