@@ -10,7 +10,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
+#include <string_view>
 #include <tuple>
 
 #if defined(DEEPINFER_HAVE_CUDA)
@@ -56,7 +58,8 @@ std::string cuda_text(cudaError_t e) {
 
 struct decode_graphs::impl {
   struct piece {
-    std::vector<tensor> inputs;   // [padded, ...] persistent buffers
+    std::vector<tensor> inputs;   // [padded, ...] persistent buffers, or another piece's output
+    std::vector<bool> bound;      // inputs[i] is another piece's output, read in place
     std::vector<tensor> outputs;  // [padded, ...] graph allocations kept with the graph
     cudaGraphExec_t exec = nullptr;
     ~piece() {
@@ -75,7 +78,29 @@ struct decode_graphs::impl {
   std::string failure;  // why a capture failed (empty: none did)
 
   static std::string capture(cudaStream_t stream, piece& p, const piece_body& body);
+  /// The output of a captured piece of `padded` rows that `in` ([rows, ...]) is the head of,
+  /// or an undefined tensor.
+  tensor output_holding(const tensor& in, std::int64_t padded) const;
 };
+
+/// DEEPINFER_GRAPH_BIND=0: every input copied into a buffer of its own (as before binding;
+/// for comparisons).
+const bool g_bind_outputs = [] {
+  const char* env = std::getenv("DEEPINFER_GRAPH_BIND");
+  return env == nullptr || std::string_view(env) != "0";
+}();
+
+tensor decode_graphs::impl::output_holding(const tensor& in, std::int64_t padded) const {
+  if (!g_bind_outputs || in.raw() == nullptr) return {};
+  for (const auto& [key, p] : pieces) {
+    if (!p || std::get<2>(key) != padded) continue;
+    for (const tensor& o : p->outputs)
+      if (o.raw() == in.raw() && o.type() == in.type() && o.shape() == with_rows(in, padded) &&
+          o.is_contiguous() && in.is_contiguous())
+        return o;
+  }
+  return {};
+}
 
 /// Captures `body` over p's inputs into p (outputs and instantiated graph); returns why it
 /// failed, or an empty string.
@@ -154,9 +179,19 @@ std::vector<tensor> decode_graphs::run(int layer, int piece_id, const std::vecto
   cudaStream_t stream = cuda::current_stream();
   if (!p) {
     auto fresh = std::make_unique<impl::piece>();
-    for (const tensor& in : inputs)
-      fresh->inputs.push_back(tensor::zeros(with_rows(in, padded), in.type(), in.dev()));
-    for (std::size_t i = 0; i < inputs.size(); ++i) copy_rows(fresh->inputs[i], inputs[i]);
+    // An input that is another captured piece's output (the layer's input from the last
+    // layer's FFN piece, the mix from the attention piece) is read where that graph leaves it:
+    // its allocation comes back at the same address on every launch, so no buffer and no
+    // copy before each launch (a device copy outside the graphs' programmatic launches).
+    for (const tensor& in : inputs) {
+      const tensor held = impl_->output_holding(in, padded);
+      fresh->bound.push_back(held.defined());
+      fresh->inputs.push_back(held.defined() ? held
+                                             : tensor::zeros(with_rows(in, padded), in.type(),
+                                                             in.dev()));
+    }
+    for (std::size_t i = 0; i < inputs.size(); ++i)
+      if (!fresh->bound[i]) copy_rows(fresh->inputs[i], inputs[i]);
     // Eager warm-up: lazy setup (handles, attributes) happens outside the capture, and its
     // outputs carry the step on if the capture fails.
     const std::vector<tensor> warm = body(fresh->inputs);
@@ -172,7 +207,18 @@ std::vector<tensor> decode_graphs::run(int layer, int piece_id, const std::vecto
     p = std::move(fresh);
   }
   // Inputs are (re)copied right before the launch: the warm-up may have changed them in place.
-  for (std::size_t i = 0; i < inputs.size(); ++i) copy_rows(p->inputs[i], inputs[i]);
+  // A bound input must come from the same piece's output every step (the graph reads that
+  // address; copying another tensor there would overwrite an output others may still read).
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (!p->bound[i]) {
+      copy_rows(p->inputs[i], inputs[i]);
+      continue;
+    }
+    DI_CHECK(p->inputs[i].raw() == inputs[i].raw(),
+             "decode graphs: layer {} piece {} input {} was captured reading another piece's "
+             "output, but this step passes a different tensor",
+             layer, piece_id, i);
+  }
   CUDA_CHECK(cudaGraphLaunch(p->exec, stream));
   std::vector<tensor> out;
   for (const tensor& o : p->outputs) out.push_back(o.slice(0, 0, rows));
