@@ -5,6 +5,7 @@
 
 #include "bench/kernels/read_stream.hpp"
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/kernel_attributes.hpp"
 #include "kernels/cuda/stream.hpp"
 
 #include <cublas_v2.h>
@@ -53,24 +54,40 @@ double cublas_bf16(std::vector<result_row>& rows, bool quick) {
 
 }  // namespace
 
+namespace {
+
+/// Copies of `bytes` (16-byte multiple) that together stream more than the L2 holds.
+std::size_t read_copies(std::size_t bytes) {
+  return std::max<std::size_t>(2, (std::size_t(256) << 20) / bytes);
+}
+
+/// One read of `bytes` out of `buf` (read_copies(bytes) copies of them, read one after another
+/// in a graph, so that each starts L2-cold): `loads` 16-byte loads per thread, `per_sm` blocks
+/// of 256 per SM; microseconds per read.
+double read_once_us(const tensor& buf, const tensor& sink, std::size_t bytes, int loads,
+                    int per_sm) {
+  const int sms = cuda::detail::multiprocessor_count();
+  const std::size_t copies = read_copies(bytes);
+  return median_graph_us([&] {
+           for (std::size_t c = 0; c < copies; ++c)
+             launch_read_stream_depth(static_cast<const std::uint8_t*>(buf.raw()) + c * bytes,
+                                      bytes, sms * per_sm, loads,
+                                      static_cast<unsigned*>(sink.raw()), cuda::current_stream());
+         }) /
+         double(copies);
+}
+
+}  // namespace
+
 double read_stream_us(std::size_t bytes) {
   bytes = (bytes + 15) / 16 * 16;
   static std::map<std::size_t, double> measured;  // sizes the GEMM rows share (wq_b / wo_b)
   if (const auto it = measured.find(bytes); it != measured.end()) return it->second;
-  const std::size_t copies = std::max<std::size_t>(2, (std::size_t(256) << 20) / bytes);
-  tensor buf = random_device({std::int64_t(copies * bytes)}, dtype::u8, 7);
+  tensor buf = random_device({std::int64_t(read_copies(bytes) * bytes)}, dtype::u8, 7);
   tensor sink = tensor::zeros({1}, dtype::i32, buf.dev());
-  int sms = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   double best = 0;
   for (const int per_sm : {2, 4, 8}) {
-    const double us = median_graph_us([&] {
-      for (std::size_t c = 0; c < copies; ++c)
-        launch_read_stream(static_cast<const std::uint8_t*>(buf.raw()) + c * bytes, bytes,
-                           sms * per_sm, static_cast<unsigned*>(sink.raw()),
-                           cuda::current_stream());
-    });
-    const double one = us / double(copies);
+    const double one = read_once_us(buf, sink, bytes, 8, per_sm);
     if (best == 0 || one < best) best = one;
   }
   measured[bytes] = best;
@@ -78,27 +95,18 @@ double read_stream_us(std::size_t bytes) {
 }
 
 void run_read_depth(const limits& lim, std::vector<result_row>& rows) {
-  int sms = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   for (const double mb : {11.8, 42.0}) {
     const std::size_t bytes = std::size_t(mb * 1e6) / 16 * 16;
-    const std::size_t copies = std::max<std::size_t>(2, (std::size_t(256) << 20) / bytes);
-    tensor buf = random_device({std::int64_t(copies * bytes)}, dtype::u8, 11);
+    tensor buf = random_device({std::int64_t(read_copies(bytes) * bytes)}, dtype::u8, 11);
     tensor sink = tensor::zeros({1}, dtype::i32, buf.dev());
     for (const int loads : {1, 2, 4, 8})
       for (const int per_sm : {1, 2, 4, 8}) {
-        const double us = median_graph_us([&] {
-                            for (std::size_t c = 0; c < copies; ++c)
-                              launch_read_stream_depth(
-                                  static_cast<const std::uint8_t*>(buf.raw()) + c * bytes, bytes,
-                                  sms * per_sm, loads, static_cast<unsigned*>(sink.raw()),
-                                  cuda::current_stream());
-                          }) /
-                          double(copies);
+        const double us = read_once_us(buf, sink, bytes, loads, per_sm);
         const double gbps = double(bytes) / (us * 1e-6) / 1e9;
         const int in_flight_kb = loads * 16 * 256 * per_sm / 1024;
-        rows.push_back({"read depth", fmt::format("{:.1f} MB, {} KB/SM in flight ({} x 16 B, {} blk/SM)", mb,
-                                                  in_flight_kb, loads, per_sm),
+        rows.push_back({"read depth",
+                        fmt::format("{:.1f} MB, {} KB/SM in flight ({} x 16 B, {} blk/SM)", mb,
+                                    in_flight_kb, loads, per_sm),
                         gbps, "GB/s", us, fmt::format("copy {:.0f} GB/s", lim.copy_gbps),
                         gbps / lim.copy_gbps});
       }
