@@ -87,7 +87,7 @@ void default_decode_kernel() {
   decode_kernels[0].select();
   cuda::set_wg_gemm_ring(-1);  // by the routed rows
   cuda::set_skinny_gemm(true);
-  cuda::set_dense_wg_gemm(true);
+  cuda::set_dense_wg_gemm(false);  // opt-in: slower than stream_gemm on the H200 (session 20)
 }
 
 /// Copies of a weight so that rotating through them streams more than the 60 MB L2.
@@ -183,7 +183,7 @@ void fp8_rows(const limits& lim, std::vector<result_row>& rows, const char* mode
                         alone, "read time / ours", read_us / alone});
       }
     }
-    // Decode batches of 8 and 64 rows: dense_wg_gemm (8) or skinny_gemm (64) against
+    // Decode batches of 8 and 64 rows: stream_gemm (8) or skinny_gemm (64) against
     // sm90_block_gemm's shared-memory tiles, as a share of the copy bandwidth.
     default_decode_kernel();
     for (const std::int64_t m : {8, 64}) {

@@ -1,6 +1,13 @@
 // dense_wg_gemm: block_gemm's decode GEMM for dense FP8 weights (token tiles of <= 8 rows: every
 // attention projection and shared expert of a decode step up to batch 8) on the Hopper
-// warpgroup MMA.
+// warpgroup MMA. OPT-IN (set_dense_wg_gemm / DEEPINFER_DENSE_WG=1): right and batch-invariant
+// (GPU test), but on the H200 no faster than stream_gemm (session 20, same call, CUDA graphs:
+// wo_b 42 MB 21.6 vs 20.7 us, shared_w1 11.8 MB 12.7 vs 10.5 us; v41-flash-L4 decode b1 1.81 vs
+// 1.68 ms). The premise below -- stream_gemm bound by its emulated MMA's registers -- was wrong
+// for these shapes: a plain read at 32 KB in flight per SM already reaches 0.81-0.86 of the copy
+// rate (bench "read depth"), and this kernel, with twice that in flight and no conversions,
+// streams at the same ~0.46. What it did show: loading the first weights before the PDL wait
+// (below) saves ~0.05 ms per v41-flash-L4 step -- now done by stream_gemm itself.
 //
 // Why a kernel of its own: stream_gemm, which served these tiles, multiplies with mma.sync
 // m16n8k32 e4m3, which sm_90 emulates (e4m3 -> f16 conversions and two f16 MMAs per call): its
@@ -241,7 +248,7 @@ __global__ void __launch_bounds__(threads, 4)
   }
 }
 
-std::atomic<bool> g_on{detail::env_switch("DEEPINFER_DENSE_WG", true)};
+std::atomic<bool> g_on{detail::env_switch("DEEPINFER_DENSE_WG", false)};
 std::atomic<bool> g_early{detail::env_switch("DEEPINFER_DENSE_WG_EARLY", true)};
 std::atomic<long> g_launches{0};
 /// Steps per load batch: 8 (the default) or 4 (DEEPINFER_DENSE_WG_BATCH); the same sums.

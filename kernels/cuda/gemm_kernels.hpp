@@ -141,7 +141,7 @@ bool wg_gemm_uses_ring(const block_gemm_params& p);
 void launch_wg_gemm(const block_gemm_params& p, cudaStream_t stream);
 /// block_gemm's decode kernel for dense FP8 weights (dense_wg_gemm.cu) on the warpgroup MMA:
 /// launch_block_gemm hands token tiles of <= 8 rows to it when dense_wg_gemm_takes(p) (switched
-/// on by default: set_dense_wg_gemm). Its K splits (a thread-block cluster, added in rank order)
+/// off by default: set_dense_wg_gemm). Its K splits (a thread-block cluster, added in rank order)
 /// depend on the weight's shape only: deterministic and batch-invariant, no workspace. It reads
 /// the weight and its scales before waiting for the previous kernel (unless
 /// set_dense_wg_gemm_early(false)): they must not be written by the kernel launched just before.

@@ -50,6 +50,7 @@ struct stream_config {
   int steps_per_split;  ///< multiple of align_steps
   int warp_align;       ///< a warp's K range starts at a multiple of this (>= a promotion block)
   bool compact;         ///< grid row y serves the y-th non-empty group
+  bool early;  ///< dense: the first batch's weights loaded before the wait for the last kernel
 };
 
 /// 4 bytes of an MXFP4 row; kept in L1: the other half of the 32-byte sector is the next step.
@@ -88,7 +89,7 @@ struct batch_regs {
 template <bool FP4, bool IL, bool EVERY, int batch, int min_blocks, bool WALK>
 __global__ void __launch_bounds__(warps * 32, min_blocks)
     stream_gemm_kernel(block_gemm_params p, stream_config cfg) {
-  detail::grid_dependency_sync();
+  if (!cfg.early) detail::grid_dependency_sync();  // else below, after the first weights
   static_assert(!IL || (FP4 && batch == 4), "interleaved runs are MXFP4 batches of 4 steps");
   constexpr int DEPTH = 2;  // batches of registers: one loads while one multiplies (a third
                             // measured slower on the H200)
@@ -162,8 +163,10 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
   const int pmask = (FP4 ? 1 : max(1, min(p.block_cols, p.act_block) / step_k)) - 1;
   const int col_shift = FP4 ? 0 : log2_int(p.block_cols);
 
-  // Batch loads: `Tail` guards steps past w1 (the last, partial batch only).
-  auto load = [&](auto tail, batch_regs<FP4, batch>& r, int s) {
+  // Batch loads: `Tail` guards steps past w1 (the last, partial batch only). The weights (and
+  // their scales) and the activations (and theirs) load separately: with cfg.early the first
+  // batch's weights are requested before the wait for the previous kernel.
+  auto load_weights = [&](auto tail, batch_regs<FP4, batch>& r, int s) {
     [[maybe_unused]] constexpr bool Tail = decltype(tail)::value;
     const int off = s - w0;
     if constexpr (IL) {  // one run of 4 steps: the lane's 4 bytes of each, in step order
@@ -177,9 +180,6 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
           r.a[2][m][h] = v.z;
           r.a[3][m][h] = v.w;
         }
-#pragma unroll
-      for (int u = 0; u < batch; ++u)
-        r.b[u] = __ldg(reinterpret_cast<const uint2*>(act_row + (off + u) * step_k));
     } else {
 #pragma unroll
       for (int u = 0; u < batch; ++u) {
@@ -194,17 +194,32 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
             else
               r.a[u][m][h] = load_stream8(src);
           }
-        r.b[u] = __ldg(reinterpret_cast<const uint2*>(act_row + (off + u) * step_k));
       }
       if constexpr (EVERY && !FP4 && !Tail) {  // the scales multiply_every reads (full batches)
 #pragma unroll
-        for (int u = 0; u < batch; ++u) {
-          r.xa[u] = sx_a[s + u];
-          r.xb[u] = sx_b[s + u];
-          r.ws[u] = ws8[0][0][s + u];
-        }
+        for (int u = 0; u < batch; ++u) r.ws[u] = ws8[0][0][s + u];
       }
     }
+  };
+  auto load_acts = [&](auto tail, batch_regs<FP4, batch>& r, int s) {
+    [[maybe_unused]] constexpr bool Tail = decltype(tail)::value;
+    const int off = s - w0;
+#pragma unroll
+    for (int u = 0; u < batch; ++u) {
+      if (!IL && Tail && s + u >= w1) break;
+      r.b[u] = __ldg(reinterpret_cast<const uint2*>(act_row + (off + u) * step_k));
+    }
+    if constexpr (!IL && EVERY && !FP4 && !Tail) {
+#pragma unroll
+      for (int u = 0; u < batch; ++u) {
+        r.xa[u] = sx_a[s + u];
+        r.xb[u] = sx_b[s + u];
+      }
+    }
+  };
+  auto load = [&](auto tail, batch_regs<FP4, batch>& r, int s) {
+    load_weights(tail, r, s);
+    load_acts(tail, r, s);
   };
 
   float acc[tiles][4], tmp[tiles][4];
@@ -333,16 +348,28 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
       multiply_generic(tail, r, s);
   };
 
+  using full = std::false_type;
+  using tail = std::true_type;
+  const int full_end = w0 + (w1 - w0) / batch * batch;  // whole batches: no guards
+  batch_regs<FP4, batch> r[DEPTH];
+  // cfg.early (dense weights: nothing above read the previous kernel's outputs): the first
+  // batch's weights are in flight before every thread waits for that kernel.
+  const bool early_now = cfg.early && tok0 == first;
+  if (early_now) {
+    if (active && w0 < full_end) load_weights(full{}, r[0], w0);
+    detail::grid_dependency_sync();
+  }
   if (active) {
-    using full = std::false_type;
-    using tail = std::true_type;
-    const int full_end = w0 + (w1 - w0) / batch * batch;  // whole batches: no guards
     int s = w0;
-    batch_regs<FP4, batch> r[DEPTH];
     // DEPTH - 1 batches issued ahead; each multiply is preceded by the load DEPTH - 1 ahead.
 #pragma unroll
-    for (int i = 0; i < DEPTH - 1; ++i)
-      if (w0 + i * batch < full_end) load(full{}, r[i], w0 + i * batch);
+    for (int i = 0; i < DEPTH - 1; ++i) {
+      if (w0 + i * batch >= full_end) continue;
+      if (i == 0 && early_now)
+        load_acts(full{}, r[0], w0);
+      else
+        load(full{}, r[i], w0 + i * batch);
+    }
     while (s < full_end) {
 #pragma unroll
       for (int i = 0; i < DEPTH; ++i) {  // unrolled: every r[] index is known at compile time
@@ -416,11 +443,18 @@ std::int64_t target_warps_for(const block_gemm_params& p) {
   return p.fp4 ? 132 * 16 : 132 * 32;
 }
 
+/// Dense GEMMs load their first batch of weights before waiting for the previous kernel
+/// (PDL): the weights are constant (never written by the kernel launched just before), so
+/// their latency hides behind its tail. Grouped GEMMs (experts) cannot: which groups are
+/// non-empty comes from that kernel. DEEPINFER_STREAM_EARLY=0 / set_stream_gemm_early(false)
+/// waits first; the same sums either way.
+std::atomic<bool> g_early{detail::env_switch("DEEPINFER_STREAM_EARLY", true)};
+
 /// The launch of p on stream_gemm: grid, warps along K and K splits, from the weight's shape.
 struct stream_shape {
   std::int64_t row_blocks = 0, grid_groups = 0, token_tiles = 0;
   bool walk = false;  // groups of more than 8 rows: the blocks walk their token tiles
-  stream_config cfg{1, 1, 0, 4, false};
+  stream_config cfg{1, 1, 0, 4, false, false};
 };
 
 stream_shape stream_shape_of(const block_gemm_params& p) {
@@ -449,7 +483,7 @@ stream_shape stream_shape_of(const block_gemm_params& p) {
   const int promotion = p.fp4 ? 1 : std::max(1, std::min(p.block_cols, p.act_block) / step_k);
   sh.cfg = stream_config{wk, k_splits, int(std::max<std::int64_t>(align_steps, per_split)),
                          std::max(4, promotion),
-                         compact};
+                         compact, !p.offsets && g_early.load()};
   const std::int64_t rows_per_block = std::int64_t(warps / wk) * warp_rows;
   sh.row_blocks = (p.n + rows_per_block - 1) / rows_per_block;
   return sh;
@@ -485,6 +519,13 @@ void check_interleaved(const block_gemm_params& p, const char* what) {
            "{}: interleaved weights are MXFP4 with K a multiple of {} and outputs of {}, got K "
            "{}, {} outputs",
            what, 2 * il_run_bytes, il_stripe_rows, p.k, p.n);
+}
+
+void set_stream_gemm_early(bool on) {
+  g_early = on;
+}
+bool get_stream_gemm_early() {
+  return g_early;
 }
 
 void set_stream_gemm_variant(int variant) {

@@ -654,6 +654,7 @@ struct stream_switches {
   ~stream_switches() {
     cuda::set_gemm_backend(cuda::gemm_backend::automatic);
     cuda::set_dense_wg_gemm(dense_wg);  // as the environment left it
+    cuda::set_stream_gemm_early(stream_early);
     cuda::set_dense_wg_gemm_early(true);
     cuda::set_dense_wg_gemm_batch(8);
     cuda::set_stream_gemm(true);
@@ -666,6 +667,7 @@ struct stream_switches {
     cuda::set_wg_gemm_n32(1);
   }
   bool dense_wg = cuda::get_dense_wg_gemm();
+  bool stream_early = cuda::get_stream_gemm_early();
 };
 
 TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invariant") {
@@ -708,6 +710,11 @@ TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invarian
         test::check_bitwise(part.to(cpu_device), y8.slice(0, 0, rows).clone());
       }
     }
+    // The first weights requested after the wait for the previous kernel: the same bits.
+    cuda::set_stream_gemm_early(false);
+    test::poison_device_pool();
+    test::check_bitwise(ops::linear(x8.to(gpu), w, {act}).to(cpu_device), first_variant);
+    cuda::set_stream_gemm_early(true);
     if (sh.block) {  // dense FP8 batches of 9..64 rows: skinny_gemm, whose K splits (more
       // than two) add in a fixed order only with ordered splits
       const bool ordered_before = cuda::get_ordered_gemm_splits();
