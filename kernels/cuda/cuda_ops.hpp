@@ -102,10 +102,10 @@ bool get_stream_gemm_early();
 /// the H200, where stream_gemm's mma.sync e4m3 is emulated; K split by the weight's shape only
 /// across a thread-block cluster (deterministic, batch-invariant up to 8 rows) -- when switched
 /// on. Off by default (DEEPINFER_DENSE_WG=1 turns it on): on the H200 it streams no faster than
-/// stream_gemm (session 20: wo_b 21.6 vs 20.7 us, v41-flash-L4 b1 1.81 vs 1.68 ms). Early: each block loads
-/// its first weights before waiting for the previous kernel (PDL; the weights are constant),
-/// default from DEEPINFER_DENSE_WG_EARLY=0. Batch: steps per load batch, 4 or 8 (the default;
-/// DEEPINFER_DENSE_WG_BATCH), the same sums. Defined in dense_wg_gemm.cu.
+/// stream_gemm (session 20: wo_b 21.6 vs 20.7 us, v41-flash-L4 b1 1.81 vs 1.68 ms). Early: each
+/// block loads its first weights before waiting for the previous kernel (PDL; the weights are
+/// constant), default from DEEPINFER_DENSE_WG_EARLY=0. Batch: steps per load batch, 4 or 8 (the
+/// default; DEEPINFER_DENSE_WG_BATCH), the same sums. Defined in dense_wg_gemm.cu.
 void set_dense_wg_gemm(bool on);
 bool get_dense_wg_gemm();
 void set_dense_wg_gemm_early(bool on);

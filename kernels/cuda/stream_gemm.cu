@@ -481,9 +481,12 @@ stream_shape stream_shape_of(const block_gemm_params& p) {
   per_split = (per_split + align_steps - 1) / align_steps * align_steps;
   // Warp ranges in whole batches of 4 steps (and whole promotion blocks: 1, 4 or 8 steps).
   const int promotion = p.fp4 ? 1 : std::max(1, std::min(p.block_cols, p.act_block) / step_k);
-  sh.cfg = stream_config{wk, k_splits, int(std::max<std::int64_t>(align_steps, per_split)),
+  sh.cfg = stream_config{wk,
+                         k_splits,
+                         int(std::max<std::int64_t>(align_steps, per_split)),
                          std::max(4, promotion),
-                         compact, !p.offsets && g_early.load()};
+                         compact,
+                         !p.offsets && g_early.load()};
   const std::int64_t rows_per_block = std::int64_t(warps / wk) * warp_rows;
   sh.row_blocks = (p.n + rows_per_block - 1) / rows_per_block;
   return sh;

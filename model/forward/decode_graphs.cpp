@@ -186,9 +186,8 @@ std::vector<tensor> decode_graphs::run(int layer, int piece_id, const std::vecto
     for (const tensor& in : inputs) {
       const tensor held = impl_->output_holding(in, padded);
       fresh->bound.push_back(held.defined());
-      fresh->inputs.push_back(held.defined() ? held
-                                             : tensor::zeros(with_rows(in, padded), in.type(),
-                                                             in.dev()));
+      fresh->inputs.push_back(
+          held.defined() ? held : tensor::zeros(with_rows(in, padded), in.type(), in.dev()));
     }
     for (std::size_t i = 0; i < inputs.size(); ++i)
       if (!fresh->bound[i]) copy_rows(fresh->inputs[i], inputs[i]);

@@ -458,7 +458,6 @@ TEST_CASE("wg_gemm's shared-memory ring: from 128 routed rows by default, forced
 
 }  // namespace
 }  // namespace di
-#endif
 
 namespace di {
 namespace {
@@ -539,3 +538,4 @@ TEST_CASE("dense_wg_gemm takes the dense FP8 decode tiles; its plans depend on t
 
 }  // namespace
 }  // namespace di
+#endif  // DEEPINFER_HAVE_CUDA
