@@ -5,7 +5,8 @@
 # libraries they load (lib/), the bench/peer script's inputs, and the golden checkpoints that
 # fit a call (v41_public; v4_public's 76 MB model does not fit the 64 MiB a call carries) under
 # shared/testdata/golden, packed into $build/fwd-bundle.tar.xz (the libraries alone are over
-# 30 MB unpacked). Carry $build/fwd-bundle.tar.xz and run scripts/gpu-forward.sh there.
+# 30 MB unpacked). Carry $build/fwd-bundle.tar.xz and run scripts/gpu-forward.sh there. It
+# builds those targets first (DEEPINFER_BUNDLE_NO_BUILD=1: packs what is built as it is).
 #
 # With --v4-golden it packs only test_forward_cuda, its libraries and v4_public -- with the
 # embedding rows no test token reads zeroed (scripts/trim-golden-embedding.py), which makes it
@@ -17,6 +18,18 @@ build=${DEEPINFER_CUDA_BUILD_DIR:-build-cuda-fwd}
 v4_golden=0
 [[ ${1:-} == --v4-golden ]] && v4_golden=1
 bundle=$build/bundle
+# Build what is bundled first (a bundle of stale binaries cost a device call in session 20):
+# the targets of the list that the build directory defines. DEEPINFER_BUNDLE_NO_BUILD=1 packs
+# the binaries as they are.
+if [[ ${DEEPINFER_BUNDLE_NO_BUILD:-0} != 1 ]]; then
+  wanted=(test_forward_cuda)
+  [[ $v4_golden == 0 ]] && wanted+=(test_kernels_cuda test_cuda_model_ops deepinfer
+    bench_kernels_cuda bench_attention_decode)
+  defined=$(cmake --build "$build" --target help | awk '{print ($1 == "..." ? $2 : $1)}' | sed 's/:$//')
+  targets=()
+  for t in "${wanted[@]}"; do grep -qx "$t" <<<"$defined" && targets+=("$t"); done
+  cmake --build "$build" -j"$(nproc)" --target "${targets[@]}"
+fi
 rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/tests" "$bundle/lib" "$bundle/shared/testdata/golden"
 cp "$build/tests/test_forward_cuda" "$bundle/tests/"
