@@ -20,6 +20,9 @@
 // replaced -- and its memset node -- gave). Every split decision depends
 // on the weight's shape only, never on the batch, so a token's result does not change with the
 // batch (up to 8 rows per group, where this kernel serves).
+// Dense launches (no expert offsets) request their first batch of weights before waiting for
+// the previous kernel (programmatic dependent launch): the weights are constant, so their
+// latency overlaps that kernel's tail; the activations, which it writes, load after the wait.
 #include "kernels/cuda/gemm_kernels.hpp"
 #include "kernels/cuda/launch.cuh"
 
