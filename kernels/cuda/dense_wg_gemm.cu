@@ -73,7 +73,7 @@ constexpr std::int64_t min_split_steps = 16;
 /// split's steps must fit (more splits otherwise; refused past max_splits).
 constexpr std::size_t smem_limit = 100 * 1024;
 
-__host__ __device__ constexpr std::size_t smem_bytes(int steps) {
+__host__ __device__ constexpr std::size_t smem_bytes(std::int64_t steps) {
   return std::size_t(steps) * (b_step_bytes + 8 * sizeof(float) + warps * sizeof(float));
 }
 
@@ -276,10 +276,9 @@ dense_shape dense_shape_of(const block_gemm_params& p) {
     const std::int64_t per = (total + n - 1) / n;
     return (per + split_align - 1) / split_align * split_align;
   };
-  while (splits < max_splits &&
-         smem_bytes(int(std::min<std::int64_t>(per_split(splits), 1 << 20))) > smem_limit)
-    splits *= 2;
+  while (splits < max_splits && smem_bytes(per_split(splits)) > smem_limit) splits *= 2;
   const std::int64_t per = per_split(splits);
+  // (past smem_limit -- a few thousand steps -- dense_wg_gemm_takes refuses the shape)
   sh.steps_per_split = int(std::min<std::int64_t>(per, 1 << 20));
   sh.k_splits = int((total + per - 1) / per);
   return sh;

@@ -10,13 +10,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <map>
-#include <string_view>
 #include <tuple>
 
 #if defined(DEEPINFER_HAVE_CUDA)
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/kernel_attributes.hpp"
 #include "kernels/cuda/stream.hpp"
 
 #include <cuda_runtime_api.h>
@@ -85,10 +84,7 @@ struct decode_graphs::impl {
 
 /// DEEPINFER_GRAPH_BIND=0: every input copied into a buffer of its own (as before binding;
 /// for comparisons).
-const bool g_bind_outputs = [] {
-  const char* env = std::getenv("DEEPINFER_GRAPH_BIND");
-  return env == nullptr || std::string_view(env) != "0";
-}();
+const bool g_bind_outputs = cuda::detail::env_switch("DEEPINFER_GRAPH_BIND", true);
 
 tensor decode_graphs::impl::output_holding(const tensor& in, std::int64_t padded) const {
   if (!g_bind_outputs || in.raw() == nullptr) return {};
