@@ -531,8 +531,15 @@ TEST_CASE("dense_wg_gemm takes the dense FP8 decode tiles; its plans depend on t
   p = dense(dense_fp8_shapes[0], 1);
   p.block_rows = 8;
   CHECK_FALSE(cuda::dense_wg_gemm_takes(p));
+  // K too long for a split's staging even across 8 splits (2^16 steps): refused, not launched.
+  CHECK_FALSE(cuda::dense_wg_gemm_takes(dense({64, std::int64_t(32) << 16, 32, 1, 32}, 1)));
+  // Bad input is a clear error before anything reaches the GPU: a launch of a shape it does
+  // not take, and a load batch other than 4 or 8 steps.
+  CHECK_THROWS_AS(cuda::launch_dense_wg_gemm(experts(expert_shapes[0], 1), nullptr), di::error);
+  CHECK_THROWS_AS(cuda::set_dense_wg_gemm_batch(6), di::error);
   cuda::set_dense_wg_gemm(false);
   CHECK_FALSE(cuda::dense_wg_gemm_takes(dense(dense_fp8_shapes[0], 1)));
+  CHECK_THROWS_AS(cuda::launch_dense_wg_gemm(dense(dense_fp8_shapes[0], 1), nullptr), di::error);
   cuda::set_dense_wg_gemm(before);  // as the environment left it
 }
 
