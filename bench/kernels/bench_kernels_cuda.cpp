@@ -3,7 +3,8 @@
 // cuBLAS bf16 dense matmul peak -- and against the anchors of issue 5 (DeepGEMM / cuBLASLt figures
 // measured on this H200 model). Prints one table, ratios included; run by scripts/gpu-check.sh.
 // --filter "read depth" adds the sweep of bytes in flight per SM for a plain read
-// (run_read_depth: what a weight-streaming GEMM needs for a share of the copy rate).
+// (run_read_depth: what a weight-streaming GEMM needs for a share of the copy rate), --filter
+// "read pattern" reads in stream_gemm's geometry with row-major or tiled FP8 fragments.
 #include "bench/kernels/bench_sections.hpp"
 #include "bench/kernels/bench_timer.hpp"
 #include "kernels/cuda/device_memory.hpp"
@@ -43,6 +44,8 @@ int main(int argc, char** argv) {
     // The sweep of bytes in flight only when asked for (--filter "read depth").
     if (!filter.empty() && std::string_view("read depth").find(filter) != std::string_view::npos)
       di::bench::run_read_depth(lim, rows);
+    if (!filter.empty() && std::string_view("read pattern").find(filter) != std::string_view::npos)
+      di::bench::run_read_pattern(lim, rows);
     di::bench::run_gemms(lim, rows, quick, filter);
     di::bench::report("kernel benchmarks", rows, json);
   } catch (const std::exception& e) {

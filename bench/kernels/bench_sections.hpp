@@ -30,6 +30,12 @@ double read_stream_us(std::size_t bytes);
 /// per SM a weight-streaming GEMM needs for a given share of the copy rate. Rows "read depth".
 void run_read_depth(const limits& lim, std::vector<result_row>& rows);
 
+/// Reads of V4.1's wo_b and shared_w1 bytes in stream_gemm's geometry (read_pattern) with the
+/// FP8 fragments row-major (8- or 16-byte loads) or tiled (contiguous 2 KB per warp and batch),
+/// at 2, 3 or any blocks per SM: what the weight layout alone costs a decode GEMM. Rows "read
+/// pattern" (shown beside a plain read of the same bytes).
+void run_read_pattern(const limits& lim, std::vector<result_row>& rows);
+
 /// FP8 block-scaled GEMMs and MXFP4 grouped expert GEMMs on V4.1-Flash / V4-Flash shapes;
 /// only the cases whose label contains `filter` (all when empty).
 void run_gemms(const limits& lim, std::vector<result_row>& rows, bool quick,

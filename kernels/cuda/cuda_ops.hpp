@@ -98,6 +98,13 @@ bool get_stream_gemm();
 /// way. Defined in stream_gemm.cu.
 void set_stream_gemm_early(bool on);
 bool get_stream_gemm_early();
+/// stream_gemm reads FP8 weights (K a multiple of 64) in 16-byte loads, two lanes swapping
+/// halves so that each holds its MMA fragments: on by default, DEEPINFER_STREAM_WIDE=0 off
+/// (8-byte fragment loads). Each step sums the same products arranged differently: results
+/// differ from the 8-byte loads' in rounding only; with either setting the same bits for a
+/// token at any batch of up to 8 rows. Defined in stream_gemm.cu.
+void set_stream_gemm_wide(bool on);
+bool get_stream_gemm_wide();
 /// Dense FP8 decode tiles (<= 8 rows) go to dense_wg_gemm -- the FP8 warpgroup MMA, native on
 /// the H200, where stream_gemm's mma.sync e4m3 is emulated; K split by the weight's shape only
 /// across a thread-block cluster (deterministic, batch-invariant up to 8 rows) -- when switched

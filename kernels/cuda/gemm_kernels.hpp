@@ -100,6 +100,7 @@ struct stream_gemm_plan {
   int batch_steps;      ///< steps per load batch
   int blocks_per_sm;    ///< the kernel's launch bound
   std::int64_t row_blocks, grid_groups, token_tiles;  ///< the grid
+  bool wide_loads;  ///< FP8 weights in 16-byte loads (set_stream_gemm_wide; K a multiple of 64)
 };
 stream_gemm_plan plan_stream_gemm(const block_gemm_params& p);
 /// block_gemm's decode kernel for interleaved MXFP4 weights (pipe_gemm.cu): the weights

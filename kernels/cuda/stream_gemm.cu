@@ -56,6 +56,10 @@ struct stream_config {
   bool early;  ///< dense: the first batch's weights loaded before the wait for the last kernel
 };
 
+/// How stream_gemm's FP8 warps load their weights (the kernel's WIDE): 8-byte fragments, or
+/// 16-byte loads of pairs of steps, sorted between lanes or mixed within a promotion block.
+enum pair_mode : int { pair_none = 0, pair_swap = 1, pair_mixed = 2 };
+
 /// 4 bytes of an MXFP4 row; kept in L1: the other half of the 32-byte sector is the next step.
 __device__ __forceinline__ std::uint32_t load_stream4(const std::uint8_t* p) {
   std::uint32_t v;
@@ -89,11 +93,23 @@ struct batch_regs {
 /// activations (V4.1's shapes): every step promotes, with no branch in a whole batch.
 /// IL: MXFP4 interleaved (K a multiple of 128 and N of 32, so warps own whole stripes, their
 /// ranges hold whole 4-step runs and every batch is a whole run: no tail batch).
-template <bool FP4, bool IL, bool EVERY, int batch, int min_blocks, bool WALK>
+/// WIDE (pair_mode): FP8 rows read in 16-byte loads (K a multiple of 64, so every warp range
+/// holds whole pairs of steps): lane t loads bytes 16t..16t+15 of a pair's 64 -- half of step
+/// t / 2. Half the load instructions of 8-byte fragments, which a plain read in this geometry
+/// showed to be the limit (bench "read pattern": V4.1 wo_b 16.3 -> 12.5 us at 3 blocks per SM).
+/// pair_swap: each step promotes on its own (32-input blocks), so lane t swaps its upper 8
+/// bytes with lane t ^ 2, which holds the other step's same half, and every lane ends with 8
+/// bytes of both steps (pair_fragments). pair_mixed: the pair lies in one promotion block (V4's
+/// 128-input blocks), so no swap: the pair's first MMA takes every lane's lower 8 bytes and the
+/// second its upper 8, whichever step they belong to. The activations are read at the same
+/// positions. The same products are summed as with 8-byte loads, arranged differently.
+template <bool FP4, bool IL, bool EVERY, int batch, int min_blocks, bool WALK, int WIDE>
 __global__ void __launch_bounds__(warps * 32, min_blocks)
     stream_gemm_kernel(block_gemm_params p, stream_config cfg) {
   if (!cfg.early) detail::grid_dependency_sync();  // else below, after the first weights
   static_assert(!IL || (FP4 && batch == 4), "interleaved runs are MXFP4 batches of 4 steps");
+  static_assert(!WIDE || (!FP4 && batch % 2 == 0), "wide loads are FP8 pairs of steps");
+  static_assert(!EVERY || WIDE != pair_mixed, "steps that promote alone cannot be mixed");
   constexpr int DEPTH = 2;  // batches of registers: one loads while one multiplies (a third
                             // measured slower on the H200)
   constexpr int tiles = tiles_of<FP4>();
@@ -145,8 +161,8 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
         wrow[m][h] = p.weight + (group * p.n + n0) * row_bytes + std::int64_t(w0) * 32 * step_bytes +
                      ((2 * m + h) * 32 + lane) * 16;
       else
-        wrow[m][h] =
-            p.weight + r * row_bytes + std::int64_t(w0) * step_bytes + (FP4 ? 4 * t : 8 * t);
+        wrow[m][h] = p.weight + r * row_bytes + std::int64_t(w0) * step_bytes +
+                     (FP4 ? 4 * t : WIDE ? 16 * t : 8 * t);
       if constexpr (FP4) {
         ws8[m][h] = p.wscale_e8m0 + r * p.wscale_cols;
       } else if (h == 0) {
@@ -158,8 +174,17 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
   const std::int64_t col0 = group * p.act_group_offset;
   const std::int64_t last_tok = count - tok0 - 1;
   auto tile_row = [&](int i) { return row_begin + tok0 + (i < last_tok ? i : last_tok); };
-  const std::uint8_t* act_row =
-      p.act + tile_row(g) * p.act_stride + col0 + std::int64_t(w0) * step_k + 8 * t;
+  // act_row serves even steps, odd ones add odd_shift. pair_swap: step j of a pair at the
+  // bytes pair_fragments leaves lane t (16 (t % 2), + 8 when the step is the one its partner
+  // loaded); pair_mixed: the lane's own 16 bytes, lower then upper.
+  const std::uint8_t* act_row = p.act + tile_row(g) * p.act_stride + col0 +
+                                std::int64_t(w0) * step_k +
+                                (WIDE == pair_swap    ? 16 * (t & 1) + 8 * (t >> 1)
+                                 : WIDE == pair_mixed ? 16 * t
+                                                      : 8 * t);
+  [[maybe_unused]] const int odd_shift = WIDE == pair_swap    ? 8 - 16 * (t >> 1)
+                                         : WIDE == pair_mixed ? 8 - step_k
+                                                              : 0;
   const int act_shift = log2_int(p.act_block);
   const float* sx_a = p.act_scale + tile_row(2 * t) * p.act_scale_stride + (col0 >> act_shift);
   const float* sx_b = p.act_scale + tile_row(2 * t + 1) * p.act_scale_stride + (col0 >> act_shift);
@@ -183,6 +208,21 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
           r.a[2][m][h] = v.z;
           r.a[3][m][h] = v.w;
         }
+    } else if constexpr (WIDE) {  // pairs of steps: the raw halves, sorted by pair_fragments
+#pragma unroll
+      for (int u = 0; u < batch; u += 2) {
+        if (Tail && s + u >= w1) break;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint4 v = load_stream16(wrow[0][h] + (off + u) * step_bytes);
+          r.a[u][0][h] = make_uint2(v.x, v.y);
+          r.a[u + 1][0][h] = make_uint2(v.z, v.w);
+        }
+      }
+      if constexpr (EVERY && !Tail) {
+#pragma unroll
+        for (int u = 0; u < batch; ++u) r.ws[u] = ws8[0][0][s + u];
+      }
     } else {
 #pragma unroll
       for (int u = 0; u < batch; ++u) {
@@ -210,7 +250,8 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
 #pragma unroll
     for (int u = 0; u < batch; ++u) {
       if (!IL && Tail && s + u >= w1) break;
-      r.b[u] = __ldg(reinterpret_cast<const uint2*>(act_row + (off + u) * step_k));
+      r.b[u] = __ldg(reinterpret_cast<const uint2*>(act_row + (off + u) * step_k +
+                                                    (WIDE && (u & 1) ? odd_shift : 0)));
     }
     if constexpr (!IL && EVERY && !FP4 && !Tail) {
 #pragma unroll
@@ -342,7 +383,31 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
     }
   };
 
-  auto multiply = [&](auto tail, const batch_regs<FP4, batch>& r, int s) {
+  // WIDE: lane t holds half (t % 2) of step t / 2 of each pair; its upper 8 bytes go to lane
+  // t ^ 2 for the other step, whose upper 8 bytes it takes: then every lane holds 8 bytes of
+  // both steps (at the positions act_row (+ odd_shift) reads). After the loads have landed, at
+  // multiply time (warp-uniform: the whole warp multiplies or none of it).
+  auto pair_fragments = [&](auto tail, batch_regs<FP4, batch>& r, int s) {
+    if constexpr (WIDE == pair_swap) {
+      constexpr bool Tail = decltype(tail)::value;
+      const bool first = t < 2;
+#pragma unroll
+      for (int u = 0; u < batch; u += 2) {
+        if (Tail && s + u >= w1) break;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint2 own = r.a[u][0][h], up = r.a[u + 1][0][h];
+          const uint2 got = make_uint2(__shfl_xor_sync(0xffffffffu, up.x, 2),
+                                       __shfl_xor_sync(0xffffffffu, up.y, 2));
+          r.a[u][0][h] = first ? own : got;
+          r.a[u + 1][0][h] = first ? got : own;
+        }
+      }
+    }
+  };
+
+  auto multiply = [&](auto tail, batch_regs<FP4, batch>& r, int s) {
+    pair_fragments(tail, r, s);
     if constexpr (IL)  // whole runs only: no tail batch
       multiply_il(r, s);
     else if constexpr (EVERY && !decltype(tail)::value)
@@ -453,6 +518,17 @@ std::int64_t target_warps_for(const block_gemm_params& p) {
 /// waits first; the same sums either way.
 std::atomic<bool> g_early{detail::env_switch("DEEPINFER_STREAM_EARLY", true)};
 
+/// FP8 weights read in 16-byte loads (the kernel's WIDE) where K is a multiple of 64.
+/// DEEPINFER_STREAM_WIDE=0 / set_stream_gemm_wide(false): 8-byte fragment loads as before.
+std::atomic<bool> g_wide{detail::env_switch("DEEPINFER_STREAM_WIDE", true)};
+
+/// The kernel's pair_mode for p: pairs of steps where K holds them, mixed when both steps of
+/// a pair promote together (blocks of at least 64 inputs on both sides).
+int pair_mode_for(const block_gemm_params& p) {
+  if (p.fp4 || p.k % (2 * step_k) != 0 || !g_wide.load()) return pair_none;
+  return std::min(p.block_cols, p.act_block) >= 2 * step_k ? pair_mixed : pair_swap;
+}
+
 /// The launch of p on stream_gemm: grid, warps along K and K splits, from the weight's shape.
 struct stream_shape {
   std::int64_t row_blocks = 0, grid_groups = 0, token_tiles = 0;
@@ -498,7 +574,7 @@ stream_shape stream_shape_of(const block_gemm_params& p) {
 std::atomic<int> g_variant{
     detail::env_mode("DEEPINFER_STREAM_VARIANT", "stream_gemm picks its load batching by shape")};
 
-template <bool FP4, bool IL, int batch, int min_blocks>
+template <bool FP4, bool IL, int batch, int min_blocks, int WIDE = pair_none>
 void launch_variant(const block_gemm_params& p, bool every, bool walk, dim3 grid,
                     const stream_config& cfg, cudaStream_t stream) {
   const dim3 block(warps * 32);
@@ -507,14 +583,33 @@ void launch_variant(const block_gemm_params& p, bool every, bool walk, dim3 grid
   auto go = [&](auto kernel) {
     detail::launch_in("stream_gemm", kernel, grid, block, cluster, 0, stream, p, cfg);
   };
-  if (every && walk)
-    go(stream_gemm_kernel<FP4, IL, true, batch, min_blocks, true>);
-  else if (every)
-    go(stream_gemm_kernel<FP4, IL, true, batch, min_blocks, false>);
-  else if (walk)
-    go(stream_gemm_kernel<FP4, IL, false, batch, min_blocks, true>);
+  if constexpr (WIDE != pair_mixed) {  // mixed pairs never promote every step
+    if (every) {
+      if (walk)
+        go(stream_gemm_kernel<FP4, IL, true, batch, min_blocks, true, WIDE>);
+      else
+        go(stream_gemm_kernel<FP4, IL, true, batch, min_blocks, false, WIDE>);
+      return;
+    }
+  }
+  if (walk)
+    go(stream_gemm_kernel<FP4, IL, false, batch, min_blocks, true, WIDE>);
   else
-    go(stream_gemm_kernel<FP4, IL, false, batch, min_blocks, false>);
+    go(stream_gemm_kernel<FP4, IL, false, batch, min_blocks, false, WIDE>);
+}
+
+/// FP8 launches by pair_mode_for(p) (never mixed with `every`: its blocks are 32 inputs).
+template <int batch, int min_blocks>
+void launch_fp8(const block_gemm_params& p, bool every, bool walk, dim3 grid,
+                const stream_config& cfg, cudaStream_t stream) {
+  const int mode = pair_mode_for(p);
+  if (mode == pair_swap)
+    launch_variant<false, false, batch, min_blocks, pair_swap>(p, every, walk, grid, cfg, stream);
+  else if (mode == pair_mixed)
+    launch_variant<false, false, batch, min_blocks, pair_mixed>(p, every, walk, grid, cfg,
+                                                                 stream);
+  else
+    launch_variant<false, false, batch, min_blocks>(p, every, walk, grid, cfg, stream);
 }
 
 }  // namespace
@@ -534,6 +629,13 @@ bool get_stream_gemm_early() {
   return g_early;
 }
 
+void set_stream_gemm_wide(bool on) {
+  g_wide = on;
+}
+bool get_stream_gemm_wide() {
+  return g_wide;
+}
+
 void set_stream_gemm_variant(int variant) {
   DI_CHECK(variant >= -1 && variant <= 1,
            "stream_gemm variant {}: expected -1 (by shape), 0 (4 steps x 2 blocks per SM) or 1 "
@@ -550,8 +652,10 @@ int variant_for(const block_gemm_params& p) {
   if (p.fp4) return 0;
   // 2 x 3 for long K unless the grid is many waves anyway: V4.1's Engram wkv (N25600 K6144)
   // took 62.6 us at 4 x 2 and 77.6 at 2 x 3 (H200, session 13), wo_b (N5120 K8192) the reverse.
+  // Mixed pairs (V4's blocks) hold fewer registers per batch: 4 x 2 there (V4 wo_b N4096 K8192
+  // 18.7 us at 4 x 2, 21.2 at 2 x 3; 8-byte loads 20.6 / 23.5; session 21).
   const bool long_k = p.k >= 4096 && p.n < 16384;  // outputs per group
-  return forced >= 0 ? forced : (long_k ? 1 : 0);
+  return forced >= 0 ? forced : (long_k && pair_mode_for(p) != pair_mixed ? 1 : 0);
 }
 
 }  // namespace
@@ -559,9 +663,9 @@ int variant_for(const block_gemm_params& p) {
 stream_gemm_plan plan_stream_gemm(const block_gemm_params& p) {
   const stream_shape sh = stream_shape_of(p);
   const int v = variant_for(p);
-  return {sh.cfg.wk,          sh.cfg.k_splits,    sh.cfg.steps_per_split, sh.cfg.warp_align,
-          v == 1 ? 2 : 4,     v == 1 ? 3 : 2,     sh.row_blocks,          sh.grid_groups,
-          sh.token_tiles};
+  return {sh.cfg.wk,      sh.cfg.k_splits, sh.cfg.steps_per_split, sh.cfg.warp_align,
+          v == 1 ? 2 : 4, v == 1 ? 3 : 2,  sh.row_blocks,          sh.grid_groups,
+          sh.token_tiles, pair_mode_for(p) != pair_none};
 }
 
 void launch_stream_gemm(const block_gemm_params& p, cudaStream_t stream) {
@@ -580,9 +684,9 @@ void launch_stream_gemm(const block_gemm_params& p, cudaStream_t stream) {
   else if (p.fp4)
     launch_variant<true, false, 4, 2>(p, every, sh.walk, grid, sh.cfg, stream);
   else if (variant_for(p) == 1)
-    launch_variant<false, false, 2, 3>(p, every, sh.walk, grid, sh.cfg, stream);
+    launch_fp8<2, 3>(p, every, sh.walk, grid, sh.cfg, stream);
   else
-    launch_variant<false, false, 4, 2>(p, every, sh.walk, grid, sh.cfg, stream);
+    launch_fp8<4, 2>(p, every, sh.walk, grid, sh.cfg, stream);
 }
 
 }  // namespace di::cuda

@@ -174,6 +174,34 @@ TEST_CASE("stream_gemm FP8 load batching follows the shape; forcing a variant ch
   CHECK(forced.warp_align == by_k.warp_align);
 }
 
+TEST_CASE("stream_gemm reads FP8 in 16-byte loads where K holds whole pairs of steps") {
+  const bool before = cuda::get_stream_gemm_wide();
+  cuda::set_stream_gemm_wide(true);
+  const shape wo_b{5120, 8192, 32, 1, 32}, v4{4096, 8192, 128, 1, 128}, odd{24, 96, 32, 1, 32};
+  const shape fp4{2304, 5120, 0, 8, 32};
+  CHECK(cuda::plan_stream_gemm(params_for(wo_b, 1)).wide_loads);
+  CHECK(cuda::plan_stream_gemm(params_for(v4, 8)).wide_loads);  // (V4's 128-input blocks: the pair's steps mixed within their promotion block; V4.1's 32:
+  // swapped between lanes -- both are 16-byte loads, which the GPU test compares.)
+  CHECK_FALSE(cuda::plan_stream_gemm(params_for(odd, 1)).wide_loads);  // 3 steps: no pairs
+  CHECK_FALSE(cuda::plan_stream_gemm(params_for(fp4, 1)).wide_loads);  // MXFP4: its own loads
+  // Switched off: 8-byte loads, and nothing else about the launch changes.
+  const cuda::stream_gemm_plan on = cuda::plan_stream_gemm(params_for(wo_b, 1));
+  cuda::set_stream_gemm_wide(false);
+  const cuda::stream_gemm_plan off = cuda::plan_stream_gemm(params_for(wo_b, 1));
+  CHECK_FALSE(off.wide_loads);
+  CHECK(off.warps_along_k == on.warps_along_k);
+  CHECK(off.steps_per_split == on.steps_per_split);
+  CHECK(off.batch_steps == on.batch_steps);
+  CHECK(off.row_blocks == on.row_blocks);
+  // Mixed pairs (V4's blocks) batch 4 steps even with long K; 8-byte loads 2 there.
+  const shape v4_long{4096, 8192, 128, 1, 128};
+  CHECK(cuda::plan_stream_gemm(params_for(v4_long, 1)).batch_steps == 2);  // switched off
+  cuda::set_stream_gemm_wide(true);
+  CHECK(cuda::plan_stream_gemm(params_for(v4_long, 1)).batch_steps == 4);
+  CHECK(cuda::plan_stream_gemm(params_for(wo_b, 1)).batch_steps == 2);  // swapped pairs: 2 x 3
+  cuda::set_stream_gemm_wide(before);
+}
+
 TEST_CASE("env_count: a whole number in range, else the default with a warning") {
   const char* name = "DEEPINFER_TEST_ENV_COUNT";
   ::unsetenv(name);

@@ -655,6 +655,7 @@ struct stream_switches {
     cuda::set_gemm_backend(cuda::gemm_backend::automatic);
     cuda::set_dense_wg_gemm(dense_wg);  // as the environment left it
     cuda::set_stream_gemm_early(stream_early);
+    cuda::set_stream_gemm_wide(stream_wide);
     cuda::set_dense_wg_gemm_early(true);
     cuda::set_dense_wg_gemm_batch(8);
     cuda::set_stream_gemm(true);
@@ -668,6 +669,7 @@ struct stream_switches {
   }
   bool dense_wg = cuda::get_dense_wg_gemm();
   bool stream_early = cuda::get_stream_gemm_early();
+  bool stream_wide = cuda::get_stream_gemm_wide();
 };
 
 TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invariant") {
@@ -678,9 +680,12 @@ TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invarian
     int block;  // 0: MXFP4
   };
   // Outputs not a multiple of 16 or 32 rows; K from one step to a two-block split (6144 inputs
-  // at 16 outputs asks for more warps than K has); V4 and V4.1 blocks and MXFP4.
+  // at 16 outputs asks for more warps than K has); V4 and V4.1 blocks and MXFP4;
+  // FP8 K of 3 steps (no whole pairs: 8-byte loads either way) and of 66 (pairs, ranges ending
+  // in a partial batch of one pair).
   const shape shapes[] = {{16, 32, 32},    {40, 256, 0},  {200, 1280, 32}, {48, 384, 128},
-                          {16, 6144, 128}, {96, 2304, 0}, {1000, 512, 32}, {24, 8192, 0}};
+                          {16, 6144, 128}, {96, 2304, 0}, {1000, 512, 32}, {24, 8192, 0},
+                          {24, 96, 32},    {48, 2112, 32}};
   for (const shape sh : shapes) {
     CAPTURE(sh.out);
     CAPTURE(sh.in);
@@ -692,7 +697,14 @@ TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invarian
     cuda::set_stream_gemm(false);  // the shared-memory tile kernel
     const tensor tiled = ops::linear(x8.to(gpu), w, {act}).to(cpu_device);
     cuda::set_stream_gemm(true);
-    tensor first_variant;  // the variants batch loads differently but add in the same order
+    // FP8 in 16-byte loads (K % 64 == 0) or 8-byte fragments: the same products per step,
+    // arranged differently, so the same sums up to rounding; within either, the variants batch
+    // loads differently but add in the same order.
+    tensor narrow;
+    for (const bool wide : {false, true}) {
+    CAPTURE(wide);
+    cuda::set_stream_gemm_wide(wide);
+    tensor first_variant;
     for (int variant : {0, 1, -1}) {
       CAPTURE(variant);
       cuda::set_stream_gemm_variant(variant);
@@ -702,6 +714,10 @@ TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invarian
         first_variant = y8;
       else
         test::check_bitwise(y8, first_variant);
+      if (!wide)
+        narrow = y8;
+      else
+        check_close(y8, narrow, 1e-5);
       check_close(y8, ops::linear(x8, host, {act}), 2e-3);
       check_close(y8, tiled, 1e-5);  // the same sums, grouped differently
       test::check_bitwise(ops::linear(x8.to(gpu), w, {act}).to(cpu_device), y8);
@@ -715,6 +731,7 @@ TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invarian
     test::poison_device_pool();
     test::check_bitwise(ops::linear(x8.to(gpu), w, {act}).to(cpu_device), first_variant);
     cuda::set_stream_gemm_early(true);
+    }
     if (sh.block) {  // dense FP8 batches of 9..64 rows: skinny_gemm, whose K splits (more
       // than two) add in a fixed order only with ordered splits
       const bool ordered_before = cuda::get_ordered_gemm_splits();
@@ -748,11 +765,13 @@ TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invarian
       for (const weight_matrix* w : {&w4, &w8}) {
         const ops::expert_linear_params hint{32, rows, 2};  // loose bound, tile for 2 rows
         const tensor want = ops::expert_linear(xr, off, *w, {32, 0});
-        for (int variant : {0, 1, -1}) {
-          cuda::set_stream_gemm_variant(variant);
-          check_close(ops::expert_linear(xr.to(gpu), off.to(gpu), weight_to(*w, gpu), hint), want,
-                      2e-3);
-        }
+        for (const bool wide : {false, true})
+          for (int variant : {0, 1, -1}) {
+            cuda::set_stream_gemm_wide(wide);
+            cuda::set_stream_gemm_variant(variant);
+            check_close(ops::expert_linear(xr.to(gpu), off.to(gpu), weight_to(*w, gpu), hint),
+                        want, 2e-3);
+          }
         cuda::set_stream_gemm(false);
         check_close(ops::expert_linear(xr.to(gpu), off.to(gpu), weight_to(*w, gpu), hint), want,
                     2e-3);

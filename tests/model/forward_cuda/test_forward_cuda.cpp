@@ -10,7 +10,10 @@
 // of three prompts plus batched decode steps; and decode steps through CUDA graphs (padded
 // batches, captured then replayed) against the same model run eagerly.
 #include "kernels/cuda/cuda_ops.hpp"
+#include "kernels/cuda/kernel_attributes.hpp"
 #include "kernels/cuda/stream.hpp"
+#include "kernels/ops.hpp"
+#include "model/forward/detail/decode_graphs.hpp"
 #include "model/make_model/make_model.hpp"
 #include "model/runner/cpu_model_runner.hpp"
 #include "tests/model/forward/golden.hpp"
@@ -321,6 +324,49 @@ TEST_CASE("GPU forward: decode steps through CUDA graphs give the eager logits")
       CHECK(agree == 2 * rows);
     }
   }
+}
+
+TEST_CASE("GPU forward: decode graph pieces read other pieces' outputs in place, never another "
+          "tensor") {
+  // Two pieces, each doubling its input; the second's input is the first's output, which it
+  // reads where the first graph leaves it (bound at capture). 3 rows pad to 4.
+  detail::decode_graphs graphs({4});
+  const detail::piece_body twice = [](const std::vector<tensor>& in) {
+    tensor y = in[0].clone();
+    ops::add_inplace(y, in[0]);
+    return std::vector<tensor>{y};
+  };
+  const tensor tokens = tensor::zeros({3}, dtype::i64, gpu);
+  auto values = [](float base) {
+    tensor h = tensor::empty({3, 8}, dtype::f32, cpu_device);
+    for (std::int64_t i = 0; i < h.numel(); ++i) h.data<float>()[i] = base + 0.25f * float(i);
+    return h;
+  };
+  for (const float base : {1.0f, -3.0f}) {  // the capture step, then a replay with new inputs
+    CAPTURE(base);
+    const tensor x = values(base);
+    graphs.begin_step(3, tokens, tokens);
+    const std::vector<tensor> first = graphs.run(0, 0, {x.to(gpu)}, twice);
+    const std::vector<tensor> second = graphs.run(0, 1, {first[0]}, twice);
+    const tensor got = second[0].to(cpu_device);
+    REQUIRE(got.shape() == x.shape());
+    for (std::int64_t i = 0; i < x.numel(); ++i)
+      CHECK(got.data<float>()[i] == 4.0f * x.data<float>()[i]);
+  }
+  CHECK(graphs.captured() == 2);
+  CHECK(graphs.usable());
+  // A later step that hands the bound input another tensor: a clear error (copying it into
+  // the first piece's output could overwrite what others still read), nothing launched.
+  graphs.begin_step(3, tokens, tokens);
+  const std::vector<tensor> first = graphs.run(0, 0, {values(2.0f).to(gpu)}, twice);
+  const tensor elsewhere = values(5.0f).to(gpu);
+  if (cuda::detail::env_switch("DEEPINFER_GRAPH_BIND", true))
+    CHECK_THROWS_WITH_AS(graphs.run(0, 1, {elsewhere}, twice),
+                         doctest::Contains("captured reading another piece's output"), error);
+  else  // binding switched off: every input is copied, so any tensor will do
+    CHECK(graphs.run(0, 1, {elsewhere}, twice)[0].to(cpu_device).data<float>()[0] ==
+          2.0f * 5.0f);
+  cuda::synchronize();
 }
 
 /// Worst cosine, largest |difference|, largest |logit|, rows agreeing in argmax and rows
