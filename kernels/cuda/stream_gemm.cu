@@ -219,9 +219,10 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
           r.a[u + 1][0][h] = make_uint2(v.z, v.w);
         }
       }
-      if constexpr (EVERY && !Tail) {
+      if constexpr (EVERY && !Tail) {  // a pair's two scale bytes in one load (K % 64 == 0)
 #pragma unroll
-        for (int u = 0; u < batch; ++u) r.ws[u] = ws8[0][0][s + u];
+        for (int u = 0; u < batch; u += 2)
+          r.ws[u] = *reinterpret_cast<const std::uint16_t*>(ws8[0][0] + s + u);
       }
     } else {
 #pragma unroll
@@ -253,7 +254,17 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
       r.b[u] = __ldg(reinterpret_cast<const uint2*>(act_row + (off + u) * step_k +
                                                     (WIDE && (u & 1) ? odd_shift : 0)));
     }
-    if constexpr (!IL && EVERY && !FP4 && !Tail) {
+    if constexpr (!IL && EVERY && !FP4 && !Tail && WIDE) {  // a pair's two scales in one load
+#pragma unroll
+      for (int u = 0; u < batch; u += 2) {
+        const float2 xa = *reinterpret_cast<const float2*>(sx_a + s + u);
+        const float2 xb = *reinterpret_cast<const float2*>(sx_b + s + u);
+        r.xa[u] = xa.x;
+        r.xa[u + 1] = xa.y;
+        r.xb[u] = xb.x;
+        r.xb[u + 1] = xb.y;
+      }
+    } else if constexpr (!IL && EVERY && !FP4 && !Tail) {
 #pragma unroll
       for (int u = 0; u < batch; ++u) {
         r.xa[u] = sx_a[s + u];
@@ -334,7 +345,8 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
           w_lo[u][m] = fp4_scale_factor(ws8[m][0][s + u]);
           w_hi[u][m] = fp4_scale_factor(ws8[m][FP4 ? 1 : 0][s + u]);
         } else {
-          w_lo[u][m] = w_hi[u][m] = e8m0_to_f32(std::uint8_t(r.ws[u]));
+          w_lo[u][m] = w_hi[u][m] =
+              e8m0_to_f32(std::uint8_t(WIDE ? r.ws[u & ~1] >> (8 * (u & 1)) : r.ws[u]));
         }
       }
     }
@@ -525,7 +537,10 @@ std::atomic<bool> g_wide{detail::env_switch("DEEPINFER_STREAM_WIDE", true)};
 /// The kernel's pair_mode for p: pairs of steps where K holds them, mixed when both steps of
 /// a pair promote together (blocks of at least 64 inputs on both sides).
 int pair_mode_for(const block_gemm_params& p) {
-  if (p.fp4 || p.k % (2 * step_k) != 0 || !g_wide.load()) return pair_none;
+  // (Pairs of activation scales load as one 8-byte word: rows and groups start at even ones.)
+  const bool even_scales = p.act_scale_stride % 2 == 0 &&
+                           (p.act_block <= 0 || (p.act_group_offset / p.act_block) % 2 == 0);
+  if (p.fp4 || p.k % (2 * step_k) != 0 || !even_scales || !g_wide.load()) return pair_none;
   return std::min(p.block_cols, p.act_block) >= 2 * step_k ? pair_mixed : pair_swap;
 }
 

@@ -34,6 +34,7 @@ cuda::block_gemm_params params_for(const shape& s, std::int64_t rows) {
   p.block_rows = p.fp4 ? 1 : s.block_cols;
   p.wscale_cols = s.k / p.block_cols;
   p.act_block = s.act_block;
+  p.act_scale_stride = s.k / s.act_block;  // quantize_act's scales: one per block of a row
   p.n = s.n;
   p.k = s.k;
   p.groups = s.groups;
@@ -184,6 +185,10 @@ TEST_CASE("stream_gemm reads FP8 in 16-byte loads where K holds whole pairs of s
   // swapped between lanes -- both are 16-byte loads, which the GPU test compares.)
   CHECK_FALSE(cuda::plan_stream_gemm(params_for(odd, 1)).wide_loads);  // 3 steps: no pairs
   CHECK_FALSE(cuda::plan_stream_gemm(params_for(fp4, 1)).wide_loads);  // MXFP4: its own loads
+  // Activation scales whose rows start at odd words (a pair's two could not load as one word).
+  cuda::block_gemm_params odd_rows = params_for(wo_b, 1);
+  odd_rows.act_scale_stride += 1;
+  CHECK_FALSE(cuda::plan_stream_gemm(odd_rows).wide_loads);
   // Switched off: 8-byte loads, and nothing else about the launch changes.
   const cuda::stream_gemm_plan on = cuda::plan_stream_gemm(params_for(wo_b, 1));
   cuda::set_stream_gemm_wide(false);
