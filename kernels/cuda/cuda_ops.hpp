@@ -64,7 +64,8 @@ std::pair<tensor, tensor> expert_linear_pair(const tensor& x, const tensor& offs
 
 /// Which kernel multiplies FP8/FP4 weights when activations are quantized (tests and
 /// benchmarks force one). `automatic`: cuBLASLt's block-scaled FP8 GEMM for 128x128 FP8 blocks
-/// from set_cublaslt_min_rows' rows (256) when it accepts the shape, else sm90_block_gemm.
+/// from set_cublaslt_min_rows' rows (256) when it accepts the shape, other FP8 weights from
+/// set_bf16_temp_min_rows' rows (256) as dequant_bf16, else sm90_block_gemm.
 /// `dequant_bf16`: the weight decoded to a bf16 temporary per call, then cuBLAS (exact: quantized
 /// activations and decoded weights are bf16 numbers).
 enum class gemm_backend { automatic, block_gemm, cublaslt, dequant_fp32, dequant_bf16 };
@@ -76,6 +77,13 @@ gemm_backend get_gemm_backend();
 /// Defined in gemm.cpp.
 void set_cublaslt_min_rows(std::int64_t rows);
 std::int64_t get_cublaslt_min_rows();
+/// Rows from which `automatic` multiplies FP8 weights that cuBLASLt's block-scaled GEMM does not
+/// take (V4.1's 32-input blocks) as dequant_bf16 does -- the weight decoded to a bf16 temporary,
+/// then cuBLAS -- instead of on sm90_block_gemm (default 256: prefill; DEEPINFER_BF16_ROWS sets
+/// the default, a huge value turns it off). Exact either way: the same products, other sums.
+/// Below 1 is a di::error. Defined in gemm.cpp.
+void set_bf16_temp_min_rows(std::int64_t rows);
+std::int64_t get_bf16_temp_min_rows();
 
 /// sm90_block_gemm's K splits (decode shapes) add their partial sums with fp32 atomics by
 /// default, in an order that varies from run to run. Ordered: each split stores its partials

@@ -57,6 +57,15 @@ constexpr std::int64_t prefill_lt_rows = 256;
 std::atomic<std::int64_t> g_lt_rows{
     detail::env_count("DEEPINFER_LT_ROWS", 16, std::int64_t(1) << 40)};
 
+/// Rows from which `automatic` multiplies FP8 weights that cuBLASLt does not take (V4.1's
+/// 32-input blocks) through a bf16 temporary (as dequant_bf16) instead of sm90_block_gemm:
+/// prefill-sized GEMMs, where sm90_block_gemm's mma.sync tiles reach ~60-75 TFLOP/s and the
+/// decoded weight on cuBLAS 300-420 (V4.1 wo_b / wq_b at M=4096, H200). Session 21's profile of
+/// a v41-flash-L4 1024-token prefill forward had sm90_block_gemm at 36% of its kernel time.
+/// DEEPINFER_BF16_ROWS / set_bf16_temp_min_rows move it (a huge value: never).
+std::atomic<std::int64_t> g_bf16_rows{
+    detail::env_count("DEEPINFER_BF16_ROWS", 256, std::int64_t(1) << 40)};
+
 bool is_stored_format(const weight_matrix& w) {
   return w.values.type() == dtype::f8_e4m3 || w.values.type() == dtype::i8;
 }
@@ -144,6 +153,14 @@ void set_cublaslt_min_rows(std::int64_t rows) {
   DI_CHECK(rows >= 1, "cuBLASLt threshold of {} rows (expected at least 1)", rows);
   g_lt_rows = rows;
 }
+void set_bf16_temp_min_rows(std::int64_t rows) {
+  DI_CHECK(rows >= 1, "bf16 temporary rows threshold {}: must be at least 1", rows);
+  g_bf16_rows = rows;
+}
+std::int64_t get_bf16_temp_min_rows() {
+  return g_bf16_rows;
+}
+
 std::int64_t get_cublaslt_min_rows() {
   return g_lt_rows;
 }
@@ -187,6 +204,18 @@ bool tries_cublaslt(gemm_backend backend, const weight_matrix& weight, std::int6
   return try_lt && cublaslt_fp8_fits(weight, rows, in, act_block);
 }
 
+/// Whether `automatic` takes linear(x, weight) of `rows` rows through a bf16 temporary of the
+/// weight (g_bf16_rows): FP8 weights that fit sm90_block_gemm, which cuBLASLt does not take.
+bool takes_bf16_temp(gemm_backend backend, const weight_matrix& weight, std::int64_t rows,
+                     std::int64_t in, int act_block) {
+  // With ordered splits (batch-invariant decode) from prefill rows only, as cuBLASLt.
+  const std::int64_t from =
+      g_ordered_splits ? std::max(g_bf16_rows.load(), prefill_lt_rows) : g_bf16_rows.load();
+  return backend == gemm_backend::automatic && rows >= from &&
+         weight.values.type() == dtype::f8_e4m3 && act_block > 0 &&
+         !tries_cublaslt(backend, weight, rows, in, act_block);
+}
+
 /// Whether linear(x, weight) ends on sm90_block_gemm with quantize_act(x, act_block, false):
 /// a stored format it fits, rows to multiply, and neither a dequantizing backend nor
 /// cuBLASLt's block-scaled GEMM taking it first.
@@ -196,7 +225,8 @@ bool takes_block_gemm(const tensor& x, const weight_matrix& weight, int act_bloc
   if (!is_stored_format(weight) || backend == gemm_backend::dequant_fp32 ||
       backend == gemm_backend::dequant_bf16 || !block_gemm_fits(weight, in, act_block) || rows == 0)
     return false;
-  return !tries_cublaslt(backend, weight, rows, in, act_block);
+  return !tries_cublaslt(backend, weight, rows, in, act_block) &&
+         !takes_bf16_temp(backend, weight, rows, in, act_block);
 }
 
 /// y = x W^T on sm90_block_gemm from x's quantized activations q.
@@ -248,7 +278,8 @@ tensor linear(const tensor& x, const weight_matrix& weight, const linear_params&
     tensor y = tensor::empty({rows, out}, dtype::f32, x.dev());
     if (cublaslt_block_fp8(weight, q.codes, q.scales, y)) return y;
   }
-  if (backend == gemm_backend::dequant_bf16) {
+  if (backend == gemm_backend::dequant_bf16 ||
+      takes_bf16_temp(backend, weight, rows, in, act_block)) {
     tensor input = x.clone();
     fp8_fake_quant(input, act_block, in);
     const weight_matrix bf = dequantize_weight(weight, dtype::bf16);  // [out, in] temporary

@@ -239,6 +239,17 @@ TEST_CASE("cuBLASLt's row threshold: settable, at least 1") {
   cuda::set_cublaslt_min_rows(before);
 }
 
+TEST_CASE("the bf16 temporary's row threshold: settable, at least 1") {
+  const std::int64_t before = cuda::get_bf16_temp_min_rows();
+  if (!std::getenv("DEEPINFER_BF16_ROWS")) CHECK(before == 256);
+  cuda::set_bf16_temp_min_rows(512);
+  CHECK(cuda::get_bf16_temp_min_rows() == 512);
+  CHECK_THROWS_WITH_AS(cuda::set_bf16_temp_min_rows(0), doctest::Contains("at least 1"), error);
+  CHECK_THROWS_AS(cuda::set_bf16_temp_min_rows(-5), error);
+  CHECK(cuda::get_bf16_temp_min_rows() == 512);  // a refused value changes nothing
+  cuda::set_bf16_temp_min_rows(before);
+}
+
 TEST_CASE("stream_gemm and fp8_gemv refuse what they do not take, with a clear error") {
   // Variants: -1, 0 and 1 only; a refused value leaves the switch as it was.
   CHECK_THROWS_WITH_AS(cuda::set_stream_gemm_variant(2),

@@ -197,6 +197,47 @@ TEST_CASE("cuda linear: cuBLASLt block-scaled FP8 (prefill shapes) or its fallba
   }
 }
 
+TEST_CASE("cuda linear: automatic takes FP8 blocks cuBLASLt cannot from 256 rows to a bf16 "
+          "temporary") {
+  // V4.1's 32-blocks: from 256 rows the bits of dequant_bf16 (plain, pre-quantized rows as the
+  // fused norms give them, and pairs), below them the bits of sm90_block_gemm.
+  const std::int64_t before = cuda::get_bf16_temp_min_rows();
+  cuda::set_bf16_temp_min_rows(256);
+  const weight_matrix w = weight_to(random_fp8(320, 1280, 32), gpu);
+  const weight_matrix w2 = weight_to(random_fp8(192, 1280, 32), gpu);
+  auto run = [&](const tensor& x, cuda::gemm_backend backend) {
+    cuda::set_gemm_backend(backend);
+    const ops::quantized_rows q = ops::rms_norm_quantized(x, tensor(), 1e-6f, 32);
+    std::vector<tensor> out{ops::linear(x, w, {32}).to(cpu_device),
+                            ops::linear(q, w, {32}).to(cpu_device)};
+    const auto [a, b] = ops::linear_pair(q, w, w2, {32});
+    out.push_back(a.to(cpu_device));
+    out.push_back(b.to(cpu_device));
+    cuda::set_gemm_backend(cuda::gemm_backend::automatic);
+    return out;
+  };
+  for (const std::int64_t rows : {255, 256, 300}) {
+    CAPTURE(rows);
+    const tensor x = varied_input(rows, 1280).to(gpu);
+    const std::vector<tensor> got = run(x, cuda::gemm_backend::automatic);
+    const std::vector<tensor> want =
+        run(x, rows >= 256 ? cuda::gemm_backend::dequant_bf16 : cuda::gemm_backend::block_gemm);
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      CAPTURE(i);
+      test::check_bitwise(got[i], want[i]);
+    }
+    check_close(got[0], ops::linear(x.to(cpu_device), weight_to(w, cpu_device), {32}), 2e-3);
+  }
+  // The threshold moves it (a huge one: never); below 1 is refused and changes nothing.
+  cuda::set_bf16_temp_min_rows(std::int64_t(1) << 40);
+  const tensor x = varied_input(300, 1280).to(gpu);
+  test::check_bitwise(run(x, cuda::gemm_backend::automatic)[0],
+                      run(x, cuda::gemm_backend::block_gemm)[0]);
+  CHECK_THROWS_WITH_AS(cuda::set_bf16_temp_min_rows(0), doctest::Contains("at least 1"), error);
+  CHECK(cuda::get_bf16_temp_min_rows() == std::int64_t(1) << 40);
+  cuda::set_bf16_temp_min_rows(before);
+}
+
 TEST_CASE("cuda linear: MXFP4 weights, split K and large M") {
   for (std::int64_t rows : {0, 1, 2, 9, 33, 100, 300}) {
     for (std::int64_t out : {16, 40, 256}) {
