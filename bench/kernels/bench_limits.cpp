@@ -121,10 +121,9 @@ void run_read_pattern(const limits& lim, std::vector<result_row>& rows) {
     int n, k, wk;  // wk: stream_gemm's warps along K on this shape at batch 1
   };
   const shape shapes[] = {{"V4.1 wo_b", 5120, 8192, 8}, {"V4.1 shared_w1", 2304, 5120, 8}};
-  const std::pair<read_layout, const char*> layouts[] = {
-      {read_layout::rows8, "rows, 8 B loads"},
-      {read_layout::rows16, "rows, 16 B loads"},
-      {read_layout::tiles, "2 KB tiles"}};
+  const std::pair<read_layout, const char*> layouts[] = {{read_layout::rows8, "rows, 8 B loads"},
+                                                         {read_layout::rows16, "rows, 16 B loads"},
+                                                         {read_layout::tiles, "2 KB tiles"}};
   for (const shape& sh : shapes) {
     const std::size_t bytes = std::size_t(sh.n) * std::size_t(sh.k);
     const std::size_t copies = read_copies(bytes);
@@ -137,18 +136,18 @@ void run_read_pattern(const limits& lim, std::vector<result_row>& rows) {
             median_graph_us([&] {
               for (std::size_t c = 0; c < copies; ++c)
                 launch_read_pattern(static_cast<const std::uint8_t*>(buf.raw()) + c * bytes, sh.n,
-                                    sh.k, layout, sh.wk, per_sm,
-                                    static_cast<unsigned*>(sink.raw()), cuda::current_stream());
+                                    sh.k, layout, sh.wk, per_sm, static_cast<unsigned*>(sink.raw()),
+                                    cuda::current_stream());
             }) /
             double(copies);
         const double gbps = double(bytes) / (us * 1e-6) / 1e9;
-        rows.push_back({"read pattern",
-                        fmt::format("{} {}x{}: {}, {} blk/SM", sh.name, sh.n, sh.k, what,
-                                    per_sm > 0 ? std::to_string(per_sm) : std::string("any")),
-                        gbps, "GB/s", us,
-                        fmt::format("copy {:.0f} GB/s; plain read {:.2f} of it", lim.copy_gbps,
-                                    plain / us),
-                        gbps / lim.copy_gbps});
+        rows.push_back(
+            {"read pattern",
+             fmt::format("{} {}x{}: {}, {} blk/SM", sh.name, sh.n, sh.k, what,
+                         per_sm > 0 ? std::to_string(per_sm) : std::string("any")),
+             gbps, "GB/s", us,
+             fmt::format("copy {:.0f} GB/s; plain read {:.2f} of it", lim.copy_gbps, plain / us),
+             gbps / lim.copy_gbps});
       }
   }
 }

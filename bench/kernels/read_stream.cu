@@ -40,7 +40,6 @@ __global__ void __launch_bounds__(threads)
   if (acc == 0x9e3779b9u) sink[0] = acc;
 }
 
-
 /// read_pattern's kernel: see launch_read_pattern.
 template <read_layout L>
 __global__ void __launch_bounds__(threads)
@@ -66,20 +65,23 @@ __global__ void __launch_bounds__(threads)
                 (L == read_layout::rows16 ? (j >> 1) * 64 + 16 * t : (j >> 1) * 64 + 8 * t);
     }
   }
-  auto load = [&](int r, uint4 (&v)[4]) {
+  auto load = [&](int r, uint4(&v)[4]) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const std::uint8_t* a = base[j] + r * stride;
       if (L == read_layout::rows8) {  // two 8-byte loads: steps 2 (j >> 1) and 2 (j >> 1) + 1
         uint2 x, y;
         asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0, %1}, [%2];\n"
-                     : "=r"(x.x), "=r"(x.y) : "l"(a));
+                     : "=r"(x.x), "=r"(x.y)
+                     : "l"(a));
         asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0, %1}, [%2];\n"
-                     : "=r"(y.x), "=r"(y.y) : "l"(a + 32));
+                     : "=r"(y.x), "=r"(y.y)
+                     : "l"(a + 32));
         v[j] = make_uint4(x.x, x.y, y.x, y.y);
       } else {
         asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(v[j].x), "=r"(v[j].y), "=r"(v[j].z), "=r"(v[j].w) : "l"(a));
+                     : "=r"(v[j].x), "=r"(v[j].y), "=r"(v[j].z), "=r"(v[j].w)
+                     : "l"(a));
       }
     }
   };
@@ -116,7 +118,6 @@ void launch_read_stream_depth(const void* p, std::size_t bytes, int blocks, int 
   kernel<<<unsigned(blocks), threads, 0, stream>>>(static_cast<const uint4*>(p), bytes / 16, sink);
   CUDA_CHECK(cudaGetLastError());
 }
-
 
 void launch_read_pattern(const void* p, int n, int k, read_layout layout, int wk, int per_sm,
                          unsigned* sink, cudaStream_t stream) {

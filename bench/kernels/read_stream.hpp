@@ -20,7 +20,6 @@ void launch_read_stream(const void* p, std::size_t bytes, int blocks, unsigned* 
 void launch_read_stream_depth(const void* p, std::size_t bytes, int blocks, int loads,
                               unsigned* sink, cudaStream_t stream);
 
-
 /// How read_pattern's warps lay their loads over an [n, k] byte matrix.
 enum class read_layout {
   rows8,   ///< row-major; lane (g, t) reads bytes 8t..8t+7 of each 32-byte step of rows g and

@@ -162,7 +162,9 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
                      ((2 * m + h) * 32 + lane) * 16;
       else
         wrow[m][h] = p.weight + r * row_bytes + std::int64_t(w0) * step_bytes +
-                     (FP4 ? 4 * t : WIDE ? 16 * t : 8 * t);
+                     (FP4    ? 4 * t
+                      : WIDE ? 16 * t
+                             : 8 * t);
       if constexpr (FP4) {
         ws8[m][h] = p.wscale_e8m0 + r * p.wscale_cols;
       } else if (h == 0) {
@@ -621,8 +623,7 @@ void launch_fp8(const block_gemm_params& p, bool every, bool walk, dim3 grid,
   if (mode == pair_swap)
     launch_variant<false, false, batch, min_blocks, pair_swap>(p, every, walk, grid, cfg, stream);
   else if (mode == pair_mixed)
-    launch_variant<false, false, batch, min_blocks, pair_mixed>(p, every, walk, grid, cfg,
-                                                                 stream);
+    launch_variant<false, false, batch, min_blocks, pair_mixed>(p, every, walk, grid, cfg, stream);
   else
     launch_variant<false, false, batch, min_blocks>(p, every, walk, grid, cfg, stream);
 }
@@ -678,9 +679,16 @@ int variant_for(const block_gemm_params& p) {
 stream_gemm_plan plan_stream_gemm(const block_gemm_params& p) {
   const stream_shape sh = stream_shape_of(p);
   const int v = variant_for(p);
-  return {sh.cfg.wk,      sh.cfg.k_splits, sh.cfg.steps_per_split, sh.cfg.warp_align,
-          v == 1 ? 2 : 4, v == 1 ? 3 : 2,  sh.row_blocks,          sh.grid_groups,
-          sh.token_tiles, pair_mode_for(p) != pair_none};
+  return {sh.cfg.wk,
+          sh.cfg.k_splits,
+          sh.cfg.steps_per_split,
+          sh.cfg.warp_align,
+          v == 1 ? 2 : 4,
+          v == 1 ? 3 : 2,
+          sh.row_blocks,
+          sh.grid_groups,
+          sh.token_tiles,
+          pair_mode_for(p) != pair_none};
 }
 
 void launch_stream_gemm(const block_gemm_params& p, cudaStream_t stream) {

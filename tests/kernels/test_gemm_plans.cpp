@@ -181,7 +181,9 @@ TEST_CASE("stream_gemm reads FP8 in 16-byte loads where K holds whole pairs of s
   const shape wo_b{5120, 8192, 32, 1, 32}, v4{4096, 8192, 128, 1, 128}, odd{24, 96, 32, 1, 32};
   const shape fp4{2304, 5120, 0, 8, 32};
   CHECK(cuda::plan_stream_gemm(params_for(wo_b, 1)).wide_loads);
-  CHECK(cuda::plan_stream_gemm(params_for(v4, 8)).wide_loads);  // (V4's 128-input blocks: the pair's steps mixed within their promotion block; V4.1's 32:
+  CHECK(cuda::plan_stream_gemm(params_for(v4, 8))
+            .wide_loads);  // (V4's 128-input blocks: the pair's steps mixed within their promotion
+                           // block; V4.1's 32:
   // swapped between lanes -- both are 16-byte loads, which the GPU test compares.)
   CHECK_FALSE(cuda::plan_stream_gemm(params_for(odd, 1)).wide_loads);  // 3 steps: no pairs
   CHECK_FALSE(cuda::plan_stream_gemm(params_for(fp4, 1)).wide_loads);  // MXFP4: its own loads
@@ -229,25 +231,27 @@ TEST_CASE("env_count: a whole number in range, else the default with a warning")
   ::unsetenv(name);
 }
 
-TEST_CASE("cuBLASLt's row threshold: settable, at least 1") {
-  const std::int64_t before = cuda::get_cublaslt_min_rows();
-  if (!std::getenv("DEEPINFER_LT_ROWS")) CHECK(before == 16);
-  cuda::set_cublaslt_min_rows(16);
-  CHECK(cuda::get_cublaslt_min_rows() == 16);
-  CHECK_THROWS_WITH_AS(cuda::set_cublaslt_min_rows(0), doctest::Contains("at least 1"), error);
-  CHECK(cuda::get_cublaslt_min_rows() == 16);  // a refused value changes nothing
-  cuda::set_cublaslt_min_rows(before);
-}
-
-TEST_CASE("the bf16 temporary's row threshold: settable, at least 1") {
-  const std::int64_t before = cuda::get_bf16_temp_min_rows();
-  if (!std::getenv("DEEPINFER_BF16_ROWS")) CHECK(before == 256);
-  cuda::set_bf16_temp_min_rows(512);
-  CHECK(cuda::get_bf16_temp_min_rows() == 512);
-  CHECK_THROWS_WITH_AS(cuda::set_bf16_temp_min_rows(0), doctest::Contains("at least 1"), error);
-  CHECK_THROWS_AS(cuda::set_bf16_temp_min_rows(-5), error);
-  CHECK(cuda::get_bf16_temp_min_rows() == 512);  // a refused value changes nothing
-  cuda::set_bf16_temp_min_rows(before);
+TEST_CASE("row thresholds (cuBLASLt's FP8 GEMM, the bf16 temporary): settable, at least 1") {
+  struct threshold {
+    const char* env;
+    std::int64_t by_default;
+    void (*set)(std::int64_t);
+    std::int64_t (*get)();
+  };
+  for (const threshold& t :
+       {threshold{"DEEPINFER_LT_ROWS", 16, cuda::set_cublaslt_min_rows, cuda::get_cublaslt_min_rows},
+        threshold{"DEEPINFER_BF16_ROWS", 256, cuda::set_bf16_temp_min_rows,
+                  cuda::get_bf16_temp_min_rows}}) {
+    CAPTURE(t.env);
+    const std::int64_t before = t.get();
+    if (!std::getenv(t.env)) CHECK(before == t.by_default);
+    t.set(512);
+    CHECK(t.get() == 512);
+    CHECK_THROWS_WITH_AS(t.set(0), doctest::Contains("at least 1"), error);
+    CHECK_THROWS_AS(t.set(-5), error);
+    CHECK(t.get() == 512);  // a refused value changes nothing
+    t.set(before);
+  }
 }
 
 TEST_CASE("stream_gemm and fp8_gemv refuse what they do not take, with a clear error") {

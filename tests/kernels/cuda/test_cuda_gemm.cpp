@@ -197,8 +197,9 @@ TEST_CASE("cuda linear: cuBLASLt block-scaled FP8 (prefill shapes) or its fallba
   }
 }
 
-TEST_CASE("cuda linear: automatic takes FP8 blocks cuBLASLt cannot from 256 rows to a bf16 "
-          "temporary") {
+TEST_CASE(
+    "cuda linear: automatic takes FP8 blocks cuBLASLt cannot from 256 rows to a bf16 "
+    "temporary") {
   // V4.1's 32-blocks: from 256 rows the bits of dequant_bf16 (plain, pre-quantized rows as the
   // fused norms give them, and pairs), below them the bits of sm90_block_gemm.
   const std::int64_t before = cuda::get_bf16_temp_min_rows();
@@ -743,35 +744,35 @@ TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invarian
     // loads differently but add in the same order.
     tensor narrow;
     for (const bool wide : {false, true}) {
-    CAPTURE(wide);
-    cuda::set_stream_gemm_wide(wide);
-    tensor first_variant;
-    for (int variant : {0, 1, -1}) {
-      CAPTURE(variant);
-      cuda::set_stream_gemm_variant(variant);
-      test::poison_device_pool();
-      const tensor y8 = ops::linear(x8.to(gpu), w, {act}).to(cpu_device);
-      if (variant == 0)
-        first_variant = y8;
-      else
-        test::check_bitwise(y8, first_variant);
-      if (!wide)
-        narrow = y8;
-      else
-        check_close(y8, narrow, 1e-5);
-      check_close(y8, ops::linear(x8, host, {act}), 2e-3);
-      check_close(y8, tiled, 1e-5);  // the same sums, grouped differently
-      test::check_bitwise(ops::linear(x8.to(gpu), w, {act}).to(cpu_device), y8);
-      for (std::int64_t rows : {1, 3}) {  // fewer rows: the same bits for the same tokens
-        const tensor part = ops::linear(x8.slice(0, 0, rows).clone().to(gpu), w, {act});
-        test::check_bitwise(part.to(cpu_device), y8.slice(0, 0, rows).clone());
+      CAPTURE(wide);
+      cuda::set_stream_gemm_wide(wide);
+      tensor first_variant;
+      for (int variant : {0, 1, -1}) {
+        CAPTURE(variant);
+        cuda::set_stream_gemm_variant(variant);
+        test::poison_device_pool();
+        const tensor y8 = ops::linear(x8.to(gpu), w, {act}).to(cpu_device);
+        if (variant == 0)
+          first_variant = y8;
+        else
+          test::check_bitwise(y8, first_variant);
+        if (!wide)
+          narrow = y8;
+        else
+          check_close(y8, narrow, 1e-5);
+        check_close(y8, ops::linear(x8, host, {act}), 2e-3);
+        check_close(y8, tiled, 1e-5);  // the same sums, grouped differently
+        test::check_bitwise(ops::linear(x8.to(gpu), w, {act}).to(cpu_device), y8);
+        for (std::int64_t rows : {1, 3}) {  // fewer rows: the same bits for the same tokens
+          const tensor part = ops::linear(x8.slice(0, 0, rows).clone().to(gpu), w, {act});
+          test::check_bitwise(part.to(cpu_device), y8.slice(0, 0, rows).clone());
+        }
       }
-    }
-    // The first weights requested after the wait for the previous kernel: the same bits.
-    cuda::set_stream_gemm_early(false);
-    test::poison_device_pool();
-    test::check_bitwise(ops::linear(x8.to(gpu), w, {act}).to(cpu_device), first_variant);
-    cuda::set_stream_gemm_early(true);
+      // The first weights requested after the wait for the previous kernel: the same bits.
+      cuda::set_stream_gemm_early(false);
+      test::poison_device_pool();
+      test::check_bitwise(ops::linear(x8.to(gpu), w, {act}).to(cpu_device), first_variant);
+      cuda::set_stream_gemm_early(true);
     }
     if (sh.block) {  // dense FP8 batches of 9..64 rows: skinny_gemm, whose K splits (more
       // than two) add in a fixed order only with ordered splits
@@ -810,8 +811,8 @@ TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invarian
           for (int variant : {0, 1, -1}) {
             cuda::set_stream_gemm_wide(wide);
             cuda::set_stream_gemm_variant(variant);
-            check_close(ops::expert_linear(xr.to(gpu), off.to(gpu), weight_to(*w, gpu), hint),
-                        want, 2e-3);
+            check_close(ops::expert_linear(xr.to(gpu), off.to(gpu), weight_to(*w, gpu), hint), want,
+                        2e-3);
           }
         cuda::set_stream_gemm(false);
         check_close(ops::expert_linear(xr.to(gpu), off.to(gpu), weight_to(*w, gpu), hint), want,

@@ -326,8 +326,9 @@ TEST_CASE("GPU forward: decode steps through CUDA graphs give the eager logits")
   }
 }
 
-TEST_CASE("GPU forward: decode graph pieces read other pieces' outputs in place, never another "
-          "tensor") {
+TEST_CASE(
+    "GPU forward: decode graph pieces read other pieces' outputs in place, never another "
+    "tensor") {
   // Two pieces, each doubling its input; the second's input is the first's output, which it
   // reads where the first graph leaves it (bound at capture). 3 rows pad to 4.
   detail::decode_graphs graphs({4});
@@ -364,8 +365,7 @@ TEST_CASE("GPU forward: decode graph pieces read other pieces' outputs in place,
     CHECK_THROWS_WITH_AS(graphs.run(0, 1, {elsewhere}, twice),
                          doctest::Contains("captured reading another piece's output"), error);
   else  // binding switched off: every input is copied, so any tensor will do
-    CHECK(graphs.run(0, 1, {elsewhere}, twice)[0].to(cpu_device).data<float>()[0] ==
-          2.0f * 5.0f);
+    CHECK(graphs.run(0, 1, {elsewhere}, twice)[0].to(cpu_device).data<float>()[0] == 2.0f * 5.0f);
   cuda::synchronize();
 }
 
