@@ -238,10 +238,10 @@ TEST_CASE("row thresholds (cuBLASLt's FP8 GEMM, the bf16 temporary): settable, a
     void (*set)(std::int64_t);
     std::int64_t (*get)();
   };
-  for (const threshold& t :
-       {threshold{"DEEPINFER_LT_ROWS", 16, cuda::set_cublaslt_min_rows, cuda::get_cublaslt_min_rows},
-        threshold{"DEEPINFER_BF16_ROWS", 256, cuda::set_bf16_temp_min_rows,
-                  cuda::get_bf16_temp_min_rows}}) {
+  for (const threshold& t : {threshold{"DEEPINFER_LT_ROWS", 16, cuda::set_cublaslt_min_rows,
+                                       cuda::get_cublaslt_min_rows},
+                             threshold{"DEEPINFER_BF16_ROWS", 256, cuda::set_bf16_temp_min_rows,
+                                       cuda::get_bf16_temp_min_rows}}) {
     CAPTURE(t.env);
     const std::int64_t before = t.get();
     if (!std::getenv(t.env)) CHECK(before == t.by_default);
