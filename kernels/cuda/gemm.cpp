@@ -153,16 +153,15 @@ void set_cublaslt_min_rows(std::int64_t rows) {
   DI_CHECK(rows >= 1, "cuBLASLt threshold of {} rows (expected at least 1)", rows);
   g_lt_rows = rows;
 }
+std::int64_t get_cublaslt_min_rows() {
+  return g_lt_rows;
+}
 void set_bf16_temp_min_rows(std::int64_t rows) {
   DI_CHECK(rows >= 1, "bf16 temporary rows threshold {}: must be at least 1", rows);
   g_bf16_rows = rows;
 }
 std::int64_t get_bf16_temp_min_rows() {
   return g_bf16_rows;
-}
-
-std::int64_t get_cublaslt_min_rows() {
-  return g_lt_rows;
 }
 
 void set_f32_gemv(bool on) {
