@@ -204,7 +204,10 @@ bool tries_cublaslt(gemm_backend backend, const weight_matrix& weight, std::int6
 }
 
 /// Whether `automatic` takes linear(x, weight) of `rows` rows through a bf16 temporary of the
-/// weight (g_bf16_rows): FP8 weights that fit sm90_block_gemm, which cuBLASLt does not take.
+/// weight (g_bf16_rows): FP8 weights that fit sm90_block_gemm, which cuBLASLt does not take --
+/// V4.1's 32-input blocks, and V4's 128-input blocks at row counts cuBLASLt refuses (not a
+/// multiple of 16). (If cuBLASLt is tried but has no kernel, linear falls back to
+/// sm90_block_gemm, as before.)
 bool takes_bf16_temp(gemm_backend backend, const weight_matrix& weight, std::int64_t rows,
                      std::int64_t in, int act_block) {
   // With ordered splits (batch-invariant decode) from prefill rows only, as cuBLASLt.

@@ -615,11 +615,11 @@ void launch_variant(const block_gemm_params& p, bool every, bool walk, dim3 grid
     go(stream_gemm_kernel<FP4, IL, false, batch, min_blocks, false, WIDE>);
 }
 
-/// FP8 launches by pair_mode_for(p) (never mixed with `every`: its blocks are 32 inputs).
+/// FP8 launches in pair_mode `mode` (pair_mode_for(p); never mixed with `every`: its blocks
+/// are 32 inputs).
 template <int batch, int min_blocks>
-void launch_fp8(const block_gemm_params& p, bool every, bool walk, dim3 grid,
+void launch_fp8(const block_gemm_params& p, int mode, bool every, bool walk, dim3 grid,
                 const stream_config& cfg, cudaStream_t stream) {
-  const int mode = pair_mode_for(p);
   if (mode == pair_swap)
     launch_variant<false, false, batch, min_blocks, pair_swap>(p, every, walk, grid, cfg, stream);
   else if (mode == pair_mixed)
@@ -663,7 +663,8 @@ void set_stream_gemm_variant(int variant) {
 namespace {
 
 /// The FP8 load batching launch_stream_gemm picks: 1 = (2 steps, 3 blocks per SM), 0 = (4, 2).
-int variant_for(const block_gemm_params& p) {
+/// `mode`: pair_mode_for(p), worked out once per launch by the caller.
+int variant_for(const block_gemm_params& p, int mode) {
   const int forced = g_variant;
   if (p.fp4) return 0;
   // 2 x 3 for long K unless the grid is many waves anyway: V4.1's Engram wkv (N25600 K6144)
@@ -671,14 +672,15 @@ int variant_for(const block_gemm_params& p) {
   // Mixed pairs (V4's blocks) hold fewer registers per batch: 4 x 2 there (V4 wo_b N4096 K8192
   // 18.7 us at 4 x 2, 21.2 at 2 x 3; 8-byte loads 20.6 / 23.5; session 21).
   const bool long_k = p.k >= 4096 && p.n < 16384;  // outputs per group
-  return forced >= 0 ? forced : (long_k && pair_mode_for(p) != pair_mixed ? 1 : 0);
+  return forced >= 0 ? forced : (long_k && mode != pair_mixed ? 1 : 0);
 }
 
 }  // namespace
 
 stream_gemm_plan plan_stream_gemm(const block_gemm_params& p) {
   const stream_shape sh = stream_shape_of(p);
-  const int v = variant_for(p);
+  const int mode = pair_mode_for(p);
+  const int v = variant_for(p, mode);
   return {sh.cfg.wk,
           sh.cfg.k_splits,
           sh.cfg.steps_per_split,
@@ -688,7 +690,7 @@ stream_gemm_plan plan_stream_gemm(const block_gemm_params& p) {
           sh.row_blocks,
           sh.grid_groups,
           sh.token_tiles,
-          pair_mode_for(p) != pair_none};
+          mode != pair_none};
 }
 
 void launch_stream_gemm(const block_gemm_params& p, cudaStream_t stream) {
@@ -706,10 +708,10 @@ void launch_stream_gemm(const block_gemm_params& p, cudaStream_t stream) {
     launch_variant<true, true, 4, 2>(p, every, sh.walk, grid, sh.cfg, stream);
   else if (p.fp4)
     launch_variant<true, false, 4, 2>(p, every, sh.walk, grid, sh.cfg, stream);
-  else if (variant_for(p) == 1)
-    launch_fp8<2, 3>(p, every, sh.walk, grid, sh.cfg, stream);
+  else if (const int mode = pair_mode_for(p); variant_for(p, mode) == 1)
+    launch_fp8<2, 3>(p, mode, every, sh.walk, grid, sh.cfg, stream);
   else
-    launch_fp8<4, 2>(p, every, sh.walk, grid, sh.cfg, stream);
+    launch_fp8<4, 2>(p, mode, every, sh.walk, grid, sh.cfg, stream);
 }
 
 }  // namespace di::cuda
