@@ -78,10 +78,10 @@ gemm_backend get_gemm_backend();
 void set_cublaslt_min_rows(std::int64_t rows);
 std::int64_t get_cublaslt_min_rows();
 /// Rows from which `automatic` multiplies FP8 weights that cuBLASLt's block-scaled GEMM does not
-/// take (V4.1's 32-input blocks; V4's at row counts it refuses) as dequant_bf16 does -- the weight decoded to a bf16 temporary,
-/// then cuBLAS -- instead of on sm90_block_gemm (default 256: prefill; DEEPINFER_BF16_ROWS sets
-/// the default, a huge value turns it off). Exact either way: the same products, other sums.
-/// Below 1 is a di::error. Defined in gemm.cpp.
+/// take (V4.1's 32-input blocks; V4's at row counts it refuses) as dequant_bf16 does -- the weight
+/// decoded to a bf16 temporary, then cuBLAS -- instead of on sm90_block_gemm (default 256: prefill;
+/// DEEPINFER_BF16_ROWS sets the default, a huge value turns it off). Exact either way: the same
+/// products, other sums. Below 1 is a di::error. Defined in gemm.cpp.
 void set_bf16_temp_min_rows(std::int64_t rows);
 std::int64_t get_bf16_temp_min_rows();
 

@@ -681,16 +681,9 @@ stream_gemm_plan plan_stream_gemm(const block_gemm_params& p) {
   const stream_shape sh = stream_shape_of(p);
   const int mode = pair_mode_for(p);
   const int v = variant_for(p, mode);
-  return {sh.cfg.wk,
-          sh.cfg.k_splits,
-          sh.cfg.steps_per_split,
-          sh.cfg.warp_align,
-          v == 1 ? 2 : 4,
-          v == 1 ? 3 : 2,
-          sh.row_blocks,
-          sh.grid_groups,
-          sh.token_tiles,
-          mode != pair_none};
+  return {sh.cfg.wk,      sh.cfg.k_splits,  sh.cfg.steps_per_split, sh.cfg.warp_align,
+          v == 1 ? 2 : 4, v == 1 ? 3 : 2,   sh.row_blocks,          sh.grid_groups,
+          sh.token_tiles, mode != pair_none};
 }
 
 void launch_stream_gemm(const block_gemm_params& p, cudaStream_t stream) {
