@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -41,6 +42,7 @@ struct bench_options {
   bool ordered_splits = false;      ///< CUDA GEMM K splits added in a fixed order
   bool batched_decode = true;       ///< CUDA decode attention batched across sequences
   std::string logits = "device";    ///< CUDA: where a step's logits end up (device or host)
+  int timeline = 0;                 ///< CUDA decode: steps traced per row after the timed ones
   bool json = false;
 };
 
@@ -142,10 +144,43 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+/// The device timeline of `steps` more decode steps (kernels recorded by `tracer` since before
+/// the row's first step, so that its captured graphs are traced too).
+nlohmann::json trace_decode_steps(const di::deepseek_model& m, bench_batch& b, std::mt19937_64& rng,
+                                  int batch, int steps, const di::cli::kernel_tracer& tracer) {
+  tracer.collect();  // what ran before: loading, prefill, the timed steps
+  std::vector<di::timeline_window> windows;
+  for (int s = 0; s < steps; ++s) {
+    std::vector<std::vector<std::int64_t>> next;
+    for (int i = 0; i < batch; ++i) next.push_back(random_ids(rng, 1, m.config().vocab_size));
+    const std::uint64_t begin = tracer.now_ns();
+    step(m, b, next);
+    windows.push_back({begin, tracer.now_ns()});
+  }
+  const di::timeline_summary t = di::summarize_timeline(tracer.collect(), windows);
+  nlohmann::json kernels = nlohmann::json::array();
+  for (const auto& k : t.kernels)
+    kernels.push_back({{"name", k.name},
+                       {"launches_per_step", k.launches_per_step},
+                       {"us_per_step", k.us_per_step},
+                       {"idle_before_us", k.idle_before_us}});
+  nlohmann::json calls = nlohmann::json::array();
+  for (const auto& a : t.api)
+    calls.push_back({{"name", a.name},
+                     {"calls_per_step", a.calls_per_step},
+                     {"us_per_step", a.us_per_step},
+                     {"max_us", a.max_us}});
+  return {{"steps", t.steps},       {"wall_us", t.wall_us},     {"lead_us", t.lead_us},
+          {"span_us", t.span_us},   {"busy_us", t.busy_us},     {"idle_us", t.idle_us},
+          {"kernel_us", t.kernel_us}, {"launches", t.launches}, {"kernels", kernels},
+          {"api_us", t.api_us},     {"api", calls}};
+}
+
 nlohmann::json bench_decode(const di::deepseek_model& m, int batch, int context, int steps,
-                            double copy_gbs) {
+                            double copy_gbs, const di::cli::kernel_tracer* tracer,
+                            int timeline_steps) {
   std::mt19937_64 rng(1234);
-  bench_batch b = make_batch(m, batch, context + steps + 1);
+  bench_batch b = make_batch(m, batch, context + steps + 1 + std::max(0, timeline_steps));
   std::vector<std::vector<std::int64_t>> prompt;
   for (int i = 0; i < batch; ++i) prompt.push_back(random_ids(rng, context, m.config().vocab_size));
   prefill_each(m, b, prompt);
@@ -161,13 +196,16 @@ nlohmann::json bench_decode(const di::deepseek_model& m, int batch, int context,
     times.push_back(now_s() - t0);
     faults += major_faults() - faults_before;
   }
+  nlohmann::json timeline;
+  if (tracer && timeline_steps > 0)
+    timeline = trace_decode_steps(m, b, rng, batch, timeline_steps, *tracer);
   double ms = median(times) * 1e3;
   auto w = di::cli::decode_weight_bytes(m.config(), batch);
   double cache = double(batch) *
                  (double(m.layout().slot_bytes) + m.layout().stream_bytes_per_token() * context);
   double bytes_read = w.weights + cache;
   double gbs = bytes_read / (ms * 1e-3) / 1e9;
-  return {{"phase", "decode"},
+  nlohmann::json row = {{"phase", "decode"},
           {"batch", batch},
           {"context", context},
           {"ms_per_step", ms},
@@ -180,6 +218,8 @@ nlohmann::json bench_decode(const di::deepseek_model& m, int batch, int context,
           {"share_of_copy", gbs / copy_gbs},
           {"experts_touched_per_layer", w.experts_touched_per_layer},
           {"disk_faults_per_step", double(faults) / steps}};
+  if (!timeline.is_null()) row["timeline"] = timeline;
+  return row;
 }
 
 nlohmann::json bench_prefill(const di::deepseek_model& m, int batch, int context, int steps,
@@ -210,6 +250,42 @@ nlohmann::json bench_prefill(const di::deepseek_model& m, int batch, int context
   return row;
 }
 
+/// --timeline's lines under a decode row: where a traced step's device time went, then the
+/// kernels that took the most of it.
+void print_timeline(const nlohmann::json& t) {
+  const double span = t["span_us"].get<double>();
+  fmt::print(
+      "        timeline of {} traced steps (CUPTI, per step): wall {:.1f} us, host before the "
+      "first kernel {:.1f} us, {:.0f} launches\n"
+      "        kernels from first start to last end {:.1f} us = device busy {:.1f} + idle "
+      "between kernels {:.1f} ({:.0f}%); kernel durations add to {:.1f} us\n",
+      t["steps"].get<int>(), t["wall_us"].get<double>(), t["lead_us"].get<double>(),
+      t["launches"].get<double>(), span, t["busy_us"].get<double>(), t["idle_us"].get<double>(),
+      span > 0 ? 100.0 * t["idle_us"].get<double>() / span : 0.0, t["kernel_us"].get<double>());
+  fmt::print("        {:>9} {:>9} {:>11}  kernel or copy (largest first)\n", "us/step",
+             "launches", "idle before");
+  int shown = 0;
+  for (const auto& k : t["kernels"]) {
+    if (++shown > 30) {
+      fmt::print("        ... {} more kernels (--json lists them all)\n", t["kernels"].size() - 30);
+      break;
+    }
+    fmt::print("        {:>9.1f} {:>9.1f} {:>11.1f}  {}\n", k["us_per_step"].get<double>(),
+               k["launches_per_step"].get<double>(), k["idle_before_us"].get<double>(),
+               k["name"].get<std::string>());
+  }
+  fmt::print("        host time inside CUDA runtime calls: {:.1f} us per step\n",
+             t["api_us"].get<double>());
+  fmt::print("        {:>9} {:>9} {:>11}  call\n", "us/step", "calls", "longest us");
+  shown = 0;
+  for (const auto& a : t["api"]) {
+    if (++shown > 12) break;
+    fmt::print("        {:>9.1f} {:>9.1f} {:>11.1f}  {}\n", a["us_per_step"].get<double>(),
+               a["calls_per_step"].get<double>(), a["max_us"].get<double>(),
+               a["name"].get<std::string>());
+  }
+}
+
 void print_table(const nlohmann::json& rows, const nlohmann::json& env) {
   fmt::print(
       "model {} (loaded in {:.2f} s) | device {} | threads {} | copy bandwidth {:.1f} GB/s "
@@ -217,6 +293,8 @@ void print_table(const nlohmann::json& rows, const nlohmann::json& env) {
       env["model"].get<std::string>(), env["load_s"].get<double>(),
       env["device"].get<std::string>(), env["threads"].get<int>(), env["copy_gbs"].get<double>(),
       env["logits"].get<std::string>());
+  if (env.contains("timeline_note"))
+    fmt::print("(--timeline: the kernel tracer was on for every step, the timed ones included)\n");
   for (const auto& r : rows) {
     if (r["phase"] == "decode") {
       fmt::print(
@@ -232,6 +310,7 @@ void print_table(const nlohmann::json& rows, const nlohmann::json& env) {
       if (r.contains("graph_failure"))
         fmt::print("        CUDA graph capture failed, steps ran eagerly: {}\n",
                    r["graph_failure"].get<std::string>());
+      if (r.contains("timeline")) print_timeline(r["timeline"]);
       if (r["disk_faults_per_step"].get<double>() > 0)
         fmt::print(
             "        {:.0f} page faults per step read weights from disk (they do not all fit "
@@ -274,6 +353,13 @@ void run_bench(const bench_options& o, bool decode) {
   if (o.cuda_graphs == "both") graph_modes = {false, true};
   if (!on_gpu || !decode) graph_modes = {false};  // graphs: CUDA decode steps only
   DI_CHECK(!o.ordered_splits || on_gpu, "--ordered-splits needs --device cuda");
+  DI_CHECK(o.timeline >= 0, "--timeline must be 0 (off) or a number of steps, got {}", o.timeline);
+  DI_CHECK(o.timeline == 0 || (on_gpu && decode),
+           "--timeline traces CUDA decode steps: it needs bench decode with --device cuda");
+  // Started before the rows' first steps, so that kernels of the graphs they capture are
+  // recorded as well; the tracer's own cost is then part of every timed step too.
+  std::optional<di::cli::kernel_tracer> tracer;
+  if (o.timeline > 0) tracer = di::cli::start_kernel_tracer();
   if (on_gpu) di::cli::set_ordered_gemm_splits(o.ordered_splits);
   const double copy_gbs =
       on_gpu ? di::cli::measure_device_copy_gbs(dev) : di::cli::measure_copy_bandwidth();
@@ -295,8 +381,10 @@ void run_bench(const bench_options& o, bool decode) {
         fo.batched_decode = o.batched_decode;
         fo.logits_to_host = o.logits == "host";
         model->set_options(fo);
-        nlohmann::json row = decode ? bench_decode(*model, b, c, o.steps, copy_gbs)
-                                    : bench_prefill(*model, b, c, o.steps, peak_tflops);
+        nlohmann::json row =
+            decode ? bench_decode(*model, b, c, o.steps, copy_gbs, tracer ? &*tracer : nullptr,
+                                  o.timeline)
+                   : bench_prefill(*model, b, c, o.steps, peak_tflops);
         if (decode && on_gpu) {
           row["cuda_graphs"] = graphs;
           row["graph_pieces"] = model->captured_graphs();
@@ -304,6 +392,7 @@ void run_bench(const bench_options& o, bool decode) {
         }
         rows.push_back(row);
       }
+  if (tracer) env["timeline_note"] = "steps timed with the kernel tracer on";
   if (o.json) {
     env["results"] = rows;
     fmt::print("{}\n", env.dump(2));
@@ -345,6 +434,15 @@ void add_common(CLI::App* sub, const std::shared_ptr<bench_options>& o) {
   sub->add_flag("--json", o->json, "Print one JSON object");
 }
 
+void add_decode_only(CLI::App* sub, const std::shared_ptr<bench_options>& o) {
+  sub->add_option("--timeline", o->timeline,
+                  "CUDA: after each row's timed steps, trace this many more with CUPTI and print "
+                  "where a step's device time went -- busy, idle between kernels, time per kernel "
+                  "(the tracer runs from the start, so the timed steps carry its cost: compare "
+                  "them with a run without it)")
+      ->capture_default_str();
+}
+
 void setup_bench(CLI::App& app) {
   auto* bench =
       app.add_subcommand("bench", "Benchmark the forward pass against measured hardware limits");
@@ -353,6 +451,7 @@ void setup_bench(CLI::App& app) {
   auto* decode =
       bench->add_subcommand("decode", "Time one-token decode steps of a batch of sequences");
   add_common(decode, od);
+  add_decode_only(decode, od);
   decode->callback([od] { run_bench(*od, true); });
   auto op = std::make_shared<bench_options>();
   auto* prefill = bench->add_subcommand("prefill", "Time the prefill of a batch of prompts");

@@ -50,6 +50,11 @@ for exe in "$bundle"/bin/* "$bundle"/tests/*; do
 done | sort -u | while read -r name path; do
   if [[ ! $name =~ $system ]]; then cp -L "$path" "$bundle/lib/$name"; fi
 done
+# CUPTI for `bench decode --timeline` (loaded at run time, so ldd does not list it).
+for c in /usr/local/cuda/lib64/libcupti.so.13 /usr/local/cuda/lib/libcupti.so.13 \
+  /usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13; do
+  if [[ -f $c ]]; then cp -L "$c" "$bundle/lib/" && break; fi
+done
 if ls "$bundle"/lib/libucs.so* >/dev/null 2>&1; then
   ucx_dir=$(dirname "$(ldconfig -p | awk '/libucs.so/ {print $NF; exit}')")/ucx
   [[ -d $ucx_dir ]] && cp -rL "$ucx_dir" "$bundle/lib/ucx"

@@ -20,6 +20,8 @@
 #   DEEPINFER_COMPARE_PIPE=1 (decode again with the experts on pipe_gemm, not stream_gemm),
 #   DEEPINFER_SKIP_PEER=1, DEEPINFER_SKIP_CLUSTER=1, DEEPINFER_SKIP_TESTS=1,
 #   DEEPINFER_SKIP_PREFILL=1 (no prefill runs),
+#   DEEPINFER_TIMELINE=N (decode again, graphs on, at DEEPINFER_TIMELINE_BATCH -- default 1,64 --
+#   with `--timeline N`: N traced steps, where their device time went, kernel by kernel),
 #   a bundled bin/deepinfer-base (gpu-forward-bundle.sh's DEEPINFER_BASE_BIN, e.g. an older
 #   commit's build): its decode (graphs on, or DEEPINFER_BASE_GRAPHS=off|both) and prefill run
 #   on the same checkpoint, for comparison
@@ -98,6 +100,11 @@ for preset in "$@"; do
         tee "$out/bench-decode-env$i-$preset.log" |
         grep decode | sed "s/^/${envsets[$i]}${DEEPINFER_COMPARE_ARGS:-}: /"
     done
+  fi
+  if [[ -n ${DEEPINFER_TIMELINE:-} ]]; then  # the device timeline of graph steps (CUPTI)
+    "$di" bench decode --model "$dir" --device cuda --batch "${DEEPINFER_TIMELINE_BATCH:-1,64}" \
+      --context "$ctx" --steps 8 --cuda-graphs on --timeline "$DEEPINFER_TIMELINE" 2>&1 |
+      tee "$out/bench-decode-timeline-$preset.log"
   fi
   if [[ ${DEEPINFER_COMPARE_BATCHED:-0} == 1 ]]; then  # the per-sequence attention path
     "$di" bench decode --model "$dir" --device cuda --batch "$batches" --context "$ctx" --steps 8 \

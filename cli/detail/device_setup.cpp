@@ -7,6 +7,7 @@
 #if defined(DEEPINFER_HAVE_CUDA)
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cuda_ops.hpp"
+#include "kernels/cuda/kernel_trace.hpp"
 #include "kernels/cuda/stream.hpp"
 
 #include <cublas_v2.h>
@@ -102,6 +103,11 @@ void set_ordered_gemm_splits(bool on) {
   cuda::set_ordered_gemm_splits(on);
 }
 
+kernel_tracer start_kernel_tracer() {
+  auto trace = std::make_shared<cuda::kernel_trace>();
+  return {[trace] { return trace->now_ns(); }, [trace] { return trace->collect(); }, trace};
+}
+
 #else
 
 double measure_device_copy_gbs(device) {
@@ -114,6 +120,10 @@ void synchronize_device(device) {}
 
 void set_ordered_gemm_splits(bool on) {
   DI_CHECK(!on, "--ordered-splits: no CUDA backend in this build");
+}
+
+kernel_tracer start_kernel_tracer() {
+  DI_FAIL("a kernel timeline needs the CUDA backend, which this build does not have");
 }
 
 #endif

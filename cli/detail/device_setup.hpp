@@ -3,9 +3,14 @@
 // measured in the same run (device copy bandwidth, cuBLAS bf16 dense matmul rate).
 #pragma once
 
+#include "kernels/timeline.hpp"
 #include "model/forward/model.hpp"
 
+#include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace di::cli {
 
@@ -24,5 +29,16 @@ void synchronize_device(device dev);
 /// CUDA GEMM K splits added in a fixed order (cuda::set_ordered_gemm_splits); turning it on
 /// in a build without CUDA throws di::error.
 void set_ordered_gemm_splits(bool on);
+
+/// The device's kernel intervals (CUPTI, cuda::kernel_trace) from start_kernel_tracer() on, for
+/// `bench decode --timeline`: now_ns() brackets a step on the records' clock, collect() returns
+/// the device intervals and runtime calls recorded since the last call. Throws di::error without a CUDA backend or when
+/// CUPTI cannot be loaded.
+struct kernel_tracer {
+  std::function<std::uint64_t()> now_ns;
+  std::function<timeline_records()> collect;
+  std::shared_ptr<void> handle;  ///< the tracer: recording stops when the last copy goes
+};
+kernel_tracer start_kernel_tracer();
 
 }  // namespace di::cli
