@@ -163,6 +163,7 @@ nlohmann::json trace_decode_steps(const di::deepseek_model& m, bench_batch& b, s
     kernels.push_back({{"name", k.name},
                        {"launches_per_step", k.launches_per_step},
                        {"us_per_step", k.us_per_step},
+                       {"own_us_per_step", k.own_us_per_step},
                        {"idle_before_us", k.idle_before_us}});
   nlohmann::json calls = nlohmann::json::array();
   for (const auto& a : t.api)
@@ -262,15 +263,17 @@ void print_timeline(const nlohmann::json& t) {
       t["steps"].get<int>(), t["wall_us"].get<double>(), t["lead_us"].get<double>(),
       t["launches"].get<double>(), span, t["busy_us"].get<double>(), t["idle_us"].get<double>(),
       span > 0 ? 100.0 * t["idle_us"].get<double>() / span : 0.0, t["kernel_us"].get<double>());
-  fmt::print("        {:>9} {:>9} {:>11}  kernel or copy (largest first)\n", "us/step",
-             "launches", "idle before");
+  fmt::print("        {:>9} {:>9} {:>9} {:>11}  kernel or copy (by own time: what it added to "
+             "the busy time; its duration includes waits for the kernel before)\n",
+             "own us", "duration", "launches", "idle before");
   int shown = 0;
   for (const auto& k : t["kernels"]) {
     if (++shown > 30) {
       fmt::print("        ... {} more kernels (--json lists them all)\n", t["kernels"].size() - 30);
       break;
     }
-    fmt::print("        {:>9.1f} {:>9.1f} {:>11.1f}  {}\n", k["us_per_step"].get<double>(),
+    fmt::print("        {:>9.1f} {:>9.1f} {:>9.1f} {:>11.1f}  {}\n",
+               k["own_us_per_step"].get<double>(), k["us_per_step"].get<double>(),
                k["launches_per_step"].get<double>(), k["idle_before_us"].get<double>(),
                k["name"].get<std::string>());
   }

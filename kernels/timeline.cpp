@@ -59,7 +59,7 @@ timeline_summary summarize_timeline(timeline_records records,
   sort_by_start(kernels);
   sort_by_start(records.host);
   struct totals {
-    double launches = 0, ns = 0, idle_ns = 0;
+    double launches = 0, ns = 0, own_ns = 0, idle_ns = 0;
   };
   std::map<std::string, totals> by_name;
   timeline_summary s;
@@ -84,6 +84,7 @@ timeline_summary summarize_timeline(timeline_records records,
         t.idle_ns += double(k->start_ns - reach);
         idle += double(k->start_ns - reach);
       }
+      if (end > reach) t.own_ns += double(end - std::max(reach, k->start_ns));
       reach = std::max(reach, end);
     }
     span += double(reach - first->start_ns);
@@ -98,10 +99,10 @@ timeline_summary summarize_timeline(timeline_records records,
   s.kernel_us = sum * per;
   s.launches = launches / s.steps;
   for (const auto& [name, t] : by_name)
-    s.kernels.push_back({name, t.launches / s.steps, t.ns * per, t.idle_ns * per});
+    s.kernels.push_back({name, t.launches / s.steps, t.ns * per, t.own_ns * per, t.idle_ns * per});
   std::stable_sort(s.kernels.begin(), s.kernels.end(),
                    [](const timeline_kernel_row& a, const timeline_kernel_row& b) {
-                     return a.us_per_step > b.us_per_step;
+                     return a.own_us_per_step > b.own_us_per_step;
                    });
   summarize_api(s, records.host, used);
   return s;

@@ -36,7 +36,12 @@ struct timeline_window {
 struct timeline_kernel_row {
   std::string name;
   double launches_per_step = 0;
-  double us_per_step = 0;       ///< sum of the launches' durations
+  double us_per_step = 0;       ///< sum of the launches' durations (start to end)
+  /// The time the launches extended the device's busy time: end minus the later of start and
+  /// the latest end before. A kernel launched early (programmatic launch) starts while its
+  /// predecessor runs and waits for it, so its duration includes that wait; this does not.
+  /// Over all kernels it adds up to busy_us.
+  double own_us_per_step = 0;
   double idle_before_us = 0;    ///< idle device time (per step) that ended with this kernel's start
 };
 
@@ -56,7 +61,7 @@ struct timeline_summary {
   double idle_us = 0;        ///< per step: span - busy (gaps between kernels)
   double kernel_us = 0;      ///< per step: sum of durations (> busy where kernels overlap)
   double launches = 0;       ///< per step
-  std::vector<timeline_kernel_row> kernels;  ///< by us_per_step, largest first
+  std::vector<timeline_kernel_row> kernels;  ///< by own_us_per_step, largest first
   double api_us = 0;                         ///< per step: host time inside CUDA runtime calls
   std::vector<timeline_api_row> api;         ///< by us_per_step, largest first
 };

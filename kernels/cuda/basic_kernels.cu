@@ -9,6 +9,8 @@
 #include "kernels/dtype.hpp"
 #include "kernels/quant_math.hpp"
 
+#include <algorithm>
+
 namespace di::cuda {
 
 namespace {
@@ -171,6 +173,35 @@ __global__ void add_kernel(float* y, const float* x, std::int64_t n) {
     y[i] += x[i];
 }
 
+/// Bytes [0, bytes) of dst from src (VEC: 16-byte units, both aligned), or zeros (src null).
+template <bool VEC>
+__global__ void copy_bytes_kernel(std::uint8_t* dst, const std::uint8_t* src, std::size_t bytes) {
+  detail::grid_dependency_sync();
+  const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
+  std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if constexpr (VEC) {
+    const std::size_t units = bytes / 16;
+    for (; i < units; i += stride)
+      reinterpret_cast<uint4*>(dst)[i] =
+          src ? reinterpret_cast<const uint4*>(src)[i] : make_uint4(0u, 0u, 0u, 0u);
+    i = units * 16 + (std::size_t(blockIdx.x) * blockDim.x + threadIdx.x);  // the tail bytes
+  }
+  for (; i < bytes; i += stride) dst[i] = src ? src[i] : std::uint8_t(0);
+}
+
+void launch_copy_or_fill(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) {
+  if (bytes == 0) return;
+  const bool vec = (reinterpret_cast<std::uintptr_t>(dst) | reinterpret_cast<std::uintptr_t>(src)) % 16 == 0;
+  const std::size_t units = vec ? (bytes + 15) / 16 : bytes;
+  const unsigned grid = unsigned(std::min<std::size_t>((units + threads - 1) / threads, 132 * 8));
+  auto* d = static_cast<std::uint8_t*>(dst);
+  const auto* s = static_cast<const std::uint8_t*>(src);
+  if (vec)
+    detail::launch("copy_bytes", copy_bytes_kernel<true>, dim3(grid), dim3(threads), 0, stream, d, s, bytes);
+  else
+    detail::launch("copy_bytes", copy_bytes_kernel<false>, dim3(grid), dim3(threads), 0, stream, d, s, bytes);
+}
+
 /// Sum of `v` over the block (every thread gets it); `scratch` holds one float per warp.
 
 /// float4s of a row each thread holds between the sum and the scaling (the 16-byte path: rows
@@ -267,6 +298,15 @@ void launch_scatter_add_rows(const scatter_add_params& p, cudaStream_t stream) {
   // A block per target row and column run (at least one row: block (0, 0) checks the indices).
   const dim3 grid(unsigned(p.m > 0 ? p.m : 1), unsigned(col_blocks));
   detail::launch("scatter_add", scatter_add_kernel, grid, threads, 0, stream, p);
+}
+
+void launch_copy_bytes(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) {
+  DI_CHECK(src != nullptr || bytes == 0, "copy_bytes: no source");
+  launch_copy_or_fill(dst, src, bytes, stream);
+}
+
+void launch_fill_zero(void* dst, std::size_t bytes, cudaStream_t stream) {
+  launch_copy_or_fill(dst, nullptr, bytes, stream);
 }
 
 void launch_add_inplace(float* y, const float* x, std::int64_t n, cudaStream_t stream) {

@@ -62,6 +62,13 @@ void launch_scatter_add_rows(const scatter_add_params& p, cudaStream_t stream);
 /// y[i] += x[i] for i < n.
 void launch_add_inplace(float* y, const float* x, std::int64_t n, cudaStream_t stream);
 
+/// dst[0, bytes) = src[0, bytes) by a kernel (16-byte accesses where both are aligned), and
+/// dst[0, bytes) = 0: the tensor type's device copies and zero fills inside a forward, where a
+/// copy-engine node would stop the programmatic launch of the kernel after it (a decode step
+/// had ~30 such nodes). src may be any memory the device reads (device, mapped pinned host).
+void launch_copy_bytes(void* dst, const void* src, std::size_t bytes, cudaStream_t stream);
+void launch_fill_zero(void* dst, std::size_t bytes, cudaStream_t stream);
+
 struct rms_norm_params {
   const float* x;       ///< [rows, dim]
   const float* weight;  ///< [dim] or nullptr

@@ -2,7 +2,9 @@
 // device_memory.hpp).
 #include "kernels/cuda/device_memory.hpp"
 
+#include "kernels/cuda/basic_kernels.hpp"
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/kernel_attributes.hpp"
 #include "kernels/cuda/stream.hpp"
 
 #include <cstdint>
@@ -135,8 +137,34 @@ std::shared_ptr<std::byte[]> allocate_host(std::size_t bytes) {
   });
 }
 
+namespace {
+
+/// DEEPINFER_COPY_KERNELS=0: device copies and zero fills through the copy engine again
+/// (cudaMemcpyAsync / cudaMemsetAsync; for comparisons). Read once.
+const bool g_copy_kernels = detail::env_switch("DEEPINFER_COPY_KERNELS", true);
+
+/// Whether a kernel on the current device may touch `p` as it is: memory of this device or
+/// page-locked host memory mapped at the same address (what staged uploads are).
+bool kernel_reachable(const void* p, bool host_ok) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  if (a.type == cudaMemoryTypeHost) return host_ok && a.devicePointer == p;
+  if (a.type != cudaMemoryTypeDevice) return false;
+  int current = -1;
+  return cudaGetDevice(&current) == cudaSuccess && a.device == current;
+}
+
+}  // namespace
+
 void fill_zero(void* data, std::size_t bytes) {
   if (bytes == 0) return;
+  if (g_copy_kernels && kernel_reachable(data, false)) {
+    launch_fill_zero(data, bytes, current_stream());
+    return;
+  }
   CUDA_CHECK(cudaMemsetAsync(data, 0, bytes, current_stream()));
 }
 
@@ -144,6 +172,13 @@ void copy_bytes(void* dst, bool dst_on_device, const void* src, bool src_on_devi
                 std::size_t bytes) {
   if (bytes == 0) return;
   cudaStream_t stream = current_stream();
+  // Between device tensors (a staged upload counts as one): a kernel, so that the programmatic
+  // launch of the kernels around it goes on; the copy engine where a kernel cannot reach.
+  if (dst_on_device && src_on_device && g_copy_kernels && kernel_reachable(dst, false) &&
+      kernel_reachable(src, true)) {
+    launch_copy_bytes(dst, src, bytes, stream);
+    return;
+  }
   CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
   if (!dst_on_device || !src_on_device) CUDA_CHECK(cudaStreamSynchronize(stream));
 }

@@ -8,6 +8,7 @@
 
 #if defined(DEEPINFER_HAVE_CUDA)
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/kernel_attributes.hpp"
 #include "kernels/cuda/cuda_model_ops.hpp"
 #include "kernels/cuda/stream.hpp"
 
@@ -28,6 +29,7 @@ struct staging_arena {
   std::uint8_t* base = nullptr;
   std::size_t size = 0;
   std::size_t used = 0;
+  bool mapped = false;  ///< kernels may read it at the host address
   ~staging_arena() {
     if (base != nullptr) cudaFreeHost(base);
   }
@@ -40,9 +42,17 @@ staging_arena& arena() {
     void* p = nullptr;
     CUDA_CHECK(cudaMallocHost(&p, a.size));
     a.base = static_cast<std::uint8_t*>(p);
+    void* on_device = nullptr;  // unified addressing: the same address on the device
+    a.mapped = cudaHostGetDevicePointer(&on_device, p, 0) == cudaSuccess && on_device == p;
+    cudaGetLastError();
   }
   return a;
 }
+
+/// Uploads up to this size are read in place by the kernels (upload_async);
+/// DEEPINFER_ZERO_COPY_UPLOADS=0 copies every one to device memory (for comparisons).
+constexpr std::size_t zero_copy_max_bytes = std::size_t(64) << 10;
+const bool g_zero_copy = cuda::detail::env_switch("DEEPINFER_ZERO_COPY_UPLOADS", true);
 
 }  // namespace
 
@@ -81,11 +91,19 @@ void device_sync(const forward_pass& pass) {
 tensor upload_async(const tensor& host, device dev) {
   DI_CHECK(host.dev().kind == device_kind::cpu && host.is_contiguous(),
            "upload_async: a contiguous host tensor");
+  // A graph would keep the staging address, which later calls fill with other data.
+  DI_CHECK(!cuda::is_capturing(), "upload_async inside a CUDA graph capture");
   staging_arena& a = arena();
   const std::size_t bytes = host.nbytes(), at = (a.used + 255) / 256 * 256;
   if (bytes == 0 || at + bytes > a.size) return host.to(dev);  // empty, or the arena is full
   std::memcpy(a.base + at, host.raw(), bytes);
   a.used = at + bytes;
+  // Small uploads are read by the kernels where they are staged (the arena is mapped pinned
+  // memory at the same address on the device, unchanged until the next call's reset_uploads):
+  // no copy-engine node between the kernels of a decode step, whose ~35 per step each stopped
+  // the programmatic launch of the kernel after it.
+  if (a.mapped && bytes <= zero_copy_max_bytes && g_zero_copy)
+    return tensor::view_of(a.base + at, host.shape(), host.type(), dev);
   tensor out = tensor::empty(host.shape(), host.type(), dev);
   CUDA_CHECK(cudaMemcpyAsync(out.raw(), a.base + at, bytes, cudaMemcpyHostToDevice,
                              cuda::current_stream()));

@@ -32,15 +32,24 @@ TEST_CASE("timeline: busy, idle and per-kernel time of two steps") {
   CHECK(s.kernel_us == doctest::Approx((20.0 + 15 + 10 + 10 + 22) / 2));
   CHECK(s.launches == doctest::Approx(2.5));
   REQUIRE(s.kernels.size() == 3);  // no "x"
-  CHECK(s.kernels[0].name == "c");  // 32 us over two steps: the largest
+  // Own time (what each extended the busy time): a 20 + 10, b 10 (30..40: its first 5 us ran
+  // under a), c 10 + 22. Sorted by it, largest first.
+  CHECK(s.kernels[0].name == "c");
   CHECK(s.kernels[0].us_per_step == doctest::Approx(16.0));
+  CHECK(s.kernels[0].own_us_per_step == doctest::Approx(16.0));
   CHECK(s.kernels[0].launches_per_step == doctest::Approx(1.0));
   CHECK(s.kernels[0].idle_before_us == doctest::Approx(10.0));
   CHECK(s.kernels[1].name == "a");
   CHECK(s.kernels[1].us_per_step == doctest::Approx(15.0));
+  CHECK(s.kernels[1].own_us_per_step == doctest::Approx(15.0));
   CHECK(s.kernels[1].idle_before_us == doctest::Approx(0.0));
   CHECK(s.kernels[2].name == "b");
   CHECK(s.kernels[2].launches_per_step == doctest::Approx(0.5));
+  CHECK(s.kernels[2].us_per_step == doctest::Approx(7.5));
+  CHECK(s.kernels[2].own_us_per_step == doctest::Approx(5.0));
+  double own = 0;
+  for (const auto& r : s.kernels) own += r.own_us_per_step;
+  CHECK(own == doctest::Approx(s.busy_us));
   CHECK(s.api_us == doctest::Approx((3.0 + 5 + 4 + 50) / 2));
   REQUIRE(s.api.size() == 2);
   CHECK(s.api[0].name == "sync");
@@ -61,6 +70,11 @@ TEST_CASE("timeline: a kernel inside a longer one leaves no gap; empty input") {
   CHECK(s.idle_us == doctest::Approx(0.0));
   CHECK(s.busy_us == doctest::Approx(100.0));
   CHECK(s.kernel_us == doctest::Approx(120.0));
+  REQUIRE(s.kernels.size() == 3);
+  CHECK(s.kernels[0].name == "a");  // b and c ran under a: no time of their own
+  CHECK(s.kernels[0].own_us_per_step == doctest::Approx(100.0));
+  CHECK(s.kernels[1].own_us_per_step == doctest::Approx(0.0));
+  CHECK(s.kernels[2].own_us_per_step == doctest::Approx(0.0));
   const timeline_summary none = summarize_timeline({}, {{0, 100}});
   CHECK(none.api.empty());
   CHECK(none.steps == 0);

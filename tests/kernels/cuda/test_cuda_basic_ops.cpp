@@ -3,7 +3,13 @@
 // allocated from a NaN-poisoned pool, edge sizes (0, 1, odd widths), exact equality for
 // copies/gathers/quantizers, relative-error bounds where the summation order differs.
 #include "gpu_test_support.hpp"
+#include "kernels/cuda/basic_kernels.hpp"
+#include "kernels/cuda/stream.hpp"
 #include "kernels/ops.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
 
 #include <tuple>
 #include <vector>
@@ -28,6 +34,61 @@ TEST_CASE("cuda tensors: host<->device round trip, zeros, clone, slices") {
     if (n > 2) check_bitwise(d.slice(0, 1, 3).to(cpu_device), h.slice(0, 1, 3).clone());
   }
   CHECK_THROWS_AS(tensor::full({2}, 1.0f).view({3}), di::error);
+}
+
+TEST_CASE("cuda copy and zero-fill kernels: any size and alignment, pinned host sources") {
+  // The kernels behind the tensor type's device copies and zero fills (copy-engine nodes
+  // would stop the programmatic launch of the next kernel): 16-byte units where dst and src
+  // are aligned, bytes elsewhere, and bytes around the range untouched.
+  const std::size_t total = (std::size_t(1) << 20) + 64;
+  std::vector<std::uint8_t> src(total), poison(total, 0xA5);
+  for (std::size_t i = 0; i < total; ++i) src[i] = std::uint8_t(i * 131 + 7);
+  std::uint8_t *d_src = nullptr, *d_dst = nullptr, *pinned = nullptr;
+  REQUIRE(cudaMalloc(&d_src, total) == cudaSuccess);
+  REQUIRE(cudaMalloc(&d_dst, total) == cudaSuccess);
+  REQUIRE(cudaMallocHost(&pinned, total) == cudaSuccess);
+  std::copy(src.begin(), src.end(), pinned);
+  // Every copy on the kernels' stream and waited for: a pageable cudaMemcpy may return before
+  // its DMA lands, and the backend's stream does not order after the legacy default stream.
+  cudaStream_t stream = cuda::current_stream();
+  auto upload = [&](std::uint8_t* dst, const std::vector<std::uint8_t>& from) {
+    REQUIRE(cudaMemcpyAsync(dst, from.data(), total, cudaMemcpyHostToDevice, stream) == cudaSuccess);
+    REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+  };
+  auto download = [&](std::vector<std::uint8_t>& to) {
+    REQUIRE(cudaMemcpyAsync(to.data(), d_dst, total, cudaMemcpyDeviceToHost, stream) == cudaSuccess);
+    REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+  };
+  upload(d_src, src);
+  for (const std::uint8_t* from : {static_cast<const std::uint8_t*>(d_src),
+                                   static_cast<const std::uint8_t*>(pinned)})
+    for (std::size_t bytes : {std::size_t(1), std::size_t(15), std::size_t(16), std::size_t(17),
+                              std::size_t(4099), std::size_t(1) << 20})
+      for (std::size_t dst_off : {0, 3, 16})
+        for (std::size_t src_off : {0, 5, 32}) {
+          CAPTURE(bytes);
+          CAPTURE(dst_off);
+          CAPTURE(src_off);
+          CAPTURE(from == pinned);
+          upload(d_dst, poison);
+          cuda::launch_copy_bytes(d_dst + dst_off, from + src_off, bytes, stream);
+          std::vector<std::uint8_t> got(total);
+          download(got);
+          std::vector<std::uint8_t> want = poison;
+          std::copy(src.begin() + std::ptrdiff_t(src_off),
+                    src.begin() + std::ptrdiff_t(src_off + bytes), want.begin() + std::ptrdiff_t(dst_off));
+          CHECK(got == want);
+          cuda::launch_fill_zero(d_dst + src_off, bytes, stream);
+          download(got);
+          std::fill(want.begin() + std::ptrdiff_t(src_off),
+                    want.begin() + std::ptrdiff_t(src_off + bytes), std::uint8_t(0));
+          CHECK(got == want);
+        }
+  cuda::launch_copy_bytes(d_dst, d_src, 0, stream);  // nothing to do, no launch
+  CHECK_THROWS_AS(cuda::launch_copy_bytes(d_dst, nullptr, 4, stream), di::error);
+  cudaFree(d_src);
+  cudaFree(d_dst);
+  cudaFreeHost(pinned);
 }
 
 TEST_CASE("cuda embedding (f32, bf16) and fp8 table rows equal the CPU's") {
