@@ -171,10 +171,17 @@ nlohmann::json trace_decode_steps(const di::deepseek_model& m, bench_batch& b, s
                      {"calls_per_step", a.calls_per_step},
                      {"us_per_step", a.us_per_step},
                      {"max_us", a.max_us}});
-  return {{"steps", t.steps},       {"wall_us", t.wall_us},     {"lead_us", t.lead_us},
-          {"span_us", t.span_us},   {"busy_us", t.busy_us},     {"idle_us", t.idle_us},
-          {"kernel_us", t.kernel_us}, {"launches", t.launches}, {"kernels", kernels},
-          {"api_us", t.api_us},     {"api", calls}};
+  return {{"steps", t.steps},
+          {"wall_us", t.wall_us},
+          {"lead_us", t.lead_us},
+          {"span_us", t.span_us},
+          {"busy_us", t.busy_us},
+          {"idle_us", t.idle_us},
+          {"kernel_us", t.kernel_us},
+          {"launches", t.launches},
+          {"kernels", kernels},
+          {"api_us", t.api_us},
+          {"api", calls}};
 }
 
 nlohmann::json bench_decode(const di::deepseek_model& m, int batch, int context, int steps,
@@ -207,18 +214,18 @@ nlohmann::json bench_decode(const di::deepseek_model& m, int batch, int context,
   double bytes_read = w.weights + cache;
   double gbs = bytes_read / (ms * 1e-3) / 1e9;
   nlohmann::json row = {{"phase", "decode"},
-          {"batch", batch},
-          {"context", context},
-          {"ms_per_step", ms},
-          {"tokens_per_s", batch / (ms * 1e-3)},
-          {"weight_bytes", w.weights},
-          {"cache_bytes", cache},
-          {"bytes_read", bytes_read},
-          {"achieved_gbs", gbs},
-          {"copy_gbs", copy_gbs},
-          {"share_of_copy", gbs / copy_gbs},
-          {"experts_touched_per_layer", w.experts_touched_per_layer},
-          {"disk_faults_per_step", double(faults) / steps}};
+                        {"batch", batch},
+                        {"context", context},
+                        {"ms_per_step", ms},
+                        {"tokens_per_s", batch / (ms * 1e-3)},
+                        {"weight_bytes", w.weights},
+                        {"cache_bytes", cache},
+                        {"bytes_read", bytes_read},
+                        {"achieved_gbs", gbs},
+                        {"copy_gbs", copy_gbs},
+                        {"share_of_copy", gbs / copy_gbs},
+                        {"experts_touched_per_layer", w.experts_touched_per_layer},
+                        {"disk_faults_per_step", double(faults) / steps}};
   if (!timeline.is_null()) row["timeline"] = timeline;
   return row;
 }
@@ -263,9 +270,10 @@ void print_timeline(const nlohmann::json& t) {
       t["steps"].get<int>(), t["wall_us"].get<double>(), t["lead_us"].get<double>(),
       t["launches"].get<double>(), span, t["busy_us"].get<double>(), t["idle_us"].get<double>(),
       span > 0 ? 100.0 * t["idle_us"].get<double>() / span : 0.0, t["kernel_us"].get<double>());
-  fmt::print("        {:>9} {:>9} {:>9} {:>11}  kernel or copy (by own time: what it added to "
-             "the busy time; its duration includes waits for the kernel before)\n",
-             "own us", "duration", "launches", "idle before");
+  fmt::print(
+      "        {:>9} {:>9} {:>9} {:>11}  kernel or copy (by own time: what it added to "
+      "the busy time; its duration includes waits for the kernel before)\n",
+      "own us", "duration", "launches", "idle before");
   int shown = 0;
   for (const auto& k : t["kernels"]) {
     if (++shown > 30) {
@@ -384,10 +392,9 @@ void run_bench(const bench_options& o, bool decode) {
         fo.batched_decode = o.batched_decode;
         fo.logits_to_host = o.logits == "host";
         model->set_options(fo);
-        nlohmann::json row =
-            decode ? bench_decode(*model, b, c, o.steps, copy_gbs, tracer ? &*tracer : nullptr,
-                                  o.timeline)
-                   : bench_prefill(*model, b, c, o.steps, peak_tflops);
+        nlohmann::json row = decode ? bench_decode(*model, b, c, o.steps, copy_gbs,
+                                                   tracer ? &*tracer : nullptr, o.timeline)
+                                    : bench_prefill(*model, b, c, o.steps, peak_tflops);
         if (decode && on_gpu) {
           row["cuda_graphs"] = graphs;
           row["graph_pieces"] = model->captured_graphs();

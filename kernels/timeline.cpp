@@ -46,9 +46,10 @@ void summarize_api(timeline_summary& s, const std::vector<host_call>& calls,
   s.api_us = sum * per;
   for (const auto& [name, t] : by_name)
     s.api.push_back({name, t.calls / s.steps, t.ns * per, t.max_ns * 1e-3});
-  std::stable_sort(s.api.begin(), s.api.end(), [](const timeline_api_row& a, const timeline_api_row& b) {
-    return a.us_per_step > b.us_per_step;
-  });
+  std::stable_sort(s.api.begin(), s.api.end(),
+                   [](const timeline_api_row& a, const timeline_api_row& b) {
+                     return a.us_per_step > b.us_per_step;
+                   });
 }
 
 }  // namespace
@@ -150,7 +151,7 @@ std::string short_kernel_name(const std::string& demangled, std::size_t max_char
   if (const std::size_t sp = last_top_level(s, " "); sp != std::string::npos)
     s.erase(0, sp + 1);  // the return type
   if (const std::size_t ns = last_top_level(s, "::"); ns != std::string::npos)
-    s.erase(0, ns + 2);  // the namespaces of the name itself
+    s.erase(0, ns + 2);                     // the namespaces of the name itself
   erase_all(s, "(anonymous namespace)::");  // and of template arguments
   erase_all(s, "di::cuda::");
   if (max_chars >= 4 && s.size() > max_chars) s = s.substr(0, max_chars - 3) + "...";

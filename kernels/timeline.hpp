@@ -36,13 +36,13 @@ struct timeline_window {
 struct timeline_kernel_row {
   std::string name;
   double launches_per_step = 0;
-  double us_per_step = 0;       ///< sum of the launches' durations (start to end)
+  double us_per_step = 0;  ///< sum of the launches' durations (start to end)
   /// The time the launches extended the device's busy time: end minus the later of start and
   /// the latest end before. A kernel launched early (programmatic launch) starts while its
   /// predecessor runs and waits for it, so its duration includes that wait; this does not.
   /// Over all kernels it adds up to busy_us.
   double own_us_per_step = 0;
-  double idle_before_us = 0;    ///< idle device time (per step) that ended with this kernel's start
+  double idle_before_us = 0;  ///< idle device time (per step) that ended with this kernel's start
 };
 
 struct timeline_api_row {
@@ -53,14 +53,14 @@ struct timeline_api_row {
 };
 
 struct timeline_summary {
-  int steps = 0;             ///< windows with at least one kernel
-  double wall_us = 0;        ///< per step: the window's length
-  double lead_us = 0;        ///< per step: window begin -> first kernel start (host work)
-  double span_us = 0;        ///< per step: first kernel start -> last kernel end
-  double busy_us = 0;        ///< per step: union of the kernel intervals (device busy)
-  double idle_us = 0;        ///< per step: span - busy (gaps between kernels)
-  double kernel_us = 0;      ///< per step: sum of durations (> busy where kernels overlap)
-  double launches = 0;       ///< per step
+  int steps = 0;         ///< windows with at least one kernel
+  double wall_us = 0;    ///< per step: the window's length
+  double lead_us = 0;    ///< per step: window begin -> first kernel start (host work)
+  double span_us = 0;    ///< per step: first kernel start -> last kernel end
+  double busy_us = 0;    ///< per step: union of the kernel intervals (device busy)
+  double idle_us = 0;    ///< per step: span - busy (gaps between kernels)
+  double kernel_us = 0;  ///< per step: sum of durations (> busy where kernels overlap)
+  double launches = 0;   ///< per step
   std::vector<timeline_kernel_row> kernels;  ///< by own_us_per_step, largest first
   double api_us = 0;                         ///< per step: host time inside CUDA runtime calls
   std::vector<timeline_api_row> api;         ///< by us_per_step, largest first

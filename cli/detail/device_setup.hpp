@@ -32,8 +32,8 @@ void set_ordered_gemm_splits(bool on);
 
 /// The device's kernel intervals (CUPTI, cuda::kernel_trace) from start_kernel_tracer() on, for
 /// `bench decode --timeline`: now_ns() brackets a step on the records' clock, collect() returns
-/// the device intervals and runtime calls recorded since the last call. Throws di::error without a CUDA backend or when
-/// CUPTI cannot be loaded.
+/// the device intervals and runtime calls recorded since the last call. Throws di::error without a
+/// CUDA backend or when CUPTI cannot be loaded.
 struct kernel_tracer {
   std::function<std::uint64_t()> now_ns;
   std::function<timeline_records()> collect;

@@ -191,15 +191,18 @@ __global__ void copy_bytes_kernel(std::uint8_t* dst, const std::uint8_t* src, st
 
 void launch_copy_or_fill(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) {
   if (bytes == 0) return;
-  const bool vec = (reinterpret_cast<std::uintptr_t>(dst) | reinterpret_cast<std::uintptr_t>(src)) % 16 == 0;
+  const bool vec =
+      (reinterpret_cast<std::uintptr_t>(dst) | reinterpret_cast<std::uintptr_t>(src)) % 16 == 0;
   const std::size_t units = vec ? (bytes + 15) / 16 : bytes;
   const unsigned grid = unsigned(std::min<std::size_t>((units + threads - 1) / threads, 132 * 8));
   auto* d = static_cast<std::uint8_t*>(dst);
   const auto* s = static_cast<const std::uint8_t*>(src);
   if (vec)
-    detail::launch("copy_bytes", copy_bytes_kernel<true>, dim3(grid), dim3(threads), 0, stream, d, s, bytes);
+    detail::launch("copy_bytes", copy_bytes_kernel<true>, dim3(grid), dim3(threads), 0, stream, d,
+                   s, bytes);
   else
-    detail::launch("copy_bytes", copy_bytes_kernel<false>, dim3(grid), dim3(threads), 0, stream, d, s, bytes);
+    detail::launch("copy_bytes", copy_bytes_kernel<false>, dim3(grid), dim3(threads), 0, stream, d,
+                   s, bytes);
 }
 
 /// Sum of `v` over the block (every thread gets it); `scratch` holds one float per warp.

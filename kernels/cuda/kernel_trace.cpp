@@ -106,8 +106,8 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
 std::string shorten(const char* mangled) {
   if (!mangled) return "(unnamed)";
   int status = 0;
-  std::unique_ptr<char, decltype(&std::free)> d(abi::__cxa_demangle(mangled, nullptr, nullptr, &status),
-                                               &std::free);
+  std::unique_ptr<char, decltype(&std::free)> d(
+      abi::__cxa_demangle(mangled, nullptr, nullptr, &status), &std::free);
   return short_kernel_name(status == 0 && d ? d.get() : mangled);
 }
 
@@ -130,8 +130,9 @@ std::string call_name(std::uint32_t cbid) {
   if (api().callback_name(CUPTI_CB_DOMAIN_RUNTIME_API, cbid, &name) != CUPTI_SUCCESS || !name)
     return "runtime call " + std::to_string(cbid);
   std::string n = name;
-  if (const std::size_t v = n.rfind("_v"); v != std::string::npos && v + 2 < n.size() &&
-                                            n.find_first_not_of("0123456789", v + 2) == std::string::npos)
+  if (const std::size_t v = n.rfind("_v");
+      v != std::string::npos && v + 2 < n.size() &&
+      n.find_first_not_of("0123456789", v + 2) == std::string::npos)
     n.erase(v);
   return n;
 }
@@ -167,7 +168,8 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
       case CUPTI_ACTIVITY_KIND_RUNTIME: {
         const auto* r = reinterpret_cast<const CUpti_ActivityAPI*>(record);
         auto it = g_collected.calls.find(r->cbid);
-        if (it == g_collected.calls.end()) it = g_collected.calls.emplace(r->cbid, call_name(r->cbid)).first;
+        if (it == g_collected.calls.end())
+          it = g_collected.calls.emplace(r->cbid, call_name(r->cbid)).first;
         out.host.push_back({it->second, r->start, r->end});
         break;
       }
@@ -183,7 +185,8 @@ kernel_trace::kernel_trace() {
   DI_CHECK(!g_active.exchange(true), "kernel trace: one tracer at a time");
   try {
     const cupti_api& a = api();
-    check(a.register_callbacks(buffer_requested, buffer_completed), "cuptiActivityRegisterCallbacks");
+    check(a.register_callbacks(buffer_requested, buffer_completed),
+          "cuptiActivityRegisterCallbacks");
     for (CUpti_ActivityKind k : traced_kinds) check(a.enable(k), "enabling activity records");
   } catch (...) {
     g_active = false;

@@ -8,8 +8,8 @@
 
 #if defined(DEEPINFER_HAVE_CUDA)
 #include "kernels/cuda/cuda_check.hpp"
-#include "kernels/cuda/kernel_attributes.hpp"
 #include "kernels/cuda/cuda_model_ops.hpp"
+#include "kernels/cuda/kernel_attributes.hpp"
 #include "kernels/cuda/stream.hpp"
 
 #include <cuda_runtime_api.h>

@@ -18,16 +18,17 @@ TEST_CASE("timeline: busy, idle and per-kernel time of two steps") {
                                  {"a", 210 * us, 220 * us}, {"c", 230 * us, 252 * us}};
   // Host calls: two launches in step 1 (3 and 5 us), one in step 2 (4 us), one sync (50 us) in
   // step 2, one call outside both windows.
-  std::vector<host_call> h = {{"launch", 1 * us, 4 * us},     {"launch", 5 * us, 10 * us},
-                              {"launch", 201 * us, 205 * us}, {"sync", 240 * us, 290 * us},
+  std::vector<host_call> h = {{"launch", 1 * us, 4 * us},
+                              {"launch", 5 * us, 10 * us},
+                              {"launch", 201 * us, 205 * us},
+                              {"sync", 240 * us, 290 * us},
                               {"launch", 170 * us, 171 * us}};
-  const timeline_summary s =
-      summarize_timeline({k, h}, {{0 * us, 100 * us}, {200 * us, 300 * us}});
+  const timeline_summary s = summarize_timeline({k, h}, {{0 * us, 100 * us}, {200 * us, 300 * us}});
   CHECK(s.steps == 2);
   CHECK(s.wall_us == doctest::Approx(100.0));
   CHECK(s.lead_us == doctest::Approx((10.0 + 10.0) / 2));
-  CHECK(s.span_us == doctest::Approx((50.0 + 42.0) / 2));   // 10..60 and 210..252
-  CHECK(s.idle_us == doctest::Approx((10.0 + 10.0) / 2));   // 40..50 and 220..230
+  CHECK(s.span_us == doctest::Approx((50.0 + 42.0) / 2));  // 10..60 and 210..252
+  CHECK(s.idle_us == doctest::Approx((10.0 + 10.0) / 2));  // 40..50 and 220..230
   CHECK(s.busy_us == doctest::Approx((40.0 + 32.0) / 2));
   CHECK(s.kernel_us == doctest::Approx((20.0 + 15 + 10 + 10 + 22) / 2));
   CHECK(s.launches == doctest::Approx(2.5));

@@ -52,16 +52,18 @@ TEST_CASE("cuda copy and zero-fill kernels: any size and alignment, pinned host 
   // its DMA lands, and the backend's stream does not order after the legacy default stream.
   cudaStream_t stream = cuda::current_stream();
   auto upload = [&](std::uint8_t* dst, const std::vector<std::uint8_t>& from) {
-    REQUIRE(cudaMemcpyAsync(dst, from.data(), total, cudaMemcpyHostToDevice, stream) == cudaSuccess);
+    REQUIRE(cudaMemcpyAsync(dst, from.data(), total, cudaMemcpyHostToDevice, stream) ==
+            cudaSuccess);
     REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
   };
   auto download = [&](std::vector<std::uint8_t>& to) {
-    REQUIRE(cudaMemcpyAsync(to.data(), d_dst, total, cudaMemcpyDeviceToHost, stream) == cudaSuccess);
+    REQUIRE(cudaMemcpyAsync(to.data(), d_dst, total, cudaMemcpyDeviceToHost, stream) ==
+            cudaSuccess);
     REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
   };
   upload(d_src, src);
-  for (const std::uint8_t* from : {static_cast<const std::uint8_t*>(d_src),
-                                   static_cast<const std::uint8_t*>(pinned)})
+  for (const std::uint8_t* from :
+       {static_cast<const std::uint8_t*>(d_src), static_cast<const std::uint8_t*>(pinned)})
     for (std::size_t bytes : {std::size_t(1), std::size_t(15), std::size_t(16), std::size_t(17),
                               std::size_t(4099), std::size_t(1) << 20})
       for (std::size_t dst_off : {0, 3, 16})
@@ -76,7 +78,8 @@ TEST_CASE("cuda copy and zero-fill kernels: any size and alignment, pinned host 
           download(got);
           std::vector<std::uint8_t> want = poison;
           std::copy(src.begin() + std::ptrdiff_t(src_off),
-                    src.begin() + std::ptrdiff_t(src_off + bytes), want.begin() + std::ptrdiff_t(dst_off));
+                    src.begin() + std::ptrdiff_t(src_off + bytes),
+                    want.begin() + std::ptrdiff_t(dst_off));
           CHECK(got == want);
           cuda::launch_fill_zero(d_dst + src_off, bytes, stream);
           download(got);
