@@ -189,12 +189,17 @@ __global__ void copy_bytes_kernel(std::uint8_t* dst, const std::uint8_t* src, st
   for (; i < bytes; i += stride) dst[i] = src ? src[i] : std::uint8_t(0);
 }
 
+/// The copy kernel's grid bound (it strides over the rest): 8 blocks of 256 on each of an H200's
+/// 132 multiprocessors -- any GPU runs it, a larger one just not fuller.
+constexpr std::size_t copy_max_blocks = 132 * 8;
+
 void launch_copy_or_fill(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) {
   if (bytes == 0) return;
   const bool vec =
       (reinterpret_cast<std::uintptr_t>(dst) | reinterpret_cast<std::uintptr_t>(src)) % 16 == 0;
   const std::size_t units = vec ? (bytes + 15) / 16 : bytes;
-  const unsigned grid = unsigned(std::min<std::size_t>((units + threads - 1) / threads, 132 * 8));
+  const unsigned grid =
+      unsigned(std::min<std::size_t>((units + threads - 1) / threads, copy_max_blocks));
   auto* d = static_cast<std::uint8_t*>(dst);
   const auto* s = static_cast<const std::uint8_t*>(src);
   if (vec)
