@@ -19,18 +19,28 @@ enum class cache_quant : std::uint8_t {
 ///   codes  [quant_dims] (FP8) or [quant_dims / 2] (FP4)
 ///   scales [quant_dims / block]   (e8m0 or e4m3)
 ///   raw    [raw_dims] little-endian fp32
+///   pad    zero bytes up to a multiple of `row_align` (the row stride)
+/// The cache layout pads V4's 711-byte rows to 720 (row_align 16) so that the attention kernel
+/// stages them with 16-byte copies like V4.1's 528-byte rows; the codecs never read the pad.
 struct cache_row_format {
   cache_quant quant = cache_quant::fp8_ue8m0;
   int block = 32;
   int quant_dims = 0;
   int raw_dims = 0;
+  int row_align = 1;  ///< row stride multiple (1: no padding)
 
   int dim() const { return quant_dims + raw_dims; }
   bool is_fp4() const { return quant != cache_quant::fp8_ue8m0; }
   std::size_t code_bytes() const { return std::size_t(is_fp4() ? quant_dims / 2 : quant_dims); }
   std::size_t scale_bytes() const { return std::size_t(quant_dims / block); }
-  std::size_t row_bytes() const {
+  /// Bytes the values occupy (codes, scales, raw), without the pad.
+  std::size_t payload_bytes() const {
     return code_bytes() + scale_bytes() + std::size_t(raw_dims) * sizeof(float);
+  }
+  /// The row stride: payload_bytes rounded up to row_align.
+  std::size_t row_bytes() const {
+    const std::size_t a = row_align > 1 ? std::size_t(row_align) : 1;
+    return (payload_bytes() + a - 1) / a * a;
   }
 };
 

@@ -15,6 +15,8 @@ void check_format(const cache_row_format& f) {
   DI_CHECK(f.block > 0 && f.quant_dims % f.block == 0 && f.raw_dims >= 0,
            "cache row format: {} quantized dims in blocks of {}", f.quant_dims, f.block);
   DI_CHECK(!f.is_fp4() || f.block % 2 == 0, "cache row format: FP4 blocks must be even");
+  DI_CHECK(f.row_align >= 1 && f.row_align <= 256, "cache row format: row alignment {}",
+           f.row_align);
 }
 
 /// Scale of one block and the byte that stores it.
@@ -67,6 +69,7 @@ void encode_row(const float* x, const cache_row_format& f, std::uint8_t* out) {
   }
   std::memcpy(out + f.code_bytes() + f.scale_bytes(), x + f.quant_dims,
               std::size_t(f.raw_dims) * sizeof(float));
+  std::memset(out + f.payload_bytes(), 0, f.row_bytes() - f.payload_bytes());
 }
 
 void decode_row(const std::uint8_t* row, const cache_row_format& f, float* out) {

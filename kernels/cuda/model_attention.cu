@@ -218,6 +218,7 @@ __device__ __forceinline__ __half2 fp4_scale_h2(bool e4m3_scale, std::uint8_t b)
 struct chunk_plan {
   int scale_off;    ///< byte of the chunk's block scale within the row
   int code_off;     ///< first byte of the chunk's codes within the row
+  int raw_off;      ///< first byte of the chunk's fp32 values (raw dims; V4's rope tail), or -1
   bool fp4;         ///< e2m1 codes (else e4m3)
   bool e4m3_scale;  ///< fp4_e4m3 rows: e4m3 block scales (else e8m0)
 };
@@ -226,8 +227,28 @@ template <int D>
 __device__ __forceinline__ chunk_plan plan_chunk(const detail::dev_format& f) {
   static_assert(kThreads % (D / 8) == 0, "a thread's chunk column is the same in every row");
   const int d0 = (int(threadIdx.x) % (D / 8)) * 8;
-  return {f.code_bytes + d0 / f.block, f.fp4 ? d0 / 2 : d0, f.fp4,
+  if (d0 >= f.quant_dims)  // is_fast: quant_dims % 8 == 0, so a chunk is codes or raw values
+    return {0, 0, f.code_bytes + f.scale_bytes + (d0 - f.quant_dims) * 4, false, false};
+  return {f.code_bytes + d0 / f.block, f.fp4 ? d0 / 2 : d0, -1, f.fp4,
           f.quant == int(cache_quant::fp4_e4m3)};
+}
+
+/// fp16 pairs of the 8 fp32 values at byte `off` of a staged row (any alignment: V4's rope
+/// tail starts at byte 455). Aligned word reads, shifted into place; the word past the values
+/// is read only when they are unaligned, and then lies inside the 16-byte padded row. Rounds as
+/// the slow path's pack_h2 of the same floats.
+__device__ __forceinline__ uint4 raw8_to_h(const std::uint8_t* row, int off) {
+  const int sh = off & 3;
+  const std::uint32_t* w = reinterpret_cast<const std::uint32_t*>(row + (off - sh));
+  std::uint32_t u[9];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) u[i] = w[i];
+  u[8] = sh != 0 ? w[8] : 0u;
+  float v[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) v[i] = __uint_as_float(__funnelshift_r(u[i], u[i + 1], 8 * sh));
+  return make_uint4(pack_h2(v[0], v[1]), pack_h2(v[2], v[3]), pack_h2(v[4], v[5]),
+                    pack_h2(v[6], v[7]));
 }
 
 /// Decodes tile `tile` (staged rows, or the slow path straight from global memory) into sK
@@ -249,12 +270,17 @@ __device__ __forceinline__ void decode_tile(const attn_args& a, const std::uint8
       // Field by field (a reference to either plan put both in local memory).
       const bool win = kind == kFastWin;
       const int code_off = win ? pw.code_off : pe.code_off;
+      const int raw_off = win ? pw.raw_off : pe.raw_off;
       const std::uint8_t* r = stage + row * stage_ld;
-      const std::uint8_t sb = r[win ? pw.scale_off : pe.scale_off];
-      packed = (win ? pw.fp4 : pe.fp4)
-                   ? fp4x8_to_h(*reinterpret_cast<const std::uint32_t*>(r + code_off), lut,
-                                fp4_scale_h2(win ? pw.e4m3_scale : pe.e4m3_scale, sb))
-                   : fp8x8_to_h(*reinterpret_cast<const uint2*>(r + code_off), sb);
+      if (raw_off >= 0) {
+        packed = raw8_to_h(r, raw_off);
+      } else {
+        const std::uint8_t sb = r[win ? pw.scale_off : pe.scale_off];
+        packed = (win ? pw.fp4 : pe.fp4)
+                     ? fp4x8_to_h(*reinterpret_cast<const std::uint32_t*>(r + code_off), lut,
+                                  fp4_scale_h2(win ? pw.e4m3_scale : pe.e4m3_scale, sb))
+                     : fp8x8_to_h(*reinterpret_cast<const uint2*>(r + code_off), sb);
+      }
     } else if (kind != kNone) {
       float v[8];
       detail::load8(kind == kSlowWin ? a.win : a.ext, D, sRow[row], d0, v);
@@ -643,11 +669,13 @@ int device_sms() {
 /// Longest packed row the staging area takes (V4.1's FP8 window row is 528 bytes).
 constexpr int max_stage_row = 1040;
 
+/// Whether t's rows take the staged path: packed rows of a 16-byte multiple (cp.async of 16
+/// bytes from a 16-byte-aligned table) whose chunks of 8 values are each all codes of one
+/// scale block or all raw fp32 values (V4's rows: 448 FP8 + 7 scales + 64 fp32, padded to 720).
 bool is_fast(const device_rows& t, int dim) {
   if (!t.packed) return false;
   const cache_row_format& f = t.format;
-  const bool aligned = (reinterpret_cast<std::uintptr_t>(t.data) % 8) == 0;
-  return aligned && f.raw_dims == 0 && f.quant_dims == dim && f.block % 8 == 0 &&
+  return f.dim() == dim && f.quant_dims % 8 == 0 && f.block % 8 == 0 &&
          f.row_bytes() % 16 == 0 && (reinterpret_cast<std::uintptr_t>(t.data) % 16) == 0 &&
          f.row_bytes() <= std::size_t(max_stage_row);
 }

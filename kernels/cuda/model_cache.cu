@@ -63,6 +63,8 @@ __global__ void encode_kernel(const float* x, std::uint8_t* out, const std::int6
   std::uint8_t* raw = o + f.code_bytes + f.scale_bytes;
   for (int i = int(threadIdx.x); i < f.raw_dims * 4; i += int(blockDim.x))
     raw[i] = reinterpret_cast<const std::uint8_t*>(xr + f.quant_dims)[i];
+  for (int i = f.payload_bytes + int(threadIdx.x); i < f.row_bytes; i += int(blockDim.x))
+    o[i] = 0;  // the pad: the CPU codec's bytes
 }
 
 __global__ void decode_kernel(const std::uint8_t* rows, const std::int64_t* src_rows, float* out,

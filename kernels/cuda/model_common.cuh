@@ -27,6 +27,7 @@ inline void check_row_format(const cache_row_format& f, const char* what) {
   DI_CHECK(f.block > 0 && f.quant_dims >= 0 && f.quant_dims % f.block == 0 && f.raw_dims >= 0,
            "{}: {} quantized dims in blocks of {}", what, f.quant_dims, f.block);
   DI_CHECK(!f.is_fp4() || f.block % 2 == 0, "{}: FP4 blocks must be even", what);
+  DI_CHECK(f.row_align >= 1 && f.row_align <= 256, "{}: row alignment {}", what, f.row_align);
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -65,13 +66,18 @@ __device__ __forceinline__ float key_to_float(std::uint32_t k) {
 struct dev_format {
   int quant = 0;  ///< cache_quant
   int block = 32, quant_dims = 0, raw_dims = 0;
-  int code_bytes = 0, scale_bytes = 0, row_bytes = 0;
+  int code_bytes = 0, scale_bytes = 0;
+  int payload_bytes = 0;  ///< codes + scales + raw
+  int row_bytes = 0;      ///< the stride: payload_bytes plus the zero pad
   bool fp4 = false;
 };
 
 inline dev_format make_dev_format(const cache_row_format& f) {
-  return {int(f.quant), f.block, f.quant_dims, f.raw_dims, int(f.code_bytes()),
-          int(f.scale_bytes()), int(f.row_bytes()), f.is_fp4()};
+  return {int(f.quant),          f.block,
+          f.quant_dims,          f.raw_dims,
+          int(f.code_bytes()),   int(f.scale_bytes()),
+          int(f.payload_bytes()), int(f.row_bytes()),
+          f.is_fp4()};
 }
 
 /// A device_rows table as the kernels see it.

@@ -5,8 +5,8 @@
 //   window ring   [layers][window][window_format.row_bytes()] u8: the last `window` window-KV
 //                 rows of every layer, row of position p at p % window. V4.1: FP8 e4m3 of all
 //                 head_dim values, e8m0 scale per 32 (head_dim + head_dim/32 bytes, 528 at
-//                 512). V4: FP8 of the head_dim - rope dims per 64 plus the rope tail as fp32
-//                 (448 + 7 + 256 = 711 bytes at 512/64).
+//                 512). V4: FP8 of the head_dim - rope dims per 64 plus the rope tail as fp32,
+//                 zero-padded to 16 bytes (448 + 7 + 256 = 711, stride 720 at 512/64).
 //   compressors   per compressor [rows][width] f32 kv, then [rows][width] f32 score: the
 //                 projected rows of the incomplete group (rows = ratio, width = head_dim;
 //                 V4 ratio 4 overlaps: rows = 2 * ratio and width = 2 * dim, the first half
@@ -18,7 +18,7 @@
 // sequence and stream, entry e of a stream at block_table[e / 64], row e % 64):
 //   compressed KV one entry per `ratio` tokens. V4.1 (KV source layers): FP4 e2m1 with an
 //                 e4m3 scale per 16 (head_dim/2 + head_dim/16 bytes: 288 at 512). V4 (every
-//                 compressed layer): the window's FP8 + fp32-rope row format (711 at 512/64).
+//                 compressed layer): the window's FP8 + fp32-rope row format (720 at 512/64).
 //   index keys    one entry per `ratio` tokens of each layer that owns indexer keys (V4.1 KV
 //                 sources that index; V4 ratio-4 layers): FP4 e2m1, e8m0 scale per 32
 //                 (index_head_dim/2 + index_head_dim/32 bytes: 68 at 128).

@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 namespace di {
@@ -123,6 +124,32 @@ TEST_CASE("cache rows: byte layout and exact agreement with the fake quantizers"
   ops::encode_cache_rows(one, keys, packed);
   CHECK(packed.data<std::uint8_t>()[0] == 0xf2);  // 1.0 = code 2 (low), -6 = code 0xf (high)
   CHECK(packed.data<std::uint8_t>()[4] == 127);   // scale 2^0
+}
+
+TEST_CASE("cache rows: a padded row stride keeps the payload's bytes and zeroes the pad") {
+  const cache_row_format plain{cache_quant::fp8_ue8m0, 4, 8, 2};
+  cache_row_format padded = plain;
+  padded.row_align = 16;
+  CHECK(padded.payload_bytes() == 18);
+  CHECK(padded.row_bytes() == 32);
+  tensor x = tensor::empty({3, 10}, dtype::f32);
+  for (int i = 0; i < 30; ++i) x.data<float>()[i] = std::cos(float(i) * 0.9f) * float(1 + i % 5);
+  tensor a = tensor::empty({3, 18}, dtype::u8), b = tensor::empty({3, 32}, dtype::u8);
+  std::memset(b.data<std::uint8_t>(), 0xab, 3 * 32);  // the pad must be written, not left
+  ops::encode_cache_rows(x, plain, a);
+  ops::encode_cache_rows(x, padded, b);
+  for (int r = 0; r < 3; ++r)
+    for (int i = 0; i < 32; ++i) {
+      CAPTURE(r);
+      CAPTURE(i);
+      const std::uint8_t got = b.data<std::uint8_t>()[r * 32 + i];
+      CHECK(got == (i < 18 ? a.data<std::uint8_t>()[r * 18 + i] : 0));
+    }
+  check_codec_matches_fake_quant(padded, x);
+  cache_row_format bad = plain;
+  bad.row_align = 0;
+  tensor out = tensor::empty({3, 18}, dtype::u8);
+  CHECK_THROWS_AS(ops::encode_cache_rows(x, bad, out), error);
 }
 
 }  // namespace

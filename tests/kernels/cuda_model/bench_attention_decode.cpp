@@ -5,7 +5,8 @@
 // bytes one step must read and write, achieved GB/s, the copy bandwidth measured in the same
 // run, and the ratio to FlashMLA sparse FP8 decode on this H200 (14.5 / 26.6 / 45 / 49 us).
 // --splits-sweep adds each batch's time with the row list split 1, 2, 3, 4, 5, 6, 8 and 10 ways
-// (the default picks by a wave model, attention_splits).
+// (the default picks by a wave model, attention_splits). A second table times V4's rows
+// (448 FP8 + 7 scales + 64 fp32): the cache layout's 720-byte padded rows against 711-byte ones.
 //   bench_attention_decode [--iters N] [--batch B] [--json FILE] [--splits-sweep]
 #include "kernels/cache_format.hpp"
 #include "kernels/cuda/cuda_check.hpp"
@@ -74,9 +75,21 @@ struct result {
   double flushed_us, hot_us, bytes;
 };
 
-result run(int batch, int iters, void* flush, std::size_t flush_bytes, int num_splits = 0) {
-  const cache_row_format wf{cache_quant::fp8_ue8m0, 32, dim, 0};
-  const cache_row_format cf{cache_quant::fp4_e4m3, 16, dim, 0};
+/// The row formats one run attends: V4.1's (FP8 window, FP4 compressed entries; the anchor's
+/// shape) or V4's (both lists of 448 FP8 + 7 scales + 64 fp32 rope values, padded or not).
+struct rows_shape {
+  cache_row_format wf, cf;
+};
+const rows_shape v41_rows{{cache_quant::fp8_ue8m0, 32, dim, 0}, {cache_quant::fp4_e4m3, 16, dim, 0}};
+rows_shape v4_rows(int row_align) {
+  const cache_row_format f{cache_quant::fp8_ue8m0, 64, dim - 64, 64, row_align};
+  return {f, f};
+}
+
+result run(int batch, int iters, void* flush, std::size_t flush_bytes, int num_splits = 0,
+           const rows_shape& shape = v41_rows) {
+  const cache_row_format& wf = shape.wf;
+  const cache_row_format& cf = shape.cf;
   std::mt19937 rng(1234 + batch);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   // Random packed rows: encode random f32 rows on the device (the codec under test elsewhere).
@@ -199,6 +212,21 @@ int main(int argc, char** argv) {
       fmt::print("{:>6} {:>7} {:>12.2f} {:>10.2f} {:>10.2f} {:>9.0f} {:>10.1f} {:>12.2f}\n", r.batch,
                  r.splits, r.flushed_us, r.hot_us, r.bytes * 1e-6, r.bytes / (r.flushed_us * 1e-6) * 1e-9,
                  used[i].us, r.flushed_us / used[i].us);
+    }
+    // V4's rows beside it (no anchor: FlashMLA's figures are V4.1-shaped): the layout's
+    // 16-byte padded rows (staged) against the packed 711-byte rows (decoded from global
+    // memory), same batches, same run.
+    fmt::print("V4 rows (448 FP8 + 7 scales + 64 fp32): window {} + top-{} of {}, flushed us\n",
+               window, topk, entries);
+    fmt::print("{:>6} {:>7} {:>14} {:>9} {:>14} {:>9} {:>8}\n", "batch", "splits",
+               "720 B rows us", "GB/s", "711 B rows us", "GB/s", "711/720");
+    for (const anchor& a : used) {
+      const result padded = run(a.batch, iters, flush.p, flush_bytes, 0, v4_rows(16));
+      const result packed = run(a.batch, iters, flush.p, flush_bytes, 0, v4_rows(1));
+      fmt::print("{:>6} {:>7} {:>14.2f} {:>9.0f} {:>14.2f} {:>9.0f} {:>8.2f}\n", a.batch,
+                 padded.splits, padded.flushed_us, padded.bytes / (padded.flushed_us * 1e-6) * 1e-9,
+                 packed.flushed_us, packed.bytes / (packed.flushed_us * 1e-6) * 1e-9,
+                 packed.flushed_us / padded.flushed_us);
     }
     if (sweep) {
       fmt::print("splits sweep (flushed us; * = the default's choice):\n{:>6}", "batch");

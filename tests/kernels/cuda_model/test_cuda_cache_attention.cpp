@@ -1,8 +1,8 @@
 // GPU tests of the cache-row codecs (bit-exact against the CPU codec, through ring/pool row
 // maps) and of the fused sparse attention with sinks (against the CPU's decode + attention,
 // bf16 tolerance): V4.1 decode shape, prefill tokens with partial windows, unused and
-// out-of-range slots, head counts past 64 and below 16, head dims 128/256/512, f32 and V4 rows,
-// forced splits.
+// out-of-range slots, head counts past 64 and below 16, head dims 128/256/512, f32 and V4 rows
+// (packed and padded: the same bits), forced splits.
 #include "gpu_test_util.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
 #include "kernels/cuda/cuda_model_ops.hpp"
@@ -19,6 +19,8 @@ cache_row_format fp8_window(int dim) { return {cache_quant::fp8_ue8m0, 32, dim, 
 cache_row_format fp4_compressed(int dim) { return {cache_quant::fp4_e4m3, 16, dim, 0}; }
 cache_row_format fp4_keys(int dim) { return {cache_quant::fp4_ue8m0, 32, dim, 0}; }
 cache_row_format v4_window(int dim) { return {cache_quant::fp8_ue8m0, 64, dim - 64, 64}; }
+/// V4's rows as the cache layout keeps them: padded to 16 bytes (720 at 512), staged.
+cache_row_format v4_padded(int dim) { return {cache_quant::fp8_ue8m0, 64, dim - 64, 64, 16}; }
 
 /// Rows with a different magnitude per row and some all-zero / tiny blocks.
 tensor cache_input(std::int64_t rows, int dim) {
@@ -42,7 +44,8 @@ tensor packed(const tensor& x, const cache_row_format& f) {
 TEST_CASE("cuda encode/decode_cache_rows: bytes and values equal to the CPU codec") {
   DI_REQUIRE_GPU();
   const cache_row_format formats[] = {fp8_window(512), fp4_compressed(512), fp4_keys(128),
-                                      v4_window(512), {cache_quant::fp8_ue8m0, 64, 448, 0}};
+                                      v4_window(512),  v4_padded(512),      v4_padded(128),
+                                      {cache_quant::fp8_ue8m0, 64, 448, 0}};
   for (const cache_row_format& f : formats) {
     for (std::int64_t rows : {0, 1, 7, 300}) {
       CAPTURE(int(f.quant));
@@ -99,7 +102,9 @@ tensor random_indices(int tokens, int k, std::int64_t rows, double unused, bool 
   return idx;
 }
 
-void run_attention_case(const attn_case& c) {
+/// Runs one case against the CPU (and the cluster merge against the combine kernel); returns
+/// the combine kernel's output.
+tensor run_attention_case(const attn_case& c) {
   CAPTURE(c.tokens);
   CAPTURE(c.heads);
   CAPTURE(c.dim);
@@ -190,6 +195,7 @@ void run_attention_case(const attn_case& c) {
     const tensor clustered = dout2.to_host(q.shape(), dtype::f32);
     CHECK(test::bytes_equal(clustered, got));
   }
+  return got;
 }
 
 TEST_CASE("cuda attention: V4.1 decode over the FP8 window and FP4 compressed entries") {
@@ -210,7 +216,27 @@ TEST_CASE("cuda attention: edge sizes, heads past 64, head dims 128-512, f32 and
   run_attention_case({6, 64, 256, 129, 65, 140, 70, fp8_window(256), fp4_compressed(256)});
   run_attention_case({7, 64, 512, 128, 200, 150, 210, fp8_window(512), fp4_compressed(512), true});
   run_attention_case({5, 64, 512, 128, 100, 140, 120, v4_window(512), v4_window(512)});
+  run_attention_case({5, 64, 512, 128, 100, 140, 120, v4_padded(512), v4_padded(512)});
+  run_attention_case({4, 64, 128, 70, 33, 90, 50, v4_padded(128), v4_window(128)});
   run_attention_case({130, 64, 512, 128, 64, 300, 100, fp8_window(512), fp4_compressed(512)});
+}
+
+TEST_CASE("cuda attention: V4's padded rows (staged) give the bits of its packed rows") {
+  DI_REQUIRE_GPU();
+  // The layout's 720-byte rows take the staged path (FP8 chunks through fp16 products, the
+  // fp32 rope tail read unaligned from shared memory); 711-byte rows decode every value from
+  // global memory. Both round the same values to fp16 once, so the outputs are the same bits.
+  for (int tokens : {1, 5, 33})
+    for (int splits : {0, 1, 3}) {
+      const unsigned seed = unsigned(1000 + tokens * 10 + splits);
+      test::rng().seed(seed);
+      const tensor staged = run_attention_case(
+          {tokens, 64, 512, 128, 512, 300, 900, v4_padded(512), v4_padded(512), false, splits});
+      test::rng().seed(seed);
+      const tensor in_place = run_attention_case(
+          {tokens, 64, 512, 128, 512, 300, 900, v4_window(512), v4_window(512), false, splits});
+      CHECK(test::bytes_equal(staged, in_place));
+    }
 }
 
 TEST_CASE("cuda attention: splits merged in thread-block clusters give the combine kernel's bits") {

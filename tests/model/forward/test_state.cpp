@@ -31,7 +31,9 @@ TEST_CASE("cache layout: streams, compressor slots and bytes follow the config")
   CHECK(L.stream_bytes_per_token() == doctest::Approx(2 * (72 + 68) / 2.0 + 72 + 68));
 
   const cache_layout L4 = make_cache_layout(golden("v4_public").model->config());
-  CHECK(L4.window_format.row_bytes() == 64 + 1 + 64 * 4);  // FP8 nope + scale + fp32 rope
+  // FP8 nope + scale + fp32 rope = 321 bytes, zero-padded to 16
+  CHECK(L4.window_format.payload_bytes() == 64 + 1 + 64 * 4);
+  CHECK(L4.window_format.row_bytes() == 336);
   CHECK(L4.streams.size() == 6);  // layers 2..5 compress; 2 and 4 also keep indexer keys
   const compressor_slot& overlap = L4.compressors[std::size_t(L4.compressor_of(2, false))];
   CHECK(overlap.rows == 8);
