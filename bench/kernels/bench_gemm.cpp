@@ -404,10 +404,10 @@ void wo_a_rows(const limits& lim, std::vector<result_row>& rows, const char* mod
       const char* name;
       bool fp8, split, presplit;
     };
-    for (const path k : {path{"fp8_split_gemm", true, true, true},
-                         path{"fp8_split_gemm split per warp", true, true, false},
-                         path{"fp8_gemv", true, false, true},
-                         path{"fp32 cuBLAS", false, false, true}}) {
+    for (const path k :
+         {path{"fp8_split_gemm", true, true, true},
+          path{"fp8_split_gemm split per warp", true, true, false},
+          path{"fp8_gemv", true, false, true}, path{"fp32 cuBLAS", false, false, true}}) {
       if (!k.presplit && m <= 8) continue;  // up to 8 rows every warp splits its own
       cuda::set_split_gemm(k.split);
       cuda::set_split_presplit(k.presplit);

@@ -675,8 +675,8 @@ constexpr int max_stage_row = 1040;
 bool is_fast(const device_rows& t, int dim) {
   if (!t.packed) return false;
   const cache_row_format& f = t.format;
-  return f.dim() == dim && f.quant_dims % 8 == 0 && f.block % 8 == 0 &&
-         f.row_bytes() % 16 == 0 && (reinterpret_cast<std::uintptr_t>(t.data) % 16) == 0 &&
+  return f.dim() == dim && f.quant_dims % 8 == 0 && f.block % 8 == 0 && f.row_bytes() % 16 == 0 &&
+         (reinterpret_cast<std::uintptr_t>(t.data) % 16) == 0 &&
          f.row_bytes() <= std::size_t(max_stage_row);
 }
 

@@ -73,10 +73,14 @@ struct dev_format {
 };
 
 inline dev_format make_dev_format(const cache_row_format& f) {
-  return {int(f.quant),          f.block,
-          f.quant_dims,          f.raw_dims,
-          int(f.code_bytes()),   int(f.scale_bytes()),
-          int(f.payload_bytes()), int(f.row_bytes()),
+  return {int(f.quant),
+          f.block,
+          f.quant_dims,
+          f.raw_dims,
+          int(f.code_bytes()),
+          int(f.scale_bytes()),
+          int(f.payload_bytes()),
+          int(f.row_bytes()),
           f.is_fp4()};
 }
 

@@ -80,7 +80,8 @@ struct result {
 struct rows_shape {
   cache_row_format wf, cf;
 };
-const rows_shape v41_rows{{cache_quant::fp8_ue8m0, 32, dim, 0}, {cache_quant::fp4_e4m3, 16, dim, 0}};
+const rows_shape v41_rows{{cache_quant::fp8_ue8m0, 32, dim, 0},
+                          {cache_quant::fp4_e4m3, 16, dim, 0}};
 rows_shape v4_rows(int row_align) {
   const cache_row_format f{cache_quant::fp8_ue8m0, 64, dim - 64, 64, row_align};
   return {f, f};
@@ -218,8 +219,8 @@ int main(int argc, char** argv) {
     // memory), same batches, same run.
     fmt::print("V4 rows (448 FP8 + 7 scales + 64 fp32): window {} + top-{} of {}, flushed us\n",
                window, topk, entries);
-    fmt::print("{:>6} {:>7} {:>14} {:>9} {:>14} {:>9} {:>8}\n", "batch", "splits",
-               "720 B rows us", "GB/s", "711 B rows us", "GB/s", "711/720");
+    fmt::print("{:>6} {:>7} {:>14} {:>9} {:>14} {:>9} {:>8}\n", "batch", "splits", "720 B rows us",
+               "GB/s", "711 B rows us", "GB/s", "711/720");
     for (const anchor& a : used) {
       const result padded = run(a.batch, iters, flush.p, flush_bytes, 0, v4_rows(16));
       const result packed = run(a.batch, iters, flush.p, flush_bytes, 0, v4_rows(1));

@@ -20,7 +20,9 @@ cache_row_format fp4_compressed(int dim) { return {cache_quant::fp4_e4m3, 16, di
 cache_row_format fp4_keys(int dim) { return {cache_quant::fp4_ue8m0, 32, dim, 0}; }
 cache_row_format v4_window(int dim) { return {cache_quant::fp8_ue8m0, 64, dim - 64, 64}; }
 /// V4's rows as the cache layout keeps them: padded to 16 bytes (720 at 512), staged.
-cache_row_format v4_padded(int dim) { return {cache_quant::fp8_ue8m0, 64, dim - 64, 64, 16}; }
+cache_row_format v4_padded(int dim) {
+  return {cache_quant::fp8_ue8m0, 64, dim - 64, 64, 16};
+}
 
 /// Rows with a different magnitude per row and some all-zero / tiny blocks.
 tensor cache_input(std::int64_t rows, int dim) {
@@ -43,8 +45,12 @@ tensor packed(const tensor& x, const cache_row_format& f) {
 
 TEST_CASE("cuda encode/decode_cache_rows: bytes and values equal to the CPU codec") {
   DI_REQUIRE_GPU();
-  const cache_row_format formats[] = {fp8_window(512), fp4_compressed(512), fp4_keys(128),
-                                      v4_window(512),  v4_padded(512),      v4_padded(128),
+  const cache_row_format formats[] = {fp8_window(512),
+                                      fp4_compressed(512),
+                                      fp4_keys(128),
+                                      v4_window(512),
+                                      v4_padded(512),
+                                      v4_padded(128),
                                       {cache_quant::fp8_ue8m0, 64, 448, 0}};
   for (const cache_row_format& f : formats) {
     for (std::int64_t rows : {0, 1, 7, 300}) {
