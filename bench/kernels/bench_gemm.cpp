@@ -385,9 +385,8 @@ void fp4_routed_rows(const limits& lim, std::vector<result_row>& rows, const cha
 }
 
 /// attention's wo_a (block-diagonal, no activation quantization) at decode batches: the stored
-/// codes on fp8_split_gemm (bf16 tensor cores; from 9 rows also with every warp splitting the
-/// activations itself, the path before the split kernel) and on fp8_gemv (CUDA cores), against
-/// cuBLAS on the weight decoded to fp32 (what the model kept before).
+/// codes on fp8_split_gemm (bf16 tensor cores) and on fp8_gemv (CUDA cores), against cuBLAS on
+/// the weight decoded to fp32 (what the model kept before).
 void wo_a_rows(const limits& lim, std::vector<result_row>& rows, const char* model,
                std::int64_t groups, std::int64_t out, std::int64_t in, std::int64_t block) {
   const std::size_t bytes = std::size_t(groups * out * in);
@@ -397,20 +396,15 @@ void wo_a_rows(const limits& lim, std::vector<result_row>& rows, const char* mod
     decoded.push_back(cuda::dequantize_weight(stored.back(), dtype::f32));
   }
   const bool split_before = cuda::get_split_gemm();
-  const bool presplit_before = cuda::get_split_presplit();
-  for (const std::int64_t m : {1, 8, 32, 64}) {
+  for (const std::int64_t m : {1, 8, 64}) {
     const tensor x = random_device({m, groups, in}, dtype::f32, 41);
     struct path {
       const char* name;
-      bool fp8, split, presplit;
+      bool fp8, split;
     };
-    for (const path k :
-         {path{"fp8_split_gemm", true, true, true},
-          path{"fp8_split_gemm split per warp", true, true, false},
-          path{"fp8_gemv", true, false, true}, path{"fp32 cuBLAS", false, false, true}}) {
-      if (!k.presplit && m <= 8) continue;  // up to 8 rows every warp splits its own
+    for (const path k : {path{"fp8_split_gemm", true, true}, path{"fp8_gemv", true, false},
+                         path{"fp32 cuBLAS", false, false}}) {
       cuda::set_split_gemm(k.split);
-      cuda::set_split_presplit(k.presplit);
       const std::vector<weight_matrix>& ws = k.fp8 ? stored : decoded;
       const double us = median_graph_us([&] {
                           for (const weight_matrix& w : ws) ops::grouped_linear(x, w);
@@ -424,7 +418,6 @@ void wo_a_rows(const limits& lim, std::vector<result_row>& rows, const char* mod
     }
   }
   cuda::set_split_gemm(split_before);
-  cuda::set_split_presplit(presplit_before);
 }
 
 }  // namespace

@@ -184,11 +184,6 @@ void set_stream_gemm_variant(int variant);
 /// tensor cores, activations split into two bf16 parts) -- the default -- or, switched off, on
 /// fp8_gemv (CUDA cores, fp32 activations). For benchmarks and tests. Defined in gemm.cpp.
 void set_split_gemm(bool on);
-/// fp8_split_gemm at 9..64 rows reads the activations split once by a kernel before it (the
-/// default; DEEPINFER_SPLIT_PRESPLIT=0 off) instead of every warp splitting the rows it shares
-/// with the block's other warps; the same bits. Defined in gemm.cpp.
-void set_split_presplit(bool on);
-bool get_split_presplit();
 /// linear's fp32 weights with 1..8 rows on f32_gemv (the default; DEEPINFER_F32_GEMV=0 off) or
 /// on cuBLAS SGEMV / SGEMM. Defined in gemm.cpp.
 void set_f32_gemv(bool on);

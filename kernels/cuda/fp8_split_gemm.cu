@@ -59,19 +59,6 @@ __device__ __forceinline__ void split2(float x0, float x1, std::uint32_t& hi, st
   lo = bf16x2(x0 - back.x, x1 - back.y);
 }
 
-/// Activations split once for every warp that reads them (fp8_gemv_params::x_split): each
-/// thread turns one float4 into its (hi, hi, lo, lo) words with split2.
-__global__ void split_activations_kernel(const float4* x, uint4* out, std::int64_t n4) {
-  detail::grid_dependency_sync();
-  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n4) return;
-  const float4 v = __ldg(x + i);
-  uint4 w;
-  split2(v.x, v.y, w.x, w.z);
-  split2(v.z, v.w, w.y, w.w);
-  out[i] = w;
-}
-
 /// d += a b on the bf16 tensor cores: m16n8k16, fp32 accumulate.
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const std::uint32_t (&a)[4],
                                          std::uint32_t b0, std::uint32_t b1) {
@@ -89,10 +76,7 @@ struct weight_batch {
   float s_lo[2], s_hi[2];
 };
 
-/// PRESPLIT: the activations come split (p.x_split, split_activations_kernel's words at x's
-/// offsets) instead of being split by every warp that reads them; the same operands, so the
-/// same bits.
-template <int NT, bool PRESPLIT>
+template <int NT>
 __global__ void __launch_bounds__(warps * 32, NT >= 8 ? 1 : 2)
     fp8_split_gemm_kernel(fp8_gemv_params p, int per_split) {
   detail::grid_dependency_sync();
@@ -159,21 +143,11 @@ __global__ void __launch_bounds__(warps * 32, NT >= 8 ? 1 : 2)
                                     decode2(wh[s] >> 16, b.s_hi[h])};
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
+          float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          if (valid) v = __ldg(reinterpret_cast<const float4*>(xrow[j] + k) + s);
           std::uint32_t hi0, lo0, hi1, lo1;
-          if constexpr (PRESPLIT) {
-            uint4 u = make_uint4(0u, 0u, 0u, 0u);  // split2 of zeros
-            if (valid)
-              u = __ldg(reinterpret_cast<const uint4*>(p.x_split + (xrow[j] - p.x) + k) + s);
-            hi0 = u.x;
-            hi1 = u.y;
-            lo0 = u.z;
-            lo1 = u.w;
-          } else {
-            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (valid) v = __ldg(reinterpret_cast<const float4*>(xrow[j] + k) + s);
-            split2(v.x, v.y, hi0, lo0);
-            split2(v.z, v.w, hi1, lo1);
-          }
+          split2(v.x, v.y, hi0, lo0);
+          split2(v.z, v.w, hi1, lo1);
           mma_bf16(acc[j], a, hi0, hi1);
           mma_bf16(acc[j], a, lo0, lo1);
         }
@@ -252,30 +226,10 @@ void launch_fp8_split_gemm(const fp8_gemv_params& p, cudaStream_t stream) {
   const dim3 grid(unsigned((p.out + slices * 16 - 1) / (slices * 16)), unsigned(p.groups),
                   unsigned(splits));
   const int per = int((per_split + batch_k - 1) / batch_k * batch_k);
-  DI_CHECK(p.x_split == nullptr || reinterpret_cast<std::uintptr_t>(p.x_split) % 16 == 0,
-           "fp8_split_gemm: split activations not 16-byte aligned");
   detail::by_row_tiles<8>(p.rows, [&](auto nt) {  // 8-row tiles
-    constexpr int NT = decltype(nt)::value;
-    if (p.x_split != nullptr)
-      detail::launch_in("fp8_split_gemm", fp8_split_gemm_kernel<NT, true>, grid, warps * 32,
-                        dim3(1, 1, unsigned(splits)), 0, stream, p, per);
-    else
-      detail::launch_in("fp8_split_gemm", fp8_split_gemm_kernel<NT, false>, grid, warps * 32,
-                        dim3(1, 1, unsigned(splits)), 0, stream, p, per);
+    detail::launch_in("fp8_split_gemm", fp8_split_gemm_kernel<decltype(nt)::value>, grid,
+                      warps * 32, dim3(1, 1, unsigned(splits)), 0, stream, p, per);
   });
-}
-
-void launch_split_activations(const float* x, std::uint32_t* out, std::int64_t n,
-                              cudaStream_t stream) {
-  DI_CHECK(n >= 0 && n % 4 == 0, "split_activations: {} values (a multiple of 4)", n);
-  if (n == 0) return;
-  DI_CHECK(x && out && reinterpret_cast<std::uintptr_t>(x) % 16 == 0 &&
-               reinterpret_cast<std::uintptr_t>(out) % 16 == 0,
-           "split_activations: operands missing or not 16-byte aligned");
-  const std::int64_t n4 = n / 4;
-  DI_CHECK(n4 < (std::int64_t(1) << 38), "split_activations: {} values in one launch", n);
-  detail::launch("split_activations", split_activations_kernel, unsigned((n4 + 255) / 256), 256, 0,
-                 stream, reinterpret_cast<const float4*>(x), reinterpret_cast<uint4*>(out), n4);
 }
 
 }  // namespace di::cuda

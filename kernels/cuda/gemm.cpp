@@ -22,7 +22,6 @@ namespace {
 std::atomic<gemm_backend> g_backend{gemm_backend::automatic};
 std::atomic<bool> g_ordered_splits{false};
 std::atomic<bool> g_split_gemm{true};
-std::atomic<bool> g_split_presplit{detail::env_switch("DEEPINFER_SPLIT_PRESPLIT", true)};
 std::atomic<bool> g_f32_gemv{detail::env_switch("DEEPINFER_F32_GEMV", true)};
 
 /// Launches p on sm90_block_gemm; with ordered splits (set_ordered_gemm_splits), a K split
@@ -174,12 +173,6 @@ void set_split_gemm(bool on) {
 }
 bool get_split_gemm() {
   return g_split_gemm;
-}
-void set_split_presplit(bool on) {
-  g_split_presplit = on;
-}
-bool get_split_presplit() {
-  return g_split_presplit;
 }
 
 void set_ordered_gemm_splits(bool on) {
@@ -359,15 +352,7 @@ tensor grouped_linear(const tensor& x, const weight_matrix& weight) {
   };
   if (fp8_decode && g_split_gemm &&
       fp8_split_gemm_fits(rows, in, int(weight.block.cols), e8m0)) {
-    fp8_gemv_params p = params(0, rows);
-    tensor split;  // [rows * groups * in] words: the activations split once (9+ rows)
-    if (rows > fp8_gemv_max_rows && g_split_presplit) {
-      split = tensor::empty({rows * groups * in}, dtype::i32, x.dev());
-      auto* words = static_cast<std::uint32_t*>(split.raw());
-      launch_split_activations(x.data<float>(), words, rows * groups * in, current_stream());
-      p.x_split = words;
-    }
-    launch_fp8_split_gemm(p, current_stream());
+    launch_fp8_split_gemm(params(0, rows), current_stream());
     return y;
   }
   if (fp8_decode && rows <= fp8_gemv_chunked_rows &&

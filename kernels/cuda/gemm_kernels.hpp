@@ -181,9 +181,6 @@ struct fp8_gemv_params {
   std::int64_t in;   ///< multiple of 16
   std::int64_t out;  ///< outputs per group
   float* y;          ///< [rows, groups * out]
-  /// fp8_split_gemm only, optional: x already split (launch_split_activations), read instead
-  /// of x -- the same bits, without every warp re-splitting the activations it shares.
-  const std::uint32_t* x_split = nullptr;
 };
 constexpr std::int64_t fp8_gemv_max_rows = 8;
 /// grouped_linear runs fp8_gemv in chunks of fp8_gemv_max_rows up to this many rows.
@@ -208,11 +205,6 @@ void launch_f32_gemv(const f32_gemv_params& p, cudaStream_t stream);
 constexpr std::int64_t fp8_split_gemm_max_rows = 64;
 bool fp8_split_gemm_fits(std::int64_t rows, std::int64_t in, int block_cols, bool e8m0);
 void launch_fp8_split_gemm(const fp8_gemv_params& p, cudaStream_t stream);
-/// x [n floats, n % 4 == 0, 16-byte aligned] split as fp8_split_gemm splits it, into out [n]
-/// u32: per 4 values (x0..x3) the words hi(x0, x1), hi(x2, x3), lo(x0, x1), lo(x2, x3) (bf16x2,
-/// x = hi + lo + below 2^-17 |x|) -- the float4 a lane loads becomes the MMA operands it needs.
-void launch_split_activations(const float* x, std::uint32_t* out, std::int64_t n,
-                              cudaStream_t stream);
 
 struct dequantize_params {
   const std::uint8_t* values;      ///< FP8 [rows, cols], FP4 [rows, cols / 2], or bf16/f32

@@ -270,8 +270,7 @@ TEST_CASE("cuda linear: dequantized-at-load BF16 and f32 weights on cuBLAS") {
 }
 
 TEST_CASE("cuda grouped_linear (block-diagonal) matches the CPU") {
-  // Rows 1-64 take fp8_split_gemm (bf16 tensor cores, activations split in two bf16 parts; from
-  // 9 rows split once by a kernel before it, bitwise the same as splitting in every warp) or,
+  // Rows 1-64 take fp8_split_gemm (bf16 tensor cores, activations split in two bf16 parts) or,
   // switched off or with f32 scales, fp8_gemv (CUDA cores; chunks of 8 rows); the others the
   // dequantize + SGEMM path. V4's 128x128 and V4.1's 32x32 blocks, outputs per group not a
   // multiple of the scale block or of a 64-row block, inputs not a multiple of a 128-input
@@ -281,8 +280,6 @@ TEST_CASE("cuda grouped_linear (block-diagonal) matches the CPU") {
     std::int64_t groups, out, in, block;
   };
   const bool split_before = cuda::get_split_gemm();
-  const bool presplit_before = cuda::get_split_presplit();
-  cuda::set_split_presplit(true);  // 9..64 rows: activations split once, before the GEMM
   for (const bool split : {true, false}) {
     cuda::set_split_gemm(split);
     for (const shape sh : {shape{8, 128, 256, 128}, shape{8, 40, 1040, 32},
@@ -301,12 +298,6 @@ TEST_CASE("cuda grouped_linear (block-diagonal) matches the CPU") {
           const tensor tail = ops::grouped_linear(x.slice(0, rows - 3, rows).to(gpu), wg);
           test::check_bitwise(tail, y.slice(0, rows - 3, rows).clone());
         }
-        if (split && rows > 8 && rows <= 64) {  // activations split by every warp: same bits
-          cuda::set_split_presplit(false);
-          const tensor inline_split = ops::grouped_linear(x.to(gpu), wg).to(cpu_device);
-          cuda::set_split_presplit(true);
-          test::check_bitwise(inline_split, y);
-        }
       }
     }
   }
@@ -320,7 +311,6 @@ TEST_CASE("cuda grouped_linear (block-diagonal) matches the CPU") {
   const tensor x = test::random_f32({5, 2, 512});
   check_close(ops::grouped_linear(x.to(gpu), weight_to(w, gpu)), ops::grouped_linear(x, w), 1e-5);
   cuda::set_split_gemm(split_before);
-  cuda::set_split_presplit(presplit_before);
 }
 
 /// Offsets [experts + 1] i32 for the given per-expert row counts (host).
