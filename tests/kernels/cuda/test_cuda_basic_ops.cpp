@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include <tuple>
 #include <vector>
@@ -189,9 +190,12 @@ TEST_CASE("cuda rms_norm matches the CPU within fp32 rounding") {
          {1, 31, 512, 4096, 5120, 7168, 20000}) {  // 20000: past the 16-byte path
       tensor x = test::random_f32({rows, dim}, 3.0f);
       tensor w = test::random_f32({dim});
-      check_close(ops::rms_norm(x.to(gpu), w.to(gpu), 1e-6f), ops::rms_norm(x, w, 1e-6f), 2e-6);
+      // The sum of squares adds in another order on each side; its rounding grows about as
+      // sqrt(dim) (seed 1958608884 gave 2.09e-6 at dim 20000 against a flat 2e-6 bound).
+      const double rel = 2e-6 * std::max(1.0, std::sqrt(double(dim) / 4096.0));
+      check_close(ops::rms_norm(x.to(gpu), w.to(gpu), 1e-6f), ops::rms_norm(x, w, 1e-6f), rel);
       check_close(ops::rms_norm(x.to(gpu), tensor(), 1e-6f), ops::rms_norm(x, tensor(), 1e-6f),
-                  2e-6);
+                  rel);
     }
   }
 }
