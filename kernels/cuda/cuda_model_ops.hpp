@@ -295,9 +295,9 @@ struct hc_collapse_norm_params {
 constexpr std::int64_t hc_collapse_norm_max_dim = 8192;
 constexpr std::int64_t hc_collapse_norm_max_streams = 4;  ///< the op runs two kernels past it
 void launch_hc_collapse_norm(const hc_collapse_norm_params& p, cudaStream_t stream);
-/// hc_collapse_norm on a cluster of 4 blocks per token (each a quarter of the row; the sum of
+/// hc_collapse_norm on a cluster of 8 blocks per token (each an eighth of the row; the sum of
 /// squares added across them through distributed shared memory) for widths that are a multiple
-/// of 512, instead of one block per token: on by default (DEEPINFER_HC_NORM_CLUSTER=0 or this
+/// of 1024, instead of one block per token: on by default (DEEPINFER_HC_NORM_CLUSTER=0 or this
 /// switch turns it off; session 19: v41-flash-L4 batch 1 1.80 -> 1.74 ms). Its sums group
 /// differently, so its bits differ from the one-block kernel's in the last places; either is
 /// batch-invariant (the choice depends on the width only).

@@ -183,25 +183,40 @@ constexpr int kNormPerThread = 8;
 constexpr int kMaxStreams = int(hc_collapse_norm_max_streams);  // V4 and V4.1: 4 streams
 /// The cluster variant (set_hc_collapse_norm_cluster): blocks per token, threads per block and
 /// values per thread (a slice of at most 2048 columns: dim <= 8192).
-constexpr int kNormCluster = 4;
+constexpr int kNormCluster = 8;
 constexpr int kNormClusterThreads = 256;
-constexpr int kNormClusterPerThread = 8;
+constexpr int kNormClusterPerThread = 4;
 
 /// The end of hc_collapse_norm for a thread's values v[j] (columns d0 + threadIdx.x + j *
 /// blockDim.x below end) once the row's 1 / rms is known: the scaled (and weighted) row, and
 /// its FP8 quantization. A quantization block is quant_block / 32 whole warps of one j
 /// (blockDim.x is a multiple of 128 and d0 of quant_block), so its amax is their warps' maxima
 /// combined -- a max, exact in any order: act_quant_kernel's scale and codes.
+/// The norm weights of a thread's columns (as finish_norm_row reads them; 1 without weights).
+/// The cluster kernel loads them before waiting for the kernel before (PDL): norm weights are
+/// constant, never written by the kernel launched just before (stream_gemm's early weights
+/// rest on the same rule).
+template <int NPT>
+__device__ __forceinline__ void load_norm_weights(const hc_collapse_norm_params& p,
+                                                  std::int64_t d0, std::int64_t end,
+                                                  float (&w)[NPT]) {
+#pragma unroll
+  for (int j = 0; j < NPT; ++j) {
+    const std::int64_t d = d0 + threadIdx.x + std::int64_t(j) * blockDim.x;
+    w[j] = p.weight && d < end ? p.weight[d] : 1.0f;
+  }
+}
+
 template <int NPT>
 __device__ __forceinline__ void finish_norm_row(const hc_collapse_norm_params& p, std::int64_t t,
-                                                float (&v)[NPT], float rs, std::int64_t d0,
-                                                std::int64_t end) {
+                                                float (&v)[NPT], const float (&w)[NPT], float rs,
+                                                std::int64_t d0, std::int64_t end) {
   float* out = p.out + t * p.dim;
 #pragma unroll
   for (int j = 0; j < NPT; ++j) {
     const std::int64_t d = d0 + threadIdx.x + std::int64_t(j) * blockDim.x;
     const float y = v[j] * rs;
-    v[j] = d < end ? (p.weight ? p.weight[d] * y : y) : 0.0f;  // the output value
+    v[j] = d < end ? (p.weight ? w[j] * y : y) : 0.0f;  // the output value
     if (d < end) out[d] = v[j];
   }
   if (p.quant_block == 0) return;  // uniform
@@ -261,13 +276,15 @@ __device__ __forceinline__ float collapse_values(const hc_collapse_norm_params& 
 
 /// One block per token: rms_norm(hc_collapse(x, pre)) without the [tokens, dim] temporary and
 /// the second launch. dim <= kNormPerThread * blockDim.x.
-__global__ void hc_collapse_norm_kernel(const hc_collapse_norm_params p) {
+__global__ void __launch_bounds__(1024) hc_collapse_norm_kernel(const hc_collapse_norm_params p) {
   detail::grid_dependency_sync();
   __shared__ float scratch[32];
   const std::int64_t t = blockIdx.x;
   float v[kNormPerThread];
   const float sum = detail::block_sum(collapse_values(p, t, 0, p.dim, v), scratch);
-  finish_norm_row(p, t, v, 1.0f / sqrtf(sum / float(p.dim) + p.eps), 0, p.dim);
+  float w[kNormPerThread];  // after the sum: up to 1024 threads keep within 64 registers
+  load_norm_weights(p, 0, p.dim, w);
+  finish_norm_row(p, t, v, w, 1.0f / sqrtf(sum / float(p.dim) + p.eps), 0, p.dim);
 }
 
 /// hc_collapse_norm on a cluster of kNormCluster blocks per token, each a slice of dim /
@@ -279,13 +296,15 @@ __global__ void hc_collapse_norm_kernel(const hc_collapse_norm_params p) {
 __global__ void __launch_bounds__(kNormClusterThreads, 1)
     hc_collapse_norm_cluster_kernel(const hc_collapse_norm_params p) {
   namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  const std::int64_t slice = p.dim / kNormCluster;
+  const std::int64_t d0 = std::int64_t(cluster.block_rank()) * slice;
+  float w[kNormClusterPerThread];
+  load_norm_weights(p, d0, d0 + slice, w);  // constant: before the wait
   detail::grid_dependency_sync();
   __shared__ float scratch[32];
   __shared__ float slice_sum;
-  cg::cluster_group cluster = cg::this_cluster();
   const std::int64_t t = blockIdx.x / kNormCluster;
-  const std::int64_t slice = p.dim / kNormCluster;
-  const std::int64_t d0 = std::int64_t(cluster.block_rank()) * slice;
   float v[kNormClusterPerThread];
   const float sum = detail::block_sum(collapse_values(p, t, d0, d0 + slice, v), scratch);
   if (threadIdx.x == 0) slice_sum = sum;
@@ -294,7 +313,7 @@ __global__ void __launch_bounds__(kNormClusterThreads, 1)
 #pragma unroll
   for (int r = 0; r < kNormCluster; ++r) total += *cluster.map_shared_rank(&slice_sum, unsigned(r));
   cluster.sync();  // no block leaves while another reads its slice_sum
-  finish_norm_row(p, t, v, 1.0f / sqrtf(total / float(p.dim) + p.eps), d0, d0 + slice);
+  finish_norm_row(p, t, v, w, 1.0f / sqrtf(total / float(p.dim) + p.eps), d0, d0 + slice);
 }
 
 __global__ void hc_expand_kernel(const hc_expand_params p) {

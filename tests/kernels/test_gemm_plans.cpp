@@ -109,10 +109,12 @@ TEST_CASE("hc_collapse_norm's cluster variant: on by default, chosen by the widt
   const bool before = cuda::hc_collapse_norm_cluster();
   if (!std::getenv("DEEPINFER_HC_NORM_CLUSTER")) CHECK(before);
   cuda::set_hc_collapse_norm_cluster(true);
-  CHECK(cuda::hc_collapse_norm_uses_cluster(4096));         // V4.1 / V4: 4 slices of 1024
-  CHECK(cuda::hc_collapse_norm_uses_cluster(7168));         // 4 x 1792: whole 128-column blocks
-  CHECK(cuda::hc_collapse_norm_uses_cluster(8192));         // 4 x 2048: the registers' limit
+  CHECK(cuda::hc_collapse_norm_uses_cluster(4096));         // V4: 8 slices of 512
+  CHECK(cuda::hc_collapse_norm_uses_cluster(5120));         // V4.1: 8 x 640
+  CHECK(cuda::hc_collapse_norm_uses_cluster(7168));         // 8 x 896: whole 128-column blocks
+  CHECK(cuda::hc_collapse_norm_uses_cluster(8192));         // 8 x 1024: the registers' limit
   CHECK_FALSE(cuda::hc_collapse_norm_uses_cluster(4000));   // slices not whole blocks
+  CHECK_FALSE(cuda::hc_collapse_norm_uses_cluster(3584));   // 8 x 448: not whole blocks either
   CHECK_FALSE(cuda::hc_collapse_norm_uses_cluster(16384));  // slices past the registers
   cuda::set_hc_collapse_norm_cluster(false);
   CHECK_FALSE(cuda::hc_collapse_norm_uses_cluster(4096));
