@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One device call's command (run it as the `run` command, carrying build-cuda-fwd/fwd-bundle.tar.xz):
+# One device call's command (run it as the `run` command, carrying build-cuda-fwd/fwd-bundle.tar.xz,
+# or v4-golden.tar.xz with no preset: the v4_public golden on the GPU):
 # an optional gate -- the GPU tests matching $DEEPINFER_GATE (a doctest -tc pattern, e.g.
 # "*pipe_gemm*") under a 120 s timeout, so that a new kernel that hangs or fails costs seconds,
 # not the call (DEEPINFER_GATE_STOP=hang: go on unless the gate timed out or crashed -- for opt-in
@@ -12,7 +13,10 @@ cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/out}
 logs=$(mktemp -d)
 mkdir -p "$out" /tmp/fwd
-tar -C /tmp/fwd -xJf build-cuda-fwd/fwd-bundle.tar.xz
+# Whichever bundle was carried (fwd-bundle.tar.xz, or v4-golden.tar.xz with no preset).
+for b in build-cuda-fwd/fwd-bundle.tar.xz build-cuda-fwd/v4-golden.tar.xz; do
+  if [[ -f $b ]]; then tar -C /tmp/fwd -xJf "$b"; fi
+done
 export LD_LIBRARY_PATH=/tmp/fwd/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export DEEPINFER_SHARED_DIR=/tmp/fwd/shared DEEPINFER_BUNDLE_UNPACKED=1
 rc=0
