@@ -42,7 +42,7 @@ struct bench_options {
   bool ordered_splits = false;      ///< CUDA GEMM K splits added in a fixed order
   bool batched_decode = true;       ///< CUDA decode attention batched across sequences
   std::string logits = "device";    ///< CUDA: where a step's logits end up (device or host)
-  int timeline = 0;                 ///< CUDA decode: steps traced per row after the timed ones
+  int timeline = 0;                 ///< CUDA: steps (prefills) traced per row after the timed ones
   bool json = false;
 };
 
@@ -144,20 +144,8 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-/// The device timeline of `steps` more decode steps (kernels recorded by `tracer` since before
-/// the row's first step, so that its captured graphs are traced too).
-nlohmann::json trace_decode_steps(const di::deepseek_model& m, bench_batch& b, std::mt19937_64& rng,
-                                  int batch, int steps, const di::cli::kernel_tracer& tracer) {
-  tracer.collect();  // what ran before: loading, prefill, the timed steps
-  std::vector<di::timeline_window> windows;
-  for (int s = 0; s < steps; ++s) {
-    std::vector<std::vector<std::int64_t>> next;
-    for (int i = 0; i < batch; ++i) next.push_back(random_ids(rng, 1, m.config().vocab_size));
-    const std::uint64_t begin = tracer.now_ns();
-    step(m, b, next);
-    windows.push_back({begin, tracer.now_ns()});
-  }
-  const di::timeline_summary t = di::summarize_timeline(tracer.collect(), windows);
+/// A traced summary as the JSON rows carry it (print_timeline's input).
+nlohmann::json timeline_json(const di::timeline_summary& t) {
   nlohmann::json kernels = nlohmann::json::array();
   for (const auto& k : t.kernels)
     kernels.push_back({{"name", k.name},
@@ -182,6 +170,31 @@ nlohmann::json trace_decode_steps(const di::deepseek_model& m, bench_batch& b, s
           {"kernels", kernels},
           {"api_us", t.api_us},
           {"api", calls}};
+}
+
+/// The device timeline of `steps` calls of `one_step` (kernels recorded by `tracer` since
+/// before the row's first step, so that the graphs it captured are traced too): each call is
+/// one window of the summary.
+template <typename Step>
+nlohmann::json trace_steps(int steps, const di::cli::kernel_tracer& tracer, Step&& one_step) {
+  tracer.collect();  // what ran before: loading, prefill, the timed steps
+  std::vector<di::timeline_window> windows;
+  for (int s = 0; s < steps; ++s) {
+    const std::uint64_t begin = tracer.now_ns();
+    one_step();
+    windows.push_back({begin, tracer.now_ns()});
+  }
+  return timeline_json(di::summarize_timeline(tracer.collect(), windows));
+}
+
+/// The timeline of `steps` more decode steps of batch b.
+nlohmann::json trace_decode_steps(const di::deepseek_model& m, bench_batch& b, std::mt19937_64& rng,
+                                  int batch, int steps, const di::cli::kernel_tracer& tracer) {
+  return trace_steps(steps, tracer, [&] {
+    std::vector<std::vector<std::int64_t>> next;
+    for (int i = 0; i < batch; ++i) next.push_back(random_ids(rng, 1, m.config().vocab_size));
+    step(m, b, next);
+  });
 }
 
 nlohmann::json bench_decode(const di::deepseek_model& m, int batch, int context, int steps,
@@ -231,20 +244,29 @@ nlohmann::json bench_decode(const di::deepseek_model& m, int batch, int context,
 }
 
 nlohmann::json bench_prefill(const di::deepseek_model& m, int batch, int context, int steps,
-                             double peak_tflops) {
+                             double peak_tflops, const di::cli::kernel_tracer* tracer,
+                             int timeline_steps) {
   std::mt19937_64 rng(4321);
   std::vector<double> times;
-  // One untimed forward first (as the decode bench's first step): it grows the device
-  // allocator's pools and creates the GEMM handles, which a timed median of two would average in.
-  for (int s = 0; s < 1 + std::max(3, steps / 4); ++s) {  // median of >= 3 timed
+  // The prefill of fresh sequences (a new batch, so that no step sees another's cache).
+  auto prefill_fresh = [&] {
     bench_batch b = make_batch(m, batch, context + 1);
     std::vector<std::vector<std::int64_t>> prompt;
     for (int i = 0; i < batch; ++i)
       prompt.push_back(random_ids(rng, context, m.config().vocab_size));
     double t0 = now_s();
     step(m, b, prompt);
-    if (s > 0) times.push_back(now_s() - t0);
+    return now_s() - t0;
+  };
+  // One untimed forward first (as the decode bench's first step): it grows the device
+  // allocator's pools and creates the GEMM handles, which a timed median of two would average in.
+  for (int s = 0; s < 1 + std::max(3, steps / 4); ++s) {  // median of >= 3 timed
+    const double t = prefill_fresh();
+    if (s > 0) times.push_back(t);
   }
+  nlohmann::json timeline;
+  if (tracer && timeline_steps > 0)
+    timeline = trace_steps(timeline_steps, *tracer, [&] { prefill_fresh(); });
   double sec = median(times);
   double tokens = double(batch) * context;
   double gflops = 2.0 * di::cli::active_params_per_token(m.config()) * tokens / sec / 1e9;
@@ -255,11 +277,12 @@ nlohmann::json bench_prefill(const di::deepseek_model& m, int batch, int context
     row["bf16_peak_tflops"] = peak_tflops;
     row["share_of_bf16_peak"] = gflops / 1e3 / peak_tflops;
   }
+  if (!timeline.is_null()) row["timeline"] = timeline;
   return row;
 }
 
-/// --timeline's lines under a decode row: where a traced step's device time went, then the
-/// kernels that took the most of it.
+/// --timeline's lines under a row: where a traced step's (or prefill's) device time went, then
+/// the kernels that took the most of it.
 void print_timeline(const nlohmann::json& t) {
   const double span = t["span_us"].get<double>();
   fmt::print(
@@ -338,6 +361,7 @@ void print_table(const nlohmann::json& rows, const nlohmann::json& env) {
                    "TFLOP/s)\n",
                    100.0 * r["share_of_bf16_peak"].get<double>(),
                    r["bf16_peak_tflops"].get<double>());
+      if (r.contains("timeline")) print_timeline(r["timeline"]);
     }
   }
 }
@@ -365,8 +389,7 @@ void run_bench(const bench_options& o, bool decode) {
   if (!on_gpu || !decode) graph_modes = {false};  // graphs: CUDA decode steps only
   DI_CHECK(!o.ordered_splits || on_gpu, "--ordered-splits needs --device cuda");
   DI_CHECK(o.timeline >= 0, "--timeline must be 0 (off) or a number of steps, got {}", o.timeline);
-  DI_CHECK(o.timeline == 0 || (on_gpu && decode),
-           "--timeline traces CUDA decode steps: it needs bench decode with --device cuda");
+  DI_CHECK(o.timeline == 0 || on_gpu, "--timeline traces CUDA steps: it needs --device cuda");
   // Started before the rows' first steps, so that kernels of the graphs they capture are
   // recorded as well; the tracer's own cost is then part of every timed step too.
   std::optional<di::cli::kernel_tracer> tracer;
@@ -394,7 +417,8 @@ void run_bench(const bench_options& o, bool decode) {
         model->set_options(fo);
         nlohmann::json row = decode ? bench_decode(*model, b, c, o.steps, copy_gbs,
                                                    tracer ? &*tracer : nullptr, o.timeline)
-                                    : bench_prefill(*model, b, c, o.steps, peak_tflops);
+                                    : bench_prefill(*model, b, c, o.steps, peak_tflops,
+                                                    tracer ? &*tracer : nullptr, o.timeline);
         if (decode && on_gpu) {
           row["cuda_graphs"] = graphs;
           row["graph_pieces"] = model->captured_graphs();
@@ -444,12 +468,15 @@ void add_common(CLI::App* sub, const std::shared_ptr<bench_options>& o) {
   sub->add_flag("--json", o->json, "Print one JSON object");
 }
 
-void add_decode_only(CLI::App* sub, const std::shared_ptr<bench_options>& o) {
-  sub->add_option("--timeline", o->timeline,
-                  "CUDA: after each row's timed steps, trace this many more with CUPTI and print "
-                  "where a step's device time went -- busy, idle between kernels, time per kernel "
-                  "(the tracer runs from the start, so the timed steps carry its cost: compare "
-                  "them with a run without it)")
+/// --timeline, on both benchmarks (`what`: the steps it traces).
+void add_timeline(CLI::App* sub, const std::shared_ptr<bench_options>& o, const char* what) {
+  sub->add_option(
+         "--timeline", o->timeline,
+         fmt::format("CUDA: after each row's timed {0}, trace this many more with CUPTI and "
+                     "print where one's device time went -- busy, idle between "
+                     "kernels, time per kernel (the tracer runs from the start, so the "
+                     "timed {0} carry its cost: compare them with a run without it)",
+                     what))
       ->capture_default_str();
 }
 
@@ -461,11 +488,12 @@ void setup_bench(CLI::App& app) {
   auto* decode =
       bench->add_subcommand("decode", "Time one-token decode steps of a batch of sequences");
   add_common(decode, od);
-  add_decode_only(decode, od);
+  add_timeline(decode, od, "steps");
   decode->callback([od] { run_bench(*od, true); });
   auto op = std::make_shared<bench_options>();
   auto* prefill = bench->add_subcommand("prefill", "Time the prefill of a batch of prompts");
   add_common(prefill, op);
+  add_timeline(prefill, op, "prefills");
   prefill->callback([op] { run_bench(*op, false); });
   di::cli::add_bench_serve(bench);
   bench->footer(

@@ -21,7 +21,8 @@
 #   DEEPINFER_SKIP_PEER=1, DEEPINFER_SKIP_CLUSTER=1, DEEPINFER_SKIP_TESTS=1,
 #   DEEPINFER_SKIP_PREFILL=1 (no prefill runs),
 #   DEEPINFER_TIMELINE=N (decode again, graphs on, at DEEPINFER_TIMELINE_BATCH -- default 1,64 --
-#   with `--timeline N`: N traced steps, where their device time went, kernel by kernel),
+#   with `--timeline N`: N traced steps, where their device time went, kernel by kernel;
+#   DEEPINFER_TIMELINE_PREFILL=N: the same for N prefills of 2048 tokens, unless SKIP_PREFILL),
 #   a bundled bin/deepinfer-base (gpu-forward-bundle.sh's DEEPINFER_BASE_BIN, e.g. an older
 #   commit's build): its decode (graphs on, or DEEPINFER_BASE_GRAPHS=off|both) and prefill run
 #   on the same checkpoint, for comparison
@@ -133,6 +134,10 @@ for preset in "$@"; do
       env $DEEPINFER_COMPARE_PREFILL_ENV "$di" bench prefill --model "$dir" --device cuda \
         --batch 1 --context 2048 --steps 8 2>&1 | tee "$out/bench-prefill-env-$preset.log" |
         grep prefill | sed "s/^/$DEEPINFER_COMPARE_PREFILL_ENV: /"
+    fi
+    if [[ -n ${DEEPINFER_TIMELINE_PREFILL:-} ]]; then  # the device timeline of prefills (CUPTI)
+      "$di" bench prefill --model "$dir" --device cuda --batch 1 --context 2048 --steps 8 \
+        --timeline "$DEEPINFER_TIMELINE_PREFILL" 2>&1 | tee "$out/bench-prefill-timeline-$preset.log"
     fi
   fi
   if [[ -x /tmp/fwd/bin/deepinfer-base ]]; then  # the baseline build on the same checkpoint

@@ -197,9 +197,8 @@ constexpr int kNormClusterPerThread = 4;
 /// constant, never written by the kernel launched just before (stream_gemm's early weights
 /// rest on the same rule).
 template <int NPT>
-__device__ __forceinline__ void load_norm_weights(const hc_collapse_norm_params& p,
-                                                  std::int64_t d0, std::int64_t end,
-                                                  float (&w)[NPT]) {
+__device__ __forceinline__ void load_norm_weights(const hc_collapse_norm_params& p, std::int64_t d0,
+                                                  std::int64_t end, float (&w)[NPT]) {
 #pragma unroll
   for (int j = 0; j < NPT; ++j) {
     const std::int64_t d = d0 + threadIdx.x + std::int64_t(j) * blockDim.x;

@@ -154,12 +154,13 @@ class GenerateTest(unittest.TestCase):
         self.assertIn("--cuda-graphs must be off, on or both", error_lines(p)[0])
         p = run("bench", "decode", "--model", MODEL, "--timeline", "4")  # CUDA decode only
         self.assertEqual(p.returncode, 1)
-        self.assertIn("--timeline traces CUDA decode steps", error_lines(p)[0])
+        self.assertIn("--timeline traces CUDA steps: it needs --device cuda", error_lines(p)[0])
         p = run("bench", "decode", "--model", MODEL, "--timeline", "-1")
         self.assertEqual(p.returncode, 1)
         self.assertIn("--timeline must be 0 (off) or a number of steps", error_lines(p)[0])
-        p = run("bench", "prefill", "--model", MODEL, "--timeline", "4")  # not an option there
-        self.assertNotEqual(p.returncode, 0)
+        p = run("bench", "prefill", "--model", MODEL, "--timeline", "2")  # CUDA prefill too
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("--timeline traces CUDA steps: it needs --device cuda", error_lines(p)[0])
         # on the CPU the logits are host memory either way; the JSON says so
         p = run("bench", "decode", "--model", MODEL, "--context", "8", "--steps", "1", "--json")
         self.assertEqual(json.loads(p.stdout)["logits"], "host")
