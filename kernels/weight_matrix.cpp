@@ -97,6 +97,7 @@ weight_matrix weight_to(const weight_matrix& w, device dev) {
   out.values = w.values.to(dev);
   if (w.scales.defined()) out.scales = w.scales.to(dev);
   out.lt_scales = tensor();  // derived data of the source device (cuda::with_lt_scales)
+  out.bf16_values = tensor();  // likewise (cuda::with_bf16_copy)
   return out;
 }
 

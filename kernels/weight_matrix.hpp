@@ -48,6 +48,12 @@ struct weight_matrix {
   /// cuda::with_lt_scales (the model upload does); undefined otherwise, and then that GEMM
   /// converts the scales on every call. Derived data: weight_to does not carry it.
   tensor lt_scales;
+  /// CUDA, f32 values that are bf16 values exactly (a bf16 checkpoint matrix decoded to fp32):
+  /// the same matrix as bf16 [rows, cols], made once by cuda::with_bf16_copy (the model upload
+  /// does). linear then multiplies more than f32_gemv's rows on the bf16 tensor cores, the
+  /// input split into two bf16 parts (exact products, fp32 sums) instead of with SGEMM.
+  /// Derived data: weight_to does not carry it.
+  tensor bf16_values;
 
   weight_matrix() = default;
   /// A plain f32 or bf16 matrix [rows, cols] (implicit: a dense tensor is a weight matrix).

@@ -108,6 +108,21 @@ void sgemm_nt(const tensor& x, const tensor& w, tensor y, int groups) {
                                          y.data<float>(), int(y.size(1)), out, groups));
 }
 
+namespace {
+
+/// y [rows, out] (f32) = xb W^T (+ y when accumulate) for xb [rows, in] and W [out, in] bf16.
+void gemm_ex_bf16(const tensor& xb, const tensor& w, tensor& y, bool accumulate) {
+  const std::int64_t rows = xb.size(0), in = xb.size(1), out = w.size(0);
+  handles& h = thread_handles();
+  const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  CUBLAS_CHECK(cublasGemmEx(h.blas, CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(rows), int(in), &one,
+                            w.raw(), CUDA_R_16BF, int(in), xb.raw(), CUDA_R_16BF, int(in), &beta,
+                            y.raw(), CUDA_R_32F, int(out), CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace
+
 void bf16_gemm_nt(const tensor& x, const tensor& w, tensor& y) {
   const std::int64_t rows = x.size(0), in = x.size(1), out = w.size(0);
   if (rows == 0 || out == 0) return;
@@ -117,12 +132,22 @@ void bf16_gemm_nt(const tensor& x, const tensor& w, tensor& y) {
   }
   tensor xb = tensor::empty({rows, in}, dtype::bf16, x.dev());  // [rows, in]
   launch_to_bf16(x.data<float>(), xb.data<std::uint16_t>(), rows * in, current_stream());
-  handles& h = thread_handles();
-  const float one = 1.0f, zero = 0.0f;
-  CUBLAS_CHECK(cublasGemmEx(h.blas, CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(rows), int(in), &one,
-                            w.raw(), CUDA_R_16BF, int(in), xb.raw(), CUDA_R_16BF, int(in), &zero,
-                            y.raw(), CUDA_R_32F, int(out), CUBLAS_COMPUTE_32F,
-                            CUBLAS_GEMM_DEFAULT));
+  gemm_ex_bf16(xb, w, y, false);
+}
+
+void split_bf16_gemm_nt(const tensor& x, const tensor& w, tensor& y) {
+  const std::int64_t rows = x.size(0), in = x.size(1), out = w.size(0);
+  if (rows == 0 || out == 0) return;
+  if (in == 0) {
+    CUDA_CHECK(cudaMemsetAsync(y.raw(), 0, y.nbytes(), current_stream()));
+    return;
+  }
+  tensor hi = tensor::empty({rows, in}, dtype::bf16, x.dev());  // [rows, in]
+  tensor lo = tensor::empty({rows, in}, dtype::bf16, x.dev());
+  launch_split_bf16(x.data<float>(), hi.data<std::uint16_t>(), lo.data<std::uint16_t>(), rows * in,
+                    current_stream());
+  gemm_ex_bf16(hi, w, y, false);
+  gemm_ex_bf16(lo, w, y, true);
 }
 
 bool cublaslt_fp8_fits(const weight_matrix& w, std::int64_t rows, std::int64_t k, int act_block) {

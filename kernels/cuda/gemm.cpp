@@ -23,6 +23,7 @@ std::atomic<gemm_backend> g_backend{gemm_backend::automatic};
 std::atomic<bool> g_ordered_splits{false};
 std::atomic<bool> g_split_gemm{true};
 std::atomic<bool> g_f32_gemv{detail::env_switch("DEEPINFER_F32_GEMV", true)};
+std::atomic<bool> g_split_bf16{detail::env_switch("DEEPINFER_SPLIT_BF16", true)};
 
 /// Launches p on sm90_block_gemm; with ordered splits (set_ordered_gemm_splits), a K split
 /// gets its partials workspace and zeroed tile counters (stream-ordered scratch, so CUDA graph
@@ -171,6 +172,26 @@ void set_f32_gemv(bool on) {
 void set_split_gemm(bool on) {
   g_split_gemm = on;
 }
+
+void set_split_bf16_linear(bool on) {
+  g_split_bf16 = on;
+}
+bool get_split_bf16_linear() {
+  return g_split_bf16;
+}
+
+weight_matrix with_bf16_copy(const weight_matrix& w, const weight_matrix& source) {
+  if (!w.values.defined() || w.values.type() != dtype::f32 ||
+      w.values.dev().kind != device_kind::cuda || source.values.type() != dtype::bf16 ||
+      w.bf16_values.defined())
+    return w;
+  DI_CHECK(source.values.shape() == w.values.shape(),
+           "with_bf16_copy: source [{}, {}] is not the matrix [{}, {}]", source.rows(),
+           source.cols(), w.rows(), w.cols());
+  weight_matrix out = w;
+  out.bf16_values = source.values.to(w.values.dev());  // the checkpoint's bf16 bytes
+  return out;
+}
 bool get_split_gemm() {
   return g_split_gemm;
 }
@@ -260,6 +281,9 @@ tensor linear(const tensor& x, const weight_matrix& weight, const linear_params&
     tensor y = tensor::empty({rows, out}, dtype::f32, x.dev());  // [rows, out]
     if (weight.values.type() == dtype::bf16) {
       bf16_gemm_nt(input, weight.values, y);
+    } else if (g_split_bf16 && weight.bf16_values.defined() && rows > f32_gemv_max_rows &&
+               input.is_contiguous()) {  // fp32-grade products on the bf16 tensor cores
+      split_bf16_gemm_nt(input, weight.bf16_values, y);
     } else if (g_f32_gemv && input.is_contiguous() && weight.values.is_contiguous() &&
                f32_gemv_fits(rows, in, out)) {  // decode rows: f32_gemv instead of SGEMV
       auto aligned = [](const void* q) { return reinterpret_cast<std::uintptr_t>(q) % 16 == 0; };

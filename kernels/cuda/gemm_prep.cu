@@ -93,6 +93,19 @@ __global__ void to_bf16_kernel(const float* x, std::uint16_t* out, std::int64_t 
     out[i] = f32_to_bf16(x[i]);
 }
 
+__global__ void split_bf16_kernel(const float* x, std::uint16_t* hi, std::uint16_t* lo,
+                                  std::int64_t n) {
+  detail::grid_dependency_sync();
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    const float v = x[i];
+    const std::uint16_t h = f32_to_bf16(v);
+    const float back = bf16_to_f32(h);
+    hi[i] = h;
+    lo[i] = isfinite(back) ? f32_to_bf16(v - back) : std::uint16_t(0);  // inf / NaN: hi alone
+  }
+}
+
 __global__ void scales_to_f32_kernel(const std::uint8_t* e8m0, const float* f32, std::int64_t rows,
                                      std::int64_t cols, std::int64_t ld, float* out) {
   detail::grid_dependency_sync();
@@ -165,6 +178,12 @@ void launch_scales_to_f32(const std::uint8_t* e8m0, const float* f32, std::int64
 void launch_to_bf16(const float* x, std::uint16_t* out, std::int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   detail::launch("to_bf16", to_bf16_kernel, grid_for(n), 256, 0, stream, x, out, n);
+}
+
+void launch_split_bf16(const float* x, std::uint16_t* hi, std::uint16_t* lo, std::int64_t n,
+                       cudaStream_t stream) {
+  if (n == 0) return;
+  detail::launch("split_bf16", split_bf16_kernel, grid_for(n), 256, 0, stream, x, hi, lo, n);
 }
 
 }  // namespace di::cuda

@@ -41,10 +41,13 @@ class uploader {
   static weight_matrix streamed(const weight_matrix& w) {
     return cuda::fp4_interleave_default() ? cuda::with_fp4_layout(w, true) : w;
   }
-  /// A small or precision-sensitive matrix: always fp32 (exactly decoded).
+  /// A small or precision-sensitive matrix: always fp32 (exactly decoded); one stored as bf16
+  /// keeps those bytes beside it (weight_matrix::bf16_values: prefill-sized products on the
+  /// tensor cores, fp32-grade).
   weight_matrix small(const weight_matrix& w) const {
     if (!w.values.defined()) return w;
-    return cuda::dequantize_weight(weight_to(w, dev_), dtype::f32);
+    const weight_matrix d = weight_to(w, dev_);
+    return cuda::with_bf16_copy(cuda::dequantize_weight(d, dtype::f32), d);
   }
   linear_weight lin(const linear_weight& l) const { return {big(l.w), l.quantized}; }
 

@@ -12,6 +12,7 @@
 #include "kernels/ops.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -129,6 +130,58 @@ TEST_CASE("cuda linear: fp32 weights of 1..8 rows on f32_gemv (batch-invariant) 
       }
     }
   }
+}
+
+TEST_CASE("cuda linear: bf16-exact fp32 weights past f32_gemv's rows on split-bf16 GEMMs") {
+  // The model's fp32 copies of bf16 checkpoint matrices (router, compressors, indexer) carry
+  // their bf16 bytes (with_bf16_copy); from 9 rows linear multiplies them on the bf16 tensor
+  // cores with x split in two bf16 parts: fp32-grade, unlike rounding x to bf16 once.
+  struct shape {
+    std::int64_t out, in;
+  };
+  const bool before = cuda::get_split_bf16_linear();
+  for (const shape sh : {shape{384, 5120}, shape{512, 4096}, shape{7, 33}, shape{100, 1000}}) {
+    CAPTURE(sh.out);
+    CAPTURE(sh.in);
+    tensor wb = tensor::empty({sh.out, sh.in}, dtype::bf16);
+    const tensor wr = test::random_f32({sh.out, sh.in}, 0.05f);
+    for (std::int64_t i = 0; i < wb.numel(); ++i)
+      wb.data<std::uint16_t>()[i] = f32_to_bf16(wr.data<float>()[i]);
+    const weight_matrix host(wb);  // the checkpoint's bf16 matrix
+    const weight_matrix on_gpu = weight_to(host, gpu);
+    const weight_matrix w =
+        cuda::with_bf16_copy(cuda::dequantize_weight(on_gpu, dtype::f32), on_gpu);
+    REQUIRE(w.values.type() == dtype::f32);
+    REQUIRE(w.bf16_values.defined());
+    const weight_matrix plain(w.values);  // the same fp32 values, no bf16 bytes: SGEMM
+    for (std::int64_t rows : {9, 64, 300}) {
+      CAPTURE(rows);
+      const tensor x = varied_input(rows, sh.in);
+      const tensor want = ops::linear(x, host, {});  // CPU: fp32 x times the bf16 weight
+      cuda::set_split_bf16_linear(true);
+      test::poison_device_pool();
+      const tensor split = ops::linear(x.to(gpu), w, {}).to(cpu_device);
+      check_close(split, want, 1e-5);
+      check_close(ops::linear(x.to(gpu), plain, {}), want, 1e-5);
+      cuda::set_split_bf16_linear(false);  // switched off: SGEMM on the fp32 values
+      check_close(ops::linear(x.to(gpu), w, {}), want, 1e-5);
+      // x rounded to bf16 once (the bf16 weight as it is) is far coarser: what lo buys
+      const tensor coarse = ops::linear(x.to(gpu), on_gpu, {}).to(cpu_device);
+      double diff = 0, norm = 0, diff_split = 0;
+      for (std::int64_t i = 0; i < want.numel(); ++i) {
+        const double wv = want.data<float>()[i];
+        diff += std::pow(coarse.data<float>()[i] - wv, 2);
+        diff_split += std::pow(split.data<float>()[i] - wv, 2);
+        norm += wv * wv;
+      }
+      CHECK(diff_split * 100.0 < diff);
+    }
+  }
+  cuda::set_split_bf16_linear(before);
+  // A matrix that was not bf16 (FP8 decoded to fp32) gets no copy: its values are not bf16's.
+  const weight_matrix w8 = weight_to(random_fp8(64, 256, 128), gpu);
+  CHECK_FALSE(
+      cuda::with_bf16_copy(cuda::dequantize_weight(w8, dtype::f32), w8).bf16_values.defined());
 }
 
 TEST_CASE("cuda linear: cuBLASLt scale layouts (probe; the default must be right)") {
