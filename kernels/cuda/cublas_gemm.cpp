@@ -90,15 +90,20 @@ struct lt_call {
   }
 };
 
+/// The empty products y = x W^T: true (y done) when there are no rows or outputs, or no inputs
+/// (then y is zeroed).
+bool nothing_to_multiply(std::int64_t rows, std::int64_t in, std::int64_t out, const tensor& y) {
+  if (rows == 0 || out == 0) return true;
+  if (in != 0) return false;
+  CUDA_CHECK(cudaMemsetAsync(y.raw(), 0, y.nbytes(), current_stream()));
+  return true;
+}
+
 }  // namespace
 
 void sgemm_nt(const tensor& x, const tensor& w, tensor y, int groups) {
   const std::int64_t rows = x.size(0), in = x.size(1) / groups, out = w.size(0) / groups;
-  if (rows == 0 || out == 0) return;
-  if (in == 0) {
-    CUDA_CHECK(cudaMemsetAsync(y.raw(), 0, y.nbytes(), current_stream()));
-    return;
-  }
+  if (nothing_to_multiply(rows, in, out, y)) return;
   handles& h = thread_handles();
   const float one = 1.0f, zero = 0.0f;
   // Column-major view: y^T [out, rows] = W [in, out]^T x^T [in, rows].
@@ -125,11 +130,7 @@ void gemm_ex_bf16(const tensor& xb, const tensor& w, tensor& y, bool accumulate)
 
 void bf16_gemm_nt(const tensor& x, const tensor& w, tensor& y) {
   const std::int64_t rows = x.size(0), in = x.size(1), out = w.size(0);
-  if (rows == 0 || out == 0) return;
-  if (in == 0) {
-    CUDA_CHECK(cudaMemsetAsync(y.raw(), 0, y.nbytes(), current_stream()));
-    return;
-  }
+  if (nothing_to_multiply(rows, in, out, y)) return;
   tensor xb = tensor::empty({rows, in}, dtype::bf16, x.dev());  // [rows, in]
   launch_to_bf16(x.data<float>(), xb.data<std::uint16_t>(), rows * in, current_stream());
   gemm_ex_bf16(xb, w, y, false);
@@ -137,11 +138,7 @@ void bf16_gemm_nt(const tensor& x, const tensor& w, tensor& y) {
 
 void split_bf16_gemm_nt(const tensor& x, const tensor& w, tensor& y) {
   const std::int64_t rows = x.size(0), in = x.size(1), out = w.size(0);
-  if (rows == 0 || out == 0) return;
-  if (in == 0) {
-    CUDA_CHECK(cudaMemsetAsync(y.raw(), 0, y.nbytes(), current_stream()));
-    return;
-  }
+  if (nothing_to_multiply(rows, in, out, y)) return;
   tensor hi = tensor::empty({rows, in}, dtype::bf16, x.dev());  // [rows, in]
   tensor lo = tensor::empty({rows, in}, dtype::bf16, x.dev());
   launch_split_bf16(x.data<float>(), hi.data<std::uint16_t>(), lo.data<std::uint16_t>(), rows * in,
