@@ -172,6 +172,9 @@ void set_f32_gemv(bool on) {
 void set_split_gemm(bool on) {
   g_split_gemm = on;
 }
+bool get_split_gemm() {
+  return g_split_gemm;
+}
 
 void set_split_bf16_linear(bool on) {
   g_split_bf16 = on;
@@ -189,11 +192,10 @@ weight_matrix with_bf16_copy(const weight_matrix& w, const weight_matrix& source
            "with_bf16_copy: source [{}, {}] is not the matrix [{}, {}]", source.rows(),
            source.cols(), w.rows(), w.cols());
   weight_matrix out = w;
-  out.bf16_values = source.values.to(w.values.dev());  // the checkpoint's bf16 bytes
+  // the checkpoint's bf16 bytes, shared where they already sit on w's device (no second copy)
+  const bool shared = source.values.dev() == w.values.dev() && source.values.is_contiguous();
+  out.bf16_values = shared ? source.values : source.values.to(w.values.dev());
   return out;
-}
-bool get_split_gemm() {
-  return g_split_gemm;
 }
 
 void set_ordered_gemm_splits(bool on) {

@@ -182,16 +182,11 @@ __global__ void hc_collapse_kernel(const hc_collapse_params p) {
 constexpr int kNormPerThread = 8;
 constexpr int kMaxStreams = int(hc_collapse_norm_max_streams);  // V4 and V4.1: 4 streams
 /// The cluster variant (set_hc_collapse_norm_cluster): blocks per token, threads per block and
-/// values per thread (a slice of at most 2048 columns: dim <= 8192).
+/// values per thread (a slice of at most 1024 columns: dim <= 8192).
 constexpr int kNormCluster = 8;
 constexpr int kNormClusterThreads = 256;
 constexpr int kNormClusterPerThread = 4;
 
-/// The end of hc_collapse_norm for a thread's values v[j] (columns d0 + threadIdx.x + j *
-/// blockDim.x below end) once the row's 1 / rms is known: the scaled (and weighted) row, and
-/// its FP8 quantization. A quantization block is quant_block / 32 whole warps of one j
-/// (blockDim.x is a multiple of 128 and d0 of quant_block), so its amax is their warps' maxima
-/// combined -- a max, exact in any order: act_quant_kernel's scale and codes.
 /// The norm weights of a thread's columns (as finish_norm_row reads them; 1 without weights).
 /// The cluster kernel loads them before waiting for the kernel before (PDL): norm weights are
 /// constant, never written by the kernel launched just before (stream_gemm's early weights
@@ -206,6 +201,11 @@ __device__ __forceinline__ void load_norm_weights(const hc_collapse_norm_params&
   }
 }
 
+/// The end of hc_collapse_norm for a thread's values v[j] (columns d0 + threadIdx.x + j *
+/// blockDim.x below end) once the row's 1 / rms is known: the scaled (and weighted) row, and
+/// its FP8 quantization. A quantization block is quant_block / 32 whole warps of one j
+/// (blockDim.x is a multiple of 128 and d0 of quant_block), so its amax is their warps' maxima
+/// combined -- a max, exact in any order: act_quant_kernel's scale and codes.
 template <int NPT>
 __device__ __forceinline__ void finish_norm_row(const hc_collapse_norm_params& p, std::int64_t t,
                                                 float (&v)[NPT], const float (&w)[NPT], float rs,

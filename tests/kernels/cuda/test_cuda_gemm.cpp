@@ -153,6 +153,7 @@ TEST_CASE("cuda linear: bf16-exact fp32 weights past f32_gemv's rows on split-bf
         cuda::with_bf16_copy(cuda::dequantize_weight(on_gpu, dtype::f32), on_gpu);
     REQUIRE(w.values.type() == dtype::f32);
     REQUIRE(w.bf16_values.defined());
+    CHECK(w.bf16_values.raw() == on_gpu.values.raw());  // the uploaded bytes, not a second copy
     const weight_matrix plain(w.values);  // the same fp32 values, no bf16 bytes: SGEMM
     for (std::int64_t rows : {9, 64, 300}) {
       CAPTURE(rows);
@@ -182,6 +183,11 @@ TEST_CASE("cuda linear: bf16-exact fp32 weights past f32_gemv's rows on split-bf
   const weight_matrix w8 = weight_to(random_fp8(64, 256, 128), gpu);
   CHECK_FALSE(
       cuda::with_bf16_copy(cuda::dequantize_weight(w8, dtype::f32), w8).bf16_values.defined());
+  // A bf16 source of another shape is refused, naming both shapes.
+  const weight_matrix other = weight_to(weight_matrix(tensor::zeros({8, 16}, dtype::bf16)), gpu);
+  const weight_matrix f32(tensor::zeros({16, 8}, dtype::f32).to(gpu));
+  CHECK_THROWS_WITH_AS(cuda::with_bf16_copy(f32, other),
+                       "with_bf16_copy: source [8, 16] is not the matrix [16, 8]", error);
 }
 
 TEST_CASE("cuda linear: cuBLASLt scale layouts (probe; the default must be right)") {
