@@ -115,15 +115,24 @@ void sgemm_nt(const tensor& x, const tensor& w, tensor y, int groups) {
 
 namespace {
 
-/// y [rows, out] (f32) = xb W^T (+ y when accumulate) for xb [rows, in] and W [out, in] bf16.
-void gemm_ex_bf16(const tensor& xb, const tensor& w, tensor& y, bool accumulate) {
-  const std::int64_t rows = xb.size(0), in = xb.size(1), out = w.size(0);
+/// y [rows, groups * out] (f32) = per group g: xb[:, g*in:(g+1)*in] W_g^T (+ y when accumulate)
+/// for xb [rows, groups * in] and W [groups * out, in] bf16.
+void gemm_ex_bf16(const tensor& xb, const tensor& w, tensor& y, bool accumulate, int groups = 1) {
+  const std::int64_t rows = xb.size(0), in = xb.size(1) / groups, out = w.size(0) / groups;
   handles& h = thread_handles();
   const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  CUBLAS_CHECK(cublasGemmEx(h.blas, CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(rows), int(in), &one,
-                            w.raw(), CUDA_R_16BF, int(in), xb.raw(), CUDA_R_16BF, int(in), &beta,
-                            y.raw(), CUDA_R_32F, int(out), CUBLAS_COMPUTE_32F,
-                            CUBLAS_GEMM_DEFAULT));
+  if (groups == 1) {
+    CUBLAS_CHECK(cublasGemmEx(h.blas, CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(rows), int(in), &one,
+                              w.raw(), CUDA_R_16BF, int(in), xb.raw(), CUDA_R_16BF, int(in), &beta,
+                              y.raw(), CUDA_R_32F, int(out), CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT));
+    return;
+  }
+  // Column-major view per group: y_g^T [out, rows] = W_g [in, out]^T x_g^T [in, rows].
+  CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      h.blas, CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(rows), int(in), &one, w.raw(), CUDA_R_16BF,
+      int(in), out * in, xb.raw(), CUDA_R_16BF, int(groups * in), in, &beta, y.raw(), CUDA_R_32F,
+      int(groups * out), out, groups, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace
@@ -136,15 +145,15 @@ void bf16_gemm_nt(const tensor& x, const tensor& w, tensor& y) {
   gemm_ex_bf16(xb, w, y, false);
 }
 
-void split_bf16_gemm_nt(const tensor& x, const tensor& w, tensor& y) {
+void split_bf16_gemm_nt(const tensor& x, const tensor& w, tensor& y, int groups) {
   const std::int64_t rows = x.size(0), in = x.size(1), out = w.size(0);
   if (nothing_to_multiply(rows, in, out, y)) return;
   tensor hi = tensor::empty({rows, in}, dtype::bf16, x.dev());  // [rows, in]
   tensor lo = tensor::empty({rows, in}, dtype::bf16, x.dev());
   launch_split_bf16(x.data<float>(), hi.data<std::uint16_t>(), lo.data<std::uint16_t>(), rows * in,
                     current_stream());
-  gemm_ex_bf16(hi, w, y, false);
-  gemm_ex_bf16(lo, w, y, true);
+  gemm_ex_bf16(hi, w, y, false, groups);
+  gemm_ex_bf16(lo, w, y, true, groups);
 }
 
 bool cublaslt_fp8_fits(const weight_matrix& w, std::int64_t rows, std::int64_t k, int act_block) {

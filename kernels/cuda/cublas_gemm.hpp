@@ -18,7 +18,9 @@ void bf16_gemm_nt(const tensor& x, const tensor& w, tensor& y);
 /// y [rows, out] f32 = x W^T with W [out, in] bf16 and x f32 split into hi = bf16(x) and lo =
 /// bf16(x - hi): y = W hi + W lo, two bf16 GEMMs with fp32 accumulation. The products are
 /// exact; what x loses is below about 2^-16 |x| -- fp32-grade results on the tensor cores.
-void split_bf16_gemm_nt(const tensor& x, const tensor& w, tensor& y);
+/// With groups > 1 (x [rows, groups * in], W [groups * out, in], y [rows, groups * out]) each
+/// group's columns of x meet its rows of W, as sgemm_nt's groups (strided-batched GEMMs).
+void split_bf16_gemm_nt(const tensor& x, const tensor& w, tensor& y, int groups = 1);
 
 /// Whether cuBLASLt's block-scaled FP8 GEMM applies: FP8 weight with 128x128 blocks,
 /// activations in blocks of 128, aligned extents.

@@ -224,10 +224,11 @@ weight_matrix with_lt_scales(const weight_matrix& w);
 /// is a bf16 value exactly) with weight_matrix::bf16_values made; any other weight comes back
 /// as it is. Defined in gemm.cpp.
 weight_matrix with_bf16_copy(const weight_matrix& w, const weight_matrix& source);
-/// linear's f32 weights that carry bf16_values, for more rows than f32_gemv takes: x split
-/// into hi = bf16(x) and lo = bf16(x - hi) and y = W hi + W lo on cuBLAS's bf16 tensor-core
-/// GEMM (on by default; DEEPINFER_SPLIT_BF16=0 or this switch: SGEMM as before). Defined in
-/// gemm.cpp.
+/// linear's f32 weights that carry bf16_values, for more rows than f32_gemv takes, and
+/// grouped_linear's prefill rows (FP8 with e8m0 scales or bf16 weights, decoded to bf16 --
+/// exactly): x split into hi = bf16(x) and lo = bf16(x - hi) and y = W hi + W lo on cuBLAS's
+/// bf16 tensor-core GEMM (on by default; DEEPINFER_SPLIT_BF16=0 or this switch: SGEMM as
+/// before). Defined in gemm.cpp.
 void set_split_bf16_linear(bool on);
 bool get_split_bf16_linear();
 

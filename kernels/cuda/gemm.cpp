@@ -387,6 +387,19 @@ tensor grouped_linear(const tensor& x, const weight_matrix& weight) {
       launch_fp8_gemv(params(r0, std::min(fp8_gemv_max_rows, rows - r0)), current_stream());
     return y;
   }
+  // Prefill: FP8 codes times power-of-two (e8m0) scales, and bf16 weights, are bf16 values
+  // exactly -- decoded to bf16, they take the split-bf16 GEMMs (fp32-grade, tensor cores)
+  // instead of an fp32 temporary and SGEMM.
+  const bool bf16_exact = weight.values.type() == dtype::bf16 ||
+                          (weight.values.type() == dtype::f8_e4m3 && e8m0);
+  if (g_split_bf16 && bf16_exact && x.is_contiguous()) {
+    const weight_matrix bf = weight.values.type() == dtype::bf16
+                                 ? weight
+                                 : dequantize_weight(weight, dtype::bf16);  // [groups * out, in]
+    tensor yv = y.view({rows, groups * out});
+    split_bf16_gemm_nt(x.view({rows, groups * in}), bf.values, yv, int(groups));
+    return y;
+  }
   const weight_matrix dense = is_stored_format(weight) || weight.values.type() == dtype::bf16
                                   ? dequantize_weight(weight, dtype::f32)
                                   : weight;

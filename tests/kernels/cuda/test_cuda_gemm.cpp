@@ -345,7 +345,7 @@ TEST_CASE("cuda grouped_linear (block-diagonal) matches the CPU") {
                            shape{1, 200, 4096, 32}, shape{3, 96, 528, 128}}) {
       const weight_matrix w = random_fp8(sh.groups * sh.out, sh.in, sh.block);
       const weight_matrix wg = weight_to(w, gpu);
-      for (std::int64_t rows : {0, 1, 2, 3, 5, 8, 9, 17, 33, 64, 70}) {
+      for (std::int64_t rows : {0, 1, 2, 3, 5, 8, 9, 17, 33, 64, 70, 300}) {
         CAPTURE(split);
         CAPTURE(rows);
         CAPTURE(sh.in);
@@ -353,6 +353,12 @@ TEST_CASE("cuda grouped_linear (block-diagonal) matches the CPU") {
         test::poison_device_pool();
         const tensor y = ops::grouped_linear(x.to(gpu), wg).to(cpu_device);
         check_close(y, ops::grouped_linear(x, w), 1e-5);
+        if (rows > 64) {  // prefill rows: the split-bf16 GEMMs, or switched off SGEMM
+          const bool before = cuda::get_split_bf16_linear();
+          cuda::set_split_bf16_linear(!before);
+          check_close(ops::grouped_linear(x.to(gpu), wg), ops::grouped_linear(x, w), 1e-5);
+          cuda::set_split_bf16_linear(before);
+        }
         if (rows > 3 && rows <= 64) {  // the last 3 rows alone: the same bits
           const tensor tail = ops::grouped_linear(x.slice(0, rows - 3, rows).to(gpu), wg);
           test::check_bitwise(tail, y.slice(0, rows - 3, rows).clone());
