@@ -56,6 +56,12 @@ void scatter_add_rows(tensor& y, const tensor& rows, const tensor& src) {
   cpu::scatter_add_rows(y, rows, src);
 }
 
+void gather_add_rows(tensor& y, const tensor& slots, const tensor& src) {
+  DI_CUDA_TWIN(y, gather_add_rows(y, slots, src));
+  require_cpu(y, "gather_add_rows");
+  cpu::gather_add_rows(y, slots, src);
+}
+
 void add_inplace(tensor& y, const tensor& x) {
   DI_CUDA_TWIN(y, add_inplace(y, x));
   require_cpu(y, "add_inplace");

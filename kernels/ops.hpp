@@ -32,6 +32,12 @@ tensor gather_rows(const tensor& x, const tensor& rows);
 /// repeat; additions happen in index order).
 void scatter_add_rows(tensor& y, const tensor& rows, const tensor& src);
 
+/// y[r] += src[slots[r, j]] for j in ascending order of slots[r, :] (negative slots skipped):
+/// y [m, ...] f32, slots [m, k] i32, src [n, ...] f32. When every source row s has exactly one
+/// (r, j) with slots[r, j] == s, these are scatter_add_rows(y, rows, src)'s sums (rows[s] = r)
+/// in its order -- the same bits -- at k loads per row instead of a scan of every source.
+void gather_add_rows(tensor& y, const tensor& slots, const tensor& src);
+
 /// y += x elementwise (same shape, f32).
 void add_inplace(tensor& y, const tensor& x);
 
@@ -196,6 +202,7 @@ struct expert_groups {
   tensor rows;     // [tokens * k] i64 token row of each grouped pair
   tensor weights;  // [tokens * k] f32 its routing weight
   tensor offsets;  // [experts + 1] i32 group e is [offsets[e], offsets[e + 1])
+  tensor slots;    // [tokens * k] i32 the grouped row of pair i (rows[slots[i]] == i / k)
 };
 expert_groups group_by_expert(const routing& route, int experts);
 

@@ -27,6 +27,7 @@ tensor embedding(const tensor& table, const tensor& ids);
 tensor embedding_fp8(const tensor& codes, const tensor& scales, const tensor& ids);
 tensor gather_rows(const tensor& x, const tensor& rows);
 void scatter_add_rows(tensor& y, const tensor& rows, const tensor& src);
+void gather_add_rows(tensor& y, const tensor& slots, const tensor& src);
 void add_inplace(tensor& y, const tensor& x);
 tensor concat_rows(std::span<const tensor> parts);
 tensor rms_norm(const tensor& x, const tensor& weight, float eps);

@@ -3,6 +3,7 @@
 // state machine (gated softmax pooling, with V4's overlapping windows).
 #include "kernels/cpu/cpu_ops.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -61,6 +62,31 @@ void scatter_add_rows(tensor& y, const tensor& rows, const tensor& src) {
     float* dst = y.data<float>() + r * width;
     const float* s = src.data<float>() + i * width;
     for (std::int64_t d = 0; d < width; ++d) dst[d] += s[d];
+  }
+}
+
+void gather_add_rows(tensor& y, const tensor& slots, const tensor& src) {
+  DI_CHECK(y.type() == dtype::f32 && y.rank() >= 1 && y.is_contiguous(),
+           "gather_add_rows: target must be a contiguous f32 tensor");
+  check_cpu_tensor(slots, dtype::i32, 2, "gather_add_rows slots");
+  const std::int64_t m = y.size(0), k = slots.size(1), width = m > 0 ? y.numel() / m : 0;
+  DI_CHECK(slots.size(0) == m, "gather_add_rows: {} rows of slots for {} target rows",
+           slots.size(0), m);
+  DI_CHECK(src.type() == dtype::f32 && src.rank() == y.rank() && src.is_contiguous() &&
+               (m == 0 || src.numel() == src.size(0) * width),
+           "gather_add_rows: source must be contiguous f32 rows of the target's width");
+  std::vector<std::int32_t> order(static_cast<std::size_t>(k));
+  for (std::int64_t r = 0; r < m; ++r) {
+    const std::int32_t* row = slots.data<std::int32_t>() + r * k;
+    order.assign(row, row + k);
+    std::sort(order.begin(), order.end());
+    float* dst = y.data<float>() + r * width;
+    for (const std::int32_t s : order) {
+      if (s < 0) continue;
+      DI_CHECK(s < src.size(0), "gather_add_rows: slot {} outside [0, {})", s, src.size(0));
+      const float* from = src.data<float>() + std::int64_t(s) * width;
+      for (std::int64_t d = 0; d < width; ++d) dst[d] += from[d];
+    }
   }
 }
 
@@ -139,7 +165,8 @@ expert_groups group_by_expert(const routing& route, int experts) {
   const std::int64_t n = route.experts.numel();
   const std::int32_t* ids = route.experts.data<std::int32_t>();
   expert_groups g{tensor::empty({n}, dtype::i64), tensor::empty({n}, dtype::f32),
-                  tensor::zeros({std::int64_t(experts) + 1}, dtype::i32)};
+                  tensor::zeros({std::int64_t(experts) + 1}, dtype::i32),
+                  tensor::empty({n}, dtype::i32)};
   std::int32_t* offs = g.offsets.data<std::int32_t>();
   for (std::int64_t i = 0; i < n; ++i) {
     DI_CHECK(ids[i] >= 0 && ids[i] < experts, "group_by_expert: expert {} of {}", ids[i], experts);
@@ -152,6 +179,7 @@ expert_groups group_by_expert(const routing& route, int experts) {
     const std::int32_t at = fill[std::size_t(ids[i])]++;
     g.rows.data<std::int64_t>()[at] = i / k;
     g.weights.data<float>()[at] = route.weights.data<float>()[i];
+    g.slots.data<std::int32_t>()[i] = at;
   }
   return g;
 }

@@ -166,6 +166,54 @@ __global__ void scatter_add_kernel(scatter_add_params p) {
   }
 }
 
+/// One block per target row r and run of scatter_cols columns: the row's k slots (at most
+/// gather_add_max_k) sorted ascending -- the order scatter_add_kernel adds a row's sources in --
+/// then every source row's 4 columns per thread loaded before the first addition.
+__global__ void gather_add_kernel(gather_add_params p) {
+  detail::grid_dependency_sync();
+  const std::int64_t r = blockIdx.x;
+  std::int32_t order[gather_add_max_k];
+  int n = 0;
+  for (int j = 0; j < p.k; ++j) {  // insertion sort of the row's valid slots
+    const std::int32_t s = p.slots[r * p.k + j];
+    if (s < 0) continue;
+    if (s >= p.n) {
+      if (threadIdx.x == 0 && blockIdx.y == 0) flag_bad(p.bad_index, r * p.k + j);
+      continue;
+    }
+    int at = n++;
+    while (at > 0 && order[at - 1] > s) {
+      order[at] = order[at - 1];
+      --at;
+    }
+    order[at] = s;
+  }
+  const std::int64_t col_begin = std::int64_t(blockIdx.y) * scatter_cols;
+  const std::int64_t col_end = min(p.width, col_begin + scatter_cols);
+  float* dst = p.y + r * p.width;
+  std::int64_t col[4];
+  float acc[4], v[gather_add_max_k][4];
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    col[c] = col_begin + threadIdx.x + std::int64_t(c) * blockDim.x;
+    acc[c] = col[c] < col_end ? dst[col[c]] : 0.0f;
+  }
+#pragma unroll
+  for (int j = 0; j < gather_add_max_k; ++j)
+#pragma unroll
+    for (int c = 0; c < 4; ++c)
+      v[j][c] = j < n && col[c] < col_end ? __ldg(p.src + std::int64_t(order[j]) * p.width + col[c])
+                                          : 0.0f;
+#pragma unroll
+  for (int j = 0; j < gather_add_max_k; ++j)
+    if (j < n)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[c] += v[j][c];
+#pragma unroll
+  for (int c = 0; c < 4; ++c)
+    if (col[c] < col_end) dst[col[c]] = acc[c];
+}
+
 __global__ void add_kernel(float* y, const float* x, std::int64_t n) {
   detail::grid_dependency_sync();
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
@@ -306,6 +354,17 @@ void launch_scatter_add_rows(const scatter_add_params& p, cudaStream_t stream) {
   // A block per target row and column run (at least one row: block (0, 0) checks the indices).
   const dim3 grid(unsigned(p.m > 0 ? p.m : 1), unsigned(col_blocks));
   detail::launch("scatter_add", scatter_add_kernel, grid, threads, 0, stream, p);
+}
+
+void launch_gather_add_rows(const gather_add_params& p, cudaStream_t stream) {
+  DI_CHECK(p.k >= 0 && p.k <= gather_add_max_k, "gather_add_rows: {} slots per row (at most {})",
+           p.k, gather_add_max_k);
+  if (p.m == 0 || p.width == 0 || p.k == 0) return;
+  DI_CHECK(p.m < (std::int64_t(1) << 31), "gather_add_rows: {} target rows", p.m);
+  const std::int64_t col_blocks = (p.width + scatter_cols - 1) / scatter_cols;
+  DI_CHECK(col_blocks < 65536, "gather_add_rows: rows of {} columns", p.width);
+  const dim3 grid(unsigned(p.m), unsigned(col_blocks));
+  detail::launch("gather_add", gather_add_kernel, grid, threads, 0, stream, p);
 }
 
 void launch_copy_bytes(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) {

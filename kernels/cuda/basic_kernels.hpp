@@ -59,6 +59,21 @@ struct scatter_add_params {
 };
 void launch_scatter_add_rows(const scatter_add_params& p, cudaStream_t stream);
 
+/// ops::gather_add_rows: y[r] += src[s] over row r's slots s in ascending order (negative
+/// skipped, >= n flagged in bad_index and skipped).
+inline constexpr int gather_add_max_k = 16;
+struct gather_add_params {
+  float* y;                   ///< [m, width]
+  const std::int32_t* slots;  ///< [m, k]
+  const float* src;           ///< [n, width]
+  std::int64_t m;
+  std::int64_t n;
+  std::int64_t width;
+  int k;  ///< <= gather_add_max_k
+  bad_index_slot* bad_index;
+};
+void launch_gather_add_rows(const gather_add_params& p, cudaStream_t stream);
+
 /// y[i] += x[i] for i < n.
 void launch_add_inplace(float* y, const float* x, std::int64_t n, cudaStream_t stream);
 

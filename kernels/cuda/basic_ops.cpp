@@ -108,6 +108,25 @@ void scatter_add_rows(tensor& y, const tensor& rows, const tensor& src) {
   bad.check("scatter_add_rows: row", m);
 }
 
+void gather_add_rows(tensor& y, const tensor& slots, const tensor& src) {
+  DI_CHECK(y.type() == dtype::f32 && y.rank() >= 1 && y.is_contiguous(),
+           "gather_add_rows: target must be a contiguous f32 tensor");
+  check_cuda_tensor(slots, dtype::i32, 2, "gather_add_rows slots");
+  const std::int64_t m = y.size(0), width = m > 0 ? y.numel() / m : 0;
+  DI_CHECK(slots.size(0) == m, "gather_add_rows: {} rows of slots for {} target rows",
+           slots.size(0), m);
+  DI_CHECK(src.type() == dtype::f32 && src.rank() == y.rank() && src.is_contiguous() &&
+               (m == 0 || src.numel() == src.size(0) * width),
+           "gather_add_rows: source must be contiguous f32 rows of the target's width");
+  check_same_device(y, slots, "gather_add_rows");
+  check_same_device(y, src, "gather_add_rows");
+  bad_index_check bad(y.dev());
+  launch_gather_add_rows({y.data<float>(), slots.data<std::int32_t>(), src.data<float>(), m,
+                          src.size(0), width, int(slots.size(1)), bad.get()},
+                         current_stream());
+  bad.check("gather_add_rows: slot", src.size(0));
+}
+
 void add_inplace(tensor& y, const tensor& x) {
   check_tensor(x, dtype::f32, y.shape(), "add_inplace operand");
   DI_CHECK(y.type() == dtype::f32 && y.is_contiguous(), "add_inplace: target must be f32");

@@ -187,6 +187,7 @@ struct group_experts_params {
   std::int64_t* rows = nullptr;              ///< [pairs] token of each grouped pair
   float* weights = nullptr;                  ///< [pairs]
   std::int32_t* offsets = nullptr;           ///< [experts + 1]
+  std::int32_t* slots = nullptr;             ///< [pairs] grouped row of each pair, or nullptr
   std::int64_t pairs = 0;
   int k = 1;        ///< pairs per token
   int experts = 0;  ///< <= 1024

@@ -207,6 +207,7 @@ __global__ void __launch_bounds__(kGroupThreads)
           if (sIds[i] != e) continue;
           p.rows[at] = (base + i) / p.k;
           p.weights[at] = p.weights_in[base + i];
+          if (p.slots) p.slots[base + i] = at;
           ++at;
           --cnt;
         }

@@ -244,13 +244,15 @@ ops::expert_groups group_by_expert(const ops::routing& route, int experts) {
   const std::int64_t n = route.experts.numel();
   const device dev = route.experts.dev();
   ops::expert_groups g{tensor::empty({n}, dtype::i64, dev), tensor::empty({n}, dtype::f32, dev),
-                       tensor::empty({std::int64_t(experts) + 1}, dtype::i32, dev)};
+                       tensor::empty({std::int64_t(experts) + 1}, dtype::i32, dev),
+                       tensor::empty({n}, dtype::i32, dev)};
   group_experts_params p;
   p.experts_in = route.experts.data<std::int32_t>();
   p.weights_in = route.weights.data<float>();
   p.rows = g.rows.data<std::int64_t>();
   p.weights = g.weights.data<float>();
   p.offsets = g.offsets.data<std::int32_t>();
+  p.slots = g.slots.data<std::int32_t>();
   p.pairs = n;
   p.k = int(std::max<std::int64_t>(1, route.experts.size(1)));
   p.experts = experts;

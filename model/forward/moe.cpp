@@ -113,7 +113,11 @@ void grouped_expert_forward(const forward_pass& pass, const moe_weights& m,
   // SwiGLU hands w2 its activation codes (on CUDA computed in the SwiGLU kernel).
   const ops::quantized_rows act =
       ops::swiglu_quantized(h1, h3, limit, g.weights, p2.act_quant_block);
-  ops::scatter_add_rows(y, g.rows, ops::expert_linear(act, g.offsets, m.stacked.w2.w, p2));
+  // Each token's k rows back into it in grouped order: the sums scatter_add_rows(y, g.rows, .)
+  // made, gathered through the pairs' slots instead of every row scanning every source.
+  const std::int64_t k = route.experts.size(1);
+  ops::gather_add_rows(y, g.slots.view({x.size(0), k}),
+                       ops::expert_linear(act, g.offsets, m.stacked.w2.w, p2));
 }
 
 }  // namespace

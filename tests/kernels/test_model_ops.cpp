@@ -6,6 +6,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -50,15 +52,58 @@ TEST_CASE("group_by_expert: offsets, token rows and weights in (token, slot) ord
   const std::vector<std::int32_t> offsets{0, 2, 4, 4, 6};
   const std::vector<std::int64_t> rows{1, 2, 0, 2, 0, 1};
   const std::vector<float> weights{0.3f, 0.5f, 0.1f, 0.6f, 0.2f, 0.4f};
+  const std::vector<std::int32_t> slots{2, 4, 0, 5, 1, 3};  // pair (t, j) -> its grouped row
   for (int e = 0; e <= 4; ++e) CHECK(g.offsets.data<std::int32_t>()[e] == offsets[std::size_t(e)]);
   for (int i = 0; i < 6; ++i) {
     CHECK(g.rows.data<std::int64_t>()[i] == rows[std::size_t(i)]);
     CHECK(g.weights.data<float>()[i] == weights[std::size_t(i)]);
+    CHECK(g.slots.data<std::int32_t>()[i] == slots[std::size_t(i)]);
   }
   const ops::routing empty{tensor::empty({0, 2}, dtype::f32), tensor::empty({0, 2}, dtype::i32)};
   CHECK(ops::group_by_expert(empty, 4).offsets.data<std::int32_t>()[4] == 0);
   CHECK_THROWS_AS(ops::group_by_expert(r, 3), di::error);  // expert 3 of 3
   CHECK_THROWS_AS(ops::group_by_expert({r.experts, r.experts}, 4), di::error);  // f32 weights
+}
+
+TEST_CASE("gather_add_rows through group_by_expert's slots: scatter_add_rows's bits") {
+  // 9 tokens, k = 3 of 5 experts: the grouped rows back into their tokens by either op, from
+  // the same starting y, in the same order of additions.
+  const std::int64_t tokens = 9, k = 3, width = 7;
+  std::vector<std::int32_t> ids;
+  for (std::int64_t t = 0; t < tokens; ++t)
+    for (std::int64_t j = 0; j < k; ++j) ids.push_back(std::int32_t((t * 2 + j * 3) % 5));
+  // values of a fixed pseudo-random sequence (any will do: the two ops must agree bit for bit)
+  std::uint32_t state = 12345u;
+  auto values = [&](const tensor_shape& shape, float scale) {
+    tensor t = tensor::empty(shape, dtype::f32);
+    for (std::int64_t i = 0; i < t.numel(); ++i) {
+      state = state * 1664525u + 1013904223u;
+      t.data<float>()[i] = scale * (float(state >> 8) / float(1u << 24) - 0.5f);
+    }
+    return t;
+  };
+  const ops::routing r{values({tokens, k}, 1.0f), make<std::int32_t>({tokens, k}, ids)};
+  const ops::expert_groups g = ops::group_by_expert(r, 5);
+  for (std::int64_t i = 0; i < tokens * k; ++i)  // slots invert rows
+    CHECK(g.rows.data<std::int64_t>()[g.slots.data<std::int32_t>()[i]] == i / k);
+  const tensor src = values({tokens * k, width}, 3.0f);
+  const tensor y0 = values({tokens, width}, 1.0f);
+  tensor scattered = y0.clone(), gathered = y0.clone();
+  ops::scatter_add_rows(scattered, g.rows, src);
+  ops::gather_add_rows(gathered, g.slots.view({tokens, k}), src);
+  CHECK(std::memcmp(gathered.raw(), scattered.raw(), gathered.nbytes()) == 0);
+  // a negative slot is skipped; a slot past the source rows, or slots of another row count,
+  // are errors
+  tensor one = tensor::zeros({1, 2}, dtype::f32);
+  ops::gather_add_rows(one, make<std::int32_t>({1, 2}, {-1, 1}), make<float>({2, 2}, {1, 2, 3, 4}));
+  CHECK(one.data<float>()[0] == 3.0f);
+  CHECK(one.data<float>()[1] == 4.0f);
+  CHECK_THROWS_AS(ops::gather_add_rows(one, make<std::int32_t>({1, 2}, {0, 2}),
+                                       make<float>({2, 2}, {1, 2, 3, 4})),
+                  di::error);
+  CHECK_THROWS_AS(ops::gather_add_rows(one, make<std::int32_t>({2, 1}, {0, 1}),
+                                       make<float>({2, 2}, {1, 2, 3, 4})),
+                  di::error);
 }
 
 TEST_CASE("engram_gate: signed-sqrt sigmoid gate of the normalised dot product") {

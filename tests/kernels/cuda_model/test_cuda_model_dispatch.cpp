@@ -182,7 +182,20 @@ TEST_CASE("group_by_expert: the CPU's offsets, rows and weights exactly, edge si
     CHECK(test::bytes_equal(got.offsets.to(cpu_device), want.offsets));
     CHECK(test::bytes_equal(got.rows.to(cpu_device), want.rows));
     CHECK(test::bytes_equal(got.weights.to(cpu_device), want.weights));
+    CHECK(test::bytes_equal(got.slots.to(cpu_device), want.slots));
     CHECK(want.offsets.data<std::int32_t>()[c.experts] == c.tokens * c.k);
+    // The grouped rows back into their tokens: gather_add_rows through the slots gives
+    // scatter_add_rows's bits, on the GPU and against the CPU (the same additions in order).
+    const std::int64_t width = 1100;  // two column runs, the second partial
+    const tensor src = test::randn({c.tokens * c.k, width});
+    const tensor y0 = test::randn({c.tokens, width});
+    tensor want_y = y0.clone();
+    ops::scatter_add_rows(want_y, want.rows, src);
+    tensor scattered = y0.to(gpu), gathered = y0.to(gpu);
+    ops::scatter_add_rows(scattered, got.rows, src.to(gpu));
+    ops::gather_add_rows(gathered, got.slots.view({c.tokens, c.k}), src.to(gpu));
+    CHECK(test::bytes_equal(gathered.to(cpu_device), scattered.to(cpu_device)));
+    CHECK(test::bytes_equal(gathered.to(cpu_device), want_y));
   }
   const tensor bad = tensor::empty({2, 3}, dtype::f32, gpu);
   CHECK_THROWS_AS(ops::group_by_expert({bad, bad}, 8), di::error);  // experts must be i32
