@@ -235,7 +235,97 @@ __global__ void __launch_bounds__(kGroupThreads)
   }
 }
 
+// The chunked path (more than group_experts_one_block_pairs pairs).
+constexpr int kPlaceChunk = 1024;  // pairs per chunk (one placing warp each)
+constexpr int kCountThreads = 256;
+
+std::int64_t place_chunks(const group_experts_params& p) {
+  return (p.pairs + kPlaceChunk - 1) / kPlaceChunk;
+}
+
+__device__ __forceinline__ std::int32_t contained_expert(std::int32_t x, int experts) {
+  return x < 0 || x >= experts ? 0 : x;  // as route_kernel and group_experts_kernel contain it
+}
+
+/// counts[c * E + e]: pairs of expert e in chunk c.
+__global__ void __launch_bounds__(kCountThreads)
+    group_count_kernel(const group_experts_params p, std::int32_t* counts) {
+  detail::grid_dependency_sync();
+  __shared__ std::int32_t hist[kMaxExperts];
+  const int E = p.experts;
+  for (int e = int(threadIdx.x); e < E; e += kCountThreads) hist[e] = 0;
+  __syncthreads();
+  const std::int64_t base = std::int64_t(blockIdx.x) * kPlaceChunk;
+  const int n = int(min(std::int64_t(kPlaceChunk), p.pairs - base));
+  for (int i = int(threadIdx.x); i < n; i += kCountThreads)
+    atomicAdd(&hist[contained_expert(p.experts_in[base + i], E)], 1);  // counts: any order
+  __syncthreads();
+  for (int e = int(threadIdx.x); e < E; e += kCountThreads) counts[blockIdx.x * E + e] = hist[e];
+}
+
+/// One block: thread e turns its expert's counts into each chunk's first slot (in place) and
+/// writes the offsets.
+__global__ void __launch_bounds__(kGroupThreads)
+    group_scan_kernel(const group_experts_params p, int chunks, std::int32_t* counts) {
+  detail::grid_dependency_sync();
+  __shared__ std::int32_t sCount[kMaxExperts + 1];
+  const int E = p.experts, e = int(threadIdx.x);
+  std::int32_t total = 0;
+  if (e < E)
+    for (int c = 0; c < chunks; ++c) {  // chunks before c, within expert e
+      const std::int32_t n = counts[c * E + e];
+      counts[c * E + e] = total;
+      total += n;
+    }
+  if (e < E) sCount[e] = total;
+  __syncthreads();
+  if (threadIdx.x < 32) scan_counts_warp0(sCount, E);
+  __syncthreads();
+  for (int x = e; x <= E; x += kGroupThreads) p.offsets[x] = sCount[x];
+  if (e < E)
+    for (int c = 0; c < chunks; ++c) counts[c * E + e] += sCount[e];
+}
+
+/// One warp per chunk: its pairs in order, 32 at a time; lanes of one expert take consecutive
+/// slots in lane order (__match_any_sync), after the expert's pairs of earlier steps and chunks.
+__global__ void __launch_bounds__(32)
+    group_place_kernel(const group_experts_params p, const std::int32_t* first) {
+  detail::grid_dependency_sync();
+  __shared__ std::int32_t next[kMaxExperts];
+  __shared__ std::int32_t sIds[kPlaceChunk];
+  __shared__ float sWeights[kPlaceChunk];
+  const int E = p.experts, lane = int(threadIdx.x);
+  const std::int64_t base = std::int64_t(blockIdx.x) * kPlaceChunk;
+  const int n = int(min(std::int64_t(kPlaceChunk), p.pairs - base));
+  for (int e = lane; e < E; e += 32) next[e] = first[blockIdx.x * E + e];
+  for (int i = lane; i < n; i += 32) {  // every load issued before the walk
+    sIds[i] = contained_expert(p.experts_in[base + i], E);
+    sWeights[i] = p.weights_in[base + i];
+  }
+  __syncwarp();
+  for (int s = 0; s < n; s += 32) {
+    const int i = s + lane;
+    const std::int32_t x = i < n ? sIds[i] : -1;
+    const unsigned peers = __match_any_sync(0xffffffffu, x);
+    const int rank = __popc(peers & ((1u << lane) - 1u));
+    if (x >= 0) {
+      const std::int32_t at = next[x] + rank;
+      p.rows[at] = (base + i) / p.k;
+      p.weights[at] = sWeights[i];
+      if (p.slots) p.slots[base + i] = at;
+    }
+    __syncwarp();  // every lane has read next[x]
+    if (x >= 0 && rank == 0) next[x] += __popc(peers);
+    __syncwarp();
+  }
+}
+
 }  // namespace
+
+std::size_t group_experts_workspace_bytes(const group_experts_params& p) {
+  if (p.pairs <= group_experts_one_block_pairs) return 0;
+  return std::size_t(place_chunks(p)) * std::size_t(p.experts) * sizeof(std::int32_t);
+}
 
 void launch_route(const route_params& p, cudaStream_t stream) {
   DI_CHECK(p.experts > 0 && p.experts <= kMaxExperts && p.top_k > 0 && p.top_k <= kMaxTopK &&
@@ -254,7 +344,22 @@ void launch_group_experts(const group_experts_params& p, cudaStream_t stream) {
            kMaxExperts);
   DI_CHECK(p.offsets && (p.pairs == 0 || (p.experts_in && p.weights_in && p.rows && p.weights)),
            "group_experts: missing operand");
-  detail::launch("group_experts", group_experts_kernel, 1, kGroupThreads, 0, stream, p);
+  if (p.pairs <= group_experts_one_block_pairs) {
+    detail::launch("group_experts", group_experts_kernel, 1, kGroupThreads, 0, stream, p);
+    return;
+  }
+  DI_CHECK(p.workspace && p.workspace_bytes >= group_experts_workspace_bytes(p),
+           "group_experts: workspace of {} bytes, needs {}", p.workspace_bytes,
+           group_experts_workspace_bytes(p));
+  const std::int64_t chunks = place_chunks(p);
+  DI_CHECK(chunks < (std::int64_t(1) << 31) / p.experts, "group_experts: {} pairs", p.pairs);
+  auto* counts = static_cast<std::int32_t*>(p.workspace);
+  detail::launch("group_count", group_count_kernel, unsigned(chunks), kCountThreads, 0, stream, p,
+                 counts);
+  detail::launch("group_scan", group_scan_kernel, 1, kGroupThreads, 0, stream, p, int(chunks),
+                 counts);
+  detail::launch("group_place", group_place_kernel, unsigned(chunks), 32, 0, stream, p,
+                 static_cast<const std::int32_t*>(counts));
 }
 
 void launch_swiglu(const swiglu_params& p, cudaStream_t stream) {

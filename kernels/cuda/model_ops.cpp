@@ -256,6 +256,7 @@ ops::expert_groups group_by_expert(const ops::routing& route, int experts) {
   p.pairs = n;
   p.k = int(std::max<std::int64_t>(1, route.experts.size(1)));
   p.experts = experts;
+  const tensor work = attach_workspace(p, group_experts_workspace_bytes(p), dev);
   launch_group_experts(p, current_stream());
   return g;
 }
