@@ -33,6 +33,38 @@ constexpr int kFinishThreads = 256;
 
 std::int64_t mix_chunks(const hc_mixes_params& p) { return (p.hc * p.dim + kChunk - 1) / kChunk; }
 
+/// The warp's sums of v[0..N) (N <= 32) by a transposing butterfly: at each of 5 levels every
+/// lane sends the half of its values its partner keeps -- 31 shuffles for all N sums, where N
+/// warp_sums take 5 N (100 warp_sums per warp and block were most of hc_mix_partials at prefill
+/// sizes: 430 us a launch for 2048 tokens). Lane i < N returns the sum of v[i] over the lanes,
+/// added in a fixed tree: deterministic, and the same for every token.
+/// One level of warp_sums_transposed: w[0..2 OFF) live, w[0..OFF) after it.
+template <int OFF>
+__device__ __forceinline__ void transpose_level(float (&w)[32], int lane) {
+  const bool upper = (lane & OFF) != 0;  // keeps the upper half of the live values
+#pragma unroll
+  for (int i = 0; i < OFF; ++i) {
+    const float send = upper ? w[i] : w[i + OFF];
+    const float keep = upper ? w[i + OFF] : w[i];
+    w[i] = keep + __shfl_xor_sync(0xffffffffu, send, OFF);
+  }
+}
+
+template <int N>
+__device__ __forceinline__ float warp_sums_transposed(const float (&v)[N]) {
+  static_assert(N >= 1 && N <= 32, "one value per lane at the end");
+  float w[32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) w[i] = i < N ? v[i] : 0.0f;
+  const int lane = int(threadIdx.x) & 31;
+  transpose_level<16>(w, lane);
+  transpose_level<8>(w, lane);
+  transpose_level<4>(w, lane);
+  transpose_level<2>(w, lane);
+  transpose_level<1>(w, lane);
+  return w[0];
+}
+
 /// partial[(chunk * tokens + t) * (num_mixes + 1) + m]: chunk's share of mix m of token t;
 /// entry num_mixes holds the sum of squares. The loads carry no control dependence (indices
 /// are clamped and surplus values masked), so each thread issues all of them at once: at
@@ -71,12 +103,12 @@ __global__ void __launch_bounds__(kPartThreads)
     }
   }
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+  static_assert(Mixes + 1 <= 32, "a token's sums fit one transposed butterfly");
 #pragma unroll
   for (int t = 0; t < kTileTokens; ++t)
-#pragma unroll
-    for (int m = 0; m <= Mixes; ++m) {
-      const float s = detail::warp_sum(acc[t][m]);
-      if (lane == 0) sRed[t * (Mixes + 1) + m][warp] = s;
+    if (t < tile) {  // uniform over the block: tokens past the tile are not reduced
+      const float s = warp_sums_transposed(acc[t]);
+      if (lane <= Mixes) sRed[t * (Mixes + 1) + lane][warp] = s;
     }
   __syncthreads();
   const int stride = num_mixes + 1;
