@@ -137,11 +137,24 @@ void gemm_ex_bf16(const tensor& xb, const tensor& w, tensor& y, bool accumulate,
 
 }  // namespace
 
-void bf16_gemm_nt(const tensor& x, const tensor& w, tensor& y) {
+void bf16_gemm_nt(const tensor& x, const tensor& w, tensor& y, int act_block) {
   const std::int64_t rows = x.size(0), in = x.size(1), out = w.size(0);
   if (nothing_to_multiply(rows, in, out, y)) return;
   tensor xb = tensor::empty({rows, in}, dtype::bf16, x.dev());  // [rows, in]
-  launch_to_bf16(x.data<float>(), xb.data<std::uint16_t>(), rows * in, current_stream());
+  const bool fused = (act_block == 32 || act_block == 64 || act_block == 128) &&
+                     in % act_block == 0 && x.is_contiguous() &&
+                     reinterpret_cast<std::uintptr_t>(x.raw()) % 16 == 0;
+  if (fused) {  // the fake-quantized values straight to bf16 (exactly representable)
+    launch_fake_quant_bf16(x.data<float>(), xb.data<std::uint16_t>(), rows, in, act_block,
+                           current_stream());
+  } else {
+    tensor input = x;
+    if (act_block > 0) {
+      input = x.clone();
+      fp8_fake_quant(input, act_block, in);
+    }
+    launch_to_bf16(input.data<float>(), xb.data<std::uint16_t>(), rows * in, current_stream());
+  }
   gemm_ex_bf16(xb, w, y, false);
 }
 

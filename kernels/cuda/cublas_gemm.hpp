@@ -12,8 +12,10 @@ namespace di::cuda {
 /// f32 (no TF32), x [rows, groups * in] f32.
 void sgemm_nt(const tensor& x, const tensor& w, tensor y, int groups);
 
-/// y [rows, out] f32 = x W^T with W [out, in] bf16; x f32 [rows, in] is rounded to bf16.
-void bf16_gemm_nt(const tensor& x, const tensor& w, tensor& y);
+/// y [rows, out] f32 = x W^T with W [out, in] bf16; x f32 [rows, in] is rounded to bf16 -- with
+/// act_block > 0 after FP8 fake quantization in blocks of act_block (then exactly: a code times
+/// a power of two is a bf16 value; one pass, no fp32 copy, where the blocks are 32, 64 or 128).
+void bf16_gemm_nt(const tensor& x, const tensor& w, tensor& y, int act_block = 0);
 
 /// y [rows, out] f32 = x W^T with W [out, in] bf16 and x f32 split into hi = bf16(x) and lo =
 /// bf16(x - hi): y = W hi + W lo, two bf16 GEMMs with fp32 accumulation. The products are

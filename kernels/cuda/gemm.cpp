@@ -275,16 +275,18 @@ tensor linear(const tensor& x, const weight_matrix& weight, const linear_params&
   const int act_block = params.act_quant_block;
   const gemm_backend backend = g_backend;
   if (!is_stored_format(weight)) {
+    tensor y = tensor::empty({rows, out}, dtype::f32, x.dev());  // [rows, out]
+    if (weight.values.type() == dtype::bf16) {
+      bf16_gemm_nt(x, weight.values, y, act_block);  // fake-quantizes x on its way to bf16
+      return y;
+    }
     tensor input = x;
     if (act_block > 0) {
       input = x.clone();
       fp8_fake_quant(input, act_block, in);
     }
-    tensor y = tensor::empty({rows, out}, dtype::f32, x.dev());  // [rows, out]
-    if (weight.values.type() == dtype::bf16) {
-      bf16_gemm_nt(input, weight.values, y);
-    } else if (g_split_bf16 && weight.bf16_values.defined() && rows > f32_gemv_max_rows &&
-               input.is_contiguous()) {  // fp32-grade products on the bf16 tensor cores
+    if (g_split_bf16 && weight.bf16_values.defined() && rows > f32_gemv_max_rows &&
+        input.is_contiguous()) {  // fp32-grade products on the bf16 tensor cores
       split_bf16_gemm_nt(input, weight.bf16_values, y);
     } else if (g_f32_gemv && input.is_contiguous() && weight.values.is_contiguous() &&
                f32_gemv_fits(rows, in, out)) {  // decode rows: f32_gemv instead of SGEMV
@@ -308,11 +310,9 @@ tensor linear(const tensor& x, const weight_matrix& weight, const linear_params&
   }
   if (backend == gemm_backend::dequant_bf16 ||
       takes_bf16_temp(backend, weight, rows, in, act_block)) {
-    tensor input = x.clone();
-    fp8_fake_quant(input, act_block, in);
     const weight_matrix bf = dequantize_weight(weight, dtype::bf16);  // [out, in] temporary
     tensor y = tensor::empty({rows, out}, dtype::f32, x.dev());       // [rows, out]
-    bf16_gemm_nt(input, bf.values, y);
+    bf16_gemm_nt(x, bf.values, y, act_block);  // x fake-quantized straight to bf16
     return y;
   }
   return block_linear(x, weight, quantize_act(x, act_block, false), act_block);

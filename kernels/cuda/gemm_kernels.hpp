@@ -243,6 +243,11 @@ void launch_scales_to_f32(const std::uint8_t* e8m0, const float* f32, std::int64
 
 /// f32 -> bf16 (round to nearest even), n values.
 void launch_to_bf16(const float* x, std::uint16_t* out, std::int64_t n, cudaStream_t stream);
+/// out [rows, cols] bf16 = fp8 fake quantization of x [rows, cols] f32 (16-byte aligned) in
+/// blocks of `block` (32, 64 or 128, dividing cols): to_bf16(fp8_fake_quant(x)) bit for bit, one
+/// pass.
+void launch_fake_quant_bf16(const float* x, std::uint16_t* out, std::int64_t rows,
+                            std::int64_t cols, int block, cudaStream_t stream);
 /// hi = bf16(x), lo = bf16(x - hi), element-wise (round to nearest even, as to_bf16).
 void launch_split_bf16(const float* x, std::uint16_t* hi, std::uint16_t* lo, std::int64_t n,
                        cudaStream_t stream);

@@ -106,6 +106,29 @@ __global__ void split_bf16_kernel(const float* x, std::uint16_t* hi, std::uint16
   }
 }
 
+/// FP8 fake quantization written as bf16 (exact: a code times a power of two), `group` =
+/// block / 4 consecutive threads per block of a row, 4 values each: the block's amax by a
+/// butterfly over the group, then fake_quant_kernel's scale and values -- to_bf16(fake_quant(x))
+/// in one pass, without the fp32 copy.
+__global__ void fake_quant_bf16_kernel(const float* x, std::uint16_t* out, std::int64_t rows,
+                                       std::int64_t cols, int block) {
+  detail::grid_dependency_sync();
+  const std::int64_t quads = rows * (cols / 4);
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int group = block / 4;
+  // Whole groups stay together: quads is a multiple of group (cols % block == 0) and so is
+  // blockDim.x, so a thread past the end belongs to a group wholly past it.
+  const bool live = i < quads;
+  const float4 v = live ? reinterpret_cast<const float4*>(x)[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+  float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+  for (int o = 1; o < group; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  if (!live) return;
+  const float scale = fp8_block_scale(amax);
+  auto bf = [&](float f) { return std::uint32_t(f32_to_bf16(fp8_fake_quant_value(f, scale))); };
+  reinterpret_cast<uint2*>(out)[i] =
+      make_uint2(bf(v.x) | (bf(v.y) << 16), bf(v.z) | (bf(v.w) << 16));
+}
+
 __global__ void scales_to_f32_kernel(const std::uint8_t* e8m0, const float* f32, std::int64_t rows,
                                      std::int64_t cols, std::int64_t ld, float* out) {
   detail::grid_dependency_sync();
@@ -178,6 +201,17 @@ void launch_scales_to_f32(const std::uint8_t* e8m0, const float* f32, std::int64
 void launch_to_bf16(const float* x, std::uint16_t* out, std::int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   detail::launch("to_bf16", to_bf16_kernel, grid_for(n), 256, 0, stream, x, out, n);
+}
+
+void launch_fake_quant_bf16(const float* x, std::uint16_t* out, std::int64_t rows,
+                            std::int64_t cols, int block, cudaStream_t stream) {
+  DI_CHECK((block == 32 || block == 64 || block == 128) && cols % block == 0,
+           "fake_quant_bf16: rows of {} in blocks of {}", cols, block);
+  if (rows * cols == 0) return;
+  const std::int64_t quads = rows * (cols / 4), blocks = (quads + 255) / 256;  // no stride loop
+  DI_CHECK(blocks < (std::int64_t(1) << 31), "fake_quant_bf16: {} rows of {}", rows, cols);
+  detail::launch("fake_quant_bf16", fake_quant_bf16_kernel, unsigned(blocks), 256, 0, stream, x,
+                 out, rows, cols, block);
 }
 
 void launch_split_bf16(const float* x, std::uint16_t* hi, std::uint16_t* lo, std::int64_t n,

@@ -9,6 +9,8 @@
 #include "kernels/cuda/cublas_gemm.hpp"
 #include "kernels/cuda/cuda_model_ops.hpp"
 #include "kernels/cuda/cuda_ops.hpp"
+#include "kernels/cuda/gemm_kernels.hpp"
+#include "kernels/cuda/stream.hpp"
 #include "kernels/ops.hpp"
 
 #include <algorithm>
@@ -188,6 +190,31 @@ TEST_CASE("cuda linear: bf16-exact fp32 weights past f32_gemv's rows on split-bf
   const weight_matrix f32(tensor::zeros({16, 8}, dtype::f32).to(gpu));
   CHECK_THROWS_WITH_AS(cuda::with_bf16_copy(f32, other),
                        "with_bf16_copy: source [8, 16] is not the matrix [16, 8]", error);
+}
+
+TEST_CASE("cuda fake_quant_bf16: to_bf16(fp8_fake_quant(x)) in one pass, bit for bit") {
+  // The bf16-temporary GEMM route's input: blocks of 32 / 64 / 128, rows with an all-zero block
+  // and a block of one large value among tiny ones, a row count off every tile.
+  for (const int block : {32, 64, 128}) {
+    for (const std::int64_t rows : {1, 7, 300}) {
+      CAPTURE(block);
+      CAPTURE(rows);
+      const std::int64_t cols = 1024;
+      tensor x = varied_input(rows, cols);
+      for (std::int64_t i = 0; i < block; ++i) x.data<float>()[i] = 0.0f;  // a zero block
+      x.data<float>()[block + 3] = 4096.0f;  // a block dominated by one value
+      const tensor xg = x.to(gpu);
+      tensor fq = xg.clone();
+      cuda::fp8_fake_quant(fq, block, cols);
+      tensor want = tensor::empty({rows, cols}, dtype::bf16, gpu);
+      cuda::launch_to_bf16(fq.data<float>(), want.data<std::uint16_t>(), rows * cols,
+                           cuda::current_stream());
+      tensor got = tensor::empty({rows, cols}, dtype::bf16, gpu);
+      cuda::launch_fake_quant_bf16(xg.data<float>(), got.data<std::uint16_t>(), rows, cols, block,
+                                   cuda::current_stream());
+      test::check_bitwise(got, want);
+    }
+  }
 }
 
 TEST_CASE("cuda linear: cuBLASLt scale layouts (probe; the default must be right)") {
