@@ -385,7 +385,8 @@ void fp4_routed_rows(const limits& lim, std::vector<result_row>& rows, const cha
 }
 
 /// attention's wo_a (block-diagonal, no activation quantization) at decode batches: the stored
-/// codes on fp8_split_gemm (bf16 tensor cores) and on fp8_gemv (CUDA cores), against cuBLAS on
+/// codes on fp8_split_gemm (bf16 tensor cores: from 9 rows the warpgroup MMA, or mma.sync as up
+/// to 8) and on fp8_gemv (CUDA cores), against cuBLAS on
 /// the weight decoded to fp32 (what the model kept before).
 void wo_a_rows(const limits& lim, std::vector<result_row>& rows, const char* model,
                std::int64_t groups, std::int64_t out, std::int64_t in, std::int64_t block) {
@@ -395,16 +396,20 @@ void wo_a_rows(const limits& lim, std::vector<result_row>& rows, const char* mod
     stored.push_back(device_fp8(groups * out, in, block, 40 + i));
     decoded.push_back(cuda::dequantize_weight(stored.back(), dtype::f32));
   }
-  const bool split_before = cuda::get_split_gemm();
-  for (const std::int64_t m : {1, 8, 64}) {
+  const bool split_before = cuda::get_split_gemm(), wg_before = cuda::get_split_wg();
+  for (const std::int64_t m : {1, 8, 16, 32, 64}) {
     const tensor x = random_device({m, groups, in}, dtype::f32, 41);
     struct path {
       const char* name;
-      bool fp8, split;
+      bool fp8, split, wg;
     };
-    for (const path k : {path{"fp8_split_gemm", true, true}, path{"fp8_gemv", true, false},
-                         path{"fp32 cuBLAS", false, false}}) {
+    for (const path k :
+         {path{"fp8_split_gemm", true, true, true},
+          path{"fp8_split_gemm mma.sync", true, true, false}, path{"fp8_gemv", true, false, false},
+          path{"fp32 cuBLAS", false, false, false}}) {
+      if (!k.wg && k.split && m <= 8) continue;  // 1..8 rows: mma.sync either way
       cuda::set_split_gemm(k.split);
+      cuda::set_split_wg(k.wg);
       const std::vector<weight_matrix>& ws = k.fp8 ? stored : decoded;
       const double us = median_graph_us([&] {
                           for (const weight_matrix& w : ws) ops::grouped_linear(x, w);
@@ -418,6 +423,7 @@ void wo_a_rows(const limits& lim, std::vector<result_row>& rows, const char* mod
     }
   }
   cuda::set_split_gemm(split_before);
+  cuda::set_split_wg(wg_before);
 }
 
 }  // namespace

@@ -161,12 +161,12 @@ void bf16_gemm_nt(const tensor& x, const tensor& w, tensor& y, int act_block) {
 void split_bf16_gemm_nt(const tensor& x, const tensor& w, tensor& y, int groups) {
   const std::int64_t rows = x.size(0), in = x.size(1), out = w.size(0);
   if (nothing_to_multiply(rows, in, out, y)) return;
-  tensor hi = tensor::empty({rows, in}, dtype::bf16, x.dev());  // [rows, in]
-  tensor lo = tensor::empty({rows, in}, dtype::bf16, x.dev());
-  launch_split_bf16(x.data<float>(), hi.data<std::uint16_t>(), lo.data<std::uint16_t>(), rows * in,
+  constexpr int parts = 3;
+  tensor split = tensor::empty({parts, rows, in}, dtype::bf16, x.dev());  // [parts, rows, in]
+  launch_split_bf16(x.data<float>(), split.data<std::uint16_t>(), parts, rows * in,
                     current_stream());
-  gemm_ex_bf16(hi, w, y, false, groups);
-  gemm_ex_bf16(lo, w, y, true, groups);
+  for (int k = 0; k < parts; ++k)
+    gemm_ex_bf16(split.slice(0, k, k + 1).view({rows, in}), w, y, k > 0, groups);
 }
 
 bool cublaslt_fp8_fits(const weight_matrix& w, std::int64_t rows, std::int64_t k, int act_block) {

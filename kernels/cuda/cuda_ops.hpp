@@ -185,6 +185,10 @@ void set_stream_gemm_variant(int variant);
 /// tensor cores, activations split into two bf16 parts) -- the default -- or, switched off, on
 /// fp8_gemv (CUDA cores, fp32 activations). For benchmarks and tests. Defined in gemm.cpp.
 void set_split_gemm(bool on);
+/// Within that: 9..64 rows on fp8_split_wg (warpgroup MMA; the default, DEEPINFER_SPLIT_WG=0
+/// off) or on fp8_split_gemm's mma.sync. Defined in gemm.cpp.
+void set_split_wg(bool on);
+bool get_split_wg();
 /// linear's fp32 weights with 1..8 rows on f32_gemv (the default; DEEPINFER_F32_GEMV=0 off) or
 /// on cuBLAS SGEMV / SGEMM. Defined in gemm.cpp.
 void set_f32_gemv(bool on);

@@ -21,9 +21,11 @@
 // not depend on the other rows or on the token tiles, so a token's output does not change
 // with the batch.
 #include "kernels/cuda/gemm_kernels.hpp"
+#include "kernels/cuda/kernel_attributes.hpp"
 #include "kernels/cuda/launch.cuh"
 
 #include "kernels/cuda/block_gemm_common.cuh"
+#include "kernels/cuda/wgmma.cuh"
 #include "kernels/dtype.hpp"
 
 #include <cuda_bf16.h>
@@ -201,11 +203,266 @@ __global__ void __launch_bounds__(warps * 32, NT >= 8 ? 1 : 2)
     }
 }
 
+// fp8_split_wg: the same product for 9..64 rows on the warpgroup MMA (wgmma m64nNk16 bf16,
+// N = 16, 32 or 64 tokens). fp8_split_gemm's mma.sync at 64 rows ran at ~0.08 of the copy rate
+// (V4 wo_a: 99 us a layer, 400 us of a 5.9 ms batch-64 step): every warp re-read and re-split
+// the 64 tokens' activations for its 16 rows, with two warps per scheduler to hide it. Here a
+// block is one warpgroup and 64 weight rows (fp8_split_gemm's block rows, so the same K
+// splits); per chunk of 128 inputs (64 at 64 tokens) its threads split the tokens' activations once
+// into shared memory as wgmma's K-major B (hi and lo parts, the MMA's k slots in fp8_split_gemm's
+// permutation of the inputs), each thread decodes its A fragments from the FP8 codes as
+// fp8_split_gemm does, and its wgmmas (per k16 step: hi, lo) run while the next chunk's codes
+// and activations load. Same products, fp32 accumulation in another order: results agree with
+// fp8_split_gemm to rounding, not bit for bit; a row's result does not depend on the other rows.
+//
+// B layout per chunk: step q (= half * 4 + s), part (hi, lo), token group j (8 tokens), K half
+// kc (slots 0-7 / 8-15) -> a core matrix of 8 tokens x 16 bytes at ((q * 2 + part) * NT + j) *
+// 256 + kc * 128: K-adjacent core matrices 128 bytes apart, token groups 256 (wg_gemm's n32
+// geometry; a bf16 k16 row is the 32 bytes an e4m3 k32 row is).
+
+/// Inputs per chunk: two 64-input halves, one at 64 tokens (whose activations held for the
+/// next chunk would not fit the registers beside the accumulators).
+template <int NT>
+constexpr int wg_halves = NT >= 8 ? 1 : 2;
+constexpr int wg_max_chunk = 2 * half_k;
+constexpr int wg_threads = 128;
+
+template <int NT>
+struct wg_acc {
+  float d[NT][4];
+};
+
+/// d += A B, m64n(8 NT)k16 bf16, A the warp's 16 x 16 fragment, B in shared memory.
+template <int NT>
+__device__ __forceinline__ void wgmma_bf16(float (&d)[NT][4], const std::uint32_t (&a)[4],
+                                           std::uint64_t b);
+
+template <>
+__device__ __forceinline__ void wgmma_bf16<2>(float (&d)[2][4], const std::uint32_t (&a)[4],
+                                              std::uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
+        "+f"(d[1][2]), "+f"(d[1][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)
+      : "memory");
+}
+
+template <>
+__device__ __forceinline__ void wgmma_bf16<4>(float (&d)[4][4], const std::uint32_t (&a)[4],
+                                              std::uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, p, 1, 1, "
+      "0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
+        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)
+      : "memory");
+}
+
+template <>
+__device__ __forceinline__ void wgmma_bf16<8>(float (&d)[8][4], const std::uint32_t (&a)[4],
+                                              std::uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
+      "%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
+        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
+        "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+        "+f"(d[7][2]), "+f"(d[7][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)
+      : "memory");
+}
+
+template <int NT>
+__global__ void __launch_bounds__(wg_threads, 2)
+    fp8_split_wg_kernel(fp8_gemv_params p, int per_split) {
+  using gemm_detail::pin;
+  constexpr int halves = wg_halves<NT>, chunk = halves * half_k;
+  constexpr int steps = chunk / 16;           // k16 steps per chunk
+  constexpr int quads = halves * 4 * NT / 4;  // activation float4s per thread per chunk
+  __shared__ alignas(128) std::uint8_t bsm[steps * 2 * NT * 256];
+  static_assert(steps * 2 * NT * 256 >= wg_threads * NT * 16, "the split hand-over fits bsm");
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
+  const std::int64_t group = blockIdx.y;
+  const std::int64_t n0 = std::int64_t(blockIdx.x) * 64 + warp * 16;  // the warp's rows
+  const std::int64_t kb = std::int64_t(blockIdx.z) * per_split;
+  const std::int64_t ke = min(p.in, kb + per_split);
+
+  const std::int64_t r_lo = group * p.out + min(n0 + g, p.out - 1);
+  const std::int64_t r_hi = group * p.out + min(n0 + g + 8, p.out - 1);
+  const std::uint8_t* w_lo = p.w + r_lo * p.in + 16 * t;
+  const std::uint8_t* w_hi = p.w + r_hi * p.in + 16 * t;
+  const std::uint8_t* sc_lo = p.scale_e8m0 + (r_lo / p.block_rows) * p.scale_cols;
+  const std::uint8_t* sc_hi = p.scale_e8m0 + (r_hi / p.block_rows) * p.scale_cols;
+  const int col_shift = 31 - __clz(p.block_cols);
+  const std::int64_t ld = p.groups * p.in;  // x's row stride
+
+  // Activations: this thread's float4s of a chunk -- item i (of the warp's 2 NT) is step q =
+  // warp * (2 NT / 4) ... spread so that a warp's stores fill whole 128-byte core-matrix rows:
+  // lane = 4 * row + tq, item -> (q, j); the float4 holds inputs 16 tq + 4 s .. + 3 of half h.
+  const int row = lane / 4, tq = lane % 4;
+  auto item_q = [&](int i) { return (warp * quads + i) / NT; };
+  auto item_j = [&](int i) { return (warp * quads + i) % NT; };
+  auto load_x = [&](float4(&xr)[quads], std::int64_t k0) {
+#pragma unroll
+    for (int i = 0; i < quads; ++i) {
+      const int q = item_q(i), j = item_j(i);
+      const std::int64_t k = k0 + (q / 4) * half_k + 16 * tq + 4 * (q % 4);
+      const std::int64_t token = 8 * j + row;
+      xr[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (k < ke && token < p.rows)
+        xr[i] = __ldg(reinterpret_cast<const float4*>(p.x + token * ld + group * p.in + k));
+    }
+  };
+  auto store_x = [&](const float4(&xr)[quads]) {
+#pragma unroll
+    for (int i = 0; i < quads; ++i) {
+      const int q = item_q(i), j = item_j(i);
+      std::uint32_t hi0, lo0, hi1, lo1;
+      split2(xr[i].x, xr[i].y, hi0, lo0);  // k slots 2 tq, 2 tq + 1
+      split2(xr[i].z, xr[i].w, hi1, lo1);  // k slots 8 + 2 tq, 9 + 2 tq
+      std::uint8_t* hi = bsm + ((q * 2 + 0) * NT + j) * 256 + row * 16 + 4 * tq;
+      std::uint8_t* lo = bsm + ((q * 2 + 1) * NT + j) * 256 + row * 16 + 4 * tq;
+      *reinterpret_cast<std::uint32_t*>(hi) = hi0;
+      *reinterpret_cast<std::uint32_t*>(hi + 128) = hi1;
+      *reinterpret_cast<std::uint32_t*>(lo) = lo0;
+      *reinterpret_cast<std::uint32_t*>(lo + 128) = lo1;
+    }
+  };
+
+  auto load_w = [&](weight_batch& wb, std::int64_t k0) {
+#pragma unroll
+    for (int h = 0; h < halves; ++h) {
+      const std::int64_t k = k0 + h * half_k + 16 * t;
+      if (k < ke) {
+        wb.lo[h] = gemm_detail::load_stream16(w_lo + k0 + h * half_k);
+        wb.hi[h] = gemm_detail::load_stream16(w_hi + k0 + h * half_k);
+        wb.s_lo[h] = e8m0_to_f32(sc_lo[k >> col_shift]);
+        wb.s_hi[h] = e8m0_to_f32(sc_hi[k >> col_shift]);
+      } else {  // past the range: zero weights (and zero activations)
+        wb.lo[h] = wb.hi[h] = make_uint4(0, 0, 0, 0);
+        wb.s_lo[h] = wb.s_hi[h] = 0.0f;
+      }
+    }
+  };
+
+  float acc[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[j][c] = 0.0f;
+
+  // One chunk: its activations (in xr) split into bsm, its A fragments decoded from wb, whose
+  // registers then take the codes two chunks on (DRAM's latency is longer than a chunk's
+  // wgmmas); the next chunk's activations (from L2) load into xr while the wgmmas run.
+  float4 xr[quads];
+  auto multiply = [&](weight_batch& wb, std::int64_t k0) {
+    __syncthreads();  // the chunk before's wgmmas have read bsm (every warp waited for them)
+    store_x(xr);
+    gemm_detail::fence_proxy_async();
+    __syncthreads();
+    std::uint32_t a[steps][4];
+#pragma unroll
+    for (int h = 0; h < halves; ++h) {
+      const std::uint32_t wl[4] = {wb.lo[h].x, wb.lo[h].y, wb.lo[h].z, wb.lo[h].w};
+      const std::uint32_t wh[4] = {wb.hi[h].x, wb.hi[h].y, wb.hi[h].z, wb.hi[h].w};
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        std::uint32_t* f = a[h * 4 + s];
+        f[0] = decode2(wl[s], wb.s_lo[h]);
+        f[1] = decode2(wh[s], wb.s_hi[h]);
+        f[2] = decode2(wl[s] >> 16, wb.s_lo[h]);
+        f[3] = decode2(wh[s] >> 16, wb.s_hi[h]);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) pin(f[c]);
+      }
+    }
+    if (k0 + 2 * chunk < ke) load_w(wb, k0 + 2 * chunk);
+    if (k0 + chunk < ke) load_x(xr, k0 + chunk);
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) pin(acc[j][c]);
+    gemm_detail::wgmma_fence();
+#pragma unroll
+    for (int q = 0; q < steps; ++q) {
+#pragma unroll
+      for (int part = 0; part < 2; ++part)
+        wgmma_bf16<NT>(acc, a[q],
+                       gemm_detail::smem_descriptor(bsm + (q * 2 + part) * NT * 256, 128, 256));
+    }
+    gemm_detail::wgmma_commit();
+    gemm_detail::wgmma_wait<0>();
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) pin(acc[j][c]);
+#pragma unroll
+    for (int q = 0; q < steps; ++q)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) pin(a[q][c]);
+  };
+
+  // The weights are constant: the first two chunks' codes load before the wait for the kernel
+  // before (programmatic dependent launch); the activations after it.
+  weight_batch wb[2];
+  if (kb < ke) load_w(wb[0], kb);
+  if (kb + chunk < ke) load_w(wb[1], kb + chunk);
+  detail::grid_dependency_sync();
+  if (kb < ke) load_x(xr, kb);
+  for (std::int64_t k0 = kb; k0 < ke;) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {  // unrolled: wb[] indices known at compile time
+      if (k0 >= ke) break;
+      multiply(wb[i], k0);
+      k0 += chunk;
+    }
+  }
+
+  // The K splits run as one cluster: splits 1.. hand their sums to split 0, added in rank
+  // order, through the B buffer (free now: add_split_ranks synchronizes the block first).
+  if (gridDim.z > 1)
+    gemm_detail::add_split_ranks(acc, reinterpret_cast<float*>(bsm) + threadIdx.x * NT * 4,
+                                 int(blockIdx.z), int(gridDim.z), true);
+  if (blockIdx.z != 0 || n0 >= p.out) return;
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const std::int64_t r = n0 + g + (c < 2 ? 0 : 8);
+      const std::int64_t tk = 8 * j + 2 * t + (c & 1);
+      if (r >= p.out || tk >= p.rows) continue;
+      p.y[tk * p.groups * p.out + group * p.out + r] = acc[j][c];
+    }
+}
+
 /// Blocks along K: two when the row blocks alone leave the GPU short of streaming warps
 /// (the weight's shape only, never the rows).
 int k_splits_for(const fp8_gemv_params& p) {
   const std::int64_t blocks = p.groups * ((p.out + slices * 16 - 1) / (slices * 16));
   return blocks < 2 * 132 && p.in >= 8 * batch_k ? 2 : 1;
+}
+
+/// fp8_split_wg's blocks along K (1, 2 or 4, a cluster): enough for about four blocks per SM,
+/// each K split at least 512 inputs (the weight's shape only, never the rows, so a row's result
+/// does not change with the batch). DEEPINFER_SPLIT_WG_KSPLITS=1|2|4 forces it (measurements).
+int wg_k_splits(const fp8_gemv_params& p) {
+  static const std::int64_t forced = detail::env_count("DEEPINFER_SPLIT_WG_KSPLITS", 0, 4);
+  if (forced == 1 || forced == 2 || forced == 4) return int(forced);
+  const std::int64_t blocks = p.groups * ((p.out + 63) / 64);
+  int splits = 1;
+  while (splits < 4 && blocks * splits < 4 * 132 && p.in >= 2 * splits * 512) splits *= 2;
+  return splits;
 }
 
 }  // namespace
@@ -229,6 +486,29 @@ void launch_fp8_split_gemm(const fp8_gemv_params& p, cudaStream_t stream) {
   detail::by_row_tiles<8>(p.rows, [&](auto nt) {  // 8-row tiles
     detail::launch_in("fp8_split_gemm", fp8_split_gemm_kernel<decltype(nt)::value>, grid,
                       warps * 32, dim3(1, 1, unsigned(splits)), 0, stream, p, per);
+  });
+}
+
+bool fp8_split_wg_fits(std::int64_t rows, std::int64_t in, int block_cols, bool e8m0) {
+  return rows > 8 && fp8_split_gemm_fits(rows, in, block_cols, e8m0);
+}
+
+void launch_fp8_split_wg(const fp8_gemv_params& p, cudaStream_t stream) {
+  DI_CHECK(fp8_split_wg_fits(p.rows, p.in, p.block_cols, p.scale_e8m0 != nullptr),
+           "fp8_split_wg: {} rows of {} inputs with {}-input scale blocks ({} scales) are not "
+           "supported (9..64 rows, e8m0)",
+           p.rows, p.in, p.block_cols, p.scale_e8m0 ? "e8m0" : "f32");
+  DI_CHECK(reinterpret_cast<std::uintptr_t>(p.x) % 16 == 0 && (p.groups * p.in) % 4 == 0,
+           "fp8_split_wg: activations not 16-byte aligned");
+  if (p.groups * p.out == 0) return;
+  const int splits = wg_k_splits(p);
+  const std::int64_t per_split = (p.in + splits - 1) / splits;
+  const dim3 grid(unsigned((p.out + 63) / 64), unsigned(p.groups), unsigned(splits));
+  const int per = int((per_split + wg_max_chunk - 1) / wg_max_chunk * wg_max_chunk);
+  detail::by_row_tiles<8>(p.rows, [&](auto nt) {  // 16, 32 or 64 tokens
+    constexpr int NT = decltype(nt)::value < 2 ? 2 : decltype(nt)::value;
+    detail::launch_in("fp8_split_wg", fp8_split_wg_kernel<NT>, grid, wg_threads,
+                      dim3(1, 1, unsigned(splits)), 0, stream, p, per);
   });
 }
 

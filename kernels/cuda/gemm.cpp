@@ -24,6 +24,7 @@ std::atomic<bool> g_ordered_splits{false};
 std::atomic<bool> g_split_gemm{true};
 std::atomic<bool> g_f32_gemv{detail::env_switch("DEEPINFER_F32_GEMV", true)};
 std::atomic<bool> g_split_bf16{detail::env_switch("DEEPINFER_SPLIT_BF16", true)};
+std::atomic<bool> g_split_wg{detail::env_switch("DEEPINFER_SPLIT_WG", true)};
 
 /// Launches p on sm90_block_gemm; with ordered splits (set_ordered_gemm_splits), a K split
 /// gets its partials workspace and zeroed tile counters (stream-ordered scratch, so CUDA graph
@@ -174,6 +175,13 @@ void set_split_gemm(bool on) {
 }
 bool get_split_gemm() {
   return g_split_gemm;
+}
+
+void set_split_wg(bool on) {
+  g_split_wg = on;
+}
+bool get_split_wg() {
+  return g_split_wg;
 }
 
 void set_split_bf16_linear(bool on) {
@@ -361,7 +369,8 @@ tensor grouped_linear(const tensor& x, const weight_matrix& weight) {
   tensor y = tensor::empty({rows, groups, out}, dtype::f32, x.dev());  // [rows, groups, out]
   // No activation quantization here (as on the CPU). Decode batches of an FP8 weight stream
   // the stored codes once: up to fp8_split_gemm_max_rows rows with e8m0 scales on the bf16
-  // tensor cores (activations split into two bf16 parts), otherwise fp8_gemv (CUDA cores) in
+  // tensor cores (activations split into two bf16 parts; mma.sync up to 8 rows, the warpgroup
+  // MMA from 9), otherwise fp8_gemv (CUDA cores) in
   // chunks of fp8_gemv_max_rows up to fp8_gemv_chunked_rows rows; prefill runs SGEMM per group
   // over the decoded weight. A row's result does not depend on the batch it runs in.
   const bool fp8_decode = weight.values.type() == dtype::f8_e4m3 && weight.scales.defined() &&
@@ -378,7 +387,10 @@ tensor grouped_linear(const tensor& x, const weight_matrix& weight) {
   };
   if (fp8_decode && g_split_gemm &&
       fp8_split_gemm_fits(rows, in, int(weight.block.cols), e8m0)) {
-    launch_fp8_split_gemm(params(0, rows), current_stream());
+    if (g_split_wg && fp8_split_wg_fits(rows, in, int(weight.block.cols), e8m0))
+      launch_fp8_split_wg(params(0, rows), current_stream());  // 9..64 rows: warpgroup MMA
+    else
+      launch_fp8_split_gemm(params(0, rows), current_stream());
     return y;
   }
   if (fp8_decode && rows <= fp8_gemv_chunked_rows &&

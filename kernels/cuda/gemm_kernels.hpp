@@ -205,6 +205,10 @@ void launch_f32_gemv(const f32_gemv_params& p, cudaStream_t stream);
 constexpr std::int64_t fp8_split_gemm_max_rows = 64;
 bool fp8_split_gemm_fits(std::int64_t rows, std::int64_t in, int block_cols, bool e8m0);
 void launch_fp8_split_gemm(const fp8_gemv_params& p, cudaStream_t stream);
+/// The same product for 9..fp8_split_gemm_max_rows rows on the warpgroup MMA (wgmma bf16, 16 /
+/// 32 / 64-token tiles; fp8_split_gemm.cu): equal to fp8_split_gemm's to fp32 rounding.
+bool fp8_split_wg_fits(std::int64_t rows, std::int64_t in, int block_cols, bool e8m0);
+void launch_fp8_split_wg(const fp8_gemv_params& p, cudaStream_t stream);
 
 struct dequantize_params {
   const std::uint8_t* values;      ///< FP8 [rows, cols], FP4 [rows, cols / 2], or bf16/f32
@@ -248,8 +252,11 @@ void launch_to_bf16(const float* x, std::uint16_t* out, std::int64_t n, cudaStre
 /// pass.
 void launch_fake_quant_bf16(const float* x, std::uint16_t* out, std::int64_t rows,
                             std::int64_t cols, int block, cudaStream_t stream);
-/// hi = bf16(x), lo = bf16(x - hi), element-wise (round to nearest even, as to_bf16).
-void launch_split_bf16(const float* x, std::uint16_t* hi, std::uint16_t* lo, std::int64_t n,
+/// parts [count, n] bf16, element-wise (round to nearest even, as to_bf16): part 0 = bf16(x),
+/// part k = bf16(x - parts before it). Two parts keep 16 of fp32's 24 significant bits (what
+/// is left is below 2^-17 |x|); three keep all of them (x = the parts' sum, exactly, for
+/// normal x).
+void launch_split_bf16(const float* x, std::uint16_t* parts, int count, std::int64_t n,
                        cudaStream_t stream);
 
 }  // namespace di::cuda

@@ -93,16 +93,17 @@ __global__ void to_bf16_kernel(const float* x, std::uint16_t* out, std::int64_t 
     out[i] = f32_to_bf16(x[i]);
 }
 
-__global__ void split_bf16_kernel(const float* x, std::uint16_t* hi, std::uint16_t* lo,
-                                  std::int64_t n) {
+__global__ void split_bf16_kernel(const float* x, std::uint16_t* parts, int count, std::int64_t n) {
   detail::grid_dependency_sync();
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
        i += std::int64_t(gridDim.x) * blockDim.x) {
-    const float v = x[i];
-    const std::uint16_t h = f32_to_bf16(v);
-    const float back = bf16_to_f32(h);
-    hi[i] = h;
-    lo[i] = isfinite(back) ? f32_to_bf16(v - back) : std::uint16_t(0);  // inf / NaN: hi alone
+    float rest = x[i];
+    for (int k = 0; k < count; ++k) {  // each part the bf16 of what the ones before left
+      const std::uint16_t h = f32_to_bf16(rest);
+      parts[k * n + i] = h;
+      const float back = bf16_to_f32(h);
+      rest = isfinite(back) ? rest - back : 0.0f;  // inf / NaN: the first part alone
+    }
   }
 }
 
@@ -214,10 +215,11 @@ void launch_fake_quant_bf16(const float* x, std::uint16_t* out, std::int64_t row
                  out, rows, cols, block);
 }
 
-void launch_split_bf16(const float* x, std::uint16_t* hi, std::uint16_t* lo, std::int64_t n,
+void launch_split_bf16(const float* x, std::uint16_t* parts, int count, std::int64_t n,
                        cudaStream_t stream) {
+  DI_CHECK(count == 2 || count == 3, "split_bf16: {} parts (2 or 3)", count);
   if (n == 0) return;
-  detail::launch("split_bf16", split_bf16_kernel, grid_for(n), 256, 0, stream, x, hi, lo, n);
+  detail::launch("split_bf16", split_bf16_kernel, grid_for(n), 256, 0, stream, x, parts, count, n);
 }
 
 }  // namespace di::cuda
