@@ -213,7 +213,11 @@ __global__ void __launch_bounds__(warps * 32, NT >= 8 ? 1 : 2)
 // permutation of the inputs), each thread decodes its A fragments from the FP8 codes as
 // fp8_split_gemm does, and its wgmmas (per k16 step: hi, lo) run while the next chunk's codes
 // and activations load. Same products, fp32 accumulation in another order: results agree with
-// fp8_split_gemm to rounding, not bit for bit; a row's result does not depend on the other rows.
+// fp8_split_gemm to rounding, not bit for bit; a row's result does not depend on the other rows
+// (GPU test: 9 rows alone give the bits they get among 17..64).
+// Measured (H200, V4 wo_a 8 x 1024 x 4096, CUDA graph, us, this / mma.sync): 16 rows 25.6 / 29.0,
+// 32 rows 35.1 / 49.8, 64 rows 54.7 / 98.3 -- still only 0.14 of the copy rate at 64 rows: each
+// 64-input chunk runs its split, barrier, decode and wgmmas in sequence, two blocks per SM.
 //
 // B layout per chunk: step q (= half * 4 + s), part (hi, lo), token group j (8 tokens), K half
 // kc (slots 0-7 / 8-15) -> a core matrix of 8 tokens x 16 bytes at ((q * 2 + part) * NT + j) *
@@ -453,16 +457,14 @@ int k_splits_for(const fp8_gemv_params& p) {
   return blocks < 2 * 132 && p.in >= 8 * batch_k ? 2 : 1;
 }
 
-/// fp8_split_wg's blocks along K (1, 2 or 4, a cluster): enough for about four blocks per SM,
-/// each K split at least 512 inputs (the weight's shape only, never the rows, so a row's result
-/// does not change with the batch). DEEPINFER_SPLIT_WG_KSPLITS=1|2|4 forces it (measurements).
+/// fp8_split_wg's blocks along K: fp8_split_gemm's rule (two, as a cluster, when the row blocks
+/// alone leave the GPU short of blocks; the weight's shape only, never the rows, so a row's
+/// result does not change with the batch). DEEPINFER_SPLIT_WG_KSPLITS=1|2|4 forces it for
+/// measurements -- V4 wo_a at 64 rows (H200, session 25): 64.0 / 54.7 / 109.9 us.
 int wg_k_splits(const fp8_gemv_params& p) {
   static const std::int64_t forced = detail::env_count("DEEPINFER_SPLIT_WG_KSPLITS", 0, 4);
   if (forced == 1 || forced == 2 || forced == 4) return int(forced);
-  const std::int64_t blocks = p.groups * ((p.out + 63) / 64);
-  int splits = 1;
-  while (splits < 4 && blocks * splits < 4 * 132 && p.in >= 2 * splits * 512) splits *= 2;
-  return splits;
+  return k_splits_for(p);
 }
 
 }  // namespace
