@@ -78,6 +78,78 @@ struct weight_batch {
   float s_lo[2], s_hi[2];
 };
 
+/// A lane's two weight rows in a warp's 16 (n0 + g and n0 + g + 8 of group `group`, clamped to
+/// the last row) and their scale rows: what both kernels load and decode the same way.
+struct lane_rows {
+  const std::uint8_t *w_lo, *w_hi, *sc_lo, *sc_hi;
+  int col_shift, t;
+
+  __device__ lane_rows(const fp8_gemv_params& p, std::int64_t group, std::int64_t n0, int g, int t_)
+      : t(t_) {
+    const std::int64_t r_lo = group * p.out + min(n0 + g, p.out - 1);
+    const std::int64_t r_hi = group * p.out + min(n0 + g + 8, p.out - 1);
+    w_lo = p.w + r_lo * p.in + 16 * t;
+    w_hi = p.w + r_hi * p.in + 16 * t;
+    sc_lo = p.scale_e8m0 + (r_lo / p.block_rows) * p.scale_cols;
+    sc_hi = p.scale_e8m0 + (r_hi / p.block_rows) * p.scale_cols;
+    col_shift = 31 - __clz(p.block_cols);
+  }
+
+  /// The lane's codes and scales of `Halves` 64-input halves from k0; zero past ke (whose
+  /// activations are zero too).
+  template <int Halves>
+  __device__ __forceinline__ void load(weight_batch& b, std::int64_t k0, std::int64_t ke) const {
+#pragma unroll
+    for (int h = 0; h < Halves; ++h) {
+      const std::int64_t k = k0 + h * half_k + 16 * t;
+      if (k < ke) {
+        b.lo[h] = gemm_detail::load_stream16(w_lo + k0 + h * half_k);
+        b.hi[h] = gemm_detail::load_stream16(w_hi + k0 + h * half_k);
+        b.s_lo[h] = e8m0_to_f32(sc_lo[k >> col_shift]);
+        b.s_hi[h] = e8m0_to_f32(sc_hi[k >> col_shift]);
+      } else {
+        b.lo[h] = b.hi[h] = make_uint4(0, 0, 0, 0);
+        b.s_lo[h] = b.s_hi[h] = 0.0f;
+      }
+    }
+  }
+};
+
+/// Step s's A fragment (m16n8k16 bf16) of half h: inputs 16t + 4s + {0, 1} of rows g / g + 8 in
+/// k slots 2t, 2t + 1 and inputs 16t + 4s + {2, 3} in slots 2t + 8, 2t + 9, decoded exactly.
+__device__ __forceinline__ void a_fragment(const weight_batch& b, int h, int s,
+                                           std::uint32_t (&a)[4]) {
+  const std::uint32_t wl = (&b.lo[h].x)[s], wh = (&b.hi[h].x)[s];
+  a[0] = decode2(wl, b.s_lo[h]);
+  a[1] = decode2(wh, b.s_hi[h]);
+  a[2] = decode2(wl >> 16, b.s_lo[h]);
+  a[3] = decode2(wh >> 16, b.s_hi[h]);
+}
+
+/// y's rows n0 + g and n0 + g + 8 (within the group) for the lane's tokens 8j + 2t (+1), in
+/// mma.sync m16n8's accumulator layout; rows and tokens past the ends are not written.
+template <int NT>
+__device__ __forceinline__ void store_rows(const fp8_gemv_params& p, const float (&acc)[NT][4],
+                                           std::int64_t group, std::int64_t n0, int g, int t) {
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const std::int64_t r = n0 + g + (c < 2 ? 0 : 8);
+      const std::int64_t tk = 8 * j + 2 * t + (c & 1);
+      if (r >= p.out || tk >= p.rows) continue;
+      p.y[tk * p.groups * p.out + group * p.out + r] = acc[j][c];
+    }
+}
+
+template <int NT>
+__device__ __forceinline__ void zero(float (&acc)[NT][4]) {
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[j][c] = 0.0f;
+}
+
 template <int NT>
 __global__ void __launch_bounds__(warps * 32, NT >= 8 ? 1 : 2)
     fp8_split_gemm_kernel(fp8_gemv_params p, int per_split) {
@@ -96,53 +168,27 @@ __global__ void __launch_bounds__(warps * 32, NT >= 8 ? 1 : 2)
   const std::int64_t ke = min(split_end, kb + half_range);
   const bool active = n0 < p.out && kb < ke;
 
-  const std::int64_t r_lo = group * p.out + min(n0 + g, p.out - 1);
-  const std::int64_t r_hi = group * p.out + min(n0 + g + 8, p.out - 1);
-  const std::uint8_t* w_lo = p.w + r_lo * p.in + 16 * t;
-  const std::uint8_t* w_hi = p.w + r_hi * p.in + 16 * t;
-  const std::uint8_t* sc_lo = p.scale_e8m0 + (r_lo / p.block_rows) * p.scale_cols;
-  const std::uint8_t* sc_hi = p.scale_e8m0 + (r_hi / p.block_rows) * p.scale_cols;
-  const int col_shift = 31 - __clz(p.block_cols);
+  const lane_rows rows(p, group, n0, g, t);
   const std::int64_t ld = p.groups * p.in;  // x's row stride
   const float* xrow[NT];
 #pragma unroll
   for (int j = 0; j < NT; ++j)
     xrow[j] = p.x + min(std::int64_t(8 * j + g), p.rows - 1) * ld + group * p.in + 16 * t;
 
-  auto load = [&](weight_batch& b, std::int64_t k0) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const std::int64_t k = k0 + h * half_k + 16 * t;
-      if (k < ke) {
-        b.lo[h] = gemm_detail::load_stream16(w_lo + k0 + h * half_k);
-        b.hi[h] = gemm_detail::load_stream16(w_hi + k0 + h * half_k);
-        b.s_lo[h] = e8m0_to_f32(sc_lo[k >> col_shift]);
-        b.s_hi[h] = e8m0_to_f32(sc_hi[k >> col_shift]);
-      } else {  // past the range: zero weights (and zero activations below)
-        b.lo[h] = b.hi[h] = make_uint4(0, 0, 0, 0);
-        b.s_lo[h] = b.s_hi[h] = 0.0f;
-      }
-    }
-  };
+  auto load = [&](weight_batch& b, std::int64_t k0) { rows.load<2>(b, k0, ke); };
 
   float acc[NT][4];
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) acc[j][c] = 0.0f;
+  zero(acc);
 
   auto multiply = [&](const weight_batch& b, std::int64_t k0) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const std::int64_t k = k0 + h * half_k;
       const bool valid = k + 16 * t < ke;
-      const std::uint32_t wl[4] = {b.lo[h].x, b.lo[h].y, b.lo[h].z, b.lo[h].w};
-      const std::uint32_t wh[4] = {b.hi[h].x, b.hi[h].y, b.hi[h].z, b.hi[h].w};
 #pragma unroll
       for (int s = 0; s < 4; ++s) {
-        const std::uint32_t a[4] = {decode2(wl[s], b.s_lo[h]), decode2(wh[s], b.s_hi[h]),
-                                    decode2(wl[s] >> 16, b.s_lo[h]),
-                                    decode2(wh[s] >> 16, b.s_hi[h])};
+        std::uint32_t a[4];
+        a_fragment(b, h, s, a);
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
           float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -192,15 +238,7 @@ __global__ void __launch_bounds__(warps * 32, NT >= 8 ? 1 : 2)
   if (gridDim.z > 1)
     gemm_detail::add_split_pair(acc, &partial[slice][lane][0], int(blockIdx.z), sums);
   if (!sums || blockIdx.z != 0 || n0 >= p.out) return;
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const std::int64_t r = n0 + g + (c < 2 ? 0 : 8);
-      const std::int64_t tk = 8 * j + 2 * t + (c & 1);
-      if (r >= p.out || tk >= p.rows) continue;
-      p.y[tk * p.groups * p.out + group * p.out + r] = acc[j][c];
-    }
+  store_rows(p, acc, group, n0, g, t);
 }
 
 // fp8_split_wg: the same product for 9..64 rows on the warpgroup MMA (wgmma m64nNk16 bf16,
@@ -232,62 +270,6 @@ constexpr int wg_max_chunk = 2 * half_k;
 constexpr int wg_threads = 128;
 
 template <int NT>
-struct wg_acc {
-  float d[NT][4];
-};
-
-/// d += A B, m64n(8 NT)k16 bf16, A the warp's 16 x 16 fragment, B in shared memory.
-template <int NT>
-__device__ __forceinline__ void wgmma_bf16(float (&d)[NT][4], const std::uint32_t (&a)[4],
-                                           std::uint64_t b);
-
-template <>
-__device__ __forceinline__ void wgmma_bf16<2>(float (&d)[2][4], const std::uint32_t (&a)[4],
-                                              std::uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
-        "+f"(d[1][2]), "+f"(d[1][3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)
-      : "memory");
-}
-
-template <>
-__device__ __forceinline__ void wgmma_bf16<4>(float (&d)[4][4], const std::uint32_t (&a)[4],
-                                              std::uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, p, 1, 1, "
-      "0;\n}\n"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
-        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)
-      : "memory");
-}
-
-template <>
-__device__ __forceinline__ void wgmma_bf16<8>(float (&d)[8][4], const std::uint32_t (&a)[4],
-                                              std::uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
-      "%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
-        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
-        "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
-        "+f"(d[7][2]), "+f"(d[7][3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)
-      : "memory");
-}
-
-template <int NT>
 __global__ void __launch_bounds__(wg_threads, 2)
     fp8_split_wg_kernel(fp8_gemv_params p, int per_split) {
   using gemm_detail::pin;
@@ -302,13 +284,7 @@ __global__ void __launch_bounds__(wg_threads, 2)
   const std::int64_t kb = std::int64_t(blockIdx.z) * per_split;
   const std::int64_t ke = min(p.in, kb + per_split);
 
-  const std::int64_t r_lo = group * p.out + min(n0 + g, p.out - 1);
-  const std::int64_t r_hi = group * p.out + min(n0 + g + 8, p.out - 1);
-  const std::uint8_t* w_lo = p.w + r_lo * p.in + 16 * t;
-  const std::uint8_t* w_hi = p.w + r_hi * p.in + 16 * t;
-  const std::uint8_t* sc_lo = p.scale_e8m0 + (r_lo / p.block_rows) * p.scale_cols;
-  const std::uint8_t* sc_hi = p.scale_e8m0 + (r_hi / p.block_rows) * p.scale_cols;
-  const int col_shift = 31 - __clz(p.block_cols);
+  const lane_rows rows(p, group, n0, g, t);
   const std::int64_t ld = p.groups * p.in;  // x's row stride
 
   // Activations: this thread's float4s of a chunk -- item i (of the warp's 2 NT) is step q =
@@ -344,27 +320,10 @@ __global__ void __launch_bounds__(wg_threads, 2)
     }
   };
 
-  auto load_w = [&](weight_batch& wb, std::int64_t k0) {
-#pragma unroll
-    for (int h = 0; h < halves; ++h) {
-      const std::int64_t k = k0 + h * half_k + 16 * t;
-      if (k < ke) {
-        wb.lo[h] = gemm_detail::load_stream16(w_lo + k0 + h * half_k);
-        wb.hi[h] = gemm_detail::load_stream16(w_hi + k0 + h * half_k);
-        wb.s_lo[h] = e8m0_to_f32(sc_lo[k >> col_shift]);
-        wb.s_hi[h] = e8m0_to_f32(sc_hi[k >> col_shift]);
-      } else {  // past the range: zero weights (and zero activations)
-        wb.lo[h] = wb.hi[h] = make_uint4(0, 0, 0, 0);
-        wb.s_lo[h] = wb.s_hi[h] = 0.0f;
-      }
-    }
-  };
+  auto load_w = [&](weight_batch& wb, std::int64_t k0) { rows.load<halves>(wb, k0, ke); };
 
   float acc[NT][4];
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) acc[j][c] = 0.0f;
+  zero(acc);
 
   // One chunk: its activations (in xr) split into bsm, its A fragments decoded from wb, whose
   // registers then take the codes two chunks on (DRAM's latency is longer than a chunk's
@@ -377,19 +336,10 @@ __global__ void __launch_bounds__(wg_threads, 2)
     __syncthreads();
     std::uint32_t a[steps][4];
 #pragma unroll
-    for (int h = 0; h < halves; ++h) {
-      const std::uint32_t wl[4] = {wb.lo[h].x, wb.lo[h].y, wb.lo[h].z, wb.lo[h].w};
-      const std::uint32_t wh[4] = {wb.hi[h].x, wb.hi[h].y, wb.hi[h].z, wb.hi[h].w};
+    for (int q = 0; q < steps; ++q) {
+      a_fragment(wb, q / 4, q % 4, a[q]);
 #pragma unroll
-      for (int s = 0; s < 4; ++s) {
-        std::uint32_t* f = a[h * 4 + s];
-        f[0] = decode2(wl[s], wb.s_lo[h]);
-        f[1] = decode2(wh[s], wb.s_hi[h]);
-        f[2] = decode2(wl[s] >> 16, wb.s_lo[h]);
-        f[3] = decode2(wh[s] >> 16, wb.s_hi[h]);
-#pragma unroll
-        for (int c = 0; c < 4; ++c) pin(f[c]);
-      }
+      for (int c = 0; c < 4; ++c) pin(a[q][c]);
     }
     if (k0 + 2 * chunk < ke) load_w(wb, k0 + 2 * chunk);
     if (k0 + chunk < ke) load_x(xr, k0 + chunk);
@@ -402,8 +352,8 @@ __global__ void __launch_bounds__(wg_threads, 2)
     for (int q = 0; q < steps; ++q) {
 #pragma unroll
       for (int part = 0; part < 2; ++part)
-        wgmma_bf16<NT>(acc, a[q],
-                       gemm_detail::smem_descriptor(bsm + (q * 2 + part) * NT * 256, 128, 256));
+        gemm_detail::wgmma_bf16<NT>(
+            acc, a[q], gemm_detail::smem_descriptor(bsm + (q * 2 + part) * NT * 256, 128, 256));
     }
     gemm_detail::wgmma_commit();
     gemm_detail::wgmma_wait<0>();
@@ -439,15 +389,7 @@ __global__ void __launch_bounds__(wg_threads, 2)
     gemm_detail::add_split_ranks(acc, reinterpret_cast<float*>(bsm) + threadIdx.x * NT * 4,
                                  int(blockIdx.z), int(gridDim.z), true);
   if (blockIdx.z != 0 || n0 >= p.out) return;
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const std::int64_t r = n0 + g + (c < 2 ? 0 : 8);
-      const std::int64_t tk = 8 * j + 2 * t + (c & 1);
-      if (r >= p.out || tk >= p.rows) continue;
-      p.y[tk * p.groups * p.out + group * p.out + r] = acc[j][c];
-    }
+  store_rows(p, acc, group, n0, g, t);
 }
 
 /// Blocks along K: two when the row blocks alone leave the GPU short of streaming warps

@@ -1,8 +1,9 @@
-// The Hopper warpgroup MMA (wgmma.mma_async, sm_90a) as the GEMM kernels use it: FP8 e4m3 with
-// A (the weights) in registers -- each warp of the warpgroup its 16 rows of the 64, in
-// mma.sync m16n8k32's fragment layout -- and B (the activations) in shared memory, K-major
-// without swizzle (core matrices of 8 rows x 16 bytes). On sm_90 this is the only native FP8
-// tensor-core instruction: mma.sync e4m3 is emulated (wg_gemm.cu says how that was found).
+// The Hopper warpgroup MMA (wgmma.mma_async, sm_90a) as the GEMM kernels use it: FP8 e4m3 (and
+// bf16, at the end) with A (the weights) in registers -- each warp of the warpgroup its 16 rows
+// of the 64, in mma.sync m16n8k32's (bf16: m16n8k16's) fragment layout -- and B (the
+// activations) in shared memory, K-major without swizzle (core matrices of 8 rows x 16 bytes). On
+// sm_90 this is the only native FP8 tensor-core instruction: mma.sync e4m3 is emulated (wg_gemm.cu
+// says how that was found).
 //
 // Ordering rules the helpers encode: registers written before a wgmma must be written before
 // wgmma_fence() (pin() them first); a wgmma reads A and writes D asynchronously, so after
@@ -77,5 +78,53 @@ __device__ __forceinline__ void wgmma_n32_fresh(float (&d)[16], const std::uint3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)
       : "memory");
 }
+
+// bf16 m64nNk16 with A in registers (the warp's 16 x 16 fragment in mma.sync m16n8k16's layout)
+// and B K-major in shared memory (core matrices of 8 rows x 16 bytes, as e4m3's): d += A B.
+#define DI_WGMMA_ACC4(j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
+#define DI_WGMMA_BF16(shape, dregs, operands)                                   \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned." shape \
+  ".f32.bf16.bf16 " dregs ", " operands ", p, 1, 1, 0;\n}\n"
+
+/// d += A B for 8 NT tokens (NT = 2, 4 or 8); d[j] holds token group j in mma.sync m16n8's
+/// layout (rows g / g + 8, columns 2t / 2t + 1 of the group).
+template <int NT>
+__device__ __forceinline__ void wgmma_bf16(float (&d)[NT][4], const std::uint32_t (&a)[4],
+                                           std::uint64_t b);
+
+template <>
+__device__ __forceinline__ void wgmma_bf16<2>(float (&d)[2][4], const std::uint32_t (&a)[4],
+                                              std::uint64_t b) {
+  asm volatile(DI_WGMMA_BF16("m64n16k16", "{%0,%1,%2,%3,%4,%5,%6,%7}", "{%8,%9,%10,%11}, %12")
+               : DI_WGMMA_ACC4(0), DI_WGMMA_ACC4(1)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)
+               : "memory");
+}
+
+template <>
+__device__ __forceinline__ void wgmma_bf16<4>(float (&d)[4][4], const std::uint32_t (&a)[4],
+                                              std::uint64_t b) {
+  asm volatile(DI_WGMMA_BF16("m64n32k16", "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}",
+                             "{%16,%17,%18,%19}, %20")
+               : DI_WGMMA_ACC4(0), DI_WGMMA_ACC4(1), DI_WGMMA_ACC4(2), DI_WGMMA_ACC4(3)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)
+               : "memory");
+}
+
+template <>
+__device__ __forceinline__ void wgmma_bf16<8>(float (&d)[8][4], const std::uint32_t (&a)[4],
+                                              std::uint64_t b) {
+  asm volatile(DI_WGMMA_BF16("m64n64k16",
+                             "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,"
+                             "%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}",
+                             "{%32,%33,%34,%35}, %36")
+               : DI_WGMMA_ACC4(0), DI_WGMMA_ACC4(1), DI_WGMMA_ACC4(2), DI_WGMMA_ACC4(3),
+                 DI_WGMMA_ACC4(4), DI_WGMMA_ACC4(5), DI_WGMMA_ACC4(6), DI_WGMMA_ACC4(7)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)
+               : "memory");
+}
+
+#undef DI_WGMMA_BF16
+#undef DI_WGMMA_ACC4
 
 }  // namespace di::cuda::gemm_detail
