@@ -301,6 +301,29 @@ TEST_CASE("fp8_split_gemm takes 1..64 rows with e8m0 scales and refuses the rest
                        doctest::Contains("fp8_split_gemm: 65 rows"), error);
 }
 
+TEST_CASE("fp8_split_wg (warpgroup MMA) takes 9..64 rows and refuses the rest before launching") {
+  CHECK_FALSE(cuda::fp8_split_wg_fits(8, 4096, 32, true));  // 1..8: fp8_split_gemm's mma.sync
+  CHECK(cuda::fp8_split_wg_fits(9, 4096, 32, true));
+  CHECK(cuda::fp8_split_wg_fits(64, 1040, 128, true));
+  CHECK_FALSE(cuda::fp8_split_wg_fits(65, 4096, 32, true));
+  CHECK_FALSE(cuda::fp8_split_wg_fits(33, 4096, 32, false));  // f32 scales
+  CHECK_FALSE(cuda::fp8_split_wg_fits(33, 4104, 32, true));   // inputs not a multiple of 16
+  cuda::fp8_gemv_params p{};
+  p.rows = 8;
+  p.in = 4096;
+  p.groups = 1;
+  p.block_cols = 32;
+  static const std::uint8_t scale = 127;
+  p.scale_e8m0 = &scale;
+  CHECK_THROWS_WITH_AS(cuda::launch_fp8_split_wg(p, nullptr),
+                       doctest::Contains("fp8_split_wg: 8 rows"), error);
+  p.rows = 16;
+  alignas(16) static float x[8];
+  p.x = x + 1;  // not 16-byte aligned
+  CHECK_THROWS_WITH_AS(cuda::launch_fp8_split_wg(p, nullptr),
+                       doctest::Contains("not 16-byte aligned"), error);
+}
+
 TEST_CASE("skinny_gemm plans: dense FP8 of 9..64 rows, K splits from the weight's shape") {
   for (const shape& s : dense_fp8_shapes) {
     CAPTURE(s.n);
