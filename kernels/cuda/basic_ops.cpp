@@ -210,6 +210,13 @@ void fp8_fake_quant(tensor& x, int block, std::int64_t num_dims) {
   launch_fake_quant({x.data<float>(), x.size(0), x.size(1), num_dims, block, 0}, current_stream());
 }
 
+tensor fp8_fake_quantized(const tensor& x, int block) {
+  if (block <= 0) return x;
+  tensor out = x.clone();
+  fp8_fake_quant(out, block, out.size(1));
+  return out;
+}
+
 void fp4_fake_quant(tensor& x, int block, fp4_scale scale) {
   check_cuda_tensor(x, dtype::f32, 2, "fp4_fake_quant input");
   DI_CHECK(block > 0 && x.size(1) % block == 0, "fp4_fake_quant: rows of {} in blocks of {}",

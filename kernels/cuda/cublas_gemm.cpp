@@ -148,11 +148,7 @@ void bf16_gemm_nt(const tensor& x, const tensor& w, tensor& y, int act_block) {
     launch_fake_quant_bf16(x.data<float>(), xb.data<std::uint16_t>(), rows, in, act_block,
                            current_stream());
   } else {
-    tensor input = x;
-    if (act_block > 0) {
-      input = x.clone();
-      fp8_fake_quant(input, act_block, in);
-    }
+    const tensor input = fp8_fake_quantized(x, act_block);
     launch_to_bf16(input.data<float>(), xb.data<std::uint16_t>(), rows * in, current_stream());
   }
   gemm_ex_bf16(xb, w, y, false);

@@ -34,6 +34,9 @@ bool fuses_act_quant(int block, std::int64_t dim);
 /// blocks of `block` (which fuses_act_quant accepted). Defined in basic_ops.cpp.
 quantized_rows quantized_rows_for(std::int64_t rows, std::int64_t dim, int block, device dev);
 void fp8_fake_quant(tensor& x, int block, std::int64_t num_dims);
+/// x itself when block <= 0 (no quantization), else an FP8 fake-quantized copy of x [rows, dim]
+/// (blocks of `block` over all of a row). Defined in basic_ops.cpp.
+tensor fp8_fake_quantized(const tensor& x, int block);
 void fp4_fake_quant(tensor& x, int block, fp4_scale scale);
 void hadamard(tensor& x);
 void rotary(tensor& x, const tensor& positions, const tensor& inv_freq, bool inverse);

@@ -131,11 +131,7 @@ block_gemm_params gemm_params(const weight_matrix& w, const quantized_act& q, in
 
 /// x (after optional FP8 fake quantization) times the weight decoded to fp32, on SGEMM.
 tensor dequant_linear(const tensor& x, const weight_matrix& weight, int act_block) {
-  tensor input = x;
-  if (act_block > 0) {
-    input = x.clone();
-    fp8_fake_quant(input, act_block, input.size(1));
-  }
+  const tensor input = fp8_fake_quantized(x, act_block);
   const weight_matrix dense = dequantize_weight(weight, dtype::f32);
   tensor y = tensor::empty({x.size(0), weight.rows()}, dtype::f32, x.dev());
   sgemm_nt(input, dense.values, y, 1);
@@ -288,11 +284,7 @@ tensor linear(const tensor& x, const weight_matrix& weight, const linear_params&
       bf16_gemm_nt(x, weight.values, y, act_block);  // fake-quantizes x on its way to bf16
       return y;
     }
-    tensor input = x;
-    if (act_block > 0) {
-      input = x.clone();
-      fp8_fake_quant(input, act_block, in);
-    }
+    const tensor input = fp8_fake_quantized(x, act_block);
     if (g_split_bf16 && weight.bf16_values.defined() && rows > f32_gemv_max_rows &&
         input.is_contiguous()) {  // fp32-grade products on the bf16 tensor cores
       split_bf16_gemm_nt(input, weight.bf16_values, y);
