@@ -281,6 +281,19 @@ TEST_CASE("stream_gemm and fp8_gemv refuse what they do not take, with a clear e
                        error);
 }
 
+/// grouped_linear decode parameters of `rows` rows, one group of 4096 inputs, 32-input e8m0
+/// scale blocks (no data: for the launchers' refusals, which come before any launch).
+cuda::fp8_gemv_params e8m0_rows(std::int64_t rows) {
+  static const std::uint8_t scale = 127;
+  cuda::fp8_gemv_params p{};
+  p.rows = rows;
+  p.in = 4096;
+  p.groups = 1;
+  p.block_cols = 32;
+  p.scale_e8m0 = &scale;
+  return p;
+}
+
 TEST_CASE("fp8_split_gemm takes 1..64 rows with e8m0 scales and refuses the rest") {
   // grouped_linear's decode kernel on the bf16 tensor cores: the e8m0 scale is folded exactly
   // into the bf16 weight, so f32 scales go to fp8_gemv.
@@ -291,12 +304,7 @@ TEST_CASE("fp8_split_gemm takes 1..64 rows with e8m0 scales and refuses the rest
   CHECK_FALSE(cuda::fp8_split_gemm_fits(8, 4096, 32, false));
   CHECK_FALSE(cuda::fp8_split_gemm_fits(8, 4104, 32, true));
   CHECK_FALSE(cuda::fp8_split_gemm_fits(8, 4096, 48, true));
-  cuda::fp8_gemv_params p{};
-  p.rows = 65;
-  p.in = 4096;
-  p.block_cols = 32;
-  static const std::uint8_t scale = 127;
-  p.scale_e8m0 = &scale;
+  const cuda::fp8_gemv_params p = e8m0_rows(65);
   CHECK_THROWS_WITH_AS(cuda::launch_fp8_split_gemm(p, nullptr),
                        doctest::Contains("fp8_split_gemm: 65 rows"), error);
 }
@@ -308,13 +316,7 @@ TEST_CASE("fp8_split_wg (warpgroup MMA) takes 9..64 rows and refuses the rest be
   CHECK_FALSE(cuda::fp8_split_wg_fits(65, 4096, 32, true));
   CHECK_FALSE(cuda::fp8_split_wg_fits(33, 4096, 32, false));  // f32 scales
   CHECK_FALSE(cuda::fp8_split_wg_fits(33, 4104, 32, true));   // inputs not a multiple of 16
-  cuda::fp8_gemv_params p{};
-  p.rows = 8;
-  p.in = 4096;
-  p.groups = 1;
-  p.block_cols = 32;
-  static const std::uint8_t scale = 127;
-  p.scale_e8m0 = &scale;
+  cuda::fp8_gemv_params p = e8m0_rows(8);
   CHECK_THROWS_WITH_AS(cuda::launch_fp8_split_wg(p, nullptr),
                        doctest::Contains("fp8_split_wg: 8 rows"), error);
   p.rows = 16;
