@@ -166,6 +166,10 @@ bool get_wg_gemm_wide_tiles();
 /// results). DEEPINFER_WG_N32 sets the default. Defined in wg_gemm.cu.
 void set_wg_gemm_n32(int mode);
 int get_wg_gemm_n32();
+/// Prefill-sized groups whose 32-token B does not fit one K split take two (the default;
+/// DEEPINFER_WG_N32_SPLIT=0: 8-token tiles, as before). Defined in wg_gemm.cu.
+void set_wg_gemm_n32_split(bool on);
+bool get_wg_gemm_n32_split();
 /// The routed experts' w1 and w3 (expert_linear_pair) in one wg_gemm launch when it takes them:
 /// 2 (the default) with the K splits the pair's row blocks together ask for (V4 and V4.1: one,
 /// where each weight alone has two -- other last bits than a single launch, from the shapes

@@ -402,6 +402,11 @@ struct wg_shape {
 /// 32-token tiles (m64n32k32) for walked prefill-sized groups: 1 on (the default), 0 off, 2 on
 /// with B's descriptor offsets swapped (a diagnostic).
 std::atomic<int> g_n32{int(detail::env_count("DEEPINFER_WG_N32", 1, 2, 0))};
+/// Walked prefill-sized groups whose one-split B of 32 tokens does not fit take two K splits
+/// (sums added by fp32 atomics onto a zeroed y, as decode's two splits) instead of 8-token
+/// tiles: on by default (DEEPINFER_WG_N32_SPLIT=0 off). V4.1's w1/w3 pair (mode 2: one split,
+/// 160 steps) walked 8-token tiles -- 27.7 of a v41-flash-L4 prefill's 41.8 ms of experts.
+std::atomic<bool> g_n32_split{detail::env_switch("DEEPINFER_WG_N32_SPLIT", true)};
 
 wg_shape wg_shape_of(const block_gemm_params& p) {
   wg_shape sh;
@@ -432,9 +437,19 @@ wg_shape wg_shape_of(const block_gemm_params& p) {
     const std::int64_t basis = std::min(p.max_rows, p.tile_rows > 0 ? p.tile_rows : mean2);
     // 32-token tiles when a typical group fills most of one and B (32 x the split's K) and the
     // ring fit the shared memory of one block per SM.
-    const std::size_t n32_bytes =
-        std::size_t(per_split) * 32 * step_k + std::size_t(8) * ring_runs * run_bytes;
-    if (g_n32 > 0 && basis >= 24 && n32_bytes <= n32_smem_limit) sh.nt = 32;
+    auto n32_bytes = [](int steps) {
+      return std::size_t(steps) * 32 * step_k + std::size_t(8) * ring_runs * run_bytes;
+    };
+    if (g_n32 > 0 && basis >= 24 && n32_bytes(per_split) > n32_smem_limit && g_n32_split &&
+        k_splits == 1) {  // two K splits halve B (prefill-sized groups only: basis >= 24)
+      int half = (total_steps + 1) / 2;
+      half = (half + split_align - 1) / split_align * split_align;
+      if (n32_bytes(half) <= n32_smem_limit) {
+        sh.cfg.k_splits = 2;
+        sh.cfg.steps_per_split = per_split = half;
+      }
+    }
+    if (g_n32 > 0 && basis >= 24 && n32_bytes(per_split) <= n32_smem_limit) sh.nt = 32;
     if (basis > 8) sh.cfg.walkers = int(std::min<std::int64_t>((basis + sh.nt - 1) / sh.nt, 4096));
   }
   return sh;
@@ -486,6 +501,13 @@ void set_wg_gemm_pair(int mode) {
 }
 int get_wg_gemm_pair() {
   return g_pair;
+}
+
+void set_wg_gemm_n32_split(bool on) {
+  g_n32_split = on;
+}
+bool get_wg_gemm_n32_split() {
+  return g_n32_split;
 }
 
 void set_wg_gemm_n32(int mode) {

@@ -486,6 +486,23 @@ TEST_CASE("wg_gemm takes interleaved MXFP4 decode tiles; its splits depend on th
     REQUIRE(cuda::get_wg_gemm_pair() == 2);
     CHECK(cuda::plan_wg_gemm(pair).k_splits == 1);
     CHECK(cuda::plan_wg_gemm(pair).row_blocks == first.row_blocks);
+    // A prefill-sized pair walks 32-token tiles; where one split's 32-token B does not fit (V4.1's
+    // w1/w3: 160 steps) it takes two splits, not 8-token tiles -- decode keeps one.
+    REQUIRE(cuda::get_wg_gemm_n32_split());
+    cuda::block_gemm_params prefill_pair = pair;
+    prefill_pair.max_rows = 300;
+    prefill_pair.rows = 1024 * 6;
+    prefill_pair.tile_rows = 48;
+    const cuda::wg_gemm_plan pp = cuda::plan_wg_gemm(prefill_pair);
+    CHECK(pp.tile_tokens == 32);
+    CHECK(pp.k_splits == (e.s.k / 32 >= 160 ? 2 : 1));
+    CHECK(pp.steps_per_split * pp.k_splits >= e.s.k / 32);
+    CHECK(pp.walkers == 2);  // 48 rows in 32-token tiles
+    cuda::set_wg_gemm_n32_split(false);
+    const cuda::wg_gemm_plan pp8 = cuda::plan_wg_gemm(prefill_pair);
+    CHECK(pp8.k_splits == 1);
+    CHECK(pp8.tile_tokens == (e.s.k / 32 >= 160 ? 8 : 32));
+    cuda::set_wg_gemm_n32_split(true);
     cuda::set_wg_gemm_pair(1);
     CHECK(cuda::plan_wg_gemm(pair).k_splits == first.k_splits);
     cuda::set_wg_gemm_pair(0);

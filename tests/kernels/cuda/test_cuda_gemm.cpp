@@ -698,6 +698,40 @@ TEST_CASE("cuda expert_linear_pair on one wg_gemm launch: right, and its splits'
   CHECK_THROWS_AS(cuda::set_wg_gemm_pair(3), error);
 }
 
+TEST_CASE(
+    "cuda expert_linear_pair, prefill-sized: 32-token tiles on two K splits where one "
+    "does not fit") {
+  // V4.1's K (5120 = 160 steps): a pair of 13 row blocks (mode 2: one split) walked in 32-token
+  // tiles needs 160 KB of B -- past the limit with the ring -- so it takes two K splits (sums by
+  // fp32 atomics onto a zeroed y) instead of 8-token tiles (set_wg_gemm_n32_split(false)).
+  REQUIRE(cuda::get_wg_gemm_pair() == 2);
+  REQUIRE(cuda::get_wg_gemm_n32_split());
+  const std::int64_t out = 13 * 128, in = 5120;
+  const weight_matrix h1w = random_fp4(8 * out, in), h3w = random_fp4(8 * out, in);
+  const weight_matrix w1 = cuda::with_fp4_layout(weight_to(h1w, gpu), true);
+  const weight_matrix w3 = cuda::with_fp4_layout(weight_to(h3w, gpu), true);
+  const tensor off = offsets_of({48, 40, 56, 30, 64, 0, 50, 33});
+  const std::int64_t rows = off.data<std::int32_t>()[8];
+  const tensor x = varied_input(rows, in);
+  const tensor want1 = ops::expert_linear(x, off, h1w, {32, 0});
+  const tensor want3 = ops::expert_linear(x, off, h3w, {32, 0});
+  const tensor xg = x.to(gpu), offg = off.to(gpu);
+  const ops::expert_linear_params params{32, 0, 48};  // a prefill chunk's tile hint
+  test::poison_device_pool();
+  const auto [g1, g3] = ops::expert_linear_pair(xg, offg, w1, w3, params);
+  const tensor y1 = g1.to(cpu_device), y3 = g3.to(cpu_device);
+  check_close(y1, want1, 2e-3);
+  check_close(y3, want3, 2e-3);
+  cuda::set_wg_gemm_n32_split(false);  // 8-token tiles, one split: the same products
+  const auto [e1, e3] = ops::expert_linear_pair(xg, offg, w1, w3, params);
+  cuda::set_wg_gemm_n32_split(true);
+  check_close(y1, e1.to(cpu_device), 1e-5);
+  check_close(y3, e3.to(cpu_device), 1e-5);
+  const auto [r1, r3] = ops::expert_linear_pair(xg, offg, w1, w3, params);  // two addends
+  test::check_bitwise(r1.to(cpu_device), y1);  // onto zero: the same bits every run
+  test::check_bitwise(r3.to(cpu_device), y3);
+}
+
 TEST_CASE("cuda quantized_rows: RMSNorm's and SwiGLU's own codes give linear's exact results") {
   // The fused producers quantize as linear would (act_quant_kernel's functions and order), so
   // a linear from their codes is the same bits as one that quantizes x itself. V4.1 (32-input
