@@ -170,6 +170,13 @@ int get_wg_gemm_n32();
 /// DEEPINFER_WG_N32_SPLIT=0: 8-token tiles, as before). Defined in wg_gemm.cu.
 void set_wg_gemm_n32_split(bool on);
 bool get_wg_gemm_n32_split();
+/// Prefill-sized groups (32-token tiles) multiply in bf16 -- the weights' e2m1 values times
+/// their scales and the activation codes times theirs, both exact in bf16, accumulated in the
+/// wgmma's fp32 without a promotion per 32-input step -- on by default (DEEPINFER_WG_BF16=0: the
+/// FP8 tiles); never with ordered splits. Sums in another order than the FP8 tiles (rounding-level
+/// differences). Defined in wg_gemm.cu.
+void set_wg_gemm_bf16(bool on);
+bool get_wg_gemm_bf16();
 /// The routed experts' w1 and w3 (expert_linear_pair) in one wg_gemm launch when it takes them:
 /// 2 (the default) with the K splits the pair's row blocks together ask for (V4 and V4.1: one,
 /// where each weight alone has two -- other last bits than a single launch, from the shapes

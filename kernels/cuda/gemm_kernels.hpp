@@ -127,13 +127,16 @@ void launch_pipe_gemm(const block_gemm_params& p, cudaStream_t stream);
 /// Its K splits depend on the weight's shape only (two warpgroups, two blocks with exact
 /// atomics): deterministic and batch-invariant.
 bool wg_gemm_takes(const block_gemm_params& p);
+/// Whether GEMMs run in the batch-invariant mode (cuda_ops.hpp's set_ordered_gemm_splits).
+bool get_ordered_gemm_splits();
 struct wg_gemm_plan {
   int k_splits;         ///< blocks along K (1 or 2, exact atomics)
   int steps_per_split;  ///< 32-input steps per K split (its two warpgroups take half each)
-  std::int64_t row_blocks, grid_groups;  ///< the grid (x: 128-row blocks, y: groups)
+  std::int64_t row_blocks, grid_groups;  ///< the grid (x: 128-row blocks -- 256 bf16 --, y: groups)
   bool walk;            ///< groups bounded by more than 8 rows: blocks walk their token tiles
   std::int64_t walkers;  ///< blocks walking each group's tiles (1 unless a tile hint > 8 rows)
   int tile_tokens;       ///< 8, or 32 for walked prefill-sized groups (set_wg_gemm_n32)
+  bool bf16;             ///< 32-token tiles on the bf16 kernel (set_wg_gemm_bf16)
 };
 /// How launch_wg_gemm runs p: the splits from the weight's shape only, never the rows.
 wg_gemm_plan plan_wg_gemm(const block_gemm_params& p);

@@ -45,6 +45,7 @@ constexpr int step_k = 32;
 constexpr int run_steps = 4;                       // steps per interleaved run
 constexpr int step_bytes = step_k / 2;             // MXFP4 bytes of a row per step
 constexpr int wg_rows = 4 * il_stripe_rows;        // rows of a warpgroup (and of a block)
+constexpr int bf16_block_rows = 2 * wg_rows;       // wg_bf16_kernel: a block's rows
 constexpr int b_step_bytes = 8 * step_k;           // an 8-token step of B in shared memory
 constexpr int max_split_steps = 48 * 1024 / b_step_bytes;  // B within the default 48 KB
 constexpr std::size_t n32_smem_limit = 200 * 1024;  // 32-token tiles: B and the ring within this
@@ -373,6 +374,268 @@ __global__ void __launch_bounds__(warps * 32, NT == 8 ? 2 : 1)
   }
 }
 
+// ---- Prefill-sized groups in bf16 (set_wg_gemm_bf16) ----
+// The FP8 path above promotes every 32-input step (fresh accumulators, a wait, 32 scaled adds per
+// thread), because the weight and activation scales change with each step and the FP8 wgmma
+// accumulates below fp32 precision: in 32-token tiles that chain, not the weight stream, bounds
+// it (a v41-flash-L4 2048-token prefill: 41.8 ms of experts, ~83 TFLOP/s). Here both operands
+// carry their scales: a weight's e2m1 value times its e8m0 scale and an activation's e4m3 code
+// times its power-of-two block scale are both exact in bf16, and their products exact in fp32,
+// so the bf16 wgmma accumulates the whole K range in its own fp32 accumulators -- no promotion,
+// no wait per step but the one that frees the A registers two steps on. The sums are the same
+// products added in another order (rounding-level differences from the FP8 path).
+//
+// B (a 32-token tile of the split's steps, 2 KB per 32-input step) is staged once per tile from
+// the activation codes and scales: sub-step j (inputs 16j.. of the MMA's K) at j * 1 KB, token
+// group n / 8 at 256-byte steps, its two K-adjacent core matrices 128 bytes apart. A lane's
+// weight word holds inputs 8t..8t+7 of a row (byte i: inputs 8t + 2i, 8t + 2i + 1), which the
+// bf16 m16n8k16 fragment takes as sub-step 0's slots (2t, 2t + 1) <- inputs (8t, 8t + 1) and
+// (8 + 2t, 9 + 2t) <- (8t + 2, 8t + 3), sub-step 1's the same slots <- (8t + 4 .. 8t + 7); B's
+// rows are permuted to match (wg_bf16_stage).
+
+/// bf16x2 of (lo, hi) from two floats, lo in the low half.
+__device__ __forceinline__ std::uint32_t bf16x2_of(float lo, float hi) {
+  std::uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+/// Eight e2m1 nibbles (inputs k0..k7, low nibble first) times the e8m0 scale 2^(e - 127) as four
+/// bf16 pairs: v[i] = (k2i, k2i+1). The magnitudes through a byte table (prmt: the bf16's low
+/// and high bytes of 0, 0.5, 1, 1.5, 2, 3, 4, 6), the signs moved to bits 15 and 31, then one
+/// exact bf16 multiply by the scale (e = 0, 2^-127, is a bf16 subnormal).
+__device__ __forceinline__ void fp4_bf16x8(std::uint32_t w, std::uint32_t e,
+                                           std::uint32_t (&v)[4]) {
+  const std::uint32_t m = w & 0x77777777u, mh = m >> 16, odd = w, even = w << 4;
+  const std::uint32_t l03 = __byte_perm(0xC0800000u, 0xC0804000u, m);
+  const std::uint32_t h03 = __byte_perm(0x3F3F3F00u, 0x40404040u, m);
+  const std::uint32_t l47 = __byte_perm(0xC0800000u, 0xC0804000u, mh);
+  const std::uint32_t h47 = __byte_perm(0x3F3F3F00u, 0x40404040u, mh);
+  // byte i of `even` has nibble 2i's sign at its top bit, byte i of `odd` nibble 2i + 1's
+  const std::uint32_t scale = e != 0 ? e * 0x00800080u : 0x00400040u;
+  const std::uint32_t raw[4] = {__byte_perm(l03, h03, 0x5140), __byte_perm(l03, h03, 0x7362),
+                                __byte_perm(l47, h47, 0x5140), __byte_perm(l47, h47, 0x7362)};
+  const std::uint32_t sign[4] = {__byte_perm(even, odd, 0x4000), __byte_perm(even, odd, 0x5010),
+                                 __byte_perm(even, odd, 0x6020), __byte_perm(even, odd, 0x7030)};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const std::uint32_t signed_v = raw[i] | (sign[i] & 0x80008000u);
+    asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(v[i]) : "r"(signed_v), "r"(scale));
+  }
+}
+
+/// Stages steps [split_begin, split_end) of 32 tokens' activations as bf16 (code x block scale,
+/// exact) in B's layout above. Thread (token n, half h) converts inputs 16h..16h+15 of every
+/// fourth step; its 16-byte loads go out eight at a time (the staging's latency, not its
+/// arithmetic, is what a tile waits for).
+__device__ __forceinline__ void wg_bf16_stage(const block_gemm_params& p, std::uint8_t* b_tile,
+                                              std::int64_t row, std::int64_t col0, int split_begin,
+                                              int split_end, int act_shift) {
+  constexpr int batch = 8, stride = warps * 32 / 64;  // steps a pass of the block covers
+  const int h = int(threadIdx.x) % 2, n = (int(threadIdx.x) / 2) % 32;
+  const int steps = split_end - split_begin;
+  const std::uint8_t* src =
+      p.act + row * p.act_stride + col0 + std::int64_t(split_begin) * step_k + 16 * h;
+  const float* sc = p.act_scale + row * p.act_scale_stride + (col0 >> act_shift);
+  std::uint8_t* dst = b_tile + (n / 8) * 256 + (n % 8) * 16 + 8 * h;
+  for (int s0 = int(threadIdx.x) / 64; s0 < steps; s0 += batch * stride) {
+    uint4 c[batch];
+    float scale[batch];
+#pragma unroll
+    for (int i = 0; i < batch; ++i) {
+      const int s = s0 + i * stride;
+      if (s < steps) {
+        c[i] = __ldg(reinterpret_cast<const uint4*>(src + s * step_k));
+        scale[i] = __ldg(sc + (((split_begin + s) * step_k) >> act_shift));
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < batch; ++i) {
+      const int s = s0 + i * stride;
+      if (s >= steps) break;
+      const std::uint32_t words[4] = {c[i].x, c[i].y, c[i].z, c[i].w};
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {  // pair k: inputs 16h + 2k, 16h + 2k + 1 (quarter 2h + k / 4)
+        const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(
+            __nv_fp8x2_storage_t(words[k / 2] >> (16 * (k % 2))), __NV_E4M3);
+        const float2 f = __half22float2(__half2(hr));
+        // a quarter's pairs 0..3 -> sub-step 0 core 0, sub-step 0 core 1, sub-step 1 core 0, 1
+        const int j = k % 4;
+        *reinterpret_cast<std::uint32_t*>(dst + s * 2048 + 4 * (k / 4) + (j / 2) * 1024 +
+                                          (j % 2) * 128) =
+            bf16x2_of(f.x * scale[i], f.y * scale[i]);
+      }
+    }
+  }
+}
+
+/// The bf16 kernel: wg_gemm_kernel<EVERY, true, RING, 32>'s weight stream and walk, with B in
+/// bf16 and the products accumulated without promotion (above); a block is 256 rows, each
+/// warpgroup 128 of them over the split's whole K range (B staged once for both, no hand-over
+/// of sums between them).
+template <int RING>
+__global__ void __launch_bounds__(warps * 32, 1)
+    wg_bf16_kernel(block_gemm_params p, wg_config cfg) {
+  detail::grid_dependency_sync();
+  constexpr int NT = 32, bstep = 2048;
+  extern __shared__ __align__(128) std::uint8_t b_tile[];
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
+  const int wg = warp / 4, wq = warp % 4;
+  const block_site site = locate_block<warps>(p, cfg.compact, cfg.k_splits);
+  if (site.group < 0) return;  // uniform over the block
+  const int group = site.group, split = site.split;
+  const bool second = int(blockIdx.x) >= cfg.pair_blocks;
+  const int row_block = int(blockIdx.x) - (second ? cfg.pair_blocks : 0);
+  const std::uint8_t* const weight = second ? p.weight_b : p.weight;
+  const std::uint8_t* const wscale = second ? p.wscale_e8m0_b : p.wscale_e8m0;
+  const std::int64_t row_begin = site.row_begin, count = site.count;
+  const int total_steps = int(p.k / step_k);
+  const int split_begin = split * cfg.steps_per_split;
+  const int split_end = min(total_steps, split_begin + cfg.steps_per_split);
+  // Each warpgroup its own 128 rows over the whole split: B staged once for 256 rows.
+  const int w0 = split_begin, w1 = split_end;
+  const std::int64_t n0 =
+      std::int64_t(row_block) * bf16_block_rows + wg * wg_rows + wq * il_stripe_rows;
+  const std::int64_t ld0 = min(n0, p.n - il_stripe_rows);
+  const std::int64_t row_bytes = p.k / 2;
+  const std::uint8_t* const wrow =
+      weight + (group * p.n + ld0) * row_bytes + std::int64_t(w0) * 32 * step_bytes + lane * 16;
+  const std::uint8_t* const ws8 = wscale + (group * p.n + ld0 + g) * p.wscale_cols;
+  const std::int64_t col0 = group * p.act_group_offset;
+  const int act_shift = log2_int(p.act_block);
+
+  uint4 raw[2][2] = {};
+  auto load = [&](int s) {
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        raw[m][h] = load_stream16(wrow + (2 * m + h) * 512 + (s - w0) * 32 * step_bytes);
+  };
+  std::uint8_t* const ring =
+      b_tile + cfg.steps_per_split * bstep + (warp * RING * run_bytes) + lane * 16;
+  auto slot_of = [&](int s) {
+    return ring + ((s - w0) / run_steps) % (RING > 0 ? RING : 1) * run_bytes;
+  };
+  auto issue = [&](int s) {
+    if (s < w1) {
+#pragma unroll
+      for (int piece = 0; piece < 4; ++piece)
+        cp_async16_stream(slot_of(s) + piece * 512,
+                          wrow + piece * 512 + (s - w0) * 32 * step_bytes);
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+  };
+  auto prime = [&] {
+    if constexpr (RING > 0) {
+#pragma unroll
+      for (int i = 0; i < RING - 1; ++i) issue(w0 + i * run_steps);
+    } else if (w0 < w1) {
+      load(w0);
+    }
+  };
+
+  for (std::int64_t tok0 = site.tile * NT; tok0 < count; tok0 += NT * cfg.walkers) {
+    const std::int64_t last_tok = count - tok0 - 1;
+    if (tok0 != site.tile * NT) __syncthreads();  // the previous tile's B is read
+    prime();                                      // the weights do not depend on the staging
+    {
+      const int n = (int(threadIdx.x) / 2) % NT;
+      wg_bf16_stage(p, b_tile, row_begin + tok0 + (n < last_tok ? n : last_tok), col0, split_begin,
+                    split_end, act_shift);
+    }
+    fence_proxy_async();  // seen by wgmma
+    __syncthreads();
+
+    float acc[2][4][4] = {};
+    for (int s = w0; s < w1; s += run_steps) {
+      uint4 cur[2][2];
+      if constexpr (RING > 0) {
+        issue(s + (RING - 1) * run_steps);
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(RING - 1));
+#pragma unroll
+        for (int piece = 0; piece < 4; ++piece)
+          cur[piece / 2][piece % 2] = *reinterpret_cast<const uint4*>(slot_of(s) + piece * 512);
+      } else {
+        cur[0][0] = raw[0][0], cur[0][1] = raw[0][1], cur[1][0] = raw[1][0], cur[1][1] = raw[1][1];
+        if (s + run_steps < w1) load(s + run_steps);
+      }
+      // the run's weight scales: byte u of word (m, h) is step u of rows g + 16m + 8h
+      std::uint32_t wpk[2][2];
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          wpk[m][h] =
+              __ldg(reinterpret_cast<const unsigned*>(ws8 + (16 * m + 8 * h) * p.wscale_cols + s));
+      // a[buffer][m][sub-step][4]: step u's fragments in buffer u % 2, decoded while step u - 1's
+      // wgmmas run
+      std::uint32_t a[2][2][2][4];
+      auto decode = [&](int u, std::uint32_t(&dst)[2][2][4]) {
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+          std::uint32_t lo[4], hi[4];  // rows g and g + 8
+          fp4_bf16x8(word_of(cur[m][0], u), (wpk[m][0] >> (8 * u)) & 0xffu, lo);
+          fp4_bf16x8(word_of(cur[m][1], u), (wpk[m][1] >> (8 * u)) & 0xffu, hi);
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            dst[m][j][0] = lo[2 * j];
+            dst[m][j][1] = hi[2 * j];
+            dst[m][j][2] = lo[2 * j + 1];
+            dst[m][j][3] = hi[2 * j + 1];
+#pragma unroll
+            for (int c = 0; c < 4; ++c) pin(dst[m][j][c]);
+          }
+        }
+      };
+      decode(0, a[0]);
+#pragma unroll
+      for (int u = 0; u < run_steps; ++u) {
+        wgmma_fence();
+        const std::uint8_t* b_step = b_tile + (s + u - split_begin) * bstep;
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+#pragma unroll
+          for (int j = 0; j < 2; ++j)
+            wgmma_bf16<4>(acc[m], a[u % 2][m][j], b32_descriptor(b_step + j * 1024, false));
+        wgmma_commit();
+        if (u + 1 < run_steps) decode(u + 1, a[(u + 1) % 2]);
+        wgmma_wait<0>();
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+#pragma unroll
+          for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) pin(a[u % 2][m][j][c]);  // kept until read
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) pin(acc[m][j][c]);
+
+    if (n0 < p.n) {
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int c = 0; c < 16; ++c) {
+          const std::int64_t r = n0 + 16 * m + g + ((c & 3) < 2 ? 0 : 8);
+          const std::int64_t tk = tok0 + 8 * (c / 4) + 2 * t + (c & 1);
+          if (tk >= count) continue;
+          float* out =
+              (second ? p.y_b : p.y) + group * p.y_group_offset + (row_begin + tk) * p.y_stride + r;
+          const float v = acc[m][c / 4][c % 4];
+          if (cfg.k_splits > 1)
+            atomicAdd(out, v);
+          else
+            *out = v;
+        }
+    }
+  }
+}
+
 std::atomic<long> g_launches{0};
 /// The weights through each warp's shared-memory ring of ring_runs runs: 1 always, 0 never,
 /// -1 (the default; DEEPINFER_WG_RING sets it) from ring_min_rows routed rows on. The ring
@@ -397,6 +660,7 @@ struct wg_shape {
   std::int64_t row_blocks = 0, grid_groups = 0;
   bool walk = false;
   int nt = 8;  ///< tokens per tile (32: walked prefill-sized groups, set_wg_gemm_n32)
+  bool bf16 = false;  ///< 32-token tiles on wg_bf16_kernel (set_wg_gemm_bf16)
 };
 
 /// 32-token tiles (m64n32k32) for walked prefill-sized groups: 1 on (the default), 0 off, 2 on
@@ -407,6 +671,13 @@ std::atomic<int> g_n32{int(detail::env_count("DEEPINFER_WG_N32", 1, 2, 0))};
 /// tiles: on by default (DEEPINFER_WG_N32_SPLIT=0 off). V4.1's w1/w3 pair (mode 2: one split,
 /// 160 steps) walked 8-token tiles -- 27.7 of a v41-flash-L4 prefill's 41.8 ms of experts.
 std::atomic<bool> g_n32_split{detail::env_switch("DEEPINFER_WG_N32_SPLIT", true)};
+/// Walked prefill-sized groups (32-token tiles) on wg_bf16_kernel: on by default
+/// (DEEPINFER_WG_BF16=0 off), never with ordered splits (batch-invariant mode: whether a group
+/// is prefill-sized depends on the batch, and the bf16 sums differ from the FP8 path's in
+/// rounding).
+std::atomic<bool> g_bf16{detail::env_switch("DEEPINFER_WG_BF16", true)};
+/// Bytes of a bf16 32-token B per 32-input step.
+constexpr std::size_t bf16_step_bytes = 2048;
 
 wg_shape wg_shape_of(const block_gemm_params& p) {
   wg_shape sh;
@@ -450,6 +721,24 @@ wg_shape wg_shape_of(const block_gemm_params& p) {
       }
     }
     if (g_n32 > 0 && basis >= 24 && n32_bytes(per_split) <= n32_smem_limit) sh.nt = 32;
+    if (g_n32 > 0 && basis >= 24 && g_bf16 && !get_ordered_gemm_splits()) {
+      // bf16's B is twice the FP8 one: one K split, or two (fp32 atomics onto the zeroed y: two
+      // addends commute exactly, more would not); the ring as deep as fits beside it
+      // (launch_bf16)
+      for (int splits = 1; splits <= 2 && !sh.bf16; ++splits) {
+        int steps = (total_steps + splits - 1) / splits;
+        steps = (steps + split_align - 1) / split_align * split_align;
+        const std::size_t b = std::size_t(steps) * bf16_step_bytes;
+        if (b <= n32_smem_limit) {
+          sh.nt = 32;
+          sh.bf16 = true;
+          sh.cfg.k_splits = (total_steps + steps - 1) / steps;
+          sh.cfg.steps_per_split = per_split = steps;
+          sh.row_blocks = (p.n + bf16_block_rows - 1) / bf16_block_rows;
+          if (p.weight_b) sh.cfg.pair_blocks = int(sh.row_blocks);
+        }
+      }
+    }
     if (basis > 8) sh.cfg.walkers = int(std::min<std::int64_t>((basis + sh.nt - 1) / sh.nt, 4096));
   }
   return sh;
@@ -482,6 +771,27 @@ void launch_ring(const block_gemm_params& p, const wg_shape& sh, bool every, dim
     go(&wg_gemm_kernel<false, false, RING>, 3);
 }
 
+/// wg_bf16_kernel with as deep a weight ring as fits beside B (4 runs, 2, or none: a run ahead
+/// in registers); the ring's depth changes no result.
+void launch_bf16(const block_gemm_params& p, const wg_shape& sh, dim3 grid, std::size_t b_bytes,
+                 cudaStream_t stream) {
+  static std::atomic<std::size_t> limits[3][detail::max_tracked_devices];
+  auto go = [&](auto kernel, int runs, int which) {
+    detail::ensure_smem(reinterpret_cast<const void*>(kernel), n32_smem_limit, limits[which]);
+    detail::launch("wg_gemm", kernel, grid, warps * 32,
+                   b_bytes + std::size_t(warps) * runs * run_bytes, stream, p, sh.cfg);
+  };
+  auto fits = [&](int runs) {
+    return b_bytes + std::size_t(warps) * runs * run_bytes <= n32_smem_limit;
+  };
+  if (wg_gemm_uses_ring(p) && fits(ring_runs))
+    go(&wg_bf16_kernel<ring_runs>, ring_runs, 0);
+  else if (wg_gemm_uses_ring(p) && fits(2))
+    go(&wg_bf16_kernel<2>, 2, 1);
+  else
+    go(&wg_bf16_kernel<0>, 0, 2);
+}
+
 }  // namespace
 
 void set_wg_gemm_ring(int mode) {
@@ -510,6 +820,13 @@ bool get_wg_gemm_n32_split() {
   return g_n32_split;
 }
 
+void set_wg_gemm_bf16(bool on) {
+  g_bf16 = on;
+}
+bool get_wg_gemm_bf16() {
+  return g_bf16;
+}
+
 void set_wg_gemm_n32(int mode) {
   DI_CHECK(mode >= 0 && mode <= 2, "wg_gemm 32-token tiles mode {} (expected 0, 1 or 2)", mode);
   g_n32 = mode;
@@ -531,7 +848,7 @@ long wg_gemm_launches() {
 wg_gemm_plan plan_wg_gemm(const block_gemm_params& p) {
   const wg_shape sh = wg_shape_of(p);
   return {sh.cfg.k_splits, sh.cfg.steps_per_split, sh.row_blocks, sh.grid_groups,
-          sh.walk,         sh.cfg.walkers,         sh.nt};
+          sh.walk,         sh.cfg.walkers,         sh.nt,         sh.bf16};
 }
 
 bool wg_gemm_takes(const block_gemm_params& p) {
@@ -570,9 +887,15 @@ void launch_wg_gemm(const block_gemm_params& p, cudaStream_t stream) {
   const dim3 grid(unsigned(sh.row_blocks * (p.weight_b ? 2 : 1)), unsigned(sh.grid_groups),
                   unsigned(sh.cfg.k_splits * sh.cfg.walkers));
   // B of a tile, and with 8-token tiles their activation scales (staged past the ring).
-  const std::size_t b_bytes = std::size_t(sh.cfg.steps_per_split) * step_k * sh.nt +
-                              (sh.nt == 8 ? scale_stage_bytes(sh.cfg.steps_per_split) : 0);
+  const std::size_t b_bytes =
+      sh.bf16 ? std::size_t(sh.cfg.steps_per_split) * bf16_step_bytes
+              : std::size_t(sh.cfg.steps_per_split) * step_k * sh.nt +
+                    (sh.nt == 8 ? scale_stage_bytes(sh.cfg.steps_per_split) : 0);
   const bool every = p.act_block == 32;
+  if (sh.bf16) {
+    launch_bf16(p, sh, grid, b_bytes, stream);
+    return;
+  }
   if (wg_gemm_uses_ring(p))
     launch_ring<ring_runs>(p, sh, every, grid, b_bytes + std::size_t(warps) * ring_runs * run_bytes,
                            stream);

@@ -493,7 +493,24 @@ TEST_CASE("wg_gemm takes interleaved MXFP4 decode tiles; its splits depend on th
     prefill_pair.max_rows = 300;
     prefill_pair.rows = 1024 * 6;
     prefill_pair.tile_rows = 48;
+    // The bf16 kernel (the default for prefill-sized groups): 32-token tiles whose bf16 B (2 KB
+    // per 32-input step) fits one K split or two -- never more (two atomic addends onto zero
+    // commute exactly) -- and never in the batch-invariant mode; decode plans keep FP8.
+    REQUIRE(cuda::get_wg_gemm_bf16());
+    const cuda::wg_gemm_plan pb = cuda::plan_wg_gemm(prefill_pair);
+    CHECK(pb.bf16);
+    CHECK(pb.tile_tokens == 32);
+    CHECK(pb.k_splits == (e.s.k / 32 > 100 ? 2 : 1));
+    CHECK(pb.steps_per_split * pb.k_splits >= e.s.k / 32);
+    CHECK(pb.steps_per_split * 2048 <= 200 * 1024);
+    CHECK(pb.walkers == 2);
+    CHECK_FALSE(cuda::plan_wg_gemm(pair).bf16);
+    cuda::set_ordered_gemm_splits(true);
+    CHECK_FALSE(cuda::plan_wg_gemm(prefill_pair).bf16);
+    cuda::set_ordered_gemm_splits(false);
+    cuda::set_wg_gemm_bf16(false);  // the FP8 tiles below
     const cuda::wg_gemm_plan pp = cuda::plan_wg_gemm(prefill_pair);
+    CHECK_FALSE(pp.bf16);
     CHECK(pp.tile_tokens == 32);
     CHECK(pp.k_splits == (e.s.k / 32 >= 160 ? 2 : 1));
     CHECK(pp.steps_per_split * pp.k_splits >= e.s.k / 32);
@@ -503,6 +520,7 @@ TEST_CASE("wg_gemm takes interleaved MXFP4 decode tiles; its splits depend on th
     CHECK(pp8.k_splits == 1);
     CHECK(pp8.tile_tokens == (e.s.k / 32 >= 160 ? 8 : 32));
     cuda::set_wg_gemm_n32_split(true);
+    cuda::set_wg_gemm_bf16(true);
     cuda::set_wg_gemm_pair(1);
     CHECK(cuda::plan_wg_gemm(pair).k_splits == first.k_splits);
     cuda::set_wg_gemm_pair(0);

@@ -706,6 +706,8 @@ TEST_CASE(
   // fp32 atomics onto a zeroed y) instead of 8-token tiles (set_wg_gemm_n32_split(false)).
   REQUIRE(cuda::get_wg_gemm_pair() == 2);
   REQUIRE(cuda::get_wg_gemm_n32_split());
+  REQUIRE(cuda::get_wg_gemm_bf16());
+  cuda::set_wg_gemm_bf16(false);  // the FP8 tiles (the bf16 kernel has its own case below)
   const std::int64_t out = 13 * 128, in = 5120;
   const weight_matrix h1w = random_fp4(8 * out, in), h3w = random_fp4(8 * out, in);
   const weight_matrix w1 = cuda::with_fp4_layout(weight_to(h1w, gpu), true);
@@ -730,6 +732,61 @@ TEST_CASE(
   const auto [r1, r3] = ops::expert_linear_pair(xg, offg, w1, w3, params);  // two addends
   test::check_bitwise(r1.to(cpu_device), y1);  // onto zero: the same bits every run
   test::check_bitwise(r3.to(cpu_device), y3);
+  cuda::set_wg_gemm_bf16(true);
+}
+
+TEST_CASE(
+    "cuda wg_gemm bf16 (prefill-sized groups): right, the FP8 tiles' products, run-to-run bits") {
+  // Prefill-sized groups (a tile hint of 48) multiply in bf16 -- e2m1 x e8m0 weights and e4m3 x
+  // block-scale activations, both exact in bf16 -- accumulated without promotion: the CPU's
+  // products and the FP8 tiles' (set_wg_gemm_bf16(false)) in another order. V4.1's K of the pair
+  // (5120: two K splits, a 2-run weight ring beside B) and of w2 (2304: one split), V4's blocks
+  // of 128 inputs (K 4096: two splits, the 4-run ring; 2048: one). Outputs that are not a
+  // multiple of the 256-row block (1664, 640, 384); groups of 0, 1, 30, 33 and 64+ tokens (several
+  // tiles a group, clamped last tiles); negative zeros and every code (random bytes).
+  REQUIRE(cuda::get_wg_gemm_bf16());
+  struct bf16_case {
+    std::int64_t out, in;
+    int act_block;
+    bool pair;
+  };
+  for (const bf16_case c :
+       {bf16_case{13 * 128, 5120, 32, true}, bf16_case{5 * 128, 2304, 32, false},
+        bf16_case{4 * 128, 4096, 128, true}, bf16_case{3 * 128, 2048, 128, false}}) {
+    CAPTURE(c.in);
+    const weight_matrix h1w = random_fp4(8 * c.out, c.in), h3w = random_fp4(8 * c.out, c.in);
+    const weight_matrix w1 = cuda::with_fp4_layout(weight_to(h1w, gpu), true);
+    const weight_matrix w3 = cuda::with_fp4_layout(weight_to(h3w, gpu), true);
+    const tensor off = offsets_of({48, 1, 97, 30, 64, 0, 50, 33});
+    const std::int64_t rows = off.data<std::int32_t>()[8];
+    const tensor x = varied_input(rows, c.in);
+    const tensor want1 = ops::expert_linear(x, off, h1w, {c.act_block, 0});
+    const tensor want3 = ops::expert_linear(x, off, h3w, {c.act_block, 0});
+    const tensor xg = x.to(gpu), offg = off.to(gpu);
+    const ops::expert_linear_params params{c.act_block, 0, 48};
+    auto run = [&] {
+      if (c.pair) return ops::expert_linear_pair(xg, offg, w1, w3, params);
+      return std::make_pair(ops::expert_linear(xg, offg, w1, params),
+                            ops::expert_linear(xg, offg, w3, params));
+    };
+    test::poison_device_pool();
+    const auto [g1, g3] = run();
+    const tensor y1 = g1.to(cpu_device), y3 = g3.to(cpu_device);
+    check_close(y1, want1, 2e-3);
+    check_close(y3, want3, 2e-3);
+    cuda::set_wg_gemm_bf16(false);
+    const auto [f1, f3] = run();
+    cuda::set_wg_gemm_bf16(true);
+    // The same products summed in another order; the FP8 tiles' wgmma adds each step's 32
+    // products below fp32 precision (~2e-5 relative between the two on these inputs).
+    check_close(y1, f1.to(cpu_device), 5e-5);
+    check_close(y3, f3.to(cpu_device), 5e-5);
+    MESSAGE("K " << c.in << ": relative rms error against the CPU, bf16 " << rel_error(y1, want1)
+                 << " / FP8 tiles " << rel_error(f1.to(cpu_device), want1));
+    const auto [r1, r3] = run();  // one or two addends onto zero: the same bits every run
+    test::check_bitwise(r1.to(cpu_device), y1);
+    test::check_bitwise(r3.to(cpu_device), y3);
+  }
 }
 
 TEST_CASE("cuda quantized_rows: RMSNorm's and SwiGLU's own codes give linear's exact results") {
@@ -899,8 +956,10 @@ struct stream_switches {
     cuda::set_wg_gemm_ring(-1);
     cuda::set_wg_gemm_wide_tiles(true);
     cuda::set_wg_gemm_n32(1);
+    cuda::set_wg_gemm_bf16(wg_bf16);
   }
   bool dense_wg = cuda::get_dense_wg_gemm();
+  bool wg_bf16 = cuda::get_wg_gemm_bf16();
   bool stream_early = cuda::get_stream_gemm_early();
   bool stream_wide = cuda::get_stream_gemm_wide();
 };
@@ -1214,6 +1273,9 @@ TEST_CASE(
     "right, deterministic, each token's bits as in a decode tile") {
   const stream_switches restore;
   REQUIRE(cuda::get_wg_gemm_wide_tiles());  // on by default
+  // The FP8 tiles (the bf16 kernel, the default for prefill-sized groups outside the
+  // batch-invariant mode, sums in another order: its own case, and the ordered mode below).
+  cuda::set_wg_gemm_bf16(false);
   // Groups of 0 .. 130 rows (tiles walked, a partial last tile), by the largest group (an eager
   // step: walkers from twice the mean group) and by a tile hint of 48 rows (6 walkers); V4.1's
   // w1-like (two blocks along K), V4's 128-input activation blocks, and w2-like 3200 outputs.
@@ -1275,6 +1337,14 @@ TEST_CASE(
                             .to(cpu_device);
       test::check_bitwise(y1, first.slice(0, r, r + 1).clone());
     }
+    // The batch-invariant mode (ordered splits) keeps prefill-sized groups on the FP8 tiles
+    // with the bf16 kernel switched on: the same bits.
+    cuda::set_wg_gemm_bf16(true);
+    cuda::set_ordered_gemm_splits(true);
+    const tensor ordered = ops::expert_linear(xg, offg, il, {sh.act, rows, 48}).to(cpu_device);
+    cuda::set_ordered_gemm_splits(false);
+    cuda::set_wg_gemm_bf16(false);
+    test::check_bitwise(ordered, first);
   }
 }
 
