@@ -88,6 +88,101 @@ __device__ __forceinline__ std::uint64_t b32_descriptor(const void* smem, bool s
   return swap ? smem_descriptor(smem, 256, 128) : smem_descriptor(smem, 128, 256);
 }
 
+/// What a block of either kernel multiplies: the weight (a pair's second from grid column
+/// cfg.pair_blocks on: uniform over the block), its row block, and its K split's steps.
+struct wg_weight_site {
+  bool second;
+  int row_block;
+  const std::uint8_t* weight;
+  const std::uint8_t* wscale;
+  int split_begin, split_end;
+};
+__device__ __forceinline__ wg_weight_site weight_site(const block_gemm_params& p,
+                                                      const wg_config& cfg, int split) {
+  wg_weight_site w;
+  w.second = int(blockIdx.x) >= cfg.pair_blocks;
+  w.row_block = int(blockIdx.x) - (w.second ? cfg.pair_blocks : 0);
+  w.weight = w.second ? p.weight_b : p.weight;
+  w.wscale = w.second ? p.wscale_e8m0_b : p.wscale_e8m0;
+  w.split_begin = split * cfg.steps_per_split;
+  w.split_end = min(int(p.k / step_k), w.split_begin + cfg.steps_per_split);
+  return w;
+}
+
+/// A lane's pointers into its warp's 32-row stripe of `group` from row ld0 on: the weights
+/// from step w0 (piece (m, h) of a run at wrow + (2m + h) * 512) and its rows' scales (rows
+/// g + 16m + 8h at ws8 + (16m + 8h) * wscale_cols) -- one base pointer each: fewer live
+/// registers.
+struct lane_weights {
+  const std::uint8_t* wrow;
+  const std::uint8_t* ws8;
+};
+__device__ __forceinline__ lane_weights lane_weights_of(const block_gemm_params& p,
+                                                        const wg_weight_site& w, int group,
+                                                        std::int64_t ld0, int w0, int lane, int g) {
+  const std::int64_t row_bytes = p.k / 2;
+  return {
+      w.weight + (group * p.n + ld0) * row_bytes + std::int64_t(w0) * 32 * step_bytes + lane * 16,
+      w.wscale + (group * p.n + ld0 + g) * p.wscale_cols};
+}
+
+/// A warp's weight runs over steps [w0, w1): per run of 4 steps its lane's 16 bytes of the 4
+/// pieces (m, h) at wrow + (2m + h) * 512 (+ the run's offset). RING > 0: through the warp's
+/// shared-memory ring of RING runs -- the lane's bytes of run s in slot ((s - w0) / 4) % RING,
+/// read back only by the lane that copied them (no barrier), one commit group per run; RING = 0:
+/// one run ahead in registers.
+template <int RING>
+struct weight_runs {
+  const std::uint8_t* wrow;
+  std::uint8_t* ring;  ///< the lane's bytes of slot 0
+  int w0, w1;
+  uint4 raw[2][2] = {};
+
+  __device__ __forceinline__ void load(int s) {
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        raw[m][h] = load_stream16(wrow + (2 * m + h) * 512 + (s - w0) * 32 * step_bytes);
+  }
+  __device__ __forceinline__ std::uint8_t* slot_of(int s) const {
+    return ring + ((s - w0) / run_steps) % (RING > 0 ? RING : 1) * run_bytes;
+  }
+  __device__ __forceinline__ void issue(int s) {
+    if (s < w1) {
+#pragma unroll
+      for (int piece = 0; piece < 4; ++piece)
+        cp_async16_stream(slot_of(s) + piece * 512,
+                          wrow + piece * 512 + (s - w0) * 32 * step_bytes);
+    }
+    asm volatile("cp.async.commit_group;\n" ::);  // empty past w1: the count stays simple
+  }
+  /// The first runs requested (before a tile's activations are staged: they do not depend on
+  /// them, so the staging's latency hides behind theirs).
+  __device__ __forceinline__ void prime() {
+    if constexpr (RING > 0) {
+#pragma unroll
+      for (int i = 0; i < RING - 1; ++i) issue(w0 + i * run_steps);
+    } else if (w0 < w1) {
+      load(w0);
+    }
+  }
+  /// Run s's pieces into cur; the run RING - 1 ahead requested into the slot the previous run
+  /// was read from (RING = 0: the next run's loads issued).
+  __device__ __forceinline__ void next(int s, uint4 (&cur)[2][2]) {
+    if constexpr (RING > 0) {
+      issue(s + (RING - 1) * run_steps);
+      asm volatile("cp.async.wait_group %0;\n" ::"n"(RING - 1));  // run s has landed
+#pragma unroll
+      for (int piece = 0; piece < 4; ++piece)
+        cur[piece / 2][piece % 2] = *reinterpret_cast<const uint4*>(slot_of(s) + piece * 512);
+    } else {
+      cur[0][0] = raw[0][0], cur[0][1] = raw[0][1], cur[1][0] = raw[1][0], cur[1][1] = raw[1][1];
+      if (s + run_steps < w1) load(s + run_steps);  // the next run streams in meanwhile
+    }
+  }
+};
+
 /// NT tokens per tile: 8 (m64n8k32; decode tiles, and the walked tiles of larger groups), or
 /// 32 (m64n32k32, walked prefill-sized groups only: each weight fragment decoded once for 32
 /// tokens; one block per SM for its larger B and registers).
@@ -108,69 +203,27 @@ __global__ void __launch_bounds__(warps * 32, NT == 8 ? 2 : 1)
   const int wg = warp / 4, wq = warp % 4;
   const block_site site = locate_block<warps>(p, cfg.compact, cfg.k_splits);
   if (site.group < 0) return;  // uniform over the block
-  const int group = site.group, split = site.split;
-  // A pair's second weight: the grid's columns from cfg.pair_blocks on (uniform over the block).
-  const bool second = int(blockIdx.x) >= cfg.pair_blocks;
-  const int row_block = int(blockIdx.x) - (second ? cfg.pair_blocks : 0);
-  const std::uint8_t* const weight = second ? p.weight_b : p.weight;
-  const std::uint8_t* const wscale = second ? p.wscale_e8m0_b : p.wscale_e8m0;
+  const int group = site.group;
+  const wg_weight_site wsite = weight_site(p, cfg, site.split);
+  const bool second = wsite.second;
+  const int split_begin = wsite.split_begin, split_end = wsite.split_end;
   const std::int64_t row_begin = site.row_begin, count = site.count;
-
-  const int total_steps = int(p.k / step_k);
-  const int split_begin = split * cfg.steps_per_split;
-  const int split_end = min(total_steps, split_begin + cfg.steps_per_split);
   int per_wg = (split_end - split_begin + 1) / 2;
   per_wg = (per_wg + run_steps - 1) / run_steps * run_steps;
   const int w0 = min(split_end, split_begin + wg * per_wg);
   const int w1 = min(split_end, w0 + per_wg);
   // This warp's stripe (a warpgroup's stripes past the last one load the last: their results
   // are not stored, but every warp of a warpgroup takes part in its wgmmas).
-  const std::int64_t n0 = std::int64_t(row_block) * wg_rows + wq * il_stripe_rows;
-  const std::int64_t ld0 = min(n0, p.n - il_stripe_rows);
-  const std::int64_t row_bytes = p.k / 2;
-  // Piece (m, h) of a run at wrow + (2m + h) * 512; its rows' scales at ws8 + (16m + 8h) *
-  // wscale_cols (one base pointer each: fewer live registers).
-  const std::uint8_t* const wrow =
-      weight + (group * p.n + ld0) * row_bytes + std::int64_t(w0) * 32 * step_bytes + lane * 16;
-  const std::uint8_t* const ws8 = wscale + (group * p.n + ld0 + g) * p.wscale_cols;
+  const std::int64_t n0 = std::int64_t(wsite.row_block) * wg_rows + wq * il_stripe_rows;
+  const lane_weights lw =
+      lane_weights_of(p, wsite, group, min(n0, p.n - il_stripe_rows), w0, lane, g);
+  const std::uint8_t* const ws8 = lw.ws8;
   const std::int64_t col0 = group * p.act_group_offset;
   const int act_shift = log2_int(p.act_block);
 
-  uint4 raw[2][2] = {};
-  auto load = [&](int s) {
-#pragma unroll
-    for (int m = 0; m < 2; ++m)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        raw[m][h] = load_stream16(wrow + (2 * m + h) * 512 + (s - w0) * 32 * step_bytes);
-  };
-  // RING: this lane's 16 bytes of each piece of a run in slot ((s - w0) / 4) % RING of the
-  // warp's ring (it reads back only what it copied: no barrier), one commit group per run.
-  std::uint8_t* const ring =
-      b_tile + cfg.steps_per_split * bstep + (warp * RING * run_bytes) + lane * 16;
-  auto slot_of = [&](int s) {
-    return ring + ((s - w0) / run_steps) % (RING > 0 ? RING : 1) * run_bytes;
-  };
-  auto issue = [&](int s) {
-    if (s < w1) {
-#pragma unroll
-      for (int piece = 0; piece < 4; ++piece)
-        cp_async16_stream(slot_of(s) + piece * 512,
-                          wrow + piece * 512 + (s - w0) * 32 * step_bytes);
-    }
-    asm volatile("cp.async.commit_group;\n" ::);  // empty past w1: the count stays simple
-  };
-  // The first runs of weights are requested before the first tile's activations are staged
-  // (they do not depend on them): the staging's latency hides behind theirs. Later tiles of a
-  // walk request theirs after staging, as the loop below does.
-  auto prime = [&] {
-    if constexpr (RING > 0) {
-#pragma unroll
-      for (int i = 0; i < RING - 1; ++i) issue(w0 + i * run_steps);
-    } else if (w0 < w1) {
-      load(w0);
-    }
-  };
+  weight_runs<RING> stream{
+      lw.wrow, b_tile + cfg.steps_per_split * bstep + (warp * RING * run_bytes) + lane * 16, w0,
+      w1};
   // The weight scales of a run (byte u of word (m, h): step u of rows g + 16m + 8h); 8-token
   // tiles load them a run ahead like the weights (loaded at the run's start, their latency was
   // part of every run), 32-token tiles at the run's start (no registers to spare).
@@ -184,7 +237,7 @@ __global__ void __launch_bounds__(warps * 32, NT == 8 ? 2 : 1)
   };
   std::uint32_t wpk_next[2][2] = {};
   if (site.tile * NT < count) {  // (a walker past its group's tiles loads nothing)
-    prime();
+    stream.prime();
     if (NT == 8 && w0 < w1) load_wpk(w0, wpk_next);
   }
   // 8-token tiles: the tile's activation scales per token and step (exponent bytes,
@@ -240,21 +293,12 @@ __global__ void __launch_bounds__(warps * 32, NT == 8 ? 2 : 1)
     }
     float acc[2][4 * NJ] = {};
     if (tok0 != site.tile * NT) {
-      prime();
+      stream.prime();
       if (NT == 8 && w0 < w1) load_wpk(w0, wpk_next);
     }
     for (int s = w0; s < w1; s += run_steps) {
       uint4 cur[2][2];
-      if constexpr (RING > 0) {
-        issue(s + (RING - 1) * run_steps);  // into the slot the previous run was read from
-        asm volatile("cp.async.wait_group %0;\n" ::"n"(RING - 1));  // this run has landed
-#pragma unroll
-        for (int piece = 0; piece < 4; ++piece)
-          cur[piece / 2][piece % 2] = *reinterpret_cast<const uint4*>(slot_of(s) + piece * 512);
-      } else {
-        cur[0][0] = raw[0][0], cur[0][1] = raw[0][1], cur[1][0] = raw[1][0], cur[1][1] = raw[1][1];
-        if (s + run_steps < w1) load(s + run_steps);  // the next run streams in meanwhile
-      }
+      stream.next(s, cur);
       std::uint32_t wpk[2][2];
       if constexpr (NT == 8) {
 #pragma unroll
@@ -483,62 +527,29 @@ __global__ void __launch_bounds__(warps * 32, 1)
   const int wg = warp / 4, wq = warp % 4;
   const block_site site = locate_block<warps>(p, cfg.compact, cfg.k_splits);
   if (site.group < 0) return;  // uniform over the block
-  const int group = site.group, split = site.split;
-  const bool second = int(blockIdx.x) >= cfg.pair_blocks;
-  const int row_block = int(blockIdx.x) - (second ? cfg.pair_blocks : 0);
-  const std::uint8_t* const weight = second ? p.weight_b : p.weight;
-  const std::uint8_t* const wscale = second ? p.wscale_e8m0_b : p.wscale_e8m0;
+  const int group = site.group;
+  const wg_weight_site wsite = weight_site(p, cfg, site.split);
+  const bool second = wsite.second;
+  const int split_begin = wsite.split_begin, split_end = wsite.split_end;
   const std::int64_t row_begin = site.row_begin, count = site.count;
-  const int total_steps = int(p.k / step_k);
-  const int split_begin = split * cfg.steps_per_split;
-  const int split_end = min(total_steps, split_begin + cfg.steps_per_split);
   // Each warpgroup its own 128 rows over the whole split: B staged once for 256 rows.
   const int w0 = split_begin, w1 = split_end;
   const std::int64_t n0 =
-      std::int64_t(row_block) * bf16_block_rows + wg * wg_rows + wq * il_stripe_rows;
-  const std::int64_t ld0 = min(n0, p.n - il_stripe_rows);
-  const std::int64_t row_bytes = p.k / 2;
-  const std::uint8_t* const wrow =
-      weight + (group * p.n + ld0) * row_bytes + std::int64_t(w0) * 32 * step_bytes + lane * 16;
-  const std::uint8_t* const ws8 = wscale + (group * p.n + ld0 + g) * p.wscale_cols;
+      std::int64_t(wsite.row_block) * bf16_block_rows + wg * wg_rows + wq * il_stripe_rows;
+  const lane_weights lw =
+      lane_weights_of(p, wsite, group, min(n0, p.n - il_stripe_rows), w0, lane, g);
+  const std::uint8_t* const ws8 = lw.ws8;
   const std::int64_t col0 = group * p.act_group_offset;
   const int act_shift = log2_int(p.act_block);
 
-  uint4 raw[2][2] = {};
-  auto load = [&](int s) {
-#pragma unroll
-    for (int m = 0; m < 2; ++m)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        raw[m][h] = load_stream16(wrow + (2 * m + h) * 512 + (s - w0) * 32 * step_bytes);
-  };
-  std::uint8_t* const ring =
-      b_tile + cfg.steps_per_split * bstep + (warp * RING * run_bytes) + lane * 16;
-  auto slot_of = [&](int s) {
-    return ring + ((s - w0) / run_steps) % (RING > 0 ? RING : 1) * run_bytes;
-  };
-  auto issue = [&](int s) {
-    if (s < w1) {
-#pragma unroll
-      for (int piece = 0; piece < 4; ++piece)
-        cp_async16_stream(slot_of(s) + piece * 512,
-                          wrow + piece * 512 + (s - w0) * 32 * step_bytes);
-    }
-    asm volatile("cp.async.commit_group;\n" ::);
-  };
-  auto prime = [&] {
-    if constexpr (RING > 0) {
-#pragma unroll
-      for (int i = 0; i < RING - 1; ++i) issue(w0 + i * run_steps);
-    } else if (w0 < w1) {
-      load(w0);
-    }
-  };
+  weight_runs<RING> stream{
+      lw.wrow, b_tile + cfg.steps_per_split * bstep + (warp * RING * run_bytes) + lane * 16, w0,
+      w1};
 
   for (std::int64_t tok0 = site.tile * NT; tok0 < count; tok0 += NT * cfg.walkers) {
     const std::int64_t last_tok = count - tok0 - 1;
     if (tok0 != site.tile * NT) __syncthreads();  // the previous tile's B is read
-    prime();                                      // the weights do not depend on the staging
+    stream.prime();                               // the weights do not depend on the staging
     {
       const int n = (int(threadIdx.x) / 2) % NT;
       wg_bf16_stage(p, b_tile, row_begin + tok0 + (n < last_tok ? n : last_tok), col0, split_begin,
@@ -550,16 +561,7 @@ __global__ void __launch_bounds__(warps * 32, 1)
     float acc[2][4][4] = {};
     for (int s = w0; s < w1; s += run_steps) {
       uint4 cur[2][2];
-      if constexpr (RING > 0) {
-        issue(s + (RING - 1) * run_steps);
-        asm volatile("cp.async.wait_group %0;\n" ::"n"(RING - 1));
-#pragma unroll
-        for (int piece = 0; piece < 4; ++piece)
-          cur[piece / 2][piece % 2] = *reinterpret_cast<const uint4*>(slot_of(s) + piece * 512);
-      } else {
-        cur[0][0] = raw[0][0], cur[0][1] = raw[0][1], cur[1][0] = raw[1][0], cur[1][1] = raw[1][1];
-        if (s + run_steps < w1) load(s + run_steps);
-      }
+      stream.next(s, cur);
       // the run's weight scales: byte u of word (m, h) is step u of rows g + 16m + 8h
       std::uint32_t wpk[2][2];
 #pragma unroll
