@@ -421,13 +421,16 @@ __global__ void __launch_bounds__(warps * 32, NT == 8 ? 2 : 1)
 // ---- Prefill-sized groups in bf16 (set_wg_gemm_bf16) ----
 // The FP8 path above promotes every 32-input step (fresh accumulators, a wait, 32 scaled adds per
 // thread), because the weight and activation scales change with each step and the FP8 wgmma
-// accumulates below fp32 precision: in 32-token tiles that chain, not the weight stream, bounds
-// it (a v41-flash-L4 2048-token prefill: 41.8 ms of experts, ~83 TFLOP/s). Here both operands
-// carry their scales: a weight's e2m1 value times its e8m0 scale and an activation's e4m3 code
-// times its power-of-two block scale are both exact in bf16, and their products exact in fp32,
-// so the bf16 wgmma accumulates the whole K range in its own fp32 accumulators -- no promotion,
-// no wait per step but the one that frees the A registers two steps on. The sums are the same
-// products added in another order (rounding-level differences from the FP8 path).
+// accumulates below fp32 precision (a v41-flash-L4 2048-token prefill: 41.8 ms of experts, ~83
+// TFLOP/s). Here both operands carry their scales: a weight's e2m1 value times its e8m0 scale
+// and an activation's e4m3 code times its power-of-two block scale are both exact in bf16, and
+// their products exact in fp32, so the bf16 wgmma accumulates the whole K range in its own fp32
+// accumulators -- no promotion; each step's wait comes after the next step's fragments are
+// decoded. The sums are the same products added in another order: 1.3-1.6e-6 from the CPU's
+// (relative rms), where the FP8 tiles are 2e-5 off. What made it faster than the FP8 tiles was
+// not the promotion alone (H200, session 26: the same kernel in wg_gemm_kernel's 128-row blocks,
+// two warpgroups splitting K, was slower than them) but the 256-row blocks below, which stage
+// each tile's B once for twice the rows.
 //
 // B (a 32-token tile of the split's steps, 2 KB per 32-input step) is staged once per tile from
 // the activation codes and scales: sub-step j (inputs 16j.. of the MMA's K) at j * 1 KB, token
@@ -455,10 +458,10 @@ __device__ __forceinline__ void fp4_bf16x8(std::uint32_t w, std::uint32_t e,
   const std::uint32_t h03 = __byte_perm(0x3F3F3F00u, 0x40404040u, m);
   const std::uint32_t l47 = __byte_perm(0xC0800000u, 0xC0804000u, mh);
   const std::uint32_t h47 = __byte_perm(0x3F3F3F00u, 0x40404040u, mh);
-  // byte i of `even` has nibble 2i's sign at its top bit, byte i of `odd` nibble 2i + 1's
   const std::uint32_t scale = e != 0 ? e * 0x00800080u : 0x00400040u;
   const std::uint32_t raw[4] = {__byte_perm(l03, h03, 0x5140), __byte_perm(l03, h03, 0x7362),
                                 __byte_perm(l47, h47, 0x5140), __byte_perm(l47, h47, 0x7362)};
+  // byte i of `even` has nibble 2i's sign at its top bit, byte i of `odd` nibble 2i + 1's
   const std::uint32_t sign[4] = {__byte_perm(even, odd, 0x4000), __byte_perm(even, odd, 0x5010),
                                  __byte_perm(even, odd, 0x6020), __byte_perm(even, odd, 0x7030)};
 #pragma unroll
