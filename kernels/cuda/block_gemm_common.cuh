@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cooperative_groups.h>
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
@@ -18,6 +19,18 @@ namespace di::cuda::gemm_detail {
 __device__ __forceinline__ float2 e4m3x2_to_float2(std::uint32_t two) {
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(two & 0xffffu), __NV_E4M3);
   return __half22float2(*reinterpret_cast<const __half2*>(&h));
+}
+
+/// bf16x2 of (lo, hi), lo in the low half (round to nearest).
+__device__ __forceinline__ std::uint32_t bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const std::uint32_t*>(&v);
+}
+
+/// Two e4m3 codes (low byte first) times the power of two s as bf16x2 (exact).
+__device__ __forceinline__ std::uint32_t e4m3x2_scaled_bf16(std::uint32_t two, float s) {
+  const float2 f = e4m3x2_to_float2(two);
+  return bf16x2(f.x * s, f.y * s);
 }
 
 /// 8 weight bytes, read-only and read once: not kept in L1, the next 256 bytes of the row

@@ -42,23 +42,12 @@ constexpr int warps = slices * wk;
 constexpr int half_k = 64;  // inputs of one 16-byte load per row and lane
 constexpr int batch_k = 2 * half_k;
 
-__device__ __forceinline__ std::uint32_t bf16x2(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const std::uint32_t*>(&v);
-}
-
-/// Two e4m3 codes (low byte first) times the power of two s as bf16x2 (exact).
-__device__ __forceinline__ std::uint32_t decode2(std::uint32_t two, float s) {
-  const float2 f = gemm_detail::e4m3x2_to_float2(two);
-  return bf16x2(f.x * s, f.y * s);
-}
-
 /// x0, x1 -> (hi, lo) bf16x2 words with x = hi + lo + (below 2^-17 |x|).
 __device__ __forceinline__ void split2(float x0, float x1, std::uint32_t& hi, std::uint32_t& lo) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
   const float2 back = __bfloat1622float2(h);
   hi = *reinterpret_cast<const std::uint32_t*>(&h);
-  lo = bf16x2(x0 - back.x, x1 - back.y);
+  lo = gemm_detail::bf16x2(x0 - back.x, x1 - back.y);
 }
 
 /// d += a b on the bf16 tensor cores: m16n8k16, fp32 accumulate.
@@ -120,10 +109,10 @@ struct lane_rows {
 __device__ __forceinline__ void a_fragment(const weight_batch& b, int h, int s,
                                            std::uint32_t (&a)[4]) {
   const std::uint32_t wl = (&b.lo[h].x)[s], wh = (&b.hi[h].x)[s];
-  a[0] = decode2(wl, b.s_lo[h]);
-  a[1] = decode2(wh, b.s_hi[h]);
-  a[2] = decode2(wl >> 16, b.s_lo[h]);
-  a[3] = decode2(wh >> 16, b.s_hi[h]);
+  a[0] = gemm_detail::e4m3x2_scaled_bf16(wl, b.s_lo[h]);
+  a[1] = gemm_detail::e4m3x2_scaled_bf16(wh, b.s_hi[h]);
+  a[2] = gemm_detail::e4m3x2_scaled_bf16(wl >> 16, b.s_lo[h]);
+  a[3] = gemm_detail::e4m3x2_scaled_bf16(wh >> 16, b.s_hi[h]);
 }
 
 /// y's rows n0 + g and n0 + g + 8 (within the group) for the lane's tokens 8j + 2t (+1), in

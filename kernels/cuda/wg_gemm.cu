@@ -440,13 +440,6 @@ __global__ void __launch_bounds__(warps * 32, NT == 8 ? 2 : 1)
 // (8 + 2t, 9 + 2t) <- (8t + 2, 8t + 3), sub-step 1's the same slots <- (8t + 4 .. 8t + 7); B's
 // rows are permuted to match (wg_bf16_stage).
 
-/// bf16x2 of (lo, hi) from two floats, lo in the low half.
-__device__ __forceinline__ std::uint32_t bf16x2_of(float lo, float hi) {
-  std::uint32_t r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-
 /// Eight e2m1 nibbles (inputs k0..k7, low nibble first) times the e8m0 scale 2^(e - 127) as four
 /// bf16 pairs: v[i] = (k2i, k2i+1). The magnitudes through a byte table (prmt: the bf16's low
 /// and high bytes of 0, 0.5, 1, 1.5, 2, 3, 4, 6), the signs moved to bits 15 and 31, then one
@@ -503,14 +496,11 @@ __device__ __forceinline__ void wg_bf16_stage(const block_gemm_params& p, std::u
       const std::uint32_t words[4] = {c[i].x, c[i].y, c[i].z, c[i].w};
 #pragma unroll
       for (int k = 0; k < 8; ++k) {  // pair k: inputs 16h + 2k, 16h + 2k + 1 (quarter 2h + k / 4)
-        const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(
-            __nv_fp8x2_storage_t(words[k / 2] >> (16 * (k % 2))), __NV_E4M3);
-        const float2 f = __half22float2(__half2(hr));
         // a quarter's pairs 0..3 -> sub-step 0 core 0, sub-step 0 core 1, sub-step 1 core 0, 1
         const int j = k % 4;
         *reinterpret_cast<std::uint32_t*>(dst + s * 2048 + 4 * (k / 4) + (j / 2) * 1024 +
                                           (j % 2) * 128) =
-            bf16x2_of(f.x * scale[i], f.y * scale[i]);
+            e4m3x2_scaled_bf16(words[k / 2] >> (16 * (k % 2)), scale[i]);
       }
     }
   }
