@@ -706,33 +706,36 @@ wg_shape wg_shape_of(const block_gemm_params& p) {
     auto n32_bytes = [](int steps) {
       return std::size_t(steps) * 32 * step_k + std::size_t(8) * ring_runs * run_bytes;
     };
-    if (g_n32 > 0 && basis >= 24 && n32_bytes(per_split) > n32_smem_limit && g_n32_split &&
-        k_splits == 1) {  // two K splits halve B (prefill-sized groups only: basis >= 24)
-      int half = (total_steps + 1) / 2;
-      half = (half + split_align - 1) / split_align * split_align;
-      if (n32_bytes(half) <= n32_smem_limit) {
-        sh.cfg.k_splits = 2;
-        sh.cfg.steps_per_split = per_split = half;
-      }
-    }
-    if (g_n32 > 0 && basis >= 24 && n32_bytes(per_split) <= n32_smem_limit) sh.nt = 32;
-    if (g_n32 > 0 && basis >= 24 && g_bf16 && !get_ordered_gemm_splits()) {
-      // bf16's B is twice the FP8 one: one K split, or two (fp32 atomics onto the zeroed y: two
-      // addends commute exactly, more would not); the ring as deep as fits beside it
-      // (launch_bf16)
-      for (int splits = 1; splits <= 2 && !sh.bf16; ++splits) {
+    // Prefill-sized groups on the bf16 kernel: bf16's B is twice the FP8 one, so one K split or
+    // two (fp32 atomics onto the zeroed y: two addends commute exactly, more would not), the
+    // ring as deep as fits beside it (launch_bf16); 256-row blocks.
+    auto take_bf16 = [&] {
+      for (int splits = 1; splits <= 2; ++splits) {
         int steps = (total_steps + splits - 1) / splits;
         steps = (steps + split_align - 1) / split_align * split_align;
-        const std::size_t b = std::size_t(steps) * bf16_step_bytes;
-        if (b <= n32_smem_limit) {
-          sh.nt = 32;
-          sh.bf16 = true;
-          sh.cfg.k_splits = (total_steps + steps - 1) / steps;
-          sh.cfg.steps_per_split = per_split = steps;
-          sh.row_blocks = (p.n + bf16_block_rows - 1) / bf16_block_rows;
-          if (p.weight_b) sh.cfg.pair_blocks = int(sh.row_blocks);
+        if (std::size_t(steps) * bf16_step_bytes > n32_smem_limit) continue;
+        sh.nt = 32;
+        sh.bf16 = true;
+        sh.cfg.k_splits = (total_steps + steps - 1) / steps;
+        sh.cfg.steps_per_split = steps;
+        sh.row_blocks = (p.n + bf16_block_rows - 1) / bf16_block_rows;
+        if (p.weight_b) sh.cfg.pair_blocks = int(sh.row_blocks);
+        return true;
+      }
+      return false;
+    };
+    const bool prefill_sized = g_n32 > 0 && basis >= 24;
+    if (!(prefill_sized && g_bf16 && !get_ordered_gemm_splits() && take_bf16())) {
+      if (prefill_sized && n32_bytes(per_split) > n32_smem_limit && g_n32_split &&
+          k_splits == 1) {  // two K splits halve B (prefill-sized groups only: basis >= 24)
+        int half = (total_steps + 1) / 2;
+        half = (half + split_align - 1) / split_align * split_align;
+        if (n32_bytes(half) <= n32_smem_limit) {
+          sh.cfg.k_splits = 2;
+          sh.cfg.steps_per_split = per_split = half;
         }
       }
+      if (prefill_sized && n32_bytes(per_split) <= n32_smem_limit) sh.nt = 32;
     }
     if (basis > 8) sh.cfg.walkers = int(std::min<std::int64_t>((basis + sh.nt - 1) / sh.nt, 4096));
   }
