@@ -177,6 +177,11 @@ bool get_wg_gemm_n32_split();
 /// differences). Defined in wg_gemm.cu.
 void set_wg_gemm_bf16(bool on);
 bool get_wg_gemm_bf16();
+/// Warpgroups per block of that bf16 kernel (each 128 rows sharing the block's staged
+/// activations): 2 (the default) or 3; the same bits either way. DEEPINFER_WG_BF16_WGS sets the
+/// default; anything else is an error. Defined in wg_gemm.cu.
+void set_wg_gemm_bf16_warpgroups(int n);
+int get_wg_gemm_bf16_warpgroups();
 /// The routed experts' w1 and w3 (expert_linear_pair) in one wg_gemm launch when it takes them:
 /// 2 (the default) with the K splits the pair's row blocks together ask for (V4 and V4.1: one,
 /// where each weight alone has two -- other last bits than a single launch, from the shapes

@@ -45,7 +45,6 @@ constexpr int step_k = 32;
 constexpr int run_steps = 4;                       // steps per interleaved run
 constexpr int step_bytes = step_k / 2;             // MXFP4 bytes of a row per step
 constexpr int wg_rows = 4 * il_stripe_rows;        // rows of a warpgroup (and of a block)
-constexpr int bf16_block_rows = 2 * wg_rows;       // wg_bf16_kernel: a block's rows
 constexpr int b_step_bytes = 8 * step_k;           // an 8-token step of B in shared memory
 constexpr int max_split_steps = 48 * 1024 / b_step_bytes;  // B within the default 48 KB
 constexpr std::size_t n32_smem_limit = 200 * 1024;  // 32-token tiles: B and the ring within this
@@ -468,10 +467,11 @@ __device__ __forceinline__ void fp4_bf16x8(std::uint32_t w, std::uint32_t e,
 /// exact) in B's layout above. Thread (token n, half h) converts inputs 16h..16h+15 of every
 /// fourth step; its 16-byte loads go out eight at a time (the staging's latency, not its
 /// arithmetic, is what a tile waits for).
+template <int Threads>
 __device__ __forceinline__ void wg_bf16_stage(const block_gemm_params& p, std::uint8_t* b_tile,
                                               std::int64_t row, std::int64_t col0, int split_begin,
                                               int split_end, int act_shift) {
-  constexpr int batch = 8, stride = warps * 32 / 64;  // steps a pass of the block covers
+  constexpr int batch = 8, stride = Threads / 64;  // steps a pass of the block covers
   const int h = int(threadIdx.x) % 2, n = (int(threadIdx.x) / 2) % 32;
   const int steps = split_end - split_begin;
   const std::uint8_t* src =
@@ -507,28 +507,27 @@ __device__ __forceinline__ void wg_bf16_stage(const block_gemm_params& p, std::u
 }
 
 /// The bf16 kernel: wg_gemm_kernel<EVERY, true, RING, 32>'s weight stream and walk, with B in
-/// bf16 and the products accumulated without promotion (above); a block is 256 rows, each
-/// warpgroup 128 of them over the split's whole K range (B staged once for both, no hand-over
-/// of sums between them).
-template <int RING>
-__global__ void __launch_bounds__(warps * 32, 1)
-    wg_bf16_kernel(block_gemm_params p, wg_config cfg) {
+/// bf16 and the products accumulated without promotion (above); a block is WGS x 128 rows
+/// (WGS = 2 by default), each warpgroup 128 of them over the split's whole K range (B staged
+/// once for all, no hand-over of sums between them).
+template <int RING, int WGS = 2>
+__global__ void __launch_bounds__(WGS * 128, 1) wg_bf16_kernel(block_gemm_params p, wg_config cfg) {
   detail::grid_dependency_sync();
-  constexpr int NT = 32, bstep = 2048;
+  constexpr int NT = 32, bstep = 2048, block_warps = 4 * WGS;
   extern __shared__ __align__(128) std::uint8_t b_tile[];
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
   const int wg = warp / 4, wq = warp % 4;
-  const block_site site = locate_block<warps>(p, cfg.compact, cfg.k_splits);
+  const block_site site = locate_block<block_warps>(p, cfg.compact, cfg.k_splits);
   if (site.group < 0) return;  // uniform over the block
   const int group = site.group;
   const wg_weight_site wsite = weight_site(p, cfg, site.split);
   const bool second = wsite.second;
   const int split_begin = wsite.split_begin, split_end = wsite.split_end;
   const std::int64_t row_begin = site.row_begin, count = site.count;
-  // Each warpgroup its own 128 rows over the whole split: B staged once for 256 rows.
+  // Each warpgroup its own 128 rows over the whole split: B staged once for WGS x 128 rows.
   const int w0 = split_begin, w1 = split_end;
   const std::int64_t n0 =
-      std::int64_t(wsite.row_block) * bf16_block_rows + wg * wg_rows + wq * il_stripe_rows;
+      std::int64_t(wsite.row_block) * (WGS * wg_rows) + wg * wg_rows + wq * il_stripe_rows;
   const lane_weights lw =
       lane_weights_of(p, wsite, group, min(n0, p.n - il_stripe_rows), w0, lane, g);
   const std::uint8_t* const ws8 = lw.ws8;
@@ -545,8 +544,8 @@ __global__ void __launch_bounds__(warps * 32, 1)
     stream.prime();                               // the weights do not depend on the staging
     {
       const int n = (int(threadIdx.x) / 2) % NT;
-      wg_bf16_stage(p, b_tile, row_begin + tok0 + (n < last_tok ? n : last_tok), col0, split_begin,
-                    split_end, act_shift);
+      wg_bf16_stage<WGS * 128>(p, b_tile, row_begin + tok0 + (n < last_tok ? n : last_tok), col0,
+                               split_begin, split_end, act_shift);
     }
     fence_proxy_async();  // seen by wgmma
     __syncthreads();
@@ -656,6 +655,7 @@ struct wg_shape {
   bool walk = false;
   int nt = 8;  ///< tokens per tile (32: walked prefill-sized groups, set_wg_gemm_n32)
   bool bf16 = false;  ///< 32-token tiles on wg_bf16_kernel (set_wg_gemm_bf16)
+  int bf16_wgs = 2;   ///< its warpgroups per block (set_wg_gemm_bf16_warpgroups)
 };
 
 /// 32-token tiles (m64n32k32) for walked prefill-sized groups: 1 on (the default), 0 off, 2 on
@@ -671,6 +671,10 @@ std::atomic<bool> g_n32_split{detail::env_switch("DEEPINFER_WG_N32_SPLIT", true)
 /// is prefill-sized depends on the batch, and the bf16 sums differ from the FP8 path's in
 /// rounding).
 std::atomic<bool> g_bf16{detail::env_switch("DEEPINFER_WG_BF16", true)};
+/// Warpgroups per wg_bf16_kernel block (each 128 rows, sharing the block's B): 2 (the default)
+/// or 3 (DEEPINFER_WG_BF16_WGS; at most 168 registers a thread, so a weight ring of at most 2
+/// runs). The same sums either way: a row's K range and order do not depend on the block.
+std::atomic<int> g_bf16_wgs{int(detail::env_count("DEEPINFER_WG_BF16_WGS", 2, 3, 2))};
 /// Bytes of a bf16 32-token B per 32-input step.
 constexpr std::size_t bf16_step_bytes = 2048;
 
@@ -718,7 +722,8 @@ wg_shape wg_shape_of(const block_gemm_params& p) {
         sh.bf16 = true;
         sh.cfg.k_splits = (total_steps + steps - 1) / steps;
         sh.cfg.steps_per_split = steps;
-        sh.row_blocks = (p.n + bf16_block_rows - 1) / bf16_block_rows;
+        sh.bf16_wgs = g_bf16_wgs;
+        sh.row_blocks = (p.n + sh.bf16_wgs * wg_rows - 1) / (sh.bf16_wgs * wg_rows);
         if (p.weight_b) sh.cfg.pair_blocks = int(sh.row_blocks);
         return true;
       }
@@ -770,24 +775,32 @@ void launch_ring(const block_gemm_params& p, const wg_shape& sh, bool every, dim
 }
 
 /// wg_bf16_kernel with as deep a weight ring as fits beside B (4 runs, 2, or none: a run ahead
-/// in registers); the ring's depth changes no result.
+/// in registers; 3 warpgroups take at most 2); the ring's depth changes no result.
 void launch_bf16(const block_gemm_params& p, const wg_shape& sh, dim3 grid, std::size_t b_bytes,
                  cudaStream_t stream) {
-  static std::atomic<std::size_t> limits[3][detail::max_tracked_devices];
+  static std::atomic<std::size_t> limits[6][detail::max_tracked_devices];
+  const int threads = sh.bf16_wgs * 128;
   auto go = [&](auto kernel, int runs, int which) {
     detail::ensure_smem(reinterpret_cast<const void*>(kernel), n32_smem_limit, limits[which]);
-    detail::launch("wg_gemm", kernel, grid, warps * 32,
-                   b_bytes + std::size_t(warps) * runs * run_bytes, stream, p, sh.cfg);
+    detail::launch("wg_gemm", kernel, grid, threads,
+                   b_bytes + std::size_t(threads / 32) * runs * run_bytes, stream, p, sh.cfg);
   };
   auto fits = [&](int runs) {
-    return b_bytes + std::size_t(warps) * runs * run_bytes <= n32_smem_limit;
+    return wg_gemm_uses_ring(p) &&
+           b_bytes + std::size_t(threads / 32) * runs * run_bytes <= n32_smem_limit;
   };
-  if (wg_gemm_uses_ring(p) && fits(ring_runs))
+  if (sh.bf16_wgs == 3) {
+    if (fits(2))
+      go(&wg_bf16_kernel<2, 3>, 2, 3);
+    else
+      go(&wg_bf16_kernel<0, 3>, 0, 4);
+  } else if (fits(ring_runs)) {
     go(&wg_bf16_kernel<ring_runs>, ring_runs, 0);
-  else if (wg_gemm_uses_ring(p) && fits(2))
+  } else if (fits(2)) {
     go(&wg_bf16_kernel<2>, 2, 1);
-  else
+  } else {
     go(&wg_bf16_kernel<0>, 0, 2);
+  }
 }
 
 }  // namespace
@@ -823,6 +836,14 @@ void set_wg_gemm_bf16(bool on) {
 }
 bool get_wg_gemm_bf16() {
   return g_bf16;
+}
+
+void set_wg_gemm_bf16_warpgroups(int n) {
+  DI_CHECK(n == 2 || n == 3, "wg_gemm bf16 warpgroups per block {} (expected 2 or 3)", n);
+  g_bf16_wgs = n;
+}
+int get_wg_gemm_bf16_warpgroups() {
+  return g_bf16_wgs;
 }
 
 void set_wg_gemm_n32(int mode) {
