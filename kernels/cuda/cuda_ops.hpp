@@ -178,7 +178,7 @@ bool get_wg_gemm_n32_split();
 void set_wg_gemm_bf16(bool on);
 bool get_wg_gemm_bf16();
 /// Warpgroups per block of that bf16 kernel (each 128 rows sharing the block's staged
-/// activations): 2 (the default) or 3; the same bits either way. DEEPINFER_WG_BF16_WGS sets the
+/// activations): 3 (the default) or 2; the same bits either way. DEEPINFER_WG_BF16_WGS sets the
 /// default; anything else is an error. Defined in wg_gemm.cu.
 void set_wg_gemm_bf16_warpgroups(int n);
 int get_wg_gemm_bf16_warpgroups();

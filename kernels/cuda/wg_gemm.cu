@@ -508,7 +508,7 @@ __device__ __forceinline__ void wg_bf16_stage(const block_gemm_params& p, std::u
 
 /// The bf16 kernel: wg_gemm_kernel<EVERY, true, RING, 32>'s weight stream and walk, with B in
 /// bf16 and the products accumulated without promotion (above); a block is WGS x 128 rows
-/// (WGS = 2 by default), each warpgroup 128 of them over the split's whole K range (B staged
+/// (WGS = 3 by default), each warpgroup 128 of them over the split's whole K range (B staged
 /// once for all, no hand-over of sums between them).
 template <int RING, int WGS = 2>
 __global__ void __launch_bounds__(WGS * 128, 1) wg_bf16_kernel(block_gemm_params p, wg_config cfg) {
@@ -671,10 +671,12 @@ std::atomic<bool> g_n32_split{detail::env_switch("DEEPINFER_WG_N32_SPLIT", true)
 /// is prefill-sized depends on the batch, and the bf16 sums differ from the FP8 path's in
 /// rounding).
 std::atomic<bool> g_bf16{detail::env_switch("DEEPINFER_WG_BF16", true)};
-/// Warpgroups per wg_bf16_kernel block (each 128 rows, sharing the block's B): 2 (the default)
-/// or 3 (DEEPINFER_WG_BF16_WGS; at most 168 registers a thread, so a weight ring of at most 2
-/// runs). The same sums either way: a row's K range and order do not depend on the block.
-std::atomic<int> g_bf16_wgs{int(detail::env_count("DEEPINFER_WG_BF16_WGS", 2, 3, 2))};
+/// Warpgroups per wg_bf16_kernel block (each 128 rows, sharing the block's B): 3 (the default;
+/// at most 168 registers a thread, so a weight ring of at most 2 runs) or 2
+/// (DEEPINFER_WG_BF16_WGS). The same sums either way: a row's K range and order do not depend
+/// on the block. H200, session 27 (same call, prefill 2048, 3 / 2): v41-flash-L4 74.47 / 76.69
+/// ms, v4-flash-L4 47.26 / 48.49.
+std::atomic<int> g_bf16_wgs{int(detail::env_count("DEEPINFER_WG_BF16_WGS", 3, 3, 2))};
 /// Bytes of a bf16 32-token B per 32-input step.
 constexpr std::size_t bf16_step_bytes = 2048;
 

@@ -504,14 +504,14 @@ TEST_CASE("wg_gemm takes interleaved MXFP4 decode tiles; its splits depend on th
     CHECK(pb.steps_per_split * pb.k_splits >= e.s.k / 32);
     CHECK(pb.steps_per_split * 2048 <= 200 * 1024);
     CHECK(pb.walkers == 2);
-    CHECK(pb.row_blocks == (e.s.n + 255) / 256);  // two warpgroups of 128 rows a block
-    REQUIRE(cuda::get_wg_gemm_bf16_warpgroups() == 2);
-    cuda::set_wg_gemm_bf16_warpgroups(3);
-    const cuda::wg_gemm_plan pb3 = cuda::plan_wg_gemm(prefill_pair);
+    REQUIRE(cuda::get_wg_gemm_bf16_warpgroups() == 3);
+    CHECK(pb.row_blocks == (e.s.n + 383) / 384);  // three warpgroups of 128 rows a block
     cuda::set_wg_gemm_bf16_warpgroups(2);
-    CHECK(pb3.row_blocks == (e.s.n + 383) / 384);
-    CHECK(pb3.k_splits == pb.k_splits);  // the same K ranges: the same sums
-    CHECK(pb3.steps_per_split == pb.steps_per_split);
+    const cuda::wg_gemm_plan pb2 = cuda::plan_wg_gemm(prefill_pair);
+    cuda::set_wg_gemm_bf16_warpgroups(3);
+    CHECK(pb2.row_blocks == (e.s.n + 255) / 256);
+    CHECK(pb2.k_splits == pb.k_splits);  // the same K ranges: the same sums
+    CHECK(pb2.steps_per_split == pb.steps_per_split);
     CHECK_THROWS_AS(cuda::set_wg_gemm_bf16_warpgroups(4), error);
     CHECK_FALSE(cuda::plan_wg_gemm(pair).bf16);
     cuda::set_ordered_gemm_splits(true);

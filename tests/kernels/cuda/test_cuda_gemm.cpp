@@ -786,11 +786,13 @@ TEST_CASE(
     const auto [r1, r3] = run();  // one or two addends onto zero: the same bits every run
     test::check_bitwise(r1.to(cpu_device), y1);
     test::check_bitwise(r3.to(cpu_device), y3);
-    // Three warpgroups a block (384 rows sharing B): each row's K range and order as with two.
-    cuda::set_wg_gemm_bf16_warpgroups(3);
+    // Two warpgroups a block (256 rows sharing B, not the default 384): each row's K range and
+    // order as with three.
+    REQUIRE(cuda::get_wg_gemm_bf16_warpgroups() == 3);
+    cuda::set_wg_gemm_bf16_warpgroups(2);
     test::poison_device_pool();
     const auto [t1, t3] = run();
-    cuda::set_wg_gemm_bf16_warpgroups(2);
+    cuda::set_wg_gemm_bf16_warpgroups(3);
     test::check_bitwise(t1.to(cpu_device), y1);
     test::check_bitwise(t3.to(cpu_device), y3);
   }
