@@ -151,6 +151,8 @@ void set_wg_gemm(bool on);
 bool get_wg_gemm();
 /// Launches of wg_gemm so far in this process (tests: that it served a GEMM).
 long wg_gemm_launches();
+/// Of those, the launches on its persistent blocks (set_wg_gemm_chain).
+long wg_gemm_chain_launches();
 /// Grouped GEMMs of wider token tiles than decode's 8 rows (prefill's routed experts, eager
 /// steps of large batches) also go to wg_gemm when it takes them -- it walks their 8-token
 /// tiles, several blocks per group (the tile hint sets how many), with the sums it gives a
@@ -177,6 +179,17 @@ bool get_wg_gemm_n32_split();
 /// differences). Defined in wg_gemm.cu.
 void set_wg_gemm_bf16(bool on);
 bool get_wg_gemm_bf16();
+/// Decode steps whose routed experts stream through wg_gemm's ring (batch >= 22 on V4 / V4.1)
+/// on persistent blocks that take (token tile, row block) items in turn, each warp's weight
+/// stream running on from one item into the next: on by default (DEEPINFER_WG_CHAIN=0 off, a
+/// block per item); the same bits either way. Defined in wg_gemm.cu.
+void set_wg_gemm_chain(bool on);
+bool get_wg_gemm_chain();
+/// The deepest weight ring (runs per warp) those blocks may take: 4 (the default) .. 6
+/// (DEEPINFER_WG_CHAIN_RING); used where two blocks per SM still fit and every warp has the runs
+/// (V4's and V4.1's w2 at 5). The same bits at any depth. Defined in wg_gemm.cu.
+void set_wg_gemm_chain_ring(int runs);
+int get_wg_gemm_chain_ring();
 /// Warpgroups per block of that bf16 kernel (each 128 rows sharing the block's staged
 /// activations): 3 (the default) or 2; the same bits either way. DEEPINFER_WG_BF16_WGS sets the
 /// default; anything else is an error. Defined in wg_gemm.cu.

@@ -137,6 +137,7 @@ struct wg_gemm_plan {
   std::int64_t walkers;  ///< blocks walking each group's tiles (1 unless a tile hint > 8 rows)
   int tile_tokens;       ///< 8, or 32 for walked prefill-sized groups (set_wg_gemm_n32)
   bool bf16;             ///< 32-token tiles on the bf16 kernel (set_wg_gemm_bf16)
+  bool chain;            ///< persistent blocks (wg_chain_kernel, set_wg_gemm_chain)
 };
 /// How launch_wg_gemm runs p: the splits from the weight's shape only, never the rows.
 wg_gemm_plan plan_wg_gemm(const block_gemm_params& p);

@@ -67,6 +67,7 @@ struct wg_config {
   int walkers;          ///< blocks walking a group's token tiles (the grid's z is splits x walkers)
   bool b_swap;          ///< 32-token tiles: B's descriptor offsets swapped (diagnostic)
   int pair_blocks;      ///< a pair (p.weight_b): grid columns from here on take the second weight
+  int columns = 0;      ///< wg_chain_kernel: the columns of a tile (row blocks, both weights')
 };
 
 /// Runs of weights a warp keeps in flight through its shared-memory ring (RING > 0: cp.async,
@@ -87,8 +88,9 @@ __device__ __forceinline__ std::uint64_t b32_descriptor(const void* smem, bool s
   return swap ? smem_descriptor(smem, 256, 128) : smem_descriptor(smem, 128, 256);
 }
 
-/// What a block of either kernel multiplies: the weight (a pair's second from grid column
+/// What a block of any of the kernels multiplies: the weight (a pair's second from grid column
 /// cfg.pair_blocks on: uniform over the block), its row block, and its K split's steps.
+/// `column`: the grid column (wg_chain_kernel: its item's).
 struct wg_weight_site {
   bool second;
   int row_block;
@@ -97,10 +99,10 @@ struct wg_weight_site {
   int split_begin, split_end;
 };
 __device__ __forceinline__ wg_weight_site weight_site(const block_gemm_params& p,
-                                                      const wg_config& cfg, int split) {
+                                                      const wg_config& cfg, int column, int split) {
   wg_weight_site w;
-  w.second = int(blockIdx.x) >= cfg.pair_blocks;
-  w.row_block = int(blockIdx.x) - (w.second ? cfg.pair_blocks : 0);
+  w.second = column >= cfg.pair_blocks;
+  w.row_block = column - (w.second ? cfg.pair_blocks : 0);
   w.weight = w.second ? p.weight_b : p.weight;
   w.wscale = w.second ? p.wscale_e8m0_b : p.wscale_e8m0;
   w.split_begin = split * cfg.steps_per_split;
@@ -182,6 +184,107 @@ struct weight_runs {
   }
 };
 
+/// Stages steps [split_begin, split_end) of an NT-token tile's activation codes as B: step s at
+/// (s - split_begin) * NT * 32, inputs 8t'..8t'+7 of token n as fp4_act_low (slots 4t'..4t'+3:
+/// core matrix 0) and fp4_act_high (slots 16 + 4t'..: core matrix 1), so that slot j meets the
+/// weight code fp4_low / fp4_high put at column j of A; with 32-token tiles token group n / 8 of
+/// a step at (n / 8) * 256 (the core matrices of the next 8 tokens: the descriptor's stride
+/// offset). 8-token tiles also stage their activation scales, the exponent byte of step s of
+/// token n at act_sc[n * steps_per_split + s]. tile_row(i): the activation row of the tile's
+/// token i (the last token's past the tile's end). Every thread of the block takes part.
+template <int NT, typename TileRow>
+__device__ __forceinline__ void stage_fp8_tile(const block_gemm_params& p, std::uint8_t* b_tile,
+                                               std::uint8_t* act_sc, TileRow&& tile_row,
+                                               std::int64_t col0, int split_begin, int split_end,
+                                               int steps_per_split, int act_shift) {
+  constexpr int NJ = NT / 8, bstep = NT * step_k;
+  {  // thread: token n, quarter q, steps s = threadIdx.x / (4 NT) + (8 / NJ) j
+    const int q = int(threadIdx.x) % 4, n = (int(threadIdx.x) / 4) % NT;
+    const std::uint8_t* src =
+        p.act + tile_row(n) * p.act_stride + col0 + std::int64_t(split_begin) * step_k + 8 * q;
+    std::uint8_t* dst = b_tile + (n / 8) * 256 + (n % 8) * 16 + 4 * q;
+#pragma unroll 8
+    for (int s = int(threadIdx.x) / (4 * NT); s < split_end - split_begin; s += warps / NJ) {
+      const uint2 v = __ldg(reinterpret_cast<const uint2*>(src + s * step_k));
+      *reinterpret_cast<std::uint32_t*>(dst + s * bstep) = fp4_act_low(v.x, v.y);
+      *reinterpret_cast<std::uint32_t*>(dst + s * bstep + 128) = fp4_act_high(v.x, v.y);
+    }
+  }
+  if constexpr (NT == 8) {  // the scales of step s of token n at n * steps_per_split + s
+    const int steps = split_end - split_begin;
+    const float* sc0 = p.act_scale + (col0 >> act_shift);
+#pragma unroll 4
+    for (int i = int(threadIdx.x); i < 8 * steps; i += warps * 32) {
+      const int n = i / steps, s = i % steps;
+      const float scale = __ldg(sc0 + tile_row(n) * p.act_scale_stride +
+                                (((split_begin + s) * step_k) >> act_shift));
+      act_sc[n * steps_per_split + s] = std::uint8_t(__float_as_uint(scale) >> 23);
+    }
+  }
+}
+
+/// The activation scales of a run of 4 steps (the one at offset `s` into the split) for a
+/// lane's tokens 2t and 2t + 1, from an 8-token tile's staged exponent bytes.
+__device__ __forceinline__ void run_act_scales8(const std::uint8_t* act_sc, int steps_per_split,
+                                                int s, int t, float (&xa)[4], float (&xb)[4]) {
+  const std::uint32_t ea =
+      *reinterpret_cast<const std::uint32_t*>(act_sc + (2 * t) * steps_per_split + s);
+  const std::uint32_t eb =
+      *reinterpret_cast<const std::uint32_t*>(act_sc + (2 * t + 1) * steps_per_split + s);
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    xa[u] = scale_of_exponent((ea >> (8 * u)) & 0xffu);
+    xb[u] = scale_of_exponent((eb >> (8 * u)) & 0xffu);
+  }
+}
+
+/// One run of an 8-token tile: the lane's 2 x 4 weight words `cur` (step u of tile m in word u
+/// of its two rows' pieces) decoded to e4m3, multiplied with B's steps from b_run in groups of
+/// GS steps (fence, wgmmas with fresh accumulators, commit, wait) and each step promoted into
+/// acc with the weight scale words wpk and the activation scales xa / xb.
+template <int GS>
+__device__ __forceinline__ void multiply_run8(float (&acc)[2][4], const uint4 (&cur)[2][2],
+                                              const std::uint32_t (&wpk)[2][2],
+                                              const float (&xa)[4], const float (&xb)[4],
+                                              const std::uint8_t* b_run) {
+  constexpr int bstep = 8 * step_k;
+#pragma unroll
+  for (int u0 = 0; u0 < run_steps; u0 += GS) {
+    std::uint32_t a[GS][2][4];
+    float d[GS][2][4];
+#pragma unroll
+    for (int v = 0; v < GS; ++v)
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        const std::uint32_t lo = word_of(cur[m][0], u0 + v), hi = word_of(cur[m][1], u0 + v);
+        a[v][m][0] = fp4_low(lo);
+        a[v][m][1] = fp4_low(hi);
+        a[v][m][2] = fp4_high(lo);
+        a[v][m][3] = fp4_high(hi);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) pin(a[v][m][c]);  // written before the fence
+      }
+    wgmma_fence();
+#pragma unroll
+    for (int v = 0; v < GS; ++v)
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+        wgmma_n8_fresh(d[v][m], a[v][m], b_descriptor(b_run + (u0 + v) * bstep));
+    wgmma_commit();
+    wgmma_wait<0>();
+#pragma unroll
+    for (int v = 0; v < GS; ++v)
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) pin(d[v][m][c]);  // read only after the wait
+#pragma unroll
+        for (int c = 0; c < 4; ++c) pin(a[v][m][c]);  // kept until the wgmmas have read them
+        promote_fp4_step(acc[m], d[v][m], wpk[m][0], wpk[m][1], u0 + v, xa[u0 + v], xb[u0 + v]);
+      }
+  }
+}
+
 /// NT tokens per tile: 8 (m64n8k32; decode tiles, and the walked tiles of larger groups), or
 /// 32 (m64n32k32, walked prefill-sized groups only: each weight fragment decoded once for 32
 /// tokens; one block per SM for its larger B and registers).
@@ -203,7 +306,7 @@ __global__ void __launch_bounds__(warps * 32, NT == 8 ? 2 : 1)
   const block_site site = locate_block<warps>(p, cfg.compact, cfg.k_splits);
   if (site.group < 0) return;  // uniform over the block
   const int group = site.group;
-  const wg_weight_site wsite = weight_site(p, cfg, site.split);
+  const wg_weight_site wsite = weight_site(p, cfg, int(blockIdx.x), site.split);
   const bool second = wsite.second;
   const int split_begin = wsite.split_begin, split_end = wsite.split_end;
   const std::int64_t row_begin = site.row_begin, count = site.count;
@@ -249,36 +352,10 @@ __global__ void __launch_bounds__(warps * 32, NT == 8 ? 2 : 1)
   for (std::int64_t tok0 = site.tile * NT; tok0 < count; tok0 += NT * cfg.walkers) {
     const std::int64_t last_tok = count - tok0 - 1;
     auto tile_row = [&](std::int64_t i) { return row_begin + tok0 + (i < last_tok ? i : last_tok); };
-    // Stage the split's steps of the 8-token tile: step s at (s - split_begin) * 256, inputs
-    // 8t'..8t'+7 of token n as fp4_act_low (slots 4t'..4t'+3: core matrix 0) and fp4_act_high
-    // (slots 16 + 4t'..: core matrix 1), so that slot j meets the weight code fp4_low / fp4_high
-    // put at column j of A.
-    // With 32-token tiles, token group n / 8 of a step at (n / 8) * 256 (the core matrices of
-    // the next 8 tokens: the descriptor's stride offset).
+    // Stage the split's steps of the tile (stage_fp8_tile).
     if (WALK && tok0 != site.tile * NT) __syncthreads();  // the previous tile's B is read
-    {  // thread: token n, quarter q, steps s = threadIdx.x / (4 NT) + (8 / NJ) j
-      const int q = int(threadIdx.x) % 4, n = (int(threadIdx.x) / 4) % NT;
-      const std::uint8_t* src =
-          p.act + tile_row(n) * p.act_stride + col0 + std::int64_t(split_begin) * step_k + 8 * q;
-      std::uint8_t* dst = b_tile + (n / 8) * 256 + (n % 8) * 16 + 4 * q;
-#pragma unroll 8
-      for (int s = int(threadIdx.x) / (4 * NT); s < split_end - split_begin; s += warps / NJ) {
-        const uint2 v = __ldg(reinterpret_cast<const uint2*>(src + s * step_k));
-        *reinterpret_cast<std::uint32_t*>(dst + s * bstep) = fp4_act_low(v.x, v.y);
-        *reinterpret_cast<std::uint32_t*>(dst + s * bstep + 128) = fp4_act_high(v.x, v.y);
-      }
-    }
-    if constexpr (NT == 8) {  // the scales of step s of token n at n * steps_per_split + s
-      const int steps = split_end - split_begin;
-      const float* sc0 = p.act_scale + (col0 >> act_shift);
-#pragma unroll 4
-      for (int i = int(threadIdx.x); i < 8 * steps; i += warps * 32) {
-        const int n = i / steps, s = i % steps;
-        const float scale = __ldg(sc0 + tile_row(n) * p.act_scale_stride +
-                                  (((split_begin + s) * step_k) >> act_shift));
-        act_sc[n * cfg.steps_per_split + s] = std::uint8_t(__float_as_uint(scale) >> 23);
-      }
-    }
+    stage_fp8_tile<NT>(p, b_tile, act_sc, tile_row, col0, split_begin, split_end,
+                       cfg.steps_per_split, act_shift);
     fence_proxy_async();  // seen by wgmma
     __syncthreads();
 
@@ -305,74 +382,56 @@ __global__ void __launch_bounds__(warps * 32, NT == 8 ? 2 : 1)
 #pragma unroll
           for (int h = 0; h < 2; ++h) wpk[m][h] = wpk_next[m][h];
         if (s + run_steps < w1) load_wpk(s + run_steps, wpk_next);
+        // The run's activation scales from shared memory (tokens 2t and 2t + 1).
+        float xa[4], xb[4];
+        run_act_scales8(act_sc, cfg.steps_per_split, s - split_begin, t, xa, xb);
+        multiply_run8<group_steps>(acc, cur, wpk, xa, xb, b_tile + (s - split_begin) * bstep);
       } else {
         load_wpk(s, wpk);
-      }
-      // 8-token tiles: the run's activation scales from shared memory (tokens 2t and 2t + 1);
-      // 32-token tiles: each step's, loaded while its wgmmas run (16 registers instead of 64).
-      float xa[1][4], xb[1][4];  // (unused with 32-token tiles)
-      if constexpr (NT == 8) {
-        const std::uint32_t ea = *reinterpret_cast<const std::uint32_t*>(
-            act_sc + (2 * t) * cfg.steps_per_split + (s - split_begin));
-        const std::uint32_t eb = *reinterpret_cast<const std::uint32_t*>(
-            act_sc + (2 * t + 1) * cfg.steps_per_split + (s - split_begin));
+        // 32-token tiles: step u of tile m from word u of its two rows' 16-byte pieces, one step
+        // per wgmma group; each step's activation scales loaded while its wgmmas run (16
+        // registers instead of 64).
 #pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          xa[0][u] = scale_of_exponent((ea >> (8 * u)) & 0xffu);
-          xb[0][u] = scale_of_exponent((eb >> (8 * u)) & 0xffu);
-        }
-      }
-      // Step u of tile m from word u of its two rows' 16-byte pieces.
+        for (int u0 = 0; u0 < run_steps; u0 += group_steps) {
+          std::uint32_t a[group_steps][2][4];
+          float d[group_steps][2][4 * NJ];
 #pragma unroll
-      for (int u0 = 0; u0 < run_steps; u0 += group_steps) {
-        std::uint32_t a[group_steps][2][4];
-        float d[group_steps][2][4 * NJ];
+          for (int v = 0; v < group_steps; ++v)
 #pragma unroll
-        for (int v = 0; v < group_steps; ++v)
+            for (int m = 0; m < 2; ++m) {
+              const std::uint32_t lo = word_of(cur[m][0], u0 + v), hi = word_of(cur[m][1], u0 + v);
+              a[v][m][0] = fp4_low(lo);
+              a[v][m][1] = fp4_low(hi);
+              a[v][m][2] = fp4_high(lo);
+              a[v][m][3] = fp4_high(hi);
 #pragma unroll
-          for (int m = 0; m < 2; ++m) {
-            const std::uint32_t lo = word_of(cur[m][0], u0 + v), hi = word_of(cur[m][1], u0 + v);
-            a[v][m][0] = fp4_low(lo);
-            a[v][m][1] = fp4_low(hi);
-            a[v][m][2] = fp4_high(lo);
-            a[v][m][3] = fp4_high(hi);
+              for (int c = 0; c < 4; ++c) pin(a[v][m][c]);  // written before the fence
+            }
+          wgmma_fence();
+          const std::uint8_t* b_step = b_tile + (s + u0 - split_begin) * bstep;
 #pragma unroll
-            for (int c = 0; c < 4; ++c) pin(a[v][m][c]);  // written before the fence
-          }
-        wgmma_fence();
-        const std::uint8_t* b_step = b_tile + (s + u0 - split_begin) * bstep;
+          for (int v = 0; v < group_steps; ++v)
 #pragma unroll
-        for (int v = 0; v < group_steps; ++v)
-#pragma unroll
-          for (int m = 0; m < 2; ++m) {
-            if constexpr (NT == 8)
-              wgmma_n8_fresh(d[v][m], a[v][m], b_descriptor(b_step + v * bstep));
-            else
+            for (int m = 0; m < 2; ++m)
               wgmma_n32_fresh(d[v][m], a[v][m], b32_descriptor(b_step + v * bstep, cfg.b_swap));
-          }
-        wgmma_commit();
-        float xs_a[NJ], xs_b[NJ];  // 32-token tiles: step u0's scales (group_steps == 1)
-        if constexpr (NT == 32) {
+          wgmma_commit();
+          float xs_a[NJ], xs_b[NJ];  // step u0's scales (group_steps == 1)
           const int col = ((s + u0) * step_k) >> act_shift;
 #pragma unroll
           for (int j = 0; j < NJ; ++j) {
             xs_a[j] = __ldg(p.act_scale + sx_a[j] + col);
             xs_b[j] = __ldg(p.act_scale + sx_b[j] + col);
           }
-        }
-        wgmma_wait<0>();
+          wgmma_wait<0>();
 #pragma unroll
-        for (int v = 0; v < group_steps; ++v)
+          for (int v = 0; v < group_steps; ++v)
 #pragma unroll
-          for (int m = 0; m < 2; ++m) {
+            for (int m = 0; m < 2; ++m) {
 #pragma unroll
-            for (int c = 0; c < 4 * NJ; ++c) pin(d[v][m][c]);  // read only after the wait
+              for (int c = 0; c < 4 * NJ; ++c) pin(d[v][m][c]);  // read only after the wait
 #pragma unroll
-            for (int c = 0; c < 4; ++c) pin(a[v][m][c]);  // kept until the wgmmas have read them
-            if constexpr (NT == 8) {
-              promote_fp4_step(acc[m], d[v][m], wpk[m][0], wpk[m][1], u0 + v, xa[0][u0 + v],
-                               xb[0][u0 + v]);
-            } else {  // promote_fp4_step's arithmetic per column group
+              for (int c = 0; c < 4; ++c) pin(a[v][m][c]);  // kept until the wgmmas have read them
+              // promote_fp4_step's arithmetic per column group
               const int u = u0 + v;
               const float w_lo = fp4_scale_factor(std::uint8_t(wpk[m][0] >> (8 * u)));
               const float w_hi = fp4_scale_factor(std::uint8_t(wpk[m][1] >> (8 * u)));
@@ -384,7 +443,7 @@ __global__ void __launch_bounds__(warps * 32, NT == 8 ? 2 : 1)
                 acc[m][4 * j + 3] += d[v][m][4 * j + 3] * (w_hi * xs_b[j]);
               }
             }
-          }
+        }
       }
     }
 
@@ -414,6 +473,247 @@ __global__ void __launch_bounds__(warps * 32, NT == 8 ? 2 : 1)
         }
     }
     if constexpr (!WALK) break;
+  }
+}
+
+// ---- Decode steps of many experts: persistent blocks (wg_chain_kernel) ----
+// wg_gemm_kernel gives each block one (group, row block): at batch 64 a V4 layer's ~200 experts
+// make ~6400 blocks of 128-256 KB of weights each, and every block starts by finding its group
+// (a scan of the offsets), staging its tile's activations (two or three round trips to the L2)
+// and priming its ring -- microseconds in which it streams little, against the ~7-15 that its
+// weights take at its share of the bandwidth. Here a grid of as many blocks as are resident at
+// once takes the same items -- (8-token tile, column) pairs, a tile's columns (its row blocks; a
+// pair's second weight's after the first's) consecutive -- in contiguous shares, and each warp's
+// ring runs on from one item into the next: the next item's first runs and weight scales are
+// requested while the current one is multiplied, and a tile's activations are staged once for
+// all its columns. One K split only (the shapes of the ring's decode steps: V4's and V4.1's at
+// batch >= 22), so a warp's K range is the same in every item; each output is wg_gemm_kernel's
+// chain of steps and promotions in its order (the same bits).
+
+constexpr int chain_max_groups = 512;
+
+/// An item of wg_chain_kernel: tile `tile` (among the non-empty groups' 8-token tiles, in group
+/// order) times column `col`; `rank`: the tile's group among the non-empty ones.
+struct chain_cursor {
+  int tile, col, rank;
+};
+
+/// The non-empty groups in order into s_group, and where each one's 8-token tiles start among
+/// all of theirs into s_tile0 (the total at s_tile0[count]); returns the count. Called by every
+/// thread of a block of Warps warps (it synchronises).
+template <int Warps>
+__device__ int list_nonempty_tiles(const std::int32_t* offsets, int groups, short* s_group,
+                                   int* s_tile0) {
+  __shared__ int warp_groups[Warps], warp_tiles[Warps];
+  const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  const int per = (groups + Warps * 32 - 1) / (Warps * 32);
+  const int g0 = min(groups, tid * per), g1 = min(groups, g0 + per);
+  int mine_groups = 0, mine_tiles = 0;
+  for (int g = g0; g < g1; ++g) {
+    const int c = offsets[g + 1] - offsets[g];
+    if (c > 0) ++mine_groups, mine_tiles += (c + 7) / 8;
+  }
+  int incl_groups = mine_groups, incl_tiles = mine_tiles;  // inclusive scans within the warp
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+    const int vg = __shfl_up_sync(0xffffffffu, incl_groups, d);
+    const int vt = __shfl_up_sync(0xffffffffu, incl_tiles, d);
+    if (lane >= d) incl_groups += vg, incl_tiles += vt;
+  }
+  if (lane == 31) warp_groups[warp] = incl_groups, warp_tiles[warp] = incl_tiles;
+  __syncthreads();
+  int rank = incl_groups - mine_groups, tile = incl_tiles - mine_tiles, total = 0;
+  for (int w = 0; w < Warps; ++w) {
+    if (w < warp) rank += warp_groups[w], tile += warp_tiles[w];
+    total += warp_groups[w];
+  }
+  for (int g = g0; g < g1; ++g) {
+    const int c = offsets[g + 1] - offsets[g];
+    if (c > 0) {
+      s_group[rank] = short(g);
+      s_tile0[rank++] = tile;
+      tile += (c + 7) / 8;
+    }
+  }
+  if (g1 == groups && g0 < g1) s_tile0[total] = tile;  // the thread with the last groups
+  if (tid == 0 && total == 0) s_tile0[0] = 0;
+  __syncthreads();
+  return total;
+}
+
+/// The tile an item's tokens come from: its group, first activation row and rows, and its first
+/// token within the group.
+struct chain_tile {
+  int group;
+  std::int64_t row_begin, count, tok0;
+};
+
+template <int RING>
+__global__ void __launch_bounds__(warps * 32, 2)
+    wg_chain_kernel(block_gemm_params p, wg_config cfg) {
+  static_assert(RING >= 2, "a run requested ahead");
+  detail::grid_dependency_sync();
+  extern __shared__ __align__(128) std::uint8_t b_tile[];  // B, the warps' rings, act scales
+  __shared__ float partial[4][32][8];                      // warpgroup 1's sums
+  __shared__ short s_group[chain_max_groups];
+  __shared__ int s_tile0[chain_max_groups + 1];
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
+  const int wg = warp / 4, wq = warp % 4;
+  const int ranks = list_nonempty_tiles<warps>(p.offsets, p.groups, s_group, s_tile0);
+  const std::int64_t items = std::int64_t(s_tile0[ranks]) * cfg.columns;
+  const std::int64_t begin = items * blockIdx.x / gridDim.x;
+  const std::int64_t end = items * (blockIdx.x + 1) / gridDim.x;
+  if (begin >= end) return;  // uniform over the block
+  // This warp's K range (one split: the same in every item) and its runs (>= RING - 1: the
+  // plan), as wg_gemm_kernel's warpgroup halves; B and the scales staged at steps_per_split
+  // (K's steps rounded up to split_align) per token.
+  const int steps = int(p.k / step_k), stride = cfg.steps_per_split;
+  int per_wg = (steps + 1) / 2;
+  per_wg = (per_wg + run_steps - 1) / run_steps * run_steps;
+  const int w0 = min(steps, wg * per_wg), w1 = min(steps, w0 + per_wg);
+  const int runs = (w1 - w0) / run_steps;
+  constexpr std::int64_t run_stride = run_steps * 32 * step_bytes;  // a run of a stripe
+  const int act_shift = log2_int(p.act_block);
+  std::uint8_t* const ring =
+      b_tile + stride * b_step_bytes + warp * RING * run_bytes + lane * 16;  // the lane's slot 0
+  std::uint8_t* const act_sc = b_tile + stride * b_step_bytes + warps * RING * run_bytes;
+
+  auto cursor_at = [&](std::int64_t item) {
+    chain_cursor c{int(item / cfg.columns), int(item % cfg.columns), 0};
+    int hi = ranks - 1;  // the last rank whose first tile is <= c.tile
+    while (c.rank < hi) {
+      const int mid = (c.rank + hi + 1) / 2;
+      if (s_tile0[mid] <= c.tile)
+        c.rank = mid;
+      else
+        hi = mid - 1;
+    }
+    return c;
+  };
+  auto advance = [&](chain_cursor c) {
+    if (++c.col == cfg.columns) {
+      c.col = 0;
+      if (++c.tile == s_tile0[c.rank + 1]) ++c.rank;
+    }
+    return c;
+  };
+  // The lane's weights (from step w0) and weight scales for an item's column.
+  auto lane_of = [&](const chain_cursor& c) {
+    const wg_weight_site ws = weight_site(p, cfg, c.col, 0);
+    const std::int64_t n0 = std::int64_t(ws.row_block) * wg_rows + wq * il_stripe_rows;
+    return lane_weights_of(p, ws, s_group[c.rank], min(n0, p.n - il_stripe_rows), w0, lane, g);
+  };
+  auto tile_of = [&](const chain_cursor& c) {
+    chain_tile tl;
+    tl.group = s_group[c.rank];
+    tl.row_begin = p.offsets[tl.group];
+    tl.count = p.offsets[tl.group + 1] - tl.row_begin;
+    tl.tok0 = std::int64_t(c.tile - s_tile0[c.rank]) * 8;
+    return tl;
+  };
+  // One run's 4 pieces into ring slot `slot`, one commit group per call (empty past the last).
+  auto issue = [&](int slot, const std::uint8_t* src) {
+    if (src) {
+#pragma unroll
+      for (int piece = 0; piece < 4; ++piece)
+        cp_async16_stream(ring + slot * run_bytes + piece * 512, src + piece * 512);
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+  };
+  auto load_wpk = [&](const std::uint8_t* ws8, int s, std::uint32_t(&w)[2][2]) {
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        w[m][h] =
+            __ldg(reinterpret_cast<const unsigned*>(ws8 + (16 * m + 8 * h) * p.wscale_cols + s));
+  };
+  auto stage = [&](const chain_tile& tl) {
+    const std::int64_t last = tl.count - tl.tok0 - 1;
+    stage_fp8_tile<8>(
+        p, b_tile, act_sc,
+        [&](std::int64_t i) { return tl.row_begin + tl.tok0 + (i < last ? i : last); },
+        std::int64_t(tl.group) * p.act_group_offset, 0, steps, stride, act_shift);
+    fence_proxy_async();  // seen by wgmma
+    __syncthreads();
+  };
+
+  chain_cursor cur = cursor_at(begin);
+  lane_weights cl = lane_of(cur);
+  chain_cursor nxt = begin + 1 < end ? advance(cur) : cur;
+  lane_weights nl = lane_of(nxt);
+#pragma unroll
+  for (int i = 0; i < RING - 1; ++i) issue(i, cl.wrow + i * run_stride);
+  std::uint32_t wpk_next[2][2];
+  load_wpk(cl.ws8, w0, wpk_next);
+  chain_tile tl = tile_of(cur);
+  stage(tl);
+  int q = 0;  // runs this warp has consumed; run q sits in slot q % RING
+  for (std::int64_t item = begin;;) {
+    const bool more = item + 1 < end;
+    float acc[2][4] = {};
+    for (int r = 0; r < runs; ++r, ++q) {
+      // The run RING - 1 ahead (this item's, else the next one's) into the slot run q - 1 was
+      // read from by this lane; then run q has landed.
+      const int ahead = r + RING - 1;
+      issue((q + RING - 1) % RING, ahead < runs ? cl.wrow + ahead * run_stride
+                                   : more       ? nl.wrow + (ahead - runs) * run_stride
+                                                : nullptr);
+      asm volatile("cp.async.wait_group %0;\n" ::"n"(RING - 1));
+      uint4 w[2][2];
+#pragma unroll
+      for (int piece = 0; piece < 4; ++piece)
+        w[piece / 2][piece % 2] =
+            *reinterpret_cast<const uint4*>(ring + (q % RING) * run_bytes + piece * 512);
+      std::uint32_t wpk[2][2];
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) wpk[m][h] = wpk_next[m][h];
+      if (r + 1 < runs)
+        load_wpk(cl.ws8, w0 + (r + 1) * run_steps, wpk_next);
+      else if (more)
+        load_wpk(nl.ws8, w0, wpk_next);
+      float xa[4], xb[4];
+      run_act_scales8(act_sc, stride, w0 + r * run_steps, t, xa, xb);
+      multiply_run8<2>(acc, w, wpk, xa, xb, b_tile + (w0 + r * run_steps) * b_step_bytes);
+    }
+    // Warpgroup 1 hands its sums to warpgroup 0, which adds them after its own and stores.
+    if (wg == 1) {
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) partial[wq][lane][m * 4 + c] = acc[m][c];
+    }
+    __syncthreads();  // also: every warp is done with this tile's B
+    const wg_weight_site ws = weight_site(p, cfg, cur.col, 0);
+    const std::int64_t n0 = std::int64_t(ws.row_block) * wg_rows + wq * il_stripe_rows;
+    if (wg == 0 && n0 < p.n) {
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const std::int64_t row = n0 + 16 * m + g + (c < 2 ? 0 : 8);
+          const std::int64_t tk = tl.tok0 + 2 * t + (c & 1);
+          if (tk >= tl.count) continue;
+          float* out = (ws.second ? p.y_b : p.y) + tl.group * p.y_group_offset +
+                       (tl.row_begin + tk) * p.y_stride + row;
+          *out = acc[m][c] + partial[wq][lane][m * 4 + c];
+        }
+    }
+    if (!more) break;
+    __syncthreads();  // warpgroup 0 has read the partial sums
+    const bool new_tile = nxt.tile != cur.tile;
+    cur = nxt;
+    cl = nl;
+    if (++item + 1 < end) {
+      nxt = advance(cur);
+      nl = lane_of(nxt);
+    }
+    if (new_tile) {
+      tl = tile_of(cur);
+      stage(tl);
+    }
   }
 }
 
@@ -520,7 +820,7 @@ __global__ void __launch_bounds__(WGS * 128, 1) wg_bf16_kernel(block_gemm_params
   const block_site site = locate_block<block_warps>(p, cfg.compact, cfg.k_splits);
   if (site.group < 0) return;  // uniform over the block
   const int group = site.group;
-  const wg_weight_site wsite = weight_site(p, cfg, site.split);
+  const wg_weight_site wsite = weight_site(p, cfg, int(blockIdx.x), site.split);
   const bool second = wsite.second;
   const int split_begin = wsite.split_begin, split_end = wsite.split_end;
   const std::int64_t row_begin = site.row_begin, count = site.count;
@@ -631,6 +931,7 @@ __global__ void __launch_bounds__(WGS * 128, 1) wg_bf16_kernel(block_gemm_params
 }
 
 std::atomic<long> g_launches{0};
+std::atomic<long> g_chain_launches{0};
 /// The weights through each warp's shared-memory ring of ring_runs runs: 1 always, 0 never,
 /// -1 (the default; DEEPINFER_WG_RING sets it) from ring_min_rows routed rows on. The ring
 /// keeps more bytes in flight and pays off when many experts stream at once (H200,
@@ -656,7 +957,25 @@ struct wg_shape {
   int nt = 8;  ///< tokens per tile (32: walked prefill-sized groups, set_wg_gemm_n32)
   bool bf16 = false;  ///< 32-token tiles on wg_bf16_kernel (set_wg_gemm_bf16)
   int bf16_wgs = 2;   ///< its warpgroups per block (set_wg_gemm_bf16_warpgroups)
+  bool chain = false;  ///< persistent blocks (wg_chain_kernel, set_wg_gemm_chain)
 };
+
+/// Decode steps whose experts stream through the ring on wg_chain_kernel's persistent blocks:
+/// on by default (DEEPINFER_WG_CHAIN=0 off: a block per item); the same bits either way.
+std::atomic<bool> g_chain{detail::env_switch("DEEPINFER_WG_CHAIN", true)};
+
+/// Whether wg_chain_kernel takes p (planned as sh): 8-token tiles walked by one block, one K
+/// split, the ring, groups it can list, and at least RING - 1 runs for every warp (so that the
+/// run it requests ahead lies in the current item or the next).
+bool chain_takes(const block_gemm_params& p, const wg_shape& sh) {
+  if (!g_chain || !p.offsets || p.groups > chain_max_groups || sh.nt != 8 || sh.bf16 ||
+      sh.cfg.k_splits != 1 || sh.cfg.walkers != 1 || !wg_gemm_uses_ring(p))
+    return false;
+  const int steps = int(p.k / step_k);
+  int per_wg = (steps + 1) / 2;
+  per_wg = (per_wg + run_steps - 1) / run_steps * run_steps;
+  return (steps - per_wg) / run_steps >= ring_runs - 1;  // warpgroup 1's runs (0's: as many)
+}
 
 /// 32-token tiles (m64n32k32) for walked prefill-sized groups: 1 on (the default), 0 off, 2 on
 /// with B's descriptor offsets swapped (a diagnostic).
@@ -746,6 +1065,8 @@ wg_shape wg_shape_of(const block_gemm_params& p) {
     }
     if (basis > 8) sh.cfg.walkers = int(std::min<std::int64_t>((basis + sh.nt - 1) / sh.nt, 4096));
   }
+  sh.chain = chain_takes(p, sh);
+  if (sh.chain) sh.cfg.columns = int(row_blocks * (p.weight_b ? 2 : 1));
   return sh;
 }
 
@@ -774,6 +1095,54 @@ void launch_ring(const block_gemm_params& p, const wg_shape& sh, bool every, dim
     go(&wg_gemm_kernel<false, true, RING>, 2);
   else
     go(&wg_gemm_kernel<false, false, RING>, 3);
+}
+
+/// The deepest ring wg_chain_kernel may take: 4 runs (the default), or up to 6
+/// (DEEPINFER_WG_CHAIN_RING) where two blocks per SM still fit and every warp has the runs to
+/// request that far ahead (V4's and V4.1's w2: 5). The depth changes no result.
+std::atomic<int> g_chain_ring{
+    int(detail::env_count("DEEPINFER_WG_CHAIN_RING", ring_runs, 6, ring_runs))};
+
+/// Launches wg_chain_kernel<RING> on as many blocks as are resident at once (asked once per
+/// device, B size and depth) -- unless fewer than `min_per_sm` would be, when it returns false.
+template <int RING>
+bool launch_chain_ring(const block_gemm_params& p, const wg_shape& sh, std::size_t b_bytes,
+                       int min_per_sm, cudaStream_t stream) {
+  static std::atomic<std::size_t> limits[detail::max_tracked_devices];
+  static std::atomic<int> resident[max_split_steps / split_align + 1][detail::max_tracked_devices];
+  const auto kernel = &wg_chain_kernel<RING>;
+  const std::size_t smem = b_bytes + std::size_t(warps) * RING * run_bytes;
+  const std::size_t most = std::size_t(max_split_steps) * b_step_bytes +
+                           std::size_t(warps) * RING * run_bytes +
+                           scale_stage_bytes(max_split_steps);
+  detail::ensure_smem(reinterpret_cast<const void*>(kernel), most, limits);
+  std::atomic<int>& known =
+      resident[sh.cfg.steps_per_split / split_align][detail::tracked_device()];
+  int per_sm = known.load();
+  if (per_sm == 0) {
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, warps * 32, smem));
+    per_sm = std::max(1, per_sm);
+    known = per_sm;
+  }
+  if (per_sm < min_per_sm) return false;
+  const dim3 grid(unsigned(per_sm * detail::multiprocessor_count()));
+  ++g_chain_launches;
+  detail::launch("wg_gemm", kernel, grid, warps * 32, smem, stream, p, sh.cfg);
+  return true;
+}
+
+/// wg_chain_kernel with the deepest ring set_wg_gemm_chain_ring allows that keeps two blocks per
+/// SM and that every warp's runs reach (chain_takes: at least ring_runs - 1 for all).
+void launch_chain(const block_gemm_params& p, const wg_shape& sh, std::size_t b_bytes,
+                  cudaStream_t stream) {
+  const int steps = int(p.k / step_k);
+  int per_wg = (steps + 1) / 2;
+  per_wg = (per_wg + run_steps - 1) / run_steps * run_steps;
+  const int runs = (steps - per_wg) / run_steps;  // warpgroup 1's (0's: as many)
+  const int most = std::min(int(g_chain_ring), runs + 1);
+  if (most >= 6 && launch_chain_ring<6>(p, sh, b_bytes, 2, stream)) return;
+  if (most >= 5 && launch_chain_ring<5>(p, sh, b_bytes, 2, stream)) return;
+  launch_chain_ring<ring_runs>(p, sh, b_bytes, 1, stream);
 }
 
 /// wg_bf16_kernel with as deep a weight ring as fits beside B (4 runs, 2, or none: a run ahead
@@ -840,6 +1209,21 @@ bool get_wg_gemm_bf16() {
   return g_bf16;
 }
 
+void set_wg_gemm_chain(bool on) {
+  g_chain = on;
+}
+bool get_wg_gemm_chain() {
+  return g_chain;
+}
+
+void set_wg_gemm_chain_ring(int runs) {
+  DI_CHECK(runs >= ring_runs && runs <= 6, "wg_gemm chain ring of {} runs (expected 4..6)", runs);
+  g_chain_ring = runs;
+}
+int get_wg_gemm_chain_ring() {
+  return g_chain_ring;
+}
+
 void set_wg_gemm_bf16_warpgroups(int n) {
   DI_CHECK(n == 2 || n == 3, "wg_gemm bf16 warpgroups per block {} (expected 2 or 3)", n);
   g_bf16_wgs = n;
@@ -865,11 +1249,15 @@ bool get_wg_gemm() {
 long wg_gemm_launches() {
   return g_launches;
 }
+long wg_gemm_chain_launches() {
+  return g_chain_launches;
+}
 
 wg_gemm_plan plan_wg_gemm(const block_gemm_params& p) {
   const wg_shape sh = wg_shape_of(p);
   return {sh.cfg.k_splits, sh.cfg.steps_per_split, sh.row_blocks, sh.grid_groups,
-          sh.walk,         sh.cfg.walkers,         sh.nt,         sh.bf16};
+          sh.walk,         sh.cfg.walkers,         sh.nt,         sh.bf16,
+          sh.chain};
 }
 
 bool wg_gemm_takes(const block_gemm_params& p) {
@@ -917,7 +1305,9 @@ void launch_wg_gemm(const block_gemm_params& p, cudaStream_t stream) {
     launch_bf16(p, sh, grid, b_bytes, stream);
     return;
   }
-  if (wg_gemm_uses_ring(p))
+  if (sh.chain)
+    launch_chain(p, sh, b_bytes, stream);
+  else if (wg_gemm_uses_ring(p))
     launch_ring<ring_runs>(p, sh, every, grid, b_bytes + std::size_t(warps) * ring_runs * run_bytes,
                            stream);
   else

@@ -557,6 +557,59 @@ TEST_CASE("wg_gemm takes interleaved MXFP4 decode tiles; its splits depend on th
   CHECK(cuda::wg_gemm_takes(experts(w1, 1)));
 }
 
+TEST_CASE("wg_gemm's persistent blocks: decode steps on the ring with one K split, switchable") {
+  REQUIRE(cuda::get_wg_gemm_chain());  // on by default
+  static std::uint8_t second_weight[1];
+  static float second_y[1];
+  for (const shape& s : expert_shapes) {
+    CAPTURE(s.n);
+    CAPTURE(s.k);
+    cuda::block_gemm_params single = experts(s, 64), pair = single;
+    pair.weight_b = pair.wscale_e8m0_b = second_weight;
+    pair.y_b = second_y;
+    for (cuda::block_gemm_params* p : {&single, &pair}) {
+      CAPTURE(p->weight_b != nullptr);
+      const cuda::wg_gemm_plan plan = cuda::plan_wg_gemm(*p);
+      // Batch 64 (384 routed rows, the ring): chained wherever the weight has one K split.
+      CHECK(plan.chain == (plan.k_splits == 1));
+      CHECK(plan.chain ==
+            (p->weight_b != nullptr || s.n > 2304));  // V4.1's and V4's w1 alone split
+      p->tile_rows = 2;  // a captured step (groups bounded by the batch): the same
+      CHECK(cuda::plan_wg_gemm(*p).chain == plan.chain);
+      // The other choices: the same splits, only the kernel differs.
+      cuda::set_wg_gemm_chain(false);
+      const cuda::wg_gemm_plan off = cuda::plan_wg_gemm(*p);
+      cuda::set_wg_gemm_chain(true);
+      CHECK_FALSE(off.chain);
+      CHECK(off.k_splits == plan.k_splits);
+      CHECK(off.steps_per_split == plan.steps_per_split);
+      CHECK(off.row_blocks == plan.row_blocks);
+    }
+    // Batches 1 and 8 (no ring), the ring forced off, and prefill-sized groups: never chained.
+    CHECK_FALSE(cuda::plan_wg_gemm(experts(s, 1)).chain);
+    CHECK_FALSE(cuda::plan_wg_gemm(experts(s, 8)).chain);
+    cuda::set_wg_gemm_ring(0);
+    CHECK_FALSE(cuda::plan_wg_gemm(pair).chain);
+    cuda::set_wg_gemm_ring(-1);
+    CHECK_FALSE(cuda::plan_wg_gemm(experts(s, 1024)).chain);
+    // More groups than the block lists, and no offsets: a block per item.
+    cuda::block_gemm_params many = pair;
+    many.groups = 513;
+    CHECK_FALSE(cuda::plan_wg_gemm(many).chain);
+    cuda::block_gemm_params dense = pair;
+    dense.offsets = nullptr;
+    CHECK_FALSE(cuda::plan_wg_gemm(dense).chain);
+  }
+  // Too few runs for a warp to request one a ring ahead (K 384: 12 steps, halves of 8 and 4).
+  cuda::block_gemm_params short_k = experts({4096, 384, 0, 256, 128}, 64);
+  REQUIRE(cuda::wg_gemm_takes(short_k));
+  CHECK_FALSE(cuda::plan_wg_gemm(short_k).chain);
+  CHECK(cuda::plan_wg_gemm(experts({4096, 768, 0, 256, 128}, 64)).chain);  // halves of 12
+  CHECK(cuda::get_wg_gemm_chain_ring() == 4);
+  CHECK_THROWS_AS(cuda::set_wg_gemm_chain_ring(3), error);
+  CHECK_THROWS_AS(cuda::set_wg_gemm_chain_ring(7), error);
+}
+
 TEST_CASE("wg_gemm's shared-memory ring: from 128 routed rows by default, forced on or off") {
   const shape w1{2304, 5120, 0, 384, 32};
   CHECK_FALSE(cuda::wg_gemm_uses_ring(experts(w1, 1)));  // batch 1: 6 routed rows

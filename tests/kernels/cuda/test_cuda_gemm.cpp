@@ -966,6 +966,8 @@ struct stream_switches {
     cuda::set_wg_gemm_wide_tiles(true);
     cuda::set_wg_gemm_n32(1);
     cuda::set_wg_gemm_bf16(wg_bf16);
+    cuda::set_wg_gemm_chain(true);
+    cuda::set_wg_gemm_chain_ring(4);
   }
   bool dense_wg = cuda::get_dense_wg_gemm();
   bool wg_bf16 = cuda::get_wg_gemm_bf16();
@@ -1274,6 +1276,70 @@ TEST_CASE("cuda wg_gemm (MXFP4 expert decode tiles on wgmma): right, determinist
     const tensor y = ops::expert_linear(x.to(gpu), off.to(gpu), *w, {32, 1}).to(cpu_device);
     CHECK(cuda::wg_gemm_launches() == before);
     check_close(y, ops::expert_linear(x, off, *w_host, {32, 0}), 2e-3);
+  }
+}
+
+TEST_CASE("cuda wg_gemm persistent blocks (decode steps on the ring): a block per item's bits") {
+  // Batch-64-like steps (>= 128 routed rows: the ring) whose weights take one K split: V4.1's
+  // w2 (K 2304, 25 row blocks), a V4.1-like pair (K 5120, 13 + 13 columns), V4's pair (K 4096,
+  // 128-input activation blocks) and a short K (1024: warpgroup 1 has 4 runs, one past the ring's
+  // reach). Groups of 0..19 rows (several tiles a group, partial last tiles), a step bounded by
+  // its batch (tile hint 2) and by its largest group (hint 8); each block's share of items spans
+  // groups, tiles and both weights of a pair.
+  const stream_switches restore;
+  REQUIRE(cuda::get_wg_gemm_chain());
+  struct chain_case {
+    std::int64_t out, in;
+    int act_block;
+    bool pair, cpu;
+  };
+  std::vector<int> counts;  // 40 experts, 196 rows
+  for (int e = 0; e < 40; ++e) counts.push_back(e % 7 == 3 ? 0 : (e * 5) % 11 + (e == 17 ? 9 : 0));
+  counts[5] = 19;
+  const tensor off = offsets_of(counts);
+  const std::int64_t rows = off.data<std::int32_t>()[counts.size()];
+  REQUIRE(rows >= 128);
+  for (const chain_case c :
+       {chain_case{3200, 2304, 32, false, false}, chain_case{13 * 128, 5120, 32, true, false},
+        chain_case{2048, 4096, 128, true, false}, chain_case{384, 1024, 128, false, true}}) {
+    CAPTURE(c.out);
+    CAPTURE(c.in);
+    const std::int64_t experts = std::int64_t(counts.size());
+    const weight_matrix h1 = random_fp4(experts * c.out, c.in);
+    const weight_matrix h3 = c.pair ? random_fp4(experts * c.out, c.in) : weight_matrix();
+    const weight_matrix w1 = cuda::with_fp4_layout(weight_to(h1, gpu), true);
+    const weight_matrix w3 = c.pair ? cuda::with_fp4_layout(weight_to(h3, gpu), true) : w1;
+    const tensor x = varied_input(rows, c.in);
+    const tensor xg = x.to(gpu), offg = off.to(gpu);
+    for (const ops::expert_linear_params p : {ops::expert_linear_params{c.act_block, 64, 2},
+                                              ops::expert_linear_params{c.act_block, 19, 8}}) {
+      CAPTURE(p.max_rows_per_expert);
+      auto run = [&] {
+        test::poison_device_pool();
+        if (c.pair) {
+          const auto [y1, y3] = ops::expert_linear_pair(xg, offg, w1, w3, p);
+          return std::make_pair(y1.to(cpu_device), y3.to(cpu_device));
+        }
+        return std::make_pair(ops::expert_linear(xg, offg, w1, p).to(cpu_device), tensor());
+      };
+      const long before = cuda::wg_gemm_chain_launches();
+      const auto [c1, c3] = run();
+      CHECK(cuda::wg_gemm_chain_launches() - before == 1);
+      cuda::set_wg_gemm_chain(false);
+      const auto [b1, b3] = run();
+      cuda::set_wg_gemm_chain(true);
+      CHECK(cuda::wg_gemm_chain_launches() - before == 1);
+      test::check_bitwise(c1, b1);
+      if (c.pair) test::check_bitwise(c3, b3);
+      const auto [r1, r3] = run();  // run to run
+      test::check_bitwise(r1, c1);
+      cuda::set_wg_gemm_chain_ring(6);  // the deepest ring that fits (5 for the w2s): the same bits
+      const auto [d1, d3] = run();
+      cuda::set_wg_gemm_chain_ring(4);
+      test::check_bitwise(d1, c1);
+      if (c.pair) test::check_bitwise(d3, c3);
+      if (c.cpu) check_close(c1, ops::expert_linear(x, off, h1, {c.act_block, 0}), 2e-3);
+    }
   }
 }
 
