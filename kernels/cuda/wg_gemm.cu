@@ -238,6 +238,26 @@ __device__ __forceinline__ void run_act_scales8(const std::uint8_t* act_sc, int 
   }
 }
 
+/// The A fragments of steps u0 .. u0 + GS - 1 of a run: step u of tile m from word u of the
+/// lane's two 16-byte pieces of its rows (cur[m][0], cur[m][1]), as e4m3 codes (fp4_low /
+/// fp4_high), pinned: written before the wgmma fence.
+template <int GS>
+__device__ __forceinline__ void run_fragments(const uint4 (&cur)[2][2], int u0,
+                                              std::uint32_t (&a)[GS][2][4]) {
+#pragma unroll
+  for (int v = 0; v < GS; ++v)
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+      const std::uint32_t lo = word_of(cur[m][0], u0 + v), hi = word_of(cur[m][1], u0 + v);
+      a[v][m][0] = fp4_low(lo);
+      a[v][m][1] = fp4_low(hi);
+      a[v][m][2] = fp4_high(lo);
+      a[v][m][3] = fp4_high(hi);
+#pragma unroll
+      for (int c = 0; c < 4; ++c) pin(a[v][m][c]);
+    }
+}
+
 /// One run of an 8-token tile: the lane's 2 x 4 weight words `cur` (step u of tile m in word u
 /// of its two rows' pieces) decoded to e4m3, multiplied with B's steps from b_run in groups of
 /// GS steps (fence, wgmmas with fresh accumulators, commit, wait) and each step promoted into
@@ -252,18 +272,7 @@ __device__ __forceinline__ void multiply_run8(float (&acc)[2][4], const uint4 (&
   for (int u0 = 0; u0 < run_steps; u0 += GS) {
     std::uint32_t a[GS][2][4];
     float d[GS][2][4];
-#pragma unroll
-    for (int v = 0; v < GS; ++v)
-#pragma unroll
-      for (int m = 0; m < 2; ++m) {
-        const std::uint32_t lo = word_of(cur[m][0], u0 + v), hi = word_of(cur[m][1], u0 + v);
-        a[v][m][0] = fp4_low(lo);
-        a[v][m][1] = fp4_low(hi);
-        a[v][m][2] = fp4_high(lo);
-        a[v][m][3] = fp4_high(hi);
-#pragma unroll
-        for (int c = 0; c < 4; ++c) pin(a[v][m][c]);  // written before the fence
-      }
+    run_fragments(cur, u0, a);
     wgmma_fence();
 #pragma unroll
     for (int v = 0; v < GS; ++v)
@@ -395,18 +404,7 @@ __global__ void __launch_bounds__(warps * 32, NT == 8 ? 2 : 1)
         for (int u0 = 0; u0 < run_steps; u0 += group_steps) {
           std::uint32_t a[group_steps][2][4];
           float d[group_steps][2][4 * NJ];
-#pragma unroll
-          for (int v = 0; v < group_steps; ++v)
-#pragma unroll
-            for (int m = 0; m < 2; ++m) {
-              const std::uint32_t lo = word_of(cur[m][0], u0 + v), hi = word_of(cur[m][1], u0 + v);
-              a[v][m][0] = fp4_low(lo);
-              a[v][m][1] = fp4_low(hi);
-              a[v][m][2] = fp4_high(lo);
-              a[v][m][3] = fp4_high(hi);
-#pragma unroll
-              for (int c = 0; c < 4; ++c) pin(a[v][m][c]);  // written before the fence
-            }
+          run_fragments(cur, u0, a);
           wgmma_fence();
           const std::uint8_t* b_step = b_tile + (s + u0 - split_begin) * bstep;
 #pragma unroll
