@@ -49,6 +49,11 @@ constexpr int b_step_bytes = 8 * step_k;           // an 8-token step of B in sh
 constexpr int max_split_steps = 48 * 1024 / b_step_bytes;  // B within the default 48 KB
 constexpr std::size_t n32_smem_limit = 200 * 1024;  // 32-token tiles: B and the ring within this
 constexpr int split_align = 8;                     // K splits start at multiples of 8 steps
+/// Warpgroup 0's share of a block's `steps` (half, rounded up to whole runs); warpgroup 1 takes
+/// the rest. Shared by the kernels that split K between their two warpgroups and their plans.
+__host__ __device__ constexpr int warpgroup_half(int steps) {
+  return ((steps + 1) / 2 + run_steps - 1) / run_steps * run_steps;
+}
 /// 8-token tiles stage their activation scales beside B: per token and step, the exponent byte
 /// of the scale -- act_quant's scales (fp8_block_scale: ue8m0, a normal power of two) are
 /// exactly 2^(e - 127), so a byte keeps them whole in a quarter of the shared memory (V4.1's w1
@@ -319,8 +324,7 @@ __global__ void __launch_bounds__(warps * 32, NT == 8 ? 2 : 1)
   const bool second = wsite.second;
   const int split_begin = wsite.split_begin, split_end = wsite.split_end;
   const std::int64_t row_begin = site.row_begin, count = site.count;
-  int per_wg = (split_end - split_begin + 1) / 2;
-  per_wg = (per_wg + run_steps - 1) / run_steps * run_steps;
+  const int per_wg = warpgroup_half(split_end - split_begin);
   const int w0 = min(split_end, split_begin + wg * per_wg);
   const int w1 = min(split_end, w0 + per_wg);
   // This warp's stripe (a warpgroup's stripes past the last one load the last: their results
@@ -566,8 +570,7 @@ __global__ void __launch_bounds__(warps * 32, 2)
   // plan), as wg_gemm_kernel's warpgroup halves; B and the scales staged at steps_per_split
   // (K's steps rounded up to split_align) per token.
   const int steps = int(p.k / step_k), stride = cfg.steps_per_split;
-  int per_wg = (steps + 1) / 2;
-  per_wg = (per_wg + run_steps - 1) / run_steps * run_steps;
+  const int per_wg = warpgroup_half(steps);
   const int w0 = min(steps, wg * per_wg), w1 = min(steps, w0 + per_wg);
   const int runs = (w1 - w0) / run_steps;
   constexpr std::int64_t run_stride = run_steps * 32 * step_bytes;  // a run of a stripe
@@ -965,14 +968,17 @@ std::atomic<bool> g_chain{detail::env_switch("DEEPINFER_WG_CHAIN", true)};
 /// Whether wg_chain_kernel takes p (planned as sh): 8-token tiles walked by one block, one K
 /// split, the ring, groups it can list, and at least RING - 1 runs for every warp (so that the
 /// run it requests ahead lies in the current item or the next).
+/// The runs of each warp of wg_chain_kernel's warpgroup 1 (one K split; warpgroup 0's: as many).
+int chain_runs(const block_gemm_params& p) {
+  const int steps = int(p.k / step_k);
+  return (steps - warpgroup_half(steps)) / run_steps;
+}
+
 bool chain_takes(const block_gemm_params& p, const wg_shape& sh) {
   if (!g_chain || !p.offsets || p.groups > chain_max_groups || sh.nt != 8 || sh.bf16 ||
       sh.cfg.k_splits != 1 || sh.cfg.walkers != 1 || !wg_gemm_uses_ring(p))
     return false;
-  const int steps = int(p.k / step_k);
-  int per_wg = (steps + 1) / 2;
-  per_wg = (per_wg + run_steps - 1) / run_steps * run_steps;
-  return (steps - per_wg) / run_steps >= ring_runs - 1;  // warpgroup 1's runs (0's: as many)
+  return chain_runs(p) >= ring_runs - 1;
 }
 
 /// 32-token tiles (m64n32k32) for walked prefill-sized groups: 1 on (the default), 0 off, 2 on
@@ -1133,10 +1139,7 @@ bool launch_chain_ring(const block_gemm_params& p, const wg_shape& sh, std::size
 /// SM and that every warp's runs reach (chain_takes: at least ring_runs - 1 for all).
 void launch_chain(const block_gemm_params& p, const wg_shape& sh, std::size_t b_bytes,
                   cudaStream_t stream) {
-  const int steps = int(p.k / step_k);
-  int per_wg = (steps + 1) / 2;
-  per_wg = (per_wg + run_steps - 1) / run_steps * run_steps;
-  const int runs = (steps - per_wg) / run_steps;  // warpgroup 1's (0's: as many)
+  const int runs = chain_runs(p);
   const int most = std::min(int(g_chain_ring), runs + 1);
   if (most >= 6 && launch_chain_ring<6>(p, sh, b_bytes, 2, stream)) return;
   if (most >= 5 && launch_chain_ring<5>(p, sh, b_bytes, 2, stream)) return;
