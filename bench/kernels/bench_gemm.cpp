@@ -206,6 +206,22 @@ void fp8_rows(const limits& lim, std::vector<result_row>& rows, const char* mode
                         gbps / lim.copy_gbps});
       }
     }
+    // dense_wg_gemm's wide tiles (16, 32 and 64 tokens a wgmma) at the same decode batches.
+    const bool wide = cuda::get_dense_wg_gemm_wide();
+    cuda::set_dense_wg_gemm_wide(true);
+    for (const std::int64_t m : {16, 32, 64}) {
+      const tensor xm = random_device({m, s.k}, dtype::f32, 14);
+      const double us = median_graph_us([&] {
+                          for (const weight_matrix& w : ws) ops::linear(xm, w, {act});
+                        }) /
+                        double(ws.size());
+      const double gbps = double(bytes) / (us * 1e-6) / 1e9;
+      rows.push_back({fmt::format("{} fp8 dense_wg wide M={} {}", model, m, s.name),
+                      fmt::format("N{} K{} {:.1f} MB", s.n, s.k, double(bytes) / 1e6), gbps,
+                      "GB/s", us, fmt::format("copy {:.0f} GB/s", lim.copy_gbps),
+                      gbps / lim.copy_gbps});
+    }
+    cuda::set_dense_wg_gemm_wide(wide);
     if (block == 128) {  // V4's blocks: cuBLASLt's block-scaled GEMM at decode batches (16k rows)
       cuda::set_gemm_backend(cuda::gemm_backend::cublaslt);
       for (const std::int64_t m : {16, 32, 64}) {

@@ -63,29 +63,40 @@ constexpr int warps = 4;  // one warpgroup
 constexpr int threads = warps * 32;
 constexpr int tile_rows = warps * 16;
 constexpr int step_k = 32;
-constexpr int b_step_bytes = 8 * step_k;  // an 8-token step of B
-constexpr int max_splits = 8;             // a portable cluster
-constexpr int split_align = 8;            // K splits start at multiples of 8 steps
+constexpr int max_splits = 8;   // a portable cluster
+constexpr int split_align = 8;  // K splits start at multiples of 8 steps
+constexpr int max_tile = 64;    // tokens of the widest tile (wgmma m64n64k32)
 /// The grid the K splits aim for (a shape-only constant: the same splits on any GPU).
 constexpr std::int64_t target_blocks = 132 * 4;
 constexpr std::int64_t min_split_steps = 16;
 /// Dynamic shared memory per block (B, activation scales, weight scales) within which a K
 /// split's steps must fit (more splits otherwise; refused past max_splits).
 constexpr std::size_t smem_limit = 100 * 1024;
+/// Steps whose scales one promotion serves where both scale blocks span them (V4's 128
+/// inputs): the wgmmas of a group accumulate in the tensor core (fused groups).
+constexpr int fused_steps = 4;
 
-__host__ __device__ constexpr std::size_t smem_bytes(std::int64_t steps) {
-  return std::size_t(steps) * (b_step_bytes + 8 * sizeof(float) + warps * sizeof(float));
+/// Shared memory of a split of `steps` steps for a tile of `nt` tokens: B (nt x 32 bytes a
+/// step), the activation scales (nt a step) and each warp's weight scales (one a step).
+__host__ __device__ constexpr std::size_t smem_bytes(std::int64_t steps, int nt) {
+  return std::size_t(steps) * (std::size_t(nt) * step_k + nt * sizeof(float) + warps * sizeof(float));
+}
+
+/// The token tile of a GEMM of `rows` rows: 8, 16, 32 or 64.
+constexpr int tile_of(std::int64_t rows) {
+  return rows <= 8 ? 8 : rows <= 16 ? 16 : rows <= 32 ? 32 : 64;
 }
 
 struct dense_config {
   int k_splits;
   int steps_per_split;  ///< a multiple of split_align
   bool early;           ///< weights loaded before the wait for the previous kernel
+  bool fused;           ///< promote once per fused_steps steps (their scales are the same)
 };
 
-/// The B of a step (8 tokens): K-adjacent core matrices 128 bytes apart.
+/// The B of a step (NT tokens): K-adjacent core matrices 128 bytes apart, 8-token groups 256.
 __device__ __forceinline__ std::uint64_t b_step_descriptor(const void* smem) {
-  return smem_descriptor(smem, 128, 128);
+  return smem_descriptor(smem, 128, 256);
 }
 
 /// A batch of weight fragments: per step the lane's 8 bytes of rows g (lo) and g + 8 (hi).
@@ -94,14 +105,18 @@ struct weight_batch {
   uint2 lo[Batch], hi[Batch];
 };
 
-/// Batch: steps per load batch; F32: weight scales as fp32 (else e8m0 bytes).
-template <int Batch, bool F32>
-__global__ void __launch_bounds__(threads, 4)
+/// NT: the token tile (8 NG tokens); Batch: steps per load batch; F32: weight scales as fp32
+/// (else e8m0 bytes).
+template <int NT, int Batch, bool F32>
+__global__ void __launch_bounds__(threads, NT == 8 ? 4 : 2)
     dense_wg_gemm_kernel(block_gemm_params p, dense_config cfg) {
-  constexpr int group_steps = 4;  // steps per wgmma group (fence, MMAs, commit, wait)
-  static_assert(Batch % group_steps == 0, "whole wgmma groups per batch");
+  constexpr int NG = NT / 8;
+  // Steps per wgmma group (fence, MMAs, commit, wait) when every step is promoted: each keeps
+  // its NT / 2 sums per thread until the wait.
+  constexpr int group_steps = NT <= 16 ? 4 : 2;
+  constexpr int b_step_bytes = NT * step_k;
+  static_assert(Batch % group_steps == 0 && Batch % fused_steps == 0, "whole groups per batch");
   extern __shared__ __align__(128) std::uint8_t smem[];
-  __shared__ float reduce_slot[threads][4];
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
   const int group = int(blockIdx.y), split = int(blockIdx.z);
   const int total_steps = int(p.k / step_k);
@@ -111,7 +126,7 @@ __global__ void __launch_bounds__(threads, 4)
   std::uint8_t* const b_tile = smem;
   float* const act_sc =
       reinterpret_cast<float*>(smem + std::size_t(cfg.steps_per_split) * b_step_bytes);
-  float* const w_sc = act_sc + std::size_t(cfg.steps_per_split) * 8 + warp * cfg.steps_per_split;
+  float* const w_sc = act_sc + std::size_t(cfg.steps_per_split) * NT + warp * cfg.steps_per_split;
 
   // This warp's rows (rows past the last output load the last one: their results are not
   // stored, but every warp of the warpgroup takes part in its MMAs).
@@ -151,25 +166,26 @@ __global__ void __launch_bounds__(threads, 4)
     stage_weight_scales();
   }
 
-  // Stage the tile's activation codes of steps [w0, w1) as B and their scales. A warp's pass
-  // covers one step: thread (n, q) = ((i / 4) % 8, i % 4) copies token n's bytes 8q..8q+7.
+  // Stage the tile's activation codes of steps [w0, w1) as B and their scales. Piece i of the
+  // NT x 4 a step has: token n = (i / 4) % NT copies its bytes 8q..8q+7 (q = i % 4) -- the
+  // first four into its group's first core matrix, the other four into the second, 128 on.
   const std::int64_t count = p.rows;
   const std::int64_t col0 = group * p.act_group_offset;
   auto tile_row = [&](std::int64_t i) { return i < count ? i : count - 1; };
   {
-    const int q = int(threadIdx.x) % 4, n = (int(threadIdx.x) / 4) % 8;
-    const std::uint8_t* src =
-        p.act + tile_row(n) * p.act_stride + col0 + std::int64_t(w0) * step_k + 8 * q;
-    std::uint8_t* dst = b_tile + n * 16 + 4 * q;
+    constexpr int pieces = NT * 4;
 #pragma unroll 4
-    for (int s = int(threadIdx.x) / 32; s < steps; s += warps) {
-      const uint2 v = __ldg(reinterpret_cast<const uint2*>(src + s * step_k));
-      *reinterpret_cast<std::uint32_t*>(dst + s * b_step_bytes) = v.x;
-      *reinterpret_cast<std::uint32_t*>(dst + s * b_step_bytes + 128) = v.y;
+    for (int i = int(threadIdx.x); i < steps * pieces; i += threads) {
+      const int s = i / pieces, n = (i / 4) % NT, q = i % 4;
+      const uint2 v = __ldg(reinterpret_cast<const uint2*>(
+          p.act + tile_row(n) * p.act_stride + col0 + std::int64_t(w0 + s) * step_k + 8 * q));
+      std::uint8_t* dst = b_tile + s * b_step_bytes + (n / 8) * 256 + (n % 8) * 16 + 4 * q;
+      *reinterpret_cast<std::uint32_t*>(dst) = v.x;
+      *reinterpret_cast<std::uint32_t*>(dst + 128) = v.y;
     }
     const int act_shift = log2_int(p.act_block);
-    for (int i = int(threadIdx.x); i < 8 * steps; i += threads) {
-      const int s = i / 8, tok = i % 8;
+    for (int i = int(threadIdx.x); i < NT * steps; i += threads) {
+      const int s = i / NT, tok = i % NT;
       act_sc[i] = __ldg(p.act_scale + tile_row(tok) * p.act_scale_stride +
                         ((col0 + std::int64_t(w0 + s) * step_k) >> act_shift));
     }
@@ -177,45 +193,74 @@ __global__ void __launch_bounds__(threads, 4)
   fence_proxy_async();  // B seen by wgmma
   __syncthreads();
 
-  float acc[1][4] = {};
-  // Steps [s, s + count_steps) of batch b, in wgmma groups of group_steps (fewer: the tail).
+  float acc[NG][4] = {};
+  // acc += d * (weight scale * activation scale) of step s, token group by token group.
+  auto promote = [&](float(&d)[NG][4], int s) {
+    const float ws = w_sc[s - w0];
+#pragma unroll
+    for (int j = 0; j < NG; ++j) {
+      const float2 xs = *reinterpret_cast<const float2*>(act_sc + (s - w0) * NT + 8 * j + 2 * t);
+      const float sx = ws * xs.x, sy = ws * xs.y;
+      acc[j][0] += d[j][0] * sx;
+      acc[j][1] += d[j][1] * sy;
+      acc[j][2] += d[j][2] * sx;
+      acc[j][3] += d[j][3] * sy;
+    }
+  };
+  auto fragments = [&](const weight_batch<Batch>& b, int u, std::uint32_t(&a)[4]) {
+    a[0] = b.lo[u].x;
+    a[1] = b.hi[u].x;
+    a[2] = b.lo[u].y;
+    a[3] = b.hi[u].y;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) pin(a[c]);  // written before the fence
+  };
+  auto b_at = [&](int s) { return b_step_descriptor(b_tile + (s - w0) * b_step_bytes); };
+  // Steps [s, s + n_steps) of batch b from its step u0, each promoted.
   auto multiply = [&](const weight_batch<Batch>& b, int s, int u0, auto nsteps) {
     constexpr int n_steps = decltype(nsteps)::value;
     std::uint32_t a[n_steps][4];
-    float d[n_steps][4];
+    float d[n_steps][NG][4];
 #pragma unroll
-    for (int v = 0; v < n_steps; ++v) {
-      a[v][0] = b.lo[u0 + v].x;
-      a[v][1] = b.hi[u0 + v].x;
-      a[v][2] = b.lo[u0 + v].y;
-      a[v][3] = b.hi[u0 + v].y;
-#pragma unroll
-      for (int c = 0; c < 4; ++c) pin(a[v][c]);  // written before the fence
-    }
+    for (int v = 0; v < n_steps; ++v) fragments(b, u0 + v, a[v]);
     wgmma_fence();
 #pragma unroll
-    for (int v = 0; v < n_steps; ++v)
-      wgmma_n8_fresh(d[v], a[v], b_step_descriptor(b_tile + (s + v - w0) * b_step_bytes));
+    for (int v = 0; v < n_steps; ++v) wgmma_e4m3<NG, false>(d[v], a[v], b_at(s + v));
     wgmma_commit();
-    float ws[n_steps];
-    float2 xs[n_steps];
-#pragma unroll
-    for (int v = 0; v < n_steps; ++v) {
-      ws[v] = w_sc[s + v - w0];
-      xs[v] = *reinterpret_cast<const float2*>(act_sc + (s + v - w0) * 8 + 2 * t);
-    }
     wgmma_wait<0>();
 #pragma unroll
     for (int v = 0; v < n_steps; ++v) {
 #pragma unroll
-      for (int c = 0; c < 4; ++c) pin(d[v][c]);  // read only after the wait
+      for (int j = 0; j < NG; ++j)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) pin(d[v][j][c]);  // read only after the wait
 #pragma unroll
       for (int c = 0; c < 4; ++c) pin(a[v][c]);  // kept until the wgmmas have read them
-      acc[0][0] += d[v][0] * (ws[v] * xs[v].x);
-      acc[0][1] += d[v][1] * (ws[v] * xs[v].y);
-      acc[0][2] += d[v][2] * (ws[v] * xs[v].x);
-      acc[0][3] += d[v][3] * (ws[v] * xs[v].y);
+      promote(d[v], s + v);
     }
+  };
+  // Steps [s, s + fused_steps) of batch b from its step u0, summed in the tensor core and
+  // promoted once (their weight and activation scales are the same).
+  auto multiply_fused = [&](const weight_batch<Batch>& b, int s, int u0) {
+    std::uint32_t a[fused_steps][4];
+    float d[NG][4];
+#pragma unroll
+    for (int v = 0; v < fused_steps; ++v) fragments(b, u0 + v, a[v]);
+    wgmma_fence();
+    wgmma_e4m3<NG, false>(d, a[0], b_at(s));
+#pragma unroll
+    for (int v = 1; v < fused_steps; ++v) wgmma_e4m3<NG, true>(d, a[v], b_at(s + v));
+    wgmma_commit();
+    wgmma_wait<0>();
+#pragma unroll
+    for (int j = 0; j < NG; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) pin(d[j][c]);
+#pragma unroll
+    for (int v = 0; v < fused_steps; ++v)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) pin(a[v][c]);
+    promote(d, s);
   };
   using group_t = std::integral_constant<int, group_steps>;
   int s = w0;
@@ -224,8 +269,13 @@ __global__ void __launch_bounds__(threads, 4)
     for (int i = 0; i < 2; ++i) {  // unrolled: each r[] index is known at compile time
       if (s >= full_end) break;
       if (s + Batch < full_end) load(r[1 - i], s + Batch);  // the next batch streams in
+      if (cfg.fused) {
 #pragma unroll
-      for (int u0 = 0; u0 < Batch; u0 += group_steps) multiply(r[i], s + u0, u0, group_t{});
+        for (int u0 = 0; u0 < Batch; u0 += fused_steps) multiply_fused(r[i], s + u0, u0);
+      } else {
+#pragma unroll
+        for (int u0 = 0; u0 < Batch; u0 += group_steps) multiply(r[i], s + u0, u0, group_t{});
+      }
       s += Batch;
     }
   }
@@ -236,35 +286,46 @@ __global__ void __launch_bounds__(threads, 4)
     multiply(tail, s, 0, std::integral_constant<int, 1>{});
   }
 
+  // The splits' sums meet in split 0 through the staging area, which every wgmma has read by
+  // now (each warp waited for its last group): NT / 2 floats a thread, within any split's
+  // staging (at least split_align steps of NT x 36 bytes).
   if (cfg.k_splits > 1)
-    add_split_ranks(acc, &reduce_slot[threadIdx.x][0], split, cfg.k_splits, true);
+    add_split_ranks(acc, reinterpret_cast<float*>(smem) + threadIdx.x * (NG * 4), split,
+                    cfg.k_splits, true);
   if (split != 0) return;
 #pragma unroll
-  for (int c = 0; c < 4; ++c) {
-    const std::int64_t row = nw + g + (c < 2 ? 0 : 8);
-    const std::int64_t tk = 2 * t + (c & 1);
-    if (row >= p.n || tk >= count) continue;
-    p.y[group * p.y_group_offset + tk * p.y_stride + row] = acc[0][c];
-  }
+  for (int j = 0; j < NG; ++j)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const std::int64_t row = nw + g + (c < 2 ? 0 : 8);
+      const std::int64_t tk = 8 * j + 2 * t + (c & 1);
+      if (row >= p.n || tk >= count) continue;
+      p.y[group * p.y_group_offset + tk * p.y_stride + row] = acc[j][c];
+    }
 }
 
 std::atomic<bool> g_on{detail::env_switch("DEEPINFER_DENSE_WG", false)};
+std::atomic<bool> g_wide{detail::env_switch("DEEPINFER_DENSE_WG_WIDE", false)};
 std::atomic<bool> g_early{detail::env_switch("DEEPINFER_DENSE_WG_EARLY", true)};
 std::atomic<long> g_launches{0};
 /// Steps per load batch: 8 (the default) or 4 (DEEPINFER_DENSE_WG_BATCH); the same sums.
 std::atomic<int> g_batch{int(detail::env_count("DEEPINFER_DENSE_WG_BATCH", 8, 8, 4))};
 
 struct dense_shape {
+  int nt = 8;
   int k_splits = 1;
   int steps_per_split = 0;
   std::int64_t row_tiles = 0;
 };
 
-/// The K splits from the weight's shape only: doubled while the grid stays within
-/// target_blocks and each split keeps min_split_steps, then while a split's staging does not
-/// fit smem_limit; every split starts at a multiple of split_align steps and is non-empty.
+/// The token tile from the rows (8 for 1..8 rows: the splits below are then the same for any
+/// batch of up to 8). The K splits from the weight's shape and the tile: doubled while the
+/// grid stays within target_blocks and each split keeps min_split_steps, then while a split's
+/// staging does not fit smem_limit; every split starts at a multiple of split_align steps and
+/// is non-empty.
 dense_shape dense_shape_of(const block_gemm_params& p) {
   dense_shape sh;
+  sh.nt = tile_of(std::max(p.rows, p.max_rows));
   const std::int64_t total = p.k / step_k;
   sh.row_tiles = (p.n + tile_rows - 1) / tile_rows;
   const std::int64_t units = sh.row_tiles * p.groups;
@@ -276,7 +337,7 @@ dense_shape dense_shape_of(const block_gemm_params& p) {
     const std::int64_t per = (total + n - 1) / n;
     return (per + split_align - 1) / split_align * split_align;
   };
-  while (splits < max_splits && smem_bytes(per_split(splits)) > smem_limit) splits *= 2;
+  while (splits < max_splits && smem_bytes(per_split(splits), sh.nt) > smem_limit) splits *= 2;
   const std::int64_t per = per_split(splits);
   // (past smem_limit -- a few thousand steps -- dense_wg_gemm_takes refuses the shape)
   sh.steps_per_split = int(std::min<std::int64_t>(per, 1 << 20));
@@ -291,9 +352,13 @@ bool power_of_two(std::int64_t v) {
 }  // namespace
 
 bool dense_wg_gemm_takes(const block_gemm_params& p) {
-  if (!g_on || p.fp4 || p.offsets || p.weight_b || p.split_work || p.k <= 0 || p.n <= 0 ||
-      p.groups <= 0 || p.rows <= 0 || p.rows > 8 || p.max_rows > 8)
+  if (p.fp4 || p.offsets || p.weight_b || p.split_work || p.k <= 0 || p.n <= 0 || p.groups <= 0 ||
+      p.rows <= 0)
     return false;
+  const std::int64_t rows = std::max(p.rows, p.max_rows);
+  // 1..8 rows when switched on; 9..64 when the wide tiles are, outside the batch-invariant mode
+  // (a token's bits there would depend on its batch's tile).
+  if (rows <= 8 ? !g_on : rows > max_tile || !g_wide || get_ordered_gemm_splits()) return false;
   if (!p.wscale_e8m0 && !p.wscale_f32) return false;
   const dense_shape sh = dense_shape_of(p);
   // Scale blocks of whole 16-row warp slices, powers of two of at least one step; the 8-byte
@@ -303,36 +368,52 @@ bool dense_wg_gemm_takes(const block_gemm_params& p) {
          p.act_stride % 8 == 0 && p.act_group_offset % 8 == 0 &&
          reinterpret_cast<std::uintptr_t>(p.act) % 8 == 0 &&
          reinterpret_cast<std::uintptr_t>(p.weight) % 8 == 0 &&
-         smem_bytes(sh.steps_per_split) <= smem_limit;
+         smem_bytes(sh.steps_per_split, sh.nt) <= smem_limit;
 }
 
 dense_wg_gemm_plan plan_dense_wg_gemm(const block_gemm_params& p) {
   const dense_shape sh = dense_shape_of(p);
-  return {sh.k_splits, sh.steps_per_split, sh.row_tiles, g_batch == 4 ? 4 : 8};
+  const bool batch4 = sh.nt == 8 && g_batch == 4;  // (wider tiles: 8-step batches)
+  return {sh.k_splits, sh.steps_per_split, sh.row_tiles, batch4 ? 4 : 8, sh.nt,
+          p.block_cols >= fused_steps * step_k && p.act_block >= fused_steps * step_k};
 }
 
 void launch_dense_wg_gemm(const block_gemm_params& p, cudaStream_t stream) {
   DI_CHECK(dense_wg_gemm_takes(p),
            "dense_wg_gemm: dense FP8 weights (block rows a multiple of 16, power-of-two blocks of "
-           ">= 32 inputs), 1..8 rows, K a multiple of {}, aligned activations, a K split within {} "
-           "KB of shared memory (got K {}, {} outputs, {} rows, {})",
-           step_k, smem_limit / 1024, p.k, p.n, p.rows, g_on ? "on" : "switched off");
+           ">= 32 inputs), 1..8 rows (9..64: the wide tiles, outside the batch-invariant mode), K "
+           "a multiple of {}, aligned activations, a K split within {} KB of shared memory (got K "
+           "{}, {} outputs, {} rows, {}, wide tiles {})",
+           step_k, smem_limit / 1024, p.k, p.n, p.rows, g_on ? "on" : "switched off",
+           g_wide ? "on" : "off");
   ++g_launches;
-  const dense_shape sh = dense_shape_of(p);
-  const dim3 grid(unsigned(sh.row_tiles), unsigned(p.groups), unsigned(sh.k_splits));
-  const dim3 cluster(1, 1, unsigned(sh.k_splits));
-  const std::size_t smem = smem_bytes(sh.steps_per_split);
-  const dense_config cfg{sh.k_splits, sh.steps_per_split, g_early.load()};
-  static std::atomic<std::size_t> limits[4][detail::max_tracked_devices];
+  const dense_wg_gemm_plan plan = plan_dense_wg_gemm(p);
+  const dim3 grid(unsigned(plan.row_tiles), unsigned(p.groups), unsigned(plan.k_splits));
+  const dim3 cluster(1, 1, unsigned(plan.k_splits));
+  const std::size_t smem = smem_bytes(plan.steps_per_split, plan.nt);
+  const dense_config cfg{plan.k_splits, plan.steps_per_split, g_early.load(), plan.fused};
+  static std::atomic<std::size_t> limits[10][detail::max_tracked_devices];
   auto go = [&](auto kernel, int which) {
     detail::ensure_smem(reinterpret_cast<const void*>(kernel), smem_limit, limits[which]);
     detail::launch_in("dense_wg_gemm", kernel, grid, dim3(threads), cluster, smem, stream, p, cfg);
   };
   const bool f32 = p.wscale_e8m0 == nullptr;
-  if (g_batch == 4)
-    f32 ? go(&dense_wg_gemm_kernel<4, true>, 0) : go(&dense_wg_gemm_kernel<4, false>, 1);
-  else
-    f32 ? go(&dense_wg_gemm_kernel<8, true>, 2) : go(&dense_wg_gemm_kernel<8, false>, 3);
+  switch (plan.nt) {
+    case 16:
+      f32 ? go(&dense_wg_gemm_kernel<16, 8, true>, 4) : go(&dense_wg_gemm_kernel<16, 8, false>, 5);
+      break;
+    case 32:
+      f32 ? go(&dense_wg_gemm_kernel<32, 8, true>, 6) : go(&dense_wg_gemm_kernel<32, 8, false>, 7);
+      break;
+    case 64:
+      f32 ? go(&dense_wg_gemm_kernel<64, 8, true>, 8) : go(&dense_wg_gemm_kernel<64, 8, false>, 9);
+      break;
+    default:
+      if (plan.batch_steps == 4)
+        f32 ? go(&dense_wg_gemm_kernel<8, 4, true>, 0) : go(&dense_wg_gemm_kernel<8, 4, false>, 1);
+      else
+        f32 ? go(&dense_wg_gemm_kernel<8, 8, true>, 2) : go(&dense_wg_gemm_kernel<8, 8, false>, 3);
+  }
 }
 
 void set_dense_wg_gemm(bool on) {
@@ -340,6 +421,12 @@ void set_dense_wg_gemm(bool on) {
 }
 bool get_dense_wg_gemm() {
   return g_on;
+}
+void set_dense_wg_gemm_wide(bool on) {
+  g_wide = on;
+}
+bool get_dense_wg_gemm_wide() {
+  return g_wide;
 }
 void set_dense_wg_gemm_early(bool on) {
   g_early = on;

@@ -146,8 +146,10 @@ bool wg_gemm_uses_ring(const block_gemm_params& p);
 void launch_wg_gemm(const block_gemm_params& p, cudaStream_t stream);
 /// block_gemm's decode kernel for dense FP8 weights (dense_wg_gemm.cu) on the warpgroup MMA:
 /// launch_block_gemm hands token tiles of <= 8 rows to it when dense_wg_gemm_takes(p) (switched
-/// off by default: set_dense_wg_gemm). Its K splits (a thread-block cluster, added in rank order)
-/// depend on the weight's shape only: deterministic and batch-invariant, no workspace. It reads
+/// off by default: set_dense_wg_gemm), and of 9..64 rows with the wide tiles
+/// (set_dense_wg_gemm_wide; never in the batch-invariant mode). Its K splits (a thread-block
+/// cluster, added in rank order) depend on the weight's shape and the token tile only (8 for
+/// 1..8 rows): deterministic, batch-invariant up to 8 rows, no workspace. It reads
 /// the weight and its scales before waiting for the previous kernel (unless
 /// set_dense_wg_gemm_early(false)): they must not be written by the kernel launched just before.
 bool dense_wg_gemm_takes(const block_gemm_params& p);
@@ -156,6 +158,8 @@ struct dense_wg_gemm_plan {
   int steps_per_split;     ///< 32-input steps per K split
   std::int64_t row_tiles;  ///< 64-row blocks per group
   int batch_steps;         ///< steps per load batch
+  int nt;                  ///< the token tile: 8, 16, 32 or 64 (the wgmma's N)
+  bool fused;              ///< a promotion per 4 steps (both scale blocks >= 128 inputs)
 };
 dense_wg_gemm_plan plan_dense_wg_gemm(const block_gemm_params& p);
 void launch_dense_wg_gemm(const block_gemm_params& p, cudaStream_t stream);

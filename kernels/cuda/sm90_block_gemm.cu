@@ -505,8 +505,17 @@ bool get_stream_gemm() {
   return g_stream_gemm;
 }
 
+namespace {
+/// Decode batches of 9..64 rows on dense_wg_gemm's wide tiles (set_dense_wg_gemm_wide), ahead
+/// of skinny_gemm.
+bool wide_dense(const block_gemm_params& p) {
+  return std::max(p.rows, p.max_rows) > 8 && dense_wg_gemm_takes(p);
+}
+}  // namespace
+
 block_gemm_plan plan_block_gemm(const block_gemm_params& p) {
   if (p.max_rows == 0 || p.n == 0 || p.groups == 0 || p.k / step_k == 0) return {};
+  if (wide_dense(p)) return {1, plan_dense_wg_gemm(p).row_tiles * p.groups};  // cluster splits
   if (skinny(p)) return plan_skinny_gemm(p);
   const launch_shape sh = shape_of(p);
   if (to_wg_gemm(p, sh)) return {1, sh.tiles()};  // exact atomic splits
@@ -529,6 +538,10 @@ void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream) {
   if (p.max_rows == 0 || p.n == 0 || p.groups == 0) return;
   if (p.k / step_k == 0) {
     CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));
+    return;
+  }
+  if (wide_dense(p)) {
+    launch_dense_wg_gemm(p, stream);
     return;
   }
   if (skinny(p)) {

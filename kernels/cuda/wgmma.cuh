@@ -127,4 +127,80 @@ __device__ __forceinline__ void wgmma_bf16<8>(float (&d)[8][4], const std::uint3
 #undef DI_WGMMA_BF16
 #undef DI_WGMMA_ACC4
 
+
+// e4m3 m64nNk32 with A in registers (as wgmma_n8_fresh's) and B K-major in shared memory, for
+// 8 NG tokens: d = A B (Acc false: fresh accumulators) or d += A B (Acc true); d[j] holds token
+// group j in mma.sync m16n8's layout (rows g / g + 8, columns 2t / 2t + 1 of the group).
+#define DI_WGMMA_D4(mod, j) mod "f"(d[j][0]), mod "f"(d[j][1]), mod "f"(d[j][2]), mod "f"(d[j][3])
+#define DI_WGMMA_E4M3(acc, shape, dregs, operands)                                          \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, " acc ", 0;\nwgmma.mma_async.sync.aligned." shape \
+  ".f32.e4m3.e4m3 " dregs ", " operands ", p, 1, 1;\n}\n"
+#define DI_WGMMA_A_B "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)
+
+template <int NG, bool Acc>
+__device__ __forceinline__ void wgmma_e4m3(float (&d)[NG][4], const std::uint32_t (&a)[4],
+                                           std::uint64_t b);
+
+#define DI_WGMMA_E4M3_N8(Acc, acc, mod)                                                        \
+  template <>                                                                                  \
+  __device__ __forceinline__ void wgmma_e4m3<1, Acc>(float (&d)[1][4], const std::uint32_t(&a)[4], \
+                                                     std::uint64_t b) {                        \
+    asm volatile(DI_WGMMA_E4M3(acc, "m64n8k32", "{%0,%1,%2,%3}", "{%4,%5,%6,%7}, %8")          \
+                 : DI_WGMMA_D4(mod, 0)                                                          \
+                 : DI_WGMMA_A_B                                                                 \
+                 : "memory");                                                                   \
+  }
+#define DI_WGMMA_E4M3_N16(Acc, acc, mod)                                                       \
+  template <>                                                                                  \
+  __device__ __forceinline__ void wgmma_e4m3<2, Acc>(float (&d)[2][4], const std::uint32_t(&a)[4], \
+                                                     std::uint64_t b) {                        \
+    asm volatile(DI_WGMMA_E4M3(acc, "m64n16k32", "{%0,%1,%2,%3,%4,%5,%6,%7}",                  \
+                               "{%8,%9,%10,%11}, %12")                                          \
+                 : DI_WGMMA_D4(mod, 0), DI_WGMMA_D4(mod, 1)                                     \
+                 : DI_WGMMA_A_B                                                                 \
+                 : "memory");                                                                   \
+  }
+#define DI_WGMMA_E4M3_N32(Acc, acc, mod)                                                       \
+  template <>                                                                                  \
+  __device__ __forceinline__ void wgmma_e4m3<4, Acc>(float (&d)[4][4], const std::uint32_t(&a)[4], \
+                                                     std::uint64_t b) {                        \
+    asm volatile(DI_WGMMA_E4M3(acc, "m64n32k32",                                               \
+                               "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}",      \
+                               "{%16,%17,%18,%19}, %20")                                        \
+                 : DI_WGMMA_D4(mod, 0), DI_WGMMA_D4(mod, 1), DI_WGMMA_D4(mod, 2),               \
+                   DI_WGMMA_D4(mod, 3)                                                          \
+                 : DI_WGMMA_A_B                                                                 \
+                 : "memory");                                                                   \
+  }
+#define DI_WGMMA_E4M3_N64(Acc, acc, mod)                                                       \
+  template <>                                                                                  \
+  __device__ __forceinline__ void wgmma_e4m3<8, Acc>(float (&d)[8][4], const std::uint32_t(&a)[4], \
+                                                     std::uint64_t b) {                        \
+    asm volatile(DI_WGMMA_E4M3(acc, "m64n64k32",                                               \
+                               "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,"   \
+                               "%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}", \
+                               "{%32,%33,%34,%35}, %36")                                        \
+                 : DI_WGMMA_D4(mod, 0), DI_WGMMA_D4(mod, 1), DI_WGMMA_D4(mod, 2),               \
+                   DI_WGMMA_D4(mod, 3), DI_WGMMA_D4(mod, 4), DI_WGMMA_D4(mod, 5),               \
+                   DI_WGMMA_D4(mod, 6), DI_WGMMA_D4(mod, 7)                                     \
+                 : DI_WGMMA_A_B                                                                 \
+                 : "memory");                                                                   \
+  }
+DI_WGMMA_E4M3_N8(false, "0", "=")
+DI_WGMMA_E4M3_N8(true, "1", "+")
+DI_WGMMA_E4M3_N16(false, "0", "=")
+DI_WGMMA_E4M3_N16(true, "1", "+")
+DI_WGMMA_E4M3_N32(false, "0", "=")
+DI_WGMMA_E4M3_N32(true, "1", "+")
+DI_WGMMA_E4M3_N64(false, "0", "=")
+DI_WGMMA_E4M3_N64(true, "1", "+")
+
+#undef DI_WGMMA_E4M3_N8
+#undef DI_WGMMA_E4M3_N16
+#undef DI_WGMMA_E4M3_N32
+#undef DI_WGMMA_E4M3_N64
+#undef DI_WGMMA_A_B
+#undef DI_WGMMA_E4M3
+#undef DI_WGMMA_D4
+
 }  // namespace di::cuda::gemm_detail

@@ -661,8 +661,9 @@ TEST_CASE("dense_wg_gemm takes the dense FP8 decode tiles; its plans depend on t
     p.wscale_e8m0 = scales;
     return p;
   };
-  const bool before = cuda::get_dense_wg_gemm();
+  const bool before = cuda::get_dense_wg_gemm(), wide = cuda::get_dense_wg_gemm_wide();
   cuda::set_dense_wg_gemm(true);
+  cuda::set_dense_wg_gemm_wide(false);
   for (const shape& s : dense_fp8_shapes) {
     CAPTURE(s.n);
     CAPTURE(s.k);
@@ -683,7 +684,32 @@ TEST_CASE("dense_wg_gemm takes the dense FP8 decode tiles; its plans depend on t
       CHECK(p.row_tiles == one.row_tiles);
       CHECK(cuda::plan_block_gemm(dense(s, rows)).splits == 1);  // no workspace
     }
+    CHECK(one.nt == 8);
+    CHECK(one.fused == (s.block_cols >= 128 && s.act_block >= 128));
     CHECK_FALSE(cuda::dense_wg_gemm_takes(dense(s, 9)));  // skinny_gemm's
+    // The wide tiles: 9..64 rows in tiles of 16, 32 and 64 tokens, the same plan for any rows
+    // of a tile; the splits from the shape and the tile; never with ordered splits.
+    cuda::set_dense_wg_gemm_wide(true);
+    for (std::int64_t rows = 9; rows <= 64; ++rows) {
+      CAPTURE(rows);
+      CHECK(cuda::dense_wg_gemm_takes(dense(s, rows)));
+      const cuda::dense_wg_gemm_plan p = cuda::plan_dense_wg_gemm(dense(s, rows));
+      const int nt = rows <= 16 ? 16 : rows <= 32 ? 32 : 64;
+      CHECK(p.nt == nt);
+      const cuda::dense_wg_gemm_plan full = cuda::plan_dense_wg_gemm(dense(s, nt));
+      CHECK(p.k_splits == full.k_splits);
+      CHECK(p.steps_per_split == full.steps_per_split);
+      CHECK(p.steps_per_split * p.k_splits >= steps);
+      CHECK(p.steps_per_split * (p.k_splits - 1) < steps);
+      CHECK(p.k_splits <= 8);
+      CHECK(cuda::plan_block_gemm(dense(s, rows)).splits == 1);  // no workspace
+    }
+    CHECK_FALSE(cuda::dense_wg_gemm_takes(dense(s, 65)));
+    cuda::set_ordered_gemm_splits(true);
+    CHECK_FALSE(cuda::dense_wg_gemm_takes(dense(s, 16)));
+    CHECK(cuda::dense_wg_gemm_takes(dense(s, 8)));  // (the 8-row tiles are batch-invariant)
+    cuda::set_ordered_gemm_splits(false);
+    cuda::set_dense_wg_gemm_wide(false);
   }
   // The grid aims at about four 128-thread blocks per SM of a 132-SM GPU: many row tiles keep
   // K whole, few split it (V4.1 wq_b: 512 tiles; wo_b: 80 tiles x 4; V4 wo_b: 64 x 8).
@@ -713,6 +739,7 @@ TEST_CASE("dense_wg_gemm takes the dense FP8 decode tiles; its plans depend on t
   CHECK_FALSE(cuda::dense_wg_gemm_takes(dense(dense_fp8_shapes[0], 1)));
   CHECK_THROWS_AS(cuda::launch_dense_wg_gemm(dense(dense_fp8_shapes[0], 1), nullptr), di::error);
   cuda::set_dense_wg_gemm(before);  // as the environment left it
+  cuda::set_dense_wg_gemm_wide(wide);
 }
 
 }  // namespace

@@ -953,6 +953,7 @@ struct stream_switches {
   ~stream_switches() {
     cuda::set_gemm_backend(cuda::gemm_backend::automatic);
     cuda::set_dense_wg_gemm(dense_wg);  // as the environment left it
+    cuda::set_dense_wg_gemm_wide(dense_wide);
     cuda::set_stream_gemm_early(stream_early);
     cuda::set_stream_gemm_wide(stream_wide);
     cuda::set_dense_wg_gemm_early(true);
@@ -970,6 +971,7 @@ struct stream_switches {
     cuda::set_wg_gemm_chain_ring(4);
   }
   bool dense_wg = cuda::get_dense_wg_gemm();
+  bool dense_wide = cuda::get_dense_wg_gemm_wide();
   bool wg_bf16 = cuda::get_wg_gemm_bf16();
   bool stream_early = cuda::get_stream_gemm_early();
   bool stream_wide = cuda::get_stream_gemm_wide();
@@ -1144,7 +1146,8 @@ TEST_CASE(
         }
       }
     }
-    // Nine rows are not a decode tile: skinny_gemm takes them.
+    // Nine rows are not a decode tile: skinny_gemm takes them (without the wide tiles).
+    cuda::set_dense_wg_gemm_wide(false);
     const long before = cuda::dense_wg_gemm_launches();
     const tensor x9 = varied_input(9, sh.in);
     check_close(ops::linear(x9.to(gpu), w, {act}), ops::linear(x9, host, {act}), 2e-3);
@@ -1162,6 +1165,81 @@ TEST_CASE(
     test::check_bitwise(y.to(cpu_device), eager);
   });
   CHECK(cuda::dense_wg_gemm_launches() == before + 1);  // captured once
+}
+
+TEST_CASE(
+    "cuda dense_wg_gemm wide tiles (9..64 rows on m64n16/32/64 wgmmas): right, the same bits "
+    "within a tile, fused promotions, refusals") {
+  const stream_switches restore;
+  const bool ordered = cuda::get_ordered_gemm_splits();
+  struct shape {
+    std::int64_t out, in;
+    int block;
+    bool f32_scales;
+  };
+  // V4's 128 blocks with fp32 scales (4-step fused promotions) and with e8m0; V4.1's 32 blocks
+  // (a promotion a step); outputs not a multiple of 64; K of one step; 41 steps (two splits:
+  // whole batches, then a tail of single steps); long K across a cluster of splits; 128-input
+  // activation blocks over 32-input weight blocks.
+  const shape shapes[] = {{320, 2048, 128, true}, {200, 1312, 32, false}, {16, 32, 32, false},
+                          {96, 4096, 128, false}, {64, 8192, 32, false},  {130, 5120, 32, false},
+                          {1000, 512, 128, true}};
+  for (const shape sh : shapes) {
+    CAPTURE(sh.out);
+    CAPTURE(sh.in);
+    CAPTURE(sh.block);
+    weight_matrix host = random_fp8(sh.out, sh.in, sh.block);
+    if (sh.f32_scales) {  // the same scales as fp32
+      tensor f32 = tensor::empty(host.scales.shape(), dtype::f32, cpu_device);
+      for (std::int64_t i = 0; i < f32.numel(); ++i)
+        f32.data<float>()[i] = e8m0_to_f32(static_cast<const std::uint8_t*>(host.scales.raw())[i]);
+      host = weight_matrix::fp8(host.values, f32, {sh.block, sh.block});
+    }
+    const weight_matrix w = weight_to(host, gpu);
+    const int act = sh.in % 128 == 0 ? 128 : 32;
+    const tensor x64 = varied_input(64, sh.in);
+    const tensor want = ops::linear(x64, host, {act});
+    cuda::set_dense_wg_gemm_wide(false);  // skinny_gemm: the same products, other roundings
+    const tensor skinny = ops::linear(x64.to(gpu), w, {act}).to(cpu_device);
+    cuda::set_dense_wg_gemm_wide(true);
+    for (const std::int64_t rows : {9, 16, 17, 32, 33, 64}) {
+      CAPTURE(rows);
+      const tensor x = x64.slice(0, 0, rows).clone();
+      const long before = cuda::dense_wg_gemm_launches();
+      test::poison_device_pool();
+      const tensor y = ops::linear(x.to(gpu), w, {act}).to(cpu_device);
+      CHECK(cuda::dense_wg_gemm_launches() - before == 1);
+      check_close(y, want.slice(0, 0, rows).clone(), 2e-3);
+      // wgmma's FP8 MMA adds a step's products (fused: four steps') at less than fp32
+      // precision, skinny_gemm's emulated one in fp32.
+      check_close(y, skinny.slice(0, 0, rows).clone(), 5e-4);
+      test::check_bitwise(ops::linear(x.to(gpu), w, {act}).to(cpu_device), y);  // run to run
+      if (rows == 17 || rows == 33) {  // fewer rows of the same tile (32, 64): the same bits
+        const tensor tile = ops::linear(x64.slice(0, 0, rows == 17 ? 32 : 64).clone().to(gpu), w,
+                                        {act}).to(cpu_device);
+        test::check_bitwise(tile.slice(0, 0, rows).clone(), y);
+      }
+    }
+  }
+  // V4's decode batches under the automatic backend: the wide tiles before cuBLASLt.
+  {
+    const weight_matrix w = weight_to(random_fp8(256, 1024, 128), gpu);
+    cuda::set_gemm_backend(cuda::gemm_backend::automatic);
+    const long before = cuda::dense_wg_gemm_launches();
+    (void)ops::linear(varied_input(32, 1024).to(gpu), w, {128});
+    CHECK(cuda::dense_wg_gemm_launches() == before + 1);
+    cuda::set_gemm_backend(cuda::gemm_backend::block_gemm);
+  }
+  // Refused: with ordered splits (the batch-invariant mode), past 64 rows, switched off.
+  const weight_matrix w = weight_to(random_fp8(128, 512, 32), gpu);
+  const long before = cuda::dense_wg_gemm_launches();
+  cuda::set_ordered_gemm_splits(true);
+  (void)ops::linear(varied_input(16, 512).to(gpu), w, {32});
+  cuda::set_ordered_gemm_splits(ordered);
+  (void)ops::linear(varied_input(65, 512).to(gpu), w, {32});
+  cuda::set_dense_wg_gemm_wide(false);
+  (void)ops::linear(varied_input(16, 512).to(gpu), w, {32});
+  CHECK(cuda::dense_wg_gemm_launches() == before);
 }
 
 struct expert_shape {
