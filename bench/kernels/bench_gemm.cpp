@@ -207,9 +207,12 @@ void fp8_rows(const limits& lim, std::vector<result_row>& rows, const char* mode
       }
     }
     // dense_wg_gemm's wide tiles (16, 32 and 64 tokens a wgmma) at the same decode batches.
+    // (DEEPINFER_BENCH_WIDE_M: one of them only, e.g. for a profile)
     const bool wide = cuda::get_dense_wg_gemm_wide();
     cuda::set_dense_wg_gemm_wide(true);
+    const char* only = std::getenv("DEEPINFER_BENCH_WIDE_M");
     for (const std::int64_t m : {16, 32, 64}) {
+      if (only && std::atoll(only) != m) continue;
       const tensor xm = random_device({m, s.k}, dtype::f32, 14);
       const double us = median_graph_us([&] {
                           for (const weight_matrix& w : ws) ops::linear(xm, w, {act});

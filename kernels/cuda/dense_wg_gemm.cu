@@ -71,7 +71,10 @@ constexpr std::int64_t target_blocks = 132 * 4;
 constexpr std::int64_t min_split_steps = 16;
 /// Dynamic shared memory per block (B, activation scales, weight scales) within which a K
 /// split's steps must fit (more splits otherwise; refused past max_splits).
-constexpr std::size_t smem_limit = 100 * 1024;
+constexpr std::size_t smem_limit = 96 * 1024;
+/// Blocks of the wide tiles (16..64 tokens) resident at once on a 132-SM GPU: a block takes
+/// as many row tiles in turn as bring the grid to about this, sharing its staged B.
+constexpr std::int64_t wide_resident_blocks = 132 * 2;
 /// Steps whose scales one promotion serves where both scale blocks span them (V4's 128
 /// inputs): the wgmmas of a group accumulate in the tensor core (fused groups).
 constexpr int fused_steps = 4;
@@ -92,7 +95,17 @@ struct dense_config {
   int steps_per_split;  ///< a multiple of split_align
   bool early;           ///< weights loaded before the wait for the previous kernel
   bool fused;           ///< promote once per fused_steps steps (their scales are the same)
+  int tiles_per_block;  ///< 64-row tiles a block takes in turn, sharing its staged B
 };
+
+/// Where the splits' sums meet (add_split_ranks): after the staging area, NT / 2 floats a
+/// thread.
+__host__ __device__ constexpr std::size_t slot_offset(std::int64_t steps, int nt) {
+  return (smem_bytes(steps, nt) + 15) / 16 * 16;
+}
+__host__ __device__ constexpr std::size_t launch_smem(std::int64_t steps, int nt, int splits) {
+  return slot_offset(steps, nt) + (splits > 1 ? std::size_t(threads) * (nt / 2) * sizeof(float) : 0);
+}
 
 /// The B of a step (NT tokens): K-adjacent core matrices 128 bytes apart, 8-token groups 256.
 __device__ __forceinline__ std::uint64_t b_step_descriptor(const void* smem) {
@@ -128,13 +141,18 @@ __global__ void __launch_bounds__(threads, NT == 8 ? 4 : 2)
       reinterpret_cast<float*>(smem + std::size_t(cfg.steps_per_split) * b_step_bytes);
   float* const w_sc = act_sc + std::size_t(cfg.steps_per_split) * NT + warp * cfg.steps_per_split;
 
-  // This warp's rows (rows past the last output load the last one: their results are not
-  // stored, but every warp of the warpgroup takes part in its MMAs).
-  const std::int64_t nw = std::int64_t(blockIdx.x) * tile_rows + warp * 16;
-  const std::int64_t r_lo = group * p.n + min(nw + g, p.n - 1);
-  const std::int64_t r_hi = group * p.n + min(nw + g + 8, p.n - 1);
-  const std::uint8_t* const wlo = p.weight + r_lo * p.k + std::int64_t(w0) * step_k + 8 * t;
-  const std::uint8_t* const whi = p.weight + r_hi * p.k + std::int64_t(w0) * step_k + 8 * t;
+  // This warp's rows in the block's tile rt (rows past the last output load the last one:
+  // their results are not stored, but every warp of the warpgroup takes part in its MMAs).
+  std::int64_t nw = 0;
+  const std::uint8_t *wlo = nullptr, *whi = nullptr;
+  auto tile_rows_of = [&](int rt) {
+    nw = (std::int64_t(blockIdx.x) * cfg.tiles_per_block + rt) * tile_rows + warp * 16;
+    const std::int64_t r_lo = group * p.n + min(nw + g, p.n - 1);
+    const std::int64_t r_hi = group * p.n + min(nw + g + 8, p.n - 1);
+    wlo = p.weight + r_lo * p.k + std::int64_t(w0) * step_k + 8 * t;
+    whi = p.weight + r_hi * p.k + std::int64_t(w0) * step_k + 8 * t;
+  };
+  tile_rows_of(0);
 
   weight_batch<Batch> r[2];
   auto load = [&](weight_batch<Batch>& b, int s) {  // a whole batch from step s (< w1)
@@ -166,9 +184,10 @@ __global__ void __launch_bounds__(threads, NT == 8 ? 4 : 2)
     stage_weight_scales();
   }
 
-  // Stage the tile's activation codes of steps [w0, w1) as B and their scales. Piece i of the
-  // NT x 4 a step has: token n = (i / 4) % NT copies its bytes 8q..8q+7 (q = i % 4) -- the
-  // first four into its group's first core matrix, the other four into the second, 128 on.
+  // Stage the tile's activation codes of steps [w0, w1) as B and their scales (cp.async, all
+  // in flight at once). Piece i of the NT x 4 a step has: token n = (i / 4) % NT copies its
+  // bytes 8q..8q+7 (q = i % 4) -- the first four into its group's first core matrix, the other
+  // four into the second, 128 on.
   const std::int64_t count = p.rows;
   const std::int64_t col0 = group * p.act_group_offset;
   auto tile_row = [&](std::int64_t i) { return i < count ? i : count - 1; };
@@ -177,18 +196,21 @@ __global__ void __launch_bounds__(threads, NT == 8 ? 4 : 2)
 #pragma unroll 4
     for (int i = int(threadIdx.x); i < steps * pieces; i += threads) {
       const int s = i / pieces, n = (i / 4) % NT, q = i % 4;
-      const uint2 v = __ldg(reinterpret_cast<const uint2*>(
-          p.act + tile_row(n) * p.act_stride + col0 + std::int64_t(w0 + s) * step_k + 8 * q));
+      const std::uint8_t* src =
+          p.act + tile_row(n) * p.act_stride + col0 + std::int64_t(w0 + s) * step_k + 8 * q;
       std::uint8_t* dst = b_tile + s * b_step_bytes + (n / 8) * 256 + (n % 8) * 16 + 4 * q;
-      *reinterpret_cast<std::uint32_t*>(dst) = v.x;
-      *reinterpret_cast<std::uint32_t*>(dst + 128) = v.y;
+      cp_async4_zfill(dst, src, true);
+      cp_async4_zfill(dst + 128, src + 4, true);
     }
     const int act_shift = log2_int(p.act_block);
     for (int i = int(threadIdx.x); i < NT * steps; i += threads) {
       const int s = i / NT, tok = i % NT;
-      act_sc[i] = __ldg(p.act_scale + tile_row(tok) * p.act_scale_stride +
-                        ((col0 + std::int64_t(w0 + s) * step_k) >> act_shift));
+      cp_async4_zfill(act_sc + i,
+                      p.act_scale + tile_row(tok) * p.act_scale_stride +
+                          ((col0 + std::int64_t(w0 + s) * step_k) >> act_shift),
+                      true);
     }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
   }
   fence_proxy_async();  // B seen by wgmma
   __syncthreads();
@@ -263,6 +285,21 @@ __global__ void __launch_bounds__(threads, NT == 8 ? 4 : 2)
     promote(d, s);
   };
   using group_t = std::integral_constant<int, group_steps>;
+  float* const slot =
+      reinterpret_cast<float*>(smem + slot_offset(cfg.steps_per_split, NT)) + threadIdx.x * NG * 4;
+  for (int rt = 0; rt < cfg.tiles_per_block; ++rt) {
+  if (rt > 0) {
+    tile_rows_of(rt);
+    if (nw - warp * 16 >= p.n) break;  // past the last tile (the same for the whole cluster)
+    __syncwarp();  // the warp's lanes have read the last tile's weight scales
+    if (w0 < full_end) load(r[0], w0);
+    stage_weight_scales();
+    __syncwarp();
+#pragma unroll
+    for (int j = 0; j < NG; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[j][c] = 0.0f;
+  }
   int s = w0;
   while (s < full_end) {
 #pragma unroll
@@ -286,13 +323,9 @@ __global__ void __launch_bounds__(threads, NT == 8 ? 4 : 2)
     multiply(tail, s, 0, std::integral_constant<int, 1>{});
   }
 
-  // The splits' sums meet in split 0 through the staging area, which every wgmma has read by
-  // now (each warp waited for its last group): NT / 2 floats a thread, within any split's
-  // staging (at least split_align steps of NT x 36 bytes).
-  if (cfg.k_splits > 1)
-    add_split_ranks(acc, reinterpret_cast<float*>(smem) + threadIdx.x * (NG * 4), split,
-                    cfg.k_splits, true);
-  if (split != 0) return;
+  // The splits' sums meet in split 0 (every block of the cluster takes the same tiles).
+  if (cfg.k_splits > 1) add_split_ranks(acc, slot, split, cfg.k_splits, true);
+  if (split != 0) continue;
 #pragma unroll
   for (int j = 0; j < NG; ++j)
 #pragma unroll
@@ -302,6 +335,7 @@ __global__ void __launch_bounds__(threads, NT == 8 ? 4 : 2)
       if (row >= p.n || tk >= count) continue;
       p.y[group * p.y_group_offset + tk * p.y_stride + row] = acc[j][c];
     }
+  }
 }
 
 std::atomic<bool> g_on{detail::env_switch("DEEPINFER_DENSE_WG", false)};
@@ -316,6 +350,7 @@ struct dense_shape {
   int k_splits = 1;
   int steps_per_split = 0;
   std::int64_t row_tiles = 0;
+  int tiles_per_block = 1;
 };
 
 /// The token tile from the rows (8 for 1..8 rows: the splits below are then the same for any
@@ -342,6 +377,11 @@ dense_shape dense_shape_of(const block_gemm_params& p) {
   // (past smem_limit -- a few thousand steps -- dense_wg_gemm_takes refuses the shape)
   sh.steps_per_split = int(std::min<std::int64_t>(per, 1 << 20));
   sh.k_splits = int((total + per - 1) / per);
+  if (sh.nt > 8) {  // (the same sums whichever block takes a tile)
+    const std::int64_t blocks = units * sh.k_splits;
+    sh.tiles_per_block = int(std::min<std::int64_t>(
+        sh.row_tiles, (blocks + wide_resident_blocks - 1) / wide_resident_blocks));
+  }
   return sh;
 }
 
@@ -374,8 +414,13 @@ bool dense_wg_gemm_takes(const block_gemm_params& p) {
 dense_wg_gemm_plan plan_dense_wg_gemm(const block_gemm_params& p) {
   const dense_shape sh = dense_shape_of(p);
   const bool batch4 = sh.nt == 8 && g_batch == 4;  // (wider tiles: 8-step batches)
-  return {sh.k_splits, sh.steps_per_split, sh.row_tiles, batch4 ? 4 : 8, sh.nt,
-          p.block_cols >= fused_steps * step_k && p.act_block >= fused_steps * step_k};
+  return {sh.k_splits,
+          sh.steps_per_split,
+          sh.row_tiles,
+          batch4 ? 4 : 8,
+          sh.nt,
+          p.block_cols >= fused_steps * step_k && p.act_block >= fused_steps * step_k,
+          sh.tiles_per_block};
 }
 
 void launch_dense_wg_gemm(const block_gemm_params& p, cudaStream_t stream) {
@@ -388,13 +433,17 @@ void launch_dense_wg_gemm(const block_gemm_params& p, cudaStream_t stream) {
            g_wide ? "on" : "off");
   ++g_launches;
   const dense_wg_gemm_plan plan = plan_dense_wg_gemm(p);
-  const dim3 grid(unsigned(plan.row_tiles), unsigned(p.groups), unsigned(plan.k_splits));
+  const std::int64_t blocks_x = (plan.row_tiles + plan.tiles_per_block - 1) / plan.tiles_per_block;
+  const dim3 grid(unsigned(blocks_x), unsigned(p.groups), unsigned(plan.k_splits));
   const dim3 cluster(1, 1, unsigned(plan.k_splits));
-  const std::size_t smem = smem_bytes(plan.steps_per_split, plan.nt);
-  const dense_config cfg{plan.k_splits, plan.steps_per_split, g_early.load(), plan.fused};
+  const std::size_t smem = launch_smem(plan.steps_per_split, plan.nt, plan.k_splits);
+  const dense_config cfg{plan.k_splits, plan.steps_per_split, g_early.load(), plan.fused,
+                         plan.tiles_per_block};
   static std::atomic<std::size_t> limits[10][detail::max_tracked_devices];
   auto go = [&](auto kernel, int which) {
-    detail::ensure_smem(reinterpret_cast<const void*>(kernel), smem_limit, limits[which]);
+    detail::ensure_smem(reinterpret_cast<const void*>(kernel),
+                        launch_smem(smem_limit / smem_bytes(1, plan.nt), plan.nt, 2),
+                        limits[which]);
     detail::launch_in("dense_wg_gemm", kernel, grid, dim3(threads), cluster, smem, stream, p, cfg);
   };
   const bool f32 = p.wscale_e8m0 == nullptr;

@@ -160,6 +160,7 @@ struct dense_wg_gemm_plan {
   int batch_steps;         ///< steps per load batch
   int nt;                  ///< the token tile: 8, 16, 32 or 64 (the wgmma's N)
   bool fused;              ///< a promotion per 4 steps (both scale blocks >= 128 inputs)
+  int tiles_per_block;     ///< row tiles a block takes in turn (wide tiles), sharing its B
 };
 dense_wg_gemm_plan plan_dense_wg_gemm(const block_gemm_params& p);
 void launch_dense_wg_gemm(const block_gemm_params& p, cudaStream_t stream);

@@ -685,6 +685,7 @@ TEST_CASE("dense_wg_gemm takes the dense FP8 decode tiles; its plans depend on t
       CHECK(cuda::plan_block_gemm(dense(s, rows)).splits == 1);  // no workspace
     }
     CHECK(one.nt == 8);
+    CHECK(one.tiles_per_block == 1);
     CHECK(one.fused == (s.block_cols >= 128 && s.act_block >= 128));
     CHECK_FALSE(cuda::dense_wg_gemm_takes(dense(s, 9)));  // skinny_gemm's
     // The wide tiles: 9..64 rows in tiles of 16, 32 and 64 tokens, the same plan for any rows
@@ -702,6 +703,13 @@ TEST_CASE("dense_wg_gemm takes the dense FP8 decode tiles; its plans depend on t
       CHECK(p.steps_per_split * p.k_splits >= steps);
       CHECK(p.steps_per_split * (p.k_splits - 1) < steps);
       CHECK(p.k_splits <= 8);
+      CHECK(p.tiles_per_block == full.tiles_per_block);
+      CHECK(p.tiles_per_block >= 1);
+      CHECK(p.tiles_per_block <= p.row_tiles);
+      // about two blocks per SM of a 132-SM GPU: fewer tiles a block would exceed that
+      const std::int64_t blocks_x = (p.row_tiles + p.tiles_per_block - 1) / p.tiles_per_block;
+      CHECK((p.tiles_per_block == 1 || (p.tiles_per_block - 1) * 264 < p.row_tiles * p.k_splits));
+      CHECK(blocks_x * p.k_splits <= 264 + p.k_splits);
       CHECK(cuda::plan_block_gemm(dense(s, rows)).splits == 1);  // no workspace
     }
     CHECK_FALSE(cuda::dense_wg_gemm_takes(dense(s, 65)));

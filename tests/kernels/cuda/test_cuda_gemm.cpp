@@ -1180,10 +1180,11 @@ TEST_CASE(
   // V4's 128 blocks with fp32 scales (4-step fused promotions) and with e8m0; V4.1's 32 blocks
   // (a promotion a step); outputs not a multiple of 64; K of one step; 41 steps (two splits:
   // whole batches, then a tail of single steps); long K across a cluster of splits; 128-input
-  // activation blocks over 32-input weight blocks.
+  // activation blocks over 32-input weight blocks; blocks taking two row tiles in turn (313
+  // tiles: the last block's second is past the end; 128 tiles x 4 splits).
   const shape shapes[] = {{320, 2048, 128, true}, {200, 1312, 32, false}, {16, 32, 32, false},
                           {96, 4096, 128, false}, {64, 8192, 32, false},  {130, 5120, 32, false},
-                          {1000, 512, 128, true}};
+                          {1000, 512, 128, true}, {20000, 256, 32, false}, {8192, 4096, 128, true}};
   for (const shape sh : shapes) {
     CAPTURE(sh.out);
     CAPTURE(sh.in);
