@@ -35,6 +35,16 @@
 // workspace, no memset. The splits depend on the weight's shape only, never on the batch, so a
 // token's result does not change with the batch (1..8 rows).
 //
+// Wide tiles (9..64 rows, set_dense_wg_gemm_wide; branch session28-dense-wide, measured
+// slower so far -- docs/cuda-performance-log.md "Session 28"): the same structure with 16, 32 or
+// 64 tokens a wgmma (m64nNk32), B staged by cp.async, a block taking several 64-row tiles in
+// turn with its staged B (about three blocks per SM), 4-step load batches (at most 168
+// registers: three blocks per SM), and the K splits (up to 16) added with fp32 atomics into the
+// zeroed output instead of a cluster's barriers (Nsight Compute found the 64-token tiles' warps
+// 69% of their stalls at barriers with cluster splits). Where both scale blocks span 128 inputs
+// (V4) the wgmmas of 4 steps sum in the tensor core and promote once. Never with ordered splits:
+// the atomics' order and the tile change a token's last bits.
+//
 // Early weights: a block loads its first batch of weight fragments and stages its weight scales
 // before it waits for the kernel before it in the stream (programmatic dependent launch, see
 // launch.cuh): the weights are constant, so their latency hides behind that kernel's tail. The
@@ -72,9 +82,14 @@ constexpr std::int64_t min_split_steps = 16;
 /// Dynamic shared memory per block (B, activation scales, weight scales) within which a K
 /// split's steps must fit (more splits otherwise; refused past max_splits).
 constexpr std::size_t smem_limit = 96 * 1024;
+/// The wide tiles' limit: three blocks per SM.
+constexpr std::size_t wide_smem_limit = 72 * 1024;
+constexpr std::size_t smem_limit_of(int nt) {
+  return nt == 8 ? smem_limit : wide_smem_limit;
+}
 /// Blocks of the wide tiles (16..64 tokens) resident at once on a 132-SM GPU: a block takes
 /// as many row tiles in turn as bring the grid to about this, sharing its staged B.
-constexpr std::int64_t wide_resident_blocks = 132 * 2;
+constexpr std::int64_t wide_resident_blocks = 132 * 3;
 /// Steps whose scales one promotion serves where both scale blocks span them (V4's 128
 /// inputs): the wgmmas of a group accumulate in the tensor core (fused groups).
 constexpr int fused_steps = 4;
@@ -96,6 +111,7 @@ struct dense_config {
   bool early;           ///< weights loaded before the wait for the previous kernel
   bool fused;           ///< promote once per fused_steps steps (their scales are the same)
   int tiles_per_block;  ///< 64-row tiles a block takes in turn, sharing its staged B
+  bool atomic;          ///< the K splits add into the zeroed output (wide tiles; no cluster)
 };
 
 /// Where the splits' sums meet (add_split_ranks): after the staging area, NT / 2 floats a
@@ -104,7 +120,8 @@ __host__ __device__ constexpr std::size_t slot_offset(std::int64_t steps, int nt
   return (smem_bytes(steps, nt) + 15) / 16 * 16;
 }
 __host__ __device__ constexpr std::size_t launch_smem(std::int64_t steps, int nt, int splits) {
-  return slot_offset(steps, nt) + (splits > 1 ? std::size_t(threads) * (nt / 2) * sizeof(float) : 0);
+  return slot_offset(steps, nt) +
+         (splits > 1 && nt == 8 ? std::size_t(threads) * (nt / 2) * sizeof(float) : 0);
 }
 
 /// The B of a step (NT tokens): K-adjacent core matrices 128 bytes apart, 8-token groups 256.
@@ -121,12 +138,12 @@ struct weight_batch {
 /// NT: the token tile (8 NG tokens); Batch: steps per load batch; F32: weight scales as fp32
 /// (else e8m0 bytes).
 template <int NT, int Batch, bool F32>
-__global__ void __launch_bounds__(threads, NT == 8 ? 4 : 2)
+__global__ void __launch_bounds__(threads, NT == 8 ? 4 : 3)
     dense_wg_gemm_kernel(block_gemm_params p, dense_config cfg) {
   constexpr int NG = NT / 8;
   // Steps per wgmma group (fence, MMAs, commit, wait) when every step is promoted: each keeps
   // its NT / 2 sums per thread until the wait.
-  constexpr int group_steps = NT <= 16 ? 4 : 2;
+  constexpr int group_steps = NT <= 16 ? 4 : NT == 32 ? 2 : 1;
   constexpr int b_step_bytes = NT * step_k;
   static_assert(Batch % group_steps == 0 && Batch % fused_steps == 0, "whole groups per batch");
   extern __shared__ __align__(128) std::uint8_t smem[];
@@ -323,9 +340,11 @@ __global__ void __launch_bounds__(threads, NT == 8 ? 4 : 2)
     multiply(tail, s, 0, std::integral_constant<int, 1>{});
   }
 
-  // The splits' sums meet in split 0 (every block of the cluster takes the same tiles).
-  if (cfg.k_splits > 1) add_split_ranks(acc, slot, split, cfg.k_splits, true);
-  if (split != 0) continue;
+  // The splits' sums meet in split 0 (every block of the cluster takes the same tiles), or
+  // (wide tiles) each split adds its own into the zeroed output: no barrier between blocks.
+  const bool atomic = cfg.atomic;
+  if (cfg.k_splits > 1 && !atomic) add_split_ranks(acc, slot, split, cfg.k_splits, true);
+  if (split != 0 && !atomic) continue;
 #pragma unroll
   for (int j = 0; j < NG; ++j)
 #pragma unroll
@@ -333,7 +352,11 @@ __global__ void __launch_bounds__(threads, NT == 8 ? 4 : 2)
       const std::int64_t row = nw + g + (c < 2 ? 0 : 8);
       const std::int64_t tk = 8 * j + 2 * t + (c & 1);
       if (row >= p.n || tk >= count) continue;
-      p.y[group * p.y_group_offset + tk * p.y_stride + row] = acc[j][c];
+      float* const y = p.y + group * p.y_group_offset + tk * p.y_stride + row;
+      if (atomic)
+        atomicAdd(y, acc[j][c]);
+      else
+        *y = acc[j][c];
     }
   }
 }
@@ -372,7 +395,10 @@ dense_shape dense_shape_of(const block_gemm_params& p) {
     const std::int64_t per = (total + n - 1) / n;
     return (per + split_align - 1) / split_align * split_align;
   };
-  while (splits < max_splits && smem_bytes(per_split(splits), sh.nt) > smem_limit) splits *= 2;
+  // (wide tiles add their splits with atomics, not in a cluster: up to 16)
+  const std::int64_t most = sh.nt == 8 ? max_splits : 2 * max_splits;
+  while (splits < most && smem_bytes(per_split(splits), sh.nt) > smem_limit_of(sh.nt))
+    splits *= 2;
   const std::int64_t per = per_split(splits);
   // (past smem_limit -- a few thousand steps -- dense_wg_gemm_takes refuses the shape)
   sh.steps_per_split = int(std::min<std::int64_t>(per, 1 << 20));
@@ -408,12 +434,12 @@ bool dense_wg_gemm_takes(const block_gemm_params& p) {
          p.act_stride % 8 == 0 && p.act_group_offset % 8 == 0 &&
          reinterpret_cast<std::uintptr_t>(p.act) % 8 == 0 &&
          reinterpret_cast<std::uintptr_t>(p.weight) % 8 == 0 &&
-         smem_bytes(sh.steps_per_split, sh.nt) <= smem_limit;
+         smem_bytes(sh.steps_per_split, sh.nt) <= smem_limit_of(sh.nt);
 }
 
 dense_wg_gemm_plan plan_dense_wg_gemm(const block_gemm_params& p) {
   const dense_shape sh = dense_shape_of(p);
-  const bool batch4 = sh.nt == 8 && g_batch == 4;  // (wider tiles: 8-step batches)
+  const bool batch4 = sh.nt > 8 || g_batch == 4;  // (wider tiles: 4-step batches)
   return {sh.k_splits,
           sh.steps_per_split,
           sh.row_tiles,
@@ -434,28 +460,31 @@ void launch_dense_wg_gemm(const block_gemm_params& p, cudaStream_t stream) {
   ++g_launches;
   const dense_wg_gemm_plan plan = plan_dense_wg_gemm(p);
   const std::int64_t blocks_x = (plan.row_tiles + plan.tiles_per_block - 1) / plan.tiles_per_block;
+  const bool atomic = plan.nt > 8 && plan.k_splits > 1;
   const dim3 grid(unsigned(blocks_x), unsigned(p.groups), unsigned(plan.k_splits));
-  const dim3 cluster(1, 1, unsigned(plan.k_splits));
+  const dim3 cluster(1, 1, atomic ? 1u : unsigned(plan.k_splits));
   const std::size_t smem = launch_smem(plan.steps_per_split, plan.nt, plan.k_splits);
   const dense_config cfg{plan.k_splits, plan.steps_per_split, g_early.load(), plan.fused,
-                         plan.tiles_per_block};
+                         plan.tiles_per_block, atomic};
+  if (atomic)  // the splits add into it
+    CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));
   static std::atomic<std::size_t> limits[10][detail::max_tracked_devices];
   auto go = [&](auto kernel, int which) {
     detail::ensure_smem(reinterpret_cast<const void*>(kernel),
-                        launch_smem(smem_limit / smem_bytes(1, plan.nt), plan.nt, 2),
+                        launch_smem(smem_limit_of(plan.nt) / smem_bytes(1, plan.nt), plan.nt, 2),
                         limits[which]);
     detail::launch_in("dense_wg_gemm", kernel, grid, dim3(threads), cluster, smem, stream, p, cfg);
   };
   const bool f32 = p.wscale_e8m0 == nullptr;
   switch (plan.nt) {
     case 16:
-      f32 ? go(&dense_wg_gemm_kernel<16, 8, true>, 4) : go(&dense_wg_gemm_kernel<16, 8, false>, 5);
+      f32 ? go(&dense_wg_gemm_kernel<16, 4, true>, 4) : go(&dense_wg_gemm_kernel<16, 4, false>, 5);
       break;
     case 32:
-      f32 ? go(&dense_wg_gemm_kernel<32, 8, true>, 6) : go(&dense_wg_gemm_kernel<32, 8, false>, 7);
+      f32 ? go(&dense_wg_gemm_kernel<32, 4, true>, 6) : go(&dense_wg_gemm_kernel<32, 4, false>, 7);
       break;
     case 64:
-      f32 ? go(&dense_wg_gemm_kernel<64, 8, true>, 8) : go(&dense_wg_gemm_kernel<64, 8, false>, 9);
+      f32 ? go(&dense_wg_gemm_kernel<64, 4, true>, 8) : go(&dense_wg_gemm_kernel<64, 4, false>, 9);
       break;
     default:
       if (plan.batch_steps == 4)
