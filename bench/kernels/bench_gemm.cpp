@@ -183,9 +183,11 @@ void fp8_rows(const limits& lim, std::vector<result_row>& rows, const char* mode
                         alone, "read time / ours", read_us / alone});
       }
     }
-    // Decode batches of 8 and 64 rows: stream_gemm (8) or skinny_gemm (64) against
-    // sm90_block_gemm's shared-memory tiles, as a share of the copy bandwidth.
+    // Decode batches of 8 and 64 rows: stream_gemm (8) or skinny_gemm (64; the wide tiles off)
+    // against sm90_block_gemm's shared-memory tiles, as a share of the copy bandwidth.
     default_decode_kernel();
+    const int wide = cuda::get_dense_wg_gemm_wide();
+    cuda::set_dense_wg_gemm_wide(0);
     for (const std::int64_t m : {8, 64}) {
       const tensor xm = random_device({m, s.k}, dtype::f32, 14);
       for (const bool stream : {true, false}) {
@@ -208,8 +210,7 @@ void fp8_rows(const limits& lim, std::vector<result_row>& rows, const char* mode
     }
     // dense_wg_gemm's wide tiles (16, 32 and 64 tokens a wgmma) at the same decode batches.
     // (DEEPINFER_BENCH_WIDE_M: one of them only, e.g. for a profile)
-    const bool wide = cuda::get_dense_wg_gemm_wide();
-    cuda::set_dense_wg_gemm_wide(true);
+    cuda::set_dense_wg_gemm_wide(1);
     const char* only = std::getenv("DEEPINFER_BENCH_WIDE_M");
     for (const std::int64_t m : {16, 32, 64}) {
       if (only && std::atoll(only) != m) continue;

@@ -129,11 +129,13 @@ void set_dense_wg_gemm(bool on);
 bool get_dense_wg_gemm();
 /// Dense FP8 GEMMs of 9..64 rows (decode batches) on dense_wg_gemm's wide tiles -- 16, 32 or 64
 /// tokens a wgmma (m64nNk32), a promotion per step, or per 4 steps where both scale blocks span
-/// 128 inputs (V4) -- instead of skinny_gemm (V4.1) and cuBLASLt (V4); never with ordered
-/// splits (batch-invariant mode). Default from DEEPINFER_DENSE_WG_WIDE=1. Defined in
-/// dense_wg_gemm.cu.
-void set_dense_wg_gemm_wide(bool on);
-bool get_dense_wg_gemm_wide();
+/// 128 inputs (V4), K splits added with fp32 atomics -- never with ordered splits (the
+/// batch-invariant mode). -1 (the default): instead of skinny_gemm, i.e. for the weights
+/// cuBLASLt does not take (V4.1's 32 x 32 scale blocks); 1: also ahead of cuBLASLt (V4's 128 x
+/// 128 blocks; measured slower there on the H200); 0: never. DEEPINFER_DENSE_WG_WIDE sets the
+/// default; any other value is a di::error. Defined in dense_wg_gemm.cu.
+void set_dense_wg_gemm_wide(int mode);
+int get_dense_wg_gemm_wide();
 void set_dense_wg_gemm_early(bool on);
 void set_dense_wg_gemm_batch(int steps);
 /// Launches of dense_wg_gemm so far in this process (tests: that it served a GEMM).

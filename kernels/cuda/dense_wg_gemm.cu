@@ -35,8 +35,9 @@
 // workspace, no memset. The splits depend on the weight's shape only, never on the batch, so a
 // token's result does not change with the batch (1..8 rows).
 //
-// Wide tiles (9..64 rows, set_dense_wg_gemm_wide; branch session28-dense-wide, measured
-// slower so far -- docs/cuda-performance-log.md "Session 28"): the same structure with 16, 32 or
+// Wide tiles (9..64 rows, set_dense_wg_gemm_wide; by default the weights cuBLASLt does not
+// take, i.e. instead of skinny_gemm -- V4.1 b64 8.30 against 8.56 ms, session 29; ahead of
+// cuBLASLt V4's large shapes measured slower): the same structure with 16, 32 or
 // 64 tokens a wgmma (m64nNk32), B staged by cp.async, a block taking several 64-row tiles in
 // turn with its staged B (about three blocks per SM), 4-step load batches (at most 168
 // registers: three blocks per SM), and the K splits (up to 16) added with fp32 atomics into the
@@ -362,7 +363,8 @@ __global__ void __launch_bounds__(threads, NT == 8 ? 4 : 3)
 }
 
 std::atomic<bool> g_on{detail::env_switch("DEEPINFER_DENSE_WG", false)};
-std::atomic<bool> g_wide{detail::env_switch("DEEPINFER_DENSE_WG_WIDE", false)};
+std::atomic<int> g_wide{detail::env_mode(
+    "DEEPINFER_DENSE_WG_WIDE", "the wide tiles take what cuBLASLt does not (V4.1's 32-input scales)")};
 std::atomic<bool> g_early{detail::env_switch("DEEPINFER_DENSE_WG_EARLY", true)};
 std::atomic<long> g_launches{0};
 /// Steps per load batch: 8 (the default) or 4 (DEEPINFER_DENSE_WG_BATCH); the same sums.
@@ -424,7 +426,7 @@ bool dense_wg_gemm_takes(const block_gemm_params& p) {
   const std::int64_t rows = std::max(p.rows, p.max_rows);
   // 1..8 rows when switched on; 9..64 when the wide tiles are, outside the batch-invariant mode
   // (a token's bits there would depend on its batch's tile).
-  if (rows <= 8 ? !g_on : rows > max_tile || !g_wide || get_ordered_gemm_splits()) return false;
+  if (rows <= 8 ? !g_on : rows > max_tile || g_wide == 0 || get_ordered_gemm_splits()) return false;
   if (!p.wscale_e8m0 && !p.wscale_f32) return false;
   const dense_shape sh = dense_shape_of(p);
   // Scale blocks of whole 16-row warp slices, powers of two of at least one step; the 8-byte
@@ -456,7 +458,7 @@ void launch_dense_wg_gemm(const block_gemm_params& p, cudaStream_t stream) {
            "a multiple of {}, aligned activations, a K split within {} KB of shared memory (got K "
            "{}, {} outputs, {} rows, {}, wide tiles {})",
            step_k, smem_limit / 1024, p.k, p.n, p.rows, g_on ? "on" : "switched off",
-           g_wide ? "on" : "off");
+           g_wide == 0 ? "off" : "on");
   ++g_launches;
   const dense_wg_gemm_plan plan = plan_dense_wg_gemm(p);
   const std::int64_t blocks_x = (plan.row_tiles + plan.tiles_per_block - 1) / plan.tiles_per_block;
@@ -500,10 +502,11 @@ void set_dense_wg_gemm(bool on) {
 bool get_dense_wg_gemm() {
   return g_on;
 }
-void set_dense_wg_gemm_wide(bool on) {
-  g_wide = on;
+void set_dense_wg_gemm_wide(int mode) {
+  DI_CHECK(mode >= -1 && mode <= 1, "dense_wg_gemm wide mode {} (expected -1, 0 or 1)", mode);
+  g_wide = mode;
 }
-bool get_dense_wg_gemm_wide() {
+int get_dense_wg_gemm_wide() {
   return g_wide;
 }
 void set_dense_wg_gemm_early(bool on) {

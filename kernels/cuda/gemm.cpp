@@ -225,8 +225,9 @@ bool tries_cublaslt(gemm_backend backend, const weight_matrix& weight, std::int6
                     std::int64_t in, int act_block) {
   const std::int64_t lt_rows = g_lt_rows;
   const std::int64_t from = g_ordered_splits ? std::max(lt_rows, prefill_lt_rows) : lt_rows;
-  // (dense_wg_gemm's wide tiles, where switched on, take decode batches of 9..64 rows first)
-  const bool wide = rows > 8 && rows <= 64 && get_dense_wg_gemm_wide() && !g_ordered_splits;
+  // (dense_wg_gemm's wide tiles take decode batches of 9..64 rows first when set to 1; by
+  // default only what cuBLASLt does not take)
+  const bool wide = rows > 8 && rows <= 64 && get_dense_wg_gemm_wide() == 1 && !g_ordered_splits;
   const bool try_lt = backend == gemm_backend::cublaslt ||
                       (backend == gemm_backend::automatic && rows >= from && !wide);
   return try_lt && cublaslt_fp8_fits(weight, rows, in, act_block);

@@ -147,9 +147,10 @@ void launch_wg_gemm(const block_gemm_params& p, cudaStream_t stream);
 /// block_gemm's decode kernel for dense FP8 weights (dense_wg_gemm.cu) on the warpgroup MMA:
 /// launch_block_gemm hands token tiles of <= 8 rows to it when dense_wg_gemm_takes(p) (switched
 /// off by default: set_dense_wg_gemm), and of 9..64 rows with the wide tiles
-/// (set_dense_wg_gemm_wide; never in the batch-invariant mode). Its K splits (a thread-block
-/// cluster, added in rank order) depend on the weight's shape and the token tile only (8 for
-/// 1..8 rows): deterministic, batch-invariant up to 8 rows, no workspace. It reads
+/// (set_dense_wg_gemm_wide, on by default; never in the batch-invariant mode). The 8-row tiles'
+/// K splits (a thread-block cluster, added in rank order) depend on the weight's shape only:
+/// deterministic, batch-invariant up to 8 rows, no workspace; the wide tiles' splits (from the
+/// shape and the tile) add into the zeroed output with fp32 atomics. It reads
 /// the weight and its scales before waiting for the previous kernel (unless
 /// set_dense_wg_gemm_early(false)): they must not be written by the kernel launched just before.
 bool dense_wg_gemm_takes(const block_gemm_params& p);

@@ -661,9 +661,10 @@ TEST_CASE("dense_wg_gemm takes the dense FP8 decode tiles; its plans depend on t
     p.wscale_e8m0 = scales;
     return p;
   };
-  const bool before = cuda::get_dense_wg_gemm(), wide = cuda::get_dense_wg_gemm_wide();
+  const bool before = cuda::get_dense_wg_gemm();
+  const int wide = cuda::get_dense_wg_gemm_wide();
   cuda::set_dense_wg_gemm(true);
-  cuda::set_dense_wg_gemm_wide(false);
+  cuda::set_dense_wg_gemm_wide(0);
   for (const shape& s : dense_fp8_shapes) {
     CAPTURE(s.n);
     CAPTURE(s.k);
@@ -689,8 +690,9 @@ TEST_CASE("dense_wg_gemm takes the dense FP8 decode tiles; its plans depend on t
     CHECK(one.fused == (s.block_cols >= 128 && s.act_block >= 128));
     CHECK_FALSE(cuda::dense_wg_gemm_takes(dense(s, 9)));  // skinny_gemm's
     // The wide tiles: 9..64 rows in tiles of 16, 32 and 64 tokens, the same plan for any rows
-    // of a tile; the splits from the shape and the tile; never with ordered splits.
-    cuda::set_dense_wg_gemm_wide(true);
+    // of a tile; the splits from the shape and the tile; never with ordered splits. (-1, the
+    // default, and 1 differ only in whether cuBLASLt is tried first: gemm.cpp.)
+    cuda::set_dense_wg_gemm_wide(s.block_cols == 32 ? -1 : 1);
     for (std::int64_t rows = 9; rows <= 64; ++rows) {
       CAPTURE(rows);
       CHECK(cuda::dense_wg_gemm_takes(dense(s, rows)));
@@ -718,7 +720,7 @@ TEST_CASE("dense_wg_gemm takes the dense FP8 decode tiles; its plans depend on t
     CHECK_FALSE(cuda::dense_wg_gemm_takes(dense(s, 16)));
     CHECK(cuda::dense_wg_gemm_takes(dense(s, 8)));  // (the 8-row tiles are batch-invariant)
     cuda::set_ordered_gemm_splits(false);
-    cuda::set_dense_wg_gemm_wide(false);
+    cuda::set_dense_wg_gemm_wide(0);
   }
   // The grid aims at about four 128-thread blocks per SM of a 132-SM GPU: many row tiles keep
   // K whole, few split it (V4.1 wq_b: 512 tiles; wo_b: 80 tiles x 4; V4 wo_b: 64 x 8).
@@ -744,6 +746,8 @@ TEST_CASE("dense_wg_gemm takes the dense FP8 decode tiles; its plans depend on t
   // not take, and a load batch other than 4 or 8 steps.
   CHECK_THROWS_AS(cuda::launch_dense_wg_gemm(experts(expert_shapes[0], 1), nullptr), di::error);
   CHECK_THROWS_AS(cuda::set_dense_wg_gemm_batch(6), di::error);
+  CHECK_THROWS_AS(cuda::set_dense_wg_gemm_wide(2), di::error);
+  CHECK_THROWS_AS(cuda::set_dense_wg_gemm_wide(-2), di::error);
   cuda::set_dense_wg_gemm(false);
   CHECK_FALSE(cuda::dense_wg_gemm_takes(dense(dense_fp8_shapes[0], 1)));
   CHECK_THROWS_AS(cuda::launch_dense_wg_gemm(dense(dense_fp8_shapes[0], 1), nullptr), di::error);

@@ -971,7 +971,7 @@ struct stream_switches {
     cuda::set_wg_gemm_chain_ring(4);
   }
   bool dense_wg = cuda::get_dense_wg_gemm();
-  bool dense_wide = cuda::get_dense_wg_gemm_wide();
+  int dense_wide = cuda::get_dense_wg_gemm_wide();
   bool wg_bf16 = cuda::get_wg_gemm_bf16();
   bool stream_early = cuda::get_stream_gemm_early();
   bool stream_wide = cuda::get_stream_gemm_wide();
@@ -1147,7 +1147,7 @@ TEST_CASE(
       }
     }
     // Nine rows are not a decode tile: skinny_gemm takes them (without the wide tiles).
-    cuda::set_dense_wg_gemm_wide(false);
+    cuda::set_dense_wg_gemm_wide(0);
     const long before = cuda::dense_wg_gemm_launches();
     const tensor x9 = varied_input(9, sh.in);
     check_close(ops::linear(x9.to(gpu), w, {act}), ops::linear(x9, host, {act}), 2e-3);
@@ -1200,9 +1200,9 @@ TEST_CASE(
     const int act = sh.in % 128 == 0 ? 128 : 32;
     const tensor x64 = varied_input(64, sh.in);
     const tensor want = ops::linear(x64, host, {act});
-    cuda::set_dense_wg_gemm_wide(false);  // skinny_gemm: the same products, other roundings
+    cuda::set_dense_wg_gemm_wide(0);  // skinny_gemm: the same products, other roundings
     const tensor skinny = ops::linear(x64.to(gpu), w, {act}).to(cpu_device);
-    cuda::set_dense_wg_gemm_wide(true);
+    cuda::set_dense_wg_gemm_wide(1);
     for (const std::int64_t rows : {9, 16, 17, 32, 33, 64}) {
       CAPTURE(rows);
       const tensor x = x64.slice(0, 0, rows).clone();
@@ -1224,13 +1224,24 @@ TEST_CASE(
       }
     }
   }
-  // V4's decode batches under the automatic backend: the wide tiles before cuBLASLt.
+  // Decode batches under the automatic backend: V4's 128 x 128 blocks go to cuBLASLt by default
+  // (-1) and to the wide tiles first with 1; V4.1's 32 x 32 blocks, which cuBLASLt does not
+  // take, to the wide tiles by default (instead of skinny_gemm).
   {
     const weight_matrix w = weight_to(random_fp8(256, 1024, 128), gpu);
+    const weight_matrix w32 = weight_to(random_fp8(256, 1024, 32), gpu);
     cuda::set_gemm_backend(cuda::gemm_backend::automatic);
     const long before = cuda::dense_wg_gemm_launches();
     (void)ops::linear(varied_input(32, 1024).to(gpu), w, {128});
     CHECK(cuda::dense_wg_gemm_launches() == before + 1);
+    cuda::set_dense_wg_gemm_wide(-1);
+    (void)ops::linear(varied_input(32, 1024).to(gpu), w32, {32});
+    CHECK(cuda::dense_wg_gemm_launches() == before + 2);
+    if (cuda::cublaslt_block_fp8_available()) {
+      (void)ops::linear(varied_input(32, 1024).to(gpu), w, {128});
+      CHECK(cuda::dense_wg_gemm_launches() == before + 2);
+    }
+    cuda::set_dense_wg_gemm_wide(1);
     cuda::set_gemm_backend(cuda::gemm_backend::block_gemm);
   }
   // Refused: with ordered splits (the batch-invariant mode), past 64 rows, switched off.
@@ -1240,7 +1251,7 @@ TEST_CASE(
   (void)ops::linear(varied_input(16, 512).to(gpu), w, {32});
   cuda::set_ordered_gemm_splits(ordered);
   (void)ops::linear(varied_input(65, 512).to(gpu), w, {32});
-  cuda::set_dense_wg_gemm_wide(false);
+  cuda::set_dense_wg_gemm_wide(0);
   (void)ops::linear(varied_input(16, 512).to(gpu), w, {32});
   CHECK(cuda::dense_wg_gemm_launches() == before);
 }
