@@ -7,15 +7,21 @@
 
 namespace di::detail {
 
-tensor engram_forward(const forward_pass& pass, int layer, const tensor& x,
-                      const tensor& hash_ids) {
+tensor engram_project(const forward_pass& pass, int layer, const tensor& hash_ids) {
+  const engram_weights& e = pass.weights.layers[std::size_t(layer)].engram;
+  const std::int64_t rows = hash_ids.size(0), cols = hash_ids.size(1);
+  const std::int64_t head_dim = e.table_codes.size(1);
+  tensor flat_ids = hash_ids.clone().view({rows * cols});                    // [rows * cols]
+  tensor emb = ops::embedding_fp8(e.table_codes, e.table_scales, flat_ids);  // [rows*cols, hd]
+  return pass.linear(emb.view({rows, cols * head_dim}), e.wkv);              // [rows, (hc+1)*dim]
+}
+
+tensor engram_apply(const forward_pass& pass, int layer, const tensor& x, const tensor& kv) {
   const model_config& c = pass.config;
   const engram_weights& e = pass.weights.layers[std::size_t(layer)].engram;
   const std::int64_t rows = x.size(0), hc = c.hc_mult, dim = c.hidden_size;
-  const std::int64_t cols = hash_ids.size(1), head_dim = e.table_codes.size(1);
-  tensor flat_ids = hash_ids.clone().view({rows * cols});                    // [rows * cols]
-  tensor emb = ops::embedding_fp8(e.table_codes, e.table_scales, flat_ids);  // [rows*cols, hd]
-  tensor kv = pass.linear(emb.view({rows, cols * head_dim}), e.wkv);         // [rows, (hc+1)*dim]
+  DI_CHECK(kv.rank() == 2 && kv.size(0) == rows && kv.size(1) == (hc + 1) * dim,
+           "engram_apply: kv {} for {} rows of {} streams x {}", kv.shape().str(), rows, hc, dim);
   std::vector<std::int64_t> key_rows, value_rows;  // rows of kv viewed as [rows * (hc + 1), dim]
   for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int64_t k = 0; k < hc; ++k) key_rows.push_back(r * (hc + 1) + k);

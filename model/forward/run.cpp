@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
 namespace di::detail {
 
@@ -138,13 +139,28 @@ std::vector<forward_output> run_model(forward_pass& pass, std::span<forward_requ
   for (std::int64_t r = 0; r < x.size(0); ++r) pre_mix.data<float>()[r * c.hc_mult] = 1.0f;
   pre_mix = pass.upload(pre_mix);
   std::vector<tensor> hidden;  // per layer [picked, hc, dim]
+  // An Engram layer's projection reads the token ids only: the block before it computes it
+  // beside its routed experts (engram_ahead); a first-layer Engram computes its own, as every
+  // Engram layer does with DEEPINFER_ENGRAM_AHEAD=0 (for comparisons; the same bits).
+  static const bool ahead_on = [] {
+    const char* env = std::getenv("DEEPINFER_ENGRAM_AHEAD");
+    return env == nullptr || std::string_view(env) != "0";
+  }();
+  auto engram_ids_of = [&](int layer) {
+    const auto& ids = c.engram.layer_ids;
+    const std::int64_t slot = std::find(ids.begin(), ids.end(), layer) - ids.begin();
+    return pass.upload(engram_slot_ids(hash_ids, slot));
+  };
+  engram_ahead ahead;
   for (int l = 0; l < c.num_layers; ++l) {
     if (c.is_engram_layer(l)) {
-      const auto& ids = c.engram.layer_ids;
-      const std::int64_t slot = std::find(ids.begin(), ids.end(), l) - ids.begin();
-      x = engram_forward(pass, l, x, pass.upload(engram_slot_ids(hash_ids, slot)));
+      const tensor kv = ahead.layer == l ? ahead.kv : engram_project(pass, l, engram_ids_of(l));
+      x = engram_apply(pass, l, x, kv);
+      ahead = {};
     }
-    x = block_forward(pass, l, x, pre_mix);
+    const bool next_engram = ahead_on && l + 1 < c.num_layers && c.is_engram_layer(l + 1);
+    if (next_engram) ahead = {l + 1, engram_ids_of(l + 1), tensor()};
+    x = block_forward(pass, l, x, pre_mix, next_engram ? &ahead : nullptr);
     if (capture) hidden.push_back(gather_rows(pass, x, picked));
     timer.mark("layer");
   }

@@ -98,9 +98,21 @@ struct forward_pass {
   }
 };
 
+/// The next layer's Engram projection (engram_project), which reads the token ids only: a block
+/// given one computes it beside its routed experts (moe_forward's side branch), where the
+/// projection's weight stream overlaps the routing's latency-bound launches, instead of the
+/// Engram layer computing it alone in turn. The same kernels on the same inputs: the same bits.
+struct engram_ahead {
+  int layer = -1;   ///< the Engram layer the ids are for
+  tensor hash_ids;  ///< [rows, columns] i64 on the device: that layer's
+  tensor kv;        ///< set by block_forward: engram_project(pass, layer, hash_ids)
+};
+
 /// One block: mHC around attention and MoE. x [rows, hc, dim]; pre_mix [rows, hc] is the
-/// previous site's pre (V4.1) and is replaced by this block's FFN-site pre.
-tensor block_forward(forward_pass& pass, int layer, const tensor& x, tensor& pre_mix);
+/// previous site's pre (V4.1) and is replaced by this block's FFN-site pre. `ahead` (or null):
+/// the next layer's Engram projection, computed here.
+tensor block_forward(forward_pass& pass, int layer, const tensor& x, tensor& pre_mix,
+                     engram_ahead* ahead = nullptr);
 
 /// The attention sub-block on normed inputs x [rows, dim] -> [rows, dim]: the three parts
 /// below in turn.
@@ -242,9 +254,11 @@ tensor moe_forward(const forward_pass& pass, int layer, const ops::quantized_row
 /// Whether layer's MoE runs without reading anything back to the host (grouped experts).
 bool moe_is_graphable(const forward_pass& pass, int layer);
 
-/// Engram: adds the layer's n-gram memory to the streams x [rows, hc, dim]; hash_ids
-/// [rows, columns] i64 of this layer.
-tensor engram_forward(const forward_pass& pass, int layer, const tensor& x, const tensor& hash_ids);
+/// Engram: the layer's n-gram rows looked up and projected, from its hash_ids [rows, columns] i64
+/// -> kv [rows, (hc + 1) * dim] (one key per stream, then the shared value); engram_apply adds
+/// the memory to the streams x [rows, hc, dim] through the gate.
+tensor engram_project(const forward_pass& pass, int layer, const tensor& hash_ids);
+tensor engram_apply(const forward_pass& pass, int layer, const tensor& x, const tensor& kv);
 
 /// Embedding, the blocks (with Engram before its layers; hash_ids [rows, engram layers,
 /// columns] or undefined), and the head at every request's logit rows.
