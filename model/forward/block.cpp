@@ -45,11 +45,9 @@ attention_site attention_site_forward(const forward_pass& pass, int layer, const
 }
 
 /// From the attention output o [rows, H, hd] to the block output [rows, hc, dim]: output
-/// projection, expand, FFN site (pre_mix receives its pre). With `ahead_ids` defined (V4.1: the
-/// next layer's Engram hash ids), its projection runs beside the routed experts into ahead_kv.
+/// projection, expand, FFN site (pre_mix receives its pre).
 tensor ffn_site_forward(const forward_pass& pass, int layer, const tensor& o, const tensor& x,
-                        const ops::hc_mix& attn_mix, tensor& pre_mix, int ahead_layer = -1,
-                        const tensor& ahead_ids = {}, tensor* ahead_kv = nullptr) {
+                        const ops::hc_mix& attn_mix, tensor& pre_mix) {
   const model_config& c = pass.config;
   const layer_weights& w = pass.weights.layers[std::size_t(layer)];
   tensor a = attention_output(pass, layer, o);                     // [rows, dim]
@@ -58,23 +56,13 @@ tensor ffn_site_forward(const forward_pass& pass, int layer, const tensor& o, co
   auto mixes = [&] {
     ffn_mix = ops::hc_mixes(y, w.hc_ffn.fn, w.hc_ffn.scale, w.hc_ffn.base, hc_params_of(c));
   };
-  auto beside_experts = [&] {
-    mixes();
-    if (ahead_ids.defined()) *ahead_kv = engram_project(pass, ahead_layer, ahead_ids);
-  };
   // V4.1 collapses with the attention site's pre, so its FFN mix can wait: it runs on the
   // MoE's side branch (moe_forward), beside the routed experts.
   if (!c.is_v41()) mixes();
   const tensor& ffn_pre = c.is_v41() ? attn_mix.pre : ffn_mix.pre;  // [rows, hc]
   const ops::quantized_rows h = ops::hc_collapse_norm_quantized(
       y, ffn_pre, w.ffn_norm, float(c.rms_norm_eps), pass.act(w.moe.shared.w1).act_quant_block);
-  tensor f;
-  if (c.is_v41()) {
-    f = moe_forward(pass, layer, h, beside_experts);
-  } else {
-    if (ahead_ids.defined()) *ahead_kv = engram_project(pass, ahead_layer, ahead_ids);
-    f = moe_forward(pass, layer, h);
-  }
+  tensor f = c.is_v41() ? moe_forward(pass, layer, h, mixes) : moe_forward(pass, layer, h);
   pre_mix = ffn_mix.pre;
   return ops::hc_expand(f, y, ffn_mix.post, ffn_mix.comb);  // [rows, hc, dim]
 }
@@ -91,8 +79,20 @@ forward_pass padded_pass(const forward_pass& pass) {
   return p;
 }
 
-/// block_forward through the decode graphs: two captured pieces around the eager attention
-/// (the FFN piece takes the next layer's Engram ids, if any, and gives their projection).
+/// The per-sequence attention, with the next layer's Engram projection (if any) on a side
+/// branch beside it: the attention's launches are latency-bound, so the projection's weight
+/// stream runs in their shadow instead of alone before the next layer.
+tensor attention_core_ahead(forward_pass& pass, int layer, const attention_inputs& in,
+                            const tensor& x, engram_ahead* ahead) {
+  if (ahead == nullptr) return attention_core(pass, layer, in, x);
+  auto [kv, o] = beside(
+      pass, [&] { return engram_project(pass, ahead->layer, ahead->hash_ids); },
+      [&] { return attention_core(pass, layer, in, x); });
+  ahead->kv = kv;
+  return o;
+}
+
+/// block_forward through the decode graphs: two captured pieces around the eager attention.
 tensor graphed_block(forward_pass& pass, int layer, const tensor& x, tensor& pre_mix,
                      engram_ahead* ahead) {
   decode_graphs& g = *pass.graphs;
@@ -102,21 +102,15 @@ tensor graphed_block(forward_pass& pass, int layer, const tensor& x, tensor& pre
                                a.in.q_residual, a.in.q,     a.in.kv};
   });
   const ops::hc_mix mix{site[0], site[1], site[2]};
-  const tensor o = attention_core(pass, layer, {site[4], site[5], site[6]}, site[3]);
-  std::vector<tensor> inputs{o, x, mix.pre, mix.post, mix.comb};
-  if (ahead != nullptr) inputs.push_back(ahead->hash_ids);
-  const int ahead_layer = ahead != nullptr ? ahead->layer : -1;
-  const std::vector<tensor> out = g.run(layer, 1, inputs, [&](const std::vector<tensor>& in) {
-    tensor next_pre, kv;
-    const tensor ids = in.size() > 5 ? in[5] : tensor();
-    tensor y = ffn_site_forward(padded_pass(pass), layer, in[0], in[1],
-                                ops::hc_mix{in[2], in[3], in[4]}, next_pre, ahead_layer, ids, &kv);
-    std::vector<tensor> outs{y, next_pre};
-    if (kv.defined()) outs.push_back(kv);
-    return outs;
-  });
+  const tensor o = attention_core_ahead(pass, layer, {site[4], site[5], site[6]}, site[3], ahead);
+  const std::vector<tensor> out =
+      g.run(layer, 1, {o, x, mix.pre, mix.post, mix.comb}, [&](const std::vector<tensor>& in) {
+        tensor next_pre;
+        tensor y = ffn_site_forward(padded_pass(pass), layer, in[0], in[1],
+                                    ops::hc_mix{in[2], in[3], in[4]}, next_pre);
+        return std::vector<tensor>{y, next_pre};
+      });
   pre_mix = out[1];
-  if (ahead != nullptr) ahead->kv = out[2];
   return out[0];
 }
 
@@ -126,10 +120,8 @@ tensor block_forward(forward_pass& pass, int layer, const tensor& x, tensor& pre
                      engram_ahead* ahead) {
   if (pass.graphs != nullptr) return graphed_block(pass, layer, x, pre_mix, ahead);
   const attention_site a = attention_site_forward(pass, layer, x, pre_mix);
-  const tensor o = attention_core(pass, layer, a.in, a.h.x);  // [rows, H, hd]
-  if (ahead == nullptr) return ffn_site_forward(pass, layer, o, x, a.mix, pre_mix);
-  return ffn_site_forward(pass, layer, o, x, a.mix, pre_mix, ahead->layer, ahead->hash_ids,
-                          &ahead->kv);
+  const tensor o = attention_core_ahead(pass, layer, a.in, a.h.x, ahead);  // [rows, H, hd]
+  return ffn_site_forward(pass, layer, o, x, a.mix, pre_mix);
 }
 
 }  // namespace di::detail

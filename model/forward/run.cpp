@@ -140,8 +140,8 @@ std::vector<forward_output> run_model(forward_pass& pass, std::span<forward_requ
   pre_mix = pass.upload(pre_mix);
   std::vector<tensor> hidden;  // per layer [picked, hc, dim]
   // An Engram layer's projection reads the token ids only: the block before it computes it
-  // beside its routed experts (engram_ahead); a first-layer Engram computes its own, as every
-  // Engram layer does with DEEPINFER_ENGRAM_AHEAD=0 (for comparisons; the same bits).
+  // beside its per-sequence attention (engram_ahead); a first-layer Engram computes its own,
+  // as every Engram layer does with DEEPINFER_ENGRAM_AHEAD=0 (for comparisons; the same bits).
   static const bool ahead_on = [] {
     const char* env = std::getenv("DEEPINFER_ENGRAM_AHEAD");
     return env == nullptr || std::string_view(env) != "0";

@@ -99,9 +99,9 @@ struct forward_pass {
 };
 
 /// The next layer's Engram projection (engram_project), which reads the token ids only: a block
-/// given one computes it beside its routed experts (moe_forward's side branch), where the
-/// projection's weight stream overlaps the routing's latency-bound launches, instead of the
-/// Engram layer computing it alone in turn. The same kernels on the same inputs: the same bits.
+/// given one computes it on a side branch beside its per-sequence attention (eager, and
+/// latency-bound: the projection's weight stream runs in its shadow) instead of the Engram
+/// layer computing it alone in turn. The same kernels on the same inputs: the same bits.
 struct engram_ahead {
   int layer = -1;   ///< the Engram layer the ids are for
   tensor hash_ids;  ///< [rows, columns] i64 on the device: that layer's
