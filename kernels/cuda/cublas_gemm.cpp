@@ -4,6 +4,7 @@
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cuda_ops.hpp"
 #include "kernels/cuda/gemm_kernels.hpp"
+#include "kernels/cuda/kernel_attributes.hpp"
 #include "kernels/cuda/stream.hpp"
 #include "kernels/dtype.hpp"
 
@@ -45,6 +46,9 @@ handles& thread_handles() {
 }
 
 std::atomic<bool> g_lt_available{false};
+/// split_bf16_gemm_nt's parts as one stacked GEMM up to this many rows (decode batches).
+constexpr std::int64_t split_bf16_stacked_rows = 64;
+std::atomic<bool> g_split_stacked{detail::env_switch("DEEPINFER_SPLIT_BF16_STACKED", true)};
 std::atomic<int> g_lt_layout{0};
 
 /// Weight scales as cuBLASLt's BLK128x128_32F wants them: fp32 [ceil(n/128), ld] row-major
@@ -161,8 +165,22 @@ void split_bf16_gemm_nt(const tensor& x, const tensor& w, tensor& y, int groups)
   tensor split = tensor::empty({parts, rows, in}, dtype::bf16, x.dev());  // [parts, rows, in]
   launch_split_bf16(x.data<float>(), split.data<std::uint16_t>(), parts, rows * in,
                     current_stream());
+  if (rows <= split_bf16_stacked_rows && g_split_stacked) {
+    // Decode batches: the parts as one GEMM of 3 x rows rows -- the weight read once, one
+    // launch (and its split-K reduction) instead of three -- then the parts' products added
+    // in the accumulating GEMMs' order.
+    tensor products = tensor::empty({parts * rows, out}, dtype::f32, x.dev());  // [parts*rows, out]
+    gemm_ex_bf16(split.view({parts * rows, in}), w, products, false, groups);
+    launch_sum_parts(products.data<float>(), y.data<float>(), parts, rows * out,
+                     current_stream());
+    return;
+  }
   for (int k = 0; k < parts; ++k)
     gemm_ex_bf16(split.slice(0, k, k + 1).view({rows, in}), w, y, k > 0, groups);
+}
+
+void set_split_bf16_stacked(bool on) {
+  g_split_stacked = on;
 }
 
 bool cublaslt_fp8_fits(const weight_matrix& w, std::int64_t rows, std::int64_t k, int act_block) {

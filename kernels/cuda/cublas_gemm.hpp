@@ -25,7 +25,11 @@ void bf16_gemm_nt(const tensor& x, const tensor& w, tensor& y, int act_block = 0
 /// golden's mean-difference bound: 0.6056 against 0.6.)
 /// With groups > 1 (x [rows, groups * in], W [groups * out, in], y [rows, groups * out]) each
 /// group's columns of x meet its rows of W, as sgemm_nt's groups (strided-batched GEMMs).
+/// Up to 64 rows (decode batches) the three parts run as one GEMM of 3 x rows rows (the weight
+/// read once, one launch) and a kernel adds their products in the same order;
+/// set_split_bf16_stacked(false) / DEEPINFER_SPLIT_BF16_STACKED=0: three accumulating GEMMs.
 void split_bf16_gemm_nt(const tensor& x, const tensor& w, tensor& y, int groups = 1);
+void set_split_bf16_stacked(bool on);
 
 /// Whether cuBLASLt's block-scaled FP8 GEMM applies: FP8 weight with 128x128 blocks,
 /// activations in blocks of 128, aligned extents.

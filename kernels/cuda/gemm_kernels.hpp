@@ -268,5 +268,9 @@ void launch_fake_quant_bf16(const float* x, std::uint16_t* out, std::int64_t row
 /// normal x).
 void launch_split_bf16(const float* x, std::uint16_t* parts, int count, std::int64_t n,
                        cudaStream_t stream);
+/// y [n] = (p0 + p1) + p2 over parts [count, n] f32 (count 1..3), the order of GEMMs that add
+/// one part's products after another into y.
+void launch_sum_parts(const float* parts, float* y, int count, std::int64_t n,
+                      cudaStream_t stream);
 
 }  // namespace di::cuda

@@ -107,6 +107,18 @@ __global__ void split_bf16_kernel(const float* x, std::uint16_t* parts, int coun
   }
 }
 
+/// y = (p0 + p1) + p2 (+ ...), element-wise over parts [count, n]: the order in which GEMMs
+/// accumulating one part after another into y add them.
+__global__ void sum_parts_kernel(const float* parts, float* y, int count, std::int64_t n) {
+  detail::grid_dependency_sync();
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    float sum = parts[i];
+    for (int k = 1; k < count; ++k) sum = parts[k * n + i] + sum;
+    y[i] = sum;
+  }
+}
+
 /// FP8 fake quantization written as bf16 (exact: a code times a power of two), `group` =
 /// block / 4 consecutive threads per block of a row, 4 values each: the block's amax by a
 /// butterfly over the group, then fake_quant_kernel's scale and values -- to_bf16(fake_quant(x))
@@ -220,6 +232,13 @@ void launch_split_bf16(const float* x, std::uint16_t* parts, int count, std::int
   DI_CHECK(count == 2 || count == 3, "split_bf16: {} parts (2 or 3)", count);
   if (n == 0) return;
   detail::launch("split_bf16", split_bf16_kernel, grid_for(n), 256, 0, stream, x, parts, count, n);
+}
+
+void launch_sum_parts(const float* parts, float* y, int count, std::int64_t n,
+                      cudaStream_t stream) {
+  DI_CHECK(count >= 1 && count <= 3, "sum_parts: {} parts (1 to 3)", count);
+  if (n == 0) return;
+  detail::launch("sum_parts", sum_parts_kernel, grid_for(n), 256, 0, stream, parts, y, count, n);
 }
 
 }  // namespace di::cuda

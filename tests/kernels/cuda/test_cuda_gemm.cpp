@@ -167,6 +167,11 @@ TEST_CASE("cuda linear: bf16-exact fp32 weights past f32_gemv's rows on split-bf
       test::poison_device_pool();
       const tensor split = ops::linear(x.to(gpu), w, {}).to(cpu_device);
       check_close(split, want, 1e-5);
+      if (rows <= 64) {  // decode batches: the parts stacked in one GEMM, or three GEMMs
+        cuda::set_split_bf16_stacked(false);
+        check_close(ops::linear(x.to(gpu), w, {}).to(cpu_device), split, 1e-5);
+        cuda::set_split_bf16_stacked(true);
+      }
       check_close(ops::linear(x.to(gpu), plain, {}), want, 1e-5);
       cuda::set_split_bf16_linear(false);  // switched off: SGEMM on the fp32 values
       const tensor sgemm = ops::linear(x.to(gpu), w, {}).to(cpu_device);
@@ -243,6 +248,22 @@ TEST_CASE("cuda split_bf16: three bf16 parts add up to x exactly, two to within 
   CHECK_THROWS_WITH_AS(
       cuda::launch_split_bf16(xg.data<float>(), nullptr, 4, n, cuda::current_stream()),
       doctest::Contains("split_bf16: 4 parts"), error);
+  // sum_parts adds products in the accumulating GEMMs' order: (p0 + p1) + p2, bit for bit.
+  const std::int64_t m = 1000;
+  const tensor products = test::random_f32({3, m}, 1.0f);
+  tensor sum = tensor::empty({m}, dtype::f32, gpu);
+  const tensor pg = products.to(gpu);
+  test::poison_device_pool();
+  cuda::launch_sum_parts(pg.data<float>(), sum.data<float>(), 3, m, cuda::current_stream());
+  const tensor got = sum.to(cpu_device);
+  for (std::int64_t i = 0; i < m; ++i) {
+    const float* p = products.data<float>();
+    const float expect = (p[i] + p[m + i]) + p[2 * m + i];
+    CHECK(std::memcmp(&expect, got.data<float>() + i, sizeof(float)) == 0);
+  }
+  CHECK_THROWS_AS(cuda::launch_sum_parts(pg.data<float>(), sum.data<float>(), 4, m,
+                                         cuda::current_stream()),
+                  error);
 }
 
 TEST_CASE("cuda fake_quant_bf16: to_bf16(fp8_fake_quant(x)) in one pass, bit for bit") {
