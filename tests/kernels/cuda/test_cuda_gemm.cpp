@@ -37,6 +37,17 @@ weight_matrix random_fp8(std::int64_t rows, std::int64_t cols, std::int64_t bloc
   return weight_matrix::fp8(codes, scales, {block, block});
 }
 
+/// random_fp8 with its scales as fp32 when `f32_scales` (the same values; e8m0 otherwise).
+weight_matrix random_fp8_scaled(std::int64_t rows, std::int64_t cols, std::int64_t block,
+                                bool f32_scales) {
+  const weight_matrix w = random_fp8(rows, cols, block);
+  if (!f32_scales) return w;
+  tensor f32 = tensor::empty(w.scales.shape(), dtype::f32, cpu_device);
+  for (std::int64_t i = 0; i < f32.numel(); ++i)
+    f32.data<float>()[i] = e8m0_to_f32(static_cast<const std::uint8_t*>(w.scales.raw())[i]);
+  return weight_matrix::fp8(w.values, f32, {block, block});
+}
+
 /// Random packed MXFP4 weight [rows, cols] (host).
 weight_matrix random_fp4(std::int64_t rows, std::int64_t cols) {
   tensor packed = test::random_bytes({rows, cols / 2}, dtype::i8);
@@ -1127,13 +1138,7 @@ TEST_CASE(
     CAPTURE(sh.out);
     CAPTURE(sh.in);
     CAPTURE(sh.f32_scales);
-    weight_matrix host = random_fp8(sh.out, sh.in, sh.block);
-    if (sh.f32_scales) {  // the same scales as fp32
-      tensor f32 = tensor::empty(host.scales.shape(), dtype::f32, cpu_device);
-      for (std::int64_t i = 0; i < f32.numel(); ++i)
-        f32.data<float>()[i] = e8m0_to_f32(static_cast<const std::uint8_t*>(host.scales.raw())[i]);
-      host = weight_matrix::fp8(host.values, f32, {sh.block, sh.block});
-    }
+    const weight_matrix host = random_fp8_scaled(sh.out, sh.in, sh.block, sh.f32_scales);
     const weight_matrix w = weight_to(host, gpu);
     const int act = sh.in % 128 == 0 && sh.block == 32 ? 128 : 32;
     const tensor x8 = varied_input(8, sh.in);
@@ -1210,13 +1215,7 @@ TEST_CASE(
     CAPTURE(sh.out);
     CAPTURE(sh.in);
     CAPTURE(sh.block);
-    weight_matrix host = random_fp8(sh.out, sh.in, sh.block);
-    if (sh.f32_scales) {  // the same scales as fp32
-      tensor f32 = tensor::empty(host.scales.shape(), dtype::f32, cpu_device);
-      for (std::int64_t i = 0; i < f32.numel(); ++i)
-        f32.data<float>()[i] = e8m0_to_f32(static_cast<const std::uint8_t*>(host.scales.raw())[i]);
-      host = weight_matrix::fp8(host.values, f32, {sh.block, sh.block});
-    }
+    const weight_matrix host = random_fp8_scaled(sh.out, sh.in, sh.block, sh.f32_scales);
     const weight_matrix w = weight_to(host, gpu);
     const int act = sh.in % 128 == 0 ? 128 : 32;
     const tensor x64 = varied_input(64, sh.in);
