@@ -98,7 +98,8 @@ constexpr int fused_steps = 4;
 /// Shared memory of a split of `steps` steps for a tile of `nt` tokens: B (nt x 32 bytes a
 /// step), the activation scales (nt a step) and each warp's weight scales (one a step).
 __host__ __device__ constexpr std::size_t smem_bytes(std::int64_t steps, int nt) {
-  return std::size_t(steps) * (std::size_t(nt) * step_k + nt * sizeof(float) + warps * sizeof(float));
+  return std::size_t(steps) *
+         (std::size_t(nt) * step_k + nt * sizeof(float) + warps * sizeof(float));
 }
 
 /// The token tile of a GEMM of `rows` rows: 8, 16, 32 or 64.
@@ -306,65 +307,66 @@ __global__ void __launch_bounds__(threads, NT == 8 ? 4 : 3)
   float* const slot =
       reinterpret_cast<float*>(smem + slot_offset(cfg.steps_per_split, NT)) + threadIdx.x * NG * 4;
   for (int rt = 0; rt < cfg.tiles_per_block; ++rt) {
-  if (rt > 0) {
-    tile_rows_of(rt);
-    if (nw - warp * 16 >= p.n) break;  // past the last tile (the same for the whole cluster)
-    __syncwarp();  // the warp's lanes have read the last tile's weight scales
-    if (w0 < full_end) load(r[0], w0);
-    stage_weight_scales();
-    __syncwarp();
+    if (rt > 0) {
+      tile_rows_of(rt);
+      if (nw - warp * 16 >= p.n) break;  // past the last tile (the same for the whole cluster)
+      __syncwarp();                      // the warp's lanes have read the last tile's weight scales
+      if (w0 < full_end) load(r[0], w0);
+      stage_weight_scales();
+      __syncwarp();
+#pragma unroll
+      for (int j = 0; j < NG; ++j)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[j][c] = 0.0f;
+    }
+    int s = w0;
+    while (s < full_end) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {  // unrolled: each r[] index is known at compile time
+        if (s >= full_end) break;
+        if (s + Batch < full_end) load(r[1 - i], s + Batch);  // the next batch streams in
+        if (cfg.fused) {
+#pragma unroll
+          for (int u0 = 0; u0 < Batch; u0 += fused_steps) multiply_fused(r[i], s + u0, u0);
+        } else {
+#pragma unroll
+          for (int u0 = 0; u0 < Batch; u0 += group_steps) multiply(r[i], s + u0, u0, group_t{});
+        }
+        s += Batch;
+      }
+    }
+    for (; s < w1; ++s) {  // the tail: one step at a time
+      weight_batch<Batch> tail;
+      tail.lo[0] = load_stream8(wlo + (s - w0) * step_k);
+      tail.hi[0] = load_stream8(whi + (s - w0) * step_k);
+      multiply(tail, s, 0, std::integral_constant<int, 1>{});
+    }
+
+    // The splits' sums meet in split 0 (every block of the cluster takes the same tiles), or
+    // (wide tiles) each split adds its own into the zeroed output: no barrier between blocks.
+    const bool atomic = cfg.atomic;
+    if (cfg.k_splits > 1 && !atomic) add_split_ranks(acc, slot, split, cfg.k_splits, true);
+    if (split != 0 && !atomic) continue;
 #pragma unroll
     for (int j = 0; j < NG; ++j)
 #pragma unroll
-      for (int c = 0; c < 4; ++c) acc[j][c] = 0.0f;
-  }
-  int s = w0;
-  while (s < full_end) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {  // unrolled: each r[] index is known at compile time
-      if (s >= full_end) break;
-      if (s + Batch < full_end) load(r[1 - i], s + Batch);  // the next batch streams in
-      if (cfg.fused) {
-#pragma unroll
-        for (int u0 = 0; u0 < Batch; u0 += fused_steps) multiply_fused(r[i], s + u0, u0);
-      } else {
-#pragma unroll
-        for (int u0 = 0; u0 < Batch; u0 += group_steps) multiply(r[i], s + u0, u0, group_t{});
+      for (int c = 0; c < 4; ++c) {
+        const std::int64_t row = nw + g + (c < 2 ? 0 : 8);
+        const std::int64_t tk = 8 * j + 2 * t + (c & 1);
+        if (row >= p.n || tk >= count) continue;
+        float* const y = p.y + group * p.y_group_offset + tk * p.y_stride + row;
+        if (atomic)
+          atomicAdd(y, acc[j][c]);
+        else
+          *y = acc[j][c];
       }
-      s += Batch;
-    }
-  }
-  for (; s < w1; ++s) {  // the tail: one step at a time
-    weight_batch<Batch> tail;
-    tail.lo[0] = load_stream8(wlo + (s - w0) * step_k);
-    tail.hi[0] = load_stream8(whi + (s - w0) * step_k);
-    multiply(tail, s, 0, std::integral_constant<int, 1>{});
-  }
-
-  // The splits' sums meet in split 0 (every block of the cluster takes the same tiles), or
-  // (wide tiles) each split adds its own into the zeroed output: no barrier between blocks.
-  const bool atomic = cfg.atomic;
-  if (cfg.k_splits > 1 && !atomic) add_split_ranks(acc, slot, split, cfg.k_splits, true);
-  if (split != 0 && !atomic) continue;
-#pragma unroll
-  for (int j = 0; j < NG; ++j)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const std::int64_t row = nw + g + (c < 2 ? 0 : 8);
-      const std::int64_t tk = 8 * j + 2 * t + (c & 1);
-      if (row >= p.n || tk >= count) continue;
-      float* const y = p.y + group * p.y_group_offset + tk * p.y_stride + row;
-      if (atomic)
-        atomicAdd(y, acc[j][c]);
-      else
-        *y = acc[j][c];
-    }
   }
 }
 
 std::atomic<bool> g_on{detail::env_switch("DEEPINFER_DENSE_WG", false)};
-std::atomic<int> g_wide{detail::env_mode(
-    "DEEPINFER_DENSE_WG_WIDE", "the wide tiles take what cuBLASLt does not (V4.1's 32-input scales)")};
+std::atomic<int> g_wide{
+    detail::env_mode("DEEPINFER_DENSE_WG_WIDE",
+                     "the wide tiles take what cuBLASLt does not (V4.1's 32-input scales)")};
 std::atomic<bool> g_early{detail::env_switch("DEEPINFER_DENSE_WG_EARLY", true)};
 std::atomic<long> g_launches{0};
 /// Steps per load batch: 8 (the default) or 4 (DEEPINFER_DENSE_WG_BATCH); the same sums.
@@ -399,8 +401,7 @@ dense_shape dense_shape_of(const block_gemm_params& p) {
   };
   // (wide tiles add their splits with atomics, not in a cluster: up to 16)
   const std::int64_t most = sh.nt == 8 ? max_splits : 2 * max_splits;
-  while (splits < most && smem_bytes(per_split(splits), sh.nt) > smem_limit_of(sh.nt))
-    splits *= 2;
+  while (splits < most && smem_bytes(per_split(splits), sh.nt) > smem_limit_of(sh.nt)) splits *= 2;
   const std::int64_t per = per_split(splits);
   // (past smem_limit -- a few thousand steps -- dense_wg_gemm_takes refuses the shape)
   sh.steps_per_split = int(std::min<std::int64_t>(per, 1 << 20));
@@ -466,8 +467,8 @@ void launch_dense_wg_gemm(const block_gemm_params& p, cudaStream_t stream) {
   const dim3 grid(unsigned(blocks_x), unsigned(p.groups), unsigned(plan.k_splits));
   const dim3 cluster(1, 1, atomic ? 1u : unsigned(plan.k_splits));
   const std::size_t smem = launch_smem(plan.steps_per_split, plan.nt, plan.k_splits);
-  const dense_config cfg{plan.k_splits, plan.steps_per_split, g_early.load(), plan.fused,
-                         plan.tiles_per_block, atomic};
+  const dense_config cfg{plan.k_splits, plan.steps_per_split, g_early.load(),
+                         plan.fused,    plan.tiles_per_block, atomic};
   if (atomic)  // the splits add into it
     CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));
   static std::atomic<std::size_t> limits[10][detail::max_tracked_devices];

@@ -515,7 +515,8 @@ bool wide_dense(const block_gemm_params& p) {
 
 block_gemm_plan plan_block_gemm(const block_gemm_params& p) {
   if (p.max_rows == 0 || p.n == 0 || p.groups == 0 || p.k / step_k == 0) return {};
-  if (wide_dense(p)) return {1, plan_dense_wg_gemm(p).row_tiles * p.groups};  // cluster splits
+  // (the wide tiles zero y themselves and add their K splits into it: no workspace)
+  if (wide_dense(p)) return {1, plan_dense_wg_gemm(p).row_tiles * p.groups};
   if (skinny(p)) return plan_skinny_gemm(p);
   const launch_shape sh = shape_of(p);
   if (to_wg_gemm(p, sh)) return {1, sh.tiles()};  // exact atomic splits

@@ -965,15 +965,15 @@ struct wg_shape {
 /// on by default (DEEPINFER_WG_CHAIN=0 off: a block per item); the same bits either way.
 std::atomic<bool> g_chain{detail::env_switch("DEEPINFER_WG_CHAIN", true)};
 
-/// Whether wg_chain_kernel takes p (planned as sh): 8-token tiles walked by one block, one K
-/// split, the ring, groups it can list, and at least RING - 1 runs for every warp (so that the
-/// run it requests ahead lies in the current item or the next).
 /// The runs of each warp of wg_chain_kernel's warpgroup 1 (one K split; warpgroup 0's: as many).
 int chain_runs(const block_gemm_params& p) {
   const int steps = int(p.k / step_k);
   return (steps - warpgroup_half(steps)) / run_steps;
 }
 
+/// Whether wg_chain_kernel takes p (planned as sh): 8-token tiles walked by one block, one K
+/// split, the ring, groups it can list, and at least RING - 1 runs for every warp (so that the
+/// run it requests ahead lies in the current item or the next).
 bool chain_takes(const block_gemm_params& p, const wg_shape& sh) {
   if (!g_chain || !p.offsets || p.groups > chain_max_groups || sh.nt != 8 || sh.bf16 ||
       sh.cfg.k_splits != 1 || sh.cfg.walkers != 1 || !wg_gemm_uses_ring(p))
