@@ -2,18 +2,28 @@
 // fused with the cache decode): per query token and group of 64 heads, one block walks the
 // token's rows (window ring rows, then selected compressed entries) in tiles of 64, decodes
 // each tile's packed FP8/FP4 rows straight into shared memory as fp16 (exact for FP4 rows and
-// for FP8 blocks with amax above 448 * 2^-16), computes S = Q K^T and O += P V with mma.sync
-// m16n8k16 (fp16 in, fp32 accumulate; q pre-multiplied by the softmax scale) and an online
-// softmax, and adds the sink to the denominator at the end. Short row lists are split
-// across blocks (flash-decoding) and combined by a second kernel.
+// for FP8 blocks with amax above 448 * 2^-16), computes S = Q K^T with the warpgroup MMA
+// (wgmma m64n32k16, both operands read from shared memory) and O += P V with mma.sync m16n8k16
+// (fp16 in, fp32 accumulate; q pre-multiplied by the softmax scale) and an online softmax, and
+// adds the sink to the denominator at the end. Short row lists are split across blocks
+// (flash-decoding) and combined by a second kernel.
 //
-// Block: 512 threads (16 warps). Shared memory: Q [64][D+8] fp16, K [64][D+8] fp16, S
-// [64][68] f32, P [64][72] fp16, row statistics, the FP4 byte table, the staged packed rows. Phase 1: warp (hg, eg) computes S for heads
-// 16hg.. and rows 16eg..; phase 2: 8 threads per head update max/sum and write P; phase 3:
-// warp (hg, dq) accumulates O for heads 16hg.. and dims dq*D/4.. in registers. The next
-// tile's packed bytes are loaded into registers while the current tile is multiplied.
+// Block: 512 threads (16 warps, 4 warpgroups). Shared memory (from a 1024-byte aligned base):
+// Q [64][D] fp16 in wgmma's K-major layout with the 128-byte swizzle (see swz()), K [64][D]
+// fp16 in its K-major layout without swizzle (see blk()), S [64][68] f32 twice, P [64][72] fp16, row statistics, the FP4 byte table,
+// the staged packed rows. Phase 1: warpgroup (rh, kh) computes S for rows 32rh.. over dims
+// kh*D/2..; phase 2: 8 threads per head update max/sum and write P; phase 3: warp (hg, dq)
+// accumulates O for heads 32hg.. and dims dq*D/8.. in registers. The next tile's packed rows
+// are copied into shared memory (cp.async) while the current tile is multiplied.
+// (Session 30: the mma.sync phase 1 before this waited on its ldmatrix loads -- ncu at batch
+// 128: a third of the kernel's stall samples, short scoreboard. bench_attention_decode, same
+// call, flushed us at batch 1 / 32 / 64 / 128: mma.sync 19.9 / 39.6 / 50.6 / 86.2; this layout
+// 19.7 / 39.4 / 50.0 / 84.0; Q and K both swizzled 20.4 / 39.9 / 50.4 / 86.0; both in blk()'s
+// layout 22.0 / 39.5 / 48.7 / 79.1 -- fastest per tile, but Q's loads in the 8-row pattern that
+// layout's stores need cost batch 1 about 2 us.)
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/model_common.cuh"
+#include "kernels/cuda/wgmma.cuh"
 
 #include <cooperative_groups.h>
 #include <cuda_fp16.h>
@@ -53,10 +63,9 @@ struct attn_args {
 
 template <int D>
 struct layout {
-  static constexpr int ld = D + 8;
   static constexpr std::size_t q_off = 0;
-  static constexpr std::size_t k_off = q_off + std::size_t(kHeads) * ld * 2;
-  static constexpr std::size_t s_off = k_off + std::size_t(kRows) * ld * 2;
+  static constexpr std::size_t k_off = q_off + std::size_t(kHeads) * D * 2;
+  static constexpr std::size_t s_off = k_off + std::size_t(kRows) * D * 2;
   static constexpr std::size_t s2_off = s_off + std::size_t(kHeads) * kSld * 4;  // 2nd k half
   static constexpr std::size_t p_off = s2_off + std::size_t(kHeads) * kSld * 4;
   static constexpr std::size_t stat_off = p_off + std::size_t(kHeads) * kPld * 2;
@@ -70,7 +79,38 @@ struct layout {
     return stage_rows_off + std::size_t(kRows) * stage_ld;
   }
   static constexpr int chunks = D / 64;  // 8-value chunks per thread per tile
+  /// bytes to allocate: the layout plus the pad that aligns its base to 1024 bytes
+  static constexpr std::size_t alloc(int stage_ld) { return bytes(stage_ld) + 1024; }
 };
+
+/// Where value (r, c) of a [64][D] fp16 tile (Q or K) lies in shared memory, in halves: wgmma's
+/// K-major layout with the 128-byte swizzle -- atoms of 8 rows x 64 values (1024 bytes, the
+/// 16-byte chunk c / 8 % 8 of row r stored at chunk (c / 8 ^ r) % 8), 8 row groups of one
+/// 64-value column block after another, then the next column block. A row's 128 bytes of one
+/// atom are contiguous (a warp writing a row: no bank conflict), and the 8 rows of one chunk
+/// column lie in 8 different bank groups (an ldmatrix matrix: no conflict either).
+template <int D>
+__device__ __forceinline__ int swz(int r, int c) {
+  return (c >> 6) * (64 * 64) + (r >> 3) * 512 + (r & 7) * 64 + ((((c >> 3) ^ r) & 7) << 3) + (c & 7);
+}
+
+/// Where value (r, c) of the K tile lies in shared memory, in halves: wgmma's K-major layout
+/// without swizzle, core matrices of 8 rows x 8 values (128 contiguous bytes), K-adjacent ones
+/// next to each other, then the next 8 rows. An 8 x 8 block is one ldmatrix matrix and one
+/// conflict-free 128-byte access. (Session 30, bench_attention_decode at batch 128: 79 us with K
+/// in this layout, 86 with K swizzled like Q -- the same bits.)
+template <int D>
+__device__ __forceinline__ int blk(int r, int c) {
+  return ((r >> 3) * (D / 8) + (c >> 3)) * 64 + (r & 7) * 8 + (c & 7);
+}
+
+/// The low word of a K-major 128-byte-swizzle wgmma descriptor of the atom column at shared
+/// address `addr` (LBO unused: 1); desc_hi's high word holds SBO = 1024 bytes (8 rows) and the
+/// swizzle mode.
+__device__ __forceinline__ std::uint32_t swz_desc_lo(const void* p) {
+  return ((unsigned(__cvta_generic_to_shared(p)) & 0x3ffffu) >> 4) | (1u << 16);
+}
+constexpr std::uint64_t swz_desc_hi = (std::uint64_t(1) << 62) | (std::uint64_t(1024 >> 4) << 32);
 
 __device__ __forceinline__ void ldsm_x4(std::uint32_t (&r)[4], const void* p) {
   const unsigned a = unsigned(__cvta_generic_to_shared(p));
@@ -223,10 +263,18 @@ struct chunk_plan {
   bool e4m3_scale;  ///< fp4_e4m3 rows: e4m3 block scales (else e8m0)
 };
 
+/// The chunk column (in values) thread `tid` decodes in every row of a tile: lanes 8 apart
+/// take neighbouring chunks, the 8 lanes between them 8 neighbouring rows (one 128-byte core
+/// matrix of blk()'s layout per 8 lanes: conflict-free stores).
+template <int D>
+__device__ __forceinline__ int chunk_col(int tid) {
+  static_assert(kThreads % D == 0, "a thread's chunk column is the same in every row");
+  return ((tid >> 3) % (D / 8)) * 8;
+}
+
 template <int D>
 __device__ __forceinline__ chunk_plan plan_chunk(const detail::dev_format& f) {
-  static_assert(kThreads % (D / 8) == 0, "a thread's chunk column is the same in every row");
-  const int d0 = (int(threadIdx.x) % (D / 8)) * 8;
+  const int d0 = chunk_col<D>(int(threadIdx.x));
   if (d0 >= f.quant_dims)  // is_fast: quant_dims % 8 == 0, so a chunk is codes or raw values
     return {0, 0, f.code_bytes + f.scale_bytes + (d0 - f.quant_dims) * 4, false, false};
   return {f.code_bytes + d0 / f.block, f.fp4 ? d0 / 2 : d0, -1, f.fp4,
@@ -259,11 +307,13 @@ __device__ __forceinline__ void decode_tile(const attn_args& a, const std::uint8
                                             const int* sKind, const std::int64_t* sRow,
                                             const chunk_plan& pw, const chunk_plan& pe, __half* sK,
                                             int* sValid) {
-  constexpr int per_row = D / 8;  // chunks of a row
-  const int d0 = (int(threadIdx.x) % per_row) * 8;
+  constexpr int per_row = D / 8;                  // chunks of a row
+  constexpr int nsub = kThreads / (8 * per_row);  // 8-row groups decoded at once
+  const int tid = int(threadIdx.x), d0 = chunk_col<D>(tid);
+  const int rsub = (tid >> 3) / per_row;
 #pragma unroll 2
   for (int i = 0; i < layout<D>::chunks; ++i) {
-    const int row = i * (kThreads / per_row) + int(threadIdx.x) / per_row;
+    const int row = 8 * (rsub + i * nsub) + (tid & 7);
     const int kind = sKind[row];
     uint4 packed = make_uint4(0u, 0u, 0u, 0u);
     if (kind == kFastWin || kind == kFastExt) {
@@ -287,7 +337,7 @@ __device__ __forceinline__ void decode_tile(const attn_args& a, const std::uint8
       packed = make_uint4(pack_h2(v[0], v[1]), pack_h2(v[2], v[3]), pack_h2(v[4], v[5]),
                           pack_h2(v[6], v[7]));
     }
-    *reinterpret_cast<uint4*>(sK + row * layout<D>::ld + d0) = packed;
+    *reinterpret_cast<uint4*>(sK + blk<D>(row, d0)) = packed;
     if (d0 == 0) sValid[row] = kind != kNone;
   }
 }
@@ -383,7 +433,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     attention_kernel(const __grid_constant__ attn_args a) {
   detail::grid_dependency_sync();
   using L = layout<D>;
-  extern __shared__ __align__(16) unsigned char smem[];
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  // The swizzled tiles' atoms are 1024-byte aligned (the swizzle works on address bits 4-9).
+  unsigned char* smem =
+      smem_raw + ((1024u - (unsigned(__cvta_generic_to_shared(smem_raw)) & 1023u)) & 1023u);
   __half* sQ = reinterpret_cast<__half*>(smem + L::q_off);
   __half* sK = reinterpret_cast<__half*>(smem + L::k_off);
   float* sS = reinterpret_cast<float*>(smem + L::s_off);
@@ -442,7 +495,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint2 w;
     w.x = pack_h2(qv[j].x * a.scale, qv[j].y * a.scale);
     w.y = pack_h2(qv[j].z * a.scale, qv[j].w * a.scale);
-    *reinterpret_cast<uint2*>(sQ + hh * L::ld + c4) = w;
+    *reinterpret_cast<uint2*>(sQ + swz<D>(hh, c4)) = w;  // c4 % 8 stays in its chunk
   }
 
   constexpr int NT = D / 64;  // 8-column n-tiles of O per warp
@@ -451,50 +504,55 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
     for (int j = 0; j < NT; ++j) o[mi][j][0] = o[mi][j][1] = o[mi][j][2] = o[mi][j][3] = 0.0f;
-  // Warp tiles: phase 1, heads 32hg.. x rows 16rg.. over k half kh; phase 3, heads 32hg.. x
-  // dims dq*D/8...
-  const int hg = (warp >> 1) & 1, kh = warp & 1, rg = warp >> 2;
+  // Phase 1: warpgroup (rh, kh), all heads x rows 32rh.. over dims kh*D/2.. (its warp w % 4
+  // holds heads 16(w % 4)..); phase 3: warp (hg3, dq), heads 32hg3.. x dims dq*D/8...
+  const int kh = (warp >> 2) & 1, rh = warp >> 3, hw = warp & 3;
   const int hg3 = warp & 1, dq = warp >> 1;
+  using namespace gemm_detail;
+  // The descriptors' low words at dims kh*D/2. Q (swizzled): step k adds its atom column (a
+  // 64-value column holds 64 rows: 8 KB) and 32 bytes a step inside it; K (blk(), LBO 128
+  // bytes, SBO D / 8 * 128 in k_desc_hi): 256 bytes a step.
+  const std::uint32_t q_desc = swz_desc_lo(sQ + swz<D>(0, kh * (D / 2)));
+  const std::uint32_t k_desc = std::uint32_t(smem_descriptor(sK + blk<D>(32 * rh, kh * (D / 2)), 128, 0));
+  constexpr std::uint64_t k_desc_hi = std::uint64_t(D / 8 * 128 >> 4) << 32;
 
   for (int tile = tile_begin; tile < tile_end; ++tile) {
     cp_async_wait_all();
     __syncthreads();
     decode_tile<D>(a, stage, a.stage_ld, lut, sKind, sRow, plan_w, plan_e, sK, sValid);
+    fence_proxy_async();  // sK (and, the first time, sQ) are read by wgmma
     __syncthreads();
     if (tile + 1 < tile_end) {
       stage_row(a, next, stage, a.stage_ld, sKind, sRow);
       if (tile + 2 < tile_end) next = load_slot(a, t, (tile + 2) * kRows + my_row);
     }
 
-    {  // phase 1: partial S = (scale q) K^T, heads 32hg.., rows 16rg.., k half kh
-      float acc[2][2][4] = {};
-      const __half* qa = sQ + (hg * 32 + (lane & 15)) * L::ld + (lane >> 4) * 8 + kh * (D / 2);
-      const __half* kb = sK + (rg * 16 + (lane & 7) + ((lane >> 4) << 3)) * L::ld +
-                         ((lane >> 3) & 1) * 8 + kh * (D / 2);
-#pragma unroll 4
-      for (int k0 = 0; k0 < D / 2; k0 += 16) {
-        std::uint32_t a0[4], a1[4], bf[4];
-        ldsm_x4(a0, qa + k0);
-        ldsm_x4(a1, qa + 16 * L::ld + k0);
-        ldsm_x4(bf, kb + k0);
-        mma_f16(acc[0][0], a0, bf[0], bf[1]);
-        mma_f16(acc[0][1], a0, bf[2], bf[3]);
-        mma_f16(acc[1][0], a1, bf[0], bf[1]);
-        mma_f16(acc[1][1], a1, bf[2], bf[3]);
-      }
+    {  // phase 1: partial S = (scale q) K^T, all heads x rows 32rh.., dims kh*D/2..
+      float acc[16];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) acc[i] = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 16; ++i) pin(acc[i]);
+      wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < D / 32; ++k)  // 16 values a step
+        wgmma_f16_ss_n32(acc, swz_desc_hi | (q_desc + (k >> 2) * 512 + (k & 3) * 2),
+                         k_desc_hi | (k_desc + 16 * k));
+      wgmma_commit();
+      wgmma_wait<0>();
+#pragma unroll
+      for (int i = 0; i < 16; ++i) pin(acc[i]);
       float* dstS = kh == 0 ? sS : sS2;
 #pragma unroll
-      for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const int col = rg * 16 + j * 8 + 2 * tq, row = hg * 32 + mi * 16 + g;
-          // invalid rows: -inf in the first half's partial (the sum stays -inf)
-          const bool v0 = kh != 0 || sValid[col] != 0, v1 = kh != 0 || sValid[col + 1] != 0;
-          dstS[row * kSld + col] = v0 ? acc[mi][j][0] : -INFINITY;
-          dstS[row * kSld + col + 1] = v1 ? acc[mi][j][1] : -INFINITY;
-          dstS[(row + 8) * kSld + col] = v0 ? acc[mi][j][2] : -INFINITY;
-          dstS[(row + 8) * kSld + col + 1] = v1 ? acc[mi][j][3] : -INFINITY;
-        }
+      for (int j = 0; j < 4; ++j) {
+        const int col = rh * 32 + j * 8 + 2 * tq, row = hw * 16 + g;
+        // invalid rows: -inf in the first half's partial (the sum stays -inf)
+        const bool v0 = kh != 0 || sValid[col] != 0, v1 = kh != 0 || sValid[col + 1] != 0;
+        dstS[row * kSld + col] = v0 ? acc[4 * j] : -INFINITY;
+        dstS[row * kSld + col + 1] = v1 ? acc[4 * j + 1] : -INFINITY;
+        dstS[(row + 8) * kSld + col] = v0 ? acc[4 * j + 2] : -INFINITY;
+        dstS[(row + 8) * kSld + col + 1] = v1 ? acc[4 * j + 3] : -INFINITY;
+      }
     }
     __syncthreads();
     {  // phase 2: online softmax, 8 threads per head row
@@ -555,7 +613,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
       }
       const __half* pa = sP + (hg3 * 32 + (lane & 15)) * kPld + (lane >> 4) * 8;
-      const __half* vb = sK + (lane & 15) * L::ld + dq * (D / 8) + (lane >> 4) * 8;
+      // lane's row address of each 8 x 8 matrix: row k0 + lane % 16, values dq*D/8 + 16jp +
+      // 8(lane / 16)..
 #pragma unroll
       for (int k0 = 0; k0 < kRows; k0 += 16) {
         std::uint32_t p0[4], p1[4];
@@ -564,7 +623,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int jp = 0; jp < NT / 2; ++jp) {
           std::uint32_t bf[4];
-          ldsm_x4_trans(bf, vb + k0 * L::ld + jp * 16);
+          ldsm_x4_trans(bf, sK + blk<D>(k0 + (lane & 15), dq * (D / 8) + jp * 16 + (lane >> 4) * 8));
           mma_f16(o[0][2 * jp], p0, bf[0], bf[1]);
           mma_f16(o[0][2 * jp + 1], p0, bf[2], bf[3]);
           mma_f16(o[1][2 * jp], p1, bf[0], bf[1]);
@@ -703,7 +762,7 @@ std::atomic<std::size_t> (&cluster_smem_limits())[detail::max_tracked_devices] {
 
 template <int D>
 void launch_dim(const attn_args& a, int head_groups, bool cluster, cudaStream_t stream) {
-  const std::size_t smem = layout<D>::bytes(a.stage_ld);
+  const std::size_t smem = layout<D>::alloc(a.stage_ld);
   const dim3 grid(unsigned(a.tokens), unsigned(a.splits), unsigned(head_groups));
   if (cluster) {
     detail::ensure_smem(reinterpret_cast<const void*>(&attention_kernel<D, true>), smem,
@@ -742,7 +801,7 @@ bool cluster_fits(int splits, int stage_ld) {
   int k = slot.load();
   if (k == 0) {
     const void* kernel = reinterpret_cast<const void*>(&attention_kernel<D, true>);
-    const std::size_t smem = layout<D>::bytes(stage_ld);
+    const std::size_t smem = layout<D>::alloc(stage_ld);
     bool ok = smem <= 227 * 1024 &&
               cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
                   cudaSuccess;

@@ -124,6 +124,20 @@ __device__ __forceinline__ void wgmma_bf16<8>(float (&d)[8][4], const std::uint3
                : "memory");
 }
 
+/// d += A B, m64n32k16 fp16 in, fp32 accumulate, with A (64 x 16) and B (16 x 32) both in
+/// shared memory, K-major descriptors (no transpose); d in wgmma_n32_fresh's layout.
+__device__ __forceinline__ void wgmma_f16_ss_n32(float (&d)[16], std::uint64_t a, std::uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15])
+      : "l"(a), "l"(b)
+      : "memory");
+}
+
 #undef DI_WGMMA_BF16
 #undef DI_WGMMA_ACC4
 
