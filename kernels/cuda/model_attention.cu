@@ -10,11 +10,11 @@
 //
 // Block: 512 threads (16 warps, 4 warpgroups). Shared memory (from a 1024-byte aligned base):
 // Q [64][D] fp16 in wgmma's K-major layout with the 128-byte swizzle (see swz()), K [64][D]
-// fp16 in its K-major layout without swizzle (see blk()), S [64][68] f32 twice, P [64][72] fp16, row statistics, the FP4 byte table,
-// the staged packed rows. Phase 1: warpgroup (rh, kh) computes S for rows 32rh.. over dims
-// kh*D/2..; phase 2: 8 threads per head update max/sum and write P; phase 3: warp (hg, dq)
-// accumulates O for heads 32hg.. and dims dq*D/8.. in registers. The next tile's packed rows
-// are copied into shared memory (cp.async) while the current tile is multiplied.
+// fp16 in its K-major layout without swizzle (see blk()), S [64][68] f32 twice, P [64][72] fp16,
+// row statistics, the FP4 byte table, the staged packed rows. Phase 1: warpgroup (rh, kh) computes
+// S for rows 32rh.. over dims kh*D/2..; phase 2: 8 threads per head update max/sum and write P;
+// phase 3: warp (hg, dq) accumulates O for heads 32hg.. and dims dq*D/8.. in registers. The next
+// tile's packed rows are copied into shared memory (cp.async) while the current tile is multiplied.
 // (Session 30: the mma.sync phase 1 before this waited on its ldmatrix loads -- ncu at batch
 // 128: a third of the kernel's stall samples, short scoreboard. bench_attention_decode, same
 // call, flushed us at batch 1 / 32 / 64 / 128: mma.sync 19.9 / 39.6 / 50.6 / 86.2; this layout
@@ -91,7 +91,8 @@ struct layout {
 /// column lie in 8 different bank groups (an ldmatrix matrix: no conflict either).
 template <int D>
 __device__ __forceinline__ int swz(int r, int c) {
-  return (c >> 6) * (64 * 64) + (r >> 3) * 512 + (r & 7) * 64 + ((((c >> 3) ^ r) & 7) << 3) + (c & 7);
+  return (c >> 6) * (64 * 64) + (r >> 3) * 512 + (r & 7) * 64 + ((((c >> 3) ^ r) & 7) << 3) +
+         (c & 7);
 }
 
 /// Where value (r, c) of the K tile lies in shared memory, in halves: wgmma's K-major layout
@@ -513,7 +514,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // 64-value column holds 64 rows: 8 KB) and 32 bytes a step inside it; K (blk(), LBO 128
   // bytes, SBO D / 8 * 128 in k_desc_hi): 256 bytes a step.
   const std::uint32_t q_desc = swz_desc_lo(sQ + swz<D>(0, kh * (D / 2)));
-  const std::uint32_t k_desc = std::uint32_t(smem_descriptor(sK + blk<D>(32 * rh, kh * (D / 2)), 128, 0));
+  const std::uint32_t k_desc =
+      std::uint32_t(smem_descriptor(sK + blk<D>(32 * rh, kh * (D / 2)), 128, 0));
   constexpr std::uint64_t k_desc_hi = std::uint64_t(D / 8 * 128 >> 4) << 32;
 
   for (int tile = tile_begin; tile < tile_end; ++tile) {
@@ -623,7 +625,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int jp = 0; jp < NT / 2; ++jp) {
           std::uint32_t bf[4];
-          ldsm_x4_trans(bf, sK + blk<D>(k0 + (lane & 15), dq * (D / 8) + jp * 16 + (lane >> 4) * 8));
+          ldsm_x4_trans(bf,
+                        sK + blk<D>(k0 + (lane & 15), dq * (D / 8) + jp * 16 + (lane >> 4) * 8));
           mma_f16(o[0][2 * jp], p0, bf[0], bf[1]);
           mma_f16(o[0][2 * jp + 1], p0, bf[2], bf[3]);
           mma_f16(o[1][2 * jp], p1, bf[0], bf[1]);
