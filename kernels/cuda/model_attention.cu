@@ -98,16 +98,16 @@ __device__ __forceinline__ int swz(int r, int c) {
 /// Where value (r, c) of the K tile lies in shared memory, in halves: wgmma's K-major layout
 /// without swizzle, core matrices of 8 rows x 8 values (128 contiguous bytes), K-adjacent ones
 /// next to each other, then the next 8 rows. An 8 x 8 block is one ldmatrix matrix and one
-/// conflict-free 128-byte access. (Session 30, bench_attention_decode at batch 128: 79 us with K
-/// in this layout, 86 with K swizzled like Q -- the same bits.)
+/// conflict-free 128-byte access. (Session 30, bench_attention_decode at batch 128, Q swizzled:
+/// 84 us with K in this layout, 86 with K swizzled like Q.)
 template <int D>
 __device__ __forceinline__ int blk(int r, int c) {
   return ((r >> 3) * (D / 8) + (c >> 3)) * 64 + (r & 7) * 8 + (c & 7);
 }
 
-/// The low word of a K-major 128-byte-swizzle wgmma descriptor of the atom column at shared
-/// address `addr` (LBO unused: 1); desc_hi's high word holds SBO = 1024 bytes (8 rows) and the
-/// swizzle mode.
+/// The low word of a K-major 128-byte-swizzle wgmma descriptor of the atom column at `p` (start
+/// address, LBO unused: 1); swz_desc_hi holds SBO = 1024 bytes (8 rows) and the swizzle mode.
+/// The kernel keeps only low words in registers (whole descriptors spilled at D = 512).
 __device__ __forceinline__ std::uint32_t swz_desc_lo(const void* p) {
   return ((unsigned(__cvta_generic_to_shared(p)) & 0x3ffffu) >> 4) | (1u << 16);
 }
