@@ -10,7 +10,9 @@
 #   'dense_wg_gemm_kernel<.int.64,' for "dense_wg_gemm_kernel<(int)64, ...>"), DEEPINFER_PROFILE_COUNT
 #   (launches per filter, default 2), DEEPINFER_PROFILE_SKIP (matching launches skipped first,
 #   default 0), DEEPINFER_PROFILE_FULL=1 (also instruction statistics and per-source-line stall
-#   sampling: the executed instructions per byte read, and where warps wait)
+#   sampling: the executed instructions per byte read, and where warps wait),
+#   DEEPINFER_PROFILE_SOURCE=1 (with FULL: also the report's source page per SASS instruction,
+#   ncu-kernel-<n>-sass.csv, with the stall samples of each -- for the split-by-barrier analysis)
 set -uo pipefail
 source "$(dirname "$0")/gpu-profile-env.sh" bench_kernels_cuda
 IFS=';' read -ra filters <<<"${DEEPINFER_PROFILE_FILTERS:-V4.1 mxfp4 w1;V4.1 fp8 wo_b}"
@@ -26,6 +28,13 @@ for f in "${filters[@]}"; do
     --launch-skip "${DEEPINFER_PROFILE_SKIP:-0}" \
     ${DEEPINFER_PROFILE_FULL:+--section InstructionStats --section ComputeWorkloadAnalysis \
       --section SourceCounters --print-details all} \
+    ${DEEPINFER_PROFILE_SOURCE:+--import-source yes -f -o /tmp/ncu-kernel-$n} \
     /tmp/fwd/bin/bench_kernels_cuda --quick --filter "$f" >"$out/ncu-kernel-$n.txt" 2>&1
   echo "profile '$f': rc=$? -> ncu-kernel-$n.txt"
+  if [[ -n ${DEEPINFER_PROFILE_SOURCE:-} ]]; then
+    "$ncu" -i "/tmp/ncu-kernel-$n.ncu-rep" --page details --print-details all \
+      >>"$out/ncu-kernel-$n.txt" 2>&1
+    "$ncu" -i "/tmp/ncu-kernel-$n.ncu-rep" --page source --csv --print-source sass \
+      >"$out/ncu-kernel-$n-sass.csv" 2>&1
+  fi
 done

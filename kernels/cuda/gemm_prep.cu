@@ -5,6 +5,7 @@
 #include "kernels/cuda/launch.cuh"
 
 #include "common/error.hpp"
+#include "kernels/cuda/block_gemm_common.cuh"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/quant_math.hpp"
 
@@ -67,7 +68,8 @@ __global__ void dequantize_kernel(dequantize_params p) {
         const std::int64_t row_bytes = p.cols / 2, j = c / 2;  // byte j of plain row r
         const std::uint8_t byte =
             p.fp4_interleaved
-                ? p.values[4 * fp4_interleaved_word(r, j / 4, row_bytes / 4) + j % 4]
+                ? std::uint8_t(gemm_detail::fp4il_to_plain(
+                      p.values[4 * fp4_interleaved_word(r, j / 4, row_bytes / 4) + j % 4]))
                 : p.values[r * row_bytes + j];
         v = e2m1_to_f32((c & 1) ? byte >> 4 : byte & 0xf) * weight_scale(p, r, c);
         break;
@@ -153,7 +155,8 @@ __global__ void scales_to_f32_kernel(const std::uint8_t* e8m0, const float* f32,
 }
 
 /// One thread per 4-byte word of the plain layout (i, in a matrix of rows of row_words):
-/// where weight_matrix::interleaved keeps it; to_plain moves it back.
+/// where weight_matrix::interleaved keeps it, its bytes' bits moved as fp4il_from_plain says
+/// (block_gemm_common.cuh); to_plain moves it back.
 __global__ void fp4_interleave_kernel(const std::uint32_t* src, std::uint32_t* dst,
                                       std::int64_t words, std::int64_t row_words, bool to_plain) {
   detail::grid_dependency_sync();
@@ -161,9 +164,9 @@ __global__ void fp4_interleave_kernel(const std::uint32_t* src, std::uint32_t* d
        i += std::int64_t(gridDim.x) * blockDim.x) {
     const std::int64_t j = fp4_interleaved_word(i / row_words, i % row_words, row_words);
     if (to_plain)
-      dst[i] = src[j];
+      dst[i] = gemm_detail::fp4il_to_plain(src[j]);
     else
-      dst[j] = src[i];
+      dst[j] = gemm_detail::fp4il_from_plain(src[i]);
   }
 }
 

@@ -263,7 +263,8 @@ __global__ void __launch_bounds__(threads, blocks_per_sm)
 #pragma unroll
           for (int m = 0; m < 2; ++m) {
             const std::uint32_t lo = word_of(v[2 * m], u), hi = word_of(v[2 * m + 1], u);
-            const std::uint32_t a[4] = {fp4_low(lo), fp4_low(hi), fp4_high(lo), fp4_high(hi)};
+            const std::uint32_t a[4] = {fp4il_low(lo), fp4il_low(hi), fp4il_high(lo),
+                                        fp4il_high(hi)};
             float d[4];
             mma_e4m3_fresh(d, a, b0, b1);
             promote_fp4_step(acc[m], d, wpk[m][0], wpk[m][1], u, xa[u], xb[u]);

@@ -300,10 +300,10 @@ __global__ void __launch_bounds__(num_warps * 32, NT <= 2 ? 4 : 1)
           run_hi = *reinterpret_cast<const uint4*>(w + (u / 4) * 1024 + 512 + lane * 16);
         }
         const std::uint32_t wl = word_of(run_lo, u % 4), wh = word_of(run_hi, u % 4);
-        a[0] = fp4_low(wl);
-        a[1] = fp4_low(wh);
-        a[2] = fp4_high(wl);
-        a[3] = fp4_high(wh);
+        a[0] = fp4il_low(wl);
+        a[1] = fp4il_low(wh);
+        a[2] = fp4il_high(wl);
+        a[3] = fp4il_high(wh);
       } else if (FP4) {
         const std::uint32_t wl =
             *reinterpret_cast<const std::uint32_t*>(w + g * wstride + u * 16 + 4 * t);

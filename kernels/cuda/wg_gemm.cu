@@ -254,10 +254,10 @@ __device__ __forceinline__ void run_fragments(const uint4 (&cur)[2][2], int u0,
 #pragma unroll
     for (int m = 0; m < 2; ++m) {
       const std::uint32_t lo = word_of(cur[m][0], u0 + v), hi = word_of(cur[m][1], u0 + v);
-      a[v][m][0] = fp4_low(lo);
-      a[v][m][1] = fp4_low(hi);
-      a[v][m][2] = fp4_high(lo);
-      a[v][m][3] = fp4_high(hi);
+      a[v][m][0] = fp4il_low(lo);
+      a[v][m][1] = fp4il_low(hi);
+      a[v][m][2] = fp4il_high(lo);
+      a[v][m][3] = fp4il_high(hi);
 #pragma unroll
       for (int c = 0; c < 4; ++c) pin(a[v][m][c]);
     }
@@ -435,8 +435,8 @@ __global__ void __launch_bounds__(warps * 32, NT == 8 ? 2 : 1)
               for (int c = 0; c < 4; ++c) pin(a[v][m][c]);  // kept until the wgmmas have read them
               // promote_fp4_step's arithmetic per column group
               const int u = u0 + v;
-              const float w_lo = fp4_scale_factor(std::uint8_t(wpk[m][0] >> (8 * u)));
-              const float w_hi = fp4_scale_factor(std::uint8_t(wpk[m][1] >> (8 * u)));
+              const float w_lo = fp4_scale_factor_of(wpk[m][0], u);
+              const float w_hi = fp4_scale_factor_of(wpk[m][1], u);
 #pragma unroll
               for (int j = 0; j < NJ; ++j) {
                 acc[m][4 * j + 0] += d[v][m][4 * j + 0] * (w_lo * xs_a[j]);
@@ -870,8 +870,8 @@ __global__ void __launch_bounds__(WGS * 128, 1) wg_bf16_kernel(block_gemm_params
 #pragma unroll
         for (int m = 0; m < 2; ++m) {
           std::uint32_t lo[4], hi[4];  // rows g and g + 8
-          fp4_bf16x8(word_of(cur[m][0], u), (wpk[m][0] >> (8 * u)) & 0xffu, lo);
-          fp4_bf16x8(word_of(cur[m][1], u), (wpk[m][1] >> (8 * u)) & 0xffu, hi);
+          fp4_bf16x8(fp4il_to_plain(word_of(cur[m][0], u)), (wpk[m][0] >> (8 * u)) & 0xffu, lo);
+          fp4_bf16x8(fp4il_to_plain(word_of(cur[m][1], u)), (wpk[m][1] >> (8 * u)) & 0xffu, hi);
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
             dst[m][j][0] = lo[2 * j];

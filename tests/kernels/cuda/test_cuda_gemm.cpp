@@ -1541,9 +1541,18 @@ TEST_CASE(
 namespace di {
 namespace {
 
+/// A plain byte of two e2m1 codes as weight_matrix::interleaved stores it, bit by bit: the low
+/// nibble's sign at 7 and magnitude at 4..2, the high nibble's sign at 5, magnitude bit 2 at 6
+/// and bits 1..0 at 1..0 (what the decode kernels' fp4il_low / fp4il_high read).
+std::uint8_t interleaved_byte(std::uint8_t b) {
+  const auto bit = [&](int from, int to) { return std::uint8_t(((b >> from) & 1) << to); };
+  return std::uint8_t(bit(3, 7) | bit(2, 4) | bit(1, 3) | bit(0, 2) | bit(7, 5) | bit(6, 6) |
+                      bit(5, 1) | bit(4, 0));
+}
+
 /// The interleaved layout of packed FP4 rows computed on the host (weight_matrix::interleaved),
 /// from the lanes' side: lane 4g + t of piece (m, h) of a run holds quarter t of the run's four
-/// scale blocks u of stripe row 16m + 8h + g.
+/// scale blocks u of stripe row 16m + 8h + g, each byte's bits as interleaved_byte moves them.
 tensor interleaved_on_host(const tensor& packed) {
   tensor out = packed.clone();
   const auto* src = static_cast<const std::uint8_t*>(packed.raw());
@@ -1561,7 +1570,7 @@ tensor interleaved_on_host(const tensor& packed) {
                   const std::int64_t from = row * row_bytes + run * 64 + 16 * u + 4 * t + b;
                   const std::int64_t to = stripe * 32 * row_bytes + run * 2048 +
                                           ((2 * m + h) * 32 + 4 * g + t) * 16 + 4 * u + b;
-                  dst[to] = src[from];
+                  dst[to] = interleaved_byte(src[from]);
                 }
   return out;
 }
