@@ -613,7 +613,7 @@ __global__ void __launch_bounds__(warps * 32, 2)
     return tl;
   };
   // One run's 4 pieces into ring slot `slot`, one commit group per call (empty past the last).
-  auto issue = [&](int slot, const std::uint8_t* src) {
+  auto issue = [&](unsigned slot, const std::uint8_t* src) {
     if (src) {
 #pragma unroll
       for (int piece = 0; piece < 4; ++piece)
@@ -649,7 +649,7 @@ __global__ void __launch_bounds__(warps * 32, 2)
   load_wpk(cl.ws8, w0, wpk_next);
   chain_tile tl = tile_of(cur);
   stage(tl);
-  int q = 0;  // runs this warp has consumed; run q sits in slot q % RING
+  unsigned q = 0;  // runs this warp has consumed; run q sits in slot q % RING (unsigned: a mask)
   for (std::int64_t item = begin;;) {
     const bool more = item + 1 < end;
     float acc[2][4] = {};
