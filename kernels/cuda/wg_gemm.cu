@@ -740,13 +740,16 @@ __global__ void __launch_bounds__(warps * 32, 2)
 // (8 + 2t, 9 + 2t) <- (8t + 2, 8t + 3), sub-step 1's the same slots <- (8t + 4 .. 8t + 7); B's
 // rows are permuted to match (wg_bf16_stage).
 
-/// Eight e2m1 nibbles (inputs k0..k7, low nibble first) times the e8m0 scale 2^(e - 127) as four
-/// bf16 pairs: v[i] = (k2i, k2i+1). The magnitudes through a byte table (prmt: the bf16's low
-/// and high bytes of 0, 0.5, 1, 1.5, 2, 3, 4, 6), the signs moved to bits 15 and 31, then one
-/// exact bf16 multiply by the scale (e = 0, 2^-127, is a bf16 subnormal).
+/// Eight e2m1 codes (inputs k0..k7, a word as weight_matrix::interleaved stores it: byte i holds
+/// k2i and k2i+1, their bits where fp4il_from_plain puts them) times the e8m0 scale 2^(e - 127)
+/// as four bf16 pairs: v[i] = (k2i, k2i+1). The magnitudes back in nibbles (k2i's at bits 2..0
+/// of byte i, k2i+1's at 6..4) select from a byte table (prmt: the bf16's low and high bytes of
+/// 0, 0.5, 1, 1.5, 2, 3, 4, 6), the signs moved to bits 15 and 31, then one exact bf16 multiply
+/// by the scale (e = 0, 2^-127, is a bf16 subnormal).
 __device__ __forceinline__ void fp4_bf16x8(std::uint32_t w, std::uint32_t e,
                                            std::uint32_t (&v)[4]) {
-  const std::uint32_t m = w & 0x77777777u, mh = m >> 16, odd = w, even = w << 4;
+  const std::uint32_t m = ((w >> 2) & 0x07070707u) | (w & 0x40404040u) | ((w << 4) & 0x30303030u);
+  const std::uint32_t mh = m >> 16, odd = w << 2, even = w;
   const std::uint32_t l03 = __byte_perm(0xC0800000u, 0xC0804000u, m);
   const std::uint32_t h03 = __byte_perm(0x3F3F3F00u, 0x40404040u, m);
   const std::uint32_t l47 = __byte_perm(0xC0800000u, 0xC0804000u, mh);
@@ -870,8 +873,8 @@ __global__ void __launch_bounds__(WGS * 128, 1) wg_bf16_kernel(block_gemm_params
 #pragma unroll
         for (int m = 0; m < 2; ++m) {
           std::uint32_t lo[4], hi[4];  // rows g and g + 8
-          fp4_bf16x8(fp4il_to_plain(word_of(cur[m][0], u)), (wpk[m][0] >> (8 * u)) & 0xffu, lo);
-          fp4_bf16x8(fp4il_to_plain(word_of(cur[m][1], u)), (wpk[m][1] >> (8 * u)) & 0xffu, hi);
+          fp4_bf16x8(word_of(cur[m][0], u), (wpk[m][0] >> (8 * u)) & 0xffu, lo);
+          fp4_bf16x8(word_of(cur[m][1], u), (wpk[m][1] >> (8 * u)) & 0xffu, hi);
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
             dst[m][j][0] = lo[2 * j];
