@@ -169,20 +169,12 @@ __device__ __forceinline__ std::uint32_t fp4il_high(std::uint32_t w) {
   // products run on the FMA pipe (the high product is the right shift)
   return (w & 0x23232323u) * 4u + __umulhi(w & 0x40404040u, 0x40000000u);
 }
-/// The e4m3 codes of a weight word as stored: interleaved (IL) or plain.
+/// The e4m3 codes of a weight word as stored, interleaved (IL) or plain: the even inputs' into
+/// low, the odd inputs' into high.
 template <bool IL>
-__device__ __forceinline__ std::uint32_t fp4_codes_low(std::uint32_t w) {
-  if constexpr (IL)
-    return fp4il_low(w);
-  else
-    return fp4_low(w);
-}
-template <bool IL>
-__device__ __forceinline__ std::uint32_t fp4_codes_high(std::uint32_t w) {
-  if constexpr (IL)
-    return fp4il_high(w);
-  else
-    return fp4_high(w);
+__device__ __forceinline__ void fp4_codes(std::uint32_t w, std::uint32_t& low, std::uint32_t& high) {
+  low = IL ? fp4il_low(w) : fp4_low(w);
+  high = IL ? fp4il_high(w) : fp4_high(w);
 }
 /// Activation codes of inputs k0..k3 (x) and k4..k7 (y) -> (k0, k2, k4, k6) and (k1, k3, k5, k7).
 __device__ __forceinline__ std::uint32_t fp4_act_low(std::uint32_t x, std::uint32_t y) {

@@ -288,10 +288,8 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
   // The A fragments of step u of a batch for tile m.
   auto fragments = [](const batch_regs<FP4, batch>& r, int u, int m, std::uint32_t (&a)[4]) {
     if constexpr (FP4) {
-      a[0] = fp4_codes_low<IL>(r.a[u][m][0]);
-      a[1] = fp4_codes_low<IL>(r.a[u][m][1]);
-      a[2] = fp4_codes_high<IL>(r.a[u][m][0]);
-      a[3] = fp4_codes_high<IL>(r.a[u][m][1]);
+      fp4_codes<IL>(r.a[u][m][0], a[0], a[2]);
+      fp4_codes<IL>(r.a[u][m][1], a[1], a[3]);
     } else {
       a[0] = r.a[u][m][0].x;
       a[1] = r.a[u][m][1].x;
