@@ -612,9 +612,10 @@ __global__ void __launch_bounds__(warps * 32, 2)
     tl.tok0 = std::int64_t(c.tile - s_tile0[c.rank]) * 8;
     return tl;
   };
-  // One run's 4 pieces into ring slot `slot`, one commit group per call (empty past the last).
-  auto issue = [&](unsigned slot, const std::uint8_t* src) {
-    if (src) {
+  // One run's 4 pieces into ring slot `slot`, one commit group per call (empty past the last:
+  // `valid` false -- a flag, not a null pointer, whose 64-bit compare the profile found hot).
+  auto issue = [&](unsigned slot, const std::uint8_t* src, bool valid) {
+    if (valid) {
 #pragma unroll
       for (int piece = 0; piece < 4; ++piece)
         cp_async16_stream(ring + slot * run_bytes + piece * 512, src + piece * 512);
@@ -644,7 +645,7 @@ __global__ void __launch_bounds__(warps * 32, 2)
   chain_cursor nxt = begin + 1 < end ? advance(cur) : cur;
   lane_weights nl = lane_of(nxt);
 #pragma unroll
-  for (int i = 0; i < RING - 1; ++i) issue(i, cl.wrow + i * run_stride);
+  for (int i = 0; i < RING - 1; ++i) issue(i, cl.wrow + i * run_stride, true);
   std::uint32_t wpk_next[2][2];
   load_wpk(cl.ws8, w0, wpk_next);
   chain_tile tl = tile_of(cur);
@@ -657,9 +658,9 @@ __global__ void __launch_bounds__(warps * 32, 2)
       // The run RING - 1 ahead (this item's, else the next one's) into the slot run q - 1 was
       // read from by this lane; then run q has landed.
       const int ahead = r + RING - 1;
-      issue((q + RING - 1) % RING, ahead < runs ? cl.wrow + ahead * run_stride
-                                   : more       ? nl.wrow + (ahead - runs) * run_stride
-                                                : nullptr);
+      const bool own = ahead < runs;  // else the next item's (nl is cur's when there is none)
+      issue((q + RING - 1) % RING,
+            own ? cl.wrow + ahead * run_stride : nl.wrow + (ahead - runs) * run_stride, own || more);
       asm volatile("cp.async.wait_group %0;\n" ::"n"(RING - 1));
       uint4 w[2][2];
 #pragma unroll
