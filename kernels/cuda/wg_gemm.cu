@@ -244,8 +244,8 @@ __device__ __forceinline__ void run_act_scales8(const std::uint8_t* act_sc, int 
 }
 
 /// The A fragments of steps u0 .. u0 + GS - 1 of a run: step u of tile m from word u of the
-/// lane's two 16-byte pieces of its rows (cur[m][0], cur[m][1]), as e4m3 codes (fp4_low /
-/// fp4_high), pinned: written before the wgmma fence.
+/// lane's two 16-byte pieces of its rows (cur[m][0], cur[m][1]), as e4m3 codes (fp4il_low /
+/// fp4il_high: the interleaved layout's bytes), pinned: written before the wgmma fence.
 template <int GS>
 __device__ __forceinline__ void run_fragments(const uint4 (&cur)[2][2], int u0,
                                               std::uint32_t (&a)[GS][2][4]) {
