@@ -1655,5 +1655,80 @@ TEST_CASE("cuda MXFP4 interleaved rows: the layout, its round trip, and the same
   cuda::set_wg_gemm(true);
 }
 
+/// Restores cuda::l2_prefetch() at scope exit.
+struct l2_prefetch_guard {
+  bool before = cuda::l2_prefetch();
+  explicit l2_prefetch_guard(bool on) { cuda::set_l2_prefetch(on); }
+  ~l2_prefetch_guard() { cuda::set_l2_prefetch(before); }
+};
+
+TEST_CASE("ops::prefetch: L2 hints on a branch change no product, eagerly and in a graph") {
+  cuda::owned_stream owned;
+  cuda::stream_scope scope(owned.get());
+  l2_prefetch_guard on(true);
+  const weight_matrix host = random_fp8(1000, 768, 128);
+  const weight_matrix w = weight_to(host, gpu);
+  const tensor x = varied_input(3, 768).to(gpu);
+  const tensor want = ops::linear(x, w, {128}).to(cpu_device);
+  // An FP8 weight whose rows start 7 bytes into the allocation (unaligned hint ranges).
+  weight_matrix odd = w;
+  odd.values = w.values.view({1000 * 768}).slice(0, 7, 7 + 999 * 768).view({999, 768});
+  const weight_matrix* both[] = {&w, &odd, nullptr};
+  // Budgets: none, part of the first matrix's scales, part of its values, everything.
+  for (std::int64_t budget : {std::int64_t(0), std::int64_t(5), std::int64_t(300001),
+                              std::int64_t(1) << 30}) {
+    CAPTURE(budget);
+    ops::prefetch(both, budget);
+    test::check_bitwise(ops::linear(x, w, {128}), want);
+  }
+  // Hints from a fork's side stream belong to the fork's parent and join there.
+  {
+    cuda::stream_fork fork;
+    cuda::stream_scope side(fork.side());
+    ops::prefetch(both, std::int64_t(1) << 30);
+  }
+  cuda::join_hints();
+  cuda::join_hints();  // nothing pending: a no-op
+  // Captured: the hint is a parallel node, joined before the capture ends.
+  std::size_t nodes[2] = {};
+  for (bool hint : {false, true}) {
+    CAPTURE(hint);
+    cuda::join_hints();
+    tensor y = tensor::empty({3, 1000}, dtype::f32, gpu);
+    cuda::synchronize();
+    cudaStream_t s = cuda::current_stream();
+    cudaGraph_t graph = nullptr;
+    REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed) == cudaSuccess);
+    if (hint) ops::prefetch(both, std::int64_t(1) << 30);
+    y.copy_from(ops::linear(x, w, {128}));
+    cuda::join_hints();
+    REQUIRE(cudaStreamEndCapture(s, &graph) == cudaSuccess);
+    REQUIRE(cudaGraphGetNodes(graph, nullptr, &nodes[hint]) == cudaSuccess);
+    cudaGraphExec_t exec = nullptr;
+    REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+    for (int replay = 0; replay < 3; ++replay) {
+      REQUIRE(cudaGraphLaunch(exec, s) == cudaSuccess);
+      test::check_bitwise(y, want);
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+  CHECK(nodes[1] > nodes[0]);  // the hint kernel is in the graph
+  // Switched off: nothing enqueued, nothing to join.
+  {
+    l2_prefetch_guard off(false);
+    cudaStream_t s = cuda::current_stream();
+    cudaGraph_t graph = nullptr;
+    REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed) == cudaSuccess);
+    ops::prefetch(both, std::int64_t(1) << 30);
+    std::size_t off_nodes = 1;
+    REQUIRE(cudaStreamEndCapture(s, &graph) == cudaSuccess);  // no branch left unjoined
+    REQUIRE(cudaGraphGetNodes(graph, nullptr, &off_nodes) == cudaSuccess);
+    CHECK(off_nodes == 0);
+    cudaGraphDestroy(graph);
+  }
+  cuda::synchronize();
+}
+
 }  // namespace
 }  // namespace di
