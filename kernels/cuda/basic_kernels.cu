@@ -409,7 +409,8 @@ __global__ void l2_prefetch_kernel(l2_prefetch_params p) {
 }  // namespace
 
 void launch_l2_prefetch(const l2_prefetch_params& p, cudaStream_t stream) {
-  DI_CHECK(p.ranges >= 0 && p.ranges <= l2_prefetch_max_ranges, "l2_prefetch: {} ranges", p.ranges);
+  DI_CHECK(p.ranges >= 0 && p.ranges <= l2_prefetch_max_ranges, "l2_prefetch: {} ranges",
+           p.ranges);
   l2_prefetch_params granules{};
   std::int64_t chunks = 0;
   for (int r = 0; r < p.ranges; ++r) {

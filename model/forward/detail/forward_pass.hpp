@@ -10,8 +10,8 @@
 
 #include <cstdint>
 #include <cstdlib>
-#include <functional>
 #include <initializer_list>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>

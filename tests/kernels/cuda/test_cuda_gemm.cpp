@@ -1675,8 +1675,8 @@ TEST_CASE("ops::prefetch: L2 hints on a branch change no product, eagerly and in
   odd.values = w.values.view({1000 * 768}).slice(0, 7, 7 + 999 * 768).view({999, 768});
   const weight_matrix* both[] = {&w, &odd, nullptr};
   // Budgets: none, part of the first matrix's scales, part of its values, everything.
-  for (std::int64_t budget :
-       {std::int64_t(0), std::int64_t(5), std::int64_t(300001), std::int64_t(1) << 30}) {
+  for (std::int64_t budget : {std::int64_t(0), std::int64_t(5), std::int64_t(300001),
+                              std::int64_t(1) << 30}) {
     CAPTURE(budget);
     ops::prefetch(both, budget);
     test::check_bitwise(ops::linear(x, w, {128}), want);
