@@ -116,15 +116,6 @@ std::pair<tensor, tensor> linear_pair(const tensor& x, const weight_matrix& a,
   return {cpu::linear(x, a, params), cpu::linear(x, b, params)};
 }
 
-void prefetch(std::span<const weight_matrix* const> weights, std::int64_t max_bytes) {
-#if defined(DEEPINFER_HAVE_CUDA)
-  for (const weight_matrix* w : weights)
-    if (w != nullptr && w->defined() && w->values.dev().kind == device_kind::cuda)
-      return cuda::prefetch(weights, max_bytes);
-#endif
-  static_cast<void>(max_bytes);  // host matrices: no cache to hint
-}
-
 tensor grouped_linear(const tensor& x, const weight_matrix& weight) {
   DI_CUDA_TWIN(x, grouped_linear(x, weight));
   require_cpu(x, "grouped_linear");

@@ -79,13 +79,6 @@ tensor linear(const tensor& x, const weight_matrix& weight, const linear_params&
 std::pair<tensor, tensor> linear_pair(const tensor& x, const weight_matrix& a,
                                       const weight_matrix& b, const linear_params& params = {});
 
-/// A hint, no computation: the first `max_bytes` of the stored bytes of `weights` (each
-/// matrix's scales, then its values, in order) are asked into the device's L2 cache on a branch
-/// that starts once the work enqueued so far has finished (cuda::hint_branch), so that a product
-/// over them enqueued later finds them there instead of in HBM. CUDA matrices only, and only
-/// with cuda::l2_prefetch() on; host matrices: nothing. Never changes a result.
-void prefetch(std::span<const weight_matrix* const> weights, std::int64_t max_bytes);
-
 /// Block-diagonal grouped projection: x [rows, groups, in] and weight [groups * out, in]
 /// (group g owns rows [g*out, (g+1)*out)) -> [rows, groups, out].
 tensor grouped_linear(const tensor& x, const weight_matrix& weight);

@@ -381,55 +381,6 @@ void launch_add_inplace(float* y, const float* x, std::int64_t n, cudaStream_t s
   detail::launch("add", add_kernel, grid_for(n), threads, 0, stream, y, x, n);
 }
 
-namespace {
-
-/// Bytes one prefetch instruction asks for, and the prefetch kernel's shape.
-/// One warp a block, spread over up to 128 SMs: each SM's bulk-copy unit issues its share of
-/// the requests (a few SMs' units alone would pace a 40 MB hint below the HBM rate).
-constexpr std::int64_t l2_prefetch_chunk = 16 * 1024;
-constexpr int l2_prefetch_threads = 32;
-constexpr std::int64_t l2_prefetch_max_blocks = 128;
-
-__global__ void l2_prefetch_kernel(l2_prefetch_params p) {
-  // No grid_dependency_sync: launched without PDL, after an event wait (hint_branch).
-  const std::int64_t first = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
-  for (int r = 0; r < p.ranges; ++r) {
-    const auto* begin = static_cast<const std::uint8_t*>(p.begin[r]);
-    const std::int64_t chunks = (p.bytes[r] + l2_prefetch_chunk - 1) / l2_prefetch_chunk;
-    for (std::int64_t c = first; c < chunks; c += stride) {
-      const std::int64_t at = c * l2_prefetch_chunk;
-      const auto n = static_cast<std::uint32_t>(min(l2_prefetch_chunk, p.bytes[r] - at));
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(begin + at), "r"(n)
-                   : "memory");
-    }
-  }
-}
-
-}  // namespace
-
-void launch_l2_prefetch(const l2_prefetch_params& p, cudaStream_t stream) {
-  DI_CHECK(p.ranges >= 0 && p.ranges <= l2_prefetch_max_ranges, "l2_prefetch: {} ranges",
-           p.ranges);
-  l2_prefetch_params granules{};
-  std::int64_t chunks = 0;
-  for (int r = 0; r < p.ranges; ++r) {
-    if (p.bytes[r] <= 0 || p.begin[r] == nullptr) continue;
-    const auto begin = reinterpret_cast<std::uintptr_t>(p.begin[r]);
-    const std::uintptr_t first = begin & ~std::uintptr_t(15);
-    const std::uintptr_t end = (begin + std::uintptr_t(p.bytes[r]) + 15) & ~std::uintptr_t(15);
-    const int i = granules.ranges++;
-    granules.begin[i] = reinterpret_cast<const void*>(first);
-    granules.bytes[i] = std::int64_t(end - first);
-    chunks += (granules.bytes[i] + l2_prefetch_chunk - 1) / l2_prefetch_chunk;
-  }
-  if (chunks == 0) return;
-  const auto blocks = static_cast<unsigned>(std::min<std::int64_t>(
-      l2_prefetch_max_blocks, (chunks + l2_prefetch_threads - 1) / l2_prefetch_threads));
-  l2_prefetch_kernel<<<blocks, l2_prefetch_threads, 0, stream>>>(granules);
-  CUDA_CHECK(cudaGetLastError());
-}
-
 bool rms_norm_quantizes(std::int64_t dim, int block) {
   const int threads = dim >= 4096 ? 1024 : dim >= 1024 ? 512 : threads_for_narrow;
   return (block == 32 || block == 64 || block == 128) && dim % block == 0 &&

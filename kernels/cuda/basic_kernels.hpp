@@ -84,17 +84,6 @@ void launch_add_inplace(float* y, const float* x, std::int64_t n, cudaStream_t s
 void launch_copy_bytes(void* dst, const void* src, std::size_t bytes, cudaStream_t stream);
 void launch_fill_zero(void* dst, std::size_t bytes, cudaStream_t stream);
 
-/// L2 hints for up to l2_prefetch_max_ranges byte ranges: every 16-byte granule that overlaps
-/// a range is asked into the device's L2 cache (cp.async.bulk.prefetch; nothing is written, no
-/// result depends on it). Launched without programmatic serialisation, on a hint branch.
-inline constexpr int l2_prefetch_max_ranges = 8;
-struct l2_prefetch_params {
-  const void* begin[l2_prefetch_max_ranges];
-  std::int64_t bytes[l2_prefetch_max_ranges];
-  int ranges = 0;
-};
-void launch_l2_prefetch(const l2_prefetch_params& p, cudaStream_t stream);
-
 struct rms_norm_params {
   const float* x;       ///< [rows, dim]
   const float* weight;  ///< [dim] or nullptr

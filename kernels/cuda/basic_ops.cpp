@@ -7,8 +7,6 @@
 #include "kernels/cuda/quant_kernels.hpp"
 #include "kernels/cuda/stream.hpp"
 
-#include <algorithm>
-
 namespace di::cuda {
 
 namespace {
@@ -127,27 +125,6 @@ void gather_add_rows(tensor& y, const tensor& slots, const tensor& src) {
                           src.size(0), width, int(slots.size(1)), bad.get()},
                          current_stream());
   bad.check("gather_add_rows: slot", src.size(0));
-}
-
-void prefetch(std::span<const weight_matrix* const> weights, std::int64_t max_bytes) {
-  if (!l2_prefetch() || max_bytes <= 0) return;
-  l2_prefetch_params p{};
-  std::int64_t left = max_bytes;
-  auto add = [&](const tensor& t) {
-    if (!t.defined() || left <= 0 || p.ranges == l2_prefetch_max_ranges ||
-        t.dev().kind != device_kind::cuda || !t.is_contiguous())
-      return;
-    const std::int64_t n = std::min<std::int64_t>(left, std::int64_t(t.nbytes()));
-    p.begin[p.ranges] = t.raw();
-    p.bytes[p.ranges++] = n;
-    left -= n;
-  };
-  for (const weight_matrix* w : weights) {
-    if (w == nullptr) continue;
-    add(w->scales);
-    add(w->values);
-  }
-  if (p.ranges > 0) launch_l2_prefetch(p, hint_branch());
 }
 
 void add_inplace(tensor& y, const tensor& x) {

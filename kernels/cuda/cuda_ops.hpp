@@ -59,8 +59,6 @@ tensor expert_linear(const quantized_rows& x, const tensor& offsets, const weigh
                      const expert_linear_params& params);
 std::pair<tensor, tensor> linear_pair(const tensor& x, const weight_matrix& a,
                                       const weight_matrix& b, const linear_params& params);
-/// ops::prefetch: one l2_prefetch launch on hint_branch() (defined in basic_ops.cpp).
-void prefetch(std::span<const weight_matrix* const> weights, std::int64_t max_bytes);
 tensor grouped_linear(const tensor& x, const weight_matrix& weight);
 tensor expert_linear(const tensor& x, const tensor& offsets, const weight_matrix& weights,
                      const expert_linear_params& params);

@@ -22,23 +22,15 @@ thread_local bool tl_index_checks = true;
 
 std::atomic<bool> g_programmatic_launch{detail::env_switch("DEEPINFER_PDL", true)};
 std::atomic<bool> g_side_streams{detail::env_switch("DEEPINFER_SIDE_STREAMS", true)};
-std::atomic<bool> g_l2_prefetch{detail::env_switch("DEEPINFER_L2_PREFETCH", true)};
 
 /// The fork open on this thread (stream_fork).
 thread_local open_fork tl_fork;
 
-/// A parent stream's side stream and the events of its forks; its hint stream (hint_branch)
-/// and the events of its hints.
+/// A parent stream's side stream and the events of its forks.
 struct side_entry {
   cudaStream_t side = nullptr;
   cudaEvent_t forked = nullptr, done = nullptr;
-  cudaStream_t hint = nullptr;
-  cudaEvent_t hint_forked = nullptr, hint_done = nullptr;
 };
-
-/// The hint stream with hints not yet joined, and its done event (join_hints).
-thread_local cudaStream_t tl_pending_hint = nullptr;
-thread_local cudaEvent_t tl_pending_hint_done = nullptr;
 
 /// Side streams by parent stream and forking thread: two threads that fork from one parent
 /// (e.g. two executors on the process-wide default stream) get a side stream and events each.
@@ -76,21 +68,10 @@ void drop_side_of(cudaStream_t parent) {
     }
   }
   for (const side_entry& e : dropped) {
-    if (e.side != nullptr) {  // an entry made by hint_branch alone has no side stream
-      cudaStreamSynchronize(e.side);
-      cudaStreamDestroy(e.side);
-      cudaEventDestroy(e.forked);
-      cudaEventDestroy(e.done);
-    }
-    if (e.hint == nullptr) continue;
-    if (tl_pending_hint == e.hint) {
-      tl_pending_hint = nullptr;
-      tl_pending_hint_done = nullptr;
-    }
-    cudaStreamSynchronize(e.hint);
-    cudaStreamDestroy(e.hint);
-    cudaEventDestroy(e.hint_forked);
-    cudaEventDestroy(e.hint_done);
+    cudaStreamSynchronize(e.side);
+    cudaStreamDestroy(e.side);
+    cudaEventDestroy(e.forked);
+    cudaEventDestroy(e.done);
   }
 }
 
@@ -122,45 +103,6 @@ void set_side_streams(bool on) {
 
 bool side_streams() {
   return g_side_streams.load(std::memory_order_relaxed);
-}
-
-void set_l2_prefetch(bool on) {
-  g_l2_prefetch.store(on, std::memory_order_relaxed);
-}
-
-bool l2_prefetch() {
-  return g_l2_prefetch.load(std::memory_order_relaxed);
-}
-
-cudaStream_t hint_branch() {
-  const cudaStream_t from = current_stream();
-  const cudaStream_t root = tl_fork.side == from ? tl_fork.parent : from;
-  side_entry e;
-  {
-    std::lock_guard<std::mutex> lock(g_sides_mutex);
-    side_entry& entry = sides()[{root, std::this_thread::get_id()}];
-    if (entry.hint == nullptr) {
-      CUDA_CHECK(cudaStreamCreateWithFlags(&entry.hint, cudaStreamNonBlocking));
-      CUDA_CHECK(cudaEventCreateWithFlags(&entry.hint_forked, cudaEventDisableTiming));
-      CUDA_CHECK(cudaEventCreateWithFlags(&entry.hint_done, cudaEventDisableTiming));
-    }
-    e = entry;
-  }
-  CUDA_CHECK(cudaEventRecord(e.hint_forked, from));
-  CUDA_CHECK(cudaStreamWaitEvent(e.hint, e.hint_forked, 0));
-  tl_pending_hint = e.hint;
-  tl_pending_hint_done = e.hint_done;
-  return e.hint;
-}
-
-void join_hints() {
-  if (tl_pending_hint == nullptr) return;
-  const cudaStream_t hint = tl_pending_hint;
-  const cudaEvent_t done = tl_pending_hint_done;
-  tl_pending_hint = nullptr;
-  tl_pending_hint_done = nullptr;
-  CUDA_CHECK(cudaEventRecord(done, hint));
-  CUDA_CHECK(cudaStreamWaitEvent(current_stream(), done, 0));
 }
 
 open_fork current_fork() noexcept {

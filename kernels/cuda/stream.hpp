@@ -101,25 +101,6 @@ open_fork current_fork() noexcept;
 /// The innermost stream_scope's stream of this thread, or null (never throws).
 cudaStream_t scoped_stream() noexcept;
 
-/// Whether forward passes hint upcoming weights into the L2 cache (ops::prefetch): on by
-/// default; DEEPINFER_L2_PREFETCH=0 sets the default off. Process-wide, read at each hint (a
-/// CUDA graph keeps what was set when it was captured). Same results either way.
-void set_l2_prefetch(bool on);
-bool l2_prefetch();
-
-/// The hint branch of the current stream: work enqueued on the returned stream (cache hints,
-/// which neither read nor write anything a kernel computes) starts once everything enqueued on
-/// the current stream so far has finished, and nothing waits for it until join_hints(). One
-/// hint stream per (root stream, thread), where the root is the open fork's parent when the
-/// current stream is a fork's side stream; created on first use, kept while the root lives.
-cudaStream_t hint_branch();
-
-/// Makes the current stream wait for every hint_branch() enqueued from this thread since the
-/// last join (a no-op when none was). A graph capture calls it before it ends (a branch that
-/// joined the capture must rejoin its origin) and before it begins (hints from eager work are
-/// then not pulled into the capture).
-void join_hints();
-
 /// An owned non-blocking stream on the current device (one per executor). Tensors
 /// allocated while it is current are released on it, so it must outlive them.
 class owned_stream {

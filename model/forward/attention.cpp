@@ -142,10 +142,6 @@ attention_inputs attention_project(const forward_pass& pass, int layer,
 }
 
 tensor attention_core(forward_pass& pass, int layer, const attention_inputs& in, const tensor& x) {
-  // The output projection's weights into L2 while the attention's latency-bound launches leave
-  // HBM idle (batch 1: ~100 us a layer).
-  const attention_weights& w = pass.weights.layers[std::size_t(layer)].attn;
-  pass.prefetch({&w.wo_a, &w.wo_b.w});
   if (pass.batched) return batched_attention_core(pass, layer, in, x);
   const compressed_rows rows = compressed_project(pass, layer, x, in.q_residual);
   compressed_feed(pass, layer, rows);

@@ -26,8 +26,6 @@ attention_site attention_site_forward(const forward_pass& pass, int layer, const
   const model_config& c = pass.config;
   const layer_weights& w = pass.weights.layers[std::size_t(layer)];
   attention_site a;
-  // The query and window-row projections' weights into L2 beside the mix and the norm.
-  pass.prefetch({&w.attn.wq_a.w, &w.attn.wkv.w, &w.attn.wq_b.w});
   auto mixes = [&] {
     return ops::hc_mixes(x, w.hc_attn.fn, w.hc_attn.scale, w.hc_attn.base, hc_params_of(c));
   };
@@ -53,8 +51,6 @@ tensor ffn_site_forward(const forward_pass& pass, int layer, const tensor& o, co
   const model_config& c = pass.config;
   const layer_weights& w = pass.weights.layers[std::size_t(layer)];
   tensor a = attention_output(pass, layer, o);                     // [rows, dim]
-  // The router's and the shared expert's weights into L2 beside the expand and the norm.
-  pass.prefetch({&w.moe.gate, &w.moe.shared.w1.w, &w.moe.shared.w3.w, &w.moe.shared.w2.w});
   tensor y = ops::hc_expand(a, x, attn_mix.post, attn_mix.comb);  // [rows, hc, dim]
   ops::hc_mix ffn_mix;
   auto mixes = [&] {

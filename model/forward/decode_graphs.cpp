@@ -101,7 +101,6 @@ tensor decode_graphs::impl::output_holding(const tensor& in, std::int64_t padded
 /// Captures `body` over p's inputs into p (outputs and instantiated graph); returns why it
 /// failed, or an empty string.
 std::string decode_graphs::impl::capture(cudaStream_t stream, piece& p, const piece_body& body) {
-  cuda::join_hints();  // hints of the eager work before: not pulled into the capture
   cudaError_t e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed);
   if (e != cudaSuccess) return "begin capture: " + cuda_text(e);
   std::string failure;
@@ -109,11 +108,6 @@ std::string decode_graphs::impl::capture(cudaStream_t stream, piece& p, const pi
     p.outputs = body(p.inputs);
   } catch (const std::exception& ex) {
     failure = ex.what();
-  }
-  try {
-    cuda::join_hints();  // the body's cache hints rejoin the captured stream
-  } catch (const std::exception& ex) {
-    if (failure.empty()) failure = ex.what();
   }
   cudaGraph_t graph = nullptr;
   e = cudaStreamEndCapture(stream, &graph);

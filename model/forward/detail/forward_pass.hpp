@@ -9,8 +9,6 @@
 #include "model/forward/model.hpp"
 
 #include <cstdint>
-#include <cstdlib>
-#include <initializer_list>
 #include <functional>
 #include <memory>
 #include <utility>
@@ -94,14 +92,6 @@ struct forward_pass {
     if (pa.act_quant_block != pb.act_quant_block) return {linear(x, a), linear(x, b)};
     return ops::linear_pair(x, a.w, b.w, pa);
   }
-  /// Cache hints (ops::prefetch) for products that follow a few latency-bound launches:
-  /// `weights` in order, within l2_hint_bytes(). Never changes a result.
-  void prefetch(std::initializer_list<const weight_matrix*> weights) const {
-    if (on_cuda()) ops::prefetch({weights.begin(), weights.size()}, l2_hint_bytes());
-  }
-  /// Bytes one prefetch asks into the L2 cache (50 MB on the H200): 40 MB, or
-  /// DEEPINFER_L2_PREFETCH_MB.
-  static std::int64_t l2_hint_bytes();
   /// Rows [s.offset, s.offset + s.count) of a batch tensor.
   static tensor rows_of(const tensor& t, const sequence_pass& s) {
     return t.slice(0, s.offset, s.offset + s.count);
@@ -234,14 +224,6 @@ auto beside(const forward_pass& pass, Side&& side, Main&& main) {
   auto on_main = main();
   branch.join();
   return std::make_pair(std::move(on_side), std::move(on_main));
-}
-
-inline std::int64_t forward_pass::l2_hint_bytes() {
-  static const std::int64_t bytes = [] {
-    const char* mb = std::getenv("DEEPINFER_L2_PREFETCH_MB");
-    return std::int64_t(mb != nullptr ? std::atoi(mb) : 40) << 20;
-  }();
-  return bytes;
 }
 
 inline tensor forward_pass::upload(const tensor& host) const {

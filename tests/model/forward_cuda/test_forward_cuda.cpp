@@ -490,12 +490,6 @@ TEST_CASE("GPU forward: side branches on a forked stream change no bit") {
   check_switch_changes_no_bit("side streams", cuda::set_side_streams, cuda::side_streams());
 }
 
-TEST_CASE("GPU forward: L2 cache hints on a branch change no bit") {
-  // ops::prefetch asks weights into L2 on a hint branch (decode graphs join it before a
-  // capture ends): nothing is written, so the same logits as with the hints off.
-  check_switch_changes_no_bit("L2 prefetch", cuda::set_l2_prefetch, cuda::l2_prefetch());
-}
-
 TEST_CASE("GPU forward: logits left on the device are the logits copied to the host") {
   // forward_options::logits_to_host = false (the bench's default) returns the head's output
   // on the device without waiting; the same steps through the same graphs give the same bits
