@@ -235,6 +235,64 @@ __global__ void __launch_bounds__(kGroupThreads)
   }
 }
 
+// Decode-sized groupings (at most kPairThreads pairs, at most kPairMaxExperts experts): one
+// thread per pair instead of group_experts_kernel's per-expert walks over the pairs (18 us a
+// launch at batch 64, where a walk covers 96-192 pairs twice). A pair's slot is its expert's
+// offset, plus the expert's pairs in earlier warps (per-warp counts in shared memory, summed
+// over the warps before), plus those before it in its own warp (__match_any_sync): the pairs
+// stay in pair order within each expert, so the same rows as group_experts_kernel.
+constexpr int kPairThreads = 1024;
+constexpr int kPairWarps = kPairThreads / 32;
+constexpr int kPairMaxExperts = 640;  // per-warp counts (40 KB) + sCount within 48 KB
+
+__global__ void __launch_bounds__(kPairThreads) group_pairs_kernel(const group_experts_params p) {
+  detail::grid_dependency_sync();
+  extern __shared__ std::uint16_t sWarp[];          // [warps][experts]: counts, then prefixes
+  __shared__ std::int32_t sCount[kMaxExperts + 1];  // per expert: pairs, then first slot
+  const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32, E = p.experts;
+  for (int x = tid; x < kPairWarps * E; x += kPairThreads) sWarp[x] = 0;
+  const bool mine = tid < p.pairs;
+  std::int32_t e = 0;
+  if (mine) {
+    const std::int32_t x = p.experts_in[tid];
+    e = x < 0 || x >= E ? 0 : x;  // contained as in route_kernel
+  }
+  __syncthreads();
+  const unsigned active = __ballot_sync(0xffffffffu, mine);
+  int before_in_warp = 0;
+  if (mine) {
+    const unsigned same = __match_any_sync(active, e);
+    before_in_warp = __popc(same & ((1u << lane) - 1u));
+    if (before_in_warp == 0) sWarp[warp * E + e] = std::uint16_t(__popc(same));
+  }
+  __syncthreads();
+  for (int x = tid; x < E; x += kPairThreads) {  // per expert: prefixes over the warps, total
+    std::int32_t run = 0;
+    for (int w = 0; w < kPairWarps; ++w) {
+      const std::int32_t c = sWarp[w * E + x];
+      sWarp[w * E + x] = std::uint16_t(run);
+      run += c;
+    }
+    sCount[x] = run;
+  }
+  __syncthreads();
+  if (tid < 32) scan_counts_warp0(sCount, E);
+  __syncthreads();
+  for (int x = tid; x <= E; x += kPairThreads) p.offsets[x] = sCount[x];
+  if (!mine) return;
+  const std::int32_t at = sCount[e] + sWarp[warp * E + e] + before_in_warp;
+  p.rows[at] = tid / p.k;
+  p.weights[at] = p.weights_in[tid];
+  if (p.slots) p.slots[tid] = at;
+}
+
+/// Whether group_experts takes group_pairs_kernel where it fits (DEEPINFER_GROUP_PAIRS, on by
+/// default; the same rows either way).
+bool group_pairs_on() {
+  static const bool on = detail::env_switch("DEEPINFER_GROUP_PAIRS", true);
+  return on;
+}
+
 // The chunked path (more than group_experts_one_block_pairs pairs).
 constexpr int kPlaceChunk = 1024;  // pairs per chunk (one placing warp each)
 constexpr int kCountThreads = 256;
@@ -344,6 +402,12 @@ void launch_group_experts(const group_experts_params& p, cudaStream_t stream) {
            kMaxExperts);
   DI_CHECK(p.offsets && (p.pairs == 0 || (p.experts_in && p.weights_in && p.rows && p.weights)),
            "group_experts: missing operand");
+  if (p.pairs <= kPairThreads && p.experts <= kPairMaxExperts && group_pairs_on()) {
+    detail::launch("group_pairs", group_pairs_kernel, 1, kPairThreads,
+                   std::size_t(kPairWarps) * std::size_t(p.experts) * sizeof(std::uint16_t), stream,
+                   p);
+    return;
+  }
   if (p.pairs <= group_experts_one_block_pairs) {
     detail::launch("group_experts", group_experts_kernel, 1, kGroupThreads, 0, stream, p);
     return;

@@ -168,11 +168,15 @@ TEST_CASE("group_by_expert: the CPU's offsets, rows and weights exactly, edge si
     int k, experts;
   };
   // 0 tokens, one token, decode batches, a prefill over several 4096-pair chunks, 1024 experts;
-  // past group_experts_one_block_pairs (2048) pairs the chunked kernels: 8800 pairs of 256,
+  // up to 1024 pairs of up to 640 experts the one-thread-per-pair kernel (exactly 1024 pairs,
+  // 640 experts; one past either bound takes the one-block kernel); past
+  // group_experts_one_block_pairs (2048) pairs the chunked kernels: 8800 pairs of 256,
   // 4800 of 1024 experts, a v41-flash-L4 prefill's 12288 of 384, and exactly one past the bound
-  for (const shape c : {shape{0, 6, 256}, shape{1, 6, 256}, shape{64, 8, 384}, shape{3, 1, 7},
-                        shape{1100, 8, 256}, shape{40, 16, 1024}, shape{300, 16, 1024},
-                        shape{2048, 6, 384}, shape{2049, 1, 64}, shape{2048, 1, 64}}) {
+  for (const shape c :
+       {shape{0, 6, 256}, shape{1, 6, 256}, shape{64, 8, 384}, shape{3, 1, 7}, shape{128, 8, 384},
+        shape{128, 6, 256}, shape{64, 6, 640}, shape{64, 6, 641}, shape{171, 6, 640},
+        shape{1100, 8, 256}, shape{40, 16, 1024}, shape{300, 16, 1024}, shape{2048, 6, 384},
+        shape{2049, 1, 64}, shape{2048, 1, 64}}) {
     CAPTURE(c.tokens);
     CAPTURE(c.experts);
     const tensor logits = test::randn({c.tokens, c.experts}, 3.0f);
