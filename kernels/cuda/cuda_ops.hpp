@@ -230,6 +230,11 @@ void set_split_gemm(bool on);
 /// off) or on fp8_split_gemm's mma.sync. Defined in gemm.cpp.
 void set_split_wg(bool on);
 bool get_split_wg();
+/// fp8_split_wg's activations split once into a B image that the bulk-copy engine stages (the
+/// default; DEEPINFER_SPLIT_WG_STAGED=0 off) or split by the GEMM's threads per chunk. The same
+/// bits either way. Defined in gemm.cpp.
+void set_split_wg_staged(bool on);
+bool get_split_wg_staged();
 /// linear's fp32 weights with 1..8 rows on f32_gemv (the default; DEEPINFER_F32_GEMV=0 off) or
 /// on cuBLAS SGEMV / SGEMM. Defined in gemm.cpp.
 void set_f32_gemv(bool on);

@@ -24,6 +24,7 @@
 #include "kernels/cuda/kernel_attributes.hpp"
 #include "kernels/cuda/launch.cuh"
 
+#include "kernels/cuda/async_copy.cuh"
 #include "kernels/cuda/block_gemm_common.cuh"
 #include "kernels/cuda/wgmma.cuh"
 #include "kernels/dtype.hpp"
@@ -257,16 +258,67 @@ template <int NT>
 constexpr int wg_halves = NT >= 8 ? 1 : 2;
 constexpr int wg_max_chunk = 2 * half_k;
 constexpr int wg_threads = 128;
-
+/// Bytes of one chunk's B (both parts, every token group): what the block stages per chunk.
 template <int NT>
+constexpr int wg_chunk_bytes = wg_halves<NT>* half_k / 16 * 2 * NT * 256;
+/// Staged B (p.b_image): chunks in flight per block, each in its own shared-memory stage.
+constexpr int wg_stages = 4;
+
+// Staged B (fp8_gemv_params::b_image, the default): the activations are split into their bf16
+// parts once, by wg_split_image_kernel, into global memory as the very bytes each chunk's B
+// holds in shared memory -- [group][chunk of K] blocks of wg_chunk_bytes -- and a block's
+// thread 0 copies them in with the bulk-copy engine, wg_stages - 1 chunks ahead, each stage
+// signalled by its mbarrier. Measured at 64 tokens (session 31's profile of the direct path):
+// every chunk ran its activation loads, split, stores and two barriers in sequence with only
+// two blocks an SM to hide them, 56 us for V4's 33.5 MB wo_a. The same bytes reach the same
+// wgmmas in the same order, so the results are the direct path's bits.
+
+/// The B image of x: per (group, chunk, token, float4 of inputs) one thread, writing the words
+/// fp8_split_wg_kernel's store_x writes to shared memory for that float4 (zeros past the rows
+/// and past K).
+template <int NT>
+__global__ void wg_split_image_kernel(fp8_gemv_params p, std::int64_t chunks) {
+  detail::grid_dependency_sync();
+  constexpr int chunk = wg_halves<NT> * half_k, tokens = 8 * NT, quads = chunk / 4;
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= p.groups * tokens * chunks * quads) return;
+  const int m = int(i % quads);
+  const std::int64_t c = (i / quads) % chunks, gt = i / quads / chunks;
+  const int token = int(gt % tokens);
+  const std::int64_t group = gt / tokens, k = c * chunk + 4 * m;
+  float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (token < p.rows && k < p.in)
+    v = __ldg(reinterpret_cast<const float4*>(p.x + token * p.groups * p.in + group * p.in + k));
+  const int h = 4 * m / half_k, r = 4 * m % half_k, tq = r / 16, q = h * 4 + (r % 16) / 4;
+  const int j = token / 8, row = token % 8;
+  std::uint32_t hi0, lo0, hi1, lo1;
+  split2(v.x, v.y, hi0, lo0);
+  split2(v.z, v.w, hi1, lo1);
+  std::uint8_t* base = p.b_image + (group * chunks + c) * wg_chunk_bytes<NT> + row * 16 + 4 * tq;
+  std::uint8_t* hi = base + ((q * 2 + 0) * NT + j) * 256;
+  std::uint8_t* lo = base + ((q * 2 + 1) * NT + j) * 256;
+  *reinterpret_cast<std::uint32_t*>(hi) = hi0;
+  *reinterpret_cast<std::uint32_t*>(hi + 128) = hi1;
+  *reinterpret_cast<std::uint32_t*>(lo) = lo0;
+  *reinterpret_cast<std::uint32_t*>(lo + 128) = lo1;
+}
+
+template <int NT, bool STAGED>
 __global__ void __launch_bounds__(wg_threads, 2)
     fp8_split_wg_kernel(fp8_gemv_params p, int per_split) {
   using gemm_detail::pin;
   constexpr int halves = wg_halves<NT>, chunk = halves * half_k;
   constexpr int steps = chunk / 16;           // k16 steps per chunk
   constexpr int quads = halves * 4 * NT / 4;  // activation float4s per thread per chunk
-  __shared__ alignas(128) std::uint8_t bsm[steps * 2 * NT * 256];
-  static_assert(steps * 2 * NT * 256 >= wg_threads * NT * 16, "the split hand-over fits bsm");
+  constexpr int chunk_bytes = wg_chunk_bytes<NT>;
+  // Direct: one chunk's B, written by the threads. Staged: wg_stages chunks in the dynamic
+  // shared memory, written by the bulk-copy engine.
+  __shared__ alignas(128) std::uint8_t bsm_direct[STAGED ? 128 : chunk_bytes];
+  extern __shared__ __align__(128) std::uint8_t wg_stage_smem[];
+  __shared__ std::uint64_t full[STAGED ? wg_stages : 1];
+  std::uint8_t* const bsm = STAGED ? wg_stage_smem : bsm_direct;
+  static_assert(chunk_bytes * (STAGED ? wg_stages : 1) >= wg_threads * NT * 16,
+                "the split hand-over fits bsm");
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
   const std::int64_t group = blockIdx.y;
   const std::int64_t n0 = std::int64_t(blockIdx.x) * 64 + warp * 16;  // the warp's rows
@@ -316,13 +368,16 @@ __global__ void __launch_bounds__(wg_threads, 2)
 
   // One chunk: its activations (in xr) split into bsm, its A fragments decoded from wb, whose
   // registers then take the codes two chunks on (DRAM's latency is longer than a chunk's
-  // wgmmas); the next chunk's activations (from L2) load into xr while the wgmmas run.
-  float4 xr[quads];
-  auto multiply = [&](weight_batch& wb, std::int64_t k0) {
-    __syncthreads();  // the chunk before's wgmmas have read bsm (every warp waited for them)
-    store_x(xr);
-    gemm_detail::fence_proxy_async();
-    __syncthreads();
+  // wgmmas); the next chunk's activations (from L2) load into xr while the wgmmas run. Staged:
+  // the chunk's B is in `b` already (the caller waited for its stage).
+  float4 xr[STAGED ? 1 : quads];
+  auto multiply = [&](weight_batch& wb, std::int64_t k0, const std::uint8_t* b) {
+    if constexpr (!STAGED) {
+      __syncthreads();  // the chunk before's wgmmas have read bsm (every warp waited for them)
+      store_x(xr);
+      gemm_detail::fence_proxy_async();
+      __syncthreads();
+    }
     std::uint32_t a[steps][4];
 #pragma unroll
     for (int q = 0; q < steps; ++q) {
@@ -331,7 +386,8 @@ __global__ void __launch_bounds__(wg_threads, 2)
       for (int c = 0; c < 4; ++c) pin(a[q][c]);
     }
     if (k0 + 2 * chunk < ke) load_w(wb, k0 + 2 * chunk);
-    if (k0 + chunk < ke) load_x(xr, k0 + chunk);
+    if constexpr (!STAGED)
+      if (k0 + chunk < ke) load_x(xr, k0 + chunk);
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -342,7 +398,7 @@ __global__ void __launch_bounds__(wg_threads, 2)
 #pragma unroll
       for (int part = 0; part < 2; ++part)
         gemm_detail::wgmma_bf16<NT>(
-            acc, a[q], gemm_detail::smem_descriptor(bsm + (q * 2 + part) * NT * 256, 128, 256));
+            acc, a[q], gemm_detail::smem_descriptor(b + (q * 2 + part) * NT * 256, 128, 256));
     }
     gemm_detail::wgmma_commit();
     gemm_detail::wgmma_wait<0>();
@@ -358,17 +414,51 @@ __global__ void __launch_bounds__(wg_threads, 2)
 
   // The weights are constant: the first two chunks' codes load before the wait for the kernel
   // before (programmatic dependent launch); the activations after it.
+  if constexpr (STAGED) {
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < wg_stages; ++s) gemm_detail::mbar_init(&full[s], 1);
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+  }
   weight_batch wb[2];
   if (kb < ke) load_w(wb[0], kb);
   if (kb + chunk < ke) load_w(wb[1], kb + chunk);
   detail::grid_dependency_sync();
-  if (kb < ke) load_x(xr, kb);
-  for (std::int64_t k0 = kb; k0 < ke;) {
+  if constexpr (STAGED) {
+    // This split's chunks of the group's B image, each into stage (chunk % wg_stages) once the
+    // chunk that stage held before has been multiplied by every warp.
+    const std::int64_t chunks = (p.in + chunk - 1) / chunk;
+    const int n = kb < ke ? int((ke - kb + chunk - 1) / chunk) : 0;
+    const std::uint8_t* image = p.b_image + (group * chunks + kb / chunk) * chunk_bytes;
+    auto stage_in = [&](int c) {
+      const int s = c % wg_stages;
+      gemm_detail::mbar_expect_tx(&full[s], unsigned(chunk_bytes));
+      gemm_detail::bulk_copy(bsm + s * chunk_bytes, image + std::int64_t(c) * chunk_bytes,
+                             unsigned(chunk_bytes), &full[s]);
+    };
+    if (threadIdx.x == 0)
+      for (int c = 0; c < wg_stages - 1 && c < n; ++c) stage_in(c);
+    for (int c = 0; c < n;) {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {  // unrolled: wb[] indices known at compile time
-      if (k0 >= ke) break;
-      multiply(wb[i], k0);
-      k0 += chunk;
+      for (int i = 0; i < 2; ++i) {  // unrolled: wb[] indices known at compile time
+        if (c >= n) break;
+        __syncthreads();  // chunk c - 1's wgmmas are done in every warp: its stage is free
+        if (threadIdx.x == 0 && c + wg_stages - 1 < n) stage_in(c + wg_stages - 1);
+        gemm_detail::mbar_wait(&full[c % wg_stages], unsigned(c / wg_stages) & 1u);
+        multiply(wb[i], kb + std::int64_t(c) * chunk, bsm + (c % wg_stages) * chunk_bytes);
+        ++c;
+      }
+    }
+  } else {
+    if (kb < ke) load_x(xr, kb);
+    for (std::int64_t k0 = kb; k0 < ke;) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {  // unrolled: wb[] indices known at compile time
+        if (k0 >= ke) break;
+        multiply(wb[i], k0, bsm);
+        k0 += chunk;
+      }
     }
   }
 
@@ -440,9 +530,35 @@ void launch_fp8_split_wg(const fp8_gemv_params& p, cudaStream_t stream) {
   const int per = int((per_split + wg_max_chunk - 1) / wg_max_chunk * wg_max_chunk);
   detail::by_row_tiles<8>(p.rows, [&](auto nt) {  // 16, 32 or 64 tokens
     constexpr int NT = decltype(nt)::value < 2 ? 2 : decltype(nt)::value;
-    detail::launch_in("fp8_split_wg", fp8_split_wg_kernel<NT>, grid, wg_threads,
-                      dim3(1, 1, unsigned(splits)), 0, stream, p, per);
+    if (p.b_image == nullptr) {
+      detail::launch_in("fp8_split_wg", fp8_split_wg_kernel<NT, false>, grid, wg_threads,
+                        dim3(1, 1, unsigned(splits)), 0, stream, p, per);
+      return;
+    }
+    DI_CHECK(reinterpret_cast<std::uintptr_t>(p.b_image) % 128 == 0,
+             "fp8_split_wg: B image not 128-byte aligned");
+    constexpr int chunk = wg_halves<NT> * half_k;
+    const std::int64_t chunks = (p.in + chunk - 1) / chunk;
+    const std::int64_t items = p.groups * 8 * NT * chunks * (chunk / 4);
+    detail::launch("fp8_split_wg_image", wg_split_image_kernel<NT>, unsigned((items + 255) / 256),
+                   256, 0, stream, p, chunks);
+    static std::atomic<std::size_t> limits[detail::max_tracked_devices];
+    const std::size_t smem = std::size_t(wg_stages) * wg_chunk_bytes<NT>;
+    detail::ensure_smem(reinterpret_cast<const void*>(&fp8_split_wg_kernel<NT, true>), smem,
+                        limits);
+    detail::launch_in("fp8_split_wg", fp8_split_wg_kernel<NT, true>, grid, wg_threads,
+                      dim3(1, 1, unsigned(splits)), smem, stream, p, per);
   });
+}
+
+std::size_t fp8_split_wg_image_bytes(std::int64_t rows, std::int64_t groups, std::int64_t in) {
+  std::size_t bytes = 0;
+  detail::by_row_tiles<8>(rows, [&](auto nt) {
+    constexpr int NT = decltype(nt)::value < 2 ? 2 : decltype(nt)::value;
+    constexpr int chunk = wg_halves<NT> * half_k;
+    bytes = std::size_t(groups) * std::size_t((in + chunk - 1) / chunk) * wg_chunk_bytes<NT>;
+  });
+  return bytes;
 }
 
 }  // namespace di::cuda

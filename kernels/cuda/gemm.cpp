@@ -25,6 +25,7 @@ std::atomic<bool> g_split_gemm{true};
 std::atomic<bool> g_f32_gemv{detail::env_switch("DEEPINFER_F32_GEMV", true)};
 std::atomic<bool> g_split_bf16{detail::env_switch("DEEPINFER_SPLIT_BF16", true)};
 std::atomic<bool> g_split_wg{detail::env_switch("DEEPINFER_SPLIT_WG", true)};
+std::atomic<bool> g_split_wg_staged{detail::env_switch("DEEPINFER_SPLIT_WG_STAGED", true)};
 
 /// Launches p on sm90_block_gemm; with ordered splits (set_ordered_gemm_splits), a K split
 /// gets its partials workspace and zeroed tile counters (stream-ordered scratch, so CUDA graph
@@ -178,6 +179,13 @@ void set_split_wg(bool on) {
 }
 bool get_split_wg() {
   return g_split_wg;
+}
+
+void set_split_wg_staged(bool on) {
+  g_split_wg_staged = on;
+}
+bool get_split_wg_staged() {
+  return g_split_wg_staged;
 }
 
 void set_split_bf16_linear(bool on) {
@@ -382,9 +390,16 @@ tensor grouped_linear(const tensor& x, const weight_matrix& weight) {
   };
   if (fp8_decode && g_split_gemm &&
       fp8_split_gemm_fits(rows, in, int(weight.block.cols), e8m0)) {
-    if (g_split_wg && fp8_split_wg_fits(rows, in, int(weight.block.cols), e8m0))
-      launch_fp8_split_wg(params(0, rows), current_stream());  // 9..64 rows: warpgroup MMA
-    else
+    if (g_split_wg && fp8_split_wg_fits(rows, in, int(weight.block.cols), e8m0)) {
+      fp8_gemv_params p = params(0, rows);  // 9..64 rows: warpgroup MMA
+      tensor image;  // x's bf16 parts as the GEMM stages them (dropped after the launch)
+      if (g_split_wg_staged) {
+        image = tensor::empty({std::int64_t(fp8_split_wg_image_bytes(rows, groups, in))}, dtype::u8,
+                              x.dev());
+        p.b_image = image.data<std::uint8_t>();
+      }
+      launch_fp8_split_wg(p, current_stream());
+    } else
       launch_fp8_split_gemm(params(0, rows), current_stream());
     return y;
   }

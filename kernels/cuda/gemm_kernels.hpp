@@ -13,6 +13,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace di::cuda {
@@ -191,6 +192,10 @@ struct fp8_gemv_params {
   std::int64_t in;   ///< multiple of 16
   std::int64_t out;  ///< outputs per group
   float* y;          ///< [rows, groups * out]
+  /// fp8_split_wg only: fp8_split_wg_image_bytes of device scratch (128-byte aligned) for x's
+  /// split bf16 parts, staged by the bulk-copy engine; nullptr: split by the GEMM's threads.
+  /// The same results either way.
+  std::uint8_t* b_image = nullptr;
 };
 constexpr std::int64_t fp8_gemv_max_rows = 8;
 /// grouped_linear runs fp8_gemv in chunks of fp8_gemv_max_rows up to this many rows.
@@ -219,6 +224,8 @@ void launch_fp8_split_gemm(const fp8_gemv_params& p, cudaStream_t stream);
 /// 32 / 64-token tiles; fp8_split_gemm.cu): equal to fp8_split_gemm's to fp32 rounding.
 bool fp8_split_wg_fits(std::int64_t rows, std::int64_t in, int block_cols, bool e8m0);
 void launch_fp8_split_wg(const fp8_gemv_params& p, cudaStream_t stream);
+/// Bytes of fp8_split_wg's B image (fp8_gemv_params::b_image) for rows x groups x in.
+std::size_t fp8_split_wg_image_bytes(std::int64_t rows, std::int64_t groups, std::int64_t in);
 
 struct dequantize_params {
   const std::uint8_t* values;      ///< FP8 [rows, cols], FP4 [rows, cols / 2], or bf16/f32
