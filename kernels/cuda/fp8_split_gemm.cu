@@ -303,7 +303,7 @@ __global__ void wg_split_image_kernel(fp8_gemv_params p, std::int64_t chunks) {
   *reinterpret_cast<std::uint32_t*>(lo + 128) = lo1;
 }
 
-template <int NT, bool STAGED>
+template <int NT, bool STAGED, int DEPTH>
 __global__ void __launch_bounds__(wg_threads, 2)
     fp8_split_wg_kernel(fp8_gemv_params p, int per_split) {
   using gemm_detail::pin;
@@ -385,7 +385,7 @@ __global__ void __launch_bounds__(wg_threads, 2)
 #pragma unroll
       for (int c = 0; c < 4; ++c) pin(a[q][c]);
     }
-    if (k0 + 2 * chunk < ke) load_w(wb, k0 + 2 * chunk);
+    if (k0 + DEPTH * chunk < ke) load_w(wb, k0 + DEPTH * chunk);
     if constexpr (!STAGED)
       if (k0 + chunk < ke) load_x(xr, k0 + chunk);
 #pragma unroll
@@ -421,9 +421,10 @@ __global__ void __launch_bounds__(wg_threads, 2)
     }
     __syncthreads();
   }
-  weight_batch wb[2];
-  if (kb < ke) load_w(wb[0], kb);
-  if (kb + chunk < ke) load_w(wb[1], kb + chunk);
+  weight_batch wb[DEPTH];  // chunks of weights in flight
+#pragma unroll
+  for (int d = 0; d < DEPTH; ++d)
+    if (kb + d * chunk < ke) load_w(wb[d], kb + d * chunk);
   detail::grid_dependency_sync();
   if constexpr (STAGED) {
     // This split's chunks of the group's B image, each into stage (chunk % wg_stages) once the
@@ -441,7 +442,7 @@ __global__ void __launch_bounds__(wg_threads, 2)
       for (int c = 0; c < wg_stages - 1 && c < n; ++c) stage_in(c);
     for (int c = 0; c < n;) {
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {  // unrolled: wb[] indices known at compile time
+      for (int i = 0; i < DEPTH; ++i) {  // unrolled: wb[] indices known at compile time
         if (c >= n) break;
         __syncthreads();  // chunk c - 1's wgmmas are done in every warp: its stage is free
         if (threadIdx.x == 0 && c + wg_stages - 1 < n) stage_in(c + wg_stages - 1);
@@ -454,7 +455,7 @@ __global__ void __launch_bounds__(wg_threads, 2)
     if (kb < ke) load_x(xr, kb);
     for (std::int64_t k0 = kb; k0 < ke;) {
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {  // unrolled: wb[] indices known at compile time
+      for (int i = 0; i < DEPTH; ++i) {  // unrolled: wb[] indices known at compile time
         if (k0 >= ke) break;
         multiply(wb[i], k0, bsm);
         k0 += chunk;
@@ -469,6 +470,14 @@ __global__ void __launch_bounds__(wg_threads, 2)
                                  int(blockIdx.z), int(gridDim.z), true);
   if (blockIdx.z != 0 || n0 >= p.out) return;
   store_rows(p, acc, group, n0, g, t);
+}
+
+/// Chunks of weights a staged fp8_split_wg warp keeps in flight: 4 (DEEPINFER_SPLIT_WG_DEPTH=2:
+/// two, as the direct path). H200, session 32, V4 wo_a, kernel rows (us, 4 / 2): M=16 22.9 /
+/// 26.1, M=32 27.6 / 32.8, M=64 48.3 / 50.2 -- the freed activation registers hold them.
+int wg_depth() {
+  static const int depth = int(detail::env_count("DEEPINFER_SPLIT_WG_DEPTH", 4, 4, 2));
+  return depth == 2 ? 2 : 4;
 }
 
 /// Blocks along K: two when the row blocks alone leave the GPU short of streaming warps
@@ -531,7 +540,7 @@ void launch_fp8_split_wg(const fp8_gemv_params& p, cudaStream_t stream) {
   detail::by_row_tiles<8>(p.rows, [&](auto nt) {  // 16, 32 or 64 tokens
     constexpr int NT = decltype(nt)::value < 2 ? 2 : decltype(nt)::value;
     if (p.b_image == nullptr) {
-      detail::launch_in("fp8_split_wg", fp8_split_wg_kernel<NT, false>, grid, wg_threads,
+      detail::launch_in("fp8_split_wg", fp8_split_wg_kernel<NT, false, 2>, grid, wg_threads,
                         dim3(1, 1, unsigned(splits)), 0, stream, p, per);
       return;
     }
@@ -542,12 +551,18 @@ void launch_fp8_split_wg(const fp8_gemv_params& p, cudaStream_t stream) {
     const std::int64_t items = p.groups * 8 * NT * chunks * (chunk / 4);
     detail::launch("fp8_split_wg_image", wg_split_image_kernel<NT>, unsigned((items + 255) / 256),
                    256, 0, stream, p, chunks);
-    static std::atomic<std::size_t> limits[detail::max_tracked_devices];
     const std::size_t smem = std::size_t(wg_stages) * wg_chunk_bytes<NT>;
-    detail::ensure_smem(reinterpret_cast<const void*>(&fp8_split_wg_kernel<NT, true>), smem,
-                        limits);
-    detail::launch_in("fp8_split_wg", fp8_split_wg_kernel<NT, true>, grid, wg_threads,
-                      dim3(1, 1, unsigned(splits)), smem, stream, p, per);
+    auto go = [&](auto kernel, std::atomic<std::size_t>(&limits)[detail::max_tracked_devices]) {
+      detail::ensure_smem(reinterpret_cast<const void*>(kernel), smem, limits);
+      detail::launch_in("fp8_split_wg", kernel, grid, wg_threads, dim3(1, 1, unsigned(splits)),
+                        smem, stream, p, per);
+    };
+    static std::atomic<std::size_t> limits2[detail::max_tracked_devices];
+    static std::atomic<std::size_t> limits4[detail::max_tracked_devices];
+    if (wg_depth() == 4)
+      go(&fp8_split_wg_kernel<NT, true, 4>, limits4);
+    else
+      go(&fp8_split_wg_kernel<NT, true, 2>, limits2);
   });
 }
 
