@@ -324,6 +324,11 @@ struct hc_expand_params {
   int hc = 4;
 };
 void launch_hc_expand(const hc_expand_params& p, cudaStream_t stream);
+/// Whether launch_hc_expand takes the 4-column kernel where it fits (dim % 4 == 0, 16-byte
+/// aligned, hc <= 4; DEEPINFER_HC_EXPAND_VEC=0 off): each residual value read once instead of
+/// once per output stream. The same bits either way.
+void set_hc_expand_vec(bool on);
+bool hc_expand_vec();
 
 // ---- Engram --------------------------------------------------------------------------
 

@@ -363,7 +363,57 @@ __global__ void hc_expand_kernel(const hc_expand_params p) {
   p.out[i] = p.post[std::int64_t(t) * p.hc + k] * p.y[std::int64_t(t) * p.dim + d] + mixed;
 }
 
+/// hc_expand_kernel's values for 4 columns of a token at once, every stream: each residual
+/// float4 read once (the kernel above reads each residual value once per output stream, hc
+/// times), the same products summed in the same order (the same bits). dim % 4 == 0, 16-byte
+/// aligned rows, hc <= kExpandMaxHc.
+constexpr int kExpandMaxHc = 4;
+__global__ void hc_expand_vec_kernel(const hc_expand_params p) {
+  detail::grid_dependency_sync();
+  const std::int64_t quads = p.dim / 4;
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= p.tokens * quads) return;
+  const std::int64_t t = i / quads, d = 4 * (i % quads);
+  float4 r[kExpandMaxHc];  // fixed bounds below: kept in registers
+#pragma unroll
+  for (int j = 0; j < kExpandMaxHc; ++j)
+    if (j < p.hc)
+      r[j] = __ldg(reinterpret_cast<const float4*>(p.residual + (t * p.hc + j) * p.dim + d));
+  const float4 y = __ldg(reinterpret_cast<const float4*>(p.y + t * p.dim + d));
+#pragma unroll
+  for (int k = 0; k < kExpandMaxHc; ++k) {
+    if (k >= p.hc) break;
+    float4 mixed = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int j = 0; j < kExpandMaxHc; ++j) {
+      if (j >= p.hc) break;
+      const float c = p.comb[(t * p.hc + j) * p.hc + k];
+      mixed.x += c * r[j].x;
+      mixed.y += c * r[j].y;
+      mixed.z += c * r[j].z;
+      mixed.w += c * r[j].w;
+    }
+    const float post = p.post[t * p.hc + k];
+    float4 o;
+    o.x = post * y.x + mixed.x;
+    o.y = post * y.y + mixed.y;
+    o.z = post * y.z + mixed.z;
+    o.w = post * y.w + mixed.w;
+    *reinterpret_cast<float4*>(p.out + (t * p.hc + k) * p.dim + d) = o;
+  }
+}
+
+std::atomic<bool> g_expand_vec{detail::env_switch("DEEPINFER_HC_EXPAND_VEC", true)};
+
 }  // namespace
+
+void set_hc_expand_vec(bool on) {
+  g_expand_vec = on;
+}
+
+bool hc_expand_vec() {
+  return g_expand_vec;
+}
 
 std::size_t hc_mixes_workspace_bytes(const hc_mixes_params& p) {
   const int num_mixes = p.head_pre ? p.hc : (2 + p.hc) * p.hc;
@@ -450,6 +500,14 @@ void launch_hc_expand(const hc_expand_params& p, cudaStream_t stream) {
   DI_CHECK(p.hc > 0 && p.dim >= 0 && p.tokens >= 0, "hc_expand: {} streams of {}", p.hc, p.dim);
   if (p.tokens * p.dim == 0) return;
   DI_CHECK(p.y && p.residual && p.post && p.comb && p.out, "hc_expand: missing operand");
+  auto aligned = [](const float* q) { return reinterpret_cast<std::uintptr_t>(q) % 16 == 0; };
+  if (g_expand_vec && p.hc <= kExpandMaxHc && p.dim % 4 == 0 && aligned(p.y) &&
+      aligned(p.residual) && aligned(p.out)) {
+    const std::int64_t threads = p.tokens * (p.dim / 4);
+    detail::launch("hc_expand", hc_expand_vec_kernel, unsigned((threads + 255) / 256), 256, 0,
+                   stream, p);
+    return;
+  }
   const std::int64_t rows = p.tokens * p.hc, chunks = (p.dim + 255) / 256;
   DI_CHECK(rows < (std::int64_t(1) << 31) && chunks < 65536,
            "hc_expand: {} tokens of {} streams x {} exceed one launch", p.tokens, p.hc, p.dim);

@@ -263,6 +263,17 @@ TEST_CASE("cuda hc_mixes, hc_head_pre, hc_collapse, hc_expand") {
       const tensor want_exp = cpu::hc_expand(y, x, want.post, want.comb);
       CHECK(test::max_scaled_err(col.to_host(want_col.shape(), dtype::f32), want_col, 1e-5, 1e-5) <= 1.0);
       CHECK(test::max_scaled_err(exp.to_host(want_exp.shape(), dtype::f32), want_exp, 1e-5, 1e-5) <= 1.0);
+      // The 4-column kernel (dim % 4 == 0: 64, 4096) and the one-column kernel (100, or
+      // switched off) give the same bits.
+      const bool vec_before = cuda::hc_expand_vec();
+      cuda::set_hc_expand_vec(!vec_before);
+      dbuf exp2(x.nbytes());
+      cuda::launch_hc_expand({dy.get<float>(), dx.get<float>(), dpost.get<float>(),
+                              dcomb.get<float>(), exp2.get<float>(), tokens, dim, hc},
+                             nullptr);
+      cuda::set_hc_expand_vec(vec_before);
+      CHECK(test::bytes_equal(exp2.to_host(want_exp.shape(), dtype::f32),
+                              exp.to_host(want_exp.shape(), dtype::f32)));
     }
   }
 }
