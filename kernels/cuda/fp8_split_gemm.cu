@@ -273,6 +273,25 @@ constexpr int wg_stages = 4;
 // two blocks an SM to hide them, 56 us for V4's 33.5 MB wo_a. The same bytes reach the same
 // wgmmas in the same order, so the results are the direct path's bits.
 
+/// Inputs 16 tq + 4 s .. + 3 of token 8 j + row within a 64-input half, v, split into their
+/// bf16 parts and stored where step q (= half * 4 + s) of a chunk's B (at `chunk`) keeps them:
+/// hi and lo in their core matrices of token group j, k slots 2 tq, 2 tq + 1 (v.x, v.y) and
+/// 8 + 2 tq, 9 + 2 tq (v.z, v.w, 128 bytes on). fp8_split_wg's B layout, written by the direct
+/// path's threads into shared memory and by wg_split_image_kernel into the B image alike.
+template <int NT>
+__device__ __forceinline__ void store_split(std::uint8_t* chunk, float4 v, int q, int j, int row,
+                                            int tq) {
+  std::uint32_t hi0, lo0, hi1, lo1;
+  split2(v.x, v.y, hi0, lo0);
+  split2(v.z, v.w, hi1, lo1);
+  std::uint8_t* hi = chunk + ((q * 2 + 0) * NT + j) * 256 + row * 16 + 4 * tq;
+  std::uint8_t* lo = chunk + ((q * 2 + 1) * NT + j) * 256 + row * 16 + 4 * tq;
+  *reinterpret_cast<std::uint32_t*>(hi) = hi0;
+  *reinterpret_cast<std::uint32_t*>(hi + 128) = hi1;
+  *reinterpret_cast<std::uint32_t*>(lo) = lo0;
+  *reinterpret_cast<std::uint32_t*>(lo + 128) = lo1;
+}
+
 /// The B image of x: per (group, chunk, token, float4 of inputs) one thread, writing the words
 /// fp8_split_wg_kernel's store_x writes to shared memory for that float4 (zeros past the rows
 /// and past K).
@@ -290,17 +309,8 @@ __global__ void wg_split_image_kernel(fp8_gemv_params p, std::int64_t chunks) {
   if (token < p.rows && k < p.in)
     v = __ldg(reinterpret_cast<const float4*>(p.x + token * p.groups * p.in + group * p.in + k));
   const int h = 4 * m / half_k, r = 4 * m % half_k, tq = r / 16, q = h * 4 + (r % 16) / 4;
-  const int j = token / 8, row = token % 8;
-  std::uint32_t hi0, lo0, hi1, lo1;
-  split2(v.x, v.y, hi0, lo0);
-  split2(v.z, v.w, hi1, lo1);
-  std::uint8_t* base = p.b_image + (group * chunks + c) * wg_chunk_bytes<NT> + row * 16 + 4 * tq;
-  std::uint8_t* hi = base + ((q * 2 + 0) * NT + j) * 256;
-  std::uint8_t* lo = base + ((q * 2 + 1) * NT + j) * 256;
-  *reinterpret_cast<std::uint32_t*>(hi) = hi0;
-  *reinterpret_cast<std::uint32_t*>(hi + 128) = hi1;
-  *reinterpret_cast<std::uint32_t*>(lo) = lo0;
-  *reinterpret_cast<std::uint32_t*>(lo + 128) = lo1;
+  store_split<NT>(p.b_image + (group * chunks + c) * wg_chunk_bytes<NT>, v, q, token / 8, token % 8,
+                  tq);
 }
 
 template <int NT, bool STAGED, int DEPTH>
@@ -347,18 +357,7 @@ __global__ void __launch_bounds__(wg_threads, 2)
   };
   auto store_x = [&](const float4(&xr)[quads]) {
 #pragma unroll
-    for (int i = 0; i < quads; ++i) {
-      const int q = item_q(i), j = item_j(i);
-      std::uint32_t hi0, lo0, hi1, lo1;
-      split2(xr[i].x, xr[i].y, hi0, lo0);  // k slots 2 tq, 2 tq + 1
-      split2(xr[i].z, xr[i].w, hi1, lo1);  // k slots 8 + 2 tq, 9 + 2 tq
-      std::uint8_t* hi = bsm + ((q * 2 + 0) * NT + j) * 256 + row * 16 + 4 * tq;
-      std::uint8_t* lo = bsm + ((q * 2 + 1) * NT + j) * 256 + row * 16 + 4 * tq;
-      *reinterpret_cast<std::uint32_t*>(hi) = hi0;
-      *reinterpret_cast<std::uint32_t*>(hi + 128) = hi1;
-      *reinterpret_cast<std::uint32_t*>(lo) = lo0;
-      *reinterpret_cast<std::uint32_t*>(lo + 128) = lo1;
-    }
+    for (int i = 0; i < quads; ++i) store_split<NT>(bsm, xr[i], item_q(i), item_j(i), row, tq);
   };
 
   auto load_w = [&](weight_batch& wb, std::int64_t k0) { rows.load<halves>(wb, k0, ke); };
@@ -476,8 +475,13 @@ __global__ void __launch_bounds__(wg_threads, 2)
 /// two, as the direct path). H200, session 32, V4 wo_a, kernel rows (us, 4 / 2): M=16 22.9 /
 /// 26.1, M=32 27.6 / 32.8, M=64 48.3 / 50.2 -- the freed activation registers hold them.
 int wg_depth() {
-  static const int depth = int(detail::env_count("DEEPINFER_SPLIT_WG_DEPTH", 4, 4, 2));
-  return depth == 2 ? 2 : 4;
+  static const int depth = [] {
+    const auto d = detail::env_count("DEEPINFER_SPLIT_WG_DEPTH", 4, 4, 2);
+    if (d == 3)
+      std::fprintf(stderr, "deepinfer: DEEPINFER_SPLIT_WG_DEPTH=3 ignored (2 or 4); using 4\n");
+    return d == 2 ? 2 : 4;
+  }();
+  return depth;
 }
 
 /// Blocks along K: two when the row blocks alone leave the GPU short of streaming warps
