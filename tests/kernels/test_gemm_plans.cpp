@@ -121,6 +121,29 @@ TEST_CASE("hc_collapse_norm's cluster variant: on by default, chosen by the widt
   cuda::set_hc_collapse_norm_cluster(before);  // as the environment left it
 }
 
+TEST_CASE("fp8_split_wg's B image: one chunk's B per (group, chunk of K), by token tile") {
+  // 16-token tiles (9..16 rows) and 32-token tiles take 128-input chunks, 64-token tiles
+  // 64-input chunks; a chunk's B holds both bf16 parts of every token: chunk x tokens x 4 bytes.
+  // K not a multiple of the chunk rounds up (the image's tail is zeros).
+  CHECK(cuda::fp8_split_wg_image_bytes(9, 8, 4096) == 8u * 32 * 128 * 16 * 4);
+  CHECK(cuda::fp8_split_wg_image_bytes(16, 8, 4096) == 8u * 32 * 128 * 16 * 4);
+  CHECK(cuda::fp8_split_wg_image_bytes(17, 8, 4096) == 8u * 32 * 128 * 32 * 4);
+  CHECK(cuda::fp8_split_wg_image_bytes(33, 8, 4096) == 8u * 64 * 64 * 64 * 4);
+  CHECK(cuda::fp8_split_wg_image_bytes(64, 8, 4096) == 8u * 64 * 64 * 64 * 4);
+  CHECK(cuda::fp8_split_wg_image_bytes(64, 3, 528) == 3u * 9 * 64 * 64 * 4);
+  CHECK(cuda::fp8_split_wg_image_bytes(20, 1, 1040) == 1u * 9 * 128 * 32 * 4);
+  // The staged path and the 4-column hc_expand are on by default (switches restored after).
+  const bool staged = cuda::get_split_wg_staged(), vec = cuda::hc_expand_vec();
+  if (!std::getenv("DEEPINFER_SPLIT_WG_STAGED")) CHECK(staged);
+  if (!std::getenv("DEEPINFER_HC_EXPAND_VEC")) CHECK(vec);
+  cuda::set_split_wg_staged(!staged);
+  cuda::set_hc_expand_vec(!vec);
+  CHECK(cuda::get_split_wg_staged() == !staged);
+  CHECK(cuda::hc_expand_vec() == !vec);
+  cuda::set_split_wg_staged(staged);
+  cuda::set_hc_expand_vec(vec);
+}
+
 TEST_CASE("stream_gemm plans depend on the weight's shape, not on the batch") {
   std::vector<shape> shapes = dense_fp8_shapes;
   shapes.insert(shapes.end(), expert_shapes.begin(), expert_shapes.end());
