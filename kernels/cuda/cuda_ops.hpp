@@ -117,6 +117,12 @@ bool get_stream_gemm_early();
 /// token at any batch of up to 8 rows. Defined in stream_gemm.cu.
 void set_stream_gemm_wide(bool on);
 bool get_stream_gemm_wide();
+/// linear_pair's two dense FP8 weights over the same decode rows (<= 8) in one stream_gemm
+/// launch where each would take stream_gemm with the same plan (the attention's wq_a and wkv,
+/// the shared expert's w1 and w3): on by default, DEEPINFER_STREAM_PAIR=0 off (two launches).
+/// The same bits either way. Defined in stream_gemm.cu.
+void set_stream_gemm_pair(bool on);
+bool get_stream_gemm_pair();
 /// Dense FP8 decode tiles (<= 8 rows) go to dense_wg_gemm -- the FP8 warpgroup MMA, native on
 /// the H200, where stream_gemm's mma.sync e4m3 is emulated; K split by the weight's shape only
 /// across a thread-block cluster (deterministic, batch-invariant up to 8 rows) -- when switched

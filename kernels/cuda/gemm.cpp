@@ -337,15 +337,65 @@ tensor linear(const quantized_rows& x, const weight_matrix& weight, const linear
   return block_linear(x.x, weight, {x.codes, x.scales}, act_block);  // x's codes: no act_quant
 }
 
+namespace {
+
+/// block_linear of both weights from the same codes q: one stream_gemm launch where it takes
+/// the pair (stream_gemm_takes_pair: decode rows, the same plan for both -- each output the
+/// bits of its own launch), else one launch each.
+std::pair<tensor, tensor> block_linear_pair(const tensor& x, const weight_matrix& a,
+                                            const weight_matrix& b, const quantized_act& q,
+                                            int act_block) {
+  const std::int64_t rows = x.size(0), in = x.size(1);
+  const bool same_format = a.values.type() == b.values.type() && a.block.rows == b.block.rows &&
+                           a.block.cols == b.block.cols && a.scales.type() == b.scales.type() &&
+                           a.scales.size(1) == b.scales.size(1) && !a.interleaved && !b.interleaved;
+  if (same_format && rows <= 8 && a.values.type() == dtype::f8_e4m3) {
+    tensor ya = tensor::empty({rows, a.rows()}, dtype::f32, x.dev());  // [rows, out_a]
+    tensor yb = tensor::empty({rows, b.rows()}, dtype::f32, x.dev());  // [rows, out_b]
+    block_gemm_params p = gemm_params(a, q, act_block, in, a.rows(), 1, ya);
+    p.rows = rows;
+    p.max_rows = rows;
+    p.y_stride = a.rows();
+    const block_gemm_params pb = gemm_params(b, q, act_block, in, b.rows(), 1, yb);
+    p.weight_b = pb.weight;
+    p.wscale_e8m0_b = pb.wscale_e8m0;
+    p.wscale_f32_b = pb.wscale_f32;
+    p.n_b = b.rows();
+    p.y_b = yb.data<float>();
+    p.y_stride_b = b.rows();
+    if (stream_gemm_takes_pair(p)) {
+      run_block_gemm(p, x.dev());
+      return {ya, yb};
+    }
+  }
+  return {block_linear(x, a, q, act_block), block_linear(x, b, q, act_block)};
+}
+
+}  // namespace
+
 std::pair<tensor, tensor> linear_pair(const tensor& x, const weight_matrix& a,
                                       const weight_matrix& b, const linear_params& params) {
   check_linear_operands(x, a);
   check_linear_operands(x, b);
   const int act_block = params.act_quant_block;
+  const std::int64_t rows = x.size(0), in = x.size(1);
+  const gemm_backend backend = g_backend;
+  if (rows > 0 && is_stored_format(a) && is_stored_format(b) && block_gemm_fits(a, in, act_block) &&
+      block_gemm_fits(b, in, act_block) && tries_cublaslt(backend, a, rows, in, act_block) &&
+      tries_cublaslt(backend, b, rows, in, act_block)) {
+    // Both on cuBLASLt's block-scaled GEMM (V4's blocks from 16 rows): x quantized once, as
+    // each linear would have quantized it (the same codes and scales, so the same bits).
+    const quantized_act q = quantize_act(x, act_block, !(cublaslt_scale_layout() & 2));
+    tensor ya = tensor::empty({rows, a.rows()}, dtype::f32, x.dev());  // [rows, out_a]
+    tensor yb = tensor::empty({rows, b.rows()}, dtype::f32, x.dev());  // [rows, out_b]
+    if (cublaslt_block_fp8(a, q.codes, q.scales, ya) &&
+        cublaslt_block_fp8(b, q.codes, q.scales, yb))
+      return {ya, yb};
+  }
   if (!takes_block_gemm(x, a, act_block) || !takes_block_gemm(x, b, act_block))
     return {cuda::linear(x, a, params), cuda::linear(x, b, params)};
   const quantized_act q = quantize_act(x, act_block, false);  // once for both
-  return {block_linear(x, a, q, act_block), block_linear(x, b, q, act_block)};
+  return block_linear_pair(x, a, b, q, act_block);
 }
 
 std::pair<tensor, tensor> linear_pair(const quantized_rows& x, const weight_matrix& a,
@@ -358,7 +408,7 @@ std::pair<tensor, tensor> linear_pair(const quantized_rows& x, const weight_matr
   check_linear_operands(x.x, a);
   check_linear_operands(x.x, b);
   const quantized_act q{x.codes, x.scales};  // x's codes: no act_quant launch
-  return {block_linear(x.x, a, q, act_block), block_linear(x.x, b, q, act_block)};
+  return block_linear_pair(x.x, a, b, q, act_block);
 }
 
 tensor grouped_linear(const tensor& x, const weight_matrix& weight) {

@@ -72,6 +72,13 @@ struct block_gemm_params {
   const std::uint8_t* weight_b = nullptr;
   const std::uint8_t* wscale_e8m0_b = nullptr;
   float* y_b = nullptr;
+  /// A dense pair of different heights (n_b > 0; stream_gemm only, stream_gemm_takes_pair): the
+  /// second weight [n_b, k] -- FP8 in the first's format and scale blocks, scales in
+  /// wscale_e8m0_b or wscale_f32_b -- over the same activations, its outputs in y_b with row
+  /// stride y_stride_b. One launch: the first weight's row blocks, then the second's.
+  std::int64_t n_b = 0;
+  const float* wscale_f32_b = nullptr;
+  std::int64_t y_stride_b = 0;
 };
 /// How launch_block_gemm will run p: its K splits and the output tiles each split covers
 /// (deterministic splits need splits * y_elements floats of split_work and tiles counters).
@@ -91,6 +98,17 @@ bool block_gemm_takes_pair(const block_gemm_params& p);
 /// block_gemm's decode kernel (stream_gemm.cu): weights streamed into registers; its K splits
 /// depend on the weight's shape only and add deterministically (no workspace).
 void launch_stream_gemm(const block_gemm_params& p, cudaStream_t stream);
+/// Whether p (a dense pair: n_b > 0) runs as one stream_gemm launch: each weight alone would go
+/// to stream_gemm with the same plan (so each output has the bits of its own launch), and the
+/// first weight's rows fill whole row blocks. launch_block_gemm runs such a pair; otherwise the
+/// caller launches the two weights one after the other. set_stream_gemm_pair(false) /
+/// DEEPINFER_STREAM_PAIR=0: never.
+bool stream_gemm_takes_pair(const block_gemm_params& p);
+/// stream_gemm's part of that (stream_gemm.cu): the same plan for both weights, whole row
+/// blocks for the first, the switch on. launch_stream_gemm checks it for every pair.
+bool stream_gemm_pair_fits(const block_gemm_params& p);
+/// One weight of a dense pair (the first, or with `second` the second) as a launch of its own.
+block_gemm_params dense_pair_part(const block_gemm_params& p, bool second);
 /// How launch_stream_gemm runs p (host-side; depends on the weight's shape, the groups and the
 /// switches, never on the rows: the grid's token tiles and compacted groups aside).
 struct stream_gemm_plan {

@@ -491,6 +491,25 @@ bool block_gemm_takes_pair(const block_gemm_params& p) {
   return to_wg_gemm(p, shape_of(p));  // (wg_gemm_takes checks the pair's operands and mode)
 }
 
+namespace {
+bool wide_dense(const block_gemm_params& p);
+
+/// Whether launch_block_gemm would hand p (a single weight) to stream_gemm.
+bool goes_to_stream_gemm(const block_gemm_params& p) {
+  if (p.weight_b || p.max_rows == 0 || p.n == 0 || p.groups == 0 || p.k / step_k == 0 ||
+      wide_dense(p) || skinny(p))
+    return false;
+  const launch_shape sh = shape_of(p);
+  return streams(sh) && !to_wg_gemm(p, sh) && !dense_wg_gemm_takes(p) && !pipe_gemm_takes(p);
+}
+}  // namespace
+
+bool stream_gemm_takes_pair(const block_gemm_params& p) {
+  if (p.n_b <= 0 || !p.weight_b) return false;
+  return goes_to_stream_gemm(dense_pair_part(p, false)) &&
+         goes_to_stream_gemm(dense_pair_part(p, true)) && stream_gemm_pair_fits(p);
+}
+
 void set_wg_gemm_wide_tiles(bool on) {
   g_wg_wide_tiles = on;
 }
@@ -531,6 +550,11 @@ block_gemm_plan plan_block_gemm(const block_gemm_params& p) {
 
 void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream) {
   check_interleaved(p, "block_gemm");
+  if (p.weight_b && p.n_b > 0) {  // a dense pair of different heights: one stream_gemm launch
+    DI_CHECK(stream_gemm_takes_pair(p), "block_gemm: stream_gemm does not take this pair");
+    launch_stream_gemm(p, stream);
+    return;
+  }
   if (p.weight_b) {  // a pair: one wg_gemm launch, where each weight alone would take wg_gemm
     DI_CHECK(block_gemm_takes_pair(p), "block_gemm: no kernel takes this pair of weights");
     launch_wg_gemm(p, stream);

@@ -54,7 +54,31 @@ struct stream_config {
   int warp_align;       ///< a warp's K range starts at a multiple of this (>= a promotion block)
   bool compact;         ///< grid row y serves the y-th non-empty group
   bool early;  ///< dense: the first batch's weights loaded before the wait for the last kernel
+  /// A dense pair (p.n_b > 0): grid columns from here on take the second weight.
+  int pair_blocks = 1 << 30;
 };
+
+/// The weight a block of a dense pair multiplies (the first's outside pairs): its rows, codes
+/// and scales, and the block's grid column among that weight's row blocks. Pairs are
+/// dense (group 0), so uniform over the block.
+struct stream_weight {
+  bool second;
+  std::int64_t n;
+  const std::uint8_t* weight;
+  const std::uint8_t* wscale_e8m0;
+  const float* wscale_f32;
+  int column;
+};
+__device__ __forceinline__ stream_weight stream_weight_of(const block_gemm_params& p,
+                                                          const stream_config& cfg) {
+  const bool second = int(blockIdx.x) >= cfg.pair_blocks;
+  return {second,
+          second ? p.n_b : p.n,
+          second ? p.weight_b : p.weight,
+          second ? p.wscale_e8m0_b : p.wscale_e8m0,
+          second ? p.wscale_f32_b : p.wscale_f32,
+          int(blockIdx.x) - (second ? cfg.pair_blocks : 0)};
+}
 
 /// How stream_gemm's FP8 warps load their weights (the kernel's WIDE): 8-byte fragments, or
 /// 16-byte loads of pairs of steps, sorted between lanes or mixed within a promotion block.
@@ -141,8 +165,9 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
   per_warp = (per_warp + cfg.warp_align - 1) / cfg.warp_align * cfg.warp_align;
   const int w0 = split_begin + wk_i * per_warp;
   const int w1 = min(split_end, w0 + per_warp);
-  const std::int64_t n0 = (std::int64_t(blockIdx.x) * (warps / cfg.wk) + wr_i) * warp_rows;
-  const bool active = n0 < p.n && w0 < w1;
+  const stream_weight sw = stream_weight_of(p, cfg);
+  const std::int64_t n0 = (std::int64_t(sw.column) * (warps / cfg.wk) + wr_i) * warp_rows;
+  const bool active = n0 < sw.n && w0 < w1;
 
   // Pointers at the warp's first step; batches index them with small offsets. Tokens past
   // the group read its last row: their MMA columns and outputs are never stored.
@@ -156,21 +181,21 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
   for (int m = 0; m < tiles; ++m)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const std::int64_t r = group * p.n + min(n0 + 16 * m + 8 * h + g, p.n - 1);
+      const std::int64_t r = group * sw.n + min(n0 + 16 * m + 8 * h + g, sw.n - 1);
       if constexpr (IL)  // the stripe n0 starts, run w0 / 4, this (m, h) piece, this lane
-        wrow[m][h] = p.weight + (group * p.n + n0) * row_bytes + std::int64_t(w0) * 32 * step_bytes +
-                     ((2 * m + h) * 32 + lane) * 16;
+        wrow[m][h] = sw.weight + (group * sw.n + n0) * row_bytes +
+                     std::int64_t(w0) * 32 * step_bytes + ((2 * m + h) * 32 + lane) * 16;
       else
-        wrow[m][h] = p.weight + r * row_bytes + std::int64_t(w0) * step_bytes +
+        wrow[m][h] = sw.weight + r * row_bytes + std::int64_t(w0) * step_bytes +
                      (FP4    ? 4 * t
                       : WIDE ? 16 * t
                              : 8 * t);
       if constexpr (FP4) {
-        ws8[m][h] = p.wscale_e8m0 + r * p.wscale_cols;
+        ws8[m][h] = sw.wscale_e8m0 + r * p.wscale_cols;
       } else if (h == 0) {
         const std::int64_t at = (r / p.block_rows) * p.wscale_cols;
-        ws8[m][0] = p.wscale_e8m0 ? p.wscale_e8m0 + at : nullptr;
-        if (m == 0 && !p.wscale_e8m0) ws32 = p.wscale_f32 + at;  // tiles == 1 for FP8
+        ws8[m][0] = sw.wscale_e8m0 ? sw.wscale_e8m0 + at : nullptr;
+        if (m == 0 && !sw.wscale_e8m0) ws32 = sw.wscale_f32 + at;  // tiles == 1 for FP8
       }
     }
   const std::int64_t col0 = group * p.act_group_offset;
@@ -494,15 +519,19 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
     add_split_pair(acc, &partial[warp][lane][0], split, sums);
     sums = sums && split == 0;
   }
-  if (!sums || n0 >= p.n) return;
+  // (The pair's choice again rather than kept live through the loop.)
+  const stream_weight out = stream_weight_of(p, cfg);
+  if (!sums || n0 >= out.n) return;
+  float* const y = out.second ? p.y_b : p.y;
+  const std::int64_t y_stride = out.second ? p.y_stride_b : p.y_stride;
 #pragma unroll
   for (int m = 0; m < tiles; ++m)
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const std::int64_t r = n0 + 16 * m + g + (c < 2 ? 0 : 8);
       const std::int64_t tk = tok0 + 2 * t + (c & 1);
-      if (r >= p.n || tk >= count) continue;
-      p.y[group * p.y_group_offset + (row_begin + tk) * p.y_stride + r] = acc[m][c];
+      if (r >= out.n || tk >= count) continue;
+      y[group * p.y_group_offset + (row_begin + tk) * y_stride + r] = acc[m][c];
     }
     }();
     if constexpr (!WALK) break;
@@ -684,9 +713,65 @@ stream_gemm_plan plan_stream_gemm(const block_gemm_params& p) {
           sh.token_tiles, mode != pair_none};
 }
 
+block_gemm_params dense_pair_part(const block_gemm_params& p, bool second) {
+  block_gemm_params b = p;
+  if (second) {
+    b.weight = p.weight_b;
+    b.wscale_e8m0 = p.wscale_e8m0_b;
+    b.wscale_f32 = p.wscale_f32_b;
+    b.n = p.n_b;
+    b.y = p.y_b;
+    b.y_stride = p.y_stride_b;
+    b.y_elements = 0;
+  }
+  b.weight_b = nullptr;
+  b.wscale_e8m0_b = nullptr;
+  b.wscale_f32_b = nullptr;
+  b.y_b = nullptr;
+  b.n_b = 0;
+  b.y_stride_b = 0;
+  return b;
+}
+
+namespace {
+
+std::atomic<bool> g_pair{detail::env_switch("DEEPINFER_STREAM_PAIR", true)};
+
+}  // namespace
+
+void set_stream_gemm_pair(bool on) {
+  g_pair = on;
+}
+bool get_stream_gemm_pair() {
+  return g_pair;
+}
+
+bool stream_gemm_pair_fits(const block_gemm_params& p) {
+  if (!g_pair || p.n_b <= 0 || !p.weight_b || !p.y_b || p.fp4 || p.offsets || p.groups != 1 ||
+      p.max_rows > 8 || p.n <= 0)
+    return false;
+  if ((p.wscale_e8m0 == nullptr) != (p.wscale_e8m0_b == nullptr)) return false;
+  const block_gemm_params a = dense_pair_part(p, false), b = dense_pair_part(p, true);
+  const stream_gemm_plan pa = plan_stream_gemm(a), pb = plan_stream_gemm(b);
+  const bool same = pa.warps_along_k == pb.warps_along_k && pa.k_splits == pb.k_splits &&
+                    pa.steps_per_split == pb.steps_per_split && pa.warp_align == pb.warp_align &&
+                    pa.batch_steps == pb.batch_steps && pa.blocks_per_sm == pb.blocks_per_sm &&
+                    pa.wide_loads == pb.wide_loads && pa.token_tiles == pb.token_tiles &&
+                    variant_for(a, pair_mode_for(a)) == variant_for(b, pair_mode_for(b)) &&
+                    pair_mode_for(a) == pair_mode_for(b);
+  // The first weight's rows fill whole row blocks: no block straddles the two.
+  const std::int64_t rows_per_block = std::int64_t(warps / pa.warps_along_k) * 16;
+  return same && p.n % rows_per_block == 0;
+}
+
 void launch_stream_gemm(const block_gemm_params& p, cudaStream_t stream) {
   check_interleaved(p, "stream_gemm");
-  const stream_shape sh = stream_shape_of(p);
+  stream_shape sh = stream_shape_of(p);
+  if (p.n_b > 0) {  // a dense pair (stream_gemm_pair_fits): both weights' row blocks
+    DI_CHECK(stream_gemm_pair_fits(p), "stream_gemm: this pair of weights cannot share a launch");
+    sh.cfg.pair_blocks = int(sh.row_blocks);
+    sh.row_blocks += stream_shape_of(dense_pair_part(p, true)).row_blocks;
+  }
   const dim3 grid(unsigned(sh.row_blocks), unsigned(sh.grid_groups),
                   unsigned(sh.token_tiles * sh.cfg.k_splits));
   // 32-input scale blocks on both sides (and e8m0 weight scales): every step promotes.

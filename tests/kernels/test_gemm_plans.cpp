@@ -182,6 +182,58 @@ TEST_CASE("stream_gemm plans depend on the weight's shape, not on the batch") {
   }
 }
 
+TEST_CASE("linear_pair's dense weights share one stream_gemm launch where both plans agree") {
+  // The attention's wq_a and wkv, the shared expert's w1 and w3 (V4.1 with e8m0 32-blocks, V4
+  // with fp32 128-blocks): each alone would take stream_gemm with the same plan, and the first
+  // weight's rows fill whole row blocks -- so each output gets the bits of its own launch.
+  static const std::uint8_t scales[16] = {};
+  static const float scales32[16] = {};
+  static float y_b[1] = {};
+  auto pair = [&](std::int64_t n_a, std::int64_t n_b, std::int64_t k, int block,
+                  std::int64_t rows) {
+    cuda::block_gemm_params p = params_for({n_a, k, block, 1, block}, rows);
+    if (block == 32)
+      p.wscale_e8m0 = p.wscale_e8m0_b = scales;
+    else
+      p.wscale_f32 = p.wscale_f32_b = scales32;
+    p.weight_b = scales;  // (planning reads no pointer, only whether they are set)
+    p.n_b = n_b;
+    p.y_b = y_b;
+    p.y_stride_b = n_b;
+    return p;
+  };
+  const bool before = cuda::get_stream_gemm_pair();
+  if (!std::getenv("DEEPINFER_STREAM_PAIR")) CHECK(before);
+  cuda::set_stream_gemm_pair(true);
+  for (std::int64_t rows = 1; rows <= 8; ++rows) {
+    CAPTURE(rows);
+    CHECK(cuda::stream_gemm_takes_pair(pair(1280, 512, 5120, 32, rows)));    // V4.1 wq_a, wkv
+    CHECK(cuda::stream_gemm_takes_pair(pair(2304, 2304, 5120, 32, rows)));   // V4.1 shared w1, w3
+    CHECK(cuda::stream_gemm_takes_pair(pair(1024, 512, 4096, 128, rows)));   // V4 wq_a, wkv
+    CHECK(cuda::stream_gemm_takes_pair(pair(2048, 2048, 4096, 128, rows)));  // V4 shared w1, w3
+  }
+  // The pair's plan is each weight's own: the same as the first weight's alone.
+  const cuda::stream_gemm_plan a = cuda::plan_stream_gemm(params_for({2304, 5120, 32, 1, 32}, 1));
+  const cuda::stream_gemm_plan b =
+      cuda::plan_stream_gemm(params_for({2304 * 2, 5120, 32, 1, 32}, 1));
+  CHECK(a.k_splits == 2);
+  CHECK(b.k_splits == 1);  // (planned as one stacked weight it would split K differently)
+  // Refused: more than 8 rows (the wide tiles' or skinny_gemm's), a first weight that ends
+  // inside a row block, scales in different formats, MXFP4, the switch off.
+  CHECK_FALSE(cuda::stream_gemm_takes_pair(pair(1280, 512, 5120, 32, 9)));
+  CHECK_FALSE(cuda::stream_gemm_takes_pair(pair(200, 512, 1280, 32, 1)));
+  cuda::block_gemm_params mixed = pair(1280, 512, 5120, 32, 1);
+  mixed.wscale_e8m0_b = nullptr;
+  mixed.wscale_f32_b = scales32;
+  CHECK_FALSE(cuda::stream_gemm_takes_pair(mixed));
+  cuda::block_gemm_params fp4 = pair(2304, 2304, 5120, 32, 1);
+  fp4.fp4 = true;
+  CHECK_FALSE(cuda::stream_gemm_takes_pair(fp4));
+  cuda::set_stream_gemm_pair(false);
+  CHECK_FALSE(cuda::stream_gemm_takes_pair(pair(1280, 512, 5120, 32, 1)));
+  cuda::set_stream_gemm_pair(before);
+}
+
 TEST_CASE("stream_gemm FP8 load batching follows the shape; forcing a variant changes only that") {
   const shape short_k{32768, 1280, 32, 1, 32}, long_k{5120, 8192, 32, 1, 32};
   const shape wide{25600, 6144, 32, 1, 32};  // V4.1's Engram wkv: long K, many row blocks

@@ -640,8 +640,8 @@ TEST_CASE("cuda linear_pair and expert_linear_pair: the bits of two separate cal
   const gemm_switches ordered(true);  // K splits in a fixed order: separate calls repeat bitwise
   cuda::set_gemm_backend(cuda::gemm_backend::automatic);
   // V4.1 blocks (sm90_block_gemm's kernels at every row count: one quantization for both), V4
-  // blocks at 300 rows (cuBLASLt's block-scaled GEMM takes them: two separate calls), and an
-  // FP8 weight paired with a bf16 one (cuBLAS: two separate calls).
+  // blocks at 64 and 300 rows (cuBLASLt's block-scaled GEMM takes both weights: x quantized
+  // once for the two), and an FP8 weight paired with a bf16 one (cuBLAS: two separate calls).
   struct pair_case {
     std::int64_t in, out_a, out_b;
     int block;
@@ -680,6 +680,45 @@ TEST_CASE("cuda linear_pair and expert_linear_pair: the bits of two separate cal
                         ops::expert_linear(xe, off.to(gpu), w1, p).to(cpu_device));
     test::check_bitwise(h3.to(cpu_device),
                         ops::expert_linear(xe, off.to(gpu), w3, p).to(cpu_device));
+  }
+}
+
+TEST_CASE("cuda linear_pair on one stream_gemm launch: each output the bits of its own launch") {
+  // Decode rows of the attention's wq_a / wkv and the shared expert's w1 / w3 at V4.1's widths
+  // (e8m0 32-blocks) and V4's (fp32 128-blocks): one launch of both weights (the default)
+  // against two (DEEPINFER_STREAM_PAIR=0's path) and the CPU. Also through the norm's codes
+  // (quantized_rows), as the forward calls it, and outputs poisoned before each call.
+  struct pair_case {
+    std::int64_t in, out_a, out_b;
+    int block;
+  };
+  REQUIRE(cuda::get_stream_gemm_pair());
+  for (const pair_case c : {pair_case{5120, 1280, 512, 32}, pair_case{5120, 2304, 2304, 32},
+                            pair_case{4096, 1024, 512, 128}}) {
+    CAPTURE(c.in);
+    CAPTURE(c.out_a);
+    const weight_matrix a_host = random_fp8_scaled(c.out_a, c.in, c.block, c.block == 128);
+    const weight_matrix b_host = random_fp8_scaled(c.out_b, c.in, c.block, c.block == 128);
+    const weight_matrix a = weight_to(a_host, gpu), b = weight_to(b_host, gpu);
+    for (std::int64_t rows : {1, 2, 5, 8}) {
+      CAPTURE(rows);
+      const tensor x = varied_input(rows, c.in);
+      test::poison_device_pool();
+      const auto [ya, yb] = ops::linear_pair(x.to(gpu), a, b, {c.block});
+      const ops::quantized_rows q = ops::rms_norm_quantized(x.to(gpu), tensor(), 1e-6f, c.block);
+      const auto [qa, qb] = ops::linear_pair(q, a, b, {c.block});
+      cuda::set_stream_gemm_pair(false);
+      test::poison_device_pool();
+      const auto [sa, sb] = ops::linear_pair(x.to(gpu), a, b, {c.block});
+      const auto [ta, tb] = ops::linear_pair(q, a, b, {c.block});
+      cuda::set_stream_gemm_pair(true);
+      test::check_bitwise(ya.to(cpu_device), sa.to(cpu_device));
+      test::check_bitwise(yb.to(cpu_device), sb.to(cpu_device));
+      test::check_bitwise(qa.to(cpu_device), ta.to(cpu_device));
+      test::check_bitwise(qb.to(cpu_device), tb.to(cpu_device));
+      check_close(ya, ops::linear(x, a_host, {c.block}), 2e-3);
+      check_close(yb, ops::linear(x, b_host, {c.block}), 2e-3);
+    }
   }
 }
 
