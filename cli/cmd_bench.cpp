@@ -17,6 +17,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <random>
@@ -172,6 +174,29 @@ nlohmann::json timeline_json(const di::timeline_summary& t) {
           {"api", calls}};
 }
 
+/// DEEPINFER_TIMELINE_SEQUENCE=FILE: the last traced window's kernels in start order, one a line
+/// (start and end in us from the window's first kernel start, then the name) -- which launch
+/// follows which, for finding neighbours to fuse. Appends, so several rows share one file.
+void write_sequence(const char* path, const di::timeline_records& records,
+                    const di::timeline_window& w) {
+  std::vector<const di::timed_kernel*> in;
+  for (const auto& k : records.device)
+    if (k.start_ns >= w.begin_ns && k.start_ns < w.end_ns) in.push_back(&k);
+  std::sort(in.begin(), in.end(),
+            [](const auto* a, const auto* b) { return a->start_ns < b->start_ns; });
+  std::FILE* f = std::fopen(path, "a");
+  if (!f) {
+    fmt::print(stderr, "cannot open {} for the kernel sequence\n", path);
+    return;
+  }
+  const std::uint64_t t0 = in.empty() ? 0 : in.front()->start_ns;
+  fmt::print(f, "# window of {} kernels\n", in.size());
+  for (const auto* k : in)
+    fmt::print(f, "{:.2f}\t{:.2f}\t{}\n", (k->start_ns - t0) / 1e3, (k->end_ns - t0) / 1e3,
+               k->name);
+  std::fclose(f);
+}
+
 /// The device timeline of `steps` calls of `one_step` (kernels recorded by `tracer` since
 /// before the row's first step, so that the graphs it captured are traced too): each call is
 /// one window of the summary.
@@ -184,7 +209,11 @@ nlohmann::json trace_steps(int steps, const di::cli::kernel_tracer& tracer, Step
     one_step();
     windows.push_back({begin, tracer.now_ns()});
   }
-  return timeline_json(di::summarize_timeline(tracer.collect(), windows));
+  di::timeline_records records = tracer.collect();
+  if (const char* path = std::getenv("DEEPINFER_TIMELINE_SEQUENCE");
+      path && *path && !windows.empty())
+    write_sequence(path, records, windows.back());
+  return timeline_json(di::summarize_timeline(std::move(records), windows));
 }
 
 /// The timeline of `steps` more decode steps of batch b.
