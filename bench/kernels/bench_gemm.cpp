@@ -6,6 +6,7 @@
 // the copy bandwidth (DeepGEMM's grouped FP8 GEMMs: 92-98% of it).
 #include "bench/kernels/bench_sections.hpp"
 
+#include "kernels/cuda/cublas_gemm.hpp"
 #include "kernels/cuda/cuda_ops.hpp"
 #include "kernels/ops.hpp"
 
@@ -446,6 +447,45 @@ void wo_a_rows(const limits& lim, std::vector<result_row>& rows, const char* mod
   cuda::set_split_wg(wg_before);
 }
 
+/// cuBLASLt's block-scaled FP8 GEMM (V4's 128-blocks) at decode batches of 16, 32 and 64 rows
+/// with each candidate its heuristic offers (set_cublaslt_candidate), not only its first choice,
+/// and with K splits set onto it (set_cublaslt_splitk: the automatic rule, then 1..16). Each row
+/// times the linear (activation quantization included) over weight copies that exceed the L2.
+void lt_candidate_rows(const limits& lim, std::vector<result_row>& rows, const shape& s) {
+  const std::size_t bytes =
+      std::size_t(s.n * s.k) + std::size_t(((s.n + 127) / 128) * ((s.k + 127) / 128));
+  std::vector<weight_matrix> ws;
+  for (int i = 0; i < copies_for(bytes); ++i) ws.push_back(device_fp8(s.n, s.k, 128, 40 + i));
+  cuda::set_gemm_backend(cuda::gemm_backend::cublaslt);
+  const int splits_before = cuda::get_cublaslt_splitk();
+  for (const std::int64_t m : {16, 32, 64}) {
+    const tensor xm = random_device({m, s.k}, dtype::f32, 14);
+    cuda::set_cublaslt_candidate(0);
+    ops::linear(xm, ws[0], {128});
+    const int found = cuda::cublaslt_candidates_found();
+    // Each candidate as offered (split -1), then the first with the automatic rule (split 0,
+    // the default) and with K split 1..16 ways (forced).
+    for (int c = 0; c < found + 6; ++c) {
+      const int split = c < found ? -1 : c == found ? 0 : 1 << (c - found - 1);
+      cuda::set_cublaslt_candidate(c < found ? c : 0);
+      cuda::set_cublaslt_splitk(split);
+      const double us = median_graph_us([&] {
+                          for (const weight_matrix& w : ws) ops::linear(xm, w, {128});
+                        }) /
+                        double(ws.size());
+      if (!cuda::cublaslt_block_fp8_available()) break;
+      const double gbps = double(bytes) / (us * 1e-6) / 1e9;
+      rows.push_back(
+          {fmt::format("V4 lt candidate {} split {} M={} {}", c < found ? c : 0, split, m, s.name),
+           cuda::cublaslt_last_algo(), gbps, "GB/s", us,
+           fmt::format("copy {:.0f} GB/s", lim.copy_gbps), gbps / lim.copy_gbps});
+    }
+  }
+  cuda::set_cublaslt_candidate(0);
+  cuda::set_cublaslt_splitk(splits_before);
+  cuda::set_gemm_backend(cuda::gemm_backend::automatic);
+}
+
 }  // namespace
 
 void run_gemms(const limits& lim, std::vector<result_row>& rows, bool quick,
@@ -474,6 +514,12 @@ void run_gemms(const limits& lim, std::vector<result_row>& rows, bool quick,
   if (wanted("V4 mxfp4 il routed w1"))
     fp4_routed_rows(lim, rows, "V4", {"w1", 2048, 4096}, 256, 128, true);
   if (wanted("V4 mxfp4 il routed w2")) fp4_routed_rows(lim, rows, "V4", {"w2", 4096, 2048}, 256, 128);
+  // Every cuBLASLt candidate on V4's decode projections: only when asked for (--filter "V4 lt").
+  if (!filter.empty() && std::string("V4 lt candidates").find(filter) != std::string::npos) {
+    const shape lt[] = {{"wq_a", 1024, 4096},      {"wkv", 512, 4096},    {"shared_w1", 2048, 4096},
+                        {"shared_w2", 4096, 2048}, {"wq_b", 32768, 1024}, {"wo_b", 4096, 8192}};
+    for (const shape& s : lt) lt_candidate_rows(lim, rows, s);
+  }
 }
 
 }  // namespace di::bench

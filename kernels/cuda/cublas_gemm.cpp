@@ -11,8 +11,10 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <string>
 
 namespace di::cuda {
 
@@ -46,6 +48,64 @@ handles& thread_handles() {
 }
 
 std::atomic<bool> g_lt_available{false};
+/// Which of the heuristic's candidates cublaslt_block_fp8 takes (0: its first choice), how many
+/// the last call found, and the last call's algorithm in words (set_cublaslt_candidate: for
+/// benchmarks comparing them).
+constexpr int lt_max_candidates = 16;
+std::atomic<int> g_lt_candidate{0};
+std::atomic<int> g_lt_found{0};
+/// K splits set onto the chosen algorithm (set_cublaslt_splitk): -1 none (the heuristic's own),
+/// 0 the automatic rule (lt_splits_for), n > 0 n splits.
+std::atomic<int> g_lt_splitk{int(detail::env_count("DEEPINFER_LT_SPLITK", 0, 64, -1))};
+
+std::int32_t algo_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t a) {
+  std::int32_t v = -1;
+  std::size_t written = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, a, &v, sizeof v, &written) !=
+      CUBLAS_STATUS_SUCCESS)
+    v = -1;
+  return v;
+}
+
+}  // namespace
+
+int cublaslt_auto_splits(std::int64_t out, std::int64_t rows, std::int64_t k,
+                         int heuristic_splits) {
+  // The heuristic keeps K whole for V4's small decode projections (one 128 x 128 output tile per
+  // 128 outputs: wq_a's 8, wkv's 4, the shared expert's w1 16), so a handful of blocks each
+  // walk all of K: ~14 us for 2-8 MB. Split until about 64 blocks, at least 4 K blocks each
+  // (H200, session 33, with act-quant: wq_a 17.7 -> 10.5 us at 8 splits, wkv 17.5 -> 10.1,
+  // shared w1 17.9 -> 12.1 at 4; from 32 tiles on -- shared w2, wo_b, wq_b -- the heuristic's
+  // choice was as fast or faster).
+  const std::int64_t tiles = (out + 127) / 128;
+  if (rows > 64 || heuristic_splits != 1 || tiles >= 32) return 0;
+  int splits = 1;
+  while (splits * 2 * tiles <= 64 && splits * 2 * 4 <= k / 128) splits *= 2;
+  return splits > 1 ? splits : 0;
+}
+
+namespace {
+
+/// The K splits to set onto `result` for y [n rows, m outputs] over K = k (0: keep its own).
+int lt_splits_for(const cublasLtMatmulHeuristicResult_t& result, std::int64_t m, std::int64_t n,
+                  std::int64_t k) {
+  const int mode = g_lt_splitk.load();
+  if (mode != 0) return mode < 0 ? 0 : mode;
+  return cublaslt_auto_splits(m, n, k, algo_attr(result.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM));
+}
+thread_local std::string g_lt_last;
+
+/// An algorithm's configuration as cuBLASLt reports it (attributes it does not report: -1).
+std::string algo_text(const cublasLtMatmulHeuristicResult_t& r) {
+  auto attr = [&](cublasLtMatmulAlgoConfigAttributes_t a) { return int(algo_attr(r.algo, a)); };
+  return "algo " + std::to_string(attr(CUBLASLT_ALGO_CONFIG_ID)) + " tile " +
+         std::to_string(attr(CUBLASLT_ALGO_CONFIG_TILE_ID)) + " splitK " +
+         std::to_string(attr(CUBLASLT_ALGO_CONFIG_SPLITK_NUM)) + " reduction " +
+         std::to_string(attr(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME)) + " stages " +
+         std::to_string(attr(CUBLASLT_ALGO_CONFIG_STAGES_ID)) + " cluster " +
+         std::to_string(attr(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID)) + " waves " +
+         std::to_string(r.wavesCount);
+}
 /// split_bf16_gemm_nt's parts as one stacked GEMM up to this many rows (decode batches).
 constexpr std::int64_t split_bf16_stacked_rows = 64;
 std::atomic<bool> g_split_stacked{detail::env_switch("DEEPINFER_SPLIT_BF16_STACKED", true)};
@@ -225,14 +285,33 @@ bool cublaslt_block_fp8(const weight_matrix& w, const tensor& codes, const tenso
   const std::size_t ws = lt_workspace_bytes;
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       call.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-  cublasLtMatmulHeuristicResult_t result{};
+  // The heuristic's first choice, or (set_cublaslt_candidate) a later one where it has one.
+  const int want = g_lt_candidate.load();
+  cublasLtMatmulHeuristicResult_t results[lt_max_candidates] = {};
   int found = 0;
-  if (cublasLtMatmulAlgoGetHeuristic(h.lt, call.op, call.a, call.b, call.c, call.c, call.pref, 1,
-                                     &result, &found) != CUBLAS_STATUS_SUCCESS ||
+  if (cublasLtMatmulAlgoGetHeuristic(h.lt, call.op, call.a, call.b, call.c, call.c, call.pref,
+                                     want + 1, results, &found) != CUBLAS_STATUS_SUCCESS ||
       found == 0) {
     g_lt_available = false;
     return false;
   }
+  g_lt_found = found;
+  cublasLtMatmulHeuristicResult_t result = results[std::min(want, found - 1)];
+  if (const int split = lt_splits_for(result, m, n, k); split > 0) {
+    cublasLtMatmulHeuristicResult_t forced = result;
+    const std::int32_t num = split;
+    const std::uint32_t scheme =
+        split > 1 ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE : CUBLASLT_REDUCTION_SCHEME_NONE;
+    if (cublasLtMatmulAlgoConfigSetAttribute(&forced.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &num,
+                                             sizeof num) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulAlgoConfigSetAttribute(&forced.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                             &scheme, sizeof scheme) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulAlgoCheck(h.lt, call.op, call.a, call.b, call.c, call.c, &forced.algo,
+                                &forced) == CUBLAS_STATUS_SUCCESS &&
+        forced.workspaceSize <= ws)
+      result = forced;
+  }
+  g_lt_last = algo_text(result);
   const float one = 1.0f, zero = 0.0f;
   CUBLAS_CHECK(cublasLtMatmul(h.lt, call.op, &one, w.values.raw(), call.a, codes.raw(), call.b,
                               &zero, y.raw(), call.c, y.raw(), call.c, &result.algo,
@@ -248,6 +327,26 @@ weight_matrix with_lt_scales(const weight_matrix& w) {
   weight_matrix out = w;
   out.lt_scales = lt_weight_scales(w, 0);
   return out;
+}
+
+void set_cublaslt_candidate(int index) {
+  DI_CHECK(index >= 0 && index < lt_max_candidates, "cuBLASLt candidate {} (0..{})", index,
+           lt_max_candidates - 1);
+  g_lt_candidate = index;
+}
+void set_cublaslt_splitk(int splits) {
+  DI_CHECK(splits >= -1 && splits <= 64,
+           "cuBLASLt split-K {} (-1: the heuristic's, 0: automatic, 1..64 forced)", splits);
+  g_lt_splitk = splits;
+}
+int get_cublaslt_splitk() {
+  return g_lt_splitk;
+}
+int cublaslt_candidates_found() {
+  return g_lt_found;
+}
+std::string cublaslt_last_algo() {
+  return g_lt_last;
 }
 
 bool cublaslt_block_fp8_available() {

@@ -6,6 +6,8 @@
 
 #include "kernels/weight_matrix.hpp"
 
+#include <string>
+
 namespace di::cuda {
 
 /// y [rows, groups * out] = per group g: x[:, g*in:(g+1)*in] W_g^T with W [groups * out, in]
@@ -40,6 +42,27 @@ bool cublaslt_fp8_fits(const weight_matrix& w, std::int64_t rows, std::int64_t k
 /// enqueued) when cuBLASLt offers no kernel for it.
 bool cublaslt_block_fp8(const weight_matrix& w, const tensor& codes, const tensor& scales_mn,
                         tensor& y);
+
+/// Which of the cuBLASLt heuristic's candidates cublaslt_block_fp8 runs: 0 (the default) its
+/// first choice, i its (i+1)-th where it offers that many (else its last); for benchmarks that
+/// compare them. cublaslt_candidates_found: how many the last call was offered;
+/// cublaslt_last_algo: the last call's algorithm (id, tile, split-K, reduction, stages,
+/// cluster, waves) in words.
+void set_cublaslt_candidate(int index);
+/// K splits set onto the algorithm cublaslt_block_fp8 runs (reduced in the compute type through
+/// the workspace, where cuBLASLt accepts the configuration): 0 (the default) the automatic
+/// rule of cublaslt_auto_splits, -1 the heuristic's own always, 1..64 that many. From
+/// DEEPINFER_LT_SPLITK at start-up. A row's sums depend on the splits, which depend on the
+/// weight's shape only (decode batches of up to 64 rows).
+void set_cublaslt_splitk(int splits);
+int get_cublaslt_splitk();
+/// The automatic K splits for y [rows, out] over K = k when the heuristic chose
+/// `heuristic_splits` (0: keep them): decode batches (<= 64 rows) whose outputs make fewer
+/// than 32 tiles of 128 and whose algorithm keeps K whole get splits up to about 64 blocks,
+/// at least 4 K blocks of 128 each.
+int cublaslt_auto_splits(std::int64_t out, std::int64_t rows, std::int64_t k, int heuristic_splits);
+int cublaslt_candidates_found();
+std::string cublaslt_last_algo();
 
 /// Layout of the scale tensors handed to cuBLASLt, as bits (a GPU test probes them; 0, the
 /// layout PyTorch uses with these modes, was measured right on the H200): 1 = weight scales

@@ -7,6 +7,7 @@
 
 #if defined(DEEPINFER_HAVE_CUDA)
 #include "common/error.hpp"
+#include "kernels/cuda/cublas_gemm.hpp"
 #include "kernels/cuda/cuda_model_ops.hpp"
 #include "kernels/cuda/cuda_ops.hpp"
 #include "kernels/cuda/gemm_kernels.hpp"
@@ -232,6 +233,28 @@ TEST_CASE("linear_pair's dense weights share one stream_gemm launch where both p
   cuda::set_stream_gemm_pair(false);
   CHECK_FALSE(cuda::stream_gemm_takes_pair(pair(1280, 512, 5120, 32, 1)));
   cuda::set_stream_gemm_pair(before);
+}
+
+TEST_CASE("cuBLASLt's automatic K splits: V4's small decode projections, from the shape only") {
+  for (std::int64_t rows = 1; rows <= 64; ++rows) {
+    CAPTURE(rows);
+    CHECK(cuda::cublaslt_auto_splits(1024, rows, 4096, 1) == 8);   // wq_a: 8 tiles of 128
+    CHECK(cuda::cublaslt_auto_splits(512, rows, 4096, 1) == 8);    // wkv: 4 K blocks a split
+    CHECK(cuda::cublaslt_auto_splits(2048, rows, 4096, 1) == 4);   // shared w1
+    CHECK(cuda::cublaslt_auto_splits(4096, rows, 2048, 1) == 0);   // shared w2: 32 tiles, kept
+    CHECK(cuda::cublaslt_auto_splits(4096, rows, 8192, 3) == 0);   // wo_b: the heuristic splits
+    CHECK(cuda::cublaslt_auto_splits(32768, rows, 1024, 1) == 0);  // wq_b
+  }
+  CHECK(cuda::cublaslt_auto_splits(1024, 65, 4096, 1) == 0);  // prefill sizes: the heuristic's
+  CHECK(cuda::cublaslt_auto_splits(1024, 16, 512, 1) == 0);   // K of 4 blocks: nothing to split
+  CHECK(cuda::cublaslt_auto_splits(1024, 16, 1024, 1) == 2);
+  const int before = cuda::get_cublaslt_splitk();
+  if (!std::getenv("DEEPINFER_LT_SPLITK")) CHECK(before == 0);
+  CHECK_THROWS_AS(cuda::set_cublaslt_splitk(65), error);
+  CHECK_THROWS_AS(cuda::set_cublaslt_splitk(-2), error);
+  cuda::set_cublaslt_splitk(-1);
+  CHECK(cuda::get_cublaslt_splitk() == -1);
+  cuda::set_cublaslt_splitk(before);
 }
 
 TEST_CASE("stream_gemm FP8 load batching follows the shape; forcing a variant changes only that") {

@@ -368,6 +368,42 @@ TEST_CASE("cuda linear: cuBLASLt block-scaled FP8 (prefill shapes) or its fallba
   }
 }
 
+TEST_CASE("cuda linear: cuBLASLt with K splits set for V4's small decode projections") {
+  // wq_a / wkv / shared w1 widths at decode batches: the automatic rule splits K 8, 8 and 4
+  // ways; each setting is right against the CPU, repeats bitwise, and a row's result does not
+  // depend on the other rows of the batch (the splits come from the shape only).
+  const int before = cuda::get_cublaslt_splitk();
+  REQUIRE(before == 0);  // the default: the automatic rule
+  cuda::set_gemm_backend(cuda::gemm_backend::cublaslt);
+  for (const std::int64_t out : {1024, 512, 2048}) {
+    CAPTURE(out);
+    const weight_matrix host = random_fp8(out, 4096, 128);
+    const weight_matrix w = weight_to(host, gpu);
+    for (const std::int64_t rows : {16, 64}) {
+      CAPTURE(rows);
+      const tensor x = varied_input(rows, 4096);
+      const tensor want = ops::linear(x, host, {128});
+      for (const int splits : {0, -1, 2, 16}) {
+        CAPTURE(splits);
+        cuda::set_cublaslt_splitk(splits);
+        test::poison_device_pool();
+        const tensor got = ops::linear(x.to(gpu), w, {128});
+        REQUIRE(cuda::cublaslt_block_fp8_available());
+        check_close(got, want, 2e-3);
+        test::check_bitwise(ops::linear(x.to(gpu), w, {128}).to(cpu_device), got.to(cpu_device));
+        if (splits == 0) {  // the first 16 rows alone: the same bits as within 64
+          const std::string algo = cuda::cublaslt_last_algo();
+          CHECK(algo.find(out == 2048 ? "splitK 4 " : "splitK 8 ") != std::string::npos);
+          const tensor head = ops::linear(x.slice(0, 0, 16).clone().to(gpu), w, {128});
+          test::check_bitwise(head.to(cpu_device), got.slice(0, 0, 16).to(cpu_device).clone());
+        }
+      }
+    }
+  }
+  cuda::set_cublaslt_splitk(before);
+  cuda::set_gemm_backend(cuda::gemm_backend::automatic);
+}
+
 TEST_CASE(
     "cuda linear: automatic takes FP8 blocks cuBLASLt cannot from 256 rows to a bf16 "
     "temporary") {
