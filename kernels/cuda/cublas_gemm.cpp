@@ -93,7 +93,7 @@ int lt_splits_for(const cublasLtMatmulHeuristicResult_t& result, std::int64_t m,
   if (mode != 0) return mode < 0 ? 0 : mode;
   return cublaslt_auto_splits(m, n, k, algo_attr(result.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM));
 }
-thread_local std::string g_lt_last;
+thread_local cublasLtMatmulHeuristicResult_t g_lt_last{};  // (described on request)
 
 /// An algorithm's configuration as cuBLASLt reports it (attributes it does not report: -1).
 std::string algo_text(const cublasLtMatmulHeuristicResult_t& r) {
@@ -311,7 +311,7 @@ bool cublaslt_block_fp8(const weight_matrix& w, const tensor& codes, const tenso
         forced.workspaceSize <= ws)
       result = forced;
   }
-  g_lt_last = algo_text(result);
+  g_lt_last = result;
   const float one = 1.0f, zero = 0.0f;
   CUBLAS_CHECK(cublasLtMatmul(h.lt, call.op, &one, w.values.raw(), call.a, codes.raw(), call.b,
                               &zero, y.raw(), call.c, y.raw(), call.c, &result.algo,
@@ -346,7 +346,7 @@ int cublaslt_candidates_found() {
   return g_lt_found;
 }
 std::string cublaslt_last_algo() {
-  return g_lt_last;
+  return algo_text(g_lt_last);
 }
 
 bool cublaslt_block_fp8_available() {
