@@ -255,6 +255,11 @@ TEST_CASE("cuBLASLt's automatic K splits: V4's small decode projections, from th
   cuda::set_cublaslt_splitk(-1);
   CHECK(cuda::get_cublaslt_splitk() == -1);
   cuda::set_cublaslt_splitk(before);
+  // The heuristic's candidates a benchmark may pick: 0..15.
+  CHECK_THROWS_AS(cuda::set_cublaslt_candidate(-1), error);
+  CHECK_THROWS_AS(cuda::set_cublaslt_candidate(16), error);
+  cuda::set_cublaslt_candidate(15);
+  cuda::set_cublaslt_candidate(0);
 }
 
 TEST_CASE("stream_gemm FP8 load batching follows the shape; forcing a variant changes only that") {
