@@ -49,11 +49,12 @@ handles& thread_handles() {
 
 std::atomic<bool> g_lt_available{false};
 /// Which of the heuristic's candidates cublaslt_block_fp8 takes (0: its first choice), how many
-/// the last call found, and the last call's algorithm in words (set_cublaslt_candidate: for
-/// benchmarks comparing them).
+/// the last call found, and the last call's algorithm, described on request (set_cublaslt_
+/// candidate, cublaslt_last_algo: for benchmarks comparing them).
 constexpr int lt_max_candidates = 16;
 std::atomic<int> g_lt_candidate{0};
 std::atomic<int> g_lt_found{0};
+thread_local cublasLtMatmulHeuristicResult_t g_lt_last{};
 /// K splits set onto the chosen algorithm (set_cublaslt_splitk): -1 none (the heuristic's own),
 /// 0 the automatic rule (lt_splits_for), n > 0 n splits.
 std::atomic<int> g_lt_splitk{int(detail::env_count("DEEPINFER_LT_SPLITK", 0, 64, -1))};
@@ -93,7 +94,6 @@ int lt_splits_for(const cublasLtMatmulHeuristicResult_t& result, std::int64_t m,
   if (mode != 0) return mode < 0 ? 0 : mode;
   return cublaslt_auto_splits(m, n, k, algo_attr(result.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM));
 }
-thread_local cublasLtMatmulHeuristicResult_t g_lt_last{};  // (described on request)
 
 /// An algorithm's configuration as cuBLASLt reports it (attributes it does not report: -1).
 std::string algo_text(const cublasLtMatmulHeuristicResult_t& r) {

@@ -241,6 +241,18 @@ bool tries_cublaslt(gemm_backend backend, const weight_matrix& weight, std::int6
   return try_lt && cublaslt_fp8_fits(weight, rows, in, act_block);
 }
 
+/// x quantized as cuBLASLt's block-scaled GEMM reads it (scales in its layout).
+quantized_act lt_quantized(const tensor& x, int act_block) {
+  return quantize_act(x, act_block, !(cublaslt_scale_layout() & 2));
+}
+
+/// y [rows, out] = x W^T on cuBLASLt's block-scaled FP8 GEMM from q (lt_quantized); an undefined
+/// tensor, nothing enqueued, where cuBLASLt offers no kernel for it.
+tensor lt_linear(const weight_matrix& w, const quantized_act& q) {
+  tensor y = tensor::empty({q.codes.size(0), w.rows()}, dtype::f32, q.codes.dev());
+  return cublaslt_block_fp8(w, q.codes, q.scales, y) ? y : tensor();
+}
+
 /// Whether `automatic` takes linear(x, weight) of `rows` rows through a bf16 temporary of the
 /// weight (g_bf16_rows): FP8 weights that fit sm90_block_gemm, which cuBLASLt does not take --
 /// V4.1's 32-input blocks, and V4's 128-input blocks at row counts cuBLASLt refuses (not a
@@ -315,9 +327,8 @@ tensor linear(const tensor& x, const weight_matrix& weight, const linear_params&
     return dequant_linear(x, weight, act_block);
   if (rows == 0) return tensor::empty({0, out}, dtype::f32, x.dev());
   if (tries_cublaslt(backend, weight, rows, in, act_block)) {
-    const quantized_act q = quantize_act(x, act_block, !(cublaslt_scale_layout() & 2));
-    tensor y = tensor::empty({rows, out}, dtype::f32, x.dev());
-    if (cublaslt_block_fp8(weight, q.codes, q.scales, y)) return y;
+    tensor y = lt_linear(weight, lt_quantized(x, act_block));
+    if (y.defined()) return y;
   }
   if (backend == gemm_backend::dequant_bf16 ||
       takes_bf16_temp(backend, weight, rows, in, act_block)) {
@@ -385,12 +396,10 @@ std::pair<tensor, tensor> linear_pair(const tensor& x, const weight_matrix& a,
       tries_cublaslt(backend, b, rows, in, act_block)) {
     // Both on cuBLASLt's block-scaled GEMM (V4's blocks from 16 rows): x quantized once, as
     // each linear would have quantized it (the same codes and scales, so the same bits).
-    const quantized_act q = quantize_act(x, act_block, !(cublaslt_scale_layout() & 2));
-    tensor ya = tensor::empty({rows, a.rows()}, dtype::f32, x.dev());  // [rows, out_a]
-    tensor yb = tensor::empty({rows, b.rows()}, dtype::f32, x.dev());  // [rows, out_b]
-    if (cublaslt_block_fp8(a, q.codes, q.scales, ya) &&
-        cublaslt_block_fp8(b, q.codes, q.scales, yb))
-      return {ya, yb};
+    const quantized_act q = lt_quantized(x, act_block);
+    tensor ya = lt_linear(a, q);
+    tensor yb = ya.defined() ? lt_linear(b, q) : tensor();
+    if (yb.defined()) return {ya, yb};
   }
   if (!takes_block_gemm(x, a, act_block) || !takes_block_gemm(x, b, act_block))
     return {cuda::linear(x, a, params), cuda::linear(x, b, params)};

@@ -757,8 +757,7 @@ bool stream_gemm_pair_fits(const block_gemm_params& p) {
                     pa.steps_per_split == pb.steps_per_split && pa.warp_align == pb.warp_align &&
                     pa.batch_steps == pb.batch_steps && pa.blocks_per_sm == pb.blocks_per_sm &&
                     pa.wide_loads == pb.wide_loads && pa.token_tiles == pb.token_tiles &&
-                    variant_for(a, pair_mode_for(a)) == variant_for(b, pair_mode_for(b)) &&
-                    pair_mode_for(a) == pair_mode_for(b);
+                    pair_mode_for(a) == pair_mode_for(b);  // (batching: the variant's)
   // The first weight's rows fill whole row blocks: no block straddles the two.
   const std::int64_t rows_per_block = std::int64_t(warps / pa.warps_along_k) * 16;
   return same && p.n % rows_per_block == 0;
