@@ -68,6 +68,12 @@ void add_inplace(tensor& y, const tensor& x) {
   cpu::add_inplace(y, x);
 }
 
+void add_position_rows(tensor& y, const tensor& table, const tensor& positions) {
+  DI_CUDA_TWIN(y, add_position_rows(y, table, positions));
+  require_cpu(y, "add_position_rows");
+  cpu::add_position_rows(y, table, positions);
+}
+
 tensor concat_rows(std::span<const tensor> parts) {
   if (!parts.empty()) DI_CUDA_TWIN(parts[0], concat_rows(parts));
   for (const tensor& p : parts) require_cpu(p, "concat_rows");

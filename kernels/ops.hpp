@@ -41,6 +41,12 @@ void gather_add_rows(tensor& y, const tensor& slots, const tensor& src);
 /// y += x elementwise (same shape, f32).
 void add_inplace(tensor& y, const tensor& x);
 
+/// y[i] += table[positions[i] mod period] for every row i: y [n, width] f32, table [period,
+/// width] f32, positions [n] i64 (the non-negative remainder: a row's phase in a period of
+/// positions, e.g. a compressor's position bias). Reads positions on the device, so a CUDA
+/// graph may capture it.
+void add_position_rows(tensor& y, const tensor& table, const tensor& positions);
+
 /// Rows of every tensor in `parts` (each [rows_i, dim...] f32, same trailing shape) stacked.
 tensor concat_rows(std::span<const tensor> parts);
 

@@ -29,6 +29,7 @@ tensor gather_rows(const tensor& x, const tensor& rows);
 void scatter_add_rows(tensor& y, const tensor& rows, const tensor& src);
 void gather_add_rows(tensor& y, const tensor& slots, const tensor& src);
 void add_inplace(tensor& y, const tensor& x);
+void add_position_rows(tensor& y, const tensor& table, const tensor& positions);
 tensor concat_rows(std::span<const tensor> parts);
 tensor rms_norm(const tensor& x, const tensor& weight, float eps);
 tensor linear(const tensor& x, const weight_matrix& weight, const linear_params& params);

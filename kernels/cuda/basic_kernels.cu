@@ -221,6 +221,17 @@ __global__ void add_kernel(float* y, const float* x, std::int64_t n) {
     y[i] += x[i];
 }
 
+__global__ void add_position_rows_kernel(const add_position_rows_params p) {
+  detail::grid_dependency_sync();
+  const std::int64_t total = p.n * p.width;
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    const std::int64_t row = i / p.width, col = i % p.width;
+    const std::int64_t r = (p.positions[row] % p.period + p.period) % p.period;
+    p.y[i] += p.table[r * p.width + col];
+  }
+}
+
 /// Bytes [0, bytes) of dst from src (VEC: 16-byte units, both aligned), or zeros (src null).
 template <bool VEC>
 __global__ void copy_bytes_kernel(std::uint8_t* dst, const std::uint8_t* src, std::size_t bytes) {
@@ -379,6 +390,14 @@ void launch_fill_zero(void* dst, std::size_t bytes, cudaStream_t stream) {
 void launch_add_inplace(float* y, const float* x, std::int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   detail::launch("add", add_kernel, grid_for(n), threads, 0, stream, y, x, n);
+}
+
+void launch_add_position_rows(const add_position_rows_params& p, cudaStream_t stream) {
+  DI_CHECK(p.n >= 0 && p.width >= 0 && p.period > 0, "add_position_rows: {} rows of {}, period {}",
+           p.n, p.width, p.period);
+  if (p.n == 0 || p.width == 0) return;
+  detail::launch("add_position_rows", add_position_rows_kernel, grid_for(p.n * p.width), threads, 0,
+                 stream, p);
 }
 
 bool rms_norm_quantizes(std::int64_t dim, int block) {

@@ -77,6 +77,15 @@ void launch_gather_add_rows(const gather_add_params& p, cudaStream_t stream);
 /// y[i] += x[i] for i < n.
 void launch_add_inplace(float* y, const float* x, std::int64_t n, cudaStream_t stream);
 
+/// y[i, :] += table[positions[i] mod period, :] (the non-negative remainder).
+struct add_position_rows_params {
+  float* y;                       ///< [n, width]
+  const float* table;             ///< [period, width]
+  const std::int64_t* positions;  ///< [n]
+  std::int64_t n, width, period;
+};
+void launch_add_position_rows(const add_position_rows_params& p, cudaStream_t stream);
+
 /// dst[0, bytes) = src[0, bytes) by a kernel (16-byte accesses where both are aligned), and
 /// dst[0, bytes) = 0: the tensor type's device copies and zero fills inside a forward, where a
 /// copy-engine node would stop the programmatic launch of the kernel after it (a decode step

@@ -23,6 +23,7 @@ tensor gather_rows(const tensor& x, const tensor& rows);
 void scatter_add_rows(tensor& y, const tensor& rows, const tensor& src);
 void gather_add_rows(tensor& y, const tensor& slots, const tensor& src);
 void add_inplace(tensor& y, const tensor& x);
+void add_position_rows(tensor& y, const tensor& table, const tensor& positions);
 tensor concat_rows(std::span<const tensor> parts);
 tensor rms_norm(const tensor& x, const tensor& weight, float eps);
 quantized_rows rms_norm_quantized(const tensor& x, const tensor& weight, float eps, int block);

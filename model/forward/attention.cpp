@@ -141,9 +141,9 @@ attention_inputs attention_project(const forward_pass& pass, int layer,
   return in;
 }
 
-tensor attention_core(forward_pass& pass, int layer, const attention_inputs& in, const tensor& x) {
-  if (pass.batched) return batched_attention_core(pass, layer, in, x);
-  const compressed_rows rows = compressed_project(pass, layer, x, in.q_residual);
+tensor attention_core(forward_pass& pass, int layer, const attention_inputs& in,
+                      const compressed_rows& rows) {
+  if (pass.batched) return batched_attention_core(pass, layer, in, rows);
   compressed_feed(pass, layer, rows);
   std::vector<tensor> outs;  // per sequence [count, H, hd]
   for (sequence_pass& s : pass.seqs)
@@ -163,7 +163,8 @@ tensor attention_output(const forward_pass& pass, int layer, tensor o) {
 
 tensor attention_forward(forward_pass& pass, int layer, const tensor& x) {
   const attention_inputs in = attention_project(pass, layer, {x});
-  return attention_output(pass, layer, attention_core(pass, layer, in, x));
+  const compressed_rows rows = compressed_project(pass, layer, x, in.q_residual);
+  return attention_output(pass, layer, attention_core(pass, layer, in, rows));
 }
 
 }  // namespace di::detail

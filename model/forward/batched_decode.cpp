@@ -332,10 +332,9 @@ std::shared_ptr<decode_batch> make_decode_batch(const forward_pass& pass) {
 }
 
 tensor batched_attention_core(forward_pass& pass, int layer, const attention_inputs& in,
-                              const tensor& x) {
+                              const compressed_rows& rows) {
   decode_batch& d = *pass.batched;
   const model_config& c = pass.config;
-  const compressed_rows rows = compressed_project(pass, layer, x, in.q_residual);
   selected_entries sel;
   if (c.compress_ratio(layer) > 0) {
     DI_CHECK(!c.is_v41() || c.kv_source_of(layer) >= 0,
@@ -380,7 +379,8 @@ std::shared_ptr<decode_batch> make_decode_batch(const forward_pass&) {
   return nullptr;
 }
 
-tensor batched_attention_core(forward_pass& pass, int, const attention_inputs&, const tensor&) {
+tensor batched_attention_core(forward_pass& pass, int, const attention_inputs&,
+                              const compressed_rows&) {
   DI_FAIL("batched decode on {} needs a build with the CUDA backend", to_string(pass.dev()));
 }
 

@@ -14,15 +14,29 @@ ops::hc_params hc_params_of(const model_config& c) {
 }
 
 /// The attention site up to the per-sequence attention: mix, collapsed and normed input,
-/// queries and new window rows.
+/// queries, new window rows and the compressed branch's row-wise projections.
 struct attention_site {
   ops::hc_mix mix;
   ops::quantized_rows h;  // [rows, dim], with wq_a's activation codes where the backend fuses them
   attention_inputs in;
+  compressed_rows rows;
 };
 
+/// The compressed branch's row-wise tensors as a captured piece's outputs, and back (members
+/// a layer does not use stay undefined).
+std::vector<tensor> tensors_of(const compressed_rows& r) {
+  return {r.main.kv, r.main.score,    r.index.kv, r.index.score,
+          r.query.q, r.query.weights, r.entry_kv, r.entry_keys};
+}
+
+compressed_rows compressed_rows_of(const std::vector<tensor>& t, std::size_t at) {
+  DI_CHECK(t.size() == at + 8, "decode graph piece: {} outputs, expected {}", t.size(), at + 8);
+  return {{t[at], t[at + 1]}, {t[at + 2], t[at + 3]}, {t[at + 4], t[at + 5]}, t[at + 6], t[at + 7]};
+}
+
+/// `with_rows`: compressed_project too (else a.rows stays empty).
 attention_site attention_site_forward(const forward_pass& pass, int layer, const tensor& x,
-                                      const tensor& pre_mix) {
+                                      const tensor& pre_mix, bool with_rows = true) {
   const model_config& c = pass.config;
   const layer_weights& w = pass.weights.layers[std::size_t(layer)];
   attention_site a;
@@ -41,6 +55,9 @@ attention_site attention_site_forward(const forward_pass& pass, int layer, const
     a.mix = mixes();
     project(a.mix.pre);
   }
+  // Row-wise like the rest of the site (positions read on the device), so a decode graph
+  // captures it: the eager attention between the pieces keeps only the per-sequence work.
+  if (with_rows) a.rows = compressed_project(pass, layer, a.h.x, a.in.q_residual);
   return a;
 }
 
@@ -83,11 +100,11 @@ forward_pass padded_pass(const forward_pass& pass) {
 /// branch beside it: the attention's launches are latency-bound, so the projection's weight
 /// stream runs in their shadow instead of alone before the next layer.
 tensor attention_core_ahead(forward_pass& pass, int layer, const attention_inputs& in,
-                            const tensor& x, engram_ahead* ahead) {
-  if (ahead == nullptr) return attention_core(pass, layer, in, x);
+                            const compressed_rows& rows, engram_ahead* ahead) {
+  if (ahead == nullptr) return attention_core(pass, layer, in, rows);
   auto [kv, o] = beside(
       pass, [&] { return engram_project(pass, ahead->layer, ahead->hash_ids); },
-      [&] { return attention_core(pass, layer, in, x); });
+      [&] { return attention_core(pass, layer, in, rows); });
   ahead->kv = kv;
   return o;
 }
@@ -96,13 +113,21 @@ tensor attention_core_ahead(forward_pass& pass, int layer, const attention_input
 tensor graphed_block(forward_pass& pass, int layer, const tensor& x, tensor& pre_mix,
                      engram_ahead* ahead) {
   decode_graphs& g = *pass.graphs;
-  const std::vector<tensor> site = g.run(layer, 0, {x, pre_mix}, [&](const std::vector<tensor>& in) {
-    const attention_site a = attention_site_forward(padded_pass(pass), layer, in[0], in[1]);
-    return std::vector<tensor>{a.mix.pre,       a.mix.post, a.mix.comb, a.h.x,
-                               a.in.q_residual, a.in.q,     a.in.kv};
-  });
+  const bool with_rows = graphs_capture_compressed();
+  const std::vector<tensor> site =
+      g.run(layer, 0, {x, pre_mix}, [&](const std::vector<tensor>& in) {
+        const attention_site a =
+            attention_site_forward(padded_pass(pass), layer, in[0], in[1], with_rows);
+        std::vector<tensor> out{a.mix.pre, a.mix.post, a.mix.comb, a.in.q_residual,
+                                a.in.q,    a.in.kv,    a.h.x};
+        for (tensor& t : tensors_of(a.rows)) out.push_back(std::move(t));
+        return out;
+      });
   const ops::hc_mix mix{site[0], site[1], site[2]};
-  const tensor o = attention_core_ahead(pass, layer, {site[4], site[5], site[6]}, site[3], ahead);
+  const attention_inputs in{site[3], site[4], site[5]};
+  const compressed_rows rows = with_rows ? compressed_rows_of(site, 7)
+                                         : compressed_project(pass, layer, site[6], in.q_residual);
+  const tensor o = attention_core_ahead(pass, layer, in, rows, ahead);
   const std::vector<tensor> out =
       g.run(layer, 1, {o, x, mix.pre, mix.post, mix.comb}, [&](const std::vector<tensor>& in) {
         tensor next_pre;
@@ -120,7 +145,7 @@ tensor block_forward(forward_pass& pass, int layer, const tensor& x, tensor& pre
                      engram_ahead* ahead) {
   if (pass.graphs != nullptr) return graphed_block(pass, layer, x, pre_mix, ahead);
   const attention_site a = attention_site_forward(pass, layer, x, pre_mix);
-  const tensor o = attention_core_ahead(pass, layer, a.in, a.h.x, ahead);  // [rows, H, hd]
+  const tensor o = attention_core_ahead(pass, layer, a.in, a.rows, ahead);  // [rows, H, hd]
   return ffn_site_forward(pass, layer, o, x, a.mix, pre_mix);
 }
 

@@ -34,14 +34,13 @@ compressor_rows project_compressor(const forward_pass& pass, const tensor& x,
     out.kv = ops::rms_norm(out.kv, cw.norm, eps);
     return out;
   }
-  const compressor_slot& cs = pass.layout.compressors[std::size_t(slot)];
+  DI_CHECK(!cw.ape.defined() || cw.ape.size(0) == pass.layout.compressors[std::size_t(slot)].ratio,
+           "compressor position bias of {} rows for ratio {}", cw.ape.size(0),
+           pass.layout.compressors[std::size_t(slot)].ratio);
   out.score = ops::linear(x, cw.wgate);  // [rows, width]
-  if (cw.ape.defined()) {  // score[row] += ape[position % ratio], the row's phase in its group
-    std::vector<std::int64_t> phase;
-    for (const sequence_pass& s : pass.seqs)
-      for (std::int64_t t = 0; t < s.count; ++t) phase.push_back((s.start + t) % cs.ratio);
-    ops::add_inplace(out.score, ops::gather_rows(cw.ape, pass.index(phase)));
-  }
+  // score[row] += ape[position % ratio], the row's phase in its group (positions read on the
+  // device: a decode graph captures it).
+  if (cw.ape.defined()) ops::add_position_rows(out.score, cw.ape, pass.positions);
   return out;
 }
 

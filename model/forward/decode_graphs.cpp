@@ -47,6 +47,13 @@ void copy_rows(tensor& dst, const tensor& src) {
 
 namespace {
 
+/// The first `rows` rows of each output (an output the piece leaves undefined stays so).
+std::vector<tensor> head_rows(const std::vector<tensor>& outputs, std::int64_t rows) {
+  std::vector<tensor> out;
+  for (const tensor& o : outputs) out.push_back(o.defined() ? o.slice(0, 0, rows) : tensor());
+  return out;
+}
+
 /// The CUDA error's text, the error cleared (capture errors do not poison the context).
 std::string cuda_text(cudaError_t e) {
   cudaGetLastError();
@@ -85,6 +92,7 @@ struct decode_graphs::impl {
 /// DEEPINFER_GRAPH_BIND=0: every input copied into a buffer of its own (as before binding;
 /// for comparisons).
 const bool g_bind_outputs = cuda::detail::env_switch("DEEPINFER_GRAPH_BIND", true);
+const bool g_capture_compressed = cuda::detail::env_switch("DEEPINFER_GRAPH_COMPRESSED", true);
 
 tensor decode_graphs::impl::output_holding(const tensor& in, std::int64_t padded) const {
   if (!g_bind_outputs || in.raw() == nullptr) return {};
@@ -195,9 +203,7 @@ std::vector<tensor> decode_graphs::run(int layer, int piece_id, const std::vecto
       impl_->pieces.erase(key);
       impl_->failure =
           fmt::format("layer {} piece {} at {} rows: {}", layer, piece_id, padded, failure);
-      std::vector<tensor> out;
-      for (const tensor& o : warm) out.push_back(o.slice(0, 0, rows));
-      return out;
+      return head_rows(warm, rows);
     }
     p = std::move(fresh);
   }
@@ -215,9 +221,11 @@ std::vector<tensor> decode_graphs::run(int layer, int piece_id, const std::vecto
              layer, piece_id, i);
   }
   CUDA_CHECK(cudaGraphLaunch(p->exec, stream));
-  std::vector<tensor> out;
-  for (const tensor& o : p->outputs) out.push_back(o.slice(0, 0, rows));
-  return out;
+  return head_rows(p->outputs, rows);
+}
+
+bool graphs_capture_compressed() {
+  return g_capture_compressed;
 }
 
 std::int64_t decode_graphs::captured() const {
@@ -237,6 +245,10 @@ const std::string& decode_graphs::failure() const {
 #else
 
 struct decode_graphs::impl {};
+
+bool graphs_capture_compressed() {
+  return true;
+}
 
 decode_graphs::decode_graphs(std::vector<int>) {
   DI_FAIL("CUDA graphs need a build with the CUDA backend");

@@ -72,6 +72,19 @@ TEST_CASE("gather_rows, scatter_add_rows and add_inplace") {
   CHECK_THROWS_AS(ops::add_inplace(y, make({2}, {1, 2})), error);
 }
 
+TEST_CASE("add_position_rows adds the table row of each position's phase") {
+  tensor y = make({4, 2}, {0, 0, 1, 1, 2, 2, 3, 3});
+  const tensor table = make({3, 2}, {10, 20, 30, 40, 50, 60});
+  ops::add_position_rows(y, table, ids_of({0, 4, 8, -1}));  // phases 0, 1, 2, 2
+  const float want[] = {10, 20, 31, 41, 52, 62, 53, 63};
+  for (int i = 0; i < 8; ++i) CHECK(y.data<float>()[i] == want[i]);
+  CHECK_THROWS_AS(ops::add_position_rows(y, table, ids_of({0, 1})), error);  // 2 positions, 4 rows
+  CHECK_THROWS_AS(ops::add_position_rows(y, make({3, 1}, {1, 2, 3}), ids_of({0, 1, 2, 3})),
+                  error);  // table width 1, rows of 2
+  tensor empty = tensor::zeros({0, 2}, dtype::f32);
+  ops::add_position_rows(empty, table, ids_of({}));
+}
+
 TEST_CASE("rms_norm: weighted and unweighted") {
   tensor x = make({2, 2}, {3, 4, 0, 0});
   tensor w = make({2}, {2, 0.5f});

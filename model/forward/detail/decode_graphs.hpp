@@ -21,6 +21,11 @@ namespace di::detail {
 /// Computes a piece's outputs from its padded inputs (one eager warm-up call, one captured).
 using piece_body = std::function<std::vector<tensor>(const std::vector<tensor>& padded)>;
 
+/// Whether the attention piece also captures the compressed branch's row-wise projections
+/// (compressed_project); DEEPINFER_GRAPH_COMPRESSED=0 runs them eagerly after the piece, as
+/// before session 34 (for comparisons).
+bool graphs_capture_compressed();
+
 class decode_graphs {
  public:
   /// `sizes`: the row counts graphs are captured for (ascending after construction).

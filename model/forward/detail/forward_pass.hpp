@@ -126,8 +126,11 @@ struct attention_inputs {
 };
 attention_inputs attention_project(const forward_pass& pass, int layer,
                                    const ops::quantized_rows& x);
+struct compressed_rows;
 /// Per sequence: window + compressed entries, cache updates, attention -> [rows, H, hd].
-tensor attention_core(forward_pass& pass, int layer, const attention_inputs& in, const tensor& x);
+/// `rows`: compressed_project's work for the layer on the same rows (x = the normed input).
+tensor attention_core(forward_pass& pass, int layer, const attention_inputs& in,
+                      const compressed_rows& rows);
 /// Inverse rotation (in place on o [rows, H, hd]) and the output projection -> [rows, dim].
 tensor attention_output(const forward_pass& pass, int layer, tensor o);
 
@@ -172,7 +175,7 @@ v41_entries v41_source_entries(const forward_pass& pass, int layer, const tensor
 std::shared_ptr<decode_batch> make_decode_batch(const forward_pass& pass);
 /// attention_core for a batched decode step: [seqs, H, hd].
 tensor batched_attention_core(forward_pass& pass, int layer, const attention_inputs& in,
-                              const tensor& x);
+                              const compressed_rows& rows);
 
 /// Feeds every sequence's rows of `rows` through the layer's compressors (if it owns any),
 /// appending the entries that complete, then decodes the entries (and keys) the layer reads

@@ -159,7 +159,7 @@ TEST_CASE("cuda scatter_add_rows: many sources per row and wide rows, in the CPU
   }
 }
 
-TEST_CASE("cuda scatter_add_rows, add_inplace and concat_rows match the CPU") {
+TEST_CASE("cuda scatter_add_rows, add_inplace, add_position_rows and concat_rows match the CPU") {
   for (std::int64_t n : {0, 1, 64, 999}) {
     tensor y = test::random_f32({40, 7});
     tensor src = test::random_f32({n, 7});
@@ -174,6 +174,16 @@ TEST_CASE("cuda scatter_add_rows, add_inplace and concat_rows match the CPU") {
     ops::add_inplace(ad, b.to(gpu));
     ops::add_inplace(a, b);
     check_bitwise(ad, a);
+  }
+  for (std::int64_t n : {0, 1, 5, 300}) {  // position rows: phases of random positions
+    for (std::int64_t period : {1, 4, 128}) {
+      tensor y = test::random_f32({n, 9}), table = test::random_f32({period, 9});
+      const tensor pos = test::random_indices(n, 100000);
+      tensor yd = y.to(gpu);
+      ops::add_position_rows(yd, table.to(gpu), pos.to(gpu));
+      ops::add_position_rows(y, table, pos);
+      check_bitwise(yd, y);
+    }
   }
   test::poison_device_pool();
   std::vector<tensor> parts = {test::random_f32({3, 2, 4}), test::random_f32({0, 2, 4}),
