@@ -144,6 +144,7 @@ tensor engram_ids(const model_config& c, std::span<forward_request> batch,
 
 std::vector<forward_output> deepseek_model::forward(std::span<forward_request> batch) const {
   DI_CHECK(!batch.empty(), "forward: empty batch");
+  const double entered = detail::host_seconds();
   for (std::size_t i = 0; i < batch.size(); ++i) {
     validate_request(config_, batch[i], i);
     DI_CHECK(batch[i].state->dev() == dev(), "request {}: a state on {}, the model on {}", i,
@@ -196,6 +197,7 @@ std::vector<forward_output> deepseek_model::forward(std::span<forward_request> b
     pass.graphs = graphs_.get();
   }
   pass.batched = detail::make_decode_batch(pass);
+  pass.entered = entered;
   std::vector<forward_output> out = detail::run_model(pass, batch, hash_ids);
   for (std::size_t i = 0; i < batch.size(); ++i) {
     batch[i].state->advance(std::int64_t(batch[i].tokens.size()));

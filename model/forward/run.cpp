@@ -15,14 +15,27 @@
 
 namespace di::detail {
 
+double host_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 namespace {
 
+double now() {
+  return host_seconds();
+}
+
 /// DEEPINFER_FORWARD_TIMING=1: every forward call prints to stderr where its wall time went --
-/// the host time spent issuing each phase, then (after one synchronisation at the end) the
-/// whole call; a diagnostic for host-bound steps, off by default.
+/// the host time spent issuing each phase (from the call's entry: "prep" is its work before
+/// the first layer), then (after one synchronisation at the end) the whole call; a diagnostic
+/// for host-bound steps, off by default.
 class phase_timer {
  public:
-  phase_timer() : on_(enabled()), t0_(now()), last_(t0_) {}
+  /// `entered`: when the forward call began (its host work before run_model is reported as
+  /// "prep"; 0: none).
+  explicit phase_timer(double entered) : on_(enabled()), t0_(now()), last_(t0_) {
+    if (on_ && entered > 0.0) line_ = fmt::format(" prep {:.2f}", (t0_ - entered) * 1e3);
+  }
   void mark(const char* what) {
     if (!on_) return;
     const double t = now();
@@ -42,10 +55,6 @@ class phase_timer {
   static bool enabled() {  // read once per process
     static const bool on = std::getenv("DEEPINFER_FORWARD_TIMING") != nullptr;
     return on;
-  }
-  static double now() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
   }
   bool on_;
   double t0_, last_;
@@ -133,7 +142,7 @@ std::vector<forward_output> run_model(forward_pass& pass, std::span<forward_requ
   bool capture = false;
   for (const forward_request& r : batch) capture = capture || r.capture_hidden;
 
-  phase_timer timer;
+  phase_timer timer(pass.entered);
   tensor x = embed_streams(pass);                                      // [rows, hc, dim]
   tensor pre_mix = tensor::zeros({x.size(0), c.hc_mult}, dtype::f32);  // one-hot initial mix
   for (std::int64_t r = 0; r < x.size(0); ++r) pre_mix.data<float>()[r * c.hc_mult] = 1.0f;

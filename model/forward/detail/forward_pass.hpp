@@ -40,6 +40,9 @@ struct sequence_pass {
 
 struct decode_batch;
 
+/// steady_clock seconds (forward_pass::entered, DEEPINFER_FORWARD_TIMING).
+double host_seconds();
+
 struct forward_pass {
   const model_config& config;
   const model_weights& weights;
@@ -55,6 +58,8 @@ struct forward_pass {
   decode_graphs* graphs = nullptr;
   /// True inside a captured piece (and its eager warm-up): nothing may be read back.
   bool in_graph = false;
+  /// steady_clock seconds when the forward call began (DEEPINFER_FORWARD_TIMING's "prep").
+  double entered = 0.0;
   /// Set when the call is a decode step batched across its sequences (batched_decode.cpp).
   std::shared_ptr<decode_batch> batched;
 
