@@ -8,6 +8,7 @@
 
 #include <cooperative_groups.h>
 
+#include <algorithm>
 #include <atomic>
 
 namespace di::cuda {
@@ -68,59 +69,83 @@ __device__ __forceinline__ float warp_sums_transposed(const float (&v)[N]) {
 /// partial[(chunk * tokens + t) * (num_mixes + 1) + m]: chunk's share of mix m of token t;
 /// entry num_mixes holds the sum of squares. The loads carry no control dependence (indices
 /// are clamped and surplus values masked), so each thread issues all of them at once: at
-/// decode the 2 MB `fn` is a few DRAM latencies of work, not a bandwidth problem.
+/// decode the 2 MB `fn` is a few DRAM latencies of work, not a bandwidth problem. A block takes
+/// `tiles` token tiles in turn with its chunk of `fn` held in registers (batch 64: each chunk of
+/// `fn` read by 16 tiles' blocks was 24 MB of L2 reads a site, 9 us a launch); a token's sums
+/// are the same whichever block takes its tile.
 template <int Mixes>
 __global__ void __launch_bounds__(kPartThreads)
-    hc_mix_partials_kernel(const hc_mixes_params p, int num_mixes, float* partial) {
+    hc_mix_partials_kernel(const hc_mixes_params p, int num_mixes, float* partial, int tiles) {
   detail::grid_dependency_sync();
   __shared__ float sRed[kTileTokens * (Mixes + 1)][kPartThreads / 32];
   const std::int64_t width = std::int64_t(p.hc) * p.dim;
-  const std::int64_t chunk = blockIdx.x, t0 = std::int64_t(blockIdx.y) * kTileTokens;
-  const int tile = p.tokens - t0 < kTileTokens ? int(p.tokens - t0) : kTileTokens;
-  float acc[kTileTokens][Mixes + 1];
-#pragma unroll
-  for (int t = 0; t < kTileTokens; ++t)
-#pragma unroll
-    for (int m = 0; m <= Mixes; ++m) acc[t][m] = 0.0f;
+  const std::int64_t chunk = blockIdx.x;
+  float fv[kPerThread][Mixes];  // this thread's fn values of the chunk (0 past the width)
 #pragma unroll
   for (int k = 0; k < kPerThread; ++k) {
     const std::int64_t i = chunk * kChunk + k * kPartThreads + threadIdx.x;
-    const bool valid = i < width;
-    const std::int64_t ii = valid ? i : 0;
-    float xv[kTileTokens];
+    const std::int64_t ii = i < width ? i : 0;
 #pragma unroll
-    for (int t = 0; t < kTileTokens; ++t) {
-      const float v = p.x[(t0 + (t < tile ? t : 0)) * width + ii];
-      xv[t] = valid && t < tile ? v : 0.0f;
-    }
-#pragma unroll
-    for (int t = 0; t < kTileTokens; ++t) acc[t][Mixes] = fmaf(xv[t], xv[t], acc[t][Mixes]);
-#pragma unroll
-    for (int m = 0; m < Mixes; ++m) {
-      const float f = p.fn[std::int64_t(m < num_mixes ? m : num_mixes - 1) * width + ii];
-#pragma unroll
-      for (int t = 0; t < kTileTokens; ++t) acc[t][m] = fmaf(xv[t], f, acc[t][m]);
-    }
+    for (int m = 0; m < Mixes; ++m)
+      fv[k][m] = p.fn[std::int64_t(m < num_mixes ? m : num_mixes - 1) * width + ii];
   }
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
-  static_assert(Mixes + 1 <= 32, "a token's sums fit one transposed butterfly");
-#pragma unroll
-  for (int t = 0; t < kTileTokens; ++t)
-    if (t < tile) {  // uniform over the block: tokens past the tile are not reduced
-      const float s = warp_sums_transposed(acc[t]);
-      if (lane <= Mixes) sRed[t * (Mixes + 1) + lane][warp] = s;
-    }
-  __syncthreads();
   const int stride = num_mixes + 1;
-  for (int e = int(threadIdx.x); e < tile * (Mixes + 1); e += kPartThreads) {
-    const int t = e / (Mixes + 1), m = e % (Mixes + 1);
-    if (m < num_mixes || m == Mixes) {
-      float s = 0.0f;
+  for (int tt = 0; tt < tiles; ++tt) {
+    const std::int64_t t0 = (std::int64_t(blockIdx.y) * tiles + tt) * kTileTokens;
+    if (t0 >= p.tokens) break;  // uniform over the block
+    const int tile = p.tokens - t0 < kTileTokens ? int(p.tokens - t0) : kTileTokens;
+    float acc[kTileTokens][Mixes + 1];
 #pragma unroll
-      for (int w = 0; w < kPartThreads / 32; ++w) s += sRed[e][w];
-      partial[(chunk * p.tokens + t0 + t) * stride + (m == Mixes ? num_mixes : m)] = s;
+    for (int t = 0; t < kTileTokens; ++t)
+#pragma unroll
+      for (int m = 0; m <= Mixes; ++m) acc[t][m] = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPerThread; ++k) {
+      const std::int64_t i = chunk * kChunk + k * kPartThreads + threadIdx.x;
+      const bool valid = i < width;
+      const std::int64_t ii = valid ? i : 0;
+      float xv[kTileTokens];
+#pragma unroll
+      for (int t = 0; t < kTileTokens; ++t) {
+        const float v = p.x[(t0 + (t < tile ? t : 0)) * width + ii];
+        xv[t] = valid && t < tile ? v : 0.0f;
+      }
+#pragma unroll
+      for (int t = 0; t < kTileTokens; ++t) acc[t][Mixes] = fmaf(xv[t], xv[t], acc[t][Mixes]);
+#pragma unroll
+      for (int m = 0; m < Mixes; ++m)
+#pragma unroll
+        for (int t = 0; t < kTileTokens; ++t) acc[t][m] = fmaf(xv[t], fv[k][m], acc[t][m]);
+    }
+    static_assert(Mixes + 1 <= 32, "a token's sums fit one transposed butterfly");
+    if (tt > 0) __syncthreads();  // the last tile's sRed has been read
+#pragma unroll
+    for (int t = 0; t < kTileTokens; ++t)
+      if (t < tile) {  // uniform over the block: tokens past the tile are not reduced
+        const float s = warp_sums_transposed(acc[t]);
+        if (lane <= Mixes) sRed[t * (Mixes + 1) + lane][warp] = s;
+      }
+    __syncthreads();
+    for (int e = int(threadIdx.x); e < tile * (Mixes + 1); e += kPartThreads) {
+      const int t = e / (Mixes + 1), m = e % (Mixes + 1);
+      if (m < num_mixes || m == Mixes) {
+        float s = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kPartThreads / 32; ++w) s += sRed[e][w];
+        partial[(chunk * p.tokens + t0 + t) * stride + (m == Mixes ? num_mixes : m)] = s;
+      }
     }
   }
+}
+
+/// Token tiles a block of hc_mix_partials takes: enough blocks for two per SM, at most 8
+/// tiles; DEEPINFER_HC_MIX_TILES=n: n (for comparisons; the same bits).
+int mix_tiles_per_block(std::int64_t chunks, std::int64_t tiles) {
+  static const int forced = int(detail::env_count("DEEPINFER_HC_MIX_TILES", 0, 64, 0));
+  if (forced > 0) return forced;
+  const std::int64_t want = chunks * tiles / (2 * std::int64_t(detail::multiprocessor_count()));
+  return int(std::clamp<std::int64_t>(want, 1, 8));
 }
 
 /// Sinkhorn normalisation of a token's comb with one element per lane (lane = 4 j + k; lanes
@@ -434,17 +459,19 @@ void launch_hc_mixes(const hc_mixes_params& p, cudaStream_t stream) {
   const std::int64_t chunks = mix_chunks(p);
   DI_CHECK(chunks < (1 << 30) && (p.tokens + kTileTokens - 1) / kTileTokens < 65536,
            "hc_mixes: {} tokens of width {} exceed one launch", p.tokens, p.hc * p.dim);
-  const dim3 grid(unsigned(chunks), unsigned((p.tokens + kTileTokens - 1) / kTileTokens));
+  const std::int64_t token_tiles = (p.tokens + kTileTokens - 1) / kTileTokens;
+  const int per_block = mix_tiles_per_block(chunks, token_tiles);
+  const dim3 grid(unsigned(chunks), unsigned((token_tiles + per_block - 1) / per_block));
   float* partial = static_cast<float*>(p.workspace);
   if (num_mixes <= 8)
     detail::launch("hc_mix_partials", hc_mix_partials_kernel<8>, grid, kPartThreads, 0, stream, p,
-                   num_mixes, partial);
+                   num_mixes, partial, per_block);
   else if (num_mixes <= 16)
     detail::launch("hc_mix_partials", hc_mix_partials_kernel<16>, grid, kPartThreads, 0, stream, p,
-                   num_mixes, partial);
+                   num_mixes, partial, per_block);
   else
     detail::launch("hc_mix_partials", hc_mix_partials_kernel<kMaxMixes>, grid, kPartThreads, 0,
-                   stream, p, num_mixes, partial);
+                   stream, p, num_mixes, partial, per_block);
   detail::launch("hc_mix_finish", hc_mix_finish_kernel, unsigned(p.tokens), kFinishThreads, 0,
                  stream, p, num_mixes, int(chunks), partial);
 }

@@ -189,93 +189,106 @@ TEST_CASE("cuda entry_rows and map_rows: pool rows from block tables, picks to r
 TEST_CASE("cuda hc_mixes, hc_head_pre, hc_collapse, hc_expand") {
   DI_REQUIRE_GPU();
   // hc 2 / 3 / 4 take the 8 / 16 / 24-mix kernels; widths below, at and above one 512-element
-  // chunk and not a multiple of it; token counts around the 4-token tile.
+  // chunk and not a multiple of it; token counts around the 4-token tile, and 64 (at width
+  // 4096 a block of hc_mix_partials takes several tiles: the batch-invariance check below
+  // compares it with token 0 alone).
   for (int hc : {2, 3, 4})
-  for (std::int64_t tokens : {0, 1, 5, 9}) {
-    for (std::int64_t dim : {64, 100, 4096}) {
-      CAPTURE(hc);
-      CAPTURE(tokens);
-      CAPTURE(dim);
-      const std::int64_t mixes = (2 + hc) * hc;
-      const tensor x = test::randn({tokens, hc, dim});
-      const tensor fn = test::randn({mixes, hc * dim}, 0.02f);
-      const tensor scale = test::randn({3}), base = test::randn({mixes});
-      const ops::hc_params hp{hc, 20, 1e-6f, 1e-6f};
-      const ops::hc_mix want = cpu::hc_mixes(x, fn, scale, base, hp);
-      const dbuf dx(x), dfn(fn), ds(scale), db(base);
-      dbuf pre(std::size_t(tokens) * hc * 4), post(std::size_t(tokens) * hc * 4),
-          comb(std::size_t(tokens) * hc * hc * 4);
-      cuda::hc_mixes_params p;
-      p.x = dx.get<float>();
-      p.fn = dfn.get<float>();
-      p.scale = ds.get<float>();
-      p.base = db.get<float>();
-      p.pre = pre.get<float>();
-      p.post = post.get<float>();
-      p.comb = comb.get<float>();
-      p.tokens = tokens;
-      p.dim = dim;
-      p.hc = hc;
-      dbuf work(cuda::hc_mixes_workspace_bytes(p));
-      p.workspace = work.get<float>();
-      p.workspace_bytes = work.bytes();
-      pre.poison();
-      post.poison();
-      comb.poison();
-      cuda::launch_hc_mixes(p, nullptr);
-      CHECK(test::max_scaled_err(pre.to_host({tokens, hc}, dtype::f32), want.pre, 1e-4, 1e-5) <= 1.0);
-      CHECK(test::max_scaled_err(post.to_host({tokens, hc}, dtype::f32), want.post, 1e-4, 1e-5) <= 1.0);
-      CHECK(test::max_scaled_err(comb.to_host({tokens, hc, hc}, dtype::f32), want.comb, 1e-3, 1e-4) <=
-            1.0);
-
-      if (tokens > 1) {  // batch invariance: token 0 alone gives the same bits as in the batch
-        const tensor batch_comb = comb.to_host({tokens, hc, hc}, dtype::f32);
-        comb.poison();
-        p.tokens = 1;
-        cuda::launch_hc_mixes(p, nullptr);
+    for (std::int64_t tokens : {0, 1, 5, 9, 64}) {
+      for (std::int64_t dim : {64, 100, 4096}) {
+        CAPTURE(hc);
+        CAPTURE(tokens);
+        CAPTURE(dim);
+        const std::int64_t mixes = (2 + hc) * hc;
+        const tensor x = test::randn({tokens, hc, dim});
+        const tensor fn = test::randn({mixes, hc * dim}, 0.02f);
+        const tensor scale = test::randn({3}), base = test::randn({mixes});
+        const ops::hc_params hp{hc, 20, 1e-6f, 1e-6f};
+        const ops::hc_mix want = cpu::hc_mixes(x, fn, scale, base, hp);
+        const dbuf dx(x), dfn(fn), ds(scale), db(base);
+        dbuf pre(std::size_t(tokens) * hc * 4), post(std::size_t(tokens) * hc * 4),
+            comb(std::size_t(tokens) * hc * hc * 4);
+        cuda::hc_mixes_params p;
+        p.x = dx.get<float>();
+        p.fn = dfn.get<float>();
+        p.scale = ds.get<float>();
+        p.base = db.get<float>();
+        p.pre = pre.get<float>();
+        p.post = post.get<float>();
+        p.comb = comb.get<float>();
         p.tokens = tokens;
-        CHECK(test::bytes_equal(comb.to_host({1, hc, hc}, dtype::f32),
-                                batch_comb.slice(0, 0, 1).clone()));
-      }
+        p.dim = dim;
+        p.hc = hc;
+        dbuf work(cuda::hc_mixes_workspace_bytes(p));
+        p.workspace = work.get<float>();
+        p.workspace_bytes = work.bytes();
+        pre.poison();
+        post.poison();
+        comb.poison();
+        cuda::launch_hc_mixes(p, nullptr);
+        CHECK(test::max_scaled_err(pre.to_host({tokens, hc}, dtype::f32), want.pre, 1e-4, 1e-5) <=
+              1.0);
+        CHECK(test::max_scaled_err(post.to_host({tokens, hc}, dtype::f32), want.post, 1e-4, 1e-5) <=
+              1.0);
+        CHECK(test::max_scaled_err(comb.to_host({tokens, hc, hc}, dtype::f32), want.comb, 1e-3,
+                                   1e-4) <= 1.0);
 
-      // V4 head mix: fn [hc, hc*dim], scale [1]
-      const tensor hfn = fn.slice(0, 0, hc).clone(), hscale = scale.slice(0, 0, 1).clone();
-      const tensor hbase = base.slice(0, 0, hc).clone();
-      const tensor want_pre = cpu::hc_head_pre(x, hfn, hscale, hbase, hp);
-      const dbuf dhfn(hfn), dhs(hscale), dhb(hbase);
-      pre.poison();
-      p.fn = dhfn.get<float>();
-      p.scale = dhs.get<float>();
-      p.base = dhb.get<float>();
-      p.head_pre = true;
-      cuda::launch_hc_mixes(p, nullptr);
-      CHECK(test::max_scaled_err(pre.to_host({tokens, hc}, dtype::f32), want_pre, 1e-4, 1e-5) <= 1.0);
+        if (tokens > 1) {  // batch invariance: the first and the last token alone give the
+          // same bits as in the batch
+          const tensor batch_comb = comb.to_host({tokens, hc, hc}, dtype::f32);
+          for (std::int64_t t : {std::int64_t(0), tokens - 1}) {
+            CAPTURE(t);
+            comb.poison();
+            p.tokens = 1;
+            p.x = dx.get<float>() + t * hc * dim;
+            cuda::launch_hc_mixes(p, nullptr);
+            CHECK(test::bytes_equal(comb.to_host({1, hc, hc}, dtype::f32),
+                                    batch_comb.slice(0, t, t + 1).clone()));
+          }
+          p.tokens = tokens;
+          p.x = dx.get<float>();
+        }
 
-      const tensor y = test::randn({tokens, dim});
-      const dbuf dy(y), dpre(want.pre), dpost(want.post), dcomb(want.comb);
-      dbuf col(std::size_t(tokens * dim) * 4), exp(x.nbytes());
-      cuda::launch_hc_collapse({dx.get<float>(), dpre.get<float>(), col.get<float>(), tokens, dim, hc},
+        // V4 head mix: fn [hc, hc*dim], scale [1]
+        const tensor hfn = fn.slice(0, 0, hc).clone(), hscale = scale.slice(0, 0, 1).clone();
+        const tensor hbase = base.slice(0, 0, hc).clone();
+        const tensor want_pre = cpu::hc_head_pre(x, hfn, hscale, hbase, hp);
+        const dbuf dhfn(hfn), dhs(hscale), dhb(hbase);
+        pre.poison();
+        p.fn = dhfn.get<float>();
+        p.scale = dhs.get<float>();
+        p.base = dhb.get<float>();
+        p.head_pre = true;
+        cuda::launch_hc_mixes(p, nullptr);
+        CHECK(test::max_scaled_err(pre.to_host({tokens, hc}, dtype::f32), want_pre, 1e-4, 1e-5) <=
+              1.0);
+
+        const tensor y = test::randn({tokens, dim});
+        const dbuf dy(y), dpre(want.pre), dpost(want.post), dcomb(want.comb);
+        dbuf col(std::size_t(tokens * dim) * 4), exp(x.nbytes());
+        cuda::launch_hc_collapse(
+            {dx.get<float>(), dpre.get<float>(), col.get<float>(), tokens, dim, hc}, nullptr);
+        cuda::launch_hc_expand({dy.get<float>(), dx.get<float>(), dpost.get<float>(),
+                                dcomb.get<float>(), exp.get<float>(), tokens, dim, hc},
                                nullptr);
-      cuda::launch_hc_expand({dy.get<float>(), dx.get<float>(), dpost.get<float>(),
-                              dcomb.get<float>(), exp.get<float>(), tokens, dim, hc},
-                             nullptr);
-      const tensor want_col = cpu::hc_collapse(x, want.pre);
-      const tensor want_exp = cpu::hc_expand(y, x, want.post, want.comb);
-      CHECK(test::max_scaled_err(col.to_host(want_col.shape(), dtype::f32), want_col, 1e-5, 1e-5) <= 1.0);
-      CHECK(test::max_scaled_err(exp.to_host(want_exp.shape(), dtype::f32), want_exp, 1e-5, 1e-5) <= 1.0);
-      // The 4-column kernel (dim % 4 == 0: 64, 4096) and the one-column kernel (100, or
-      // switched off) give the same bits.
-      const bool vec_before = cuda::hc_expand_vec();
-      cuda::set_hc_expand_vec(!vec_before);
-      dbuf exp2(x.nbytes());
-      cuda::launch_hc_expand({dy.get<float>(), dx.get<float>(), dpost.get<float>(),
-                              dcomb.get<float>(), exp2.get<float>(), tokens, dim, hc},
-                             nullptr);
-      cuda::set_hc_expand_vec(vec_before);
-      CHECK(test::bytes_equal(exp2.to_host(want_exp.shape(), dtype::f32),
-                              exp.to_host(want_exp.shape(), dtype::f32)));
+        const tensor want_col = cpu::hc_collapse(x, want.pre);
+        const tensor want_exp = cpu::hc_expand(y, x, want.post, want.comb);
+        CHECK(test::max_scaled_err(col.to_host(want_col.shape(), dtype::f32), want_col, 1e-5,
+                                   1e-5) <= 1.0);
+        CHECK(test::max_scaled_err(exp.to_host(want_exp.shape(), dtype::f32), want_exp, 1e-5,
+                                   1e-5) <= 1.0);
+        // The 4-column kernel (dim % 4 == 0: 64, 4096) and the one-column kernel (100, or
+        // switched off) give the same bits.
+        const bool vec_before = cuda::hc_expand_vec();
+        cuda::set_hc_expand_vec(!vec_before);
+        dbuf exp2(x.nbytes());
+        cuda::launch_hc_expand({dy.get<float>(), dx.get<float>(), dpost.get<float>(),
+                                dcomb.get<float>(), exp2.get<float>(), tokens, dim, hc},
+                               nullptr);
+        cuda::set_hc_expand_vec(vec_before);
+        CHECK(test::bytes_equal(exp2.to_host(want_exp.shape(), dtype::f32),
+                                exp.to_host(want_exp.shape(), dtype::f32)));
+      }
     }
-  }
 }
 
 TEST_CASE("cuda engram_gate") {
