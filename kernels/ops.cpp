@@ -249,6 +249,13 @@ tensor engram_gate(const tensor& h, const tensor& key, const tensor& value, cons
   return cpu::engram_gate(h, key, value, weight, params);
 }
 
+tensor engram_gate_kv(const tensor& h, const tensor& kv, const tensor& weight,
+                      const engram_params& params) {
+  DI_CUDA_TWIN(h, engram_gate_kv(h, kv, weight, params));
+  require_cpu(h, "engram_gate_kv");
+  return cpu::engram_gate_kv(h, kv, weight, params);
+}
+
 hc_mix hc_mixes(const tensor& x, const tensor& fn, const tensor& scale, const tensor& base,
                 const hc_params& params) {
   DI_CUDA_TWIN(x, hc_mixes(x, fn, scale, base, params));

@@ -248,6 +248,11 @@ struct engram_params {
 /// h + gate * value, [tokens, hc, dim].
 tensor engram_gate(const tensor& h, const tensor& key, const tensor& value, const tensor& weight,
                    const engram_params& params);
+/// engram_gate with the keys and the value read in place from the Engram projection's rows:
+/// kv [tokens, (hc + 1) * dim] holds each token's hc keys, then its value. The same result,
+/// bit for bit, as engram_gate on those rows gathered apart -- without the two gathers.
+tensor engram_gate_kv(const tensor& h, const tensor& kv, const tensor& weight,
+                      const engram_params& params);
 
 // ---- manifold hyper-connections ----------------------------------------------------------
 

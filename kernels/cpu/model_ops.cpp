@@ -205,18 +205,19 @@ expert_groups group_by_expert(const routing& route, int experts) {
   return g;
 }
 
-tensor engram_gate(const tensor& h, const tensor& key, const tensor& value, const tensor& weight,
-                   const engram_params& p) {
-  check_cpu_tensor(h, dtype::f32, 3, "engram streams");
+namespace {
+
+/// engram_gate of h [tokens, hc, dim] with token t's key k at keys + t * key_stride + k * dim
+/// and its value at values + t * value_stride.
+tensor gate_streams(const tensor& h, const float* keys, std::int64_t key_stride,
+                    const float* values, std::int64_t value_stride, const tensor& weight,
+                    const engram_params& p) {
   const std::int64_t tokens = h.size(0), hc = h.size(1), dim = h.size(2);
-  check_tensor(key, dtype::f32, h.shape(), "engram key");
-  check_tensor(value, dtype::f32, {tokens, dim}, "engram value");
-  check_tensor(weight, dtype::f32, {hc, dim}, "engram weight");
   tensor out = tensor::empty(h.shape(), dtype::f32);  // [tokens, hc, dim]
   for (std::int64_t t = 0; t < tokens; ++t) {
     for (std::int64_t k = 0; k < hc; ++k) {
       const float* hp = h.data<float>() + (t * hc + k) * dim;
-      const float* kp = key.data<float>() + (t * hc + k) * dim;
+      const float* kp = keys + t * key_stride + k * dim;
       const float* wp = weight.data<float>() + k * dim;
       float hh = 0.0f, kk = 0.0f, dot = 0.0f;
       for (std::int64_t d = 0; d < dim; ++d) {
@@ -230,11 +231,33 @@ tensor engram_gate(const tensor& h, const tensor& key, const tensor& value, cons
       const float root = std::copysign(std::sqrt(std::fmax(std::fabs(g), p.clamp)), g);
       const float gate = 1.0f / (1.0f + std::exp(-root));
       float* o = out.data<float>() + (t * hc + k) * dim;
-      const float* v = value.data<float>() + t * dim;
+      const float* v = values + t * value_stride;
       for (std::int64_t d = 0; d < dim; ++d) o[d] = hp[d] + gate * v[d];
     }
   }
   return out;
+}
+
+}  // namespace
+
+tensor engram_gate(const tensor& h, const tensor& key, const tensor& value, const tensor& weight,
+                   const engram_params& p) {
+  check_cpu_tensor(h, dtype::f32, 3, "engram streams");
+  const std::int64_t tokens = h.size(0), hc = h.size(1), dim = h.size(2);
+  check_tensor(key, dtype::f32, h.shape(), "engram key");
+  check_tensor(value, dtype::f32, {tokens, dim}, "engram value");
+  check_tensor(weight, dtype::f32, {hc, dim}, "engram weight");
+  return gate_streams(h, key.data<float>(), hc * dim, value.data<float>(), dim, weight, p);
+}
+
+tensor engram_gate_kv(const tensor& h, const tensor& kv, const tensor& weight,
+                      const engram_params& p) {
+  check_cpu_tensor(h, dtype::f32, 3, "engram streams");
+  const std::int64_t tokens = h.size(0), hc = h.size(1), dim = h.size(2);
+  check_tensor(kv, dtype::f32, {tokens, (hc + 1) * dim}, "engram keys and value");
+  check_tensor(weight, dtype::f32, {hc, dim}, "engram weight");
+  return gate_streams(h, kv.data<float>(), (hc + 1) * dim, kv.data<float>() + hc * dim,
+                      (hc + 1) * dim, weight, p);
 }
 
 namespace {

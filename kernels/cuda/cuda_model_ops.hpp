@@ -341,6 +341,9 @@ struct engram_gate_params {
   std::int64_t tokens = 0, dim = 0;
   int hc = 4;
   float eps = 1e-20f, clamp = 1e-6f;
+  /// Floats from one token's keys (value) to the next; 0: hc * dim (dim), contiguous.
+  /// (engram_gate_kv: both (hc + 1) * dim, read in place from the projection's rows.)
+  std::int64_t key_stride = 0, value_stride = 0;
 };
 void launch_engram_gate(const engram_gate_params& p, cudaStream_t stream);
 

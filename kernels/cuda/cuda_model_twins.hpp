@@ -44,6 +44,8 @@ tensor compress_tokens(const tensor& kv, const tensor& score, std::int64_t start
                        tensor& state_score, const ops::compress_params& params);
 tensor engram_gate(const tensor& h, const tensor& key, const tensor& value, const tensor& weight,
                    const ops::engram_params& params);
+tensor engram_gate_kv(const tensor& h, const tensor& kv, const tensor& weight,
+                      const ops::engram_params& params);
 ops::hc_mix hc_mixes(const tensor& x, const tensor& fn, const tensor& scale, const tensor& base,
                      const ops::hc_params& params);
 tensor hc_head_pre(const tensor& x, const tensor& fn, const tensor& scale, const tensor& base,

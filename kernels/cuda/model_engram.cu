@@ -18,10 +18,12 @@ __global__ void __launch_bounds__(kGateThreads) engram_gate_kernel(const engram_
   __shared__ float scratch[3][32];
   const std::int64_t tk = blockIdx.x;  // t * hc + k
   const std::int64_t t = tk / p.hc, k = tk % p.hc;
+  const std::int64_t key_stride = p.key_stride > 0 ? p.key_stride : p.hc * p.dim;
+  const std::int64_t value_stride = p.value_stride > 0 ? p.value_stride : p.dim;
   const float* hp = p.h + tk * p.dim;
-  const float* kp = p.key + tk * p.dim;
+  const float* kp = p.key + t * key_stride + k * p.dim;
   const float* wp = p.weight + k * p.dim;
-  const float* v = p.value + t * p.dim;
+  const float* v = p.value + t * value_stride;
   float* out = p.out + tk * p.dim;
   auto aligned = [](const void* q) { return (reinterpret_cast<std::uintptr_t>(q) & 15u) == 0; };
   const bool vec = p.dim % 4 == 0 && aligned(hp) && aligned(kp) && aligned(wp) && aligned(v) &&
@@ -82,7 +84,9 @@ __global__ void __launch_bounds__(kGateThreads) engram_gate_kernel(const engram_
 }  // namespace
 
 void launch_engram_gate(const engram_gate_params& p, cudaStream_t stream) {
-  DI_CHECK(p.hc > 0 && p.dim > 0 && p.tokens >= 0, "engram_gate: {} streams of {}", p.hc, p.dim);
+  DI_CHECK(p.hc > 0 && p.dim > 0 && p.tokens >= 0 && p.key_stride >= 0 && p.value_stride >= 0,
+           "engram_gate: {} streams of {} (token strides {} / {})", p.hc, p.dim, p.key_stride,
+           p.value_stride);
   if (p.tokens == 0) return;
   DI_CHECK(p.h && p.key && p.value && p.weight && p.out, "engram_gate: missing operand");
   detail::launch("engram_gate", engram_gate_kernel, unsigned(p.tokens * p.hc), kGateThreads, 0,

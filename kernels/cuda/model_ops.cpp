@@ -359,6 +359,23 @@ tensor engram_gate(const tensor& h, const tensor& key, const tensor& value, cons
   return out;
 }
 
+tensor engram_gate_kv(const tensor& h, const tensor& kv, const tensor& weight,
+                      const ops::engram_params& ep) {
+  check_cuda_tensor(h, dtype::f32, 3, "engram streams");
+  const std::int64_t tokens = h.size(0), hc = h.size(1), dim = h.size(2);
+  check_tensor(kv, dtype::f32, {tokens, (hc + 1) * dim}, "engram keys and value");
+  check_tensor(weight, dtype::f32, {hc, dim}, "engram weight");
+  same_device(h, kv, "engram_gate_kv");
+  same_device(h, weight, "engram_gate_kv");
+  tensor out = tensor::empty(h.shape(), dtype::f32, h.dev());  // [tokens, hc, dim]
+  engram_gate_params p{h.data<float>(), kv.data<float>(),   kv.data<float>() + hc * dim,
+                       weight.data<float>(), out.data<float>(), tokens, dim, int(hc), ep.eps,
+                       ep.clamp};
+  p.key_stride = p.value_stride = (hc + 1) * dim;
+  launch_engram_gate(p, current_stream());
+  return out;
+}
+
 namespace {
 
 hc_mixes_params mix_params(const tensor& x, const tensor& fn, const tensor& scale,

@@ -3,6 +3,8 @@
 // a gate of how well stream and key agree.
 #include "model/forward/detail/forward_pass.hpp"
 
+#include <cstdlib>
+#include <string_view>
 #include <vector>
 
 namespace di::detail {
@@ -22,6 +24,14 @@ tensor engram_apply(const forward_pass& pass, int layer, const tensor& x, const 
   const std::int64_t rows = x.size(0), hc = c.hc_mult, dim = c.hidden_size;
   DI_CHECK(kv.rank() == 2 && kv.size(0) == rows && kv.size(1) == (hc + 1) * dim,
            "engram_apply: kv {} for {} rows of {} streams x {}", kv.shape().str(), rows, hc, dim);
+  // The keys and the value read in place from kv's rows (one launch, no host index lists);
+  // DEEPINFER_ENGRAM_KV=0 gathers them apart first, as before session 34 (the same bits).
+  static const bool in_place = [] {
+    const char* env = std::getenv("DEEPINFER_ENGRAM_KV");
+    return env == nullptr || std::string_view(env) != "0";
+  }();
+  const ops::engram_params params{float(c.rms_norm_eps), 1e-6f};
+  if (in_place) return ops::engram_gate_kv(x, kv, e.qk_weight, params);
   std::vector<std::int64_t> key_rows, value_rows;  // rows of kv viewed as [rows * (hc + 1), dim]
   for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int64_t k = 0; k < hc; ++k) key_rows.push_back(r * (hc + 1) + k);
@@ -30,7 +40,7 @@ tensor engram_apply(const forward_pass& pass, int layer, const tensor& x, const 
   const tensor split = kv.view({rows * (hc + 1), dim});
   tensor key = ops::gather_rows(split, pass.index(key_rows)).view({rows, hc, dim});  // [rows, hc, dim]
   tensor value = ops::gather_rows(split, pass.index(value_rows));                   // [rows, dim]
-  return ops::engram_gate(x, key, value, e.qk_weight, {float(c.rms_norm_eps), 1e-6f});
+  return ops::engram_gate(x, key, value, e.qk_weight, params);
 }
 
 }  // namespace di::detail

@@ -120,6 +120,22 @@ TEST_CASE("engram_gate: signed-sqrt sigmoid gate of the normalised dot product")
   CHECK(zero.data<float>()[0] == doctest::Approx(1.0f + 10.0f / (1.0f + std::exp(-1e-3f))));
 }
 
+TEST_CASE("engram_gate_kv: the keys and the value read in place give engram_gate's bits") {
+  // Two tokens, two streams of 3: kv rows [key 0, key 1, value] per token.
+  const tensor h = make<float>({2, 2, 3}, {1, -2, 3, 0.5f, 4, -1, 2, 2, -3, 1, 0, 7});
+  const tensor kv = make<float>({2, 9}, {3, 1, -1, 0.25f, 2, 5, 10, 20, 30,  //
+                                         -4, 1, 2, 6, -6, 0.5f, -1, 2, -3});
+  const tensor w = make<float>({2, 3}, {1, 0.5f, 2, -1, 3, 1});
+  const tensor key = make<float>({2, 2, 3}, {3, 1, -1, 0.25f, 2, 5, -4, 1, 2, 6, -6, 0.5f});
+  const tensor value = make<float>({2, 3}, {10, 20, 30, -1, 2, -3});
+  const ops::engram_params p{1e-20f, 1e-6f};
+  const tensor want = ops::engram_gate(h, key, value, w, p);
+  const tensor got = ops::engram_gate_kv(h, kv, w, p);
+  for (int i = 0; i < 12; ++i) CHECK(got.data<float>()[i] == want.data<float>()[i]);
+  CHECK_THROWS_AS(ops::engram_gate_kv(h, make<float>({2, 6}, std::vector<float>(12, 1.0f)), w, p),
+                  di::error);  // rows of 2 x 3, not (2 + 1) x 3
+}
+
 struct compressor_state {
   tensor kv, score;
   compressor_state(int rows, int width)

@@ -11,6 +11,7 @@ namespace di {
 namespace {
 
 using test::dbuf;
+const device gpu{device_kind::cuda, 0};
 
 TEST_CASE("cuda swiglu: clamped and plain, with and without row scales") {
   DI_REQUIRE_GPU();
@@ -312,6 +313,19 @@ TEST_CASE("cuda engram_gate") {
                               og.get<float>(), tokens, d, hc, ep.eps, ep.clamp},
                              nullptr);
     CHECK(test::max_scaled_err(og.to_host(want_g.shape(), dtype::f32), want_g, 1e-4, 1e-4) <= 1.0);
+
+    // engram_gate_kv: the same keys and value as one projection row per token ([keys, value]),
+    // read in place -- the bits of the launch on the separate tensors above.
+    tensor kv = tensor::empty({tokens, (hc + 1) * d}, dtype::f32);
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      std::memcpy(kv.data<float>() + t * (hc + 1) * d, key.data<float>() + t * hc * d,
+                  std::size_t(hc * d) * 4);
+      std::memcpy(kv.data<float>() + (t * (hc + 1) + hc) * d, value.data<float>() + t * d,
+                  std::size_t(d) * 4);
+    }
+    const tensor got_kv = ops::engram_gate_kv(h.to(gpu), kv.to(gpu), weight.to(gpu), ep);
+    CHECK(test::bytes_equal(got_kv.to(cpu_device), og.to_host(want_g.shape(), dtype::f32)));
+    CHECK(test::bytes_equal(cpu::engram_gate_kv(h, kv, weight, ep), want_g));
   }
 }
 
