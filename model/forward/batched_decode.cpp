@@ -370,7 +370,7 @@ tensor batched_attention_core(forward_pass& pass, int layer, const attention_inp
     one.tokens = 1;
     p.num_splits = cuda::attention_splits(one);
   }
-  return run_attention(p, pass.dev());  // [seqs, H, hd]
+  return run_attention(p, pass.dev(), pass.attention_out);  // [seqs, H, hd]
 }
 
 #else

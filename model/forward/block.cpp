@@ -127,7 +127,12 @@ tensor graphed_block(forward_pass& pass, int layer, const tensor& x, tensor& pre
   const attention_inputs in{site[3], site[4], site[5]};
   const compressed_rows rows = with_rows ? compressed_rows_of(site, 7)
                                          : compressed_project(pass, layer, site[6], in.q_residual);
+  // The batched attention writes straight into the output piece's input buffer (no copy).
+  if (pass.batched && graphs_use_slots())
+    pass.attention_out =
+        g.input_slot(layer, 1, 0, {in.q.size(1), in.q.size(2)}, dtype::f32, pass.dev());
   const tensor o = attention_core_ahead(pass, layer, in, rows, ahead);
+  pass.attention_out = tensor();
   const std::vector<tensor> out =
       g.run(layer, 1, {o, x, mix.pre, mix.post, mix.comb}, [&](const std::vector<tensor>& in) {
         tensor next_pre;

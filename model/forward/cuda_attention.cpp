@@ -141,8 +141,12 @@ tensor two_pool_attention(const tensor& q, const tensor& sinks, const tensor& kv
   return run_attention(p, q.dev());
 }
 
-tensor run_attention(cuda::attention_params& p, device dev) {
-  tensor out = tensor::empty({p.tokens, p.heads, p.dim}, dtype::f32, dev);  // [tokens, H, hd]
+tensor run_attention(cuda::attention_params& p, device dev, const tensor& into) {
+  tensor out = into;
+  if (out.defined())
+    check_tensor(out, dtype::f32, {p.tokens, p.heads, p.dim}, "attention output");
+  else
+    out = tensor::empty({p.tokens, p.heads, p.dim}, dtype::f32, dev);  // [tokens, H, hd]
   p.out = out.data<float>();
   const std::size_t bytes = cuda::attention_workspace_bytes(p);
   tensor work;  // freed in stream order after the launch

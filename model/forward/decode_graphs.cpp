@@ -80,6 +80,8 @@ struct decode_graphs::impl {
   std::vector<int> sizes;
   std::map<std::int64_t, step_buffers> steps;
   std::map<std::tuple<int, int, std::int64_t>, std::unique_ptr<piece>> pieces;
+  /// input_slot's buffers by (layer, piece, padded rows, input).
+  std::map<std::tuple<int, int, std::int64_t, int>, tensor> slots;
   std::int64_t rows = 0, padded = 0;
   std::string failure;  // why a capture failed (empty: none did)
 
@@ -93,6 +95,7 @@ struct decode_graphs::impl {
 /// for comparisons).
 const bool g_bind_outputs = cuda::detail::env_switch("DEEPINFER_GRAPH_BIND", true);
 const bool g_capture_compressed = cuda::detail::env_switch("DEEPINFER_GRAPH_COMPRESSED", true);
+const bool g_slots = cuda::detail::env_switch("DEEPINFER_GRAPH_SLOTS", false);
 
 tensor decode_graphs::impl::output_holding(const tensor& in, std::int64_t padded) const {
   if (!g_bind_outputs || in.raw() == nullptr) return {};
@@ -181,20 +184,35 @@ std::vector<tensor> decode_graphs::run(int layer, int piece_id, const std::vecto
   const auto key = std::make_tuple(layer, piece_id, padded);
   std::unique_ptr<impl::piece>& p = impl_->pieces[key];
   cudaStream_t stream = cuda::current_stream();
+  std::vector<tensor> kept(inputs.size());  // input_slot inputs as the producer left them
   if (!p) {
     auto fresh = std::make_unique<impl::piece>();
     // An input that is another captured piece's output (the layer's input from the last
     // layer's FFN piece, the mix from the attention piece) is read where that graph leaves it:
     // its allocation comes back at the same address on every launch, so no buffer and no
     // copy before each launch (a device copy outside the graphs' programmatic launches).
-    for (const tensor& in : inputs) {
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      const tensor& in = inputs[i];
       const tensor held = impl_->output_holding(in, padded);
       fresh->bound.push_back(held.defined());
-      fresh->inputs.push_back(
-          held.defined() ? held : tensor::zeros(with_rows(in, padded), in.type(), in.dev()));
+      if (held.defined()) {
+        fresh->inputs.push_back(held);
+        continue;
+      }
+      // An input_slot buffer (the eager producer wrote there): the piece's own input buffer.
+      const auto slot = impl_->slots.find({layer, piece_id, padded, int(i)});
+      const bool fits = slot != impl_->slots.end() && slot->second.type() == in.type() &&
+                        slot->second.shape() == with_rows(in, padded);
+      fresh->inputs.push_back(fits ? slot->second
+                                   : tensor::zeros(with_rows(in, padded), in.type(), in.dev()));
     }
-    for (std::size_t i = 0; i < inputs.size(); ++i)
-      if (!fresh->bound[i]) copy_rows(fresh->inputs[i], inputs[i]);
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      if (fresh->bound[i]) continue;
+      if (fresh->inputs[i].raw() != inputs[i].raw())
+        copy_rows(fresh->inputs[i], inputs[i]);
+      else  // the warm-up may change it in place (the inverse rotary of the attention output)
+        kept[i] = inputs[i].clone();
+    }
     // Eager warm-up: lazy setup (handles, attributes) happens outside the capture, and its
     // outputs carry the step on if the capture fails.
     const std::vector<tensor> warm = body(fresh->inputs);
@@ -211,8 +229,11 @@ std::vector<tensor> decode_graphs::run(int layer, int piece_id, const std::vecto
   // A bound input must come from the same piece's output every step (the graph reads that
   // address; copying another tensor there would overwrite an output others may still read).
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    if (!p->bound[i]) {
-      copy_rows(p->inputs[i], inputs[i]);
+    if (!p->bound[i]) {  // (already there when the producer wrote into the input_slot)
+      if (kept[i].defined())
+        copy_rows(p->inputs[i], kept[i]);
+      else if (p->inputs[i].raw() != inputs[i].raw())
+        copy_rows(p->inputs[i], inputs[i]);
       continue;
     }
     DI_CHECK(p->inputs[i].raw() == inputs[i].raw(),
@@ -226,6 +247,23 @@ std::vector<tensor> decode_graphs::run(int layer, int piece_id, const std::vecto
 
 bool graphs_capture_compressed() {
   return g_capture_compressed;
+}
+
+bool graphs_use_slots() {
+  return g_slots;
+}
+
+tensor decode_graphs::input_slot(int layer, int piece, int index, const tensor_shape& row,
+                                 dtype type, device dev) {
+  const std::int64_t rows = impl_->rows, padded = impl_->padded;
+  DI_CHECK(padded > 0, "decode graphs: input_slot before begin_step");
+  std::vector<std::int64_t> dims{padded};
+  dims.insert(dims.end(), row.dims().begin(), row.dims().end());
+  const tensor_shape shape{std::span<const std::int64_t>(dims)};
+  tensor& t = impl_->slots[{layer, piece, padded, index}];
+  if (!t.defined() || t.shape() != shape || t.type() != type)
+    t = tensor::zeros(shape, type, dev);  // (padding rows stay zero: never written)
+  return t.slice(0, 0, rows);
 }
 
 std::int64_t decode_graphs::captured() const {
@@ -250,6 +288,10 @@ bool graphs_capture_compressed() {
   return true;
 }
 
+bool graphs_use_slots() {
+  return false;
+}
+
 decode_graphs::decode_graphs(std::vector<int>) {
   DI_FAIL("CUDA graphs need a build with the CUDA backend");
 }
@@ -265,6 +307,9 @@ const tensor& decode_graphs::positions() const {
   DI_FAIL("CUDA graphs need a build with the CUDA backend");
 }
 std::vector<tensor> decode_graphs::run(int, int, const std::vector<tensor>&, const piece_body&) {
+  DI_FAIL("CUDA graphs need a build with the CUDA backend");
+}
+tensor decode_graphs::input_slot(int, int, int, const tensor_shape&, dtype, device) {
   DI_FAIL("CUDA graphs need a build with the CUDA backend");
 }
 std::int64_t decode_graphs::captured() const {

@@ -25,6 +25,12 @@ using piece_body = std::function<std::vector<tensor>(const std::vector<tensor>& 
 /// (compressed_project); DEEPINFER_GRAPH_COMPRESSED=0 runs them eagerly after the piece, as
 /// before session 34 (for comparisons).
 bool graphs_capture_compressed();
+/// Whether the batched decode attention writes into the output piece's input_slot (no copy
+/// before the piece). OPT-IN (DEEPINFER_GRAPH_SLOTS=1) until verified on the GPU: session 34's
+/// first version failed the batched-graphs test on the capture step (the warm-up's in-place
+/// inverse rotary changed the shared buffer before the launch read it); the fix (run() keeps
+/// such inputs and restores them before the launch) was written after the last device call.
+bool graphs_use_slots();
 
 class decode_graphs {
  public:
@@ -47,6 +53,13 @@ class decode_graphs {
   /// with the eager warm-up's outputs and usable() turns false (failure() says why).
   std::vector<tensor> run(int layer, int piece, const std::vector<tensor>& inputs,
                           const piece_body& body);
+  /// The first rows of the buffer that input `index` of piece `piece` of `layer` reads at
+  /// this step's padded size ([padded, row...] of `type`, kept across steps; row: the shape
+  /// after the first dimension): an eager producer writing there saves run() its copy. At
+  /// capture, run() keeps a copy of such an input and restores it after the eager warm-up
+  /// (which may change it in place) before the launch.
+  tensor input_slot(int layer, int piece, int index, const tensor_shape& row, dtype type,
+                    device dev);
   /// Graphs captured so far.
   std::int64_t captured() const;
   /// False once a capture failed: the model then runs its steps eagerly.

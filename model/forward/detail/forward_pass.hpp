@@ -60,6 +60,9 @@ struct forward_pass {
   bool in_graph = false;
   /// steady_clock seconds when the forward call began (DEEPINFER_FORWARD_TIMING's "prep").
   double entered = 0.0;
+  /// Where the batched decode attention writes its output [rows, H, hd] when defined (a
+  /// decode graph's input buffer: the piece after it then reads it without a copy).
+  tensor attention_out;
   /// Set when the call is a decode step batched across its sequences (batched_decode.cpp).
   std::shared_ptr<decode_batch> batched;
 
@@ -244,9 +247,9 @@ namespace di::cuda {
 struct attention_params;
 }
 namespace di::detail {
-/// Allocates p's output [tokens, heads, dim] (and its split workspace) on `dev`, launches
-/// the attention on the current stream and returns the output.
-tensor run_attention(cuda::attention_params& p, device dev);
+/// Launches the attention on the current stream (its split workspace allocated on `dev`) into
+/// `out` ([tokens, heads, dim] f32) when defined, else into a new tensor; returns the output.
+tensor run_attention(cuda::attention_params& p, device dev, const tensor& out = tensor());
 #endif
 
 /// CUDA attention of q [count, H, hd] over two f32 pools: kv1 rows named by idx1 [count, k1]

@@ -369,6 +369,44 @@ TEST_CASE(
   cuda::synchronize();
 }
 
+TEST_CASE("GPU forward: a decode graph piece reads an input_slot in place, another tensor copied") {
+  // The eager producer of a piece's input (the batched attention) writes into input_slot's
+  // buffer, which the piece captured as its input: no copy; handed any other tensor, the piece
+  // copies it in as before. The body doubles its input in place (as the output piece's inverse
+  // rotary changes the attention output): the capture step's eager warm-up must not leave its
+  // change for the launch to double again. 3 rows pad to 4.
+  detail::decode_graphs graphs({4});
+  const detail::piece_body twice = [](const std::vector<tensor>& in) {
+    tensor x = in[0];
+    ops::add_inplace(x, in[0]);
+    return std::vector<tensor>{x.clone()};
+  };
+  const tensor tokens = tensor::zeros({3}, dtype::i64, gpu);
+  auto values = [](float base) {
+    tensor h = tensor::empty({3, 8}, dtype::f32, cpu_device);
+    for (std::int64_t i = 0; i < h.numel(); ++i) h.data<float>()[i] = base + 0.25f * float(i);
+    return h;
+  };
+  for (const float base : {1.0f, -3.0f, 7.0f}) {  // capture, replay, replay with another tensor
+    CAPTURE(base);
+    graphs.begin_step(3, tokens, tokens);
+    tensor slot = graphs.input_slot(2, 1, 0, {8}, dtype::f32, gpu);
+    REQUIRE(slot.shape() == tensor_shape({3, 8}));
+    tensor in = slot;
+    if (base == 7.0f)
+      in = values(base).to(gpu);
+    else
+      slot.copy_from(values(base).to(gpu));
+    const tensor got = graphs.run(2, 1, {in}, twice)[0].to(cpu_device);
+    const tensor x = values(base);
+    for (std::int64_t i = 0; i < x.numel(); ++i)
+      CHECK(got.data<float>()[i] == 2.0f * x.data<float>()[i]);
+  }
+  CHECK(graphs.captured() == 1);
+  CHECK(graphs.usable());
+  cuda::synchronize();
+}
+
 /// Worst cosine, largest |difference|, largest |logit|, rows agreeing in argmax and rows
 /// equal bit for bit of two runs' logits (rows of `vocab`).
 struct run_diff {
