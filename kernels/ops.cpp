@@ -68,6 +68,19 @@ void add_inplace(tensor& y, const tensor& x) {
   cpu::add_inplace(y, x);
 }
 
+void detail::check_position_rows(const tensor& y, const tensor& table, const tensor& positions) {
+  DI_CHECK(y.type() == dtype::f32 && y.rank() == 2 && y.is_contiguous(),
+           "add_position_rows: target must be contiguous [rows, width] f32, got {}",
+           y.shape().str());
+  DI_CHECK(positions.defined() && positions.type() == dtype::i64 && positions.rank() == 1 &&
+               positions.is_contiguous() && positions.size(0) == y.size(0),
+           "add_position_rows: {} rows need [{}] i64 positions", y.size(0), y.size(0));
+  DI_CHECK(table.type() == dtype::f32 && table.rank() == 2 && table.size(0) > 0 &&
+               table.size(1) == y.size(1) && table.is_contiguous(),
+           "add_position_rows: table must be contiguous [period, {}] f32, got {}", y.size(1),
+           table.shape().str());
+}
+
 void add_position_rows(tensor& y, const tensor& table, const tensor& positions) {
   DI_CUDA_TWIN(y, add_position_rows(y, table, positions));
   require_cpu(y, "add_position_rows");

@@ -46,6 +46,10 @@ void add_inplace(tensor& y, const tensor& x);
 /// positions, e.g. a compressor's position bias). Reads positions on the device, so a CUDA
 /// graph may capture it.
 void add_position_rows(tensor& y, const tensor& table, const tensor& positions);
+namespace detail {
+/// add_position_rows' dtype and shape checks (both twins; device checks are theirs).
+void check_position_rows(const tensor& y, const tensor& table, const tensor& positions);
+}  // namespace detail
 
 /// Rows of every tensor in `parts` (each [rows_i, dim...] f32, same trailing shape) stacked.
 tensor concat_rows(std::span<const tensor> parts);

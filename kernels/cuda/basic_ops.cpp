@@ -135,21 +135,12 @@ void add_inplace(tensor& y, const tensor& x) {
 }
 
 void add_position_rows(tensor& y, const tensor& table, const tensor& positions) {
-  DI_CHECK(y.type() == dtype::f32 && y.rank() == 2 && y.is_contiguous(),
-           "add_position_rows: target must be contiguous [rows, width] f32, got {}",
-           y.shape().str());
-  const std::int64_t n = y.size(0), width = y.size(1);
+  ops::detail::check_position_rows(y, table, positions);
   check_cuda_tensor(positions, dtype::i64, 1, "add_position_rows positions");
-  DI_CHECK(positions.size(0) == n, "add_position_rows: {} positions for {} rows", positions.size(0),
-           n);
-  DI_CHECK(table.type() == dtype::f32 && table.rank() == 2 && table.size(0) > 0 &&
-               table.size(1) == width && table.is_contiguous(),
-           "add_position_rows: table must be contiguous [period, {}] f32, got {}", width,
-           table.shape().str());
   check_same_device(y, table, "add_position_rows");
   check_same_device(y, positions, "add_position_rows");
-  launch_add_position_rows({y.data<float>(), table.data<float>(), positions.data<std::int64_t>(), n,
-                            width, table.size(0)},
+  launch_add_position_rows({y.data<float>(), table.data<float>(), positions.data<std::int64_t>(),
+                            y.size(0), y.size(1), table.size(0)},
                            current_stream());
 }
 
