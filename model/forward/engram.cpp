@@ -3,8 +3,8 @@
 // a gate of how well stream and key agree.
 #include "model/forward/detail/forward_pass.hpp"
 
-#include <cstdlib>
-#include <string_view>
+#include "common/env.hpp"
+
 #include <vector>
 
 namespace di::detail {
@@ -26,10 +26,7 @@ tensor engram_apply(const forward_pass& pass, int layer, const tensor& x, const 
            "engram_apply: kv {} for {} rows of {} streams x {}", kv.shape().str(), rows, hc, dim);
   // The keys and the value read in place from kv's rows (one launch, no host index lists);
   // DEEPINFER_ENGRAM_KV=0 gathers them apart first, as before session 34 (the same bits).
-  static const bool in_place = [] {
-    const char* env = std::getenv("DEEPINFER_ENGRAM_KV");
-    return env == nullptr || std::string_view(env) != "0";
-  }();
+  static const bool in_place = env_switch("DEEPINFER_ENGRAM_KV", true);
   const ops::engram_params params{float(c.rms_norm_eps), 1e-6f};
   if (in_place) return ops::engram_gate_kv(x, kv, e.qk_weight, params);
   std::vector<std::int64_t> key_rows, value_rows;  // rows of kv viewed as [rows * (hc + 1), dim]

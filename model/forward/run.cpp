@@ -4,14 +4,14 @@
 // for the rows whose logits were requested.
 #include "model/forward/detail/forward_pass.hpp"
 
+#include "common/env.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
-#include <string_view>
 
 namespace di::detail {
 
@@ -53,7 +53,7 @@ class phase_timer {
 
  private:
   static bool enabled() {  // read once per process
-    static const bool on = std::getenv("DEEPINFER_FORWARD_TIMING") != nullptr;
+    static const bool on = env_switch("DEEPINFER_FORWARD_TIMING", false);
     return on;
   }
   bool on_;
@@ -151,10 +151,7 @@ std::vector<forward_output> run_model(forward_pass& pass, std::span<forward_requ
   // An Engram layer's projection reads the token ids only: the block before it computes it
   // beside its per-sequence attention (engram_ahead); a first-layer Engram computes its own,
   // as every Engram layer does with DEEPINFER_ENGRAM_AHEAD=0 (for comparisons; the same bits).
-  static const bool ahead_on = [] {
-    const char* env = std::getenv("DEEPINFER_ENGRAM_AHEAD");
-    return env == nullptr || std::string_view(env) != "0";
-  }();
+  static const bool ahead_on = env_switch("DEEPINFER_ENGRAM_AHEAD", true);
   auto engram_ids_of = [&](int layer) {
     const auto& ids = c.engram.layer_ids;
     const std::int64_t slot = std::find(ids.begin(), ids.end(), layer) - ids.begin();
