@@ -34,9 +34,9 @@ compressor_rows project_compressor(const forward_pass& pass, const tensor& x,
     out.kv = ops::rms_norm(out.kv, cw.norm, eps);
     return out;
   }
-  DI_CHECK(!cw.ape.defined() || cw.ape.size(0) == pass.layout.compressors[std::size_t(slot)].ratio,
-           "compressor position bias of {} rows for ratio {}", cw.ape.size(0),
-           pass.layout.compressors[std::size_t(slot)].ratio);
+  const int ratio = pass.layout.compressors[std::size_t(slot)].ratio;
+  DI_CHECK(!cw.ape.defined() || cw.ape.size(0) == ratio,
+           "compressor position bias of {} rows for ratio {}", cw.ape.size(0), ratio);
   out.score = ops::linear(x, cw.wgate);  // [rows, width]
   // score[row] += ape[position % ratio], the row's phase in its group (positions read on the
   // device: a decode graph captures it).

@@ -21,10 +21,6 @@ double host_seconds() {
 
 namespace {
 
-double now() {
-  return host_seconds();
-}
-
 /// DEEPINFER_FORWARD_TIMING=1: every forward call prints to stderr where its wall time went --
 /// the host time spent issuing each phase (from the call's entry: "prep" is its work before
 /// the first layer), then (after one synchronisation at the end) the whole call; a diagnostic
@@ -33,22 +29,22 @@ class phase_timer {
  public:
   /// `entered`: when the forward call began (its host work before run_model is reported as
   /// "prep"; 0: none).
-  explicit phase_timer(double entered) : on_(enabled()), t0_(now()), last_(t0_) {
+  explicit phase_timer(double entered) : on_(enabled()), t0_(host_seconds()), last_(t0_) {
     if (on_ && entered > 0.0) line_ = fmt::format(" prep {:.2f}", (t0_ - entered) * 1e3);
   }
   void mark(const char* what) {
     if (!on_) return;
-    const double t = now();
+    const double t = host_seconds();
     line_ += fmt::format(" {} {:.2f}", what, (t - last_) * 1e3);
     last_ = t;
   }
   void finish(const forward_pass& pass, std::int64_t rows) {
     if (!on_) return;
-    const double issued = now();
+    const double issued = host_seconds();
     device_sync(pass);
     std::fprintf(stderr, "forward timing: %lld rows | host ms:%s | issued %.2f, done %.2f ms\n",
                  static_cast<long long>(rows), line_.c_str(), (issued - t0_) * 1e3,
-                 (now() - t0_) * 1e3);
+                 (host_seconds() - t0_) * 1e3);
   }
 
  private:
