@@ -95,7 +95,7 @@ struct decode_graphs::impl {
 /// for comparisons).
 const bool g_bind_outputs = cuda::detail::env_switch("DEEPINFER_GRAPH_BIND", true);
 const bool g_capture_compressed = cuda::detail::env_switch("DEEPINFER_GRAPH_COMPRESSED", true);
-const bool g_slots = cuda::detail::env_switch("DEEPINFER_GRAPH_SLOTS", false);
+const bool g_slots = cuda::detail::env_switch("DEEPINFER_GRAPH_SLOTS", true);
 
 tensor decode_graphs::impl::output_holding(const tensor& in, std::int64_t padded) const {
   if (!g_bind_outputs || in.raw() == nullptr) return {};

@@ -26,10 +26,12 @@ using piece_body = std::function<std::vector<tensor>(const std::vector<tensor>& 
 /// before session 34 (for comparisons).
 bool graphs_capture_compressed();
 /// Whether the batched decode attention writes into the output piece's input_slot (no copy
-/// before the piece). OPT-IN (DEEPINFER_GRAPH_SLOTS=1) until verified on the GPU: session 34's
-/// first version failed the batched-graphs test on the capture step (the warm-up's in-place
-/// inverse rotary changed the shared buffer before the launch read it); the fix (run() keeps
-/// such inputs and restores them before the launch) was written after the last device call.
+/// before the piece). On by default since session 35 (test_forward_cuda passed with it on the
+/// H200, plain and batched with graphs; v4-flash-L4 b64 4.99 against 5.03-5.05 ms, v41-flash-L4
+/// b64 7.80-7.85 against 7.82); DEEPINFER_GRAPH_SLOTS=0 copies as before. (Session 34's first
+/// version failed the batched-graphs test on the capture step -- the warm-up's in-place inverse
+/// rotary changed the shared buffer before the launch read it; run() now keeps such inputs and
+/// restores them before the launch.)
 bool graphs_use_slots();
 
 class decode_graphs {
