@@ -89,6 +89,7 @@ void default_decode_kernel() {
   cuda::set_wg_gemm_ring(-1);  // by the routed rows
   cuda::set_skinny_gemm(true);
   cuda::set_dense_wg_gemm(false);  // opt-in: slower than stream_gemm on the H200 (session 20)
+  cuda::set_ring_gemm(false);      // (its own rows below: V4's blocks at 16..64 rows)
 }
 
 /// Copies of a weight so that rotating through them streams more than the 60 MB L2.
@@ -242,6 +243,23 @@ void fp8_rows(const limits& lim, std::vector<result_row>& rows, const char* mode
                         "GB/s", us, fmt::format("copy {:.0f} GB/s", lim.copy_gbps),
                         gbps / lim.copy_gbps});
       }
+    }
+    if (block == 128) {  // V4's blocks: ring_gemm (opt-in TMA ring) at the same decode batches
+      cuda::set_gemm_backend(cuda::gemm_backend::block_gemm);
+      cuda::set_ring_gemm(true);
+      for (const std::int64_t m : {16, 32, 64}) {
+        const tensor xm = random_device({m, s.k}, dtype::f32, 14);
+        const double us = median_graph_us([&] {
+                            for (const weight_matrix& w : ws) ops::linear(xm, w, {act});
+                          }) /
+                          double(ws.size());
+        const double gbps = double(bytes) / (us * 1e-6) / 1e9;
+        rows.push_back({fmt::format("{} fp8 ring_gemm M={} {}", model, m, s.name),
+                        fmt::format("N{} K{} {:.1f} MB", s.n, s.k, double(bytes) / 1e6), gbps,
+                        "GB/s", us, fmt::format("copy {:.0f} GB/s", lim.copy_gbps),
+                        gbps / lim.copy_gbps});
+      }
+      cuda::set_ring_gemm(false);
     }
     default_decode_kernel();
     cuda::set_gemm_backend(cuda::gemm_backend::automatic);

@@ -147,6 +147,15 @@ void set_dense_wg_gemm_early(bool on);
 void set_dense_wg_gemm_batch(int steps);
 /// Launches of dense_wg_gemm so far in this process (tests: that it served a GEMM).
 long dense_wg_gemm_launches();
+/// Dense FP8 GEMMs of 9..64 rows with V4's 128 x 128 blocks on ring_gemm (TMA ring, persistent
+/// blocks) instead of cuBLASLt: opt-in, DEEPINFER_RING_GEMM=1 (kernel by kernel a little faster
+/// than cuBLASLt, in a decode step not: session 35); never in the batch-invariant mode.
+/// set_ring_gemm_early(false) (DEEPINFER_RING_GEMM_EARLY=0) requests the first weights after the
+/// wait for the previous kernel. Defined in ring_gemm.cu.
+void set_ring_gemm(bool on);
+bool get_ring_gemm();
+void set_ring_gemm_early(bool on);
+long ring_gemm_launches();
 /// Dense FP8 GEMMs of 9..64 rows go to skinny_gemm unless switched off (then sm90_block_gemm's
 /// tiles; default from DEEPINFER_SKINNY_GEMM=0). Defined in sm90_block_gemm.cu.
 void set_skinny_gemm(bool on);

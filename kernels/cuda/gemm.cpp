@@ -236,8 +236,12 @@ bool tries_cublaslt(gemm_backend backend, const weight_matrix& weight, std::int6
   // (dense_wg_gemm's wide tiles take decode batches of 9..64 rows first when set to 1; by
   // default only what cuBLASLt does not take)
   const bool wide = rows > 8 && rows <= 64 && get_dense_wg_gemm_wide() == 1 && !g_ordered_splits;
+  // (and ring_gemm, when switched on, takes V4's blocks at those rows first)
+  const bool ring =
+      ring_gemm_takes_shape(rows, weight.values.type() == dtype::f8_e4m3, int(weight.block.rows),
+                            int(weight.block.cols), act_block, in);
   const bool try_lt = backend == gemm_backend::cublaslt ||
-                      (backend == gemm_backend::automatic && rows >= from && !wide);
+                      (backend == gemm_backend::automatic && rows >= from && !wide && !ring);
   return try_lt && cublaslt_fp8_fits(weight, rows, in, act_block);
 }
 

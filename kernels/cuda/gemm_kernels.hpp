@@ -172,6 +172,26 @@ void launch_wg_gemm(const block_gemm_params& p, cudaStream_t stream);
 /// shape and the tile) add into the zeroed output with fp32 atomics. It reads
 /// the weight and its scales before waiting for the previous kernel (unless
 /// set_dense_wg_gemm_early(false)): they must not be written by the kernel launched just before.
+/// block_gemm's dense FP8 GEMM for decode batches of 9..64 rows with V4's 128 x 128 weight
+/// blocks and 128-input activation blocks (ring_gemm.cu): weights and activations through a
+/// TMA-filled shared-memory ring, persistent blocks, a promotion every 128 inputs. Whole tiles
+/// (deterministic, batch-invariant within 9..64 rows) where they fill the grid's waves, else
+/// "stream-K" with fp32 atomics into the zeroed output; never in the batch-invariant mode
+/// (ordered splits). Opt-in (set_ring_gemm, DEEPINFER_RING_GEMM=1: no faster than cuBLASLt in a
+/// decode step, session 35); the shape test alone is what gemm.cpp asks before it would choose
+/// cuBLASLt.
+bool ring_gemm_takes_shape(std::int64_t rows, bool fp8, int block_rows, int block_cols,
+                           int act_block, std::int64_t k);
+bool ring_gemm_takes(const block_gemm_params& p);
+struct ring_gemm_plan {
+  int blocks = 0;          ///< persistent blocks (at most one per multiprocessor)
+  std::int64_t tiles = 0;  ///< 128-row tiles
+  int blocks_k = 0;        ///< 128-input units per tile
+  bool stream_k = false;   ///< units cut evenly across the blocks, atomics into a zeroed y
+};
+/// Host-side: how ring_gemm runs an [n, k] weight on `multiprocessors` SMs (never on the rows).
+ring_gemm_plan plan_ring_gemm(std::int64_t n, std::int64_t k, int multiprocessors);
+void launch_ring_gemm(const block_gemm_params& p, cudaStream_t stream);
 bool dense_wg_gemm_takes(const block_gemm_params& p);
 struct dense_wg_gemm_plan {
   int k_splits;            ///< blocks along K (1, 2, 4 or 8: one cluster)

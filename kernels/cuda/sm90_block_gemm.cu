@@ -534,6 +534,9 @@ bool wide_dense(const block_gemm_params& p) {
 
 block_gemm_plan plan_block_gemm(const block_gemm_params& p) {
   if (p.max_rows == 0 || p.n == 0 || p.groups == 0 || p.k / step_k == 0) return {};
+  if (ring_gemm_takes(p))
+    return {1,
+            plan_ring_gemm(p.n, p.k, detail::multiprocessor_count()).tiles};  // (zeroes y itself)
   // (the wide tiles zero y themselves and add their K splits into it: no workspace)
   if (wide_dense(p)) return {1, plan_dense_wg_gemm(p).row_tiles * p.groups};
   if (skinny(p)) return plan_skinny_gemm(p);
@@ -563,6 +566,10 @@ void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream) {
   if (p.max_rows == 0 || p.n == 0 || p.groups == 0) return;
   if (p.k / step_k == 0) {
     CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));
+    return;
+  }
+  if (ring_gemm_takes(p)) {
+    launch_ring_gemm(p, stream);
     return;
   }
   if (wide_dense(p)) {

@@ -1064,7 +1064,10 @@ namespace {
 
 /// Restores the decode-kernel switches a test case sets.
 struct stream_switches {
-  stream_switches() { cuda::set_gemm_backend(cuda::gemm_backend::block_gemm); }
+  stream_switches() {
+    cuda::set_gemm_backend(cuda::gemm_backend::block_gemm);
+    cuda::set_ring_gemm(false);  // (it would take V4's blocks at 9..64 rows first)
+  }
   ~stream_switches() {
     cuda::set_gemm_backend(cuda::gemm_backend::automatic);
     cuda::set_dense_wg_gemm(dense_wg);  // as the environment left it
@@ -1084,12 +1087,15 @@ struct stream_switches {
     cuda::set_wg_gemm_bf16(wg_bf16);
     cuda::set_wg_gemm_chain(true);
     cuda::set_wg_gemm_chain_ring(4);
+    cuda::set_ring_gemm(ring);
+    cuda::set_ring_gemm_early(true);
   }
   bool dense_wg = cuda::get_dense_wg_gemm();
   int dense_wide = cuda::get_dense_wg_gemm_wide();
   bool wg_bf16 = cuda::get_wg_gemm_bf16();
   bool stream_early = cuda::get_stream_gemm_early();
   bool stream_wide = cuda::get_stream_gemm_wide();
+  bool ring = cuda::get_ring_gemm();
 };
 
 TEST_CASE("cuda stream_gemm (decode tiles): right, deterministic, batch-invariant") {
@@ -1357,6 +1363,117 @@ TEST_CASE(
   cuda::set_dense_wg_gemm_wide(0);
   (void)ops::linear(varied_input(16, 512).to(gpu), w, {32});
   CHECK(cuda::dense_wg_gemm_launches() == before);
+}
+
+TEST_CASE(
+    "cuda ring_gemm (dense FP8 of 9..64 rows, V4 blocks, TMA ring): right, whole tiles "
+    "batch-invariant, stream-K, early weights, graphs, automatic backend, refusals") {
+  const stream_switches restore;
+  const bool ordered = cuda::get_ordered_gemm_splits();
+  cuda::set_ordered_gemm_splits(false);
+  struct shape {
+    std::int64_t out, in;
+    bool f32_scales;
+  };
+  // Stream-K: 3 tiles over 16 units (fp32 scales), 8 tiles with the last partial (1000 rows), K
+  // of one unit, V4's wo_b (32 tiles, 64 units each), K of 256 units (the most activation
+  // scales staged); whole tiles: V4's wq_b (256 tiles, two waves on 132 SMs) and 129 tiles with
+  // the last partial (one wave).
+  const shape shapes[] = {{320, 2048, true},   {1000, 512, false},  {130, 128, false},
+                          {4096, 8192, false}, {256, 32768, false}, {32768, 1024, false},
+                          {16448, 256, true}};
+  for (const shape sh : shapes) {
+    CAPTURE(sh.out);
+    CAPTURE(sh.in);
+    const weight_matrix host = random_fp8_scaled(sh.out, sh.in, 128, sh.f32_scales);
+    const weight_matrix w = weight_to(host, gpu);
+    const cuda::ring_gemm_plan plan = cuda::plan_ring_gemm(sh.out, sh.in, 132);
+    const tensor x64 = varied_input(64, sh.in);
+    const tensor want = ops::linear(x64, host, {128});
+    cuda::set_ring_gemm(false);  // skinny_gemm: the same products, other roundings
+    const tensor skinny = ops::linear(x64.to(gpu), w, {128}).to(cpu_device);
+    cuda::set_ring_gemm(true);
+    test::poison_device_pool();
+    const tensor y64 = ops::linear(x64.to(gpu), w, {128}).to(cpu_device);
+    for (const std::int64_t rows : {9, 16, 33, 64}) {
+      CAPTURE(rows);
+      const tensor x = x64.slice(0, 0, rows).clone();
+      for (const bool early : {true, false}) {
+        CAPTURE(early);
+        cuda::set_ring_gemm_early(early);
+        const long before = cuda::ring_gemm_launches();
+        test::poison_device_pool();
+        const tensor y = ops::linear(x.to(gpu), w, {128}).to(cpu_device);
+        CHECK(cuda::ring_gemm_launches() - before == 1);
+        check_close(y, want.slice(0, 0, rows).clone(), 2e-3);
+        // wgmma sums a promotion's products at less than fp32 precision, skinny_gemm in fp32.
+        check_close(y, skinny.slice(0, 0, rows).clone(), 5e-4);
+        if (plan.stream_k)  // atomics: the same sums, added in any order
+          check_close(y, y64.slice(0, 0, rows).clone(), 1e-6);
+        else  // whole tiles: a token's bits do not depend on the batch
+          test::check_bitwise(y, y64.slice(0, 0, rows).clone());
+      }
+    }
+  }
+  cuda::set_ring_gemm_early(true);
+  // Captured in a CUDA graph and replayed (stream-K's memset and atomics): the eager sums.
+  {
+    const weight_matrix w = weight_to(random_fp8(640, 4096, 128), gpu);
+    const tensor x = varied_input(24, 4096).to(gpu);
+    const tensor eager = ops::linear(x, w, {128}).to(cpu_device);
+    tensor y = tensor::empty({24, 640}, dtype::f32, gpu);
+    cudaStream_t s = cuda::current_stream();
+    cudaGraph_t graph;
+    const long before = cuda::ring_gemm_launches();
+    REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+    y.copy_from(ops::linear(x, w, {128}));
+    REQUIRE(cudaStreamEndCapture(s, &graph) == cudaSuccess);
+    CHECK(cuda::ring_gemm_launches() == before + 1);
+    cudaGraphExec_t exec;
+    REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+    for (int replay = 0; replay < 3; ++replay) {
+      y.copy_from(tensor::full({24, 640}, std::nanf("")).to(gpu));
+      REQUIRE(cudaGraphLaunch(exec, s) == cudaSuccess);
+      check_close(y.to(cpu_device), eager, 1e-6);
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+  // The automatic backend: V4's blocks at 16..64 rows go to ring_gemm first when it is on
+  // (cuBLASLt with it off), from codes a fused norm made too.
+  const weight_matrix w = weight_to(random_fp8(256, 1024, 128), gpu);
+  cuda::set_gemm_backend(cuda::gemm_backend::automatic);
+  long before = cuda::ring_gemm_launches();
+  (void)ops::linear(varied_input(32, 1024).to(gpu), w, {128});
+  CHECK(cuda::ring_gemm_launches() == before + 1);
+  {
+    const tensor x = varied_input(32, 1024).to(gpu);
+    const tensor norm_w = tensor::full({1024}, 1.f).to(gpu);
+    const ops::quantized_rows q = ops::rms_norm_quantized(x, norm_w, 1e-6f, 128);
+    const tensor from_codes = ops::linear(q, w, {128}).to(cpu_device);
+    CHECK(cuda::ring_gemm_launches() == before + 2);
+    check_close(from_codes, ops::linear(q.x, w, {128}).to(cpu_device), 1e-6);
+  }
+  cuda::set_ring_gemm(false);
+  before = cuda::ring_gemm_launches();
+  (void)ops::linear(varied_input(32, 1024).to(gpu), w, {128});
+  CHECK(cuda::ring_gemm_launches() == before);
+  cuda::set_ring_gemm(true);
+  cuda::set_gemm_backend(cuda::gemm_backend::block_gemm);
+  // Refused: ordered splits (the batch-invariant mode), 8 and 65 rows, V4.1's 32-input blocks,
+  // K past 256 units.
+  before = cuda::ring_gemm_launches();
+  cuda::set_ordered_gemm_splits(true);
+  (void)ops::linear(varied_input(16, 1024).to(gpu), w, {128});
+  cuda::set_ordered_gemm_splits(false);
+  (void)ops::linear(varied_input(8, 1024).to(gpu), w, {128});
+  (void)ops::linear(varied_input(65, 1024).to(gpu), w, {128});
+  (void)ops::linear(varied_input(16, 1024).to(gpu), weight_to(random_fp8(128, 1024, 32), gpu),
+                    {32});
+  (void)ops::linear(varied_input(16, 32896).to(gpu), weight_to(random_fp8(128, 32896, 128), gpu),
+                    {128});
+  CHECK(cuda::ring_gemm_launches() == before);
+  cuda::set_ordered_gemm_splits(ordered);
 }
 
 struct expert_shape {
