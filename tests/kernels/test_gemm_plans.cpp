@@ -458,6 +458,53 @@ TEST_CASE("skinny_gemm plans: dense FP8 of 9..64 rows, K splits from the weight'
   CHECK_FALSE(cuda::skinny_gemm_takes(params_for({1024, 4096, 128, 8, 128}, 16)));
 }
 
+TEST_CASE("ring_gemm plans: whole tiles where they fill the waves, else stream-K; opt-in") {
+  // V4's wq_b: 256 tiles fill two waves of 132 SMs to 0.97 -- whole tiles, no atomics.
+  cuda::ring_gemm_plan p = cuda::plan_ring_gemm(32768, 1024, 132);
+  CHECK(p.tiles == 256);
+  CHECK(p.blocks_k == 8);
+  CHECK_FALSE(p.stream_k);
+  CHECK(p.blocks == 132);
+  // 129 tiles (the last partial): one wave at 0.98 -- whole tiles.
+  p = cuda::plan_ring_gemm(16448, 256, 132);
+  CHECK(p.tiles == 129);
+  CHECK_FALSE(p.stream_k);
+  CHECK(p.blocks == 129);
+  // 160 tiles take two waves at 0.61: stream-K over all 132 SMs.
+  p = cuda::plan_ring_gemm(160 * 128, 1024, 132);
+  CHECK(p.stream_k);
+  CHECK(p.blocks == 132);
+  // V4's wo_b: 32 tiles of 64 units -- stream-K; a tiny weight: no more blocks than units.
+  p = cuda::plan_ring_gemm(4096, 8192, 132);
+  CHECK(p.tiles == 32);
+  CHECK(p.blocks_k == 64);
+  CHECK(p.stream_k);
+  CHECK(p.blocks == 132);
+  p = cuda::plan_ring_gemm(130, 128, 132);
+  CHECK(p.tiles == 2);
+  CHECK(p.stream_k);
+  CHECK(p.blocks == 2);
+  // Off by default; when on, never outside 9..64 rows, V4's blocks, K a multiple of 128 up to
+  // 32768, nor in the batch-invariant mode (the shape test needs no GPU to refuse).
+  const bool on = cuda::get_ring_gemm();
+  if (!std::getenv("DEEPINFER_RING_GEMM")) CHECK_FALSE(on);
+  cuda::set_ring_gemm(true);
+  CHECK_FALSE(cuda::ring_gemm_takes_shape(8, true, 128, 128, 128, 1024));
+  CHECK_FALSE(cuda::ring_gemm_takes_shape(65, true, 128, 128, 128, 1024));
+  CHECK_FALSE(cuda::ring_gemm_takes_shape(32, false, 128, 128, 128, 1024));
+  CHECK_FALSE(cuda::ring_gemm_takes_shape(32, true, 32, 32, 32, 1024));
+  CHECK_FALSE(cuda::ring_gemm_takes_shape(32, true, 128, 128, 32, 1024));
+  CHECK_FALSE(cuda::ring_gemm_takes_shape(32, true, 128, 128, 128, 1000));
+  CHECK_FALSE(cuda::ring_gemm_takes_shape(32, true, 128, 128, 128, 32896));
+  const bool ordered = cuda::get_ordered_gemm_splits();
+  cuda::set_ordered_gemm_splits(true);
+  CHECK_FALSE(cuda::ring_gemm_takes_shape(32, true, 128, 128, 128, 1024));
+  cuda::set_ordered_gemm_splits(ordered);
+  cuda::set_ring_gemm(false);
+  CHECK_FALSE(cuda::ring_gemm_takes_shape(32, true, 128, 128, 128, 1024));
+  cuda::set_ring_gemm(on);
+}
+
 TEST_CASE("pipe_gemm takes interleaved MXFP4 experts and splits K as stream_gemm does") {
   cuda::set_pipe_gemm(true);  // off by default (opt-in)
   cuda::set_wg_gemm(false);   // on by default, and it comes first
