@@ -66,6 +66,9 @@ struct quantized_rows {
   tensor x;  ///< [rows, cols] f32
   tensor codes, scales;
   int block = 0;  ///< the activation block of codes and scales (0: x alone)
+  /// CUDA producers: the scales again as [cols / block, rows] (rows contiguous: cuBLASLt's
+  /// block-scaled GEMM reads them so), or undefined. Rows of a copy cannot be sliced apart.
+  tensor scales_mn;
 };
 /// rms_norm(x, weight, eps) with its quantization in blocks of `block` (quantized_rows).
 quantized_rows rms_norm_quantized(const tensor& x, const tensor& weight, float eps, int block);

@@ -323,8 +323,11 @@ __global__ void rms_norm_kernel(rms_norm_params p) {
           auto code = [&](float x) { return std::uint32_t(fp8_code(x, scale)); };
           reinterpret_cast<std::uint32_t*>(p.codes + r * p.dim)[i] =
               code(y.x) | (code(y.y) << 8) | (code(y.z) << 16) | (code(y.w) << 24);
-          if (int(threadIdx.x) % group == 0)
-            p.scales[r * (p.dim / p.quant_block) + (4 * i) / p.quant_block] = scale;
+          if (int(threadIdx.x) % group == 0) {
+            const std::int64_t b = (4 * i) / p.quant_block;
+            p.scales[r * (p.dim / p.quant_block) + b] = scale;
+            if (p.scales_mn) p.scales_mn[b * p.rows + r] = scale;
+          }
         }
       }
     }

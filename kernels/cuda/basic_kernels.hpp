@@ -106,6 +106,7 @@ struct rms_norm_params {
   std::uint8_t* codes = nullptr;
   float* scales = nullptr;
   int quant_block = 0;
+  float* scales_mn = nullptr;  ///< the scales again as [dim / quant_block, rows], or nullptr
 };
 void launch_rms_norm(const rms_norm_params& p, cudaStream_t stream);
 /// Whether launch_rms_norm can quantize rows of `dim` in blocks of `block` in its kernel.

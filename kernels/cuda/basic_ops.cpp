@@ -188,7 +188,8 @@ bool fuses_act_quant(int block, std::int64_t dim) {
 
 quantized_rows quantized_rows_for(std::int64_t rows, std::int64_t dim, int block, device dev) {
   return {tensor::empty({rows, dim}, dtype::f32, dev), tensor::empty({rows, dim}, dtype::u8, dev),
-          tensor::empty({rows, dim / block}, dtype::f32, dev), block};
+          tensor::empty({rows, dim / block}, dtype::f32, dev), block,
+          tensor::empty({dim / block, rows}, dtype::f32, dev)};
 }
 
 quantized_rows rms_norm_quantized(const tensor& x, const tensor& weight, float eps, int block) {
@@ -207,9 +208,10 @@ quantized_rows rms_norm_quantized(const tensor& x, const tensor& weight, float e
     w = weight.data<float>();
   }
   quantized_rows q = quantized_rows_for(rows, dim, block, x.dev());
-  launch_rms_norm({x.data<float>(), w, q.x.data<float>(), rows, dim, eps,
-                   q.codes.data<std::uint8_t>(), q.scales.data<float>(), block},
-                  current_stream());
+  launch_rms_norm(
+      {x.data<float>(), w, q.x.data<float>(), rows, dim, eps, q.codes.data<std::uint8_t>(),
+       q.scales.data<float>(), block, q.scales_mn.data<float>()},
+      current_stream());
   return q;
 }
 

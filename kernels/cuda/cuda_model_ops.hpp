@@ -215,6 +215,7 @@ struct swiglu_params {
   std::uint8_t* codes = nullptr;
   float* scales = nullptr;
   int quant_block = 0;
+  float* scales_mn = nullptr;  ///< the scales again, rows contiguous (cuBLASLt's), or nullptr
 };
 void launch_swiglu(const swiglu_params& p, cudaStream_t stream);
 
@@ -300,6 +301,7 @@ struct hc_collapse_norm_params {
   std::uint8_t* codes = nullptr;
   float* scales = nullptr;
   int quant_block = 0;
+  float* scales_mn = nullptr;  ///< the scales again, rows contiguous (cuBLASLt's), or nullptr
 };
 constexpr std::int64_t hc_collapse_norm_max_dim = 8192;
 constexpr std::int64_t hc_collapse_norm_max_streams = 4;  ///< the op runs two kernels past it

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string_view>
 
 namespace di::cuda {
@@ -257,6 +258,21 @@ tensor lt_linear(const weight_matrix& w, const quantized_act& q) {
   return cublaslt_block_fp8(w, q.codes, q.scales, y) ? y : tensor();
 }
 
+/// x's own codes and scales for cuBLASLt's block-scaled GEMM of `weight`, where linear would
+/// try it and x's producer wrote the scales in its layout too (quantized_rows::scales_mn):
+/// the codes and scales lt_quantized(x.x) would make, without that act_quant launch.
+/// DEEPINFER_LT_CODES=0: cuBLASLt quantizes x again (as before session 35; for comparisons).
+std::optional<quantized_act> lt_codes(const quantized_rows& x, const weight_matrix& weight,
+                                      int act_block) {
+  static const bool on = detail::env_switch("DEEPINFER_LT_CODES", true);
+  if (!on || !x.codes.defined() || !x.scales_mn.defined() || x.block != act_block ||
+      act_block <= 0 || (cublaslt_scale_layout() & 2) || x.x.rank() != 2 || x.x.size(0) == 0 ||
+      !is_stored_format(weight) || !block_gemm_fits(weight, x.x.size(1), act_block) ||
+      !tries_cublaslt(g_backend, weight, x.x.size(0), x.x.size(1), act_block))
+    return std::nullopt;
+  return quantized_act{x.codes, x.scales_mn};
+}
+
 /// Whether `automatic` takes linear(x, weight) of `rows` rows through a bf16 temporary of the
 /// weight (g_bf16_rows): FP8 weights that fit sm90_block_gemm, which cuBLASLt does not take --
 /// V4.1's 32-input blocks, and V4's 128-input blocks at row counts cuBLASLt refuses (not a
@@ -346,6 +362,11 @@ tensor linear(const tensor& x, const weight_matrix& weight, const linear_params&
 
 tensor linear(const quantized_rows& x, const weight_matrix& weight, const linear_params& params) {
   const int act_block = params.act_quant_block;
+  if (const auto q = lt_codes(x, weight, act_block)) {  // cuBLASLt from x's own codes
+    check_linear_operands(x.x, weight);
+    tensor y = lt_linear(weight, *q);
+    if (y.defined()) return y;
+  }
   if (!x.codes.defined() || x.block != act_block || !takes_block_gemm(x.x, weight, act_block))
     return cuda::linear(x.x, weight, params);
   check_linear_operands(x.x, weight);
@@ -414,6 +435,13 @@ std::pair<tensor, tensor> linear_pair(const tensor& x, const weight_matrix& a,
 std::pair<tensor, tensor> linear_pair(const quantized_rows& x, const weight_matrix& a,
                                       const weight_matrix& b, const linear_params& params) {
   const int act_block = params.act_quant_block;
+  if (const auto q = lt_codes(x, a, act_block); q && lt_codes(x, b, act_block)) {
+    check_linear_operands(x.x, a);
+    check_linear_operands(x.x, b);
+    tensor ya = lt_linear(a, *q);
+    tensor yb = ya.defined() ? lt_linear(b, *q) : tensor();
+    if (yb.defined()) return {ya, yb};
+  }
   // Without codes to use: the plain pair, which still quantizes x once for both.
   if (!x.codes.defined() || x.block != act_block || !takes_block_gemm(x.x, a, act_block) ||
       !takes_block_gemm(x.x, b, act_block))

@@ -294,7 +294,10 @@ __device__ __forceinline__ void finish_norm_row(const hc_collapse_norm_params& p
     for (int w = w0; w < w0 + wpb; ++w) amax = fmaxf(amax, warp_amax[j][w]);
     const float scale = fp8_block_scale(amax);
     codes[d] = fp8_code(v[j], scale);
-    if (d % p.quant_block == 0) p.scales[t * (p.dim / p.quant_block) + d / p.quant_block] = scale;
+    if (d % p.quant_block == 0) {
+      p.scales[t * (p.dim / p.quant_block) + d / p.quant_block] = scale;
+      if (p.scales_mn) p.scales_mn[d / p.quant_block * p.tokens + t] = scale;
+    }
   }
 }
 

@@ -133,7 +133,10 @@ __global__ void swiglu_quant_kernel(const swiglu_params p) {
   amax = detail::warp_max(amax);
   const float scale = fp8_block_scale(amax);
   for (int u = 0; u < per; ++u) p.codes[base + lane + 32 * u] = fp8_code(v[u], scale);
-  if (lane == 0) p.scales[r * blocks_per_row + b] = scale;
+  if (lane == 0) {
+    p.scales[r * blocks_per_row + b] = scale;
+    if (p.scales_mn) p.scales_mn[b * p.rows + r] = scale;
+  }
 }
 
 constexpr int kGroupThreads = 1024;

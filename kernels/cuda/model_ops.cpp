@@ -284,6 +284,7 @@ void point_codes(Params& p, ops::quantized_rows& q) {
   p.codes = q.codes.data<std::uint8_t>();
   p.scales = q.scales.data<float>();
   p.quant_block = q.block;
+  p.scales_mn = q.scales_mn.defined() ? q.scales_mn.data<float>() : nullptr;
 }
 
 }  // namespace

@@ -1000,6 +1000,56 @@ TEST_CASE("cuda quantized_rows: RMSNorm's and SwiGLU's own codes give linear's e
   }
 }
 
+/// scales_mn as the transpose of scales, bitwise.
+void check_scales_mn(const ops::quantized_rows& q) {
+  REQUIRE(q.scales_mn.defined());
+  const tensor rows = q.scales.to(cpu_device), cols = q.scales_mn.to(cpu_device);
+  REQUIRE(cols.size(0) == rows.size(1));
+  REQUIRE(cols.size(1) == rows.size(0));
+  bool same = true;
+  for (std::int64_t r = 0; r < rows.size(0); ++r)
+    for (std::int64_t b = 0; b < rows.size(1); ++b)
+      same = same && std::memcmp(rows.data<float>() + r * rows.size(1) + b,
+                                 cols.data<float>() + b * rows.size(0) + r, sizeof(float)) == 0;
+  CHECK(same);
+}
+
+TEST_CASE("cuda quantized_rows to cuBLASLt: the producers' own codes and scales, the same bits") {
+  // Decode batches of 16..64 rows with V4's 128 x 128 blocks go to cuBLASLt's block-scaled
+  // GEMM (the automatic backend, outside the batch-invariant mode), which reads the activation
+  // scales rows-contiguous: the fused producers write them so too (scales_mn), and a linear
+  // from them is the bits of one that quantizes x itself.
+  if (!cuda::cublaslt_block_fp8_available()) return;
+  const gemm_switches unordered(false);
+  cuda::set_gemm_backend(cuda::gemm_backend::automatic);
+  const weight_matrix w = weight_to(random_fp8(384, 4096, 128), gpu);
+  const weight_matrix w_b = weight_to(random_fp8(256, 4096, 128), gpu);
+  const weight_matrix w2 = weight_to(random_fp8(512, 2048, 128), gpu);
+  const tensor nw = test::random_f32({4096}).to(gpu);
+  for (const std::int64_t rows : {16, 48, 64}) {
+    CAPTURE(rows);
+    const tensor x = varied_input(rows, 4096).to(gpu);
+    test::poison_device_pool();
+    const ops::quantized_rows q = ops::rms_norm_quantized(x, nw, 1e-6f, 128);
+    check_scales_mn(q);
+    test::check_bitwise(ops::linear(q, w, {128}).to(cpu_device),
+                        ops::linear(q.x, w, {128}).to(cpu_device));
+    const tensor streams = test::random_f32({rows, 4, 4096}).to(gpu);
+    const tensor pre = test::random_f32({rows, 4}).to(gpu);
+    const ops::quantized_rows h = ops::hc_collapse_norm_quantized(streams, pre, nw, 1e-6f, 128);
+    check_scales_mn(h);
+    const auto [ya, yb] = ops::linear_pair(h, w, w_b, {128});
+    const auto [wa, wb] = ops::linear_pair(h.x, w, w_b, {128});
+    test::check_bitwise(ya.to(cpu_device), wa.to(cpu_device));
+    test::check_bitwise(yb.to(cpu_device), wb.to(cpu_device));
+    const tensor gate = varied_input(rows, 2048).to(gpu), up = varied_input(rows, 2048).to(gpu);
+    const ops::quantized_rows a = ops::swiglu_quantized(gate, up, 10.0f, tensor(), 128);
+    check_scales_mn(a);
+    test::check_bitwise(ops::linear(a, w2, {128}).to(cpu_device),
+                        ops::linear(a.x, w2, {128}).to(cpu_device));
+  }
+}
+
 TEST_CASE("cuda ordered K splits: bit-reproducible, batch-invariant, right, graph-safe") {
   const gemm_switches on(true);
   // Decode shapes that split K many ways (8 row tiles -> up to 8 splits; V4 and V4.1 blocks,
