@@ -15,7 +15,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <string_view>
+#include <utility>
 
 namespace di::bench {
 
@@ -185,80 +187,54 @@ void fp8_rows(const limits& lim, std::vector<result_row>& rows, const char* mode
                         alone, "read time / ours", read_us / alone});
       }
     }
-    // Decode batches of 8 and 64 rows: stream_gemm (8) or skinny_gemm (64; the wide tiles off)
-    // against sm90_block_gemm's shared-memory tiles, as a share of the copy bandwidth.
-    default_decode_kernel();
-    const int wide = cuda::get_dense_wg_gemm_wide();
-    cuda::set_dense_wg_gemm_wide(0);
-    for (const std::int64_t m : {8, 64}) {
-      const tensor xm = random_device({m, s.k}, dtype::f32, 14);
-      for (const bool stream : {true, false}) {
-        cuda::set_stream_gemm(stream);
-        cuda::set_skinny_gemm(stream);
-        const double us = median_graph_us([&] {
-                            for (const weight_matrix& w : ws) ops::linear(xm, w, {act});
-                          }) /
-                          double(ws.size());
-        const double gbps = double(bytes) / (us * 1e-6) / 1e9;
-        rows.push_back({fmt::format("{} fp8 {} M={} {}", model,
-                                    !stream  ? "smem tiles"
-                                    : m <= 8 ? "dense_wg_gemm"
-                                             : "skinny_gemm",
-                                    m, s.name),
-                        fmt::format("N{} K{} {:.1f} MB", s.n, s.k, double(bytes) / 1e6), gbps,
-                        "GB/s", us, fmt::format("copy {:.0f} GB/s", lim.copy_gbps),
-                        gbps / lim.copy_gbps});
-      }
-    }
-    // dense_wg_gemm's wide tiles (16, 32 and 64 tokens a wgmma) at the same decode batches.
-    // (DEEPINFER_BENCH_WIDE_M: one of them only, e.g. for a profile)
-    cuda::set_dense_wg_gemm_wide(1);
-    const char* only = std::getenv("DEEPINFER_BENCH_WIDE_M");
-    for (const std::int64_t m : {16, 32, 64}) {
-      if (only && std::atoll(only) != m) continue;
+    // One decode row: linear over the weight copies at m rows, as a share of the copy rate.
+    auto decode_row = [&](const std::string& kernel, std::int64_t m) {
       const tensor xm = random_device({m, s.k}, dtype::f32, 14);
       const double us = median_graph_us([&] {
                           for (const weight_matrix& w : ws) ops::linear(xm, w, {act});
                         }) /
                         double(ws.size());
       const double gbps = double(bytes) / (us * 1e-6) / 1e9;
-      rows.push_back({fmt::format("{} fp8 dense_wg wide M={} {}", model, m, s.name),
-                      fmt::format("N{} K{} {:.1f} MB", s.n, s.k, double(bytes) / 1e6), gbps,
-                      "GB/s", us, fmt::format("copy {:.0f} GB/s", lim.copy_gbps),
-                      gbps / lim.copy_gbps});
-    }
+      return result_row{fmt::format("{} fp8 {} M={} {}", model, kernel, m, s.name),
+                        fmt::format("N{} K{} {:.1f} MB", s.n, s.k, double(bytes) / 1e6),
+                        gbps,
+                        "GB/s",
+                        us,
+                        fmt::format("copy {:.0f} GB/s", lim.copy_gbps),
+                        gbps / lim.copy_gbps};
+    };
+    // Decode batches of 8 and 64 rows: stream_gemm (8) or skinny_gemm (64; the wide tiles off)
+    // against sm90_block_gemm's shared-memory tiles, as a share of the copy bandwidth.
+    default_decode_kernel();
+    const int wide = cuda::get_dense_wg_gemm_wide();
+    cuda::set_dense_wg_gemm_wide(0);
+    for (const std::int64_t m : {8, 64})
+      for (const bool stream : {true, false}) {
+        cuda::set_stream_gemm(stream);
+        cuda::set_skinny_gemm(stream);
+        rows.push_back(decode_row(!stream  ? "smem tiles"
+                                  : m <= 8 ? "dense_wg_gemm"
+                                           : "skinny_gemm",
+                                  m));
+      }
+    // dense_wg_gemm's wide tiles (16, 32 and 64 tokens a wgmma) at the same decode batches.
+    // (DEEPINFER_BENCH_WIDE_M: one of them only, e.g. for a profile)
+    cuda::set_dense_wg_gemm_wide(1);
+    const char* only = std::getenv("DEEPINFER_BENCH_WIDE_M");
+    for (const std::int64_t m : {16, 32, 64})
+      if (!only || std::atoll(only) == m) rows.push_back(decode_row("dense_wg wide", m));
     cuda::set_dense_wg_gemm_wide(wide);
     if (block == 128) {  // V4's blocks: cuBLASLt's block-scaled GEMM at decode batches (16k rows)
       cuda::set_gemm_backend(cuda::gemm_backend::cublaslt);
       for (const std::int64_t m : {16, 32, 64}) {
-        const tensor xm = random_device({m, s.k}, dtype::f32, 14);
-        const double us = median_graph_us([&] {
-                            for (const weight_matrix& w : ws) ops::linear(xm, w, {act});
-                          }) /
-                          double(ws.size());
+        result_row row = decode_row("cuBLASLt-blk", m);
         if (!cuda::cublaslt_block_fp8_available()) break;  // fell back: block_gemm's rows above
-        const double gbps = double(bytes) / (us * 1e-6) / 1e9;
-        rows.push_back({fmt::format("{} fp8 cuBLASLt-blk M={} {}", model, m, s.name),
-                        fmt::format("N{} K{} {:.1f} MB", s.n, s.k, double(bytes) / 1e6), gbps,
-                        "GB/s", us, fmt::format("copy {:.0f} GB/s", lim.copy_gbps),
-                        gbps / lim.copy_gbps});
+        rows.push_back(std::move(row));
       }
-    }
-    if (block == 128) {  // V4's blocks: ring_gemm (opt-in TMA ring) at the same decode batches
+      // ring_gemm (opt-in TMA ring) at the same decode batches
       cuda::set_gemm_backend(cuda::gemm_backend::block_gemm);
       cuda::set_ring_gemm(true);
-      for (const std::int64_t m : {16, 32, 64}) {
-        const tensor xm = random_device({m, s.k}, dtype::f32, 14);
-        const double us = median_graph_us([&] {
-                            for (const weight_matrix& w : ws) ops::linear(xm, w, {act});
-                          }) /
-                          double(ws.size());
-        const double gbps = double(bytes) / (us * 1e-6) / 1e9;
-        rows.push_back({fmt::format("{} fp8 ring_gemm M={} {}", model, m, s.name),
-                        fmt::format("N{} K{} {:.1f} MB", s.n, s.k, double(bytes) / 1e6), gbps,
-                        "GB/s", us, fmt::format("copy {:.0f} GB/s", lim.copy_gbps),
-                        gbps / lim.copy_gbps});
-      }
+      for (const std::int64_t m : {16, 32, 64}) rows.push_back(decode_row("ring_gemm", m));
       cuda::set_ring_gemm(false);
     }
     default_decode_kernel();
