@@ -66,8 +66,9 @@ struct quantized_rows {
   tensor x;  ///< [rows, cols] f32
   tensor codes, scales;
   int block = 0;  ///< the activation block of codes and scales (0: x alone)
-  /// CUDA producers: the scales again as [cols / block, rows] (rows contiguous: cuBLASLt's
-  /// block-scaled GEMM reads them so), or undefined. Rows of a copy cannot be sliced apart.
+  /// CUDA producers, where cuBLASLt's block-scaled GEMM could read them (128-input blocks,
+  /// rows a multiple of 16): the scales again as [cols / block, rows] (rows contiguous, as that
+  /// GEMM reads them); else undefined. Rows of a copy cannot be sliced apart.
   tensor scales_mn;
 };
 /// rms_norm(x, weight, eps) with its quantization in blocks of `block` (quantized_rows).

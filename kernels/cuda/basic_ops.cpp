@@ -187,9 +187,13 @@ bool fuses_act_quant(int block, std::int64_t dim) {
 }
 
 quantized_rows quantized_rows_for(std::int64_t rows, std::int64_t dim, int block, device dev) {
+  // The rows-contiguous copy of the scales only where cuBLASLt's block-scaled GEMM could read
+  // them (cublaslt_fp8_fits: 128-input blocks, rows a multiple of 16); elsewhere no consumer
+  // takes it (V4.1's 32-input blocks, decode batches of 1..15 rows).
+  const bool lt = block == 128 && rows > 0 && rows % 16 == 0;
   return {tensor::empty({rows, dim}, dtype::f32, dev), tensor::empty({rows, dim}, dtype::u8, dev),
           tensor::empty({rows, dim / block}, dtype::f32, dev), block,
-          tensor::empty({dim / block, rows}, dtype::f32, dev)};
+          lt ? tensor::empty({dim / block, rows}, dtype::f32, dev) : tensor()};
 }
 
 quantized_rows rms_norm_quantized(const tensor& x, const tensor& weight, float eps, int block) {
@@ -210,7 +214,8 @@ quantized_rows rms_norm_quantized(const tensor& x, const tensor& weight, float e
   quantized_rows q = quantized_rows_for(rows, dim, block, x.dev());
   launch_rms_norm(
       {x.data<float>(), w, q.x.data<float>(), rows, dim, eps, q.codes.data<std::uint8_t>(),
-       q.scales.data<float>(), block, q.scales_mn.data<float>()},
+       q.scales.data<float>(), block,
+       q.scales_mn.defined() ? q.scales_mn.data<float>() : nullptr},
       current_stream());
   return q;
 }
