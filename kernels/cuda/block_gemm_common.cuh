@@ -200,6 +200,42 @@ __device__ __forceinline__ float fp4_scale_factor_of(std::uint32_t word, int u) 
   return __uint_as_float(min(e + (6u << 23), 254u << 23));
 }
 
+/// 2^(e - 127) for byte u of a word of e8m0 scale bytes, without fp4_scale_factor_of's 2^6 and
+/// clamp (the folded promotion below carries the 2^6 on the activation side): a shift and a
+/// mask. Byte 0 gives 0 (2^-127, below the smallest normal: its FP4 products are < 2^-124) and
+/// byte 255 -- e8m0's NaN, the CPU's NaN -- gives infinity, so such a block's outputs are not
+/// finite, as the CPU's are not.
+__device__ __forceinline__ float fp4_weight_factor_of(std::uint32_t word, int u) {
+  return __uint_as_float((u == 3 ? __umulhi(word, 0x80000000u) : word << (23 - 8 * u)) &
+                         0x7f800000u);
+}
+
+/// The folded promotion of a run of 4 MXFP4 steps that share one activation scale (V4's
+/// 128-input activation blocks): blk = sum over the run's steps u of d_u * (weight scale of step
+/// u) -- products exact (powers of two), summed in step order -- then, once per run,
+/// promote_fp4_run adds blk * (activation scale * 2^6) into acc. Per step and value one FFMA
+/// instead of promote_fp4_step's FMUL and FFMA, and the activation scale once a run; the sums
+/// round differently from promote_fp4_step's (each step promoted on its own), to the same order.
+__device__ __forceinline__ void fold_fp4_step(float (&blk)[4], const float (&d)[4],
+                                              std::uint32_t w_lo_word, std::uint32_t w_hi_word,
+                                              int u) {
+  const float w_lo = fp4_weight_factor_of(w_lo_word, u);
+  const float w_hi = fp4_weight_factor_of(w_hi_word, u);
+  if (u == 0) {
+    blk[0] = d[0] * w_lo, blk[1] = d[1] * w_lo, blk[2] = d[2] * w_hi, blk[3] = d[3] * w_hi;
+  } else {
+    blk[0] = fmaf(d[0], w_lo, blk[0]), blk[1] = fmaf(d[1], w_lo, blk[1]);
+    blk[2] = fmaf(d[2], w_hi, blk[2]), blk[3] = fmaf(d[3], w_hi, blk[3]);
+  }
+}
+/// acc += blk * x for a run folded by fold_fp4_step: rows g / g + 8 in blk[0..1] / blk[2..3],
+/// token columns 2t / 2t + 1 taking xa64 / xb64 (activation scale times 2^6).
+__device__ __forceinline__ void promote_fp4_run(float (&acc)[4], const float (&blk)[4], float xa64,
+                                                float xb64) {
+  acc[0] = fmaf(blk[0], xa64, acc[0]), acc[1] = fmaf(blk[1], xb64, acc[1]);
+  acc[2] = fmaf(blk[2], xa64, acc[2]), acc[3] = fmaf(blk[3], xb64, acc[3]);
+}
+
 /// The activation scales of the 4 steps from step s for a lane's two token columns (scale rows
 /// sx_a, sx_b; act_shift = log2 of the activation block): with 32-input blocks (Every) one
 /// 16-byte load each (read-only path when Ldg: global memory), else one load per step.

@@ -22,7 +22,9 @@
 // activation scales (exponent bytes). Per run of 4 steps a warp decodes its 2 x 4 weight
 // fragments, issues 8 wgmmas (fresh accumulators), waits, and promotes each step with the
 // weight scales (loaded a run ahead) and activation scales exactly as stream_gemm does
-// (promote_fp4_step).
+// (promote_fp4_step) -- or, with V4's 128-input activation blocks (one scale per run), folds the
+// run's steps with their weight scales and promotes the run once (fold_fp4_step,
+// promote_fp4_run: a third fewer FP32 instructions a run in this issue-bound kernel).
 #include "kernels/cuda/gemm_kernels.hpp"
 #include "kernels/cuda/launch.cuh"
 
@@ -33,6 +35,7 @@
 #include "kernels/cuda/wgmma.cuh"
 
 #include <atomic>
+#include <type_traits>
 
 namespace di::cuda {
 
@@ -63,6 +66,15 @@ constexpr std::size_t scale_stage_bytes(int steps) {
 }
 __device__ __forceinline__ float scale_of_exponent(std::uint32_t e) {
   return __uint_as_float(e << 23);
+}
+/// Whether the FP8 kernels fold each run of 4 steps before promoting it (multiply_run8): the
+/// run lies within one activation block (V4's 128 inputs; runs start at multiples of 4 steps).
+/// 32- and 64-input blocks promote every step.
+/// DEEPINFER_WG_FOLD=0: every step promoted for them too (the sessions-before-36 arithmetic,
+/// for comparisons; other bits).
+std::atomic<bool> g_fold{detail::env_switch("DEEPINFER_WG_FOLD", true)};
+bool folds_runs(const block_gemm_params& p) {
+  return g_fold && p.act_block == 4 * step_k;
 }
 
 struct wg_config {
@@ -229,17 +241,25 @@ __device__ __forceinline__ void stage_fp8_tile(const block_gemm_params& p, std::
 }
 
 /// The activation scales of a run of 4 steps (the one at offset `s` into the split) for a
-/// lane's tokens 2t and 2t + 1, from an 8-token tile's staged exponent bytes.
+/// lane's tokens 2t and 2t + 1, from an 8-token tile's staged exponent bytes. FOLD (the run in
+/// one activation block, multiply_run8's folded promotion): only the run's scale times 2^6, in
+/// xa[0] / xb[0].
+template <bool FOLD>
 __device__ __forceinline__ void run_act_scales8(const std::uint8_t* act_sc, int steps_per_split,
                                                 int s, int t, float (&xa)[4], float (&xb)[4]) {
   const std::uint32_t ea =
       *reinterpret_cast<const std::uint32_t*>(act_sc + (2 * t) * steps_per_split + s);
   const std::uint32_t eb =
       *reinterpret_cast<const std::uint32_t*>(act_sc + (2 * t + 1) * steps_per_split + s);
+  if constexpr (FOLD) {
+    xa[0] = scale_of_exponent(ea & 0xffu) * 64.0f;
+    xb[0] = scale_of_exponent(eb & 0xffu) * 64.0f;
+  } else {
 #pragma unroll
-  for (int u = 0; u < 4; ++u) {
-    xa[u] = scale_of_exponent((ea >> (8 * u)) & 0xffu);
-    xb[u] = scale_of_exponent((eb >> (8 * u)) & 0xffu);
+    for (int u = 0; u < 4; ++u) {
+      xa[u] = scale_of_exponent((ea >> (8 * u)) & 0xffu);
+      xb[u] = scale_of_exponent((eb >> (8 * u)) & 0xffu);
+    }
   }
 }
 
@@ -266,13 +286,16 @@ __device__ __forceinline__ void run_fragments(const uint4 (&cur)[2][2], int u0,
 /// One run of an 8-token tile: the lane's 2 x 4 weight words `cur` (step u of tile m in word u
 /// of its two rows' pieces) decoded to e4m3, multiplied with B's steps from b_run in groups of
 /// GS steps (fence, wgmmas with fresh accumulators, commit, wait) and each step promoted into
-/// acc with the weight scale words wpk and the activation scales xa / xb.
-template <int GS>
+/// acc with the weight scale words wpk and the activation scales xa / xb -- or, FOLD (the run
+/// within one activation block: V4's 128-input blocks), the run's steps folded with their
+/// weight scales and promoted once with the run's activation scale (xa[0] / xb[0], times 2^6).
+template <int GS, bool FOLD>
 __device__ __forceinline__ void multiply_run8(float (&acc)[2][4], const uint4 (&cur)[2][2],
                                               const std::uint32_t (&wpk)[2][2],
                                               const float (&xa)[4], const float (&xb)[4],
                                               const std::uint8_t* b_run) {
   constexpr int bstep = 8 * step_k;
+  float blk[2][4];  // FOLD: the run's weight-scaled step sums
 #pragma unroll
   for (int u0 = 0; u0 < run_steps; u0 += GS) {
     std::uint32_t a[GS][2][4];
@@ -294,15 +317,23 @@ __device__ __forceinline__ void multiply_run8(float (&acc)[2][4], const uint4 (&
         for (int c = 0; c < 4; ++c) pin(d[v][m][c]);  // read only after the wait
 #pragma unroll
         for (int c = 0; c < 4; ++c) pin(a[v][m][c]);  // kept until the wgmmas have read them
-        promote_fp4_step(acc[m], d[v][m], wpk[m][0], wpk[m][1], u0 + v, xa[u0 + v], xb[u0 + v]);
+        if constexpr (FOLD)
+          fold_fp4_step(blk[m], d[v][m], wpk[m][0], wpk[m][1], u0 + v);
+        else
+          promote_fp4_step(acc[m], d[v][m], wpk[m][0], wpk[m][1], u0 + v, xa[u0 + v], xb[u0 + v]);
       }
+  }
+  if constexpr (FOLD) {
+#pragma unroll
+    for (int m = 0; m < 2; ++m) promote_fp4_run(acc[m], blk[m], xa[0], xb[0]);
   }
 }
 
 /// NT tokens per tile: 8 (m64n8k32; decode tiles, and the walked tiles of larger groups), or
 /// 32 (m64n32k32, walked prefill-sized groups only: each weight fragment decoded once for 32
-/// tokens; one block per SM for its larger B and registers).
-template <bool EVERY, bool WALK, int RING, int NT = 8>
+/// tokens; one block per SM for its larger B and registers). FOLD: 128-input activation blocks
+/// (V4), each run of 4 steps promoted once (multiply_run8); else every step.
+template <bool FOLD, bool WALK, int RING, int NT = 8>
 __global__ void __launch_bounds__(warps * 32, NT == 8 ? 2 : 1)
     wg_gemm_kernel(block_gemm_params p, wg_config cfg) {
   detail::grid_dependency_sync();
@@ -397,13 +428,15 @@ __global__ void __launch_bounds__(warps * 32, NT == 8 ? 2 : 1)
         if (s + run_steps < w1) load_wpk(s + run_steps, wpk_next);
         // The run's activation scales from shared memory (tokens 2t and 2t + 1).
         float xa[4], xb[4];
-        run_act_scales8(act_sc, cfg.steps_per_split, s - split_begin, t, xa, xb);
-        multiply_run8<group_steps>(acc, cur, wpk, xa, xb, b_tile + (s - split_begin) * bstep);
+        run_act_scales8<FOLD>(act_sc, cfg.steps_per_split, s - split_begin, t, xa, xb);
+        multiply_run8<group_steps, FOLD>(acc, cur, wpk, xa, xb, b_tile + (s - split_begin) * bstep);
       } else {
         load_wpk(s, wpk);
         // 32-token tiles: step u of tile m from word u of its two rows' 16-byte pieces, one step
         // per wgmma group; each step's activation scales loaded while its wgmmas run (16
-        // registers instead of 64).
+        // registers instead of 64). FOLD: multiply_run8's folded arithmetic per column group
+        // (the 8-token tiles' bits), the run's activation scales loaded after its last step.
+        float blk[2][4 * NJ];
 #pragma unroll
         for (int u0 = 0; u0 < run_steps; u0 += group_steps) {
           std::uint32_t a[group_steps][2][4];
@@ -419,10 +452,12 @@ __global__ void __launch_bounds__(warps * 32, NT == 8 ? 2 : 1)
           wgmma_commit();
           float xs_a[NJ], xs_b[NJ];  // step u0's scales (group_steps == 1)
           const int col = ((s + u0) * step_k) >> act_shift;
+          if constexpr (!FOLD) {
 #pragma unroll
-          for (int j = 0; j < NJ; ++j) {
-            xs_a[j] = __ldg(p.act_scale + sx_a[j] + col);
-            xs_b[j] = __ldg(p.act_scale + sx_b[j] + col);
+            for (int j = 0; j < NJ; ++j) {
+              xs_a[j] = __ldg(p.act_scale + sx_a[j] + col);
+              xs_b[j] = __ldg(p.act_scale + sx_b[j] + col);
+            }
           }
           wgmma_wait<0>();
 #pragma unroll
@@ -433,8 +468,20 @@ __global__ void __launch_bounds__(warps * 32, NT == 8 ? 2 : 1)
               for (int c = 0; c < 4 * NJ; ++c) pin(d[v][m][c]);  // read only after the wait
 #pragma unroll
               for (int c = 0; c < 4; ++c) pin(a[v][m][c]);  // kept until the wgmmas have read them
-              // promote_fp4_step's arithmetic per column group
               const int u = u0 + v;
+              if constexpr (FOLD) {  // fold_fp4_step per column group
+#pragma unroll
+                for (int j = 0; j < NJ; ++j) {
+                  float dj[4], bj[4];
+#pragma unroll
+                  for (int c = 0; c < 4; ++c) dj[c] = d[v][m][4 * j + c], bj[c] = blk[m][4 * j + c];
+                  fold_fp4_step(bj, dj, wpk[m][0], wpk[m][1], u);
+#pragma unroll
+                  for (int c = 0; c < 4; ++c) blk[m][4 * j + c] = bj[c];
+                }
+                continue;
+              }
+              // promote_fp4_step's arithmetic per column group
               const float w_lo = fp4_scale_factor_of(wpk[m][0], u);
               const float w_hi = fp4_scale_factor_of(wpk[m][1], u);
 #pragma unroll
@@ -444,6 +491,21 @@ __global__ void __launch_bounds__(warps * 32, NT == 8 ? 2 : 1)
                 acc[m][4 * j + 2] += d[v][m][4 * j + 2] * (w_hi * xs_a[j]);
                 acc[m][4 * j + 3] += d[v][m][4 * j + 3] * (w_hi * xs_b[j]);
               }
+            }
+        }
+        if constexpr (FOLD) {
+          const int col = (s * step_k) >> act_shift;
+#pragma unroll
+          for (int m = 0; m < 2; ++m)
+#pragma unroll
+            for (int j = 0; j < NJ; ++j) {
+              float aj[4], bj[4];
+#pragma unroll
+              for (int c = 0; c < 4; ++c) aj[c] = acc[m][4 * j + c], bj[c] = blk[m][4 * j + c];
+              promote_fp4_run(aj, bj, __ldg(p.act_scale + sx_a[j] + col) * 64.0f,
+                              __ldg(p.act_scale + sx_b[j] + col) * 64.0f);
+#pragma unroll
+              for (int c = 0; c < 4; ++c) acc[m][4 * j + c] = aj[c];
             }
         }
       }
@@ -550,7 +612,7 @@ struct chain_tile {
   std::int64_t row_begin, count, tok0;
 };
 
-template <int RING>
+template <int RING, bool FOLD>
 __global__ void __launch_bounds__(warps * 32, 2)
     wg_chain_kernel(block_gemm_params p, wg_config cfg) {
   static_assert(RING >= 2, "a run requested ahead");
@@ -677,8 +739,8 @@ __global__ void __launch_bounds__(warps * 32, 2)
       else if (more)
         load_wpk(nl.ws8, w0, wpk_next);
       float xa[4], xb[4];
-      run_act_scales8(act_sc, stride, w0 + r * run_steps, t, xa, xb);
-      multiply_run8<2>(acc, w, wpk, xa, xb, b_tile + (w0 + r * run_steps) * b_step_bytes);
+      run_act_scales8<FOLD>(act_sc, stride, w0 + r * run_steps, t, xa, xb);
+      multiply_run8<2, FOLD>(acc, w, wpk, xa, xb, b_tile + (w0 + r * run_steps) * b_step_bytes);
     }
     // Warpgroup 1 hands its sums to warpgroup 0, which adds them after its own and stores.
     if (wg == 1) {
@@ -720,8 +782,8 @@ __global__ void __launch_bounds__(warps * 32, 2)
 }
 
 // ---- Prefill-sized groups in bf16 (set_wg_gemm_bf16) ----
-// The FP8 path above promotes every 32-input step (fresh accumulators, a wait, 32 scaled adds per
-// thread), because the weight and activation scales change with each step and the FP8 wgmma
+// The FP8 path above promotes every 32-input step or run (fresh accumulators, a wait, scaled adds
+// per thread), because the weight and activation scales change with each step and the FP8 wgmma
 // accumulates below fp32 precision (a v41-flash-L4 2048-token prefill: 41.8 ms of experts, ~83
 // TFLOP/s). Here both operands carry their scales: a weight's e2m1 value times its e8m0 scale
 // and an activation's e4m3 code times its power-of-two block scale are both exact in bf16, and
@@ -1079,7 +1141,7 @@ wg_shape wg_shape_of(const block_gemm_params& p) {
 }
 
 template <int RING>
-void launch_ring(const block_gemm_params& p, const wg_shape& sh, bool every, dim3 grid,
+void launch_ring(const block_gemm_params& p, const wg_shape& sh, bool fold, dim3 grid,
                  std::size_t smem, cudaStream_t stream) {
   // Per instantiation and device: room for the largest split's B and the ring.
   static std::atomic<std::size_t> limits[6][detail::max_tracked_devices];
@@ -1091,13 +1153,13 @@ void launch_ring(const block_gemm_params& p, const wg_shape& sh, bool every, dim
                         limits[which]);
     detail::launch("wg_gemm", kernel, grid, warps * 32, smem, stream, p, sh.cfg);
   };
-  if (sh.nt == 32 && every)
+  if (sh.nt == 32 && fold)
     go(&wg_gemm_kernel<true, true, RING, 32>, 4);
   else if (sh.nt == 32)
     go(&wg_gemm_kernel<false, true, RING, 32>, 5);
-  else if (every && sh.walk)
+  else if (fold && sh.walk)
     go(&wg_gemm_kernel<true, true, RING>, 0);
-  else if (every)
+  else if (fold)
     go(&wg_gemm_kernel<true, false, RING>, 1);
   else if (sh.walk)
     go(&wg_gemm_kernel<false, true, RING>, 2);
@@ -1111,14 +1173,15 @@ void launch_ring(const block_gemm_params& p, const wg_shape& sh, bool every, dim
 std::atomic<int> g_chain_ring{
     int(detail::env_count("DEEPINFER_WG_CHAIN_RING", ring_runs, 6, ring_runs))};
 
-/// Launches wg_chain_kernel<RING> on as many blocks as are resident at once (asked once per
-/// device, B size and depth) -- unless fewer than `min_per_sm` would be, when it returns false.
-template <int RING>
+/// Launches wg_chain_kernel<RING, FOLD> on as many blocks as are resident at once (asked once
+/// per device, B size and depth) -- unless fewer than `min_per_sm` would be, when it returns
+/// false.
+template <int RING, bool FOLD>
 bool launch_chain_ring(const block_gemm_params& p, const wg_shape& sh, std::size_t b_bytes,
                        int min_per_sm, cudaStream_t stream) {
   static std::atomic<std::size_t> limits[detail::max_tracked_devices];
   static std::atomic<int> resident[max_split_steps / split_align + 1][detail::max_tracked_devices];
-  const auto kernel = &wg_chain_kernel<RING>;
+  const auto kernel = &wg_chain_kernel<RING, FOLD>;
   const std::size_t smem = b_bytes + std::size_t(warps) * RING * run_bytes;
   const std::size_t most = std::size_t(max_split_steps) * b_step_bytes +
                            std::size_t(warps) * RING * run_bytes +
@@ -1145,9 +1208,16 @@ void launch_chain(const block_gemm_params& p, const wg_shape& sh, std::size_t b_
                   cudaStream_t stream) {
   const int runs = chain_runs(p);
   const int most = std::min(int(g_chain_ring), runs + 1);
-  if (most >= 6 && launch_chain_ring<6>(p, sh, b_bytes, 2, stream)) return;
-  if (most >= 5 && launch_chain_ring<5>(p, sh, b_bytes, 2, stream)) return;
-  launch_chain_ring<ring_runs>(p, sh, b_bytes, 1, stream);
+  auto go = [&](auto fold) {
+    constexpr bool F = decltype(fold)::value;
+    if (most >= 6 && launch_chain_ring<6, F>(p, sh, b_bytes, 2, stream)) return;
+    if (most >= 5 && launch_chain_ring<5, F>(p, sh, b_bytes, 2, stream)) return;
+    launch_chain_ring<ring_runs, F>(p, sh, b_bytes, 1, stream);
+  };
+  if (folds_runs(p))
+    go(std::true_type{});
+  else
+    go(std::false_type{});
 }
 
 /// wg_bf16_kernel with as deep a weight ring as fits beside B (4 runs, 2, or none: a run ahead
@@ -1305,7 +1375,7 @@ void launch_wg_gemm(const block_gemm_params& p, cudaStream_t stream) {
       sh.bf16 ? std::size_t(sh.cfg.steps_per_split) * bf16_step_bytes
               : std::size_t(sh.cfg.steps_per_split) * step_k * sh.nt +
                     (sh.nt == 8 ? scale_stage_bytes(sh.cfg.steps_per_split) : 0);
-  const bool every = p.act_block == 32;
+  const bool fold = folds_runs(p);
   if (sh.bf16) {
     launch_bf16(p, sh, grid, b_bytes, stream);
     return;
@@ -1313,10 +1383,10 @@ void launch_wg_gemm(const block_gemm_params& p, cudaStream_t stream) {
   if (sh.chain)
     launch_chain(p, sh, b_bytes, stream);
   else if (wg_gemm_uses_ring(p))
-    launch_ring<ring_runs>(p, sh, every, grid, b_bytes + std::size_t(warps) * ring_runs * run_bytes,
+    launch_ring<ring_runs>(p, sh, fold, grid, b_bytes + std::size_t(warps) * ring_runs * run_bytes,
                            stream);
   else
-    launch_ring<0>(p, sh, every, grid, b_bytes, stream);
+    launch_ring<0>(p, sh, fold, grid, b_bytes, stream);
 }
 
 }  // namespace di::cuda
