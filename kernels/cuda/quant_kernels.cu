@@ -38,23 +38,26 @@ __global__ void fake_quant_kernel(fake_quant_params p) {
   }
 }
 
+/// One block per row through shared memory (rows of up to 32768): 32-bit indices, each pair's
+/// position by shifts (64-bit divisions per pair before; the same pairs, the same bits).
 __global__ void hadamard_kernel(float* x, std::int64_t dim, float norm) {
   detail::grid_dependency_sync();
   extern __shared__ float row[];
   float* v = x + std::int64_t(blockIdx.x) * dim;
-  for (std::int64_t i = threadIdx.x; i < dim; i += blockDim.x) row[i] = v[i];
+  const int n = int(dim);  // <= 32768 (the op's check)
+  for (int i = int(threadIdx.x); i < n; i += int(blockDim.x)) row[i] = v[i];
   __syncthreads();
-  for (std::int64_t h = 1; h < dim; h *= 2) {
+  for (int h = 1, lh = 0; h < n; h *= 2, ++lh) {
     // Pair k: j = (k / h) * 2h + k % h, partner j + h (the CPU's butterflies of this stage).
-    for (std::int64_t k = threadIdx.x; k < dim / 2; k += blockDim.x) {
-      const std::int64_t j = (k / h) * 2 * h + k % h;
+    for (int k = int(threadIdx.x); k < n / 2; k += int(blockDim.x)) {
+      const int j = ((k >> lh) << (lh + 1)) | (k & (h - 1));
       const float a = row[j], b = row[j + h];
       row[j] = a + b;
       row[j + h] = a - b;
     }
     __syncthreads();
   }
-  for (std::int64_t i = threadIdx.x; i < dim; i += blockDim.x) v[i] = row[i] * norm;
+  for (int i = int(threadIdx.x); i < n; i += int(blockDim.x)) v[i] = row[i] * norm;
 }
 
 constexpr int kRotaryMaxPairs = 256;
@@ -151,6 +154,8 @@ void launch_fake_quant(const fake_quant_params& p, cudaStream_t stream) {
 
 void launch_hadamard(float* x, std::int64_t rows, std::int64_t dim, cudaStream_t stream) {
   if (rows == 0) return;
+  DI_CHECK(dim > 0 && dim <= 32768 && (dim & (dim - 1)) == 0,
+           "hadamard: rows of {} (a power of two up to 32768)", dim);
   const std::size_t smem = std::size_t(dim) * sizeof(float);
   static std::atomic<std::size_t> limits[detail::max_tracked_devices];
   detail::ensure_smem(reinterpret_cast<const void*>(&hadamard_kernel), smem, limits);

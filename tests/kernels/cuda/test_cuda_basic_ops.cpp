@@ -240,7 +240,7 @@ TEST_CASE("cuda fake quantizers equal the CPU's bit for bit") {
 
 TEST_CASE("cuda hadamard equals the CPU's butterflies bit for bit") {
   for (std::int64_t rows : {0, 1, 33}) {
-    for (std::int64_t dim : {1, 2, 64, 128, 512, 16384}) {
+    for (std::int64_t dim : {1, 2, 32, 64, 128, 512, 1024, 2048, 16384}) {
       tensor x = test::random_f32({rows, dim});
       tensor dev = x.to(gpu);
       ops::hadamard(x);
