@@ -313,9 +313,12 @@ __global__ void wg_split_image_kernel(fp8_gemv_params p, std::int64_t chunks) {
                   tq);
 }
 
-template <int NT, bool STAGED, int DEPTH>
-__global__ void __launch_bounds__(wg_threads, 2)
+/// WGS warpgroups a block (staged B only), each its own 64 rows, sharing every staged chunk of
+/// B: WGS = 2 halves the B bytes read from L2 per weight row (set_split_wg_warpgroups).
+template <int NT, bool STAGED, int DEPTH, int WGS = 1>
+__global__ void __launch_bounds__(wg_threads* WGS, WGS == 1 ? 2 : 1)
     fp8_split_wg_kernel(fp8_gemv_params p, int per_split) {
+  static_assert(WGS == 1 || STAGED, "two warpgroups share a staged B only");
   using gemm_detail::pin;
   constexpr int halves = wg_halves<NT>, chunk = halves * half_k;
   constexpr int steps = chunk / 16;           // k16 steps per chunk
@@ -327,11 +330,11 @@ __global__ void __launch_bounds__(wg_threads, 2)
   extern __shared__ __align__(128) std::uint8_t wg_stage_smem[];
   __shared__ std::uint64_t full[STAGED ? wg_stages : 1];
   std::uint8_t* const bsm = STAGED ? wg_stage_smem : bsm_direct;
-  static_assert(chunk_bytes * (STAGED ? wg_stages : 1) >= wg_threads * NT * 16,
+  static_assert(chunk_bytes * (STAGED ? wg_stages : 1) >= wg_threads * WGS * NT * 16,
                 "the split hand-over fits bsm");
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
   const std::int64_t group = blockIdx.y;
-  const std::int64_t n0 = std::int64_t(blockIdx.x) * 64 + warp * 16;  // the warp's rows
+  const std::int64_t n0 = std::int64_t(blockIdx.x) * (64 * WGS) + warp * 16;  // the warp's rows
   const std::int64_t kb = std::int64_t(blockIdx.z) * per_split;
   const std::int64_t ke = min(p.in, kb + per_split);
 
@@ -484,6 +487,8 @@ int wg_depth() {
   return depth;
 }
 
+std::atomic<int> g_split_wg_wgs{int(detail::env_count("DEEPINFER_SPLIT_WG_WGS", 2, 2, 1))};
+
 /// Blocks along K: two when the row blocks alone leave the GPU short of streaming warps
 /// (the weight's shape only, never the rows).
 int k_splits_for(const fp8_gemv_params& p) {
@@ -525,6 +530,15 @@ void launch_fp8_split_gemm(const fp8_gemv_params& p, cudaStream_t stream) {
   });
 }
 
+int split_wg_warpgroups() {
+  return g_split_wg_wgs;
+}
+
+void set_split_wg_warpgroups(int wgs) {
+  DI_CHECK(wgs == 1 || wgs == 2, "fp8_split_wg: {} warpgroups a block (1 or 2)", wgs);
+  g_split_wg_wgs = wgs;
+}
+
 bool fp8_split_wg_fits(std::int64_t rows, std::int64_t in, int block_cols, bool e8m0) {
   return rows > 8 && fp8_split_gemm_fits(rows, in, block_cols, e8m0);
 }
@@ -539,7 +553,9 @@ void launch_fp8_split_wg(const fp8_gemv_params& p, cudaStream_t stream) {
   if (p.groups * p.out == 0) return;
   const int splits = wg_k_splits(p);
   const std::int64_t per_split = (p.in + splits - 1) / splits;
-  const dim3 grid(unsigned((p.out + 63) / 64), unsigned(p.groups), unsigned(splits));
+  const int wgs = p.b_image != nullptr ? split_wg_warpgroups() : 1;
+  const dim3 grid(unsigned((p.out + 64 * wgs - 1) / (64 * wgs)), unsigned(p.groups),
+                  unsigned(splits));
   const int per = int((per_split + wg_max_chunk - 1) / wg_max_chunk * wg_max_chunk);
   detail::by_row_tiles<8>(p.rows, [&](auto nt) {  // 16, 32 or 64 tokens
     constexpr int NT = decltype(nt)::value < 2 ? 2 : decltype(nt)::value;
@@ -558,12 +574,15 @@ void launch_fp8_split_wg(const fp8_gemv_params& p, cudaStream_t stream) {
     const std::size_t smem = std::size_t(wg_stages) * wg_chunk_bytes<NT>;
     auto go = [&](auto kernel, std::atomic<std::size_t>(&limits)[detail::max_tracked_devices]) {
       detail::ensure_smem(reinterpret_cast<const void*>(kernel), smem, limits);
-      detail::launch_in("fp8_split_wg", kernel, grid, wg_threads, dim3(1, 1, unsigned(splits)),
-                        smem, stream, p, per);
+      detail::launch_in("fp8_split_wg", kernel, grid, wg_threads * wgs,
+                        dim3(1, 1, unsigned(splits)), smem, stream, p, per);
     };
     static std::atomic<std::size_t> limits2[detail::max_tracked_devices];
     static std::atomic<std::size_t> limits4[detail::max_tracked_devices];
-    if (wg_depth() == 4)
+    static std::atomic<std::size_t> limits4w[detail::max_tracked_devices];
+    if (wg_depth() == 4 && wgs == 2)
+      go(&fp8_split_wg_kernel<NT, true, 4, 2>, limits4w);
+    else if (wg_depth() == 4)
       go(&fp8_split_wg_kernel<NT, true, 4>, limits4);
     else
       go(&fp8_split_wg_kernel<NT, true, 2>, limits2);

@@ -261,6 +261,10 @@ void launch_fp8_split_gemm(const fp8_gemv_params& p, cudaStream_t stream);
 /// The same product for 9..fp8_split_gemm_max_rows rows on the warpgroup MMA (wgmma bf16, 16 /
 /// 32 / 64-token tiles; fp8_split_gemm.cu): equal to fp8_split_gemm's to fp32 rounding.
 bool fp8_split_wg_fits(std::int64_t rows, std::int64_t in, int block_cols, bool e8m0);
+/// Warpgroups of an fp8_split_wg block with a staged B image: 2 (the default; 64 rows each,
+/// sharing every staged chunk of B) or 1 (DEEPINFER_SPLIT_WG_WGS=1). The same bits either way.
+int split_wg_warpgroups();
+void set_split_wg_warpgroups(int wgs);
 void launch_fp8_split_wg(const fp8_gemv_params& p, cudaStream_t stream);
 /// Bytes of fp8_split_wg's B image (fp8_gemv_params::b_image) for rows x groups x in.
 std::size_t fp8_split_wg_image_bytes(std::int64_t rows, std::int64_t groups, std::int64_t in);

@@ -480,11 +480,11 @@ TEST_CASE("cuda grouped_linear (block-diagonal) matches the CPU") {
   // Rows 1-64 take fp8_split_gemm (bf16 tensor cores, activations split in two bf16 parts;
   // mma.sync up to 8 rows, fp8_split_wg's warpgroup MMA from 9) or,
   // switched off or with f32 scales, fp8_gemv (CUDA cores; chunks of 8 rows); the others the
-  // dequantize + SGEMM path (fp8_split_wg staged from its B image, the default, and split by
-  // its threads). V4's 128x128 and V4.1's 32x32 blocks, outputs per group not a
-  // multiple of the scale block or of a 64-row block, inputs not a multiple of a 128-input
-  // batch, a K split across two blocks (K 4096). A row's result does not depend on the chunk,
-  // token tile or batch it runs in (bitwise).
+  // dequantize + SGEMM path (fp8_split_wg staged from its B image, the default -- two warpgroups
+  // a block sharing it, or one -- and split by its threads). V4's 128x128 and V4.1's 32x32 blocks,
+  // outputs per group not a multiple of the scale block or of a 64-row block, inputs not a multiple
+  // of a 128-input batch, a K split across two blocks (K 4096). A row's result does not depend on
+  // the chunk, token tile or batch it runs in (bitwise).
   struct shape {
     std::int64_t groups, out, in, block;
   };
@@ -523,6 +523,12 @@ TEST_CASE("cuda grouped_linear (block-diagonal) matches the CPU") {
           const tensor direct = ops::grouped_linear(x.to(gpu), wg);
           cuda::set_split_wg_staged(true);
           test::check_bitwise(direct, y);
+          // Staged blocks of one warpgroup instead of two sharing each chunk: the same bits.
+          REQUIRE(cuda::split_wg_warpgroups() == 2);
+          cuda::set_split_wg_warpgroups(1);
+          const tensor one_wg = ops::grouped_linear(x.to(gpu), wg);
+          cuda::set_split_wg_warpgroups(2);
+          test::check_bitwise(one_wg, y);
         }
         // The last rows alone give the same bits: 3 rows (1..8 rows: one kernel for them all),
         // 9 rows where the batch took the warpgroup MMA (its 16-token tile against 32 / 64).
