@@ -235,17 +235,18 @@ __global__ void __launch_bounds__(warps * 32, NT >= 8 ? 1 : 2)
 // N = 16, 32 or 64 tokens). fp8_split_gemm's mma.sync at 64 rows ran at ~0.08 of the copy rate
 // (V4 wo_a: 99 us a layer, 400 us of a 5.9 ms batch-64 step): every warp re-read and re-split
 // the 64 tokens' activations for its 16 rows, with two warps per scheduler to hide it. Here a
-// block is one warpgroup and 64 weight rows (fp8_split_gemm's block rows, so the same K
-// splits); per chunk of 128 inputs (64 at 64 tokens) its threads split the tokens' activations once
-// into shared memory as wgmma's K-major B (hi and lo parts, the MMA's k slots in fp8_split_gemm's
-// permutation of the inputs), each thread decodes its A fragments from the FP8 codes as
-// fp8_split_gemm does, and its wgmmas (per k16 step: hi, lo) run while the next chunk's codes
-// and activations load. Same products, fp32 accumulation in another order: results agree with
-// fp8_split_gemm to rounding, not bit for bit; a row's result does not depend on the other rows
-// (GPU test: 9 rows alone give the bits they get among 17..64).
-// Measured (H200, V4 wo_a 8 x 1024 x 4096, CUDA graph, us, this / mma.sync): 16 rows 25.6 / 29.0,
-// 32 rows 35.1 / 49.8, 64 rows 54.7 / 98.3 -- still only 0.14 of the copy rate at 64 rows: each
-// 64-input chunk runs its split, barrier, decode and wgmmas in sequence, two blocks per SM.
+// warpgroup takes 64 weight rows (fp8_split_gemm's block rows, so the same K splits) -- with
+// the staged B image below, two warpgroups a block share each staged chunk (WGS); per chunk of 128
+// inputs (64 at 64 tokens) its threads split the tokens' activations once into shared memory as
+// wgmma's K-major B (hi and lo parts, the MMA's k slots in fp8_split_gemm's permutation of the
+// inputs), each thread decodes its A fragments from the FP8 codes as fp8_split_gemm does, and its
+// wgmmas (per k16 step: hi, lo) run while the next chunk's codes and activations load. Same
+// products, fp32 accumulation in another order: results agree with fp8_split_gemm to rounding, not
+// bit for bit; a row's result does not depend on the other rows (GPU test: 9 rows alone give the
+// bits they get among 17..64). Measured (H200, V4 wo_a 8 x 1024 x 4096, CUDA graph, us, this /
+// mma.sync): 16 rows 25.6 / 29.0, 32 rows 35.1 / 49.8, 64 rows 54.7 / 98.3 -- still only 0.14 of
+// the copy rate at 64 rows: each 64-input chunk runs its split, barrier, decode and wgmmas in
+// sequence, two blocks per SM.
 //
 // B layout per chunk: step q (= half * 4 + s), part (hi, lo), token group j (8 tokens), K half
 // kc (slots 0-7 / 8-15) -> a core matrix of 8 tokens x 16 bytes at ((q * 2 + part) * NT + j) *
