@@ -190,18 +190,8 @@ __device__ __forceinline__ float fp4_scale_factor(std::uint8_t e) {
   const int biased = min(int(e) + 6, 254);
   return __int_as_float(biased << 23);
 }
-/// fp4_scale_factor of byte u (0..3, known at compile time) of a word of scale bytes: the byte
-/// moved into the exponent field by one shift (an IMAD) and one mask, then the bias and the
-/// clamp in one add-min -- the same bits as fp4_scale_factor(word >> 8u), in fewer ALU
-/// instructions than a byte extraction, a clamp and a shift.
-__device__ __forceinline__ float fp4_scale_factor_of(std::uint32_t word, int u) {
-  const std::uint32_t e = (u == 3 ? __umulhi(word, 0x80000000u) : word << (23 - 8 * u)) &
-                          0x7f800000u;  // byte u at bits 23..30
-  return __uint_as_float(min(e + (6u << 23), 254u << 23));
-}
-
 /// 2^(e - 127) for byte u of a word of e8m0 scale bytes, without fp4_scale_factor_of's 2^6 and
-/// clamp (the folded promotion below carries the 2^6 on the activation side): a shift and a
+/// clamp below (the folded promotion below carries the 2^6 on the activation side): a shift and a
 /// mask. Byte 0 gives 0 (2^-127, below the smallest normal: its FP4 products are < 2^-124) and
 /// byte 255 -- e8m0's NaN, the CPU's NaN -- gives infinity, so such a block's outputs are not
 /// finite, as the CPU's are not.
@@ -210,15 +200,24 @@ __device__ __forceinline__ float fp4_weight_factor_of(std::uint32_t word, int u)
                          0x7f800000u);
 }
 
+/// fp4_scale_factor of byte u (0..3, known at compile time) of a word of scale bytes: the byte
+/// moved into the exponent field (fp4_weight_factor_of: one shift, an IMAD, and one mask), then
+/// the bias and the clamp in one add-min -- the same bits as fp4_scale_factor(word >> 8u), in
+/// fewer ALU instructions than a byte extraction, a clamp and a shift.
+__device__ __forceinline__ float fp4_scale_factor_of(std::uint32_t word, int u) {
+  const std::uint32_t e = __float_as_uint(fp4_weight_factor_of(word, u));  // byte u at 23..30
+  return __uint_as_float(min(e + (6u << 23), 254u << 23));
+}
+
 /// The folded promotion of a run of 4 MXFP4 steps that share one activation scale (V4's
 /// 128-input activation blocks): blk = sum over the run's steps u of d_u * (weight scale of step
 /// u) -- products exact (powers of two), summed in step order -- then, once per run,
 /// promote_fp4_run adds blk * (activation scale * 2^6) into acc. Per step and value one FFMA
 /// instead of promote_fp4_step's FMUL and FFMA, and the activation scale once a run; the sums
 /// round differently from promote_fp4_step's (each step promoted on its own), to the same order.
-__device__ __forceinline__ void fold_fp4_step(float (&blk)[4], const float (&d)[4],
-                                              std::uint32_t w_lo_word, std::uint32_t w_hi_word,
-                                              int u) {
+/// (blk and d: 4 consecutive values of a thread's accumulator fragment.)
+__device__ __forceinline__ void fold_fp4_step(float* blk, const float* d, std::uint32_t w_lo_word,
+                                              std::uint32_t w_hi_word, int u) {
   const float w_lo = fp4_weight_factor_of(w_lo_word, u);
   const float w_hi = fp4_weight_factor_of(w_hi_word, u);
   if (u == 0) {
@@ -230,7 +229,7 @@ __device__ __forceinline__ void fold_fp4_step(float (&blk)[4], const float (&d)[
 }
 /// acc += blk * x for a run folded by fold_fp4_step: rows g / g + 8 in blk[0..1] / blk[2..3],
 /// token columns 2t / 2t + 1 taking xa64 / xb64 (activation scale times 2^6).
-__device__ __forceinline__ void promote_fp4_run(float (&acc)[4], const float (&blk)[4], float xa64,
+__device__ __forceinline__ void promote_fp4_run(float* acc, const float* blk, float xa64,
                                                 float xb64) {
   acc[0] = fmaf(blk[0], xa64, acc[0]), acc[1] = fmaf(blk[1], xb64, acc[1]);
   acc[2] = fmaf(blk[2], xa64, acc[2]), acc[3] = fmaf(blk[3], xb64, acc[3]);

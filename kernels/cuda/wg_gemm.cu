@@ -471,14 +471,8 @@ __global__ void __launch_bounds__(warps * 32, NT == 8 ? 2 : 1)
               const int u = u0 + v;
               if constexpr (FOLD) {  // fold_fp4_step per column group
 #pragma unroll
-                for (int j = 0; j < NJ; ++j) {
-                  float dj[4], bj[4];
-#pragma unroll
-                  for (int c = 0; c < 4; ++c) dj[c] = d[v][m][4 * j + c], bj[c] = blk[m][4 * j + c];
-                  fold_fp4_step(bj, dj, wpk[m][0], wpk[m][1], u);
-#pragma unroll
-                  for (int c = 0; c < 4; ++c) blk[m][4 * j + c] = bj[c];
-                }
+                for (int j = 0; j < NJ; ++j)
+                  fold_fp4_step(&blk[m][4 * j], &d[v][m][4 * j], wpk[m][0], wpk[m][1], u);
                 continue;
               }
               // promote_fp4_step's arithmetic per column group
@@ -498,15 +492,10 @@ __global__ void __launch_bounds__(warps * 32, NT == 8 ? 2 : 1)
 #pragma unroll
           for (int m = 0; m < 2; ++m)
 #pragma unroll
-            for (int j = 0; j < NJ; ++j) {
-              float aj[4], bj[4];
-#pragma unroll
-              for (int c = 0; c < 4; ++c) aj[c] = acc[m][4 * j + c], bj[c] = blk[m][4 * j + c];
-              promote_fp4_run(aj, bj, __ldg(p.act_scale + sx_a[j] + col) * 64.0f,
+            for (int j = 0; j < NJ; ++j)
+              promote_fp4_run(&acc[m][4 * j], &blk[m][4 * j],
+                              __ldg(p.act_scale + sx_a[j] + col) * 64.0f,
                               __ldg(p.act_scale + sx_b[j] + col) * 64.0f);
-#pragma unroll
-              for (int c = 0; c < 4; ++c) acc[m][4 * j + c] = aj[c];
-            }
         }
       }
     }

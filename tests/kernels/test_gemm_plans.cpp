@@ -905,6 +905,17 @@ TEST_CASE("dense_wg_gemm takes the dense FP8 decode tiles; its plans depend on t
   cuda::set_dense_wg_gemm_wide(wide);
 }
 
+TEST_CASE("fp8_split_wg's warpgroups a block: two by default, one or two only") {
+  if (!std::getenv("DEEPINFER_SPLIT_WG_WGS")) CHECK(cuda::split_wg_warpgroups() == 2);
+  const int before = cuda::split_wg_warpgroups();
+  CHECK_THROWS_WITH_AS(cuda::set_split_wg_warpgroups(0), doctest::Contains("1 or 2"), error);
+  CHECK_THROWS_AS(cuda::set_split_wg_warpgroups(3), error);
+  CHECK(cuda::split_wg_warpgroups() == before);  // a refused value changes nothing
+  cuda::set_split_wg_warpgroups(1);
+  CHECK(cuda::split_wg_warpgroups() == 1);
+  cuda::set_split_wg_warpgroups(before);
+}
+
 }  // namespace
 }  // namespace di
 #endif  // DEEPINFER_HAVE_CUDA
