@@ -13,7 +13,12 @@ namespace di::actors {
 model_assets load_model_assets(const cluster_config& config) {
   model_assets a;
   std::string dir = config.tokenizer_dir();
-  if (dir.empty()) dir = find_tokenizer_assets().string();  // toy runner without a model
+  // The toy runner reads no checkpoint: without model.tokenizer, a model.path that holds no
+  // tokenizer (the example files name one that need not exist) means the bundled tokenizer.
+  const bool toy_without_tokenizer =
+      config.model.runner == "toy" && config.model.tokenizer.empty() &&
+      !std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json");
+  if (dir.empty() || toy_without_tokenizer) dir = find_tokenizer_assets().string();
   DI_CHECK(std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json"),
            "{}: no tokenizer.json in '{}' (model.tokenizer / model.path)", config.origin, dir);
   a.tokenizer = std::make_shared<const tok::tokenizer>(tok::tokenizer::from_dir(dir));
