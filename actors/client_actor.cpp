@@ -1,6 +1,7 @@
 // The client actor (see client_actor.hpp).
 #include "actors/client_actor.hpp"
 
+#include "actors/basp_frame_guard.hpp"
 #include "runtime/sequence_status.hpp"
 
 #include <caf/all.hpp>
@@ -54,6 +55,7 @@ void submit_one(self_ptr self, std::size_t index) {
   st.live[index] = request_outcome{.index = index};
   st.started_ns[index] = now_ns();
   if (st.router_down) return fail(self, index, "the router is down");
+  if (std::string why = submit_size_error(req); !why.empty()) return fail(self, index, why);
   self->request(st.params.router, st.params.submit_timeout, std::move(req))
       .then(
           [=](submit_reply& reply) {

@@ -3,6 +3,7 @@
 // the submit message reaches it, so the callbacks only ever run on the actor's thread.
 #include "actors/client_session.hpp"
 
+#include "actors/basp_frame_guard.hpp"
 #include "runtime/sequence_status.hpp"
 
 #include <caf/all.hpp>
@@ -85,6 +86,11 @@ void on_submit(self_ptr self, submit_request& req) {
     r.out.reply.error = st.router_down;
     if (r.cb.on_reply) r.cb.on_reply(r.out.reply);
     return fail(self, id, st.router_down);
+  }
+  if (std::string why = submit_size_error(req); !why.empty()) {
+    r.out.reply.error = why;
+    if (r.cb.on_reply) r.cb.on_reply(r.out.reply);
+    return fail(self, id, why);
   }
   self->request(st.router, st.submit_timeout, std::move(req))
       .then(

@@ -2,6 +2,7 @@
 // loop, connecting to the coordinator and to routers.
 #include "actors/node_runtime.hpp"
 
+#include "actors/basp_frame_guard.hpp"
 #include "actors/logging.hpp"
 #include "actors/node_actor.hpp"
 #include "actors/tls_error_queue.hpp"
@@ -62,14 +63,23 @@ node_actor find_coordinator(caf::actor_system& sys, const cluster_config& c, con
 }  // namespace
 
 network_settings network_settings_of(const cluster_config& c) {
-  return {.app_id = c.cluster.name, .heartbeat_interval_ms = c.cluster.heartbeat_interval_ms,
-          .connection_timeout_ms = c.cluster.connection_timeout_ms, .policy = c.cluster.caf_policy,
-          .threads = c.cluster.caf_threads, .tls = c.tls};
+  return {.app_id = c.cluster.name,
+          .heartbeat_interval_ms = c.cluster.heartbeat_interval_ms,
+          .connection_timeout_ms = c.cluster.connection_timeout_ms,
+          .policy = c.cluster.caf_policy,
+          .threads = c.cluster.caf_threads,
+          .max_message_bytes = c.cluster.max_message_bytes,
+          .tls = c.tls};
 }
 
 process_config::process_config(const network_settings& s) {
   register_types(*this);
   load<caf::io::middleman>();
+  set_basp_message_limit(s.max_message_bytes);
+  if (!basp_frame_guard_active())
+    component_logger("node")->warn(
+        "the BASP frame-length guard is not in effect in this binary; one header announcing a huge "
+        "payload can stall this process's network thread (actors/basp_frame_guard.hpp)");
   if (s.tls.enabled) {
     // Without a certificate CAF silently falls back to anonymous TLS: encrypted but anyone
     // can connect. The cluster file validation refuses that too; clients check here.

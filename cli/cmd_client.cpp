@@ -37,6 +37,7 @@ struct client_options {
   bool json_out = false;
   int concurrency = 8;
   std::string cluster_name = "deepinfer";
+  std::int64_t max_message_bytes = std::int64_t(64) << 20;
   di::tls_section tls;
   di::runtime::sampling_params params;
   int max_tokens = 64;
@@ -221,7 +222,10 @@ class progress_bar {
 };
 
 caf::actor_system_config& client_config(const client_options& o, std::unique_ptr<di::actors::process_config>& holder) {
-  di::actors::network_settings net{.app_id = o.cluster_name, .connection_timeout_ms = 0, .tls = o.tls};
+  di::actors::network_settings net{.app_id = o.cluster_name,
+                                   .connection_timeout_ms = 0,
+                                   .max_message_bytes = o.max_message_bytes,
+                                   .tls = o.tls};
   net.tls.enabled = !o.tls.certificate.empty() || !o.tls.cafile.empty();
   holder = std::make_unique<di::actors::process_config>(net);
   return *holder;
@@ -325,6 +329,12 @@ void setup_client(CLI::App& app) {
   sub->add_option("--logprobs", o->logprobs, "Return the top-K logprobs of every generated token");
   sub->add_option("--prompt-logprobs", o->prompt_logprobs, "Return the top-K logprobs of every prompt token");
   sub->add_option("--cluster-name", o->cluster_name, "The cluster's cluster.name")->capture_default_str();
+  sub->add_option(
+         "--max-message-bytes", o->max_message_bytes,
+         "The cluster's cluster.max_message_bytes: larger requests are refused here, larger "
+         "messages from the router close the connection")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t(1) << 20, std::int64_t(0xffffffff)));
   sub->add_option("--tls-certificate", o->tls.certificate, "Client certificate (clusters with TLS)");
   sub->add_option("--tls-key", o->tls.key, "Its private key");
   sub->add_option("--tls-cafile", o->tls.cafile, "CA that signed the cluster's certificates");

@@ -267,6 +267,7 @@ void read_cluster(table_reader r, cluster_section& c) {
   r.get("shutdown_timeout_s", c.shutdown_timeout_s, 1, 3600);
   r.get("caf_policy", c.caf_policy);
   r.get("caf_threads", c.caf_threads, 0, 1024);
+  r.get("max_message_bytes", c.max_message_bytes, std::int64_t(1) << 20, std::int64_t(0xffffffff));
   r.finish();
 }
 
@@ -421,6 +422,13 @@ void validate_sections(const cluster_config& c, const read_context& ctx) {
         fmt::format("must be cpu or toy, got '{}'", c.model.runner));
   check(c.model.runner != "cpu" || !c.model.path.empty(), ctx, "model.path",
         "required for runner 'cpu' (set it in the file or with --set model.path=DIR)");
+  // A submitted prompt travels in one message: the bound must leave room for the largest.
+  check(c.router.max_prompt_bytes + (std::int64_t(1) << 20) <= c.cluster.max_message_bytes, ctx,
+        "cluster.max_message_bytes",
+        fmt::format(
+            "{} leaves no room for a prompt of router.max_prompt_bytes = {} (needs at least {})",
+            c.cluster.max_message_bytes, c.router.max_prompt_bytes,
+            c.router.max_prompt_bytes + (std::int64_t(1) << 20)));
   static const std::set<std::string> levels{"trace", "debug", "info", "warn", "error", "off"};
   check(levels.contains(c.logging.level), ctx, "logging.level",
         fmt::format("must be one of trace, debug, info, warn, error, off; got '{}'", c.logging.level));

@@ -23,6 +23,9 @@ struct cluster_section {
   int shutdown_timeout_s = 10;             ///< orderly shutdown before processes are killed
   std::string caf_policy = "sharing";      ///< CAF scheduler policy: sharing | stealing
   int caf_threads = 0;                     ///< CAF worker threads; 0 = CAF's default
+  /// The largest payload a BASP message may announce (handshakes: 1 MiB); a longer one closes
+  /// its connection (actors/basp_frame_guard.hpp).
+  std::int64_t max_message_bytes = std::int64_t(64) << 20;
 };
 
 /// [tls]: CAF's OpenSSL module on the internal plane and the client port.

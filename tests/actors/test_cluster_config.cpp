@@ -61,6 +61,7 @@ TEST_CASE("defaults, and every resolved key is listed") {
   CHECK(c.router.port == 7000);
   CHECK(c.model.cuda_graphs);
   CHECK(c.model.cuda_graph_max_batch == 64);
+  CHECK(c.cluster.max_message_bytes == std::int64_t(64) << 20);
   CHECK(c.nodes[0].host == "127.0.0.1");
   CHECK(c.groups[0].executor_nodes == std::vector<int>{1});
   CHECK(std::find(c.resolved.begin(), c.resolved.end(), "scheduler.max_num_running = 256") != c.resolved.end());
@@ -90,6 +91,15 @@ TEST_CASE("cross-checks name the key") {
   CHECK(error_of(base, {"nodes.1.port=7100"}).find("nodes.1.port: 127.0.0.1:7100 is already used") != std::string::npos);
   CHECK(error_of(base, {"model.runner=cpu"}).find("model.path: required for runner 'cpu'") != std::string::npos);
   CHECK(error_of(base, {"model.runner=gpu"}).find("model.runner: must be cpu or toy") != std::string::npos);
+  // The message bound must leave room for the largest prompt (1 MiB of headroom).
+  CHECK(error_of(base, {"router.max_prompt_bytes=67108864"})
+            .find("cluster.max_message_bytes: 67108864 leaves no room for a prompt of "
+                  "router.max_prompt_bytes = "
+                  "67108864 (needs at least 68157440)") != std::string::npos);
+  CHECK(error_of(base, {"router.max_prompt_bytes=67108864", "cluster.max_message_bytes=68157440"})
+            .empty());
+  CHECK(error_of(base, {"cluster.max_message_bytes=1000"})
+            .find("cluster.max_message_bytes: must be in [1048576,") != std::string::npos);
   CHECK(error_of(base, {"logging.level=loud"}).find("logging.level") != std::string::npos);
   CHECK(error_of("[model]\nrunner = \"toy\"\n[[nodes]]\nhost = \"a\"\n[[groups]]\nexecutors = [0]\n")
             .find("nodes.0.port: required") != std::string::npos);

@@ -111,17 +111,35 @@ class TwoNodeTest(unittest.TestCase):
         self.assertEqual(out[0]["output_ids"], out[7]["output_ids"])
 
     def test_garbage_on_the_router_port_does_not_stop_it(self):
+        """Random bytes, a header CAF refuses, and headers CAF 0.17 accepts that announce huge
+        payloads, all open at once. Session 35's 32-byte header among them took the cluster
+        down before the frame guard (actors/basp_frame_guard.hpp): the router node zeroed a
+        2.4 GB receive buffer and the executor node's connection timed out."""
         host, port = self.cluster.address.rsplit(":", 1)
-        for payload in (os.urandom(4096),
-                        # a BASP-like header claiming a 4 GiB payload, then nothing
-                        struct.pack(">BBIQ", 0, 0, 0xFFFFFFFF, 0) + b"\0" * 32):
+        payloads = [bytes.fromhex("00c4e90a92533f54aa47df7fd9a8be1697721a5a8202f3e958af797659fce489"),
+                    os.urandom(4096),
+                    # a BASP-like header claiming a 4 GiB payload that CAF refuses (zero operation data)
+                    struct.pack(">BBIQ", 0, 0, 0xFFFFFFFF, 0) + b"\0" * 32]
+        # every operation, announcing ~4 GB, with fields a handshake needs (non-zero operation data)
+        payloads += [struct.pack(">BBBBIQQQ", op, 0, 0, 0, 0xFFFFFFF0, 1, 0, 0) for op in range(7)]
+        sockets = []
+        for payload in payloads:
             s = socket.create_connection((host, int(port)), timeout=5)
             s.sendall(payload)
-            time.sleep(0.2)
+            sockets.append(s)
+            if len(sockets) == 1:
+                time.sleep(0.2)  # session 35's header first: the log names it
+        time.sleep(0.5)
+        for s in sockets:
             s.close()
         p, out = self.cluster.client_json_lines("--prompt-ids", "0,5,6,7", "--max-tokens", "4", "--temperature", "0")
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(out[0]["finish_reason"], "length")
+        status = self.cluster.status()
+        self.assertTrue(all(n["up"] for n in status["nodes"]), status["nodes"])
+        self.assertTrue(all(g["up"] for g in status["groups"]), status["groups"])
+        self.assertIn("closed a connection whose BASP header announced a server_handshake of 2454929236 bytes",
+                      self.cluster.read_log())
 
 
 class PreemptionAndPrefixTest(unittest.TestCase):
