@@ -429,6 +429,17 @@ void validate_sections(const cluster_config& c, const read_context& ctx) {
             "{} leaves no room for a prompt of router.max_prompt_bytes = {} (needs at least {})",
             c.cluster.max_message_bytes, c.router.max_prompt_bytes,
             c.router.max_prompt_bytes + (std::int64_t(1) << 20)));
+  // A step's prompt logprobs travel from the executor in one message: per row about 32 bytes
+  // plus 16 per top entry (CAF's encoding of position_logprobs is ~24 + 8 per entry).
+  const double step_logprob_bytes =
+      double(c.scheduler.max_num_batched_tokens) * (32.0 + 16.0 * double(c.router.max_logprobs)) +
+      double(1 << 20);
+  check(step_logprob_bytes <= double(c.cluster.max_message_bytes), ctx, "cluster.max_message_bytes",
+        fmt::format("{} is too small for one step's prompt logprobs: "
+                    "scheduler.max_num_batched_tokens = {} rows "
+                    "of router.max_logprobs = {} entries need up to {:.0f} bytes",
+                    c.cluster.max_message_bytes, c.scheduler.max_num_batched_tokens,
+                    c.router.max_logprobs, step_logprob_bytes));
   static const std::set<std::string> levels{"trace", "debug", "info", "warn", "error", "off"};
   check(levels.contains(c.logging.level), ctx, "logging.level",
         fmt::format("must be one of trace, debug, info, warn, error, off; got '{}'", c.logging.level));

@@ -98,6 +98,17 @@ TEST_CASE("cross-checks name the key") {
                   "67108864 (needs at least 68157440)") != std::string::npos);
   CHECK(error_of(base, {"router.max_prompt_bytes=67108864", "cluster.max_message_bytes=68157440"})
             .empty());
+  CHECK(
+      error_of(base, {"scheduler.max_num_batched_tokens=1000000"})
+          .find("cluster.max_message_bytes: 67108864 is too small for one step's prompt logprobs: "
+                "scheduler.max_num_batched_tokens = 1000000 rows of router.max_logprobs = 20 "
+                "entries need up to "
+                "353048576 bytes") != std::string::npos);
+  CHECK(error_of(base, {"scheduler.max_num_batched_tokens=1000000",
+                        "cluster.max_message_bytes=353048576"})
+            .empty());
+  CHECK(error_of(base, {"scheduler.max_num_batched_tokens=1000000", "router.max_logprobs=0"})
+            .empty());
   CHECK(error_of(base, {"cluster.max_message_bytes=1000"})
             .find("cluster.max_message_bytes: must be in [1048576,") != std::string::npos);
   CHECK(error_of(base, {"logging.level=loud"}).find("logging.level") != std::string::npos);

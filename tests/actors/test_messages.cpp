@@ -90,6 +90,28 @@ TEST_CASE("token events keep null prompt-logprob entries and the stop token") {
   CHECK(f.stop_token == std::optional<std::int32_t>(1));
 }
 
+TEST_CASE("a step's prompt logprobs fit the cluster file's estimate of their size") {
+  // config/cluster_config.cpp checks cluster.max_message_bytes against 32 + 16 x max_logprobs
+  // bytes per prompt row; the encoding must stay within that (worst case: large ids and ranks).
+  test_system ts;
+  for (int k : {0, 1, 20, 100}) {
+    runtime::step_result r{.step_id = 1};
+    runtime::sequence_output& o = r.outputs.emplace_back();
+    o.seq_id = 7;
+    for (int row = 0; row < 256; ++row) {
+      runtime::position_logprobs& p = o.prompt_logprobs.emplace_back();
+      p.id = 129279;
+      p.logprob = -12.5f;
+      p.rank = 129280;
+      for (int i = 0; i < k; ++i) p.top.push_back({129279 - i, -float(i)});
+    }
+    const std::size_t bytes = save(ts.sys, actors::step_done{.result = r}).size();
+    CAPTURE(k);
+    CAPTURE(bytes);
+    CHECK(bytes <= std::size_t(256 * (32 + 16 * k)) + 4096);
+  }
+}
+
 TEST_CASE("malformed bytes are an error, not a crash") {
   test_system ts;
   std::vector<char> buf = save(ts.sys, actors::run_step{sample_plan(), 1});
