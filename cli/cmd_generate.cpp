@@ -4,11 +4,12 @@
 // Without --model it uses a built-in default: the tiny-v41 preset, generated once into the
 // user's cache folder.
 #include "cli/command.hpp"
-#include "cli/detail/token_id_list.hpp"
 #include "cli/detail/device_setup.hpp"
 #include "cli/detail/offline_generation.hpp"
+#include "cli/detail/token_id_list.hpp"
 #include "common/error.hpp"
 #include "common/mapped_file.hpp"
+#include "model/chat_template/openai_messages.hpp"
 #include "model/chat_template/tokenizer_chat_template.hpp"
 #include "model/make_model/make_model.hpp"
 
@@ -81,8 +82,14 @@ std::vector<std::int32_t> prompt_tokens(const generate_options& o, const di::cli
   auto doc = nlohmann::ordered_json::parse(text, nullptr, false);
   DI_CHECK(!doc.is_discarded(), "--chat {}: not valid JSON", o.chat);
   di::chat_request req;
-  req.messages = doc.is_object() && doc.contains("messages") ? doc["messages"] : doc;
-  DI_CHECK(req.messages.is_array(), "--chat {}: expected a JSON array of messages", o.chat);
+  const nlohmann::ordered_json& messages =
+      doc.is_object() && doc.contains("messages") ? doc["messages"] : doc;
+  DI_CHECK(messages.is_array(), "--chat {}: expected a JSON array of messages", o.chat);
+  // The server's rules (roles, content), so that a message the template would drop is an error.
+  req.messages =
+      di::openai_chat_messages(messages, [&](const std::string& param, const std::string& why) {
+        DI_FAIL("--chat {}: {}: {}", o.chat, param, why);
+      });
   auto tmpl = di::tokenizer_chat_template::load(model_dir);
   return m.tokenizer->encode(tmpl.apply(req));  // the template writes BOS itself
 }

@@ -3,6 +3,7 @@
 // official clients send it for unset optional fields.
 #include "server/openai_request.hpp"
 
+#include "model/chat_template/openai_messages.hpp"
 #include "runtime/grammar/response_format.hpp"
 #include "server/api_error.hpp"
 
@@ -219,45 +220,12 @@ std::vector<prompt_input> read_prompts(const json* v) {
   return out;
 }
 
-/// Chat content: a string, or text parts [{"type": "text", "text": ...}] joined.
-json content_text(const json& content, std::size_t i) {
-  const std::string param = fmt::format("messages[{}].content", i);
-  if (content.is_null() || content.is_string()) return content;
-  if (!content.is_array()) bad_param(param, "content must be a string or a list of text parts");
-  std::string text;
-  for (const json& part : content) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-        !part["text"].is_string())
-      bad_param(param,
-                "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
-    text += part["text"].get<std::string>();
-  }
-  return text;
-}
-
+/// The request's messages as the chat template sees them (model/chat_template/openai_messages.hpp).
 nlohmann::ordered_json read_messages(const json* v) {
   if (v == nullptr) bad_param("messages", "'messages' is required");
-  if (!v->is_array() || v->empty()) bad_param("messages", "'messages' must be a non-empty list");
-  nlohmann::ordered_json out = nlohmann::ordered_json::array();
-  for (std::size_t i = 0; i < v->size(); ++i) {
-    const json& m = (*v)[i];
-    const std::string param = fmt::format("messages[{}]", i);
-    if (!m.is_object()) bad_param(param, "each message must be an object");
-    if (!m.contains("role") || !m["role"].is_string())
-      bad_param(param + ".role", "a message needs a string 'role'");
-    const std::string role = m["role"].get<std::string>();
-    if (role != "system" && role != "developer" && role != "user" && role != "assistant" &&
-        role != "tool")
-      bad_param(param + ".role", fmt::format("unknown role '{}'", role));
-    nlohmann::ordered_json msg = nlohmann::ordered_json::parse(m.dump());
-    msg["role"] = role == "developer" ? "system" : role;
-    msg["content"] =
-        m.contains("content") ? nlohmann::ordered_json(content_text(m["content"], i)) : nullptr;
-    if (msg["content"].is_null() && role != "assistant")
-      bad_param(param + ".content", "only assistant messages may omit 'content'");
-    out.push_back(std::move(msg));
-  }
-  return out;
+  return openai_chat_messages(
+      nlohmann::ordered_json::parse(v->dump()),
+      [](const std::string& param, const std::string& why) { bad_param(param, why); });
 }
 
 }  // namespace

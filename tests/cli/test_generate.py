@@ -115,6 +115,34 @@ class GenerateTest(unittest.TestCase):
         r = gen_json("--chat", path, "--max-tokens", "3", "--temperature", "0")
         self.assertEqual(r["prompt_ids"][0], 0)
         self.assertEqual(len(r["output_ids"]), 3)
+        # The server's message rules: "developer" renders as "system", text parts are joined.
+        with open(path, "w") as f:
+            json.dump({"messages": [{"role": "developer", "content": "Be brief."},
+                                    {"role": "user", "content": [{"type": "text", "text": "H"},
+                                                                 {"type": "text", "text": "i"}]}]}, f)
+        a = gen_json("--chat", path, "--max-tokens", "1", "--temperature", "0")
+        with open(path, "w") as f:
+            json.dump([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}], f)
+        b = gen_json("--chat", path, "--max-tokens", "1", "--temperature", "0")
+        self.assertEqual(a["prompt_ids"], b["prompt_ids"])
+
+    def test_chat_messages_the_template_would_drop_are_errors(self):
+        cases = [([{"role": 5, "content": "Hi"}], "messages[0].role: a message needs a string 'role'"),
+                 ([{"role": "user", "content": "Hi"}, {"role": "usr", "content": "x"}],
+                  "messages[1].role: unknown role 'usr'"),
+                 ([{"role": "user"}], "messages[0].content: only assistant messages may omit 'content'"),
+                 ([{"role": "user", "content": [{"type": "image_url"}]}], "only text content parts"),
+                 ([], "messages: 'messages' must be a non-empty list"),
+                 (["Hi"], "messages[0]: each message must be an object")]
+        path = os.path.join(WORK, "bad_chat.json")
+        for messages, expect in cases:
+            with open(path, "w") as f:
+                json.dump(messages, f)
+            p = run("generate", "--model", MODEL, "--chat", path, "--max-tokens", "1")
+            self.assertEqual(p.returncode, 1, f"{messages}: {p.stderr}")
+            errs = error_lines(p)
+            self.assertEqual(len(errs), 1, f"{messages}: {p.stderr}")
+            self.assertIn(expect, errs[0], messages)
 
     def test_act_quant_off_changes_numerics_not_shape(self):
         a = gen_json("--prompt-ids", "0,7,8", "--max-tokens", "2", "--temperature", "0", "--logprobs", "1")

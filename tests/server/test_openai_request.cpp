@@ -134,6 +134,10 @@ TEST_CASE("every invalid field is a 400 naming it") {
   CHECK(param_of(R"({"messages": []})", true) == "messages");
   CHECK(param_of(R"({"messages": [{"role": "user"}]})", true) == "messages[0].content");
   CHECK(param_of(R"({"messages": [{"role": "x", "content": "y"}]})", true) == "messages[0].role");
+  CHECK(param_of(R"({"messages": [{"role": 5, "content": "y"}]})", true) == "messages[0].role");
+  CHECK(param_of(R"({"messages": ["y"]})", true) == "messages[0]");
+  CHECK(param_of(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", true) ==
+        "messages[0].content");
   CHECK(param_of(R"({"messages": [{"role": "user", "content": "y"}], "top_logprobs": 2})", true) ==
         "top_logprobs");
   CHECK(param_of("{bad json") == "<none>");
