@@ -39,7 +39,9 @@ std::atomic<std::int64_t> g_last_log_ns{0};
 /// Logs a refusal, at most once a second (a peer sending such headers in a loop must not
 /// flood the log).
 void log_refusal(const caf::io::basp::header& hdr, std::uint64_t count) {
-  const std::int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+  const std::int64_t now =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count();
   std::int64_t last = g_last_log_ns.load(std::memory_order_relaxed);
   if (now - last < 1'000'000'000 || !g_last_log_ns.compare_exchange_strong(last, now)) return;
   const bool handshake = caf::io::basp::is_handshake(hdr);
