@@ -13,13 +13,14 @@
 // Fix. This binary defines caf::io::basp::valid itself: it calls libcaf_io's definition (found
 // with dlsym(RTLD_NEXT)) and also refuses a header whose payload is longer than the bound of
 // its operation: a handshake at most `handshake_limit`, every other message at most
-// `message_limit` (cluster.max_message_bytes). CAF's own call to valid() goes through the
+// `message_limit` (cluster.max_message_bytes, default 16 MiB). CAF's own call to valid() goes through the
 // PLT, so the dynamic loader binds it to this definition (symbol interposition, as in
 // tls_error_queue.hpp); a refused header closes that one connection the way any malformed
 // header does, and the refusal is logged. Nodes check at start that the guard is in effect.
 #pragma once
 
 #include "actors/messages.hpp"
+#include "config/cluster_config.hpp"
 
 #include <cstdint>
 #include <string>
@@ -29,9 +30,6 @@ namespace di::actors {
 /// The largest payload a BASP handshake may announce (application ids, the published actor
 /// and its interface: a few KB in practice).
 inline constexpr std::uint32_t basp_handshake_limit = 1u << 20;
-
-/// The default of cluster.max_message_bytes: the largest payload of any other BASP message.
-inline constexpr std::int64_t default_max_message_bytes = std::int64_t(64) << 20;
 
 /// Sets the bound for messages other than handshakes (bytes, >= basp_handshake_limit);
 /// process-wide, before the middleman accepts connections.

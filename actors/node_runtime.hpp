@@ -21,7 +21,7 @@ struct network_settings {
   int connection_timeout_ms = 5000;
   std::string policy = "sharing";
   int threads = 0;
-  std::int64_t max_message_bytes = std::int64_t(64) << 20;  ///< cluster.max_message_bytes
+  std::int64_t max_message_bytes = default_max_message_bytes;  ///< cluster.max_message_bytes
   tls_section tls;
 };
 

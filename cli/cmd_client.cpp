@@ -37,7 +37,7 @@ struct client_options {
   bool json_out = false;
   int concurrency = 8;
   std::string cluster_name = "deepinfer";
-  std::int64_t max_message_bytes = std::int64_t(64) << 20;
+  std::int64_t max_message_bytes = di::default_max_message_bytes;
   di::tls_section tls;
   di::runtime::sampling_params params;
   int max_tokens = 64;

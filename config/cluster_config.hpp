@@ -13,6 +13,9 @@
 
 namespace di {
 
+/// cluster.max_message_bytes' default: the largest payload a BASP message may announce.
+inline constexpr std::int64_t default_max_message_bytes = std::int64_t(16) << 20;
+
 /// [cluster]: the internal plane.
 struct cluster_section {
   std::string name = "deepinfer";          ///< CAF application id: other clusters are refused
@@ -25,7 +28,7 @@ struct cluster_section {
   int caf_threads = 0;                     ///< CAF worker threads; 0 = CAF's default
   /// The largest payload a BASP message may announce (handshakes: 1 MiB); a longer one closes
   /// its connection (actors/basp_frame_guard.hpp).
-  std::int64_t max_message_bytes = std::int64_t(64) << 20;
+  std::int64_t max_message_bytes = default_max_message_bytes;
 };
 
 /// [tls]: CAF's OpenSSL module on the internal plane and the client port.

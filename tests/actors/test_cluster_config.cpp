@@ -61,7 +61,7 @@ TEST_CASE("defaults, and every resolved key is listed") {
   CHECK(c.router.port == 7000);
   CHECK(c.model.cuda_graphs);
   CHECK(c.model.cuda_graph_max_batch == 64);
-  CHECK(c.cluster.max_message_bytes == std::int64_t(64) << 20);
+  CHECK(c.cluster.max_message_bytes == std::int64_t(16) << 20);
   CHECK(c.nodes[0].host == "127.0.0.1");
   CHECK(c.groups[0].executor_nodes == std::vector<int>{1});
   CHECK(std::find(c.resolved.begin(), c.resolved.end(), "scheduler.max_num_running = 256") != c.resolved.end());
@@ -92,22 +92,22 @@ TEST_CASE("cross-checks name the key") {
   CHECK(error_of(base, {"model.runner=cpu"}).find("model.path: required for runner 'cpu'") != std::string::npos);
   CHECK(error_of(base, {"model.runner=gpu"}).find("model.runner: must be cpu or toy") != std::string::npos);
   // The message bound must leave room for the largest prompt (1 MiB of headroom).
-  CHECK(error_of(base, {"router.max_prompt_bytes=67108864"})
-            .find("cluster.max_message_bytes: 67108864 leaves no room for a prompt of "
+  CHECK(error_of(base, {"router.max_prompt_bytes=16777216"})
+            .find("cluster.max_message_bytes: 16777216 leaves no room for a prompt of "
                   "router.max_prompt_bytes = "
-                  "67108864 (needs at least 68157440)") != std::string::npos);
-  CHECK(error_of(base, {"router.max_prompt_bytes=67108864", "cluster.max_message_bytes=68157440"})
+                  "16777216 (needs at least 17825792)") != std::string::npos);
+  CHECK(error_of(base, {"router.max_prompt_bytes=16777216", "cluster.max_message_bytes=17825792"})
             .empty());
   CHECK(
       error_of(base, {"scheduler.max_num_batched_tokens=1000000"})
-          .find("cluster.max_message_bytes: 67108864 is too small for one step's prompt logprobs: "
+          .find("cluster.max_message_bytes: 16777216 is too small for one step's prompt logprobs: "
                 "scheduler.max_num_batched_tokens = 1000000 rows of router.max_logprobs = 20 "
                 "entries need up to "
                 "353048576 bytes") != std::string::npos);
   CHECK(error_of(base, {"scheduler.max_num_batched_tokens=1000000",
                         "cluster.max_message_bytes=353048576"})
             .empty());
-  CHECK(error_of(base, {"scheduler.max_num_batched_tokens=1000000", "router.max_logprobs=0"})
+  CHECK(error_of(base, {"scheduler.max_num_batched_tokens=400000", "router.max_logprobs=0"})
             .empty());
   CHECK(error_of(base, {"cluster.max_message_bytes=1000"})
             .find("cluster.max_message_bytes: must be in [1048576,") != std::string::npos);
