@@ -84,18 +84,6 @@ tensor ffn_site_forward(const forward_pass& pass, int layer, const tensor& o, co
   return ops::hc_expand(f, y, ffn_mix.post, ffn_mix.comb);  // [rows, hc, dim]
 }
 
-/// The pass a captured piece runs with: the graphs' padded tokens and positions, no
-/// sequences (pieces never touch per-sequence state).
-forward_pass padded_pass(const forward_pass& pass) {
-  forward_pass p = pass;
-  p.tokens = pass.graphs->tokens();
-  p.positions = pass.graphs->positions();
-  p.seqs.clear();
-  p.graphs = nullptr;
-  p.in_graph = true;
-  return p;
-}
-
 /// The per-sequence attention, with the next layer's Engram projection (if any) on a side
 /// branch beside it: the attention's launches are latency-bound, so the projection's weight
 /// stream runs in their shadow instead of alone before the next layer.
@@ -145,6 +133,16 @@ tensor graphed_block(forward_pass& pass, int layer, const tensor& x, tensor& pre
 }
 
 }  // namespace
+
+forward_pass padded_pass(const forward_pass& pass) {
+  forward_pass p = pass;
+  p.tokens = pass.graphs->tokens();
+  p.positions = pass.graphs->positions();
+  p.seqs.clear();
+  p.graphs = nullptr;
+  p.in_graph = true;
+  return p;
+}
 
 tensor block_forward(forward_pass& pass, int layer, const tensor& x, tensor& pre_mix,
                      engram_ahead* ahead) {

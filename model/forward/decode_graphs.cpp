@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <tuple>
 
@@ -82,6 +83,8 @@ struct decode_graphs::impl {
   std::map<std::tuple<int, int, std::int64_t>, std::unique_ptr<piece>> pieces;
   /// input_slot's buffers by (layer, piece, padded rows, input).
   std::map<std::tuple<int, int, std::int64_t, int>, tensor> slots;
+  /// constant()'s tensors by (name, padded rows).
+  std::map<std::pair<std::string, std::int64_t>, tensor> constants;
   std::int64_t rows = 0, padded = 0;
   std::string failure;  // why a capture failed (empty: none did)
 
@@ -96,6 +99,7 @@ struct decode_graphs::impl {
 const bool g_bind_outputs = cuda::detail::env_switch("DEEPINFER_GRAPH_BIND", true);
 const bool g_capture_compressed = cuda::detail::env_switch("DEEPINFER_GRAPH_COMPRESSED", true);
 const bool g_slots = cuda::detail::env_switch("DEEPINFER_GRAPH_SLOTS", true);
+std::atomic<bool> g_capture_start{cuda::detail::env_switch("DEEPINFER_GRAPH_START", false)};
 
 tensor decode_graphs::impl::output_holding(const tensor& in, std::int64_t padded) const {
   if (!g_bind_outputs || in.raw() == nullptr) return {};
@@ -253,6 +257,23 @@ bool graphs_use_slots() {
   return g_slots;
 }
 
+bool graphs_capture_start() {
+  return g_capture_start.load();
+}
+
+void set_graphs_capture_start(bool on) {
+  g_capture_start.store(on);
+}
+
+const tensor& decode_graphs::constant(const std::string& name,
+                                      const std::function<tensor(std::int64_t)>& make) {
+  DI_CHECK(impl_->padded > 0, "decode graphs: constant before begin_step");
+  tensor& t = impl_->constants[{name, impl_->padded}];
+  if (!t.defined()) t = make(impl_->padded);
+  DI_CHECK(t.defined(), "decode graphs: constant '{}' was not made", name);
+  return t;
+}
+
 tensor decode_graphs::input_slot(int layer, int piece, int index, const tensor_shape& row,
                                  dtype type, device dev) {
   const std::int64_t rows = impl_->rows, padded = impl_->padded;
@@ -292,6 +313,12 @@ bool graphs_use_slots() {
   return false;
 }
 
+bool graphs_capture_start() {
+  return false;
+}
+
+void set_graphs_capture_start(bool) {}
+
 decode_graphs::decode_graphs(std::vector<int>) {
   DI_FAIL("CUDA graphs need a build with the CUDA backend");
 }
@@ -310,6 +337,10 @@ std::vector<tensor> decode_graphs::run(int, int, const std::vector<tensor>&, con
   DI_FAIL("CUDA graphs need a build with the CUDA backend");
 }
 tensor decode_graphs::input_slot(int, int, int, const tensor_shape&, dtype, device) {
+  DI_FAIL("CUDA graphs need a build with the CUDA backend");
+}
+const tensor& decode_graphs::constant(const std::string&,
+                                      const std::function<tensor(std::int64_t)>&) {
   DI_FAIL("CUDA graphs need a build with the CUDA backend");
 }
 std::int64_t decode_graphs::captured() const {

@@ -91,6 +91,57 @@ tensor embed_streams(const forward_pass& pass) {
   return ops::gather_rows(e, pass.index(repeat)).view({rows, hc, dim});  // [rows, hc, dim]
 }
 
+/// The one-hot initial mix [rows, hc]: every row takes stream 0.
+tensor initial_mix(const forward_pass& pass, std::int64_t rows) {
+  const std::int64_t hc = pass.config.hc_mult;
+  tensor pre_mix = tensor::zeros({rows, hc}, dtype::f32);
+  for (std::int64_t r = 0; r < rows; ++r) pre_mix.data<float>()[r * hc] = 1.0f;
+  return pass.upload(pre_mix);
+}
+
+/// A step's start through the decode graphs (graphs_capture_start): embed_streams, the
+/// initial mix and, given layer 0's Engram hash ids, that layer's Engram, as one captured
+/// piece (layer -1) over the padded rows instead of eager launches -- a synchronous step's
+/// device otherwise idles between them while the host issues each. The same ops on the same
+/// values (the index lists and the one-hot row are device constants of the padded size, the
+/// mix rows gathered from that row): the same bits. Its outputs stay where the graph leaves
+/// them, so layer 0's pieces read them in place.
+struct graphed_start_out {
+  tensor x;        // [rows, hc, dim]
+  tensor pre_mix;  // [rows, hc]
+};
+graphed_start_out graphed_start(const forward_pass& pass, const tensor& engram0_ids) {
+  decode_graphs& g = *pass.graphs;
+  const std::int64_t hc = pass.config.hc_mult, dim = pass.config.hidden_size;
+  const tensor& repeat = g.constant("start.stream_rows", [&](std::int64_t padded) {
+    tensor idx = tensor::empty({padded * hc}, dtype::i64);  // row r hc times
+    for (std::int64_t r = 0; r < padded; ++r)
+      for (std::int64_t k = 0; k < hc; ++k) idx.data<std::int64_t>()[r * hc + k] = r;
+    return idx.to(pass.dev());
+  });
+  const tensor& zero_rows = g.constant("start.zero_rows", [&](std::int64_t padded) {
+    return tensor::zeros({padded}, dtype::i64).to(pass.dev());
+  });
+  const tensor& one_hot = g.constant("start.one_hot", [&](std::int64_t) {
+    tensor row = tensor::zeros({1, hc}, dtype::f32);
+    row.data<float>()[0] = 1.0f;
+    return row.to(pass.dev());
+  });
+  const bool engram = engram0_ids.defined();
+  std::vector<tensor> inputs;
+  if (engram) inputs.push_back(engram0_ids);
+  const std::vector<tensor> out = g.run(-1, 0, inputs, [&](const std::vector<tensor>& in) {
+    const forward_pass p = padded_pass(pass);
+    const std::int64_t rows = p.tokens.size(0);
+    const tensor e = ops::embedding(p.weights.embed, p.tokens);    // [rows, dim]
+    tensor x = ops::gather_rows(e, repeat).view({rows, hc, dim});  // [rows, hc, dim]
+    const tensor pre_mix = ops::gather_rows(one_hot, zero_rows);   // [rows, hc]
+    if (engram) x = engram_apply(p, 0, x, engram_project(p, 0, in[0]));
+    return std::vector<tensor>{x, pre_mix};
+  });
+  return {out[0], out[1]};
+}
+
 /// Final collapse and norm of the picked rows: [picked, dim].
 tensor final_norm(const forward_pass& pass, const tensor& x_rows, const tensor& pre_rows) {
   const model_config& c = pass.config;
@@ -139,10 +190,6 @@ std::vector<forward_output> run_model(forward_pass& pass, std::span<forward_requ
   for (const forward_request& r : batch) capture = capture || r.capture_hidden;
 
   phase_timer timer(pass.entered);
-  tensor x = embed_streams(pass);                                      // [rows, hc, dim]
-  tensor pre_mix = tensor::zeros({x.size(0), c.hc_mult}, dtype::f32);  // one-hot initial mix
-  for (std::int64_t r = 0; r < x.size(0); ++r) pre_mix.data<float>()[r * c.hc_mult] = 1.0f;
-  pre_mix = pass.upload(pre_mix);
   std::vector<tensor> hidden;  // per layer [picked, hc, dim]
   // An Engram layer's projection reads the token ids only: the block before it computes it
   // beside its per-sequence attention (engram_ahead); a first-layer Engram computes its own,
@@ -153,9 +200,21 @@ std::vector<forward_output> run_model(forward_pass& pass, std::span<forward_requ
     const std::int64_t slot = std::find(ids.begin(), ids.end(), layer) - ids.begin();
     return pass.upload(engram_slot_ids(hash_ids, slot));
   };
+  tensor x, pre_mix;     // [rows, hc, dim], [rows, hc]: the streams and the initial mix
+  int engram_done = -1;  // an Engram layer already applied by the graphed start
+  if (pass.graphs != nullptr && graphs_capture_start()) {
+    const bool engram0 = c.is_engram_layer(0);
+    const graphed_start_out s = graphed_start(pass, engram0 ? engram_ids_of(0) : tensor());
+    x = s.x;
+    pre_mix = s.pre_mix;
+    if (engram0) engram_done = 0;
+  } else {
+    x = embed_streams(pass);
+    pre_mix = initial_mix(pass, x.size(0));
+  }
   engram_ahead ahead;
   for (int l = 0; l < c.num_layers; ++l) {
-    if (c.is_engram_layer(l)) {
+    if (c.is_engram_layer(l) && l != engram_done) {
       const tensor kv = ahead.layer == l ? ahead.kv : engram_project(pass, l, engram_ids_of(l));
       x = engram_apply(pass, l, x, kv);
       ahead = {};

@@ -33,6 +33,13 @@ bool graphs_capture_compressed();
 /// rotary changed the shared buffer before the launch read it; run() now keeps such inputs and
 /// restores them before the launch.)
 bool graphs_use_slots();
+/// Whether a step's start -- the embedding expanded to the hc streams, the one-hot initial mix
+/// and, when layer 0 is an Engram layer, its Engram -- is one captured piece (layer -1) instead
+/// of eager launches (run.cpp's graphed_start). Off unless DEEPINFER_GRAPH_START=1: written in
+/// session 37, when no GPU was lent, and not yet run on one. set_graphs_capture_start sets it
+/// for graphs captured afterwards (tests compare both ways).
+bool graphs_capture_start();
+void set_graphs_capture_start(bool on);
 
 class decode_graphs {
  public:
@@ -62,6 +69,11 @@ class decode_graphs {
   /// (which may change it in place) before the launch.
   tensor input_slot(int layer, int piece, int index, const tensor_shape& row, dtype type,
                     device dev);
+  /// The device tensor kept under `name` for this step's padded size, made by
+  /// `make(padded)` on first use (outside any capture): constants a captured piece reads by
+  /// address, alive as long as the graphs.
+  const tensor& constant(const std::string& name,
+                         const std::function<tensor(std::int64_t padded)>& make);
   /// Graphs captured so far.
   std::int64_t captured() const;
   /// False once a capture failed: the model then runs its steps eagerly.

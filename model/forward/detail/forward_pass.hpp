@@ -116,6 +116,10 @@ struct engram_ahead {
   tensor kv;        ///< set by block_forward: engram_project(pass, layer, hash_ids)
 };
 
+/// The pass a captured piece runs with: the graphs' padded tokens and positions, no
+/// sequences (pieces never touch per-sequence state). `pass.graphs` must be set.
+forward_pass padded_pass(const forward_pass& pass);
+
 /// One block: mHC around attention and MoE. x [rows, hc, dim]; pre_mix [rows, hc] is the
 /// previous site's pre (V4.1) and is replaced by this block's FFN-site pre. `ahead` (or null):
 /// the next layer's Engram projection, computed here.

@@ -300,7 +300,7 @@ TEST_CASE("GPU forward: decode steps through CUDA graphs give the eager logits")
       CHECK(m->graph_failure().empty());
       const std::vector<float> again = run_batch(*m, gpu, batch, 150, 12);  // replays only
       CHECK(m->captured_graphs() == pieces);
-      CHECK(pieces == 2 * m->config().num_layers);
+      CHECK(pieces == 2 * m->config().num_layers + (detail::graphs_capture_start() ? 1 : 0));
       REQUIRE(graphed.size() == eager.size());
       REQUIRE(again.size() == eager.size());
       double worst = 1.0, max_abs = 0.0, scale = 0.0;
@@ -402,6 +402,48 @@ TEST_CASE("GPU forward: a decode graph piece reads an input_slot in place, anoth
     for (std::int64_t i = 0; i < x.numel(); ++i)
       CHECK(got.data<float>()[i] == 2.0f * x.data<float>()[i]);
   }
+  CHECK(graphs.captured() == 1);
+  CHECK(graphs.usable());
+  cuda::synchronize();
+}
+
+TEST_CASE("GPU forward: a decode graph constant is made once per padded size and read in place") {
+  // decode_graphs::constant: the start piece's index lists and one-hot row live as long as the
+  // graphs at one address per padded size (a captured piece reads them there); a piece that
+  // gathers through one gives the same rows on every replay.
+  const cuda::index_check_scope trusted(false);  // as in a forward: no read-back in the capture
+  detail::decode_graphs graphs({4, 8});
+  const tensor tokens = tensor::zeros({6}, dtype::i64, gpu);
+  int made = 0;
+  auto make = [&](std::int64_t padded) {
+    ++made;
+    tensor idx = tensor::empty({padded}, dtype::i64, cpu_device);
+    for (std::int64_t r = 0; r < padded; ++r) idx.data<std::int64_t>()[r] = padded - 1 - r;
+    return idx.to(gpu);
+  };
+  tensor table = tensor::empty({8, 2}, dtype::f32, cpu_device);
+  for (std::int64_t i = 0; i < table.numel(); ++i) table.data<float>()[i] = float(i);
+  const tensor table_gpu = table.to(gpu);
+  const void* first_address = nullptr;
+  for (int step = 0; step < 3; ++step) {  // capture, then replays
+    graphs.begin_step(3, tokens.slice(0, 0, 3), tokens.slice(0, 0, 3));
+    const tensor& idx = graphs.constant("reversed", make);
+    REQUIRE(idx.shape() == tensor_shape({4}));
+    if (step == 0) first_address = idx.raw();
+    CHECK(idx.raw() == first_address);
+    const std::vector<tensor> out = graphs.run(-1, 0, {}, [&](const std::vector<tensor>&) {
+      return std::vector<tensor>{ops::gather_rows(table_gpu, idx)};
+    });
+    const tensor got = out[0].to(cpu_device);  // rows 3, 2, 1 of the table (the first 3 of 4)
+    REQUIRE(got.shape() == tensor_shape({3, 2}));
+    for (std::int64_t r = 0; r < 3; ++r)
+      for (std::int64_t k = 0; k < 2; ++k)
+        CHECK(got.data<float>()[r * 2 + k] == float((3 - r) * 2 + k));
+  }
+  CHECK(made == 1);
+  graphs.begin_step(6, tokens, tokens);  // another padded size: its own constant
+  CHECK(graphs.constant("reversed", make).shape() == tensor_shape({8}));
+  CHECK(made == 2);
   CHECK(graphs.captured() == 1);
   CHECK(graphs.usable());
   cuda::synchronize();
@@ -526,6 +568,17 @@ TEST_CASE("GPU forward: side branches on a forked stream change no bit") {
   // (cuda::stream_fork): the same kernels on the same inputs, so the same logits as with
   // side streams off.
   check_switch_changes_no_bit("side streams", cuda::set_side_streams, cuda::side_streams());
+}
+
+TEST_CASE("GPU forward: the step's start as a captured piece changes no bit") {
+  // detail::graphs_capture_start (DEEPINFER_GRAPH_START=1): the embedding, its expansion to the
+  // hc streams and the initial mix replay as one piece (layer -1) before layer 0's; the same
+  // ops on the same values as the eager start, so the same logits, and layer 0's pieces read
+  // its outputs in place. (Layer 0 is no Engram layer in the tiny presets: the Engram part of
+  // the piece runs on v41-flash-L4, whose greedy text gpu-forward.sh compares with graphs on
+  // and off.)
+  check_switch_changes_no_bit("the captured start", detail::set_graphs_capture_start,
+                              detail::graphs_capture_start());
 }
 
 TEST_CASE("GPU forward: logits left on the device are the logits copied to the host") {
