@@ -36,6 +36,11 @@ std::atomic<std::int64_t> g_message_limit{default_max_message_bytes};
 std::atomic<std::uint64_t> g_refused{0};
 std::atomic<std::int64_t> g_last_log_ns{0};
 
+/// The bound of a header's payload: handshakes basp_handshake_limit, others the message limit.
+std::int64_t payload_limit(bool handshake) {
+  return handshake ? std::int64_t(basp_handshake_limit) : basp_message_limit();
+}
+
 /// Logs a refusal, at most once a second (a peer sending such headers in a loop must not
 /// flood the log).
 void log_refusal(const caf::io::basp::header& hdr, std::uint64_t count) {
@@ -48,8 +53,7 @@ void log_refusal(const caf::io::basp::header& hdr, std::uint64_t count) {
   component_logger("node")->warn(
       "closed a connection whose BASP header announced a {} of {} bytes (limit {}{}); {} such "
       "header(s) so far",
-      to_string(hdr.operation), hdr.payload_len,
-      handshake ? std::int64_t(basp_handshake_limit) : basp_message_limit(),
+      to_string(hdr.operation), hdr.payload_len, payload_limit(handshake),
       handshake ? " for handshakes" : ": cluster.max_message_bytes", count);
 }
 
@@ -67,8 +71,7 @@ std::int64_t basp_message_limit() {
 bool basp_payload_allowed(std::uint8_t operation, std::uint32_t payload_len) {
   const bool handshake = operation == std::uint8_t(caf::io::basp::message_type::server_handshake) ||
                          operation == std::uint8_t(caf::io::basp::message_type::client_handshake);
-  return std::int64_t(payload_len) <=
-         (handshake ? std::int64_t(basp_handshake_limit) : basp_message_limit());
+  return std::int64_t(payload_len) <= payload_limit(handshake);
 }
 
 std::string submit_size_error(const submit_request& req) {

@@ -82,12 +82,10 @@ void on_submit(self_ptr self, submit_request& req) {
   r.out.index = id;
   r.cb = st.core->take(id);
   r.started_ns = now_ns();
-  if (!st.router_down.empty()) {
-    r.out.reply.error = st.router_down;
-    if (r.cb.on_reply) r.cb.on_reply(r.out.reply);
-    return fail(self, id, st.router_down);
-  }
-  if (std::string why = submit_size_error(req); !why.empty()) {
+  // Refused before it is sent (the router is down, or the request does not fit in one message):
+  // the reply carries the reason, then the final event.
+  std::string why = !st.router_down.empty() ? st.router_down : submit_size_error(req);
+  if (!why.empty()) {
     r.out.reply.error = why;
     if (r.cb.on_reply) r.cb.on_reply(r.out.reply);
     return fail(self, id, why);

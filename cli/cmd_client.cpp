@@ -334,7 +334,7 @@ void setup_client(CLI::App& app) {
          "The cluster's cluster.max_message_bytes: larger requests are refused here, larger "
          "messages from the router close the connection")
       ->capture_default_str()
-      ->check(CLI::Range(std::int64_t(1) << 20, std::int64_t(0xffffffff)));
+      ->check(CLI::Range(di::min_max_message_bytes, di::max_max_message_bytes));
   sub->add_option("--tls-certificate", o->tls.certificate, "Client certificate (clusters with TLS)");
   sub->add_option("--tls-key", o->tls.key, "Its private key");
   sub->add_option("--tls-cafile", o->tls.cafile, "CA that signed the cluster's certificates");

@@ -267,7 +267,7 @@ void read_cluster(table_reader r, cluster_section& c) {
   r.get("shutdown_timeout_s", c.shutdown_timeout_s, 1, 3600);
   r.get("caf_policy", c.caf_policy);
   r.get("caf_threads", c.caf_threads, 0, 1024);
-  r.get("max_message_bytes", c.max_message_bytes, std::int64_t(1) << 20, std::int64_t(0xffffffff));
+  r.get("max_message_bytes", c.max_message_bytes, min_max_message_bytes, max_max_message_bytes);
   r.finish();
 }
 
@@ -422,18 +422,18 @@ void validate_sections(const cluster_config& c, const read_context& ctx) {
         fmt::format("must be cpu or toy, got '{}'", c.model.runner));
   check(c.model.runner != "cpu" || !c.model.path.empty(), ctx, "model.path",
         "required for runner 'cpu' (set it in the file or with --set model.path=DIR)");
-  // A submitted prompt travels in one message: the bound must leave room for the largest.
-  check(c.router.max_prompt_bytes + (std::int64_t(1) << 20) <= c.cluster.max_message_bytes, ctx,
-        "cluster.max_message_bytes",
+  // The largest messages must fit under the bound with 1 MiB to spare for everything else:
+  // a submitted prompt, and a step's prompt logprobs from the executor -- per row about 32
+  // bytes plus 16 per top entry (CAF's encoding of position_logprobs is ~24 + 8 per entry).
+  constexpr std::int64_t headroom = std::int64_t(1) << 20;
+  const std::int64_t prompt_bytes = c.router.max_prompt_bytes + headroom;
+  check(prompt_bytes <= c.cluster.max_message_bytes, ctx, "cluster.max_message_bytes",
         fmt::format(
             "{} leaves no room for a prompt of router.max_prompt_bytes = {} (needs at least {})",
-            c.cluster.max_message_bytes, c.router.max_prompt_bytes,
-            c.router.max_prompt_bytes + (std::int64_t(1) << 20)));
-  // A step's prompt logprobs travel from the executor in one message: per row about 32 bytes
-  // plus 16 per top entry (CAF's encoding of position_logprobs is ~24 + 8 per entry).
+            c.cluster.max_message_bytes, c.router.max_prompt_bytes, prompt_bytes));
   const double step_logprob_bytes =
       double(c.scheduler.max_num_batched_tokens) * (32.0 + 16.0 * double(c.router.max_logprobs)) +
-      double(1 << 20);
+      double(headroom);
   check(step_logprob_bytes <= double(c.cluster.max_message_bytes), ctx, "cluster.max_message_bytes",
         fmt::format("{} is too small for one step's prompt logprobs: "
                     "scheduler.max_num_batched_tokens = {} rows "

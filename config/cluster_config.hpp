@@ -13,8 +13,11 @@
 
 namespace di {
 
-/// cluster.max_message_bytes' default: the largest payload a BASP message may announce.
+/// cluster.max_message_bytes: the largest payload a BASP message may announce -- its default
+/// and its range (the header's 32-bit length bounds it above).
 inline constexpr std::int64_t default_max_message_bytes = std::int64_t(16) << 20;
+inline constexpr std::int64_t min_max_message_bytes = std::int64_t(1) << 20;
+inline constexpr std::int64_t max_max_message_bytes = std::int64_t(0xffffffff);
 
 /// [cluster]: the internal plane.
 struct cluster_section {

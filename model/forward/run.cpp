@@ -113,13 +113,13 @@ struct graphed_start_out {
 graphed_start_out graphed_start(const forward_pass& pass, const tensor& engram0_ids) {
   decode_graphs& g = *pass.graphs;
   const std::int64_t hc = pass.config.hc_mult, dim = pass.config.hidden_size;
-  const tensor& repeat = g.constant("start.stream_rows", [&](std::int64_t padded) {
+  const tensor& repeat = g.constant("start.rows", [&](std::int64_t padded) {
     tensor idx = tensor::empty({padded * hc}, dtype::i64);  // row r hc times
     for (std::int64_t r = 0; r < padded; ++r)
       for (std::int64_t k = 0; k < hc; ++k) idx.data<std::int64_t>()[r * hc + k] = r;
     return idx.to(pass.dev());
   });
-  const tensor& zero_rows = g.constant("start.zero_rows", [&](std::int64_t padded) {
+  const tensor& zero_rows = g.constant("start.zeros", [&](std::int64_t padded) {
     return tensor::zeros({padded}, dtype::i64).to(pass.dev());
   });
   const tensor& one_hot = g.constant("start.one_hot", [&](std::int64_t) {

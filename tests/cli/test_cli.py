@@ -41,6 +41,13 @@ class HelpTest(unittest.TestCase):
         p = run("frobnicate")
         self.assertNotEqual(p.returncode, 0)
 
+    def test_client_message_bound_out_of_range_is_refused(self):
+        # checked before any connection is tried: the same range as cluster.max_message_bytes
+        for value in ("10", "4294967296"):
+            p = run("client", "--connect", "127.0.0.1:1", "--status", "--max-message-bytes", value)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn("--max-message-bytes: Value " + value + " not in range 1048576 to 4294967295", p.stderr)
+
 
 class InspectTest(unittest.TestCase):
     def inspect_json(self, model):
