@@ -1,6 +1,8 @@
 // openai_chat_messages (see openai_messages.hpp).
 #include "model/chat_template/openai_messages.hpp"
 
+#include "common/error.hpp"
+
 #include <fmt/format.h>
 
 namespace di {
@@ -25,7 +27,13 @@ ojson content_text(const ojson& content, const std::string& param, const message
 
 }  // namespace
 
-ojson openai_chat_messages(const ojson& messages, const message_error& fail) {
+ojson openai_chat_messages(const ojson& messages, const message_error& report) {
+  // `report` must throw; should it return, the problem is still an error, not a read of a
+  // malformed message.
+  const message_error fail = [&](const std::string& param, const std::string& why) {
+    report(param, why);
+    DI_FAIL("{}: {}", param, why);
+  };
   if (!messages.is_array() || messages.empty())
     fail("messages", "'messages' must be a non-empty list");
   ojson out = ojson::array();
