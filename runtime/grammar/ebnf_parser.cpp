@@ -1,6 +1,7 @@
 // GBNF / xgrammar EBNF -> grammar IR. A rule runs until the next `name ::=` (so both the
 // newline-sensitive GBNF layout and free-form layouts parse); errors carry line and column.
 #include "common/error.hpp"
+#include "common/utf8.hpp"
 #include "runtime/grammar/ebnf.hpp"
 
 #include <cctype>
@@ -260,21 +261,7 @@ expr_id ebnf_parser::parse_string() {
     if (s_[pos_] == quote) break;
     char32_t cp = parse_char(false);
     if (cp >= 0xD800 && cp <= 0xDFFF) fail("surrogate code point in string");
-    if (cp < 0x80) {
-      bytes.push_back(char(cp));
-    } else if (cp < 0x800) {
-      bytes.push_back(char(0xC0 | (cp >> 6)));
-      bytes.push_back(char(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-      bytes.push_back(char(0xE0 | (cp >> 12)));
-      bytes.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
-      bytes.push_back(char(0x80 | (cp & 0x3F)));
-    } else {
-      bytes.push_back(char(0xF0 | (cp >> 18)));
-      bytes.push_back(char(0x80 | ((cp >> 12) & 0x3F)));
-      bytes.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
-      bytes.push_back(char(0x80 | (cp & 0x3F)));
-    }
+    append_utf8(bytes, cp);
   }
   ++pos_;
   return g_.literal(bytes);

@@ -4,6 +4,7 @@
 #include "runtime/grammar/grammar.hpp"
 
 #include "common/error.hpp"
+#include "common/utf8.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -143,32 +144,6 @@ std::optional<rule_id> grammar::find_rule(std::string_view name) const {
 
 namespace {
 
-int utf8_length(char32_t cp) {
-  return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
-}
-
-void encode_utf8(char32_t cp, std::uint8_t* out) {
-  switch (utf8_length(cp)) {
-    case 1:
-      out[0] = std::uint8_t(cp);
-      break;
-    case 2:
-      out[0] = std::uint8_t(0xC0 | (cp >> 6));
-      out[1] = std::uint8_t(0x80 | (cp & 0x3F));
-      break;
-    case 3:
-      out[0] = std::uint8_t(0xE0 | (cp >> 12));
-      out[1] = std::uint8_t(0x80 | ((cp >> 6) & 0x3F));
-      out[2] = std::uint8_t(0x80 | (cp & 0x3F));
-      break;
-    default:
-      out[0] = std::uint8_t(0xF0 | (cp >> 18));
-      out[1] = std::uint8_t(0x80 | ((cp >> 12) & 0x3F));
-      out[2] = std::uint8_t(0x80 | ((cp >> 6) & 0x3F));
-      out[3] = std::uint8_t(0x80 | (cp & 0x3F));
-  }
-}
-
 struct byte_seq {
   int length = 0;
   std::uint8_t lo[4];
@@ -177,7 +152,7 @@ struct byte_seq {
 
 /// Splits [lo, hi] (same encoded length) until each piece encodes as one byte-range sequence.
 void split_range(char32_t lo, char32_t hi, std::vector<byte_seq>& out) {
-  int n = utf8_length(lo);
+  int n = utf8_encoded_length(lo);
   for (int i = 1; i < n; ++i) {
     char32_t m = (char32_t(1) << (6 * i)) - 1;
     if ((lo & ~m) != (hi & ~m)) {

@@ -2,6 +2,7 @@
 // postfix repetition (? * + ~n ~n..m {n,m}), groups, optional [..], "strings"i, "a".."z"
 // ranges, /regex/flags and name references. Unsupported Lark/xgrammar extensions fail clearly.
 #include "common/error.hpp"
+#include "common/utf8.hpp"
 #include "runtime/grammar/detail/lark_parser.hpp"
 #include "runtime/grammar/regex.hpp"
 
@@ -20,24 +21,6 @@ char32_t decode_one(std::string_view s, std::size_t& i) {
   for (int k = 1; k < n; ++k) cp = (cp << 6) | (std::uint8_t(s[i + std::size_t(k)]) & 0x3F);
   i += std::size_t(n);
   return cp;
-}
-
-void append_utf8(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out.push_back(char(cp));
-  } else if (cp < 0x800) {
-    out.push_back(char(0xC0 | (cp >> 6)));
-    out.push_back(char(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(char(0xE0 | (cp >> 12)));
-    out.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(char(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(char(0xF0 | (cp >> 18)));
-    out.push_back(char(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(char(0x80 | (cp & 0x3F)));
-  }
 }
 
 }  // namespace

@@ -46,7 +46,7 @@ void append_string_repr(std::string& out, const std::string& s) {
     } else if (c < 0x20 || c == 0x7F) {
       out += fmt::format("\\x{:02x}", unsigned(c));
     } else if (c < 0x7F || is_printable(c)) {
-      utf8_append(out, c);
+      append_utf8(out, c);
     } else {
       out += c <= 0xFF     ? fmt::format("\\x{:02x}", unsigned(c))
              : c <= 0xFFFF ? fmt::format("\\u{:04x}", unsigned(c))
@@ -133,7 +133,7 @@ void append_json_string(std::string& out, const std::string& s, bool ensure_asci
       out += fmt::format("\\u{:04x}\\u{:04x}", unsigned(0xD800 + (v >> 10)),
                          unsigned(0xDC00 + (v & 0x3FF)));
     } else {
-      utf8_append(out, c);
+      append_utf8(out, c);
     }
   }
   out.push_back('"');

@@ -431,7 +431,7 @@ std::string decode_escapes(std::string_view raw, const fail_fn& fail) {
     if (int simple = simple_escape(c); simple >= 0) {
       out.push_back(char(simple));
     } else if (c == 'x' || c == 'u' || c == 'U' || (c >= '0' && c <= '7')) {
-      utf8_append(out, numeric_escape(raw, i, fail));
+      append_utf8(out, numeric_escape(raw, i, fail));
     } else if (c == 'N') {
       fail("\\N{...} escapes are not supported in chat templates");
     } else {

@@ -67,7 +67,7 @@ template <class Fn>
 std::string map_code_points(std::string_view s, Fn fn) {
   std::string out;
   out.reserve(s.size());
-  for (char32_t c : utf8_decode(s)) utf8_append(out, fn(c));
+  for (char32_t c : utf8_decode(s)) append_utf8(out, fn(c));
   return out;
 }
 
@@ -106,28 +106,10 @@ std::u32string utf8_decode(std::string_view s) {
   return out;
 }
 
-void utf8_append(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
-
 std::string utf8_encode(std::u32string_view s) {
   std::string out;
   out.reserve(s.size());
-  for (char32_t c : s) utf8_append(out, c);
+  for (char32_t c : s) append_utf8(out, c);
   return out;
 }
 
@@ -266,7 +248,7 @@ std::string py_upper(std::string_view s) {
     if (c == 0xDF)
       out += "SS";  // Python upper-cases sharp s to two letters
     else
-      utf8_append(out, py_toupper(c));
+      append_utf8(out, py_toupper(c));
   }
   return out;
 }
@@ -299,7 +281,7 @@ std::string py_replace(std::string_view s, std::string_view old_text, std::strin
     std::int64_t done = 0;
     for (char32_t c : cps) {
       if (count < 0 || done < count) out += new_text, ++done;
-      utf8_append(out, c);
+      append_utf8(out, c);
     }
     if (count < 0 || done < count) out += new_text;
     return out;

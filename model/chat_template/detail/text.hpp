@@ -3,6 +3,8 @@
 // count code points and use Python's whitespace set, not bytes and isspace().
 #pragma once
 
+#include "common/utf8.hpp"
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -12,8 +14,7 @@ namespace di::jinja {
 
 /// Decodes UTF-8; each byte of an invalid sequence decodes to U+FFFD.
 std::u32string utf8_decode(std::string_view s);
-/// Appends the UTF-8 encoding of one code point.
-void utf8_append(std::string& out, char32_t cp);
+/// Encodes code points as UTF-8 (one code point: di::append_utf8 in common/utf8.hpp).
 std::string utf8_encode(std::u32string_view s);
 /// Number of code points (what Python's len() returns for a str).
 std::size_t utf8_length(std::string_view s);

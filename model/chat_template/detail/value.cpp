@@ -231,7 +231,7 @@ std::vector<value> iterate(const value& v) {
       std::string one;
       for (char32_t c : utf8_decode(v.as_string())) {
         one.clear();
-        utf8_append(one, c);
+        append_utf8(one, c);
         chars.push_back(value::string(one));
       }
       return chars;

@@ -3,6 +3,8 @@
 // (one U+FFFD per maximal invalid subpart), usable incrementally for streaming output.
 #pragma once
 
+#include "common/utf8.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -37,9 +39,6 @@ inline int decode_utf8(const unsigned char* p, char32_t& cp) {
 inline int utf8_length(unsigned char b) {
   return b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
 }
-
-/// Appends the UTF-8 encoding of `cp` (a Unicode scalar value) to `out`.
-void append_utf8(std::string& out, char32_t cp);
 
 /// Incremental lossy UTF-8 decoder: complete, valid sequences pass through; an invalid
 /// maximal subpart becomes one U+FFFD; up to 3 bytes of a possibly valid prefix are held back
