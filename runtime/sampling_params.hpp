@@ -29,11 +29,15 @@ struct sampling_params {
   std::optional<int> prompt_logprobs;  ///< top-N logprobs of every prompt token
   std::optional<int> max_tokens;       ///< generated-token budget; unset = up to the context
   /// Until this many tokens exist, the scheduler passes EOS and stop_token_ids to the sampler
-  /// as sample_request::suppressed_ids.
+  /// as sample_request::suppressed_ids, and stop strings end the request only once they are
+  /// completed by token min_tokens or a later one (vLLM's rule). A response_format whose text
+  /// is done (nothing may follow) still ends the request.
   int min_tokens = 0;
   std::vector<std::string> stop;             ///< stop strings (matched on detokenized text)
   std::vector<std::int32_t> stop_token_ids;  ///< extra token ids that end generation
-  bool ignore_eos = false;                   ///< keep generating after EOS
+  /// Keep generating after EOS. With a response_format: EOS is kept out while the grammar may
+  /// go on, and still ends the request once nothing may follow.
+  bool ignore_eos = false;
   bool skip_special_tokens = true;           ///< drop special tokens from the detokenized text
   /// Structured output: the grammar the text must match, in the inline syntax of
   /// runtime/grammar/response_format.hpp ("json_schema:<schema JSON>", "json_object",

@@ -59,7 +59,10 @@ sequence_limits scheduler::limits_for(const request& r) const {
   sequence_limits limits;
   const std::int64_t room = config_.max_model_len - std::int64_t(r.prompt_ids.size());
   limits.max_new_tokens = std::min<std::int64_t>(room, r.params.max_tokens.value_or(room));
-  if (!r.params.ignore_eos) limits.stop_token_ids = config_.eos_token_ids;
+  // EOS ends a request with a response_format even under ignore_eos: the runner then keeps
+  // it out while the grammar may go on, so it comes only when the text is done.
+  if (!r.params.ignore_eos || !r.params.response_format.empty())
+    limits.stop_token_ids = config_.eos_token_ids;
   limits.stop_token_ids.insert(limits.stop_token_ids.end(), r.params.stop_token_ids.begin(),
                                r.params.stop_token_ids.end());
   return limits;

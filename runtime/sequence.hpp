@@ -49,7 +49,8 @@ struct token_event {
 /// Per-request limits the scheduler derives at admission.
 struct sequence_limits {
   std::int64_t max_new_tokens = 1;           ///< params.max_tokens capped by the context
-  std::vector<std::int32_t> stop_token_ids;  ///< EOS unless ignore_eos, then params'
+  std::vector<std::int32_t>
+      stop_token_ids;  ///< EOS unless ignore_eos (always with response_format), then params.
 };
 
 class sequence {

@@ -47,7 +47,8 @@ struct sequence_start {
   sampling_params params;
   std::uint64_t seed = 0;                    ///< the sampling seed (params.seed or drawn)
   std::int64_t num_prompt_tokens = 0;        ///< later positions are output tokens (penalties)
-  std::vector<std::int32_t> stop_token_ids;  ///< EOS (unless ignore_eos) + params.stop_token_ids
+  std::vector<std::int32_t>
+      stop_token_ids;  ///< EOS (unless ignore_eos without response_format) + params.stop_token_ids
 };
 
 /// One sequence's rows in a step: a prefill chunk, one decode token (later: k draft tokens).

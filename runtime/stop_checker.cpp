@@ -57,14 +57,18 @@ stop_update stop_checker::push(std::int32_t token, std::string_view text) {
     return u;
   }
   pending_.append(text);
-  // The earliest occurrence of any stop string wins (the first listed on a tie).
+  // The earliest occurrence of any stop string wins (the first listed on a tie); before
+  // min_tokens none counts, and from then on none that ended before it.
   std::size_t best_pos = std::string::npos;
   const std::string* best = nullptr;
-  for (const auto& s : config_.stop_strings) {
-    std::size_t pos = pending_.find(s);
-    if (pos < best_pos) {
-      best_pos = pos;
-      best = &s;
+  if (num_tokens_ >= config_.min_tokens) {
+    for (const auto& s : config_.stop_strings) {
+      const std::size_t from = unchecked_ >= s.size() ? unchecked_ - s.size() + 1 : 0;
+      std::size_t pos = pending_.find(s, from);
+      if (pos < best_pos) {
+        best_pos = pos;
+        best = &s;
+      }
     }
   }
   if (best != nullptr) {
@@ -77,6 +81,7 @@ stop_update stop_checker::push(std::int32_t token, std::string_view text) {
   if (config_.max_tokens != -1 && num_tokens_ >= config_.max_tokens)
     return finish(finish_reason::length, std::move(pending_));
   std::size_t keep = held_back_length();
+  unchecked_ = num_tokens_ < config_.min_tokens ? keep : 0;
   stop_update u;
   u.text = pending_.substr(0, pending_.size() - keep);
   pending_.erase(0, pending_.size() - keep);

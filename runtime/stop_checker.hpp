@@ -1,7 +1,7 @@
 // Stop conditions of one request, applied to the streamed output: stop token ids (EOS unless
-// ignored), stop strings that may span token boundaries, and max_tokens. Text that could be
-// the start of a stop string is held back until it is known not to be one, so a client never
-// sees text that is later cut.
+// ignored), stop strings that may span token boundaries (from min_tokens on), and max_tokens. Text
+// that could be the start of a stop string is held back until it is known not to be one, so a
+// client never sees text that is later cut.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +19,9 @@ struct stop_config {
   std::vector<std::string> stop_strings;      ///< non-empty, matched in the output text
   std::vector<std::int32_t> stop_token_ids;   ///< the caller adds EOS here unless ignore_eos
   std::int64_t max_tokens = -1;               ///< -1: unlimited
+  /// Stop strings end the request only once completed by this token or a later one (counted
+  /// from 1); text before is not held back beyond a possible stop string's start.
+  std::int64_t min_tokens = 0;
   bool include_stop_string = false;           ///< keep the matched stop string in the output
 };
 
@@ -53,6 +56,8 @@ class stop_checker {
 
   stop_config config_;
   std::string pending_;  // text not yet emitted (a possible stop-string start)
+  // Bytes at pending_'s start pushed before min_tokens: a stop string ending there is not one.
+  std::size_t unchecked_ = 0;
   std::int64_t num_tokens_ = 0;
   bool finished_ = false;
 };

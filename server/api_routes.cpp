@@ -107,7 +107,7 @@ void render_chat(const served_model& m, generation_request& r) {
 void serve_generation(const session_ptr& s, api_kind kind) {
   require_method(s, http::verb::post);
   server_context& ctx = s->context();
-  const json body = parse_body(s->request().body(), ctx.settings);
+  const request_json body = parse_body(s->request().body(), ctx.settings);
   generation_request r = kind == api_kind::chat ? parse_chat_request(body, ctx.settings)
                                                 : parse_completion_request(body, ctx.settings);
   if (!r.model.empty() && r.model != ctx.model.name)

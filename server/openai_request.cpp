@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -16,7 +17,7 @@ namespace di::server {
 
 namespace {
 
-using json = nlohmann::json;
+using json = request_json;
 
 /// Typed, range-checked access to the top-level fields of a body.
 class field_reader {
@@ -221,17 +222,18 @@ std::vector<prompt_input> read_prompts(const json* v) {
 }
 
 /// The request's messages as the chat template sees them (model/chat_template/openai_messages.hpp).
-nlohmann::ordered_json read_messages(const json* v) {
+request_json read_messages(const json* v) {
   if (v == nullptr) bad_param("messages", "'messages' is required");
   return openai_chat_messages(
-      nlohmann::ordered_json::parse(v->dump()),
-      [](const std::string& param, const std::string& why) { bad_param(param, why); });
+      *v, [](const std::string& param, const std::string& why) { bad_param(param, why); });
 }
 
 }  // namespace
 
-bool exceeds_depth(std::string_view body, int max_depth) {
-  int depth = 0;
+body_shape measure_body(std::string_view body, int max_depth) {
+  body_shape shape;
+  // Members counted so far of each open container (-1: an array), outermost first.
+  std::vector<std::int64_t> open;
   bool in_string = false, escaped = false;
   for (char c : body) {
     if (in_string) {
@@ -243,20 +245,32 @@ bool exceeds_depth(std::string_view body, int max_depth) {
         in_string = false;
       continue;
     }
-    if (c == '"')
+    if (c == '"') {
       in_string = true;
-    else if (c == '[' || c == '{') {
-      if (++depth > max_depth) return true;
-    } else if (c == ']' || c == '}')
-      --depth;
+    } else if (c == '[' || c == '{') {
+      open.push_back(c == '{' ? 0 : -1);
+      shape.depth = std::max(shape.depth, int(open.size()));
+      if (shape.depth > max_depth) return shape;
+    } else if (c == ':' && !open.empty() && open.back() >= 0) {
+      ++open.back();
+    } else if ((c == ']' || c == '}') && !open.empty()) {
+      const double members = double(std::max<std::int64_t>(open.back(), 0));
+      shape.member_pairs += members * members;
+      open.pop_back();
+    }
   }
-  return false;
+  return shape;
 }
 
-nlohmann::json parse_body(std::string_view body, const server_settings& limits) {
-  if (exceeds_depth(body, limits.max_json_depth))
+request_json parse_body(std::string_view body, const server_settings& limits) {
+  const body_shape shape = measure_body(body, limits.max_json_depth);
+  if (shape.depth > limits.max_json_depth)
     throw api_error(
         400, fmt::format("the JSON body is nested deeper than {} levels", limits.max_json_depth));
+  if (shape.member_pairs > max_body_member_pairs)
+    throw api_error(400,
+                    "the JSON body's objects have too many members (one object may have "
+                    "about 10,000; many large objects together fewer)");
   json j = json::parse(body, nullptr, false);
   if (j.is_discarded()) throw api_error(400, "the body is not valid JSON (or not valid UTF-8)");
   if (!j.is_object()) throw api_error(400, "the body must be a JSON object");
@@ -291,11 +305,11 @@ generation_request parse_chat_request(const json& body, const server_settings& l
   if (const json* kw = f.find("chat_template_kwargs")) {
     if (!kw->is_object())
       bad_param("chat_template_kwargs", "'chat_template_kwargs' must be an object");
-    r.chat_kwargs = nlohmann::ordered_json::parse(kw->dump());
+    r.chat_kwargs = *kw;
   }
   if (const json* tools = f.find("tools")) {
     if (!tools->is_array()) bad_param("tools", "'tools' must be a list");
-    r.tools = nlohmann::ordered_json::parse(tools->dump());
+    r.tools = *tools;
   }
   return r;
 }

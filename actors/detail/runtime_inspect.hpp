@@ -2,7 +2,9 @@
 // requests, sampling parameters, token events, scheduler statistics), so that they travel in
 // actor messages between nodes. They live in namespace di::runtime for argument-dependent
 // lookup; runtime/ itself stays free of CAF. std::optional has no CAF 0.17 support, so optional
-// fields travel as (present, value) pairs through optional_field / optional_list.
+// fields travel as (present, value) pairs through optional_field / optional_list. Floating-point
+// fields travel as their bits (float_bits): CAF 0.17's float encoding (detail::pack754) never
+// returns for an infinity -- the sending thread spins forever -- and garbles NaN.
 #pragma once
 
 #include "runtime/scheduler.hpp"
@@ -11,7 +13,10 @@
 #include <caf/meta/type_name.hpp>
 #include <caf/sec.hpp>
 
+#include <bit>
+#include <cstdint>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 namespace di::runtime {
@@ -33,6 +38,27 @@ typename Inspector::result_type inspect(Inspector& f, optional_field<T>& x) {
     T value{};
     auto err = f(present, value);
     if (!err) x.ref = present ? std::optional<T>(std::move(value)) : std::nullopt;
+    return err;
+  }
+}
+
+/// A float or double member seen by an inspector as its IEEE 754 bits, so that infinities and
+/// NaN travel unchanged (the receiver validates them like any other value).
+template <class T>
+struct float_bits {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>);
+  T& ref;
+};
+
+template <class Inspector, class T>
+typename Inspector::result_type inspect(Inspector& f, float_bits<T>& x) {
+  using bits_type = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+  if constexpr (std::is_void_v<typename Inspector::result_type>) {
+    return f(x.ref);  // to_string: the value, as text
+  } else {
+    bits_type bits = std::bit_cast<bits_type>(x.ref);
+    auto err = f(bits);
+    if constexpr (!Inspector::reads_state) x.ref = std::bit_cast<T>(bits);
     return err;
   }
 }
@@ -78,12 +104,14 @@ typename Inspector::result_type inspect(Inspector& f, optional_list<T>& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, token_logprob& x) {
-  return f(caf::meta::type_name("token_logprob"), x.id, x.logprob);
+  float_bits<float> logprob{x.logprob};
+  return f(caf::meta::type_name("token_logprob"), x.id, logprob);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, position_logprobs& x) {
-  return f(caf::meta::type_name("position_logprobs"), x.id, x.logprob, x.rank, x.top);
+  float_bits<float> logprob{x.logprob};
+  return f(caf::meta::type_name("position_logprobs"), x.id, logprob, x.rank, x.top);
 }
 
 template <class Inspector>
@@ -92,10 +120,13 @@ typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
   optional_field<int> logprobs{x.logprobs};
   optional_field<int> prompt_logprobs{x.prompt_logprobs};
   optional_field<int> max_tokens{x.max_tokens};
-  return f(caf::meta::type_name("sampling_params"), x.temperature, x.top_k, x.top_p, x.min_p,
-           x.repetition_penalty, x.presence_penalty, x.frequency_penalty, seed, logprobs,
-           prompt_logprobs, max_tokens, x.min_tokens, x.stop, x.stop_token_ids, x.ignore_eos,
-           x.skip_special_tokens, x.response_format);
+  float_bits<double> temperature{x.temperature}, top_p{x.top_p}, min_p{x.min_p},
+      repetition_penalty{x.repetition_penalty}, presence_penalty{x.presence_penalty},
+      frequency_penalty{x.frequency_penalty};
+  return f(caf::meta::type_name("sampling_params"), temperature, x.top_k, top_p, min_p,
+           repetition_penalty, presence_penalty, frequency_penalty, seed, logprobs, prompt_logprobs,
+           max_tokens, x.min_tokens, x.stop, x.stop_token_ids, x.ignore_eos, x.skip_special_tokens,
+           x.response_format);
 }
 
 template <class Inspector>

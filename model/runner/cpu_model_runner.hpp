@@ -137,6 +137,10 @@ class cpu_model_runner final : public runtime::step_runner {
   void feed_grammar(live_sequence& seq, std::int32_t output_token) const;
   /// The allowed-token mask for the next sample (empty span: no grammar).
   std::span<const std::uint32_t> grammar_mask(live_sequence& seq) const;
+  /// The tokens the next sample must not take: the stop tokens before min_tokens, EOS under
+  /// ignore_eos while a grammar may go on; none once a grammar is done.
+  std::span<const std::int32_t> suppressed_ids(const runtime::scheduled_sequence& s,
+                                               const live_sequence& seq) const;
   void sample(const runtime::step_plan& plan, const std::vector<batch_entry>& batch,
               const std::vector<forward_output>& logits, runtime::step_result& result);
   void prompt_logprobs(const runtime::scheduled_sequence& s, const batch_entry& entry,

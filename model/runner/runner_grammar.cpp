@@ -3,8 +3,10 @@
 // by the spec text); every output token fed to the forward advances it (so a recomputed
 // sequence replays its tokens), and before each sample it fills the allowed-token mask. When
 // the text is complete and nothing may follow, the mask allows only the stop tokens, so the
-// scheduler's usual EOS handling ends the request. A grammar that does not compile, or a
-// token it refuses, fails only that sequence, with the message in its output.
+// scheduler's usual EOS handling ends the request (EOS stops a request with a response_format
+// even under ignore_eos, which then only keeps EOS out while the grammar may go on; min_tokens
+// likewise yields to a grammar that is done). A grammar that does not compile, or a token it
+// refuses, fails only that sequence, with the message in its output.
 #include "model/runner/cpu_model_runner.hpp"
 
 #include "common/error.hpp"
@@ -48,6 +50,17 @@ std::span<const std::uint32_t> cpu_model_runner::grammar_mask(live_sequence& seq
   if (!seq.matcher) return {};
   seq.matcher->fill_next_token_mask(seq.mask);
   return seq.mask;
+}
+
+std::span<const std::int32_t> cpu_model_runner::suppressed_ids(const runtime::scheduled_sequence& s,
+                                                               const live_sequence& seq) const {
+  // A grammar where nothing may follow allows only the stop tokens: the request ends there
+  // (stop), before min_tokens or with ignore_eos too, as nothing else could be generated.
+  if (seq.matcher && seq.matcher->is_terminated()) return {};
+  if (s.sample_index < seq.start.params.min_tokens) return seq.start.stop_token_ids;
+  // ignore_eos under a grammar: the text goes on while the grammar lets it.
+  if (seq.matcher && seq.start.params.ignore_eos) return grammar_vocab_->stop_ids();
+  return {};
 }
 
 }  // namespace di

@@ -159,16 +159,14 @@ void cpu_model_runner::sample(const runtime::step_plan& plan, const std::vector<
       out.error = seq.grammar_error;
       continue;
     }
-    const bool suppress = s.sample_index < seq.start.params.min_tokens;
-    requests.push_back(
-        {.logits = logits_row(logits[b].logits, logits[b].logits.size(0) - 1),
-         .params = &seq.start.params,
-         .seed = seq.start.seed,
-         .step = s.sample_index,
-         .counts = &seq.counts,
-         .allowed_mask = grammar_mask(seq),
-         .suppressed_ids = suppress ? std::span<const std::int32_t>(seq.start.stop_token_ids)
-                                    : std::span<const std::int32_t>()});
+    const std::span<const std::uint32_t> mask = grammar_mask(seq);
+    requests.push_back({.logits = logits_row(logits[b].logits, logits[b].logits.size(0) - 1),
+                        .params = &seq.start.params,
+                        .seed = seq.start.seed,
+                        .step = s.sample_index,
+                        .counts = &seq.counts,
+                        .allowed_mask = mask,
+                        .suppressed_ids = suppressed_ids(s, seq)});
     owners.push_back(b);
   }
   std::vector<runtime::sample_outcome> outcomes = sampler_.sample_batch(requests);

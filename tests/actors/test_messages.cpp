@@ -1,5 +1,6 @@
 // Messages survive CAF's binary serialization field for field (optional fields included), and
 // malformed bytes from the network give an error, never a crash or a huge allocation.
+#include "common/error.hpp"
 #include "tests/actors/actor_test_util.hpp"
 
 #include <caf/binary_deserializer.hpp>
@@ -88,6 +89,45 @@ TEST_CASE("token events keep null prompt-logprob entries and the stop token") {
   CHECK(f.prompt_logprobs[1]->top.size() == 2);
   CHECK(f.status == runtime::sequence_status::finished_stop);
   CHECK(f.stop_token == std::optional<std::int32_t>(1));
+}
+
+TEST_CASE("infinite and NaN floating-point values travel unchanged") {
+  // CAF 0.17's own float encoding never returns for an infinity (the sender's thread spun
+  // forever on `client --temperature inf`) and turns NaN into -1; they travel as bits now, and
+  // the router's validation refuses them by name.
+  test_system ts;
+  const double inf = std::numeric_limits<double>::infinity();
+  actors::submit_request r{.id = 1, .prompt_ids = {0, 5}};
+  r.params.temperature = inf;
+  r.params.top_p = std::numeric_limits<double>::quiet_NaN();
+  r.params.presence_penalty = -inf;
+  r.params.min_p = 0.25;
+  r.params.repetition_penalty = std::numeric_limits<double>::denorm_min();
+  actors::submit_request out;
+  REQUIRE_FALSE(load(ts.sys, save(ts.sys, r), out));
+  const runtime::sampling_params& p = out.params;
+  CHECK(p.temperature == inf);
+  CHECK(std::isnan(p.top_p));
+  CHECK(p.presence_penalty == -inf);
+  CHECK(p.min_p == 0.25);
+  CHECK(p.repetition_penalty == std::numeric_limits<double>::denorm_min());
+  CHECK(p.frequency_penalty == 0.0);
+  CHECK_THROWS_WITH_AS(p.validate(1000, {}),
+                       doctest::Contains("temperature must be a finite number"), di::error);
+
+  // A masked token's logprob is -inf.
+  runtime::token_event e{.request_id = 5, .token_ids = {10}};
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  e.logprobs = {runtime::position_logprobs{
+      .id = 10, .logprob = -0.5f, .rank = 1, .top = {{10, -0.5f}, {11, neg_inf}}}};
+  actors::client_events events;
+  REQUIRE_FALSE(load(ts.sys, save(ts.sys, actors::client_events{{e}}), events));
+  REQUIRE(events.events.size() == 1);
+  REQUIRE(events.events[0].logprobs.size() == 1);
+  const runtime::position_logprobs& l = events.events[0].logprobs[0];
+  CHECK(l.logprob == -0.5f);
+  REQUIRE(l.top.size() == 2);
+  CHECK(l.top[1].logprob == neg_inf);
 }
 
 TEST_CASE("a step's prompt logprobs fit the cluster file's estimate of their size") {

@@ -97,3 +97,30 @@ TEST_CASE("bad stop configuration is rejected") {
   CHECK_THROWS_AS(stop_checker({.max_tokens = 0}), di::error);
   CHECK(to_string(finish_reason::length) == "length");
 }
+
+TEST_CASE("before min_tokens no stop string ends the request; one completed from then on does") {
+  // Completed by token 1 of min_tokens 3: emitted as text; the same string at token 3 stops.
+  stop_checker c({.stop_strings = {"END"}, .min_tokens = 3});
+  auto [out, last] = feed(c, {{1, "aEND"}, {2, "b"}, {3, "cEND"}, {4, "d"}});
+  CHECK(out == "aENDbc");
+  CHECK(last.reason == finish_reason::stop);
+  CHECK(last.stop_string == "END");
+  CHECK(c.num_tokens() == 3);
+
+  // Begun before min_tokens and completed by token min_tokens: it counts, cut where it begins.
+  stop_checker d({.stop_strings = {"END"}, .min_tokens = 2});
+  auto [out2, last2] = feed(d, {{1, "xEN"}, {2, "Dy"}});
+  CHECK(out2 == "x");
+  CHECK(last2.stop_string == "END");
+
+  // A shorter stop string inside text held back for a longer one, completed before
+  // min_tokens, does not count later.
+  stop_checker e({.stop_strings = {"ab", "xaby"}, .min_tokens = 2});
+  auto [out3, last3] = feed(e, {{1, "xab"}, {2, "z"}, {3, "ab"}});
+  CHECK(out3 == "xabz");
+  CHECK(last3.stop_string == "ab");
+
+  // Stop tokens are not subject to min_tokens here (the sampler keeps them out before it).
+  stop_checker f({.stop_token_ids = {7}, .min_tokens = 5});
+  CHECK(f.push(7, "").reason == finish_reason::stop);
+}

@@ -6,9 +6,10 @@
 #include "server/openai_request.hpp"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 using namespace di::server;
-using json = nlohmann::json;
+using json = request_json;
 
 namespace {
 
@@ -73,6 +74,11 @@ TEST_CASE("response_format becomes the inline spec") {
   const std::string schema = spec(
       R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "integer"}}}})");
   CHECK(schema == "json_schema:{\"type\":\"integer\"}");
+  // The schema's own key order reaches the grammar (objects are written in that order).
+  CHECK(
+      spec(R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema":
+        {"type": "object", "properties": {"zeta": {"type": "boolean"}, "alpha": {"type": "null"}}}}}})") ==
+      R"(json_schema:{"type":"object","properties":{"zeta":{"type":"boolean"},"alpha":{"type":"null"}}})");
 }
 
 TEST_CASE("prompt shapes and defaults") {
@@ -145,11 +151,32 @@ TEST_CASE("every invalid field is a 400 naming it") {
   CHECK(param_of("{\"prompt\": \"\xff\"}") == "<none>");
 }
 
-TEST_CASE("nesting is bounded before parsing") {
-  CHECK(!exceeds_depth(R"({"a": [[["x"]]]})", 4));
-  CHECK(exceeds_depth(R"({"a": [[[["x"]]]]})", 4));
-  CHECK(!exceeds_depth(R"({"a": "[[[[[[[[[["})", 2));  // brackets inside strings do not count
+TEST_CASE("nesting and object sizes are bounded before parsing") {
+  CHECK(measure_body(R"({"a": [[["x"]]]})", 4).depth == 4);
+  CHECK(measure_body(R"({"a": [[[["x"]]]]})", 4).depth == 5);
+  CHECK(measure_body(R"({"a": "[[[[[[[[[["})", 2).depth ==
+        1);  // brackets inside strings do not count
   CHECK(param_of(std::string(10000, '[') + std::string(10000, ']')) == "<none>");
+  // Members: colons directly inside an object, not in strings, arrays or deeper objects.
+  CHECK(measure_body(R"({"a": 1, "b:": {"c": [{"d": 2, "e": 3}]}, "f": "x:y"})", 64).member_pairs ==
+        3 * 3 + 1 + 2 * 2);
+  CHECK(measure_body("{}", 64).member_pairs == 0);
+  // One object of 9,000 members parses (in key order); 20,000 is refused before parsing, as
+  // are many objects of 2,000.
+  auto object_of = [](int n) {
+    std::string o = "{";
+    for (int i = 0; i < n; ++i) o += fmt::format("{}\"k{}\": 0", i ? ", " : "", i);
+    return o + "}";
+  };
+  auto body_with = [](const std::string& extra) {
+    return R"({"prompt": "x", "metadata": )" + extra + "}";
+  };
+  CHECK(param_of(body_with(object_of(9000))) == "");
+  CHECK(param_of(body_with(object_of(20000))) == "<none>");
+  std::string many = "[";
+  for (int i = 0; i < 30; ++i) many += (i ? ", " : "") + object_of(2000);
+  CHECK(param_of(body_with(many + "]")) == "<none>");
+  CHECK(param_of(body_with("[" + object_of(2000) + "]")) == "");
 }
 
 TEST_CASE("API keys compare exactly") {

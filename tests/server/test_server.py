@@ -181,6 +181,17 @@ def response_format(srv, c):
                                                            "json_schema": {"name": "n", "schema": schema}})
     if r.choices[0].finish_reason == "stop":
         assert isinstance(json.loads(r.choices[0].message.content)["n"], int), r.choices[0].message.content
+    # Objects are written in the schema's property order, not sorted (the body keeps its key order).
+    ordered = {"type": "object", "properties": {"zeta": {"type": "boolean"}, "alpha": {"type": "boolean"}},
+               "required": ["zeta", "alpha"], "additionalProperties": False}
+    for seed in range(2):
+        r = c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x"}], max_tokens=300,
+                                      seed=seed, response_format={"type": "json_schema",
+                                                                  "json_schema": {"name": "o", "schema": ordered}})
+        text = r.choices[0].message.content
+        assert text.lstrip("{ \t\n\r").startswith('"zeta"'), text
+        if r.choices[0].finish_reason == "stop":
+            assert list(json.loads(text)) == ["zeta", "alpha"], text
 
 
 @test

@@ -133,4 +133,37 @@ TEST_CASE("runner: a response_format that does not compile fails only its reques
   CHECK(g.tokenizer.decode(std::vector<std::int32_t>(got.out.at(2).tokens.begin(), got.out.at(2).tokens.end() - 1)) == "ok");
 }
 
+TEST_CASE("runner: a grammar that is done ends its request under ignore_eos and min_tokens") {
+  grammar_setup g;
+  cpu_model_runner runner(g.model, {.kv_pool_tokens = 4096, .max_model_len = 256});
+  runner.enable_structured_output(g.vocab);
+  runtime::scheduler s = scheduler_for(runner, g.tokenizer, 8);
+  std::vector<runtime::request> rs = {grammar_request(1, "regex:[0-9]{2}"),
+                                      grammar_request(2, "regex:[0-9]{2}"),
+                                      grammar_request(3, "regex:[0-9]+")};
+  rs[0].params.ignore_eos = true;  // done after two digits: EOS ends it anyway
+  rs[1].params.min_tokens = 50;    // done long before min_tokens: it ends there
+  rs[2].params.ignore_eos = true;  // may always go on: digits up to max_tokens, no EOS
+  rs[2].params.max_tokens = 12;
+  add_all(s, rs);
+  served got = serve(s, runner);
+  const std::int32_t eos = *g.tokenizer.eos_id();
+  for (std::uint64_t id : {1, 2}) {
+    const collected& c = got.out.at(id);
+    REQUIRE_MESSAGE(c.error.empty(), c.error);
+    CHECK(c.status == runtime::sequence_status::finished_stop);
+    REQUIRE(!c.tokens.empty());
+    CHECK(c.tokens.back() == eos);
+    CHECK(g.tokenizer.decode(std::vector<std::int32_t>(c.tokens.begin(), c.tokens.end() - 1))
+              .size() == 2);
+  }
+  const collected& c = got.out.at(3);
+  REQUIRE_MESSAGE(c.error.empty(), c.error);
+  CHECK(c.status == runtime::sequence_status::finished_length);
+  CHECK(c.tokens.size() == 12);
+  CHECK(std::find(c.tokens.begin(), c.tokens.end(), eos) == c.tokens.end());
+  const std::string digits = g.tokenizer.decode(c.tokens);
+  CHECK(std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; }));
+}
+
 }  // namespace di::test
