@@ -4,6 +4,7 @@
 #include "common/error.hpp"
 #include "config/model_config.hpp"
 #include "model/make_model/assets.hpp"
+#include "model/runner/cpu_model_runner.hpp"
 #include "model/tokenizer/tokenizer.hpp"
 
 #include <filesystem>
@@ -29,7 +30,8 @@ model_assets load_model_assets(const cluster_config& config) {
   } else {
     const model_config m =
         load_model_config((std::filesystem::path(config.model.path) / "config.json").string());
-    a.vocab_size = m.vocab_size;
+    // The ids the runner samples: the checkpoint's head may pad past the tokenizer's ids.
+    a.vocab_size = sampleable_ids(*a.tokenizer, m.vocab_size);
     eos = m.eos_token_id;
   }
   if (std::optional<std::int32_t> e = a.tokenizer->eos_id()) eos = *e;  // as generate does

@@ -17,7 +17,7 @@ namespace di::actors {
 
 struct model_assets {
   std::shared_ptr<const tok::tokenizer> tokenizer;
-  std::int64_t vocab_size = 0;
+  std::int64_t vocab_size = 0;  ///< token ids below it are valid (model: sampleable_ids)
   std::vector<std::int32_t> eos_token_ids;
 };
 

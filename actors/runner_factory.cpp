@@ -9,19 +9,20 @@
 #include "runtime/grammar/token_vocabulary.hpp"
 
 #include <filesystem>
+#include <optional>
 #include <vector>
 
 namespace di::actors {
 
 namespace {
 
-/// Requests with a response_format need the token vocabulary of the model's tokenizer; a
-/// model folder without tokenizer files keeps the runner's clear "no token vocabulary" error.
-void enable_structured_output(cpu_model_runner& r, const std::string& model_dir) {
-  if (!std::filesystem::exists(std::filesystem::path(model_dir) / "tokenizer.json")) return;
-  const tok::tokenizer tk = tok::tokenizer::from_dir(model_dir);
-  r.enable_structured_output(grammar::token_vocabulary::from_tokenizer(
-      tk, std::size_t(r.model().config().vocab_size)));
+/// The tokenizer the router uses (model.tokenizer, else model.path), if there is one: the
+/// runner samples only its ids, and requests with a response_format need its token
+/// vocabulary (without it they keep the runner's clear "no token vocabulary" error).
+std::optional<tok::tokenizer> runner_tokenizer(const cluster_config& config) {
+  const std::string dir = config.tokenizer_dir();
+  if (!std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json")) return std::nullopt;
+  return tok::tokenizer::from_dir(dir);
 }
 
 }  // namespace
@@ -41,9 +42,8 @@ runner_bundle make_step_runner(const cluster_config& config, const std::string& 
     return {std::make_unique<toy_runner>(std::move(c)), std::move(g)};
   }
   DI_CHECK(config.model.runner == "cpu", "model.runner = '{}': expected cpu or toy", config.model.runner);
-  const bool cuda = device == "cuda" || device.rfind("cuda:", 0) == 0;
-  DI_CHECK(device == "cpu" || cuda,
-           "device '{}': the model runner runs on \"cpu\", \"cuda\" or \"cuda:N\"", device);
+  const di::device dev = parse_device(device);
+  const bool cuda = dev.kind == device_kind::cuda;
   cpu_runner_config c{.kv_pool_tokens = config.kv.pool_tokens,
                       .num_snapshots = config.kv.num_snapshots,
                       .max_model_len = config.scheduler.max_model_len,
@@ -53,17 +53,17 @@ runner_bundle make_step_runner(const cluster_config& config, const std::string& 
   std::erase_if(options.graph_batch_sizes,
                 [&](int b) { return b > config.model.cuda_graph_max_batch; });
   if (options.graph_batch_sizes.empty()) options.cuda_graphs = false;
-  std::unique_ptr<cpu_model_runner> r;
-  if (cuda) {  // the same runner over a model whose weights, slots and blocks live on the GPU
-    std::shared_ptr<deepseek_model> model = deepseek_model::load(config.model.path, options);
-    if (!model->config().engram.layer_ids.empty())
-      attach_engram_hasher(*model, tok::tokenizer::from_dir(config.model.path));
-    model->to_device({device_kind::cuda, device == "cuda" ? 0 : std::stoi(device.substr(5))});
-    r = std::make_unique<cpu_model_runner>(std::move(model), c);
-  } else {
-    r = cpu_model_runner::load(config.model.path, c, options);
-  }
-  enable_structured_output(*r, config.model.path);
+  std::shared_ptr<deepseek_model> model = deepseek_model::load(config.model.path, options);
+  if (!model->config().engram.layer_ids.empty())
+    attach_engram_hasher(*model, tok::tokenizer::from_dir(config.model.path));
+  if (cuda)  // the same runner over a model whose weights, slots and blocks live on the GPU
+    model->to_device(dev);
+  const std::optional<tok::tokenizer> tk = runner_tokenizer(config);
+  if (tk) c.num_token_ids = sampleable_ids(*tk, model->config().vocab_size);
+  auto r = std::make_unique<cpu_model_runner>(std::move(model), c);
+  if (tk)
+    r->enable_structured_output(
+        grammar::token_vocabulary::from_tokenizer(*tk, std::size_t(r->num_token_ids())));
   runtime::kv_geometry g = r->geometry();
   return {std::move(r), std::move(g)};
 }

@@ -9,12 +9,28 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <cstring>
 
 namespace di {
 
 std::string to_string(device d) {
   return d.kind == device_kind::cpu ? std::string("cpu") : fmt::format("cuda:{}", d.index);
+}
+
+device parse_device(std::string_view name) {
+  if (name == "cpu") return cpu_device;
+  if (name == "cuda") return {device_kind::cuda, 0};
+  int index = -1;
+  if (name.starts_with("cuda:")) {
+    const std::string_view digits = name.substr(5);
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+    if (ec != std::errc() || end != digits.data() + digits.size() || digits.empty() ||
+        digits.size() > 4)
+      index = -1;
+  }
+  DI_CHECK(index >= 0, "device '{}': expected cpu, cuda or cuda:N", name);
+  return {device_kind::cuda, index};
 }
 
 tensor_shape::tensor_shape(std::initializer_list<std::int64_t> dims)

@@ -14,6 +14,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 
 namespace di {
 
@@ -28,6 +29,8 @@ struct device {
 
 inline constexpr device cpu_device{};
 std::string to_string(device d);
+/// "cpu", "cuda" (device 0) or "cuda:N"; anything else is a di::error naming the text.
+device parse_device(std::string_view name);
 
 /// Maximum rank of a tensor (tokens, heads, streams, ... never need more).
 inline constexpr int max_tensor_rank = 5;

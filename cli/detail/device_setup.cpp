@@ -21,14 +21,8 @@ namespace di::cli {
 
 device place_model(deepseek_model& model, const std::string& device_name,
                    const std::string& weights) {
-  if (device_name == "cpu") return cpu_device;
-  int index = 0;
-  if (device_name.rfind("cuda:", 0) == 0) {
-    index = std::stoi(device_name.substr(5));
-  } else {
-    DI_CHECK(device_name == "cuda", "--device {}: expected cpu, cuda or cuda:N", device_name);
-  }
-  const device dev{device_kind::cuda, index};
+  const device dev = parse_device(device_name);
+  if (dev == cpu_device) return cpu_device;
   model.to_device(dev, parse_device_weight_format(weights));
   return dev;
 }

@@ -24,14 +24,20 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
+/// The ids the runner samples (prompts and stop_token_ids must be among them).
+std::int64_t token_ids_of(const loaded_model& m) {
+  return sampleable_ids(*m.tokenizer, m.model->config().vocab_size);
+}
+
 void check_request(const loaded_model& m, const generation_request& r) {
   const model_config& c = m.model->config();
+  const std::int64_t ids = token_ids_of(m);
   DI_CHECK(!r.prompt_ids.empty(), "the prompt is empty");
   for (std::size_t i = 0; i < r.prompt_ids.size(); ++i)
-    DI_CHECK(r.prompt_ids[i] >= 0 && r.prompt_ids[i] < c.vocab_size,
-             "prompt token {} (position {}) is outside the vocabulary [0, {})", r.prompt_ids[i], i,
-             c.vocab_size);
-  r.params.validate(c.vocab_size);
+    DI_CHECK(r.prompt_ids[i] >= 0 && r.prompt_ids[i] < ids,
+             "prompt token {} (position {}) is outside the tokenizer's ids [0, {})",
+             r.prompt_ids[i], i, ids);
+  r.params.validate(ids);
   std::int64_t context = c.max_position_embeddings > 0 ? c.max_position_embeddings : INT64_MAX;
   std::int64_t prompt = std::int64_t(r.prompt_ids.size());
   DI_CHECK(prompt < context, "the prompt has {} tokens but the model's context is {} tokens",
@@ -66,7 +72,7 @@ cluster_config cluster_for(std::int64_t num_prompt, std::int64_t len, int n) {
 actors::model_assets assets_of(const loaded_model& m) {
   const std::optional<tok::token_id> eos = m.tokenizer->eos_id();
   return {.tokenizer = m.tokenizer,
-          .vocab_size = m.model->config().vocab_size,
+          .vocab_size = token_ids_of(m),
           .eos_token_ids = {eos ? *eos : std::int32_t(m.model->config().eos_token_id)}};
 }
 
@@ -75,7 +81,8 @@ actors::runner_bundle runner_for(const loaded_model& m, std::int64_t len, int n)
   auto r = std::make_unique<cpu_model_runner>(
       m.model, cpu_runner_config{.kv_pool_tokens = len * n,
                                  .max_model_len = len,
-                                 .num_state_slots = m.model->dev().kind == device_kind::cpu ? 0 : n});
+                                 .num_state_slots = m.model->dev().kind == device_kind::cpu ? 0 : n,
+                                 .num_token_ids = token_ids_of(m)});
   if (m.grammar_vocab) r->enable_structured_output(m.grammar_vocab, m.grammars);
   runtime::kv_geometry g = r->geometry();
   return {std::move(r), std::move(g)};
@@ -124,8 +131,8 @@ loaded_model load_model_for_generation(const std::string& dir, bool act_quant) {
 
 void enable_structured_output(loaded_model& m) {
   if (m.grammar_vocab) return;
-  m.grammar_vocab = grammar::token_vocabulary::from_tokenizer(
-      *m.tokenizer, std::size_t(m.model->config().vocab_size));
+  m.grammar_vocab =
+      grammar::token_vocabulary::from_tokenizer(*m.tokenizer, std::size_t(token_ids_of(m)));
   m.grammars = std::make_shared<grammar::grammar_cache>();
 }
 

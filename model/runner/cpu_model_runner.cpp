@@ -38,6 +38,14 @@ std::int64_t checked_max_model_len(const deepseek_model& m, const cpu_runner_con
   return len;
 }
 
+std::int64_t checked_token_ids(const deepseek_model& m, const cpu_runner_config& c) {
+  const std::int64_t vocab = m.config().vocab_size;
+  DI_CHECK(c.num_token_ids >= 0 && c.num_token_ids <= vocab,
+           "runner: num_token_ids must be in [0, {}] (the model's vocab_size), got {}", vocab,
+           c.num_token_ids);
+  return c.num_token_ids > 0 ? c.num_token_ids : vocab;
+}
+
 std::vector<int> pool_blocks(const runtime::kv_geometry& g, std::int64_t tokens) {
   std::vector<int> n;
   for (int s = 0; s < g.num_streams(); ++s) n.push_back(int(g.num_blocks(s, tokens)));
@@ -49,12 +57,17 @@ std::vector<int> pool_blocks(const runtime::kv_geometry& g, std::int64_t tokens)
 cpu_model_runner::cpu_model_runner(std::shared_ptr<const deepseek_model> model,
                                    const cpu_runner_config& config)
     : model_(std::move(model)),
+      num_token_ids_(checked_token_ids(*model_, config)),
       geometry_(geometry_of(*model_)),
       max_model_len_(checked_max_model_len(*model_, config)),
       pool_(model_->layout(), pool_blocks(geometry_, config.kv_pool_tokens), model_->dev(),
             config.num_state_slots),
       snapshots_(std::size_t(config.num_snapshots)),
       snapshot_positions_(std::size_t(config.num_snapshots), -1) {}
+
+std::int64_t sampleable_ids(const tok::tokenizer& tokenizer, std::int64_t vocab_size) {
+  return std::min<std::int64_t>(std::int64_t(tokenizer.vocab_size()), vocab_size);
+}
 
 std::unique_ptr<cpu_model_runner> cpu_model_runner::load(const std::filesystem::path& dir,
                                                          const cpu_runner_config& config,

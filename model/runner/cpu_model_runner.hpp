@@ -40,7 +40,14 @@ struct cpu_runner_config {
   /// decode step across its sequences only when each holds one. 0 = none (every sequence
   /// allocates its own slot; the CPU needs none).
   int num_state_slots = 0;
+  /// Ids the sampler and logprobs range over: the tokenizer's (sampleable_ids). A checkpoint
+  /// pads its head past them (V4: 129280 logits, 128815 ids); those logits are no tokens and
+  /// are never sampled nor listed. 0 = every logit of the model.
+  std::int64_t num_token_ids = 0;
 };
+
+/// The ids a model with `vocab_size` logits can emit as tokens of `tokenizer`.
+std::int64_t sampleable_ids(const tok::tokenizer& tokenizer, std::int64_t vocab_size);
 
 /// Where the runner's time went, summed over its steps.
 struct runner_stats {
@@ -82,9 +89,9 @@ class cpu_model_runner final : public runtime::step_runner {
   runtime::step_result run(const runtime::step_plan& plan) override;
 
   /// Lets requests with a response_format run here (runner_grammar.cpp): each step's mask
-  /// comes from the request's grammar over `v` (whose mask_size must be the model's
-  /// vocab_size); compiled grammars come from `cache` (shared between runners; a private one
-  /// when null). Without it such a request fails with a clear error.
+  /// comes from the request's grammar over `v` (whose mask_size must be num_token_ids());
+  /// compiled grammars come from `cache` (shared between runners; a private one when null).
+  /// Without it such a request fails with a clear error.
   void enable_structured_output(std::shared_ptr<const grammar::token_vocabulary> v,
                                 std::shared_ptr<grammar::grammar_cache> cache = nullptr);
 
@@ -92,6 +99,8 @@ class cpu_model_runner final : public runtime::step_runner {
   /// The cache shape the scheduler's block manager must use with this runner.
   const runtime::kv_geometry& geometry() const { return geometry_; }
   const runner_stats& stats() const { return stats_; }
+  /// The ids sampled and listed in logprobs (cpu_runner_config::num_token_ids).
+  std::int64_t num_token_ids() const { return num_token_ids_; }
   /// Sequences whose state the runner holds.
   std::size_t num_live() const { return live_.size(); }
 
@@ -147,6 +156,7 @@ class cpu_model_runner final : public runtime::step_runner {
                        const tensor& logits, runtime::sequence_output& out) const;
 
   std::shared_ptr<const deepseek_model> model_;
+  std::int64_t num_token_ids_ = 0;
   runtime::kv_geometry geometry_;
   std::int64_t max_model_len_ = 0;
   kv_block_pool pool_;

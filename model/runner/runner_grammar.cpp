@@ -17,9 +17,9 @@ namespace di {
 void cpu_model_runner::enable_structured_output(std::shared_ptr<const grammar::token_vocabulary> v,
                                                 std::shared_ptr<grammar::grammar_cache> cache) {
   DI_CHECK(v != nullptr, "runner: structured output needs a token vocabulary");
-  DI_CHECK(std::int64_t(v->mask_size()) == model_->config().vocab_size,
-           "runner: the token vocabulary masks {} tokens, the model has {}", v->mask_size(),
-           model_->config().vocab_size);
+  DI_CHECK(std::int64_t(v->mask_size()) == num_token_ids_,
+           "runner: the token vocabulary masks {} tokens, the runner samples {}", v->mask_size(),
+           num_token_ids_);
   grammar_vocab_ = std::move(v);
   grammar_cache_ = cache ? std::move(cache) : std::make_shared<grammar::grammar_cache>();
 }

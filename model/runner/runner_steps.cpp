@@ -160,7 +160,8 @@ void cpu_model_runner::sample(const runtime::step_plan& plan, const std::vector<
       continue;
     }
     const std::span<const std::uint32_t> mask = grammar_mask(seq);
-    requests.push_back({.logits = logits_row(logits[b].logits, logits[b].logits.size(0) - 1),
+    requests.push_back({.logits = logits_row(logits[b].logits, logits[b].logits.size(0) - 1)
+                                      .first(std::size_t(num_token_ids_)),
                         .params = &seq.start.params,
                         .seed = seq.start.seed,
                         .step = s.sample_index,
@@ -195,8 +196,9 @@ void cpu_model_runner::prompt_logprobs(const runtime::scheduled_sequence& s,
   const int num_top = entry.seq->start.params.prompt_logprobs.value_or(0);
   try {
     for (std::size_t i = 0; i < s.prompt_logprob_rows.size(); ++i)
-      out.prompt_logprobs.push_back(runtime::compute_logprobs(logits_row(logits, std::int64_t(i)),
-                                                              s.prompt_logprob_tokens[i], num_top));
+      out.prompt_logprobs.push_back(runtime::compute_logprobs(
+          logits_row(logits, std::int64_t(i)).first(std::size_t(num_token_ids_)),
+          s.prompt_logprob_tokens[i], num_top));
   } catch (const di::error& err) {
     out.prompt_logprobs.clear();
     out.error = err.what();

@@ -195,7 +195,10 @@ class GenerateTest(unittest.TestCase):
 
     def test_bad_input_gives_one_clear_error(self):
         cases = [
-            (["--prompt-ids", "0,999999"], "outside the vocabulary"),
+            (["--prompt-ids", "0,999999"], "outside the tokenizer's ids"),
+            # past the tokenizer's 128815 ids but inside the head's 129280 logits: no token
+            (["--prompt-ids", "128900"], "outside the tokenizer's ids [0, 128815)"),
+            (["--prompt", "x", "--device", "cuda:abc"], "device 'cuda:abc': expected cpu, cuda or cuda:N"),
             (["--prompt-ids", "0,abc"], "--prompt-ids"),
             (["--prompt", "x", "--temperature", "-1"], "temperature"),
             (["--prompt", "x", "--top-p", "0"], "top_p"),

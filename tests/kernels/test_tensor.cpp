@@ -65,5 +65,15 @@ TEST_CASE("tensor: views of external memory and checks") {
   CHECK_THROWS_AS(tensor::empty({1}, dtype::f32, device{device_kind::cuda, 0}), error);
 }
 
+TEST_CASE("device names: cpu, cuda, cuda:N; anything else is an error naming it") {
+  CHECK(parse_device("cpu") == cpu_device);
+  CHECK(parse_device("cuda") == device{device_kind::cuda, 0});
+  CHECK(parse_device("cuda:3") == device{device_kind::cuda, 3});
+  CHECK(to_string(parse_device("cuda:12")) == "cuda:12");
+  for (const char* bad : {"cuda:abc", "cuda:", "cuda:99999999999", "cuda:-1", "cuda:1x", "gpu", ""})
+    CHECK_THROWS_WITH_AS(parse_device(bad), doctest::Contains("expected cpu, cuda or cuda:N"),
+                         error);
+}
+
 }  // namespace
 }  // namespace di

@@ -125,4 +125,40 @@ TEST_CASE("runner: a plan that breaks the protocol throws; a bad token fails its
 }
 
 }  // namespace
+TEST_CASE("runner: ids past num_token_ids are never sampled nor listed in logprobs") {
+  // A checkpoint's head pads past its tokenizer's ids (V4: 129280 logits, 128815 ids); a
+  // generation that sampled one failed in the detokenizer. Here the runner samples the first
+  // 1000 ids of tiny-v41's 129280 at temperature 100 (nearly uniform over the whole head).
+  auto m = tiny_v41();
+  CHECK_THROWS_WITH_AS(cpu_model_runner(m, {.kv_pool_tokens = 1024, .num_token_ids = 200000}),
+                       doctest::Contains("num_token_ids must be in [0, 129280]"), di::error);
+  cpu_model_runner runner(m, {.kv_pool_tokens = 1024, .num_token_ids = 1000});
+  CHECK(runner.num_token_ids() == 1000);
+  runtime::scheduler s = make_scheduler(runner, {});
+  runtime::request r = runner_request(1, 5, 60);
+  for (std::int32_t& t : r.prompt_ids) t %= 1000;
+  r.params.temperature = 100;
+  r.params.seed = 5;
+  r.params.logprobs = 20;
+  r.params.prompt_logprobs = 20;
+  r.params.ignore_eos = true;
+  add_all(s, {r});
+  served got = serve(s, runner);
+  const collected& c = got.out.at(1);
+  REQUIRE_MESSAGE(c.error.empty(), c.error);
+  CHECK(c.tokens.size() == 60);
+  CHECK(std::all_of(c.tokens.begin(), c.tokens.end(), [](std::int32_t t) { return t < 1000; }));
+  REQUIRE(got.logprobs.at(1).size() == 60);
+  for (const runtime::position_logprobs& p : got.logprobs.at(1)) {
+    REQUIRE(p.top.size() == 20);
+    for (const runtime::token_logprob& t : p.top) CHECK(t.id < 1000);
+  }
+  // Without the limit the same request samples past it (the test would not notice otherwise).
+  cpu_model_runner full(m, {.kv_pool_tokens = 1024});
+  runtime::scheduler s2 = make_scheduler(full, {});
+  add_all(s2, {r});
+  const collected& d = serve(s2, full).out.at(1);
+  CHECK(std::any_of(d.tokens.begin(), d.tokens.end(), [](std::int32_t t) { return t >= 1000; }));
+}
+
 }  // namespace di::test
