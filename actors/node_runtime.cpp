@@ -56,6 +56,9 @@ node_actor find_coordinator(caf::actor_system& sys, const cluster_config& c, con
     last = describe(h.error());
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
+  DI_CHECK(g_signals.load() == 0,
+           "stopped by a signal while waiting for the coordinator (node 0) at {}:{}", n0.host,
+           n0.port);
   DI_FAIL("cannot reach the coordinator (node 0) at {}:{} within {} s: {}", n0.host, n0.port,
           c.cluster.startup_timeout_s, last);
 }

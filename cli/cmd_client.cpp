@@ -7,6 +7,7 @@
 #include "actors/client_actor.hpp"
 #include "actors/node_runtime.hpp"
 #include "cli/command.hpp"
+#include "cli/detail/sampling_flags.hpp"
 #include "cli/detail/token_id_list.hpp"
 #include "common/error.hpp"
 #include "runtime/sequence_status.hpp"
@@ -30,7 +31,7 @@ using json = nlohmann::json;
 
 struct client_options {
   std::string connect;
-  std::string prompt;
+  std::optional<std::string> prompt;
   std::string prompt_ids;
   std::string file;
   bool status = false;
@@ -39,11 +40,8 @@ struct client_options {
   std::string cluster_name = "deepinfer";
   std::int64_t max_message_bytes = di::default_max_message_bytes;
   di::tls_section tls;
-  di::runtime::sampling_params params;
-  int max_tokens = 64;
-  std::int64_t seed = -1;
-  int logprobs = -1;
-  int prompt_logprobs = -1;
+  di::cli::sampling_flags sampling;
+  int connection_timeout_ms = 10000;
 };
 
 /// One request to send, or the reason its input line was rejected.
@@ -55,12 +53,30 @@ struct input_item {
 
 di::actors::submit_request base_request(const client_options& o) {
   di::actors::submit_request r;
-  r.params = o.params;
-  r.params.max_tokens = o.max_tokens;
-  if (o.seed >= 0) r.params.seed = std::uint64_t(o.seed);
-  if (o.logprobs >= 0) r.params.logprobs = o.logprobs;
-  if (o.prompt_logprobs >= 0) r.params.prompt_logprobs = o.prompt_logprobs;
+  r.params = o.sampling.to_params();
   return r;
+}
+
+/// A JSON line's integer field in [lo, hi]: a float, or a value out of range, is an error
+/// naming the field (nlohmann's get<int>() wrapped 2^32 + 5 to 5 and truncated 2.9 to 2).
+template <class T>
+T integer_field(const json& v, const std::string& key, T lo = std::numeric_limits<T>::min(),
+                T hi = std::numeric_limits<T>::max()) {
+  DI_CHECK(v.is_number_integer(), "\"{}\" must be an integer, got {}", key, v.dump());
+  const bool fits = v.is_number_unsigned()
+                        ? v.get<std::uint64_t>() <= std::uint64_t(hi)
+                        : v.get<std::int64_t>() >= std::int64_t(lo) &&
+                              (hi > T(std::numeric_limits<std::int64_t>::max()) ||
+                               v.get<std::int64_t>() <= std::int64_t(hi));
+  DI_CHECK(fits, "\"{}\" must be in [{}, {}], got {}", key, lo, hi, v.dump());
+  return v.is_number_unsigned() ? T(v.get<std::uint64_t>()) : T(v.get<std::int64_t>());
+}
+
+std::vector<std::int32_t> integer_list(const json& v, const std::string& key) {
+  DI_CHECK(v.is_array(), "\"{}\" must be a list of token ids", key);
+  std::vector<std::int32_t> ids;
+  for (const json& x : v) ids.push_back(integer_field<std::int32_t>(x, key, 0));
+  return ids;
 }
 
 /// Applies one JSON line's fields over the command line's defaults.
@@ -69,35 +85,48 @@ void apply_line(const json& j, di::actors::submit_request& r) {
   auto& p = r.params;
   for (const auto& [key, v] : j.items()) {
     if (key == "prompt") r.prompt = v.get<std::string>();
-    else if (key == "prompt_ids") r.prompt_ids = v.get<std::vector<std::int32_t>>();
-    else if (key == "max_tokens") p.max_tokens = v.get<int>();
+    else if (key == "prompt_ids")
+      r.prompt_ids = integer_list(v, key);
+    else if (key == "max_tokens")
+      p.max_tokens = integer_field<int>(v, key);
     else if (key == "temperature") p.temperature = v.get<double>();
-    else if (key == "top_k") p.top_k = v.get<int>();
+    else if (key == "top_k")
+      p.top_k = integer_field<int>(v, key);
     else if (key == "top_p") p.top_p = v.get<double>();
     else if (key == "min_p") p.min_p = v.get<double>();
     else if (key == "repetition_penalty") p.repetition_penalty = v.get<double>();
     else if (key == "presence_penalty") p.presence_penalty = v.get<double>();
     else if (key == "frequency_penalty") p.frequency_penalty = v.get<double>();
-    else if (key == "seed") p.seed = v.get<std::uint64_t>();
+    else if (key == "seed")
+      p.seed = integer_field<std::uint64_t>(v, key);
     else if (key == "stop") p.stop = v.is_string() ? std::vector<std::string>{v.get<std::string>()} : v.get<std::vector<std::string>>();
-    else if (key == "stop_token_ids") p.stop_token_ids = v.get<std::vector<std::int32_t>>();
+    else if (key == "stop_token_ids")
+      p.stop_token_ids = integer_list(v, key);
     else if (key == "ignore_eos") p.ignore_eos = v.get<bool>();
-    else if (key == "min_tokens") p.min_tokens = v.get<int>();
-    else if (key == "logprobs") p.logprobs = v.get<int>();
-    else if (key == "prompt_logprobs") p.prompt_logprobs = v.get<int>();
+    else if (key == "min_tokens")
+      p.min_tokens = integer_field<int>(v, key);
+    else if (key == "logprobs")
+      p.logprobs = integer_field<int>(v, key, 0);
+    else if (key == "prompt_logprobs")
+      p.prompt_logprobs = integer_field<int>(v, key, 0);
     else if (key == "skip_special_tokens") p.skip_special_tokens = v.get<bool>();
     else DI_FAIL("unknown field '{}'", key);
   }
-  DI_CHECK(r.prompt.empty() != r.prompt_ids.empty(), "give exactly one of \"prompt\" and \"prompt_ids\"");
+  DI_CHECK(j.contains("prompt") != j.contains("prompt_ids"),
+           "give exactly one of \"prompt\" and \"prompt_ids\"");
+  DI_CHECK(!r.prompt.empty() || !r.prompt_ids.empty(), "the prompt is empty");
 }
 
 std::vector<input_item> read_inputs(const client_options& o) {
-  const int given = int(!o.prompt.empty()) + int(!o.prompt_ids.empty()) + int(!o.file.empty());
+  const int given = int(o.prompt.has_value()) + int(!o.prompt_ids.empty()) + int(!o.file.empty());
   DI_CHECK(given == 1, "give exactly one of --prompt, --prompt-ids, --file and --status");
+  DI_CHECK(o.concurrency >= 1, "--concurrency must be at least 1, got {}", o.concurrency);
+  DI_CHECK(!o.prompt || !o.prompt->empty(), "--prompt is empty (give text, or --prompt-ids)");
   std::vector<input_item> items;
   if (o.file.empty()) {
     di::actors::submit_request r = base_request(o);
-    if (!o.prompt.empty()) r.prompt = o.prompt;
+    if (o.prompt)
+      r.prompt = *o.prompt;
     else r.prompt_ids = di::cli::parse_token_id_list(o.prompt_ids);
     items.push_back({.index = 0, .request = std::move(r)});
     return items;
@@ -223,7 +252,7 @@ class progress_bar {
 
 caf::actor_system_config& client_config(const client_options& o, std::unique_ptr<di::actors::process_config>& holder) {
   di::actors::network_settings net{.app_id = o.cluster_name,
-                                   .connection_timeout_ms = 0,
+                                   .connection_timeout_ms = o.connection_timeout_ms,
                                    .max_message_bytes = o.max_message_bytes,
                                    .tls = o.tls};
   net.tls.enabled = !o.tls.certificate.empty() || !o.tls.cafile.empty();
@@ -247,12 +276,15 @@ std::size_t run_items(caf::actor_system& sys, const di::actors::router_actor& ro
   const bool with_index = !o.file.empty();
   std::vector<di::actors::submit_request> reqs;
   std::vector<std::size_t> index_of;  // request → item
+  std::vector<std::pair<bool, bool>> asks_logprobs;  // request → (logprobs, prompt_logprobs)
   std::size_t errors = 0, done = 0;
   std::int64_t tokens = 0;
   progress_bar bar(items.size(), with_index && isatty(STDERR_FILENO));
   for (input_item& it : items) {
     if (it.request) {
       index_of.push_back(it.index);
+      asks_logprobs.emplace_back(it.request->params.logprobs.has_value(),
+                                 it.request->params.prompt_logprobs.has_value());
       reqs.push_back(std::move(*it.request));
       continue;
     }
@@ -260,7 +292,8 @@ std::size_t run_items(caf::actor_system& sys, const di::actors::router_actor& ro
     std::printf("%s\n", json{{"index", it.index}, {"finish_reason", "error"}, {"error", it.error}}.dump().c_str());
   }
   std::fflush(stdout);
-  di::actors::client_params p{.router = router, .requests = std::move(reqs), .concurrency = std::max(1, o.concurrency)};
+  di::actors::client_params p{
+      .router = router, .requests = std::move(reqs), .concurrency = o.concurrency};
   p.on_text = [stream_text](std::size_t, const std::string& text) {
     if (!stream_text) return;
     std::fwrite(text.data(), 1, text.size(), stdout);
@@ -278,7 +311,9 @@ std::size_t run_items(caf::actor_system& sys, const di::actors::router_actor& ro
                    r.reply.prompt_ids.size(), r.output_ids.size(), r.seconds, r.finish_reason().c_str(),
                    (unsigned long long)r.reply.seed);
     } else {
-      const bool lp = r.reply.accepted && o.logprobs >= 0, plp = r.reply.accepted && o.prompt_logprobs >= 0;
+      // What this request asked for (a --file line's own "logprobs" too).
+      const auto [asks_lp, asks_plp] = asks_logprobs[r.index];
+      const bool lp = r.reply.accepted && asks_lp, plp = r.reply.accepted && asks_plp;
       std::printf("%s\n", outcome_json(out, with_index, lp, plp)
                               .dump(-1, ' ', false, json::error_handler_t::replace).c_str());
     }
@@ -315,19 +350,13 @@ void setup_client(CLI::App& app) {
   sub->add_flag("--status", o->status, "Print the cluster's nodes, groups and counters as JSON");
   sub->add_option("--concurrency", o->concurrency, "Requests in flight at once (files)")->capture_default_str();
   sub->add_flag("--json", o->json_out, "One JSON object per request (as generate --json) instead of text");
-  sub->add_option("--max-tokens", o->max_tokens, "Tokens to generate at most")->capture_default_str();
-  sub->add_option("--temperature", o->params.temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
-  sub->add_option("--top-k", o->params.top_k, "Keep the k most likely tokens (0 = off)");
-  sub->add_option("--top-p", o->params.top_p, "Nucleus sampling mass in (0, 1]");
-  sub->add_option("--min-p", o->params.min_p, "Drop tokens below min_p x the top probability");
-  sub->add_option("--repetition-penalty", o->params.repetition_penalty, "> 1 discourages repeats");
-  sub->add_option("--presence-penalty", o->params.presence_penalty, "OpenAI presence penalty [-2, 2]");
-  sub->add_option("--frequency-penalty", o->params.frequency_penalty, "OpenAI frequency penalty [-2, 2]");
-  sub->add_option("--seed", o->seed, "Random seed (same seed, same output)");
-  sub->add_option("--stop", o->params.stop, "Stop string (repeatable); not included in the output");
-  sub->add_flag("--ignore-eos", o->params.ignore_eos, "Do not stop at the end-of-sequence token");
-  sub->add_option("--logprobs", o->logprobs, "Return the top-K logprobs of every generated token");
-  sub->add_option("--prompt-logprobs", o->prompt_logprobs, "Return the top-K logprobs of every prompt token");
+  di::cli::add_sampling_flags(*sub, o->sampling);
+  sub->add_option(
+         "--connection-timeout-ms", o->connection_timeout_ms,
+         "Fail when the router's node is silent this long (it sends heartbeats every "
+         "cluster.heartbeat_interval_ms; 0 = wait forever, for clusters without heartbeats)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("--cluster-name", o->cluster_name, "The cluster's cluster.name")->capture_default_str();
   sub->add_option(
          "--max-message-bytes", o->max_message_bytes,

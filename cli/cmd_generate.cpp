@@ -6,6 +6,7 @@
 #include "cli/command.hpp"
 #include "cli/detail/device_setup.hpp"
 #include "cli/detail/offline_generation.hpp"
+#include "cli/detail/sampling_flags.hpp"
 #include "cli/detail/token_id_list.hpp"
 #include "common/error.hpp"
 #include "common/mapped_file.hpp"
@@ -30,7 +31,7 @@ namespace fs = std::filesystem;
 
 struct generate_options {
   std::string model;
-  std::string prompt;
+  std::optional<std::string> prompt;  ///< "" is a prompt too: BOS alone
   std::string prompt_ids;
   std::string chat;
   std::string act_quant = "on";
@@ -39,11 +40,7 @@ struct generate_options {
   std::string device_weights = "stored";
   bool json = false;
   bool no_stats = false;
-  di::runtime::sampling_params params;
-  int max_tokens = 64;
-  std::int64_t seed = -1;
-  int logprobs = -1;
-  int prompt_logprobs = -1;
+  di::cli::sampling_flags sampling;
   std::string response_format;
   int n = 1;
 };
@@ -73,10 +70,10 @@ std::string default_model() {
 
 std::vector<std::int32_t> prompt_tokens(const generate_options& o, const di::cli::loaded_model& m,
                                         const std::string& model_dir) {
-  int given = int(!o.prompt.empty()) + int(!o.prompt_ids.empty()) + int(!o.chat.empty());
+  int given = int(o.prompt.has_value()) + int(!o.prompt_ids.empty()) + int(!o.chat.empty());
   DI_CHECK(given == 1, "give exactly one of --prompt, --prompt-ids and --chat");
   if (!o.prompt_ids.empty()) return di::cli::parse_token_id_list(o.prompt_ids);
-  if (!o.prompt.empty()) return m.tokenizer->encode(o.prompt, {.add_bos = true});
+  if (o.prompt) return m.tokenizer->encode(*o.prompt, {.add_bos = true});
   std::string text = o.chat == "-" ? std::string(std::istreambuf_iterator<char>(std::cin), {})
                                    : di::read_text_file(o.chat);
   auto doc = nlohmann::ordered_json::parse(text, nullptr, false);
@@ -108,7 +105,7 @@ void print_json(const std::vector<std::int32_t>& prompt, const di::cli::generati
   j["text"] = r.text;
   j["finish_reason"] = std::string(di::runtime::to_string(r.finish));
   j["seed"] = r.seed;
-  if (o.logprobs >= 0) {
+  if (o.sampling.logprobs) {
     j["logprobs"] = nlohmann::json::array();
     j["token_logprobs"] = nlohmann::json::array();
     for (const auto& p : r.logprobs) {
@@ -116,7 +113,7 @@ void print_json(const std::vector<std::int32_t>& prompt, const di::cli::generati
       j["token_logprobs"].push_back(p.logprob);
     }
   }
-  if (o.prompt_logprobs >= 0) {
+  if (o.sampling.prompt_logprobs) {
     j["prompt_logprobs"] = nlohmann::json::array();
     j["prompt_token_logprobs"] = nlohmann::json::array();
     for (const auto& p : r.prompt_logprobs) {
@@ -130,7 +127,10 @@ void print_json(const std::vector<std::int32_t>& prompt, const di::cli::generati
 void run_generate(generate_options& o) {
   DI_CHECK(o.act_quant == "on" || o.act_quant == "off", "--act-quant must be on or off, got '{}'",
            o.act_quant);
-  DI_CHECK(o.max_tokens > 0, "--max-tokens must be positive, got {}", o.max_tokens);
+  DI_CHECK(o.sampling.max_tokens > 0, "--max-tokens must be positive, got {}",
+           o.sampling.max_tokens);
+  DI_CHECK(o.json || (!o.sampling.logprobs && !o.sampling.prompt_logprobs),
+           "--logprobs and --prompt-logprobs need --json (text output has no place for them)");
   std::string dir = o.model.empty() ? default_model() : o.model;
   di::cli::loaded_model m = di::cli::load_model_for_generation(dir, o.act_quant == "on");
   di::cli::place_model(*m.model, o.device, o.device_weights);
@@ -141,15 +141,11 @@ void run_generate(generate_options& o) {
   m.model->set_options(fo);
   di::cli::generation_request req;
   req.prompt_ids = prompt_tokens(o, m, dir);
-  req.params = o.params;
+  req.params = o.sampling.to_params();
   if (!o.response_format.empty()) {
     req.params.response_format = di::grammar::to_inline_spec(di::grammar::parse_response_format(o.response_format));
     di::cli::enable_structured_output(m);
   }
-  req.params.max_tokens = o.max_tokens;
-  if (o.seed >= 0) req.params.seed = std::uint64_t(o.seed);
-  if (o.logprobs >= 0) req.params.logprobs = o.logprobs;
-  if (o.prompt_logprobs >= 0) req.params.prompt_logprobs = o.prompt_logprobs;
   if (!o.json)
     req.on_text = [](const std::string& text) {
       std::fwrite(text.data(), 1, text.size(), stdout);
@@ -177,32 +173,24 @@ void run_generate(generate_options& o) {
 
 void setup_generate(CLI::App& app) {
   auto o = std::make_shared<generate_options>();
-  auto* sub = app.add_subcommand("generate", "Generate a completion on the CPU reference engine");
+  auto* sub = app.add_subcommand("generate",
+                                 "Generate a completion (on the CPU by default, or --device cuda)");
   sub->add_option("--model", o->model, "Checkpoint folder (default: the built-in tiny-v41, generated "
                   "into ~/.cache/deepinfer on first use)");
   sub->add_option("--prompt", o->prompt, "Prompt text (BOS is added as tokenizer_config.json says)");
   sub->add_option("--prompt-ids", o->prompt_ids, "Prompt as comma-separated token ids");
   sub->add_option("--chat", o->chat, "JSON file of chat messages (or '-' for stdin), rendered with "
                   "the model's chat template and a generation prompt");
-  sub->add_option("--max-tokens", o->max_tokens, "Tokens to generate at most")->capture_default_str();
-  sub->add_option("--temperature", o->params.temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
-  sub->add_option("--top-k", o->params.top_k, "Keep the k most likely tokens (0 = off)");
-  sub->add_option("--top-p", o->params.top_p, "Nucleus sampling mass in (0, 1]");
-  sub->add_option("--min-p", o->params.min_p, "Drop tokens below min_p x the top probability");
-  sub->add_option("--repetition-penalty", o->params.repetition_penalty, "> 1 discourages repeats");
-  sub->add_option("--presence-penalty", o->params.presence_penalty, "OpenAI presence penalty [-2, 2]");
-  sub->add_option("--frequency-penalty", o->params.frequency_penalty, "OpenAI frequency penalty [-2, 2]");
-  sub->add_option("--seed", o->seed, "Random seed (same seed, same output)");
-  sub->add_option("--stop", o->params.stop, "Stop string (repeatable); not included in the output");
-  sub->add_flag("--ignore-eos", o->params.ignore_eos, "Do not stop at the end-of-sequence token");
-  sub->add_option("--n", o->n, "Generations of the same prompt, decoded together as one batch "
-                  "(with --json: one line each, in order; seeds seed, seed+1, ...)");
-  sub->add_option("--response-format", o->response_format, "Structured output: json_schema:FILE, "
+  di::cli::add_sampling_flags(*sub, o->sampling);
+  sub->add_option(
+      "--n", o->n,
+      "Generations of the same prompt, decoded together as one batch "
+      "(with --json: one line each, in order; with --seed S their seeds are S, S+1, ...)");
+  sub->add_option("--response-format", o->response_format,
+                  "Structured output: json_schema:FILE, "
                   "json_object, regex:PATTERN or ebnf:FILE; JSON kinds take +compact, +pretty or "
                   "+lenient (json_schema+compact:FILE). The text is guaranteed to match; it ends "
                   "when the grammar is complete");
-  sub->add_option("--logprobs", o->logprobs, "Return the top-K logprobs of every generated token");
-  sub->add_option("--prompt-logprobs", o->prompt_logprobs, "Return the top-K logprobs of every prompt token");
   sub->add_option("--act-quant", o->act_quant, "FP8 activation quantization before FP8/FP4 GEMMs "
                   "(on = DeepSeek's official numerics; off = the reference's variant B)")->capture_default_str();
   sub->add_option("--device", o->device, "Where the forward runs: cpu, cuda or cuda:N (weights "

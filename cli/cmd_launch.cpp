@@ -96,10 +96,19 @@ child start_node(const launch_options& o, int rank) {
   return {.rank = rank, .pid = pid, .out_fd = fds[0]};
 }
 
-/// Forwards complete lines of a node's stdout; `ready` lines of the coordinator once.
+/// Forwards complete lines of a node's stdout; `ready` lines of the coordinator once. At the
+/// end of the output (the node exited) the pipe is closed, so that poll() no longer wakes for it
+/// (it did, at once and forever: launch spun a core after any node exited).
 void drain(child& c, bool& printed_ready) {
   char buf[4096];
-  for (ssize_t n; (n = read(c.out_fd, buf, sizeof(buf))) > 0;) c.buffer.append(buf, std::size_t(n));
+  ssize_t n = 0;
+  while (c.out_fd >= 0 && (n = read(c.out_fd, buf, sizeof(buf))) > 0)
+    c.buffer.append(buf, std::size_t(n));
+  if (c.out_fd >= 0 && n == 0) {
+    close(c.out_fd);
+    c.out_fd = -1;  // poll() skips negative descriptors
+    if (!c.buffer.empty() && c.buffer.back() != '\n') c.buffer += '\n';
+  }
   for (std::size_t nl; (nl = c.buffer.find('\n')) != std::string::npos;) {
     const std::string line = c.buffer.substr(0, nl);
     c.buffer.erase(0, nl + 1);
@@ -143,12 +152,17 @@ void stop_all(std::vector<child>& children, int timeout_s) {
       has_coordinator = true;
     }
   const auto start = std::chrono::steady_clock::now();
-  const auto term_at = start + std::chrono::seconds(has_coordinator ? timeout_s : 0);
-  const auto kill_at = term_at + std::chrono::seconds(timeout_s);
+  auto term_at = start + std::chrono::seconds(has_coordinator ? timeout_s : 0);
+  auto kill_at = term_at + std::chrono::seconds(timeout_s);
   bool termed = false, killed = false;
   while (any_running(children)) {
-    reap(children);
     const auto now = std::chrono::steady_clock::now();
+    // A coordinator that is gone stops nobody in order (e.g. it was stopped before it
+    // installed its handlers): the rest get their SIGTERM now, not after timeout_s.
+    if (reap(children) && !termed && term_at > now) {
+      term_at = now;
+      kill_at = now + std::chrono::seconds(timeout_s);
+    }
     for (child& c : children) {
       if (!c.running) continue;
       if (!termed && now >= term_at) kill(c.pid, SIGTERM);
@@ -180,7 +194,8 @@ int supervise(std::vector<child>& children, int shutdown_timeout_s) {
   }
   for (child& c : children) drain(c, printed_ready);
   for (const child& c : children)
-    if (c.rank == 0) return c.status;
+    if (c.rank == 0)  // asked to stop: the SIGTERM launch sent is no failure
+      return g_stop && c.status == 128 + SIGTERM ? 0 : c.status;
   return 0;
 }
 

@@ -32,7 +32,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    // A usage error is one line too ("Could not convert: --max-tokens = abc").
+    std::fprintf(stderr, "error: %s (see --help)\n", e.what());
+    return 2;
   } catch (const di::error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

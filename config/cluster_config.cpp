@@ -326,7 +326,7 @@ void read_scheduler(table_reader r, scheduler_section& s) {
 }
 
 void read_kv(table_reader r, kv_section& k) {
-  r.get("pool_tokens", k.pool_tokens, 1, i64_max);
+  r.get("pool_tokens", k.pool_tokens, 1, int_max);  // block counts are int32
   r.get("num_blocks", k.num_blocks, 0, int_max);
   r.get("enable_prefix_caching", k.enable_prefix_caching);
   r.get("enable_replay", k.enable_replay);

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 namespace di {
 
@@ -48,7 +49,13 @@ std::int64_t checked_token_ids(const deepseek_model& m, const cpu_runner_config&
 
 std::vector<int> pool_blocks(const runtime::kv_geometry& g, std::int64_t tokens) {
   std::vector<int> n;
-  for (int s = 0; s < g.num_streams(); ++s) n.push_back(int(g.num_blocks(s, tokens)));
+  for (int s = 0; s < g.num_streams(); ++s) {
+    const std::int64_t blocks = g.num_blocks(s, tokens);
+    DI_CHECK(blocks <= std::numeric_limits<std::int32_t>::max(),
+             "runner: kv_pool_tokens {} needs {} blocks of stream {}; at most 2^31 - 1", tokens,
+             blocks, s);
+    n.push_back(int(blocks));
+  }
   return n;
 }
 

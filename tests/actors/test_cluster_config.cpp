@@ -82,6 +82,9 @@ TEST_CASE("errors name the key") {
   CHECK(error_of("[[nodes]]\nport = 1\n[[nodes]]\nprt = 2\n").find("nodes.1.prt: unknown key") != std::string::npos);
   CHECK(error_of("[model]\nrunner = \"toy\"\n").find("nodes: at least one") != std::string::npos);
   CHECK(error_of("[model\n").find("c.toml:1:") != std::string::npos);  // TOML syntax: line and column
+  // Block counts are int32: 10^15 tokens became "-45511424 blocks" in the runner.
+  CHECK(error_of(base, {"kv.pool_tokens=1000000000000000"})
+            .find("kv.pool_tokens: must be in [1, 2147483647]") != std::string::npos);
 }
 
 TEST_CASE("cross-checks name the key") {

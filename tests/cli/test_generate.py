@@ -49,6 +49,18 @@ class GenerateTest(unittest.TestCase):
         self.assertEqual(a["output_ids"], b["output_ids"])
         self.assertNotEqual(a["output_ids"], c["output_ids"])
         self.assertEqual(a["seed"], 7)
+        # Any printed seed replays, 2^63 and above too (they were clamped to 2^63 - 1), and an
+        # unseeded run's printed seed reproduces it.
+        for seed in ("9223372036854775808", "18446744073709551615"):
+            d = gen_json(*args, "--seed", seed)
+            self.assertEqual(str(d["seed"]), seed)
+            self.assertEqual(gen_json(*args, "--seed", seed)["output_ids"], d["output_ids"])
+        self.assertNotEqual(gen_json(*args, "--seed", "9223372036854775807")["output_ids"],
+                            gen_json(*args, "--seed", "9223372036854775808")["output_ids"])
+        e = gen_json(*args)
+        self.assertEqual(gen_json(*args, "--seed", str(e["seed"]))["output_ids"], e["output_ids"])
+        # an empty --prompt is BOS alone
+        self.assertEqual(gen_json("--prompt", "", "--max-tokens", "2")["prompt_ids"], [0])
 
     def test_n_generations_are_one_batch_equal_to_single_runs(self):
         # --n decodes the generations together; each must equal a run of its own with its seed
@@ -212,10 +224,17 @@ class GenerateTest(unittest.TestCase):
             (["--chat", os.path.join(WORK, "missing.json")], "missing.json"),
             (["--prompt", "x", "--n", "0"], "--n must be at least 1"),
             (["--prompt", "x", "--n", "2"], "--n above 1 needs --json"),
+            # usage errors are one "error:" line too; seeds are 64-bit, never negative
+            (["--prompt", "x", "--seed", "-1"], "--seed"),
+            (["--prompt", "x", "--seed", "18446744073709551616"], "--seed"),
+            (["--prompt", "x", "--logprobs", "-1"], "--logprobs"),
+            (["--prompt", "x", "--logprobs", "2"], "--logprobs and --prompt-logprobs need --json"),
+            (["--prompt", "x", "--max-tokens", "abc"], "--max-tokens"),
         ]
         for args, expect in cases:
             p = run("generate", "--model", MODEL, *args)
-            self.assertEqual(p.returncode, 1, f"{args}: {p.stderr}")
+            # 1 for a bad value, 2 for a usage error the argument parser finds
+            self.assertIn(p.returncode, (1, 2), f"{args}: {p.stderr}")
             errs = error_lines(p)
             self.assertEqual(len(errs), 1, f"{args}: {p.stderr}")
             self.assertIn(expect, errs[0], args)

@@ -98,13 +98,25 @@ class TwoNodeTest(unittest.TestCase):
                 {"prompt": "x" * (2 << 20), "max_tokens": 4},             # over router.max_prompt_bytes
                 {"prompt_ids": [0, 5], "max_tokens": 4, "stop": ["s"] * 100},  # too many stop strings
                 {"prompt_ids": [0, 5], "max_tokens": 4, "logprobs": 100000},   # over max_logprobs
-                good]
+                good,
+                # integers that do not fit were wrapped (2^32 + 5 -> 5) or truncated (2.9 -> 2)
+                {"prompt_ids": [0, 5], "max_tokens": 4294967297},
+                {"prompt_ids": [0, 4294967301], "max_tokens": 2},
+                {"prompt_ids": [0, 5], "max_tokens": 2.9},
+                {"prompt": "", "max_tokens": 2},
+                # a line's own logprobs are printed (they were computed but left out)
+                dict(good, logprobs=2, prompt_logprobs=1)]
         p, out = run_file(self.cluster, rows, "malformed", "--concurrency", "8")
         self.assertEqual(p.returncode, 1)  # some requests failed
-        for i in (0, 7):
+        for i in (0, 7, 12):
             self.assertEqual(out[i]["finish_reason"], "length", out[i])
+        self.assertNotIn("logprobs", out[0])
+        self.assertEqual([len(top) for top in out[12]["logprobs"]], [2] * 4)
+        self.assertEqual(len(out[12]["prompt_logprobs"]), 4)
+        self.assertIsNone(out[12]["prompt_logprobs"][0])
         expect = {1: "outside the vocabulary", 2: "top_p", 3: "max_tokens", 4: "max_prompt_bytes",
-                  5: "max_stop_strings", 6: "logprobs"}
+                  5: "max_stop_strings", 6: "logprobs", 8: '"max_tokens" must be in', 9: '"prompt_ids" must be in',
+                  10: '"max_tokens" must be an integer', 11: "the prompt is empty"}
         for i, text in expect.items():
             self.assertEqual(out[i]["finish_reason"], "error")
             self.assertIn(text, out[i]["error"])
@@ -299,7 +311,44 @@ class FailureTest(unittest.TestCase):
             self.assertLess(elapsed, 10)
             self.check_router_reports(c)
             self.assertTrue(cu.wait_until(lambda: not c.status()["nodes"][1]["up"], 5))
+            # launch, left supervising the other node, idles (it spun a core on the dead
+            # node's closed pipe): CPU ticks over 3 s
+            def ticks():
+                with open(f"/proc/{c.proc.pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                return int(fields[11]) + int(fields[12])
+            before = ticks()
+            time.sleep(3)
+            figure("launch's CPU ticks over 3 s after a node died (100 = one core-second)", ticks() - before)
+            self.assertLess(ticks() - before, 30)
         finally:
+            c.stop()
+
+    def test_frozen_router_node(self):
+        # A client whose router's node froze waited forever; it now gives up after
+        # --connection-timeout-ms of silence (the node's heartbeats stop).
+        c = self.start("freeze-router", "cluster.heartbeat_interval_ms=200")
+        pid = None
+        try:
+            client = subprocess.Popen([cu.BINARY, "client", "--connect", c.address, "--cluster-name", c.name,
+                                       "--prompt-ids", "0,5", "--max-tokens", "3000", "--ignore-eos", "--json",
+                                       "--connection-timeout-ms", "2000"], stdout=subprocess.PIPE, text=True)
+            self.assertTrue(cu.wait_until(lambda: c.status()["groups"][0]["counters"]["decode_tokens"] > 50, 30))
+            pid = c.node_pid(0)
+            t0 = time.time()
+            os.kill(pid, signal.SIGSTOP)
+            out, _ = client.communicate(timeout=60)
+            elapsed = time.time() - t0
+            figure("SIGSTOP of the router's node (client --connection-timeout-ms 2000): seconds until the client failed",
+                   round(elapsed, 3))
+            self.assertEqual(client.returncode, 1)
+            r = json.loads(out)
+            self.assertEqual(r["finish_reason"], "error")
+            self.assertIn("lost the router", r["error"])
+            self.assertLess(elapsed, 15)
+        finally:
+            if pid:
+                os.kill(pid, signal.SIGCONT)
             c.stop()
 
     def test_frozen_executor_node(self):

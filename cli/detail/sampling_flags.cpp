@@ -1,0 +1,53 @@
+// add_sampling_flags (see sampling_flags.hpp). Ranges the parser can check are checked here
+// (a negative seed or --logprobs is a usage error); the rest is sampling_params::validate's.
+#include "cli/detail/sampling_flags.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <charconv>
+#include <string>
+
+namespace di::cli {
+
+runtime::sampling_params sampling_flags::to_params() const {
+  runtime::sampling_params p = params;
+  p.max_tokens = max_tokens;
+  p.seed = seed;
+  p.logprobs = logprobs;
+  p.prompt_logprobs = prompt_logprobs;
+  return p;
+}
+
+void add_sampling_flags(CLI::App& sub, sampling_flags& f) {
+  runtime::sampling_params& p = f.params;
+  sub.add_option("--max-tokens", f.max_tokens, "Tokens to generate at most")->capture_default_str();
+  sub.add_option("--temperature", p.temperature, "Sampling temperature; 0 = greedy")
+      ->capture_default_str();
+  sub.add_option("--top-k", p.top_k, "Keep the k most likely tokens (0 = off)");
+  sub.add_option("--top-p", p.top_p, "Nucleus sampling mass in (0, 1]");
+  sub.add_option("--min-p", p.min_p, "Drop tokens below min_p x the top probability");
+  sub.add_option("--repetition-penalty", p.repetition_penalty, "> 1 discourages repeats");
+  sub.add_option("--presence-penalty", p.presence_penalty, "OpenAI presence penalty [-2, 2]");
+  sub.add_option("--frequency-penalty", p.frequency_penalty, "OpenAI frequency penalty [-2, 2]");
+  sub.add_option("--seed", f.seed,
+                 "Random seed in [0, 2^64) (same seed, same output; default: a random one, "
+                 "printed with the result)")
+      ->check(CLI::Validator(
+          [](std::string& s) {  // the parser wraps "-1" and clamps 2^64 to 2^64 - 1
+            std::uint64_t v = 0;
+            const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+            return !s.empty() && ec == std::errc() && end == s.data() + s.size()
+                       ? std::string()
+                       : "must be an integer in [0, 2^64)";
+          },
+          "UINT64"));
+  sub.add_option("--stop", p.stop, "Stop string (repeatable); not included in the output");
+  sub.add_flag("--ignore-eos", p.ignore_eos, "Do not stop at the end-of-sequence token");
+  sub.add_option("--logprobs", f.logprobs, "Return the top-K logprobs of every generated token")
+      ->check(CLI::NonNegativeNumber);
+  sub.add_option("--prompt-logprobs", f.prompt_logprobs,
+                 "Return the top-K logprobs of every prompt token")
+      ->check(CLI::NonNegativeNumber);
+}
+
+}  // namespace di::cli
