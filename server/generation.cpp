@@ -26,6 +26,11 @@ struct choice_state {
   clock_type::time_point last_token;
   bool has_token = false;
   std::int64_t num_cached_tokens = 0;  ///< of the admission that produced its first token
+  std::optional<text_offsets> offsets;     ///< completions logprobs: follows the output tokens
+  std::vector<std::size_t> token_offsets;  ///< each output token's text_offset in out.text
+  /// Streaming echo with logprobs: the first chunk (prompt text and prompt logprobs) waits for
+  /// the first output token, when every prompt logprob has arrived.
+  bool holds_echo = false;
 };
 
 std::string random_id(const char* prefix) {
@@ -102,13 +107,20 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
       record_tokens(c, e);
       const std::size_t first_token = c.out.token_ids.size();
       c.out.token_ids.insert(c.out.token_ids.end(), e.token_ids.begin(), e.token_ids.end());
+      if (req_.logprobs && req_.kind == api_kind::completion) {
+        if (!c.offsets) c.offsets.emplace(*ctx_.model.tokenizer, req_.params.skip_special_tokens);
+        for (std::int32_t id : e.token_ids) c.token_offsets.push_back(c.offsets->push(id));
+      }
       c.out.text += e.text;
       const std::size_t first_logprob = c.out.logprobs.size();
       c.out.logprobs.insert(c.out.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
       c.out.prompt_logprobs.insert(c.out.prompt_logprobs.end(), e.prompt_logprobs.begin(),
                                    e.prompt_logprobs.end());
       if (e.is_finished()) finish_choice(c, e);
-      if (is_streaming_) stream_delta(index, e.text, first_token, first_logprob);
+      if (is_streaming_ && c.holds_echo)
+        send_first_chunk(index);
+      else if (is_streaming_)
+        stream_delta(index, e.text, first_token, first_logprob);
       if (e.is_finished()) {
         c.is_ended = true;
         ended();
@@ -152,12 +164,23 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
       choice_state& c = choices_[i];
       if (req_.kind == api_kind::chat)
         send_chunk(i, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr);
-      std::string text = c.out.text;
-      if (req_.echo) text = prompt_text(c) + text;
-      if (!text.empty() || !c.out.token_ids.empty() || !c.out.finish_reason.empty())
-        stream_delta_text(i, text, 0, 0);
+      c.holds_echo = req_.echo && req_.logprobs;
+      send_first_chunk(i);
     }
     maybe_complete();
+  }
+
+  /// A choice's first chunk: what it produced before the stream opened, after the echoed
+  /// prompt (held back while an echo with logprobs waits for its prompt logprobs).
+  void send_first_chunk(std::size_t index) {
+    choice_state& c = choices_[index];
+    const bool finished = !c.out.finish_reason.empty();
+    if (c.holds_echo && c.out.token_ids.empty() && !finished) return;
+    c.holds_echo = false;
+    std::string text = c.out.text;
+    if (req_.echo) text = prompt_text(c) + text;
+    if (!text.empty() || !c.out.token_ids.empty() || finished || req_.echo)
+      stream_delta_text(index, text, 0, 0, req_.echo);
   }
 
   void stream_delta(std::size_t index, const std::string& text, std::size_t first_token,
@@ -165,17 +188,17 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     stream_delta_text(index, text, first_token, first_logprob);
   }
 
+  /// `with_prompt`: the first chunk of an echo, whose text and logprobs begin with the prompt's.
   void stream_delta_text(std::size_t index, const std::string& text, std::size_t first_token,
-                         std::size_t first_logprob) {
+                         std::size_t first_logprob, bool with_prompt = false) {
     choice_state& c = choices_[index];
     if (!c.error.empty()) return;
     const bool finished = !c.out.finish_reason.empty();
-    if (text.empty() && !finished && (!req_.logprobs || first_logprob == c.out.logprobs.size()))
+    if (text.empty() && !finished && !with_prompt &&
+        (!req_.logprobs || first_logprob == c.out.logprobs.size()))
       return;
     json lp = nullptr;
-    const std::size_t offset =
-        c.out.text.size() >= text.size() ? c.out.text.size() - text.size() : 0;
-    if (req_.logprobs) lp = logprobs_json(c, first_token, first_logprob, offset);
+    if (req_.logprobs) lp = logprobs_json(c, first_token, first_logprob, with_prompt);
     json fr = finished ? json(c.out.finish_reason) : json(nullptr);
     json ids = nullptr;
     if (req_.return_token_ids)
@@ -204,24 +227,50 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
   }
 
   json logprobs_json(const choice_state& c, std::size_t first_token, std::size_t first_logprob,
-                     std::size_t offset) {
+                     bool with_prompt) {
     const tok::tokenizer& tok = *ctx_.model.tokenizer;
     if (req_.kind == api_kind::chat)
       return chat_logprobs(
           tok, {c.out.logprobs.begin() + std::ptrdiff_t(first_logprob), c.out.logprobs.end()});
-    std::vector<std::int32_t> ids(c.out.token_ids.begin() + std::ptrdiff_t(first_token),
-                                  c.out.token_ids.end());
+    return completion_logprobs_of(c, with_prompt, first_token, first_logprob);
+  }
+
+  /// Completions logprobs of the output tokens from `first_token` (entries from
+  /// `first_logprob`), after the prompt's tokens and their logprobs when `with_prompt` (echo).
+  /// Offsets count characters of the returned text, which begins with the echoed prompt.
+  json completion_logprobs_of(const choice_state& c, bool with_prompt, std::size_t first_token,
+                              std::size_t first_logprob) {
+    const tok::tokenizer& tok = *ctx_.model.tokenizer;
+    std::vector<std::int32_t> ids;
     std::vector<const runtime::position_logprobs*> entries;
+    std::vector<std::size_t> offsets;
+    if (with_prompt) {
+      ids = c.prompt_ids;
+      text_offsets prompt(tok, req_.params.skip_special_tokens);
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        offsets.push_back(prompt.push(ids[i]));
+        entries.push_back(i < c.out.prompt_logprobs.size() && c.out.prompt_logprobs[i]
+                              ? &*c.out.prompt_logprobs[i]
+                              : nullptr);
+      }
+    }
+    const std::size_t base = req_.echo ? count_chars(prompt_text(c)) : 0;
+    for (std::size_t i = first_token; i < c.out.token_ids.size(); ++i) {
+      ids.push_back(c.out.token_ids[i]);
+      offsets.push_back(base + (i < c.token_offsets.size() ? c.token_offsets[i] : 0));
+    }
     for (std::size_t i = first_logprob; i < c.out.logprobs.size(); ++i)
       entries.push_back(&c.out.logprobs[i]);
-    return completion_logprobs(tok, ids, entries, offset);
+    return completion_logprobs(tok, ids, entries, offsets);
   }
 
   std::string prompt_text(const choice_state& c) const {
     const prompt_input& p = req_.prompts[c.prompt];
     if (!p.text.empty()) return p.text;
     try {
-      return ctx_.model.tokenizer->decode(c.prompt_ids);
+      // As the output is decoded (and as the logprobs' text offsets count it).
+      return ctx_.model.tokenizer->decode(c.prompt_ids,
+                                          {.skip_special_tokens = req_.params.skip_special_tokens});
     } catch (const std::exception&) {
       return "";
     }
@@ -276,7 +325,7 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
       std::string text = c.out.text;
       if (req_.echo) text = prompt_text(c) + text;
       choice["text"] = text;
-      if (req_.logprobs) lp = echo_logprobs(c);
+      if (req_.logprobs) lp = completion_logprobs_of(c, req_.echo, 0, 0);
     }
     choice["logprobs"] = std::move(lp);
     choice["finish_reason"] = c.out.finish_reason;
@@ -286,21 +335,6 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
       choice["prompt_token_ids"] = c.prompt_ids;
     }
     return choice;
-  }
-
-  json echo_logprobs(const choice_state& c) {
-    std::vector<std::int32_t> ids;
-    std::vector<const runtime::position_logprobs*> entries;
-    if (req_.echo) {
-      ids = c.prompt_ids;
-      for (std::size_t i = 0; i < ids.size(); ++i)
-        entries.push_back(i < c.out.prompt_logprobs.size() && c.out.prompt_logprobs[i]
-                              ? &*c.out.prompt_logprobs[i]
-                              : nullptr);
-    }
-    ids.insert(ids.end(), c.out.token_ids.begin(), c.out.token_ids.end());
-    for (const auto& e : c.out.logprobs) entries.push_back(&e);
-    return completion_logprobs(*ctx_.model.tokenizer, ids, entries, 0);
   }
 
   usage_counts usage() const {

@@ -3,6 +3,9 @@
 
 #include "model/tokenizer/tokenizer.hpp"
 
+#include <algorithm>
+#include <cstdint>
+
 namespace di::server {
 
 namespace {
@@ -59,16 +62,32 @@ std::string token_text(const tok::tokenizer& tok, std::int32_t id) {
   }
 }
 
+std::size_t count_chars(std::string_view text) {
+  return std::size_t(std::count_if(text.begin(), text.end(),
+                                   [](char c) { return (std::uint8_t(c) & 0xC0) != 0x80; }));
+}
+
+text_offsets::text_offsets(const tok::tokenizer& tok, bool skip_special_tokens)
+    : detok_(tok, {.skip_special_tokens = skip_special_tokens}) {}
+
+std::size_t text_offsets::push(std::int32_t id) {
+  const std::size_t offset = chars_;
+  try {
+    chars_ += count_chars(detok_.push(id));  // the decoder the output text comes from
+  } catch (const std::exception&) {
+  }  // no token: no text (the router refuses such ids earlier)
+  return offset;
+}
+
 json completion_logprobs(const tok::tokenizer& tok, const std::vector<std::int32_t>& ids,
                          const std::vector<const runtime::position_logprobs*>& entries,
-                         std::size_t offset) {
+                         const std::vector<std::size_t>& text_offset) {
   json tokens = json::array(), token_logprobs = json::array(), top = json::array(),
        offsets = json::array();
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const std::string text = token_text(tok, ids[i]);
     tokens.push_back(text);
-    offsets.push_back(offset);
-    offset += text.size();
+    offsets.push_back(i < text_offset.size() ? text_offset[i] : 0);
     const runtime::position_logprobs* e = i < entries.size() ? entries[i] : nullptr;
     if (e == nullptr) {
       token_logprobs.push_back(nullptr);

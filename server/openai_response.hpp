@@ -10,11 +10,10 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
-namespace di::tok {
-class tokenizer;
-}
+#include "model/tokenizer/tokenizer.hpp"
 
 namespace di::server {
 
@@ -47,10 +46,30 @@ nlohmann::json usage_json(const usage_counts& u);
 /// The text of a token for display (its bytes; invalid UTF-8 shown as U+FFFD).
 std::string token_text(const tok::tokenizer& tok, std::int32_t id);
 
-/// Completions logprobs of `entries` (prompt entries may be null), text offsets from `offset`.
+/// Where each token's text begins in the text of all of them, in characters (code points, as
+/// OpenAI's text_offset counts them in the returned text): tokens are detokenized as the text
+/// is, so a token that completes no character (part of a UTF-8 sequence) shares the offset of
+/// the token that completes it.
+class text_offsets {
+ public:
+  text_offsets(const tok::tokenizer& tok, bool skip_special_tokens);
+  /// The offset of the text token `id` completes, which then follows it.
+  std::size_t push(std::int32_t id);
+  std::size_t num_chars() const { return chars_; }
+
+ private:
+  tok::incremental_detokenizer detok_;
+  std::size_t chars_ = 0;
+};
+
+/// Code points of valid UTF-8 text.
+std::size_t count_chars(std::string_view text);
+
+/// Completions logprobs of `entries` (prompt entries may be null); `offsets[i]` is token i's
+/// text_offset.
 nlohmann::json completion_logprobs(const tok::tokenizer& tok, const std::vector<std::int32_t>& ids,
                                    const std::vector<const runtime::position_logprobs*>& entries,
-                                   std::size_t offset);
+                                   const std::vector<std::size_t>& offsets);
 /// Chat logprobs {"content": [...]} of generated entries.
 nlohmann::json chat_logprobs(const tok::tokenizer& tok,
                              const std::vector<runtime::position_logprobs>& entries);

@@ -146,6 +146,30 @@ def logprobs(srv, c):
     assert echo.choices[0].text.startswith("Hello world")
     assert echo.choices[0].logprobs.token_logprobs[0] is None  # nothing predicted the first prompt token
     assert len(echo.choices[0].logprobs.tokens) == echo.usage.prompt_tokens + echo.usage.completion_tokens
+    # text_offset counts characters of the returned text: each token's text starts there (a token
+    # that completes no character shares the offset of the one that completes it); the echoed
+    # prompt's BOS adds none. Streaming gives the same logprobs, the prompt's in its first chunk.
+    for kw in ({"prompt": "Hello world", "echo": True}, {"prompt": "数据结构 — café", "echo": True},
+               {"prompt": "emoji:", "extra_body": {"response_format": {"type": "regex", "regex": "[😀-🙏]{3}"}}},
+               {"prompt": "Hi"}):
+        kw = dict(model="tiny", max_tokens=12, logprobs=1, temperature=1.0, seed=3, **kw)
+        whole = c.completions.create(**kw).choices[0]
+        text, lp = whole.text, whole.logprobs
+        assert lp.text_offset == sorted(lp.text_offset) and lp.text_offset[-1] <= len(text), (text, lp.text_offset)
+        for tok, off in zip(lp.tokens, lp.text_offset):
+            special = tok.startswith("<\uff5c")  # BOS: no text when special tokens are skipped
+            if not special and "\ufffd" not in tok and "\ufffd" not in text[off:off + len(tok)]:
+                assert text[off:].startswith(tok), (text, tok, off, lp.text_offset)
+        chunks = [ch.choices[0] for ch in c.completions.create(stream=True, **kw) if ch.choices]
+        streamed = {"tokens": [], "token_logprobs": [], "text_offset": []}
+        for ch in chunks:
+            for k in streamed:
+                streamed[k] += getattr(ch.logprobs, k) if ch.logprobs else []
+        assert "".join(ch.text for ch in chunks) == text
+        assert streamed == {k: getattr(lp, k) for k in streamed}, (streamed, lp)
+    # an empty prompt is BOS alone, as OpenAI and vLLM serve it
+    r = c.completions.create(model="tiny", prompt="", max_tokens=2, extra_body={"return_token_ids": True})
+    assert r.usage.prompt_tokens == 1 and r.choices[0].model_extra["prompt_token_ids"] == [0], r
 
 
 @test
