@@ -23,6 +23,9 @@ struct template_ast;
 struct chat_template_limits {
   std::size_t max_steps = 10'000'000;        ///< statements + loop iterations + calls
   std::size_t max_output_bytes = 64u << 20;  ///< the output and any string or list built
+  /// Every string and list built during a render together (string bytes, 32 a list item):
+  /// bounds the work done inside single steps, e.g. a huge string made in each iteration.
+  std::size_t max_built_bytes = 256u << 20;
   int max_call_depth = 64;                   ///< nested macro calls
   int max_nesting_depth = 1000;              ///< statements + expressions being evaluated at once
                                              ///< (each costs < 0.5 KiB of stack)

@@ -133,11 +133,13 @@ std::string interpreter::render(const template_ast& ast, const value& context) {
   for (const auto& [key, v] : context.as_dict().entries()) context_scope->vars[key] = v;
   auto root = std::make_shared<scope>(context_scope);
   std::string out;
+  const build_meter meter(num_built_);
   exec(ast.body, root, out);
   return out;
 }
 
 void interpreter::count_step() {
+  check_built();
   if (++num_steps_ > limits_.max_steps)
     throw eval_error(
         fmt::format("the template exceeded its budget of {} steps (a runaway loop "
@@ -155,7 +157,15 @@ interpreter::nesting_guard::nesting_guard(interpreter& in) : depth_(in.nesting_d
   }
 }
 
+void interpreter::check_built() const {
+  if (num_built_ > limits_.max_built_bytes)
+    throw eval_error(fmt::format(
+        "the template built more than {} bytes of strings and lists in all (a runaway loop?)",
+        limits_.max_built_bytes));
+}
+
 void interpreter::check_size(std::size_t size) const {
+  check_built();
   if (size > limits_.max_output_bytes)
     throw eval_error(
         fmt::format("the template built a value larger than the limit of {} bytes (or items)",

@@ -37,6 +37,8 @@ class interpreter {
   void count_step();
   /// Throws eval_error when a string or list of `size` bytes/items exceeds the output cap.
   void check_size(std::size_t size) const;
+  /// Throws eval_error once the values built exceed limits.max_built_bytes.
+  void check_built() const;
   /// Counts one level of recursion for the duration of a scope; throws eval_error past the
   /// nesting limit, so that no template can exhaust the C++ stack.
   class nesting_guard {
@@ -82,6 +84,7 @@ class interpreter {
 
   chat_template_limits limits_;
   std::size_t num_steps_ = 0;
+  std::size_t num_built_ = 0;  // bytes of values built (build_meter)
   int call_depth_ = 0;
   int nesting_depth_ = 0;  // statements + expressions on the C++ stack right now
 };

@@ -60,15 +60,31 @@ value value::undefined(std::string hint, bool is_unsafe) {
   return value(storage(undefined_t{std::move(info)}));
 }
 
+namespace {
+thread_local std::size_t* t_built = nullptr;
+constexpr std::size_t item_bytes = 32;
+}  // namespace
+
+build_meter::build_meter(std::size_t& total) : previous_(std::exchange(t_built, &total)) {}
+build_meter::~build_meter() {
+  t_built = previous_;
+}
+void build_meter::add(std::size_t amount) {
+  if (t_built != nullptr) *t_built += amount;
+}
+
 value value::string(std::string s) {
+  build_meter::add(s.size());
   return value(storage(std::make_shared<const std::string>(std::move(s))));
 }
 
 value value::list(std::vector<value> items, bool is_tuple) {
+  build_meter::add(items.size() * item_bytes);
   return value(storage(std::make_shared<const list_data>(list_data{std::move(items), is_tuple})));
 }
 
 value value::dict(dict_data d) {
+  build_meter::add(d.size() * item_bytes);
   return value(storage(std::make_shared<const dict_data>(std::move(d))));
 }
 

@@ -87,6 +87,21 @@ class object {
   virtual void repr(std::string& out) const = 0;
 };
 
+/// Counts what value::string, value::list and value::dict make on this thread while it lives
+/// (string bytes; 32 per list item or dict entry), so that a render can bound the work a
+/// template does inside single steps ("x" * 60000000 in a loop was one step per 60 MB).
+class build_meter {
+ public:
+  explicit build_meter(std::size_t& total);
+  ~build_meter();
+  build_meter(const build_meter&) = delete;
+  build_meter& operator=(const build_meter&) = delete;
+  static void add(std::size_t amount);
+
+ private:
+  std::size_t* previous_;
+};
+
 /// A template value. Kinds follow Python types; `undefined` is Jinja's Undefined.
 class value {
  public:

@@ -7,9 +7,10 @@ namespace di::grammar::json_detail {
 
 namespace {
 
-// Month lengths, February with 29 days (a leap-year rule is not checked).
+// Month lengths; February 29 only in leap years (divisible by 4, and by 400 at a century:
+// last two digits a multiple of 4 but not 00, or first two a multiple of 4 and then 00).
 constexpr const char* k_date =
-    R"([0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-9])))";
+    R"((?:[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29))";
 constexpr const char* k_time =
     R"((?:[01][0-9]|2[0-3]):[0-5][0-9]:(?:[0-5][0-9]|60)(?:\.[0-9]+)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9]))";
 constexpr const char* k_ipv4_octet = R"((?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9]))";

@@ -5,6 +5,8 @@
 
 #include <doctest/doctest.h>
 
+#include <chrono>
+
 using di::chat_template_error;
 using di::test::contains;
 using di::test::failure_of;
@@ -110,6 +112,23 @@ TEST_CASE("runaway templates stop with a clear error") {
   auto output =
       failure_of("{% for i in range(1000) %}{{ 'x' * 100 }}{% endfor %}", ojson::object(), small);
   CHECK(contains(output.message, "larger than the limit"));
+  // Work inside single steps is bounded too (each of these ran for minutes to hours, or took
+  // 3.3 GB, with the default limits): with the defaults they stop at once.
+  for (const char* work :
+       {"{% for i in range(100000) %}{{ ('x' * 60000000)|length }}{% endfor %}",
+        "{% for i in range(100000) %}{{ range(100000)|join(',')|length }}{% endfor %}",
+        "{% set ns = namespace(s=[1]) %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% "
+        "endfor %}"}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK_MESSAGE(contains(failure_of(work).message, "bytes of strings and lists in all"), work);
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30));
+  }
+  di::chat_template_limits tight;
+  tight.max_built_bytes = 1000;
+  CHECK(contains(
+      failure_of("{% for i in range(100) %}{{ 'ab' * 10 }}{% endfor %}", ojson::object(), tight)
+          .message,
+      "more than 1000 bytes"));
 }
 
 TEST_CASE("deeply nested input is rejected instead of overflowing the stack") {

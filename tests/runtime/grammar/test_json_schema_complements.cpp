@@ -7,6 +7,7 @@
 #include "runtime/grammar/json_schema.hpp"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <string>
 
@@ -101,4 +102,18 @@ TEST_CASE("complements that cannot be expressed are errors naming the keyword") 
   // Lenient: uniqueItems is skipped, the array still compiles.
   auto l = compile(R"({"type":"array","uniqueItems":true,"items":{"type":"string"}})", true);
   CHECK(accepts(*l, R"(["a","a"])"));
+}
+
+TEST_CASE("format date: February 29 only in leap years") {
+  auto d = compile(R"({"type":"string","format":"date"})");
+  for (const char* leap : {"2024", "2000", "1600", "0000", "1996"})
+    CHECK_MESSAGE(accepts(*d, fmt::format("\"{}-02-29\"", leap)), leap);
+  for (const char* common : {"2023", "1900", "2100", "1800", "0001", "2026"})
+    CHECK_MESSAGE(!accepts(*d, fmt::format("\"{}-02-29\"", common)), common);
+  CHECK(accepts(*d, "\"2023-02-28\""));
+  CHECK(!accepts(*d, "\"2024-02-30\""));
+  CHECK(!accepts(*d, "\"2023-04-31\""));
+  auto dt = compile(R"({"type":"string","format":"date-time"})");
+  CHECK(accepts(*dt, "\"2024-02-29T12:00:00Z\""));
+  CHECK(!accepts(*dt, "\"2023-02-29T12:00:00Z\""));
 }
