@@ -408,6 +408,17 @@ void run_bench(const bench_options& o, bool decode) {
   const di::device dev = di::cli::place_model(*loaded.model, o.device, o.device_weights);
   const double load_s = now_s() - load_start;
   di::deepseek_model* model = loaded.model.get();
+  // Every row's sequences must fit the model's positions: checked before any row runs (a
+  // decode past them used to run on, silently, until something gave out).
+  const std::int64_t positions = model->config().max_position_embeddings;
+  for (int c : contexts) {
+    const std::int64_t reach =
+        decode ? std::int64_t(c) + o.steps + 1 + std::max(0, o.timeline) : std::int64_t(c) + 1;
+    DI_CHECK(positions <= 0 || reach <= positions,
+             "--context {}: the sequences reach {} positions{}; the model has {} "
+             "(max_position_embeddings)",
+             c, reach, decode ? " with --steps and --timeline" : "", positions);
+  }
   int threads = 1;
 #ifdef _OPENMP
   threads = omp_get_max_threads();
@@ -444,6 +455,9 @@ void run_bench(const bench_options& o, bool decode) {
         fo.batched_decode = o.batched_decode;
         fo.logits_to_host = o.logits == "host";
         model->set_options(fo);
+        // Long rows (a CPU prefill of thousands of tokens) take minutes: say what runs.
+        std::fprintf(stderr, "bench: %s batch %d context %d%s...\n", decode ? "decode" : "prefill",
+                     b, c, on_gpu && decode ? (graphs ? " graphs on" : " graphs off") : "");
         nlohmann::json row = decode ? bench_decode(*model, b, c, o.steps, copy_gbs,
                                                    tracer ? &*tracer : nullptr, o.timeline)
                                     : bench_prefill(*model, b, c, o.steps, peak_tflops,

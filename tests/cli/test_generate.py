@@ -201,6 +201,11 @@ class GenerateTest(unittest.TestCase):
         p = run("bench", "prefill", "--model", MODEL, "--timeline", "2")  # CUDA prefill too
         self.assertEqual(p.returncode, 1)
         self.assertIn("--timeline traces CUDA steps: it needs --device cuda", error_lines(p)[0])
+        # a context past the model's positions is refused before any row runs
+        p = run("bench", "decode", "--model", MODEL, "--context", "1100000", "--steps", "1")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("the sequences reach 1100002 positions", error_lines(p)[0])
+        self.assertIn("max_position_embeddings", error_lines(p)[0])
         # on the CPU the logits are host memory either way; the JSON says so
         p = run("bench", "decode", "--model", MODEL, "--context", "8", "--steps", "1", "--json")
         self.assertEqual(json.loads(p.stdout)["logits"], "host")
