@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <set>
 
@@ -46,6 +47,13 @@ class key_reader {
     return int(v);
   }
   double number(const char* key) const { return to_double(key, required(key)); }
+  /// A number that must be finite and positive (a scale, a base, an epsilon).
+  double positive_number_or(const char* key, double fallback) const {
+    const double v = number_or(key, fallback);
+    if (!(v > 0) || !std::isfinite(v))
+      fail(key, fmt::format("must be a positive number, got {}", v));
+    return v;
+  }
   double number_or(const char* key, double fallback) const {
     return has(key) ? to_double(key, obj_.at(key)) : fallback;
   }
@@ -109,9 +117,11 @@ void read_attention(const key_reader& r, model_config& c) {
   c.o_lora_rank = r.positive("o_lora_rank");
   c.o_groups = r.positive("o_groups");
   c.rms_norm_eps = r.number("rms_norm_eps");
-  c.max_position_embeddings = r.integer_or("max_position_embeddings", 0);
-  c.rope_theta = r.number_or("rope_theta", 10000.0);
-  c.compress_rope_theta = r.number_or("compress_rope_theta", c.rope_theta);
+  // Absent: no context limit; given, it must be one (0 switched the context check off).
+  c.max_position_embeddings =
+      r.has("max_position_embeddings") ? r.positive("max_position_embeddings") : 0;
+  c.rope_theta = r.positive_number_or("rope_theta", 10000.0);
+  c.compress_rope_theta = r.positive_number_or("compress_rope_theta", c.rope_theta);
   c.sliding_window = r.positive("sliding_window");
   c.compress_ratios = r.int_list_or<int>("compress_ratios");
   if (!r.has("compress_ratios")) r.fail("compress_ratios", "missing (required)");
