@@ -3,8 +3,11 @@
 #include "cli/command.hpp"
 #include "common/error.hpp"
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
+#include <iostream>
 
 namespace di::cli {
 
@@ -41,6 +44,12 @@ int main(int argc, char** argv) {
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  // Output that could not be written (a full disk, a closed pipe) is a failure, not rc 0.
+  std::cout.flush();
+  if (std::fflush(stdout) != 0 || std::ferror(stdout) || !std::cout) {
+    std::fprintf(stderr, "error: cannot write the output: %s\n", std::strerror(errno));
     return 1;
   }
   return di::cli::exit_code();

@@ -244,6 +244,14 @@ class GenerateTest(unittest.TestCase):
             self.assertEqual(len(errs), 1, f"{args}: {p.stderr}")
             self.assertIn(expect, errs[0], args)
 
+    def test_output_that_cannot_be_written_fails(self):
+        # a full disk (or any write error) is exit 1 with one error line, not rc 0 and no output
+        with open("/dev/full", "w") as full:
+            p = subprocess.run([BINARY, "generate", "--model", MODEL, "--prompt", "x", "--max-tokens", "2", "--json"],
+                               stdout=full, stderr=subprocess.PIPE, text=True, timeout=600)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("cannot write the output", error_lines(p)[0])
+
     def test_prompt_longer_than_the_context(self):
         small = os.path.join(WORK, "small-context")
         if not os.path.exists(small):
