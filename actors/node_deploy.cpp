@@ -94,8 +94,14 @@ caf::result<int> on_join(node_self self, join_cluster& msg) {
   if (msg.fingerprint != c.fingerprint)
     return refuse(fmt::format("node {} resolved a different cluster file (fingerprint {} vs {}): start every "
                               "node with the same file and --set options", msg.rank, msg.fingerprint, c.fingerprint));
-  if (st.nodes[std::size_t(msg.rank)] || st.is_deploying)
-    return refuse(fmt::format("node {} has already joined", msg.rank));
+  if (st.nodes[std::size_t(msg.rank)])
+    return refuse(fmt::format("node {} has already joined (is another process running --rank {}?)",
+                              msg.rank, msg.rank));
+  if (st.is_deploying)  // a node that went down: its actors are gone with it
+    return refuse(
+        fmt::format("node {} left the running cluster and cannot rejoin it; restart the "
+                    "whole cluster to bring it back",
+                    msg.rank));
   node_actor node = caf::actor_cast<node_actor>(self->current_sender());
   if (!node) return refuse("join must come from a node actor");
   st.nodes[std::size_t(msg.rank)] = node;
