@@ -88,7 +88,18 @@ void scheduler::deliver_prompt_logprobs(sequence& seq, const planned_rows& rows,
 
 void scheduler::accept_sample(sequence& seq, const sequence_output& out, token_event& event) {
   const std::int32_t token = out.token_ids[0];
-  stop_update u = seq.accept_token(token);
+  stop_update u;
+  try {
+    u = seq.accept_token(token);
+  } catch (const di::error& e) {
+    // A token the detokenizer cannot decode fails its request, not the scheduler (an
+    // uncaught error here took the scheduler actor and its whole group down).
+    event.error =
+        fmt::format("the runner sampled token {}, which cannot be decoded: {}", token, e.what());
+    ++counters_.num_errors;
+    finish(seq, sequence_status::finished_error, event);
+    return;
+  }
   event.token_ids.push_back(token);
   if (!out.logprobs.empty()) event.logprobs.push_back(out.logprobs[0]);
   event.text = std::move(u.text);

@@ -1,6 +1,7 @@
 // Stop conditions through the scheduler: EOS (and ignore_eos), stop token ids, stop strings
 // across token boundaries with held-back text, max_tokens and the context limit, and the
 // streaming detokenizer over the real DeepSeek-V3 tokenizer.
+#include "common/error.hpp"
 #include "model/tokenizer/tokenizer.hpp"
 #include "runtime/scheduler.hpp"
 #include "tests/runtime/scheduler_test_util.hpp"
@@ -162,4 +163,27 @@ TEST_CASE("the tokenizer's streaming decoder through the scheduler: stop string 
   CHECK(out[2].text == text);
   CHECK(out[2].tokens == ids);
   CHECK(out[2].status == sequence_status::finished_length);
+}
+
+TEST_CASE("a token the detokenizer refuses fails its request only") {
+  // The runner once sampled an id past the tokenizer's (the head pads past them); the
+  // decoder's error escaped apply() and took the scheduler actor down with every request.
+  class refusing_decoder final : public text_decoder {
+   public:
+    std::string push(std::int32_t id) override {
+      DI_CHECK(id != 666, "token id {} is not in the vocabulary", id);
+      return "x";
+    }
+    std::string finish() override { return ""; }
+  };
+  scheduler s(stop_config_with_eos(),
+              [](const sampling_params&) { return std::make_unique<refusing_decoder>(); });
+  REQUIRE(s.add_request(make_request(1, {9, 9}, 4)).is_accepted());
+  REQUIRE(s.add_request(make_request(2, {9, 9}, 4)).is_accepted());
+  outputs out = run_scripts(s, {{1, {5, 666, 7}}, {2, {5, 6, 7}}});
+  CHECK(out.at(1).status == sequence_status::finished_error);
+  CHECK(out.at(1).error.find("token 666, which cannot be decoded") != std::string::npos);
+  CHECK(out.at(2).status == sequence_status::finished_length);
+  CHECK(out.at(2).tokens.size() == 4);
+  CHECK(s.stats().num_used_blocks == 0);
 }
