@@ -28,6 +28,7 @@ std::optional<tok::tokenizer> runner_tokenizer(const cluster_config& config) {
 }  // namespace
 
 runner_bundle make_step_runner(const cluster_config& config, const std::string& device) {
+  const di::device dev = parse_device(device);  // the toy runner's devices are names too
   if (config.model.runner == "toy") {
     const toy_model_section& t = config.model.toy;
     toy_runner_config c{.vocab_size = t.vocab_size,
@@ -41,8 +42,8 @@ runner_bundle make_step_runner(const cluster_config& config, const std::string& 
     runtime::kv_geometry g = toy_runner::geometry(c);
     return {std::make_unique<toy_runner>(std::move(c)), std::move(g)};
   }
-  DI_CHECK(config.model.runner == "cpu", "model.runner = '{}': expected cpu or toy", config.model.runner);
-  const di::device dev = parse_device(device);
+  DI_CHECK(config.model.runner == "cpu", "model.runner = '{}': expected cpu or toy",
+           config.model.runner);
   const bool cuda = dev.kind == device_kind::cuda;
   cpu_runner_config c{.kv_pool_tokens = config.kv.pool_tokens,
                       .num_snapshots = config.kv.num_snapshots,

@@ -10,6 +10,7 @@
 #include "cli/detail/sampling_flags.hpp"
 #include "cli/detail/token_id_list.hpp"
 #include "common/error.hpp"
+#include "common/mapped_file.hpp"
 #include "runtime/sequence_status.hpp"
 
 #include <caf/all.hpp>
@@ -131,8 +132,7 @@ std::vector<input_item> read_inputs(const client_options& o) {
     items.push_back({.index = 0, .request = std::move(r)});
     return items;
   }
-  std::ifstream in(o.file);
-  DI_CHECK(in.good(), "--file: cannot read '{}'", o.file);
+  std::ifstream in = di::open_input_file(o.file, "--file");
   std::size_t line_no = 0;
   for (std::string line; std::getline(in, line); ++line_no) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;

@@ -65,8 +65,7 @@ void run_check(const check_options& o) {
   }
   if (o.print_grammar)
     fmt::print(stderr, "{} rules, {} automaton states\n", g->num_rules(), g->num_states());
-  std::ifstream in(o.strings);
-  DI_CHECK(in.good(), "--strings {}: cannot open", o.strings);
+  std::ifstream in = di::open_input_file(o.strings, "--strings");
   earley_parser parser(*g);
   std::string line;
   for (std::size_t n = 1; std::getline(in, line); ++n) {

@@ -104,6 +104,11 @@ void setup_make_model(CLI::App& app) {
   sub->add_flag("--quiet", opts->quiet, "No progress bar and no summary line");
   sub->add_option("--max-shard-size", opts->max_shard_bytes,
                   "Largest safetensors file, e.g. 4GiB (default) or 500MB")
+      ->check(CLI::Validator(
+          [](std::string& s) {  // the size parser wraps "-5" to 2^64 - 5
+            return s.find('-') == std::string::npos ? std::string() : "must not be negative";
+          },
+          "SIZE"))
       ->transform(CLI::AsSizeValue(true));
   std::string names;
   for (const auto& p : di::model_presets()) names += (names.empty() ? "" : ", ") + p.name;

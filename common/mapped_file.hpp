@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <fstream>
 #include <span>
 #include <string>
 
@@ -36,5 +37,9 @@ class mapped_file {
 
 /// Reads a whole (small) text file; throws di::error naming the path on failure.
 std::string read_text_file(const std::string& path);
+
+/// Opens `path` for reading; a missing file, a directory (which opens, and reads as empty) or
+/// an unreadable one is a di::error "<what>: <path>: <why>".
+std::ifstream open_input_file(const std::string& path, const std::string& what);
 
 }  // namespace di

@@ -5,6 +5,7 @@
 #include "config/cluster_config.hpp"
 
 #include "common/error.hpp"
+#include "common/mapped_file.hpp"
 
 #include <toml++/toml.h>
 
@@ -528,8 +529,7 @@ cluster_config parse_cluster_config(std::string_view toml_text,
 }
 
 cluster_config load_cluster_config(const std::string& path, const std::vector<std::string>& overrides) {
-  std::ifstream in(path, std::ios::binary);
-  DI_CHECK(in.good(), "cannot read the cluster file '{}'", path);
+  std::ifstream in = open_input_file(path, "the cluster file");
   std::stringstream text;
   text << in.rdbuf();
   return parse_cluster_config(text.str(), overrides, path);

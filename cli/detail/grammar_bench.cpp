@@ -2,6 +2,7 @@
 #include "cli/detail/grammar_bench.hpp"
 
 #include "common/error.hpp"
+#include "common/mapped_file.hpp"
 #include "model/tokenizer/tokenizer.hpp"
 #include "runtime/grammar/grammar_matcher.hpp"
 #include "runtime/grammar/json_instance.hpp"
@@ -123,8 +124,7 @@ void bench_schema(const nlohmann::ordered_json& row, const grammar_bench_options
 void run_grammar_bench(const grammar_bench_options& o) {
   tok::tokenizer tok = tok::tokenizer::from_dir(o.tokenizer);
   auto vocab = token_vocabulary::from_tokenizer(tok);
-  std::ifstream in(o.schemas);
-  DI_CHECK(in.good(), "--schemas {}: cannot open", o.schemas);
+  std::ifstream in = open_input_file(o.schemas, "--schemas");
   std::unique_ptr<std::ofstream> out;
   if (!o.tokens_out.empty()) {
     out = std::make_unique<std::ofstream>(o.tokens_out);

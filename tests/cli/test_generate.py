@@ -235,6 +235,8 @@ class GenerateTest(unittest.TestCase):
             (["--prompt", "x", "--logprobs", "-1"], "--logprobs"),
             (["--prompt", "x", "--logprobs", "2"], "--logprobs and --prompt-logprobs need --json"),
             (["--prompt", "x", "--max-tokens", "abc"], "--max-tokens"),
+            (["--prompt", "x", "--device-weights", "bogus"], "device weight format 'bogus'"),  # CPU too
+            (["--prompt", "x", "--response-format", "json_schema:" + WORK], "is a directory, not a file"),
         ]
         for args, expect in cases:
             p = run("generate", "--model", MODEL, *args)
@@ -243,6 +245,17 @@ class GenerateTest(unittest.TestCase):
             errs = error_lines(p)
             self.assertEqual(len(errs), 1, f"{args}: {p.stderr}")
             self.assertIn(expect, errs[0], args)
+
+    def test_directories_and_negative_sizes_are_refused(self):
+        # a directory opens as a file and reads as empty: it was taken for an empty input
+        for args in (["grammar", "check", "--regex", "a", "--strings", WORK], ["launch", WORK],
+                     ["client", "--connect", "127.0.0.1:1", "--file", WORK]):
+            p = run(*args)
+            self.assertEqual(p.returncode, 1, args)
+            self.assertIn("is a directory, not a file", error_lines(p)[0], args)
+        p = run("make-model", "--preset", "tiny-v41", "--out", os.path.join(WORK, "neg"), "--max-shard-size", "-5")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--max-shard-size: must not be negative", error_lines(p)[0])
 
     def test_output_that_cannot_be_written_fails(self):
         # a full disk (or any write error) is exit 1 with one error line, not rc 0 and no output
