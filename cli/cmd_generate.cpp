@@ -145,6 +145,14 @@ void run_generate(generate_options& o) {
   if (!o.response_format.empty()) {
     req.params.response_format = di::grammar::to_inline_spec(di::grammar::parse_response_format(o.response_format));
     di::cli::enable_structured_output(m);
+    // Compiled here (the runner then finds it in the shared cache), so that an error names
+    // the flag and its file rather than failing the generation.
+    try {
+      m.grammars->get(di::grammar::parse_inline_response_format(req.params.response_format),
+                      m.grammar_vocab);
+    } catch (const di::error& e) {
+      DI_FAIL("--response-format {}: {}", o.response_format, e.what());
+    }
   }
   if (!o.json)
     req.on_text = [](const std::string& text) {

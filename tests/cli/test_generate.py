@@ -211,6 +211,9 @@ class GenerateTest(unittest.TestCase):
         self.assertEqual(json.loads(p.stdout)["logits"], "host")
 
     def test_bad_input_gives_one_clear_error(self):
+        bad_schema = os.path.join(WORK, "bad-schema.json")
+        with open(bad_schema, "w") as f:
+            f.write('{"type": "object", "properties": {')  # ends at line 1, column 35
         cases = [
             (["--prompt-ids", "0,999999"], "outside the tokenizer's ids"),
             # past the tokenizer's 128815 ids but inside the head's 129280 logits: no token
@@ -237,6 +240,9 @@ class GenerateTest(unittest.TestCase):
             (["--prompt", "x", "--max-tokens", "abc"], "--max-tokens"),
             (["--prompt", "x", "--device-weights", "bogus"], "device weight format 'bogus'"),  # CPU too
             (["--prompt", "x", "--response-format", "json_schema:" + WORK], "is a directory, not a file"),
+            (["--prompt", "x", "--response-format", "json_schema:" + bad_schema],
+             f"--response-format json_schema:{bad_schema}: the JSON Schema is not valid JSON: parse error at line 1, "
+             "column 35"),
         ]
         for args, expect in cases:
             p = run("generate", "--model", MODEL, *args)

@@ -307,8 +307,16 @@ json_schema_result compile_json_schema(const nlohmann::ordered_json& schema,
 
 json_schema_result compile_json_schema_text(std::string_view text,
                                             const json_schema_options& options) {
-  auto doc = nlohmann::ordered_json::parse(text, nullptr, false);
-  DI_CHECK(!doc.is_discarded(), "the JSON Schema is not valid JSON");
+  nlohmann::ordered_json doc;
+  try {
+    doc = nlohmann::ordered_json::parse(text);
+  } catch (const nlohmann::ordered_json::parse_error& e) {
+    // "parse error at line L, column C: ..." without the library's "[json.exception...]" tag
+    const std::string what = e.what();
+    const auto tag_end = what.find("] ");
+    DI_FAIL("the JSON Schema is not valid JSON: {}",
+            tag_end == std::string::npos ? what : what.substr(tag_end + 2));
+  }
   return compile_json_schema(doc, options);
 }
 
