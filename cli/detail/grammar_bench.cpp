@@ -139,7 +139,11 @@ void run_grammar_bench(const grammar_bench_options& o) {
     auto row = nlohmann::ordered_json::parse(line, nullptr, false);
     DI_CHECK(!row.is_discarded() && row.is_object() && row.contains("schema"),
              "--schemas {} line {}: expected an object with \"schema\"", o.schemas, n);
-    bench_schema(row, o, tok, vocab, shared, st, out.get());
+    try {
+      bench_schema(row, o, tok, vocab, shared, st, out.get());
+    } catch (const nlohmann::json::exception& e) {  // a row of the wrong shape ("tests": "x")
+      DI_FAIL("--schemas {} line {}: {}", o.schemas, n, e.what());
+    }
   }
   summary c = summarize(st.compile_us), m = summarize(st.mask_us);
   if (o.json) {
