@@ -111,6 +111,8 @@ void apply_line(const json& j, di::actors::submit_request& r) {
     else if (key == "prompt_logprobs")
       p.prompt_logprobs = integer_field<int>(v, key, 0);
     else if (key == "skip_special_tokens") p.skip_special_tokens = v.get<bool>();
+    else if (key == "include_stop_str_in_output")
+      p.include_stop_str_in_output = v.get<bool>();
     else DI_FAIL("unknown field '{}'", key);
   }
   DI_CHECK(j.contains("prompt") != j.contains("prompt_ids"),

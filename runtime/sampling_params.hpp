@@ -39,6 +39,7 @@ struct sampling_params {
   /// go on, and still ends the request once nothing may follow.
   bool ignore_eos = false;
   bool skip_special_tokens = true;           ///< drop special tokens from the detokenized text
+  bool include_stop_str_in_output = false;   ///< keep the matched stop string (vLLM's option)
   /// Structured output: the grammar the text must match, in the inline syntax of
   /// runtime/grammar/response_format.hpp ("json_schema:<schema JSON>", "json_object",
   /// "regex:<pattern>", "ebnf:<grammar>"); empty = free text. The runner masks every step to

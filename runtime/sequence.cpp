@@ -15,6 +15,7 @@ stop_config make_stop_config(const sampling_params& params, const sequence_limit
   c.stop_token_ids = limits.stop_token_ids;
   c.max_tokens = limits.max_new_tokens;
   c.min_tokens = params.min_tokens;
+  c.include_stop_string = params.include_stop_str_in_output;
   return c;
 }
 

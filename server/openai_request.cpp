@@ -194,6 +194,7 @@ void read_common(const field_reader& f, generation_request& r, const server_sett
   p.ignore_eos = f.boolean("ignore_eos").value_or(false);
   p.min_tokens = int(f.integer("min_tokens", 0, max_token_budget).value_or(0));
   p.skip_special_tokens = f.boolean("skip_special_tokens").value_or(true);
+  p.include_stop_str_in_output = f.boolean("include_stop_str_in_output").value_or(false);
   r.user = f.string("user").value_or("");
   r.return_token_ids = f.boolean("return_token_ids").value_or(false);
   read_stop(f, p, limits);
@@ -307,6 +308,12 @@ generation_request parse_chat_request(const json& body, const server_settings& l
       bad_param("chat_template_kwargs", "'chat_template_kwargs' must be an object");
     r.chat_kwargs = *kw;
   }
+  // Tools reach the chat template; the model's answer is text. A tool_choice that demands a
+  // call cannot be honoured, so it is refused rather than ignored.
+  if (const json* choice = f.find("tool_choice");
+      choice != nullptr && !(choice->is_string() && (*choice == "auto" || *choice == "none")))
+    bad_param("tool_choice",
+              "only tool_choice 'auto' and 'none' are supported (tool calls are not parsed)");
   if (const json* tools = f.find("tools")) {
     if (!tools->is_array()) bad_param("tools", "'tools' must be a list");
     r.tools = *tools;

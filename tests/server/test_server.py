@@ -184,6 +184,10 @@ def stop_strings_and_ids(srv, c):
                              extra_body={"ignore_eos": True})
     assert r.choices[0].finish_reason == "stop" and stop not in r.choices[0].text
     assert text.startswith(r.choices[0].text)
+    # vLLM's include_stop_str_in_output keeps the matched string (it was ignored)
+    kept = c.completions.create(model="tiny", prompt="A B C", max_tokens=16, temperature=0, stop=[stop],
+                                extra_body={"ignore_eos": True, "include_stop_str_in_output": True})
+    assert kept.choices[0].text == r.choices[0].text + stop, (kept.choices[0].text, r.choices[0].text, stop)
     assert r.model_extra is not None
     r2 = c.completions.create(model="tiny", prompt="A B C", max_tokens=16, temperature=0,
                               extra_body={"stop_token_ids": [ids[3]], "ignore_eos": True, "return_token_ids": True})
@@ -265,6 +269,14 @@ def errors_400(srv, c):
     expect_status(mk(top_p=0), 400, "top_p")
     expect_status(mk(n=17), 400, "n")
     expect_status(mk(logprobs=21), 400, "logprobs")
+    chat = lambda **kw: lambda: c.chat.completions.create(  # noqa: E731
+        model="tiny", messages=[{"role": "user", "content": "x"}], max_tokens=2, **kw)
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    # tool calls are not parsed: a tool_choice that demands one is refused, not ignored
+    expect_status(chat(tools=[tool], tool_choice="required"), 400, "tool_choice")
+    expect_status(chat(tools=[tool], tool_choice={"type": "function", "function": {"name": "f"}}), 400,
+                  "tool_choice")
+    assert chat(tools=[tool], tool_choice="auto")().choices[0].finish_reason in ("stop", "length")
     expect_status(mk(stop=["s"] * 17), 400, "stop")
     expect_status(mk(stop=["x" * 300]), 400, "stop")
     expect_status(mk(extra_body={"max_tokens": 10 ** 9}), 400, "max_tokens")
