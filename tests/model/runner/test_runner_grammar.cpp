@@ -65,6 +65,15 @@ runtime::request grammar_request(std::uint64_t id, const std::string& spec) {
   return r;
 }
 
+/// Serves `rs` through one runner with structured output (8 running at once).
+served serve_formats(const grammar_setup& g, const std::vector<runtime::request>& rs) {
+  cpu_model_runner runner(g.model, {.kv_pool_tokens = 4096, .max_model_len = 256});
+  runner.enable_structured_output(g.vocab);
+  runtime::scheduler s = scheduler_for(runner, g.tokenizer, 8);
+  add_all(s, rs);
+  return serve(s, runner);
+}
+
 }  // namespace
 
 TEST_CASE("runner: sampled generations under a JSON schema all parse, validate and stop") {
@@ -96,14 +105,9 @@ TEST_CASE("runner: sampled generations under a JSON schema all parse, validate a
 
 TEST_CASE("runner: regex and EBNF formats end exactly when the grammar is complete") {
   grammar_setup g;
-  cpu_model_runner runner(g.model, {.kv_pool_tokens = 4096, .max_model_len = 256});
-  runner.enable_structured_output(g.vocab);
-  runtime::scheduler s = scheduler_for(runner, g.tokenizer, 8);
-  std::vector<runtime::request> rs = {grammar_request(1, "regex:[0-9]{3}-[a-z]{2}"),
-                                      grammar_request(2, "ebnf:root ::= \"yes\" | \"no\""),
-                                      grammar_request(3, "json_object+compact")};
-  add_all(s, rs);
-  served got = serve(s, runner);
+  served got = serve_formats(g, {grammar_request(1, "regex:[0-9]{3}-[a-z]{2}"),
+                                 grammar_request(2, "ebnf:root ::= \"yes\" | \"no\""),
+                                 grammar_request(3, "json_object+compact")});
   auto text_of = [&](std::uint64_t id) {
     const collected& c = got.out.at(id);
     REQUIRE_MESSAGE(c.error.empty(), c.error);
@@ -121,13 +125,8 @@ TEST_CASE("runner: regex and EBNF formats end exactly when the grammar is comple
 
 TEST_CASE("runner: a response_format that does not compile fails only its request") {
   grammar_setup g;
-  cpu_model_runner runner(g.model, {.kv_pool_tokens = 4096, .max_model_len = 256});
-  runner.enable_structured_output(g.vocab);
-  runtime::scheduler s = scheduler_for(runner, g.tokenizer, 8);
-  std::vector<runtime::request> rs = {grammar_request(1, "regex:(unclosed"),
-                                      grammar_request(2, "regex:ok")};
-  add_all(s, rs);
-  served got = serve(s, runner);
+  served got =
+      serve_formats(g, {grammar_request(1, "regex:(unclosed"), grammar_request(2, "regex:ok")});
   CHECK(got.out.at(1).error.find("response_format") != std::string::npos);
   CHECK(got.out.at(2).error.empty());
   CHECK(g.tokenizer.decode(std::vector<std::int32_t>(got.out.at(2).tokens.begin(), got.out.at(2).tokens.end() - 1)) == "ok");
@@ -135,9 +134,6 @@ TEST_CASE("runner: a response_format that does not compile fails only its reques
 
 TEST_CASE("runner: a grammar that is done ends its request under ignore_eos and min_tokens") {
   grammar_setup g;
-  cpu_model_runner runner(g.model, {.kv_pool_tokens = 4096, .max_model_len = 256});
-  runner.enable_structured_output(g.vocab);
-  runtime::scheduler s = scheduler_for(runner, g.tokenizer, 8);
   std::vector<runtime::request> rs = {grammar_request(1, "regex:[0-9]{2}"),
                                       grammar_request(2, "regex:[0-9]{2}"),
                                       grammar_request(3, "regex:[0-9]+")};
@@ -145,8 +141,7 @@ TEST_CASE("runner: a grammar that is done ends its request under ignore_eos and 
   rs[1].params.min_tokens = 50;    // done long before min_tokens: it ends there
   rs[2].params.ignore_eos = true;  // may always go on: digits up to max_tokens, no EOS
   rs[2].params.max_tokens = 12;
-  add_all(s, rs);
-  served got = serve(s, runner);
+  served got = serve_formats(g, rs);
   const std::int32_t eos = *g.tokenizer.eos_id();
   for (std::uint64_t id : {1, 2}) {
     const collected& c = got.out.at(id);
