@@ -55,11 +55,16 @@ runner_bundle make_step_runner(const cluster_config& config, const std::string& 
                 [&](int b) { return b > config.model.cuda_graph_max_batch; });
   if (options.graph_batch_sizes.empty()) options.cuda_graphs = false;
   std::shared_ptr<deepseek_model> model = deepseek_model::load(config.model.path, options);
-  if (!model->config().engram.layer_ids.empty())
-    attach_engram_hasher(*model, tok::tokenizer::from_dir(config.model.path));
+  const std::optional<tok::tokenizer> tk = runner_tokenizer(config);
+  if (!model->config().engram.layer_ids.empty())  // hashed with the checkpoint's own tokenizer
+  {
+    if (tk && config.tokenizer_dir() == config.model.path)
+      attach_engram_hasher(*model, *tk);
+    else
+      attach_engram_hasher(*model, tok::tokenizer::from_dir(config.model.path));
+  }
   if (cuda)  // the same runner over a model whose weights, slots and blocks live on the GPU
     model->to_device(dev);
-  const std::optional<tok::tokenizer> tk = runner_tokenizer(config);
   if (tk) c.num_token_ids = sampleable_ids(*tk, model->config().vocab_size);
   auto r = std::make_unique<cpu_model_runner>(std::move(model), c);
   if (tk)

@@ -61,21 +61,17 @@ void mapped_file::release() noexcept {
 }
 
 std::ifstream open_input_file(const std::string& path, const std::string& what) {
+  const std::string name = what.empty() ? path : what + ": " + path;
   struct stat st {};
-  DI_CHECK(::stat(path.c_str(), &st) == 0, "{}: {}: cannot open: {}", what, path,
-           std::strerror(errno));
-  DI_CHECK(!S_ISDIR(st.st_mode), "{}: {}: is a directory, not a file", what, path);
+  DI_CHECK(::stat(path.c_str(), &st) == 0, "{}: cannot open: {}", name, std::strerror(errno));
+  DI_CHECK(!S_ISDIR(st.st_mode), "{}: is a directory, not a file", name);
   std::ifstream in(path, std::ios::binary);
-  DI_CHECK(in.good(), "{}: {}: cannot open: {}", what, path, std::strerror(errno));
+  DI_CHECK(in.good(), "{}: cannot open: {}", name, std::strerror(errno));
   return in;
 }
 
 std::string read_text_file(const std::string& path) {
-  struct stat st {};
-  DI_CHECK(::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode), "{}: is a directory, not a file",
-           path);
-  std::ifstream in(path, std::ios::binary);
-  DI_CHECK(in.good(), "{}: cannot open: {}", path, std::strerror(errno));
+  std::ifstream in = open_input_file(path, "");
   std::ostringstream ss;
   ss << in.rdbuf();
   DI_CHECK(!in.bad(), "{}: read error", path);

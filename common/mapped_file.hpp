@@ -39,7 +39,7 @@ class mapped_file {
 std::string read_text_file(const std::string& path);
 
 /// Opens `path` for reading; a missing file, a directory (which opens, and reads as empty) or
-/// an unreadable one is a di::error "<what>: <path>: <why>".
+/// an unreadable one is a di::error "<what>: <path>: <why>" ("<path>: <why>" without `what`).
 std::ifstream open_input_file(const std::string& path, const std::string& what);
 
 }  // namespace di
