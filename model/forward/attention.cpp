@@ -109,7 +109,7 @@ const tensor& inv_freq_of(const forward_pass& pass, int layer) {
 }  // namespace
 
 attention_inputs attention_project(const forward_pass& pass, int layer,
-                                   const ops::quantized_rows& x) {
+                                   const ops::quantized_rows& x, const attention_extras& extras) {
   const model_config& c = pass.config;
   const attention_weights& w = pass.weights.layers[std::size_t(layer)].attn;
   const std::int64_t rows = x.x.size(0), heads = c.num_heads, hd = c.head_dim;
@@ -122,8 +122,10 @@ attention_inputs attention_project(const forward_pass& pass, int layer,
   // V4 its non-rope part), one op: one launch on CUDA -- on a side branch beside the queries.
   const cache_row_format& f = pass.layout.window_format;
   auto kv_rows = [&] {
-    return ops::norm_rope_quant(kv_a, w.kv_norm, eps, pass.positions, inv_freq, f.block,
-                                f.quant_dims);
+    tensor kv =
+        ops::norm_rope_quant(kv_a, w.kv_norm, eps, pass.positions, inv_freq, f.block, f.quant_dims);
+    if (extras.beside) extras.beside();
+    return kv;
   };
   auto queries = [&] {
     // The norm hands wq_b its activation codes (on CUDA computed in the norm's kernel).
@@ -135,6 +137,7 @@ attention_inputs attention_project(const forward_pass& pass, int layer,
     if (!c.is_v41()) q = ops::rms_norm(q.view({rows * heads, hd}), tensor(), eps);
     in.q = q.view({rows, heads, hd});
     ops::rotary(in.q, pass.positions, inv_freq, false);
+    if (extras.after_queries) extras.after_queries(in.q_residual);
     return 0;
   };
   in.kv = beside(pass, kv_rows, queries).first;
@@ -159,12 +162,6 @@ tensor attention_output(const forward_pass& pass, int layer, tensor o) {
   ops::rotary(o, pass.positions, inv_freq_of(pass, layer), true);
   tensor grouped = ops::grouped_linear(o.view({rows, c.o_groups, heads * hd / c.o_groups}), w.wo_a);
   return pass.linear(grouped.view({rows, std::int64_t(c.o_groups) * c.o_lora_rank}), w.wo_b);
-}
-
-tensor attention_forward(forward_pass& pass, int layer, const tensor& x) {
-  const attention_inputs in = attention_project(pass, layer, {x});
-  const compressed_rows rows = compressed_project(pass, layer, x, in.q_residual);
-  return attention_output(pass, layer, attention_core(pass, layer, in, rows));
 }
 
 }  // namespace di::detail

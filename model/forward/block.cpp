@@ -34,22 +34,44 @@ compressed_rows compressed_rows_of(const std::vector<tensor>& t, std::size_t at)
   return {{t[at], t[at + 1]}, {t[at + 2], t[at + 3]}, {t[at + 4], t[at + 5]}, t[at + 6], t[at + 7]};
 }
 
-/// `with_rows`: compressed_project too (else a.rows stays empty).
+/// `with_rows`: compressed_project too (else a.rows stays empty). The site's latency-bound
+/// launches run on two branches (site_branches()): beside the queries and the index queries,
+/// the new window rows, the compressed branch's projections of the normed input and, on V4.1
+/// (whose input collapses with the last site's pre), this site's mix.
 attention_site attention_site_forward(const forward_pass& pass, int layer, const tensor& x,
                                       const tensor& pre_mix, bool with_rows = true) {
   const model_config& c = pass.config;
   const layer_weights& w = pass.weights.layers[std::size_t(layer)];
+  const bool v41 = c.is_v41();
   attention_site a;
   auto mixes = [&] {
     return ops::hc_mixes(x, w.hc_attn.fn, w.hc_attn.scale, w.hc_attn.base, hc_params_of(c));
   };
-  auto project = [&](const tensor& attn_pre) {  // [rows, hc]
+  auto collapse = [&](const tensor& attn_pre) {  // [rows, hc]
     a.h = ops::hc_collapse_norm_quantized(x, attn_pre, w.attn_norm, float(c.rms_norm_eps),
                                           pass.act(w.attn.wq_a).act_quant_block);
+  };
+  if (site_branches()) {
+    if (!v41) a.mix = mixes();
+    collapse(v41 ? pre_mix : a.mix.pre);
+    attention_extras extras;
+    extras.beside = [&] {
+      if (v41) a.mix = mixes();
+      if (with_rows) compressed_project_rows(pass, layer, a.h.x, a.rows);
+    };
+    if (with_rows)
+      extras.after_queries = [&](const tensor& q_residual) {
+        compressed_project_queries(pass, layer, q_residual, a.rows);
+      };
+    a.in = attention_project(pass, layer, a.h, extras);
+    return a;
+  }
+  auto project = [&](const tensor& attn_pre) {
+    collapse(attn_pre);
     a.in = attention_project(pass, layer, a.h);
     return 0;
   };
-  if (c.is_v41()) {  // the input collapses with the last site's pre: the mix on a side branch
+  if (v41) {  // the mix on a side branch beside the collapse and the projections
     a.mix = beside(pass, mixes, [&] { return project(pre_mix); }).first;
   } else {
     a.mix = mixes();

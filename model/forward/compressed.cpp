@@ -135,23 +135,30 @@ void feed_v4_layer(const forward_pass& pass, int layer, sequence_pass& s,
 }
 
 /// Index queries of every row of the call [rows, heads, index_head_dim] (rotated, V4
-/// Hadamard, FP4) and their head weights [rows, heads].
-index_query make_index_query(const forward_pass& pass, int layer, const tensor& x,
-                             const tensor& q_residual) {
+/// Hadamard, FP4), from the query latent q_residual [rows, q_lora_rank].
+tensor index_queries(const forward_pass& pass, int layer, const tensor& q_residual) {
   const model_config& c = pass.config;
   const indexer_weights& iw = pass.weights.layers[std::size_t(layer)].indexer;
-  const std::int64_t rows = x.size(0), heads = c.index_n_heads, dim = c.index_head_dim;
+  const std::int64_t rows = q_residual.size(0), heads = c.index_n_heads, dim = c.index_head_dim;
   tensor q = pass.linear(q_residual, iw.wq_b).view({rows, heads, dim});
   ops::rotary(q, pass.positions, pass.inv_freq_compress, false);
   tensor flat = q.view({rows * heads, dim});
   if (!c.is_v41()) ops::hadamard(flat);
   ops::fp4_fake_quant(flat, 32, ops::fp4_scale::ue8m0);
+  return q;
+}
+
+/// The index heads' weights of every row [rows, heads] (fp32), from the normed input x.
+tensor index_head_weights(const forward_pass& pass, int layer, const tensor& x) {
+  const model_config& c = pass.config;
+  const indexer_weights& iw = pass.weights.layers[std::size_t(layer)].indexer;
   tensor weights = ops::linear(x, iw.weights_proj);  // [rows, heads] fp32
   if (!pass.weights.index_scale_folded) {
-    const float scale = 1.0f / std::sqrt(float(dim)) * (1.0f / std::sqrt(float(heads)));
+    const float scale =
+        1.0f / std::sqrt(float(c.index_head_dim)) * (1.0f / std::sqrt(float(c.index_n_heads)));
     for (std::int64_t i = 0; i < weights.numel(); ++i) weights.data<float>()[i] *= scale;
   }
-  return {q, weights};
+  return weights;
 }
 
 tensor visible_counts(const forward_pass& pass, const sequence_pass& s, int ratio) {
@@ -228,11 +235,14 @@ tensor all_visible(const forward_pass& pass, const sequence_pass& s, int ratio,
 
 }  // namespace
 
-compressed_rows compressed_project(const forward_pass& pass, int layer, const tensor& x,
-                                   const tensor& q_residual) {
+bool runs_indexer(const model_config& c, int layer) {
+  return c.is_v41() ? c.is_index_source(layer) : c.has_indexer(layer);
+}
+
+void compressed_project_rows(const forward_pass& pass, int layer, const tensor& x,
+                             compressed_rows& out) {
   const model_config& c = pass.config;
-  compressed_rows out;
-  if (c.compress_ratio(layer) == 0) return out;
+  if (c.compress_ratio(layer) == 0) return;
   const layer_weights& w = pass.weights.layers[std::size_t(layer)];
   const bool v41 = c.is_v41();
   if (!v41 || c.is_kv_source(layer))
@@ -246,8 +256,21 @@ compressed_rows compressed_project(const forward_pass& pass, int layer, const te
   if (!v41 && c.has_indexer(layer))
     out.index = project_compressor(pass, x, w.indexer.compressor,
                                    pass.layout.compressor_of(layer, true));
-  if (v41 ? c.is_index_source(layer) : c.has_indexer(layer))
-    out.query = make_index_query(pass, layer, x, q_residual);
+  if (runs_indexer(c, layer)) out.query.weights = index_head_weights(pass, layer, x);
+}
+
+void compressed_project_queries(const forward_pass& pass, int layer, const tensor& q_residual,
+                                compressed_rows& out) {
+  const model_config& c = pass.config;
+  if (c.compress_ratio(layer) != 0 && runs_indexer(c, layer))
+    out.query.q = index_queries(pass, layer, q_residual);
+}
+
+compressed_rows compressed_project(const forward_pass& pass, int layer, const tensor& x,
+                                   const tensor& q_residual) {
+  compressed_rows out;
+  compressed_project_rows(pass, layer, x, out);
+  compressed_project_queries(pass, layer, q_residual, out);
   return out;
 }
 
@@ -267,7 +290,7 @@ void compressed_feed(forward_pass& pass, int layer, const compressed_rows& rows)
   const int source = v41 ? c.kv_source_of(layer) : layer;
   prefetch_stream(pass, pass.layout.stream_of(source, stream_kind::compressed_kv), r,
                   &sequence_pass::kv);
-  if (v41 ? c.is_index_source(layer) : c.has_indexer(layer))
+  if (runs_indexer(c, layer))
     prefetch_stream(pass, pass.layout.stream_of(source, stream_kind::index_keys), r,
                     &sequence_pass::keys);
 }

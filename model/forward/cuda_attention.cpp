@@ -14,6 +14,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstring>
 #include <optional>
 #endif
@@ -77,6 +78,18 @@ void side_branch::join() {
   if (!impl_) return;
   impl_->scope.reset();
   impl_->fork.join();
+}
+
+namespace {
+std::atomic<bool> g_site_branches{cuda::detail::env_switch("DEEPINFER_SITE_BRANCHES", true)};
+}
+
+bool site_branches() {
+  return g_site_branches;
+}
+
+void set_site_branches(bool on) {
+  g_site_branches = on;
 }
 
 void reset_uploads() {
@@ -166,6 +179,10 @@ side_branch::side_branch(const forward_pass&) {}
 side_branch::~side_branch() = default;
 void side_branch::end() {}
 void side_branch::join() {}
+bool site_branches() {
+  return true;
+}
+void set_site_branches(bool) {}
 
 void reset_uploads() {}
 

@@ -99,7 +99,7 @@ struct decode_graphs::impl {
 const bool g_bind_outputs = cuda::detail::env_switch("DEEPINFER_GRAPH_BIND", true);
 const bool g_capture_compressed = cuda::detail::env_switch("DEEPINFER_GRAPH_COMPRESSED", true);
 const bool g_slots = cuda::detail::env_switch("DEEPINFER_GRAPH_SLOTS", true);
-std::atomic<bool> g_capture_start{cuda::detail::env_switch("DEEPINFER_GRAPH_START", false)};
+std::atomic<bool> g_capture_start{cuda::detail::env_switch("DEEPINFER_GRAPH_START", true)};
 
 tensor decode_graphs::impl::output_holding(const tensor& in, std::int64_t padded) const {
   if (!g_bind_outputs || in.raw() == nullptr) return {};

@@ -35,9 +35,10 @@ bool graphs_capture_compressed();
 bool graphs_use_slots();
 /// Whether a step's start -- the embedding expanded to the hc streams, the one-hot initial mix
 /// and, when layer 0 is an Engram layer, its Engram -- is one captured piece (layer -1) instead
-/// of eager launches (run.cpp's graphed_start). Off unless DEEPINFER_GRAPH_START=1: written in
-/// session 37, when no GPU was lent, and not yet run on one. set_graphs_capture_start sets it
-/// for graphs captured afterwards (tests compare both ways).
+/// of eager launches (run.cpp's graphed_start). On by default (session 39 on the H200: the same
+/// bits, v41-flash-L4 b1 1.52-1.55 against 1.54-1.56 ms eager, v4-flash-L4 b1 1.29 / 1.29-1.32,
+/// b64 4.80-4.83 / 4.82-4.96); DEEPINFER_GRAPH_START=0 launches it eagerly.
+/// set_graphs_capture_start sets it for graphs captured afterwards (tests compare both ways).
 bool graphs_capture_start();
 void set_graphs_capture_start(bool on);
 

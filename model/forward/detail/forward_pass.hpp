@@ -126,18 +126,22 @@ forward_pass padded_pass(const forward_pass& pass);
 tensor block_forward(forward_pass& pass, int layer, const tensor& x, tensor& pre_mix,
                      engram_ahead* ahead = nullptr);
 
-/// The attention sub-block on normed inputs x [rows, dim] -> [rows, dim]: the three parts
-/// below in turn.
-tensor attention_forward(forward_pass& pass, int layer, const tensor& x);
-
 /// Queries and the new window rows of every batch row (fixed-shape: graph-capturable).
 struct attention_inputs {
   tensor q_residual;  // [rows, q_lora_rank]
   tensor q;           // [rows, H, hd] rotated
   tensor kv;          // [rows, hd] rotated, window-quantized
 };
+/// Work a caller adds to attention_project's branches: `beside` on the side branch after the
+/// new window rows (it may read x, not the queries), `after_queries` on the caller's stream
+/// after the queries, given their latent q_residual. Either may be empty.
+struct attention_extras {
+  std::function<void()> beside;
+  std::function<void(const tensor& q_residual)> after_queries;
+};
 attention_inputs attention_project(const forward_pass& pass, int layer,
-                                   const ops::quantized_rows& x);
+                                   const ops::quantized_rows& x,
+                                   const attention_extras& extras = {});
 struct compressed_rows;
 /// Per sequence: window + compressed entries, cache updates, attention -> [rows, H, hd].
 /// `rows`: compressed_project's work for the layer on the same rows (x = the normed input).
@@ -168,6 +172,15 @@ struct compressed_rows {
 };
 compressed_rows compressed_project(const forward_pass& pass, int layer, const tensor& x,
                                    const tensor& q_residual);
+/// compressed_project in two parts: what reads only the normed input x (the compressors'
+/// projections, V4.1's ratio-1 entries, the index heads' weights) and what reads the query
+/// latent (the index queries), so that they can run on different branches.
+void compressed_project_rows(const forward_pass& pass, int layer, const tensor& x,
+                             compressed_rows& out);
+void compressed_project_queries(const forward_pass& pass, int layer, const tensor& q_residual,
+                                compressed_rows& out);
+/// Whether layer runs an indexer (V4.1: its index source layers; V4: layers with one).
+bool runs_indexer(const model_config& c, int layer);
 
 /// V4.1 source entries: indexer keys derived from the pre-rope latent [n, head_dim] (index
 /// sources only) and the latent itself, both rotated to the entries' positions [n].
@@ -229,6 +242,14 @@ class side_branch {
   struct impl;
   std::unique_ptr<impl> impl_;
 };
+
+/// Whether an attention site runs the compressed branch's row-wise projections (and V4.1's
+/// mix) beside the queries (attention_site_forward): on by default; DEEPINFER_SITE_BRANCHES=0
+/// runs them as before session 39 (V4.1's mix beside the whole projection, the compressed
+/// projections after it). The same bits either way. set_site_branches (CUDA builds; tests
+/// compare both ways) applies to forward calls and graphs captured afterwards.
+bool site_branches();
+void set_site_branches(bool on);
 
 /// side() on a side branch, main() beside it, then the join: {side's result, main's result}.
 template <class Side, class Main>

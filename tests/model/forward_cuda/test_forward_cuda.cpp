@@ -14,6 +14,7 @@
 #include "kernels/cuda/stream.hpp"
 #include "kernels/ops.hpp"
 #include "model/forward/detail/decode_graphs.hpp"
+#include "model/forward/detail/forward_pass.hpp"
 #include "model/make_model/make_model.hpp"
 #include "model/runner/cpu_model_runner.hpp"
 #include "tests/model/forward/golden.hpp"
@@ -579,6 +580,14 @@ TEST_CASE("GPU forward: the step's start as a captured piece changes no bit") {
   // and off.)
   check_switch_changes_no_bit("the captured start", detail::set_graphs_capture_start,
                               detail::graphs_capture_start());
+}
+
+TEST_CASE("GPU forward: the attention site's two branches change no bit") {
+  // detail::site_branches (DEEPINFER_SITE_BRANCHES): the window rows, the compressed branch's
+  // projections of the normed input and V4.1's mix on the side branch beside the queries and
+  // the index queries, against the earlier arrangement -- the same kernels on the same inputs.
+  check_switch_changes_no_bit("the site's branches", detail::set_site_branches,
+                              detail::site_branches());
 }
 
 TEST_CASE("GPU forward: logits left on the device are the logits copied to the host") {
