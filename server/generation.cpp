@@ -7,6 +7,7 @@
 #include <boost/asio/post.hpp>
 
 #include <chrono>
+#include <optional>
 #include <random>
 
 namespace di::server {
@@ -31,6 +32,9 @@ struct choice_state {
   /// Streaming echo with logprobs: the first chunk (prompt text and prompt logprobs) waits for
   /// the first output token, when every prompt logprob has arrived.
   bool holds_echo = false;
+  /// Characters of the echoed prompt, counted once (echo_chars): every streamed chunk's
+  /// text_offsets start after them.
+  std::optional<std::size_t> echo_chars;
 };
 
 std::string random_id(const char* prefix) {
@@ -226,7 +230,7 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     session_->send("data: " + dump(chunk) + "\n\n");
   }
 
-  json logprobs_json(const choice_state& c, std::size_t first_token, std::size_t first_logprob,
+  json logprobs_json(choice_state& c, std::size_t first_token, std::size_t first_logprob,
                      bool with_prompt) {
     const tok::tokenizer& tok = *ctx_.model.tokenizer;
     if (req_.kind == api_kind::chat)
@@ -238,7 +242,7 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
   /// Completions logprobs of the output tokens from `first_token` (entries from
   /// `first_logprob`), after the prompt's tokens and their logprobs when `with_prompt` (echo).
   /// Offsets count characters of the returned text, which begins with the echoed prompt.
-  json completion_logprobs_of(const choice_state& c, bool with_prompt, std::size_t first_token,
+  json completion_logprobs_of(choice_state& c, bool with_prompt, std::size_t first_token,
                               std::size_t first_logprob) {
     const tok::tokenizer& tok = *ctx_.model.tokenizer;
     std::vector<std::int32_t> ids;
@@ -254,7 +258,7 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
                               : nullptr);
       }
     }
-    const std::size_t base = req_.echo ? count_chars(prompt_text(c)) : 0;
+    const std::size_t base = req_.echo ? echo_chars(c) : 0;
     for (std::size_t i = first_token; i < c.out.token_ids.size(); ++i) {
       ids.push_back(c.out.token_ids[i]);
       offsets.push_back(base + (i < c.token_offsets.size() ? c.token_offsets[i] : 0));
@@ -262,6 +266,11 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     for (std::size_t i = first_logprob; i < c.out.logprobs.size(); ++i)
       entries.push_back(&c.out.logprobs[i]);
     return completion_logprobs(tok, ids, entries, offsets);
+  }
+
+  std::size_t echo_chars(choice_state& c) const {
+    if (!c.echo_chars) c.echo_chars = count_chars(prompt_text(c));
+    return *c.echo_chars;
   }
 
   std::string prompt_text(const choice_state& c) const {
