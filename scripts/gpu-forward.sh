@@ -77,7 +77,7 @@ batches=${DEEPINFER_BENCH_BATCH:-1,8,32,64}
 for preset in "$@"; do
   dir=/tmp/models/$preset
   t0=$(date +%s%N)
-  "$di" make-model --preset "$preset" --out "$dir" --quiet || { echo "make-model $preset failed"; continue; }
+  "$di" make-model --preset "$preset" --out "$dir" --quiet --force || { echo "make-model $preset failed"; continue; }
   echo "make-model $preset: $(( ($(date +%s%N) - t0) / 1000000 )) ms, $(du -sh "$dir" | cut -f1)"
   "$di" bench decode --model "$dir" --device cuda --batch "$batches" --context "$ctx" --steps 8 \
     --cuda-graphs "${DEEPINFER_BENCH_GRAPHS:-both}" \
