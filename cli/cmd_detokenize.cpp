@@ -17,7 +17,8 @@ struct detokenize_args {
 };
 
 // The "ids" of one input line; di::error naming the line if it is not {"ids": [int, ...]}.
-std::vector<di::tok::token_id> ids_of_line(const std::string& line, std::size_t line_number) {
+std::vector<di::tok::token_id> ids_of_line(const std::string& line, std::size_t line_number,
+                                           std::size_t vocab_size) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(line);
@@ -29,10 +30,13 @@ std::vector<di::tok::token_id> ids_of_line(const std::string& line, std::size_t 
            j.dump().substr(0, 80));
   std::vector<di::tok::token_id> ids;
   for (const auto& v : j["ids"]) {
-    DI_CHECK(
-        v.is_number_integer() && v.get<std::int64_t>() >= 0 && v.get<std::int64_t>() <= INT32_MAX,
-        "stdin line {}: ids must be non-negative integers, got {}", line_number, v.dump());
-    ids.push_back(di::tok::token_id(v.get<std::int64_t>()));
+    DI_CHECK(v.is_number_integer() && (v.is_number_unsigned() || v.get<std::int64_t>() >= 0),
+             "stdin line {}: ids must be non-negative integers, got {}", line_number, v.dump());
+    // Past the vocabulary (also past any 64-bit id): the tokenizer's own wording.
+    const std::uint64_t id = v.get<std::uint64_t>();
+    DI_CHECK(id < vocab_size, "stdin line {}: token id {} is not in the vocabulary (size {})",
+             line_number, id, vocab_size);
+    ids.push_back(di::tok::token_id(id));
   }
   return ids;
 }
@@ -43,7 +47,7 @@ void run_detokenize(const detokenize_args& args) {
   std::string line;
   for (std::size_t line_number = 1; std::getline(std::cin, line); ++line_number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    auto ids = ids_of_line(line, line_number);
+    auto ids = ids_of_line(line, line_number, tok.vocab_size());
     std::string text;
     try {
       text = tok.decode(ids, options);

@@ -46,6 +46,13 @@ check("malformed tokenize message", b"stdin line 3" in r.stderr, r.stderr.decode
 check("malformed tokenize keeps earlier output", r.stdout.decode().count("\n") == 1, r.stdout.decode())
 r = run(["detokenize"], '{"ids": [5]}\n{"ids": [5, 99999999]}\n')
 check("bad id exit", r.returncode == 1 and b"stdin line 2" in r.stderr, r.stderr.decode())
+# Ids past 32 bits are out of the vocabulary, not "negative"; negative and fractional ones are.
+for line, want in (('{"ids": [4294967296]}', b"token id 4294967296 is not in the vocabulary"),
+                   ('{"ids": [18446744073709551615]}', b"is not in the vocabulary"),
+                   ('{"ids": [-1]}', b"ids must be non-negative integers, got -1"),
+                   ('{"ids": [2.5]}', b"ids must be non-negative integers, got 2.5")):
+    r = run(["detokenize"], line + "\n")
+    check(f"detokenize {line}", r.returncode == 1 and want in r.stderr, r.stderr.decode())
 
 for f in failures:
     print("FAIL", f)
