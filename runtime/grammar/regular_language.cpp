@@ -84,6 +84,13 @@ std::vector<std::uint8_t> byte_dfa::live_states() const {
   return live;
 }
 
+byte_dfa byte_dfa::none() {
+  byte_dfa d;
+  d.trans_.assign(256, 0);  // one state, not final, every byte back to it
+  d.final_.assign(1, 0);
+  return d;
+}
+
 bool byte_dfa::empty() const { return !live_states()[0]; }
 
 bool byte_dfa::accepts(std::string_view bytes) const {

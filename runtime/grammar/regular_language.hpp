@@ -18,6 +18,8 @@ class byte_dfa {
   /// The language of expression `e` of `g`; di::error if it uses recursion that is not
   /// regular or needs more than `max_states` states.
   static byte_dfa from_expr(const grammar& g, expr_id e, std::size_t max_states = 100'000);
+  /// The empty language (from_expr refuses an expression that matches nothing).
+  static byte_dfa none();
 
   byte_dfa intersect(const byte_dfa& other, std::size_t max_states = 100'000) const;
   /// Every byte string not in the language.

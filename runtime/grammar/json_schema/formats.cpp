@@ -11,8 +11,12 @@ namespace {
 // last two digits a multiple of 4 but not 00, or first two a multiple of 4 and then 00).
 constexpr const char* k_date =
     R"((?:[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29))";
+// RFC 3339 full-time. A leap second (second 60) falls at 23:59:60 UTC: accepted only as that
+// time with a zero offset (Z, +00:00, -00:00). A leap second given in another offset (e.g.
+// 15:59:60-08:00) is valid RFC 3339 but refused here: matching it would mean pairing every
+// local time with its offset -- a sound subset, never an invalid string.
 constexpr const char* k_time =
-    R"((?:[01][0-9]|2[0-3]):[0-5][0-9]:(?:[0-5][0-9]|60)(?:\.[0-9]+)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9]))";
+    R"((?:(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])|23:59:60(?:\.[0-9]+)?(?:[Zz]|[+-]00:00)))";
 constexpr const char* k_ipv4_octet = R"((?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9]))";
 constexpr const char* k_hostname_label = R"([A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)";
 constexpr const char* k_uri_chars = R"([A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%])";
@@ -33,7 +37,7 @@ const std::map<std::string, std::string, std::less<>>& table() {
   static const std::map<std::string, std::string, std::less<>> t = {
       {"date", k_date},
       {"time", k_time},
-      {"date-time", std::string(k_date) + "[Tt ]" + k_time},
+      {"date-time", std::string(k_date) + "[Tt]" + k_time},  // RFC 3339's ABNF: "T" (any case)
       {"duration",
        R"(P(?:[0-9]+W|(?:[0-9]+Y(?:[0-9]+M)?(?:[0-9]+D)?|[0-9]+M(?:[0-9]+D)?|[0-9]+D)(?:T(?:[0-9]+H(?:[0-9]+M)?(?:[0-9]+S)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S))?|T(?:[0-9]+H(?:[0-9]+M)?(?:[0-9]+S)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S)))"},
       {"email",
@@ -46,7 +50,8 @@ const std::map<std::string, std::string, std::less<>>& table() {
       {"uri-reference", std::string(k_uri_chars) + "*"},
       {"iri", R"([A-Za-z][A-Za-z0-9+.\-]*:[^\s<>"{}|\\^`]*)"},
       {"iri-reference", R"([^\s<>"{}|\\^`]*)"},
-      {"uri-template", R"((?:[^\s{}]|\{[+#./;?&=,!@|]?[A-Za-z0-9_%.]+(?::[1-9][0-9]{0,3}|\*)?(?:,[A-Za-z0-9_%.]+(?::[1-9][0-9]{0,3}|\*)?)*\})*)"},
+      {"uri-template",
+       R"((?:[^\s{}]|\{[+#./;?&=,!@|]?[A-Za-z0-9_%.]+(?::[1-9][0-9]{0,3}|\*)?(?:,[A-Za-z0-9_%.]+(?::[1-9][0-9]{0,3}|\*)?)*\})*)"},
       {"json-pointer", R"((?:/(?:[^/~]|~[01])*)*)"},
       {"relative-json-pointer", R"((?:0|[1-9][0-9]*)(?:#|(?:/(?:[^/~]|~[01])*)*))"},
   };

@@ -10,6 +10,7 @@
 #include "runtime/grammar/regular_language.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 namespace di::grammar::json_detail {
@@ -135,16 +136,17 @@ std::vector<key_kind> undeclared_keys(schema_compiler& c, const object_plan& p, 
   }
   if (p.property_names) {
     schema_node pn = c.normalize({{p.property_names, p.names_base}});
-    expr_id lang = scratch.nothing();
+    std::optional<expr_id> lang;  // none: no key at all (e.g. propertyNames: false)
     if (pn.enum_values) {
       std::vector<expr_id> alts;
       for (const auto& v : *pn.enum_values)
         if (v.is_string() && scalar_matches(c, v, pn)) alts.push_back(name_content(scratch, ws, v.get<std::string>()));
-      lang = scratch.choice(std::move(alts));
+      if (!alts.empty()) lang = scratch.choice(std::move(alts));
     } else if (!pn.never && (pn.types & t_string)) {
       lang = string_content(c, pn, scratch);
     }
-    base = base.intersect(byte_dfa::from_expr(scratch, lang, limit), limit);
+    base =
+        base.intersect(lang ? byte_dfa::from_expr(scratch, *lang, limit) : byte_dfa::none(), limit);
   }
   byte_dfa rest = base;
   std::vector<byte_dfa> pattern_langs;

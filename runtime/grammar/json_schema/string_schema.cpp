@@ -8,6 +8,7 @@
 #include "runtime/grammar/regex.hpp"
 #include "runtime/grammar/regular_language.hpp"
 
+#include <algorithm>
 #include <functional>
 
 namespace di::grammar::json_detail {
@@ -105,6 +106,10 @@ bool schema_compiler::regex_matches(const std::string& regex, bool search, std::
 }
 
 bool scalar_matches(schema_compiler& c, const json& v, const schema_node& n) {
+  if (n.never) return false;  // e.g. the schema `false`
+  if (n.enum_values &&
+      std::find(n.enum_values->begin(), n.enum_values->end(), v) == n.enum_values->end())
+    return false;
   if (v.is_null()) return n.types & t_null;
   if (v.is_boolean()) return n.types & t_boolean;
   if (v.is_object()) return n.types & t_object;

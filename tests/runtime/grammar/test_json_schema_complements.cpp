@@ -117,3 +117,37 @@ TEST_CASE("format date: February 29 only in leap years") {
   CHECK(accepts(*dt, "\"2024-02-29T12:00:00Z\""));
   CHECK(!accepts(*dt, "\"2023-02-29T12:00:00Z\""));
 }
+
+TEST_CASE("format date-time / time: RFC 3339's T separator and leap seconds at 23:59:60 UTC") {
+  auto dt = compile(R"({"type":"string","format":"date-time"})");
+  CHECK(accepts(*dt, "\"1998-12-31t23:59:60z\""));
+  CHECK(accepts(*dt, "\"1998-12-31T23:59:60.25+00:00\""));
+  CHECK(accepts(*dt, "\"1963-06-19T08:30:06.283185Z\""));
+  CHECK(!accepts(*dt, "\"1963-06-19 08:30:06Z\""));       // a space is not RFC 3339's separator
+  CHECK(!accepts(*dt, "\"1998-12-31T23:58:60Z\""));       // leap second on a wrong minute
+  CHECK(!accepts(*dt, "\"1998-12-31T22:59:60Z\""));       // on a wrong hour
+  CHECK(!accepts(*dt, "\"1998-12-31T23:59:60+01:00\""));  // 22:59:60 UTC
+  auto t = compile(R"({"type":"string","format":"time"})");
+  CHECK(accepts(*t, "\"23:59:60Z\""));
+  CHECK(accepts(*t, "\"08:30:06-05:30\""));
+  CHECK(!accepts(*t, "\"12:59:60Z\""));
+  CHECK(!accepts(*t, "\"08:30:06\""));  // an offset is required
+}
+
+TEST_CASE(
+    "propertyNames: false allows only the empty object; a propertyNames enum binds declared keys") {
+  auto none = compile(R"({"propertyNames":false})");
+  CHECK(accepts(*none, "{}"));
+  CHECK(accepts(*none, "1"));  // no type: anything that is not an object is valid
+  CHECK(!accepts(*none, R"({"a":1})"));
+  CHECK(!accepts(*none, R"({"":1})"));
+  auto declared = compile(R"({"type":"object","propertyNames":false,"properties":{"a":{}}})");
+  CHECK(accepts(*declared, "{}"));
+  CHECK(!accepts(*declared, R"({"a":1})"));
+  // A declared key outside the propertyNames enum may not be written.
+  auto listed = compile(
+      R"({"type":"object","propertyNames":{"enum":["a","b"]},"properties":{"a":{},"c":{}}})");
+  CHECK(accepts(*listed, R"({"a":1})"));
+  CHECK(accepts(*listed, R"({"b":1})"));
+  CHECK(!accepts(*listed, R"({"c":1})"));
+}
