@@ -36,6 +36,9 @@ json_whitespace parse_whitespace(const std::string& w) {
   DI_FAIL("--json-whitespace must be any, compact or pretty, got '{}'", w);
 }
 
+/// The grammar of the options; a grammar that matches no string at all compiles (every string
+/// is then refused, as the JSON Schema `false` must be), with a warning that generation, the
+/// HTTP server and --response-format refuse it.
 std::shared_ptr<const compiled_grammar> compile_for_check(const check_options& o) {
   int given = int(!o.json_schema.empty()) + int(!o.regex.empty()) + int(!o.ebnf.empty());
   DI_CHECK(given == 1, "give exactly one of --json-schema, --regex and --ebnf");
@@ -50,8 +53,16 @@ std::shared_ptr<const compiled_grammar> compile_for_check(const check_options& o
   f.schema.lenient = o.lenient;
   f.schema.whitespace = parse_whitespace(o.whitespace);
   compile_options co;
-  co.allow_empty_language = true;  // a schema like `false` compiles; every string is refused
-  return compile_response_format(f, co);
+  try {
+    return compile_response_format(f, co);
+  } catch (const di::error&) {
+    co.allow_empty_language = true;  // compiles only if the language was empty: say so
+    auto g = compile_response_format(f, co);
+    fmt::print(stderr,
+               "warning: the grammar matches no string at all: every string is refused here, "
+               "and generation refuses the grammar\n");
+    return g;
+  }
 }
 
 void run_check(const check_options& o) {

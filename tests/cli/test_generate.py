@@ -252,6 +252,23 @@ class GenerateTest(unittest.TestCase):
             self.assertEqual(len(errs), 1, f"{args}: {p.stderr}")
             self.assertIn(expect, errs[0], args)
 
+    def test_grammar_check_warns_of_an_empty_language(self):
+        # a grammar that matches nothing is checked (every string refused, as the schema
+        # `false` must be) with a warning that generation refuses it; it passed silently
+        gbnf = os.path.join(WORK, "empty.gbnf")
+        strings = os.path.join(WORK, "a.jsonl")
+        with open(gbnf, "w") as f:
+            f.write('root ::= "a" root\n')
+        with open(strings, "w") as f:
+            f.write('{"text": "a"}\n')
+        p = run("grammar", "check", "--ebnf", gbnf, "--strings", strings)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout.strip(), '{"accepted": false}')
+        self.assertIn("warning: the grammar matches no string at all", p.stderr)
+        p = run("grammar", "check", "--regex", "a", "--strings", strings)
+        self.assertEqual(p.stdout.strip(), '{"accepted": true}')
+        self.assertNotIn("warning", p.stderr)
+
     def test_directories_and_negative_sizes_are_refused(self):
         # a directory opens as a file and reads as empty: it was taken for an empty input
         for args in (["grammar", "check", "--regex", "a", "--strings", WORK], ["launch", WORK],
