@@ -30,6 +30,10 @@ std::int64_t checked_max_model_len(const deepseek_model& m, const cpu_runner_con
            c.kv_pool_tokens);
   DI_CHECK(c.num_snapshots >= 0, "runner: num_snapshots must be >= 0, got {}", c.num_snapshots);
   const std::int64_t context = m.config().max_position_embeddings;
+  DI_CHECK(c.max_model_len > 0 || c.kv_pool_tokens > 1,
+           "kv.pool_tokens must be at least 2 for the model runner (a prompt token and the one it "
+           "predicts), got {}",
+           c.kv_pool_tokens);
   std::int64_t len = c.max_model_len > 0 ? c.max_model_len : c.kv_pool_tokens;
   if (c.max_model_len <= 0 && context > 0) len = std::min(len, context);
   DI_CHECK(len > 1 && (context <= 0 || len <= context),

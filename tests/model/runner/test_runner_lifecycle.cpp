@@ -79,6 +79,13 @@ runtime::step_plan first_rows(const cpu_model_runner& runner, std::uint64_t id,
   return plan;
 }
 
+TEST_CASE("runner: a pool of one token is refused by the setting's name") {
+  // It was refused as "max_model_len 1 must be in [2, ...]", naming a setting nobody gave.
+  CHECK_THROWS_WITH_AS(cpu_model_runner(golden_v41(), {.kv_pool_tokens = 1}),
+                       doctest::Contains("kv.pool_tokens must be at least 2"), error);
+  CHECK_NOTHROW(cpu_model_runner(golden_v41(), {.kv_pool_tokens = 2}));
+}
+
 TEST_CASE("runner: a plan that breaks the protocol throws; a bad token fails its sequence only") {
   cpu_model_runner runner(golden_v41(), {.kv_pool_tokens = 1024, .num_snapshots = 2});
   CHECK(runner.info().device == "cpu");
