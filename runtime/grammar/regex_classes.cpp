@@ -249,7 +249,7 @@ codepoint_set regex_parser::parse_class() {
   return negated ? set.complement() : set;
 }
 
-codepoint_set regex_parser::parse_class_items(std::size_t depth) {
+codepoint_set regex_parser::parse_class_items(std::size_t depth, bool nested) {
   if (depth > options_.max_nesting) fail("character classes nested too deeply");
   codepoint_set acc;
   for (bool first = true;; first = false) {
@@ -268,9 +268,21 @@ codepoint_set regex_parser::parse_class_items(std::size_t depth) {
         continue;
       }
     }
-    if (p_.substr(pos_, 2) == "&&") {
+    // Rust syntax (unicode_classes): `&&` intersects, and its right operand may hold nested
+    // classes (`[\w&&[^_]]`). Elsewhere `[` inside a class is a literal, as Python's re and
+    // the xgrammar cases read it; ECMAScript (JSON Schema `pattern`, without the v flag) reads
+    // `&&` as literal characters too.
+    if (options_.unicode_classes && p_.substr(pos_, 2) == "&&") {
       pos_ += 2;
-      return acc.intersect(parse_class_items(depth + 1));
+      return acc.intersect(parse_class_items(depth + 1, true));
+    }
+    if (nested && p_[pos_] == '[') {
+      ++pos_;
+      const bool negated = eat('^');
+      codepoint_set inner = parse_class_items(depth + 1, true);
+      if (!eat(']')) fail("unterminated character class");
+      acc.add(negated ? inner.complement() : inner);
+      continue;
     }
     codepoint_set escaped;
     char32_t lo;

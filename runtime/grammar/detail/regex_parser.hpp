@@ -48,7 +48,8 @@ class regex_parser {
   bool parse_class_escape(codepoint_set& out);
   char32_t parse_escaped_char();
   codepoint_set parse_class();
-  codepoint_set parse_class_items(std::size_t depth);
+  /// `nested`: `[` opens a nested class (the right operand of `&&`), else it is a literal.
+  codepoint_set parse_class_items(std::size_t depth, bool nested = false);
   codepoint_set parse_property(bool negated);
   std::uint32_t parse_hex(std::size_t min_digits, std::size_t max_digits);
   expr_id class_expr(codepoint_set set) const;

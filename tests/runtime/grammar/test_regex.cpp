@@ -47,6 +47,32 @@ TEST_CASE("escapes and Unicode") {
                       "c"));  // a truncated character is not a character
 }
 
+TEST_CASE("class set operations: Rust's nested classes and &&, ECMAScript's literals") {
+  // Rust syntax: `&&` intersects, and its right operand may be a nested class. The nested class
+  // was read as literal characters, so `[\w&&[^_]]` matched only "_]". Elsewhere `[` inside a
+  // class stays a literal (Python's re, the xgrammar cases).
+  auto word_no_underscore = compile_re(R"([\w&&[^_]]+)");
+  CHECK(accepts(*word_no_underscore, "abc9"));
+  CHECK_FALSE(accepts(*word_no_underscore, "a_b"));
+  CHECK_FALSE(accepts(*word_no_underscore, "_]"));
+  auto literal_bracket = compile_re(R"([a[]+)");
+  CHECK(accepts(*literal_bracket, "a[a"));
+  auto both = compile_re(R"([\w&&[^_]&&[^0-9]])");  // \w minus '_' minus digits
+  CHECK(accepts(*both, "a"));
+  CHECK_FALSE(accepts(*both, "5"));
+  CHECK(accepts(*compile_re("[a-c&&b]"), "b"));
+  CHECK_FALSE(accepts(*compile_re("[a-c&&b]"), "a"));
+  CHECK_THROWS_AS(compile_re("[a&&[b]"), di::error);  // an unclosed nested class
+  // ECMAScript (JSON Schema `pattern`, no v flag): `&&` and `[` are literal class members.
+  auto ecma = compile_re("[a-c&&b]", {.unicode_classes = false});
+  CHECK(accepts(*ecma, "a"));
+  CHECK(accepts(*ecma, "&"));
+  auto ecma_nested = compile_re(R"([\w&&[^_]])", {.unicode_classes = false});
+  CHECK(accepts(*ecma_nested, "_]"));
+  CHECK(accepts(*ecma_nested, "[]"));
+  CHECK_FALSE(accepts(*ecma_nested, "a"));
+}
+
 TEST_CASE("case-insensitive flags scope to their group") {
   auto g = compile_re("(?i)ab(?-i:c)");
   CHECK(accepts(*g, "ABc"));
