@@ -58,8 +58,8 @@ void schema_compiler::unsupported(const std::string& keyword, const std::string&
   if (excerpt.size() > 160) excerpt = excerpt.substr(0, 157) + "...";
   if (!options_.lenient)
     DI_FAIL(
-        "JSON Schema keyword '{}' cannot be enforced: {} (in {}); compile in lenient mode to skip "
-        "it",
+        "JSON Schema keyword '{}' cannot be enforced: {} (in {}); a lenient compile skips it "
+        "(`+lenient` in --response-format, `grammar check --lenient`; not offered over HTTP)",
         keyword, why, excerpt);
   warn("skipped '" + keyword + "': " + why);
 }
@@ -107,9 +107,8 @@ expr_id schema_compiler::compile_node(const schema_node& n, int depth) {
   DI_CHECK(depth < k_max_depth, "JSON Schema: anyOf/oneOf/allOf nested more than {} levels",
            k_max_depth);
   DI_CHECK(++nodes_compiled_ <= k_max_nodes,
-           "JSON Schema too large: more than {} schema combinations to compile (anyOf/oneOf/not "
-           "distributed "
-           "over each other multiply)",
+           "JSON Schema too large: more than {} subschemas to compile (each property's value is "
+           "one; anyOf/oneOf/not distributed over each other multiply them)",
            k_max_nodes);
   DI_CHECK(g_.num_exprs() <= k_max_exprs,
            "JSON Schema too large: its grammar passes {} expressions", k_max_exprs);
