@@ -239,7 +239,7 @@ selected_entries select_entries(const forward_pass& pass, decode_batch& d, int l
   const int r = c.compress_ratio(layer);
   const bool v41 = c.is_v41();
   const int source = v41 ? c.kv_source_of(layer) : layer;
-  const bool indexes = runs_indexer(c, layer);
+  const bool indexes = c.has_indexer(layer);
   const std::int64_t n = max_entries(d, r);
   if (n == 0) {
     if (v41 && indexes) d.topk = tensor::empty({batch_size(d), 0}, dtype::i32, pass.dev());

@@ -235,10 +235,6 @@ tensor all_visible(const forward_pass& pass, const sequence_pass& s, int ratio,
 
 }  // namespace
 
-bool runs_indexer(const model_config& c, int layer) {
-  return c.is_v41() ? c.is_index_source(layer) : c.has_indexer(layer);
-}
-
 void compressed_project_rows(const forward_pass& pass, int layer, const tensor& x,
                              compressed_rows& out) {
   const model_config& c = pass.config;
@@ -256,14 +252,13 @@ void compressed_project_rows(const forward_pass& pass, int layer, const tensor& 
   if (!v41 && c.has_indexer(layer))
     out.index = project_compressor(pass, x, w.indexer.compressor,
                                    pass.layout.compressor_of(layer, true));
-  if (runs_indexer(c, layer)) out.query.weights = index_head_weights(pass, layer, x);
+  if (c.has_indexer(layer)) out.query.weights = index_head_weights(pass, layer, x);
 }
 
 void compressed_project_queries(const forward_pass& pass, int layer, const tensor& q_residual,
                                 compressed_rows& out) {
   const model_config& c = pass.config;
-  if (c.compress_ratio(layer) != 0 && runs_indexer(c, layer))
-    out.query.q = index_queries(pass, layer, q_residual);
+  if (c.has_indexer(layer)) out.query.q = index_queries(pass, layer, q_residual);
 }
 
 compressed_rows compressed_project(const forward_pass& pass, int layer, const tensor& x,
@@ -290,7 +285,7 @@ void compressed_feed(forward_pass& pass, int layer, const compressed_rows& rows)
   const int source = v41 ? c.kv_source_of(layer) : layer;
   prefetch_stream(pass, pass.layout.stream_of(source, stream_kind::compressed_kv), r,
                   &sequence_pass::kv);
-  if (runs_indexer(c, layer))
+  if (c.has_indexer(layer))
     prefetch_stream(pass, pass.layout.stream_of(source, stream_kind::index_keys), r,
                     &sequence_pass::keys);
 }

@@ -179,8 +179,6 @@ void compressed_project_rows(const forward_pass& pass, int layer, const tensor& 
                              compressed_rows& out);
 void compressed_project_queries(const forward_pass& pass, int layer, const tensor& q_residual,
                                 compressed_rows& out);
-/// Whether layer runs an indexer (V4.1: its index source layers; V4: layers with one).
-bool runs_indexer(const model_config& c, int layer);
 
 /// V4.1 source entries: indexer keys derived from the pre-rope latent [n, head_dim] (index
 /// sources only) and the latent itself, both rotated to the entries' positions [n].
