@@ -86,9 +86,15 @@ std::optional<admission_result> scheduler::invalid_reason(const request& r) cons
 
 std::optional<admission_result> scheduler::limit_reason(std::int64_t prompt) const {
   using enum admission_status;
-  if (int(waiting_.size()) >= config_.max_num_queued)
+  // Only the waiting requests beyond the batch's free slots count: those within them start at
+  // the next step, so a burst that arrives between two steps is not refused while slots are
+  // free (the queue may then briefly hold max_num_queued + the free slots).
+  const int free_slots = std::max(0, config_.max_num_running - int(running_.size()));
+  const int queued = std::max(0, int(waiting_.size()) - free_slots);
+  if (queued >= config_.max_num_queued)
     return admission_result{
-        queue_full, fmt::format("{} requests are already waiting (the limit)", waiting_.size())};
+        queue_full,
+        fmt::format("{} requests are already waiting for a batch slot (the limit)", queued)};
   if (num_queued_tokens() + prompt > config_.max_queued_tokens)
     return admission_result{queued_tokens_full,
                             fmt::format("waiting requests hold {} tokens; {} more exceed the "

@@ -16,8 +16,9 @@
 // Results must be applied in plan order. Only plans with sequences expect a result; a plan
 // with only `finished` / `preempted` ids must still reach the executors.
 //
-// Admission: add_request refuses at once, changing nothing, beyond max_num_queued waiting
-// requests or max_queued_tokens waiting tokens, or for a request beyond max_model_len (the
+// Admission: add_request refuses at once, changing nothing, beyond max_num_queued requests
+// waiting for a batch slot (waiting ones that the batch's free slots will take at the next step
+// do not count) or max_queued_tokens waiting tokens, or for a request beyond max_model_len (the
 // pools must hold one max_model_len request, checked at construction, so an accepted request
 // always fits alone); max_num_running bounds the batch (the rest wait).
 #pragma once
@@ -43,7 +44,7 @@ struct scheduler_config {
   std::int64_t max_num_batched_tokens = 8192;  ///< token budget of one step (all rows)
   std::int64_t max_prefill_chunk = 0;          ///< rows of one prefill chunk; 0 = the budget
   int max_num_running = 256;                   ///< sequences in the running batch
-  int max_num_queued = 4096;                   ///< requests waiting (add_request refuses beyond)
+  int max_num_queued = 4096;  ///< requests waiting beyond the free batch slots (refused beyond)
   std::int64_t max_queued_tokens = std::int64_t(1) << 24;  ///< tokens waiting (likewise)
   std::int64_t max_model_len = 0;           ///< prompt + output tokens of one request
   std::vector<std::int32_t> eos_token_ids;  ///< stop tokens of every request unless ignore_eos
@@ -58,7 +59,7 @@ enum class admission_status : std::uint8_t {
   invalid_request,     ///< empty prompt, bad stop parameters
   duplicate_id,        ///< a live request has this id
   too_long,            ///< the prompt leaves no room for output within max_model_len
-  queue_full,          ///< max_num_queued requests are waiting
+  queue_full,          ///< max_num_queued requests are waiting for a batch slot
   queued_tokens_full,  ///< the waiting requests hold max_queued_tokens tokens
 };
 std::string_view to_string(admission_status status);

@@ -390,7 +390,9 @@ class AdmissionTest(unittest.TestCase):
             figure("admission: served / refused of 10 with 2 running + 2 queued", f"{len(served)} / {len(refused)}")
             figure("admission: seconds to the first refusal", round(refusal_seconds, 3))
             self.assertEqual(len(served) + len(refused), 10)
-            self.assertGreaterEqual(len(refused), 5)
+            # 2 batch slots + 2 waiting for one, however the burst and the steps interleave
+            # (none finishes within 2 s): slots free at arrival do not count against the queue.
+            self.assertEqual(len(served), 4)
             self.assertIn("queue_full", refused[0]["error"])
             self.assertLess(refusal_seconds, 1.5)  # well before any request could finish (2 s)
         finally:

@@ -106,36 +106,68 @@ TEST_CASE("running decodes are scheduled before prefill chunks, even older ones"
 TEST_CASE("beyond the admission limits add_request refuses at once and changes nothing") {
   scheduler_config c = make_config({.max_model_len = 64});
   c.max_num_queued = 2;
-  c.max_queued_tokens = 25;
+  c.max_num_running = 1;
   scheduler s(c);
-  CHECK(s.add_request(make_request(1, prompt_tokens(1, 10), 4)).is_accepted());
-  CHECK(s.add_request(make_request(2, prompt_tokens(2, 10), 4)).is_accepted());
-  admission_result full = s.add_request(make_request(3, prompt_tokens(3, 1), 4));
+  CHECK(s.add_request(make_request(1, prompt_tokens(1, 5), 4)).is_accepted());
+  CHECK(s.add_request(make_request(2, prompt_tokens(2, 5), 4)).is_accepted());
+  CHECK(s.add_request(make_request(3, prompt_tokens(3, 1), 4)).is_accepted());
+  // Three wait; the one free batch slot takes one at the next step, so two wait for a slot.
+  admission_result full = s.add_request(make_request(4, prompt_tokens(4, 1), 4));
   CHECK(full.status == admission_status::queue_full);
-  CHECK(full.message == "2 requests are already waiting (the limit)");
+  CHECK(full.message == "2 requests are already waiting for a batch slot (the limit)");
+  CHECK(s.num_waiting() == 3);
+  CHECK_FALSE(s.status_of(4));
+  s.schedule();  // request 1 starts and fills the batch: the other two still wait for a slot
   CHECK(s.num_waiting() == 2);
-  CHECK_FALSE(s.status_of(3));
-  s.schedule();  // both start: the queue is empty again
-  CHECK(s.num_waiting() == 0);
-  CHECK(s.add_request(make_request(3, prompt_tokens(3, 20), 4)).is_accepted());
-  CHECK(s.add_request(make_request(4, prompt_tokens(4, 6), 4)).status ==
+  CHECK(s.add_request(make_request(4, prompt_tokens(4, 1), 4)).status ==
+        admission_status::queue_full);
+  CHECK(s.counters().num_refused == 2);
+
+  c.max_num_queued = 100;
+  c.max_queued_tokens = 25;
+  scheduler t(c);
+  CHECK(t.add_request(make_request(3, prompt_tokens(3, 20), 4)).is_accepted());
+  CHECK(t.add_request(make_request(4, prompt_tokens(4, 6), 4)).status ==
         admission_status::queued_tokens_full);
-  CHECK(s.add_request(make_request(4, prompt_tokens(4, 5), 4)).is_accepted());
-  CHECK(s.add_request(make_request(1, {1}, 4)).status == admission_status::duplicate_id);
-  CHECK(s.add_request(make_request(9, {}, 4)).status == admission_status::invalid_request);
-  CHECK(s.add_request(make_request(9, prompt_tokens(9, 64), 4)).status ==
+  CHECK(t.add_request(make_request(4, prompt_tokens(4, 5), 4)).is_accepted());
+  CHECK(t.add_request(make_request(3, {1}, 4)).status == admission_status::duplicate_id);
+  CHECK(t.add_request(make_request(9, {}, 4)).status == admission_status::invalid_request);
+  CHECK(t.add_request(make_request(9, prompt_tokens(9, 64), 4)).status ==
         admission_status::too_long);
   request bad_stop = make_request(9, {1}, 4);
   bad_stop.params.stop = {""};
-  admission_result r = s.add_request(bad_stop);
+  admission_result r = t.add_request(bad_stop);
   CHECK(r.status == admission_status::invalid_request);
   CHECK(r.message == "stop strings must not be empty");
   request zero = make_request(9, {1}, 4);
   zero.params.max_tokens = 0;
-  CHECK(s.add_request(zero).status == admission_status::invalid_request);
-  CHECK(s.counters().num_refused == 7);
+  CHECK(t.add_request(zero).status == admission_status::invalid_request);
+  CHECK(t.counters().num_refused == 6);
+  CHECK(t.num_waiting() == 2);
+  CHECK_FALSE(t.status_of(9));
+}
+
+TEST_CASE("a burst between two steps is not refused while batch slots are free") {
+  // Arrivals wait until the next step plans them; those the free slots will take do not count
+  // against max_num_queued, so an idle server takes a burst of max_num_running + max_num_queued.
+  scheduler_config c = make_config({});
+  c.max_num_running = 4;
+  c.max_num_queued = 2;
+  scheduler s(c);
+  for (std::uint64_t id = 1; id <= 6; ++id)
+    CHECK(s.add_request(make_request(id, prompt_tokens(id, 3), 4)).is_accepted());
+  CHECK(s.add_request(make_request(7, prompt_tokens(7, 3), 4)).status ==
+        admission_status::queue_full);
+  const step_plan p = s.schedule();
+  CHECK(p.sequences.size() == 4);
+  CHECK(s.num_running() == 4);
   CHECK(s.num_waiting() == 2);
-  CHECK_FALSE(s.status_of(9));
+  CHECK(s.add_request(make_request(7, prompt_tokens(7, 3), 4)).status ==
+        admission_status::queue_full);
+  CHECK(s.abort(1));  // a slot frees: one more may wait beyond the two
+  CHECK(s.add_request(make_request(7, prompt_tokens(7, 3), 4)).is_accepted());
+  CHECK(s.add_request(make_request(8, prompt_tokens(8, 3), 4)).status ==
+        admission_status::queue_full);
 }
 
 TEST_CASE("max_num_running bounds the batch; the rest wait their turn") {
