@@ -142,8 +142,7 @@ std::vector<schema_ref> schema_compiler::exclusive_alternatives(const std::vecto
     json all = json::array();
     for (std::size_t j = 0; j < n; ++j)
       all.push_back((t >> j) & 1 ? ref_marker(alts[j]) : not_marker(alts[j]));
-    synthetic_.push_back(json{{"allOf", std::move(all)}});
-    out.push_back({&synthetic_.back(), base});
+    out.push_back({intern(json{{"allOf", std::move(all)}}), base});
   }
   return out;
 }
@@ -221,8 +220,7 @@ schema_node schema_compiler::resolve_unevaluated(const schema_node& n) {
       json part = {{"additionalProperties", rest}};
       if (!names.empty()) part["properties"] = names;
       if (!patterns.empty()) part["patternProperties"] = patterns;
-      synthetic_.push_back(std::move(part));
-      out.object_parts.push_back({&synthetic_.back(), u.where.base});
+      out.object_parts.push_back({intern(std::move(part)), u.where.base});
     } else {
       std::size_t prefix = 0;
       json any = json::array({rest});
@@ -237,8 +235,7 @@ schema_node schema_compiler::resolve_unevaluated(const schema_node& n) {
       if (all || !(n.types & t_array)) continue;
       json part = {{"items", any.size() == 1 ? rest : json{{"anyOf", any}}}};
       if (prefix > 0) part["prefixItems"] = json(std::vector<json>(prefix, true));
-      synthetic_.push_back(std::move(part));
-      out.array_parts.push_back({&synthetic_.back(), u.where.base});
+      out.array_parts.push_back({intern(std::move(part)), u.where.base});
     }
   }
   return out;

@@ -121,6 +121,9 @@ class schema_compiler {
   /// Placeholders inside synthetic schemas: "$di_ref" absorbs a schema, "$di_not" its complement.
   json ref_marker(const schema_ref& s);
   json not_marker(const schema_ref& s);
+  /// A schema made up by rewriting, kept once per content: the same rewrite of the same schema
+  /// (e.g. at each level of a recursive $ref) gives the same address, so memo_ finds it.
+  const json* intern(json schema);
   std::vector<schema_node> one_of_nodes(const schema_node& rest, const std::vector<schema_ref>& alts);
   bool one_of_disjoint(const std::vector<schema_node>& alts);
   void absorb_format(schema_node& n, const json& v);
@@ -135,6 +138,8 @@ class schema_compiler {
   json_schema_draft dialect_;
   bool draft7_ = false;  ///< draft 7 or older: `$ref` overrides its siblings
   std::deque<json> synthetic_;  // schemas made up by rewriting (stable addresses)
+  std::map<std::string, const json*> interned_;  // synthetic_ by content (intern)
+  std::map<std::pair<const json*, std::string>, std::size_t> marker_ids_;  // marked_ by schema
   schema_index index_;
   std::map<std::string, rule_id> memo_;
   static constexpr int k_max_nesting = 400;  ///< subschemas compiled inside one another (stack)

@@ -51,14 +51,30 @@ std::uint64_t count_of(const json& v) { return std::uint64_t(std::max(0.0, v.get
 
 }  // namespace
 
+namespace {
+std::size_t marker_id(std::vector<schema_ref>& marked,
+                      std::map<std::pair<const json*, std::string>, std::size_t>& ids,
+                      const schema_ref& s) {
+  auto [it, added] = ids.try_emplace({s.s, s.base}, marked.size());
+  if (added) marked.push_back(schema_ref(s));
+  return it->second;
+}
+}  // namespace
+
 json schema_compiler::ref_marker(const schema_ref& s) {
-  marked_.push_back(schema_ref(s));
-  return json{{"$di_ref", marked_.size() - 1}};
+  return json{{"$di_ref", marker_id(marked_, marker_ids_, s)}};
 }
 
 json schema_compiler::not_marker(const schema_ref& s) {
-  marked_.push_back(schema_ref(s));
-  return json{{"$di_not", marked_.size() - 1}};
+  return json{{"$di_not", marker_id(marked_, marker_ids_, s)}};
+}
+
+const json* schema_compiler::intern(json schema) {
+  std::string key = schema.dump();
+  if (auto it = interned_.find(key); it != interned_.end()) return it->second;
+  synthetic_.push_back(std::move(schema));
+  interned_.emplace(std::move(key), &synthetic_.back());
+  return &synthetic_.back();
 }
 
 const json* schema_compiler::negation(const schema_ref& s) {
@@ -75,7 +91,6 @@ const json* schema_compiler::negation(const schema_ref& s) {
     std::vector<const json*>& v;
     ~pop() { v.pop_back(); }
   } guard{negating_};
-  json result;
   if (s.s->is_object() && s.s->contains("$ref") && (draft7_ || s.s->size() == 1)) {
     DI_CHECK((*s.s)["$ref"].is_string(), "JSON Schema: $ref must be a string");
     auto target = index_.resolve(base, (*s.s)["$ref"].get<std::string>());
@@ -83,10 +98,9 @@ const json* schema_compiler::negation(const schema_ref& s) {
     negations_.emplace(key, r);
     return r;
   }
-  result = negate_object({s.s, base});
-  synthetic_.push_back(std::move(result));
-  negations_.emplace(key, &synthetic_.back());
-  return &synthetic_.back();
+  const json* r = intern(negate_object({s.s, base}));
+  negations_.emplace(key, r);
+  return r;
 }
 
 json schema_compiler::negate_object(const schema_ref& s) {

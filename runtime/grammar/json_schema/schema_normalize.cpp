@@ -152,16 +152,17 @@ void schema_compiler::absorb_dependencies(schema_node& n, const schema_ref& s, c
   // (exclusive: the schema applies only when the property is there, for unevaluated*)
   for (const auto& [name, dep] : v.items()) {
     schema_node::group grp{false, {}, s, true, n.open_scopes};
-    synthetic_.push_back(json{{"properties", json{{name, false}}}});
-    grp.alternatives.push_back({&synthetic_.back(), s.base});
+    grp.alternatives.push_back({intern(json{{"properties", json{{name, false}}}}), s.base});
+    json present;
     if (dep.is_array()) {
       json req = dep;
       req.push_back(name);
-      synthetic_.push_back(json{{"required", req}});
+      present = json{{"required", req}};
     } else {
-      synthetic_.push_back(json{{"required", json::array({name})}, {"allOf", json::array({ref_marker({&dep, s.base})})}});
+      present = json{{"required", json::array({name})},
+                     {"allOf", json::array({ref_marker({&dep, s.base})})}};
     }
-    grp.alternatives.push_back({&synthetic_.back(), s.base});
+    grp.alternatives.push_back({intern(std::move(present)), s.base});
     n.groups.push_back(std::move(grp));
   }
 }
@@ -284,10 +285,11 @@ void schema_compiler::absorb_if(schema_node& n, const schema_ref& s) {
   static const json k_true = true;
   const json& then_ = o.contains("then") ? o["then"] : k_true;
   const json& else_ = o.contains("else") ? o["else"] : k_true;
-  synthetic_.push_back(json{{"allOf", json::array({ref_marker({&o["if"], s.base}), ref_marker({&then_, s.base})})}});
-  const json* yes = &synthetic_.back();
-  synthetic_.push_back(json{{"allOf", json::array({not_marker({&o["if"], s.base}), ref_marker({&else_, s.base})})}});
-  n.groups.push_back({false, {{yes, s.base}, {&synthetic_.back(), s.base}}, s, true, n.open_scopes});
+  const json* yes = intern(
+      json{{"allOf", json::array({ref_marker({&o["if"], s.base}), ref_marker({&then_, s.base})})}});
+  const json* no = intern(
+      json{{"allOf", json::array({not_marker({&o["if"], s.base}), ref_marker({&else_, s.base})})}});
+  n.groups.push_back({false, {{yes, s.base}, {no, s.base}}, s, true, n.open_scopes});
 }
 
 }  // namespace di::grammar::json_detail

@@ -79,6 +79,28 @@ TEST_CASE("unevaluatedProperties sees the properties of matching anyOf alternati
   CHECK_FALSE(accepts(*g, R"({"a":1,"d":2})"));
 }
 
+TEST_CASE("unevaluated* inside a recursive $ref compiles (one rule per level, not an unrolling)") {
+  // The rewrite of unevaluatedProperties made a new synthetic schema at each level, so the
+  // compiler never met the same subschema twice and gave up "nested more than 400 levels".
+  auto o = compile(R"({"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},)"
+                   R"("next":{"$ref":"#/$defs/node"}},"unevaluatedProperties":false}},)"
+                   R"("$ref":"#/$defs/node"})");
+  CHECK(accepts(*o, R"({"v":1,"next":{"v":2,"next":{"next":{}}}})"));
+  CHECK_FALSE(accepts(*o, R"({"v":1,"next":{"v":2,"x":3}})"));
+  CHECK_FALSE(accepts(*o, R"({"next":{"next":{"next":{"q":1}}}})"));
+  auto a = compile(R"({"$defs":{"list":{"type":"array","prefixItems":[{"type":"integer"}],)"
+                   R"("items":{"$ref":"#/$defs/list"},"unevaluatedItems":false}},)"
+                   R"("$ref":"#/$defs/list"})");
+  CHECK(accepts(*a, "[1,[2,[3]]]"));
+  CHECK_FALSE(accepts(*a, R"([1,[2,["a"]]])"));
+  auto g = compile(
+      R"({"$defs":{"node":{"type":"object","properties":{"next":{"$ref":"#/$defs/node"}},)"
+      R"("anyOf":[{"properties":{"a":{"type":"integer"}}},{"properties":{"b":{"type":"string"}}}],)"
+      R"("unevaluatedProperties":false}},"$ref":"#/$defs/node"})");
+  CHECK(accepts(*g, R"({"next":{"next":{"b":"x"},"a":2},"a":1})"));
+  CHECK_FALSE(accepts(*g, R"({"next":{"c":2},"a":1})"));
+}
+
 TEST_CASE("maxContains and uniqueItems over finite sets") {
   auto c = compile(R"({"contains":{"const":1},"minContains":1,"maxContains":2})");
   CHECK(accepts(*c, "[1,2,1]"));
