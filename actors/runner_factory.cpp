@@ -45,6 +45,7 @@ runner_bundle make_step_runner(const cluster_config& config, const std::string& 
   DI_CHECK(config.model.runner == "cpu", "model.runner = '{}': expected cpu or toy",
            config.model.runner);
   const bool cuda = dev.kind == device_kind::cuda;
+  require_device(dev);  // before the model loads
   cpu_runner_config c{.kv_pool_tokens = config.kv.pool_tokens,
                       .num_snapshots = config.kv.num_snapshots,
                       .max_model_len = config.scheduler.max_model_len,

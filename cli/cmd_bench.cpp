@@ -403,6 +403,7 @@ void run_bench(const bench_options& o, bool decode) {
            "--cuda-graphs must be off, on or both, got '{}'", o.cuda_graphs);
   auto batches = parse_list(o.batches, "--batch");
   auto contexts = parse_list(o.contexts, "--context");
+  di::require_device(di::parse_device(o.device));  // before the model loads
   const double load_start = now_s();
   auto loaded = di::cli::load_model_for_generation(o.model, o.act_quant);
   const di::device dev = di::cli::place_model(*loaded.model, o.device, o.device_weights);

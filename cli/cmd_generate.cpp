@@ -131,6 +131,7 @@ void run_generate(generate_options& o) {
            o.sampling.max_tokens);
   DI_CHECK(o.json || (!o.sampling.logprobs && !o.sampling.prompt_logprobs),
            "--logprobs and --prompt-logprobs need --json (text output has no place for them)");
+  di::require_device(di::parse_device(o.device));  // before the model loads
   std::string dir = o.model.empty() ? default_model() : o.model;
   di::cli::loaded_model m = di::cli::load_model_for_generation(dir, o.act_quant == "on");
   di::cli::place_model(*m.model, o.device, o.device_weights);

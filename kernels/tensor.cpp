@@ -4,6 +4,7 @@
 #include "kernels/tensor.hpp"
 
 #if defined(DEEPINFER_HAVE_CUDA)
+#include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/device_memory.hpp"
 #endif
 
@@ -31,6 +32,31 @@ device parse_device(std::string_view name) {
   }
   DI_CHECK(index >= 0, "device '{}': expected cpu, cuda or cuda:N", name);
   return {device_kind::cuda, index};
+}
+
+void require_device(device d) {
+  if (d.kind == device_kind::cpu) return;
+#if defined(DEEPINFER_HAVE_CUDA)
+  std::string why;
+  const std::vector<cuda::device_info> devices = cuda::list_devices(&why);
+  DI_CHECK(!devices.empty(),
+           "device '{}': no usable CUDA device ({}); `deepinfer env` shows what the CUDA runtime "
+           "sees; --device cpu (a cluster file: devices = [\"cpu\"]) runs on the CPU",
+           to_string(d), why);
+  DI_CHECK(d.index < int(devices.size()),
+           "device '{}': {} CUDA device(s) visible (cuda:0..cuda:{})", to_string(d), devices.size(),
+           devices.size() - 1);
+  const cuda::device_info& g = devices[std::size_t(d.index)];
+  DI_CHECK(g.sm_major >= 9,
+           "device '{}' ({}) has compute capability {}.{}; the CUDA kernels are built for 9.0 "
+           "(Hopper: H100, H200)",
+           to_string(d), g.name, g.sm_major, g.sm_minor);
+#else
+  DI_FAIL(
+      "device '{}': this build has no CUDA backend (configure with nvcc present); --device "
+      "cpu (a cluster file: devices = [\"cpu\"]) runs on the CPU",
+      to_string(d));
+#endif
 }
 
 tensor_shape::tensor_shape(std::initializer_list<std::int64_t> dims)

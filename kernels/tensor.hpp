@@ -31,6 +31,10 @@ inline constexpr device cpu_device{};
 std::string to_string(device d);
 /// "cpu", "cuda" (device 0) or "cuda:N"; anything else is a di::error naming the text.
 device parse_device(std::string_view name);
+/// Throws a di::error saying why `d` cannot run the model here (a build without the CUDA
+/// backend, no usable CUDA device and the runtime's reason, an index past the visible devices,
+/// a GPU older than the kernels' sm_90a), before anything is loaded onto it; the CPU always can.
+void require_device(device d);
 
 /// Maximum rank of a tensor (tokens, heads, streams, ... never need more).
 inline constexpr int max_tensor_rank = 5;

@@ -24,6 +24,7 @@ device place_model(deepseek_model& model, const std::string& device_name,
   const device dev = parse_device(device_name);
   const auto format = parse_device_weight_format(weights);  // checked on the CPU too
   if (dev == cpu_device) return cpu_device;
+  require_device(dev);
   model.to_device(dev, format);
   return dev;
 }

@@ -183,6 +183,27 @@ class GenerateTest(unittest.TestCase):
         self.assertIn("--batch", error_lines(p)[0])
         p = run("bench", "decode", "--model", MODEL, "--device", "tpu")
         self.assertEqual(p.returncode, 1)
+        self.assertIn("expected cpu, cuda or cuda:N", error_lines(p)[0])
+
+    def test_unusable_cuda_device_is_a_clear_error(self):
+        # Checked before the model loads; the reason depends on the machine: a build without the
+        # backend, no usable device (CI: no GPU), or an index past the visible devices.
+        env = run("env").stdout
+        no_gpu = "cuda devices: none" in env or "cuda backend: built" not in env
+        for args in (("generate", "--prompt", "hi", "--max-tokens", "2"),
+                     ("bench", "decode", "--model", MODEL, "--steps", "1")):
+            devices = ["cuda", "cuda:0"] if no_gpu else []
+            for dev in devices + ["cuda:999"]:
+                p = run(*args, "--device", dev)
+                self.assertEqual(p.returncode, 1, p.stdout)
+                line = error_lines(p)[0]
+                self.assertIn(f"device '{'cuda:0' if dev == 'cuda' else dev}'", line)
+                if no_gpu:
+                    self.assertTrue("no usable CUDA device" in line or "no CUDA backend" in line, line)
+                    self.assertIn("--device cpu", line)
+                else:
+                    self.assertIn("CUDA device(s) visible", line)
+                self.assertNotIn("in cudaGetDevice", line)
         p = run("bench", "decode", "--model", MODEL, "--ordered-splits")  # a CUDA-only switch
         self.assertEqual(p.returncode, 1)
         self.assertIn("--ordered-splits needs --device cuda", error_lines(p)[0])
