@@ -64,10 +64,19 @@ void schema_compiler::unsupported(const std::string& keyword, const std::string&
   warn("skipped '" + keyword + "': " + why);
 }
 
-std::string schema_compiler::key_of(const conjunction& c) const {
+const json* schema_compiler::canonical(const json* s) {
+  if (auto it = canonical_.find(s); it != canonical_.end()) return it->second;
+  // Same text and same base give the same language: $refs resolve against the base, an $id
+  // inside is part of the text. (Markers of synthetic schemas are interned indices.)
+  const json* c = by_text_.try_emplace(s->dump(), s).first->second;
+  canonical_.emplace(s, c);
+  return c;
+}
+
+std::string schema_compiler::key_of(const conjunction& c) {
   std::string key;
   for (const auto& s : c)
-    key += std::to_string(reinterpret_cast<std::uintptr_t>(s.s)) + "@" + s.base + ";";
+    key += std::to_string(reinterpret_cast<std::uintptr_t>(canonical(s.s))) + "@" + s.base + ";";
   return key;
 }
 

@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace di::grammar::json_detail {
@@ -129,7 +130,10 @@ class schema_compiler {
   void absorb_format(schema_node& n, const json& v);
   void absorb_dependencies(schema_node& n, const schema_ref& s, const std::string& key, const json& v);
   void absorb_bound(schema_node& n, const json& schema, const std::string& key, const json& v);
-  std::string key_of(const conjunction& c) const;
+  std::string key_of(const conjunction& c);
+  /// The first subschema met with the same text as `s`: content-equal subschemas (e.g. the
+  /// same value schema under many properties) share memo_'s rule.
+  const json* canonical(const json* s);
 
   json_schema_options options_;
   grammar g_;
@@ -142,6 +146,8 @@ class schema_compiler {
   std::map<std::pair<const json*, std::string>, std::size_t> marker_ids_;  // marked_ by schema
   schema_index index_;
   std::map<std::string, rule_id> memo_;
+  std::unordered_map<const json*, const json*> canonical_;  // canonical(): by address
+  std::unordered_map<std::string, const json*> by_text_;    // canonical(): by text
   static constexpr int k_max_nesting = 400;  ///< subschemas compiled inside one another (stack)
   int nesting_ = 0;
   static constexpr std::size_t k_max_nodes = 1'000;  ///< compile_node calls (combinations)

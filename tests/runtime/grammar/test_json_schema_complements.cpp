@@ -101,6 +101,28 @@ TEST_CASE("unevaluated* inside a recursive $ref compiles (one rule per level, no
   CHECK_FALSE(accepts(*g, R"({"next":{"c":2},"a":1})"));
 }
 
+TEST_CASE("content-equal subschemas share one rule") {
+  // 300 properties with the same value schema: one value rule, not 300 (it was 533 rules and
+  // 384703 automaton states; compiling it for a request took 7.8 s of the step loop).
+  std::string props;
+  for (int i = 0; i < 300; ++i)
+    props += fmt::format(R"({}"p{}":{{"type":"string","maxLength":50}})", i ? "," : "", i);
+  auto g = compile(R"({"type":"object","properties":{)" + props + "}}");
+  CHECK(g->num_rules() < 40);
+  CHECK(accepts(*g, R"({"p0":"a","p150":"b","p299":""})"));
+  CHECK_FALSE(accepts(*g, R"({"p0":1})"));
+  CHECK_FALSE(accepts(*g, fmt::format(R"({{"p7":"{}"}})", std::string(51, 'x'))));
+  // The same text under different bases is not merged: each {"$ref":"#/$defs/x"} resolves
+  // against its own resource's $defs.
+  auto r = compile(R"({"type":"object","properties":{"a":{"$ref":"#/$defs/x"},)"
+                   R"("b":{"$id":"https://example.com/other","$defs":{"x":{"type":"integer"}},)"
+                   R"("properties":{"c":{"$ref":"#/$defs/x"}}}},)"
+                   R"("$defs":{"x":{"type":"string"}}})");
+  CHECK(accepts(*r, R"({"a":"s","b":{"c":1}})"));
+  CHECK_FALSE(accepts(*r, R"({"a":"s","b":{"c":"s"}})"));
+  CHECK_FALSE(accepts(*r, R"({"a":1})"));
+}
+
 TEST_CASE("maxContains and uniqueItems over finite sets") {
   auto c = compile(R"({"contains":{"const":1},"minContains":1,"maxContains":2})");
   CHECK(accepts(*c, "[1,2,1]"));
