@@ -11,6 +11,7 @@
 #include "cli/command.hpp"
 #include "common/error.hpp"
 #include "model/runner/cpu_model_runner.hpp"
+#include "runtime/grammar/response_format.hpp"
 #include "runtime/grammar/token_vocabulary.hpp"
 #include "server/http_server.hpp"
 
@@ -20,6 +21,7 @@
 
 #include <csignal>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 namespace {
@@ -110,19 +112,30 @@ di::actors::router_actor connect(caf::actor_system& sys, const di::cluster_confi
   }
 }
 
-/// In-process CPU runners that accept response_format: each gets the tokenizer's token
-/// vocabulary and one grammar cache shared by all of them.
+/// Structured output of in-process CPU runners: the tokenizer's token vocabulary and one
+/// grammar cache, shared by every runner and by the HTTP server, which compiles a request's
+/// grammar into it before submitting the request (server_context::prepare_grammar).
+struct shared_grammars {
+  std::shared_ptr<const di::grammar::token_vocabulary> vocab;
+  std::shared_ptr<di::grammar::grammar_cache> cache;
+};
+
+std::optional<shared_grammars> structured_output_of(const di::cluster_config& c,
+                                                    const di::actors::model_assets& a) {
+  if (c.model.runner != "cpu") return std::nullopt;
+  return shared_grammars{
+      di::grammar::token_vocabulary::from_tokenizer(*a.tokenizer, std::size_t(a.vocab_size)),
+      std::make_shared<di::grammar::grammar_cache>()};
+}
+
 std::function<di::actors::runner_bundle(int, int)> structured_output_runners(
-    const di::cluster_config& c, const di::actors::model_assets& a) {
-  if (c.model.runner != "cpu") return {};
-  auto vocab =
-      di::grammar::token_vocabulary::from_tokenizer(*a.tokenizer, std::size_t(a.vocab_size));
-  auto cache = std::make_shared<di::grammar::grammar_cache>();
-  return [c, vocab, cache](int g, int) {
+    const di::cluster_config& c, const std::optional<shared_grammars>& grammars) {
+  if (!grammars) return {};
+  return [c, grammars](int g, int) {
     di::actors::runner_bundle b =
         di::actors::make_step_runner(c, c.groups[std::size_t(g)].executor_devices.at(0));
     if (auto* r = dynamic_cast<di::cpu_model_runner*>(b.runner.get()))
-      r->enable_structured_output(vocab, cache);
+      r->enable_structured_output(grammars->vocab, grammars->cache);
     return b;
   };
 }
@@ -147,12 +160,14 @@ void run_serve(const serve_options& o) {
   caf::actor_system sys{cfg};
   std::unique_ptr<di::actors::local_cluster> cluster;
   di::actors::router_actor router;
+  std::optional<shared_grammars> grammars;
   if (o.model.empty() && !o.in_process) {
-    router = connect(sys, c.cluster);
+    router = connect(sys, c.cluster);  // its runners compile grammars where they run
   } else {
+    grammars = structured_output_of(c.cluster, assets);
     cluster = std::make_unique<di::actors::local_cluster>(
         sys, di::actors::local_cluster_params{c.cluster, assets,
-                                              structured_output_runners(c.cluster, assets)});
+                                              structured_output_runners(c.cluster, grammars)});
     router = caf::actor_cast<di::actors::router_actor>(cluster->router());
   }
   di::server::engine engine(sys, router);
@@ -160,6 +175,10 @@ void run_serve(const serve_options& o) {
   ctx->settings = c.server;
   ctx->cluster = &engine;
   ctx->model = served_model_of(c, assets);
+  if (grammars)
+    ctx->prepare_grammar = [g = *grammars](const std::string& spec) {
+      g.cache->get(di::grammar::parse_inline_response_format(spec), g.vocab);
+    };
   auto server = std::make_unique<di::server::http_server>(*ctx);
   server->start();
   std::fprintf(stdout, "ready: http://%s:%u\n", c.server.host.c_str(), unsigned(server->port()));

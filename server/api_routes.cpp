@@ -1,6 +1,8 @@
 // Routing, authentication and admission (see api_routes.hpp).
 #include "server/api_routes.hpp"
 
+#include "runtime/grammar/response_format.hpp"
+
 #include "server/generation.hpp"
 #include "server/openai_response.hpp"
 
@@ -116,6 +118,19 @@ void serve_generation(const session_ptr& s, api_kind kind) {
                                 ctx.model.name),
                     "model", "model_not_found");
   if (kind == api_kind::chat) render_chat(ctx.model, r);
+  if (!r.params.response_format.empty()) {
+    // Compiled once here: into the in-process runners' cache when there is one (the step loop
+    // then finds it), else only to refuse a bad schema, regex or grammar with a 400.
+    try {
+      if (ctx.prepare_grammar)
+        ctx.prepare_grammar(r.params.response_format);
+      else
+        grammar::compile_response_format(
+            grammar::parse_inline_response_format(r.params.response_format));
+    } catch (const std::exception& e) {
+      throw api_error(400, fmt::format("invalid response_format: {}", e.what()), "response_format");
+    }
+  }
   // An empty text prompt is what the tokenizer makes of "" (BOS alone), as OpenAI and vLLM
   // serve it; the cluster takes a text prompt only when it is non-empty.
   for (prompt_input& p : r.prompts)

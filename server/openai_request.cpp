@@ -4,7 +4,6 @@
 #include "server/openai_request.hpp"
 
 #include "model/chat_template/openai_messages.hpp"
-#include "runtime/grammar/response_format.hpp"
 #include "server/api_error.hpp"
 
 #include <fmt/format.h>
@@ -117,8 +116,8 @@ void read_stop(const field_reader& f, runtime::sampling_params& p, const server_
   }
 }
 
-/// response_format → the inline spec of sampling_params::response_format ("" for text);
-/// the grammar is compiled here so that a bad schema, regex or grammar is a 400.
+/// response_format → the inline spec of sampling_params::response_format ("" for text). The
+/// grammar is compiled later, once (api_routes.cpp: a bad schema, regex or grammar is a 400).
 std::string read_response_format(const field_reader& f) {
   const json* v = f.find("response_format");
   if (v == nullptr) return "";
@@ -146,11 +145,6 @@ std::string read_response_format(const field_reader& f) {
               fmt::format("unknown response_format type '{}' (text, json_object, "
                           "json_schema, regex, ebnf)",
                           type));
-  }
-  try {
-    grammar::compile_response_format(grammar::parse_inline_response_format(spec));
-  } catch (const std::exception& e) {
-    bad_param("response_format", fmt::format("invalid response_format: {}", e.what()));
   }
   return spec;
 }

@@ -9,6 +9,7 @@
 #include "server/server_config.hpp"
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -26,6 +27,11 @@ struct server_context {
   server_settings settings;
   engine* cluster = nullptr;
   served_model model;
+  /// Set when the model's runners live in this process: compiles a request's response_format
+  /// (the inline spec) into the grammar cache they share, on the HTTP thread, before the
+  /// request is submitted -- so the step loop finds it compiled instead of stalling every other
+  /// sequence for the compile. Throws di::error for a spec that does not compile.
+  std::function<void(const std::string& spec)> prepare_grammar;
   server_metrics metrics;
   std::atomic<std::int64_t> num_connections{0};
   std::atomic<std::int64_t> num_inflight{0};  ///< generation requests admitted by the server

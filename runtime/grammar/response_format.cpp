@@ -101,14 +101,24 @@ std::shared_ptr<const token_grammar> grammar_cache::get(
   std::shared_ptr<token_class_cache> classes;
   {
     std::lock_guard lock(mutex_);
-    if (auto it = entries_.find(key); it != entries_.end()) return it->second;
+    if (auto it = entries_.find(key); it != entries_.end()) {
+      recent_.splice(recent_.begin(), recent_, it->second.use);
+      return it->second.grammar;
+    }
     auto& c = classes_[v.get()];
     if (!c) c = std::make_shared<token_class_cache>();
     classes = c;
   }
   auto tg = token_grammar::create(compile_response_format(f), v, /*precompute=*/false, classes);
   std::lock_guard lock(mutex_);
-  return entries_.emplace(key, tg).first->second;
+  if (auto it = entries_.find(key); it != entries_.end()) return it->second.grammar;  // a race
+  recent_.push_front(key);
+  entries_.emplace(std::move(key), entry{tg, recent_.begin()});
+  while (entries_.size() > capacity_) {
+    entries_.erase(recent_.back());
+    recent_.pop_back();
+  }
+  return tg;
 }
 
 std::size_t grammar_cache::size() const {

@@ -7,6 +7,7 @@
 #include "runtime/grammar/json_schema.hpp"
 #include "runtime/grammar/token_grammar.hpp"
 
+#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -41,15 +42,24 @@ std::shared_ptr<const compiled_grammar> compile_response_format(const response_f
 /// Token grammars keyed by format and vocabulary; thread-safe; compiles outside the lock.
 /// Token classes are computed on first use and shared, per vocabulary, between grammars
 /// (token_class_cache).
+/// At most `capacity` grammars stay cached: a new one evicts the least recently used (its
+/// live matchers keep it until they end), so a server fed ever new schemas stays bounded.
 class grammar_cache {
  public:
+  explicit grammar_cache(std::size_t capacity = 256) : capacity_(capacity > 0 ? capacity : 1) {}
   std::shared_ptr<const token_grammar> get(const response_format& f,
                                            const std::shared_ptr<const token_vocabulary>& v);
   std::size_t size() const;
 
  private:
+  struct entry {
+    std::shared_ptr<const token_grammar> grammar;
+    std::list<std::string>::iterator use;  // its place in recent_
+  };
   mutable std::mutex mutex_;
-  std::unordered_map<std::string, std::shared_ptr<const token_grammar>> entries_;
+  std::size_t capacity_;
+  std::list<std::string> recent_;  // keys, most recently used first
+  std::unordered_map<std::string, entry> entries_;
   std::unordered_map<const token_vocabulary*, std::shared_ptr<token_class_cache>> classes_;
 };
 

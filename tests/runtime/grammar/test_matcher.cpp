@@ -4,6 +4,7 @@
 #include "common/error.hpp"
 #include "runtime/grammar/grammar_matcher.hpp"
 #include "runtime/grammar/json_schema.hpp"
+#include "runtime/grammar/response_format.hpp"
 #include "runtime/grammar/token_class_cache.hpp"
 #include "tests/runtime/grammar/conformance_util.hpp"
 #include "tests/runtime/grammar/grammar_test_util.hpp"
@@ -221,4 +222,29 @@ TEST_CASE("forced continuations stop where the grammar branches") {
   CHECK(m.accept_bytes("{\"name\": 2"));
   CHECK(m.forced_bytes() == "}");
   CHECK(m.num_tokens() == 1);
+}
+
+TEST_CASE("grammar_cache keeps the most recently used grammars up to its capacity") {
+  std::vector<std::string> tokens = {"a", "b", "1", "2", "\"", "{", "}"};
+  tokens.push_back("");
+  auto vocab = token_vocabulary::from_tokens(tokens, {std::int32_t(tokens.size())},
+                                             std::int32_t(tokens.size()) + 2);
+  grammar_cache cache(2);
+  auto regex = [](const char* pattern) {
+    return parse_inline_response_format(std::string("regex:") + pattern);
+  };
+  auto a = cache.get(regex("a+"), vocab);
+  CHECK(cache.get(regex("a+"), vocab) == a);  // a hit: the same compiled grammar
+  auto b = cache.get(regex("b+"), vocab);
+  CHECK(cache.size() == 2);
+  CHECK(cache.get(regex("a+"), vocab) == a);  // a is now the most recent: b goes next
+  auto c = cache.get(regex("[12]+"), vocab);
+  CHECK(cache.size() == 2);
+  CHECK(cache.get(regex("a+"), vocab) == a);
+  CHECK(cache.get(regex("[12]+"), vocab) == c);
+  CHECK(cache.get(regex("b+"), vocab) != b);  // evicted: compiled again
+  CHECK(cache.size() == 2);
+  // An evicted grammar stays usable by whoever holds it.
+  grammar_matcher m(b);
+  CHECK(m.accept_token(1));
 }
