@@ -92,8 +92,8 @@ void render_chat(const served_model& m, generation_request& r) {
   cr.messages = r.messages;
   cr.tools = r.tools;
   cr.kwargs = r.chat_kwargs;
-  if (auto it = cr.kwargs.find("add_generation_prompt"); it != cr.kwargs.end() && it->is_boolean())
-    cr.add_generation_prompt = it->get<bool>();
+  cr.add_generation_prompt = r.add_generation_prompt;  // request fields, not template kwargs
+  cr.continue_final_message = r.continue_final_message;
   std::string text;
   try {
     text = m.chat_template->apply(cr);

@@ -415,7 +415,10 @@ api_error refusal_error(const std::string& m) {
       contains(m, "did not answer") || contains(m, "lost the router") ||
       contains(m, "did not take the request"))
     return api_error(503, "the cluster cannot serve right now: " + m, "", "service_unavailable");
+  if (contains(m, "min_tokens")) return api_error(400, m, "min_tokens");
   if (contains(m, "max_tokens")) return api_error(400, m, "max_tokens");
+  if (contains(m, "stop token") || contains(m, "stop_token_ids"))
+    return api_error(400, m, "stop_token_ids");
   if (contains(m, "stop")) return api_error(400, m, "stop");
   if (contains(m, "logprobs")) return api_error(400, m, "logprobs");
   if (contains(m, "prompt") || contains(m, "too_long")) return api_error(400, m, "prompt");

@@ -155,6 +155,24 @@ void reject_unsupported(const field_reader& f) {
   if (const json* v = f.find("suffix");
       v != nullptr && !(v->is_string() && v->get<std::string>().empty()))
     bad_param("suffix", "'suffix' is not supported");
+  // vLLM's extensions that would change the output: refused rather than silently ignored
+  // (an empty list, false or 0 asks for nothing and passes).
+  auto asks = [](const json& v) {
+    return !(v.is_boolean() && !v.get<bool>()) && !((v.is_array() || v.is_object()) && v.empty()) &&
+           !(v.is_number() && v.get<double>() == 0);
+  };
+  for (const char* key :
+       {"guided_json", "guided_regex", "guided_grammar", "guided_choice", "structured_outputs"})
+    if (const json* v = f.find(key); v != nullptr && asks(*v))
+      bad_param(key, fmt::format("'{}' is not supported; use response_format (json_schema, "
+                                 "regex or ebnf)",
+                                 key));
+  for (const char* key : {"allowed_token_ids", "bad_words", "prompt_logprobs",
+                          "truncate_prompt_tokens", "use_beam_search"})
+    if (const json* v = f.find(key); v != nullptr && asks(*v))
+      bad_param(key, fmt::format("'{}' is not supported", key));
+  if (const json* v = f.find("add_special_tokens"); v != nullptr && !v->is_boolean())
+    bad_param("add_special_tokens", "'add_special_tokens' must be a boolean");
 }
 
 /// The fields both endpoints share.
@@ -166,17 +184,25 @@ void read_common(const field_reader& f, generation_request& r, const server_sett
   r.stream = f.boolean("stream").value_or(false);
   if (const json* so = f.find("stream_options")) {
     if (!so->is_object()) bad_param("stream_options", "'stream_options' must be an object");
+    if (!r.stream)
+      bad_param("stream_options", "'stream_options' is only allowed with 'stream': true");
     field_reader sof(*so);
     if (auto iu = sof.find("include_usage")) {
       if (!iu->is_boolean())
         bad_param("stream_options.include_usage", "'include_usage' must be a boolean");
       r.include_usage = iu->get<bool>();
     }
+    if (auto cu = sof.find("continuous_usage_stats"); cu != nullptr && *cu != false)
+      bad_param("stream_options.continuous_usage_stats",
+                "'continuous_usage_stats' is not supported (include_usage gives the usage once, "
+                "at the end)");
   }
   runtime::sampling_params& p = r.params;
   p.temperature = f.number("temperature", 0, 2).value_or(1.0);
+  if (const json* v = f.find("top_p");
+      v != nullptr && v->is_number() && !(v->get<double>() > 0 && v->get<double>() <= 1))
+    bad_param("top_p", fmt::format("'top_p' must be in (0, 1], got {}", v->dump()));
   p.top_p = f.number("top_p", 0, 1).value_or(1.0);
-  if (p.top_p <= 0) bad_param("top_p", "'top_p' must be in (0, 1]");
   p.top_k = int(f.integer("top_k", -1, 1 << 30).value_or(0));
   p.min_p = f.number("min_p", 0, 1).value_or(0.0);
   p.presence_penalty = f.number("presence_penalty", -2, 2).value_or(0.0);
@@ -281,6 +307,10 @@ generation_request parse_completion_request(const json& body, const server_setti
   r.params.max_tokens = int(f.integer("max_tokens", 1, max_token_budget).value_or(16));
   r.echo = f.boolean("echo").value_or(false);
   if (auto lp = f.integer("logprobs", 0, limits.max_top_logprobs)) r.logprobs = int(*lp);
+  if (f.boolean("add_special_tokens") == false)
+    bad_param("add_special_tokens",
+              "'add_special_tokens': false is not supported (text prompts start with BOS; pass "
+              "token ids to choose every token)");
   return r;
 }
 
@@ -310,8 +340,31 @@ generation_request parse_chat_request(const json& body, const server_settings& l
               "only tool_choice 'auto' and 'none' are supported (tool calls are not parsed)");
   if (const json* tools = f.find("tools")) {
     if (!tools->is_array()) bad_param("tools", "'tools' must be a list");
+    for (std::size_t i = 0; i < tools->size(); ++i) {
+      const json& t = (*tools)[i];
+      const std::string at = fmt::format("tools[{}]", i);
+      if (!t.is_object() || !t.contains("type") || t["type"] != "function")
+        bad_param(at, fmt::format("'{}' must be an object with \"type\": \"function\"", at));
+      if (!t.contains("function") || !t["function"].is_object() ||
+          !t["function"].contains("name") || !t["function"]["name"].is_string())
+        bad_param(at + ".function",
+                  fmt::format("'{}.function' must be an object with a string 'name'", at));
+      if (t["function"].contains("parameters") && !t["function"]["parameters"].is_object())
+        bad_param(at + ".function.parameters",
+                  fmt::format("'{}.function.parameters' must be a JSON Schema object", at));
+    }
     r.tools = *tools;
   }
+  if (f.boolean("echo") == true) bad_param("echo", "'echo' is not supported for chat completions");
+  if (f.boolean("add_special_tokens") == true)
+    bad_param("add_special_tokens",
+              "'add_special_tokens': true is not supported for chat (the template writes BOS)");
+  r.add_generation_prompt = f.boolean("add_generation_prompt").value_or(true);
+  r.continue_final_message = f.boolean("continue_final_message").value_or(false);
+  if (r.continue_final_message && r.add_generation_prompt)
+    bad_param("continue_final_message",
+              "'continue_final_message' needs 'add_generation_prompt': false (the reply continues "
+              "the last message instead of starting a new one)");
   return r;
 }
 

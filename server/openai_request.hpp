@@ -36,6 +36,8 @@ struct generation_request {
   nlohmann::ordered_json messages;    ///< chat only
   nlohmann::ordered_json chat_kwargs = nlohmann::ordered_json::object();  ///< chat_template_kwargs
   nlohmann::ordered_json tools;  ///< chat only: tool schemas for the template; null = none
+  bool add_generation_prompt = true;    ///< chat only: end the prompt with the assistant header
+  bool continue_final_message = false;  ///< chat only: the reply continues the last message
   int n = 1;
   bool stream = false;
   bool include_usage = false;     ///< stream_options.include_usage

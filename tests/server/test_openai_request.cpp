@@ -205,4 +205,8 @@ TEST_CASE("router refusals map to HTTP statuses") {
   CHECK(
       refusal_error("prompt token 99999 (position 0) is outside the vocabulary [0, 1000)").param ==
       "prompt");
+  CHECK(refusal_error("min_tokens must be <= max_tokens (2), got 5").param == "min_tokens");
+  CHECK(refusal_error("stop_token_ids must be token ids in [0, 128815), got 200000").param ==
+        "stop_token_ids");
+  CHECK(refusal_error("at most 16 stop strings are accepted").param == "stop");
 }

@@ -330,6 +330,27 @@ def errors_400(srv, c):
                   400, "messages[0].role")
     expect_status(lambda: c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x"}],
                                                     top_logprobs=3), 400, "top_logprobs")
+    # vLLM extensions that would change the output are refused, not silently ignored
+    for key, value in (("guided_json", {"type": "object"}), ("guided_regex", "[0-9]+"),
+                       ("structured_outputs", {"regex": "a"}), ("allowed_token_ids", [5]),
+                       ("bad_words", ["x"]), ("prompt_logprobs", 1), ("use_beam_search", True),
+                       ("truncate_prompt_tokens", 4), ("add_special_tokens", False)):
+        expect_status(mk(extra_body={key: value}), 400, key)
+    assert mk(extra_body={"allowed_token_ids": [], "use_beam_search": False})().choices[0].text is not None
+    expect_status(mk(stream_options={"include_usage": True}), 400, "stream_options")  # without stream
+    expect_status(chat(tools=["x"]), 400, "tools[0]")
+    expect_status(chat(tools=[{"type": "function", "function": {"description": "no name"}}]), 400,
+                  "tools[0].function")
+    expect_status(chat(extra_body={"echo": True}), 400, "echo")
+    expect_status(chat(extra_body={"continue_final_message": True}), 400, "continue_final_message")
+    # add_generation_prompt / continue_final_message reach the template (no assistant header)
+    with_header = chat(extra_body={"return_token_ids": True})()
+    without = chat(extra_body={"return_token_ids": True, "add_generation_prompt": False})()
+    assert without.usage.prompt_tokens == with_header.usage.prompt_tokens - 1, (without.usage, with_header.usage)
+    cont = c.chat.completions.create(model="tiny", max_tokens=2, messages=[
+        {"role": "user", "content": "x"}, {"role": "assistant", "content": "The answer is"}],
+        extra_body={"add_generation_prompt": False, "continue_final_message": True})
+    assert cont.choices[0].finish_reason in ("stop", "length")
     for body in (b"{not json", b"\xff\xfe{}", b"[1,2]", b'{"prompt": "\xc3\x28"}'):
         status, _, data = srv.request("POST", "/v1/completions", body, {"Authorization": "Bearer " + KEY})
         assert status == 400 and "error" in json.loads(data), (body, status, data)
