@@ -53,6 +53,13 @@ ojson openai_chat_messages(const ojson& messages, const message_error& report) {
                                            : ojson(nullptr);
     if (msg["content"].is_null() && role != "assistant")
       fail(param + ".content", "only assistant messages may omit 'content'");
+    if (m.contains("tool_calls") && !m["tool_calls"].is_null() && !m["tool_calls"].is_array())
+      fail(param + ".tool_calls", "'tool_calls' must be a list");
+    // An assistant message with neither would vanish from the prompt (templates render only
+    // one of the two): refused, like any message the template would drop.
+    if (msg["content"].is_null() &&
+        !(m.contains("tool_calls") && m["tool_calls"].is_array() && !m["tool_calls"].empty()))
+      fail(param + ".content", "an assistant message needs 'content' or a non-empty 'tool_calls'");
     out.push_back(std::move(msg));
   }
   return out;

@@ -57,6 +57,13 @@ TEST_CASE("chat messages: each refusal names its parameter") {
   CHECK(refused_param(R"([{"role": "user", "content": "q"}, {"role": "usr", "content": "q"}])") ==
         "messages[1].role");
   CHECK(refused_param(R"([{"role": "user"}])") == "messages[0].content");
+  // an assistant message with neither content nor tool calls would vanish from the prompt
+  CHECK(refused_param(R"([{"role": "user", "content": "a"}, {"role": "assistant"}])") ==
+        "messages[1].content");
+  CHECK(refused_param(R"([{"role": "assistant", "content": null, "tool_calls": []}])") ==
+        "messages[0].content");
+  CHECK(refused_param(R"([{"role": "assistant", "tool_calls": {"id": "x"}}])") ==
+        "messages[0].tool_calls");
   CHECK(refused_param(R"([{"role": "user", "content": 5}])") == "messages[0].content");
   CHECK(refused_param(R"([{"role": "user", "content": [{"type": "image_url"}]}])") ==
         "messages[0].content");
