@@ -4,6 +4,8 @@
 #include "runtime/sequence_status.hpp"
 
 #include <fmt/format.h>
+
+#include <algorithm>
 #include <boost/asio/post.hpp>
 
 #include <chrono>
@@ -151,8 +153,10 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     if (c.out.finish_reason.empty()) c.out.finish_reason = "error";
     if (!e.stop_string.empty())
       c.out.stop_reason = e.stop_string;
-    else if (e.stop_token && e.status == runtime::sequence_status::finished_stop)
-      c.out.stop_reason = *e.stop_token;
+    else if (e.stop_token && e.status == runtime::sequence_status::finished_stop &&
+             std::find(req_.params.stop_token_ids.begin(), req_.params.stop_token_ids.end(),
+                       *e.stop_token) != req_.params.stop_token_ids.end())
+      c.out.stop_reason = *e.stop_token;  // one of stop_token_ids; EOS leaves it null (vLLM)
     if (e.status == runtime::sequence_status::finished_error)
       c.error = e.error.empty() ? "generation failed" : e.error;
     ctx_.metrics.on_request_done(c.out.finish_reason, std::int64_t(c.prompt_ids.size()),

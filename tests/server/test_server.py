@@ -202,6 +202,8 @@ def response_format(srv, c):
         r = c.completions.create(model="tiny", prompt="Answer:", max_tokens=8, seed=seed,
                                  extra_body={"response_format": {"type": "regex", "regex": "(yes|no)!"}})
         assert r.choices[0].text in ("yes!", "no!"), r.choices[0].text
+        # EOS ended it (the grammar was complete): vLLM's stop_reason is null then
+        assert r.choices[0].finish_reason == "stop" and getattr(r.choices[0], "stop_reason", "?") is None
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
               "additionalProperties": False}
     r = c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "n?"}], max_tokens=64,
