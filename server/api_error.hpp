@@ -6,6 +6,8 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace di::server {
 
@@ -14,6 +16,8 @@ struct api_error : std::runtime_error {
   std::string type = "invalid_request_error";
   std::string param;  ///< the offending request field; empty = none
   std::string code;   ///< machine-readable; empty = null
+  /// Response headers that belong to the error (e.g. Allow for a 405).
+  std::vector<std::pair<std::string, std::string>> headers;
 
   api_error(int status_, std::string message, std::string param_ = {}, std::string code_ = {},
             std::string type_ = {})

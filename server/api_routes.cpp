@@ -39,12 +39,13 @@ void check_auth(const session_ptr& s) {
 }
 
 void require_method(const session_ptr& s, http::verb verb) {
-  if (s->request().method() != verb)
-    throw api_error(
-        405,
-        fmt::format("{} {} is not allowed; use {}", std::string(s->request().method_string()),
-                    path_of(s->request()), std::string(http::to_string(verb))),
-        "", "method_not_allowed");
+  if (s->request().method() == verb) return;
+  api_error e(405,
+              fmt::format("{} {} is not allowed; use {}", std::string(s->request().method_string()),
+                          path_of(s->request()), std::string(http::to_string(verb))),
+              "", "method_not_allowed");
+  e.headers.push_back({"Allow", std::string(http::to_string(verb))});
+  throw e;
 }
 
 json model_json(const served_model& m) {
@@ -189,7 +190,9 @@ void handle_request(const session_ptr& s) {
                     fmt::format("no route {} {}", std::string(s->request().method_string()), path),
                     "", "not_found");
   } catch (const api_error& e) {
-    s->respond_error(e, e.status == 429 || e.status == 503 ? retry : header_list{});
+    header_list extra = e.status == 429 || e.status == 503 ? retry : header_list{};
+    extra.insert(extra.end(), e.headers.begin(), e.headers.end());
+    s->respond_error(e, extra);
   }
 }
 

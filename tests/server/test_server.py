@@ -377,7 +377,10 @@ def errors_404_405(srv, c):
     auth = {"Authorization": "Bearer " + KEY}
     status, _, body = srv.request("GET", "/v1/nothing", headers=auth)
     assert status == 404 and json.loads(body)["error"]["code"] == "not_found"
-    assert srv.request("GET", "/v1/completions", headers=auth)[0] == 405
+    status, headers, _ = srv.request("GET", "/v1/completions", headers=auth)
+    assert status == 405 and headers.get("allow") == "POST", (status, headers)  # Allow names it
+    status, headers, _ = srv.request("POST", "/v1/models", headers=auth)
+    assert status == 405 and headers.get("allow") == "GET", (status, headers)
 
 
 @test
