@@ -16,13 +16,13 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <optional>
 #include <random>
-#include <sstream>
 
 #include <sys/resource.h>
 
@@ -48,21 +48,24 @@ struct bench_options {
   bool json = false;
 };
 
+/// "1,8,32" -> {1, 8, 32}: every item a positive decimal integer, nothing else ("1e2", "2x",
+/// "1.5" and the empty items of "1," or "1,,2" are errors, not truncated or skipped).
 std::vector<int> parse_list(const std::string& s, const char* what) {
   std::vector<int> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
+  std::size_t at = 0;
+  while (true) {
+    const std::size_t comma = std::min(s.find(',', at), s.size());
+    const std::string item = s.substr(at, comma - at);
+    DI_CHECK(!s.empty(), "{}: empty list", what);
+    DI_CHECK(!item.empty(), "{}: '{}' has an empty item", what, s);
     int v = 0;
-    try {
-      v = std::stoi(item);
-    } catch (const std::exception&) {
-      v = 0;
-    }
-    DI_CHECK(v > 0, "{}: '{}' is not a positive integer", what, item);
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    DI_CHECK(ec == std::errc() && end == item.data() + item.size() && v > 0,
+             "{}: '{}' is not a positive integer", what, item);
     out.push_back(v);
+    if (comma == s.size()) break;
+    at = comma + 1;
   }
-  DI_CHECK(!out.empty(), "{}: empty list", what);
   return out;
 }
 
@@ -492,8 +495,14 @@ void add_common(CLI::App* sub, const std::shared_ptr<bench_options>& o) {
       ->capture_default_str();
   sub->add_option("--steps", o->steps, "Timed decode steps (median reported)")
       ->capture_default_str();
-  sub->add_flag("--act-quant,!--no-act-quant", o->act_quant,
-                "FP8 activation quantization (default on)");
+  // Two flags rather than "--act-quant,!--no-act-quant", whose help line reads
+  // "--act-quant,--no-act-quant{false}" beside "(default on)".
+  auto* aq = sub->add_flag("--act-quant", o->act_quant,
+                           "FP8 activation quantization before FP8/FP4 GEMMs (the default)");
+  sub->add_flag_callback(
+         "--no-act-quant", [o] { o->act_quant = false; },
+         "Turn FP8 activation quantization off (the reference's variant B)")
+      ->excludes(aq);
   sub->add_option("--cuda-graphs", o->cuda_graphs,
                   "CUDA decode steps through captured graphs: off, on, or both (each batch "
                   "timed both ways)")
@@ -501,9 +510,13 @@ void add_common(CLI::App* sub, const std::shared_ptr<bench_options>& o) {
   sub->add_flag("--ordered-splits", o->ordered_splits,
                 "CUDA: add the K splits of decode GEMMs in a fixed order (bit-reproducible, "
                 "batch-invariant) instead of with atomic adds");
-  sub->add_flag("--batched-decode,!--per-sequence-decode", o->batched_decode,
-                "CUDA decode: each layer's attention as a few launches over the whole batch "
-                "(default), or per sequence (the reference path)");
+  auto* bd = sub->add_flag("--batched-decode", o->batched_decode,
+                           "CUDA decode: each layer's attention as a few launches over the whole "
+                           "batch (the default)");
+  sub->add_flag_callback(
+         "--per-sequence-decode", [o] { o->batched_decode = false; },
+         "CUDA decode: each layer's attention per sequence (the reference path)")
+      ->excludes(bd);
   sub->add_option("--logits", o->logits,
                   "CUDA: a step ends with its logits on the device (device: the forward alone, "
                   "as transformers' model() call is timed) or copied to host memory (host: "

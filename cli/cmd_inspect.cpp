@@ -2,6 +2,7 @@
 // every tensor the config implies is present with the right dtype and shape (and nothing
 // else is), and prints the architecture, parameter counts and bytes per dtype.
 #include "cli/command.hpp"
+#include "cli/detail/model_folder.hpp"
 #include "common/error.hpp"
 #include "config/model_config.hpp"
 #include "model/model_summary.hpp"
@@ -111,6 +112,7 @@ nlohmann::json to_json(const di::model_config& c, const di::model_summary& s) {
 }
 
 void run_inspect(const inspect_options& o) {
+  di::cli::require_model_folder(o.model);
   di::model_config config = di::load_model_config(o.model);
   di::checkpoint ckpt(o.model);
   di::model_summary s = di::summarize_checkpoint(ckpt, config);

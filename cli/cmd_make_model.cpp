@@ -3,6 +3,7 @@
 // a preset would contain (parameters, bytes per dtype, shards) without writing anything, and
 // `--list` names the presets.
 #include "cli/command.hpp"
+#include "cli/detail/sampling_flags.hpp"
 #include "common/error.hpp"
 #include "model/make_model/make_model.hpp"
 
@@ -93,8 +94,10 @@ void setup_make_model(CLI::App& app) {
       "make-model", "Write a random-weight checkpoint of a preset in the official DeepSeek format");
   sub->add_option("--preset", opts->preset, "Model shape (see --list)");
   sub->add_option("--out", opts->out, "Output folder (created if missing)");
-  sub->add_option("--seed", opts->seed, "Seed of the weights; the same seed gives the same bytes")
-      ->capture_default_str();
+  sub->add_option("--seed", opts->seed,
+                  "Seed of the weights in [0, 2^64); the same seed gives the same bytes")
+      ->capture_default_str()
+      ->check(di::cli::seed_validator());
   sub->add_flag("--force", opts->force,
                 "Replace the checkpoint files (config, tokenizer, *.safetensors, index) of a "
                 "non-empty output folder");

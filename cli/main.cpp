@@ -8,6 +8,7 @@
 #include <cstring>
 #include <exception>
 #include <iostream>
+#include <string>
 
 namespace di::cli {
 
@@ -26,6 +27,21 @@ int exit_code() { return g_exit_code; }
 
 }  // namespace di::cli
 
+namespace {
+
+/// After a failed parse: the word given where the innermost command parsed expects one of its
+/// subcommands and none matched ("" when that is not what went wrong).
+std::string unknown_command(CLI::App& app) {
+  CLI::App* cur = &app;
+  while (!cur->get_subcommands().empty()) cur = cur->get_subcommands().front();
+  if (cur->get_subcommands({}).empty()) return {};  // takes no subcommands
+  const std::vector<std::string> rest = cur->remaining();
+  if (rest.empty() || rest.front().empty() || rest.front().front() == '-') return {};
+  return rest.front();
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"DeepInfer-C++: inference engine for DeepSeek-V4.1-Flash and V4-Flash", "deepinfer"};
   app.require_subcommand(1);
@@ -36,6 +52,12 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    // `deepinfer nosuchcmd` (or `bench nosuch`): name the word rather than saying that a
+    // subcommand is required.
+    if (const std::string word = unknown_command(app); !word.empty()) {
+      std::fprintf(stderr, "error: unknown command '%s' (see --help)\n", word.c_str());
+      return 2;
+    }
     // A usage error is one line too ("Could not convert: --max-tokens = abc").
     std::fprintf(stderr, "error: %s (see --help)\n", e.what());
     return 2;

@@ -1,6 +1,8 @@
 // Checkpoint-versus-config verification and parameter accounting for `deepinfer inspect`.
 #include "model/model_summary.hpp"
 
+#include "common/error.hpp"
+
 #include <fmt/format.h>
 
 #include <set>
@@ -61,6 +63,28 @@ model_summary summarize_checkpoint(const checkpoint& ckpt, const model_config& c
   for (const auto& [t, bytes] : s.bytes_per_dtype) s.total_bytes += bytes;
   if (s.matches()) s.active_params_per_token = active_params(s, config);
   return s;
+}
+
+std::string describe_mismatch(const model_summary& s, const std::string& dir) {
+  const std::size_t n = s.mismatched.size() + s.missing.size() + s.unexpected.size();
+  if (n == 0) return {};
+  std::string first;
+  if (!s.mismatched.empty())
+    first = fmt::format("wrong: {}: expected {}, found {}", s.mismatched.front().name,
+                        s.mismatched.front().expected, s.mismatched.front().found);
+  else if (!s.missing.empty())
+    first = fmt::format("missing: {}", s.missing.front());
+  else
+    first = fmt::format("unexpected: {}", s.unexpected.front());
+  return fmt::format("{} ({} problem{}; `deepinfer inspect --model {}` lists {})", first, n,
+                     n == 1 ? "" : "s", dir, n == 1 ? "it" : "them");
+}
+
+void require_matching_checkpoint(const checkpoint& ckpt, const model_config& config,
+                                 const std::string& dir) {
+  const model_summary s = summarize_checkpoint(ckpt, config);
+  DI_CHECK(s.matches(), "the checkpoint does not match its config.json: {}",
+           describe_mismatch(s, dir));
 }
 
 }  // namespace di

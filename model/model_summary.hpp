@@ -41,4 +41,14 @@ struct model_summary {
 /// Compares the checkpoint's tensors with expected_weights(config) and counts everything.
 model_summary summarize_checkpoint(const checkpoint& ckpt, const model_config& config);
 
+/// One line for a summary that does not match: its first problem and how many there are,
+/// pointing at `deepinfer inspect --model DIR` for the list ("" when it matches).
+std::string describe_mismatch(const model_summary& s, const std::string& dir);
+
+/// Throws di::error when the checkpoint's tensors do not match its config (headers only): a
+/// checkpoint that does not match would otherwise load and fail inside a step, or run silently
+/// with tensors it ignores.
+void require_matching_checkpoint(const checkpoint& ckpt, const model_config& config,
+                                 const std::string& dir);
+
 }  // namespace di

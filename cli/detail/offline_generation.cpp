@@ -7,6 +7,7 @@
 #include "actors/local_cluster.hpp"
 #include "actors/logging.hpp"
 #include "actors/node_runtime.hpp"
+#include "cli/detail/model_folder.hpp"
 #include "common/error.hpp"
 #include "model/runner/cpu_model_runner.hpp"
 #include "runtime/sampling_rng.hpp"
@@ -121,6 +122,8 @@ void take_outcome(const actors::request_outcome& o, const event_times& t, genera
 
 loaded_model load_model_for_generation(const std::string& dir, bool act_quant) {
   loaded_model m;
+  require_model_folder(dir);
+  // deepseek_model::load checks the tensors against config.json first (headers only).
   m.model = deepseek_model::load(dir, forward_options{.act_quant = act_quant});
   DI_CHECK(std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json"),
            "{}: no tokenizer.json in the model folder", dir);

@@ -18,6 +18,18 @@ runtime::sampling_params sampling_flags::to_params() const {
   return p;
 }
 
+CLI::Validator seed_validator() {
+  return CLI::Validator(
+      [](std::string& s) {  // the parser wraps "-1" and clamps 2^64 to 2^64 - 1
+        std::uint64_t v = 0;
+        const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        return !s.empty() && ec == std::errc() && end == s.data() + s.size()
+                   ? std::string()
+                   : "must be an integer in [0, 2^64)";
+      },
+      "UINT64");
+}
+
 void add_sampling_flags(CLI::App& sub, sampling_flags& f) {
   runtime::sampling_params& p = f.params;
   sub.add_option("--max-tokens", f.max_tokens, "Tokens to generate at most")->capture_default_str();
@@ -32,15 +44,7 @@ void add_sampling_flags(CLI::App& sub, sampling_flags& f) {
   sub.add_option("--seed", f.seed,
                  "Random seed in [0, 2^64) (same seed, same output; default: a random one, "
                  "printed with the result)")
-      ->check(CLI::Validator(
-          [](std::string& s) {  // the parser wraps "-1" and clamps 2^64 to 2^64 - 1
-            std::uint64_t v = 0;
-            const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-            return !s.empty() && ec == std::errc() && end == s.data() + s.size()
-                       ? std::string()
-                       : "must be an integer in [0, 2^64)";
-          },
-          "UINT64"));
+      ->check(seed_validator());
   sub.add_option("--stop", p.stop, "Stop string (repeatable); not included in the output");
   sub.add_flag("--ignore-eos", p.ignore_eos, "Do not stop at the end-of-sequence token");
   sub.add_option("--logprobs", f.logprobs, "Return the top-K logprobs of every generated token")

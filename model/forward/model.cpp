@@ -2,6 +2,7 @@
 // embedding -> (Engram) blocks -> stream collapse, norm and head for the requested rows, and
 // advancing every sequence's state.
 #include "model/forward/model.hpp"
+#include "model/model_summary.hpp"
 
 #include "model/checkpoint/checkpoint.hpp"
 #include "model/forward/detail/forward_pass.hpp"
@@ -28,6 +29,7 @@ std::unique_ptr<deepseek_model> deepseek_model::load(const std::filesystem::path
                                                      forward_options options) {
   model_config config = load_model_config(dir.string());
   auto ckpt = std::make_shared<const checkpoint>(dir);
+  require_matching_checkpoint(*ckpt, config, dir.string());  // headers only
   model_weights weights = load_model_weights(ckpt, config);
   return std::make_unique<deepseek_model>(std::move(config), std::move(weights), options);
 }

@@ -4,6 +4,7 @@ checkpoints, and one clear error line (non-zero exit) for broken checkpoints and
 Usage: test_cli.py PATH/TO/deepinfer   (run by ctest)."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -40,6 +41,37 @@ class HelpTest(unittest.TestCase):
     def test_unknown_subcommand_fails(self):
         p = run("frobnicate")
         self.assertNotEqual(p.returncode, 0)
+
+    def test_unknown_subcommand_is_named(self):
+        for args, word in ((["nosuchcmd"], "nosuchcmd"), (["gen", "--prompt", "x"], "gen"),
+                           (["bench", "nosuch"], "nosuch")):
+            p = run(*args)
+            self.assertEqual(p.returncode, 2, args)
+            self.assertEqual(error_lines(p), [f"error: unknown command '{word}' (see --help)"], args)
+        # no command at all is still "required"
+        p = run()
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("A subcommand is required", p.stderr)
+
+    def test_bench_help_flags_are_not_contradictory(self):
+        # "--act-quant,--no-act-quant{false}" next to "(default on)" read as "default off"
+        for phase in ("decode", "prefill"):
+            p = run("bench", phase, "--help")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertNotIn("{false}", p.stdout)
+            self.assertIn("--no-act-quant", p.stdout)
+            self.assertIn("--per-sequence-decode", p.stdout)
+        p = run("bench", "decode", "--model", "x", "--act-quant", "--no-act-quant")
+        self.assertEqual(p.returncode, 2)
+
+    def test_readme_lists_every_chat_template_flag(self):
+        p = run("chat-template", "--help")
+        flags = set(re.findall(r"^\s+(--[\w-]+)", p.stdout, re.M)) - {"--help"}
+        self.assertIn("--continue-final-message", flags)
+        with open(os.path.join(REPO, "README.md")) as f:
+            row = next(line for line in f if line.startswith("| `deepinfer chat-template"))
+        for flag in flags:
+            self.assertIn(flag, row)
 
     def test_client_message_bound_out_of_range_is_refused(self):
         # checked before any connection is tried: the same range as cluster.max_message_bytes

@@ -325,6 +325,90 @@ class GenerateTest(unittest.TestCase):
         self.assertEqual(p.returncode, 1)
         self.assertIn("exceeds the model's context", error_lines(p)[0])
 
+    def _mismatched_copy(self, name, edit):
+        """A copy of MODEL (weights symlinked) whose config.json `edit` changes."""
+        d = os.path.join(WORK, name)
+        if not os.path.exists(d):
+            os.mkdir(d)
+            for f in os.listdir(MODEL):
+                if f != "config.json":
+                    os.symlink(os.path.join(MODEL, f), os.path.join(d, f))
+            with open(os.path.join(MODEL, "config.json")) as f:
+                cfg = json.load(f)
+            edit(cfg["text_config"])
+            with open(os.path.join(d, "config.json"), "w") as f:
+                json.dump(cfg, f)
+        return d
+
+    def test_checkpoint_not_matching_its_config_is_refused_before_running(self):
+        # generate and bench verify the tensors against config.json as inspect does: one line
+        # naming the first problem and the count, not an internal error from inside a step
+        # (hidden_size) nor text from a model whose extra layers were ignored (layers).
+        def wider(t):
+            t["hidden_size"] = 256
+
+        def fewer_layers(t):
+            t["num_hidden_layers"] = 9
+            t["compress_ratios"] = t["compress_ratios"][:9]
+
+        cases = [(self._mismatched_copy("wider", wider),
+                  "wrong: embed.weight: expected BF16 [129280, 256], found BF16 [129280, 128]"),
+                 (self._mismatched_copy("fewer-layers", fewer_layers), "unexpected: layers.9.")]
+        for d, first in cases:
+            self.assertEqual(run("inspect", "--model", d).returncode, 1)
+            for cmd in (["generate", "--prompt", "hi", "--max-tokens", "2"],
+                        ["bench", "decode", "--steps", "1", "--context", "4"]):
+                p = run(*cmd, "--model", d)
+                self.assertEqual(p.returncode, 1, p.stderr)
+                self.assertEqual(p.stdout, "")
+                self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+                err = error_lines(p)[0]
+                self.assertTrue(err.startswith("error: the checkpoint does not match its config.json: " + first), err)
+                self.assertIn("problems; `deepinfer inspect --model " + d + "` lists them)", err)
+        self.assertIn("(126 problems;", run("generate", "--model", cases[1][0], "--prompt", "x").stderr)
+
+    def test_model_must_be_a_directory(self):
+        for f in ("config.json", "tokenizer.json", "model.safetensors"):
+            path = os.path.join(MODEL, f)
+            for cmd in (["inspect"], ["generate", "--prompt", "x"], ["bench", "decode"], ["bench", "prefill"]):
+                p = run(*cmd, "--model", path)
+                self.assertEqual(p.returncode, 1, p.stderr)
+                self.assertEqual(len(error_lines(p)), 1, p.stderr)
+                self.assertIn(f"error: --model: '{path}' is not a directory (the checkpoint folder", error_lines(p)[0])
+        p = run("generate", "--model", os.path.join(WORK, "no-such-model"), "--prompt", "x")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("no such directory", error_lines(p)[0])
+
+    def test_make_model_seed_out_of_range_is_refused(self):
+        # the parser used to wrap -1 and clamp 2^64 and above to 2^64 - 1
+        for seed in ("-1", "18446744073709551616", "99999999999999999999999", "1x", ""):
+            p = run("make-model", "--preset", "tiny-v41", "--out", os.path.join(WORK, "seed"), "--seed", seed)
+            self.assertEqual(p.returncode, 2, seed)
+            self.assertEqual(error_lines(p), ["error: --seed: must be an integer in [0, 2^64) (see --help)"], seed)
+        self.assertFalse(os.path.exists(os.path.join(WORK, "seed")))
+        p = run("make-model", "--preset", "tiny-v41", "--dry-run", "--seed", "18446744073709551615")
+        self.assertEqual(p.returncode, 0, p.stderr)
+
+    def test_bench_lists_take_positive_integers_only(self):
+        # each used to be truncated ("1e2" ran batch 1) or, for "1,", accepted
+        for flag, value, why in (("--batch", "1e2", "'1e2' is not a positive integer"),
+                                 ("--batch", "3e1", "'3e1' is not a positive integer"),
+                                 ("--batch", "2x", "'2x' is not a positive integer"),
+                                 ("--batch", "1.5", "'1.5' is not a positive integer"),
+                                 ("--batch", "0", "'0' is not a positive integer"),
+                                 ("--batch", "-1", "'-1' is not a positive integer"),
+                                 ("--batch", "99999999999", "'99999999999' is not a positive integer"),
+                                 ("--batch", "1,", "'1,' has an empty item"),
+                                 ("--batch", "1,,2", "'1,,2' has an empty item"),
+                                 ("--context", "16.9", "'16.9' is not a positive integer"),
+                                 ("--context", "8abc", "'8abc' is not a positive integer"),
+                                 ("--context", ",", "',' has an empty item")):
+            for phase in ("decode", "prefill"):
+                p = run("bench", phase, "--model", MODEL, flag + "=" + value)
+                self.assertEqual(p.returncode, 1, (flag, value, p.stderr))
+                self.assertEqual(error_lines(p), [f"error: {flag}: {why}"], (flag, value))
+                self.assertNotIn("bench:", p.stderr)  # refused before any row ran
+
 
 if __name__ == "__main__":
     BINARY = os.path.abspath(sys.argv.pop(1))
