@@ -1,6 +1,7 @@
 // `deepinfer chat-template`: renders a conversation (JSON on stdin) with a tokenizer's chat
 // template, or a template file, and prints the prompt exactly as the model will see it.
 #include "cli/command.hpp"
+#include "cli/detail/json_input.hpp"
 #include "common/error.hpp"
 #include "common/mapped_file.hpp"
 #include "model/chat_template/tokenizer_chat_template.hpp"
@@ -28,11 +29,7 @@ struct chat_template_options {
 };
 
 ojson parse_json(const std::string& text, const std::string& what) {
-  try {
-    return ojson::parse(text);
-  } catch (const ojson::exception& e) {
-    DI_FAIL("{} is not valid JSON: {}", what, e.what());
-  }
+  return di::cli::parse_json_input(text, what);
 }
 
 // stdin is a message array, or an object with "messages" and optional "tools",

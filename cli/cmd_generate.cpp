@@ -5,6 +5,7 @@
 // user's cache folder.
 #include "cli/command.hpp"
 #include "cli/detail/device_setup.hpp"
+#include "cli/detail/json_input.hpp"
 #include "cli/detail/offline_generation.hpp"
 #include "cli/detail/sampling_flags.hpp"
 #include "cli/detail/token_id_list.hpp"
@@ -76,12 +77,33 @@ std::vector<std::int32_t> prompt_tokens(const generate_options& o, const di::cli
   if (o.prompt) return m.tokenizer->encode(*o.prompt, {.add_bos = true});
   std::string text = o.chat == "-" ? std::string(std::istreambuf_iterator<char>(std::cin), {})
                                    : di::read_text_file(o.chat);
-  auto doc = nlohmann::ordered_json::parse(text, nullptr, false);
-  DI_CHECK(!doc.is_discarded(), "--chat {}: not valid JSON", o.chat);
+  const nlohmann::ordered_json doc = di::cli::parse_json_input(text, "--chat " + o.chat);
   di::chat_request req;
   const nlohmann::ordered_json& messages =
       doc.is_object() && doc.contains("messages") ? doc["messages"] : doc;
   DI_CHECK(messages.is_array(), "--chat {}: expected a JSON array of messages", o.chat);
+  if (doc.is_object()) {  // the chat endpoint's template fields; sampling comes from the flags
+    for (const auto& [key, value] : doc.items()) {
+      if (key == "messages") continue;
+      if (key == "tools") {
+        DI_CHECK(value.is_array(), "--chat {}: 'tools' must be a list", o.chat);
+        req.tools = value;
+      } else if (key == "chat_template_kwargs") {
+        DI_CHECK(value.is_object(), "--chat {}: 'chat_template_kwargs' must be an object", o.chat);
+        req.kwargs = value;
+      } else if (key == "add_generation_prompt" || key == "continue_final_message") {
+        DI_CHECK(value.is_boolean(), "--chat {}: '{}' must be a boolean", o.chat, key);
+        (key == "add_generation_prompt" ? req.add_generation_prompt : req.continue_final_message) =
+            value.get<bool>();
+      } else {
+        DI_FAIL(
+            "--chat {}: '{}' is not read from the file (it takes messages, tools, "
+            "chat_template_kwargs, add_generation_prompt and continue_final_message; "
+            "sampling comes from the command's flags)",
+            o.chat, key);
+      }
+    }
+  }
   // The server's rules (roles, content), so that a message the template would drop is an error.
   req.messages =
       di::openai_chat_messages(messages, [&](const std::string& param, const std::string& why) {

@@ -145,7 +145,12 @@ class GenerateTest(unittest.TestCase):
                  ([{"role": "user"}], "messages[0].content: only assistant messages may omit 'content'"),
                  ([{"role": "user", "content": [{"type": "image_url"}]}], "only text content parts"),
                  ([], "messages: 'messages' must be a non-empty list"),
-                 (["Hi"], "messages[0]: each message must be an object")]
+                 (["Hi"], "messages[0]: each message must be an object"),
+                 ([{"role": "user", "content": "a"}, {"role": "assistant"}],
+                  "messages[1].content: an assistant message needs 'content' or a non-empty 'tool_calls'"),
+                 ({"messages": [{"role": "user", "content": "Hi"}], "tools": "x"}, "'tools' must be a list"),
+                 ({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3},
+                  "'max_tokens' is not read from the file")]
         path = os.path.join(WORK, "bad_chat.json")
         for messages, expect in cases:
             with open(path, "w") as f:
@@ -155,6 +160,28 @@ class GenerateTest(unittest.TestCase):
             errs = error_lines(p)
             self.assertEqual(len(errs), 1, f"{messages}: {p.stderr}")
             self.assertIn(expect, errs[0], messages)
+
+    def test_chat_file_template_fields_and_depth(self):
+        path = os.path.join(WORK, "chat_fields.json")
+        msgs = [{"role": "user", "content": "Hi"}]
+        with open(path, "w") as f:
+            json.dump(msgs, f)
+        full = gen_json("--chat", path, "--max-tokens", "1", "--temperature", "0")["prompt_ids"]
+        # the chat endpoint's add_generation_prompt reaches the template: no assistant header
+        with open(path, "w") as f:
+            json.dump({"messages": msgs, "add_generation_prompt": False}, f)
+        bare = gen_json("--chat", path, "--max-tokens", "1", "--temperature", "0")["prompt_ids"]
+        self.assertEqual(bare, full[:-1])
+        # a deeply nested document is refused before it is copied (it overflowed the stack)
+        deep = '[{"role": "user", "content": "x", "e": ' + "[" * 150000 + "]" * 150000 + "}]"
+        with open(path, "w") as f:
+            f.write(deep)
+        p = run("generate", "--model", MODEL, "--chat", path, "--max-tokens", "1")
+        self.assertEqual(p.returncode, 1, p.stderr[-300:])
+        self.assertIn("nested more than 512 levels deep", error_lines(p)[0])
+        p = run("chat-template", "--tokenizer", MODEL, stdin="[" * 150000 + "]" * 150000)
+        self.assertEqual(p.returncode, 1, p.stderr[-300:])
+        self.assertIn("stdin is nested more than 512 levels deep", error_lines(p)[0])
 
     def test_act_quant_off_changes_numerics_not_shape(self):
         a = gen_json("--prompt-ids", "0,7,8", "--max-tokens", "2", "--temperature", "0", "--logprobs", "1")

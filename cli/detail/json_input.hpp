@@ -1,0 +1,17 @@
+// JSON read from a file or stdin by a command (chat messages, template kwargs): parsed with a
+// depth limit, because copying or walking a deeper document recurses once per level (a
+// 150,000-deep array overflowed the stack).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+namespace di::cli {
+
+inline constexpr int max_json_input_depth = 512;
+
+/// Throws di::error "WHAT is not valid JSON: ..." or "WHAT is nested more than 512 levels deep".
+nlohmann::ordered_json parse_json_input(const std::string& text, const std::string& what);
+
+}  // namespace di::cli
