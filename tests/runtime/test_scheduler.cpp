@@ -139,10 +139,17 @@ TEST_CASE("beyond the admission limits add_request refuses at once and changes n
   admission_result r = t.add_request(bad_stop);
   CHECK(r.status == admission_status::invalid_request);
   CHECK(r.message == "stop strings must not be empty");
+  bad_stop.params.stop = {"ok", "\xff\xfe"};  // output is valid UTF-8: it could never match
+  r = t.add_request(bad_stop);
+  CHECK(r.status == admission_status::invalid_request);
+  CHECK(r.message == "stop strings must be valid UTF-8 (byte 0xFF at offset 0)");
+  bad_stop.params.stop = {"\xc3\xa9\xed\xa0\x80"};  // é, then a surrogate's encoding
+  CHECK(t.add_request(bad_stop).message ==
+        "stop strings must be valid UTF-8 (byte 0xED at offset 2)");
   request zero = make_request(9, {1}, 4);
   zero.params.max_tokens = 0;
   CHECK(t.add_request(zero).status == admission_status::invalid_request);
-  CHECK(t.counters().num_refused == 6);
+  CHECK(t.counters().num_refused == 8);
   CHECK(t.num_waiting() == 2);
   CHECK_FALSE(t.status_of(9));
 }
