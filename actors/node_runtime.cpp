@@ -13,10 +13,16 @@
 #include <caf/openssl/all.hpp>
 #include <spdlog/spdlog.h>
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <future>
 #include <memory>
+#include <system_error>
 #include <thread>
 
 namespace di::actors {
@@ -42,6 +48,43 @@ caf::expected<std::uint16_t> publish_node(caf::actor_system& sys, const network_
                                           const Handle& node, std::uint16_t port, const std::string& bind) {
   if (net.tls.enabled) return caf::openssl::publish(node, port, bind.c_str(), true);
   return sys.middleman().publish(node, port, bind.c_str(), true);
+}
+
+/// Why listening on `address`:`port` fails, e.g. "Address already in use"; "" when it works now.
+/// CAF 0.17 reports a failed publish as "tcp socket creation failed" only: the errno is dropped
+/// inside CAF (on the middleman's thread), so after a failure the bind is tried once more here
+/// the way CAF does it (SO_REUSEADDR, every address the name resolves to).
+std::string listen_failure_cause(const std::string& address, std::uint16_t port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* list = nullptr;
+  const std::string service = std::to_string(port);
+  if (const int rc =
+          getaddrinfo(address.empty() ? nullptr : address.c_str(), service.c_str(), &hints, &list);
+      rc != 0)
+    return gai_strerror(rc);
+  std::string cause;
+  bool listened = false;
+  for (addrinfo* a = list; a != nullptr && !listened; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    int err = 0;
+    if (fd < 0) {
+      err = errno;
+    } else {
+      const int one = 1;
+      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+      if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, 1) != 0) err = errno;
+      close(fd);
+    }
+    if (err == 0)
+      listened = true;
+    else if (cause.empty())
+      cause = std::error_code(err, std::generic_category()).message();
+  }
+  freeaddrinfo(list);
+  return listened ? "" : cause;
 }
 
 /// Reaches the coordinator, retrying until the startup deadline (it may start later).
@@ -146,8 +189,9 @@ int serve_node(caf::actor_system& sys, const cluster_config& c, const network_se
   caf::expected<std::uint16_t> port = publish_node(sys, net, node, me.port, c.bind_of(rank));
   if (!port) {
     self->send_exit(node, caf::exit_reason::user_shutdown);
-    DI_FAIL("node {}: cannot listen on {}:{} (nodes.{}.port / bind): {}", rank, c.bind_of(rank), me.port, rank,
-            describe(port.error()));
+    const std::string cause = listen_failure_cause(c.bind_of(rank), me.port);
+    DI_FAIL("node {}: cannot listen on {}:{} (nodes.{}.port / bind): {}{}", rank, c.bind_of(rank),
+            me.port, rank, describe(port.error()), cause.empty() ? "" : " (" + cause + ")");
   }
   log->info("node {} listening on {}:{} (internal plane: never expose it)", rank, c.bind_of(rank), *port);
   if (rank > 0) {

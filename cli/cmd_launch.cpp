@@ -4,6 +4,10 @@
 // other hosts are listed with the command to start them there. SIGINT/SIGTERM shut the cluster
 // down in order (the coordinator first; stragglers are killed after cluster.shutdown_timeout_s).
 // When the coordinator exits, the other local nodes are stopped and launch exits with its code.
+// A local node that exits before the cluster is ready stops the rest at once (exit 1): the
+// coordinator would wait for it until cluster.startup_timeout_s. Nodes run in their own process
+// group (a terminal's Ctrl-C reaches launch only, which shuts them down in order) and get
+// SIGTERM from the kernel when launch dies (PR_SET_PDEATHSIG), even by SIGKILL.
 #include "cli/command.hpp"
 #include "common/error.hpp"
 #include "config/cluster_config.hpp"
@@ -11,14 +15,16 @@
 #include <fmt/format.h>
 
 #include <arpa/inet.h>
-#include <csignal>
 #include <fcntl.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <csignal>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -78,12 +84,30 @@ child start_node(const launch_options& o, int rank) {
   int fds[2];
   DI_CHECK(pipe(fds) == 0, "launch: pipe failed");
   const std::vector<std::string> args = node_args(o, rank);
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   DI_CHECK(pid >= 0, "launch: fork failed");
   if (pid == 0) {
+    // Its own process group: the SIGINT of a terminal's Ctrl-C (sent to the foreground group)
+    // reaches launch alone, which then stops the nodes in order; the nodes got it too and
+    // raced that shutdown (node 0 took launch's SIGTERM as a second signal and exited 130
+    // at once, node 1 lost its coordinator and exited 1).
+    setpgid(0, 0);
+    // SIGTERM when launch dies, however it dies (SIGKILL included): the nodes kept running and
+    // serving, orphaned. The node's SIGTERM handler shuts it down in order. If launch died
+    // before this line, the parent is already someone else: exit now.
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent) std::_Exit(1);
     dup2(fds[1], STDOUT_FILENO);
     close(fds[0]);
     close(fds[1]);
+    // Not the terminal's foreground group any more: reading the terminal would stop the node
+    // (SIGTTIN), and so would writing its logs there under `stty tostop` (SIGTTOU; an ignored
+    // SIGTTOU lets the write through, and stays ignored across exec).
+    if (const int null_fd = open("/dev/null", O_RDONLY); null_fd >= 0) {
+      dup2(null_fd, STDIN_FILENO);
+      if (null_fd != STDIN_FILENO) close(null_fd);
+    }
+    signal(SIGTTOU, SIG_IGN);
     std::vector<char*> argv;
     for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -91,6 +115,7 @@ child start_node(const launch_options& o, int rank) {
     std::perror("launch: exec");
     std::_Exit(127);
   }
+  setpgid(pid, pid);  // as in the child (whichever runs first); fails harmlessly after its exec
   close(fds[1]);
   fcntl(fds[0], F_SETFL, O_NONBLOCK);
   return {.rank = rank, .pid = pid, .out_fd = fds[0]};
@@ -176,6 +201,8 @@ void stop_all(std::vector<child>& children, int timeout_s) {
 
 int supervise(std::vector<child>& children, int shutdown_timeout_s) {
   bool printed_ready = false;
+  const bool has_coordinator =
+      std::any_of(children.begin(), children.end(), [](const child& c) { return c.rank == 0; });
   std::vector<pollfd> fds;
   while (true) {
     fds.clear();
@@ -190,6 +217,22 @@ int supervise(std::vector<child>& children, int shutdown_timeout_s) {
     if (reap(children) || !any_running(children)) {
       stop_all(children, shutdown_timeout_s);
       break;
+    }
+    // A node that exits before the cluster is ready: the coordinator would wait for it until
+    // cluster.startup_timeout_s (launch hung that long). Only launch's own coordinator prints
+    // the ready line; without one here, readiness is unknown: nodes are only reported, as before.
+    if (!printed_ready && has_coordinator) {
+      const auto gone =
+          std::find_if(children.begin(), children.end(), [](const child& c) { return !c.running; });
+      if (gone != children.end()) {
+        std::fprintf(stderr,
+                     "launch: node %d exited (status %d) before the cluster was ready; stopping "
+                     "the cluster\n",
+                     gone->rank, gone->status);
+        stop_all(children, shutdown_timeout_s);
+        for (child& c : children) drain(c, printed_ready);
+        return 1;
+      }
     }
   }
   for (child& c : children) drain(c, printed_ready);

@@ -419,6 +419,136 @@ class TeardownTest(unittest.TestCase):
         print(f"FIGURE teardown: 6 launches stopped in {', '.join(f'{t:.2f}' for t in times)} s")
 
 
+class LaunchSupervisionTest(unittest.TestCase):
+    """`deepinfer launch` and its node processes: they die with it, a node that fails at startup
+    fails the launch at once, and a terminal's Ctrl-C (SIGINT to the whole process group)
+    shuts the cluster down in order."""
+
+    def toml(self, name, ports):
+        return cu.cluster_toml(name, ports[0], ports[1:], [(0, [1])], "", runner="toy")
+
+    def start_raw(self, name, ports, **popen):
+        """launch FILE with its stderr in a log; returns (process, log path) once it printed ready."""
+        path = os.path.join(WORK, f"{name}.toml")
+        with open(path, "w") as f:
+            f.write(self.toml(name, ports))
+        log_path = os.path.join(WORK, f"{name}.log")
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen([cu.BINARY, "launch", path], stdout=subprocess.PIPE, stderr=log, text=True,
+                                    **popen)
+        line = proc.stdout.readline()  # the first stdout line is the ready line
+        if not line.startswith("ready: "):
+            proc.kill()
+            proc.wait()
+            with open(log_path) as f:
+                raise AssertionError(f"{name}: no ready line; log:\n{f.read()}")
+        return proc, log_path
+
+    @staticmethod
+    def node_pids(launch_pid):
+        pids = []
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            if ppid == launch_pid:
+                pids.append(int(pid))
+        return pids
+
+    @staticmethod
+    def alive(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+        except OSError:
+            return False
+
+    def test_nodes_die_with_a_killed_launch(self):
+        # SIGKILL of launch left its nodes running (ppid 1) and serving; now the kernel sends
+        # them SIGTERM (PR_SET_PDEATHSIG) and they shut down.
+        ports = cu.free_ports(3)
+        c = cu.Cluster(WORK, "orphans", self.toml("orphans", ports))
+        pids = self.node_pids(c.proc.pid)
+        try:
+            self.assertEqual(len(pids), 2)
+            t0 = time.time()
+            c.proc.kill()
+            c.proc.wait()
+            gone = cu.wait_until(lambda: not any(self.alive(p) for p in pids), 20)
+            figure("SIGKILL of launch: seconds until its nodes exited", round(time.time() - t0, 3))
+            self.assertTrue(gone, f"nodes still running after launch was killed: {[p for p in pids if self.alive(p)]}")
+        finally:
+            for p in pids:
+                if self.alive(p):
+                    os.kill(p, signal.SIGKILL)
+            c.stop()
+
+    def test_node_failing_at_startup_fails_the_launch_at_once(self):
+        # Node 1's port is taken: launch reported its exit, then waited for
+        # cluster.startup_timeout_s (here 120 s) while node 0 waited for node 1. The node's
+        # error now names the cause.
+        ports = cu.free_ports(3)
+        holder = socket.socket()
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("127.0.0.1", ports[2]))
+        holder.listen()
+        path = os.path.join(WORK, "busy-port.toml")
+        with open(path, "w") as f:
+            f.write(self.toml("busy-port", ports))
+        proc = subprocess.Popen([cu.BINARY, "launch", path], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            t0 = time.time()
+            out, err = proc.communicate(timeout=60)
+            elapsed = time.time() - t0
+        except subprocess.TimeoutExpired:
+            for pid in self.node_pids(proc.pid):  # leave no node behind
+                os.kill(pid, signal.SIGKILL)
+            proc.kill()
+            out, err = proc.communicate()
+            self.fail(f"launch still running 60 s after node 1 failed:\n{err}")
+        finally:
+            holder.close()
+        figure("launch with node 1's port taken: seconds until it exited", round(elapsed, 3))
+        self.assertEqual(proc.returncode, 1, err)
+        self.assertLess(elapsed, 20, err)
+        self.assertNotIn("ready:", out)
+        # with the cause: CAF 0.17 says only "tcp socket creation failed"
+        self.assertIn(f"cannot listen on 127.0.0.1:{ports[2]} (nodes.1.port / bind): tcp socket creation failed "
+                      "(Address already in use)", err)
+        self.assertIn("launch: node 1 exited (status 1) before the cluster was ready; stopping the cluster", err)
+        self.assertRegex(err, r"launch: node 0 \(pid \d+\) exited with status 0")
+
+    def test_ctrl_c_to_the_process_group_shuts_down_in_order(self):
+        # A terminal's Ctrl-C sends SIGINT to the foreground process group. It reached the
+        # nodes too: launch exited 130, node 0 exited 130 without its orderly shutdown and
+        # node 1 lost its coordinator (exit 1). The nodes now have their own process group.
+        ports = cu.free_ports(3)
+        proc, log_path = self.start_raw("ctrl-c", ports, start_new_session=True)  # launch leads its group
+        pids = self.node_pids(proc.pid)
+        try:
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(60)
+            with open(log_path) as f:
+                log = f.read()
+            self.assertEqual(proc.returncode, 0, log)
+            for rank in (0, 1):
+                self.assertRegex(log, rf"launch: node {rank} \(pid \d+\) exited with status 0")
+            self.assertIn("shutting the cluster down", log)
+            self.assertNotIn("the coordinator is down", log)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()
+            for p in pids:
+                if self.alive(p):
+                    os.kill(p, signal.SIGKILL)
+
+
 @unittest.skipUnless(shutil.which("openssl"), "needs the openssl command to make certificates")
 class TlsTest(unittest.TestCase):
     """tls.enabled: clients with a certificate of the cluster's CA are served, plain ones refused."""
