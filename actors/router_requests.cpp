@@ -27,8 +27,12 @@ std::vector<int> up_groups(const router_state& st) {
 
 std::string why_no_group(const router_state& st) {
   std::string why = "no data-parallel group can serve";
-  for (std::size_t g = 0; g < st.groups.size(); ++g)
-    why += fmt::format("; group {}: {}", g, st.groups[g].down_reason);
+  for (std::size_t g = 0; g < st.groups.size(); ++g) {
+    // Reasons often name their group already ("group 0: executor 0 on node 1 is down").
+    const std::string& reason = st.groups[g].down_reason;
+    const std::string prefix = fmt::format("group {}: ", g);
+    why += "; " + (reason.starts_with(prefix) ? reason : prefix + reason);
+  }
   return why;
 }
 

@@ -299,7 +299,8 @@ class FailureTest(unittest.TestCase):
         p, out = c.client_json_lines("--prompt-ids", "0,5", "--max-tokens", "4")
         self.assertLess(time.time() - t0, 5)
         self.assertEqual(out[0]["finish_reason"], "error")
-        self.assertIn("no data-parallel group can serve", out[0]["error"])
+        self.assertIn("no data-parallel group can serve; group 0: ", out[0]["error"])
+        self.assertNotIn("group 0: group 0:", out[0]["error"])  # the reason names its group once
 
     def test_kill_executor_node(self):
         c = self.start("kill")
