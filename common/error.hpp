@@ -10,10 +10,18 @@
 namespace di {
 
 /// An error with a user-facing message; `where()` names the source line that raised it.
+/// `message` with each NUL byte written as the two characters \0: what() is a C string, so a
+/// NUL quoted from the input (a role, a pattern) would cut the message short there.
+inline std::string visible_nuls(std::string message) {
+  for (std::size_t at = message.find('\0'); at != std::string::npos; at = message.find('\0', at))
+    message.replace(at, 1, "\\0");
+  return message;
+}
+
 class error : public std::runtime_error {
  public:
   error(std::string message, const char* file, int line)
-      : std::runtime_error(std::move(message)), file_(file), line_(line) {}
+      : std::runtime_error(visible_nuls(std::move(message))), file_(file), line_(line) {}
 
   const char* file() const noexcept { return file_; }
   int line() const noexcept { return line_; }

@@ -2,6 +2,8 @@
 // status, thrown by request parsing and turned into a response by the HTTP layer.
 #pragma once
 
+#include "common/error.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <stdexcept>
@@ -21,7 +23,7 @@ struct api_error : std::runtime_error {
 
   api_error(int status_, std::string message, std::string param_ = {}, std::string code_ = {},
             std::string type_ = {})
-      : std::runtime_error(std::move(message)),
+      : std::runtime_error(visible_nuls(std::move(message))),
         status(status_),
         param(std::move(param_)),
         code(std::move(code_)) {

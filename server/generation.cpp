@@ -37,6 +37,8 @@ struct choice_state {
   /// Characters of the echoed prompt, counted once (echo_chars): every streamed chunk's
   /// text_offsets start after them.
   std::optional<std::size_t> echo_chars;
+  /// Streaming with return_token_ids: the choice's first chunk carries prompt_token_ids.
+  bool sent_prompt_ids = false;
 };
 
 std::string random_id(const char* prefix) {
@@ -229,6 +231,10 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     choice["finish_reason"] = finish_reason;
     if (!finish_reason.is_null()) choice["stop_reason"] = choices_[index].out.stop_reason;
     if (!token_ids.is_null()) choice["token_ids"] = std::move(token_ids);
+    if (req_.return_token_ids && !choices_[index].sent_prompt_ids) {
+      choice["prompt_token_ids"] = choices_[index].prompt_ids;  // vLLM: in the first chunk
+      choices_[index].sent_prompt_ids = true;
+    }
     json chunk = stream_chunk(header_, json::array({std::move(choice)}));
     if (req_.include_usage) chunk["usage"] = nullptr;
     session_->send("data: " + dump(chunk) + "\n\n");

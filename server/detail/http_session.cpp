@@ -141,21 +141,27 @@ void http_session::respond_error(const api_error& e, const header_list& extra) {
 
 void http_session::begin_stream() {
   ctx_.metrics.on_http_response(200);
-  queue(status_line(200) +
-        "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: "
-        "chunked\r\n" +
+  // An HTTP/1.0 client cannot read chunked encoding: its stream is the raw events, ended by
+  // closing the connection.
+  is_chunked_ = request_.version() >= 11;
+  if (!is_chunked_) close_after_ = true;
+  queue(status_line(200) + "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n" +
+        (is_chunked_ ? "Transfer-Encoding: chunked\r\n" : "") +
         (close_after_ ? "Connection: close\r\n\r\n" : "Connection: keep-alive\r\n\r\n"));
 }
 
 void http_session::send(const std::string& data) {
   if (response_ended_ || data.empty()) return;
-  queue(fmt::format("{:x}\r\n", data.size()) + data + "\r\n");
+  queue(is_chunked_ ? fmt::format("{:x}\r\n", data.size()) + data + "\r\n" : data);
 }
 
 void http_session::end_stream() {
   if (response_ended_) return;
   response_ended_ = true;
-  queue("0\r\n\r\n");
+  if (is_chunked_)
+    queue("0\r\n\r\n");
+  else
+    flush();  // the connection closes once the events are written (close_after_)
 }
 
 void http_session::queue(std::string bytes) {

@@ -83,6 +83,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
   bool is_responding_ = false;  // a request was read and its response has not ended
   bool response_ended_ = false;
   bool close_after_ = false;
+  bool is_chunked_ = true;  // the stream's framing: chunked, or raw until close (HTTP/1.0)
   bool is_open_ = true;
   bool is_watching_ = false;
   std::uint64_t request_serial_ = 0;  ///< counts requests read; a watch belongs to one of them

@@ -1,6 +1,7 @@
 // The environment switches' parsing (common/env.hpp): defaults when unset, the values that
 // flip a switch, and malformed values ignored (the default kept).
 #include "common/env.hpp"
+#include "common/error.hpp"
 
 #include <doctest/doctest.h>
 
@@ -73,4 +74,16 @@ TEST_CASE("env_mode and env_count: accepted values, the rest ignored") {
     const scoped_env e(kName, "12x");
     CHECK(di::env_count(kName, 7, 64) == 7);  // not a whole number
   }
+}
+
+TEST_CASE("di::error shows a NUL of its message as \\0 (what() would end there)") {
+  std::string what;
+  try {
+    DI_FAIL("unknown role '{}'", std::string("bad\0role", 8));
+  } catch (const di::error& e) {
+    what = e.what();
+  }
+  CHECK(what == "unknown role 'bad\\0role'");
+  CHECK(di::visible_nuls(std::string("\0\0", 2)) == "\\0\\0");
+  CHECK(di::visible_nuls("plain") == "plain");
 }

@@ -170,6 +170,22 @@ def logprobs(srv, c):
     # an empty prompt is BOS alone, as OpenAI and vLLM serve it
     r = c.completions.create(model="tiny", prompt="", max_tokens=2, extra_body={"return_token_ids": True})
     assert r.usage.prompt_tokens == 1 and r.choices[0].model_extra["prompt_token_ids"] == [0], r
+    # streamed, each choice's first chunk carries prompt_token_ids (vLLM's layout), later ones not
+    for kind in ("completions", "chat"):
+        if kind == "completions":
+            stream = c.completions.create(model="tiny", prompt="", max_tokens=3, n=2, stream=True,
+                                          extra_body={"return_token_ids": True})
+        else:
+            stream = c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x"}],
+                                               max_tokens=3, n=2, stream=True,
+                                               extra_body={"return_token_ids": True})
+        seen = {}
+        for ch in stream:
+            for choice in ch.choices:
+                has = "prompt_token_ids" in (choice.model_extra or {})
+                assert has == (choice.index not in seen), (kind, choice)
+                seen.setdefault(choice.index, choice.model_extra["prompt_token_ids"] if has else None)
+        assert sorted(seen) == [0, 1] and all(v and v[0] == 0 for v in seen.values()), (kind, seen)
 
 
 @test
@@ -262,6 +278,26 @@ def schema_compile_does_not_stall_others(srv, c):
 
 
 @test
+def http10_stream_is_not_chunked(srv, c):
+    # An HTTP/1.0 client cannot read chunked encoding: the events come raw, ended by the close.
+    body = json.dumps({"model": "tiny", "prompt": "x", "max_tokens": 3, "stream": True}).encode()
+    req = (b"POST /v1/completions HTTP/1.0\r\nAuthorization: Bearer " + KEY.encode() +
+           b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode() +
+           b"\r\n\r\n" + body)
+    with socket.create_connection((srv.host, srv.port), timeout=30) as s:
+        s.sendall(req)
+        data = b""
+        while chunk := s.recv(65536):  # the server closes the connection at the end
+            data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    assert b" 200 " in head.split(b"\r\n")[0], head
+    assert b"transfer-encoding" not in head.lower(), head
+    events = [line for line in rest.split(b"\n") if line.startswith(b"data: ")]
+    assert events[-1] == b"data: [DONE]" and len(events) >= 2, rest
+    assert json.loads(events[0][6:])["object"] == "text_completion", events[0]
+
+
+@test
 def seed_reproducible(srv, c):
     kw = dict(model="tiny", prompt="Random words:", max_tokens=10, temperature=1.0, top_p=0.95,
               extra_body={"top_k": 50})
@@ -330,6 +366,13 @@ def errors_400(srv, c):
     expect_status(lambda: c.chat.completions.create(model="tiny", messages=[], max_tokens=2), 400, "messages")
     expect_status(lambda: c.chat.completions.create(model="tiny", messages=[{"role": "wizard", "content": "x"}]),
                   400, "messages[0].role")
+    # a NUL quoted from the input shows as \0 instead of cutting the message short
+    body = expect_status(lambda: c.chat.completions.create(
+        model="tiny", messages=[{"role": "bad\u0000role", "content": "x"}]), 400, "messages[0].role")
+    assert "unknown role 'bad\\0role'" in body["message"], body
+    body = expect_status(mk(extra_body={"response_format": {"type": "regex", "regex": "a\u0000(["}}), 400,
+                         "response_format")
+    assert "a\\0([" in body["message"] and len(body["message"]) > 40, body
     expect_status(lambda: c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x"}],
                                                     top_logprobs=3), 400, "top_logprobs")
     # vLLM extensions that would change the output are refused, not silently ignored
