@@ -41,6 +41,24 @@ def cluster_toml(name, router_port, node_ports, groups, model="", runner="cpu", 
     return "\n".join(lines) + "\n" + extra + "\n"
 
 
+def children(parent_pid):
+    """(pid, command line as a list) of each live process whose parent is `parent_pid`."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline") as f:
+                cmd = f.read().split("\0")
+        except OSError:
+            continue
+        if ppid == parent_pid:
+            out.append((int(pid), cmd))
+    return out
+
+
 class Cluster:
     """`deepinfer launch FILE [--set ...]` running until stop()."""
 
@@ -91,18 +109,9 @@ class Cluster:
 
     def node_pid(self, rank):
         """The pid of the `deepinfer node --rank RANK` child of launch."""
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
-                continue
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                with open(f"/proc/{pid}/cmdline") as f:
-                    cmd = f.read().split("\0")
-            except OSError:
-                continue
-            if ppid == self.proc.pid and "node" in cmd and cmd[cmd.index("--rank") + 1] == str(rank):
-                return int(pid)
+        for pid, cmd in children(self.proc.pid):
+            if "node" in cmd and cmd[cmd.index("--rank") + 1] == str(rank):
+                return pid
         raise AssertionError(f"no node {rank} under launch {self.proc.pid}")
 
     def stop(self):

@@ -447,18 +447,7 @@ class LaunchSupervisionTest(unittest.TestCase):
 
     @staticmethod
     def node_pids(launch_pid):
-        pids = []
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
-                continue
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                continue
-            if ppid == launch_pid:
-                pids.append(int(pid))
-        return pids
+        return [pid for pid, _ in cu.children(launch_pid)]
 
     @staticmethod
     def alive(pid):
