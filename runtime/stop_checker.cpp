@@ -1,7 +1,7 @@
 // stop_checker: earliest stop-string match over held-back text, stop tokens, max_tokens.
 #include "runtime/stop_checker.hpp"
 
-#include "common/utf8.hpp"
+#include "model/tokenizer/detail/utf8.hpp"
 
 #include "common/error.hpp"
 
@@ -23,7 +23,7 @@ stop_checker::stop_checker(stop_config config) : config_(std::move(config)) {
   for (const auto& s : config_.stop_strings) {
     DI_CHECK(!s.empty(), "stop strings must not be empty");
     // Output text is valid UTF-8, so such a stop string could never match.
-    if (const std::size_t at = utf8_error_offset(s); at != std::string_view::npos)
+    if (const std::size_t at = tok::detail::find_invalid_utf8(s); at != s.size())
       DI_FAIL("stop strings must be valid UTF-8 (byte 0x{:02X} at offset {})",
               unsigned(std::uint8_t(s[at])), at);
   }

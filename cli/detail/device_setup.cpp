@@ -23,8 +23,7 @@ device place_model(deepseek_model& model, const std::string& device_name,
                    const std::string& weights) {
   const device dev = parse_device(device_name);
   const auto format = parse_device_weight_format(weights);  // checked on the CPU too
-  if (dev == cpu_device) return cpu_device;
-  require_device(dev);
+  if (dev == cpu_device) return cpu_device;  // callers ran require_device before the load
   model.to_device(dev, format);
   return dev;
 }
