@@ -33,7 +33,7 @@ using json = nlohmann::json;
 struct client_options {
   std::string connect;
   std::optional<std::string> prompt;
-  std::string prompt_ids;
+  std::optional<std::string> prompt_ids;
   std::string file;
   bool status = false;
   bool json_out = false;
@@ -121,7 +121,8 @@ void apply_line(const json& j, di::actors::submit_request& r) {
 }
 
 std::vector<input_item> read_inputs(const client_options& o) {
-  const int given = int(o.prompt.has_value()) + int(!o.prompt_ids.empty()) + int(!o.file.empty());
+  const int given =
+      int(o.prompt.has_value()) + int(o.prompt_ids.has_value()) + int(!o.file.empty());
   DI_CHECK(given == 1, "give exactly one of --prompt, --prompt-ids, --file and --status");
   DI_CHECK(o.concurrency >= 1, "--concurrency must be at least 1, got {}", o.concurrency);
   DI_CHECK(!o.prompt || !o.prompt->empty(), "--prompt is empty (give text, or --prompt-ids)");
@@ -130,7 +131,8 @@ std::vector<input_item> read_inputs(const client_options& o) {
     di::actors::submit_request r = base_request(o);
     if (o.prompt)
       r.prompt = *o.prompt;
-    else r.prompt_ids = di::cli::parse_token_id_list(o.prompt_ids);
+    else
+      r.prompt_ids = di::cli::parse_token_id_list(*o.prompt_ids);
     items.push_back({.index = 0, .request = std::move(r)});
     return items;
   }
@@ -165,7 +167,8 @@ json outcome_json(const di::actors::request_outcome& r, bool with_index, bool lo
   j["output_ids"] = r.output_ids;
   j["text"] = r.text;
   j["finish_reason"] = r.finish_reason();
-  j["seed"] = r.reply.seed;
+  // A refused request never drew a seed: null, not the reply's zero.
+  j["seed"] = r.reply.accepted ? json(r.reply.seed) : json(nullptr);
   if (!r.error.empty()) j["error"] = r.error;
   if (logprobs) {
     j["logprobs"] = json::array();
@@ -309,9 +312,11 @@ std::size_t run_items(caf::actor_system& sys, const di::actors::router_actor& ro
     if (stream_text) {
       std::printf("\n");
       if (!r.error.empty()) std::fprintf(stderr, "error: %s\n", r.error.c_str());
-      std::fprintf(stderr, "[%zu prompt tokens; %zu generated in %.2f s; finish_reason=%s; seed=%llu]\n",
-                   r.reply.prompt_ids.size(), r.output_ids.size(), r.seconds, r.finish_reason().c_str(),
-                   (unsigned long long)r.reply.seed);
+      const std::string seed = r.reply.accepted ? std::to_string(r.reply.seed) : "none (refused)";
+      std::fprintf(stderr,
+                   "[%zu prompt tokens; %zu generated in %.2f s; finish_reason=%s; seed=%s]\n",
+                   r.reply.prompt_ids.size(), r.output_ids.size(), r.seconds,
+                   r.finish_reason().c_str(), seed.c_str());
     } else {
       // What this request asked for (a --file line's own "logprobs" too).
       const auto [asks_lp, asks_plp] = asks_logprobs[r.index];

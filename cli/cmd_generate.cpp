@@ -33,7 +33,7 @@ namespace fs = std::filesystem;
 struct generate_options {
   std::string model;
   std::optional<std::string> prompt;  ///< "" is a prompt too: BOS alone
-  std::string prompt_ids;
+  std::optional<std::string> prompt_ids;
   std::string chat;
   std::string act_quant = "on";
   std::string cuda_graphs = "on";
@@ -71,9 +71,9 @@ std::string default_model() {
 
 std::vector<std::int32_t> prompt_tokens(const generate_options& o, const di::cli::loaded_model& m,
                                         const std::string& model_dir) {
-  int given = int(o.prompt.has_value()) + int(!o.prompt_ids.empty()) + int(!o.chat.empty());
+  int given = int(o.prompt.has_value()) + int(o.prompt_ids.has_value()) + int(!o.chat.empty());
   DI_CHECK(given == 1, "give exactly one of --prompt, --prompt-ids and --chat");
-  if (!o.prompt_ids.empty()) return di::cli::parse_token_id_list(o.prompt_ids);
+  if (o.prompt_ids) return di::cli::parse_token_id_list(*o.prompt_ids);
   if (o.prompt) return m.tokenizer->encode(*o.prompt, {.add_bos = true});
   std::string text = o.chat == "-" ? std::string(std::istreambuf_iterator<char>(std::cin), {})
                                    : di::read_text_file(o.chat);

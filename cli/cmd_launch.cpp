@@ -1,13 +1,13 @@
 // `deepinfer launch FILE [--set key=value]...`: starts every node of the cluster file that
 // lives on this host as a `deepinfer node` process, supervises them, and prints one line
 // `ready: HOST:PORT` (the address clients connect to) when the cluster can serve. Nodes on
-// other hosts are listed with the command to start them there. SIGINT/SIGTERM shut the cluster
-// down in order (the coordinator first; stragglers are killed after cluster.shutdown_timeout_s).
-// When the coordinator exits, the other local nodes are stopped and launch exits with its code.
-// A local node that exits before the cluster is ready stops the rest at once (exit 1): the
-// coordinator would wait for it until cluster.startup_timeout_s. Nodes run in their own process
-// group (a terminal's Ctrl-C reaches launch only, which shuts them down in order) and get
-// SIGTERM from the kernel when launch dies (PR_SET_PDEATHSIG), even by SIGKILL.
+// other hosts are listed with the command to start them there. SIGINT/SIGTERM/SIGHUP shut the
+// cluster down in order (the coordinator first; stragglers are killed after
+// cluster.shutdown_timeout_s). When the coordinator exits, the other local nodes are stopped and
+// launch exits with its code. A local node that exits before the cluster is ready stops the rest at
+// once (exit 1): the coordinator would wait for it until cluster.startup_timeout_s. Nodes run in
+// their own process group (a terminal's Ctrl-C reaches launch only, which shuts them down in order)
+// and get SIGTERM from the kernel when launch dies (PR_SET_PDEATHSIG), even by SIGKILL.
 #include "cli/command.hpp"
 #include "common/error.hpp"
 #include "config/cluster_config.hpp"
@@ -251,6 +251,7 @@ void run_launch(const launch_options& o) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);  // a closed terminal: the same orderly shutdown
   for (std::size_t r = 0; r < config.nodes.size(); ++r) {
     const std::string& host = config.nodes[r].host;
     if (local.contains(host)) {

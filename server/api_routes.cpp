@@ -29,8 +29,13 @@ void check_auth(const session_ptr& s) {
   const auto it = s->request().find(http::field::authorization);
   std::string_view value;
   if (it != s->request().end()) value = std::string_view(it->value().data(), it->value().size());
-  constexpr std::string_view bearer = "Bearer ";
-  const bool has_bearer = value.size() > bearer.size() && value.substr(0, bearer.size()) == bearer;
+  // The scheme is case-insensitive (RFC 9110 11.1): "bearer KEY" is the same credential.
+  constexpr std::string_view bearer = "bearer ";
+  const bool has_bearer =
+      value.size() > bearer.size() &&
+      std::equal(bearer.begin(), bearer.end(), value.begin(), [](char a, char b) {
+        return a == (b >= 'A' && b <= 'Z' ? char(b - 'A' + 'a') : b);
+      });
   if (!has_bearer || !key_matches(value.substr(bearer.size()), keys))
     throw api_error(
         401,

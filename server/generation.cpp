@@ -94,7 +94,7 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     if (!reply.accepted) {
       c.is_ended = true;
       c.error = reply.error;
-      fail(refusal_error(reply.error));
+      fail(refusal_error(reply.error, req_.max_tokens_name));
       return ended();
     }
     c.is_accepted = true;
@@ -108,7 +108,7 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
       // Ended before the router accepted it (the router went away): a refusal.
       c.is_ended = true;
       c.error = events.back().error;
-      fail(refusal_error(c.error));
+      fail(refusal_error(c.error, req_.max_tokens_name));
       return ended();
     }
     for (runtime::token_event& e : events) {
@@ -416,7 +416,12 @@ bool contains(const std::string& s, const char* what) {
 
 }  // namespace
 
-api_error refusal_error(const std::string& m) {
+api_error refusal_error(const std::string& message, std::string_view max_tokens_name) {
+  std::string m = message;
+  if (max_tokens_name != "max_tokens")
+    for (std::size_t at = m.find("max_tokens"); at != std::string::npos;
+         at = m.find("max_tokens", at + max_tokens_name.size()))
+      m.replace(at, std::string_view("max_tokens").size(), max_tokens_name);
   if (contains(m, "requests are in flight") || contains(m, "queue_full") ||
       contains(m, "queued_tokens_full"))
     return api_error(429, "the server is at its admission limit, retry later: " + m, "",
@@ -426,7 +431,8 @@ api_error refusal_error(const std::string& m) {
       contains(m, "did not take the request"))
     return api_error(503, "the cluster cannot serve right now: " + m, "", "service_unavailable");
   if (contains(m, "min_tokens")) return api_error(400, m, "min_tokens");
-  if (contains(m, "max_tokens")) return api_error(400, m, "max_tokens");
+  if (contains(m, std::string(max_tokens_name).c_str()))
+    return api_error(400, m, std::string(max_tokens_name));
   if (contains(m, "stop token") || contains(m, "stop_token_ids"))
     return api_error(400, m, "stop_token_ids");
   if (contains(m, "stop")) return api_error(400, m, "stop");

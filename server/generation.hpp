@@ -21,6 +21,9 @@ void start_generation(const std::shared_ptr<detail::http_session>& session,
                       generation_request request);
 
 /// The HTTP error for a router refusal message (429/503 at limits, 400 otherwise).
-api_error refusal_error(const std::string& message);
+/// `max_tokens_name` is the request's field for the token limit (chat may use
+/// max_completion_tokens); the message and param name it in place of max_tokens.
+api_error refusal_error(const std::string& message,
+                        std::string_view max_tokens_name = "max_tokens");
 
 }  // namespace di::server

@@ -319,9 +319,10 @@ generation_request parse_chat_request(const json& body, const server_settings& l
   generation_request r{.kind = api_kind::chat};
   read_common(f, r, limits);
   r.messages = read_messages(f.find("messages"));
-  if (auto m = f.integer("max_completion_tokens", 1, max_token_budget))
+  if (auto m = f.integer("max_completion_tokens", 1, max_token_budget)) {
     r.params.max_tokens = int(*m);
-  else if (auto t = f.integer("max_tokens", 1, max_token_budget))
+    r.max_tokens_name = "max_completion_tokens";
+  } else if (auto t = f.integer("max_tokens", 1, max_token_budget))
     r.params.max_tokens = int(*t);
   const bool logprobs = f.boolean("logprobs").value_or(false);
   auto top = f.integer("top_logprobs", 0, limits.max_top_logprobs);

@@ -46,6 +46,8 @@ struct generation_request {
   bool return_token_ids = false;  ///< vLLM extension: token ids in every choice
   std::string user;
   runtime::sampling_params params;  ///< max_tokens, stop, seed, ...
+  /// The field that set params.max_tokens, for error messages: chat's max_completion_tokens.
+  std::string max_tokens_name = "max_tokens";
 };
 
 /// What a body's text shows before it is parsed; `body` need not be valid JSON.

@@ -9,6 +9,7 @@
 namespace di::cli {
 
 std::vector<std::int32_t> parse_token_id_list(const std::string& list) {
+  DI_CHECK(!list.empty(), "--prompt-ids is empty (give comma-separated token ids, e.g. 0,1234,42)");
   std::vector<std::int32_t> ids;
   std::stringstream ss(list);
   for (std::string item; std::getline(ss, item, ',');) {

@@ -268,6 +268,8 @@ class GenerateTest(unittest.TestCase):
             (["--prompt-ids", "128900"], "outside the tokenizer's ids [0, 128815)"),
             (["--prompt", "x", "--device", "cuda:abc"], "device 'cuda:abc': expected cpu, cuda or cuda:N"),
             (["--prompt-ids", "0,abc"], "--prompt-ids"),
+            (["--prompt-ids", ""], "--prompt-ids is empty"),
+            (["--prompt-ids", "", "--prompt", "x"], "exactly one of"),
             (["--prompt", "x", "--temperature", "-1"], "temperature"),
             (["--prompt", "x", "--top-p", "0"], "top_p"),
             (["--prompt", "x", "--top-p", "1.5"], "top_p"),

@@ -120,6 +120,8 @@ class TwoNodeTest(unittest.TestCase):
         for i, text in expect.items():
             self.assertEqual(out[i]["finish_reason"], "error")
             self.assertIn(text, out[i]["error"])
+            self.assertIsNone(out[i].get("seed"), out[i])  # refused: no seed was drawn (it printed 0)
+        self.assertIsInstance(out[0]["seed"], int)
         self.assertEqual(out[0]["output_ids"], out[7]["output_ids"])
 
     def test_garbage_on_the_router_port_does_not_stop_it(self):
@@ -512,15 +514,14 @@ class LaunchSupervisionTest(unittest.TestCase):
         self.assertIn("launch: node 1 exited (status 1) before the cluster was ready; stopping the cluster", err)
         self.assertRegex(err, r"launch: node 0 \(pid \d+\) exited with status 0")
 
-    def test_ctrl_c_to_the_process_group_shuts_down_in_order(self):
-        # A terminal's Ctrl-C sends SIGINT to the foreground process group. It reached the
-        # nodes too: launch exited 130, node 0 exited 130 without its orderly shutdown and
-        # node 1 lost its coordinator (exit 1). The nodes now have their own process group.
+    def shut_down_by(self, name, send):
+        """Starts a launch leading its own process group, calls send(launch pid), and checks
+        that launch and both nodes exited 0 through the orderly shutdown."""
         ports = cu.free_ports(3)
-        proc, log_path = self.start_raw("ctrl-c", ports, start_new_session=True)  # launch leads its group
+        proc, log_path = self.start_raw(name, ports, start_new_session=True)  # launch leads its group
         pids = self.node_pids(proc.pid)
         try:
-            os.killpg(proc.pid, signal.SIGINT)
+            send(proc.pid)
             proc.wait(60)
             with open(log_path) as f:
                 log = f.read()
@@ -537,6 +538,17 @@ class LaunchSupervisionTest(unittest.TestCase):
             for p in pids:
                 if self.alive(p):
                     os.kill(p, signal.SIGKILL)
+
+    def test_ctrl_c_to_the_process_group_shuts_down_in_order(self):
+        # A terminal's Ctrl-C sends SIGINT to the foreground process group. It reached the
+        # nodes too: launch exited 130, node 0 exited 130 without its orderly shutdown and
+        # node 1 lost its coordinator (exit 1). The nodes now have their own process group.
+        self.shut_down_by("ctrl-c", lambda pid: os.killpg(pid, signal.SIGINT))
+
+    def test_hangup_shuts_down_in_order(self):
+        # A closed terminal sends SIGHUP: launch died of it (status -1) and its nodes got the
+        # kernel's SIGTERM all at once, unordered. launch now takes it like SIGTERM.
+        self.shut_down_by("hangup", lambda pid: os.kill(pid, signal.SIGHUP))
 
 
 @unittest.skipUnless(shutil.which("openssl"), "needs the openssl command to make certificates")

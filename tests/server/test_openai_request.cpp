@@ -209,4 +209,14 @@ TEST_CASE("router refusals map to HTTP statuses") {
   CHECK(refusal_error("stop_token_ids must be token ids in [0, 128815), got 200000").param ==
         "stop_token_ids");
   CHECK(refusal_error("at most 16 stop strings are accepted").param == "stop");
+  // A chat request that set max_completion_tokens is told about that field.
+  const api_error c =
+      refusal_error("prompt (10 tokens) + max_tokens (99999) exceeds the context of 4096 tokens",
+                    "max_completion_tokens");
+  CHECK(c.param == "max_completion_tokens");
+  CHECK(std::string(c.what()).find("max_completion_tokens (99999)") != std::string::npos);
+  CHECK(std::string(c.what()).find("max_tokens") == std::string::npos);
+  CHECK(
+      refusal_error("min_tokens must be <= max_tokens (2), got 5", "max_completion_tokens").param ==
+      "min_tokens");
 }

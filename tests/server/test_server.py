@@ -356,6 +356,11 @@ def errors_400(srv, c):
     expect_status(mk(stop=["x" * 300]), 400, "stop")
     expect_status(mk(extra_body={"max_tokens": 10 ** 9}), 400, "max_tokens")
     expect_status(mk(extra_body={"max_tokens": "ten"}), 400, "max_tokens")
+    # the refusal names the field the request used for its limit
+    body = expect_status(lambda: c.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "x"}], max_completion_tokens=10 ** 9), 400,
+        "max_completion_tokens")
+    assert "max_completion_tokens" in body["message"] and "max_tokens" not in body["message"], body
     expect_status(mk(extra_body={"seed": 10 ** 30}), 400, "seed")
     expect_status(mk(extra_body={"top_k": 1.5}), 400, "top_k")
     expect_status(mk(extra_body={"response_format": {"type": "regex", "regex": "(a"}}), 400, "response_format")
@@ -408,6 +413,10 @@ def errors_401(srv, c):
     status, _, body = srv.request("GET", "/v1/models")
     assert status == 401 and json.loads(body)["error"]["type"] == "authentication_error"
     assert srv.request("GET", "/v1/models", headers={"Authorization": "Bearer " + KEY + "x"})[0] == 401
+    # The scheme is case-insensitive (RFC 9110): lowercase 'bearer' is the same credential.
+    assert srv.request("GET", "/v1/models", headers={"Authorization": "bearer " + KEY})[0] == 200
+    assert srv.request("GET", "/v1/models", headers={"Authorization": "BEARER " + KEY})[0] == 200
+    assert srv.request("GET", "/v1/models", headers={"Authorization": "Basic " + KEY})[0] == 401
     assert srv.request("GET", "/health")[0] == 200
     assert srv.request("GET", "/ready")[0] == 200
 
