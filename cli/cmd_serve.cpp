@@ -4,7 +4,8 @@
 //   serve --config FILE               a front end of a cluster started with `deepinfer launch
 //                                     FILE` (it connects to the file's router as a client)
 // Settings come from the file's [server] section, `--set server.key=value` and
-// DEEPINFER_API_KEY. Prints `ready: http://HOST:PORT` once it can serve; SIGINT/SIGTERM stop it.
+// DEEPINFER_API_KEY. Prints `ready: http://HOST:PORT` once it can serve; SIGINT/SIGTERM stop it
+// after the requests in flight finish (server.drain_timeout_s; a second signal aborts them).
 #include "actors/local_cluster.hpp"
 #include "actors/logging.hpp"
 #include "actors/node_runtime.hpp"
@@ -19,6 +20,7 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
+#include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <optional>
@@ -150,6 +152,40 @@ sigset_t block_stop_signals() {
   return set;
 }
 
+/// Waits until nothing is responding, `timeout` passes or a stop signal arrives (true).
+bool wait_for_responses(const di::server::server_context& ctx, const sigset_t& stop_signals,
+                        std::chrono::steady_clock::duration timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (ctx.num_responding.load() > 0 && std::chrono::steady_clock::now() < deadline) {
+    const timespec tick{0, 50'000'000};
+    if (sigtimedwait(&stop_signals, nullptr, &tick) > 0) return true;
+  }
+  return false;
+}
+
+/// The first stop signal: refuse new work, let what is in flight finish for up to
+/// server.drain_timeout_s (a second signal cuts that short), then abort the rest so that
+/// every response still ends properly (finish_reason "abort") before the connections close
+/// (at most 5 s more; a third signal closes them at once).
+void drain(di::server::http_server& server, di::server::server_context& ctx,
+           di::server::engine& engine, const sigset_t& stop_signals, int sig) {
+  ctx.is_draining = true;
+  server.stop_accepting();
+  const int timeout_s = ctx.settings.drain_timeout_s;
+  std::fprintf(stderr,
+               "serve: stopping (signal %d): %lld requests in flight; new ones get 503; waiting up "
+               "to %d s for them (server.drain_timeout_s; a second signal stops at once)\n",
+               sig, (long long)ctx.num_inflight.load(), timeout_s);
+  const bool again = wait_for_responses(ctx, stop_signals, std::chrono::seconds(timeout_s));
+  if (ctx.num_responding.load() == 0) return;
+  std::fprintf(stderr, "serve: %s; aborting the %lld requests still in flight\n",
+               again ? "second signal" : "drain timeout", (long long)ctx.num_inflight.load());
+  engine.abort_all();
+  // Their abort events end the responses; this bounds the wait for slow or stuck readers
+  // (another signal ends it too).
+  wait_for_responses(ctx, stop_signals, std::chrono::seconds(5));
+}
+
 void run_serve(const serve_options& o) {
   const loaded_config c = load(o);
   di::actors::configure_logging(c.cluster.logging.level, c.cluster.logging.file, "serve");
@@ -185,7 +221,7 @@ void run_serve(const serve_options& o) {
   std::fflush(stdout);
   int sig = 0;
   sigwait(&stop_signals, &sig);
-  std::fprintf(stderr, "serve: stopping (signal %d)\n", sig);
+  drain(*server, *ctx, engine, stop_signals, sig);
   server->stop();
   engine.shutdown();
   if (cluster) cluster->shutdown();

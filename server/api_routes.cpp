@@ -70,6 +70,8 @@ void with_status(const session_ptr& s, Fn fn) {
 }
 
 void serve_ready(const session_ptr& s) {
+  if (s->context().is_draining)
+    throw api_error(503, "the server is shutting down", "", "shutting_down");
   with_status(s, [s](const actors::cluster_status* st) {
     int up = 0;
     if (st)
@@ -115,6 +117,11 @@ void render_chat(const served_model& m, generation_request& r) {
 void serve_generation(const session_ptr& s, api_kind kind) {
   require_method(s, http::verb::post);
   server_context& ctx = s->context();
+  if (ctx.is_draining)
+    throw api_error(
+        503,
+        "the server is shutting down: it finishes the requests in flight and takes no new ones", "",
+        "shutting_down");
   const request_json body = parse_body(s->request().body(), ctx.settings);
   generation_request r = kind == api_kind::chat ? parse_chat_request(body, ctx.settings)
                                                 : parse_completion_request(body, ctx.settings);

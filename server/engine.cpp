@@ -118,6 +118,13 @@ std::shared_ptr<job_handle> engine::submit(std::vector<actors::submit_request> r
   return std::make_shared<job_handle>(std::move(actor));
 }
 
+void engine::abort_all() {
+  std::lock_guard lock(mutex_);
+  for (const caf::actor_addr& a : jobs_)
+    if (auto actor = caf::actor_cast<caf::actor>(a))
+      caf::anon_send(actor, actors::abort_request{all_requests});
+}
+
 void engine::shutdown() {
   std::lock_guard lock(mutex_);
   for (const caf::actor_addr& a : jobs_)

@@ -47,6 +47,9 @@ class engine {
                                      std::shared_ptr<job_sink> sink);
   /// The router's status, or the error; the callback runs on a CAF thread.
   void fetch_status(std::function<void(std::optional<actors::cluster_status>, std::string)> done);
+  /// Aborts every request of every job still running; each ends as an abort (finish_reason
+  /// "abort"), so its HTTP response still ends properly.
+  void abort_all();
   /// Stops every job actor still running (the router aborts their requests).
   void shutdown();
 

@@ -105,13 +105,17 @@ void http_server::start() {
     impl_->threads.emplace_back([this] { impl_->ioc.run(); });
 }
 
-void http_server::stop() {
-  if (impl_->is_stopped) return;
-  impl_->is_stopped = true;
+void http_server::stop_accepting() {
   asio::post(impl_->ioc, [this] {
     boost::system::error_code ec;
     impl_->acceptor.close(ec);
   });
+}
+
+void http_server::stop() {
+  if (impl_->is_stopped) return;
+  impl_->is_stopped = true;
+  stop_accepting();
   impl_->ioc.stop();
   for (std::thread& t : impl_->threads) t.join();
 }

@@ -25,6 +25,8 @@ class http_server {
   std::uint16_t port() const;
   /// Starts accepting on the I/O threads.
   void start();
+  /// Closes the listening socket: new connections are refused; open ones are served on.
+  void stop_accepting();
   /// Stops accepting, closes every connection and joins the threads.
   void stop();
 

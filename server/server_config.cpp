@@ -53,6 +53,8 @@ class key_reader {
       s.header_timeout_s = int(integer(key, v, 1, 86400));
     else if (key == "retry_after_s")
       s.retry_after_s = int(integer(key, v, 0, 3600));
+    else if (key == "drain_timeout_s")
+      s.drain_timeout_s = int(integer(key, v, 0, 86400));
     else
       DI_FAIL("{}: server.{}: unknown key (see the README, \"HTTP server\")", origin_, key);
   }

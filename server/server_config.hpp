@@ -27,6 +27,9 @@ struct server_settings {
   int max_json_depth = 64;    ///< nesting of a request body
   int header_timeout_s = 60;  ///< idle connection / slow headers are closed after this
   int retry_after_s = 1;      ///< Retry-After of 429 and 503 answers
+  /// After SIGINT/SIGTERM: how long requests in flight may still finish (new ones get 503);
+  /// those left are then aborted (finish_reason "abort"). 0 = abort them at once.
+  int drain_timeout_s = 30;
 };
 
 /// Splits `overrides` into server.* (applied here) and the rest (for the cluster file).

@@ -35,6 +35,11 @@ struct server_context {
   server_metrics metrics;
   std::atomic<std::int64_t> num_connections{0};
   std::atomic<std::int64_t> num_inflight{0};  ///< generation requests admitted by the server
+  /// Requests read whose response is not fully written yet (any route).
+  std::atomic<std::int64_t> num_responding{0};
+  /// Set on the first stop signal: generation requests get 503, /ready says not ready, and
+  /// each connection closes after its current response.
+  std::atomic<bool> is_draining{false};
 };
 
 }  // namespace di::server

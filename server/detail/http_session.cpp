@@ -34,7 +34,22 @@ http_session::http_session(asio::ip::tcp::socket&& socket, server_context& ctx)
 }
 
 http_session::~http_session() {
+  count_responding(false);
   --ctx_.num_connections;
+}
+
+void http_session::set_responding(bool on) {
+  is_responding_ = on;
+  count_responding(on);
+}
+
+void http_session::count_responding(bool on) {
+  if (on == is_counted_) return;
+  is_counted_ = on;
+  if (on)
+    ++ctx_.num_responding;
+  else
+    --ctx_.num_responding;
 }
 
 void http_session::start() {
@@ -84,10 +99,10 @@ void http_session::on_read(beast::error_code ec) {
   request_ = parser_->release();
   ++request_serial_;
   request_start_ = std::chrono::steady_clock::now();
-  is_responding_ = true;
+  set_responding(true);
   response_ended_ = false;
   on_gone_ = nullptr;
-  if (!request_.keep_alive()) close_after_ = true;
+  if (!request_.keep_alive() || ctx_.is_draining) close_after_ = true;
   try {
     handle_request(shared_from_this());
   } catch (const api_error& e) {
@@ -103,7 +118,7 @@ void http_session::on_read_error(beast::error_code ec) {
       ec == asio::error::connection_reset || ec == asio::error::operation_aborted)
     return close();
   close_after_ = true;
-  is_responding_ = true;
+  set_responding(true);
   stream_.expires_never();
   if (ec == http::error::body_limit)
     return respond_error(
@@ -191,7 +206,7 @@ void http_session::on_written(beast::error_code ec) {
 }
 
 void http_session::response_done() {
-  is_responding_ = false;
+  set_responding(false);
   on_gone_ = nullptr;
   if (close_after_) return linger_close();
   do_read();
@@ -263,6 +278,7 @@ void http_session::gone() {
 }
 
 void http_session::close() {
+  count_responding(false);  // nothing more will be written
   if (!is_open_) return;
   is_open_ = false;
   beast::error_code ec;

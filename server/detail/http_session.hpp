@@ -63,6 +63,9 @@ class http_session : public std::enable_shared_from_this<http_session> {
   void flush();
   void on_written(boost::beast::error_code ec);
   void response_done();
+  /// is_responding_, counted in server_context::num_responding.
+  void set_responding(bool on);
+  void count_responding(bool on);
   void arm_watch();
   /// What a non-blocking peek sees on the socket: nothing yet, more bytes, or the end.
   enum class peer { quiet, sent_more, closed };
@@ -81,6 +84,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
   std::string writing_;  // bytes of the write in progress
   bool is_writing_ = false;
   bool is_responding_ = false;  // a request was read and its response has not ended
+  bool is_counted_ = false;     // counted in num_responding
   bool response_ended_ = false;
   bool close_after_ = false;
   bool is_chunked_ = true;  // the stream's framing: chunked, or raw until close (HTTP/1.0)

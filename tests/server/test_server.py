@@ -498,6 +498,93 @@ def errors_429_503_and_config(srv, c):
         lim.stop()
 
 
+def sse_events(body):
+    """The JSON events of an SSE body and whether it ended with [DONE]."""
+    data = [line[6:] for line in body.decode().split("\n") if line.startswith("data: ")]
+    return [json.loads(d) for d in data if d != "[DONE]"], bool(data) and data[-1] == "[DONE]"
+
+
+@test
+def stop_signal_drains_in_flight(srv, c):
+    """SIGTERM: requests in flight finish (up to server.drain_timeout_s), new ones get 503, and
+    those still running then end as aborts with a proper ending; a second signal cuts the wait
+    short. Before, the server closed every connection at once: streams ended without a final
+    event or [DONE] and non-streaming requests got no answer."""
+    import http.client
+    import signal
+
+    def post(conn, body):
+        conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+
+    for drain_s, second_signal in ((4, False), (60, True)):
+        d = Server(srv.binary, ["--model", srv.model, "--set", f"server.drain_timeout_s={drain_s}"])
+        try:
+            results = {}
+
+            def run(name, body):
+                conn = http.client.HTTPConnection(d.host, d.port, timeout=120)
+                results[name] = post(conn, dict(body, prompt=name, temperature=0, ignore_eos=True))
+                conn.close()
+
+            jobs = {"short": {"max_tokens": 40, "stream": True},
+                    "long": {"max_tokens": 30000, "stream": True},
+                    "long-plain": {"max_tokens": 30000}}
+            threads = [threading.Thread(target=run, args=kv) for kv in jobs.items()]
+            for t in threads:
+                t.start()
+            deadline = time.time() + 60  # all three running
+            while d.metrics()["deepinfer:num_requests_running"] < 3:
+                assert time.time() < deadline, "the three requests did not start"
+                time.sleep(0.05)
+            keep_alive = http.client.HTTPConnection(d.host, d.port, timeout=30)
+            keep_alive.request("GET", "/health")
+            assert keep_alive.getresponse().read()
+            t0 = time.time()
+            d.proc.send_signal(signal.SIGTERM)
+            time.sleep(0.3)
+            # a new request on an open connection: 503, and the connection closes after it
+            status, headers, body = post(keep_alive, {"prompt": "x", "max_tokens": 2})
+            assert status == 503 and json.loads(body)["error"]["code"] == "shutting_down", (status, body)
+            assert headers.get("connection") == "close" and "retry-after" in headers, headers
+            keep_alive.close()
+            try:  # new connections are refused
+                assert d.request("GET", "/health", timeout=5)[0] is None
+            except ConnectionRefusedError:
+                pass
+            if second_signal:
+                time.sleep(0.5)
+                d.proc.send_signal(signal.SIGTERM)
+            for t in threads:
+                t.join(120)
+            d.proc.wait(60)
+            elapsed = time.time() - t0
+            assert d.proc.returncode == 0 and len(results) == 3, (drain_s, d.proc.returncode, sorted(results),
+                                                                  "".join(d.stderr_lines[-20:]))
+            events, done = sse_events(results["short"][2])
+            finish = [e["choices"][0]["finish_reason"] for e in events if e["choices"][0]["finish_reason"]]
+            if not second_signal:  # the short stream finished normally during the drain
+                assert done and finish == ["length"], results["short"]
+                assert sum(1 for e in events if e["choices"][0]["text"]) >= 30  # (tokens may join in one event)
+            else:  # ended, whichever way
+                assert done and finish in (["length"], ["abort"]), results["short"]
+            # the long ones ended as aborts, each with a proper ending
+            events, done = sse_events(results["long"][2])
+            assert done and events[-1]["choices"][0]["finish_reason"] == "abort", results["long"][2][-300:]
+            status, _, body = results["long-plain"]
+            assert status == 200 and json.loads(body)["choices"][0]["finish_reason"] == "abort", body[-300:]
+            log = "".join(d.stderr_lines)
+            if second_signal:
+                assert elapsed < 20, elapsed  # not the 60 s drain
+                assert "second signal; aborting the" in log, log[-800:]
+            else:
+                assert drain_s <= elapsed < drain_s + 15, elapsed
+                assert "drain timeout; aborting the 2 requests still in flight" in log, log[-800:]
+        finally:
+            d.stop()
+
+
 @test
 def front_end_of_launched_cluster(srv, c):
     """serve --config FILE in front of `deepinfer launch FILE` (toy runner); 503 once it is gone."""

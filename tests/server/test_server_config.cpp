@@ -48,6 +48,11 @@ TEST_CASE("bad [server] keys and values are errors naming them") {
   server_settings s;
   CHECK_THROWS_AS(apply_server_overrides(s, {"server.max_n=0"}), di::error);
   CHECK_THROWS_AS(apply_server_overrides(s, {"server.max_n"}), di::error);
+  CHECK(s.drain_timeout_s == 30);
+  apply_server_overrides(s, {"server.drain_timeout_s=0"});
+  CHECK(s.drain_timeout_s == 0);
+  CHECK_THROWS_WITH_AS(apply_server_overrides(s, {"server.drain_timeout_s=-1"}),
+                       doctest::Contains("server.drain_timeout_s"), di::error);
 }
 
 TEST_CASE("overrides split and the environment key") {
