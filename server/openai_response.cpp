@@ -71,8 +71,10 @@ text_offsets::text_offsets(const tok::tokenizer& tok, bool skip_special_tokens)
     : detok_(tok, {.skip_special_tokens = skip_special_tokens}) {}
 
 std::size_t text_offsets::push(std::int32_t id) {
-  const std::size_t offset = chars_;
+  std::size_t offset = chars_;
   try {
+    // A fragment that can never complete is flushed as U+FFFD before this token's text.
+    if (detok_.abandons_pending(id)) ++offset;
     chars_ += count_chars(detok_.push(id));  // the decoder the output text comes from
   } catch (const std::exception&) {
   }  // no token: no text (the router refuses such ids earlier)

@@ -49,7 +49,8 @@ std::string token_text(const tok::tokenizer& tok, std::int32_t id);
 /// Where each token's text begins in the text of all of them, in characters (code points, as
 /// OpenAI's text_offset counts them in the returned text): tokens are detokenized as the text
 /// is, so a token that completes no character (part of a UTF-8 sequence) shares the offset of
-/// the token that completes it.
+/// the token that completes it, and a token after a fragment that never completes begins after
+/// the fragment's U+FFFD.
 class text_offsets {
  public:
   text_offsets(const tok::tokenizer& tok, bool skip_special_tokens);

@@ -372,4 +372,10 @@ bool incremental_detokenizer::has_pending() const {
   return decoder_.has_pending();
 }
 
+bool incremental_detokenizer::abandons_pending(token_id id) const {
+  if (options_.skip_special_tokens && tok_->is_special(id)) return false;
+  const std::string_view bytes = tok_->token_bytes(id);
+  return !bytes.empty() && decoder_.abandons_pending(static_cast<unsigned char>(bytes[0]));
+}
+
 }  // namespace di::tok

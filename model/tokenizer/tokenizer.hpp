@@ -111,6 +111,10 @@ class incremental_detokenizer {
   std::string finish();
   /// True while bytes of an unfinished character are held back.
   bool has_pending() const;
+  /// True when push(id) would first emit the held-back bytes as one U+FFFD (the token's own
+  /// text then begins one character later): bytes are held and id's first byte cannot
+  /// continue them.
+  bool abandons_pending(token_id id) const;
 
  private:
   const tokenizer* tok_;

@@ -4,6 +4,8 @@
 #include "server/api_routes.hpp"
 #include "server/generation.hpp"
 #include "server/openai_request.hpp"
+#include "server/openai_response.hpp"
+#include "tests/test_support.hpp"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -219,4 +221,40 @@ TEST_CASE("router refusals map to HTTP statuses") {
   CHECK(
       refusal_error("min_tokens must be <= max_tokens (2), got 5", "max_completion_tokens").param ==
       "min_tokens");
+}
+
+TEST_CASE("text_offset: a token after a fragment that never completes begins after its U+FFFD") {
+  const auto tok = di::tok::tokenizer::from_dir(
+      di::test::shared_path("models/deepseek-v3-tokenizer").string(), {});
+  auto id_of_byte = [&](unsigned char b) {
+    for (di::tok::token_id id = 0; id < di::tok::token_id(tok.vocab_size()); ++id) {
+      const auto bytes = tok.id_to_token(id) ? tok.token_bytes(id) : std::string_view();
+      if (bytes.size() == 1 && static_cast<unsigned char>(bytes[0]) == b) return id;
+    }
+    FAIL("no token for byte");
+    return di::tok::token_id(-1);
+  };
+  // "x", the first two bytes of a 3-byte character, then "y" (which abandons them: U+FFFD),
+  // then a complete 3-byte character split over three tokens, "z", a 2-byte character, and a
+  // lone continuation byte (its own U+FFFD).
+  const std::string bytes = "x\xE4\xB8y\xE4\xB8\xADz\xC3\xBF\x80";
+  text_offsets offsets(tok, true);
+  std::vector<std::size_t> got;
+  std::string text;
+  di::tok::incremental_detokenizer detok(tok);
+  for (unsigned char b : bytes) {
+    got.push_back(offsets.push(id_of_byte(b)));
+    text += detok.push(id_of_byte(b));
+  }
+  // text: x U+FFFD y 中 z ÿ U+FFFD (the \xC3\xBF completes; \x80 alone is invalid)
+  CHECK(text == "x\xEF\xBF\xBDy\xE4\xB8\xADz\xC3\xBF\xEF\xBF\xBD");
+  // x at 0; the fragment's tokens share the U+FFFD's offset 1; y at 2 (it was 1); the three
+  // bytes of 中 share 3; z at 4; ÿ's two bytes 5; the lone byte's U+FFFD at 6.
+  CHECK(got == std::vector<std::size_t>{0, 1, 1, 2, 3, 3, 3, 4, 5, 5, 6});
+  // Pending bytes, then a byte that abandons them and starts a new sequence: "\xE4" then
+  // "\xC3\xBF": U+FFFD at 0, ÿ at 1.
+  text_offsets again(tok, true);
+  CHECK(again.push(id_of_byte(0xE4)) == 0);
+  CHECK(again.push(id_of_byte(0xC3)) == 1);
+  CHECK(again.push(id_of_byte(0xBF)) == 1);
 }

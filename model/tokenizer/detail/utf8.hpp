@@ -52,6 +52,11 @@ class utf8_lossy_decoder {
   void finish(std::string& out);
   /// True when bytes of an incomplete sequence are being held back.
   bool has_pending() const { return num_pending_ > 0; }
+  /// True when bytes are held back and `b` cannot continue them: feeding it first emits the
+  /// held bytes as one U+FFFD.
+  bool abandons_pending(unsigned char b) const {
+    return num_needed_ > 0 && (b < lower_ || b > upper_);
+  }
 
  private:
   void feed_byte(unsigned char b, std::string& out);
