@@ -59,6 +59,7 @@ stop_update stop_checker::push(std::int32_t token, std::string_view text) {
   ++num_tokens_;
   auto& ids = config_.stop_token_ids;
   if (std::find(ids.begin(), ids.end(), token) != ids.end()) {
+    if (config_.include_stop_string) pending_.append(text);  // vLLM keeps the token's text too
     stop_update u = finish(finish_reason::stop, std::move(pending_));
     u.stop_token = token;
     return u;

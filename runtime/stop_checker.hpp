@@ -16,21 +16,22 @@ enum class finish_reason : std::uint8_t { none, stop, length };
 std::string_view to_string(finish_reason reason);
 
 struct stop_config {
-  std::vector<std::string> stop_strings;      ///< non-empty, matched in the output text
-  std::vector<std::int32_t> stop_token_ids;   ///< the caller adds EOS here unless ignore_eos
-  std::int64_t max_tokens = -1;               ///< -1: unlimited
+  std::vector<std::string> stop_strings;     ///< non-empty, matched in the output text
+  std::vector<std::int32_t> stop_token_ids;  ///< the caller adds EOS here unless ignore_eos
+  std::int64_t max_tokens = -1;              ///< -1: unlimited
   /// Stop strings end the request only once completed by this token or a later one (counted
   /// from 1); text before is not held back beyond a possible stop string's start.
   std::int64_t min_tokens = 0;
-  bool include_stop_string = false;           ///< keep the matched stop string in the output
+  bool include_stop_string =
+      false;  ///< keep the matched stop string (or stop token's text) in the output
 };
 
 /// What one generated token changed.
 struct stop_update {
-  std::string text;                ///< output text that is final now (may be empty)
+  std::string text;  ///< output text that is final now (may be empty)
   finish_reason reason = finish_reason::none;
-  std::int32_t stop_token = -1;    ///< the stop token id that ended the request, or -1
-  std::string stop_string;         ///< the stop string that ended it, or empty
+  std::int32_t stop_token = -1;  ///< the stop token id that ended the request, or -1
+  std::string stop_string;       ///< the stop string that ended it, or empty
   bool finished() const { return reason != finish_reason::none; }
 };
 

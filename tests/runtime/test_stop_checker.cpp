@@ -67,6 +67,15 @@ TEST_CASE("stop token ids end the request without their text; pending text is re
   CHECK_THROWS_AS(c.push(6, "more"), di::error);
 }
 
+TEST_CASE("include_stop_string keeps a stop token's text too (as vLLM does)") {
+  stop_checker c({.stop_strings = {"XYZ"}, .stop_token_ids = {1}, .include_stop_string = true});
+  CHECK(c.push(5, "aX").text == "a");
+  auto u = c.push(1, "<end>");
+  CHECK(u.reason == finish_reason::stop);
+  CHECK(u.stop_token == 1);
+  CHECK(u.text == "X<end>");
+}
+
 TEST_CASE("max_tokens ends with finish reason length and releases held-back text") {
   stop_checker c({.stop_strings = {"ab"}, .max_tokens = 2});
   auto u1 = c.push(7, "xa");

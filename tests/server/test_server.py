@@ -210,6 +210,16 @@ def stop_strings_and_ids(srv, c):
     got = r2.choices[0].token_ids
     assert r2.choices[0].finish_reason == "stop" and got == ids[:ids.index(ids[3]) + 1], (got, ids)
     assert r2.choices[0].model_extra["stop_reason"] == ids[3]
+    # the stop token's text is left out, and kept with include_stop_str_in_output (vLLM)
+    k = ids.index(ids[3])
+    assert r2.choices[0].text == c.completions.create(
+        model="tiny", prompt="A B C", max_tokens=k, temperature=0, extra_body={"ignore_eos": True}).choices[0].text
+    kept2 = c.completions.create(model="tiny", prompt="A B C", max_tokens=16, temperature=0,
+                                 extra_body={"stop_token_ids": [ids[3]], "ignore_eos": True,
+                                             "include_stop_str_in_output": True})
+    assert kept2.choices[0].finish_reason == "stop"
+    assert kept2.choices[0].text == c.completions.create(
+        model="tiny", prompt="A B C", max_tokens=k + 1, temperature=0, extra_body={"ignore_eos": True}).choices[0].text
 
 
 @test
