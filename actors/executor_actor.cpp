@@ -1,6 +1,8 @@
 // The executor actor (see executor_actor.hpp): a scheduled actor in front of a device thread.
 // The actor queues each request as a job and answers it when the device thread reports the
-// job done; the device thread owns the runner and runs the jobs in arrival order.
+// job done; the device thread owns the runner and runs the jobs in arrival order. Grammars
+// (a request's response_format) compile on a third thread, started on first use, into the
+// cache the runner reads, while the device thread goes on running steps.
 #include "actors/executor_actor.hpp"
 
 #include "actors/logging.hpp"
@@ -11,6 +13,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -63,6 +66,12 @@ class device_thread {
     wake_.notify_all();
   }
 
+  /// The runner's grammar preparer (step_runner::grammar_preparer) once it has loaded.
+  std::function<void(const std::string&)> grammar_preparer() {
+    std::lock_guard lock(mutex_);
+    return preparer_;
+  }
+
   /// The outcome of finished job `id` (taken out), if there is one.
   std::optional<job_outcome> take(std::uint64_t id) {
     std::lock_guard lock(mutex_);
@@ -101,6 +110,10 @@ class device_thread {
     if (bundle_.runner) return {};
     try {
       bundle_ = params_.make_runner();
+      {
+        std::lock_guard lock(mutex_);
+        preparer_ = bundle_.runner->grammar_preparer();
+      }
       const runtime::runner_info info = bundle_.runner->info();
       log_->info("{}: runner ready on {} ({} block pools, max_model_len {})", params_.label,
                  info.device, info.num_blocks.size(), info.max_model_len);
@@ -168,8 +181,77 @@ class device_thread {
   std::condition_variable wake_;
   std::deque<device_job> jobs_;
   std::map<std::uint64_t, job_outcome> done_;
+  std::function<void(const std::string&)> preparer_;
   bool is_stopping_ = false;
   std::thread thread_;  // last: starts after everything it uses exists
+};
+
+/// Compiles response_format specs one at a time, off the device thread, and tells the actor
+/// (grammar_done_atom) how each ended.
+class grammar_thread {
+ public:
+  using preparer = std::function<void(const std::string&)>;
+  explicit grammar_thread(caf::actor_addr owner) : owner_(std::move(owner)) {
+    thread_ = std::thread([this] { loop(); });
+  }
+  grammar_thread(const grammar_thread&) = delete;
+  grammar_thread& operator=(const grammar_thread&) = delete;
+  /// Drops the queued specs, lets the compile in progress end and joins.
+  ~grammar_thread() {
+    {
+      std::lock_guard lock(mutex_);
+      is_stopping_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.get_id() == std::this_thread::get_id())
+      thread_.detach();
+    else
+      thread_.join();
+  }
+
+  void push(std::uint64_t id, preparer prepare, std::string spec) {
+    {
+      std::lock_guard lock(mutex_);
+      jobs_.push_back({id, std::move(prepare), std::move(spec)});
+    }
+    wake_.notify_all();
+  }
+
+ private:
+  struct job {
+    std::uint64_t id;
+    preparer prepare;
+    std::string spec;
+  };
+
+  void loop() {
+    for (;;) {
+      job j;
+      {
+        std::unique_lock lock(mutex_);
+        wake_.wait(lock, [&] { return is_stopping_ || !jobs_.empty(); });
+        if (is_stopping_) return;
+        j = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      std::string error;
+      try {
+        j.prepare(j.spec);
+      } catch (const std::exception& e) {
+        error = e.what();
+        if (error.empty()) error = "the grammar did not compile";
+      }
+      if (caf::actor owner = caf::actor_cast<caf::actor>(owner_))
+        caf::anon_send(owner, grammar_done_atom::value, j.id, std::move(error));
+    }
+  }
+
+  caf::actor_addr owner_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<job> jobs_;
+  bool is_stopping_ = false;
+  std::thread thread_;  // last
 };
 
 struct executor_state {
@@ -179,6 +261,8 @@ struct executor_state {
   /// The requests waiting for their job, by job id.
   std::map<std::uint64_t, caf::typed_response_promise<executor_info>> info_waiting;
   std::map<std::uint64_t, caf::typed_response_promise<step_done>> step_waiting;
+  std::unique_ptr<grammar_thread> grammar;  ///< started by the first response_format
+  std::map<std::uint64_t, caf::typed_response_promise<std::string>> grammar_waiting;
 
   executor_state() = default;
   executor_state(const executor_state&) = delete;
@@ -187,9 +271,11 @@ struct executor_state {
   /// thread (after its current step) and fails the requests still waiting.
   ~executor_state() {
     device.reset();
+    grammar.reset();
     const caf::error gone = caf::make_error(caf::sec::request_receiver_down);
     for (auto& [id, rp] : info_waiting) rp.deliver(gone);
     for (auto& [id, rp] : step_waiting) rp.deliver(gone);
+    for (auto& [id, rp] : grammar_waiting) rp.deliver(gone);
   }
 };
 
@@ -240,6 +326,23 @@ executor_actor::behavior_type executor_impl(self_ptr self, executor_params param
         return rp;
       },
       [=](step_ran_atom, std::uint64_t id) { on_job_done(self, id); },
+      [=](prepare_grammar_atom, std::string& spec) -> caf::result<std::string> {
+        executor_state& st = self->state;
+        grammar_thread::preparer prepare = st.device->grammar_preparer();
+        if (!prepare) return std::string();  // the runner reports it for the request
+        if (!st.grammar) st.grammar = std::make_unique<grammar_thread>(self->address());
+        const std::uint64_t id = st.next_job++;
+        auto rp = self->make_response_promise<std::string>();
+        st.grammar_waiting.emplace(id, rp);
+        st.grammar->push(id, std::move(prepare), std::move(spec));
+        return rp;
+      },
+      [=](grammar_done_atom, std::uint64_t id, std::string& error) {
+        auto it = self->state.grammar_waiting.find(id);
+        if (it == self->state.grammar_waiting.end()) return;
+        it->second.deliver(std::move(error));
+        self->state.grammar_waiting.erase(it);
+      },
   };
 }
 

@@ -33,6 +33,8 @@ using status_atom = caf::atom_constant<caf::atom("di_status")>;
 using shutdown_atom = caf::atom_constant<caf::atom("di_shutdn")>;
 using tick_atom = caf::atom_constant<caf::atom("di_tick")>;
 using step_ran_atom = caf::atom_constant<caf::atom("di_stepran")>;
+using prepare_grammar_atom = caf::atom_constant<caf::atom("di_prepgr")>;
+using grammar_done_atom = caf::atom_constant<caf::atom("di_gramok")>;
 
 // ---- executor --------------------------------------------------------------------------------
 
@@ -81,7 +83,15 @@ using executor_actor = caf::typed_actor<
     caf::replies_to<run_step>::with<step_done>,
     /// the executor's own device thread → executor (local only, never sent by others): job
     /// `id` has finished and its outcome waits in the executor; it answers the job's request.
-    caf::reacts_to<step_ran_atom, std::uint64_t>>;
+    caf::reacts_to<step_ran_atom, std::uint64_t>,
+    /// scheduler → executor: compile a request's response_format (the inline spec) into the
+    /// runner's grammar cache, on a worker thread (the device thread runs steps meanwhile);
+    /// the answer is "" when it compiled (or the runner has no structured output, which it
+    /// reports for the request itself), else why not.
+    caf::replies_to<prepare_grammar_atom, std::string>::with<std::string>,
+    /// the executor's own grammar thread → executor (local only): compile `id` ended ("" or
+    /// the error).
+    caf::reacts_to<grammar_done_atom, std::uint64_t, std::string>>;
 
 // ---- scheduler -------------------------------------------------------------------------------
 

@@ -11,7 +11,8 @@ namespace di::actors::detail {
 
 namespace {
 
-constexpr auto admission_timeout = std::chrono::seconds(30);
+// Above the scheduler's limit for compiling a request's grammar (max_grammar_prepare_ns).
+constexpr auto admission_timeout = std::chrono::seconds(120);
 
 submit_reply refusal(router_self self, std::string why) {
   ++self->state.counters.num_refused;

@@ -170,15 +170,76 @@ caf::result<group_info> on_attach(scheduler_self self, attach_router& msg) {
   return rp;
 }
 
-caf::result<runtime::admission_result> on_start(scheduler_self self, start_request& msg) {
-  scheduler_state& st = self->state;
-  if (!st.is_up)
-    return caf::make_error(caf::sec::runtime_error,
-                           fmt::format("group {} is not serving{}{}", st.params.group,
-                                       st.down_reason.empty() ? "" : ": ", st.down_reason));
-  runtime::admission_result r = st.sched->add_request(std::move(msg.request));
+caf::error not_serving(const scheduler_state& st) {
+  return caf::make_error(caf::sec::runtime_error,
+                         fmt::format("group {} is not serving{}{}", st.params.group,
+                                     st.down_reason.empty() ? "" : ": ", st.down_reason));
+}
+
+runtime::admission_result admit(scheduler_self self, runtime::request request) {
+  runtime::admission_result r = self->state.sched->add_request(std::move(request));
   if (r.is_accepted()) detail::pump(self);
   return r;
+}
+
+/// How long the executors may take to compile a request's grammar before it is refused (the
+/// router waits a little longer for the admission: a late answer never admits an orphan).
+constexpr std::int64_t max_grammar_prepare_ns = 100'000'000'000;
+
+/// A request with a response_format is admitted once every executor of the group has compiled
+/// its grammar on its grammar thread: compiled inside a step, it stalled every sequence of the
+/// batch for the compile (seconds for a large schema).
+caf::result<runtime::admission_result> prepare_then_admit(scheduler_self self,
+                                                          runtime::request request) {
+  struct preparing {
+    runtime::request request;
+    caf::typed_response_promise<runtime::admission_result> reply;
+    std::size_t num_answers = 0;
+    std::string error;
+    std::int64_t start_ns = now_ns();
+  };
+  auto p = std::make_shared<preparing>();
+  p->request = std::move(request);
+  p->reply = self->make_response_promise<runtime::admission_result>();
+  const std::vector<executor_actor>& executors = self->state.params.executors;
+  auto answered = [=](std::string error) -> void {
+    if (p->error.empty()) p->error = std::move(error);
+    if (++p->num_answers < self->state.params.executors.size()) return;
+    scheduler_state& st = self->state;
+    const double seconds = double(now_ns() - p->start_ns) * 1e-9;
+    if (!st.is_up) {
+      p->reply.deliver(not_serving(st));
+    } else if (!p->error.empty()) {
+      p->reply.deliver(runtime::admission_result{runtime::admission_status::invalid_request,
+                                                 "invalid response_format: " + p->error});
+    } else if (now_ns() - p->start_ns > max_grammar_prepare_ns) {
+      p->reply.deliver(runtime::admission_result{
+          runtime::admission_status::invalid_request,
+          fmt::format("the response_format took {:.0f} s to compile; the limit is {} s", seconds,
+                      max_grammar_prepare_ns / 1'000'000'000)});
+    } else {
+      if (seconds > 1)
+        st.log->info("group {}: a response_format compiled in {:.1f} s (off the step loop)",
+                     st.params.group, seconds);
+      p->reply.deliver(admit(self, std::move(p->request)));
+    }
+  };
+  const auto timeout = std::chrono::nanoseconds(max_grammar_prepare_ns);
+  for (const executor_actor& e : executors)
+    self->request(e, timeout, prepare_grammar_atom::value, p->request.params.response_format)
+        .then([=](std::string& error) { answered(std::move(error)); },
+              [=](caf::error& err) {
+                answered(fmt::format("an executor did not compile it: {}", describe(err)));
+              });
+  return p->reply;
+}
+
+caf::result<runtime::admission_result> on_start(scheduler_self self, start_request& msg) {
+  scheduler_state& st = self->state;
+  if (!st.is_up) return not_serving(st);
+  if (!msg.request.params.response_format.empty())
+    return prepare_then_admit(self, std::move(msg.request));
+  return admit(self, std::move(msg.request));
 }
 
 scheduler_actor::behavior_type scheduler_impl(scheduler_self self, scheduler_params params) {

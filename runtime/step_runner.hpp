@@ -7,6 +7,7 @@
 #include "runtime/step_plan.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace di::runtime {
@@ -28,6 +29,10 @@ class step_runner {
   /// A failure that concerns one sequence goes into that output's `error`; a failure of the
   /// whole device throws di::error (the executor then reports itself failed).
   virtual step_result run(const step_plan& plan) = 0;
+  /// A thread-safe function that compiles a response_format spec into the grammar cache
+  /// run() uses (throws di::error when it does not compile), so that a step does not stall on
+  /// it; callable on any thread, concurrently with run(). Empty: nothing to prepare.
+  virtual std::function<void(const std::string& spec)> grammar_preparer() const { return {}; }
 };
 
 }  // namespace di::runtime

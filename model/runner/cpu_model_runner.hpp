@@ -94,6 +94,9 @@ class cpu_model_runner final : public runtime::step_runner {
   /// Without it such a request fails with a clear error.
   void enable_structured_output(std::shared_ptr<const grammar::token_vocabulary> v,
                                 std::shared_ptr<grammar::grammar_cache> cache = nullptr);
+  /// Compiles into the cache above (holds the vocabulary and cache, not the runner); empty
+  /// until enable_structured_output.
+  std::function<void(const std::string& spec)> grammar_preparer() const override;
 
   const deepseek_model& model() const { return *model_; }
   /// The cache shape the scheduler's block manager must use with this runner.

@@ -24,6 +24,13 @@ void cpu_model_runner::enable_structured_output(std::shared_ptr<const grammar::t
   grammar_cache_ = cache ? std::move(cache) : std::make_shared<grammar::grammar_cache>();
 }
 
+std::function<void(const std::string& spec)> cpu_model_runner::grammar_preparer() const {
+  if (!grammar_vocab_) return {};
+  return [vocab = grammar_vocab_, cache = grammar_cache_](const std::string& spec) {
+    cache->get(grammar::parse_inline_response_format(spec), vocab);
+  };
+}
+
 void cpu_model_runner::start_grammar(live_sequence& seq) const {
   const std::string& spec = seq.start.params.response_format;
   if (spec.empty()) return;
