@@ -96,6 +96,10 @@ bool scheduler::admit_one(step_context& ctx, sequence& seq) {
     auto known = seq.known_tokens();
     out.lookback_tokens.assign(known.begin() + from, known.begin() + first);
   }
+  if (first > 0 && (seq.params().has_penalties() || !seq.params().response_format.empty())) {
+    auto known = seq.known_tokens();
+    out.prior_tokens.assign(known.begin(), known.begin() + first);
+  }
   return true;
 }
 

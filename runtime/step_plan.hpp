@@ -8,7 +8,8 @@
 //   2. create each `started` sequence with a fresh slot and empty block tables;
 //   3. for each scheduled sequence: append `new_blocks` to its tables, restore its slot from
 //      `restore_snapshot` if set, else (a started sequence with first_position > 0) rebuild
-//      its Engram history from `lookback_tokens`; if `has_placeholder`, put the token this
+//      its Engram history from `lookback_tokens` (and count `prior_tokens` for penalties and
+//      feed their output part to the grammar); if `has_placeholder`, put the token this
 //      executor sampled for the sequence in its previous step into token_ids[0];
 //   4. run every sequence's rows in one forward; rows at positions below num_cached_tokens
 //      are replay rows: they rebuild the slot but never write stream entries (those come from
@@ -59,6 +60,10 @@ struct scheduled_sequence {
   bool has_placeholder = false;         ///< token_ids[0] (0 here) is this executor's last sample
   std::int64_t num_cached_tokens = 0;   ///< P: positions below it are replay rows
   std::vector<std::int32_t> lookback_tokens;          ///< Engram look-back before first_position
+  /// A started sequence resuming past position 0 whose sampling needs every earlier token
+  /// (penalties count them, a response_format's matcher reads the output): tokens
+  /// [0, first_position), which the runner counts and feeds without running them.
+  std::vector<std::int32_t> prior_tokens;
   std::optional<std::int32_t> restore_snapshot;       ///< slot := snapshot before the rows run
   std::optional<std::int32_t> save_snapshot;          ///< snapshot := slot after the rows ran
   std::vector<std::vector<std::int32_t>> new_blocks;  ///< [stream] ids appended to its tables

@@ -39,6 +39,9 @@ struct choice_state {
   std::optional<std::size_t> echo_chars;
   /// Streaming with return_token_ids: the choice's first chunk carries prompt_token_ids.
   bool sent_prompt_ids = false;
+  /// Streaming with return_token_ids: output ids sent so far. A token whose text is held back
+  /// (part of a UTF-8 character) goes out with the chunk that carries its text.
+  std::size_t num_ids_sent = 0;
 };
 
 std::string random_id(const char* prefix) {
@@ -211,9 +214,11 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     if (req_.logprobs) lp = logprobs_json(c, first_token, first_logprob, with_prompt);
     json fr = finished ? json(c.out.finish_reason) : json(nullptr);
     json ids = nullptr;
-    if (req_.return_token_ids)
-      ids = std::vector<std::int32_t>(c.out.token_ids.begin() + std::ptrdiff_t(first_token),
+    if (req_.return_token_ids) {
+      ids = std::vector<std::int32_t>(c.out.token_ids.begin() + std::ptrdiff_t(c.num_ids_sent),
                                       c.out.token_ids.end());
+      c.num_ids_sent = c.out.token_ids.size();
+    }
     if (req_.kind == api_kind::chat)
       send_chunk(index, {{"content", text}}, lp, fr, ids);
     else

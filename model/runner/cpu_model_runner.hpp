@@ -147,6 +147,10 @@ class cpu_model_runner final : public runtime::step_runner {
   // runner_grammar.cpp: structured output.
   void start_grammar(live_sequence& seq) const;
   void feed_grammar(live_sequence& seq, std::int32_t output_token) const;
+  /// Counts tokens at positions first_position... for penalties (prompt or output) and feeds
+  /// the output ones to the grammar.
+  void count_tokens(live_sequence& seq, std::span<const std::int64_t> tokens,
+                    std::int64_t first_position) const;
   /// The allowed-token mask for the next sample (empty span: no grammar).
   std::span<const std::uint32_t> grammar_mask(live_sequence& seq) const;
   /// The tokens the next sample must not take: the stop tokens before min_tokens, EOS under

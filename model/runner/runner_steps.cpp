@@ -45,6 +45,12 @@ std::optional<std::int32_t> cpu_model_runner::restore_slot(live_sequence& seq,
   if (is_fresh && (s.first_position > 0 || s.num_cached_tokens > 0)) {
     state.adopt_prefix(s.num_cached_tokens, s.first_position);
     seq.has_all_tokens = s.first_position == 0;
+    if (std::int64_t(s.prior_tokens.size()) == s.first_position && s.first_position > 0) {
+      // What penalties and the grammar need of the tokens this runner never ran.
+      const std::vector<std::int64_t> prior(s.prior_tokens.begin(), s.prior_tokens.end());
+      count_tokens(seq, prior, 0);
+      seq.has_all_tokens = true;
+    }
   }
   if (s.restore_snapshot) {
     const std::int32_t k = *s.restore_snapshot;
@@ -58,6 +64,19 @@ std::optional<std::int32_t> cpu_model_runner::restore_slot(live_sequence& seq,
     state.engram() = model_->hasher()->history_at(s.first_position, lookback);
   }
   return std::nullopt;
+}
+
+void cpu_model_runner::count_tokens(live_sequence& seq, std::span<const std::int64_t> tokens,
+                                    std::int64_t first_position) const {
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    const auto token = std::int32_t(tokens[i]);
+    if (first_position + std::int64_t(i) < seq.start.num_prompt_tokens) {
+      seq.counts.add_prompt_token(token);
+    } else {
+      seq.counts.add_output_token(token);
+      feed_grammar(seq, token);
+    }
+  }
 }
 
 void cpu_model_runner::load_snapshot(sequence_state& state, std::int32_t snapshot,
@@ -87,8 +106,14 @@ std::optional<cpu_model_runner::batch_entry> cpu_model_runner::prepare(
   batch_entry e{.index = index, .seq = &seq, .deferred_restore = deferred};
   e.tokens.assign(s.token_ids.begin(), s.token_ids.end());
   if (s.has_placeholder) {
-    DI_CHECK(seq.last_sample.has_value(), "runner: sequence {} has a placeholder but no sample",
-             s.seq_id);
+    // No sample: the sequence failed in its previous step (its error output ends it at the
+    // scheduler); this overlapped row, planned before that was known, fails it again here
+    // instead of failing the whole executor.
+    if (!seq.last_sample) {
+      out.error = fmt::format("sequence {} has no sample from its previous step (it failed there)",
+                              s.seq_id);
+      return std::nullopt;
+    }
     e.tokens[0] = *seq.last_sample;
   }
   const std::int64_t vocab = model_->config().vocab_size;
@@ -97,16 +122,8 @@ std::optional<cpu_model_runner::batch_entry> cpu_model_runner::prepare(
       out.error = fmt::format("token id {} is outside the vocabulary [0, {})", t, vocab);
       return std::nullopt;
     }
-  for (std::int64_t i = 0; i < s.num_rows(); ++i) {
-    const std::int64_t p = s.first_position + i;
-    e.positions.push_back(p);
-    if (p < seq.start.num_prompt_tokens) {
-      seq.counts.add_prompt_token(std::int32_t(e.tokens[std::size_t(i)]));
-    } else {
-      seq.counts.add_output_token(std::int32_t(e.tokens[std::size_t(i)]));
-      feed_grammar(seq, std::int32_t(e.tokens[std::size_t(i)]));
-    }
-  }
+  for (std::int64_t i = 0; i < s.num_rows(); ++i) e.positions.push_back(s.first_position + i);
+  count_tokens(seq, std::span<const std::int64_t>(e.tokens), s.first_position);
   e.logit_rows.assign(s.prompt_logprob_rows.begin(), s.prompt_logprob_rows.end());
   if (s.is_sampling) e.logit_rows.push_back(s.num_rows() - 1);
   stats_.num_rows += s.num_rows();
@@ -147,8 +164,10 @@ void cpu_model_runner::sample(const runtime::step_plan& plan, const std::vector<
     const runtime::scheduled_sequence& s = plan.sequences[e.index];
     runtime::sequence_output& out = result.outputs[e.index];
     prompt_logprobs(s, e, logits[b].logits, out);
-    if (!s.is_sampling || !out.error.empty()) continue;
+    if (!s.is_sampling) continue;
     live_sequence& seq = *e.seq;
+    seq.last_sample.reset();  // set again below only if this sample succeeds
+    if (!out.error.empty()) continue;
     if ((seq.start.params.has_penalties() || seq.matcher) && !seq.has_all_tokens) {
       out.error =
           "sampling penalties and response_format need every earlier token, but this sequence "

@@ -107,6 +107,50 @@ TEST_CASE("runner: seeded sampling, penalties and logprobs equal each request ru
   }
 }
 
+/// A request whose sampling needs every earlier token (penalties count them, a grammar reads
+/// the output) resuming over a cached prefix, from a snapshot or after a bounded replay: the
+/// plan carries the earlier tokens (prior_tokens). Before, the runner failed such a request
+/// ("resumed after a cached prefix the runner never saw"), and under overlap the placeholder
+/// row planned behind that failure failed the whole executor.
+TEST_CASE("runner: penalties and response_format over a cached prefix equal the request alone") {
+  const std::shared_ptr<const deepseek_model> m = tiny_v41();
+  for (auto [snapshots, replay] : {std::pair(true, false), std::pair(false, true)}) {
+    CAPTURE(snapshots);
+    cpu_model_runner runner(
+        m, {.kv_pool_tokens = 16384, .num_snapshots = snapshots ? 8 : 0, .max_model_len = 1024});
+    runtime::scheduler s = make_scheduler(runner, {.budget = 512,
+                                                   .prefix_caching = true,
+                                                   .replay = replay,
+                                                   .snapshot_interval = snapshots ? 1 : 0});
+    const runtime::request warm = runner_request(1, 700, 2);
+    add_all(s, {warm});
+    serve(s, runner, {.overlap = true});
+    std::vector<runtime::request> rs;
+    for (int i = 0; i < 3; ++i) {
+      runtime::request r = warm;
+      r.id = std::uint64_t(10 + i);
+      r.params.max_tokens = 8;
+      if (i == 0) r.params.frequency_penalty = 1.5;
+      if (i == 1) r.params.repetition_penalty = 1.4;
+      if (i == 2) {
+        r.params.presence_penalty = 1.0;
+        r.params.temperature = 0.9;
+        r.seed = 77;
+      }
+      rs.push_back(std::move(r));
+    }
+    const std::int64_t skipped_before = s.counters().num_prefix_skipped_tokens;
+    add_all(s, rs);
+    const served got = serve(s, runner, {.overlap = true});
+    MESSAGE("snapshots ", snapshots, ": ", s.counters().num_prefix_skipped_tokens - skipped_before,
+            " prefill rows skipped, ", s.counters().num_snapshot_restores, " snapshot restores");
+    CHECK(s.counters().num_prefix_skipped_tokens - skipped_before >= 3 * 128);  // past position 0
+    if (snapshots) CHECK(s.counters().num_snapshot_restores > 0);
+    check_equal_alone(m, rs, got);
+    CHECK(runner.num_live() == 0);
+  }
+}
+
 TEST_CASE("runner: min_tokens suppresses the stop tokens of the first samples") {
   const std::shared_ptr<const deepseek_model> m = golden_v41();
   runtime::request free_run = runner_request(1, 30, 4);

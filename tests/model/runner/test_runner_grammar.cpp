@@ -76,6 +76,28 @@ served serve_formats(const grammar_setup& g, const std::vector<runtime::request>
 
 }  // namespace
 
+/// Under overlap the plan after a failed sample carries a placeholder for the failed
+/// sequence, planned before the failure was known. The runner threw on it ("placeholder but no
+/// sample"), which failed the whole executor and every request of its group; now that row
+/// fails only its sequence, and the others are served as alone.
+TEST_CASE("runner: a sequence failing its sample under overlap fails alone") {
+  grammar_setup g;
+  std::vector<runtime::request> rs = mixed_requests(4, 40, 6);
+  runtime::request bad = grammar_request(50, "regex:(a");  // does not compile: its sample fails
+  cpu_model_runner runner(g.model, {.kv_pool_tokens = 8192, .max_model_len = 256});
+  runner.enable_structured_output(g.vocab);
+  runtime::scheduler s = scheduler_for(runner, g.tokenizer, 8);
+  std::vector<runtime::request> all = rs;
+  all.push_back(bad);
+  add_all(s, all);
+  const served got = serve(s, runner, {.overlap = true});
+  check_equal_alone(g.model, rs, got);
+  const collected& c = got.out.at(bad.id);
+  CHECK(c.status == runtime::sequence_status::finished_error);
+  CHECK_MESSAGE(c.error.find("response_format") != std::string::npos, c.error);
+  CHECK(runner.num_live() == 0);
+}
+
 TEST_CASE("runner: sampled generations under a JSON schema all parse, validate and stop") {
   grammar_setup g;
   REQUIRE(g.tokenizer.eos_id().has_value());
