@@ -47,6 +47,7 @@ runner_bundle make_step_runner(const cluster_config& config, const std::string& 
   const bool cuda = dev.kind == device_kind::cuda;
   require_device(dev);  // before the model loads
   cpu_runner_config c{.kv_pool_tokens = config.kv.pool_tokens,
+                      .min_blocks_per_stream = config.scheduler.max_num_running,
                       .num_snapshots = config.kv.num_snapshots,
                       .max_model_len = config.scheduler.max_model_len,
                       .num_state_slots = cuda ? config.scheduler.max_num_running : 0};

@@ -81,6 +81,7 @@ actors::model_assets assets_of(const loaded_model& m) {
 actors::runner_bundle runner_for(const loaded_model& m, std::int64_t len, int n) {
   auto r = std::make_unique<cpu_model_runner>(
       m.model, cpu_runner_config{.kv_pool_tokens = len * n,
+                                 .min_blocks_per_stream = n,
                                  .max_model_len = len,
                                  .num_state_slots = m.model->dev().kind == device_kind::cpu ? 0 : n,
                                  .num_token_ids = token_ids_of(m)});

@@ -51,10 +51,10 @@ std::int64_t checked_token_ids(const deepseek_model& m, const cpu_runner_config&
   return c.num_token_ids > 0 ? c.num_token_ids : vocab;
 }
 
-std::vector<int> pool_blocks(const runtime::kv_geometry& g, std::int64_t tokens) {
+std::vector<int> pool_blocks(const runtime::kv_geometry& g, std::int64_t tokens, int min_blocks) {
   std::vector<int> n;
   for (int s = 0; s < g.num_streams(); ++s) {
-    const std::int64_t blocks = g.num_blocks(s, tokens);
+    const std::int64_t blocks = std::max<std::int64_t>(g.num_blocks(s, tokens), min_blocks);
     DI_CHECK(blocks <= std::numeric_limits<std::int32_t>::max(),
              "runner: kv_pool_tokens {} needs {} blocks of stream {}; at most 2^31 - 1", tokens,
              blocks, s);
@@ -71,8 +71,9 @@ cpu_model_runner::cpu_model_runner(std::shared_ptr<const deepseek_model> model,
       num_token_ids_(checked_token_ids(*model_, config)),
       geometry_(geometry_of(*model_)),
       max_model_len_(checked_max_model_len(*model_, config)),
-      pool_(model_->layout(), pool_blocks(geometry_, config.kv_pool_tokens), model_->dev(),
-            config.num_state_slots),
+      pool_(model_->layout(),
+            pool_blocks(geometry_, config.kv_pool_tokens, config.min_blocks_per_stream),
+            model_->dev(), config.num_state_slots),
       snapshots_(std::size_t(config.num_snapshots)),
       snapshot_positions_(std::size_t(config.num_snapshots), -1) {}
 

@@ -36,6 +36,12 @@ inline std::shared_ptr<const deepseek_model> tiny_v41() {
   return model;
 }
 
+/// The tiny-v4 preset (seed 0), generated once per process.
+inline std::shared_ptr<const deepseek_model> tiny_v4() {
+  static std::shared_ptr<const deepseek_model> model = deepseek_model::load(generated("tiny-v4"));
+  return model;
+}
+
 /// The golden v41_public checkpoint (its official Engram token map attached).
 inline std::shared_ptr<const deepseek_model> golden_v41() {
   return std::shared_ptr<const deepseek_model>(golden("v41_public").model.get(),

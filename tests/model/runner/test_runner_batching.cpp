@@ -151,6 +151,24 @@ TEST_CASE("runner: penalties and response_format over a cached prefix equal the 
   }
 }
 
+/// V4's ratio-128 stream holds 8192 tokens in a block, so 32768 tokens of pool made 4 blocks,
+/// and a sequence holds one as soon as it passes 128 tokens: only 4 such sequences ran at once
+/// and the rest were preempted with the pools mostly free. Every stream now holds at least
+/// one block per sequence that may run (min_blocks_per_stream = max_num_running).
+TEST_CASE("runner: high-ratio streams hold a block for every running sequence") {
+  const std::shared_ptr<const deepseek_model> m = tiny_v4();
+  std::vector<runtime::request> rs;
+  for (int i = 0; i < 8; ++i) rs.push_back(runner_request(std::uint64_t(300 + i), 200, 4));
+  cpu_model_runner runner(m, {.kv_pool_tokens = 32768, .min_blocks_per_stream = 8});
+  for (std::int32_t n : runner.info().num_blocks) CHECK(n >= 8);
+  runtime::scheduler s = make_scheduler(runner, {.budget = 2048, .max_num_running = 8});
+  add_all(s, rs);
+  const served got = serve(s, runner);
+  check_equal_alone(m, rs, got);
+  CHECK(s.counters().num_preemptions == 0);
+  CHECK(runner.stats().num_steps <= 6);  // all eight in one batch: one prefill, four decodes
+}
+
 TEST_CASE("runner: min_tokens suppresses the stop tokens of the first samples") {
   const std::shared_ptr<const deepseek_model> m = golden_v41();
   runtime::request free_run = runner_request(1, 30, 4);
