@@ -84,6 +84,7 @@ bool scheduler::admit_one(step_context& ctx, sequence& seq) {
                               .stop_token_ids = seq.limits().stop_token_ids});
   if (blocks_.config().enable_prefix_caching && may_reuse) {
     ++counters_.num_prefix_queries;
+    counters_.num_prefix_query_tokens += seq.num_tokens();
     ++(match.num_cached_tokens > 0 ? counters_.num_prefix_hits : counters_.num_prefix_misses);
     counters_.num_prefix_hit_tokens += match.num_cached_tokens;
     counters_.num_prefix_skipped_tokens += first;

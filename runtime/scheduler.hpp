@@ -80,6 +80,7 @@ struct scheduler_counters {
   std::int64_t num_prefix_queries = 0;  ///< admissions that looked up the prefix cache
   std::int64_t num_prefix_hits = 0;     ///< ... that reused cached blocks
   std::int64_t num_prefix_misses = 0;
+  std::int64_t num_prefix_query_tokens = 0;    ///< tokens those admissions looked up
   std::int64_t num_prefix_hit_tokens = 0;      ///< tokens whose stream blocks were reused
   std::int64_t num_prefix_skipped_tokens = 0;  ///< prefill rows a hit made unnecessary
   std::int64_t num_snapshot_restores = 0;

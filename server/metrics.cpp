@@ -25,7 +25,7 @@ void gauge(std::string& out, const std::string& name, const std::string& help, d
 /// The cluster's gauges summed over the groups that are up.
 void render_cluster(std::string& out, const actors::cluster_status& c) {
   std::int64_t running = 0, waiting = 0, blocks = 0, used = 0, cached = 0, free = 0;
-  std::int64_t queries = 0, hits = 0, hit_tokens = 0, preemptions = 0, up = 0;
+  std::int64_t queries = 0, hits = 0, query_tokens = 0, hit_tokens = 0, preemptions = 0, up = 0;
   for (const actors::group_status& g : c.groups) {
     const runtime::scheduler_stats& s = g.stats;
     up += g.is_up;
@@ -37,6 +37,7 @@ void render_cluster(std::string& out, const actors::cluster_status& c) {
     free += s.num_free_blocks;
     queries += s.counters.num_prefix_queries;
     hits += s.counters.num_prefix_hits;
+    query_tokens += s.counters.num_prefix_query_tokens;
     hit_tokens += s.counters.num_prefix_hit_tokens;
     preemptions += s.counters.num_preemptions;
   }
@@ -52,14 +53,20 @@ void render_cluster(std::string& out, const actors::cluster_status& c) {
   gauge(out, "deepinfer:kv_blocks_cached", "KV blocks cached for prefix reuse and unreferenced.",
         double(cached));
   gauge(out, "deepinfer:kv_blocks_free", "KV blocks free.", double(free));
-  gauge(out, "deepinfer:prefix_cache_queries_total", "Admissions that looked up the prefix cache.",
-        double(queries), "counter");
-  gauge(out, "deepinfer:prefix_cache_hits_total", "Admissions that reused cached blocks.",
-        double(hits), "counter");
+  // vLLM's prefix_cache_queries / _hits count tokens; the admissions are the lookups.
+  gauge(out, "deepinfer:prefix_cache_queries_total",
+        "Tokens looked up in the prefix cache at admission.", double(query_tokens), "counter");
+  gauge(out, "deepinfer:prefix_cache_hits_total", "Tokens served from the prefix cache.",
+        double(hit_tokens), "counter");
   gauge(out, "deepinfer:prefix_cache_hit_tokens_total",
-        "Prompt tokens served from the prefix cache.", double(hit_tokens), "counter");
+        "Prompt tokens served from the prefix cache (= prefix_cache_hits_total).",
+        double(hit_tokens), "counter");
   gauge(out, "deepinfer:prefix_cache_hit_rate", "prefix_cache_hits / prefix_cache_queries.",
-        queries > 0 ? double(hits) / double(queries) : 0.0);
+        query_tokens > 0 ? double(hit_tokens) / double(query_tokens) : 0.0);
+  gauge(out, "deepinfer:prefix_cache_lookups_total", "Admissions that looked up the prefix cache.",
+        double(queries), "counter");
+  gauge(out, "deepinfer:prefix_cache_lookup_hits_total", "Admissions that reused cached blocks.",
+        double(hits), "counter");
   gauge(out, "deepinfer:num_preemptions_total", "Preemptions (recompute) of running requests.",
         double(preemptions), "counter");
   gauge(out, "deepinfer:router_requests_live", "Requests the router has in flight.",

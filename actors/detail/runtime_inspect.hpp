@@ -200,9 +200,10 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, scheduler_counters& x) {
   return f(caf::meta::type_name("scheduler_counters"), x.num_steps, x.num_prefill_tokens,
            x.num_replay_tokens, x.num_decode_tokens, x.num_prefix_queries, x.num_prefix_hits,
-           x.num_prefix_misses, x.num_prefix_hit_tokens, x.num_prefix_skipped_tokens,
-           x.num_snapshot_restores, x.num_snapshot_saves, x.num_preemptions, x.num_aborts,
-           x.num_errors, x.num_finished, x.num_refused, x.num_discarded_outputs);
+           x.num_prefix_misses, x.num_prefix_query_tokens, x.num_prefix_hit_tokens,
+           x.num_prefix_skipped_tokens, x.num_snapshot_restores, x.num_snapshot_saves,
+           x.num_preemptions, x.num_aborts, x.num_errors, x.num_finished, x.num_refused,
+           x.num_discarded_outputs);
 }
 
 template <class Inspector>

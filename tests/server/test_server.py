@@ -389,11 +389,18 @@ def usage_and_models(srv, c):
     ids = c.completions.create(model="tiny", prompt=[1, 2, 3, 4], max_tokens=2)
     assert ids.usage.prompt_tokens == 4
     long_prompt = list(range(1000, 1300))
+    before = srv.metrics({"Authorization": "Bearer " + KEY})
     first = c.completions.create(model="tiny", prompt=long_prompt, max_tokens=2)
     again = c.completions.create(model="tiny", prompt=long_prompt, max_tokens=2)
+    after = srv.metrics({"Authorization": "Bearer " + KEY})
     assert first.usage.prompt_tokens == again.usage.prompt_tokens == 300
-    assert again.usage.prompt_tokens_details.cached_tokens > 0, again.usage  # the prefix cache served it
-    assert again.usage.prompt_tokens_details.cached_tokens <= 300
+    cached = again.usage.prompt_tokens_details.cached_tokens
+    assert 0 < cached <= 300, again.usage  # the prefix cache served it
+    # the prefix_cache metrics count tokens, as vLLM's do (they counted admissions)
+    delta = {k: after[k] - before[k] for k in after if k.startswith("deepinfer:prefix_cache_") and k in before}
+    assert delta["deepinfer:prefix_cache_queries_total"] == 600, delta
+    assert delta["deepinfer:prefix_cache_hits_total"] == cached + first.usage.prompt_tokens_details.cached_tokens
+    assert delta["deepinfer:prefix_cache_lookups_total"] == 2, delta
     models = c.models.list()
     assert [m.id for m in models.data] == ["tiny"]
     assert c.models.retrieve("tiny").id == "tiny"
