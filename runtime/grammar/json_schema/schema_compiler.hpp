@@ -149,6 +149,7 @@ class schema_compiler {
   std::unordered_map<const json*, const json*> canonical_;  // canonical(): by address
   std::unordered_map<std::string, const json*> by_text_;    // canonical(): by text
   static constexpr int k_max_nesting = 400;  ///< subschemas compiled inside one another (stack)
+  static constexpr std::size_t k_max_ref_chain = 1000;  ///< $refs merged one into another (stack)
   int nesting_ = 0;
   static constexpr std::size_t k_max_nodes = 1'000;  ///< compile_node calls (combinations)
   static constexpr std::size_t k_max_exprs = 1'000'000;  ///< grammar expressions (bounded time/memory)

@@ -105,6 +105,11 @@ void schema_compiler::absorb(schema_node& n, const schema_ref& s) {
     auto target = *resolved;
     if (std::find(absorbing_.begin(), absorbing_.end(), target.schema) != absorbing_.end())
       unsupported("$ref", "a recursive $ref merged with sibling keywords or allOf", s);
+    // Each hop merges the target into this schema one call deeper: bound the chain before it
+    // bounds the stack (a 12,000-link chain overflowed it).
+    DI_CHECK(absorbing_.size() < k_max_ref_chain,
+             "JSON Schema: a chain of more than {} $refs, each resolving to another $ref",
+             k_max_ref_chain);
     absorbing_.push_back(target.schema);
     absorb(n, {target.schema, target.base});
     absorbing_.pop_back();

@@ -92,6 +92,15 @@ TEST_CASE("hostile JSON Schemas: recursion, huge enums and bounds") {
                           : "{\"type\":\"integer\"}");
   defs += "}}";
   run_case("schema 5000-deep $ref chain", [&] { schema(defs); });
+  // 20,000 bare $refs, each resolving to the next: merged one into another, they recursed
+  // once per hop and overflowed the stack (a 12,000-link chain crashed `serve`).
+  std::string chain = "{\"$ref\":\"#/$defs/a0\",\"$defs\":{";
+  for (int i = 0; i < 20000; ++i)
+    chain += (i ? "," : "") + std::string("\"a") + std::to_string(i) + "\":" +
+             (i + 1 < 20000 ? "{\"$ref\":\"#/$defs/a" + std::to_string(i + 1) + "\"}"
+                            : "{\"type\":\"boolean\"}");
+  chain += "}}";
+  CHECK(run_case("schema 20000 bare $refs in a chain", [&] { schema(chain); }) == outcome::refused);
   run_case("schema 2000-deep nested items", [] {
     schema(nested("{\"type\":\"array\",\"items\":", "{\"type\":\"integer\"}", "}", 2000));
   });
