@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 #include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
 
 namespace di::server {
 
@@ -41,6 +42,15 @@ void check_auth(const session_ptr& s) {
         401,
         has_bearer ? "incorrect API key provided" : "missing API key (Authorization: Bearer KEY)",
         "", "invalid_api_key");
+}
+
+/// The error response of `e`, with Retry-After on a 429 or 503 and the error's own headers.
+void respond_api_error(const session_ptr& s, const api_error& e) {
+  header_list extra;
+  if (e.status == 429 || e.status == 503)
+    extra.push_back({"Retry-After", std::to_string(s->context().settings.retry_after_s)});
+  extra.insert(extra.end(), e.headers.begin(), e.headers.end());
+  s->respond_error(e, extra);
 }
 
 void require_method(const session_ptr& s, http::verb verb) {
@@ -114,6 +124,20 @@ void render_chat(const served_model& m, generation_request& r) {
     throw api_error(400, "the messages render to an empty prompt", "messages");
 }
 
+/// Compiles a request's response_format: into the in-process runners' cache when there is
+/// one (their executors then find it), else only to refuse a bad schema, regex or grammar
+/// with a 400 (the runners of a launched cluster compile it before the request starts).
+void compile_grammar(server_context& ctx, const std::string& spec) {
+  try {
+    if (ctx.prepare_grammar)
+      ctx.prepare_grammar(spec);
+    else
+      grammar::compile_response_format(grammar::parse_inline_response_format(spec));
+  } catch (const std::exception& e) {
+    throw api_error(400, fmt::format("invalid response_format: {}", e.what()), "response_format");
+  }
+}
+
 void serve_generation(const session_ptr& s, api_kind kind) {
   require_method(s, http::verb::post);
   server_context& ctx = s->context();
@@ -131,19 +155,6 @@ void serve_generation(const session_ptr& s, api_kind kind) {
                                 ctx.model.name),
                     "model", "model_not_found");
   if (kind == api_kind::chat) render_chat(ctx.model, r);
-  if (!r.params.response_format.empty()) {
-    // Compiled once here: into the in-process runners' cache when there is one (the step loop
-    // then finds it), else only to refuse a bad schema, regex or grammar with a 400.
-    try {
-      if (ctx.prepare_grammar)
-        ctx.prepare_grammar(r.params.response_format);
-      else
-        grammar::compile_response_format(
-            grammar::parse_inline_response_format(r.params.response_format));
-    } catch (const std::exception& e) {
-      throw api_error(400, fmt::format("invalid response_format: {}", e.what()), "response_format");
-    }
-  }
   // An empty text prompt is what the tokenizer makes of "" (BOS alone), as OpenAI and vLLM
   // serve it; the cluster takes a text prompt only when it is non-empty.
   for (prompt_input& p : r.prompts)
@@ -160,7 +171,34 @@ void serve_generation(const session_ptr& s, api_kind kind) {
             ctx.settings.max_concurrent_requests),
         "", "rate_limit_exceeded");
   }
-  start_generation(s, std::move(r));
+  if (r.params.response_format.empty() || !ctx.grammar_pool) {
+    struct slot_guard {  // gives the admission slot back if the compile throws
+      server_context& ctx;
+      bool armed = true;
+      ~slot_guard() {
+        if (armed) --ctx.num_inflight;
+      }
+    } guard{ctx};
+    if (!r.params.response_format.empty()) compile_grammar(ctx, r.params.response_format);
+    guard.armed = false;
+    return start_generation(s, std::move(r));
+  }
+  // On the grammar pool, then back on the connection's strand; the admission slot is held.
+  boost::asio::post(*ctx.grammar_pool, [s, r = std::move(r)]() mutable {
+    std::optional<api_error> failed;
+    try {
+      compile_grammar(s->context(), r.params.response_format);
+    } catch (const api_error& e) {
+      failed = e;
+    }
+    boost::asio::post(s->executor(), [s, r = std::move(r), failed = std::move(failed)]() mutable {
+      if (failed) {
+        --s->context().num_inflight;
+        return respond_api_error(s, *failed);
+      }
+      start_generation(s, std::move(r));
+    });
+  });
 }
 
 }  // namespace
@@ -179,7 +217,6 @@ bool key_matches(std::string_view given, const std::vector<std::string>& keys) {
 
 void handle_request(const session_ptr& s) {
   const std::string path = path_of(s->request());
-  const header_list retry{{"Retry-After", std::to_string(s->context().settings.retry_after_s)}};
   try {
     if (path == "/health") return s->respond(200, dump({{"status", "ok"}}));
     if (path == "/ready") return serve_ready(s);
@@ -202,9 +239,7 @@ void handle_request(const session_ptr& s) {
                     fmt::format("no route {} {}", std::string(s->request().method_string()), path),
                     "", "not_found");
   } catch (const api_error& e) {
-    header_list extra = e.status == 429 || e.status == 503 ? retry : header_list{};
-    extra.insert(extra.end(), e.headers.begin(), e.headers.end());
-    s->respond_error(e, extra);
+    respond_api_error(s, e);
   }
 }
 

@@ -8,6 +8,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/asio/write.hpp>
 
 #include <sys/resource.h>
@@ -25,9 +26,16 @@ struct http_server::impl {
   asio::io_context ioc;
   tcp::acceptor acceptor;
   std::vector<std::thread> threads;
+  asio::thread_pool grammar_pool;
   bool is_stopped = false;
 
-  explicit impl(server_context& c) : ctx(c), ioc(c.settings.io_threads), acceptor(ioc) {}
+  explicit impl(server_context& c)
+      : ctx(c),
+        ioc(c.settings.io_threads),
+        acceptor(ioc),
+        grammar_pool(std::size_t(c.settings.grammar_threads)) {
+    ctx.grammar_pool = &grammar_pool;
+  }
 
   void bind() {
     boost::system::error_code ec;
@@ -118,6 +126,9 @@ void http_server::stop() {
   stop_accepting();
   impl_->ioc.stop();
   for (std::thread& t : impl_->threads) t.join();
+  impl_->grammar_pool.stop();  // a compile in progress still ends first
+  impl_->grammar_pool.join();
+  impl_->ctx.grammar_pool = nullptr;
 }
 
 }  // namespace di::server

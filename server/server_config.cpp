@@ -31,6 +31,8 @@ class key_reader {
       s.model_name = text(key, v);
     else if (key == "io_threads")
       s.io_threads = int(integer(key, v, 1, 64));
+    else if (key == "grammar_threads")
+      s.grammar_threads = int(integer(key, v, 1, 64));
     else if (key == "max_body_bytes")
       s.max_body_bytes = integer(key, v, 1024, std::int64_t(1) << 32);
     else if (key == "max_header_bytes")

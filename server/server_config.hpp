@@ -16,6 +16,7 @@ struct server_settings {
   std::vector<std::string> api_keys;         ///< accepted bearer keys; empty = no auth
   std::string model_name;                    ///< served model id; empty = the model folder's name
   int io_threads = 2;                        ///< Asio threads for all connections
+  int grammar_threads = 2;  ///< threads compiling request grammars (response_format)
   std::int64_t max_body_bytes = 8 << 20;     ///< larger bodies get 413
   std::int64_t max_header_bytes = 16 << 10;  ///< larger headers get 431
   int max_connections = 8192;                ///< open connections; beyond, 503 and close

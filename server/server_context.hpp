@@ -10,6 +10,10 @@
 
 #include <atomic>
 #include <functional>
+
+namespace boost::asio {
+class thread_pool;
+}
 #include <memory>
 #include <string>
 
@@ -32,6 +36,10 @@ struct server_context {
   /// request is submitted -- so the step loop finds it compiled instead of stalling every other
   /// sequence for the compile. Throws di::error for a spec that does not compile.
   std::function<void(const std::string& spec)> prepare_grammar;
+  /// Where request grammars compile (server.grammar_threads, owned by the http_server): off
+  /// the I/O threads, which a long compile (tens of seconds for a huge regex) would hold,
+  /// stalling every connection they serve. Null: on the I/O thread.
+  boost::asio::thread_pool* grammar_pool = nullptr;
   server_metrics metrics;
   std::atomic<std::int64_t> num_connections{0};
   std::atomic<std::int64_t> num_inflight{0};  ///< generation requests admitted by the server

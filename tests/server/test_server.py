@@ -308,6 +308,39 @@ def schema_compile_does_not_stall_others(srv, c):
 
 
 @test
+def schema_compiles_do_not_block_http(srv, c):
+    # Grammars compile on server.grammar_threads, not on the I/O threads: with two new large
+    # schemas compiling at once (as many as the default two I/O threads), /health answered
+    # only when they were done (22.6 s for two 400-property schemas).
+    schemas = [{"type": "object", "properties": {f"h{k}_{i}": {"type": "string", "maxLength": 10 + i}
+                                                  for i in range(100)}} for k in range(2)]
+    results = []
+
+    def ask(schema):
+        results.append(c.completions.create(
+            model="tiny", prompt="x", max_tokens=1,
+            extra_body={"response_format": {"type": "json_schema", "json_schema": {"name": "h", "schema": schema}}}))
+
+    threads = [threading.Thread(target=ask, args=(sc,)) for sc in schemas]
+    t0 = time.time()
+    for t in threads:
+        t.start()
+    time.sleep(0.3)
+    latencies = []
+    while any(t.is_alive() for t in threads):
+        q0 = time.time()
+        assert srv.request("GET", "/health")[0] == 200
+        latencies.append(time.time() - q0)
+        time.sleep(0.05)
+    for t in threads:
+        t.join()
+    print(f"  two schemas compiled in {time.time() - t0:.2f} s; /health at most {max(latencies or [0]):.3f} s")
+    assert len(results) == 2 and all(r.choices[0].text.startswith("{") for r in results), results
+    assert latencies, "the schemas compiled before /health was asked (make them larger)"
+    assert max(latencies) < 1.0, latencies
+
+
+@test
 def schema_compile_does_not_stall_a_launched_cluster(srv, c):
     # The same in front of `deepinfer launch` (the runners in another process): the scheduler
     # admits a request with a response_format once every executor has compiled it on its

@@ -95,10 +95,12 @@ TEST_CASE("hostile JSON Schemas: recursion, huge enums and bounds") {
   // 20,000 bare $refs, each resolving to the next: merged one into another, they recursed
   // once per hop and overflowed the stack (a 12,000-link chain crashed `serve`).
   std::string chain = "{\"$ref\":\"#/$defs/a0\",\"$defs\":{";
-  for (int i = 0; i < 20000; ++i)
-    chain += (i ? "," : "") + std::string("\"a") + std::to_string(i) + "\":" +
-             (i + 1 < 20000 ? "{\"$ref\":\"#/$defs/a" + std::to_string(i + 1) + "\"}"
-                            : "{\"type\":\"boolean\"}");
+  for (int i = 0; i < 20000; ++i) {
+    if (i > 0) chain += ',';
+    chain += "\"a" + std::to_string(i) + "\":";
+    chain += i + 1 < 20000 ? "{\"$ref\":\"#/$defs/a" + std::to_string(i + 1) + "\"}"
+                           : "{\"type\":\"boolean\"}";
+  }
   chain += "}}";
   CHECK(run_case("schema 20000 bare $refs in a chain", [&] { schema(chain); }) == outcome::refused);
   run_case("schema 2000-deep nested items", [] {
