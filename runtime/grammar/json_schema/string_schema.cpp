@@ -76,13 +76,31 @@ expr_id string_content(schema_compiler& c, const schema_node& n, grammar& target
     pieces.push_back([=](grammar& g) { return g.repeat(json_text(g, ws).json_char(codepoint_set::all()), 0, k_unbounded); });
   if (pieces.empty()) return target.repeat(json_text(target, ws).json_char(codepoint_set::all()), 0, k_unbounded);
   if (pieces.size() == 1 && holes.empty()) return pieces[0](target);
-  std::size_t limit = c.options().max_string_states;
+  // Several constraints on one string meet in a product automaton of at most `limit` states.
+  // Each character of the length bound takes a few dozen states of JSON escapes and UTF-8, so
+  // a bound past about 200 characters beside a pattern, format or not exceeds it.
+  const std::size_t limit = c.options().max_string_states;
   grammar scratch;
-  byte_dfa all = byte_dfa::from_expr(scratch, pieces[0](scratch), limit);
-  for (std::size_t k = 1; k < pieces.size(); ++k)
-    all = all.intersect(byte_dfa::from_expr(scratch, pieces[k](scratch), limit), limit).minimize();
-  for (const auto& h : holes)
-    all = all.intersect(byte_dfa::from_expr(scratch, h(scratch), limit).complement(), limit).minimize();
+  byte_dfa all;
+  try {
+    all = byte_dfa::from_expr(scratch, pieces[0](scratch), limit);
+    for (std::size_t k = 1; k < pieces.size(); ++k)
+      all =
+          all.intersect(byte_dfa::from_expr(scratch, pieces[k](scratch), limit), limit).minimize();
+    for (const auto& h : holes)
+      all = all.intersect(byte_dfa::from_expr(scratch, h(scratch), limit).complement(), limit)
+                .minimize();
+  } catch (const di::error& e) {
+    DI_FAIL(
+        "JSON Schema: a string's constraints together (minLength/maxLength {}..{} with {} "
+        "pattern(s), {} format(s) and {} excluded form(s)) need an automaton of more than {} "
+        "states, the limit: a length bound past about 200 characters cannot be combined "
+        "with a pattern, format or not ({})",
+        n.min_length,
+        n.max_length == UINT64_MAX ? std::string("inf") : std::to_string(n.max_length),
+        n.patterns.size(), n.formats.size(), n.anti_patterns.size() + n.excluded_strings.size(),
+        limit, e.what());
+  }
   return all.emit(target, "string");
 }
 

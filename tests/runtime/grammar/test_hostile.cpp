@@ -103,6 +103,13 @@ TEST_CASE("hostile JSON Schemas: recursion, huge enums and bounds") {
   }
   chain += "}}";
   CHECK(run_case("schema 20000 bare $refs in a chain", [&] { schema(chain); }) == outcome::refused);
+  // A long length bound beside a pattern exceeds the product automaton's state limit: the
+  // error says so (it said "expression is not a regular language"); 200 still compiles.
+  CHECK_THROWS_WITH_AS(schema(R"({"type":"string","maxLength":256,"pattern":"^[a-z0-9-]+$"})"),
+                       doctest::Contains("need an automaton of more than 20000 states"), di::error);
+  CHECK(run_case("schema maxLength 200 with a pattern", [] {
+          schema(R"({"type":"string","maxLength":200,"pattern":"^[a-z0-9-]+$"})");
+        }) == outcome::compiled);
   run_case("schema 2000-deep nested items", [] {
     schema(nested("{\"type\":\"array\",\"items\":", "{\"type\":\"integer\"}", "}", 2000));
   });
