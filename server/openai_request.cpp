@@ -4,6 +4,7 @@
 #include "server/openai_request.hpp"
 
 #include "model/chat_template/openai_messages.hpp"
+#include "runtime/grammar/json_schema.hpp"
 #include "server/api_error.hpp"
 
 #include <fmt/format.h>
@@ -292,10 +293,15 @@ request_json parse_body(std::string_view body, const server_settings& limits) {
     throw api_error(400,
                     "the JSON body's objects have too many members (one object may have "
                     "about 10,000; many large objects together fewer)");
-  json j = json::parse(body, nullptr, false);
+  grammar::exact_json_result parsed = grammar::parse_json_exact(body);
+  json& j = parsed.value;
   if (j.is_discarded()) throw api_error(400, "the body is not valid JSON (or not valid UTF-8)");
   if (!j.is_object()) throw api_error(400, "the body must be a JSON object");
-  return j;
+  // A schema's numbers must survive the parse: rounded, they would let outputs break it. (A
+  // rounded sampling value elsewhere is only a rounded value.)
+  if (parsed.inexact && parsed.inexact->path.rfind("response_format", 0) == 0)
+    throw api_error(400, grammar::inexact_schema_number(*parsed.inexact), "response_format");
+  return std::move(j);
 }
 
 generation_request parse_completion_request(const json& body, const server_settings& limits) {

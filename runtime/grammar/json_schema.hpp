@@ -9,6 +9,7 @@
 // (what serializers emit), and numbers with bounds or multipleOf have no exponent part.
 #pragma once
 
+#include "runtime/grammar/exact_json.hpp"
 #include "runtime/grammar/grammar.hpp"
 
 #include <nlohmann/json.hpp>
@@ -52,6 +53,9 @@ struct json_schema_result {
 };
 
 /// Compiles a schema; di::error names the keyword (and its JSON pointer) that cannot be enforced.
+/// The error for a schema number a double cannot hold exactly (parse_json_exact).
+std::string inexact_schema_number(const inexact_number& n);
+
 json_schema_result compile_json_schema(const nlohmann::ordered_json& schema,
                                        const json_schema_options& options = {});
 /// As above from schema text (a syntax error is a di::error).

@@ -472,6 +472,16 @@ def errors_400(srv, c):
     expect_status(mk(extra_body={"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}), 400,
                   "response_format.json_schema")
     expect_status(mk(extra_body={"response_format": {"type": "yaml"}}), 400, "response_format.type")
+    # a schema number a double cannot hold is refused (it was rounded, and outputs broke the schema)
+    big = '{"model": "tiny", "prompt": "x", "max_tokens": 2, "response_format": {"type": "json_schema", ' \
+          '"json_schema": {"name": "b", "schema": {"const": 123456789012345678901234567890}}}}'
+    status, _, body = srv.request("POST", "/v1/completions", big.encode(), {"Authorization": "Bearer " + KEY})
+    err = json.loads(body)["error"]
+    assert status == 400 and err["param"] == "response_format", (status, body)
+    assert "123456789012345678901234567890 at response_format.json_schema.schema.const" in err["message"], err
+    # elsewhere a rounded number is only rounded
+    fine = b'{"model": "tiny", "prompt": "x", "max_tokens": 2, "temperature": 0.123456789012345678901}'
+    assert srv.request("POST", "/v1/completions", fine, {"Authorization": "Bearer " + KEY})[0] == 200
     expect_status(lambda: c.completions.create(model="tiny", prompt=[10 ** 9], max_tokens=2), 400, "prompt")
     expect_status(lambda: c.chat.completions.create(model="tiny", messages=[], max_tokens=2), 400, "messages")
     expect_status(lambda: c.chat.completions.create(model="tiny", messages=[{"role": "wizard", "content": "x"}]),

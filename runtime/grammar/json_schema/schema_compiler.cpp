@@ -310,19 +310,26 @@ json_schema_result compile_json_schema(const nlohmann::ordered_json& schema,
   return c.run();
 }
 
+std::string inexact_schema_number(const inexact_number& n) {
+  return fmt::format(
+      "JSON Schema: the number {}{}{} cannot be held exactly (integers beyond 64 bits and "
+      "decimals with more digits than a double keeps are not supported: they would be "
+      "rounded, and outputs could break the schema)",
+      n.literal, n.path.empty() ? "" : " at ", n.path);
+}
+
 json_schema_result compile_json_schema_text(std::string_view text,
                                             const json_schema_options& options) {
-  nlohmann::ordered_json doc;
-  try {
-    doc = nlohmann::ordered_json::parse(text);
-  } catch (const nlohmann::ordered_json::parse_error& e) {
+  exact_json_result doc = parse_json_exact(text);
+  if (!doc.error.empty()) {
     // "parse error at line L, column C: ..." without the library's "[json.exception...]" tag
-    const std::string what = e.what();
+    const std::string& what = doc.error;
     const auto tag_end = what.find("] ");
     DI_FAIL("the JSON Schema is not valid JSON: {}",
             tag_end == std::string::npos ? what : what.substr(tag_end + 2));
   }
-  return compile_json_schema(doc, options);
+  if (doc.inexact) DI_FAIL("{}", inexact_schema_number(*doc.inexact));
+  return compile_json_schema(doc.value, options);
 }
 
 grammar json_object_grammar(const json_schema_options& options) {
