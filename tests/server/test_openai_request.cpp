@@ -258,3 +258,13 @@ TEST_CASE("text_offset: a token after a fragment that never completes begins aft
   CHECK(again.push(id_of_byte(0xC3)) == 1);
   CHECK(again.push(id_of_byte(0xBF)) == 1);
 }
+
+TEST_CASE("a body that is not JSON gets the parser's reason") {
+  const server_settings s;
+  CHECK_THROWS_WITH_AS(
+      parse_body(R"({"prompt": "x", "temperature": 1e400})", s),
+      doctest::Contains("the body is not valid JSON: number overflow parsing '1e400'"), api_error);
+  CHECK_THROWS_WITH_AS(parse_body("{\"prompt\": \"\xff\"}", s),
+                       doctest::Contains("ill-formed UTF-8"), api_error);
+  CHECK_THROWS_WITH_AS(parse_body("[1]", s), doctest::Contains("must be a JSON object"), api_error);
+}
