@@ -20,8 +20,9 @@ std::string api_error::default_type(int status) {
   }
 }
 
-nlohmann::json api_error::body() const {
-  nlohmann::json e = {{"message", what()}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
+nlohmann::ordered_json api_error::body() const {
+  nlohmann::ordered_json e = {
+      {"message", what()}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
   if (!param.empty()) e["param"] = param;
   if (!code.empty()) e["code"] = code;
   return {{"error", e}};

@@ -33,7 +33,7 @@ struct api_error : std::runtime_error {
   /// OpenAI's type for a status ("invalid_request_error", "authentication_error", ...).
   static std::string default_type(int status);
   /// The response body.
-  nlohmann::json body() const;
+  nlohmann::ordered_json body() const;
 };
 
 /// Throws api_error(400, message, param).

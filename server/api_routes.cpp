@@ -14,7 +14,7 @@ namespace di::server {
 
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 using session_ptr = std::shared_ptr<detail::http_session>;
 using detail::header_list;
 namespace http = boost::beast::http;

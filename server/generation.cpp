@@ -16,7 +16,7 @@ namespace di::server {
 
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 using clock_type = std::chrono::steady_clock;
 
 struct choice_state {

@@ -10,7 +10,7 @@ namespace di::server {
 
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 /// Replaces bytes that are not valid UTF-8 with U+FFFD.
 std::string lossy_utf8(std::string_view s) {

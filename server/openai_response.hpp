@@ -24,7 +24,7 @@ struct choice_output {
   std::vector<runtime::position_logprobs> logprobs;
   std::vector<std::optional<runtime::position_logprobs>> prompt_logprobs;
   std::string finish_reason;   ///< empty while running
-  nlohmann::json stop_reason;  ///< the stop string or token id, else null
+  nlohmann::ordered_json stop_reason;  ///< the stop string or token id, else null
 };
 
 /// The fields every object of one response shares.
@@ -41,7 +41,7 @@ struct usage_counts {
   std::int64_t cached_tokens = 0;
 };
 
-nlohmann::json usage_json(const usage_counts& u);
+nlohmann::ordered_json usage_json(const usage_counts& u);
 
 /// The text of a token for display (its bytes; invalid UTF-8 shown as U+FFFD).
 std::string token_text(const tok::tokenizer& tok, std::int32_t id);
@@ -68,20 +68,21 @@ std::size_t count_chars(std::string_view text);
 
 /// Completions logprobs of `entries` (prompt entries may be null); `offsets[i]` is token i's
 /// text_offset.
-nlohmann::json completion_logprobs(const tok::tokenizer& tok, const std::vector<std::int32_t>& ids,
-                                   const std::vector<const runtime::position_logprobs*>& entries,
-                                   const std::vector<std::size_t>& offsets);
+nlohmann::ordered_json completion_logprobs(
+    const tok::tokenizer& tok, const std::vector<std::int32_t>& ids,
+    const std::vector<const runtime::position_logprobs*>& entries,
+    const std::vector<std::size_t>& offsets);
 /// Chat logprobs {"content": [...]} of generated entries.
-nlohmann::json chat_logprobs(const tok::tokenizer& tok,
-                             const std::vector<runtime::position_logprobs>& entries);
+nlohmann::ordered_json chat_logprobs(const tok::tokenizer& tok,
+                                     const std::vector<runtime::position_logprobs>& entries);
 
 /// A whole (non-streamed) response; `choices` already hold the final JSON of each choice.
-nlohmann::json full_response(const response_header& h, nlohmann::json choices,
-                             const usage_counts& u);
+nlohmann::ordered_json full_response(const response_header& h, nlohmann::ordered_json choices,
+                                     const usage_counts& u);
 /// One stream chunk with `choices` (may be empty for the usage chunk).
-nlohmann::json stream_chunk(const response_header& h, nlohmann::json choices);
+nlohmann::ordered_json stream_chunk(const response_header& h, nlohmann::ordered_json choices);
 
 /// JSON text for the wire (invalid UTF-8 replaced, never throws for it).
-std::string dump(const nlohmann::json& j);
+std::string dump(const nlohmann::ordered_json& j);
 
 }  // namespace di::server

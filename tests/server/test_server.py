@@ -132,6 +132,9 @@ def logprobs(srv, c):
     lp = r.choices[0].logprobs
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == r.usage.completion_tokens
     assert all(len(t) <= 3 and len(t) >= 1 for t in lp.top_logprobs)
+    # each top_logprobs dict lists its tokens most likely first, as OpenAI's do (they were in
+    # alphabetical order)
+    assert all(list(t.values()) == sorted(t.values(), reverse=True) for t in lp.top_logprobs), lp.top_logprobs
     assert all(x <= 0 for x in lp.token_logprobs)
     assert "".join(lp.tokens) == r.choices[0].text
     ch = c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=4,
