@@ -108,14 +108,25 @@ class lexer {
   std::vector<std::size_t> line_starts_;
   std::vector<token> tokens_;
   bool line_starting_ = true;  // did the previous match end with '\n'?
+  // pos_of's last answer: tokens come in source order, so the next column is counted on from
+  // it (counting from the line start each time made one long line quadratic).
+  mutable std::size_t last_offset_ = 0;
+  mutable source_pos last_pos_{1, 1};
 };
 
 source_pos lexer::pos_of(std::size_t offset) const {
   auto it = std::upper_bound(line_starts_.begin(), line_starts_.end(), offset);
   std::size_t line = std::size_t(it - line_starts_.begin());
   std::size_t start = line_starts_[line - 1];
-  std::size_t column = utf8_length(std::string_view(src_).substr(start, offset - start)) + 1;
-  return {int(line), int(column)};
+  std::size_t column = 0;
+  if (std::size_t(last_pos_.line) == line && last_offset_ >= start && last_offset_ <= offset)
+    column = std::size_t(last_pos_.column) +
+             utf8_length(std::string_view(src_).substr(last_offset_, offset - last_offset_));
+  else
+    column = utf8_length(std::string_view(src_).substr(start, offset - start)) + 1;
+  last_offset_ = offset;
+  last_pos_ = {int(line), int(column)};
+  return last_pos_;
 }
 
 void lexer::emit(token_kind kind, std::size_t offset, std::string text) {

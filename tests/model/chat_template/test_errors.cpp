@@ -46,6 +46,9 @@ TEST_CASE("syntax errors name the problem and its line:column") {
       {"{{ x is defined is none }}", "1:17", "cannot be chained"},
       {"{% set 1 = 2 %}", "1:8", "expected a name to assign to"},
       {"{{ @ }}", "1:4", "unexpected character '@'"},
+      // columns count characters, carried on from token to token along one line
+      {"{{ 'é' }}{{ 'ü' }}é{{ x|nosuchfilter }}", "1:25", "unknown filter 'nosuchfilter'"},
+      {"ab\n{{ 'é' }}{{ 'ü' }}é{{ x|nosuchfilter }}", "2:25", "unknown filter 'nosuchfilter'"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.source);
@@ -54,6 +57,20 @@ TEST_CASE("syntax errors name the problem and its line:column") {
     CHECK(contains(failure.message, "syntax error at " + std::string(c.position) + ":"));
     CHECK(contains(failure.message, c.reason));
   }
+}
+
+TEST_CASE("one very long line lexes in linear time") {
+  // Each token's column was counted from the start of its line: 40,000 tags on one line took
+  // 13 s through `chat-template` (jinja2: 3.5 s); now 0.04 s here, 0.4 s through the CLI.
+  std::string source;
+  for (int i = 0; i < 20000; ++i) source += "{% if true %}x{% endif %}";
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string out = di::test::render(source, ojson::object());
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(out == std::string(20000, 'x'));
+  MESSAGE("40,000 tags on one line: ", seconds, " s");
+  CHECK(seconds < 5.0);  // a hang guard; it was quadratic
 }
 
 TEST_CASE("render errors carry the position of the failing expression") {
