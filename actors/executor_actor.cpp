@@ -33,20 +33,20 @@ struct device_job {
 /// What a job produced: the answer, or an error after which the executor stops.
 using job_outcome = std::variant<executor_info, step_done, caf::error>;
 
-/// The device thread and the jobs between it and the actor. Everything below `mutex` is
-/// shared; the runner and the step-gap bookkeeping belong to the thread alone.
-class device_thread {
+/// A thread that runs queued jobs in order (`run` on the thread) and, as it ends, `finish`.
+/// Destruction lets the job in progress finish, drops the queued ones and joins the thread
+/// (detaches instead when called on the thread itself, e.g. if it released the actor's last
+/// handle).
+template <class Job>
+class job_thread {
  public:
-  device_thread(executor_params params, caf::actor_addr owner)
-      : params_(std::move(params)), owner_(std::move(owner)), log_(component_logger("executor")) {
+  explicit job_thread(std::function<void(Job&)> run, std::function<void()> finish = {})
+      : run_(std::move(run)), finish_(std::move(finish)) {
     thread_ = std::thread([this] { loop(); });
   }
-  device_thread(const device_thread&) = delete;
-  device_thread& operator=(const device_thread&) = delete;
-
-  /// Lets the job in progress finish, drops the queued ones and joins the thread (detaches
-  /// instead when called on the thread itself, e.g. if it released the actor's last handle).
-  ~device_thread() {
+  job_thread(const job_thread&) = delete;
+  job_thread& operator=(const job_thread&) = delete;
+  ~job_thread() {
     {
       std::lock_guard lock(mutex_);
       is_stopping_ = true;
@@ -58,13 +58,51 @@ class device_thread {
       thread_.join();
   }
 
-  void push(device_job job) {
+  void push(Job job) {
     {
       std::lock_guard lock(mutex_);
       jobs_.push_back(std::move(job));
     }
     wake_.notify_all();
   }
+
+ private:
+  void loop() {
+    for (;;) {
+      Job job;
+      {
+        std::unique_lock lock(mutex_);
+        wake_.wait(lock, [&] { return is_stopping_ || !jobs_.empty(); });
+        if (is_stopping_) break;
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      run_(job);
+    }
+    if (finish_) finish_();
+  }
+
+  std::function<void(Job&)> run_;
+  std::function<void()> finish_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Job> jobs_;
+  bool is_stopping_ = false;
+  std::thread thread_;  // last: starts after everything it uses exists
+};
+
+/// The device thread and the jobs between it and the actor. Everything below `mutex` is
+/// shared; the runner and the step-gap bookkeeping belong to the thread alone.
+class device_thread {
+ public:
+  device_thread(executor_params params, caf::actor_addr owner)
+      : params_(std::move(params)),
+        owner_(std::move(owner)),
+        log_(component_logger("executor")),
+        // the runner dies on the thread that made it (a device context lives there)
+        thread_([this](device_job& job) { run_job(job); }, [this] { bundle_ = {}; }) {}
+
+  void push(device_job job) { thread_.push(std::move(job)); }
 
   /// The runner's grammar preparer (step_runner::grammar_preparer) once it has loaded.
   std::function<void(const std::string&)> grammar_preparer() {
@@ -83,26 +121,15 @@ class device_thread {
   }
 
  private:
-  void loop() {
-    for (;;) {
-      device_job job;
-      {
-        std::unique_lock lock(mutex_);
-        wake_.wait(lock, [&] { return is_stopping_ || !jobs_.empty(); });
-        if (is_stopping_) break;
-        job = std::move(jobs_.front());
-        jobs_.pop_front();
-      }
-      job_outcome out = job.step ? run_one(*job.step) : info();
-      {
-        std::lock_guard lock(mutex_);
-        done_.emplace(job.id, std::move(out));
-      }
-      // A weak address: the thread must not keep the actor alive. Gone actor: nobody waits.
-      if (caf::actor owner = caf::actor_cast<caf::actor>(owner_))
-        caf::anon_send(owner, step_ran_atom::value, job.id);
+  void run_job(device_job& job) {
+    job_outcome out = job.step ? run_one(*job.step) : info();
+    {
+      std::lock_guard lock(mutex_);
+      done_.emplace(job.id, std::move(out));
     }
-    bundle_ = {};  // the runner dies on the thread that made it (a device context lives here)
+    // A weak address: the thread must not keep the actor alive. Gone actor: nobody waits.
+    if (caf::actor owner = caf::actor_cast<caf::actor>(owner_))
+      caf::anon_send(owner, step_ran_atom::value, job.id);
   }
 
   /// Loads the runner on first use; an error when it cannot be loaded.
@@ -178,81 +205,31 @@ class device_thread {
   std::int64_t last_end_ns_ = 0;
   // Shared.
   std::mutex mutex_;
-  std::condition_variable wake_;
-  std::deque<device_job> jobs_;
   std::map<std::uint64_t, job_outcome> done_;
   std::function<void(const std::string&)> preparer_;
-  bool is_stopping_ = false;
-  std::thread thread_;  // last: starts after everything it uses exists
+  job_thread<device_job> thread_;  // last: starts after everything it uses exists
 };
 
-/// Compiles response_format specs one at a time, off the device thread, and tells the actor
-/// (grammar_done_atom) how each ended.
-class grammar_thread {
- public:
-  using preparer = std::function<void(const std::string&)>;
-  explicit grammar_thread(caf::actor_addr owner) : owner_(std::move(owner)) {
-    thread_ = std::thread([this] { loop(); });
-  }
-  grammar_thread(const grammar_thread&) = delete;
-  grammar_thread& operator=(const grammar_thread&) = delete;
-  /// Drops the queued specs, lets the compile in progress end and joins.
-  ~grammar_thread() {
-    {
-      std::lock_guard lock(mutex_);
-      is_stopping_ = true;
-    }
-    wake_.notify_all();
-    if (thread_.get_id() == std::this_thread::get_id())
-      thread_.detach();
-    else
-      thread_.join();
-  }
-
-  void push(std::uint64_t id, preparer prepare, std::string spec) {
-    {
-      std::lock_guard lock(mutex_);
-      jobs_.push_back({id, std::move(prepare), std::move(spec)});
-    }
-    wake_.notify_all();
-  }
-
- private:
-  struct job {
-    std::uint64_t id;
-    preparer prepare;
-    std::string spec;
-  };
-
-  void loop() {
-    for (;;) {
-      job j;
-      {
-        std::unique_lock lock(mutex_);
-        wake_.wait(lock, [&] { return is_stopping_ || !jobs_.empty(); });
-        if (is_stopping_) return;
-        j = std::move(jobs_.front());
-        jobs_.pop_front();
-      }
-      std::string error;
-      try {
-        j.prepare(j.spec);
-      } catch (const std::exception& e) {
-        error = e.what();
-        if (error.empty()) error = "the grammar did not compile";
-      }
-      if (caf::actor owner = caf::actor_cast<caf::actor>(owner_))
-        caf::anon_send(owner, grammar_done_atom::value, j.id, std::move(error));
-    }
-  }
-
-  caf::actor_addr owner_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::deque<job> jobs_;
-  bool is_stopping_ = false;
-  std::thread thread_;  // last
+/// A response_format spec to compile off the device thread; the actor hears how it ended
+/// (grammar_done_atom).
+struct grammar_job {
+  std::uint64_t id = 0;
+  std::function<void(const std::string&)> prepare;
+  std::string spec;
 };
+
+/// Compiles `job` and tells `owner` ("" or the error).
+void compile_grammar_job(grammar_job& job, const caf::actor_addr& owner) {
+  std::string error;
+  try {
+    job.prepare(job.spec);
+  } catch (const std::exception& e) {
+    error = e.what();
+    if (error.empty()) error = "the grammar did not compile";
+  }
+  if (caf::actor a = caf::actor_cast<caf::actor>(owner))
+    caf::anon_send(a, grammar_done_atom::value, job.id, std::move(error));
+}
 
 struct executor_state {
   static inline const char* name = "executor";
@@ -261,7 +238,7 @@ struct executor_state {
   /// The requests waiting for their job, by job id.
   std::map<std::uint64_t, caf::typed_response_promise<executor_info>> info_waiting;
   std::map<std::uint64_t, caf::typed_response_promise<step_done>> step_waiting;
-  std::unique_ptr<grammar_thread> grammar;  ///< started by the first response_format
+  std::unique_ptr<job_thread<grammar_job>> grammar;  ///< started by the first response_format
   std::map<std::uint64_t, caf::typed_response_promise<std::string>> grammar_waiting;
 
   executor_state() = default;
@@ -328,13 +305,15 @@ executor_actor::behavior_type executor_impl(self_ptr self, executor_params param
       [=](step_ran_atom, std::uint64_t id) { on_job_done(self, id); },
       [=](prepare_grammar_atom, std::string& spec) -> caf::result<std::string> {
         executor_state& st = self->state;
-        grammar_thread::preparer prepare = st.device->grammar_preparer();
+        std::function<void(const std::string&)> prepare = st.device->grammar_preparer();
         if (!prepare) return std::string();  // the runner reports it for the request
-        if (!st.grammar) st.grammar = std::make_unique<grammar_thread>(self->address());
+        if (!st.grammar)
+          st.grammar = std::make_unique<job_thread<grammar_job>>(
+              [owner = self->address()](grammar_job& job) { compile_grammar_job(job, owner); });
         const std::uint64_t id = st.next_job++;
         auto rp = self->make_response_promise<std::string>();
         st.grammar_waiting.emplace(id, rp);
-        st.grammar->push(id, std::move(prepare), std::move(spec));
+        st.grammar->push({.id = id, .prepare = std::move(prepare), .spec = std::move(spec)});
         return rp;
       },
       [=](grammar_done_atom, std::uint64_t id, std::string& error) {

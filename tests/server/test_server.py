@@ -343,28 +343,39 @@ def schema_compiles_do_not_block_http(srv, c):
     assert max(latencies) < 1.0, latencies
 
 
-@test
-def schema_compile_does_not_stall_a_launched_cluster(srv, c):
-    # The same in front of `deepinfer launch` (the runners in another process): the scheduler
-    # admits a request with a response_format once every executor has compiled it on its
-    # grammar thread. Before, the runner compiled it inside a step (a multi-second stall).
+def launch_cluster(srv, name, model_lines, server_lines):
+    """`deepinfer launch` of a one-group cluster on free ports, waiting for its ready line;
+    returns (the launch process, the cluster file's path)."""
     import subprocess
     ports = []
     for _ in range(3):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             ports.append(s.getsockname()[1])
-    path = os.path.join(srv.workdir, "launched-cpu.toml")
+    path = os.path.join(srv.workdir, f"{name}.toml")
     with open(path, "w") as f:
-        f.write(f'[cluster]\nname = "srvcpu"\n[model]\npath = "{srv.model}"\n'
+        f.write(f'[cluster]\nname = "{name}"\n[model]\n{model_lines}path = "{srv.model}"\n'
                 f'[router]\nhost = "127.0.0.1"\nport = {ports[0]}\n[logging]\nstatus_interval_s = 0\n'
                 f'[[nodes]]\nhost = "127.0.0.1"\nport = {ports[1]}\n[[groups]]\nscheduler = 0\nexecutors = [0]\n'
-                f'[server]\nmodel_name = "tiny"\n')
+                f'[server]\n{server_lines}')
     launch = subprocess.Popen([srv.binary, "launch", path], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                               text=True)
+    line = launch.stdout.readline()
+    if not line.startswith("ready: "):
+        launch.kill()
+        launch.wait()
+        raise AssertionError(f"{name}: launch printed {line!r}, no ready line")
+    return launch, path
+
+
+@test
+def schema_compile_does_not_stall_a_launched_cluster(srv, c):
+    # The same in front of `deepinfer launch` (the runners in another process): the scheduler
+    # admits a request with a response_format once every executor has compiled it on its
+    # grammar thread. Before, the runner compiled it inside a step (a multi-second stall).
+    launch, path = launch_cluster(srv, "srvcpu", "", 'model_name = "tiny"\n')
     front = None
     try:
-        assert launch.stdout.readline().startswith("ready: ")
         front = Server(srv.binary, ["--config", path])
         check_schema_compile_does_not_stall(client(front, key="unused"), "tiny")
         # a schema the runners cannot compile is still a 400 naming response_format
@@ -706,23 +717,10 @@ def stop_signal_drains_in_flight(srv, c):
 @test
 def front_end_of_launched_cluster(srv, c):
     """serve --config FILE in front of `deepinfer launch FILE` (toy runner); 503 once it is gone."""
-    import subprocess
-    ports = []
-    for _ in range(3):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            ports.append(s.getsockname()[1])
-    path = os.path.join(srv.workdir, "launched.toml")
-    with open(path, "w") as f:
-        f.write(f'[cluster]\nname = "srvtest"\n[model]\nrunner = "toy"\npath = "{srv.model}"\n'
-                f'[router]\nhost = "127.0.0.1"\nport = {ports[0]}\n[logging]\nstatus_interval_s = 0\n'
-                f'[[nodes]]\nhost = "127.0.0.1"\nport = {ports[1]}\n[[groups]]\nscheduler = 0\nexecutors = [0]\n'
-                f'[server]\napi_keys = ["k-launched"]\nmodel_name = "toy"\n')
-    launch = subprocess.Popen([srv.binary, "launch", path], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                              text=True)
+    launch, path = launch_cluster(srv, "srvtest", 'runner = "toy"\n',
+                                  'api_keys = ["k-launched"]\nmodel_name = "toy"\n')
     front = None
     try:
-        assert launch.stdout.readline().startswith("ready: ")
         front = Server(srv.binary, ["--config", path])
         fc = client(front, key="k-launched")
         r = fc.completions.create(model="toy", prompt="hello", max_tokens=5, extra_body={"ignore_eos": True})
