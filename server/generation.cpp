@@ -435,6 +435,7 @@ api_error refusal_error(const std::string& message, std::string_view max_tokens_
       contains(m, "did not answer") || contains(m, "lost the router") ||
       contains(m, "did not take the request"))
     return api_error(503, "the cluster cannot serve right now: " + m, "", "service_unavailable");
+  if (contains(m, "response_format")) return api_error(400, m, "response_format");
   if (contains(m, "min_tokens")) return api_error(400, m, "min_tokens");
   if (contains(m, std::string(max_tokens_name).c_str()))
     return api_error(400, m, std::string(max_tokens_name));

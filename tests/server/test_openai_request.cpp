@@ -211,6 +211,10 @@ TEST_CASE("router refusals map to HTTP statuses") {
   CHECK(refusal_error("stop_token_ids must be token ids in [0, 128815), got 200000").param ==
         "stop_token_ids");
   CHECK(refusal_error("at most 16 stop strings are accepted").param == "stop");
+  // a grammar the executors refused names response_format, whatever words its reason has
+  CHECK(refusal_error("invalid_request: invalid response_format: regex: '(' at 1 is never closed "
+                      "before the prompt's stop")
+            .param == "response_format");
   // A chat request that set max_completion_tokens is told about that field.
   const api_error c =
       refusal_error("prompt (10 tokens) + max_tokens (99999) exceeds the context of 4096 tokens",
