@@ -41,6 +41,12 @@ void install_signal_handlers() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  // `launch` starts nodes with these blocked until now; one that arrived meanwhile is taken here.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
 }
 
 template <class Handle>

@@ -97,6 +97,14 @@ child start_node(const launch_options& o, int rank) {
     // serving, orphaned. The node's SIGTERM handler shuts it down in order. If launch died
     // before this line, the parent is already someone else: exit now.
     if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent) std::_Exit(1);
+    // SIGINT/SIGTERM wait (blocked, across exec) until the node has installed its handlers,
+    // which unblock them: one that came earlier killed the node outright (status 143) instead
+    // of shutting it down in order -- launch stops the rest at once when a node fails early.
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    sigprocmask(SIG_BLOCK, &stop_signals, nullptr);
     dup2(fds[1], STDOUT_FILENO);
     close(fds[0]);
     close(fds[1]);

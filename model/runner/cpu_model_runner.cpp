@@ -52,9 +52,14 @@ std::int64_t checked_token_ids(const deepseek_model& m, const cpu_runner_config&
 }
 
 std::vector<int> pool_blocks(const runtime::kv_geometry& g, std::int64_t tokens, int min_blocks) {
+  // No stream holds fewer blocks than the one with the most (the lowest ratio: as many
+  // sequences as the pool can hold at all), up to min_blocks.
+  std::int64_t most = 0;
+  for (int s = 0; s < g.num_streams(); ++s) most = std::max(most, g.num_blocks(s, tokens));
+  const std::int64_t floor = std::min<std::int64_t>(min_blocks, most);
   std::vector<int> n;
   for (int s = 0; s < g.num_streams(); ++s) {
-    const std::int64_t blocks = std::max<std::int64_t>(g.num_blocks(s, tokens), min_blocks);
+    const std::int64_t blocks = std::max<std::int64_t>(g.num_blocks(s, tokens), floor);
     DI_CHECK(blocks <= std::numeric_limits<std::int32_t>::max(),
              "runner: kv_pool_tokens {} needs {} blocks of stream {}; at most 2^31 - 1", tokens,
              blocks, s);

@@ -31,13 +31,15 @@ namespace di {
 /// How big the runner's caches are.
 struct cpu_runner_config {
   /// Tokens of context every stream's pool holds, all sequences together (each stream gets
-  /// max(kv_geometry::num_blocks(s, kv_pool_tokens), min_blocks_per_stream) blocks).
+  /// kv_geometry::num_blocks(s, kv_pool_tokens) blocks, or more: min_blocks_per_stream).
   std::int64_t kv_pool_tokens = 0;
-  /// Each stream holds at least this many blocks: one per sequence that may run at once (the
-  /// scheduler's max_num_running). A sequence holds a whole block of a stream as soon as it
-  /// has one entry there, so a high-ratio stream sized by tokens alone (V4's ratio 128: 8192
-  /// tokens a block, 4 blocks for 32768 tokens) let only that many sequences past their first
-  /// entry run at once, and the rest were preempted while the pools were mostly free.
+  /// Each stream holds at least this many blocks (one per sequence that may run at once: the
+  /// scheduler's max_num_running), or as many as the stream with the most blocks if that is
+  /// fewer. A sequence holds a whole block of a stream as soon as it has one entry there, so a
+  /// high-ratio stream sized by tokens alone (V4's ratio 128: 8192 tokens a block, 4 blocks for
+  /// 32768 tokens) let only that many sequences past their first entry run at once while the
+  /// other pools were mostly free. The lowest-ratio stream, the largest, stays as sized, so a
+  /// small kv_pool_tokens still limits what runs.
   int min_blocks_per_stream = 0;
   int num_snapshots = 0;  ///< slot snapshots for prefix reuse (slot_bytes each)
   /// The longest sequence; 0 = kv_pool_tokens, capped by max_position_embeddings.
