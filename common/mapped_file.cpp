@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 #include <utility>
+#include <vector>
 
 namespace di {
 
@@ -70,12 +71,23 @@ std::ifstream open_input_file(const std::string& path, const std::string& what) 
   return in;
 }
 
-std::string read_text_file(const std::string& path) {
+std::string read_text_file(const std::string& path, std::size_t max_bytes) {
   std::ifstream in = open_input_file(path, "");
-  std::ostringstream ss;
-  ss << in.rdbuf();
+  // In pieces, so that /dev/zero or a runaway file stops at the cap instead of at memory's end
+  // (a config.json linked to /dev/zero grew to 17 GB).
+  std::string text;
+  std::vector<char> piece(std::size_t(1) << 20);
+  while (in) {
+    in.read(piece.data(), std::streamsize(piece.size()));
+    const auto n = std::size_t(in.gcount());
+    DI_CHECK(text.size() + n <= max_bytes,
+             "{}: larger than {} MiB, more than a text file of this "
+             "kind holds; not read",
+             path, max_bytes >> 20);
+    text.append(piece.data(), n);
+  }
   DI_CHECK(!in.bad(), "{}: read error", path);
-  return ss.str();
+  return text;
 }
 
 }  // namespace di

@@ -35,8 +35,9 @@ class mapped_file {
   std::size_t size_ = 0;
 };
 
-/// Reads a whole (small) text file; throws di::error naming the path on failure.
-std::string read_text_file(const std::string& path);
+/// Reads a whole (small) text file; throws di::error naming the path on failure, or when it
+/// holds more than `max_bytes` (tokenizer.json files have ~10 MB).
+std::string read_text_file(const std::string& path, std::size_t max_bytes = std::size_t(256) << 20);
 
 /// Opens `path` for reading; a missing file, a directory (which opens, and reads as empty) or
 /// an unreadable one is a di::error "<what>: <path>: <why>" ("<path>: <why>" without `what`).

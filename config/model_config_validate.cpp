@@ -98,6 +98,8 @@ void validate_v41_sources(const model_config& c, const std::string& src) {
   }
 }
 
+constexpr std::int64_t k_max_engram_columns = 1024;
+
 void validate_engram(const model_config& c, const std::string& src) {
   const engram_config& e = c.engram;
   if (e.layer_ids.empty()) return;
@@ -107,6 +109,11 @@ void validate_engram(const model_config& c, const std::string& src) {
            "'text_config.engram_num_embeddings': has {} entries for {} engram layers", src,
            e.num_embeddings.size(), e.layer_ids.size());
   DI_CHECK(e.max_ngram_size >= 2, "{}: key 'text_config.engram_max_ngram_size': must be >= 2", src);
+  // Real checkpoints have (4 - 1) * 8 = 24 hash columns a layer; far more is no Engram layer.
+  DI_CHECK(std::int64_t(e.max_ngram_size - 1) * e.n_heads <= k_max_engram_columns,
+           "{}: keys 'text_config.engram_max_ngram_size' ({}) and 'text_config.engram_n_heads' "
+           "({}): (max_ngram_size - 1) * n_heads must be at most {}",
+           src, e.max_ngram_size, e.n_heads, k_max_engram_columns);
   DI_CHECK(e.head_dim % 32 == 0, "{}: key 'text_config.engram_head_dim': {} is not a multiple of "
            "the 32-channel scale block", src, e.head_dim);
   DI_CHECK(e.compressed_vocab_size <= c.vocab_size, "{}: key "
@@ -127,19 +134,17 @@ void validate_engram(const model_config& c, const std::string& src) {
 }  // namespace
 
 std::vector<std::vector<std::int64_t>> engram_bucket_primes(const engram_config& e) {
+  // The official code starts each n-gram's search at vocab_size again and takes, head by head,
+  // the next prime it has not taken yet. What it has taken is always every prime from
+  // vocab_size up to the last one taken, so each column simply gets the next prime: the same
+  // numbers, without walking past the taken ones again (quadratic in the columns).
   std::vector<std::vector<std::int64_t>> out;
-  std::set<std::int64_t> seen;
+  std::int64_t candidate = e.vocab_size;
   for (std::size_t layer = 0; layer < e.layer_ids.size(); ++layer) {
     std::vector<std::int64_t> row;
-    for (int n = 0; n < e.max_ngram_size - 1; ++n) {
-      std::int64_t current = e.vocab_size - 1;
-      for (int h = 0; h < e.n_heads; ++h) {
-        std::int64_t candidate = current + 1;
-        while (!is_prime(candidate) || seen.count(candidate)) ++candidate;
-        seen.insert(candidate);
-        row.push_back(candidate);
-        current = candidate;
-      }
+    for (int column = 0; column < e.num_hash_columns(); ++column) {
+      while (!is_prime(candidate)) ++candidate;
+      row.push_back(candidate++);
     }
     out.push_back(std::move(row));
   }

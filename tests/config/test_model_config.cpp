@@ -157,6 +157,9 @@ TEST_CASE("malformed config.json gives one clear error naming the key") {
          j["text_config"]["engram_num_embeddings"] = {14188, 17000};
        },
        "entry 1 is 17000 but the prime bucket layout of layer 4 needs 17942 rows"},
+      // (it searched the primes in quadratic time: 10000 ran for minutes and blocked serve)
+      {"engram columns", v41, [](json& j) { j["text_config"]["engram_max_ngram_size"] = 10000; },
+       "(max_ngram_size - 1) * n_heads must be at most 1024"},
       {"engram list length", v41,
        [](json& j) { j["text_config"]["engram_num_embeddings"] = {14188}; },
        "has 1 entries for 2 engram layers"},

@@ -41,6 +41,15 @@ struct malformed_case {
   const char* tensor;    // the tensor the message must name, or nullptr
 };
 
+/// {"a":{"a":...1...}} with `depth` objects.
+std::string nested_objects(int depth) {
+  std::string s;
+  for (int i = 0; i < depth; ++i) s += "{\"a\":";
+  s += "1";
+  s += std::string(std::size_t(depth), '}');
+  return s;
+}
+
 std::vector<malformed_case> malformed_cases() {
   const std::string d8(8, '\0');
   const std::string w = R"({"w":{"dtype":"F32","shape":[2],"data_offsets":)";
@@ -130,6 +139,9 @@ std::vector<malformed_case> malformed_cases() {
        "'__metadata__' value of 'format' must be a string, got number", nullptr},
       {"duplicate __metadata__", raw_safetensors(R"({"__metadata__":{},"__metadata__":{}})"),
        "duplicate key '__metadata__'", nullptr},
+      // nested objects cost ~56x their bytes: a 183 MB header took 5.6 GB before failing
+      {"nested deeper than 64 levels", raw_safetensors(nested_objects(100000)),
+       "nested deeper than 64 levels", nullptr},
   };
 }
 

@@ -127,6 +127,14 @@ TEST_CASE("malformed tokenizer.json gives one clear error each") {
   j["model"]["vocab"]["xyz"] = -1;
   CHECK(contains(json_error(j), "model.vocab['xyz'] must be an id"));
 
+  // one huge id made a table with a slot for every id below it (2^26: 2.6 GB)
+  j = minimal_tokenizer();
+  j["model"]["vocab"]["xyz"] = 1 << 26;
+  CHECK(contains(json_error(j), "model.vocab['xyz'] must be an id in [0, 2^22), got 67108864"));
+  j = minimal_tokenizer();
+  j["added_tokens"] = json::array({{{"id", 1 << 26}, {"content", "<big>"}, {"special", true}}});
+  CHECK(contains(json_error(j), "must be an id in [0, 2^22), got 67108864"));
+
   j = minimal_tokenizer();
   j["model"]["vocab"].erase("a");
   j["model"]["merges"] = json::array();
