@@ -20,9 +20,12 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <filesystem>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -142,23 +145,63 @@ std::function<di::actors::runner_bundle(int, int)> structured_output_runners(
   };
 }
 
-/// Blocks SIGINT/SIGTERM in every thread started from here on; wait_for_signal() takes them.
-sigset_t block_stop_signals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  return set;
-}
+/// SIGINT/SIGTERM, blocked in every thread and taken by one thread of their own. Before the
+/// server is ready a signal ends the process at once (a slow model load used to ignore it:
+/// the signals were blocked and nothing took them until `ready`); after, each one counts.
+class stop_signals {
+ public:
+  stop_signals() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);  // before any other thread starts
+    std::thread([this] { take(); }).detach();    // it waits in sigwait until the process ends
+  }
 
-/// Waits until nothing is responding, `timeout` passes or a stop signal arrives (true).
-bool wait_for_responses(const di::server::server_context& ctx, const sigset_t& stop_signals,
-                        std::chrono::steady_clock::duration timeout) {
+  void set_ready() { is_ready_ = true; }
+  int count() const { return count_.load(); }
+  /// The first signal (its number).
+  int wait_first() {
+    std::unique_lock lock(mutex_);
+    wake_.wait(lock, [&] { return count_.load() > 0; });
+    return first_;
+  }
+
+ private:
+  void take() {
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&set_, &sig) != 0) continue;
+      if (!is_ready_) {
+        std::fprintf(stderr, "serve: stopped by signal %d while starting\n", sig);
+        std::fflush(stderr);
+        std::_Exit(128 + sig);
+      }
+      {
+        std::lock_guard lock(mutex_);
+        if (count_.load() == 0) first_ = sig;
+        ++count_;
+      }
+      wake_.notify_all();
+    }
+  }
+
+  sigset_t set_;
+  std::atomic<bool> is_ready_{false};
+  std::atomic<int> count_{0};
+  int first_ = 0;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+};
+
+/// Waits until nothing is responding, `timeout` passes or the signal count passes `signals`
+/// (true).
+bool wait_for_responses(const di::server::server_context& ctx, const stop_signals& stops,
+                        int signals, std::chrono::steady_clock::duration timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (ctx.num_responding.load() > 0 && std::chrono::steady_clock::now() < deadline) {
-    const timespec tick{0, 50'000'000};
-    if (sigtimedwait(&stop_signals, nullptr, &tick) > 0) return true;
+    if (stops.count() > signals) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return false;
 }
@@ -168,7 +211,7 @@ bool wait_for_responses(const di::server::server_context& ctx, const sigset_t& s
 /// every response still ends properly (finish_reason "abort") before the connections close
 /// (at most 5 s more; a third signal closes them at once).
 void drain(di::server::http_server& server, di::server::server_context& ctx,
-           di::server::engine& engine, const sigset_t& stop_signals, int sig) {
+           di::server::engine& engine, const stop_signals& stops, int sig) {
   ctx.is_draining = true;
   server.stop_accepting();
   const int timeout_s = ctx.settings.drain_timeout_s;
@@ -176,20 +219,21 @@ void drain(di::server::http_server& server, di::server::server_context& ctx,
                "serve: stopping (signal %d): %lld requests in flight; new ones get 503; waiting up "
                "to %d s for them (server.drain_timeout_s; a second signal stops at once)\n",
                sig, (long long)ctx.num_inflight.load(), timeout_s);
-  const bool again = wait_for_responses(ctx, stop_signals, std::chrono::seconds(timeout_s));
+  const bool again = wait_for_responses(ctx, stops, 1, std::chrono::seconds(timeout_s));
   if (ctx.num_responding.load() == 0) return;
   std::fprintf(stderr, "serve: %s; aborting the %lld requests still in flight\n",
                again ? "second signal" : "drain timeout", (long long)ctx.num_inflight.load());
   engine.abort_all();
   // Their abort events end the responses; this bounds the wait for slow or stuck readers
-  // (another signal ends it too).
-  wait_for_responses(ctx, stop_signals, std::chrono::seconds(5));
+  // (a third signal ends it too).
+  wait_for_responses(ctx, stops, 2, std::chrono::seconds(5));
 }
 
 void run_serve(const serve_options& o) {
   const loaded_config c = load(o);
   di::actors::configure_logging(c.cluster.logging.level, c.cluster.logging.file, "serve");
-  const sigset_t stop_signals = block_stop_signals();
+  // Never freed: its thread waits in sigwait until the process ends.
+  stop_signals& stops = *new stop_signals();
   di::server::raise_open_file_limit();
   const di::actors::model_assets assets = di::actors::load_model_assets(c.cluster);
   di::actors::process_config cfg(di::actors::network_settings_of(c.cluster));
@@ -217,11 +261,11 @@ void run_serve(const serve_options& o) {
     };
   auto server = std::make_unique<di::server::http_server>(*ctx);
   server->start();
+  stops.set_ready();  // from here on a signal drains
   std::fprintf(stdout, "ready: http://%s:%u\n", c.server.host.c_str(), unsigned(server->port()));
   std::fflush(stdout);
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
-  drain(*server, *ctx, engine, stop_signals, sig);
+  const int sig = stops.wait_first();
+  drain(*server, *ctx, engine, stops, sig);
   server->stop();
   engine.shutdown();
   if (cluster) cluster->shutdown();

@@ -634,6 +634,22 @@ def sse_events(body):
 
 
 @test
+def stop_signal_while_starting(srv, c):
+    # A signal before `ready` ends serve at once: the signals were blocked from the start and
+    # nothing took them until the server was up, so a slow model load ignored them.
+    import signal
+    import subprocess
+    p = subprocess.Popen([srv.binary, "serve", "--model", srv.model, "--port", "0"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    time.sleep(0.3)
+    t0 = time.time()
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode in (-signal.SIGTERM, 128 + signal.SIGTERM), (p.returncode, err[-500:])
+    assert "ready:" not in out and time.time() - t0 < 5, (out, time.time() - t0)
+
+
+@test
 def stop_signal_drains_in_flight(srv, c):
     """SIGTERM: requests in flight finish (up to server.drain_timeout_s), new ones get 503, and
     those still running then end as aborts with a proper ending; a second signal cuts the wait
