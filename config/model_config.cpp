@@ -46,6 +46,12 @@ class key_reader {
     if (v <= 0 || v > INT32_MAX) fail(key, fmt::format("must be a positive integer, got {}", v));
     return int(v);
   }
+  /// An int in [lo, hi] (a wider integer was truncated: 2^32 + 1 heads read as 1).
+  int int_or(const char* key, std::int64_t fallback, std::int64_t lo, std::int64_t hi) const {
+    const std::int64_t v = integer_or(key, fallback);
+    if (v < lo || v > hi) fail(key, fmt::format("must be in [{}, {}], got {}", lo, hi, v));
+    return int(v);
+  }
   double number(const char* key) const { return to_double(key, required(key)); }
   /// A number that must be finite and positive (a scale, a base, an epsilon).
   double positive_number_or(const char* key, double fallback) const {
@@ -110,7 +116,7 @@ void read_attention(const key_reader& r, model_config& c) {
   c.hidden_size = r.positive("hidden_size");
   c.num_layers = r.positive("num_hidden_layers");
   c.num_heads = r.positive("num_attention_heads");
-  c.num_kv_heads = int(r.integer_or("num_key_value_heads", 1));
+  c.num_kv_heads = r.int_or("num_key_value_heads", 1, 1, INT32_MAX);
   c.head_dim = r.positive("head_dim");
   c.rope_head_dim = r.positive("qk_rope_head_dim");
   c.q_lora_rank = r.positive("q_lora_rank");
@@ -129,42 +135,42 @@ void read_attention(const key_reader& r, model_config& c) {
   c.index_head_dim = r.positive("index_head_dim");
   c.index_topk = r.positive("index_topk");
   c.hc_mult = r.positive("hc_mult");
-  c.hc_sinkhorn_iters = int(r.integer_or("hc_sinkhorn_iters", 20));
-  c.hc_eps = r.number_or("hc_eps", 1e-6);
+  c.hc_sinkhorn_iters = r.int_or("hc_sinkhorn_iters", 20, 1, 10000);
+  c.hc_eps = r.positive_number_or("hc_eps", 1e-6);
   if (r.has("rope_scaling")) {
     key_reader y = r.child("rope_scaling");
     std::string type = y.string_or("rope_type", y.string_or("type", ""));
     if (type != "yarn" && type != "default" && !type.empty())
       y.fail("rope_type", fmt::format("unsupported rope scaling '{}' (supported: yarn)", type));
     c.yarn.enabled = type == "yarn";
-    c.yarn.factor = y.number_or("factor", 1.0);
+    c.yarn.factor = y.positive_number_or("factor", 1.0);
     c.yarn.original_max_position_embeddings = y.integer_or("original_max_position_embeddings", 0);
-    c.yarn.beta_fast = y.number_or("beta_fast", 32.0);
-    c.yarn.beta_slow = y.number_or("beta_slow", 1.0);
+    c.yarn.beta_fast = y.positive_number_or("beta_fast", 32.0);
+    c.yarn.beta_slow = y.positive_number_or("beta_slow", 1.0);
   }
 }
 
 void read_moe(const key_reader& r, model_config& c) {
   c.moe_intermediate_size = r.positive("moe_intermediate_size");
   c.n_routed_experts = r.positive("n_routed_experts");
-  c.n_shared_experts = int(r.integer_or("n_shared_experts", 0));
+  c.n_shared_experts = r.int_or("n_shared_experts", 0, 0, INT32_MAX);
   c.num_experts_per_tok = r.positive("num_experts_per_tok");
   c.scoring_func = r.string_or("scoring_func", "sqrtsoftplus");
   if (c.scoring_func != "sqrtsoftplus" && c.scoring_func != "sigmoid" && c.scoring_func != "softmax")
     r.fail("scoring_func", fmt::format("unsupported scoring function '{}'", c.scoring_func));
   c.norm_topk_prob = r.boolean_or("norm_topk_prob", true);
-  c.routed_scaling_factor = r.number_or("routed_scaling_factor", 1.0);
+  c.routed_scaling_factor = r.positive_number_or("routed_scaling_factor", 1.0);
   c.swiglu_limit = r.number_or("swiglu_limit", 0.0);
-  c.gate_temp = r.number_or("gate_temp", 1.0);
-  c.num_hash_layers = int(r.integer_or("num_hash_layers", 0));
+  c.gate_temp = r.positive_number_or("gate_temp", 1.0);
+  c.num_hash_layers = r.int_or("num_hash_layers", 0, 0, INT32_MAX);
 }
 
 void read_v41_extras(const key_reader& r, model_config& c) {
   c.kv_source_layer_ids = r.int_list_or<int>("kv_source_layer_ids");
   c.index_source_layer_ids = r.int_list_or<int>("index_source_layer_ids");
-  c.candidate_source_layer_id = int(r.integer_or("candidate_source_layer_id", -1));
-  c.candidate_topk_blocks = int(r.integer_or("candidate_topk_blocks", 0));
-  c.candidate_block_size = int(r.integer_or("candidate_block_size", 0));
+  c.candidate_source_layer_id = r.int_or("candidate_source_layer_id", -1, -1, INT32_MAX);
+  c.candidate_topk_blocks = r.int_or("candidate_topk_blocks", 0, 0, INT32_MAX);
+  c.candidate_block_size = r.int_or("candidate_block_size", 0, 0, INT32_MAX);
   engram_config& e = c.engram;
   e.layer_ids = r.int_list_or<int>("engram_layer_ids");
   e.num_embeddings = r.int_list_or<std::int64_t>("engram_num_embeddings");
@@ -177,12 +183,12 @@ void read_v41_extras(const key_reader& r, model_config& c) {
     e.compressed_vocab_size = r.positive("engram_compressed_vocab_size");
   }
   drafter_config& d = c.drafter;
-  d.dspark_block_size = int(r.integer_or("dspark_block_size", 0));
+  d.dspark_block_size = r.int_or("dspark_block_size", 0, 0, INT32_MAX);
   d.dspark_noise_token_id = r.integer_or("dspark_noise_token_id", -1);
   d.dspark_target_layer_ids = r.int_list_or<int>("dspark_target_layer_ids");
-  d.dspark_markov_rank = int(r.integer_or("dspark_markov_rank", 0));
-  d.dspark_n_routed_experts = int(r.integer_or("dspark_n_routed_experts", 0));
-  d.dspark_num_experts_per_tok = int(r.integer_or("dspark_num_experts_per_tok", 0));
+  d.dspark_markov_rank = r.int_or("dspark_markov_rank", 0, 0, INT32_MAX);
+  d.dspark_n_routed_experts = r.int_or("dspark_n_routed_experts", 0, 0, INT32_MAX);
+  d.dspark_num_experts_per_tok = r.int_or("dspark_num_experts_per_tok", 0, 0, INT32_MAX);
 }
 
 void read_quant(const key_reader& top, model_config& c) {
@@ -241,7 +247,7 @@ model_config parse_model_config(const std::string& json_text, const std::string&
   read_attention(text, c);
   read_moe(text, c);
   read_v41_extras(text, c);
-  c.drafter.num_layers = int(text.integer_or("num_nextn_predict_layers", 0));
+  c.drafter.num_layers = text.int_or("num_nextn_predict_layers", 0, 0, INT32_MAX);
   read_quant(top, c);
   read_token_ids(top, text, c);
   validate_model_config(c, source);

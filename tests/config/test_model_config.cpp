@@ -157,6 +157,17 @@ TEST_CASE("malformed config.json gives one clear error naming the key") {
          j["text_config"]["engram_num_embeddings"] = {14188, 17000};
        },
        "entry 1 is 17000 but the prime bucket layout of layer 4 needs 17942 rows"},
+      // values that were truncated to int, or accepted and turned into NaN logits
+      {"kv heads past int", v4, [](json& j) { j["num_key_value_heads"] = 4294967297LL; },
+       "key 'num_key_value_heads': must be in [1, 2147483647], got 4294967297"},
+      {"sinkhorn iterations", v4, [](json& j) { j["hc_sinkhorn_iters"] = -1; },
+       "key 'hc_sinkhorn_iters': must be in [1, 10000], got -1"},
+      {"gate temperature", v4, [](json& j) { j["gate_temp"] = 0; },
+       "key 'gate_temp': must be a positive number, got 0"},
+      {"yarn factor", v4, [](json& j) { j["rope_scaling"]["factor"] = 0; },
+       "must be a positive number, got 0"},
+      {"hc eps", v4, [](json& j) { j["hc_eps"] = -1e-6; },
+       "key 'hc_eps': must be a positive number"},
       // (it searched the primes in quadratic time: 10000 ran for minutes and blocked serve)
       {"engram columns", v41, [](json& j) { j["text_config"]["engram_max_ngram_size"] = 10000; },
        "(max_ngram_size - 1) * n_heads must be at most 1024"},
