@@ -171,20 +171,10 @@ void serve_generation(const session_ptr& s, api_kind kind) {
             ctx.settings.max_concurrent_requests),
         "", "rate_limit_exceeded");
   }
-  if (r.params.response_format.empty() || !ctx.grammar_pool) {
-    struct slot_guard {  // gives the admission slot back if the compile throws
-      server_context& ctx;
-      bool armed = true;
-      ~slot_guard() {
-        if (armed) --ctx.num_inflight;
-      }
-    } guard{ctx};
-    if (!r.params.response_format.empty()) compile_grammar(ctx, r.params.response_format);
-    guard.armed = false;
-    return start_generation(s, std::move(r));
-  }
-  // On the grammar pool, then back on the connection's strand; the admission slot is held.
-  boost::asio::post(*ctx.grammar_pool, [s, r = std::move(r)]() mutable {
+  if (r.params.response_format.empty()) return start_generation(s, std::move(r));
+  // Compiled on the grammar pool (inline without one), then started back on the connection's
+  // strand; the admission slot is held meanwhile and given back if it does not compile.
+  auto compile_then_start = [s, r = std::move(r)]() mutable {
     std::optional<api_error> failed;
     try {
       compile_grammar(s->context(), r.params.response_format);
@@ -192,13 +182,15 @@ void serve_generation(const session_ptr& s, api_kind kind) {
       failed = e;
     }
     boost::asio::post(s->executor(), [s, r = std::move(r), failed = std::move(failed)]() mutable {
-      if (failed) {
-        --s->context().num_inflight;
-        return respond_api_error(s, *failed);
-      }
-      start_generation(s, std::move(r));
+      if (!failed) return start_generation(s, std::move(r));
+      --s->context().num_inflight;
+      respond_api_error(s, *failed);
     });
-  });
+  };
+  if (ctx.grammar_pool)
+    boost::asio::post(*ctx.grammar_pool, std::move(compile_then_start));
+  else
+    compile_then_start();
 }
 
 }  // namespace

@@ -295,14 +295,8 @@ request_json parse_body(std::string_view body, const server_settings& limits) {
                     "about 10,000; many large objects together fewer)");
   grammar::exact_json_result parsed = grammar::parse_json_exact(body);
   json& j = parsed.value;
-  if (j.is_discarded()) {
-    // nlohmann's "[json.exception.parse_error.101] parse error at line 1, column 9: ..."
-    const std::string& what = parsed.error;
-    const auto tag_end = what.find("] ");
-    throw api_error(400,
-                    fmt::format("the body is not valid JSON: {}",
-                                tag_end == std::string::npos ? what : what.substr(tag_end + 2)));
-  }
+  if (j.is_discarded())
+    throw api_error(400, fmt::format("the body is not valid JSON: {}", parsed.error));
   if (!j.is_object()) throw api_error(400, "the body must be a JSON object");
   // A schema's numbers must survive the parse: rounded, they would let outputs break it. (A
   // rounded sampling value elsewhere is only a rounded value.)

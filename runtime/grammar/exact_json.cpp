@@ -2,10 +2,12 @@
 // the path of the value being read and compares each floating-point literal with its double.
 #include "runtime/grammar/exact_json.hpp"
 
+#include "common/error.hpp"
+#include "runtime/grammar/json_schema/number_ranges.hpp"
+
 #include <fmt/format.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <vector>
 
 namespace di::grammar {
@@ -13,45 +15,6 @@ namespace di::grammar {
 namespace {
 
 using json = nlohmann::ordered_json;
-
-/// A decimal number as digits (no leading or trailing zeros; empty for zero) times 10^exp.
-struct decimal_form {
-  bool negative = false;
-  std::string digits;
-  long long exp = 0;
-  bool operator==(const decimal_form&) const = default;
-};
-
-decimal_form decimal_of(std::string_view s) {
-  decimal_form d;
-  std::size_t i = 0;
-  if (i < s.size() && s[i] == '-') {
-    d.negative = true;
-    ++i;
-  }
-  std::string mantissa;
-  long long fraction_digits = 0;
-  bool after_point = false;
-  for (; i < s.size() && s[i] != 'e' && s[i] != 'E'; ++i) {
-    if (s[i] == '.') {
-      after_point = true;
-      continue;
-    }
-    mantissa.push_back(s[i]);
-    fraction_digits += after_point;
-  }
-  long long exp = 0;
-  if (i < s.size()) exp = std::strtoll(std::string(s.substr(i + 1)).c_str(), nullptr, 10);
-  const std::size_t first = mantissa.find_first_not_of('0');
-  if (first == std::string::npos) return {};  // zero, of either sign
-  mantissa.erase(0, first);
-  std::size_t trailing = 0;
-  while (mantissa[mantissa.size() - 1 - trailing] == '0') ++trailing;
-  mantissa.resize(mantissa.size() - trailing);
-  d.digits = std::move(mantissa);
-  d.exp = exp - fraction_digits + (long long)trailing;
-  return d;
-}
 
 /// nlohmann's DOM builder, with the path of the current value and the first inexact number.
 class exact_sax {
@@ -132,7 +95,12 @@ class exact_sax {
 
 bool is_inexact_literal(std::string_view literal, double value) {
   if (!std::isfinite(value)) return true;
-  return !(decimal_of(literal) == decimal_of(fmt::format("{}", value)));
+  try {  // the schema compiler's exact decimals; a double through its shortest round-trip text
+    return json_detail::compare(json_detail::parse_decimal(literal),
+                                json_detail::parse_decimal(fmt::format("{}", value))) != 0;
+  } catch (const di::error&) {
+    return true;  // an exponent past what the decimals hold: no double holds that literal either
+  }
 }
 
 exact_json_result parse_json_exact(std::string_view text) {
@@ -141,7 +109,12 @@ exact_json_result parse_json_exact(std::string_view text) {
   const bool ok = json::sax_parse(text, &sax, nlohmann::detail::input_format_t::json, true);
   if (!ok || !sax.error.empty()) {
     r.value = json(json::value_t::discarded);
-    r.error = sax.error.empty() ? "the text is not valid JSON" : sax.error;
+    // "parse error at line L, column C: ..." without nlohmann's "[json.exception...] " tag
+    const std::string& what = sax.error;
+    const auto tag_end = what.find("] ");
+    r.error = what.empty()                   ? "the text is not valid JSON"
+              : tag_end == std::string::npos ? what
+                                             : what.substr(tag_end + 2);
     return r;
   }
   r.inexact = std::move(sax.inexact);

@@ -30,7 +30,7 @@ struct exact_json_result {
 exact_json_result parse_json_exact(std::string_view text);
 
 /// True when `literal` (a JSON number) and the double `value` it was parsed into differ as
-/// decimal numbers (the double's shortest round-trip form is compared).
+/// decimal numbers (the double's shortest round-trip form is compared exactly).
 bool is_inexact_literal(std::string_view literal, double value);
 
 }  // namespace di::grammar

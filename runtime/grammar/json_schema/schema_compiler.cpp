@@ -321,13 +321,7 @@ std::string inexact_schema_number(const inexact_number& n) {
 json_schema_result compile_json_schema_text(std::string_view text,
                                             const json_schema_options& options) {
   exact_json_result doc = parse_json_exact(text);
-  if (!doc.error.empty()) {
-    // "parse error at line L, column C: ..." without the library's "[json.exception...]" tag
-    const std::string& what = doc.error;
-    const auto tag_end = what.find("] ");
-    DI_FAIL("the JSON Schema is not valid JSON: {}",
-            tag_end == std::string::npos ? what : what.substr(tag_end + 2));
-  }
+  if (!doc.error.empty()) DI_FAIL("the JSON Schema is not valid JSON: {}", doc.error);
   if (doc.inexact) DI_FAIL("{}", inexact_schema_number(*doc.inexact));
   return compile_json_schema(doc.value, options);
 }
