@@ -28,13 +28,17 @@ void attend_one(const float* q, const float* kv, const std::int32_t* idx, std::i
                 std::int64_t dim, float sink, float scale, float* out, std::vector<float>& w) {
   w.assign(std::size_t(k), 0.0f);
   float max_score = -std::numeric_limits<float>::infinity();
+  bool nan_score = false;
   for (std::int64_t j = 0; j < k; ++j) {
     if (idx[j] < 0) continue;
     w[std::size_t(j)] = dot(q, kv + std::int64_t(idx[j]) * dim, dim) * scale;
+    nan_score |= std::isnan(w[std::size_t(j)]);
     max_score = std::fmax(max_score, w[std::size_t(j)]);
   }
-  std::fill(out, out + dim, 0.0f);
-  if (max_score == -std::numeric_limits<float>::infinity()) return;  // nothing to attend
+  // A NaN score (a NaN query or row) makes the output NaN: fmax skips NaN, so scores that were
+  // all NaN would otherwise look like "nothing to attend" and give zeros, hiding it.
+  std::fill(out, out + dim, nan_score ? std::numeric_limits<float>::quiet_NaN() : 0.0f);
+  if (nan_score || max_score == -std::numeric_limits<float>::infinity()) return;
   float denom = 0.0f;
   for (std::int64_t j = 0; j < k; ++j) {
     if (idx[j] < 0) continue;
@@ -117,10 +121,17 @@ tensor topk(const tensor& scores, int k) {
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* row = s + r * n;
     std::iota(order.begin(), order.end(), 0);
-    // Highest score first; equal scores keep the lower index first.
+    // Highest score first; equal scores keep the lower index first. NaN ranks below every
+    // finite score but above -inf (a comparison with NaN in it is no strict weak order): a
+    // router whose scores are all NaN still names experts, so the NaN reaches the logits and
+    // fails that request, instead of an expert -1 failing the step.
+    const auto rank = [row](std::int32_t i) {
+      return std::isnan(row[i]) ? std::numeric_limits<float>::lowest() : row[i];
+    };
     std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                      [row](std::int32_t a, std::int32_t b) {
-                        return row[a] > row[b] || (row[a] == row[b] && a < b);
+                      [&rank](std::int32_t a, std::int32_t b) {
+                        const float ra = rank(a), rb = rank(b);
+                        return ra > rb || (ra == rb && a < b);
                       });
     for (int j = 0; j < k; ++j) {
       const std::int32_t i = order[std::size_t(j)];

@@ -42,6 +42,27 @@ TEST_CASE("sparse_attention: softmax over the named rows plus a denominator-only
   CHECK_THROWS_AS(ops::sparse_attention(q, kv, sinks, bad, {1.0f}), error);
 }
 
+TEST_CASE("sparse_attention: a NaN score gives NaN, even when every score is NaN") {
+  // fmax skips NaN: scores that were all NaN once read as "nothing to attend" and gave zeros,
+  // so a NaN weight (attn_norm) left the logits finite instead of failing the step.
+  const float nan = NAN;
+  tensor kv = make<float>({2, 2}, {1, 0, 0, 1});
+  tensor q = make<float>({3, 1, 2}, {nan, nan, 1, 0, 1, 0});  // [tokens, heads, dim]
+  tensor sinks = make<float>({1}, {0.0f});
+  tensor idx = make<std::int32_t>({3, 2}, {0, 1, 0, 1, -1, -1});
+  tensor bad_kv = kv.clone();
+  tensor o = ops::sparse_attention(q, kv, sinks, idx, {1.0f});  // [3, 1, 2]
+  CHECK(std::isnan(o.data<float>()[0]));                        // every score NaN
+  CHECK(std::isnan(o.data<float>()[1]));
+  CHECK(std::isfinite(o.data<float>()[2]));  // finite rows are untouched
+  CHECK(o.data<float>()[4] == 0.0f);         // nothing to attend stays zero
+  CHECK(o.data<float>()[5] == 0.0f);
+  bad_kv.data<float>()[2] = nan;  // one row NaN: one NaN score among finite ones
+  tensor o2 = ops::sparse_attention(q, bad_kv, sinks, idx, {1.0f});
+  CHECK(std::isnan(o2.data<float>()[2]));
+  CHECK(std::isnan(o2.data<float>()[3]));
+}
+
 TEST_CASE("index_scores: relu of each head's dot product, weighted and summed") {
   tensor q = make<float>({1, 2, 2}, {1, 0, 0, 1});
   tensor keys = make<float>({2, 2}, {2, -1, -1, 3});
@@ -57,6 +78,13 @@ TEST_CASE("topk: descending, lower index first on ties, -inf picks as -1") {
   CHECK(ints(ops::topk(s, 3)) == std::vector<std::int32_t>{0, 3, 1});
   CHECK(ints(ops::topk(s, 4)) == std::vector<std::int32_t>{0, 3, 1, -1});
   CHECK_THROWS_AS(ops::topk(s, 5), error);
+}
+
+TEST_CASE("topk: NaN scores rank below every number but above -inf") {
+  const float nan = NAN, inf = INFINITY;
+  tensor s = make<float>({1, 6}, {nan, 2, -inf, 5, nan, -3});
+  CHECK(ints(ops::topk(s, 3)) == std::vector<std::int32_t>{3, 1, 5});
+  CHECK(ints(ops::topk(s, 6)) == std::vector<std::int32_t>{3, 1, 5, 0, 4, -1});
 }
 
 TEST_CASE("masked_topk: hides entries past the visible count and outside the mask") {
