@@ -301,6 +301,10 @@ class GenerateTest(unittest.TestCase):
             errs = error_lines(p)
             self.assertEqual(len(errs), 1, f"{args}: {p.stderr}")
             self.assertIn(expect, errs[0], args)
+        # an empty --model (an unset $VAR) ran the built-in model instead
+        p = run("generate", "--model", "", "--prompt", "x", "--max-tokens", "1")
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--model: is empty", error_lines(p)[0])
 
     def test_grammar_check_warns_of_an_empty_language(self):
         # a grammar that matches nothing is checked (every string refused, as the schema
