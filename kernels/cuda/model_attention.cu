@@ -353,7 +353,8 @@ struct split_merge {
 };
 __device__ __forceinline__ split_merge merge_splits(const float (&m)[2], const float (&l)[2],
                                                     int splits, int lane, float* w) {
-  const float M = detail::warp_max(fmaxf(m[0], m[1]));
+  // NaN-propagating: a split whose scores held NaN makes the row NaN, as on the CPU.
+  const float M = detail::warp_max_nan(detail::max_nan(m[0], m[1]));
   const bool none = M == -INFINITY;
   float L = 0.0f;
 #pragma unroll
@@ -566,13 +567,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         s[j] = srow[j] + srow2[j];
-        mt = fmaxf(mt, s[j]);
+        mt = detail::max_nan(mt, s[j]);  // a NaN score makes the row NaN (CPU: the same)
       }
-      mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
-      mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
-      mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 4));
+      mt = detail::max_nan(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+      mt = detail::max_nan(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
+      mt = detail::max_nan(mt, __shfl_xor_sync(0xffffffffu, mt, 4));
       const float m_old = sM[r];
-      const float m_new = fmaxf(m_old, mt);
+      const float m_new = detail::max_nan(m_old, mt);
       const bool empty = m_new == -INFINITY;
       const float alpha = empty ? 1.0f : expf(m_old - m_new);
       float sum = 0.0f;

@@ -39,6 +39,18 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+/// max(a, b) that returns NaN when either is NaN (fmaxf returns the other operand): softmax
+/// maxima use it so that scores that are all NaN give NaN, not "nothing to attend".
+__device__ __forceinline__ float max_nan(float a, float b) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+__device__ __forceinline__ float warp_max_nan(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = max_nan(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
 /// Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
 /// `scratch` holds 32 floats; the call ends with a barrier so scratch can be reused.
 __device__ __forceinline__ float block_sum(float v, float* scratch) {

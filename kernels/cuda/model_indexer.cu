@@ -6,6 +6,8 @@
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/model_common.cuh"
 
+#include <cfloat>
+
 #include <cuda_pipeline.h>
 
 #include <algorithm>
@@ -107,6 +109,9 @@ __device__ __forceinline__ std::uint32_t masked_key(const topk_params& p, std::i
   float s = p.scores[r * p.n + e];
   if ((p.visible && e >= p.visible[r]) || (p.allowed && p.allowed[r * p.n + e] == 0))
     s = -INFINITY;
+  // NaN ranks below every number but above -inf, as the CPU's topk has it (its key would
+  // otherwise sort a NaN first, or a negative NaN below -inf).
+  if (s != s) s = -FLT_MAX;
   return detail::order_key(s);
 }
 

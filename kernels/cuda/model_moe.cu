@@ -5,6 +5,8 @@
 #include "kernels/cuda/model_common.cuh"
 #include "kernels/quant_math.hpp"
 
+#include <cfloat>
+
 namespace di::cuda {
 
 namespace {
@@ -28,7 +30,10 @@ __global__ void route_kernel(const route_params p) {
     const float softplus = z > 20.0f ? z : log1pf(expf(z));
     const float s = sqrtf(softplus);
     sScore[e] = s;
-    sBiased[e] = p.bias ? s + p.bias[e] : s;
+    // A NaN score ranks below every number but above -inf (taken), as in the CPU's topk: a
+    // token whose scores are all NaN still names experts, and its NaN weights reach the logits.
+    const float b = p.bias ? s + p.bias[e] : s;
+    sBiased[e] = b != b ? -FLT_MAX : b;
   }
   __syncthreads();
   if (p.fixed) {
@@ -66,7 +71,7 @@ __global__ void route_kernel(const route_params p) {
             i = sIdx[w];
           }
         sChosen[j] = i;
-        sBiased[i] = -INFINITY;  // taken
+        if (i < p.experts) sBiased[i] = -INFINITY;  // taken (none left: i stays past the end)
       }
       __syncthreads();
     }

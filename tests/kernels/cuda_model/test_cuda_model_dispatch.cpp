@@ -5,6 +5,7 @@
 #include "kernels/cuda/cuda_model_twins.hpp"
 #include "kernels/ops.hpp"
 
+#include <cmath>
 #include <cstring>
 
 namespace di {
@@ -56,6 +57,38 @@ TEST_CASE("ops dispatch: attention, selection, routing, codecs, mHC on CUDA tens
   const ops::hc_mix m_cpu = ops::hc_mixes(streams, fn, scale, base, hp);
   const ops::hc_mix m_gpu = ops::hc_mixes(streams.to(gpu), fn.to(gpu), scale.to(gpu), base.to(gpu), hp);
   CHECK(test::max_scaled_err(m_gpu.comb.to(cpu_device), m_cpu.comb, 1e-3, 1e-4) <= 1.0);
+}
+
+TEST_CASE("sparse_attention on CUDA: a NaN score gives NaN, as on the CPU") {
+  // The softmax maxima were fmaxf, which skips NaN: a row whose scores were all NaN read as
+  // "nothing to attend" and gave zeros. Short and long index lists: one split and several.
+  DI_REQUIRE_GPU();
+  for (std::int64_t k : {150, 3000}) {
+    CAPTURE(k);
+    const std::int64_t entries = k + 10;
+    tensor q = test::randn({3, 64, 512}), kv = test::randn({entries, 512});
+    for (std::int64_t i = 0; i < 64 * 512; ++i) q.data<float>()[i] = NAN;  // token 0: all NaN
+    kv.data<float>()[7 * 512 + 3] = NAN;                                    // row 7: one NaN
+    const tensor sinks = test::randn({64});
+    tensor idx = tensor::empty({3, k}, dtype::i32);
+    for (std::int64_t t = 0; t < 3; ++t)
+      for (std::int64_t j = 0; j < k; ++j)  // token 1 reads row 7; tokens 0 and 2 do not
+        idx.data<std::int32_t>()[t * k + j] = std::int32_t(t == 1 ? j : j + 10);
+    const tensor want = ops::sparse_attention(q, kv, sinks, idx, {0.05f});
+    const tensor got =
+        ops::sparse_attention(q.to(gpu), kv.to(gpu), sinks.to(gpu), idx.to(gpu), {0.05f})
+            .to(cpu_device);
+    std::int64_t nan_rows = 0;
+    for (std::int64_t t = 0; t < 2; ++t)
+      for (std::int64_t h = 0; h < 64; ++h) {
+        const float* g = got.data<float>() + (t * 64 + h) * 512;
+        nan_rows += std::isnan(g[0]) && std::isnan(g[511]) ? 1 : 0;
+        CHECK(std::isnan(want.data<float>()[(t * 64 + h) * 512]));
+      }
+    CHECK(nan_rows == 128);  // every head of tokens 0 and 1
+    const tensor last_cpu = want.slice(0, 2, 3), last_gpu = got.slice(0, 2, 3);
+    CHECK(test::rel_l2(last_gpu, last_cpu) < 6e-3);  // the finite token as before
+  }
 }
 
 TEST_CASE("hc_collapse_norm: the CPU's rms_norm(hc_collapse) in one kernel, batch-invariant") {

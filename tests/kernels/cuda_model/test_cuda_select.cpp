@@ -227,5 +227,55 @@ TEST_CASE("cuda route: same experts as the CPU, weights to fp32 rounding") {
   }
 }
 
+TEST_CASE("cuda topk and route: NaN scores rank as on the CPU, below every number") {
+  // A NaN's order key sorted it first (or, negative, below -inf), and a router row of NaN
+  // named expert 0x7fffffff and wrote past its shared table.
+  DI_REQUIRE_GPU();
+  const float nan = NAN, inf = INFINITY;
+  tensor s = test::randn({3, 40});
+  for (std::int64_t e = 0; e < 40; ++e) s.data<float>()[e] = nan;  // row 0: all NaN
+  for (std::int64_t e = 40; e < 80; e += 3) s.data<float>()[e] = e % 2 ? nan : -nan;
+  s.data<float>()[81] = -inf;
+  const dbuf ds(s);
+  for (int k : {5, 40}) {
+    CAPTURE(k);
+    dbuf out(std::size_t(3) * k * 4);
+    cuda::topk_params p;
+    p.scores = ds.get<float>();
+    p.out = out.get<std::int32_t>();
+    p.rows = 3;
+    p.n = 40;
+    p.k = k;
+    cuda::launch_topk(p, nullptr);
+    CHECK(ints(out.to_host({3, k}, dtype::i32)) == ints(cpu::topk(s, k)));
+  }
+  const int experts = 16, top = 4;
+  tensor logits = test::randn({2, experts}, 3.0f);
+  for (int e = 0; e < experts; ++e) logits.data<float>()[e] = nan;  // token 0: all NaN
+  logits.data<float>()[experts + 3] = nan;
+  const tensor bias = test::randn({experts}, 0.3f);
+  const ops::router_params rp{top, 1.0f, 1.5f, true, 1e-20f};
+  const ops::routing want = cpu::route(logits, bias, tensor(), rp);
+  const dbuf dl(logits), db(bias);
+  dbuf w(std::size_t(2) * top * 4), e(std::size_t(2) * top * 4);
+  cuda::route_params p;
+  p.logits = dl.get<float>();
+  p.bias = db.get<float>();
+  p.weights = w.get<float>();
+  p.experts_out = e.get<std::int32_t>();
+  p.tokens = 2;
+  p.experts = experts;
+  p.top_k = top;
+  p.gate_temp = 1.0f;
+  p.route_scale = 1.5f;
+  p.normalize = true;
+  p.normalize_eps = 1e-20f;
+  cuda::launch_route(p, nullptr);
+  CHECK(ints(e.to_host({2, top}, dtype::i32)) == ints(want.experts));
+  CHECK(ints(want.experts)[0] == 0);  // all NaN: experts in index order
+  const tensor got_w = w.to_host({2, top}, dtype::f32);
+  for (int j = 0; j < top; ++j) CHECK(std::isnan(got_w.data<float>()[j]));
+}
+
 }  // namespace
 }  // namespace di
