@@ -11,6 +11,8 @@
 #include <cmath>
 #include <filesystem>
 #include <set>
+#include <string>
+#include <vector>
 
 namespace di {
 
@@ -147,10 +149,18 @@ void read_attention(const key_reader& r, model_config& c) {
     c.yarn.original_max_position_embeddings = y.integer_or("original_max_position_embeddings", 0);
     c.yarn.beta_fast = y.positive_number_or("beta_fast", 32.0);
     c.yarn.beta_slow = y.positive_number_or("beta_slow", 1.0);
+    // The ramp between them runs from beta_fast rotations down to beta_slow: reversed, it
+    // interpolates the wrong dimensions.
+    if (!(c.yarn.beta_fast > c.yarn.beta_slow))
+      y.fail("beta_fast", fmt::format("must be larger than beta_slow ({} vs {})", c.yarn.beta_fast,
+                                      c.yarn.beta_slow));
   }
 }
 
 void read_moe(const key_reader& r, model_config& c) {
+  // The experts' gate activation: DeepSeek-V4's is SiLU, the only one implemented.
+  if (const std::string act = r.string_or("hidden_act", "silu"); act != "silu")
+    r.fail("hidden_act", fmt::format("unsupported activation '{}' (supported: silu)", act));
   c.moe_intermediate_size = r.positive("moe_intermediate_size");
   c.n_routed_experts = r.positive("n_routed_experts");
   c.n_shared_experts = r.int_or("n_shared_experts", 0, 0, INT32_MAX);
@@ -222,13 +232,53 @@ void read_token_ids(const key_reader& top, const key_reader& text, model_config&
   c.image_token_id = pick("image_token_id", -1);
 }
 
+/// The document, refusing a key given twice in one object (JSON parsers keep one of them
+/// silently: Python's the last, so a config that "works" elsewhere can mean something else
+/// here); a syntax error names its line and column.
+json parse_config_json(const std::string& text, const std::string& source) {
+  std::vector<std::set<std::string>> keys;  // the keys seen in each open object
+  std::vector<std::string> path;            // the keys leading to the current one
+  const json::parser_callback_t check = [&](int, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+        keys.emplace_back();
+        break;
+      case json::parse_event_t::object_end:
+        keys.pop_back();
+        break;
+      case json::parse_event_t::key: {
+        const std::string& k = parsed.get_ref<const std::string&>();
+        path.resize(keys.size() - 1);
+        if (!keys.back().insert(k).second) {
+          std::string where;
+          for (const std::string& p : path) where += p + ".";
+          DI_FAIL("{}: key '{}{}' is given twice in one object", source, where, k);
+        }
+        path.push_back(k);
+        break;
+      }
+      default:
+        break;
+    }
+    return true;
+  };
+  try {
+    return json::parse(text, check);
+  } catch (const json::parse_error& e) {
+    // "parse error at line L, column C: ..." without nlohmann's "[json.exception...] " tag
+    const std::string what = e.what();
+    const auto tag_end = what.find("] ");
+    DI_FAIL("{}: not valid JSON: {}", source,
+            tag_end == std::string::npos ? what : what.substr(tag_end + 2));
+  }
+}
+
 }  // namespace
 
 void validate_model_config(const model_config& c, const std::string& source);
 
 model_config parse_model_config(const std::string& json_text, const std::string& source) {
-  json doc = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  DI_CHECK(!doc.is_discarded(), "{}: not valid JSON", source);
+  json doc = parse_config_json(json_text, source);
   DI_CHECK(doc.is_object(), "{}: expected a JSON object at the top level", source);
   key_reader top(doc, "", source);
   model_config c;

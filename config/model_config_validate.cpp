@@ -55,6 +55,13 @@ void validate_geometry(const model_config& c, const std::string& src) {
            "{}: key 'bos_token_id': {} outside the vocabulary [0, {})", src, c.bos_token_id, c.vocab_size);
   DI_CHECK(c.eos_token_id >= 0 && c.eos_token_id < c.vocab_size,
            "{}: key 'eos_token_id': {} outside the vocabulary [0, {})", src, c.eos_token_id, c.vocab_size);
+  // -1 (or absent): none.
+  DI_CHECK(c.pad_token_id >= -1 && c.pad_token_id < c.vocab_size,
+           "{}: key 'pad_token_id': {} outside the vocabulary [0, {}) (-1: none)", src,
+           c.pad_token_id, c.vocab_size);
+  DI_CHECK(c.image_token_id >= -1 && c.image_token_id < c.vocab_size,
+           "{}: key 'image_token_id': {} outside the vocabulary [0, {}) (-1: none)", src,
+           c.image_token_id, c.vocab_size);
   if (c.quant.expert_dtype == "fp4") {
     DI_CHECK(c.hidden_size % 2 == 0 && c.moe_intermediate_size % 2 == 0,
              "{}: FP4 experts pack two values per byte: hidden_size ({}) and "

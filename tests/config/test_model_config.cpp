@@ -189,6 +189,16 @@ TEST_CASE("malformed config.json gives one clear error naming the key") {
       {"o_groups", v4, [](json& j) { j["o_groups"] = 3; }, "key 'o_groups'"},
       {"rope scaling type", v4, [](json& j) { j["rope_scaling"]["type"] = "linear"; },
        "key 'rope_scaling.rope_type': unsupported rope scaling 'linear'"},
+      // accepted unchecked before: an activation other than SiLU ran as SiLU, reversed YaRN
+      // betas interpolated the wrong dimensions, token ids past the vocabulary
+      {"activation", v41, [](json& j) { j["text_config"]["hidden_act"] = "gelu"; },
+       "key 'text_config.hidden_act': unsupported activation 'gelu' (supported: silu)"},
+      {"yarn betas reversed", v4, [](json& j) { j["rope_scaling"]["beta_fast"] = 0.5; },
+       "key 'rope_scaling.beta_fast': must be larger than beta_slow (0.5 vs 1)"},
+      {"pad id", v41, [](json& j) { j["pad_token_id"] = 129280; },
+       "key 'pad_token_id': 129280 outside the vocabulary [0, 129280) (-1: none)"},
+      {"image id", v41, [](json& j) { j["image_token_id"] = -2; },
+       "key 'image_token_id': -2 outside the vocabulary"},
   };
   for (const auto& m : cases) {
     CAPTURE(m.what);
@@ -201,7 +211,23 @@ TEST_CASE("malformed config.json gives one clear error naming the key") {
 }
 
 TEST_CASE("non-JSON and non-object config files are rejected") {
-  CHECK_THROWS_WITH_AS(parse_model_config("{\"model_type\": ", "x.json"), "x.json: not valid JSON", di::error);
+  // the parser's reason with its line and column (it was "not valid JSON" alone)
+  CHECK_THROWS_WITH_AS(
+      parse_model_config("{\n  \"model_type\": ,", "x.json"),
+      doctest::Contains("x.json: not valid JSON: parse error at line 2, column 17"), di::error);
+  // a key given twice: JSON parsers keep one silently (Python the last)
+  json dup = golden_json("v4_public");
+  std::string text = dup.dump(1);
+  text.insert(text.find("\"hidden_size\""), "\"hidden_size\": 1,\n");
+  CHECK_THROWS_WITH_AS(parse_model_config(text, "x.json"),
+                       "x.json: key 'hidden_size' is given twice in one object", di::error);
+  json nested = golden_json("v41_public");
+  text = nested.dump(1);
+  text.insert(text.find("\"beta_fast\""), "\"beta_fast\": 2,\n");
+  CHECK_THROWS_WITH_AS(
+      parse_model_config(text, "x.json"),
+      "x.json: key 'text_config.rope_scaling.beta_fast' is given twice in one object", di::error);
+  CHECK_NOTHROW(parse_model_config(nested.dump(1), "x.json"));  // the same keys in two objects
   CHECK_THROWS_WITH_AS(parse_model_config("[1,2]", "x.json"),
                        "x.json: expected a JSON object at the top level", di::error);
   test::temp_dir dir;
