@@ -128,9 +128,12 @@ std::map<std::string, std::string> parse_metadata(const json& v, std::string_vie
   return metadata;
 }
 
-// Tensors sorted by offset may touch but not share a byte; an empty tensor may sit at the
-// boundary between two others but not inside one.
-void check_no_overlap(const std::vector<tensor_entry>& tensors, std::string_view file) {
+// Tensors sorted by offset fill the data section end to end, as the safetensors library
+// requires: they may touch but not share a byte (an empty tensor may sit at the boundary
+// between two others but not inside one), leave no gap, and end where the file ends -- bytes
+// nothing names are a damaged or appended file, never data.
+void check_layout(const std::vector<tensor_entry>& tensors, std::string_view file,
+                  std::uint64_t data_size) {
   std::vector<const tensor_entry*> by_offset;
   by_offset.reserve(tensors.size());
   for (const auto& t : tensors) by_offset.push_back(&t);
@@ -144,8 +147,19 @@ void check_no_overlap(const std::vector<tensor_entry>& tensors, std::string_view
       DI_CHECK(t->begin >= furthest->end,
                "{}: tensors '{}' [{}, {}] and '{}' [{}, {}] overlap in the data section", file,
                furthest->name, furthest->begin, furthest->end, t->name, t->begin, t->end);
+    const std::uint64_t filled = furthest == nullptr ? 0 : furthest->end;
+    DI_CHECK(
+        t->begin == filled,
+        "{}: tensor '{}' starts at byte {} of the data section, leaving bytes [{}, {}) that no "
+        "tensor names (safetensors tensors fill it end to end)",
+        file, t->name, t->begin, filled, t->begin);
     if (furthest == nullptr || t->end > furthest->end) furthest = t;
   }
+  const std::uint64_t end = furthest == nullptr ? 0 : furthest->end;
+  DI_CHECK(end == data_size,
+           "{}: {} bytes follow the last tensor (the data section is {} bytes, its tensors end at "
+           "{}): a damaged or appended file",
+           file, data_size - end, data_size, end);
 }
 
 safetensors_header parse_header_json(const json& root, std::string_view file,
@@ -163,7 +177,7 @@ safetensors_header parse_header_json(const json& root, std::string_view file,
   }
   std::sort(header.tensors.begin(), header.tensors.end(),
             [](const tensor_entry& a, const tensor_entry& b) { return a.name < b.name; });
-  check_no_overlap(header.tensors, file);
+  check_layout(header.tensors, file, data_size);
   return header;
 }
 
