@@ -86,11 +86,17 @@ checkpoint::checkpoint(const fs::path& path) : path_(path.string()) {
   if (fs::is_directory(status)) {
     fs::path index = path / safetensors_index_name;
     fs::path single = path / safetensors_single_name;
-    if (fs::exists(index)) {
+    // Whether a name is there at all (a dangling link or a link loop is, and then fails to
+    // open with its reason; fs::exists threw a raw filesystem error on a loop).
+    const auto present = [](const fs::path& p) {
+      std::error_code no_throw;
+      return fs::exists(fs::symlink_status(p, no_throw));
+    };
+    if (present(index)) {
       load_sharded(path, index);
     } else {
-      DI_CHECK(fs::exists(single), "{}: no {} or {} in this directory", path_,
-               safetensors_index_name, safetensors_single_name);
+      DI_CHECK(present(single), "{}: no {} or {} in this directory", path_, safetensors_index_name,
+               safetensors_single_name);
       load_single(single);
     }
   } else if (path.filename() == safetensors_index_name) {
@@ -115,9 +121,14 @@ void checkpoint::load_sharded(const fs::path& dir, const fs::path& index_path) {
   shard_index index = read_index(index_path);
   for (const auto& [shard, names] : index.tensors_of) {
     fs::path shard_path = dir / shard;
-    DI_CHECK(fs::is_regular_file(shard_path),
-             "{}: shard '{}' (holding tensor '{}') not found: {} does not exist", index_file, shard,
-             names.front(), shard_path.string());
+    std::error_code ec;  // the overload that throws gave a raw message for a symlink loop
+    const fs::file_status st = fs::status(shard_path, ec);
+    DI_CHECK(fs::is_regular_file(st), "{}: shard '{}' (holding tensor '{}'): {} {}", index_file,
+             shard, names.front(), shard_path.string(),
+             fs::is_directory(st)                    ? "is a directory, not a file"
+             : st.type() == fs::file_type::not_found ? "does not exist"
+             : ec ? fmt::format("cannot be read: {}", ec.message())
+                  : "is not a regular file");
     safetensors_header header = map_file(shard_path);
     check_shard_against_index(header, shard, shard_path.string(), index, index_file);
     add_views(header);

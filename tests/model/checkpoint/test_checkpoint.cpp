@@ -159,7 +159,7 @@ TEST_CASE("checkpoint: every way an index can be wrong gives one clear error") {
                    {"a2", "a.safetensors"},
                    {"b1", "b.safetensors"},
                    {"c", "gone.safetensors"}}),
-       "shard 'gone.safetensors' (holding tensor 'c') not found"},
+       "shard 'gone.safetensors' (holding tensor 'c'): "},
       {"tensor absent from its shard",
        index_json({{"a1", "a.safetensors"},
                    {"a2", "a.safetensors"},
@@ -200,6 +200,32 @@ TEST_CASE("checkpoint: every way an index can be wrong gives one clear error") {
     CHECK(contains(message, c.expected));
     CHECK(contains(message, dir.path().string()));
   }
+}
+
+TEST_CASE("checkpoint: a shard that is missing, a folder or a symlink loop says which") {
+  // a folder was reported as "does not exist", a symlink loop as a raw filesystem error
+  di::test::temp_dir dir("ckpt");
+  write_two_shards(dir);
+  const auto shard_map = [](const char* b_shard) {
+    return index_json({{"a1", "a.safetensors"}, {"a2", "a.safetensors"}, {"b1", b_shard}});
+  };
+  write_file(dir / "model.safetensors.index.json", shard_map("gone.safetensors"));
+  CHECK(contains(open_error(dir.path()), (dir / "gone.safetensors").string() + " does not exist"));
+  std::filesystem::create_directory(dir / "sub.safetensors");
+  write_file(dir / "model.safetensors.index.json", shard_map("sub.safetensors"));
+  CHECK(contains(open_error(dir.path()),
+                 (dir / "sub.safetensors").string() + " is a directory, not a file"));
+  std::filesystem::create_symlink("loop.safetensors", dir / "loop.safetensors");
+  write_file(dir / "model.safetensors.index.json", shard_map("loop.safetensors"));
+  const std::string loop = open_error(dir.path());
+  CAPTURE(loop);
+  CHECK(contains(loop, "shard 'loop.safetensors' (holding tensor 'b1'): "));
+  CHECK(contains(loop, "cannot be read: Too many levels of symbolic links"));
+  di::test::temp_dir single("ckpt");  // a single-file checkpoint that is a link loop
+  std::filesystem::create_symlink("model.safetensors", single / "model.safetensors");
+  CHECK(
+      contains(open_error(single.path()), (single / "model.safetensors").string() +
+                                              ": cannot open: Too many levels of symbolic links"));
 }
 
 TEST_CASE("checkpoint: a broken shard is named in the error") {
