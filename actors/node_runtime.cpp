@@ -6,6 +6,7 @@
 #include "actors/logging.hpp"
 #include "actors/node_actor.hpp"
 #include "actors/tls_error_queue.hpp"
+#include "actors/tls_files.hpp"
 #include "common/error.hpp"
 
 #include <caf/all.hpp>
@@ -137,6 +138,7 @@ process_config::process_config(const network_settings& s) {
     // can connect. The cluster file validation refuses that too; clients check here.
     DI_CHECK(!s.tls.certificate.empty() && !s.tls.key.empty() && !s.tls.cafile.empty(),
              "TLS needs a certificate, a key and a CA file (anonymous TLS would authenticate nobody)");
+    check_tls_files(s.tls);  // CAF's own load fails inside an actor: abort or a hang
     load<caf::openssl::manager>();
     if (!tls_error_queue_guard_active())
       component_logger("node")->warn(

@@ -8,6 +8,7 @@
 // once (exit 1): the coordinator would wait for it until cluster.startup_timeout_s. Nodes run in
 // their own process group (a terminal's Ctrl-C reaches launch only, which shuts them down in order)
 // and get SIGTERM from the kernel when launch dies (PR_SET_PDEATHSIG), even by SIGKILL.
+#include "actors/tls_files.hpp"
 #include "cli/command.hpp"
 #include "common/error.hpp"
 #include "config/cluster_config.hpp"
@@ -252,6 +253,7 @@ int supervise(std::vector<child>& children, int shutdown_timeout_s) {
 
 void run_launch(const launch_options& o) {
   const di::cluster_config config = di::load_cluster_config(o.file, o.sets);  // errors before forking
+  if (config.tls.enabled) di::actors::check_tls_files(config.tls);  // once, not once a node
   const std::set<std::string> local = local_names();
   std::vector<child> children;
   struct sigaction sa {};

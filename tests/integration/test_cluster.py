@@ -602,8 +602,42 @@ class TlsTest(unittest.TestCase):
             status = json.loads(st.stdout)
             self.assertTrue(all(n["up"] for n in status["nodes"]), status["nodes"])
             self.assertTrue(all(g["up"] for g in status["groups"]), status["groups"])
+            # A TLS file that does not load is one error naming it: CAF loads them inside its
+            # middleman actor, where the failure left the client waiting forever.
+            bad = {"certificate": os.path.join(d, "gone.pem"), "key": os.path.join(d, "ca.key"),
+                   "cafile": files["key"]}
+            expect = {"certificate": "gone.pem: cannot open: No such file or directory",
+                      "key": "does not match the certificate",  # the CA's key
+                      "cafile": "cannot load it"}
+            for k, v in bad.items():
+                args = [a for kk, vv in files.items() for a in (f"--tls-{kk}", v if kk == k else vv)]
+                t0 = time.time()
+                p = c.client("--prompt-ids", "0,5,6", "--max-tokens", "4", *args, timeout=60)
+                self.assertEqual(p.returncode, 1, (k, p.stderr))
+                self.assertIn(expect[k], p.stderr, k)
+                self.assertLess(time.time() - t0, 10, k)
         finally:
             c.stop()
+        # launch checks them once before starting any node (a node aborted on SIGABRT)
+        run("rsa", "-in", "node.key", "-aes256", "-passout", "pass:secret", "-out", "enc.key")
+        toml = os.path.join(d, "bad.toml")
+        with open(toml, "w") as f:
+            f.write(cu.cluster_toml("tlsbad", ports[0], ports[1:], [(0, [1])], "", runner="toy"))
+        for sets, expect in ((["tls.certificate=" + os.path.join(d, "gone.pem")], "cannot open"),
+                             (["tls.key=" + os.path.join(d, "enc.key")],
+                              "it is encrypted and no passphrase was given"),
+                             (["tls.key=" + os.path.join(d, "enc.key"), "tls.passphrase=wrong"],
+                              "the passphrase does not decrypt it")):
+            args = ["--set", "tls.enabled=true"]
+            for k, v in files.items():
+                args += ["--set", f"tls.{k}={v}"]
+            for s_ in sets:
+                args += ["--set", s_]
+            p = subprocess.run([cu.BINARY, "launch", toml, *args], capture_output=True, text=True,
+                               timeout=60, stdin=subprocess.DEVNULL)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn(expect, p.stderr)
+            self.assertNotIn("launch: node", p.stderr)  # refused before any node started
 
 
 def main():
