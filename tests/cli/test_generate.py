@@ -333,6 +333,11 @@ class GenerateTest(unittest.TestCase):
         p = run("make-model", "--preset", "tiny-v41", "--out", os.path.join(WORK, "neg"), "--max-shard-size", "-5")
         self.assertEqual(p.returncode, 2)
         self.assertIn("--max-shard-size: must not be negative", error_lines(p)[0])
+        # serve --port wrapped to 16 bits (70000 listened on 4464) and took -1 as the default
+        for port in ("70000", "-1"):
+            p = run("serve", "--model", MODEL, "--port", port)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn(f"--port: Value {port} not in range 0 to 65535", error_lines(p)[0])
 
     def test_output_that_cannot_be_written_fails(self):
         # a full disk (or any write error) is exit 1 with one error line, not rc 0 and no output
