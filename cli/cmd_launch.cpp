@@ -46,6 +46,7 @@ struct child {
   std::string buffer;  // partial line
   bool running = true;
   int status = 0;
+  bool lost = false;  // exited while the cluster ran (not in a shutdown launch began)
 };
 
 volatile std::sig_atomic_t g_stop = 0;
@@ -223,7 +224,17 @@ int supervise(std::vector<child>& children, int shutdown_timeout_s) {
       stop_all(children, shutdown_timeout_s);
       break;
     }
-    if (reap(children) || !any_running(children)) {
+    const bool coordinator_gone = reap(children);
+    for (child& c : children)
+      if (!c.running && !c.lost) {
+        c.lost = true;
+        if (printed_ready && c.rank != 0)
+          std::fprintf(stderr,
+                       "launch: node %d exited while the cluster ran; its groups cannot serve (the "
+                       "router answers their requests with an error) and launch will exit 1\n",
+                       c.rank);
+      }
+    if (coordinator_gone || !any_running(children)) {
       stop_all(children, shutdown_timeout_s);
       break;
     }
@@ -245,6 +256,10 @@ int supervise(std::vector<child>& children, int shutdown_timeout_s) {
     }
   }
   for (child& c : children) drain(c, printed_ready);
+  // A node lost while the cluster ran fails the run, whatever ended it (a supervisor saw exit
+  // 0 after a SIGTERM of a cluster that had long stopped serving).
+  for (const child& c : children)
+    if (c.lost && c.rank != 0) return 1;
   for (const child& c : children)
     if (c.rank == 0)  // asked to stop: the SIGTERM launch sent is no failure
       return g_stop && c.status == 128 + SIGTERM ? 0 : c.status;

@@ -441,6 +441,16 @@ void validate_sections(const cluster_config& c, const read_context& ctx) {
                     "of router.max_logprobs = {} entries need up to {:.0f} bytes",
                     c.cluster.max_message_bytes, c.scheduler.max_num_batched_tokens,
                     c.router.max_logprobs, step_logprob_bytes));
+  // A peer silent for connection_timeout_ms is declared down; an idle link is silent between
+  // heartbeats, so they must come well inside it (3000 against 1000 took the cluster down
+  // moments after it was ready).
+  if (c.cluster.connection_timeout_ms > 0)
+    check(c.cluster.heartbeat_interval_ms > 0 &&
+              2 * std::int64_t(c.cluster.heartbeat_interval_ms) <= c.cluster.connection_timeout_ms,
+          ctx, "cluster.heartbeat_interval_ms",
+          fmt::format("{} must be positive and at most half of cluster.connection_timeout_ms ({}): "
+                      "an idle link is silent between heartbeats",
+                      c.cluster.heartbeat_interval_ms, c.cluster.connection_timeout_ms));
   static const std::set<std::string> levels{"trace", "debug", "info", "warn", "error", "off"};
   check(levels.contains(c.logging.level), ctx, "logging.level",
         fmt::format("must be one of trace, debug, info, warn, error, off; got '{}'", c.logging.level));

@@ -115,6 +115,16 @@ TEST_CASE("cross-checks name the key") {
   CHECK(error_of(base, {"cluster.max_message_bytes=1000"})
             .find("cluster.max_message_bytes: must be in [1048576,") != std::string::npos);
   CHECK(error_of(base, {"logging.level=loud"}).find("logging.level") != std::string::npos);
+  // heartbeats must come well inside the connection timeout (3000 vs 1000 took the cluster down)
+  CHECK(error_of(base, {"cluster.heartbeat_interval_ms=3000", "cluster.connection_timeout_ms=1000"})
+            .find("cluster.heartbeat_interval_ms: 3000 must be positive and at most half of "
+                  "cluster.connection_timeout_ms (1000)") != std::string::npos);
+  CHECK(error_of(base, {"cluster.heartbeat_interval_ms=0"}).find("must be positive") !=
+        std::string::npos);
+  CHECK(error_of(base, {"cluster.heartbeat_interval_ms=0", "cluster.connection_timeout_ms=0"})
+            .empty());  // both off
+  CHECK(error_of(base, {"cluster.heartbeat_interval_ms=1000", "cluster.connection_timeout_ms=2000"})
+            .empty());
   CHECK(error_of("[model]\nrunner = \"toy\"\n[[nodes]]\nhost = \"a\"\n[[groups]]\nexecutors = [0]\n")
             .find("nodes.0.port: required") != std::string::npos);
 }

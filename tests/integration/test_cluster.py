@@ -325,7 +325,12 @@ class FailureTest(unittest.TestCase):
             figure("launch's CPU ticks over 3 s after a node died (100 = one core-second)", ticks() - before)
             self.assertLess(ticks() - before, 30)
         finally:
-            c.stop()
+            rc = c.stop()
+        # a node lost while serving fails the run: launch exited 0 after its SIGINT/SIGTERM, so a
+        # supervisor never saw that the cluster had stopped serving
+        self.assertEqual(rc, 1)
+        with open(c.log.name) as f:
+            self.assertIn("launch: node 1 exited while the cluster ran; its groups cannot serve", f.read())
 
     def test_frozen_router_node(self):
         # A client whose router's node froze waited forever; it now gives up after
