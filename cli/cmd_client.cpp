@@ -336,7 +336,12 @@ std::size_t run_items(caf::actor_system& sys, const di::actors::router_actor& ro
 void run_client(const client_options& o) {
   const auto [host, port] = di::actors::split_address(o.connect, "--connect");
   std::vector<input_item> items;
-  if (!o.status) items = read_inputs(o);
+  if (!o.status) {
+    items = read_inputs(o);
+  } else {  // a prompt or file beside --status was ignored silently
+    DI_CHECK(!o.prompt && !o.prompt_ids && o.file.empty(),
+             "give exactly one of --prompt, --prompt-ids, --file and --status");
+  }
   std::unique_ptr<di::actors::process_config> cfg_holder;
   caf::actor_system sys{client_config(o, cfg_holder)};
   di::actors::network_settings net{.app_id = o.cluster_name, .tls = o.tls};

@@ -333,6 +333,12 @@ class GenerateTest(unittest.TestCase):
         p = run("make-model", "--preset", "tiny-v41", "--out", os.path.join(WORK, "neg"), "--max-shard-size", "-5")
         self.assertEqual(p.returncode, 2)
         self.assertIn("--max-shard-size: must not be negative", error_lines(p)[0])
+        # client --status beside a prompt or a file ignored them silently
+        for extra in (["--prompt", "hi"], ["--prompt-ids", "1,2"], ["--file", MODEL]):
+            p = run("client", "--connect", "127.0.0.1:1", "--status", *extra)
+            self.assertEqual(p.returncode, 1, extra)
+            self.assertIn("give exactly one of --prompt, --prompt-ids, --file and --status",
+                          error_lines(p)[0], extra)
         # serve --port wrapped to 16 bits (70000 listened on 4464) and took -1 as the default
         for port in ("70000", "-1"):
             p = run("serve", "--model", MODEL, "--port", port)
