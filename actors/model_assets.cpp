@@ -20,7 +20,14 @@ model_assets load_model_assets(const cluster_config& config) {
       config.model.runner == "toy" && config.model.tokenizer.empty() &&
       !std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json");
   if (dir.empty() || toy_without_tokenizer) dir = find_tokenizer_assets().string();
-  DI_CHECK(std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json"),
+  std::error_code ec;  // a folder that is not there, or a file, says so (not "no tokenizer.json")
+  const auto st = std::filesystem::status(dir, ec);
+  DI_CHECK(std::filesystem::exists(st), "{}: '{}' does not exist (model.tokenizer / model.path)",
+           config.origin, dir);
+  DI_CHECK(std::filesystem::is_directory(st),
+           "{}: '{}' is not a folder (model.tokenizer / model.path name the checkpoint's folder)",
+           config.origin, dir);
+  DI_CHECK(std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json", ec),
            "{}: no tokenizer.json in '{}' (model.tokenizer / model.path)", config.origin, dir);
   a.tokenizer = std::make_shared<const tok::tokenizer>(tok::tokenizer::from_dir(dir));
   std::int64_t eos = -1;

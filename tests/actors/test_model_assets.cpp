@@ -4,8 +4,11 @@
 #include "actors/model_assets.hpp"
 #include "common/error.hpp"
 #include "model/tokenizer/tokenizer.hpp"
+#include "tests/test_support.hpp"
 
 #include <doctest/doctest.h>
+
+#include <fstream>
 
 #include <string>
 
@@ -46,9 +49,19 @@ TEST_CASE("the toy runner falls back to the bundled tokenizer when model.path ha
 TEST_CASE("a named tokenizer must exist, and the CPU runner needs its checkpoint") {
   CHECK(error_of(parse_cluster_config(
                      layout, {"model.runner=toy", "model.tokenizer=/nonexistent/tok"}, "c.toml"))
-            .find("c.toml: no tokenizer.json in '/nonexistent/tok'") != std::string::npos);
-  CHECK(error_of(parse_cluster_config(layout, {"model.path=/nonexistent/tiny-v41"}, "c.toml"))
-            .find("c.toml: no tokenizer.json in '/nonexistent/tiny-v41'") != std::string::npos);
+            .find("c.toml: '/nonexistent/tok' does not exist") != std::string::npos);
+  CHECK(
+      error_of(parse_cluster_config(layout, {"model.path=/nonexistent/tiny-v41"}, "c.toml"))
+          .find("c.toml: '/nonexistent/tiny-v41' does not exist (model.tokenizer / model.path)") !=
+      std::string::npos);
+  // a file instead of the folder, and a folder without the tokenizer
+  test::temp_dir dir("assets");
+  { std::ofstream(dir / "config.json") << "{}"; }
+  CHECK(error_of(parse_cluster_config(layout, {"model.path=" + (dir / "config.json").string()},
+                                      "c.toml"))
+            .find("config.json' is not a folder") != std::string::npos);
+  CHECK(error_of(parse_cluster_config(layout, {"model.path=" + dir.path().string()}, "c.toml"))
+            .find("c.toml: no tokenizer.json in '" + dir.path().string()) != std::string::npos);
 }
 
 }  // namespace di::test
