@@ -4,6 +4,7 @@
 
 #include "actors/executor_actor.hpp"
 #include "actors/logging.hpp"
+#include "actors/node_runtime.hpp"
 #include "actors/router_actor.hpp"
 #include "actors/scheduler_actor.hpp"
 
@@ -84,11 +85,15 @@ void spawn_router_here(node_self self, spawn_router order,
       .then(
           [=](int) {
             caf::expected<std::uint16_t> port = publish(self, router);
-            if (!port)
+            if (!port) {
+              const std::string cause = listen_failure_cause(c.router.host, c.router.port);
               return done(caf::make_error(
                   caf::sec::runtime_error,
-                  fmt::format("cannot listen for clients on {}:{} (router.host / router.port): {}",
-                              c.router.host, c.router.port, describe(port.error()))));
+                  fmt::format(
+                      "cannot listen for clients on {}:{} (router.host / router.port): {}{}",
+                      c.router.host, c.router.port, describe(port.error()),
+                      cause.empty() ? "" : " (" + cause + ")")));
+            }
             done(router_ready{caf::actor_cast<router_actor>(router), fmt::format("{}:{}", c.router.host, *port)});
           },
           [=](caf::error& err) { done(std::move(err)); });

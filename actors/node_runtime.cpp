@@ -57,6 +57,30 @@ caf::expected<std::uint16_t> publish_node(caf::actor_system& sys, const network_
   return sys.middleman().publish(node, port, bind.c_str(), true);
 }
 
+/// Reaches the coordinator, retrying until the startup deadline (it may start later).
+node_actor find_coordinator(caf::actor_system& sys, const cluster_config& c,
+                            const network_settings& net) {
+  const node_config& n0 = c.nodes[0];
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(c.cluster.startup_timeout_s);
+  std::string last;
+  while (std::chrono::steady_clock::now() < deadline && g_signals.load() == 0) {
+    caf::expected<node_actor> h =
+        net.tls.enabled ? caf::openssl::remote_actor<node_actor>(sys, n0.host, n0.port)
+                        : sys.middleman().remote_actor<node_actor>(n0.host, n0.port);
+    if (h) return *h;
+    last = describe(h.error());
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  DI_CHECK(g_signals.load() == 0,
+           "stopped by a signal while waiting for the coordinator (node 0) at {}:{}", n0.host,
+           n0.port);
+  DI_FAIL("cannot reach the coordinator (node 0) at {}:{} within {} s: {}", n0.host, n0.port,
+          c.cluster.startup_timeout_s, last);
+}
+
+}  // namespace
+
 /// Why listening on `address`:`port` fails, e.g. "Address already in use"; "" when it works now.
 /// CAF 0.17 reports a failed publish as "tcp socket creation failed" only: the errno is dropped
 /// inside CAF (on the middleman's thread), so after a failure the bind is tried once more here
@@ -93,27 +117,6 @@ std::string listen_failure_cause(const std::string& address, std::uint16_t port)
   freeaddrinfo(list);
   return listened ? "" : cause;
 }
-
-/// Reaches the coordinator, retrying until the startup deadline (it may start later).
-node_actor find_coordinator(caf::actor_system& sys, const cluster_config& c, const network_settings& net) {
-  const node_config& n0 = c.nodes[0];
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(c.cluster.startup_timeout_s);
-  std::string last;
-  while (std::chrono::steady_clock::now() < deadline && g_signals.load() == 0) {
-    caf::expected<node_actor> h = net.tls.enabled ? caf::openssl::remote_actor<node_actor>(sys, n0.host, n0.port)
-                                                  : sys.middleman().remote_actor<node_actor>(n0.host, n0.port);
-    if (h) return *h;
-    last = describe(h.error());
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  DI_CHECK(g_signals.load() == 0,
-           "stopped by a signal while waiting for the coordinator (node 0) at {}:{}", n0.host,
-           n0.port);
-  DI_FAIL("cannot reach the coordinator (node 0) at {}:{} within {} s: {}", n0.host, n0.port,
-          c.cluster.startup_timeout_s, last);
-}
-
-}  // namespace
 
 network_settings network_settings_of(const cluster_config& c) {
   return {.app_id = c.cluster.name,

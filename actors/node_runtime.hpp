@@ -44,6 +44,10 @@ int run_node(const cluster_config& config, int rank, std::function<void(const st
 router_actor connect_router(caf::actor_system& sys, const network_settings& settings,
                             const std::string& host, std::uint16_t port);
 
+/// Why listening on `address`:`port` fails, e.g. "Address already in use"; "" when it works
+/// now (CAF 0.17 reports only "tcp socket creation failed").
+std::string listen_failure_cause(const std::string& address, std::uint16_t port);
+
 /// "host:port" → (host, port); throws di::error naming `what` when malformed.
 std::pair<std::string, std::uint16_t> split_address(const std::string& address, const std::string& what);
 

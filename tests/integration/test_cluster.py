@@ -519,6 +519,24 @@ class LaunchSupervisionTest(unittest.TestCase):
         self.assertIn("launch: node 1 exited (status 1) before the cluster was ready; stopping the cluster", err)
         self.assertRegex(err, r"launch: node 0 \(pid \d+\) exited with status 0")
 
+    def test_router_port_taken_says_why(self):
+        # the router's listen failure said only CAF's "tcp socket creation failed"
+        ports = cu.free_ports(3)
+        holder = socket.socket()
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("127.0.0.1", ports[0]))
+        holder.listen()
+        path = os.path.join(WORK, "busy-router.toml")
+        with open(path, "w") as f:
+            f.write(self.toml("busy-router", ports))
+        try:
+            p = subprocess.run([cu.BINARY, "launch", path], capture_output=True, text=True, timeout=60)
+        finally:
+            holder.close()
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn(f"cannot listen for clients on 127.0.0.1:{ports[0]} (router.host / router.port): "
+                      "tcp socket creation failed (Address already in use)", p.stderr)
+
     def shut_down_by(self, name, send):
         """Starts a launch leading its own process group, calls send(launch pid), and checks
         that launch and both nodes exited 0 through the orderly shutdown."""
