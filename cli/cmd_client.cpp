@@ -10,6 +10,7 @@
 #include "cli/detail/sampling_flags.hpp"
 #include "cli/detail/token_id_list.hpp"
 #include "common/error.hpp"
+#include "common/json_brief.hpp"
 #include "common/mapped_file.hpp"
 #include "runtime/sequence_status.hpp"
 
@@ -63,13 +64,13 @@ di::actors::submit_request base_request(const client_options& o) {
 template <class T>
 T integer_field(const json& v, const std::string& key, T lo = std::numeric_limits<T>::min(),
                 T hi = std::numeric_limits<T>::max()) {
-  DI_CHECK(v.is_number_integer(), "\"{}\" must be an integer, got {}", key, v.dump());
+  DI_CHECK(v.is_number_integer(), "\"{}\" must be an integer, got {}", key, di::json_brief(v));
   const bool fits = v.is_number_unsigned()
                         ? v.get<std::uint64_t>() <= std::uint64_t(hi)
                         : v.get<std::int64_t>() >= std::int64_t(lo) &&
                               (hi > T(std::numeric_limits<std::int64_t>::max()) ||
                                v.get<std::int64_t>() <= std::int64_t(hi));
-  DI_CHECK(fits, "\"{}\" must be in [{}, {}], got {}", key, lo, hi, v.dump());
+  DI_CHECK(fits, "\"{}\" must be in [{}, {}], got {}", key, lo, hi, di::json_brief(v));
   return v.is_number_unsigned() ? T(v.get<std::uint64_t>()) : T(v.get<std::int64_t>());
 }
 

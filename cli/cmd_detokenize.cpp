@@ -7,6 +7,7 @@
 
 #include "cli/command.hpp"
 #include "common/error.hpp"
+#include "common/json_brief.hpp"
 #include "model/tokenizer/tokenizer.hpp"
 
 namespace {
@@ -27,11 +28,12 @@ std::vector<di::tok::token_id> ids_of_line(const std::string& line, std::size_t 
   }
   DI_CHECK(j.is_object() && j.contains("ids") && j["ids"].is_array(),
            "stdin line {}: expected an object with an array \"ids\", got {}", line_number,
-           j.dump().substr(0, 80));
+           di::json_brief(j, 80));
   std::vector<di::tok::token_id> ids;
   for (const auto& v : j["ids"]) {
     DI_CHECK(v.is_number_integer() && (v.is_number_unsigned() || v.get<std::int64_t>() >= 0),
-             "stdin line {}: ids must be non-negative integers, got {}", line_number, v.dump());
+             "stdin line {}: ids must be non-negative integers, got {}", line_number,
+             di::json_brief(v));
     // Past the vocabulary (also past any 64-bit id): the tokenizer's own wording.
     const std::uint64_t id = v.get<std::uint64_t>();
     DI_CHECK(id < vocab_size, "stdin line {}: token id {} is not in the vocabulary (size {})",

@@ -7,6 +7,7 @@
 
 #include "cli/command.hpp"
 #include "common/error.hpp"
+#include "common/json_brief.hpp"
 #include "model/tokenizer/tokenizer.hpp"
 
 namespace {
@@ -27,7 +28,7 @@ std::string text_of_line(const std::string& line, std::size_t line_number) {
   }
   DI_CHECK(j.is_object() && j.contains("text") && j["text"].is_string(),
            "stdin line {}: expected an object with a string \"text\", got {}", line_number,
-           j.dump().substr(0, 80));
+           di::json_brief(j, 80));
   return j["text"].get<std::string>();
 }
 

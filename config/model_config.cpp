@@ -1,6 +1,7 @@
 // config.json → di::model_config: key-by-key reading with typed, named errors, then the
 // cross-field checks (per-layer list lengths, source-layer ids, Engram bucket layout).
 #include "config/model_config.hpp"
+#include "common/json_brief.hpp"
 
 #include "common/error.hpp"
 #include "common/mapped_file.hpp"
@@ -72,7 +73,8 @@ class key_reader {
   }
   std::string string_or(const char* key, std::string fallback) const {
     if (!has(key)) return fallback;
-    if (!obj_.at(key).is_string()) fail(key, fmt::format("expected a string, got {}", obj_.at(key).dump()));
+    if (!obj_.at(key).is_string())
+      fail(key, fmt::format("expected a string, got {}", json_brief(obj_.at(key))));
     return obj_.at(key).get<std::string>();
   }
   template <class T>

@@ -2,6 +2,7 @@
 // checks type and range and names the field in its error; null counts as absent, as the
 // official clients send it for unset optional fields.
 #include "server/openai_request.hpp"
+#include "common/json_brief.hpp"
 
 #include "model/chat_template/openai_messages.hpp"
 #include "runtime/grammar/json_schema.hpp"
@@ -40,7 +41,7 @@ class field_reader {
     if (!v->is_number()) bad_param(key, fmt::format("'{}' must be a number", key));
     const double x = v->get<double>();
     if (!std::isfinite(x) || x < lo || x > hi)
-      bad_param(key, fmt::format("'{}' must be in [{}, {}], got {}", key, lo, hi, v->dump()));
+      bad_param(key, fmt::format("'{}' must be in [{}, {}], got {}", key, lo, hi, json_brief(*v)));
     return x;
   }
   std::optional<std::int64_t> integer(const char* key, std::int64_t lo, std::int64_t hi) const {
@@ -62,7 +63,7 @@ class field_reader {
       return check_range(std::int64_t(v.get<double>()), key, lo, hi, v);
     if (v.is_number_unsigned() &&
         v.get<std::uint64_t>() > std::uint64_t(std::numeric_limits<std::int64_t>::max()))
-      bad_param(key, fmt::format("'{}' must be in [{}, {}], got {}", key, lo, hi, v.dump()));
+      bad_param(key, fmt::format("'{}' must be in [{}, {}], got {}", key, lo, hi, json_brief(v)));
     if (!v.is_number_integer()) bad_param(key, fmt::format("'{}' must be an integer", key));
     return check_range(v.get<std::int64_t>(), key, lo, hi, v);
   }
@@ -71,7 +72,7 @@ class field_reader {
   static std::int64_t check_range(std::int64_t x, const std::string& key, std::int64_t lo,
                                   std::int64_t hi, const json& v) {
     if (x < lo || x > hi)
-      bad_param(key, fmt::format("'{}' must be in [{}, {}], got {}", key, lo, hi, v.dump()));
+      bad_param(key, fmt::format("'{}' must be in [{}, {}], got {}", key, lo, hi, json_brief(v)));
     return x;
   }
 
@@ -202,7 +203,7 @@ void read_common(const field_reader& f, generation_request& r, const server_sett
   p.temperature = f.number("temperature", 0, 2).value_or(1.0);
   if (const json* v = f.find("top_p");
       v != nullptr && v->is_number() && !(v->get<double>() > 0 && v->get<double>() <= 1))
-    bad_param("top_p", fmt::format("'top_p' must be in (0, 1], got {}", v->dump()));
+    bad_param("top_p", fmt::format("'top_p' must be in (0, 1], got {}", json_brief(*v)));
   p.top_p = f.number("top_p", 0, 1).value_or(1.0);
   p.top_k = int(f.integer("top_k", -1, 1 << 30).value_or(0));
   p.min_p = f.number("min_p", 0, 1).value_or(0.0);

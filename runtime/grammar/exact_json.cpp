@@ -33,7 +33,7 @@ class exact_sax {
   bool string(json::string_t& v) { return value() && dom_.string(v); }
   bool binary(json::binary_t& v) { return value() && dom_.binary(v); }
   bool start_object(std::size_t n) {
-    if (!value()) return false;
+    if (!value() || too_deep()) return false;
     frames_.push_back({false, {}, 0});
     return dom_.start_object(n);
   }
@@ -46,7 +46,7 @@ class exact_sax {
     return dom_.end_object();
   }
   bool start_array(std::size_t n) {
-    if (!value()) return false;
+    if (!value() || too_deep()) return false;
     frames_.push_back({true, {}, 0});
     return dom_.start_array(n);
   }
@@ -69,6 +69,14 @@ class exact_sax {
     std::string key;    // objects: the member being read
     std::size_t index;  // arrays: the element being read, + 1
   };
+
+  /// Refuses nesting past max_json_nesting: everything that walks a value recurses once a
+  /// level (dump(), the schema compiler), and 60,000 levels overflowed the stack.
+  bool too_deep() {
+    if (frames_.size() < max_json_nesting) return false;
+    error = fmt::format("nested deeper than {} levels", max_json_nesting);
+    return true;
+  }
 
   /// A value starts: in an array, it is the next element.
   bool value() {

@@ -26,6 +26,9 @@ struct exact_json_result {
   std::string error;                      ///< nlohmann's message when the text is not JSON
 };
 
+/// Objects and arrays nested deeper than this are refused (as a parse error).
+inline constexpr std::size_t max_json_nesting = 512;
+
 /// Parses `text` (keys in their order); never throws for bad input (see `error`).
 exact_json_result parse_json_exact(std::string_view text);
 

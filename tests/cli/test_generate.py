@@ -183,6 +183,29 @@ class GenerateTest(unittest.TestCase):
         self.assertEqual(p.returncode, 1, p.stderr[-300:])
         self.assertIn("stdin is nested more than 512 levels deep", error_lines(p)[0])
 
+    def test_deep_json_inputs_are_errors_not_crashes(self):
+        # echoing (or compiling) a value nested 60,000+ levels deep overflowed the stack: SIGSEGV
+        deep = "[" * 100000 + "]" * 100000
+        schema = os.path.join(WORK, "deep-schema.json")
+        strings = os.path.join(WORK, "deep-strings.jsonl")
+        with open(schema, "w") as f:
+            f.write(deep)
+        with open(strings, "w") as f:
+            f.write('{"text": "1"}\n')
+        for args, rc in ((["grammar", "check", "--json-schema", schema, "--strings", strings], 2),
+                         (["generate", "--model", MODEL, "--prompt", "hi", "--max-tokens", "1",
+                           "--response-format", "json_schema:" + schema], 1)):
+            p = run(*args)
+            self.assertEqual(p.returncode, rc, (args, p.stderr[-300:]))
+            self.assertIn("not valid JSON: nested deeper than 512 levels", error_lines(p)[0])
+        for cmd, line in (("tokenize", '{"text": ' + deep + "}"), ("tokenize", deep),
+                          ("detokenize", '{"ids": ' + deep + "}")):
+            p = run(cmd, "--tokenizer", MODEL, stdin=line + "\n")
+            self.assertEqual(p.returncode, 1, (cmd, p.stderr[-300:]))
+            err = error_lines(p)[0]
+            self.assertIn("stdin line 1: ", err)
+            self.assertLess(len(err), 400, err)  # the value is echoed in brief
+
     def test_act_quant_off_changes_numerics_not_shape(self):
         a = gen_json("--prompt-ids", "0,7,8", "--max-tokens", "2", "--temperature", "0", "--logprobs", "1")
         b = gen_json("--prompt-ids", "0,7,8", "--max-tokens", "2", "--temperature", "0", "--logprobs", "1",

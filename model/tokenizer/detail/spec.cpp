@@ -1,6 +1,7 @@
 // tokenizer.json / tokenizer_config.json parsing with nlohmann::json. Each section has one
 // function; each unsupported setting fails with its JSON path in the message.
 #include "model/tokenizer/detail/spec.hpp"
+#include "common/json_brief.hpp"
 
 #include <nlohmann/json.hpp>
 #include <unordered_map>
@@ -58,7 +59,7 @@ struct parser {
               std::string_view why) const {
     auto it = obj.find(key);
     if (it == obj.end() || it->is_null() || *it == allowed) return;
-    DI_FAIL("{}: {}.{} = {} is not supported ({})", origin, path, key, it->dump(), why);
+    DI_FAIL("{}: {}.{} = {} is not supported ({})", origin, path, key, json_brief(*it), why);
   }
 
   void model(const json& root, tokenizer_spec& spec) const;
@@ -224,7 +225,7 @@ void parser::added_tokens(const json& root, tokenizer_spec& spec) const {
     const json& id = require(t, "id", path);
     DI_CHECK(id.is_number_integer() && id.get<std::int64_t>() >= 0 &&
                  id.get<std::int64_t>() < k_max_token_id,
-             "{}: {}.id must be an id in [0, 2^22), got {}", origin, path, id.dump());
+             "{}: {}.id must be an id in [0, 2^22), got {}", origin, path, json_brief(id));
     added_token tok;
     tok.id = std::int32_t(id.get<std::int64_t>());
     tok.content = string_at(t, "content", path);

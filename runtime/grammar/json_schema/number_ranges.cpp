@@ -2,6 +2,7 @@
 // from fixed-length pieces: a common prefix, then "greater than the rest of lo" / "any" /
 // "less than the rest of hi". Fractions compare digit by digit the same way.
 #include "runtime/grammar/json_schema/number_ranges.hpp"
+#include "common/json_brief.hpp"
 
 #include "common/error.hpp"
 #include "runtime/grammar/regular_language.hpp"
@@ -178,7 +179,7 @@ decimal parse_decimal(std::string_view text) {
 }
 
 decimal to_decimal(const nlohmann::ordered_json& v) {
-  DI_CHECK(v.is_number(), "expected a number, got {}", v.dump());
+  DI_CHECK(v.is_number(), "expected a number, got {}", json_brief(v));
   return parse_decimal(v.dump());
 }
 

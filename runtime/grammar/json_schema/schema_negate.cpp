@@ -7,6 +7,7 @@
 // recursive rules. A keyword whose failure is not context-free (multipleOf, uniqueItems,
 // additionalProperties...) is refused by name.
 #include "common/error.hpp"
+#include "common/json_brief.hpp"
 #include "runtime/grammar/json_schema/formats.hpp"
 #include "runtime/grammar/json_schema/schema_compiler.hpp"
 
@@ -104,7 +105,8 @@ const json* schema_compiler::negation(const schema_ref& s) {
 }
 
 json schema_compiler::negate_object(const schema_ref& s) {
-  DI_CHECK(s.s->is_object(), "JSON Schema: a schema must be an object or a boolean, got {}", s.s->dump());
+  DI_CHECK(s.s->is_object(), "JSON Schema: a schema must be an object or a boolean, got {}",
+           json_brief(*s.s));
   const json& o = *s.s;
   std::uint8_t types = t_all;
   if (auto t = o.find("type"); t != o.end()) types &= mask_of(*t);

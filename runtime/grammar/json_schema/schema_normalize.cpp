@@ -1,6 +1,7 @@
 // Normalization: merging the keywords of a conjunction of schemas into one schema_node, with
 // the keyword tables (enforced / annotation / rejected) that decide what a schema may use.
 #include "common/error.hpp"
+#include "common/json_brief.hpp"
 #include "runtime/grammar/json_schema/formats.hpp"
 #include "runtime/grammar/json_schema/schema_compiler.hpp"
 
@@ -43,7 +44,7 @@ std::uint8_t type_mask(const std::string& t) {
 
 std::uint64_t count_value(const json& v, const char* keyword) {
   DI_CHECK(v.is_number() && v.get<double>() >= 0 && std::floor(v.get<double>()) == v.get<double>(),
-           "JSON Schema: '{}' must be a non-negative integer, got {}", keyword, v.dump());
+           "JSON Schema: '{}' must be a non-negative integer, got {}", keyword, json_brief(v));
   double d = v.get<double>();
   return d >= 1.8e19 ? UINT64_MAX : std::uint64_t(d);
 }
@@ -96,7 +97,8 @@ void schema_compiler::absorb(schema_node& n, const schema_ref& s) {
     if (!s.s->get<bool>()) n.never = true;
     return;
   }
-  DI_CHECK(s.s->is_object(), "JSON Schema: a schema must be an object or a boolean, got {}", s.s->dump());
+  DI_CHECK(s.s->is_object(), "JSON Schema: a schema must be an object or a boolean, got {}",
+           json_brief(*s.s));
   const std::string base = index_.base_of(s.s, s.base);
   auto absorb_ref = [&](const json& ref, const char* keyword) {
     DI_CHECK(ref.is_string(), "JSON Schema: {} must be a string", keyword);
