@@ -256,14 +256,22 @@ std::pair<std::string, std::uint16_t> split_address(const std::string& address, 
   const std::size_t colon = address.rfind(':');
   DI_CHECK(colon != std::string::npos && colon > 0 && colon + 1 < address.size(),
            "{} '{}': expected HOST:PORT", what, address);
+  // Digits only (std::stoi took "7000x", " 7000" and "7000.9" as 7000).
+  const std::string digits = address.substr(colon + 1);
   int port = 0;
-  try {
-    port = std::stoi(address.substr(colon + 1));
-  } catch (const std::exception&) {
-    port = 0;
+  for (const char ch : digits) {
+    if (ch < '0' || ch > '9' || port > 65535) {
+      port = 0;
+      break;
+    }
+    port = port * 10 + (ch - '0');
   }
-  DI_CHECK(port > 0 && port < 65536, "{} '{}': the port must be in 1..65535", what, address);
-  return {address.substr(0, colon), std::uint16_t(port)};
+  DI_CHECK(port > 0 && port < 65536, "{} '{}': the port must be a number in 1..65535", what,
+           address);
+  std::string host = address.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')  // [::1]:7000
+    host = host.substr(1, host.size() - 2);
+  return {host, std::uint16_t(port)};
 }
 
 }  // namespace di::actors

@@ -1,8 +1,9 @@
 // The cluster file: the examples parse, every key is type- and range-checked, unknown keys and
 // overrides are errors naming the key, --set reaches every key, and TLS without a certificate
 // is refused (CAF's anonymous-TLS fallback).
-#include "config/cluster_config.hpp"
+#include "actors/node_runtime.hpp"
 #include "common/error.hpp"
+#include "config/cluster_config.hpp"
 
 #include <doctest/doctest.h>
 
@@ -172,3 +173,18 @@ TEST_CASE("the fingerprint follows every resolved value") {
 }
 
 }  // namespace di::test
+
+TEST_CASE("client and serve addresses: HOST:PORT with a port of digits only") {
+  using di::actors::split_address;
+  CHECK(split_address("127.0.0.1:7000", "--connect") ==
+        std::pair<std::string, std::uint16_t>{"127.0.0.1", 7000});
+  CHECK(split_address("[::1]:7000", "--connect") ==
+        std::pair<std::string, std::uint16_t>{"::1", 7000});
+  // std::stoi took each of these as port 7000
+  for (const char* bad :
+       {"127.0.0.1:7000x", "127.0.0.1: 7000", "127.0.0.1:7000.9", "127.0.0.1:+7000", "127.0.0.1:0",
+        "127.0.0.1:65536", "127.0.0.1:99999999999", "127.0.0.1:", ":7000", "7000"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_AS(split_address(bad, "--connect"), di::error);
+  }
+}
