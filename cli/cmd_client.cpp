@@ -337,6 +337,9 @@ std::size_t run_items(caf::actor_system& sys, const di::actors::router_actor& ro
 void run_client(const client_options& o) {
   const auto [host, port] = di::actors::split_address(o.connect, "--connect");
   std::vector<input_item> items;
+  // as generate has it (the flags were ignored without --json)
+  DI_CHECK(o.json_out || (!o.sampling.logprobs && !o.sampling.prompt_logprobs),
+           "--logprobs and --prompt-logprobs need --json (text output has no place for them)");
   if (!o.status) {
     items = read_inputs(o);
   } else {  // a prompt or file beside --status was ignored silently

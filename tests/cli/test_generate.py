@@ -356,6 +356,10 @@ class GenerateTest(unittest.TestCase):
         p = run("make-model", "--preset", "tiny-v41", "--out", os.path.join(WORK, "neg"), "--max-shard-size", "-5")
         self.assertEqual(p.returncode, 2)
         self.assertIn("--max-shard-size: must not be negative", error_lines(p)[0])
+        # client --logprobs without --json was ignored (generate refuses it)
+        p = run("client", "--connect", "127.0.0.1:1", "--prompt", "hi", "--logprobs", "2")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("--logprobs and --prompt-logprobs need --json", error_lines(p)[0])
         # client --status beside a prompt or a file ignored them silently
         for extra in (["--prompt", "hi"], ["--prompt-ids", "1,2"], ["--file", MODEL]):
             p = run("client", "--connect", "127.0.0.1:1", "--status", *extra)
