@@ -46,6 +46,9 @@ struct bench_options {
   std::string logits = "device";    ///< CUDA: where a step's logits end up (device or host)
   int timeline = 0;                 ///< CUDA: steps (prefills) traced per row after the timed ones
   bool json = false;
+  /// Flags of CUDA runs only, with whether each was given: on the CPU they are refused (they
+  /// were ignored, e.g. --cuda-graphs both printed one row per batch).
+  std::vector<const CLI::Option*> cuda_only;
 };
 
 /// "1,8,32" -> {1, 8, 32}: every item a positive decimal integer, nothing else ("1e2", "2x",
@@ -406,7 +409,11 @@ void run_bench(const bench_options& o, bool decode) {
            "--cuda-graphs must be off, on or both, got '{}'", o.cuda_graphs);
   auto batches = parse_list(o.batches, "--batch");
   auto contexts = parse_list(o.contexts, "--context");
-  di::require_device(di::parse_device(o.device));  // before the model loads
+  const di::device wanted = di::parse_device(o.device);
+  di::require_device(wanted);  // before the model loads
+  if (wanted.kind != di::device_kind::cuda)
+    for (const CLI::Option* opt : o.cuda_only)
+      DI_CHECK(opt->count() == 0, "{} is for CUDA runs: it needs --device cuda", opt->get_name());
   const double load_start = now_s();
   auto loaded = di::cli::load_model_for_generation(o.model, o.act_quant);
   const di::device dev = di::cli::place_model(*loaded.model, o.device, o.device_weights);
@@ -485,9 +492,10 @@ void run_bench(const bench_options& o, bool decode) {
 void add_common(CLI::App* sub, const std::shared_ptr<bench_options>& o) {
   sub->add_option("--model", o->model, "Checkpoint folder")->required();
   sub->add_option("--device", o->device, "Backend: cpu, cuda or cuda:N")->capture_default_str();
-  sub->add_option("--device-weights", o->device_weights,
-                  "CUDA weight layout: stored (FP8/FP4 as the checkpoint stores them) or f32")
-      ->capture_default_str();
+  o->cuda_only.push_back(
+      sub->add_option("--device-weights", o->device_weights,
+                      "CUDA weight layout: stored (FP8/FP4 as the checkpoint stores them) or f32")
+          ->capture_default_str());
   sub->add_option("--batch", o->batches, "Comma-separated batch sizes")->capture_default_str();
   sub->add_option("--context", o->contexts,
                   "Comma-separated context lengths (tokens already in "
@@ -503,25 +511,29 @@ void add_common(CLI::App* sub, const std::shared_ptr<bench_options>& o) {
          "--no-act-quant", [o] { o->act_quant = false; },
          "Turn FP8 activation quantization off (the reference's variant B)")
       ->excludes(aq);
-  sub->add_option("--cuda-graphs", o->cuda_graphs,
-                  "CUDA decode steps through captured graphs: off, on, or both (each batch "
-                  "timed both ways)")
-      ->capture_default_str();
+  o->cuda_only.push_back(
+      sub->add_option("--cuda-graphs", o->cuda_graphs,
+                      "CUDA decode steps through captured graphs: off, on, or both (each batch "
+                      "timed both ways)")
+          ->capture_default_str());
   sub->add_flag("--ordered-splits", o->ordered_splits,
                 "CUDA: add the K splits of decode GEMMs in a fixed order (bit-reproducible, "
                 "batch-invariant) instead of with atomic adds");
   auto* bd = sub->add_flag("--batched-decode", o->batched_decode,
                            "CUDA decode: each layer's attention as a few launches over the whole "
                            "batch (the default)");
-  sub->add_flag_callback(
-         "--per-sequence-decode", [o] { o->batched_decode = false; },
-         "CUDA decode: each layer's attention per sequence (the reference path)")
-      ->excludes(bd);
-  sub->add_option("--logits", o->logits,
-                  "CUDA: a step ends with its logits on the device (device: the forward alone, "
-                  "as transformers' model() call is timed) or copied to host memory (host: "
-                  "adds the copy, [batch, vocab] f32)")
-      ->capture_default_str();
+  o->cuda_only.push_back(bd);
+  o->cuda_only.push_back(sub->add_flag_callback(
+                                "--per-sequence-decode", [o] { o->batched_decode = false; },
+                                "CUDA decode: each layer's attention per sequence (the reference "
+                                "path)")
+                             ->excludes(bd));
+  o->cuda_only.push_back(
+      sub->add_option("--logits", o->logits,
+                      "CUDA: a step ends with its logits on the device (device: the forward "
+                      "alone, as transformers' model() call is timed) or copied to host memory "
+                      "(host: adds the copy, [batch, vocab] f32)")
+          ->capture_default_str());
   sub->add_flag("--json", o->json, "Print one JSON object");
 }
 

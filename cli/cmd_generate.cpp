@@ -44,12 +44,16 @@ struct generate_options {
   di::cli::sampling_flags sampling;
   std::string response_format;
   int n = 1;
+  /// Flags of CUDA runs only: refused on the CPU (they were ignored there).
+  std::vector<const CLI::Option*> cuda_only;
 };
 
 /// $DEEPINFER_CACHE, else $XDG_CACHE_HOME/deepinfer, else ~/.cache/deepinfer.
 fs::path cache_dir() {
-  if (const char* d = std::getenv("DEEPINFER_CACHE")) return d;
-  if (const char* x = std::getenv("XDG_CACHE_HOME")) return fs::path(x) / "deepinfer";
+  // An empty value is unset (the XDG rule; it was a folder relative to the working directory).
+  if (const char* d = std::getenv("DEEPINFER_CACHE"); d != nullptr && *d != '\0') return d;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0')
+    return fs::path(x) / "deepinfer";
   if (const char* h = std::getenv("HOME")) return fs::path(h) / ".cache" / "deepinfer";
   return fs::temp_directory_path() / "deepinfer";
 }
@@ -153,7 +157,11 @@ void run_generate(generate_options& o) {
            o.sampling.max_tokens);
   DI_CHECK(o.json || (!o.sampling.logprobs && !o.sampling.prompt_logprobs),
            "--logprobs and --prompt-logprobs need --json (text output has no place for them)");
-  di::require_device(di::parse_device(o.device));  // before the model loads
+  const di::device wanted = di::parse_device(o.device);
+  di::require_device(wanted);  // before the model loads
+  if (wanted.kind != di::device_kind::cuda)
+    for (const CLI::Option* opt : o.cuda_only)
+      DI_CHECK(opt->count() == 0, "{} is for CUDA runs: it needs --device cuda", opt->get_name());
   std::string dir = o.model.empty() ? default_model() : o.model;
   di::cli::loaded_model m = di::cli::load_model_for_generation(dir, o.act_quant == "on");
   di::cli::place_model(*m.model, o.device, o.device_weights);
@@ -230,10 +238,15 @@ void setup_generate(CLI::App& app) {
                   "(on = DeepSeek's official numerics; off = the reference's variant B)")->capture_default_str();
   sub->add_option("--device", o->device, "Where the forward runs: cpu, cuda or cuda:N (weights "
                   "resident on the GPU)")->capture_default_str();
-  sub->add_option("--device-weights", o->device_weights, "CUDA weight layout: stored (FP8/FP4 "
-                  "as the checkpoint stores them) or f32 (decoded exactly)")->capture_default_str();
-  sub->add_option("--cuda-graphs", o->cuda_graphs, "CUDA: decode steps replay captured graphs "
-                  "(on) or launch every kernel (off)")->capture_default_str();
+  o->cuda_only.push_back(
+      sub->add_option("--device-weights", o->device_weights,
+                      "CUDA weight layout: stored (FP8/FP4 as the checkpoint stores them) or f32 "
+                      "(decoded exactly)")
+          ->capture_default_str());
+  o->cuda_only.push_back(sub->add_option("--cuda-graphs", o->cuda_graphs,
+                                         "CUDA: decode steps replay captured graphs (on) or "
+                                         "launch every kernel (off)")
+                             ->capture_default_str());
   sub->add_flag("--json", o->json, "Print one JSON object (prompt_ids, output_ids, text, "
                 "finish_reason, logprobs, prompt_logprobs) instead of streaming text");
   sub->add_flag("--no-stats", o->no_stats, "Do not print the timing line on stderr");

@@ -234,6 +234,12 @@ class GenerateTest(unittest.TestCase):
         p = run("bench", "decode", "--model", MODEL, "--device", "tpu")
         self.assertEqual(p.returncode, 1)
         self.assertIn("expected cpu, cuda or cuda:N", error_lines(p)[0])
+        # CUDA-only flags on the CPU were ignored (--cuda-graphs both printed one row a batch)
+        for flag in (["--cuda-graphs", "both"], ["--logits", "host"], ["--per-sequence-decode"],
+                     ["--device-weights", "f32"]):
+            p = run("bench", "decode", "--model", MODEL, "--steps", "1", *flag)
+            self.assertEqual(p.returncode, 1, flag)
+            self.assertIn(f"{flag[0]} is for CUDA runs: it needs --device cuda", error_lines(p)[0])
 
     def test_unusable_cuda_device_is_a_clear_error(self):
         # Checked before the model loads; the reason depends on the machine: a build without the
@@ -311,7 +317,9 @@ class GenerateTest(unittest.TestCase):
             (["--prompt", "x", "--logprobs", "-1"], "--logprobs"),
             (["--prompt", "x", "--logprobs", "2"], "--logprobs and --prompt-logprobs need --json"),
             (["--prompt", "x", "--max-tokens", "abc"], "--max-tokens"),
-            (["--prompt", "x", "--device-weights", "bogus"], "device weight format 'bogus'"),  # CPU too
+            # CUDA-only flags on the CPU were ignored
+            (["--prompt", "x", "--device-weights", "f32"], "--device-weights is for CUDA runs: it needs --device cuda"),
+            (["--prompt", "x", "--cuda-graphs", "off"], "--cuda-graphs is for CUDA runs: it needs --device cuda"),
             (["--prompt", "x", "--response-format", "json_schema:" + WORK], "is a directory, not a file"),
             (["--prompt", "x", "--response-format", "json_schema:" + bad_schema],
              f"--response-format json_schema:{bad_schema}: the JSON Schema is not valid JSON: parse error at line 1, "
@@ -437,6 +445,16 @@ class GenerateTest(unittest.TestCase):
                 self.assertTrue(err.startswith("error: the checkpoint does not match its config.json: " + first), err)
                 self.assertIn("problems; `deepinfer inspect --model " + d + "` lists them)", err)
         self.assertIn("(126 problems;", run("generate", "--model", cases[1][0], "--prompt", "x").stderr)
+
+    def test_empty_cache_variables_are_unset(self):
+        # XDG_CACHE_HOME= (empty) put the built-in model under ./deepinfer of the working directory
+        cwd = os.path.join(WORK, "cwd-xdg")
+        os.makedirs(cwd, exist_ok=True)
+        env = dict(os.environ, XDG_CACHE_HOME="", DEEPINFER_CACHE="")
+        p = subprocess.run([BINARY, "generate", "--prompt", "hi", "--max-tokens", "1", "--no-stats"],
+                           cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(os.listdir(cwd), [])
 
     def test_model_must_be_a_directory(self):
         for f in ("config.json", "tokenizer.json", "model.safetensors"):
