@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include <csignal>
+
 #include <memory>
 
 namespace {
@@ -61,6 +63,11 @@ void print_plan(const di::model_preset& preset, const di::model_config& c,
              double(plan.total_bytes) / 1e9);
 }
 
+volatile std::sig_atomic_t g_interrupted = 0;
+extern "C" void on_interrupt(int sig) {
+  g_interrupted = sig;
+}
+
 void run_make_model(const make_model_cli_options& o) {
   if (o.list) {
     print_presets();
@@ -74,14 +81,33 @@ void run_make_model(const make_model_cli_options& o) {
     return;
   }
   DI_CHECK(!o.out.empty(), "make-model: --out DIR is required (or --dry-run)");
-  di::make_model_result r = di::make_model({.preset = o.preset,
-                                            .out_dir = o.out,
-                                            .seed = o.seed,
-                                            .force = o.force,
-                                            .max_shard_bytes = o.max_shard_bytes,
-                                            .tokenizer_dir = {},  // the bundled tokenizer
-                                            .show_progress = !o.quiet,
-                                            .scales = {}});
+  // SIGINT/SIGTERM stop the writing and remove the files written so far (they were left
+  // behind: GBs of shards without a config.json, and the next run said "folder is not empty").
+  struct sigaction sa {};
+  sa.sa_handler = on_interrupt;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  di::make_model_result r;
+  try {
+    r = di::make_model({.preset = o.preset,
+                        .out_dir = o.out,
+                        .seed = o.seed,
+                        .force = o.force,
+                        .max_shard_bytes = o.max_shard_bytes,
+                        .tokenizer_dir = {},  // the bundled tokenizer
+                        .show_progress = !o.quiet,
+                        .scales = {},
+                        .cancel = &g_interrupted});
+  } catch (const di::error&) {
+    if (g_interrupted == 0) throw;
+    // The shards written so far are gone (make_model removed them); end as the signal would.
+    std::fprintf(stderr, "make-model: interrupted; removed the files it had written\n");
+    const int sig = int(g_interrupted);
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    throw;
+  }
   if (o.quiet) return;
   fmt::print("wrote {} (seed {}) to {}: {} tensors in {} safetensors file(s), {} bytes, {:.2f}s\n",
              o.preset, o.seed, o.out, r.plan.num_stored_tensors(), r.plan.shard_files.size(),

@@ -153,6 +153,7 @@ void generate_shards(const shard_generation_params& p) {
     for (std::size_t j = 0; j < jobs.size(); ++j) {
       if (failed) continue;
       try {
+        DI_CHECK(p.cancel == nullptr || *p.cancel == 0, "interrupted");
         const chunk_job& job = jobs[j];
         const tensor_target& target = targets[job.tensor];
         safetensors_writer& shard = *writers[std::size_t(target.weight.shard)];

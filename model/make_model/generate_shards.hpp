@@ -6,6 +6,7 @@
 #include "model/make_model/model_plan.hpp"
 #include "model/make_model/weight_init.hpp"
 
+#include <csignal>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -18,6 +19,7 @@ struct shard_generation_params {
   std::filesystem::path out_dir;                ///< shard files are created here
   std::map<std::string, std::string> metadata;  ///< "__metadata__" of every shard
   bool show_progress = false;
+  const volatile std::sig_atomic_t* cancel = nullptr;  ///< nonzero: stop (di::error "interrupted")
 };
 
 /// Writes every shard of the plan; throws di::error (removing unfinished shards) on failure.

@@ -149,7 +149,8 @@ make_model_result make_model(const make_model_options& o) {
                    .metadata = {{"format", "pt"},
                                 {"deepinfer_make_model",
                                  fmt::format("preset={} seed={}", preset.name, o.seed)}},
-                   .show_progress = o.show_progress});
+                   .show_progress = o.show_progress,
+                   .cancel = o.cancel});
   write_index(result.plan, o.out_dir, files);
   for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
     files.add(o.out_dir / name);

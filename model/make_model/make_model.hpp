@@ -9,6 +9,7 @@
 #include "model/make_model/presets.hpp"
 #include "model/make_model/weight_init.hpp"
 
+#include <csignal>
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -25,6 +26,8 @@ struct make_model_options {
   std::filesystem::path tokenizer_dir;  ///< empty: find_tokenizer_assets()
   bool show_progress = true;            ///< progress bar on stderr (large presets only)
   init_scales scales;                   ///< initialisation constants
+  /// Set (e.g. by a signal handler) to stop: make_model throws and removes what it wrote.
+  const volatile std::sig_atomic_t* cancel = nullptr;
 };
 
 struct make_model_result {

@@ -6,9 +6,11 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 BINARY = None
@@ -445,6 +447,21 @@ class GenerateTest(unittest.TestCase):
                 self.assertTrue(err.startswith("error: the checkpoint does not match its config.json: " + first), err)
                 self.assertIn("problems; `deepinfer inspect --model " + d + "` lists them)", err)
         self.assertIn("(126 problems;", run("generate", "--model", cases[1][0], "--prompt", "x").stderr)
+
+    def test_make_model_interrupted_removes_its_files(self):
+        # SIGINT left GBs of shards without a config.json ("folder is not empty" on the rerun)
+        out = os.path.join(WORK, "interrupted")
+        p = subprocess.Popen([BINARY, "make-model", "--preset", "v4-flash-L4", "--out", out, "--quiet"],
+                             stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 30
+        while time.time() < deadline and not (os.path.isdir(out) and os.listdir(out)):
+            time.sleep(0.05)
+        time.sleep(1.0)  # writing the shards
+        p.send_signal(signal.SIGINT)
+        err = p.communicate(timeout=120)[1]
+        self.assertEqual(p.returncode, -signal.SIGINT, err)
+        self.assertIn("make-model: interrupted; removed the files it had written", err)
+        self.assertEqual(os.listdir(out), [])
 
     def test_empty_cache_variables_are_unset(self):
         # XDG_CACHE_HOME= (empty) put the built-in model under ./deepinfer of the working directory
