@@ -14,6 +14,7 @@
 
 #include <fstream>
 #include <memory>
+#include <optional>
 
 namespace {
 
@@ -21,7 +22,7 @@ using namespace di::grammar;
 
 struct check_options {
   std::string json_schema;
-  std::string regex;
+  std::optional<std::string> regex;  ///< "" is a regex too: the empty string alone
   std::string ebnf;
   std::string strings;
   bool print_grammar = false;
@@ -40,13 +41,13 @@ json_whitespace parse_whitespace(const std::string& w) {
 /// is then refused, as the JSON Schema `false` must be), with a warning that generation, the
 /// HTTP server and --response-format refuse it.
 std::shared_ptr<const compiled_grammar> compile_for_check(const check_options& o) {
-  int given = int(!o.json_schema.empty()) + int(!o.regex.empty()) + int(!o.ebnf.empty());
+  int given = int(!o.json_schema.empty()) + int(o.regex.has_value()) + int(!o.ebnf.empty());
   DI_CHECK(given == 1, "give exactly one of --json-schema, --regex and --ebnf");
   response_format f;
   if (!o.json_schema.empty()) {
     f = {format_kind::json_schema, di::read_text_file(o.json_schema), {}};
-  } else if (!o.regex.empty()) {
-    f = {format_kind::regex, o.regex, {}};
+  } else if (o.regex) {
+    f = {format_kind::regex, *o.regex, {}};
   } else {
     f = {format_kind::ebnf, di::read_text_file(o.ebnf), {}};
   }

@@ -355,6 +355,12 @@ class GenerateTest(unittest.TestCase):
         p = run("grammar", "check", "--regex", "a", "--strings", strings)
         self.assertEqual(p.stdout.strip(), '{"accepted": true}')
         self.assertNotIn("warning", p.stderr)
+        # the empty regex is a regex (it matches the empty string): it read as "no grammar given"
+        with open(strings, "w") as f:
+            f.write('{"text": ""}\n{"text": "a"}\n')
+        p = run("grammar", "check", "--regex", "", "--strings", strings)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout.split(), ['{"accepted":', 'true}', '{"accepted":', 'false}'])
 
     def test_directories_and_negative_sizes_are_refused(self):
         # a directory opens as a file and reads as empty: it was taken for an empty input
