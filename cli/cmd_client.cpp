@@ -85,37 +85,51 @@ std::vector<std::int32_t> integer_list(const json& v, const std::string& key) {
 void apply_line(const json& j, di::actors::submit_request& r) {
   DI_CHECK(j.is_object(), "expected a JSON object");
   auto& p = r.params;
-  for (const auto& [key, v] : j.items()) {
-    if (key == "prompt") r.prompt = v.get<std::string>();
-    else if (key == "prompt_ids")
-      r.prompt_ids = integer_list(v, key);
-    else if (key == "max_tokens")
-      p.max_tokens = integer_field<int>(v, key);
-    else if (key == "temperature") p.temperature = v.get<double>();
-    else if (key == "top_k")
-      p.top_k = integer_field<int>(v, key);
-    else if (key == "top_p") p.top_p = v.get<double>();
-    else if (key == "min_p") p.min_p = v.get<double>();
-    else if (key == "repetition_penalty") p.repetition_penalty = v.get<double>();
-    else if (key == "presence_penalty") p.presence_penalty = v.get<double>();
-    else if (key == "frequency_penalty") p.frequency_penalty = v.get<double>();
-    else if (key == "seed")
-      p.seed = integer_field<std::uint64_t>(v, key);
-    else if (key == "stop") p.stop = v.is_string() ? std::vector<std::string>{v.get<std::string>()} : v.get<std::vector<std::string>>();
-    else if (key == "stop_token_ids")
-      p.stop_token_ids = integer_list(v, key);
-    else if (key == "ignore_eos") p.ignore_eos = v.get<bool>();
-    else if (key == "min_tokens")
-      p.min_tokens = integer_field<int>(v, key);
-    else if (key == "logprobs")
-      p.logprobs = integer_field<int>(v, key, 0);
-    else if (key == "prompt_logprobs")
-      p.prompt_logprobs = integer_field<int>(v, key, 0);
-    else if (key == "skip_special_tokens") p.skip_special_tokens = v.get<bool>();
-    else if (key == "include_stop_str_in_output")
-      p.include_stop_str_in_output = v.get<bool>();
-    else DI_FAIL("unknown field '{}'", key);
-  }
+  for (const auto& [key, v] : j.items()) try {
+      if (key == "prompt")
+        r.prompt = v.get<std::string>();
+      else if (key == "prompt_ids")
+        r.prompt_ids = integer_list(v, key);
+      else if (key == "max_tokens")
+        p.max_tokens = integer_field<int>(v, key);
+      else if (key == "temperature")
+        p.temperature = v.get<double>();
+      else if (key == "top_k")
+        p.top_k = integer_field<int>(v, key);
+      else if (key == "top_p")
+        p.top_p = v.get<double>();
+      else if (key == "min_p")
+        p.min_p = v.get<double>();
+      else if (key == "repetition_penalty")
+        p.repetition_penalty = v.get<double>();
+      else if (key == "presence_penalty")
+        p.presence_penalty = v.get<double>();
+      else if (key == "frequency_penalty")
+        p.frequency_penalty = v.get<double>();
+      else if (key == "seed")
+        p.seed = integer_field<std::uint64_t>(v, key);
+      else if (key == "stop")
+        p.stop = v.is_string() ? std::vector<std::string>{v.get<std::string>()}
+                               : v.get<std::vector<std::string>>();
+      else if (key == "stop_token_ids")
+        p.stop_token_ids = integer_list(v, key);
+      else if (key == "ignore_eos")
+        p.ignore_eos = v.get<bool>();
+      else if (key == "min_tokens")
+        p.min_tokens = integer_field<int>(v, key);
+      else if (key == "logprobs")
+        p.logprobs = integer_field<int>(v, key, 0);
+      else if (key == "prompt_logprobs")
+        p.prompt_logprobs = integer_field<int>(v, key, 0);
+      else if (key == "skip_special_tokens")
+        p.skip_special_tokens = v.get<bool>();
+      else if (key == "include_stop_str_in_output")
+        p.include_stop_str_in_output = v.get<bool>();
+      else
+        DI_FAIL("unknown field '{}'", key);
+    } catch (const json::type_error&) {  // nlohmann's own message named no field
+      DI_FAIL("\"{}\" has the wrong type for it: {}", key, di::json_brief(v));
+    }
   DI_CHECK(j.contains("prompt") != j.contains("prompt_ids"),
            "give exactly one of \"prompt\" and \"prompt_ids\"");
   DI_CHECK(!r.prompt.empty() || !r.prompt_ids.empty(), "the prompt is empty");

@@ -105,7 +105,9 @@ class TwoNodeTest(unittest.TestCase):
                 {"prompt_ids": [0, 5], "max_tokens": 2.9},
                 {"prompt": "", "max_tokens": 2},
                 # a line's own logprobs are printed (they were computed but left out)
-                dict(good, logprobs=2, prompt_logprobs=1)]
+                dict(good, logprobs=2, prompt_logprobs=1),
+                # a field of the wrong type: nlohmann's message named no field
+                dict(good, temperature="0")]
         p, out = run_file(self.cluster, rows, "malformed", "--concurrency", "8")
         self.assertEqual(p.returncode, 1)  # some requests failed
         for i in (0, 7, 12):
@@ -116,7 +118,8 @@ class TwoNodeTest(unittest.TestCase):
         self.assertIsNone(out[12]["prompt_logprobs"][0])
         expect = {1: "outside the vocabulary", 2: "top_p", 3: "max_tokens", 4: "max_prompt_bytes",
                   5: "max_stop_strings", 6: "logprobs", 8: '"max_tokens" must be in', 9: '"prompt_ids" must be in',
-                  10: '"max_tokens" must be an integer', 11: "the prompt is empty"}
+                  10: '"max_tokens" must be an integer', 11: "the prompt is empty",
+                  13: '"temperature" has the wrong type for it: "0"'}
         for i, text in expect.items():
             self.assertEqual(out[i]["finish_reason"], "error")
             self.assertIn(text, out[i]["error"])
