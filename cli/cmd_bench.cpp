@@ -501,7 +501,8 @@ void add_common(CLI::App* sub, const std::shared_ptr<bench_options>& o) {
                   "Comma-separated context lengths (tokens already in "
                   "each sequence for decode; prompt length for prefill)")
       ->capture_default_str();
-  sub->add_option("--steps", o->steps, "Timed decode steps (median reported)")
+  sub->add_option("--steps", o->steps,
+                  "Timed steps: decode steps, or prefills for bench prefill (median reported)")
       ->capture_default_str();
   // Two flags rather than "--act-quant,!--no-act-quant", whose help line reads
   // "--act-quant,--no-act-quant{false}" beside "(default on)".
@@ -513,7 +514,8 @@ void add_common(CLI::App* sub, const std::shared_ptr<bench_options>& o) {
       ->excludes(aq);
   o->cuda_only.push_back(
       sub->add_option("--cuda-graphs", o->cuda_graphs,
-                      "CUDA decode steps through captured graphs: off, on, or both (each batch "
+                      "CUDA decode steps (bench decode only) through captured graphs: off, on, "
+                      "or both (each batch "
                       "timed both ways)")
           ->capture_default_str());
   sub->add_flag("--ordered-splits", o->ordered_splits,

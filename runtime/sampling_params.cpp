@@ -22,8 +22,8 @@ void check_logprobs(const std::optional<int>& value, const char* name,
                     const sampling_limits& limits) {
   if (!value) return;
   DI_CHECK(*value >= 0, "{} must be >= 0, got {}", name, *value);
-  DI_CHECK(*value <= limits.max_logprobs, "{} must be <= {} (the server's max_logprobs), got {}",
-           name, limits.max_logprobs, *value);
+  DI_CHECK(*value <= limits.max_logprobs, "{} must be <= {} (the limit max_logprobs), got {}", name,
+           limits.max_logprobs, *value);
 }
 
 void check_filters(const sampling_params& p) {

@@ -66,11 +66,10 @@ TEST_CASE("each invalid sampling parameter is rejected with a message naming it"
       {[](auto& p) { p.frequency_penalty = -inf_value; },
        "frequency_penalty must be in [-2, 2], got -inf"},
       {[](auto& p) { p.logprobs = -1; }, "logprobs must be >= 0, got -1"},
-      {[](auto& p) { p.logprobs = 21; },
-       "logprobs must be <= 20 (the server's max_logprobs), got 21"},
+      {[](auto& p) { p.logprobs = 21; }, "logprobs must be <= 20 (the limit max_logprobs), got 21"},
       {[](auto& p) { p.prompt_logprobs = -3; }, "prompt_logprobs must be >= 0, got -3"},
       {[](auto& p) { p.prompt_logprobs = 100; },
-       "prompt_logprobs must be <= 20 (the server's max_logprobs), got 100"},
+       "prompt_logprobs must be <= 20 (the limit max_logprobs), got 100"},
       {[](auto& p) { p.max_tokens = 0; }, "max_tokens must be at least 1, got 0"},
       {[](auto& p) { p.min_tokens = -1; }, "min_tokens must be >= 0, got -1"},
       {[](auto& p) {
@@ -126,7 +125,7 @@ TEST_CASE("the logprobs limit comes from the server limits") {
   const sampling_limits limits{.max_logprobs = 5};
   CHECK(message_after([](auto& p) { p.logprobs = 5; }, limits) == "");
   CHECK(message_after([](auto& p) { p.logprobs = 6; }, limits) ==
-        "logprobs must be <= 5 (the server's max_logprobs), got 6");
+        "logprobs must be <= 5 (the limit max_logprobs), got 6");
 }
 
 TEST_CASE("an invalid vocabulary size is an error, not a pass") {
