@@ -250,7 +250,15 @@ void run_serve(const serve_options& o) {
                                               structured_output_runners(c.cluster, grammars)});
     router = caf::actor_cast<di::actors::router_actor>(cluster->router());
   }
-  di::server::engine engine(sys, router);
+  // In front of a running cluster: a router that goes down is looked for again (a relaunched
+  // cluster is served once it is up; serve stayed cut off from it for good).
+  std::function<di::actors::router_actor()> reconnect;
+  if (o.model.empty() && !o.in_process)
+    reconnect = [&sys, &c] {
+      return di::actors::connect_router(sys, di::actors::network_settings_of(c.cluster),
+                                        c.cluster.router.host, c.cluster.router.port);
+    };
+  di::server::engine engine(sys, router, std::move(reconnect));
   auto ctx = std::make_unique<di::server::server_context>();
   ctx->settings = c.server;
   ctx->cluster = &engine;

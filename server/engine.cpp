@@ -4,6 +4,8 @@
 // and quits when all of them have ended.
 #include "server/engine.hpp"
 
+#include "actors/logging.hpp"
+
 #include <caf/all.hpp>
 
 #include <set>
@@ -103,12 +105,81 @@ void job_handle::abort() {
   caf::anon_send(actor_, actors::abort_request{all_requests});
 }
 
-engine::engine(caf::actor_system& sys, actors::router_actor router)
-    : sys_(sys), router_(std::move(router)) {}
+engine::engine(caf::actor_system& sys, actors::router_actor router,
+               std::function<actors::router_actor()> reconnect)
+    : sys_(sys), router_(std::move(router)), reconnect_(std::move(reconnect)) {
+  if (!reconnect_) return;
+  watch(router_);
+  reconnector_ = std::thread([this] { reconnect_loop(); });
+}
+
+engine::~engine() {
+  shutdown();
+}
+
+actors::router_actor engine::router() const {
+  std::lock_guard lock(mutex_);
+  return router_;
+}
+
+void engine::watch(const actors::router_actor& router) {
+  // Held in watcher_: an actor nobody references and with nothing pending is collected at
+  // once (exit reason "unreachable"), and its monitor with it.
+  caf::actor w = sys_.spawn([link = link_, router](caf::event_based_actor* self) -> caf::behavior {
+    self->monitor(router);
+    self->set_down_handler([link, self](caf::down_msg&) {
+      {
+        std::lock_guard lock(link->mutex);
+        link->router_lost = true;
+      }
+      link->wake.notify_all();
+      self->quit();
+    });
+    return {[](int) {}};  // lives until the router is down (the engine holds its handle)
+  });
+  std::lock_guard lock(mutex_);
+  if (watcher_) caf::anon_send_exit(watcher_, caf::exit_reason::user_shutdown);
+  watcher_ = std::move(w);
+}
+
+void engine::reconnect_loop() {
+  auto log = actors::component_logger("serve");
+  link_state& link = *link_;
+  while (true) {
+    {
+      std::unique_lock lock(link.mutex);
+      link.wake.wait(lock, [&] { return link.router_lost || link.stopping; });
+      if (link.stopping) return;
+    }
+    log->warn("lost the router; connecting to it again every second");
+    std::optional<actors::router_actor> found;
+    while (!found) {
+      try {
+        found = reconnect_();
+      } catch (const std::exception&) {
+        std::unique_lock lock(link.mutex);
+        if (link.wake.wait_for(lock, std::chrono::seconds(1), [&] { return link.stopping; }))
+          return;
+      }
+    }
+    {
+      std::lock_guard lock(mutex_);
+      router_ = *found;
+    }
+    {
+      std::lock_guard lock(link.mutex);
+      if (link.stopping) return;
+      link.router_lost = false;
+    }
+    ++reconnects_;
+    watch(*found);
+    log->info("connected to the router again");
+  }
+}
 
 std::shared_ptr<job_handle> engine::submit(std::vector<actors::submit_request> requests,
                                            std::shared_ptr<job_sink> sink) {
-  auto actor = sys_.spawn(job_impl, router_, std::move(requests), std::move(sink));
+  auto actor = sys_.spawn(job_impl, router(), std::move(requests), std::move(sink));
   std::lock_guard lock(mutex_);
   if (jobs_.size() >= prune_at_) {
     std::erase_if(jobs_, [](const caf::actor_addr& a) { return !caf::actor_cast<caf::actor>(a); });
@@ -126,16 +197,26 @@ void engine::abort_all() {
 }
 
 void engine::shutdown() {
-  std::lock_guard lock(mutex_);
-  for (const caf::actor_addr& a : jobs_)
-    if (auto actor = caf::actor_cast<caf::actor>(a))
-      caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
-  jobs_.clear();
+  {
+    std::lock_guard lock(mutex_);
+    for (const caf::actor_addr& a : jobs_)
+      if (auto actor = caf::actor_cast<caf::actor>(a))
+        caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+    jobs_.clear();
+    if (watcher_) caf::anon_send_exit(watcher_, caf::exit_reason::user_shutdown);
+    watcher_ = nullptr;
+  }
+  {
+    std::lock_guard lock(link_->mutex);
+    link_->stopping = true;
+  }
+  link_->wake.notify_all();
+  if (reconnector_.joinable()) reconnector_.join();
 }
 
 void engine::fetch_status(
     std::function<void(std::optional<actors::cluster_status>, std::string)> done) {
-  sys_.spawn([router = router_, done = std::move(done)](caf::event_based_actor* self) {
+  sys_.spawn([router = router(), done = std::move(done)](caf::event_based_actor* self) {
     self->request(router, std::chrono::seconds(5), actors::status_atom::value)
         .then([=](actors::cluster_status& s) { done(std::move(s), {}); },
               [=](caf::error& err) { done(std::nullopt, actors::describe(err)); });

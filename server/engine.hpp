@@ -7,13 +7,17 @@
 
 #include "actors/client_actor.hpp"
 
+#include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 
+#include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace di::server {
@@ -40,7 +44,15 @@ class job_handle {
 
 class engine {
  public:
-  engine(caf::actor_system& sys, actors::router_actor router);
+  /// `reconnect` (optional: serve in front of a running cluster) connects to the router again
+  /// and throws di::error when it cannot; given it, a router that goes down (its cluster
+  /// stopped or relaunched) is looked for again every second on a thread of the engine's, and
+  /// requests and status go to the new one once it answers (serve stayed cut off for good).
+  engine(caf::actor_system& sys, actors::router_actor router,
+         std::function<actors::router_actor()> reconnect = {});
+  ~engine();
+  engine(const engine&) = delete;
+  engine& operator=(const engine&) = delete;
 
   /// Starts `requests` (their ids are replaced by their index). Thread-safe.
   std::shared_ptr<job_handle> submit(std::vector<actors::submit_request> requests,
@@ -50,15 +62,35 @@ class engine {
   /// Aborts every request of every job still running; each ends as an abort (finish_reason
   /// "abort"), so its HTTP response still ends properly.
   void abort_all();
-  /// Stops every job actor still running (the router aborts their requests).
+  /// Stops every job actor still running (the router aborts their requests) and the
+  /// reconnecting thread.
   void shutdown();
+  /// Times the router was found again after it went down (tests, logs).
+  std::uint64_t reconnects() const { return reconnects_; }
 
  private:
+  actors::router_actor router() const;
+  void watch(const actors::router_actor& router);  // a down router wakes the reconnect loop
+  void reconnect_loop();
+
   caf::actor_system& sys_;
-  actors::router_actor router_;
-  std::mutex mutex_;
+  actors::router_actor router_;  // guarded by mutex_
+  std::function<actors::router_actor()> reconnect_;
+  mutable std::mutex mutex_;
   std::vector<caf::actor_addr> jobs_;  // pruned of ended jobs as it grows
   std::size_t prune_at_ = 64;
+  /// What the router's watcher actors and the reconnecting thread share: it outlives the
+  /// engine while a watcher still holds it.
+  struct link_state {
+    std::mutex mutex;
+    std::condition_variable wake;
+    bool router_lost = false;
+    bool stopping = false;
+  };
+  std::shared_ptr<link_state> link_ = std::make_shared<link_state>();
+  caf::actor watcher_;  // guarded by mutex_: monitors the current router
+  std::atomic<std::uint64_t> reconnects_{0};
+  std::thread reconnector_;
 };
 
 }  // namespace di::server

@@ -749,6 +749,17 @@ def front_end_of_launched_cluster(srv, c):
         status, headers, _ = front.request("GET", "/ready")
         assert status == 503 and "retry-after" in headers
         assert front.request("GET", "/health")[0] == 200
+        # the same cluster launched again is served again (serve stayed cut off from it for good)
+        import subprocess
+        launch = subprocess.Popen([srv.binary, "launch", path], stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, text=True)
+        assert launch.stdout.readline().startswith("ready: ")
+        t0 = time.time()
+        while front.request("GET", "/ready")[0] != 200:
+            assert time.time() - t0 < 20, "serve did not reconnect to the relaunched cluster"
+            time.sleep(0.2)
+        r = fc.completions.create(model="toy", prompt="again", max_tokens=3, extra_body={"ignore_eos": True})
+        assert r.usage.completion_tokens == 3
     finally:
         if launch.poll() is None:
             launch.kill()
