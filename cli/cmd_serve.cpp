@@ -106,12 +106,21 @@ di::server::served_model served_model_of(const loaded_config& c,
 di::actors::router_actor connect(caf::actor_system& sys, const di::cluster_config& c) {
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::seconds(c.cluster.startup_timeout_s);
+  bool said = false;
   while (true) {
     try {
       return di::actors::connect_router(sys, di::actors::network_settings_of(c), c.router.host,
                                         c.router.port);
     } catch (const di::error& e) {
       if (std::chrono::steady_clock::now() > deadline) throw;
+      if (!said) {  // it waited silently
+        std::fprintf(stderr,
+                     "serve: waiting for the cluster's router at %s:%u (up to "
+                     "cluster.startup_timeout_s = %d s): %s\n",
+                     c.router.host.c_str(), unsigned(c.router.port), c.cluster.startup_timeout_s,
+                     e.what());
+        said = true;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
     }
   }

@@ -469,6 +469,18 @@ class GenerateTest(unittest.TestCase):
         self.assertIn("make-model: interrupted; removed the files it had written", err)
         self.assertEqual(os.listdir(out), [])
 
+    def test_serve_says_it_waits_for_the_cluster(self):
+        # serve --config with no cluster running waited in silence until startup_timeout_s
+        path = os.path.join(WORK, "nocluster.toml")
+        with open(path, "w") as f:
+            f.write('[model]\nrunner = "toy"\n[router]\nport = 1\n[[nodes]]\nport = 2\n'
+                    '[[groups]]\nexecutors = [0]\n')
+        with self.assertRaises(subprocess.TimeoutExpired) as cm:
+            subprocess.run([BINARY, "serve", "--config", path], capture_output=True, text=True, timeout=3)
+        err = cm.exception.stderr or b""  # bytes: TimeoutExpired keeps them undecoded
+        self.assertIn("serve: waiting for the cluster's router at 127.0.0.1:1",
+                      err.decode() if isinstance(err, bytes) else err)
+
     def test_empty_cache_variables_are_unset(self):
         # XDG_CACHE_HOME= (empty) put the built-in model under ./deepinfer of the working directory
         cwd = os.path.join(WORK, "cwd-xdg")
