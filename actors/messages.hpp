@@ -153,6 +153,9 @@ struct group_status {
   std::int64_t num_requests = 0;  ///< requests the router sent this group (router fills it)
   std::int64_t num_affinity = 0;  ///< ... of which chosen for a cached prefix
   std::int64_t num_live = 0;      ///< ... still live
+  /// false: the group did not answer this status request (it is down, or did not answer in
+  /// time); its layout and counters are the last ones it answered with, if any.
+  bool answered = true;
 };
 
 template <class Inspector>
@@ -184,9 +187,9 @@ typename Inspector::result_type inspect(Inspector& f, executor_timing& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, group_status& x) {
-  return f(caf::meta::type_name("group_status"), x.group, x.is_up, x.down_reason,
-           x.scheduler_node, x.executor_nodes, x.stats, x.timing, x.num_requests, x.num_affinity,
-           x.num_live);
+  return f(caf::meta::type_name("group_status"), x.group, x.is_up, x.down_reason, x.scheduler_node,
+           x.executor_nodes, x.stats, x.timing, x.num_requests, x.num_affinity, x.num_live,
+           x.answered);
 }
 
 // ---- router and client -----------------------------------------------------------------------

@@ -7,6 +7,8 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
+
 namespace di::actors {
 
 namespace {
@@ -97,13 +99,21 @@ caf::result<cluster_status> on_status(router_self self) {
   auto rp = self->make_response_promise<cluster_status>();
   auto out = std::make_shared<cluster_status>();
   out->nodes = st.nodes;
+  std::sort(out->nodes.begin(), out->nodes.end(),  // rank order (a rejoin appended it last)
+            [](const node_event& a, const node_event& b) { return a.rank < b.rank; });
   out->router = st.counters;
   auto pending = std::make_shared<std::size_t>(st.groups.size());
   for (std::size_t g = 0; g < st.groups.size(); ++g) {
     const detail::group_entry& e = st.groups[g];
-    out->groups.push_back({.group = int(g), .is_up = e.is_up, .down_reason = e.down_reason,
-                           .num_requests = e.num_requests, .num_affinity = e.num_affinity,
-                           .num_live = e.num_live});
+    group_status s = e.last_status.value_or(group_status{});  // until the group answers now
+    s.group = int(g);
+    s.is_up = e.is_up;
+    s.down_reason = e.down_reason;
+    s.num_requests = e.num_requests;
+    s.num_affinity = e.num_affinity;
+    s.num_live = e.num_live;
+    s.answered = false;
+    out->groups.push_back(std::move(s));
   }
   auto finish = [=]() mutable {
     if (--*pending == 0) rp.deliver(std::move(*out));
@@ -121,10 +131,17 @@ caf::result<cluster_status> on_status(router_self self) {
               s.num_requests = dst.num_requests;
               s.num_affinity = dst.num_affinity;
               s.num_live = dst.num_live;
+              s.answered = true;
+              if (g < self->state.groups.size()) self->state.groups[g].last_status = s;
               dst = std::move(s);
               finish();
             },
-            [=](caf::error&) mutable { finish(); });
+            [=](caf::error& err) mutable {
+              group_status& dst = out->groups[g];  // up to the router, silent to us
+              if (dst.down_reason.empty())
+                dst.down_reason = "did not answer the status request: " + describe(err);
+              finish();
+            });
   }
   return rp;
 }

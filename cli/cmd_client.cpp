@@ -233,14 +233,25 @@ json status_json(const di::actors::cluster_status& s) {
   j["groups"] = json::array();
   for (const auto& g : s.groups) {
     const auto& st = g.stats;
-    j["groups"].push_back({{"group", g.group}, {"up", g.is_up}, {"down_reason", g.down_reason},
-                           {"scheduler_node", g.scheduler_node}, {"executor_nodes", g.executor_nodes},
-                           {"requests", g.num_requests}, {"affinity_routed", g.num_affinity}, {"live", g.num_live},
-                           {"running", st.num_running}, {"waiting", st.num_waiting},
-                           {"kv", {{"blocks", st.num_blocks}, {"free", st.num_free_blocks},
-                                   {"cached", st.num_cached_blocks}, {"used", st.num_used_blocks},
-                                   {"evictions", st.num_evictions}}},
-                           {"counters", counters_json(st.counters)}, {"executor", timing_json(g.timing)}});
+    j["groups"].push_back({{"group", g.group},
+                           {"up", g.is_up},
+                           {"answered", g.answered},
+                           {"down_reason", g.down_reason},
+                           {"scheduler_node", g.scheduler_node},
+                           {"executor_nodes", g.executor_nodes},
+                           {"requests", g.num_requests},
+                           {"affinity_routed", g.num_affinity},
+                           {"live", g.num_live},
+                           {"running", st.num_running},
+                           {"waiting", st.num_waiting},
+                           {"kv",
+                            {{"blocks", st.num_blocks},
+                             {"free", st.num_free_blocks},
+                             {"cached", st.num_cached_blocks},
+                             {"used", st.num_used_blocks},
+                             {"evictions", st.num_evictions}}},
+                           {"counters", counters_json(st.counters)},
+                           {"executor", timing_json(g.timing)}});
   }
   const auto& r = s.router;
   j["router"] = {{"submitted", r.num_submitted}, {"accepted", r.num_accepted}, {"refused", r.num_refused},

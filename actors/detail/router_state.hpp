@@ -24,6 +24,9 @@ struct group_entry {
   std::int64_t num_live = 0;
   std::int64_t num_requests = 0;
   std::int64_t num_affinity = 0;
+  /// The group's last answer to a status request: what `client --status` shows of a group that
+  /// is down or does not answer (it showed zero counters and no layout).
+  std::optional<group_status> last_status;
 };
 
 /// A request between acceptance by the router and its final event.

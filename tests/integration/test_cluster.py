@@ -300,6 +300,12 @@ class FailureTest(unittest.TestCase):
         status = c.status()  # the router is alive
         self.assertFalse(status["groups"][0]["up"])
         self.assertIn("node 1", status["groups"][0]["down_reason"])
+        # the group's last answer stands (its layout and counters read [] and 0)
+        g = status["groups"][0]
+        self.assertFalse(g["answered"])
+        self.assertEqual((g["scheduler_node"], g["executor_nodes"]), (0, [1]))
+        self.assertGreater(g["counters"]["decode_tokens"], 100)
+        self.assertEqual([n["rank"] for n in status["nodes"]], [0, 1])
         t0 = time.time()
         p, out = c.client_json_lines("--prompt-ids", "0,5", "--max-tokens", "4")
         self.assertLess(time.time() - t0, 5)
