@@ -59,6 +59,7 @@ void run_detokenize(const detokenize_args& args) {
     std::string out = nlohmann::json{{"text", text}}.dump() + "\n";
     std::fwrite(out.data(), 1, out.size(), stdout);
   }
+  di::cli::check_stdin_read("detokenize");  // a directory or a closed stdin read as empty
   std::fflush(stdout);
 }
 
@@ -69,7 +70,8 @@ void setup_detokenize(CLI::App& app) {
                                  "{\"text\": ...} on stdout");
   sub->add_option("--tokenizer", args->tokenizer_dir,
                   "Folder with tokenizer.json (and tokenizer_config.json)")
-      ->required();
+      ->required()
+      ->check(di::cli::not_empty("name the tokenizer's folder (\".\" for this one)"));
   sub->add_flag("--skip-special-tokens", args->skip_special_tokens,
                 "Leave out special tokens (HF skip_special_tokens=True)");
   sub->footer(

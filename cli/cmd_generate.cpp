@@ -214,12 +214,10 @@ void setup_generate(CLI::App& app) {
   auto o = std::make_shared<generate_options>();
   auto* sub = app.add_subcommand("generate",
                                  "Generate a completion (on the CPU by default, or --device cuda)");
-  sub->add_option("--model", o->model, "Checkpoint folder (default: the built-in tiny-v41, generated "
+  sub->add_option("--model", o->model,
+                  "Checkpoint folder (default: the built-in tiny-v41, generated "
                   "into ~/.cache/deepinfer on first use)")
-      ->check([](const std::string& v) {  // an empty value (an unset $VAR) is not the default
-        return v.empty() ? std::string("is empty: leave --model out for the built-in model")
-                         : std::string();
-      });
+      ->check(di::cli::not_empty("leave --model out for the built-in model"));
   sub->add_option("--prompt", o->prompt, "Prompt text (BOS is added as tokenizer_config.json says)");
   sub->add_option("--prompt-ids", o->prompt_ids, "Prompt as comma-separated token ids");
   sub->add_option("--chat", o->chat, "JSON file of chat messages (or '-' for stdin), rendered with "

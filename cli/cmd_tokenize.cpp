@@ -50,6 +50,7 @@ void run_tokenize(const tokenize_args& args) {
     std::string out = nlohmann::json{{"ids", ids}}.dump() + "\n";
     std::fwrite(out.data(), 1, out.size(), stdout);
   }
+  di::cli::check_stdin_read("tokenize");  // a directory or a closed stdin read as empty
   std::fflush(stdout);
 }
 
@@ -60,7 +61,8 @@ void setup_tokenize(CLI::App& app) {
                                  "{\"ids\": [...]} on stdout");
   sub->add_option("--tokenizer", args->tokenizer_dir,
                   "Folder with tokenizer.json (and tokenizer_config.json)")
-      ->required();
+      ->required()
+      ->check(di::cli::not_empty("name the tokenizer's folder (\".\" for this one)"));
   sub->add_flag("--add-special-tokens", args->add_special_tokens,
                 "Apply tokenizer.json's post_processor (as HF add_special_tokens=True)");
   sub->add_flag("--add-bos", args->add_bos,

@@ -25,6 +25,18 @@ std::vector<setup_fn>& registered_commands();
 void set_exit_code(int code);
 int exit_code();
 
+/// A CLI11 check refusing an empty value (an unset $VAR): "" named the working directory or
+/// the default instead. `hint` says what to do instead.
+inline auto not_empty(std::string hint) {
+  return [hint = std::move(hint)](const std::string& v) {
+    return v.empty() ? "is empty: " + hint : std::string();
+  };
+}
+
+/// Throws di::error unless stdin could be read to its end (a directory or a closed stdin
+/// read as empty input).
+void check_stdin_read(const char* what);
+
 }  // namespace di::cli
 
 #define DI_REGISTER_COMMAND(fn) static ::di::cli::command_registrar di_registrar_##fn{fn}

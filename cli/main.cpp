@@ -25,6 +25,11 @@ int g_exit_code = 0;
 void set_exit_code(int code) { g_exit_code = code; }
 int exit_code() { return g_exit_code; }
 
+void check_stdin_read(const char* what) {
+  DI_CHECK(!std::cin.bad() && !std::ferror(stdin), "{}: cannot read stdin: {}", what,
+           errno ? std::strerror(errno) : "read error");
+}
+
 }  // namespace di::cli
 
 namespace {
@@ -51,7 +56,15 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    if (e.get_exit_code() == 0) {  // --help, --version: a write failure is one too
+      const int rc = app.exit(e);
+      std::cout.flush();
+      if (std::fflush(stdout) != 0 || std::ferror(stdout) || !std::cout) {
+        std::fprintf(stderr, "error: cannot write the output: %s\n", std::strerror(errno));
+        return 1;
+      }
+      return rc;
+    }
     // `deepinfer nosuchcmd` (or `bench nosuch`): name the word rather than saying that a
     // subcommand is required.
     if (const std::string word = unknown_command(app); !word.empty()) {

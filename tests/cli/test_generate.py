@@ -481,6 +481,27 @@ class GenerateTest(unittest.TestCase):
         self.assertIn("serve: waiting for the cluster's router at 127.0.0.1:1",
                       err.decode() if isinstance(err, bytes) else err)
 
+    def test_unreadable_stdin_and_unwritable_help_fail(self):
+        # a directory or a closed stdin read as empty input (exit 0, no output); --help to a full
+        # device exited 0; --tokenizer "" read ./tokenizer.json
+        for cmd in ("tokenize", "detokenize"):
+            fd = os.open(WORK, os.O_RDONLY)  # a directory as stdin
+            try:
+                p = subprocess.run([BINARY, cmd, "--tokenizer", MODEL], stdin=fd, capture_output=True,
+                                   text=True, timeout=60)
+            finally:
+                os.close(fd)
+            self.assertEqual(p.returncode, 1, (cmd, p.stderr))
+            self.assertIn(f"{cmd}: cannot read stdin: Is a directory", error_lines(p)[0])
+            p = run(cmd, "--tokenizer", "")
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn("--tokenizer: is empty", error_lines(p)[0])
+        with open("/dev/full", "w") as full:
+            p = subprocess.run([BINARY, "--help"], stdout=full, stderr=subprocess.PIPE, text=True,
+                               timeout=60)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("cannot write the output", p.stderr)
+
     def test_empty_cache_variables_are_unset(self):
         # XDG_CACHE_HOME= (empty) put the built-in model under ./deepinfer of the working directory
         cwd = os.path.join(WORK, "cwd-xdg")
