@@ -77,6 +77,20 @@ loaded_config load(const serve_options& o) {
   if (!o.served_name.empty()) out.server.model_name = o.served_name;
   di::server::apply_server_env(out.server);
   di::server::validate(out.server);
+  // A request's n choices go to one group together: past what a group admits at once (free
+  // batch slots plus its queue) they could never all be admitted, and were refused with a 429
+  // "retry later" every time. Such an n is now a 400 naming it.
+  const std::int64_t group_holds = std::min<std::int64_t>(
+      std::int64_t(out.cluster.scheduler.max_num_running) + out.cluster.scheduler.max_num_queued,
+      out.cluster.router.max_live_requests);
+  if (out.server.max_n > group_holds) {
+    std::fprintf(stderr,
+                 "serve: server.max_n lowered from %d to %lld: a group takes at most that many "
+                 "requests at once (scheduler.max_num_running + max_num_queued, "
+                 "router.max_live_requests)\n",
+                 out.server.max_n, static_cast<long long>(group_holds));
+    out.server.max_n = int(group_holds);
+  }
   return out;
 }
 

@@ -768,6 +768,21 @@ def front_end_of_launched_cluster(srv, c):
 
 
 @test
+def n_past_a_groups_capacity_is_a_400(srv, c):
+    """n choices past what one group admits at once were refused with 429 "retry later" forever."""
+    s = Server(srv.binary, ["--model", srv.model, "--set", "scheduler.max_num_running=4",
+                            "--set", "scheduler.max_num_queued=4"])
+    try:
+        sc = client(s, key="unused")
+        expect_status(lambda: sc.completions.create(model="tiny", prompt="hi", max_tokens=2, n=9), 400, "n")
+        r = sc.completions.create(model="tiny", prompt="hi", max_tokens=2, n=8)
+        assert len(r.choices) == 8
+        assert any("server.max_n lowered from 16 to 8" in line for line in s.stderr_lines), s.stderr_lines
+    finally:
+        s.stop()
+
+
+@test
 def bench_serve_sweep(srv, c):
     """`deepinfer bench serve` with a two-rate sweep: JSON per rate, the summary and the PNG."""
     import subprocess
