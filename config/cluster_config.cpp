@@ -382,6 +382,12 @@ void validate_nodes(const cluster_config& c, const read_context& ctx) {
     check(n.port != 0, ctx, key + ".port", "required (the node's internal-plane port)");
     check(!n.host.empty(), ctx, key + ".host", "must not be empty");
     check(!n.devices.empty(), ctx, key + ".devices", "must list at least one device");
+    for (const std::string& d : n.devices) {  // "gpu" failed only when the executor started
+      const bool cuda_n = d.size() > 5 && d.starts_with("cuda:") && d.size() <= 9 &&
+                          d.find_first_not_of("0123456789", 5) == std::string::npos;
+      check(d == "cpu" || d == "cuda" || cuda_n, ctx, key + ".devices",
+            fmt::format("device '{}': expected cpu, cuda or cuda:N", d));
+    }
     check(used.insert({n.host, n.port}).second, ctx, key + ".port",
           fmt::format("{}:{} is already used by another node", n.host, n.port));
   }

@@ -116,6 +116,13 @@ TEST_CASE("cross-checks name the key") {
   CHECK(error_of(base, {"cluster.max_message_bytes=1000"})
             .find("cluster.max_message_bytes: must be in [1048576,") != std::string::npos);
   CHECK(error_of(base, {"logging.level=loud"}).find("logging.level") != std::string::npos);
+  // a device name the executor cannot open was found only when it started
+  CHECK(error_of(base, {"nodes.1.devices=[\"gpu\"]"})
+            .find("nodes.1.devices: device 'gpu': expected cpu, cuda or cuda:N") !=
+        std::string::npos);
+  CHECK(error_of(base, {"nodes.1.devices=[\"cuda:x\"]"}).find("device 'cuda:x'") !=
+        std::string::npos);
+  CHECK(error_of(base, {"nodes.1.devices=[\"cuda:1\"]"}).empty());
   // heartbeats must come well inside the connection timeout (3000 vs 1000 took the cluster down)
   CHECK(error_of(base, {"cluster.heartbeat_interval_ms=3000", "cluster.connection_timeout_ms=1000"})
             .find("cluster.heartbeat_interval_ms: 3000 must be positive and at most half of "
