@@ -1,10 +1,13 @@
 // Component loggers over shared sinks (see logging.hpp).
 #include "actors/logging.hpp"
 
+#include "common/error.hpp"
+
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <filesystem>
 #include <mutex>
 #include <vector>
 
@@ -33,7 +36,19 @@ void configure_logging(const std::string& level, const std::string& file, const 
   s.tag = tag;
   s.sinks.clear();
   s.sinks.push_back(std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
-  if (!file.empty()) s.sinks.push_back(std::make_shared<spdlog::sinks::basic_file_sink_mt>(file));
+  if (!file.empty()) {
+    // spdlog creates missing parent folders (a typo made /nonexist/dir as root) and says
+    // only "Failed opening file": the folder must exist, and the message names the key.
+    const std::filesystem::path parent = std::filesystem::path(file).parent_path();
+    std::error_code ec;
+    DI_CHECK(parent.empty() || std::filesystem::is_directory(parent, ec),
+             "logging.file {}: the folder {} does not exist", file, parent.string());
+    try {
+      s.sinks.push_back(std::make_shared<spdlog::sinks::basic_file_sink_mt>(file));
+    } catch (const spdlog::spdlog_ex& e) {
+      DI_FAIL("logging.file {}: cannot open it: {}", file, e.what());
+    }
+  }
   spdlog::drop_all();
 }
 

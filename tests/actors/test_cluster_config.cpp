@@ -1,13 +1,16 @@
 // The cluster file: the examples parse, every key is type- and range-checked, unknown keys and
 // overrides are errors naming the key, --set reaches every key, and TLS without a certificate
 // is refused (CAF's anonymous-TLS fallback).
+#include "actors/logging.hpp"
 #include "actors/node_runtime.hpp"
 #include "common/error.hpp"
 #include "config/cluster_config.hpp"
+#include "tests/test_support.hpp"
 
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <string>
 
 namespace di::test {
@@ -194,4 +197,18 @@ TEST_CASE("client and serve addresses: HOST:PORT with a port of digits only") {
     CAPTURE(bad);
     CHECK_THROWS_AS(split_address(bad, "--connect"), di::error);
   }
+}
+
+TEST_CASE("logging.file: a missing folder or an unopenable file is an error naming the key") {
+  // spdlog made missing parent folders (a typo created /nonexist/dir as root) and its message
+  // named no key
+  di::test::temp_dir dir("logfile");
+  const std::string missing = (dir / "no" / "such" / "x.log").string();
+  const std::string want = "logging.file " + missing + ": the folder";
+  CHECK_THROWS_WITH_AS(di::actors::configure_logging("info", missing, "test"),
+                       doctest::Contains(want.c_str()), di::error);
+  CHECK_FALSE(std::filesystem::exists(dir / "no"));
+  CHECK_THROWS_WITH_AS(di::actors::configure_logging("info", dir.path().string(), "test"),
+                       doctest::Contains("cannot open it"), di::error);  // a folder, not a file
+  di::actors::configure_logging("info", "", "test");
 }
