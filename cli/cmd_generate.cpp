@@ -202,11 +202,18 @@ void run_generate(generate_options& o) {
   std::fputc('\n', stdout);
   std::fflush(stdout);
   if (!o.no_stats) {
-    double decode_tps = r.decode_seconds > 0 ? double(r.output_ids.size()) / r.decode_seconds : 0;
-    fmt::print(stderr, "[{} prompt tokens in {:.2f} s ({:.1f} tok/s); {} generated in {:.2f} s ({:.1f} tok/s); "
-               "finish_reason={}; seed={}]\n", req.prompt_ids.size(), r.prefill_seconds,
-               double(req.prompt_ids.size()) / std::max(r.prefill_seconds, 1e-9), r.output_ids.size(),
-               r.decode_seconds, decode_tps, di::runtime::to_string(r.finish), r.seed);
+    // The first token comes from the prefill (its time is the prefill's); the decode time runs
+    // from it to the last, so the tokens decoded in it are the others.
+    const std::size_t decoded = r.output_ids.empty() ? 0 : r.output_ids.size() - 1;
+    double decode_tps = r.decode_seconds > 0 ? double(decoded) / r.decode_seconds : 0;
+    fmt::print(stderr,
+               "[{} prompt tokens in {:.2f} s ({:.1f} tok/s, with the first output token); {} "
+               "generated, the {} after the first in {:.2f} s ({:.1f} tok/s); finish_reason={}; "
+               "seed={}]\n",
+               req.prompt_ids.size(), r.prefill_seconds,
+               double(req.prompt_ids.size()) / std::max(r.prefill_seconds, 1e-9),
+               r.output_ids.size(), decoded, r.decode_seconds, decode_tps,
+               di::runtime::to_string(r.finish), r.seed);
   }
 }
 

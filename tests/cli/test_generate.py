@@ -121,6 +121,9 @@ class GenerateTest(unittest.TestCase):
         p = run("generate", "--model", MODEL, "--no-stats", *args)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(p.stdout, gen_json(*args)["text"] + "\n")
+        # the decode rate counts the tokens after the first (that one is the prefill's)
+        p = run("generate", "--model", MODEL, "--ignore-eos", *args)
+        self.assertIn("10 generated, the 9 after the first in", p.stderr)
 
     def test_chat_input(self):
         path = os.path.join(WORK, "chat.json")
