@@ -336,7 +336,7 @@ std::size_t run_items(caf::actor_system& sys, const di::actors::router_actor& ro
     di::actors::request_outcome out = r;
     out.index = index_of[r.index];
     if (stream_text) {
-      std::printf("\n");
+      if (r.reply.accepted) std::printf("\n");  // ends the streamed text (a refusal has none)
       if (!r.error.empty()) std::fprintf(stderr, "error: %s\n", r.error.c_str());
       const std::string seed = r.reply.accepted ? std::to_string(r.reply.seed) : "none (refused)";
       std::fprintf(stderr,

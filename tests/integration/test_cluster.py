@@ -89,6 +89,14 @@ class TwoNodeTest(unittest.TestCase):
             self.assertEqual(out[i]["finish_reason"], ref["finish_reason"], f"request {i}")
             self.assertEqual(out[i]["text"], ref["text"], f"request {i}")
 
+    def test_refused_prompt_prints_no_text(self):
+        # a refused request in text mode printed an empty line on stdout
+        p = self.cluster.client("--prompt-ids", "0,999999999", "--max-tokens", "2", timeout=60)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(p.stdout, "")
+        self.assertIn("outside the vocabulary", p.stderr)
+        self.assertIn("seed=none (refused)", p.stderr)
+
     def test_malformed_requests_are_refused_and_others_served(self):
         good = {"prompt_ids": [0, 5, 6, 7], "max_tokens": 4, "temperature": 0}
         rows = [good,
