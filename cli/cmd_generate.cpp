@@ -11,6 +11,7 @@
 #include "cli/detail/token_id_list.hpp"
 #include "common/error.hpp"
 #include "common/mapped_file.hpp"
+#include "config/cluster_config.hpp"
 #include "model/chat_template/openai_messages.hpp"
 #include "model/chat_template/tokenizer_chat_template.hpp"
 #include "model/make_model/make_model.hpp"
@@ -191,6 +192,10 @@ void run_generate(generate_options& o) {
       std::fflush(stdout);
     };
   DI_CHECK(o.n >= 1, "--n must be at least 1, got {}", o.n);
+  // The n generations are one batch of one in-process group, whose router takes at most
+  // router.max_live_requests at once (--n 1000000 grew memory for minutes instead).
+  const int max_n = di::cluster_config{}.router.max_live_requests;
+  DI_CHECK(o.n <= max_n, "--n must be at most {} (one batch), got {}", max_n, o.n);
   DI_CHECK(o.n == 1 || o.json, "--n above 1 needs --json (one object per line)");
   // --n: one cluster, the n generations decoded as one batch; seeds seed, seed + 1, ...
   const std::vector<di::cli::generation_result> results = di::cli::generate_n(m, req, o.n);

@@ -316,6 +316,7 @@ class GenerateTest(unittest.TestCase):
             (["--chat", os.path.join(WORK, "missing.json")], "missing.json"),
             (["--prompt", "x", "--n", "0"], "--n must be at least 1"),
             (["--prompt", "x", "--n", "2"], "--n above 1 needs --json"),
+            (["--prompt", "x", "--n", "1000000", "--json"], "--n must be at most 4096 (one batch)"),
             # usage errors are one "error:" line too; seeds are 64-bit, never negative
             (["--prompt", "x", "--seed", "-1"], "--seed"),
             (["--prompt", "x", "--seed", "18446744073709551616"], "--seed"),
