@@ -501,18 +501,24 @@ class LaunchSupervisionTest(unittest.TestCase):
                     os.kill(p, signal.SIGKILL)
             c.stop()
 
+    def hold_port(self, ports, which, name):
+        """Listens on ports[which] (so that the cluster cannot) and writes the cluster file;
+        returns (the listening socket, the file's path)."""
+        holder = socket.socket()
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("127.0.0.1", ports[which]))
+        holder.listen()
+        path = os.path.join(WORK, f"{name}.toml")
+        with open(path, "w") as f:
+            f.write(self.toml(name, ports))
+        return holder, path
+
     def test_node_failing_at_startup_fails_the_launch_at_once(self):
         # Node 1's port is taken: launch reported its exit, then waited for
         # cluster.startup_timeout_s (here 120 s) while node 0 waited for node 1. The node's
         # error now names the cause.
         ports = cu.free_ports(3)
-        holder = socket.socket()
-        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        holder.bind(("127.0.0.1", ports[2]))
-        holder.listen()
-        path = os.path.join(WORK, "busy-port.toml")
-        with open(path, "w") as f:
-            f.write(self.toml("busy-port", ports))
+        holder, path = self.hold_port(ports, 2, "busy-port")
         proc = subprocess.Popen([cu.BINARY, "launch", path], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             t0 = time.time()
@@ -539,13 +545,7 @@ class LaunchSupervisionTest(unittest.TestCase):
     def test_router_port_taken_says_why(self):
         # the router's listen failure said only CAF's "tcp socket creation failed"
         ports = cu.free_ports(3)
-        holder = socket.socket()
-        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        holder.bind(("127.0.0.1", ports[0]))
-        holder.listen()
-        path = os.path.join(WORK, "busy-router.toml")
-        with open(path, "w") as f:
-            f.write(self.toml("busy-router", ports))
+        holder, path = self.hold_port(ports, 0, "busy-router")
         try:
             p = subprocess.run([cu.BINARY, "launch", path], capture_output=True, text=True, timeout=60)
         finally:
