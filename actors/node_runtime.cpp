@@ -246,8 +246,11 @@ router_actor connect_router(caf::actor_system& sys, const network_settings& s, c
   caf::expected<router_actor> r = s.tls.enabled ? caf::openssl::remote_actor<router_actor>(sys, host, port)
                                                  : sys.middleman().remote_actor<router_actor>(host, port);
   if (!r && r.error() == caf::sec::incompatible_application_ids)
-    DI_FAIL("cannot connect to the router at {}:{}: it belongs to a cluster whose cluster.name is not '{}' "
-            "(pass the cluster's name with --cluster-name)", host, port, s.app_id);
+    DI_FAIL(
+        "cannot connect to the router at {}:{}: it belongs to a cluster whose cluster.name is not "
+        "'{}' "
+        "(pass the cluster's name: cluster.name in the file, --cluster-name for client)",
+        host, port, s.app_id);
   DI_CHECK(bool(r), "cannot connect to the router at {}:{}: {}", host, port, describe(r.error()));
   return *r;
 }

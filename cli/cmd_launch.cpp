@@ -178,8 +178,9 @@ bool any_running(const std::vector<child>& children) {
 }
 
 /// SIGTERM to the coordinator (it stops the other nodes in order), then to every node left
-/// after `timeout_s`, then SIGKILL after as long again.
-void stop_all(std::vector<child>& children, int timeout_s) {
+/// after `timeout_s`, then SIGKILL after as long again. True when SIGKILL was needed (a node
+/// that ends on the SIGTERM says how by its own status).
+bool stop_all(std::vector<child>& children, int timeout_s) {
   bool has_coordinator = false;
   for (child& c : children)
     if (c.running && c.rank == 0) {
@@ -207,10 +208,12 @@ void stop_all(std::vector<child>& children, int timeout_s) {
     killed |= now >= kill_at;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  return killed;
 }
 
 int supervise(std::vector<child>& children, int shutdown_timeout_s) {
   bool printed_ready = false;
+  bool forced = false;  // SIGKILL was needed
   const bool has_coordinator =
       std::any_of(children.begin(), children.end(), [](const child& c) { return c.rank == 0; });
   std::vector<pollfd> fds;
@@ -221,7 +224,7 @@ int supervise(std::vector<child>& children, int shutdown_timeout_s) {
     for (child& c : children) drain(c, printed_ready);
     if (g_stop) {
       std::fprintf(stderr, "launch: stopping the cluster\n");
-      stop_all(children, shutdown_timeout_s);
+      forced = stop_all(children, shutdown_timeout_s);
       break;
     }
     const bool coordinator_gone = reap(children);
@@ -235,7 +238,7 @@ int supervise(std::vector<child>& children, int shutdown_timeout_s) {
                        c.rank);
       }
     if (coordinator_gone || !any_running(children)) {
-      stop_all(children, shutdown_timeout_s);
+      forced = stop_all(children, shutdown_timeout_s);
       break;
     }
     // A node that exits before the cluster is ready: the coordinator would wait for it until
@@ -256,14 +259,14 @@ int supervise(std::vector<child>& children, int shutdown_timeout_s) {
     }
   }
   for (child& c : children) drain(c, printed_ready);
-  // A node lost while the cluster ran fails the run, whatever ended it (a supervisor saw exit
-  // 0 after a SIGTERM of a cluster that had long stopped serving).
+  // 0 only for an orderly run: no node lost while the cluster ran (a supervisor saw exit 0
+  // after a SIGTERM of a cluster that had long stopped serving), none that had to be
+  // killed, every node ending with 0 (or with the SIGTERM launch itself sent). Anything else is 1,
+  // whichever node was reaped first (it was 0, 130 or 137).
+  bool failed = forced;
   for (const child& c : children)
-    if (c.lost && c.rank != 0) return 1;
-  for (const child& c : children)
-    if (c.rank == 0)  // asked to stop: the SIGTERM launch sent is no failure
-      return g_stop && c.status == 128 + SIGTERM ? 0 : c.status;
-  return 0;
+    failed |= (c.lost && c.rank != 0) || !(c.status == 0 || (g_stop && c.status == 128 + SIGTERM));
+  return failed ? 1 : 0;
 }
 
 void run_launch(const launch_options& o) {

@@ -153,13 +153,20 @@ void engine::reconnect_loop() {
     }
     log->warn("lost the router; connecting to it again every second");
     std::optional<actors::router_actor> found;
+    std::string last_reason;
     while (!found) {
+      // At most one attempt a second, also after a success whose router was already gone (a
+      // node still shutting down answered with a dead router: the loop spun, flooding the log).
+      {
+        std::unique_lock lock(link.mutex);
+        if (link.wake.wait_until(lock, next_attempt_, [&] { return link.stopping; })) return;
+      }
+      next_attempt_ = std::chrono::steady_clock::now() + std::chrono::seconds(1);
       try {
         found = reconnect_();
-      } catch (const std::exception&) {
-        std::unique_lock lock(link.mutex);
-        if (link.wake.wait_for(lock, std::chrono::seconds(1), [&] { return link.stopping; }))
-          return;
+      } catch (const std::exception& e) {
+        if (e.what() != last_reason) log->warn("the router: {}", e.what());  // once a reason
+        last_reason = e.what();
       }
     }
     {
@@ -216,6 +223,10 @@ void engine::shutdown() {
 
 void engine::fetch_status(
     std::function<void(std::optional<actors::cluster_status>, std::string)> done) {
+  {  // lost: say so at once (a request to the old router waited out its 5 s timeout)
+    std::lock_guard lock(link_->mutex);
+    if (link_->router_lost) return done(std::nullopt, "lost the router; looking for it again");
+  }
   sys_.spawn([router = router(), done = std::move(done)](caf::event_based_actor* self) {
     self->request(router, std::chrono::seconds(5), actors::status_atom::value)
         .then([=](actors::cluster_status& s) { done(std::move(s), {}); },

@@ -11,6 +11,7 @@
 #include <caf/actor_system.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -90,6 +91,7 @@ class engine {
   std::shared_ptr<link_state> link_ = std::make_shared<link_state>();
   caf::actor watcher_;  // guarded by mutex_: monitors the current router
   std::atomic<std::uint64_t> reconnects_{0};
+  std::chrono::steady_clock::time_point next_attempt_{};  // the reconnecting thread's own
   std::thread reconnector_;
 };
 

@@ -433,7 +433,7 @@ api_error refusal_error(const std::string& message, std::string_view max_tokens_
                      "rate_limit_exceeded");
   if (contains(m, "shutting down") || contains(m, "no data-parallel group") ||
       contains(m, "did not answer") || contains(m, "lost the router") ||
-      contains(m, "did not take the request"))
+      contains(m, "did not take the request") || contains(m, "is down"))  // "group 1 is down"
     return api_error(503, "the cluster cannot serve right now: " + m, "", "service_unavailable");
   if (contains(m, "response_format")) return api_error(400, m, "response_format");
   if (contains(m, "min_tokens")) return api_error(400, m, "min_tokens");

@@ -22,19 +22,24 @@ void gauge(std::string& out, const std::string& name, const std::string& help, d
   out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, value);
 }
 
-/// The cluster's gauges summed over the groups that are up.
+/// The cluster's gauges summed over the groups that are up (and answered), its counters over
+/// all groups.
 void render_cluster(std::string& out, const actors::cluster_status& c) {
   std::int64_t running = 0, waiting = 0, blocks = 0, used = 0, cached = 0, free = 0;
   std::int64_t queries = 0, hits = 0, query_tokens = 0, hit_tokens = 0, preemptions = 0, up = 0;
   for (const actors::group_status& g : c.groups) {
     const runtime::scheduler_stats& s = g.stats;
     up += g.is_up;
-    running += s.num_running;
-    waiting += s.num_waiting;
-    blocks += s.num_blocks;
-    used += s.num_used_blocks;
-    cached += s.num_cached_blocks;
-    free += s.num_free_blocks;
+    // Gauges count the groups that are up and answered now; the counters below also keep a
+    // down group's last values (they would otherwise fall back, which a counter must not).
+    if (g.is_up && g.answered) {
+      running += s.num_running;
+      waiting += s.num_waiting;
+      blocks += s.num_blocks;
+      used += s.num_used_blocks;
+      cached += s.num_cached_blocks;
+      free += s.num_free_blocks;
+    }
     queries += s.counters.num_prefix_queries;
     hits += s.counters.num_prefix_hits;
     query_tokens += s.counters.num_prefix_query_tokens;

@@ -200,6 +200,8 @@ TEST_CASE("router refusals map to HTTP statuses") {
   CHECK(refusal_error("queue_full: 4096 requests waiting").status == 429);
   CHECK(refusal_error("the server is shutting down").status == 503);
   CHECK(refusal_error("no data-parallel group can serve; group 0: down").status == 503);
+  // a group that went down after the router picked it: a 400 invalid_request_error before
+  CHECK(refusal_error("group 1 is down: remote_link_unreachable").status == 503);
   const api_error e =
       refusal_error("prompt (10 tokens) + max_tokens (99999) exceeds the context of 4096 tokens");
   CHECK(e.status == 400);

@@ -746,8 +746,10 @@ def front_end_of_launched_cluster(srv, c):
         launch.wait(60)
         expect_status(lambda: fc.completions.create(model="toy", prompt="x", max_tokens=2), 503,
                       code="service_unavailable")
+        t0 = time.time()
         status, headers, _ = front.request("GET", "/ready")
         assert status == 503 and "retry-after" in headers
+        assert time.time() - t0 < 1.0, "/ready waited on the lost router"  # it took 5 s
         assert front.request("GET", "/health")[0] == 200
         # the same cluster launched again is served again (serve stayed cut off from it for good)
         import subprocess
