@@ -184,7 +184,7 @@ router_handle::behavior_type router_impl(router_self self, router_params params)
       [=](status_atom) { return on_status(self); },
       [=](shutdown_atom) {
         self->state.is_shutting_down = true;
-        detail::fail_requests(self, -1, "the server is shutting down");
+        detail::fail_requests(self, -1, "the cluster is shutting down");
         return true;
       },
       [=](tick_atom) {

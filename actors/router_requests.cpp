@@ -149,7 +149,7 @@ caf::result<submit_reply> on_submit(router_self self, submit_request& req) {
   ++st.counters.num_submitted;
   auto client = caf::actor_cast<client_actor>(self->current_sender());
   if (!client) return refusal(self, "requests must come from an actor that can receive events");
-  if (st.is_shutting_down) return refusal(self, "the server is shutting down");
+  if (st.is_shutting_down) return refusal(self, "the cluster is shutting down");
   if (st.counters.num_live >= st.params.limits.max_live_requests)
     return refusal(self, fmt::format("{} requests are in flight, the limit (router.max_live_requests)",
                                      st.counters.num_live));

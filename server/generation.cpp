@@ -313,9 +313,16 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     for (const choice_state& c : choices_)
       if (!c.error.empty()) {
         const bool is_format = c.error.find("response_format") != std::string::npos;
-        const api_error e(is_format ? 400 : 500, "generation failed: " + c.error,
-                          is_format ? "response_format" : "",
-                          is_format ? "unsupported_parameter" : "generation_failed");
+        // Cut off by the cluster (shut down, a group or the router lost): 503, as a refusal
+        // for the same reason is (it was a 500).
+        const bool unavailable = !is_format && cluster_unavailable(c.error);
+        const api_error e(is_format     ? 400
+                          : unavailable ? 503
+                                        : 500,
+                          "generation failed: " + c.error, is_format ? "response_format" : "",
+                          is_format     ? "unsupported_parameter"
+                          : unavailable ? "service_unavailable"
+                                        : "generation_failed");
         if (is_streaming_) {
           session_->send("data: " + dump(e.body()) + "\n\ndata: [DONE]\n\n");
           return session_->end_stream();
@@ -421,6 +428,12 @@ bool contains(const std::string& s, const char* what) {
 
 }  // namespace
 
+bool cluster_unavailable(const std::string& m) {
+  return contains(m, "shutting down") || contains(m, "no data-parallel group") ||
+         contains(m, "did not answer") || contains(m, "lost the router") ||
+         contains(m, "did not take the request") || contains(m, "is down");  // "group 1 is down"
+}
+
 api_error refusal_error(const std::string& message, std::string_view max_tokens_name) {
   std::string m = message;
   if (max_tokens_name != "max_tokens")
@@ -431,9 +444,7 @@ api_error refusal_error(const std::string& message, std::string_view max_tokens_
       contains(m, "queued_tokens_full"))
     return api_error(429, "the server is at its admission limit, retry later: " + m, "",
                      "rate_limit_exceeded");
-  if (contains(m, "shutting down") || contains(m, "no data-parallel group") ||
-      contains(m, "did not answer") || contains(m, "lost the router") ||
-      contains(m, "did not take the request") || contains(m, "is down"))  // "group 1 is down"
+  if (cluster_unavailable(m))
     return api_error(503, "the cluster cannot serve right now: " + m, "", "service_unavailable");
   if (contains(m, "response_format")) return api_error(400, m, "response_format");
   if (contains(m, "min_tokens")) return api_error(400, m, "min_tokens");

@@ -20,6 +20,10 @@ namespace di::server {
 void start_generation(const std::shared_ptr<detail::http_session>& session,
                       generation_request request);
 
+/// Whether a router refusal or a generation's error says the cluster cannot serve now (shut
+/// down, a group or the router lost): 503.
+bool cluster_unavailable(const std::string& message);
+
 /// The HTTP error for a router refusal message (429/503 at limits, 400 otherwise).
 /// `max_tokens_name` is the request's field for the token limit (chat may use
 /// max_completion_tokens); the message and param name it in place of max_tokens.

@@ -199,6 +199,9 @@ TEST_CASE("router refusals map to HTTP statuses") {
         429);
   CHECK(refusal_error("queue_full: 4096 requests waiting").status == 429);
   CHECK(refusal_error("the server is shutting down").status == 503);
+  CHECK(refusal_error("the cluster is shutting down").status == 503);
+  CHECK(cluster_unavailable("lost the router: remote_link_unreachable"));
+  CHECK_FALSE(cluster_unavailable("the grammar of response_format does not compile"));
   CHECK(refusal_error("no data-parallel group can serve; group 0: down").status == 503);
   // a group that went down after the router picked it: a 400 invalid_request_error before
   CHECK(refusal_error("group 1 is down: remote_link_unreachable").status == 503);
