@@ -409,11 +409,7 @@ void run_bench(const bench_options& o, bool decode) {
            "--cuda-graphs must be off, on or both, got '{}'", o.cuda_graphs);
   auto batches = parse_list(o.batches, "--batch");
   auto contexts = parse_list(o.contexts, "--context");
-  const di::device wanted = di::parse_device(o.device);
-  di::require_device(wanted);  // before the model loads
-  if (wanted.kind != di::device_kind::cuda)
-    for (const CLI::Option* opt : o.cuda_only)
-      DI_CHECK(opt->count() == 0, "{} is for CUDA runs: it needs --device cuda", opt->get_name());
+  di::cli::check_device_choice(o.device, o.cuda_only);  // before the model loads
   const double load_start = now_s();
   auto loaded = di::cli::load_model_for_generation(o.model, o.act_quant);
   const di::device dev = di::cli::place_model(*loaded.model, o.device, o.device_weights);

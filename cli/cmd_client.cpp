@@ -136,9 +136,6 @@ void apply_line(const json& j, di::actors::submit_request& r) {
 }
 
 std::vector<input_item> read_inputs(const client_options& o) {
-  const int given =
-      int(o.prompt.has_value()) + int(o.prompt_ids.has_value()) + int(!o.file.empty());
-  DI_CHECK(given == 1, "give exactly one of --prompt, --prompt-ids, --file and --status");
   DI_CHECK(o.concurrency >= 1, "--concurrency must be at least 1, got {}", o.concurrency);
   DI_CHECK(!o.prompt || !o.prompt->empty(), "--prompt is empty (give text, or --prompt-ids)");
   std::vector<input_item> items;
@@ -365,12 +362,11 @@ void run_client(const client_options& o) {
   // as generate has it (the flags were ignored without --json)
   DI_CHECK(o.json_out || (!o.sampling.logprobs && !o.sampling.prompt_logprobs),
            "--logprobs and --prompt-logprobs need --json (text output has no place for them)");
-  if (!o.status) {
-    items = read_inputs(o);
-  } else {  // a prompt or file beside --status was ignored silently
-    DI_CHECK(!o.prompt && !o.prompt_ids && o.file.empty(),
-             "give exactly one of --prompt, --prompt-ids, --file and --status");
-  }
+  // (a prompt or file beside --status was ignored silently)
+  const int given = int(o.prompt.has_value()) + int(o.prompt_ids.has_value()) +
+                    int(!o.file.empty()) + int(o.status);
+  DI_CHECK(given == 1, "give exactly one of --prompt, --prompt-ids, --file and --status");
+  if (!o.status) items = read_inputs(o);
   std::unique_ptr<di::actors::process_config> cfg_holder;
   caf::actor_system sys{client_config(o, cfg_holder)};
   di::actors::network_settings net{.app_id = o.cluster_name, .tls = o.tls};

@@ -158,11 +158,7 @@ void run_generate(generate_options& o) {
            o.sampling.max_tokens);
   DI_CHECK(o.json || (!o.sampling.logprobs && !o.sampling.prompt_logprobs),
            "--logprobs and --prompt-logprobs need --json (text output has no place for them)");
-  const di::device wanted = di::parse_device(o.device);
-  di::require_device(wanted);  // before the model loads
-  if (wanted.kind != di::device_kind::cuda)
-    for (const CLI::Option* opt : o.cuda_only)
-      DI_CHECK(opt->count() == 0, "{} is for CUDA runs: it needs --device cuda", opt->get_name());
+  di::cli::check_device_choice(o.device, o.cuda_only);  // before the model loads
   std::string dir = o.model.empty() ? default_model() : o.model;
   di::cli::loaded_model m = di::cli::load_model_for_generation(dir, o.act_quant == "on");
   di::cli::place_model(*m.model, o.device, o.device_weights);

@@ -5,6 +5,7 @@
 
 #include "common/error.hpp"
 #include "common/mapped_file.hpp"
+#include "common/strict_json.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -238,40 +239,12 @@ void read_token_ids(const key_reader& top, const key_reader& text, model_config&
 /// silently: Python's the last, so a config that "works" elsewhere can mean something else
 /// here); a syntax error names its line and column.
 json parse_config_json(const std::string& text, const std::string& source) {
-  std::vector<std::set<std::string>> keys;  // the keys seen in each open object
-  std::vector<std::string> path;            // the keys leading to the current one
-  const json::parser_callback_t check = [&](int, json::parse_event_t event, json& parsed) {
-    switch (event) {
-      case json::parse_event_t::object_start:
-        keys.emplace_back();
-        break;
-      case json::parse_event_t::object_end:
-        keys.pop_back();
-        break;
-      case json::parse_event_t::key: {
-        const std::string& k = parsed.get_ref<const std::string&>();
-        path.resize(keys.size() - 1);
-        if (!keys.back().insert(k).second) {
-          std::string where;
-          for (const std::string& p : path) where += p + ".";
-          DI_FAIL("{}: key '{}{}' is given twice in one object", source, where, k);
-        }
-        path.push_back(k);
-        break;
-      }
-      default:
-        break;
-    }
-    return true;
-  };
   try {
-    return json::parse(text, check);
-  } catch (const json::parse_error& e) {
-    // "parse error at line L, column C: ..." without nlohmann's "[json.exception...] " tag
-    const std::string what = e.what();
-    const auto tag_end = what.find("] ");
-    DI_FAIL("{}: not valid JSON: {}", source,
-            tag_end == std::string::npos ? what : what.substr(tag_end + 2));
+    return parse_json_strict(text, 512);
+  } catch (const json_input_error& e) {
+    if (e.what_kind == json_input_error::kind::duplicate_key)
+      DI_FAIL("{}: key '{}' is given twice in one object", source, fmt::join(e.path, "."));
+    DI_FAIL("{}: not valid JSON: {}", source, e.what());
   }
 }
 

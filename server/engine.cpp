@@ -178,7 +178,6 @@ void engine::reconnect_loop() {
       if (link.stopping) return;
       link.router_lost = false;
     }
-    ++reconnects_;
     watch(*found);
     log->info("connected to the router again");
   }

@@ -10,7 +10,6 @@
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -66,8 +65,6 @@ class engine {
   /// Stops every job actor still running (the router aborts their requests) and the
   /// reconnecting thread.
   void shutdown();
-  /// Times the router was found again after it went down (tests, logs).
-  std::uint64_t reconnects() const { return reconnects_; }
 
  private:
   actors::router_actor router() const;
@@ -90,7 +87,6 @@ class engine {
   };
   std::shared_ptr<link_state> link_ = std::make_shared<link_state>();
   caf::actor watcher_;  // guarded by mutex_: monitors the current router
-  std::atomic<std::uint64_t> reconnects_{0};
   std::chrono::steady_clock::time_point next_attempt_{};  // the reconnecting thread's own
   std::thread reconnector_;
 };

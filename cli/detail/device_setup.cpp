@@ -4,6 +4,8 @@
 
 #include "common/error.hpp"
 
+#include <CLI/CLI.hpp>
+
 #if defined(DEEPINFER_HAVE_CUDA)
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cuda_ops.hpp"
@@ -18,6 +20,15 @@
 #include <functional>
 
 namespace di::cli {
+
+void check_device_choice(const std::string& device_name,
+                         const std::vector<const CLI::Option*>& cuda_only) {
+  const device wanted = parse_device(device_name);
+  require_device(wanted);
+  if (wanted.kind != device_kind::cuda)
+    for (const CLI::Option* opt : cuda_only)
+      DI_CHECK(opt->count() == 0, "{} is for CUDA runs: it needs --device cuda", opt->get_name());
+}
 
 device place_model(deepseek_model& model, const std::string& device_name,
                    const std::string& weights) {

@@ -12,7 +12,16 @@
 #include <string>
 #include <vector>
 
+namespace CLI {
+class Option;
+}
+
 namespace di::cli {
+
+/// Before the model loads: parses `device_name` and checks that the device can be used, and
+/// on the CPU refuses each of `cuda_only` that was given (they were ignored there).
+void check_device_choice(const std::string& device_name,
+                         const std::vector<const CLI::Option*>& cuda_only);
 
 /// "cpu" leaves the model where it is; "cuda" / "cuda:N" moves its weights to that GPU in
 /// `weights` ("stored" or "f32") and returns the device. Throws di::error for other names or

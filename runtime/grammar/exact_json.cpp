@@ -3,6 +3,7 @@
 #include "runtime/grammar/exact_json.hpp"
 
 #include "common/error.hpp"
+#include "common/strict_json.hpp"
 #include "runtime/grammar/json_schema/number_ranges.hpp"
 
 #include <fmt/format.h>
@@ -117,12 +118,7 @@ exact_json_result parse_json_exact(std::string_view text) {
   const bool ok = json::sax_parse(text, &sax, nlohmann::detail::input_format_t::json, true);
   if (!ok || !sax.error.empty()) {
     r.value = json(json::value_t::discarded);
-    // "parse error at line L, column C: ..." without nlohmann's "[json.exception...] " tag
-    const std::string& what = sax.error;
-    const auto tag_end = what.find("] ");
-    r.error = what.empty()                   ? "the text is not valid JSON"
-              : tag_end == std::string::npos ? what
-                                             : what.substr(tag_end + 2);
+    r.error = sax.error.empty() ? "the text is not valid JSON" : without_nlohmann_tag(sax.error);
     return r;
   }
   r.inexact = std::move(sax.inexact);
