@@ -129,6 +129,7 @@ void add_event(request_outcome& out, const runtime::token_event& e, double secon
   out.prompt_logprobs.insert(out.prompt_logprobs.end(), e.prompt_logprobs.begin(), e.prompt_logprobs.end());
   out.status = e.status;
   if (!e.error.empty()) out.error = e.error;
+  if (e.failure != runtime::failure_kind::none) out.failure = e.failure;
   if (e.stop_token) out.stop_token = e.stop_token;
   if (!e.stop_string.empty()) out.stop_string = e.stop_string;
 }

@@ -28,6 +28,8 @@ struct request_outcome {
   std::vector<std::optional<runtime::position_logprobs>> prompt_logprobs;
   runtime::sequence_status status = runtime::sequence_status::queued;
   std::string error;  ///< refusal or failure message
+  /// What kind of failure the final event said (a refusal's kind is reply.kind).
+  runtime::failure_kind failure = runtime::failure_kind::none;
   std::optional<std::int32_t> stop_token;
   std::string stop_string;
   double seconds = 0;  ///< submit to final event

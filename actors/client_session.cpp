@@ -66,10 +66,13 @@ void finish(self_ptr self, std::uint64_t id) {
 
 /// Ends `id` with an error that no event carried (refusal, lost router): the callbacks hear
 /// a final event with the message, as if the router had sent it.
-void fail(self_ptr self, std::uint64_t id, const std::string& why) {
+void fail(self_ptr self, std::uint64_t id, const std::string& why, runtime::failure_kind kind) {
   auto it = self->state.live.find(id);
   if (it == self->state.live.end()) return;
-  runtime::token_event e{.request_id = id, .status = runtime::sequence_status::finished_error, .error = why};
+  runtime::token_event e{.request_id = id,
+                         .status = runtime::sequence_status::finished_error,
+                         .error = why,
+                         .failure = kind};
   add_event(it->second.out, e, 0);
   if (it->second.cb.on_event) it->second.cb.on_event(e);
   finish(self, id);
@@ -87,8 +90,10 @@ void on_submit(self_ptr self, submit_request& req) {
   std::string why = !st.router_down.empty() ? st.router_down : submit_size_error(req);
   if (!why.empty()) {
     r.out.reply.error = why;
+    r.out.reply.kind = st.router_down.empty() ? runtime::failure_kind::invalid
+                                              : runtime::failure_kind::unavailable;
     if (r.cb.on_reply) r.cb.on_reply(r.out.reply);
-    return fail(self, id, why);
+    return fail(self, id, why, r.out.reply.kind);
   }
   self->request(st.router, st.submit_timeout, std::move(req))
       .then(
@@ -97,14 +102,16 @@ void on_submit(self_ptr self, submit_request& req) {
             if (it == self->state.live.end()) return;
             it->second.out.reply = std::move(reply);
             if (it->second.cb.on_reply) it->second.cb.on_reply(it->second.out.reply);
-            if (!it->second.out.reply.accepted) fail(self, id, it->second.out.reply.error);
+            const submit_reply& got = it->second.out.reply;
+            if (!got.accepted) fail(self, id, got.error, got.kind);
           },
           [=](caf::error& err) {
             auto it = self->state.live.find(id);
             if (it == self->state.live.end()) return;
             it->second.out.reply.error = "the router did not answer: " + describe(err);
+            it->second.out.reply.kind = runtime::failure_kind::unavailable;
             if (it->second.cb.on_reply) it->second.cb.on_reply(it->second.out.reply);
-            fail(self, id, it->second.out.reply.error);
+            fail(self, id, it->second.out.reply.error, runtime::failure_kind::unavailable);
           });
 }
 
@@ -132,7 +139,8 @@ caf::behavior session_impl(self_ptr self, router_actor router, std::chrono::mill
     self->state.router_down = "lost the router: " + describe(dm.reason);
     std::vector<std::uint64_t> ids;
     for (const auto& [id, r] : self->state.live) ids.push_back(id);
-    for (std::uint64_t id : ids) fail(self, id, self->state.router_down);
+    for (std::uint64_t id : ids)
+      fail(self, id, self->state.router_down, runtime::failure_kind::unavailable);
   });
   self->set_default_handler(caf::drop);
   return {

@@ -206,6 +206,9 @@ struct submit_request {
 struct submit_reply {
   bool accepted = false;
   std::string error;  ///< why it was refused
+  /// What kind of refusal (none when accepted): a client maps it onto its own statuses.
+  runtime::failure_kind kind = runtime::failure_kind::none;
+  std::string param;  ///< the request field it blames (invalid requests), or ""
   std::uint64_t seed = 0;
   std::vector<std::int32_t> prompt_ids;  ///< the tokenized prompt
   int group = -1;                        ///< the data-parallel group serving it
@@ -249,8 +252,8 @@ typename Inspector::result_type inspect(Inspector& f, submit_request& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, submit_reply& x) {
-  return f(caf::meta::type_name("submit_reply"), x.accepted, x.error, x.seed, x.prompt_ids,
-           x.group);
+  return f(caf::meta::type_name("submit_reply"), x.accepted, x.error, x.kind, x.param, x.seed,
+           x.prompt_ids, x.group);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, client_events& x) {

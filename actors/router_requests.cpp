@@ -14,9 +14,12 @@ namespace {
 // Above the scheduler's limit for compiling a request's grammar (max_grammar_prepare_ns).
 constexpr auto admission_timeout = std::chrono::seconds(120);
 
-submit_reply refusal(router_self self, std::string why) {
+using runtime::failure_kind;
+
+submit_reply refusal(router_self self, failure_kind kind, std::string why, std::string param = {}) {
   ++self->state.counters.num_refused;
-  return submit_reply{.accepted = false, .error = std::move(why)};
+  return submit_reply{
+      .accepted = false, .error = std::move(why), .kind = kind, .param = std::move(param)};
 }
 
 std::vector<int> up_groups(const router_state& st) {
@@ -64,12 +67,13 @@ int choose_group(router_self self, const std::vector<int>& up, const std::vector
   return pick;
 }
 
-void end_pending(router_self self, std::uint64_t id, const std::string& why) {
+void end_pending(router_self self, std::uint64_t id, failure_kind kind, const std::string& why,
+                 std::string param = {}) {
   router_state& st = self->state;
   auto it = st.requests.find(id);
   if (it == st.requests.end()) return;
   live_request& r = it->second;
-  if (r.reply) r.reply->deliver(refusal(self, why));
+  if (r.reply) r.reply->deliver(refusal(self, kind, why, std::move(param)));
   if (r.group >= 0) --st.groups[std::size_t(r.group)].num_live;
   st.clients[r.client].erase(r.client_id);
   st.requests.erase(it);
@@ -91,7 +95,9 @@ void dispatch(router_self self, std::uint64_t id, runtime::request req, int grou
             auto it = self->state.requests.find(id);
             if (it == self->state.requests.end()) return;
             if (!res.is_accepted())
-              return end_pending(self, id, fmt::format("{}: {}", runtime::to_string(res.status), res.message));
+              return end_pending(self, id, runtime::failure_of(res.status),
+                                 fmt::format("{}: {}", runtime::to_string(res.status), res.message),
+                                 res.param);
             live_request& lr = it->second;
             lr.is_admitted = true;
             ++self->state.counters.num_accepted;
@@ -105,9 +111,10 @@ void dispatch(router_self self, std::uint64_t id, runtime::request req, int grou
             // that follows fails it with the group's reason (fail_requests), unless it came
             // first (then the request is gone already and end_pending does nothing).
             if (err == caf::sec::request_receiver_down && ge.is_up) return;
-            end_pending(self, id,
-                        fmt::format("group {} did not take the request: {}{}{}", group, describe(err),
-                                    ge.down_reason.empty() ? "" : "; ", ge.down_reason));
+            end_pending(
+                self, id, failure_kind::unavailable,
+                fmt::format("group {} did not take the request: {}{}{}", group, describe(err),
+                            ge.down_reason.empty() ? "" : "; ", ge.down_reason));
           });
 }
 
@@ -132,7 +139,8 @@ void probe_and_dispatch(router_self self, std::uint64_t id, runtime::request req
         still_up.push_back(up[i]);
         cached.push_back(ps->cached[i]);
       }
-    if (still_up.empty()) return end_pending(self, id, why_no_group(self->state));
+    if (still_up.empty())
+      return end_pending(self, id, failure_kind::unavailable, why_no_group(self->state));
     bool by_affinity = false;
     const int g = choose_group(self, still_up, cached, by_affinity);
     dispatch(self, id, std::move(ps->req), g, by_affinity);
@@ -148,16 +156,22 @@ caf::result<submit_reply> on_submit(router_self self, submit_request& req) {
   router_state& st = self->state;
   ++st.counters.num_submitted;
   auto client = caf::actor_cast<client_actor>(self->current_sender());
-  if (!client) return refusal(self, "requests must come from an actor that can receive events");
-  if (st.is_shutting_down) return refusal(self, "the cluster is shutting down");
+  if (!client)
+    return refusal(self, failure_kind::invalid,
+                   "requests must come from an actor that can receive events");
+  if (st.is_shutting_down)
+    return refusal(self, failure_kind::unavailable, "the cluster is shutting down");
   if (st.counters.num_live >= st.params.limits.max_live_requests)
-    return refusal(self, fmt::format("{} requests are in flight, the limit (router.max_live_requests)",
-                                     st.counters.num_live));
+    return refusal(self, failure_kind::overloaded,
+                   fmt::format("{} requests are in flight, the limit (router.max_live_requests)",
+                               st.counters.num_live));
   if (st.clients[client.address()].contains(req.id))
-    return refusal(self, fmt::format("request id {} is already live for this client", req.id));
-  if (auto why = validate_request(st, req)) return refusal(self, *why);
+    return refusal(self, failure_kind::invalid,
+                   fmt::format("request id {} is already live for this client", req.id));
+  if (auto why = validate_request(st, req))
+    return refusal(self, failure_kind::invalid, why->message, why->param);
   const std::vector<int> up = up_groups(st);
-  if (up.empty()) return refusal(self, why_no_group(st));
+  if (up.empty()) return refusal(self, failure_kind::unavailable, why_no_group(st));
 
   const std::uint64_t id = st.next_id++;
   runtime::request r{.id = id, .prompt_ids = req.prompt_ids, .params = req.params};
@@ -225,12 +239,15 @@ void fail_requests(router_self self, int group, const std::string& reason) {
   for (std::uint64_t id : ids) {
     live_request& r = st.requests.at(id);
     if (!r.is_admitted) {
-      end_pending(self, id, reason);
+      end_pending(self, id, failure_kind::unavailable, reason);
       continue;
     }
     group_events& ge = by_group[r.group];
     ge.group = r.group;
-    ge.events.push_back({.request_id = id, .status = runtime::sequence_status::finished_error, .error = reason});
+    ge.events.push_back({.request_id = id,
+                         .status = runtime::sequence_status::finished_error,
+                         .error = reason,
+                         .failure = failure_kind::unavailable});
   }
   for (auto& [g, ge] : by_group) on_group_events(self, ge);
 }

@@ -112,7 +112,7 @@ void on_down(scheduler_self self, const caf::down_msg& dm) {
     if (dm.reason != caf::exit_reason::user_shutdown)
       st.log->warn("group {}: the router is down ({}); aborting live requests", st.params.group,
                    describe(dm.reason));
-    if (st.sched) st.sched->fail_all("the router is down");
+    if (st.sched) st.sched->fail_all("the router is down", runtime::failure_kind::unavailable);
     st.router.reset();
   }
 }
@@ -211,12 +211,14 @@ caf::result<runtime::admission_result> prepare_then_admit(scheduler_self self,
       p->reply.deliver(not_serving(st));
     } else if (!p->error.empty()) {
       p->reply.deliver(runtime::admission_result{runtime::admission_status::invalid_request,
-                                                 "invalid response_format: " + p->error});
+                                                 "invalid response_format: " + p->error,
+                                                 "response_format"});
     } else if (now_ns() - p->start_ns > max_grammar_prepare_ns) {
       p->reply.deliver(runtime::admission_result{
           runtime::admission_status::invalid_request,
           fmt::format("the response_format took {:.0f} s to compile; the limit is {} s", seconds,
-                      max_grammar_prepare_ns / 1'000'000'000)});
+                      max_grammar_prepare_ns / 1'000'000'000),
+          "response_format"});
     } else {
       if (seconds > 1)
         st.log->info("group {}: a response_format compiled in {:.1f} s (off the step loop)",

@@ -145,7 +145,7 @@ void fail_group(scheduler_self self, const std::string& reason) {
   st.is_up = false;
   st.down_reason = reason;
   st.log->error("{}; failing its requests and stopping", reason);
-  if (st.sched) emit(self, st.sched->fail_all(reason));
+  if (st.sched) emit(self, st.sched->fail_all(reason, runtime::failure_kind::unavailable));
   st.in_flight.clear();
   st.num_row_steps_in_flight = 0;
   for (auto& rp : st.attach_waiters) rp.deliver(caf::make_error(caf::sec::runtime_error, reason));

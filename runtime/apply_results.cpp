@@ -58,6 +58,8 @@ void scheduler::apply_output(const planned_rows& rows, const sequence_output& ou
   if (!out.error.empty()) {
     event.text = seq->flush_text();
     event.error = out.error;
+    event.failure = out.error_param.empty() ? failure_kind::internal : failure_kind::invalid;
+    event.failure_param = out.error_param;
     ++counters_.num_errors;
     finish(*seq, sequence_status::finished_error, event);
     events.push_back(std::move(event));
@@ -96,6 +98,7 @@ void scheduler::accept_sample(sequence& seq, const sequence_output& out, token_e
     // uncaught error here took the scheduler actor and its whole group down).
     event.error =
         fmt::format("the runner sampled token {}, which cannot be decoded: {}", token, e.what());
+    event.failure = failure_kind::internal;
     ++counters_.num_errors;
     finish(seq, sequence_status::finished_error, event);
     return;

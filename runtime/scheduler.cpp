@@ -24,8 +24,27 @@ std::string_view to_string(admission_status status) {
       return "queue_full";
     case admission_status::queued_tokens_full:
       return "queued_tokens_full";
+    case admission_status::unavailable:
+      return "unavailable";
   }
   return "?";
+}
+
+failure_kind failure_of(admission_status status) {
+  switch (status) {
+    case admission_status::accepted:
+      return failure_kind::none;
+    case admission_status::queue_full:
+    case admission_status::queued_tokens_full:
+      return failure_kind::overloaded;
+    case admission_status::unavailable:
+      return failure_kind::unavailable;
+    case admission_status::invalid_request:
+    case admission_status::duplicate_id:
+    case admission_status::too_long:
+      break;
+  }
+  return failure_kind::invalid;
 }
 
 void scheduler_config::validate() const {
@@ -71,16 +90,19 @@ sequence_limits scheduler::limits_for(const request& r) const {
 std::optional<admission_result> scheduler::invalid_reason(const request& r) const {
   using enum admission_status;
   const std::int64_t prompt = std::int64_t(r.prompt_ids.size());
-  if (prompt == 0) return admission_result{invalid_request, "the prompt is empty"};
+  if (prompt == 0) return admission_result{invalid_request, "the prompt is empty", "prompt"};
   if (r.params.max_tokens && *r.params.max_tokens <= 0)
     return admission_result{
-        invalid_request, fmt::format("max_tokens must be positive, got {}", *r.params.max_tokens)};
+        invalid_request, fmt::format("max_tokens must be positive, got {}", *r.params.max_tokens),
+        "max_tokens"};
   if (sequences_.contains(r.id))
     return admission_result{duplicate_id, fmt::format("request {} is already live", r.id)};
   if (prompt >= config_.max_model_len)
-    return admission_result{too_long, fmt::format("the prompt has {} tokens; this server's "
-                                                  "context is {} tokens including the output",
-                                                  prompt, config_.max_model_len)};
+    return admission_result{too_long,
+                            fmt::format("the prompt has {} tokens; this server's "
+                                        "context is {} tokens including the output",
+                                        prompt, config_.max_model_len),
+                            "prompt"};
   return std::nullopt;
 }
 
@@ -113,7 +135,7 @@ admission_result scheduler::add_request(request r) {
       seq = std::make_unique<sequence>(std::move(r), std::move(limits), std::move(decoder),
                                        next_serial_);
     } catch (const di::error& e) {
-      refused = admission_result{admission_status::invalid_request, e.what()};
+      refused = admission_result{admission_status::invalid_request, e.what(), param_of(e)};
     }
   }
   if (!refused) refused = limit_reason(seq->num_prompt_tokens());
@@ -140,14 +162,15 @@ std::optional<token_event> scheduler::abort(std::uint64_t id) {
   return event;
 }
 
-std::vector<token_event> scheduler::fail_all(std::string_view message) {
+std::vector<token_event> scheduler::fail_all(std::string_view message, failure_kind kind) {
   std::vector<std::uint64_t> ids;
   for (const auto& [id, seq] : sequences_) ids.push_back(id);
   std::sort(ids.begin(), ids.end());
   std::vector<token_event> events;
   for (std::uint64_t id : ids) {
     sequence& seq = *find(id);
-    token_event event{.request_id = id, .text = seq.flush_text(), .error = std::string(message)};
+    token_event event{
+        .request_id = id, .text = seq.flush_text(), .error = std::string(message), .failure = kind};
     ++counters_.num_errors;
     finish(seq, sequence_status::finished_error, event);
     events.push_back(std::move(event));

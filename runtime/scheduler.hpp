@@ -61,6 +61,7 @@ enum class admission_status : std::uint8_t {
   too_long,            ///< the prompt leaves no room for output within max_model_len
   queue_full,          ///< max_num_queued requests are waiting for a batch slot
   queued_tokens_full,  ///< the waiting requests hold max_queued_tokens tokens
+  unavailable,         ///< the group cannot serve now (set by the scheduler's actor)
 };
 std::string_view to_string(admission_status status);
 
@@ -68,8 +69,11 @@ std::string_view to_string(admission_status status);
 struct admission_result {
   admission_status status = admission_status::accepted;
   std::string message;  ///< why it was refused, for the client
+  std::string param;    ///< the request field to blame (invalid requests), or ""
   bool is_accepted() const { return status == admission_status::accepted; }
 };
+/// The failure kind of an admission status: limits are `overloaded`, wrong requests `invalid`.
+failure_kind failure_of(admission_status status);
 
 /// Monotonic counters for the status line and a metrics endpoint.
 struct scheduler_counters {
@@ -130,9 +134,10 @@ class scheduler {
   apply_outcome apply(const step_result& result);
   /// Fills placeholders whose tokens are known by now (a plan not yet sent).
   void patch_placeholders(step_plan& plan) const;
-  /// Ends every live request with `message` (an executor died): all blocks freed, the prefix
+  /// Ends every live request with `message` and `kind` (an executor died: unavailable): all
+  /// blocks freed, the prefix
   /// cache cleared (in-flight steps may not have written it), nothing left in flight.
-  std::vector<token_event> fail_all(std::string_view message);
+  std::vector<token_event> fail_all(std::string_view message, failure_kind kind);
 
   /// Live requests, or results still expected.
   bool has_unfinished() const { return !sequences_.empty() || !in_flight_.empty(); }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "runtime/block_manager.hpp"
+#include "runtime/failure.hpp"
 #include "runtime/logprobs.hpp"
 #include "runtime/sampling_params.hpp"
 #include "runtime/sequence_status.hpp"
@@ -40,6 +41,8 @@ struct token_event {
   std::optional<std::int32_t> stop_token;            ///< the stop token id that ended it
   std::string stop_string;                           ///< the stop string that ended it
   std::string error;                                 ///< why it failed (finished_error)
+  failure_kind failure = failure_kind::none;         ///< what kind of failure (finished_error)
+  std::string failure_param;                         ///< the request field it blames, or ""
   /// Prompt tokens the current admission took from the prefix cache (usage.cached_tokens).
   std::int64_t num_cached_tokens = 0;
 

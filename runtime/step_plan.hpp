@@ -93,6 +93,9 @@ struct sequence_output {
   std::vector<position_logprobs> logprobs;         ///< per sampled token, when params.logprobs
   std::vector<position_logprobs> prompt_logprobs;  ///< one per prompt_logprob_rows
   std::string error;  ///< this sequence failed (e.g. non-finite logits); others are unaffected
+  /// The request field its failure blames ("response_format" when the grammar failed), or ""
+  /// (then the failure is the engine's own: failure_kind::internal).
+  std::string error_param;
 };
 
 struct step_result {

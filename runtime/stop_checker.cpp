@@ -1,6 +1,8 @@
 // stop_checker: earliest stop-string match over held-back text, stop tokens, max_tokens.
 #include "runtime/stop_checker.hpp"
 
+#include "runtime/failure.hpp"
+
 #include "model/tokenizer/detail/utf8.hpp"
 
 #include "common/error.hpp"
@@ -21,14 +23,17 @@ std::string_view to_string(finish_reason reason) {
 
 stop_checker::stop_checker(stop_config config) : config_(std::move(config)) {
   for (const auto& s : config_.stop_strings) {
-    DI_CHECK(!s.empty(), "stop strings must not be empty");
+    DI_CHECK_PARAM(!s.empty(), "stop", "stop strings must not be empty");
     // Output text is valid UTF-8, so such a stop string could never match.
     if (const std::size_t at = tok::detail::find_invalid_utf8(s); at != s.size())
-      DI_FAIL("stop strings must be valid UTF-8 (byte 0x{:02X} at offset {})",
-              unsigned(std::uint8_t(s[at])), at);
+      throw invalid_param(
+          "stop",
+          fmt::format("stop strings must be valid UTF-8 (byte 0x{:02X} at offset {})",
+                      unsigned(std::uint8_t(s[at])), at),
+          __FILE__, __LINE__);
   }
-  DI_CHECK(config_.max_tokens == -1 || config_.max_tokens > 0,
-           "max_tokens must be positive (or -1 for no limit), got {}", config_.max_tokens);
+  DI_CHECK_PARAM(config_.max_tokens == -1 || config_.max_tokens > 0, "max_tokens",
+                 "max_tokens must be positive (or -1 for no limit), got {}", config_.max_tokens);
 }
 
 stop_update stop_checker::finish(finish_reason reason, std::string text) {

@@ -35,9 +35,12 @@ void end(job_self self, std::uint64_t index) {
   if (self->state.live.empty()) self->quit();
 }
 
+/// Ends `index` with a final event: the cluster can no longer serve it (the router is lost).
 void fail(job_self self, std::uint64_t index, const std::string& why) {
-  runtime::token_event e{
-      .request_id = index, .status = runtime::sequence_status::finished_error, .error = why};
+  runtime::token_event e{.request_id = index,
+                         .status = runtime::sequence_status::finished_error,
+                         .error = why,
+                         .failure = runtime::failure_kind::unavailable};
   self->state.sink->on_events(index, {std::move(e)});
   end(self, index);
 }
@@ -58,7 +61,8 @@ void submit(job_self self, actors::submit_request req) {
             if (!self->state.live.contains(index)) return;
             self->state.sink->on_reply(
                 index, {.accepted = false,
-                        .error = "the router did not answer: " + actors::describe(err)});
+                        .error = "the router did not answer: " + actors::describe(err),
+                        .kind = runtime::failure_kind::unavailable});
             end(self, index);
           });
 }

@@ -26,6 +26,8 @@ struct choice_state {
   std::vector<std::int32_t> prompt_ids;
   choice_output out;
   std::string error;
+  runtime::failure_kind failure = runtime::failure_kind::none;  ///< of its final event
+  std::string failure_param;
   clock_type::time_point last_token;
   bool has_token = false;
   std::int64_t num_cached_tokens = 0;  ///< of the admission that produced its first token
@@ -97,7 +99,7 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     if (!reply.accepted) {
       c.is_ended = true;
       c.error = reply.error;
-      fail(refusal_error(reply.error, req_.max_tokens_name));
+      fail(refusal_error(reply.kind, reply.error, reply.param, req_.max_tokens_name));
       return ended();
     }
     c.is_accepted = true;
@@ -111,7 +113,8 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
       // Ended before the router accepted it (the router went away): a refusal.
       c.is_ended = true;
       c.error = events.back().error;
-      fail(refusal_error(c.error, req_.max_tokens_name));
+      fail(refusal_error(events.back().failure, c.error, events.back().failure_param,
+                         req_.max_tokens_name));
       return ended();
     }
     for (runtime::token_event& e : events) {
@@ -162,8 +165,11 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
              std::find(req_.params.stop_token_ids.begin(), req_.params.stop_token_ids.end(),
                        *e.stop_token) != req_.params.stop_token_ids.end())
       c.out.stop_reason = *e.stop_token;  // one of stop_token_ids; EOS leaves it null (vLLM)
-    if (e.status == runtime::sequence_status::finished_error)
+    if (e.status == runtime::sequence_status::finished_error) {
       c.error = e.error.empty() ? "generation failed" : e.error;
+      c.failure = e.failure;
+      c.failure_param = e.failure_param;
+    }
     ctx_.metrics.on_request_done(c.out.finish_reason, std::int64_t(c.prompt_ids.size()),
                                  std::int64_t(c.out.token_ids.size()), session_->request_age());
   }
@@ -312,17 +318,7 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     is_complete_ = true;
     for (const choice_state& c : choices_)
       if (!c.error.empty()) {
-        const bool is_format = c.error.find("response_format") != std::string::npos;
-        // Cut off by the cluster (shut down, a group or the router lost): 503, as a refusal
-        // for the same reason is (it was a 500).
-        const bool unavailable = !is_format && cluster_unavailable(c.error);
-        const api_error e(is_format     ? 400
-                          : unavailable ? 503
-                                        : 500,
-                          "generation failed: " + c.error, is_format ? "response_format" : "",
-                          is_format     ? "unsupported_parameter"
-                          : unavailable ? "service_unavailable"
-                                        : "generation_failed");
+        const api_error e = generation_error(c.failure, c.error, c.failure_param);
         if (is_streaming_) {
           session_->send("data: " + dump(e.body()) + "\n\ndata: [DONE]\n\n");
           return session_->end_stream();
@@ -422,40 +418,41 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
   bool is_complete_ = false;
 };
 
-bool contains(const std::string& s, const char* what) {
-  return s.find(what) != std::string::npos;
-}
-
 }  // namespace
 
-bool cluster_unavailable(const std::string& m) {
-  return contains(m, "shutting down") || contains(m, "no data-parallel group") ||
-         contains(m, "did not answer") || contains(m, "lost the router") ||
-         contains(m, "did not take the request") || contains(m, "is down");  // "group 1 is down"
-}
-
-api_error refusal_error(const std::string& message, std::string_view max_tokens_name) {
+api_error refusal_error(runtime::failure_kind kind, const std::string& message,
+                        const std::string& param, std::string_view max_tokens_name) {
+  using runtime::failure_kind;
   std::string m = message;
   if (max_tokens_name != "max_tokens")
     for (std::size_t at = m.find("max_tokens"); at != std::string::npos;
          at = m.find("max_tokens", at + max_tokens_name.size()))
       m.replace(at, std::string_view("max_tokens").size(), max_tokens_name);
-  if (contains(m, "requests are in flight") || contains(m, "queue_full") ||
-      contains(m, "queued_tokens_full"))
-    return api_error(429, "the server is at its admission limit, retry later: " + m, "",
-                     "rate_limit_exceeded");
-  if (cluster_unavailable(m))
-    return api_error(503, "the cluster cannot serve right now: " + m, "", "service_unavailable");
-  if (contains(m, "response_format")) return api_error(400, m, "response_format");
-  if (contains(m, "min_tokens")) return api_error(400, m, "min_tokens");
-  if (contains(m, std::string(max_tokens_name).c_str()))
-    return api_error(400, m, std::string(max_tokens_name));
-  if (contains(m, "stop token") || contains(m, "stop_token_ids"))
-    return api_error(400, m, "stop_token_ids");
-  if (contains(m, "stop")) return api_error(400, m, "stop");
-  if (contains(m, "logprobs")) return api_error(400, m, "logprobs");
-  if (contains(m, "prompt") || contains(m, "too_long")) return api_error(400, m, "prompt");
-  return api_error(400, m);
+  switch (kind) {
+    case failure_kind::overloaded:
+      return api_error(429, "the server is at its admission limit, retry later: " + m, "",
+                       "rate_limit_exceeded");
+    case failure_kind::unavailable:
+      return api_error(503, "the cluster cannot serve right now: " + m, "", "service_unavailable");
+    case failure_kind::internal:
+      return api_error(500, m, "", "generation_failed");
+    case failure_kind::none:  // a refusal that says no kind: the request is to blame
+    case failure_kind::invalid:
+      break;
+  }
+  return api_error(400, m, param == "max_tokens" ? std::string(max_tokens_name) : param);
+}
+
+api_error generation_error(runtime::failure_kind kind, const std::string& message,
+                           const std::string& param) {
+  using runtime::failure_kind;
+  const std::string m = "generation failed: " + message;
+  if (kind == failure_kind::invalid)
+    return api_error(400, m, param, param == "response_format" ? "unsupported_parameter" : "");
+  // Cut off by the cluster (shut down, a group or the router lost): 503, as a refusal for the
+  // same reason is.
+  if (kind == failure_kind::unavailable) return api_error(503, m, "", "service_unavailable");
+  return api_error(500, m, "", "generation_failed");
 }
 
 void start_generation(const std::shared_ptr<detail::http_session>& session,

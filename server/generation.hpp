@@ -7,6 +7,7 @@
 // the response (or usage chunk and `data: [DONE]`) → the job's last event releases the slot.
 #pragma once
 
+#include "runtime/failure.hpp"
 #include "server/detail/http_session.hpp"
 #include "server/openai_request.hpp"
 #include "server/openai_response.hpp"
@@ -20,14 +21,19 @@ namespace di::server {
 void start_generation(const std::shared_ptr<detail::http_session>& session,
                       generation_request request);
 
-/// Whether a router refusal or a generation's error says the cluster cannot serve now (shut
-/// down, a group or the router lost): 503.
-bool cluster_unavailable(const std::string& message);
-
-/// The HTTP error for a router refusal message (429/503 at limits, 400 otherwise).
-/// `max_tokens_name` is the request's field for the token limit (chat may use
-/// max_completion_tokens); the message and param name it in place of max_tokens.
-api_error refusal_error(const std::string& message,
+/// The HTTP error for a refusal, by the kind the router, the scheduler or the client session
+/// gave it (runtime::failure_kind, not the message's words): overloaded 429, unavailable 503,
+/// internal 500, invalid 400 with `param` (the field the refusal blames). `max_tokens_name` is
+/// the request's field for the token limit (chat may use max_completion_tokens); the message
+/// and param name it in place of max_tokens.
+api_error refusal_error(runtime::failure_kind kind, const std::string& message,
+                        const std::string& param = {},
                         std::string_view max_tokens_name = "max_tokens");
+
+/// The HTTP error for a generation that failed after it was accepted (its final event's
+/// failure kind): invalid 400 (a response_format the grammar could not follow), unavailable
+/// 503 (the cluster cut it off), else 500.
+api_error generation_error(runtime::failure_kind kind, const std::string& message,
+                           const std::string& param);
 
 }  // namespace di::server

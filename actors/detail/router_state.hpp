@@ -63,8 +63,13 @@ struct router_state {
 
 using router_self = router_handle::stateful_pointer<router_state>;
 
+/// Why a request cannot be served as sent: the message and the field it blames ("" if none).
+struct invalid_request {
+  std::string message;
+  std::string param;
+};
 /// Why `req` cannot be served as sent, or nothing; fills `prompt_ids` (router_validate.cpp).
-std::optional<std::string> validate_request(const router_state& st, submit_request& req);
+std::optional<invalid_request> validate_request(const router_state& st, submit_request& req);
 
 caf::result<submit_reply> on_submit(router_self self, submit_request& req);
 void on_client_abort(router_self self, const abort_request& msg);

@@ -139,12 +139,13 @@ typename Inspector::result_type inspect(Inspector& f, token_event& x) {
   optional_list<position_logprobs> prompt_logprobs{x.prompt_logprobs};
   optional_field<std::int32_t> stop_token{x.stop_token};
   return f(caf::meta::type_name("token_event"), x.request_id, x.token_ids, x.text, x.logprobs,
-           prompt_logprobs, x.status, stop_token, x.stop_string, x.error, x.num_cached_tokens);
+           prompt_logprobs, x.status, stop_token, x.stop_string, x.error, x.failure,
+           x.failure_param, x.num_cached_tokens);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, admission_result& x) {
-  return f(caf::meta::type_name("admission_result"), x.status, x.message);
+  return f(caf::meta::type_name("admission_result"), x.status, x.message, x.param);
 }
 
 // ---- step plans and results ------------------------------------------------------------------
@@ -174,7 +175,7 @@ typename Inspector::result_type inspect(Inspector& f, step_plan& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sequence_output& x) {
   return f(caf::meta::type_name("sequence_output"), x.seq_id, x.token_ids, x.logprobs,
-           x.prompt_logprobs, x.error);
+           x.prompt_logprobs, x.error, x.error_param);
 }
 
 template <class Inspector>

@@ -176,6 +176,7 @@ void cpu_model_runner::sample(const runtime::step_plan& plan, const std::vector<
     }
     if (!seq.grammar_error.empty()) {
       out.error = seq.grammar_error;
+      out.error_param = "response_format";
       continue;
     }
     const std::span<const std::uint32_t> mask = grammar_mask(seq);

@@ -143,6 +143,10 @@ TEST_CASE("a failing device fails its group's requests; the other group keeps se
       CHECK(r.finish_reason() == "error");
       CHECK(r.error.find("device lost (injected)") != std::string::npos);
       CHECK(r.error.find("group 1") != std::string::npos);
+      if (r.reply.accepted)  // failed while running: the group is down (a 503 for serve)
+        CHECK(r.failure == runtime::failure_kind::unavailable);
+      else
+        CHECK(r.reply.kind == runtime::failure_kind::unavailable);
     } else {
       CHECK(r.finish_reason() == "length");
     }
@@ -217,10 +221,20 @@ TEST_CASE("limits refuse at once with a clear message") {
   CHECK(replies[1].accepted);
   CHECK_FALSE(replies[2].accepted);
   CHECK(replies[2].error.find("queue_full") != std::string::npos);
+  CHECK(replies[2].kind == runtime::failure_kind::overloaded);  // a 429 for serve
+  CHECK(replies[0].kind == runtime::failure_kind::none);
   CHECK(secs < 1.0);
   auto dup = ids_request(random_prompt(30, 8), 200);
   dup.id = 0;  // still live
-  CHECK(client.submit(cluster.router(), dup).error.find("already live") != std::string::npos);
+  const actors::submit_reply d = client.submit(cluster.router(), dup);
+  CHECK(d.error.find("already live") != std::string::npos);
+  CHECK(d.kind == runtime::failure_kind::invalid);
+  auto cold = ids_request(random_prompt(31, 8), 200);
+  cold.id = 9;
+  cold.params.temperature = -1;
+  const actors::submit_reply t = client.submit(cluster.router(), cold);
+  CHECK(t.kind == runtime::failure_kind::invalid);
+  CHECK(t.param == "temperature");
   client.self->send(cluster.router(), actors::abort_request{0});
   client.self->send(cluster.router(), actors::abort_request{1});
 }

@@ -76,6 +76,8 @@ TEST_CASE("client session: abort mid-decode, refusals, and the destructor aborts
     CHECK(refused.finish_reason() == "error");
     CHECK_FALSE(refused.reply.accepted);
     CHECK(refused.error.find("outside the vocabulary") != std::string::npos);
+    CHECK(refused.reply.kind == runtime::failure_kind::invalid);
+    CHECK(refused.reply.param == "prompt");
 
     session.submit(ids_request(random_prompt(51, 20), 2000), actors::request_callbacks{});
     REQUIRE(wait_for([&] { return cluster.status().groups[0].stats.num_running == 1; }));
@@ -100,10 +102,12 @@ TEST_CASE("client session: a lost router fails live requests and refuses new one
   const actors::request_outcome out = live.get();
   CHECK(out.finish_reason() == "error");
   CHECK(out.error.find("lost the router") != std::string::npos);
+  CHECK(out.failure == runtime::failure_kind::unavailable);
   const auto t0 = std::chrono::steady_clock::now();
   const actors::request_outcome later = session.submit(ids_request({0, 5}, 4)).get();
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1));
   CHECK(later.error.find("lost the router") != std::string::npos);
+  CHECK(later.reply.kind == runtime::failure_kind::unavailable);
 }
 
 }  // namespace di::test

@@ -7,6 +7,7 @@
 #include <limits>
 #include <string>
 
+#include "runtime/failure.hpp"
 #include "runtime/sampling_params.hpp"
 #include "tests/runtime/sampling_test_util.hpp"
 
@@ -26,6 +27,18 @@ std::string message_after(const std::function<void(sampling_params&)>& edit,
   sampling_params p;
   edit(p);
   return error_of([&] { p.validate(vocab, limits); });
+}
+
+/// The field the validation error blames (runtime::invalid_param), or "" when none is thrown.
+std::string param_after(const std::function<void(sampling_params&)>& edit) {
+  sampling_params p;
+  edit(p);
+  try {
+    p.validate(vocab, {});
+  } catch (const std::exception& e) {
+    return di::runtime::param_of(e);
+  }
+  return "";
 }
 
 }  // namespace
@@ -91,6 +104,8 @@ TEST_CASE("each invalid sampling parameter is rejected with a message naming it"
   for (const bad_case& c : cases) {
     CAPTURE(c.message);
     CHECK(message_after(c.edit) == c.message);
+    // The error names its field as data too (the HTTP error's `param`): the message's first word.
+    CHECK(param_after(c.edit) == c.message.substr(0, c.message.find(' ')));
   }
 }
 

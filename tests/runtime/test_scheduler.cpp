@@ -131,25 +131,38 @@ TEST_CASE("beyond the admission limits add_request refuses at once and changes n
         admission_status::queued_tokens_full);
   CHECK(t.add_request(make_request(4, prompt_tokens(4, 5), 4)).is_accepted());
   CHECK(t.add_request(make_request(3, {1}, 4)).status == admission_status::duplicate_id);
-  CHECK(t.add_request(make_request(9, {}, 4)).status == admission_status::invalid_request);
-  CHECK(t.add_request(make_request(9, prompt_tokens(9, 64), 4)).status ==
-        admission_status::too_long);
+  // Each refusal says what kind it is (and which field), as data: failure_of, param.
+  admission_result r = t.add_request(make_request(7, prompt_tokens(7, 6), 4));
+  CHECK(failure_of(r.status) == failure_kind::overloaded);
+  CHECK(r.param.empty());
+  r = t.add_request(make_request(9, {}, 4));
+  CHECK(r.status == admission_status::invalid_request);
+  CHECK(failure_of(r.status) == failure_kind::invalid);
+  CHECK(r.param == "prompt");
+  r = t.add_request(make_request(9, prompt_tokens(9, 64), 4));
+  CHECK(r.status == admission_status::too_long);
+  CHECK(r.param == "prompt");
   request bad_stop = make_request(9, {1}, 4);
   bad_stop.params.stop = {""};
-  admission_result r = t.add_request(bad_stop);
+  r = t.add_request(bad_stop);
   CHECK(r.status == admission_status::invalid_request);
   CHECK(r.message == "stop strings must not be empty");
+  CHECK(r.param == "stop");
   bad_stop.params.stop = {"ok", "\xff\xfe"};  // output is valid UTF-8: it could never match
   r = t.add_request(bad_stop);
   CHECK(r.status == admission_status::invalid_request);
   CHECK(r.message == "stop strings must be valid UTF-8 (byte 0xFF at offset 0)");
+  CHECK(r.param == "stop");
   bad_stop.params.stop = {"\xc3\xa9\xed\xa0\x80"};  // é, then a surrogate's encoding
   CHECK(t.add_request(bad_stop).message ==
         "stop strings must be valid UTF-8 (byte 0xED at offset 2)");
   request zero = make_request(9, {1}, 4);
   zero.params.max_tokens = 0;
-  CHECK(t.add_request(zero).status == admission_status::invalid_request);
-  CHECK(t.counters().num_refused == 8);
+  r = t.add_request(zero);
+  CHECK(r.status == admission_status::invalid_request);
+  CHECK(r.param == "max_tokens");
+  CHECK(failure_of(admission_status::unavailable) == failure_kind::unavailable);
+  CHECK(t.counters().num_refused == 9);
   CHECK(t.num_waiting() == 2);
   CHECK_FALSE(t.status_of(9));
 }
@@ -298,11 +311,13 @@ TEST_CASE("fail_all ends every request with the error and returns every block") 
     REQUIRE(s.add_request(make_request(id, prompt_tokens(id, 12), 9)).is_accepted());
   step(s, exec);
   s.schedule();  // a step in flight when the executor dies
-  std::vector<token_event> events = s.fail_all("executor on node 1 is down");
+  std::vector<token_event> events =
+      s.fail_all("executor on node 1 is down", failure_kind::unavailable);
   REQUIRE(events.size() == 3);
   for (const token_event& e : events) {
     CHECK(e.status == sequence_status::finished_error);
     CHECK(e.error == "executor on node 1 is down");
+    CHECK(e.failure == failure_kind::unavailable);
   }
   CHECK_FALSE(s.has_unfinished());
   CHECK(s.stats().num_free_blocks == free_at_start);

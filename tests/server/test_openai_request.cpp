@@ -194,42 +194,45 @@ TEST_CASE("API keys compare exactly") {
   CHECK(!key_matches("sk-one", {}));
 }
 
-TEST_CASE("router refusals map to HTTP statuses") {
-  CHECK(refusal_error("4096 requests are in flight, the limit (router.max_live_requests)").status ==
-        429);
-  CHECK(refusal_error("queue_full: 4096 requests waiting").status == 429);
-  CHECK(refusal_error("the server is shutting down").status == 503);
-  CHECK(refusal_error("the cluster is shutting down").status == 503);
-  CHECK(cluster_unavailable("lost the router: remote_link_unreachable"));
-  CHECK_FALSE(cluster_unavailable("the grammar of response_format does not compile"));
-  CHECK(refusal_error("no data-parallel group can serve; group 0: down").status == 503);
-  // a group that went down after the router picked it: a 400 invalid_request_error before
-  CHECK(refusal_error("group 1 is down: remote_link_unreachable").status == 503);
-  const api_error e =
-      refusal_error("prompt (10 tokens) + max_tokens (99999) exceeds the context of 4096 tokens");
+TEST_CASE("refusals and failures map to HTTP statuses by their kind, not their words") {
+  using di::runtime::failure_kind;
+  CHECK(refusal_error(failure_kind::overloaded, "queue_full: 4096 requests waiting").status == 429);
+  CHECK(refusal_error(failure_kind::overloaded, "queue_full: x").code == "rate_limit_exceeded");
+  const api_error down = refusal_error(failure_kind::unavailable, "group 1 is down: x");
+  CHECK(down.status == 503);
+  CHECK(down.code == "service_unavailable");
+  CHECK(refusal_error(failure_kind::internal, "logits hold nan").status == 500);
+  // The words no longer decide: a message that mentions shutting down, a limit or a stop
+  // string but comes as an invalid request is a 400 blaming the field its producer named.
+  const api_error e = refusal_error(
+      failure_kind::invalid, "stop: the cluster is shutting down, 4096 requests are in flight",
+      "temperature");
   CHECK(e.status == 400);
-  CHECK(e.param == "max_tokens");
-  CHECK(
-      refusal_error("prompt token 99999 (position 0) is outside the vocabulary [0, 1000)").param ==
-      "prompt");
-  CHECK(refusal_error("min_tokens must be <= max_tokens (2), got 5").param == "min_tokens");
-  CHECK(refusal_error("stop_token_ids must be token ids in [0, 128815), got 200000").param ==
-        "stop_token_ids");
-  CHECK(refusal_error("at most 16 stop strings are accepted").param == "stop");
-  // a grammar the executors refused names response_format, whatever words its reason has
-  CHECK(refusal_error("invalid_request: invalid response_format: regex: '(' at 1 is never closed "
-                      "before the prompt's stop")
-            .param == "response_format");
+  CHECK(e.param == "temperature");
+  CHECK(refusal_error(failure_kind::invalid, "the prompt is empty", "prompt").param == "prompt");
+  CHECK(refusal_error(failure_kind::invalid, "request id 3 is already live").param.empty());
+  CHECK(refusal_error(failure_kind::none, "?").status == 400);
   // A chat request that set max_completion_tokens is told about that field.
   const api_error c =
-      refusal_error("prompt (10 tokens) + max_tokens (99999) exceeds the context of 4096 tokens",
-                    "max_completion_tokens");
+      refusal_error(failure_kind::invalid,
+                    "prompt (10 tokens) + max_tokens (99999) exceeds the context of 4096 tokens",
+                    "max_tokens", "max_completion_tokens");
   CHECK(c.param == "max_completion_tokens");
   CHECK(std::string(c.what()).find("max_completion_tokens (99999)") != std::string::npos);
   CHECK(std::string(c.what()).find("max_tokens") == std::string::npos);
-  CHECK(
-      refusal_error("min_tokens must be <= max_tokens (2), got 5", "max_completion_tokens").param ==
-      "min_tokens");
+  CHECK(refusal_error(failure_kind::invalid, "min_tokens must be <= max_tokens (2), got 5",
+                      "min_tokens", "max_completion_tokens")
+            .param == "min_tokens");
+  // After acceptance: a grammar the runner could not follow is the request's (400), a
+  // generation cut off by the cluster a 503, anything else the engine's (500).
+  const api_error g =
+      generation_error(failure_kind::invalid, "the grammar refuses token 5", "response_format");
+  CHECK(g.status == 400);
+  CHECK(g.param == "response_format");
+  CHECK(g.code == "unsupported_parameter");
+  CHECK(generation_error(failure_kind::unavailable, "lost the router: x", "").status == 503);
+  CHECK(generation_error(failure_kind::internal, "logits hold nan", "").status == 500);
+  CHECK(generation_error(failure_kind::none, "?", "").status == 500);
 }
 
 TEST_CASE("text_offset: a token after a fragment that never completes begins after its U+FFFD") {
