@@ -10,6 +10,9 @@ Reads whichever of these are there (a missing one is reported as not measured):
   bench-decode-base-<preset>.log  (a bundled baseline build's decode in the same call: each
                                    common step beside this build's, as a same-call A/B)
   peer-v4-flash-L4.log                                   (bench/peer/transformers_v4.py)
+  gpu.txt                                                (nvidia-smi's card name: the targets are
+                                                          the H200's; on another card each verdict
+                                                          says so instead of MET / not met)
   bench_attention_decode.log, bench_kernels_cuda.log     (the per-kernel benchmarks)
 """
 import json
@@ -47,7 +50,13 @@ def decode_rows(lines):
     return rows
 
 
+CARD = "the H200"  # set by main from gpu.txt: the card the figures were measured on
+
+
 def verdict(ratio):
+    if CARD != "the H200":  # the issue's targets are for the H200 (its copy bandwidth)
+        return ("would be met" if ratio >= 1.0 else "would not be met") + \
+            f" -- measured on {CARD}, not the H200 the target is for"
     return "MET" if ratio >= 1.0 else "not met"
 
 
@@ -55,7 +64,10 @@ def main():
     if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):
         sys.exit("usage: acceptance-summary.py LOG_DIR (the logs of one scripts/gpu-forward.sh run)")
     d = sys.argv[1]
-    out = ["== issue 5 acceptance, from the logs in " + d + " =="]
+    global CARD
+    card = (read(os.path.join(d, "gpu.txt")) or [""])[0].strip()
+    CARD = "the H200" if "H200" in card else (card or "an unknown card (no gpu.txt)")
+    out = ["== issue 5 acceptance, from the logs in " + d + f" (on {CARD}) =="]
 
     decode = {preset: decode_rows(read(os.path.join(d, f"bench-decode-{preset}.log")))
               for preset in ("v41-flash-L4", "v4-flash-L4")}

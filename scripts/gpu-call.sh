@@ -32,7 +32,8 @@ fi
 if [[ $rc == 0 ]]; then
   OUT=$logs timeout "${DEEPINFER_CALL_TIMEOUT:-480}" scripts/gpu-forward.sh "$@" >"$logs/all.log" 2>&1
   echo "gpu-forward rc=$?"
-  # Each acceptance figure beside its target (whatever this call measured).
+  # Each acceptance figure beside its target (whatever this call measured), on which card.
+  nvidia-smi --query-gpu=name --format=csv,noheader >"$logs/gpu.txt" 2>/dev/null
   python3 scripts/acceptance-summary.py "$logs" 2>&1 | tee -a "$logs/all.log"
   cp "$logs/all.log" "$out/"
 fi

@@ -40,6 +40,7 @@ peer json {"model": "m", "context": 1024, "decode": [{"batch": 1, "ms_per_step":
      1      10        21.57      18.43       0.48        22       14.5         1.49
     64       2        62.11      60.27      30.70       494       45.0         1.20
 """,
+    "gpu.txt": "NVIDIA H200\n",
     "bench_kernels_cuda.log": """\
 V4.1 mxfp4 il routed w1 x384 b64 wg_gemm 235 experts N2304 K5120          2651.4 GB/s          555.5  copy 4234 GB/s                        0.63
 V4 mxfp4 il routed w2 x256 b64 wg_gemm 198 experts N4096 K2048          2558.4 GB/s          344.9  copy 4234 GB/s                        0.60
@@ -82,6 +83,17 @@ def main():
         check("v4-flash-L4 this build / the baseline build (same call), ms/step: b1 graphs 2.19 / "
               "2.25 (-2.7%), b64 graphs 9.01 / 8.80 (+2.4%)" in out, "baseline A/B line")
         check("v41-flash-L4 this build / the baseline" not in out, "no baseline log, no A/B line")
+        check("(on the H200) ==" in out, "the card named")
+        # Another card (the device tool may lend an H100): figures, but no MET / not met.
+        with open(os.path.join(d, "gpu.txt"), "w") as f:
+            f.write("NVIDIA H100 80GB HBM3\n")
+        other = run(d).stdout
+        check("(on NVIDIA H100 80GB HBM3) ==" in other, "the other card named")
+        check("MET" not in other and "not met" not in other, "no verdict on another card")
+        check("0.56 of it (would not be met -- measured on NVIDIA H100 80GB HBM3, not the H200 "
+              "the target is for)" in other, "the other card's b1 line")
+        os.remove(os.path.join(d, "gpu.txt"))
+        check("on an unknown card (no gpu.txt)" in run(d).stdout, "no card file")
         os.remove(os.path.join(d, "peer-v4-flash-L4.log"))
         check("peer comparison: not measured" in run(d).stdout, "missing peer log")
     with tempfile.TemporaryDirectory() as empty:
