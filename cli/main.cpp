@@ -45,6 +45,25 @@ std::string unknown_command(CLI::App& app) {
   return rest.front();
 }
 
+/// CLI11 reads "0x10", "0b11", "1'000" and " 5" as integers: every integer option of `app` and
+/// its subcommands takes plain decimal digits (an optional sign) instead, so a typo is an
+/// error naming the option rather than some other number.
+void require_decimal_integers(CLI::App& app) {
+  const CLI::Validator decimal(
+      [](std::string& s) -> std::string {
+        std::size_t i = s.size() > 1 && (s[0] == '-' || s[0] == '+') ? 1 : 0;
+        const bool digits =
+            i < s.size() && s.find_first_not_of("0123456789", i) == std::string::npos;
+        return digits ? std::string() : "'" + s + "' is not a whole decimal number";
+      },
+      "");
+  for (CLI::Option* o : app.get_options()) {
+    const std::string type = o->get_type_name();
+    if (type.rfind("INT", 0) == 0 || type.rfind("UINT", 0) == 0) o->check(decimal);
+  }
+  for (CLI::App* sub : app.get_subcommands({})) require_decimal_integers(*sub);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -53,6 +72,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "deepinfer " DEEPINFER_VERSION);
   app.footer("Run `deepinfer <command> --help` for the options of a command.");
   for (auto setup : di::cli::registered_commands()) setup(app);
+  require_decimal_integers(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

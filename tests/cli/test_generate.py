@@ -538,6 +538,20 @@ class GenerateTest(unittest.TestCase):
         p = run("make-model", "--preset", "tiny-v41", "--dry-run", "--seed", "18446744073709551615")
         self.assertEqual(p.returncode, 0, p.stderr)
 
+    def test_integer_options_take_decimal_digits_only(self):
+        # the parser read "0x10" as 16, "0b11" as 3, "1'000" as 1000 and " 5" as 5 (and "" as 0)
+        for value in ("0x10", "0b11", "1'000", " 5", "5 ", ""):
+            p = run("generate", "--model", MODEL, "--prompt", "x", "--max-tokens", value)
+            self.assertEqual(p.returncode, 2, (value, p.stderr))
+            self.assertEqual(error_lines(p),
+                             [f"error: --max-tokens: '{value}' is not a whole decimal number (see --help)"], value)
+        p = run("generate", "--model", MODEL, "--prompt", "x", "--max-tokens", "0x1", "--seed", "0x1")
+        self.assertEqual(p.returncode, 2, p.stderr)
+        for value in ("+2", "2"):  # a sign and digits stay fine
+            p = run("generate", "--model", MODEL, "--prompt", "x", "--max-tokens", value, "--json")
+            self.assertEqual(p.returncode, 0, (value, p.stderr))
+            self.assertEqual(len(json.loads(p.stdout)["output_ids"]), 2)
+
     def test_bench_lists_take_positive_integers_only(self):
         # each used to be truncated ("1e2" ran batch 1) or, for "1,", accepted
         for flag, value, why in (("--batch", "1e2", "'1e2' is not a positive integer"),
