@@ -49,8 +49,14 @@ std::string describe(const caf::error& err) {
   const caf::message& ctx = err.context();
   for (std::size_t i = 0; i < ctx.size(); ++i)
     if (ctx.match_element<std::string>(i)) return ctx.get_as<std::string>(i);
-  if (err.category() == caf::atom("exit"))
-    return caf::to_string(static_cast<caf::exit_reason>(err.code()));
+  if (err.category() == caf::atom("exit")) {
+    const auto reason = static_cast<caf::exit_reason>(err.code());
+    // CAF gives a remote actor whose node vanished without a word (killed, crashed, a
+    // connection reset) this reason: "lost the router: unknown" said nothing to act on.
+    if (reason == caf::exit_reason::unknown)
+      return "its node went away without a reason (the process ended or the connection broke)";
+    return caf::to_string(reason);
+  }
   if (err.category() == caf::atom("system"))
     return caf::to_string(static_cast<caf::sec>(err.code()));
   return caf::to_string(err);

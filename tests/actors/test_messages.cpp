@@ -91,6 +91,45 @@ TEST_CASE("token events keep null prompt-logprob entries and the stop token") {
   CHECK(f.stop_token == std::optional<std::int32_t>(1));
 }
 
+TEST_CASE("a failure's kind and blamed field travel with refusals, results and events") {
+  test_system ts;
+  actors::submit_reply r{.accepted = false,
+                         .error = "top_p must be in (0, 1], got 2",
+                         .kind = runtime::failure_kind::invalid,
+                         .param = "top_p"};
+  actors::submit_reply r2;
+  REQUIRE_FALSE(load(ts.sys, save(ts.sys, r), r2));
+  CHECK(r2.kind == runtime::failure_kind::invalid);
+  CHECK(r2.param == "top_p");
+  runtime::token_event e{.request_id = 1,
+                         .status = runtime::sequence_status::finished_error,
+                         .error = "response_format: the grammar refuses output token 7",
+                         .failure = runtime::failure_kind::invalid,
+                         .failure_param = "response_format"};
+  actors::client_events out;
+  REQUIRE_FALSE(load(ts.sys, save(ts.sys, actors::client_events{{e}}), out));
+  REQUIRE(out.events.size() == 1);
+  CHECK(out.events[0].failure == runtime::failure_kind::invalid);
+  CHECK(out.events[0].failure_param == "response_format");
+  runtime::admission_result a{runtime::admission_status::too_long, "long", "prompt"};
+  runtime::admission_result a2;
+  REQUIRE_FALSE(load(ts.sys, save(ts.sys, a), a2));
+  CHECK(a2.status == runtime::admission_status::too_long);
+  CHECK(a2.param == "prompt");
+  runtime::sequence_output o{.seq_id = 3, .error = "x", .error_param = "response_format"};
+  runtime::sequence_output o2;
+  REQUIRE_FALSE(load(ts.sys, save(ts.sys, o), o2));
+  CHECK(o2.error_param == "response_format");
+}
+
+TEST_CASE("describe: a node gone without a reason is said so, not 'unknown'") {
+  const std::string gone = actors::describe(caf::make_error(caf::exit_reason::unknown));
+  CHECK(gone.find("went away without a reason") != std::string::npos);
+  CHECK(gone.find("unknown") == std::string::npos);
+  CHECK(actors::describe(caf::make_error(caf::exit_reason::remote_link_unreachable)) ==
+        "remote_link_unreachable");
+}
+
 TEST_CASE("infinite and NaN floating-point values travel unchanged") {
   // CAF 0.17's own float encoding never returns for an infinity (the sender's thread spun
   // forever on `client --temperature inf`) and turns NaN into -1; they travel as bits now, and
