@@ -64,6 +64,46 @@ void group_edges(const compiled_grammar& g, const byte_classes& classes, state_i
             [](const auto& x, const auto& y) { return x.second.words < y.second.words; });
 }
 
+/// Each state's byte transitions as (target state, the union of the bytes that lead there),
+/// worked out once: the refinement rounds below regroup them by the targets' signatures every
+/// round, and walking every byte class of every state each round (a next() lookup and a
+/// linear search per class) was most of a schema's compile time (perf, session 43).
+struct state_targets {
+  std::vector<std::size_t> begin;  // [num_states + 1] into `entries`
+  std::vector<std::pair<state_id, byte_set>> entries;
+  state_targets(const compiled_grammar& g, const byte_classes& classes) {
+    const std::size_t n = g.num_states();
+    begin.assign(n + 1, 0);
+    std::vector<std::pair<state_id, byte_set>> row;
+    for (state_id s = 0; s < n; ++s) {
+      group_edges(
+          g, classes, s, [](state_id t) { return t; }, row);
+      entries.insert(entries.end(), row.begin(), row.end());
+      begin[s + 1] = entries.size();
+    }
+  }
+};
+
+/// group_edges from the targets worked out beforehand: the same (key, bytes) list. A key's
+/// bytes are the union over the targets with that key, which is the union over the byte
+/// classes that reach them; keys' byte sets are disjoint, so the sort leaves one order.
+template <class Key, class KeyOf>
+void group_targets(const state_targets& targets, state_id s, KeyOf key_of,
+                   std::vector<std::pair<Key, byte_set>>& out) {
+  out.clear();
+  for (std::size_t i = targets.begin[s]; i < targets.begin[s + 1]; ++i) {
+    const auto& [t, bytes] = targets.entries[i];
+    const Key key = key_of(t);
+    auto it = std::find_if(out.begin(), out.end(), [&](const auto& e) { return e.first == key; });
+    if (it == out.end())
+      out.push_back({key, bytes});
+    else
+      it->second |= bytes;
+  }
+  std::sort(out.begin(), out.end(),
+            [](const auto& x, const auto& y) { return x.second.words < y.second.words; });
+}
+
 using edge = std::pair<state_signature, byte_set>;  // (target signature, bytes)
 
 /// Round 0: what a state shows without looking at its successors.
@@ -84,6 +124,7 @@ std::vector<state_signature> compute_state_signatures(const compiled_grammar& g,
                                                       std::size_t max_work) {
   const std::size_t n = g.num_states();
   const byte_classes byte_class_table(g);
+  const state_targets targets(g, byte_class_table);
   std::vector<state_signature> h = initial(g), next(n);
   std::size_t classes = 0, work = 0;
   std::vector<edge> edges;
@@ -94,8 +135,8 @@ std::vector<state_signature> compute_state_signatures(const compiled_grammar& g,
   };
   for (;;) {
     for (state_id s = 0; s < n; ++s) {
-      group_edges(
-          g, byte_class_table, s, [&](state_id t) { return h[t]; }, edges);
+      group_targets(
+          targets, s, [&](state_id t) { return h[t]; }, edges);
       calls.clear();
       for (const call_edge& c : g.calls(s)) calls.push_back({h[g.start(c.rule)], h[c.target]});
       std::sort(calls.begin(), calls.end(), [&](const auto& x, const auto& y) {
@@ -260,6 +301,7 @@ std::vector<state_id> token_equivalence_classes(const compiled_grammar& g,
                                                 std::uint32_t max_token_bytes) {
   const std::size_t n = g.num_states();
   const byte_classes byte_class_table(g);
+  const state_targets targets(g, byte_class_table);
   const std::vector<state_signature> h0 = bounded_initial(g, exact);
   std::vector<state_signature> h = h0, next(n);
   std::vector<edge> edges;
@@ -269,8 +311,8 @@ std::vector<state_id> token_equivalence_classes(const compiled_grammar& g,
   // After round d, equal signatures mean equal behaviour for inputs of up to d bytes.
   for (std::uint32_t round = 0; round < max_token_bytes; ++round) {
     for (state_id s = 0; s < n; ++s) {
-      group_edges(
-          g, byte_class_table, s, [&](state_id t) { return h[t]; }, edges);
+      group_targets(
+          targets, s, [&](state_id t) { return h[t]; }, edges);
       state_signature x = mix(h0[s], 0xB17E);
       for (const auto& [target, bytes] : edges) x = mix(mix(mix(x, target.a), target.b), bytes);
       // A call of a rule that reads at least one byte: the callee compares exactly, the return
