@@ -45,6 +45,23 @@ struct byte_classes {
 
 /// The byte transitions of `s` as (key of the target, bytes) with one entry per key (the union
 /// of its bytes), sorted by byte set.
+template <class Key>
+void add_grouped(std::vector<std::pair<Key, byte_set>>& out, const Key& key,
+                 const byte_set& bytes) {
+  auto it = std::find_if(out.begin(), out.end(), [&](const auto& e) { return e.first == key; });
+  if (it == out.end())
+    out.push_back({key, bytes});
+  else
+    it->second |= bytes;
+}
+
+/// Sorted by byte set: the keys' sets are disjoint, so one order whatever the insertion order.
+template <class Key>
+void sort_grouped(std::vector<std::pair<Key, byte_set>>& out) {
+  std::sort(out.begin(), out.end(),
+            [](const auto& x, const auto& y) { return x.second.words < y.second.words; });
+}
+
 template <class Key, class KeyOf>
 void group_edges(const compiled_grammar& g, const byte_classes& classes, state_id s, KeyOf key_of,
                  std::vector<std::pair<Key, byte_set>>& out) {
@@ -52,16 +69,9 @@ void group_edges(const compiled_grammar& g, const byte_classes& classes, state_i
   if (!g.has_bytes(s)) return;
   for (int c = 0; c < g.num_byte_classes(); ++c) {
     const state_id t = g.next(s, classes.rep[std::size_t(c)]);
-    if (t == k_dead_state) continue;
-    const Key key = key_of(t);
-    auto it = std::find_if(out.begin(), out.end(), [&](const auto& e) { return e.first == key; });
-    if (it == out.end())
-      out.push_back({key, classes.bytes[std::size_t(c)]});
-    else
-      it->second |= classes.bytes[std::size_t(c)];
+    if (t != k_dead_state) add_grouped(out, Key(key_of(t)), classes.bytes[std::size_t(c)]);
   }
-  std::sort(out.begin(), out.end(),
-            [](const auto& x, const auto& y) { return x.second.words < y.second.words; });
+  sort_grouped(out);
 }
 
 /// Each state's byte transitions as (target state, the union of the bytes that lead there),
@@ -91,17 +101,9 @@ template <class Key, class KeyOf>
 void group_targets(const state_targets& targets, state_id s, KeyOf key_of,
                    std::vector<std::pair<Key, byte_set>>& out) {
   out.clear();
-  for (std::size_t i = targets.begin[s]; i < targets.begin[s + 1]; ++i) {
-    const auto& [t, bytes] = targets.entries[i];
-    const Key key = key_of(t);
-    auto it = std::find_if(out.begin(), out.end(), [&](const auto& e) { return e.first == key; });
-    if (it == out.end())
-      out.push_back({key, bytes});
-    else
-      it->second |= bytes;
-  }
-  std::sort(out.begin(), out.end(),
-            [](const auto& x, const auto& y) { return x.second.words < y.second.words; });
+  for (std::size_t i = targets.begin[s]; i < targets.begin[s + 1]; ++i)
+    add_grouped(out, Key(key_of(targets.entries[i].first)), targets.entries[i].second);
+  sort_grouped(out);
 }
 
 using edge = std::pair<state_signature, byte_set>;  // (target signature, bytes)
