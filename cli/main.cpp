@@ -45,21 +45,41 @@ std::string unknown_command(CLI::App& app) {
   return rest.front();
 }
 
-/// CLI11 reads "0x10", "0b11", "1'000" and " 5" as integers: every integer option of `app` and
-/// its subcommands takes plain decimal digits (an optional sign) instead, so a typo is an
+/// CLI11 reads "0x10", "0b11", "1'000" and " 5" as integers, "010" as octal 8, and wraps "-1"
+/// or saturates 2^64 into an unsigned option: every integer option of `app` and its
+/// subcommands takes plain decimal digits instead (an optional sign; none below zero for an
+/// unsigned one; within 64 bits), leading zeros dropped before CLI11 converts, so a typo is an
 /// error naming the option rather than some other number.
-void require_decimal_integers(CLI::App& app) {
-  const CLI::Validator decimal(
-      [](std::string& s) -> std::string {
-        std::size_t i = s.size() > 1 && (s[0] == '-' || s[0] == '+') ? 1 : 0;
-        const bool digits =
-            i < s.size() && s.find_first_not_of("0123456789", i) == std::string::npos;
-        return digits ? std::string() : "'" + s + "' is not a whole decimal number";
+CLI::Validator decimal_integer(bool is_unsigned) {
+  return CLI::Validator(
+      [is_unsigned](std::string& s) -> std::string {
+        const bool negative = !s.empty() && s[0] == '-';
+        const std::size_t i = !s.empty() && (s[0] == '-' || s[0] == '+') ? 1 : 0;
+        if (i >= s.size() || s.find_first_not_of("0123456789", i) != std::string::npos)
+          return "'" + s + "' is not a whole decimal number";
+        std::string digits = s.substr(i);
+        digits.erase(0, std::min(digits.find_first_not_of('0'), digits.size() - 1));
+        if (is_unsigned && negative && digits != "0") return "'" + s + "' is below zero";
+        // 64-bit limits, compared as digit strings (same length: lexicographic = numeric).
+        const std::string limit = is_unsigned ? "18446744073709551615"
+                                  : negative  ? "9223372036854775808"
+                                              : "9223372036854775807";
+        if (digits.size() > limit.size() || (digits.size() == limit.size() && digits > limit))
+          return "'" + s + "' is out of range";
+        s = (negative && digits != "0" ? "-" : "") + digits;
+        return {};
       },
       "");
+}
+
+void require_decimal_integers(CLI::App& app) {
   for (CLI::Option* o : app.get_options()) {
     const std::string type = o->get_type_name();
-    if (type.rfind("INT", 0) == 0 || type.rfind("UINT", 0) == 0) o->check(decimal);
+    if (type.find(":SIZE") != std::string::npos) continue;  // "4GiB": CLI::AsSizeValue reads it
+    if (type.rfind("INT", 0) == 0)
+      o->transform(decimal_integer(false));
+    else if (type.rfind("UINT", 0) == 0)
+      o->transform(decimal_integer(true));
   }
   for (CLI::App* sub : app.get_subcommands({})) require_decimal_integers(*sub);
 }

@@ -103,6 +103,14 @@ std::optional<admission_result> scheduler::invalid_reason(const request& r) cons
                                         "context is {} tokens including the output",
                                         prompt, config_.max_model_len),
                             "prompt"};
+  // Waiting requests may hold max_queued_tokens tokens: a longer prompt could never wait, so
+  // "queued_tokens_full, retry later" would be said to it forever.
+  if (prompt > config_.max_queued_tokens)
+    return admission_result{too_long,
+                            fmt::format("the prompt has {} tokens; waiting requests may hold at "
+                                        "most {} (scheduler.max_queued_tokens)",
+                                        prompt, config_.max_queued_tokens),
+                            "prompt"};
   return std::nullopt;
 }
 

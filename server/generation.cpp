@@ -99,7 +99,8 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     if (!reply.accepted) {
       c.is_ended = true;
       c.error = reply.error;
-      fail(refusal_error(reply.kind, reply.error, reply.param, req_.max_tokens_name));
+      fail(refusal_error(reply.kind, reply.error, reply.param, req_.max_tokens_name,
+                         logprobs_name()));
       return ended();
     }
     c.is_accepted = true;
@@ -114,7 +115,7 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
       c.is_ended = true;
       c.error = events.back().error;
       fail(refusal_error(events.back().failure, c.error, events.back().failure_param,
-                         req_.max_tokens_name));
+                         req_.max_tokens_name, logprobs_name()));
       return ended();
     }
     for (runtime::token_event& e : events) {
@@ -323,7 +324,8 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
           session_->send("data: " + dump(e.body()) + "\n\ndata: [DONE]\n\n");
           return session_->end_stream();
         }
-        return session_->respond_error(e);
+        // (A 503 here -- cut off by the cluster -- had no Retry-After.)
+        return session_->respond_error(e, retry_headers(e));
       }
     if (is_streaming_) {
       if (req_.include_usage)
@@ -383,15 +385,25 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     if (is_failed_ || is_complete_) return;
     is_failed_ = true;
     if (job_) job_->abort();
-    detail::header_list extra;
-    if (e.status == 429 || e.status == 503)
-      extra.push_back({"Retry-After", std::to_string(ctx_.settings.retry_after_s)});
     if (is_streaming_) {
       session_->send("data: " + dump(e.body()) + "\n\ndata: [DONE]\n\n");
       session_->end_stream();
     } else {
-      session_->respond_error(e, extra);
+      session_->respond_error(e, retry_headers(e));
     }
+  }
+
+  /// The request's field for the number of top logprobs: chat's `logprobs` is a switch.
+  std::string_view logprobs_name() const {
+    return req_.kind == api_kind::chat ? "top_logprobs" : "logprobs";
+  }
+
+  /// Retry-After on a 429 or 503, as the README promises for every one.
+  detail::header_list retry_headers(const api_error& e) const {
+    detail::header_list extra;
+    if (e.status == 429 || e.status == 503)
+      extra.push_back({"Retry-After", std::to_string(ctx_.settings.retry_after_s)});
+    return extra;
   }
 
   void on_client_gone() {
@@ -421,9 +433,15 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
 }  // namespace
 
 api_error refusal_error(runtime::failure_kind kind, const std::string& message,
-                        const std::string& param, std::string_view max_tokens_name) {
+                        const std::string& param, std::string_view max_tokens_name,
+                        std::string_view logprobs_name) {
   using runtime::failure_kind;
   std::string m = message;
+  std::string blamed = param;
+  if (param == "logprobs" && logprobs_name != "logprobs") {  // "logprobs must be <= 20 ..."
+    if (m.starts_with("logprobs")) m.replace(0, std::string_view("logprobs").size(), logprobs_name);
+    blamed = logprobs_name;
+  }
   if (max_tokens_name != "max_tokens")
     for (std::size_t at = m.find("max_tokens"); at != std::string::npos;
          at = m.find("max_tokens", at + max_tokens_name.size()))
@@ -440,7 +458,7 @@ api_error refusal_error(runtime::failure_kind kind, const std::string& message,
     case failure_kind::invalid:
       break;
   }
-  return api_error(400, m, param == "max_tokens" ? std::string(max_tokens_name) : param);
+  return api_error(400, m, blamed == "max_tokens" ? std::string(max_tokens_name) : blamed);
 }
 
 api_error generation_error(runtime::failure_kind kind, const std::string& message,

@@ -25,10 +25,12 @@ void start_generation(const std::shared_ptr<detail::http_session>& session,
 /// gave it (runtime::failure_kind, not the message's words): overloaded 429, unavailable 503,
 /// internal 500, invalid 400 with `param` (the field the refusal blames). `max_tokens_name` is
 /// the request's field for the token limit (chat may use max_completion_tokens); the message
-/// and param name it in place of max_tokens.
+/// and param name it in place of max_tokens. `logprobs_name` likewise for the number of top
+/// logprobs (chat's top_logprobs: its `logprobs` is a switch).
 api_error refusal_error(runtime::failure_kind kind, const std::string& message,
                         const std::string& param = {},
-                        std::string_view max_tokens_name = "max_tokens");
+                        std::string_view max_tokens_name = "max_tokens",
+                        std::string_view logprobs_name = "logprobs");
 
 /// The HTTP error for a generation that failed after it was accepted (its final event's
 /// failure kind): invalid 400 (a response_format the grammar could not follow), unavailable

@@ -376,6 +376,9 @@ class GenerateTest(unittest.TestCase):
         p = run("make-model", "--preset", "tiny-v41", "--out", os.path.join(WORK, "neg"), "--max-shard-size", "-5")
         self.assertEqual(p.returncode, 2)
         self.assertIn("--max-shard-size: must not be negative", error_lines(p)[0])
+        for size in ("500MB", "4GiB", "20000000"):  # sizes with units are not decimal integers
+            p = run("make-model", "--preset", "tiny-v41", "--dry-run", "--max-shard-size", size)
+            self.assertEqual(p.returncode, 0, (size, p.stderr))
         # client --logprobs without --json was ignored (generate refuses it)
         p = run("client", "--connect", "127.0.0.1:1", "--prompt", "hi", "--logprobs", "2")
         self.assertEqual(p.returncode, 1)
@@ -530,10 +533,12 @@ class GenerateTest(unittest.TestCase):
 
     def test_make_model_seed_out_of_range_is_refused(self):
         # the parser used to wrap -1 and clamp 2^64 and above to 2^64 - 1
-        for seed in ("-1", "18446744073709551616", "99999999999999999999999", "1x", ""):
+        for seed, why in (("-1", "is below zero"), ("18446744073709551616", "is out of range"),
+                          ("99999999999999999999999", "is out of range"),
+                          ("1x", "is not a whole decimal number"), ("", "is not a whole decimal number")):
             p = run("make-model", "--preset", "tiny-v41", "--out", os.path.join(WORK, "seed"), "--seed", seed)
             self.assertEqual(p.returncode, 2, seed)
-            self.assertEqual(error_lines(p), ["error: --seed: must be an integer in [0, 2^64) (see --help)"], seed)
+            self.assertEqual(error_lines(p), [f"error: --seed: '{seed}' {why} (see --help)"], seed)
         self.assertFalse(os.path.exists(os.path.join(WORK, "seed")))
         p = run("make-model", "--preset", "tiny-v41", "--dry-run", "--seed", "18446744073709551615")
         self.assertEqual(p.returncode, 0, p.stderr)
@@ -547,10 +552,24 @@ class GenerateTest(unittest.TestCase):
                              [f"error: --max-tokens: '{value}' is not a whole decimal number (see --help)"], value)
         p = run("generate", "--model", MODEL, "--prompt", "x", "--max-tokens", "0x1", "--seed", "0x1")
         self.assertEqual(p.returncode, 2, p.stderr)
-        for value in ("+2", "2"):  # a sign and digits stay fine
+        for value in ("+2", "2", "002"):  # a sign and digits stay fine
             p = run("generate", "--model", MODEL, "--prompt", "x", "--max-tokens", value, "--json")
             self.assertEqual(p.returncode, 0, (value, p.stderr))
             self.assertEqual(len(json.loads(p.stdout)["output_ids"]), 2)
+        # a leading zero is not octal (CLI11 read "010" as 8)
+        p = run("generate", "--model", MODEL, "--prompt", "x", "--max-tokens", "010", "--ignore-eos",
+                "--seed", "010", "--json")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(len(json.loads(p.stdout)["output_ids"]), 10)
+        self.assertEqual(json.loads(p.stdout)["seed"], 10)
+        # an unsigned option below zero or past 64 bits is refused, not wrapped or saturated
+        for value, why in (("-1", "is below zero"), ("18446744073709551616", "is out of range")):
+            p = run("generate", "--model", MODEL, "--prompt", "x", "--seed", value)
+            self.assertEqual(p.returncode, 2, (value, p.stderr))
+            self.assertEqual(error_lines(p), [f"error: --seed: '{value}' {why} (see --help)"], value)
+        p = run("generate", "--model", MODEL, "--prompt", "x", "--max-tokens", "9223372036854775808")
+        self.assertEqual(error_lines(p),
+                         ["error: --max-tokens: '9223372036854775808' is out of range (see --help)"])
 
     def test_bench_lists_take_positive_integers_only(self):
         # each used to be truncated ("1e2" ran batch 1) or, for "1,", accepted

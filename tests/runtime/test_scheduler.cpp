@@ -142,6 +142,11 @@ TEST_CASE("beyond the admission limits add_request refuses at once and changes n
   r = t.add_request(make_request(9, prompt_tokens(9, 64), 4));
   CHECK(r.status == admission_status::too_long);
   CHECK(r.param == "prompt");
+  // Longer than the waiting requests may hold: never admissible, so no "retry later".
+  r = t.add_request(make_request(9, prompt_tokens(9, 26), 4));
+  CHECK(r.status == admission_status::too_long);
+  CHECK(failure_of(r.status) == failure_kind::invalid);
+  CHECK(r.message.find("scheduler.max_queued_tokens") != std::string::npos);
   request bad_stop = make_request(9, {1}, 4);
   bad_stop.params.stop = {""};
   r = t.add_request(bad_stop);
@@ -162,7 +167,7 @@ TEST_CASE("beyond the admission limits add_request refuses at once and changes n
   CHECK(r.status == admission_status::invalid_request);
   CHECK(r.param == "max_tokens");
   CHECK(failure_of(admission_status::unavailable) == failure_kind::unavailable);
-  CHECK(t.counters().num_refused == 9);
+  CHECK(t.counters().num_refused == 10);
   CHECK(t.num_waiting() == 2);
   CHECK_FALSE(t.status_of(9));
 }

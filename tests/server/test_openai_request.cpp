@@ -223,6 +223,17 @@ TEST_CASE("refusals and failures map to HTTP statuses by their kind, not their w
   CHECK(refusal_error(failure_kind::invalid, "min_tokens must be <= max_tokens (2), got 5",
                       "min_tokens", "max_completion_tokens")
             .param == "min_tokens");
+  // Chat's number of top logprobs is top_logprobs (its logprobs is a switch): named so.
+  const api_error t =
+      refusal_error(failure_kind::invalid, "logprobs must be <= 3 (the limit max_logprobs), got 4",
+                    "logprobs", "max_tokens", "top_logprobs");
+  CHECK(t.param == "top_logprobs");
+  CHECK(std::string(t.what()) == "top_logprobs must be <= 3 (the limit max_logprobs), got 4");
+  CHECK(refusal_error(failure_kind::invalid, "prompt_logprobs must be >= 0, got -1",
+                      "prompt_logprobs", "max_tokens", "top_logprobs")
+            .param == "prompt_logprobs");
+  CHECK(refusal_error(failure_kind::invalid, "logprobs must be >= 0, got -1", "logprobs").param ==
+        "logprobs");
   // After acceptance: a grammar the runner could not follow is the request's (400), a
   // generation cut off by the cluster a 503, anything else the engine's (500).
   const api_error g =

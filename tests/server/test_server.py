@@ -733,7 +733,7 @@ def stop_signal_drains_in_flight(srv, c):
 @test
 def front_end_of_launched_cluster(srv, c):
     """serve --config FILE in front of `deepinfer launch FILE` (toy runner); 503 once it is gone."""
-    launch, path = launch_cluster(srv, "srvtest", 'runner = "toy"\n',
+    launch, path = launch_cluster(srv, "srvtest", 'runner = "toy"\ntoy.step_ms = 20\n',
                                   'api_keys = ["k-launched"]\nmodel_name = "toy"\n')
     front = None
     try:
@@ -742,8 +742,22 @@ def front_end_of_launched_cluster(srv, c):
         r = fc.completions.create(model="toy", prompt="hello", max_tokens=5, extra_body={"ignore_eos": True})
         assert r.usage.completion_tokens == 5
         assert front.request("GET", "/ready")[0] == 200
+        # a generation cut off by the cluster going away: 503 with Retry-After (it had none)
+        import threading
+        cut = {}
+        long = threading.Thread(target=lambda: cut.update(r=front.request(
+            "POST", "/v1/completions", {"model": "toy", "prompt": "long", "max_tokens": 1000,
+                                        "ignore_eos": True},
+            headers={"Authorization": "Bearer k-launched"})))
+        long.start()
+        time.sleep(1.0)
         launch.terminate()
         launch.wait(60)
+        long.join(30)
+        status, headers, body = cut["r"]
+        assert status == 503, (status, body)
+        assert "retry-after" in headers, headers
+        assert json.loads(body)["error"]["code"] == "service_unavailable", body
         expect_status(lambda: fc.completions.create(model="toy", prompt="x", max_tokens=2), 503,
                       code="service_unavailable")
         t0 = time.time()
