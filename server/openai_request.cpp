@@ -306,13 +306,27 @@ request_json parse_body(std::string_view body, const server_settings& limits) {
   return std::move(j);
 }
 
+/// max_tokens and max_completion_tokens (either endpoint; the second wins where both are set,
+/// as in vLLM): both are checked, so a bad one beside a good one is a 400, not ignored -- and
+/// completions took max_completion_tokens without reading it at all.
+static void read_max_tokens(field_reader& f, generation_request& r) {
+  const auto t = f.integer("max_tokens", 1, max_token_budget);
+  if (auto m = f.integer("max_completion_tokens", 1, max_token_budget)) {
+    r.params.max_tokens = int(*m);
+    r.max_tokens_name = "max_completion_tokens";
+  } else if (t) {
+    r.params.max_tokens = int(*t);
+  }
+}
+
 generation_request parse_completion_request(const json& body, const server_settings& limits) {
   field_reader f(body);
   generation_request r{.kind = api_kind::completion};
   read_common(f, r, limits);
   r.prompts = read_prompts(f.find("prompt"));
   if (r.prompts.size() > 64) bad_param("prompt", "at most 64 prompts are accepted in one request");
-  r.params.max_tokens = int(f.integer("max_tokens", 1, max_token_budget).value_or(16));
+  read_max_tokens(f, r);
+  if (!r.params.max_tokens) r.params.max_tokens = 16;  // OpenAI's default for completions
   r.echo = f.boolean("echo").value_or(false);
   if (auto lp = f.integer("logprobs", 0, limits.max_top_logprobs)) r.logprobs = int(*lp);
   if (f.boolean("add_special_tokens") == false)
@@ -327,11 +341,7 @@ generation_request parse_chat_request(const json& body, const server_settings& l
   generation_request r{.kind = api_kind::chat};
   read_common(f, r, limits);
   r.messages = read_messages(f.find("messages"));
-  if (auto m = f.integer("max_completion_tokens", 1, max_token_budget)) {
-    r.params.max_tokens = int(*m);
-    r.max_tokens_name = "max_completion_tokens";
-  } else if (auto t = f.integer("max_tokens", 1, max_token_budget))
-    r.params.max_tokens = int(*t);
+  read_max_tokens(f, r);
   const bool logprobs = f.boolean("logprobs").value_or(false);
   auto top = f.integer("top_logprobs", 0, limits.max_top_logprobs);
   if (top && !logprobs) bad_param("top_logprobs", "'top_logprobs' needs 'logprobs': true");

@@ -108,6 +108,21 @@ TEST_CASE("chat fields: max_completion_tokens wins, logprobs and top_logprobs, c
   CHECK(r.messages[0]["content"] == "ab");
   CHECK(!parse_chat_request(json::parse(R"({"messages": [{"role": "user", "content": "q"}]})"), s)
              .params.max_tokens);
+  // A bad max_tokens beside a good max_completion_tokens is a 400 (it was never read).
+  CHECK(param_of(R"({"messages": [{"role": "user", "content": "q"}], "max_tokens": "abc",
+                     "max_completion_tokens": 5})",
+                 true) == "max_tokens");
+  CHECK(param_of(R"({"messages": [{"role": "user", "content": "q"}], "max_tokens": -1,
+                     "max_completion_tokens": 5})",
+                 true) == "max_tokens");
+  // Completions take max_completion_tokens too (it was silently ignored, 0 and "3" included).
+  const generation_request c =
+      parse_completion_request(json::parse(R"({"prompt": "x", "max_completion_tokens": 5})"), s);
+  CHECK(c.params.max_tokens == 5);
+  CHECK(c.max_tokens_name == "max_completion_tokens");
+  CHECK(parse_completion_request(json::parse(R"({"prompt": "x"})"), s).params.max_tokens == 16);
+  CHECK(param_of(R"({"prompt": "x", "max_completion_tokens": 0})") == "max_completion_tokens");
+  CHECK(param_of(R"({"prompt": "x", "max_completion_tokens": "3"})") == "max_completion_tokens");
 }
 
 TEST_CASE("every invalid field is a 400 naming it") {
