@@ -52,11 +52,16 @@ std::optional<invalid_request> check_tokens(const router_state& st, const submit
   if (st.params.limits.max_prompt_tokens > 0)
     max_prompt = std::min(max_prompt, st.params.limits.max_prompt_tokens);
   const std::int64_t n = std::int64_t(req.prompt_ids.size());
-  if (n > max_prompt)
-    return invalid_request{fmt::format("the prompt has {} tokens; at most {} are accepted (the "
-                                       "context is {} tokens including the output)",
-                                       n, max_prompt, context),
-                           "prompt"};
+  if (n > max_prompt)  // name the limit that set it: the context, or router.max_prompt_tokens
+    return invalid_request{
+        max_prompt < context - 1
+            ? fmt::format("the prompt has {} tokens; at most {} are accepted "
+                          "(router.max_prompt_tokens)",
+                          n, max_prompt)
+            : fmt::format("the prompt has {} tokens; at most {} are accepted (the context is {} "
+                          "tokens including the output)",
+                          n, max_prompt, context),
+        "prompt"};
   for (std::size_t i = 0; i < req.prompt_ids.size(); ++i)
     if (req.prompt_ids[i] < 0 || req.prompt_ids[i] >= st.params.vocab_size)
       return invalid_request{

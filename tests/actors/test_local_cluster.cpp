@@ -82,6 +82,23 @@ TEST_CASE("a KV pool too small for the load preempts, and outputs are unchanged"
   CHECK(status.groups[0].stats.counters.num_preemptions > 0);
 }
 
+TEST_CASE("a prompt over router.max_prompt_tokens is refused naming that limit") {
+  test_system ts;
+  const cluster_config c = toy_config({"router.max_prompt_tokens=10"});
+  actors::local_cluster cluster(ts.sys, {.config = c, .assets = toy_assets(c)});
+  const auto out = actors::run_requests(
+      ts.sys, cluster.router(),
+      {ids_request(random_prompt(7, 11), 2), ids_request(random_prompt(8, 10), 2)}, 2);
+  REQUIRE(out.size() == 2);
+  CHECK_FALSE(out[0].reply.accepted);
+  CHECK(out[0].reply.kind == runtime::failure_kind::invalid);
+  CHECK(out[0].reply.param == "prompt");
+  CHECK(out[0].error ==
+        "the prompt has 11 tokens; at most 10 are accepted (router.max_prompt_tokens)");
+  CHECK(out[1].reply.accepted);
+  CHECK(out[1].finish_reason() == "length");
+}
+
 TEST_CASE("a request sharing a long prefix hits the cache and skips that prefill") {
   std::vector<std::int32_t> shared = random_prompt(99, 224);
   std::vector<std::int32_t> a = shared, b = shared;
