@@ -122,8 +122,7 @@ void setup_make_model(CLI::App& app) {
   sub->add_option("--out", opts->out, "Output folder (created if missing)");
   sub->add_option("--seed", opts->seed,
                   "Seed of the weights in [0, 2^64); the same seed gives the same bytes")
-      ->capture_default_str()
-      ->check(di::cli::seed_validator());
+      ->capture_default_str();
   sub->add_flag("--force", opts->force,
                 "Replace the checkpoint files (config, tokenizer, *.safetensors, index) of a "
                 "non-empty output folder");

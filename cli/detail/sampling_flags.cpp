@@ -4,7 +4,6 @@
 
 #include <CLI/CLI.hpp>
 
-#include <charconv>
 #include <string>
 
 namespace di::cli {
@@ -16,18 +15,6 @@ runtime::sampling_params sampling_flags::to_params() const {
   p.logprobs = logprobs;
   p.prompt_logprobs = prompt_logprobs;
   return p;
-}
-
-CLI::Validator seed_validator() {
-  return CLI::Validator(
-      [](std::string& s) {  // the parser wraps "-1" and clamps 2^64 to 2^64 - 1
-        std::uint64_t v = 0;
-        const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-        return !s.empty() && ec == std::errc() && end == s.data() + s.size()
-                   ? std::string()
-                   : "must be an integer in [0, 2^64)";
-      },
-      "UINT64");
 }
 
 void add_sampling_flags(CLI::App& sub, sampling_flags& f) {
@@ -43,8 +30,7 @@ void add_sampling_flags(CLI::App& sub, sampling_flags& f) {
   sub.add_option("--frequency-penalty", p.frequency_penalty, "OpenAI frequency penalty [-2, 2]");
   sub.add_option("--seed", f.seed,
                  "Random seed in [0, 2^64) (same seed, same output; default: a random one, "
-                 "printed with the result)")
-      ->check(seed_validator());
+                 "printed with the result)");
   sub.add_option("--stop", p.stop, "Stop string (repeatable); not included in the output");
   sub.add_flag("--ignore-eos", p.ignore_eos, "Do not stop at the end-of-sequence token");
   // CLI::NonNegativeNumber's message prints DBL_MAX in full (~310 digits): a plain one.

@@ -26,10 +26,6 @@ struct sampling_flags {
   runtime::sampling_params to_params() const;
 };
 
-/// Accepts a decimal integer in [0, 2^64) and nothing else (CLI11's own conversion wraps "-1"
-/// and clamps 2^64 and above to 2^64 - 1): --seed's check, in every command that has one.
-CLI::Validator seed_validator();
-
 /// Declares the flags on `sub`, writing into `f` (which must outlive the parse).
 void add_sampling_flags(CLI::App& sub, sampling_flags& f);
 
