@@ -179,7 +179,8 @@ tensor topk(const tensor& scores, int k);
 
 /// Top-k per row of `scores` [tokens, entries] after masking to -inf every entry e >=
 /// visible[t] (`visible` [tokens] i64) and, when `allowed` [tokens, entries] u8 is defined,
-/// every entry it marks 0. Returns [tokens, k] i32 entry ids, -1 for masked picks.
+/// every entry it marks 0. The same picks as topk (ties: the lower index) but returned in
+/// ascending entry order, the masked picks as -1 after them: [tokens, k] i32 entry ids.
 tensor masked_topk(const tensor& scores, const tensor& visible, const tensor& allowed, int k);
 
 /// Level one of V4.1's two-level top-k: per token, score each block of `block_size` entries

@@ -156,7 +156,17 @@ tensor masked_topk(const tensor& scores, const tensor& visible, const tensor& al
       if (hidden) row[e] = neg_inf;
     }
   }
-  return topk(masked, k);
+  // The picks in ascending entry order, masked picks (-1) after them: the attention that
+  // reads them does not care about their order, and a selection in entry order needs no sort
+  // on the GPU.
+  tensor out = topk(masked, k);  // [tokens, k], descending score
+  std::int32_t* o = out.data<std::int32_t>();
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    std::int32_t* row = o + t * k;
+    std::sort(row, row + k,
+              [](std::int32_t a, std::int32_t b) { return a >= 0 && (b < 0 || a < b); });
+  }
+  return out;
 }
 
 tensor candidate_blocks(const tensor& scores, const tensor& visible, int topk_blocks,

@@ -131,9 +131,10 @@ struct index_scores_params {
 };
 void launch_index_scores(const index_scores_params& p, cudaStream_t stream);
 
-/// Top-k of each row of scores [rows, n] in descending order (ties: lower index first), -1
-/// for picks whose (masked) score is -inf. Entries e >= visible[r] and, with `allowed`,
-/// those it marks 0 are masked first (masked_topk); both null = plain topk.
+/// Top-k of each row of scores [rows, n] (ties: lower index first), -1 for picks whose
+/// (masked) score is -inf; in descending order, or in entry order (index_order, as masked_topk
+/// returns them). Entries e >= visible[r] and, with `allowed`, those it marks 0 are masked
+/// first (masked_topk); both null = plain topk.
 struct topk_params {
   const float* scores = nullptr;           ///< [rows, n]
   const std::int64_t* visible = nullptr;   ///< [rows] or null
@@ -141,6 +142,13 @@ struct topk_params {
   std::int32_t* out = nullptr;             ///< [rows, k]
   std::int64_t rows = 0, n = 0;
   int k = 0;  ///< <= topk_max_k
+  /// false: descending score (ties: the lower index first), masked picks -1 in their place;
+  /// true: the same picks in ascending entry order, masked picks -1 after them (no sort).
+  bool index_order = false;
+  /// index_order only, optional: mapped[r, j] = map[r, out[r, j]] (-1 where out is -1), the
+  /// picks' rows in another numbering written by the same launch. map is [rows, n].
+  const std::int32_t* map = nullptr;
+  std::int32_t* mapped = nullptr;  ///< [rows, k]
 };
 inline constexpr int topk_max_k = 2048;
 void launch_topk(const topk_params& p, cudaStream_t stream);

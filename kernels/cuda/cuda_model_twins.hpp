@@ -32,6 +32,10 @@ tensor index_scores_packed(const tensor& q, const tensor& keys, const cache_row_
                            const tensor& weights);
 tensor topk(const tensor& scores, int k);
 tensor masked_topk(const tensor& scores, const tensor& visible, const tensor& allowed, int k);
+/// masked_topk's picks [rows, k] and, by the same launch, map[r, pick] for each of them
+/// (`map` [rows, n] i32; -1 where the pick is -1).
+std::pair<tensor, tensor> masked_topk_mapped(const tensor& scores, const tensor& visible,
+                                             const tensor& allowed, int k, const tensor& map);
 tensor candidate_blocks(const tensor& scores, const tensor& visible, int topk_blocks,
                         int block_size);
 ops::routing route(const tensor& logits, const tensor& bias, const tensor& fixed,

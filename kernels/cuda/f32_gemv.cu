@@ -1,6 +1,8 @@
 // f32_gemv: y = x W^T for 1..8 fp32 rows (decode) and an fp32 weight -- the projections the
 // model keeps in fp32 (the MoE router, the compressors' and the indexer's small linears), which
-// went to cuBLAS's SGEMV / dot kernels at 4-8 us per call on the H200 (ncu, batch 1). Each
+// went to cuBLAS's SGEMV / dot kernels at 4-8 us per call on the H200 (ncu, batch 1). Where the
+// checkpoint stores the weight in bf16 (weight_matrix::bf16_values beside the fp32 copy) the
+// kernel reads those bytes instead and widens them in registers: the same values and sums. Each
 // output row is owned by `wk` warps of a block, which split K into contiguous ranges; a warp's
 // lanes read 16 bytes of the row each (the loop unrolled so that several loads are in flight)
 // and multiply them with every activation row by explicit fmaf in input order; a butterfly
@@ -14,6 +16,7 @@
 #include "kernels/cuda/cuda_check.hpp"
 
 #include <cstdint>
+#include <type_traits>
 
 namespace di::cuda {
 
@@ -29,12 +32,30 @@ __device__ __forceinline__ float4 load_weight4(const float* p) {
   return v;
 }
 
+/// 4 bf16 weights (8 bytes) widened to fp32: the same values as the fp32 copy holds.
+__device__ __forceinline__ float4 load_weight4(const std::uint16_t* p) {
+  uint2 v;
+  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u),
+                     __uint_as_float(v.y << 16), __uint_as_float(v.y & 0xffff0000u));
+}
+
+__device__ __forceinline__ float load_weight1(const float* p) {
+  return __ldg(p);
+}
+
+__device__ __forceinline__ float load_weight1(const std::uint16_t* p) {
+  return __uint_as_float(std::uint32_t(__ldg(p)) << 16);
+}
+
 __device__ __forceinline__ float lane_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
 
-template <int R>
+/// W: float (the fp32 weight) or std::uint16_t (its bf16 bytes, p.w_bf16): the same values,
+/// the same products in the same order -- the same bits -- from half the bytes.
+template <int R, typename W>
 __global__ void __launch_bounds__(warps * 32) f32_gemv_kernel(f32_gemv_params p, int wk) {
   detail::grid_dependency_sync();
   __shared__ float part[warps][R];
@@ -46,7 +67,9 @@ __global__ void __launch_bounds__(warps * 32) f32_gemv_kernel(f32_gemv_params p,
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
   if (o < p.out) {
-    const float* w = p.w + o * p.in;
+    const W* w = (std::is_same_v<W, float> ? reinterpret_cast<const W*>(p.w)
+                                           : reinterpret_cast<const W*>(p.w_bf16)) +
+                 o * p.in;
     if (p.vec) {  // 16-byte rows: float4 steps
       const std::int64_t n4 = p.in / 4, per = (n4 + wk - 1) / wk;
       const std::int64_t begin = kq * per, end = min(n4, begin + per);
@@ -67,7 +90,7 @@ __global__ void __launch_bounds__(warps * 32) f32_gemv_kernel(f32_gemv_params p,
       const std::int64_t per = (p.in + wk - 1) / wk;
       const std::int64_t begin = kq * per, end = min(p.in, begin + per);
       for (std::int64_t i = begin + lane; i < end; i += 32) {
-        const float wv = __ldg(w + i);
+        const float wv = load_weight1(w + i);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           if (r >= rows) break;
@@ -97,7 +120,8 @@ __global__ void __launch_bounds__(warps * 32) f32_gemv_kernel(f32_gemv_params p,
     if (r < rows) p.y[r * p.out + o] = acc[r];
 }
 
-/// Warps per output row along K: about 16 warps per SM over the GPU, each at least 64 inputs.
+/// Warps per output row along K: about 16 warps per SM over the GPU, each at least 64 inputs
+/// (a function of the shape only: the fp32 and bf16 reads split alike).
 int warps_along_k(const f32_gemv_params& p) {
   int wk = 1;
   while (wk < warps && p.out * wk < 132 * 16 && p.in / (2 * wk) >= 64) wk *= 2;
@@ -116,9 +140,14 @@ void launch_f32_gemv(const f32_gemv_params& p, cudaStream_t stream) {
            p.in, p.out);
   const int wk = warps_along_k(p);
   const unsigned grid = unsigned((p.out + warps / wk - 1) / (warps / wk));
+  DI_CHECK(p.w != nullptr || p.w_bf16 != nullptr, "f32_gemv: no weight");
   detail::by_row_tiles<1>(p.rows, [&](auto r) {
-    detail::launch("f32_gemv", f32_gemv_kernel<decltype(r)::value>, grid, warps * 32, 0, stream, p,
-                   wk);
+    if (p.w_bf16 != nullptr)
+      detail::launch("f32_gemv", f32_gemv_kernel<decltype(r)::value, std::uint16_t>, grid,
+                     warps * 32, 0, stream, p, wk);
+    else
+      detail::launch("f32_gemv", f32_gemv_kernel<decltype(r)::value, float>, grid, warps * 32, 0,
+                     stream, p, wk);
   });
 }
 

@@ -24,6 +24,9 @@ std::atomic<gemm_backend> g_backend{gemm_backend::automatic};
 std::atomic<bool> g_ordered_splits{false};
 std::atomic<bool> g_split_gemm{true};
 std::atomic<bool> g_f32_gemv{detail::env_switch("DEEPINFER_F32_GEMV", true)};
+/// DEEPINFER_F32_GEMV_BF16=0: f32_gemv reads the fp32 copy even where the bf16 bytes are kept
+/// (for comparisons: the same bits either way).
+const bool g_f32_gemv_bf16 = detail::env_switch("DEEPINFER_F32_GEMV_BF16", true);
 std::atomic<bool> g_split_bf16{detail::env_switch("DEEPINFER_SPLIT_BF16", true)};
 std::atomic<bool> g_split_wg{detail::env_switch("DEEPINFER_SPLIT_WG", true)};
 std::atomic<bool> g_split_wg_staged{detail::env_switch("DEEPINFER_SPLIT_WG_STAGED", true)};
@@ -333,11 +336,19 @@ tensor linear(const tensor& x, const weight_matrix& weight, const linear_params&
       split_bf16_gemm_nt(input, weight.bf16_values, y);
     } else if (g_f32_gemv && input.is_contiguous() && weight.values.is_contiguous() &&
                f32_gemv_fits(rows, in, out)) {  // decode rows: f32_gemv instead of SGEMV
-      auto aligned = [](const void* q) { return reinterpret_cast<std::uintptr_t>(q) % 16 == 0; };
-      const bool vec = in % 4 == 0 && aligned(input.raw()) && aligned(weight.values.raw());
-      launch_f32_gemv(
-          {input.data<float>(), weight.values.data<float>(), y.data<float>(), rows, in, out, vec},
-          current_stream());
+      auto aligned = [](const void* q, int to) {
+        return reinterpret_cast<std::uintptr_t>(q) % std::uintptr_t(to) == 0;
+      };
+      // The checkpoint's bf16 bytes where the weight has them: the same values, half the read.
+      const tensor& bf = weight.bf16_values;
+      const bool use_bf16 = g_f32_gemv_bf16 && bf.defined() && bf.is_contiguous() &&
+                            bf.type() == dtype::bf16 && bf.shape() == weight.values.shape();
+      const bool vec = in % 4 == 0 && aligned(input.raw(), 16) &&
+                       (use_bf16 ? aligned(bf.raw(), 8) : aligned(weight.values.raw(), 16));
+      f32_gemv_params p{
+          input.data<float>(), weight.values.data<float>(), y.data<float>(), rows, in, out, vec};
+      if (use_bf16) p.w_bf16 = static_cast<const std::uint16_t*>(bf.raw());
+      launch_f32_gemv(p, current_stream());
     } else {
       sgemm_nt(input, weight.values, y, 1);
     }

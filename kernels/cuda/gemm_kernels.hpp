@@ -248,7 +248,10 @@ struct f32_gemv_params {
   const float* w;  ///< [out, in]
   float* y;        ///< [rows, out]
   std::int64_t rows, in, out;
-  bool vec;  ///< in % 4 == 0 and x, w 16-byte aligned: float4 loads
+  bool vec;  ///< in % 4 == 0 and x, w 16-byte aligned (w_bf16: 8-byte): 4-wide loads
+  /// [out, in] bf16, or null: the same weight's bf16 bytes, read instead of w (which may then
+  /// be null) -- the same results from half the bytes.
+  const std::uint16_t* w_bf16 = nullptr;
 };
 constexpr std::int64_t f32_gemv_max_rows = 8;
 bool f32_gemv_fits(std::int64_t rows, std::int64_t in, std::int64_t out);

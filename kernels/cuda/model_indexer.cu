@@ -1,8 +1,9 @@
 // The indexer on the GPU: relu-weighted scores of the query heads against the compressed
 // entries' keys (read in place from their packed FP4 rows), exact top-k selection (radix
 // select of the k-th key, then a bitonic sort of the k picks: descending score, ties by
-// lower index, as the CPU's partial_sort), the visibility / candidate masks of masked_topk,
-// and V4.1's candidate blocks.
+// lower index, as the CPU's partial_sort -- or, for masked_topk, the picks written in entry
+// order by a prefix count, no sort), the visibility / candidate masks of masked_topk, and
+// V4.1's candidate blocks.
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/model_common.cuh"
 
@@ -99,7 +100,7 @@ constexpr int kTopkThreads = 1024;
 
 struct topk_smem {
   unsigned hist[256];
-  unsigned warp_counts[32];
+  unsigned warp_counts[64];  // two sets: block_prefix alternates them
   unsigned sel, k_rem, gt_count, base;
   unsigned long long keys[topk_max_k];
 };
@@ -125,13 +126,17 @@ __device__ __forceinline__ unsigned long long bitonic_keep(unsigned long long a,
   return desc == lower ? (a > b ? a : b) : (a < b ? a : b);
 }
 
-/// The k picks of row r (k < n) into sm.keys (unsorted): radix-select the k-th largest key,
-/// then every larger key and, of the keys equal to it, the lowest indices.
-__device__ void collect_picks(const topk_params& p, std::int64_t r, topk_smem& sm) {
+/// The k-th largest key of row r (k < n) by radix selection: the key, how many picks equal
+/// it (the lowest indices of the keys equal to it), and how many keys equal it.
+struct topk_threshold {
+  std::uint32_t key;
+  unsigned eq_needed, eq_total;
+};
+
+__device__ topk_threshold select_threshold(const topk_params& p, std::int64_t r, topk_smem& sm) {
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
-  const int k = p.k;
   std::uint32_t prefix = 0, pmask = 0;
-  if (tid == 0) sm.k_rem = unsigned(k);
+  if (tid == 0) sm.k_rem = unsigned(p.k);
   for (int pass = 0; pass < 4; ++pass) {
     const int shift = 24 - 8 * pass;
     for (int i = tid; i < 256; i += kTopkThreads) sm.hist[i] = 0;
@@ -176,8 +181,18 @@ __device__ void collect_picks(const topk_params& p, std::int64_t r, topk_smem& s
     prefix |= sm.sel << shift;
     pmask |= 255u << shift;
   }
-  const std::uint32_t thr = prefix;   // the k-th largest key
-  const unsigned eq_needed = sm.k_rem;  // picks equal to it (lowest indices first)
+  // The last pass counted, in the selected digit's bin, exactly the keys equal to the k-th.
+  return {prefix, sm.k_rem, sm.hist[sm.sel]};
+}
+
+/// The k picks of row r (k < n) into sm.keys (unsorted): every key above the k-th largest
+/// and, of the keys equal to it, the lowest indices.
+__device__ void collect_picks(const topk_params& p, std::int64_t r, topk_smem& sm) {
+  const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  const int k = p.k;
+  const topk_threshold th = select_threshold(p, r, sm);
+  const std::uint32_t thr = th.key;
+  const unsigned eq_needed = th.eq_needed;
   const unsigned gt = unsigned(k) - eq_needed;
   for (std::int64_t e = tid; e < p.n; e += kTopkThreads) {
     const std::uint32_t key = masked_key(p, r, e);
@@ -209,8 +224,69 @@ __device__ void collect_picks(const topk_params& p, std::int64_t r, topk_smem& s
   }
 }
 
-/// One block per row: radix-select the k-th largest key, collect the picks, sort them. With
-/// k == n every entry is a pick and the selection is skipped.
+/// Block-wide exclusive prefix count of `flag` in thread order through counts[32] (one
+/// barrier; the caller alternates the counts between calls so that no barrier is needed
+/// before the next one writes): {this thread's position, the block's total}.
+__device__ __forceinline__ uint2 block_prefix(bool flag, unsigned* counts) {
+  const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  const unsigned ballot = __ballot_sync(0xffffffffu, flag);
+  if (lane == 0) counts[warp] = __popc(ballot);
+  __syncthreads();
+  unsigned before = 0, total = 0;
+#pragma unroll 8
+  for (int w = 0; w < kTopkThreads / 32; ++w) {
+    const unsigned c = counts[w];
+    before += w < warp ? c : 0u;
+    total += c;
+  }
+  return {before + __popc(ballot & ((1u << lane) - 1u)), total};
+}
+
+/// index_order: the picks of row r written in ascending entry order (and, with p.map, their
+/// mapped rows), masked picks as -1 after them. No sort: the threshold, then one pass over the
+/// entries in order with a block-wide prefix count per chunk of kTopkThreads (two where keys
+/// equal to the threshold are only partly picked). With k == n every unmasked entry is a pick.
+__device__ void write_in_order(const topk_params& p, std::int64_t r, topk_smem& sm) {
+  const int tid = int(threadIdx.x);
+  const int k = p.k;
+  const bool take_all = k == p.n;
+  topk_threshold th{0u, 0u, 0u};
+  if (!take_all) th = select_threshold(p, r, sm);
+  const bool some_eq = th.eq_needed < th.eq_total;  // ties at the threshold: lowest indices
+  const std::uint32_t neg_inf = detail::order_key(-INFINITY);
+  std::int32_t* out = p.out + r * k;
+  std::int32_t* mapped = p.mapped ? p.mapped + r * k : nullptr;
+  unsigned written = 0, eq_seen = 0;  // the same in every thread
+  int parity = 0;
+  for (std::int64_t c0 = 0; c0 < p.n && written < unsigned(k); c0 += kTopkThreads) {
+    const std::int64_t e = c0 + tid;
+    const std::uint32_t key = e < p.n ? masked_key(p, r, e) : neg_inf;
+    const bool live = key != neg_inf;  // a masked pick is written as -1 below
+    bool pick = live && (take_all || key > th.key || (!some_eq && key == th.key));
+    if (some_eq) {
+      const bool eq = live && key == th.key;
+      const uint2 q = block_prefix(eq, sm.warp_counts + 32 * parity);
+      pick = pick || (eq && eq_seen + q.x < th.eq_needed);
+      eq_seen += q.y;
+      parity ^= 1;
+    }
+    const uint2 at = block_prefix(pick, sm.warp_counts + 32 * parity);
+    parity ^= 1;
+    if (pick) {
+      out[written + at.x] = std::int32_t(e);
+      if (mapped) mapped[written + at.x] = p.map[r * p.n + e];
+    }
+    written += at.y;
+  }
+  for (unsigned j = written + unsigned(tid); j < unsigned(k); j += kTopkThreads) {
+    out[j] = -1;
+    if (mapped) mapped[j] = -1;
+  }
+}
+
+/// One block per row: radix-select the k-th largest key, collect the picks, sort them (or, with
+/// p.index_order, write them in entry order). With k == n every entry is a pick and the
+/// selection is skipped.
 __global__ void __launch_bounds__(kTopkThreads) topk_kernel(const topk_params p) {
   detail::grid_dependency_sync();
   extern __shared__ unsigned char raw[];
@@ -218,6 +294,10 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(const topk_params p)
   const std::int64_t r = blockIdx.x;
   const int tid = int(threadIdx.x);
   const int k = p.k;
+  if (p.index_order) {
+    write_in_order(p, r, sm);
+    return;
+  }
   if (k == p.n) {  // every entry (the same picks the selection would make)
     for (int e = tid; e < k; e += kTopkThreads)
       sm.keys[e] = (std::uint64_t(masked_key(p, r, e)) << 32) | std::uint32_t(~std::uint32_t(e));
@@ -340,6 +420,7 @@ void launch_topk(const topk_params& p, cudaStream_t stream) {
            p.k, p.n, topk_max_k);
   if (p.rows == 0 || p.k == 0) return;
   DI_CHECK(p.scores && p.out, "topk: missing operand");
+  DI_CHECK(!p.mapped || (p.index_order && p.map), "topk: mapped picks need index_order and a map");
   static std::atomic<std::size_t> limits[16];
   detail::ensure_smem(reinterpret_cast<const void*>(&topk_kernel), sizeof(topk_smem), limits);
   detail::launch("topk", topk_kernel, unsigned(p.rows), kTopkThreads, sizeof(topk_smem), stream, p);
@@ -372,6 +453,7 @@ void launch_candidate_blocks(const candidate_blocks_params& p, cudaStream_t stre
   tp.rows = p.tokens;
   tp.n = blocks;
   tp.k = k;
+  tp.index_order = true;  // marked below: their order does not matter
   launch_topk(tp, stream);
   CUDA_CHECK(cudaMemsetAsync(p.keep, 0, std::size_t(p.tokens * p.entries), stream));
   const std::int64_t work = p.tokens * k * std::int64_t(p.block_size);

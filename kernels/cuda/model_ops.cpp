@@ -164,7 +164,11 @@ tensor index_scores_packed(const tensor& q, const tensor& keys, const cache_row_
   return out;
 }
 
-tensor masked_topk(const tensor& scores, const tensor& visible, const tensor& allowed, int k) {
+namespace {
+
+/// launch_topk over checked operands; `mapped` (with `map`) receives the picks' mapped rows.
+tensor run_topk(const tensor& scores, const tensor& visible, const tensor& allowed, int k,
+                bool index_order, const tensor& map = {}, tensor* mapped = nullptr) {
   check_cuda_tensor(scores, dtype::f32, 2, "topk scores");
   const std::int64_t rows = scores.size(0), n = scores.size(1);
   if (visible.defined()) {
@@ -185,11 +189,54 @@ tensor masked_topk(const tensor& scores, const tensor& visible, const tensor& al
   p.rows = rows;
   p.n = n;
   p.k = k;
+  p.index_order = index_order;
+  if (mapped != nullptr) {
+    check_tensor(map, dtype::i32, {rows, n}, "masked_topk map");
+    same_device(scores, map, "masked_topk");
+    *mapped = tensor::empty({rows, k}, dtype::i32, scores.dev());  // [rows, k]
+    p.map = map.data<std::int32_t>();
+    p.mapped = mapped->data<std::int32_t>();
+  }
   launch_topk(p, current_stream());
   return out;
 }
 
-tensor topk(const tensor& scores, int k) { return masked_topk(scores, tensor(), tensor(), k); }
+}  // namespace
+
+namespace {
+/// DEEPINFER_TOPK_IN_ORDER=0: masked_topk sorts its picks by score again and maps them by a
+/// launch of its own, as before picks came in entry order -- for timing comparisons only (the
+/// CPU twin returns entry order, so the picks then differ from it in order).
+const bool g_topk_in_order = detail::env_switch("DEEPINFER_TOPK_IN_ORDER", true);
+}  // namespace
+
+tensor masked_topk(const tensor& scores, const tensor& visible, const tensor& allowed, int k) {
+  return run_topk(scores, visible, allowed, k, g_topk_in_order);
+}
+
+std::pair<tensor, tensor> masked_topk_mapped(const tensor& scores, const tensor& visible,
+                                             const tensor& allowed, int k, const tensor& map) {
+  tensor mapped;
+  if (!g_topk_in_order) {
+    tensor picks = run_topk(scores, visible, allowed, k, false);
+    check_tensor(map, dtype::i32, {scores.size(0), scores.size(1)}, "masked_topk map");
+    mapped = tensor::empty(picks.shape(), dtype::i32, scores.dev());  // [rows, k]
+    launch_map_rows({.idx = picks.data<std::int32_t>(),
+                     .map = map.data<std::int32_t>(),
+                     .out = mapped.data<std::int32_t>(),
+                     .batch = picks.size(0),
+                     .k = picks.size(1),
+                     .n = map.size(1)},
+                    current_stream());
+    return {picks, mapped};
+  }
+  tensor picks = run_topk(scores, visible, allowed, k, true, map, &mapped);
+  return {picks, mapped};
+}
+
+tensor topk(const tensor& scores, int k) {
+  return run_topk(scores, tensor(), tensor(), k, false);
+}
 
 tensor candidate_blocks(const tensor& scores, const tensor& visible, int topk_blocks,
                         int block_size) {

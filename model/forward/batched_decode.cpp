@@ -20,9 +20,11 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <tuple>
 
 #if defined(DEEPINFER_HAVE_CUDA)
 #include "kernels/cuda/cuda_model_ops.hpp"
+#include "kernels/cuda/cuda_model_twins.hpp"
 #include "kernels/cuda/cuda_ops.hpp"
 #include "kernels/cuda/stream.hpp"
 #endif
@@ -38,6 +40,8 @@ struct decode_batch {
   tensor start_dev;                  // [seqs] i64 on the device
   std::map<int, tensor> entry_maps;  // stream -> [seqs, entries] i32 pool rows (-1 unused)
   tensor topk;                       // [seqs, k] i32 entries of the last V4.1 index source
+  tensor topk_rows;                  // [seqs, k] i32: topk's pool rows in topk_rows_stream
+  int topk_rows_stream = -1;
   tensor candidates;                 // [seqs, entries] u8 of the V4.1 candidate source
 };
 
@@ -264,10 +268,15 @@ selected_entries select_entries(const forward_pass& pass, decode_batch& d, int l
                layer, d.candidates.size(1), n);
       allowed = d.candidates;
     }
-    d.topk = ops::masked_topk(scores, visible, allowed, int(std::min<std::int64_t>(c.index_topk, n)));
+    // The picks and their pool rows in one launch; a later layer reusing the picks with the
+    // same source's entries reuses the rows too.
+    std::tie(d.topk, d.topk_rows) = cuda::masked_topk_mapped(
+        scores, visible, allowed, int(std::min<std::int64_t>(c.index_topk, n)), kv_map);
+    d.topk_rows_stream = kv_stream;
   }
   DI_CHECK(d.topk.defined(), "layer {} reuses top-k indices but no index source precedes it",
            layer);
+  if (d.topk_rows.defined() && d.topk_rows_stream == kv_stream) return {kv_stream, d.topk_rows};
   tensor out = tensor::empty(d.topk.shape(), dtype::i32, pass.dev());  // [seqs, k]
   cuda::launch_map_rows({.idx = d.topk.data<std::int32_t>(),
                          .map = kv_map.data<std::int32_t>(),
@@ -276,6 +285,8 @@ selected_entries select_entries(const forward_pass& pass, decode_batch& d, int l
                          .k = d.topk.size(1),
                          .n = kv_map.size(1)},
                         cuda::current_stream());
+  d.topk_rows = out;
+  d.topk_rows_stream = kv_stream;
   return {kv_stream, out};
 }
 

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 namespace di {
@@ -93,6 +94,19 @@ TEST_CASE("masked_topk: hides entries past the visible count and outside the mas
   tensor allowed = make<std::uint8_t>({1, 4}, {1, 0, 1, 1});
   CHECK(ints(ops::masked_topk(s, vis, allowed, 3)) == std::vector<std::int32_t>{0, 2, -1});
   CHECK(ints(ops::masked_topk(s, vis, tensor(), 2)) == std::vector<std::int32_t>{0, 1});
+}
+
+TEST_CASE("masked_topk: topk's picks in entry order, masked picks after them") {
+  // scores 1, 9, 3, 9, -inf, 7: topk(4) is 1, 3, 5, 2 (ties: the lower index first)
+  constexpr float ninf = -std::numeric_limits<float>::infinity();
+  tensor s = make<float>({2, 6}, {1, 9, 3, 9, ninf, 7, 2, 2, 2, 2, 2, 2});
+  tensor vis = make<std::int64_t>({2}, {6, 2});
+  CHECK(ints(ops::topk(s, 4)) == std::vector<std::int32_t>{1, 3, 5, 2, 0, 1, 2, 3});
+  CHECK(ints(ops::masked_topk(s, vis, tensor(), 4)) ==
+        std::vector<std::int32_t>{1, 2, 3, 5, 0, 1, -1, -1});
+  // every entry picked: the -inf one comes back as -1, last
+  CHECK(ints(ops::masked_topk(s, vis, tensor(), 6)) ==
+        std::vector<std::int32_t>{0, 1, 2, 3, 5, -1, 0, 1, -1, -1, -1, -1});
 }
 
 TEST_CASE("candidate_blocks: best blocks by their best visible entry, newest block pinned") {

@@ -146,6 +146,54 @@ TEST_CASE("cuda linear: fp32 weights of 1..8 rows on f32_gemv (batch-invariant) 
   }
 }
 
+TEST_CASE("cuda linear: f32_gemv reads the bf16 bytes where kept -- the fp32 copy's bits") {
+  // Decode rows (1..8) of a weight the checkpoint stores in bf16: f32_gemv reads its bf16 bytes
+  // (half the read) and widens them to the fp32 copy's values, in the same order: the same
+  // bits as reading the fp32 copy. Widths not a multiple of 4 take the scalar path; a bf16
+  // matrix that starts 8 but not 16 bytes into its allocation keeps the 4-wide loads.
+  struct shape {
+    std::int64_t out, in;
+  };
+  for (const shape sh : {shape{384, 5120}, shape{1024, 5120}, shape{7, 33}, shape{1000, 100},
+                         shape{2048, 64}, shape{1, 4096}}) {
+    CAPTURE(sh.out);
+    CAPTURE(sh.in);
+    tensor wb = tensor::empty({sh.out, sh.in}, dtype::bf16);
+    const tensor wr = test::random_f32({sh.out, sh.in}, 0.05f);
+    for (std::int64_t i = 0; i < wb.numel(); ++i)
+      wb.data<std::uint16_t>()[i] = f32_to_bf16(wr.data<float>()[i]);
+    const weight_matrix host(wb);
+    const weight_matrix on_gpu = weight_to(host, gpu);
+    const weight_matrix w =
+        cuda::with_bf16_copy(cuda::dequantize_weight(on_gpu, dtype::f32), on_gpu);
+    REQUIRE(w.bf16_values.defined());
+    const weight_matrix plain(w.values);              // the fp32 copy alone
+    const tensor wr_exact = w.values.to(cpu_device);  // the bf16 values in fp32, on the host
+    // the same bf16 bytes 8 bytes into a larger buffer
+    tensor shifted_buf = tensor::empty({sh.out * sh.in + 4}, dtype::bf16, gpu);
+    tensor shifted = shifted_buf.slice(0, 4, 4 + sh.out * sh.in).view({sh.out, sh.in});
+    shifted.copy_from(on_gpu.values);
+    weight_matrix w8 = w;
+    w8.bf16_values = shifted;
+    const tensor x8 = varied_input(8, sh.in);
+    for (const int act : {0, 32}) {
+      if (act > 0 && sh.in % act != 0) continue;
+      CAPTURE(act);
+      const ops::linear_params lp{act};
+      for (std::int64_t rows : {1, 3, 8}) {
+        CAPTURE(rows);
+        const tensor x = x8.slice(0, 0, rows).clone().to(gpu);
+        test::poison_device_pool();
+        const tensor want = ops::linear(x, plain, lp).to(cpu_device);
+        test::check_bitwise(ops::linear(x, w, lp).to(cpu_device), want);
+        test::check_bitwise(ops::linear(x, w8, lp).to(cpu_device), want);
+        check_close(want, ops::linear(x8.slice(0, 0, rows).clone(), weight_matrix(wr_exact), lp),
+                    1e-5);
+      }
+    }
+  }
+}
+
 TEST_CASE("cuda linear: bf16-exact fp32 weights past f32_gemv's rows on split-bf16 GEMMs") {
   // The model's fp32 copies of bf16 checkpoint matrices (router, compressors, indexer) carry
   // their bf16 bytes (with_bf16_copy); from 9 rows linear multiplies them on the bf16 tensor

@@ -149,15 +149,42 @@ TEST_CASE("cuda topk and masked_topk: the CPU's picks and order exactly") {
     for (std::int64_t r = 0; r < sh.rows; ++r) visible.data<std::int64_t>()[r] = vis(test::rng());
     for (std::int64_t i = 0; i < allowed.numel(); ++i)
       allowed.data<std::uint8_t>()[i] = std::uint8_t(test::rng()() % 4 != 0);
-    const dbuf dv(visible), da(allowed);
+    // masked_topk's order (index_order): the picks in entry order, -1 after them; with a map,
+    // the same launch writes map[r, pick]
+    tensor all_visible = tensor::zeros({sh.rows}, dtype::i64);
+    for (std::int64_t r = 0; r < sh.rows; ++r) all_visible.data<std::int64_t>()[r] = sh.n;
+    tensor map = tensor::empty({sh.rows, sh.n}, dtype::i32);
+    for (std::int64_t i = 0; i < map.numel(); ++i)
+      map.data<std::int32_t>()[i] = std::int32_t(test::rng()() % 100000);
+    const dbuf dv(visible), da(allowed), dm(map);
+    dbuf mapped(std::size_t(sh.rows) * sh.k * 4);
+    p.index_order = true;
+    out.poison();
+    cuda::launch_topk(p, nullptr);  // no mask
+    CHECK(ints(out.to_host({sh.rows, sh.k}, dtype::i32)) ==
+          ints(cpu::masked_topk(s, all_visible, tensor(), sh.k)));
     for (bool with_allowed : {false, true}) {
       out.poison();
+      mapped.poison();
       p.visible = dv.get<std::int64_t>();
       p.allowed = with_allowed ? da.get<std::uint8_t>() : nullptr;
+      p.map = dm.get<std::int32_t>();
+      p.mapped = mapped.get<std::int32_t>();
       cuda::launch_topk(p, nullptr);
-      CHECK(ints(out.to_host({sh.rows, sh.k}, dtype::i32)) ==
-            ints(cpu::masked_topk(s, visible, with_allowed ? allowed : tensor(), sh.k)));
+      const std::vector<std::int32_t> want =
+          ints(cpu::masked_topk(s, visible, with_allowed ? allowed : tensor(), sh.k));
+      CHECK(ints(out.to_host({sh.rows, sh.k}, dtype::i32)) == want);
+      std::vector<std::int32_t> want_rows(want.size());
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        const std::int64_t r = std::int64_t(i) / sh.k;
+        want_rows[i] = want[i] < 0 ? -1 : map.data<std::int32_t>()[r * sh.n + want[i]];
+      }
+      CHECK(ints(mapped.to_host({sh.rows, sh.k}, dtype::i32)) == want_rows);
     }
+    p.map = nullptr;
+    p.mapped = nullptr;
+    p.visible = nullptr;
+    p.allowed = nullptr;
   }
   cuda::topk_params bad;
   bad.rows = 1;
@@ -253,6 +280,11 @@ TEST_CASE("cuda topk and route: NaN scores rank as on the CPU, below every numbe
     p.k = k;
     cuda::launch_topk(p, nullptr);
     CHECK(ints(out.to_host({3, k}, dtype::i32)) == ints(cpu::topk(s, k)));
+    p.index_order = true;  // masked_topk's order: the same picks
+    tensor visible = tensor::empty({3}, dtype::i64);
+    for (int r = 0; r < 3; ++r) visible.data<std::int64_t>()[r] = 40;
+    cuda::launch_topk(p, nullptr);
+    CHECK(ints(out.to_host({3, k}, dtype::i32)) == ints(cpu::masked_topk(s, visible, tensor(), k)));
   }
   const int experts = 16, top = 4;
   tensor logits = test::randn({2, experts}, 3.0f);
