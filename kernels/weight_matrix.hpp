@@ -54,6 +54,14 @@ struct weight_matrix {
   /// input split into two bf16 parts (exact products, fp32 sums) instead of with SGEMM.
   /// Derived data: weight_to does not carry it.
   tensor bf16_values;
+  /// CUDA, dense FP8 with 32-input scale blocks (V4.1): the same codes in the order the decode
+  /// GEMM's MMA takes them (u8 [stripes * (cols / 32) * 512], made once by
+  /// cuda::with_decode_tiles; the model upload does unless DEEPINFER_TILE_GEMV=0): per 16-row
+  /// stripe and 32-input step a 512-byte tile holding, for lane 4g + t, row g's inputs 8t..8t+7
+  /// then row g + 8's (rows past the matrix zero). The decode GEMM (1..8 rows) reads these
+  /// instead of `values`; everything else reads `values`. A second copy of the codes: derived
+  /// data, weight_to does not carry it.
+  tensor decode_tiles;
 
   weight_matrix() = default;
   /// A plain f32 or bf16 matrix [rows, cols] (implicit: a dense tensor is a weight matrix).

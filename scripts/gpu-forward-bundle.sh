@@ -37,7 +37,11 @@ if [[ $v4_golden == 0 ]]; then
   for t in test_kernels_cuda test_cuda_model_ops; do  # the kernel-level GPU tests when built
     if [[ -x $build/tests/$t ]]; then cp "$build/tests/$t" "$bundle/tests/"; fi
   done
-  for b in bin/deepinfer bin/bench_kernels_cuda bench/bench_attention_decode; do  # when built
+  # DEEPINFER_BUNDLE_NO_BENCH=1: without the kernel benches (the per-kernel table is skipped),
+  # so that the bundle and the tree fit a device call (64 MiB) with -9e.
+  benches=(bin/bench_kernels_cuda bench/bench_attention_decode)
+  [[ ${DEEPINFER_BUNDLE_NO_BENCH:-0} == 1 ]] && benches=()
+  for b in bin/deepinfer "${benches[@]}"; do  # when built
     if [[ -x $build/$b ]]; then cp "$build/$b" "$bundle/bin/"; fi
   done
   # DEEPINFER_BASE_BIN: another build's deepinfer (same libraries, e.g. an older commit) that

@@ -63,7 +63,9 @@ struct decode_kernel {
   bool wg;      // set_wg_gemm
   int ring = 0;  // set_wg_gemm_ring (forced on or off in these rows)
   int dense = 0;  // dense_wg_gemm: 0 off, 1 on, 2 on without early weights, 3 on in batches of 4
+  bool tile = false;  // tile_gemv on the weight's decode tiles (V4.1's 32-blocks)
   void select() const {
+    cuda::set_tile_gemv(tile);
     cuda::set_stream_gemm(stream);
     cuda::set_stream_gemm_variant(variant);
     cuda::set_pipe_gemm(pipe);
@@ -85,7 +87,8 @@ const decode_kernel decode_kernels[] = {{"wg_gemm", true, -1, false, true},
                                         {"smem tiles", false, -1, false, false},
                                         {"dense_wg_gemm", true, -1, false, false, 0, 1},
                                         {"dense_wg late weights", true, -1, false, false, 0, 2},
-                                        {"dense_wg batch 4", true, -1, false, false, 0, 3}};
+                                        {"dense_wg batch 4", true, -1, false, false, 0, 3},
+                                        {"tile_gemv", true, -1, false, false, 0, 0, true}};
 void default_decode_kernel() {
   decode_kernels[0].select();
   cuda::set_wg_gemm_ring(-1);  // by the routed rows
@@ -148,7 +151,11 @@ void fp8_rows(const limits& lim, std::vector<result_row>& rows, const char* mode
     const std::size_t bytes = std::size_t(s.n * s.k) + std::size_t(((s.n + block - 1) / block) *
                                                                    ((s.k + block - 1) / block));
     std::vector<weight_matrix> ws;
-    for (int i = 0; i < copies_for(bytes); ++i) ws.push_back(device_fp8(s.n, s.k, block, 20 + i));
+    // (with the decode tiles where tile_gemv takes the shape: its row reads them, the others
+    // the row-major codes)
+    cuda::set_tile_gemv(true);
+    for (int i = 0; i < copies_for(bytes); ++i)
+      ws.push_back(cuda::with_decode_tiles(device_fp8(s.n, s.k, block, 20 + i)));
     const tensor x = random_device({1, s.k}, dtype::f32, 13);
     const double read_us = read_stream_us(bytes);
     // The activation codes made beforehand, as the model's fused norms hand them over (where
@@ -158,6 +165,7 @@ void fp8_rows(const limits& lim, std::vector<result_row>& rows, const char* mode
     cuda::set_gemm_backend(cuda::gemm_backend::block_gemm);
     for (const decode_kernel& kernel : decode_kernels) {
       if (kernel.interleaved_only()) continue;  // MXFP4 experts only
+      if (kernel.tile && !ws.front().decode_tiles.defined()) continue;  // V4.1's blocks only
       kernel.select();
       std::size_t next = 0;
       const double eager = median_us([&] { ops::linear(x, ws[next++ % ws.size()], {act}); }, 3, 30);
@@ -217,6 +225,11 @@ void fp8_rows(const limits& lim, std::vector<result_row>& rows, const char* mode
                                            : "skinny_gemm",
                                   m));
       }
+    if (ws.front().decode_tiles.defined()) {  // tile_gemv at 8 rows (V4.1's blocks)
+      cuda::set_tile_gemv(true);
+      rows.push_back(decode_row("tile_gemv", 8));
+      cuda::set_tile_gemv(false);
+    }
     // dense_wg_gemm's wide tiles (16, 32 and 64 tokens a wgmma) at the same decode batches.
     // (DEEPINFER_BENCH_WIDE_M: one of them only, e.g. for a profile)
     cuda::set_dense_wg_gemm_wide(1);

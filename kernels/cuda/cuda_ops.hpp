@@ -291,6 +291,15 @@ weight_matrix with_lt_scales(const weight_matrix& w);
 /// is a bf16 value exactly) with weight_matrix::bf16_values made; any other weight comes back
 /// as it is. Defined in gemm.cpp.
 weight_matrix with_bf16_copy(const weight_matrix& w, const weight_matrix& source);
+/// `w` with weight_matrix::decode_tiles made (a dense FP8 matrix on a CUDA device with e8m0
+/// scales in 32-input blocks of a multiple of 16 rows, K a multiple of 128 -- V4.1's -- while
+/// set_tile_gemv is on); any other weight comes back as it is. Defined in gemm.cpp.
+weight_matrix with_decode_tiles(const weight_matrix& w);
+/// On by default. DEEPINFER_TILE_GEMV=0 / set_tile_gemv(false): no decode tiles are made (a
+/// second copy of V4.1's dense FP8 codes: ~4% of a V4.1-Flash checkpoint) and the decode GEMMs
+/// of weights that have them run on stream_gemm over the row-major codes (tile_gemv.cu).
+void set_tile_gemv(bool on);
+bool get_tile_gemv();
 /// linear's f32 weights that carry bf16_values, for more rows than f32_gemv takes, and
 /// grouped_linear's prefill rows (FP8 with e8m0 scales or bf16 weights, decoded to bf16 --
 /// exactly): x split into hi = bf16(x) and lo = bf16(x - hi) and y = W hi + W lo on cuBLAS's

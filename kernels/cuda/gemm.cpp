@@ -131,6 +131,7 @@ block_gemm_params gemm_params(const weight_matrix& w, const quantized_act& q, in
   p.groups = groups;
   p.y = y.data<float>();
   p.y_elements = y.numel();
+  if (w.decode_tiles.defined()) p.tiles = static_cast<const std::uint8_t*>(w.decode_tiles.raw());
   return p;
 }
 
@@ -211,6 +212,22 @@ weight_matrix with_bf16_copy(const weight_matrix& w, const weight_matrix& source
   // the checkpoint's bf16 bytes, shared where they already sit on w's device (no second copy)
   const bool shared = source.values.dev() == w.values.dev() && source.values.is_contiguous();
   out.bf16_values = shared ? source.values : source.values.to(w.values.dev());
+  return out;
+}
+
+weight_matrix with_decode_tiles(const weight_matrix& w) {
+  if (!get_tile_gemv() || !w.values.defined() || w.values.type() != dtype::f8_e4m3 ||
+      w.values.dev().kind != device_kind::cuda || !w.values.is_contiguous() ||
+      w.scales.type() != dtype::f8_e8m0 || w.block.cols != 32 || w.block.rows % 16 != 0 ||
+      w.values.size(1) % 128 != 0 || w.decode_tiles.defined())
+    return w;
+  weight_matrix out = w;
+  const std::int64_t n = w.values.size(0), k = w.values.size(1);
+  out.decode_tiles =
+      tensor::empty({std::int64_t(decode_tiles_bytes(n, k))}, dtype::u8, w.values.dev());
+  launch_make_decode_tiles(static_cast<const std::uint8_t*>(w.values.raw()),
+                           static_cast<std::uint8_t*>(out.decode_tiles.raw()), n, k,
+                           current_stream());
   return out;
 }
 
@@ -410,7 +427,11 @@ std::pair<tensor, tensor> block_linear_pair(const tensor& x, const weight_matrix
     p.n_b = b.rows();
     p.y_b = yb.data<float>();
     p.y_stride_b = b.rows();
-    if (stream_gemm_takes_pair(p)) {
+    p.tiles_b = pb.tiles;
+    // tile_gemv runs a pair only where both plans agree (each output its own launch's bits);
+    // otherwise weights with decode tiles go one launch each, not to stream_gemm's pair.
+    const bool tiled = p.tiles != nullptr || p.tiles_b != nullptr;
+    if (tile_gemv_takes(p) || (!tiled && stream_gemm_takes_pair(p))) {
       run_block_gemm(p, x.dev());
       return {ya, yb};
     }

@@ -79,7 +79,22 @@ struct block_gemm_params {
   std::int64_t n_b = 0;
   const float* wscale_f32_b = nullptr;
   std::int64_t y_stride_b = 0;
+  /// The weight's (and a dense pair's second weight's) decode tiles (weight_matrix::
+  /// decode_tiles), or nullptr: tile_gemv reads them instead of `weight` where it takes p.
+  const std::uint8_t* tiles = nullptr;
+  const std::uint8_t* tiles_b = nullptr;
 };
+/// tile_gemv (tile_gemv.cu): dense FP8 decode GEMMs (1..8 rows, one group) with 32-input scale
+/// blocks on both sides, from the weight's decode tiles (a copy in MMA-fragment order; see
+/// weight_matrix::decode_tiles), one weight or a dense pair (n_b, tiles_b) in one launch.
+/// Whether it takes p (tiles set, shapes and alignments; set_tile_gemv on).
+bool tile_gemv_takes(const block_gemm_params& p);
+void launch_tile_gemv(const block_gemm_params& p, cudaStream_t stream);
+/// Bytes of the decode tiles of an FP8 [n, k] weight (k a multiple of 32; n padded to 16).
+std::size_t decode_tiles_bytes(std::int64_t n, std::int64_t k);
+/// Writes the decode tiles of the row-major FP8 codes w [n, k].
+void launch_make_decode_tiles(const std::uint8_t* w, std::uint8_t* tiles, std::int64_t n,
+                              std::int64_t k, cudaStream_t stream);
 /// How launch_block_gemm will run p: its K splits and the output tiles each split covers
 /// (deterministic splits need splits * y_elements floats of split_work and tiles counters).
 struct block_gemm_plan {

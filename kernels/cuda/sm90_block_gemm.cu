@@ -553,6 +553,10 @@ block_gemm_plan plan_block_gemm(const block_gemm_params& p) {
 
 void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream) {
   check_interleaved(p, "block_gemm");
+  if (p.tiles && tile_gemv_takes(p)) {  // the weight's decode tiles (one weight or a pair)
+    launch_tile_gemv(p, stream);
+    return;
+  }
   if (p.weight_b && p.n_b > 0) {  // a dense pair of different heights: one stream_gemm launch
     DI_CHECK(stream_gemm_takes_pair(p), "block_gemm: stream_gemm does not take this pair");
     launch_stream_gemm(p, stream);

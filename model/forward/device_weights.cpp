@@ -49,7 +49,13 @@ class uploader {
     const weight_matrix d = weight_to(w, dev_);
     return cuda::with_bf16_copy(cuda::dequantize_weight(d, dtype::f32), d);
   }
-  linear_weight lin(const linear_weight& l) const { return {big(l.w), l.quantized}; }
+  /// A dense projection; V4.1's FP8 ones also get their decode tiles (the decode GEMM's copy
+  /// of the codes in MMA-fragment order, weight_matrix::decode_tiles).
+  linear_weight lin(const linear_weight& l) const {
+    weight_matrix w = big(l.w);
+    if (format_ == device_weight_format::stored) w = cuda::with_decode_tiles(w);
+    return {w, l.quantized};
+  }
 
   hc_site_weights hc(const hc_site_weights& h) const {
     return {vec(h.fn), vec(h.base), vec(h.scale)};

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -146,6 +147,22 @@ TEST_CASE("cuda linear: fp32 weights of 1..8 rows on f32_gemv (batch-invariant) 
   }
 }
 
+/// A random bf16 checkpoint matrix (host), its upload, and the model's fp32 copy of it that
+/// carries those bf16 bytes (with_bf16_copy), as the model upload makes it.
+struct bf16_matrix {
+  weight_matrix host, on_gpu, with_copy;
+};
+bf16_matrix random_bf16_matrix(std::int64_t rows, std::int64_t cols) {
+  tensor wb = tensor::empty({rows, cols}, dtype::bf16);
+  const tensor wr = test::random_f32({rows, cols}, 0.05f);
+  for (std::int64_t i = 0; i < wb.numel(); ++i)
+    wb.data<std::uint16_t>()[i] = f32_to_bf16(wr.data<float>()[i]);
+  bf16_matrix m{weight_matrix(wb), {}, {}};
+  m.on_gpu = weight_to(m.host, gpu);
+  m.with_copy = cuda::with_bf16_copy(cuda::dequantize_weight(m.on_gpu, dtype::f32), m.on_gpu);
+  return m;
+}
+
 TEST_CASE("cuda linear: f32_gemv reads the bf16 bytes where kept -- the fp32 copy's bits") {
   // Decode rows (1..8) of a weight the checkpoint stores in bf16: f32_gemv reads its bf16 bytes
   // (half the read) and widens them to the fp32 copy's values, in the same order: the same
@@ -158,14 +175,8 @@ TEST_CASE("cuda linear: f32_gemv reads the bf16 bytes where kept -- the fp32 cop
                          shape{2048, 64}, shape{1, 4096}}) {
     CAPTURE(sh.out);
     CAPTURE(sh.in);
-    tensor wb = tensor::empty({sh.out, sh.in}, dtype::bf16);
-    const tensor wr = test::random_f32({sh.out, sh.in}, 0.05f);
-    for (std::int64_t i = 0; i < wb.numel(); ++i)
-      wb.data<std::uint16_t>()[i] = f32_to_bf16(wr.data<float>()[i]);
-    const weight_matrix host(wb);
-    const weight_matrix on_gpu = weight_to(host, gpu);
-    const weight_matrix w =
-        cuda::with_bf16_copy(cuda::dequantize_weight(on_gpu, dtype::f32), on_gpu);
+    const bf16_matrix m = random_bf16_matrix(sh.out, sh.in);
+    const weight_matrix &on_gpu = m.on_gpu, &w = m.with_copy;
     REQUIRE(w.bf16_values.defined());
     const weight_matrix plain(w.values);              // the fp32 copy alone
     const tensor wr_exact = w.values.to(cpu_device);  // the bf16 values in fp32, on the host
@@ -206,14 +217,8 @@ TEST_CASE("cuda linear: bf16-exact fp32 weights past f32_gemv's rows on split-bf
   for (const shape sh : {shape{384, 5120}, shape{512, 4096}, shape{7, 33}, shape{100, 1000}}) {
     CAPTURE(sh.out);
     CAPTURE(sh.in);
-    tensor wb = tensor::empty({sh.out, sh.in}, dtype::bf16);
-    const tensor wr = test::random_f32({sh.out, sh.in}, 0.05f);
-    for (std::int64_t i = 0; i < wb.numel(); ++i)
-      wb.data<std::uint16_t>()[i] = f32_to_bf16(wr.data<float>()[i]);
-    const weight_matrix host(wb);  // the checkpoint's bf16 matrix
-    const weight_matrix on_gpu = weight_to(host, gpu);
-    const weight_matrix w =
-        cuda::with_bf16_copy(cuda::dequantize_weight(on_gpu, dtype::f32), on_gpu);
+    const bf16_matrix m = random_bf16_matrix(sh.out, sh.in);
+    const weight_matrix &host = m.host, &on_gpu = m.on_gpu, &w = m.with_copy;
     REQUIRE(w.values.type() == dtype::f32);
     REQUIRE(w.bf16_values.defined());
     CHECK(w.bf16_values.raw() == on_gpu.values.raw());  // the uploaded bytes, not a second copy
@@ -810,6 +815,86 @@ TEST_CASE("cuda linear_pair on one stream_gemm launch: each output the bits of i
       check_close(yb, ops::linear(x, b_host, {c.block}), 2e-3);
     }
   }
+}
+
+TEST_CASE("cuda tile_gemv (FP8 decode tiles): stream_gemm's results, batch-invariant, pairs") {
+  // V4.1's dense FP8 (32 x 32 blocks, activations in blocks of 32) at decode rows from the
+  // weight's decode tiles: the tiles' bytes, against stream_gemm on the row-major codes (the
+  // same products per step; other K ranges, so equal up to fp32 rounding) and the CPU;
+  // batch-invariant (a token's bits the same in 1..8 rows); deterministic; a dense pair of
+  // different heights in one launch gives each weight's own launch's bits; shapes it does
+  // not take (K not a multiple of 128, 128-blocks) go to stream_gemm unchanged.
+  const bool was_on = cuda::get_tile_gemv();
+  cuda::set_tile_gemv(true);  // (opt-in)
+  struct shape {
+    std::int64_t out, in;
+  };
+  // wq_b (many stripes, short K), wo_b (long K: warps and a cluster split along K), the shared
+  // expert, outputs not a multiple of 16, one step-batch of K.
+  for (const shape sh : {shape{32768, 1280}, shape{5120, 8192}, shape{2304, 5120}, shape{200, 1280},
+                         shape{24, 128}, shape{1000, 512}}) {
+    CAPTURE(sh.out);
+    CAPTURE(sh.in);
+    const weight_matrix host = random_fp8(sh.out, sh.in, 32);
+    const weight_matrix plain = weight_to(host, gpu);
+    const weight_matrix w = cuda::with_decode_tiles(plain);
+    REQUIRE(w.decode_tiles.defined());
+    REQUIRE(w.decode_tiles.nbytes() == cuda::decode_tiles_bytes(sh.out, sh.in));
+    {  // the layout: lane 4g + t of stripe 0, step 0 holds row g's inputs 8t.. then row g+8's
+      const tensor tiles = w.decode_tiles.to(cpu_device);
+      const auto* tb = static_cast<const std::uint8_t*>(tiles.raw());
+      const auto* cb = static_cast<const std::uint8_t*>(host.values.raw());
+      bool same = true;
+      for (int lane = 0; lane < 32; ++lane)
+        for (int j = 0; j < 16; ++j) {
+          const std::int64_t row = lane / 4 + (j < 8 ? 0 : 8), col = 8 * (lane % 4) + j % 8;
+          const std::uint8_t want = row < sh.out ? cb[row * sh.in + col] : 0;
+          same = same && tb[lane * 16 + j] == want;
+        }
+      CHECK(same);
+    }
+    const tensor x8 = varied_input(8, sh.in);
+    test::poison_device_pool();
+    const tensor y8 = ops::linear(x8.to(gpu), w, {32}).to(cpu_device);
+    cuda::set_tile_gemv(false);
+    const tensor streamed = ops::linear(x8.to(gpu), w, {32}).to(cpu_device);
+    cuda::set_tile_gemv(true);
+    check_close(y8, streamed, 1e-5);
+    check_close(y8, ops::linear(x8, host, {32}), 2e-3);
+    test::check_bitwise(ops::linear(x8.to(gpu), w, {32}).to(cpu_device), y8);  // deterministic
+    for (std::int64_t rows : {1, 2, 3, 5, 7}) {
+      CAPTURE(rows);
+      const tensor part = ops::linear(x8.slice(0, 0, rows).clone().to(gpu), w, {32});
+      test::check_bitwise(part.to(cpu_device), y8.slice(0, 0, rows).clone());
+    }
+  }
+  // A pair (wq_a / wkv, the shared expert's w1 / w3): one launch, each weight's own bits.
+  for (const auto [in, out_a, out_b] :
+       {std::tuple<std::int64_t, std::int64_t, std::int64_t>{5120, 1280, 512},
+        {5120, 2304, 2304}}) {
+    CAPTURE(out_a);
+    const weight_matrix a_host = random_fp8(out_a, in, 32), b_host = random_fp8(out_b, in, 32);
+    const weight_matrix a = cuda::with_decode_tiles(weight_to(a_host, gpu));
+    const weight_matrix b = cuda::with_decode_tiles(weight_to(b_host, gpu));
+    for (std::int64_t rows : {1, 8}) {
+      CAPTURE(rows);
+      const tensor x = varied_input(rows, in);
+      test::poison_device_pool();
+      const auto [ya, yb] = ops::linear_pair(x.to(gpu), a, b, {32});
+      test::check_bitwise(ya.to(cpu_device), ops::linear(x.to(gpu), a, {32}).to(cpu_device));
+      test::check_bitwise(yb.to(cpu_device), ops::linear(x.to(gpu), b, {32}).to(cpu_device));
+      check_close(ya, ops::linear(x, a_host, {32}), 2e-3);
+    }
+  }
+  // Not taken: 128-blocks (no tiles made), K of 96 (tiles made, kernel refuses: stream_gemm).
+  const weight_matrix v4 = cuda::with_decode_tiles(weight_to(random_fp8(256, 512, 128), gpu));
+  CHECK_FALSE(v4.decode_tiles.defined());
+  const weight_matrix odd_host = random_fp8(48, 96, 32);
+  const weight_matrix odd = cuda::with_decode_tiles(weight_to(odd_host, gpu));
+  CHECK_FALSE(odd.decode_tiles.defined());
+  const tensor xo = varied_input(3, 96);
+  check_close(ops::linear(xo.to(gpu), odd, {32}), ops::linear(xo, odd_host, {32}), 2e-3);
+  cuda::set_tile_gemv(was_on);
 }
 
 TEST_CASE("cuda expert_linear_pair on one wg_gemm launch: right, and its splits' bits") {
