@@ -91,6 +91,7 @@ loaded_config load(const serve_options& o) {
                  out.server.max_n, static_cast<long long>(group_holds));
     out.server.max_n = int(group_holds);
   }
+  out.server.max_choices = group_holds;  // a prompt list times n, likewise
   return out;
 }
 

@@ -102,16 +102,21 @@ class table_reader {
     requires std::is_integral_v<Int>
   void get(std::string_view key, Int& out, std::int64_t min, std::int64_t max) {
     std::int64_t v = std::int64_t(out);
-    read_scalar(key, v, "an integer",
-                [](const toml::node& n) -> std::optional<std::int64_t> {
-                  return n.is_integer() ? n.value<std::int64_t>() : std::nullopt;
-                },
-                [](const std::string& raw) -> std::optional<std::int64_t> {
-                  std::int64_t x = 0;
-                  auto [end, ec] = std::from_chars(raw.data(), raw.data() + raw.size(), x);
-                  if (ec != std::errc() || end != raw.data() + raw.size()) return std::nullopt;
-                  return x;
-                });
+    read_scalar(
+        key, v, "an integer",
+        [](const toml::node& n) -> std::optional<std::int64_t> {
+          return n.is_integer() ? n.value<std::int64_t>() : std::nullopt;
+        },
+        [](const std::string& raw) -> std::optional<std::int64_t> {
+          // A leading '+' as TOML (and the CLI's integer options) take it: "+3" is 3.
+          std::string_view digits = raw;
+          if (digits.size() > 1 && digits[0] == '+' && digits[1] >= '0' && digits[1] <= '9')
+            digits.remove_prefix(1);
+          std::int64_t x = 0;
+          auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), x);
+          if (ec != std::errc() || end != digits.data() + digits.size()) return std::nullopt;
+          return x;
+        });
     if (v < min || v > max)
       ctx_.fail(join_key(prefix_, key), fmt::format("must be in [{}, {}], got {}", min, max, v));
     out = Int(v);

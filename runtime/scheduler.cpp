@@ -103,6 +103,14 @@ std::optional<admission_result> scheduler::invalid_reason(const request& r) cons
                                         "context is {} tokens including the output",
                                         prompt, config_.max_model_len),
                             "prompt"};
+  // min_tokens past what the context leaves could never be met (the output stops at the
+  // context's end); with max_tokens above it the sampling check caught it, without it not.
+  if (const std::int64_t room = config_.max_model_len - prompt; r.params.min_tokens > room)
+    return admission_result{invalid_request,
+                            fmt::format("min_tokens {} is more than the {} tokens the context "
+                                        "leaves after a {}-token prompt (max_model_len {})",
+                                        r.params.min_tokens, room, prompt, config_.max_model_len),
+                            "min_tokens"};
   // Waiting requests may hold max_queued_tokens tokens: a longer prompt could never wait, so
   // "queued_tokens_full, retry later" would be said to it forever.
   if (prompt > config_.max_queued_tokens)

@@ -58,11 +58,14 @@ class field_reader {
 
   static std::int64_t integer_of(const json& v, const std::string& key, std::int64_t lo,
                                  std::int64_t hi) {
-    if (v.is_number_float() && std::isfinite(v.get<double>()) &&
-        v.get<double>() == std::floor(v.get<double>()) && std::fabs(v.get<double>()) < 9e15)
+    const bool whole_float = v.is_number_float() && std::isfinite(v.get<double>()) &&
+                             v.get<double>() == std::floor(v.get<double>());
+    if (whole_float && std::fabs(v.get<double>()) < 9e15)
       return check_range(std::int64_t(v.get<double>()), key, lo, hi, v);
-    if (v.is_number_unsigned() &&
-        v.get<std::uint64_t>() > std::uint64_t(std::numeric_limits<std::int64_t>::max()))
+    // A whole number too large for an integer (1e20, 2^64) is out of range, not "not an integer".
+    if (whole_float ||
+        (v.is_number_unsigned() &&
+         v.get<std::uint64_t>() > std::uint64_t(std::numeric_limits<std::int64_t>::max())))
       bad_param(key, fmt::format("'{}' must be in [{}, {}], got {}", key, lo, hi, json_brief(v)));
     if (!v.is_number_integer()) bad_param(key, fmt::format("'{}' must be an integer", key));
     return check_range(v.get<std::int64_t>(), key, lo, hi, v);
@@ -325,6 +328,15 @@ generation_request parse_completion_request(const json& body, const server_setti
   read_common(f, r, limits);
   r.prompts = read_prompts(f.find("prompt"));
   if (r.prompts.size() > 64) bad_param("prompt", "at most 64 prompts are accepted in one request");
+  // Every choice of the request goes to one group together: past what a group admits at once
+  // they could never all start (each try was a 429 "retry later").
+  if (const std::int64_t choices = std::int64_t(r.prompts.size()) * r.n;
+      choices > limits.max_choices)
+    bad_param(r.prompts.size() > 1 ? "prompt" : "n",
+              fmt::format("{} prompt(s) x n = {} is {} choices; this server starts at most {} "
+                          "requests of one group at once (scheduler.max_num_running + "
+                          "max_num_queued, router.max_live_requests)",
+                          r.prompts.size(), r.n, choices, limits.max_choices));
   read_max_tokens(f, r);
   if (!r.params.max_tokens) r.params.max_tokens = 16;  // OpenAI's default for completions
   r.echo = f.boolean("echo").value_or(false);

@@ -22,6 +22,10 @@ struct server_settings {
   int max_connections = 8192;                ///< open connections; beyond, 503 and close
   int max_concurrent_requests = 2048;        ///< generation requests in flight; beyond, 429
   int max_n = 16;                            ///< choices per request
+  /// Prompts x n per request: what one group admits at once (serve sets it from the cluster's
+  /// scheduler.max_num_running + max_num_queued and router.max_live_requests; not a key).
+  /// A request's choices go to one group together, so past this they could never all start.
+  std::int64_t max_choices = 1 << 20;
   int max_top_logprobs = 20;
   int max_stop = 16;          ///< stop strings per request
   int max_stop_bytes = 256;   ///< bytes per stop string

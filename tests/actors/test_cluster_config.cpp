@@ -170,6 +170,12 @@ TEST_CASE("--set overrides any key with the key's type") {
   CHECK(error_of(base, {"scheduler.max_num_running=many"}).find("scheduler.max_num_running: expected an integer, got 'many' (from --set)") !=
         std::string::npos);
   CHECK(error_of(base, {"scheduler.nope=1"}).find("--set scheduler.nope=1") != std::string::npos);
+  // a leading '+' as TOML and the CLI's integer options take it; nothing else around the digits
+  CHECK(parse_cluster_config(base, {"scheduler.max_num_running=+3"}).scheduler.max_num_running ==
+        3);
+  for (const char* bad : {"+", "++3", "+-3", " 3", "3 "})
+    CHECK(error_of(base, {std::string("scheduler.max_num_running=") + bad})
+              .find("expected an integer") != std::string::npos);
   CHECK(error_of(base, {"nodes.7.port=1"}).find("no key nodes.7.port") != std::string::npos);
   CHECK(error_of(base, {"novalue"}).find("expected key=value") != std::string::npos);
 }

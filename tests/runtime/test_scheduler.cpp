@@ -147,6 +147,23 @@ TEST_CASE("beyond the admission limits add_request refuses at once and changes n
   CHECK(r.status == admission_status::too_long);
   CHECK(failure_of(r.status) == failure_kind::invalid);
   CHECK(r.message.find("scheduler.max_queued_tokens") != std::string::npos);
+  // min_tokens past what the context leaves after the prompt (64 - 20): never met, with or
+  // without max_tokens; at the limit it is accepted.
+  scheduler u(make_config({.max_model_len = 64}));
+  request greedy = make_request(11, prompt_tokens(11, 20), 4);
+  greedy.params.max_tokens.reset();
+  greedy.params.min_tokens = 45;
+  r = u.add_request(greedy);
+  CHECK(r.status == admission_status::invalid_request);
+  CHECK(r.param == "min_tokens");
+  CHECK(r.message ==
+        "min_tokens 45 is more than the 44 tokens the context leaves after a 20-token prompt "
+        "(max_model_len 64)");
+  greedy.params.max_tokens = 100;  // above it: the same refusal
+  CHECK(u.add_request(greedy).param == "min_tokens");
+  greedy.params.max_tokens.reset();
+  greedy.params.min_tokens = 44;
+  CHECK(u.add_request(greedy).is_accepted());
   request bad_stop = make_request(9, {1}, 4);
   bad_stop.params.stop = {""};
   r = t.add_request(bad_stop);

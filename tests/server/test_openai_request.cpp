@@ -171,6 +171,31 @@ TEST_CASE("every invalid field is a 400 naming it") {
   CHECK(param_of("{\"prompt\": \"\xff\"}") == "<none>");
 }
 
+TEST_CASE("a whole number too large is out of range; prompts x n past a group's intake") {
+  const auto error_of = [](const std::string& body, const server_settings& s) -> api_error {
+    try {
+      parse_completion_request(parse_body(body, s), s);
+    } catch (const api_error& e) {
+      return e;
+    }
+    return api_error(200, "", "", "");
+  };
+  const server_settings s;
+  // 1e20 is a whole number: it was "must be an integer", without the range
+  const api_error big = error_of(R"({"prompt": "x", "top_k": 1e20})", s);
+  CHECK(big.status == 400);
+  CHECK(big.param == "top_k");
+  CHECK(std::string(big.what()).find("must be in [") != std::string::npos);
+  CHECK(std::string(error_of(R"({"prompt": "x", "top_k": 2.5})", s).what())
+            .find("must be an integer") != std::string::npos);
+  server_settings small = s;
+  small.max_choices = 8;  // what serve derives from the cluster's limits
+  CHECK(error_of(R"({"prompt": ["a", "b", "c"], "n": 3})", small).param == "prompt");
+  CHECK(error_of(R"({"prompt": "a", "n": 9, "max_tokens": 2})", small).param == "n");
+  const api_error fits = error_of(R"({"prompt": ["a", "b"], "n": 4})", small);
+  CHECK(fits.status == 200);
+}
+
 TEST_CASE("nesting and object sizes are bounded before parsing") {
   CHECK(measure_body(R"({"a": [[["x"]]]})", 4).depth == 4);
   CHECK(measure_body(R"({"a": [[[["x"]]]]})", 4).depth == 5);

@@ -498,6 +498,9 @@ def errors_400(srv, c):
     assert srv.request("POST", "/v1/completions", fine, {"Authorization": "Bearer " + KEY})[0] == 200
     expect_status(lambda: c.completions.create(model="tiny", prompt=[10 ** 9], max_tokens=2), 400, "prompt")
     expect_status(lambda: c.chat.completions.create(model="tiny", messages=[], max_tokens=2), 400, "messages")
+    # min_tokens past the context without max_tokens (chat's default: none) could never be met
+    expect_status(lambda: c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x"}],
+                                                    extra_body={"min_tokens": 10 ** 6}), 400, "min_tokens")
     expect_status(lambda: c.chat.completions.create(model="tiny", messages=[{"role": "wizard", "content": "x"}]),
                   400, "messages[0].role")
     # a NUL quoted from the input shows as \0 instead of cutting the message short
@@ -785,7 +788,8 @@ def front_end_of_launched_cluster(srv, c):
 
 @test
 def n_past_a_groups_capacity_is_a_400(srv, c):
-    """n choices past what one group admits at once were refused with 429 "retry later" forever."""
+    """n choices (or prompts x n) past what one group admits at once were refused with 429
+    "retry later" forever."""
     s = Server(srv.binary, ["--model", srv.model, "--set", "scheduler.max_num_running=4",
                             "--set", "scheduler.max_num_queued=4"])
     try:
@@ -794,6 +798,13 @@ def n_past_a_groups_capacity_is_a_400(srv, c):
         r = sc.completions.create(model="tiny", prompt="hi", max_tokens=2, n=8)
         assert len(r.choices) == 8
         assert any("server.max_n lowered from 16 to 8" in line for line in s.stderr_lines), s.stderr_lines
+        # a prompt list, alone or times n, past it: a 400 naming prompt (was a 429 every time)
+        expect_status(lambda: sc.completions.create(model="tiny", prompt=["a"] * 9, max_tokens=2), 400,
+                      "prompt")
+        expect_status(lambda: sc.completions.create(model="tiny", prompt=["a", "b", "c"], max_tokens=2,
+                                                    n=3), 400, "prompt")
+        r = sc.completions.create(model="tiny", prompt=["a", "b"], max_tokens=2, n=4)
+        assert len(r.choices) == 8
     finally:
         s.stop()
 
