@@ -131,7 +131,11 @@ block_gemm_params gemm_params(const weight_matrix& w, const quantized_act& q, in
   p.groups = groups;
   p.y = y.data<float>();
   p.y_elements = y.numel();
-  if (w.decode_tiles.defined()) p.tiles = static_cast<const std::uint8_t*>(w.decode_tiles.raw());
+  // (A weight_matrix copied with its values sliced would carry its source's tiles: only tiles
+  // of this matrix's own size are used.)
+  if (w.decode_tiles.defined() && w.values.type() == dtype::f8_e4m3 &&
+      w.decode_tiles.nbytes() == decode_tiles_bytes(w.values.size(0), w.values.size(1)))
+    p.tiles = static_cast<const std::uint8_t*>(w.decode_tiles.raw());
   return p;
 }
 
