@@ -20,11 +20,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <random>
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -426,6 +428,24 @@ void run_bench(const bench_options& o, bool decode) {
              "(max_position_embeddings)",
              c, reach, decode ? " with --steps and --timeline" : "", positions);
   }
+  // Each row's cache pool, estimated before it is allocated (a --batch of 1e9 overflowed the
+  // pool's block count, or ended in "std::bad_alloc" after the model had loaded).
+  const di::cache_layout& layout = model->layout();
+  for (int b : batches)
+    for (int c : contexts) {
+      const std::int64_t capacity = std::int64_t(c) + o.steps + 1 + std::max(0, o.timeline);
+      const std::int64_t blocks = std::int64_t(b) * (capacity / layout.entries_per_block + 2);
+      double bytes = double(b) * double(layout.slot_bytes);
+      for (int s = 0; s < int(layout.streams.size()); ++s)
+        bytes += double(blocks) * double(layout.block_bytes(s));
+      const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+      DI_CHECK(blocks <= std::numeric_limits<int>::max() &&
+                   (dev.kind != di::device_kind::cpu || ram <= 0 || bytes <= ram),
+               "--batch {} --context {}: the caches alone need {:.1f} GB{}", b, c, bytes / 1e9,
+               dev.kind == di::device_kind::cpu && ram > 0
+                   ? fmt::format(", more than this host's {:.1f} GB of memory", ram / 1e9)
+                   : std::string(" (too many cache blocks)"));
+    }
   int threads = 1;
 #ifdef _OPENMP
   threads = omp_get_max_threads();

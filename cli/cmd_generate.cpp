@@ -59,19 +59,39 @@ fs::path cache_dir() {
   return fs::temp_directory_path() / "deepinfer";
 }
 
+/// Writes the built-in default model (tiny-v41, seed 0) into `dir`.
+void generate_default_model(const fs::path& dir) {
+  di::make_model_options o;
+  o.preset = "tiny-v41";
+  o.out_dir = dir;
+  o.force = true;
+  o.show_progress = false;
+  di::make_model(o);
+}
+
 /// The built-in default model: tiny-v41 (seed 0), generated on first use.
 std::string default_model() {
   fs::path dir = cache_dir() / "models" / "tiny-v41";
   if (!fs::exists(dir / "config.json")) {
     fmt::print(stderr, "no --model given: generating the built-in tiny-v41 model into {}\n", dir.string());
-    di::make_model_options o;
-    o.preset = "tiny-v41";
-    o.out_dir = dir;
-    o.force = true;
-    o.show_progress = false;
-    di::make_model(o);
+    generate_default_model(dir);
   }
   return dir.string();
+}
+
+/// The model of --model, or the built-in one -- generated again when its cached copy does not
+/// load (a damaged file there failed every run with no word of the cache).
+di::cli::loaded_model load_model(const std::string& given, bool act_quant, std::string& dir) {
+  dir = given.empty() ? default_model() : given;
+  if (!given.empty()) return di::cli::load_model_for_generation(dir, act_quant);
+  try {
+    return di::cli::load_model_for_generation(dir, act_quant);
+  } catch (const di::error& e) {
+    fmt::print(stderr, "the cached built-in model in {} does not load ({}): generating it again\n",
+               dir, e.what());
+    generate_default_model(dir);
+    return di::cli::load_model_for_generation(dir, act_quant);
+  }
 }
 
 std::vector<std::int32_t> prompt_tokens(const generate_options& o, const di::cli::loaded_model& m,
@@ -159,8 +179,8 @@ void run_generate(generate_options& o) {
   DI_CHECK(o.json || (!o.sampling.logprobs && !o.sampling.prompt_logprobs),
            "--logprobs and --prompt-logprobs need --json (text output has no place for them)");
   di::cli::check_device_choice(o.device, o.cuda_only);  // before the model loads
-  std::string dir = o.model.empty() ? default_model() : o.model;
-  di::cli::loaded_model m = di::cli::load_model_for_generation(dir, o.act_quant == "on");
+  std::string dir;
+  di::cli::loaded_model m = load_model(o.model, o.act_quant == "on", dir);
   di::cli::place_model(*m.model, o.device, o.device_weights);
   DI_CHECK(o.cuda_graphs == "on" || o.cuda_graphs == "off", "--cuda-graphs must be on or off, "
            "got '{}'", o.cuda_graphs);

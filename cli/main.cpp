@@ -8,6 +8,7 @@
 #include <cstring>
 #include <exception>
 #include <iostream>
+#include <new>
 #include <string>
 
 namespace di::cli {
@@ -116,6 +117,11 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const di::error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {  // said only "std::bad_alloc" (e.g. bench --batch 1000000000)
+    std::fprintf(stderr,
+                 "error: out of memory: the host could not allocate what this run needs "
+                 "(smaller --batch, --context or model?)\n");
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -128,6 +128,9 @@ void read_attention(const key_reader& r, model_config& c) {
   c.o_lora_rank = r.positive("o_lora_rank");
   c.o_groups = r.positive("o_groups");
   c.rms_norm_eps = r.number("rms_norm_eps");
+  // (1e300 passed the sign check and overflowed float: every logit came out 0.)
+  if (!(c.rms_norm_eps >= 0.0 && c.rms_norm_eps < 1.0))
+    r.fail("rms_norm_eps", fmt::format("must be in [0, 1), got {}", c.rms_norm_eps));
   // Absent: no context limit; given, it must be one (0 switched the context check off).
   c.max_position_embeddings =
       r.has("max_position_embeddings") ? r.positive("max_position_embeddings") : 0;
@@ -168,12 +171,23 @@ void read_moe(const key_reader& r, model_config& c) {
   c.n_routed_experts = r.positive("n_routed_experts");
   c.n_shared_experts = r.int_or("n_shared_experts", 0, 0, INT32_MAX);
   c.num_experts_per_tok = r.positive("num_experts_per_tok");
+  // The router implements V4's sqrt-softplus scores and its bias-corrected top-k only: other
+  // values were accepted and ignored (the same routing whatever they said).
   c.scoring_func = r.string_or("scoring_func", "sqrtsoftplus");
-  if (c.scoring_func != "sqrtsoftplus" && c.scoring_func != "sigmoid" && c.scoring_func != "softmax")
-    r.fail("scoring_func", fmt::format("unsupported scoring function '{}'", c.scoring_func));
+  if (c.scoring_func != "sqrtsoftplus")
+    r.fail(
+        "scoring_func",
+        fmt::format("unsupported scoring function '{}' (supported: sqrtsoftplus)", c.scoring_func));
+  if (const std::string m = r.string_or("topk_method", "noaux_tc"); m != "noaux_tc")
+    r.fail("topk_method", fmt::format("unsupported top-k method '{}' (supported: noaux_tc)", m));
+  if (r.boolean_or("tie_word_embeddings", false))
+    r.fail("tie_word_embeddings", "tied embeddings are not supported (V4 has its own head)");
   c.norm_topk_prob = r.boolean_or("norm_topk_prob", true);
   c.routed_scaling_factor = r.positive_number_or("routed_scaling_factor", 1.0);
-  c.swiglu_limit = r.number_or("swiglu_limit", 0.0);
+  c.swiglu_limit = r.number_or("swiglu_limit", 0.0);  // 0: no clamp
+  if (!(c.swiglu_limit >= 0.0) || !std::isfinite(float(c.swiglu_limit)))
+    r.fail("swiglu_limit",
+           fmt::format("must be a finite number >= 0 (0: no clamp), got {}", c.swiglu_limit));
   c.gate_temp = r.positive_number_or("gate_temp", 1.0);
   c.num_hash_layers = r.int_or("num_hash_layers", 0, 0, INT32_MAX);
 }

@@ -2,31 +2,32 @@
 #include "cli/detail/json_input.hpp"
 
 #include "common/error.hpp"
+#include "common/strict_json.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace di::cli {
 
 nlohmann::ordered_json parse_json_input(const std::string& text, const std::string& what) {
-  using ojson = nlohmann::ordered_json;
-  bool too_deep = false;
-  // The parser itself keeps its own stack; the callback stops it before the document is built
-  // deeper than the limit (a discarded parse, reported below).
-  const ojson::parser_callback_t limit = [&](int depth, ojson::parse_event_t event, ojson&) {
-    if ((event == ojson::parse_event_t::object_start ||
-         event == ojson::parse_event_t::array_start) &&
-        depth >= max_json_input_depth) {
-      too_deep = true;
-      throw std::runtime_error("too deep");
-    }
-    return true;
-  };
+  // The strict parser first: a key given twice in one object is refused (nlohmann keeps the
+  // last silently: '{"role": "user", ..., "role": "system"}' became a system message), syntax
+  // errors name line and column without nlohmann's tag, and nesting stays bounded. Then the
+  // order-keeping parse the callers use (templates see the keys in their order).
   try {
-    return ojson::parse(text, limit);
-  } catch (const ojson::exception& e) {
+    parse_json_strict(text, max_json_input_depth);
+  } catch (const json_input_error& e) {
+    if (e.what_kind == json_input_error::kind::duplicate_key)
+      DI_FAIL("{}: key '{}' is given twice in one object", what, fmt::join(e.path, "."));
+    if (e.what_kind == json_input_error::kind::too_deep)
+      DI_FAIL("{} is nested more than {} levels deep", what, max_json_input_depth);
     DI_FAIL("{} is not valid JSON: {}", what, e.what());
-  } catch (const std::runtime_error&) {
-    if (!too_deep) throw;
   }
-  DI_FAIL("{} is nested more than {} levels deep", what, max_json_input_depth);
+  try {
+    return nlohmann::ordered_json::parse(text);
+  } catch (const nlohmann::ordered_json::exception& e) {  // (the strict parse accepted it)
+    DI_FAIL("{} is not valid JSON: {}", what, without_nlohmann_tag(e.what()));
+  }
 }
 
 }  // namespace di::cli

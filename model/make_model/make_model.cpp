@@ -17,15 +17,19 @@ namespace di {
 
 namespace {
 
-/// Files make_model created; removed again unless the whole checkpoint was written.
+/// Files (and folders) make_model created; removed again unless the whole checkpoint was
+/// written -- folders last, innermost first, and only while empty.
 class created_files {
  public:
   ~created_files() {
     if (committed_) return;
     std::error_code ec;
     for (const auto& f : files_) std::filesystem::remove(f, ec);
+    for (auto d = dirs_.rbegin(); d != dirs_.rend(); ++d)
+      if (std::filesystem::is_empty(*d, ec)) std::filesystem::remove(*d, ec);
   }
   void add(std::filesystem::path f) { files_.push_back(std::move(f)); }
+  void add_dir(std::filesystem::path d) { dirs_.push_back(std::move(d)); }
   std::vector<std::filesystem::path> commit() {
     committed_ = true;
     return files_;
@@ -33,6 +37,7 @@ class created_files {
 
  private:
   std::vector<std::filesystem::path> files_;
+  std::vector<std::filesystem::path> dirs_;  // outermost first
   bool committed_ = false;
 };
 
@@ -43,10 +48,19 @@ bool is_checkpoint_file(const std::filesystem::path& p) {
          name == "model.safetensors.index.json" || p.extension() == ".safetensors";
 }
 
-void prepare_out_dir(const std::filesystem::path& dir, bool force) {
+/// Makes `dir` (recording in `files` the folders it creates: an interrupted or failed run
+/// removes them again) or checks it.
+void prepare_out_dir(const std::filesystem::path& dir, bool force, created_files& files) {
   namespace fs = std::filesystem;
   if (!fs::exists(dir)) {
+    std::vector<fs::path> missing;  // innermost first
+    for (fs::path p = fs::absolute(dir).lexically_normal(); !p.empty() && !fs::exists(p);
+         p = p.parent_path()) {
+      missing.push_back(p);
+      if (p == p.parent_path()) break;
+    }
     fs::create_directories(dir);
+    for (auto p = missing.rbegin(); p != missing.rend(); ++p) files.add_dir(*p);
     return;
   }
   DI_CHECK(fs::is_directory(dir), "{}: exists and is not a directory", dir.string());
@@ -140,8 +154,8 @@ make_model_result make_model(const make_model_options& o) {
   result.plan = plan_model(config, o.max_shard_bytes);
   init_context context = make_init_context(config, o.seed, o.scales, tok);
 
-  prepare_out_dir(o.out_dir, o.force);
   created_files files;
+  prepare_out_dir(o.out_dir, o.force, files);
   for (const auto& shard : result.plan.shard_files) files.add(o.out_dir / shard);
   generate_shards({.plan = &result.plan,
                    .context = &context,

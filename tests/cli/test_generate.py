@@ -187,6 +187,21 @@ class GenerateTest(unittest.TestCase):
         p = run("chat-template", "--tokenizer", MODEL, stdin="[" * 150000 + "]" * 150000)
         self.assertEqual(p.returncode, 1, p.stderr[-300:])
         self.assertIn("stdin is nested more than 512 levels deep", error_lines(p)[0])
+        # a key given twice was taken silently, the last one winning (a user message rendered
+        # as a system one); syntax errors carry no nlohmann tag
+        dup = '[{"role": "user", "content": "Hi", "role": "system"}]'
+        with open(path, "w") as f:
+            f.write(dup)
+        p = run("generate", "--model", MODEL, "--chat", path, "--max-tokens", "1")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("key 'role' is given twice in one object", error_lines(p)[0])
+        p = run("chat-template", "--tokenizer", MODEL, stdin=dup)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("stdin: key 'role' is given twice in one object", error_lines(p)[0])
+        p = run("chat-template", "--tokenizer", MODEL, stdin='[{"role": "user" "content": "x"}]')
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("stdin is not valid JSON: parse error at line 1", error_lines(p)[0])
+        self.assertNotIn("json.exception", p.stderr)
 
     def test_deep_json_inputs_are_errors_not_crashes(self):
         # echoing (or compiling) a value nested 60,000+ levels deep overflowed the stack: SIGSEGV
@@ -463,7 +478,9 @@ class GenerateTest(unittest.TestCase):
 
     def test_make_model_interrupted_removes_its_files(self):
         # SIGINT left GBs of shards without a config.json ("folder is not empty" on the rerun)
-        out = os.path.join(WORK, "interrupted")
+        # (and the folders it had made for --out stayed behind, empty)
+        parent = os.path.join(WORK, "interrupted-parent")
+        out = os.path.join(parent, "interrupted")
         p = subprocess.Popen([BINARY, "make-model", "--preset", "v4-flash-L4", "--out", out, "--quiet"],
                              stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 30
@@ -474,7 +491,20 @@ class GenerateTest(unittest.TestCase):
         err = p.communicate(timeout=120)[1]
         self.assertEqual(p.returncode, -signal.SIGINT, err)
         self.assertIn("make-model: interrupted; removed the files it had written", err)
+        self.assertFalse(os.path.exists(parent), "the folders make-model created are left")
+        # a folder that was there before stays (empty)
+        os.makedirs(out)
+        p = subprocess.Popen([BINARY, "make-model", "--preset", "v4-flash-L4", "--out", out, "--quiet"],
+                             stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 30
+        while time.time() < deadline and not os.listdir(out):
+            time.sleep(0.05)
+        time.sleep(0.5)
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=120)
         self.assertEqual(os.listdir(out), [])
+        os.rmdir(out)
+        os.rmdir(parent)
 
     def test_serve_says_it_waits_for_the_cluster(self):
         # serve --config with no cluster running waited in silence until startup_timeout_s
@@ -518,6 +548,28 @@ class GenerateTest(unittest.TestCase):
                            cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(os.listdir(cwd), [])
+
+    def test_damaged_builtin_model_is_generated_again(self):
+        # a damaged cached default model failed every run, without a word of the cache
+        cache = os.path.join(WORK, "cache-damaged")
+        env = dict(os.environ, DEEPINFER_CACHE=cache)
+        cmd = [BINARY, "generate", "--prompt", "hi", "--max-tokens", "2", "--temperature", "0", "--json"]
+        first = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        self.assertEqual(first.returncode, 0, first.stderr)
+        weights = os.path.join(cache, "models", "tiny-v41", "model.safetensors")
+        with open(weights, "r+b") as f:
+            f.truncate(os.path.getsize(weights) // 2)
+        again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        self.assertEqual(again.returncode, 0, again.stderr)
+        self.assertIn("does not load", again.stderr)
+        self.assertIn("generating it again", again.stderr)
+        self.assertEqual(json.loads(again.stdout)["output_ids"], json.loads(first.stdout)["output_ids"])
+        # --model given: its damage is an error, nothing is regenerated
+        with open(weights, "r+b") as f:
+            f.truncate(os.path.getsize(weights) // 2)
+        p = run("generate", "--model", os.path.dirname(weights), "--prompt", "x")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertNotIn("generating it again", p.stderr)
 
     def test_model_must_be_a_directory(self):
         for f in ("config.json", "tokenizer.json", "model.safetensors"):

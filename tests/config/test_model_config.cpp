@@ -193,6 +193,18 @@ TEST_CASE("malformed config.json gives one clear error naming the key") {
       // betas interpolated the wrong dimensions, token ids past the vocabulary
       {"activation", v41, [](json& j) { j["text_config"]["hidden_act"] = "gelu"; },
        "key 'text_config.hidden_act': unsupported activation 'gelu' (supported: silu)"},
+      // accepted and ignored before (helper-42): other router scores or top-k methods, tied
+      // embeddings; an eps that overflows float (every logit 0), a negative SwiGLU clamp
+      {"scoring func", v4, [](json& j) { j["scoring_func"] = "softmax"; },
+       "key 'scoring_func': unsupported scoring function 'softmax' (supported: sqrtsoftplus)"},
+      {"topk method", v4, [](json& j) { j["topk_method"] = "greedy"; },
+       "key 'topk_method': unsupported top-k method 'greedy' (supported: noaux_tc)"},
+      {"tied embeddings", v4, [](json& j) { j["tie_word_embeddings"] = true; },
+       "key 'tie_word_embeddings': tied embeddings are not supported"},
+      {"rms eps", v4, [](json& j) { j["rms_norm_eps"] = 1e300; },
+       "key 'rms_norm_eps': must be in [0, 1), got 1e+300"},
+      {"swiglu limit", v41, [](json& j) { j["text_config"]["swiglu_limit"] = -1; },
+       "key 'text_config.swiglu_limit': must be a finite number >= 0 (0: no clamp), got -1"},
       {"yarn betas reversed", v4, [](json& j) { j["rope_scaling"]["beta_fast"] = 0.5; },
        "key 'rope_scaling.beta_fast': must be larger than beta_slow (0.5 vs 1)"},
       {"pad id", v41, [](json& j) { j["pad_token_id"] = 129280; },
