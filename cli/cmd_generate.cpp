@@ -275,7 +275,8 @@ void setup_generate(CLI::App& app) {
                              ->capture_default_str());
   sub->add_flag("--json", o->json, "Print one JSON object (prompt_ids, output_ids, text, "
                 "finish_reason, logprobs, prompt_logprobs) instead of streaming text");
-  sub->add_flag("--no-stats", o->no_stats, "Do not print the timing line on stderr");
+  sub->add_flag("--no-stats", o->no_stats,
+                "Do not print the timing line on stderr (--json never prints it)");
   sub->callback([o] { run_generate(*o); });
 }
 

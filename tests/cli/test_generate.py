@@ -642,6 +642,18 @@ class GenerateTest(unittest.TestCase):
                 self.assertEqual(p.returncode, 1, (flag, value, p.stderr))
                 self.assertEqual(error_lines(p), [f"error: {flag}: {why}"], (flag, value))
                 self.assertNotIn("bench:", p.stderr)  # refused before any row ran
+        # the same rule as --prompt-ids (which took "1, 2" and a trailing comma, where these
+        # refused "1, 2" and "+1"): spaces around an item and a leading '+' are fine, an empty
+        # item is not
+        p = run("bench", "decode", "--model", MODEL, "--batch", " 1, +2", "--context", "8",
+                "--steps", "1", "--json")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual([r["batch"] for r in json.loads(p.stdout)["results"]], [1, 2])
+        for ids, ok in (("1, 2", True), ("+1,2", True), ("1,2,", False), (",1", False), ("1,,2", False)):
+            p = run("generate", "--model", MODEL, "--prompt-ids", ids, "--max-tokens", "1")
+            self.assertEqual(p.returncode, 0 if ok else 1, (ids, p.stderr))
+            if not ok:
+                self.assertIn("has an empty item", error_lines(p)[0])
 
 
 if __name__ == "__main__":
