@@ -67,8 +67,15 @@ void prepare_out_dir(const std::filesystem::path& dir, bool force, created_files
   if (fs::is_empty(dir)) return;
   DI_CHECK(force, "{}: folder is not empty; pass --force to replace the checkpoint in it",
            dir.string());
+  // Checked before anything is removed (a folder of such a name made the copy fail with the
+  // library's "filesystem error: cannot copy file", the old checkpoint already gone).
   for (const auto& entry : fs::directory_iterator(dir))
-    if (entry.is_regular_file() && is_checkpoint_file(entry.path())) fs::remove(entry.path());
+    DI_CHECK(!is_checkpoint_file(entry.path()) || entry.is_regular_file(),
+             "{}: is not a file, and make-model writes a file of that name there; move it away "
+             "first",
+             entry.path().string());
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (is_checkpoint_file(entry.path())) fs::remove(entry.path());
 }
 
 void check_tokenizer_fits(const model_config& c, const tokenizer_facts& tok,

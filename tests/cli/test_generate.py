@@ -583,6 +583,20 @@ class GenerateTest(unittest.TestCase):
         self.assertEqual(p.returncode, 1)
         self.assertIn("no such directory", error_lines(p)[0])
 
+    def test_make_model_refuses_a_folder_where_it_writes_a_file(self):
+        # a folder named tokenizer.json: the library's "filesystem error: cannot copy file", and
+        # the old checkpoint's files already removed
+        out = os.path.join(WORK, "dir-in-the-way")
+        os.makedirs(os.path.join(out, "tokenizer.json"))
+        with open(os.path.join(out, "config.json"), "w") as f:
+            f.write("{}")
+        p = run("make-model", "--preset", "tiny-v41", "--out", out, "--force", "--quiet")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(error_lines(p), [f"error: {out}/tokenizer.json: is not a file, and make-model "
+                                          "writes a file of that name there; move it away first"])
+        self.assertTrue(os.path.exists(os.path.join(out, "config.json")))  # nothing removed
+        shutil.rmtree(out)
+
     def test_make_model_seed_out_of_range_is_refused(self):
         # the parser used to wrap -1 and clamp 2^64 and above to 2^64 - 1
         for seed, why in (("-1", "is below zero"), ("18446744073709551616", "is out of range"),
