@@ -260,8 +260,14 @@ void setup_generate(CLI::App& app) {
                   "json_object, regex:PATTERN or ebnf:FILE; JSON kinds take +compact, +pretty or "
                   "+lenient (json_schema+compact:FILE). The text is guaranteed to match; it ends "
                   "when the grammar is complete");
-  sub->add_option("--act-quant", o->act_quant, "FP8 activation quantization before FP8/FP4 GEMMs "
-                  "(on = DeepSeek's official numerics; off = the reference's variant B)")->capture_default_str();
+  auto* aq = sub->add_option("--act-quant", o->act_quant,
+                             "FP8 activation quantization before FP8/FP4 GEMMs (on = DeepSeek's "
+                             "official numerics; off = the reference's variant B)")
+                 ->capture_default_str();
+  // bench's spelling too (it has --act-quant / --no-act-quant flags)
+  sub->add_flag_callback(
+         "--no-act-quant", [o] { o->act_quant = "off"; }, "The same as --act-quant off")
+      ->excludes(aq);
   sub->add_option("--device", o->device, "Where the forward runs: cpu, cuda or cuda:N (weights "
                   "resident on the GPU)")->capture_default_str();
   o->cuda_only.push_back(

@@ -232,6 +232,10 @@ class GenerateTest(unittest.TestCase):
                      "--act-quant", "off")
         self.assertEqual(len(b["output_ids"]), 2)
         self.assertNotEqual(a["token_logprobs"], b["token_logprobs"])
+        # bench's spelling works too
+        c = gen_json("--prompt-ids", "0,7,8", "--max-tokens", "2", "--temperature", "0", "--logprobs", "1",
+                     "--no-act-quant")
+        self.assertEqual(c["token_logprobs"], b["token_logprobs"])
 
     def test_bench_reports_against_measured_bandwidth(self):
         p = run("bench", "decode", "--model", MODEL, "--batch", "1,2", "--context", "16", "--steps", "2", "--json")
