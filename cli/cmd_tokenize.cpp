@@ -1,6 +1,7 @@
 // `deepinfer tokenize`: JSON lines {"text": ...} on stdin -> {"ids": [...]} on stdout, with the
 // DeepSeek tokenizer of a checkpoint folder. For checking ids against other tokenizers.
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -34,6 +35,13 @@ std::string text_of_line(const std::string& line, std::size_t line_number) {
 
 void run_tokenize(const tokenize_args& args) {
   auto tok = di::tok::tokenizer::from_dir(args.tokenizer_dir);
+  // --add-bos follows tokenizer_config.json; without one it adds nothing -- said, not silent.
+  if (args.add_bos &&
+      !std::filesystem::exists(std::filesystem::path(args.tokenizer_dir) / "tokenizer_config.json"))
+    std::fprintf(stderr,
+                 "tokenize: --add-bos: %s has no tokenizer_config.json (its add_bos_token / "
+                 "add_eos_token): nothing is added\n",
+                 args.tokenizer_dir.c_str());
   di::tok::encode_options options{.add_special_tokens = args.add_special_tokens,
                                   .add_bos = args.add_bos};
   std::string line;

@@ -54,6 +54,21 @@ for line, want in (('{"ids": [4294967296]}', b"token id 4294967296 is not in the
     r = run(["detokenize"], line + "\n")
     check(f"detokenize {line}", r.returncode == 1 and want in r.stderr, r.stderr.decode())
 
+# --add-bos without tokenizer_config.json adds nothing: it says so on stderr (it was silent)
+import shutil
+import tempfile
+bare = tempfile.mkdtemp(prefix="deepinfer-tok-")
+try:
+    shutil.copy(os.path.join(tokenizer, "tokenizer.json"), bare)
+    r = subprocess.run([binary, "tokenize", "--tokenizer", bare, "--add-bos"], input=b'{"text": "a"}\n',
+                       capture_output=True)
+    check("add-bos without config exit", r.returncode == 0, r.stderr.decode())
+    check("add-bos without config note", b"has no tokenizer_config.json" in r.stderr, r.stderr.decode())
+    r = run(["tokenize", "--add-bos"], '{"text": "a"}\n')
+    check("add-bos with config: no note", b"tokenizer_config" not in r.stderr, r.stderr.decode())
+finally:
+    shutil.rmtree(bare, ignore_errors=True)
+
 for f in failures:
     print("FAIL", f)
 print(f"cli_test: {len(failures)} failures")
