@@ -87,7 +87,12 @@ void start_coordinator(node_self self) {
 caf::result<int> on_join(node_self self, join_cluster& msg) {
   node_state& st = self->state;
   const cluster_config& c = st.params.config;
-  auto refuse = [](std::string why) { return caf::make_error(caf::sec::runtime_error, std::move(why)); };
+  // Said here too: the joining node prints it and exits, but the coordinator's operator (on
+  // another host, perhaps) saw only "waiting for 1 more node(s)" until the startup timeout.
+  auto refuse = [&st](std::string why) {
+    st.log->error("coordinator: refused a node: {}", why);
+    return caf::make_error(caf::sec::runtime_error, std::move(why));
+  };
   if (st.params.rank != 0) return refuse("this node is not the coordinator (rank 0)");
   if (msg.rank <= 0 || msg.rank >= int(c.nodes.size()))
     return refuse(fmt::format("no node of rank {} in the cluster file ({} nodes)", msg.rank, c.nodes.size()));

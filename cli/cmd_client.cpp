@@ -7,6 +7,7 @@
 #include "actors/client_actor.hpp"
 #include "actors/node_runtime.hpp"
 #include "cli/command.hpp"
+#include "cli/detail/json_input.hpp"
 #include "cli/detail/sampling_flags.hpp"
 #include "cli/detail/token_id_list.hpp"
 #include "common/error.hpp"
@@ -155,7 +156,8 @@ std::vector<input_item> read_inputs(const client_options& o) {
     input_item item{.index = items.size()};
     try {
       di::actors::submit_request r = base_request(o);
-      apply_line(json::parse(line), r);
+      // (strict: a key given twice was taken silently, the last one winning)
+      apply_line(di::cli::parse_json_input(line, "the line"), r);
       item.request = std::move(r);
     } catch (const std::exception& e) {
       item.error = fmt::format("{} line {}: {}", o.file, line_no + 1, e.what());
@@ -334,6 +336,7 @@ std::size_t run_items(caf::actor_system& sys, const di::actors::router_actor& ro
     out.index = index_of[r.index];
     if (stream_text) {
       if (r.reply.accepted) std::printf("\n");  // ends the streamed text (a refusal has none)
+      std::fflush(stdout);  // before stderr's lines: "...text" and "error: ..." shared a line
       if (!r.error.empty()) std::fprintf(stderr, "error: %s\n", r.error.c_str());
       const std::string seed = r.reply.accepted ? std::to_string(r.reply.seed) : "none (refused)";
       std::fprintf(stderr,
@@ -393,7 +396,7 @@ void setup_client(CLI::App& app) {
          "Fail when the router's node is silent this long (it sends heartbeats every "
          "cluster.heartbeat_interval_ms; 0 = wait forever, for clusters without heartbeats)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(di::cli::non_negative_integer("MS"));
   sub->add_option("--cluster-name", o->cluster_name, "The cluster's cluster.name")->capture_default_str();
   sub->add_option(
          "--max-message-bytes", o->max_message_bytes,

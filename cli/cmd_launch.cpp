@@ -30,6 +30,8 @@
 #include <cstdio>
 #include <memory>
 #include <set>
+#include <string>
+#include <string_view>
 #include <thread>
 
 namespace {
@@ -121,6 +123,16 @@ child start_node(const launch_options& o, int rank) {
     std::vector<char*> argv;
     for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
+    // This binary by its own path: exec'd as /proc/self/exe the node's process name was "exe"
+    // (ps -C deepinfer, pgrep deepinfer and killall missed the nodes). The link itself where
+    // the file is gone (replaced or deleted since launch started).
+    char self[4096];
+    const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (len > 0) {
+      self[len] = '\0';
+      if (!std::string_view(self, std::size_t(len)).ends_with(" (deleted)"))
+        execv(self, argv.data());
+    }
     execv("/proc/self/exe", argv.data());
     std::perror("launch: exec");
     std::_Exit(127);

@@ -474,6 +474,15 @@ void validate_sections(const cluster_config& c, const read_context& ctx) {
     check(!c.tls.key.empty(), ctx, "tls.key", "required when tls.enabled = true");
     check(!c.tls.cafile.empty(), ctx, "tls.cafile",
           "required when tls.enabled = true (peers are verified against it)");
+  } else {
+    // Files given with TLS off meant a cluster that looked configured for TLS ran in plain
+    // text, unauthenticated, without a word.
+    for (const auto& [key, value] :
+         {std::pair{"tls.certificate", &c.tls.certificate}, std::pair{"tls.key", &c.tls.key},
+          std::pair{"tls.cafile", &c.tls.cafile}})
+      check(value->empty(), ctx, key,
+            "given while tls.enabled = false: the cluster would run unencrypted and "
+            "unauthenticated; set tls.enabled = true, or remove it");
   }
 }
 

@@ -128,11 +128,13 @@ std::optional<admission_result> scheduler::limit_reason(std::int64_t prompt) con
   // the next step, so a burst that arrives between two steps is not refused while slots are
   // free (the queue may then briefly hold max_num_queued + the free slots).
   const int free_slots = std::max(0, config_.max_num_running - int(running_.size()));
-  const int queued = std::max(0, int(waiting_.size()) - free_slots);
-  if (queued >= config_.max_num_queued)
+  // This request would wait for a slot if the waiting ones already take every free one; it is
+  // refused when that would put more than max_num_queued in line. (Clamping the count at 0
+  // before comparing refused everything with max_num_queued = 0, an idle group included.)
+  if (int(waiting_.size()) + 1 - free_slots > config_.max_num_queued)
     return admission_result{
-        queue_full,
-        fmt::format("{} requests are already waiting for a batch slot (the limit)", queued)};
+        queue_full, fmt::format("{} requests are already waiting for a batch slot (the limit)",
+                                std::max(0, int(waiting_.size()) - free_slots))};
   if (num_queued_tokens() + prompt > config_.max_queued_tokens)
     return admission_result{queued_tokens_full,
                             fmt::format("waiting requests hold {} tokens; {} more exceed the "

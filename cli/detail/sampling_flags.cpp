@@ -33,19 +33,21 @@ void add_sampling_flags(CLI::App& sub, sampling_flags& f) {
                  "printed with the result)");
   sub.add_option("--stop", p.stop, "Stop string (repeatable); not included in the output");
   sub.add_flag("--ignore-eos", p.ignore_eos, "Do not stop at the end-of-sequence token");
-  // CLI::NonNegativeNumber's message prints DBL_MAX in full (~310 digits): a plain one.
-  const CLI::Validator non_negative(
+  sub.add_option("--logprobs", f.logprobs, "Return the top-K logprobs of every generated token")
+      ->check(non_negative_integer());
+  sub.add_option("--prompt-logprobs", f.prompt_logprobs,
+                 "Return the top-K logprobs of every prompt token")
+      ->check(non_negative_integer());
+}
+
+CLI::Validator non_negative_integer(const char* name) {
+  return CLI::Validator(
       [](const std::string& v) -> std::string {
         return !v.empty() && v.find_first_not_of("0123456789") == std::string::npos
                    ? std::string()
                    : "must be a non-negative integer, got '" + v + "'";
       },
-      "K >= 0");
-  sub.add_option("--logprobs", f.logprobs, "Return the top-K logprobs of every generated token")
-      ->check(non_negative);
-  sub.add_option("--prompt-logprobs", f.prompt_logprobs,
-                 "Return the top-K logprobs of every prompt token")
-      ->check(non_negative);
+      std::string(name) + " >= 0");
 }
 
 }  // namespace di::cli

@@ -29,4 +29,9 @@ struct sampling_flags {
 /// Declares the flags on `sub`, writing into `f` (which must outlive the parse).
 void add_sampling_flags(CLI::App& sub, sampling_flags& f);
 
+/// A check for integer options that must be >= 0, with a plain message (CLI::NonNegativeNumber's
+/// prints DBL_MAX in full, ~310 digits).
+/// `name` is the value's name in --help ("K >= 0").
+CLI::Validator non_negative_integer(const char* name = "K");
+
 }  // namespace di::cli

@@ -146,6 +146,10 @@ TEST_CASE("TLS without a certificate is refused (anonymous TLS authenticates nob
   CHECK(error_of(base, {"tls.enabled=true", "tls.certificate=a.pem", "tls.key=a.key"}).find("tls.cafile") !=
         std::string::npos);
   CHECK(error_of(base, {"tls.enabled=true", "tls.certificate=a.pem", "tls.key=a.key", "tls.cafile=ca.pem"}).empty());
+  // files with TLS off: the cluster ran in plain text without a word
+  CHECK(error_of(base, {"tls.certificate=a.pem"})
+            .find("tls.certificate: given while tls.enabled = false") != std::string::npos);
+  CHECK(error_of(base, {"tls.cafile=ca.pem"}).find("tls.cafile: given while") != std::string::npos);
 }
 
 TEST_CASE("--set overrides any key with the key's type") {

@@ -79,6 +79,11 @@ class HelpTest(unittest.TestCase):
             p = run("client", "--connect", "127.0.0.1:1", "--status", "--max-message-bytes", value)
             self.assertNotEqual(p.returncode, 0)
             self.assertIn("--max-message-bytes: Value " + value + " not in range 1048576 to 4294967295", p.stderr)
+        # a negative timeout said "not in range 0.000000 to " and DBL_MAX's ~310 digits
+        p = run("client", "--connect", "127.0.0.1:1", "--status", "--connection-timeout-ms", "-1")
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--connection-timeout-ms: must be a non-negative integer, got '-1'", p.stderr)
+        self.assertLess(len(p.stderr), 200, p.stderr)
 
 
 class InspectTest(unittest.TestCase):

@@ -135,6 +135,19 @@ class TwoNodeTest(unittest.TestCase):
         self.assertIsInstance(out[0]["seed"], int)
         self.assertEqual(out[0]["output_ids"], out[7]["output_ids"])
 
+    def test_a_key_given_twice_in_a_file_line_is_refused(self):
+        # it was taken silently, the last one winning, as the other CLI JSON readers took it
+        path = os.path.join(WORK, "dup.jsonl")
+        with open(path, "w") as f:
+            f.write('{"prompt_ids": [0, 5], "max_tokens": 2, "max_tokens": 3}\n')
+            f.write('{"prompt_ids": [0, 5], "max_tokens": 2, "temperature": 0}\n')
+        p = self.cluster.client("--file", path, "--json", timeout=300)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        out = {r["index"]: r for r in map(json.loads, filter(str.strip, p.stdout.splitlines()))}
+        self.assertEqual(out[0]["finish_reason"], "error")
+        self.assertIn("key 'max_tokens' is given twice in one object", out[0]["error"])
+        self.assertEqual(out[1]["finish_reason"], "length")
+
     def test_garbage_on_the_router_port_does_not_stop_it(self):
         """Random bytes, a header CAF refuses, and headers CAF 0.17 accepts that announce huge
         payloads, all open at once. Session 35's 32-byte header among them took the cluster

@@ -123,6 +123,17 @@ TEST_CASE("beyond the admission limits add_request refuses at once and changes n
         admission_status::queue_full);
   CHECK(s.counters().num_refused == 2);
 
+  // max_num_queued = 0: no waiting line, the free batch slots only (it refused everything,
+  // an idle group included: "0 requests are already waiting ... (the limit)")
+  scheduler_config none = c;
+  none.max_num_queued = 0;
+  none.max_num_running = 2;
+  scheduler z(none);
+  CHECK(z.add_request(make_request(1, prompt_tokens(1, 3), 4)).is_accepted());
+  CHECK(z.add_request(make_request(2, prompt_tokens(2, 3), 4)).is_accepted());
+  CHECK(z.add_request(make_request(3, prompt_tokens(3, 3), 4)).status ==
+        admission_status::queue_full);
+
   c.max_num_queued = 100;
   c.max_queued_tokens = 25;
   scheduler t(c);
