@@ -29,6 +29,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -49,6 +50,10 @@ struct child {
   bool running = true;
   int status = 0;
   bool lost = false;  // exited while the cluster ran (not in a shutdown launch began)
+  /// A node that ended with 0 while the cluster ran: lost, unless the coordinator ends with 0
+  /// too within the shutdown timeout -- then node 0 was stopping the cluster in order (a
+  /// SIGTERM sent to node 0 itself made launch report node 1 lost and exit 1).
+  std::optional<std::chrono::steady_clock::time_point> clean_exit_at;
 };
 
 volatile std::sig_atomic_t g_stop = 0;
@@ -242,6 +247,12 @@ int supervise(std::vector<child>& children, int shutdown_timeout_s) {
     const bool coordinator_gone = reap(children);
     for (child& c : children)
       if (!c.running && !c.lost) {
+        if (c.status == 0 && c.rank != 0 && printed_ready && has_coordinator) {
+          const auto now = std::chrono::steady_clock::now();
+          if (!c.clean_exit_at) c.clean_exit_at = now;
+          if (now - *c.clean_exit_at < std::chrono::seconds(std::max(1, shutdown_timeout_s)))
+            continue;  // node 0 may be stopping the cluster in order: decided below
+        }
         c.lost = true;
         if (printed_ready && c.rank != 0)
           std::fprintf(stderr,
@@ -271,6 +282,17 @@ int supervise(std::vector<child>& children, int shutdown_timeout_s) {
     }
   }
   for (child& c : children) drain(c, printed_ready);
+  // Nodes that ended with 0 before the coordinator: an orderly stop where it ended with 0 too.
+  const auto coordinator =
+      std::find_if(children.begin(), children.end(), [](const child& c) { return c.rank == 0; });
+  const bool coordinator_clean =
+      coordinator != children.end() && !coordinator->running && coordinator->status == 0;
+  for (child& c : children)
+    if (c.clean_exit_at && !c.lost && !coordinator_clean) {
+      c.lost = true;
+      std::fprintf(stderr, "launch: node %d exited while the cluster ran; launch exits 1\n",
+                   c.rank);
+    }
   // 0 only for an orderly run: no node lost while the cluster ran (a supervisor saw exit 0
   // after a SIGTERM of a cluster that had long stopped serving), none that had to be
   // killed, every node ending with 0 (or with the SIGTERM launch itself sent). Anything else is 1,

@@ -608,6 +608,25 @@ class LaunchSupervisionTest(unittest.TestCase):
         # kernel's SIGTERM all at once, unordered. launch now takes it like SIGTERM.
         self.shut_down_by("hangup", lambda pid: os.kill(pid, signal.SIGHUP))
 
+    def test_node0_stopping_the_cluster_is_orderly_and_nodes_are_named(self):
+        # SIGTERM to node 0 itself: it stops the others in order, all end with 0 -- launch
+        # reported node 1 "exited while the cluster ran" and exited 1. The nodes were named
+        # "exe" (exec'd as /proc/self/exe): ps -C deepinfer and pgrep missed them.
+        proc, log = self.start_raw("node0term", cu.free_ports(3))
+        nodes = cu.children(proc.pid)
+        self.assertEqual(len(nodes), 2, nodes)
+        for pid, _ in nodes:
+            with open(f"/proc/{pid}/comm") as f:
+                self.assertEqual(f.read().strip(), os.path.basename(cu.BINARY))
+        rank0 = [pid for pid, cmd in nodes if "--rank" in cmd and cmd[cmd.index("--rank") + 1] == "0"]
+        self.assertEqual(len(rank0), 1, nodes)
+        os.kill(rank0[0], signal.SIGTERM)
+        proc.wait(timeout=60)
+        with open(log) as f:
+            text = f.read()
+        self.assertEqual(proc.returncode, 0, text)
+        self.assertNotIn("exited while the cluster ran", text)
+
 
 @unittest.skipUnless(shutil.which("openssl"), "needs the openssl command to make certificates")
 class TlsTest(unittest.TestCase):
