@@ -32,8 +32,14 @@ model_assets load_model_assets(const cluster_config& config) {
   a.tokenizer = std::make_shared<const tok::tokenizer>(tok::tokenizer::from_dir(dir));
   std::int64_t eos = -1;
   if (config.model.runner == "toy") {
-    // Prompts may use every id of the tokenizer; the toy model samples below toy.vocab_size.
+    // Prompts may use every id of the tokenizer; the toy model samples below toy.vocab_size,
+    // which must lie within them (past them, requests failed partway: "the runner sampled
+    // token 141761, which cannot be decoded").
     a.vocab_size = std::int64_t(a.tokenizer->vocab_size());
+    DI_CHECK(config.model.toy.vocab_size <= a.vocab_size,
+             "{}: model.toy.vocab_size {} is larger than the tokenizer's {} ids ({}): the toy "
+             "model would sample ids no one can decode",
+             config.origin, config.model.toy.vocab_size, a.vocab_size, dir);
   } else {
     const model_config m =
         load_model_config((std::filesystem::path(config.model.path) / "config.json").string());

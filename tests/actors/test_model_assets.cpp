@@ -44,6 +44,11 @@ TEST_CASE("the toy runner falls back to the bundled tokenizer when model.path ha
   REQUIRE(a.tokenizer != nullptr);
   CHECK(a.vocab_size == std::int64_t(a.tokenizer->vocab_size()));
   CHECK(a.vocab_size > 1000);
+  // a toy vocabulary past the tokenizer's ids: refused at startup (its requests failed partway)
+  const cluster_config big =
+      parse_cluster_config(layout, {"model.runner=toy", "model.toy.vocab_size=200000"}, "c.toml");
+  CHECK(error_of(big).find("model.toy.vocab_size 200000 is larger than the tokenizer's") !=
+        std::string::npos);
 }
 
 TEST_CASE("a named tokenizer must exist, and the CPU runner needs its checkpoint") {
