@@ -251,6 +251,13 @@ router_actor connect_router(caf::actor_system& sys, const network_settings& s, c
         "'{}' "
         "(pass the cluster's name: cluster.name in the file, --cluster-name for client)",
         host, port, s.app_id);
+  // A node's internal port answers with an actor of another interface: CAF's name for that
+  // ("unexpected_actor_messaging_interface") was all the client said.
+  if (!r && r.error() == caf::sec::unexpected_actor_messaging_interface)
+    DI_FAIL(
+        "cannot connect to the router at {}:{}: what listens there is not the router (a "
+        "node's internal port? --connect takes router.host:router.port)",
+        host, port);
   DI_CHECK(bool(r), "cannot connect to the router at {}:{}: {}", host, port, describe(r.error()));
   return *r;
 }

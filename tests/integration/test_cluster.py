@@ -58,6 +58,7 @@ class TwoNodeTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         ports = cu.free_ports(3)
+        cls.node_ports = ports[1:]
         cls.cluster = cu.Cluster(WORK, "two-node", cu.cluster_toml("two-node", ports[0], ports[1:], [(0, [1])], MODEL),
                                  sets=["kv.pool_tokens=16384", "scheduler.max_num_batched_tokens=512"])
 
@@ -134,6 +135,14 @@ class TwoNodeTest(unittest.TestCase):
             self.assertIsNone(out[i].get("seed"), out[i])  # refused: no seed was drawn (it printed 0)
         self.assertIsInstance(out[0]["seed"], int)
         self.assertEqual(out[0]["output_ids"], out[7]["output_ids"])
+
+    def test_connect_to_a_node_port_says_it_is_not_the_router(self):
+        # it said only CAF's "unexpected_actor_messaging_interface"
+        p = subprocess.run([cu.BINARY, "client", "--connect", f"127.0.0.1:{self.node_ports[1]}",
+                            "--cluster-name", self.cluster.name, "--prompt-ids", "0,5", "--max-tokens", "2"],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("what listens there is not the router", p.stderr)
 
     def test_a_key_given_twice_in_a_file_line_is_refused(self):
         # it was taken silently, the last one winning, as the other CLI JSON readers took it
