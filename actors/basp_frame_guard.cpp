@@ -76,7 +76,7 @@ bool basp_payload_allowed(std::uint8_t operation, std::uint32_t payload_len) {
 
 std::string submit_size_error(const submit_request& req) {
   // An upper estimate of the serialized size: the variable parts plus room for the fixed ones.
-  std::int64_t bytes = 4096 + std::int64_t(req.prompt.size()) +
+  std::int64_t bytes = 4096 + std::int64_t(req.prompt ? req.prompt->size() : 0) +
                        4 * std::int64_t(req.prompt_ids.size()) +
                        std::int64_t(req.params.response_format.size()) +
                        4 * std::int64_t(req.params.stop_token_ids.size());

@@ -21,6 +21,7 @@
 #include <caf/typed_actor.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -197,8 +198,10 @@ typename Inspector::result_type inspect(Inspector& f, group_status& x) {
 /// A client's request: text (tokenized by the router) or token ids, and sampling parameters.
 struct submit_request {
   std::uint64_t id = 0;  ///< the client's id, unique among its live requests
-  std::string prompt;
-  std::vector<std::int32_t> prompt_ids;  ///< used when `prompt` is empty
+  /// Text the router tokenizes (adding BOS); "" is a prompt too: BOS alone. Unset: prompt_ids
+  /// (an empty string used to mean "no text", so an empty text prompt was refused).
+  std::optional<std::string> prompt;
+  std::vector<std::int32_t> prompt_ids;  ///< used when `prompt` is unset
   runtime::sampling_params params;
 };
 
@@ -248,7 +251,8 @@ struct cluster_status {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, submit_request& x) {
-  return f(caf::meta::type_name("submit_request"), x.id, x.prompt, x.prompt_ids, x.params);
+  runtime::optional_field<std::string> prompt{x.prompt};
+  return f(caf::meta::type_name("submit_request"), x.id, prompt, x.prompt_ids, x.params);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, submit_reply& x) {

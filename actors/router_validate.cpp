@@ -15,12 +15,13 @@ namespace {
 std::optional<invalid_request> check_sizes(const router_state& st, const submit_request& req) {
   const router_section& l = st.params.limits;
   const runtime::sampling_params& p = req.params;
-  if (req.prompt.empty() == req.prompt_ids.empty())
+  // Text, even "", or a non-empty id list: an empty text prompt is BOS alone.
+  if (req.prompt.has_value() == !req.prompt_ids.empty())
     return invalid_request{"give exactly one of prompt (text) and prompt_ids", "prompt"};
-  if (std::int64_t(req.prompt.size()) > l.max_prompt_bytes)
+  if (req.prompt && std::int64_t(req.prompt->size()) > l.max_prompt_bytes)
     return invalid_request{
         fmt::format("the prompt has {} bytes; the limit is {} (router.max_prompt_bytes)",
-                    req.prompt.size(), l.max_prompt_bytes),
+                    req.prompt->size(), l.max_prompt_bytes),
         "prompt"};
   if (int(p.stop.size()) > l.max_stop_strings)
     return invalid_request{fmt::format("{} stop strings; the limit is {} (router.max_stop_strings)",
@@ -86,11 +87,11 @@ std::optional<invalid_request> validate_request(const router_state& st, submit_r
     return invalid_request{e.what(), runtime::param_of(e)};
   }
   try {
-    if (!req.prompt.empty()) {
+    if (req.prompt) {
       if (!st.params.tokenizer)
         return invalid_request{"this server takes prompt_ids only (no tokenizer)", "prompt"};
-      req.prompt_ids = st.params.tokenizer->encode(req.prompt, {.add_bos = true});
-      req.prompt.clear();
+      req.prompt_ids = st.params.tokenizer->encode(*req.prompt, {.add_bos = true});
+      req.prompt.reset();
       if (req.prompt_ids.empty())
         return invalid_request{"the prompt encodes to no tokens", "prompt"};
     }

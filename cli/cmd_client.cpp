@@ -133,17 +133,17 @@ void apply_line(const json& j, di::actors::submit_request& r) {
     }
   DI_CHECK(j.contains("prompt") != j.contains("prompt_ids"),
            "give exactly one of \"prompt\" and \"prompt_ids\"");
-  DI_CHECK(!r.prompt.empty() || !r.prompt_ids.empty(), "the prompt is empty");
+  // ("prompt": "" is a prompt: BOS alone, as in generate and the HTTP API)
+  DI_CHECK(r.prompt || !r.prompt_ids.empty(), "the prompt is empty: \"prompt_ids\" has no ids");
 }
 
 std::vector<input_item> read_inputs(const client_options& o) {
   DI_CHECK(o.concurrency >= 1, "--concurrency must be at least 1, got {}", o.concurrency);
-  DI_CHECK(!o.prompt || !o.prompt->empty(), "--prompt is empty (give text, or --prompt-ids)");
   std::vector<input_item> items;
   if (o.file.empty()) {
     di::actors::submit_request r = base_request(o);
     if (o.prompt)
-      r.prompt = *o.prompt;
+      r.prompt = *o.prompt;  // "" too: BOS alone (it was refused, unlike generate's)
     else
       r.prompt_ids = di::cli::parse_token_id_list(*o.prompt_ids);
     items.push_back({.index = 0, .request = std::move(r)});
@@ -383,7 +383,8 @@ void setup_client(CLI::App& app) {
   auto o = std::make_shared<client_options>();
   auto* sub = app.add_subcommand("client", "Submit requests to a running cluster and stream the results");
   sub->add_option("--connect", o->connect, "The router's HOST:PORT (the `ready:` line of launch)")->required();
-  sub->add_option("--prompt", o->prompt, "Prompt text (the router tokenizes it, adding BOS)");
+  sub->add_option("--prompt", o->prompt,
+                  "Prompt text (the router tokenizes it, adding BOS; \"\" is BOS alone)");
   sub->add_option("--prompt-ids", o->prompt_ids, "Prompt as comma-separated token ids");
   sub->add_option("--file", o->file, "JSON lines: {\"prompt\": TEXT} or {\"prompt_ids\": [...]}, optional "
                   "per-line sampling fields (max_tokens, temperature, top_k, top_p, min_p, seed, stop, ...)");

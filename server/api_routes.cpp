@@ -155,13 +155,6 @@ void serve_generation(const session_ptr& s, api_kind kind) {
                                 ctx.model.name),
                     "model", "model_not_found");
   if (kind == api_kind::chat) render_chat(ctx.model, r);
-  // An empty text prompt is what the tokenizer makes of "" (BOS alone), as OpenAI and vLLM
-  // serve it; the cluster takes a text prompt only when it is non-empty.
-  for (prompt_input& p : r.prompts)
-    if (p.text.empty() && p.ids.empty()) {
-      p.ids = ctx.model.tokenizer->encode("", {.add_bos = true});
-      if (p.ids.empty()) throw api_error(400, "the prompt is empty", "prompt");
-    }
   if (ctx.num_inflight.fetch_add(1) >= ctx.settings.max_concurrent_requests) {
     --ctx.num_inflight;
     throw api_error(

@@ -65,9 +65,8 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     std::vector<actors::submit_request> subs;
     for (std::size_t p = 0; p < req_.prompts.size(); ++p)
       for (int j = 0; j < req_.n; ++j) {
-        actors::submit_request s{.prompt = req_.prompts[p].text,
-                                 .prompt_ids = req_.prompts[p].ids,
-                                 .params = req_.params};
+        actors::submit_request s{.prompt_ids = req_.prompts[p].ids, .params = req_.params};
+        if (s.prompt_ids.empty()) s.prompt = req_.prompts[p].text;  // "" too: BOS alone
         if (req_.params.seed) s.params.seed = *req_.params.seed + std::uint64_t(j);
         if (req_.logprobs) s.params.logprobs = *req_.logprobs;
         if (req_.echo && req_.logprobs) s.params.prompt_logprobs = *req_.logprobs;

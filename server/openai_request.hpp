@@ -26,7 +26,7 @@ enum class api_kind { completion, chat };
 /// One prompt of a completions request: text, or token ids.
 struct prompt_input {
   std::string text;
-  std::vector<std::int32_t> ids;  ///< used when text is empty
+  std::vector<std::int32_t> ids;  ///< the prompt when given; empty: `text` is ("" = BOS alone)
 };
 
 struct generation_request {

@@ -130,6 +130,19 @@ TEST_CASE("describe: a node gone without a reason is said so, not 'unknown'") {
         "remote_link_unreachable");
 }
 
+TEST_CASE("an empty text prompt travels as a prompt, apart from no text") {
+  // An empty string meant "no text": `client --prompt ""` could not send BOS alone.
+  test_system ts;
+  actors::submit_request out;
+  REQUIRE_FALSE(load(ts.sys, save(ts.sys, actors::submit_request{.id = 1, .prompt = ""}), out));
+  CHECK(out.prompt == std::optional<std::string>(""));
+  CHECK(out.prompt_ids.empty());
+  REQUIRE_FALSE(
+      load(ts.sys, save(ts.sys, actors::submit_request{.id = 2, .prompt_ids = {0, 5}}), out));
+  CHECK_FALSE(out.prompt.has_value());
+  CHECK(out.prompt_ids == std::vector<std::int32_t>{0, 5});
+}
+
 TEST_CASE("infinite and NaN floating-point values travel unchanged") {
   // CAF 0.17's own float encoding never returns for an infinity (the sender's thread spun
   // forever on `client --temperature inf`) and turns NaN into -1; they travel as bits now, and

@@ -90,6 +90,33 @@ class TwoNodeTest(unittest.TestCase):
             self.assertEqual(out[i]["finish_reason"], ref["finish_reason"], f"request {i}")
             self.assertEqual(out[i]["text"], ref["text"], f"request {i}")
 
+    def test_empty_text_prompt_is_bos_alone(self):
+        # `client --prompt ""` was refused ("--prompt is empty"), and the router read an empty
+        # text prompt as no text at all, where generate and the HTTP API take it as BOS alone
+        p, out = self.cluster.client_json_lines("--prompt", "", "--max-tokens", "3", "--temperature", "0")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        g = subprocess.run([cu.BINARY, "generate", "--model", MODEL, "--json", "--no-stats", "--prompt", "",
+                            "--max-tokens", "3", "--temperature", "0"], capture_output=True, text=True, timeout=300)
+        self.assertEqual(g.returncode, 0, g.stderr)
+        ref = json.loads(g.stdout)
+        self.assertEqual(out[0]["prompt_ids"], [0])
+        for key in ("prompt_ids", "output_ids", "text", "finish_reason"):
+            self.assertEqual(out[0][key], ref[key], key)
+        p = self.cluster.client("--prompt", "", "--max-tokens", "3", "--temperature", "0", timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout, ref["text"] + "\n")
+        self.assertIn("[1 prompt tokens; 3 generated", p.stderr)
+        # a file line's "prompt": "" too; no prompt at all, or no ids, is still an error
+        p, out = run_file(self.cluster, [{"prompt": "", "max_tokens": 3, "temperature": 0},
+                                         {"max_tokens": 3}, {"prompt_ids": [], "max_tokens": 3}], "empty-prompt")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(out[0]["output_ids"], ref["output_ids"], out[0])
+        self.assertIn('give exactly one of "prompt" and "prompt_ids"', out[1]["error"])
+        self.assertIn("the prompt is empty", out[2]["error"])
+        p = self.cluster.client("--max-tokens", "3", timeout=60)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("give exactly one of --prompt, --prompt-ids, --file and --status", p.stderr)
+
     def test_refused_prompt_prints_no_text(self):
         # a refused request in text mode printed an empty line on stdout
         p = self.cluster.client("--prompt-ids", "0,999999999", "--max-tokens", "2", timeout=60)
@@ -112,7 +139,7 @@ class TwoNodeTest(unittest.TestCase):
                 {"prompt_ids": [0, 5], "max_tokens": 4294967297},
                 {"prompt_ids": [0, 4294967301], "max_tokens": 2},
                 {"prompt_ids": [0, 5], "max_tokens": 2.9},
-                {"prompt": "", "max_tokens": 2},
+                {"prompt_ids": [], "max_tokens": 2},  # ("prompt": "" is BOS alone: served)
                 # a line's own logprobs are printed (they were computed but left out)
                 dict(good, logprobs=2, prompt_logprobs=1),
                 # a field of the wrong type: nlohmann's message named no field
