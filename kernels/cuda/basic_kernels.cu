@@ -2,6 +2,7 @@
 // basic_kernels.hpp). Gathers copy bytes, so they equal the CPU twin exactly; the scatter-add
 // sums each target row's sources in index order, as the CPU does (bitwise equal too).
 #include "kernels/cuda/basic_kernels.hpp"
+#include "kernels/cuda/fresh_loads.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/rope_math.cuh"
 
@@ -85,7 +86,7 @@ __global__ void gather_rows_kernel(gather_rows_params p) {
       uint4 w[4];
 #pragma unroll
       for (int u = 0; u < 4; ++u)
-        if (k + u * step < words) w[u] = __ldg(s + k + u * step);
+        if (k + u * step < words) w[u] = di::cuda::detail::load_fresh(s + k + u * step);
 #pragma unroll
       for (int u = 0; u < 4; ++u)
         if (k + u * step < words) o[k + u * step] = w[u];
@@ -150,7 +151,9 @@ __global__ void scatter_add_kernel(scatter_add_params p) {
           const std::int64_t h = in ? hits[j0 + u] : 0;
 #pragma unroll
           for (int c = 0; c < 4; ++c)
-            v[u][c] = in && col[c] < col_end ? __ldg(p.src + h * p.width + col[c]) : 0.0f;
+            v[u][c] = in && col[c] < col_end
+                          ? di::cuda::detail::load_fresh(p.src + h * p.width + col[c])
+                          : 0.0f;
         }
 #pragma unroll
         for (int u = 0; u < 8; ++u)
@@ -202,8 +205,10 @@ __global__ void gather_add_kernel(gather_add_params p) {
   for (int j = 0; j < gather_add_max_k; ++j)
 #pragma unroll
     for (int c = 0; c < 4; ++c)
-      v[j][c] = j < n && col[c] < col_end ? __ldg(p.src + std::int64_t(order[j]) * p.width + col[c])
-                                          : 0.0f;
+      v[j][c] =
+          j < n && col[c] < col_end
+              ? di::cuda::detail::load_fresh(p.src + std::int64_t(order[j]) * p.width + col[c])
+              : 0.0f;
 #pragma unroll
   for (int j = 0; j < gather_add_max_k; ++j)
     if (j < n)

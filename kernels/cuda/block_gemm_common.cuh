@@ -6,6 +6,7 @@
 // group scan, and the plain / atomic / ordered-split output store.
 #pragma once
 
+#include "kernels/cuda/fresh_loads.cuh"
 #include "kernels/dtype.hpp"
 
 #include <cooperative_groups.h>
@@ -173,7 +174,8 @@ __device__ __forceinline__ std::uint32_t fp4il_high(std::uint32_t w) {
 /// The e4m3 codes of a weight word as stored, interleaved (IL) or plain: the even inputs' into
 /// low, the odd inputs' into high.
 template <bool IL>
-__device__ __forceinline__ void fp4_codes(std::uint32_t w, std::uint32_t& low, std::uint32_t& high) {
+__device__ __forceinline__ void fp4_codes(std::uint32_t w, std::uint32_t& low,
+                                          std::uint32_t& high) {
   low = IL ? fp4il_low(w) : fp4_low(w);
   high = IL ? fp4il_high(w) : fp4_high(w);
 }
@@ -242,9 +244,9 @@ template <bool Every, bool Ldg>
 __device__ __forceinline__ void run_act_scales(const float* sx_a, const float* sx_b, int s,
                                                int act_shift, float (&xa)[4], float (&xb)[4]) {
   if constexpr (Every) {
-    const float4 a4 = Ldg ? __ldg(reinterpret_cast<const float4*>(sx_a + s))
+    const float4 a4 = Ldg ? di::cuda::detail::load_fresh(reinterpret_cast<const float4*>(sx_a + s))
                           : *reinterpret_cast<const float4*>(sx_a + s);
-    const float4 b4 = Ldg ? __ldg(reinterpret_cast<const float4*>(sx_b + s))
+    const float4 b4 = Ldg ? di::cuda::detail::load_fresh(reinterpret_cast<const float4*>(sx_b + s))
                           : *reinterpret_cast<const float4*>(sx_b + s);
     xa[0] = a4.x, xa[1] = a4.y, xa[2] = a4.z, xa[3] = a4.w;
     xb[0] = b4.x, xb[1] = b4.y, xb[2] = b4.z, xb[3] = b4.w;
@@ -377,8 +379,8 @@ struct block_site {
 template <int Warps, typename Params>
 __device__ block_site locate_block(const Params& p, bool compact, int k_splits) {
   block_site b{};
-  b.group = compact ? nth_nonempty_group<Warps>(p.offsets, p.groups, int(blockIdx.y))
-                    : int(blockIdx.y);
+  b.group =
+      compact ? nth_nonempty_group<Warps>(p.offsets, p.groups, int(blockIdx.y)) : int(blockIdx.y);
   if (b.group < 0) return b;
   b.split = int(blockIdx.z % unsigned(k_splits));
   b.tile = blockIdx.z / unsigned(k_splits);

@@ -10,6 +10,7 @@
 // depends on the weight's shape only and a token's sums never on the other tokens, so a row's
 // result is the same bits in any batch of 1..8 rows (EXPERIMENT, session12-wip: not yet run
 // on a GPU).
+#include "kernels/cuda/fresh_loads.cuh"
 #include "kernels/cuda/gemm_kernels.hpp"
 #include "kernels/cuda/launch.cuh"
 
@@ -79,7 +80,8 @@ __global__ void __launch_bounds__(warps * 32) f32_gemv_kernel(f32_gemv_params p,
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           if (r >= rows) break;
-          const float4 xv = __ldg(reinterpret_cast<const float4*>(p.x + r * p.in) + i);
+          const float4 xv =
+              di::cuda::detail::load_fresh(reinterpret_cast<const float4*>(p.x + r * p.in) + i);
           acc[r] = fmaf(wv.x, xv.x, acc[r]);
           acc[r] = fmaf(wv.y, xv.y, acc[r]);
           acc[r] = fmaf(wv.z, xv.z, acc[r]);
@@ -94,7 +96,7 @@ __global__ void __launch_bounds__(warps * 32) f32_gemv_kernel(f32_gemv_params p,
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           if (r >= rows) break;
-          acc[r] = fmaf(wv, __ldg(p.x + r * p.in + i), acc[r]);
+          acc[r] = fmaf(wv, di::cuda::detail::load_fresh(p.x + r * p.in + i), acc[r]);
         }
       }
     }

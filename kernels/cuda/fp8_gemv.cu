@@ -7,6 +7,7 @@
 // activation row of the row's group on the CUDA cores; a butterfly adds the lanes. The weight
 // is read in its stored bytes (a quarter of a decoded fp32 copy); the sums are fp32, in another
 // order than the dequantize-then-SGEMM path they replace.
+#include "kernels/cuda/fresh_loads.cuh"
 #include "kernels/cuda/gemm_kernels.hpp"
 #include "kernels/cuda/launch.cuh"
 
@@ -23,9 +24,8 @@ namespace di::cuda {
 namespace {
 
 constexpr int warps = 8;
-constexpr int lane_codes = 16;                 // codes a lane loads per pass
-constexpr int pass_codes = 32 * lane_codes;    // 512 inputs per warp and pass
-
+constexpr int lane_codes = 16;               // codes a lane loads per pass
+constexpr int pass_codes = 32 * lane_codes;  // 512 inputs per warp and pass
 
 template <int R>
 __global__ void __launch_bounds__(warps * 32) fp8_gemv_kernel(fp8_gemv_params p) {
@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(warps * 32) fp8_gemv_kernel(fp8_gemv_params p)
       float sum = acc[r];
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const float4 a = __ldg(xr + i);
+        const float4 a = di::cuda::detail::load_fresh(xr + i);
         sum += v[4 * i] * a.x;
         sum += v[4 * i + 1] * a.y;
         sum += v[4 * i + 2] * a.z;

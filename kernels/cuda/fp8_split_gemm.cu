@@ -20,6 +20,7 @@
 // adds onto a zeroed output this replaced gave, without their memset). A row's result does
 // not depend on the other rows or on the token tiles, so a token's output does not change
 // with the batch.
+#include "kernels/cuda/fresh_loads.cuh"
 #include "kernels/cuda/gemm_kernels.hpp"
 #include "kernels/cuda/kernel_attributes.hpp"
 #include "kernels/cuda/launch.cuh"
@@ -37,8 +38,8 @@ namespace di::cuda {
 
 namespace {
 
-constexpr int slices = 4;   // 16-row slices of a block
-constexpr int wk = 2;       // warps of a slice along K
+constexpr int slices = 4;  // 16-row slices of a block
+constexpr int wk = 2;      // warps of a slice along K
 constexpr int warps = slices * wk;
 constexpr int half_k = 64;  // inputs of one 16-byte load per row and lane
 constexpr int batch_k = 2 * half_k;
@@ -182,7 +183,8 @@ __global__ void __launch_bounds__(warps * 32, NT >= 8 ? 1 : 2)
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
           float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-          if (valid) v = __ldg(reinterpret_cast<const float4*>(xrow[j] + k) + s);
+          if (valid)
+            v = di::cuda::detail::load_fresh(reinterpret_cast<const float4*>(xrow[j] + k) + s);
           std::uint32_t hi0, lo0, hi1, lo1;
           split2(v.x, v.y, hi0, lo0);
           split2(v.z, v.w, hi1, lo1);
@@ -308,7 +310,8 @@ __global__ void wg_split_image_kernel(fp8_gemv_params p, std::int64_t chunks) {
   const std::int64_t group = gt / tokens, k = c * chunk + 4 * m;
   float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   if (token < p.rows && k < p.in)
-    v = __ldg(reinterpret_cast<const float4*>(p.x + token * p.groups * p.in + group * p.in + k));
+    v = di::cuda::detail::load_fresh(
+        reinterpret_cast<const float4*>(p.x + token * p.groups * p.in + group * p.in + k));
   const int h = 4 * m / half_k, r = 4 * m % half_k, tq = r / 16, q = h * 4 + (r % 16) / 4;
   store_split<NT>(p.b_image + (group * chunks + c) * wg_chunk_bytes<NT>, v, q, token / 8, token % 8,
                   tq);
@@ -356,7 +359,8 @@ __global__ void __launch_bounds__(wg_threads* WGS, WGS == 1 ? 2 : 1)
       const std::int64_t token = 8 * j + row;
       xr[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       if (k < ke && token < p.rows)
-        xr[i] = __ldg(reinterpret_cast<const float4*>(p.x + token * ld + group * p.in + k));
+        xr[i] = di::cuda::detail::load_fresh(
+            reinterpret_cast<const float4*>(p.x + token * ld + group * p.in + k));
     }
   };
   auto store_x = [&](const float4(&xr)[quads]) {
@@ -510,8 +514,8 @@ int wg_k_splits(const fp8_gemv_params& p) {
 }  // namespace
 
 bool fp8_split_gemm_fits(std::int64_t rows, std::int64_t in, int block_cols, bool e8m0) {
-  return e8m0 && rows >= 1 && rows <= fp8_split_gemm_max_rows && in % 16 == 0 &&
-         block_cols >= 16 && (block_cols & (block_cols - 1)) == 0;
+  return e8m0 && rows >= 1 && rows <= fp8_split_gemm_max_rows && in % 16 == 0 && block_cols >= 16 &&
+         (block_cols & (block_cols - 1)) == 0;
 }
 
 void launch_fp8_split_gemm(const fp8_gemv_params& p, cudaStream_t stream) {

@@ -21,6 +21,7 @@
 // 19.7 / 39.4 / 50.0 / 84.0; Q and K both swizzled 20.4 / 39.9 / 50.4 / 86.0; both in blk()'s
 // layout 22.0 / 39.5 / 48.7 / 79.1 -- fastest per tile, but Q's loads in the 8-row pattern that
 // layout's stores need cost batch 1 about 2 us.)
+#include "kernels/cuda/fresh_loads.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/model_common.cuh"
 #include "kernels/cuda/wgmma.cuh"
@@ -72,7 +73,7 @@ struct layout {
   static constexpr std::size_t stage_off = stat_off + std::size_t(3 * kHeads + kRows) * 4;
   /// bytes of the staging area for packed rows of at most max_stage_row bytes
   static constexpr std::size_t lut_off = stage_off;  // [256] u32: byte -> fp16 pair of its nibbles
-  static constexpr std::size_t kind_off = lut_off + 256 * 4;  // [kRows] i32 row kinds
+  static constexpr std::size_t kind_off = lut_off + 256 * 4;    // [kRows] i32 row kinds
   static constexpr std::size_t row_off = kind_off + kRows * 4;  // [kRows] i64 rows (slow path)
   static constexpr std::size_t stage_rows_off = row_off + kRows * 8;
   static constexpr std::size_t bytes(int stage_ld) {
@@ -161,8 +162,12 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned a = unsigned(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(gmem));
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_group 0;\n" ::);
+}
 
 /// Slot `s` of token t as loaded but not yet checked: its raw index and list. Loaded one tile
 /// ahead so that the index read's latency hides behind a tile's products.
@@ -173,8 +178,8 @@ struct pending_slot {
 __device__ __forceinline__ pending_slot load_slot(const attn_args& a, int t, int s) {
   if (s >= a.win_k + a.ext_k) return {-1, true};
   const bool win = s < a.win_k;
-  return {win ? __ldg(a.win_idx + std::int64_t(t) * a.win_k + s)
-              : __ldg(a.ext_idx + std::int64_t(t) * a.ext_k + (s - a.win_k)),
+  return {win ? di::cuda::detail::load_fresh(a.win_idx + std::int64_t(t) * a.win_k + s)
+              : di::cuda::detail::load_fresh(a.ext_idx + std::int64_t(t) * a.ext_k + (s - a.win_k)),
           win};
 }
 
@@ -187,7 +192,8 @@ __device__ __forceinline__ void stage_row(const attn_args& a, pending_slot ps, s
   const dev_rows& tb = ps.win ? a.win : a.ext;
   const bool valid = ps.idx >= 0 && ps.idx < tb.rows;
   const bool fast = ps.win ? a.win_fast : a.ext_fast;
-  const int kind = !valid ? kNone : (fast ? (ps.win ? kFastWin : kFastExt) : (ps.win ? kSlowWin : kSlowExt));
+  const int kind =
+      !valid ? kNone : (fast ? (ps.win ? kFastWin : kFastExt) : (ps.win ? kSlowWin : kSlowExt));
   if (part == 0) {
     sKind[row] = kind;
     sRow[row] = ps.idx;
@@ -481,7 +487,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int j = 0; j < q_loads; ++j) {
     const int i = tid + j * kThreads, hh = i / (D / 4), c4 = (i % (D / 4)) * 4;
-    qv[j] = h0 + hh < a.heads ? __ldg(reinterpret_cast<const float4*>(
+    qv[j] = h0 + hh < a.heads ? di::cuda::detail::load_fresh(reinterpret_cast<const float4*>(
                                     a.q + (std::int64_t(t) * a.heads + h0 + hh) * D + c4))
                               : make_float4(0.f, 0.f, 0.f, 0.f);
   }
@@ -705,7 +711,8 @@ __global__ void attention_combine_kernel(const float* part_o, const float* part_
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll 4
     for (int sp = 0; sp < splits; ++sp) {
-      const float4 v = __ldg(reinterpret_cast<const float4*>(part_o + (sp * stride + th) * dim + d));
+      const float4 v = di::cuda::detail::load_fresh(
+          reinterpret_cast<const float4*>(part_o + (sp * stride + th) * dim + d));
       const float ws = w[sp];
       acc.x += v.x * ws;
       acc.y += v.y * ws;
@@ -886,8 +893,8 @@ int attention_splits(const attention_params& p) {
 std::size_t attention_workspace_bytes(const attention_params& p) {
   const int s = attention_splits(p);
   if (s <= 1 || clustered(p, s)) return 0;
-  return std::size_t(s) * std::size_t(p.tokens) * std::size_t(p.heads) *
-         (std::size_t(p.dim) + 2) * sizeof(float);
+  return std::size_t(s) * std::size_t(p.tokens) * std::size_t(p.heads) * (std::size_t(p.dim) + 2) *
+         sizeof(float);
 }
 
 void launch_attention(const attention_params& p, cudaStream_t stream) {

@@ -1,6 +1,7 @@
 // Manifold hyper-connections on the GPU (twin of kernels/cpu/mhc.cpp): the mixing
 // coefficients of a site (RMS-scaled projections of the flattened streams, sigmoids and the
 // Sinkhorn-normalised comb), V4's head mix, and the collapse / expand of the streams.
+#include "kernels/cuda/fresh_loads.cuh"
 #include "kernels/cuda/kernel_attributes.hpp"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/model_common.cuh"
@@ -15,7 +16,9 @@ namespace di::cuda {
 
 namespace {
 
-__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float sigmoid(float x) {
+  return 1.0f / (1.0f + expf(-x));
+}
 
 // The mixes are a skinny product [tokens, hc * dim] x [hc * dim, num_mixes] (plus each row's
 // sum of squares) followed by a tiny per-token epilogue. One block per token (the first
@@ -32,7 +35,9 @@ constexpr int kTileTokens = 4;
 constexpr int kMaxMixes = 24;  // (2 + hc) * hc for hc <= 4
 constexpr int kFinishThreads = 256;
 
-std::int64_t mix_chunks(const hc_mixes_params& p) { return (p.hc * p.dim + kChunk - 1) / kChunk; }
+std::int64_t mix_chunks(const hc_mixes_params& p) {
+  return (p.hc * p.dim + kChunk - 1) / kChunk;
+}
 
 /// The warp's sums of v[0..N) (N <= 32) by a transposing butterfly: at each of 5 levels every
 /// lane sends the half of its values its partner keeps -- 31 shuffles for all N sums, where N
@@ -183,8 +188,7 @@ __device__ float sinkhorn_lane(float v, int hc, int iters, float eps) {
 /// One block per token: warps add the partials of their mixes over the chunks (lane-strided,
 /// then a fixed shuffle tree: deterministic), warp 0 runs the epilogue.
 __global__ void __launch_bounds__(kFinishThreads)
-    hc_mix_finish_kernel(const hc_mixes_params p, int num_mixes, int chunks,
-                         const float* partial) {
+    hc_mix_finish_kernel(const hc_mixes_params p, int num_mixes, int chunks, const float* partial) {
   detail::grid_dependency_sync();
   __shared__ float sMix[kMaxMixes + 1];
   const std::int64_t t = blockIdx.x;
@@ -215,8 +219,7 @@ __global__ void __launch_bounds__(kFinishThreads)
   const float* b = p.base;
   if (lane < hc) p.pre[t * hc + lane] = sigmoid(sMix[lane] * rs * s[0] + b[lane]) + p.hc_eps;
   if (p.head_pre) return;  // uniform over the warp
-  if (lane < hc)
-    p.post[t * hc + lane] = 2.0f * sigmoid(sMix[hc + lane] * rs * s[1] + b[hc + lane]);
+  if (lane < hc) p.post[t * hc + lane] = 2.0f * sigmoid(sMix[hc + lane] * rs * s[1] + b[hc + lane]);
   const int j = (lane >> 2) & 3, k = lane & 3;
   const bool live = lane < 16 && j < hc && k < hc;
   const int e = j * hc + k;
@@ -406,8 +409,10 @@ __global__ void hc_expand_vec_kernel(const hc_expand_params p) {
 #pragma unroll
   for (int j = 0; j < kExpandMaxHc; ++j)
     if (j < p.hc)
-      r[j] = __ldg(reinterpret_cast<const float4*>(p.residual + (t * p.hc + j) * p.dim + d));
-  const float4 y = __ldg(reinterpret_cast<const float4*>(p.y + t * p.dim + d));
+      r[j] = di::cuda::detail::load_fresh(
+          reinterpret_cast<const float4*>(p.residual + (t * p.hc + j) * p.dim + d));
+  const float4 y =
+      di::cuda::detail::load_fresh(reinterpret_cast<const float4*>(p.y + t * p.dim + d));
 #pragma unroll
   for (int k = 0; k < kExpandMaxHc; ++k) {
     if (k >= p.hc) break;

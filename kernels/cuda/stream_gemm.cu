@@ -23,6 +23,7 @@
 // Dense launches (no expert offsets) request their first batch of weights before waiting for
 // the previous kernel (programmatic dependent launch): the weights are constant, so their
 // latency overlaps that kernel's tail; the activations, which it writes, load after the wait.
+#include "kernels/cuda/fresh_loads.cuh"
 #include "kernels/cuda/gemm_kernels.hpp"
 #include "kernels/cuda/launch.cuh"
 
@@ -278,8 +279,8 @@ __global__ void __launch_bounds__(warps * 32, min_blocks)
 #pragma unroll
     for (int u = 0; u < batch; ++u) {
       if (!IL && Tail && s + u >= w1) break;
-      r.b[u] = __ldg(reinterpret_cast<const uint2*>(act_row + (off + u) * step_k +
-                                                    (WIDE && (u & 1) ? odd_shift : 0)));
+      r.b[u] = detail::load_fresh(reinterpret_cast<const uint2*>(
+          act_row + (off + u) * step_k + (WIDE && (u & 1) ? odd_shift : 0)));
     }
     if constexpr (!IL && EVERY && !FP4 && !Tail && WIDE) {  // a pair's two scales in one load
 #pragma unroll

@@ -13,6 +13,7 @@
 // Each warp owns a stripe and a K range; the warps of a stripe in a block add their sums in
 // warp order, and K splits across the blocks of a cluster add in rank order -- both set by
 // the weight's shape only, so a token's result does not depend on the batch.
+#include "kernels/cuda/fresh_loads.cuh"
 #include "kernels/cuda/gemm_kernels.hpp"
 #include "kernels/cuda/launch.cuh"
 
@@ -41,7 +42,6 @@ struct tile_cfg {
   int splits;          ///< blocks along K (a cluster of them; 1..4)
   int steps_per_part;  ///< K steps each (split, warp) part covers (a multiple of tg_batch)
   int blocks_a;        ///< grid columns of the first weight (pairs: the second's follow)
-  bool early;          ///< the first batches' weights loaded before the wait for the last kernel
 };
 
 struct tile_batch {
@@ -51,27 +51,9 @@ struct tile_batch {
   float4 xa, xb;
 };
 
-/// Activation codes and scales: written by the kernel before this one, which under PDL may
-/// still be running when this grid starts. Read at L2 (ld.global.cg), never through the
-/// non-coherent / L1 path: with __ldg here the V4.1 graphed decode read stale activations
-/// (GPU test failures with PDL on, none with DEEPINFER_PDL=0; session 44).
-__device__ __forceinline__ uint2 load_act8(const std::uint8_t* p) {
-  uint2 v;
-  asm volatile("ld.global.cg.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
-  return v;
-}
-__device__ __forceinline__ float4 load_scales4(const float* p) {
-  float4 v;
-  asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-               : "l"(p));
-  return v;
-}
-
 template <int DEPTH, int MINB>
 __global__ void __launch_bounds__(tg_warps * 32, MINB)
     tile_gemv_kernel(block_gemm_params p, tile_cfg cfg) {
-  if (!cfg.early) detail::grid_dependency_sync();
   __shared__ float partial[tg_warps][32][4];
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
   const int wk_i = warp % cfg.wk, wr = warp / cfg.wk;
@@ -104,9 +86,10 @@ __global__ void __launch_bounds__(tg_warps * 32, MINB)
   };
   auto load_acts = [&](tile_batch& r, int s) {
 #pragma unroll
-    for (int u = 0; u < tg_batch; ++u) r.b[u] = load_act8(ap + std::int64_t(s + u) * 32);
-    r.xa = load_scales4(xap + s);
-    r.xb = load_scales4(xbp + s);
+    for (int u = 0; u < tg_batch; ++u)
+      r.b[u] = detail::load_fresh_l2(reinterpret_cast<const uint2*>(ap + std::int64_t(s + u) * 32));
+    r.xa = detail::load_fresh_l2(reinterpret_cast<const float4*>(xap + s));
+    r.xb = detail::load_fresh_l2(reinterpret_cast<const float4*>(xbp + s));
   };
   float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
   auto multiply = [&](const tile_batch& r) {
@@ -127,11 +110,12 @@ __global__ void __launch_bounds__(tg_warps * 32, MINB)
 
   const int count = active ? s1 - s0 : 0;  // a multiple of tg_batch
   tile_batch ring[DEPTH];
-  // The weights are constant: with cfg.early in flight before the wait for the last kernel.
+  // The weights are constant: the first batches' are in flight before the wait for the last
+  // kernel (launch.cuh), which every other load follows.
 #pragma unroll
   for (int i = 0; i < DEPTH - 1; ++i)
     if ((i + 1) * tg_batch <= count) load_weights(ring[i], i * tg_batch);
-  if (cfg.early) detail::grid_dependency_sync();
+  detail::grid_dependency_sync();
 #pragma unroll
   for (int i = 0; i < DEPTH - 1; ++i)
     if ((i + 1) * tg_batch <= count) load_acts(ring[i], i * tg_batch);
@@ -311,7 +295,7 @@ void launch_tile_gemv(const block_gemm_params& p, cudaStream_t stream) {
     return (stripes + stripes_per_block - 1) / stripes_per_block;
   };
   const std::int64_t blocks_a = blocks(p.n), blocks_b = p.n_b > 0 ? blocks(p.n_b) : 0;
-  const tile_cfg cfg{plan.wk, plan.splits, plan.steps_per_part, int(blocks_a), true};
+  const tile_cfg cfg{plan.wk, plan.splits, plan.steps_per_part, int(blocks_a)};
   const dim3 grid(unsigned(blocks_a + blocks_b), 1, unsigned(plan.splits));
   const dim3 cluster(1, 1, unsigned(plan.splits));
   auto go = [&](auto kernel) {

@@ -25,6 +25,7 @@
 // (promote_fp4_step) -- or, with V4's 128-input activation blocks (one scale per run), folds the
 // run's steps with their weight scales and promotes the run once (fold_fp4_step,
 // promote_fp4_run: a third fewer FP32 instructions a run in this issue-bound kernel).
+#include "kernels/cuda/fresh_loads.cuh"
 #include "kernels/cuda/gemm_kernels.hpp"
 #include "kernels/cuda/launch.cuh"
 
@@ -45,13 +46,13 @@ using namespace gemm_detail;
 
 constexpr int warps = 8;
 constexpr int step_k = 32;
-constexpr int run_steps = 4;                       // steps per interleaved run
-constexpr int step_bytes = step_k / 2;             // MXFP4 bytes of a row per step
-constexpr int wg_rows = 4 * il_stripe_rows;        // rows of a warpgroup (and of a block)
-constexpr int b_step_bytes = 8 * step_k;           // an 8-token step of B in shared memory
+constexpr int run_steps = 4;                               // steps per interleaved run
+constexpr int step_bytes = step_k / 2;                     // MXFP4 bytes of a row per step
+constexpr int wg_rows = 4 * il_stripe_rows;                // rows of a warpgroup (and of a block)
+constexpr int b_step_bytes = 8 * step_k;                   // an 8-token step of B in shared memory
 constexpr int max_split_steps = 48 * 1024 / b_step_bytes;  // B within the default 48 KB
 constexpr std::size_t n32_smem_limit = 200 * 1024;  // 32-token tiles: B and the ring within this
-constexpr int split_align = 8;                     // K splits start at multiples of 8 steps
+constexpr int split_align = 8;                      // K splits start at multiples of 8 steps
 /// Warpgroup 0's share of a block's `steps` (half, rounded up to whole runs); warpgroup 1 takes
 /// the rest. Shared by the kernels that split K between their two warpgroups and their plans.
 __host__ __device__ constexpr int warpgroup_half(int steps) {
@@ -222,7 +223,8 @@ __device__ __forceinline__ void stage_fp8_tile(const block_gemm_params& p, std::
     std::uint8_t* dst = b_tile + (n / 8) * 256 + (n % 8) * 16 + 4 * q;
 #pragma unroll 8
     for (int s = int(threadIdx.x) / (4 * NT); s < split_end - split_begin; s += warps / NJ) {
-      const uint2 v = __ldg(reinterpret_cast<const uint2*>(src + s * step_k));
+      const uint2 v =
+          di::cuda::detail::load_fresh(reinterpret_cast<const uint2*>(src + s * step_k));
       *reinterpret_cast<std::uint32_t*>(dst + s * bstep) = fp4_act_low(v.x, v.y);
       *reinterpret_cast<std::uint32_t*>(dst + s * bstep + 128) = fp4_act_high(v.x, v.y);
     }
@@ -233,8 +235,8 @@ __device__ __forceinline__ void stage_fp8_tile(const block_gemm_params& p, std::
 #pragma unroll 4
     for (int i = int(threadIdx.x); i < 8 * steps; i += warps * 32) {
       const int n = i / steps, s = i % steps;
-      const float scale = __ldg(sc0 + tile_row(n) * p.act_scale_stride +
-                                (((split_begin + s) * step_k) >> act_shift));
+      const float scale = di::cuda::detail::load_fresh(sc0 + tile_row(n) * p.act_scale_stride +
+                                                       (((split_begin + s) * step_k) >> act_shift));
       act_sc[n * steps_per_split + s] = std::uint8_t(__float_as_uint(scale) >> 23);
     }
   }
@@ -395,7 +397,9 @@ __global__ void __launch_bounds__(warps * 32, NT == 8 ? 2 : 1)
   // a decode step, more for prefill-sized groups).
   for (std::int64_t tok0 = site.tile * NT; tok0 < count; tok0 += NT * cfg.walkers) {
     const std::int64_t last_tok = count - tok0 - 1;
-    auto tile_row = [&](std::int64_t i) { return row_begin + tok0 + (i < last_tok ? i : last_tok); };
+    auto tile_row = [&](std::int64_t i) {
+      return row_begin + tok0 + (i < last_tok ? i : last_tok);
+    };
     // Stage the split's steps of the tile (stage_fp8_tile).
     if (WALK && tok0 != site.tile * NT) __syncthreads();  // the previous tile's B is read
     stage_fp8_tile<NT>(p, b_tile, act_sc, tile_row, col0, split_begin, split_end,
@@ -455,8 +459,8 @@ __global__ void __launch_bounds__(warps * 32, NT == 8 ? 2 : 1)
           if constexpr (!FOLD) {
 #pragma unroll
             for (int j = 0; j < NJ; ++j) {
-              xs_a[j] = __ldg(p.act_scale + sx_a[j] + col);
-              xs_b[j] = __ldg(p.act_scale + sx_b[j] + col);
+              xs_a[j] = di::cuda::detail::load_fresh(p.act_scale + sx_a[j] + col);
+              xs_b[j] = di::cuda::detail::load_fresh(p.act_scale + sx_b[j] + col);
             }
           }
           wgmma_wait<0>();
@@ -489,13 +493,17 @@ __global__ void __launch_bounds__(warps * 32, NT == 8 ? 2 : 1)
         }
         if constexpr (FOLD) {
           const int col = (s * step_k) >> act_shift;
+          float xa64[NJ], xb64[NJ];
+#pragma unroll
+          for (int j = 0; j < NJ; ++j) {
+            xa64[j] = di::cuda::detail::load_fresh(p.act_scale + sx_a[j] + col) * 64.0f;
+            xb64[j] = di::cuda::detail::load_fresh(p.act_scale + sx_b[j] + col) * 64.0f;
+          }
 #pragma unroll
           for (int m = 0; m < 2; ++m)
 #pragma unroll
             for (int j = 0; j < NJ; ++j)
-              promote_fp4_run(&acc[m][4 * j], &blk[m][4 * j],
-                              __ldg(p.act_scale + sx_a[j] + col) * 64.0f,
-                              __ldg(p.act_scale + sx_b[j] + col) * 64.0f);
+              promote_fp4_run(&acc[m][4 * j], &blk[m][4 * j], xa64[j], xb64[j]);
         }
       }
     }
@@ -711,7 +719,8 @@ __global__ void __launch_bounds__(warps * 32, 2)
       const int ahead = r + RING - 1;
       const bool own = ahead < runs;  // else the next item's (nl is cur's when there is none)
       issue((q + RING - 1) % RING,
-            own ? cl.wrow + ahead * run_stride : nl.wrow + (ahead - runs) * run_stride, own || more);
+            own ? cl.wrow + ahead * run_stride : nl.wrow + (ahead - runs) * run_stride,
+            own || more);
       asm volatile("cp.async.wait_group %0;\n" ::"n"(RING - 1));
       uint4 w[2][2];
 #pragma unroll
@@ -841,8 +850,8 @@ __device__ __forceinline__ void wg_bf16_stage(const block_gemm_params& p, std::u
     for (int i = 0; i < batch; ++i) {
       const int s = s0 + i * stride;
       if (s < steps) {
-        c[i] = __ldg(reinterpret_cast<const uint4*>(src + s * step_k));
-        scale[i] = __ldg(sc + (((split_begin + s) * step_k) >> act_shift));
+        c[i] = di::cuda::detail::load_fresh(reinterpret_cast<const uint4*>(src + s * step_k));
+        scale[i] = di::cuda::detail::load_fresh(sc + (((split_begin + s) * step_k) >> act_shift));
       }
     }
 #pragma unroll
@@ -1010,9 +1019,9 @@ struct wg_shape {
   wg_config cfg{1, 0, false, 1, false, 1 << 30};
   std::int64_t row_blocks = 0, grid_groups = 0;
   bool walk = false;
-  int nt = 8;  ///< tokens per tile (32: walked prefill-sized groups, set_wg_gemm_n32)
-  bool bf16 = false;  ///< 32-token tiles on wg_bf16_kernel (set_wg_gemm_bf16)
-  int bf16_wgs = 2;   ///< its warpgroups per block (set_wg_gemm_bf16_warpgroups)
+  int nt = 8;          ///< tokens per tile (32: walked prefill-sized groups, set_wg_gemm_n32)
+  bool bf16 = false;   ///< 32-token tiles on wg_bf16_kernel (set_wg_gemm_bf16)
+  int bf16_wgs = 2;    ///< its warpgroups per block (set_wg_gemm_bf16_warpgroups)
   bool chain = false;  ///< persistent blocks (wg_chain_kernel, set_wg_gemm_chain)
 };
 
