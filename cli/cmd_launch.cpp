@@ -3,11 +3,13 @@
 // `ready: HOST:PORT` (the address clients connect to) when the cluster can serve. Nodes on
 // other hosts are listed with the command to start them there. SIGINT/SIGTERM/SIGHUP shut the
 // cluster down in order (the coordinator first; stragglers are killed after
-// cluster.shutdown_timeout_s). When the coordinator exits, the other local nodes are stopped and
-// launch exits with its code. A local node that exits before the cluster is ready stops the rest at
-// once (exit 1): the coordinator would wait for it until cluster.startup_timeout_s. Nodes run in
-// their own process group (a terminal's Ctrl-C reaches launch only, which shuts them down in order)
-// and get SIGTERM from the kernel when launch dies (PR_SET_PDEATHSIG), even by SIGKILL.
+// cluster.shutdown_timeout_s); one that comes before the cluster is ready makes launch exit 128 +
+// the signal's number, as `serve` does. When the coordinator exits, the other local nodes are
+// stopped and launch exits with its code. A local node that exits before the cluster is ready
+// stops the rest at once (exit 1): the coordinator would wait for it until
+// cluster.startup_timeout_s. Nodes run in their own process group (a terminal's Ctrl-C reaches
+// launch only, which shuts them down in order) and get SIGTERM from the kernel when launch dies
+// (PR_SET_PDEATHSIG), even by SIGKILL.
 #include "actors/tls_files.hpp"
 #include "cli/command.hpp"
 #include "common/error.hpp"
@@ -56,8 +58,11 @@ struct child {
   std::optional<std::chrono::steady_clock::time_point> clean_exit_at;
 };
 
+/// The first stop signal's number (0: none yet).
 volatile std::sig_atomic_t g_stop = 0;
-extern "C" void on_stop_signal(int) { g_stop = 1; }
+extern "C" void on_stop_signal(int sig) {
+  if (g_stop == 0) g_stop = sig;
+}
 
 /// Names and addresses that mean "this host".
 std::set<std::string> local_names() {
@@ -239,6 +244,16 @@ int supervise(std::vector<child>& children, int shutdown_timeout_s) {
     for (const child& c : children) fds.push_back({.fd = c.out_fd, .events = POLLIN});
     poll(fds.data(), fds.size(), 100);
     for (child& c : children) drain(c, printed_ready);
+    // Interrupted while the cluster starts (launch runs the coordinator, which prints ready):
+    // the nodes are stopped all the same, and the status says so, as serve's does -- it was 0,
+    // which a supervisor or a script read as a clean run.
+    if (g_stop && has_coordinator && !printed_ready) {
+      std::fprintf(stderr, "launch: stopped by signal %d while the cluster was starting\n",
+                   int(g_stop));
+      stop_all(children, shutdown_timeout_s);
+      for (child& c : children) drain(c, printed_ready);
+      return 128 + int(g_stop);
+    }
     if (g_stop) {
       std::fprintf(stderr, "launch: stopping the cluster\n");
       forced = stop_all(children, shutdown_timeout_s);

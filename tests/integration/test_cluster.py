@@ -633,6 +633,44 @@ class LaunchSupervisionTest(unittest.TestCase):
                 if self.alive(p):
                     os.kill(p, signal.SIGKILL)
 
+    def test_a_signal_during_startup_exits_128_plus_its_number(self):
+        # launch exited 0 when interrupted before the cluster was ready, where serve exits 130
+        # (SIGINT) or 143 (SIGTERM): a script took the interrupted start for a clean run. Node 1
+        # lives on another host (TEST-NET-1, never this one), so node 0 waits for it.
+        for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+            ports = cu.free_ports(3)
+            name = f"startup-{sig.name}"
+            path = os.path.join(WORK, f"{name}.toml")
+            with open(path, "w") as f:
+                f.write(self.toml(name, ports).replace('host = "127.0.0.1"\nport = %d' % ports[2],
+                                                       'host = "192.0.2.1"\nport = %d' % ports[2]))
+            log_path = os.path.join(WORK, f"{name}.log")
+            with open(log_path, "w") as log:
+                proc = subprocess.Popen([cu.BINARY, "launch", path], stdout=subprocess.PIPE, stderr=log, text=True)
+
+            def read_log():
+                with open(log_path) as f:
+                    return f.read()
+            try:
+                self.assertTrue(cu.wait_until(lambda: "waiting for 1 more node" in read_log(), 60), read_log())
+                pids = self.node_pids(proc.pid)
+                self.assertEqual(len(pids), 1, pids)  # node 0 alone
+                proc.send_signal(sig)
+                out, _ = proc.communicate(timeout=60)
+                log = read_log()
+                self.assertEqual(proc.returncode, code, log)
+                self.assertIn("node 1 lives on 192.0.2.1", log)
+                self.assertIn(f"launch: stopped by signal {int(sig)} while the cluster was starting", log)
+                self.assertRegex(log, r"launch: node 0 \(pid \d+\) exited with status 0")  # stopped in order
+                self.assertNotIn("ready:", out)
+                self.assertFalse(any(self.alive(p) for p in pids))
+            finally:
+                if proc.poll() is None:
+                    for pid in self.node_pids(proc.pid):
+                        os.kill(pid, signal.SIGKILL)
+                    proc.kill()
+                    proc.wait()
+
     def test_ctrl_c_to_the_process_group_shuts_down_in_order(self):
         # A terminal's Ctrl-C sends SIGINT to the foreground process group. It reached the
         # nodes too: launch exited 130, node 0 exited 130 without its orderly shutdown and
