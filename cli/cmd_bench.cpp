@@ -4,6 +4,7 @@
 // compares with the device copy bandwidth and the cuBLAS bf16 rate measured in the same run;
 // --cuda-graphs off|on|both times its decode steps eagerly, through CUDA graphs, or both ways.
 #include "cli/command.hpp"
+#include "cli/detail/act_quant_flags.hpp"
 #include "cli/detail/bench_serve.hpp"
 #include "cli/detail/device_setup.hpp"
 #include "cli/detail/memory_bandwidth.hpp"
@@ -42,7 +43,7 @@ struct bench_options {
   std::string batches = "1";
   std::string contexts = "128";
   int steps = 8;
-  bool act_quant = true;
+  bool act_quant = true;            ///< --act-quant on|off, --no-act-quant
   std::string cuda_graphs = "on";   ///< decode steps through CUDA graphs: off, on or both
   bool ordered_splits = false;      ///< CUDA GEMM K splits added in a fixed order
   bool batched_decode = true;       ///< CUDA decode attention batched across sequences
@@ -350,10 +351,10 @@ void print_timeline(const nlohmann::json& t) {
 void print_table(const nlohmann::json& rows, const nlohmann::json& env) {
   fmt::print(
       "model {} (loaded in {:.2f} s) | device {} | threads {} | copy bandwidth {:.1f} GB/s "
-      "(read+write) | logits on the {}\n",
+      "(read+write) | logits on the {}{}\n",
       env["model"].get<std::string>(), env["load_s"].get<double>(),
       env["device"].get<std::string>(), env["threads"].get<int>(), env["copy_gbs"].get<double>(),
-      env["logits"].get<std::string>());
+      env["logits"].get<std::string>(), env["act_quant"].get<bool>() ? "" : " | act-quant off");
   if (env.contains("timeline_note"))
     fmt::print("(--timeline: the kernel tracer was on for every step, the timed ones included)\n");
   for (const auto& r : rows) {
@@ -464,6 +465,7 @@ void run_bench(const bench_options& o, bool decode) {
                         {"threads", threads},
                         {"load_s", load_s},
                         {"copy_gbs", copy_gbs},
+                        {"act_quant", o.act_quant},
                         {"ordered_splits", o.ordered_splits},
                         {"batched_decode", o.batched_decode},
                         {"logits", on_gpu ? o.logits : "host"}};
@@ -514,14 +516,9 @@ void add_common(CLI::App* sub, const std::shared_ptr<bench_options>& o) {
   sub->add_option("--steps", o->steps,
                   "Timed steps: decode steps, or prefills for bench prefill (median reported)")
       ->capture_default_str();
-  // Two flags rather than "--act-quant,!--no-act-quant", whose help line reads
-  // "--act-quant,--no-act-quant{false}" beside "(default on)".
-  auto* aq = sub->add_flag("--act-quant", o->act_quant,
-                           "FP8 activation quantization before FP8/FP4 GEMMs (the default)");
-  sub->add_flag_callback(
-         "--no-act-quant", [o] { o->act_quant = false; },
-         "Turn FP8 activation quantization off (the reference's variant B)")
-      ->excludes(aq);
+  // generate's spellings: --act-quant on|off and --no-act-quant (bench had only the flags
+  // --act-quant / --no-act-quant, so `--act-quant off` was a usage error)
+  di::cli::add_act_quant_flags(*sub, o->act_quant);
   o->cuda_only.push_back(
       sub->add_option("--cuda-graphs", o->cuda_graphs,
                       "CUDA decode steps (bench decode only) through captured graphs: off, on, "

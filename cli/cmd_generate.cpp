@@ -4,6 +4,7 @@
 // Without --model it uses a built-in default: the tiny-v41 preset, generated once into the
 // user's cache folder.
 #include "cli/command.hpp"
+#include "cli/detail/act_quant_flags.hpp"
 #include "cli/detail/device_setup.hpp"
 #include "cli/detail/json_input.hpp"
 #include "cli/detail/offline_generation.hpp"
@@ -36,7 +37,7 @@ struct generate_options {
   std::optional<std::string> prompt;  ///< "" is a prompt too: BOS alone
   std::optional<std::string> prompt_ids;
   std::string chat;
-  std::string act_quant = "on";
+  bool act_quant = true;  ///< --act-quant on|off, --no-act-quant
   std::string cuda_graphs = "on";
   std::string device = "cpu";
   std::string device_weights = "stored";
@@ -172,15 +173,13 @@ void print_json(const std::vector<std::int32_t>& prompt, const di::cli::generati
 }
 
 void run_generate(generate_options& o) {
-  DI_CHECK(o.act_quant == "on" || o.act_quant == "off", "--act-quant must be on or off, got '{}'",
-           o.act_quant);
   DI_CHECK(o.sampling.max_tokens > 0, "--max-tokens must be positive, got {}",
            o.sampling.max_tokens);
   DI_CHECK(o.json || (!o.sampling.logprobs && !o.sampling.prompt_logprobs),
            "--logprobs and --prompt-logprobs need --json (text output has no place for them)");
   di::cli::check_device_choice(o.device, o.cuda_only);  // before the model loads
   std::string dir;
-  di::cli::loaded_model m = load_model(o.model, o.act_quant == "on", dir);
+  di::cli::loaded_model m = load_model(o.model, o.act_quant, dir);
   di::cli::place_model(*m.model, o.device, o.device_weights);
   DI_CHECK(o.cuda_graphs == "on" || o.cuda_graphs == "off", "--cuda-graphs must be on or off, "
            "got '{}'", o.cuda_graphs);
@@ -260,14 +259,7 @@ void setup_generate(CLI::App& app) {
                   "json_object, regex:PATTERN or ebnf:FILE; JSON kinds take +compact, +pretty or "
                   "+lenient (json_schema+compact:FILE). The text is guaranteed to match; it ends "
                   "when the grammar is complete");
-  auto* aq = sub->add_option("--act-quant", o->act_quant,
-                             "FP8 activation quantization before FP8/FP4 GEMMs (on = DeepSeek's "
-                             "official numerics; off = the reference's variant B)")
-                 ->capture_default_str();
-  // bench's spelling too (it has --act-quant / --no-act-quant flags)
-  sub->add_flag_callback(
-         "--no-act-quant", [o] { o->act_quant = "off"; }, "The same as --act-quant off")
-      ->excludes(aq);
+  di::cli::add_act_quant_flags(*sub, o->act_quant);  // bench's spellings too
   sub->add_option("--device", o->device, "Where the forward runs: cpu, cuda or cuda:N (weights "
                   "resident on the GPU)")->capture_default_str();
   o->cuda_only.push_back(

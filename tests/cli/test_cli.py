@@ -60,6 +60,7 @@ class HelpTest(unittest.TestCase):
             self.assertEqual(p.returncode, 0, p.stderr)
             self.assertNotIn("{false}", p.stdout)
             self.assertIn("--no-act-quant", p.stdout)
+            self.assertIn("--act-quant on|off", p.stdout)  # generate's spelling too (session 45)
             self.assertIn("--per-sequence-decode", p.stdout)
         p = run("bench", "decode", "--model", "x", "--act-quant", "--no-act-quant")
         self.assertEqual(p.returncode, 2)

@@ -265,6 +265,26 @@ class GenerateTest(unittest.TestCase):
             self.assertEqual(p.returncode, 1, flag)
             self.assertIn(f"{flag[0]} is for CUDA runs: it needs --device cuda", error_lines(p)[0])
 
+    def test_bench_takes_generates_act_quant_spellings(self):
+        # bench had only the flags --act-quant / --no-act-quant: `--act-quant off` (generate's
+        # spelling) was a usage error there
+        for args, is_on in (([], True), (["--act-quant", "on"], True), (["--act-quant=off"], False),
+                            (["--act-quant", "off"], False), (["--no-act-quant"], False)):
+            p = run("bench", "decode", "--model", MODEL, "--batch", "1", "--context", "8", "--steps", "1",
+                    "--json", *args)
+            self.assertEqual(p.returncode, 0, (args, p.stderr))
+            self.assertIs(json.loads(p.stdout)["act_quant"], is_on, args)
+        p = run("bench", "prefill", "--model", MODEL, "--context", "8", "--steps", "1", "--act-quant", "off")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("| act-quant off", p.stdout.splitlines()[0])
+        for cmd in (["bench", "decode"], ["generate", "--prompt", "x"]):
+            p = run(*cmd, "--model", MODEL, "--act-quant", "maybe")
+            self.assertEqual(p.returncode, 2, (cmd, p.stderr))
+            self.assertEqual(error_lines(p), ["error: --act-quant: must be on or off, got 'maybe' (see --help)"], cmd)
+            p = run(*cmd, "--model", MODEL, "--act-quant", "off", "--no-act-quant")
+            self.assertEqual(p.returncode, 2, (cmd, p.stderr))
+            self.assertIn("--act-quant excludes --no-act-quant", error_lines(p)[0], cmd)
+
     def test_unusable_cuda_device_is_a_clear_error(self):
         # Checked before the model loads; the reason depends on the machine: a build without the
         # backend, no usable device (CI: no GPU), or an index past the visible devices.
