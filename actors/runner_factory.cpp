@@ -71,7 +71,9 @@ runner_bundle make_step_runner(const cluster_config& config, const std::string& 
   auto r = std::make_unique<cpu_model_runner>(std::move(model), c);
   if (tk)
     r->enable_structured_output(
-        grammar::token_vocabulary::from_tokenizer(*tk, std::size_t(r->num_token_ids())));
+        grammar::token_vocabulary::from_tokenizer(*tk, std::size_t(r->num_token_ids())),
+        std::make_shared<grammar::grammar_cache>(grammar::grammar_cache::default_capacity,
+                                                 config.scheduler.grammar_classify_ms / 1000.0));
   runtime::kv_geometry g = r->geometry();
   return {std::move(r), std::move(g)};
 }

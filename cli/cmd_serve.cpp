@@ -154,7 +154,8 @@ std::optional<shared_grammars> structured_output_of(const di::cluster_config& c,
   if (c.model.runner != "cpu") return std::nullopt;
   return shared_grammars{
       di::grammar::token_vocabulary::from_tokenizer(*a.tokenizer, std::size_t(a.vocab_size)),
-      std::make_shared<di::grammar::grammar_cache>()};
+      std::make_shared<di::grammar::grammar_cache>(di::grammar::grammar_cache::default_capacity,
+                                                   c.scheduler.grammar_classify_ms / 1000.0)};
 }
 
 std::function<di::actors::runner_bundle(int, int)> structured_output_runners(

@@ -328,6 +328,7 @@ void read_scheduler(table_reader r, scheduler_section& s) {
   r.get("max_model_len", s.max_model_len, 0, i64_max);
   r.get("overlap", s.overlap);
   r.get("step_timeout_s", s.step_timeout_s, 1, 86400);
+  r.get("grammar_classify_ms", s.grammar_classify_ms, 0, 3600000);
   r.finish();
 }
 

@@ -95,6 +95,9 @@ struct scheduler_section {
   std::int64_t max_model_len = 0;  ///< 0 = what the runner supports
   bool overlap = true;             ///< plan step N+1 while step N runs
   int step_timeout_s = 600;        ///< a step unanswered this long fails the group
+  /// Before a request with a response_format starts, its grammar's token classes are computed
+  /// for up to this long, off the step loop (the rest on first use, in the step); 0 = none.
+  int grammar_classify_ms = 1000;
 };
 
 /// [kv]: the paged KV pools and the prefix cache of each group.

@@ -30,8 +30,9 @@ class step_runner {
   /// whole device throws di::error (the executor then reports itself failed).
   virtual step_result run(const step_plan& plan) = 0;
   /// A thread-safe function that compiles a response_format spec into the grammar cache
-  /// run() uses (throws di::error when it does not compile), so that a step does not stall on
-  /// it; callable on any thread, concurrently with run(). Empty: nothing to prepare.
+  /// run() uses (throws di::error when it does not compile) and classifies its states' tokens
+  /// for a while (grammar_cache::prepare), so that a step does not stall on either; callable
+  /// on any thread, concurrently with run(). Empty: nothing to prepare.
   virtual std::function<void(const std::string& spec)> grammar_preparer() const { return {}; }
 };
 

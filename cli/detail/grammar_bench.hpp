@@ -21,6 +21,9 @@ struct grammar_bench_options {
   bool lenient = false;
   bool shared_cache = true;   ///< share token classes of equivalent states across schemas
   bool precompute = false;    ///< classify every state at compile time (else on first use)
+  /// After a lazy compile, classify states for up to this many ms (part of the compile time),
+  /// as the server does before a request starts (grammar_cache::prepare); < 0: not at all.
+  double classify_ms = -1;
   bool json = false;          ///< one JSON summary line instead of text
 };
 

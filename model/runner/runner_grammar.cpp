@@ -27,7 +27,7 @@ void cpu_model_runner::enable_structured_output(std::shared_ptr<const grammar::t
 std::function<void(const std::string& spec)> cpu_model_runner::grammar_preparer() const {
   if (!grammar_vocab_) return {};
   return [vocab = grammar_vocab_, cache = grammar_cache_](const std::string& spec) {
-    cache->get(grammar::parse_inline_response_format(spec), vocab);
+    cache->prepare(grammar::parse_inline_response_format(spec), vocab);
   };
 }
 

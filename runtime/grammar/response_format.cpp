@@ -121,6 +121,13 @@ std::shared_ptr<const token_grammar> grammar_cache::get(
   return tg;
 }
 
+std::shared_ptr<const token_grammar> grammar_cache::prepare(
+    const response_format& f, const std::shared_ptr<const token_vocabulary>& v) {
+  std::shared_ptr<const token_grammar> tg = get(f, v);
+  if (classify_s_ > 0) tg->classify_states(classify_s_);
+  return tg;
+}
+
 std::size_t grammar_cache::size() const {
   std::lock_guard lock(mutex_);
   return entries_.size();

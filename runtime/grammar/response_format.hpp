@@ -41,14 +41,24 @@ std::shared_ptr<const compiled_grammar> compile_response_format(const response_f
 
 /// Token grammars keyed by format and vocabulary; thread-safe; compiles outside the lock.
 /// Token classes are computed on first use and shared, per vocabulary, between grammars
-/// (token_class_cache).
+/// (token_class_cache); prepare() computes them ahead, for up to `classify_s` seconds.
 /// At most `capacity` grammars stay cached: a new one evicts the least recently used (its
 /// live matchers keep it until they end), so a server fed ever new schemas stays bounded.
 class grammar_cache {
  public:
-  explicit grammar_cache(std::size_t capacity = 256) : capacity_(capacity > 0 ? capacity : 1) {}
+  /// The default classification budget of prepare() (scheduler.grammar_classify_ms).
+  static constexpr double default_classify_s = 1.0;
+  static constexpr std::size_t default_capacity = 256;
+  explicit grammar_cache(std::size_t capacity = default_capacity,
+                         double classify_s = default_classify_s)
+      : capacity_(capacity > 0 ? capacity : 1), classify_s_(classify_s) {}
   std::shared_ptr<const token_grammar> get(const response_format& f,
                                            const std::shared_ptr<const token_vocabulary>& v);
+  /// get(), then the token classes of the grammar's states for up to classify_s seconds
+  /// (token_grammar::classify_states): what a request's grammar gets before the request
+  /// starts, off the step loop, so that its first steps do not classify states there.
+  std::shared_ptr<const token_grammar> prepare(const response_format& f,
+                                               const std::shared_ptr<const token_vocabulary>& v);
   std::size_t size() const;
 
  private:
@@ -58,6 +68,7 @@ class grammar_cache {
   };
   mutable std::mutex mutex_;
   std::size_t capacity_;
+  double classify_s_;
   std::list<std::string> recent_;  // keys, most recently used first
   std::unordered_map<std::string, entry> entries_;
   std::unordered_map<const token_vocabulary*, std::shared_ptr<token_class_cache>> classes_;

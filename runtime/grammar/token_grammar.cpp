@@ -3,6 +3,10 @@
 // at creation; misses look in the shared cross-grammar cache before walking the trie.
 #include "runtime/grammar/token_grammar.hpp"
 
+#include <chrono>
+#include <limits>
+#include <optional>
+
 namespace di::grammar {
 
 namespace {
@@ -40,12 +44,30 @@ std::shared_ptr<const token_grammar> token_grammar::create(
   }
   tg->signatures_.clear();
   tg->signatures_.shrink_to_fit();
-  if (precompute) {
-    token_classifier scratch(*tg->g_, *tg->v_);
-    for (state_id s = 0; s < n; ++s)
-      if (tg->g_->has_bytes(s) || !tg->g_->calls(s).empty()) tg->tokens_at(s, scratch);
-  }
+  if (precompute) tg->classify_states(std::numeric_limits<double>::infinity());
   return tg;
+}
+
+bool token_grammar::classify_states(double budget_s) const {
+  const auto start = std::chrono::steady_clock::now();
+  std::optional<token_classifier> scratch;  // made on the first miss: a warm grammar needs none
+  for (state_id s = 0; s < g_->num_states(); ++s) {
+    if (!g_->has_bytes(s) && g_->calls(s).empty()) continue;
+    if (cache_[rep_[s]].load(std::memory_order_acquire)) continue;
+    if (!scratch) scratch.emplace(*g_, *v_);
+    tokens_at(s, *scratch);
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >= budget_s)
+      return num_unclassified_from(s + 1) == 0;
+  }
+  return true;
+}
+
+std::size_t token_grammar::num_unclassified_from(state_id first) const {
+  std::size_t n = 0;
+  for (state_id s = first; s < g_->num_states(); ++s)
+    n += (g_->has_bytes(s) || !g_->calls(s).empty()) &&
+         !cache_[rep_[s]].load(std::memory_order_acquire);
+  return n;
 }
 
 const state_tokens& token_grammar::tokens_at(state_id s, token_classifier& scratch) const {

@@ -34,6 +34,11 @@ class token_grammar {
   const token_vocabulary& vocabulary() const { return *v_; }
   /// Token classes of state `s`, computing them with `scratch` the first time.
   const state_tokens& tokens_at(state_id s, token_classifier& scratch) const;
+  /// Classifies the states not classified yet (those that read bytes or call rules), in state
+  /// order, until all are or `budget_s` seconds have passed (checked after each state, so one
+  /// slow state may overrun it); true when every state is classified. What precompute does at
+  /// creation, for a grammar created lazily; thread-safe like tokens_at.
+  bool classify_states(double budget_s) const;
   std::size_t num_classified() const;
   /// Distinct states up to equivalence (num_states() when signatures were not computed).
   std::size_t num_distinct_states() const { return num_distinct_; }
@@ -46,6 +51,8 @@ class token_grammar {
   std::shared_ptr<const compiled_grammar> g_;
   std::shared_ptr<const token_vocabulary> v_;
   const state_tokens& classify(state_id rep, token_classifier& scratch) const;
+  /// States from `first` on that read bytes or call rules and are not classified yet.
+  std::size_t num_unclassified_from(state_id first) const;
 
   std::unique_ptr<std::atomic<const state_tokens*>[]> cache_;  // [num_states], by representative
   std::vector<state_id>

@@ -62,6 +62,7 @@ TEST_CASE("defaults, and every resolved key is listed") {
   CHECK(c.cluster.name == "deepinfer");
   CHECK(c.cluster.heartbeat_interval_ms == 500);
   CHECK(c.scheduler.overlap);
+  CHECK(c.scheduler.grammar_classify_ms == 1000);
   CHECK(c.router.port == 7000);
   CHECK(c.model.cuda_graphs);
   CHECK(c.model.cuda_graph_max_batch == 64);
@@ -186,6 +187,10 @@ TEST_CASE("--set overrides any key with the key's type") {
 
 TEST_CASE("the fingerprint follows every resolved value") {
   const cluster_config a = parse_cluster_config(base);
+  CHECK(parse_cluster_config(base, {"scheduler.grammar_classify_ms=0"})
+            .scheduler.grammar_classify_ms == 0);
+  CHECK(error_of(base, {"scheduler.grammar_classify_ms=-1"})
+            .find("scheduler.grammar_classify_ms: must be in [0, 3600000]") != std::string::npos);
   const cluster_config b = parse_cluster_config(base);
   const cluster_config c = parse_cluster_config(base, {"scheduler.max_num_running=8"});
   CHECK(a.fingerprint == b.fingerprint);

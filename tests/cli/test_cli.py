@@ -203,6 +203,44 @@ class ChatTemplateTest(unittest.TestCase):
             self.assertIn("nosuchfilter", errs[0])
 
 
+class GrammarBenchTest(unittest.TestCase):
+    TOKENIZER = os.path.join(REPO, "assets", "deepseek-v3-tokenizer")
+    ROWS = [
+        {"id": "obj", "schema": {"type": "object", "properties": {"a": {"type": "integer"},
+                                                                  "b": {"enum": ["x", "y"]}},
+                                 "required": ["a"], "additionalProperties": False},
+         "tests": [{"data": {"a": 12, "b": "y"}, "valid": True}]},
+        {"id": "arr", "schema": {"type": "array", "items": {"type": "boolean"}, "maxItems": 3},
+         "tests": [{"data": [True, False], "valid": True}]},
+    ]
+
+    def bench(self, *flags):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "s.jsonl")
+            with open(path, "w") as f:
+                f.write("".join(json.dumps(r) + "\n" for r in self.ROWS))
+            return run("grammar", "bench", "--tokenizer", self.TOKENIZER, "--schemas", path,
+                       "--json", *flags)
+
+    def test_classify_ms_classifies_small_grammars_before_the_first_mask(self):
+        p = self.bench("--classify-ms", "60000")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        j = json.loads(p.stdout)
+        self.assertEqual(j["compiled"], 2)
+        self.assertEqual(j["fully_classified"], 2)  # both fit the budget
+        self.assertEqual(j["classify_ms"], 60000)
+        self.assertEqual(j["mask_violations"], 0)
+        self.assertEqual(j["refused_tokens"], 0)
+        lazy = json.loads(self.bench().stdout)
+        self.assertEqual(lazy["fully_classified"], 0)  # none asked for
+        self.assertEqual(lazy["mask_violations"], 0)
+
+    def test_classify_ms_excludes_precompute(self):
+        p = self.bench("--classify-ms", "10", "--precompute")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("excludes", p.stderr)
+
+
 if __name__ == "__main__":
     BINARY = os.path.abspath(sys.argv.pop(1))
     unittest.main(verbosity=2)

@@ -248,3 +248,34 @@ TEST_CASE("grammar_cache keeps the most recently used grammars up to its capacit
   grammar_matcher m(b);
   CHECK(m.accept_token(1));
 }
+
+TEST_CASE("classify_states: a lazy grammar classified ahead gives the precomputed classes") {
+  std::mt19937 rng(77);
+  auto vocab = token_vocabulary::from_tokens(random_vocab("{}[],:\"ab01 ", 300, rng), {301}, 303);
+  auto eager = token_grammar::create(test::compile_ebnf(k_json_ebnf), vocab, /*precompute=*/true);
+  const std::size_t all = eager->num_classified();
+  REQUIRE(all > 1);
+  auto lazy = token_grammar::create(test::compile_ebnf(k_json_ebnf), vocab, /*precompute=*/false);
+  CHECK(lazy->num_classified() == 0);
+  // A budget of 0 s stops after the first state it classifies.
+  CHECK_FALSE(lazy->classify_states(0.0));
+  CHECK(lazy->num_classified() == 1);
+  CHECK(lazy->classify_states(60.0));
+  CHECK(lazy->num_classified() == all);
+  CHECK(lazy->classify_states(0.0));  // nothing left: done at once
+  // The classes are the same: masks along random walks equal the brute-force reference.
+  check_walks(lazy, 20, 30, rng);
+}
+
+TEST_CASE("grammar_cache::prepare classifies the grammar's states within its budget") {
+  std::mt19937 rng(78);
+  auto vocab = token_vocabulary::from_tokens(random_vocab("{}[],:\"ab01 ", 300, rng), {301}, 303);
+  const response_format f = parse_inline_response_format(std::string("ebnf:") + k_json_ebnf);
+  grammar_cache none(4, 0.0);
+  CHECK(none.prepare(f, vocab)->num_classified() == 0);  // 0: all on first use
+  grammar_cache ahead(4, 60.0);
+  auto tg = ahead.prepare(f, vocab);
+  CHECK(tg->num_classified() ==
+        token_grammar::create(test::compile_ebnf(k_json_ebnf), vocab)->num_classified());
+  CHECK(ahead.get(f, vocab) == tg);  // prepared into the cache that steps read
+}
