@@ -57,10 +57,10 @@ expr_id contains_array(schema_compiler& c, const std::vector<array_part>& parts,
   json_text& t = c.text();
   const json& s = *where.s;
   std::uint64_t m = 1;
-  if (auto it = s.find("minContains"); it != s.end()) m = std::uint64_t(it->get<double>());
+  if (auto it = s.find("minContains"); it != s.end()) m = count_value(*it, "minContains");
   if (m > 100) c.unsupported("minContains", "more than 100 matching items to count", where);
   std::optional<std::uint64_t> max;
-  if (auto it = s.find("maxContains"); it != s.end()) max = std::uint64_t(std::max(0.0, it->get<double>()));
+  if (auto it = s.find("maxContains"); it != s.end()) max = count_value(*it, "maxContains");
   if (max && *max > 100) c.unsupported("maxContains", "more than 100 matching items to count", where);
   conjunction item, matching;
   for (const auto& p : parts)
@@ -205,8 +205,10 @@ expr_id array_schema(schema_compiler& c, const schema_node& n) {
   for (const auto& p : n.array_parts) {
     parts.push_back(read_part(c, p));
     positions = std::max(positions, parts.back().prefix.size());
-    if (auto it = p.s->find("minItems"); it != p.s->end()) min_items = std::max(min_items, std::uint64_t(it->get<double>()));
-    if (auto it = p.s->find("maxItems"); it != p.s->end()) max_items = std::min(max_items, std::uint64_t(it->get<double>()));
+    if (auto it = p.s->find("minItems"); it != p.s->end())
+      min_items = std::max(min_items, count_value(*it, "minItems"));
+    if (auto it = p.s->find("maxItems"); it != p.s->end())
+      max_items = std::min(max_items, count_value(*it, "maxItems"));
   }
   if (min_items > max_items) return g.nothing();
   schema_ref unique{nullptr, ""};

@@ -58,8 +58,10 @@ void read_part_keywords(schema_compiler& c, object_plan& p, const schema_ref& pa
     p.property_names = &*it;
     p.names_base = part.base;
   }
-  if (auto it = s.find("minProperties"); it != s.end()) p.min_props = std::max(p.min_props, std::uint64_t(it->get<double>()));
-  if (auto it = s.find("maxProperties"); it != s.end()) p.max_props = std::min(p.max_props, std::uint64_t(it->get<double>()));
+  if (auto it = s.find("minProperties"); it != s.end())
+    p.min_props = std::max(p.min_props, count_value(*it, "minProperties"));
+  if (auto it = s.find("maxProperties"); it != s.end())
+    p.max_props = std::min(p.max_props, count_value(*it, "maxProperties"));
 }
 
 object_plan plan_of(schema_compiler& c, const schema_node& n) {
@@ -186,7 +188,7 @@ expr_id object_schema(schema_compiler& c, const schema_node& n) {
   // Counts matter only up to max (finite) or min (when unbounded above).
   const std::uint64_t cap = p.max_props != UINT64_MAX ? p.max_props : p.min_props;
   const std::size_t num = p.names.size();
-  if ((num + 1) * (cap + 1) > k_max_count_states)
+  if (cap >= k_max_count_states || (num + 1) * (cap + 1) > k_max_count_states)  // no overflow
     c.unsupported(p.max_props != UINT64_MAX ? "maxProperties" : "minProperties", "counts too large to track", n.object_parts[0]);
   auto sat = [&](std::uint64_t k) { return p.max_props == UINT64_MAX ? std::min(k, cap) : k; };
   expr_id close = g.sequence({t.ws(), g.literal("}")});

@@ -305,6 +305,7 @@ void refuse_reserved_keywords(const nlohmann::ordered_json& s, int depth = 0) {
 
 json_schema_result compile_json_schema(const nlohmann::ordered_json& schema,
                                        const json_schema_options& options) {
+  json_detail::check_schema_shape(schema);
   refuse_reserved_keywords(schema);
   json_detail::schema_compiler c(schema, options);
   return c.run();

@@ -175,4 +175,13 @@ bool scalar_matches(schema_compiler& c, const json& v, const schema_node& n);
 /// The decoded-string language of string keywords, as a grammar expression in `target`.
 expr_id string_content(schema_compiler& c, const schema_node& n, grammar& target);
 
+/// Refuses a keyword whose value has the wrong type for JSON Schema (schema_check.cpp), naming
+/// the keyword and its JSON pointer; run on the whole document before compiling it.
+void check_schema_shape(const json& schema);
+
+/// A count keyword's value (minItems, maxProperties, ...): a non-negative integer, saturated at
+/// UINT64_MAX (so 1e30 is "more than any count", never a wrapped or undefined cast); anything
+/// else is an error naming `keyword`.
+std::uint64_t count_value(const json& v, const char* keyword);
+
 }  // namespace di::grammar::json_detail

@@ -48,7 +48,9 @@ json typed(std::uint8_t types, json body = json::object()) {
 
 bool is_true(const json& s) { return s == true || (s.is_object() && s.empty()); }
 
-std::uint64_t count_of(const json& v) { return std::uint64_t(std::max(0.0, v.get<double>())); }
+std::uint64_t count_of(const json& v, const std::string& key) {
+  return count_value(v, key.c_str());
+}
 
 }  // namespace
 
@@ -172,9 +174,10 @@ json schema_compiler::negate_object(const schema_ref& s) {
       std::string flipped = lower ? (exclusive ? "maximum" : "exclusiveMaximum") : (exclusive ? "minimum" : "exclusiveMinimum");
       fails(numbers, json{{flipped, v}});
     } else if (key == "minLength") {
-      if (count_of(v) > 0) fails(t_string, json{{"maxLength", count_of(v) - 1}});
+      if (count_of(v, key) > 0) fails(t_string, json{{"maxLength", count_of(v, key) - 1}});
     } else if (key == "maxLength") {
-      fails(t_string, json{{"minLength", count_of(v) + 1}});
+      // Nothing has more than 2^64 - 1: nothing fails a saturated bound.
+      if (count_of(v, key) < UINT64_MAX) fails(t_string, json{{"minLength", count_of(v, key) + 1}});
     } else if (key == "pattern") {
       fails(t_string, json{{"$di_anti_pattern", v}});
     } else if (key == "$di_anti_pattern") {
@@ -182,13 +185,16 @@ json schema_compiler::negate_object(const schema_ref& s) {
     } else if (key == "$di_not_strings") {
       fails(t_string, json{{"enum", v}});
     } else if (key == "minProperties") {
-      if (count_of(v) > 0) fails(t_object, json{{"maxProperties", count_of(v) - 1}});
+      if (count_of(v, key) > 0) fails(t_object, json{{"maxProperties", count_of(v, key) - 1}});
     } else if (key == "maxProperties") {
-      fails(t_object, json{{"minProperties", count_of(v) + 1}});
+      // Nothing has more than 2^64 - 1: nothing fails a saturated bound.
+      if (count_of(v, key) < UINT64_MAX)
+        fails(t_object, json{{"minProperties", count_of(v, key) + 1}});
     } else if (key == "minItems") {
-      if (count_of(v) > 0) fails(t_array, json{{"maxItems", count_of(v) - 1}});
+      if (count_of(v, key) > 0) fails(t_array, json{{"maxItems", count_of(v, key) - 1}});
     } else if (key == "maxItems") {
-      fails(t_array, json{{"minItems", count_of(v) + 1}});
+      // Nothing has more than 2^64 - 1: nothing fails a saturated bound.
+      if (count_of(v, key) < UINT64_MAX) fails(t_array, json{{"minItems", count_of(v, key) + 1}});
     } else if (key == "required") {
       for (const auto& name : v) fails(t_object, json{{"properties", json{{name.get<std::string>(), false}}}});
     } else if (key == "properties") {
@@ -228,7 +234,7 @@ json schema_compiler::negate_object(const schema_ref& s) {
         fails(t_array, json{{"contains", not_marker({&v, s.base})}});
       }
     } else if (key == "contains") {
-      std::uint64_t m = o.contains("minContains") ? count_of(o["minContains"]) : 1;
+      std::uint64_t m = o.contains("minContains") ? count_of(o["minContains"], "minContains") : 1;
       if (o.contains("maxContains")) refuse(t_array, "maxContains", "is not supported");
       else if (m > 1) refuse(t_array, "minContains", "above 1 is not supported");
       else if (m == 1) fails(t_array, json{{"items", not_marker({&v, s.base})}});

@@ -42,13 +42,6 @@ std::uint8_t type_mask(const std::string& t) {
   DI_FAIL("JSON Schema: unknown type '{}'", t);
 }
 
-std::uint64_t count_value(const json& v, const char* keyword) {
-  DI_CHECK(v.is_number() && v.get<double>() >= 0 && std::floor(v.get<double>()) == v.get<double>(),
-           "JSON Schema: '{}' must be a non-negative integer, got {}", keyword, json_brief(v));
-  double d = v.get<double>();
-  return d >= 1.8e19 ? UINT64_MAX : std::uint64_t(d);
-}
-
 void tighten_lower(std::optional<bound>& cur, bound b) {
   if (!cur) return void(cur = b);
   int c = compare(b.value, cur->value);
@@ -61,6 +54,13 @@ void tighten_upper(std::optional<bound>& cur, bound b) {
 }
 
 }  // namespace
+
+std::uint64_t count_value(const json& v, const char* keyword) {
+  DI_CHECK(v.is_number() && v.get<double>() >= 0 && std::floor(v.get<double>()) == v.get<double>(),
+           "JSON Schema: '{}' must be a non-negative integer, got {}", keyword, json_brief(v));
+  const double d = v.get<double>();
+  return d >= 1.8e19 ? UINT64_MAX : std::uint64_t(d);
+}
 
 bool json_equal(const json& a, const json& b) {
   if (a.is_number() && b.is_number()) return compare(to_decimal(a), to_decimal(b)) == 0;

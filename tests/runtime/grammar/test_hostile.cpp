@@ -9,6 +9,7 @@
 #include "runtime/grammar/ebnf.hpp"
 #include "runtime/grammar/json_schema.hpp"
 #include "runtime/grammar/regex.hpp"
+#include "tests/runtime/grammar/grammar_test_util.hpp"
 
 #include <doctest/doctest.h>
 #include <sys/resource.h>
@@ -198,4 +199,81 @@ TEST_CASE("hostile JSON Schemas: the compiler's own placeholder keywords are ref
     CHECK_THROWS_WITH_AS(compile_json_schema_text(text, {}), doctest::Contains("is reserved"), di::error);
   // As names and instance data they are ordinary strings.
   CHECK_NOTHROW(compile_json_schema_text(R"({"properties":{"$di_ref":{"const":{"$di_not":1}}}})", {}));
+}
+
+TEST_CASE("hostile JSON Schemas: a keyword of the wrong type is refused, naming it and where") {
+  // "minProperties": -1 became 2^64 - 1 and wrote past the object compiler's rule table
+  // (SIGSEGV in serve); the others were skipped, read as something else, or failed inside the
+  // JSON library with its own message.
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"type":"object","properties":{"a":{"type":"boolean"}},"minProperties":-1})",
+       "'minProperties' at # must be a non-negative integer, got -1"},
+      {R"({"maxProperties":-1})", "'maxProperties' at # must be a non-negative integer"},
+      {R"({"type":"array","maxItems":-3})", "'maxItems' at # must be a non-negative integer"},
+      {R"({"minItems":1.5})", "'minItems' at # must be a non-negative integer, got 1.5"},
+      {R"({"properties":{"x":{"maxItems":true}}})",
+       "'maxItems' at #/properties/x must be a non-negative integer, got true"},
+      {R"({"contains":{},"minContains":"2"})", "'minContains' at # must be a non-negative"},
+      {R"({"minimum":true})", "'minimum' at # must be a number, got true"},
+      {R"({"exclusiveMaximum":"3"})", "'exclusiveMaximum' at # must be a number (or, in draft 4"},
+      {R"({"multipleOf":0})", "'multipleOf' at # must be a positive number"},
+      {R"({"properties":[1]})", "'properties' at # must be an object of schemas"},
+      {R"({"enum":"abc"})", "'enum' at # must be an array"},
+      {R"({"required":"a"})", "'required' at # must be an array of strings"},
+      {R"({"required":[5]})", "'required' at # must be an array of strings"},
+      {R"({"if":5})", "'if' at # must be a schema (an object or a boolean), got 5"},
+      {R"({"type":5})", "'type' at # must be a type name or a non-empty array of them"},
+      {R"({"anyOf":[]})", "'anyOf' at # must be a non-empty array of schemas"},
+      {R"({"allOf":[{"type":"string"},{"pattern":1}]})", "'pattern' at #/allOf/1 must be a string"},
+      {R"({"$defs":{"a/b":{"uniqueItems":1}}})", "'uniqueItems' at #/$defs/a~1b must be a boolean"},
+      {R"({"items":[{"minLength":-2}]})", "'minLength' at #/items/0 must be a non-negative"},
+      {R"({"dependentRequired":{"a":"b"}})",
+       "'dependentRequired/a' at # must be an array of strings"},
+      {R"({"properties":{"a":3}})", "the schema at #/properties/a must be an object or a boolean"},
+  };
+  for (const auto& [text, message] : cases) {
+    CAPTURE(text);
+    CHECK_THROWS_WITH_AS(compile_json_schema_text(text, {}), doctest::Contains(message), di::error);
+  }
+  // Well-typed values stay accepted: whole-number floats as counts, draft 4's boolean
+  // exclusive bounds and array-form items, booleans as schemas, anything under const/enum.
+  for (const char* text :
+       {R"({"type":"array","minItems":2.0,"maxItems":3})",
+        R"({"minimum":0,"exclusiveMinimum":true})", R"({"items":[{"type":"string"},true]})",
+        R"({"properties":{"a":false},"additionalProperties":true})",
+        R"({"const":{"minItems":-1},"enum":[{"required":"a"}]})", R"({"x-note":{"if":5}})"}) {
+    CAPTURE(text);
+    CHECK_NOTHROW(compile_json_schema_text(text, {}));
+  }
+}
+
+TEST_CASE("hostile JSON Schemas: counts past 2^64 saturate instead of wrapping") {
+  // 1e30 was cast to an integer (undefined; observed: the bound vanished, and outputs that
+  // break the schema finished with "stop"). Saturated, an impossible bound matches nothing
+  // and an untrackable one is refused.
+  auto accepts = [](const char* schema_text, const char* instance) {
+    return test::accepts(*compiled_grammar::compile(compile_json_schema_text(schema_text, {}).g),
+                         instance);
+  };
+  // minItems past maxItems: no array, so the schema matches nothing and is refused (it was
+  // dropped: [true] finished with "stop").
+  CHECK_THROWS_WITH_AS(
+      accepts(R"({"type":"array","items":{"type":"boolean"},"minItems":1e30,"maxItems":3})", "[]"),
+      doctest::Contains("matches no string at all"), di::error);
+  // maxProperties 2^64 - 1 (and past it) bounds nothing (it acted as 0).
+  CHECK(accepts(R"({"type":"object","maxProperties":18446744073709551615})", R"({"a":1})"));
+  CHECK(accepts(R"({"type":"object","maxProperties":1e30})", R"({"a":1,"b":2})"));
+  // Its complement: no value has more items than that, and every non-array passes maxItems,
+  // so nothing passes the not (the bound's complement is not wrapped to minItems 0).
+  CHECK_THROWS_WITH_AS(accepts(R"({"not":{"maxItems":1e30}})", "[1]"),
+                       doctest::Contains("matches no string at all"), di::error);
+  CHECK(accepts(R"({"not":{"maxItems":3}})", "[1,2,3,4]"));
+  CHECK_FALSE(accepts(R"({"not":{"maxItems":3}})", "[1,2,3]"));
+  CHECK_THROWS_WITH_AS(compile_json_schema_text(R"({"type":"object","minProperties":1e30})", {}),
+                       doctest::Contains("counts too large to track"), di::error);
+  CHECK_THROWS_WITH_AS(compile_json_schema_text(R"({"type":"array","minItems":1e30})", {}),
+                       doctest::Contains("more than 10000 tracked positions"), di::error);
+  CHECK_THROWS_WITH_AS(
+      compile_json_schema_text(R"({"type":"array","contains":{},"minContains":1e30})", {}),
+      doctest::Contains("more than 100 matching items"), di::error);
 }
