@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 
 namespace di::server {
@@ -121,6 +122,36 @@ void read_stop(const field_reader& f, runtime::sampling_params& p, const server_
   }
 }
 
+/// "; use response_format ..." with the format that asks for what a field named `key` asks for
+/// (SGLang's top-level regex / ebnf / json_schema, a "schema" in the wrong place); "" for a key
+/// that names no constraint.
+std::string format_hint(const std::string& key) {
+  if (key == "regex") return R"(; use response_format {"type": "regex", "regex": PATTERN})";
+  if (key == "ebnf") return R"(; use response_format {"type": "ebnf", "ebnf": GRAMMAR})";
+  if (key == "json_schema" || key == "schema")
+    return R"(; use response_format {"type": "json_schema", "json_schema": {"name": NAME, )"
+           R"("schema": SCHEMA}})";
+  return "";
+}
+
+/// Refuses a member of response_format that its type does not take (a "regex" beside a
+/// "json_schema", a "schema" under "json_object", a "json_schema" under "text"): it was
+/// ignored, and the output was not what the client asked for. Null counts as absent.
+void check_format_members(const json& v, const std::string& type,
+                          std::initializer_list<const char*> takes) {
+  for (const auto& [key, value] : v.items()) {
+    if (key == "type" || value.is_null() ||
+        std::any_of(takes.begin(), takes.end(), [&](const char* k) { return key == k; }))
+      continue;
+    std::string members = "'type'";
+    for (const char* k : takes) members += fmt::format(", '{}'", k);
+    bad_param("response_format." + key,
+              fmt::format("'response_format.{}' does not belong to a response_format of type '{}' "
+                          "(it takes {}){}",
+                          key, type, members, format_hint(key)));
+  }
+}
+
 /// response_format → the inline spec of sampling_params::response_format ("" for text). The
 /// grammar is compiled later, once (api_routes.cpp: a bad schema, regex or grammar is a 400).
 std::string read_response_format(const field_reader& f) {
@@ -130,10 +161,13 @@ std::string read_response_format(const field_reader& f) {
     bad_param("response_format", "'response_format' must be an object with a string 'type'");
   const std::string type = (*v)["type"].get<std::string>();
   std::string spec;
-  if (type == "text") return "";
-  if (type == "json_object") {
+  if (type == "text") {
+    check_format_members(*v, type, {});
+  } else if (type == "json_object") {
+    check_format_members(*v, type, {});
     spec = "json_object";
   } else if (type == "json_schema") {
+    check_format_members(*v, type, {"json_schema"});
     auto it = v->find("json_schema");
     if (it == v->end() || !it->is_object() || !it->contains("schema") ||
         !((*it)["schema"].is_object() || (*it)["schema"].is_boolean()))
@@ -141,6 +175,7 @@ std::string read_response_format(const field_reader& f) {
                 "'json_schema' must be an object with a 'schema' object");
     spec = "json_schema:" + (*it)["schema"].dump();
   } else if (type == "regex" || type == "ebnf") {
+    check_format_members(*v, type, {type == "regex" ? "regex" : "ebnf"});
     auto it = v->find(type);
     if (it == v->end() || !it->is_string())
       bad_param("response_format." + type, fmt::format("'{}' must be a string", type));
@@ -172,6 +207,16 @@ void reject_unsupported(const field_reader& f) {
       bad_param(key, fmt::format("'{}' is not supported; use response_format (json_schema, "
                                  "regex or ebnf)",
                                  key));
+  if (const json* v = f.find("guided_whitespace_pattern"); v != nullptr && asks(*v))
+    bad_param("guided_whitespace_pattern",
+              "'guided_whitespace_pattern' is not supported (a json_schema response_format allows "
+              "any JSON whitespace); use response_format with a regex or ebnf grammar that spells "
+              "out the whitespace");
+  // SGLang's top-level constraints, likewise.
+  for (const char* key : {"regex", "ebnf", "json_schema"})
+    if (const json* v = f.find(key); v != nullptr && asks(*v))
+      bad_param(key,
+                fmt::format("'{}' is not supported at the top level{}", key, format_hint(key)));
   for (const char* key : {"allowed_token_ids", "bad_words", "prompt_logprobs",
                           "truncate_prompt_tokens", "use_beam_search"})
     if (const json* v = f.find(key); v != nullptr && asks(*v))

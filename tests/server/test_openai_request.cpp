@@ -171,6 +171,54 @@ TEST_CASE("every invalid field is a 400 naming it") {
   CHECK(param_of("{\"prompt\": \"\xff\"}") == "<none>");
 }
 
+TEST_CASE("structured-output fields of other servers and stray response_format members are a 400") {
+  const server_settings s;
+  auto refusal = [&](const std::string& body) -> api_error {
+    try {
+      parse_completion_request(parse_body(body, s), s);
+    } catch (const api_error& e) {
+      return e;
+    }
+    return api_error(200, "", "", "");
+  };
+  auto check = [&](const std::string& body, const std::string& param, const std::string& hint) {
+    CAPTURE(body);
+    const api_error e = refusal(body);
+    CHECK(e.status == 400);
+    CHECK(e.param == param);
+    const std::string message = e.what();
+    CHECK(message.find(param.substr(param.rfind('.') + 1)) != std::string::npos);
+    CHECK(message.find(hint) != std::string::npos);
+  };
+  // SGLang's top-level constraints and vLLM's whitespace pattern were ignored: unconstrained text.
+  check(R"({"prompt": "x", "regex": "[0-9]"})", "regex", R"({"type": "regex", "regex": PATTERN})");
+  check(R"({"prompt": "x", "ebnf": "root ::= \"a\""})", "ebnf", R"({"type": "ebnf")");
+  check(R"({"prompt": "x", "json_schema": "{\"type\": \"integer\"}"})", "json_schema",
+        R"({"type": "json_schema", "json_schema": {"name": NAME, "schema": SCHEMA}})");
+  check(R"({"prompt": "x", "guided_whitespace_pattern": " "})", "guided_whitespace_pattern",
+        "use response_format");
+  // Members a format's type does not take.
+  check(R"({"prompt": "x", "response_format": {"type": "json_schema", "regex": "a",
+        "json_schema": {"name": "n", "schema": {"type": "integer"}}}})",
+        "response_format.regex", R"({"type": "regex", "regex": PATTERN})");
+  check(
+      R"({"prompt": "x", "response_format": {"type": "json_object", "schema": {"type": "integer"}}})",
+      "response_format.schema", R"({"type": "json_schema")");
+  check(R"({"prompt": "x", "response_format": {"type": "text", "json_schema": {"name": "n",
+        "schema": {"type": "integer"}}}})",
+        "response_format.json_schema", "type 'text'");
+  check(
+      R"({"prompt": "x", "response_format": {"type": "regex", "regex": "a", "ebnf": "root ::= \"a\""}})",
+      "response_format.ebnf", "it takes 'type', 'regex'");
+  // Null is absent, as for every field; an empty value asks for nothing.
+  CHECK(param_of(R"({"prompt": "x", "regex": null, "ebnf": null, "json_schema": null,
+                     "guided_whitespace_pattern": null})") == "");
+  CHECK(param_of(R"({"prompt": "x", "json_schema": {}})") == "");
+  CHECK(param_of(R"({"prompt": "x", "response_format": {"type": "text", "json_schema": null}})") ==
+        "");
+  CHECK(param_of(R"({"prompt": "x", "response_format": {"type": "json_object"}})") == "");
+}
+
 TEST_CASE("a whole number too large is out of range; prompts x n past a group's intake") {
   const auto error_of = [](const std::string& body, const server_settings& s) -> api_error {
     try {

@@ -519,6 +519,17 @@ def errors_400(srv, c):
                        ("truncate_prompt_tokens", 4), ("add_special_tokens", False)):
         expect_status(mk(extra_body={key: value}), 400, key)
     assert mk(extra_body={"allowed_token_ids": [], "use_beam_search": False})().choices[0].text is not None
+    # SGLang's top-level constraints, vLLM's whitespace pattern and response_format members its
+    # type does not take were ignored (unconstrained text): each is a 400 pointing at response_format
+    for extra, param in (({"regex": "[0-9]"}, "regex"), ({"ebnf": 'root ::= "a"'}, "ebnf"),
+                         ({"json_schema": '{"type": "integer"}'}, "json_schema"),
+                         ({"guided_whitespace_pattern": " "}, "guided_whitespace_pattern"),
+                         ({"response_format": {"type": "json_object", "schema": {"type": "integer"}}},
+                          "response_format.schema"),
+                         ({"response_format": {"type": "json_schema", "regex": "a", "json_schema": {
+                             "name": "n", "schema": {"type": "integer"}}}}, "response_format.regex")):
+        body = expect_status(mk(extra_body=extra), 400, param)
+        assert "response_format" in body["message"], body
     expect_status(mk(stream_options={"include_usage": True}), 400, "stream_options")  # without stream
     expect_status(chat(tools=["x"]), 400, "tools[0]")
     expect_status(chat(tools=[{"type": "function", "function": {"description": "no name"}}]), 400,
