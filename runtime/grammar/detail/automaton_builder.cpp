@@ -4,6 +4,7 @@
 #include "common/error.hpp"
 
 #include <algorithm>
+#include <unordered_set>
 
 namespace di::grammar {
 
@@ -24,12 +25,14 @@ automaton_builder::automaton_builder(const grammar& g, const compile_options& op
                                         options.allow_empty_language)) {}
 
 void automaton_builder::compute_byte_classes() {
-  // Refine the partition of 0..255 by every byte set of the grammar.
+  // Refine the partition of 0..255 by every distinct byte set of the grammar (a set refines
+  // it once: a 100,000-value enum has millions of byte expressions but few distinct sets).
   std::uint16_t cls[256] = {};
   int n = 1;
+  std::unordered_set<std::string> seen;
   for (expr_id id = 0; id < g_.num_exprs(); ++id) {
     const expr& e = g_.at(id);
-    if (e.kind != expr_kind::bytes) continue;
+    if (e.kind != expr_kind::bytes || !seen.insert(set_key(e.bytes)).second) continue;
     std::int16_t remap[2][256];
     std::fill(&remap[0][0], &remap[0][0] + 512, std::int16_t(-1));
     int m = 0;
@@ -61,7 +64,7 @@ std::uint32_t automaton_builder::byte_set_index(const byte_set& s) {
 
 std::uint32_t automaton_builder::rule_for_ir(rule_id r) {
   auto [it, inserted] = ir_rule_job_.emplace(r, std::uint32_t(jobs_.size()));
-  if (inserted) jobs_.push_back(job{g_.rule_at(r).name, *g_.rule_at(r).body, false});
+  if (inserted) jobs_.push_back(job{g_.rule_at(r).name, *g_.rule_at(r).body, false, r});
   return it->second;
 }
 

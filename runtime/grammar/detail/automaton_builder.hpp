@@ -23,6 +23,7 @@ class automaton_builder {
     std::string name;
     expr_id body;
     bool outline = false;
+    std::optional<rule_id> ir_rule;  ///< the grammar rule it compiles (none: an outlined part)
   };
   struct nfa_state {
     std::vector<std::uint32_t> eps;
@@ -62,7 +63,6 @@ class automaton_builder {
   void prune(local_dfa& d);
   void append(std::uint32_t rule, const local_dfa& d);
   void compile_job(std::uint32_t index);
-  std::optional<rule_id> job_ir_rule(std::uint32_t index) const;
 
   const grammar& g_;
   compile_options options_;

@@ -92,12 +92,6 @@ void automaton_builder::prune(local_dfa& d) {
   }
 }
 
-std::optional<rule_id> automaton_builder::job_ir_rule(std::uint32_t index) const {
-  for (const auto& [r, j] : ir_rule_job_)
-    if (j == index) return r;
-  return std::nullopt;
-}
-
 void automaton_builder::compile_job(std::uint32_t index) {
   for (bool outline : {false, true}) {
     jobs_[index].outline = outline;
@@ -107,7 +101,7 @@ void automaton_builder::compile_job(std::uint32_t index) {
     std::uint32_t accept = new_nfa_state();
     fragment top{accept, {}};
     // A rule of a regular component loops back to its own start when it tail-calls itself.
-    if (auto ir = job_ir_rule(index); ir && analysis_.regular[*ir] && !outline) top.starts[*ir] = start;
+    if (auto ir = j.ir_rule; ir && analysis_.regular[*ir] && !outline) top.starts[*ir] = start;
     std::uint32_t end = emit(j.body, start, j, 0, true, top);
     nfa_[end].eps.push_back(accept);
     local_dfa d;
@@ -153,12 +147,12 @@ std::shared_ptr<compiled_grammar> automaton_builder::build() {
   compute_byte_classes();
   out_ = std::make_shared<compiled_grammar>();
   rule_for_ir(g_.root());
+  std::size_t total = 0;  // states of the rules compiled so far (each job fills only its own)
   for (std::uint32_t i = 0; i < jobs_.size(); ++i) {
     dfas_.resize(jobs_.size());
     compile_job(i);
     dfas_.resize(jobs_.size());
-    std::size_t total = 0;
-    for (const auto& d : dfas_) total += d.final.size();
+    total += dfas_[i].final.size();
     DI_CHECK(total <= options_.max_total_states,
              "grammar too large: more than {} automaton states in total",
              options_.max_total_states);

@@ -197,13 +197,25 @@ grammar_analysis analyze_grammar(const grammar& g, std::uint64_t inline_limit,
   grammar_analysis a;
   auto refs = reference_graph(g);
   mark_reachable(g, refs, a);
+  // Productive rules by a worklist: a rule is examined again only when one it refers to has
+  // just become productive (repeated passes over every rule were quadratic on a chain of
+  // 200,000 rules, each productive only once the next one is).
   a.productive.assign(g.num_rules(), 0);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (rule_id r = 0; r < g.num_rules(); ++r) {
-      if (!a.reachable[r] || a.productive[r]) continue;
-      if (expr_productive(g, *g.rule_at(r).body, a.productive)) a.productive[r] = 1, changed = true;
-    }
+  std::vector<std::vector<rule_id>> callers(g.num_rules());
+  for (rule_id r = 0; r < g.num_rules(); ++r)
+    if (a.reachable[r])
+      for (rule_id callee : refs[r]) callers[callee].push_back(r);
+  std::vector<rule_id> work;
+  for (rule_id r = 0; r < g.num_rules(); ++r)
+    if (a.reachable[r]) work.push_back(r);
+  std::reverse(work.begin(), work.end());  // popped from the back: rule 0 first
+  while (!work.empty()) {
+    const rule_id r = work.back();
+    work.pop_back();
+    if (a.productive[r] || !expr_productive(g, *g.rule_at(r).body, a.productive)) continue;
+    a.productive[r] = 1;
+    for (rule_id caller : callers[r])
+      if (!a.productive[caller]) work.push_back(caller);
   }
   DI_CHECK(a.productive[g.root()] || allow_empty, "the grammar matches no string at all (rule '{}' never ends)",
            g.rule_at(g.root()).name);
@@ -214,6 +226,8 @@ grammar_analysis analyze_grammar(const grammar& g, std::uint64_t inline_limit,
   a.tail_refs.assign(g.num_rules(), {});
   const std::uint64_t cap = std::max(inline_limit, regular_inline_limit) + 1;
   // Components come callees first, so every size a component needs is known when it is sized.
+  std::vector<std::uint32_t> seen(g.num_rules(), 0);
+  std::uint32_t stamp = 0;
   for (const auto& comp : components(g, refs, a)) {
     std::uint32_t c = a.component[comp[0]];
     std::uint64_t total = 0;
@@ -224,12 +238,12 @@ grammar_analysis analyze_grammar(const grammar& g, std::uint64_t inline_limit,
       pending.insert(pending.end(), a.tail_refs[r].begin(), a.tail_refs[r].end());
     }
     // One shared copy of everything reachable through tail references (stop once too large).
-    std::vector<rule_id> seen;
+    ++stamp;  // seen[s] == stamp: s counted for this component
     while (!pending.empty() && total < cap) {
       rule_id s = pending.back();
       pending.pop_back();
-      if (std::find(seen.begin(), seen.end(), s) != seen.end()) continue;
-      seen.push_back(s);
+      if (seen[s] == stamp) continue;
+      seen[s] = stamp;
       total = sat_add(total, a.own_size[s]);
       pending.insert(pending.end(), a.tail_refs[s].begin(), a.tail_refs[s].end());
     }

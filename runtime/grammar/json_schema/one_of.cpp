@@ -49,7 +49,7 @@ bool types_disjoint(const schema_node& a, const schema_node& b) {
 bool enum_excludes(schema_compiler& c, const schema_node& with_enum, const schema_node& other) {
   if (!with_enum.enum_values) return false;
   for (const auto& v : *with_enum.enum_values) {
-    if (!scalar_matches(c, v, with_enum)) continue;
+    if (!scalar_matches(c, v, with_enum, /*listed=*/true)) continue;
     if (v.is_object() || v.is_array()) return false;
     bool in_other_enum = !other.enum_values || std::any_of(other.enum_values->begin(), other.enum_values->end(),
                                                            [&](const json& x) { return json_equal(x, v); });

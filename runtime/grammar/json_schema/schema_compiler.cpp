@@ -256,7 +256,7 @@ expr_id schema_compiler::compile_enum(const schema_node& n) {
     if ((v.is_object() && !n.object_parts.empty()) || (v.is_array() && !n.array_parts.empty()))
       unsupported("enum", "object or array values combined with object/array keywords",
                   n.object_parts.empty() ? n.array_parts[0] : n.object_parts[0]);
-    if (scalar_matches(*this, v, n)) alts.push_back(text_.literal(v));
+    if (scalar_matches(*this, v, n, /*listed=*/true)) alts.push_back(text_.literal(v));
   }
   return g_.choice(std::move(alts));
 }

@@ -171,7 +171,9 @@ expr_id number_schema(schema_compiler& c, const schema_node& n, bool integer_onl
 expr_id object_schema(schema_compiler& c, const schema_node& n);
 expr_id array_schema(schema_compiler& c, const schema_node& n);
 /// Whether a concrete value satisfies the node's scalar keywords (enum filtering).
-bool scalar_matches(schema_compiler& c, const json& v, const schema_node& n);
+/// `listed`: v is one of n's own enum values, whose membership need not be searched again
+/// (compiling an enum of N values checked each against all N: quadratic).
+bool scalar_matches(schema_compiler& c, const json& v, const schema_node& n, bool listed = false);
 /// The decoded-string language of string keywords, as a grammar expression in `target`.
 expr_id string_content(schema_compiler& c, const schema_node& n, grammar& target);
 

@@ -123,9 +123,9 @@ bool schema_compiler::regex_matches(const std::string& regex, bool search, std::
   return p.push_all(text) == text.size() && p.is_accepting();
 }
 
-bool scalar_matches(schema_compiler& c, const json& v, const schema_node& n) {
+bool scalar_matches(schema_compiler& c, const json& v, const schema_node& n, bool listed) {
   if (n.never) return false;  // e.g. the schema `false`
-  if (n.enum_values &&
+  if (n.enum_values && !listed &&
       std::find(n.enum_values->begin(), n.enum_values->end(), v) == n.enum_values->end())
     return false;
   if (v.is_null()) return n.types & t_null;
