@@ -3,6 +3,7 @@
 // event stream back to clients with ids translated to the clients' own.
 #include "actors/detail/router_state.hpp"
 
+#include "actors/grammar_limit.hpp"
 #include "runtime/sampling_rng.hpp"
 
 #include <caf/all.hpp>
@@ -11,8 +12,10 @@ namespace di::actors::detail {
 
 namespace {
 
-// Above the scheduler's limit for compiling a request's grammar (max_grammar_prepare_ns).
+// Above the scheduler's limit for compiling a request's grammar: a late answer never admits an
+// orphan.
 constexpr auto admission_timeout = std::chrono::seconds(120);
+static_assert(admission_timeout > max_grammar_prepare_time);
 
 using runtime::failure_kind;
 

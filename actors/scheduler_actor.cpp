@@ -3,6 +3,7 @@
 // scheduler_steps.cpp.
 #include "actors/detail/scheduler_state.hpp"
 
+#include "actors/grammar_limit.hpp"
 #include "actors/logging.hpp"
 #include "common/error.hpp"
 #include "model/tokenizer/tokenizer.hpp"
@@ -182,10 +183,6 @@ runtime::admission_result admit(scheduler_self self, runtime::request request) {
   return r;
 }
 
-/// How long the executors may take to compile a request's grammar before it is refused (the
-/// router waits a little longer for the admission: a late answer never admits an orphan).
-constexpr std::int64_t max_grammar_prepare_ns = 100'000'000'000;
-
 /// A request with a response_format is admitted once every executor of the group has compiled
 /// its grammar on its grammar thread: compiled inside a step, it stalled every sequence of the
 /// batch for the compile (seconds for a large schema).
@@ -196,6 +193,7 @@ caf::result<runtime::admission_result> prepare_then_admit(scheduler_self self,
     caf::typed_response_promise<runtime::admission_result> reply;
     std::size_t num_answers = 0;
     std::string error;
+    bool is_too_slow = false;  ///< an executor did not answer within the limit
     std::int64_t start_ns = now_ns();
   };
   auto p = std::make_shared<preparing>();
@@ -213,12 +211,9 @@ caf::result<runtime::admission_result> prepare_then_admit(scheduler_self self,
       p->reply.deliver(runtime::admission_result{runtime::admission_status::invalid_request,
                                                  "invalid response_format: " + p->error,
                                                  "response_format"});
-    } else if (now_ns() - p->start_ns > max_grammar_prepare_ns) {
-      p->reply.deliver(runtime::admission_result{
-          runtime::admission_status::invalid_request,
-          fmt::format("the response_format took {:.0f} s to compile; the limit is {} s", seconds,
-                      max_grammar_prepare_ns / 1'000'000'000),
-          "response_format"});
+    } else if (p->is_too_slow || now_ns() - p->start_ns > grammar_prepare_limit().count()) {
+      p->reply.deliver(runtime::admission_result{runtime::admission_status::invalid_request,
+                                                 grammar_too_slow(seconds), "response_format"});
     } else {
       if (seconds > 1)
         st.log->info("group {}: a response_format compiled in {:.1f} s (off the step loop)",
@@ -226,11 +221,17 @@ caf::result<runtime::admission_result> prepare_then_admit(scheduler_self self,
       p->reply.deliver(admit(self, std::move(p->request)));
     }
   };
-  const auto timeout = std::chrono::nanoseconds(max_grammar_prepare_ns);
   for (const executor_actor& e : executors)
-    self->request(e, timeout, prepare_grammar_atom::value, p->request.params.response_format)
+    self->request(e, grammar_prepare_limit(), prepare_grammar_atom::value,
+                  p->request.params.response_format)
         .then([=](std::string& error) { answered(std::move(error)); },
               [=](caf::error& err) {
+                // Past the limit: refused as too slow (it was "an executor did not compile it:
+                // request_timeout", so the limit's own message never showed).
+                if (err == caf::sec::request_timeout) {
+                  p->is_too_slow = true;
+                  return answered("");
+                }
                 answered(fmt::format("an executor did not compile it: {}", describe(err)));
               });
   return p->reply;

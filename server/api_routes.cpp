@@ -1,14 +1,12 @@
 // Routing, authentication and admission (see api_routes.hpp).
 #include "server/api_routes.hpp"
 
-#include "runtime/grammar/response_format.hpp"
-
 #include "server/generation.hpp"
+#include "server/grammar_jobs.hpp"
 #include "server/openai_response.hpp"
 
 #include <fmt/format.h>
 #include <boost/asio/post.hpp>
-#include <boost/asio/thread_pool.hpp>
 
 namespace di::server {
 
@@ -124,20 +122,6 @@ void render_chat(const served_model& m, generation_request& r) {
     throw api_error(400, "the messages render to an empty prompt", "messages");
 }
 
-/// Compiles a request's response_format: into the in-process runners' cache when there is
-/// one (their executors then find it), else only to refuse a bad schema, regex or grammar
-/// with a 400 (the runners of a launched cluster compile it before the request starts).
-void compile_grammar(server_context& ctx, const std::string& spec) {
-  try {
-    if (ctx.prepare_grammar)
-      ctx.prepare_grammar(spec);
-    else
-      grammar::compile_response_format(grammar::parse_inline_response_format(spec));
-  } catch (const std::exception& e) {
-    throw api_error(400, fmt::format("invalid response_format: {}", e.what()), "response_format");
-  }
-}
-
 void serve_generation(const session_ptr& s, api_kind kind) {
   require_method(s, http::verb::post);
   server_context& ctx = s->context();
@@ -165,25 +149,28 @@ void serve_generation(const session_ptr& s, api_kind kind) {
         "", "rate_limit_exceeded");
   }
   if (r.params.response_format.empty()) return start_generation(s, std::move(r));
-  // Compiled on the grammar pool (inline without one), then started back on the connection's
-  // strand; the admission slot is held meanwhile and given back if it does not compile.
-  auto compile_then_start = [s, r = std::move(r)]() mutable {
-    std::optional<api_error> failed;
+  // Compiled on the grammar threads (inline without them) for at most the scheduler's limit,
+  // then started back on the connection's strand; the admission slot is held meanwhile and
+  // given back if it does not compile in time. (The wait was unbounded: a 3.8 MB chain of unit
+  // rules was served after 210 s.)
+  if (!ctx.grammars) {
     try {
-      compile_grammar(s->context(), r.params.response_format);
-    } catch (const api_error& e) {
-      failed = e;
+      compile_request_grammar(ctx, r.params.response_format);
+    } catch (const api_error&) {
+      --ctx.num_inflight;
+      throw;
     }
-    boost::asio::post(s->executor(), [s, r = std::move(r), failed = std::move(failed)]() mutable {
-      if (!failed) return start_generation(s, std::move(r));
+    return start_generation(s, std::move(r));
+  }
+  const std::string spec = r.params.response_format;
+  auto r_ptr = std::make_shared<generation_request>(std::move(r));
+  ctx.grammars->submit(spec, s->executor(), [s, r_ptr](std::optional<api_error> failed) {
+    boost::asio::post(s->executor(), [s, r_ptr, failed = std::move(failed)]() mutable {
+      if (!failed) return start_generation(s, std::move(*r_ptr));
       --s->context().num_inflight;
       respond_api_error(s, *failed);
     });
-  };
-  if (ctx.grammar_pool)
-    boost::asio::post(*ctx.grammar_pool, std::move(compile_then_start));
-  else
-    compile_then_start();
+  });
 }
 
 }  // namespace

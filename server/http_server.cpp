@@ -1,8 +1,10 @@
 // http_server (see http_server.hpp).
 #include "server/http_server.hpp"
 
+#include "actors/grammar_limit.hpp"
 #include "common/error.hpp"
 #include "server/detail/http_session.hpp"
+#include "server/grammar_jobs.hpp"
 
 #include <fmt/format.h>
 #include <boost/asio/io_context.hpp>
@@ -26,6 +28,7 @@ struct http_server::impl {
   asio::io_context ioc;
   tcp::acceptor acceptor;
   std::vector<std::thread> threads;
+  grammar_jobs grammars;  // its compiles run on grammar_pool, which goes first (joined)
   asio::thread_pool grammar_pool;
   bool is_stopped = false;
 
@@ -33,8 +36,12 @@ struct http_server::impl {
       : ctx(c),
         ioc(c.settings.io_threads),
         acceptor(ioc),
+        grammars(
+            grammar_pool, c.settings.grammar_threads,
+            [&c](const std::string& spec) { compile_request_grammar(c, spec); },
+            actors::grammar_prepare_limit()),
         grammar_pool(std::size_t(c.settings.grammar_threads)) {
-    ctx.grammar_pool = &grammar_pool;
+    ctx.grammars = &grammars;
   }
 
   void bind() {
@@ -126,9 +133,9 @@ void http_server::stop() {
   stop_accepting();
   impl_->ioc.stop();
   for (std::thread& t : impl_->threads) t.join();
+  impl_->ctx.grammars = nullptr;
   impl_->grammar_pool.stop();  // a compile in progress still ends first
   impl_->grammar_pool.join();
-  impl_->ctx.grammar_pool = nullptr;
 }
 
 }  // namespace di::server

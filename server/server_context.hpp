@@ -10,14 +10,12 @@
 
 #include <atomic>
 #include <functional>
-
-namespace boost::asio {
-class thread_pool;
-}
 #include <memory>
 #include <string>
 
 namespace di::server {
+
+class grammar_jobs;
 
 struct served_model {
   std::string name;  ///< the id clients pass as "model"
@@ -38,8 +36,9 @@ struct server_context {
   std::function<void(const std::string& spec)> prepare_grammar;
   /// Where request grammars compile (server.grammar_threads, owned by the http_server): off
   /// the I/O threads, which a long compile (tens of seconds for a huge regex) would hold,
-  /// stalling every connection they serve. Null: on the I/O thread.
-  boost::asio::thread_pool* grammar_pool = nullptr;
+  /// stalling every connection they serve; each request waits at most the scheduler's limit
+  /// (actors/grammar_limit.hpp). Null: on the I/O thread.
+  grammar_jobs* grammars = nullptr;
   server_metrics metrics;
   std::atomic<std::int64_t> num_connections{0};
   std::atomic<std::int64_t> num_inflight{0};  ///< generation requests admitted by the server

@@ -1,0 +1,136 @@
+// grammar_jobs (see grammar_jobs.hpp). Every change of a job -- a waiter added, answered or
+// expired, the compile started or ended -- happens under one mutex, so each waiter is answered
+// exactly once; the answers themselves are called outside it.
+#include "server/grammar_jobs.hpp"
+
+#include "actors/grammar_limit.hpp"
+#include "runtime/grammar/response_format.hpp"
+#include "server/server_context.hpp"
+
+#include <fmt/format.h>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
+
+#include <vector>
+
+namespace di::server {
+
+namespace asio = boost::asio;
+
+void compile_request_grammar(const server_context& ctx, const std::string& spec) {
+  try {
+    if (ctx.prepare_grammar)
+      ctx.prepare_grammar(spec);
+    else
+      grammar::compile_response_format(grammar::parse_inline_response_format(spec));
+  } catch (const std::exception& e) {
+    throw api_error(400, fmt::format("invalid response_format: {}", e.what()), "response_format");
+  }
+}
+
+/// One spec, queued or compiling, and the requests waiting for it.
+struct grammar_jobs::job {
+  struct waiter {
+    std::uint64_t id = 0;
+    done_fn done;
+    std::shared_ptr<asio::steady_timer> deadline;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::string spec;
+  bool is_started = false;
+  std::vector<waiter> waiters;  // not answered yet
+};
+
+grammar_jobs::grammar_jobs(asio::thread_pool& pool, int num_threads, compile_fn compile,
+                           std::chrono::nanoseconds limit)
+    : pool_(pool), num_threads_(num_threads), compile_(std::move(compile)), limit_(limit) {}
+
+void grammar_jobs::submit(const std::string& spec, const asio::any_io_executor& timers,
+                          done_fn done) {
+  std::shared_ptr<job> j;
+  bool is_new = false;
+  {
+    std::lock_guard lock(mutex_);
+    std::shared_ptr<job>& slot = jobs_[spec];
+    is_new = slot == nullptr;
+    if (is_new) {
+      slot = std::make_shared<job>();
+      slot->spec = spec;
+    }
+    j = slot;
+    // The timer is armed under the lock, as it is cancelled under it (run()).
+    auto timer = std::make_shared<asio::steady_timer>(timers, limit_);
+    const std::uint64_t id = next_waiter_++;
+    // Weak: a job holds its waiters' timers, so a strong reference here would be a cycle.
+    timer->async_wait([this, weak = std::weak_ptr<job>(j), id](boost::system::error_code ec) {
+      if (auto alive = weak.lock(); alive && !ec) expire(alive, id);
+    });
+    j->waiters.push_back({.id = id,
+                          .done = std::move(done),
+                          .deadline = std::move(timer),
+                          .since = std::chrono::steady_clock::now()});
+  }
+  if (is_new) asio::post(pool_, [this, j] { run(j); });
+}
+
+void grammar_jobs::run(const std::shared_ptr<job>& j) {
+  {
+    std::lock_guard lock(mutex_);
+    if (j->waiters.empty()) {  // every request for it was refused while it queued
+      jobs_.erase(j->spec);
+      return;
+    }
+    j->is_started = true;
+  }
+  std::optional<api_error> failed;
+  try {
+    compile_(j->spec);
+  } catch (const api_error& e) {
+    failed = e;
+  } catch (const std::exception& e) {
+    failed =
+        api_error(400, fmt::format("invalid response_format: {}", e.what()), "response_format");
+  }
+  std::vector<job::waiter> waiters;
+  {
+    std::lock_guard lock(mutex_);
+    jobs_.erase(j->spec);
+    waiters.swap(j->waiters);
+    for (job::waiter& w : waiters) w.deadline->cancel();
+  }
+  for (job::waiter& w : waiters) w.done(failed);
+}
+
+void grammar_jobs::expire(const std::shared_ptr<job>& j, std::uint64_t waiter_id) {
+  std::optional<job::waiter> w;
+  bool is_started = false;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto it = j->waiters.begin(); it != j->waiters.end(); ++it)
+      if (it->id == waiter_id) {
+        w = std::move(*it);
+        j->waiters.erase(it);
+        break;
+      }
+    is_started = j->is_started;
+  }
+  if (!w) return;  // answered meanwhile
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - w->since).count();
+  if (is_started)
+    return w->done(api_error(400, actors::grammar_too_slow(waited, limit_), "response_format"));
+  w->done(api_error(429,
+                    fmt::format("the response_format waited {:.0f} s and did not start compiling: "
+                                "all {} grammar threads (server.grammar_threads) are busy with "
+                                "other grammars; retry later",
+                                waited, num_threads_),
+                    "response_format", "rate_limit_exceeded"));
+}
+
+std::size_t grammar_jobs::num_jobs() const {
+  std::lock_guard lock(mutex_);
+  return jobs_.size();
+}
+
+}  // namespace di::server

@@ -1,0 +1,71 @@
+// The compiles of requests' response_format grammars before the requests start (api_routes.cpp):
+// on the grammar threads (server.grammar_threads), never the I/O threads; one compile per spec
+// however many requests ask for it meanwhile; and no request waits for one longer than the
+// scheduler would (actors/grammar_limit.hpp). A compile cannot be interrupted: one past the
+// limit goes on in the background with its requests refused, and a request for the same spec
+// waits for it instead of taking another grammar thread.
+#pragma once
+
+#include "server/api_error.hpp"
+
+#include <boost/asio/any_io_executor.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+namespace boost::asio {
+class thread_pool;
+}
+
+namespace di::server {
+
+struct server_context;
+
+/// The compile of a request's grammar in this server: into the in-process runners' cache when
+/// they share the process (server_context::prepare_grammar), else only to refuse a bad schema,
+/// regex or grammar with a 400 (a launched cluster's runners compile it before it starts).
+void compile_request_grammar(const server_context& ctx, const std::string& spec);
+
+class grammar_jobs {
+ public:
+  /// Compiles one spec on a grammar thread; throws api_error for one that does not compile.
+  using compile_fn = std::function<void(const std::string& spec)>;
+  /// A request's verdict: nothing (start it) or the error to answer it with.
+  using done_fn = std::function<void(std::optional<api_error>)>;
+
+  /// `pool` runs the compiles (`num_threads` of them, named in a refusal); `limit` bounds each
+  /// request's wait.
+  grammar_jobs(boost::asio::thread_pool& pool, int num_threads, compile_fn compile,
+               std::chrono::nanoseconds limit);
+
+  /// Compiles `spec` for one request and calls `done` once, on whichever thread settles it:
+  /// nothing when it compiled; the compile's error when it did not; when `limit` has passed
+  /// since this call, a 400 naming response_format if the compile had started
+  /// (actors::grammar_too_slow) or a 429 if every grammar thread was still busy with others.
+  /// `timers` runs the deadline (an I/O executor: the grammar threads may all be busy).
+  void submit(const std::string& spec, const boost::asio::any_io_executor& timers, done_fn done);
+
+  /// Specs queued or compiling (each counted once, however many requests wait for it).
+  std::size_t num_jobs() const;
+
+ private:
+  struct job;
+  void run(const std::shared_ptr<job>& j);
+  void expire(const std::shared_ptr<job>& j, std::uint64_t waiter_id);
+
+  boost::asio::thread_pool& pool_;
+  int num_threads_;
+  compile_fn compile_;
+  std::chrono::nanoseconds limit_;
+  mutable std::mutex mutex_;
+  std::uint64_t next_waiter_ = 0;
+  std::unordered_map<std::string, std::shared_ptr<job>> jobs_;  // by spec
+};
+
+}  // namespace di::server

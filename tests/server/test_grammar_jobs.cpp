@@ -1,0 +1,151 @@
+// grammar_jobs: the compiles of requests' grammars before they start. Each request waits at
+// most the limit (a 400 if its compile ran past it, a 429 if it never started), a compile past
+// the limit goes on and serves the requests that ask for the same spec, and a spec is compiled
+// once however many requests wait for it.
+#include "server/grammar_jobs.hpp"
+
+#include <doctest/doctest.h>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/thread_pool.hpp>
+
+#include <condition_variable>
+#include <future>
+#include <map>
+#include <thread>
+
+using namespace di::server;
+using namespace std::chrono_literals;
+
+namespace {
+
+/// A compiler whose "slow" specs block until released, "bad" ones fail; it counts the compiles
+/// of each spec.
+class fake_compiler {
+ public:
+  void compile(const std::string& spec) {
+    std::unique_lock lock(mutex_);
+    ++num_compiles_[spec];
+    if (spec.starts_with("bad"))
+      throw api_error(400, "invalid response_format: bad", "response_format");
+    if (spec.starts_with("slow")) released_.wait(lock, [&] { return is_released_; });
+  }
+  void release() {
+    {
+      std::lock_guard lock(mutex_);
+      is_released_ = true;
+    }
+    released_.notify_all();
+  }
+  int num_compiles(const std::string& spec) {
+    std::lock_guard lock(mutex_);
+    return num_compiles_[spec];
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable released_;
+  bool is_released_ = false;
+  std::map<std::string, int> num_compiles_;
+};
+
+/// One grammar thread, an I/O thread for the deadlines, and a limit (300 ms by default).
+struct fixture {
+  fake_compiler compiler;
+  boost::asio::io_context io;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work{io.get_executor()};
+  std::thread io_thread{[this] { io.run(); }};
+  boost::asio::thread_pool pool{1};
+  grammar_jobs jobs;
+
+  explicit fixture(std::chrono::nanoseconds limit = 300ms)
+      : jobs(
+            pool, 1, [this](const std::string& spec) { compiler.compile(spec); }, limit) {}
+
+  ~fixture() {
+    compiler.release();
+    pool.join();
+    work.reset();
+    io.stop();
+    io_thread.join();
+  }
+  /// The verdict `spec` gets, as a future.
+  std::future<std::optional<api_error>> submit(const std::string& spec) {
+    auto verdict = std::make_shared<std::promise<std::optional<api_error>>>();
+    auto f = verdict->get_future();
+    jobs.submit(spec, io.get_executor(),
+                [verdict](std::optional<api_error> e) { verdict->set_value(std::move(e)); });
+    return f;
+  }
+};
+
+std::optional<api_error> wait(std::future<std::optional<api_error>>& f) {
+  REQUIRE(f.wait_for(10s) == std::future_status::ready);
+  return f.get();
+}
+
+}  // namespace
+
+TEST_CASE("a grammar that compiles starts its request; one that does not is its 400") {
+  fixture fx;
+  auto good = fx.submit("regex:a");
+  CHECK(!wait(good));
+  auto bad = fx.submit("bad");
+  const std::optional<api_error> e = wait(bad);
+  REQUIRE(e);
+  CHECK(e->status == 400);
+  CHECK(e->param == "response_format");
+}
+
+TEST_CASE("a compile past the limit: refused at the limit, finished in the background, once") {
+  fixture fx;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto first = fx.submit("slow");
+  const std::optional<api_error> e = wait(first);
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  REQUIRE(e);
+  CHECK(e->status == 400);
+  CHECK(e->param == "response_format");
+  const std::string message = e->what();
+  CHECK(message.starts_with("the response_format took "));
+  CHECK(message.ends_with(" s to compile; the limit is 0.3 s"));
+  CHECK(waited >= 300ms);
+  CHECK(waited < 5s);
+  // It still compiles; a request for the same spec waits for that compile, not another one.
+  CHECK(fx.jobs.num_jobs() == 1);
+  auto again = fx.submit("slow");
+  CHECK(again.wait_for(100ms) == std::future_status::timeout);
+  fx.compiler.release();
+  CHECK(!wait(again));
+  CHECK(fx.compiler.num_compiles("slow") == 1);
+  CHECK(fx.jobs.num_jobs() == 0);
+}
+
+TEST_CASE("requests for one spec share its compile") {
+  fixture fx(30s);
+  auto blocker = fx.submit("slow");  // holds the one grammar thread
+  std::vector<std::future<std::optional<api_error>>> same;
+  for (int i = 0; i < 3; ++i) same.push_back(fx.submit("regex:[0-9]+"));
+  CHECK(fx.jobs.num_jobs() == 2);
+  fx.compiler.release();
+  CHECK(!wait(blocker));
+  for (auto& f : same) CHECK(!wait(f));
+  CHECK(fx.compiler.num_compiles("regex:[0-9]+") == 1);
+}
+
+TEST_CASE(
+    "a request that never reached a grammar thread is a 429 at the limit, its compile dropped") {
+  fixture fx;
+  auto blocker = fx.submit("slow");  // past the limit, holding the one grammar thread
+  auto queued = fx.submit("regex:b");
+  const std::optional<api_error> e = wait(queued);
+  REQUIRE(e);
+  CHECK(e->status == 429);
+  CHECK(e->code == "rate_limit_exceeded");
+  CHECK(std::string(e->what()).find("server.grammar_threads") != std::string::npos);
+  REQUIRE(wait(blocker));  // refused as too slow
+  fx.compiler.release();
+  for (int i = 0; i < 500 && fx.jobs.num_jobs() > 0; ++i) std::this_thread::sleep_for(10ms);
+  CHECK(fx.jobs.num_jobs() == 0);
+  CHECK(fx.compiler.num_compiles("regex:b") == 0);  // nobody waited for it any more
+}
