@@ -42,12 +42,19 @@ struct grammar_jobs::job {
   std::vector<waiter> waiters;  // not answered yet
 };
 
+static_assert(grammar_jobs::default_num_remembered == grammar::grammar_cache::default_capacity);
+
 grammar_jobs::grammar_jobs(asio::thread_pool& pool, int num_threads, compile_fn compile,
-                           std::chrono::nanoseconds limit)
-    : pool_(pool), num_threads_(num_threads), compile_(std::move(compile)), limit_(limit) {}
+                           std::chrono::nanoseconds limit, std::size_t num_remembered)
+    : pool_(pool),
+      num_threads_(num_threads),
+      compile_(std::move(compile)),
+      limit_(limit),
+      num_remembered_(num_remembered) {}
 
 void grammar_jobs::submit(const std::string& spec, const asio::any_io_executor& timers,
                           done_fn done) {
+  if (is_compiled(spec)) return done(std::nullopt);
   std::shared_ptr<job> j;
   bool is_new = false;
   {
@@ -95,6 +102,7 @@ void grammar_jobs::run(const std::shared_ptr<job>& j) {
   std::vector<job::waiter> waiters;
   {
     std::lock_guard lock(mutex_);
+    if (!failed) remember(j->spec);
     jobs_.erase(j->spec);
     waiters.swap(j->waiters);
     for (job::waiter& w : waiters) w.deadline->cancel();
@@ -126,6 +134,25 @@ void grammar_jobs::expire(const std::shared_ptr<job>& j, std::uint64_t waiter_id
                                 "other grammars; retry later",
                                 waited, num_threads_),
                     "response_format", "rate_limit_exceeded"));
+}
+
+bool grammar_jobs::is_compiled(const std::string& spec) {
+  std::lock_guard lock(mutex_);
+  const auto it = compiled_.find(std::hash<std::string>{}(spec));
+  if (it == compiled_.end()) return false;
+  compiled_order_.splice(compiled_order_.begin(), compiled_order_, it->second);
+  return true;
+}
+
+void grammar_jobs::remember(const std::string& spec) {
+  const std::size_t key = std::hash<std::string>{}(spec);
+  if (compiled_.contains(key)) return;
+  compiled_order_.push_front(key);
+  compiled_.emplace(key, compiled_order_.begin());
+  while (compiled_.size() > num_remembered_) {
+    compiled_.erase(compiled_order_.back());
+    compiled_order_.pop_back();
+  }
 }
 
 std::size_t grammar_jobs::num_jobs() const {

@@ -1,9 +1,10 @@
 // The compiles of requests' response_format grammars before the requests start (api_routes.cpp):
 // on the grammar threads (server.grammar_threads), never the I/O threads; one compile per spec
-// however many requests ask for it meanwhile; and no request waits for one longer than the
-// scheduler would (actors/grammar_limit.hpp). A compile cannot be interrupted: one past the
-// limit goes on in the background with its requests refused, and a request for the same spec
-// waits for it instead of taking another grammar thread.
+// however many requests ask for it meanwhile; none for a spec that compiled lately, whose
+// request starts at once instead of queueing behind other compiles; and no request waits for
+// one longer than the scheduler would (actors/grammar_limit.hpp). A compile cannot be
+// interrupted: one past the limit goes on in the background with its requests refused, and a
+// request for the same spec waits for it instead of taking another grammar thread.
 #pragma once
 
 #include "server/api_error.hpp"
@@ -13,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -39,16 +41,24 @@ class grammar_jobs {
   /// A request's verdict: nothing (start it) or the error to answer it with.
   using done_fn = std::function<void(std::optional<api_error>)>;
 
+  /// How many compiled specs are remembered: as many as the runners' grammar cache keeps
+  /// (grammar::grammar_cache::default_capacity), so a spec remembered here is mostly still
+  /// compiled there.
+  static constexpr std::size_t default_num_remembered = 256;
+
   /// `pool` runs the compiles (`num_threads` of them, named in a refusal); `limit` bounds each
   /// request's wait.
   grammar_jobs(boost::asio::thread_pool& pool, int num_threads, compile_fn compile,
-               std::chrono::nanoseconds limit);
+               std::chrono::nanoseconds limit, std::size_t num_remembered = default_num_remembered);
 
   /// Compiles `spec` for one request and calls `done` once, on whichever thread settles it:
-  /// nothing when it compiled; the compile's error when it did not; when `limit` has passed
-  /// since this call, a 400 naming response_format if the compile had started
-  /// (actors::grammar_too_slow) or a 429 if every grammar thread was still busy with others.
-  /// `timers` runs the deadline (an I/O executor: the grammar threads may all be busy).
+  /// nothing, at once on this thread, when `spec` is one of the last `num_remembered` that
+  /// compiled (such a request queued behind every other compile: a cached regex waited 51 s
+  /// for two large enums); else nothing when it compiled; the compile's error when it did
+  /// not; when `limit` has passed since this call, a 400 naming response_format if the
+  /// compile had started (actors::grammar_too_slow) or a 429 if every grammar thread was
+  /// still busy with others. `timers` runs the deadline (an I/O executor: the grammar threads
+  /// may all be busy).
   void submit(const std::string& spec, const boost::asio::any_io_executor& timers, done_fn done);
 
   /// Specs queued or compiling (each counted once, however many requests wait for it).
@@ -59,13 +69,24 @@ class grammar_jobs {
   void run(const std::shared_ptr<job>& j);
   void expire(const std::shared_ptr<job>& j, std::uint64_t waiter_id);
 
+  /// Whether `spec` is remembered as compiled (then it becomes the most recently used).
+  bool is_compiled(const std::string& spec);
+  /// Remembers that `spec` compiled (under mutex_), forgetting the least recently used.
+  void remember(const std::string& spec);
+
   boost::asio::thread_pool& pool_;
   int num_threads_;
   compile_fn compile_;
   std::chrono::nanoseconds limit_;
+  std::size_t num_remembered_;
   mutable std::mutex mutex_;
   std::uint64_t next_waiter_ = 0;
   std::unordered_map<std::string, std::shared_ptr<job>> jobs_;  // by spec
+  // Hashes of the specs that compiled, most recently used first, and where each is in that
+  // list. A hash collision only starts a request whose grammar the runners then compile
+  // themselves, under the scheduler's limit; as does a spec their cache has dropped since.
+  std::list<std::size_t> compiled_order_;
+  std::unordered_map<std::size_t, std::list<std::size_t>::iterator> compiled_;
 };
 
 }  // namespace di::server

@@ -28,6 +28,7 @@ struct http_server::impl {
   asio::io_context ioc;
   tcp::acceptor acceptor;
   std::vector<std::thread> threads;
+  int num_grammar_threads;
   grammar_jobs grammars;  // its compiles run on grammar_pool, which goes first (joined)
   asio::thread_pool grammar_pool;
   bool is_stopped = false;
@@ -36,11 +37,13 @@ struct http_server::impl {
       : ctx(c),
         ioc(c.settings.io_threads),
         acceptor(ioc),
+        num_grammar_threads(
+            server::num_grammar_threads(c.settings, std::thread::hardware_concurrency())),
         grammars(
-            grammar_pool, c.settings.grammar_threads,
+            grammar_pool, num_grammar_threads,
             [&c](const std::string& spec) { compile_request_grammar(c, spec); },
             actors::grammar_prepare_limit()),
-        grammar_pool(std::size_t(c.settings.grammar_threads)) {
+        grammar_pool(std::size_t(num_grammar_threads)) {
     ctx.grammars = &grammars;
   }
 

@@ -6,6 +6,7 @@
 
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
@@ -32,7 +33,7 @@ class key_reader {
     else if (key == "io_threads")
       s.io_threads = int(integer(key, v, 1, 64));
     else if (key == "grammar_threads")
-      s.grammar_threads = int(integer(key, v, 1, 64));
+      s.grammar_threads = int(integer(key, v, 0, 64));
     else if (key == "max_body_bytes")
       s.max_body_bytes = integer(key, v, 1024, std::int64_t(1) << 32);
     else if (key == "max_header_bytes")
@@ -157,6 +158,11 @@ void validate(const server_settings& s) {
   DI_CHECK(s.max_header_bytes >= 1024, "server.max_header_bytes must be at least 1024");
   for (const std::string& k : s.api_keys)
     DI_CHECK(!k.empty(), "server.api_keys: an empty key is not allowed");
+}
+
+int num_grammar_threads(const server_settings& s, unsigned hardware_threads) {
+  if (s.grammar_threads > 0) return s.grammar_threads;
+  return std::clamp(int((hardware_threads + 1) / 2), 2, 64);
 }
 
 }  // namespace di::server

@@ -16,7 +16,7 @@ struct server_settings {
   std::vector<std::string> api_keys;         ///< accepted bearer keys; empty = no auth
   std::string model_name;                    ///< served model id; empty = the model folder's name
   int io_threads = 2;                        ///< Asio threads for all connections
-  int grammar_threads = 2;  ///< threads compiling request grammars (response_format)
+  int grammar_threads = 0;  ///< threads compiling request grammars; 0 = num_grammar_threads()
   std::int64_t max_body_bytes = 8 << 20;     ///< larger bodies get 413
   std::int64_t max_header_bytes = 16 << 10;  ///< larger headers get 431
   int max_connections = 8192;                ///< open connections; beyond, 503 and close
@@ -60,5 +60,11 @@ void apply_server_env(server_settings& s);
 
 /// Throws di::error naming the first setting out of range.
 void validate(const server_settings& s);
+
+/// The threads compiling request grammars: server.grammar_threads, or where it is 0, half of
+/// `hardware_threads` rounded up, at least 2 and at most 64 (vLLM sizes its grammar pool the
+/// same way). Compiles are CPU-bound, so more threads than cores only slow each other and the
+/// steps; 2 on a large host let two slow new schemas hold up every other new one.
+int num_grammar_threads(const server_settings& s, unsigned hardware_threads);
 
 }  // namespace di::server

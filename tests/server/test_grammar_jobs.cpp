@@ -149,3 +149,45 @@ TEST_CASE(
   CHECK(fx.jobs.num_jobs() == 0);
   CHECK(fx.compiler.num_compiles("regex:b") == 0);  // nobody waited for it any more
 }
+
+TEST_CASE("a spec that compiled lately starts at once, even with every grammar thread busy") {
+  fixture fx(30s);
+  auto first = fx.submit("regex:[0-9]{3}");
+  CHECK(!wait(first));
+  auto blocker = fx.submit("slow");  // holds the one grammar thread
+  auto cached = fx.submit("regex:[0-9]{3}");
+  // Answered inside submit(): it used to queue behind "slow" (a cached regex waited 51 s).
+  REQUIRE(cached.wait_for(0s) == std::future_status::ready);
+  CHECK(!cached.get());
+  CHECK(fx.compiler.num_compiles("regex:[0-9]{3}") == 1);
+  fx.compiler.release();
+  CHECK(!wait(blocker));
+  // A spec that failed is not remembered: it compiles (and fails) again.
+  auto bad = fx.submit("bad");
+  REQUIRE(wait(bad));
+  auto bad_again = fx.submit("bad");
+  REQUIRE(wait(bad_again));
+  CHECK(fx.compiler.num_compiles("bad") == 2);
+}
+
+TEST_CASE("only the last num_remembered compiled specs start at once") {
+  fake_compiler compiler;
+  boost::asio::io_context io;
+  boost::asio::thread_pool pool{1};
+  grammar_jobs jobs(
+      pool, 1, [&](const std::string& spec) { compiler.compile(spec); }, 30s, 2);
+  auto verdict = [&](const std::string& spec) {
+    auto p = std::make_shared<std::promise<std::optional<api_error>>>();
+    auto f = p->get_future();
+    jobs.submit(spec, io.get_executor(), [p](std::optional<api_error> e) { p->set_value(e); });
+    REQUIRE(f.wait_for(10s) == std::future_status::ready);
+    return f.get();
+  };
+  for (const char* spec : {"a", "b", "a", "c", "a", "b"}) CHECK(!verdict(spec));
+  // a, b: compiled; a: remembered (now most recent); c: compiled, b forgotten; a: remembered;
+  // b: compiled again.
+  CHECK(compiler.num_compiles("a") == 1);
+  CHECK(compiler.num_compiles("b") == 2);
+  CHECK(compiler.num_compiles("c") == 1);
+  pool.join();
+}

@@ -440,6 +440,40 @@ def grammar_compile_limit(srv, c):
 
 
 @test
+def compiled_grammar_does_not_wait_for_compiles(srv, c):
+    # A request whose grammar compiled before starts at once. Every response_format request
+    # went to the grammar threads, so one for a cached regex waited for the compiles queued
+    # ahead of it (51.5 s behind two 50,000-value enums, 0.12 s alone). Here one grammar
+    # thread, held by a new 200-property schema.
+    one = Server(srv.binary, ["--model", srv.model, "--set", "server.grammar_threads=1"])
+    try:
+        oc = client(one, key="unused")
+        ask = lambda extra: oc.completions.create(model="tiny", prompt="x", max_tokens=4,  # noqa: E731
+                                                  extra_body=extra)
+        cached = {"response_format": {"type": "regex", "regex": "^[0-9]{3}$"}}
+        assert ask(cached).choices[0].text.isdigit()
+        schema = {"type": "object", "properties": {f"w{i}": {"type": "string", "maxLength": 20 + i}
+                                                    for i in range(200)}}
+        slow = {"response_format": {"type": "json_schema", "json_schema": {"name": "w", "schema": schema}}}
+        results = []
+        t = threading.Thread(target=lambda: results.append(ask(slow)))
+        t.start()
+        time.sleep(0.5)
+        q0 = time.time()
+        r = ask(cached)
+        took = time.time() - q0
+        compiling = t.is_alive()
+        t.join()
+        print(f"  cached regex {took:.2f} s while a new schema compiled ({'still' if compiling else 'done'})")
+        assert compiling, "the schema compiled before the cached regex was served: make it larger"
+        assert took < 2.0, took
+        assert len(r.choices[0].text) == 3 and r.choices[0].text.isdigit(), r.choices[0].text
+        assert results and results[0].choices[0].text.startswith("{"), results
+    finally:
+        one.stop()
+
+
+@test
 def http10_stream_is_not_chunked(srv, c):
     # An HTTP/1.0 client cannot read chunked encoding: the events come raw, ended by the close.
     body = json.dumps({"model": "tiny", "prompt": "x", "max_tokens": 3, "stream": True}).encode()

@@ -55,6 +55,22 @@ TEST_CASE("bad [server] keys and values are errors naming them") {
                        doctest::Contains("server.drain_timeout_s"), di::error);
 }
 
+TEST_CASE("grammar threads: half the hardware threads by default, at least 2, at most 64") {
+  server_settings s;
+  CHECK(s.grammar_threads == 0);
+  CHECK(num_grammar_threads(s, 0) == 2);  // hardware_concurrency() may not know
+  CHECK(num_grammar_threads(s, 2) == 2);
+  CHECK(num_grammar_threads(s, 7) == 4);
+  CHECK(num_grammar_threads(s, 16) == 8);
+  CHECK(num_grammar_threads(s, 256) == 64);
+  apply_server_overrides(s, {"server.grammar_threads=1"});
+  CHECK(num_grammar_threads(s, 16) == 1);
+  apply_server_overrides(s, {"server.grammar_threads=0"});
+  CHECK(num_grammar_threads(s, 16) == 8);
+  CHECK_THROWS_WITH_AS(apply_server_overrides(s, {"server.grammar_threads=65"}),
+                       doctest::Contains("server.grammar_threads"), di::error);
+}
+
 TEST_CASE("overrides split and the environment key") {
   const split_overrides o = split_server_overrides({"server.port=1", "kv.pool_tokens=4096"});
   CHECK(o.server == std::vector<std::string>{"server.port=1"});
