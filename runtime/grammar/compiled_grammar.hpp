@@ -4,6 +4,7 @@
 // Immutable after compile(); shared by every matcher of the grammar.
 #pragma once
 
+#include "common/error.hpp"
 #include "runtime/grammar/grammar.hpp"
 
 #include <cstdint>
@@ -16,6 +17,13 @@ namespace di::grammar {
 
 using state_id = std::uint32_t;
 constexpr state_id k_dead_state = UINT32_MAX;
+
+/// Compiling a grammar that matches no string at all (its root never ends): thrown as its own
+/// type so that a front end can say why in its own terms (a JSON Schema that allows no value).
+class empty_language_error : public di::error {
+ public:
+  using di::error::error;
+};
 
 /// How to compile. The limits turn hostile grammars into clear errors.
 struct compile_options {

@@ -83,7 +83,16 @@ std::string to_inline_spec(const response_format& f) {
 std::shared_ptr<const compiled_grammar> compile_response_format(const response_format& f,
                                                                 const compile_options& o) {
   switch (f.kind) {
-    case format_kind::json_schema: return compiled_grammar::compile(compile_json_schema_text(f.text, f.schema).g, o);
+    case format_kind::json_schema:
+      try {
+        return compiled_grammar::compile(compile_json_schema_text(f.text, f.schema).g, o);
+      } catch (const empty_language_error&) {
+        DI_FAIL(
+            "the JSON Schema allows no value at all, so no output could satisfy it (a "
+            "contradiction such as minimum above maximum, minItems above maxItems, an empty "
+            "enum, a required property whose schema is false, \"not\": {{}} or the schema "
+            "false)");
+      }
     case format_kind::json_object: return compiled_grammar::compile(json_object_grammar(f.schema), o);
     case format_kind::regex: return compiled_grammar::compile(regex_grammar(f.text), o);
     case format_kind::ebnf: return compiled_grammar::compile(parse_grammar_text(f.text), o);

@@ -3,6 +3,7 @@
 #include "runtime/grammar/detail/grammar_analysis.hpp"
 
 #include "common/error.hpp"
+#include "runtime/grammar/compiled_grammar.hpp"
 
 #include <algorithm>
 
@@ -217,8 +218,11 @@ grammar_analysis analyze_grammar(const grammar& g, std::uint64_t inline_limit,
     for (rule_id caller : callers[r])
       if (!a.productive[caller]) work.push_back(caller);
   }
-  DI_CHECK(a.productive[g.root()] || allow_empty, "the grammar matches no string at all (rule '{}' never ends)",
-           g.rule_at(g.root()).name);
+  if (!a.productive[g.root()] && !allow_empty)
+    throw empty_language_error(
+        fmt::format("the grammar matches no string at all (rule '{}' never ends)",
+                    g.rule_at(g.root()).name),
+        __FILE__, __LINE__);
   a.size.assign(g.num_rules(), 1);
   a.inlined.assign(g.num_rules(), 0);
   a.regular.assign(g.num_rules(), 0);

@@ -9,6 +9,7 @@
 #include "runtime/grammar/ebnf.hpp"
 #include "runtime/grammar/json_schema.hpp"
 #include "runtime/grammar/regex.hpp"
+#include "runtime/grammar/response_format.hpp"
 #include "tests/runtime/grammar/grammar_test_util.hpp"
 
 #include <doctest/doctest.h>
@@ -284,4 +285,19 @@ TEST_CASE("hostile JSON Schemas: counts past 2^64 saturate instead of wrapping")
   CHECK_THROWS_WITH_AS(
       compile_json_schema_text(R"({"type":"array","contains":{},"minContains":1e30})", {}),
       doctest::Contains("more than 100 matching items"), di::error);
+}
+
+TEST_CASE("hostile JSON Schemas: a schema that allows no value says so in its own terms") {
+  // It said only "the grammar matches no string at all (rule 'root' never ends)".
+  for (const char* schema_text :
+       {R"({"type":"integer","minimum":5,"maximum":1})", R"({"enum":[]})", R"({"not":{}})",
+        R"(false)", R"({"type":"object","properties":{"a":false},"required":["a"]})"}) {
+    CAPTURE(schema_text);
+    CHECK_THROWS_WITH_AS(compile_response_format(parse_inline_response_format(
+                             std::string("json_schema:") + schema_text)),
+                         doctest::Contains("the JSON Schema allows no value at all"), di::error);
+  }
+  // Other front ends keep the grammar's wording.
+  CHECK_THROWS_WITH_AS(compile_response_format(parse_inline_response_format("ebnf:root ::= root")),
+                       doctest::Contains("matches no string at all"), di::error);
 }
