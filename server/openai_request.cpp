@@ -152,6 +152,52 @@ void check_format_members(const json& v, const std::string& type,
   }
 }
 
+/// The schema of a json_schema response_format, whose other members are checked as OpenAI
+/// defines them: `name` a string and required (vLLM requires it too; OpenAI's pattern --
+/// a-z, A-Z, 0-9, _ and -, at most 64 -- is not checked, as vLLM does not: the name changes no
+/// output), `description` a string, `strict` a boolean (either way the output matches the
+/// schema); null counts as absent, and any other member is refused rather than ignored. They
+/// were not read at all: a missing name, "name": 5 and "strict": "yes" passed.
+const json& read_json_schema(const json& format) {
+  const auto it = format.find("json_schema");
+  if (it == format.end() || !it->is_object())
+    bad_param("response_format.json_schema",
+              "'json_schema' must be an object with a 'name' string and a 'schema' object");
+  const json& js = *it;
+  for (const auto& [key, value] : js.items())
+    if (!value.is_null() && key != "name" && key != "description" && key != "schema" &&
+        key != "strict")
+      bad_param("response_format.json_schema." + key,
+                fmt::format("'response_format.json_schema.{}' is not a member of json_schema "
+                            "(name, description, schema, strict)",
+                            key));
+  const auto member = [&](const char* key) -> const json* {
+    const auto m = js.find(key);
+    return m == js.end() || m->is_null() ? nullptr : &*m;
+  };
+  const json* name = member("name");
+  if (name == nullptr || !name->is_string())
+    bad_param("response_format.json_schema.name",
+              name == nullptr
+                  ? std::string("'response_format.json_schema.name' is required: a string naming "
+                                "the format (a-z, A-Z, 0-9, _ and -, at most 64 characters)")
+                  : fmt::format("'response_format.json_schema.name' must be a string, got {}",
+                                json_brief(*name)));
+  if (const json* d = member("description"); d != nullptr && !d->is_string())
+    bad_param("response_format.json_schema.description",
+              fmt::format("'response_format.json_schema.description' must be a string, got {}",
+                          json_brief(*d)));
+  if (const json* strict = member("strict"); strict != nullptr && !strict->is_boolean())
+    bad_param("response_format.json_schema.strict",
+              fmt::format("'response_format.json_schema.strict' must be true or false, got {}",
+                          json_brief(*strict)));
+  const json* schema = member("schema");
+  if (schema == nullptr || !(schema->is_object() || schema->is_boolean()))
+    bad_param("response_format.json_schema",
+              "'json_schema' must be an object with a 'schema' object");
+  return *schema;
+}
+
 /// response_format → the inline spec of sampling_params::response_format ("" for text). The
 /// grammar is compiled later, once (api_routes.cpp: a bad schema, regex or grammar is a 400).
 std::string read_response_format(const field_reader& f) {
@@ -168,12 +214,7 @@ std::string read_response_format(const field_reader& f) {
     spec = "json_object";
   } else if (type == "json_schema") {
     check_format_members(*v, type, {"json_schema"});
-    auto it = v->find("json_schema");
-    if (it == v->end() || !it->is_object() || !it->contains("schema") ||
-        !((*it)["schema"].is_object() || (*it)["schema"].is_boolean()))
-      bad_param("response_format.json_schema",
-                "'json_schema' must be an object with a 'schema' object");
-    spec = "json_schema:" + (*it)["schema"].dump();
+    spec = "json_schema:" + read_json_schema(*v).dump();
   } else if (type == "regex" || type == "ebnf") {
     check_format_members(*v, type, {type == "regex" ? "regex" : "ebnf"});
     auto it = v->find(type);

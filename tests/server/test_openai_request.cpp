@@ -74,12 +74,13 @@ TEST_CASE("response_format becomes the inline spec") {
   CHECK(spec(R"j({"prompt": "x", "response_format": {"type": "regex", "regex": "(yes|no)"}})j") ==
         "regex:(yes|no)");
   const std::string schema = spec(
-      R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "integer"}}}})");
+      R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "integer"}}}})");
   CHECK(schema == "json_schema:{\"type\":\"integer\"}");
   // The schema's own key order reaches the grammar (objects are written in that order).
   CHECK(
       spec(R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema":
-        {"type": "object", "properties": {"zeta": {"type": "boolean"}, "alpha": {"type": "null"}}}}}})") ==
+        {"type": "object", "properties": {"zeta": {"type": "boolean"}, "alpha": {"type": "null"}}},
+        "name": "o"}}})") ==
       R"(json_schema:{"type":"object","properties":{"zeta":{"type":"boolean"},"alpha":{"type":"null"}}})");
 }
 
@@ -217,6 +218,41 @@ TEST_CASE("structured-output fields of other servers and stray response_format m
   CHECK(param_of(R"({"prompt": "x", "response_format": {"type": "text", "json_schema": null}})") ==
         "");
   CHECK(param_of(R"({"prompt": "x", "response_format": {"type": "json_object"}})") == "");
+}
+
+TEST_CASE("json_schema's members are checked as OpenAI defines them") {
+  auto format = [](const std::string& json_schema) {
+    return R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": )" +
+           json_schema + "}}";
+  };
+  // OpenAI's own members pass, null as absent (the official clients send unset ones as null).
+  CHECK(param_of(format(R"({"name": "my-format_2", "description": "d", "strict": true,
+                            "schema": {"type": "integer"}})")) == "");
+  CHECK(param_of(format(R"({"name": "n", "description": null, "strict": null,
+                            "schema": {"type": "integer"}})")) == "");
+  CHECK(param_of(format(R"({"name": "n", "strict": false, "schema": true})")) == "");
+  // The name is required and a string (OpenAI and vLLM); its pattern is not checked (vLLM
+  // does not check it, and it changes no output).
+  CHECK(param_of(format(R"({"schema": {"type": "integer"}})")) ==
+        "response_format.json_schema.name");
+  CHECK(param_of(format(R"({"name": null, "schema": {"type": "integer"}})")) ==
+        "response_format.json_schema.name");
+  CHECK(param_of(format(R"({"name": 5, "schema": {"type": "integer"}})")) ==
+        "response_format.json_schema.name");
+  CHECK(param_of(format(R"({"name": "has space", "schema": {"type": "integer"}})")) == "");
+  CHECK(param_of(format(R"({"name": "n", "strict": "yes", "schema": {"type": "integer"}})")) ==
+        "response_format.json_schema.strict");
+  CHECK(param_of(format(R"({"name": "n", "strict": 1, "schema": {"type": "integer"}})")) ==
+        "response_format.json_schema.strict");
+  CHECK(param_of(format(R"({"name": "n", "description": 3, "schema": {"type": "integer"}})")) ==
+        "response_format.json_schema.description");
+  // A member json_schema does not have is refused: a schema keyword put beside "schema" would
+  // have been ignored.
+  CHECK(param_of(format(R"({"name": "n", "schema": {"type": "object"}, "required": ["a"]})")) ==
+        "response_format.json_schema.required");
+  CHECK(param_of(format(R"({"name": "n"})")) == "response_format.json_schema");
+  CHECK(param_of(format(R"({"name": "n", "schema": "{}"})")) == "response_format.json_schema");
+  CHECK(param_of(format("5")) == "response_format.json_schema");
 }
 
 TEST_CASE("a whole number too large is out of range; prompts x n past a group's intake") {

@@ -569,6 +569,16 @@ def errors_400(srv, c):
     expect_status(mk(extra_body={"response_format": {"type": "regex", "regex": "(a"}}), 400, "response_format")
     expect_status(mk(extra_body={"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}), 400,
                   "response_format.json_schema")
+    # json_schema's name is a required string and strict a boolean, as OpenAI (and vLLM) define
+    # them: a missing name, "name": 5 and "strict": "yes" were accepted
+    integer = {"type": "integer"}
+    for js, param in (({"schema": integer}, "name"), ({"name": 5, "schema": integer}, "name"),
+                      ({"name": "n", "strict": "yes", "schema": integer}, "strict")):
+        expect_status(mk(extra_body={"response_format": {"type": "json_schema", "json_schema": js}}), 400,
+                      "response_format.json_schema." + param)
+    r = mk(extra_body={"response_format": {"type": "json_schema", "json_schema": {
+        "name": "n", "description": "an integer", "strict": True, "schema": integer}}})()
+    assert r.choices[0].text.lstrip("-").isdigit() or r.choices[0].finish_reason == "length", r.choices[0].text
     expect_status(mk(extra_body={"response_format": {"type": "yaml"}}), 400, "response_format.type")
     # a schema number a double cannot hold is refused (it was rounded, and outputs broke the schema)
     big = '{"model": "tiny", "prompt": "x", "max_tokens": 2, "response_format": {"type": "json_schema", ' \
