@@ -109,6 +109,11 @@ class device_thread {
     std::lock_guard lock(mutex_);
     return preparer_;
   }
+  /// The runner's grammar lookup (step_runner::grammar_lookup) once it has loaded.
+  std::function<bool(const std::string&)> grammar_lookup() {
+    std::lock_guard lock(mutex_);
+    return lookup_;
+  }
 
   /// The outcome of finished job `id` (taken out), if there is one.
   std::optional<job_outcome> take(std::uint64_t id) {
@@ -140,6 +145,7 @@ class device_thread {
       {
         std::lock_guard lock(mutex_);
         preparer_ = bundle_.runner->grammar_preparer();
+        lookup_ = bundle_.runner->grammar_lookup();
       }
       const runtime::runner_info info = bundle_.runner->info();
       log_->info("{}: runner ready on {} ({} block pools, max_model_len {})", params_.label,
@@ -207,6 +213,7 @@ class device_thread {
   std::mutex mutex_;
   std::map<std::uint64_t, job_outcome> done_;
   std::function<void(const std::string&)> preparer_;
+  std::function<bool(const std::string&)> lookup_;
   job_thread<device_job> thread_;  // last: starts after everything it uses exists
 };
 
@@ -307,6 +314,8 @@ executor_actor::behavior_type executor_impl(self_ptr self, executor_params param
         executor_state& st = self->state;
         std::function<void(const std::string&)> prepare = st.device->grammar_preparer();
         if (!prepare) return std::string();  // the runner reports it for the request
+        // Compiled already: answered at once, not queued behind other compiles on the thread.
+        if (auto lookup = st.device->grammar_lookup(); lookup && lookup(spec)) return std::string();
         if (!st.grammar)
           st.grammar = std::make_unique<job_thread<grammar_job>>(
               [owner = self->address()](grammar_job& job) { compile_grammar_job(job, owner); });

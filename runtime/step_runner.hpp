@@ -34,6 +34,9 @@ class step_runner {
   /// for a while (grammar_cache::prepare), so that a step does not stall on either; callable
   /// on any thread, concurrently with run(). Empty: nothing to prepare.
   virtual std::function<void(const std::string& spec)> grammar_preparer() const { return {}; }
+  /// A thread-safe function saying whether a spec's grammar is compiled in that cache already
+  /// (never compiles), so that its request need not queue behind other compiles. Empty: none.
+  virtual std::function<bool(const std::string& spec)> grammar_lookup() const { return {}; }
 };
 
 }  // namespace di::runtime

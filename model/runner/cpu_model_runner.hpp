@@ -105,6 +105,7 @@ class cpu_model_runner final : public runtime::step_runner {
   /// Compiles into the cache above (holds the vocabulary and cache, not the runner); empty
   /// until enable_structured_output.
   std::function<void(const std::string& spec)> grammar_preparer() const override;
+  std::function<bool(const std::string& spec)> grammar_lookup() const override;
 
   const deepseek_model& model() const { return *model_; }
   /// The cache shape the scheduler's block manager must use with this runner.

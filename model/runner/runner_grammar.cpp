@@ -31,6 +31,17 @@ std::function<void(const std::string& spec)> cpu_model_runner::grammar_preparer(
   };
 }
 
+std::function<bool(const std::string& spec)> cpu_model_runner::grammar_lookup() const {
+  if (!grammar_vocab_) return {};
+  return [vocab = grammar_vocab_, cache = grammar_cache_](const std::string& spec) {
+    try {
+      return cache->find(grammar::parse_inline_response_format(spec), vocab) != nullptr;
+    } catch (const std::exception&) {
+      return false;  // a malformed spec: the preparer reports it
+    }
+  };
+}
+
 void cpu_model_runner::start_grammar(live_sequence& seq) const {
   const std::string& spec = seq.start.params.response_format;
   if (spec.empty()) return;

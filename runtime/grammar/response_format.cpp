@@ -100,13 +100,30 @@ std::shared_ptr<const compiled_grammar> compile_response_format(const response_f
   DI_FAIL("unknown response format kind");
 }
 
+namespace {
+/// The cache key of `f` over `v`. The vocabulary's address is part of it: an entry is only
+/// valid for the vocabulary it was built with (the cache holds no reference to it, callers
+/// keep it alive).
+std::string cache_key(const response_format& f, const token_vocabulary* v) {
+  return std::to_string(int(f.kind)) + ":" + std::to_string(reinterpret_cast<std::uintptr_t>(v)) +
+         ":" + std::to_string(int(f.schema.whitespace)) + std::to_string(f.schema.lenient) +
+         std::to_string(f.schema.format_assertion) + ":" + f.text;
+}
+}  // namespace
+
+std::shared_ptr<const token_grammar> grammar_cache::find(
+    const response_format& f, const std::shared_ptr<const token_vocabulary>& v) {
+  const std::string key = cache_key(f, v.get());
+  std::lock_guard lock(mutex_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return nullptr;
+  recent_.splice(recent_.begin(), recent_, it->second.use);
+  return it->second.grammar;
+}
+
 std::shared_ptr<const token_grammar> grammar_cache::get(
     const response_format& f, const std::shared_ptr<const token_vocabulary>& v) {
-  // The vocabulary's address is part of the key: an entry is only valid for the vocabulary it
-  // was built with (the cache holds no reference to it, callers keep it alive).
-  std::string key = std::to_string(int(f.kind)) + ":" + std::to_string(reinterpret_cast<std::uintptr_t>(v.get())) +
-                    ":" + std::to_string(int(f.schema.whitespace)) + std::to_string(f.schema.lenient) +
-                    std::to_string(f.schema.format_assertion) + ":" + f.text;
+  std::string key = cache_key(f, v.get());
   std::shared_ptr<token_class_cache> classes;
   {
     std::lock_guard lock(mutex_);

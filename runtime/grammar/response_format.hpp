@@ -54,6 +54,9 @@ class grammar_cache {
       : capacity_(capacity > 0 ? capacity : 1), classify_s_(classify_s) {}
   std::shared_ptr<const token_grammar> get(const response_format& f,
                                            const std::shared_ptr<const token_vocabulary>& v);
+  /// The cached grammar of `f` (now the most recently used), or null; never compiles.
+  std::shared_ptr<const token_grammar> find(const response_format& f,
+                                            const std::shared_ptr<const token_vocabulary>& v);
   /// get(), then the token classes of the grammar's states for up to classify_s seconds
   /// (token_grammar::classify_states): what a request's grammar gets before the request
   /// starts, off the step loop, so that its first steps do not classify states there.

@@ -279,3 +279,16 @@ TEST_CASE("grammar_cache::prepare classifies the grammar's states within its bud
         token_grammar::create(test::compile_ebnf(k_json_ebnf), vocab)->num_classified());
   CHECK(ahead.get(f, vocab) == tg);  // prepared into the cache that steps read
 }
+
+TEST_CASE("grammar_cache::find returns what get compiled, and never compiles") {
+  std::vector<std::string> tokens = {"a", "b", ""};
+  auto vocab = token_vocabulary::from_tokens(tokens, {3}, 5);
+  grammar_cache cache(2);
+  const response_format f = parse_inline_response_format("regex:a+");
+  CHECK(cache.find(f, vocab) == nullptr);
+  CHECK(cache.size() == 0);
+  auto g = cache.get(f, vocab);
+  CHECK(cache.find(f, vocab) == g);
+  CHECK(cache.find(parse_inline_response_format("regex:b+"), vocab) == nullptr);
+  CHECK(cache.size() == 1);
+}
