@@ -290,7 +290,9 @@ void run_serve(const serve_options& o) {
   ctx->model = served_model_of(c, assets);
   if (grammars)
     ctx->prepare_grammar = [g = *grammars](const std::string& spec) {
-      g.cache->get(di::grammar::parse_inline_response_format(spec), g.vocab);
+      // prepare, not get: the executors find it compiled and skip their own preparation, so
+      // its token classes (scheduler.grammar_classify_ms) are computed here.
+      g.cache->prepare(di::grammar::parse_inline_response_format(spec), g.vocab);
     };
   auto server = std::make_unique<di::server::http_server>(*ctx);
   server->start();
