@@ -96,7 +96,8 @@ struct scheduler_section {
   bool overlap = true;             ///< plan step N+1 while step N runs
   int step_timeout_s = 600;        ///< a step unanswered this long fails the group
   /// Before a request with a response_format starts, its grammar's token classes are computed
-  /// for up to this long, off the step loop (the rest on first use, in the step); 0 = none.
+  /// for up to this long, off the step loop (the rest in the background, or on first use in a
+  /// step); 0 = none (all on first use).
   int grammar_classify_ms = 1000;
 };
 

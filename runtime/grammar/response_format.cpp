@@ -8,6 +8,12 @@
 
 #include <vector>
 
+#if defined(__linux__)
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 namespace di::grammar {
 
 namespace {
@@ -150,8 +156,56 @@ std::shared_ptr<const token_grammar> grammar_cache::get(
 std::shared_ptr<const token_grammar> grammar_cache::prepare(
     const response_format& f, const std::shared_ptr<const token_vocabulary>& v) {
   std::shared_ptr<const token_grammar> tg = get(f, v);
-  if (classify_s_ > 0) tg->classify_states(classify_s_);
+  if (classify_s_ > 0 && !tg->classify_states(classify_s_)) warm_later(tg);
   return tg;
+}
+
+grammar_cache::~grammar_cache() {
+  {
+    std::lock_guard lock(warm_mutex_);
+    warm_stop_ = true;
+  }
+  warm_wake_.notify_all();
+  if (warm_thread_.joinable()) warm_thread_.join();
+}
+
+void grammar_cache::warm_later(const std::shared_ptr<const token_grammar>& g) {
+  {
+    std::lock_guard lock(warm_mutex_);
+    if (warm_stop_) return;
+    warm_queue_.push_back(g);
+    if (!warm_thread_.joinable()) warm_thread_ = std::thread([this] { warm_loop(); });
+  }
+  warm_wake_.notify_all();
+}
+
+std::size_t grammar_cache::num_warming() const {
+  std::lock_guard lock(warm_mutex_);
+  return warm_queue_.size() + warm_busy_;
+}
+
+void grammar_cache::warm_loop() {
+#if defined(__linux__)
+  // The lowest priority: the decode steps (the CPU runner's threads) come first.
+  setpriority(PRIO_PROCESS, pid_t(syscall(SYS_gettid)), 19);
+#endif
+  constexpr double slice_s = 0.05;  // then the queue again: stop and new grammars are seen
+  for (;;) {
+    std::shared_ptr<const token_grammar> g;
+    {
+      std::unique_lock lock(warm_mutex_);
+      warm_wake_.wait(lock, [&] { return warm_stop_ || !warm_queue_.empty(); });
+      if (warm_stop_) return;
+      g = warm_queue_.front().lock();
+      warm_queue_.pop_front();
+      if (!g) continue;  // evicted and unused: nothing to warm
+      ++warm_busy_;
+    }
+    const bool done = g->classify_states(slice_s);
+    std::lock_guard lock(warm_mutex_);
+    --warm_busy_;
+    if (!done && !warm_stop_) warm_queue_.push_back(g);  // round robin over the grammars
+  }
 }
 
 std::size_t grammar_cache::size() const {

@@ -7,10 +7,13 @@
 #include "runtime/grammar/json_schema.hpp"
 #include "runtime/grammar/token_grammar.hpp"
 
+#include <condition_variable>
+#include <deque>
 #include <list>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 
 namespace di::grammar {
@@ -41,7 +44,10 @@ std::shared_ptr<const compiled_grammar> compile_response_format(const response_f
 
 /// Token grammars keyed by format and vocabulary; thread-safe; compiles outside the lock.
 /// Token classes are computed on first use and shared, per vocabulary, between grammars
-/// (token_class_cache); prepare() computes them ahead, for up to `classify_s` seconds.
+/// (token_class_cache); prepare() computes them ahead, for up to `classify_s` seconds, and
+/// leaves what is left to one background thread of the cache (lowest CPU priority, a slice at
+/// a time), which classifies it while the grammar is still cached; first uses classify what
+/// it has not reached yet.
 /// At most `capacity` grammars stay cached: a new one evicts the least recently used (its
 /// live matchers keep it until they end), so a server fed ever new schemas stays bounded.
 class grammar_cache {
@@ -52,6 +58,9 @@ class grammar_cache {
   explicit grammar_cache(std::size_t capacity = default_capacity,
                          double classify_s = default_classify_s)
       : capacity_(capacity > 0 ? capacity : 1), classify_s_(classify_s) {}
+  ~grammar_cache();
+  grammar_cache(const grammar_cache&) = delete;
+  grammar_cache& operator=(const grammar_cache&) = delete;
   std::shared_ptr<const token_grammar> get(const response_format& f,
                                            const std::shared_ptr<const token_vocabulary>& v);
   /// The cached grammar of `f` (now the most recently used), or null; never compiles.
@@ -63,8 +72,12 @@ class grammar_cache {
   std::shared_ptr<const token_grammar> prepare(const response_format& f,
                                                const std::shared_ptr<const token_vocabulary>& v);
   std::size_t size() const;
+  /// Grammars queued for (or being given) background classification.
+  std::size_t num_warming() const;
 
  private:
+  void warm_later(const std::shared_ptr<const token_grammar>& g);
+  void warm_loop();
   struct entry {
     std::shared_ptr<const token_grammar> grammar;
     std::list<std::string>::iterator use;  // its place in recent_
@@ -75,6 +88,13 @@ class grammar_cache {
   std::list<std::string> recent_;  // keys, most recently used first
   std::unordered_map<std::string, entry> entries_;
   std::unordered_map<const token_vocabulary*, std::shared_ptr<token_class_cache>> classes_;
+  // Background classification: weak, so that an evicted grammar nobody uses is not kept.
+  mutable std::mutex warm_mutex_;
+  std::condition_variable warm_wake_;
+  std::deque<std::weak_ptr<const token_grammar>> warm_queue_;
+  std::size_t warm_busy_ = 0;  ///< grammars taken off the queue and being classified
+  bool warm_stop_ = false;
+  std::thread warm_thread_;  ///< started by the first grammar left to it
 };
 
 }  // namespace di::grammar

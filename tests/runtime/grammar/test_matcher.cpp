@@ -12,7 +12,9 @@
 
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <random>
+#include <thread>
 
 using namespace di::grammar;
 
@@ -291,4 +293,20 @@ TEST_CASE("grammar_cache::find returns what get compiled, and never compiles") {
   CHECK(cache.find(f, vocab) == g);
   CHECK(cache.find(parse_inline_response_format("regex:b+"), vocab) == nullptr);
   CHECK(cache.size() == 1);
+}
+
+TEST_CASE("grammar_cache: what prepare's budget leaves is classified in the background") {
+  std::mt19937 rng(79);
+  auto vocab = token_vocabulary::from_tokens(random_vocab("{}[],:\"ab01 ", 300, rng), {301}, 303);
+  const response_format f = parse_inline_response_format(std::string("ebnf:") + k_json_ebnf);
+  const std::size_t all =
+      token_grammar::create(test::compile_ebnf(k_json_ebnf), vocab)->num_classified();
+  REQUIRE(all > 1);
+  grammar_cache cache(4, 1e-9);  // a budget that ends after the first state
+  auto tg = cache.prepare(f, vocab);
+  for (int i = 0; i < 6000 && (tg->num_classified() < all || cache.num_warming() > 0); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(tg->num_classified() == all);
+  CHECK(cache.num_warming() == 0);
+  check_walks(tg, 10, 30, rng);  // the background's classes give the reference masks
 }
