@@ -6,6 +6,7 @@ OpenAI error object; a client that drops its streams mid-way (aborted, KV blocks
 baseline on /metrics); many concurrent streams; and malformed HTTP/JSON (only 4xx, the
 server stays healthy). Usage: test_server.py DEEPINFER_BINARY [--only NAME]"""
 import concurrent.futures as cf
+import contextlib
 import json
 import os
 import socket
@@ -368,25 +369,33 @@ def launch_cluster(srv, name, model_lines, server_lines, env=None):
     return launch, path
 
 
-@test
-def schema_compile_does_not_stall_a_launched_cluster(srv, c):
-    # The same in front of `deepinfer launch` (the runners in another process): the scheduler
-    # admits a request with a response_format once every executor has compiled it on its
-    # grammar thread. Before, the runner compiled it inside a step (a multi-second stall).
-    launch, path = launch_cluster(srv, "srvcpu", "", 'model_name = "tiny"\n')
+@contextlib.contextmanager
+def launched_front(srv, name, env=None):
+    """A one-group cluster started by `deepinfer launch` (model "tiny") with `serve --config`
+    in front of it; yields the front server and stops both."""
+    launch, path = launch_cluster(srv, name, "", 'model_name = "tiny"\n', env=env)
     front = None
     try:
         front = Server(srv.binary, ["--config", path])
-        check_schema_compile_does_not_stall(client(front, key="unused"), "tiny")
-        # a schema the runners cannot compile is still a 400 naming response_format
-        expect_status(lambda: client(front, key="unused").completions.create(
-            model="tiny", prompt="x", max_tokens=2, extra_body={"response_format": {"type": "regex", "regex": "(a"}}),
-            400, "response_format")
+        yield front
     finally:
         if front:
             front.stop()
         launch.terminate()
         launch.wait(60)
+
+
+@test
+def schema_compile_does_not_stall_a_launched_cluster(srv, c):
+    # The same in front of `deepinfer launch` (the runners in another process): the scheduler
+    # admits a request with a response_format once every executor has compiled it on its
+    # grammar thread. Before, the runner compiled it inside a step (a multi-second stall).
+    with launched_front(srv, "srvcpu") as front:
+        check_schema_compile_does_not_stall(client(front, key="unused"), "tiny")
+        # a schema the runners cannot compile is still a 400 naming response_format
+        expect_status(lambda: client(front, key="unused").completions.create(
+            model="tiny", prompt="x", max_tokens=2, extra_body={"response_format": {"type": "regex", "regex": "(a"}}),
+            400, "response_format")
 
 
 @test
@@ -424,19 +433,11 @@ def grammar_compile_limit(srv, c):
         local.stop()
     # The scheduler's own limit (a launched cluster, whose runners compile it) gives the same
     # message: an executor past the limit was "an executor did not compile it: request_timeout".
-    launch, path = launch_cluster(srv, "srvlimit", "", 'model_name = "tiny"\n', env=env)
-    front = None
-    try:
-        front = Server(srv.binary, ["--config", path])
+    with launched_front(srv, "srvlimit", env=env) as front:
         body = expect_status(ask(client(front, key="unused"), slow), 400, "response_format")
         # (the router puts the refusal's kind first: "invalid_request: ...")
         assert "the response_format took " in body["message"] and \
             body["message"].endswith(" s to compile; the limit is 0.5 s"), body
-    finally:
-        if front:
-            front.stop()
-        launch.terminate()
-        launch.wait(60)
 
 
 @test

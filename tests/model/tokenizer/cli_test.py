@@ -47,19 +47,17 @@ check("malformed tokenize keeps earlier output", r.stdout.decode().count("\n") =
 r = run(["detokenize"], '{"ids": [5]}\n{"ids": [5, 99999999]}\n')
 check("bad id exit", r.returncode == 1 and b"stdin line 2" in r.stderr, r.stderr.decode())
 # Ids past 32 bits are out of the vocabulary, not "negative"; negative and fractional ones are.
-for line, want in (('{"ids": [4294967296]}', b"token id 4294967296 is not in the vocabulary"),
-                   ('{"ids": [18446744073709551615]}', b"is not in the vocabulary"),
-                   ('{"ids": [-1]}', b"ids must be non-negative integers, got -1"),
-                   ('{"ids": [2.5]}', b"ids must be non-negative integers, got 2.5")):
-    r = run(["detokenize"], line + "\n")
-    check(f"detokenize {line}", r.returncode == 1 and want in r.stderr, r.stderr.decode())
 # A whole number written as a float is that id, as config.json's integer fields take 128.0 (1.0
 # was refused); a fraction is still refused, saying why.
 r = run(["detokenize"], '{"ids": [1.0, 1e2, 5, 0.0]}\n{"ids": [1, 100, 5, 0]}\n')
 texts = [json.loads(l)["text"] for l in r.stdout.decode().split("\n")[:-1]]
 check("whole-number float ids", r.returncode == 0 and len(texts) == 2 and texts[0] == texts[1],
       (r.stderr.decode(), texts))
-for line, want in (('{"ids": [1.5]}', b"ids must be non-negative integers, got 1.5 (not a whole number)"),
+for line, want in (('{"ids": [4294967296]}', b"token id 4294967296 is not in the vocabulary"),
+                   ('{"ids": [18446744073709551615]}', b"is not in the vocabulary"),
+                   ('{"ids": [-1]}', b"ids must be non-negative integers, got -1"),
+                   ('{"ids": [2.5]}', b"ids must be non-negative integers, got 2.5"),
+                   ('{"ids": [1.5]}', b"ids must be non-negative integers, got 1.5 (not a whole number)"),
                    ('{"ids": [-1.0]}', b"ids must be non-negative integers, got -1.0\n"),
                    ('{"ids": [1e30]}', b"token id 1e+30 is not in the vocabulary"),
                    ('{"ids": [128815.0]}', b"token id 128815.0 is not in the vocabulary")):
