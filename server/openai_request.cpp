@@ -200,7 +200,9 @@ const json& read_json_schema(const json& format) {
 
 /// response_format → the inline spec of sampling_params::response_format ("" for text). The
 /// grammar is compiled later, once (api_routes.cpp: a bad schema, regex or grammar is a 400).
-std::string read_response_format(const field_reader& f) {
+std::string read_response_format(const field_reader& f, const server_settings& limits) {
+  // server.json_whitespace as the spec's modifier ("any" is the compiler's default)
+  const std::string ws = limits.json_whitespace == "any" ? "" : "+" + limits.json_whitespace;
   const json* v = f.find("response_format");
   if (v == nullptr) return "";
   if (!v->is_object() || !v->contains("type") || !(*v)["type"].is_string())
@@ -211,10 +213,10 @@ std::string read_response_format(const field_reader& f) {
     check_format_members(*v, type, {});
   } else if (type == "json_object") {
     check_format_members(*v, type, {});
-    spec = "json_object";
+    spec = "json_object" + ws;
   } else if (type == "json_schema") {
     check_format_members(*v, type, {"json_schema"});
-    spec = "json_schema:" + read_json_schema(*v).dump();
+    spec = "json_schema" + ws + ":" + read_json_schema(*v).dump();
   } else if (type == "regex" || type == "ebnf") {
     check_format_members(*v, type, {type == "regex" ? "regex" : "ebnf"});
     auto it = v->find(type);
@@ -250,9 +252,9 @@ void reject_unsupported(const field_reader& f) {
                                  key));
   if (const json* v = f.find("guided_whitespace_pattern"); v != nullptr && asks(*v))
     bad_param("guided_whitespace_pattern",
-              "'guided_whitespace_pattern' is not supported (a json_schema response_format allows "
-              "any JSON whitespace); use response_format with a regex or ebnf grammar that spells "
-              "out the whitespace");
+              "'guided_whitespace_pattern' is not supported (the server's json_whitespace setting, "
+              "any, compact or pretty, says which whitespace a JSON response_format allows); use "
+              "response_format with a regex or ebnf grammar that spells out the whitespace");
   // SGLang's top-level constraints, likewise.
   for (const char* key : {"regex", "ebnf", "json_schema"})
     if (const json* v = f.find(key); v != nullptr && asks(*v))
@@ -309,7 +311,7 @@ void read_common(const field_reader& f, generation_request& r, const server_sett
   r.user = f.string("user").value_or("");
   r.return_token_ids = f.boolean("return_token_ids").value_or(false);
   read_stop(f, p, limits);
-  p.response_format = read_response_format(f);
+  p.response_format = read_response_format(f, limits);
   reject_unsupported(f);
 }
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <initializer_list>
 #include <limits>
 #include <sstream>
 
@@ -58,6 +59,8 @@ class key_reader {
       s.retry_after_s = int(integer(key, v, 0, 3600));
     else if (key == "drain_timeout_s")
       s.drain_timeout_s = int(integer(key, v, 0, 86400));
+    else if (key == "json_whitespace")
+      s.json_whitespace = one_of(key, v, {"any", "compact", "pretty"});
     else
       DI_FAIL("{}: server.{}: unknown key (see the README, \"HTTP server\")", origin_, key);
   }
@@ -73,6 +76,16 @@ class key_reader {
     const std::int64_t x = *v.value<std::int64_t>();
     DI_CHECK(x >= lo && x <= hi, "{}: server.{}: {} is outside [{}, {}]", origin_, key, x, lo, hi);
     return x;
+  }
+  std::string one_of(const std::string& key, const toml::node& v,
+                     std::initializer_list<const char*> allowed) const {
+    const std::string x = text(key, v);
+    std::string names;
+    for (const char* a : allowed) {
+      if (x == a) return x;
+      names += (names.empty() ? "" : ", ") + std::string(a);
+    }
+    DI_FAIL("{}: server.{}: '{}' is not one of {}", origin_, key, x, names);
   }
   std::vector<std::string> keys(const std::string& key, const toml::node& v) const {
     if (v.is_string()) return {*v.value<std::string>()};

@@ -35,6 +35,10 @@ struct server_settings {
   /// After SIGINT/SIGTERM: how long requests in flight may still finish (new ones get 503);
   /// those left are then aborted (finish_reason "abort"). 0 = abort them at once.
   int drain_timeout_s = 30;
+  /// Whitespace a json_object / json_schema response_format allows between JSON tokens: "any"
+  /// (JSON's, as vLLM and OpenAI), "compact" (none, vLLM's disable_any_whitespace) or "pretty"
+  /// (at most a newline and 20 spaces or tabs: bounded, unlike "any").
+  std::string json_whitespace = "any";
 };
 
 /// Splits `overrides` into server.* (applied here) and the rest (for the cluster file).

@@ -1,5 +1,6 @@
 // Request parsing of the HTTP server: fields land in sampling_params, every invalid input is a
 // 400 naming its parameter, deep nesting is refused before parsing, keys compare exactly.
+#include "runtime/grammar/response_format.hpp"
 #include "server/api_error.hpp"
 #include "server/api_routes.hpp"
 #include "server/generation.hpp"
@@ -82,6 +83,31 @@ TEST_CASE("response_format becomes the inline spec") {
         {"type": "object", "properties": {"zeta": {"type": "boolean"}, "alpha": {"type": "null"}}},
         "name": "o"}}})") ==
       R"(json_schema:{"type":"object","properties":{"zeta":{"type":"boolean"},"alpha":{"type":"null"}}})");
+}
+
+TEST_CASE("server.json_whitespace becomes the JSON formats' modifier") {
+  server_settings s;
+  auto spec = [&](const char* body) {
+    return parse_completion_request(json::parse(body), s).params.response_format;
+  };
+  const char* object = R"({"prompt": "x", "response_format": {"type": "json_object"}})";
+  const char* schema =
+      R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "integer"}}}})";
+  const char* regex = R"({"prompt": "x", "response_format": {"type": "regex", "regex": "a b"}})";
+  s.json_whitespace = "compact";
+  CHECK(spec(object) == "json_object+compact");
+  CHECK(spec(schema) == "json_schema+compact:{\"type\":\"integer\"}");
+  CHECK(spec(regex) == "regex:a b");  // not a JSON format: no modifier
+  s.json_whitespace = "pretty";
+  CHECK(spec(object) == "json_object+pretty");
+  CHECK(spec(schema) == "json_schema+pretty:{\"type\":\"integer\"}");
+  // The modified specs are what the grammar front end reads.
+  using di::grammar::json_whitespace;
+  CHECK(di::grammar::parse_inline_response_format(spec(schema)).schema.whitespace ==
+        json_whitespace::pretty);
+  s.json_whitespace = "compact";
+  CHECK(di::grammar::parse_inline_response_format(spec(object)).schema.whitespace ==
+        json_whitespace::compact);
 }
 
 TEST_CASE("prompt shapes and defaults") {

@@ -267,6 +267,37 @@ def response_format(srv, c):
             assert list(json.loads(text)) == ["zeta", "alpha"], text
 
 
+@test
+def json_whitespace_setting(srv, c):
+    # server.json_whitespace=compact: a JSON format allows no whitespace, so a finite schema ends
+    # (under the default "any" a random-weight model pads with whitespace until max_tokens).
+    compact = Server(srv.binary, ["--model", srv.model, "--set", "server.json_whitespace=compact"])
+    try:
+        cc = client(compact, key="unused")
+        schema = {"type": "object", "properties": {"zeta": {"type": "boolean"}, "alpha": {"type": "null"}},
+                  "required": ["zeta", "alpha"], "additionalProperties": False}
+        for seed in range(3):
+            r = cc.completions.create(model="tiny", prompt="x", max_tokens=64, seed=seed, extra_body={
+                "response_format": {"type": "json_schema", "json_schema": {"name": "o", "schema": schema}}})
+            text = r.choices[0].text
+            assert r.choices[0].finish_reason == "stop", (text, r.choices[0].finish_reason)
+            assert text in ('{"zeta":true,"alpha":null}', '{"zeta":false,"alpha":null}'), text
+        r = cc.completions.create(model="tiny", prompt="x", max_tokens=32, seed=0,
+                                  extra_body={"response_format": {"type": "json_object"}})
+        outside, in_string, escaped = [], False, False  # the characters outside JSON strings
+        for ch in r.choices[0].text:
+            if in_string:
+                in_string, escaped = (escaped or ch != '"'), (not escaped and ch == "\\")
+            elif ch == '"':
+                in_string = True
+            else:
+                outside.append(ch)
+        assert r.choices[0].text.startswith("{") and not set(outside) & set(" \t\r\n"), \
+            repr(r.choices[0].text)
+    finally:
+        compact.stop()
+
+
 def check_schema_compile_does_not_stall(c, model):
     """Starts a long stream, sends a request with a new 120-property schema beside it, and
     checks that the stream kept its pace while the schema compiled."""

@@ -55,6 +55,20 @@ TEST_CASE("bad [server] keys and values are errors naming them") {
                        doctest::Contains("server.drain_timeout_s"), di::error);
 }
 
+TEST_CASE("server.json_whitespace: any by default, compact or pretty, anything else an error") {
+  server_settings s;
+  CHECK(s.json_whitespace == "any");
+  apply_server_overrides(s, {"server.json_whitespace=compact"});
+  CHECK(s.json_whitespace == "compact");
+  CHECK(read_server_file(write_file("[server]\njson_whitespace = \"pretty\"\n"), {})
+            .settings.json_whitespace == "pretty");
+  CHECK_THROWS_WITH_AS(apply_server_overrides(s, {"server.json_whitespace=tight"}),
+                       doctest::Contains("'tight' is not one of any, compact, pretty"), di::error);
+  CHECK_THROWS_WITH_AS(apply_server_overrides(s, {"server.json_whitespace=1"}),
+                       doctest::Contains("expected a string"), di::error);
+  CHECK(s.json_whitespace == "compact");
+}
+
 TEST_CASE("grammar threads: half the hardware threads by default, at least 2, at most 64") {
   server_settings s;
   CHECK(s.grammar_threads == 0);
