@@ -14,6 +14,7 @@
 #include "model/runner/cpu_model_runner.hpp"
 #include "runtime/grammar/response_format.hpp"
 #include "runtime/grammar/token_vocabulary.hpp"
+#include "server/grammar_jobs.hpp"
 #include "server/http_server.hpp"
 
 #include <fmt/format.h>
@@ -249,6 +250,9 @@ void drain(di::server::http_server& server, di::server::server_context& ctx,
   std::fprintf(stderr, "serve: %s; aborting the %lld requests still in flight\n",
                again ? "second signal" : "drain timeout", (long long)ctx.num_inflight.load());
   engine.abort_all();
+  // Requests still waiting for their response_format's compile get a 503 (they had no answer
+  // at all: the connection closed), and the compiles stop.
+  if (ctx.grammars != nullptr) ctx.grammars->stop();
   // Their abort events end the responses; this bounds the wait for slow or stuck readers
   // (a third signal ends it too).
   wait_for_responses(ctx, stops, 2, std::chrono::seconds(5));

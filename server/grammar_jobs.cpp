@@ -4,6 +4,7 @@
 #include "server/grammar_jobs.hpp"
 
 #include "actors/grammar_limit.hpp"
+#include "runtime/grammar/compile_interrupt.hpp"
 #include "runtime/grammar/response_format.hpp"
 #include "server/server_context.hpp"
 
@@ -24,6 +25,8 @@ void compile_request_grammar(const server_context& ctx, const std::string& spec)
       ctx.prepare_grammar(spec);
     else
       grammar::compile_response_format(grammar::parse_inline_response_format(spec));
+  } catch (const grammar::compile_interrupted&) {
+    throw;  // not the request's fault (grammar_jobs::stop)
   } catch (const std::exception& e) {
     throw api_error(400, fmt::format("invalid response_format: {}", e.what()), "response_format");
   }
@@ -52,6 +55,13 @@ grammar_jobs::grammar_jobs(asio::thread_pool& pool, int num_threads, compile_fn 
       limit_(limit),
       num_remembered_(num_remembered) {}
 
+namespace {
+api_error stopping_error() {
+  return api_error(503, "the server is shutting down; the response_format was not compiled",
+                   "response_format", "shutting_down");
+}
+}  // namespace
+
 void grammar_jobs::submit(const std::string& spec, const asio::any_io_executor& timers,
                           done_fn done) {
   if (is_compiled(spec)) return done(std::nullopt);
@@ -59,26 +69,35 @@ void grammar_jobs::submit(const std::string& spec, const asio::any_io_executor& 
   bool is_new = false;
   {
     std::lock_guard lock(mutex_);
-    std::shared_ptr<job>& slot = jobs_[spec];
-    is_new = slot == nullptr;
-    if (is_new) {
-      slot = std::make_shared<job>();
-      slot->spec = spec;
-    }
-    j = slot;
-    // The timer is armed under the lock, as it is cancelled under it (run()).
-    auto timer = std::make_shared<asio::steady_timer>(timers, limit_);
-    const std::uint64_t id = next_waiter_++;
-    // Weak: a job holds its waiters' timers, so a strong reference here would be a cycle.
-    timer->async_wait([this, weak = std::weak_ptr<job>(j), id](boost::system::error_code ec) {
-      if (auto alive = weak.lock(); alive && !ec) expire(alive, id);
-    });
-    j->waiters.push_back({.id = id,
-                          .done = std::move(done),
-                          .deadline = std::move(timer),
-                          .since = std::chrono::steady_clock::now()});
+    // Under the lock: stop() answers every waiter added before it, this one answers itself.
+    if (!stopping_) j = add_waiter(spec, timers, std::move(done), is_new);
   }
+  if (j == nullptr) return done(stopping_error());
   if (is_new) asio::post(pool_, [this, j] { run(j); });
+}
+
+std::shared_ptr<grammar_jobs::job> grammar_jobs::add_waiter(const std::string& spec,
+                                                            const asio::any_io_executor& timers,
+                                                            done_fn done, bool& is_new) {
+  std::shared_ptr<job>& slot = jobs_[spec];
+  is_new = slot == nullptr;
+  if (is_new) {
+    slot = std::make_shared<job>();
+    slot->spec = spec;
+  }
+  std::shared_ptr<job> j = slot;
+  // The timer is armed under the lock, as it is cancelled under it (run()).
+  auto timer = std::make_shared<asio::steady_timer>(timers, limit_);
+  const std::uint64_t id = next_waiter_++;
+  // Weak: a job holds its waiters' timers, so a strong reference here would be a cycle.
+  timer->async_wait([this, weak = std::weak_ptr<job>(j), id](boost::system::error_code ec) {
+    if (auto alive = weak.lock(); alive && !ec) expire(alive, id);
+  });
+  j->waiters.push_back({.id = id,
+                        .done = std::move(done),
+                        .deadline = std::move(timer),
+                        .since = std::chrono::steady_clock::now()});
+  return j;
 }
 
 void grammar_jobs::run(const std::shared_ptr<job>& j) {
@@ -92,7 +111,11 @@ void grammar_jobs::run(const std::shared_ptr<job>& j) {
   }
   std::optional<api_error> failed;
   try {
+    if (stopping_) throw stopping_error();
+    const grammar::interrupt_scope interruptible(stopping_);
     compile_(j->spec);
+  } catch (const grammar::compile_interrupted&) {
+    failed = stopping_error();
   } catch (const api_error& e) {
     failed = e;
   } catch (const std::exception& e) {
@@ -153,6 +176,22 @@ void grammar_jobs::remember(const std::string& spec) {
     compiled_.erase(compiled_order_.back());
     compiled_order_.pop_back();
   }
+}
+
+void grammar_jobs::stop() {
+  std::vector<job::waiter> waiters;
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+    for (auto& [spec, j] : jobs_) {
+      for (job::waiter& w : j->waiters) {
+        w.deadline->cancel();
+        waiters.push_back(std::move(w));
+      }
+      j->waiters.clear();
+    }
+  }
+  for (job::waiter& w : waiters) w.done(stopping_error());
 }
 
 std::size_t grammar_jobs::num_jobs() const {

@@ -4,13 +4,16 @@
 // request starts at once instead of queueing behind other compiles; and no request waits for
 // one longer than the scheduler would (actors/grammar_limit.hpp). A compile cannot be
 // interrupted: one past the limit goes on in the background with its requests refused, and a
-// request for the same spec waits for it instead of taking another grammar thread.
+// request for the same spec waits for it instead of taking another grammar thread. A server
+// that stops ends them all (stop()): the requests still waiting get a 503 and the compiles
+// running are interrupted, so neither a client nor the exit waits for them.
 #pragma once
 
 #include "server/api_error.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -64,8 +67,19 @@ class grammar_jobs {
   /// Specs queued or compiling (each counted once, however many requests wait for it).
   std::size_t num_jobs() const;
 
+  /// The server is stopping: every request still waiting for a compile is answered with a 503
+  /// now, the compiles running stop at their next check (grammar::interrupt_scope), queued ones
+  /// do not start, and a later submit gets the 503 at once. (A compile outlived its requests:
+  /// SIGTERM with a 19 s compile in progress left the client's connection closed without an
+  /// answer, and the exit waited for the compile.)
+  void stop();
+
  private:
   struct job;
+  /// Adds `done` to the job of `spec` (a new one when none: `is_new`); under mutex_.
+  std::shared_ptr<job> add_waiter(const std::string& spec,
+                                  const boost::asio::any_io_executor& timers, done_fn done,
+                                  bool& is_new);
   void run(const std::shared_ptr<job>& j);
   void expire(const std::shared_ptr<job>& j, std::uint64_t waiter_id);
 
@@ -79,6 +93,7 @@ class grammar_jobs {
   compile_fn compile_;
   std::chrono::nanoseconds limit_;
   std::size_t num_remembered_;
+  std::atomic<bool> stopping_{false};  // read by the compiles (grammar::check_interrupt)
   mutable std::mutex mutex_;
   std::uint64_t next_waiter_ = 0;
   std::unordered_map<std::string, std::shared_ptr<job>> jobs_;  // by spec

@@ -7,6 +7,7 @@
 #include "server/grammar_jobs.hpp"
 
 #include <fmt/format.h>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/strand.hpp>
@@ -26,6 +27,11 @@ using tcp = asio::ip::tcp;
 struct http_server::impl {
   server_context& ctx;
   asio::io_context ioc;
+  // The I/O threads run until stop(), not until they run out of work: once the acceptor
+  // closed (a drain), a session waiting for its grammar's compile or for the engine has no
+  // operation pending, and the 503 posted to it after the compiles were ended never ran (its
+  // client saw the connection close without an answer, about one stop in two).
+  asio::executor_work_guard<asio::io_context::executor_type> keep_running{ioc.get_executor()};
   tcp::acceptor acceptor;
   std::vector<std::thread> threads;
   int num_grammar_threads;
@@ -134,10 +140,12 @@ void http_server::stop() {
   if (impl_->is_stopped) return;
   impl_->is_stopped = true;
   stop_accepting();
+  impl_->keep_running.reset();
   impl_->ioc.stop();
   for (std::thread& t : impl_->threads) t.join();
   impl_->ctx.grammars = nullptr;
-  impl_->grammar_pool.stop();  // a compile in progress still ends first
+  impl_->grammars.stop();  // a compile in progress stops at its next check
+  impl_->grammar_pool.stop();
   impl_->grammar_pool.join();
 }
 

@@ -5,6 +5,8 @@
 // Sharing keys walk the quotient automaton breadth first from each wanted state.
 #include "runtime/grammar/state_signature.hpp"
 
+#include "runtime/grammar/compile_interrupt.hpp"
+
 #include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
@@ -137,6 +139,7 @@ std::vector<state_signature> compute_state_signatures(const compiled_grammar& g,
   };
   for (;;) {
     for (state_id s = 0; s < n; ++s) {
+      if (s % 4096 == 0) check_interrupt();
       group_targets(
           targets, s, [&](state_id t) { return h[t]; }, edges);
       calls.clear();
@@ -271,6 +274,7 @@ std::vector<std::optional<state_signature>> sharing_keys(const compiled_grammar&
   std::vector<std::uint32_t> queue;
   std::uint32_t generation = 0;
   for (state_id s = 0; s < n; ++s) {
+    if (s % 4096 == 0) check_interrupt();
     if (!wanted[s]) continue;
     ++generation;
     queue.assign(1, q.class_of[s]);
@@ -313,6 +317,7 @@ std::vector<state_id> token_equivalence_classes(const compiled_grammar& g,
   // After round d, equal signatures mean equal behaviour for inputs of up to d bytes.
   for (std::uint32_t round = 0; round < max_token_bytes; ++round) {
     for (state_id s = 0; s < n; ++s) {
+      if (s % 4096 == 0) check_interrupt();
       group_targets(
           targets, s, [&](state_id t) { return h[t]; }, edges);
       state_signature x = mix(h0[s], 0xB17E);

@@ -4,6 +4,8 @@
 // once however many requests wait for it.
 #include "server/grammar_jobs.hpp"
 
+#include "runtime/grammar/compile_interrupt.hpp"
+
 #include <doctest/doctest.h>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -29,7 +31,20 @@ class fake_compiler {
     if (spec.starts_with("bad"))
       throw api_error(400, "invalid response_format: bad", "response_format");
     if (spec.starts_with("slow")) released_.wait(lock, [&] { return is_released_; });
+    if (spec.starts_with("spin")) {  // like a long real compile: only an interrupt ends it
+      lock.unlock();
+      for (;;) {
+        try {
+          di::grammar::check_interrupt();
+        } catch (const di::grammar::compile_interrupted&) {
+          ++num_interrupted_;
+          throw;
+        }
+        std::this_thread::sleep_for(1ms);
+      }
+    }
   }
+  int num_interrupted() const { return num_interrupted_; }
   void release() {
     {
       std::lock_guard lock(mutex_);
@@ -47,6 +62,7 @@ class fake_compiler {
   std::condition_variable released_;
   bool is_released_ = false;
   std::map<std::string, int> num_compiles_;
+  std::atomic<int> num_interrupted_{0};
 };
 
 /// One grammar thread, an I/O thread for the deadlines, and a limit (300 ms by default).
@@ -190,4 +206,36 @@ TEST_CASE("only the last num_remembered compiled specs start at once") {
   CHECK(compiler.num_compiles("b") == 2);
   CHECK(compiler.num_compiles("c") == 1);
   pool.join();
+}
+
+TEST_CASE("stop: waiting requests get a 503 at once, the running compile is interrupted") {
+  fixture fx(30s);
+  auto a = fx.submit("spin");  // holds the one grammar thread until interrupted
+  auto b = fx.submit("spin");  // shares that compile
+  auto queued = fx.submit("regex:c");
+  CHECK(a.wait_for(100ms) == std::future_status::timeout);
+  const auto t0 = std::chrono::steady_clock::now();
+  fx.jobs.stop();
+  for (auto* f : {&a, &b, &queued}) {
+    const std::optional<api_error> e = wait(*f);
+    REQUIRE(e);
+    CHECK(e->status == 503);
+    CHECK(e->param == "response_format");
+    CHECK(e->code == "shutting_down");
+    CHECK(std::string(e->what()).find("the server is shutting down") != std::string::npos);
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < 2s);
+  // The compile ends (interrupted), the queued one never starts, and the thread is free.
+  for (int i = 0; i < 500 && fx.jobs.num_jobs() > 0; ++i) std::this_thread::sleep_for(10ms);
+  CHECK(fx.jobs.num_jobs() == 0);
+  CHECK(fx.compiler.num_interrupted() == 1);
+  CHECK(fx.compiler.num_compiles("spin") == 1);
+  CHECK(fx.compiler.num_compiles("regex:c") == 0);
+  // A request after stop() is refused inside submit().
+  auto late = fx.submit("regex:d");
+  REQUIRE(late.wait_for(0s) == std::future_status::ready);
+  const std::optional<api_error> e = late.get();
+  REQUIRE(e);
+  CHECK(e->status == 503);
+  CHECK(fx.compiler.num_compiles("regex:d") == 0);
 }

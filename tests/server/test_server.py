@@ -871,6 +871,46 @@ def stop_signal_drains_in_flight(srv, c):
 
 
 @test
+def stop_signal_ends_grammar_compiles(srv, c):
+    """SIGTERM while a request's response_format compiles: at the drain timeout that request
+    gets a 503 and the exit does not wait for the compile. It had no answer at all (the
+    connection closed) and the exit waited the rest of the compile (~9 s after a 1 s drain)."""
+    import http.client
+    import signal
+    d = Server(srv.binary, ["--model", srv.model, "--set", "server.drain_timeout_s=1"])
+    try:
+        schema = {"type": "object", "properties": {f"w{i}": {"type": "string", "maxLength": 20 + i}
+                                                    for i in range(200)}}
+        body = json.dumps({"prompt": "x", "max_tokens": 4, "response_format": {
+            "type": "json_schema", "json_schema": {"name": "w", "schema": schema}}})
+        result = {}
+
+        def run():
+            conn = http.client.HTTPConnection(d.host, d.port, timeout=120)
+            conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+            r = conn.getresponse()
+            result["answer"] = (r.status, r.read())
+
+        t = threading.Thread(target=run)
+        t.start()
+        time.sleep(1.0)  # compiling (it takes several seconds)
+        t0 = time.time()
+        d.proc.send_signal(signal.SIGTERM)
+        t.join(60)
+        d.proc.wait(60)
+        elapsed = time.time() - t0
+        assert "answer" in result, ("no answer", elapsed, "".join(d.stderr_lines[-10:]))
+        status, text = result["answer"]
+        assert status == 503, result
+        error = json.loads(text)["error"]
+        assert error["code"] == "shutting_down" and error["param"] == "response_format", error
+        assert d.proc.returncode == 0 and elapsed < 5, (d.proc.returncode, elapsed)
+        print(f"  503 and exit {elapsed:.2f} s after SIGTERM (drain 1 s)")
+    finally:
+        d.stop()
+
+
+@test
 def front_end_of_launched_cluster(srv, c):
     """serve --config FILE in front of `deepinfer launch FILE` (toy runner); 503 once it is gone."""
     launch, path = launch_cluster(srv, "srvtest", 'runner = "toy"\ntoy.step_ms = 20\n',

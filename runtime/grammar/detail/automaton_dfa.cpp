@@ -1,6 +1,7 @@
 // Subset construction of each rule's NFA over byte classes and rule calls, pruning of states
 // that can never finish the rule, and assembly of the global automaton (automaton_builder).
 #include "common/error.hpp"
+#include "runtime/grammar/compile_interrupt.hpp"
 #include "runtime/grammar/detail/automaton_builder.hpp"
 
 #include <algorithm>
@@ -36,6 +37,7 @@ bool automaton_builder::determinize(std::uint32_t start, std::uint32_t accept, l
   std::vector<std::uint8_t> touched;
   for (std::size_t d = 0; d < sets.size(); ++d) {
     if (sets.size() > options_.max_rule_states) return false;
+    if (d % 256 == 0) check_interrupt();
     out.trans.resize((d + 1) * num_classes, k_dead_state);
     out.final.push_back(std::binary_search(sets[d].begin(), sets[d].end(), accept));
     touched.clear();

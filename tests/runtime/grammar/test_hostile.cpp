@@ -5,20 +5,25 @@
 // are hang guards (10 s, 1 GiB); the measured figures (CPU time: the wall clock includes
 // whatever else the machine runs) are what the README quotes.
 #include "common/error.hpp"
+#include "runtime/grammar/compile_interrupt.hpp"
 #include "runtime/grammar/compiled_grammar.hpp"
 #include "runtime/grammar/ebnf.hpp"
 #include "runtime/grammar/json_schema.hpp"
 #include "runtime/grammar/regex.hpp"
 #include "runtime/grammar/response_format.hpp"
+#include "runtime/grammar/token_grammar.hpp"
+#include "runtime/grammar/token_vocabulary.hpp"
 #include "tests/runtime/grammar/grammar_test_util.hpp"
 
 #include <doctest/doctest.h>
 #include <sys/resource.h>
 
+#include <atomic>
 #include <chrono>
 #include <ctime>
 #include <functional>
 #include <string>
+#include <thread>
 
 using namespace di::grammar;
 
@@ -300,4 +305,50 @@ TEST_CASE("hostile JSON Schemas: a schema that allows no value says so in its ow
   // Other front ends keep the grammar's wording.
   CHECK_THROWS_WITH_AS(compile_response_format(parse_inline_response_format("ebnf:root ::= root")),
                        doctest::Contains("matches no string at all"), di::error);
+}
+
+TEST_CASE("an interrupted compile stops at its next check, whichever phase it is in") {
+  // 200 string properties with growing maxLength: ~4 s of automaton construction and token
+  // classes here, too long for a server that is stopping (server/grammar_jobs.cpp).
+  std::string schema = R"({"type":"object","properties":{)";
+  for (int i = 0; i < 200; ++i)
+    schema += fmt::format(R"({}"w{}":{{"type":"string","maxLength":{}}})", i ? "," : "", i, 20 + i);
+  schema += "}}";
+  const response_format f = parse_inline_response_format("json_schema:" + schema);
+  std::atomic<bool> stop{false};
+  // Not set: a compile under the scope is an ordinary one.
+  {
+    const interrupt_scope scope(stop);
+    CHECK(compile_response_format(parse_inline_response_format("regex:[a-z]{1,40}")) != nullptr);
+  }
+  // Set while the automaton is being built, from another thread: it stops within a second.
+  std::atomic<std::int64_t> set_at{0};
+  std::thread setter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    set_at = std::chrono::steady_clock::now().time_since_epoch().count();
+    stop = true;
+  });
+  std::chrono::steady_clock::time_point thrown;
+  {
+    const interrupt_scope scope(stop);
+    CHECK_THROWS_AS(compile_response_format(f), compile_interrupted);
+    thrown = std::chrono::steady_clock::now();
+  }
+  setter.join();
+  const auto set_time =
+      std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(set_at.load()));
+  REQUIRE(set_at.load() != 0);  // the compile did not end before the flag was set
+  MESSAGE("stopped ", std::chrono::duration<double>(thrown - set_time).count(),
+          " s after the flag");
+  CHECK(thrown - set_time < std::chrono::seconds(1));
+  // The token-level phase (state signatures, token equivalence classes) checks too: the
+  // automaton compiled outside any scope (the flag is still set), the token grammar under it.
+  const auto g = compile_response_format(f);
+  std::vector<std::string> tokens;
+  for (int n = 1; n <= 48; ++n) tokens.push_back(std::string(std::size_t(n), 'a'));
+  tokens.push_back("\"");
+  const auto vocab =
+      token_vocabulary::from_tokens(tokens, {std::int32_t(tokens.size())}, tokens.size() + 1);
+  const interrupt_scope scope(stop);
+  CHECK_THROWS_AS(token_grammar::create(g, vocab, /*precompute=*/false), compile_interrupted);
 }
