@@ -52,7 +52,8 @@ void respond_api_error(const session_ptr& s, const api_error& e) {
 }
 
 void require_method(const session_ptr& s, http::verb verb) {
-  if (s->request().method() == verb) return;
+  const http::verb m = s->request().method();
+  if (m == verb || (verb == http::verb::get && m == http::verb::head)) return;
   api_error e(405,
               fmt::format("{} {} is not allowed; use {}", std::string(s->request().method_string()),
                           path_of(s->request()), std::string(http::to_string(verb))),

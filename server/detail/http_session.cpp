@@ -74,10 +74,7 @@ void http_session::do_read() {
 
 void http_session::on_header(beast::error_code ec) {
   if (ec) return on_read_error(ec);
-  auto read_body = [self = shared_from_this()] {
-    http::async_read(self->stream_, self->buffer_, *self->parser_,
-                     [self](beast::error_code ec, std::size_t) { self->on_read(ec); });
-  };
+  auto read_body = [self = shared_from_this()] { self->read_body(); };
   const auto& h = parser_->get();
   if (!beast::iequals(h[http::field::expect], "100-continue") || parser_->is_done())
     return read_body();
@@ -93,6 +90,39 @@ void http_session::on_header(beast::error_code ec) {
                     });
 }
 
+void http_session::read_body() {
+  if (parser_->is_done()) return on_read({});
+  // An idle timeout, renewed by every read: the header deadline used to run on through the
+  // body, so a large upload slower than header_timeout_s in total was cut off.
+  stream_.expires_after(std::chrono::seconds(ctx_.settings.header_timeout_s));
+  http::async_read_some(stream_, buffer_, *parser_,
+                        [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                          if (ec) return self->on_read_error(ec);
+                          self->read_body();
+                        });
+}
+
+namespace {
+/// A request whose body arrives in a coding we do not decode: 501 for a transfer coding other
+/// than chunked (RFC 9112 6.1), 415 for a content coding (RFC 9110 15.5.16). Both were ignored
+/// and the coded bytes parsed as JSON.
+void refuse_codings(const http_request& r) {
+  const auto te = r[http::field::transfer_encoding];
+  if (!te.empty() && !beast::iequals(te, "chunked"))
+    throw api_error(501,
+                    fmt::format("Transfer-Encoding '{}' is not supported (only chunked)",
+                                std::string(te.substr(0, 100))),
+                    "", "not_implemented");
+  const auto ce = r[http::field::content_encoding];
+  if (!ce.empty() && !beast::iequals(ce, "identity"))
+    throw api_error(415,
+                    fmt::format("Content-Encoding '{}' is not supported (send the body "
+                                "uncompressed)",
+                                std::string(ce.substr(0, 100))),
+                    "", "unsupported_media_type");
+}
+}  // namespace
+
 void http_session::on_read(beast::error_code ec) {
   if (ec) return on_read_error(ec);
   stream_.expires_never();
@@ -104,6 +134,7 @@ void http_session::on_read(beast::error_code ec) {
   on_gone_ = nullptr;
   if (!request_.keep_alive() || ctx_.is_draining) close_after_ = true;
   try {
+    refuse_codings(request_);
     handle_request(shared_from_this());
   } catch (const api_error& e) {
     if (!response_ended_) respond_error(e);
@@ -114,7 +145,10 @@ void http_session::on_read(beast::error_code ec) {
 }
 
 void http_session::on_read_error(beast::error_code ec) {
-  if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::eof ||
+  // partial_message: the peer closed in the middle of a request; nobody reads an answer (a 400
+  // was counted in http_responses_total for each such client).
+  if (ec == http::error::end_of_stream || ec == http::error::partial_message ||
+      ec == beast::error::timeout || ec == asio::error::eof ||
       ec == asio::error::connection_reset || ec == asio::error::operation_aborted)
     return close();
   close_after_ = true;
@@ -146,7 +180,9 @@ void http_session::respond(int status, const std::string& body, const std::strin
   head += fmt::format("Content-Type: {}\r\nContent-Length: {}\r\n", content_type, body.size());
   for (const auto& [k, v] : extra) head += fmt::format("{}: {}\r\n", k, v);
   head += close_after_ ? "Connection: close\r\n\r\n" : "Connection: keep-alive\r\n\r\n";
-  queue(head + body);
+  // A HEAD answer has the GET answer's headers and no body (RFC 9110 9.3.2): the body sent
+  // after them was read as the start of the next response on a kept-alive connection.
+  queue(request_.method() == http::verb::head ? std::move(head) : head + body);
 }
 
 void http_session::respond_error(const api_error& e, const header_list& extra) {

@@ -57,6 +57,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
  private:
   void do_read();
   void on_header(boost::beast::error_code ec);
+  void read_body();
   void on_read(boost::beast::error_code ec);
   void on_read_error(boost::beast::error_code ec);
   void queue(std::string bytes);

@@ -1127,6 +1127,74 @@ def fuzz_malformed(srv, c):
     assert srv.alive()
 
 
+@test
+def http_protocol_edges(srv, c):
+    """HEAD, codings, a body cut short, a slow body. Before session 46: HEAD answers carried the
+    body (read as the next response's start on a kept-alive connection); `Transfer-Encoding:
+    gzip, chunked` and `Content-Encoding: gzip` bodies were parsed as plain JSON; a client that
+    closed mid-body counted a 400 nobody read; header_timeout_s ran on through the body, so an
+    upload slower than it in total was cut off."""
+    import socket
+    e = Server(srv.binary, ["--model", srv.model, "--set", "server.header_timeout_s=2"])
+    try:
+        def exchange(data, trickle_s=0.0):
+            with socket.create_connection((e.host, e.port), timeout=20) as s:
+                if trickle_s:
+                    head, body = data.split(b"\r\n\r\n", 1)
+                    s.sendall(head + b"\r\n\r\n")
+                    for i in range(len(body)):
+                        time.sleep(trickle_s)
+                        s.sendall(body[i:i + 1])
+                else:
+                    s.sendall(data)
+                out = b""
+                while True:
+                    b = s.recv(65536)
+                    if not b:
+                        return out
+                    out += b
+
+        # HEAD: the GET answer's headers, no body; the next response on the connection is intact.
+        out = exchange(b"HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n"
+                       b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        first, rest = out.split(b"\r\n\r\n", 1)
+        assert first.startswith(b"HTTP/1.1 200") and b"Content-Length: 15" in first, out
+        assert rest.startswith(b"HTTP/1.1 200") and rest.endswith(b'\r\n\r\n{"status":"ok"}'), out
+        out = exchange(b"HEAD /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert out.startswith(b"HTTP/1.1 200") and out.endswith(b"\r\n\r\n"), out
+        body = b'{"prompt": "x", "max_tokens": 2}'
+        chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+        out = exchange(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                       b"Transfer-Encoding: gzip, chunked\r\n\r\n" + chunked)
+        assert out.startswith(b"HTTP/1.1 501") and b"Transfer-Encoding 'gzip, chunked'" in out, out
+        length = b"Content-Length: %d\r\n" % len(body)
+        out = exchange(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                       b"Content-Encoding: gzip\r\n" + length + b"\r\n" + body)
+        assert out.startswith(b"HTTP/1.1 415") and b"unsupported_media_type" in out, out
+        out = exchange(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                       b"Content-Encoding: identity\r\n" + length + b"\r\n" + body)
+        assert out.startswith(b"HTTP/1.1 200"), out
+        # A client that closes mid-body: no response is counted.
+        before = e.metrics().get('deepinfer:http_responses_total{status="400"}', 0)
+        for _ in range(3):
+            with socket.create_connection((e.host, e.port), timeout=10) as s:
+                s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{\"pro")
+        time.sleep(0.5)
+        assert e.metrics().get('deepinfer:http_responses_total{status="400"}', 0) == before
+        # A body slower in total than header_timeout_s (2 s) but never idle that long: served.
+        t0 = time.time()
+        out = exchange(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + length +
+                       b"\r\n" + body, trickle_s=0.15)
+        assert time.time() - t0 > 4 and out.startswith(b"HTTP/1.1 200"), (time.time() - t0, out[:200])
+        # One idle past it is still closed.
+        with socket.create_connection((e.host, e.port), timeout=20) as s:
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + length + b"\r\n{")
+            t0 = time.time()
+            assert s.recv(100) == b"" and 1.5 < time.time() - t0 < 6, time.time() - t0
+    finally:
+        e.stop()
+
+
 def main():
     binary = sys.argv[1]
     only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
