@@ -2,6 +2,7 @@
 #include "server/bench_client.hpp"
 
 #include "common/error.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 
 #include <fmt/format.h>
 #include <boost/asio/connect.hpp>
@@ -14,9 +15,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <deque>
 #include <fstream>
 #include <random>
+#include <set>
 
 namespace di::server {
 
@@ -69,17 +72,56 @@ struct prompt_item {
   int output_len = 0;
 };
 
-std::vector<prompt_item> make_prompts(const bench_params& p) {
+/// A text of about `len` tokens: random ids decoded, re-encoded and adjusted (cut when the
+/// text encodes to more, topped up with random ids when to fewer) until it encodes to exactly
+/// `len` (almost always within a few rounds) -- as vLLM's random dataset does.
+std::string random_text(const tok::tokenizer& tok, std::size_t len, std::mt19937_64& rng,
+                        std::uniform_int_distribution<std::int32_t>& id) {
+  std::vector<tok::token_id> ids(len);
+  for (auto& x : ids) x = id(rng);
+  std::string text;
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    text = tok.decode(ids);
+    std::vector<tok::token_id> again = tok.encode(text);
+    if (again.size() == len) return text;
+    if (again.size() > len) again.resize(len);
+    while (again.size() < len) again.push_back(id(rng));
+    ids = std::move(again);
+  }
+  return tok.decode(ids);
+}
+
+std::vector<prompt_item> make_prompts(const bench_params& p, bool chat) {
   std::vector<prompt_item> items;
   if (!p.dataset.empty()) {
     std::ifstream in(p.dataset);
     DI_CHECK(in, "--dataset {}: cannot read", p.dataset);
+    int line_number = 0;
     for (std::string line; std::getline(in, line) && int(items.size()) < p.num_prompts;) {
-      if (line.empty()) continue;
-      const json j = json::parse(line, nullptr, false);
-      DI_CHECK(j.is_object() && j.contains("prompt"), "--dataset {}: each line needs a \"prompt\"",
-               p.dataset);
-      items.push_back({j["prompt"], j.value("output_len", p.output_len)});
+      ++line_number;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      json j;
+      try {
+        j = json::parse(line);
+      } catch (const json::parse_error& e) {
+        DI_FAIL("--dataset {}: line {}: not valid JSON: {}", p.dataset, line_number, e.what());
+      }
+      DI_CHECK(j.is_object() && j.contains("prompt"),
+               "--dataset {}: line {}: expected an object with a \"prompt\"", p.dataset,
+               line_number);
+      const json& prompt = j["prompt"];
+      DI_CHECK(prompt.is_string() || (!chat && prompt.is_array()),
+               "--dataset {}: line {}: \"prompt\" must be a string{}", p.dataset, line_number,
+               chat ? " (a chat message)" : " or an array of token ids");
+      int output_len = p.output_len;
+      if (auto o = j.find("output_len"); o != j.end()) {
+        DI_CHECK(o->is_number_integer() && o->get<std::int64_t>() > 0 &&
+                     o->get<std::int64_t>() <= std::numeric_limits<int>::max(),
+                 "--dataset {}: line {}: \"output_len\" must be a positive whole number, got {}",
+                 p.dataset, line_number, o->dump());
+        output_len = int(o->get<std::int64_t>());
+      }
+      items.push_back({prompt, output_len});
     }
     DI_CHECK(!items.empty(), "--dataset {}: no prompts", p.dataset);
     while (int(items.size()) < p.num_prompts) items.push_back(items[items.size() % items.size()]);
@@ -87,6 +129,14 @@ std::vector<prompt_item> make_prompts(const bench_params& p) {
   }
   std::mt19937_64 rng(p.seed);
   std::uniform_int_distribution<std::int32_t> id(p.vocab_lo, p.vocab_hi - 1);
+  if (chat) {
+    DI_CHECK(!p.tokenizer_dir.empty(),
+             "--endpoint /v1/chat/completions with random prompts needs --tokenizer");
+    const tok::tokenizer tok = tok::tokenizer::from_dir(p.tokenizer_dir);
+    for (int i = 0; i < p.num_prompts; ++i)
+      items.push_back({random_text(tok, std::size_t(p.input_len), rng, id), p.output_len});
+    return items;
+  }
   for (int i = 0; i < p.num_prompts; ++i) {
     std::vector<std::int32_t> ids(std::size_t(p.input_len));
     for (auto& x : ids) x = id(rng);
@@ -124,6 +174,7 @@ class bench_conn : public std::enable_shared_from_this<bench_conn> {
   std::string error_body_;
   bench_request_result result_;
   clock_type::time_point start_, last_;
+  std::int64_t num_chunks_ = 0;  // content chunks: the output tokens if no usage comes
   bool has_first_ = false, saw_done_ = false, is_finished_ = false;
 };
 
@@ -290,6 +341,7 @@ void bench_conn::on_event(std::string_view payload) {
   if (auto u = j.find("usage"); u != j.end() && u->is_object()) {
     result_.output_tokens = u->value("completion_tokens", 0);
     result_.prompt_tokens = u->value("prompt_tokens", 0);
+    result_.has_usage = true;
   }
   auto ch = j.find("choices");
   if (ch == j.end() || !ch->is_array() || ch->empty()) return;
@@ -299,6 +351,7 @@ void bench_conn::on_event(std::string_view payload) {
       (c.contains("delta") && c["delta"].is_object() && c["delta"].contains("content") &&
        c["delta"]["content"].is_string() && !c["delta"]["content"].get<std::string>().empty());
   if (!has_text) return;
+  ++num_chunks_;
   const auto now = clock_type::now();
   if (!has_first_)
     result_.ttft_s = seconds_between(start_, now);
@@ -314,6 +367,7 @@ void bench_conn::finish(std::string error) {
   if (error.empty() && !error_body_.empty()) error = "stream error: " + error_body_;
   result_.e2e_s = seconds_between(start_, clock_type::now());
   result_.is_ok = error.empty();
+  if (!result_.has_usage) result_.output_tokens = num_chunks_;
   result_.error = std::move(error);
   beast::error_code ec;
   stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
@@ -321,27 +375,38 @@ void bench_conn::finish(std::string error) {
   run_.done(index_, std::move(result_));
 }
 
-latency_summary summarize(std::vector<double> xs) {
+}  // namespace
+
+latency_summary summarize_ms(std::vector<double> xs) {
   latency_summary s;
   if (xs.empty()) return s;
   std::sort(xs.begin(), xs.end());
   double sum = 0;
   for (double x : xs) sum += x;
-  auto pct = [&](double q) {
-    return xs[std::min(xs.size() - 1, std::size_t(q * double(xs.size() - 1) + 0.5))] * 1e3;
+  auto pct = [&](double q) {  // numpy.percentile's "linear": between the ranks around q(n-1)
+    const double pos = q * double(xs.size() - 1);
+    const std::size_t lo = std::size_t(pos), hi = std::min(lo + 1, xs.size() - 1);
+    return (xs[lo] + (xs[hi] - xs[lo]) * (pos - double(lo))) * 1e3;
   };
+  s.count = xs.size();
   s.mean = sum / double(xs.size()) * 1e3;
   s.p50 = pct(0.5);
   s.p99 = pct(0.99);
   return s;
 }
 
-}  // namespace
-
 bench_report run_bench(const bench_params& p) {
   DI_CHECK(p.num_prompts > 0, "--num-prompts must be positive");
   DI_CHECK(p.request_rate > 0, "--request-rate must be positive (inf = all at once)");
   DI_CHECK(p.input_len > 0 && p.output_len > 0, "--input-len and --output-len must be positive");
+  DI_CHECK(p.concurrency >= 0, "--concurrency must be 0 (no limit) or positive, got {}",
+           p.concurrency);
+  DI_CHECK(p.timeout_s > 0 && std::isfinite(p.timeout_s),
+           "--timeout must be a positive number of seconds, got {}", p.timeout_s);
+  DI_CHECK(p.endpoint == "/v1/completions" || p.endpoint == "/v1/chat/completions",
+           "--endpoint must be /v1/completions or /v1/chat/completions, got '{}'", p.endpoint);
+  const bool chat = p.endpoint == "/v1/chat/completions";
+  const std::vector<prompt_item> prompts = make_prompts(p, chat);
   const target t = parse_url(p.url);
   std::string model = p.model;
   if (model.empty()) {
@@ -350,9 +415,8 @@ bench_report run_bench(const bench_params& p) {
              "{}/v1/models: no model listed", p.url);
     model = models["data"][0].value("id", "");
   }
-  const bool chat = p.endpoint.find("chat") != std::string::npos;
   std::vector<std::string> bodies;
-  for (const prompt_item& item : make_prompts(p)) {
+  for (const prompt_item& item : prompts) {
     json body = {{"model", model},
                  {"max_tokens", item.output_len},
                  {"stream", true},
@@ -360,9 +424,7 @@ bench_report run_bench(const bench_params& p) {
                  {"stream_options", {{"include_usage", true}}},
                  {"temperature", 0}};
     if (chat) {
-      body["messages"] = json::array(
-          {{{"role", "user"},
-            {"content", item.prompt.is_string() ? item.prompt : json(item.prompt.dump())}}});
+      body["messages"] = json::array({{{"role", "user"}, {"content", item.prompt}}});
     } else {
       body["prompt"] = item.prompt;
     }
@@ -374,15 +436,24 @@ bench_report run_bench(const bench_params& p) {
   r.duration_s = run.duration_s;
   r.max_in_flight = run.max_in_flight;
   std::vector<double> ttft, tpot, itl, e2e, failed_e2e;
+  std::set<int> failing_statuses;
   for (const bench_request_result& x : run.results) {
     ++r.status_counts[x.status];
+    if (!x.is_ok && failing_statuses.insert(x.status).second && r.errors.size() < 32)
+      r.errors.push_back(x.error);  // an example of each failing status (at most 32)
+  }
+  for (const bench_request_result& x : run.results) {
     if (!x.is_ok) {
       failed_e2e.push_back(x.e2e_s);
       ++r.num_failed;
-      if (r.errors.size() < 5) r.errors.push_back(x.error);
+      // then a few more distinct messages
+      if (r.errors.size() < 5 &&
+          std::find(r.errors.begin(), r.errors.end(), x.error) == r.errors.end())
+        r.errors.push_back(x.error);
       continue;
     }
     ++r.num_completed;
+    if (!x.has_usage) ++r.num_without_usage;
     r.prompt_tokens += x.prompt_tokens;
     r.output_tokens += x.output_tokens;
     ttft.push_back(x.ttft_s);
@@ -394,31 +465,31 @@ bench_report run_bench(const bench_params& p) {
   r.request_throughput = r.num_completed / d;
   r.output_throughput = double(r.output_tokens) / d;
   r.total_throughput = double(r.prompt_tokens + r.output_tokens) / d;
-  r.ttft_ms = summarize(std::move(ttft));
-  r.tpot_ms = summarize(std::move(tpot));
-  r.itl_ms = summarize(std::move(itl));
-  r.e2e_ms = summarize(std::move(e2e));
-  r.failed_e2e_ms = summarize(std::move(failed_e2e));
+  r.ttft_ms = summarize_ms(std::move(ttft));
+  r.tpot_ms = summarize_ms(std::move(tpot));
+  r.itl_ms = summarize_ms(std::move(itl));
+  r.e2e_ms = summarize_ms(std::move(e2e));
+  r.failed_e2e_ms = summarize_ms(std::move(failed_e2e));
   return r;
 }
 
 std::string report_json(const bench_params& p, const bench_report& r) {
-  auto lat = [](const latency_summary& s) {
-    return json{{"mean", s.mean}, {"p50", s.p50}, {"p99", s.p99}};
+  auto lat = [](const latency_summary& s) {  // null: no sample (e.g. nothing succeeded)
+    auto v = [&](double x) { return s.count > 0 ? json(x) : json(nullptr); };
+    return json{{"mean", v(s.mean)}, {"p50", v(s.p50)}, {"p99", v(s.p99)}};
   };
   json j = {{"url", p.url},
             {"endpoint", p.endpoint},
             {"num_prompts", p.num_prompts},
             {"request_rate", std::isfinite(p.request_rate) ? json(p.request_rate) : json("inf")},
             {"concurrency", p.concurrency},
-            {"input_len", p.input_len},
-            {"output_len", p.output_len},
             {"duration_s", r.duration_s},
             {"completed", r.num_completed},
             {"failed", r.num_failed},
             {"errors", r.errors},
             {"prompt_tokens", r.prompt_tokens},
             {"output_tokens", r.output_tokens},
+            {"requests_without_usage", r.num_without_usage},
             {"request_throughput", r.request_throughput},
             {"output_throughput", r.output_throughput},
             {"total_token_throughput", r.total_throughput},
@@ -428,6 +499,12 @@ std::string report_json(const bench_params& p, const bench_report& r) {
             {"itl_ms", lat(r.itl_ms)},
             {"e2e_ms", lat(r.e2e_ms)},
             {"failed_e2e_ms", lat(r.failed_e2e_ms)}};
+  if (p.dataset.empty()) {
+    j["input_len"] = p.input_len;
+    j["output_len"] = p.output_len;
+  } else {
+    j["dataset"] = p.dataset;  // lengths come from its lines
+  }
   for (const auto& [status, n] : r.status_counts) j["status_counts"][std::to_string(status)] = n;
   return j.dump(2);
 }

@@ -1,9 +1,11 @@
 // The load generator of `deepinfer bench serve`: requests arrive as a Poisson process at
 // `request_rate` (or all at once), at most `concurrency` in flight, each a streaming
-// /v1/completions request of a random token-id prompt of input_len tokens (or a dataset line)
-// with ignore_eos and max_tokens = output_len. Asynchronous on one Asio thread: a thousand
+// /v1/completions request of a random token-id prompt of input_len tokens (/v1/chat/completions:
+// a message whose text is input_len tokens, random ids decoded with a tokenizer; or a dataset
+// line) with ignore_eos and max_tokens = output_len. Asynchronous on one Asio thread: a thousand
 // concurrent streams cost one thread. Per request it records TTFT, the gaps between streamed
-// chunks (ITL), TPOT and end-to-end latency, the output tokens from usage, and failures.
+// chunks (ITL), TPOT and end-to-end latency, the output tokens from usage (or, when the server
+// sends none, the content chunks streamed), and failures.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +28,7 @@ struct bench_params {
   int input_len = 128;
   int output_len = 128;
   std::string dataset;  ///< JSONL of {"prompt", "output_len"?}; empty = random
+  std::string tokenizer_dir;  ///< decodes the random prompts of /v1/chat/completions
   std::uint64_t seed = 0;
   std::int32_t vocab_lo = 1000;  ///< random prompt ids are in [vocab_lo, vocab_hi)
   std::int32_t vocab_hi = 20000;
@@ -43,17 +46,24 @@ struct bench_request_result {
   double ttft_s = 0;
   double e2e_s = 0;
   std::vector<double> itl_s;  ///< gaps between content chunks after the first
+  bool has_usage = false;     ///< false: output_tokens counts the content chunks streamed
 };
 
+/// Percentiles interpolate linearly between the closest ranks (numpy.percentile's default, as
+/// vLLM's benchmark reports them). count 0: no sample, the figures mean nothing ("n/a").
 struct latency_summary {
   double mean = 0, p50 = 0, p99 = 0;
+  std::size_t count = 0;
 };
+
+/// Summary of `xs` (seconds) in milliseconds.
+latency_summary summarize_ms(std::vector<double> xs);
 
 struct bench_report {
   double duration_s = 0;
   int num_completed = 0;
   int num_failed = 0;
-  std::vector<std::string> errors;   ///< the first few failure messages
+  std::vector<std::string> errors;   ///< a message of each failing status, then a few more
   std::map<int, int> status_counts;  ///< HTTP status of every request (0 = no response)
   latency_summary failed_e2e_ms;     ///< how fast failures failed (e.g. 429 at admission)
   std::int64_t prompt_tokens = 0;
@@ -62,6 +72,7 @@ struct bench_report {
   double output_throughput = 0;   ///< output tokens / s
   double total_throughput = 0;    ///< (prompt + output) tokens / s
   int max_in_flight = 0;
+  int num_without_usage = 0;  ///< completed requests whose output tokens are streamed chunks
   latency_summary ttft_ms, tpot_ms, itl_ms, e2e_ms;
 };
 

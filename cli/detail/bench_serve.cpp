@@ -3,11 +3,13 @@
 // generator, shows a progress bar on stderr, and prints a table (or one JSON object) of
 // throughput and TTFT / TPOT / ITL / end-to-end latency (mean, p50, p99) and failures. Several
 // rates make a sweep: one run per rate, then a summary table (JSON: an array of the objects)
-// and, with --plot, a PNG drawn by gnuplot. Exit code 1 when any request failed.
+// and, with --plot, a PNG drawn by gnuplot. Exit code 1 when any request failed. A figure with
+// no sample (no request succeeded) prints as n/a.
 #include "cli/detail/bench_serve.hpp"
 
 #include "cli/command.hpp"
 #include "cli/detail/sweep_plot.hpp"
+#include "model/make_model/assets.hpp"
 #include "server/bench_client.hpp"
 #include "server/http_server.hpp"
 
@@ -36,9 +38,14 @@ void progress(int done, int total) {
   std::fflush(stderr);
 }
 
+/// `x` with two decimals, or "n/a" when `s` has no sample.
+std::string ms(const server::latency_summary& s, double x) {
+  return s.count > 0 ? fmt::format("{:.2f}", x) : "n/a";
+}
+
 void print_table(const server::bench_params& p, const server::bench_report& r) {
   auto row = [](const char* name, const server::latency_summary& s) {
-    fmt::print("{:<22} {:>10.2f} {:>10.2f} {:>10.2f}\n", name, s.mean, s.p50, s.p99);
+    fmt::print("{:<22} {:>10} {:>10} {:>10}\n", name, ms(s, s.mean), ms(s, s.p50), ms(s, s.p99));
   };
   fmt::print("============ Serving benchmark ({}) ============\n", p.url + p.endpoint);
   fmt::print("{:<34} {}\n", "Successful requests:", r.num_completed);
@@ -50,6 +57,9 @@ void print_table(const server::bench_params& p, const server::bench_report& r) {
   fmt::print("{:<34} {}\n", "Max requests in flight:", r.max_in_flight);
   fmt::print("{:<34} {}\n", "Total input tokens:", r.prompt_tokens);
   fmt::print("{:<34} {}\n", "Total generated tokens:", r.output_tokens);
+  if (r.num_without_usage > 0)
+    fmt::print("  ({} request(s) sent no usage: their streamed content chunks are counted)\n",
+               r.num_without_usage);
   fmt::print("{:<34} {:.2f}\n", "Request throughput (req/s):", r.request_throughput);
   fmt::print("{:<34} {:.2f}\n", "Output token throughput (tok/s):", r.output_throughput);
   fmt::print("{:<34} {:.2f}\n", "Total token throughput (tok/s):", r.total_throughput);
@@ -90,10 +100,11 @@ void print_sweep(const std::vector<sweep_point>& points) {
              "out tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "failed");
   for (const sweep_point& p : points) {
     const server::bench_report& r = p.report;
-    fmt::print("{:>10} {:>9.2f} {:>11.1f} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>7}\n",
+    fmt::print("{:>10} {:>9.2f} {:>11.1f} {:>10} {:>10} {:>10} {:>10} {:>7}\n",
                std::isfinite(p.offered_rate) ? fmt::format("{:g}", p.offered_rate) : "inf",
-               r.request_throughput, r.output_throughput, r.ttft_ms.p50, r.ttft_ms.p99,
-               r.tpot_ms.p50, r.tpot_ms.p99, r.num_failed);
+               r.request_throughput, r.output_throughput, ms(r.ttft_ms, r.ttft_ms.p50),
+               ms(r.ttft_ms, r.ttft_ms.p99), ms(r.tpot_ms, r.tpot_ms.p50),
+               ms(r.tpot_ms, r.tpot_ms.p99), r.num_failed);
   }
   fmt::print("(latencies in ms)\n");
 }
@@ -120,11 +131,16 @@ void add_bench_serve(CLI::App* bench) {
       ->capture_default_str();
   sub->add_option("--concurrency", p->concurrency, "Most requests in flight (0 = no limit)")
       ->capture_default_str();
-  sub->add_option("--input-len", p->input_len, "Prompt tokens (random ids)")->capture_default_str();
+  sub->add_option("--input-len", p->input_len,
+                  "Prompt tokens (random ids; chat: of the message text, before the template)")
+      ->capture_default_str();
   sub->add_option("--output-len", p->output_len, "Generated tokens per request (ignore_eos)")
       ->capture_default_str();
   sub->add_option("--dataset", p->dataset,
                   "JSONL file of {\"prompt\": ..., \"output_len\": N} instead of random");
+  sub->add_option("--tokenizer", p->tokenizer_dir,
+                  "Folder with tokenizer.json that decodes the random chat prompts (default: the "
+                  "bundled DeepSeek-V3 one)");
   sub->add_option("--seed", p->seed, "Seed of prompts and arrivals")->capture_default_str();
   sub->add_option("--timeout", p->timeout_s, "Per-request timeout in seconds")
       ->capture_default_str();
@@ -140,6 +156,8 @@ void add_bench_serve(CLI::App* bench) {
         throw CLI::ValidationError("--plot", "needs a sweep: give several --request-rate values");
       require_gnuplot();
     }
+    if (p->endpoint == "/v1/chat/completions" && p->dataset.empty() && p->tokenizer_dir.empty())
+      p->tokenizer_dir = find_tokenizer_assets().string();
     if (p->api_key.empty())
       if (const char* k = std::getenv("DEEPINFER_API_KEY")) p->api_key = k;
     p->on_progress = progress;

@@ -41,9 +41,13 @@ void plot_sweep(const std::vector<sweep_point>& points, const std::string& png_p
             "tpot_p99_ms\tfailed\n";
     for (const sweep_point& p : points) {
       const server::bench_report& r = p.report;
-      data << fmt::format("{}\t{:.4f}\t{:.2f}\t{:.3f}\t{:.3f}\t{:.3f}\t{:.3f}\t{}\n",
-                          rate_label(p.offered_rate), r.request_throughput, r.output_throughput,
-                          r.ttft_ms.p50, r.ttft_ms.p99, r.tpot_ms.p50, r.tpot_ms.p99, r.num_failed);
+      auto ms = [](const server::latency_summary& s, double x) {  // NaN: gnuplot skips it
+        return s.count > 0 ? fmt::format("{:.3f}", x) : "NaN";
+      };
+      data << fmt::format("{}\t{:.4f}\t{:.2f}\t{}\t{}\t{}\t{}\t{}\n", rate_label(p.offered_rate),
+                          r.request_throughput, r.output_throughput, ms(r.ttft_ms, r.ttft_ms.p50),
+                          ms(r.ttft_ms, r.ttft_ms.p99), ms(r.tpot_ms, r.tpot_ms.p50),
+                          ms(r.tpot_ms, r.tpot_ms.p99), r.num_failed);
     }
   }
   const std::string script = fmt::format(

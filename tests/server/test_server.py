@@ -1012,6 +1012,13 @@ def bench_serve_sweep(srv, c):
     single = subprocess.run(cmd[:-4] + ["--request-rate", "inf", "--plot", png], capture_output=True,
                             text=True, timeout=60)
     assert single.returncode != 0 and "--plot" in single.stderr, single.stderr
+    # chat: each message is a text of 8 tokens; the template adds BOS, <｜User｜>, <｜Assistant｜>
+    # (the ids were sent as the text "[4036,19850,...]": about 3 tokens an id)
+    chat = subprocess.run(cmd[:-4] + ["--endpoint", "/v1/chat/completions", "--json"], capture_output=True,
+                          text=True, timeout=300)
+    assert chat.returncode == 0, chat.stderr[-2000:]
+    r = json.loads(chat.stdout)
+    assert r["completed"] == 6 and r["prompt_tokens"] == 6 * (8 + 3) and r["output_tokens"] == 24, r
 
 
 # ---- disconnects, concurrency, fuzz ----------------------------------------------------------
