@@ -329,6 +329,13 @@ void run_launch(const launch_options& o) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGHUP, &sa, nullptr);  // a closed terminal: the same orderly shutdown
+  // main() blocked them from the start (block_stop_signals_early): one that came meanwhile is
+  // taken now, by the handler.
+  sigset_t stops;
+  sigemptyset(&stops);
+  sigaddset(&stops, SIGINT);
+  sigaddset(&stops, SIGTERM);
+  sigprocmask(SIG_UNBLOCK, &stops, nullptr);
   for (std::size_t r = 0; r < config.nodes.size(); ++r) {
     const std::string& host = config.nodes[r].host;
     if (local.contains(host)) {

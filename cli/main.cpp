@@ -3,13 +3,17 @@
 #include "cli/command.hpp"
 #include "common/error.hpp"
 
+#include <pthread.h>
+
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <iostream>
 #include <new>
 #include <string>
+#include <string_view>
 
 namespace di::cli {
 
@@ -34,6 +38,28 @@ void check_stdin_read(const char* what) {
 }  // namespace di::cli
 
 namespace {
+
+/// serve, launch and node stop in order on SIGINT/SIGTERM, and on one before they are ready
+/// they end at once with 128 + its number. Both are blocked from the program's first
+/// initializer on, so that one sent early stays pending until the command takes it (serve's
+/// sigwait thread, launch's and node's handlers, which unblock them). Before, a SIGINT sent in
+/// the first ~50 ms was lost when the process had inherited it ignored -- as a non-interactive
+/// shell's `cmd &` does -- and the server then ran on as if never told. (glibc passes argc and
+/// argv to the functions of .preinit_array, which run before every shared library's
+/// initializers -- cuBLAS's take tens of milliseconds.)
+void block_stop_signals_early(int argc, char** argv, char**) {
+  if (argc < 2) return;
+  const std::string_view cmd = argv[1];
+  if (cmd != "serve" && cmd != "launch" && cmd != "node") return;
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+using preinit_fn = void (*)(int, char**, char**);
+[[gnu::section(".preinit_array"), gnu::used]] const preinit_fn block_stop_signals_entry =
+    block_stop_signals_early;
 
 /// After a failed parse: the word given where the innermost command parsed expects one of its
 /// subcommands and none matched ("" when that is not what went wrong).
