@@ -50,6 +50,13 @@ void plot_sweep(const std::vector<sweep_point>& points, const std::string& png_p
                           ms(r.tpot_ms, r.tpot_ms.p99), r.num_failed);
     }
   }
+  // A panel none of whose points has a sample (every request failed; TPOT of one-token outputs)
+  // gets a fixed y range: gnuplot refuses to autoscale only undefined values.
+  auto yrange = [&](auto summary) {
+    for (const sweep_point& p : points)
+      if ((p.report.*summary).count > 0) return "set yrange [*:*]";
+    return "set yrange [0:1]";
+  };
   const std::string script = fmt::format(
       "set terminal pngcairo size 1200,500 noenhanced\n"
       "set output {png}\n"
@@ -58,16 +65,18 @@ void plot_sweep(const std::vector<sweep_point>& points, const std::string& png_p
       "set grid\n"
       "set xlabel 'achieved request throughput (req/s)'\n"
       "set multiplot layout 1,2 title 'deepinfer bench serve: request-rate sweep'\n"
-      "set ylabel 'TTFT (ms)'\n"
+      "set ylabel 'TTFT (ms)'\n{ttft_range}\n"
       "plot {data} using 2:4 with linespoints title 'TTFT p50', \\\n"
       "     {data} using 2:5 with linespoints title 'TTFT p99', \\\n"
       "     {data} using 2:5:1 with labels offset 0,1 notitle\n"
-      "set ylabel 'TPOT (ms)'\n"
+      "set ylabel 'TPOT (ms)'\n{tpot_range}\n"
       "plot {data} using 2:6 with linespoints title 'TPOT p50', \\\n"
       "     {data} using 2:7 with linespoints title 'TPOT p99', \\\n"
       "     {data} using 2:7:1 with labels offset 0,1 notitle\n"
       "unset multiplot\n",
-      fmt::arg("png", quoted(png_path)), fmt::arg("data", quoted(data_path)));
+      fmt::arg("png", quoted(png_path)), fmt::arg("data", quoted(data_path)),
+      fmt::arg("ttft_range", yrange(&server::bench_report::ttft_ms)),
+      fmt::arg("tpot_range", yrange(&server::bench_report::tpot_ms)));
   FILE* gp = popen("gnuplot 1>&2", "w");
   DI_CHECK(gp != nullptr, "--plot: cannot start gnuplot");
   std::fwrite(script.data(), 1, script.size(), gp);

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """`deepinfer bench serve` against a fake OpenAI streaming server (standard library only) whose
 timings, statuses and usage chunks the test sets: percentiles, chat prompts, option and
---dataset checks, error examples, n/a figures, output tokens without usage.
+--dataset checks, error examples, n/a figures (and a sweep plot of them), output tokens
+without usage.
 
 Usage: test_bench_serve.py BUILD/bin/deepinfer [SOURCE_DIR]"""
 import http.server
@@ -220,6 +221,24 @@ def every_failing_status_has_an_example():
     rows = {line.split()[0]: line.split()[1:] for line in p.stdout.splitlines()[::-1] if line.split()}
     for k in ("TTFT", "TPOT", "E2E"):
         assert rows[k] == ["n/a"] * 3, (k, p.stdout)
+
+
+@test
+def sweep_plot_without_samples():
+    # no request succeeds / one-token outputs have no TPOT: NaN in the data, the panel still
+    # drawn (figures of 0.00 were plotted; with NaN alone gnuplot refused to autoscale)
+    d = tempfile.mkdtemp()
+    for statuses, extra in [([500], []), ([], ["--output-len", "1"])]:
+        Fake.reset(statuses=statuses, chunks=1)
+        png = os.path.join(d, f"sweep{len(extra)}.png")
+        p = bench("--num-prompts", "2", "--request-rate", "5,inf", "--plot", png, *extra, json_out=False)
+        assert p.returncode == (1 if statuses else 0) and "wrote " + png in p.stderr, p.stderr[-1000:]
+        with open(png, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n", "not a PNG"
+        with open(png + ".tsv") as f:
+            rows = [line.rstrip("\n").split("\t") for line in f if not line.startswith("#")]
+        assert len(rows) == 2 and all(row[5:7] == ["NaN", "NaN"] for row in rows), rows
+        assert all(row[3] == "NaN" for row in rows) == bool(statuses), rows
 
 
 @test
