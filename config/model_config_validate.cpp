@@ -31,26 +31,31 @@ void check_layer_list(const std::vector<int>& ids, const model_config& c, const 
 }
 
 void validate_geometry(const model_config& c, const std::string& src) {
+  // Where the text model's keys are: under text_config in V4.1 (the reader's errors say so too).
+  const char* t = c.is_v41() ? "text_config." : "";
   std::size_t n = c.compress_ratios.size();
   std::size_t layers = std::size_t(c.num_layers);
   DI_CHECK(n == layers || n == layers + std::size_t(c.drafter.num_layers),
-           "{}: key 'compress_ratios': has {} entries but num_hidden_layers is {}{}", src, n, layers,
+           "{}: key '{}compress_ratios': has {} entries but num_hidden_layers is {}{}", src, t, n,
+           layers,
            c.drafter.num_layers ? fmt::format(" (+{} drafter layers)", c.drafter.num_layers) : "");
   for (std::size_t l = 0; l < n; ++l)
-    DI_CHECK(c.compress_ratios[l] >= 0, "{}: key 'compress_ratios': entry {} is negative ({})", src,
-             l, c.compress_ratios[l]);
+    DI_CHECK(c.compress_ratios[l] >= 0, "{}: key '{}compress_ratios': entry {} is negative ({})",
+             src, t, l, c.compress_ratios[l]);
   DI_CHECK(c.rope_head_dim % 2 == 0 && c.rope_head_dim < c.head_dim,
-           "{}: key 'qk_rope_head_dim': must be even and smaller than head_dim ({}), got {}", src,
-           c.head_dim, c.rope_head_dim);
+           "{}: key '{}qk_rope_head_dim': must be even and smaller than head_dim ({}), got {}", src,
+           t, c.head_dim, c.rope_head_dim);
   DI_CHECK((std::int64_t(c.num_heads) * c.head_dim) % c.o_groups == 0,
-           "{}: key 'o_groups': num_attention_heads*head_dim ({}) is not divisible by {}", src,
+           "{}: key '{}o_groups': num_attention_heads*head_dim ({}) is not divisible by {}", src, t,
            c.num_heads * c.head_dim, c.o_groups);
-  DI_CHECK(c.num_kv_heads == 1, "{}: key 'num_key_value_heads': DeepSeek-V4 uses one shared KV "
-           "head, got {}", src, c.num_kv_heads);
+  DI_CHECK(c.num_kv_heads == 1,
+           "{}: key '{}num_key_value_heads': DeepSeek-V4 uses one shared KV "
+           "head, got {}",
+           src, t, c.num_kv_heads);
   DI_CHECK(c.num_experts_per_tok <= c.n_routed_experts,
-           "{}: key 'num_experts_per_tok': {} exceeds n_routed_experts ({})", src,
+           "{}: key '{}num_experts_per_tok': {} exceeds n_routed_experts ({})", src, t,
            c.num_experts_per_tok, c.n_routed_experts);
-  DI_CHECK(c.rms_norm_eps >= 0, "{}: key 'rms_norm_eps': must not be negative", src);
+  DI_CHECK(c.rms_norm_eps >= 0, "{}: key '{}rms_norm_eps': must not be negative", src, t);
   DI_CHECK(c.bos_token_id >= 0 && c.bos_token_id < c.vocab_size,
            "{}: key 'bos_token_id': {} outside the vocabulary [0, {})", src, c.bos_token_id, c.vocab_size);
   DI_CHECK(c.eos_token_id >= 0 && c.eos_token_id < c.vocab_size,

@@ -123,6 +123,13 @@ TEST_CASE("malformed config.json gives one clear error naming the key") {
        "key 'compress_ratios': has 5 entries but num_hidden_layers is 6"},
       {"ratios not a list", v4, [](json& j) { j["compress_ratios"] = 4; },
        "key 'compress_ratios': expected a list of integers"},
+      // V4.1's text keys are under text_config: named so like the reader's own errors
+      {"v41 ratios too short", v41, [](json& j) { j["text_config"]["compress_ratios"].erase(0); },
+       "key 'text_config.compress_ratios': has"},
+      {"v41 ratio negative", v41, [](json& j) { j["text_config"]["compress_ratios"][0] = -1; },
+       "key 'text_config.compress_ratios': entry 0 is negative (-1)"},
+      {"v41 odd rope dim", v41, [](json& j) { j["text_config"]["qk_rope_head_dim"] = 7; },
+       "key 'text_config.qk_rope_head_dim': must be even"},
       {"kv source uncompressed", v41,
        [](json& j) {
          j["text_config"]["kv_source_layer_ids"] = {1, 2, 4, 6};
