@@ -2,12 +2,14 @@
 // --status)`: submits requests to a running cluster through a client actor and streams the
 // results: text as it arrives for one --prompt, else one JSON line per request in the format
 // of `generate --json` (plus "index" for files, "error" when a request failed or was refused),
-// with a progress bar on stderr for files. --status prints the cluster's nodes, groups and
-// counters as JSON. Exit code 1 when any request ended with an error.
+// with a progress bar on stderr for files (lines, when stderr is not a terminal). --status
+// prints the cluster's nodes, groups and counters as JSON. Exit code 1 when any request ended
+// with an error.
 #include "actors/client_actor.hpp"
 #include "actors/node_runtime.hpp"
 #include "cli/command.hpp"
 #include "cli/detail/json_input.hpp"
+#include "cli/detail/option_checks.hpp"
 #include "cli/detail/sampling_flags.hpp"
 #include "cli/detail/token_id_list.hpp"
 #include "common/error.hpp"
@@ -92,11 +94,11 @@ void apply_line(const json& j, di::actors::submit_request& r) {
       else if (key == "prompt_ids")
         r.prompt_ids = integer_list(v, key);
       else if (key == "max_tokens")
-        p.max_tokens = integer_field<int>(v, key);
+        p.max_tokens = integer_field<int>(v, key, 1);
       else if (key == "temperature")
         p.temperature = v.get<double>();
       else if (key == "top_k")
-        p.top_k = integer_field<int>(v, key);
+        p.top_k = integer_field<int>(v, key, -1);  // -1 and 0: off
       else if (key == "top_p")
         p.top_p = v.get<double>();
       else if (key == "min_p")
@@ -117,7 +119,7 @@ void apply_line(const json& j, di::actors::submit_request& r) {
       else if (key == "ignore_eos")
         p.ignore_eos = v.get<bool>();
       else if (key == "min_tokens")
-        p.min_tokens = integer_field<int>(v, key);
+        p.min_tokens = integer_field<int>(v, key, 0);
       else if (key == "logprobs")
         p.logprobs = integer_field<int>(v, key, 0);
       else if (key == "prompt_logprobs")
@@ -137,8 +139,17 @@ void apply_line(const json& j, di::actors::submit_request& r) {
   DI_CHECK(r.prompt || !r.prompt_ids.empty(), "the prompt is empty: \"prompt_ids\" has no ids");
 }
 
+/// The checks of sampling_params::validate that need no server limit: the router's own refusal
+/// ("max_tokens must be at least 1, got -5") came back without the line it was about. Ids and
+/// logprobs are bounded by the model and the server's limits, which the router checks.
+void validate_here(const di::runtime::sampling_params& p) {
+  p.validate(std::numeric_limits<std::int64_t>::max(),
+             {.max_logprobs = std::numeric_limits<int>::max()});
+}
+
 std::vector<input_item> read_inputs(const client_options& o) {
   DI_CHECK(o.concurrency >= 1, "--concurrency must be at least 1, got {}", o.concurrency);
+  validate_here(base_request(o).params);  // the flags' values: before any line's
   std::vector<input_item> items;
   if (o.file.empty()) {
     di::actors::submit_request r = base_request(o);
@@ -158,6 +169,7 @@ std::vector<input_item> read_inputs(const client_options& o) {
       di::actors::submit_request r = base_request(o);
       // (strict: a key given twice was taken silently, the last one winning)
       apply_line(di::cli::parse_json_input(line, "the line"), r);
+      validate_here(r.params);
       item.request = std::move(r);
     } catch (const std::exception& e) {
       item.error = fmt::format("{} line {}: {}", o.file, line_no + 1, e.what());
@@ -259,24 +271,33 @@ json status_json(const di::actors::cluster_status& s) {
   return j;
 }
 
-/// "[=====>    ] 12/64  3 errors  812 tok/s" on a terminal's stderr.
+/// "[=====>    ] 12/64  3 errors  812 tok/s" on stderr: redrawn in place on a terminal; else
+/// (a log file) one line per 5% of the requests and one at the end, as bench serve's (it was
+/// not shown at all there).
 class progress_bar {
  public:
-  progress_bar(std::size_t total, bool enabled) : total_(total), enabled_(enabled), start_(di::actors::now_ns()) {}
+  progress_bar(std::size_t total, bool enabled)
+      : total_(total),
+        enabled_(enabled),
+        tty_(isatty(STDERR_FILENO) != 0),
+        start_(di::actors::now_ns()) {}
   void update(std::size_t done, std::size_t errors, std::int64_t tokens) {
     if (!enabled_) return;
+    if (!tty_ && done != total_ && done % std::max<std::size_t>(1, total_ / 20) != 0) return;
     const double secs = double(di::actors::now_ns() - start_) * 1e-9;
     const int width = 30, filled = total_ ? int(width * done / total_) : width;
-    std::fprintf(stderr, "\r[%s%s] %zu/%zu  %zu errors  %.0f tok/s ", std::string(std::size_t(filled), '=').c_str(),
+    std::fprintf(stderr, "%s[%s%s] %zu/%zu  %zu errors  %.0f tok/s%s", tty_ ? "\r" : "",
+                 std::string(std::size_t(filled), '=').c_str(),
                  std::string(std::size_t(width - filled), ' ').c_str(), done, total_, errors,
-                 secs > 0 ? double(tokens) / secs : 0.0);
-    if (done == total_) std::fputc('\n', stderr);
+                 secs > 0 ? double(tokens) / secs : 0.0, tty_ ? " " : "\n");
+    if (tty_ && done == total_) std::fputc('\n', stderr);
     std::fflush(stderr);
   }
 
  private:
   std::size_t total_;
   bool enabled_;
+  bool tty_;
   std::int64_t start_;
 };
 
@@ -309,7 +330,7 @@ std::size_t run_items(caf::actor_system& sys, const di::actors::router_actor& ro
   std::vector<std::pair<bool, bool>> asks_logprobs;  // request → (logprobs, prompt_logprobs)
   std::size_t errors = 0, done = 0;
   std::int64_t tokens = 0;
-  progress_bar bar(items.size(), with_index && isatty(STDERR_FILENO));
+  progress_bar bar(items.size(), with_index);
   for (input_item& it : items) {
     if (it.request) {
       index_of.push_back(it.index);
@@ -389,7 +410,9 @@ void setup_client(CLI::App& app) {
   sub->add_option("--file", o->file, "JSON lines: {\"prompt\": TEXT} or {\"prompt_ids\": [...]}, optional "
                   "per-line sampling fields (max_tokens, temperature, top_k, top_p, min_p, seed, stop, ...)");
   sub->add_flag("--status", o->status, "Print the cluster's nodes, groups and counters as JSON");
-  sub->add_option("--concurrency", o->concurrency, "Requests in flight at once (files)")->capture_default_str();
+  sub->add_option("--concurrency", o->concurrency, "Requests in flight at once (files)")
+      ->capture_default_str()
+      ->check(di::cli::integer_range(1));
   sub->add_flag("--json", o->json_out, "One JSON object per request (as generate --json) instead of text");
   di::cli::add_sampling_flags(*sub, o->sampling);
   sub->add_option(
@@ -397,7 +420,8 @@ void setup_client(CLI::App& app) {
          "Fail when the router's node is silent this long (it sends heartbeats every "
          "cluster.heartbeat_interval_ms; 0 = wait forever, for clusters without heartbeats)")
       ->capture_default_str()
-      ->check(di::cli::non_negative_integer("MS"));
+      ->check(di::cli::non_negative_integer("MS"))
+      ->check(di::cli::integer_range(0));
   sub->add_option("--cluster-name", o->cluster_name, "The cluster's cluster.name")->capture_default_str();
   sub->add_option(
          "--max-message-bytes", o->max_message_bytes,

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cli/command.hpp"
+#include "cli/detail/json_input.hpp"
 #include "common/error.hpp"
 #include "common/json_brief.hpp"
 #include "model/tokenizer/tokenizer.hpp"
@@ -38,12 +39,9 @@ std::optional<std::uint64_t> id_of(const nlohmann::json& v) {
 // The "ids" of one input line; di::error naming the line if it is not {"ids": [int, ...]}.
 std::vector<di::tok::token_id> ids_of_line(const std::string& line, std::size_t line_number,
                                            std::size_t vocab_size) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(line);
-  } catch (const nlohmann::json::parse_error& e) {
-    DI_FAIL("stdin line {}: not valid JSON: {}", line_number, e.what());
-  }
+  // (strict: a key given twice was taken silently, the last one winning)
+  const nlohmann::json j =
+      di::cli::parse_json_line(line, fmt::format("stdin line {}", line_number));
   DI_CHECK(j.is_object() && j.contains("ids") && j["ids"].is_array(),
            "stdin line {}: expected an object with an array \"ids\", got {}", line_number,
            di::json_brief(j, 80));

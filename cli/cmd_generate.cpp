@@ -8,6 +8,7 @@
 #include "cli/detail/device_setup.hpp"
 #include "cli/detail/json_input.hpp"
 #include "cli/detail/offline_generation.hpp"
+#include "cli/detail/option_checks.hpp"
 #include "cli/detail/sampling_flags.hpp"
 #include "cli/detail/token_id_list.hpp"
 #include "common/error.hpp"
@@ -242,8 +243,9 @@ void setup_generate(CLI::App& app) {
   auto* sub = app.add_subcommand("generate",
                                  "Generate a completion (on the CPU by default, or --device cuda)");
   sub->add_option("--model", o->model,
-                  "Checkpoint folder (default: the built-in tiny-v41, generated "
-                  "into ~/.cache/deepinfer on first use)")
+                  "Checkpoint folder (default: the built-in tiny-v41, generated on first use "
+                  "into $DEEPINFER_CACHE, else $XDG_CACHE_HOME/deepinfer, else "
+                  "~/.cache/deepinfer)")
       ->check(di::cli::not_empty("leave --model out for the built-in model"));
   sub->add_option("--prompt", o->prompt, "Prompt text (BOS is added as tokenizer_config.json says)");
   sub->add_option("--prompt-ids", o->prompt_ids, "Prompt as comma-separated token ids");
@@ -251,14 +253,15 @@ void setup_generate(CLI::App& app) {
                   "the model's chat template and a generation prompt");
   di::cli::add_sampling_flags(*sub, o->sampling);
   sub->add_option(
-      "--n", o->n,
-      "Generations of the same prompt, decoded together as one batch "
-      "(with --json: one line each, in order; with --seed S their seeds are S, S+1, ...)");
+         "--n", o->n,
+         "Generations of the same prompt, decoded together as one batch "
+         "(with --json: one line each, in order; with --seed S their seeds are S, S+1, ...)")
+      ->check(di::cli::integer_range(1));
   sub->add_option("--response-format", o->response_format,
-                  "Structured output: json_schema:FILE, "
-                  "json_object, regex:PATTERN or ebnf:FILE; JSON kinds take +compact, +pretty or "
-                  "+lenient (json_schema+compact:FILE). The text is guaranteed to match; it ends "
-                  "when the grammar is complete");
+                  "Structured output: json_schema:FILE, json_object, regex:PATTERN or ebnf:FILE; "
+                  "JSON kinds take +compact, +pretty, +any (the default) or +lenient "
+                  "(json_schema+compact:FILE). The text is guaranteed to match; it ends when the "
+                  "grammar is complete");
   di::cli::add_act_quant_flags(*sub, o->act_quant);  // bench's spellings too
   sub->add_option("--device", o->device, "Where the forward runs: cpu, cuda or cuda:N (weights "
                   "resident on the GPU)")->capture_default_str();

@@ -30,19 +30,24 @@ struct check_options {
   std::string whitespace = "any";
 };
 
-json_whitespace parse_whitespace(const std::string& w) {
-  if (w == "any") return json_whitespace::any;
-  if (w == "compact") return json_whitespace::compact;
-  if (w == "pretty") return json_whitespace::pretty;
-  DI_FAIL("--json-whitespace must be any, compact or pretty, got '{}'", w);
+/// Usage errors (exit code 2, "(see --help)"), checked before the grammar compiles: they were
+/// reported as "the grammar does not compile: give exactly one of ...".
+json_whitespace check_usage(const check_options& o) {
+  const int given = int(!o.json_schema.empty()) + int(o.regex.has_value()) + int(!o.ebnf.empty());
+  if (given != 1)
+    throw CLI::ValidationError("give exactly one of --json-schema, --regex and --ebnf");
+  if (o.whitespace == "any") return json_whitespace::any;
+  if (o.whitespace == "compact") return json_whitespace::compact;
+  if (o.whitespace == "pretty") return json_whitespace::pretty;
+  throw CLI::ValidationError("--json-whitespace",
+                             fmt::format("must be any, compact or pretty, got '{}'", o.whitespace));
 }
 
 /// The grammar of the options; a grammar that matches no string at all compiles (every string
 /// is then refused, as the JSON Schema `false` must be), with a warning that generation, the
 /// HTTP server and --response-format refuse it.
-std::shared_ptr<const compiled_grammar> compile_for_check(const check_options& o) {
-  int given = int(!o.json_schema.empty()) + int(o.regex.has_value()) + int(!o.ebnf.empty());
-  DI_CHECK(given == 1, "give exactly one of --json-schema, --regex and --ebnf");
+std::shared_ptr<const compiled_grammar> compile_for_check(const check_options& o,
+                                                          json_whitespace whitespace) {
   response_format f;
   if (!o.json_schema.empty()) {
     f = {format_kind::json_schema, di::read_text_file(o.json_schema), {}};
@@ -52,7 +57,7 @@ std::shared_ptr<const compiled_grammar> compile_for_check(const check_options& o
     f = {format_kind::ebnf, di::read_text_file(o.ebnf), {}};
   }
   f.schema.lenient = o.lenient;
-  f.schema.whitespace = parse_whitespace(o.whitespace);
+  f.schema.whitespace = whitespace;
   compile_options co;
   try {
     return compile_response_format(f, co);
@@ -67,9 +72,10 @@ std::shared_ptr<const compiled_grammar> compile_for_check(const check_options& o
 }
 
 void run_check(const check_options& o) {
+  const json_whitespace whitespace = check_usage(o);
   std::shared_ptr<const compiled_grammar> g;
   try {
-    g = compile_for_check(o);
+    g = compile_for_check(o, whitespace);
   } catch (const di::error& e) {
     fmt::print(stderr, "error: the grammar does not compile: {}\n", e.what());
     di::cli::set_exit_code(2);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli/command.hpp"
+#include "cli/detail/json_input.hpp"
 #include "common/error.hpp"
 #include "common/json_brief.hpp"
 #include "model/tokenizer/tokenizer.hpp"
@@ -21,12 +22,9 @@ struct tokenize_args {
 
 // The "text" of one input line; di::error naming the line if it is not {"text": "..."}.
 std::string text_of_line(const std::string& line, std::size_t line_number) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(line);
-  } catch (const nlohmann::json::parse_error& e) {
-    DI_FAIL("stdin line {}: not valid JSON: {}", line_number, e.what());
-  }
+  // (strict: a key given twice was taken silently, the last one winning)
+  const nlohmann::json j =
+      di::cli::parse_json_line(line, fmt::format("stdin line {}", line_number));
   DI_CHECK(j.is_object() && j.contains("text") && j["text"].is_string(),
            "stdin line {}: expected an object with a string \"text\", got {}", line_number,
            di::json_brief(j, 80));

@@ -199,8 +199,10 @@ void add_grammar_bench(CLI::App& grammar_cmd) {
                    "the compile time), as the server does before a request starts")
       ->check(CLI::NonNegativeNumber)
       ->excludes("--precompute");
-  bench->add_flag("!--no-shared-cache", o->shared_cache,
-                  "Do not share token classes of equivalent states across schemas");
+  // (a callback: "!--no-shared-cache" on the bool read "--no-shared-cache{false}" in --help)
+  bench->add_flag_callback(
+      "--no-shared-cache", [o] { o->shared_cache = false; },
+      "Do not share token classes of equivalent states across schemas");
   bench->add_flag("--lenient", o->lenient, "Skip JSON Schema keywords that cannot be enforced");
   bench->add_flag("--json", o->json, "Print one JSON summary line");
   bench->callback([o] { run_grammar_bench(*o); });

@@ -30,4 +30,16 @@ nlohmann::ordered_json parse_json_input(const std::string& text, const std::stri
   }
 }
 
+nlohmann::json parse_json_line(const std::string& line, const std::string& where) {
+  try {
+    return parse_json_strict(line, max_json_input_depth);
+  } catch (const json_input_error& e) {
+    if (e.what_kind == json_input_error::kind::duplicate_key)
+      DI_FAIL("{}: key '{}' is given twice in one object", where, fmt::join(e.path, "."));
+    if (e.what_kind == json_input_error::kind::too_deep)
+      DI_FAIL("{}: nested more than {} levels deep", where, max_json_input_depth);
+    DI_FAIL("{}: not valid JSON: {}", where, e.what());
+  }
+}
+
 }  // namespace di::cli

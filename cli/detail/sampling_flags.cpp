@@ -2,6 +2,8 @@
 // (a negative seed or --logprobs is a usage error); the rest is sampling_params::validate's.
 #include "cli/detail/sampling_flags.hpp"
 
+#include "cli/detail/option_checks.hpp"
+
 #include <CLI/CLI.hpp>
 
 #include <string>
@@ -19,10 +21,14 @@ runtime::sampling_params sampling_flags::to_params() const {
 
 void add_sampling_flags(CLI::App& sub, sampling_flags& f) {
   runtime::sampling_params& p = f.params;
-  sub.add_option("--max-tokens", f.max_tokens, "Tokens to generate at most")->capture_default_str();
+  sub.add_option("--max-tokens", f.max_tokens, "Tokens to generate at most")
+      ->capture_default_str()
+      ->check(integer_range(1));
   sub.add_option("--temperature", p.temperature, "Sampling temperature; 0 = greedy")
       ->capture_default_str();
-  sub.add_option("--top-k", p.top_k, "Keep the k most likely tokens (0 = off)");
+  // (-1 is off too, as in vLLM and the HTTP API's top_k)
+  sub.add_option("--top-k", p.top_k, "Keep the k most likely tokens (0 or -1 = off)")
+      ->check(integer_range(-1));
   sub.add_option("--top-p", p.top_p, "Nucleus sampling mass in (0, 1]");
   sub.add_option("--min-p", p.min_p, "Drop tokens below min_p x the top probability");
   sub.add_option("--repetition-penalty", p.repetition_penalty, "> 1 discourages repeats");
@@ -34,10 +40,12 @@ void add_sampling_flags(CLI::App& sub, sampling_flags& f) {
   sub.add_option("--stop", p.stop, "Stop string (repeatable); not included in the output");
   sub.add_flag("--ignore-eos", p.ignore_eos, "Do not stop at the end-of-sequence token");
   sub.add_option("--logprobs", f.logprobs, "Return the top-K logprobs of every generated token")
-      ->check(non_negative_integer());
+      ->check(non_negative_integer())
+      ->check(integer_range(0));
   sub.add_option("--prompt-logprobs", f.prompt_logprobs,
                  "Return the top-K logprobs of every prompt token")
-      ->check(non_negative_integer());
+      ->check(non_negative_integer())
+      ->check(integer_range(0));
 }
 
 CLI::Validator non_negative_integer(const char* name) {

@@ -353,7 +353,7 @@ class GenerateTest(unittest.TestCase):
             (["--prompt", "x", "--act-quant", "maybe"], "--act-quant"),
             (["--prompt", "x", "--prompt-ids", "1"], "exactly one of"),
             (["--chat", os.path.join(WORK, "missing.json")], "missing.json"),
-            (["--prompt", "x", "--n", "0"], "--n must be at least 1"),
+            (["--prompt", "x", "--n", "0"], "--n: '0' is out of range [1, 2147483647]"),
             (["--prompt", "x", "--n", "2"], "--n above 1 needs --json"),
             (["--prompt", "x", "--n", "1000000", "--json"], "--n must be at most 4096 (one batch)"),
             # usage errors are one "error:" line too; seeds are 64-bit, never negative
@@ -660,6 +660,84 @@ class GenerateTest(unittest.TestCase):
         p = run("generate", "--model", MODEL, "--prompt", "x", "--max-tokens", "9223372036854775808")
         self.assertEqual(error_lines(p),
                          ["error: --max-tokens: '9223372036854775808' is out of range (see --help)"])
+
+    def test_integer_options_out_of_range_name_the_range(self):
+        # a value past an int option's type said "Could not convert: --max-tokens = 99999999999"
+        for args, msg in ((["--max-tokens", "99999999999"], "--max-tokens: '99999999999' is out of range [1, 2147483647]"),
+                          (["--max-tokens", "0"], "--max-tokens: '0' is out of range [1, 2147483647]"),
+                          (["--n", "2147483648", "--json"], "--n: '2147483648' is out of range [1, 2147483647]"),
+                          (["--logprobs", "2147483648", "--json"],
+                           "--logprobs: '2147483648' is out of range [0, 2147483647]"),
+                          # -1 is off, as the HTTP API's top_k; below it was taken silently
+                          (["--top-k", "-5"], "--top-k: '-5' is out of range [-1, 2147483647]"),
+                          (["--top-k", "-2147483649"], "--top-k: '-2147483649' is out of range [-1, 2147483647]")):
+            p = run("generate", "--model", MODEL, "--prompt", "x", *args)
+            self.assertEqual(p.returncode, 2, (args, p.stderr))
+            self.assertEqual(error_lines(p), [f"error: {msg} (see --help)"], args)
+        for k in ("-1", "0"):
+            p = run("generate", "--model", MODEL, "--prompt", "x", "--top-k", k, "--max-tokens", "2", "--json")
+            self.assertEqual(p.returncode, 0, (k, p.stderr))
+        p = run("client", "--connect", "127.0.0.1:1", "--prompt", "x", "--concurrency", "99999999999")
+        self.assertEqual(error_lines(p),
+                         ["error: --concurrency: '99999999999' is out of range [1, 2147483647] (see --help)"])
+        p = run("generate", "--help")
+        self.assertIn("(0 or -1 = off)", p.stdout)
+
+    def test_an_option_given_twice_is_refused(self):
+        # CLI11 said "--max-tokens: At Most 1 required but received 2"
+        for name, args in (("--max-tokens", ["generate", "--model", MODEL, "--prompt", "Hi", "--max-tokens", "0",
+                                             "--max-tokens", "2"]),
+                           ("--model", ["generate", "--model", MODEL, "--model", MODEL, "--prompt", "Hi"]),
+                           ("--tokenizer", ["tokenize", "--tokenizer", MODEL, "--tokenizer", MODEL]),
+                           ("--regex", ["grammar", "check", "--regex", "a", "--regex", "b", "--strings", MODEL])):
+            p = run(*args)
+            self.assertEqual(p.returncode, 2, (args, p.stderr))
+            self.assertEqual(error_lines(p), [f"error: {name}: given more than once (see --help)"], args)
+        # repeatable options and flags stay repeatable
+        p = run("generate", "--model", MODEL, "--prompt", "Hi", "--max-tokens", "2", "--stop", "a", "--stop", "b",
+                "--json", "--json")
+        self.assertEqual(p.returncode, 0, p.stderr)
+
+    def test_grammar_check_usage_errors_are_not_blamed_on_the_grammar(self):
+        strings = os.path.join(WORK, "usage-strings.jsonl")
+        with open(strings, "w") as f:
+            f.write('{"text": "a"}\n')
+        for args in ([], ["--regex", "a", "--ebnf", strings]):
+            p = run("grammar", "check", *args, "--strings", strings)
+            self.assertEqual(p.returncode, 2, (args, p.stderr))
+            self.assertEqual(error_lines(p), ["error: give exactly one of --json-schema, --regex and --ebnf "
+                                              "(see --help)"], args)
+            self.assertEqual(p.stdout, "")
+        p = run("grammar", "check", "--regex", "a", "--json-whitespace", "tight", "--strings", strings)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertEqual(error_lines(p), ["error: --json-whitespace: must be any, compact or pretty, got 'tight' "
+                                          "(see --help)"])
+        p = run("grammar", "check", "--regex", "a", "--strings", strings)
+        self.assertEqual((p.returncode, p.stdout), (0, '{"accepted": true}\n'), p.stderr)
+
+    def test_help_texts_say_what_the_commands_do(self):
+        p = run("grammar", "bench", "--help")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("--no-shared-cache ", p.stdout)
+        self.assertNotIn("{false}", p.stdout)
+        p = run("generate", "--help")
+        flat = " ".join(p.stdout.split())
+        self.assertIn("$DEEPINFER_CACHE, else $XDG_CACHE_HOME/deepinfer, else ~/.cache/deepinfer", flat)
+        self.assertIn("+any (the default)", flat)
+
+    def test_tokenize_and_detokenize_refuse_a_key_given_twice(self):
+        # the last one won silently, where chat-template, generate --chat and client --file refuse it
+        for cmd, line, key in (("tokenize", '{"text":"a","text":"b"}', "text"),
+                               ("detokenize", '{"ids":[1],"ids":[2]}', "ids")):
+            p = run(cmd, "--tokenizer", MODEL, stdin='{"%s": %s}\n%s\n' % (key, '"a"' if key == "text" else "[1]", line))
+            self.assertEqual(p.returncode, 1, (cmd, p.stderr))
+            self.assertEqual(error_lines(p), [f"error: stdin line 2: key '{key}' is given twice in one object"])
+            self.assertEqual(len(p.stdout.splitlines()), 1, cmd)  # the first line was written
+        # (the same strict parser: syntax errors lose nlohmann's "[json.exception.parse_error.101]" tag)
+        p = run("tokenize", "--tokenizer", MODEL, stdin="{nope\n")
+        self.assertEqual(len(error_lines(p)), 1, p.stderr)
+        self.assertTrue(error_lines(p)[0].startswith("error: stdin line 1: not valid JSON: parse error at line 1, "
+                                                     "column 3: "), p.stderr)
 
     def test_bench_lists_take_positive_integers_only(self):
         # each used to be truncated ("1e2" ran batch 1) or, for "1,", accepted

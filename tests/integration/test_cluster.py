@@ -160,6 +160,19 @@ class TwoNodeTest(unittest.TestCase):
             self.assertEqual(out[i]["finish_reason"], "error")
             self.assertIn(text, out[i]["error"])
             self.assertIsNone(out[i].get("seed"), out[i])  # refused: no seed was drawn (it printed 0)
+        # every error of a line's own values names the line (the router's refusal of a negative
+        # max_tokens came back without it) and the real range ([-2147483648, ...] read as if
+        # negatives were fine)
+        path = os.path.join(WORK, "malformed.jsonl")
+        for i in (2, 3, 8, 9, 10, 11, 13):
+            self.assertTrue(out[i]["error"].startswith(f"{path} line {i + 1}: "), out[i])
+        self.assertEqual(out[2]["error"], f"{path} line 3: top_p must be in (0, 1], got 0")
+        self.assertEqual(out[3]["error"], f'{path} line 4: "max_tokens" must be in [1, 2147483647], got -3')
+        self.assertEqual(out[8]["error"],
+                         f'{path} line 9: "max_tokens" must be in [1, 2147483647], got 4294967297')
+        # stderr is not a terminal: the progress comes as lines (it was not shown at all)
+        self.assertIn(f"] {len(rows)}/{len(rows)}  ", p.stderr)
+        self.assertNotIn("\r", p.stderr)
         self.assertIsInstance(out[0]["seed"], int)
         self.assertEqual(out[0]["output_ids"], out[7]["output_ids"])
 

@@ -1,0 +1,34 @@
+// Checks every command's options share: an integer option's range (CLI11 said only "Could not
+// convert: --max-tokens = 99999999999" for a value too large for an int) and an option given
+// twice (CLI11 said "At Most 1 required but received 2"); see option_checks.cpp for the latter.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <charconv>
+#include <concepts>
+#include <limits>
+#include <string>
+
+#include <fmt/format.h>
+
+namespace di::cli {
+
+/// A CLI11 check that an integer option's value is in [lo, hi] (by default, what T holds):
+/// "'99999999999' is out of range [1, 2147483647]". It runs after main.cpp's decimal check,
+/// which leaves plain decimal digits with an optional '-'.
+template <std::integral T>
+CLI::Validator integer_range(T lo = std::numeric_limits<T>::min(),
+                             T hi = std::numeric_limits<T>::max()) {
+  return CLI::Validator(
+      [lo, hi](const std::string& s) -> std::string {
+        T v{};
+        const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (ec == std::errc() && end == s.data() + s.size() && v >= lo && v <= hi) return {};
+        if (ec == std::errc::invalid_argument) return {};  // not a number: the decimal check's
+        return fmt::format("'{}' is out of range [{}, {}]", s, lo, hi);
+      },
+      "");
+}
+
+}  // namespace di::cli
