@@ -47,6 +47,8 @@ block_manager::block_manager(block_manager_config config) : config_(std::move(co
   }
   snapshot_owner_.resize(std::size_t(config_.num_snapshots));
   snapshot_pos_.resize(std::size_t(config_.num_snapshots));
+  snapshot_versions_.resize(std::size_t(config_.num_snapshots), 0);
+  snapshot_pinned_.resize(std::size_t(config_.num_snapshots), false);
   for (std::int32_t z = config_.num_snapshots - 1; z >= 0; --z) free_snapshots_.push_back(z);
 }
 
@@ -70,6 +72,7 @@ void block_manager::resume_point(prefix_match& match) const {
     if (e.snapshot) {
       best = std::int64_t(j + 1) * token_block_size_;
       match.snapshot = e.snapshot;
+      match.snapshot_version = snapshot_versions_[std::size_t(*e.snapshot)];
       break;
     }
   }
@@ -77,6 +80,7 @@ void block_manager::resume_point(prefix_match& match) const {
   if (config_.enable_replay && replay_start > best) {
     best = replay_start;
     match.snapshot.reset();
+    match.snapshot_version = 0;
   }
   match.resume_position = best;
 }
@@ -151,7 +155,10 @@ void block_manager::allocate(sequence_blocks& seq, const prefix_match& match,
     seq.held.push_back(id);
     seq.hashes.push_back(match.hashes[j]);
   }
-  if (match.snapshot) touch_snapshot(*match.snapshot);
+  if (match.snapshot) {
+    touch_snapshot(*match.snapshot);
+    snapshot_pinned_[std::size_t(*match.snapshot)] = true;
+  }
   append(seq, num_tokens);
 }
 
@@ -303,15 +310,31 @@ std::optional<std::int32_t> block_manager::reserve_snapshot(sequence_blocks& seq
   cache_entry& e = entries_[std::size_t(owner)];
   if (e.snapshot) return std::nullopt;
   if (free_snapshots_.empty()) {
-    drop_snapshot(*snapshot_owner_[std::size_t(snapshot_lru_.front())]);
+    // The least recently used snapshot that this step neither restores nor saves.
+    auto victim = std::find_if(snapshot_lru_.begin(), snapshot_lru_.end(),
+                               [&](std::int32_t z) { return !snapshot_pinned_[std::size_t(z)]; });
+    if (victim == snapshot_lru_.end()) return std::nullopt;
+    drop_snapshot(*snapshot_owner_[std::size_t(*victim)]);
     ++num_snapshot_evictions_;
   }
   const std::int32_t z = free_snapshots_.back();
   free_snapshots_.pop_back();
+  snapshot_versions_[std::size_t(z)] = next_snapshot_version_++;
+  snapshot_pinned_[std::size_t(z)] = true;
   e.snapshot = z;
   snapshot_owner_[std::size_t(z)] = owner;
   snapshot_pos_[std::size_t(z)] = snapshot_lru_.insert(snapshot_lru_.end(), z);
   return z;
+}
+
+std::uint64_t block_manager::snapshot_version(std::int32_t snapshot) const {
+  DI_CHECK(snapshot >= 0 && snapshot < config_.num_snapshots, "block manager: snapshot {} of {}",
+           snapshot, config_.num_snapshots);
+  return snapshot_versions_[std::size_t(snapshot)];
+}
+
+void block_manager::begin_step() {
+  std::fill(snapshot_pinned_.begin(), snapshot_pinned_.end(), false);
 }
 
 void block_manager::drop_snapshot(std::int32_t entry) {

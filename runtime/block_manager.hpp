@@ -97,6 +97,7 @@ struct prefix_match {
   std::int64_t num_cached_tokens = 0;    ///< P = k L: stream entries below P come from the cache
   std::int64_t resume_position = 0;      ///< S <= P: the first position the sequence computes
   std::optional<std::int32_t> snapshot;  ///< the slot at S is this snapshot (else a fresh slot)
+  std::uint64_t snapshot_version = 0;    ///< the save of `snapshot` that holds it (its identity)
   /// Positions S .. P - 1, recomputed as replay rows (no stream writes).
   std::int64_t num_replay_tokens() const { return num_cached_tokens - resume_position; }
 };
@@ -144,8 +145,18 @@ class block_manager {
   /// A snapshot to save the slot of `seq` into once its first `boundary` tokens are computed
   /// (a snapshot boundary whose token block `seq` holds in the cache); none when that block
   /// has one already or snapshots are off. Evicts the least recently used snapshot when the
-  /// pool is full.
+  /// pool is full, except one reserved or restored in the current step (then none).
   std::optional<std::int32_t> reserve_snapshot(sequence_blocks& seq, std::int64_t boundary);
+  /// The identity of the latest reservation of `snapshot` (1, 2, ... across the pool; 0 =
+  /// never reserved). A snapshot id is reused once evicted, so a restore names the save it
+  /// means by this version, and an executor refuses a slot that holds another save.
+  std::uint64_t snapshot_version(std::int32_t snapshot) const;
+  /// Starts the next step plan. Within one plan a snapshot keeps one meaning: one that the
+  /// plan restores or reserves is not evicted for another reservation until the next step
+  /// (executors save after the forward, so a restore of it planned in the same step would
+  /// otherwise read the other prompt's save, or one restored before the forward would be
+  /// asked for a save that is overwritten in the same forward).
+  void begin_step();
 
   /// Evicts every unreferenced cached block (and its snapshot).
   void reset_prefix_cache();
@@ -201,6 +212,9 @@ class block_manager {
   std::list<std::int32_t> snapshot_lru_;                     // snapshots in use, least recent first
   std::vector<std::list<std::int32_t>::iterator> snapshot_pos_;
   std::vector<std::int32_t> free_snapshots_;
+  std::vector<std::uint64_t> snapshot_versions_;  // [snapshot] its latest reservation's version
+  std::vector<bool> snapshot_pinned_;             // [snapshot] reserved or restored this step
+  std::uint64_t next_snapshot_version_ = 1;
   std::int64_t num_evictions_ = 0;
   std::int64_t num_snapshot_evictions_ = 0;
 };

@@ -15,6 +15,7 @@ step_plan scheduler::schedule() {
   ctx.plan.step_id = next_step_id_++;
   ctx.plan.finished = std::exchange(finished_ids_, {});
   ctx.budget = config_.max_num_batched_tokens;
+  blocks_.begin_step();
   schedule_decodes(ctx);
   schedule_prefills(ctx);
   admit_waiting(ctx);
@@ -91,6 +92,7 @@ bool scheduler::admit_one(step_context& ctx, sequence& seq) {
   }
   scheduled_sequence& out = add_rows(ctx, seq, n);
   out.restore_snapshot = match.snapshot;
+  out.restore_snapshot_version = match.snapshot_version;
   if (match.snapshot) ++counters_.num_snapshot_restores;
   if (first > 0 && !match.snapshot) {
     const std::int64_t from = std::max<std::int64_t>(0, first - blocks_.geometry().engram_lookback);
@@ -178,7 +180,10 @@ scheduled_sequence& scheduler::add_rows(step_context& ctx, sequence& seq, std::i
   if (is_prefill && end >= seq.num_inexact_tokens() &&
       blocks_.next_snapshot_boundary(end - 1) == end) {
     out.save_snapshot = blocks_.reserve_snapshot(seq.blocks(), end);
-    if (out.save_snapshot) ++counters_.num_snapshot_saves;
+    if (out.save_snapshot) {
+      out.save_snapshot_version = blocks_.snapshot_version(*out.save_snapshot);
+      ++counters_.num_snapshot_saves;
+    }
   }
   ctx.plan.sequences.push_back(std::move(out));
   return ctx.plan.sequences.back();

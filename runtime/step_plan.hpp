@@ -7,15 +7,18 @@
 //   1. forget the sequences in `finished` and `preempted` (slot, block tables, last sample);
 //   2. create each `started` sequence with a fresh slot and empty block tables;
 //   3. for each scheduled sequence: append `new_blocks` to its tables, restore its slot from
-//      `restore_snapshot` if set, else (a started sequence with first_position > 0) rebuild
-//      its Engram history from `lookback_tokens` (and count `prior_tokens` for penalties and
-//      feed their output part to the grammar); if `has_placeholder`, put the token this
-//      executor sampled for the sequence in its previous step into token_ids[0];
+//      `restore_snapshot` if set (the save recorded with `restore_snapshot_version`: when the
+//      snapshot holds an earlier save and this plan saves that version, after that save;
+//      any other mismatch is a stale snapshot and throws), else (a started sequence with
+//      first_position > 0) rebuild its Engram history from `lookback_tokens` (and count
+//      `prior_tokens` for penalties and feed their output part to the grammar); if
+//      `has_placeholder`, put the token this executor sampled for the sequence in its previous step
+//      into token_ids[0];
 //   4. run every sequence's rows in one forward; rows at positions below num_cached_tokens
 //      are replay rows: they rebuild the slot but never write stream entries (those come from
 //      the shared cached blocks; see block_manager.hpp for why this is exact);
-//   5. copy the slot to `save_snapshot` if set (after the forward, so a snapshot restored and
-//      saved in one step is read before it is overwritten);
+//   5. copy the slot to `save_snapshot` if set, with `save_snapshot_version` (after the
+//      forward, so a snapshot restored and saved in one step is read before it is overwritten);
 //   6. sample the last row of each `is_sampling` sequence (sampler.hpp: step = sample_index,
 //      stop_token_ids suppressed while sample_index < params.min_tokens), compute the asked
 //      logprobs, remember the sampled token per sequence, and reply with a step_result.
@@ -66,6 +69,10 @@ struct scheduled_sequence {
   std::vector<std::int32_t> prior_tokens;
   std::optional<std::int32_t> restore_snapshot;       ///< slot := snapshot before the rows run
   std::optional<std::int32_t> save_snapshot;          ///< snapshot := slot after the rows ran
+  /// Which save of restore_snapshot the slot needs / the identity save_snapshot records
+  /// (block_manager::snapshot_version; snapshot ids are reused, positions can coincide).
+  std::uint64_t restore_snapshot_version = 0;
+  std::uint64_t save_snapshot_version = 0;
   std::vector<std::vector<std::int32_t>> new_blocks;  ///< [stream] ids appended to its tables
   bool is_sampling = false;                           ///< sample the next token from the last row
   std::int64_t sample_index = 0;  ///< its index in the output (RNG step, min_tokens)

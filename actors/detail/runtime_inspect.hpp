@@ -162,8 +162,8 @@ typename Inspector::result_type inspect(Inspector& f, scheduled_sequence& x) {
   optional_field<std::int32_t> save{x.save_snapshot};
   return f(caf::meta::type_name("scheduled_sequence"), x.seq_id, x.first_position, x.token_ids,
            x.has_placeholder, x.num_cached_tokens, x.lookback_tokens, x.prior_tokens, restore, save,
-           x.new_blocks, x.is_sampling, x.sample_index, x.prompt_logprob_rows,
-           x.prompt_logprob_tokens);
+           x.restore_snapshot_version, x.save_snapshot_version, x.new_blocks, x.is_sampling,
+           x.sample_index, x.prompt_logprob_rows, x.prompt_logprob_tokens);
 }
 
 template <class Inspector>

@@ -11,6 +11,8 @@
 #include <chrono>
 #include <limits>
 
+#include <unistd.h>
+
 namespace di {
 
 namespace {
@@ -68,6 +70,22 @@ std::vector<int> pool_blocks(const runtime::kv_geometry& g, std::int64_t tokens,
   return n;
 }
 
+/// config.num_snapshots, checked against the host's memory: a snapshot is a host copy of the
+/// slot (slot_bytes), and 2^31 - 1 of them failed as a bare std::bad_alloc.
+std::size_t checked_snapshots(const deepseek_model& m, const cpu_runner_config& c) {
+  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
+  const double slot = double(m.layout().slot_bytes);
+  if (pages > 0 && page_size > 0 && slot > 0) {
+    const double memory = double(pages) * double(page_size);
+    DI_CHECK(double(c.num_snapshots) * slot <= memory,
+             "kv.num_snapshots = {} needs {:.1f} GiB of host memory ({} bytes per snapshot); "
+             "this machine has {:.1f} GiB: at most {} fit",
+             c.num_snapshots, double(c.num_snapshots) * slot / double(1 << 30),
+             m.layout().slot_bytes, memory / double(1 << 30), std::int64_t(memory / slot));
+  }
+  return std::size_t(c.num_snapshots);
+}
+
 }  // namespace
 
 cpu_model_runner::cpu_model_runner(std::shared_ptr<const deepseek_model> model,
@@ -79,8 +97,9 @@ cpu_model_runner::cpu_model_runner(std::shared_ptr<const deepseek_model> model,
       pool_(model_->layout(),
             pool_blocks(geometry_, config.kv_pool_tokens, config.min_blocks_per_stream),
             model_->dev(), config.num_state_slots),
-      snapshots_(std::size_t(config.num_snapshots)),
-      snapshot_positions_(std::size_t(config.num_snapshots), -1) {}
+      snapshots_(checked_snapshots(*model_, config)),
+      snapshot_positions_(std::size_t(config.num_snapshots), -1),
+      snapshot_versions_(std::size_t(config.num_snapshots), 0) {}
 
 std::int64_t sampleable_ids(const tok::tokenizer& tokenizer, std::int64_t vocab_size) {
   return std::min<std::int64_t>(std::int64_t(tokenizer.vocab_size()), vocab_size);
@@ -117,7 +136,8 @@ runtime::step_result cpu_model_runner::run(const runtime::step_plan& plan) {
   result.outputs.resize(plan.sequences.size());
   planned_saves saves;
   for (const runtime::scheduled_sequence& s : plan.sequences)
-    if (s.save_snapshot) saves[*s.save_snapshot] = s.first_position + s.num_rows();
+    if (s.save_snapshot)
+      saves[*s.save_snapshot] = {s.first_position + s.num_rows(), s.save_snapshot_version};
   std::vector<batch_entry> batch;
   for (std::size_t i = 0; i < plan.sequences.size(); ++i) {
     result.outputs[i].seq_id = plan.sequences[i].seq_id;
@@ -144,11 +164,12 @@ std::vector<forward_output> cpu_model_runner::run_waves(const runtime::step_plan
     std::vector<std::size_t> members;
     for (std::size_t b = 0; b < batch.size(); ++b) {
       batch_entry& e = batch[b];
-      const std::int64_t p = plan.sequences[e.index].first_position;
-      if (is_done[b] ||
-          (e.deferred_restore && snapshot_positions_[std::size_t(*e.deferred_restore)] != p))
+      const runtime::scheduled_sequence& s = plan.sequences[e.index];
+      const std::int64_t p = s.first_position;
+      const std::uint64_t v = s.restore_snapshot_version;
+      if (is_done[b] || (e.deferred_restore && !snapshot_holds(*e.deferred_restore, p, v)))
         continue;
-      if (e.deferred_restore) load_snapshot(*e.seq->state, *e.deferred_restore, p);
+      if (e.deferred_restore) load_snapshot(*e.seq->state, *e.deferred_restore, p, v);
       wave.push_back(&e);
       members.push_back(b);
     }
@@ -160,8 +181,8 @@ std::vector<forward_output> cpu_model_runner::run_waves(const runtime::step_plan
     stats_.num_extra_forwards += wave_index > 0;
     for (std::size_t i = 0; i < members.size(); ++i) {
       const batch_entry& e = batch[members[i]];
-      if (std::optional<std::int32_t> snap = plan.sequences[e.index].save_snapshot)
-        save_snapshot(*e.seq, *snap);
+      const runtime::scheduled_sequence& s = plan.sequences[e.index];
+      if (s.save_snapshot) save_snapshot(*e.seq, *s.save_snapshot, s.save_snapshot_version);
       logits[members[i]] = std::move(out[i]);
       is_done[members[i]] = true;
     }

@@ -138,21 +138,29 @@ class cpu_model_runner final : public runtime::step_runner {
     std::vector<std::int64_t> logit_rows;          // prompt-logprob rows, then the sampled row
     std::optional<std::int32_t> deferred_restore;  // a snapshot this plan saves first
   };
-  /// Snapshot id -> the position its save in the current plan leaves in it.
-  using planned_saves = std::unordered_map<std::int32_t, std::int64_t>;
+  /// What a save of the current plan leaves in a snapshot.
+  struct planned_save {
+    std::int64_t position = 0;
+    std::uint64_t version = 0;
+  };
+  /// Snapshot id -> its save in the current plan.
+  using planned_saves = std::unordered_map<std::int32_t, planned_save>;
 
   // runner_steps.cpp: the protocol's steps.
   void start(const runtime::sequence_start& s);
   live_sequence& find(std::uint64_t seq_id);
   std::optional<std::int32_t> restore_slot(live_sequence& seq, const runtime::scheduled_sequence& s,
                                            const planned_saves& saves);
-  void load_snapshot(sequence_state& state, std::int32_t snapshot, std::int64_t position);
+  /// Whether snapshot `k` holds the save `version` made at `position`.
+  bool snapshot_holds(std::int32_t k, std::int64_t position, std::uint64_t version) const;
+  void load_snapshot(sequence_state& state, std::int32_t snapshot, std::int64_t position,
+                     std::uint64_t version);
   std::optional<batch_entry> prepare(std::size_t index, const runtime::scheduled_sequence& s,
                                      const planned_saves& saves, runtime::sequence_output& out);
   std::vector<forward_output> run_waves(const runtime::step_plan& plan,
                                         std::vector<batch_entry>& batch);
   std::vector<forward_output> run_forward(std::vector<batch_entry*>& wave);
-  void save_snapshot(const live_sequence& seq, std::int32_t snapshot);
+  void save_snapshot(const live_sequence& seq, std::int32_t snapshot, std::uint64_t version);
   // runner_grammar.cpp: structured output.
   void start_grammar(live_sequence& seq) const;
   void feed_grammar(live_sequence& seq, std::int32_t output_token) const;
@@ -178,6 +186,7 @@ class cpu_model_runner final : public runtime::step_runner {
   kv_block_pool pool_;
   std::vector<std::vector<std::uint8_t>> snapshots_;  // [snapshot] slot bytes
   std::vector<std::int64_t> snapshot_positions_;      // [snapshot] tokens it holds; -1 = none
+  std::vector<std::uint64_t> snapshot_versions_;      // [snapshot] the save it holds
   std::unordered_map<std::uint64_t, live_sequence> live_;
   runtime::sampler sampler_;
   std::shared_ptr<const grammar::token_vocabulary> grammar_vocab_;

@@ -53,12 +53,15 @@ std::optional<std::int32_t> cpu_model_runner::restore_slot(live_sequence& seq,
     }
   }
   if (s.restore_snapshot) {
+    // A snapshot id is reused once evicted: the snapshot may still hold another prompt's
+    // save at the same position while this plan saves the one asked for (the version tells).
     const std::int32_t k = *s.restore_snapshot;
-    const bool holds = std::size_t(k) < snapshots_.size() &&
-                       snapshot_positions_[std::size_t(k)] == s.first_position;
+    const std::uint64_t v = s.restore_snapshot_version;
     auto saved = saves.find(k);
-    if (!holds && saved != saves.end() && saved->second == s.first_position) return k;
-    load_snapshot(state, k, s.first_position);
+    if (!snapshot_holds(k, s.first_position, v) && saved != saves.end() &&
+        saved->second.position == s.first_position && saved->second.version == v)
+      return k;
+    load_snapshot(state, k, s.first_position, v);
   } else if (is_fresh && s.first_position > 0 && state.layout().has_engram) {
     const std::vector<tok::token_id> lookback(s.lookback_tokens.begin(), s.lookback_tokens.end());
     state.engram() = model_->hasher()->history_at(s.first_position, lookback);
@@ -79,12 +82,21 @@ void cpu_model_runner::count_tokens(live_sequence& seq, std::span<const std::int
   }
 }
 
+bool cpu_model_runner::snapshot_holds(std::int32_t k, std::int64_t position,
+                                      std::uint64_t version) const {
+  return k >= 0 && std::size_t(k) < snapshots_.size() &&
+         snapshot_positions_[std::size_t(k)] == position &&
+         snapshot_versions_[std::size_t(k)] == version;
+}
+
 void cpu_model_runner::load_snapshot(sequence_state& state, std::int32_t snapshot,
-                                     std::int64_t position) {
+                                     std::int64_t position, std::uint64_t version) {
   const std::size_t k = std::size_t(snapshot);
-  DI_CHECK(k < snapshots_.size() && snapshot_positions_[k] == position,
-           "runner: a sequence restores snapshot {} at position {}, which holds {}", snapshot,
-           position, k < snapshots_.size() ? snapshot_positions_[k] : -1);
+  DI_CHECK(snapshot_holds(snapshot, position, version),
+           "runner: a sequence restores save {} of snapshot {} at position {}, which holds save "
+           "{} at {}",
+           version, snapshot, position, k < snapshots_.size() ? snapshot_versions_[k] : 0,
+           k < snapshots_.size() ? snapshot_positions_[k] : -1);
   state.load_slot(snapshots_[k]);
   ++stats_.num_snapshot_restores;
 }
@@ -145,12 +157,14 @@ std::vector<forward_output> cpu_model_runner::run_forward(std::vector<batch_entr
   return model_->forward(requests);
 }
 
-void cpu_model_runner::save_snapshot(const live_sequence& seq, std::int32_t snapshot) {
+void cpu_model_runner::save_snapshot(const live_sequence& seq, std::int32_t snapshot,
+                                     std::uint64_t version) {
   const std::size_t k = std::size_t(snapshot);
   DI_CHECK(k < snapshots_.size(), "runner: snapshot {} of {}", snapshot, snapshots_.size());
   const std::span<const std::uint8_t> slot = seq.state->slot();
   snapshots_[k].assign(slot.begin(), slot.end());
   snapshot_positions_[k] = seq.state->num_tokens();
+  snapshot_versions_[k] = version;
   ++stats_.num_snapshot_saves;
 }
 

@@ -61,6 +61,10 @@ class fake_executor {
     std::vector<std::map<std::int64_t, std::uint64_t>> rings;  // [layer] position -> h_l
     std::vector<std::int32_t> lookback;                        // previous tokens, oldest first
   };
+  struct saved_slot {
+    slot s;
+    std::uint64_t version = 0;  // the plan's save_snapshot_version
+  };
   struct seq_state {
     runtime::sequence_start start;
     slot s;
@@ -120,9 +124,11 @@ class fake_executor {
       q.tables[st].insert(q.tables[st].end(), s.new_blocks[st].begin(), s.new_blocks[st].end());
     }
     if (s.restore_snapshot) {
-      const std::optional<slot>& snap = snapshots_.at(std::size_t(*s.restore_snapshot));
-      if (!snap || snap->next_position != s.first_position) fail("stale snapshot", s.seq_id);
-      q.s = *snap;
+      const std::optional<saved_slot>& snap = snapshots_.at(std::size_t(*s.restore_snapshot));
+      if (!snap || snap->s.next_position != s.first_position ||
+          snap->version != s.restore_snapshot_version)
+        fail("stale snapshot", s.seq_id);
+      q.s = snap->s;
     } else if (q.s.next_position == 0 && s.first_position > 0) {  // fresh slot mid-sequence
       const std::size_t expect =
           std::size_t(std::min<std::int64_t>(model_.engram_lookback, s.first_position));
@@ -153,7 +159,8 @@ class fake_executor {
       ++num_rows_run_;
       num_replay_rows_run_ += is_replay;
     }
-    if (s.save_snapshot) snapshots_.at(std::size_t(*s.save_snapshot)) = q.s;
+    if (s.save_snapshot)
+      snapshots_.at(std::size_t(*s.save_snapshot)) = saved_slot{q.s, s.save_snapshot_version};
     for (std::size_t i = 0; i < s.prompt_logprob_rows.size(); ++i) {
       const std::uint64_t h = hs[std::size_t(s.prompt_logprob_rows[i])];
       out.prompt_logprobs.push_back(
@@ -174,7 +181,7 @@ class fake_executor {
   runtime::kv_geometry model_;
   std::int32_t vocab_;
   std::vector<std::vector<std::uint64_t>> memory_;  // [stream][block * E + row]
-  std::vector<std::optional<slot>> snapshots_;
+  std::vector<std::optional<saved_slot>> snapshots_;
   std::unordered_map<std::uint64_t, seq_state> seqs_;
   std::int64_t num_rows_run_ = 0;
   std::int64_t num_replay_rows_run_ = 0;

@@ -152,7 +152,9 @@ TEST_CASE(
   CHECK(m.num_cached_tokens == 16);
   CHECK(m.resume_position == 16);  // the snapshot beats a replay from 16 - 9
   CHECK(m.snapshot == 0);
-  CHECK(bm.reserve_snapshot(a, 8) == 0);  // the pool is full: block 1's snapshot is evicted
+  CHECK_FALSE(bm.reserve_snapshot(a, 8));  // the pool is full, its one snapshot reserved now
+  bm.begin_step();
+  CHECK(bm.reserve_snapshot(a, 8) == 0);  // the next step: block 1's snapshot is evicted
   CHECK(bm.num_snapshot_evictions() == 1);
   m = bm.match_prefix(tokens, 23);
   CHECK(m.resume_position == 8);  // snapshot at 8 (16 - 9 = 7 is earlier)
@@ -161,6 +163,53 @@ TEST_CASE(
   bm.free(a);
   bm.reset_prefix_cache();
   CHECK(bm.num_snapshots_used() == 0);
+}
+
+TEST_CASE("a reused snapshot id gets a new version; one plan never gives an id two meanings") {
+  // The black-box bug: prompt X saved snapshot 0 at boundary 8; in a later step Y's first
+  // sequence evicts it and reserves 0 at the same boundary, and Y's second sequence, admitted
+  // in the same step, restores 0 there. Only the version tells an executor (which saves after
+  // the forward) that snapshot 0 still holds X's save and the restore must wait for Y's.
+  block_manager bm(config_with({32, 16, 16}, /*replay=*/false, /*num_snapshots=*/1,
+                               /*interval=*/1));
+  const auto x = prompt_tokens(1, 12), y = prompt_tokens(2, 12);
+  bm.begin_step();
+  sequence_blocks sx = fill(bm, x);
+  CHECK(bm.reserve_snapshot(sx, 8) == 0);
+  const std::uint64_t vx = bm.snapshot_version(0);
+  CHECK(vx > 0);
+  bm.free(sx);
+
+  bm.begin_step();
+  sequence_blocks y1 = fill(bm, y);
+  CHECK(bm.reserve_snapshot(y1, 8) == 0);  // X's snapshot evicted for Y's
+  CHECK(bm.num_snapshot_evictions() == 1);
+  const std::uint64_t vy = bm.snapshot_version(0);
+  CHECK(vy != vx);
+  prefix_match m = bm.match_prefix(y, 11);
+  CHECK(m.snapshot == 0);
+  CHECK(m.resume_position == 8);
+  CHECK(m.snapshot_version == vy);
+  sequence_blocks y2;
+  bm.allocate(y2, m, 12);
+  CHECK(bm.match_prefix(x, 11).num_cached_tokens == 8);  // X's blocks, without a snapshot
+  CHECK_FALSE(bm.match_prefix(x, 11).snapshot);
+
+  // Another prompt reaching a boundary in the same step must not take snapshot 0 from Y (a
+  // second save into it in this plan would overwrite the one y2 waits for).
+  const auto z = prompt_tokens(3, 12);
+  sequence_blocks sz = fill(bm, z);
+  CHECK_FALSE(bm.reserve_snapshot(sz, 8));
+  CHECK(bm.snapshot_version(0) == vy);
+  bm.begin_step();  // the next plan may evict it (y2 holds it only as a restore already done)
+  CHECK(bm.reserve_snapshot(sz, 8) == 0);
+  CHECK(bm.snapshot_version(0) > vy);
+  CHECK_FALSE(bm.match_prefix(y, 11).snapshot);
+  bm.free(y1);
+  bm.free(y2);
+  bm.free(sz);
+  bm.reset_prefix_cache();
+  check_all_free(bm);
 }
 
 TEST_CASE("without snapshots or replay a hit resumes at 0 but still shares the blocks") {

@@ -4,6 +4,8 @@
 // plan throws, a bad token fails only its sequence).
 #include "tests/model/runner/runner_test_util.hpp"
 
+#include <limits>
+
 namespace di::test {
 namespace {
 
@@ -123,12 +125,24 @@ TEST_CASE("runner: a plan that breaks the protocol throws; a bad token fails its
   stale.sequences[0].first_position = 128;
   stale.sequences[0].num_cached_tokens = 128;
   stale.sequences[0].restore_snapshot = 1;  // never saved
-  CHECK_THROWS_WITH_AS(runner.run(stale), doctest::Contains("restores snapshot 1"), error);
+  CHECK_THROWS_WITH_AS(runner.run(stale), doctest::Contains("of snapshot 1 at position 128"),
+                       error);
   runtime::step_plan no_blocks{.step_id = 4, .finished = {1, 2, 5}};
   no_blocks.started.push_back({.seq_id = 6});
   no_blocks.sequences.push_back({.seq_id = 6, .token_ids = std::vector<std::int32_t>(3, 9)});
   CHECK_THROWS_WITH_AS(runner.run(no_blocks), doctest::Contains("more blocks than the plan gave"),
                        error);
+}
+
+TEST_CASE("runner: more snapshots than the host's memory holds are refused naming the key") {
+  // 2^31 - 1 snapshots failed as a bare std::bad_alloc ("cannot load the runner: ...").
+  auto m = tiny_v41();
+  CHECK_THROWS_WITH_AS(
+      cpu_model_runner(
+          m, {.kv_pool_tokens = 1024, .num_snapshots = std::numeric_limits<std::int32_t>::max()}),
+      doctest::Contains("kv.num_snapshots = 2147483647 needs"), di::error);
+  CHECK(cpu_model_runner(m, {.kv_pool_tokens = 1024, .num_snapshots = 4}).info().num_snapshots ==
+        4);
 }
 
 }  // namespace

@@ -158,6 +158,33 @@ TEST_CASE("runner: a request admitted onto a snapshot saved in the same step wai
   CHECK(runner.stats().num_extra_forwards == 1);
 }
 
+TEST_CASE("runner: a snapshot id reused in the step that restores it is not read stale") {
+  // One snapshot. X (200 tokens) saves it at 128 only. Y1 and Y2 (the same prompt, unrelated to X)
+  // start in one step: Y1's first chunk ends at 128 and takes snapshot 0 from X, Y2 hits Y1's block
+  // and restores snapshot 0 at 128, which Y1 saves only after the forward. Snapshot 0 still holds
+  // X's save at position 128: the runner used to load it at once, and Y2 continued from X's
+  // slot (wrong tokens). The version in the plan names Y1's save: Y2 waits for it.
+  const std::shared_ptr<const deepseek_model> m = tiny_v41();
+  const runtime::request x = runner_request(1, 200, 4, 200, /*shared_seed=*/11);
+  runtime::request y1 = runner_request(2, 300, 6, 300, /*shared_seed=*/12);
+  runtime::request y2 = runner_request(3, 300, 6, 300, /*shared_seed=*/12);
+  REQUIRE(y1.prompt_ids == y2.prompt_ids);
+  y1.params.logprobs = y2.params.logprobs = 1;  // compared exactly: any other slot shows
+  cpu_model_runner runner(m, {.kv_pool_tokens = 4096, .num_snapshots = 1, .max_model_len = 512});
+  runtime::scheduler s = make_scheduler(
+      runner, {.budget = 512, .prefix_caching = true, .replay = false, .snapshot_interval = 1});
+  served got;
+  serve_batch(s, runner, {x}, got);
+  CHECK(runner.stats().num_snapshot_saves >= 1);
+  serve_batch(s, runner, {y1, y2}, got);
+  check_equal_alone(m, {x, y1, y2}, got);
+  CHECK(got.out.at(2).tokens == got.out.at(3).tokens);
+  CHECK(got.logprobs.at(2).at(0).logprob == got.logprobs.at(3).at(0).logprob);
+  CHECK(s.counters().num_snapshot_restores == 1);
+  CHECK(runner.stats().num_snapshot_restores == 1);
+  CHECK(runner.stats().num_extra_forwards == 1);  // Y2 ran after Y1's save
+}
+
 TEST_CASE("runner: cached prefixes are evicted under pressure and outputs stay exact") {
   const std::shared_ptr<const deepseek_model> m = golden_v41();
   for (int num_snapshots : {0, 4}) {
