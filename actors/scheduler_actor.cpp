@@ -11,6 +11,8 @@
 
 #include <caf/all.hpp>
 
+#include <optional>
+
 namespace di::actors {
 
 namespace {
@@ -39,6 +41,29 @@ runtime::scheduler_config make_config(const scheduler_state& st, const executor_
     DI_CHECK(kv.num_blocks <= n, "kv.num_blocks = {} exceeds the {} blocks the runner of {} has",
              kv.num_blocks, n, e.runner.device);
     if (kv.num_blocks > 0) n = std::int32_t(kv.num_blocks);
+  }
+  // One request of max_model_len tokens must fit alone (the scheduler checks it too, without
+  // the keys to blame): a smaller kv.num_blocks needs a smaller max_model_len.
+  const runtime::kv_geometry& g = c.blocks.geometry;
+  auto short_stream = [&](std::int64_t len) -> std::optional<int> {  // one that lacks blocks
+    for (int s = 0; s < g.num_streams(); ++s)
+      if (g.num_blocks(s, len) > c.blocks.num_blocks[std::size_t(s)]) return s;
+    return std::nullopt;
+  };
+  if (const std::optional<int> s = short_stream(c.max_model_len); kv.num_blocks > 0 && s) {
+    std::int64_t lo = 0, hi = c.max_model_len;  // the longest length that fits
+    while (lo < hi) {
+      const std::int64_t mid = lo + (hi - lo + 1) / 2;
+      if (short_stream(mid))
+        hi = mid - 1;
+      else
+        lo = mid;
+    }
+    DI_FAIL(
+        "kv.num_blocks = {} is too small for scheduler.max_model_len = {}: one request of "
+        "that length needs {} blocks of KV stream {}; set scheduler.max_model_len to at "
+        "most {} or raise kv.num_blocks",
+        kv.num_blocks, c.max_model_len, g.num_blocks(*s, c.max_model_len), *s, lo);
   }
   c.blocks.enable_prefix_caching = kv.enable_prefix_caching;
   c.blocks.enable_replay = kv.enable_replay;

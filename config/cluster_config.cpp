@@ -431,6 +431,12 @@ void validate_sections(const cluster_config& c, const read_context& ctx) {
   check(c.cluster.caf_policy == "sharing" || c.cluster.caf_policy == "stealing", ctx,
         "cluster.caf_policy", fmt::format("must be sharing or stealing, got '{}'", c.cluster.caf_policy));
   check(!c.cluster.name.empty(), ctx, "cluster.name", "must not be empty");
+  // The token limit counts every waiting prompt and a prompt longer than it can never wait, so
+  // 0 refused every request, an idle group's included (max_num_queued = 0 is the setting for
+  // "no waiting line, the free batch slots only").
+  check(c.scheduler.max_queued_tokens > 0, ctx, "scheduler.max_queued_tokens",
+        "must be at least 1: 0 would refuse every prompt (for no waiting line, set "
+        "scheduler.max_num_queued = 0)");
   check(c.model.runner == "cpu" || c.model.runner == "toy", ctx, "model.runner",
         fmt::format("must be cpu or toy, got '{}'", c.model.runner));
   check(c.model.runner != "cpu" || !c.model.path.empty(), ctx, "model.path",

@@ -54,8 +54,9 @@ void scheduler_config::validate() const {
            max_prefill_chunk);
   DI_CHECK(max_num_running > 0, "scheduler: max_num_running must be positive, got {}",
            max_num_running);
-  DI_CHECK(max_num_queued >= 0 && max_queued_tokens >= 0,
-           "scheduler: max_num_queued ({}) and max_queued_tokens ({}) must be >= 0", max_num_queued,
+  DI_CHECK(max_num_queued >= 0, "scheduler: max_num_queued must be >= 0, got {}", max_num_queued);
+  DI_CHECK(max_queued_tokens > 0,
+           "scheduler: max_queued_tokens must be positive (0 refuses every prompt), got {}",
            max_queued_tokens);
   DI_CHECK(max_model_len > 1, "scheduler: max_model_len must be at least 2, got {}", max_model_len);
 }

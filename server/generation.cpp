@@ -366,17 +366,20 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     return choice;
   }
 
+  /// Each prompt counts once (n choices of one prompt share it), in prompt_tokens and in
+  /// cached_tokens: the most of it that the prefix cache served any of its choices (the first
+  /// choice of a cold prompt computes it, the others reuse its blocks).
   usage_counts usage() const {
     usage_counts u;
     std::vector<bool> counted(req_.prompts.size(), false);
+    std::vector<std::int64_t> cached(req_.prompts.size(), 0);
     for (const choice_state& c : choices_) {
       u.completion_tokens += std::int64_t(c.out.token_ids.size());
-      if (!counted[c.prompt]) {
-        u.prompt_tokens += std::int64_t(c.prompt_ids.size());
-        u.cached_tokens += c.num_cached_tokens;
-      }
+      if (!counted[c.prompt]) u.prompt_tokens += std::int64_t(c.prompt_ids.size());
       counted[c.prompt] = true;
+      cached[c.prompt] = std::max(cached[c.prompt], c.num_cached_tokens);
     }
+    for (std::int64_t n : cached) u.cached_tokens += n;
     return u;
   }
 

@@ -139,6 +139,11 @@ TEST_CASE("cross-checks name the key") {
             .empty());
   CHECK(error_of("[model]\nrunner = \"toy\"\n[[nodes]]\nhost = \"a\"\n[[groups]]\nexecutors = [0]\n")
             .find("nodes.0.port: required") != std::string::npos);
+  // max_queued_tokens = 0 was accepted and then refused every prompt, an idle group's too
+  CHECK(error_of(base, {"scheduler.max_queued_tokens=0"})
+            .find("scheduler.max_queued_tokens: must be at least 1: 0 would refuse every prompt "
+                  "(for no waiting line, set scheduler.max_num_queued = 0)") != std::string::npos);
+  CHECK(error_of(base, {"scheduler.max_queued_tokens=1", "scheduler.max_num_queued=0"}).empty());
 }
 
 TEST_CASE("TLS without a certificate is refused (anonymous TLS authenticates nobody)") {

@@ -82,6 +82,25 @@ TEST_CASE("a KV pool too small for the load preempts, and outputs are unchanged"
   CHECK(status.groups[0].stats.counters.num_preemptions > 0);
 }
 
+TEST_CASE("kv.num_blocks too small for max_model_len fails the start naming both keys") {
+  // 4 toy blocks of 16 tokens hold 64 tokens, not one request of max_model_len 600: the start
+  // failed with the scheduler's "max_model_len 600 needs 38 blocks of KV stream 0, the pool
+  // has 4", which names neither the key set nor the fix.
+  test_system ts;
+  const cluster_config c = toy_config({"kv.num_blocks=4", "model.toy.max_model_len=600"});
+  std::string error;
+  try {
+    actors::local_cluster cluster(ts.sys, {.config = c, .assets = toy_assets(c)});
+  } catch (const di::error& e) {
+    error = e.what();
+  }
+  CHECK_MESSAGE(error.find("kv.num_blocks = 4 is too small for scheduler.max_model_len = 600: "
+                           "one request of that length needs 38 blocks of KV stream 0; set "
+                           "scheduler.max_model_len to at most 64 or raise kv.num_blocks") !=
+                    std::string::npos,
+                error);
+}
+
 TEST_CASE("a prompt over router.max_prompt_tokens is refused naming that limit") {
   test_system ts;
   const cluster_config c = toy_config({"router.max_prompt_tokens=10"});

@@ -9,6 +9,7 @@ import concurrent.futures as cf
 import contextlib
 import json
 import os
+import random
 import socket
 import sys
 import tempfile
@@ -567,6 +568,53 @@ def usage_and_models(srv, c):
     models = c.models.list()
     assert [m.id for m in models.data] == ["tiny"]
     assert c.models.retrieve("tiny").id == "tiny"
+
+
+@test
+def usage_cached_tokens_with_n(srv, c):
+    # A prompt counts once in prompt_tokens and in cached_tokens, whatever n: a cold 300-token
+    # prompt with n=3 reports the 256 tokens its second and third choices reused (it said 0,
+    # the first choice's), while the metrics count each choice's hit.
+    rng = random.Random(4242)
+    cold = [rng.randrange(100, 100000) for _ in range(300)]
+    before = srv.metrics({"Authorization": "Bearer " + KEY})
+    r = c.completions.create(model="tiny", prompt=cold, max_tokens=2, n=3)
+    after = srv.metrics({"Authorization": "Bearer " + KEY})
+    assert r.usage.prompt_tokens == 300, r.usage
+    assert r.usage.prompt_tokens_details.cached_tokens == 256, r.usage
+    assert after["deepinfer:prefix_cache_hits_total"] - before["deepinfer:prefix_cache_hits_total"] == 512
+    other = [rng.randrange(100, 100000) for _ in range(300)]
+    two = c.completions.create(model="tiny", prompt=[other, other], max_tokens=2, n=2)
+    assert two.usage.prompt_tokens == 600, two.usage  # two prompts, each counted once
+    assert two.usage.prompt_tokens_details.cached_tokens == 512, two.usage  # each reused 256
+
+
+@test
+def snapshot_reused_in_one_step_is_not_read_stale(srv, c):
+    # One snapshot slot, saved every 256 tokens. X saves it at 256 and keeps decoding; the two
+    # choices of Y (an unrelated prompt) then start in one step: the first takes the slot at 256
+    # from X, the second hits the first's blocks and restores the slot at 256, which the first
+    # saves only after the forward. The executor loaded X's save at once (same slot, same
+    # position): the second choice continued from X's state and its greedy tokens differed.
+    snap = Server(srv.binary, ["--model", srv.model, "--set", "server.model_name=tiny",
+                               "--set", "kv.num_snapshots=1", "--set", "kv.snapshot_interval=2"])
+    try:
+        sc = client(snap, key="unused")
+        for trial in range(4):
+            rng = random.Random(50000 + trial)
+            x = [rng.randrange(100, 100000) for _ in range(300)]
+            y = [rng.randrange(100, 100000) for _ in range(300)]
+            stream = sc.completions.create(model="tiny", prompt=x, max_tokens=400, stream=True,
+                                           extra_body={"ignore_eos": True})
+            next(iter(stream))  # X's prompt (and its snapshot at 256) is done; it decodes on
+            r = sc.completions.create(model="tiny", prompt=y, max_tokens=8, n=2, temperature=0, logprobs=0,
+                                      extra_body={"return_token_ids": True})
+            stream.close()
+            a, b = r.choices
+            assert a.token_ids == b.token_ids, (trial, a.token_ids, b.token_ids)
+            assert a.logprobs.token_logprobs == b.logprobs.token_logprobs, trial
+    finally:
+        snap.stop()
 
 
 # ---- errors --------------------------------------------------------------------------------
