@@ -302,42 +302,151 @@ std::vector<std::optional<state_signature>> sharing_keys(const compiled_grammar&
   return keys;
 }
 
+namespace {
+
+/// A state's behaviour one byte deep, in terms of the current classes: its byte transitions
+/// grouped by the target's class (bytes united, sorted by byte set), and the calls of rules
+/// that read a byte as (exact callee start, class of the return target), sorted.
+struct class_key {
+  std::vector<std::pair<std::uint32_t, byte_set>> edges;
+  std::vector<std::pair<state_signature, std::uint32_t>> calls;
+  bool operator==(const class_key&) const = default;
+  bool operator<(const class_key& o) const {
+    auto edge_less = [](const auto& x, const auto& y) {
+      return x.first != y.first ? x.first < y.first : x.second.words < y.second.words;
+    };
+    if (edges != o.edges)
+      return std::lexicographical_compare(edges.begin(), edges.end(), o.edges.begin(),
+                                          o.edges.end(), edge_less);
+    return std::lexicographical_compare(
+        calls.begin(), calls.end(), o.calls.begin(), o.calls.end(), [](const auto& x, const auto& y) {
+          return sig_less(x.first, y.first) || (x.first == y.first && x.second < y.second);
+        });
+  }
+};
+
+}  // namespace
+
 std::vector<state_id> token_equivalence_classes(const compiled_grammar& g,
                                                 const std::vector<state_signature>& exact,
                                                 std::uint32_t max_token_bytes) {
+  // Moore's refinement, each round splitting every class by its members' keys under the
+  // previous round's classes: after round d, states of one class behave alike for inputs of up
+  // to d bytes. Only states a split can affect are looked at: those with a transition or a call
+  // return into a state that changed class in the round before (the rest keep their key, which
+  // is their class's). Every state was rehashed every round, up to the longest token's length
+  // (128+ rounds for a schema of long strings): half of such a compile (perf, session 46).
   const std::size_t n = g.num_states();
   const byte_classes byte_class_table(g);
   const state_targets targets(g, byte_class_table);
-  const std::vector<state_signature> h0 = bounded_initial(g, exact);
-  std::vector<state_signature> h = h0, next(n);
-  std::vector<edge> edges;
-  std::vector<std::pair<state_signature, state_signature>> calls;
-  std::unordered_set<state_signature, state_signature_hash> distinct(h.begin(), h.end());
-  std::size_t classes = distinct.size();
-  // After round d, equal signatures mean equal behaviour for inputs of up to d bytes.
-  for (std::uint32_t round = 0; round < max_token_bytes; ++round) {
-    for (state_id s = 0; s < n; ++s) {
-      if (s % 4096 == 0) check_interrupt();
-      group_targets(
-          targets, s, [&](state_id t) { return h[t]; }, edges);
-      state_signature x = mix(h0[s], 0xB17E);
-      for (const auto& [target, bytes] : edges) x = mix(mix(mix(x, target.a), target.b), bytes);
-      // A call of a rule that reads at least one byte: the callee compares exactly, the return
-      // target like a byte transition's (one round less).
-      calls.clear();
-      for (const call_edge& c : g.calls(s))
-        if (!g.nullable(c.rule)) calls.push_back({exact_id(exact, g.start(c.rule)), h[c.target]});
-      next[s] = mix_calls(mix(x, 0xCA11), calls);
-    }
-    h.swap(next);
-    distinct.clear();
-    distinct.insert(h.begin(), h.end());
-    if (distinct.size() == classes) break;  // a round that splits nothing: stable from here on
-    classes = distinct.size();
+  std::vector<std::uint32_t> cls(n);
+  std::uint32_t num_classes = 0;
+  {
+    const std::vector<state_signature> h0 = bounded_initial(g, exact);
+    std::unordered_map<state_signature, std::uint32_t, state_signature_hash> ids;
+    for (state_id s = 0; s < n; ++s)
+      cls[s] = ids.emplace(h0[s], std::uint32_t(ids.size())).first->second;
+    num_classes = std::uint32_t(ids.size());
   }
-  std::unordered_map<state_signature, state_id, state_signature_hash> first;
+  // Who depends on a state's class: predecessors by byte edges and by call returns.
+  std::vector<std::size_t> pred_begin(n + 1, 0);
+  std::vector<state_id> preds;
+  auto for_each_successor = [&](state_id s, auto&& fn) {
+    for (std::size_t i = targets.begin[s]; i < targets.begin[s + 1]; ++i)
+      fn(targets.entries[i].first);
+    for (const call_edge& c : g.calls(s))
+      if (!g.nullable(c.rule)) fn(c.target);
+  };
+  for (state_id s = 0; s < n; ++s) for_each_successor(s, [&](state_id t) { ++pred_begin[t + 1]; });
+  for (std::size_t i = 0; i < n; ++i) pred_begin[i + 1] += pred_begin[i];
+  preds.resize(pred_begin[n]);
+  {
+    std::vector<std::size_t> fill(pred_begin.begin(), pred_begin.end() - 1);
+    for (state_id s = 0; s < n; ++s) for_each_successor(s, [&](state_id t) { preds[fill[t]++] = s; });
+  }
+  auto key_of = [&](state_id s, class_key& k) {
+    group_targets(
+        targets, s, [&](state_id t) { return cls[t]; }, k.edges);
+    k.calls.clear();
+    for (const call_edge& c : g.calls(s))
+      if (!g.nullable(c.rule)) k.calls.push_back({exact_id(exact, g.start(c.rule)), cls[c.target]});
+    std::sort(k.calls.begin(), k.calls.end(), [](const auto& x, const auto& y) {
+      return sig_less(x.first, y.first) || (x.first == y.first && x.second < y.second);
+    });
+  };
+  // The key every member of a class has that was not looked at this round (set when a round
+  // first splits the class or creates it).
+  std::vector<class_key> key_of_class(num_classes);
+  std::vector<bool> has_key(num_classes, false);
+  std::vector<std::uint32_t> class_size(num_classes, 0);
+  for (state_id s = 0; s < n; ++s) ++class_size[cls[s]];
+  std::vector<state_id> dirty(n);
+  for (state_id s = 0; s < n; ++s) dirty[s] = s;
+  std::vector<std::uint32_t> stamp(n, 0);
+  std::vector<class_key> keys;
+  std::vector<std::size_t> order;
+  std::vector<std::pair<state_id, std::uint32_t>> moves;  // applied after the round
+  for (std::uint32_t round = 0; round < max_token_bytes && !dirty.empty(); ++round) {
+    std::sort(dirty.begin(), dirty.end(),
+              [&](state_id x, state_id y) { return cls[x] != cls[y] ? cls[x] < cls[y] : x < y; });
+    moves.clear();
+    for (std::size_t from = 0; from < dirty.size();) {
+      const std::uint32_t c = cls[dirty[from]];
+      std::size_t to = from;
+      while (to < dirty.size() && cls[dirty[to]] == c) ++to;
+      const std::size_t m = to - from;
+      if (keys.size() < m) keys.resize(m);
+      for (std::size_t i = 0; i < m; ++i) {
+        if ((from + i) % 4096 == 0) check_interrupt();
+        key_of(dirty[from + i], keys[i]);
+      }
+      // The members that keep the class: those with its key; when every member was looked at
+      // and none has it (or the class has none yet), those with the first member's key.
+      const bool all_dirty = m == class_size[c];
+      bool keep_known = has_key[c] && !(all_dirty && std::none_of(keys.begin(), keys.begin() + m,
+                                                                   [&](const class_key& k) {
+                                                                     return k == key_of_class[c];
+                                                                   }));
+      if (!keep_known) {
+        key_of_class[c] = keys[0];  // dirty is sorted by state within the class
+        has_key[c] = true;
+      }
+      order.resize(m);
+      for (std::size_t i = 0; i < m; ++i) order[i] = i;
+      std::sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+        return keys[x] < keys[y] || (!(keys[y] < keys[x]) && x < y);
+      });
+      for (std::size_t i = 0; i < m;) {
+        std::size_t j = i;
+        while (j < m && keys[order[j]] == keys[order[i]]) ++j;
+        if (!(keys[order[i]] == key_of_class[c])) {
+          const std::uint32_t fresh = num_classes++;
+          key_of_class.push_back(keys[order[i]]);
+          has_key.push_back(true);
+          class_size.push_back(std::uint32_t(j - i));
+          class_size[c] -= std::uint32_t(j - i);
+          for (std::size_t k = i; k < j; ++k) moves.push_back({dirty[from + order[k]], fresh});
+        }
+        i = j;
+      }
+      from = to;
+    }
+    if (moves.empty()) break;  // a round that splits nothing: stable from here on
+    for (const auto& [s, c] : moves) cls[s] = c;
+    dirty.clear();
+    for (const auto& [s, c] : moves)
+      for (std::size_t i = pred_begin[s]; i < pred_begin[s + 1]; ++i)
+        if (stamp[preds[i]] != round + 1) {
+          stamp[preds[i]] = round + 1;
+          dirty.push_back(preds[i]);
+        }
+  }
+  std::vector<state_id> first(num_classes, k_dead_state);
   std::vector<state_id> rep(n);
-  for (state_id s = 0; s < n; ++s) rep[s] = first.emplace(h[s], s).first->second;
+  for (state_id s = 0; s < n; ++s) {
+    if (first[cls[s]] == k_dead_state) first[cls[s]] = s;
+    rep[s] = first[cls[s]];
+  }
   return rep;
 }
 
