@@ -10,6 +10,7 @@
 #include "actors/logging.hpp"
 #include "actors/node_runtime.hpp"
 #include "cli/command.hpp"
+#include "cli/detail/model_folder.hpp"
 #include "common/error.hpp"
 #include "model/runner/cpu_model_runner.hpp"
 #include "runtime/grammar/response_format.hpp"
@@ -63,6 +64,7 @@ loaded_config load(const serve_options& o) {
   const auto split = di::server::split_server_overrides(o.sets);
   loaded_config out;
   if (!o.model.empty()) {
+    di::cli::require_model_folder(o.model);  // "'DIR': no such directory", as generate says
     DI_CHECK(fs::exists(fs::path(o.model) / "config.json"), "--model {}: no config.json there",
              o.model);
     out.cluster = di::parse_cluster_config(single_process_toml(o.model), split.cluster, "--model");

@@ -606,6 +606,13 @@ class GenerateTest(unittest.TestCase):
         p = run("generate", "--model", os.path.join(WORK, "no-such-model"), "--prompt", "x")
         self.assertEqual(p.returncode, 1)
         self.assertIn("no such directory", error_lines(p)[0])
+        # serve says the same (it said "no config.json there" for a folder that does not exist)
+        p = run("serve", "--model", os.path.join(WORK, "no-such-model"), "--port", "0")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("no such directory", error_lines(p)[0])
+        p = run("serve", "--model", os.path.join(MODEL, "config.json"), "--port", "0")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("is not a directory", error_lines(p)[0])
 
     def test_make_model_refuses_a_folder_where_it_writes_a_file(self):
         # a folder named tokenizer.json: the library's "filesystem error: cannot copy file", and
