@@ -501,7 +501,9 @@ void run_bench(const bench_options& o, bool decode) {
   }
 }
 
-void add_common(CLI::App* sub, const std::shared_ptr<bench_options>& o) {
+/// The options of both benchmarks; `decode`: also those of decode steps alone (bench prefill
+/// listed --cuda-graphs, --batched-decode and --per-sequence-decode, and took them silently).
+void add_common(CLI::App* sub, const std::shared_ptr<bench_options>& o, bool decode) {
   sub->add_option("--model", o->model, "Checkpoint folder")->required();
   sub->add_option("--device", o->device, "Backend: cpu, cuda or cuda:N")->capture_default_str();
   o->cuda_only.push_back(
@@ -519,24 +521,25 @@ void add_common(CLI::App* sub, const std::shared_ptr<bench_options>& o) {
   // generate's spellings: --act-quant on|off and --no-act-quant (bench had only the flags
   // --act-quant / --no-act-quant, so `--act-quant off` was a usage error)
   di::cli::add_act_quant_flags(*sub, o->act_quant);
-  o->cuda_only.push_back(
-      sub->add_option("--cuda-graphs", o->cuda_graphs,
-                      "CUDA decode steps (bench decode only) through captured graphs: off, on, "
-                      "or both (each batch "
-                      "timed both ways)")
-          ->capture_default_str());
   sub->add_flag("--ordered-splits", o->ordered_splits,
                 "CUDA: add the K splits of decode GEMMs in a fixed order (bit-reproducible, "
                 "batch-invariant) instead of with atomic adds");
-  auto* bd = sub->add_flag("--batched-decode", o->batched_decode,
-                           "CUDA decode: each layer's attention as a few launches over the whole "
-                           "batch (the default)");
-  o->cuda_only.push_back(bd);
-  o->cuda_only.push_back(sub->add_flag_callback(
-                                "--per-sequence-decode", [o] { o->batched_decode = false; },
-                                "CUDA decode: each layer's attention per sequence (the reference "
-                                "path)")
-                             ->excludes(bd));
+  if (decode) {
+    o->cuda_only.push_back(
+        sub->add_option("--cuda-graphs", o->cuda_graphs,
+                        "CUDA decode steps through captured graphs: off, on, or both (each "
+                        "batch timed both ways)")
+            ->capture_default_str());
+    auto* bd = sub->add_flag("--batched-decode", o->batched_decode,
+                             "CUDA decode: each layer's attention as a few launches over the "
+                             "whole batch (the default)");
+    o->cuda_only.push_back(bd);
+    o->cuda_only.push_back(sub->add_flag_callback(
+                                  "--per-sequence-decode", [o] { o->batched_decode = false; },
+                                  "CUDA decode: each layer's attention per sequence (the "
+                                  "reference path)")
+                               ->excludes(bd));
+  }
   o->cuda_only.push_back(
       sub->add_option("--logits", o->logits,
                       "CUDA: a step ends with its logits on the device (device: the forward "
@@ -565,12 +568,12 @@ void setup_bench(CLI::App& app) {
   auto od = std::make_shared<bench_options>();
   auto* decode =
       bench->add_subcommand("decode", "Time one-token decode steps of a batch of sequences");
-  add_common(decode, od);
+  add_common(decode, od, true);
   add_timeline(decode, od, "steps");
   decode->callback([od] { run_bench(*od, true); });
   auto op = std::make_shared<bench_options>();
   auto* prefill = bench->add_subcommand("prefill", "Time the prefill of a batch of prompts");
-  add_common(prefill, op);
+  add_common(prefill, op, false);
   add_timeline(prefill, op, "prefills");
   prefill->callback([op] { run_bench(*op, false); });
   di::cli::add_bench_serve(bench);

@@ -61,7 +61,12 @@ class HelpTest(unittest.TestCase):
             self.assertNotIn("{false}", p.stdout)
             self.assertIn("--no-act-quant", p.stdout)
             self.assertIn("--act-quant on|off", p.stdout)  # generate's spelling too (session 45)
-            self.assertIn("--per-sequence-decode", p.stdout)
+            # decode's own options are decode's alone (prefill listed them and took them)
+            for flag in ("--per-sequence-decode", "--batched-decode", "--cuda-graphs"):
+                (self.assertIn if phase == "decode" else self.assertNotIn)(flag, p.stdout)
+        p = run("bench", "prefill", "--model", "x", "--cuda-graphs", "both")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--cuda-graphs", p.stderr)
         p = run("bench", "decode", "--model", "x", "--act-quant", "--no-act-quant")
         self.assertEqual(p.returncode, 2)
 
