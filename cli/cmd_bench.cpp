@@ -9,6 +9,7 @@
 #include "cli/detail/device_setup.hpp"
 #include "cli/detail/memory_bandwidth.hpp"
 #include "cli/detail/offline_generation.hpp"
+#include "cli/detail/option_checks.hpp"
 #include "cli/detail/step_cost.hpp"
 #include "cli/detail/token_id_list.hpp"
 #include "common/error.hpp"
@@ -517,6 +518,7 @@ void add_common(CLI::App* sub, const std::shared_ptr<bench_options>& o, bool dec
       ->capture_default_str();
   sub->add_option("--steps", o->steps,
                   "Timed steps: decode steps, or prefills for bench prefill (median reported)")
+      ->check(di::cli::integer_fits<int>())
       ->capture_default_str();
   // generate's spellings: --act-quant on|off and --no-act-quant (bench had only the flags
   // --act-quant / --no-act-quant, so `--act-quant off` was a usage error)
@@ -558,6 +560,7 @@ void add_timeline(CLI::App* sub, const std::shared_ptr<bench_options>& o, const 
                      "kernels, time per kernel (the tracer runs from the start, so the "
                      "timed {0} carry its cost: compare them with a run without it)",
                      what))
+      ->check(di::cli::integer_fits<int>())
       ->capture_default_str();
 }
 

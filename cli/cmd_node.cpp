@@ -5,6 +5,7 @@
 #include "actors/logging.hpp"
 #include "actors/node_runtime.hpp"
 #include "cli/command.hpp"
+#include "cli/detail/option_checks.hpp"
 #include "config/cluster_config.hpp"
 
 #include <fmt/format.h>
@@ -34,7 +35,9 @@ void setup_node(CLI::App& app) {
   auto o = std::make_shared<node_options>();
   auto* sub = app.add_subcommand("node", "Run one node of a cluster (rank 0 coordinates)");
   sub->add_option("--config", o->config, "Cluster file (TOML; see the README's \"Cluster file\")")->required();
-  sub->add_option("--rank", o->rank, "This node's index in the file's [[nodes]]")->required();
+  sub->add_option("--rank", o->rank, "This node's index in the file's [[nodes]]")
+      ->required()
+      ->check(di::cli::integer_range<int>(0));
   sub->add_option("--set", o->sets, "Override a key of the cluster file: --set model.path=/models/x "
                   "(repeatable; every node must get the same overrides)");
   sub->callback([o] { run_node_command(*o); });

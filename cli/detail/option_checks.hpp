@@ -31,4 +31,22 @@ CLI::Validator integer_range(T lo = std::numeric_limits<T>::min(),
       "");
 }
 
+/// A CLI11 check that an integer option's value fits its type T, for options whose own lower
+/// bound is checked later with a message of its own: "'99999999999' is too large (at most
+/// 2147483647)" instead of CLI11's "Could not convert".
+template <std::integral T>
+CLI::Validator integer_fits() {
+  return CLI::Validator(
+      [](const std::string& s) -> std::string {
+        T v{};
+        const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (ec != std::errc::result_out_of_range) return {};  // fits, or the decimal check's
+        return s.starts_with('-') ? fmt::format("'{}' is too small (at least {})", s,
+                                                std::numeric_limits<T>::min())
+                                  : fmt::format("'{}' is too large (at most {})", s,
+                                                std::numeric_limits<T>::max());
+      },
+      "");
+}
+
 }  // namespace di::cli

@@ -53,6 +53,19 @@ class HelpTest(unittest.TestCase):
         self.assertEqual(p.returncode, 2)
         self.assertIn("A subcommand is required", p.stderr)
 
+    def test_int_options_past_their_type_say_so(self):
+        # CLI11 said "Could not convert: --steps = 99999999999"
+        for args in (["bench", "decode", "--model", "x", "--steps"], ["bench", "prefill", "--model", "x", "--timeline"],
+                     ["bench", "serve", "--num-prompts"], ["bench", "serve", "--concurrency"],
+                     ["bench", "serve", "--input-len"], ["bench", "serve", "--output-len"],
+                     ["node", "--config", "x", "--rank"]):
+            p = run(*args, "99999999999")
+            self.assertEqual(p.returncode, 2, (args, p.stderr))
+            self.assertEqual(len(error_lines(p)), 1, p.stderr)
+            self.assertNotIn("Could not convert", p.stderr)
+            self.assertIn(f"{args[-1]}: '99999999999' is ", error_lines(p)[0])
+            self.assertIn("2147483647", error_lines(p)[0])
+
     def test_bench_help_flags_are_not_contradictory(self):
         # "--act-quant,--no-act-quant{false}" next to "(default on)" read as "default off"
         for phase in ("decode", "prefill"):
