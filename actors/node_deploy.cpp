@@ -140,7 +140,8 @@ void deploy(node_self self) {
 void on_node_down(node_self self, int rank, const caf::error& reason) {
   node_state& st = self->state;
   if (st.is_stopping) return;
-  const std::string why = describe(reason);
+  // No reason: the node ended in order (SIGTERM to it alone) -- it said "no error".
+  const std::string why = reason ? describe(reason) : "it stopped (shut down in order)";
   st.nodes[std::size_t(rank)].reset();
   st.log->error("node {} ({}) is down: {}", rank, address_of(st.params.config, rank), why);
   for (node_event& e : st.node_events)
@@ -149,6 +150,21 @@ void on_node_down(node_self self, int rank, const caf::error& reason) {
       e.reason = why;
     }
   if (!st.is_ready) return fail_startup(self, fmt::format("node {} went down during startup: {}", rank, why));
+  // Each scheduler monitors its executors, but one on another node than this may reach the
+  // lost node only through this one and then hears nothing of it: its requests hung until
+  // scheduler.step_timeout_s (600 s) while the group still looked up. It gets the down message
+  // from here (a scheduler that had its own fails its group once).
+  const cluster_config& c = st.params.config;
+  for (std::size_t g = 0; g < c.groups.size() && g < st.schedulers.size(); ++g) {
+    if (!st.schedulers[g] || c.groups[g].scheduler_node == rank || g >= st.executors.size())
+      continue;
+    for (std::size_t i = 0; i < c.groups[g].executor_nodes.size() && i < st.executors[g].size();
+         ++i)
+      if (c.groups[g].executor_nodes[i] == rank && st.executors[g][i])
+        // (a system message, taken by its down handler: not part of its typed interface)
+        caf::anon_send(caf::actor_cast<caf::actor>(st.schedulers[g]),
+                       caf::down_msg{st.executors[g][i].address(), reason});
+  }
   if (st.router)
     self->send(*st.router, node_event{.rank = rank, .is_up = false,
                                       .address = address_of(st.params.config, rank), .reason = why});

@@ -411,6 +411,26 @@ class FailureTest(unittest.TestCase):
         with open(c.log.name) as f:
             self.assertIn("launch: node 1 exited while the cluster ran; its groups cannot serve", f.read())
 
+    def test_kill_executor_node_of_a_scheduler_on_another_node(self):
+        # The group's scheduler on node 2, its executor on node 1, the router on node 0: the
+        # scheduler heard nothing of node 1's loss (it reaches node 1 through node 0) and its
+        # requests hung until scheduler.step_timeout_s (600 s), the group still "up". The
+        # coordinator now passes the loss on.
+        ports = cu.free_ports(4)
+        c = cu.Cluster(WORK, "kill-remote", cu.cluster_toml("kill-remote", ports[0], ports[1:], [(2, [1])], "",
+                                                            runner="toy"),
+                       sets=["model.toy.step_ms=20"])
+        try:
+            pid = c.node_pid(1)
+            elapsed, message = self.run_until_failure(c, lambda: os.kill(pid, signal.SIGKILL))
+            figure("SIGKILL of the executor node, scheduler on a third node: seconds until every request failed",
+                   round(elapsed, 3))
+            self.assertLess(elapsed, 10)
+            self.assertIn("group 0: executor 0 on node 1 is down", message)
+            self.assertTrue(cu.wait_until(lambda: not c.status()["groups"][0]["up"], 5))
+        finally:
+            c.stop()
+
     def test_frozen_router_node(self):
         # A client whose router's node froze waited forever; it now gives up after
         # --connection-timeout-ms of silence (the node's heartbeats stop).
