@@ -12,8 +12,8 @@
 //      any other mismatch is a stale snapshot and throws), else (a started sequence with
 //      first_position > 0) rebuild its Engram history from `lookback_tokens` (and count
 //      `prior_tokens` for penalties and feed their output part to the grammar); if
-//      `has_placeholder`, put the token this executor sampled for the sequence in its previous step
-//      into token_ids[0];
+//      `has_placeholder`, put the token this executor sampled for the sequence in its
+//      previous step into token_ids[0];
 //   4. run every sequence's rows in one forward; rows at positions below num_cached_tokens
 //      are replay rows: they rebuild the slot but never write stream entries (those come from
 //      the shared cached blocks; see block_manager.hpp for why this is exact);

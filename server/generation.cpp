@@ -442,10 +442,10 @@ api_error refusal_error(runtime::failure_kind kind, const std::string& message,
   std::string m = message;
   // The router puts the scheduler's admission status first ("invalid_request: min_tokens ..."),
   // which the CLI client shows; here the HTTP status and error type say it.
-  for (auto s : {runtime::admission_status::invalid_request, runtime::admission_status::duplicate_id,
-                 runtime::admission_status::too_long, runtime::admission_status::queue_full,
-                 runtime::admission_status::queued_tokens_full,
-                 runtime::admission_status::unavailable}) {
+  for (auto s :
+       {runtime::admission_status::invalid_request, runtime::admission_status::duplicate_id,
+        runtime::admission_status::too_long, runtime::admission_status::queue_full,
+        runtime::admission_status::queued_tokens_full, runtime::admission_status::unavailable}) {
     const std::string prefix = std::string(runtime::to_string(s)) + ": ";
     if (m.starts_with(prefix)) {
       m.erase(0, prefix.size());

@@ -318,10 +318,11 @@ struct class_key {
     if (edges != o.edges)
       return std::lexicographical_compare(edges.begin(), edges.end(), o.edges.begin(),
                                           o.edges.end(), edge_less);
-    return std::lexicographical_compare(
-        calls.begin(), calls.end(), o.calls.begin(), o.calls.end(), [](const auto& x, const auto& y) {
-          return sig_less(x.first, y.first) || (x.first == y.first && x.second < y.second);
-        });
+    return std::lexicographical_compare(calls.begin(), calls.end(), o.calls.begin(), o.calls.end(),
+                                        [](const auto& x, const auto& y) {
+                                          return sig_less(x.first, y.first) ||
+                                                 (x.first == y.first && x.second < y.second);
+                                        });
   }
 };
 
@@ -362,7 +363,8 @@ std::vector<state_id> token_equivalence_classes(const compiled_grammar& g,
   preds.resize(pred_begin[n]);
   {
     std::vector<std::size_t> fill(pred_begin.begin(), pred_begin.end() - 1);
-    for (state_id s = 0; s < n; ++s) for_each_successor(s, [&](state_id t) { preds[fill[t]++] = s; });
+    for (state_id s = 0; s < n; ++s)
+      for_each_successor(s, [&](state_id t) { preds[fill[t]++] = s; });
   }
   auto key_of = [&](state_id s, class_key& k) {
     group_targets(
@@ -403,10 +405,10 @@ std::vector<state_id> token_equivalence_classes(const compiled_grammar& g,
       // The members that keep the class: those with its key; when every member was looked at
       // and none has it (or the class has none yet), those with the first member's key.
       const bool all_dirty = m == class_size[c];
-      bool keep_known = has_key[c] && !(all_dirty && std::none_of(keys.begin(), keys.begin() + m,
-                                                                   [&](const class_key& k) {
-                                                                     return k == key_of_class[c];
-                                                                   }));
+      bool keep_known =
+          has_key[c] &&
+          !(all_dirty && std::none_of(keys.begin(), keys.begin() + m,
+                                      [&](const class_key& k) { return k == key_of_class[c]; }));
       if (!keep_known) {
         key_of_class[c] = keys[0];  // dirty is sorted by state within the class
         has_key[c] = true;

@@ -367,10 +367,11 @@ TEST_CASE("refusals and failures map to HTTP statuses by their kind, not their w
   CHECK(std::string(refusal_error(failure_kind::invalid, "invalid_request: min_tokens 9 is more",
                                   "min_tokens")
                         .what()) == "min_tokens 9 is more");
-  CHECK(std::string(refusal_error(failure_kind::invalid, "too_long: the prompt has 9 tokens").what()) ==
+  CHECK(std::string(
+            refusal_error(failure_kind::invalid, "too_long: the prompt has 9 tokens").what()) ==
         "the prompt has 9 tokens");
-  CHECK(std::string(refusal_error(failure_kind::overloaded, "queue_full: 4096 requests waiting")
-                        .what())
+  CHECK(std::string(
+            refusal_error(failure_kind::overloaded, "queue_full: 4096 requests waiting").what())
             .ends_with("retry later: 4096 requests waiting"));
   CHECK(std::string(refusal_error(failure_kind::invalid, "stop: x").what()) == "stop: x");
   // A chat request that set max_completion_tokens is told about that field.
