@@ -5,6 +5,8 @@
 
 #include "common/error.hpp"
 
+#include <algorithm>
+
 namespace di::runtime {
 
 std::string scheduler::check_result(const step_result& result) const {
@@ -23,7 +25,7 @@ std::string scheduler::check_result(const step_result& result) const {
     if (out.seq_id != rows.seq_id)
       return fmt::format("step result {}: output {} is for sequence {}, the plan has {}",
                          result.step_id, i, out.seq_id, rows.seq_id);
-    if (!out.error.empty()) continue;
+    if (!out.error.empty() || out.not_run) continue;
     if (out.token_ids.size() != (rows.is_sampling ? 1u : 0u) ||
         out.prompt_logprobs.size() != rows.prompt_logprob_entries.size() ||
         (!out.logprobs.empty() && out.logprobs.size() != out.token_ids.size()))
@@ -42,9 +44,57 @@ apply_outcome scheduler::apply(const step_result& result) {
   if (!outcome.is_ok()) return outcome;
   const planned_step step = std::move(in_flight_.front());
   in_flight_.pop_front();
+  withdraw_unwritten(step, result);
   for (std::size_t i = 0; i < step.rows.size(); ++i)
     apply_output(step.rows[i], result.outputs[i], outcome.events);
   return outcome;
+}
+
+void scheduler::withdraw_unwritten(const planned_step& step, const step_result& result) {
+  // Rows that did not run wrote nothing, whether or not their sequence still lives: the
+  // prefix cache stops offering the blocks registered for them and the snapshot they were to
+  // save, and every other sequence that adopted such a block meanwhile (in this plan or one
+  // sent since) reads entries never written: it starts again, as one that restores the
+  // snapshot does (apply_output). A sequence that failed here just ends.
+  std::vector<std::int32_t> unwritten;  // withdrawn entries that sequences still hold
+  std::vector<std::uint64_t> failed;
+  for (std::size_t i = 0; i < step.rows.size(); ++i) {
+    const sequence_output& out = result.outputs[i];
+    if (!out.error.empty()) failed.push_back(out.seq_id);
+    if (!out.not_run) continue;
+    const planned_rows& rows = step.rows[i];
+    for (std::uint64_t hash : rows.added_entries)
+      if (std::optional<std::int32_t> id = blocks_.withdraw_entry(hash)) unwritten.push_back(*id);
+    if (rows.save_snapshot)
+      blocks_.withdraw_snapshot(*rows.save_snapshot, rows.save_snapshot_version);
+  }
+  if (unwritten.empty()) return;
+  const std::vector<sequence*> order = running_;  // recompute edits running_
+  for (sequence* seq : order) {
+    if (std::find(failed.begin(), failed.end(), seq->id()) != failed.end()) continue;
+    const auto& held = seq->blocks().held;
+    if (std::any_of(held.begin(), held.end(), [&](const std::optional<std::int32_t>& h) {
+          return h && std::find(unwritten.begin(), unwritten.end(), *h) != unwritten.end();
+        }))
+      recompute(*seq);
+  }
+}
+
+void scheduler::recompute(sequence& seq) {
+  // Its rows did not run because the snapshot it resumed from was never saved: it starts
+  // again from scratch, as after a preemption. A new serial discards the outputs of its rows
+  // in plans sent already (the executors skip them too), and their samples never come.
+  if (is_running(seq.status())) {
+    std::erase(running_, &seq);
+    seq.set_status(sequence_status::preempted);
+    waiting_.push_front(&seq);
+  }
+  blocks_.free(seq.blocks());
+  seq.reset_computation();
+  seq.restart(next_serial_++);
+  seq.set_preempted_step(next_step_id_);  // the next plan makes the executors drop its state
+  recomputed_ids_.push_back(seq.id());
+  ++counters_.num_preemptions;
 }
 
 void scheduler::apply_output(const planned_rows& rows, const sequence_output& out,
@@ -54,6 +104,7 @@ void scheduler::apply_output(const planned_rows& rows, const sequence_output& ou
     ++counters_.num_discarded_outputs;
     return;
   }
+  if (out.not_run && out.error.empty()) return recompute(*seq);
   token_event event{.request_id = seq->id(), .status = seq->status(), .num_cached_tokens = seq->num_cached_tokens()};
   if (!out.error.empty()) {
     event.text = seq->flush_text();

@@ -204,20 +204,45 @@ void block_manager::evict_one() {
   DI_CHECK(!evictable_.empty(), "block manager: nothing left to evict");
   const std::int32_t id = evictable_.front();
   evictable_.pop_front();
+  by_hash_.erase(entries_[std::size_t(id)].hash);
+  free_entry(id);
+  ++num_evictions_;
+}
+
+/// Returns the blocks and the snapshot of entry `id` (out of by_hash_ and evictable_ already).
+void block_manager::free_entry(std::int32_t id) {
   cache_entry& e = entries_[std::size_t(id)];
   for (std::size_t s = 0; s < e.blocks.size(); ++s)
     free_[s].insert(free_[s].end(), e.blocks[s].begin(), e.blocks[s].end());
   if (e.snapshot) drop_snapshot(id);
-  by_hash_.erase(e.hash);
   e = cache_entry{};
   free_entries_.push_back(id);
-  ++num_evictions_;
 }
 
 void block_manager::release_entry(std::int32_t id) {
   cache_entry& e = entries_[std::size_t(id)];
   DI_CHECK(e.ref_count > 0, "block manager: cache entry {} released more often than held", id);
-  if (--e.ref_count == 0) e.lru = evictable_.insert(evictable_.end(), id);
+  if (--e.ref_count > 0) return;
+  if (e.is_withdrawn)
+    free_entry(id);
+  else
+    e.lru = evictable_.insert(evictable_.end(), id);
+}
+
+std::optional<std::int32_t> block_manager::withdraw_entry(std::uint64_t hash) {
+  auto it = by_hash_.find(hash);
+  if (it == by_hash_.end()) return std::nullopt;
+  const std::int32_t id = it->second;
+  by_hash_.erase(it);
+  cache_entry& e = entries_[std::size_t(id)];
+  if (e.snapshot) drop_snapshot(id);
+  if (e.ref_count > 0) {
+    e.is_withdrawn = true;  // its holders free it
+    return id;
+  }
+  evictable_.erase(e.lru);
+  free_entry(id);
+  return std::nullopt;
 }
 
 void block_manager::free(sequence_blocks& seq) {
@@ -270,9 +295,11 @@ std::int32_t block_manager::add_entry(std::uint64_t hash, std::uint64_t parent, 
   return id;
 }
 
-void block_manager::cache_full_blocks(sequence_blocks& seq, std::span<const std::int32_t> tokens,
-                                      std::int64_t num_computed) {
-  if (!config_.enable_prefix_caching) return;
+std::vector<std::uint64_t> block_manager::cache_full_blocks(sequence_blocks& seq,
+                                                            std::span<const std::int32_t> tokens,
+                                                            std::int64_t num_computed) {
+  std::vector<std::uint64_t> added;
+  if (!config_.enable_prefix_caching) return added;
   const std::int64_t L = token_block_size_;
   const std::int64_t full = std::min<std::int64_t>(num_computed, std::int64_t(tokens.size())) / L;
   for (std::int64_t k = std::int64_t(seq.hashes.size()); k < full; ++k) {
@@ -284,8 +311,10 @@ void block_manager::cache_full_blocks(sequence_blocks& seq, std::span<const std:
       seq.held.emplace_back();  // computed twice (or a collision): the copy stays private
     } else {
       seq.held.emplace_back(add_entry(h, parent, k, block, seq));
+      added.push_back(h);
     }
   }
+  return added;
 }
 
 // ---- snapshots -----------------------------------------------------------------------------
@@ -308,7 +337,7 @@ std::optional<std::int32_t> block_manager::reserve_snapshot(sequence_blocks& seq
   if (k >= seq.held.size() || !seq.held[k]) return std::nullopt;
   const std::int32_t owner = *seq.held[k];
   cache_entry& e = entries_[std::size_t(owner)];
-  if (e.snapshot) return std::nullopt;
+  if (e.snapshot || e.is_withdrawn) return std::nullopt;
   if (free_snapshots_.empty()) {
     // The least recently used snapshot that this step neither restores nor saves.
     auto victim = std::find_if(snapshot_lru_.begin(), snapshot_lru_.end(),
@@ -325,6 +354,12 @@ std::optional<std::int32_t> block_manager::reserve_snapshot(sequence_blocks& seq
   snapshot_owner_[std::size_t(z)] = owner;
   snapshot_pos_[std::size_t(z)] = snapshot_lru_.insert(snapshot_lru_.end(), z);
   return z;
+}
+
+void block_manager::withdraw_snapshot(std::int32_t snapshot, std::uint64_t version) {
+  if (snapshot < 0 || snapshot >= config_.num_snapshots) return;
+  const std::optional<std::int32_t> owner = snapshot_owner_[std::size_t(snapshot)];
+  if (owner && snapshot_versions_[std::size_t(snapshot)] == version) drop_snapshot(*owner);
 }
 
 std::uint64_t block_manager::snapshot_version(std::int32_t snapshot) const {

@@ -57,6 +57,10 @@
 // snapshot boundary and P - R (0 when neither helps, which is exact trivially); positions
 // between the resume point and P run as replay rows over the shared blocks, so a hit always
 // shares memory even when it saves no compute.
+//
+// Blocks are registered and snapshots reserved when the rows that compute them are planned;
+// when those rows turn out not to have run, the scheduler withdraws them (withdraw_entry,
+// withdraw_snapshot): the cache never offers what was not written.
 #pragma once
 
 #include "runtime/kv_geometry.hpp"
@@ -136,9 +140,20 @@ class block_manager {
 
   /// Registers the token blocks of `seq` that are full and computed (below num_computed and
   /// within `tokens`, the known ids) in the prefix cache. A block whose hash is cached already
-  /// stays private to the sequence.
-  void cache_full_blocks(sequence_blocks& seq, std::span<const std::int32_t> tokens,
-                         std::int64_t num_computed);
+  /// stays private to the sequence. Returns the hashes of the entries it added.
+  std::vector<std::uint64_t> cache_full_blocks(sequence_blocks& seq,
+                                               std::span<const std::int32_t> tokens,
+                                               std::int64_t num_computed);
+  /// The rows that were to compute the cache entry of `hash` did not run (the scheduler
+  /// registers a block when it plans them): no later match finds it, its snapshot is
+  /// dropped, and its blocks go back to the free lists once no sequence holds it (a holder
+  /// keeps its table until it is freed). Returns the entry's id while sequences still hold it
+  /// (in sequence_blocks::held; they read entries never written), else none; no-op when
+  /// `hash` is not cached.
+  std::optional<std::int32_t> withdraw_entry(std::uint64_t hash);
+  /// The save `version` of `snapshot` did not happen (its sequence did not run): the
+  /// snapshot is dropped if it still has that identity, so no later match restores it.
+  void withdraw_snapshot(std::int32_t snapshot, std::uint64_t version);
 
   /// The first snapshot boundary after `position`, if snapshots are on.
   std::optional<std::int64_t> next_snapshot_boundary(std::int64_t position) const;
@@ -186,12 +201,14 @@ class block_manager {
     std::int32_t ref_count = 0;
     std::optional<std::int32_t> snapshot;
     std::list<std::int32_t>::iterator lru;  // in evictable_ while ref_count == 0
+    bool is_withdrawn = false;  // out of by_hash_ (never computed): freed, not cached, at 0 refs
   };
 
   std::int64_t blocks_needed(int s, const sequence_blocks& seq, std::int64_t num_tokens) const;
   bool has_room(std::span<const std::int64_t> needed, std::int64_t num_pinned) const;
   std::int32_t take_block(int s);
   void evict_one();
+  void free_entry(std::int32_t id);
   void release_entry(std::int32_t id);
   std::optional<std::int32_t> find_entry(std::uint64_t hash, std::uint64_t parent,
                                          std::span<const std::int32_t> tokens) const;

@@ -14,6 +14,7 @@ step_plan scheduler::schedule() {
   step_context ctx;
   ctx.plan.step_id = next_step_id_++;
   ctx.plan.finished = std::exchange(finished_ids_, {});
+  ctx.plan.preempted = std::exchange(recomputed_ids_, {});
   ctx.budget = config_.max_num_batched_tokens;
   blocks_.begin_step();
   schedule_decodes(ctx);
@@ -176,7 +177,7 @@ scheduled_sequence& scheduler::add_rows(step_context& ctx, sequence& seq, std::i
     seq.add_pending_sample();
     if (is_prefill) seq.set_status(sequence_status::decoding);
   }
-  blocks_.cache_full_blocks(seq.blocks(), seq.known_tokens(), end);
+  ctx.added.push_back(blocks_.cache_full_blocks(seq.blocks(), seq.known_tokens(), end));
   if (is_prefill && end >= seq.num_inexact_tokens() &&
       blocks_.next_snapshot_boundary(end - 1) == end) {
     out.save_snapshot = blocks_.reserve_snapshot(seq.blocks(), end);
@@ -205,9 +206,15 @@ void scheduler::add_prompt_logprob_rows(const sequence& seq, scheduled_sequence&
 void scheduler::record_step(const step_context& ctx) {
   if (ctx.plan.sequences.empty()) return;  // nothing to answer
   planned_step step{.step_id = ctx.plan.step_id};
-  for (const scheduled_sequence& s : ctx.plan.sequences) {
+  for (std::size_t i = 0; i < ctx.plan.sequences.size(); ++i) {
+    const scheduled_sequence& s = ctx.plan.sequences[i];
     const sequence& seq = *find(s.seq_id);
-    planned_rows rows{.seq_id = s.seq_id, .serial = seq.serial(), .is_sampling = s.is_sampling};
+    planned_rows rows{.seq_id = s.seq_id,
+                      .serial = seq.serial(),
+                      .is_sampling = s.is_sampling,
+                      .added_entries = ctx.added[i],
+                      .save_snapshot = s.save_snapshot,
+                      .save_snapshot_version = s.save_snapshot_version};
     for (std::int32_t r : s.prompt_logprob_rows)
       rows.prompt_logprob_entries.push_back(s.first_position + r + 1);
     step.rows.push_back(std::move(rows));

@@ -11,6 +11,12 @@
 //                             // finished sequences free their blocks (cached blocks stay
 //                             // cached for prefix reuse)
 //
+// Token blocks enter the prefix cache, and snapshots are reserved, when their rows are
+// planned, so a sequence admitted in the same plan or the next can reuse them. Rows that the
+// executors report as not run (sequence_output::not_run) wrote nothing: apply() withdraws
+// their blocks and snapshot from the cache, and a sequence that adopted those blocks, or
+// restored that snapshot, starts again from scratch (as after a preemption, counted as one).
+//
 // Overlapped scheduling: schedule() may run again before apply() of the previous plan; the
 // next input of a decoding sequence is then a placeholder (protocol in step_plan.hpp).
 // Results must be applied in plan order. Only plans with sequences expect a result; a plan
@@ -156,7 +162,8 @@ class scheduler {
   /// One plan being built.
   struct step_context {
     step_plan plan;
-    std::int64_t budget = 0;  // rows left
+    std::int64_t budget = 0;                        // rows left
+    std::vector<std::vector<std::uint64_t>> added;  // [sequence] cache entries its rows add
   };
   /// What apply() needs to check and interpret a planned sequence's output.
   struct planned_rows {
@@ -164,6 +171,10 @@ class scheduler {
     std::uint64_t serial = 0;
     bool is_sampling = false;
     std::vector<std::int64_t> prompt_logprob_entries;  // entry index of each asked row
+    // What the rows were to write, withdrawn if they do not run (sequence_output::not_run).
+    std::vector<std::uint64_t> added_entries;  // hashes of the cache entries registered for them
+    std::optional<std::int32_t> save_snapshot;
+    std::uint64_t save_snapshot_version = 0;
   };
   struct planned_step {
     std::uint64_t step_id = 0;
@@ -190,6 +201,8 @@ class scheduler {
   void deliver_prompt_logprobs(sequence& seq, const planned_rows& rows, const sequence_output& out,
                                token_event& event) const;
   void accept_sample(sequence& seq, const sequence_output& out, token_event& event);
+  void withdraw_unwritten(const planned_step& step, const step_result& result);
+  void recompute(sequence& seq);
   void finish(sequence& seq, sequence_status status, token_event& event);
 
   sequence* find(std::uint64_t id) const;
@@ -205,6 +218,7 @@ class scheduler {
   std::deque<sequence*> waiting_;            // queued and preempted, in admission order
   std::vector<sequence*> running_;           // prefilling and decoding, oldest admission first
   std::vector<std::uint64_t> finished_ids_;  // ended since the last plan: executors drop them
+  std::vector<std::uint64_t> recomputed_ids_;  // sent back to wait by apply: executors drop them
   std::deque<planned_step> in_flight_;       // plans with rows whose results are pending
   std::uint64_t next_step_id_ = 0;
   std::uint64_t next_serial_ = 0;

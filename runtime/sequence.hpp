@@ -110,6 +110,12 @@ class sequence {
 
   /// A sample was planned; its token arrives later through accept_token.
   void add_pending_sample() { ++num_pending_; }
+  /// Results of the steps planned so far no longer count (their rows did not run): a new
+  /// serial, and no sample pending.
+  void restart(std::uint64_t serial) {
+    serial_ = serial;
+    num_pending_ = 0;
+  }
   /// The next sampled token: detokenized and stop-checked. The update's text is final.
   stop_update accept_token(std::int32_t id);
   /// Ends the text stream early (abort, error): the text still held back.

@@ -9,7 +9,9 @@
 //   3. for each scheduled sequence: append `new_blocks` to its tables, restore its slot from
 //      `restore_snapshot` if set (the save recorded with `restore_snapshot_version`: when the
 //      snapshot holds an earlier save and this plan saves that version, after that save;
-//      any other mismatch is a stale snapshot and throws), else (a started sequence with
+//      when that save did not happen, in this plan or an earlier one, because its sequence
+//      did not run, the sequence does not run either and says so, see 5; any other mismatch
+//      is a stale snapshot and throws), else (a started sequence with
 //      first_position > 0) rebuild its Engram history from `lookback_tokens` (and count
 //      `prior_tokens` for penalties and feed their output part to the grammar); if
 //      `has_placeholder`, put the token this executor sampled for the sequence in its
@@ -19,6 +21,9 @@
 //      the shared cached blocks; see block_manager.hpp for why this is exact);
 //   5. copy the slot to `save_snapshot` if set, with `save_snapshot_version` (after the
 //      forward, so a snapshot restored and saved in one step is read before it is overwritten);
+//      a sequence whose rows do not run (it fails before the forward, or restores a snapshot
+//      whose save did not happen) saves nothing and says so (sequence_output::not_run), and
+//      so do its rows in plans sent before the scheduler learnt it;
 //   6. sample the last row of each `is_sampling` sequence (sampler.hpp: step = sample_index,
 //      stop_token_ids suppressed while sample_index < params.min_tokens), compute the asked
 //      logprobs, remember the sampled token per sequence, and reply with a step_result.
@@ -103,6 +108,12 @@ struct sequence_output {
   /// The request field its failure blames ("response_format" when the grammar failed), or ""
   /// (then the failure is the engine's own: failure_kind::internal).
   std::string error_param;
+  /// Its rows did not run, so nothing they were to write was written: neither the stream
+  /// entries of the token blocks the scheduler registered for them nor `save_snapshot`. With
+  /// an error the sequence failed before the forward; without one it was to restore a
+  /// snapshot whose save did not happen (the saving sequence did not run), and the scheduler
+  /// computes it again from scratch.
+  bool not_run = false;
 };
 
 struct step_result {

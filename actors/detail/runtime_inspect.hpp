@@ -175,7 +175,7 @@ typename Inspector::result_type inspect(Inspector& f, step_plan& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sequence_output& x) {
   return f(caf::meta::type_name("sequence_output"), x.seq_id, x.token_ids, x.logprobs,
-           x.prompt_logprobs, x.error, x.error_param);
+           x.prompt_logprobs, x.error, x.error_param, x.not_run);
 }
 
 template <class Inspector>

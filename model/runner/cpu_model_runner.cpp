@@ -99,7 +99,8 @@ cpu_model_runner::cpu_model_runner(std::shared_ptr<const deepseek_model> model,
             model_->dev(), config.num_state_slots),
       snapshots_(checked_snapshots(*model_, config)),
       snapshot_positions_(std::size_t(config.num_snapshots), -1),
-      snapshot_versions_(std::size_t(config.num_snapshots), 0) {}
+      snapshot_versions_(std::size_t(config.num_snapshots), 0),
+      skipped_versions_(std::size_t(config.num_snapshots), 0) {}
 
 std::int64_t sampleable_ids(const tok::tokenizer& tokenizer, std::int64_t vocab_size) {
   return std::min<std::int64_t>(std::int64_t(tokenizer.vocab_size()), vocab_size);
@@ -144,6 +145,10 @@ runtime::step_result cpu_model_runner::run(const runtime::step_plan& plan) {
     if (std::optional<batch_entry> e = prepare(i, plan.sequences[i], saves, result.outputs[i]))
       batch.push_back(std::move(*e));
   }
+  drop_unsaved_restores(plan, batch, result);
+  for (std::size_t i = 0; i < plan.sequences.size(); ++i)  // a restore of these waits no more
+    if (const auto& s = plan.sequences[i]; s.save_snapshot && result.outputs[i].not_run)
+      skipped_versions_[std::size_t(*s.save_snapshot)] = s.save_snapshot_version;
   std::vector<forward_output> logits = run_waves(plan, batch);
   const auto t_sample = clock_type::now();
   sample(plan, batch, logits, result);
@@ -151,6 +156,35 @@ runtime::step_result cpu_model_runner::run(const runtime::step_plan& plan) {
   ++stats_.num_steps;
   stats_.total_seconds += seconds_since(t0);
   return result;
+}
+
+/// A sequence waiting for a save that no sequence of the batch makes (its sequence did not
+/// run, in this plan or an earlier one) does not run either: its output says so without an
+/// error, and the scheduler computes it again from scratch (its prefix's blocks were never
+/// written either). Its own save is then not made, so this repeats until every wait is met.
+void cpu_model_runner::drop_unsaved_restores(const runtime::step_plan& plan,
+                                             std::vector<batch_entry>& batch,
+                                             runtime::step_result& result) {
+  for (bool changed = true; changed;) {
+    changed = false;
+    planned_saves made;
+    for (const batch_entry& e : batch)
+      if (const runtime::scheduled_sequence& s = plan.sequences[e.index]; s.save_snapshot)
+        made[*s.save_snapshot] = {s.first_position + s.num_rows(), s.save_snapshot_version};
+    std::erase_if(batch, [&](batch_entry& e) {
+      if (!e.deferred_restore) return false;
+      const runtime::scheduled_sequence& s = plan.sequences[e.index];
+      auto m = made.find(*e.deferred_restore);
+      if (m != made.end() && m->second.position == s.first_position &&
+          m->second.version == s.restore_snapshot_version)
+        return false;
+      result.outputs[e.index].not_run = true;
+      e.seq->dropped = "";
+      ++stats_.num_unsaved_restores;
+      changed = true;
+      return true;
+    });
+  }
 }
 
 /// Forwards the batch in waves: every sequence whose slot is ready, then the snapshots those
@@ -183,6 +217,9 @@ std::vector<forward_output> cpu_model_runner::run_waves(const runtime::step_plan
       const batch_entry& e = batch[members[i]];
       const runtime::scheduled_sequence& s = plan.sequences[e.index];
       if (s.save_snapshot) save_snapshot(*e.seq, *s.save_snapshot, s.save_snapshot_version);
+      stats_.num_rows += s.num_rows();
+      stats_.num_replay_rows +=
+          std::clamp<std::int64_t>(s.num_cached_tokens - s.first_position, 0, s.num_rows());
       logits[members[i]] = std::move(out[i]);
       is_done[members[i]] = true;
     }

@@ -68,6 +68,9 @@ struct runner_stats {
   /// Forwards beyond one per plan: a sequence restoring a snapshot that an earlier sequence
   /// of the same plan saves runs after it (see run()).
   std::int64_t num_extra_forwards = 0;
+  /// Sequences that did not run because the snapshot they restore was never saved (the
+  /// sequence saving it did not run): the scheduler computes them again (see run()).
+  std::int64_t num_unsaved_restores = 0;
   double total_seconds = 0.0;     ///< inside run()
   double forward_seconds = 0.0;   ///< deepseek_model::forward
   double sampling_seconds = 0.0;  ///< sampler and logprobs
@@ -94,6 +97,10 @@ class cpu_model_runner final : public runtime::step_runner {
   /// prefix as soon as its rows are planned) waits for that save: it runs in a second forward.
   /// A sequence resumed past position 0 whose request has sampling penalties fails (its output
   /// carries the error): the plan does not carry the earlier tokens the penalties count.
+  /// A sequence whose rows cannot run (a token outside the vocabulary, no sample to patch in)
+  /// fails alone and saves nothing; one that restores a save which thus never happened, in
+  /// this plan or an earlier one, does not run either and asks to be computed again; both
+  /// say so (sequence_output::not_run), and so do their rows in later plans.
   runtime::step_result run(const runtime::step_plan& plan) override;
 
   /// Lets requests with a response_format run here (runner_grammar.cpp): each step's mask
@@ -128,6 +135,9 @@ class cpu_model_runner final : public runtime::step_runner {
     std::unique_ptr<grammar::grammar_matcher> matcher;
     std::vector<std::uint32_t> mask;  // [allowed_mask_words(vocab)]
     std::string grammar_error;        // set when the grammar failed: the sequence fails
+    // Set when its rows of a step did not run (the error, or "" to be computed again): its
+    // state no longer follows the plans, so its rows in later plans do not run either.
+    std::optional<std::string> dropped;
   };
   /// One scheduled sequence's part of this step's forward.
   struct batch_entry {
@@ -157,6 +167,8 @@ class cpu_model_runner final : public runtime::step_runner {
                      std::uint64_t version);
   std::optional<batch_entry> prepare(std::size_t index, const runtime::scheduled_sequence& s,
                                      const planned_saves& saves, runtime::sequence_output& out);
+  void drop_unsaved_restores(const runtime::step_plan& plan, std::vector<batch_entry>& batch,
+                             runtime::step_result& result);
   std::vector<forward_output> run_waves(const runtime::step_plan& plan,
                                         std::vector<batch_entry>& batch);
   std::vector<forward_output> run_forward(std::vector<batch_entry*>& wave);
@@ -187,6 +199,7 @@ class cpu_model_runner final : public runtime::step_runner {
   std::vector<std::vector<std::uint8_t>> snapshots_;  // [snapshot] slot bytes
   std::vector<std::int64_t> snapshot_positions_;      // [snapshot] tokens it holds; -1 = none
   std::vector<std::uint64_t> snapshot_versions_;      // [snapshot] the save it holds
+  std::vector<std::uint64_t> skipped_versions_;       // [snapshot] its last save not made, or 0
   std::unordered_map<std::uint64_t, live_sequence> live_;
   runtime::sampler sampler_;
   std::shared_ptr<const grammar::token_vocabulary> grammar_vocab_;

@@ -57,9 +57,14 @@ std::optional<std::int32_t> cpu_model_runner::restore_slot(live_sequence& seq,
     // save at the same position while this plan saves the one asked for (the version tells).
     const std::int32_t k = *s.restore_snapshot;
     const std::uint64_t v = s.restore_snapshot_version;
+    // A save that did not happen (its sequence did not run) waits too: drop_unsaved_restores
+    // finds that no sequence of this plan makes it.
     auto saved = saves.find(k);
-    if (!snapshot_holds(k, s.first_position, v) && saved != saves.end() &&
-        saved->second.position == s.first_position && saved->second.version == v)
+    if (!snapshot_holds(k, s.first_position, v) &&
+        ((saved != saves.end() && saved->second.position == s.first_position &&
+          saved->second.version == v) ||
+         (v != 0 && std::size_t(k) < skipped_versions_.size() &&
+          skipped_versions_[std::size_t(k)] == v)))
       return k;
     load_snapshot(state, k, s.first_position, v);
   } else if (is_fresh && s.first_position > 0 && state.layout().has_engram) {
@@ -105,6 +110,13 @@ std::optional<cpu_model_runner::batch_entry> cpu_model_runner::prepare(
     std::size_t index, const runtime::scheduled_sequence& s, const planned_saves& saves,
     runtime::sequence_output& out) {
   live_sequence& seq = find(s.seq_id);
+  out.not_run = true;  // until it joins the batch
+  if (seq.dropped) {   // its state stopped at rows that did not run: none of its rows do
+    if (!seq.dropped->empty())
+      out.error =
+          fmt::format("sequence {} did not run in an earlier step: {}", s.seq_id, *seq.dropped);
+    return std::nullopt;
+  }
   sequence_state& state = *seq.state;
   DI_CHECK(s.new_blocks.empty() || int(s.new_blocks.size()) == geometry_.num_streams(),
            "runner: sequence {} gets blocks for {} streams, the model has {}", s.seq_id,
@@ -124,6 +136,7 @@ std::optional<cpu_model_runner::batch_entry> cpu_model_runner::prepare(
     if (!seq.last_sample) {
       out.error = fmt::format("sequence {} has no sample from its previous step (it failed there)",
                               s.seq_id);
+      seq.dropped = out.error;
       return std::nullopt;
     }
     e.tokens[0] = *seq.last_sample;
@@ -132,15 +145,14 @@ std::optional<cpu_model_runner::batch_entry> cpu_model_runner::prepare(
   for (std::int64_t t : e.tokens)
     if (t < 0 || t >= vocab) {
       out.error = fmt::format("token id {} is outside the vocabulary [0, {})", t, vocab);
+      seq.dropped = out.error;
       return std::nullopt;
     }
   for (std::int64_t i = 0; i < s.num_rows(); ++i) e.positions.push_back(s.first_position + i);
   count_tokens(seq, std::span<const std::int64_t>(e.tokens), s.first_position);
   e.logit_rows.assign(s.prompt_logprob_rows.begin(), s.prompt_logprob_rows.end());
   if (s.is_sampling) e.logit_rows.push_back(s.num_rows() - 1);
-  stats_.num_rows += s.num_rows();
-  stats_.num_replay_rows +=
-      std::clamp<std::int64_t>(s.num_cached_tokens - s.first_position, 0, s.num_rows());
+  out.not_run = false;
   return e;
 }
 

@@ -114,6 +114,8 @@ struct drive_options {
   int max_steps = 100000;
   /// Called before each schedule() with the step count; may add or abort requests.
   std::function<void(int, runtime::scheduler&, outputs&)> before_step;
+  /// Called with each plan before the executor runs it (the runner tests' serve()); may edit it.
+  std::function<void(runtime::step_plan&)> before_run;
 };
 
 /// Runs `s` against `exec` until nothing is left; checks every plan's row budget.

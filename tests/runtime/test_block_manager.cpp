@@ -212,6 +212,60 @@ TEST_CASE("a reused snapshot id gets a new version; one plan never gives an id t
   check_all_free(bm);
 }
 
+TEST_CASE("what rows that did not run were to write is withdrawn: blocks and snapshot") {
+  // The scheduler registers a token block and reserves its snapshot when it plans the rows
+  // that compute them. When the executor does not run those rows (the sequence failed before
+  // the forward), neither was written: no later match may offer them.
+  block_manager bm(config_with({32, 16, 16}, /*replay=*/false, /*num_snapshots=*/2,
+                               /*interval=*/1));
+  const auto x = prompt_tokens(1, 20);
+  bm.begin_step();
+  sequence_blocks a;
+  bm.allocate(a, {}, 20);
+  const std::vector<std::uint64_t> added = bm.cache_full_blocks(a, x, 20);
+  REQUIRE(added.size() == 2);  // token blocks [0, 8) and [8, 16)
+  CHECK(bm.cache_full_blocks(a, x, 20).empty());
+  REQUIRE(bm.reserve_snapshot(a, 8) == 0);
+  const std::uint64_t v = bm.snapshot_version(0);
+  prefix_match m = bm.match_prefix(x, 19);  // b, planned with a, adopts both and the snapshot
+  CHECK(m.num_cached_tokens == 16);
+  CHECK(m.snapshot == 0);
+  sequence_blocks b;
+  bm.allocate(b, m, 20);
+
+  bm.withdraw_snapshot(0, v + 1);  // another save of snapshot 0: not this one
+  CHECK(bm.num_snapshots_used() == 1);
+  bm.withdraw_snapshot(0, v);
+  CHECK(bm.num_snapshots_used() == 0);
+  for (std::uint64_t h : added) CHECK(bm.withdraw_entry(h).has_value());  // a and b hold them
+  CHECK_FALSE(bm.withdraw_entry(added[0]));  // withdrawn already: nothing
+  CHECK(bm.num_cached_entries() == 0);
+  CHECK(bm.match_prefix(x, 19).num_cached_tokens == 0);
+  CHECK_FALSE(bm.reserve_snapshot(a, 16));  // a withdrawn block gets no snapshot
+  // Their holders keep them until freed; then they are free, not cached.
+  bm.free(a);
+  CHECK(bm.num_total_evictable_blocks() == 0);
+  bm.free(b);
+  CHECK(bm.num_total_evictable_blocks() == 0);
+  CHECK(bm.num_total_free_blocks() == bm.num_total_blocks());
+
+  // Computed again, the prefix is cached (and snapshotted) again. An unreferenced entry is
+  // freed at once; the rest of the chain up to it stays.
+  bm.begin_step();
+  sequence_blocks c = fill(bm, x);
+  CHECK(bm.num_cached_entries() == 2);
+  CHECK(bm.reserve_snapshot(c, 16) == 0);
+  const std::uint64_t tail = c.hashes.at(1);
+  bm.free(c);
+  CHECK_FALSE(bm.withdraw_entry(tail));  // nobody holds it
+  CHECK(bm.num_cached_entries() == 1);
+  CHECK(bm.num_snapshots_used() == 0);
+  CHECK(bm.match_prefix(x, 19).num_cached_tokens == 8);
+  bm.reset_prefix_cache();
+  check_all_free(bm);
+  CHECK(bm.num_total_free_blocks() == bm.num_total_blocks());
+}
+
 TEST_CASE("without snapshots or replay a hit resumes at 0 but still shares the blocks") {
   block_manager bm(config_with({16, 8, 8}));
   const auto tokens = prompt_tokens(8, 40);

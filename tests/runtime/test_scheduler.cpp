@@ -377,3 +377,158 @@ TEST_CASE("prompt logprobs arrive once per prompt token, across chunks, never fr
   // No reuse for it: every prompt row ran (plus two decode rows).
   CHECK(exec.num_rows_run() - rows_before == 21 + 2);
 }
+
+TEST_CASE("rows that did not run: their blocks and snapshot are withdrawn, B on them restarts") {
+  // Plan 0: A's first chunk ends at the snapshot boundary 8 and reserves snapshot 0; B, which
+  // shares A's first token block, is admitted onto it and that snapshot in the same plan.
+  // Neither runs: A fails before the forward (an error), and B's restore waits for a save that
+  // never happens (not_run, no error). With overlap, plan 1 (both again) is planned before
+  // that. B read A's block, never written, so it starts again even without the snapshot.
+  const std::vector<std::int32_t> x = prompt_tokens(1, 20);
+  std::vector<std::int32_t> y(x.begin(), x.begin() + 12);
+  for (std::int32_t t : prompt_tokens(2, 6)) y.push_back(t);
+  const config_options o{.budget = 64,
+                         .prefix_caching = true,
+                         .replay = false,
+                         .num_snapshots = 2,
+                         .snapshot_interval = 1};
+  scheduler alone(make_config(o));  // B by itself: what it must still produce
+  fake_executor alone_exec = executor_for(alone);
+  REQUIRE(alone.add_request(make_request(2, y, 4)).is_accepted());
+  const outputs want = drive(alone, alone_exec);
+  for (bool overlap : {false, true}) {
+    CAPTURE(overlap);
+    scheduler s(make_config(o));
+    const std::int64_t free_at_start = s.stats().num_free_blocks;
+    REQUIRE(s.add_request(make_request(1, x, 4)).is_accepted());
+    REQUIRE(s.add_request(make_request(2, y, 4)).is_accepted());
+    const step_plan p0 = s.schedule();
+    const scheduled_sequence* a0 = find_rows(p0, 1);
+    const scheduled_sequence* b0 = find_rows(p0, 2);
+    REQUIRE(a0);
+    REQUIRE(b0);
+    CHECK(a0->save_snapshot == 0);
+    CHECK(b0->restore_snapshot == 0);
+    CHECK(b0->first_position == 8);
+    CHECK(s.blocks().num_snapshots_used() == 2);  // B reserves one at 16 too
+    step_result r0{.step_id = p0.step_id};
+    for (const scheduled_sequence& q : p0.sequences)
+      r0.outputs.push_back({.seq_id = q.seq_id, .not_run = true});
+    r0.outputs[0].error = "token id 5000 is outside the vocabulary [0, 1000)";
+    std::optional<step_plan> p1;
+    if (overlap) {
+      p1 = s.schedule();
+      CHECK(find_rows(*p1, 1));
+      CHECK(find_rows(*p1, 2));
+    }
+    apply_outcome a = s.apply(r0);
+    REQUIRE_MESSAGE(a.is_ok(), a.error);
+    REQUIRE(a.events.size() == 1);  // B goes back to wait silently
+    CHECK(a.events[0].request_id == 1);
+    CHECK(a.events[0].status == sequence_status::finished_error);
+    CHECK(s.status_of(2) == sequence_status::preempted);
+    CHECK(s.counters().num_preemptions == 1);
+    if (p1) {  // the executor skips both there too; the scheduler discards both outputs
+      step_result r1{.step_id = p1->step_id};
+      for (const scheduled_sequence& q : p1->sequences)
+        r1.outputs.push_back({.seq_id = q.seq_id, .not_run = true});
+      r1.outputs[0].error = "sequence 1 did not run in an earlier step";
+      a = s.apply(r1);
+      REQUIRE_MESSAGE(a.is_ok(), a.error);
+      CHECK(a.events.empty());
+    }
+    // B's outputs: plan 0's (B had started again already: it holds A's block), plan 1's.
+    CHECK(s.counters().num_discarded_outputs == (overlap ? 3 : 1));
+    // Nothing those rows were to write is offered any more.
+    CHECK(s.blocks().num_cached_entries() == 0);
+    CHECK(s.blocks().num_snapshots_used() == 0);
+    CHECK(s.longest_cached_prefix(y) == 0);
+
+    fake_executor exec = executor_for(s);
+    outputs out;
+    const step_plan next = step(s, exec, &out);  // executors drop A and B; B waits a plan
+    CHECK(next.finished == std::vector<std::uint64_t>{1});
+    CHECK(next.preempted == std::vector<std::uint64_t>{2});
+    CHECK_FALSE(find_rows(next, 2));
+    const step_plan again = step(s, exec, &out);  // B from scratch
+    const scheduled_sequence* b = find_rows(again, 2);
+    REQUIRE(b);
+    CHECK(b->first_position == 0);
+    CHECK_FALSE(b->restore_snapshot);
+    const outputs rest = drive(s, exec);
+    collected got = out[2];
+    const collected& tail = rest.at(2);
+    got.tokens.insert(got.tokens.end(), tail.tokens.begin(), tail.tokens.end());
+    CHECK(got.tokens == want.at(2).tokens);
+    CHECK(tail.status == sequence_status::finished_length);
+    CHECK(s.stats().num_used_blocks == 0);
+    CHECK(s.stats().num_free_blocks + s.stats().num_cached_blocks == free_at_start);
+  }
+}
+
+TEST_CASE("a restore of a snapshot whose save did not run starts again over the cached blocks") {
+  // X computes token block [0, 8) and snapshot 0 there; Y's save evicts that snapshot (one
+  // slot), X's block stays cached. A adopts it, resumes at 0 (no replay, no snapshot) and
+  // saves snapshot 0 for it at 8; B, admitted in the same plan, restores that save. A's rows
+  // do not run: the block is fine (X wrote it), the snapshot is not. B registers no block of
+  // its own, so only its not_run output sends it back: it starts over from X's block.
+  const config_options o{.budget = 64,
+                         .prefix_caching = true,
+                         .replay = false,
+                         .num_snapshots = 1,
+                         .snapshot_interval = 1};
+  const std::vector<std::int32_t> x = prompt_tokens(1, 12);
+  std::vector<std::int32_t> a_prompt = x, b_prompt(x.begin(), x.end());
+  for (std::int32_t t : prompt_tokens(3, 8)) a_prompt.push_back(t);
+  for (std::int32_t t : prompt_tokens(4, 2)) b_prompt.push_back(t);
+  scheduler alone(make_config(o));
+  fake_executor alone_exec = executor_for(alone);
+  REQUIRE(alone.add_request(make_request(2, b_prompt, 4)).is_accepted());
+  const outputs want = drive(alone, alone_exec);
+
+  scheduler s(make_config(o));
+  fake_executor exec = executor_for(s);
+  REQUIRE(s.add_request(make_request(10, x, 2)).is_accepted());
+  drive(s, exec);
+  REQUIRE(s.add_request(make_request(11, prompt_tokens(5, 12), 2)).is_accepted());
+  drive(s, exec);
+  CHECK(s.blocks().num_snapshot_evictions() == 1);
+  CHECK(s.longest_cached_prefix(b_prompt) == 8);
+  REQUIRE(s.add_request(make_request(1, a_prompt, 4)).is_accepted());
+  REQUIRE(s.add_request(make_request(2, b_prompt, 4)).is_accepted());
+  const step_plan p0 = s.schedule();
+  const scheduled_sequence* a0 = find_rows(p0, 1);
+  const scheduled_sequence* b0 = find_rows(p0, 2);
+  REQUIRE(a0);
+  REQUIRE(b0);
+  CHECK(a0->first_position == 0);
+  CHECK(a0->save_snapshot == 0);
+  CHECK(b0->restore_snapshot == 0);
+  CHECK(b0->first_position == 8);
+  step_result r0{.step_id = p0.step_id};
+  for (const scheduled_sequence& q : p0.sequences)
+    r0.outputs.push_back({.seq_id = q.seq_id, .not_run = true});
+  r0.outputs[0].error = "token id 5000 is outside the vocabulary [0, 1000)";
+  const apply_outcome a = s.apply(r0);
+  REQUIRE_MESSAGE(a.is_ok(), a.error);
+  REQUIRE(a.events.size() == 1);
+  CHECK(a.events[0].status == sequence_status::finished_error);
+  CHECK(s.status_of(2) == sequence_status::preempted);
+  CHECK(s.counters().num_discarded_outputs == 0);
+  CHECK(s.blocks().num_snapshots_used() == 0);  // A's save is withdrawn, X's block is not
+  CHECK(s.longest_cached_prefix(b_prompt) == 8);
+
+  outputs out;
+  const step_plan next = step(s, exec, &out);
+  CHECK(next.preempted == std::vector<std::uint64_t>{2});
+  const step_plan again = step(s, exec, &out);
+  const scheduled_sequence* b = find_rows(again, 2);
+  REQUIRE(b);
+  CHECK(b->first_position == 0);  // over X's cached block, as replay rows
+  CHECK(b->num_cached_tokens == 8);
+  CHECK_FALSE(b->restore_snapshot);
+  const outputs rest = drive(s, exec);
+  std::vector<std::int32_t> tokens = out[2].tokens;
+  tokens.insert(tokens.end(), rest.at(2).tokens.begin(), rest.at(2).tokens.end());
+  CHECK(tokens == want.at(2).tokens);
+}

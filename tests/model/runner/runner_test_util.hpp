@@ -207,6 +207,7 @@ inline served serve(runtime::scheduler& s, runtime::step_runner& runner,
     }
     runtime::step_plan plan = s.schedule();
     CHECK(plan.num_rows() <= s.config().max_num_batched_tokens);
+    if (o.before_run) o.before_run(plan);
     runtime::step_result r = runner.run(plan);
     if (pending) apply(*std::exchange(pending, std::nullopt));
     if (plan.sequences.empty()) continue;

@@ -185,6 +185,80 @@ TEST_CASE("runner: a snapshot id reused in the step that restores it is not read
   CHECK(runner.stats().num_extra_forwards == 1);  // Y2 ran after Y1's save
 }
 
+/// One case of the test below: A's prompt of `a_len` tokens (a single output token when it is
+/// one block: no rows in the next plan); B admitted in A's plan or (overlap) the next;
+/// snapshots every `interval` token blocks.
+void check_rows_not_run(std::int64_t a_len, bool overlap, int interval) {
+  const std::shared_ptr<const deepseek_model> m = tiny_v41();
+  const runtime::request a = runner_request(1, a_len, a_len == 128 ? 1 : 4, a_len);
+  runtime::request b = runner_request(2, 200, 4, 160);
+  b.params.logprobs = 1;                                      // compared exactly
+  const runtime::request c = runner_request(3, 220, 4, 160);  // afterwards, the same prefix
+  const auto vocab = std::int32_t(m->config().vocab_size);
+  cpu_model_runner runner(m, {.kv_pool_tokens = 4096, .num_snapshots = 4, .max_model_len = 512});
+  runtime::scheduler s = make_scheduler(
+      runner,
+      {.budget = 512, .prefix_caching = true, .replay = false, .snapshot_interval = interval});
+  REQUIRE(s.add_request(a).is_accepted());
+  drive_options o{.overlap = overlap};
+  o.before_step = [&](int step, runtime::scheduler& sch, outputs&) {
+    if (step == (overlap ? 1 : 0)) REQUIRE(sch.add_request(b).is_accepted());
+  };
+  bool dropped = false;
+  o.before_run = [&](runtime::step_plan& plan) {
+    for (runtime::scheduled_sequence& q : plan.sequences)
+      if (q.seq_id == a.id && q.save_snapshot && !std::exchange(dropped, true)) {
+        CHECK(q.first_position + q.num_rows() == interval * 128);
+        q.token_ids[0] = vocab;
+      }
+  };
+  served got = serve(s, runner, o);
+  REQUIRE(dropped);
+  const collected& failed = got.out.at(a.id);
+  CHECK(failed.status == runtime::sequence_status::finished_error);
+  CHECK(failed.error.find("outside the vocabulary") != std::string::npos);
+  check_equal_alone(m, {b}, got);
+  CHECK(s.counters().num_prefix_hits == 1);  // B's first admission; the second misses
+  CHECK(s.counters().num_preemptions == 1);  // B sent back
+  CHECK(runner.stats().num_snapshot_restores == 0);
+  // B's own blocks and snapshots are what C finds now.
+  add_all(s, {c});
+  got = serve(s, runner);
+  check_equal_alone(m, {c}, got);
+  CHECK(s.counters().num_prefix_hits == 2);
+  CHECK(runner.num_live() == 0);
+}
+
+TEST_CASE("runner: rows that did not run are never reused: who adopted them computes again") {
+  // A's first chunk ends at a snapshot boundary and saves a snapshot there. B shares A's
+  // first token block and is admitted onto it: in the same plan, or (overlap) in the next
+  // one, planned before the first plan's result arrived. The runner does not run A's chunk
+  // (a token outside the vocabulary, put into the plan), so neither A's blocks nor its save
+  // were written. With snapshots every token block, B restores that save: the runner failed
+  // the whole step -- "restores snapshots that no sequence of it saves" in the same plan, a
+  // stale snapshot in the next (or, when A has rows there too, A's rows, which no longer
+  // continue its state) -- and with it the group. With snapshots every second block,
+  // B adopts A's first block without one and replays over it: B's tokens came from entries
+  // never written. Now A fails alone, B's rows are thrown away, the scheduler withdraws what
+  // A's rows were to write and computes B again from scratch: B gets exactly its tokens alone.
+  for (const auto& [name, a_len, overlap, interval] :
+       {std::tuple(std::string("B restores the snapshot, in the same plan"), 300, false, 1),
+        std::tuple(std::string("B restores the snapshot, in the next plan (overlap)"), 128, true,
+                   1),
+        std::tuple(std::string("... and A has rows there too"), 300, true, 1),
+        std::tuple(std::string("B adopts the block without a snapshot, in the same plan"), 300,
+                   false, 2),
+        std::tuple(std::string("B adopts the block without a snapshot, in the next plan (overlap)"),
+                   300, true, 2)}) {
+    CAPTURE(name);
+    try {
+      check_rows_not_run(a_len, overlap, interval);
+    } catch (const std::exception& e) {  // the other cases still run
+      FAIL_CHECK("threw: " << std::string(e.what()));
+    }
+  }
+}
+
 TEST_CASE("runner: cached prefixes are evicted under pressure and outputs stay exact") {
   const std::shared_ptr<const deepseek_model> m = golden_v41();
   for (int num_snapshots : {0, 4}) {
