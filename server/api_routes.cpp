@@ -123,6 +123,18 @@ void render_chat(const served_model& m, generation_request& r) {
     throw api_error(400, "the messages render to an empty prompt", "messages");
 }
 
+/// A compile error of a forced tool call's grammar (tool_choice) blames the tools' schemas.
+api_error grammar_error_of(const generation_request& r, api_error e) {
+  if (!r.forces_tool_calls || e.param != "response_format") return e;
+  std::string m = e.what();
+  if (m.starts_with("invalid response_format: "))
+    m.erase(0, std::string_view("invalid response_format: ").size());
+  api_error t(e.status, "the tools' parameters (for tool_choice) do not compile: " + m, "tools",
+              e.code, e.type);
+  t.headers = e.headers;
+  return t;
+}
+
 void serve_generation(const session_ptr& s, api_kind kind) {
   require_method(s, http::verb::post);
   server_context& ctx = s->context();
@@ -157,9 +169,9 @@ void serve_generation(const session_ptr& s, api_kind kind) {
   if (!ctx.grammars) {
     try {
       compile_request_grammar(ctx, r.params.response_format);
-    } catch (const api_error&) {
+    } catch (const api_error& e) {
       --ctx.num_inflight;
-      throw;
+      throw grammar_error_of(r, e);
     }
     return start_generation(s, std::move(r));
   }
@@ -169,7 +181,7 @@ void serve_generation(const session_ptr& s, api_kind kind) {
     boost::asio::post(s->executor(), [s, r_ptr, failed = std::move(failed)]() mutable {
       if (!failed) return start_generation(s, std::move(*r_ptr));
       --s->context().num_inflight;
-      respond_api_error(s, *failed);
+      respond_api_error(s, grammar_error_of(*r_ptr, *failed));
     });
   });
 }

@@ -3,6 +3,7 @@
 
 #include "runtime/scheduler.hpp"
 #include "runtime/sequence_status.hpp"
+#include "server/tool_calls.hpp"
 
 #include <fmt/format.h>
 
@@ -45,6 +46,8 @@ struct choice_state {
   /// Streaming with return_token_ids: output ids sent so far. A token whose text is held back
   /// (part of a UTF-8 character) goes out with the chunk that carries its text.
   std::size_t num_ids_sent = 0;
+  /// Streaming chat with tools: the output read as content and tool calls.
+  std::optional<tool_call_parser> tool_parser;
 };
 
 std::string random_id(const char* prefix) {
@@ -99,8 +102,8 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     if (!reply.accepted) {
       c.is_ended = true;
       c.error = reply.error;
-      fail(refusal_error(reply.kind, reply.error, reply.param, req_.max_tokens_name,
-                         logprobs_name()));
+      fail(blame_tools(refusal_error(reply.kind, reply.error, reply.param, req_.max_tokens_name,
+                                     logprobs_name())));
       return ended();
     }
     c.is_accepted = true;
@@ -114,8 +117,8 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
       // Ended before the router accepted it (the router went away): a refusal.
       c.is_ended = true;
       c.error = events.back().error;
-      fail(refusal_error(events.back().failure, c.error, events.back().failure_param,
-                         req_.max_tokens_name, logprobs_name()));
+      fail(blame_tools(refusal_error(events.back().failure, c.error, events.back().failure_param,
+                                     req_.max_tokens_name, logprobs_name())));
       return ended();
     }
     for (runtime::token_event& e : events) {
@@ -217,9 +220,15 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     if (text.empty() && !finished && !with_prompt &&
         (!req_.logprobs || first_logprob == c.out.logprobs.size()))
       return;
+    json delta = nullptr;
+    if (req_.kind == api_kind::chat && req_.parses_tool_calls) {
+      delta = tool_call_chunk(c, text, finished);
+      if (delta.empty() && !finished && !req_.logprobs) return;  // held back: nothing to say yet
+    }
     json lp = nullptr;
     if (req_.logprobs) lp = logprobs_json(c, first_token, first_logprob, with_prompt);
-    json fr = finished ? json(c.out.finish_reason) : json(nullptr);
+    json fr = finished ? json(finish_reason_of(c, c.tool_parser && c.tool_parser->num_calls() > 0))
+                       : json(nullptr);
     json ids = nullptr;
     if (req_.return_token_ids) {
       ids = std::vector<std::int32_t>(c.out.token_ids.begin() + std::ptrdiff_t(c.num_ids_sent),
@@ -227,9 +236,57 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
       c.num_ids_sent = c.out.token_ids.size();
     }
     if (req_.kind == api_kind::chat)
-      send_chunk(index, {{"content", text}}, lp, fr, ids);
+      send_chunk(index, delta.is_null() ? json{{"content", text}} : delta, lp, fr, ids);
     else
       send_chunk(index, text, lp, fr, ids);
+  }
+
+  /// The delta of a chat chunk whose text is read for tool calls: the content the parser
+  /// released (none when it holds the text back) and the calls it completed; `finished`
+  /// releases the rest.
+  json tool_call_chunk(choice_state& c, const std::string& text, bool finished) {
+    if (!c.tool_parser) c.tool_parser.emplace(max_tool_calls());
+    const std::size_t first_call = c.tool_parser->num_calls();
+    tool_call_delta d = c.tool_parser->push(text);
+    if (finished) {
+      tool_call_delta rest = c.tool_parser->finish();
+      d.content += rest.content;
+      d.calls.insert(d.calls.end(), rest.calls.begin(), rest.calls.end());
+    }
+    json delta = json::object();
+    if (!d.content.empty()) delta["content"] = d.content;
+    if (!d.calls.empty()) delta["tool_calls"] = tool_calls_json(d.calls, first_call, true);
+    return delta;
+  }
+
+  /// OpenAI's tool_calls list; stream deltas number the calls from `first_index`.
+  static json tool_calls_json(const std::vector<tool_call>& calls, std::size_t first_index,
+                              bool is_delta) {
+    json out = json::array();
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      json call = json::object();
+      if (is_delta) call["index"] = first_index + i;
+      call["id"] = random_id("call_");
+      call["type"] = "function";
+      call["function"] = {{"name", calls[i].name}, {"arguments", calls[i].arguments}};
+      out.push_back(std::move(call));
+    }
+    return out;
+  }
+
+  std::size_t max_tool_calls() const { return req_.parallel_tool_calls ? 0 : 1; }
+
+  /// A choice that called tools and ended on its own (EOS, a stop) finished with
+  /// "tool_calls", as OpenAI's and vLLM's do; one cut off by max_tokens stays "length".
+  static std::string finish_reason_of(const choice_state& c, bool called_tools) {
+    return called_tools && c.out.finish_reason == "stop" ? "tool_calls" : c.out.finish_reason;
+  }
+
+  /// An error about the grammar of a forced tool call names `tools`, whose schemas made it
+  /// (the grammar travels as the request's response_format).
+  api_error blame_tools(api_error e) const {
+    if (req_.forces_tool_calls && e.param == "response_format") e.param = "tools";
+    return e;
   }
 
   void send_chunk(std::size_t index, json delta_or_text, json logprobs, json finish_reason,
@@ -319,7 +376,7 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     is_complete_ = true;
     for (const choice_state& c : choices_)
       if (!c.error.empty()) {
-        const api_error e = generation_error(c.failure, c.error, c.failure_param);
+        const api_error e = blame_tools(generation_error(c.failure, c.error, c.failure_param));
         if (is_streaming_) {
           session_->send("data: " + dump(e.body()) + "\n\ndata: [DONE]\n\n");
           return session_->end_stream();
@@ -347,7 +404,17 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     choice_state& c = choices_[index];
     json choice = {{"index", index}};
     json lp = nullptr;
-    if (req_.kind == api_kind::chat) {
+    std::string finish_reason = c.out.finish_reason;
+    if (req_.kind == api_kind::chat && req_.parses_tool_calls) {
+      const tool_call_delta m = parse_tool_calls(c.out.text, max_tool_calls());
+      choice["message"] = {
+          {"role", "assistant"},
+          {"content", m.content.empty() && !m.calls.empty() ? json(nullptr) : json(m.content)},
+          {"refusal", nullptr}};
+      if (!m.calls.empty()) choice["message"]["tool_calls"] = tool_calls_json(m.calls, 0, false);
+      finish_reason = finish_reason_of(c, !m.calls.empty());
+      if (req_.logprobs) lp = chat_logprobs(*ctx_.model.tokenizer, c.out.logprobs);
+    } else if (req_.kind == api_kind::chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.out.text}, {"refusal", nullptr}};
       if (req_.logprobs) lp = chat_logprobs(*ctx_.model.tokenizer, c.out.logprobs);
     } else {
@@ -357,7 +424,7 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
       if (req_.logprobs) lp = completion_logprobs_of(c, req_.echo, 0, 0);
     }
     choice["logprobs"] = std::move(lp);
-    choice["finish_reason"] = c.out.finish_reason;
+    choice["finish_reason"] = finish_reason;
     choice["stop_reason"] = c.out.stop_reason;
     if (req_.return_token_ids) {
       choice["token_ids"] = c.out.token_ids;

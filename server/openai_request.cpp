@@ -7,6 +7,7 @@
 #include "model/chat_template/openai_messages.hpp"
 #include "runtime/grammar/json_schema.hpp"
 #include "server/api_error.hpp"
+#include "server/tool_calls.hpp"
 
 #include <fmt/format.h>
 
@@ -342,6 +343,81 @@ request_json read_messages(const json* v) {
       *v, [](const std::string& param, const std::string& why) { bad_param(param, why); });
 }
 
+/// `tools` (for the template) and how the output may call them: tool_choice "auto" (the
+/// default with tools: calls are parsed), "none" (the answer is text), "required" or
+/// {"type": "function", "function": {"name": N}} (the output is constrained to calls, of
+/// function N for the latter: a grammar in params.response_format), and parallel_tool_calls.
+void read_tools(const field_reader& f, generation_request& r, const server_settings& limits) {
+  if (const json* tools = f.find("tools")) {
+    if (!tools->is_array()) bad_param("tools", "'tools' must be a list");
+    for (std::size_t i = 0; i < tools->size(); ++i) {
+      const json& t = (*tools)[i];
+      const std::string at = fmt::format("tools[{}]", i);
+      if (!t.is_object() || !t.contains("type") || t["type"] != "function")
+        bad_param(at, fmt::format("'{}' must be an object with \"type\": \"function\"", at));
+      if (!t.contains("function") || !t["function"].is_object() ||
+          !t["function"].contains("name") || !t["function"]["name"].is_string())
+        bad_param(at + ".function",
+                  fmt::format("'{}.function' must be an object with a string 'name'", at));
+      if (t["function"].contains("parameters") && !t["function"]["parameters"].is_object())
+        bad_param(at + ".function.parameters",
+                  fmt::format("'{}.function.parameters' must be a JSON Schema object", at));
+    }
+    r.tools = *tools;
+  }
+  r.parallel_tool_calls = f.boolean("parallel_tool_calls").value_or(true);
+  const bool has_tools = r.tools.is_array() && !r.tools.empty();
+  std::string named;
+  std::string choice = has_tools ? "auto" : "none";
+  if (const json* v = f.find("tool_choice")) {
+    const char* shape =
+        "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+        "\"function\": {\"name\": NAME}}";
+    if (v->is_string()) {
+      choice = v->get<std::string>();
+      if (choice != "none" && choice != "auto" && choice != "required")
+        bad_param("tool_choice", shape);
+    } else if (v->is_object() && v->contains("type") && (*v)["type"] == "function" &&
+               v->contains("function") && (*v)["function"].is_object() &&
+               (*v)["function"].contains("name") && (*v)["function"]["name"].is_string()) {
+      choice = "function";
+      named = (*v)["function"]["name"].get<std::string>();
+    } else {
+      bad_param("tool_choice", shape);
+    }
+  }
+  if (choice == "none") return;
+  if (!has_tools) {
+    if (choice == "auto") return;  // nothing to call: the answer is text
+    bad_param("tool_choice", fmt::format("tool_choice '{}' needs a non-empty 'tools' list",
+                                         named.empty() ? choice : named));
+  }
+  r.parses_tool_calls = true;
+  if (choice == "auto") return;
+  bool found = named.empty();
+  for (const json& t : r.tools) {
+    const json& fn = t["function"];
+    if (!named.empty() && fn["name"] != named) continue;
+    found = true;
+    if (const auto p = fn.find("parameters");
+        p != fn.end() && p->contains("type") && (*p)["type"] != "object")
+      bad_param("tools", fmt::format("tool_choice: the parameters of '{}' must describe an "
+                                     "object (\"type\": \"object\"), as a call's arguments are one",
+                                     fn["name"].get<std::string>()));
+  }
+  if (!found)
+    bad_param("tool_choice",
+              fmt::format("tool_choice names the function '{}', which is not in 'tools'", named));
+  if (f.find("response_format") != nullptr && !r.params.response_format.empty())
+    bad_param("response_format",
+              fmt::format("'response_format' cannot be combined with tool_choice '{}' (the output "
+                          "is constrained to tool calls)",
+                          named.empty() ? choice : named));
+  r.forces_tool_calls = true;
+  const std::string ws = limits.json_whitespace == "any" ? "" : "+" + limits.json_whitespace;
+  r.params.response_format = tool_call_grammar_spec(r.tools, named, r.parallel_tool_calls, ws);
+}
+
 }  // namespace
 
 body_shape measure_body(std::string_view body, int max_depth) {
@@ -451,29 +527,7 @@ generation_request parse_chat_request(const json& body, const server_settings& l
       bad_param("chat_template_kwargs", "'chat_template_kwargs' must be an object");
     r.chat_kwargs = *kw;
   }
-  // Tools reach the chat template; the model's answer is text. A tool_choice that demands a
-  // call cannot be honoured, so it is refused rather than ignored.
-  if (const json* choice = f.find("tool_choice");
-      choice != nullptr && !(choice->is_string() && (*choice == "auto" || *choice == "none")))
-    bad_param("tool_choice",
-              "only tool_choice 'auto' and 'none' are supported (tool calls are not parsed)");
-  if (const json* tools = f.find("tools")) {
-    if (!tools->is_array()) bad_param("tools", "'tools' must be a list");
-    for (std::size_t i = 0; i < tools->size(); ++i) {
-      const json& t = (*tools)[i];
-      const std::string at = fmt::format("tools[{}]", i);
-      if (!t.is_object() || !t.contains("type") || t["type"] != "function")
-        bad_param(at, fmt::format("'{}' must be an object with \"type\": \"function\"", at));
-      if (!t.contains("function") || !t["function"].is_object() ||
-          !t["function"].contains("name") || !t["function"]["name"].is_string())
-        bad_param(at + ".function",
-                  fmt::format("'{}.function' must be an object with a string 'name'", at));
-      if (t["function"].contains("parameters") && !t["function"]["parameters"].is_object())
-        bad_param(at + ".function.parameters",
-                  fmt::format("'{}.function.parameters' must be a JSON Schema object", at));
-    }
-    r.tools = *tools;
-  }
+  read_tools(f, r, limits);
   if (f.boolean("echo") == true) bad_param("echo", "'echo' is not supported for chat completions");
   if (f.boolean("add_special_tokens") == true)
     bad_param("add_special_tokens",

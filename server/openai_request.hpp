@@ -36,6 +36,12 @@ struct generation_request {
   nlohmann::ordered_json messages;    ///< chat only
   nlohmann::ordered_json chat_kwargs = nlohmann::ordered_json::object();  ///< chat_template_kwargs
   nlohmann::ordered_json tools;  ///< chat only: tool schemas for the template; null = none
+  /// chat only: the output's tool calls are parsed (tools given, tool_choice not "none")
+  bool parses_tool_calls = false;
+  /// chat only: tool_choice "required" or a named function; params.response_format holds the
+  /// grammar of the calls (server/tool_calls.hpp)
+  bool forces_tool_calls = false;
+  bool parallel_tool_calls = true;      ///< chat only: false: at most one call
   bool add_generation_prompt = true;    ///< chat only: end the prompt with the assistant header
   bool continue_final_message = false;  ///< chat only: the reply continues the last message
   int n = 1;

@@ -140,6 +140,31 @@ std::optional<rule_id> grammar::find_rule(std::string_view name) const {
   return it->second;
 }
 
+rule_id grammar::import_rules(const grammar& other, std::string_view prefix) {
+  DI_CHECK(other.root_ < other.rules_.size(), "import_rules: the grammar has no root rule");
+  std::vector<rule_id> rule_map(other.rules_.size());
+  for (std::size_t r = 0; r < other.rules_.size(); ++r)
+    rule_map[r] = fresh_rule(std::string(prefix) + other.rules_[r].name);
+  // An expression's children are added before it, so one pass in id order copies them first.
+  std::vector<expr_id> expr_map(other.exprs_.size());
+  for (std::size_t i = 0; i < other.exprs_.size(); ++i) {
+    const expr& e = other.exprs_[i];
+    std::vector<expr_id> children;
+    for (expr_id c : e.children) children.push_back(expr_map[c]);
+    switch (e.kind) {
+      case expr_kind::empty: expr_map[i] = empty(); break;
+      case expr_kind::bytes: expr_map[i] = bytes(e.bytes); break;
+      case expr_kind::sequence: expr_map[i] = sequence(std::move(children)); break;
+      case expr_kind::choice: expr_map[i] = choice(std::move(children)); break;
+      case expr_kind::repeat: expr_map[i] = repeat(children[0], e.min, e.max); break;
+      case expr_kind::rule_ref: expr_map[i] = ref(rule_map[e.rule]); break;
+    }
+  }
+  for (std::size_t r = 0; r < other.rules_.size(); ++r)
+    if (other.rules_[r].body) define_rule(rule_map[r], expr_map[*other.rules_[r].body]);
+  return rule_map[other.root_];
+}
+
 // ---- UTF-8 lowering -------------------------------------------------------------------------
 
 namespace {

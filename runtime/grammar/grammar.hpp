@@ -94,6 +94,10 @@ class grammar {
   void define_rule(rule_id id, expr_id body);
   std::optional<rule_id> find_rule(std::string_view name) const;
   void set_root(rule_id id) { root_ = id; }
+  /// Copies every rule of `other` into this grammar under fresh names (`prefix` + its name)
+  /// and returns the copy of its root: how one grammar embeds another (a JSON Schema's inside
+  /// the tool-call format around it).
+  rule_id import_rules(const grammar& other, std::string_view prefix);
 
   rule_id root() const { return root_; }
   const expr& at(expr_id id) const { return exprs_[id]; }

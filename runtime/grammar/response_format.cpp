@@ -5,6 +5,7 @@
 #include "common/mapped_file.hpp"
 #include "runtime/grammar/ebnf.hpp"
 #include "runtime/grammar/regex.hpp"
+#include "runtime/grammar/tool_call_grammar.hpp"
 
 #include <vector>
 
@@ -31,8 +32,10 @@ response_format parse_kind(const std::string& head) {
   else if (kind == "json_object") f.kind = format_kind::json_object;
   else if (kind == "regex") f.kind = format_kind::regex;
   else if (kind == "ebnf") f.kind = format_kind::ebnf;
-  else DI_FAIL("unknown response format '{}' (expected json_schema, json_object, regex or ebnf)", kind);
-  const bool json = f.kind == format_kind::json_schema || f.kind == format_kind::json_object;
+  else if (kind == "tool_calls") f.kind = format_kind::tool_calls;
+  else DI_FAIL("unknown response format '{}' (expected json_schema, json_object, regex, ebnf or tool_calls)", kind);
+  const bool json = f.kind == format_kind::json_schema || f.kind == format_kind::json_object ||
+                    f.kind == format_kind::tool_calls;
   for (std::size_t i = 1; i < parts.size(); ++i) {
     const std::string& m = parts[i];
     DI_CHECK(json, "response format '{}': modifier '+{}' applies to JSON formats only", kind, m);
@@ -62,7 +65,9 @@ response_format parse_spec(const std::string& spec, bool files) {
 }
 
 std::string modifiers(const response_format& f) {
-  if (f.kind != format_kind::json_schema && f.kind != format_kind::json_object) return "";
+  if (f.kind != format_kind::json_schema && f.kind != format_kind::json_object &&
+      f.kind != format_kind::tool_calls)
+    return "";
   std::string m;
   if (f.schema.whitespace == json_whitespace::compact) m += "+compact";
   if (f.schema.whitespace == json_whitespace::pretty) m += "+pretty";
@@ -82,6 +87,7 @@ std::string to_inline_spec(const response_format& f) {
     case format_kind::json_object: return "json_object" + modifiers(f);
     case format_kind::regex: return "regex:" + f.text;
     case format_kind::ebnf: return "ebnf:" + f.text;
+    case format_kind::tool_calls: return "tool_calls" + modifiers(f) + ":" + f.text;
   }
   DI_FAIL("unknown response format kind");
 }
@@ -102,6 +108,12 @@ std::shared_ptr<const compiled_grammar> compile_response_format(const response_f
     case format_kind::json_object: return compiled_grammar::compile(json_object_grammar(f.schema), o);
     case format_kind::regex: return compiled_grammar::compile(regex_grammar(f.text), o);
     case format_kind::ebnf: return compiled_grammar::compile(parse_grammar_text(f.text), o);
+    case format_kind::tool_calls:
+      try {
+        return compiled_grammar::compile(tool_calls_grammar_text(f.text, f.schema), o);
+      } catch (const empty_language_error&) {
+        DI_FAIL("no tool's parameters schema allows any value, so no call could satisfy it");
+      }
   }
   DI_FAIL("unknown response format kind");
 }

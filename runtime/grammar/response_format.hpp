@@ -18,7 +18,8 @@
 
 namespace di::grammar {
 
-enum class format_kind { json_schema, json_object, regex, ebnf };
+/// tool_calls: the grammar of tool_call_grammar.hpp (its spec's JSON is the text).
+enum class format_kind { json_schema, json_object, regex, ebnf, tool_calls };
 
 struct response_format {
   format_kind kind = format_kind::regex;
@@ -33,7 +34,8 @@ struct response_format {
 response_format parse_response_format(const std::string& spec);
 
 /// The inline syntax that travels in a request (runtime::sampling_params::response_format):
-/// "json_schema:<schema JSON>", "json_object", "regex:<pattern>" or "ebnf:<grammar text>".
+/// "json_schema:<schema JSON>", "json_object", "regex:<pattern>", "ebnf:<grammar text>" or
+/// "tool_calls:<spec JSON>" (the server's tool_choice; JSON modifiers apply to its schemas).
 response_format parse_inline_response_format(const std::string& spec);
 /// `f` in the inline syntax (whitespace/lenient options are not carried: defaults apply).
 std::string to_inline_spec(const response_format& f);
