@@ -26,7 +26,9 @@ scan_status expect(std::string_view text, std::size_t& pos, std::string_view lit
   return literal.starts_with(rest) ? scan_status::incomplete : scan_status::malformed;
 }
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
 
 std::size_t skip_space(std::string_view text, std::size_t pos) {
   while (pos < text.size() && is_space(text[pos])) ++pos;
@@ -79,7 +81,8 @@ call_scan scan_call(std::string_view text, std::size_t pos) {
     if ((s.status = expect(text, pos, part)) != scan_status::complete) return s;
   const std::size_t newline = text.find('\n', pos);
   if (newline == std::string_view::npos) {
-    s.status = text.size() - pos > max_name_bytes ? scan_status::malformed : scan_status::incomplete;
+    s.status =
+        text.size() - pos > max_name_bytes ? scan_status::malformed : scan_status::incomplete;
     return s;
   }
   std::string_view name = text.substr(pos, newline - pos);
@@ -118,7 +121,9 @@ tool_call_delta tool_call_parser::push(std::string_view text) {
   return advance(false);
 }
 
-tool_call_delta tool_call_parser::finish() { return advance(true); }
+tool_call_delta tool_call_parser::finish() {
+  return advance(true);
+}
 
 tool_call_delta tool_call_parser::advance(bool is_final) {
   tool_call_delta d;
@@ -190,14 +195,14 @@ std::string tool_call_grammar_spec(const request_json& tools, const std::string&
     const request_json& function = tool["function"];
     const std::string name = function["name"].get<std::string>();
     if (!only.empty() && name != only) continue;
-    request_json schema = function.contains("parameters") && !function["parameters"].is_null()
-                              ? function["parameters"]
-                              : request_json{{"properties", request_json::object()},
-                                             {"additionalProperties", false}};
+    request_json schema =
+        function.contains("parameters") && !function["parameters"].is_null()
+            ? function["parameters"]
+            : request_json{{"properties", request_json::object()}, {"additionalProperties", false}};
     // Arguments are an object, also where the schema does not say so.
     if (!schema.contains("type")) schema["type"] = "object";
-    calls.push_back({{"begin", std::string(fmt_::call_begin) + "function" +
-                                   std::string(fmt_::sep) + name + "\n```json\n"},
+    calls.push_back({{"begin", std::string(fmt_::call_begin) + "function" + std::string(fmt_::sep) +
+                                   name + "\n```json\n"},
                      {"schema", std::move(schema)},
                      {"end", "\n```" + std::string(fmt_::call_end)}});
   }

@@ -152,12 +152,24 @@ rule_id grammar::import_rules(const grammar& other, std::string_view prefix) {
     std::vector<expr_id> children;
     for (expr_id c : e.children) children.push_back(expr_map[c]);
     switch (e.kind) {
-      case expr_kind::empty: expr_map[i] = empty(); break;
-      case expr_kind::bytes: expr_map[i] = bytes(e.bytes); break;
-      case expr_kind::sequence: expr_map[i] = sequence(std::move(children)); break;
-      case expr_kind::choice: expr_map[i] = choice(std::move(children)); break;
-      case expr_kind::repeat: expr_map[i] = repeat(children[0], e.min, e.max); break;
-      case expr_kind::rule_ref: expr_map[i] = ref(rule_map[e.rule]); break;
+      case expr_kind::empty:
+        expr_map[i] = empty();
+        break;
+      case expr_kind::bytes:
+        expr_map[i] = bytes(e.bytes);
+        break;
+      case expr_kind::sequence:
+        expr_map[i] = sequence(std::move(children));
+        break;
+      case expr_kind::choice:
+        expr_map[i] = choice(std::move(children));
+        break;
+      case expr_kind::repeat:
+        expr_map[i] = repeat(children[0], e.min, e.max);
+        break;
+      case expr_kind::rule_ref:
+        expr_map[i] = ref(rule_map[e.rule]);
+        break;
     }
   }
   for (std::size_t r = 0; r < other.rules_.size(); ++r)

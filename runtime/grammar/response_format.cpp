@@ -33,7 +33,8 @@ response_format parse_kind(const std::string& head) {
   else if (kind == "regex") f.kind = format_kind::regex;
   else if (kind == "ebnf") f.kind = format_kind::ebnf;
   else if (kind == "tool_calls") f.kind = format_kind::tool_calls;
-  else DI_FAIL("unknown response format '{}' (expected json_schema, json_object, regex, ebnf or tool_calls)", kind);
+  else DI_FAIL("unknown response format '{}' (expected json_schema, json_object, regex, ebnf or "
+               "tool_calls)", kind);
   const bool json = f.kind == format_kind::json_schema || f.kind == format_kind::json_object ||
                     f.kind == format_kind::tool_calls;
   for (std::size_t i = 1; i < parts.size(); ++i) {

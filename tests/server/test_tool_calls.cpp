@@ -47,8 +47,8 @@ tool_call_delta parse_pieces(const std::vector<std::string>& pieces, std::size_t
 }
 
 const di::tok::tokenizer& deepseek_tokenizer() {
-  static const di::tok::tokenizer tok = di::tok::tokenizer::from_dir(
-      di::test::shared_path("models/deepseek-v3-tokenizer").string());
+  static const di::tok::tokenizer tok =
+      di::tok::tokenizer::from_dir(di::test::shared_path("models/deepseek-v3-tokenizer").string());
   return tok;
 }
 
@@ -88,8 +88,8 @@ void check_any_split(const std::string& text, std::size_t max_calls = 0) {
 }  // namespace
 
 TEST_CASE("tool calls: one call, its content before it") {
-  const std::string text = "Let me look.\n" + calls_text({call_text("get_weather",
-                                                                     R"({"city": "Paris"})")});
+  const std::string text =
+      "Let me look.\n" + calls_text({call_text("get_weather", R"({"city": "Paris"})")});
   const tool_call_delta d = parse_tool_calls(text);
   CHECK(d.content == "Let me look.\n");
   REQUIRE(d.calls.size() == 1);
@@ -124,14 +124,14 @@ TEST_CASE("tool calls: text that does not parse stays content") {
   const std::string begin(ds::calls_begin);
   for (const std::string& text : {
            std::string("plain answer, no calls"),
-           std::string("<｜tool▁calls▁beg"),                             // a marker cut off
-           begin,                                                         // nothing after it
-           begin + "hello",                                               // not a call
-           begin + call_text("f", R"({"x": 1)"),                          // arguments not closed
-           begin + call_text("f", R"({"x": 1,})"),                        // not JSON
-           begin + call_text("f", R"([1, 2])"),                           // not an object
-           begin + call_text("", "{}"),                                   // no name
-           begin + call_text("f", "{}").substr(0, 40),                    // cut off in the call
+           std::string("<｜tool▁calls▁beg"),            // a marker cut off
+           begin,                                       // nothing after it
+           begin + "hello",                             // not a call
+           begin + call_text("f", R"({"x": 1)"),        // arguments not closed
+           begin + call_text("f", R"({"x": 1,})"),      // not JSON
+           begin + call_text("f", R"([1, 2])"),         // not an object
+           begin + call_text("", "{}"),                 // no name
+           begin + call_text("f", "{}").substr(0, 40),  // cut off in the call
            begin + std::string(ds::call_begin) + "tool" + std::string(ds::sep) + "f\n```json\n{}",
        }) {
     CAPTURE(text);
@@ -193,9 +193,9 @@ TEST_CASE("tool calls: the grammar of tool_choice admits calls of the right func
   const auto any = compile("", true);
   CHECK(accepts(*any, calls_text({weather})));
   CHECK(accepts(*any, calls_text({now, weather})));
-  CHECK(!accepts(*any, calls_text({})));                                        // at least one
+  CHECK(!accepts(*any, calls_text({})));                                             // at least one
   CHECK(!accepts(*any, calls_text({call_text("get_weather", R"({"town":"x"})")})));  // schema
-  CHECK(!accepts(*any, calls_text({call_text("now", R"({"x":1})")})));   // no parameters: {}
+  CHECK(!accepts(*any, calls_text({call_text("now", R"({"x":1})")})));  // no parameters: {}
   CHECK(!accepts(*any, calls_text({call_text("other", "{}")})));
   CHECK(!accepts(*any, "text first " + calls_text({now})));
   const auto single = compile("", false);
@@ -239,8 +239,8 @@ TEST_CASE("tool_choice: auto, none, required, a named function; bad values are a
   CHECK(required.forces_tool_calls);
   CHECK(required.params.response_format.starts_with("tool_calls:"));
   CHECK(required.params.response_format.find("<｜tool▁sep｜>g\\n") != std::string::npos);
-  const generation_request named = parse(
-      tools + R"(, "tool_choice": {"type": "function", "function": {"name": "f"}},
+  const generation_request named =
+      parse(tools + R"(, "tool_choice": {"type": "function", "function": {"name": "f"}},
                   "parallel_tool_calls": false)");
   CHECK(named.forces_tool_calls);
   CHECK(!named.parallel_tool_calls);
@@ -257,10 +257,11 @@ TEST_CASE("tool_choice: auto, none, required, a named function; bad values are a
   CHECK(param_of(R"("tool_choice": "required")") == "tool_choice");
   CHECK(param_of(R"("tools": [], "tool_choice": "required")") == "tool_choice");
   CHECK(param_of(tools + R"(, "parallel_tool_calls": "yes")") == "parallel_tool_calls");
-  CHECK(param_of(tools + R"(, "tool_choice": "required", "response_format": {"type": "json_object"})") ==
+  CHECK(param_of(tools +
+                 R"(, "tool_choice": "required", "response_format": {"type": "json_object"})") ==
         "response_format");
   CHECK(param_of(R"("tools": [{"type": "function", "function": {"name": "f", "parameters":
       {"type": "string"}}}], "tool_choice": "required")") == "tools");
-  CHECK(param_of(tools + R"(, "tool_choice": "auto", "response_format": {"type": "json_object"})") ==
-        "");
+  CHECK(param_of(tools +
+                 R"(, "tool_choice": "auto", "response_format": {"type": "json_object"})") == "");
 }
