@@ -268,6 +268,161 @@ def response_format(srv, c):
             assert list(json.loads(text)) == ["zeta", "alpha"], text
 
 
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather of a city",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "enum": ["Paris", "Zürich", "東京"]},
+        "days": {"type": "integer", "minimum": 1, "maximum": 7},
+        "metric": {"type": "boolean"}},
+        "required": ["city", "days"], "additionalProperties": False}}}
+NOW_TOOL = {"type": "function", "function": {"name": "now"}}  # no parameters: arguments {}
+
+
+def check_tool_call(name, arguments):
+    """A call's arguments (a JSON string) valid against its tool's schema."""
+    args = json.loads(arguments)
+    assert isinstance(args, dict), arguments
+    if name == "now":
+        assert args == {}, arguments
+        return
+    assert name == "get_weather", name
+    assert set(args) <= {"city", "days", "metric"} and {"city", "days"} <= set(args), arguments
+    # JSON Schema's integers include 6.0 (and the grammar allows it)
+    days = args["days"]
+    assert args["city"] in ("Paris", "Zürich", "東京") and type(days) in (int, float), arguments
+    assert days == int(days) and 1 <= days <= 7 and type(args.get("metric", True)) is bool, arguments
+    try:
+        import jsonschema
+    except ImportError:
+        return
+    jsonschema.validate(args, WEATHER_TOOL["function"]["parameters"])
+
+
+def stream_tool_calls(chunks):
+    """(content, [(id, name, arguments)] by index, finish_reason) of a streamed chat choice 0."""
+    content, calls, finish = "", {}, None
+    for ch in chunks:
+        if not ch.choices:
+            continue
+        d = ch.choices[0].delta
+        content += d.content or ""
+        for tc in d.tool_calls or []:
+            cur = calls.setdefault(tc.index, ["", "", ""])
+            if tc.id:
+                assert not cur[0] and tc.id.startswith("call_") and tc.type == "function", tc
+                cur[0] = tc.id
+            cur[1] += tc.function.name or ""
+            cur[2] += tc.function.arguments or ""
+        finish = ch.choices[0].finish_reason or finish
+    assert sorted(calls) == list(range(len(calls))), calls
+    return content, [tuple(calls[i]) for i in range(len(calls))], finish
+
+
+@test
+def tool_choice_required_and_named(srv, c):
+    # tool_choice "required" / a named function: the output is constrained to calls in the chat
+    # template's format, arguments valid against the function's schema. A compact-whitespace
+    # server (as in json_whitespace_setting): a random-weight model's JSON then ends.
+    compact = Server(srv.binary, ["--model", srv.model, "--set", "server.json_whitespace=compact"])
+    try:
+        cc = client(compact, key="unused")
+        msgs = [{"role": "user", "content": "Weather in Paris?"}]
+        named = {"type": "function", "function": {"name": "get_weather"}}
+        for seed in range(2):
+            r = cc.chat.completions.create(model="tiny", messages=msgs, tools=[NOW_TOOL, WEATHER_TOOL],
+                                           tool_choice=named, parallel_tool_calls=False, max_tokens=200,
+                                           seed=seed)
+            ch = r.choices[0]
+            assert ch.finish_reason == "tool_calls", (ch.finish_reason, ch.message)
+            assert ch.message.content is None and len(ch.message.tool_calls) == 1, ch.message
+            tc = ch.message.tool_calls[0]
+            assert tc.type == "function" and tc.id.startswith("call_") and tc.function.name == "get_weather"
+            check_tool_call(tc.function.name, tc.function.arguments)
+            # streamed: the same call (the same seed), in OpenAI's chunk shape
+            content, calls, finish = stream_tool_calls(cc.chat.completions.create(
+                model="tiny", messages=msgs, tools=[NOW_TOOL, WEATHER_TOOL], tool_choice=named,
+                parallel_tool_calls=False, max_tokens=200, seed=seed, stream=True))
+            assert content == "" and finish == "tool_calls", (content, finish)
+            assert [(n, a) for _, n, a in calls] == [("get_weather", tc.function.arguments)], calls
+        # "required": calls of any of the tools, one or more (parallel_tool_calls defaults to true)
+        names = set()
+        for seed in range(4):
+            kw = dict(model="tiny", messages=msgs, tools=[WEATHER_TOOL, NOW_TOOL], tool_choice="required",
+                      max_tokens=400, seed=seed)
+            r = cc.chat.completions.create(**kw)
+            ch = r.choices[0]
+            assert ch.finish_reason in ("tool_calls", "length"), ch.finish_reason
+            if ch.finish_reason == "length":  # cut off: the calls read so far, the rest as content
+                continue
+            assert ch.message.content is None and ch.message.tool_calls, ch.message
+            for tc in ch.message.tool_calls:
+                check_tool_call(tc.function.name, tc.function.arguments)
+                names.add(tc.function.name)
+            content, calls, finish = stream_tool_calls(cc.chat.completions.create(**kw, stream=True))
+            assert finish == "tool_calls" and content == "", (content, finish)
+            assert [(n, a) for _, n, a in calls] == [(t.function.name, t.function.arguments)
+                                                     for t in ch.message.tool_calls], calls
+        assert names, "no seed ended its calls within max_tokens"
+        # parallel_tool_calls false: exactly one call
+        for seed in range(2):
+            r = cc.chat.completions.create(model="tiny", messages=msgs, tools=[WEATHER_TOOL, NOW_TOOL],
+                                           tool_choice="required", parallel_tool_calls=False, max_tokens=200,
+                                           seed=seed)
+            assert r.choices[0].finish_reason == "tool_calls" and len(r.choices[0].message.tool_calls) == 1
+        # the answer with its call goes back into the conversation (the template renders it)
+        call = r.choices[0].message.tool_calls[0]
+        follow = msgs + [{"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+                         {"role": "tool", "tool_call_id": call.id, "content": "sunny"}]
+        r = cc.chat.completions.create(model="tiny", messages=follow, tools=[WEATHER_TOOL, NOW_TOOL],
+                                       tool_choice="none", max_tokens=4, seed=0)
+        assert r.choices[0].message.tool_calls is None and r.choices[0].finish_reason in ("stop", "length")
+    finally:
+        compact.stop()
+
+
+def ebnf_literal(text):
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+@test
+def tool_calls_parsed_in_auto(srv, c):
+    # A random model calls no tool by itself: a response_format makes it write the template's
+    # tool-call text, which tool_choice "auto" (the default with tools) parses into tool_calls.
+    call = ("<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+            '{"city": "東京", "days": 2}\n```<｜tool▁call▁end｜>')
+    now = "<｜tool▁call▁begin｜>function<｜tool▁sep｜>now\n```json\n{}\n```<｜tool▁call▁end｜>"
+    text = "Checking. <｜tool▁calls▁begin｜>" + call + "\n" + now + "<｜tool▁calls▁end｜>"
+    fmt = {"type": "ebnf", "ebnf": "root ::= " + ebnf_literal(text)}
+    kw = dict(model="tiny", messages=[{"role": "user", "content": "x"}], tools=[WEATHER_TOOL, NOW_TOOL],
+              max_tokens=200, seed=0, extra_body={"response_format": fmt})
+    r = c.chat.completions.create(**kw)
+    ch = r.choices[0]
+    assert ch.finish_reason == "tool_calls" and ch.message.content == "Checking. ", ch
+    got = [(t.function.name, json.loads(t.function.arguments)) for t in ch.message.tool_calls]
+    assert got == [("get_weather", {"city": "東京", "days": 2}), ("now", {})], got
+    assert len({t.id for t in ch.message.tool_calls}) == 2
+    content, calls, finish = stream_tool_calls(c.chat.completions.create(**kw, stream=True))
+    assert content == "Checking. " and finish == "tool_calls", (content, finish)
+    assert [(n, json.loads(a)) for _, n, a in calls] == got, calls
+    # parallel_tool_calls false: the first call only
+    r = c.chat.completions.create(**kw, parallel_tool_calls=False)
+    assert [t.function.name for t in r.choices[0].message.tool_calls] == ["get_weather"]
+    # tool_choice "none", or no tools: the same text is the answer
+    for extra in (dict(tools=[WEATHER_TOOL], tool_choice="none"), {}):
+        args = dict(kw, **extra)
+        if not extra:
+            del args["tools"]
+        r = c.chat.completions.create(**args)
+        assert r.choices[0].message.content == text and r.choices[0].message.tool_calls is None, r
+        assert r.choices[0].finish_reason == "stop"
+    # a call that does not parse (its arguments are not JSON) stays content
+    bad = "<｜tool▁calls▁begin｜>" + call.replace('"days": 2', '"days": 2,') + "<｜tool▁calls▁end｜>"
+    r = c.chat.completions.create(**dict(kw, extra_body={"response_format": {
+        "type": "ebnf", "ebnf": "root ::= " + ebnf_literal(bad)}}))
+    assert r.choices[0].message.content == bad and r.choices[0].message.tool_calls is None
+    assert r.choices[0].finish_reason == "stop"
+
+
 @test
 def json_whitespace_setting(srv, c):
     # server.json_whitespace=compact: a JSON format allows no whitespace, so a finite schema ends
@@ -630,10 +785,15 @@ def errors_400(srv, c):
     chat = lambda **kw: lambda: c.chat.completions.create(  # noqa: E731
         model="tiny", messages=[{"role": "user", "content": "x"}], max_tokens=2, **kw)
     tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
-    # tool calls are not parsed: a tool_choice that demands one is refused, not ignored
-    expect_status(chat(tools=[tool], tool_choice="required"), 400, "tool_choice")
-    expect_status(chat(tools=[tool], tool_choice={"type": "function", "function": {"name": "f"}}), 400,
+    # tool_choice: a function not in tools, a value OpenAI does not define, a demand without tools
+    expect_status(chat(tools=[tool], tool_choice={"type": "function", "function": {"name": "g"}}), 400,
                   "tool_choice")
+    expect_status(chat(tools=[tool], tool_choice="any"), 400, "tool_choice")
+    expect_status(chat(tools=[tool], tool_choice={"type": "function"}), 400, "tool_choice")
+    expect_status(chat(tool_choice="required"), 400, "tool_choice")
+    expect_status(chat(tools=[tool], tool_choice="required", response_format={"type": "json_object"}), 400,
+                  "response_format")
+    expect_status(chat(tools=[tool], parallel_tool_calls="yes"), 400, "parallel_tool_calls")
     assert chat(tools=[tool], tool_choice="auto")().choices[0].finish_reason in ("stop", "length")
     expect_status(mk(stop=["s"] * 17), 400, "stop")
     expect_status(mk(stop=["x" * 300]), 400, "stop")
