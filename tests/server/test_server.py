@@ -794,6 +794,13 @@ def errors_400(srv, c):
     expect_status(chat(tools=[tool], tool_choice="required", response_format={"type": "json_object"}), 400,
                   "response_format")
     expect_status(chat(tools=[tool], parallel_tool_calls="yes"), 400, "parallel_tool_calls")
+    # a forced call's grammar that does not compile, or arguments that are not an object, blame tools
+    lookbehind = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"x": {"type": "string", "pattern": "(?<=a)b"}}}}}
+    expect_status(chat(tools=[lookbehind], tool_choice="required"), 400, "tools")
+    not_object = {"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}
+    expect_status(chat(tools=[not_object], tool_choice={"type": "function", "function": {"name": "f"}}), 400,
+                  "tools")
     assert chat(tools=[tool], tool_choice="auto")().choices[0].finish_reason in ("stop", "length")
     expect_status(mk(stop=["s"] * 17), 400, "stop")
     expect_status(mk(stop=["x" * 300]), 400, "stop")
