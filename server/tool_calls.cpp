@@ -204,7 +204,8 @@ std::string tool_call_grammar_spec(const request_json& tools, const std::string&
     calls.push_back({{"begin", std::string(fmt_::call_begin) + "function" + std::string(fmt_::sep) +
                                    name + "\n```json\n"},
                      {"schema", std::move(schema)},
-                     {"end", "\n```" + std::string(fmt_::call_end)}});
+                     {"end", "\n```" + std::string(fmt_::call_end)},
+                     {"name", name}});
   }
   const request_json spec = {{"begin", fmt_::calls_begin},
                              {"separator", "\n"},

@@ -47,6 +47,9 @@ grammar tool_calls_grammar(const json& spec, const json_schema_options& options)
     try {
       schema = compile_json_schema(call["schema"], options);
     } catch (const di::error& e) {
+      const auto name = call.find("name");  // optional: how errors name the call
+      if (name != call.end() && name->is_string())
+        DI_FAIL("the parameters of '{}': {}", name->get<std::string>(), e.what());
       DI_FAIL("tool call {} ({}): {}", i, text_member(call, "begin", where), e.what());
     }
     const rule_id args = g.import_rules(schema.g, fmt::format("call{}_", i));

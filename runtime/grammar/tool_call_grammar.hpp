@@ -14,7 +14,8 @@
 namespace di::grammar {
 
 /// `spec`: {"begin": TEXT, "separator": TEXT, "end": TEXT, "max_calls": N (0: no limit),
-/// "calls": [{"begin": TEXT, "schema": SCHEMA, "end": TEXT}, ...]} -- begin, then one to
+/// "calls": [{"begin": TEXT, "schema": SCHEMA, "end": TEXT, "name": NAME (optional, for
+/// errors)}, ...]} -- begin, then one to
 /// max_calls calls (each one of "calls"), separated, then end. di::error for a malformed spec
 /// or a schema that does not compile (naming the call).
 grammar tool_calls_grammar(const nlohmann::ordered_json& spec,

@@ -248,6 +248,13 @@ TEST_CASE("tool_choice: auto, none, required, a named function; bad values are a
   CHECK(named.params.response_format.find(R"("max_calls":1)") != std::string::npos);
   CHECK(di::grammar::compile_response_format(
             di::grammar::parse_inline_response_format(named.params.response_format)) != nullptr);
+  // A schema that does not compile is named by its function.
+  const generation_request bad = parse(
+      R"("tools": [{"type": "function", "function": {"name": "lb", "parameters": {"type": "object",
+          "properties": {"x": {"type": "string", "pattern": "(?<=a)b"}}}}}], "tool_choice": "required")");
+  CHECK_THROWS_WITH_AS(di::grammar::compile_response_format(
+                           di::grammar::parse_inline_response_format(bad.params.response_format)),
+                       doctest::Contains("the parameters of 'lb': "), di::error);
 
   CHECK(param_of(tools + R"(, "tool_choice": {"type": "function", "function": {"name": "h"}})") ==
         "tool_choice");
