@@ -5,6 +5,7 @@
 #include "actors/basp_frame_guard.hpp"
 #include "actors/logging.hpp"
 #include "actors/node_actor.hpp"
+#include "actors/peer_handshake.hpp"
 #include "actors/tls_error_queue.hpp"
 #include "actors/tls_files.hpp"
 #include "common/error.hpp"
@@ -69,6 +70,12 @@ node_actor find_coordinator(caf::actor_system& sys, const cluster_config& c,
         net.tls.enabled ? caf::openssl::remote_actor<node_actor>(sys, n0.host, n0.port)
                         : sys.middleman().remote_actor<node_actor>(n0.host, n0.port);
     if (h) return *h;
+    // Another cluster.name: retrying cannot help (it waited out startup_timeout_s and then
+    // printed CAF's incompatible_application_ids).
+    if (h.error() == caf::sec::incompatible_application_ids)
+      DI_FAIL("{}; start every node with the same cluster file and --set options",
+              cluster_name_mismatch("this node's cluster.name", net.app_id,
+                                    "the coordinator (node 0)", n0.host, n0.port, net.tls.enabled));
     last = describe(h.error());
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
@@ -246,11 +253,12 @@ router_actor connect_router(caf::actor_system& sys, const network_settings& s, c
   caf::expected<router_actor> r = s.tls.enabled ? caf::openssl::remote_actor<router_actor>(sys, host, port)
                                                  : sys.middleman().remote_actor<router_actor>(host, port);
   if (!r && r.error() == caf::sec::incompatible_application_ids)
-    DI_FAIL(
-        "cannot connect to the router at {}:{}: it belongs to a cluster whose cluster.name is not "
-        "'{}' "
-        "(pass the cluster's name: cluster.name in the file, --cluster-name for client)",
-        host, port, s.app_id);
+    throw cluster_name_error(
+        fmt::format("cannot connect to the router: {} (pass the cluster's name: cluster.name in "
+                    "the file, --cluster-name for client)",
+                    cluster_name_mismatch("this process's cluster name", s.app_id, "the router",
+                                          host, port, s.tls.enabled)),
+        __FILE__, __LINE__);
   // A node's internal port answers with an actor of another interface: CAF's name for that
   // ("unexpected_actor_messaging_interface") was all the client said.
   if (!r && r.error() == caf::sec::unexpected_actor_messaging_interface)

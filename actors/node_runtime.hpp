@@ -4,6 +4,7 @@
 #pragma once
 
 #include "actors/messages.hpp"
+#include "common/error.hpp"
 #include "config/cluster_config.hpp"
 
 #include <caf/actor_system.hpp>
@@ -39,8 +40,15 @@ class process_config : public caf::actor_system_config {
 /// down in order.
 int run_node(const cluster_config& config, int rank, std::function<void(const std::string&)> on_ready);
 
+/// Thrown by connect_router when the router belongs to a cluster of another name (retrying
+/// cannot help).
+class cluster_name_error : public di::error {
+ public:
+  using di::error::error;
+};
+
 /// Connects to the router published at host:port (TLS when settings.tls.enabled).
-/// Throws di::error with CAF's reason.
+/// Throws di::error with CAF's reason (cluster_name_error for another cluster.name).
 router_actor connect_router(caf::actor_system& sys, const network_settings& settings,
                             const std::string& host, std::uint16_t port);
 

@@ -129,6 +129,8 @@ di::actors::router_actor connect(caf::actor_system& sys, const di::cluster_confi
     try {
       return di::actors::connect_router(sys, di::actors::network_settings_of(c), c.router.host,
                                         c.router.port);
+    } catch (const di::actors::cluster_name_error&) {
+      throw;  // another cluster's router: waiting cannot help
     } catch (const di::error& e) {
       if (std::chrono::steady_clock::now() > deadline) throw;
       if (!said) {  // it waited silently

@@ -1,0 +1,68 @@
+// Reading a peer's cluster name from its BASP server handshake (actors/peer_handshake.hpp):
+// from a real CAF node of another name, and nothing from bytes that are not a handshake.
+#include "actors/peer_handshake.hpp"
+
+#include "actor_test_util.hpp"
+
+#include <doctest/doctest.h>
+
+namespace di::test {
+
+namespace {
+
+/// A node of cluster `name` with an actor published on a free port.
+struct named_node {
+  struct config : test_config {
+    explicit config(const std::string& name) {
+      load<caf::io::middleman>();
+      set("middleman.app-identifiers", std::vector<std::string>{name});
+    }
+  };
+  config cfg;
+  caf::actor_system sys{cfg};
+  caf::actor actor = sys.spawn([]() -> caf::behavior { return {[](int x) { return x; }}; });
+  std::uint16_t port = 0;
+
+  explicit named_node(const std::string& name) : cfg(name) {
+    auto p = sys.middleman().publish(actor, 0, "127.0.0.1", true);
+    REQUIRE(static_cast<bool>(p));
+    port = *p;
+  }
+  ~named_node() { caf::anon_send_exit(actor, caf::exit_reason::user_shutdown); }
+};
+
+}  // namespace
+
+TEST_CASE("a node's cluster name is read from its handshake") {
+  named_node node("cluster-a");
+  const auto ids = actors::peer_app_ids("127.0.0.1", node.port, std::chrono::milliseconds(2000));
+  REQUIRE(ids.has_value());
+  CHECK(*ids == std::vector<std::string>{"cluster-a"});
+  // what a node of another name prints (CAF itself refuses the connection, naming neither)
+  named_node other("cluster-b");
+  auto h = other.sys.middleman().remote_actor("127.0.0.1", node.port);
+  REQUIRE_FALSE(static_cast<bool>(h));
+  CHECK(h.error() == caf::sec::incompatible_application_ids);
+  const std::string msg = actors::cluster_name_mismatch(
+      "this node's cluster.name", "cluster-b", "the coordinator (node 0)", "127.0.0.1", node.port, false);
+  CHECK(msg == fmt::format("this node's cluster.name 'cluster-b' does not match the cluster it "
+                           "connects to: the coordinator (node 0) at 127.0.0.1:{} has "
+                           "cluster.name 'cluster-a'",
+                           node.port));
+}
+
+TEST_CASE("bytes that are not a server handshake give no name") {
+  CHECK_FALSE(actors::server_handshake_app_ids("").has_value());
+  CHECK_FALSE(actors::server_handshake_app_ids(std::string(32, '\0')).has_value());  // no payload
+  std::string hdr(32, '\0');
+  hdr[7] = 40;  // announces 40 bytes, has 10
+  CHECK_FALSE(actors::server_handshake_app_ids(hdr + std::string(10, 'x')).has_value());
+  hdr[0] = 1;  // another operation
+  CHECK_FALSE(actors::server_handshake_app_ids(hdr + std::string(40, 'x')).has_value());
+  // nobody listening: no name, and the message says so without one
+  const std::string msg =
+      actors::cluster_name_mismatch("own", "a", "the router", "127.0.0.1", 1, false);
+  CHECK(msg.find("belongs to a cluster of another name") != std::string::npos);
+}
+
+}  // namespace di::test
