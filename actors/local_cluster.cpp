@@ -13,7 +13,9 @@ local_cluster::local_cluster(caf::actor_system& sys, local_cluster_params params
   const cluster_config& c = params.config;
   if (!params.make_runner)
     params.make_runner = [c](int g, int) { return make_step_runner(c, c.groups[std::size_t(g)].executor_devices.at(0)); };
+  std::vector<group_config> layout;  // everything on this process: node 0
   for (std::size_t g = 0; g < c.groups.size(); ++g) {
+    layout.push_back({.executor_nodes = std::vector<int>(c.groups[g].executor_nodes.size(), 0)});
     std::vector<executor_actor> execs;
     for (std::size_t i = 0; i < c.groups[g].executor_nodes.size(); ++i)
       execs.push_back(spawn_executor_actor(
@@ -28,10 +30,13 @@ local_cluster::local_cluster(caf::actor_system& sys, local_cluster_params params
               .eos_token_ids = params.assets.eos_token_ids, .tokenizer = params.assets.tokenizer}));
     executors_.push_back(std::move(execs));
   }
-  router_ = spawn_router_actor(
-      sys, {.groups = schedulers_, .limits = c.router, .status_interval_s = c.logging.status_interval_s,
-            .startup_timeout_s = c.cluster.startup_timeout_s, .vocab_size = params.assets.vocab_size,
-            .tokenizer = params.assets.tokenizer});
+  router_ = spawn_router_actor(sys, {.groups = schedulers_,
+                                     .layout = layout,
+                                     .limits = c.router,
+                                     .status_interval_s = c.logging.status_interval_s,
+                                     .startup_timeout_s = c.cluster.startup_timeout_s,
+                                     .vocab_size = params.assets.vocab_size,
+                                     .tokenizer = params.assets.tokenizer});
   caf::scoped_actor self{sys};
   std::string failure;
   self->request(router_, std::chrono::seconds(c.cluster.startup_timeout_s), info_atom::value)

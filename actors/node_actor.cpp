@@ -75,11 +75,15 @@ void spawn_router_here(node_self self, spawn_router order,
   node_state& st = self->state;
   if (caf::error err = ensure_assets(self)) return done(std::move(err));
   const cluster_config& c = st.params.config;
-  router_handle router = spawn_router_actor(
-      self->system(),
-      {.groups = std::move(order.groups), .nodes = std::move(order.nodes), .limits = c.router,
-       .status_interval_s = c.logging.status_interval_s, .startup_timeout_s = c.cluster.startup_timeout_s,
-       .vocab_size = st.assets->vocab_size, .tokenizer = st.assets->tokenizer});
+  router_handle router =
+      spawn_router_actor(self->system(), {.groups = std::move(order.groups),
+                                          .layout = c.groups,
+                                          .nodes = std::move(order.nodes),
+                                          .limits = c.router,
+                                          .status_interval_s = c.logging.status_interval_s,
+                                          .startup_timeout_s = c.cluster.startup_timeout_s,
+                                          .vocab_size = st.assets->vocab_size,
+                                          .tokenizer = st.assets->tokenizer});
   adopt(self, router);
   self->request(router, std::chrono::seconds(c.cluster.startup_timeout_s), info_atom::value)
       .then(

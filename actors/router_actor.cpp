@@ -106,6 +106,10 @@ caf::result<cluster_status> on_status(router_self self) {
   for (std::size_t g = 0; g < st.groups.size(); ++g) {
     const detail::group_entry& e = st.groups[g];
     group_status s = e.last_status.value_or(group_status{});  // until the group answers now
+    if (!e.last_status && g < st.params.layout.size()) {  // it never answered: the file's layout
+      s.scheduler_node = st.params.layout[g].scheduler_node;
+      s.executor_nodes = st.params.layout[g].executor_nodes;
+    }
     s.group = int(g);
     s.is_up = e.is_up;
     s.down_reason = e.down_reason;

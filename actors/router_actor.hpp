@@ -23,6 +23,9 @@ namespace di::actors {
 
 struct router_params {
   std::vector<scheduler_actor> groups;
+  /// Where each group runs, as the cluster file assigns it: what `client --status` shows of a
+  /// group that never answered a status request (it showed scheduler_node 0, no executors).
+  std::vector<group_config> layout;
   std::vector<node_event> nodes;
   router_section limits;
   double status_interval_s = 10;

@@ -774,6 +774,67 @@ class ClusterNameTest(unittest.TestCase):
             node0.wait(30)
 
 
+class GroupLayoutTest(unittest.TestCase):
+    def test_status_of_a_group_lost_before_it_answered_shows_its_layout(self):
+        # A group that went down before it ever answered a status request showed
+        # scheduler_node 0 and no executors: the router held no layout of its own. It now has
+        # the cluster file's. Group 1: scheduler on node 1, executor on node 2.
+        ports = cu.free_ports(4)
+        c = cu.Cluster(WORK, "layout", cu.cluster_toml("layout", ports[0], ports[1:], [(0, [1]), (1, [2])], "",
+                                                       runner="toy"))
+        try:
+            os.kill(c.node_pid(2), signal.SIGKILL)  # no status request before this
+            self.assertTrue(cu.wait_until(lambda: "group 1 is down" in c.read_log(), 20), c.read_log())
+            g = c.status()["groups"][1]
+            self.assertFalse(g["up"])
+            self.assertFalse(g["answered"])
+            self.assertEqual((g["scheduler_node"], g["executor_nodes"]), (1, [2]))
+            self.assertIn("node 2", g["down_reason"])
+            g0 = c.status()["groups"][0]
+            self.assertEqual((g0["up"], g0["scheduler_node"], g0["executor_nodes"]), (True, 0, [1]))
+        finally:
+            c.stop()
+
+
+class ClusterNameTest(unittest.TestCase):
+    """cluster.name (CAF's application id) differing between a node and its cluster."""
+
+    def test_a_node_of_another_cluster_name_fails_at_once(self):
+        # It retried until cluster.startup_timeout_s (30 s here) and then printed CAF's
+        # "incompatible_application_ids"; it now stops at once naming both names.
+        ports = cu.free_ports(3)
+        path = os.path.join(WORK, "name-a.toml")
+        with open(path, "w") as f:
+            f.write(cu.cluster_toml("name-a", ports[0], ports[1:], [(0, [1])], "", runner="toy"))
+        with open(os.path.join(WORK, "name-a-node0.log"), "w") as log:
+            node0 = subprocess.Popen([cu.BINARY, "node", "--config", path, "--rank", "0"],
+                                     stdout=subprocess.DEVNULL, stderr=log)
+
+        def listening():
+            try:
+                socket.create_connection(("127.0.0.1", ports[1]), timeout=1).close()
+                return True
+            except OSError:
+                return False
+        try:
+            self.assertTrue(cu.wait_until(listening, 30, step=0.1))
+            t0 = time.time()
+            p = subprocess.run([cu.BINARY, "node", "--config", path, "--rank", "1", "--set", "cluster.name=name-b",
+                                "--set", "cluster.startup_timeout_s=30"],
+                               capture_output=True, text=True, timeout=90)
+            elapsed = time.time() - t0
+            figure("node of another cluster.name: seconds until it stopped", round(elapsed, 3))
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn(f"this node's cluster.name 'name-b' does not match the cluster it connects to: the "
+                          f"coordinator (node 0) at 127.0.0.1:{ports[1]} has cluster.name 'name-a'", p.stderr)
+            self.assertNotIn("incompatible_application_ids", p.stderr)
+            self.assertLess(elapsed, 10)
+            self.assertIsNone(node0.poll())  # the coordinator still waits for its node 1
+        finally:
+            node0.send_signal(signal.SIGINT)
+            node0.wait(30)
+
+
 @unittest.skipUnless(shutil.which("openssl"), "needs the openssl command to make certificates")
 class TlsTest(unittest.TestCase):
     """tls.enabled: clients with a certificate of the cluster's CA are served, plain ones refused."""
