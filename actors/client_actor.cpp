@@ -21,7 +21,7 @@ struct client_state {
   std::map<std::uint64_t, request_outcome> live;
   std::map<std::uint64_t, std::int64_t> started_ns;
   std::size_t num_done = 0;
-  bool router_down = false;
+  std::string router_down;  ///< why, once the router is gone
 };
 
 using self_ptr = client_handle::stateful_pointer<client_state>;
@@ -54,7 +54,7 @@ void submit_one(self_ptr self, std::size_t index) {
   req.id = index;
   st.live[index] = request_outcome{.index = index};
   st.started_ns[index] = now_ns();
-  if (st.router_down) return fail(self, index, "the router is down");
+  if (!st.router_down.empty()) return fail(self, index, st.router_down);
   if (std::string why = submit_size_error(req); !why.empty()) return fail(self, index, why);
   self->request(st.params.router, st.params.submit_timeout, std::move(req))
       .then(
@@ -99,8 +99,8 @@ client_handle::behavior_type client_impl(self_ptr self, client_params params) {
   self->state.params = std::move(params);
   self->monitor(self->state.params.router);
   self->set_down_handler([=](caf::down_msg& dm) {
-    self->state.router_down = true;
-    const std::string why = "lost the router: " + describe(dm.reason);
+    self->state.router_down = router_gone_message(dm.reason);
+    const std::string why = self->state.router_down;
     std::vector<std::uint64_t> ids;
     for (const auto& [id, out] : self->state.live) ids.push_back(id);
     for (std::uint64_t id : ids) fail(self, id, why);

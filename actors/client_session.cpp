@@ -136,7 +136,7 @@ caf::behavior session_impl(self_ptr self, router_actor router, std::chrono::mill
   self->monitor(st.router);
   self->set_down_handler([=](caf::down_msg& dm) {
     if (dm.source != self->state.router.address()) return;
-    self->state.router_down = "lost the router: " + describe(dm.reason);
+    self->state.router_down = router_gone_message(dm.reason);
     std::vector<std::uint64_t> ids;
     for (const auto& [id, r] : self->state.live) ids.push_back(id);
     for (std::uint64_t id : ids)

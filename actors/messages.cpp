@@ -1,7 +1,9 @@
 // register_types (the names every node must agree on) and small helpers for messages.
 #include "actors/messages.hpp"
 
+#include <caf/error.hpp>
 #include <caf/exit_reason.hpp>
+#include <caf/make_message.hpp>
 #include <caf/sec.hpp>
 
 #include <chrono>
@@ -60,6 +62,17 @@ std::string describe(const caf::error& err) {
   if (err.category() == caf::atom("system"))
     return caf::to_string(static_cast<caf::sec>(err.code()));
   return caf::to_string(err);
+}
+
+caf::error router_shutdown_reason() {
+  return caf::error(static_cast<std::uint8_t>(caf::exit_reason::user_shutdown), caf::atom("exit"),
+                    caf::make_message(std::string("the router shut down (the cluster stopped)")));
+}
+
+std::string router_gone_message(const caf::error& reason) {
+  // user_shutdown: the router's own orderly stop (router_shutdown_reason), or its node's.
+  if (reason == caf::exit_reason::user_shutdown) return describe(router_shutdown_reason());
+  return "lost the router: " + describe(reason);
 }
 
 }  // namespace di::actors

@@ -421,4 +421,12 @@ std::int64_t now_ns();
 /// The text of an error: its message when it carries one, else CAF's rendering.
 std::string describe(const caf::error& err);
 
+/// The exit reason of a router that shut down in order (its cluster stopped, or its node was
+/// told to stop): front ends monitoring it get it as their down reason.
+caf::error router_shutdown_reason();
+
+/// What a front end says when its router is gone (`reason`: its monitor's down reason): "the
+/// router shut down (the cluster stopped)" after an orderly stop, else "lost the router: WHY".
+std::string router_gone_message(const caf::error& reason);
+
 }  // namespace di::actors

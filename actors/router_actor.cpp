@@ -189,6 +189,11 @@ router_handle::behavior_type router_impl(router_self self, router_params params)
       [=](shutdown_atom) {
         self->state.is_shutting_down = true;
         detail::fail_requests(self, -1, "the cluster is shutting down");
+        // Stopping now, while this node's connections are still up, tells every front end
+        // that monitors the router why (the exit reason travels to remote monitors); stopped
+        // with its node, front ends heard only that the connection broke ("lost the router:
+        // its node went away without a reason") or had requests bounce.
+        self->quit(router_shutdown_reason());
         return true;
       },
       [=](tick_atom) {

@@ -74,7 +74,7 @@ client_handle::behavior_type job_impl(job_self self, actors::router_actor router
   self->state.sink = std::move(sink);
   self->monitor(self->state.router);
   self->set_down_handler([=](caf::down_msg& dm) {
-    const std::string why = "lost the router: " + actors::describe(dm.reason);
+    const std::string why = actors::router_gone_message(dm.reason);
     for (std::uint64_t index : std::set<std::uint64_t>(self->state.live)) fail(self, index, why);
   });
   for (std::size_t i = 0; i < requests.size(); ++i) {
@@ -131,10 +131,11 @@ void engine::watch(const actors::router_actor& router) {
   // once (exit reason "unreachable"), and its monitor with it.
   caf::actor w = sys_.spawn([link = link_, router](caf::event_based_actor* self) -> caf::behavior {
     self->monitor(router);
-    self->set_down_handler([link, self](caf::down_msg&) {
+    self->set_down_handler([link, self](caf::down_msg& dm) {
       {
         std::lock_guard lock(link->mutex);
         link->router_lost = true;
+        link->why = actors::router_gone_message(dm.reason);
       }
       link->wake.notify_all();
       self->quit();
@@ -155,7 +156,12 @@ void engine::reconnect_loop() {
       link.wake.wait(lock, [&] { return link.router_lost || link.stopping; });
       if (link.stopping) return;
     }
-    log->warn("lost the router; connecting to it again every second");
+    std::string why;
+    {
+      std::lock_guard lock(link.mutex);
+      why = link.why;
+    }
+    log->warn("{}; connecting to it again every second", why);
     std::optional<actors::router_actor> found;
     std::string last_reason;
     while (!found) {

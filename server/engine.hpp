@@ -84,6 +84,7 @@ class engine {
     std::condition_variable wake;
     bool router_lost = false;
     bool stopping = false;
+    std::string why;  ///< router_gone_message of the last loss
   };
   std::shared_ptr<link_state> link_ = std::make_shared<link_state>();
   caf::actor watcher_;  // guarded by mutex_: monitors the current router

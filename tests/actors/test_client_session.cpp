@@ -110,4 +110,29 @@ TEST_CASE("client session: a lost router fails live requests and refuses new one
   CHECK(later.reply.kind == runtime::failure_kind::unavailable);
 }
 
+TEST_CASE("client session: a router shut down in order says so") {
+  // The coordinator's orderly stop: live requests end with "shutting down", and the router's
+  // exit reason says it shut down (front ends said "lost the router: ...").
+  test_system ts;
+  const cluster_config c = toy_config({"model.toy.step_ms=5"});
+  actors::local_cluster cluster(ts.sys, {.config = c, .assets = toy_assets(c)});
+  actors::client_session session(ts.sys, cluster.router());
+  auto live = session.submit(ids_request(random_prompt(60, 11), 2000));
+  REQUIRE(wait_for([&] { return cluster.status().groups[0].stats.num_running == 1; }));
+  caf::scoped_actor self{ts.sys};
+  bool stopped = false;
+  self->request(cluster.router(), std::chrono::seconds(5), actors::shutdown_atom::value)
+      .receive([&](bool) { stopped = true; }, [](caf::error&) {});
+  CHECK(stopped);
+  REQUIRE(live.wait_for(std::chrono::seconds(5)) == std::future_status::ready);
+  CHECK(live.get().error == "the cluster is shutting down");
+  bool down = false;  // it stops by itself
+  self->monitor(cluster.router());
+  self->receive([&](caf::down_msg&) { down = true; }, caf::after(std::chrono::seconds(5)) >> [] {});
+  REQUIRE(down);
+  const actors::request_outcome later = session.submit(ids_request({0, 5}, 4)).get();
+  CHECK(later.error == "the router shut down (the cluster stopped)");
+  CHECK(later.reply.kind == runtime::failure_kind::unavailable);
+}
+
 }  // namespace di::test

@@ -4,6 +4,7 @@
 compared token for token with `deepinfer generate` run alone. Figures (failure detection
 latency, load spread) are printed as "FIGURE name: value" lines.
 Usage: test_cluster.py PATH/TO/deepinfer (run by ctest)."""
+import collections
 import json
 import os
 import random
@@ -735,43 +736,35 @@ class LaunchSupervisionTest(unittest.TestCase):
         self.assertNotIn("exited while the cluster ran", text)
 
 
-class ClusterNameTest(unittest.TestCase):
-    """cluster.name (CAF's application id) differing between a node and its cluster."""
-
-    def test_a_node_of_another_cluster_name_fails_at_once(self):
-        # It retried until cluster.startup_timeout_s (30 s here) and then printed CAF's
-        # "incompatible_application_ids"; it now stops at once naming both names.
+class OrderlyStopTest(unittest.TestCase):
+    def test_front_ends_hear_that_the_router_shut_down(self):
+        # After an orderly stop of the cluster, a client's requests failed with "lost the
+        # router: its node went away without a reason" (or remote_link_unreachable), "the
+        # router did not answer: request_receiver_down" and "the router is down": the router
+        # stopped with its node, unannounced. It now stops first, and its exit reason tells
+        # every front end that monitors it.
         ports = cu.free_ports(3)
-        path = os.path.join(WORK, "name-a.toml")
-        with open(path, "w") as f:
-            f.write(cu.cluster_toml("name-a", ports[0], ports[1:], [(0, [1])], "", runner="toy"))
-        with open(os.path.join(WORK, "name-a-node0.log"), "w") as log:
-            node0 = subprocess.Popen([cu.BINARY, "node", "--config", path, "--rank", "0"],
-                                     stdout=subprocess.DEVNULL, stderr=log)
-
-        def listening():
-            try:
-                socket.create_connection(("127.0.0.1", ports[1]), timeout=1).close()
-                return True
-            except OSError:
-                return False
+        c = cu.Cluster(WORK, "orderly", cu.cluster_toml("orderly", ports[0], ports[1:], [(0, [1])], "",
+                                                        runner="toy"), sets=["model.toy.step_ms=20"])
+        path = os.path.join(WORK, "orderly.jsonl")
+        cu.write_jsonl(path, [{"prompt_ids": [0, 5 + i % 50], "max_tokens": 2} for i in range(3000)])
+        client = subprocess.Popen([cu.BINARY, "client", "--connect", c.address, "--cluster-name", c.name,
+                                   "--file", path, "--concurrency", "4", "--json"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         try:
-            self.assertTrue(cu.wait_until(listening, 30, step=0.1))
-            t0 = time.time()
-            p = subprocess.run([cu.BINARY, "node", "--config", path, "--rank", "1", "--set", "cluster.name=name-b",
-                                "--set", "cluster.startup_timeout_s=30"],
-                               capture_output=True, text=True, timeout=90)
-            elapsed = time.time() - t0
-            figure("node of another cluster.name: seconds until it stopped", round(elapsed, 3))
-            self.assertEqual(p.returncode, 1, p.stderr)
-            self.assertIn(f"this node's cluster.name 'name-b' does not match the cluster it connects to: the "
-                          f"coordinator (node 0) at 127.0.0.1:{ports[1]} has cluster.name 'name-a'", p.stderr)
-            self.assertNotIn("incompatible_application_ids", p.stderr)
-            self.assertLess(elapsed, 10)
-            self.assertIsNone(node0.poll())  # the coordinator still waits for its node 1
+            self.assertTrue(cu.wait_until(lambda: c.status()["router"]["finished"] > 20, 30))
+            self.assertEqual(c.stop(), 0)
+            out, _ = client.communicate(timeout=60)
         finally:
-            node0.send_signal(signal.SIGINT)
-            node0.wait(30)
+            if client.poll() is None:
+                client.kill()
+        rows = [json.loads(line) for line in out.splitlines()]
+        self.assertEqual(len(rows), 3000)
+        errors = collections.Counter(r["error"] for r in rows if r["finish_reason"] == "error")
+        figure("orderly stop: the client's errors", dict(errors))
+        self.assertGreater(errors["the router shut down (the cluster stopped)"], 0, errors)
+        self.assertEqual(set(errors) - {"the router shut down (the cluster stopped)", "the cluster is shutting down"},
+                         set(), errors)
 
 
 class GroupLayoutTest(unittest.TestCase):
