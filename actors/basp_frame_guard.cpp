@@ -6,12 +6,14 @@
 
 #include <dlfcn.h>
 #include <fmt/format.h>
+#include <caf/binary_serializer.hpp>
 #include <caf/io/basp/header.hpp>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 
 namespace di::actors {
 
@@ -33,6 +35,16 @@ valid_fn caf_valid() {
 }
 
 std::atomic<std::int64_t> g_message_limit{default_max_message_bytes};
+std::atomic<std::int64_t> g_router_limit{0};
+
+/// CAF's binary encoding of `value` (what travels in a message), in bytes.
+template <class T>
+std::int64_t serialized_bytes(T& value) {
+  std::vector<char> buf;
+  caf::binary_serializer sink{nullptr, buf};
+  if (auto err = sink(value)) return std::numeric_limits<std::int64_t>::max();
+  return std::int64_t(buf.size());
+}
 std::atomic<std::uint64_t> g_refused{0};
 std::atomic<std::int64_t> g_last_log_ns{0};
 
@@ -74,18 +86,56 @@ bool basp_payload_allowed(std::uint8_t operation, std::uint32_t payload_len) {
   return std::int64_t(payload_len) <= payload_limit(handshake);
 }
 
+void set_router_message_limit(std::int64_t bytes) {
+  g_router_limit.store(bytes, std::memory_order_relaxed);
+}
+
+std::int64_t router_message_limit() {
+  const std::int64_t announced = g_router_limit.load(std::memory_order_relaxed);
+  return announced > 0 ? announced : basp_message_limit();
+}
+
+std::int64_t submit_message_bytes(const submit_request& req) {
+  submit_request copy = req;  // CAF 0.17's serializer takes its operands as non-const
+  return serialized_bytes(copy) + basp_envelope_bytes;
+}
+
 std::string submit_size_error(const submit_request& req) {
-  // An upper estimate of the serialized size: the variable parts plus room for the fixed ones.
+  const std::int64_t limit = router_message_limit();
+  // An upper estimate first: the variable parts plus room for the fixed ones (no copy).
   std::int64_t bytes = 4096 + std::int64_t(req.prompt ? req.prompt->size() : 0) +
                        4 * std::int64_t(req.prompt_ids.size()) +
                        std::int64_t(req.params.response_format.size()) +
                        4 * std::int64_t(req.params.stop_token_ids.size());
   for (const std::string& s : req.params.stop) bytes += 8 + std::int64_t(s.size());
-  if (bytes <= basp_message_limit()) return {};
+  if (bytes <= limit) return {};
+  bytes = submit_message_bytes(req);
+  if (bytes <= limit) return {};
   return fmt::format(
-      "the request has about {} bytes; one cluster message carries at most {} "
-      "(cluster.max_message_bytes)",
-      bytes, basp_message_limit());
+      "request of {} bytes exceeds cluster.max_message_bytes = {} (the largest message the "
+      "router's node accepts; sent, it would close the connection)",
+      bytes, limit);
+}
+
+std::int64_t events_bytes_bound(const std::vector<runtime::token_event>& events) {
+  // CAF 0.17's binary encoding: fixed-width integers and floats, sizes as varbytes (<= 10).
+  auto logprob_bytes = [](const runtime::position_logprobs& p) {
+    return std::int64_t(32 + 8 * p.top.size());
+  };
+  std::int64_t bytes = basp_envelope_bytes + 10;
+  for (const runtime::token_event& e : events) {
+    bytes += 128 + 4 * std::int64_t(e.token_ids.size()) + std::int64_t(e.text.size()) +
+             std::int64_t(e.stop_string.size() + e.error.size() + e.failure_param.size());
+    for (const runtime::position_logprobs& p : e.logprobs) bytes += logprob_bytes(p);
+    for (const std::optional<runtime::position_logprobs>& p : e.prompt_logprobs)
+      bytes += 4 + (p ? logprob_bytes(*p) : 0);
+  }
+  return bytes;
+}
+
+std::int64_t events_message_bytes(const std::vector<runtime::token_event>& events) {
+  client_events msg{events};
+  return serialized_bytes(msg) + basp_envelope_bytes;
 }
 
 std::uint64_t basp_frames_refused() {

@@ -40,9 +40,31 @@ std::int64_t basp_message_limit();
 /// the bounds (the check the guard adds to CAF's).
 bool basp_payload_allowed(std::uint8_t operation, std::uint32_t payload_len);
 
-/// Empty when `req` fits in one message under this process's bound; otherwise the error a
-/// client reports for it instead of sending it (the router would close the connection).
+/// The bound of messages this process sends to its router: the router node's
+/// cluster.max_message_bytes as the router announced it (connect_router asks it); until then,
+/// or after 0, this process's own bound. Process-wide, like the guard.
+void set_router_message_limit(std::int64_t bytes);
+std::int64_t router_message_limit();
+
+/// Room for CAF's envelope of a message in a BASP payload (forwarding stack, type names, ids):
+/// tens of bytes measured; counted on top of the serialized content.
+inline constexpr std::int64_t basp_envelope_bytes = 1024;
+
+/// The BASP payload size of `req` sent as a message: its serialized size plus the envelope.
+std::int64_t submit_message_bytes(const submit_request& req);
+
+/// Empty when `req` fits in one message to the router (router_message_limit()); otherwise the
+/// error a front end reports for that request instead of sending it ("request of N bytes
+/// exceeds cluster.max_message_bytes = M"): the router's node would close the connection, and
+/// every other request on it would fail with "lost the router".
 std::string submit_size_error(const submit_request& req);
+
+/// An upper bound of the BASP payload size of `events` sent as one client_events message,
+/// cheap to compute (the router's answer side measures exactly only above its bound).
+std::int64_t events_bytes_bound(const std::vector<runtime::token_event>& events);
+
+/// The BASP payload size of `events` sent as one client_events message.
+std::int64_t events_message_bytes(const std::vector<runtime::token_event>& events);
 
 /// Headers refused by the bound since the process started.
 std::uint64_t basp_frames_refused();

@@ -55,6 +55,7 @@ void submit_one(self_ptr self, std::size_t index) {
   st.live[index] = request_outcome{.index = index};
   st.started_ns[index] = now_ns();
   if (!st.router_down.empty()) return fail(self, index, st.router_down);
+  req.max_event_bytes = basp_message_limit();  // what this process's guard lets in
   if (std::string why = submit_size_error(req); !why.empty()) return fail(self, index, why);
   self->request(st.params.router, st.params.submit_timeout, std::move(req))
       .then(

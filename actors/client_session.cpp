@@ -87,6 +87,7 @@ void on_submit(self_ptr self, submit_request& req) {
   r.started_ns = now_ns();
   // Refused before it is sent (the router is down, or the request does not fit in one message):
   // the reply carries the reason, then the final event.
+  req.max_event_bytes = basp_message_limit();  // what this process's guard lets in
   std::string why = !st.router_down.empty() ? st.router_down : submit_size_error(req);
   if (!why.empty()) {
     r.out.reply.error = why;

@@ -36,6 +36,7 @@ using tick_atom = caf::atom_constant<caf::atom("di_tick")>;
 using step_ran_atom = caf::atom_constant<caf::atom("di_stepran")>;
 using prepare_grammar_atom = caf::atom_constant<caf::atom("di_prepgr")>;
 using grammar_done_atom = caf::atom_constant<caf::atom("di_gramok")>;
+using limits_atom = caf::atom_constant<caf::atom("di_limits")>;
 
 // ---- executor --------------------------------------------------------------------------------
 
@@ -203,6 +204,10 @@ struct submit_request {
   std::optional<std::string> prompt;
   std::vector<std::int32_t> prompt_ids;  ///< used when `prompt` is unset
   runtime::sampling_params params;
+  /// The largest message the client's process accepts (its bound on incoming BASP messages:
+  /// cluster.max_message_bytes, `client --max-message-bytes`); 0 = the router's own bound. The
+  /// router fails a request whose events of one step would not fit, rather than the link.
+  std::int64_t max_event_bytes = 0;
 };
 
 /// The router's answer to submit_request.
@@ -252,7 +257,8 @@ struct cluster_status {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, submit_request& x) {
   runtime::optional_field<std::string> prompt{x.prompt};
-  return f(caf::meta::type_name("submit_request"), x.id, prompt, x.prompt_ids, x.params);
+  return f(caf::meta::type_name("submit_request"), x.id, prompt, x.prompt_ids, x.params,
+           x.max_event_bytes);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, submit_reply& x) {
@@ -295,6 +301,9 @@ using router_actor = caf::typed_actor<
     caf::reacts_to<node_event>,
     /// anyone → router: nodes, groups and counters.
     caf::replies_to<status_atom>::with<cluster_status>,
+    /// front end → router: the largest message the router's node accepts
+    /// (cluster.max_message_bytes); a front end refuses a larger request instead of sending it.
+    caf::replies_to<limits_atom>::with<std::int64_t>,
     /// coordinator → router: refuse new work and end live requests ("shutting down").
     caf::replies_to<shutdown_atom>::with<bool>,
     /// router → itself: the periodic status line.

@@ -267,6 +267,12 @@ router_actor connect_router(caf::actor_system& sys, const network_settings& s, c
         "node's internal port? --connect takes router.host:router.port)",
         host, port);
   DI_CHECK(bool(r), "cannot connect to the router at {}:{}: {}", host, port, describe(r.error()));
+  // The bound of the router's node, which may be lower than this process's: a request past it
+  // is refused here (sent, it closed the connection and every request on it failed).
+  caf::scoped_actor self{sys};
+  self->request(*r, std::chrono::seconds(5), limits_atom::value)
+      .receive([](std::int64_t bytes) { set_router_message_limit(bytes); },
+               [](caf::error&) { set_router_message_limit(0); });  // this process's own bound
   return *r;
 }
 

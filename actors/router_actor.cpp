@@ -186,6 +186,7 @@ router_handle::behavior_type router_impl(router_self self, router_params params)
       [=](group_events& msg) { detail::on_group_events(self, msg); },
       [=](node_event& ev) { on_node_event(self, ev); },
       [=](status_atom) { return on_status(self); },
+      [=](limits_atom) { return self->state.params.max_message_bytes; },
       [=](shutdown_atom) {
         self->state.is_shutting_down = true;
         detail::fail_requests(self, -1, "the cluster is shutting down");

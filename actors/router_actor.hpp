@@ -31,6 +31,7 @@ struct router_params {
   double status_interval_s = 10;
   int startup_timeout_s = 600;
   std::int64_t vocab_size = 0;  ///< ids must be below this
+  std::int64_t max_message_bytes = default_max_message_bytes;  ///< cluster.max_message_bytes
   std::shared_ptr<const tok::tokenizer> tokenizer;  ///< null: text prompts are refused
 };
 

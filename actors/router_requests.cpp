@@ -3,6 +3,7 @@
 // event stream back to clients with ids translated to the clients' own.
 #include "actors/detail/router_state.hpp"
 
+#include "actors/basp_frame_guard.hpp"
 #include "actors/grammar_limit.hpp"
 #include "runtime/sampling_rng.hpp"
 
@@ -176,15 +177,33 @@ caf::result<submit_reply> on_submit(router_self self, submit_request& req) {
   const std::vector<int> up = up_groups(st);
   if (up.empty()) return refusal(self, failure_kind::unavailable, why_no_group(st));
 
+  // A client on another node accepts messages up to its bound (its process's guard): the
+  // reply, with the tokenized prompt, must fit as well as each step's events.
+  const bool is_remote = client.node() != self->node();
+  const std::int64_t max_event_bytes = !is_remote                ? 0
+                                       : req.max_event_bytes > 0 ? req.max_event_bytes
+                                                                 : st.params.max_message_bytes;
+  if (const std::int64_t reply_bytes = 4 * std::int64_t(req.prompt_ids.size()) + 4096;
+      max_event_bytes > 0 && reply_bytes > max_event_bytes)
+    return refusal(self, failure_kind::invalid,
+                   fmt::format("the reply to this request, with its {} prompt tokens, has about {} "
+                               "bytes: more than cluster.max_message_bytes = {} (the largest "
+                               "message the client accepts)",
+                               req.prompt_ids.size(), reply_bytes, max_event_bytes),
+                   "prompt");
   const std::uint64_t id = st.next_id++;
   runtime::request r{.id = id, .prompt_ids = req.prompt_ids, .params = req.params};
   r.seed = req.params.seed.value_or(runtime::draw_request_seed());
   if (!st.clients.contains(client.address()) || st.clients[client.address()].empty()) self->monitor(client);
   st.clients[client.address()][req.id] = id;
   auto rp = self->make_response_promise<submit_reply>();
-  st.requests[id] = live_request{.client = client.address(), .client_handle = client, .client_id = req.id,
-                                 .reply = rp,
-                                 .accepted = {.accepted = true, .seed = r.seed, .prompt_ids = req.prompt_ids}};
+  st.requests[id] =
+      live_request{.client = client.address(),
+                   .client_handle = client,
+                   .client_id = req.id,
+                   .reply = rp,
+                   .accepted = {.accepted = true, .seed = r.seed, .prompt_ids = req.prompt_ids},
+                   .max_event_bytes = max_event_bytes};
   ++st.counters.num_live;
   if (up.size() == 1) {
     dispatch(self, id, std::move(r), up[0], false);
@@ -208,29 +227,95 @@ void on_client_abort(router_self self, const abort_request& msg) {
   self->send(st.groups[std::size_t(r.group)].handle, abort_request{it->second});
 }
 
+namespace {
+
+/// Hands one event to its client's batch in the client's ids; a final one ends the request
+/// here (counters, load). Returns false for an event of a request that is no longer live.
+bool take_event(router_self self, runtime::token_event& e) {
+  router_state& st = self->state;
+  auto it = st.requests.find(e.request_id);
+  if (it == st.requests.end()) return false;
+  live_request& r = it->second;
+  e.request_id = r.client_id;
+  if (!e.is_finished()) return true;
+  ++st.counters.num_finished;
+  st.counters.num_errors += e.status == runtime::sequence_status::finished_error;
+  st.counters.num_aborts += e.status == runtime::sequence_status::finished_abort;
+  --st.groups[std::size_t(r.group)].num_live;
+  --st.counters.num_live;
+  st.clients[r.client].erase(r.client_id);
+  st.requests.erase(it);
+  return true;
+}
+
+/// Splits one step's events of a client into messages of at most `bound` bytes, one request's
+/// events never apart. A request whose events alone are larger ends with an error instead (and
+/// is aborted at its group): sent, they would close the client's connection, and every other
+/// request of that client would fail with "lost the router".
+std::vector<std::vector<runtime::token_event>> fit_events(router_self self, int group,
+                                                          std::vector<runtime::token_event> events,
+                                                          std::int64_t bound) {
+  std::vector<std::uint64_t> order;  // request ids in order of their first event
+  std::map<std::uint64_t, std::vector<runtime::token_event>> by_request;
+  for (runtime::token_event& e : events) {
+    if (!by_request.contains(e.request_id)) order.push_back(e.request_id);
+    by_request[e.request_id].push_back(std::move(e));
+  }
+  std::vector<std::vector<runtime::token_event>> out(1);
+  std::int64_t used = basp_envelope_bytes;
+  for (std::uint64_t id : order) {
+    std::vector<runtime::token_event>& mine = by_request[id];
+    std::int64_t bytes = events_message_bytes(mine);
+    if (bytes > bound) {
+      const bool finished = mine.back().is_finished();
+      mine = {{.request_id = id,
+               .status = runtime::sequence_status::finished_error,
+               .error = fmt::format(
+                   "response of {} bytes (this request's events of one step) exceeds "
+                   "cluster.max_message_bytes = {}, the largest message its client accepts (for "
+                   "`client`: --max-message-bytes); fewer logprobs or prompt_logprobs fit",
+                   bytes, bound),
+               .failure = failure_kind::invalid}};
+      if (!finished) self->send(self->state.groups[std::size_t(group)].handle, abort_request{id});
+      bytes = events_message_bytes(mine);
+    }
+    if (used + bytes - basp_envelope_bytes > bound && !out.back().empty()) {
+      out.emplace_back();
+      used = basp_envelope_bytes;
+    }
+    used += bytes - basp_envelope_bytes;
+    for (runtime::token_event& e : mine) out.back().push_back(std::move(e));
+  }
+  return out;
+}
+
+}  // namespace
+
 void on_group_events(router_self self, group_events& msg) {
   router_state& st = self->state;
-  std::map<caf::actor_addr, std::pair<client_actor, client_events>> out;
+  // The step's events by client, in order (request ids still the router's).
+  std::map<caf::actor_addr, std::vector<runtime::token_event>> by_client;
   for (runtime::token_event& e : msg.events) {
     auto it = st.requests.find(e.request_id);
     if (it == st.requests.end() || it->second.group != msg.group) continue;
-    live_request& r = it->second;
-    e.request_id = r.client_id;
-    const bool finished = e.is_finished();
-    auto& slot = out[r.client];
-    slot.first = r.client_handle;
-    slot.second.events.push_back(std::move(e));
-    if (!finished) continue;
-    const auto status = slot.second.events.back().status;
-    ++st.counters.num_finished;
-    st.counters.num_errors += status == runtime::sequence_status::finished_error;
-    st.counters.num_aborts += status == runtime::sequence_status::finished_abort;
-    --st.groups[std::size_t(r.group)].num_live;
-    --st.counters.num_live;
-    st.clients[r.client].erase(r.client_id);
-    st.requests.erase(it);
+    by_client[it->second.client].push_back(std::move(e));
   }
-  for (auto& [addr, batch] : out) self->send(batch.first, std::move(batch.second));
+  for (auto& [addr, events] : by_client) {
+    const live_request& first = st.requests.at(events.front().request_id);
+    const client_actor client = first.client_handle;
+    const std::int64_t bound = first.max_event_bytes;
+    std::vector<std::vector<runtime::token_event>> batches;
+    if (bound > 0 && events_bytes_bound(events) > bound)
+      batches = fit_events(self, msg.group, std::move(events), bound);
+    else
+      batches.push_back(std::move(events));
+    for (std::vector<runtime::token_event>& batch : batches) {
+      client_events out;
+      for (runtime::token_event& e : batch)
+        if (take_event(self, e)) out.events.push_back(std::move(e));
+      if (!out.events.empty()) self->send(client, std::move(out));
+    }
+  }
 }
 
 void fail_requests(router_self self, int group, const std::string& reason) {

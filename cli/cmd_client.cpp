@@ -425,8 +425,9 @@ void setup_client(CLI::App& app) {
   sub->add_option("--cluster-name", o->cluster_name, "The cluster's cluster.name")->capture_default_str();
   sub->add_option(
          "--max-message-bytes", o->max_message_bytes,
-         "The cluster's cluster.max_message_bytes: larger requests are refused here, larger "
-         "messages from the router close the connection")
+         "The largest message this client accepts from the router (a request whose events of "
+         "one step are larger fails alone); requests are checked against the router's own "
+         "cluster.max_message_bytes, asked when connecting")
       ->capture_default_str()
       ->check(CLI::Range(di::min_max_message_bytes, di::max_max_message_bytes));
   sub->add_option("--tls-certificate", o->tls.certificate, "Client certificate (clusters with TLS)");

@@ -4,6 +4,7 @@
 // and quits when all of them have ended.
 #include "server/engine.hpp"
 
+#include "actors/basp_frame_guard.hpp"
 #include "actors/logging.hpp"
 
 #include <caf/all.hpp>
@@ -47,6 +48,15 @@ void fail(job_self self, std::uint64_t index, const std::string& why) {
 
 void submit(job_self self, actors::submit_request req) {
   const std::uint64_t index = req.id;
+  // Past the router node's bound the request would close the connection, failing every
+  // request on it: it alone is refused.
+  req.max_event_bytes = actors::basp_message_limit();
+  if (std::string why = actors::submit_size_error(req); !why.empty()) {
+    self->state.sink->on_reply(
+        index,
+        {.accepted = false, .error = std::move(why), .kind = runtime::failure_kind::invalid});
+    return end(self, index);
+  }
   self->request(self->state.router, submit_timeout, std::move(req))
       .then(
           [=](actors::submit_reply& reply) {

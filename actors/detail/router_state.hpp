@@ -39,6 +39,8 @@ struct live_request {
   bool abort_pending = false;  ///< the client aborted before admission
   std::optional<caf::typed_response_promise<submit_reply>> reply;  ///< until admitted
   submit_reply accepted;  ///< the reply to deliver on admission
+  /// The largest client_events message its client accepts (0: an in-process client, no bound).
+  std::int64_t max_event_bytes = 0;
 };
 
 struct router_state {

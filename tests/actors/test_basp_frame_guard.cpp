@@ -6,6 +6,7 @@
 
 #include <dlfcn.h>
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 #include <caf/io/basp/header.hpp>
 
 #include <cstdint>
@@ -99,12 +100,44 @@ TEST_CASE("a client refuses a request too large for one message") {
   CHECK(actors::submit_size_error(req).empty());
   req.prompt_ids.assign(300000, 5);  // + 1.2 MB of ids
   const std::string why = actors::submit_size_error(req);
-  CHECK(why.find("one cluster message carries at most 2097152 (cluster.max_message_bytes)") !=
-        std::string::npos);
+  // the serialized size: the prompt, 4 bytes an id, and a little more
+  const std::int64_t bytes = actors::submit_message_bytes(req);
+  CHECK(bytes > (1 << 20) + 4 * 300000);
+  CHECK(bytes < (1 << 20) + 4 * 300000 + 2 * actors::basp_envelope_bytes);
+  CHECK(why == fmt::format("request of {} bytes exceeds cluster.max_message_bytes = 2097152 (the "
+                           "largest message the router's node accepts; sent, it would close the "
+                           "connection)",
+                           bytes));
   req.prompt_ids.clear();
   req.params.stop.assign(2, std::string(600000, 's'));
   CHECK_FALSE(actors::submit_size_error(req).empty());
+  // the bound the router announced (connect_router) wins over this process's own
+  req.params.stop.clear();
+  actors::set_router_message_limit(std::int64_t(1) << 20);
+  CHECK(actors::submit_size_error(req).find("cluster.max_message_bytes = 1048576") !=
+        std::string::npos);
+  actors::set_router_message_limit(std::int64_t(8) << 20);
+  req.prompt_ids.assign(1000000, 5);  // 1 + 4 MB: past this process's 2 MiB, within the router's
+  CHECK(actors::submit_size_error(req).empty());
+  actors::set_router_message_limit(0);
+  CHECK_FALSE(actors::submit_size_error(req).empty());
   actors::set_basp_message_limit(saved);
+}
+
+TEST_CASE("the router's bound on events is an upper bound of their size") {
+  std::vector<runtime::token_event> events(3);
+  events[0].token_ids = {1, 2, 3};
+  events[0].text = "abc";
+  events[1].prompt_logprobs.emplace_back();
+  for (int i = 0; i < 500; ++i)
+    events[1].prompt_logprobs.push_back(runtime::position_logprobs{
+        .id = i, .logprob = -1.5f, .rank = 3, .top = std::vector<runtime::token_logprob>(20)});
+  events[2].error = std::string(1000, 'e');
+  events[2].logprobs.push_back({.id = 7, .top = std::vector<runtime::token_logprob>(5)});
+  const std::int64_t exact = actors::events_message_bytes(events);
+  CHECK(exact > 500 * 20 * 8);
+  CHECK(actors::events_bytes_bound(events) >= exact);
+  CHECK(actors::events_bytes_bound(events) < 2 * exact);
 }
 
 }  // namespace di::test

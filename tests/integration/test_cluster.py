@@ -736,6 +736,60 @@ class LaunchSupervisionTest(unittest.TestCase):
         self.assertNotIn("exited while the cluster ran", text)
 
 
+class MessageLimitTest(unittest.TestCase):
+    """One request past cluster.max_message_bytes fails alone; the client's other requests finish.
+    Before, the message closed the connection and every request of that client failed with
+    "lost the router: remote_link_unreachable"."""
+
+    def run_mixed(self, c, big, *args):
+        rows = [{"prompt_ids": [0, 5 + i], "max_tokens": 40, "ignore_eos": True} for i in range(3)]
+        rows.insert(1, big)
+        p, out = run_file(c, rows, f"{c.name}-mixed", "--concurrency", "4", "--json", *args, timeout=120)
+        self.assertEqual(len(out), 4, p.stderr)
+        for i in (0, 2, 3):
+            self.assertEqual(out[i]["finish_reason"], "length", out[i].get("error"))
+            self.assertEqual(len(out[i]["output_ids"]), 40)
+        self.assertEqual(out[1]["finish_reason"], "error")
+        return out[1]["error"]
+
+    def test_a_request_past_the_routers_limit_fails_alone(self):
+        # The cluster's bound is lower than the client's default (16 MiB): the client learns
+        # the router's at connect and refuses the 3 MB prompt itself.
+        ports = cu.free_ports(3)
+        c = cu.Cluster(WORK, "small-messages", cu.cluster_toml("small-messages", ports[0], ports[1:], [(0, [1])],
+                                                               "", runner="toy",
+                                                               extra="[scheduler]\nmax_num_batched_tokens = 512"),
+                       sets=["cluster.max_message_bytes=2097152", "model.toy.step_ms=10"])
+        try:
+            error = self.run_mixed(c, {"prompt": "a" * 3000000, "max_tokens": 4})
+            self.assertRegex(error, r"^request of 300\d{4} bytes exceeds cluster.max_message_bytes = 2097152")
+            self.assertEqual(c.status()["router"]["submitted"], 3)  # it never left the client
+        finally:
+            c.stop()
+
+    def test_a_response_past_the_clients_limit_fails_alone(self):
+        # The answer side: one step's prompt logprobs of an 8000-token prompt (~1.4 MB) against
+        # a client that accepts 1 MiB; the router fails that request and aborts it.
+        ports = cu.free_ports(3)
+        c = cu.Cluster(WORK, "big-answer", cu.cluster_toml("big-answer", ports[0], ports[1:], [(0, [1])], "",
+                                                           runner="toy"),
+                       sets=["model.toy.max_model_len=16384", "model.toy.step_ms=10"])
+        try:
+            big = {"prompt_ids": [0] + [3 + i % 900 for i in range(8000)], "max_tokens": 2000, "ignore_eos": True,
+                   "prompt_logprobs": 20}
+            error = self.run_mixed(c, big, "--max-message-bytes", "1048576")
+            self.assertRegex(error, r"^response of \d+ bytes \(this request's events of one step\) exceeds "
+                                    r"cluster.max_message_bytes = 1048576")
+            # aborted at its group (it would decode for 20 s)
+            self.assertTrue(cu.wait_until(lambda: c.status()["groups"][0]["running"] == 0, 10))
+            # the same prompt within the client's default bound is served whole
+            p, out = run_file(c, [dict(big, max_tokens=4)], "big-answer-default", "--json", timeout=120)
+            self.assertEqual(out[0]["finish_reason"], "length", out[0].get("error"))
+            self.assertEqual(len(out[0]["prompt_logprobs"]), 8001)
+        finally:
+            c.stop()
+
+
 class OrderlyStopTest(unittest.TestCase):
     def test_front_ends_hear_that_the_router_shut_down(self):
         # After an orderly stop of the cluster, a client's requests failed with "lost the
