@@ -83,6 +83,7 @@ void spawn_router_here(node_self self, spawn_router order,
                                           .status_interval_s = c.logging.status_interval_s,
                                           .startup_timeout_s = c.cluster.startup_timeout_s,
                                           .vocab_size = st.assets->vocab_size,
+                                          .max_message_bytes = c.cluster.max_message_bytes,
                                           .tokenizer = st.assets->tokenizer});
   adopt(self, router);
   self->request(router, std::chrono::seconds(c.cluster.startup_timeout_s), info_atom::value)
