@@ -8,7 +8,13 @@
 // activations take the same k permutation (stream_gemm's 8-byte fragments: MMA input 4t + i
 // is input 8t + i, 16 + 4t + i is 8t + 4 + i). Batches of 4 steps (one 32-bit word of weight
 // scales, one float4 of activation scales per token) are loaded DEPTH batches ahead, so each
-// warp keeps DEPTH x 2 KB of weights in flight.
+// warp keeps DEPTH x 2 KB of weights in flight. The activations and their scales are read at
+// L2 only (load_fresh_l2, since session 44's stale-read fix), although every warp of an SM
+// reads the same bytes of them: in session 47 wq_b (2048 stripes, K 1280) took 26.4 us at M=1
+// on the H100 against 18.8 us in session 44 with the L1-cached __ldg loads of the first
+// version, and the Engram wkv 79.5 against 62.3. DEEPINFER_TILE_GEMV_ACT=l1 reads them through
+// L1 with load_fresh (the coherent load the other GEMMs use after the PDL wait); written in
+// session 47 without a GPU to run it on, so off until its tests and an A/B have run.
 //
 // Each warp owns a stripe and a K range; the warps of a stripe in a block add their sums in
 // warp order, and K splits across the blocks of a cluster add in rank order -- both set by
@@ -51,7 +57,7 @@ struct tile_batch {
   float4 xa, xb;
 };
 
-template <int DEPTH, int MINB>
+template <int DEPTH, int MINB, bool ACT_L1>
 __global__ void __launch_bounds__(tg_warps * 32, MINB)
     tile_gemv_kernel(block_gemm_params p, tile_cfg cfg) {
   __shared__ float partial[tg_warps][32][4];
@@ -85,11 +91,17 @@ __global__ void __launch_bounds__(tg_warps * 32, MINB)
     r.ws = __ldg(reinterpret_cast<const unsigned*>(wsp + s));
   };
   auto load_acts = [&](tile_batch& r, int s) {
+    auto fresh = [](const auto* q) {  // L1 (shared by the SM's warps) or L2 only
+      if constexpr (ACT_L1)
+        return detail::load_fresh(q);
+      else
+        return detail::load_fresh_l2(q);
+    };
 #pragma unroll
     for (int u = 0; u < tg_batch; ++u)
-      r.b[u] = detail::load_fresh_l2(reinterpret_cast<const uint2*>(ap + std::int64_t(s + u) * 32));
-    r.xa = detail::load_fresh_l2(reinterpret_cast<const float4*>(xap + s));
-    r.xb = detail::load_fresh_l2(reinterpret_cast<const float4*>(xbp + s));
+      r.b[u] = fresh(reinterpret_cast<const uint2*>(ap + std::int64_t(s + u) * 32));
+    r.xa = fresh(reinterpret_cast<const float4*>(xap + s));
+    r.xb = fresh(reinterpret_cast<const float4*>(xbp + s));
   };
   float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
   auto multiply = [&](const tile_batch& r) {
@@ -213,6 +225,16 @@ int variant_setting() {
   return v;
 }
 
+/// DEEPINFER_TILE_GEMV_ACT=l1: the activations through L1 (default l2: at L2 only, as since
+/// session 44; see the top of this file).
+bool act_l1_setting() {
+  static const bool v = [] {
+    const char* env = std::getenv("DEEPINFER_TILE_GEMV_ACT");
+    return env != nullptr && std::strcmp(env, "l1") == 0;
+  }();
+  return v;
+}
+
 /// On by default; DEEPINFER_TILE_GEMV=0 / set_tile_gemv(false) makes no decode tiles (their
 /// memory: a second copy of V4.1's dense FP8 codes) and leaves the decode GEMMs on stream_gemm.
 std::atomic<bool> g_tile_gemv{detail::env_switch("DEEPINFER_TILE_GEMV", true)};
@@ -301,15 +323,16 @@ void launch_tile_gemv(const block_gemm_params& p, cudaStream_t stream) {
   auto go = [&](auto kernel) {
     detail::launch_in("tile_gemv", kernel, grid, dim3(tg_warps * 32), cluster, 0, stream, p, cfg);
   };
+  const bool l1 = act_l1_setting();
   switch (variant_setting()) {
     case 1:
-      go(tile_gemv_kernel<2, 3>);
+      l1 ? go(tile_gemv_kernel<2, 3, true>) : go(tile_gemv_kernel<2, 3, false>);
       break;
     case 2:
-      go(tile_gemv_kernel<3, 2>);
+      l1 ? go(tile_gemv_kernel<3, 2, true>) : go(tile_gemv_kernel<3, 2, false>);
       break;
     default:
-      go(tile_gemv_kernel<2, 2>);
+      l1 ? go(tile_gemv_kernel<2, 2, true>) : go(tile_gemv_kernel<2, 2, false>);
       break;
   }
 }
