@@ -68,6 +68,28 @@ json model_json(const served_model& m) {
       {"root", m.name}, {"parent", nullptr}};
 }
 
+/// A path segment percent-decoded (RFC 3986 2.1), as Starlette decodes vLLM's path parameters:
+/// the official client sends a model id "org/name:v1" as "org%2Fname%3Av1". A '%' that starts
+/// no escape stays as it is.
+std::string percent_decoded(std::string_view s) {
+  const auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
+      out += char(hex(s[i + 1]) * 16 + hex(s[i + 2]));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
 /// Runs `fn(status or null)` on the session's strand once the router answered.
 template <class Fn>
 void with_status(const session_ptr& s, Fn fn) {
@@ -213,8 +235,9 @@ void handle_request(const session_ptr& s) {
           200, dump({{"object", "list"}, {"data", json::array({model_json(s->context().model)})}}));
     }
     if (path.rfind("/v1/models/", 0) == 0) {
-      if (path.substr(11) != s->context().model.name)
-        throw api_error(404, fmt::format("the model '{}' does not exist", path.substr(11)), "model",
+      const std::string id = percent_decoded(std::string_view(path).substr(11));
+      if (id != s->context().model.name)
+        throw api_error(404, fmt::format("the model '{}' does not exist", id), "model",
                         "model_not_found");
       return s->respond(200, dump(model_json(s->context().model)));
     }

@@ -926,6 +926,20 @@ def errors_413(srv, c):
     assert status == 413 and json.loads(body)["error"]["code"] == "request_too_large", status
 
 
+
+@test
+def models_id_percent_decoded(srv, c):
+    # GET /v1/models/{id} decodes its id, as Starlette does for vLLM: the official client sends
+    # "org/name:v1" as "org%2Fname%3Av1" (it answered 404 naming the encoded id).
+    auth = {"Authorization": "Bearer " + KEY}
+    for path in ("/v1/models/t%69ny", "/v1/models/%74%69%6E%79", "/v1/models/tiny"):
+        status, _, body = srv.request("GET", path, headers=auth)
+        assert status == 200 and json.loads(body)["id"] == "tiny", (path, status, body)
+    status, _, body = srv.request("GET", "/v1/models/org%2FMy%20Model%3Av1", headers=auth)
+    assert status == 404 and "'org/My Model:v1'" in json.loads(body)["error"]["message"], body
+    status, _, body = srv.request("GET", "/v1/models/ti%ny%", headers=auth)  # no escape: as sent
+    assert status == 404 and "'ti%ny%'" in json.loads(body)["error"]["message"], body
+
 def limited_server(binary, model, workdir):
     """A server whose limits are small enough to reach: 2 requests in flight, 6 connections."""
     path = os.path.join(workdir, "limits.toml")
