@@ -344,7 +344,14 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     }
     for (std::size_t i = first_logprob; i < c.out.logprobs.size(); ++i)
       entries.push_back(&c.out.logprobs[i]);
-    return completion_logprobs(tok, ids, entries, offsets);
+    return completion_logprobs(tok, ids, entries, offsets, req_.return_tokens_as_token_ids);
+  }
+
+  /// Chat logprobs of this response's tokens, named as return_tokens_as_token_ids asks (a
+  /// member, so every unqualified call in this class gets it).
+  json chat_logprobs(const tok::tokenizer& tok,
+                     const std::vector<runtime::position_logprobs>& entries) const {
+    return server::chat_logprobs(tok, entries, req_.return_tokens_as_token_ids);
   }
 
   std::size_t echo_chars(choice_state& c) const {

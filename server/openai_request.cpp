@@ -311,6 +311,7 @@ void read_common(const field_reader& f, generation_request& r, const server_sett
   p.include_stop_str_in_output = f.boolean("include_stop_str_in_output").value_or(false);
   r.user = f.string("user").value_or("");
   r.return_token_ids = f.boolean("return_token_ids").value_or(false);
+  r.return_tokens_as_token_ids = f.boolean("return_tokens_as_token_ids").value_or(false);
   read_stop(f, p, limits);
   p.response_format = read_response_format(f, limits);
   reject_unsupported(f);

@@ -50,6 +50,8 @@ struct generation_request {
   bool echo = false;              ///< completions only
   std::optional<int> logprobs;    ///< top-N per token (completions: logprobs; chat: top_logprobs)
   bool return_token_ids = false;  ///< vLLM extension: token ids in every choice
+  /// vLLM extension: logprobs name their tokens "token_id:N" instead of by their text
+  bool return_tokens_as_token_ids = false;
   std::string user;
   runtime::sampling_params params;  ///< max_tokens, stop, seed, ...
   /// The field that set params.max_tokens, for error messages: chat's max_completion_tokens.

@@ -45,6 +45,11 @@ json bytes_of(const tok::tokenizer& tok, std::int32_t id) {
   return b;
 }
 
+/// A token as logprobs name it: its text, or "token_id:N" (vLLM's return_tokens_as_token_ids).
+std::string token_name(const tok::tokenizer& tok, std::int32_t id, bool as_token_id) {
+  return as_token_id ? "token_id:" + std::to_string(id) : token_text(tok, id);
+}
+
 }  // namespace
 
 json usage_json(const usage_counts& u) {
@@ -83,12 +88,12 @@ std::size_t text_offsets::push(std::int32_t id) {
 
 json completion_logprobs(const tok::tokenizer& tok, const std::vector<std::int32_t>& ids,
                          const std::vector<const runtime::position_logprobs*>& entries,
-                         const std::vector<std::size_t>& text_offset) {
+                         const std::vector<std::size_t>& text_offset, bool as_token_ids) {
+  const auto name = [&](std::int32_t id) { return token_name(tok, id, as_token_ids); };
   json tokens = json::array(), token_logprobs = json::array(), top = json::array(),
        offsets = json::array();
   for (std::size_t i = 0; i < ids.size(); ++i) {
-    const std::string text = token_text(tok, ids[i]);
-    tokens.push_back(text);
+    tokens.push_back(name(ids[i]));
     offsets.push_back(i < text_offset.size() ? text_offset[i] : 0);
     const runtime::position_logprobs* e = i < entries.size() ? entries[i] : nullptr;
     if (e == nullptr) {
@@ -97,8 +102,19 @@ json completion_logprobs(const tok::tokenizer& tok, const std::vector<std::int32
       continue;
     }
     token_logprobs.push_back(e->logprob);
+    // The top tokens, most likely first, then the token at this position when it is not among
+    // them (OpenAI: "up to logprobs+1 elements"; vLLM adds it too), so `logprobs: 0` gives it
+    // alone. Tokens whose texts are equal share a key: the first -- the likelier -- keeps it
+    // (a later one overwrote its value, leaving the dict out of order).
     json t = json::object();
-    for (const runtime::token_logprob& c : e->top) t[token_text(tok, c.id)] = c.logprob;
+    const auto add = [&](std::int32_t id, float logprob) {
+      std::string key = name(id);
+      if (!t.contains(key)) t[std::move(key)] = logprob;
+    };
+    for (const runtime::token_logprob& c : e->top) add(c.id, c.logprob);
+    if (std::none_of(e->top.begin(), e->top.end(),
+                     [&](const runtime::token_logprob& c) { return c.id == e->id; }))
+      add(e->id, e->logprob);
     top.push_back(std::move(t));
   }
   return {{"tokens", tokens},
@@ -108,15 +124,15 @@ json completion_logprobs(const tok::tokenizer& tok, const std::vector<std::int32
 }
 
 json chat_logprobs(const tok::tokenizer& tok,
-                   const std::vector<runtime::position_logprobs>& entries) {
+                   const std::vector<runtime::position_logprobs>& entries, bool as_token_ids) {
   json content = json::array();
   for (const runtime::position_logprobs& e : entries) {
     json top = json::array();
     for (const runtime::token_logprob& c : e.top)
-      top.push_back({{"token", token_text(tok, c.id)},
+      top.push_back({{"token", token_name(tok, c.id, as_token_ids)},
                      {"logprob", c.logprob},
                      {"bytes", bytes_of(tok, c.id)}});
-    content.push_back({{"token", token_text(tok, e.id)},
+    content.push_back({{"token", token_name(tok, e.id, as_token_ids)},
                        {"logprob", e.logprob},
                        {"bytes", bytes_of(tok, e.id)},
                        {"top_logprobs", std::move(top)}});

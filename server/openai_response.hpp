@@ -67,14 +67,18 @@ class text_offsets {
 std::size_t count_chars(std::string_view text);
 
 /// Completions logprobs of `entries` (prompt entries may be null); `offsets[i]` is token i's
-/// text_offset.
+/// text_offset. Each top_logprobs dict holds the top tokens, then the position's own token when
+/// it is not among them; of tokens with equal texts the first keeps the key. `as_token_ids`
+/// (vLLM's return_tokens_as_token_ids): tokens are named "token_id:N", not by their text.
 nlohmann::ordered_json completion_logprobs(
     const tok::tokenizer& tok, const std::vector<std::int32_t>& ids,
     const std::vector<const runtime::position_logprobs*>& entries,
-    const std::vector<std::size_t>& offsets);
-/// Chat logprobs {"content": [...]} of generated entries.
+    const std::vector<std::size_t>& offsets, bool as_token_ids = false);
+/// Chat logprobs {"content": [...]} of generated entries; `as_token_ids` as above (`bytes` stay
+/// the token's own, as vLLM's do).
 nlohmann::ordered_json chat_logprobs(const tok::tokenizer& tok,
-                                     const std::vector<runtime::position_logprobs>& entries);
+                                     const std::vector<runtime::position_logprobs>& entries,
+                                     bool as_token_ids = false);
 
 /// A whole (non-streamed) response; `choices` already hold the final JSON of each choice.
 nlohmann::ordered_json full_response(const response_header& h, nlohmann::ordered_json choices,

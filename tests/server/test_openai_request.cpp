@@ -453,3 +453,54 @@ TEST_CASE("a body that is not JSON gets the parser's reason") {
                        doctest::Contains("ill-formed UTF-8"), api_error);
   CHECK_THROWS_WITH_AS(parse_body("[1]", s), doctest::Contains("must be a JSON object"), api_error);
 }
+
+
+TEST_CASE("completions top_logprobs hold their token; of equal texts the likelier's value") {
+  const auto tok = di::tok::tokenizer::from_dir(
+      di::test::shared_path("models/deepseek-v3-tokenizer").string(), {});
+  auto id_of_byte = [&](unsigned char b) {
+    for (di::tok::token_id id = 0; id < di::tok::token_id(tok.vocab_size()); ++id) {
+      const auto bytes = tok.id_to_token(id) ? tok.token_bytes(id) : std::string_view();
+      if (bytes.size() == 1 && static_cast<unsigned char>(bytes[0]) == b) return id;
+    }
+    FAIL("no token for byte");
+    return di::tok::token_id(-1);
+  };
+  const std::int32_t a = id_of_byte('a'), b = id_of_byte('b'), c = id_of_byte('c');
+  // Two lone continuation bytes: both show as U+FFFD.
+  const std::int32_t f1 = id_of_byte(0x80), f2 = id_of_byte(0x81);
+  using di::runtime::position_logprobs;
+  // sampled 'c', not among the top 2: it is added after them (OpenAI: up to logprobs + 1)
+  const position_logprobs outside{.id = c, .logprob = -5.f, .top = {{a, -0.5f}, {b, -1.f}}};
+  // logprobs 0: the sampled token alone
+  const position_logprobs alone{.id = b, .logprob = -1.f, .top = {}};
+  // the sampled token among the top: no second entry
+  const position_logprobs inside{.id = a, .logprob = -0.5f, .top = {{a, -0.5f}, {b, -1.f}}};
+  // two tokens of the same text: the first (likelier) value stays, in its place
+  const position_logprobs same{
+      .id = f2, .logprob = -3.f, .top = {{a, -1.f}, {f1, -2.f}, {b, -2.5f}, {f2, -3.f}}};
+  const json lp =
+      completion_logprobs(tok, {c, b, a, f2}, {&outside, &alone, &inside, &same}, {0, 1, 2, 3});
+  const json& top = lp["top_logprobs"];
+  CHECK(top[0].dump() == R"({"a":-0.5,"b":-1.0,"c":-5.0})");
+  CHECK(top[1].dump() == R"({"b":-1.0})");
+  CHECK(top[2].dump() == R"({"a":-0.5,"b":-1.0})");
+  CHECK(top[3].dump() == "{\"a\":-1.0,\"\xEF\xBF\xBD\":-2.0,\"b\":-2.5}");
+  CHECK(lp["tokens"][3] == "\xEF\xBF\xBD");
+}
+
+TEST_CASE("return_tokens_as_token_ids names logprobs' tokens by id, as vLLM does") {
+  const auto tok = di::tok::tokenizer::from_dir(
+      di::test::shared_path("models/deepseek-v3-tokenizer").string(), {});
+  const std::int32_t a = *tok.token_to_id("a"), b = *tok.token_to_id("b");
+  const di::runtime::position_logprobs e{.id = b, .logprob = -2.f, .top = {{a, -0.5f}}};
+  const json c = completion_logprobs(tok, {b}, {&e}, {0}, true);
+  CHECK(c["tokens"][0] == fmt::format("token_id:{}", b));
+  CHECK(c["top_logprobs"][0].dump() ==
+        fmt::format(R"({{"token_id:{}":-0.5,"token_id:{}":-2.0}})", a, b));
+  const json ch = chat_logprobs(tok, {e}, true);
+  CHECK(ch["content"][0]["token"] == fmt::format("token_id:{}", b));
+  CHECK(ch["content"][0]["bytes"] == json::array({int('b')}));  // the token's own bytes
+  CHECK(ch["content"][0]["top_logprobs"][0]["token"] == fmt::format("token_id:{}", a));
+  CHECK(chat_logprobs(tok, {e})["content"][0]["token"] == "b");
+}

@@ -940,6 +940,59 @@ def models_id_percent_decoded(srv, c):
     status, _, body = srv.request("GET", "/v1/models/ti%ny%", headers=auth)  # no escape: as sent
     assert status == 404 and "'ti%ny%'" in json.loads(body)["error"]["message"], body
 
+
+@test
+def completion_logprobs_hold_the_token(srv, c):
+    # Each completions top_logprobs dict holds the token at its position (OpenAI: "up to
+    # logprobs+1 elements"; vLLM adds it), also with logprobs 0 and for echoed prompt tokens:
+    # at temperature 1.5 28 of these 40 tokens were missing from their one-entry dicts, and
+    # logprobs 0 gave {}.
+    def check(lp, first=0):
+        for i in range(first, len(lp.tokens)):
+            tok, top = lp.tokens[i], lp.top_logprobs[i]
+            assert tok in top, (i, tok, top)
+            assert list(top.values()) == sorted(top.values(), reverse=True), top
+    for n in (0, 1):
+        r = c.completions.create(model="tiny", prompt="Hello there", max_tokens=40, temperature=1.5, seed=9,
+                                 logprobs=n)
+        lp = r.choices[0].logprobs
+        check(lp)
+        assert all(1 <= len(t) <= n + 1 for t in lp.top_logprobs), lp.top_logprobs
+        if n == 0:
+            assert all(t == {k: v} for t, k, v in zip(lp.top_logprobs, lp.tokens, lp.token_logprobs)), lp
+        else:
+            assert any(len(t) == 2 for t in lp.top_logprobs), lp.top_logprobs  # some token was not the top
+    echo = c.completions.create(model="tiny", prompt="Hello there", max_tokens=3, echo=True, logprobs=2,
+                                temperature=1.5, seed=9).choices[0].logprobs
+    assert echo.top_logprobs[0] is None
+    check(echo, first=1)
+    # Two tokens of the same text (byte fragments, both U+FFFD U+FFFD) keep the likelier one's
+    # logprob in its place: the dict stays sorted (the later one overwrote it).
+    r = c.completions.create(model="tiny", prompt="你好 👋 emoji 🎉 test", max_tokens=3, temperature=1.5, seed=2,
+                             logprobs=20)
+    check(r.choices[0].logprobs)
+
+
+@test
+def logprobs_as_token_ids(srv, c):
+    # vLLM's return_tokens_as_token_ids: logprobs name tokens "token_id:N" (it was ignored)
+    msgs = [{"role": "user", "content": "Hi"}]
+    r = c.completions.create(model="tiny", prompt="Hello", max_tokens=4, logprobs=2, seed=1,
+                             extra_body={"return_tokens_as_token_ids": True, "return_token_ids": True})
+    lp, ids = r.choices[0].logprobs, r.choices[0].model_extra["token_ids"]
+    assert lp.tokens == [f"token_id:{i}" for i in ids], (lp.tokens, ids)
+    assert all(k.startswith("token_id:") for t in lp.top_logprobs for k in t), lp.top_logprobs
+    ch = c.chat.completions.create(model="tiny", messages=msgs, max_tokens=3, logprobs=True, top_logprobs=2, seed=1,
+                                   extra_body={"return_tokens_as_token_ids": True, "return_token_ids": True})
+    content, ids = ch.choices[0].logprobs.content, ch.choices[0].model_extra["token_ids"]
+    assert [e.token for e in content] == [f"token_id:{i}" for i in ids], (content, ids)
+    assert all(t.token.startswith("token_id:") for e in content for t in e.top_logprobs)
+    chunks = c.chat.completions.create(model="tiny", messages=msgs, max_tokens=3, logprobs=True, seed=1, stream=True,
+                                       extra_body={"return_tokens_as_token_ids": True})
+    streamed = [e.token for ch in chunks if ch.choices and ch.choices[0].logprobs
+                for e in ch.choices[0].logprobs.content]
+    assert streamed == [e.token for e in content], (streamed, content)
+
 def limited_server(binary, model, workdir):
     """A server whose limits are small enough to reach: 2 requests in flight, 6 connections."""
     path = os.path.join(workdir, "limits.toml")
