@@ -11,15 +11,24 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-/// Chat content: a string, or text parts [{"type": "text", "text": ...}] joined.
+/// Chat content: a string, or text parts [{"type": "text", "text": ...}] joined. A bare string is
+/// a text part too, as in vLLM, and so is an object with a string "text" and no "type" (both
+/// were refused).
 ojson content_text(const ojson& content, const std::string& param, const message_error& fail) {
   if (content.is_null() || content.is_string()) return content;
   if (!content.is_array()) fail(param, "content must be a string or a list of text parts");
   std::string text;
   for (const ojson& part : content) {
-    if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
-        !part.contains("text") || !part["text"].is_string())
-      fail(param, "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
+    if (part.is_string()) {
+      text += part.get<std::string>();
+      continue;
+    }
+    const bool is_text = part.is_object() && part.contains("text") && part["text"].is_string() &&
+                         (!part.contains("type") || part["type"] == "text");
+    if (!is_text)
+      fail(param,
+           "only text content parts ({\"type\": \"text\", \"text\": ...}, or a string) are "
+           "supported");
     text += part["text"].get<std::string>();
   }
   return text;

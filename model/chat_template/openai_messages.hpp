@@ -15,7 +15,8 @@ using message_error = std::function<void(const std::string& param, const std::st
 
 /// `messages` as a template sees them: a non-empty list of objects whose role is system,
 /// developer (rendered as system), user, assistant or tool, whose content is a string, a list
-/// of text parts ({"type": "text", "text": ...}, joined) or -- for assistant messages only --
+/// of text parts ({"type": "text", "text": ...}, a bare string as in vLLM, or {"text": ...}
+/// without a type; joined) or -- for assistant messages only --
 /// absent or null; other keys (tool_calls, name, ...) are kept. The first problem goes to `fail`.
 nlohmann::ordered_json openai_chat_messages(const nlohmann::ordered_json& messages,
                                             const message_error& fail);

@@ -993,6 +993,20 @@ def logprobs_as_token_ids(srv, c):
                 for e in ch.choices[0].logprobs.content]
     assert streamed == [e.token for e in content], (streamed, content)
 
+
+@test
+def chat_short_text_parts(srv, c):
+    # vLLM's short forms of a text part: a bare string, and {"text": ...} without a type (400)
+    ids = {}
+    for content in ("ab", ["a", "b"], [{"text": "a"}, {"type": "text", "text": "b"}]):
+        r = c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": content}], max_tokens=1,
+                                      extra_body={"return_token_ids": True})
+        ids[json.dumps(content)] = r.choices[0].model_extra["prompt_token_ids"]
+    assert len(set(map(tuple, ids.values()))) == 1, ids
+    expect_status(lambda: c.chat.completions.create(model="tiny", max_tokens=1,
+                                                    messages=[{"role": "user", "content": [{"image_url": "x"}]}]),
+                  400, "messages[0].content")
+
 def limited_server(binary, model, workdir):
     """A server whose limits are small enough to reach: 2 requests in flight, 6 connections."""
     path = os.path.join(workdir, "limits.toml")

@@ -47,6 +47,21 @@ TEST_CASE("chat messages: developer becomes system, text parts join, other keys 
   CHECK(out[1]["tool_calls"][0]["id"] == "x");
 }
 
+TEST_CASE("chat messages: short text parts -- a bare string (vLLM's), a text without a type") {
+  const ojson out = openai_chat_messages(
+      ojson::parse(R"([{"role": "user", "content": ["a", {"text": "b"}, {"type": "text",
+                                                     "text": "c"}]}])"),
+      [](const std::string& p, const std::string& w) { throw refusal(p, w); });
+  CHECK(out[0]["content"] == "abc");
+  // still refused: a part of another type, a text that is not a string, a string-less object
+  CHECK(refused_param(R"([{"role": "user", "content": [{"type": "image_url", "text": "a"}]}])") ==
+        "messages[0].content");
+  CHECK(refused_param(R"([{"role": "user", "content": [{"text": 5}]}])") == "messages[0].content");
+  CHECK(refused_param(R"([{"role": "user", "content": [{"image_url": "x"}]}])") ==
+        "messages[0].content");
+  CHECK(refused_param(R"([{"role": "user", "content": [5]}])") == "messages[0].content");
+}
+
 TEST_CASE("chat messages: each refusal names its parameter") {
   CHECK(refused_param(R"([{"role": "user", "content": "q"}])").empty());
   CHECK(refused_param("[]") == "messages");
