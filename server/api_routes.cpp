@@ -130,6 +130,7 @@ void render_chat(const served_model& m, generation_request& r) {
   chat_request cr;
   cr.messages = r.messages;
   cr.tools = r.tools;
+  cr.documents = r.documents;
   cr.kwargs = r.chat_kwargs;
   cr.add_generation_prompt = r.add_generation_prompt;  // request fields, not template kwargs
   cr.continue_final_message = r.continue_final_message;
@@ -137,8 +138,20 @@ void render_chat(const served_model& m, generation_request& r) {
   try {
     text = m.chat_template->apply(cr);
   } catch (const std::exception& e) {
-    throw api_error(400, fmt::format("the chat template failed on these messages: {}", e.what()),
-                    "messages");
+    // A render that passes without the kwargs failed because of them (a reserved name, a
+    // value the template cannot use): blame chat_template_kwargs, not the messages.
+    bool is_kwargs = false;
+    if (!cr.kwargs.empty()) try {
+        chat_request plain = cr;
+        plain.kwargs = nlohmann::ordered_json::object();
+        m.chat_template->apply(plain);
+        is_kwargs = true;
+      } catch (const std::exception&) {
+      }
+    throw api_error(400,
+                    fmt::format("the chat template failed on these {}: {}",
+                                is_kwargs ? "chat_template_kwargs" : "messages", e.what()),
+                    is_kwargs ? "chat_template_kwargs" : "messages");
   }
   r.prompts = {{.ids = m.tokenizer->encode(text)}};
   if (r.prompts[0].ids.empty())

@@ -269,6 +269,38 @@ void reject_unsupported(const field_reader& f) {
     bad_param("add_special_tokens", "'add_special_tokens' must be a boolean");
 }
 
+/// Fields that change nothing here, as OpenAI and vLLM define them, are still checked (they were
+/// taken with any type: "store": "x"); fields with a value other than their default that this
+/// server cannot honour are refused (they were ignored).
+void read_accepted_defaults(const field_reader& f) {
+  f.boolean("store");
+  if (const json* v = f.find("metadata")) {
+    if (!v->is_object()) bad_param("metadata", "'metadata' must be an object of strings");
+    for (const auto& [key, value] : v->items())
+      if (!value.is_string())
+        bad_param("metadata", fmt::format("'metadata.{}' must be a string", key));
+  }
+  if (f.integer("priority", std::numeric_limits<std::int64_t>::min(),
+                std::numeric_limits<std::int64_t>::max())
+          .value_or(0) != 0)
+    bad_param("priority",
+              "'priority' other than 0 is not supported (requests are served first come, first "
+              "served; vLLM too refuses it without --scheduling-policy priority)");
+  if (f.number("length_penalty", -std::numeric_limits<double>::max(),
+               std::numeric_limits<double>::max())
+          .value_or(1.0) != 1.0)
+    bad_param("length_penalty",
+              "'length_penalty' other than 1 is not supported (it weighs beam search, which is "
+              "not supported either)");
+  if (f.boolean("spaces_between_special_tokens") == false)
+    bad_param("spaces_between_special_tokens",
+              "'spaces_between_special_tokens': false is not supported (the byte-level tokenizer "
+              "writes each token's own text, with no space added between special tokens)");
+  if (f.find("prompt_embeds") != nullptr)
+    bad_param("prompt_embeds",
+              "'prompt_embeds' is not supported; send the prompt as text or token ids");
+}
+
 /// The fields both endpoints share.
 void read_common(const field_reader& f, generation_request& r, const server_settings& limits) {
   r.model = f.string("model").value_or("");
@@ -312,6 +344,7 @@ void read_common(const field_reader& f, generation_request& r, const server_sett
   r.user = f.string("user").value_or("");
   r.return_token_ids = f.boolean("return_token_ids").value_or(false);
   r.return_tokens_as_token_ids = f.boolean("return_tokens_as_token_ids").value_or(false);
+  read_accepted_defaults(f);
   read_stop(f, p, limits);
   p.response_format = read_response_format(f, limits);
   reject_unsupported(f);
@@ -474,6 +507,28 @@ request_json parse_body(std::string_view body, const server_settings& limits) {
   return std::move(j);
 }
 
+/// What else reaches the chat template. A template sent with the request is refused (as vLLM
+/// does unless started with --trust-request-chat-template): a top-level `chat_template` and one
+/// inside `chat_template_kwargs` were ignored, and the model's own template answered. vLLM's
+/// `documents` (a list of objects) are passed to the template as the variable `documents`.
+static void read_template_inputs(const field_reader& f, generation_request& r) {
+  const char* refused =
+      "a chat template sent with the request is not accepted; the model's own template renders "
+      "the messages";
+  if (f.find("chat_template") != nullptr)
+    bad_param("chat_template", fmt::format("'chat_template': {}", refused));
+  if (const auto kw = r.chat_kwargs.find("chat_template");
+      kw != r.chat_kwargs.end() && !kw->is_null())
+    bad_param("chat_template_kwargs.chat_template",
+              fmt::format("'chat_template_kwargs.chat_template': {}", refused));
+  if (const json* docs = f.find("documents")) {
+    if (!docs->is_array() ||
+        !std::all_of(docs->begin(), docs->end(), [](const json& d) { return d.is_object(); }))
+      bad_param("documents", "'documents' must be a list of objects");
+    r.documents = *docs;
+  }
+}
+
 /// max_tokens and max_completion_tokens (either endpoint; the second wins where both are set,
 /// as in vLLM): both are checked, so a bad one beside a good one is a 400, not ignored -- and
 /// completions took max_completion_tokens without reading it at all.
@@ -539,6 +594,7 @@ generation_request parse_chat_request(const json& body, const server_settings& l
     bad_param("continue_final_message",
               "'continue_final_message' needs 'add_generation_prompt': false (the reply continues "
               "the last message instead of starting a new one)");
+  read_template_inputs(f, r);
   return r;
 }
 

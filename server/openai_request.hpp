@@ -35,7 +35,8 @@ struct generation_request {
   std::vector<prompt_input> prompts;  ///< completions: one or more; chat: filled by render
   nlohmann::ordered_json messages;    ///< chat only
   nlohmann::ordered_json chat_kwargs = nlohmann::ordered_json::object();  ///< chat_template_kwargs
-  nlohmann::ordered_json tools;  ///< chat only: tool schemas for the template; null = none
+  nlohmann::ordered_json tools;      ///< chat only: tool schemas for the template; null = none
+  nlohmann::ordered_json documents;  ///< chat only: vLLM's documents for the template; null = none
   /// chat only: the output's tool calls are parsed (tools given, tool_choice not "none")
   bool parses_tool_calls = false;
   /// chat only: tool_choice "required" or a named function; params.response_format holds the

@@ -11,6 +11,8 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <functional>
+
 using namespace di::server;
 using json = request_json;
 
@@ -323,8 +325,8 @@ TEST_CASE("nesting and object sizes are bounded before parsing") {
     for (int i = 0; i < n; ++i) o += fmt::format("{}\"k{}\": 0", i ? ", " : "", i);
     return o + "}";
   };
-  auto body_with = [](const std::string& extra) {
-    return R"({"prompt": "x", "metadata": )" + extra + "}";
+  auto body_with = [](const std::string& extra) {  // in a field the server ignores
+    return R"({"prompt": "x", "x_unknown": )" + extra + "}";
   };
   CHECK(param_of(body_with(object_of(9000))) == "");
   CHECK(param_of(body_with(object_of(20000))) == "<none>");
@@ -503,4 +505,52 @@ TEST_CASE("return_tokens_as_token_ids names logprobs' tokens by id, as vLLM does
   CHECK(ch["content"][0]["bytes"] == json::array({int('b')}));  // the token's own bytes
   CHECK(ch["content"][0]["top_logprobs"][0]["token"] == fmt::format("token_id:{}", a));
   CHECK(chat_logprobs(tok, {e})["content"][0]["token"] == "b");
+}
+
+
+TEST_CASE("vLLM fields that would change the output are honoured or refused, never ignored") {
+  const char* msgs = R"("messages": [{"role": "user", "content": "q"}])";
+  const auto chat = [&](const std::string& more) {
+    return param_of(fmt::format("{{{}, {}}}", msgs, more), true);
+  };
+  const auto completion = [](const std::string& more) {
+    return param_of(fmt::format(R"({{"prompt": "x", {}}})", more));
+  };
+  // a template from the request: refused (the model's own template answered)
+  CHECK(chat(R"("chat_template": "{{ 'zzz' }}")") == "chat_template");
+  CHECK(chat(R"("chat_template_kwargs": {"chat_template": "{{ 'zzz' }}"})") ==
+        "chat_template_kwargs.chat_template");
+  CHECK(chat(R"("chat_template_kwargs": {"chat_template": null, "x": 1})").empty());
+  // documents reach the template; their shape is checked
+  const server_settings s;
+  const generation_request r = parse_chat_request(
+      json::parse(fmt::format(R"({{{}, "documents": [{{"title": "a", "text": "b"}}]}})", msgs)), s);
+  CHECK(r.documents.dump() == R"([{"title":"a","text":"b"}])");
+  CHECK(chat(R"("documents": "x")") == "documents");
+  CHECK(chat(R"("documents": [1])") == "documents");
+  const std::function<std::string(const std::string&)> endpoints[] = {completion, chat};
+  for (const auto& ask : endpoints) {
+    // accepted at their defaults, refused otherwise
+    CHECK(ask(R"("priority": 0)").empty());
+    CHECK(ask(R"("priority": 5)") == "priority");
+    CHECK(ask(R"("priority": "high")") == "priority");
+    CHECK(ask(R"("length_penalty": 1.0)").empty());
+    CHECK(ask(R"("length_penalty": 0.5)") == "length_penalty");
+    CHECK(ask(R"("spaces_between_special_tokens": true)").empty());
+    CHECK(ask(R"("spaces_between_special_tokens": false)") == "spaces_between_special_tokens");
+    CHECK(ask(R"("spaces_between_special_tokens": "no")") == "spaces_between_special_tokens");
+    // not implemented: refused
+    CHECK(ask(R"("prompt_embeds": "AAAA")") == "prompt_embeds");
+    CHECK(ask(R"("cache_salt": null, "prompt_embeds": null, "priority": null)").empty());
+    // honoured
+    CHECK(ask(R"("return_tokens_as_token_ids": 1)") == "return_tokens_as_token_ids");
+    // fields that change nothing are still type-checked (they passed with any type)
+    CHECK(ask(R"("store": false, "metadata": {"a": "b"})").empty());
+    CHECK(ask(R"("store": "x")") == "store");
+    CHECK(ask(R"("metadata": "x")") == "metadata");
+    CHECK(ask(R"("metadata": {"a": 1})") == "metadata");
+  }
+  CHECK(parse_completion_request(
+            json::parse(R"({"prompt": "x", "return_tokens_as_token_ids": true})"), s)
+            .return_tokens_as_token_ids);
 }

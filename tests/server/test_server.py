@@ -1007,6 +1007,36 @@ def chat_short_text_parts(srv, c):
                                                     messages=[{"role": "user", "content": [{"image_url": "x"}]}]),
                   400, "messages[0].content")
 
+
+@test
+def vllm_fields_honoured_or_refused(srv, c):
+    # vLLM's fields that change the prompt or the output: honoured, or a 400 naming them (each
+    # was a 200 that ignored it).
+    msgs = [{"role": "user", "content": "Hi"}]
+    for extra, param in (({"chat_template": "{{ 'zzz qqq' }}"}, "chat_template"),
+                         ({"chat_template_kwargs": {"chat_template": "{{ 'zzz' }}"}},
+                          "chat_template_kwargs.chat_template"),
+                         ({"priority": 5}, "priority"), ({"length_penalty": 2.0}, "length_penalty"),
+                         ({"spaces_between_special_tokens": False}, "spaces_between_special_tokens"),
+                         ({"metadata": "x"}, "metadata"), ({"store": "x"}, "store")):
+        expect_status(lambda: c.chat.completions.create(model="tiny", messages=msgs, max_tokens=2, extra_body=extra),
+                      400, param)
+    expect_status(lambda: c.completions.create(model="tiny", prompt="Hi", max_tokens=2,
+                                               extra_body={"prompt_embeds": "AAAA"}), 400, "prompt_embeds")
+    # their defaults pass, and documents reach the template (this one does not use them)
+    plain = c.chat.completions.create(model="tiny", messages=msgs, max_tokens=2, extra_body={"return_token_ids": True})
+    same = c.chat.completions.create(model="tiny", messages=msgs, max_tokens=2, extra_body={
+        "return_token_ids": True, "priority": 0, "length_penalty": 1.0, "spaces_between_special_tokens": True,
+        "documents": [{"title": "t", "text": "d"}], "store": False, "metadata": {"k": "v"}})
+    assert same.choices[0].model_extra["prompt_token_ids"] == plain.choices[0].model_extra["prompt_token_ids"]
+    expect_status(lambda: c.chat.completions.create(model="tiny", messages=msgs, max_tokens=2,
+                                                    extra_body={"documents": "d"}), 400, "documents")
+    # an error caused by chat_template_kwargs names it (it named messages)
+    for kw in ({"messages": []}, {"documents": []}):
+        expect_status(lambda: c.chat.completions.create(model="tiny", messages=msgs, max_tokens=2,
+                                                        extra_body={"chat_template_kwargs": kw}),
+                      400, "chat_template_kwargs")
+
 def limited_server(binary, model, workdir):
     """A server whose limits are small enough to reach: 2 requests in flight, 6 connections."""
     path = os.path.join(workdir, "limits.toml")
