@@ -12,7 +12,7 @@ namespace di::runtime {
 
 namespace {
 
-constexpr std::uint64_t chain_root = 0x70726566697863ull;  // the parent hash of token block 0
+constexpr std::uint64_t chain_root = unsalted_prefix_root;  // the parent hash of token block 0
 
 /// Hash of one token block chained to its parent's hash.
 std::uint64_t chain_hash(std::uint64_t parent, std::span<const std::int32_t> tokens) {
@@ -22,6 +22,13 @@ std::uint64_t chain_hash(std::uint64_t parent, std::span<const std::int32_t> tok
 }
 
 }  // namespace
+
+std::uint64_t prefix_root(std::string_view cache_salt) {
+  if (cache_salt.empty()) return chain_root;
+  std::uint64_t h = mix64(chain_root ^ 0x73616c74ull);  // "salt": apart from any token chain
+  for (char c : cache_salt) h = mix64((h ^ std::uint64_t(std::uint8_t(c))) + splitmix_gamma);
+  return h == chain_root ? h + 1 : h;
+}
 
 bool sequence_blocks::is_empty() const {
   for (const auto& t : tables)
@@ -86,12 +93,12 @@ void block_manager::resume_point(prefix_match& match) const {
 }
 
 prefix_match block_manager::match_prefix(std::span<const std::int32_t> tokens,
-                                         std::int64_t max_tokens) const {
-  prefix_match match;
+                                         std::int64_t max_tokens, std::uint64_t root) const {
+  prefix_match match{.root = root};
   if (!config_.enable_prefix_caching) return match;
   const std::int64_t L = token_block_size_;
   const std::int64_t limit = std::min<std::int64_t>(std::int64_t(tokens.size()), max_tokens) / L;
-  std::uint64_t parent = chain_root;
+  std::uint64_t parent = root;
   for (std::int64_t k = 0; k < limit; ++k) {
     auto block = tokens.subspan(std::size_t(k * L), std::size_t(L));
     const std::uint64_t h = chain_hash(parent, block);
@@ -146,6 +153,7 @@ void block_manager::allocate(sequence_blocks& seq, const prefix_match& match,
   DI_CHECK(seq.is_empty(), "block manager: allocate on a sequence that holds blocks");
   DI_CHECK(can_allocate(match, num_tokens), "block manager: no room for {} tokens", num_tokens);
   seq.tables.assign(std::size_t(config_.geometry.num_streams()), {});
+  seq.root = match.root;
   for (std::size_t j = 0; j < match.entries.size(); ++j) {
     const std::int32_t id = match.entries[j];
     cache_entry& e = entries_[std::size_t(id)];
@@ -303,7 +311,7 @@ std::vector<std::uint64_t> block_manager::cache_full_blocks(sequence_blocks& seq
   const std::int64_t L = token_block_size_;
   const std::int64_t full = std::min<std::int64_t>(num_computed, std::int64_t(tokens.size())) / L;
   for (std::int64_t k = std::int64_t(seq.hashes.size()); k < full; ++k) {
-    const std::uint64_t parent = k == 0 ? chain_root : seq.hashes[std::size_t(k - 1)];
+    const std::uint64_t parent = k == 0 ? seq.root : seq.hashes[std::size_t(k - 1)];
     auto block = tokens.subspan(std::size_t(k * L), std::size_t(L));
     const std::uint64_t h = chain_hash(parent, block);
     seq.hashes.push_back(h);

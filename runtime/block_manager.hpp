@@ -69,6 +69,7 @@
 #include <list>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -85,12 +86,20 @@ struct block_manager_config {
   int snapshot_interval = 0;  ///< token blocks between snapshot boundaries; 0 = no snapshots
 };
 
+/// The parent hash of token block 0 of a request without a cache_salt.
+inline constexpr std::uint64_t unsalted_prefix_root = 0x70726566697863ull;
+/// The parent hash of token block 0 of a request with vLLM's `cache_salt`: every block hash of
+/// its prompt chains from it, so only requests with the same salt share cached blocks (a
+/// tenant's prompts neither hit nor time another's cache); "" = unsalted_prefix_root.
+std::uint64_t prefix_root(std::string_view cache_salt);
+
 /// The blocks one sequence holds. Lives in the scheduler's sequence record; only the block
 /// manager edits it.
 struct sequence_blocks {
   std::vector<std::vector<std::int32_t>> tables;  ///< [stream][i]: block of entries [i E, (i+1) E)
   std::vector<std::uint64_t> hashes;  ///< chain hash of each hashed token block (full and computed)
   std::vector<std::optional<std::int32_t>> held;  ///< [token block] the cache entry held, if any
+  std::uint64_t root = unsalted_prefix_root;      ///< parent hash of token block 0 (its salt's)
   bool is_empty() const;
 };
 
@@ -102,6 +111,7 @@ struct prefix_match {
   std::int64_t resume_position = 0;      ///< S <= P: the first position the sequence computes
   std::optional<std::int32_t> snapshot;  ///< the slot at S is this snapshot (else a fresh slot)
   std::uint64_t snapshot_version = 0;    ///< the save of `snapshot` that holds it (its identity)
+  std::uint64_t root = unsalted_prefix_root;  ///< the chain it was looked up in (prefix_root)
   /// Positions S .. P - 1, recomputed as replay rows (no stream writes).
   std::int64_t num_replay_tokens() const { return num_cached_tokens - resume_position; }
 };
@@ -115,8 +125,10 @@ class block_manager {
   const kv_geometry& geometry() const { return config_.geometry; }
 
   /// The longest cached prefix of `tokens` that ends at or before `max_tokens`, with its
-  /// resume point. No side effects (a lookup is not a use).
-  prefix_match match_prefix(std::span<const std::int32_t> tokens, std::int64_t max_tokens) const;
+  /// resume point, in the chain of `root` (prefix_root of the request's cache_salt; a sequence
+  /// that adopts the match caches its blocks there). No side effects (a lookup is not a use).
+  prefix_match match_prefix(std::span<const std::int32_t> tokens, std::int64_t max_tokens,
+                            std::uint64_t root = unsalted_prefix_root) const;
   /// Tokens of `tokens` whose stream blocks are cached (a multiple of L): the router's cache
   /// affinity.
   std::int64_t longest_cached_prefix(std::span<const std::int32_t> tokens) const;

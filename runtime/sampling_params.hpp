@@ -45,6 +45,9 @@ struct sampling_params {
   /// "regex:<pattern>", "ebnf:<grammar>"); empty = free text. The runner masks every step to
   /// the grammar and allows only EOS once the text is complete.
   std::string response_format;
+  /// vLLM's cache_salt: "" = none; else the prefix cache shares this request's blocks only with
+  /// requests of the same salt (runtime/block_manager.hpp, prefix_root).
+  std::string cache_salt;
 
   /// True when the request takes the argmax (temperature below 1e-5, as vLLM).
   bool is_greedy() const;

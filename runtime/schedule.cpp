@@ -67,8 +67,9 @@ void scheduler::admit_waiting(step_context& ctx) {
 bool scheduler::admit_one(step_context& ctx, sequence& seq) {
   const bool may_reuse = !seq.needs_prompt_logprobs();   // those rows must be computed
   const std::int64_t max_cached = seq.num_tokens() - 1;  // the last row must run for its logits
-  prefix_match match =
-      may_reuse ? blocks_.match_prefix(seq.known_tokens(), max_cached) : prefix_match{};
+  const std::uint64_t root = prefix_root(seq.params().cache_salt);  // its cache_salt's chain
+  prefix_match match = may_reuse ? blocks_.match_prefix(seq.known_tokens(), max_cached, root)
+                                 : prefix_match{.root = root};
   const std::int64_t first = match.resume_position;
   const std::int64_t n = chunk_size(seq, first, ctx.budget);
   if (!blocks_.can_allocate(match, first + n)) return false;

@@ -344,6 +344,9 @@ void read_common(const field_reader& f, generation_request& r, const server_sett
   r.user = f.string("user").value_or("");
   r.return_token_ids = f.boolean("return_token_ids").value_or(false);
   r.return_tokens_as_token_ids = f.boolean("return_tokens_as_token_ids").value_or(false);
+  p.cache_salt = f.string("cache_salt").value_or("");
+  if (f.find("cache_salt") != nullptr && p.cache_salt.empty())
+    bad_param("cache_salt", "'cache_salt' must be a non-empty string (vLLM's rule)");
   read_accepted_defaults(f);
   read_stop(f, p, limits);
   p.response_format = read_response_format(f, limits);

@@ -126,7 +126,7 @@ typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
   return f(caf::meta::type_name("sampling_params"), temperature, x.top_k, top_p, min_p,
            repetition_penalty, presence_penalty, frequency_penalty, seed, logprobs, prompt_logprobs,
            max_tokens, x.min_tokens, x.stop, x.stop_token_ids, x.ignore_eos, x.skip_special_tokens,
-           x.include_stop_str_in_output, x.response_format);
+           x.include_stop_str_in_output, x.response_format, x.cache_salt);
 }
 
 template <class Inspector>

@@ -106,6 +106,30 @@ TEST_CASE("a match stops at the first different token block and at max_tokens") 
   bm.free(a);
 }
 
+TEST_CASE("a cache_salt keeps a prompt's cached blocks to requests with the same salt") {
+  block_manager bm(config_with({16, 8, 8}));
+  const auto tokens = prompt_tokens(3, 24);
+  const std::uint64_t a = prefix_root("tenant-a"), b = prefix_root("tenant-b");
+  CHECK(prefix_root("") == unsalted_prefix_root);
+  CHECK(a != b);
+  CHECK(a != unsalted_prefix_root);
+  sequence_blocks salted;
+  bm.allocate(salted, bm.match_prefix(tokens, 23, a), 24);
+  CHECK(salted.root == a);
+  bm.cache_full_blocks(salted, tokens, 24);
+  CHECK(bm.match_prefix(tokens, 24, a).num_cached_tokens == 24);
+  CHECK(bm.match_prefix(tokens, 24, b).num_cached_tokens == 0);
+  CHECK(bm.match_prefix(tokens, 24).num_cached_tokens == 0);  // unsalted requests miss too
+  CHECK(bm.longest_cached_prefix(tokens) == 0);
+  sequence_blocks plain = fill(bm, tokens);  // and an unsalted one does not reach the salted
+  CHECK(plain.root == unsalted_prefix_root);
+  CHECK(bm.match_prefix(tokens, 24).num_cached_tokens == 24);
+  CHECK(bm.num_cached_entries() == 6);  // the same blocks twice, once per chain
+  bm.free(salted);
+  bm.free(plain);
+  CHECK(bm.match_prefix(tokens, 24, a).num_cached_tokens == 24);  // still cached, apart
+}
+
 TEST_CASE("eviction takes the least recently released chain, tail first") {
   block_manager bm(config_with({8, 4, 4}));  // 4 token blocks
   const auto A = prompt_tokens(3, 16), B = prompt_tokens(4, 16);

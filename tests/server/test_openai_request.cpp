@@ -541,6 +541,9 @@ TEST_CASE("vLLM fields that would change the output are honoured or refused, nev
     CHECK(ask(R"("spaces_between_special_tokens": "no")") == "spaces_between_special_tokens");
     // not implemented: refused
     CHECK(ask(R"("prompt_embeds": "AAAA")") == "prompt_embeds");
+    CHECK(ask(R"("cache_salt": "tenant-a")").empty());  // honoured: the prefix cache's chain
+    CHECK(ask(R"("cache_salt": "")") == "cache_salt");
+    CHECK(ask(R"("cache_salt": 5)") == "cache_salt");
     CHECK(ask(R"("cache_salt": null, "prompt_embeds": null, "priority": null)").empty());
     // honoured
     CHECK(ask(R"("return_tokens_as_token_ids": 1)") == "return_tokens_as_token_ids");
@@ -553,4 +556,6 @@ TEST_CASE("vLLM fields that would change the output are honoured or refused, nev
   CHECK(parse_completion_request(
             json::parse(R"({"prompt": "x", "return_tokens_as_token_ids": true})"), s)
             .return_tokens_as_token_ids);
+  CHECK(parse_chat_request(json::parse(fmt::format(R"({{{}, "cache_salt": "t"}})", msgs)), s)
+            .params.cache_salt == "t");
 }

@@ -1018,6 +1018,7 @@ def vllm_fields_honoured_or_refused(srv, c):
                           "chat_template_kwargs.chat_template"),
                          ({"priority": 5}, "priority"), ({"length_penalty": 2.0}, "length_penalty"),
                          ({"spaces_between_special_tokens": False}, "spaces_between_special_tokens"),
+                         ({"cache_salt": ""}, "cache_salt"),
                          ({"metadata": "x"}, "metadata"), ({"store": "x"}, "store")):
         expect_status(lambda: c.chat.completions.create(model="tiny", messages=msgs, max_tokens=2, extra_body=extra),
                       400, param)
@@ -1036,6 +1037,30 @@ def vllm_fields_honoured_or_refused(srv, c):
         expect_status(lambda: c.chat.completions.create(model="tiny", messages=msgs, max_tokens=2,
                                                         extra_body={"chat_template_kwargs": kw}),
                       400, "chat_template_kwargs")
+
+
+@test
+def cache_salt_isolates_prefix_cache(srv, c):
+    # vLLM's cache_salt keys the prefix cache: a prompt cached without a salt or under another
+    # salt is not served to a request with a new one (it was ignored: every one reported 256
+    # cached tokens), while requests with the same salt share as before.
+    prompt = list(range(5000, 5300))
+
+    def cached(salt=None):
+        extra = {"cache_salt": salt} if salt is not None else {}
+        r = c.completions.create(model="tiny", prompt=prompt, max_tokens=1, extra_body=extra)
+        return r.usage.prompt_tokens_details.cached_tokens
+    cached()
+    assert cached() == 256
+    assert cached("tenant-a") == 0
+    assert cached("tenant-a") == 256
+    assert cached("tenant-b") == 0
+    assert cached() == 256
+    msgs = [{"role": "user", "content": "x " * 300}]
+    chat = [c.chat.completions.create(model="tiny", messages=msgs, max_tokens=1, extra_body=extra)
+            .usage.prompt_tokens_details.cached_tokens
+            for extra in ({}, {}, {"cache_salt": "c"}, {"cache_salt": "c"})]
+    assert chat[1] > 0 and chat[2] == 0 and chat[3] == chat[1], chat
 
 def limited_server(binary, model, workdir):
     """A server whose limits are small enough to reach: 2 requests in flight, 6 connections."""
