@@ -252,6 +252,9 @@ struct cluster_status {
   std::vector<node_event> nodes;
   std::vector<group_status> groups;
   router_counters router;
+  /// The context in tokens (prompt and output) a request may use: the least of the groups that
+  /// are ready; 0 while none is.
+  std::int64_t max_model_len = 0;
 };
 
 template <class Inspector>
@@ -281,7 +284,7 @@ typename Inspector::result_type inspect(Inspector& f, router_counters& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, cluster_status& x) {
-  return f(caf::meta::type_name("cluster_status"), x.nodes, x.groups, x.router);
+  return f(caf::meta::type_name("cluster_status"), x.nodes, x.groups, x.router, x.max_model_len);
 }
 
 using client_actor = caf::typed_actor<

@@ -102,6 +102,9 @@ caf::result<cluster_status> on_status(router_self self) {
   std::sort(out->nodes.begin(), out->nodes.end(),  // rank order (a rejoin appended it last)
             [](const node_event& a, const node_event& b) { return a.rank < b.rank; });
   out->router = st.counters;
+  for (const detail::group_entry& g : st.groups)  // as the router checks requests against it
+    if (g.is_ready && (out->max_model_len == 0 || g.info.max_model_len < out->max_model_len))
+      out->max_model_len = g.info.max_model_len;
   auto pending = std::make_shared<std::size_t>(st.groups.size());
   for (std::size_t g = 0; g < st.groups.size(); ++g) {
     const detail::group_entry& e = st.groups[g];

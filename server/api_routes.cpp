@@ -1,6 +1,7 @@
 // Routing, authentication and admission (see api_routes.hpp).
 #include "server/api_routes.hpp"
 
+#include "common/json_brief.hpp"
 #include "server/generation.hpp"
 #include "server/grammar_jobs.hpp"
 #include "server/openai_response.hpp"
@@ -62,10 +63,18 @@ void require_method(const session_ptr& s, http::verb verb) {
   throw e;
 }
 
-json model_json(const served_model& m) {
-  return {
-      {"id", m.name},   {"object", "model"}, {"created", m.created_unix}, {"owned_by", "deepinfer"},
-      {"root", m.name}, {"parent", nullptr}};
+/// A model card as vLLM's: with `max_model_len`, the context the cluster's ready groups take
+/// (null while none is, or the router does not answer).
+json model_json(const served_model& m, const actors::cluster_status* st) {
+  json max_model_len = nullptr;
+  if (st != nullptr && st->max_model_len > 0) max_model_len = st->max_model_len;
+  return {{"id", m.name},
+          {"object", "model"},
+          {"created", m.created_unix},
+          {"owned_by", "deepinfer"},
+          {"root", m.name},
+          {"parent", nullptr},
+          {"max_model_len", max_model_len}};
 }
 
 /// A path segment percent-decoded (RFC 3986 2.1), as Starlette decodes vLLM's path parameters:
@@ -123,6 +132,18 @@ void serve_metrics(const session_ptr& s) {
   });
 }
 
+/// A body's "model", when given, must be the served one (404 otherwise).
+void check_model(const server_context& ctx, const request_json& body) {
+  const auto it = body.find("model");
+  if (it == body.end() || it->is_null()) return;
+  if (!it->is_string()) bad_param("model", "'model' must be a string");
+  if (const std::string model = it->get<std::string>(); !model.empty() && model != ctx.model.name)
+    throw api_error(404,
+                    fmt::format("the model '{}' does not exist (this server serves '{}')", model,
+                                ctx.model.name),
+                    "model", "model_not_found");
+}
+
 /// The chat prompt as token ids (the template writes BOS itself).
 void render_chat(const served_model& m, generation_request& r) {
   if (!m.chat_template)
@@ -158,6 +179,75 @@ void render_chat(const served_model& m, generation_request& r) {
     throw api_error(400, "the messages render to an empty prompt", "messages");
 }
 
+/// vLLM's POST /tokenize: {"prompt", "add_special_tokens" (default true: BOS, as completions
+/// adds it)} or a chat request's {"messages", ...} rendered as chat completions renders them;
+/// `return_token_strs` adds each token's text. Answers {"count", "max_model_len", "tokens",
+/// "token_strs"}.
+void serve_tokenize(const session_ptr& s) {
+  require_method(s, http::verb::post);
+  server_context& ctx = s->context();
+  const request_json body = parse_body(s->request().body(), ctx.settings);
+  check_model(ctx, body);
+  const auto flag = [&](const char* key) -> std::optional<bool> {
+    const auto it = body.find(key);
+    if (it == body.end() || it->is_null()) return std::nullopt;
+    if (!it->is_boolean()) bad_param(key, fmt::format("'{}' must be a boolean", key));
+    return it->get<bool>();
+  };
+  std::vector<std::int32_t> ids;
+  if (body.contains("messages")) {
+    generation_request r = parse_chat_request(body, ctx.settings);
+    render_chat(ctx.model, r);
+    ids = std::move(r.prompts[0].ids);
+  } else {
+    const auto prompt = body.find("prompt");
+    if (prompt == body.end() || !prompt->is_string())
+      bad_param("prompt", "'prompt' (a string) or 'messages' is required");
+    try {
+      ids = ctx.model.tokenizer->encode(prompt->get<std::string>(),
+                                        {.add_bos = flag("add_special_tokens").value_or(true)});
+    } catch (const std::exception& e) {
+      bad_param("prompt", e.what());
+    }
+  }
+  json strs = nullptr;
+  if (flag("return_token_strs").value_or(false)) {
+    strs = json::array();
+    for (std::int32_t id : ids) strs.push_back(token_text(*ctx.model.tokenizer, id));
+  }
+  with_status(s,
+              [s, ids = std::move(ids), strs = std::move(strs)](const actors::cluster_status* st) {
+                json max_model_len = nullptr;
+                if (st != nullptr && st->max_model_len > 0) max_model_len = st->max_model_len;
+                s->respond(200, dump({{"count", ids.size()},
+                                      {"max_model_len", max_model_len},
+                                      {"tokens", ids},
+                                      {"token_strs", strs}}));
+              });
+}
+
+/// vLLM's POST /detokenize: {"tokens": [ids]} -> {"prompt": text} (special tokens kept, as
+/// vLLM decodes them).
+void serve_detokenize(const session_ptr& s) {
+  require_method(s, http::verb::post);
+  server_context& ctx = s->context();
+  const request_json body = parse_body(s->request().body(), ctx.settings);
+  check_model(ctx, body);
+  const auto tokens = body.find("tokens");
+  if (tokens == body.end() || !tokens->is_array())
+    bad_param("tokens", "'tokens' must be a list of token ids");
+  const auto vocab = std::int64_t(ctx.model.tokenizer->vocab_size());
+  std::vector<std::int32_t> ids;
+  for (const json& t : *tokens) {
+    if (!t.is_number_integer() || t.get<std::int64_t>() < 0 || t.get<std::int64_t>() >= vocab ||
+        !ctx.model.tokenizer->id_to_token(std::int32_t(t.get<std::int64_t>())))
+      bad_param("tokens",
+                fmt::format("'tokens' must be token ids in [0, {}), got {}", vocab, json_brief(t)));
+    ids.push_back(std::int32_t(t.get<std::int64_t>()));
+  }
+  s->respond(200, dump({{"prompt", ctx.model.tokenizer->decode(ids)}}));
+}
+
 /// A compile error of a forced tool call's grammar (tool_choice) blames the tools' schemas.
 api_error grammar_error_of(const generation_request& r, api_error e) {
   if (!r.forces_tool_calls || e.param != "response_format") return e;
@@ -181,11 +271,7 @@ void serve_generation(const session_ptr& s, api_kind kind) {
   const request_json body = parse_body(s->request().body(), ctx.settings);
   generation_request r = kind == api_kind::chat ? parse_chat_request(body, ctx.settings)
                                                 : parse_completion_request(body, ctx.settings);
-  if (!r.model.empty() && r.model != ctx.model.name)
-    throw api_error(404,
-                    fmt::format("the model '{}' does not exist (this server serves '{}')", r.model,
-                                ctx.model.name),
-                    "model", "model_not_found");
+  check_model(ctx, body);
   if (kind == api_kind::chat) render_chat(ctx.model, r);
   if (ctx.num_inflight.fetch_add(1) >= ctx.settings.max_concurrent_requests) {
     --ctx.num_inflight;
@@ -239,21 +325,31 @@ void handle_request(const session_ptr& s) {
   const std::string path = path_of(s->request());
   try {
     if (path == "/health") return s->respond(200, dump({{"status", "ok"}}));
+    if (path == "/version") {  // open, as vLLM's
+      require_method(s, http::verb::get);
+      return s->respond(200, dump({{"version", DEEPINFER_VERSION}}));
+    }
     if (path == "/ready") return serve_ready(s);
     check_auth(s);
     if (path == "/metrics") return serve_metrics(s);
     if (path == "/v1/models") {
       require_method(s, http::verb::get);
-      return s->respond(
-          200, dump({{"object", "list"}, {"data", json::array({model_json(s->context().model)})}}));
+      return with_status(s, [s](const actors::cluster_status* st) {
+        s->respond(200, dump({{"object", "list"},
+                              {"data", json::array({model_json(s->context().model, st)})}}));
+      });
     }
     if (path.rfind("/v1/models/", 0) == 0) {
       const std::string id = percent_decoded(std::string_view(path).substr(11));
       if (id != s->context().model.name)
         throw api_error(404, fmt::format("the model '{}' does not exist", id), "model",
                         "model_not_found");
-      return s->respond(200, dump(model_json(s->context().model)));
+      return with_status(s, [s](const actors::cluster_status* st) {
+        s->respond(200, dump(model_json(s->context().model, st)));
+      });
     }
+    if (path == "/tokenize") return serve_tokenize(s);
+    if (path == "/detokenize") return serve_detokenize(s);
     if (path == "/v1/completions") return serve_generation(s, api_kind::completion);
     if (path == "/v1/chat/completions") return serve_generation(s, api_kind::chat);
     throw api_error(404,

@@ -1062,6 +1062,40 @@ def cache_salt_isolates_prefix_cache(srv, c):
             for extra in ({}, {}, {"cache_salt": "c"}, {"cache_salt": "c"})]
     assert chat[1] > 0 and chat[2] == 0 and chat[3] == chat[1], chat
 
+
+@test
+def tokenize_detokenize_version(srv, c):
+    # vLLM's /tokenize, /detokenize and /version, and max_model_len on /v1/models (all missing)
+    auth = {"Authorization": "Bearer " + KEY}
+
+    def post(path, body, status=200):
+        got, _, data = srv.request("POST", path, body, auth)
+        assert got == status, (path, body, got, data)
+        return json.loads(data)
+    models = json.loads(srv.request("GET", "/v1/models", headers=auth)[2])
+    max_len = models["data"][0]["max_model_len"]
+    assert isinstance(max_len, int) and max_len > 0, models
+    assert json.loads(srv.request("GET", "/v1/models/tiny", headers=auth)[2])["max_model_len"] == max_len
+    r = c.completions.create(model="tiny", prompt="Hello world", max_tokens=1, extra_body={"return_token_ids": True})
+    t = post("/tokenize", {"model": "tiny", "prompt": "Hello world"})
+    assert t["tokens"] == r.choices[0].model_extra["prompt_token_ids"], (t, r)
+    assert t["count"] == len(t["tokens"]) == r.usage.prompt_tokens and t["max_model_len"] == max_len, t
+    assert t["token_strs"] is None
+    bare = post("/tokenize", {"prompt": "Hello world", "add_special_tokens": False, "return_token_strs": True})
+    assert bare["tokens"] == t["tokens"][1:] and "".join(bare["token_strs"]) == "Hello world", bare
+    msgs = [{"role": "user", "content": "Hi"}]
+    ch = c.chat.completions.create(model="tiny", messages=msgs, max_tokens=1, extra_body={"return_token_ids": True})
+    assert post("/tokenize", {"messages": msgs})["tokens"] == ch.choices[0].model_extra["prompt_token_ids"]
+    assert post("/detokenize", {"tokens": bare["tokens"]}) == {"prompt": "Hello world"}
+    assert post("/detokenize", {"model": "tiny", "tokens": t["tokens"]})["prompt"].endswith("Hello world")
+    assert post("/tokenize", {"prompt": 5}, 400)["error"]["param"] == "prompt"
+    assert post("/tokenize", {"model": "gpt", "prompt": "x"}, 404)["error"]["param"] == "model"
+    assert post("/detokenize", {"tokens": [-1]}, 400)["error"]["param"] == "tokens"
+    assert post("/detokenize", {"tokens": "x"}, 400)["error"]["param"] == "tokens"
+    assert srv.request("POST", "/tokenize", {"prompt": "x"})[0] == 401  # behind the API key, as /v1
+    status, _, data = srv.request("GET", "/version")
+    assert status == 200 and json.loads(data)["version"], data
+
 def limited_server(binary, model, workdir):
     """A server whose limits are small enough to reach: 2 requests in flight, 6 connections."""
     path = os.path.join(workdir, "limits.toml")
