@@ -456,7 +456,6 @@ TEST_CASE("a body that is not JSON gets the parser's reason") {
   CHECK_THROWS_WITH_AS(parse_body("[1]", s), doctest::Contains("must be a JSON object"), api_error);
 }
 
-
 TEST_CASE("completions top_logprobs hold their token; of equal texts the likelier's value") {
   const auto tok = di::tok::tokenizer::from_dir(
       di::test::shared_path("models/deepseek-v3-tokenizer").string(), {});
@@ -506,7 +505,6 @@ TEST_CASE("return_tokens_as_token_ids names logprobs' tokens by id, as vLLM does
   CHECK(ch["content"][0]["top_logprobs"][0]["token"] == fmt::format("token_id:{}", a));
   CHECK(chat_logprobs(tok, {e})["content"][0]["token"] == "b");
 }
-
 
 TEST_CASE("vLLM fields that would change the output are honoured or refused, never ignored") {
   const char* msgs = R"("messages": [{"role": "user", "content": "q"}])";

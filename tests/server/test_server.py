@@ -926,7 +926,6 @@ def errors_413(srv, c):
     assert status == 413 and json.loads(body)["error"]["code"] == "request_too_large", status
 
 
-
 @test
 def models_id_percent_decoded(srv, c):
     # GET /v1/models/{id} decodes its id, as Starlette does for vLLM: the official client sends
@@ -1095,6 +1094,7 @@ def tokenize_detokenize_version(srv, c):
     assert srv.request("POST", "/tokenize", {"prompt": "x"})[0] == 401  # behind the API key, as /v1
     status, _, data = srv.request("GET", "/version")
     assert status == 200 and json.loads(data)["version"], data
+
 
 def limited_server(binary, model, workdir):
     """A server whose limits are small enough to reach: 2 requests in flight, 6 connections."""
