@@ -537,7 +537,7 @@ TEST_CASE("vLLM fields that would change the output are honoured or refused, nev
     CHECK(ask(R"("spaces_between_special_tokens": true)").empty());
     CHECK(ask(R"("spaces_between_special_tokens": false)") == "spaces_between_special_tokens");
     CHECK(ask(R"("spaces_between_special_tokens": "no")") == "spaces_between_special_tokens");
-    // not implemented: refused
+    // prompt_embeds: the engine takes no embeddings as input, so any value is a 400
     CHECK(ask(R"("prompt_embeds": "AAAA")") == "prompt_embeds");
     CHECK(ask(R"("cache_salt": "tenant-a")").empty());  // honoured: the prefix cache's chain
     CHECK(ask(R"("cache_salt": "")") == "cache_salt");
