@@ -71,7 +71,11 @@ void submit_one(self_ptr self, std::size_t index) {
             }
           },
           [=](caf::error& err) {
-            fail(self, index, "the router did not answer: " + describe(err));
+            if (!self->state.live.contains(index)) return;
+            // empty: the router has just stopped; its down message fails this request
+            const std::string why = submit_error_text(err, self->state.router_down);
+            if (why.empty()) return;
+            fail(self, index, why);
             submit_more(self);
           });
 }

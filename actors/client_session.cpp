@@ -109,7 +109,10 @@ void on_submit(self_ptr self, submit_request& req) {
           [=](caf::error& err) {
             auto it = self->state.live.find(id);
             if (it == self->state.live.end()) return;
-            it->second.out.reply.error = "the router did not answer: " + describe(err);
+            // empty: the router has just stopped; its down message fails this request
+            std::string why = submit_error_text(err, self->state.router_down);
+            if (why.empty()) return;
+            it->second.out.reply.error = std::move(why);
             it->second.out.reply.kind = runtime::failure_kind::unavailable;
             if (it->second.cb.on_reply) it->second.cb.on_reply(it->second.out.reply);
             fail(self, id, it->second.out.reply.error, runtime::failure_kind::unavailable);

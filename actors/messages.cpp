@@ -75,4 +75,9 @@ std::string router_gone_message(const caf::error& reason) {
   return "lost the router: " + describe(reason);
 }
 
+std::string submit_error_text(const caf::error& err, const std::string& router_down) {
+  if (err == caf::sec::request_receiver_down) return router_down;
+  return "the router did not answer: " + describe(err);
+}
+
 }  // namespace di::actors

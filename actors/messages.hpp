@@ -441,4 +441,11 @@ caf::error router_shutdown_reason();
 /// router shut down (the cluster stopped)" after an orderly stop, else "lost the router: WHY".
 std::string router_gone_message(const caf::error& reason);
 
+/// What a front end fails a request with when an error came in place of its submit reply
+/// (`router_down`: the router's down reason once its monitor fired, else empty). A router that
+/// has just stopped answers `request_receiver_down`, ahead of the down message that carries
+/// the reason: then this returns `router_down`, and while that is still empty, an empty text,
+/// which means "leave the request live: the down handler fails it with the real reason".
+std::string submit_error_text(const caf::error& err, const std::string& router_down);
+
 }  // namespace di::actors

@@ -69,10 +69,14 @@ void submit(job_self self, actors::submit_request req) {
           },
           [=](caf::error& err) {
             if (!self->state.live.contains(index)) return;
-            self->state.sink->on_reply(
-                index, {.accepted = false,
-                        .error = "the router did not answer: " + actors::describe(err),
-                        .kind = runtime::failure_kind::unavailable});
+            // The job monitors the router from its start, so a router that has just stopped
+            // (request_receiver_down) is followed by the down message, which fails this
+            // request with the reason.
+            std::string why = actors::submit_error_text(err, "");
+            if (why.empty()) return;
+            self->state.sink->on_reply(index, {.accepted = false,
+                                               .error = std::move(why),
+                                               .kind = runtime::failure_kind::unavailable});
             end(self, index);
           });
 }
