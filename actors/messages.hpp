@@ -110,6 +110,7 @@ struct abort_request {
 /// "How many leading tokens of this prompt do you have cached?" (cache-aware routing).
 struct prefix_probe {
   std::vector<std::int32_t> tokens;
+  std::uint64_t root = runtime::unsalted_prefix_root;  ///< prefix_root of its cache_salt
 };
 
 /// The token events of one step of a group (request ids are the router's).
@@ -170,7 +171,7 @@ typename Inspector::result_type inspect(Inspector& f, abort_request& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, prefix_probe& x) {
-  return f(caf::meta::type_name("prefix_probe"), x.tokens);
+  return f(caf::meta::type_name("prefix_probe"), x.tokens, x.root);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, group_events& x) {

@@ -132,7 +132,8 @@ void probe_and_dispatch(router_self self, std::uint64_t id, runtime::request req
   auto ps = std::make_shared<probe_state>();
   ps->cached.assign(up.size(), 0);
   ps->req = std::move(req);
-  const prefix_probe probe{ps->req.prompt_ids};
+  // in its cache_salt's chain: another salt's blocks are no reason to send it there
+  const prefix_probe probe{ps->req.prompt_ids, runtime::prefix_root(ps->req.params.cache_salt)};
   const auto timeout = std::chrono::milliseconds(self->state.params.limits.probe_timeout_ms);
   auto done = [=] {
     if (++ps->num_answers < up.size() || !self->state.requests.contains(id)) return;

@@ -290,7 +290,8 @@ scheduler_actor::behavior_type scheduler_impl(scheduler_self self, scheduler_par
         }
       },
       [=](prefix_probe& msg) -> std::int64_t {
-        return self->state.sched ? self->state.sched->longest_cached_prefix(msg.tokens) : 0;
+        return self->state.sched ? self->state.sched->longest_cached_prefix(msg.tokens, msg.root)
+                                 : 0;
       },
       [=](status_atom) { return make_status(self->state); },
       [=](tick_atom) { on_tick(self); },

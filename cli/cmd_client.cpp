@@ -128,7 +128,10 @@ void apply_line(const json& j, di::actors::submit_request& r) {
         p.skip_special_tokens = v.get<bool>();
       else if (key == "include_stop_str_in_output")
         p.include_stop_str_in_output = v.get<bool>();
-      else
+      else if (key == "cache_salt") {
+        p.cache_salt = v.get<std::string>();
+        DI_CHECK(!p.cache_salt.empty(), "\"cache_salt\" must be a non-empty string");
+      } else
         DI_FAIL("unknown field '{}'", key);
     } catch (const json::type_error&) {  // nlohmann's own message named no field
       DI_FAIL("\"{}\" has the wrong type for it: {}", key, di::json_brief(v));

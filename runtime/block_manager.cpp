@@ -113,8 +113,9 @@ prefix_match block_manager::match_prefix(std::span<const std::int32_t> tokens,
   return match;
 }
 
-std::int64_t block_manager::longest_cached_prefix(std::span<const std::int32_t> tokens) const {
-  return match_prefix(tokens, std::int64_t(tokens.size())).num_cached_tokens;
+std::int64_t block_manager::longest_cached_prefix(std::span<const std::int32_t> tokens,
+                                                  std::uint64_t root) const {
+  return match_prefix(tokens, std::int64_t(tokens.size()), root).num_cached_tokens;
 }
 
 // ---- allocation ----------------------------------------------------------------------------

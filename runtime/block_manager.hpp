@@ -129,9 +129,10 @@ class block_manager {
   /// that adopts the match caches its blocks there). No side effects (a lookup is not a use).
   prefix_match match_prefix(std::span<const std::int32_t> tokens, std::int64_t max_tokens,
                             std::uint64_t root = unsalted_prefix_root) const;
-  /// Tokens of `tokens` whose stream blocks are cached (a multiple of L): the router's cache
-  /// affinity.
-  std::int64_t longest_cached_prefix(std::span<const std::int32_t> tokens) const;
+  /// Tokens of `tokens` whose stream blocks are cached (a multiple of L) in the chain of `root`
+  /// (the request's cache_salt): the router's cache affinity.
+  std::int64_t longest_cached_prefix(std::span<const std::int32_t> tokens,
+                                     std::uint64_t root = unsalted_prefix_root) const;
 
   /// Whether a new sequence can adopt `match` and grow to `num_tokens` tokens, evicting
   /// unreferenced cached blocks if needed.

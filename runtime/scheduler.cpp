@@ -221,8 +221,9 @@ std::optional<sequence_status> scheduler::status_of(std::uint64_t id) const {
   return seq ? std::optional(seq->status()) : std::nullopt;
 }
 
-std::int64_t scheduler::longest_cached_prefix(std::span<const std::int32_t> tokens) const {
-  return blocks_.longest_cached_prefix(tokens);
+std::int64_t scheduler::longest_cached_prefix(std::span<const std::int32_t> tokens,
+                                              std::uint64_t root) const {
+  return blocks_.longest_cached_prefix(tokens, root);
 }
 
 std::int64_t scheduler::num_queued_tokens() const {

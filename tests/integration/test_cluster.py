@@ -328,6 +328,18 @@ class DataParallelTest(unittest.TestCase):
         self.assertEqual(routed[home], 6)
         self.assertEqual(after[home]["affinity_routed"] - before[home]["affinity_routed"], 6)
         self.assertEqual(after[home]["counters"]["prefix_hits"] - before[home]["counters"]["prefix_hits"], 6)
+        # A cache_salt puts a prompt in its own chain: the unsalted prefix is no reason to route
+        # it (the router probed unsalted and sent it home for blocks it may not use), but the
+        # salt's own cached prefix is.
+        salted = [dict(row, cache_salt="tenant-b") for row in rows[:3]]
+        for i, row in enumerate(salted):
+            run_file(c, [row], f"salted{i}")
+        last = c.status()["groups"]
+        by_affinity = [last[g]["affinity_routed"] - after[g]["affinity_routed"] for g in range(2)]
+        hits = [last[g]["counters"]["prefix_hits"] - after[g]["counters"]["prefix_hits"] for g in range(2)]
+        figure("cache_salt: 3 salted requests over an unsalted cached prefix, routed by affinity / hits", [by_affinity, hits])
+        self.assertEqual(by_affinity[0] + by_affinity[1], 2)  # the 2nd and 3rd: the salt's own blocks
+        self.assertEqual(hits[0] + hits[1], 2)
 
     def check_dead_group(self, c):
         os.kill(c.node_pid(2), signal.SIGKILL)  # group 1's executor

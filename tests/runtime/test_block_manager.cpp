@@ -121,6 +121,8 @@ TEST_CASE("a cache_salt keeps a prompt's cached blocks to requests with the same
   CHECK(bm.match_prefix(tokens, 24, b).num_cached_tokens == 0);
   CHECK(bm.match_prefix(tokens, 24).num_cached_tokens == 0);  // unsalted requests miss too
   CHECK(bm.longest_cached_prefix(tokens) == 0);
+  CHECK(bm.longest_cached_prefix(tokens, a) == 24);  // the router's probe, in a's chain
+  CHECK(bm.longest_cached_prefix(tokens, b) == 0);
   sequence_blocks plain = fill(bm, tokens);  // and an unsalted one does not reach the salted
   CHECK(plain.root == unsalted_prefix_root);
   CHECK(bm.match_prefix(tokens, 24).num_cached_tokens == 24);
