@@ -7,6 +7,7 @@
 #include "model/chat_template/openai_messages.hpp"
 #include "runtime/grammar/json_schema.hpp"
 #include "server/api_error.hpp"
+#include "server/detail/json_string_state.hpp"
 #include "server/tool_calls.hpp"
 
 #include <fmt/format.h>
@@ -461,20 +462,10 @@ body_shape measure_body(std::string_view body, int max_depth) {
   body_shape shape;
   // Members counted so far of each open container (-1: an array), outermost first.
   std::vector<std::int64_t> open;
-  bool in_string = false, escaped = false;
+  detail::json_string_state strings;
   for (char c : body) {
-    if (in_string) {
-      if (escaped)
-        escaped = false;
-      else if (c == '\\')
-        escaped = true;
-      else if (c == '"')
-        in_string = false;
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
+    if (!strings.is_structural(c)) continue;
+    if (c == '[' || c == '{') {
       open.push_back(c == '{' ? 0 : -1);
       shape.depth = std::max(shape.depth, int(open.size()));
       if (shape.depth > max_depth) return shape;

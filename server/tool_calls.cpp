@@ -2,6 +2,7 @@
 // says, of the text so far, whether it is a whole call, could still become one, or cannot:
 // that three-way answer is what lets a stream hold back exactly what the whole text decides.
 #include "server/tool_calls.hpp"
+#include "server/detail/json_string_state.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -40,19 +41,11 @@ scan_status scan_object(std::string_view text, std::size_t& pos) {
   if (pos == text.size()) return scan_status::incomplete;
   if (text[pos] != '{') return scan_status::malformed;
   int depth = 0;
-  bool in_string = false, escaped = false;
+  detail::json_string_state strings;
   for (std::size_t i = pos; i < text.size(); ++i) {
     const char c = text[i];
-    if (in_string) {
-      if (escaped)
-        escaped = false;
-      else if (c == '\\')
-        escaped = true;
-      else if (c == '"')
-        in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
+    if (!strings.is_structural(c)) continue;
+    if (c == '{' || c == '[') {
       ++depth;
     } else if (c == '}' || c == ']') {
       if (--depth > 0) continue;
