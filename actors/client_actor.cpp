@@ -63,7 +63,7 @@ void submit_one(self_ptr self, std::size_t index) {
             auto it = self->state.live.find(index);
             if (it == self->state.live.end()) return;
             const bool accepted = reply.accepted;
-            std::string why = reply.error;
+            std::string why = refusal_text(reply);
             it->second.reply = std::move(reply);
             if (!accepted) {
               fail(self, index, why);

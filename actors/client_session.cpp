@@ -104,7 +104,7 @@ void on_submit(self_ptr self, submit_request& req) {
             it->second.out.reply = std::move(reply);
             if (it->second.cb.on_reply) it->second.cb.on_reply(it->second.out.reply);
             const submit_reply& got = it->second.out.reply;
-            if (!got.accepted) fail(self, id, got.error, got.kind);
+            if (!got.accepted) fail(self, id, refusal_text(got), got.kind);
           },
           [=](caf::error& err) {
             auto it = self->state.live.find(id);

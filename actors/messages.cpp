@@ -75,6 +75,11 @@ std::string router_gone_message(const caf::error& reason) {
   return "lost the router: " + describe(reason);
 }
 
+std::string refusal_text(const submit_reply& reply) {
+  if (reply.status == runtime::admission_status::accepted) return reply.error;
+  return std::string(runtime::to_string(reply.status)) + ": " + reply.error;
+}
+
 std::string submit_error_text(const caf::error& err, const std::string& router_down) {
   if (err == caf::sec::request_receiver_down) return router_down;
   return "the router did not answer: " + describe(err);

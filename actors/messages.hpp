@@ -218,6 +218,10 @@ struct submit_reply {
   /// What kind of refusal (none when accepted): a client maps it onto its own statuses.
   runtime::failure_kind kind = runtime::failure_kind::none;
   std::string param;  ///< the request field it blames (invalid requests), or ""
+  /// The group scheduler's admission status when a group refused it (queue_full, too_long,
+  /// ...); accepted for every other reply. Apart from `error`, so that a front end chooses
+  /// whether to show it (refusal_text) instead of cutting it off a message.
+  runtime::admission_status status = runtime::admission_status::accepted;
   std::uint64_t seed = 0;
   std::vector<std::int32_t> prompt_ids;  ///< the tokenized prompt
   int group = -1;                        ///< the data-parallel group serving it
@@ -266,8 +270,8 @@ typename Inspector::result_type inspect(Inspector& f, submit_request& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, submit_reply& x) {
-  return f(caf::meta::type_name("submit_reply"), x.accepted, x.error, x.kind, x.param, x.seed,
-           x.prompt_ids, x.group);
+  return f(caf::meta::type_name("submit_reply"), x.accepted, x.error, x.kind, x.param, x.status,
+           x.seed, x.prompt_ids, x.group);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, client_events& x) {
@@ -448,5 +452,9 @@ std::string router_gone_message(const caf::error& reason);
 /// the reason: then this returns `router_down`, and while that is still empty, an empty text,
 /// which means "leave the request live: the down handler fails it with the real reason".
 std::string submit_error_text(const caf::error& err, const std::string& router_down);
+
+/// A refusal as the command-line front ends show it: "STATUS: ERROR" when a group's scheduler
+/// refused it (`queue_full: 4 requests are waiting`), else its error alone.
+std::string refusal_text(const submit_reply& reply);
 
 }  // namespace di::actors

@@ -20,10 +20,14 @@ static_assert(admission_timeout > max_grammar_prepare_time);
 
 using runtime::failure_kind;
 
-submit_reply refusal(router_self self, failure_kind kind, std::string why, std::string param = {}) {
+submit_reply refusal(router_self self, failure_kind kind, std::string why, std::string param = {},
+                     runtime::admission_status status = runtime::admission_status::accepted) {
   ++self->state.counters.num_refused;
-  return submit_reply{
-      .accepted = false, .error = std::move(why), .kind = kind, .param = std::move(param)};
+  return submit_reply{.accepted = false,
+                      .error = std::move(why),
+                      .kind = kind,
+                      .param = std::move(param),
+                      .status = status};
 }
 
 std::vector<int> up_groups(const router_state& st) {
@@ -71,13 +75,15 @@ int choose_group(router_self self, const std::vector<int>& up, const std::vector
   return pick;
 }
 
+/// `status`: the group scheduler's refusal, when it refused the request.
 void end_pending(router_self self, std::uint64_t id, failure_kind kind, const std::string& why,
-                 std::string param = {}) {
+                 std::string param = {},
+                 runtime::admission_status status = runtime::admission_status::accepted) {
   router_state& st = self->state;
   auto it = st.requests.find(id);
   if (it == st.requests.end()) return;
   live_request& r = it->second;
-  if (r.reply) r.reply->deliver(refusal(self, kind, why, std::move(param)));
+  if (r.reply) r.reply->deliver(refusal(self, kind, why, std::move(param), status));
   if (r.group >= 0) --st.groups[std::size_t(r.group)].num_live;
   st.clients[r.client].erase(r.client_id);
   st.requests.erase(it);
@@ -99,9 +105,8 @@ void dispatch(router_self self, std::uint64_t id, runtime::request req, int grou
             auto it = self->state.requests.find(id);
             if (it == self->state.requests.end()) return;
             if (!res.is_accepted())
-              return end_pending(self, id, runtime::failure_of(res.status),
-                                 fmt::format("{}: {}", runtime::to_string(res.status), res.message),
-                                 res.param);
+              return end_pending(self, id, runtime::failure_of(res.status), res.message, res.param,
+                                 res.status);
             live_request& lr = it->second;
             lr.is_admitted = true;
             ++self->state.counters.num_accepted;

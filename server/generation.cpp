@@ -513,19 +513,9 @@ api_error refusal_error(runtime::failure_kind kind, const std::string& message,
                         const std::string& param, std::string_view max_tokens_name,
                         std::string_view logprobs_name) {
   using runtime::failure_kind;
+  // (the scheduler's admission status comes apart from the message, in submit_reply::status:
+  // here the HTTP status and error type say it)
   std::string m = message;
-  // The router puts the scheduler's admission status first ("invalid_request: min_tokens ..."),
-  // which the CLI client shows; here the HTTP status and error type say it.
-  for (auto s :
-       {runtime::admission_status::invalid_request, runtime::admission_status::duplicate_id,
-        runtime::admission_status::too_long, runtime::admission_status::queue_full,
-        runtime::admission_status::queued_tokens_full, runtime::admission_status::unavailable}) {
-    const std::string prefix = std::string(runtime::to_string(s)) + ": ";
-    if (m.starts_with(prefix)) {
-      m.erase(0, prefix.size());
-      break;
-    }
-  }
   std::string blamed = param;
   if (param == "logprobs" && logprobs_name != "logprobs") {  // "logprobs must be <= 20 ..."
     if (m.starts_with("logprobs")) m.replace(0, std::string_view("logprobs").size(), logprobs_name);

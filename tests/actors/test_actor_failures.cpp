@@ -220,7 +220,11 @@ TEST_CASE("limits refuse at once with a clear message") {
   CHECK(replies[0].accepted);
   CHECK(replies[1].accepted);
   CHECK_FALSE(replies[2].accepted);
-  CHECK(replies[2].error.find("queue_full") != std::string::npos);
+  // the scheduler's status apart from its message; the command-line client shows both
+  CHECK(replies[2].status == runtime::admission_status::queue_full);
+  CHECK(replies[2].error.find("queue_full") == std::string::npos);
+  CHECK(actors::refusal_text(replies[2]) == "queue_full: " + replies[2].error);
+  CHECK(replies[0].status == runtime::admission_status::accepted);
   CHECK(replies[2].kind == runtime::failure_kind::overloaded);  // a 429 for serve
   CHECK(replies[0].kind == runtime::failure_kind::none);
   CHECK(secs < 1.0);

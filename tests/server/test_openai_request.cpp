@@ -364,16 +364,14 @@ TEST_CASE("refusals and failures map to HTTP statuses by their kind, not their w
   CHECK(refusal_error(failure_kind::invalid, "the prompt is empty", "prompt").param == "prompt");
   CHECK(refusal_error(failure_kind::invalid, "request id 3 is already live").param.empty());
   CHECK(refusal_error(failure_kind::none, "?").status == 400);
-  // The router's status prefix is not the client's business ("invalid_request: min_tokens ..."
-  // reached HTTP clients as it was); other words before a colon stay.
-  CHECK(std::string(refusal_error(failure_kind::invalid, "invalid_request: min_tokens 9 is more",
-                                  "min_tokens")
-                        .what()) == "min_tokens 9 is more");
+  // The message is kept whole: the scheduler's admission status comes apart from it
+  // (submit_reply::status), so no words are cut off it -- not even words that look like one.
   CHECK(std::string(
-            refusal_error(failure_kind::invalid, "too_long: the prompt has 9 tokens").what()) ==
-        "the prompt has 9 tokens");
-  CHECK(std::string(
-            refusal_error(failure_kind::overloaded, "queue_full: 4096 requests waiting").what())
+            refusal_error(failure_kind::invalid, "min_tokens 9 is more", "min_tokens").what()) ==
+        "min_tokens 9 is more");
+  CHECK(std::string(refusal_error(failure_kind::invalid, "too_long: a stop string").what()) ==
+        "too_long: a stop string");
+  CHECK(std::string(refusal_error(failure_kind::overloaded, "4096 requests waiting").what())
             .ends_with("retry later: 4096 requests waiting"));
   CHECK(std::string(refusal_error(failure_kind::invalid, "stop: x").what()) == "stop: x");
   // A chat request that set max_completion_tokens is told about that field.

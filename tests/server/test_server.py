@@ -622,7 +622,7 @@ def grammar_compile_limit(srv, c):
     # message: an executor past the limit was "an executor did not compile it: request_timeout".
     with launched_front(srv, "srvlimit", env=env) as front:
         body = expect_status(ask(client(front, key="unused"), slow), 400, "response_format")
-        # (the router puts the refusal's kind first: "invalid_request: ...")
+        # (the message whole: the scheduler's admission status comes apart from it)
         assert "the response_format took " in body["message"] and \
             body["message"].endswith(" s to compile; the limit is 0.5 s"), body
 
