@@ -12,11 +12,16 @@
 # embedding rows no test token reads zeroed (scripts/trim-golden-embedding.py), which makes it
 # compress to ~37 MB -- into $build/v4-golden.tar.xz; carry that instead and run
 # scripts/gpu-forward.sh (no preset) to run the v4_public golden on the GPU.
+#
+# With --kernels it packs only test_kernels_cuda, bench_kernels_cuda and their libraries (~5 MB
+# with -9e) into $build/kernel-bundle.tar.xz, for scripts/gpu-kernel-ab.sh: a per-kernel A/B
+# in a call that must be short (no model, no goldens).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${DEEPINFER_CUDA_BUILD_DIR:-build-cuda-fwd}
-v4_golden=0
+v4_golden=0 kernels=0
 [[ ${1:-} == --v4-golden ]] && v4_golden=1
+[[ ${1:-} == --kernels ]] && kernels=1
 bundle=$build/bundle
 # Build what is bundled first (a bundle of stale binaries cost a device call in session 20):
 # the targets of the list that the build directory defines. DEEPINFER_BUNDLE_NO_BUILD=1 packs
@@ -25,6 +30,7 @@ if [[ ${DEEPINFER_BUNDLE_NO_BUILD:-0} != 1 ]]; then
   wanted=(test_forward_cuda)
   [[ $v4_golden == 0 ]] && wanted+=(test_kernels_cuda test_cuda_model_ops deepinfer
     bench_kernels_cuda bench_attention_decode)
+  [[ $kernels == 1 ]] && wanted=(test_kernels_cuda bench_kernels_cuda)
   defined=$(cmake --build "$build" --target help | awk '{print ($1 == "..." ? $2 : $1)}' | sed 's/:$//')
   targets=()
   for t in "${wanted[@]}"; do grep -qx "$t" <<<"$defined" && targets+=("$t"); done
@@ -32,8 +38,13 @@ if [[ ${DEEPINFER_BUNDLE_NO_BUILD:-0} != 1 ]]; then
 fi
 rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/tests" "$bundle/lib" "$bundle/shared/testdata/golden"
-cp "$build/tests/test_forward_cuda" "$bundle/tests/"
-if [[ $v4_golden == 0 ]]; then
+if [[ $kernels == 1 ]]; then
+  cp "$build/tests/test_kernels_cuda" "$bundle/tests/"
+  cp "$build/bin/bench_kernels_cuda" "$bundle/bin/"
+else
+  cp "$build/tests/test_forward_cuda" "$bundle/tests/"
+fi
+if [[ $v4_golden == 0 && $kernels == 0 ]]; then
   for t in test_kernels_cuda test_cuda_model_ops; do  # the kernel-level GPU tests when built
     if [[ -x $build/tests/$t ]]; then cp "$build/tests/$t" "$bundle/tests/"; fi
   done
@@ -65,7 +76,9 @@ if ls "$bundle"/lib/libucs.so* >/dev/null 2>&1; then
 fi
 shared=${DEEPINFER_SHARED_DIR:-../shared}
 cp "$shared/testdata/golden/README.md" "$bundle/shared/testdata/golden/"
-if [[ $v4_golden == 1 ]]; then
+if [[ $kernels == 1 ]]; then
+  out=$build/kernel-bundle.tar.xz
+elif [[ $v4_golden == 1 ]]; then
   python3 scripts/trim-golden-embedding.py "$shared/testdata/golden/v4_public" \
     "$bundle/shared/testdata/golden/v4_public"
   out=$build/v4-golden.tar.xz
