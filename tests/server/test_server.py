@@ -5,12 +5,15 @@ gives (400 naming the parameter, 401, 404, 405, 413, 429 and 503 with Retry-Afte
 OpenAI error object; a client that drops its streams mid-way (aborted, KV blocks back to the
 baseline on /metrics); many concurrent streams; and malformed HTTP/JSON (only 4xx, the
 server stays healthy). Usage: test_server.py DEEPINFER_BINARY [--only NAME]"""
+import collections
 import concurrent.futures as cf
 import contextlib
 import json
+import math
 import os
 import random
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -696,6 +699,78 @@ def seed_reproducible(srv, c):
     y = c.chat.completions.create(model="tiny", messages=msgs, seed=9, max_tokens=8, presence_penalty=0.5,
                                   frequency_penalty=0.5, extra_body={"min_p": 0.01, "repetition_penalty": 1.1})
     assert x.choices[0].message.content == y.choices[0].message.content
+
+
+def seeded_choices(r):
+    return [(ch.index, ch.token_ids, ch.logprobs.token_logprobs, ch.logprobs.top_logprobs, ch.text)
+            for ch in r.choices]
+
+
+@test
+def seeded_sampling_is_batch_invariant(srv, c):
+    # A seeded request samples the same tokens with the same logprobs alone and amid other
+    # traffic (other prompts, lengths and sampling settings decoding in the same steps), and
+    # choice j of n equals the request with seed + j alone, logprobs included.
+    kw = dict(model="tiny", prompt="Once upon a time there was", max_tokens=16, temperature=0.9, top_p=0.95, n=3,
+              seed=4242, logprobs=3, presence_penalty=0.4, frequency_penalty=-0.5,
+              extra_body={"return_token_ids": True, "ignore_eos": True, "top_k": 40, "repetition_penalty": 1.1,
+                          "return_tokens_as_token_ids": True})
+    alone = seeded_choices(c.completions.create(**kw))
+    assert len({tuple(ch[1]) for ch in alone}) == 3, alone  # three different draws
+
+    def filler(i):
+        return c.completions.create(model="tiny", prompt="filler %d " % i * (i + 1), max_tokens=12 + i,
+                                    temperature=0.7, seed=i, logprobs=1, extra_body={"min_p": 0.05}).choices[0].text
+
+    with cf.ThreadPoolExecutor(12) as ex:
+        fillers = [ex.submit(filler, i) for i in range(10)]
+        crowded = ex.submit(lambda: seeded_choices(c.completions.create(**kw)))
+        fillers += [ex.submit(filler, i + 10) for i in range(6)]
+        assert crowded.result() == alone
+        [f.result() for f in fillers]
+    for j in range(3):
+        one = c.completions.create(**{**kw, "n": 1, "seed": kw["seed"] + j})
+        assert seeded_choices(one)[0][1:] == alone[j][1:], (j, seeded_choices(one), alone[j])
+    # The sampled token's logprob is its entry in top_logprobs (listed there even when not among
+    # the top 3), and the listed probabilities add up to at most 1.
+    for _, ids, lps, tops, _ in alone:
+        for token, lp, top in zip(ids, lps, tops):
+            assert top[f"token_id:{token}"] == lp, (token, lp, top)
+            assert lp <= 0 and sum(math.exp(v) for v in top.values()) <= 1 + 1e-6, top
+    # seed is a signed 64-bit integer on HTTP, the same 64 bits as the CLI's unsigned --seed:
+    # -1 samples what `generate --seed 18446744073709551615` samples, 2^63 - 1 what it says.
+    for http_seed, cli_seed in ((-1, 2**64 - 1), (2**63 - 1, 2**63 - 1), (0, 0)):
+        r = c.completions.create(model="tiny", prompt="Hello", max_tokens=6, temperature=1.0, seed=http_seed,
+                                 extra_body={"return_token_ids": True, "ignore_eos": True})
+        g = subprocess.run([srv.binary, "generate", "--model", srv.model, "--prompt", "Hello", "--max-tokens", "6",
+                            "--temperature", "1", "--seed", str(cli_seed), "--ignore-eos", "--json", "--no-stats"],
+                           capture_output=True, text=True, timeout=300)
+        assert g.returncode == 0, g.stderr
+        assert json.loads(g.stdout)["output_ids"] == r.choices[0].token_ids, (http_seed, g.stdout, r.choices[0])
+    expect_status(lambda: c.completions.create(model="tiny", prompt="Hello", max_tokens=1, seed=2**63), 400, "seed")
+
+
+@test
+def greedy_penalties_match_a_reference(srv, c):
+    # Greedy with presence/frequency penalties: each token is the argmax of the raw logprobs
+    # (returned before penalties, as vLLM's) minus presence * [seen] + frequency * count over the
+    # output so far -- recomputed here from the top-20 logprobs. A negative frequency penalty makes
+    # the counts decide (repeats win), a positive one forbids them.
+    for pres, freq in ((0.0, -1.5), (0.3, 0.7), (2.0, 2.0), (-1.0, 0.0)):
+        r = c.completions.create(model="tiny", prompt="1 2 3", max_tokens=24, temperature=0, logprobs=20,
+                                 presence_penalty=pres, frequency_penalty=freq,
+                                 extra_body={"return_token_ids": True, "ignore_eos": True,
+                                             "return_tokens_as_token_ids": True}).choices[0]
+        counts = collections.Counter()
+        for step, (token, top) in enumerate(zip(r.token_ids, r.logprobs.top_logprobs)):
+            adjusted = {int(k.split(":")[1]): v - (pres if counts[int(k.split(":")[1])] else 0)
+                        - freq * counts[int(k.split(":")[1])] for k, v in top.items()}
+            best = max(adjusted.values())
+            # ties and fp32 rounding aside, the chosen token is the adjusted argmax
+            assert token in adjusted and adjusted[token] >= best - 1e-4, (pres, freq, step, token, adjusted)
+            counts[token] += 1
+        if freq < 0:
+            assert max(counts.values()) > 1, counts  # the negative penalty did make it repeat
 
 
 @test
