@@ -136,7 +136,10 @@ def generate_alone(model, row):
     """`deepinfer generate --json` of one request row ({"prompt_ids", "max_tokens", ...})."""
     args = [BINARY, "generate", "--model", model, "--json", "--no-stats",
             "--prompt-ids", ",".join(map(str, row["prompt_ids"])), "--max-tokens", str(row["max_tokens"])]
-    for key, flag in (("temperature", "--temperature"), ("seed", "--seed"), ("top_k", "--top-k")):
+    for key, flag in (("temperature", "--temperature"), ("seed", "--seed"), ("top_k", "--top-k"), ("top_p", "--top-p"),
+                      ("min_p", "--min-p"), ("presence_penalty", "--presence-penalty"),
+                      ("frequency_penalty", "--frequency-penalty"), ("repetition_penalty", "--repetition-penalty"),
+                      ("logprobs", "--logprobs"), ("prompt_logprobs", "--prompt-logprobs")):
         if key in row:
             args += [flag, str(row[key])]
     if row.get("ignore_eos"):

@@ -286,6 +286,52 @@ class PreemptionAndPrefixTest(unittest.TestCase):
             c.stop()
 
 
+class SeededCrowdTest(unittest.TestCase):
+    """Batch invariance as a user meets it: seeded requests with every sampling control, logprobs
+    and prompt logprobs give exactly `generate`'s tokens and logprobs, run alone, while they share
+    two data-parallel groups with each other, are preempted (a 1024-token pool), prefill in
+    24-row chunks and hit the prefix cache (a shared 2-block prefix, and the whole crowd twice)."""
+
+    def test_tokens_and_logprobs_equal_generate_alone(self):
+        ports = cu.free_ports(4)
+        c = cu.Cluster(WORK, "crowd", cu.cluster_toml("crowd", ports[0], ports[1:], [(0, [1]), (0, [2])], MODEL),
+                       sets=["kv.pool_tokens=1024", "scheduler.max_num_batched_tokens=64",
+                             "scheduler.max_prefill_chunk=24", "scheduler.max_num_running=8"])
+        try:
+            rng = random.Random(11)
+            shared = [0] + [rng.randrange(3, 100000) for _ in range(259)]
+            rows = []
+            for i in range(8):
+                row = {"prompt_ids": shared + [rng.randrange(3, 100000) for _ in range(5 + 9 * i)], "max_tokens": 40,
+                       "ignore_eos": True, "temperature": (1.0, 0, 0.8, 1.5)[i % 4],
+                       "seed": ((1 << 64) - 4 + i) % (1 << 64),  # 2^64 - 4 .. 2^64 - 1, then 0 .. 3
+                       "logprobs": 2, "presence_penalty": (0.5, -1.0, 0, 1.0)[i % 4],
+                       "frequency_penalty": (-1.5, 0.5, -0.8, 0)[i % 4],
+                       "repetition_penalty": (0.6, 1.3, 1, 0.8)[i % 4]}
+                if i % 4 == 2:
+                    row.update(top_p=0.9, top_k=40, min_p=0.02)
+                if i % 3 == 0:
+                    row.update(prompt_logprobs=2)
+                rows.append(row)
+            refs = [cu.generate_alone(MODEL, row) for row in rows]
+            keys = ("output_ids", "token_logprobs", "logprobs", "prompt_logprobs", "prompt_token_logprobs", "seed",
+                    "finish_reason", "text")
+            for run in ("cold", "warm"):
+                p, out = run_file(c, rows, f"crowd-{run}", "--concurrency", "8", "--json")
+                self.assertEqual(p.returncode, 0, p.stderr)
+                for i, ref in enumerate(refs):
+                    for key in keys:
+                        self.assertEqual(out[i].get(key), ref.get(key), f"{run} request {i} {key}")
+            counters = [g["counters"] for g in c.status()["groups"]]
+            figure("seeded crowd: preemptions, prefix hits per group",
+                   [(g["preemptions"], g["prefix_hits"]) for g in counters])
+            self.assertTrue(all(g["finished"] > 0 for g in counters), counters)  # both groups served
+            self.assertGreater(sum(g["preemptions"] for g in counters), 0)
+            self.assertGreater(sum(g["prefix_hits"] for g in counters), 0)
+        finally:
+            c.stop()
+
+
 class DataParallelTest(unittest.TestCase):
     """examples/cluster-2dp.toml's layout: node 0 router + two schedulers, nodes 1 and 2 one
     executor each."""
