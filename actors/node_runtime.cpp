@@ -73,9 +73,11 @@ node_actor find_coordinator(caf::actor_system& sys, const cluster_config& c,
     // Another cluster.name: retrying cannot help (it waited out startup_timeout_s and then
     // printed CAF's incompatible_application_ids).
     if (h.error() == caf::sec::incompatible_application_ids)
-      DI_FAIL("{}; start every node with the same cluster file and --set options",
+      DI_FAIL("{}",
               cluster_name_mismatch("this node's cluster.name", net.app_id,
-                                    "the coordinator (node 0)", n0.host, n0.port, net.tls.enabled));
+                                    "the coordinator (node 0)", n0.host, n0.port, net.tls.enabled,
+                                    "start every node with the same cluster file and --set "
+                                    "options"));
     last = describe(h.error());
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
@@ -159,7 +161,7 @@ process_config::process_config(const network_settings& s) {
     set("openssl.cafile", s.tls.cafile);
     if (!s.tls.passphrase.empty()) set("openssl.passphrase", s.tls.passphrase);
   }
-  set("middleman.app-identifiers", std::vector<std::string>{s.app_id});
+  set("middleman.app-identifiers", std::vector<std::string>{app_identifier(s.app_id)});
   set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(s.heartbeat_interval_ms)});
   set("middleman.connection-timeout", caf::timespan{std::chrono::milliseconds(s.connection_timeout_ms)});
   set("scheduler.policy", s.policy == "stealing" ? caf::atom("stealing") : caf::atom("sharing"));
@@ -254,10 +256,11 @@ router_actor connect_router(caf::actor_system& sys, const network_settings& s, c
                                                  : sys.middleman().remote_actor<router_actor>(host, port);
   if (!r && r.error() == caf::sec::incompatible_application_ids)
     throw cluster_name_error(
-        fmt::format("cannot connect to the router: {} (pass the cluster's name: cluster.name in "
-                    "the file, --cluster-name for client)",
+        fmt::format("cannot connect to the router: {}",
                     cluster_name_mismatch("this process's cluster name", s.app_id, "the router",
-                                          host, port, s.tls.enabled)),
+                                          host, port, s.tls.enabled,
+                                          "pass the cluster's name: cluster.name in the file, "
+                                          "--cluster-name for client")),
         __FILE__, __LINE__);
   // A node's internal port answers with an actor of another interface: CAF's name for that
   // ("unexpected_actor_messaging_interface") was all the client said.

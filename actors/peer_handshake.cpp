@@ -65,7 +65,23 @@ int connect_to(const std::string& host, std::uint16_t port, std::chrono::millise
   return fd;
 }
 
+constexpr std::string_view wire_tag = "@wire-";
+
 }  // namespace
+
+std::string_view wire_fingerprint() {
+  return DEEPINFER_WIRE_FINGERPRINT;
+}
+
+std::string app_identifier(const std::string& cluster_name, std::string_view wire) {
+  return cluster_name + std::string(wire_tag) + std::string(wire);
+}
+
+app_id_parts split_app_identifier(std::string_view id) {
+  const std::size_t at = id.rfind(wire_tag);
+  if (at == std::string_view::npos) return {std::string(id), ""};
+  return {std::string(id.substr(0, at)), std::string(id.substr(at + wire_tag.size()))};
+}
 
 std::optional<std::vector<std::string>> server_handshake_app_ids(std::string_view bytes) {
   if (bytes.size() < header_size || bytes[0] != 0) return std::nullopt;  // 0: server_handshake
@@ -117,16 +133,27 @@ std::optional<std::vector<std::string>> peer_app_ids(const std::string& host, st
 
 std::string cluster_name_mismatch(const std::string& own, const std::string& own_name,
                                   const std::string& what, const std::string& host,
-                                  std::uint16_t port, bool tls) {
+                                  std::uint16_t port, bool tls, const std::string& name_advice) {
   std::optional<std::vector<std::string>> theirs;
   if (!tls) theirs = peer_app_ids(host, port, std::chrono::milliseconds(1000));
   std::string names;
-  for (const std::string& id : theirs.value_or(std::vector<std::string>{}))
-    names += fmt::format("{}'{}'", names.empty() ? "" : " or ", id);
-  return fmt::format("{} '{}' does not match the cluster it connects to: {} at {}:{} {}", own,
-                     own_name, what, host, port,
-                     names.empty() ? "belongs to a cluster of another name"
-                                   : "has cluster.name " + names);
+  for (const std::string& id : theirs.value_or(std::vector<std::string>{})) {
+    const app_id_parts p = split_app_identifier(id);
+    if (p.name == own_name)  // the name agrees: the builds differ
+      return fmt::format(
+          "{} at {}:{} runs another build of deepinfer (wire fingerprint {}, this process's {}): "
+          "the nodes and clients of a cluster must come from the same sources, or they would "
+          "misread each other's messages",
+          what, host, port, p.wire.empty() ? "none, from an older build" : p.wire,
+          wire_fingerprint());
+    names += fmt::format("{}'{}'", names.empty() ? "" : " or ", p.name);
+  }
+  std::string text = fmt::format(
+      "{} '{}' does not match the cluster it connects to: {} at {}:{} {}", own, own_name, what,
+      host, port,
+      names.empty() ? "belongs to a cluster of another name" : "has cluster.name " + names);
+  if (!name_advice.empty()) text += "; " + name_advice;
+  return text;
 }
 
 }  // namespace di::actors

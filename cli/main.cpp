@@ -1,5 +1,6 @@
 // `deepinfer`: the command-line entry point. Subcommands live in cli/cmd_*.cpp; errors from
 // the library arrive as di::error and become one line on stderr and a non-zero exit code.
+#include "actors/peer_handshake.hpp"
 #include "cli/command.hpp"
 #include "common/error.hpp"
 
@@ -116,7 +117,9 @@ void require_decimal_integers(CLI::App& app) {
 int main(int argc, char** argv) {
   CLI::App app{"DeepInfer-C++: inference engine for DeepSeek-V4.1-Flash and V4-Flash", "deepinfer"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "deepinfer " DEEPINFER_VERSION);
+  // The wire fingerprint: the nodes and clients of a cluster need the same one.
+  app.set_version_flag("--version", "deepinfer " DEEPINFER_VERSION " (wire fingerprint " +
+                                        std::string(di::actors::wire_fingerprint()) + ")");
   app.footer("Run `deepinfer <command> --help` for the options of a command.");
   for (auto setup : di::cli::registered_commands()) setup(app);
   require_decimal_integers(app);

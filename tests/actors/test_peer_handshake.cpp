@@ -51,6 +51,48 @@ TEST_CASE("a node's cluster name is read from its handshake") {
                            node.port));
 }
 
+TEST_CASE("a process of another build is refused, and the message says so") {
+  // A client built after submit_reply gained a field read a running cluster's replies one byte
+  // off without an error (its seed shifted, its prompt ids empty): CAF 0.17 compares message
+  // type names only. The application id now carries the build's wire fingerprint.
+  const std::string mine = actors::app_identifier("c");
+  CHECK(mine == "c@wire-" + std::string(actors::wire_fingerprint()));
+  CHECK(actors::wire_fingerprint().size() == 12);
+  const actors::app_id_parts parts = actors::split_app_identifier(mine);
+  CHECK(parts.name == "c");
+  CHECK(parts.wire == actors::wire_fingerprint());
+  const actors::app_id_parts odd = actors::split_app_identifier("a@wire-b@wire-0123");
+  CHECK(odd.name == "a@wire-b");  // a name may hold the tag: the last one splits
+  CHECK(odd.wire == "0123");
+  CHECK(actors::split_app_identifier("plain").wire.empty());
+
+  named_node node(actors::app_identifier("c", "000000000000"));  // the same name, another build
+  named_node other(mine);
+  auto h = other.sys.middleman().remote_actor("127.0.0.1", node.port);
+  REQUIRE_FALSE(static_cast<bool>(h));
+  CHECK(h.error() == caf::sec::incompatible_application_ids);
+  const std::string msg = actors::cluster_name_mismatch(
+      "this node's cluster.name", "c", "the coordinator (node 0)", "127.0.0.1", node.port, false,
+      "start every node with the same cluster file");
+  CHECK(msg == fmt::format("the coordinator (node 0) at 127.0.0.1:{} runs another build of "
+                           "deepinfer (wire fingerprint 000000000000, this process's {}): the "
+                           "nodes and clients of a cluster must come from the same sources, or "
+                           "they would misread each other's messages",
+                           node.port, actors::wire_fingerprint()));
+  // A build from before fingerprints announces the bare name.
+  named_node old("c");
+  CHECK(actors::cluster_name_mismatch("own", "c", "the router", "127.0.0.1", old.port, false)
+            .find("(wire fingerprint none, from an older build, this process's ") !=
+        std::string::npos);
+  // Another name is still a name mismatch, with the caller's advice after it.
+  named_node named(actors::app_identifier("d"));
+  CHECK(actors::cluster_name_mismatch("own", "c", "the router", "127.0.0.1", named.port, false,
+                                      "pass --cluster-name") ==
+        fmt::format("own 'c' does not match the cluster it connects to: the router at "
+                    "127.0.0.1:{} has cluster.name 'd'; pass --cluster-name",
+                    named.port));
+}
+
 TEST_CASE("bytes that are not a server handshake give no name") {
   CHECK_FALSE(actors::server_handshake_app_ids("").has_value());
   CHECK_FALSE(actors::server_handshake_app_ids(std::string(32, '\0')).has_value());  // no payload

@@ -8,6 +8,7 @@ import collections
 import json
 import os
 import random
+import re
 import signal
 import shutil
 import socket
@@ -938,6 +939,43 @@ class ClusterNameTest(unittest.TestCase):
         finally:
             node0.send_signal(signal.SIGINT)
             node0.wait(30)
+
+    def test_a_client_of_another_build_is_refused(self):
+        # A client built after submit_reply gained a field read a running cluster's replies one
+        # byte off without an error (a seed shifted by a byte, empty prompt_ids): CAF 0.17
+        # compares message type names only. "Another build" here: this binary with its wire
+        # fingerprint (deepinfer --version) overwritten, beside it so that it loads the same way.
+        version = subprocess.run([cu.BINARY, "--version"], capture_output=True, text=True).stdout
+        m = re.search(r"\(wire fingerprint ([0-9a-f]{12})\)", version)
+        self.assertIsNotNone(m, version)
+        fingerprint = m.group(1)
+        with open(cu.BINARY, "rb") as f:
+            data = f.read()
+        self.assertGreaterEqual(data.count(fingerprint.encode()), 1)
+        other = cu.BINARY + f"-other-build-{os.getpid()}"
+        with open(other, "wb") as f:
+            f.write(data.replace(fingerprint.encode(), b"0" * 12))
+        os.chmod(other, 0o755)
+        ports = cu.free_ports(3)
+        c = cu.Cluster(WORK, "builds", cu.cluster_toml("builds", ports[0], ports[1:], [(0, [1])], "", runner="toy"))
+        try:
+            self.assertIn("(wire fingerprint 000000000000)",
+                          subprocess.run([other, "--version"], capture_output=True, text=True).stdout)
+            p = subprocess.run([other, "client", "--connect", c.address, "--cluster-name", c.name,
+                                "--prompt-ids", "0,5", "--max-tokens", "2", "--json"],
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn(f"cannot connect to the router: the router at {c.address} runs another build of "
+                          f"deepinfer (wire fingerprint {fingerprint}, this process's 000000000000)", p.stderr)
+            self.assertEqual(p.stdout, "")
+            # the same binary's client is served
+            p = subprocess.run([cu.BINARY, "client", "--connect", c.address, "--cluster-name", c.name,
+                                "--prompt-ids", "0,5", "--max-tokens", "2", "--json"],
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(p.returncode, 0, p.stderr)
+        finally:
+            c.stop()
+            os.unlink(other)
 
 
 @unittest.skipUnless(shutil.which("openssl"), "needs the openssl command to make certificates")
