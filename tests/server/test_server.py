@@ -271,6 +271,29 @@ def response_format(srv, c):
             assert list(json.loads(text)) == ["zeta", "alpha"], text
 
 
+@test
+def json_schema_formats_enforced_or_refused(srv, c):
+    # A format JSON Schema defines is enforced or refused, never left unconstrained: idn-email,
+    # idn-hostname and regex compiled as any string (an "idn-hostname" answer began
+    # "-辟胸膛.Exploring Rehabilitation").
+    def ask(fmt, seed=1):
+        schema = {"type": "string", "format": fmt}
+        return c.completions.create(model="tiny", prompt="x", max_tokens=24, temperature=1.5, seed=seed,
+                                    extra_body={"response_format": {"type": "json_schema", "json_schema": {
+                                        "name": "f", "schema": schema}}})
+    for fmt in ("idn-email", "idn-hostname", "regex"):
+        body = expect_status(lambda: ask(fmt), 400, "response_format")
+        assert "'format'" in body["message"] and fmt in body["message"], body
+    # an enforced one: what finishes matches it
+    for seed in range(4):
+        r = ask("ipv4", seed).choices[0]
+        if r.finish_reason == "stop":
+            octets = json.loads(r.text).split(".")
+            assert len(octets) == 4 and all(o.isdigit() and int(o) <= 255 for o in octets), r.text
+    # a format JSON Schema does not define is an annotation, as the spec says (schemas in use
+    # carry "color", "csv", "json"): it compiles
+    assert ask("color").choices[0].finish_reason in ("stop", "length")
+
 WEATHER_TOOL = {"type": "function", "function": {
     "name": "get_weather", "description": "The weather of a city",
     "parameters": {"type": "object", "properties": {

@@ -127,7 +127,7 @@ class schema_compiler {
   const json* intern(json schema);
   std::vector<schema_node> one_of_nodes(const schema_node& rest, const std::vector<schema_ref>& alts);
   bool one_of_disjoint(const std::vector<schema_node>& alts);
-  void absorb_format(schema_node& n, const json& v);
+  void absorb_format(schema_node& n, const schema_ref& s, const json& v);
   void absorb_dependencies(schema_node& n, const schema_ref& s, const std::string& key, const json& v);
   void absorb_bound(schema_node& n, const json& schema, const std::string& key, const json& v);
   std::string key_of(const conjunction& c);

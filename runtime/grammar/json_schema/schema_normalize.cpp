@@ -206,7 +206,7 @@ void schema_compiler::absorb_keyword(schema_node& n, const schema_ref& s, const 
     DI_CHECK(v.is_string(), "JSON Schema: pattern must be a string");
     n.patterns.push_back(v.get<std::string>());
   } else if (key == "format") {
-    absorb_format(n, v);
+    absorb_format(n, s, v);
   } else if (key == "minimum" || key == "maximum" || key == "exclusiveMinimum" || key == "exclusiveMaximum") {
     absorb_bound(n, *s.s, key, v);
   } else if (key == "multipleOf") {
@@ -249,7 +249,7 @@ void schema_compiler::absorb_keyword(schema_node& n, const schema_ref& s, const 
   }
 }
 
-void schema_compiler::absorb_format(schema_node& n, const json& v) {
+void schema_compiler::absorb_format(schema_node& n, const schema_ref& s, const json& v) {
   DI_CHECK(v.is_string(), "JSON Schema: format must be a string");
   std::string f = v.get<std::string>();
   if (!options_.format_assertion) return;
@@ -263,8 +263,15 @@ void schema_compiler::absorb_format(schema_node& n, const json& v) {
     return;
   }
   if (f == "float" || f == "double") return;
+  // Formats of JSON Schema's own vocabulary that we do not enforce: left as annotations they
+  // would let any string through where the schema names a definite language.
+  static const std::set<std::string, std::less<>> defined_unenforced = {"idn-email", "idn-hostname",
+                                                                        "regex"};
   if (format_regex(f)) {
     n.formats.push_back(f);
+  } else if (defined_unenforced.count(f)) {
+    unsupported("format", "'" + f + "' is a format JSON Schema defines that is not enforced here",
+                s);
   } else {
     warn("unknown format '" + f + "' not enforced");
   }

@@ -178,6 +178,20 @@ TEST_CASE("format date-time / time: RFC 3339's T separator and leap seconds at 2
   CHECK(!accepts(*t, "\"08:30:06\""));  // an offset is required
 }
 
+TEST_CASE("formats JSON Schema defines but we do not enforce are refused, not left unconstrained") {
+  // idn-email, idn-hostname and regex compiled as any string ("a b" passed as an idn-hostname)
+  for (const char* f : {"idn-email", "idn-hostname", "regex"}) {
+    const std::string schema = fmt::format(R"({{"type":"string","format":"{}"}})", f);
+    const std::string e = error_of(schema);
+    CHECK_MESSAGE(e.find("'format'") != std::string::npos, e);
+    CHECK_MESSAGE(e.find(f) != std::string::npos, e);
+    CHECK(accepts(*compile(schema, true), R"("ab")"));  // lenient: skipped
+  }
+  // Formats JSON Schema does not define stay annotations (jsonschemabench: "color", "csv").
+  CHECK(accepts(*compile(R"({"type":"string","format":"color"})"), R"("anything")"));
+  CHECK(!accepts(*compile(R"({"type":"string","format":"ipv4"})"), R"("1.2.3")"));
+}
+
 TEST_CASE(
     "propertyNames: false allows only the empty object; a propertyNames enum binds declared keys") {
   auto none = compile(R"({"propertyNames":false})");
