@@ -1333,7 +1333,12 @@ def stop_signal_drains_in_flight(srv, c):
             assert keep_alive.getresponse().read()
             t0 = time.time()
             d.proc.send_signal(signal.SIGTERM)
-            time.sleep(0.3)
+            # draining once serve says so (it prints this after it has started refusing): a
+            # fixed 0.3 s pause can pass before a loaded machine runs the stop thread
+            deadline = time.time() + 30
+            while not any(line.startswith("serve: stopping (signal") for line in d.stderr_lines):
+                assert time.time() < deadline, "serve did not start draining"
+                time.sleep(0.02)
             # a new request on an open connection: 503, and the connection closes after it
             status, headers, body = post(keep_alive, {"prompt": "x", "max_tokens": 2})
             assert status == 503 and json.loads(body)["error"]["code"] == "shutting_down", (status, body)
@@ -1398,7 +1403,12 @@ def stop_signal_ends_grammar_compiles(srv, c):
 
         t = threading.Thread(target=run)
         t.start()
-        time.sleep(1.0)  # compiling (it takes several seconds)
+        # compiling once the server holds it (a fixed 1 s pause could end before a loaded
+        # machine delivered the request: it then met a closed listener, with no answer)
+        deadline = time.time() + 30
+        while d.metrics()["deepinfer:http_requests_inflight"] < 1:
+            assert time.time() < deadline, "the request did not reach the server"
+            time.sleep(0.02)
         t0 = time.time()
         d.proc.send_signal(signal.SIGTERM)
         t.join(60)
