@@ -44,6 +44,7 @@ struct serve_options {
   int port = -1;
   std::vector<std::string> api_keys;
   std::string served_name;
+  std::string reasoning_parser;
 };
 
 /// The cluster file `serve --model DIR` runs: one node, one group, one CPU executor.
@@ -78,6 +79,7 @@ loaded_config load(const serve_options& o) {
   if (o.port >= 0) out.server.port = std::uint16_t(o.port);
   for (const std::string& k : o.api_keys) out.server.api_keys.push_back(k);
   if (!o.served_name.empty()) out.server.model_name = o.served_name;
+  if (!o.reasoning_parser.empty()) out.server.reasoning_parser = o.reasoning_parser;
   di::server::apply_server_env(out.server);
   di::server::validate(out.server);
   // A request's n choices go to one group together: past what a group admits at once (free
@@ -341,6 +343,10 @@ void setup_serve(CLI::App& app) {
   sub->add_option("--served-model-name", o->served_name,
                   "Model id clients use (server.model_name; default: "
                   "the model folder's name)");
+  sub->add_option("--reasoning-parser", o->reasoning_parser,
+                  "Split chat output into reasoning (before `</think>`) and content, as vLLM's "
+                  "flag: deepseek_r1, or deepseek_v3 (only when chat_template_kwargs asks for "
+                  "thinking); server.reasoning_parser; default off");
   sub->callback([o] { run_serve(*o); });
 }
 

@@ -3,6 +3,7 @@
 
 #include "runtime/scheduler.hpp"
 #include "runtime/sequence_status.hpp"
+#include "server/reasoning.hpp"
 #include "server/tool_calls.hpp"
 
 #include <fmt/format.h>
@@ -48,6 +49,8 @@ struct choice_state {
   std::size_t num_ids_sent = 0;
   /// Streaming chat with tools: the output read as content and tool calls.
   std::optional<tool_call_parser> tool_parser;
+  /// Streaming chat with a reasoning parser: the output read as reasoning and content.
+  std::optional<reasoning_parser> reasoning;
 };
 
 std::string random_id(const char* prefix) {
@@ -221,8 +224,8 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
         (!req_.logprobs || first_logprob == c.out.logprobs.size()))
       return;
     json delta = nullptr;
-    if (req_.kind == api_kind::chat && req_.parses_tool_calls) {
-      delta = tool_call_chunk(c, text, finished);
+    if (req_.kind == api_kind::chat && (req_.parses_tool_calls || req_.splits_reasoning)) {
+      delta = parsed_chunk(c, text, finished);
       if (delta.empty() && !finished && !req_.logprobs) return;  // held back: nothing to say yet
     }
     json lp = nullptr;
@@ -239,6 +242,27 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
       send_chunk(index, delta.is_null() ? json{{"content", text}} : delta, lp, fr, ids);
     else
       send_chunk(index, text, lp, fr, ids);
+  }
+
+  /// The delta of a chat chunk whose text is parsed: reasoning first (what the reasoning
+  /// parser released), then the content after it, read for tool calls where they are parsed;
+  /// `finished` releases what either parser held back.
+  json parsed_chunk(choice_state& c, const std::string& text, bool finished) {
+    if (!req_.splits_reasoning) return tool_call_chunk(c, text, finished);
+    if (!c.reasoning) c.reasoning.emplace();
+    reasoning_delta r = c.reasoning->push(text);
+    if (finished) {
+      reasoning_delta rest = c.reasoning->finish();
+      r.reasoning += rest.reasoning;
+      r.content += rest.content;
+    }
+    json delta = json::object();
+    if (!r.reasoning.empty()) delta["reasoning"] = r.reasoning;
+    if (req_.parses_tool_calls)
+      delta.update(tool_call_chunk(c, r.content, finished));
+    else if (!r.content.empty())
+      delta["content"] = r.content;
+    return delta;
   }
 
   /// The delta of a chat chunk whose text is read for tool calls: the content the parser
@@ -412,17 +436,8 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     json choice = {{"index", index}};
     json lp = nullptr;
     std::string finish_reason = c.out.finish_reason;
-    if (req_.kind == api_kind::chat && req_.parses_tool_calls) {
-      const tool_call_delta m = parse_tool_calls(c.out.text, max_tool_calls());
-      choice["message"] = {
-          {"role", "assistant"},
-          {"content", m.content.empty() && !m.calls.empty() ? json(nullptr) : json(m.content)},
-          {"refusal", nullptr}};
-      if (!m.calls.empty()) choice["message"]["tool_calls"] = tool_calls_json(m.calls, 0, false);
-      finish_reason = finish_reason_of(c, !m.calls.empty());
-      if (req_.logprobs) lp = chat_logprobs(*ctx_.model.tokenizer, c.out.logprobs);
-    } else if (req_.kind == api_kind::chat) {
-      choice["message"] = {{"role", "assistant"}, {"content", c.out.text}, {"refusal", nullptr}};
+    if (req_.kind == api_kind::chat) {
+      choice["message"] = final_message(c, finish_reason);
       if (req_.logprobs) lp = chat_logprobs(*ctx_.model.tokenizer, c.out.logprobs);
     } else {
       std::string text = c.out.text;
@@ -438,6 +453,27 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
       choice["prompt_token_ids"] = c.prompt_ids;
     }
     return choice;
+  }
+
+  /// A chat choice's message: with a reasoning parser, the reasoning (null when there is none)
+  /// apart from the content after it; with tools, the calls read from that content. Content
+  /// that is empty is null beside calls or reasoning, as in vLLM. `finish_reason` becomes
+  /// "tool_calls" where the choice called tools.
+  json final_message(const choice_state& c, std::string& finish_reason) const {
+    reasoning_delta r{.content = c.out.text};
+    if (req_.splits_reasoning) r = split_reasoning(c.out.text);
+    tool_call_delta m{.content = std::move(r.content)};
+    if (req_.parses_tool_calls) m = parse_tool_calls(m.content, max_tool_calls());
+    const bool null_if_empty = req_.splits_reasoning || !m.calls.empty();
+    json message = {
+        {"role", "assistant"},
+        {"content", m.content.empty() && null_if_empty ? json(nullptr) : json(m.content)}};
+    if (req_.splits_reasoning)
+      message["reasoning"] = r.reasoning.empty() ? json(nullptr) : json(r.reasoning);
+    message["refusal"] = nullptr;
+    if (!m.calls.empty()) message["tool_calls"] = tool_calls_json(m.calls, 0, false);
+    finish_reason = finish_reason_of(c, !m.calls.empty());
+    return message;
   }
 
   /// Each prompt counts once (n choices of one prompt share it), in prompt_tokens and in

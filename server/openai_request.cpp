@@ -8,6 +8,7 @@
 #include "runtime/grammar/json_schema.hpp"
 #include "server/api_error.hpp"
 #include "server/detail/json_string_state.hpp"
+#include "server/reasoning.hpp"
 #include "server/tool_calls.hpp"
 
 #include <fmt/format.h>
@@ -523,6 +524,30 @@ static void read_template_inputs(const field_reader& f, generation_request& r) {
   }
 }
 
+/// Whether the output is split into reasoning and content. A grammar -- a response_format, or
+/// tool_choice "required" / a named function -- would constrain the reasoning too (vLLM
+/// constrains only the text after it), so the two are refused together.
+static void read_reasoning(generation_request& r, const server_settings& limits) {
+  const auto kind = reasoning_parser_of(limits.reasoning_parser);
+  r.splits_reasoning = kind && splits_reasoning(*kind, r.chat_kwargs);
+  if (!r.splits_reasoning || r.params.response_format.empty() || grammar_over_reasoning_allowed())
+    return;
+  if (r.forces_tool_calls)
+    bad_param(
+        "tool_choice",
+        fmt::format("tool_choice \"required\" or a named function cannot be combined with the "
+                    "reasoning parser '{}' (its grammar would constrain the reasoning too); "
+                    "use tool_choice \"auto\"",
+                    limits.reasoning_parser));
+  bad_param("response_format",
+            fmt::format("'response_format' cannot be combined with the reasoning parser '{}' (its "
+                        "grammar would constrain the reasoning too){}",
+                        limits.reasoning_parser,
+                        *kind == reasoning_parser_kind::deepseek_v3
+                            ? "; leave chat_template_kwargs.thinking off for a constrained answer"
+                            : ""));
+}
+
 /// max_tokens and max_completion_tokens (either endpoint; the second wins where both are set,
 /// as in vLLM): both are checked, so a bad one beside a good one is a 400, not ignored -- and
 /// completions took max_completion_tokens without reading it at all.
@@ -578,6 +603,7 @@ generation_request parse_chat_request(const json& body, const server_settings& l
     r.chat_kwargs = *kw;
   }
   read_tools(f, r, limits);
+  read_reasoning(r, limits);
   if (f.boolean("echo") == true) bad_param("echo", "'echo' is not supported for chat completions");
   if (f.boolean("add_special_tokens") == true)
     bad_param("add_special_tokens",

@@ -43,6 +43,9 @@ struct generation_request {
   /// grammar of the calls (server/tool_calls.hpp)
   bool forces_tool_calls = false;
   bool parallel_tool_calls = true;      ///< chat only: false: at most one call
+  /// chat only: the output is split into reasoning and content (server.reasoning_parser, and
+  /// for deepseek_v3 chat_template_kwargs asking for thinking; server/reasoning.hpp)
+  bool splits_reasoning = false;
   bool add_generation_prompt = true;    ///< chat only: end the prompt with the assistant header
   bool continue_final_message = false;  ///< chat only: the reply continues the last message
   int n = 1;

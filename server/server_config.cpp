@@ -3,6 +3,7 @@
 #include "server/server_config.hpp"
 
 #include "common/error.hpp"
+#include "server/reasoning.hpp"
 
 #include <toml++/toml.h>
 
@@ -61,6 +62,8 @@ class key_reader {
       s.drain_timeout_s = int(integer(key, v, 0, 86400));
     else if (key == "json_whitespace")
       s.json_whitespace = one_of(key, v, {"any", "compact", "pretty"});
+    else if (key == "reasoning_parser")
+      s.reasoning_parser = reasoning_parser_name(key, v);
     else
       DI_FAIL("{}: server.{}: unknown key (see the README, \"HTTP server\")", origin_, key);
   }
@@ -86,6 +89,12 @@ class key_reader {
       names += (names.empty() ? "" : ", ") + std::string(a);
     }
     DI_FAIL("{}: server.{}: '{}' is not one of {}", origin_, key, x, names);
+  }
+  std::string reasoning_parser_name(const std::string& key, const toml::node& v) const {
+    const std::string x = text(key, v);
+    DI_CHECK(reasoning_parser_of(x), "{}: server.{}: unknown reasoning parser '{}' (valid: {})",
+             origin_, key, x, reasoning_parser_names);
+    return x;
   }
   std::vector<std::string> keys(const std::string& key, const toml::node& v) const {
     if (v.is_string()) return {*v.value<std::string>()};
@@ -171,6 +180,9 @@ void validate(const server_settings& s) {
   DI_CHECK(s.max_header_bytes >= 1024, "server.max_header_bytes must be at least 1024");
   for (const std::string& k : s.api_keys)
     DI_CHECK(!k.empty(), "server.api_keys: an empty key is not allowed");
+  DI_CHECK(reasoning_parser_of(s.reasoning_parser),
+           "unknown reasoning parser '{}' (--reasoning-parser, server.reasoning_parser; valid: {})",
+           s.reasoning_parser, reasoning_parser_names);
 }
 
 int num_grammar_threads(const server_settings& s, unsigned hardware_threads) {

@@ -39,6 +39,9 @@ struct server_settings {
   /// (JSON's, as vLLM and OpenAI), "compact" (none, vLLM's disable_any_whitespace) or "pretty"
   /// (at most a newline and 20 spaces or tabs: bounded, unlike "any").
   std::string json_whitespace = "any";
+  /// vLLM's --reasoning-parser: "" (off, the default), "deepseek_r1" or "deepseek_v3"
+  /// (server/reasoning.hpp): chat output before `</think>` goes to the message's `reasoning`.
+  std::string reasoning_parser;
 };
 
 /// Splits `overrides` into server.* (applied here) and the rest (for the cluster file).
