@@ -449,6 +449,134 @@ def tool_calls_parsed_in_auto(srv, c):
     assert r.choices[0].finish_reason == "stop"
 
 
+def split_think(text):
+    """(reasoning, content) as the deepseek reasoning parsers split an output (None when empty)."""
+    if text.startswith("<think>"):
+        text = text[len("<think>"):]
+    reasoning, end, content = text.partition("</think>")
+    return reasoning or None, (content if end else "") or None
+
+
+def stream_reasoning(chunks):
+    """{index: [reasoning, content, logprob tokens, finish_reason]} of a streamed chat."""
+    out = {}
+    for ch in chunks:
+        for choice in ch.choices:
+            cur = out.setdefault(choice.index, ["", "", [], None])
+            d = choice.delta
+            assert getattr(d, "reasoning_content", None) is None, d  # vLLM's old name: not sent
+            cur[0] += getattr(d, "reasoning", None) or ""
+            cur[1] += d.content or ""
+            if choice.logprobs:
+                cur[2] += [t.token for t in choice.logprobs.content]
+            cur[3] = choice.finish_reason or cur[3]
+    return out
+
+
+@test
+def reasoning_parser_splits_output(srv, c):
+    # --reasoning-parser deepseek_r1: the text before </think> is the message's `reasoning`
+    # (vLLM's name since it renamed reasoning_content), the rest its content, streamed too. A
+    # random model writes no markers: the test hook lets an ebnf response_format force the text
+    # (without it the combination is a 400, below).
+    env = dict(os.environ, DEEPINFER_TEST_GRAMMAR_OVER_REASONING="1")
+    r1 = Server(srv.binary, ["--model", srv.model, "--reasoning-parser", "deepseek_r1"], env=env)
+    try:
+        cr = client(r1, key="unused")
+        text = "<think>Tokyo: 東京, big.\n</think>\n\nIt is Tokyo."
+        fmt = {"type": "ebnf", "ebnf": "root ::= " + ebnf_literal(text)}
+        kw = dict(model="tiny", messages=[{"role": "user", "content": "Capital?"}], max_tokens=100,
+                  seed=0, extra_body={"response_format": fmt})
+        r = cr.chat.completions.create(**kw, n=2, logprobs=True, top_logprobs=2)
+        for ch in r.choices:
+            assert ch.message.reasoning == "Tokyo: 東京, big.\n", ch.message
+            assert ch.message.content == "\n\nIt is Tokyo." and ch.finish_reason == "stop", ch
+            assert "reasoning_content" not in (ch.message.model_extra or {}), ch.message
+            # logprobs cover every token, the reasoning's too, and spell out the whole text
+            assert len(ch.logprobs.content) == r.usage.completion_tokens // 2
+            *tokens, eos = ch.logprobs.content
+            assert b"".join(bytes(t.bytes) for t in tokens) == text.encode(), ch.logprobs
+            assert eos.token == "<｜end▁of▁sentence｜>", eos
+        got = stream_reasoning(cr.chat.completions.create(**kw, n=2, logprobs=True, top_logprobs=2,
+                                                          stream=True))
+        assert sorted(got) == [0, 1], got
+        for i, (reasoning, content, tokens, finish) in got.items():
+            assert (reasoning, content, finish) == ("Tokyo: 東京, big.\n", "\n\nIt is Tokyo.", "stop")
+            assert tokens == [t.token for t in r.choices[i].logprobs.content], (tokens, i)
+        # Cut off by max_tokens before </think>: all reasoning, no content (as vLLM answers).
+        cut = cr.chat.completions.create(**dict(kw, max_tokens=6))
+        ch = cut.choices[0]
+        assert ch.finish_reason == "length" and ch.message.content is None, ch
+        assert ch.message.reasoning and "Tokyo: 東京, big.\n".startswith(ch.message.reasoning), ch
+        got = stream_reasoning(cr.chat.completions.create(**dict(kw, max_tokens=6), stream=True))
+        assert got[0][:2] == [ch.message.reasoning, ""] and got[0][3] == "length", got
+        # Tool calls are read from the content only: a call inside the reasoning is reasoning.
+        call = ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>now\n```json\n{}\n```"
+                "<｜tool▁call▁end｜><｜tool▁calls▁end｜>")
+        for forced, want in (("<think>I will ask.</think>" + call, ("I will ask.", None, ["now"])),
+                             (call + "</think>Fine.", (call, "Fine.", None))):
+            tkw = dict(kw, tools=[NOW_TOOL], extra_body={"response_format": {
+                "type": "ebnf", "ebnf": "root ::= " + ebnf_literal(forced)}})
+            m = cr.chat.completions.create(**tkw).choices[0]
+            calls = [t.function.name for t in m.message.tool_calls] if m.message.tool_calls else None
+            assert (m.message.reasoning, m.message.content, calls) == want, m
+            assert m.finish_reason == ("tool_calls" if calls else "stop"), m
+            s_content, s_calls, s_finish = stream_tool_calls(cr.chat.completions.create(**tkw, stream=True))
+            s_reasoning = stream_reasoning(cr.chat.completions.create(**tkw, stream=True))[0][0]
+            assert (s_reasoning, s_content or None, [n for _, n, _ in s_calls] or None) == want
+            assert s_finish == m.finish_reason
+    finally:
+        r1.stop()
+    # The same text without a reasoning parser (the default): all content, no reasoning field.
+    plain = c.chat.completions.create(**kw).choices[0].message
+    assert plain.content == text and getattr(plain, "reasoning", None) is None, plain
+
+
+@test
+def reasoning_parser_deepseek_v3_and_refusals(srv, c):
+    # deepseek_v3 splits only when chat_template_kwargs asks for thinking (vLLM's rule);
+    # without the test hook a grammar beside an active parser is a 400 naming the field.
+    v3 = Server(srv.binary, ["--model", srv.model, "--set", "server.reasoning_parser=deepseek_v3"])
+    try:
+        cv = client(v3, key="unused")
+        msgs = [{"role": "user", "content": "Think about the sea."}]
+        for seed in range(3):
+            kw = dict(model="tiny", messages=msgs, max_tokens=12, seed=seed)
+            raw = c.chat.completions.create(**kw).choices[0].message.content  # no parser
+            off = cv.chat.completions.create(**kw).choices[0].message
+            assert off.content == raw and getattr(off, "reasoning", None) is None, off
+            on = cv.chat.completions.create(**kw, extra_body={"chat_template_kwargs": {"thinking": True}})
+            m = on.choices[0].message
+            assert (m.reasoning, m.content) == split_think(raw), (m, raw)
+            assert m.reasoning, m  # a random model writes no </think>: all of it is reasoning
+            got = stream_reasoning(cv.chat.completions.create(
+                **kw, stream=True, extra_body={"chat_template_kwargs": {"thinking": True}}))
+            assert (got[0][0] or None, got[0][1] or None) == split_think(raw), got
+        regex = {"response_format": {"type": "regex", "regex": "(yes|no)"}}
+        # not thinking: the grammar constrains the answer, as without a parser
+        r = cv.chat.completions.create(model="tiny", messages=msgs, max_tokens=4, extra_body=regex)
+        assert r.choices[0].message.content in ("yes", "no"), r
+        think = {"chat_template_kwargs": {"thinking": True}}
+        body = expect_status(lambda: cv.chat.completions.create(
+            model="tiny", messages=msgs, max_tokens=4, extra_body=dict(regex, **think)), 400, "response_format")
+        assert "reasoning parser 'deepseek_v3'" in body["message"], body
+        expect_status(lambda: cv.chat.completions.create(
+            model="tiny", messages=msgs, max_tokens=4, response_format={"type": "json_object"},
+            extra_body=think), 400, "response_format")
+        expect_status(lambda: cv.chat.completions.create(
+            model="tiny", messages=msgs, max_tokens=4, tools=[NOW_TOOL], tool_choice="required",
+            extra_body=think), 400, "tool_choice")
+        assert v3.alive()
+    finally:
+        v3.stop()
+    # An unknown parser is a start-up error listing the valid names.
+    for args in (["--reasoning-parser", "qwen3"], ["--set", "server.reasoning_parser=qwen3"]):
+        p = subprocess.run([srv.binary, "serve", "--model", srv.model, "--port", "0", *args],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode != 0 and "unknown reasoning parser 'qwen3'" in p.stderr, (args, p.stderr)
+        assert "deepseek_r1, deepseek_v3" in p.stderr, p.stderr
+
+
 @test
 def json_whitespace_setting(srv, c):
     # server.json_whitespace=compact: a JSON format allows no whitespace, so a finite schema ends
