@@ -578,6 +578,47 @@ def reasoning_parser_deepseek_v3_and_refusals(srv, c):
 
 
 @test
+def reasoning_thinking_reaches_the_template(srv, c):
+    # chat_template_kwargs reach the model's template: a V3.1-style template (its generation
+    # prompt ends with <think> when `thinking` is set, else </think>; the bundled V3 template reads
+    # no `thinking`) renders each, and deepseek_v3 then reads the answer as reasoning.
+    folder = os.path.join(srv.workdir, "v31")
+    if not os.path.isdir(folder):
+        os.makedirs(folder)
+        for name in os.listdir(srv.model):
+            if name != "tokenizer_config.json":
+                os.symlink(os.path.join(srv.model, name), os.path.join(folder, name))
+        with open(os.path.join(srv.model, "tokenizer_config.json")) as f:
+            config = json.load(f)
+        prompt_end = "{% if add_generation_prompt and not ns.is_tool %}{{'<｜Assistant｜>'}}{% endif %}"
+        assert config["chat_template"].endswith(prompt_end), config["chat_template"][-200:]
+        config["chat_template"] = config["chat_template"][:-len(prompt_end)] + (
+            "{% if add_generation_prompt and not ns.is_tool %}{{'<｜Assistant｜>'}}"
+            "{% if thinking is defined and thinking %}{{'<think>'}}{% else %}{{'</think>'}}{% endif %}{% endif %}")
+        with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+            json.dump(config, f, ensure_ascii=False)
+    v31 = Server(srv.binary, ["--model", folder, "--reasoning-parser", "deepseek_v3"])
+    try:
+        msgs = [{"role": "user", "content": "Hi"}]
+        for kwargs, end in (({"thinking": True}, "<｜Assistant｜><think>"), ({"thinking": False}, "<｜Assistant｜></think>"),
+                            ({}, "<｜Assistant｜></think>")):
+            status, _, body = v31.request("POST", "/tokenize", {"model": "v31", "messages": msgs,
+                                                                "chat_template_kwargs": kwargs,
+                                                                "return_token_strs": True})
+            assert status == 200, body
+            assert "".join(json.loads(body)["token_strs"]).endswith(end), (kwargs, body)
+        cv = client(v31, key="unused")
+        kw = dict(model="v31", messages=msgs, max_tokens=8, seed=4)
+        on = cv.chat.completions.create(**kw, extra_body={"chat_template_kwargs": {"thinking": True}})
+        m = on.choices[0].message
+        assert m.reasoning and m.content is None and on.choices[0].finish_reason == "length", on
+        off = cv.chat.completions.create(**kw).choices[0].message
+        assert off.content and getattr(off, "reasoning", None) is None, off
+    finally:
+        v31.stop()
+
+
+@test
 def json_whitespace_setting(srv, c):
     # server.json_whitespace=compact: a JSON format allows no whitespace, so a finite schema ends
     # (under the default "any" a random-weight model pads with whitespace until max_tokens).
