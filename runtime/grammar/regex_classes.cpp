@@ -1,7 +1,7 @@
 // Regex escapes and bracket classes: \n \xHH \u{...} \cX style character escapes, the Perl
 // classes \d \w \s, Unicode properties \p{..}, POSIX [:name:] classes, nested classes and
-// && intersection, case folding under (?i). A '[' inside a class is literal (ECMAScript, PCRE,
-// Python), not a nested class.
+// Rust's set operations (&& -- ~~), case folding under (?i). A '[' inside a class is literal
+// (ECMAScript, PCRE, Python), not a nested class.
 #include "common/error.hpp"
 #include "runtime/grammar/detail/regex_parser.hpp"
 
@@ -249,12 +249,21 @@ codepoint_set regex_parser::parse_class() {
   return negated ? set.complement() : set;
 }
 
-codepoint_set regex_parser::parse_class_items(std::size_t depth, bool nested) {
+bool regex_parser::at_class_operator(bool first) const {
+  if (!options_.unicode_classes) return false;
+  const std::string_view op = p_.substr(pos_, 2);
+  if (op == "&&") return true;
+  // `--` and `~~` need a left side and a right one: `[--0]` and `[+--]` keep their ranges.
+  return !first && (op == "--" || op == "~~") && pos_ + 2 < p_.size() && p_[pos_ + 2] != ']';
+}
+
+codepoint_set regex_parser::parse_class_items(std::size_t depth, bool nested, bool operand) {
   if (depth > options_.max_nesting) fail("character classes nested too deeply");
   codepoint_set acc;
   for (bool first = true;; first = false) {
     if (at_end()) fail("unterminated character class");
     if (p_[pos_] == ']' && !first) return acc;
+    if (operand && !first && at_class_operator(false)) return acc;
     if (p_.substr(pos_, 2) == "[:") {
       std::size_t close = p_.find(":]", pos_ + 2);
       if (close != std::string_view::npos) {
@@ -268,13 +277,25 @@ codepoint_set regex_parser::parse_class_items(std::size_t depth, bool nested) {
         continue;
       }
     }
-    // Rust syntax (unicode_classes): `&&` intersects, and its right operand may hold nested
-    // classes (`[\w&&[^_]]`). Elsewhere `[` inside a class is a literal, as Python's re and
-    // the xgrammar cases read it; ECMAScript (JSON Schema `pattern`, without the v flag) reads
-    // `&&` as literal characters too.
-    if (options_.unicode_classes && p_.substr(pos_, 2) == "&&") {
+    // Rust syntax (unicode_classes): `&&` intersects, `--` subtracts and `~~` keeps what is in
+    // one side only, all at one precedence, left to right; the right operand may hold nested
+    // classes (`[\w&&[^_]]`, `[a-z--[aeiou]]`). Elsewhere `[` inside a class is a literal, as
+    // Python's re and the xgrammar cases read it; ECMAScript (JSON Schema `pattern`, without the
+    // v flag) reads `&&` as literal characters too and `--` as a range.
+    if (at_class_operator(first)) {
+      const char op = p_[pos_];
       pos_ += 2;
-      return acc.intersect(parse_class_items(depth + 1, true));
+      const codepoint_set rhs = parse_class_items(depth + 1, true, true);
+      if (op == '&') {
+        acc = acc.intersect(rhs);
+      } else if (op == '-') {
+        acc = acc.minus(rhs);
+      } else {  // '~': what one side has and the other has not
+        codepoint_set one_side = acc.minus(rhs);
+        one_side.add(rhs.minus(acc));
+        acc = one_side;
+      }
+      continue;
     }
     if (nested && p_[pos_] == '[') {
       ++pos_;
@@ -298,7 +319,8 @@ codepoint_set regex_parser::parse_class_items(std::size_t depth, bool nested) {
       lo = next_cp();
     }
     char32_t hi = lo;
-    if (pos_ + 1 < p_.size() && p_[pos_] == '-' && p_[pos_ + 1] != ']') {
+    if (pos_ + 1 < p_.size() && p_[pos_] == '-' && p_[pos_ + 1] != ']' &&
+        !at_class_operator(false)) {
       ++pos_;
       if (p_[pos_] == '\\') {
         ++pos_;

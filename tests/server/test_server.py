@@ -12,6 +12,7 @@ import json
 import math
 import os
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -293,6 +294,19 @@ def json_schema_formats_enforced_or_refused(srv, c):
     # a format JSON Schema does not define is an annotation, as the spec says (schemas in use
     # carry "color", "csv", "json"): it compiles
     assert ask("color").choices[0].finish_reason in ("stop", "length")
+
+@test
+def regex_class_set_operations(srv, c):
+    # Rust's class set operations in a regex response_format: `--` subtracts (it was a range, so
+    # `[a-z--[aeiou]]{4}` came out as "B]]]]": a class '-'..'[' and then "]" four times)
+    # and `~~` keeps what one side has; `&&` intersected already.
+    for regex, allowed in (("[a-z--[aeiou]]{4}", "[b-df-hj-np-tv-z]{4}"), ("[a-g~~b-h]{3}", "[ah]{3}"),
+                           ("[0-9--5]{3}", "[0-46-9]{3}")):
+        r = c.completions.create(model="tiny", prompt="x", max_tokens=8, temperature=1.5, seed=0, n=8,
+                                 extra_body={"response_format": {"type": "regex", "regex": regex}})
+        for choice in r.choices:
+            assert choice.finish_reason == "stop" and re.fullmatch(allowed, choice.text), (regex, choice)
+
 
 WEATHER_TOOL = {"type": "function", "function": {
     "name": "get_weather", "description": "The weather of a city",

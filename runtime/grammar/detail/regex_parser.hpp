@@ -48,8 +48,12 @@ class regex_parser {
   bool parse_class_escape(codepoint_set& out);
   char32_t parse_escaped_char();
   codepoint_set parse_class();
-  /// `nested`: `[` opens a nested class (the right operand of `&&`), else it is a literal.
-  codepoint_set parse_class_items(std::size_t depth, bool nested = false);
+  /// Items of a class up to its ']'. `nested`: `[` opens a nested class (in the right operand of
+  /// `&&`, `--` or `~~`), else it is a literal; an `operand` also stops before the next such
+  /// operator, so that they apply left to right.
+  codepoint_set parse_class_items(std::size_t depth, bool nested = false, bool operand = false);
+  /// At a class set operator of Rust's syntax (`&&`, `--`, `~~`) after `first` items or not.
+  bool at_class_operator(bool first) const;
   codepoint_set parse_property(bool negated);
   std::uint32_t parse_hex(std::size_t min_digits, std::size_t max_digits);
   expr_id class_expr(codepoint_set set) const;

@@ -73,6 +73,29 @@ TEST_CASE("class set operations: Rust's nested classes and &&, ECMAScript's lite
   CHECK_FALSE(accepts(*ecma_nested, "a"));
 }
 
+TEST_CASE("class set operations: Rust's -- and ~~, left to right at &&'s precedence") {
+  // `[a-z--[aeiou]]` read `--` as the range '-'..'[': digits, capitals and punctuation matched.
+  auto consonants = compile_re(R"([a-z--[aeiou]]+)");
+  CHECK(accepts(*consonants, "bcd"));
+  for (const char* s : {"a", "e", "A", "5", "-", "["})
+    CHECK_FALSE_MESSAGE(accepts(*consonants, s), s);
+  CHECK(accepts(*compile_re("[a-z--x]"), "a"));
+  CHECK_FALSE(accepts(*compile_re("[a-z--x]"), "x"));
+  CHECK_FALSE(accepts(*compile_re("[a-z--x]"), "A"));
+  auto symmetric = compile_re("[a-g~~b-h]");  // a and h
+  CHECK(accepts(*symmetric, "a"));
+  CHECK(accepts(*symmetric, "h"));
+  CHECK_FALSE(accepts(*symmetric, "c"));
+  auto left_to_right = compile_re("[a-d--c&&a-c]");  // ({a,b,d}) && a-c
+  CHECK(accepts(*left_to_right, "b"));
+  CHECK_FALSE(accepts(*left_to_right, "d"));
+  CHECK_FALSE(accepts(*left_to_right, "c"));
+  // A '-' before ']' or at the start stays literal; ECMAScript reads '--' as a range as before.
+  CHECK(accepts(*compile_re("[+--]"), ","));
+  CHECK(accepts(*compile_re("[--0]"), "."));
+  CHECK(accepts(*compile_re("[a-z--x]", {.unicode_classes = false}), "A"));
+}
+
 TEST_CASE("case-insensitive flags scope to their group") {
   auto g = compile_re("(?i)ab(?-i:c)");
   CHECK(accepts(*g, "ABc"));
