@@ -4,6 +4,7 @@
 #include "common/error.hpp"
 #include "common/mapped_file.hpp"
 #include "runtime/grammar/ebnf.hpp"
+#include "runtime/grammar/free_text_prefix.hpp"
 #include "runtime/grammar/regex.hpp"
 #include "runtime/grammar/tool_call_grammar.hpp"
 
@@ -49,7 +50,25 @@ response_format parse_kind(const std::string& head) {
   return f;
 }
 
+response_format parse_spec(const std::string& spec, bool files);
+
+/// "after:N:MARKER" + the format's own spec.
+response_format parse_after(const std::string& spec, bool files) {
+  const std::size_t colon = spec.find(':', 6);
+  std::size_t n = 0;
+  DI_CHECK(colon != std::string::npos && colon > 6 &&
+               spec.find_first_not_of("0123456789", 6) == colon && colon - 6 <= 6 &&
+               (n = std::stoul(spec.substr(6, colon - 6))) > 0 && spec.size() - colon - 1 >= n,
+           "response format 'after': expected after:N:MARKER followed by a format, N the "
+           "marker's length in bytes");
+  response_format f = parse_spec(spec.substr(colon + 1 + n), files);
+  DI_CHECK(f.after_text.empty(), "response format 'after': a format after one 'after' only");
+  f.after_text = spec.substr(colon + 1, n);
+  return f;
+}
+
 response_format parse_spec(const std::string& spec, bool files) {
+  if (spec.starts_with("after:")) return parse_after(spec, files);
   const auto colon = spec.find(':');
   response_format f = parse_kind(spec.substr(0, colon));
   const bool has_arg = colon != std::string::npos;
@@ -76,6 +95,23 @@ std::string modifiers(const response_format& f) {
   return m;
 }
 
+/// The grammar IR of `f` (no after_text).
+grammar grammar_of(const response_format& f) {
+  switch (f.kind) {
+    case format_kind::json_schema:
+      return compile_json_schema_text(f.text, f.schema).g;
+    case format_kind::json_object:
+      return json_object_grammar(f.schema);
+    case format_kind::regex:
+      return regex_grammar(f.text);
+    case format_kind::ebnf:
+      return parse_grammar_text(f.text);
+    case format_kind::tool_calls:
+      return tool_calls_grammar_text(f.text, f.schema);
+  }
+  DI_FAIL("unknown response format kind");
+}
+
 }  // namespace
 
 response_format parse_response_format(const std::string& spec) { return parse_spec(spec, true); }
@@ -83,6 +119,12 @@ response_format parse_response_format(const std::string& spec) { return parse_sp
 response_format parse_inline_response_format(const std::string& spec) { return parse_spec(spec, false); }
 
 std::string to_inline_spec(const response_format& f) {
+  if (!f.after_text.empty()) {
+    response_format inner = f;
+    inner.after_text.clear();
+    return "after:" + std::to_string(f.after_text.size()) + ":" + f.after_text +
+           to_inline_spec(inner);
+  }
   switch (f.kind) {
     case format_kind::json_schema: return "json_schema" + modifiers(f) + ":" + f.text;
     case format_kind::json_object: return "json_object" + modifiers(f);
@@ -95,6 +137,14 @@ std::string to_inline_spec(const response_format& f) {
 
 std::shared_ptr<const compiled_grammar> compile_response_format(const response_format& f,
                                                                 const compile_options& o) {
+  if (!f.after_text.empty()) {
+    response_format inner = f;
+    inner.after_text.clear();
+    // The answer's own compile first: a format no answer satisfies is refused as it is without
+    // the free text (which alone would still match), with its message.
+    compile_response_format(inner, o);
+    return compiled_grammar::compile(free_text_then(grammar_of(inner), f.after_text), o);
+  }
   switch (f.kind) {
     case format_kind::json_schema:
       try {
@@ -126,7 +176,8 @@ namespace {
 std::string cache_key(const response_format& f, const token_vocabulary* v) {
   return std::to_string(int(f.kind)) + ":" + std::to_string(reinterpret_cast<std::uintptr_t>(v)) +
          ":" + std::to_string(int(f.schema.whitespace)) + std::to_string(f.schema.lenient) +
-         std::to_string(f.schema.format_assertion) + ":" + f.text;
+         std::to_string(f.schema.format_assertion) + ":" + std::to_string(f.after_text.size()) +
+         ":" + f.after_text + f.text;
 }
 }  // namespace
 

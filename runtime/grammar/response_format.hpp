@@ -25,6 +25,9 @@ struct response_format {
   format_kind kind = format_kind::regex;
   std::string text;  ///< the schema, pattern or grammar text itself (empty for json_object)
   json_schema_options schema;
+  /// Non-empty: the output runs free until this marker and the format applies after it (a
+  /// reasoning model's answer after `</think>`; free_text_prefix.hpp).
+  std::string after_text;
 };
 
 /// Parses the CLI syntax: "json_schema:FILE", "json_object", "regex:PATTERN" or "ebnf:FILE"
@@ -35,7 +38,9 @@ response_format parse_response_format(const std::string& spec);
 
 /// The inline syntax that travels in a request (runtime::sampling_params::response_format):
 /// "json_schema:<schema JSON>", "json_object", "regex:<pattern>", "ebnf:<grammar text>" or
-/// "tool_calls:<spec JSON>" (the server's tool_choice; JSON modifiers apply to its schemas).
+/// "tool_calls:<spec JSON>" (the server's tool_choice; JSON modifiers apply to its schemas),
+/// each optionally after "after:N:MARKER" (a marker of N bytes: free text until it, then the
+/// format; response_format::after_text).
 response_format parse_inline_response_format(const std::string& spec);
 /// `f` in the inline syntax (whitespace/lenient options are not carried: defaults apply).
 std::string to_inline_spec(const response_format& f);
