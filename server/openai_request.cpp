@@ -525,27 +525,13 @@ static void read_template_inputs(const field_reader& f, generation_request& r) {
 }
 
 /// Whether the output is split into reasoning and content. A grammar -- a response_format, or
-/// tool_choice "required" / a named function -- would constrain the reasoning too (vLLM
-/// constrains only the text after it), so the two are refused together.
+/// tool_choice "required" / a named function -- then constrains only the answer after
+/// `</think>`, as vLLM's does: the reasoning before it runs free.
 static void read_reasoning(generation_request& r, const server_settings& limits) {
   const auto kind = reasoning_parser_of(limits.reasoning_parser);
   r.splits_reasoning = kind && splits_reasoning(*kind, r.chat_kwargs);
-  if (!r.splits_reasoning || r.params.response_format.empty() || grammar_over_reasoning_allowed())
-    return;
-  if (r.forces_tool_calls)
-    bad_param(
-        "tool_choice",
-        fmt::format("tool_choice \"required\" or a named function cannot be combined with the "
-                    "reasoning parser '{}' (its grammar would constrain the reasoning too); "
-                    "use tool_choice \"auto\"",
-                    limits.reasoning_parser));
-  bad_param("response_format",
-            fmt::format("'response_format' cannot be combined with the reasoning parser '{}' (its "
-                        "grammar would constrain the reasoning too){}",
-                        limits.reasoning_parser,
-                        *kind == reasoning_parser_kind::deepseek_v3
-                            ? "; leave chat_template_kwargs.thinking off for a constrained answer"
-                            : ""));
+  if (r.splits_reasoning && !r.params.response_format.empty() && !grammar_over_reasoning_allowed())
+    r.params.response_format = after_reasoning_spec(r.params.response_format);
 }
 
 /// max_tokens and max_completion_tokens (either endpoint; the second wins where both are set,

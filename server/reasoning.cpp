@@ -86,6 +86,10 @@ reasoning_delta split_reasoning(std::string_view text) {
   return d;
 }
 
+std::string after_reasoning_spec(const std::string& spec) {
+  return "after:" + std::to_string(think::end.size()) + ":" + std::string(think::end) + spec;
+}
+
 bool grammar_over_reasoning_allowed() {
   static const bool allowed = [] {
     const char* v = std::getenv("DEEPINFER_TEST_GRAMMAR_OVER_REASONING");

@@ -64,9 +64,13 @@ class reasoning_parser {
 /// A whole output's reasoning and content (push + finish).
 reasoning_delta split_reasoning(std::string_view text);
 
+/// The response_format spec (runtime/grammar/response_format.hpp's inline syntax) under which
+/// the output runs free until `</think>` -- the reasoning -- and then follows `spec`.
+std::string after_reasoning_spec(const std::string& spec);
+
 /// Test hook DEEPINFER_TEST_GRAMMAR_OVER_REASONING=1 (read once): a response_format beside a
-/// reasoning parser constrains the whole output, reasoning included, instead of being refused
-/// -- so end-to-end tests can make a random-weight model write reasoning markers.
+/// reasoning parser constrains the whole output, reasoning included, instead of the answer
+/// after `</think>` -- so end-to-end tests can make a random-weight model write the markers.
 bool grammar_over_reasoning_allowed();
 
 }  // namespace di::server

@@ -1,13 +1,15 @@
 // Reasoning output of DeepSeek models (vLLM's deepseek_r1 / deepseek_v3 reasoning parsers): the
 // split at the first `</think>` (an opening `<think>` dropped, no `</think>`: all reasoning), a
 // stream cut anywhere reads as the whole text, the parser names and when deepseek_v3 splits,
-// server.reasoning_parser, and the chat request's refusal of a grammar beside it.
+// server.reasoning_parser, and a chat request's grammar constraining only the answer after it.
 #include "common/error.hpp"
 #include "model/tokenizer/tokenizer.hpp"
+#include "runtime/grammar/response_format.hpp"
 #include "server/api_error.hpp"
 #include "server/openai_request.hpp"
 #include "server/reasoning.hpp"
 #include "server/server_config.hpp"
+#include "tests/runtime/grammar/grammar_test_util.hpp"
 #include "tests/test_support.hpp"
 
 #include <doctest/doctest.h>
@@ -131,50 +133,50 @@ TEST_CASE("server.reasoning_parser: off by default; an unknown name is an error 
   CHECK_NOTHROW(validate(s));
 }
 
-TEST_CASE("reasoning: chat requests split by the parser; a grammar beside it is a 400") {
+TEST_CASE("reasoning: chat requests split by the parser; a grammar then follows </think>") {
   server_settings s;
   const std::string tools = R"("tools": [{"type": "function", "function": {"name": "f"}}])";
   auto parse = [&](const std::string& rest) {
     return parse_chat_request(
         json::parse(R"({"messages": [{"role": "user", "content": "x"}])" + rest + "}"), s);
   };
-  auto error_of = [&](const std::string& rest) -> api_error {
-    try {
-      parse(rest);
-    } catch (const api_error& e) {
-      return e;
-    }
-    return api_error(200, "accepted");
-  };
   const std::string regex = R"(, "response_format": {"type": "regex", "regex": "a+"})";
   const std::string thinking = R"(, "chat_template_kwargs": {"thinking": true})";
   CHECK(!parse("").splits_reasoning);  // off by default
   CHECK(!parse(thinking).splits_reasoning);
-  CHECK(!parse(regex).params.response_format.empty());
+  CHECK(parse(regex).params.response_format == "regex:a+");
 
   s.reasoning_parser = "deepseek_r1";
   CHECK(parse("").splits_reasoning);
-  CHECK(parse(R"(, "response_format": {"type": "text"})").splits_reasoning);
-  const api_error rf = error_of(regex);
-  CHECK(rf.status == 400);
-  CHECK(rf.param == "response_format");
-  CHECK(std::string(rf.what()).find("reasoning parser 'deepseek_r1'") != std::string::npos);
-  CHECK(error_of(R"(, "response_format": {"type": "json_object"})").param == "response_format");
-  const api_error tc = error_of("," + tools + R"(, "tool_choice": "required")");
-  CHECK(tc.status == 400);
-  CHECK(tc.param == "tool_choice");
+  const generation_request text = parse(R"(, "response_format": {"type": "text"})");
+  CHECK(text.splits_reasoning);
+  CHECK(text.params.response_format.empty());
+  // The grammar constrains the answer after </think> only (vLLM's rule): free reasoning first.
+  const generation_request r1 = parse(regex);
+  CHECK(r1.splits_reasoning);
+  CHECK(r1.params.response_format == "after:8:</think>regex:a+");
+  const auto g = di::grammar::compile_response_format(
+      di::grammar::parse_inline_response_format(r1.params.response_format));
+  CHECK(di::grammar::test::accepts(*g, "Let me see.</think>aaa"));
+  CHECK(di::grammar::test::accepts(*g, "still thinking"));
+  CHECK(!di::grammar::test::accepts(*g, "Let me see.</think>b"));
+  CHECK(parse(R"(, "response_format": {"type": "json_object"})")
+            .params.response_format.starts_with("after:8:</think>json_object"));
+  const generation_request required = parse("," + tools + R"(, "tool_choice": "required")");
+  CHECK(required.forces_tool_calls);
+  CHECK(required.params.response_format.starts_with("after:8:</think>tool_calls:"));
   const generation_request automatic = parse("," + tools);  // auto: calls read from the content
   CHECK(automatic.splits_reasoning);
   CHECK(automatic.parses_tool_calls);
+  CHECK(automatic.params.response_format.empty());
 
   s.reasoning_parser = "deepseek_v3";
   CHECK(!parse("").splits_reasoning);
-  CHECK(!parse(regex).splits_reasoning);  // not thinking: the grammar constrains the answer
+  const generation_request plain = parse(regex);  // not thinking: the whole output is the answer
+  CHECK(!plain.splits_reasoning);
+  CHECK(plain.params.response_format == "regex:a+");
   CHECK(!parse(R"(, "chat_template_kwargs": {"thinking": false})" + regex).splits_reasoning);
   CHECK(parse(thinking).splits_reasoning);
   CHECK(parse(R"(, "chat_template_kwargs": {"enable_thinking": true})").splits_reasoning);
-  const api_error v3 = error_of(thinking + regex);
-  CHECK(v3.status == 400);
-  CHECK(v3.param == "response_format");
-  CHECK(std::string(v3.what()).find("chat_template_kwargs.thinking") != std::string::npos);
+  CHECK(parse(thinking + regex).params.response_format == "after:8:</think>regex:a+");
 }
