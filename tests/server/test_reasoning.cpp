@@ -14,6 +14,8 @@
 
 #include <doctest/doctest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -131,6 +133,15 @@ TEST_CASE("server.reasoning_parser: off by default; an unknown name is an error 
                        di::error);
   s.reasoning_parser = "deepseek_r1";
   CHECK_NOTHROW(validate(s));
+  // serve --config: the [server] section's key
+  const auto path = std::filesystem::temp_directory_path() / "di_reasoning_parser_test.toml";
+  std::ofstream(path) << "[server]\nreasoning_parser = \"deepseek_r1\"\n";
+  CHECK(read_server_file(path.string(), {}).settings.reasoning_parser == "deepseek_r1");
+  std::ofstream(path) << "[server]\nreasoning_parser = \"r1\"\n";
+  CHECK_THROWS_WITH_AS(read_server_file(path.string(), {}),
+                       doctest::Contains("server.reasoning_parser: unknown reasoning parser 'r1'"),
+                       di::error);
+  std::filesystem::remove(path);
 }
 
 TEST_CASE("reasoning: chat requests split by the parser; a grammar then follows </think>") {
