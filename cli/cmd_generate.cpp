@@ -10,6 +10,7 @@
 #include "cli/detail/offline_generation.hpp"
 #include "cli/detail/option_checks.hpp"
 #include "cli/detail/sampling_flags.hpp"
+#include "cli/detail/schema_warnings.hpp"
 #include "cli/detail/token_id_list.hpp"
 #include "common/error.hpp"
 #include "common/mapped_file.hpp"
@@ -191,7 +192,8 @@ void run_generate(generate_options& o) {
   req.prompt_ids = prompt_tokens(o, m, dir);
   req.params = o.sampling.to_params();
   if (!o.response_format.empty()) {
-    req.params.response_format = di::grammar::to_inline_spec(di::grammar::parse_response_format(o.response_format));
+    const auto format = di::grammar::parse_response_format(o.response_format);
+    req.params.response_format = di::grammar::to_inline_spec(format);
     di::cli::enable_structured_output(m);
     // Compiled here (the runner then finds it in the shared cache), so that an error names
     // the flag and its file rather than failing the generation.
@@ -201,6 +203,7 @@ void run_generate(generate_options& o) {
     } catch (const di::error& e) {
       DI_FAIL("--response-format {}: {}", o.response_format, e.what());
     }
+    di::cli::print_schema_warnings(format, "--response-format " + o.response_format);
   }
   if (!o.json)
     req.on_text = [](const std::string& text) {

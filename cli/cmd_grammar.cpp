@@ -4,6 +4,7 @@
 // on stderr and exit code 2. `bench` (cli/detail/grammar_bench.cpp) measures compile and mask times.
 #include "cli/command.hpp"
 #include "cli/detail/grammar_bench.hpp"
+#include "cli/detail/schema_warnings.hpp"
 #include "common/error.hpp"
 #include "common/mapped_file.hpp"
 #include "runtime/grammar/earley_parser.hpp"
@@ -59,16 +60,18 @@ std::shared_ptr<const compiled_grammar> compile_for_check(const check_options& o
   f.schema.lenient = o.lenient;
   f.schema.whitespace = whitespace;
   compile_options co;
+  std::shared_ptr<const compiled_grammar> g;
   try {
-    return compile_response_format(f, co);
+    g = compile_response_format(f, co);
   } catch (const di::error&) {
     co.allow_empty_language = true;  // compiles only if the language was empty: say so
-    auto g = compile_response_format(f, co);
+    g = compile_response_format(f, co);
     fmt::print(stderr,
                "warning: the grammar matches no string at all: every string is refused here, "
                "and generation refuses the grammar\n");
-    return g;
   }
+  di::cli::print_schema_warnings(f, "--json-schema " + o.json_schema);
+  return g;
 }
 
 void run_check(const check_options& o) {

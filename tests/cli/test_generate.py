@@ -226,6 +226,29 @@ class GenerateTest(unittest.TestCase):
             self.assertIn("stdin line 1: ", err)
             self.assertLess(len(err), 400, err)  # the value is echoed in brief
 
+    def test_lenient_schema_names_what_it_skipped(self):
+        # `+lenient` / `grammar check --lenient` skip keywords that cannot be enforced, and an
+        # unknown keyword or format is an annotation: the README's "they become warnings" was
+        # never printed (the warnings were dropped), so a skipped uniqueItems or a misspelt
+        # "maxLenght" left no trace.
+        schema = os.path.join(WORK, "lenient-schema.json")
+        strings = os.path.join(WORK, "lenient-strings.jsonl")
+        with open(schema, "w") as f:
+            json.dump({"type": "array", "items": {"type": "string", "maxLenght": 3, "format": "color"},
+                       "uniqueItems": True, "maxItems": 2}, f)
+        with open(strings, "w") as f:
+            f.write('{"text": "[\\"a\\",\\"a\\"]"}\n')
+        for args in (["grammar", "check", "--lenient", "--json-schema", schema, "--strings", strings],
+                     ["generate", "--model", MODEL, "--prompt", "x", "--max-tokens", "2", "--seed", "1",
+                      "--response-format", "json_schema+lenient:" + schema]):
+            p = run(*args)
+            self.assertEqual(p.returncode, 0, (args, p.stderr))
+            warnings = [line for line in p.stderr.splitlines() if line.startswith("warning:")]
+            for word in ("'uniqueItems'", "'maxLenght'", "'color'"):
+                self.assertEqual(sum(word in w for w in warnings), 1, (args, word, p.stderr))
+        self.assertEqual(run("grammar", "check", "--lenient", "--json-schema", schema, "--strings",
+                             strings).stdout, '{"accepted": true}\n')
+
     def test_act_quant_off_changes_numerics_not_shape(self):
         a = gen_json("--prompt-ids", "0,7,8", "--max-tokens", "2", "--temperature", "0", "--logprobs", "1")
         b = gen_json("--prompt-ids", "0,7,8", "--max-tokens", "2", "--temperature", "0", "--logprobs", "1",

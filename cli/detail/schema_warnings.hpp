@@ -1,0 +1,16 @@
+// What a JSON Schema's compile leaves unenforced -- keywords a lenient compile skipped, unknown
+// keywords and formats kept as annotations -- printed for the CLI's user: the grammar cache
+// keeps only the grammar, so these warnings were dropped.
+#pragma once
+
+#include "runtime/grammar/response_format.hpp"
+
+#include <string>
+
+namespace di::cli {
+
+/// Prints "warning: WHERE: ..." on stderr once per distinct warning of `f`'s JSON Schema
+/// (nothing for other kinds). Runs the schema's front end, cheap next to the automaton.
+void print_schema_warnings(const di::grammar::response_format& f, const std::string& where);
+
+}  // namespace di::cli
