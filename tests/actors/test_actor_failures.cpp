@@ -85,6 +85,26 @@ struct raw_client {
     }
     return got;
   }
+  /// Events for `id` until one carries tokens or is final, or until `timeout` has passed.
+  std::vector<runtime::token_event> until_tokens(std::uint64_t id,
+                                                 std::chrono::milliseconds timeout) {
+    std::vector<runtime::token_event> got;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (got.empty() || (got.back().token_ids.empty() && !got.back().is_finished())) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      bool timed_out = false;
+      self->receive(
+          [&](actors::client_events& ev) {
+            for (auto& e : ev.events)
+              if (e.request_id == id) got.push_back(std::move(e));
+          },
+          caf::after(left) >> [&] { timed_out = true; });
+      if (timed_out) break;
+    }
+    return got;
+  }
   caf::scoped_actor self;
 };
 
@@ -97,9 +117,11 @@ TEST_CASE("abort while queued, mid-prefill and mid-decode: status abort, blocks 
   actors::local_cluster cluster(ts.sys, {.config = c, .assets = toy_assets(c)});
   const std::int64_t free_at_start = cluster.status().groups[0].stats.num_free_blocks;
   raw_client client(ts.sys);
-  auto long_prompt = ids_request(random_prompt(1, 400), 1000);
+  auto long_prompt = ids_request(random_prompt(1, 1200), 1000);
   long_prompt.id = 1;
-  REQUIRE(client.submit(cluster.router(), long_prompt).accepted);  // 25 prefill steps
+  // 75 prefill steps (375 ms at least; 25 left a loaded machine little room): still in prefill
+  // when its abort comes
+  REQUIRE(client.submit(cluster.router(), long_prompt).accepted);
   auto queued = ids_request(random_prompt(2, 10), 1000);
   queued.id = 2;
   REQUIRE(client.submit(cluster.router(), queued).accepted);  // waits: one running at most
@@ -116,8 +138,11 @@ TEST_CASE("abort while queued, mid-prefill and mid-decode: status abort, blocks 
   auto decode = ids_request(random_prompt(3, 10), 1000);
   decode.id = 3;
   REQUIRE(client.submit(cluster.router(), decode).accepted);
-  auto first = client.until_final(3, std::chrono::milliseconds(100));  // some tokens, not final
+  // Its first tokens, not final (1000 tokens take 5 s of steps). This waited 100 ms and then
+  // required an event: a loaded machine can take longer to deliver the first one.
+  auto first = client.until_tokens(3, std::chrono::seconds(5));
   REQUIRE(!first.empty());
+  CHECK(!first.back().token_ids.empty());
   CHECK_FALSE(first.back().is_finished());
   client.self->send(cluster.router(), actors::abort_request{3});
   auto d = client.until_final(3, std::chrono::seconds(5));

@@ -59,15 +59,18 @@ TEST_CASE("concurrent requests equal the same requests run alone") {
 TEST_CASE("overlap off gives the same tokens; with overlap the next plan is always waiting") {
   const auto reqs = mixed_requests(16, 12);
   actors::cluster_status on_status, off_status;
-  const auto on = run(toy_config({"model.toy.step_ms=2"}), reqs, 16, &on_status);
-  const auto off = run(toy_config({"model.toy.step_ms=2", "scheduler.overlap=false"}), reqs, 16, &off_status);
+  // 20 ms steps: the scheduler has a step's time to send the next plan, and 2 ms was shorter
+  // than a loaded machine's scheduling delay (35 of 39 plans waiting, 3 of 12 runs under load).
+  const auto on = run(toy_config({"model.toy.step_ms=20"}), reqs, 16, &on_status);
+  const auto off =
+      run(toy_config({"model.toy.step_ms=20", "scheduler.overlap=false"}), reqs, 16, &off_status);
   check_same(on, off);
   const actors::executor_timing& t_on = on_status.groups[0].timing;
   const actors::executor_timing& t_off = off_status.groups[0].timing;
   REQUIRE(t_on.num_gaps > 10);
   REQUIRE(t_off.num_gaps > 10);
   // With overlap plan N+1 is sent while N runs (unless this shared machine stalls the
-  // scheduler for a whole 2 ms step); without, only after N's result came back.
+  // scheduler for a whole step); without, only after N's result came back.
   CHECK(t_on.num_ready * 10 >= t_on.num_gaps * 9);
   CHECK(t_off.num_ready == 0);
 }
@@ -75,8 +78,12 @@ TEST_CASE("overlap off gives the same tokens; with overlap the next plan is alwa
 TEST_CASE("a KV pool too small for the load preempts, and outputs are unchanged") {
   const auto reqs = mixed_requests(16, 13);
   actors::cluster_status status;
-  // 40 blocks of 16 tokens: one 340-token request fits alone, 16 of them do not.
-  const auto tight = run(toy_config({"kv.pool_tokens=640", "model.toy.max_model_len=600"}), reqs, 16, &status);
+  // 40 blocks of 16 tokens: one 340-token request fits alone, 16 of them do not. 5 ms steps
+  // keep them live together: with instant steps, the requests a loaded machine delivered
+  // spread out could finish before enough of them were live (no preemption, 1 of 12 runs).
+  const auto tight =
+      run(toy_config({"kv.pool_tokens=640", "model.toy.max_model_len=600", "model.toy.step_ms=5"}),
+          reqs, 16, &status);
   const auto alone = run(toy_config(), reqs, 1);
   check_same(tight, alone);
   CHECK(status.groups[0].stats.counters.num_preemptions > 0);
