@@ -59,6 +59,7 @@ std::shared_ptr<const compiled_grammar> compile_for_check(const check_options& o
   }
   f.schema.lenient = o.lenient;
   f.schema.whitespace = whitespace;
+  f.schema.use = json_schema_use::validation;  // every spelling JSON Schema allows (1.0, 7.00)
   compile_options co;
   std::shared_ptr<const compiled_grammar> g;
   try {

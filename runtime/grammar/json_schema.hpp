@@ -6,7 +6,8 @@
 // Where the grammar is stricter than the spec, it is so by design and documented: object
 // properties follow the schema's `properties` order (declared ones first, then others),
 // strings constrained by pattern/length/format/enum use one canonical escaping per character
-// (what serializers emit), and numbers with bounds or multipleOf have no exponent part.
+// (what serializers emit), and numbers with bounds or multipleOf have no exponent part. For
+// generation (json_schema_use) integers take no fraction and enum/const numbers one text.
 #pragma once
 
 #include "runtime/grammar/exact_json.hpp"
@@ -32,8 +33,20 @@ enum class json_schema_draft {
   draft4,        ///< draft 4: `id`, boolean exclusiveMinimum/Maximum
 };
 
+/// What a schema's grammar is for: it decides how many spellings a number has.
+enum class json_schema_use {
+  /// Every JSON text of a valid value, as JSON Schema validates: 1.0 is an integer, an enum's
+  /// 7 matches 7.0 (`grammar check`, the conformance tests).
+  validation,
+  /// One text per value, what typed clients parse: integers as -?(0|[1-9][0-9]*), enum/const
+  /// numbers in plain decimal (json_text::literal); what response formats generate.
+  generation,
+};
+
 struct json_schema_options {
   json_whitespace whitespace = json_whitespace::any;
+  /// Validation keeps every spelling; response_format defaults to generation.
+  json_schema_use use = json_schema_use::validation;
   /// Dialect of a schema without `$schema` (an unknown `$schema` is refused).
   json_schema_draft default_draft = json_schema_draft::draft2020_12;
   /// Other schema documents a `$ref` may name, by absolute URI (nothing is fetched).

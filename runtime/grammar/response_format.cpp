@@ -176,8 +176,8 @@ namespace {
 std::string cache_key(const response_format& f, const token_vocabulary* v) {
   return std::to_string(int(f.kind)) + ":" + std::to_string(reinterpret_cast<std::uintptr_t>(v)) +
          ":" + std::to_string(int(f.schema.whitespace)) + std::to_string(f.schema.lenient) +
-         std::to_string(f.schema.format_assertion) + ":" + std::to_string(f.after_text.size()) +
-         ":" + f.after_text + f.text;
+         std::to_string(f.schema.format_assertion) + std::to_string(int(f.schema.use)) + ":" +
+         std::to_string(f.after_text.size()) + ":" + f.after_text + f.text;
 }
 }  // namespace
 

@@ -24,7 +24,9 @@ enum class format_kind { json_schema, json_object, regex, ebnf, tool_calls };
 struct response_format {
   format_kind kind = format_kind::regex;
   std::string text;  ///< the schema, pattern or grammar text itself (empty for json_object)
-  json_schema_options schema;
+  /// A format is for generation: one text per number (json_schema_use); `grammar check` sets
+  /// validation, which accepts every spelling JSON Schema allows (1.0 as an integer).
+  json_schema_options schema{.use = json_schema_use::generation};
   /// Non-empty: the output runs free until this marker and the format applies after it (a
   /// reasoning model's answer after `</think>`; free_text_prefix.hpp).
   std::string after_text;
@@ -42,7 +44,7 @@ response_format parse_response_format(const std::string& spec);
 /// each optionally after "after:N:MARKER" (a marker of N bytes: free text until it, then the
 /// format; response_format::after_text).
 response_format parse_inline_response_format(const std::string& spec);
-/// `f` in the inline syntax (whitespace/lenient options are not carried: defaults apply).
+/// `f` in the inline syntax (whitespace/lenient/use options are not carried: defaults apply).
 std::string to_inline_spec(const response_format& f);
 
 /// Front end + compilation (di::error with a clear message on bad input).

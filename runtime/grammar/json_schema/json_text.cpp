@@ -1,6 +1,8 @@
 // JSON text building blocks (see json_text.hpp).
 #include "runtime/grammar/json_schema/json_text.hpp"
 
+#include "runtime/grammar/json_schema/number_ranges.hpp"
+
 #include <cmath>
 
 namespace di::grammar::json_detail {
@@ -86,10 +88,15 @@ expr_id json_text::any_char() {
 
 expr_id json_text::any_string() { return quoted(g_.repeat(any_char(), 0, k_unbounded)); }
 
+expr_id json_text::zero_fraction() {
+  if (use_ == json_schema_use::generation) return g_.empty();
+  return g_.optional(g_.sequence({g_.literal("."), g_.repeat(g_.literal("0"), 1, k_unbounded)}));
+}
+
 expr_id json_text::any_integer() {
   expr_id digits = g_.sequence({g_.byte_range('1', '9'), g_.repeat(g_.byte_range('0', '9'), 0, k_unbounded)});
-  expr_id zero_fraction = g_.optional(g_.sequence({g_.literal("."), g_.repeat(g_.literal("0"), 1, k_unbounded)}));
-  return g_.sequence({g_.optional(g_.literal("-")), g_.choice({g_.literal("0"), digits}), zero_fraction});
+  return g_.sequence(
+      {g_.optional(g_.literal("-")), g_.choice({g_.literal("0"), digits}), zero_fraction()});
 }
 
 expr_id json_text::any_number() {
@@ -149,15 +156,20 @@ expr_id json_text::literal(const nlohmann::ordered_json& v) {
     case nlohmann::ordered_json::value_t::number_integer:
     case nlohmann::ordered_json::value_t::number_unsigned:
     case nlohmann::ordered_json::value_t::number_float: {
+      if (use_ == json_schema_use::generation) {
+        const decimal x = to_decimal(v);  // exact: the schema's numbers are (exact_json.hpp)
+        return g_.literal((x.negative ? "-" : "") + x.int_digits +
+                          (x.frac_digits.empty() ? "" : "." + x.frac_digits));
+      }
       double d = v.get<double>();
       bool integral = !v.is_number_float() || (std::isfinite(d) && std::floor(d) == d && std::fabs(d) < 1e15);
       if (!integral) return g_.literal(v.dump());
       std::string digits = v.is_number_float() ? nlohmann::ordered_json(std::int64_t(d)).dump() : v.dump();
-      expr_id zero_fraction = g_.optional(g_.sequence({g_.literal("."), g_.repeat(g_.literal("0"), 1, k_unbounded)}));
-      if (digits == "0") return g_.sequence({g_.optional(g_.literal("-")), g_.literal("0"), zero_fraction});
+      if (digits == "0")
+        return g_.sequence({g_.optional(g_.literal("-")), g_.literal("0"), zero_fraction()});
       // Also the shortest floating-point spelling of the same value (9.007199254740992e+15).
       std::string as_double = nlohmann::ordered_json(d).dump();
-      expr_id plain = g_.sequence({g_.literal(digits), zero_fraction});
+      expr_id plain = g_.sequence({g_.literal(digits), zero_fraction()});
       bool exact = v.is_number_float() || (std::fabs(d) < 9.2e18 && std::int64_t(d) == v.get<std::int64_t>());
       return exact && as_double != digits ? g_.choice({plain, g_.literal(as_double)}) : plain;
     }

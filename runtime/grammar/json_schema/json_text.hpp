@@ -14,7 +14,9 @@ std::u32string decode_utf8(std::string_view s);
 
 class json_text {
  public:
-  json_text(grammar& g, json_whitespace ws) : g_(g), ws_policy_(ws) {}
+  /// `use` matters for numbers only (scratch texts of strings and names leave it).
+  json_text(grammar& g, json_whitespace ws, json_schema_use use = json_schema_use::validation)
+      : g_(g), ws_policy_(ws), use_(use) {}
 
   grammar& g() { return g_; }
   expr_id ws();
@@ -26,13 +28,18 @@ class json_text {
   expr_id quoted(expr_id content) { return g_.sequence({g_.literal("\""), content, g_.literal("\"")}); }
   expr_id any_string();
   expr_id any_number();
-  expr_id any_integer();  ///< an integer value: digits, optionally with a zero fraction (1.0)
+  /// An integer value: digits, for validation optionally with a zero fraction (1.0).
+  expr_id any_integer();
+  /// ".0", ".00", ... or nothing after an integer's digits (validation); nothing (generation).
+  expr_id zero_fraction();
   expr_id boolean() { return g_.choice({g_.literal("true"), g_.literal("false")}); }
   expr_id null_value() { return g_.literal("null"); }
   expr_id any_object();
   expr_id any_array();
   expr_id any_value();
-  /// `v` serialized (whitespace allowed between tokens; numbers by value, 1 == 1.0).
+  /// `v` serialized (whitespace allowed between tokens). Numbers: for validation every
+  /// spelling of the value without exponent (1 == 1.0) and its shortest double text; for
+  /// generation only its plain decimal text (12345678901234567, 1.5, 2.0 as 2, 1e-7 as 0.0000001).
   expr_id literal(const nlohmann::ordered_json& v);
   /// The JSON string literal of `s` in canonical escaping.
   expr_id string_literal(std::string_view s);
@@ -42,6 +49,7 @@ class json_text {
 
   grammar& g_;
   json_whitespace ws_policy_;
+  json_schema_use use_;
   std::optional<rule_id> ws_rule_;
   std::optional<rule_id> value_rule_, object_rule_, array_rule_;
 };

@@ -222,7 +222,15 @@ decimal ceil_decimal(const decimal& d) {
   return r;
 }
 
-expr_id integer_range(grammar& g, const std::optional<bound>& lo_b, const std::optional<bound>& hi_b) {
+namespace {
+expr_id zero_fraction(grammar& g, bool zero_fractions) {
+  if (!zero_fractions) return g.empty();
+  return g.optional(g.sequence({g.literal("."), g.repeat(g.literal("0"), 1, k_unbounded)}));
+}
+}  // namespace
+
+expr_id integer_range(grammar& g, const std::optional<bound>& lo_b,
+                      const std::optional<bound>& hi_b, bool zero_fractions) {
   std::optional<decimal> lo, hi;  // inclusive integer bounds
   if (lo_b) lo = lo_b->exclusive ? add_one(floor_decimal(lo_b->value)) : ceil_decimal(lo_b->value);
   if (hi_b) hi = hi_b->exclusive ? negate(add_one(floor_decimal(negate(hi_b->value)))) : floor_decimal(hi_b->value);
@@ -239,8 +247,7 @@ expr_id integer_range(grammar& g, const std::optional<bound>& lo_b, const std::o
     alts.push_back(g.sequence({g.literal("-"), d.naturals(from, lo ? std::optional<std::string>(lo->int_digits) : std::nullopt)}));
   }
   if ((!lo || compare(*lo, zero) <= 0) && (!hi || compare(*hi, zero) >= 0)) alts.push_back(g.literal("-0"));
-  expr_id zero_fraction = g.optional(g.sequence({g.literal("."), g.repeat(g.literal("0"), 1, k_unbounded)}));
-  return g.sequence({g.choice(std::move(alts)), zero_fraction});
+  return g.sequence({g.choice(std::move(alts)), zero_fraction(g, zero_fractions)});
 }
 
 expr_id decimal_range(grammar& g, const std::optional<bound>& lo, const std::optional<bound>& hi) {
@@ -264,7 +271,7 @@ expr_id decimal_range(grammar& g, const std::optional<bound>& lo, const std::opt
   return g.choice(std::move(alts));
 }
 
-expr_id integer_multiple(grammar& g, std::uint32_t k) {
+expr_id integer_multiple(grammar& g, std::uint32_t k, bool zero_fractions) {
   DI_CHECK(k >= 1 && k <= 100000, "multipleOf {} is outside the supported range 1..100000", k);
   std::vector<rule_id> rem(k);
   for (std::uint32_t r = 0; r < k; ++r) rem[r] = g.fresh_rule("multiple_r" + std::to_string(r));
@@ -278,8 +285,8 @@ expr_id integer_multiple(grammar& g, std::uint32_t k) {
   std::vector<expr_id> first{g.literal("0")};
   for (std::uint32_t dgt = 1; dgt < 10; ++dgt)
     first.push_back(g.sequence({g.literal(std::string(1, char('0' + dgt))), g.ref(rem[dgt % k])}));
-  expr_id zero_fraction = g.optional(g.sequence({g.literal("."), g.repeat(g.literal("0"), 1, k_unbounded)}));
-  return g.sequence({g.optional(g.literal("-")), g.choice(std::move(first)), zero_fraction});
+  return g.sequence(
+      {g.optional(g.literal("-")), g.choice(std::move(first)), zero_fraction(g, zero_fractions)});
 }
 
 }  // namespace di::grammar::json_detail

@@ -37,11 +37,14 @@ struct bound {
   bool exclusive = false;
 };
 
-/// JSON integers (digits, optional "-", optionally a zero fraction like 3.0) in the bounds.
-expr_id integer_range(grammar& g, const std::optional<bound>& lo, const std::optional<bound>& hi);
+/// JSON integers (digits, optional "-", with `zero_fractions` optionally a zero fraction like
+/// 3.0) in the bounds.
+expr_id integer_range(grammar& g, const std::optional<bound>& lo, const std::optional<bound>& hi,
+                      bool zero_fractions);
 /// JSON numbers without exponent in the bounds.
 expr_id decimal_range(grammar& g, const std::optional<bound>& lo, const std::optional<bound>& hi);
-/// JSON integers that are multiples of the positive integer `k` (k <= 100000).
-expr_id integer_multiple(grammar& g, std::uint32_t k);
+/// JSON integers that are multiples of the positive integer `k` (k <= 100000), with
+/// `zero_fractions` also written 6.0, 6.00, ...
+expr_id integer_multiple(grammar& g, std::uint32_t k, bool zero_fractions);
 
 }  // namespace di::grammar::json_detail

@@ -54,6 +54,8 @@ expr_id number_schema(schema_compiler& c, const schema_node& n, bool integer_onl
   const bool bounded = n.minimum || n.maximum;
   const std::optional<bound> lo = n.minimum, hi = n.maximum;
   const std::size_t limit = c.options().max_string_states;
+  // A value of type "number" may be written 6.0 either way; an integer, for generation, not.
+  const bool zero_fractions = !integer_only || c.options().use == json_schema_use::validation;
   if ((n.types & t_number) && !(n.types & t_integer)) {
     if (!n.multiple_of.empty()) c.unsupported("multipleOf", "on numbers that exclude integers", {nullptr, ""});
     if (!bounded) return non_integers(g);
@@ -66,9 +68,12 @@ expr_id number_schema(schema_compiler& c, const schema_node& n, bool integer_onl
       c.unsupported("multipleOf", "multiples whose step exceeds 100000", {nullptr, ""});
       return integer_only ? c.text().any_integer() : c.text().any_number();
     }
-    auto multiples = [k](grammar& t) { return integer_multiple(t, std::uint32_t(k)); };
+    auto multiples = [&](grammar& t) {
+      return integer_multiple(t, std::uint32_t(k), zero_fractions);
+    };
     if (!bounded) return multiples(g);
-    return intersect_into(g, multiples, [&](grammar& t) { return integer_range(t, lo, hi); }, limit);
+    return intersect_into(
+        g, multiples, [&](grammar& t) { return integer_range(t, lo, hi, zero_fractions); }, limit);
   }
   if (!n.multiple_of.empty()) {
     // Non-integer steps on numbers: only 10^-s (0.1, 0.01...) is supported: at most s decimals.
@@ -89,7 +94,8 @@ expr_id number_schema(schema_compiler& c, const schema_node& n, bool integer_onl
     if (!bounded) return decimals(g);
     return intersect_into(g, decimals, [&](grammar& t) { return decimal_range(t, lo, hi); }, limit);
   }
-  if (integer_only) return bounded ? integer_range(g, lo, hi) : c.text().any_integer();
+  if (integer_only)
+    return bounded ? integer_range(g, lo, hi, zero_fractions) : c.text().any_integer();
   return bounded ? decimal_range(g, lo, hi) : c.text().any_number();
 }
 

@@ -46,7 +46,7 @@ bool only_ref(const json& s) {
 
 schema_compiler::schema_compiler(const json& root, const json_schema_options& options)
     : options_(options),
-      text_(g_, options.whitespace),
+      text_(g_, options.whitespace, options.use),
       root_(root),
       dialect_(dialect_of(root, options.default_draft)),
       draft7_(dialect_ != json_schema_draft::draft2020_12),

@@ -1,9 +1,12 @@
 // parse_json_exact: numbers a double cannot hold are found, with their path, and a JSON Schema
 // holding one is refused by name (its outputs broke the schema: a const of 30 digits came out
-// as 1.2345678901234568e+29, a maximum of 2^64 as 18446744073709552000).
+// as 1.2345678901234568e+29, a maximum of 2^64 as 18446744073709552000); numbers in one text for
+// generation (json_schema_use), every spelling for validation.
 #include "common/error.hpp"
+#include "grammar_test_util.hpp"
 #include "runtime/grammar/exact_json.hpp"
 #include "runtime/grammar/json_schema.hpp"
+#include "runtime/grammar/response_format.hpp"
 
 #include <doctest/doctest.h>
 
@@ -42,4 +45,73 @@ TEST_CASE("a JSON Schema with a number a double cannot hold is refused by name")
       doctest::Contains("18446744073709551616 at maximum cannot be held exactly"), di::error);
   CHECK_NOTHROW(compile_json_schema_text(
       R"({"type": "integer", "minimum": -9223372036854775808, "maximum": 18446744073709551615})"));
+}
+
+namespace {
+
+bool accepts(const std::string& schema, json_schema_use use, const std::string& text) {
+  json_schema_options o;
+  o.use = use;
+  return di::grammar::test::accepts(
+      *compiled_grammar::compile(compile_json_schema_text(schema, o).g), text);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "generation writes integers and enum/const numbers in one text; validation takes every "
+    "spelling") {
+  // Generation wrote "2.000" for an integer and "12345678901234567.0" for that enum: valid JSON
+  // Schema, refused by typed clients (serde, Go, pydantic's strict ints).
+  const auto gen = json_schema_use::generation, val = json_schema_use::validation;
+  for (const char* schema : {R"({"type":"integer","minimum":0,"maximum":9})",
+                             R"({"type":"integer"})", R"({"type":"integer","multipleOf":2})",
+                             R"({"type":"integer","minimum":-4,"maximum":9,"multipleOf":2})"}) {
+    CAPTURE(schema);
+    CHECK(accepts(schema, gen, "2"));
+    CHECK(accepts(schema, gen, "0"));
+    for (const char* text : {"2.0", "2.000", "2e0", "2E0", "20e-1", "0.0"})
+      CHECK_FALSE(accepts(schema, gen, text));
+    for (const char* text : {"2", "2.0", "2.000", "0.0"}) CHECK(accepts(schema, val, text));
+  }
+  const char* big = R"({"enum":[12345678901234567,7]})";
+  CHECK(accepts(big, gen, "12345678901234567"));
+  CHECK(accepts(big, gen, "7"));
+  for (const char* text : {"12345678901234567.0", "1.2345678901234568e+16", "7.0", "7e0"})
+    CHECK_FALSE(accepts(big, gen, text));
+  CHECK(accepts(big, val, "12345678901234567.0"));
+  CHECK(accepts(big, val, "7.00"));
+  // number consts in plain decimal: as written when it is, the integer's digits when integral
+  CHECK(accepts(R"({"const":1.5})", gen, "1.5"));
+  CHECK_FALSE(accepts(R"({"const":1.5})", gen, "1.50"));
+  CHECK(accepts(R"({"const":2.0})", gen, "2"));
+  CHECK_FALSE(accepts(R"({"const":2.0})", gen, "2.0"));
+  CHECK(accepts(R"({"const":2.0})", val, "2.0"));
+  CHECK(accepts(R"({"const":1e20})", gen, "100000000000000000000"));
+  CHECK_FALSE(accepts(R"({"const":1e20})", gen, "1e+20"));
+  CHECK(accepts(R"({"const":-2.5e-3})", gen, "-0.0025"));
+  CHECK(accepts(R"({"enum":[[1,{"a":3.0}]]})", gen, R"([1,{"a":3}])"));
+  CHECK_FALSE(accepts(R"({"enum":[[1,{"a":3.0}]]})", gen, R"([1,{"a":3.0}])"));
+  // "number" keeps its spellings; what is not an integer still excludes 2.0 (an integer's value)
+  CHECK(accepts(R"({"type":"number","minimum":0,"maximum":9})", gen, "2.0"));
+  CHECK(accepts(R"({"type":"number"})", gen, "2e0"));
+  CHECK_FALSE(accepts(R"({"type":"number","not":{"type":"integer"}})", gen, "2.0"));
+  CHECK(accepts(R"({"type":"number","not":{"type":"integer"}})", gen, "2.5"));
+}
+
+TEST_CASE("response formats compile for generation, grammar check's use is part of the cache key") {
+  const response_format f =
+      parse_inline_response_format(R"(json_schema:{"type":"integer","minimum":0,"maximum":9})");
+  CHECK(f.schema.use == json_schema_use::generation);
+  CHECK(parse_response_format("json_object").schema.use == json_schema_use::generation);
+  CHECK_FALSE(di::grammar::test::accepts(*compile_response_format(f), "2.0"));
+  response_format v = f;
+  v.schema.use = json_schema_use::validation;
+  CHECK(di::grammar::test::accepts(*compile_response_format(v), "2.0"));
+  // tool-call argument grammars take the format's options
+  const response_format tools = parse_inline_response_format(
+      R"(tool_calls:{"begin":"","end":"","separator":"","calls":[{"begin":"<","end":">","schema":)"
+      R"({"type":"object","properties":{"n":{"type":"integer"}},"required":["n"],"additionalProperties":false}}]})");
+  CHECK(di::grammar::test::accepts(*compile_response_format(tools), R"(<{"n":12}>)"));
+  CHECK_FALSE(di::grammar::test::accepts(*compile_response_format(tools), R"(<{"n":12.0}>)"));
 }
