@@ -273,6 +273,42 @@ def response_format(srv, c):
 
 
 @test
+def json_schema_integers_in_integer_syntax(srv, c):
+    # Generation writes an integer as -?(0|[1-9][0-9]*) and an enum/const number as one text:
+    # it wrote "2.000" for an integer and "12345678901234567.0" for that enum (valid JSON Schema,
+    # 1.0 being an integer, but Rust serde, Go and pydantic's strict ints refuse them).
+    compact = Server(srv.binary, ["--model", srv.model, "--set", "server.json_whitespace=compact"])
+    try:
+        cc = client(compact, key="unused")
+        schema = {"type": "object", "properties": {
+            "digit": {"type": "integer", "minimum": 0, "maximum": 9},
+            "count": {"type": "integer", "minimum": -99, "maximum": 99, "multipleOf": 3},
+            "big": {"enum": [12345678901234567, 7]},
+            "half": {"const": 1.5}},
+            "required": ["digit", "count", "big", "half"], "additionalProperties": False}
+        fmt = {"response_format": {"type": "json_schema", "json_schema": {"name": "i", "schema": schema}}}
+        integer = r"-?(0|[1-9][0-9]*)"
+        shape = re.compile(r'\{"digit":%s,"count":%s,"big":(12345678901234567|7),"half":1\.5\}' % (integer, integer))
+        finished = 0
+        for seed in range(12):
+            r = cc.completions.create(model="tiny", prompt=["Digits:", "x", "{"], n=2, max_tokens=48,
+                                      temperature=1.5, seed=seed, extra_body=fmt)
+            for ch in r.choices:
+                # a fraction or exponent after an integer's digits shows in any prefix
+                assert not re.search(r'"(digit|count|big)":-?[0-9]+[.eE]', ch.text), (seed, ch.text)
+                if ch.finish_reason != "stop":
+                    continue
+                finished += 1
+                assert shape.fullmatch(ch.text), (seed, ch.text)
+                v = json.loads(ch.text)
+                assert all(type(v[k]) is int for k in ("digit", "count", "big")), (seed, ch.text)
+                assert 0 <= v["digit"] <= 9 and abs(v["count"]) <= 99 and v["count"] % 3 == 0, (seed, ch.text)
+        assert finished >= 24, finished  # most of the 72 finish: the check above ran on them
+    finally:
+        compact.stop()
+
+
+@test
 def json_schema_formats_enforced_or_refused(srv, c):
     # A format JSON Schema defines is enforced or refused, never left unconstrained: idn-email,
     # idn-hostname and regex compiled as any string (an "idn-hostname" answer began
