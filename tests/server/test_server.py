@@ -331,6 +331,7 @@ def json_schema_formats_enforced_or_refused(srv, c):
     # carry "color", "csv", "json"): it compiles
     assert ask("color").choices[0].finish_reason in ("stop", "length")
 
+
 @test
 def regex_class_set_operations(srv, c):
     # Rust's class set operations in a regex response_format: `--` subtracts (it was a range, so
