@@ -408,17 +408,20 @@ TEST_CASE("refusals and failures map to HTTP statuses by their kind, not their w
   CHECK(generation_error(failure_kind::none, "?", "").status == 500);
 }
 
+/// The token whose bytes are the single byte `b`.
+static di::tok::token_id single_byte_token(const di::tok::tokenizer& tok, unsigned char b) {
+  for (di::tok::token_id id = 0; id < di::tok::token_id(tok.vocab_size()); ++id) {
+    const auto bytes = tok.id_to_token(id) ? tok.token_bytes(id) : std::string_view();
+    if (bytes.size() == 1 && static_cast<unsigned char>(bytes[0]) == b) return id;
+  }
+  FAIL("no token for byte");
+  return di::tok::token_id(-1);
+}
+
 TEST_CASE("text_offset: a token after a fragment that never completes begins after its U+FFFD") {
   const auto tok = di::tok::tokenizer::from_dir(
       di::test::shared_path("models/deepseek-v3-tokenizer").string(), {});
-  auto id_of_byte = [&](unsigned char b) {
-    for (di::tok::token_id id = 0; id < di::tok::token_id(tok.vocab_size()); ++id) {
-      const auto bytes = tok.id_to_token(id) ? tok.token_bytes(id) : std::string_view();
-      if (bytes.size() == 1 && static_cast<unsigned char>(bytes[0]) == b) return id;
-    }
-    FAIL("no token for byte");
-    return di::tok::token_id(-1);
-  };
+  auto id_of_byte = [&](unsigned char b) { return single_byte_token(tok, b); };
   // "x", the first two bytes of a 3-byte character, then "y" (which abandons them: U+FFFD),
   // then a complete 3-byte character split over three tokens, "z", a 2-byte character, and a
   // lone continuation byte (its own U+FFFD).
@@ -457,14 +460,7 @@ TEST_CASE("a body that is not JSON gets the parser's reason") {
 TEST_CASE("completions top_logprobs hold their token; of equal texts the likelier's value") {
   const auto tok = di::tok::tokenizer::from_dir(
       di::test::shared_path("models/deepseek-v3-tokenizer").string(), {});
-  auto id_of_byte = [&](unsigned char b) {
-    for (di::tok::token_id id = 0; id < di::tok::token_id(tok.vocab_size()); ++id) {
-      const auto bytes = tok.id_to_token(id) ? tok.token_bytes(id) : std::string_view();
-      if (bytes.size() == 1 && static_cast<unsigned char>(bytes[0]) == b) return id;
-    }
-    FAIL("no token for byte");
-    return di::tok::token_id(-1);
-  };
+  auto id_of_byte = [&](unsigned char b) { return single_byte_token(tok, b); };
   const std::int32_t a = id_of_byte('a'), b = id_of_byte('b'), c = id_of_byte('c');
   // Two lone continuation bytes: both show as U+FFFD.
   const std::int32_t f1 = id_of_byte(0x80), f2 = id_of_byte(0x81);
