@@ -145,10 +145,12 @@ class TwoNodeTest(unittest.TestCase):
                 # a line's own logprobs are printed (they were computed but left out)
                 dict(good, logprobs=2, prompt_logprobs=1),
                 # a field of the wrong type: nlohmann's message named no field
-                dict(good, temperature="0")]
+                dict(good, temperature="0"),
+                # cache_salt (session 48): a non-empty string, as on the HTTP API
+                dict(good, cache_salt=""), dict(good, cache_salt=5), dict(good, cache_salt="tenant-a")]
         p, out = run_file(self.cluster, rows, "malformed", "--concurrency", "8")
         self.assertEqual(p.returncode, 1)  # some requests failed
-        for i in (0, 7, 12):
+        for i in (0, 7, 12, 16):
             self.assertEqual(out[i]["finish_reason"], "length", out[i])
         self.assertNotIn("logprobs", out[0])
         self.assertEqual([len(top) for top in out[12]["logprobs"]], [2] * 4)
@@ -157,7 +159,8 @@ class TwoNodeTest(unittest.TestCase):
         expect = {1: "outside the vocabulary", 2: "top_p", 3: "max_tokens", 4: "max_prompt_bytes",
                   5: "max_stop_strings", 6: "logprobs", 8: '"max_tokens" must be in', 9: '"prompt_ids" must be in',
                   10: '"max_tokens" must be an integer', 11: "the prompt is empty",
-                  13: '"temperature" has the wrong type for it: "0"'}
+                  13: '"temperature" has the wrong type for it: "0"',
+                  14: '"cache_salt" must be a non-empty string', 15: '"cache_salt" has the wrong type for it: 5'}
         for i, text in expect.items():
             self.assertEqual(out[i]["finish_reason"], "error")
             self.assertIn(text, out[i]["error"])
@@ -166,7 +169,7 @@ class TwoNodeTest(unittest.TestCase):
         # max_tokens came back without it) and the real range ([-2147483648, ...] read as if
         # negatives were fine)
         path = os.path.join(WORK, "malformed.jsonl")
-        for i in (2, 3, 8, 9, 10, 11, 13):
+        for i in (2, 3, 8, 9, 10, 11, 13, 14, 15):
             self.assertTrue(out[i]["error"].startswith(f"{path} line {i + 1}: "), out[i])
         self.assertEqual(out[2]["error"], f"{path} line 3: top_p must be in (0, 1], got 0")
         self.assertEqual(out[3]["error"], f'{path} line 4: "max_tokens" must be in [1, 2147483647], got -3')
