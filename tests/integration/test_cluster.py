@@ -5,6 +5,7 @@ compared token for token with `deepinfer generate` run alone. Figures (failure d
 latency, load spread) are printed as "FIGURE name: value" lines.
 Usage: test_cluster.py PATH/TO/deepinfer (run by ctest)."""
 import collections
+import errno
 import json
 import os
 import random
@@ -60,9 +61,9 @@ class TwoNodeTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         ports = cu.free_ports(3)
-        cls.node_ports = ports[1:]
         cls.cluster = cu.Cluster(WORK, "two-node", cu.cluster_toml("two-node", ports[0], ports[1:], [(0, [1])], MODEL),
                                  sets=["kv.pool_tokens=16384", "scheduler.max_num_batched_tokens=512"])
+        cls.node_ports = [cls.cluster.port(p) for p in ports[1:]]
 
     @classmethod
     def tearDownClass(cls):
@@ -1014,7 +1015,7 @@ class TlsTest(unittest.TestCase):
             # only their own connection: CAF 0.17 used to leave the error on the I/O thread's
             # OpenSSL queue and drop the next healthy link (actors/tls_error_queue.hpp).
             host, port = c.address.rsplit(":", 1)
-            for addr in ((host, int(port)), ("127.0.0.1", ports[2])):
+            for addr in ((host, int(port)), ("127.0.0.1", c.port(ports[2]))):
                 with socket.create_connection(addr, timeout=10) as s:
                     s.sendall(b"GET / HTTP/1.0\r\n\r\n")
                     try:
@@ -1068,6 +1069,117 @@ class TlsTest(unittest.TestCase):
             self.assertEqual(p.returncode, 1, p.stderr)
             self.assertIn(expect, p.stderr)
             self.assertNotIn("launch: node", p.stderr)  # refused before any node started
+
+
+class PortHarnessTest(unittest.TestCase):
+    """cluster_util's ports: free_ports() holds each port until the test process exits (a port
+    picked by binding port 0 and closing the socket could be taken before the node bound it:
+    a spurious failure), and Cluster starts again on a fresh port when one was taken anyway."""
+
+    def test_free_ports_are_held_yet_the_engine_can_listen_on_them(self):
+        ports = cu.free_ports(2)
+        self.assertEqual(len(set(ports)), 2)
+        for port in ports:
+            # a plain bind of it fails (the probe socket of the old free_ports was closed: it worked)
+            with socket.socket() as s:
+                with self.assertRaises(OSError) as e:
+                    s.bind(("127.0.0.1", port))
+                self.assertEqual(e.exception.errno, errno.EADDRINUSE)
+        # ... and binding port 0 never hands them out
+        socks = []
+        try:
+            for _ in range(300):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", 0))
+                self.assertNotIn(s.getsockname()[1], ports)
+        finally:
+            for s in socks:
+                s.close()
+        # a node, which binds with SO_REUSEADDR as CAF does, listens on one all the same
+        c = cu.Cluster(WORK, "held-ports", cu.cluster_toml("held-ports", ports[0], [ports[1], cu.free_ports(1)[0]],
+                                                           [(0, [1])], "", runner="toy"))
+        try:
+            self.assertEqual(c.moved, [])
+            self.assertEqual(c.address, f"127.0.0.1:{ports[0]}")
+            socket.create_connection(("127.0.0.1", ports[1]), timeout=10).close()
+        finally:
+            c.stop()
+
+    def taken_then_started(self, name, which):
+        """Cluster with ports[which] listened on by a socket of the test: it starts again."""
+        ports = cu.free_ports(3)
+        holder = socket.socket()
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("127.0.0.1", ports[which]))
+        holder.listen()
+        try:
+            c = cu.Cluster(WORK, name, cu.cluster_toml(name, ports[0], ports[1:], [(0, [1])], "", runner="toy"))
+        finally:
+            holder.close()
+        try:
+            self.assertEqual(len(c.moved), 1, c.moved)
+            old, new = c.moved[0]
+            self.assertEqual(old, ports[which])
+            self.assertNotIn(new, ports)
+            self.assertEqual(c.port(old), new)
+            self.assertEqual([c.port(p) for p in ports if p != old], [p for p in ports if p != old])
+            with open(c.log_path + ".attempt1") as f:
+                self.assertIn(f":{old} ", f.read())
+            with open(c.path) as f:
+                text = f.read()
+            self.assertIn(f"port = {new}\n", text)
+            self.assertNotIn(f"port = {old}\n", text)
+            p, out = c.client_json_lines("--prompt-ids", "0,5,6", "--max-tokens", "3")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(len(out[0]["output_ids"]), 3, out)
+            return c, ports, new
+        except BaseException:
+            c.stop()
+            raise
+
+    def test_node_port_taken_starts_again_on_another(self):
+        c, ports, new = self.taken_then_started("node-port-taken", 2)
+        try:
+            nodes = {n["rank"]: n["address"] for n in c.status()["nodes"]}
+            self.assertEqual(nodes, {0: f"127.0.0.1:{ports[1]}", 1: f"127.0.0.1:{new}"})
+            self.assertEqual(c.address, f"127.0.0.1:{ports[0]}")
+        finally:
+            self.assertEqual(c.stop(), 0)
+
+    def test_router_port_taken_starts_again_on_another(self):
+        c, ports, new = self.taken_then_started("router-port-taken", 0)
+        try:
+            self.assertEqual(c.address, f"127.0.0.1:{new}")
+        finally:
+            self.assertEqual(c.stop(), 0)
+
+    def test_other_failures_are_not_retried(self):
+        # a launch that fails for another reason fails at once (it waited for ready_timeout)
+        ports = cu.free_ports(3)
+        t0 = time.time()
+        with self.assertRaises(AssertionError) as e:
+            cu.Cluster(WORK, "bad-key", cu.cluster_toml("bad-key", ports[0], ports[1:], [(0, [1])], "", runner="toy",
+                                                        extra="[scheduler]\nno_such_key = 1\n"))
+        self.assertLess(time.time() - t0, 30)
+        self.assertIn("attempt 1 of 3", str(e.exception))
+        self.assertIn("no_such_key", str(e.exception))
+        self.assertFalse(os.path.exists(os.path.join(WORK, "bad-key.log.attempt1")))
+        # and one whose port stays taken gives up after its attempts, saying so
+        holder = socket.socket()
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        try:
+            port = holder.getsockname()[1]
+            with self.assertRaises(AssertionError) as e:
+                cu.Cluster(WORK, "not-ours", cu.cluster_toml("not-ours", ports[0], [ports[1], port], [(0, [1])], "",
+                                                            runner="toy"))
+        finally:
+            holder.close()
+        # (a port not from free_ports is the test's own choice: not replaced)
+        self.assertIn("attempt 1 of 3", str(e.exception))
+        self.assertIn(f"cannot listen on 127.0.0.1:{port}", str(e.exception))
 
 
 def main():
