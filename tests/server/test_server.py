@@ -23,6 +23,8 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from server_util import Server, make_model  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+import cluster_util as cu  # noqa: E402  (free ports held until exit; a launch that starts again)
 
 try:
     import openai
@@ -783,28 +785,17 @@ def schema_compiles_do_not_block_http(srv, c):
 
 
 def launch_cluster(srv, name, model_lines, server_lines, env=None):
-    """`deepinfer launch` of a one-group cluster on free ports, waiting for its ready line;
-    returns (the launch process, the cluster file's path)."""
-    import subprocess
-    ports = []
-    for _ in range(3):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            ports.append(s.getsockname()[1])
-    path = os.path.join(srv.workdir, f"{name}.toml")
-    with open(path, "w") as f:
-        f.write(f'[cluster]\nname = "{name}"\n[model]\n{model_lines}path = "{srv.model}"\n'
-                f'[router]\nhost = "127.0.0.1"\nport = {ports[0]}\n[logging]\nstatus_interval_s = 0\n'
-                f'[[nodes]]\nhost = "127.0.0.1"\nport = {ports[1]}\n[[groups]]\nscheduler = 0\nexecutors = [0]\n'
-                f'[server]\n{server_lines}')
-    launch = subprocess.Popen([srv.binary, "launch", path], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                              text=True, env=env)
-    line = launch.stdout.readline()
-    if not line.startswith("ready: "):
-        launch.kill()
-        launch.wait()
-        raise AssertionError(f"{name}: launch printed {line!r}, no ready line")
-    return launch, path
+    """`deepinfer launch` of a one-group cluster on free ports, waiting for its ready line (on
+    other ports if one was taken: cluster_util.Cluster); returns (the launch process, the
+    cluster file's path)."""
+    cu.BINARY = srv.binary
+    ports = cu.free_ports(3)
+    text = (f'[cluster]\nname = "{name}"\n[model]\n{model_lines}path = "{srv.model}"\n'
+            f'[router]\nhost = "127.0.0.1"\nport = {ports[0]}\n[logging]\nstatus_interval_s = 0\n'
+            f'[[nodes]]\nhost = "127.0.0.1"\nport = {ports[1]}\n[[groups]]\nscheduler = 0\nexecutors = [0]\n'
+            f'[server]\n{server_lines}')
+    c = cu.Cluster(srv.workdir, name, text, env=env)
+    return c.proc, c.path
 
 
 @contextlib.contextmanager
