@@ -352,8 +352,11 @@ void run_launch(const launch_options& o) {
 
 void setup_launch(CLI::App& app) {
   auto o = std::make_shared<launch_options>();
-  auto* sub = app.add_subcommand("launch", "Start every node of a cluster file that lives on this host "
-                                 "and print `ready: HOST:PORT` when it can serve");
+  auto* sub =
+      app.add_subcommand("launch",
+                         "Start every node of a cluster file that lives on this host "
+                         "and print `ready: HOST:PORT` when it can serve (with router.port = 0, "
+                         "on a port the system picks: that line names it)");
   sub->add_option("file", o->file, "Cluster file (TOML; see the README's \"Cluster file\")")->required();
   sub->add_option("--set", o->sets, "Override a key of the cluster file: --set model.path=/models/x "
                   "(repeatable; passed on to every node)");

@@ -266,6 +266,12 @@ void drain(di::server::http_server& server, di::server::server_context& ctx,
 
 void run_serve(const serve_options& o) {
   const loaded_config c = load(o);
+  // router.port = 0: launch's router listens on a port the system picked, named only in its
+  // ready line; the file does not say where to connect.
+  DI_CHECK(!(o.model.empty() && !o.in_process && c.cluster.router.port == 0),
+           "{}: router.port is 0 (the cluster's router listens on a port the system picked); "
+           "pass the port of launch's `ready: HOST:PORT` line: --set router.port=PORT",
+           o.config);
   di::actors::configure_logging(c.cluster.logging.level, c.cluster.logging.file, "serve");
   // Never freed: its thread waits in sigwait until the process ends.
   stop_signals& stops = *new stop_signals();

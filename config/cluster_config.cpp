@@ -306,7 +306,7 @@ void read_model(table_reader r, model_section& m) {
 void read_router(table_reader r, router_section& s) {
   r.get("node", s.node, 0, int_max);
   r.get("host", s.host);
-  r.get("port", s.port, 1, 65535);
+  r.get("port", s.port, 0, 65535);  // 0: a port the system picks (launch's ready line names it)
   r.get("max_live_requests", s.max_live_requests, 1, int_max);
   r.get("max_prompt_bytes", s.max_prompt_bytes, 1, std::int64_t(1) << 30);
   r.get("max_prompt_tokens", s.max_prompt_tokens, 0, i64_max);

@@ -73,7 +73,7 @@ struct model_section {
 struct router_section {
   int node = 0;                         ///< node that runs the router
   std::string host = "127.0.0.1";       ///< address clients connect to (and it listens on)
-  std::uint16_t port = 7000;            ///< port clients connect to
+  std::uint16_t port = 7000;            ///< port clients connect to (0: any free one)
   int max_live_requests = 4096;         ///< requests in flight over all groups
   std::int64_t max_prompt_bytes = 1 << 20;  ///< text prompt size
   std::int64_t max_prompt_tokens = 0;       ///< 0 = the context (max_model_len - 1)

@@ -78,6 +78,12 @@ TEST_CASE("errors name the key") {
         std::string::npos);
   CHECK(error_of(base + "[router]\nport = \"x\"\n").find("router.port: expected an integer, got a string") !=
         std::string::npos);
+  // 0 is a port the system picks (launch's ready line names it); past 65535 or negative: an error
+  CHECK(parse_cluster_config(base + "[router]\nport = 0\n").router.port == 0);
+  CHECK(error_of(base + "[router]\nport = 65536\n").find("router.port: must be in [0, 65535]") !=
+        std::string::npos);
+  CHECK(error_of(base + "[router]\nport = -1\n").find("router.port: must be in [0, 65535]") !=
+        std::string::npos);
   CHECK(error_of(base + "[scheduler]\nmax_num_running = 0\n").find("scheduler.max_num_running: must be in [1,") !=
         std::string::npos);
   CHECK(error_of(base + "[kv]\nenable_prefix_caching = 1\n").find("kv.enable_prefix_caching: expected true or false") !=

@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 import unittest
+import urllib.request
 
 import cluster_util as cu
 
@@ -1152,6 +1153,42 @@ class PortHarnessTest(unittest.TestCase):
         try:
             self.assertEqual(c.address, f"127.0.0.1:{new}")
         finally:
+            self.assertEqual(c.stop(), 0)
+
+    def test_router_port_zero_is_named_in_the_ready_line(self):
+        # router.port = 0: the router listens on a port the system picks, and launch's ready line
+        # names it (the port was 1..65535: a test had to guess a free one in advance)
+        ports = cu.free_ports(1)
+        c = cu.Cluster(WORK, "router-any", cu.cluster_toml("router-any", 0, ports, [(0, [0])], "", runner="toy"))
+        front = None
+        try:
+            host, port = c.address.rsplit(":", 1)
+            port = int(port)
+            self.assertEqual(host, "127.0.0.1")
+            self.assertNotIn(port, (0, *ports))
+            self.assertIn(f"clients connect to 127.0.0.1:{port}", c.read_log())
+            p, out = c.client_json_lines("--prompt-ids", "0,5,6", "--max-tokens", "3")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(len(out[0]["output_ids"]), 3, out)
+            # serve in front of it: the file does not say where the router is; --set says it
+            p = subprocess.run([cu.BINARY, "serve", "--config", c.path, "--port", "0"], capture_output=True,
+                               text=True, timeout=60)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn("router.port is 0 (the cluster's router listens on a port the system picked); pass the "
+                          "port of launch's `ready: HOST:PORT` line: --set router.port=PORT", p.stderr)
+            with open(os.path.join(WORK, "router-any-front.log"), "w") as log:
+                front = subprocess.Popen([cu.BINARY, "serve", "--config", c.path, "--port", "0", "--set",
+                                          f"router.port={port}"], stdout=subprocess.PIPE, stderr=log, text=True)
+            line = front.stdout.readline()
+            self.assertTrue(line.startswith("ready: http://"), line)
+            url = line.split(" ", 1)[1].strip()
+            with urllib.request.urlopen(url + "/ready", timeout=30) as r:
+                self.assertEqual(r.status, 200)
+        finally:
+            if front:
+                front.terminate()
+                front.wait(60)
+                front.stdout.close()
             self.assertEqual(c.stop(), 0)
 
     def test_other_failures_are_not_retried(self):
