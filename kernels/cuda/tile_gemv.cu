@@ -8,13 +8,14 @@
 // activations take the same k permutation (stream_gemm's 8-byte fragments: MMA input 4t + i
 // is input 8t + i, 16 + 4t + i is 8t + 4 + i). Batches of 4 steps (one 32-bit word of weight
 // scales, one float4 of activation scales per token) are loaded DEPTH batches ahead, so each
-// warp keeps DEPTH x 2 KB of weights in flight. The activations and their scales are read at
-// L2 only (load_fresh_l2, since session 44's stale-read fix), although every warp of an SM
-// reads the same bytes of them: in session 47 wq_b (2048 stripes, K 1280) took 26.4 us at M=1
-// on the H100 against 18.8 us in session 44 with the L1-cached __ldg loads of the first
-// version, and the Engram wkv 79.5 against 62.3. DEEPINFER_TILE_GEMV_ACT=l1 reads them through
-// L1 with load_fresh (the coherent load the other GEMMs use after the PDL wait); written in
-// session 47 without a GPU to run it on, so off until its tests and an A/B have run.
+// warp keeps DEPTH x 2 KB of weights in flight. The activations and their scales are read
+// through L1 (load_fresh, the coherent load the other GEMMs use after the PDL wait), which every
+// warp of an SM shares. Session 44's first version read them with __ldg, which under PDL
+// returned stale data; the fix read them at L2 only (load_fresh_l2), and the wide GEMMs, whose
+// warps each stream a whole K range of their own stripe against the same activation bytes,
+// lost to it: H100, M=1, session 49, L1 / L2 only: wq_b (2048 stripes, K 1280) 18.4 / 26.4 us,
+// the Engram wkv (N 25600, K 6144) 59.6 / 79.0, wo_b 19.6 / 21.4; M=8 wq_b 18.3 / 37.4.
+// DEEPINFER_TILE_GEMV_ACT=l2 keeps the L2-only loads, for comparisons.
 //
 // Each warp owns a stripe and a K range; the warps of a stripe in a block add their sums in
 // warp order, and K splits across the blocks of a cluster add in rank order -- both set by
@@ -225,12 +226,12 @@ int variant_setting() {
   return v;
 }
 
-/// DEEPINFER_TILE_GEMV_ACT=l1: the activations through L1 (default l2: at L2 only, as since
-/// session 44; see the top of this file).
+/// The activations through L1 (the default), or at L2 only with DEEPINFER_TILE_GEMV_ACT=l2
+/// (sessions 44-48's default; see the top of this file).
 bool act_l1_setting() {
   static const bool v = [] {
     const char* env = std::getenv("DEEPINFER_TILE_GEMV_ACT");
-    return env != nullptr && std::strcmp(env, "l1") == 0;
+    return env == nullptr || std::strcmp(env, "l2") != 0;
   }();
   return v;
 }
