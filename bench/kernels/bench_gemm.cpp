@@ -495,6 +495,28 @@ void lt_candidate_rows(const limits& lim, std::vector<result_row>& rows, const s
 
 }  // namespace
 
+/// The output head (bf16 [vocab, hidden], read as stored) at decode rows: f32_gemv (the
+/// default up to cuda::bf16_gemv_default_rows rows) against cuBLAS's bf16 GEMM, as a share of
+/// the copy rate. One copy of the weight: it is 20-30 times the L2.
+void head_rows(const limits& lim, std::vector<result_row>& rows, const char* model,
+               std::int64_t vocab, std::int64_t hidden) {
+  const weight_matrix w(random_device({vocab, hidden}, dtype::bf16, 31));
+  const double bytes = double(vocab) * double(hidden) * 2.0;
+  for (const std::int64_t m : {1, 2, 4, 8}) {
+    const tensor x = random_device({m, hidden}, dtype::f32, 32);
+    for (const int gemv_rows : {8, 0}) {
+      cuda::set_bf16_gemv_rows(gemv_rows);
+      const double us = median_graph_us([&] { ops::linear(x, w, {}); });
+      const double gbps = bytes / (us * 1e-6) / 1e9;
+      rows.push_back(
+          {fmt::format("{} head bf16 {} M={}", model, gemv_rows > 0 ? "f32_gemv" : "cuBLAS", m),
+           fmt::format("N{} K{} {:.0f} MB", vocab, hidden, bytes / 1e6), gbps, "GB/s", us,
+           fmt::format("copy {:.0f} GB/s", lim.copy_gbps), gbps / lim.copy_gbps});
+    }
+  }
+  cuda::set_bf16_gemv_rows(cuda::bf16_gemv_default_rows);
+}
+
 void run_gemms(const limits& lim, std::vector<result_row>& rows, bool quick,
                const std::string& filter) {
   auto wanted = [&](const std::string& label) {
@@ -510,6 +532,8 @@ void run_gemms(const limits& lim, std::vector<result_row>& rows, bool quick,
   const shape v4[] = {{"wq_b", 32768, 1024}, {"wo_b", 4096, 8192}, {"shared_w1", 2048, 4096}};
   for (const shape& s : v4)
     if (wanted(std::string("V4 fp8 ") + s.name)) fp8_rows(lim, rows, "V4", 128, s, quick);
+  if (wanted("V4.1 head")) head_rows(lim, rows, "V4.1", 129280, 5120);
+  if (wanted("V4 head")) head_rows(lim, rows, "V4", 129280, 4096);
   if (wanted("V4.1 wo_a")) wo_a_rows(lim, rows, "V4.1", 8, 1024, 4096, 32);
   if (wanted("V4 wo_a")) wo_a_rows(lim, rows, "V4", 8, 1024, 4096, 128);
   if (wanted("V4.1 mxfp4 w1")) fp4_grouped_rows(lim, rows, "V4.1", {"w1", 2304, 5120}, 32, quick);

@@ -254,6 +254,12 @@ bool get_split_wg_staged();
 /// linear's fp32 weights with 1..8 rows on f32_gemv (the default; DEEPINFER_F32_GEMV=0 off) or
 /// on cuBLAS SGEMV / SGEMM. Defined in gemm.cpp.
 void set_f32_gemv(bool on);
+/// linear's bf16 weights (the output head) of 1..rows rows on f32_gemv too -- fp32 activations
+/// times the bf16 values, as the CPU multiplies them, while set_f32_gemv is on -- and more rows
+/// on cuBLAS's bf16 GEMM with the activations rounded to bf16. 0..8; DEEPINFER_BF16_GEMV_ROWS
+/// sets the default (bf16_gemv_default_rows; 0: the cuBLAS GEMM alone). Defined in gemm.cpp.
+constexpr int bf16_gemv_default_rows = 2;
+void set_bf16_gemv_rows(int rows);
 bool get_split_gemm();
 
 /// The weight decoded exactly (value times its block scale) to `to` (bf16 or f32), on the

@@ -27,6 +27,19 @@ std::atomic<bool> g_f32_gemv{detail::env_switch("DEEPINFER_F32_GEMV", true)};
 /// DEEPINFER_F32_GEMV_BF16=0: f32_gemv reads the fp32 copy even where the bf16 bytes are kept
 /// (for comparisons: the same bits either way).
 const bool g_f32_gemv_bf16 = detail::env_switch("DEEPINFER_F32_GEMV_BF16", true);
+/// bf16 checkpoint matrices (the output head) of 1..g_bf16_gemv_rows rows on f32_gemv: fp32
+/// activations times the stored bf16 values (the CPU's products), a row's sums independent of
+/// the batch. H100, session 49: the V4.1 head (1.32 GB) at 1 / 2 / 4 / 8 rows took 418 / 442 /
+/// 533 / 814 us against 456 / 457 / 449 / 451 on the cuBLAS bf16 GEMM it replaces (x rounded
+/// to bf16), hence 2 rows; decode ms/step at b1 with f32_gemv up to 8 rows / cuBLAS:
+/// v41-flash-L4 1.62 / 1.66, v4-flash-L4 1.40 / 1.45.
+/// DEEPINFER_BF16_GEMV_ROWS=N / set_bf16_gemv_rows(N) (0: the cuBLAS GEMM alone; at most 8).
+int bf16_gemv_rows_setting() {
+  const char* env = std::getenv("DEEPINFER_BF16_GEMV_ROWS");
+  const int v = env != nullptr && *env != '\0' ? std::atoi(env) : bf16_gemv_default_rows;
+  return std::clamp(v, 0, int(f32_gemv_max_rows));
+}
+std::atomic<int> g_bf16_gemv_rows{bf16_gemv_rows_setting()};
 std::atomic<bool> g_split_bf16{detail::env_switch("DEEPINFER_SPLIT_BF16", true)};
 std::atomic<bool> g_split_wg{detail::env_switch("DEEPINFER_SPLIT_WG", true)};
 std::atomic<bool> g_split_wg_staged{detail::env_switch("DEEPINFER_SPLIT_WG_STAGED", true)};
@@ -174,6 +187,12 @@ std::int64_t get_bf16_temp_min_rows() {
 
 void set_f32_gemv(bool on) {
   g_f32_gemv = on;
+}
+
+void set_bf16_gemv_rows(int rows) {
+  DI_CHECK(rows >= 0 && rows <= f32_gemv_max_rows, "bf16 GEMV rows {} outside [0, {}]", rows,
+           f32_gemv_max_rows);
+  g_bf16_gemv_rows = rows;
 }
 
 void set_split_gemm(bool on) {
@@ -347,7 +366,12 @@ tensor linear(const tensor& x, const weight_matrix& weight, const linear_params&
   const gemm_backend backend = g_backend;
   if (!is_stored_format(weight)) {
     tensor y = tensor::empty({rows, out}, dtype::f32, x.dev());  // [rows, out]
-    if (weight.values.type() == dtype::bf16) {
+    const bool bf16_weight = weight.values.type() == dtype::bf16;
+    // Decode rows on f32_gemv: fp32 weights (from their bf16 bytes where the model keeps them)
+    // and bf16 checkpoint matrices -- the output head -- read as they are stored.
+    const bool gemv = g_f32_gemv && f32_gemv_fits(rows, in, out) && weight.values.is_contiguous() &&
+                      (!bf16_weight || rows <= g_bf16_gemv_rows);
+    if (bf16_weight && !gemv) {
       bf16_gemm_nt(x, weight.values, y, act_block);  // fake-quantizes x on its way to bf16
       return y;
     }
@@ -355,21 +379,28 @@ tensor linear(const tensor& x, const weight_matrix& weight, const linear_params&
     if (g_split_bf16 && weight.bf16_values.defined() && rows > f32_gemv_max_rows &&
         input.is_contiguous()) {  // fp32-grade products on the bf16 tensor cores
       split_bf16_gemm_nt(input, weight.bf16_values, y);
-    } else if (g_f32_gemv && input.is_contiguous() && weight.values.is_contiguous() &&
-               f32_gemv_fits(rows, in, out)) {  // decode rows: f32_gemv instead of SGEMV
+    } else if (gemv && input.is_contiguous()) {  // instead of SGEMV / a bf16 GEMM of a few rows
       auto aligned = [](const void* q, int to) {
         return reinterpret_cast<std::uintptr_t>(q) % std::uintptr_t(to) == 0;
       };
-      // The checkpoint's bf16 bytes where the weight has them: the same values, half the read.
-      const tensor& bf = weight.bf16_values;
-      const bool use_bf16 = g_f32_gemv_bf16 && bf.defined() && bf.is_contiguous() &&
-                            bf.type() == dtype::bf16 && bf.shape() == weight.values.shape();
+      // The bf16 bytes where the weight is (or keeps) them: the same values, half the read.
+      const tensor& bf = bf16_weight ? weight.values : weight.bf16_values;
+      const bool use_bf16 =
+          bf16_weight || (g_f32_gemv_bf16 && bf.defined() && bf.is_contiguous() &&
+                          bf.type() == dtype::bf16 && bf.shape() == weight.values.shape());
       const bool vec = in % 4 == 0 && aligned(input.raw(), 16) &&
                        (use_bf16 ? aligned(bf.raw(), 8) : aligned(weight.values.raw(), 16));
-      f32_gemv_params p{
-          input.data<float>(), weight.values.data<float>(), y.data<float>(), rows, in, out, vec};
+      f32_gemv_params p{input.data<float>(),
+                        bf16_weight ? nullptr : weight.values.data<float>(),
+                        y.data<float>(),
+                        rows,
+                        in,
+                        out,
+                        vec};
       if (use_bf16) p.w_bf16 = static_cast<const std::uint16_t*>(bf.raw());
       launch_f32_gemv(p, current_stream());
+    } else if (bf16_weight) {  // (an input f32_gemv cannot read)
+      bf16_gemm_nt(x, weight.values, y, act_block);
     } else {
       sgemm_nt(input, weight.values, y, 1);
     }

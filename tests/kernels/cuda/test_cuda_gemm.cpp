@@ -205,6 +205,65 @@ TEST_CASE("cuda linear: f32_gemv reads the bf16 bytes where kept -- the fp32 cop
   }
 }
 
+TEST_CASE(
+    "cuda linear: bf16 matrices (the head) of decode rows on f32_gemv -- the CPU's products") {
+  // A checkpoint matrix stored in bf16 with no fp32 copy -- the output head: decode rows read
+  // its bf16 bytes on f32_gemv with fp32 activations, as the CPU multiplies them (1e-5 of the
+  // CPU), a row's result the same bits in any batch of 1..8 rows. The default takes f32_gemv
+  // up to bf16_gemv_default_rows rows; set_bf16_gemv_rows(0) is the cuBLAS bf16 GEMM, which
+  // rounds the activations to bf16 (2^-9 relative each): close, and without FP8 activation
+  // quantization (whose values bf16 holds exactly) visibly less close to the CPU. Widths not a
+  // multiple of 4 (33) take the scalar path.
+  struct shape {
+    std::int64_t out, in;
+  };
+  struct restore {
+    ~restore() { cuda::set_bf16_gemv_rows(cuda::bf16_gemv_default_rows); }
+  } restore_default;
+  for (const shape sh : {shape{1000, 4096}, shape{7, 33}, shape{33, 100}, shape{2048, 64},
+                         shape{1, 4096}, shape{129, 512}}) {
+    CAPTURE(sh.out);
+    CAPTURE(sh.in);
+    const bf16_matrix m = random_bf16_matrix(sh.out, sh.in);
+    REQUIRE(m.on_gpu.values.type() == dtype::bf16);
+    REQUIRE(!m.on_gpu.bf16_values.defined());
+    const tensor x9 = varied_input(9, sh.in);
+    const tensor x8 = x9.slice(0, 0, 8).clone();
+    auto gpu_rows = [&](std::int64_t rows, const ops::linear_params& lp) {
+      return ops::linear(x9.slice(0, 0, rows).clone().to(gpu), m.on_gpu, lp).to(cpu_device);
+    };
+    for (const int act : {0, 32}) {
+      if (act > 0 && sh.in % act != 0) continue;
+      CAPTURE(act);
+      const ops::linear_params lp{act};
+      const tensor want = ops::linear(x8, m.host, lp);  // CPU: fp32 x times the bf16 values
+      cuda::set_bf16_gemv_rows(8);
+      test::poison_device_pool();
+      const tensor y8 = gpu_rows(8, lp);
+      check_close(y8, want, 1e-5);
+      for (std::int64_t rows : {1, 2, 3, 5}) {  // fewer rows: the same bits for the same tokens
+        CAPTURE(rows);
+        test::check_bitwise(gpu_rows(rows, lp), y8.slice(0, 0, rows).clone());
+      }
+      cuda::set_bf16_gemv_rows(0);  // cuBLAS's bf16 GEMM: x rounded to bf16
+      test::poison_device_pool();
+      const tensor rounded = gpu_rows(8, lp);
+      check_close(rounded, want, 1e-2);
+      if (act == 0 && sh.in >= 512) CHECK(rel_error(rounded, want) > 10 * rel_error(y8, want));
+      cuda::set_bf16_gemv_rows(cuda::bf16_gemv_default_rows);  // f32_gemv up to its rows
+      for (std::int64_t rows = 1; rows <= cuda::bf16_gemv_default_rows; ++rows) {
+        CAPTURE(rows);
+        test::check_bitwise(gpu_rows(rows, lp), y8.slice(0, 0, rows).clone());
+      }
+      const std::int64_t past = cuda::bf16_gemv_default_rows + 1;
+      check_close(gpu_rows(past, lp), ops::linear(x9.slice(0, 0, past).clone(), m.host, lp), 1e-2);
+      check_close(gpu_rows(9, lp), ops::linear(x9, m.host, lp), 1e-2);  // past f32_gemv's rows
+    }
+  }
+  CHECK_THROWS(cuda::set_bf16_gemv_rows(9));
+  CHECK_THROWS(cuda::set_bf16_gemv_rows(-1));
+}
+
 TEST_CASE("cuda linear: bf16-exact fp32 weights past f32_gemv's rows on split-bf16 GEMMs") {
   // The model's fp32 copies of bf16 checkpoint matrices (router, compressors, indexer) carry
   // their bf16 bytes (with_bf16_copy); from 9 rows linear multiplies them on the bf16 tensor
