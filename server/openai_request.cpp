@@ -459,21 +459,89 @@ void read_tools(const field_reader& f, generation_request& r, const server_setti
 
 }  // namespace
 
-body_shape measure_body(std::string_view body, int max_depth) {
+namespace {
+
+/// An open container of the body scan: an object's member count and current key, or an
+/// array's current index.
+struct open_container {
+  bool object = false;
+  bool expect_key = false;  ///< an object's next string is a key
+  std::int64_t members = 0;
+  std::int64_t index = 0;
+  std::string key;  ///< raw (escapes as written), at most 40 bytes
+};
+
+/// The path of the value inside open[0..n) ("messages[0].content"); past ~160 bytes its first
+/// and last steps around " ... ".
+std::string body_path(const std::vector<open_container>& open, std::size_t n) {
+  std::vector<std::string> steps;
+  std::size_t size = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    steps.push_back(open[i].object ? (i ? "." : "") + open[i].key
+                                   : fmt::format("[{}]", open[i].index));
+    size += steps.back().size();
+  }
+  std::string head, tail;
+  std::size_t first = 0, last = steps.size();
+  while (first < last && (size <= 160 || head.size() + steps[first].size() <= 100))
+    head += steps[first++];
+  while (last > first && tail.size() + steps[last - 1].size() <= 50) tail = steps[--last] + tail;
+  return first == last ? head + tail : head + " ... " + tail;
+}
+
+/// Whether open[0..3) is response_format.json_schema.schema: the schema below it may nest
+/// deeper than the rest of a body.
+bool in_response_schema(const std::vector<open_container>& open) {
+  return open.size() > 3 && open[0].object && open[0].key == "response_format" && open[1].object &&
+         open[1].key == "json_schema" && open[2].object && open[2].key == "schema";
+}
+
+}  // namespace
+
+body_shape measure_body(std::string_view body, int max_depth, int max_schema_depth) {
   body_shape shape;
-  // Members counted so far of each open container (-1: an array), outermost first.
-  std::vector<std::int64_t> open;
+  std::vector<open_container> open;  // outermost first
   detail::json_string_state strings;
+  bool in_key = false;
   for (char c : body) {
-    if (!strings.is_structural(c)) continue;
+    const bool was_in_string = strings.in_string;
+    if (!strings.is_structural(c)) {
+      if (in_key) {
+        if (!strings.in_string)
+          in_key = false;  // its closing quote
+        else if (open.back().key.size() < 40)
+          open.back().key += c;
+      } else if (!was_in_string && !open.empty() && open.back().object && open.back().expect_key) {
+        in_key = true;  // a key's opening quote
+        open.back().key.clear();
+        open.back().expect_key = false;
+      }
+      continue;
+    }
     if (c == '[' || c == '{') {
-      open.push_back(c == '{' ? 0 : -1);
-      shape.depth = std::max(shape.depth, int(open.size()));
-      if (shape.depth > max_depth) return shape;
-    } else if (c == ':' && !open.empty() && open.back() >= 0) {
-      ++open.back();
+      open.push_back({c == '{', c == '{'});
+      const int depth = int(open.size());
+      shape.depth = std::max(shape.depth, depth);
+      const bool schema = max_schema_depth > 0 && in_response_schema(open);
+      const int limit = schema ? max_schema_depth : max_depth;
+      if ((schema ? depth - 3 : depth) > limit) {
+        shape.too_deep = true;
+        shape.depth_limit = limit;
+        shape.too_deep_at = body_path(open, open.size() - 1);
+        shape.too_deep_field = schema                ? "response_format.json_schema.schema"
+                               : open.front().object ? open.front().key
+                                                     : "";
+        return shape;
+      }
+    } else if (c == ':' && !open.empty() && open.back().object) {
+      ++open.back().members;
+    } else if (c == ',' && !open.empty()) {
+      if (open.back().object)
+        open.back().expect_key = true;
+      else
+        ++open.back().index;
     } else if ((c == ']' || c == '}') && !open.empty()) {
-      const double members = double(std::max<std::int64_t>(open.back(), 0));
+      const double members = double(open.back().members);
       shape.member_pairs += members * members;
       open.pop_back();
     }
@@ -482,10 +550,26 @@ body_shape measure_body(std::string_view body, int max_depth) {
 }
 
 request_json parse_body(std::string_view body, const server_settings& limits) {
-  const body_shape shape = measure_body(body, limits.max_json_depth);
-  if (shape.depth > limits.max_json_depth)
+  const body_shape shape = measure_body(body, limits.max_json_depth, limits.max_schema_depth);
+  if (shape.too_deep) {
+    const bool schema = shape.too_deep_field == "response_format.json_schema.schema";
+    const std::string where =
+        shape.too_deep_at.empty() ? "" : fmt::format(" (at {})", shape.too_deep_at);
     throw api_error(
-        400, fmt::format("the JSON body is nested deeper than {} levels", limits.max_json_depth));
+        400,
+        schema ? fmt::format("the request is nested too deeply: the schema "
+                             "'response_format.json_schema.schema' nests deeper than {} levels{} "
+                             "(server.max_schema_depth)",
+                             shape.depth_limit, where)
+        : shape.too_deep_field.empty()
+            ? fmt::format("the JSON body is nested deeper than {} levels (server.max_json_depth)",
+                          shape.depth_limit)
+            : fmt::format("the request is nested too deeply: the JSON body is nested deeper than "
+                          "{} levels in '{}'{} (server.max_json_depth; a "
+                          "response_format.json_schema.schema may nest {} levels below itself)",
+                          shape.depth_limit, shape.too_deep_field, where, limits.max_schema_depth),
+        shape.too_deep_field);
+  }
   if (shape.member_pairs > max_body_member_pairs)
     throw api_error(400,
                     "the JSON body's objects have too many members (one object may have "

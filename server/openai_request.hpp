@@ -64,20 +64,27 @@ struct generation_request {
 
 /// What a body's text shows before it is parsed; `body` need not be valid JSON.
 struct body_shape {
-  int depth = 0;  ///< nesting; the scan stops once it passes max_depth
+  int depth = 0;  ///< nesting; the scan stops once it passes its limit
+  /// Whether the nesting passed its limit: max_depth, or inside a response_format's schema
+  /// (response_format.json_schema.schema) max_schema_depth counted from the schema itself.
+  bool too_deep = false;
+  int depth_limit = 0;         ///< the limit it passed (max_depth or max_schema_depth)
+  std::string too_deep_at;     ///< where: the path of the value that passed it, shortened
+  std::string too_deep_field;  ///< the field it belongs to (top-level, or the schema's path)
   /// The sum over its objects of members squared: the parse keeps key order (a schema's
   /// properties are written in its order, a tool's too), and inserting a key into such an
   /// object scans the object's keys.
   double member_pairs = 0;
 };
-body_shape measure_body(std::string_view body, int max_depth);
+body_shape measure_body(std::string_view body, int max_depth, int max_schema_depth = 0);
 
 /// Bodies whose objects' members squared add up to more are refused before parsing (one object
 /// of about 10,000 members fits and takes ~0.1 s to parse; real requests have a few hundred).
 inline constexpr double max_body_member_pairs = 1e8;
 
 /// Parses a body in its key order (400 for invalid JSON, UTF-8 or structure, nesting deeper
-/// than limits.max_json_depth, or objects past max_body_member_pairs, naming the parameter).
+/// than limits.max_json_depth -- a response_format's schema: limits.max_schema_depth below
+/// itself -- or objects past max_body_member_pairs, naming the parameter).
 request_json parse_body(std::string_view body, const server_settings& limits);
 
 generation_request parse_completion_request(const request_json& body,

@@ -54,6 +54,8 @@ class key_reader {
       s.max_stop_bytes = int(integer(key, v, 1, 1 << 16));
     else if (key == "max_json_depth")
       s.max_json_depth = int(integer(key, v, 4, 1024));
+    else if (key == "max_schema_depth")
+      s.max_schema_depth = int(integer(key, v, 4, 500));
     else if (key == "header_timeout_s")
       s.header_timeout_s = int(integer(key, v, 1, 86400));
     else if (key == "retry_after_s")

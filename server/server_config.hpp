@@ -30,6 +30,10 @@ struct server_settings {
   int max_stop = 16;          ///< stop strings per request
   int max_stop_bytes = 256;   ///< bytes per stop string
   int max_json_depth = 64;    ///< nesting of a request body
+  /// Nesting of a response_format's schema (response_format.json_schema.schema), counted from
+  /// the schema itself: schemas may nest deeper than the rest of a body. The schema parser
+  /// allows 512 levels in all; the compiler refuses subschemas nested more than 400 deep.
+  int max_schema_depth = 500;
   int header_timeout_s = 60;  ///< idle connection / slow headers are closed after this
   int retry_after_s = 1;      ///< Retry-After of 429 and 503 answers
   /// After SIGINT/SIGTERM: how long requests in flight may still finish (new ones get 503);

@@ -336,6 +336,60 @@ TEST_CASE("nesting and object sizes are bounded before parsing") {
   CHECK(param_of(body_with("[" + object_of(2000) + "]")) == "");
 }
 
+TEST_CASE("a response_format's schema may nest deeper than a body; too deep names where") {
+  const server_settings s;
+  auto schema_of_depth = [](int n) {  // n nested objects: arrays of ... of integers
+    std::string schema = R"({"type": "integer"})";
+    for (int i = 1; i < n; ++i) schema = R"({"type": "array", "items": )" + schema + "}";
+    return schema;
+  };
+  auto with_schema = [&](int n) {
+    return R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": )"
+           R"({"name": "deep", "schema": )" +
+           schema_of_depth(n) + "}}}";
+  };
+  auto error_of = [&](const std::string& body) {
+    try {
+      parse_completion_request(parse_body(body, s), s);
+    } catch (const api_error& e) {
+      return e;
+    }
+    return api_error(200, "");
+  };
+  // Past the body's 64 levels, within the schema's 500: parsed, the schema kept whole.
+  CHECK(error_of(with_schema(100)).status == 200);
+  CHECK(error_of(with_schema(s.max_schema_depth)).status == 200);
+  const generation_request r = parse_completion_request(parse_body(with_schema(100), s), s);
+  CHECK(r.params.response_format.rfind("json_schema:{", 0) == 0);
+  for (int n : {s.max_schema_depth + 1, 10000}) {
+    const api_error e = error_of(with_schema(n));
+    CHECK(e.status == 400);
+    CHECK(e.param == "response_format.json_schema.schema");
+    const std::string m = e.what();
+    CHECK(m.find("nested too deeply") != std::string::npos);
+    CHECK(m.find("'response_format.json_schema.schema' nests deeper than 500 levels") !=
+          std::string::npos);
+    CHECK(m.find("(at response_format.json_schema.schema.items.items.items") != std::string::npos);
+    CHECK(m.find("server.max_schema_depth") != std::string::npos);
+  }
+  // Elsewhere the body's limit holds, naming the field and where in it.
+  std::string deep_messages = R"({"messages": [{"role": "user", "content": "q", "x": )";
+  deep_messages += std::string(70, '[') + std::string(70, ']') + "}]}";
+  const api_error e = error_of(deep_messages);
+  CHECK(e.param == "messages");
+  CHECK(std::string(e.what()).find("nested deeper than 64 levels in 'messages' (at "
+                                   "messages[0].x[0][0]") != std::string::npos);
+  // A schema elsewhere (a field the server ignores) gets the body's limit.
+  const std::string elsewhere =
+      R"({"prompt": "x", "x_schema": {"schema": )" + schema_of_depth(100) + "}}";
+  CHECK(error_of(elsewhere).param == "x_schema");
+  // The path: keys (escapes as written) and array indices; strings in values do not count.
+  const body_shape shape = measure_body(R"({"a": 1, "b": [0, "]", {"c\"": "{", "d": [[1]]}]})", 4);
+  CHECK(shape.too_deep);
+  CHECK(shape.too_deep_at == R"(b[2].d[0])");
+  CHECK(shape.too_deep_field == "b");
+}
+
 TEST_CASE("API keys compare exactly") {
   const std::vector<std::string> keys{"sk-one", "sk-two"};
   CHECK(key_matches("sk-one", keys));

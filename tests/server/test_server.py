@@ -20,6 +20,8 @@ import tempfile
 import threading
 import time
 import traceback
+import urllib.error
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from server_util import Server, make_model  # noqa: E402
@@ -332,6 +334,59 @@ def json_schema_formats_enforced_or_refused(srv, c):
     # a format JSON Schema does not define is an annotation, as the spec says (schemas in use
     # carry "color", "csv", "json"): it compiles
     assert ask("color").choices[0].finish_reason in ("stop", "length")
+
+
+@test
+def json_schema_nesting_limits(srv, c):
+    # A response_format schema may nest 500 levels below itself (server.max_schema_depth); the rest
+    # of a body 64 (server.max_json_depth). A schema past 58 levels was refused with "the JSON body
+    # is nested deeper than 64 levels", naming no field.
+    def nested(n):  # n nested arrays of one item, then an integer: n + 1 levels
+        schema = {"type": "integer", "minimum": 0, "maximum": 9}
+        for _ in range(n):
+            schema = {"type": "array", "items": schema, "minItems": 1, "maxItems": 1}
+        return schema
+
+    def ask(schema, max_tokens=2):
+        return c.completions.create(model="tiny", prompt="x", max_tokens=max_tokens, seed=1, extra_body={
+            "response_format": {"type": "json_schema", "json_schema": {"name": "deep", "schema": schema}}})
+    compact = Server(srv.binary, ["--model", srv.model, "--set", "server.json_whitespace=compact"])
+    try:  # 81 levels, refused before; compact, so that the whole value fits
+        r = client(compact, key="unused").completions.create(
+            model="tiny", prompt="x", max_tokens=400, seed=1, extra_body={"response_format": {
+                "type": "json_schema", "json_schema": {"name": "deep", "schema": nested(80)}}}).choices[0]
+    finally:
+        compact.stop()
+    assert re.fullmatch(r"\[{80}[0-9]\]{80}", r.text) and r.finish_reason == "stop", (r.finish_reason, r.text)
+    at_limit = {"type": "integer"}  # 500 levels in 250 subschemas (the compiler takes 400)
+    for _ in range(249):
+        at_limit = {"type": "object", "properties": {"a": at_limit}}
+    assert ask({"type": "array", "items": at_limit}).choices[0].finish_reason in ("stop", "length")
+    for n in (500, 10000):  # 501 and 10001 levels (json.dumps recurses: the text by hand)
+        schema = '{"type": "integer"}'
+        for _ in range(n):
+            schema = '{"type": "array", "items": ' + schema + "}"
+        request = urllib.request.Request(srv.url + "/v1/completions", headers={
+            "Authorization": "Bearer " + KEY, "Content-Type": "application/json"}, data=(
+            '{"model": "tiny", "prompt": "x", "max_tokens": 2, "response_format": {"type": "json_schema", '
+            '"json_schema": {"name": "deep", "schema": ' + schema + "}}}").encode())
+        try:
+            urllib.request.urlopen(request, timeout=60)
+            raise AssertionError(f"{n} levels: expected HTTP 400, the call succeeded")
+        except urllib.error.HTTPError as e:
+            assert e.code == 400, (n, e.code)
+            body = json.loads(e.read())["error"]
+        assert body["param"] == "response_format.json_schema.schema", body
+        assert "nested too deeply" in body["message"] and "deeper than 500 levels" in body["message"], body
+        assert "(at response_format.json_schema.schema.items.items" in body["message"], body
+        assert "server.max_schema_depth" in body["message"], body
+    # within the body's limit but past the compiler's 400 nested subschemas: the compiler's clear 400
+    body = expect_status(lambda: ask(nested(420)), 400, "response_format")
+    assert "nested more than 400 levels" in body["message"], body
+    # elsewhere the body's limit holds, naming the field and where in it
+    body = expect_status(lambda: c.chat.completions.create(
+        model="tiny", max_tokens=2, messages=[{"role": "user", "content": "x", "x": nested(70)}]), 400, "messages")
+    assert "nested deeper than 64 levels in 'messages' (at messages[0].x.items.items" in body["message"], body
 
 
 @test
@@ -1935,7 +1990,8 @@ def http_protocol_edges(srv, c):
 
 def main():
     binary = sys.argv[1]
-    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
+    # --only NAME[,NAME...]
+    only = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else None
     failures = []
     with tempfile.TemporaryDirectory(prefix="di-server-") as workdir:
         model = make_model(binary, workdir)
@@ -1944,7 +2000,7 @@ def main():
         try:
             c = client(srv)
             for fn in TESTS:
-                if only and fn.__name__ != only:
+                if only and fn.__name__ not in only:
                     continue
                 t0 = time.time()
                 try:
