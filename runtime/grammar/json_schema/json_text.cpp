@@ -95,8 +95,15 @@ expr_id json_text::zero_fraction() {
 
 expr_id json_text::any_integer() {
   expr_id digits = g_.sequence({g_.byte_range('1', '9'), g_.repeat(g_.byte_range('0', '9'), 0, k_unbounded)});
-  return g_.sequence(
-      {g_.optional(g_.literal("-")), g_.choice({g_.literal("0"), digits}), zero_fraction()});
+  if (use_ == json_schema_use::generation)
+    return g_.sequence({g_.optional(g_.literal("-")), g_.choice({g_.literal("0"), digits})});
+  if (!exponent_integer_rule_) {
+    exponent_integer_rule_ = g_.fresh_rule("integer_exponent");
+    g_.define_rule(*exponent_integer_rule_, integers_with_exponent(g_));
+  }
+  return g_.choice({g_.sequence({g_.optional(g_.literal("-")), g_.choice({g_.literal("0"), digits}),
+                                 zero_fraction()}),
+                    g_.ref(*exponent_integer_rule_)});
 }
 
 expr_id json_text::any_number() {

@@ -28,7 +28,8 @@ class json_text {
   expr_id quoted(expr_id content) { return g_.sequence({g_.literal("\""), content, g_.literal("\"")}); }
   expr_id any_string();
   expr_id any_number();
-  /// An integer value: digits, for validation optionally with a zero fraction (1.0).
+  /// An integer value. Validation: every spelling of an integer -- a zero fraction (1.0), -0,
+  /// an exponent (2e0, 1.5e1, 10e-1; see integers_with_exponent); generation: digits.
   expr_id any_integer();
   /// ".0", ".00", ... or nothing after an integer's digits (validation); nothing (generation).
   expr_id zero_fraction();
@@ -51,6 +52,7 @@ class json_text {
   json_whitespace ws_policy_;
   json_schema_use use_;
   std::optional<rule_id> ws_rule_;
+  std::optional<rule_id> exponent_integer_rule_;  ///< integers_with_exponent, built once
   std::optional<rule_id> value_rule_, object_rule_, array_rule_;
 };
 

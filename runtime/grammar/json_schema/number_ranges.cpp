@@ -229,6 +229,41 @@ expr_id zero_fraction(grammar& g, bool zero_fractions) {
 }
 }  // namespace
 
+expr_id integers_with_exponent(grammar& g) {
+  digits_builder d{g};
+  const expr_id digit = d.range('0', '9'), nonzero = d.range('1', '9');
+  const expr_id zeros = g.repeat(d.lit('0'), 0, k_unbounded);
+  const expr_id sign = g.optional(g.literal("-"));
+  byte_set e_set;
+  e_set.set('e');
+  e_set.set('E');
+  const expr_id e = g.bytes(e_set);
+  const expr_id int_part =
+      g.choice({g.literal("0"), g.sequence({nonzero, g.repeat(digit, 0, k_unbounded)})});
+  const expr_id zero_fraction =
+      g.optional(g.sequence({g.literal("."), g.repeat(d.lit('0'), 1, k_unbounded)}));
+  const expr_id nonnegative_exponent =
+      g.choice({g.sequence({g.optional(g.literal("+")), g.repeat(digit, 1, k_unbounded)}),
+                g.sequence({g.literal("-"), g.repeat(d.lit('0'), 1, k_unbounded)})});
+  std::vector<expr_id> alts{// No fraction digits left (7e3, 7.00e+0, 0.0e5): any exponent >= 0.
+                            g.sequence({sign, int_part, zero_fraction, e, nonnegative_exponent}),
+                            // Zero: any exponent (0e-7, -0.0E-2).
+                            g.sequence({sign, g.literal("0"), zero_fraction, e, g.literal("-"),
+                                        g.repeat(digit, 1, k_unbounded)})};
+  for (std::uint32_t k = 1; k <= k_max_exponent_shift; ++k) {
+    const std::string shift = std::to_string(k);
+    // The last nonzero fraction digit is the k-th: an exponent >= k (1.5e1, 1.250E+002).
+    alts.push_back(
+        g.sequence({sign, int_part, g.literal("."), g.repeat(digit, k - 1, k - 1), nonzero, zeros,
+                    e, g.optional(g.literal("+")), zeros, d.naturals(shift, std::nullopt)}));
+    // An exponent of -k after k or more trailing zeros (100e-2, 10.0e-1).
+    alts.push_back(
+        g.sequence({sign, nonzero, g.repeat(digit, 0, k_unbounded), g.repeat(d.lit('0'), k, k),
+                    zero_fraction, e, g.literal("-"), zeros, g.literal(shift)}));
+  }
+  return g.choice(std::move(alts));
+}
+
 expr_id integer_range(grammar& g, const std::optional<bound>& lo_b,
                       const std::optional<bound>& hi_b, bool zero_fractions) {
   std::optional<decimal> lo, hi;  // inclusive integer bounds

@@ -37,6 +37,13 @@ struct bound {
   bool exclusive = false;
 };
 
+/// Integers written with an exponent, every spelling JSON Schema validates as an integer: the
+/// value has no fractional part (2e0, 1.5e1, 10e-1, 1.0e400, -0.0e-7; not 1.0e-1), exact on
+/// the digits. A regular language cannot compare a count of fraction digits with an exponent's
+/// value in general, so a fraction's last nonzero digit may be at most the
+/// k_max_exponent_shift-th (and a negative exponent at most that): 1.<21 digits>e30 is refused.
+inline constexpr std::uint32_t k_max_exponent_shift = 20;
+expr_id integers_with_exponent(grammar& g);
 /// JSON integers (digits, optional "-", with `zero_fractions` optionally a zero fraction like
 /// 3.0) in the bounds.
 expr_id integer_range(grammar& g, const std::optional<bound>& lo, const std::optional<bound>& hi,

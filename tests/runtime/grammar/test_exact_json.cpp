@@ -10,6 +10,8 @@
 
 #include <doctest/doctest.h>
 
+#include <sstream>
+
 using namespace di::grammar;
 
 TEST_CASE("exact JSON: literals a double holds pass, others are named with their path") {
@@ -97,6 +99,41 @@ TEST_CASE(
   CHECK(accepts(R"({"type":"number"})", gen, "2e0"));
   CHECK_FALSE(accepts(R"({"type":"number","not":{"type":"integer"}})", gen, "2.0"));
   CHECK(accepts(R"({"type":"number","not":{"type":"integer"}})", gen, "2.5"));
+}
+
+TEST_CASE("validation takes an integer in every spelling JSON Schema counts, exponents too") {
+  // Draft 6+: an integer is any number with a zero fractional part. `grammar check` refused
+  // 2e0, 1.5e1 and 10e-1; exactness is on the digits (no double: 1e400 is an integer).
+  const auto val = json_schema_use::validation;
+  const char* integer = R"({"type":"integer"})";
+  const auto words = [](const std::string& s) {
+    std::istringstream in(s);
+    std::vector<std::string> out;
+    for (std::string w; in >> w;) out.push_back(w);
+    return out;
+  };
+  for (const std::string& text :
+       words("2 -0 1.0 -0.000 2e0 2E+0 2e-0 -2e00 1.5e1 10e-1 100e-2 1.250E+002 0e-7 -0.0e-30 "
+             "0.0e5 1e400 10.0e-1 -1000.00e-3 1.2345678901234567e+16 1.00000000000000000001e20 "
+             "1.5e0001"))
+    CHECK_MESSAGE(accepts(integer, val, text), text);
+  for (const std::string& text :
+       words("1.5 1.0e-1 1e-1 1.25e1 100e-3 10.5e-1 0.5e-0 1.5e00 1.2345678901234567e+15 "
+             "1.00000000000000000001e19 01e1 1.e1 1e e1 - --1 +1 1e+-1 .5e1"))
+    CHECK_FALSE_MESSAGE(accepts(integer, val, text), text);
+  // The documented bound: a fraction's last nonzero digit past the 20th (and a negative exponent
+  // past -20) is refused even where the value is an integer.
+  CHECK_FALSE(accepts(integer, val, "1.000000000000000000001e21"));
+  CHECK_FALSE(accepts(integer, val, "1000000000000000000000e-21"));
+  CHECK(accepts(integer, val, "100000000000000000000e-20"));
+  // "number" and "not integer" are unchanged: an exponent integer is not a non-integer.
+  CHECK(accepts(R"({"type":"number"})", val, "1.5e1"));
+  CHECK_FALSE(accepts(R"({"type":"number","not":{"type":"integer"}})", val, "1.5e1"));
+  CHECK_FALSE(accepts(R"({"oneOf":[{"type":"integer"},{"type":"number"}]})", val, "2e0"));
+  CHECK(accepts(R"({"oneOf":[{"type":"integer"},{"type":"number"}]})", val, "2.5"));
+  CHECK(accepts(R"({"type":"object","properties":{"n":{"type":"integer"}}})", val, R"({"n":3e2})"));
+  // Bounded and multipleOf integers take no exponent (documented: bounded numbers neither).
+  CHECK_FALSE(accepts(R"({"type":"integer","minimum":0})", val, "2e0"));
 }
 
 TEST_CASE("response formats compile for generation, grammar check's use is part of the cache key") {
