@@ -278,9 +278,9 @@ def response_format(srv, c):
 
 @test
 def json_schema_integers_in_integer_syntax(srv, c):
-    # Generation writes an integer as -?(0|[1-9][0-9]*) and an enum/const number as one text:
+    # Generation writes an integer as 0|-?[1-9][0-9]*, and an enum/const number as one text:
     # it wrote "2.000" for an integer and "12345678901234567.0" for that enum (valid JSON Schema,
-    # 1.0 being an integer, but Rust serde, Go and pydantic's strict ints refuse them).
+    # 1.0 being an integer, but Rust serde, Go and pydantic's strict ints refuse them), and -0.
     compact = Server(srv.binary, ["--model", srv.model, "--set", "server.json_whitespace=compact"])
     try:
         cc = client(compact, key="unused")
@@ -288,18 +288,21 @@ def json_schema_integers_in_integer_syntax(srv, c):
             "digit": {"type": "integer", "minimum": 0, "maximum": 9},
             "count": {"type": "integer", "minimum": -99, "maximum": 99, "multipleOf": 3},
             "big": {"enum": [12345678901234567, 7]},
-            "half": {"const": 1.5}},
-            "required": ["digit", "count", "big", "half"], "additionalProperties": False}
+            "half": {"const": 1.5},
+            "zero": {"type": "integer", "minimum": -1, "maximum": 0}},
+            "required": ["digit", "count", "big", "half", "zero"], "additionalProperties": False}
         fmt = {"response_format": {"type": "json_schema", "json_schema": {"name": "i", "schema": schema}}}
-        integer = r"-?(0|[1-9][0-9]*)"
-        shape = re.compile(r'\{"digit":%s,"count":%s,"big":(12345678901234567|7),"half":1\.5\}' % (integer, integer))
+        integer = r"(0|-?[1-9][0-9]*)"
+        shape = re.compile(r'\{"digit":%s,"count":%s,"big":(12345678901234567|7),"half":1\.5,"zero":(0|-1)\}'
+                           % (integer, integer))
         finished = 0
         for seed in range(12):
-            r = cc.completions.create(model="tiny", prompt=["Digits:", "x", "{"], n=2, max_tokens=48,
+            r = cc.completions.create(model="tiny", prompt=["Digits:", "x", "{"], n=2, max_tokens=56,
                                       temperature=1.5, seed=seed, extra_body=fmt)
             for ch in r.choices:
                 # a fraction or exponent after an integer's digits shows in any prefix
-                assert not re.search(r'"(digit|count|big)":-?[0-9]+[.eE]', ch.text), (seed, ch.text)
+                assert not re.search(r'"(digit|count|big|zero)":-?[0-9]+[.eE]', ch.text), (seed, ch.text)
+                assert not re.search(r'"(digit|count|zero)":-0', ch.text), (seed, ch.text)  # no -0
                 if ch.finish_reason != "stop":
                     continue
                 finished += 1

@@ -95,8 +95,8 @@ expr_id json_text::zero_fraction() {
 
 expr_id json_text::any_integer() {
   expr_id digits = g_.sequence({g_.byte_range('1', '9'), g_.repeat(g_.byte_range('0', '9'), 0, k_unbounded)});
-  if (use_ == json_schema_use::generation)
-    return g_.sequence({g_.optional(g_.literal("-")), g_.choice({g_.literal("0"), digits})});
+  if (use_ == json_schema_use::generation)  // 0|-?[1-9][0-9]*: no negative zero
+    return g_.choice({g_.literal("0"), g_.sequence({g_.optional(g_.literal("-")), digits})});
   if (!exponent_integer_rule_) {
     exponent_integer_rule_ = g_.fresh_rule("integer_exponent");
     g_.define_rule(*exponent_integer_rule_, integers_with_exponent(g_));
@@ -165,7 +165,7 @@ expr_id json_text::literal(const nlohmann::ordered_json& v) {
     case nlohmann::ordered_json::value_t::number_float: {
       if (use_ == json_schema_use::generation) {
         const decimal x = to_decimal(v);  // exact: the schema's numbers are (exact_json.hpp)
-        return g_.literal((x.negative ? "-" : "") + x.int_digits +
+        return g_.literal((x.negative && !x.is_zero() ? "-" : "") + x.int_digits +  // never -0
                           (x.frac_digits.empty() ? "" : "." + x.frac_digits));
       }
       double d = v.get<double>();

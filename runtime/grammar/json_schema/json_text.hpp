@@ -29,7 +29,7 @@ class json_text {
   expr_id any_string();
   expr_id any_number();
   /// An integer value. Validation: every spelling of an integer -- a zero fraction (1.0), -0,
-  /// an exponent (2e0, 1.5e1, 10e-1; see integers_with_exponent); generation: digits.
+  /// an exponent (2e0, 1.5e1, 10e-1; see integers_with_exponent); generation: 0|-?[1-9][0-9]*.
   expr_id any_integer();
   /// ".0", ".00", ... or nothing after an integer's digits (validation); nothing (generation).
   expr_id zero_fraction();

@@ -281,7 +281,9 @@ expr_id integer_range(grammar& g, const std::optional<bound>& lo_b,
     std::string from = hi && hi->negative ? hi->int_digits : "1";
     alts.push_back(g.sequence({g.literal("-"), d.naturals(from, lo ? std::optional<std::string>(lo->int_digits) : std::nullopt)}));
   }
-  if ((!lo || compare(*lo, zero) <= 0) && (!hi || compare(*hi, zero) >= 0)) alts.push_back(g.literal("-0"));
+  // -0 is an integer as JSON Schema validates; generation writes zero as 0.
+  if (zero_fractions && (!lo || compare(*lo, zero) <= 0) && (!hi || compare(*hi, zero) >= 0))
+    alts.push_back(g.literal("-0"));
   return g.sequence({g.choice(std::move(alts)), zero_fraction(g, zero_fractions)});
 }
 
@@ -317,11 +319,16 @@ expr_id integer_multiple(grammar& g, std::uint32_t k, bool zero_fractions) {
       alts.push_back(g.sequence({g.literal(std::string(1, char('0' + dgt))), g.ref(rem[(10 * r + dgt) % k])}));
     g.define_rule(rem[r], g.choice(std::move(alts)));
   }
-  std::vector<expr_id> first{g.literal("0")};
+  std::vector<expr_id> nonzero;
   for (std::uint32_t dgt = 1; dgt < 10; ++dgt)
-    first.push_back(g.sequence({g.literal(std::string(1, char('0' + dgt))), g.ref(rem[dgt % k])}));
+    nonzero.push_back(
+        g.sequence({g.literal(std::string(1, char('0' + dgt))), g.ref(rem[dgt % k])}));
+  if (!zero_fractions)  // generation: 0|-?[1-9][0-9]*, no negative zero
+    return g.choice(
+        {g.literal("0"), g.sequence({g.optional(g.literal("-")), g.choice(std::move(nonzero))})});
+  nonzero.push_back(g.literal("0"));
   return g.sequence(
-      {g.optional(g.literal("-")), g.choice(std::move(first)), zero_fraction(g, zero_fractions)});
+      {g.optional(g.literal("-")), g.choice(std::move(nonzero)), zero_fraction(g, zero_fractions)});
 }
 
 }  // namespace di::grammar::json_detail

@@ -44,14 +44,14 @@ struct bound {
 /// k_max_exponent_shift-th (and a negative exponent at most that): 1.<21 digits>e30 is refused.
 inline constexpr std::uint32_t k_max_exponent_shift = 20;
 expr_id integers_with_exponent(grammar& g);
-/// JSON integers (digits, optional "-", with `zero_fractions` optionally a zero fraction like
-/// 3.0) in the bounds.
+/// JSON integers (digits, optional "-", with `zero_fractions` -- validation -- optionally a
+/// zero fraction like 3.0, and -0; without, 0|-?[1-9][0-9]*) in the bounds.
 expr_id integer_range(grammar& g, const std::optional<bound>& lo, const std::optional<bound>& hi,
                       bool zero_fractions);
 /// JSON numbers without exponent in the bounds.
 expr_id decimal_range(grammar& g, const std::optional<bound>& lo, const std::optional<bound>& hi);
 /// JSON integers that are multiples of the positive integer `k` (k <= 100000), with
-/// `zero_fractions` also written 6.0, 6.00, ...
+/// `zero_fractions` also written 6.0, 6.00, ... and -0 (without: 0|-?[1-9][0-9]*).
 expr_id integer_multiple(grammar& g, std::uint32_t k, bool zero_fractions);
 
 }  // namespace di::grammar::json_detail

@@ -136,6 +136,30 @@ TEST_CASE("validation takes an integer in every spelling JSON Schema counts, exp
   CHECK_FALSE(accepts(R"({"type":"integer","minimum":0})", val, "2e0"));
 }
 
+TEST_CASE("generation never writes -0: integers are 0|-?[1-9][0-9]*, enum/const zero is 0") {
+  const auto gen = json_schema_use::generation, val = json_schema_use::validation;
+  for (const char* schema :
+       {R"({"type":"integer"})", R"({"type":"integer","minimum":-5,"maximum":5})",
+        R"({"type":"integer","maximum":0})", R"({"type":"integer","minimum":0,"maximum":0})",
+        R"({"type":"integer","multipleOf":3})",
+        R"({"type":"integer","minimum":-9,"maximum":9,"multipleOf":3})", R"({"const":-0.0})",
+        R"({"const":0})", R"({"enum":[-0.0,1]})", R"({"const":[0.0,-0]})"}) {
+    CAPTURE(schema);
+    const bool list = std::string(schema).find(":[0.0") != std::string::npos;
+    CHECK(accepts(schema, gen, list ? "[0,0]" : "0"));
+    CHECK_FALSE(accepts(schema, gen, list ? "[0,-0]" : "-0"));
+    CHECK_FALSE(accepts(schema, gen, list ? "[-0,0]" : "-0.0"));
+    CHECK(accepts(schema, val, list ? "[-0,0.0]" : "-0"));  // validation: -0 is 0
+  }
+  CHECK(accepts(R"({"type":"integer","minimum":-5,"maximum":5})", gen, "-5"));
+  CHECK(accepts(R"({"type":"integer","maximum":0})", gen, "-10"));
+  CHECK(accepts(R"({"type":"integer","multipleOf":3})", gen, "-3"));
+  CHECK_FALSE(accepts(R"({"type":"integer","multipleOf":3})", gen, "-4"));
+  CHECK(accepts(R"({"type":"integer"})", gen, "-1"));
+  CHECK_FALSE(accepts(R"({"type":"integer"})", gen, "-01"));
+  CHECK(accepts(R"({"const":-0.5})", gen, "-0.5"));
+}
+
 TEST_CASE("response formats compile for generation, grammar check's use is part of the cache key") {
   const response_format f =
       parse_inline_response_format(R"(json_schema:{"type":"integer","minimum":0,"maximum":9})");
