@@ -258,7 +258,7 @@ void set_f32_gemv(bool on);
 /// times the bf16 values, as the CPU multiplies them, while set_f32_gemv is on -- and more rows
 /// on cuBLAS's bf16 GEMM with the activations rounded to bf16. 0..8; DEEPINFER_BF16_GEMV_ROWS
 /// sets the default (bf16_gemv_default_rows; 0: the cuBLAS GEMM alone). Defined in gemm.cpp.
-constexpr int bf16_gemv_default_rows = 2;
+constexpr int bf16_gemv_default_rows = 1;
 void set_bf16_gemv_rows(int rows);
 bool get_split_gemm();
 

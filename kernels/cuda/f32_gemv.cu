@@ -1,21 +1,22 @@
 // f32_gemv: y = x W^T for 1..8 fp32 rows (decode) and an fp32 or bf16 weight -- the projections
 // the model keeps in fp32 (the MoE router, the compressors' and the indexer's small linears),
 // which went to cuBLAS's SGEMV / dot kernels at 4-8 us per call on the H200 (ncu, batch 1), and
-// the checkpoint's bf16 matrices (the output head: 1.32 GB in V4.1, 1.06 in V4), which went to
-// cuBLAS's bf16 GEMM with the activations rounded to bf16 (gemm.cpp: up to 2 rows here). Where the
-// checkpoint stores the weight in bf16 (the matrix itself, or weight_matrix::bf16_values beside the
-// fp32 copy) the kernel reads those bytes and widens them in registers: the same values and sums as
-// the fp32 copy, and the CPU's products (fp32 activations times the bf16 values). Each output row
-// is owned by `wk` warps of a block, which split K into contiguous ranges; a warp's lanes read 16
-// bytes of the row each (8 of a bf16 row; the loop unrolled so that several loads are in flight)
-// and multiply them with every activation row by explicit fmaf in input order; a butterfly adds the
-// lanes, and the row's warps add in warp order through shared memory. The split depends on the
-// weight's shape only and a token's sums never on the other tokens, so a row's result is the same
-// bits in any batch of 1..8 rows. The V4.1 head on the H100 (session 49, graph replays, us at 1 / 2
-// / 4 / 8 rows): 418 / 442 / 533 / 814 against cuBLAS's 456 / 457 / 449 / 451 -- at one row the
-// rate of a kernel that only reads the bytes (3.17 TB/s); from 4 rows the fp32 activations, re-read
-// from L1 per 8 weight bytes, bind it. A variant reading 16 weight bytes per lane a step was no
-// faster at 1-2 rows (422 / 436) and slower beyond (695 / 1350), so it was not kept.
+// the checkpoint's bf16 matrices (the output head: 1.32 GB in V4.1, 1.06 in V4) at one row,
+// which went to cuBLAS's bf16 GEMM with the activations rounded to bf16 (gemm.cpp). Where the
+// checkpoint stores the weight in bf16 (the matrix itself, or weight_matrix::bf16_values beside
+// the fp32 copy) the kernel reads those bytes and widens them in registers: the same values and
+// sums as the fp32 copy, and the CPU's products (fp32 activations times the bf16 values). Each
+// output row is owned by `wk` warps of a block, which split K into contiguous ranges; a warp's
+// lanes read 16 bytes of the row each (8 of a bf16 row; the loop unrolled so that several loads
+// are in flight) and multiply them with every activation row by explicit fmaf in input order; a
+// butterfly adds the lanes, and the row's warps add in warp order through shared memory. The
+// split depends on the weight's shape only and a token's sums never on the other tokens, so a
+// row's result is the same bits in any batch of 1..8 rows. The V4.1 head (session 49, graph
+// replays, us at 1 / 2 / 4 / 8 rows, against cuBLAS's bf16 GEMM): H100 418 / 442 / 533 / 814
+// against 456 / 457 / 449 / 451, H200 294 / 359 / 502 / 817 against 299 / 301 / 303 / 307 -- at
+// one row the rate of a kernel that only reads the bytes; with more rows the fp32 activations,
+// re-read from L1 per 8 weight bytes, bind it. A variant reading 16 weight bytes per lane a step
+// was no faster at 1-2 rows on the H100 (422 / 436) and slower beyond (695 / 1350): not kept.
 #include "kernels/cuda/fresh_loads.cuh"
 #include "kernels/cuda/gemm_kernels.hpp"
 #include "kernels/cuda/launch.cuh"

@@ -29,10 +29,10 @@ std::atomic<bool> g_f32_gemv{detail::env_switch("DEEPINFER_F32_GEMV", true)};
 const bool g_f32_gemv_bf16 = detail::env_switch("DEEPINFER_F32_GEMV_BF16", true);
 /// bf16 checkpoint matrices (the output head) of 1..g_bf16_gemv_rows rows on f32_gemv: fp32
 /// activations times the stored bf16 values (the CPU's products), a row's sums independent of
-/// the batch. H100, session 49: the V4.1 head (1.32 GB) at 1 / 2 / 4 / 8 rows took 418 / 442 /
-/// 533 / 814 us against 456 / 457 / 449 / 451 on the cuBLAS bf16 GEMM it replaces (x rounded
-/// to bf16), hence 2 rows; decode ms/step at b1 with f32_gemv up to 8 rows / cuBLAS:
-/// v41-flash-L4 1.62 / 1.66, v4-flash-L4 1.40 / 1.45.
+/// the batch. Session 49, the V4.1 head (1.32 GB), graph replays, us at 1 / 2 / 4 / 8 rows,
+/// f32_gemv against the cuBLAS bf16 GEMM it replaces (x rounded to bf16): H100 418 / 442 / 533 /
+/// 814 against 456 / 457 / 449 / 451; H200 294 / 359 / 502 / 817 against 299 / 301 / 303 / 307.
+/// Hence one row: at the rate of a kernel that only reads the bytes on both cards.
 /// DEEPINFER_BF16_GEMV_ROWS=N / set_bf16_gemv_rows(N) (0: the cuBLAS GEMM alone; at most 8).
 int bf16_gemv_rows_setting() {
   const char* env = std::getenv("DEEPINFER_BF16_GEMV_ROWS");
