@@ -591,7 +591,7 @@ class TeardownTest(unittest.TestCase):
             t0 = time.time()
             c.stop()
             times.append(time.time() - t0)
-            log = c.read_log() if not c.log.closed else open(c.log_path).read()
+            log = c.read_log()  # (reads the file whether or not stop() closed it)
             self.assertNotIn("did not finish", log, f"cycle {i}: the teardown watchdog fired\n{log[-2000:]}")
         print(f"FIGURE teardown: 6 launches stopped in {', '.join(f'{t:.2f}' for t in times)} s")
 
@@ -605,7 +605,8 @@ class LaunchSupervisionTest(unittest.TestCase):
         return cu.cluster_toml(name, ports[0], ports[1:], [(0, [1])], "", runner="toy")
 
     def start_raw(self, name, ports, **popen):
-        """launch FILE with its stderr in a log; returns (process, log path) once it printed ready."""
+        """launch FILE with its stderr in a log; returns (process, log path) once it printed ready.
+        The caller closes the process's stdout (a pipe)."""
         path = os.path.join(WORK, f"{name}.toml")
         with open(path, "w") as f:
             f.write(self.toml(name, ports))
@@ -617,6 +618,7 @@ class LaunchSupervisionTest(unittest.TestCase):
         if not line.startswith("ready: "):
             proc.kill()
             proc.wait()
+            proc.stdout.close()
             with open(log_path) as f:
                 raise AssertionError(f"{name}: no ready line; log:\n{f.read()}")
         return proc, log_path
@@ -785,19 +787,25 @@ class LaunchSupervisionTest(unittest.TestCase):
         # reported node 1 "exited while the cluster ran" and exited 1. The nodes were named
         # "exe" (exec'd as /proc/self/exe): ps -C deepinfer and pgrep missed them.
         proc, log = self.start_raw("node0term", cu.free_ports(3))
-        nodes = cu.children(proc.pid)
-        self.assertEqual(len(nodes), 2, nodes)
-        for pid, _ in nodes:
-            with open(f"/proc/{pid}/comm") as f:
-                self.assertEqual(f.read().strip(), os.path.basename(cu.BINARY))
-        rank0 = [pid for pid, cmd in nodes if "--rank" in cmd and cmd[cmd.index("--rank") + 1] == "0"]
-        self.assertEqual(len(rank0), 1, nodes)
-        os.kill(rank0[0], signal.SIGTERM)
-        proc.wait(timeout=60)
-        with open(log) as f:
-            text = f.read()
-        self.assertEqual(proc.returncode, 0, text)
-        self.assertNotIn("exited while the cluster ran", text)
+        try:
+            nodes = cu.children(proc.pid)
+            self.assertEqual(len(nodes), 2, nodes)
+            for pid, _ in nodes:
+                with open(f"/proc/{pid}/comm") as f:
+                    self.assertEqual(f.read().strip(), os.path.basename(cu.BINARY))
+            rank0 = [pid for pid, cmd in nodes if "--rank" in cmd and cmd[cmd.index("--rank") + 1] == "0"]
+            self.assertEqual(len(rank0), 1, nodes)
+            os.kill(rank0[0], signal.SIGTERM)
+            proc.wait(timeout=60)
+            with open(log) as f:
+                text = f.read()
+            self.assertEqual(proc.returncode, 0, text)
+            self.assertNotIn("exited while the cluster ran", text)
+        finally:
+            if proc.poll() is None:  # (a failed check: leave no launch behind)
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()
 
 
 class MessageLimitTest(unittest.TestCase):
