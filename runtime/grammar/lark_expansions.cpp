@@ -287,6 +287,7 @@ expr_id lark_parser::parse_regex_atom() {
   std::string_view pattern = s_.substr(start, pos_ - start);
   ++pos_;
   regex_options ro;
+  ro.flavor = regex_flavor::python;  // Lark terminals are Python regexes (`re`)
   while (std::isalpha(static_cast<unsigned char>(peek()))) {
     char f = s_[pos_++];
     if (f == 'i')

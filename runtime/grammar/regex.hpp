@@ -13,7 +13,20 @@
 
 namespace di::grammar {
 
+/// The dialect a pattern is written in, where dialects read the same text differently.
+enum class regex_flavor {
+  /// Rust's regex crate (`regex:` response formats): a class may take `&&`, `--` and `~~`
+  /// with nested classes, and POSIX `[:name:]` items; `{ m , n }` may hold spaces. ECMAScript
+  /// (JSON Schema `pattern`) is this flavour with `unicode_classes = false` and `ecma_dot`.
+  rust,
+  /// Python's `re` (Lark terminals): `&&`, `--`, `~~`, `[` and `[:` inside a class are literal
+  /// characters or ranges; `{,n}` is `{0,n}` and `{1, 2}` (with a space) is literal text;
+  /// `\w` is letters, numbers and `_`, `\s` adds U+001C..U+001F; `(?a)` makes them ASCII.
+  python,
+};
+
 struct regex_options {
+  regex_flavor flavor = regex_flavor::rust;
   /// Match anywhere in the input unless the pattern anchors itself with ^ / $ / \A / \z.
   bool search = false;
   /// \d \w \s and POSIX classes in their Unicode forms (Rust, Python); false gives the ASCII

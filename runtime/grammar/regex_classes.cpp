@@ -1,11 +1,14 @@
 // Regex escapes and bracket classes: \n \xHH \u{...} \cX style character escapes, the Perl
 // classes \d \w \s, Unicode properties \p{..}, POSIX [:name:] classes, nested classes and
 // Rust's set operations (&& -- ~~), case folding under (?i). A '[' inside a class is literal
-// (ECMAScript, PCRE, Python), not a nested class.
+// (ECMAScript, PCRE, Python), not a nested class. The Python flavour (Lark terminals) reads
+// `&&`, `--`, `~~` and `[:` as literal characters or ranges, as CPython's re does, and gives
+// \w and \s Python's sets.
 #include "common/error.hpp"
 #include "runtime/grammar/detail/regex_parser.hpp"
 
 #include <cctype>
+#include <cstring>
 
 namespace di::grammar::detail {
 
@@ -44,6 +47,28 @@ codepoint_set posix_class(std::string_view name, bool& ok) {
     s.add('0', '9'), s.add('A', 'F'), s.add('a', 'f');
   else
     ok = false;
+  return s;
+}
+
+// Python's \d \w \s (CPython's re on str patterns): Unicode by default, ASCII under (?a).
+codepoint_set python_class(char c, bool unicode) {
+  codepoint_set s;
+  if (c == 'd') {
+    if (!unicode) return codepoint_set::range('0', '9');
+    unicode_property("Nd", s);
+  } else if (c == 'w') {
+    if (!unicode) return word_class(false);
+    for (const char* p : {"L", "N"}) {  // str.isalnum(): letters and all numbers, no marks
+      codepoint_set part;
+      unicode_property(p, part);
+      s.add(part);
+    }
+    s.add('_', '_');
+  } else {
+    s.add('\t', '\r');  // str.isspace() adds U+001C..U+001F to White_Space; ASCII: \t-\r, ' '
+    s.add(' ', ' ');
+    if (unicode) s.add(space_class(true)), s.add(0x1C, 0x1F);
+  }
   return s;
 }
 
@@ -196,6 +221,13 @@ codepoint_set regex_parser::parse_property(bool negated) {
 bool regex_parser::parse_class_escape(codepoint_set& out) {
   char c = p_[pos_];
   bool unicode = options_.unicode_classes && flags_.unicode;
+  if (options_.flavor == regex_flavor::python && std::strchr("dDwWsS", c) != nullptr) {
+    const bool upper = c >= 'A' && c <= 'Z';
+    out = python_class(char(upper ? c - 'A' + 'a' : c), unicode);
+    if (upper) out = out.complement();
+    ++pos_;
+    return true;
+  }
   switch (c) {
     case 'd':
       out = digit_class(unicode);
@@ -245,12 +277,12 @@ codepoint_set regex_parser::parse_class() {
     fail("empty character class");
   codepoint_set set = parse_class_items(0);
   if (!eat(']')) fail("unterminated character class");
-  if (flags_.case_insensitive) set = set.case_folded();
+  if (flags_.case_insensitive) set = fold_case(set);
   return negated ? set.complement() : set;
 }
 
 bool regex_parser::at_class_operator(bool first) const {
-  if (!options_.unicode_classes) return false;
+  if (!options_.unicode_classes || options_.flavor == regex_flavor::python) return false;
   const std::string_view op = p_.substr(pos_, 2);
   if (op == "&&") return true;
   // `--` and `~~` need a left side and a right one: `[--0]` and `[+--]` keep their ranges.
@@ -264,7 +296,7 @@ codepoint_set regex_parser::parse_class_items(std::size_t depth, bool nested, bo
     if (at_end()) fail("unterminated character class");
     if (p_[pos_] == ']' && !first) return acc;
     if (operand && !first && at_class_operator(false)) return acc;
-    if (p_.substr(pos_, 2) == "[:") {
+    if (options_.flavor != regex_flavor::python && p_.substr(pos_, 2) == "[:") {
       std::size_t close = p_.find(":]", pos_ + 2);
       if (close != std::string_view::npos) {
         std::string_view name = p_.substr(pos_ + 2, close - pos_ - 2);
@@ -346,8 +378,18 @@ expr_id regex_parser::class_expr(codepoint_set set) const {
 
 expr_id regex_parser::char_expr(char32_t cp) const {
   codepoint_set s = codepoint_set::single(cp);
-  if (flags_.case_insensitive) s = s.case_folded();
+  if (flags_.case_insensitive) s = fold_case(s);
   return class_expr(s);
+}
+
+codepoint_set regex_parser::fold_case(const codepoint_set& set) const {
+  if (options_.flavor != regex_flavor::python || flags_.unicode) return set.case_folded();
+  // Python's (?a)(?i): ASCII letters only, so KELVIN SIGN does not match k.
+  codepoint_set out = set;
+  for (char32_t c = 'A'; c <= 'Z'; ++c) {
+    if (set.contains(c) || set.contains(c + 32)) out.add(c, c), out.add(c + 32, c + 32);
+  }
+  return out;
 }
 
 }  // namespace di::grammar::detail

@@ -186,8 +186,10 @@ bool regex_parser::parse_counted(std::uint32_t& min, std::uint32_t& max) {
     out = std::uint32_t(v);
     return pos_ > start;
   };
+  // Rust allows spaces around the numbers; Python reads `{1, 2}` as literal text.
+  const bool python = options_.flavor == regex_flavor::python;
   auto skip_space = [&] {
-    while (!at_end() && p_[pos_] == ' ') ++pos_;
+    while (!python && !at_end() && p_[pos_] == ' ') ++pos_;
   };
   ++pos_;  // '{'
   skip_space();
@@ -203,7 +205,7 @@ bool regex_parser::parse_counted(std::uint32_t& min, std::uint32_t& max) {
   skip_space();
   bool has_max = number(max);
   skip_space();
-  if (!has_min) fail("repetition '{,n}' needs a minimum (write {0,n})");
+  if (!has_min && !python) fail("repetition '{,n}' needs a minimum (write {0,n})");
   if (!eat('}')) return pos_ = save, false;
   if (!has_max) max = k_unbounded;
   return true;
@@ -289,6 +291,10 @@ bool regex_parser::parse_flag_group() {
         break;
       case 'u':
         flags_.unicode = on;
+        break;
+      case 'a':  // Python's ASCII flag: \d \w \s and (?i) in their ASCII forms
+        if (options_.flavor != regex_flavor::python) fail("unknown flag 'a'");
+        flags_.unicode = !on;
         break;
       case 'U':
         break;  // swaps greediness: the same language

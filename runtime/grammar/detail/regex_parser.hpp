@@ -58,6 +58,8 @@ class regex_parser {
   std::uint32_t parse_hex(std::size_t min_digits, std::size_t max_digits);
   expr_id class_expr(codepoint_set set) const;
   expr_id char_expr(char32_t cp) const;
+  /// The set under (?i): Unicode simple case folding, or ASCII letters only in Python's (?a).
+  codepoint_set fold_case(const codepoint_set& set) const;
 
   char32_t peek_cp() const;
   char32_t next_cp();

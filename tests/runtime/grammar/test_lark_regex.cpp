@@ -1,0 +1,149 @@
+// Lark terminals are Python regexes: `/.../` reads as CPython's `re` reads it, where that differs
+// from the Rust syntax of `regex:` response formats (class set operations, nested classes,
+// POSIX classes, `{,n}`, \w and \s, the (?a) flag). `regex:` keeps Rust's reading.
+#include "common/error.hpp"
+#include "runtime/grammar/response_format.hpp"
+#include "tests/runtime/grammar/grammar_test_util.hpp"
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+using namespace di::grammar;
+using di::grammar::test::accepts;
+using di::grammar::test::compile_re;
+
+namespace {
+
+std::shared_ptr<const compiled_grammar> lark_terminal(const std::string& pattern) {
+  return compiled_grammar::compile(parse_lark("start: /" + pattern + "/\n"));
+}
+
+struct python_case {
+  const char* pattern;
+  std::vector<std::pair<const char*, bool>> strings;  ///< re.fullmatch(pattern, s) is not None
+};
+
+// Expected answers from CPython 3.11.7's re (re.fullmatch on str, Unicode 14.0), recorded here so
+// that the test needs no Python; CPython warns "Possible nested set" / "Possible set
+// intersection/difference/symmetric difference" on some of these and reads them literally.
+const std::vector<python_case> k_python_cases = {
+    {R"re([a-z&&[aeiou]])re",
+     {{"a]", true},
+      {"&]", true},
+      {"[]", true},
+      {"x]", true},
+      {"a", false},
+      {"x", false},
+      {"x&[", false}}},
+    {R"re([a-z&&]+)re", {{"a&&b", true}, {"&", true}, {"ab", true}}},
+    {R"re([a-z--[aeiou]])re",
+     {{"b]", true},
+      {"a]", true},
+      {"-]", true},
+      {"5]", true},
+      {"A]", true},
+      {"[]", true},
+      {"b", false},
+      {"\x5C\x5D", false}}},
+    {R"re([a-z--aeiou])re",
+     {{"b", true}, {"a", true}, {"-", true}, {"A", true}, {"5", true}, {"~", false}}},
+    {R"re([a-f~~c-h])re", {{"a", true}, {"c", true}, {"g", true}, {"~", true}, {"z", false}}},
+    {R"re([\w&&[^_]])re",
+     {{"&]", true}, {"[]", true}, {"^]", true}, {"_]", true}, {"a", false}, {"_", false}}},
+    {R"re([[a]])re", {{"a]", true}, {"[]", true}, {"a", false}, {"]", false}}},
+    {R"re([^[a]])re", {{"b]", true}, {"a]", false}, {"[]", false}}},
+    {R"re([[:alpha:]])re", {{":]", true}, {"p]", true}, {"[]", true}, {"a", false}, {"b", false}}},
+    {R"re([[:digit:]]+)re", {{"5", false}, {":]", true}}},
+    {R"re([+--])re", {{",", true}, {"+", true}, {"-", true}}},
+    {R"re([--0])re", {{".", true}, {"-", true}, {"0", true}}},
+    {R"re([a-c||x])re", {{"|", true}, {"a", true}, {"x", true}}},
+    {R"re(a{,2})re", {{"", true}, {"aa", true}, {"aaa", false}, {"a{,2}", false}}},
+    {R"re(a{,})re", {{"aaaa", true}, {"", true}}},
+    {R"re(a{1, 2})re", {{"a{1, 2}", true}, {"a", false}, {"aa", false}}},
+    {R"re(a{ 2})re", {{"a{ 2}", true}, {"aa", false}}},
+    {R"re(a{})re", {{"a{}", true}}},
+    {R"re(\w)re",
+     {{"_", true},
+      {"\xC3\xA9", true},
+      {"\xC2\xB2", true},
+      {"\xCC\x81", false},
+      {"\xE2\x80\xBF", false},
+      {"\xE2\x80\x8C", false},
+      {"\xE2\x85\xA0", true}}},
+    {R"re(\W)re", {{"\xCC\x81", true}, {"\xC2\xB2", false}}},
+    {R"re([\w])re", {{"\xC2\xB2", true}, {"\xCC\x81", false}}},
+    {R"re(\s)re",
+     {{"\x1C", true},
+      {"\x1F", true},
+      {"\xC2\x85", true},
+      {"\xC2\xA0", true},
+      {"\xE3\x80\x80", true},
+      {"\xEF\xBB\xBF", false}}},
+    {R"re(\S)re", {{"\x1C", false}}},
+    {R"re(\d)re", {{"5", true}, {"\xD9\xA5", true}, {"\xC2\xB2", false}}},
+    {R"re((?a)\w)re", {{"a", true}, {"_", true}, {"\xC3\xA9", false}}},
+    {R"re((?a)\s)re", {{"\x0B", true}, {"\x1C", false}, {"\xC2\xA0", false}}},
+    {R"re((?a)\d)re", {{"5", true}, {"\xD9\xA5", false}}},
+    {R"re((?a)[\W])re", {{"\xC3\xA9", true}, {"a", false}}},
+    {R"re((?i)k)re", {{"K", true}, {"\xE2\x84\xAA", true}}},
+    {R"re((?i)s)re", {{"S", true}, {"\xC5\xBF", true}}},
+    {R"re((?ai)k)re", {{"K", true}, {"\xE2\x84\xAA", false}}},
+    {R"re((?a)(?i)[a-z]+)re", {{"AbC", true}, {"\xE2\x84\xAA", false}}},
+    {R"re(a\Z)re", {{"a", true}}},
+    {R"re((?P<n>a)b)re", {{"ab", true}}},
+    {R"re([a-z-0])re", {{"-", true}, {"0", true}, {"q", true}}},
+};
+
+}  // namespace
+
+TEST_CASE("Lark terminals read regexes as CPython's re does") {
+  for (const python_case& c : k_python_cases) {
+    std::string where = "/";  // appended: GCC 12 warns (-Wrestrict) on "/" + std::string
+    where.append(c.pattern).append("/");
+    std::shared_ptr<const compiled_grammar> g;
+    try {
+      g = lark_terminal(c.pattern);
+    } catch (const di::error& e) {
+      FAIL_CHECK(where, " does not compile: ", std::string(e.what()));
+      continue;
+    }
+    for (const auto& [s, expected] : c.strings)
+      CHECK_MESSAGE(accepts(*g, s) == expected, where, " on \"", std::string(s), "\"");
+  }
+  // A Lark grammar as a response format (the `ebnf:` / `grammar` path of the server and CLI).
+  auto f = compile_response_format(parse_inline_response_format("ebnf:start: /[a-z&&]+/\n"));
+  CHECK(accepts(*f, "a&&b"));
+}
+
+TEST_CASE("Lark terminals: what CPython's re refuses stays an error") {
+  // re.error "bad character range a-- at position 1": no Rust difference to fall back to.
+  CHECK_THROWS_AS(lark_terminal("[a--z]"), di::error);
+  CHECK_THROWS_AS(lark_terminal("a{2,1}"), di::error);  // min repeat greater than max repeat
+}
+
+TEST_CASE("regex: keeps Rust's set operations, POSIX classes and counted repetitions") {
+  // The same texts as above in the `regex:` flavour (Rust's regex crate).
+  auto intersect = compile_re("[a-z&&[aeiou]]");
+  CHECK(accepts(*intersect, "a"));
+  CHECK_FALSE(accepts(*intersect, "x"));
+  CHECK_FALSE(accepts(*intersect, "a]"));
+  auto minus = compile_re("[a-z--[aeiou]]");
+  CHECK(accepts(*minus, "b"));
+  CHECK_FALSE(accepts(*minus, "-]"));
+  CHECK_FALSE(accepts(*compile_re("[a-f~~c-h]"), "c"));
+  CHECK(accepts(*compile_re("[[:alpha:]]"), "a"));
+  CHECK(accepts(*compile_re("a{1, 2}"), "aa"));
+  CHECK_THROWS_AS(compile_re("a{,2}"), di::error);
+  CHECK_THROWS_AS(compile_re("(?a)x"), di::error);  // Python's flag only
+  auto w = compile_re(R"(\w)");
+  CHECK(accepts(*w, "\xCC\x81"));        // Rust's \w has marks (COMBINING ACUTE ACCENT)
+  CHECK_FALSE(accepts(*w, "\xC2\xB2"));  // and no other numbers (SUPERSCRIPT TWO)
+  CHECK_FALSE(accepts(*compile_re(R"(\s)"), "\x1C"));
+  // Through the response format as the server and CLI build it.
+  auto f = compile_response_format(parse_inline_response_format("regex:[a-z&&[aeiou]]+"));
+  CHECK(accepts(*f, "aei"));
+  CHECK_FALSE(accepts(*f, "b"));
+}
