@@ -2,6 +2,7 @@
 #include "server/reasoning.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 
 namespace di::server {
@@ -17,9 +18,35 @@ std::size_t partial_marker_at_end(std::string_view text, std::string_view marker
   return 0;
 }
 
+/// Python's truth value of `v`, as vLLM reads a kwarg (`bool(chat_kwargs.get("thinking",
+/// False))`) and as a Jinja `{% if thinking %}` in the template does: null, false, 0, 0.0, "",
+/// [] and {} are false, every other value true -- the string "false" included.
+bool python_truthy(const nlohmann::ordered_json& v) {
+  switch (v.type()) {
+    case nlohmann::json::value_t::null:
+    case nlohmann::json::value_t::discarded:
+      return false;
+    case nlohmann::json::value_t::boolean:
+      return v.get<bool>();
+    case nlohmann::json::value_t::number_integer:
+      return v.get<std::int64_t>() != 0;
+    case nlohmann::json::value_t::number_unsigned:
+      return v.get<std::uint64_t>() != 0;
+    case nlohmann::json::value_t::number_float:
+      return v.get<double>() != 0.0;
+    case nlohmann::json::value_t::string:
+      return !v.get_ref<const std::string&>().empty();
+    case nlohmann::json::value_t::array:
+    case nlohmann::json::value_t::object:
+    case nlohmann::json::value_t::binary:
+      return !v.empty();
+  }
+  return false;
+}
+
 bool is_true(const nlohmann::ordered_json& kwargs, const char* key) {
   const auto it = kwargs.find(key);
-  return it != kwargs.end() && it->is_boolean() && it->get<bool>();
+  return it != kwargs.end() && python_truthy(*it);
 }
 
 }  // namespace

@@ -34,8 +34,9 @@ inline constexpr std::string_view reasoning_parser_names = "deepseek_r1, deepsee
 std::optional<reasoning_parser_kind> reasoning_parser_of(std::string_view name);
 
 /// Whether a chat request's output is split: deepseek_r1 always; deepseek_v3 when
-/// `chat_template_kwargs` has `thinking` or `enable_thinking` true (vLLM's DeepSeek V3 parser
-/// reads both; V3.1's template reads `thinking`).
+/// `chat_template_kwargs` has `thinking` or `enable_thinking` true by Python's truth value, as
+/// vLLM's DeepSeek V3 parser reads both (`bool(...)`: true, 1, "yes" and even "false" are true;
+/// false, 0, "", null, [] and {} are not) and as V3.1's template reads `thinking`.
 bool splits_reasoning(reasoning_parser_kind kind, const nlohmann::ordered_json& chat_kwargs);
 
 /// What a piece of output adds to the message: reasoning, then content.

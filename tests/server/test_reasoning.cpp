@@ -115,7 +115,28 @@ TEST_CASE("reasoning: parser names; deepseek_v3 splits only when thinking is ask
   CHECK(!splits_reasoning(reasoning_parser_kind::deepseek_v3, json{{"thinking", false}}));
   CHECK(splits_reasoning(reasoning_parser_kind::deepseek_v3, json{{"thinking", true}}));
   CHECK(splits_reasoning(reasoning_parser_kind::deepseek_v3, json{{"enable_thinking", true}}));
-  CHECK(!splits_reasoning(reasoning_parser_kind::deepseek_v3, json{{"thinking", "yes"}}));
+}
+
+TEST_CASE("reasoning: deepseek_v3 reads thinking / enable_thinking by Python's truth value") {
+  // vLLM: bool(chat_kwargs.get("thinking", False)) or bool(chat_kwargs.get("enable_thinking",
+  // False)) -- what the template's `{% if thinking %}` sees too.
+  const auto v3 = [](const char* kwargs) {
+    return splits_reasoning(reasoning_parser_kind::deepseek_v3, json::parse(kwargs));
+  };
+  for (const char* on :
+       {R"({"thinking": 1})", R"({"thinking": -1})", R"({"thinking": 0.5})",
+        R"({"thinking": "true"})", R"({"thinking": "yes"})", R"({"thinking": "false"})",
+        R"({"thinking": "0"})", R"({"thinking": [0]})", R"({"thinking": {"a": 1}})",
+        R"({"thinking": 18446744073709551615})", R"({"enable_thinking": 1})",
+        R"({"thinking": false, "enable_thinking": "on"})",
+        R"({"thinking": null, "enable_thinking": true})"})
+    CHECK_MESSAGE(v3(on), std::string(on));
+  for (const char* off :
+       {R"({})", R"({"thinking": 0})", R"({"thinking": 0.0})", R"({"thinking": -0.0})",
+        R"({"thinking": ""})", R"({"thinking": null})", R"({"thinking": []})",
+        R"({"thinking": {}})", R"({"enable_thinking": 0})",
+        R"({"thinking": false, "enable_thinking": null})", R"({"Thinking": true})"})
+    CHECK_MESSAGE(!v3(off), std::string(off));
 }
 
 TEST_CASE("server.reasoning_parser: off by default; an unknown name is an error listing them") {
@@ -190,4 +211,9 @@ TEST_CASE("reasoning: chat requests split by the parser; a grammar then follows 
   CHECK(parse(thinking).splits_reasoning);
   CHECK(parse(R"(, "chat_template_kwargs": {"enable_thinking": true})").splits_reasoning);
   CHECK(parse(thinking + regex).params.response_format == "after:8:</think>regex:a+");
+  // Python's truth value, as vLLM: 1 is thinking (its grammar follows </think>), 0 is not.
+  const generation_request one = parse(R"(, "chat_template_kwargs": {"thinking": 1})" + regex);
+  CHECK(one.splits_reasoning);
+  CHECK(one.params.response_format == "after:8:</think>regex:a+");
+  CHECK(!parse(R"(, "chat_template_kwargs": {"thinking": 0})" + regex).splits_reasoning);
 }
