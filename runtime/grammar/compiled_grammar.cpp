@@ -5,6 +5,7 @@
 
 #include "common/error.hpp"
 #include "runtime/grammar/detail/automaton_builder.hpp"
+#include "runtime/grammar/detail/grammar_analysis.hpp"
 
 #include <algorithm>
 #include <string_view>
@@ -14,10 +15,20 @@ namespace di::grammar {
 namespace {
 constexpr std::size_t k_lean_inline_limit = 100;
 constexpr std::size_t k_lean_regular_inline_limit = 20'000;
+thread_local std::uint64_t compiles_on_this_thread = 0;
 }  // namespace
+
+void check_derives_some_string(const grammar& g) {
+  detail::check_derives_some_string(g);
+}
+
+std::uint64_t compiled_grammar::num_compiles_on_this_thread() {
+  return compiles_on_this_thread;
+}
 
 std::shared_ptr<const compiled_grammar> compiled_grammar::compile(const grammar& g,
                                                                   const compile_options& options) {
+  ++compiles_on_this_thread;
   if (options.inline_limit <= k_lean_inline_limit) return automaton_builder(g, options).build();
   // Generous inlining first (fewer rule boundaries: more tokens decided without the parser
   // stack) within a quarter of the size limits. Inlining copies a rule at every use, so a rule

@@ -45,6 +45,12 @@ struct compile_options {
   std::size_t max_total_states = 1'000'000;
 };
 
+/// What compile() checks `g` for first, without building anything: every rule the root reaches
+/// is defined (di::error) and the root derives some string (empty_language_error). For a
+/// grammar that is compiled only as a part of another (free_text_prefix.hpp), which may match
+/// strings although the part matches none.
+void check_derives_some_string(const grammar& g);
+
 /// A transition on a rule: from a state, recognizing `rule` leads to `target`.
 struct call_edge {
   rule_id rule;
@@ -56,6 +62,9 @@ class compiled_grammar {
   /// Compiles `g` (validated: every referenced rule defined, the root derives some string).
   static std::shared_ptr<const compiled_grammar> compile(const grammar& g,
                                                          const compile_options& options = {});
+  /// How many times compile() has been called on this thread (a statistic: tests count the
+  /// compiles a response format costs).
+  static std::uint64_t num_compiles_on_this_thread();
 
   // --- states ---
   std::size_t num_states() const { return state_rule_.size(); }

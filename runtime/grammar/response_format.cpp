@@ -137,36 +137,27 @@ std::string to_inline_spec(const response_format& f) {
 
 std::shared_ptr<const compiled_grammar> compile_response_format(const response_format& f,
                                                                 const compile_options& o) {
-  if (!f.after_text.empty()) {
-    response_format inner = f;
-    inner.after_text.clear();
-    // The answer's own compile first: a format no answer satisfies is refused as it is without
-    // the free text (which alone would still match), with its message.
-    compile_response_format(inner, o);
-    return compiled_grammar::compile(free_text_then(grammar_of(inner), f.after_text), o);
+  response_format own = f;  // the format itself, without the free text before it
+  own.after_text.clear();
+  try {
+    const grammar g = grammar_of(own);
+    if (f.after_text.empty()) return compiled_grammar::compile(g, o);
+    // One compile, of the free text and the answer together. The answer's own language is
+    // checked first (an analysis, nothing built): a format no answer satisfies is refused as it
+    // is without the free text (which alone would still match), with its message.
+    if (!o.allow_empty_language) check_derives_some_string(g);
+    return compiled_grammar::compile(free_text_then(g, f.after_text), o);
+  } catch (const empty_language_error&) {
+    if (f.kind == format_kind::json_schema)
+      DI_FAIL(
+          "the JSON Schema allows no value at all, so no output could satisfy it (a "
+          "contradiction such as minimum above maximum, minItems above maxItems, an empty "
+          "enum, a required property whose schema is false, \"not\": {{}} or the schema "
+          "false)");
+    if (f.kind == format_kind::tool_calls)
+      DI_FAIL("no tool's parameters schema allows any value, so no call could satisfy it");
+    throw;
   }
-  switch (f.kind) {
-    case format_kind::json_schema:
-      try {
-        return compiled_grammar::compile(compile_json_schema_text(f.text, f.schema).g, o);
-      } catch (const empty_language_error&) {
-        DI_FAIL(
-            "the JSON Schema allows no value at all, so no output could satisfy it (a "
-            "contradiction such as minimum above maximum, minItems above maxItems, an empty "
-            "enum, a required property whose schema is false, \"not\": {{}} or the schema "
-            "false)");
-      }
-    case format_kind::json_object: return compiled_grammar::compile(json_object_grammar(f.schema), o);
-    case format_kind::regex: return compiled_grammar::compile(regex_grammar(f.text), o);
-    case format_kind::ebnf: return compiled_grammar::compile(parse_grammar_text(f.text), o);
-    case format_kind::tool_calls:
-      try {
-        return compiled_grammar::compile(tool_calls_grammar_text(f.text, f.schema), o);
-      } catch (const empty_language_error&) {
-        DI_FAIL("no tool's parameters schema allows any value, so no call could satisfy it");
-      }
-  }
-  DI_FAIL("unknown response format kind");
 }
 
 namespace {

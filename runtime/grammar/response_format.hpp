@@ -47,7 +47,9 @@ response_format parse_inline_response_format(const std::string& spec);
 /// `f` in the inline syntax (whitespace/lenient/use options are not carried: defaults apply).
 std::string to_inline_spec(const response_format& f);
 
-/// Front end + compilation (di::error with a clear message on bad input).
+/// Front end + compilation (di::error with a clear message on bad input). With after_text, one
+/// compile of the free text and the format together; a format that alone matches nothing is
+/// still refused (found by analysis, not by compiling it on its own).
 std::shared_ptr<const compiled_grammar> compile_response_format(const response_format& f,
                                                                 const compile_options& options = {});
 

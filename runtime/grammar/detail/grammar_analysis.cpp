@@ -192,12 +192,12 @@ std::uint64_t expr_size(const grammar& g, expr_id id, const grammar_analysis& a,
   return 1;
 }
 
-grammar_analysis analyze_grammar(const grammar& g, std::uint64_t inline_limit,
-                                 std::uint64_t regular_inline_limit, bool allow_empty) {
-  DI_CHECK(g.root() < g.num_rules(), "the grammar has no root rule");
-  grammar_analysis a;
-  auto refs = reference_graph(g);
-  mark_reachable(g, refs, a);
+namespace {
+
+/// Marks the productive reachable rules; throws empty_language_error when the root is not one,
+/// unless `allow_empty`.
+void mark_productive(const grammar& g, const std::vector<std::vector<rule_id>>& refs,
+                     grammar_analysis& a, bool allow_empty) {
   // Productive rules by a worklist: a rule is examined again only when one it refers to has
   // just become productive (repeated passes over every rule were quadratic on a chain of
   // 200,000 rules, each productive only once the next one is).
@@ -223,6 +223,25 @@ grammar_analysis analyze_grammar(const grammar& g, std::uint64_t inline_limit,
         fmt::format("the grammar matches no string at all (rule '{}' never ends)",
                     g.rule_at(g.root()).name),
         __FILE__, __LINE__);
+}
+
+}  // namespace
+
+void check_derives_some_string(const grammar& g) {
+  DI_CHECK(g.root() < g.num_rules(), "the grammar has no root rule");
+  grammar_analysis a;
+  const auto refs = reference_graph(g);
+  mark_reachable(g, refs, a);
+  mark_productive(g, refs, a, /*allow_empty=*/false);
+}
+
+grammar_analysis analyze_grammar(const grammar& g, std::uint64_t inline_limit,
+                                 std::uint64_t regular_inline_limit, bool allow_empty) {
+  DI_CHECK(g.root() < g.num_rules(), "the grammar has no root rule");
+  grammar_analysis a;
+  auto refs = reference_graph(g);
+  mark_reachable(g, refs, a);
+  mark_productive(g, refs, a, allow_empty);
   a.size.assign(g.num_rules(), 1);
   a.inlined.assign(g.num_rules(), 0);
   a.regular.assign(g.num_rules(), 0);

@@ -37,6 +37,10 @@ struct grammar_analysis {
 grammar_analysis analyze_grammar(const grammar& g, std::uint64_t inline_limit,
                                  std::uint64_t regular_inline_limit, bool allow_empty = false);
 
+/// The first checks of analyze_grammar alone: every reachable reference names a defined rule
+/// (di::error) and the root derives a string (empty_language_error).
+void check_derives_some_string(const grammar& g);
+
 /// Whether `id` derives some string, given the rules already known to be productive.
 bool expr_productive(const grammar& g, expr_id id, const std::vector<std::uint8_t>& productive);
 

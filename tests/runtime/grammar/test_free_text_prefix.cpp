@@ -11,6 +11,7 @@
 
 #include <random>
 #include <string>
+#include <vector>
 
 using namespace di::grammar;
 using di::grammar::test::accepts;
@@ -74,4 +75,57 @@ TEST_CASE("free text prefix: the inline spec round-trips; bad ones are errors") 
   CHECK_THROWS_AS(compile_inline("after:3:aba|regex:x"), di::error);
   CHECK_THROWS_WITH_AS(compile_inline(R"(after:8:</think>json_schema:{"enum": []})"),
                        doctest::Contains("allows no value"), di::error);
+}
+
+TEST_CASE("free text prefix: the answer's format is compiled once, with the free text") {
+  // compiled_grammar::compile counts its calls per thread. A format after a marker costs the
+  // compiles the format alone costs (a JSON Schema's front end compiles some parts of it, e.g.
+  // its patterns, on its own): its own language is checked by an analysis, not by compiling it
+  // a second time, and the front end runs once.
+  const auto compiles = [](const std::string& spec) {
+    const std::uint64_t before = compiled_grammar::num_compiles_on_this_thread();
+    try {
+      compile_inline(spec);
+    } catch (const di::error&) {
+    }
+    return compiled_grammar::num_compiles_on_this_thread() - before;
+  };
+  const std::vector<std::string> specs = {
+      R"(json_schema:{"type": "object", "properties": {"a": {"type": "integer"}}})",
+      R"(json_schema:{"type": "string", "pattern": "^[a-z]+$"})",
+      R"(json_schema:{"type": "object", "patternProperties": {"^x": {"type": "integer"}}})",
+      "regex:(yes|no)",
+      "json_object",
+      "ebnf:root ::= \"a\"+",
+      R"(tool_calls:{"begin": "", "separator": "", "end": "", "max_calls": 1,)"
+      R"( "calls": [{"begin": "<call>", "schema": {"type": "object"}, "end": "</call>"}]})"};
+  for (const std::string& spec : specs) {
+    CAPTURE(spec);
+    const std::uint64_t alone = compiles(spec);
+    CHECK(alone >= 1);
+    CHECK(compiles("after:8:</think>" + spec) == alone);
+  }
+  CHECK(compiles("regex:(yes|no)") == 1);
+  CHECK(compiles("after:8:</think>regex:(yes|no)") == 1);
+  // An answer nothing satisfies is still refused, in its own words -- found without the compile
+  // that fails on it alone.
+  for (const char* empty :
+       {R"(json_schema:{"enum": []})",
+        R"(json_schema:{"type": "integer", "minimum": 2, "maximum": 1})", "json_schema:false"}) {
+    const std::string spec = empty;
+    CAPTURE(spec);
+    CHECK_THROWS_WITH_AS(compile_inline("after:8:</think>" + spec),
+                         doctest::Contains("allows no value"), di::error);
+    CHECK(compiles(spec) == 1);
+    CHECK(compiles("after:8:</think>" + spec) == 0);
+  }
+  CHECK_THROWS_WITH_AS(compile_inline("after:8:</think>ebnf:root ::= root \"x\""),
+                       doctest::Contains("matches no string at all"), di::error);
+  // Compiling past an empty answer where asked to (grammar check's second try): the free text.
+  compile_options allow;
+  allow.allow_empty_language = true;
+  const auto g = compile_response_format(
+      parse_inline_response_format(R"(after:8:</think>json_schema:{"enum": []})"), allow);
+  CHECK(accepts(*g, "still thinking"));
+  CHECK(!accepts(*g, "done</think>1"));
 }
