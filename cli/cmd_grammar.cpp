@@ -1,7 +1,8 @@
 // `deepinfer grammar check|bench`: structured-output grammars from the command line. `check`
-// compiles a JSON Schema, regex or EBNF grammar and says, per line of a JSONL file of {"text": ...},
-// whether the text is a complete match; a grammar that does not compile is one clear message
-// on stderr and exit code 2. `bench` (cli/detail/grammar_bench.cpp) measures compile and mask times.
+// compiles a JSON Schema, regex or EBNF grammar and says, per line of a JSONL file of {"text":
+// ...}, whether the text is a complete match; a grammar that does not compile is one clear message
+// on stderr and exit code 2, an input file that cannot be read exit code 1 (as elsewhere).
+// `bench` (cli/detail/grammar_bench.cpp) measures compile and mask times.
 #include "cli/command.hpp"
 #include "cli/detail/grammar_bench.hpp"
 #include "cli/detail/schema_warnings.hpp"
@@ -16,6 +17,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <utility>
 
 namespace {
 
@@ -44,19 +46,27 @@ json_whitespace check_usage(const check_options& o) {
                              fmt::format("must be any, compact or pretty, got '{}'", o.whitespace));
 }
 
+/// The text of a grammar file. A missing, unreadable or directory path is an input error
+/// (di::error, exit code 1: "--ebnf: F: cannot open: No such file or directory"), not a grammar
+/// that does not compile (exit code 2, as it was).
+std::string read_grammar_file(const std::string& path, const std::string& option) {
+  di::open_input_file(path, option);
+  return di::read_text_file(path);
+}
+
+/// The format of the options, its file read (before anything compiles).
+response_format format_for_check(const check_options& o) {
+  if (!o.json_schema.empty())
+    return {format_kind::json_schema, read_grammar_file(o.json_schema, "--json-schema"), {}};
+  if (o.regex) return {format_kind::regex, *o.regex, {}};
+  return {format_kind::ebnf, read_grammar_file(o.ebnf, "--ebnf"), {}};
+}
+
 /// The grammar of the options; a grammar that matches no string at all compiles (every string
 /// is then refused, as the JSON Schema `false` must be), with a warning that generation, the
 /// HTTP server and --response-format refuse it.
-std::shared_ptr<const compiled_grammar> compile_for_check(const check_options& o,
+std::shared_ptr<const compiled_grammar> compile_for_check(const check_options& o, response_format f,
                                                           json_whitespace whitespace) {
-  response_format f;
-  if (!o.json_schema.empty()) {
-    f = {format_kind::json_schema, di::read_text_file(o.json_schema), {}};
-  } else if (o.regex) {
-    f = {format_kind::regex, *o.regex, {}};
-  } else {
-    f = {format_kind::ebnf, di::read_text_file(o.ebnf), {}};
-  }
   f.schema.lenient = o.lenient;
   f.schema.whitespace = whitespace;
   f.schema.use = json_schema_use::validation;  // every spelling JSON Schema allows (1.0, 7.00)
@@ -77,9 +87,10 @@ std::shared_ptr<const compiled_grammar> compile_for_check(const check_options& o
 
 void run_check(const check_options& o) {
   const json_whitespace whitespace = check_usage(o);
+  response_format f = format_for_check(o);  // an unreadable file: di::error, exit code 1
   std::shared_ptr<const compiled_grammar> g;
   try {
-    g = compile_for_check(o, whitespace);
+    g = compile_for_check(o, std::move(f), whitespace);
   } catch (const di::error& e) {
     fmt::print(stderr, "error: the grammar does not compile: {}\n", e.what());
     di::cli::set_exit_code(2);
@@ -118,6 +129,11 @@ void setup_grammar(CLI::App& app) {
       ->capture_default_str();
   check->add_flag("--print-grammar", o->print_grammar,
                   "Print the compiled grammar's size on stderr");
+  check->footer(
+      "Prints {\"accepted\": true|false} per line of --strings. Exit codes: 0 checked (whether "
+      "or not the strings match); 1 an input that cannot be read (a missing --json-schema, "
+      "--ebnf or --strings file, a bad --strings line); 2 a usage error or a grammar that does "
+      "not compile.");
   check->callback([o] { run_check(*o); });
   di::cli::add_grammar_bench(*cmd);
 }

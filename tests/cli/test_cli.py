@@ -221,6 +221,43 @@ class ChatTemplateTest(unittest.TestCase):
             self.assertIn("nosuchfilter", errs[0])
 
 
+class GrammarCheckTest(unittest.TestCase):
+    def test_an_unreadable_grammar_file_is_an_input_error(self):
+        # a missing --ebnf / --json-schema file said "the grammar does not compile: F: cannot
+        # open" with the compile-error code 2; it is an input error (1), as a missing --strings
+        # file or `generate --chat missing.json` is
+        with tempfile.TemporaryDirectory() as d:
+            strings = os.path.join(d, "s.jsonl")
+            with open(strings, "w") as f:
+                f.write('{"text": "a"}\n')
+            missing = os.path.join(d, "missing")
+            for opt in ("--ebnf", "--json-schema"):
+                p = run("grammar", "check", opt, missing, "--strings", strings)
+                self.assertEqual(p.returncode, 1, (opt, p.stderr))
+                self.assertEqual(error_lines(p), [f"error: {opt}: {missing}: cannot open: No such file or directory"])
+                self.assertEqual(p.stdout, "")
+            p = run("grammar", "check", "--ebnf", d, "--strings", strings)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertEqual(error_lines(p), [f"error: --ebnf: {d}: is a directory, not a file"])
+            p = run("grammar", "check", "--regex", "a", "--strings", missing)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            # a grammar that does not compile keeps exit code 2
+            bad = os.path.join(d, "bad.gbnf")
+            with open(bad, "w") as f:
+                f.write("root ::= (\n")
+            p = run("grammar", "check", "--ebnf", bad, "--strings", strings)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn("error: the grammar does not compile", error_lines(p)[0])
+
+    def test_help_gives_the_exit_codes(self):
+        p = run("grammar", "check", "--help")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        text = " ".join(p.stdout.split())
+        for words in ("Exit codes: 0 checked", "1 an input that cannot be read",
+                      "2 a usage error or a grammar that does not compile"):
+            self.assertIn(words, text)
+
+
 class GrammarBenchTest(unittest.TestCase):
     TOKENIZER = os.path.join(REPO, "assets", "deepseek-v3-tokenizer")
     ROWS = [
