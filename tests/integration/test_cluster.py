@@ -560,6 +560,7 @@ class AdmissionTest(unittest.TestCase):
             # Not communicate(timeout=...): it reads the raw pipe and loses what readline() had
             # already buffered (it dropped outcome lines here before).
             rest = client.stdout.read()
+            client.stdout.close()
             client.wait(timeout=60)
             out = [json.loads(line) for line in [first] + rest.splitlines() if line.strip()]
             refused = [r for r in out if r["finish_reason"] == "error"]
