@@ -716,8 +716,12 @@ def reasoning_thinking_reaches_the_template(srv, c):
     v31 = Server(srv.binary, ["--model", folder, "--reasoning-parser", "deepseek_v3"])
     try:
         msgs = [{"role": "user", "content": "Hi"}]
+        # The template's `{% if thinking %}` and vLLM's parser (bool(...)) read a value alike, by
+        # Python's truth value: 1 and even "false" think, 0 and null do not.
         for kwargs, end in (({"thinking": True}, "<｜Assistant｜><think>"), ({"thinking": False}, "<｜Assistant｜></think>"),
-                            ({}, "<｜Assistant｜></think>")):
+                            ({}, "<｜Assistant｜></think>"), ({"thinking": 1}, "<｜Assistant｜><think>"),
+                            ({"thinking": "false"}, "<｜Assistant｜><think>"), ({"thinking": 0}, "<｜Assistant｜></think>"),
+                            ({"thinking": None}, "<｜Assistant｜></think>")):
             status, _, body = v31.request("POST", "/tokenize", {"model": "v31", "messages": msgs,
                                                                 "chat_template_kwargs": kwargs,
                                                                 "return_token_strs": True})
@@ -730,6 +734,10 @@ def reasoning_thinking_reaches_the_template(srv, c):
         assert m.reasoning and m.content is None and on.choices[0].finish_reason == "length", on
         off = cv.chat.completions.create(**kw).choices[0].message
         assert off.content and getattr(off, "reasoning", None) is None, off
+        for value, thinks in ((1, True), ("false", True), (0, False)):
+            m = cv.chat.completions.create(**kw, extra_body={"chat_template_kwargs": {"thinking": value}}).choices[0].message
+            assert (m.content is None and bool(m.reasoning)) if thinks else \
+                (m.content and getattr(m, "reasoning", None) is None), (value, m)
     finally:
         v31.stop()
 
