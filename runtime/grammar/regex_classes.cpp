@@ -7,8 +7,10 @@
 #include "common/error.hpp"
 #include "runtime/grammar/detail/regex_parser.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <iterator>
 
 namespace di::grammar::detail {
 
@@ -383,7 +385,22 @@ expr_id regex_parser::char_expr(char32_t cp) const {
 }
 
 codepoint_set regex_parser::fold_case(const codepoint_set& set) const {
-  if (options_.flavor != regex_flavor::python || flags_.unicode) return set.case_folded();
+  if (options_.flavor != regex_flavor::python) return set.case_folded();
+  if (flags_.unicode) {
+    // CPython's re also treats each of these groups as one letter under (?i) (by lower(): U+0130
+    // lowers to i, and its table of extra cases: i and U+0131); found comparing every code point
+    // with re 3.11. Groups of two repeat their last member.
+    static constexpr char32_t k_extra[][4] = {
+        {'I', 'i', 0x130, 0x131}, {0x390, 0x1FD3, 0x1FD3, 0x1FD3}, {0x3B0, 0x1FE3, 0x1FE3, 0x1FE3}};
+    codepoint_set out = set.case_folded();
+    for (const auto& group : k_extra) {
+      if (std::none_of(std::begin(group), std::end(group),
+                       [&](char32_t c) { return out.contains(c); }))
+        continue;
+      for (char32_t c : group) out.add(c, c);
+    }
+    return out;
+  }
   // Python's (?a)(?i): ASCII letters only, so KELVIN SIGN does not match k.
   codepoint_set out = set;
   for (char32_t c = 'A'; c <= 'Z'; ++c) {
