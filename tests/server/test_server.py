@@ -22,6 +22,7 @@ import time
 import traceback
 import urllib.error
 import urllib.request
+import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from server_util import Server, make_model  # noqa: E402
@@ -403,6 +404,20 @@ def regex_class_set_operations(srv, c):
                                  extra_body={"response_format": {"type": "regex", "regex": regex}})
         for choice in r.choices:
             assert choice.finish_reason == "stop" and re.fullmatch(allowed, choice.text), (regex, choice)
+
+
+@test
+def lark_terminals_read_python_regexes(srv, c):
+    # Lark terminals are Python regexes: CPython's re reads `&&` and `[:` inside a class as
+    # characters (`[[:digit:]]{2}` is a class and then "]" twice); they were Rust's operators and
+    # POSIX classes (`[a-z&&]` was a 400 "unterminated character class"). Checked by Python's re.
+    for regex in ("[a-z&&]{4}", "[[:digit:]]{2}", "[a-c--e]{3}"):
+        r = c.completions.create(model="tiny", prompt="x", max_tokens=8, temperature=1.5, seed=0, n=8,
+                                 extra_body={"response_format": {"type": "ebnf", "ebnf": f"start: /{regex}/"}})
+        with warnings.catch_warnings():  # re's FutureWarning "Possible nested set"
+            warnings.simplefilter("ignore", FutureWarning)
+            for choice in r.choices:
+                assert choice.finish_reason == "stop" and re.fullmatch(regex, choice.text), (regex, choice)
 
 
 WEATHER_TOOL = {"type": "function", "function": {
