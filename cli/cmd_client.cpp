@@ -432,7 +432,9 @@ void setup_client(CLI::App& app) {
          "one step are larger fails alone); requests are checked against the router's own "
          "cluster.max_message_bytes, asked when connecting")
       ->capture_default_str()
-      ->check(CLI::Range(di::min_max_message_bytes, di::max_max_message_bytes));
+      ->check(di::cli::integer_range(di::min_max_message_bytes, di::max_max_message_bytes)
+                  .description(fmt::format("in [{}, {}]", di::min_max_message_bytes,
+                                           di::max_max_message_bytes)));
   sub->add_option("--tls-certificate", o->tls.certificate, "Client certificate (clusters with TLS)");
   sub->add_option("--tls-key", o->tls.key, "Its private key");
   sub->add_option("--tls-cafile", o->tls.cafile, "CA that signed the cluster's certificates");

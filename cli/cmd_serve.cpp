@@ -11,6 +11,7 @@
 #include "actors/node_runtime.hpp"
 #include "cli/command.hpp"
 #include "cli/detail/model_folder.hpp"
+#include "cli/detail/option_checks.hpp"
 #include "common/error.hpp"
 #include "model/runner/cpu_model_runner.hpp"
 #include "runtime/grammar/response_format.hpp"
@@ -341,8 +342,9 @@ void setup_serve(CLI::App& app) {
                   "Override a key: --set server.port=8001, --set scheduler.max_num_running=64 "
                   "(repeatable)");
   sub->add_option("--host", o->host, "Listen address (server.host; default 127.0.0.1)");
+  // (it wrapped: 70000 listened on 4464, -1 on the default)
   sub->add_option("--port", o->port, "Listen port (server.port; default 8000; 0 = any free port)")
-      ->check(CLI::Range(0, 65535));  // it wrapped: 70000 listened on 4464, -1 on the default
+      ->check(di::cli::integer_range(0, 65535).description("in [0, 65535]"));
   sub->add_option("--api-key", o->api_keys,
                   "Accepted bearer key (repeatable; also server.api_keys and "
                   "DEEPINFER_API_KEY); none = no authentication");

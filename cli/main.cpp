@@ -100,6 +100,18 @@ CLI::Validator decimal_integer(bool is_unsigned) {
       "");
 }
 
+/// A floating-point option's value that CLI11 cannot read is an error in the integers' words
+/// ("--temperature: 'abc' is not a number"; CLI11 said "Could not convert: --temperature =
+/// abc"). What CLI11 reads is unchanged: the check runs CLI11's own conversion.
+CLI::Validator readable_number() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        double v = 0;
+        return CLI::detail::lexical_cast(s, v) ? std::string() : "'" + s + "' is not a number";
+      },
+      "");
+}
+
 void require_decimal_integers(CLI::App& app) {
   for (CLI::Option* o : app.get_options()) {
     const std::string type = o->get_type_name();
@@ -108,6 +120,8 @@ void require_decimal_integers(CLI::App& app) {
       o->transform(decimal_integer(false));
     else if (type.rfind("UINT", 0) == 0)
       o->transform(decimal_integer(true));
+    else if (type.rfind("FLOAT", 0) == 0)
+      o->transform(readable_number());
   }
   for (CLI::App* sub : app.get_subcommands({})) require_decimal_integers(*sub);
 }
@@ -141,7 +155,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "error: unknown command '%s' (see --help)\n", word.c_str());
       return 2;
     }
-    // A usage error is one line too ("Could not convert: --max-tokens = abc").
+    // A usage error is one line too ("The following argument was not expected: x").
     std::fprintf(stderr, "error: %s (see --help)\n", e.what());
     return 2;
   } catch (const di::error& e) {

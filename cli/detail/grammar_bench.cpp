@@ -1,5 +1,6 @@
 // grammar bench: see grammar_bench.hpp.
 #include "cli/detail/grammar_bench.hpp"
+#include "cli/detail/option_checks.hpp"
 
 #include "common/error.hpp"
 #include "common/mapped_file.hpp"
@@ -197,7 +198,7 @@ void add_grammar_bench(CLI::App& grammar_cmd) {
       ->add_option("--classify-ms", o->classify_ms,
                    "After a lazy compile, classify states for up to MS milliseconds (counted in "
                    "the compile time), as the server does before a request starts")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative_number())
       ->excludes("--precompute");
   // (a callback: "!--no-shared-cache" on the bool read "--no-shared-cache{false}" in --help)
   bench->add_flag_callback(

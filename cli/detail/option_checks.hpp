@@ -49,4 +49,17 @@ CLI::Validator integer_fits() {
       "");
 }
 
+/// A check that a floating-point option's value is >= 0, with a plain message
+/// ("must be a non-negative number, got '-1'"; CLI::NonNegativeNumber's printed DBL_MAX in full,
+/// ~310 digits). A value that is not a number is left to main.cpp's check.
+inline CLI::Validator non_negative_number(const char* name = "MS") {
+  return CLI::Validator(
+      [](const std::string& s) -> std::string {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(s, v) || v >= 0) return {};
+        return "must be a non-negative number, got '" + s + "'";
+      },
+      std::string(name) + " >= 0");
+}
+
 }  // namespace di::cli

@@ -97,12 +97,35 @@ class HelpTest(unittest.TestCase):
         for value in ("10", "4294967296"):
             p = run("client", "--connect", "127.0.0.1:1", "--status", "--max-message-bytes", value)
             self.assertNotEqual(p.returncode, 0)
-            self.assertIn("--max-message-bytes: Value " + value + " not in range 1048576 to 4294967295", p.stderr)
+            self.assertIn(f"--max-message-bytes: '{value}' is out of range [1048576, 4294967295]", p.stderr)
         # a negative timeout said "not in range 0.000000 to " and DBL_MAX's ~310 digits
         p = run("client", "--connect", "127.0.0.1:1", "--status", "--connection-timeout-ms", "-1")
         self.assertEqual(p.returncode, 2, p.stderr)
         self.assertIn("--connection-timeout-ms: must be a non-negative integer, got '-1'", p.stderr)
         self.assertLess(len(p.stderr), 200, p.stderr)
+
+    def test_number_options_say_what_is_wrong_in_one_short_line(self):
+        # CLI11's wording: "Value 70000 not in range 0 to 65535", "Could not convert: --temperature
+        # = abc", and for --classify-ms -1 "not in range 0.000000 to " with DBL_MAX's ~310 digits
+        cases = ((["serve", "--model", "x", "--port", "70000"], "--port: '70000' is out of range [0, 65535]"),
+                 (["serve", "--model", "x", "--port", "-1"], "--port: '-1' is out of range [0, 65535]"),
+                 (["generate", "--prompt", "x", "--temperature", "abc"], "--temperature: 'abc' is not a number"),
+                 (["generate", "--prompt", "x", "--top-p", "0.5x"], "--top-p: '0.5x' is not a number"),
+                 (["bench", "serve", "--timeout", "abc"], "--timeout: 'abc' is not a number"),
+                 (["grammar", "bench", "--tokenizer", "x", "--schemas", "y", "--classify-ms", "-1"],
+                  "--classify-ms: must be a non-negative number, got '-1'"),
+                 (["grammar", "bench", "--tokenizer", "x", "--schemas", "y", "--classify-ms", "nan"],
+                  "--classify-ms: must be a non-negative number, got 'nan'"))
+        for args, message in cases:
+            p = run(*args)
+            self.assertEqual(p.returncode, 2, (args, p.stderr))
+            self.assertEqual(error_lines(p), [f"error: {message} (see --help)"], args)
+            self.assertLess(len(p.stderr), 200, p.stderr)
+        # what was read before still is: a float in any spelling CLI11 takes, a port at the bounds
+        p = run("serve", "--help")
+        self.assertIn("--port INT:in [0, 65535]", p.stdout)
+        p = run("grammar", "bench", "--tokenizer", "/nonexistent", "--schemas", "/nonexistent", "--classify-ms", "1e1")
+        self.assertNotIn("--classify-ms", p.stderr)
 
 
 class InspectTest(unittest.TestCase):

@@ -455,7 +455,7 @@ class GenerateTest(unittest.TestCase):
         for port in ("70000", "-1"):
             p = run("serve", "--model", MODEL, "--port", port)
             self.assertEqual(p.returncode, 2, p.stderr)
-            self.assertIn(f"--port: Value {port} not in range 0 to 65535", error_lines(p)[0])
+            self.assertIn(f"--port: '{port}' is out of range [0, 65535]", error_lines(p)[0])
 
     def test_output_that_cannot_be_written_fails(self):
         # a full disk (or any write error) is exit 1 with one error line, not rc 0 and no output
