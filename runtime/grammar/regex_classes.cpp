@@ -106,10 +106,16 @@ bool regex_parser::eat(char c) {
 }
 
 void regex_parser::skip_extended() {
-  if (!flags_.extended) return;
   while (!at_end()) {
     char c = p_[pos_];
-    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+    if (options_.flavor == regex_flavor::python && p_.substr(pos_, 3) == "(?#") {
+      // Python's comment group, up to the first ')': transparent, even before a quantifier.
+      const std::size_t close = p_.find(')', pos_);
+      if (close == std::string_view::npos) fail("missing ), unterminated comment");
+      pos_ = close + 1;
+    } else if (!flags_.extended) {
+      break;
+    } else if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
       ++pos_;
     } else if (c == '#') {
       while (!at_end() && p_[pos_] != '\n') ++pos_;
@@ -156,6 +162,23 @@ char32_t regex_parser::parse_escaped_char() {
       char32_t v = 0;
       for (int k = 0; k < 2 && !at_end() && p_[pos_] >= '0' && p_[pos_] <= '7'; ++k)
         v = v * 8 + char32_t(p_[pos_++] - '0');
+      return v;
+    }
+    case '1':
+    case '2':
+    case '3':
+    case '4':
+    case '5':
+    case '6':
+    case '7': {
+      // Python: an octal escape of up to three digits in a class (`[\1]` is U+0001), and of
+      // exactly three outside one (`\101` is A; the atom refuses `\1`, `\12` as backreferences).
+      if (options_.flavor != regex_flavor::python)
+        fail(std::string("unknown escape '\\") + c + "'");
+      char32_t v = char32_t(c - '0');
+      for (int k = 0; k < 2 && !at_end() && p_[pos_] >= '0' && p_[pos_] <= '7'; ++k)
+        v = v * 8 + char32_t(p_[pos_++] - '0');
+      if (v > 0377) fail("octal escape value above \\377");
       return v;
     }
     case 'x':
@@ -268,6 +291,10 @@ expr_id regex_parser::parse_escape_atom() {
   codepoint_set set;
   if (parse_class_escape(set)) return class_expr(set);
   if (c == 'b' || c == 'B') fail("word boundary assertions (\\b, \\B) are not supported");
+  auto octal = [&](std::size_t i) { return i < p_.size() && p_[i] >= '0' && p_[i] <= '7'; };
+  if (options_.flavor == regex_flavor::python && c != '0' && octal(pos_) && octal(pos_ + 1) &&
+      octal(pos_ + 2))
+    return char_expr(parse_escaped_char());  // Python's three-digit octal escape: \101 is A
   if ((c >= '1' && c <= '9') || c == 'k' || c == 'g') fail("backreferences are not supported");
   return char_expr(parse_escaped_char());
 }

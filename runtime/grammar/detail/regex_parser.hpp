@@ -65,6 +65,7 @@ class regex_parser {
   char32_t next_cp();
   bool eat(char c);
   bool at_end() const { return pos_ >= p_.size(); }
+  /// Skips what (?x) ignores, and Python's (?#...) comments.
   void skip_extended();
   [[noreturn]] void fail(const std::string& what) const;
 

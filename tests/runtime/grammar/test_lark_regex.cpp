@@ -99,6 +99,13 @@ const std::vector<python_case> k_python_cases = {
     {R"re((?i)\u0390)re", {{"\xE1\xBF\x93", true}}},
     {R"re((?i)[\u1fe3])re", {{"\xCE\xB0", true}}},
     {R"re((?ai)i)re", {{"I", true}, {"\xC4\xB0", false}}},
+    {R"re(\101)re", {{"A", true}}},
+    {R"re([\101])re", {{"A", true}}},
+    {R"re([\1])re", {{"\x01", true}, {"1", false}}},
+    {R"re(\1010)re", {{"A0", true}}},
+    {R"re(\377)re", {{"\xC3\xBF", true}}},
+    {R"re((?#a(b)c)re", {{"c", true}}},
+    {R"re(a(?#x)*)re", {{"aa", true}, {"", true}}},
     {R"re(a\Z)re", {{"a", true}}},
     {R"re((?P<n>a)b)re", {{"ab", true}}},
     {R"re([a-z-0])re", {{"-", true}, {"0", true}, {"q", true}}},
@@ -129,6 +136,11 @@ TEST_CASE("Lark terminals: what CPython's re refuses stays an error") {
   // re.error "bad character range a-- at position 1": no Rust difference to fall back to.
   CHECK_THROWS_AS(lark_terminal("[a--z]"), di::error);
   CHECK_THROWS_AS(lark_terminal("a{2,1}"), di::error);  // min repeat greater than max repeat
+  CHECK_THROWS_AS(lark_terminal(R"(\400)"), di::error);    // octal escape value outside of range
+  CHECK_THROWS_AS(lark_terminal(R"([\400])"), di::error);  // the same in a class
+  CHECK_THROWS_AS(lark_terminal(R"(\12)"), di::error);     // invalid group reference 12
+  CHECK_THROWS_AS(lark_terminal(R"([\8])"), di::error);    // bad escape \8
+  CHECK_THROWS_AS(lark_terminal("(?#x"), di::error);       // missing ), unterminated comment
 }
 
 TEST_CASE("Lark terminals take Lark's regex flags x and m as Python does") {
