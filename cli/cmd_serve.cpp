@@ -63,6 +63,9 @@ struct loaded_config {
 
 loaded_config load(const serve_options& o) {
   DI_CHECK(o.model.empty() != o.config.empty(), "give exactly one of --model and --config");
+  // (it was taken and ignored: --model always serves from this process)
+  DI_CHECK(!o.in_process || !o.config.empty(),
+           "--in-process goes with --config (--model already runs the model in this process)");
   const auto split = di::server::split_server_overrides(o.sets);
   loaded_config out;
   if (!o.model.empty()) {

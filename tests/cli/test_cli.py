@@ -127,6 +127,13 @@ class HelpTest(unittest.TestCase):
         p = run("grammar", "bench", "--tokenizer", "/nonexistent", "--schemas", "/nonexistent", "--classify-ms", "1e1")
         self.assertNotIn("--classify-ms", p.stderr)
 
+    def test_serve_in_process_needs_config(self):
+        # --in-process beside --model was taken and ignored (--model runs in-process anyway)
+        p = run("serve", "--model", "/nonexistent", "--in-process")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(error_lines(p),
+                         ["error: --in-process goes with --config (--model already runs the model in this process)"])
+
 
 class InspectTest(unittest.TestCase):
     def inspect_json(self, model):
