@@ -294,10 +294,6 @@ expr_id lark_parser::parse_regex_atom() {
       ro.case_insensitive = true;
     else if (f == 's')
       ro.dot_all = true;
-    else if (f == 'x')
-      ro.extended = true;
-    else if (f == 'm')
-      ro.multi_line = true;  // ^ and $ under it are refused, as in (?m)
     else if (f != 'u')
       pos_--, fail(std::string("regular-expression flag '") + f + "' is not supported");
   }

@@ -36,8 +36,6 @@ struct regex_options {
   bool ecma_dot = false;
   bool case_insensitive = false;  ///< as if the pattern began with (?i)
   bool dot_all = false;           ///< as if the pattern began with (?s)
-  bool extended = false;          ///< as if the pattern began with (?x)
-  bool multi_line = false;        ///< as if the pattern began with (?m)
   std::size_t max_nesting = 200;  ///< groups nested deeper are an error
   /// How one character from a set is written in the target text; default: its UTF-8 bytes.
   /// The JSON Schema compiler maps characters to their escaped form inside a JSON string.

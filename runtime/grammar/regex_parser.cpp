@@ -19,8 +19,6 @@ regex_parser::regex_parser(grammar& g, std::string_view pattern, const regex_opt
     : g_(g), p_(pattern), options_(options) {
   flags_.case_insensitive = options.case_insensitive;
   flags_.dot_all = options.dot_all;
-  flags_.extended = options.extended;
-  flags_.multi_line = options.multi_line;
 }
 
 void regex_parser::fail(const std::string& what) const {

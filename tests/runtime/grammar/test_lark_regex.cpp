@@ -143,20 +143,6 @@ TEST_CASE("Lark terminals: what CPython's re refuses stays an error") {
   CHECK_THROWS_AS(lark_terminal("(?#x"), di::error);       // missing ), unterminated comment
 }
 
-TEST_CASE("Lark terminals take Lark's regex flags x and m as Python does") {
-  // Lark's flags are imslux; x and m were refused ("regular-expression flag 'x' is not
-  // supported"). Answers from CPython 3.11.7's re.fullmatch with re.X / re.M.
-  auto verbose = compiled_grammar::compile(parse_lark("start: /a b # c/x\n"));
-  CHECK(accepts(*verbose, "ab"));
-  CHECK_FALSE(accepts(*verbose, "a b"));
-  CHECK(accepts(*compiled_grammar::compile(parse_lark("start: /[ a]/x\n")), " "));
-  CHECK(accepts(*compiled_grammar::compile(parse_lark("start: /a\\ b/x\n")), "a b"));
-  CHECK(accepts(*compiled_grammar::compile(parse_lark("start: /ab/m\n")), "ab"));
-  // ^ and $ in multi-line mode stay a clear error; l (LOCALE) is bytes-only in Python 3
-  CHECK_THROWS_AS(parse_lark("start: /^ab/m\n"), di::error);
-  CHECK_THROWS_AS(parse_lark("start: /ab/l\n"), di::error);
-}
-
 TEST_CASE("regex: keeps Rust's set operations, POSIX classes and counted repetitions") {
   // The same texts as above in the `regex:` flavour (Rust's regex crate).
   auto intersect = compile_re("[a-z&&[aeiou]]");
