@@ -21,7 +21,9 @@ enum class regex_flavor {
   rust,
   /// Python's `re` (Lark terminals): `&&`, `--`, `~~`, `[` and `[:` inside a class are literal
   /// characters or ranges; `{,n}` is `{0,n}` and `{1, 2}` (with a space) is literal text;
-  /// `\w` is letters, numbers and `_`, `\s` adds U+001C..U+001F; `(?a)` makes them ASCII.
+  /// `\w` is letters, numbers and `_`, `\s` adds U+001C..U+001F; `(?a)` makes them and (?i)
+  /// ASCII; (?i) adds re's extra cases (i ~ U+0130 ~ U+0131); `\101` and `[\1]` are octal
+  /// escapes; `(?#...)` is a comment.
   python,
 };
 
