@@ -247,9 +247,11 @@ void reject_unsupported(const field_reader& f) {
     return !(v.is_boolean() && !v.get<bool>()) && !((v.is_array() || v.is_object()) && v.empty()) &&
            !(v.is_number() && v.get<double>() == 0);
   };
+  // guided_json's empty object is a schema too (any JSON value), not an empty request.
   for (const char* key :
        {"guided_json", "guided_regex", "guided_grammar", "guided_choice", "structured_outputs"})
-    if (const json* v = f.find(key); v != nullptr && asks(*v))
+    if (const json* v = f.find(key);
+        v != nullptr && (asks(*v) || (v->is_object() && std::string_view(key) == "guided_json")))
       bad_param(key, fmt::format("'{}' is not supported; use response_format (json_schema, "
                                  "regex or ebnf)",
                                  key));

@@ -243,6 +243,10 @@ TEST_CASE("structured-output fields of other servers and stray response_format m
   CHECK(param_of(R"({"prompt": "x", "regex": null, "ebnf": null, "json_schema": null,
                      "guided_whitespace_pattern": null})") == "");
   CHECK(param_of(R"({"prompt": "x", "json_schema": {}})") == "");
+  // ... except guided_json's {}: the schema that takes any JSON value (vLLM constrains to it).
+  CHECK(param_of(R"({"prompt": "x", "guided_json": {}})") == "guided_json");
+  CHECK(param_of(R"({"prompt": "x", "guided_json": null, "guided_choice": [],
+                     "structured_outputs": {}})") == "");
   CHECK(param_of(R"({"prompt": "x", "response_format": {"type": "text", "json_schema": null}})") ==
         "");
   CHECK(param_of(R"({"prompt": "x", "response_format": {"type": "json_object"}})") == "");
