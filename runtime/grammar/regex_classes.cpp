@@ -325,7 +325,10 @@ codepoint_set regex_parser::parse_class_items(std::size_t depth, bool nested, bo
     if (at_end()) fail("unterminated character class");
     if (p_[pos_] == ']' && !first) return acc;
     if (operand && !first && at_class_operator(false)) return acc;
-    if (options_.flavor != regex_flavor::python && p_.substr(pos_, 2) == "[:") {
+    // POSIX classes in Rust's reading; CPython's re and ECMAScript (JSON Schema `pattern`,
+    // unicode_classes off) read `[:` as two class members.
+    if (options_.flavor != regex_flavor::python && options_.unicode_classes &&
+        p_.substr(pos_, 2) == "[:") {
       std::size_t close = p_.find(":]", pos_ + 2);
       if (close != std::string_view::npos) {
         std::string_view name = p_.substr(pos_ + 2, close - pos_ - 2);

@@ -71,6 +71,16 @@ TEST_CASE("class set operations: Rust's nested classes and &&, ECMAScript's lite
   CHECK(accepts(*ecma_nested, "_]"));
   CHECK(accepts(*ecma_nested, "[]"));
   CHECK_FALSE(accepts(*ecma_nested, "a"));
+  // ... and so is `[:`: `[[:alpha:]]` is the class {[, :, a, l, p, h} then a literal ']'
+  // (node's RegExp: "a]" and "[]" match, "a" does not), where Rust reads a POSIX class.
+  auto ecma_posix = compile_re("[[:alpha:]]", {.unicode_classes = false});
+  CHECK(accepts(*ecma_posix, "a]"));
+  CHECK(accepts(*ecma_posix, "[]"));
+  CHECK(accepts(*ecma_posix, ":]"));
+  CHECK_FALSE(accepts(*ecma_posix, "a"));
+  CHECK_FALSE(accepts(*ecma_posix, "b]"));
+  CHECK(accepts(*compile_re("[[:alpha:]]"), "b"));
+  CHECK_FALSE(accepts(*compile_re("[[:alpha:]]"), "a]"));
 }
 
 TEST_CASE("class set operations: Rust's -- and ~~, left to right at &&'s precedence") {
