@@ -127,6 +127,35 @@ std::string listen_failure_cause(const std::string& address, std::uint16_t port)
   return listened ? "" : cause;
 }
 
+/// Why a TCP connection to `host`:`port` fails, e.g. "Connection refused"; "" when one opens
+/// now. CAF 0.17 says only "ip_connect failed" (the errno stays inside CAF), so after a failed
+/// connect the client tries one plain connection itself to name the cause.
+std::string connect_failure_cause(const std::string& host, std::uint16_t port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* list = nullptr;
+  const std::string service = std::to_string(port);
+  if (const int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &list); rc != 0)
+    return gai_strerror(rc);
+  std::string cause;
+  bool connected = false;
+  for (addrinfo* a = list; a != nullptr && !connected; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    int err = fd < 0 ? errno : 0;
+    if (fd >= 0) {
+      if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0) err = errno;
+      close(fd);
+    }
+    if (err == 0)
+      connected = true;
+    else if (cause.empty())
+      cause = std::error_code(err, std::generic_category()).message();
+  }
+  freeaddrinfo(list);
+  return connected ? "" : cause;
+}
+
 network_settings network_settings_of(const cluster_config& c) {
   return {.app_id = c.cluster.name,
           .heartbeat_interval_ms = c.cluster.heartbeat_interval_ms,
@@ -269,6 +298,15 @@ router_actor connect_router(caf::actor_system& sys, const network_settings& s, c
         "cannot connect to the router at {}:{}: what listens there is not the router (a "
         "node's internal port? --connect takes router.host:router.port)",
         host, port);
+  if (!r && r.error() == caf::sec::cannot_connect_to_node) {
+    // CAF's "ip_connect failed" names no cause: refused (nothing listens), unreachable, a name
+    // that does not resolve.
+    const std::string cause = connect_failure_cause(host, port);
+    if (!cause.empty())
+      DI_FAIL("cannot connect to the router at {}:{}: {} (is the cluster running? --connect "
+              "takes the HOST:PORT of launch's `ready:` line)",
+              host, port, cause);
+  }
   DI_CHECK(bool(r), "cannot connect to the router at {}:{}: {}", host, port, describe(r.error()));
   // The bound of the router's node, which may be lower than this process's: a request past it
   // is refused here (sent, it closed the connection and every request on it failed).

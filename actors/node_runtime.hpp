@@ -56,6 +56,10 @@ router_actor connect_router(caf::actor_system& sys, const network_settings& sett
 /// now (CAF 0.17 reports only "tcp socket creation failed").
 std::string listen_failure_cause(const std::string& address, std::uint16_t port);
 
+/// Why a TCP connection to `host`:`port` fails now ("Connection refused", a resolver error);
+/// "" when one opens. (CAF 0.17's failed remote_actor says only "ip_connect failed".)
+std::string connect_failure_cause(const std::string& host, std::uint16_t port);
+
 /// "host:port" → (host, port); throws di::error naming `what` when malformed.
 std::pair<std::string, std::uint16_t> split_address(const std::string& address, const std::string& what);
 

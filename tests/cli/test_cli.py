@@ -127,6 +127,22 @@ class HelpTest(unittest.TestCase):
         p = run("grammar", "bench", "--tokenizer", "/nonexistent", "--schemas", "/nonexistent", "--classify-ms", "1e1")
         self.assertNotIn("--classify-ms", p.stderr)
 
+    def test_client_names_why_the_router_cannot_be_reached(self):
+        # CAF 0.17 says only "ip_connect failed"; the client names the cause and what --connect takes
+        import socket
+        with socket.socket() as s:  # a port that was just free: nothing listens on it
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        p = run("client", "--connect", f"127.0.0.1:{port}", "--prompt", "hi")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(error_lines(p), [f"error: cannot connect to the router at 127.0.0.1:{port}: Connection "
+                                          "refused (is the cluster running? --connect takes the HOST:PORT of "
+                                          "launch's `ready:` line)"])
+        p = run("client", "--connect", "no-such-host.invalid:7000", "--prompt", "hi")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertNotIn("ip_connect failed", p.stderr)
+        self.assertIn("cannot connect to the router at no-such-host.invalid:7000: ", p.stderr)
+
     def test_serve_in_process_needs_config(self):
         # --in-process beside --model was taken and ignored (--model runs in-process anyway)
         p = run("serve", "--model", "/nonexistent", "--in-process")
