@@ -53,7 +53,9 @@ class key_reader {
     else if (key == "max_stop_bytes")
       s.max_stop_bytes = int(integer(key, v, 1, 1 << 16));
     else if (key == "max_json_depth")
-      s.max_json_depth = int(integer(key, v, 4, 1024));
+      // (at most the body parser's own limit, grammar::max_json_nesting = 512: a deeper
+      // setting let 513..1024-level bodies pass the measure only to fail the parse)
+      s.max_json_depth = int(integer(key, v, 4, 512));
     else if (key == "max_schema_depth")
       s.max_schema_depth = int(integer(key, v, 4, 500));
     else if (key == "header_timeout_s")

@@ -53,6 +53,11 @@ TEST_CASE("bad [server] keys and values are errors naming them") {
   CHECK(s.drain_timeout_s == 0);
   CHECK_THROWS_WITH_AS(apply_server_overrides(s, {"server.drain_timeout_s=-1"}),
                        doctest::Contains("server.drain_timeout_s"), di::error);
+  // The body depth goes no deeper than the body parser's own limit.
+  apply_server_overrides(s, {"server.max_json_depth=512"});
+  CHECK(s.max_json_depth == 512);
+  CHECK_THROWS_WITH_AS(apply_server_overrides(s, {"server.max_json_depth=513"}),
+                       doctest::Contains("server.max_json_depth"), di::error);
 }
 
 TEST_CASE("server.json_whitespace: any by default, compact or pretty, anything else an error") {
