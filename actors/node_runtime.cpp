@@ -90,70 +90,60 @@ node_actor find_coordinator(caf::actor_system& sys, const cluster_config& c,
 
 }  // namespace
 
+namespace {
+
+/// Tries `attempt` (a socket call on a fresh stream socket; an errno or 0) on every address
+/// `host`:`port` resolves to until one succeeds: "" then, else the first failure's message (or
+/// the resolver's).
+template <class Attempt>
+std::string first_socket_failure(const std::string& host, std::uint16_t port, int flags,
+                                 Attempt&& attempt) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = flags;
+  addrinfo* list = nullptr;
+  const std::string service = std::to_string(port);
+  if (const int rc =
+          getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &list);
+      rc != 0)
+    return gai_strerror(rc);
+  std::string cause;
+  bool done = false;
+  for (addrinfo* a = list; a != nullptr && !done; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    const int err = fd < 0 ? errno : attempt(fd, *a);
+    if (fd >= 0) close(fd);
+    if (err == 0)
+      done = true;
+    else if (cause.empty())
+      cause = std::error_code(err, std::generic_category()).message();
+  }
+  freeaddrinfo(list);
+  return done ? "" : cause;
+}
+
+}  // namespace
+
 /// Why listening on `address`:`port` fails, e.g. "Address already in use"; "" when it works now.
 /// CAF 0.17 reports a failed publish as "tcp socket creation failed" only: the errno is dropped
 /// inside CAF (on the middleman's thread), so after a failure the bind is tried once more here
 /// the way CAF does it (SO_REUSEADDR, every address the name resolves to).
 std::string listen_failure_cause(const std::string& address, std::uint16_t port) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  addrinfo* list = nullptr;
-  const std::string service = std::to_string(port);
-  if (const int rc =
-          getaddrinfo(address.empty() ? nullptr : address.c_str(), service.c_str(), &hints, &list);
-      rc != 0)
-    return gai_strerror(rc);
-  std::string cause;
-  bool listened = false;
-  for (addrinfo* a = list; a != nullptr && !listened; a = a->ai_next) {
-    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    int err = 0;
-    if (fd < 0) {
-      err = errno;
-    } else {
-      const int one = 1;
-      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-      if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, 1) != 0) err = errno;
-      close(fd);
-    }
-    if (err == 0)
-      listened = true;
-    else if (cause.empty())
-      cause = std::error_code(err, std::generic_category()).message();
-  }
-  freeaddrinfo(list);
-  return listened ? "" : cause;
+  return first_socket_failure(address, port, AI_PASSIVE, [](int fd, const addrinfo& a) {
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    return ::bind(fd, a.ai_addr, a.ai_addrlen) != 0 || ::listen(fd, 1) != 0 ? errno : 0;
+  });
 }
 
 /// Why a TCP connection to `host`:`port` fails, e.g. "Connection refused"; "" when one opens
 /// now. CAF 0.17 says only "ip_connect failed" (the errno stays inside CAF), so after a failed
 /// connect the client tries one plain connection itself to name the cause.
 std::string connect_failure_cause(const std::string& host, std::uint16_t port) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* list = nullptr;
-  const std::string service = std::to_string(port);
-  if (const int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &list); rc != 0)
-    return gai_strerror(rc);
-  std::string cause;
-  bool connected = false;
-  for (addrinfo* a = list; a != nullptr && !connected; a = a->ai_next) {
-    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    int err = fd < 0 ? errno : 0;
-    if (fd >= 0) {
-      if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0) err = errno;
-      close(fd);
-    }
-    if (err == 0)
-      connected = true;
-    else if (cause.empty())
-      cause = std::error_code(err, std::generic_category()).message();
-  }
-  freeaddrinfo(list);
-  return connected ? "" : cause;
+  return first_socket_failure(host, port, 0, [](int fd, const addrinfo& a) {
+    return ::connect(fd, a.ai_addr, a.ai_addrlen) != 0 ? errno : 0;
+  });
 }
 
 network_settings network_settings_of(const cluster_config& c) {
