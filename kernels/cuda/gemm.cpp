@@ -34,12 +34,8 @@ const bool g_f32_gemv_bf16 = detail::env_switch("DEEPINFER_F32_GEMV_BF16", true)
 /// 814 against 456 / 457 / 449 / 451; H200 294 / 359 / 502 / 817 against 299 / 301 / 303 / 307.
 /// Hence one row: at the rate of a kernel that only reads the bytes on both cards.
 /// DEEPINFER_BF16_GEMV_ROWS=N / set_bf16_gemv_rows(N) (0: the cuBLAS GEMM alone; at most 8).
-int bf16_gemv_rows_setting() {
-  const char* env = std::getenv("DEEPINFER_BF16_GEMV_ROWS");
-  const int v = env != nullptr && *env != '\0' ? std::atoi(env) : bf16_gemv_default_rows;
-  return std::clamp(v, 0, int(f32_gemv_max_rows));
-}
-std::atomic<int> g_bf16_gemv_rows{bf16_gemv_rows_setting()};
+std::atomic<int> g_bf16_gemv_rows{int(
+    detail::env_count("DEEPINFER_BF16_GEMV_ROWS", bf16_gemv_default_rows, f32_gemv_max_rows, 0))};
 std::atomic<bool> g_split_bf16{detail::env_switch("DEEPINFER_SPLIT_BF16", true)};
 std::atomic<bool> g_split_wg{detail::env_switch("DEEPINFER_SPLIT_WG", true)};
 std::atomic<bool> g_split_wg_staged{detail::env_switch("DEEPINFER_SPLIT_WG_STAGED", true)};

@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -207,22 +208,15 @@ __global__ void make_tiles_kernel(const std::uint8_t* w, std::uint8_t* tiles, st
 /// 20.4 / 20.4 / 22.6, the shared expert's w1 9.2 / 9.2 / 13.1; stream_gemm 22.5, 10.5, 23.7,
 /// 12.5).
 std::int64_t target_warps() {
-  static const std::int64_t v = [] {
-    const char* env = std::getenv("DEEPINFER_TILE_GEMV_WARPS");
-    const long x = env ? std::atol(env) : 0;
-    return std::int64_t(132) * (x > 0 ? x : 8);  // (Hopper's 132 SMs: the same plan on any card)
-  }();
+  // (Hopper's 132 SMs: the same plan on any card; at most 64 warps fit an SM)
+  static const std::int64_t v = 132 * detail::env_count("DEEPINFER_TILE_GEMV_WARPS", 8, 64);
   return v;
 }
 
 /// DEEPINFER_TILE_GEMV_VARIANT: 0 = 2 batches in flight per warp at 2 blocks per SM (the
 /// default), 1 = 2 at 3 blocks (ptxas spills ~100 bytes), 2 = 3 batches at 2 blocks.
 int variant_setting() {
-  static const int v = [] {
-    const char* env = std::getenv("DEEPINFER_TILE_GEMV_VARIANT");
-    const int x = env ? std::atoi(env) : 0;
-    return x >= 0 && x <= 2 ? x : 0;
-  }();
+  static const int v = int(detail::env_count("DEEPINFER_TILE_GEMV_VARIANT", 0, 2, 0));
   return v;
 }
 
@@ -231,7 +225,11 @@ int variant_setting() {
 bool act_l1_setting() {
   static const bool v = [] {
     const char* env = std::getenv("DEEPINFER_TILE_GEMV_ACT");
-    return env == nullptr || std::strcmp(env, "l2") != 0;
+    if (env == nullptr || std::strcmp(env, "l1") == 0) return true;
+    if (std::strcmp(env, "l2") == 0) return false;
+    std::fprintf(stderr, "deepinfer: DEEPINFER_TILE_GEMV_ACT=%s ignored (expected l1 or l2); l1\n",
+                 env);
+    return true;
   }();
   return v;
 }
