@@ -324,14 +324,26 @@ bool key_matches(std::string_view given, const std::vector<std::string>& keys) {
 void handle_request(const session_ptr& s) {
   const std::string path = path_of(s->request());
   try {
-    if (path == "/health") return s->respond(200, dump({{"status", "ok"}}));
+    // The GET routes refuse other methods (405 with Allow, as vLLM's): /health, /ready,
+    // /metrics and /v1/models/ID answered any method, so the official client's
+    // models.delete(ID) got the model card back as if it had been deleted.
+    if (path == "/health") {
+      require_method(s, http::verb::get);
+      return s->respond(200, dump({{"status", "ok"}}));
+    }
     if (path == "/version") {  // open, as vLLM's
       require_method(s, http::verb::get);
       return s->respond(200, dump({{"version", DEEPINFER_VERSION}}));
     }
-    if (path == "/ready") return serve_ready(s);
+    if (path == "/ready") {
+      require_method(s, http::verb::get);
+      return serve_ready(s);
+    }
     check_auth(s);
-    if (path == "/metrics") return serve_metrics(s);
+    if (path == "/metrics") {
+      require_method(s, http::verb::get);
+      return serve_metrics(s);
+    }
     if (path == "/v1/models") {
       require_method(s, http::verb::get);
       return with_status(s, [s](const actors::cluster_status* st) {
@@ -340,6 +352,7 @@ void handle_request(const session_ptr& s) {
       });
     }
     if (path.rfind("/v1/models/", 0) == 0) {
+      require_method(s, http::verb::get);
       const std::string id = percent_decoded(std::string_view(path).substr(11));
       if (id != s->context().model.name)
         throw api_error(404, fmt::format("the model '{}' does not exist", id), "model",

@@ -1312,6 +1312,18 @@ def errors_404_405(srv, c):
     assert status == 405 and headers.get("allow") == "POST", (status, headers)  # Allow names it
     status, headers, _ = srv.request("POST", "/v1/models", headers=auth)
     assert status == 405 and headers.get("allow") == "GET", (status, headers)
+    # Every GET route refuses other methods (as vLLM's do). They answered 200: the official
+    # client's models.delete("tiny") got the model card back, a deletion that never happened.
+    for method in ("POST", "DELETE", "PUT"):
+        for path in ("/v1/models/tiny", "/health", "/ready", "/metrics"):
+            status, headers, body = srv.request(method, path, headers=auth)
+            err = json.loads(body)["error"]
+            assert status == 405 and headers.get("allow") == "GET", (method, path, status, headers, body)
+            assert err["code"] == "method_not_allowed", (method, path, err)
+    expect_status(lambda: c.models.delete("tiny"), 405, code="method_not_allowed")
+    for path in ("/v1/models/tiny", "/health", "/ready", "/metrics"):  # GET and HEAD still work
+        assert srv.request("GET", path, headers=auth)[0] == 200, path
+        assert srv.request("HEAD", path, headers=auth)[0] == 200, path
 
 
 @test
