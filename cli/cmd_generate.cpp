@@ -18,6 +18,7 @@
 #include "model/chat_template/openai_messages.hpp"
 #include "model/chat_template/tokenizer_chat_template.hpp"
 #include "model/make_model/make_model.hpp"
+#include "runtime/grammar/response_format.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -260,11 +261,12 @@ void setup_generate(CLI::App& app) {
          "Generations of the same prompt, decoded together as one batch "
          "(with --json: one line each, in order; with --seed S their seeds are S, S+1, ...)")
       ->check(di::cli::integer_range(1));
-  sub->add_option("--response-format", o->response_format,
-                  "Structured output: json_schema:FILE, json_object, regex:PATTERN or ebnf:FILE; "
-                  "JSON kinds take +compact, +pretty, +any (the default) or +lenient "
-                  "(json_schema+compact:FILE). The text is guaranteed to match; it ends when the "
-                  "grammar is complete");
+  sub->add_option(
+      "--response-format", o->response_format,
+      std::string("Structured output: ") + di::grammar::k_cli_response_formats +
+          "; JSON kinds take +compact, +pretty, +any (the default) or +lenient "
+          "(json_schema+compact:FILE). The text is guaranteed to match; it ends when the "
+          "grammar is complete");
   di::cli::add_act_quant_flags(*sub, o->act_quant);  // bench's spellings too
   sub->add_option("--device", o->device, "Where the forward runs: cpu, cuda or cuda:N (weights "
                   "resident on the GPU)")->capture_default_str();

@@ -15,6 +15,9 @@
 #   deepinfer_wire_fingerprint(<out> <root> <header>...)
 #     the first 12 hex digits of the SHA-256 of each header's path relative to <root> and its
 #     code, in the order given (sort them).
+#   deepinfer_wire_headers(<out> <root> [CONFIGURE_DEPENDS])
+#     the headers that define the wire, sorted: the one list of them (the build's fingerprint
+#     and tests/cmake's check of `deepinfer --version` both take it from here).
 #
 # Script mode (used by tests/cmake): cmake -DWIRE_ROOT=<dir> -DWIRE_HEADERS=<a;b> [-DWIRE_OUT=<f>]
 #   -P WireFingerprint.cmake writes the fingerprint of those headers to <f> (or prints it).
@@ -124,6 +127,20 @@ function(deepinfer_wire_fingerprint out root)
   string(SHA256 hash "${all}")
   string(SUBSTRING "${hash}" 0 12 hash)
   set(${out} "${hash}" PARENT_SCOPE)
+endfunction()
+
+# Relative to the source root.
+set(_di_wire_header_globs actors/*.hpp actors/detail/*.hpp runtime/*.hpp config/*.hpp)
+
+function(deepinfer_wire_headers out root)
+  list(TRANSFORM _di_wire_header_globs PREPEND "${root}/" OUTPUT_VARIABLE globs)
+  if(ARGV2 STREQUAL "CONFIGURE_DEPENDS")
+    file(GLOB headers CONFIGURE_DEPENDS ${globs})  # a configure-time option, not in script mode
+  else()
+    file(GLOB headers ${globs})
+  endif()
+  list(SORT headers)
+  set(${out} ${headers} PARENT_SCOPE)
 endfunction()
 
 if(CMAKE_SCRIPT_MODE_FILE STREQUAL CMAKE_CURRENT_LIST_FILE)

@@ -21,7 +21,8 @@ namespace di::grammar {
 namespace {
 
 /// "kind[+modifier...]" before the colon: JSON whitespace (compact, pretty, any) and lenient.
-response_format parse_kind(const std::string& head) {
+/// `cli`: the kinds of the CLI syntax only.
+response_format parse_kind(const std::string& head, bool cli) {
   std::vector<std::string> parts;
   std::size_t from = 0;
   for (std::size_t plus; (plus = head.find('+', from)) != std::string::npos; from = plus + 1)
@@ -29,13 +30,20 @@ response_format parse_kind(const std::string& head) {
   parts.push_back(head.substr(from));
   response_format f;
   const std::string& kind = parts[0];
-  if (kind == "json_schema") f.kind = format_kind::json_schema;
-  else if (kind == "json_object") f.kind = format_kind::json_object;
-  else if (kind == "regex") f.kind = format_kind::regex;
-  else if (kind == "ebnf") f.kind = format_kind::ebnf;
-  else if (kind == "tool_calls") f.kind = format_kind::tool_calls;
-  else DI_FAIL("unknown response format '{}' (expected json_schema, json_object, regex, ebnf or "
-               "tool_calls)", kind);
+  const char* expected =
+      cli ? k_cli_response_formats : "json_schema, json_object, regex, ebnf or tool_calls";
+  if (kind == "json_schema")
+    f.kind = format_kind::json_schema;
+  else if (kind == "json_object")
+    f.kind = format_kind::json_object;
+  else if (kind == "regex")
+    f.kind = format_kind::regex;
+  else if (kind == "ebnf")
+    f.kind = format_kind::ebnf;
+  else if (kind == "tool_calls" && !cli)
+    f.kind = format_kind::tool_calls;
+  else
+    DI_FAIL("unknown response format '{}' (expected {})", kind, expected);
   const bool json = f.kind == format_kind::json_schema || f.kind == format_kind::json_object ||
                     f.kind == format_kind::tool_calls;
   for (std::size_t i = 1; i < parts.size(); ++i) {
@@ -67,10 +75,11 @@ response_format parse_after(const std::string& spec, bool files) {
   return f;
 }
 
+/// `files`: the CLI syntax (KIND:FILE, read here), else the inline one.
 response_format parse_spec(const std::string& spec, bool files) {
-  if (spec.starts_with("after:")) return parse_after(spec, files);
+  if (!files && spec.starts_with("after:")) return parse_after(spec, files);
   const auto colon = spec.find(':');
-  response_format f = parse_kind(spec.substr(0, colon));
+  response_format f = parse_kind(spec.substr(0, colon), files);
   const bool has_arg = colon != std::string::npos;
   std::string arg = has_arg ? spec.substr(colon + 1) : "";
   if (f.kind == format_kind::json_object) {

@@ -32,10 +32,15 @@ struct response_format {
   std::string after_text;
 };
 
+/// The kinds the CLI syntax takes, as `--response-format`'s help and errors list them.
+inline constexpr const char* k_cli_response_formats =
+    "json_schema:FILE, json_object, regex:PATTERN or ebnf:FILE";
+
 /// Parses the CLI syntax: "json_schema:FILE", "json_object", "regex:PATTERN" or "ebnf:FILE"
-/// (files are read). JSON kinds take modifiers: "json_schema+compact:FILE" (no whitespace),
-/// "+pretty" (at most a newline and 20 spaces between tokens), "+any" (the default), "+lenient"
-/// (skip keywords that cannot be enforced).
+/// (files are read); the inline syntax's server-made kinds (tool_calls, after:) are not taken.
+/// JSON kinds take modifiers: "json_schema+compact:FILE" (no whitespace), "+pretty" (at most a
+/// newline and 20 spaces between tokens), "+any" (the default), "+lenient" (skip keywords that
+/// cannot be enforced).
 response_format parse_response_format(const std::string& spec);
 
 /// The inline syntax that travels in a request (runtime::sampling_params::response_format):

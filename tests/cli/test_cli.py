@@ -150,6 +150,18 @@ class HelpTest(unittest.TestCase):
         self.assertEqual(error_lines(p),
                          ["error: --in-process goes with --config (--model already runs the model in this process)"])
 
+    def test_response_format_error_lists_what_help_offers(self):
+        # the error listed tool_calls, a kind the server makes and --help does not offer
+        p = run("generate", "--help")
+        m = re.search(r"--response-format TEXT\s+Structured output: (.*?); JSON kinds", p.stdout, re.S)
+        self.assertIsNotNone(m, p.stdout)
+        offered = " ".join(m.group(1).split())
+        self.assertEqual(offered, "json_schema:FILE, json_object, regex:PATTERN or ebnf:FILE")
+        for spec, kind in (("foo", "foo"), ("tool_calls:tools.json", "tool_calls"), ("after:1:xregex:a", "after")):
+            p = run("generate", "--prompt", "x", "--max-tokens", "1", "--response-format", spec)
+            self.assertEqual(p.returncode, 1, (spec, p.stderr))
+            self.assertEqual(error_lines(p), [f"error: unknown response format '{kind}' (expected {offered})"], spec)
+
 
 class InspectTest(unittest.TestCase):
     def inspect_json(self, model):

@@ -120,12 +120,14 @@ foreach(bad "int a; /* open" "const char* s = \"open;\nint b;" "char c = 'x;\n")
   endif()
 endforeach()
 
-# The built binary's fingerprint is the current sources' (the headers as actors/CMakeLists.txt
-# globs them).
+# The built binary's fingerprint is the current sources' (the headers actors/CMakeLists.txt
+# hashes, from the same function).
 if(DEEPINFER)
-  file(GLOB headers ${SOURCE_DIR}/actors/*.hpp ${SOURCE_DIR}/actors/detail/*.hpp
-       ${SOURCE_DIR}/runtime/*.hpp ${SOURCE_DIR}/config/*.hpp)
-  list(SORT headers)
+  deepinfer_wire_headers(headers ${SOURCE_DIR})
+  if(NOT "${SOURCE_DIR}/actors/messages.hpp" IN_LIST headers)
+    message(SEND_ERROR "deepinfer_wire_headers: actors/messages.hpp is not among '${headers}'")
+    math(EXPR failures "${failures} + 1")
+  endif()
   deepinfer_wire_fingerprint(sources ${SOURCE_DIR} ${headers})
   execute_process(COMMAND ${DEEPINFER} --version OUTPUT_VARIABLE version RESULT_VARIABLE rc)
   if(NOT rc EQUAL 0 OR NOT version MATCHES "\\(wire fingerprint ${sources}\\)")
