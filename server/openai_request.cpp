@@ -620,6 +620,32 @@ static void read_reasoning(generation_request& r, const server_settings& limits)
     r.params.response_format = after_reasoning_spec(r.params.response_format);
 }
 
+/// OpenAI's chat fields that change the answer and are not implemented: the deprecated
+/// function calling (`functions`, `function_call`; `tools` does it) and audio output
+/// (`audio`, `modalities` beyond "text"). They were ignored: the model never saw the
+/// functions, and the reply had no audio. What asks for nothing passes (an empty list,
+/// `function_call` "none" or "auto", `modalities` ["text"]).
+static void reject_unsupported_chat(const field_reader& f) {
+  if (const json* v = f.find("functions"); v != nullptr && !(v->is_array() && v->empty()))
+    bad_param("functions",
+              "'functions' (OpenAI's deprecated function calling) is not supported; use 'tools' "
+              "with {\"type\": \"function\", \"function\": {...}} for each");
+  if (const json* v = f.find("function_call");
+      v != nullptr && !(v->is_string() && (*v == "none" || *v == "auto")))
+    bad_param("function_call",
+              "'function_call' other than \"none\" or \"auto\" is not supported; use "
+              "'tool_choice' with 'tools'");
+  if (const json* v = f.find("modalities")) {
+    if (!v->is_array()) bad_param("modalities", "'modalities' must be a list");
+    for (const json& m : *v)
+      if (m != "text")
+        bad_param("modalities",
+                  fmt::format("only the text modality is supported, got {}", json_brief(m)));
+  }
+  if (f.find("audio") != nullptr)
+    bad_param("audio", "'audio' (audio output) is not supported; the answer is text");
+}
+
 /// max_tokens and max_completion_tokens (either endpoint; the second wins where both are set,
 /// as in vLLM): both are checked, so a bad one beside a good one is a 400, not ignored -- and
 /// completions took max_completion_tokens without reading it at all.
@@ -687,6 +713,7 @@ generation_request parse_chat_request(const json& body, const server_settings& l
               "'continue_final_message' needs 'add_generation_prompt': false (the reply continues "
               "the last message instead of starting a new one)");
   read_template_inputs(f, r);
+  reject_unsupported_chat(f);
   return r;
 }
 

@@ -1271,6 +1271,19 @@ def errors_400(srv, c):
     expect_status(chat(tools=[{"type": "function", "function": {"description": "no name"}}]), 400,
                   "tools[0].function")
     expect_status(chat(extra_body={"echo": True}), 400, "echo")
+    # OpenAI's deprecated function calling and audio output change the answer; both were
+    # ignored (the model never saw the functions, the reply had no audio). What asks for
+    # nothing passes: function_call "none" / "auto" without functions, modalities ["text"].
+    fn = {"name": "f", "parameters": {"type": "object"}}
+    expect_status(chat(functions=[fn]), 400, "functions")
+    expect_status(chat(function_call={"name": "f"}), 400, "function_call")
+    expect_status(chat(functions=[fn], function_call="auto"), 400, "functions")
+    expect_status(chat(modalities=["text", "audio"]), 400, "modalities")
+    expect_status(chat(audio={"voice": "alloy", "format": "wav"}), 400, "audio")
+    expect_status(chat(function_call="sometimes"), 400, "function_call")
+    for ok in ({"function_call": "none"}, {"function_call": "auto"}, {"modalities": ["text"]},
+               {"functions": []}):
+        assert chat(extra_body=ok)().choices[0].finish_reason in ("stop", "length"), ok
     expect_status(chat(extra_body={"continue_final_message": True}), 400, "continue_final_message")
     # add_generation_prompt / continue_final_message reach the template (no assistant header)
     with_header = chat(extra_body={"return_token_ids": True})()
