@@ -1907,6 +1907,82 @@ def disconnect_mid_stream(srv, c):
     assert aborted == 10, aborted
 
 
+def open_raw(server, path, body, key=None):
+    """A socket that has sent one POST and reads nothing yet."""
+    s = socket.create_connection((server.host, server.port), timeout=60)
+    data = json.dumps(body).encode()
+    auth = f"Authorization: Bearer {key}\r\n" if key else ""
+    s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\n"
+              f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    return s
+
+
+def settle_aborts(server, headers, aborts, timeout=60):
+    """Waits until nothing runs, waits or holds KV blocks, no HTTP request is in flight and the
+    abort counter reads `aborts` (it counts when a choice's final event reaches the front end,
+    a moment after the gauges fall)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        m = server.metrics(headers)
+        got = m['deepinfer:request_success_total{finished_reason="abort"}']
+        if m["deepinfer:kv_blocks_used"] == 0 and m["deepinfer:num_requests_running"] == 0 and \
+                m["deepinfer:num_requests_waiting"] == 0 and m["deepinfer:http_requests_inflight"] == 0 and \
+                got == aborts:
+            return m
+        time.sleep(0.2)
+    raise AssertionError(f"not settled: {got} aborts (expected {aborts}), {m}")
+
+
+def wait_metric(server, headers, name, value, timeout=60):
+    deadline = time.time() + timeout
+    while server.metrics(headers)[name] != value:
+        assert time.time() < deadline, (name, server.metrics(headers)[name], value)
+        time.sleep(0.1)
+
+
+@test
+def disconnect_aborts_every_choice(srv, c):
+    # A client gone mid-stream from a chat request with n = 3, one gone while its non-streamed
+    # n = 2 request runs, and ones gone while their requests wait for a batch slot (streamed or
+    # not): every choice is aborted, KV blocks, the batch, the queue and the in-flight count
+    # all go back to zero, and the server serves on.
+    auth = {"Authorization": "Bearer " + KEY}
+    aborts = kv_settled(srv, 0)['deepinfer:request_success_total{finished_reason="abort"}']
+    long = {"max_tokens": 2000, "ignore_eos": True}
+    s = open_raw(srv, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "n": 3,
+                                               "stream": True, **long}, KEY)
+    got = b""
+    while got.count(b"data: ") < 8:  # the three role chunks, then tokens
+        got += s.recv(65536)
+    s.close()
+    aborts = settle_aborts(srv, auth, aborts + 3)['deepinfer:request_success_total{finished_reason="abort"}']
+    s = open_raw(srv, "/v1/completions", {"prompt": "x", "n": 2, **long}, KEY)
+    wait_metric(srv, auth, "deepinfer:num_requests_running", 2)
+    s.close()
+    aborts = settle_aborts(srv, auth, aborts + 2)['deepinfer:request_success_total{finished_reason="abort"}']
+    one = Server(srv.binary, ["--model", srv.model, "--set", "server.model_name=tiny",
+                              "--set", "scheduler.max_num_running=1"])
+    try:
+        running = open_raw(one, "/v1/completions", {"prompt": "a", "stream": True, **long})
+        assert running.recv(65536).startswith(b"HTTP/1.1 200"), "the first stream did not start"
+        waiting = [open_raw(one, "/v1/completions", {"prompt": "b", "stream": True, **long}),
+                   open_raw(one, "/v1/completions", {"prompt": "c", "n": 2, **long}),
+                   open_raw(one, "/v1/chat/completions", {"messages": [{"role": "user", "content": "d"}],
+                                                          "stream": True, **long})]
+        wait_metric(one, None, "deepinfer:num_requests_waiting", 4)
+        for w in waiting:
+            w.close()
+        wait_metric(one, None, "deepinfer:num_requests_waiting", 0)
+        m = one.metrics()
+        assert m["deepinfer:num_requests_running"] == 1, m  # the first stream goes on
+        running.close()
+        settle_aborts(one, None, 5)
+        r = client(one, key="unused").completions.create(model="tiny", prompt="after", max_tokens=2)
+        assert r.usage.completion_tokens == 2
+    finally:
+        one.stop()
+
+
 @test
 def concurrent_streams(srv, c):
     n = int(os.environ.get("DEEPINFER_TEST_STREAMS", "200"))
