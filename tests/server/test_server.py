@@ -163,15 +163,23 @@ def logprobs(srv, c):
     # text_offset counts characters of the returned text: each token's text starts there (a token
     # that completes no character shares the offset of the one that completes it); the echoed
     # prompt's BOS adds none. Streaming gives the same logprobs, the prompt's in its first chunk.
+    # A text prompt is echoed as sent: a special token's text written in it is that token, and
+    # its characters count (the tokens after "<｜end▁of▁sentence｜>" began 19 characters early).
     for kw in ({"prompt": "Hello world", "echo": True}, {"prompt": "数据结构 — café", "echo": True},
+               {"prompt": "a<｜end▁of▁sentence｜>b c", "echo": True},
+               {"prompt": "<｜begin▁of▁sentence｜>x y", "echo": True},
                {"prompt": "emoji:", "extra_body": {"response_format": {"type": "regex", "regex": "[😀-🙏]{3}"}}},
                {"prompt": "Hi"}):
         kw = dict(model="tiny", max_tokens=12, logprobs=1, temperature=1.0, seed=3, **kw)
-        whole = c.completions.create(**kw).choices[0]
+        resp = c.completions.create(**kw)
+        whole = resp.choices[0]
         text, lp = whole.text, whole.logprobs
         assert lp.text_offset == sorted(lp.text_offset) and lp.text_offset[-1] <= len(text), (text, lp.text_offset)
-        for tok, off in zip(lp.tokens, lp.text_offset):
-            special = tok.startswith("<\uff5c")  # BOS: no text when special tokens are skipped
+        echoed = resp.usage.prompt_tokens if kw.get("echo") else 0
+        for i, (tok, off) in enumerate(zip(lp.tokens, lp.text_offset)):
+            # Special tokens have no text where special tokens are skipped -- the BOS before the
+            # prompt, the output's -- but those written in an echoed text prompt show in it.
+            special = tok.startswith("<\uff5c") and not 0 < i < echoed
             if not special and "\ufffd" not in tok and "\ufffd" not in text[off:off + len(tok)]:
                 assert text[off:].startswith(tok), (text, tok, off, lp.text_offset)
         chunks = [ch.choices[0] for ch in c.completions.create(stream=True, **kw) if ch.choices]
