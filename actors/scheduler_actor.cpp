@@ -11,6 +11,7 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
 #include <optional>
 
 namespace di::actors {
@@ -37,11 +38,16 @@ runtime::scheduler_config make_config(const scheduler_state& st, const executor_
   c.eos_token_ids = st.params.eos_token_ids;
   c.blocks.geometry = e.geometry;
   c.blocks.num_blocks = e.runner.num_blocks;
-  for (std::int32_t& n : c.blocks.num_blocks) {
-    DI_CHECK(kv.num_blocks <= n, "kv.num_blocks = {} exceeds the {} blocks the runner of {} has",
-             kv.num_blocks, n, e.runner.device);
-    if (kv.num_blocks > 0) n = std::int32_t(kv.num_blocks);
-  }
+  // A cap per stream: the streams' pools differ (V4.1's ratio-1 streams hold twice the blocks
+  // of its ratio-2 ones), so a stream smaller than the cap keeps its pool. Only a cap above
+  // every pool caps nothing.
+  std::int32_t largest = 0;
+  for (std::int32_t n : c.blocks.num_blocks) largest = std::max(largest, n);
+  DI_CHECK(kv.num_blocks <= largest,
+           "kv.num_blocks = {} exceeds the {} blocks of the largest KV pool the runner of {} has",
+           kv.num_blocks, largest, e.runner.device);
+  for (std::int32_t& n : c.blocks.num_blocks)
+    if (kv.num_blocks > 0) n = std::min(n, std::int32_t(kv.num_blocks));
   // One request of max_model_len tokens must fit alone (the scheduler checks it too, without
   // the keys to blame): a smaller kv.num_blocks needs a smaller max_model_len.
   const runtime::kv_geometry& g = c.blocks.geometry;

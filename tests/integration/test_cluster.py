@@ -292,6 +292,37 @@ class PreemptionAndPrefixTest(unittest.TestCase):
             c.stop()
 
 
+class KvConfigTest(unittest.TestCase):
+    """The [kv] keys on the CPU model runner, whose KV streams have pools of different sizes."""
+
+    def test_num_blocks_caps_each_stream_and_a_smaller_pool_stays_whole(self):
+        # tiny-v41's default pool (32768 tokens): four streams of 256 blocks (128 tokens each)
+        # and two of 512 (64 tokens each). kv.num_blocks = 300 refused to start ("exceeds the
+        # 256 blocks the runner of cpu has"), and so did every cap: 256 and below were too
+        # small for the 512-block streams at the default context, with "raise kv.num_blocks"
+        # as the advice. A cap is per stream; the 256-block ones keep their pools.
+        ports = cu.free_ports(3)
+        c = cu.Cluster(WORK, "kv-cap", cu.cluster_toml("kv-cap", ports[0], ports[1:], [(0, [1])], MODEL),
+                       sets=["kv.num_blocks=300", "scheduler.max_model_len=19200"])
+        try:
+            g = c.status()["groups"][0]
+            self.assertEqual(g["kv"]["blocks"], 4 * 256 + 2 * 300)
+            rng = random.Random(5)
+            row = {"prompt_ids": [0] + [rng.randrange(3, 100000) for _ in range(299)], "max_tokens": 6,
+                   "temperature": 0}
+            p, out = run_file(c, [row], "kv-cap")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(out[0]["output_ids"], cu.generate_alone(MODEL, row)["output_ids"])
+        finally:
+            c.stop()
+        # a cap above every pool caps nothing: refused, naming the largest
+        ports = cu.free_ports(3)
+        with self.assertRaises(AssertionError) as e:
+            cu.Cluster(WORK, "kv-cap-over", cu.cluster_toml("kv-cap-over", ports[0], ports[1:], [(0, [1])], MODEL),
+                       sets=["kv.num_blocks=513"], attempts=1)
+        self.assertIn("kv.num_blocks = 513 exceeds the 512 blocks of the largest KV pool", str(e.exception))
+
+
 class SeededCrowdTest(unittest.TestCase):
     """Batch invariance as a user meets it: seeded requests with every sampling control, logprobs
     and prompt logprobs give exactly `generate`'s tokens and logprobs, run alone, while they share
