@@ -70,6 +70,32 @@ std::vector<int> pool_blocks(const runtime::kv_geometry& g, std::int64_t tokens,
   return n;
 }
 
+/// pool_blocks of config.kv_pool_tokens, checked against the host's memory when the pool
+/// lives there: it is allocated and zeroed at once, so a pool past the host's memory failed
+/// as a bare std::bad_alloc ("cannot load the runner: std::bad_alloc"), or, when each arena
+/// alone was allocated, had all its pages touched by the zeroing (the out-of-memory killer).
+std::vector<int> checked_pool_blocks(const deepseek_model& m, const runtime::kv_geometry& g,
+                                     const cpu_runner_config& c) {
+  std::vector<int> blocks = pool_blocks(g, c.kv_pool_tokens, c.min_blocks_per_stream);
+  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
+  if (m.dev().kind != device_kind::cpu || pages <= 0 || page_size <= 0) return blocks;
+  const cache_layout& layout = m.layout();
+  double bytes = double(c.num_state_slots) * double(layout.slot_bytes);
+  double per_token = 0;  // bytes of pool per token of context, over every stream
+  for (int s = 0; s < int(blocks.size()); ++s) {
+    bytes += double(blocks[std::size_t(s)]) * double(layout.block_bytes(s));
+    per_token += double(layout.block_bytes(s)) /
+                 (double(g.stream_ratios[std::size_t(s)]) * double(g.entries_per_block));
+  }
+  const double memory = double(pages) * double(page_size);
+  DI_CHECK(bytes <= memory,
+           "kv.pool_tokens = {} needs {:.1f} GiB of host memory for the KV block pools; this "
+           "machine has {:.1f} GiB: at most about {} tokens fit",
+           c.kv_pool_tokens, bytes / double(1 << 30), memory / double(1 << 30),
+           std::int64_t(per_token > 0 ? memory / per_token : 0));
+  return blocks;
+}
+
 /// config.num_snapshots, checked against the host's memory: a snapshot is a host copy of the
 /// slot (slot_bytes), and 2^31 - 1 of them failed as a bare std::bad_alloc.
 std::size_t checked_snapshots(const deepseek_model& m, const cpu_runner_config& c) {
@@ -94,9 +120,8 @@ cpu_model_runner::cpu_model_runner(std::shared_ptr<const deepseek_model> model,
       num_token_ids_(checked_token_ids(*model_, config)),
       geometry_(geometry_of(*model_)),
       max_model_len_(checked_max_model_len(*model_, config)),
-      pool_(model_->layout(),
-            pool_blocks(geometry_, config.kv_pool_tokens, config.min_blocks_per_stream),
-            model_->dev(), config.num_state_slots),
+      pool_(model_->layout(), checked_pool_blocks(*model_, geometry_, config), model_->dev(),
+            config.num_state_slots),
       snapshots_(checked_snapshots(*model_, config)),
       snapshot_positions_(std::size_t(config.num_snapshots), -1),
       snapshot_versions_(std::size_t(config.num_snapshots), 0),

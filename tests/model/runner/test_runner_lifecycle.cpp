@@ -134,6 +134,16 @@ TEST_CASE("runner: a plan that breaks the protocol throws; a bad token fails its
                        error);
 }
 
+TEST_CASE("runner: a KV pool larger than the host's memory is refused naming the key") {
+  // kv.pool_tokens = 2^31 - 1 failed as a bare std::bad_alloc ("cannot load the runner: ...");
+  // a pool whose arenas were each allocated had every page touched by their zeroing.
+  auto m = tiny_v41();
+  CHECK_THROWS_WITH_AS(
+      cpu_model_runner(m, {.kv_pool_tokens = std::numeric_limits<std::int32_t>::max()}),
+      doctest::Contains("kv.pool_tokens = 2147483647 needs"), di::error);
+  CHECK(cpu_model_runner(m, {.kv_pool_tokens = 1024}).info().max_model_len == 1024);
+}
+
 TEST_CASE("runner: more snapshots than the host's memory holds are refused naming the key") {
   // 2^31 - 1 snapshots failed as a bare std::bad_alloc ("cannot load the runner: ...").
   auto m = tiny_v41();
