@@ -5,6 +5,8 @@
 
 #include "common/error.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 namespace di::grammar {
@@ -92,13 +94,17 @@ bool regex_parser::matches_empty(expr_id id) const {
 
 regex_parser::piece regex_parser::parse_concat(std::size_t depth) {
   std::vector<piece> items;
+  std::vector<std::size_t> offsets;  // where each item starts, then where the last one ends
   for (;;) {
     skip_extended();
     if (at_end() || p_[pos_] == '|' || p_[pos_] == ')') break;
+    const std::size_t offset = pos_;
     std::optional<piece> a = parse_atom(depth);
     if (!a) continue;
     items.push_back(apply_quantifier(*a));
+    offsets.push_back(offset);
   }
+  offsets.push_back(pos_);
   piece out{g_.empty(), false, false, !items.empty()};
   std::vector<expr_id> es;
   for (std::size_t k = 0; k < items.size(); ++k) {
@@ -118,8 +124,10 @@ regex_parser::piece regex_parser::parse_concat(std::size_t depth) {
                     [&](const piece& q) { return !q.start && matches_empty(q.e); });
     if (it.start && !before_all_anchors)
       fail("'^' or '\\A' in the middle of a pattern is not supported (only at its start)");
-    if (it.end && !after_all_anchors && !rest_matches_empty)
+    if (it.end && !after_all_anchors && !rest_matches_empty) {
+      if (options_.search) end_anchor_followed(offsets, k, it.anchor_only);
       fail("'$' or '\\z' in the middle of a pattern is not supported (only at its end)");
+    }
     out.start = out.start || it.start;
     out.end = out.end || it.end;
     out.anchor_only = out.anchor_only && it.anchor_only;
@@ -128,6 +136,25 @@ regex_parser::piece regex_parser::parse_concat(std::size_t depth) {
   }
   out.e = g_.sequence(std::move(es));
   return out;
+}
+
+void regex_parser::end_anchor_followed(const std::vector<std::size_t>& offsets, std::size_t k,
+                                       bool anchor_only) {
+  const std::string_view item = p_.substr(offsets[k], offsets[k + 1] - offsets[k]);
+  const std::string_view rest = p_.substr(offsets[k + 1], offsets.back() - offsets[k + 1]);
+  pos_ = offsets[k + 1];
+  const std::string why =
+      "in a JSON Schema pattern (ECMAScript, no m flag) '$' matches only at the end of the string";
+  if (anchor_only)
+    fail(
+        fmt::format("'{}' cannot follow '{}': {}, so this part of the pattern matches no string "
+                    "(a literal dollar sign is \\$)",
+                    rest, item, why));
+  fail(
+      fmt::format("'{}' cannot follow '{}', which may end with '$': {}; text after a group that "
+                  "ends the string in some of its alternatives is not supported (write it into "
+                  "each alternative)",
+                  rest, item, why));
 }
 
 std::optional<regex_parser::piece> regex_parser::parse_atom(std::size_t depth) {

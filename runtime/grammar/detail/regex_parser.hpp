@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace di::grammar::detail {
 
@@ -35,6 +36,10 @@ class regex_parser {
   piece parse_concat(std::size_t depth);
   /// Whether expression `id` matches the empty string.
   bool matches_empty(expr_id id) const;
+  /// Search mode's error for item `k` of a concatenation (`offsets`: where each item starts,
+  /// then its end) ending the input with `$` while the items after it need text.
+  [[noreturn]] void end_anchor_followed(const std::vector<std::size_t>& offsets, std::size_t k,
+                                        bool anchor_only);
   std::optional<piece> parse_atom(std::size_t depth);
   std::optional<piece> parse_group(std::size_t depth);
   /// Reads flags after "(?"; true for "(?flags)", false for "(?flags:".

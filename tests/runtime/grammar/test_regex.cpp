@@ -1,6 +1,7 @@
 // Regex front end: syntax coverage (classes, escapes, quantifiers, groups, flags), full-match
 // and search semantics, Unicode, and the clear errors for what a grammar cannot express.
 #include "common/error.hpp"
+#include "runtime/grammar/json_schema.hpp"
 #include "tests/runtime/grammar/grammar_test_util.hpp"
 
 #include <doctest/doctest.h>
@@ -147,7 +148,22 @@ TEST_CASE("search mode: '$' in the middle ends the input, what follows may only 
   CHECK(accepts(*group, "bcx"));
   CHECK(accepts(*group, "xbx"));
   CHECK_FALSE(accepts(*group, "ax"));
-  CHECK_THROWS_WITH_AS(compile_re("a$b", search), doctest::Contains("middle"), di::error);
+  // Text that must follow '$' is refused in the pattern's terms (the message said "'$' or '\z'
+  // in the middle of a pattern is not supported (only at its end)", as for full-match regexes).
+  const char* never =
+      "'b' cannot follow '$': in a JSON Schema pattern (ECMAScript, no m flag) "
+      "'$' matches only at the end of the string, so this part of the pattern "
+      "matches no string (a literal dollar sign is \\$) (at offset 2)";
+  CHECK_THROWS_WITH_AS(compile_re("a$b", search), doctest::Contains(never), di::error);
+  CHECK_THROWS_WITH_AS(compile_json_schema_text(R"({"type": "string", "pattern": "a$b"})"),
+                       doctest::Contains(never), di::error);
+  CHECK_THROWS_WITH_AS(compile_re("x|a$b?c", search),
+                       doctest::Contains("'b?c' cannot follow '$': in a JSON Schema pattern"),
+                       di::error);
+  CHECK_THROWS_WITH_AS(compile_re("(a$|c)b", search),
+                       doctest::Contains("'b' cannot follow '(a$|c)', which may end with '$': in "
+                                         "a JSON Schema pattern"),
+                       di::error);
   // Full match keeps refusing it: (a$|b)c* also matches "bc" there.
   CHECK_THROWS_WITH_AS(regex_grammar("(a$|b)c*"), doctest::Contains("middle"), di::error);
 }
