@@ -437,6 +437,17 @@ void validate_sections(const cluster_config& c, const read_context& ctx) {
   check(c.scheduler.max_queued_tokens > 0, ctx, "scheduler.max_queued_tokens",
         "must be at least 1: 0 would refuse every prompt (for no waiting line, set "
         "scheduler.max_num_queued = 0)");
+  // Snapshots need both a pool and boundaries: either key alone took no snapshot, silently.
+  if (c.kv.num_snapshots > 0)
+    check(c.kv.snapshot_interval > 0, ctx, "kv.snapshot_interval",
+          fmt::format("must be at least 1 (token blocks between snapshots) with "
+                      "kv.num_snapshots = {}: without it no snapshot is taken",
+                      c.kv.num_snapshots));
+  if (c.kv.snapshot_interval > 0)
+    check(c.kv.num_snapshots > 0, ctx, "kv.num_snapshots",
+          fmt::format("must be at least 1 (snapshots kept per executor) with "
+                      "kv.snapshot_interval = {}: without it no snapshot is taken",
+                      c.kv.snapshot_interval));
   check(c.model.runner == "cpu" || c.model.runner == "toy", ctx, "model.runner",
         fmt::format("must be cpu or toy, got '{}'", c.model.runner));
   check(c.model.runner != "cpu" || !c.model.path.empty(), ctx, "model.path",

@@ -150,6 +150,15 @@ TEST_CASE("cross-checks name the key") {
             .find("scheduler.max_queued_tokens: must be at least 1: 0 would refuse every prompt "
                   "(for no waiting line, set scheduler.max_num_queued = 0)") != std::string::npos);
   CHECK(error_of(base, {"scheduler.max_queued_tokens=1", "scheduler.max_num_queued=0"}).empty());
+  // either snapshot key alone was accepted and took no snapshot
+  CHECK(error_of(base, {"kv.num_snapshots=8"})
+            .find("kv.snapshot_interval: must be at least 1 (token blocks between snapshots) with "
+                  "kv.num_snapshots = 8: without it no snapshot is taken") != std::string::npos);
+  CHECK(error_of(base, {"kv.snapshot_interval=2"})
+            .find("kv.num_snapshots: must be at least 1 (snapshots kept per executor) with "
+                  "kv.snapshot_interval = 2: without it no snapshot is taken") !=
+        std::string::npos);
+  CHECK(error_of(base, {"kv.num_snapshots=8", "kv.snapshot_interval=2"}).empty());
 }
 
 TEST_CASE("TLS without a certificate is refused (anonymous TLS authenticates nobody)") {
