@@ -23,7 +23,10 @@ enum class regex_flavor {
   /// characters or ranges; `{,n}` is `{0,n}` and `{1, 2}` (with a space) is literal text;
   /// `\w` is letters, numbers and `_`, `\s` adds U+001C..U+001F; `(?a)` makes them and (?i)
   /// ASCII; (?i) adds re's extra cases (i ~ U+0130 ~ U+0131); `\101` and `[\1]` are octal
-  /// escapes; `(?#...)` is a comment.
+  /// escapes; `(?#...)` is a comment. What CPython 3.11's re refuses is refused (`\e`, `\z`,
+  /// `\x{41}`, `(?<n>...)`, `a**`, flags after the start, ...); atomic groups and possessive
+  /// quantifiers are taken where their text cannot end in two places (then they keep the plain
+  /// language), else refused, as are `\N{name}` and conditional groups.
   python,
 };
 

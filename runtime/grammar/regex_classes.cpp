@@ -182,6 +182,10 @@ char32_t regex_parser::parse_escaped_char() {
       return v;
     }
     case 'x':
+      if (options_.flavor == regex_flavor::python && p_.substr(pos_, 1) == "{")
+        fail(
+            "incomplete escape \\x: Python's re takes exactly two hex digits (\\x41); \\x{...} "
+            "is not its syntax");
       if (eat('{')) {
         char32_t v = parse_hex(1, 8);
         if (!eat('}')) fail("missing '}' after \\x{");
@@ -189,14 +193,20 @@ char32_t regex_parser::parse_escaped_char() {
       }
       return parse_hex(2, 2);
     case 'u': {
+      if (options_.flavor == regex_flavor::python && p_.substr(pos_, 1) == "{")
+        fail(
+            "incomplete escape \\u: Python's re takes exactly four hex digits (\\u00e9, or "
+            "\\U0001f600); \\u{...} is not its syntax");
       if (eat('{')) {
         char32_t v = parse_hex(1, 8);
         if (!eat('}')) fail("missing '}' after \\u{");
         return v;
       }
       char32_t v = parse_hex(4, 4);
-      // A UTF-16 surrogate pair written as two escapes (ECMAScript, JSON Schema patterns).
-      if (v >= 0xD800 && v <= 0xDBFF && p_.substr(pos_, 2) == "\\u") {
+      // A UTF-16 surrogate pair written as two escapes (ECMAScript, JSON Schema patterns). Python
+      // reads two code points, each a lone surrogate that no UTF-8 text holds.
+      if (options_.flavor != regex_flavor::python && v >= 0xD800 && v <= 0xDBFF &&
+          p_.substr(pos_, 2) == "\\u") {
         std::size_t save = pos_;
         pos_ += 2;
         char32_t lo = parse_hex(4, 4);
@@ -212,11 +222,41 @@ char32_t regex_parser::parse_escaped_char() {
         fail("\\c must be followed by a letter");
       return char32_t(p_[pos_++] & 0x1F);
     }
+    case 'N':
+      if (options_.flavor == regex_flavor::python)
+        fail(
+            "\\N{...} (a character by its Unicode name) is not supported: write the character "
+            "itself or its \\u escape");
+      fail("unknown escape '\\N'");
     default:
-      if (std::isalnum(static_cast<unsigned char>(c)) || (static_cast<unsigned char>(c) >= 0x80))
+      if (static_cast<unsigned char>(c) >= 0x80) {
+        --pos_;
+        const std::size_t at = pos_;
+        const char32_t cp = next_cp();
+        // Python's re: an escaped non-ASCII character is itself (\é is é).
+        if (options_.flavor == regex_flavor::python) return cp;
+        fail("unknown escape '\\" + std::string(p_.substr(at, pos_ - at)) + "'");
+      }
+      if (std::isalnum(static_cast<unsigned char>(c)))
         fail(std::string("unknown escape '\\") + c + "'");
       return char32_t(static_cast<unsigned char>(c));
   }
+}
+
+void regex_parser::check_python_escape(bool in_class) const {
+  if (options_.flavor != regex_flavor::python || at_end()) return;
+  const char c = p_[pos_];
+  if (!std::isalpha(static_cast<unsigned char>(c))) return;  // ASCII letters only
+  // CPython 3.11's re on str patterns: \b is a backspace in a class, a word boundary outside;
+  // \A \B \Z are assertions (outside a class only); other letters are "bad escape".
+  if (std::strchr(in_class ? "abfnrtvxuUNdDsSwW" : "abfnrtvxuUNdDsSwWABZ", c) != nullptr) return;
+  std::string hint;
+  if (c == 'e') hint = "; ESC is \\x1b";
+  if (c == 'z') hint = "; the end of the string is \\Z";
+  if (c == 'c') hint = "; a control character is \\xHH";
+  if (c == 'p' || c == 'P') hint = ": Python's re has no Unicode property classes";
+  if (in_class && std::strchr("ABZ", c) != nullptr) hint = ": no assertions inside a class";
+  fail(std::string("bad escape \\") + c + " (not an escape of Python 3.11's re" + hint + ")");
 }
 
 codepoint_set regex_parser::parse_property(bool negated) {
@@ -287,6 +327,7 @@ bool regex_parser::parse_class_escape(codepoint_set& out) {
 expr_id regex_parser::parse_escape_atom() {
   ++pos_;  // '\'
   if (at_end()) fail("trailing backslash");
+  check_python_escape(false);
   char c = p_[pos_];
   codepoint_set set;
   if (parse_class_escape(set)) return class_expr(set);
@@ -374,6 +415,7 @@ codepoint_set regex_parser::parse_class_items(std::size_t depth, bool nested, bo
     if (p_[pos_] == '\\') {
       ++pos_;
       if (at_end()) fail("trailing backslash");
+      check_python_escape(true);
       if (parse_class_escape(escaped)) {
         acc.add(escaped);
         continue;
@@ -389,6 +431,7 @@ codepoint_set regex_parser::parse_class_items(std::size_t depth, bool nested, bo
       if (p_[pos_] == '\\') {
         ++pos_;
         if (at_end()) fail("trailing backslash");
+        check_python_escape(true);
         codepoint_set dummy;
         std::size_t save = pos_;
         if (parse_class_escape(dummy)) pos_ = save, fail("a class like \\d cannot end a range");

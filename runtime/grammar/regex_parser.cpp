@@ -4,10 +4,12 @@
 #include "runtime/grammar/detail/regex_parser.hpp"
 
 #include "common/error.hpp"
+#include "runtime/grammar/regular_language.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 
 namespace di::grammar {
 
@@ -53,7 +55,10 @@ expr_id regex_parser::parse() {
 
 regex_parser::piece regex_parser::parse_alternation(std::size_t depth) {
   std::vector<piece> alts{parse_concat(depth)};
-  while (eat('|')) alts.push_back(parse_concat(depth));
+  while (eat('|')) {
+    at_pattern_start_ = false;
+    alts.push_back(parse_concat(depth));
+  }
   if (alts.size() == 1) return alts[0];
   auto count = [&](bool piece::*flag) {
     return std::count_if(alts.begin(), alts.end(), [&](const piece& a) { return a.*flag; });
@@ -101,6 +106,7 @@ regex_parser::piece regex_parser::parse_concat(std::size_t depth) {
     const std::size_t offset = pos_;
     std::optional<piece> a = parse_atom(depth);
     if (!a) continue;
+    at_pattern_start_ = false;
     items.push_back(apply_quantifier(*a));
     offsets.push_back(offset);
   }
@@ -189,7 +195,8 @@ std::optional<regex_parser::piece> regex_parser::parse_atom(std::size_t depth) {
     case '\\': {
       if (pos_ + 1 < p_.size()) {
         char e = p_[pos_ + 1];
-        if (e == 'A' || e == 'z' || e == 'Z') {
+        const bool python_z = e == 'z' && options_.flavor == regex_flavor::python;  // bad escape
+        if (e == 'A' || (e == 'z' && !python_z) || e == 'Z') {
           pos_ += 2;
           return piece{g_.empty(), e == 'A', e != 'A', true};
         }
@@ -239,9 +246,10 @@ bool regex_parser::parse_counted(std::uint32_t& min, std::uint32_t& max) {
 }
 
 regex_parser::piece regex_parser::apply_quantifier(piece p) {
-  for (;;) {
+  for (bool repeated = false;; repeated = true) {
     skip_extended();
     if (at_end()) return p;
+    const std::size_t start = pos_;
     std::uint32_t lo = 0, hi = 0;
     char c = p_[pos_];
     if (c == '*')
@@ -254,14 +262,29 @@ regex_parser::piece regex_parser::apply_quantifier(piece p) {
     } else {
       return p;
     }
+    if (repeated && options_.flavor == regex_flavor::python) {
+      pos_ = start;
+      fail(
+          "multiple repeat: Python's re takes no quantifier right after another (a** or "
+          "a{2}*); group the first, (?:a*)*");
+    }
     if (p.start || p.end) fail("a quantifier on an anchor is not supported");
     if (lo > hi)
       fail("repetition {" + std::to_string(lo) + "," + std::to_string(hi) + "} has min > max");
     if ((hi != k_unbounded && hi > k_max_repeat) || lo > k_max_repeat)
       fail("repetition count too large (the limit is " + std::to_string(k_max_repeat) + ")");
-    if (eat('+')) fail("possessive quantifiers are not supported");
-    eat('?');  // lazy: the same language
     p.e = g_.repeat(p.e, lo, hi);
+    if (eat('+')) {
+      // Possessive (Python): a*+ is (?>a*), the same as a* where that cannot end in two places.
+      if (options_.flavor != regex_flavor::python || !is_prefix_free(p.e))
+        fail(
+            "possessive quantifiers (a*+, a++, a?+, a{m,n}+) are not supported where what they "
+            "repeat could end in more than one place: they never give back what they matched, "
+            "so which strings match depends on backtracking (a*+a matches nothing), which a "
+            "grammar cannot express; without the '+' it is a plain quantifier");
+    } else {
+      eat('?');  // lazy: the same language
+    }
   }
 }
 
@@ -269,22 +292,47 @@ std::optional<regex_parser::piece> regex_parser::parse_group(std::size_t depth) 
   if (depth + 1 > options_.max_nesting) fail("groups nested too deeply");
   ++pos_;  // '('
   flags saved = flags_;
+  const bool python = options_.flavor == regex_flavor::python;
   if (eat('?')) {
     if (p_.substr(pos_, 1) == "=" || p_.substr(pos_, 1) == "!")
       fail("lookahead assertions are not supported");
     if (p_.substr(pos_, 2) == "<=" || p_.substr(pos_, 2) == "<!")
       fail("lookbehind assertions are not supported");
-    if (eat('>')) fail("atomic groups are not supported");
+    if (eat('>')) {
+      if (!python) fail("atomic groups (?>...) are not supported");
+      // Python: (?>X) keeps the first match of X that it finds. Where no match of X can end in
+      // two places (no string of X is a prefix of another), that is X's only match, so the
+      // group is (?:X); elsewhere it depends on backtracking and is refused.
+      at_pattern_start_ = false;
+      piece inner = parse_alternation(depth + 1);
+      if (!eat(')')) fail("missing ')'");
+      if (!is_prefix_free(inner.e))
+        fail(
+            "atomic groups (?>...) are not supported where their text could end in more than "
+            "one place: they never give back what they matched, so which strings match depends "
+            "on backtracking ((?>a*)a matches nothing), which a grammar cannot express; (?:...) "
+            "is the group without that");
+      flags_ = saved;
+      return inner;
+    }
+    if (p_.substr(pos_, 1) == "(") fail("conditional groups (?(name)yes|no) are not supported");
     if (p_.substr(pos_, 2) == "P=") fail("backreferences are not supported");
+    if (python && (p_.substr(pos_, 1) == "<" || p_.substr(pos_, 1) == "'"))
+      fail(std::string("(?") + p_[pos_] +
+           "name...) is not Python 3.11's syntax (re: unknown extension); a named group is "
+           "(?P<name>...)");
     if (eat('P') || p_.substr(pos_, 1) == "<" || p_.substr(pos_, 1) == "'") {
       char close = eat('\'') ? '\'' : (eat('<') ? '>' : 0);
       if (!close) fail("expected '<' after (?P");
+      const std::size_t name_start = pos_;
       while (!at_end() && p_[pos_] != close) ++pos_;
       if (!eat(close)) fail("unterminated group name");
+      if (python) check_python_group_name(p_.substr(name_start, pos_ - 1 - name_start));
     } else if (!eat(':') && parse_flag_group()) {
       return std::nullopt;  // (?flags): they stay set until the enclosing group ends
     }
   }
+  at_pattern_start_ = false;
   piece inner = parse_alternation(depth + 1);
   if (!eat(')')) fail("missing ')'");
   flags_ = saved;
@@ -292,17 +340,28 @@ std::optional<regex_parser::piece> regex_parser::parse_group(std::size_t depth) 
 }
 
 bool regex_parser::parse_flag_group() {
+  const std::size_t start = pos_;
   bool negate = false;
+  std::string on_letters, off_letters;
   for (;;) {
     if (at_end()) fail("unterminated flag group");
     char c = p_[pos_++];
-    if (c == ')') return true;
-    if (c == ':') return false;
-    if (c == '-') {
+    if (c == ')') {
+      if (options_.flavor == regex_flavor::python)
+        check_python_flags(on_letters, off_letters, negate, true);
+      return true;
+    }
+    if (c == ':') {
+      if (options_.flavor == regex_flavor::python)
+        check_python_flags(on_letters, off_letters, negate, false);
+      return false;
+    }
+    if (c == '-' && !negate) {
       negate = true;
       continue;
     }
     bool on = !negate;
+    (on ? on_letters : off_letters).push_back(c);
     switch (c) {
       case 'i':
         flags_.case_insensitive = on;
@@ -323,12 +382,66 @@ bool regex_parser::parse_flag_group() {
         if (options_.flavor != regex_flavor::python) fail("unknown flag 'a'");
         flags_.unicode = !on;
         break;
-      case 'U':
-        break;  // swaps greediness: the same language
+      case 'U':  // swaps greediness: the same language (Rust; Python has no such flag)
+        if (options_.flavor == regex_flavor::python)
+          fail("unknown flag 'U' (Python's re has none)");
+        break;
       default:
+        pos_ = start;
         fail(std::string("unknown flag '") + c + "'");
     }
   }
+}
+
+bool regex_parser::is_prefix_free(expr_id e) const {
+  try {
+    return byte_dfa::from_expr(g_, e, 10'000).prefix_free();
+  } catch (const di::error&) {
+    return false;  // too large to tell (or matching nothing): refused as if not
+  }
+}
+
+void regex_parser::check_python_flags(const std::string& on, const std::string& off, bool negated,
+                                      bool global) {
+  // CPython 3.11's rules (re/_parser.py): global flags only before anything else, never turned
+  // off; a and u exclude each other and stay on once set.
+  auto has = [](const std::string& s, char c) { return s.find(c) != std::string::npos; };
+  if (global && negated)
+    fail("(?-...) needs a ':' (Python's re turns flags off only in a scoped group (?-i:...))");
+  if (negated && off.empty()) fail("missing flag after '-'");
+  if (global && on.empty()) fail("unknown extension '(?)' (no flag)");
+  for (char c : off) {
+    if (c == 'a' || c == 'u')
+      fail(std::string("flag '") + c + "' cannot be turned off (Python's re)");
+    if (has(on, c)) fail(std::string("flag '") + c + "' is turned on and off in one group");
+  }
+  if (has(on, 'a') && has(on, 'u')) fail("flags 'a' and 'u' are incompatible (Python's re)");
+  if (!global) return;
+  if (!at_pattern_start_)
+    fail(
+        "global flags not at the start of the expression (Python 3.11's re refuses them "
+        "elsewhere; a scoped group (?i:...) applies to its own text)");
+  if ((has(on, 'a') && global_unicode_) || (has(on, 'u') && global_ascii_))
+    fail("flags 'a' and 'u' are incompatible (Python's re)");
+  global_ascii_ = global_ascii_ || has(on, 'a');
+  global_unicode_ = global_unicode_ || has(on, 'u');
+}
+
+void regex_parser::check_python_group_name(std::string_view name) {
+  // Python takes any identifier (str.isidentifier); here ASCII ones, non-ASCII ones refused by
+  // name rather than checked against an approximation of Unicode's identifier classes.
+  if (name.empty()) fail("missing group name");
+  if (std::any_of(name.begin(), name.end(),
+                  [](char c) { return static_cast<unsigned char>(c) >= 0x80; }))
+    fail("group name '" + std::string(name) +
+         "': non-ASCII group names are not supported (use an ASCII identifier)");
+  auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  if (std::isdigit(static_cast<unsigned char>(name[0])) ||
+      !std::all_of(name.begin(), name.end(), word))
+    fail("bad character in group name '" + std::string(name) + "' (Python's re takes identifiers)");
+  if (std::find(group_names_.begin(), group_names_.end(), name) != group_names_.end())
+    fail("redefinition of group name '" + std::string(name) + "'");
+  group_names_.emplace_back(name);
 }
 
 }  // namespace detail

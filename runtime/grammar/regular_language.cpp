@@ -93,6 +93,23 @@ byte_dfa byte_dfa::none() {
 
 bool byte_dfa::empty() const { return !live_states()[0]; }
 
+bool byte_dfa::prefix_free() const {
+  const std::vector<std::uint8_t> live = live_states();
+  std::vector<std::uint8_t> reached(num_states(), 0);
+  std::vector<std::uint32_t> stack{0};
+  reached[0] = 1;
+  while (!stack.empty()) {
+    const std::uint32_t s = stack.back();
+    stack.pop_back();
+    for (int b = 0; b < 256; ++b) {
+      const std::uint32_t t = next(s, std::uint8_t(b));
+      if (final_[s] && live[t]) return false;  // a word, then more bytes to another word
+      if (!reached[t]) reached[t] = 1, stack.push_back(t);
+    }
+  }
+  return true;
+}
+
 bool byte_dfa::accepts(std::string_view bytes) const {
   std::uint32_t s = 0;
   for (char c : bytes) s = next(s, std::uint8_t(c));

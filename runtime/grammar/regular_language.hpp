@@ -27,6 +27,9 @@ class byte_dfa {
   /// The equivalent DFA with the fewest states (unreachable and dead states removed but one).
   byte_dfa minimize() const;
   bool empty() const;
+  /// No word of the language is a proper prefix of another (so a match that starts at a given
+  /// place can end at one place only).
+  bool prefix_free() const;
   bool accepts(std::string_view bytes) const;
   std::size_t num_states() const { return final_.size(); }
 

@@ -44,13 +44,22 @@ class regex_parser {
   std::optional<piece> parse_group(std::size_t depth);
   /// Reads flags after "(?"; true for "(?flags)", false for "(?flags:".
   bool parse_flag_group();
+  /// CPython 3.11's rules for the letters of one flag group (on before '-', off after it).
+  void check_python_flags(const std::string& on, const std::string& off, bool negated, bool global);
+  /// A (?P<name>...) name as CPython's re takes it, not used before in the pattern.
+  void check_python_group_name(std::string_view name);
   piece apply_quantifier(piece p);
   bool parse_counted(std::uint32_t& min, std::uint32_t& max);
+  /// No string of `e` is a proper prefix of another: an atomic group or possessive quantifier
+  /// over it keeps its language (false also where the automaton would be too large to tell).
+  bool is_prefix_free(expr_id e) const;
   expr_id any_char() const;
 
   // Escapes and classes (regex_classes.cpp).
   expr_id parse_escape_atom();
   bool parse_class_escape(codepoint_set& out);
+  /// Python flavour: refuses `\` + an ASCII letter that CPython's re has no escape for, at pos_.
+  void check_python_escape(bool in_class) const;
   char32_t parse_escaped_char();
   codepoint_set parse_class();
   /// Items of a class up to its ']'. `nested`: `[` opens a nested class (in the right operand of
@@ -79,6 +88,12 @@ class regex_parser {
   std::size_t pos_ = 0;
   regex_options options_;
   flags flags_;
+  // Python flavour: nothing but global flag groups and comments read yet; the global a and u
+  // flags set; the group names used.
+  bool at_pattern_start_ = true;
+  bool global_ascii_ = false;
+  bool global_unicode_ = false;
+  std::vector<std::string> group_names_;
 };
 
 }  // namespace di::grammar::detail

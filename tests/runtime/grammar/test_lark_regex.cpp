@@ -109,6 +109,98 @@ const std::vector<python_case> k_python_cases = {
     {R"re(a\Z)re", {{"a", true}}},
     {R"re((?P<n>a)b)re", {{"ab", true}}},
     {R"re([a-z-0])re", {{"-", true}, {"0", true}, {"q", true}}},
+    // Atomic groups and possessive quantifiers (3.11) where no match of their text can end in
+    // two places: their only match is kept, the language of the plain group.
+    {R"re((?>abc))re", {{"abc", true}, {"ab", false}, {"abcc", false}}},
+    {R"re((?>"[^"]*"))re", {{"\"ab\"", true}, {"\"a\"b\"", false}, {"\"\"", true}}},
+    {R"re((?>a$))re", {{"a", true}}},
+    {R"re((?:ab){2}+)re", {{"abab", true}, {"ab", false}, {"ababab", false}}},
+    {R"re(\d{3}+-)re", {{"123-", true}, {"12-", false}}},
+    {R"re(a{0}+b)re", {{"b", true}, {"ab", false}}},
+    // An escaped non-ASCII character is itself; \u escapes of a surrogate pair are two lone
+    // surrogates (no UTF-8 text holds one), not the character they encode in UTF-16.
+    {R"re(\é)re", {{"\xC3\xA9", true}, {"e", false}}},
+    {R"re([\é-\ë])re", {{"\xC3\xAA", true}, {"e", false}}},
+    {R"re(a|\ud83d\ude00)re", {{"a", true}, {"\xF0\x9F\x98\x80", false}}},
+    // Global flags after comments, (?x) space or other global flags; scoped flags anywhere.
+    {R"re((?x) (?i)a)re", {{"A", true}, {" a", false}}},
+    {R"re((?i)(?#c)(?s)a.)re", {{"A\x0A", true}}},
+    {R"re((?s-i:a))re", {{"a", true}, {"A", false}}},
+    {R"re((?a:(?u:\w)))re", {{"\xC3\xA9", true}}},
+    {R"re((?P<n>a)|(?P<m>b))re", {{"a", true}, {"b", true}}},
+};
+
+struct python_refusal {
+  const char* pattern;
+  const char* cpython;  ///< CPython 3.11.7's answer: its re.error, or what fullmatch gives
+  const char* ours;     ///< the part of our error that names the construct
+};
+
+// Patterns CPython 3.11.7's re.compile refuses (its message recorded): ours refuse them too,
+// naming the construct. Before, all but [\z], [\A] and a{2}+? (refused as possessive) compiled
+// (\e as ESC, \z as the end, \x{41} and \u{41} as A, (?<n>...) and (?'n'...) as named groups,
+// a** as (a*)*, \cA as U+0001, \p{L} as letters, a(?i)b as a then (?i)b, (?U) as a no-op, ...).
+const std::vector<python_refusal> k_python_errors = {
+    {R"re(\e)re", "bad escape \\e at position 0", "bad escape \\e"},
+    {R"re([\e])re", "bad escape \\e at position 1", "bad escape \\e"},
+    {R"re(\z)re", "bad escape \\z at position 0", "bad escape \\z"},
+    {R"re(a\z)re", "bad escape \\z at position 1", "bad escape \\z"},
+    {R"re([\z])re", "bad escape \\z at position 1", "bad escape \\z"},
+    {R"re(\x{41})re", "incomplete escape \\x at position 0", "incomplete escape \\x"},
+    {R"re([\x{41}])re", "incomplete escape \\x at position 1", "incomplete escape \\x"},
+    {R"re(\u{41})re", "incomplete escape \\u at position 0", "incomplete escape \\u"},
+    {R"re((?<n>a))re", "unknown extension ?<n at position 1",
+     "(?<name...) is not Python 3.11's syntax"},
+    {R"re((?'n'a))re", "unknown extension ?' at position 1",
+     "(?'name...) is not Python 3.11's syntax"},
+    {R"re((?P<1>a))re", "bad character in group name '1' at position 4",
+     "bad character in group name '1'"},
+    {R"re((?P<>a))re", "missing group name at position 4", "missing group name"},
+    {R"re((?P<n>a)(?P<n>b))re",
+     "redefinition of group name 'n' as group 2; was group 1 at position 12",
+     "redefinition of group name 'n'"},
+    {R"re(a*?+)re", "multiple repeat at position 3", "multiple repeat"},
+    {R"re(a**)re", "multiple repeat at position 2", "multiple repeat"},
+    {R"re(a{2}*)re", "multiple repeat at position 4", "multiple repeat"},
+    {R"re(a{2}+?)re", "multiple repeat at position 5", "multiple repeat"},
+    {R"re(\cA)re", "bad escape \\c at position 0", "bad escape \\c"},
+    {R"re(\p{L})re", "bad escape \\p at position 0", "bad escape \\p"},
+    {R"re([\p{L}])re", "bad escape \\p at position 1", "bad escape \\p"},
+    {R"re([\A])re", "bad escape \\A at position 1", "bad escape \\A"},
+    {R"re(a(?i)b)re", "global flags not at the start of the expression at position 1",
+     "global flags not at the start of the expression"},
+    {R"re(x|(?i)a)re", "global flags not at the start of the expression at position 2",
+     "global flags not at the start of the expression"},
+    {R"re(((?i)a))re", "global flags not at the start of the expression at position 1",
+     "global flags not at the start of the expression"},
+    {R"re((?-i)a)re", "missing : at position 4", "(?-...) needs a ':'"},
+    {R"re((?-a:a))re", "bad inline flags: cannot turn off flags 'a', 'u' and 'L' at position 4",
+     "flag 'a' cannot be turned off"},
+    {R"re((?au)a)re", "bad inline flags: flags 'a', 'u' and 'L' are incompatible at position 4",
+     "flags 'a' and 'u' are incompatible"},
+    {R"re((?a)(?u)a)re", "ValueError: ASCII and UNICODE flags are incompatible",
+     "flags 'a' and 'u' are incompatible"},
+    {R"re((?U)a)re", "unknown extension ?U at position 1", "unknown flag 'U'"},
+    {R"re((?i-i:a))re", "bad inline flags: flag turned on and off at position 5",
+     "flag 'i' is turned on and off"},
+    {R"re((?-:a))re", "missing flag at position 3", "missing flag after '-'"},
+    {R"re((?))re", "unknown extension ?) at position 1", "unknown extension '(?)'"},
+};
+
+// Patterns CPython 3.11.7 compiles that ours refuse, naming the construct: atomic groups and
+// possessive quantifiers whose text can end in two places (there backtracking decides the
+// language), names of characters (\N{...}: no name table here), non-ASCII group names and
+// conditional groups. Never accepted with another language.
+const std::vector<python_refusal> k_python_refusals = {
+    {R"re((?>a*)a)re", "fullmatch 'aa': None", "atomic groups (?>...) are not supported where"},
+    {R"re((?>a|ab))re", "fullmatch 'ab': None", "atomic groups (?>...) are not supported where"},
+    {R"re(a*+a)re", "fullmatch 'aa': None", "possessive quantifiers"},
+    {R"re(a++)re", "fullmatch 'aa': match", "possessive quantifiers"},
+    {R"re(a{1,2}+)re", "fullmatch 'aa': match", "possessive quantifiers"},
+    {R"re(\N{LATIN SMALL LETTER A})re", "fullmatch 'a': match",
+     "\\N{...} (a character by its Unicode name) is not supported"},
+    {R"re((?P<ñ>x))re", "fullmatch 'x': match", "non-ASCII group names are not supported"},
+    {R"re((a)(?(1)a|b))re", "fullmatch 'aa': match", "conditional groups"},
 };
 
 }  // namespace
@@ -141,6 +233,17 @@ TEST_CASE("Lark terminals: what CPython's re refuses stays an error") {
   CHECK_THROWS_AS(lark_terminal(R"(\12)"), di::error);     // invalid group reference 12
   CHECK_THROWS_AS(lark_terminal(R"([\8])"), di::error);    // bad escape \8
   CHECK_THROWS_AS(lark_terminal("(?#x"), di::error);       // missing ), unterminated comment
+}
+
+TEST_CASE("Lark terminals: CPython's refusals, and what ours refuse by name") {
+  for (const auto* table : {&k_python_errors, &k_python_refusals}) {
+    for (const python_refusal& c : *table) {
+      std::string where = "/";
+      where.append(c.pattern).append("/ (CPython: ").append(c.cpython).append(")");
+      CHECK_THROWS_WITH_AS_MESSAGE(lark_terminal(c.pattern), doctest::Contains(c.ours), di::error,
+                                   where);
+    }
+  }
 }
 
 TEST_CASE("regex: keeps Rust's set operations, POSIX classes and counted repetitions") {
