@@ -9,6 +9,9 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
+#include <memory>
+
 namespace di::actors::detail {
 
 namespace {
@@ -90,7 +93,20 @@ void end_pending(router_self self, std::uint64_t id, failure_kind kind, const st
   --st.counters.num_live;
 }
 
-void dispatch(router_self self, std::uint64_t id, runtime::request req, int group, bool by_affinity) {
+/// The up groups that have not refused the request for lack of room yet: `group` and `tried`.
+std::vector<int> untried_groups(const router_state& st, int group, const std::vector<int>& tried) {
+  std::vector<int> out;
+  for (int g : up_groups(st))
+    if (g != group && std::find(tried.begin(), tried.end(), g) == tried.end()) out.push_back(g);
+  return out;
+}
+
+/// Sends the request to `group`. A group whose waiting line is full (queue_full,
+/// queued_tokens_full) passes it on to the least loaded group that has not refused it yet, so
+/// that a cached prefix (or a load figure that lags) never costs a refusal while another group
+/// has room; `tried` lists the groups that refused it so.
+void dispatch(router_self self, std::uint64_t id, runtime::request req, int group, bool by_affinity,
+              std::vector<int> tried = {}) {
   router_state& st = self->state;
   live_request& r = st.requests.at(id);
   group_entry& g = st.groups[std::size_t(group)];
@@ -99,11 +115,31 @@ void dispatch(router_self self, std::uint64_t id, runtime::request req, int grou
   ++g.num_live;
   ++g.num_requests;
   g.num_affinity += by_affinity;
+  // a copy for another group, when there is one to offer it to
+  std::shared_ptr<runtime::request> spare;
+  if (!untried_groups(st, group, tried).empty()) spare = std::make_shared<runtime::request>(req);
   self->request(g.handle, admission_timeout, start_request{std::move(req)})
       .then(
           [=](runtime::admission_result& res) {
             auto it = self->state.requests.find(id);
             if (it == self->state.requests.end()) return;
+            const bool is_full = res.status == runtime::admission_status::queue_full ||
+                                 res.status == runtime::admission_status::queued_tokens_full;
+            if (is_full && spare && !it->second.abort_pending) {
+              std::vector<int> others = untried_groups(self->state, group, tried);
+              if (!others.empty()) {
+                group_entry& refused = self->state.groups[std::size_t(group)];
+                --refused.num_live;
+                --refused.num_requests;
+                refused.num_affinity -= by_affinity;
+                std::vector<int> refused_by = tried;
+                refused_by.push_back(group);
+                bool unused = false;
+                const int next =
+                    choose_group(self, others, std::vector<std::int64_t>(others.size(), 0), unused);
+                return dispatch(self, id, std::move(*spare), next, false, std::move(refused_by));
+              }
+            }
             if (!res.is_accepted())
               return end_pending(self, id, runtime::failure_of(res.status), res.message, res.param,
                                  res.status);

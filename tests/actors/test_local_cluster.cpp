@@ -145,4 +145,36 @@ TEST_CASE("a request sharing a long prefix hits the cache and skips that prefill
   CHECK(second[0].output_ids == fresh[0].output_ids);
 }
 
+TEST_CASE("a group with no room left passes a request on to one with room") {
+  // Two groups of 2 batch slots and no waiting line. Four requests share a prefix group 0 has
+  // cached: affinity sends each there (within affinity_max_imbalance), and group 0 refused the
+  // third and fourth (queue_full) while group 1 stood idle.
+  test_system ts;
+  const cluster_config c = toy_config({"scheduler.max_num_running=2", "scheduler.max_num_queued=0",
+                                       "router.affinity_min_tokens=16", "model.toy.step_ms=20"},
+                                      2);
+  actors::local_cluster cluster(ts.sys, {.config = c, .assets = toy_assets(c)});
+  const std::vector<std::int32_t> shared = random_prompt(31, 64);
+  std::vector<std::int32_t> warm = shared;
+  warm.push_back(5);
+  REQUIRE(actors::run_requests(ts.sys, cluster.router(), {ids_request(warm, 1)}, 1)[0]
+              .finish_reason() == "length");
+  std::vector<actors::submit_request> reqs;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<std::int32_t> p = shared;
+    p.push_back(std::int32_t(10 + i));
+    reqs.push_back(ids_request(p, 60));
+    reqs.back().params.ignore_eos = true;
+  }
+  const auto out = actors::run_requests(ts.sys, cluster.router(), reqs, 4);
+  for (const auto& o : out) CHECK_MESSAGE(o.finish_reason() == "length", o.error);
+  const actors::cluster_status status = cluster.status();
+  REQUIRE(status.groups.size() == 2);
+  const std::int64_t home = status.groups[0].num_affinity > 0 ? 0 : 1;
+  CHECK(status.groups[std::size_t(home)].num_requests == 3);  // the warm-up and two
+  CHECK(status.groups[std::size_t(1 - home)].num_requests == 2);
+  CHECK(status.groups[std::size_t(1 - home)].num_affinity == 0);
+  CHECK(status.router.num_refused == 0);
+}
+
 }  // namespace di::test
