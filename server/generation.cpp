@@ -105,8 +105,8 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     if (!reply.accepted) {
       c.is_ended = true;
       c.error = reply.error;
-      fail(blame_tools(refusal_error(reply.kind, reply.error, reply.param, req_.max_tokens_name,
-                                     logprobs_name())));
+      fail(blame_request_fields(refusal_error(reply.kind, reply.error, reply.param,
+                                              req_.max_tokens_name, logprobs_name())));
       return ended();
     }
     c.is_accepted = true;
@@ -120,8 +120,9 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
       // Ended before the router accepted it (the router went away): a refusal.
       c.is_ended = true;
       c.error = events.back().error;
-      fail(blame_tools(refusal_error(events.back().failure, c.error, events.back().failure_param,
-                                     req_.max_tokens_name, logprobs_name())));
+      fail(blame_request_fields(refusal_error(events.back().failure, c.error,
+                                              events.back().failure_param, req_.max_tokens_name,
+                                              logprobs_name())));
       return ended();
     }
     for (runtime::token_event& e : events) {
@@ -311,6 +312,14 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
   api_error blame_tools(api_error e) const {
     if (req_.forces_tool_calls && e.param == "response_format") e.param = "tools";
     return e;
+  }
+
+  /// A refusal names the request's own field: `tools` for a forced tool call's grammar, and in
+  /// chat, which has no `prompt`, `messages` for what the router blames on the prompt they
+  /// render to (its length: it named `prompt`).
+  api_error blame_request_fields(api_error e) const {
+    if (req_.kind == api_kind::chat && e.param == "prompt") e.param = "messages";
+    return blame_tools(std::move(e));
   }
 
   void send_chunk(std::size_t index, json delta_or_text, json logprobs, json finish_reason,

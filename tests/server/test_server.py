@@ -1242,6 +1242,12 @@ def errors_400(srv, c):
     assert srv.request("POST", "/v1/completions", fine, {"Authorization": "Bearer " + KEY})[0] == 200
     expect_status(lambda: c.completions.create(model="tiny", prompt=[10 ** 9], max_tokens=2), 400, "prompt")
     expect_status(lambda: c.chat.completions.create(model="tiny", messages=[], max_tokens=2), 400, "messages")
+    # messages that render past the context blame `messages`: chat has no `prompt` (it was named)
+    body = expect_status(lambda: c.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "hello world " * 20000}], max_tokens=2), 400, "messages")
+    assert "32767" in body["message"], body
+    expect_status(lambda: c.completions.create(model="tiny", prompt="hello world " * 20000, max_tokens=2), 400,
+                  "prompt")
     # min_tokens past the context without max_tokens (chat's default: none) could never be met
     expect_status(lambda: c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x"}],
                                                     extra_body={"min_tokens": 10 ** 6}), 400, "min_tokens")
