@@ -203,13 +203,17 @@ __global__ void make_tiles_kernel(const std::uint8_t* w, std::uint8_t* tiles, st
 }
 
 /// Weight-streaming warps the K split aims for: DEEPINFER_TILE_GEMV_WARPS per SM of 132 (default
-/// 8, a quarter of stream_gemm's target: longer contiguous parts and fewer partial sums. H100,
-/// session 44, M=1 us at 8 / 16 / 32 per SM: wq_b 18.8 / 20.1 / 19.9, wq_a 7.7 / 8.4 / 8.3, wo_b
-/// 20.4 / 20.4 / 22.6, the shared expert's w1 9.2 / 9.2 / 13.1; stream_gemm 22.5, 10.5, 23.7,
-/// 12.5).
+/// 12, three eighths of stream_gemm's target: longer contiguous parts and fewer partial sums
+/// than at 32. H100, session 44, M=1 us at 8 / 16 / 32 per SM: wq_b 18.8 / 20.1 / 19.9, wq_a
+/// 7.7 / 8.4 / 8.3, wo_b 20.4 / 20.4 / 22.6, the shared expert's w1 9.2 / 9.2 / 13.1
+/// (stream_gemm 22.5, 10.5, 23.7, 12.5). With the activations through L1 (session 49) single
+/// GEMMs at 8 / 12 per SM differ by under 1 us, but whole decode steps gain at 12 (session 50,
+/// graphs, 3 interleaved rounds, ms at 8 / 12 warps): H100 v41-flash-L4 b1 1.62-1.63 / 1.60,
+/// b8 2.95-2.96 / 2.94-2.95; v4-flash-L4 b1 1.40-1.41 / 1.40; H200 (session 49) v41 b1
+/// 1.37-1.39 / 1.35-1.36. Decided by the weight's shape and this number only, never the rows.
 std::int64_t target_warps() {
   // (Hopper's 132 SMs: the same plan on any card; at most 64 warps fit an SM)
-  static const std::int64_t v = 132 * detail::env_count("DEEPINFER_TILE_GEMV_WARPS", 8, 64);
+  static const std::int64_t v = 132 * detail::env_count("DEEPINFER_TILE_GEMV_WARPS", 12, 64);
   return v;
 }
 
