@@ -394,8 +394,17 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
         own = tok.encode(text);
       } catch (const std::exception&) {
       }
-    const auto first = std::search(ids.begin(), ids.end(), own.begin(), own.end());
-    const bool verbatim = !own.empty() && first != ids.end();
+    // They follow the BOS the tokenizer adds (and precede an EOS some tokenizers append): a
+    // text of BOS's own text alone gives [BOS, BOS], whose second one is the text's.
+    auto first = ids.end();
+    if (!own.empty() && own.size() <= ids.size()) {
+      const auto lead = std::ptrdiff_t(std::min<std::size_t>(1, ids.size() - own.size()));
+      if (std::equal(own.begin(), own.end(), ids.begin() + lead))
+        first = ids.begin() + lead;
+      else if (std::equal(own.begin(), own.end(), ids.begin()))
+        first = ids.begin();
+    }
+    const bool verbatim = first != ids.end();
     text_offsets counted(tok, !verbatim && req_.params.skip_special_tokens);
     std::vector<std::size_t> out;
     for (auto it = ids.begin(); it != ids.end(); ++it) {

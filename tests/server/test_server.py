@@ -167,7 +167,7 @@ def logprobs(srv, c):
     # its characters count (the tokens after "<｜end▁of▁sentence｜>" began 19 characters early).
     for kw in ({"prompt": "Hello world", "echo": True}, {"prompt": "数据结构 — café", "echo": True},
                {"prompt": "a<｜end▁of▁sentence｜>b c", "echo": True},
-               {"prompt": "<｜begin▁of▁sentence｜>x y", "echo": True},
+               {"prompt": "<｜begin▁of▁sentence｜>x y", "echo": True}, {"prompt": "<｜begin▁of▁sentence｜>", "echo": True},
                {"prompt": "emoji:", "extra_body": {"response_format": {"type": "regex", "regex": "[😀-🙏]{3}"}}},
                {"prompt": "Hi"}):
         kw = dict(model="tiny", max_tokens=12, logprobs=1, temperature=1.0, seed=3, **kw)
