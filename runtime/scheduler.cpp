@@ -223,7 +223,9 @@ std::optional<sequence_status> scheduler::status_of(std::uint64_t id) const {
 
 std::int64_t scheduler::longest_cached_prefix(std::span<const std::int32_t> tokens,
                                               std::uint64_t root) const {
-  return blocks_.longest_cached_prefix(tokens, root);
+  // What an admission of the prompt reuses: its last token runs for its logits (admit_one).
+  const std::int64_t reusable = std::max<std::int64_t>(0, std::int64_t(tokens.size()) - 1);
+  return blocks_.match_prefix(tokens, reusable, root).num_cached_tokens;
 }
 
 std::int64_t scheduler::num_queued_tokens() const {

@@ -148,8 +148,9 @@ class scheduler {
   /// Live requests, or results still expected.
   bool has_unfinished() const { return !sequences_.empty() || !in_flight_.empty(); }
   std::optional<sequence_status> status_of(std::uint64_t id) const;
-  /// Tokens of `tokens` whose blocks this group has cached in the chain of `root` (prefix_root
-  /// of the request's cache_salt): the router's affinity.
+  /// Tokens of the prompt `tokens` that an admission here would take from the prefix cache,
+  /// in the chain of `root` (prefix_root of the request's cache_salt): the router's affinity.
+  /// A prompt's last token always runs, so a prompt cached whole counts one token block less.
   std::int64_t longest_cached_prefix(std::span<const std::int32_t> tokens,
                                      std::uint64_t root = unsalted_prefix_root) const;
   int num_running() const { return int(running_.size()); }

@@ -466,6 +466,35 @@ TEST_CASE("rows that did not run: their blocks and snapshot are withdrawn, B on 
   }
 }
 
+TEST_CASE("the router's probe counts what an admission reuses: a prompt's last token runs") {
+  // A prompt of two whole token blocks (8 tokens each), all cached: its admission reuses the
+  // first block only (the last token must run for its logits), but the probe answered 16, so
+  // the router sent such a prompt to this group by affinity for no reuse at all (8 tokens:
+  // probe 8, reuse 0).
+  scheduler s(make_config({.budget = 64, .prefix_caching = true}));
+  fake_executor exec = executor_for(s);
+  const std::vector<std::int32_t> x = prompt_tokens(7, 16);
+  REQUIRE(s.add_request(make_request(1, x, 2)).is_accepted());
+  drive(s, exec);
+  const std::vector<std::int32_t> one(x.begin(), x.begin() + 8);
+  std::vector<std::int32_t> longer = x;
+  longer.push_back(3);
+  CHECK(s.longest_cached_prefix(one) == 0);
+  CHECK(s.longest_cached_prefix(x) == 8);
+  CHECK(s.longest_cached_prefix(longer) == 16);
+  std::uint64_t id = 2;
+  for (const auto& p : {one, x, longer}) {
+    const std::int64_t probe = s.longest_cached_prefix(p);
+    REQUIRE(s.add_request(make_request(id, p, 1)).is_accepted());
+    const step_plan plan = s.schedule();
+    const scheduled_sequence* rows = find_rows(plan, id);
+    REQUIRE(rows);
+    CHECK(rows->num_cached_tokens == probe);
+    CHECK(s.abort(id)->status == sequence_status::finished_abort);
+    ++id;
+  }
+}
+
 TEST_CASE("a restore of a snapshot whose save did not run starts again over the cached blocks") {
   // X computes token block [0, 8) and snapshot 0 there; Y's save evicts that snapshot (one
   // slot), X's block stays cached. A adopts it, resumes at 0 (no replay, no snapshot) and
