@@ -1,6 +1,6 @@
 // byte_dfa: built through the grammar compiler (a one-rule grammar whose automaton must have
-// no calls), product construction, complement by completing and flipping, Moore minimization,
-// and emission as right-linear rules.
+// no calls), product construction (intersection, union), complement by completing and flipping,
+// Moore minimization, and emission as right-linear rules.
 #include "runtime/grammar/regular_language.hpp"
 
 #include "common/error.hpp"
@@ -40,14 +40,23 @@ byte_dfa byte_dfa::from_expr(const grammar& g, expr_id e, std::size_t max_states
 }
 
 byte_dfa byte_dfa::intersect(const byte_dfa& other, std::size_t max_states) const {
+  return product(other, true, max_states);
+}
+
+byte_dfa byte_dfa::unite(const byte_dfa& other, std::size_t max_states) const {
+  return product(other, false, max_states);
+}
+
+byte_dfa byte_dfa::product(const byte_dfa& other, bool both, std::size_t max_states) const {
   byte_dfa out;
   std::unordered_map<std::uint64_t, std::uint32_t> ids;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> pairs{{0, 0}};
   ids.emplace(0, 0);
   for (std::size_t k = 0; k < pairs.size(); ++k) {
-    DI_CHECK(pairs.size() <= max_states, "regular-language intersection needs more than {} states", max_states);
+    DI_CHECK(pairs.size() <= max_states, "regular-language {} needs more than {} states",
+             both ? "intersection" : "union", max_states);
     auto [a, b] = pairs[k];
-    out.final_.push_back(final_[a] && other.final_[b]);
+    out.final_.push_back(both ? final_[a] && other.final_[b] : final_[a] || other.final_[b]);
     out.trans_.resize((k + 1) * 256);
     for (int c = 0; c < 256; ++c) {
       std::uint32_t ta = next(a, std::uint8_t(c)), tb = other.next(b, std::uint8_t(c));

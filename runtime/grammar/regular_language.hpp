@@ -22,6 +22,8 @@ class byte_dfa {
   static byte_dfa none();
 
   byte_dfa intersect(const byte_dfa& other, std::size_t max_states = 100'000) const;
+  /// The union: strings either language accepts.
+  byte_dfa unite(const byte_dfa& other, std::size_t max_states = 100'000) const;
   /// Every byte string not in the language.
   byte_dfa complement() const;
   /// The equivalent DFA with the fewest states (unreachable and dead states removed but one).
@@ -40,6 +42,8 @@ class byte_dfa {
  private:
   std::uint32_t next(std::uint32_t s, std::uint8_t b) const { return trans_[std::size_t(s) * 256 + b]; }
   std::vector<std::uint8_t> live_states() const;
+  /// Product automaton, final where both (`both`) or either state is.
+  byte_dfa product(const byte_dfa& other, bool both, std::size_t max_states) const;
 
   std::vector<std::uint32_t> trans_;  // [num_states * 256]; state 0 is the start
   std::vector<std::uint8_t> final_;
