@@ -21,6 +21,41 @@ namespace {
 using detail::scheduler_self;
 using detail::scheduler_state;
 
+/// One request of max_model_len tokens must fit alone. The scheduler checks it too, without
+/// the keys to blame ("max_model_len 2000 needs 32 blocks of KV stream 4, the pool has 16"):
+/// a smaller kv.num_blocks or kv.pool_tokens needs a smaller max_model_len.
+void check_context_fits(const runtime::scheduler_config& c, const kv_section& kv, bool is_len_set) {
+  const runtime::kv_geometry& g = c.blocks.geometry;
+  auto short_stream = [&](std::int64_t len) -> std::optional<int> {  // one that lacks blocks
+    for (int s = 0; s < g.num_streams(); ++s)
+      if (g.num_blocks(s, len) > c.blocks.num_blocks[std::size_t(s)]) return s;
+    return std::nullopt;
+  };
+  const std::optional<int> s = short_stream(c.max_model_len);
+  if (!s) return;
+  std::int64_t lo = 0, hi = c.max_model_len;  // the longest length that fits
+  while (lo < hi) {
+    const std::int64_t mid = lo + (hi - lo + 1) / 2;
+    if (short_stream(mid))
+      hi = mid - 1;
+    else
+      lo = mid;
+  }
+  const std::int64_t needed = g.num_blocks(*s, c.max_model_len);
+  if (kv.num_blocks > 0 && c.blocks.num_blocks[std::size_t(*s)] == kv.num_blocks)  // capped
+    DI_FAIL(
+        "kv.num_blocks = {} is too small for scheduler.max_model_len = {}: one request of "
+        "that length needs {} blocks of KV stream {}; set scheduler.max_model_len to at "
+        "most {} or raise kv.num_blocks",
+        kv.num_blocks, c.max_model_len, needed, *s, lo);
+  DI_FAIL(
+      "kv.pool_tokens = {} is too small for {} = {}: one request of that length needs {} "
+      "blocks of KV stream {}, the pool has {}; set scheduler.max_model_len to at most {} or "
+      "raise kv.pool_tokens",
+      kv.pool_tokens, is_len_set ? "scheduler.max_model_len" : "the runner's max_model_len",
+      c.max_model_len, needed, *s, c.blocks.num_blocks[std::size_t(*s)], lo);
+}
+
 /// The runtime scheduler's configuration from the cluster file and the runner's report.
 runtime::scheduler_config make_config(const scheduler_state& st, const executor_info& e) {
   const scheduler_section& l = st.params.limits;
@@ -48,29 +83,7 @@ runtime::scheduler_config make_config(const scheduler_state& st, const executor_
            kv.num_blocks, largest, e.runner.device);
   for (std::int32_t& n : c.blocks.num_blocks)
     if (kv.num_blocks > 0) n = std::min(n, std::int32_t(kv.num_blocks));
-  // One request of max_model_len tokens must fit alone (the scheduler checks it too, without
-  // the keys to blame): a smaller kv.num_blocks needs a smaller max_model_len.
-  const runtime::kv_geometry& g = c.blocks.geometry;
-  auto short_stream = [&](std::int64_t len) -> std::optional<int> {  // one that lacks blocks
-    for (int s = 0; s < g.num_streams(); ++s)
-      if (g.num_blocks(s, len) > c.blocks.num_blocks[std::size_t(s)]) return s;
-    return std::nullopt;
-  };
-  if (const std::optional<int> s = short_stream(c.max_model_len); kv.num_blocks > 0 && s) {
-    std::int64_t lo = 0, hi = c.max_model_len;  // the longest length that fits
-    while (lo < hi) {
-      const std::int64_t mid = lo + (hi - lo + 1) / 2;
-      if (short_stream(mid))
-        hi = mid - 1;
-      else
-        lo = mid;
-    }
-    DI_FAIL(
-        "kv.num_blocks = {} is too small for scheduler.max_model_len = {}: one request of "
-        "that length needs {} blocks of KV stream {}; set scheduler.max_model_len to at "
-        "most {} or raise kv.num_blocks",
-        kv.num_blocks, c.max_model_len, g.num_blocks(*s, c.max_model_len), *s, lo);
-  }
+  check_context_fits(c, kv, l.max_model_len > 0);
   c.blocks.enable_prefix_caching = kv.enable_prefix_caching;
   c.blocks.enable_replay = kv.enable_replay;
   c.blocks.num_snapshots = std::min(kv.num_snapshots, e.runner.num_snapshots);

@@ -108,6 +108,25 @@ TEST_CASE("kv.num_blocks too small for max_model_len fails the start naming both
                 error);
 }
 
+TEST_CASE("a KV pool too small for max_model_len fails the start naming both keys") {
+  // 640 tokens of pool (40 toy blocks) hold no request of 1000 tokens: the start failed with
+  // the scheduler's "max_model_len 1000 needs 63 blocks of KV stream 0, the pool has 40",
+  // which names neither the key set nor the fix.
+  test_system ts;
+  const cluster_config c = toy_config({"kv.pool_tokens=640", "scheduler.max_model_len=1000"});
+  std::string error;
+  try {
+    actors::local_cluster cluster(ts.sys, {.config = c, .assets = toy_assets(c)});
+  } catch (const di::error& e) {
+    error = e.what();
+  }
+  CHECK_MESSAGE(error.find("kv.pool_tokens = 640 is too small for scheduler.max_model_len = 1000: "
+                           "one request of that length needs 63 blocks of KV stream 0, the pool "
+                           "has 40; set scheduler.max_model_len to at most 640 or raise "
+                           "kv.pool_tokens") != std::string::npos,
+                error);
+}
+
 TEST_CASE("a prompt over router.max_prompt_tokens is refused naming that limit") {
   test_system ts;
   const cluster_config c = toy_config({"router.max_prompt_tokens=10"});
