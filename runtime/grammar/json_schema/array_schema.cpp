@@ -130,6 +130,8 @@ std::optional<std::vector<json>> finite_domain(schema_compiler& c, const conjunc
 
 /// uniqueItems over finite item sets: arrays of one domain as subsets (a rule per set of values
 /// already written, at most 9 values), or, with positional items, every distinct array listed.
+/// The values are written without exponents: 2^9 copies of each number's exponent spellings
+/// outgrew the limits.
 /// Null when refused (lenient: the caller builds the array without uniqueness).
 std::optional<expr_id> unique_array(schema_compiler& c, const std::vector<std::optional<std::vector<json>>>& domains,
                                     std::uint64_t min_items, std::uint64_t max_items, const schema_ref& where) {
@@ -154,7 +156,9 @@ std::optional<expr_id> unique_array(schema_compiler& c, const std::vector<std::o
       if (written < max_items)
         for (std::size_t v = 0; v < d.size(); ++v)
           if (!((set >> v) & 1))
-            alts.push_back(g.sequence({written ? sep : g.empty(), t.literal(d[v]), g.ref(u[set | (std::size_t(1) << v)])}));
+            alts.push_back(
+                g.sequence({written ? sep : g.empty(), t.literal(d[v], /*number_exponents=*/false),
+                            g.ref(u[set | (std::size_t(1) << v)])}));
       g.define_rule(u[set], g.choice(std::move(alts)));
     }
     return g.sequence({g.literal("["), t.ws(), g.ref(u[0])});
@@ -172,7 +176,7 @@ std::optional<expr_id> unique_array(schema_compiler& c, const std::vector<std::o
       std::vector<expr_id> body{g.literal("["), t.ws()};
       for (std::size_t i = 0; i < k; ++i) {
         if (i) body.push_back(sep);
-        body.push_back(t.literal(*stack[i]));
+        body.push_back(t.literal(*stack[i], /*number_exponents=*/false));
       }
       body.push_back(close);
       arrays.push_back(g.sequence(std::move(body)));

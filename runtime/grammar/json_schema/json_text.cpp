@@ -1,9 +1,7 @@
 // JSON text building blocks (see json_text.hpp).
 #include "runtime/grammar/json_schema/json_text.hpp"
 
-#include "runtime/grammar/json_schema/number_ranges.hpp"
-
-#include <cmath>
+#include "runtime/grammar/json_schema/number_exponents.hpp"
 
 namespace di::grammar::json_detail {
 
@@ -114,9 +112,20 @@ expr_id json_text::any_number() {
   e.set('E');
   sign.set('+');
   sign.set('-');
-  return g_.sequence({g_.optional(g_.literal("-")), int_part,
-                      g_.optional(g_.sequence({g_.literal("."), g_.repeat(digit, 1, k_unbounded)})),
-                      g_.optional(g_.sequence({g_.bytes(e), g_.optional(g_.bytes(sign)), g_.repeat(digit, 1, k_unbounded)}))});
+  const expr_id fraction =
+      g_.optional(g_.sequence({g_.literal("."), g_.repeat(digit, 1, k_unbounded)}));
+  const expr_id exponent = g_.optional(
+      g_.sequence({g_.bytes(e), g_.optional(g_.bytes(sign)), g_.repeat(digit, 1, k_unbounded)}));
+  if (use_ == json_schema_use::validation)
+    return g_.sequence({g_.optional(g_.literal("-")), int_part, fraction, exponent});
+  // Generation: a minus sign only before a nonzero digit (never -0, -0.0, -0e5).
+  const expr_id nonzero =
+      g_.choice({g_.sequence({g_.byte_range('1', '9'), g_.repeat(digit, 0, k_unbounded), fraction}),
+                 g_.sequence({g_.literal("0."), g_.repeat(digit, 0, k_unbounded),
+                              g_.byte_range('1', '9'), g_.repeat(digit, 0, k_unbounded)})});
+  return g_.sequence(
+      {g_.choice({g_.sequence({int_part, fraction}), g_.sequence({g_.literal("-"), nonzero})}),
+       exponent});
 }
 
 void json_text::build_any() {
@@ -155,7 +164,22 @@ expr_id json_text::string_literal(std::string_view s) {
   return quoted(g_.sequence(std::move(chars)));
 }
 
-expr_id json_text::literal(const nlohmann::ordered_json& v) {
+expr_id json_text::numbers_with_exponent(const exponent_constraint& c, std::size_t max_states) {
+  auto text = [](const decimal& d) {
+    return (d.negative ? "-" : "") + d.int_digits + "." + d.frac_digits;
+  };
+  auto bound_text = [&](const std::optional<bound>& b) {
+    return b ? (b->exclusive ? "(" : "[") + text(b->value) : std::string("none");
+  };
+  const std::string key = bound_text(c.lo) + " " + bound_text(c.hi) + " " +
+                          (c.step ? text(*c.step) : "any") + (c.non_integer ? " non-integer" : "");
+  if (auto it = exponent_numbers_.find(key); it != exponent_numbers_.end()) return it->second;
+  const expr_id e = json_detail::numbers_with_exponent(g_, c, max_states);
+  exponent_numbers_.emplace(key, e);
+  return e;
+}
+
+expr_id json_text::literal(const nlohmann::ordered_json& v, bool number_exponents) {
   switch (v.type()) {
     case nlohmann::ordered_json::value_t::null: return null_value();
     case nlohmann::ordered_json::value_t::boolean: return g_.literal(v.get<bool>() ? "true" : "false");
@@ -168,23 +192,14 @@ expr_id json_text::literal(const nlohmann::ordered_json& v) {
         return g_.literal((x.negative && !x.is_zero() ? "-" : "") + x.int_digits +  // never -0
                           (x.frac_digits.empty() ? "" : "." + x.frac_digits));
       }
-      double d = v.get<double>();
-      bool integral = !v.is_number_float() || (std::isfinite(d) && std::floor(d) == d && std::fabs(d) < 1e15);
-      if (!integral) return g_.literal(v.dump());
-      std::string digits = v.is_number_float() ? nlohmann::ordered_json(std::int64_t(d)).dump() : v.dump();
-      if (digits == "0")
-        return g_.sequence({g_.optional(g_.literal("-")), g_.literal("0"), zero_fraction()});
-      // Also the shortest floating-point spelling of the same value (9.007199254740992e+15).
-      std::string as_double = nlohmann::ordered_json(d).dump();
-      expr_id plain = g_.sequence({g_.literal(digits), zero_fraction()});
-      bool exact = v.is_number_float() || (std::fabs(d) < 9.2e18 && std::int64_t(d) == v.get<std::int64_t>());
-      return exact && as_double != digits ? g_.choice({plain, g_.literal(as_double)}) : plain;
+      // Validation: every spelling of the exact value (7: 7.0, 70e-1, 0.7E1; 0: -0, 0e9).
+      return spellings_of(g_, to_decimal(v), number_exponents);
     }
     case nlohmann::ordered_json::value_t::array: {
       std::vector<expr_id> items{g_.literal("["), ws()};
       for (std::size_t i = 0; i < v.size(); ++i) {
         if (i) items.insert(items.end(), {ws(), g_.literal(","), ws()});
-        items.push_back(literal(v[i]));
+        items.push_back(literal(v[i], number_exponents));
       }
       items.insert(items.end(), {ws(), g_.literal("]")});
       return g_.sequence(std::move(items));
@@ -195,7 +210,8 @@ expr_id json_text::literal(const nlohmann::ordered_json& v) {
       for (const auto& [k, x] : v.items()) {
         if (!first) items.insert(items.end(), {ws(), g_.literal(","), ws()});
         first = false;
-        items.insert(items.end(), {string_literal(k), ws(), g_.literal(":"), ws(), literal(x)});
+        items.insert(items.end(), {string_literal(k), ws(), g_.literal(":"), ws(),
+                                   literal(x, number_exponents)});
       }
       items.insert(items.end(), {ws(), g_.literal("}")});
       return g_.sequence(std::move(items));

@@ -4,8 +4,11 @@
 #pragma once
 
 #include "runtime/grammar/json_schema.hpp"
+#include "runtime/grammar/json_schema/number_exponents.hpp"
 
+#include <map>
 #include <optional>
+#include <string>
 
 namespace di::grammar::json_detail {
 
@@ -27,6 +30,7 @@ class json_text {
   expr_id any_char();
   expr_id quoted(expr_id content) { return g_.sequence({g_.literal("\""), content, g_.literal("\"")}); }
   expr_id any_string();
+  /// Any JSON number; generation writes no negative zero (-0, -0.0, -0e5).
   expr_id any_number();
   /// An integer value. Validation: every spelling of an integer -- a zero fraction (1.0), -0,
   /// an exponent (2e0, 1.5e1, 10e-1; see integers_with_exponent); generation: 0|-?[1-9][0-9]*.
@@ -38,10 +42,14 @@ class json_text {
   expr_id any_object();
   expr_id any_array();
   expr_id any_value();
+  /// numbers_with_exponent(c), built once per grammar for equal constraints (a schema under
+  /// oneOf or not is compiled again in each combination).
+  expr_id numbers_with_exponent(const exponent_constraint& c, std::size_t max_states);
   /// `v` serialized (whitespace allowed between tokens). Numbers: for validation every
-  /// spelling of the value without exponent (1 == 1.0) and its shortest double text; for
-  /// generation only its plain decimal text (12345678901234567, 1.5, 2.0 as 2, 1e-7 as 0.0000001).
-  expr_id literal(const nlohmann::ordered_json& v);
+  /// spelling of the exact value (1 == 1.0 == 10e-1; spellings_of); for generation only its
+  /// plain decimal text (12345678901234567, 1.5, 2.0 as 2, 1e-7 as 0.0000001).
+  /// `number_exponents` off: numbers without their exponent spellings (large enums).
+  expr_id literal(const nlohmann::ordered_json& v, bool number_exponents = true);
   /// The JSON string literal of `s` in canonical escaping.
   expr_id string_literal(std::string_view s);
 
@@ -53,6 +61,7 @@ class json_text {
   json_schema_use use_;
   std::optional<rule_id> ws_rule_;
   std::optional<rule_id> exponent_integer_rule_;  ///< integers_with_exponent, built once
+  std::map<std::string, expr_id> exponent_numbers_;  ///< numbers_with_exponent by constraint
   std::optional<rule_id> value_rule_, object_rule_, array_rule_;
 };
 

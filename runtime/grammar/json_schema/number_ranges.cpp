@@ -287,7 +287,8 @@ expr_id integer_range(grammar& g, const std::optional<bound>& lo_b,
   return g.sequence({g.choice(std::move(alts)), zero_fraction(g, zero_fractions)});
 }
 
-expr_id decimal_range(grammar& g, const std::optional<bound>& lo, const std::optional<bound>& hi) {
+expr_id decimal_range(grammar& g, const std::optional<bound>& lo, const std::optional<bound>& hi,
+                      bool negative_zero) {
   std::vector<expr_id> alts;
   decimal zero;
   bool nonneg_possible = !hi || !hi->value.negative;
@@ -303,7 +304,7 @@ expr_id decimal_range(grammar& g, const std::optional<bound>& lo, const std::opt
     if (lo) b = bound{negate(lo->value), lo->exclusive};
     alts.push_back(g.sequence({g.literal("-"), magnitudes(g, a, b)}));
   }
-  if (in_range(zero, lo, hi))
+  if (negative_zero && in_range(zero, lo, hi))
     alts.push_back(g.sequence({g.literal("-0"), g.optional(g.sequence({g.literal("."), g.repeat(g.literal("0"), 1, k_unbounded)}))}));
   return g.choice(std::move(alts));
 }

@@ -48,8 +48,10 @@ expr_id integers_with_exponent(grammar& g);
 /// zero fraction like 3.0, and -0; without, 0|-?[1-9][0-9]*) in the bounds.
 expr_id integer_range(grammar& g, const std::optional<bound>& lo, const std::optional<bound>& hi,
                       bool zero_fractions);
-/// JSON numbers without exponent in the bounds.
-expr_id decimal_range(grammar& g, const std::optional<bound>& lo, const std::optional<bound>& hi);
+/// JSON numbers without exponent in the bounds; zero as -0, -0.0, ... too with `negative_zero`
+/// (validation; generation never writes a negative zero).
+expr_id decimal_range(grammar& g, const std::optional<bound>& lo, const std::optional<bound>& hi,
+                      bool negative_zero);
 /// JSON integers that are multiples of the positive integer `k` (k <= 100000), with
 /// `zero_fractions` also written 6.0, 6.00, ... and -0 (without: 0|-?[1-9][0-9]*).
 expr_id integer_multiple(grammar& g, std::uint32_t k, bool zero_fractions);

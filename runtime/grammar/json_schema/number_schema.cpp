@@ -1,8 +1,12 @@
 // Numbers and integers: bounds (inclusive or exclusive, any size) and multipleOf, intersected
-// as regular languages when both apply. Bounded numbers are written without an exponent.
+// as regular languages when both apply. Generation writes bounded numbers without an exponent;
+// validation also takes their exponent spellings (number_exponents.hpp).
 #include "common/error.hpp"
+#include "runtime/grammar/json_schema/number_exponents.hpp"
 #include "runtime/grammar/json_schema/schema_compiler.hpp"
 #include "runtime/grammar/regular_language.hpp"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <functional>
@@ -39,8 +43,6 @@ expr_id intersect_into(grammar& g, const std::function<expr_id(grammar&)>& a, co
   return da.intersect(db, limit).minimize().emit(g, "number");
 }
 
-}  // namespace
-
 /// Numbers with a nonzero fraction (what remains of "number" after `not: {type: integer}`).
 expr_id non_integers(grammar& t) {
   expr_id digit = t.byte_range('0', '9');
@@ -49,31 +51,70 @@ expr_id non_integers(grammar& t) {
                      t.byte_range('1', '9'), t.repeat(digit, 0, k_unbounded)});
 }
 
-expr_id number_schema(schema_compiler& c, const schema_node& n, bool integer_only) {
+/// Numbers with at most s decimals (multipleOf 10^-s), the fraction padded with zeros;
+/// with `negative_zero` (validation) also -0, -0.0, ...
+expr_id decimals(grammar& t, std::uint32_t s, bool negative_zero) {
+  expr_id digit = t.byte_range('0', '9');
+  expr_id frac =
+      t.sequence({t.literal("."), t.repeat(digit, 1, s), t.repeat(t.literal("0"), 0, k_unbounded)});
+  expr_id nonzero_int = t.sequence({t.byte_range('1', '9'), t.repeat(digit, 0, k_unbounded)});
+  if (negative_zero)
+    return t.sequence(
+        {t.optional(t.literal("-")), t.choice({t.literal("0"), nonzero_int}), t.optional(frac)});
+  // A negative value needs a nonzero digit: in its integer part or among its first s decimals.
+  std::vector<expr_id> small;  // 0.0..0d..., the first nonzero decimal at place i
+  for (std::uint32_t i = 1; i <= s; ++i)
+    small.push_back(
+        t.sequence({t.literal("0."), t.repeat(t.literal("0"), i - 1, i - 1), t.byte_range('1', '9'),
+                    t.repeat(digit, 0, s - i), t.repeat(t.literal("0"), 0, k_unbounded)}));
+  return t.choice(
+      {t.sequence({t.choice({t.literal("0"), nonzero_int}), t.optional(frac)}),
+       t.sequence({t.literal("-"), t.choice({t.sequence({nonzero_int, t.optional(frac)}),
+                                             t.choice(std::move(small))})})});
+}
+
+/// The numbers of `n` written without an exponent (all of them in generation, which writes
+/// bounded numbers that way), and the step their exponent spellings must be multiples of.
+struct plain_numbers {
+  expr_id plain;
+  bool has_exponents = false;  ///< `plain` already takes every exponent spelling (no keyword)
+  exponent_constraint exponents;
+};
+
+plain_numbers plain_number_schema(schema_compiler& c, const schema_node& n, bool integer_only) {
   grammar& g = c.g();
   const bool bounded = n.minimum || n.maximum;
   const std::optional<bound> lo = n.minimum, hi = n.maximum;
   const std::size_t limit = c.options().max_string_states;
+  const bool validation = c.options().use == json_schema_use::validation;
   // A value of type "number" may be written 6.0 either way; an integer, for generation, not.
-  const bool zero_fractions = !integer_only || c.options().use == json_schema_use::validation;
+  const bool zero_fractions = !integer_only || validation;
+  exponent_constraint ex{lo, hi, std::nullopt, false};
   if ((n.types & t_number) && !(n.types & t_integer)) {
     if (!n.multiple_of.empty()) c.unsupported("multipleOf", "on numbers that exclude integers", {nullptr, ""});
-    if (!bounded) return non_integers(g);
-    return intersect_into(g, non_integers, [&](grammar& t) { return decimal_range(t, lo, hi); }, limit);
+    ex.non_integer = true;
+    if (!bounded) return {non_integers(g), false, ex};
+    return {intersect_into(
+                g, non_integers, [&](grammar& t) { return decimal_range(t, lo, hi, validation); },
+                limit),
+            false, ex};
   }
   bool all_integer_steps = std::all_of(n.multiple_of.begin(), n.multiple_of.end(), [](const decimal& m) { return m.is_integer(); });
   if (!n.multiple_of.empty() && (integer_only || all_integer_steps)) {
     std::uint64_t k = integer_step(n.multiple_of);
     if (k == 0) {
       c.unsupported("multipleOf", "multiples whose step exceeds 100000", {nullptr, ""});
-      return integer_only ? c.text().any_integer() : c.text().any_number();
+      return {integer_only ? c.text().any_integer() : c.text().any_number(), true, ex};
     }
+    ex.step = parse_decimal(std::to_string(k));
     auto multiples = [&](grammar& t) {
       return integer_multiple(t, std::uint32_t(k), zero_fractions);
     };
-    if (!bounded) return multiples(g);
-    return intersect_into(
-        g, multiples, [&](grammar& t) { return integer_range(t, lo, hi, zero_fractions); }, limit);
+    if (!bounded) return {multiples(g), false, ex};
+    return {intersect_into(
+                g, multiples, [&](grammar& t) { return integer_range(t, lo, hi, zero_fractions); },
+                limit),
+            false, ex};
   }
   if (!n.multiple_of.empty()) {
     // Non-integer steps on numbers: only 10^-s (0.1, 0.01...) is supported: at most s decimals.
@@ -82,21 +123,40 @@ expr_id number_schema(schema_compiler& c, const schema_node& n, bool integer_onl
                         m.frac_digits.find_first_not_of('0') == m.frac_digits.size() - 1 && m.frac_digits.back() == '1';
     if (!power_of_ten) {
       c.unsupported("multipleOf", "a non-integer step other than 0.1, 0.01, ...", {nullptr, ""});
-      return c.text().any_number();
+      return {c.text().any_number(), true, ex};
     }
-    std::uint32_t s = std::uint32_t(m.frac_digits.size());
-    auto decimals = [s](grammar& t) {
-      expr_id digit = t.byte_range('0', '9');
-      expr_id int_part = t.choice({t.literal("0"), t.sequence({t.byte_range('1', '9'), t.repeat(digit, 0, k_unbounded)})});
-      expr_id frac = t.sequence({t.literal("."), t.repeat(digit, 1, s), t.repeat(t.literal("0"), 0, k_unbounded)});
-      return t.sequence({t.optional(t.literal("-")), int_part, t.optional(frac)});
-    };
-    if (!bounded) return decimals(g);
-    return intersect_into(g, decimals, [&](grammar& t) { return decimal_range(t, lo, hi); }, limit);
+    ex.step = m;
+    const auto s = std::uint32_t(m.frac_digits.size());
+    auto some_decimals = [&](grammar& t) { return decimals(t, s, validation); };
+    if (!bounded) return {some_decimals(g), false, ex};
+    return {intersect_into(
+                g, some_decimals, [&](grammar& t) { return decimal_range(t, lo, hi, validation); },
+                limit),
+            false, ex};
   }
-  if (integer_only)
-    return bounded ? integer_range(g, lo, hi, zero_fractions) : c.text().any_integer();
-  return bounded ? decimal_range(g, lo, hi) : c.text().any_number();
+  if (integer_only) {
+    ex.step = parse_decimal("1");
+    return bounded ? plain_numbers{integer_range(g, lo, hi, zero_fractions), false, ex}
+                   : plain_numbers{c.text().any_integer(), true, ex};
+  }
+  return bounded ? plain_numbers{decimal_range(g, lo, hi, validation), false, ex}
+                 : plain_numbers{c.text().any_number(), true, ex};
+}
+
+}  // namespace
+
+expr_id number_schema(schema_compiler& c, const schema_node& n, bool integer_only) {
+  const plain_numbers p = plain_number_schema(c, n, integer_only);
+  if (p.has_exponents || c.options().use != json_schema_use::validation) return p.plain;
+  // Validation: the value decides, not the spelling (2e0 is 2, 15e-1 is 1.5).
+  grammar& g = c.g();
+  try {
+    return g.choice(
+        {p.plain, c.text().numbers_with_exponent(p.exponents, c.options().max_string_states)});
+  } catch (const di::error& e) {
+    c.warn(fmt::format("numbers written with an exponent are not accepted here ({})", e.what()));
+    return p.plain;
+  }
 }
 
 }  // namespace di::grammar::json_detail

@@ -1,10 +1,12 @@
 // Conjunctions to rules, nodes to per-type grammars, anyOf/oneOf distribution with the
 // disjointness proof oneOf needs, enum filtering, and the public entry points.
 #include "runtime/grammar/json_schema/schema_compiler.hpp"
+#include "runtime/grammar/json_schema/number_exponents.hpp"
 
 #include "common/error.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <set>
 
 namespace di::grammar::json_detail {
@@ -252,11 +254,19 @@ schema_node schema_compiler::resolve_unevaluated(const schema_node& n) {
 
 expr_id schema_compiler::compile_enum(const schema_node& n) {
   std::vector<expr_id> alts;
+  std::size_t numbers = 0;  // in the values and inside them
+  const std::function<void(const json&)> count = [&](const json& v) {
+    if (v.is_number()) ++numbers;
+    if (v.is_structured())
+      for (const auto& x : v) count(x);
+  };
+  for (const auto& v : *n.enum_values) count(v);
+  const bool exponents = numbers <= k_max_enum_numbers_with_exponent;
   for (const auto& v : *n.enum_values) {
     if ((v.is_object() && !n.object_parts.empty()) || (v.is_array() && !n.array_parts.empty()))
       unsupported("enum", "object or array values combined with object/array keywords",
                   n.object_parts.empty() ? n.array_parts[0] : n.object_parts[0]);
-    if (scalar_matches(*this, v, n, /*listed=*/true)) alts.push_back(text_.literal(v));
+    if (scalar_matches(*this, v, n, /*listed=*/true)) alts.push_back(text_.literal(v, exponents));
   }
   return g_.choice(std::move(alts));
 }
