@@ -2,6 +2,7 @@
 #include "model/chat_template/openai_messages.hpp"
 
 #include "common/error.hpp"
+#include "common/json_brief.hpp"
 
 #include <fmt/format.h>
 
@@ -34,6 +35,64 @@ ojson content_text(const ojson& content, const std::string& param, const message
   return text;
 }
 
+/// The member `key` of `object` unless absent or null (null counts as absent, as the official
+/// clients send it for unset optional fields).
+const ojson* member(const ojson& object, const char* key) {
+  const auto it = object.find(key);
+  return it == object.end() || it->is_null() ? nullptr : &*it;
+}
+
+/// Refuses `object[key]` unless it is absent, null or a string. `what` is its path.
+void check_string(const ojson& object, const char* key, const std::string& what,
+                  const message_error& fail) {
+  if (const ojson* v = member(object, key); v != nullptr && !v->is_string())
+    fail(what, fmt::format("'{}' must be a string, got {}", what, json_brief(*v)));
+}
+
+/// One entry of an assistant message's tool_calls, as OpenAI defines it: {"id": string,
+/// "type": "function", "function": {"name": string, "arguments": string}}. The type, name and
+/// arguments are required because the template writes them (a missing one, or an object as
+/// arguments, failed inside the template with an error naming only `messages`); the id, which
+/// no template here writes, may be absent. The arguments stay the JSON text the client sent.
+void check_tool_call(const ojson& call, const std::string& at, const message_error& fail) {
+  if (!call.is_object())
+    fail(at, fmt::format("'{}' must be an object {{\"id\": ..., \"type\": \"function\", "
+                         "\"function\": {{\"name\": ..., \"arguments\": ...}}}}",
+                         at));
+  check_string(call, "id", at + ".id", fail);
+  if (const ojson* type = member(call, "type"); type == nullptr || *type != "function")
+    fail(at + ".type", fmt::format("'{}.type' must be \"function\"{}", at,
+                                   type == nullptr ? std::string() : ", got " + json_brief(*type)));
+  const ojson* fn = member(call, "function");
+  if (fn == nullptr || !fn->is_object())
+    fail(at + ".function",
+         fmt::format("'{}.function' must be an object with a string 'name' and 'arguments'", at));
+  const ojson* name = member(*fn, "name");
+  if (name == nullptr || !name->is_string())
+    fail(at + ".function.name",
+         fmt::format("'{}.function.name' must be a string naming the function{}", at,
+                     name == nullptr ? std::string() : ", got " + json_brief(*name)));
+  const ojson* arguments = member(*fn, "arguments");
+  if (arguments == nullptr || !arguments->is_string())
+    fail(at + ".function.arguments",
+         fmt::format("'{}.function.arguments' must be a JSON string: the arguments as JSON text, "
+                     "as the API returns them ('{{\"x\": 1}}', not an object){}",
+                     at, arguments == nullptr ? std::string() : ", got " + json_brief(*arguments)));
+}
+
+/// The fields OpenAI's schema types beside role and content: `name`, `tool_call_id` and
+/// `refusal` are strings (null counts as absent), each tool call as check_tool_call says. They
+/// were not checked: "name": 5 passed, and a malformed tool call reached the template.
+void check_message_fields(const ojson& m, const std::string& param, const message_error& fail) {
+  for (const char* key : {"name", "tool_call_id", "refusal"})
+    check_string(m, key, fmt::format("{}.{}", param, key), fail);
+  if (const ojson* calls = member(m, "tool_calls")) {
+    if (!calls->is_array()) fail(param + ".tool_calls", "'tool_calls' must be a list");
+    for (std::size_t j = 0; j < calls->size(); ++j)
+      check_tool_call((*calls)[j], fmt::format("{}.tool_calls[{}]", param, j), fail);
+  }
+}
+
 }  // namespace
 
 ojson openai_chat_messages(const ojson& messages, const message_error& report) {
@@ -62,8 +121,7 @@ ojson openai_chat_messages(const ojson& messages, const message_error& report) {
                                            : ojson(nullptr);
     if (msg["content"].is_null() && role != "assistant")
       fail(param + ".content", "only assistant messages may omit 'content'");
-    if (m.contains("tool_calls") && !m["tool_calls"].is_null() && !m["tool_calls"].is_array())
-      fail(param + ".tool_calls", "'tool_calls' must be a list");
+    check_message_fields(m, param, fail);
     // An assistant message with neither would vanish from the prompt (templates render only
     // one of the two): refused, like any message the template would drop.
     if (msg["content"].is_null() &&

@@ -1442,6 +1442,45 @@ def chat_short_text_parts(srv, c):
 
 
 @test
+def chat_message_fields_checked(srv, c):
+    # A message's fields have the types OpenAI's schema gives them, and a wrong one is a 400
+    # naming its path: "name": 5 and "tool_call_id": 5 were accepted, and a tool call's object
+    # "arguments" (OpenAI: a JSON string) failed in the chat template, blaming "messages".
+    user = {"role": "user", "content": "q"}
+    call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}
+
+    def calls(*tool_calls):
+        return {"role": "assistant", "content": None, "tool_calls": list(tool_calls)}
+
+    def ask(*msgs):
+        return lambda: c.chat.completions.create(model="tiny", max_tokens=1, messages=list(msgs))
+
+    good = ask({"role": "system", "content": "s", "name": "rules"}, dict(user, name="ann"), calls(call),
+               {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+               {"role": "assistant", "content": "ok", "name": "bot", "refusal": None})()
+    assert good.choices[0].finish_reason in ("stop", "length"), good
+    fn = call["function"]
+    for msgs, param in (
+            ((user, dict(user, name=5)), "messages[1].name"),
+            ((user, calls(call), {"role": "tool", "tool_call_id": 5, "content": "x"}), "messages[2].tool_call_id"),
+            ((user, {"role": "assistant", "content": "a", "refusal": 5}), "messages[1].refusal"),
+            ((user, calls("x")), "messages[1].tool_calls[0]"),
+            ((user, calls(call, dict(call, id=5))), "messages[1].tool_calls[1].id"),
+            ((user, calls(dict(call, type="custom"))), "messages[1].tool_calls[0].type"),
+            ((user, calls({"id": "c", "function": fn})), "messages[1].tool_calls[0].type"),
+            ((user, calls(dict(call, function="f"))), "messages[1].tool_calls[0].function"),
+            ((user, calls(dict(call, function={"arguments": "{}"}))), "messages[1].tool_calls[0].function.name"),
+            ((user, calls(dict(call, function={"name": "f"}))), "messages[1].tool_calls[0].function.arguments"),
+            ((user, calls(dict(call, function={"name": "f", "arguments": None}))),
+             "messages[1].tool_calls[0].function.arguments")):
+        body = expect_status(ask(*msgs), 400, param)
+        assert param in body["message"] and "template" not in body["message"], body
+    body = expect_status(ask(user, calls(call, dict(call, function={"name": "f", "arguments": {"x": 1}}))), 400,
+                         "messages[1].tool_calls[1].function.arguments")
+    assert "JSON string" in body["message"] and "template" not in body["message"], body
+
+
+@test
 def vllm_fields_honoured_or_refused(srv, c):
     # vLLM's fields that change the prompt or the output: honoured, or a 400 naming them (each
     # was a 200 that ignored it).

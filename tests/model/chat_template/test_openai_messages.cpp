@@ -5,6 +5,7 @@
 #include "model/chat_template/openai_messages.hpp"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <stdexcept>
 #include <string>
@@ -38,7 +39,8 @@ TEST_CASE("chat messages: developer becomes system, text parts join, other keys 
   const ojson out = openai_chat_messages(
       ojson::parse(R"([{"role": "developer", "content": [{"type": "text", "text": "a"},
                         {"type": "text", "text": "b"}]},
-                       {"role": "assistant", "tool_calls": [{"id": "x"}]}])"),
+                       {"role": "assistant", "tool_calls": [{"id": "x", "type": "function",
+                        "function": {"name": "f", "arguments": "{}"}}]}])"),
       [](const std::string& p, const std::string& w) { throw refusal(p, w); });
   REQUIRE(out.size() == 2);
   CHECK(out[0]["role"] == "system");
@@ -82,6 +84,55 @@ TEST_CASE("chat messages: each refusal names its parameter") {
   CHECK(refused_param(R"([{"role": "user", "content": 5}])") == "messages[0].content");
   CHECK(refused_param(R"([{"role": "user", "content": [{"type": "image_url"}]}])") ==
         "messages[0].content");
+}
+
+TEST_CASE("chat messages: name, tool_call_id, refusal and tool calls have OpenAI's types") {
+  // null counts as absent; a tool call's id may be absent (no template writes it)
+  CHECK(refused_param(R"([{"role": "user", "content": "q", "name": "ann"},
+                          {"role": "assistant", "content": "a", "name": null, "refusal": null},
+                          {"role": "assistant", "content": null, "tool_calls": [{"type": "function",
+                           "function": {"name": "f", "arguments": "{\"x\": 1}"}}]},
+                          {"role": "tool", "content": "r", "tool_call_id": "c1"}])")
+            .empty());
+  // each was accepted and reached the template, which ignored it or failed naming `messages`
+  CHECK(refused_param(R"([{"role": "user", "content": "q"}, {"role": "user", "content": "q",
+                          "name": 5}])") == "messages[1].name");
+  CHECK(refused_param(R"([{"role": "tool", "content": "r", "tool_call_id": 5}])") ==
+        "messages[0].tool_call_id");
+  CHECK(refused_param(R"([{"role": "assistant", "content": "a", "refusal": ["no"]}])") ==
+        "messages[0].refusal");
+  const auto call = [](const char* fields) {
+    return refused_param(
+        fmt::format(R"([{{"role": "assistant", "content": null, "tool_calls": [{{"type": )"
+                    R"("function", "function": {{"name": "f", "arguments": "{{}}"}}}}, {}]}}])",
+                    fields)
+            .c_str());
+  };
+  const std::string at = "messages[0].tool_calls[1]";
+  CHECK(call("5") == at);
+  CHECK(call(R"({"id": 7, "type": "function", "function": {"name": "f", "arguments": "{}"}})") ==
+        at + ".id");
+  CHECK(call(R"({"function": {"name": "f", "arguments": "{}"}})") == at + ".type");
+  CHECK(call(R"({"type": "custom", "custom": {"name": "f", "input": ""}})") == at + ".type");
+  CHECK(call(R"({"type": "function"})") == at + ".function");
+  CHECK(call(R"({"type": "function", "function": "f"})") == at + ".function");
+  CHECK(call(R"({"type": "function", "function": {"arguments": "{}"}})") == at + ".function.name");
+  CHECK(call(R"({"type": "function", "function": {"name": 5, "arguments": "{}"}})") ==
+        at + ".function.name");
+  CHECK(call(R"({"type": "function", "function": {"name": "f"}})") == at + ".function.arguments");
+  CHECK(call(R"({"type": "function", "function": {"name": "f", "arguments": {"x": 1}}})") ==
+        at + ".function.arguments");
+}
+
+TEST_CASE("chat messages: an object as a tool call's arguments is refused as not a JSON string") {
+  CHECK_THROWS_WITH_AS(
+      openai_chat_messages(ojson::parse(R"([{"role": "assistant", "content": null, "tool_calls": [
+                                          {"type": "function", "function": {"name": "f",
+                                           "arguments": {"x": 1}}}]}])"),
+                           [](const std::string&, const std::string&) {}),
+      doctest::Contains("messages[0].tool_calls[0].function.arguments: "
+                        "'messages[0].tool_calls[0].function.arguments' must be a JSON string"),
+      di::error);
 }
 
 TEST_CASE("chat messages: a callback that returns still ends in an error") {
