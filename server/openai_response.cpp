@@ -1,6 +1,7 @@
 // OpenAI response objects (see openai_response.hpp).
 #include "server/openai_response.hpp"
 
+#include "model/tokenizer/detail/utf8.hpp"
 #include "model/tokenizer/tokenizer.hpp"
 
 #include <algorithm>
@@ -11,30 +12,6 @@ namespace di::server {
 namespace {
 
 using json = nlohmann::ordered_json;
-
-/// Replaces bytes that are not valid UTF-8 with U+FFFD.
-std::string lossy_utf8(std::string_view s) {
-  std::string out;
-  for (std::size_t i = 0; i < s.size();) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    std::size_t len = c < 0x80         ? 1
-                      : (c >> 5) == 6  ? 2
-                      : (c >> 4) == 14 ? 3
-                      : (c >> 3) == 30 ? 4
-                                       : 0;
-    bool ok = len > 0 && i + len <= s.size();
-    for (std::size_t k = 1; ok && k < len; ++k)
-      ok = (static_cast<unsigned char>(s[i + k]) >> 6) == 2;
-    if (ok) {
-      out.append(s.substr(i, len));
-      i += len;
-    } else {
-      out += "\xEF\xBF\xBD";
-      ++i;
-    }
-  }
-  return out;
-}
 
 json bytes_of(const tok::tokenizer& tok, std::int32_t id) {
   json b = json::array();
@@ -61,7 +38,11 @@ json usage_json(const usage_counts& u) {
 
 std::string token_text(const tok::tokenizer& tok, std::int32_t id) {
   try {
-    return lossy_utf8(tok.token_bytes(id));
+    // One U+FFFD per maximal invalid subpart, as Python's bytes.decode("utf-8", "replace") and
+    // the tokenizer's own decode give it (vLLM names a token by that decode): [236, 149], a
+    // 3-byte character cut short, is one U+FFFD. Each invalid byte was one, and overlong
+    // forms and surrogates ([0xC0, 0x80], [0xED, 0xA0, 0x80]) passed through as if valid.
+    return tok::detail::utf8_lossy(tok.token_bytes(id));
   } catch (const std::exception&) {
     return "";
   }

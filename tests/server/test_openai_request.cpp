@@ -542,6 +542,41 @@ TEST_CASE("completions top_logprobs hold their token; of equal texts the likelie
   CHECK(lp["tokens"][3] == "\xEF\xBF\xBD");
 }
 
+/// The token whose bytes are `bytes`.
+static di::tok::token_id token_of_bytes(const di::tok::tokenizer& tok, std::string_view bytes) {
+  for (di::tok::token_id id = 0; id < di::tok::token_id(tok.vocab_size()); ++id)
+    if (tok.id_to_token(id) && tok.token_bytes(id) == bytes) return id;
+  FAIL("no token with these bytes");
+  return di::tok::token_id(-1);
+}
+
+TEST_CASE("logprob token names: one U+FFFD per maximal invalid subpart, as Python decodes") {
+  const auto tok = di::tok::tokenizer::from_dir(
+      di::test::shared_path("models/deepseek-v3-tokenizer").string(), {});
+  const std::string fffd = "\xEF\xBF\xBD";
+  // Expected texts are Python's bytes(b).decode("utf-8", "replace"). Each invalid byte was one
+  // U+FFFD: [236, 149] (a 3-byte character cut short) was named U+FFFD U+FFFD.
+  const std::pair<std::string, std::string> cases[] = {
+      {"\xEC\x95", fffd},                   // 3-byte lead + continuation: one subpart
+      {"\xE4\xB8", fffd},                   // another, the same name
+      {"\xD0\xBE\xD0", "\xD0\xBE" + fffd},  // "о", then a 2-byte lead alone
+      {"\x94\xD7", fffd + fffd},            // a stray continuation, then a lead alone
+      {"\x80", fffd},
+      {"\xC3\xBF", "\xC3\xBF"}};  // valid: as is
+  for (const auto& [bytes, text] : cases) {
+    CAPTURE(bytes);
+    CHECK(token_text(tok, token_of_bytes(tok, bytes)) == text);
+  }
+  // Two such tokens in one top_logprobs dict share a name: the likelier keeps the key, and the
+  // other is not in the dict (as in vLLM, whose dict keeps the later one's value under it);
+  // return_tokens_as_token_ids keeps both.
+  const std::int32_t x = token_of_bytes(tok, "\xEC\x95"), y = token_of_bytes(tok, "\xE4\xB8");
+  const di::runtime::position_logprobs e{.id = y, .logprob = -2.f, .top = {{x, -1.f}, {y, -2.f}}};
+  CHECK(completion_logprobs(tok, {y}, {&e}, {0})["top_logprobs"][0].dump() ==
+        "{\"" + fffd + "\":-1.0}");
+  CHECK(completion_logprobs(tok, {y}, {&e}, {0}, true)["top_logprobs"][0].size() == 2);
+}
+
 TEST_CASE("return_tokens_as_token_ids names logprobs' tokens by id, as vLLM does") {
   const auto tok = di::tok::tokenizer::from_dir(
       di::test::shared_path("models/deepseek-v3-tokenizer").string(), {});

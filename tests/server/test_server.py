@@ -1481,6 +1481,21 @@ def chat_message_fields_checked(srv, c):
 
 
 @test
+def logprob_token_names_replace_maximal_subparts(srv, c):
+    # A token that is part of a UTF-8 character is named as Python's bytes.decode("utf-8",
+    # "replace") and vLLM's tokenizer name it: one U+FFFD per maximal invalid subpart. Token
+    # 7061's bytes [236, 149] (a 3-byte sequence cut short) were named "\ufffd\ufffd".
+    ids = [0, 7061, 275, 67]  # BOS, [236, 149], [228, 184], "a"
+    r = c.completions.create(model="tiny", prompt=ids, max_tokens=1, echo=True, logprobs=0,
+                             extra_body={"ignore_eos": True})
+    lp = r.choices[0].logprobs
+    assert lp.tokens[1:4] == ["\ufffd", "\ufffd", "a"], lp.tokens
+    assert all(len(lp.top_logprobs[i]) == 1 and list(lp.top_logprobs[i]) == [lp.tokens[i]] for i in (1, 2, 3)), \
+        lp.top_logprobs
+    assert r.choices[0].text.startswith("\ufffd\ufffda"), r.choices[0].text
+
+
+@test
 def vllm_fields_honoured_or_refused(srv, c):
     # vLLM's fields that change the prompt or the output: honoured, or a 400 naming them (each
     # was a 200 that ignored it).
