@@ -404,6 +404,27 @@ void validate_nodes(const cluster_config& c, const read_context& ctx) {
         fmt::format("{}:{} is already a node's port", c.router.host, c.router.port));
 }
 
+/// The model runner's executors of one group on one backend: they run every step in lockstep
+/// and must sample the same tokens, and CPU and CUDA agree to a tolerance only (the toy runner
+/// computes alike on any device).
+void check_one_backend(const cluster_config& c, const group_config& grp, const read_context& ctx,
+                       const std::string& key) {
+  if (c.model.runner != "cpu") return;
+  const auto is_cpu = [](const std::string& d) { return d == "cpu"; };
+  for (std::size_t i = 1; i < grp.executor_devices.size(); ++i) {
+    if (is_cpu(grp.executor_devices[i]) == is_cpu(grp.executor_devices[0])) continue;
+    ctx.fail(
+        key + ".executors",
+        fmt::format("node {}'s executor runs on {} and node {}'s on {}: the executors of a group "
+                    "run every step in lockstep and must sample the same tokens, and the CPU "
+                    "and CUDA backends agree only to a rounding tolerance, so the group would "
+                    "fail at the first token they pick differently; give each backend a group "
+                    "of its own",
+                    grp.executor_nodes[0], grp.executor_devices[0], grp.executor_nodes[i],
+                    grp.executor_devices[i]));
+  }
+}
+
 void validate_groups(cluster_config& c, const read_context& ctx) {
   check(!c.groups.empty(), ctx, "groups", "at least one [[groups]] entry is required");
   std::vector<std::size_t> next_device(c.nodes.size(), 0);
@@ -424,6 +445,7 @@ void validate_groups(cluster_config& c, const read_context& ctx) {
                         n.devices.size()));
       grp.executor_devices.push_back(n.devices[next_device[std::size_t(e)]++]);
     }
+    check_one_backend(c, grp, ctx, key);
   }
 }
 

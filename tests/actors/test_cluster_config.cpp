@@ -133,6 +133,23 @@ TEST_CASE("cross-checks name the key") {
   CHECK(error_of(base, {"nodes.1.devices=[\"cuda:x\"]"}).find("device 'cuda:x'") !=
         std::string::npos);
   CHECK(error_of(base, {"nodes.1.devices=[\"cuda:1\"]"}).empty());
+  // A group's executors run in lockstep and must sample the same tokens; the CPU and CUDA
+  // backends agree to a tolerance only, so a group on both would fail at the first token they
+  // pick differently (the file was accepted). The toy runner computes alike on any device.
+  const std::vector<std::string> mixed = {"model.runner=cpu", "model.path=m",
+                                          "nodes.0.devices=[\"cuda:0\"]",
+                                          "groups.0.executors=[1, 0]"};
+  CHECK(error_of(base, mixed)
+            .find("groups.0.executors: node 1's executor runs on cpu and node 0's on cuda:0: the "
+                  "executors of a group run every step in lockstep and must sample the same "
+                  "tokens, and the CPU and CUDA backends agree only to a rounding tolerance, so "
+                  "the group would fail at the first token they pick differently; give each "
+                  "backend a group of its own") != std::string::npos);
+  CHECK(error_of(base, {"model.runner=cpu", "model.path=m", "nodes.0.devices=[\"cuda:0\"]",
+                        "nodes.1.devices=[\"cuda\"]", "groups.0.executors=[1, 0]"})
+            .empty());  // two CUDA devices
+  CHECK(error_of(base, {"nodes.0.devices=[\"cuda:0\"]", "groups.0.executors=[1, 0]"})
+            .empty());  // toy
   // heartbeats must come well inside the connection timeout (3000 vs 1000 took the cluster down)
   CHECK(error_of(base, {"cluster.heartbeat_interval_ms=3000", "cluster.connection_timeout_ms=1000"})
             .find("cluster.heartbeat_interval_ms: 3000 must be positive and at most half of "
