@@ -369,6 +369,49 @@ class SeededCrowdTest(unittest.TestCase):
             c.stop()
 
 
+class LockstepTest(unittest.TestCase):
+    """One group of two executors on two nodes (README: they run every plan in lockstep and must
+    return the same tokens), under preemption, chunked prefill, prefix hits and slot snapshots:
+    greedy and seeded requests with logprobs give exactly `generate`'s tokens and logprobs run
+    alone, and the group never reports a disagreement. The actor test of lockstep uses the toy
+    runner; this one runs the CPU model in two processes."""
+
+    def test_two_executors_equal_generate_alone(self):
+        ports = cu.free_ports(4)
+        c = cu.Cluster(WORK, "lockstep", cu.cluster_toml("lockstep", ports[0], ports[1:], [(0, [1, 2])], MODEL),
+                       sets=["kv.pool_tokens=1024", "scheduler.max_num_batched_tokens=64",
+                             "scheduler.max_prefill_chunk=24", "scheduler.max_num_running=6",
+                             "kv.num_snapshots=4", "kv.snapshot_interval=1"])
+        try:
+            rng = random.Random(23)
+            shared = [0] + [rng.randrange(3, 100000) for _ in range(259)]
+            rows = []
+            for i in range(6):
+                row = {"prompt_ids": shared + [rng.randrange(3, 100000) for _ in range(20 + 50 * i)],
+                       "max_tokens": (1, 24, 17, 32, 2, 28)[i], "ignore_eos": True, "logprobs": 2,
+                       "temperature": (0, 0.9, 0, 1.2, 0, 0.7)[i]}
+                if i % 2:
+                    row.update(seed=1000 + i, top_p=0.95)
+                rows.append(row)
+            refs = [cu.generate_alone(MODEL, row) for row in rows]
+            keys = ("output_ids", "token_logprobs", "logprobs", "finish_reason", "text")
+            for run in ("cold", "warm"):
+                p, out = run_file(c, rows, f"lockstep-{run}", "--concurrency", "6", "--json")
+                self.assertEqual(p.returncode, 0, p.stderr)
+                for i, ref in enumerate(refs):
+                    for key in keys:
+                        self.assertEqual(out[i].get(key), ref.get(key), f"{run} request {i} {key}")
+            group = c.status()["groups"][0]
+            counters = group["counters"]
+            figure("lockstep group: preemptions, prefix hits", (counters["preemptions"], counters["prefix_hits"]))
+            self.assertTrue(group["up"], group)
+            self.assertEqual(counters["finished"], 12, counters)
+            self.assertGreater(counters["preemptions"], 0)
+            self.assertGreater(counters["prefix_hits"], 0)
+        finally:
+            c.stop()
+
+
 class DataParallelTest(unittest.TestCase):
     """examples/cluster-2dp.toml's layout: node 0 router + two schedulers, nodes 1 and 2 one
     executor each."""
