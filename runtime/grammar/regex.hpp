@@ -16,9 +16,15 @@ namespace di::grammar {
 /// The dialect a pattern is written in, where dialects read the same text differently.
 enum class regex_flavor {
   /// Rust's regex crate (`regex:` response formats): a class may take `&&`, `--` and `~~`
-  /// with nested classes, and POSIX `[:name:]` items; `{ m , n }` may hold spaces. ECMAScript
-  /// (JSON Schema `pattern`) is this flavour with `unicode_classes = false` and `ecma_dot`.
+  /// with nested classes, and POSIX `[:name:]` items; `{ m , n }` may hold spaces.
   rust,
+  /// ECMAScript (JSON Schema `pattern`; callers add `unicode_classes = false` and `ecma_dot`):
+  /// Rust's syntax less what ECMA-262 refuses or reads otherwise. Its reading is the u flag's
+  /// (code points, `\p{..}`, `\u{..}`), as JSON Schema's test suite expects, so `\z`, `\A`,
+  /// `\Z`, `\a`, `\e`, `\x{41}`, `\U..`, `\é`, inline flags, `(?P<n>` and `(?'n'` groups and a
+  /// quantifier right after another are refused; `{ 2 }` (spaces) is literal text, `[]` matches
+  /// nothing and `[^]` any character.
+  ecmascript,
   /// Python's `re` (Lark terminals): `&&`, `--`, `~~`, `[` and `[:` inside a class are literal
   /// characters or ranges; `{,n}` is `{0,n}` and `{1, 2}` (with a space) is literal text;
   /// `\w` is letters, numbers and `_`, `\s` adds U+001C..U+001F; `(?a)` makes them and (?i)

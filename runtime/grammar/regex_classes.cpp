@@ -143,6 +143,12 @@ std::uint32_t regex_parser::parse_hex(std::size_t min_digits, std::size_t max_di
 
 char32_t regex_parser::parse_escaped_char() {
   char c = p_[pos_++];
+  // ECMAScript with the u flag has none of these (without it, \a is a and \x{41} is 41 x's).
+  if (options_.flavor == regex_flavor::ecmascript &&
+      (c == 'a' || c == 'e' || c == 'U' || (c == 'x' && p_.substr(pos_, 1) == "{")))
+    fail(std::string("'\\") + c + (c == 'x' ? "{" : "") +
+         "' is not an escape of ECMAScript with the u flag, which reads JSON Schema patterns "
+         "(\\x41, \\u0041 or \\u{41} write a code point)");
   switch (c) {
     case 'n':
       return '\n';
@@ -343,6 +349,9 @@ expr_id regex_parser::parse_escape_atom() {
 codepoint_set regex_parser::parse_class() {
   ++pos_;  // '['
   bool negated = eat('^');
+  // ECMAScript: `[]` matches nothing and `[^]` any character; a ']' there is no member.
+  if (options_.flavor == regex_flavor::ecmascript && eat(']'))
+    return negated ? codepoint_set::all() : codepoint_set{};
   if (!at_end() && p_[pos_] == ']' && p_.find(']', pos_ + 1) == std::string_view::npos)
     fail("empty character class");
   codepoint_set set = parse_class_items(0);

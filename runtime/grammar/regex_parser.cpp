@@ -195,6 +195,13 @@ std::optional<regex_parser::piece> regex_parser::parse_atom(std::size_t depth) {
     case '\\': {
       if (pos_ + 1 < p_.size()) {
         char e = p_[pos_ + 1];
+        if (options_.flavor == regex_flavor::ecmascript && (e == 'A' || e == 'z' || e == 'Z')) {
+          ++pos_;
+          fail(std::string("'\\") + e +
+               "' is not an escape of ECMAScript with the u flag, which reads JSON Schema "
+               "patterns (without it, it would be the letter " +
+               e + "); the start of the string is '^', its end '$'");
+        }
         const bool python_z = e == 'z' && options_.flavor == regex_flavor::python;  // bad escape
         if (e == 'A' || (e == 'z' && !python_z) || e == 'Z') {
           pos_ += 2;
@@ -220,10 +227,10 @@ bool regex_parser::parse_counted(std::uint32_t& min, std::uint32_t& max) {
     out = std::uint32_t(v);
     return pos_ > start;
   };
-  // Rust allows spaces around the numbers; Python reads `{1, 2}` as literal text.
+  // Rust allows spaces around the numbers; Python and ECMAScript read `{1, 2}` as literal text.
   const bool python = options_.flavor == regex_flavor::python;
   auto skip_space = [&] {
-    while (!python && !at_end() && p_[pos_] == ' ') ++pos_;
+    while (options_.flavor == regex_flavor::rust && !at_end() && p_[pos_] == ' ') ++pos_;
   };
   ++pos_;  // '{'
   skip_space();
@@ -268,6 +275,12 @@ regex_parser::piece regex_parser::apply_quantifier(piece p) {
           "multiple repeat: Python's re takes no quantifier right after another (a** or "
           "a{2}*); group the first, (?:a*)*");
     }
+    if (repeated && options_.flavor == regex_flavor::ecmascript) {
+      pos_ = start;
+      fail(
+          "nothing to repeat: ECMAScript takes no quantifier right after another (a**, a*?? or "
+          "a{2}*); group the first, (?:a*)*");
+    }
     if (p.start || p.end) fail("a quantifier on an anchor is not supported");
     if (lo > hi)
       fail("repetition {" + std::to_string(lo) + "," + std::to_string(hi) + "} has min > max");
@@ -298,6 +311,11 @@ std::optional<regex_parser::piece> regex_parser::parse_group(std::size_t depth) 
       fail("lookahead assertions are not supported");
     if (p_.substr(pos_, 2) == "<=" || p_.substr(pos_, 2) == "<!")
       fail("lookbehind assertions are not supported");
+    if (options_.flavor == regex_flavor::ecmascript && p_.substr(pos_, 1) != ":" &&
+        p_.substr(pos_, 1) != "<")
+      fail("invalid group '(?" + std::string(p_.substr(pos_, 1)) +
+           "': ECMAScript has no inline flags ((?i), (?s:...)), atomic groups or (?P<name>...) "
+           "and (?'name'...) groups; a named group is (?<name>...)");
     if (eat('>')) {
       if (!python) fail("atomic groups (?>...) are not supported");
       // Python: (?>X) keeps the first match of X that it finds. Where no match of X can end in

@@ -126,6 +126,7 @@ std::vector<key_kind> undeclared_keys(schema_compiler& c, const object_plan& p, 
   grammar scratch;
   json_text st(scratch, ws);
   regex_options ro;
+  ro.flavor = regex_flavor::ecmascript;
   ro.search = true;
   ro.unicode_classes = false;
   ro.ecma_dot = true;

@@ -19,6 +19,7 @@ constexpr std::uint64_t k_max_length_bound = 100'000;
 
 regex_options ecma_options(bool search, json_whitespace ws) {
   regex_options o;
+  o.flavor = regex_flavor::ecmascript;
   o.search = search;
   o.unicode_classes = false;
   o.ecma_dot = true;
@@ -114,6 +115,7 @@ bool schema_compiler::regex_matches(const std::string& regex, bool search, std::
   auto it = regex_cache_.find(key);
   if (it == regex_cache_.end()) {
     regex_options o;
+    o.flavor = regex_flavor::ecmascript;
     o.search = search;
     o.unicode_classes = false;
     o.ecma_dot = true;

@@ -168,6 +168,55 @@ TEST_CASE("search mode: '$' in the middle ends the input, what follows may only 
   CHECK_THROWS_WITH_AS(regex_grammar("(a$|b)c*"), doctest::Contains("middle"), di::error);
 }
 
+namespace {
+
+// A JSON Schema `{"type": "string", "pattern": P}`; strings are checked as JSON text.
+std::shared_ptr<const compiled_grammar> pattern_schema(const std::string& pattern) {
+  const nlohmann::ordered_json schema = {{"type", "string"}, {"pattern", pattern}};
+  return compiled_grammar::compile(compile_json_schema_text(schema.dump()).g);
+}
+
+bool pattern_accepts(const compiled_grammar& g, const std::string& text) {
+  return accepts(g, nlohmann::json(text).dump());
+}
+
+}  // namespace
+
+// Each answer below is node 20's (`new RegExp(p, "u")`, and without "u").
+TEST_CASE("JSON Schema patterns: what ECMAScript with the u flag refuses is refused") {
+  // \z \A \Z were anchors (PCRE's); ECMAScript refuses them with u, reads letters without.
+  for (const char* p : {"a\\z", "\\Aa", "a\\Z"})
+    CHECK_THROWS_WITH_AS(pattern_schema(p), doctest::Contains("is not an escape of ECMAScript"),
+                         di::error);
+  // Inline flags and Python's or .NET's named groups: "Invalid group" (they were taken).
+  for (const char* p : {"(?i)a", "(?i:a)", "(?s).", "(?P<n>a)", "(?'n'a)"})
+    CHECK_THROWS_WITH_AS(pattern_schema(p), doctest::Contains("invalid group"), di::error);
+  // \a \e \x{41} \U... were BEL, ESC, A, A (without u: a, e, 41 x's, U00000041).
+  for (const char* p : {"\\a", "\\e", "\\x{41}", "\\U00000041", "[\\e]"})
+    CHECK_THROWS_WITH_AS(pattern_schema(p), doctest::Contains("is not an escape of ECMAScript"),
+                         di::error);
+  // A quantifier right after another is "Nothing to repeat" (a** was (a*)*).
+  for (const char* p : {"a**", "a*??", "a{2}{3}"})
+    CHECK_THROWS_WITH_AS(pattern_schema(p), doctest::Contains("nothing to repeat"), di::error);
+  CHECK_THROWS_WITH_AS(pattern_schema("\\\u00e9"), doctest::Contains("unknown escape"), di::error);
+  auto named = pattern_schema("^(?<n>a)b$");
+  CHECK(pattern_accepts(*named, "ab"));
+}
+
+TEST_CASE("JSON Schema patterns: braces and brackets as ECMAScript reads them") {
+  auto spaced = pattern_schema("^a{ 2 }$");  // not a count: literal text (Rust's a{2} matched aa)
+  CHECK(pattern_accepts(*spaced, "a{ 2 }"));
+  CHECK_FALSE(pattern_accepts(*spaced, "aa"));
+  auto none = pattern_schema("^(?:[]a]|b)$");  // [] matches nothing (it was the class of ], a)
+  CHECK(pattern_accepts(*none, "b"));
+  CHECK_FALSE(pattern_accepts(*none, "a"));
+  CHECK_FALSE(pattern_accepts(*none, "a]"));
+  auto any = pattern_schema("^[^]]$");  // [^] is any character, then ] (it was [^\]])
+  CHECK(pattern_accepts(*any, "x]"));
+  CHECK(pattern_accepts(*any, "\n]"));
+  CHECK_FALSE(pattern_accepts(*any, "x"));
+}
+
 TEST_CASE("what a grammar cannot express is a clear error") {
   CHECK_THROWS_WITH_AS(regex_grammar(R"((a)\1)"), doctest::Contains("backreferences"), di::error);
   CHECK_THROWS_WITH_AS(regex_grammar(R"(a\b)"), doctest::Contains("word boundary"), di::error);
