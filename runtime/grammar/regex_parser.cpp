@@ -66,14 +66,22 @@ regex_parser::piece regex_parser::parse_alternation(std::size_t depth) {
   std::size_t starts = count(&piece::start), ends = count(&piece::end);
   piece out{0, starts > 0, ends > 0, false};
   expr_id pad = g_.repeat(class_expr(codepoint_set::all()), 0, k_unbounded);
-  std::vector<expr_id> es;
+  std::vector<expr_id> es, open;
   for (piece& a : alts) {
     // Search mode: an unanchored alternative beside anchored ones may match anywhere.
-    if (options_.search && starts > 0 && !a.start) a.e = g_.sequence({pad, a.e});
+    if (options_.search && starts > 0 && !a.start) {
+      a.e = g_.sequence({pad, a.e});
+      if (a.open) a.open = g_.sequence({pad, *a.open});
+    }
+    if (a.end ? a.open.has_value() : true) {
+      open.push_back(a.end ? *a.open : a.e);
+      out.open_start = out.open_start || (a.end ? a.open_start : a.start);
+    }
     if (options_.search && ends > 0 && !a.end) a.e = g_.sequence({a.e, pad});
     es.push_back(a.e);
   }
   out.e = g_.choice(std::move(es));
+  if (!open.empty()) out.open = g_.choice(std::move(open));
   return out;
 }
 
@@ -120,18 +128,40 @@ regex_parser::piece regex_parser::parse_concat(std::size_t depth) {
     bool after_all_anchors = std::all_of(items.begin() + std::ptrdiff_t(k) + 1, items.end(),
                                          [](const piece& q) { return q.anchor_only; });
     // `$` asserts the end of the input, so what follows it can match only the empty string
-    // there: `^$[a-z]*$` is `^$`. Items after it that can match empty are dropped. Search mode
-    // only: there an alternation with `$` in some alternatives pads the others with `.*`, so
-    // every match of an end-anchored item ends the input (in full-match mode `(a$|b)c*` would
-    // lose `bc`).
-    const bool rest_matches_empty =
-        options_.search &&
-        std::all_of(items.begin() + std::ptrdiff_t(k) + 1, items.end(),
-                    [&](const piece& q) { return !q.start && matches_empty(q.e); });
-    if (it.start && !before_all_anchors)
-      fail("'^' or '\\A' in the middle of a pattern is not supported (only at its start)");
-    if (it.end && !after_all_anchors && !rest_matches_empty) {
-      if (options_.search) end_anchor_followed(offsets, k, it.anchor_only);
+    // there: `^$[a-z]*$` is `^$`. Search mode only, items after it that can match empty are
+    // dropped: that is exact for the paths of `it` that end the input, and for its others,
+    // which an alternation pads with `.*`, where the rest can match empty without ending the
+    // input too (`(a$|b)c*`; not `(a$|b)(c*$|d)`, where b must be followed by c* at the end).
+    // In full-match mode `(a$|b)c*` would lose `bc`.
+    const auto rest_empty = [&](bool open) {
+      return options_.search &&
+             std::all_of(items.begin() + std::ptrdiff_t(k) + 1, items.end(), [&](const piece& q) {
+               if (q.start) return false;
+               if (open && q.end) return q.open && matches_empty(*q.open);
+               return matches_empty(q.e);
+             });
+    };
+    const bool rest_matches_empty = rest_empty(false);
+    const bool drop_rest = rest_matches_empty && (!it.open || rest_empty(true));
+    // Search mode: where the rest cannot match empty, the paths of `it` through '$' match
+    // nothing and its others remain: `(a$|c)b` is `cb`.
+    if (it.end && !after_all_anchors && !rest_matches_empty && options_.search && it.open)
+      items[k] = piece{*it.open, it.open_start, false, false};
+    if (it.start && !before_all_anchors) {
+      // Search mode: '^' asserts the start of the input, so what precedes it matched empty
+      // there: `x*^a` is `^a`; where that cannot match empty, this part matches nothing.
+      const bool before_match_empty =
+          std::all_of(items.begin(), items.begin() + std::ptrdiff_t(k),
+                      [&](const piece& q) { return !q.end && matches_empty(q.e); });
+      if (options_.search && it.anchor_only && before_match_empty)
+        es.clear();
+      else if (options_.search && it.anchor_only)
+        start_anchor_preceded(offsets, k);
+      else
+        fail("'^' or '\\A' in the middle of a pattern is not supported (only at its start)");
+    }
+    if (it.end && !after_all_anchors && !drop_rest) {
+      if (options_.search) end_anchor_followed(offsets, k, it.anchor_only, !rest_matches_empty);
       fail("'$' or '\\z' in the middle of a pattern is not supported (only at its end)");
     }
     out.start = out.start || it.start;
@@ -141,11 +171,35 @@ regex_parser::piece regex_parser::parse_concat(std::size_t depth) {
     if (it.end && !after_all_anchors) break;  // the rest can only match empty (checked above)
   }
   out.e = g_.sequence(std::move(es));
+  if (out.end) set_open(out, items);
   return out;
 }
 
+void regex_parser::set_open(piece& out, const std::vector<piece>& items) const {
+  std::vector<expr_id> es;
+  bool start = false;
+  for (const piece& it : items) {
+    if (it.end && !it.open) return;       // every path of `it` ends the input
+    if (it.start && !it.end) es.clear();  // '^' after what matched empty (parse_concat)
+    es.push_back(it.end ? *it.open : it.e);
+    start = start || (it.end ? it.open_start : it.start);
+  }
+  out.open = g_.sequence(std::move(es));
+  out.open_start = start;
+}
+
+void regex_parser::start_anchor_preceded(const std::vector<std::size_t>& offsets, std::size_t k) {
+  const std::string_view before = p_.substr(offsets[0], offsets[k] - offsets[0]);
+  pos_ = offsets[k];
+  fail(
+      fmt::format("'^' cannot follow '{}': in a JSON Schema pattern (ECMAScript, no m flag) '^' "
+                  "matches only at the start of the string, so this part of the pattern matches "
+                  "no string (a literal caret is \\^)",
+                  before));
+}
+
 void regex_parser::end_anchor_followed(const std::vector<std::size_t>& offsets, std::size_t k,
-                                       bool anchor_only) {
+                                       bool anchor_only, bool dead) {
   const std::string_view item = p_.substr(offsets[k], offsets[k + 1] - offsets[k]);
   const std::string_view rest = p_.substr(offsets[k + 1], offsets.back() - offsets[k + 1]);
   pos_ = offsets[k + 1];
@@ -156,10 +210,15 @@ void regex_parser::end_anchor_followed(const std::vector<std::size_t>& offsets, 
         fmt::format("'{}' cannot follow '{}': {}, so this part of the pattern matches no string "
                     "(a literal dollar sign is \\$)",
                     rest, item, why));
+  if (dead)
+    fail(fmt::format(
+        "'{}' cannot follow '{}', which ends with '$' in every alternative: {}, so this part of "
+        "the pattern matches no string",
+        rest, item, why));
   fail(
-      fmt::format("'{}' cannot follow '{}', which may end with '$': {}; text after a group that "
-                  "ends the string in some of its alternatives is not supported (write it into "
-                  "each alternative)",
+      fmt::format("'{}' cannot follow '{}', which may end with '$': {}; after a group that ends "
+                  "the string in some of its alternatives, text that matches empty only at the "
+                  "end of the string is not supported (write it into each alternative)",
                   rest, item, why));
 }
 

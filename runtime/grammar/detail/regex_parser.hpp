@@ -30,6 +30,11 @@ class regex_parser {
     bool start = false;
     bool end = false;
     bool anchor_only = false;  ///< ^, $, \A, \z by themselves
+    /// Search mode, where `end`: the paths that pass no '$' (all that remains where text must
+    /// follow the piece), without the end padding `e` gives them; none where every path ends
+    /// the input. `open_start`: some of them are tied to the start.
+    std::optional<expr_id> open;
+    bool open_start = false;
   };
 
   piece parse_alternation(std::size_t depth);
@@ -37,9 +42,14 @@ class regex_parser {
   /// Whether expression `id` matches the empty string.
   bool matches_empty(expr_id id) const;
   /// Search mode's error for item `k` of a concatenation (`offsets`: where each item starts,
-  /// then its end) ending the input with `$` while the items after it need text.
+  /// then its end) ending the input with `$` while the items after it need text (`dead`: every
+  /// path of the item ends the input) or match empty only at the end.
   [[noreturn]] void end_anchor_followed(const std::vector<std::size_t>& offsets, std::size_t k,
-                                        bool anchor_only);
+                                        bool anchor_only, bool dead);
+  /// Search mode's error for a `^` (item `k`) after items that need text.
+  [[noreturn]] void start_anchor_preceded(const std::vector<std::size_t>& offsets, std::size_t k);
+  /// The paths of `items` that pass no '$' (piece::open), for a concatenation that may end.
+  void set_open(piece& out, const std::vector<piece>& items) const;
   std::optional<piece> parse_atom(std::size_t depth);
   std::optional<piece> parse_group(std::size_t depth);
   /// Reads flags after "(?"; true for "(?flags)", false for "(?flags:".

@@ -160,12 +160,59 @@ TEST_CASE("search mode: '$' in the middle ends the input, what follows may only 
   CHECK_THROWS_WITH_AS(compile_re("x|a$b?c", search),
                        doctest::Contains("'b?c' cannot follow '$': in a JSON Schema pattern"),
                        di::error);
-  CHECK_THROWS_WITH_AS(compile_re("(a$|c)b", search),
-                       doctest::Contains("'b' cannot follow '(a$|c)', which may end with '$': in "
-                                         "a JSON Schema pattern"),
+  CHECK_THROWS_WITH_AS(compile_re("(a$|b$)c", search),
+                       doctest::Contains("'c' cannot follow '(a$|b$)', which ends with '$' in "
+                                         "every alternative: in a JSON Schema pattern"),
                        di::error);
   // Full match keeps refusing it: (a$|b)c* also matches "bc" there.
   CHECK_THROWS_WITH_AS(regex_grammar("(a$|b)c*"), doctest::Contains("middle"), di::error);
+}
+
+TEST_CASE("search mode: alternatives that '$' leaves no way through drop out") {
+  regex_options search{.search = true};
+  // Text must follow the group, so its '$' alternative matches nothing: (a$|c)b is cb (node:
+  // /(a$|c)b/ matches "xcbx", not "ab"). It was refused.
+  auto dead_end = compile_re("(a$|c)b", search);
+  CHECK(accepts(*dead_end, "xcbx"));
+  CHECK_FALSE(accepts(*dead_end, "ab"));
+  CHECK_FALSE(accepts(*dead_end, "a"));
+  CHECK_FALSE(accepts(*dead_end, "cxb"));
+  auto nested = compile_re("^((a$|c)d?|e)f", search);  // = ^(cd?|e)f
+  CHECK(accepts(*nested, "cdfx"));
+  CHECK(accepts(*nested, "ef"));
+  CHECK_FALSE(accepts(*nested, "af"));
+  CHECK_FALSE(accepts(*nested, "xcf"));
+  auto both = compile_re("(^a$|c)b", search);  // = cb anywhere
+  CHECK(accepts(*both, "xcb"));
+  CHECK_FALSE(accepts(*both, "xcxb"));
+  CHECK_FALSE(accepts(*both, "a"));
+}
+
+TEST_CASE("search mode: what precedes '^' matched empty") {
+  regex_options search{.search = true};
+  // '^' after what may match empty: x*^a is ^a (node: matches "ab", not "xa"). It was refused.
+  auto after_empty = compile_re("x*^a", search);
+  CHECK(accepts(*after_empty, "ab"));
+  CHECK_FALSE(accepts(*after_empty, "xa"));
+  CHECK_FALSE(accepts(*after_empty, "ba"));
+  auto group_before = compile_re("(b$|x*)^a", search);  // b$ then ^a: nothing; x* empty: ^a
+  CHECK(accepts(*group_before, "a"));
+  CHECK_FALSE(accepts(*group_before, "xa"));
+  CHECK_THROWS_WITH_AS(compile_re("x+^a", search),
+                       doctest::Contains("'^' cannot follow 'x+': in a JSON Schema pattern "
+                                         "(ECMAScript, no m flag) '^' matches only at the start"),
+                       di::error);
+}
+
+TEST_CASE("search mode: text after '$' that matches empty only at the end") {
+  regex_options search{.search = true};
+  // What follows a group may match empty only by ending the input: b must then be followed by
+  // c* up to the end, which dropping the rest lost (it accepted "bx"; node: no match).
+  CHECK_THROWS_WITH_AS(compile_re("(a$|b)(c*$|d)", search),
+                       doctest::Contains("text that matches empty only at the end"), di::error);
+  auto ends = compile_re("a$(c*$|d)", search);  // every path of a$ ends: c* is empty there
+  CHECK(accepts(*ends, "xa"));
+  CHECK_FALSE(accepts(*ends, "ad"));
 }
 
 namespace {
