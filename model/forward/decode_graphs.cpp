@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <tuple>
 
@@ -78,6 +79,18 @@ struct decode_graphs::impl {
     tensor tokens;     // [padded] i64
     tensor positions;  // [padded] i64
   };
+  /// Pinned host memory mapped at the same address on the device (kernels read it in place).
+  struct mapped_block {
+    void* base = nullptr;
+    std::size_t bytes = 0;
+    ~mapped_block() {
+      if (base != nullptr) cudaFreeHost(base);
+    }
+  };
+  struct staged_tensor {
+    std::unique_ptr<mapped_block> memory;
+    tensor view;  // [padded, ...] on the device, at the host address
+  };
   std::vector<int> sizes;
   std::map<std::int64_t, step_buffers> steps;
   std::map<std::tuple<int, int, std::int64_t>, std::unique_ptr<piece>> pieces;
@@ -85,10 +98,18 @@ struct decode_graphs::impl {
   std::map<std::tuple<int, int, std::int64_t, int>, tensor> slots;
   /// constant()'s tensors by (name, padded rows).
   std::map<std::pair<std::string, std::int64_t>, tensor> constants;
+  /// begin_step_staged's and staged_input()'s buffers by (name, padded rows).
+  std::map<std::pair<std::string, std::int64_t>, staged_tensor> staging;
   std::int64_t rows = 0, padded = 0;
+  bool staged = false;  // this step began with begin_step_staged
+  device dev;           // the staged step's device
   std::string failure;  // why a capture failed (empty: none did)
 
   static std::string capture(cudaStream_t stream, piece& p, const piece_body& body);
+  /// The staging buffer `name` of shape [padded, row...] (made zeroed on first use; an
+  /// undefined tensor where pinned memory is not mapped at its host address) with host's
+  /// rows written and the rest zero.
+  tensor stage(const std::string& name, const tensor& host);
   /// The output of a captured piece of `padded` rows that `in` ([rows, ...]) is the head of,
   /// or an undefined tensor.
   tensor output_holding(const tensor& in, std::int64_t padded) const;
@@ -100,6 +121,8 @@ const bool g_bind_outputs = cuda::detail::env_switch("DEEPINFER_GRAPH_BIND", tru
 const bool g_capture_compressed = cuda::detail::env_switch("DEEPINFER_GRAPH_COMPRESSED", true);
 const bool g_slots = cuda::detail::env_switch("DEEPINFER_GRAPH_SLOTS", true);
 std::atomic<bool> g_capture_start{cuda::detail::env_switch("DEEPINFER_GRAPH_START", true)};
+std::atomic<bool> g_stage_inputs{cuda::detail::env_switch("DEEPINFER_GRAPH_STAGED", false)};
+std::atomic<std::int64_t> g_staged_steps{0};
 
 tensor decode_graphs::impl::output_holding(const tensor& in, std::int64_t padded) const {
   if (!g_bind_outputs || in.raw() == nullptr) return {};
@@ -156,6 +179,83 @@ std::int64_t decode_graphs::padded_size(std::int64_t rows) const {
   return 0;
 }
 
+tensor decode_graphs::impl::stage(const std::string& name, const tensor& host) {
+  DI_CHECK(host.dev().kind == device_kind::cpu && host.is_contiguous() && host.rank() >= 1 &&
+               host.size(0) <= padded,
+           "decode graphs: staged input '{}' must be a contiguous host tensor of at most {} rows, "
+           "got {} on {}",
+           name, padded, host.shape().str(), to_string(host.dev()));
+  staged_tensor& st = staging[{name, padded}];
+  const tensor_shape shape = with_rows(host, padded);
+  const std::size_t bytes = std::size_t(shape.numel()) * dtype_size(host.type());
+  if (!st.memory || st.view.shape() != shape || st.view.type() != host.type()) {
+    auto block = std::make_unique<mapped_block>();
+    void* p = nullptr;
+    if (cudaMallocHost(&p, std::max<std::size_t>(bytes, 1)) != cudaSuccess) {
+      cudaGetLastError();
+      return {};
+    }
+    block->base = p;
+    block->bytes = bytes;
+    void* on_device = nullptr;  // unified addressing: the same address on the device
+    const bool mapped = cudaHostGetDevicePointer(&on_device, p, 0) == cudaSuccess && on_device == p;
+    cudaGetLastError();
+    if (!mapped) return {};
+    std::memset(p, 0, bytes);
+    st.view = tensor::view_of(p, shape, host.type(), dev);
+    st.memory = std::move(block);
+  }
+  // The previous step's reads of this memory are over: every forward call begins with a
+  // synchronization (reset_uploads) before its step starts.
+  auto* base = static_cast<std::uint8_t*>(st.memory->base);
+  std::memcpy(base, host.raw(), host.nbytes());
+  std::memset(base + host.nbytes(), 0, bytes - host.nbytes());
+  return st.view;
+}
+
+bool decode_graphs::begin_step_staged(std::int64_t rows, const tensor& tokens,
+                                      const tensor& positions, device dev) {
+  const std::int64_t padded = padded_size(rows);
+  DI_CHECK(rows > 0 && padded > 0, "decode graphs: {} rows exceed the captured sizes", rows);
+  DI_CHECK(tokens.size(0) == rows && positions.size(0) == rows,
+           "decode graphs: {} tokens and {} positions for a step of {} rows", tokens.size(0),
+           positions.size(0), rows);
+  impl_->rows = rows;
+  impl_->padded = padded;
+  impl_->staged = false;
+  impl_->dev = dev;
+  if (!impl_->stage("step.tokens", tokens).defined() ||
+      !impl_->stage("step.positions", positions).defined())
+    return false;
+  impl::step_buffers& b = impl_->steps[padded];
+  if (!b.tokens.defined()) {
+    b.tokens = tensor::zeros({padded}, dtype::i64, dev);
+    b.positions = tensor::zeros({padded}, dtype::i64, dev);
+  }
+  impl_->staged = true;
+  ++g_staged_steps;
+  return true;
+}
+
+bool decode_graphs::step_staged() const {
+  return impl_->staged;
+}
+
+void decode_graphs::copy_step_inputs() {
+  DI_CHECK(impl_->staged, "decode graphs: copy_step_inputs without begin_step_staged");
+  const std::int64_t padded = impl_->padded;
+  impl::step_buffers& b = impl_->steps.at(padded);
+  b.tokens.copy_from(impl_->staging.at({"step.tokens", padded}).view);
+  b.positions.copy_from(impl_->staging.at({"step.positions", padded}).view);
+}
+
+tensor decode_graphs::staged_input(const std::string& name, const tensor& host) {
+  DI_CHECK(impl_->staged, "decode graphs: staged_input '{}' outside a staged step", name);
+  const tensor t = impl_->stage(name, host);
+  DI_CHECK(t.defined(), "decode graphs: staged input '{}' could not be mapped", name);
+  return t;
+}
+
 void decode_graphs::begin_step(std::int64_t rows, const tensor& tokens, const tensor& positions) {
   const std::int64_t padded = padded_size(rows);
   DI_CHECK(rows > 0 && padded > 0, "decode graphs: {} rows exceed the captured sizes", rows);
@@ -168,6 +268,7 @@ void decode_graphs::begin_step(std::int64_t rows, const tensor& tokens, const te
   copy_rows(b.positions, positions);
   impl_->rows = rows;
   impl_->padded = padded;
+  impl_->staged = false;
 }
 
 const tensor& decode_graphs::tokens() const {
@@ -265,6 +366,18 @@ void set_graphs_capture_start(bool on) {
   g_capture_start.store(on);
 }
 
+bool graphs_stage_inputs() {
+  return g_stage_inputs.load();
+}
+
+void set_graphs_stage_inputs(bool on) {
+  g_stage_inputs.store(on);
+}
+
+std::int64_t graphs_staged_steps() {
+  return g_staged_steps.load();
+}
+
 const tensor& decode_graphs::constant(const std::string& name,
                                       const std::function<tensor(std::int64_t)>& make) {
   DI_CHECK(impl_->padded > 0, "decode graphs: constant before begin_step");
@@ -319,6 +432,16 @@ bool graphs_capture_start() {
 
 void set_graphs_capture_start(bool) {}
 
+bool graphs_stage_inputs() {
+  return false;
+}
+
+void set_graphs_stage_inputs(bool) {}
+
+std::int64_t graphs_staged_steps() {
+  return 0;
+}
+
 decode_graphs::decode_graphs(std::vector<int>) {
   DI_FAIL("CUDA graphs need a build with the CUDA backend");
 }
@@ -327,6 +450,18 @@ std::int64_t decode_graphs::padded_size(std::int64_t) const {
   return 0;
 }
 void decode_graphs::begin_step(std::int64_t, const tensor&, const tensor&) {}
+bool decode_graphs::begin_step_staged(std::int64_t, const tensor&, const tensor&, device) {
+  return false;
+}
+bool decode_graphs::step_staged() const {
+  return false;
+}
+void decode_graphs::copy_step_inputs() {
+  DI_FAIL("CUDA graphs need a build with the CUDA backend");
+}
+tensor decode_graphs::staged_input(const std::string&, const tensor&) {
+  DI_FAIL("CUDA graphs need a build with the CUDA backend");
+}
 const tensor& decode_graphs::tokens() const {
   DI_FAIL("CUDA graphs need a build with the CUDA backend");
 }

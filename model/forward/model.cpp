@@ -184,6 +184,7 @@ std::vector<forward_output> deepseek_model::forward(std::span<forward_request> b
   std::optional<cuda::index_check_scope> trusted;
   if (dev().kind == device_kind::cuda) trusted.emplace(false);
 #endif
+  const tensor host_tokens = pass.tokens, host_positions = pass.positions;
   if (dev().kind != device_kind::cpu) {  // small index tensors travel once per call
     detail::reset_uploads();
     pass.tokens = detail::upload_async(pass.tokens, dev());
@@ -195,7 +196,11 @@ std::vector<forward_output> deepseek_model::forward(std::span<forward_request> b
   const std::int64_t largest = sizes.empty() ? 0 : *std::max_element(sizes.begin(), sizes.end());
   if (use_graphs(pass, batch, largest) && (!graphs_ || graphs_->usable())) {
     if (!graphs_) graphs_ = std::make_shared<detail::decode_graphs>(sizes);
-    graphs_->begin_step(rows, pass.tokens, pass.positions);
+    // With the captured start piece the step's tokens and positions are staged in mapped host
+    // memory and copied by that piece's first nodes: no eager copy launched before it.
+    const bool staged = detail::graphs_capture_start() && detail::graphs_stage_inputs() &&
+                        graphs_->begin_step_staged(rows, host_tokens, host_positions, dev());
+    if (!staged) graphs_->begin_step(rows, pass.tokens, pass.positions);
     pass.graphs = graphs_.get();
   }
   pass.batched = detail::make_decode_batch(pass);

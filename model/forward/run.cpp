@@ -128,17 +128,30 @@ graphed_start_out graphed_start(const forward_pass& pass, const tensor& engram0_
     return row.to(pass.dev());
   });
   const bool engram = engram0_ids.defined();
+  // A staged step (begin_step_staged): its tokens and positions, and layer 0's hash ids, wait
+  // in mapped host memory that the piece reads by address -- its first nodes copy the tokens
+  // and positions to the device buffers the later pieces read -- so nothing is launched
+  // before it. Else the ids are an input the piece's buffer receives by a copy.
+  const bool staged = g.step_staged();
   std::vector<tensor> inputs;
-  if (engram) inputs.push_back(engram0_ids);
-  const std::vector<tensor> out = g.run(-1, 0, inputs, [&](const std::vector<tensor>& in) {
-    const forward_pass p = padded_pass(pass);
-    const std::int64_t rows = p.tokens.size(0);
-    const tensor e = ops::embedding(p.weights.embed, p.tokens);    // [rows, dim]
-    tensor x = ops::gather_rows(e, repeat).view({rows, hc, dim});  // [rows, hc, dim]
-    const tensor pre_mix = ops::gather_rows(one_hot, zero_rows);   // [rows, hc]
-    if (engram) x = engram_apply(p, 0, x, engram_project(p, 0, in[0]));
-    return std::vector<tensor>{x, pre_mix};
-  });
+  tensor staged_ids;
+  if (engram && staged)
+    staged_ids = g.staged_input("start.engram0", engram0_ids);
+  else if (engram)
+    inputs.push_back(engram0_ids);
+  // (piece 1 when staged: a graph of its own, so a switch between steps never replays a
+  // start captured the other way)
+  const std::vector<tensor> out =
+      g.run(-1, staged ? 1 : 0, inputs, [&](const std::vector<tensor>& in) {
+        if (staged) g.copy_step_inputs();
+        const forward_pass p = padded_pass(pass);
+        const std::int64_t rows = p.tokens.size(0);
+        const tensor e = ops::embedding(p.weights.embed, p.tokens);    // [rows, dim]
+        tensor x = ops::gather_rows(e, repeat).view({rows, hc, dim});  // [rows, hc, dim]
+        const tensor pre_mix = ops::gather_rows(one_hot, zero_rows);   // [rows, hc]
+        if (engram) x = engram_apply(p, 0, x, engram_project(p, 0, staged ? staged_ids : in[0]));
+        return std::vector<tensor>{x, pre_mix};
+      });
   return {out[0], out[1]};
 }
 
@@ -204,7 +217,11 @@ std::vector<forward_output> run_model(forward_pass& pass, std::span<forward_requ
   int engram_done = -1;  // an Engram layer already applied by the graphed start
   if (pass.graphs != nullptr && graphs_capture_start()) {
     const bool engram0 = c.is_engram_layer(0);
-    const graphed_start_out s = graphed_start(pass, engram0 ? engram_ids_of(0) : tensor());
+    // (host ids when the step is staged: graphed_start stages them itself)
+    const tensor ids0 = !engram0                     ? tensor()
+                        : pass.graphs->step_staged() ? engram_slot_ids(hash_ids, 0)
+                                                     : engram_ids_of(0);
+    const graphed_start_out s = graphed_start(pass, ids0);
     x = s.x;
     pre_mix = s.pre_mix;
     if (engram0) engram_done = 0;

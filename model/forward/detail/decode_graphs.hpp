@@ -41,6 +41,19 @@ bool graphs_use_slots();
 /// set_graphs_capture_start sets it for graphs captured afterwards (tests compare both ways).
 bool graphs_capture_start();
 void set_graphs_capture_start(bool on);
+/// Whether, with the captured start, a step's tokens, positions and layer 0's Engram hash ids
+/// are staged in mapped host memory that the start piece reads by address, its first nodes
+/// copying the tokens and positions to the device buffers (begin_step_staged) -- no copy
+/// launched before the step's first graph (the H100 timeline of session 50 had the step's
+/// first ~31 us spent on three such eager copies with the host between them). OPT-IN
+/// (DEEPINFER_GRAPH_STAGED=1): written in session 50 when no device time was left, so neither
+/// its GPU test ("the step's inputs staged in mapped memory change no bit") nor a decode A/B
+/// has run yet; off, the step copies them eagerly as before (the same values either way).
+/// set_graphs_stage_inputs sets it for later steps (tests compare both ways).
+bool graphs_stage_inputs();
+void set_graphs_stage_inputs(bool on);
+/// Steps begun staged so far, in this process (begin_step_staged returned true).
+std::int64_t graphs_staged_steps();
 
 class decode_graphs {
  public:
@@ -55,6 +68,22 @@ class decode_graphs {
   /// Starts a step of `rows` (<= the largest size) real rows: copies its tokens and
   /// positions ([rows] i64 on the device) into the padded size's buffers.
   void begin_step(std::int64_t rows, const tensor& tokens, const tensor& positions);
+  /// Starts a step as begin_step does, but writes its tokens and positions ([rows] i64 host
+  /// tensors) into staging buffers of mapped host memory (the padding rows zero) and launches
+  /// nothing: copy_step_inputs(), the first thing the captured start piece does, moves them
+  /// into tokens() / positions(). False (nothing done) where the staging cannot be mapped:
+  /// then use begin_step.
+  bool begin_step_staged(std::int64_t rows, const tensor& tokens, const tensor& positions,
+                         device dev);
+  /// Whether this step began staged (begin_step_staged).
+  bool step_staged() const;
+  /// Copies a staged step's tokens and positions into tokens() / positions() on the current
+  /// stream (captured with the start piece: the copies read the staging by address).
+  void copy_step_inputs();
+  /// A staged step's input kept under `name`: `host` ([rows, ...] on the host) written into
+  /// mapped host memory of [padded, ...] (padding rows zero) that kernels read in place by
+  /// address -- for a captured piece's input, with no copy launched before it.
+  tensor staged_input(const std::string& name, const tensor& host);
   const tensor& tokens() const;     // [padded] i64
   const tensor& positions() const;  // [padded] i64
   /// Runs piece `piece` of `layer` on inputs [rows, ...] (copied into the piece's padded

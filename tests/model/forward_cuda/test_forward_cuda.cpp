@@ -582,6 +582,19 @@ TEST_CASE("GPU forward: the step's start as a captured piece changes no bit") {
                               detail::graphs_capture_start());
 }
 
+TEST_CASE("GPU forward: the step's inputs staged in mapped memory change no bit") {
+  // detail::graphs_stage_inputs (DEEPINFER_GRAPH_STAGED): with the captured start, a step's
+  // tokens and positions wait in mapped host memory that the start piece's first nodes copy to
+  // the device buffers (and layer 0's Engram hash ids, read in place), instead of eager copies
+  // launched before the piece -- the same values, so the same logits. (The Engram part runs on
+  // v41-flash-L4, whose greedy text gpu-forward.sh compares with graphs on and off.)
+  REQUIRE(detail::graphs_capture_start());
+  const std::int64_t staged_before = detail::graphs_staged_steps();
+  check_switch_changes_no_bit("the staged step inputs", detail::set_graphs_stage_inputs,
+                              detail::graphs_stage_inputs());
+  CHECK(detail::graphs_staged_steps() > staged_before);  // the staged path ran
+}
+
 TEST_CASE("GPU forward: the attention site's two branches change no bit") {
   // detail::site_branches (DEEPINFER_SITE_BRANCHES): the window rows, the compressed branch's
   // projections of the normed input and V4.1's mix on the side branch beside the queries and
