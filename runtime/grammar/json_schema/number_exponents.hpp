@@ -20,11 +20,11 @@ inline constexpr int k_exponents_per_automaton = 6;
 /// multipleOf's exponent spellings need a remainder state per residue of the step's significant
 /// digits; a step whose significant digits exceed this, or written with more than
 /// k_exponent_window decimal places or trailing zeros (1e-300, 1e30), takes none.
-inline constexpr std::uint32_t k_max_exponent_step_digits = 1000;
+inline constexpr std::uint32_t k_max_exponent_step_digits = 25;
 
 /// A bound with more digits than this (1.7976931348623157e308 has 309) takes no exponent
 /// spellings: scaled through the window its automata would outgrow the size limits.
-inline constexpr std::size_t k_max_bound_digits = 60;
+inline constexpr std::size_t k_max_bound_digits = 25;
 
 struct exponent_constraint {
   std::optional<bound> lo, hi;

@@ -67,7 +67,7 @@ TEST_CASE("integers with bounds or multipleOf take exponent spellings by value")
     check_validation(c);
   // Documented bounds: with a step other than 1 or 10^-s a mantissa with nonzero fraction digits
   // is not taken (0.5e1 is 5, a multiple of 5), nor an exponent past 20 (1e21); a bound of
-  // more than 60 digits takes no exponent spelling. These are refusals, never wrong values.
+  // more than 25 digits takes no exponent spelling. These are refusals, never wrong values.
   for (const char* text : {"0.5e1", "-1.5e1", "1e21"})
     CHECK_FALSE_MESSAGE(
         accepts(R"({"type":"integer","multipleOf":5})", json_schema_use::validation, text), text);
