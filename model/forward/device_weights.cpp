@@ -119,6 +119,7 @@ layer_weights layer_to(const uploader& u, const model_config& c, const layer_wei
   d.moe.gate = u.small(m.gate);
   d.moe.bias = u.vec(m.bias);
   d.moe.tid2eid = u.vec(m.tid2eid);
+  d.moe.route_repeats = m.route_repeats;
   u.experts(m, d.moe);
   d.moe.shared = u.expert(m.shared);
   d.hc_attn = u.hc(l.hc_attn);

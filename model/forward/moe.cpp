@@ -76,13 +76,16 @@ bool grouped_experts(const forward_pass& pass, const moe_weights& m) {
 /// group size: sm90_block_gemm runs one 8-token tile per block up to 8 rows per expert.
 constexpr std::int64_t small_group_rows = 8;
 
-/// Bound on any expert's rows: no expert gets more rows than there are tokens (a token picks
-/// distinct experts). Past small_group_rows the kernel's token tile grows with the bound
-/// (fewer blocks per SM), so an eager step reads the group sizes back and uses the largest;
-/// a captured step (and batches up to small_group_rows) keeps the bound: no read-back.
+/// Bound on any expert's rows: no expert gets more rows than there are tokens times the most
+/// routes one token gives one expert (moe_weights::route_repeats: 1 -- a token picks distinct
+/// experts -- unless a hash-routed layer's table repeats one; a bound below a group's size
+/// would leave its rows past the bound uncomputed). Past small_group_rows the kernel's token
+/// tile grows with the bound (fewer blocks per SM), so an eager step reads the group sizes back
+/// and uses the largest; a captured step (and batches up to small_group_rows) keeps the bound:
+/// no read-back.
 std::int64_t largest_group(const forward_pass& pass, const ops::expert_groups& g,
-                           std::int64_t tokens) {
-  if (pass.in_graph || tokens <= small_group_rows) return tokens;
+                           std::int64_t tokens, int route_repeats) {
+  if (pass.in_graph || tokens <= small_group_rows) return tokens * std::max(1, route_repeats);
   const tensor offsets = g.offsets.to(cpu_device);  // [experts + 1]
   const std::int32_t* o = offsets.data<std::int32_t>();
   std::int64_t most = 0;
@@ -99,7 +102,7 @@ void grouped_expert_forward(const forward_pass& pass, const moe_weights& m,
                             const ops::routing& route, const tensor& x, tensor& y) {
   const float limit = float(pass.config.swiglu_limit);
   const ops::expert_groups g = ops::group_by_expert(route, pass.config.n_routed_experts);
-  const std::int64_t most = largest_group(pass, g, x.size(0));
+  const std::int64_t most = largest_group(pass, g, x.size(0), m.route_repeats);
   // Captured steps bound the groups by the token count: twice the mean group keeps the
   // kernel's narrow token tile (eager steps know the largest group and need no hint).
   const std::int64_t experts = pass.config.n_routed_experts;

@@ -167,6 +167,7 @@ moe_weights load_moe(const weight_reader& r, const model_config& c, int l, const
   m.gate = r.matrix(p + "ffn.gate");
   if (c.is_hash_routed(l)) {
     m.tid2eid = r.index_table(p + "ffn.gate.tid2eid");
+    m.route_repeats = std::max(1, max_route_repeats(m.tid2eid));
   } else {
     m.bias = r.dense(p + "ffn.gate.bias");
   }
@@ -177,6 +178,23 @@ moe_weights load_moe(const weight_reader& r, const model_config& c, int l, const
 }
 
 }  // namespace
+
+int max_route_repeats(const tensor& tid2eid) {
+  DI_CHECK(
+      tid2eid.type() == dtype::i32 && tid2eid.rank() == 2 && tid2eid.dev().kind == device_kind::cpu,
+      "max_route_repeats: a [vocab, top_k] i32 host table, got {} {}", dtype_name(tid2eid.type()),
+      tid2eid.shape().str());
+  const std::int64_t rows = tid2eid.size(0), k = tid2eid.size(1);
+  const std::int32_t* t = tid2eid.data<std::int32_t>();
+  int most = 0;
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t i = 0; i < k; ++i) {  // k is small (the routed experts per token)
+      int n = 0;
+      for (std::int64_t j = 0; j < k; ++j) n += t[r * k + j] == t[r * k + i];
+      most = std::max(most, n);
+    }
+  return most;
+}
 
 model_weights load_model_weights(std::shared_ptr<const checkpoint> ckpt, const model_config& c) {
   DI_CHECK(ckpt != nullptr, "load_model_weights: no checkpoint");

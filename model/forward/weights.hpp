@@ -63,12 +63,20 @@ struct moe_weights {
   weight_matrix gate;  // [experts, dim]
   tensor bias;         // [experts] (score-routed layers)
   tensor tid2eid;      // [vocab, top_k] i32 (V4 hash-routed layers)
+  /// The most times one token's routes name the same expert: 1 unless a hash-routed layer's
+  /// tid2eid repeats an expert in a row (its weight then counts twice, as the reference sums
+  /// it). Bounds an expert's rows per step: at most this many per token.
+  int route_repeats = 1;
   std::vector<expert_weights> experts;
   expert_weights shared;
   /// CUDA weights in their stored format: every expert's w1/w2/w3 stacked into one
   /// [experts * out, in] matrix for the grouped expert GEMM (`experts` is then empty).
   expert_weights stacked;
 };
+
+/// The most times any row of a [vocab, top_k] i32 expert table names one expert (1 when every
+/// row's experts are distinct; 0 for an empty table).
+int max_route_repeats(const tensor& tid2eid);
 
 struct hc_site_weights {
   tensor fn;     // [(2 + hc) * hc, hc * dim] (head: [hc, hc * dim])
