@@ -222,5 +222,37 @@ TEST_CASE("runner: preemption when the KV pool is too small keeps every output")
   }
 }
 
+/// tiny-v4 (ratio-4 streams with overlapping windows and an indexer, ratio-128 streams, hash
+/// routing): greedy and seeded requests with logprobs and prompt logprobs, chunked into 33-row
+/// pieces that end off the compressors' groups, in a pool of one ratio-128 block (so at most one
+/// sequence past 128 tokens runs: the others are preempted and computed again), sequentially
+/// and overlapped, give bitwise the tokens and logprobs of each request alone.
+TEST_CASE("runner: tiny-v4 chunked, overlapped and preempted requests equal each alone") {
+  const std::shared_ptr<const deepseek_model> m = tiny_v4();
+  std::vector<runtime::request> rs = mixed_requests(6, 300, 10);
+  rs.push_back(runner_request(6, 290, 12));
+  for (std::size_t i = 0; i < rs.size(); ++i) {
+    rs[i].params.logprobs = 2;
+    if (i % 2 == 1) {
+      rs[i].params.temperature = 0.9;
+      rs[i].seed = 40 + i;
+    }
+    if (i % 3 == 0) rs[i].params.prompt_logprobs = 1;
+  }
+  for (bool overlap : {false, true}) {
+    CAPTURE(overlap);
+    cpu_model_runner runner(m, {.kv_pool_tokens = 768, .max_model_len = 512});
+    runtime::scheduler s = make_scheduler(runner, {.budget = 96, .prefill_chunk = 33});
+    add_all(s, rs);
+    const served got = serve(s, runner, {.overlap = overlap});
+    check_equal_alone(m, rs, got);
+    MESSAGE("tiny-v4, overlap ", overlap, ": ", s.counters().num_preemptions, " preemptions in ",
+            s.counters().num_steps, " steps");
+    CHECK(s.counters().num_preemptions > 0);
+    CHECK(s.stats().num_free_blocks == s.stats().num_blocks);
+    CHECK(runner.num_live() == 0);
+  }
+}
+
 }  // namespace
 }  // namespace di::test

@@ -73,6 +73,37 @@ TEST_CASE("runner: a request sharing a long prefix hits the cache, skips prefill
   }
 }
 
+/// The cases above resume tiny-v41 (replay span R = 310) at 0 or from a snapshot. Here the hit
+/// is past R: B shares 500 tokens with A, so P = 384 and B resumes at 74 from a fresh slot, with
+/// the Engram history rebuilt from the look-back tokens; rows 74 .. 383 are replay rows over the
+/// shared blocks. Greedy A and seeded B (logprobs bitwise), whole and in 50-row chunks.
+TEST_CASE("runner: tiny-v41 resumes a hit past its replay span exactly") {
+  const std::shared_ptr<const deepseek_model> m = tiny_v41();
+  REQUIRE(runtime::make_kv_geometry(m->layout(), 4).replay_span() == 310);
+  runtime::request a = runner_request(1, 520, 6, 520);
+  runtime::request b = runner_request(2, 560, 6, 500);
+  a.params.logprobs = 2;
+  b.params.logprobs = 2;
+  b.params.temperature = 0.9;
+  b.seed = 5;
+  for (std::int64_t chunk : {0, 50}) {
+    CAPTURE(chunk);
+    cpu_model_runner runner(m, {.kv_pool_tokens = 4096, .max_model_len = 1024});
+    runtime::scheduler s =
+        make_scheduler(runner, {.budget = 512, .prefill_chunk = chunk, .prefix_caching = true});
+    served got;
+    serve_batch(s, runner, {a}, got);
+    const work for_b = serve_batch(s, runner, {b}, got);
+    check_equal_alone(m, {a, b}, got);
+    const runtime::scheduler_counters& c = s.counters();
+    CHECK(c.num_prefix_hits == 1);
+    CHECK(c.num_prefix_hit_tokens == 384);
+    CHECK(c.num_prefix_skipped_tokens == 384 - 310);
+    CHECK(for_b.replay_rows == 310);
+    CHECK(for_b.rows == 560 - 74 + 5);
+  }
+}
+
 /// `r` sampled at temperature 1 with `seed` (request ids differ, the seed is the same).
 runtime::request sampled(runtime::request r, std::uint64_t seed) {
   r.params.temperature = 1.0;
