@@ -37,4 +37,8 @@ seed schema1 '\x02{"type":"object","properties":{"a":{"type":"integer","minimum"
 seed schema2 '\x02{"anyOf":[{"type":"array","items":{"$ref":"#"},"maxItems":3},{"enum":[1,"x",null]}]}\0[[1],"x"]'
 seed schema3 '\x06{"$defs":{"p":{"type":"string","format":"date"}},"type":"array","prefixItems":[{"$ref":"#/$defs/p"}],"uniqueItems":true}\0["2020-01-01"]'
 
-fuzz_run "$bin" "$runs" 2048
+# A unit may take up to 30 s (libFuzzer's later -timeout overrides fuzz_run's 10): a JSON
+# Schema compiled for validation builds an automaton per exponent of its numbers' spellings
+# (session 50), and a bounded integer of the seed corpus takes ~8 s of CPU under ASan + UBSan
+# (~0.3 s in a release build) -- slow, not a hang.
+fuzz_run "$bin" "$runs" 2048 -timeout=30
