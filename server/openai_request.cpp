@@ -620,8 +620,9 @@ static void read_reasoning(generation_request& r, const server_settings& limits)
     r.params.response_format = after_reasoning_spec(r.params.response_format);
 }
 
-/// OpenAI's chat fields that change the answer and are not implemented: the deprecated
-/// function calling (`functions`, `function_call`; `tools` does it) and audio output
+/// OpenAI's chat fields that would change the answer and that this server refuses (never
+/// ignores), as reject_unsupported does for both endpoints: the deprecated function calling
+/// (`functions`, `function_call`; `tools` does it) and audio output
 /// (`audio`, `modalities` beyond "text"). They were ignored: the model never saw the
 /// functions, and the reply had no audio. What asks for nothing passes (an empty list,
 /// `function_call` "none" or "auto", `modalities` ["text"]).

@@ -101,6 +101,15 @@ constexpr std::size_t pinned_cache_limit = std::size_t(1) << 30;
 
 }  // namespace
 
+bool mapped_at_host_address(const void* p) {
+  void* on_device = nullptr;
+  const bool mapped =
+      cudaHostGetDevicePointer(&on_device, const_cast<void*>(p), 0) == cudaSuccess &&
+      on_device == p;
+  cudaGetLastError();
+  return mapped;
+}
+
 std::shared_ptr<std::byte[]> allocate_host(std::size_t bytes) {
   std::size_t cap = 4096;
   while (cap < bytes) cap *= 2;

@@ -23,6 +23,10 @@ std::shared_ptr<std::byte[]> allocate(std::size_t bytes, int index);
 /// Falls back to ordinary host memory when the driver cannot pin more.
 std::shared_ptr<std::byte[]> allocate_host(std::size_t bytes);
 
+/// Whether page-locked host memory at `p` is mapped at the same address on the device (unified
+/// addressing), so kernels may read it in place; clears the CUDA error a refusal leaves.
+bool mapped_at_host_address(const void* p);
+
 /// Zero `bytes` at device address `data`, asynchronously on the current stream.
 void fill_zero(void* data, std::size_t bytes);
 

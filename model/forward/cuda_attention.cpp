@@ -9,6 +9,7 @@
 #if defined(DEEPINFER_HAVE_CUDA)
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cuda_model_ops.hpp"
+#include "kernels/cuda/device_memory.hpp"
 #include "kernels/cuda/kernel_attributes.hpp"
 #include "kernels/cuda/stream.hpp"
 
@@ -43,9 +44,7 @@ staging_arena& arena() {
     void* p = nullptr;
     CUDA_CHECK(cudaMallocHost(&p, a.size));
     a.base = static_cast<std::uint8_t*>(p);
-    void* on_device = nullptr;  // unified addressing: the same address on the device
-    a.mapped = cudaHostGetDevicePointer(&on_device, p, 0) == cudaSuccess && on_device == p;
-    cudaGetLastError();
+    a.mapped = cuda::mapped_at_host_address(p);
   }
   return a;
 }

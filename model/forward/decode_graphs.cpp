@@ -17,6 +17,7 @@
 
 #if defined(DEEPINFER_HAVE_CUDA)
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/device_memory.hpp"
 #include "kernels/cuda/kernel_attributes.hpp"
 #include "kernels/cuda/stream.hpp"
 
@@ -197,10 +198,7 @@ tensor decode_graphs::impl::stage(const std::string& name, const tensor& host) {
     }
     block->base = p;
     block->bytes = bytes;
-    void* on_device = nullptr;  // unified addressing: the same address on the device
-    const bool mapped = cudaHostGetDevicePointer(&on_device, p, 0) == cudaSuccess && on_device == p;
-    cudaGetLastError();
-    if (!mapped) return {};
+    if (!cuda::mapped_at_host_address(p)) return {};
     std::memset(p, 0, bytes);
     st.view = tensor::view_of(p, shape, host.type(), dev);
     st.memory = std::move(block);
