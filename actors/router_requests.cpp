@@ -115,9 +115,12 @@ void dispatch(router_self self, std::uint64_t id, runtime::request req, int grou
   ++g.num_live;
   ++g.num_requests;
   g.num_affinity += by_affinity;
-  // a copy for another group, when there is one to offer it to
+  // What another group needs, when there is one to offer it to: all but the prompt, which the
+  // reply keeps until admission (a copy of the whole request was made for every dispatch).
   std::shared_ptr<runtime::request> spare;
-  if (!untried_groups(st, group, tried).empty()) spare = std::make_shared<runtime::request>(req);
+  if (!untried_groups(st, group, tried).empty())
+    spare = std::make_shared<runtime::request>(
+        runtime::request{.id = req.id, .params = req.params, .seed = req.seed});
   self->request(g.handle, admission_timeout, start_request{std::move(req)})
       .then(
           [=](runtime::admission_result& res) {
@@ -137,6 +140,7 @@ void dispatch(router_self self, std::uint64_t id, runtime::request req, int grou
                 bool unused = false;
                 const int next =
                     choose_group(self, others, std::vector<std::int64_t>(others.size(), 0), unused);
+                spare->prompt_ids = it->second.accepted.prompt_ids;
                 return dispatch(self, id, std::move(*spare), next, false, std::move(refused_by));
               }
             }
@@ -174,7 +178,7 @@ void probe_and_dispatch(router_self self, std::uint64_t id, runtime::request req
   ps->cached.assign(up.size(), 0);
   ps->req = std::move(req);
   // in its cache_salt's chain: another salt's blocks are no reason to send it there
-  const prefix_probe probe{ps->req.prompt_ids, runtime::prefix_root(ps->req.params.cache_salt)};
+  prefix_probe probe{ps->req.prompt_ids, runtime::prefix_root(ps->req.params.cache_salt)};
   const auto timeout = std::chrono::milliseconds(self->state.params.limits.probe_timeout_ms);
   auto done = [=] {
     if (++ps->num_answers < up.size() || !self->state.requests.contains(id)) return;
@@ -191,9 +195,18 @@ void probe_and_dispatch(router_self self, std::uint64_t id, runtime::request req
     const int g = choose_group(self, still_up, cached, by_affinity);
     dispatch(self, id, std::move(ps->req), g, by_affinity);
   };
-  for (std::size_t i = 0; i < up.size(); ++i)
-    self->request(self->state.groups[std::size_t(up[i])].handle, timeout, probe)
-        .then([=](std::int64_t n) { ps->cached[i] = n; done(); }, [=](caf::error&) { done(); });
+  // One message per group (typed sends take their own copy); the last one takes the probe.
+  for (std::size_t i = 0; i < up.size(); ++i) {
+    const scheduler_actor& handle = self->state.groups[std::size_t(up[i])].handle;
+    auto answer = i + 1 < up.size() ? self->request(handle, timeout, probe)
+                                    : self->request(handle, timeout, std::move(probe));
+    answer.then(
+        [=](std::int64_t n) {
+          ps->cached[i] = n;
+          done();
+        },
+        [=](caf::error&) { done(); });
+  }
 }
 
 }  // namespace
@@ -234,19 +247,22 @@ caf::result<submit_reply> on_submit(router_self self, submit_request& req) {
                                req.prompt_ids.size(), reply_bytes, max_event_bytes),
                    "prompt");
   const std::uint64_t id = st.next_id++;
-  runtime::request r{.id = id, .prompt_ids = req.prompt_ids, .params = req.params};
-  r.seed = req.params.seed.value_or(runtime::draw_request_seed());
+  const std::uint64_t seed = req.params.seed.value_or(runtime::draw_request_seed());
   if (!st.clients.contains(client.address()) || st.clients[client.address()].empty()) self->monitor(client);
   st.clients[client.address()][req.id] = id;
   auto rp = self->make_response_promise<submit_reply>();
-  st.requests[id] =
+  st.requests[id] =  // the reply's copy of the prompt; the group's request takes the original
       live_request{.client = client.address(),
                    .client_handle = client,
                    .client_id = req.id,
                    .reply = rp,
-                   .accepted = {.accepted = true, .seed = r.seed, .prompt_ids = req.prompt_ids},
+                   .accepted = {.accepted = true, .seed = seed, .prompt_ids = req.prompt_ids},
                    .max_event_bytes = max_event_bytes};
   ++st.counters.num_live;
+  runtime::request r{.id = id,
+                     .prompt_ids = std::move(req.prompt_ids),
+                     .params = std::move(req.params),
+                     .seed = seed};
   if (up.size() == 1) {
     dispatch(self, id, std::move(r), up[0], false);
   } else {

@@ -194,6 +194,12 @@ TEST_CASE("a group with no room left passes a request on to one with room") {
   CHECK(status.groups[std::size_t(1 - home)].num_requests == 2);
   CHECK(status.groups[std::size_t(1 - home)].num_affinity == 0);
   CHECK(status.router.num_refused == 0);
+  // The requests passed on are whole (prompt, seed, parameters): each as it runs alone.
+  for (std::size_t i = 0; i < reqs.size(); ++i) {
+    INFO("request " << i << " on group " << out[i].reply.group);
+    CHECK(out[i].reply.prompt_ids == reqs[i].prompt_ids);
+    CHECK(out[i].output_ids == run(toy_config(), {reqs[i]}, 1)[0].output_ids);
+  }
 }
 
 }  // namespace di::test
