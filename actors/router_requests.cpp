@@ -209,6 +209,13 @@ void probe_and_dispatch(router_self self, std::uint64_t id, runtime::request req
   }
 }
 
+/// Whether an admission of `req` may take cached blocks: one that asks for prompt logprobs
+/// computes every prompt row (runtime::scheduler::admit_one), so a cached prefix saves it
+/// nothing and is no reason to prefer a group.
+bool may_reuse_cache(const runtime::request& req) {
+  return !req.params.prompt_logprobs;
+}
+
 }  // namespace
 
 caf::result<submit_reply> on_submit(router_self self, submit_request& req) {
@@ -265,6 +272,10 @@ caf::result<submit_reply> on_submit(router_self self, submit_request& req) {
                      .seed = seed};
   if (up.size() == 1) {
     dispatch(self, id, std::move(r), up[0], false);
+  } else if (!may_reuse_cache(r)) {  // no cached prefix counts: by load alone, no probe
+    bool by_affinity = false;
+    const int g = choose_group(self, up, std::vector<std::int64_t>(up.size(), 0), by_affinity);
+    dispatch(self, id, std::move(r), g, by_affinity);
   } else {
     probe_and_dispatch(self, id, std::move(r), up);
   }

@@ -202,4 +202,41 @@ TEST_CASE("a group with no room left passes a request on to one with room") {
   }
 }
 
+TEST_CASE("a request for prompt logprobs goes by load: a cached prefix saves it nothing") {
+  // An admission that must return every prompt token's logprobs computes every prompt row and
+  // takes nothing from the prefix cache, but the probe counted the cached prefix, so such a
+  // request went to the group with the prefix (by affinity) when another group was less loaded.
+  test_system ts;
+  const cluster_config c = toy_config({"router.affinity_min_tokens=16"}, 2);
+  actors::local_cluster cluster(ts.sys, {.config = c, .assets = toy_assets(c)});
+  const std::vector<std::int32_t> shared = random_prompt(41, 64);
+  auto with_tail = [&](std::int32_t t) {
+    std::vector<std::int32_t> p = shared;
+    p.push_back(t);
+    return p;
+  };
+  const auto warm =
+      actors::run_requests(ts.sys, cluster.router(), {ids_request(with_tail(5), 1)}, 1);
+  REQUIRE(warm[0].finish_reason() == "length");
+  const std::size_t home = std::size_t(warm[0].reply.group);
+  actors::submit_request scored = ids_request(with_tail(7), 2);
+  scored.params.prompt_logprobs = 1;
+  const auto out = actors::run_requests(ts.sys, cluster.router(), {scored}, 1);
+  REQUIRE(out[0].finish_reason() == "length");
+  CHECK(out[0].prompt_logprobs.size() == scored.prompt_ids.size());
+  // idle both, the home group has served one request more: the other one is the less loaded
+  CHECK(out[0].reply.group == int(1 - home));
+  actors::cluster_status status = cluster.status();
+  CHECK(status.groups[home].num_affinity == 0);
+  CHECK(status.groups[home].num_requests == 1);
+  // The same prefix without prompt logprobs still goes by affinity.
+  const auto plain =
+      actors::run_requests(ts.sys, cluster.router(), {ids_request(with_tail(9), 2)}, 1);
+  REQUIRE(plain[0].finish_reason() == "length");
+  status = cluster.status();
+  CHECK(status.groups[0].num_affinity + status.groups[1].num_affinity == 1);
+  const auto& hit = status.groups[std::size_t(plain[0].reply.group)].stats.counters;
+  CHECK(hit.num_prefix_hits == 1);
+}
+
 }  // namespace di::test
