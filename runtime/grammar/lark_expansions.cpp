@@ -284,19 +284,20 @@ expr_id lark_parser::parse_regex_atom() {
   std::size_t start = ++pos_;
   while (!at_end() && peek() != '/' && peek() != '\n') pos_ += peek() == '\\' ? 2 : 1;
   if (at_end() || peek() != '/') fail("unterminated regular expression");
-  std::string_view pattern = s_.substr(start, pos_ - start);
+  std::string pattern(s_.substr(start, pos_ - start));
   ++pos_;
   regex_options ro;
   ro.flavor = regex_flavor::python;  // Lark terminals are Python regexes (`re`)
+  // Lark applies /.../flags by wrapping, /x/i as (?i:x), so a global flag inside (/(?i)a/i, now
+  // (?i:(?i)a)) is no longer at the start and CPython 3.11 refuses it; so do we.
+  std::string wrapped;
   while (std::isalpha(static_cast<unsigned char>(peek()))) {
     char f = s_[pos_++];
-    if (f == 'i')
-      ro.case_insensitive = true;
-    else if (f == 's')
-      ro.dot_all = true;
-    else if (f != 'u')
+    if (f != 'i' && f != 's' && f != 'u')
       pos_--, fail(std::string("regular-expression flag '") + f + "' is not supported");
+    if (wrapped.find(f) == std::string::npos) wrapped.push_back(f);  // Lark keeps a set
   }
+  for (char f : wrapped) pattern = std::string("(?") + f + ":" + pattern + ")";
   try {
     return token(compile_regex(g_, pattern, ro));
   } catch (const error& e) {

@@ -269,3 +269,24 @@ TEST_CASE("regex: keeps Rust's set operations, POSIX classes and counted repetit
   CHECK(accepts(*f, "aei"));
   CHECK_FALSE(accepts(*f, "b"));
 }
+
+TEST_CASE("Lark terminal flags wrap the pattern as Lark does, so a global flag inside is refused") {
+  // Lark 1.3.1 compiles /P/i as (?i:P): CPython 3.11.7 then refuses a global flag in P, "global
+  // flags not at the start of the expression at position 4" for /(?i)a/i and /(?s)a/i (position
+  // 9 for /(?#c)(?i)a/s). These compiled before, as if the flag were at the start.
+  for (const char* terminal : {"/(?i)a/i", "/(?s)a/i", "/(?#c)(?i)a/s", "/(?x) (?i)a/u"}) {
+    CHECK_THROWS_WITH_AS_MESSAGE(parse_lark(std::string("start: ") + terminal + "\n"),
+                                 doctest::Contains("global flags not at the start"), di::error,
+                                 terminal);
+  }
+  // Without flags the global flag is at the start (Lark and CPython take /(?i)a/), and a scoped
+  // one is taken inside the wrapping.
+  CHECK(accepts(*lark_terminal("(?i)a"), "A"));
+  auto scoped = compiled_grammar::compile(parse_lark("start: /(?a:b)c/i\n"));
+  CHECK(accepts(*scoped, "bC"));
+  // Lark wraps the text as it is: /a)(b/i is (?i:a)(b), which Lark takes: "Ab", not "aB".
+  auto wrapped = compiled_grammar::compile(parse_lark("start: /a)(b/i\n"));
+  CHECK(accepts(*wrapped, "Ab"));
+  CHECK_FALSE(accepts(*wrapped, "aB"));
+  CHECK_THROWS_AS(lark_terminal("a)(b"), di::error);  // unflagged: unbalanced, as in CPython
+}
