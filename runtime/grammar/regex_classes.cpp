@@ -455,6 +455,8 @@ codepoint_set regex_parser::parse_class_items(std::size_t depth, bool nested, bo
 }
 
 expr_id regex_parser::class_expr(codepoint_set set) const {
+  const codepoint_set surrogates = codepoint_set::range(0xD800, 0xDFFF);
+  if (!set.empty() && set.minus(surrogates).empty()) surrogates_only_ = true;
   // Characters in their target form (e.g. escaped inside a JSON string), or their UTF-8 bytes.
   if (options_.char_mapper) return options_.char_mapper(g_, set);
   return g_.codepoints(set);

@@ -44,6 +44,11 @@ expr_id regex_parser::any_char() const {
 expr_id regex_parser::parse() {
   piece p = parse_alternation(0);
   if (!at_end()) fail("unmatched ')'");
+  if (surrogates_only_ && options_.flavor == regex_flavor::python && matches_nothing(p.e))
+    fail(
+        "the pattern matches only text holding a lone surrogate (U+D800..U+DFFF, e.g. \\ud800), "
+        "which cannot be encoded in UTF-8, so it matches no UTF-8 text and nothing could be "
+        "generated (a character beyond U+FFFF is one escape, \\U0001F600, not a surrogate pair)");
   if (!options_.search) return p.e;
   expr_id pad = g_.repeat(class_expr(codepoint_set::all()), 0, k_unbounded);
   std::vector<expr_id> items;
@@ -101,6 +106,26 @@ bool regex_parser::matches_empty(expr_id id) const {
     case expr_kind::bytes:
     case expr_kind::rule_ref:
       return false;  // a rule (none in regexes) counts as non-empty: the caller then refuses
+  }
+  return false;
+}
+
+bool regex_parser::matches_nothing(expr_id id) const {
+  const expr& x = g_.at(id);
+  switch (x.kind) {
+    case expr_kind::bytes:
+      return x.bytes.empty();
+    case expr_kind::sequence:
+      return std::any_of(x.children.begin(), x.children.end(),
+                         [&](expr_id c) { return matches_nothing(c); });
+    case expr_kind::choice:
+      return std::all_of(x.children.begin(), x.children.end(),
+                         [&](expr_id c) { return matches_nothing(c); });
+    case expr_kind::repeat:
+      return x.min > 0 && matches_nothing(x.children[0]);
+    case expr_kind::empty:
+    case expr_kind::rule_ref:
+      return false;
   }
   return false;
 }

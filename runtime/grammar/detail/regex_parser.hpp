@@ -41,6 +41,8 @@ class regex_parser {
   piece parse_concat(std::size_t depth);
   /// Whether expression `id` matches the empty string.
   bool matches_empty(expr_id id) const;
+  /// Whether expression `id` matches no string at all.
+  bool matches_nothing(expr_id id) const;
   /// Search mode's error for item `k` of a concatenation (`offsets`: where each item starts,
   /// then its end) ending the input with `$` while the items after it need text (`dead`: every
   /// path of the item ends the input) or match empty only at the end.
@@ -104,6 +106,9 @@ class regex_parser {
   bool global_ascii_ = false;
   bool global_unicode_ = false;
   std::vector<std::string> group_names_;
+  // A character or class of lone surrogates only (U+D800..U+DFFF, e.g. Python's \ud800) was
+  // read: no UTF-8 text holds one, so it matches nothing here.
+  mutable bool surrogates_only_ = false;
 };
 
 }  // namespace di::grammar::detail

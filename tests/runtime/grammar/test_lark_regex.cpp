@@ -290,3 +290,21 @@ TEST_CASE("Lark terminal flags wrap the pattern as Lark does, so a global flag i
   CHECK_FALSE(accepts(*wrapped, "aB"));
   CHECK_THROWS_AS(lark_terminal("a)(b"), di::error);  // unflagged: unbalanced, as in CPython
 }
+
+TEST_CASE("Lark terminals of lone surrogates say that UTF-8 cannot hold them") {
+  // CPython takes /\ud800/ (a str may hold a lone surrogate); UTF-8 text cannot, so the terminal
+  // matches nothing here. It said only "the grammar matches no string at all (rule '__start'
+  // never ends)".
+  for (const char* pattern : {R"(\ud800)", R"([\ud800-\udfff])", R"(x\ud800)", R"(\ud83d\ude00)"}) {
+    CHECK_THROWS_WITH_AS_MESSAGE(lark_terminal(pattern),
+                                 doctest::Contains("lone surrogate (U+D800..U+DFFF"), di::error,
+                                 pattern);
+  }
+  // Where something else can match, the terminal stays (its surrogate part matches nothing).
+  auto either = lark_terminal(R"(a|\ud800)");
+  CHECK(accepts(*either, "a"));
+  CHECK(accepts(*lark_terminal(R"([a\ud800])"), "a"));
+  // A class with no character at all keeps the generic error.
+  CHECK_THROWS_WITH_AS(lark_terminal(R"([^\s\S])"), doctest::Contains("matches no string"),
+                       di::error);
+}
