@@ -49,17 +49,31 @@ void check_string(const ojson& object, const char* key, const std::string& what,
     fail(what, fmt::format("'{}' must be a string, got {}", what, json_brief(*v)));
 }
 
+/// Refuses `object[key]` unless it is a string (absent and null are refused too). `what` is its
+/// path; `why` says what the string is for.
+void require_string(const ojson& object, const char* key, const std::string& what, const char* why,
+                    const message_error& fail) {
+  const ojson* v = member(object, key);
+  if (v == nullptr || !v->is_string())
+    fail(what, fmt::format("'{}' is required: a string, {}{}", what, why,
+                           v == nullptr ? std::string() : ", got " + json_brief(*v)));
+}
+
 /// One entry of an assistant message's tool_calls, as OpenAI defines it: {"id": string,
 /// "type": "function", "function": {"name": string, "arguments": string}}. The type, name and
 /// arguments are required because the template writes them (a missing one, or an object as
-/// arguments, failed inside the template with an error naming only `messages`); the id, which
-/// no template here writes, may be absent. The arguments stay the JSON text the client sent.
+/// arguments, failed inside the template with an error naming only `messages`); the id
+/// because OpenAI's API and vLLM's message types require it -- the tool message answering the
+/// call names it -- although the DeepSeek templates write neither (it could be absent). The
+/// arguments stay the JSON text the client sent.
 void check_tool_call(const ojson& call, const std::string& at, const message_error& fail) {
   if (!call.is_object())
     fail(at, fmt::format("'{}' must be an object {{\"id\": ..., \"type\": \"function\", "
                          "\"function\": {{\"name\": ..., \"arguments\": ...}}}}",
                          at));
-  check_string(call, "id", at + ".id", fail);
+  require_string(call, "id", at + ".id",
+                 "the call's id, which the tool message answering it repeats as tool_call_id",
+                 fail);
   if (const ojson* type = member(call, "type"); type == nullptr || *type != "function")
     fail(at + ".type", fmt::format("'{}.type' must be \"function\"{}", at,
                                    type == nullptr ? std::string() : ", got " + json_brief(*type)));
@@ -82,10 +96,34 @@ void check_tool_call(const ojson& call, const std::string& at, const message_err
 
 /// The fields OpenAI's schema types beside role and content: `name`, `tool_call_id` and
 /// `refusal` are strings (null counts as absent), each tool call as check_tool_call says. They
-/// were not checked: "name": 5 passed, and a malformed tool call reached the template.
+/// were not checked: "name": 5 passed, and a malformed tool call reached the template. A tool
+/// message's `tool_call_id` is required, as OpenAI's API and vLLM's message types require it
+/// (the DeepSeek templates do not write it; it was optional).
+///
+/// An assistant message's deprecated `function_call` and `audio` are refused, as the request's
+/// top-level `function_call` / `functions` and `audio` are (openai_request.cpp): no template
+/// renders them, so the model never saw the call or the audio (vLLM drops both silently). A
+/// function_call is not turned into a tool call: its answer -- a message of role "function" --
+/// is refused as an unknown role, so such a conversation could not go on anyway. Null counts as
+/// absent (clients that send a returned message back send "function_call": null, "audio": null).
 void check_message_fields(const ojson& m, const std::string& param, const message_error& fail) {
   for (const char* key : {"name", "tool_call_id", "refusal"})
     check_string(m, key, fmt::format("{}.{}", param, key), fail);
+  if (m["role"] == "tool")
+    require_string(m, "tool_call_id", param + ".tool_call_id",
+                   "the id of the tool call this message answers", fail);
+  if (member(m, "function_call") != nullptr)
+    fail(param + ".function_call",
+         fmt::format("'{}.function_call' (OpenAI's deprecated function calling) is not "
+                     "supported; send the call as 'tool_calls': [{{\"id\": ..., \"type\": "
+                     "\"function\", \"function\": {{\"name\": ..., \"arguments\": ...}}}}] and "
+                     "its answer as a message of role \"tool\"",
+                     param));
+  if (member(m, "audio") != nullptr)
+    fail(param + ".audio",
+         fmt::format("'{}.audio' (a previous audio answer) is not supported; this server "
+                     "answers in text, and no template renders audio",
+                     param));
   if (const ojson* calls = member(m, "tool_calls")) {
     if (!calls->is_array()) fail(param + ".tool_calls", "'tool_calls' must be a list");
     for (std::size_t j = 0; j < calls->size(); ++j)

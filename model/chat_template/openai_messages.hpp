@@ -17,7 +17,9 @@ using message_error = std::function<void(const std::string& param, const std::st
 /// developer (rendered as system), user, assistant or tool, whose content is a string, a list
 /// of text parts ({"type": "text", "text": ...}, a bare string as in vLLM, or {"text": ...}
 /// without a type; joined) or -- for assistant messages only --
-/// absent or null; other keys (tool_calls, name, ...) are kept. The first problem goes to `fail`.
+/// absent or null; other keys (tool_calls, name, ...) are kept, typed as OpenAI types them (a
+/// tool call's id and a tool message's tool_call_id required); an assistant message's
+/// deprecated function_call and its audio are refused. The first problem goes to `fail`.
 nlohmann::ordered_json openai_chat_messages(const nlohmann::ordered_json& messages,
                                             const message_error& fail);
 

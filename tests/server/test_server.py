@@ -1481,6 +1481,42 @@ def chat_message_fields_checked(srv, c):
 
 
 @test
+def chat_message_call_ids_required_function_call_and_audio_refused(srv, c):
+    # A tool call's id and a tool message's tool_call_id are required, as OpenAI's API and vLLM's
+    # message types require them (the DeepSeek template writes neither; both were optional). An
+    # assistant message's deprecated function_call and its audio are refused, as the top-level
+    # function_call / functions and audio are: the template rendered neither, so the model never
+    # saw the call or the audio (vLLM drops both silently). Null passes, as a returned message
+    # sent back has them.
+    user = {"role": "user", "content": "q"}
+    call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    fc = {"name": "f", "arguments": "{}"}
+
+    def ask(*msgs):
+        return lambda: c.chat.completions.create(model="tiny", max_tokens=1, messages=list(msgs))
+
+    no_id = {k: v for k, v in call.items() if k != "id"}
+    for msgs, param, says in (
+            ((user, {"role": "assistant", "content": None, "tool_calls": [no_id]}),
+             "messages[1].tool_calls[0].id", "'messages[1].tool_calls[0].id' is required: a string"),
+            ((user, {"role": "assistant", "content": None, "tool_calls": [call]}, {"role": "tool", "content": "x"}),
+             "messages[2].tool_call_id", "'messages[2].tool_call_id' is required: a string"),
+            ((user, {"role": "assistant", "content": "a", "function_call": fc}),
+             "messages[1].function_call", "'messages[1].function_call' (OpenAI's deprecated function calling) "
+                                          "is not supported; send the call as 'tool_calls'"),
+            ((user, {"role": "assistant", "content": None, "function_call": fc}),
+             "messages[1].function_call", "is not supported"),
+            ((user, {"role": "assistant", "content": "a", "audio": {"id": "audio_1"}}),
+             "messages[1].audio", "'messages[1].audio' (a previous audio answer) is not supported"),
+            ((user, {"role": "assistant", "content": "a", "audio": 5}), "messages[1].audio", "is not supported")):
+        body = expect_status(ask(*msgs), 400, param)
+        assert says in body["message"], (says, body)
+    ok = ask(user, {"role": "assistant", "content": None, "tool_calls": [call], "function_call": None,
+                    "audio": None}, {"role": "tool", "tool_call_id": "call_1", "content": "sunny"})()
+    assert ok.choices[0].finish_reason in ("stop", "length"), ok
+
+
+@test
 def logprob_token_names_replace_maximal_subparts(srv, c):
     # A token that is part of a UTF-8 character is named as Python's bytes.decode("utf-8",
     # "replace") and vLLM's tokenizer name it: one U+FFFD per maximal invalid subpart. Token
