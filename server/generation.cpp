@@ -362,7 +362,9 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     std::vector<std::size_t> offsets;
     if (with_prompt) {
       ids = c.prompt_ids;
-      offsets = echo_offsets(c);
+      // (a text prompt was encoded by the router; an empty text is BOS alone)
+      offsets = echo_text_offsets(tok, ids, req_.prompts[c.prompt].ids.empty(),
+                                  req_.params.skip_special_tokens);
       for (std::size_t i = 0; i < ids.size(); ++i) {
         entries.push_back(i < c.out.prompt_logprobs.size() && c.out.prompt_logprobs[i]
                               ? &*c.out.prompt_logprobs[i]
@@ -377,41 +379,6 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     for (std::size_t i = first_logprob; i < c.out.logprobs.size(); ++i)
       entries.push_back(&c.out.logprobs[i]);
     return completion_logprobs(tok, ids, entries, offsets, req_.return_tokens_as_token_ids);
-  }
-
-  /// The text_offset of each prompt token in the echoed prompt. A token-id prompt is echoed as
-  /// it decodes, by the output's decoder. A text prompt is echoed as sent, where a special
-  /// token's text written in it ("<｜end▁of▁sentence｜>") is that token and shows: its own
-  /// tokens count every token's text, and those the tokenizer put around it (BOS) have none.
-  /// (They were counted without the special tokens' text, so each token after one began that
-  /// many characters early.)
-  std::vector<std::size_t> echo_offsets(const choice_state& c) const {
-    const tok::tokenizer& tok = *ctx_.model.tokenizer;
-    const std::string& text = req_.prompts[c.prompt].text;
-    const std::vector<std::int32_t>& ids = c.prompt_ids;
-    std::vector<std::int32_t> own;  // the text's own tokens, as the router encoded them
-    if (!text.empty()) try {
-        own = tok.encode(text);
-      } catch (const std::exception&) {
-      }
-    // They follow the BOS the tokenizer adds (and precede an EOS some tokenizers append): a
-    // text of BOS's own text alone gives [BOS, BOS], whose second one is the text's.
-    auto first = ids.end();
-    if (!own.empty() && own.size() <= ids.size()) {
-      const auto lead = std::ptrdiff_t(std::min<std::size_t>(1, ids.size() - own.size()));
-      if (std::equal(own.begin(), own.end(), ids.begin() + lead))
-        first = ids.begin() + lead;
-      else if (std::equal(own.begin(), own.end(), ids.begin()))
-        first = ids.begin();
-    }
-    const bool verbatim = first != ids.end();
-    text_offsets counted(tok, !verbatim && req_.params.skip_special_tokens);
-    std::vector<std::size_t> out;
-    for (auto it = ids.begin(); it != ids.end(); ++it) {
-      const bool is_own = !verbatim || (it >= first && it < first + std::ptrdiff_t(own.size()));
-      out.push_back(is_own ? counted.push(*it) : counted.num_chars());
-    }
-    return out;
   }
 
   /// Chat logprobs of this response's tokens, named as return_tokens_as_token_ids asks (a

@@ -67,6 +67,35 @@ std::size_t text_offsets::push(std::int32_t id) {
   return offset;
 }
 
+tokens_around_text tokens_added_around_text(const tok::tokenizer& tok) {
+  // A one-character probe: encoded alone, then as the router encodes a prompt. ("a" is one
+  // ordinary token, never BOS or EOS; an empty probe could not tell a lone BOS from a lone EOS
+  // where they are one token.)
+  const std::vector<tok::token_id> own = tok.encode("a");
+  const std::vector<tok::token_id> routed = tok.encode("a", {.add_bos = true});
+  const std::size_t num_added = routed.size() - own.size();
+  const std::size_t before =
+      num_added > 0 && !std::equal(own.begin(), own.end(), routed.begin()) ? 1 : 0;
+  return {.num_before = before, .num_after = num_added - before};
+}
+
+std::vector<std::size_t> echo_text_offsets(const tok::tokenizer& tok,
+                                           const std::vector<std::int32_t>& prompt_ids,
+                                           bool is_text, bool skip_special_tokens) {
+  std::size_t first = 0, last = prompt_ids.size();  // the prompt's own tokens: [first, last)
+  if (is_text) {
+    const tokens_around_text added = tokens_added_around_text(tok);
+    first = std::min(added.num_before, prompt_ids.size());
+    last = std::max(first, prompt_ids.size() - std::min(added.num_after, prompt_ids.size()));
+  }
+  text_offsets counted(tok, !is_text && skip_special_tokens);
+  std::vector<std::size_t> out;
+  out.reserve(prompt_ids.size());
+  for (std::size_t i = 0; i < prompt_ids.size(); ++i)
+    out.push_back(i >= first && i < last ? counted.push(prompt_ids[i]) : counted.num_chars());
+  return out;
+}
+
 json completion_logprobs(const tok::tokenizer& tok, const std::vector<std::int32_t>& ids,
                          const std::vector<const runtime::position_logprobs*>& entries,
                          const std::vector<std::size_t>& text_offset, bool as_token_ids) {

@@ -67,6 +67,25 @@ class text_offsets {
 /// Code points of valid UTF-8 text.
 std::size_t count_chars(std::string_view text);
 
+/// The tokens the router's encoding of a text prompt (encode with add_bos) puts around the
+/// text's own: BOS before and EOS after, as tokenizer_config.json's add_bos_token and
+/// add_eos_token say.
+struct tokens_around_text {
+  std::size_t num_before = 0;
+  std::size_t num_after = 0;
+};
+tokens_around_text tokens_added_around_text(const tok::tokenizer& tok);
+
+/// The text_offset of each token of a prompt that completions' `echo` returns, in characters
+/// of the echoed prompt. A token-id prompt (`is_text` false) is echoed as it decodes, by the
+/// output's decoder (`skip_special_tokens`). A text prompt is echoed as sent, where a special
+/// token's text written in it ("<｜end▁of▁sentence｜>") is that token and shows: its own tokens
+/// count every token's text, and those the router put around them (tokens_added_around_text)
+/// have none. The ids are the router's; nothing is encoded again.
+std::vector<std::size_t> echo_text_offsets(const tok::tokenizer& tok,
+                                           const std::vector<std::int32_t>& prompt_ids,
+                                           bool is_text, bool skip_special_tokens);
+
 /// Completions logprobs of `entries` (prompt entries may be null); `offsets[i]` is token i's
 /// text_offset. Each top_logprobs dict holds the top tokens, then the position's own token when
 /// it is not among them; of tokens with equal texts the first keeps the key. `as_token_ids`

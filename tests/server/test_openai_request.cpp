@@ -11,7 +11,9 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <fstream>
 #include <functional>
+#include <iterator>
 
 using namespace di::server;
 using json = request_json;
@@ -503,6 +505,65 @@ TEST_CASE("text_offset: a token after a fragment that never completes begins aft
   CHECK(again.push(id_of_byte(0xE4)) == 0);
   CHECK(again.push(id_of_byte(0xC3)) == 1);
   CHECK(again.push(id_of_byte(0xBF)) == 1);
+}
+
+/// The DeepSeek tokenizer with `config` as its tokenizer_config.json.
+static di::tok::tokenizer deepseek_tokenizer_with(const std::string& config) {
+  std::ifstream in(di::test::shared_path("models/deepseek-v3-tokenizer/tokenizer.json"),
+                   std::ios::binary);
+  const std::string json_text((std::istreambuf_iterator<char>(in)),
+                              std::istreambuf_iterator<char>());
+  return di::tok::tokenizer::from_json(json_text, config);
+}
+
+TEST_CASE("echo text_offset: the router's ids, the tokens it added around the text count none") {
+  // (The offsets were found by encoding the prompt text again and looking for its tokens in the
+  // ids: where the tokenizer appends EOS, a text of EOS's own text, [EOS, EOS], was taken as
+  // the appended one first -- the text's own token counted none, its offsets [0, 0].)
+  const std::string bos = "<｜begin▁of▁sentence｜>", eos = "<｜end▁of▁sentence｜>";  // 21, 19
+  const auto config = [&](bool add_bos, bool add_eos) {
+    return fmt::format(R"({{"bos_token": "{}", "eos_token": "{}", "add_bos_token": {}, )"
+                       R"("add_eos_token": {}}})",
+                       bos, eos, add_bos, add_eos);
+  };
+  using offsets = std::vector<std::size_t>;
+  const auto echo = [](const di::tok::tokenizer& tok, const std::string& text) {
+    return echo_text_offsets(tok, tok.encode(text, {.add_bos = true}), true, true);
+  };
+  SUBCASE("BOS before (DeepSeek's own configuration)") {
+    const auto tok = deepseek_tokenizer_with(config(true, false));
+    CHECK(tokens_added_around_text(tok).num_before == 1);
+    CHECK(tokens_added_around_text(tok).num_after == 0);
+    // BOS, "a", EOS written in the text (its 19 characters show), "b"
+    CHECK(echo(tok, "a" + eos + "b") == offsets{0, 0, 1, 20});
+    // a text of BOS's own text: [BOS, BOS], the second one the text's
+    CHECK(echo(tok, bos + "x") == offsets{0, 0, 21});
+    CHECK(echo(tok, "") == offsets{0});  // BOS alone
+  }
+  SUBCASE("EOS after") {
+    const auto tok = deepseek_tokenizer_with(config(false, true));
+    CHECK(tokens_added_around_text(tok).num_before == 0);
+    CHECK(tokens_added_around_text(tok).num_after == 1);
+    CHECK(echo(tok, eos) == offsets{0, 19});  // the old search gave {0, 0}
+    CHECK(echo(tok, "a" + eos) == offsets{0, 1, 20});
+  }
+  SUBCASE("both, and neither") {
+    const auto both = deepseek_tokenizer_with(config(true, true));
+    CHECK(tokens_added_around_text(both).num_before == 1);
+    CHECK(tokens_added_around_text(both).num_after == 1);
+    CHECK(echo(both, bos + "x" + eos) == offsets{0, 0, 21, 22, 41});
+    const auto neither = deepseek_tokenizer_with(config(false, false));
+    CHECK(tokens_added_around_text(neither).num_before == 0);
+    CHECK(tokens_added_around_text(neither).num_after == 0);
+    CHECK(echo(neither, bos + "x") == offsets{0, 21});
+  }
+  SUBCASE("a token-id prompt is echoed as it decodes") {
+    const auto tok = deepseek_tokenizer_with(config(true, false));
+    const std::vector<std::int32_t> ids = tok.encode(bos + "a" + eos + "b");  // [BOS, a, EOS, b]
+    REQUIRE(ids.size() == 4);
+    CHECK(echo_text_offsets(tok, ids, false, true) == offsets{0, 0, 1, 1});
+    CHECK(echo_text_offsets(tok, ids, false, false) == offsets{0, 21, 22, 41});
+  }
 }
 
 TEST_CASE("a body that is not JSON gets the parser's reason") {

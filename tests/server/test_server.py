@@ -1517,6 +1517,25 @@ def chat_message_call_ids_required_function_call_and_audio_refused(srv, c):
 
 
 @test
+def echo_text_offsets_from_the_routers_ids(srv, c):
+    # An echoed prompt's text_offset comes from the ids the router encoded (the text is not
+    # encoded again): a text prompt is echoed as sent, the special token written in it shows
+    # (19 characters) and the BOS the router put before it has none; a token-id prompt is echoed
+    # as it decodes, special tokens shown or skipped as skip_special_tokens says.
+    bos, eos = "<\uff5cbegin\u2581of\u2581sentence\uff5c>", "<\uff5cend\u2581of\u2581sentence\uff5c>"
+    kw = dict(model="tiny", max_tokens=1, echo=True, logprobs=0)
+    r = c.completions.create(prompt="a" + eos + "b", **kw, extra_body={"return_token_ids": True})
+    ids = r.choices[0].model_extra["prompt_token_ids"]
+    assert len(ids) == 4 and r.choices[0].text.startswith("a" + eos + "b"), r
+    assert r.choices[0].logprobs.text_offset[:4] == [0, 0, 1, 20], r.choices[0].logprobs
+    for skip, text, offsets in ((True, "ab", [0, 0, 1, 1]), (False, bos + "a" + eos + "b", [0, 21, 22, 41])):
+        r = c.completions.create(prompt=ids, **kw, extra_body={"skip_special_tokens": skip})
+        lp = r.choices[0].logprobs
+        assert r.choices[0].text.startswith(text) and lp.text_offset[:4] == offsets, (skip, r)
+        assert lp.text_offset[4] == len(text), (skip, lp)  # the output's token follows the prompt
+
+
+@test
 def logprob_token_names_replace_maximal_subparts(srv, c):
     # A token that is part of a UTF-8 character is named as Python's bytes.decode("utf-8",
     # "replace") and vLLM's tokenizer name it: one U+FFFD per maximal invalid subpart. Token
