@@ -2,7 +2,8 @@
 // prompt bytes and tokens, stop strings, logprobs, ids within the vocabulary), tokenizes text,
 // picks a data-parallel group by the longest cached prefix and by load, and forwards the events
 // of each step to the clients. It monitors its schedulers (a group that goes down stops
-// receiving work and its live requests end with finish_reason "error") and its clients (a
+// receiving work, its live requests end with finish_reason "error", and those it had not
+// admitted yet go to another group, as those it refuses for room do) and its clients (a
 // client that goes away has its requests aborted). Refusals are immediate replies with a
 // message; nothing a client sends can stop the router.
 #pragma once

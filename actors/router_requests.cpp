@@ -93,72 +93,85 @@ void end_pending(router_self self, std::uint64_t id, failure_kind kind, const st
   --st.counters.num_live;
 }
 
-/// The up groups that have not refused the request for lack of room yet: `group` and `tried`.
-std::vector<int> untried_groups(const router_state& st, int group, const std::vector<int>& tried) {
+/// The up groups that may still take the request: not its group, none that passed it on.
+std::vector<int> untried_groups(const router_state& st, const live_request& r) {
   std::vector<int> out;
   for (int g : up_groups(st))
-    if (g != group && std::find(tried.begin(), tried.end(), g) == tried.end()) out.push_back(g);
+    if (g != r.group && std::find(r.passed_by.begin(), r.passed_by.end(), g) == r.passed_by.end())
+      out.push_back(g);
   return out;
 }
 
+void dispatch(router_self self, std::uint64_t id, runtime::request req, int group,
+              bool by_affinity);
+
+/// Offers a request its group did not admit (it refused it for room or went down) to the least
+/// loaded up group that has not had it yet, so that a cached prefix (or a load figure that
+/// lags) never costs a refusal while another group may serve it. False when there is none, or
+/// its client aborted it (it would start only to be aborted).
+bool pass_on(router_self self, std::uint64_t id) {
+  router_state& st = self->state;
+  live_request& r = st.requests.at(id);
+  if (!r.spare || r.abort_pending) return false;
+  r.passed_by.push_back(r.group);
+  const std::vector<int> others = untried_groups(st, r);
+  if (others.empty()) return false;
+  group_entry& from = st.groups[std::size_t(r.group)];  // it did not take the request
+  --from.num_live;
+  --from.num_requests;
+  from.num_affinity -= r.is_by_affinity;
+  bool unused = false;
+  const int next = choose_group(self, others, std::vector<std::int64_t>(others.size(), 0), unused);
+  runtime::request req = *r.spare;
+  req.prompt_ids = r.accepted.prompt_ids;
+  dispatch(self, id, std::move(req), next, false);
+  return true;
+}
+
 /// Sends the request to `group`. A group whose waiting line is full (queue_full,
-/// queued_tokens_full) passes it on to the least loaded group that has not refused it yet, so
-/// that a cached prefix (or a load figure that lags) never costs a refusal while another group
-/// has room; `tried` lists the groups that refused it so.
-void dispatch(router_self self, std::uint64_t id, runtime::request req, int group, bool by_affinity,
-              std::vector<int> tried = {}) {
+/// queued_tokens_full) or that goes down before answering (fail_requests) has the request
+/// passed on (pass_on); the answer of a group that passed it on is stale and ignored.
+void dispatch(router_self self, std::uint64_t id, runtime::request req, int group,
+              bool by_affinity) {
   router_state& st = self->state;
   live_request& r = st.requests.at(id);
   group_entry& g = st.groups[std::size_t(group)];
   r.group = group;
   r.accepted.group = group;
+  r.is_by_affinity = by_affinity;
   ++g.num_live;
   ++g.num_requests;
   g.num_affinity += by_affinity;
   // What another group needs, when there is one to offer it to: all but the prompt, which the
-  // reply keeps until admission (a copy of the whole request was made for every dispatch).
-  std::shared_ptr<runtime::request> spare;
-  if (!untried_groups(st, group, tried).empty())
-    spare = std::make_shared<runtime::request>(
-        runtime::request{.id = req.id, .params = req.params, .seed = req.seed});
+  // reply keeps until admission.
+  if (!r.spare && !untried_groups(st, r).empty())
+    r.spare = runtime::request{.id = req.id, .params = req.params, .seed = req.seed};
   self->request(g.handle, admission_timeout, start_request{std::move(req)})
       .then(
           [=](runtime::admission_result& res) {
             auto it = self->state.requests.find(id);
-            if (it == self->state.requests.end()) return;
+            if (it == self->state.requests.end() || it->second.group != group) return;
             const bool is_full = res.status == runtime::admission_status::queue_full ||
                                  res.status == runtime::admission_status::queued_tokens_full;
-            if (is_full && spare && !it->second.abort_pending) {
-              std::vector<int> others = untried_groups(self->state, group, tried);
-              if (!others.empty()) {
-                group_entry& refused = self->state.groups[std::size_t(group)];
-                --refused.num_live;
-                --refused.num_requests;
-                refused.num_affinity -= by_affinity;
-                std::vector<int> refused_by = tried;
-                refused_by.push_back(group);
-                bool unused = false;
-                const int next =
-                    choose_group(self, others, std::vector<std::int64_t>(others.size(), 0), unused);
-                spare->prompt_ids = it->second.accepted.prompt_ids;
-                return dispatch(self, id, std::move(*spare), next, false, std::move(refused_by));
-              }
-            }
+            if (is_full && pass_on(self, id)) return;
             if (!res.is_accepted())
               return end_pending(self, id, runtime::failure_of(res.status), res.message, res.param,
                                  res.status);
             live_request& lr = it->second;
             lr.is_admitted = true;
+            lr.spare.reset();
             ++self->state.counters.num_accepted;
             lr.reply->deliver(std::move(lr.accepted));
             lr.reply.reset();
-            if (lr.abort_pending) self->send(self->state.groups[std::size_t(group)].handle, abort_request{id});
+            if (lr.abort_pending)
+              self->send(self->state.groups[std::size_t(group)].handle, abort_request{id});
           },
           [=](caf::error& err) {
+            auto it = self->state.requests.find(id);
+            if (it == self->state.requests.end() || it->second.group != group) return;
             const group_entry& ge = self->state.groups[std::size_t(group)];
             // The group's scheduler stopped while the request was on its way: the down message
-            // that follows fails it with the group's reason (fail_requests), unless it came
-            // first (then the request is gone already and end_pending does nothing).
+            // that follows passes it on or fails it with the group's reason (fail_requests).
             if (err == caf::sec::request_receiver_down && ge.is_up) return;
             end_pending(
                 self, id, failure_kind::unavailable,
@@ -395,8 +408,8 @@ void fail_requests(router_self self, int group, const std::string& reason) {
   std::map<int, group_events> by_group;
   for (std::uint64_t id : ids) {
     live_request& r = st.requests.at(id);
-    if (!r.is_admitted) {
-      end_pending(self, id, failure_kind::unavailable, reason);
+    if (!r.is_admitted) {  // its client has seen nothing of it yet: another group may take it
+      if (group < 0 || !pass_on(self, id)) end_pending(self, id, failure_kind::unavailable, reason);
       continue;
     }
     group_events& ge = by_group[r.group];

@@ -38,7 +38,12 @@ struct live_request {
   bool is_admitted = false;   ///< the scheduler accepted it
   bool abort_pending = false;  ///< the client aborted before admission
   std::optional<caf::typed_response_promise<submit_reply>> reply;  ///< until admitted
-  submit_reply accepted;  ///< the reply to deliver on admission
+  submit_reply accepted;  ///< the reply to deliver on admission (it holds the prompt)
+  /// Until admitted, what another group needs to take the request besides the prompt, when its
+  /// group refuses it for room or goes down; unset when no other group was up.
+  std::optional<runtime::request> spare;
+  std::vector<int> passed_by;   ///< groups that refused it for room or went down with it
+  bool is_by_affinity = false;  ///< its group was chosen for a cached prefix
   /// The largest client_events message its client accepts (0: an in-process client, no bound).
   std::int64_t max_event_bytes = 0;
 };
