@@ -3,7 +3,9 @@
 // inline flags) becomes a grammar expression over bytes. Default semantics are full match;
 // search mode gives JSON Schema `pattern` semantics (matches anywhere unless anchored).
 // Constructs a context-free grammar cannot express exactly (backreferences, lookaround,
-// word boundaries, anchors inside the pattern) are clear errors, never approximations.
+// word boundaries, anchors inside a full-match pattern) are clear errors, never approximations;
+// in search mode anchors are read exactly wherever they sit (each path is kept by the anchors it
+// passes; a part of the pattern they leave no way through is refused, saying so).
 #pragma once
 
 #include "runtime/grammar/grammar.hpp"

@@ -1,6 +1,7 @@
 // Regex structure: alternation, concatenation, groups and inline flags, quantifiers, and the
-// anchor rules (an anchor may only sit at the start or end of the pattern or of a top-level
-// alternative; search mode pads unanchored ends with "any character").
+// anchor rules (full match: an anchor may only sit at the start or end of the pattern or of a
+// top-level alternative; search mode keeps each path's text by the anchors it passes, exactly,
+// and pads unanchored ends with "any character").
 #include "runtime/grammar/detail/regex_parser.hpp"
 
 #include "common/error.hpp"
@@ -44,18 +45,33 @@ expr_id regex_parser::any_char() const {
 expr_id regex_parser::parse() {
   piece p = parse_alternation(0);
   if (!at_end()) fail("unmatched ')'");
-  if (surrogates_only_ && options_.flavor == regex_flavor::python && matches_nothing(p.e))
+  if (surrogates_only_ && options_.flavor == regex_flavor::python && matches_nothing(flatten(p)))
     fail(
         "the pattern matches only text holding a lone surrogate (U+D800..U+DFFF, e.g. \\ud800), "
         "which cannot be encoded in UTF-8, so it matches no UTF-8 text and nothing could be "
         "generated (a character beyond U+FFFF is one escape, \\U0001F600, not a surrogate pair)");
-  if (!options_.search) return p.e;
+  if (!options_.search) return flatten(p);
+  // Search: a path not tied to the start may begin anywhere, one not tied to the end stop anywhere.
   expr_id pad = g_.repeat(class_expr(codepoint_set::all()), 0, k_unbounded);
-  std::vector<expr_id> items;
-  if (!p.start) items.push_back(pad);
-  items.push_back(p.e);
-  if (!p.end) items.push_back(pad);
-  return g_.sequence(std::move(items));
+  std::vector<expr_id> alts;
+  for (int s : {0, 1}) {
+    for (int e : {0, 1}) {
+      if (!p.cell[s][e]) continue;
+      std::vector<expr_id> items;
+      if (!s) items.push_back(pad);
+      items.push_back(*p.cell[s][e]);
+      if (!e) items.push_back(pad);
+      alts.push_back(g_.sequence(std::move(items)));
+    }
+  }
+  return g_.choice(std::move(alts));
+}
+
+regex_parser::piece regex_parser::anchor(bool start) const {
+  piece p;
+  p.cell[start ? 1 : 0][start ? 0 : 1] = g_.empty();
+  p.anchor_only = true;
+  return p;
 }
 
 regex_parser::piece regex_parser::parse_alternation(std::size_t depth) {
@@ -65,29 +81,56 @@ regex_parser::piece regex_parser::parse_alternation(std::size_t depth) {
     alts.push_back(parse_concat(depth));
   }
   if (alts.size() == 1) return alts[0];
-  auto count = [&](bool piece::*flag) {
-    return std::count_if(alts.begin(), alts.end(), [&](const piece& a) { return a.*flag; });
-  };
-  std::size_t starts = count(&piece::start), ends = count(&piece::end);
-  piece out{0, starts > 0, ends > 0, false};
-  expr_id pad = g_.repeat(class_expr(codepoint_set::all()), 0, k_unbounded);
-  std::vector<expr_id> es, open;
-  for (piece& a : alts) {
-    // Search mode: an unanchored alternative beside anchored ones may match anywhere.
-    if (options_.search && starts > 0 && !a.start) {
-      a.e = g_.sequence({pad, a.e});
-      if (a.open) a.open = g_.sequence({pad, *a.open});
+  piece out;
+  for (int s : {0, 1}) {
+    for (int e : {0, 1}) {
+      std::vector<expr_id> es;
+      for (const piece& a : alts)
+        if (a.cell[s][e]) es.push_back(*a.cell[s][e]);
+      if (!es.empty()) out.cell[s][e] = g_.choice(std::move(es));
     }
-    if (a.end ? a.open.has_value() : true) {
-      open.push_back(a.end ? *a.open : a.e);
-      out.open_start = out.open_start || (a.end ? a.open_start : a.start);
-    }
-    if (options_.search && ends > 0 && !a.end) a.e = g_.sequence({a.e, pad});
-    es.push_back(a.e);
   }
-  out.e = g_.choice(std::move(es));
-  if (!open.empty()) out.open = g_.choice(std::move(open));
   return out;
+}
+
+expr_id regex_parser::flatten(const piece& p) const {
+  std::vector<expr_id> es;
+  for (const auto& row : p.cell)
+    for (const auto& c : row)
+      if (c) es.push_back(*c);
+  return g_.choice(std::move(es));
+}
+
+regex_parser::piece regex_parser::join(const piece& a, const piece& b) const {
+  // '$' asserts the end of the input, so what follows it there matched empty (ECMAScript, no m
+  // flag); '^' asserts its start, so what precedes it matched empty from the start. Both: the
+  // input is empty.
+  std::vector<expr_id> out[2][2];
+  for (int sa : {0, 1}) {
+    for (int ea : {0, 1}) {
+      for (int sb : {0, 1}) {
+        for (int eb : {0, 1}) {
+          if (!a.cell[sa][ea] || !b.cell[sb][eb]) continue;
+          const expr_id x = *a.cell[sa][ea], y = *b.cell[sb][eb];
+          if (ea && sb) {
+            if (matches_empty(x) && matches_empty(y)) out[1][1].push_back(g_.empty());
+          } else if (ea) {
+            if (matches_empty(y)) out[sa][1].push_back(x);
+          } else if (sb) {
+            if (matches_empty(x)) out[1][eb].push_back(y);
+          } else {
+            out[sa][eb].push_back(g_.sequence({x, y}));
+          }
+        }
+      }
+    }
+  }
+  piece p;
+  p.anchor_only = a.anchor_only && b.anchor_only;
+  for (int s : {0, 1})
+    for (int e : {0, 1})
+      if (!out[s][e].empty()) p.cell[s][e] = g_.choice(std::move(out[s][e]));
+  return p;
 }
 
 bool regex_parser::matches_empty(expr_id id) const {
@@ -144,107 +187,90 @@ regex_parser::piece regex_parser::parse_concat(std::size_t depth) {
     offsets.push_back(offset);
   }
   offsets.push_back(pos_);
-  piece out{g_.empty(), false, false, !items.empty()};
-  std::vector<expr_id> es;
+  // Runs of items without anchors are one sequence each: joined one by one, the growing
+  // sequence would be copied at every item.
+  std::vector<piece> segments;
+  std::vector<std::size_t> segment_offsets;
+  std::vector<expr_id> run;
+  const auto end_run = [&] {
+    if (!run.empty()) segments.emplace_back(g_.sequence(std::move(run)));
+    run.clear();
+  };
   for (std::size_t k = 0; k < items.size(); ++k) {
     const piece& it = items[k];
-    bool before_all_anchors = std::all_of(items.begin(), items.begin() + std::ptrdiff_t(k),
-                                          [](const piece& q) { return q.anchor_only; });
-    bool after_all_anchors = std::all_of(items.begin() + std::ptrdiff_t(k) + 1, items.end(),
-                                         [](const piece& q) { return q.anchor_only; });
-    // `$` asserts the end of the input, so what follows it can match only the empty string
-    // there: `^$[a-z]*$` is `^$`. Search mode only, items after it that can match empty are
-    // dropped: that is exact for the paths of `it` that end the input, and for its others,
-    // which an alternation pads with `.*`, where the rest can match empty without ending the
-    // input too (`(a$|b)c*`; not `(a$|b)(c*$|d)`, where b must be followed by c* at the end).
-    // In full-match mode `(a$|b)c*` would lose `bc`.
-    const auto rest_empty = [&](bool open) {
-      return options_.search &&
-             std::all_of(items.begin() + std::ptrdiff_t(k) + 1, items.end(), [&](const piece& q) {
-               if (q.start) return false;
-               if (open && q.end) return q.open && matches_empty(*q.open);
-               return matches_empty(q.e);
-             });
-    };
-    const bool rest_matches_empty = rest_empty(false);
-    const bool drop_rest = rest_matches_empty && (!it.open || rest_empty(true));
-    // Search mode: where the rest cannot match empty, the paths of `it` through '$' match
-    // nothing and its others remain: `(a$|c)b` is `cb`.
-    if (it.end && !after_all_anchors && !rest_matches_empty && options_.search && it.open)
-      items[k] = piece{*it.open, it.open_start, false, false};
-    if (it.start && !before_all_anchors) {
-      // Search mode: '^' asserts the start of the input, so what precedes it matched empty
-      // there: `x*^a` is `^a`; where that cannot match empty, this part matches nothing.
-      const bool before_match_empty =
-          std::all_of(items.begin(), items.begin() + std::ptrdiff_t(k),
-                      [&](const piece& q) { return !q.end && matches_empty(q.e); });
-      if (options_.search && it.anchor_only && before_match_empty)
-        es.clear();
-      else if (options_.search && it.anchor_only)
-        start_anchor_preceded(offsets, k);
-      else
+    const bool plain = !it.anchor_only && !it.start() && !it.end();
+    if (!plain || run.empty()) segment_offsets.push_back(offsets[k]);
+    if (plain) {
+      run.push_back(*it.cell[0][0]);
+      continue;
+    }
+    end_run();
+    segments.push_back(it);
+  }
+  end_run();
+  segment_offsets.push_back(offsets.back());
+  return join_all(segments, segment_offsets);
+}
+
+regex_parser::piece regex_parser::join_all(const std::vector<piece>& items,
+                                           const std::vector<std::size_t>& offsets) {
+  piece out(g_.empty());
+  out.anchor_only = !items.empty();
+  std::optional<std::size_t> ended_at;  // the item after which every path has ended the input
+  for (std::size_t k = 0; k < items.size(); ++k) {
+    const piece& it = items[k];
+    if (!options_.search) {
+      // Full match: '$' and '^' only at the ends ((a$|b)c* would also match "bc" there).
+      if (out.end() && !it.anchor_only)
+        fail("'$' or '\\z' in the middle of a pattern is not supported (only at its end)");
+      if (it.start() && !out.anchor_only)
         fail("'^' or '\\A' in the middle of a pattern is not supported (only at its start)");
     }
-    if (it.end && !after_all_anchors && !drop_rest) {
-      if (options_.search) end_anchor_followed(offsets, k, it.anchor_only, !rest_matches_empty);
-      fail("'$' or '\\z' in the middle of a pattern is not supported (only at its end)");
-    }
-    out.start = out.start || it.start;
-    out.end = out.end || it.end;
-    out.anchor_only = out.anchor_only && it.anchor_only;
-    es.push_back(it.e);
-    if (it.end && !after_all_anchors) break;  // the rest can only match empty (checked above)
+    piece next = join(out, it);
+    if (!next.any()) anchors_leave_no_path(offsets, items, k, ended_at);
+    out = next;
+    if (!ended_at && !out.open()) ended_at = k;
   }
-  out.e = g_.sequence(std::move(es));
-  if (out.end) set_open(out, items);
   return out;
 }
 
-void regex_parser::set_open(piece& out, const std::vector<piece>& items) const {
-  std::vector<expr_id> es;
-  bool start = false;
-  for (const piece& it : items) {
-    if (it.end && !it.open) return;       // every path of `it` ends the input
-    if (it.start && !it.end) es.clear();  // '^' after what matched empty (parse_concat)
-    es.push_back(it.end ? *it.open : it.e);
-    start = start || (it.end ? it.open_start : it.start);
-  }
-  out.open = g_.sequence(std::move(es));
-  out.open_start = start;
-}
-
-void regex_parser::start_anchor_preceded(const std::vector<std::size_t>& offsets, std::size_t k) {
-  const std::string_view before = p_.substr(offsets[0], offsets[k] - offsets[0]);
-  pos_ = offsets[k];
-  fail(
-      fmt::format("'^' cannot follow '{}': in a JSON Schema pattern (ECMAScript, no m flag) '^' "
-                  "matches only at the start of the string, so this part of the pattern matches "
-                  "no string (a literal caret is \\^)",
-                  before));
-}
-
-void regex_parser::end_anchor_followed(const std::vector<std::size_t>& offsets, std::size_t k,
-                                       bool anchor_only, bool dead) {
-  const std::string_view item = p_.substr(offsets[k], offsets[k + 1] - offsets[k]);
-  const std::string_view rest = p_.substr(offsets[k + 1], offsets.back() - offsets[k + 1]);
-  pos_ = offsets[k + 1];
-  const std::string why =
-      "in a JSON Schema pattern (ECMAScript, no m flag) '$' matches only at the end of the string";
-  if (anchor_only)
-    fail(
-        fmt::format("'{}' cannot follow '{}': {}, so this part of the pattern matches no string "
-                    "(a literal dollar sign is \\$)",
-                    rest, item, why));
-  if (dead)
+void regex_parser::anchors_leave_no_path(const std::vector<std::size_t>& offsets,
+                                         const std::vector<piece>& items, std::size_t k,
+                                         std::optional<std::size_t> ended_at) {
+  const auto text = [&](std::size_t from, std::size_t to) {
+    return p_.substr(offsets[from], offsets[to] - offsets[from]);
+  };
+  if (ended_at) {
+    const std::size_t j = *ended_at;
+    const std::string_view rest = text(j + 1, offsets.size() - 1);
+    pos_ = offsets[j + 1];
+    const std::string why =
+        "in a JSON Schema pattern (ECMAScript, no m flag) '$' matches only at the end of the "
+        "string";
+    if (items[j].anchor_only)
+      fail(fmt::format(
+          "'{}' cannot follow '{}': {}, so this part of the pattern matches no string (a literal "
+          "dollar sign is \\$)",
+          rest, text(j, j + 1), why));
+    if (!items[j].open())
+      fail(fmt::format(
+          "'{}' cannot follow '{}', which ends with '$' in every alternative: {}, so this part of "
+          "the pattern matches no string",
+          rest, text(j, j + 1), why));
     fail(fmt::format(
-        "'{}' cannot follow '{}', which ends with '$' in every alternative: {}, so this part of "
-        "the pattern matches no string",
-        rest, item, why));
-  fail(
-      fmt::format("'{}' cannot follow '{}', which may end with '$': {}; after a group that ends "
-                  "the string in some of its alternatives, text that matches empty only at the "
-                  "end of the string is not supported (write it into each alternative)",
-                  rest, item, why));
+        "'{}' cannot follow '{}', every match of which ends the string: {}, so this part of the "
+        "pattern matches no string",
+        rest, text(0, j + 1), why));
+  }
+  // Item k ties every path to the start, and what precedes it needs text.
+  pos_ = offsets[k];
+  const std::string why =
+      "in a JSON Schema pattern (ECMAScript, no m flag) '^' matches only at the start of the "
+      "string, so this part of the pattern matches no string";
+  if (items[k].anchor_only)
+    fail(fmt::format("'^' cannot follow '{}': {} (a literal caret is \\^)", text(0, k), why));
+  fail(fmt::format("'{}' cannot follow '{}', as it starts with '^' in every alternative: {}",
+                   text(k, k + 1), text(0, k), why));
 }
 
 std::optional<regex_parser::piece> regex_parser::parse_atom(std::size_t depth) {
@@ -253,15 +279,15 @@ std::optional<regex_parser::piece> regex_parser::parse_atom(std::size_t depth) {
     case '(':
       return parse_group(depth);
     case '[':
-      return piece{class_expr(parse_class())};
+      return piece(class_expr(parse_class()));
     case '.':
       ++pos_;
-      return piece{any_char()};
+      return piece(any_char());
     case '^':
     case '$':
       if (flags_.multi_line) fail("'^' and '$' in multi-line mode are not supported");
       ++pos_;
-      return piece{g_.empty(), c == '^', c == '$', true};
+      return anchor(c == '^');
     case '*':
     case '+':
     case '?':
@@ -274,7 +300,7 @@ std::optional<regex_parser::piece> regex_parser::parse_atom(std::size_t depth) {
         fail("quantifier '{' has nothing to repeat");
       }
       ++pos_;
-      return piece{g_.literal("{")};
+      return piece(g_.literal("{"));
     }
     case '\\': {
       if (pos_ + 1 < p_.size()) {
@@ -289,13 +315,13 @@ std::optional<regex_parser::piece> regex_parser::parse_atom(std::size_t depth) {
         const bool python_z = e == 'z' && options_.flavor == regex_flavor::python;  // bad escape
         if (e == 'A' || (e == 'z' && !python_z) || e == 'Z') {
           pos_ += 2;
-          return piece{g_.empty(), e == 'A', e != 'A', true};
+          return anchor(e == 'A');
         }
       }
-      return piece{parse_escape_atom()};
+      return piece(parse_escape_atom());
     }
     default:
-      return piece{char_expr(next_cp())};
+      return piece(char_expr(next_cp()));
   }
 }
 
@@ -365,15 +391,15 @@ regex_parser::piece regex_parser::apply_quantifier(piece p) {
           "nothing to repeat: ECMAScript takes no quantifier right after another (a**, a*?? or "
           "a{2}*); group the first, (?:a*)*");
     }
-    if (p.start || p.end) fail("a quantifier on an anchor is not supported");
+    if (p.start() || p.end()) fail("a quantifier on an anchor is not supported");
     if (lo > hi)
       fail("repetition {" + std::to_string(lo) + "," + std::to_string(hi) + "} has min > max");
     if ((hi != k_unbounded && hi > k_max_repeat) || lo > k_max_repeat)
       fail("repetition count too large (the limit is " + std::to_string(k_max_repeat) + ")");
-    p.e = g_.repeat(p.e, lo, hi);
+    p.cell[0][0] = g_.repeat(*p.cell[0][0], lo, hi);
     if (eat('+')) {
       // Possessive (Python): a*+ is (?>a*), the same as a* where that cannot end in two places.
-      if (options_.flavor != regex_flavor::python || !is_prefix_free(p.e))
+      if (options_.flavor != regex_flavor::python || !is_prefix_free(*p.cell[0][0]))
         fail(
             "possessive quantifiers (a*+, a++, a?+, a{m,n}+) are not supported where what they "
             "repeat could end in more than one place: they never give back what they matched, "
@@ -408,7 +434,7 @@ std::optional<regex_parser::piece> regex_parser::parse_group(std::size_t depth) 
       at_pattern_start_ = false;
       piece inner = parse_alternation(depth + 1);
       if (!eat(')')) fail("missing ')'");
-      if (!is_prefix_free(inner.e))
+      if (!is_prefix_free(flatten(inner)))
         fail(
             "atomic groups (?>...) are not supported where their text could end in more than "
             "one place: they never give back what they matched, so which strings match depends "

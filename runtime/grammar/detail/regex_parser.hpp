@@ -24,34 +24,43 @@ class regex_parser {
     bool extended = false;
     bool unicode = true;
   };
-  /// A parsed sub-pattern and whether it is tied to the start / end of the input.
+  /// A parsed sub-pattern, its paths split by the anchors they pass: `cell[s][e]` is the text of
+  /// the paths that pass '^' (s: the text starts at the start of the input) or '$' (e: it ends at
+  /// its end), none where no path does. Kept apart, a concatenation sees which paths its anchors
+  /// leave a way through, exactly: (a$|c)b is cb, c(^a|b) is cb, x*^a is ^a.
   struct piece {
-    expr_id e;
-    bool start = false;
-    bool end = false;
-    bool anchor_only = false;  ///< ^, $, \A, \z by themselves
-    /// Search mode, where `end`: the paths that pass no '$' (all that remains where text must
-    /// follow the piece), without the end padding `e` gives them; none where every path ends
-    /// the input. `open_start`: some of them are tied to the start.
-    std::optional<expr_id> open;
-    bool open_start = false;
+    std::optional<expr_id> cell[2][2];
+    bool anchor_only = false;  ///< ^, $, \A, \z by themselves (or only such)
+    piece() = default;
+    explicit piece(expr_id e) { cell[0][0] = e; }
+    bool start() const { return cell[1][0] || cell[1][1]; }
+    bool end() const { return cell[0][1] || cell[1][1]; }
+    bool open() const { return cell[0][0] || cell[1][0]; }       ///< some path passes no '$'
+    bool unstarted() const { return cell[0][0] || cell[0][1]; }  ///< some path passes no '^'
+    bool any() const { return open() || end(); }
   };
 
+  /// '^' (`start`) or '$' by itself.
+  piece anchor(bool start) const;
   piece parse_alternation(std::size_t depth);
   piece parse_concat(std::size_t depth);
+  /// The concatenation of `items` (`offsets`: where each starts, then where the last ends).
+  piece join_all(const std::vector<piece>& items, const std::vector<std::size_t>& offsets);
+  /// `a` then `b`, each pair of their paths kept where the anchors allow it: after '$' only
+  /// empty text, before '^' only empty text from the start.
+  piece join(const piece& a, const piece& b) const;
+  /// The text of all paths (full match, where anchors sit at the ends; atomic groups).
+  expr_id flatten(const piece& p) const;
   /// Whether expression `id` matches the empty string.
   bool matches_empty(expr_id id) const;
   /// Whether expression `id` matches no string at all.
   bool matches_nothing(expr_id id) const;
   /// Search mode's error for item `k` of a concatenation (`offsets`: where each item starts,
-  /// then its end) ending the input with `$` while the items after it need text (`dead`: every
-  /// path of the item ends the input) or match empty only at the end.
-  [[noreturn]] void end_anchor_followed(const std::vector<std::size_t>& offsets, std::size_t k,
-                                        bool anchor_only, bool dead);
-  /// Search mode's error for a `^` (item `k`) after items that need text.
-  [[noreturn]] void start_anchor_preceded(const std::vector<std::size_t>& offsets, std::size_t k);
-  /// The paths of `items` that pass no '$' (piece::open), for a concatenation that may end.
-  void set_open(piece& out, const std::vector<piece>& items) const;
+  /// then its end), after which no path is left: the items up to `ended_at` end the input on
+  /// every path, or item `k` starts it on every path after text.
+  [[noreturn]] void anchors_leave_no_path(const std::vector<std::size_t>& offsets,
+                                          const std::vector<piece>& items, std::size_t k,
+                                          std::optional<std::size_t> ended_at);
   std::optional<piece> parse_atom(std::size_t depth);
   std::optional<piece> parse_group(std::size_t depth);
   /// Reads flags after "(?"; true for "(?flags)", false for "(?flags:".

@@ -6,6 +6,10 @@
 
 #include <doctest/doctest.h>
 
+#include <string>
+#include <utility>
+#include <vector>
+
 using namespace di::grammar;
 using di::grammar::test::accepts;
 using di::grammar::test::compile_re;
@@ -207,12 +211,58 @@ TEST_CASE("search mode: what precedes '^' matched empty") {
 TEST_CASE("search mode: text after '$' that matches empty only at the end") {
   regex_options search{.search = true};
   // What follows a group may match empty only by ending the input: b must then be followed by
-  // c* up to the end, which dropping the rest lost (it accepted "bx"; node: no match).
-  CHECK_THROWS_WITH_AS(compile_re("(a$|b)(c*$|d)", search),
-                       doctest::Contains("text that matches empty only at the end"), di::error);
+  // c* up to the end, or by d. Session 50 refused it (dropping the rest had accepted "bx"); each
+  // path is now kept by the anchors it passes. node: /(a$|b)(c*$|d)/u matches "xa", "b", "bcc",
+  // "xbd", "ab", not "bx", "bcx", "xac".
+  auto group = compile_re("(a$|b)(c*$|d)", search);
+  for (const char* s : {"xa", "b", "bcc", "xbd", "ab"})
+    CHECK_MESSAGE(accepts(*group, s), std::string(s));
+  for (const char* s : {"bx", "bcx", "xac"}) CHECK_MESSAGE(!accepts(*group, s), std::string(s));
   auto ends = compile_re("a$(c*$|d)", search);  // every path of a$ ends: c* is empty there
   CHECK(accepts(*ends, "xa"));
   CHECK_FALSE(accepts(*ends, "ad"));
+}
+
+TEST_CASE("search mode: alternatives that '^' leaves no way through drop out") {
+  regex_options search{.search = true};
+  struct anchor_case {
+    const char* pattern;
+    std::vector<std::pair<const char*, bool>> strings;  ///< node: new RegExp(p, "u").test(s)
+  };
+  // Recorded from node 20.20.2 (RegExp with the u flag). c(^a|b), x*(^a|b), (^x*|d)(^a|b) and
+  // (^a|b$)(c|^) were refused ("'^' or '\A' in the middle of a pattern is not supported");
+  // ^(^a|b) accepted "xb" and (b(?:|$|b))$ accepted "ba" (the alternatives' "any character"
+  // padding survived the anchor before or after the group).
+  const std::vector<anchor_case> cases = {
+      {"c(^a|b)", {{"cb", true}, {"xcbx", true}, {"a", false}, {"ca", false}, {"cab", false}}},
+      {"^(^a|b)", {{"ax", true}, {"bx", true}, {"xb", false}, {"xa", false}}},
+      {"x*(^a|b)",
+       {{"a", true}, {"xa", false}, {"ab", true}, {"zb", true}, {"xxb", true}, {"za", false}}},
+      {"(^x*|d)(^a|b)",
+       {{"a", true}, {"xb", true}, {"db", true}, {"yb", false}, {"b", true}, {"xxa", false}}},
+      {"(b(?:|$|b))$", {{"b", true}, {"ab", true}, {"ba", false}, {"bb", true}}},
+      {"(^a|b$)(c|^)",
+       {{"ac", true}, {"a", false}, {"xb", false}, {"xbc", false}, {"bc", false}, {"xac", false}}},
+  };
+  for (const anchor_case& c : cases) {
+    std::shared_ptr<const compiled_grammar> g;
+    try {
+      g = compile_re(c.pattern, search);
+    } catch (const di::error& e) {
+      FAIL_CHECK(std::string(c.pattern), " does not compile: ", std::string(e.what()));
+      continue;
+    }
+    for (const auto& [s, expected] : c.strings)
+      CHECK_MESSAGE(accepts(*g, s) == expected, std::string(c.pattern), " on \"", std::string(s),
+                    "\"");
+  }
+  // A group whose every path passes '^' after text matches nothing there: refused, saying so.
+  CHECK_THROWS_WITH_AS(compile_re("x(^a|^b)", search),
+                       doctest::Contains("'(^a|^b)' cannot follow 'x', as it starts with '^' in "
+                                         "every alternative: in a JSON Schema pattern"),
+                       di::error);
+  // Full match keeps refusing '^' after text.
+  CHECK_THROWS_WITH_AS(regex_grammar("c(^a|b)"), doctest::Contains("middle"), di::error);
 }
 
 namespace {
