@@ -7,7 +7,9 @@
 // properties follow the schema's `properties` order (declared ones first, then others),
 // strings constrained by pattern/length/format/enum use one canonical escaping per character
 // (what serializers emit), and numbers with bounds or multipleOf have no exponent part. For
-// generation (json_schema_use) integers take no fraction and enum/const numbers one text.
+// generation (json_schema_use) integers take no fraction and enum/const numbers one text, and
+// objects and tuples take no keys or items their schema does not declare unless it says so
+// (json_extra_keys).
 #pragma once
 
 #include "runtime/grammar/exact_json.hpp"
@@ -43,6 +45,19 @@ enum class json_schema_use {
   generation,
 };
 
+/// Keys and items a schema leaves open by not saying anything about them.
+enum class json_extra_keys {
+  /// Generation writes none (the default), as xgrammar's strict_mode (vLLM, SGLang) and
+  /// llama.cpp: an object whose schema has `properties` or `patternProperties` but no
+  /// `additionalProperties` / `unevaluatedProperties` anywhere in its conjunction takes only the
+  /// keys it declares, and an array whose schema has `prefixItems` (draft 7: an `items` list) but
+  /// no `items` / `additionalItems` / `unevaluatedItems` ends after them. Validation keeps JSON
+  /// Schema's default (they are allowed) whatever this says.
+  forbid,
+  /// JSON Schema's default in generation too: any other key, any further item.
+  allow,
+};
+
 struct json_schema_options {
   json_whitespace whitespace = json_whitespace::any;
   /// Validation keeps every spelling; response_format defaults to generation.
@@ -56,6 +71,8 @@ struct json_schema_options {
   /// Enforce `format` (known formats). Off: `format` is an annotation, as draft 2020-12's
   /// default vocabulary has it.
   bool format_assertion = true;
+  /// Generation only: undeclared keys and items after prefixItems where the schema is silent.
+  json_extra_keys extra_keys = json_extra_keys::forbid;
   /// Largest number of states for one regular string language (pattern x length x format).
   std::size_t max_string_states = 20'000;
 };

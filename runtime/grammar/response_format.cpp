@@ -20,7 +20,8 @@ namespace di::grammar {
 
 namespace {
 
-/// "kind[+modifier...]" before the colon: JSON whitespace (compact, pretty, any) and lenient.
+/// "kind[+modifier...]" before the colon: JSON whitespace (compact, pretty, any), lenient and
+/// extra_keys.
 /// `cli`: the kinds of the CLI syntax only.
 response_format parse_kind(const std::string& head, bool cli) {
   std::vector<std::string> parts;
@@ -53,7 +54,13 @@ response_format parse_kind(const std::string& head, bool cli) {
     else if (m == "pretty") f.schema.whitespace = json_whitespace::pretty;
     else if (m == "any") f.schema.whitespace = json_whitespace::any;
     else if (m == "lenient") f.schema.lenient = true;
-    else DI_FAIL("response format '{}': unknown modifier '+{}' (compact, pretty, any, lenient)", kind, m);
+    else if (m == "extra_keys")
+      f.schema.extra_keys = json_extra_keys::allow;
+    else
+      DI_FAIL(
+          "response format '{}': unknown modifier '+{}' (compact, pretty, any, lenient, "
+          "extra_keys)",
+          kind, m);
   }
   return f;
 }
@@ -101,6 +108,7 @@ std::string modifiers(const response_format& f) {
   if (f.schema.whitespace == json_whitespace::compact) m += "+compact";
   if (f.schema.whitespace == json_whitespace::pretty) m += "+pretty";
   if (f.schema.lenient) m += "+lenient";
+  if (f.schema.extra_keys == json_extra_keys::allow) m += "+extra_keys";
   return m;
 }
 
@@ -176,8 +184,9 @@ namespace {
 std::string cache_key(const response_format& f, const token_vocabulary* v) {
   return std::to_string(int(f.kind)) + ":" + std::to_string(reinterpret_cast<std::uintptr_t>(v)) +
          ":" + std::to_string(int(f.schema.whitespace)) + std::to_string(f.schema.lenient) +
-         std::to_string(f.schema.format_assertion) + std::to_string(int(f.schema.use)) + ":" +
-         std::to_string(f.after_text.size()) + ":" + f.after_text + f.text;
+         std::to_string(f.schema.format_assertion) + std::to_string(int(f.schema.use)) +
+         std::to_string(int(f.schema.extra_keys)) + ":" + std::to_string(f.after_text.size()) +
+         ":" + f.after_text + f.text;
 }
 }  // namespace
 

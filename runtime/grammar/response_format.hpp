@@ -40,7 +40,8 @@ inline constexpr const char* k_cli_response_formats =
 /// (files are read); the inline syntax's server-made kinds (tool_calls, after:) are not taken.
 /// JSON kinds take modifiers: "json_schema+compact:FILE" (no whitespace), "+pretty" (at most a
 /// newline and 20 spaces between tokens), "+any" (the default), "+lenient" (skip keywords that
-/// cannot be enforced).
+/// cannot be enforced), "+extra_keys" (keys and items a schema is silent about may be written:
+/// json_extra_keys::allow).
 response_format parse_response_format(const std::string& spec);
 
 /// The inline syntax that travels in a request (runtime::sampling_params::response_format):
@@ -49,7 +50,8 @@ response_format parse_response_format(const std::string& spec);
 /// each optionally after "after:N:MARKER" (a marker of N bytes: free text until it, then the
 /// format; response_format::after_text).
 response_format parse_inline_response_format(const std::string& spec);
-/// `f` in the inline syntax (whitespace/lenient/use options are not carried: defaults apply).
+/// `f` in the inline syntax (whitespace, lenient and extra_keys are carried as modifiers; the
+/// other options are not: defaults apply).
 std::string to_inline_spec(const response_format& f);
 
 /// Front end + compilation (di::error with a clear message on bad input). With after_text, one

@@ -1,6 +1,7 @@
 // Arrays: positional schemas (prefixItems, or draft 7's items array), the schema of the items
 // after them (items / additionalItems), and minItems/maxItems, as right-linear rules E(k)
-// "k items written" ending in one loop for the unbounded tail. `contains` (with minContains)
+// "k items written" ending in one loop for the unbounded tail (none in generation where the
+// schema is silent about it, ends_after_prefix). `contains` (with minContains)
 // on plain item lists: some items match items AND contains, in any position; maxContains
 // counts items matching it against those matching its complement (schema_negate.cpp).
 // uniqueItems over finite scalar item sets: subsets of one domain, or the distinct arrays listed.
@@ -36,6 +37,27 @@ array_part read_part(const schema_compiler& c, const schema_ref& part) {
     a.rest = schema_ref{&*items, part.base};
   }
   return a;
+}
+
+/// Generation's strict default (json_extra_keys::forbid): no items after the positional ones
+/// when a part the user wrote has prefixItems (draft 7: an `items` list) and no part says
+/// anything of later items (items / additionalItems, or unevaluatedItems, which
+/// resolve_unevaluated turns into a part with items). Made-up parts (a `not`'s complement is
+/// "prefixItems [true, .., not S]") never close an array, nor does one without positional items;
+/// one that could then not reach its minItems stays open rather than allow no value.
+bool ends_after_prefix(const schema_compiler& c, const schema_node& n,
+                       const std::vector<array_part>& parts, std::size_t positions,
+                       std::uint64_t min_items) {
+  if (!c.forbids_unstated_extras() || min_items > positions) return false;
+  bool tuple = false;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const json& s = *n.array_parts[i].s;
+    if (parts[i].rest || s.contains("unevaluatedItems")) return false;
+    if (!c.is_synthetic(n.array_parts[i].s) &&
+        (s.contains("prefixItems") || (s.contains("items") && s["items"].is_array())))
+      tuple = true;
+  }
+  return tuple;
 }
 
 /// The part holding `contains`, if any (one at most).
@@ -225,6 +247,8 @@ expr_id array_schema(schema_compiler& c, const schema_node& n) {
     if (unique.s) c.unsupported("uniqueItems", "combined with contains", unique);
     return contains_array(c, parts, where);
   }
+  if (ends_after_prefix(c, n, parts, positions, min_items))
+    max_items = std::min<std::uint64_t>(max_items, positions);
   if (unique.s) {
     std::vector<std::optional<std::vector<json>>> domains;
     auto conj_at = [&](std::size_t i) {

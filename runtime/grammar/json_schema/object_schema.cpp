@@ -1,5 +1,6 @@
 // Objects. Declared properties come in schema order, each at most once, required ones always;
-// other keys follow (patternProperties, then additionalProperties), written as right-linear
+// other keys follow (patternProperties, then additionalProperties; in generation none where the
+// schema is silent, closes_unstated_keys), written as right-linear
 // rules A(i) "nothing written yet, at property i" and B(i, c) "c members written" so that
 // commas, requiredness and min/maxProperties stay linear in the number of properties. Key
 // languages that must avoid declared names or other patterns are DFA intersections and
@@ -64,6 +65,28 @@ void read_part_keywords(schema_compiler& c, object_plan& p, const schema_ref& pa
     p.max_props = std::min(p.max_props, count_value(*it, "maxProperties"));
 }
 
+/// Generation's strict default (json_extra_keys::forbid): the object takes no keys beyond those
+/// its conjunction declares -- named by any part's properties or required, or matching any
+/// part's patternProperties -- when a part the user wrote has properties or patternProperties
+/// and no part says anything of other keys (additionalProperties, or unevaluatedProperties:
+/// resolve_unevaluated turns it into a part with additionalProperties). A key declared by one
+/// allOf member is thus allowed beside another's (llama.cpp merges allOf the same way). Parts
+/// made up by rewriting (a `not`'s complement, a dependency's alternatives) declare keys but
+/// never close an object, and neither does a bare {"type": "object"} or one with only counts,
+/// required or propertyNames: they describe no shape. An object that could then not reach its
+/// minProperties stays open rather than allow no value (xgrammar refuses such a schema).
+bool closes_unstated_keys(const schema_compiler& c, const schema_node& n, const object_plan& p) {
+  if (!c.forbids_unstated_extras()) return false;
+  bool shaped = false;
+  for (const auto& part : n.object_parts) {
+    const json& s = *part.s;
+    if (s.contains("additionalProperties") || s.contains("unevaluatedProperties")) return false;
+    if (!c.is_synthetic(part.s) && (s.contains("properties") || s.contains("patternProperties")))
+      shaped = true;
+  }
+  return shaped && !(p.patterns.empty() && p.min_props > p.names.size());
+}
+
 object_plan plan_of(schema_compiler& c, const schema_node& n) {
   object_plan p;
   for (const auto& part : n.object_parts) read_part_keywords(c, p, part);
@@ -91,6 +114,7 @@ object_plan plan_of(schema_compiler& c, const schema_node& n) {
     if (*it == false) p.additional_allowed = false;
     p.additional.push_back({&*it, part.base});
   }
+  if (closes_unstated_keys(c, n, p)) p.additional_allowed = false;
   for (auto& [pat, conj] : p.patterns)
     for (const auto& part : n.object_parts) {
       auto pp = part.s->find("patternProperties");

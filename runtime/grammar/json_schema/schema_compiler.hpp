@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace di::grammar::json_detail {
@@ -97,6 +98,15 @@ class schema_compiler {
   void unsupported(const std::string& keyword, const std::string& why, const schema_ref& where);
   void warn(const std::string& message) { warnings_.push_back(message); }
   bool draft7() const { return draft7_; }
+  /// Generation with json_extra_keys::forbid: keys and items a schema is silent about are not
+  /// written (object_schema.cpp, array_schema.cpp).
+  bool forbids_unstated_extras() const {
+    return options_.use == json_schema_use::generation &&
+           options_.extra_keys == json_extra_keys::forbid;
+  }
+  /// Whether `s` was made up by rewriting (a complement, a dependency's alternative, an
+  /// unevaluated* scope), not written by the user.
+  bool is_synthetic(const json* s) const { return synthetic_addresses_.count(s) > 0; }
   /// The schema allowing exactly the values `s` refuses (a compile error names what cannot be).
   schema_ref complement(const schema_ref& s) { return {negation(s), index_.base_of(s.s, s.base)}; }
   /// Whether `text` matches the ECMAScript regex (search: anywhere, else in full).
@@ -143,6 +153,7 @@ class schema_compiler {
   bool draft7_ = false;  ///< draft 7 or older: `$ref` overrides its siblings
   std::deque<json> synthetic_;  // schemas made up by rewriting (stable addresses)
   std::map<std::string, const json*> interned_;  // synthetic_ by content (intern)
+  std::unordered_set<const json*> synthetic_addresses_;  // synthetic_ by address (is_synthetic)
   std::map<std::pair<const json*, std::string>, std::size_t> marker_ids_;  // marked_ by schema
   schema_index index_;
   std::map<std::string, rule_id> memo_;

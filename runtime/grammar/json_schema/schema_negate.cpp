@@ -77,6 +77,7 @@ const json* schema_compiler::intern(json schema) {
   if (auto it = interned_.find(key); it != interned_.end()) return it->second;
   synthetic_.push_back(std::move(schema));
   interned_.emplace(std::move(key), &synthetic_.back());
+  synthetic_addresses_.insert(&synthetic_.back());
   return &synthetic_.back();
 }
 
