@@ -264,9 +264,11 @@ void setup_generate(CLI::App& app) {
   sub->add_option(
       "--response-format", o->response_format,
       std::string("Structured output: ") + di::grammar::k_cli_response_formats +
-          "; JSON kinds take +compact, +pretty, +any (the default) or +lenient "
-          "(json_schema+compact:FILE). The text is guaranteed to match; it ends when the "
-          "grammar is complete");
+          "; JSON kinds take +compact, +pretty, +any (the default), +lenient or +extra_keys "
+          "(json_schema+compact:FILE; +extra_keys: an object may get keys its schema does not "
+          "declare and an array items after prefixItems, where the schema says nothing of them, "
+          "as JSON Schema allows; by default they are not written, as xgrammar's strict mode). "
+          "The text is guaranteed to match; it ends when the grammar is complete");
   di::cli::add_act_quant_flags(*sub, o->act_quant);  // bench's spellings too
   sub->add_option("--device", o->device, "Where the forward runs: cpu, cuda or cuda:N (weights "
                   "resident on the GPU)")->capture_default_str();

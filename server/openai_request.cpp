@@ -201,11 +201,19 @@ const json& read_json_schema(const json& format) {
   return *schema;
 }
 
+/// The JSON formats' modifiers the server settings give (response_format.cpp's "+compact",
+/// "+extra_keys", ...; the compiler's defaults need none).
+std::string json_modifiers(const server_settings& limits) {
+  std::string m = limits.json_whitespace == "any" ? "" : "+" + limits.json_whitespace;
+  if (limits.json_schema_extra_keys == "allow") m += "+extra_keys";
+  return m;
+}
+
 /// response_format → the inline spec of sampling_params::response_format ("" for text). The
 /// grammar is compiled later, once (api_routes.cpp: a bad schema, regex or grammar is a 400).
 std::string read_response_format(const field_reader& f, const server_settings& limits) {
-  // server.json_whitespace as the spec's modifier ("any" is the compiler's default)
-  const std::string ws = limits.json_whitespace == "any" ? "" : "+" + limits.json_whitespace;
+  // server.json_whitespace and json_schema_extra_keys as the spec's modifiers
+  const std::string ws = json_modifiers(limits);
   const json* v = f.find("response_format");
   if (v == nullptr) return "";
   if (!v->is_object() || !v->contains("type") || !(*v)["type"].is_string())
@@ -455,8 +463,8 @@ void read_tools(const field_reader& f, generation_request& r, const server_setti
                           "is constrained to tool calls)",
                           named.empty() ? choice : named));
   r.forces_tool_calls = true;
-  const std::string ws = limits.json_whitespace == "any" ? "" : "+" + limits.json_whitespace;
-  r.params.response_format = tool_call_grammar_spec(r.tools, named, r.parallel_tool_calls, ws);
+  r.params.response_format =
+      tool_call_grammar_spec(r.tools, named, r.parallel_tool_calls, json_modifiers(limits));
 }
 
 }  // namespace

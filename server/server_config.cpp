@@ -66,6 +66,8 @@ class key_reader {
       s.drain_timeout_s = int(integer(key, v, 0, 86400));
     else if (key == "json_whitespace")
       s.json_whitespace = one_of(key, v, {"any", "compact", "pretty"});
+    else if (key == "json_schema_extra_keys")
+      s.json_schema_extra_keys = one_of(key, v, {"forbid", "allow"});
     else if (key == "reasoning_parser")
       s.reasoning_parser = reasoning_parser_name(key, v);
     else

@@ -43,6 +43,11 @@ struct server_settings {
   /// (JSON's, as vLLM and OpenAI), "compact" (none, vLLM's disable_any_whitespace) or "pretty"
   /// (at most a newline and 20 spaces or tabs: bounded, unlike "any").
   std::string json_whitespace = "any";
+  /// Keys a json_schema response_format's (or a forced tool call's) object schema does not
+  /// declare, and array items after prefixItems, where the schema says nothing of them: "forbid"
+  /// (not written, as xgrammar's strict mode in vLLM and SGLang, and llama.cpp) or "allow" (JSON
+  /// Schema's default: additionalProperties true).
+  std::string json_schema_extra_keys = "forbid";
   /// vLLM's --reasoning-parser: "" (off, the default), "deepseek_r1" or "deepseek_v3"
   /// (server/reasoning.hpp): chat output before `</think>` goes to the message's `reasoning`.
   std::string reasoning_parser;

@@ -72,8 +72,10 @@ tool_call_delta parse_tool_calls(std::string_view text, std::size_t max_calls = 
 /// The response_format spec (runtime/grammar/tool_call_grammar.hpp) under which a model writes
 /// one or more calls in this format (one only unless `parallel`) of the functions in `tools`,
 /// or of the one named `only` when it is not empty, with arguments valid against each
-/// function's `parameters` (none: an empty object). `json_modifier` is the JSON whitespace
-/// modifier of the spec ("", "+compact", "+pretty").
+/// function's `parameters` (none: an empty object). `json_modifier` is the JSON modifiers of
+/// the spec ("", "+compact", "+pretty", "+compact+extra_keys", ...). The schemas compile for
+/// generation, so an object schema silent about other keys takes only those it declares unless
+/// the modifiers say "+extra_keys" (json_extra_keys).
 std::string tool_call_grammar_spec(const request_json& tools, const std::string& only,
                                    bool parallel, const std::string& json_modifier);
 

@@ -74,6 +74,18 @@ TEST_CASE("server.json_whitespace: any by default, compact or pretty, anything e
   CHECK(s.json_whitespace == "compact");
 }
 
+TEST_CASE("server.json_schema_extra_keys: forbid by default, or allow, anything else an error") {
+  server_settings s;
+  CHECK(s.json_schema_extra_keys == "forbid");
+  apply_server_overrides(s, {"server.json_schema_extra_keys=allow"});
+  CHECK(s.json_schema_extra_keys == "allow");
+  CHECK(read_server_file(write_file("[server]\njson_schema_extra_keys = \"forbid\"\n"), {})
+            .settings.json_schema_extra_keys == "forbid");
+  CHECK_THROWS_WITH_AS(apply_server_overrides(s, {"server.json_schema_extra_keys=open"}),
+                       doctest::Contains("'open' is not one of forbid, allow"), di::error);
+  CHECK(s.json_schema_extra_keys == "allow");
+}
+
 TEST_CASE("grammar threads: half the hardware threads by default, at least 2, at most 64") {
   server_settings s;
   CHECK(s.grammar_threads == 0);

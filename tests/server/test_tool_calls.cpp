@@ -210,6 +210,45 @@ TEST_CASE("tool calls: the grammar of tool_choice admits calls of the right func
   CHECK(d.calls[1] == tool_call{"get_weather", R"({"city":"Zürich"})"});
 }
 
+TEST_CASE(
+    "forced tool calls write no argument their parameters do not declare, unless "
+    "server.json_schema_extra_keys is allow") {
+  // No additionalProperties: JSON Schema allows other keys; generation does not write them by
+  // default (as xgrammar's strict mode in vLLM and SGLang, and llama.cpp).
+  const std::string body = R"({"messages": [{"role": "user", "content": "x"}],
+    "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {
+      "type": "object", "properties": {"city": {"type": "string"},
+        "days": {"type": "array", "prefixItems": [{"type": "integer"}]}}, "required": ["city"]}}}],
+    "tool_choice": {"type": "function", "function": {"name": "get_weather"}}})";
+  server_settings s;
+  auto grammar_of = [&] {
+    const std::string spec = parse_chat_request(json::parse(body), s).params.response_format;
+    return di::grammar::compile_response_format(di::grammar::parse_inline_response_format(spec));
+  };
+  using di::grammar::test::accepts;
+  const std::string declared = call_text("get_weather", R"({"city": "Oslo", "days": [1]})");
+  const std::string extra_key = call_text("get_weather", R"({"city": "Oslo", "unit": "C"})");
+  const std::string extra_item = call_text("get_weather", R"({"city": "Oslo", "days": [1, 2]})");
+  const auto strict = grammar_of();
+  CHECK(accepts(*strict, calls_text({declared})));
+  CHECK_FALSE(accepts(*strict, calls_text({extra_key})));
+  CHECK_FALSE(accepts(*strict, calls_text({extra_item})));
+  s.json_schema_extra_keys = "allow";
+  CHECK(parse_chat_request(json::parse(body), s)
+            .params.response_format.starts_with("tool_calls+extra_keys:"));
+  const auto open = grammar_of();
+  CHECK(accepts(*open, calls_text({declared})));
+  CHECK(accepts(*open, calls_text({extra_key})));
+  CHECK(accepts(*open, calls_text({extra_item})));
+  // A response_format gets the same modifier.
+  s.json_whitespace = "compact";
+  CHECK(parse_chat_request(json::parse(R"({"messages": [{"role": "user", "content": "x"}],
+          "response_format": {"type": "json_schema", "json_schema": {"name": "n",
+          "schema": {"type": "integer"}}}})"),
+                           s)
+            .params.response_format == R"(json_schema+compact+extra_keys:{"type":"integer"})");
+}
+
 TEST_CASE("tool_choice: auto, none, required, a named function; bad values are a 400") {
   const server_settings s;
   const std::string tools =
