@@ -22,7 +22,6 @@ enum class on_start {
 struct fake_group_state {
   fake_group_state() = default;  // not an aggregate: CAF would build it from the actor pointer
   std::optional<actors::router_actor> router;
-  std::vector<std::uint64_t> started;  ///< ids of the requests it was sent
 };
 
 using fake_group_self = actors::scheduler_actor::stateful_pointer<fake_group_state>;
@@ -37,7 +36,6 @@ actors::scheduler_actor::behavior_type fake_group(fake_group_self self, int grou
                 .num_executors = 1, .device = "fake"};
       },
       [=](actors::start_request& m) -> caf::result<runtime::admission_result> {
-        self->state.started.push_back(m.request.id);
         const on_start what = steps->empty() ? on_start::serve : steps->front();
         if (!steps->empty()) steps->pop_front();
         auto rp = self->make_response_promise<runtime::admission_result>();
