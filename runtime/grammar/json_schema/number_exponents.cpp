@@ -8,6 +8,10 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
 
 namespace di::grammar::json_detail {
 
@@ -122,6 +126,9 @@ expr_id multiple_magnitudes(grammar& g, std::uint32_t a, int b) {
   return g.sequence({integer_multiples(g, rest, 0), zero_fraction});
 }
 
+/// Kind automata (kind_at) kept at most: up to 7 per step, ~50 states (50 KiB) each.
+constexpr std::size_t k_max_cached_kinds = 64;
+
 /// step = a x 10^-b with a an integer without trailing zeros.
 struct significand {
   std::uint64_t a = 1;
@@ -203,6 +210,70 @@ const byte_dfa& all_integers() {
   return integers;
 }
 
+/// The mantissas, each with its exponent e in [first, last], of the multiples of `step` at e
+/// (`non_integer`: of the non-integers), minimized. It does not depend on the bounds, so each is
+/// built once per step and group of exponents and kept: every bounded integer schema takes the
+/// same seven.
+std::shared_ptr<const byte_dfa> kind_at(const significand& step, bool non_integer, int first,
+                                        int last, std::size_t max_states) {
+  using key_type = std::tuple<std::uint64_t, int, bool, int, std::size_t>;
+  static std::mutex mutex;
+  static std::map<key_type, std::shared_ptr<const byte_dfa>> cache;
+  const key_type key{step.a, step.b, non_integer, first, max_states};
+  {
+    std::lock_guard lock(mutex);
+    if (auto it = cache.find(key); it != cache.end()) return it->second;
+  }
+  byte_dfa kind = byte_dfa::none();
+  for (int e = first; e <= last; ++e) {
+    grammar t;
+    const expr_id mantissa =
+        non_integer ? not_multiples_of_power_of_ten(t, e)
+                    : t.sequence({t.optional(t.literal("-")),
+                                  multiple_magnitudes(t, std::uint32_t(step.a), step.b + e)});
+    kind = kind.unite(byte_dfa::from_expr(t, t.sequence({mantissa, exponent_of(t, e)}), max_states),
+                      max_states);
+  }
+  auto built = std::make_shared<const byte_dfa>(kind.minimize());
+  std::lock_guard lock(mutex);
+  if (cache.size() >= k_max_cached_kinds) cache.clear();  // many steps: keep memory bounded
+  return cache.emplace(key, std::move(built)).first->second;
+}
+
+/// Exponents e in [first, last], all at most -b, of multiples of a step a x 10^-b: the mantissa
+/// of a value v at e is w followed by k = -(b + e) zeros (and a zero fraction), where
+/// w = v x 10^b is an integer multiple of a in the bounds scaled by 10^b -- the same integers
+/// for every such e. So one automaton of those integers (zero apart: it takes any exponent), then
+/// the zeros and the exponent, instead of a scaled range and a kind per exponent.
+expr_id multiples_below_step(grammar& g, const exponent_constraint& c, const significand& step,
+                             int first, int last, std::size_t max_states) {
+  auto language = [max_states](const std::function<expr_id(grammar&)>& build) {
+    grammar t;
+    return byte_dfa::from_expr(t, build(t), max_states).minimize();
+  };
+  byte_dfa integers = language([&](grammar& t) {
+    return integer_range(t, shifted(c.lo, step.b), shifted(c.hi, step.b), false);
+  });
+  integers =
+      integers.intersect(language([](grammar& t) {
+                           return t.sequence({t.optional(t.literal("-")), t.byte_range('1', '9'),
+                                              t.repeat(t.byte_range('0', '9'), 0, k_unbounded)});
+                         }),
+                         max_states);
+  if (step.a > 1)
+    integers = integers.minimize().intersect(multiples_of(step.a, false, max_states), max_states);
+  integers = integers.minimize();
+  if (integers.empty()) return g.nothing();
+  std::vector<expr_id> tails;
+  for (int e = first; e <= last; ++e) {
+    const auto k = std::uint32_t(-(step.b + e));
+    tails.push_back(
+        g.sequence({g.repeat(g.literal("0"), k, k),
+                    g.optional(g.sequence({g.literal("."), zeros(g, 1)})), exponent_of(g, e)}));
+  }
+  return g.sequence({integers.emit(g, "exponent_multiple"), g.choice(std::move(tails))});
+}
+
 }  // namespace
 
 expr_id numbers_with_exponent(grammar& g, const exponent_constraint& c, std::size_t max_states) {
@@ -210,8 +281,11 @@ expr_id numbers_with_exponent(grammar& g, const exponent_constraint& c, std::siz
   std::optional<significand> step;
   if (c.step) {
     step = significand_of(*c.step);
-    if (!step || step->a > k_max_exponent_step_digits) return g.nothing();
+    if (!step) return g.nothing();
   }
+  // A mantissa of a larger step needs a remainder automaton per exponent past -b: those
+  // exponents take no spellings (86400 = 864e2 takes 864e2 and 8640e1, not 8.64e4).
+  const bool large_step = step && step->a > k_max_exponent_step_digits;
   if (c.non_integer) step = significand{1, 0};
   for (const auto& b : {c.lo, c.hi})  // scaled by 10^20, its digits would not fit the limits
     DI_CHECK(!b || b->value.int_digits.size() + b->value.frac_digits.size() <= k_max_bound_digits,
@@ -270,10 +344,18 @@ expr_id numbers_with_exponent(grammar& g, const exponent_constraint& c, std::siz
                          .emit(g, "exponent_integer"));
     }
   }
-  // The window in groups of exponents, each group one automaton: the range scaled exponent by
-  // exponent, intersected with the kind (multiples of the scaled step -- 1 for integers -- or
-  // non-integers); one automaton for all of them outgrew the limits with int32 bounds.
-  for (int first = -k_exponent_window; first <= k_exponent_window;
+  // Multiples of a step a x 10^-b at exponents up to -b: whole mantissas, one automaton.
+  int window_start = -k_exponent_window;
+  if (step && !c.non_integer) {  // |b| <= k_exponent_window (significand_of)
+    window_start = -step->b + 1;
+    alts.push_back(
+        multiples_below_step(g, c, *step, -k_exponent_window, window_start - 1, max_states));
+  }
+  // The rest of the window in groups of exponents, each group one automaton: the range scaled
+  // exponent by exponent, intersected with the kind (multiples of the scaled step -- 1 for
+  // integers -- or non-integers); one automaton for all of them outgrew the limits with int32
+  // bounds.
+  for (int first = window_start; first <= k_exponent_window && !large_step;
        first += k_exponents_per_automaton) {
     const int last = std::min(first + k_exponents_per_automaton - 1, k_exponent_window);
     byte_dfa range = language([&](grammar& t) {
@@ -282,20 +364,9 @@ expr_id numbers_with_exponent(grammar& g, const exponent_constraint& c, std::siz
       return t.choice(std::move(parts));
     });
     if (step) {
-      byte_dfa kind = byte_dfa::none();
-      for (int e = first; e <= last; ++e) {
-        kind = kind.unite(
-            language([&](grammar& t) {
-              const expr_id mantissa =
-                  c.non_integer
-                      ? not_multiples_of_power_of_ten(t, e)
-                      : t.sequence({t.optional(t.literal("-")),
-                                    multiple_magnitudes(t, std::uint32_t(step->a), step->b + e)});
-              return t.sequence({mantissa, exponent_of(t, e)});
-            }),
-            max_states);
-      }
-      range = range.minimize().intersect(kind.minimize(), max_states);
+      const std::shared_ptr<const byte_dfa> kind =
+          kind_at(*step, c.non_integer, first, last, max_states);
+      range = range.minimize().intersect(*kind, max_states);
     }
     range = range.minimize();
     if (!range.empty()) alts.push_back(range.emit(g, "exponent_number"));

@@ -17,9 +17,12 @@ namespace di::grammar::json_detail {
 inline constexpr int k_exponent_window = 20;
 /// Exponents of the window decided by one automaton (a product over all 41 outgrew the limits).
 inline constexpr int k_exponents_per_automaton = 6;
-/// multipleOf's exponent spellings need a remainder state per residue of the step's significant
-/// digits; a step whose significant digits exceed this, or written with more than
-/// k_exponent_window decimal places or trailing zeros (1e-300, 1e30), takes none.
+/// multipleOf a x 10^-b (a an integer without trailing zeros): its exponent spellings past -b
+/// need a remainder automaton of a's residues per exponent; a step whose a exceeds this takes
+/// exponents up to -b only (a whole multiple of a as mantissa: 86400 = 864 x 10^2 takes 864e2
+/// and 1728e2, not 8.64e4). A step whose a has more than 6 digits or a factor past
+/// k_max_multiple_factor, or written with more than k_exponent_window decimal places or
+/// trailing zeros (1e-300, 1e30), takes no exponent spellings.
 inline constexpr std::uint32_t k_max_exponent_step_digits = 25;
 
 /// A bound with more digits than this (1.7976931348623157e308 has 309) takes no exponent

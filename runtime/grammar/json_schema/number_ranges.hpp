@@ -5,6 +5,7 @@
 #pragma once
 
 #include "runtime/grammar/grammar.hpp"
+#include "runtime/grammar/regular_language.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -55,5 +56,13 @@ expr_id decimal_range(grammar& g, const std::optional<bound>& lo, const std::opt
 /// JSON integers that are multiples of the positive integer `k` (k <= 100000), with
 /// `zero_fractions` also written 6.0, 6.00, ... and -0 (without: 0|-?[1-9][0-9]*).
 expr_id integer_multiple(grammar& g, std::uint32_t k, bool zero_fractions);
+
+/// A factor (m, 2^a or 5^b) of a multipleOf step past this is refused: a remainder automaton
+/// has a rule per residue, and from about 15,000 (5^6, for multipleOf 1000000) they nest too
+/// deep for the compiler.
+inline constexpr std::uint64_t k_max_multiple_factor = 5000;
+/// integer_multiple's language as one minimized automaton, for any k whose factors m, 2^a and 5^b
+/// (k = m x 2^a x 5^b, m prime to 10) are each at most k_max_multiple_factor and `limit`.
+byte_dfa multiples_of(std::uint64_t k, bool zero_fractions, std::size_t limit);
 
 }  // namespace di::grammar::json_detail

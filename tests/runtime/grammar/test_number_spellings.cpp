@@ -143,3 +143,60 @@ TEST_CASE("generation never writes a negative zero for numbers; validation takes
   CHECK_FALSE(accepts(R"({"type":"number","minimum":0})", gen, "1e1"));
   CHECK_FALSE(accepts(R"({"type":"integer","minimum":0})", gen, "1e1"));
 }
+
+TEST_CASE("integer exponents at most -b: a whole mantissa, then zeros and the exponent") {
+  // One automaton of scaled multiples for every exponent up to -b (step a x 10^-b) replaced a
+  // scaled range per exponent: the same verdicts at the window's edge (e = -20) and around it.
+  for (const spelling_case& c : std::vector<spelling_case>{
+           {R"({"type":"integer","minimum":-5,"maximum":5})",
+            "500000000000000000000e-20 -50E-1 50.00e-1 5e0 -0.0e-20 40e-001",
+            "600000000000000000000e-20 50000000000000000000e-20 55e-1 -60e-1 5.0e-1"},
+           {R"({"type":"integer","exclusiveMinimum":-7.5,"exclusiveMaximum":1234.5})",
+            "-70e-1 12340e-1 1234e0 0e-7", "-80e-1 12350e-1 -75e-1 1235e0"},
+           {R"({"type":"integer","multipleOf":25,"exclusiveMaximum":1000})",
+            "9750e-1 -25e0 250.0e-1 0.0e0", "1000e0 10000e-1 260e-1 25e-1"},
+           {R"({"type":"number","multipleOf":0.01,"minimum":-10,"maximum":10})",
+            "1000e-2 -999e-2 1250e-3 10e-1 5e-2", "1001e-2 125e-4 5e-3 -1001e-2"},
+       })
+    check_validation(c);
+}
+
+TEST_CASE("large multipleOf steps compile, factor by factor") {
+  // multipleOf 86400 (seconds per day) failed with "grammar too large: more than 1000000
+  // automaton states in total" (one rule per remainder), 999 within [0, 100000] with
+  // "regular-language intersection needs more than 20000 states", and 3600 under a maximum as
+  // "not a regular language (it needs 3601 rules)". A step of more than 25 significant units
+  // takes exponent spellings whose mantissa is a whole multiple (864e2), not 8.64e4.
+  for (const spelling_case& c : std::vector<spelling_case>{
+           {R"({"type":"integer","multipleOf":86400})",
+            "0 86400 -86400 172800 86400.0 -0 864e2 8640e1 86400e0 1728e2 864000000e-2",
+            "43200 86401 864e1 1e5 8640 86400.5"},
+           {R"({"type":"integer","multipleOf":999,"minimum":0,"maximum":100000})",
+            "0 999 99900 1998 999e0 9990e-1 99900.00", "1000 100899 -999 998e0 1e2 100899e0"},
+           {R"({"type":"integer","multipleOf":3600,"maximum":0})", "0 -3600 -36e2 -7200.0",
+            "3600 -3601 36e2 -1800"},
+           {R"({"type":"integer","multipleOf":4096})", "0 4096 -8192 4096e0 40960e-1",
+            "2048 4097 4097e0"},
+       })
+    check_validation(c);
+  // Refused though valid (documented): a mantissa with fraction digits under such a step.
+  CHECK_FALSE(
+      accepts(R"({"type":"integer","multipleOf":86400})", json_schema_use::validation, "8.64e4"));
+  const auto gen = json_schema_use::generation;
+  CHECK(accepts(R"({"type":"integer","multipleOf":86400})", gen, "172800"));
+  CHECK(accepts(R"({"type":"integer","multipleOf":86400})", gen, "-86400"));
+  CHECK_FALSE(accepts(R"({"type":"integer","multipleOf":86400})", gen, "43200"));
+  CHECK_FALSE(accepts(R"({"type":"integer","multipleOf":86400})", gen, "864e2"));
+  CHECK(
+      accepts(R"({"type":"integer","multipleOf":999,"minimum":0,"maximum":100000})", gen, "99900"));
+  // A factor whose remainder automaton would be too large is refused naming multipleOf and
+  // the factor: 10^6 = 2^6 x 5^6 needs 15625 remainders of 5^6.
+  std::string message;
+  try {
+    accepts(R"({"type":"integer","multipleOf":1000000})", json_schema_use::validation, "0");
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  CHECK(message.find("'multipleOf'") != std::string::npos);
+  CHECK(message.find("factor 15625") != std::string::npos);
+}
