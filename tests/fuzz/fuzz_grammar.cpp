@@ -1,8 +1,9 @@
 // libFuzzer target for the grammar front ends. The first input byte picks EBNF/GBNF/Lark,
-// regex or JSON Schema; the rest, up to a NUL, is the grammar text, and what follows the NUL
-// is fed to the Earley recognizer when the grammar compiles. Compilation runs with small
-// state limits so that each input stays fast. Success or di::error are the only allowed
-// outcomes; another exception, a sanitizer report or a hang is a bug.
+// regex or JSON Schema (mod 3; bit 4: lenient, bit 8: compiled for generation); the rest, up to
+// a NUL, is the grammar text, and what follows the NUL is fed to the Earley recognizer when the
+// grammar compiles. Compilation runs with small state limits so that each input stays fast.
+// Success or di::error are the only allowed outcomes; another exception, a sanitizer report or
+// a hang is a bug.
 #include "common/error.hpp"
 #include "runtime/grammar/compiled_grammar.hpp"
 #include "runtime/grammar/earley_parser.hpp"
@@ -36,6 +37,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         json_schema_options so;
         so.max_string_states = 2'000;
         so.lenient = data[0] & 4;
+        // generation's grammars differ (one spelling per number, no undeclared keys or items)
+        so.use = data[0] & 8 ? json_schema_use::generation : json_schema_use::validation;
         g = compile_json_schema_text(text, so).g;
       }
     }

@@ -36,6 +36,7 @@ seed regex2 '\x01(?i)h(e|a)llo\\s+\\p{L}{2}\0Hallo  ab'
 seed schema1 '\x02{"type":"object","properties":{"a":{"type":"integer","minimum":-3,"maximum":70},"b":{"type":"string","pattern":"^x+$"}},"required":["a"]}\0{"a":5}'
 seed schema2 '\x02{"anyOf":[{"type":"array","items":{"$ref":"#"},"maxItems":3},{"enum":[1,"x",null]}]}\0[[1],"x"]'
 seed schema3 '\x06{"$defs":{"p":{"type":"string","format":"date"}},"type":"array","prefixItems":[{"$ref":"#/$defs/p"}],"uniqueItems":true}\0["2020-01-01"]'
+seed schema4 '\x0b{"type":"object","properties":{"t":{"type":"array","prefixItems":[{"const":1}]}},"allOf":[{"properties":{"u":{"type":"number"}}}]}\0{"t":[1],"u":2}'
 
 # A unit may take up to 30 s (libFuzzer's later -timeout overrides fuzz_run's 10): a JSON
 # Schema compiled for validation builds an automaton per exponent of its numbers' spellings
