@@ -281,7 +281,7 @@ expr_id numbers_with_exponent(grammar& g, const exponent_constraint& c, std::siz
   std::optional<significand> step;
   if (c.step) {
     step = significand_of(*c.step);
-    if (!step) return g.nothing();
+    if (!step || step->a > k_max_exponent_step) return g.nothing();
   }
   // A mantissa of a larger step needs a remainder automaton per exponent past -b: those
   // exponents take no spellings (86400 = 864e2 takes 864e2 and 8640e1, not 8.64e4).

@@ -20,10 +20,12 @@ inline constexpr int k_exponents_per_automaton = 6;
 /// multipleOf a x 10^-b (a an integer without trailing zeros): its exponent spellings past -b
 /// need a remainder automaton of a's residues per exponent; a step whose a exceeds this takes
 /// exponents up to -b only (a whole multiple of a as mantissa: 86400 = 864 x 10^2 takes 864e2
-/// and 1728e2, not 8.64e4). A step whose a has more than 6 digits or a factor past
-/// k_max_multiple_factor, or written with more than k_exponent_window decimal places or
-/// trailing zeros (1e-300, 1e30), takes no exponent spellings.
+/// and 1728e2, not 8.64e4).
 inline constexpr std::uint32_t k_max_exponent_step_digits = 25;
+/// A step whose a exceeds this (its remainder automaton costs ~0.1 s per 1000), or written with
+/// more than k_exponent_window decimal places or trailing zeros (1e-300, 1e30), takes no
+/// exponent spellings.
+inline constexpr std::uint32_t k_max_exponent_step = 1000;
 
 /// A bound with more digits than this (1.7976931348623157e308 has 309) takes no exponent
 /// spellings: scaled through the window its automata would outgrow the size limits.

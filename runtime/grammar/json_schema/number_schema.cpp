@@ -105,6 +105,11 @@ plain_numbers plain_number_schema(schema_compiler& c, const schema_node& n, bool
   bool all_integer_steps = std::all_of(n.multiple_of.begin(), n.multiple_of.end(), [](const decimal& m) { return m.is_integer(); });
   if (!n.multiple_of.empty() && (integer_only || all_integer_steps)) {
     const std::uint64_t k = integer_step(n.multiple_of);
+    if (k != 0) ex.step = parse_decimal(std::to_string(k));
+    // Unbounded, a step up to the limit goes in as its remainder rules, compiled once with the
+    // schema; else as one automaton, factor by factor (multiples_of).
+    if (k != 0 && k <= std::min<std::uint64_t>(limit, 100000) && !bounded)
+      return {integer_multiple(g, std::uint32_t(k), zero_fractions), false, ex};
     std::optional<byte_dfa> multiples;
     std::string why = fmt::format("multiples whose step exceeds {}", k_max_multiple);
     if (k != 0) {
@@ -116,9 +121,9 @@ plain_numbers plain_number_schema(schema_compiler& c, const schema_node& n, bool
     }
     if (!multiples) {
       c.unsupported("multipleOf", why, {nullptr, ""});
+      ex.step.reset();
       return {integer_only ? c.text().any_integer() : c.text().any_number(), true, ex};
     }
-    ex.step = parse_decimal(std::to_string(k));
     if (!bounded) return {multiples->emit(g, "multiple"), false, ex};
     // Both minimized: multiples of 999 in [0, 100000] as a 999-rule automaton times the range
     // as built needed more than 20000 states.
