@@ -122,7 +122,7 @@ const bool g_bind_outputs = cuda::detail::env_switch("DEEPINFER_GRAPH_BIND", tru
 const bool g_capture_compressed = cuda::detail::env_switch("DEEPINFER_GRAPH_COMPRESSED", true);
 const bool g_slots = cuda::detail::env_switch("DEEPINFER_GRAPH_SLOTS", true);
 std::atomic<bool> g_capture_start{cuda::detail::env_switch("DEEPINFER_GRAPH_START", true)};
-std::atomic<bool> g_stage_inputs{cuda::detail::env_switch("DEEPINFER_GRAPH_STAGED", false)};
+std::atomic<bool> g_stage_inputs{cuda::detail::env_switch("DEEPINFER_GRAPH_STAGED", true)};
 std::atomic<std::int64_t> g_staged_steps{0};
 
 tensor decode_graphs::impl::output_holding(const tensor& in, std::int64_t padded) const {

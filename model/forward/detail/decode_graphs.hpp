@@ -45,10 +45,12 @@ void set_graphs_capture_start(bool on);
 /// are staged in mapped host memory that the start piece reads by address, its first nodes
 /// copying the tokens and positions to the device buffers (begin_step_staged) -- no copy
 /// launched before the step's first graph (the H100 timeline of session 50 had the step's
-/// first ~31 us spent on three such eager copies with the host between them). OPT-IN
-/// (DEEPINFER_GRAPH_STAGED=1): written in session 50 when no device time was left, so neither
-/// its GPU test ("the step's inputs staged in mapped memory change no bit") nor a decode A/B
-/// has run yet; off, the step copies them eagerly as before (the same values either way).
+/// first ~31 us spent on three such eager copies with the host between them). On by default
+/// since session 51 (H100: its GPU test passed, the greedy text of v41-flash-L4 the same with
+/// graphs on and off and the switch on and off; decode, 3 rounds, v41-flash-L4 b1 1.60-1.61
+/// against 1.61 ms, b8 2.93-2.94 against 2.94 -- at most 0.01 ms of the 31 us, so the
+/// copies' own cost was not most of them); DEEPINFER_GRAPH_STAGED=0 copies them eagerly as before
+/// (the same values either way).
 /// set_graphs_stage_inputs sets it for later steps (tests compare both ways).
 bool graphs_stage_inputs();
 void set_graphs_stage_inputs(bool on);
