@@ -225,6 +225,27 @@ std::vector<float> run_batch(const deepseek_model& m, device dev, int batch, int
   return logits;
 }
 
+/// Logit rows of `got` against `want` ([rows, vocab] each, the same size -- REQUIREd): the worst
+/// row cosine, how many rows agree on the argmax, and the row count.
+struct rows_figures {
+  double worst_cos = 1.0;
+  int argmax_agree = 0;
+  int rows = 0;
+};
+
+rows_figures rows_against(const std::vector<float>& got, const std::vector<float>& want,
+                          std::int64_t vocab) {
+  REQUIRE(got.size() == want.size());
+  rows_figures f;
+  for (std::size_t r = 0; r * std::size_t(vocab) < want.size(); ++r, ++f.rows) {
+    const float* a = got.data() + r * std::size_t(vocab);
+    const float* b = want.data() + r * std::size_t(vocab);
+    f.worst_cos = std::min(f.worst_cos, compare(a, b, std::size_t(vocab)).cosine);
+    f.argmax_agree += argmax(a, std::size_t(vocab)) == argmax(b, std::size_t(vocab));
+  }
+  return f;
+}
+
 /// The bundled tokenizer: beside the working directory (a device call runs in the repo root)
 /// or in the source tree this test was built from.
 std::filesystem::path tokenizer_dir() {
@@ -252,15 +273,7 @@ TEST_CASE("GPU forward: make-model presets against the CPU engine (prefill + bat
         attach_engram_hasher(*m, tokenizer);
         m->to_device(gpu, f);
         const std::vector<float> got = run_batch(*m, gpu, 3, 150, 4);
-        REQUIRE(got.size() == want.size());
-        double worst = 1.0;
-        int agree = 0, rows = 0;
-        for (std::size_t r = 0; r * std::size_t(vocab) < want.size(); ++r, ++rows) {
-          const float* a = got.data() + r * std::size_t(vocab);
-          const float* b = want.data() + r * std::size_t(vocab);
-          worst = std::min(worst, compare(a, b, std::size_t(vocab)).cosine);
-          agree += argmax(a, std::size_t(vocab)) == argmax(b, std::size_t(vocab));
-        }
+        const auto [worst, agree, rows] = rows_against(got, want, vocab);
         const char* label = f == device_weight_format::f32 ? "f32" : "stored";
         MESSAGE(
             fmt::format("{} variant {} GPU {} vs CPU: worst cos {:.6f} over {} rows, argmax "
@@ -337,16 +350,8 @@ TEST_CASE(
       o.cuda_graphs = graphs;
       m->set_options(o);
       const std::vector<float> got = run_batch(*m, gpu, 3, 150, 4);
-      REQUIRE(got.size() == want.size());
       if (graphs) CHECK(m->graph_failure().empty());
-      double worst = 1.0;
-      int agree = 0, rows = 0;
-      for (std::size_t r = 0; r * std::size_t(vocab) < want.size(); ++r, ++rows) {
-        const float* a = got.data() + r * std::size_t(vocab);
-        const float* b = want.data() + r * std::size_t(vocab);
-        worst = std::min(worst, compare(a, b, std::size_t(vocab)).cosine);
-        agree += argmax(a, std::size_t(vocab)) == argmax(b, std::size_t(vocab));
-      }
+      const auto [worst, agree, rows] = rows_against(got, want, vocab);
       MESSAGE(
           fmt::format("{} ({} tables with repeats) graphs {}: GPU vs CPU worst cos {:.6f} "
                       "over {} rows, argmax {}/{}",
