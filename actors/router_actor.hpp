@@ -4,15 +4,18 @@
 // of each step to the clients. It monitors its schedulers (a group that goes down stops
 // receiving work, its live requests end with finish_reason "error", and those it had not
 // admitted yet go to another group, as those it refuses for room do) and its clients (a
-// client that goes away has its requests aborted). Refusals are immediate replies with a
+// client that goes away has its requests aborted). A request its group does not answer in time
+// is refused and aborted at the group. Refusals are immediate replies with a
 // message; nothing a client sends can stop the router.
 #pragma once
 
+#include "actors/grammar_limit.hpp"
 #include "actors/messages.hpp"
 #include "config/cluster_config.hpp"
 
 #include <caf/actor_system.hpp>
 
+#include <chrono>
 #include <memory>
 #include <vector>
 
@@ -21,6 +24,13 @@ class tokenizer;
 }
 
 namespace di::actors {
+
+/// How long the router waits for a group to answer a request it sent before it refuses the
+/// request and aborts it at the group (a late admission is cancelled at once). Above the
+/// scheduler's limit for compiling a request's grammar: a compile within the limit is never cut
+/// short.
+inline constexpr std::chrono::milliseconds default_admission_timeout = std::chrono::seconds(120);
+static_assert(default_admission_timeout > max_grammar_prepare_time);
 
 struct router_params {
   std::vector<scheduler_actor> groups;
@@ -31,6 +41,8 @@ struct router_params {
   router_section limits;
   double status_interval_s = 10;
   int startup_timeout_s = 600;
+  /// Not a setting: tests shorten it (default_admission_timeout).
+  std::chrono::milliseconds admission_timeout = default_admission_timeout;
   std::int64_t vocab_size = 0;  ///< ids must be below this
   std::int64_t max_message_bytes = default_max_message_bytes;  ///< cluster.max_message_bytes
   std::shared_ptr<const tok::tokenizer> tokenizer;  ///< null: text prompts are refused

@@ -4,7 +4,6 @@
 #include "actors/detail/router_state.hpp"
 
 #include "actors/basp_frame_guard.hpp"
-#include "actors/grammar_limit.hpp"
 #include "runtime/sampling_rng.hpp"
 
 #include <caf/all.hpp>
@@ -15,11 +14,6 @@
 namespace di::actors::detail {
 
 namespace {
-
-// Above the scheduler's limit for compiling a request's grammar: a late answer never admits an
-// orphan.
-constexpr auto admission_timeout = std::chrono::seconds(120);
-static_assert(admission_timeout > max_grammar_prepare_time);
 
 using runtime::failure_kind;
 
@@ -130,7 +124,9 @@ bool pass_on(router_self self, std::uint64_t id) {
 
 /// Sends the request to `group`. A group whose waiting line is full (queue_full,
 /// queued_tokens_full) or that goes down before answering (fail_requests) has the request
-/// passed on (pass_on); the answer of a group that passed it on is stale and ignored.
+/// passed on (pass_on); the answer of a group that passed it on is stale and ignored. One
+/// that does not answer within params.admission_timeout has the request refused here and
+/// aborted there.
 void dispatch(router_self self, std::uint64_t id, runtime::request req, int group,
               bool by_affinity) {
   router_state& st = self->state;
@@ -146,7 +142,7 @@ void dispatch(router_self self, std::uint64_t id, runtime::request req, int grou
   // reply keeps until admission.
   if (!r.spare && !untried_groups(st, r).empty())
     r.spare = runtime::request{.id = req.id, .params = req.params, .seed = req.seed};
-  self->request(g.handle, admission_timeout, start_request{std::move(req)})
+  self->request(g.handle, st.params.admission_timeout, start_request{std::move(req)})
       .then(
           [=](runtime::admission_result& res) {
             auto it = self->state.requests.find(id);
@@ -173,6 +169,12 @@ void dispatch(router_self self, std::uint64_t id, runtime::request req, int grou
             // The group's scheduler stopped while the request was on its way: the down message
             // that follows passes it on or fails it with the group's reason (fail_requests).
             if (err == caf::sec::request_receiver_down && ge.is_up) return;
+            // No answer in time: the group may still admit it (a full mailbox, a slow link) and
+            // run it with nobody listening. The abort follows the request on the same path, so it
+            // cancels a late admission at once; the late reply and the abort's final event find
+            // no live request and are ignored.
+            if (err == caf::sec::request_timeout && ge.is_up)
+              self->send(ge.handle, abort_request{id});
             end_pending(
                 self, id, failure_kind::unavailable,
                 fmt::format("group {} did not take the request: {}{}{}", group, describe(err),
@@ -180,7 +182,30 @@ void dispatch(router_self self, std::uint64_t id, runtime::request req, int grou
           });
 }
 
-/// Asks every candidate group how much of the prompt it has cached, then dispatches.
+/// Ends a request its client aborted before it was sent to a group (while the groups were
+/// probed): no group starts it only to abort it. The client sees what an abort just before
+/// admission gives it: the accepted reply (no group), then a final event finished_abort.
+void end_unsent(router_self self, std::uint64_t id) {
+  router_state& st = self->state;
+  auto it = st.requests.find(id);
+  if (it == st.requests.end()) return;
+  live_request& r = it->second;
+  ++st.counters.num_accepted;
+  r.reply->deliver(std::move(r.accepted));
+  client_events out;
+  out.events.push_back(
+      {.request_id = r.client_id, .status = runtime::sequence_status::finished_abort});
+  ++st.counters.num_finished;
+  ++st.counters.num_aborts;
+  --st.counters.num_live;
+  const client_actor client = r.client_handle;
+  st.clients[r.client].erase(r.client_id);
+  st.requests.erase(it);
+  self->send(client, std::move(out));
+}
+
+/// Asks every candidate group how much of the prompt it has cached, then dispatches (unless
+/// its client aborted it meanwhile).
 void probe_and_dispatch(router_self self, std::uint64_t id, runtime::request req, std::vector<int> up) {
   struct probe_state {
     std::vector<std::int64_t> cached;
@@ -195,6 +220,7 @@ void probe_and_dispatch(router_self self, std::uint64_t id, runtime::request req
   const auto timeout = std::chrono::milliseconds(self->state.params.limits.probe_timeout_ms);
   auto done = [=] {
     if (++ps->num_answers < up.size() || !self->state.requests.contains(id)) return;
+    if (self->state.requests.at(id).abort_pending) return end_unsent(self, id);
     std::vector<int> still_up;
     std::vector<std::int64_t> cached;
     for (std::size_t i = 0; i < up.size(); ++i)
@@ -377,11 +403,25 @@ void on_group_events(router_self self, group_events& msg) {
   router_state& st = self->state;
   // The step's events by client, in order (request ids still the router's).
   std::map<caf::actor_addr, std::vector<runtime::token_event>> by_client;
+  // Requests the group runs that are not live here (refused when it did not answer in time,
+  // ended for their size) and go on past this step: the group works for nobody. Their abort
+  // went to the group when they ended here, but one that came while the group had not
+  // admitted the request yet (its grammar still compiling) found nothing to abort.
+  std::set<std::uint64_t> orphans;
+  std::set<std::uint64_t> finished;
   for (runtime::token_event& e : msg.events) {
     auto it = st.requests.find(e.request_id);
-    if (it == st.requests.end() || it->second.group != msg.group) continue;
+    if (it == st.requests.end() || it->second.group != msg.group) {
+      (e.is_finished() ? finished : orphans).insert(e.request_id);
+      continue;
+    }
     by_client[it->second.client].push_back(std::move(e));
   }
+  if (msg.group >= 0 && std::size_t(msg.group) < st.groups.size() &&
+      st.groups[std::size_t(msg.group)].is_up)
+    for (std::uint64_t id : orphans)
+      if (!finished.contains(id))
+        self->send(st.groups[std::size_t(msg.group)].handle, abort_request{id});
   for (auto& [addr, events] : by_client) {
     const live_request& first = st.requests.at(events.front().request_id);
     const client_actor client = first.client_handle;

@@ -6,6 +6,10 @@
 #include "actors/router_actor.hpp"
 
 #include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
 
 namespace di::test {
 
@@ -15,19 +19,53 @@ namespace {
 enum class on_start {
   serve,  ///< accepts it and ends it at once: one token, finished_length
   full,   ///< refuses it: queue_full
-  hold,   ///< never answers (a grammar being compiled, a slow link)
+  hold,   ///< does not answer (a grammar being compiled, a slow link) until the request is
+          ///< aborted: then admits it late, emits a token and ends it finished_abort, as a
+          ///< scheduler does that reads the request, then the abort that followed it
   die,    ///< stops with an error before answering
+  /// does not answer, as a scheduler while the request's grammar compiles: an abort meanwhile
+  /// finds nothing to abort and is lost; a tick_atom admits it late and emits a token (and an
+  /// abort then ends it finished_abort)
+  compile,
+};
+
+/// What a fake group was sent, for the test to read (the group's thread writes it).
+struct fake_group_log {
+  std::mutex mutex;
+  std::vector<std::uint64_t> aborted;  ///< the request ids of the aborts it received
+  int num_started = 0;                 ///< start_request messages received
+  int num_held_probes = 0;             ///< probes it has not answered yet
+
+  std::vector<std::uint64_t> aborts() {
+    std::lock_guard lock(mutex);
+    return aborted;
+  }
+  int started() {
+    std::lock_guard lock(mutex);
+    return num_started;
+  }
+  int held_probes() {
+    std::lock_guard lock(mutex);
+    return num_held_probes;
+  }
 };
 
 struct fake_group_state {
   fake_group_state() = default;  // not an aggregate: CAF would build it from the actor pointer
   std::optional<actors::router_actor> router;
+  std::map<std::uint64_t, caf::typed_response_promise<runtime::admission_result>> held;
+  std::vector<caf::typed_response_promise<std::int64_t>> held_probes;
+  std::map<std::uint64_t, caf::typed_response_promise<runtime::admission_result>> compiling;
+  std::set<std::uint64_t> running;  ///< admitted by a tick and not ended
 };
 
 using fake_group_self = actors::scheduler_actor::stateful_pointer<fake_group_state>;
 
+/// `hold_probe`: its probe answers wait for a tick_atom.
 actors::scheduler_actor::behavior_type fake_group(fake_group_self self, int group,
-                                                  std::deque<on_start> plan, std::int64_t cached) {
+                                                  std::deque<on_start> plan, std::int64_t cached,
+                                                  bool hold_probe,
+                                                  std::shared_ptr<fake_group_log> log) {
   auto steps = std::make_shared<std::deque<on_start>>(std::move(plan));
   return {
       [=](actors::attach_router& m) -> actors::group_info {
@@ -38,6 +76,10 @@ actors::scheduler_actor::behavior_type fake_group(fake_group_self self, int grou
       [=](actors::start_request& m) -> caf::result<runtime::admission_result> {
         const on_start what = steps->empty() ? on_start::serve : steps->front();
         if (!steps->empty()) steps->pop_front();
+        {
+          std::lock_guard lock(log->mutex);
+          ++log->num_started;
+        }
         auto rp = self->make_response_promise<runtime::admission_result>();
         switch (what) {
           case on_start::serve:
@@ -53,6 +95,10 @@ actors::scheduler_actor::behavior_type fake_group(fake_group_self self, int grou
                                                  "no room (fake)", ""});
             break;
           case on_start::hold:
+            self->state.held.emplace(m.request.id, rp);
+            break;
+          case on_start::compile:
+            self->state.compiling.emplace(m.request.id, rp);
             break;
           case on_start::die:
             self->quit(caf::make_error(caf::sec::runtime_error,
@@ -61,27 +107,69 @@ actors::scheduler_actor::behavior_type fake_group(fake_group_self self, int grou
         }
         return rp;
       },
-      [=](actors::abort_request&) {},
-      [=](actors::prefix_probe&) -> std::int64_t { return cached; },
+      [=](actors::abort_request& m) {
+        if (auto it = self->state.held.find(m.id); it != self->state.held.end()) {
+          it->second.deliver(runtime::admission_result{});  // admitted late
+          self->state.held.erase(it);
+          self->send(*self->state.router,
+                     actors::group_events{group,
+                                          {{.request_id = m.id, .token_ids = {1}},
+                                           {.request_id = m.id,
+                                            .status = runtime::sequence_status::finished_abort}}});
+        }
+        if (self->state.running.erase(m.id) != 0)
+          self->send(*self->state.router,
+                     actors::group_events{group,
+                                          {{.request_id = m.id,
+                                            .status = runtime::sequence_status::finished_abort}}});
+        std::lock_guard lock(log->mutex);  // after the events: the test reads it as "all sent"
+        log->aborted.push_back(m.id);
+      },
+      [=](actors::prefix_probe&) -> caf::result<std::int64_t> {
+        if (!hold_probe) return cached;
+        self->state.held_probes.push_back(self->make_response_promise<std::int64_t>());
+        std::lock_guard lock(log->mutex);
+        ++log->num_held_probes;
+        return self->state.held_probes.back();
+      },
       [=](actors::status_atom) { return actors::group_status{.group = group, .is_up = true}; },
-      [=](actors::tick_atom) {},
+      [=](actors::tick_atom) {  // answers the probes it holds, admits what it compiled
+        for (auto& rp : self->state.held_probes) rp.deliver(cached);
+        self->state.held_probes.clear();
+        for (auto& [id, rp] : self->state.compiling) {
+          rp.deliver(runtime::admission_result{});
+          self->state.running.insert(id);
+          self->send(*self->state.router,
+                     actors::group_events{group, {{.request_id = id, .token_ids = {1}}}});
+        }
+        self->state.compiling.clear();
+        std::lock_guard lock(log->mutex);
+        log->num_held_probes = 0;
+      },
   };
 }
 
 struct fake_group_spec {
   std::deque<on_start> plan;
   std::int64_t cached = 0;  ///< its answer to every probe
+  bool hold_probe = false;  ///< its probe answers wait for a tick_atom
 };
 
 /// A router over fake groups, ready, and a client of it.
 struct router_bench {
-  explicit router_bench(std::vector<fake_group_spec> specs) {
+  /// `tune`: changes to the router's parameters.
+  explicit router_bench(std::vector<fake_group_spec> specs,
+                        const std::function<void(actors::router_params&)>& tune = {}) {
     actors::router_params p;
-    for (std::size_t g = 0; g < specs.size(); ++g)
-      groups.push_back(ts.sys.spawn(fake_group, int(g), specs[g].plan, specs[g].cached));
+    for (std::size_t g = 0; g < specs.size(); ++g) {
+      logs.push_back(std::make_shared<fake_group_log>());
+      groups.push_back(ts.sys.spawn(fake_group, int(g), specs[g].plan, specs[g].cached,
+                                    specs[g].hold_probe, logs.back()));
+    }
     p.groups = groups;
     p.status_interval_s = 0;
     p.vocab_size = 1000;
+    if (tune) tune(p);
     router = actors::spawn_router_actor(ts.sys, std::move(p));
     int num_groups = 0;
     admin->request(router, std::chrono::seconds(5), actors::info_atom::value)
@@ -130,8 +218,19 @@ struct router_bench {
     return out;
   }
 
+  /// Client events in the client's mailbox now, of any request.
+  int num_pending_events() {
+    int n = 0;
+    bool empty = false;
+    while (!empty)
+      client->receive([&](actors::client_events&) { ++n; },
+                      caf::after(std::chrono::seconds(0)) >> [&] { empty = true; });
+    return n;
+  }
+
   test_system ts;
   std::vector<actors::scheduler_actor> groups;
+  std::vector<std::shared_ptr<fake_group_log>> logs;  ///< one per group
   actors::router_handle router;
   caf::scoped_actor client{ts.sys};
   caf::scoped_actor admin{ts.sys};  ///< status queries and exits, apart from the client's mailbox
@@ -203,6 +302,104 @@ TEST_CASE("router: a request aborted before admission is not passed on when its 
   const actors::cluster_status s = bench.status();
   CHECK(s.groups[1].num_requests == 0);
   CHECK(s.router.num_live == 0);
+}
+
+}  // namespace di::test
+
+namespace di::test {
+
+TEST_CASE("router: a request its group does not answer in time is aborted at the group") {
+  // Group 0 holds the request past the router's admission timeout (short here). The client is
+  // refused once; the group is sent the abort a client's abort sends, so that it cancels a late
+  // admission at once (it ran the request to the end with nobody listening); what the group
+  // sends after that (the late admission, a token, the abort's final event) reaches nobody.
+  router_bench bench({{.plan = {on_start::hold}}}, [](actors::router_params& p) {
+    p.admission_timeout = std::chrono::milliseconds(200);
+  });
+  const actors::submit_reply reply = bench.submit(3, 5);
+  CHECK_FALSE(reply.accepted);
+  CHECK(reply.kind == runtime::failure_kind::unavailable);
+  CHECK_MESSAGE(reply.error.find("group 0 did not take the request") != std::string::npos,
+                reply.error);
+  // the one request the router sent it (router id 1) is aborted there
+  REQUIRE(wait_for([&] { return !bench.logs[0]->aborts().empty(); }));
+  CHECK(bench.logs[0]->aborts() == std::vector<std::uint64_t>{1});
+  CHECK(bench.logs[0]->started() == 1);
+  // The group sent its late events before it logged the abort, so the router has read them
+  // before this status request; whatever it forwarded is in the client's mailbox by now.
+  const actors::cluster_status s = bench.status();
+  CHECK(bench.num_pending_events() == 0);
+  CHECK(s.router.num_live == 0);
+  CHECK(s.router.num_refused == 1);
+  CHECK(s.router.num_accepted == 0);
+  CHECK(s.router.num_finished == 0);
+  CHECK(s.groups[0].num_live == 0);
+  // the group serves the next request as usual
+  const actors::submit_reply next = bench.submit(4, 6);
+  CHECK(next.accepted);
+  CHECK(bench.final_event(4).status == runtime::sequence_status::finished_length);
+  CHECK(bench.logs[0]->aborts().size() == 1);
+}
+
+TEST_CASE("router: a request aborted while the groups are probed is sent to none") {
+  // Group 0 holds the prompt's prefix and answers the probe only when told; the client aborts
+  // meanwhile. Dispatched, the request would start on group 0 only to be aborted there. The
+  // client sees an abort: the accepted reply, then finished_abort.
+  router_bench bench({{.cached = 64, .hold_probe = true}, {.cached = 0}},
+                     [](actors::router_params& p) { p.limits.probe_timeout_ms = 60000; });
+  auto pending =
+      bench.client->request(bench.router, std::chrono::seconds(10), router_bench::request(9, 7));
+  REQUIRE(wait_for([&] { return bench.logs[0]->held_probes() == 1; }));
+  bench.client->send(bench.router, actors::abort_request{9});
+  // the router has taken the abort once it answers the client's next message
+  bench.client->request(bench.router, std::chrono::seconds(5), actors::status_atom::value)
+      .receive([](actors::cluster_status&) {}, [](caf::error&) {});
+  bench.admin->send(bench.groups[0], actors::tick_atom::value);  // the probe's answer
+  actors::submit_reply reply;
+  pending.receive([&](actors::submit_reply& rep) { reply = std::move(rep); },
+                  [&](caf::error& err) { reply.error = actors::describe(err); });
+  CHECK_MESSAGE(reply.accepted, reply.error);
+  CHECK(reply.group == -1);
+  CHECK(reply.prompt_ids == router_bench::request(9, 7).prompt_ids);
+  CHECK(bench.final_event(9).status == runtime::sequence_status::finished_abort);
+  const actors::cluster_status s = bench.status();
+  REQUIRE(s.groups.size() == 2);
+  CHECK(s.groups[0].num_requests == 0);
+  CHECK(s.groups[1].num_requests == 0);
+  CHECK(bench.logs[0]->started() == 0);
+  CHECK(bench.logs[1]->started() == 0);
+  CHECK(s.router.num_live == 0);
+  CHECK(s.router.num_aborts == 1);
+  CHECK(s.router.num_finished == 1);
+  CHECK(bench.num_pending_events() == 0);  // one final event, nothing after it
+}
+
+}  // namespace di::test
+
+namespace di::test {
+
+TEST_CASE("router: a group that admits a request after losing its abort is told again") {
+  // Group 0 does not answer in time, as while a grammar compiles: the router refuses the
+  // request and aborts it there, but a scheduler that has not admitted the request yet has
+  // nothing to abort. Admitted later, its first token reaches no live request: the router
+  // aborts it again, and the group ends it. The client hears the refusal only.
+  router_bench bench({{.plan = {on_start::compile}}}, [](actors::router_params& p) {
+    p.admission_timeout = std::chrono::milliseconds(200);
+  });
+  const actors::submit_reply reply = bench.submit(3, 8);
+  CHECK_FALSE(reply.accepted);
+  REQUIRE(wait_for([&] { return bench.logs[0]->aborts().size() == 1; }));  // lost
+  bench.admin->send(bench.groups[0], actors::tick_atom::value);  // admitted late, one token
+  REQUIRE(wait_for([&] { return bench.logs[0]->aborts().size() == 2; }));
+  CHECK(bench.logs[0]->aborts() == std::vector<std::uint64_t>{1, 1});
+  // the group sent its finished_abort before it logged the abort: the router read it before
+  // this status request
+  const actors::cluster_status s = bench.status();
+  CHECK(bench.num_pending_events() == 0);
+  CHECK(s.router.num_live == 0);
+  CHECK(s.router.num_refused == 1);
+  CHECK(s.router.num_finished == 0);
+  CHECK(s.groups[0].num_live == 0);
 }
 
 }  // namespace di::test
