@@ -6,16 +6,58 @@
 
 #include <algorithm>
 #include <map>
+#include <unordered_set>
 
 namespace di::grammar {
 
 namespace {
 
-struct vector_hash {
-  std::size_t operator()(const std::vector<std::uint32_t>& v) const {
-    std::uint64_t h = 1469598103934665603ull;
-    for (std::uint32_t x : v) h = (h ^ x) * 1099511628211ull;
-    return std::size_t(h);
+std::size_t hash_set(const std::vector<std::uint32_t>& v) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (std::uint32_t x : v) h = (h ^ x) * 1099511628211ull;
+  return std::size_t(h);
+}
+
+/// The DFA states' NFA state sets, each stored once (a set is looked up by its contents, kept
+/// by its index): sets of a search pattern's padded start grow with the text it has matched
+/// (a^n: sizes 1..n), so a second copy as a map key doubled the peak memory.
+struct set_table {
+  std::vector<std::vector<std::uint32_t>> sets;
+  std::vector<std::size_t> hashes;
+  struct lookup {
+    const std::vector<std::uint32_t>* set;
+    std::size_t hash;
+  };
+  struct hasher {
+    using is_transparent = void;
+    const set_table* t;
+    std::size_t operator()(std::uint32_t i) const { return t->hashes[i]; }
+    std::size_t operator()(const lookup& l) const { return l.hash; }
+  };
+  struct equal {
+    using is_transparent = void;
+    const set_table* t;
+    bool operator()(std::uint32_t a, std::uint32_t b) const { return a == b; }
+    bool operator()(const lookup& l, std::uint32_t i) const { return *l.set == t->sets[i]; }
+    bool operator()(std::uint32_t i, const lookup& l) const { return *l.set == t->sets[i]; }
+  };
+  std::unordered_set<std::uint32_t, hasher, equal> ids{16, hasher{this}, equal{this}};
+
+  set_table() = default;
+  set_table(const set_table&) = delete;
+  set_table& operator=(const set_table&) = delete;
+
+  /// The index of `set` (sorted), added with the next index if new.
+  std::uint32_t intern(const std::vector<std::uint32_t>& set) {
+    const std::size_t h = hash_set(set);
+    auto it = ids.find(lookup{&set, h});
+    if (it != ids.end()) return *it;
+    const auto id = std::uint32_t(sets.size());
+    // A copy of exact size: a bucket's spare capacity stays behind.
+    sets.emplace_back(set.begin(), set.end());
+    hashes.push_back(h);
+    ids.insert(id);
+    return id;
   }
 };
 
@@ -23,13 +65,11 @@ struct vector_hash {
 
 bool automaton_builder::determinize(std::uint32_t start, std::uint32_t accept, local_dfa& out) {
   const std::size_t num_classes = class_rep_.size();
-  std::unordered_map<std::vector<std::uint32_t>, std::uint32_t, vector_hash> ids;
-  std::vector<std::vector<std::uint32_t>> sets;
+  set_table table;
+  const std::vector<std::vector<std::uint32_t>>& sets = table.sets;
   auto intern = [&](std::vector<std::uint32_t>& set) -> std::uint32_t {
     closure(set);
-    auto [it, inserted] = ids.emplace(set, std::uint32_t(sets.size()));
-    if (inserted) sets.push_back(set);
-    return it->second;
+    return table.intern(set);
   };
   std::vector<std::uint32_t> init{start};
   intern(init);

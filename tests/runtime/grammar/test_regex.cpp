@@ -6,6 +6,8 @@
 
 #include <doctest/doctest.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -326,4 +328,66 @@ TEST_CASE("what a grammar cannot express is a clear error") {
   CHECK_THROWS_WITH_AS(regex_grammar("(ab"), doctest::Contains("missing ')'"), di::error);
   CHECK_THROWS_WITH_AS(regex_grammar(R"(\p{Greek})"), doctest::Contains("not supported"),
                        di::error);
+}
+
+TEST_CASE("a long literal pattern matches exactly itself, in full and in search mode") {
+  // 4,000 characters: an overlapping run ("abab..", "aaa..": every prefix of it is a suffix of
+  // the text read so far, the costly case of search mode's padded start), then pseudo-random
+  // text over ASCII, two escaped metacharacters and two multi-byte characters.
+  const std::vector<std::string> alphabet = {"a", "b", "c", " ",      "x",     "0",
+                                             "9", ".", "+", "\u00e9", "\u65e5"};
+  std::vector<std::string> chars;
+  for (int i = 0; i < 300; ++i) chars.insert(chars.end(), {"a", "b"});
+  for (int i = 0; i < 500; ++i) chars.push_back("a");
+  std::uint32_t x = 12345;
+  while (chars.size() < 4000) {
+    x = x * 1103515245u + 12345u;
+    chars.push_back(alphabet[(x >> 16) % alphabet.size()]);
+  }
+  auto join = [](const std::vector<std::string>& cs) {
+    std::string out;
+    for (const std::string& c : cs) out += c;
+    return out;
+  };
+  const std::string text = join(chars);
+  std::string pattern;
+  for (const std::string& c : chars) pattern += (c == "." || c == "+") ? "\\" + c : c;
+  // One character changed, added or removed (in the middle), and one less at either end; '#' is
+  // not in the text, so no variant holds the whole literal anywhere.
+  const std::size_t mid = chars.size() / 2;
+  std::vector<std::string> changed = chars, added = chars, removed = chars;
+  const std::string mark = "#";
+  changed[mid] = mark;
+  added.insert(added.begin() + std::ptrdiff_t(mid), mark);
+  removed.erase(removed.begin() + std::ptrdiff_t(mid));
+  const std::vector<std::string> variants = {
+      join(changed), join(added), join(removed),
+      join(std::vector<std::string>(chars.begin() + 1, chars.end())),
+      join(std::vector<std::string>(chars.begin(), chars.end() - 1))};
+
+  auto full = compile_re(pattern);
+  CHECK(accepts(*full, text));
+  for (const std::string& v : variants) CHECK_FALSE(accepts(*full, v));
+  CHECK_FALSE(accepts(*full, text + "a"));
+  CHECK_FALSE(accepts(*full, "a" + text));
+
+  auto search = compile_re(pattern, regex_options{.search = true});
+  CHECK(accepts(*search, text));
+  CHECK(accepts(*search, "ab" + text + "\u00e9a"));
+  CHECK(accepts(*search, text.substr(0, 100) + text));  // a partial match first, then the text
+  for (const std::string& v : variants) {
+    CHECK_FALSE(accepts(*search, v));
+    CHECK_FALSE(accepts(*search, "#" + v + "#"));
+  }
+
+  auto unanchored = pattern_schema(pattern);
+  auto anchored = pattern_schema("^" + pattern + "$");
+  CHECK(pattern_accepts(*unanchored, text));
+  CHECK(pattern_accepts(*unanchored, "aa" + text + " "));
+  CHECK(pattern_accepts(*anchored, text));
+  CHECK_FALSE(pattern_accepts(*anchored, text + " "));
+  for (const std::string& v : variants) {
+    CHECK_FALSE(pattern_accepts(*unanchored, v));
+    CHECK_FALSE(pattern_accepts(*anchored, v));
+  }
 }
