@@ -229,25 +229,27 @@ runtime::admission_result admit(scheduler_self self, runtime::request request) {
 
 /// A request with a response_format is admitted once every executor of the group has compiled
 /// its grammar on its grammar thread: compiled inside a step, it stalled every sequence of the
-/// batch for the compile (seconds for a large schema).
+/// batch for the compile (seconds for a large schema). Until then it is in st.preparing, where
+/// an abort finds it (abort_preparing).
 caf::result<runtime::admission_result> prepare_then_admit(scheduler_self self,
                                                           runtime::request request) {
-  struct preparing {
-    runtime::request request;
-    caf::typed_response_promise<runtime::admission_result> reply;
-    std::size_t num_answers = 0;
-    std::string error;
-    bool is_too_slow = false;  ///< an executor did not answer within the limit
-    std::int64_t start_ns = now_ns();
-  };
-  auto p = std::make_shared<preparing>();
+  const std::uint64_t id = request.id;
+  if (self->state.preparing.contains(id))
+    return runtime::admission_result{runtime::admission_status::duplicate_id,
+                                     fmt::format("request id {} is being prepared already", id),
+                                     ""};
+  auto p = std::make_shared<detail::preparing_request>();
   p->request = std::move(request);
   p->reply = self->make_response_promise<runtime::admission_result>();
+  p->start_ns = now_ns();
+  self->state.preparing.emplace(id, p);
   const std::vector<executor_actor>& executors = self->state.params.executors;
   auto answered = [=](std::string error) -> void {
     if (p->error.empty()) p->error = std::move(error);
     if (++p->num_answers < self->state.params.executors.size()) return;
     scheduler_state& st = self->state;
+    if (p->is_ended) return;  // aborted meanwhile: answered then
+    st.preparing.erase(id);
     const double seconds = double(now_ns() - p->start_ns) * 1e-9;
     if (!st.is_up) {
       p->reply.deliver(not_serving(st));
@@ -281,6 +283,25 @@ caf::result<runtime::admission_result> prepare_then_admit(scheduler_self self,
   return p->reply;
 }
 
+/// An abort of a request whose grammar is still compiling: it ends now, as an abort of a
+/// request queued but not yet running does -- accepted, then one final event finished_abort
+/// with no tokens (the reply first, as every admitted request's events follow its reply) --
+/// and is never admitted; the compile runs on (a grammar thread cannot be
+/// interrupted; it lands in the executors' caches) and its answers, success or failure, are
+/// ignored. False when no request with this id is being prepared.
+bool abort_preparing(scheduler_self self, std::uint64_t id) {
+  scheduler_state& st = self->state;
+  auto it = st.preparing.find(id);
+  if (it == st.preparing.end()) return false;
+  std::shared_ptr<detail::preparing_request> p = std::move(it->second);
+  st.preparing.erase(it);
+  p->is_ended = true;
+  p->request = {};  // the prompt is not needed any more
+  p->reply.deliver(runtime::admission_result{});
+  detail::emit(self, {{.request_id = id, .status = runtime::sequence_status::finished_abort}});
+  return true;
+}
+
 caf::result<runtime::admission_result> on_start(scheduler_self self, start_request& msg) {
   scheduler_state& st = self->state;
   if (!st.is_up) return not_serving(st);
@@ -302,7 +323,7 @@ scheduler_actor::behavior_type scheduler_impl(scheduler_self self, scheduler_par
       [=](attach_router& msg) { return on_attach(self, msg); },
       [=](start_request& msg) { return on_start(self, msg); },
       [=](abort_request& msg) {
-        if (!self->state.sched) return;
+        if (abort_preparing(self, msg.id) || !self->state.sched) return;
         if (std::optional<runtime::token_event> e = self->state.sched->abort(msg.id)) {
           detail::emit(self, {std::move(*e)});
           detail::pump(self);  // tells the executors to drop it

@@ -9,7 +9,9 @@
 #include <spdlog/logger.h>
 
 #include <deque>
+#include <memory>
 #include <optional>
+#include <unordered_map>
 
 namespace di::actors::detail {
 
@@ -22,6 +24,18 @@ struct pending_step {
   std::vector<std::optional<step_done>> replies;  ///< one per executor
   int num_replies = 0;
   std::int64_t plan_bytes = 0;  ///< serialized run_step size, when this step is sampled
+};
+
+/// A request whose response_format the executors are compiling (scheduler_actor.cpp,
+/// prepare_then_admit): not admitted yet, so the runtime scheduler does not know it.
+struct preparing_request {
+  runtime::request request;
+  caf::typed_response_promise<runtime::admission_result> reply;
+  std::size_t num_answers = 0;
+  std::string error;
+  bool is_too_slow = false;  ///< an executor did not answer within the limit
+  bool is_ended = false;     ///< answered already (aborted): later compile answers are ignored
+  std::int64_t start_ns = 0;
 };
 
 struct scheduler_state {
@@ -38,6 +52,8 @@ struct scheduler_state {
   bool is_up = false;
   bool is_failed = false;
   std::string down_reason;
+  /// Requests being prepared, by id: an abort_request finds them here.
+  std::unordered_map<std::uint64_t, std::shared_ptr<preparing_request>> preparing;
   std::deque<pending_step> in_flight;
   int num_row_steps_in_flight = 0;
   executor_timing timing;

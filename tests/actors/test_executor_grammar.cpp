@@ -1,6 +1,9 @@
 // The executor's response_format preparation: a spec the runner has compiled already is
-// answered at once, not queued on the grammar thread behind a compile still running.
+// answered at once, not queued on the grammar thread behind a compile still running. And the
+// scheduler's: a request aborted while its grammar compiles ends there, never admitted.
 #include "actors/executor_actor.hpp"
+#include "actors/scheduler_actor.hpp"
+#include "actors/toy_runner.hpp"
 #include "tests/actors/actor_test_util.hpp"
 
 #include <chrono>
@@ -98,4 +101,128 @@ TEST_CASE("executor: a compiled response_format is answered at once, not behind 
   std::lock_guard lock(state->mutex);
   CHECK(state->num_prepared == 3);
   CHECK(state->compiled.count("slow") == 1);
+}
+
+namespace {
+
+/// The toy runner with a preparer that blocks on the specs "slow" and "slow-bad" until
+/// released; "slow-bad" then fails to compile.
+class gated_toy_runner : public actors::toy_runner {
+ public:
+  gated_toy_runner(actors::toy_runner_config c, std::shared_ptr<grammar_state> s)
+      : toy_runner(c), s_(std::move(s)) {}
+  std::function<void(const std::string&)> grammar_preparer() const override {
+    return [s = s_](const std::string& spec) {
+      std::unique_lock lock(s->mutex);
+      ++s->num_prepared;
+      if (spec.starts_with("slow")) s->released_cv.wait(lock, [&] { return s->released; });
+      if (spec == "slow-bad") DI_FAIL("does not compile (fake)");
+      s->compiled.insert(spec);
+    };
+  }
+
+ private:
+  std::shared_ptr<grammar_state> s_;
+};
+
+}  // namespace
+
+TEST_CASE("scheduler: a request aborted while its grammar compiles ends at once, never admitted") {
+  for (const std::string spec : {"slow", "slow-bad"}) {  // the compile then succeeds / fails
+    CAPTURE(spec);
+    test::test_system ts;
+    auto state = std::make_shared<grammar_state>();
+    actors::executor_params ep;
+    ep.make_runner = [state] {
+      const actors::toy_runner_config tc;
+      return actors::runner_bundle{std::make_unique<gated_toy_runner>(tc, state),
+                                   actors::toy_runner::geometry(tc)};
+    };
+    ep.label = "gated toy executor";
+    auto exec = actors::spawn_executor_actor(ts.sys, std::move(ep));
+    const cluster_config c = test::toy_config();
+    auto sched = actors::spawn_scheduler_actor(ts.sys, {.group = 0,
+                                                        .executors = {exec},
+                                                        .executor_nodes = {0},
+                                                        .limits = c.scheduler,
+                                                        .kv = c.kv,
+                                                        .status_interval_s = 0,
+                                                        .startup_timeout_s = 30});
+    caf::scoped_actor self{ts.sys};
+    // Whatever fails below, the gate opens and both actors stop, so that the actor system can end.
+    struct stop_all {
+      caf::scoped_actor& self;
+      std::shared_ptr<grammar_state> state;
+      std::vector<caf::actor> actors;
+      ~stop_all() {
+        {
+          std::lock_guard lock(state->mutex);
+          state->released = true;
+        }
+        state->released_cv.notify_all();
+        for (const caf::actor& a : actors) self->send_exit(a, caf::exit_reason::user_shutdown);
+      }
+    } stop{self, state, {caf::actor_cast<caf::actor>(sched), caf::actor_cast<caf::actor>(exec)}};
+    const auto wait = std::chrono::seconds(30);
+    bool is_attached = false;
+    self->request(sched, wait, actors::attach_router{caf::actor_cast<actors::router_actor>(self)})
+        .receive([&](actors::group_info&) { is_attached = true; },
+                 [](caf::error& e) { FAIL(caf::to_string(e)); });
+    REQUIRE(is_attached);
+
+    runtime::request r{.id = 41, .prompt_ids = test::random_prompt(3, 20), .seed = 7};
+    r.params.max_tokens = 8;
+    r.params.temperature = 0;
+    r.params.ignore_eos = true;
+    r.params.response_format = spec;
+    auto admission = self->request(sched, wait, actors::start_request{r});
+    // The executor's grammar thread is now compiling it (until released).
+    REQUIRE(test::wait_for([&] {
+      std::lock_guard lock(state->mutex);
+      return state->num_prepared == 1;
+    }));
+    self->send(sched, actors::abort_request{41});
+    self->send(sched, actors::abort_request{41});  // a second abort changes nothing
+    {
+      std::lock_guard lock(state->mutex);
+      state->released = true;
+    }
+    state->released_cv.notify_all();
+    std::optional<runtime::admission_result> reply;
+    admission.receive([&](runtime::admission_result& a) { reply = a; },
+                      [](caf::error& e) { FAIL(caf::to_string(e)); });
+    REQUIRE(reply);
+    CHECK(reply->is_accepted());  // as an abort of a queued request: accepted, then ended
+    // The compile's answer has reached the scheduler once the grammar thread, first in first
+    // out, has answered one more spec: its steps and queues show whether it admitted the request.
+    self->request(exec, wait, actors::prepare_grammar_atom::value, std::string("after"))
+        .receive([](std::string& error) { CHECK(error == ""); },
+                 [](caf::error& e) { FAIL(caf::to_string(e)); });
+    actors::group_status g;
+    self->request(sched, wait, actors::status_atom::value)
+        .receive([&](actors::group_status& s) { g = std::move(s); },
+                 [](caf::error& e) { FAIL(caf::to_string(e)); });
+    CHECK(g.is_up);
+    CHECK(g.stats.counters.num_steps == 0);
+    CHECK(g.stats.num_running == 0);
+    CHECK(g.stats.num_waiting == 0);
+    // Exactly one event reached the router: the final abort, no tokens.
+    std::vector<runtime::token_event> events;
+    bool is_quiet = false;
+    while (!is_quiet)
+      self->receive(
+          [&](actors::group_events& ge) {
+            for (runtime::token_event& e : ge.events) events.push_back(std::move(e));
+          },
+          caf::after(std::chrono::milliseconds(300)) >> [&] { is_quiet = true; });
+    REQUIRE(events.size() == 1);
+    CHECK(events[0].request_id == 41);
+    CHECK(events[0].status == runtime::sequence_status::finished_abort);
+    CHECK(events[0].token_ids.empty());
+    {
+      std::lock_guard lock(state->mutex);
+      CHECK(state->num_prepared == 2);  // "after"
+      CHECK(state->compiled.count("slow") == (spec == "slow" ? 1 : 0));
+    }
+  }
 }
