@@ -38,7 +38,14 @@ struct live_request {
   request_outcome out;
   request_callbacks cb;
   std::int64_t started_ns = 0;
+  bool replied = false;  // out.reply is final and on_reply has heard it
 };
+
+/// Makes `r`'s reply final and tells the callback (once).
+void deliver_reply(live_request& r) {
+  r.replied = true;
+  if (r.cb.on_reply) r.cb.on_reply(r.out.reply);
+}
 
 struct session_state {
   static inline const char* name = "client_session";
@@ -93,7 +100,7 @@ void on_submit(self_ptr self, submit_request& req) {
     r.out.reply.error = why;
     r.out.reply.kind = st.router_down.empty() ? runtime::failure_kind::invalid
                                               : runtime::failure_kind::unavailable;
-    if (r.cb.on_reply) r.cb.on_reply(r.out.reply);
+    deliver_reply(r);
     return fail(self, id, why, r.out.reply.kind);
   }
   self->request(st.router, st.submit_timeout, std::move(req))
@@ -102,7 +109,7 @@ void on_submit(self_ptr self, submit_request& req) {
             auto it = self->state.live.find(id);
             if (it == self->state.live.end()) return;
             it->second.out.reply = std::move(reply);
-            if (it->second.cb.on_reply) it->second.cb.on_reply(it->second.out.reply);
+            deliver_reply(it->second);
             const submit_reply& got = it->second.out.reply;
             if (!got.accepted) fail(self, id, refusal_text(got), got.kind);
           },
@@ -114,7 +121,7 @@ void on_submit(self_ptr self, submit_request& req) {
             if (why.empty()) return;
             it->second.out.reply.error = std::move(why);
             it->second.out.reply.kind = runtime::failure_kind::unavailable;
-            if (it->second.cb.on_reply) it->second.cb.on_reply(it->second.out.reply);
+            deliver_reply(it->second);
             fail(self, id, it->second.out.reply.error, runtime::failure_kind::unavailable);
           });
 }
@@ -142,7 +149,16 @@ caf::behavior session_impl(self_ptr self, router_actor router, std::chrono::mill
     if (dm.source != self->state.router.address()) return;
     self->state.router_down = router_gone_message(dm.reason);
     std::vector<std::uint64_t> ids;
-    for (const auto& [id, r] : self->state.live) ids.push_back(id);
+    for (auto& [id, r] : self->state.live) {
+      ids.push_back(id);
+      // Sent before the router stopped, never answered (or its request_receiver_down came
+      // first and waited for this message): the reply says why, as a refusal would.
+      if (!r.replied) {
+        r.out.reply.error = self->state.router_down;
+        r.out.reply.kind = runtime::failure_kind::unavailable;
+        deliver_reply(r);
+      }
+    }
     for (std::uint64_t id : ids)
       fail(self, id, self->state.router_down, runtime::failure_kind::unavailable);
   });

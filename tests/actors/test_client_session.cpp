@@ -135,6 +135,64 @@ TEST_CASE("client session: a router shut down in order says so") {
   CHECK(later.reply.kind == runtime::failure_kind::unavailable);
 }
 
+/// A router that takes requests and never answers them (their promises kept, not delivered).
+struct silent_router_state {
+  std::vector<caf::typed_response_promise<actors::submit_reply>> held;
+};
+
+actors::router_actor::behavior_type silent_router(
+    actors::router_actor::stateful_pointer<silent_router_state> self) {
+  return {
+      [=](actors::submit_request&) -> caf::result<actors::submit_reply> {
+        self->state.held.push_back(self->make_response_promise<actors::submit_reply>());
+        return self->state.held.back();
+      },
+      [](actors::abort_request&) {},
+      [](actors::group_events&) {},
+      [](actors::node_event&) {},
+      [](actors::status_atom) { return actors::cluster_status{}; },
+      [](actors::limits_atom) { return std::int64_t(1) << 30; },
+      [](actors::shutdown_atom) { return true; },
+      [](actors::tick_atom) {},
+  };
+}
+
+TEST_CASE("client session: a request the router never answered before it stopped gets a reply") {
+  // The request reached the router, which stopped before replying: the session's down handler
+  // ended it with a final event but left the reply empty (kind 0, no error), and on_reply was
+  // never called -- CI saw "a router shut down in order says so" fail that way when a submit
+  // met the router as it stopped. The reply now says why, as a refusal would.
+  test_system ts;
+  auto router = ts.sys.spawn(silent_router);
+  actors::client_session session(ts.sys, router);
+  std::promise<actors::submit_reply> replied;
+  auto heard = replied.get_future();
+  std::promise<actors::request_outcome> finished;
+  auto done = finished.get_future();
+  session.submit(ids_request({0, 5}, 4),
+                 {.on_reply = [&](const actors::submit_reply& r) { replied.set_value(r); },
+                  .on_event = {},
+                  .on_finished = [&](const actors::request_outcome& o) { finished.set_value(o); }});
+  caf::scoped_actor self{ts.sys};
+  // (a status request answered means the submit, sent before it by the session, has arrived)
+  REQUIRE(wait_for([&] {
+    bool held = false;
+    self->request(router, std::chrono::seconds(5), actors::status_atom::value)
+        .receive([&](actors::cluster_status&) { held = true; }, [](caf::error&) {});
+    return held;
+  }));
+  self->send_exit(router, caf::exit_reason::user_shutdown);
+  REQUIRE(heard.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  const actors::submit_reply r = heard.get();
+  CHECK_FALSE(r.accepted);
+  CHECK(r.kind == runtime::failure_kind::unavailable);
+  CHECK(!r.error.empty());
+  REQUIRE(done.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  const actors::request_outcome o = done.get();
+  CHECK(o.reply.kind == runtime::failure_kind::unavailable);
+  CHECK(o.error == r.error);
+}
+
 TEST_CASE("front ends: a router that has just stopped is reported with its down reason") {
   // A request sent to a remote router as it stops can come back as request_receiver_down
   // before the monitor's down message: the front ends said "the router did not answer:
