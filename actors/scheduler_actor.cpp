@@ -158,6 +158,15 @@ void on_down(scheduler_self self, const caf::down_msg& dm) {
       st.log->warn("group {}: the router is down ({}); aborting live requests", st.params.group,
                    describe(dm.reason));
     if (st.sched) st.sched->fail_all("the router is down", runtime::failure_kind::unavailable);
+    // Requests whose grammar still compiles end too: admitted later, they would run with
+    // nobody to hear them (until session 51 they did). Their compiles run on and are ignored.
+    for (auto& [id, p] : st.preparing) {
+      p->is_ended = true;
+      p->request = {};
+      p->reply.deliver(runtime::admission_result{runtime::admission_status::unavailable,
+                                                 "the router is down", ""});
+    }
+    st.preparing.clear();
     st.router.reset();
   }
 }

@@ -226,3 +226,83 @@ TEST_CASE("scheduler: a request aborted while its grammar compiles ends at once,
     }
   }
 }
+
+TEST_CASE(
+    "scheduler: a request whose grammar compiles when the router goes down is never admitted") {
+  // The router's down message failed the requests the runtime scheduler held, but one whose
+  // grammar was still compiling was admitted afterwards and ran with nobody to hear it.
+  test::test_system ts;
+  auto state = std::make_shared<grammar_state>();
+  actors::executor_params ep;
+  ep.make_runner = [state] {
+    const actors::toy_runner_config tc;
+    return actors::runner_bundle{std::make_unique<gated_toy_runner>(tc, state),
+                                 actors::toy_runner::geometry(tc)};
+  };
+  ep.label = "gated toy executor";
+  auto exec = actors::spawn_executor_actor(ts.sys, std::move(ep));
+  const cluster_config c = test::toy_config();
+  auto sched = actors::spawn_scheduler_actor(ts.sys, {.group = 0,
+                                                      .executors = {exec},
+                                                      .executor_nodes = {0},
+                                                      .limits = c.scheduler,
+                                                      .kv = c.kv,
+                                                      .status_interval_s = 0,
+                                                      .startup_timeout_s = 30});
+  caf::scoped_actor self{ts.sys};
+  struct stop_all {  // whatever fails below: the gate opens and both actors stop
+    caf::scoped_actor& self;
+    std::shared_ptr<grammar_state> state;
+    std::vector<caf::actor> actors;
+    ~stop_all() {
+      {
+        std::lock_guard lock(state->mutex);
+        state->released = true;
+      }
+      state->released_cv.notify_all();
+      for (const caf::actor& a : actors) self->send_exit(a, caf::exit_reason::user_shutdown);
+    }
+  } stop{self, state, {caf::actor_cast<caf::actor>(sched), caf::actor_cast<caf::actor>(exec)}};
+  const auto wait = std::chrono::seconds(30);
+  {
+    caf::scoped_actor router{ts.sys};  // stands in for the router, then goes down
+    bool is_attached = false;
+    router
+        ->request(sched, wait, actors::attach_router{caf::actor_cast<actors::router_actor>(router)})
+        .receive([&](actors::group_info&) { is_attached = true; },
+                 [](caf::error& e) { FAIL(caf::to_string(e)); });
+    REQUIRE(is_attached);
+    runtime::request r{.id = 42, .prompt_ids = test::random_prompt(3, 20), .seed = 7};
+    r.params.max_tokens = 8;
+    r.params.temperature = 0;
+    r.params.ignore_eos = true;
+    r.params.response_format = "slow";
+    router->send(sched, actors::start_request{r});
+    REQUIRE(test::wait_for([&] {
+      std::lock_guard lock(state->mutex);
+      return state->num_prepared == 1;
+    }));
+  }  // the router is down (the scheduler monitors it)
+  // Its down message has reached the scheduler once a status request sent after it is answered.
+  actors::group_status g;
+  self->request(sched, wait, actors::status_atom::value)
+      .receive([&](actors::group_status& s) { g = std::move(s); },
+               [](caf::error& e) { FAIL(caf::to_string(e)); });
+  {
+    std::lock_guard lock(state->mutex);
+    state->released = true;
+  }
+  state->released_cv.notify_all();
+  // The compile's answer has reached the scheduler once the grammar thread (first in, first
+  // out) has answered one more spec.
+  self->request(exec, wait, actors::prepare_grammar_atom::value, std::string("after"))
+      .receive([](std::string& error) { CHECK(error == ""); },
+               [](caf::error& e) { FAIL(caf::to_string(e)); });
+  self->request(sched, wait, actors::status_atom::value)
+      .receive([&](actors::group_status& s) { g = std::move(s); },
+               [](caf::error& e) { FAIL(caf::to_string(e)); });
+  CHECK(g.is_up);
+  CHECK(g.stats.num_running == 0);
+  CHECK(g.stats.num_waiting == 0);
+  CHECK(g.stats.counters.num_steps == 0);
+}
