@@ -127,74 +127,78 @@ class gated_toy_runner : public actors::toy_runner {
 
 }  // namespace
 
-TEST_CASE("scheduler: a request aborted while its grammar compiles ends at once, never admitted") {
-  for (const std::string spec : {"slow", "slow-bad"}) {  // the compile then succeeds / fails
-    CAPTURE(spec);
-    test::test_system ts;
-    auto state = std::make_shared<grammar_state>();
+/// A scheduler over one executor of the gated toy runner (its compile of "slow" or "slow-bad"
+/// waits until release()). Whatever fails in a test, the gate opens and both actors stop when
+/// the group goes, so that the actor system can end.
+struct gated_group {
+  test::test_system ts;
+  std::shared_ptr<grammar_state> state = std::make_shared<grammar_state>();
+  actors::executor_actor exec;
+  actors::scheduler_actor sched;
+  caf::scoped_actor self{ts.sys};
+  const std::chrono::seconds wait{30};
+
+  gated_group() {
     actors::executor_params ep;
-    ep.make_runner = [state] {
+    ep.make_runner = [s = state] {
       const actors::toy_runner_config tc;
-      return actors::runner_bundle{std::make_unique<gated_toy_runner>(tc, state),
+      return actors::runner_bundle{std::make_unique<gated_toy_runner>(tc, s),
                                    actors::toy_runner::geometry(tc)};
     };
     ep.label = "gated toy executor";
-    auto exec = actors::spawn_executor_actor(ts.sys, std::move(ep));
+    exec = actors::spawn_executor_actor(ts.sys, std::move(ep));
     const cluster_config c = test::toy_config();
-    auto sched = actors::spawn_scheduler_actor(ts.sys, {.group = 0,
-                                                        .executors = {exec},
-                                                        .executor_nodes = {0},
-                                                        .limits = c.scheduler,
-                                                        .kv = c.kv,
-                                                        .status_interval_s = 0,
-                                                        .startup_timeout_s = 30});
-    caf::scoped_actor self{ts.sys};
-    // Whatever fails below, the gate opens and both actors stop, so that the actor system can end.
-    struct stop_all {
-      caf::scoped_actor& self;
-      std::shared_ptr<grammar_state> state;
-      std::vector<caf::actor> actors;
-      ~stop_all() {
-        {
-          std::lock_guard lock(state->mutex);
-          state->released = true;
-        }
-        state->released_cv.notify_all();
-        for (const caf::actor& a : actors) self->send_exit(a, caf::exit_reason::user_shutdown);
-      }
-    } stop{self, state, {caf::actor_cast<caf::actor>(sched), caf::actor_cast<caf::actor>(exec)}};
-    const auto wait = std::chrono::seconds(30);
+    sched = actors::spawn_scheduler_actor(ts.sys, {.group = 0,
+                                                   .executors = {exec},
+                                                   .executor_nodes = {0},
+                                                   .limits = c.scheduler,
+                                                   .kv = c.kv,
+                                                   .status_interval_s = 0,
+                                                   .startup_timeout_s = 30});
+  }
+  ~gated_group() {
+    release();
+    self->send_exit(sched, caf::exit_reason::user_shutdown);
+    self->send_exit(exec, caf::exit_reason::user_shutdown);
+  }
+  gated_group(const gated_group&) = delete;
+  gated_group& operator=(const gated_group&) = delete;
+
+  /// `router` attached as the group's router (it gets the group's events).
+  bool attach(caf::scoped_actor& router) {
     bool is_attached = false;
-    self->request(sched, wait, actors::attach_router{caf::actor_cast<actors::router_actor>(self)})
+    router
+        ->request(sched, wait, actors::attach_router{caf::actor_cast<actors::router_actor>(router)})
         .receive([&](actors::group_info&) { is_attached = true; },
                  [](caf::error& e) { FAIL(caf::to_string(e)); });
-    REQUIRE(is_attached);
-
-    runtime::request r{.id = 41, .prompt_ids = test::random_prompt(3, 20), .seed = 7};
+    return is_attached;
+  }
+  /// A greedy 8-token request with response_format `spec`.
+  static runtime::request request(std::uint64_t id, const std::string& spec) {
+    runtime::request r{.id = id, .prompt_ids = test::random_prompt(3, 20), .seed = 7};
     r.params.max_tokens = 8;
     r.params.temperature = 0;
     r.params.ignore_eos = true;
     r.params.response_format = spec;
-    auto admission = self->request(sched, wait, actors::start_request{r});
-    // The executor's grammar thread is now compiling it (until released).
-    REQUIRE(test::wait_for([&] {
+    return r;
+  }
+  /// Whether the executor's grammar thread has taken `n` specs (within wait_for's patience).
+  bool compiling(int n) {
+    return test::wait_for([&] {
       std::lock_guard lock(state->mutex);
-      return state->num_prepared == 1;
-    }));
-    self->send(sched, actors::abort_request{41});
-    self->send(sched, actors::abort_request{41});  // a second abort changes nothing
+      return state->num_prepared == n;
+    });
+  }
+  void release() {
     {
       std::lock_guard lock(state->mutex);
       state->released = true;
     }
     state->released_cv.notify_all();
-    std::optional<runtime::admission_result> reply;
-    admission.receive([&](runtime::admission_result& a) { reply = a; },
-                      [](caf::error& e) { FAIL(caf::to_string(e)); });
-    REQUIRE(reply);
-    CHECK(reply->is_accepted());  // as an abort of a queued request: accepted, then ended
-    // The compile's answer has reached the scheduler once the grammar thread, first in first
-    // out, has answered one more spec: its steps and queues show whether it admitted the request.
+  }
+  /// Waits until every compile answer sent so far has reached the scheduler (the grammar
+  /// thread, first in first out, answers one more spec), then returns its status.
+  actors::group_status status_after_compiles() {
     self->request(exec, wait, actors::prepare_grammar_atom::value, std::string("after"))
         .receive([](std::string& error) { CHECK(error == ""); },
                  [](caf::error& e) { FAIL(caf::to_string(e)); });
@@ -202,6 +206,29 @@ TEST_CASE("scheduler: a request aborted while its grammar compiles ends at once,
     self->request(sched, wait, actors::status_atom::value)
         .receive([&](actors::group_status& s) { g = std::move(s); },
                  [](caf::error& e) { FAIL(caf::to_string(e)); });
+    return g;
+  }
+};
+
+TEST_CASE("scheduler: a request aborted while its grammar compiles ends at once, never admitted") {
+  for (const std::string spec : {"slow", "slow-bad"}) {  // the compile then succeeds / fails
+    CAPTURE(spec);
+    gated_group grp;
+    caf::scoped_actor& self = grp.self;
+    REQUIRE(grp.attach(self));
+    auto admission =
+        self->request(grp.sched, grp.wait, actors::start_request{grp.request(41, spec)});
+    REQUIRE(grp.compiling(1));  // the executor's grammar thread is now compiling it
+    self->send(grp.sched, actors::abort_request{41});
+    self->send(grp.sched, actors::abort_request{41});  // a second abort changes nothing
+    grp.release();
+    std::optional<runtime::admission_result> reply;
+    admission.receive([&](runtime::admission_result& a) { reply = a; },
+                      [](caf::error& e) { FAIL(caf::to_string(e)); });
+    REQUIRE(reply);
+    CHECK(reply->is_accepted());  // as an abort of a queued request: accepted, then ended
+    // Its steps and queues show whether the scheduler admitted the request.
+    const actors::group_status g = grp.status_after_compiles();
     CHECK(g.is_up);
     CHECK(g.stats.counters.num_steps == 0);
     CHECK(g.stats.num_running == 0);
@@ -220,9 +247,9 @@ TEST_CASE("scheduler: a request aborted while its grammar compiles ends at once,
     CHECK(events[0].status == runtime::sequence_status::finished_abort);
     CHECK(events[0].token_ids.empty());
     {
-      std::lock_guard lock(state->mutex);
-      CHECK(state->num_prepared == 2);  // "after"
-      CHECK(state->compiled.count("slow") == (spec == "slow" ? 1 : 0));
+      std::lock_guard lock(grp.state->mutex);
+      CHECK(grp.state->num_prepared == 2);  // "after"
+      CHECK(grp.state->compiled.count("slow") == (spec == "slow" ? 1 : 0));
     }
   }
 }
@@ -231,76 +258,18 @@ TEST_CASE(
     "scheduler: a request whose grammar compiles when the router goes down is never admitted") {
   // The router's down message failed the requests the runtime scheduler held, but one whose
   // grammar was still compiling was admitted afterwards and ran with nobody to hear it.
-  test::test_system ts;
-  auto state = std::make_shared<grammar_state>();
-  actors::executor_params ep;
-  ep.make_runner = [state] {
-    const actors::toy_runner_config tc;
-    return actors::runner_bundle{std::make_unique<gated_toy_runner>(tc, state),
-                                 actors::toy_runner::geometry(tc)};
-  };
-  ep.label = "gated toy executor";
-  auto exec = actors::spawn_executor_actor(ts.sys, std::move(ep));
-  const cluster_config c = test::toy_config();
-  auto sched = actors::spawn_scheduler_actor(ts.sys, {.group = 0,
-                                                      .executors = {exec},
-                                                      .executor_nodes = {0},
-                                                      .limits = c.scheduler,
-                                                      .kv = c.kv,
-                                                      .status_interval_s = 0,
-                                                      .startup_timeout_s = 30});
-  caf::scoped_actor self{ts.sys};
-  struct stop_all {  // whatever fails below: the gate opens and both actors stop
-    caf::scoped_actor& self;
-    std::shared_ptr<grammar_state> state;
-    std::vector<caf::actor> actors;
-    ~stop_all() {
-      {
-        std::lock_guard lock(state->mutex);
-        state->released = true;
-      }
-      state->released_cv.notify_all();
-      for (const caf::actor& a : actors) self->send_exit(a, caf::exit_reason::user_shutdown);
-    }
-  } stop{self, state, {caf::actor_cast<caf::actor>(sched), caf::actor_cast<caf::actor>(exec)}};
-  const auto wait = std::chrono::seconds(30);
+  gated_group grp;
   {
-    caf::scoped_actor router{ts.sys};  // stands in for the router, then goes down
-    bool is_attached = false;
-    router
-        ->request(sched, wait, actors::attach_router{caf::actor_cast<actors::router_actor>(router)})
-        .receive([&](actors::group_info&) { is_attached = true; },
-                 [](caf::error& e) { FAIL(caf::to_string(e)); });
-    REQUIRE(is_attached);
-    runtime::request r{.id = 42, .prompt_ids = test::random_prompt(3, 20), .seed = 7};
-    r.params.max_tokens = 8;
-    r.params.temperature = 0;
-    r.params.ignore_eos = true;
-    r.params.response_format = "slow";
-    router->send(sched, actors::start_request{r});
-    REQUIRE(test::wait_for([&] {
-      std::lock_guard lock(state->mutex);
-      return state->num_prepared == 1;
-    }));
+    caf::scoped_actor router{grp.ts.sys};  // stands in for the router, then goes down
+    REQUIRE(grp.attach(router));
+    router->send(grp.sched, actors::start_request{grp.request(42, "slow")});
+    REQUIRE(grp.compiling(1));
   }  // the router is down (the scheduler monitors it)
   // Its down message has reached the scheduler once a status request sent after it is answered.
-  actors::group_status g;
-  self->request(sched, wait, actors::status_atom::value)
-      .receive([&](actors::group_status& s) { g = std::move(s); },
-               [](caf::error& e) { FAIL(caf::to_string(e)); });
-  {
-    std::lock_guard lock(state->mutex);
-    state->released = true;
-  }
-  state->released_cv.notify_all();
-  // The compile's answer has reached the scheduler once the grammar thread (first in, first
-  // out) has answered one more spec.
-  self->request(exec, wait, actors::prepare_grammar_atom::value, std::string("after"))
-      .receive([](std::string& error) { CHECK(error == ""); },
-               [](caf::error& e) { FAIL(caf::to_string(e)); });
-  self->request(sched, wait, actors::status_atom::value)
-      .receive([&](actors::group_status& s) { g = std::move(s); },
-               [](caf::error& e) { FAIL(caf::to_string(e)); });
+  grp.self->request(grp.sched, grp.wait, actors::status_atom::value)
+      .receive([](actors::group_status&) {}, [](caf::error& e) { FAIL(caf::to_string(e)); });
+  grp.release();
+  const actors::group_status g = grp.status_after_compiles();
   CHECK(g.is_up);
   CHECK(g.stats.num_running == 0);
   CHECK(g.stats.num_waiting == 0);
