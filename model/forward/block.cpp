@@ -119,42 +119,91 @@ tensor attention_core_ahead(forward_pass& pass, int layer, const attention_input
   return o;
 }
 
-/// block_forward through the decode graphs: two captured pieces around the eager attention.
+/// The ids of a layer's decode graph pieces: apart (graphs_merge_sites off) the attention site
+/// and the output + FFN piece; merged, a site piece of its own only where nothing before it
+/// could take it, the output piece of the last layer (or of a layer whose next site stays
+/// apart), and the output piece that also runs the next layer's site. Distinct ids per mode:
+/// a switch between steps never replays a piece captured the other way.
+enum piece_id : int {
+  piece_site = 0,
+  piece_output = 1,
+  piece_merged_site = 2,
+  piece_merged_output = 3,
+  piece_output_then_site = 4,
+};
+
+/// block_forward through the decode graphs: the attention-site piece (or its outputs, computed
+/// ahead in the piece before: pass.next_site), the eager attention, then the output + FFN
+/// piece -- which, when merging, goes on into the next layer's site (after that layer's
+/// Engram when `ahead` holds its projection) and leaves its outputs in pass.next_site.
 tensor graphed_block(forward_pass& pass, int layer, const tensor& x, tensor& pre_mix,
                      engram_ahead* ahead) {
   decode_graphs& g = *pass.graphs;
+  const model_config& c = pass.config;
   const bool with_rows = graphs_capture_compressed();
-  const std::vector<tensor> site =
-      g.run(layer, 0, {x, pre_mix}, [&](const std::vector<tensor>& in) {
-        const attention_site a =
-            attention_site_forward(padded_pass(pass), layer, in[0], in[1], with_rows);
-        std::vector<tensor> out{a.mix.pre, a.mix.post, a.mix.comb, a.in.q_residual,
-                                a.in.q,    a.in.kv,    a.h.x};
-        for (tensor& t : tensors_of(a.rows)) out.push_back(std::move(t));
-        return out;
-      });
+  std::vector<tensor> site;
+  if (pass.next_site.layer == layer) {
+    site = std::move(pass.next_site.outputs);
+    pass.next_site = {};
+  } else {
+    site = g.run(layer, pass.merge_sites ? piece_merged_site : piece_site, {x, pre_mix},
+                 [&](const std::vector<tensor>& in) {
+                   return graphed_site_outputs(padded_pass(pass), layer, in[0], in[1]);
+                 });
+  }
   const ops::hc_mix mix{site[0], site[1], site[2]};
   const attention_inputs in{site[3], site[4], site[5]};
   const compressed_rows rows = with_rows ? compressed_rows_of(site, 7)
                                          : compressed_project(pass, layer, site[6], in.q_residual);
+  const int next = layer + 1;
+  const bool engram_next = next < c.num_layers && c.is_engram_layer(next);
+  const bool merge = pass.merge_sites && next < c.num_layers &&
+                     (!engram_next || (ahead != nullptr && ahead->layer == next));
+  const int output_piece = merge              ? piece_output_then_site
+                           : pass.merge_sites ? piece_merged_output
+                                              : piece_output;
   // The batched attention writes straight into the output piece's input buffer (no copy).
   if (pass.batched && graphs_use_slots())
     pass.attention_out =
-        g.input_slot(layer, 1, 0, {in.q.size(1), in.q.size(2)}, dtype::f32, pass.dev());
+        g.input_slot(layer, output_piece, 0, {in.q.size(1), in.q.size(2)}, dtype::f32, pass.dev());
   const tensor o = attention_core_ahead(pass, layer, in, rows, ahead);
   pass.attention_out = tensor();
+  std::vector<tensor> inputs{o, x, mix.pre, mix.post, mix.comb};
+  if (merge && engram_next) inputs.push_back(ahead->kv);
   const std::vector<tensor> out =
-      g.run(layer, 1, {o, x, mix.pre, mix.post, mix.comb}, [&](const std::vector<tensor>& in) {
+      g.run(layer, output_piece, inputs, [&](const std::vector<tensor>& in) {
+        const forward_pass p = padded_pass(pass);
         tensor next_pre;
-        tensor y = ffn_site_forward(padded_pass(pass), layer, in[0], in[1],
-                                    ops::hc_mix{in[2], in[3], in[4]}, next_pre);
-        return std::vector<tensor>{y, next_pre};
+        tensor y =
+            ffn_site_forward(p, layer, in[0], in[1], ops::hc_mix{in[2], in[3], in[4]}, next_pre);
+        std::vector<tensor> result{y, next_pre};
+        if (!merge) return result;
+        const tensor next_x = engram_next ? engram_apply(p, next, y, in[5]) : y;
+        if (engram_next) result.push_back(next_x);
+        for (tensor& t : graphed_site_outputs(p, next, next_x, next_pre))
+          result.push_back(std::move(t));
+        return result;
       });
   pre_mix = out[1];
+  if (merge) {
+    const std::size_t at = engram_next ? 3 : 2;
+    pass.next_site = {next, std::vector<tensor>(out.begin() + std::ptrdiff_t(at), out.end()),
+                      engram_next ? out[2] : tensor()};
+  }
   return out[0];
 }
 
 }  // namespace
+
+std::vector<tensor> graphed_site_outputs(const forward_pass& padded, int layer, const tensor& x,
+                                         const tensor& pre_mix) {
+  const attention_site a =
+      attention_site_forward(padded, layer, x, pre_mix, graphs_capture_compressed());
+  std::vector<tensor> out{a.mix.pre, a.mix.post, a.mix.comb, a.in.q_residual,
+                          a.in.q,    a.in.kv,    a.h.x};
+  for (tensor& t : tensors_of(a.rows)) out.push_back(std::move(t));
+  return out;
+}
 
 forward_pass padded_pass(const forward_pass& pass) {
   forward_pass p = pass;

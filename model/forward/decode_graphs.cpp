@@ -123,6 +123,7 @@ const bool g_capture_compressed = cuda::detail::env_switch("DEEPINFER_GRAPH_COMP
 const bool g_slots = cuda::detail::env_switch("DEEPINFER_GRAPH_SLOTS", true);
 std::atomic<bool> g_capture_start{cuda::detail::env_switch("DEEPINFER_GRAPH_START", true)};
 std::atomic<bool> g_stage_inputs{cuda::detail::env_switch("DEEPINFER_GRAPH_STAGED", true)};
+std::atomic<bool> g_merge_sites{cuda::detail::env_switch("DEEPINFER_GRAPH_MERGE", true)};
 std::atomic<std::int64_t> g_staged_steps{0};
 
 tensor decode_graphs::impl::output_holding(const tensor& in, std::int64_t padded) const {
@@ -376,6 +377,14 @@ std::int64_t graphs_staged_steps() {
   return g_staged_steps.load();
 }
 
+bool graphs_merge_sites() {
+  return g_merge_sites.load();
+}
+
+void set_graphs_merge_sites(bool on) {
+  g_merge_sites.store(on);
+}
+
 const tensor& decode_graphs::constant(const std::string& name,
                                       const std::function<tensor(std::int64_t)>& make) {
   DI_CHECK(impl_->padded > 0, "decode graphs: constant before begin_step");
@@ -439,6 +448,12 @@ void set_graphs_stage_inputs(bool) {}
 std::int64_t graphs_staged_steps() {
   return 0;
 }
+
+bool graphs_merge_sites() {
+  return false;
+}
+
+void set_graphs_merge_sites(bool) {}
 
 decode_graphs::decode_graphs(std::vector<int>) {
   DI_FAIL("CUDA graphs need a build with the CUDA backend");

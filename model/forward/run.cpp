@@ -109,6 +109,7 @@ tensor initial_mix(const forward_pass& pass, std::int64_t rows) {
 struct graphed_start_out {
   tensor x;        // [rows, hc, dim]
   tensor pre_mix;  // [rows, hc]
+  std::vector<tensor> site;  // merging (pass.merge_sites): layer 0's attention-site outputs
 };
 graphed_start_out graphed_start(const forward_pass& pass, const tensor& engram0_ids) {
   decode_graphs& g = *pass.graphs;
@@ -140,9 +141,10 @@ graphed_start_out graphed_start(const forward_pass& pass, const tensor& engram0_
   else if (engram)
     inputs.push_back(engram0_ids);
   // (piece 1 when staged: a graph of its own, so a switch between steps never replays a
-  // start captured the other way)
+  // start captured the other way; 2 and 3 likewise when layer 0's site runs in it too)
+  const bool merge = pass.merge_sites;
   const std::vector<tensor> out =
-      g.run(-1, staged ? 1 : 0, inputs, [&](const std::vector<tensor>& in) {
+      g.run(-1, (staged ? 1 : 0) + (merge ? 2 : 0), inputs, [&](const std::vector<tensor>& in) {
         if (staged) g.copy_step_inputs();
         const forward_pass p = padded_pass(pass);
         const std::int64_t rows = p.tokens.size(0);
@@ -150,9 +152,12 @@ graphed_start_out graphed_start(const forward_pass& pass, const tensor& engram0_
         tensor x = ops::gather_rows(e, repeat).view({rows, hc, dim});  // [rows, hc, dim]
         const tensor pre_mix = ops::gather_rows(one_hot, zero_rows);   // [rows, hc]
         if (engram) x = engram_apply(p, 0, x, engram_project(p, 0, staged ? staged_ids : in[0]));
-        return std::vector<tensor>{x, pre_mix};
+        std::vector<tensor> result{x, pre_mix};
+        if (merge)
+          for (tensor& t : graphed_site_outputs(p, 0, x, pre_mix)) result.push_back(std::move(t));
+        return result;
       });
-  return {out[0], out[1]};
+  return {out[0], out[1], std::vector<tensor>(out.begin() + 2, out.end())};
 }
 
 /// Final collapse and norm of the picked rows: [picked, dim].
@@ -215,6 +220,7 @@ std::vector<forward_output> run_model(forward_pass& pass, std::span<forward_requ
   };
   tensor x, pre_mix;     // [rows, hc, dim], [rows, hc]: the streams and the initial mix
   int engram_done = -1;  // an Engram layer already applied by the graphed start
+  pass.merge_sites = pass.graphs != nullptr && graphs_merge_sites();
   if (pass.graphs != nullptr && graphs_capture_start()) {
     const bool engram0 = c.is_engram_layer(0);
     // (host ids when the step is staged: graphed_start stages them itself)
@@ -224,6 +230,7 @@ std::vector<forward_output> run_model(forward_pass& pass, std::span<forward_requ
     const graphed_start_out s = graphed_start(pass, ids0);
     x = s.x;
     pre_mix = s.pre_mix;
+    if (pass.merge_sites) pass.next_site = {0, s.site, tensor()};
     if (engram0) engram_done = 0;
   } else {
     x = embed_streams(pass);
@@ -232,8 +239,12 @@ std::vector<forward_output> run_model(forward_pass& pass, std::span<forward_requ
   engram_ahead ahead;
   for (int l = 0; l < c.num_layers; ++l) {
     if (c.is_engram_layer(l) && l != engram_done) {
-      const tensor kv = ahead.layer == l ? ahead.kv : engram_project(pass, l, engram_ids_of(l));
-      x = engram_apply(pass, l, x, kv);
+      if (pass.next_site.layer == l && pass.next_site.engram_x.defined()) {
+        x = pass.next_site.engram_x;  // applied in the piece before, with the layer's site
+      } else {
+        const tensor kv = ahead.layer == l ? ahead.kv : engram_project(pass, l, engram_ids_of(l));
+        x = engram_apply(pass, l, x, kv);
+      }
       ahead = {};
     }
     const bool next_engram = ahead_on && l + 1 < c.num_layers && c.is_engram_layer(l + 1);

@@ -4,8 +4,10 @@
 // pieces that are captured once per (layer, piece, padded row count) and replayed: the
 // attention site (mHC mix, norm, q/kv projections, rotary) and the output + FFN site
 // (inverse rotary, output projection, mHC expand, MoE, mHC expand); the per-sequence
-// attention between them runs eagerly. Rows are padded to the next captured size; padding
-// rows hold zeros (token 0, position 0) and are never read back.
+// attention between them runs eagerly. A site piece is normally captured inside the piece
+// before it (graphs_merge_sites), so a step launches the start and one graph per layer.
+// Rows are padded to the next captured size; padding rows hold zeros (token 0, position 0)
+// and are never read back.
 #pragma once
 
 #include "kernels/tensor.hpp"
@@ -56,6 +58,17 @@ bool graphs_stage_inputs();
 void set_graphs_stage_inputs(bool on);
 /// Steps begun staged so far, in this process (begin_step_staged returned true).
 std::int64_t graphs_staged_steps();
+/// Whether a layer's attention-site piece is captured at the end of the piece before it --
+/// the step's start for layer 0, the previous layer's output + FFN piece (with the layer's
+/// Engram, when its projection was computed ahead) for the others -- so that a step launches
+/// one graph per layer plus the start instead of two: nothing eager runs between those
+/// pieces, yet the device idled at each graph's first kernel (the session 50 H100 timeline:
+/// 4-7 us before every piece, no programmatic launch across a graph's edge). The same ops on
+/// the same values: the same bits. On by default; DEEPINFER_GRAPH_MERGE=0 captures the pieces
+/// apart as before. set_graphs_merge_sites sets it for later steps (their pieces are captured
+/// under ids of their own, so a switch never replays a piece captured the other way).
+bool graphs_merge_sites();
+void set_graphs_merge_sites(bool on);
 
 class decode_graphs {
  public:

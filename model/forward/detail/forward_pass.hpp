@@ -43,6 +43,15 @@ struct decode_batch;
 /// steady_clock seconds (forward_pass::entered, DEEPINFER_FORWARD_TIMING).
 double host_seconds();
 
+/// A layer's attention-site piece outputs (block.cpp's site_outputs) computed ahead, inside the
+/// captured piece before it (the step's start, or the last layer's output piece), so that no
+/// graph launch separates the two (detail/decode_graphs.hpp: graphs_merge_sites).
+struct prepared_site {
+  int layer = -1;               ///< the layer they are for (-1: none)
+  std::vector<tensor> outputs;  ///< as the layer's own site piece would return them
+  tensor engram_x;  ///< the layer's input with its Engram applied in the piece (else undefined)
+};
+
 struct forward_pass {
   const model_config& config;
   const model_weights& weights;
@@ -65,6 +74,11 @@ struct forward_pass {
   tensor attention_out;
   /// Set when the call is a decode step batched across its sequences (batched_decode.cpp).
   std::shared_ptr<decode_batch> batched;
+  /// Whether this step's graph pieces merge each layer's attention site into the piece before
+  /// it (graphs_merge_sites(), read once per step so that every piece of a step agrees).
+  bool merge_sites = false;
+  /// The next layer's attention-site outputs, computed at the end of the piece before it.
+  prepared_site next_site;
 
   /// Where the weights (and every activation of the call) live.
   device dev() const { return weights.dev; }
@@ -119,6 +133,14 @@ struct engram_ahead {
 /// The pass a captured piece runs with: the graphs' padded tokens and positions, no
 /// sequences (pieces never touch per-sequence state). `pass.graphs` must be set.
 forward_pass padded_pass(const forward_pass& pass);
+
+/// A layer's attention-site piece outputs from x [rows, hc, dim] and pre_mix [rows, hc] on a
+/// padded pass (inside a captured piece): the mix's pre, post and comb, the queries' latent,
+/// the queries, the new window rows, the normed input, then the compressed branch's row-wise
+/// tensors (undefined where the layer has none, or all when graphs_capture_compressed() is
+/// off: block.cpp then projects them eagerly).
+std::vector<tensor> graphed_site_outputs(const forward_pass& padded, int layer, const tensor& x,
+                                         const tensor& pre_mix);
 
 /// One block: mHC around attention and MoE. x [rows, hc, dim]; pre_mix [rows, hc] is the
 /// previous site's pre (V4.1) and is replaced by this block's FFN-site pre. `ahead` (or null):

@@ -393,7 +393,13 @@ TEST_CASE("GPU forward: decode steps through CUDA graphs give the eager logits")
       CHECK(m->graph_failure().empty());
       const std::vector<float> again = run_batch(*m, gpu, batch, 150, 12);  // replays only
       CHECK(m->captured_graphs() == pieces);
-      CHECK(pieces == 2 * m->config().num_layers + (detail::graphs_capture_start() ? 1 : 0));
+      // Merged (the default), each layer's site is captured in the piece before it -- the
+      // start, or with no start piece a site piece of its own for layer 0 -- so one piece per
+      // layer plus one; apart, two per layer plus the start.
+      const int layers = m->config().num_layers;
+      CHECK(pieces == (detail::graphs_merge_sites()
+                           ? layers + 1
+                           : 2 * layers + (detail::graphs_capture_start() ? 1 : 0)));
       REQUIRE(graphed.size() == eager.size());
       REQUIRE(again.size() == eager.size());
       double worst = 1.0, max_abs = 0.0, scale = 0.0;
@@ -685,6 +691,14 @@ TEST_CASE("GPU forward: the step's inputs staged in mapped memory change no bit"
   check_switch_changes_no_bit("the staged step inputs", detail::set_graphs_stage_inputs,
                               detail::graphs_stage_inputs());
   CHECK(detail::graphs_staged_steps() > staged_before);  // the staged path ran
+}
+
+TEST_CASE("GPU forward: a layer's site captured in the piece before it changes no bit") {
+  // detail::graphs_merge_sites (DEEPINFER_GRAPH_MERGE): layer 0's attention site inside the
+  // start piece, every later layer's inside the previous layer's output piece (after its
+  // Engram, on tiny-v41), instead of pieces of their own -- the same ops on the same values.
+  check_switch_changes_no_bit("the merged sites", detail::set_graphs_merge_sites,
+                              detail::graphs_merge_sites());
 }
 
 TEST_CASE("GPU forward: the attention site's two branches change no bit") {
