@@ -105,6 +105,11 @@ struct expert_linear_params {
   /// the kernel's token tile by the bound). A small hint keeps the narrow tile (more blocks
   /// per SM); the grid still covers the bound, its surplus blocks exit at once.
   std::int64_t tile_rows_hint = 0;
+  /// The caller's promise that offsets[experts] == x's rows (every row in some expert's range,
+  /// as group_by_expert's gathered rows are): CUDA then leaves the output unzeroed before the
+  /// kernels store every row (no fill node in a decode step). False: rows outside every range
+  /// are zeroed as documented below.
+  bool rows_all_grouped = false;
 };
 
 /// All MoE experts' projections in one call: rows [offsets[e], offsets[e+1]) of x [rows, in]

@@ -162,7 +162,7 @@ tensor tensor::zeros(const tensor_shape& shape, dtype type, device dev) {
     return t;
   }
 #if defined(DEEPINFER_HAVE_CUDA)
-  cuda::fill_zero(t.data_, t.nbytes());
+  cuda::fill_zero_allocated(t.data_, t.nbytes(), dev.index);
 #endif
   return t;
 }

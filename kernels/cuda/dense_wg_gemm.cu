@@ -470,7 +470,7 @@ void launch_dense_wg_gemm(const block_gemm_params& p, cudaStream_t stream) {
   const dense_config cfg{plan.k_splits, plan.steps_per_split, g_early.load(),
                          plan.fused,    plan.tiles_per_block, atomic};
   if (atomic)  // the splits add into it
-    CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));
+    zero_outputs(p.y, p.y_elements, stream);
   static std::atomic<std::size_t> limits[10][detail::max_tracked_devices];
   auto go = [&](auto kernel, int which) {
     detail::ensure_smem(reinterpret_cast<const void*>(kernel),

@@ -177,6 +177,29 @@ void fill_zero(void* data, std::size_t bytes) {
   CUDA_CHECK(cudaMemsetAsync(data, 0, bytes, current_stream()));
 }
 
+/// DEEPINFER_ZERO_KERNELS=0: zero fills as before session 52 (for comparisons; see
+/// zero_kernels()). Read once.
+const bool g_zero_kernels = detail::env_switch("DEEPINFER_ZERO_KERNELS", true);
+
+bool zero_kernels() {
+  return g_zero_kernels;
+}
+
+void fill_zero_allocated(void* data, std::size_t bytes, int index) {
+  if (!g_zero_kernels) {
+    fill_zero(data, bytes);
+    return;
+  }
+  if (bytes == 0) return;
+  int current = -1;
+  if (g_copy_kernels && cudaGetDevice(&current) == cudaSuccess && current == index) {
+    launch_fill_zero(data, bytes, current_stream());
+    return;
+  }
+  cudaGetLastError();
+  CUDA_CHECK(cudaMemsetAsync(data, 0, bytes, current_stream()));
+}
+
 void copy_bytes(void* dst, bool dst_on_device, const void* src, bool src_on_device,
                 std::size_t bytes) {
   if (bytes == 0) return;

@@ -29,6 +29,15 @@ bool mapped_at_host_address(const void* p);
 
 /// Zero `bytes` at device address `data`, asynchronously on the current stream.
 void fill_zero(void* data, std::size_t bytes);
+/// fill_zero of memory that allocate(bytes, index) returned: a kernel whenever device `index`
+/// is current, without asking the driver what `data` is -- inside a stream capture it does
+/// not know the capture's own allocations yet, so fill_zero left a memset node there (13 in
+/// a v41-flash-L4 decode step's graphs: each holding up the programmatic launch after it).
+void fill_zero_allocated(void* data, std::size_t bytes, int index);
+/// Whether zero fills inside a forward run as kernels (fill_zero_allocated, the GEMMs'
+/// zero_outputs) and the experts' products skip zeroing outputs that every kernel stores:
+/// on by default; DEEPINFER_ZERO_KERNELS=0 gives the memset nodes as before (the same bits).
+bool zero_kernels();
 
 /// Copies `bytes` between host and device memory in any direction, ordered on the current
 /// stream. Returns once a copy that reads or writes host memory has completed; a

@@ -5,6 +5,7 @@
 // formats without activation quantization.
 #include "kernels/cuda/cublas_gemm.hpp"
 #include "kernels/cuda/cuda_ops.hpp"
+#include "kernels/cuda/device_memory.hpp"
 #include "kernels/cuda/gemm_kernels.hpp"
 #include "kernels/cuda/kernel_attributes.hpp"
 #include "kernels/cuda/stream.hpp"
@@ -607,7 +608,9 @@ std::int64_t check_expert_operands(const tensor& x, const tensor& offsets,
   return out;
 }
 
-/// The launch of the experts' products from x's quantized activations q into the zeroed y.
+/// The launch of the experts' products from x's quantized activations q into y (not zeroed:
+/// every kernel stores each output of the groups' rows, or zeroes y itself first where its K
+/// splits add into it -- set y_zeroed where the caller did).
 block_gemm_params expert_params(const tensor& x, const tensor& offsets,
                                 const weight_matrix& weights, const expert_linear_params& params,
                                 const quantized_act& q, tensor& y) {
@@ -619,16 +622,20 @@ block_gemm_params expert_params(const tensor& x, const tensor& offsets,
   p.max_rows = params.max_rows_per_expert > 0 ? std::min(params.max_rows_per_expert, rows) : rows;
   p.tile_rows = params.tile_rows_hint;
   p.y_stride = out;
-  p.y_zeroed = true;
   return p;
 }
 
-/// The experts' products from x's quantized activations q (rows > 0).
+/// The experts' products from x's quantized activations q (rows > 0). y is not zeroed first:
+/// a memset node between two kernels of a decode step holds up the programmatic launch of the
+/// second (the launch zeroes it where its K splits add into it).
 tensor block_expert_linear(const tensor& x, const tensor& offsets, const weight_matrix& weights,
                            const expert_linear_params& params, const quantized_act& q,
                            std::int64_t out) {
-  tensor y = tensor::zeros({x.size(0), out}, dtype::f32, x.dev());  // [rows, out]
+  const bool zeroed = !params.rows_all_grouped || !zero_kernels();  // (zero_kernels: comparisons)
+  tensor y = zeroed ? tensor::zeros({x.size(0), out}, dtype::f32, x.dev())
+                    : tensor::empty({x.size(0), out}, dtype::f32, x.dev());  // [rows, out]
   block_gemm_params p = expert_params(x, offsets, weights, params, q, y);
+  p.y_zeroed = zeroed;
   run_block_gemm(p, x.dev());
   return y;
 }
@@ -643,13 +650,17 @@ std::pair<tensor, tensor> paired_expert_linear(const tensor& x, const tensor& of
       a.scales.shape() != b.scales.shape() || a.scales.type() != b.scales.type())
     return {};
   const std::int64_t rows = x.size(0);
-  tensor both = tensor::zeros({2 * rows, out}, dtype::f32, x.dev());  // [2, rows, out]: one memset
+  tensor both = tensor::empty({2 * rows, out}, dtype::f32, x.dev());  // [2, rows, out]
   tensor ya = both.slice(0, 0, rows), yb = both.slice(0, rows, 2 * rows);
   block_gemm_params p = expert_params(x, offsets, a, params, q, ya);
   p.weight_b = static_cast<const std::uint8_t*>(b.values.raw());
   p.wscale_e8m0_b = static_cast<const std::uint8_t*>(b.scales.raw());
   p.y_b = yb.data<float>();
   if (!block_gemm_takes_pair(p)) return {};
+  if (!params.rows_all_grouped || !zero_kernels() || plan_wg_gemm(p).k_splits > 1) {  // one fill
+    fill_zero_allocated(both.raw(), both.nbytes(), x.dev().index);
+    p.y_zeroed = true;
+  }
   run_block_gemm(p, x.dev());
   return {ya, yb};
 }

@@ -106,6 +106,9 @@ block_gemm_plan plan_block_gemm(const block_gemm_params& p);
 /// tiles of at most 8 rows (decode) go to stream_gemm unless that is switched off.
 /// (A pair -- p.weight_b set -- goes to wg_gemm, which must take it: block_gemm_takes_pair.)
 void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream);
+/// Zeroes `elements` floats of a GEMM's output before K splits add into it: a kernel, so that
+/// the programmatic launch of the GEMM after it goes on (a memset node would hold it up).
+void zero_outputs(float* y, std::int64_t elements, cudaStream_t stream);
 /// Whether p's pair of weights (p.weight_b) runs as one wg_gemm launch: where each weight alone
 /// would go to wg_gemm (decode tiles; wider tiles only with set_wg_gemm_wide_tiles) and wg_gemm
 /// takes the pair (set_wg_gemm_pair).

@@ -429,7 +429,7 @@ void launch_ring_gemm(const block_gemm_params& p, cudaStream_t stream) {
                        p.y,           p.y_stride,    int(p.rows),   p.n,         plan.blocks_k,
                        plan.tiles,    plan.stream_k, g_early.load()};
   if (plan.stream_k && !p.y_zeroed)  // the blocks add their parts into it
-    CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));
+    zero_outputs(p.y, p.y_elements, stream);
   static std::atomic<std::size_t> limits[2][detail::max_tracked_devices];
   auto go = [&](auto kernel, int stages, int which) {
     detail::ensure_smem(reinterpret_cast<const void*>(kernel), smem_of(max_act_blocks, stages),

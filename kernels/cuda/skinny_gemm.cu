@@ -271,7 +271,7 @@ void launch_skinny_gemm(const block_gemm_params& p, cudaStream_t stream) {
   if (p.n == 0) return;
   const skinny_shape sh = skinny_shape_of(p);
   if (sh.cfg.k_splits > 1 && !p.split_work)  // atomic adds need a zeroed y
-    CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));
+    zero_outputs(p.y, p.y_elements, stream);
   const bool every = p.act_block == 32 && p.wscale_e8m0 && p.block_cols == 32;
   const int nt = p.rows <= 16 ? 2 : p.rows <= 32 ? 4 : 8;
   if (nt == 2)

@@ -7,6 +7,8 @@
 // value * 2^-6 with three bit operations). The MMA result is promoted into fp32 with weight
 // scale x activation scale once per scale block (every 32 inputs for MXFP4). Decode shapes
 // split K across blocks (atomic fp32 adds) so that the whole GPU streams the weights.
+#include "kernels/cuda/basic_kernels.hpp"
+#include "kernels/cuda/device_memory.hpp"
 #include "kernels/cuda/gemm_kernels.hpp"
 #include "kernels/cuda/launch.cuh"
 
@@ -551,6 +553,14 @@ block_gemm_plan plan_block_gemm(const block_gemm_params& p) {
   return {sh.cfg.k_splits, sh.tiles()};
 }
 
+void zero_outputs(float* y, std::int64_t elements, cudaStream_t stream) {
+  const std::size_t bytes = std::size_t(elements) * sizeof(float);
+  if (zero_kernels())
+    launch_fill_zero(y, bytes, stream);
+  else
+    CUDA_CHECK(cudaMemsetAsync(y, 0, bytes, stream));
+}
+
 void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream) {
   check_interleaved(p, "block_gemm");
   if (p.tiles && tile_gemv_takes(p)) {  // the weight's decode tiles (one weight or a pair)
@@ -569,7 +579,7 @@ void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream) {
   }
   if (p.max_rows == 0 || p.n == 0 || p.groups == 0) return;
   if (p.k / step_k == 0) {
-    CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));
+    zero_outputs(p.y, p.y_elements, stream);
     return;
   }
   if (ring_gemm_takes(p)) {
@@ -605,7 +615,7 @@ void launch_block_gemm(const block_gemm_params& p, cudaStream_t stream) {
   DI_CHECK((p.split_work == nullptr) == (p.split_counters == nullptr),
            "block_gemm: split_work and split_counters come together");
   if (splits > 1 && !p.split_work)  // atomic adds need a zeroed y
-    CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));
+    zero_outputs(p.y, p.y_elements, stream);
   const dim3 grid(unsigned(sh.row_tiles), unsigned(sh.grid_groups),
                   unsigned(sh.token_tiles * splits));
   if (p.fp4 && p.fp4_interleaved)

@@ -1360,9 +1360,8 @@ void launch_wg_gemm(const block_gemm_params& p, cudaStream_t stream) {
   ++g_launches;
   const wg_shape sh = wg_shape_of(p);
   if (sh.cfg.k_splits > 1 && !p.y_zeroed) {  // atomic adds need a zeroed y
-    CUDA_CHECK(cudaMemsetAsync(p.y, 0, std::size_t(p.y_elements) * sizeof(float), stream));
-    if (p.y_b)
-      CUDA_CHECK(cudaMemsetAsync(p.y_b, 0, std::size_t(p.y_elements) * sizeof(float), stream));
+    zero_outputs(p.y, p.y_elements, stream);
+    if (p.y_b) zero_outputs(p.y_b, p.y_elements, stream);
   }
   // One 8-token tile per block: groups of more than 8 rows are walked tile by tile (WALK), by
   // sh.cfg.walkers blocks each. A pair's second weight takes the columns past the first's.

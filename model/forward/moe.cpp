@@ -108,11 +108,13 @@ void grouped_expert_forward(const forward_pass& pass, const moe_weights& m,
   const std::int64_t experts = pass.config.n_routed_experts;
   const std::int64_t hint =
       pass.in_graph ? std::max<std::int64_t>(1, (2 * g.rows.numel() + experts - 1) / experts) : 0;
-  const ops::expert_linear_params p{pass.act(m.stacked.w1).act_quant_block, most, hint};
+  // (rows_all_grouped: xe below is exactly the grouped pairs, so the products leave their
+  // outputs unzeroed -- every row is stored)
+  const ops::expert_linear_params p{pass.act(m.stacked.w1).act_quant_block, most, hint, true};
   const tensor xe = ops::gather_rows(x, g.rows);  // [tokens * k, dim] grouped by expert
   // w1 and w3 read the same rows with the same activation blocks: quantized once.
   const auto [h1, h3] = ops::expert_linear_pair(xe, g.offsets, m.stacked.w1.w, m.stacked.w3.w, p);
-  const ops::expert_linear_params p2{pass.act(m.stacked.w2).act_quant_block, most, hint};
+  const ops::expert_linear_params p2{pass.act(m.stacked.w2).act_quant_block, most, hint, true};
   // SwiGLU hands w2 its activation codes (on CUDA computed in the SwiGLU kernel).
   const ops::quantized_rows act =
       ops::swiglu_quantized(h1, h3, limit, g.weights, p2.act_quant_block);

@@ -9,6 +9,7 @@
 #include "kernels/cuda/cublas_gemm.hpp"
 #include "kernels/cuda/cuda_model_ops.hpp"
 #include "kernels/cuda/cuda_ops.hpp"
+#include "kernels/cuda/device_memory.hpp"
 #include "kernels/cuda/gemm_kernels.hpp"
 #include "kernels/cuda/stream.hpp"
 #include "kernels/ops.hpp"
@@ -1009,6 +1010,39 @@ TEST_CASE("cuda expert_linear_pair on one wg_gemm launch: right, and its splits'
   ops::expert_linear_pair(varied_input(2, in).to(gpu), off.to(gpu), w1, narrow, {32, 8});
   CHECK(cuda::wg_gemm_launches() - before == 2);
   CHECK_THROWS_AS(cuda::set_wg_gemm_pair(3), error);
+}
+
+TEST_CASE("cuda expert_linear with every row grouped: unzeroed outputs, every row stored") {
+  // rows_all_grouped (the MoE's gathered pairs): the products leave y unzeroed, so each kernel
+  // must store every row of every group -- the pool poisoned with NaN first, the bits of the
+  // zeroed call. Single weights of one K split (in 512: stores) and two (in 2304, one row
+  // block: atomic adds, zeroed by the launch), and the wg_gemm pair (its splits zeroed once);
+  // decode tiles (<= 8 rows per group) and walked groups (up to 40 rows).
+  REQUIRE(cuda::zero_kernels());  // (DEEPINFER_ZERO_KERNELS=0 zeroes everything, as before)
+  for (const std::int64_t in : {std::int64_t(512), std::int64_t(2304)}) {
+    const std::int64_t out = 128;
+    const weight_matrix w1 = cuda::with_fp4_layout(weight_to(random_fp4(8 * out, in), gpu), true);
+    const weight_matrix w3 = cuda::with_fp4_layout(weight_to(random_fp4(8 * out, in), gpu), true);
+    for (const std::vector<int>& counts :
+         {std::vector<int>{1, 0, 3, 2, 0, 1, 0, 1}, std::vector<int>{40, 0, 9, 30, 1, 17, 0, 3}}) {
+      const tensor off = offsets_of(counts).to(gpu);
+      const std::int64_t rows = offsets_of(counts).data<std::int32_t>()[counts.size()];
+      CAPTURE(in);
+      CAPTURE(rows);
+      const tensor x = varied_input(rows, in).to(gpu);
+      ops::expert_linear_params zeroed{32, rows, rows > 8 ? 48 : 8};
+      ops::expert_linear_params grouped = zeroed;
+      grouped.rows_all_grouped = true;
+      const tensor want = ops::expert_linear(x, off, w1, zeroed).to(cpu_device);
+      const auto [want1, want3] = ops::expert_linear_pair(x, off, w1, w3, zeroed);
+      test::poison_device_pool();
+      test::check_bitwise(ops::expert_linear(x, off, w1, grouped), want);
+      test::poison_device_pool();
+      const auto [got1, got3] = ops::expert_linear_pair(x, off, w1, w3, grouped);
+      test::check_bitwise(got1, want1);
+      test::check_bitwise(got3, want3);
+    }
+  }
 }
 
 TEST_CASE(
