@@ -4,6 +4,7 @@
 #include "runtime/grammar/json_schema/number_exponents.hpp"
 
 #include "common/error.hpp"
+#include "runtime/grammar/json_schema/number_multiples.hpp"
 #include "runtime/grammar/regular_language.hpp"
 
 #include <algorithm>

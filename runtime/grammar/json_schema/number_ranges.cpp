@@ -223,12 +223,10 @@ decimal ceil_decimal(const decimal& d) {
   return r;
 }
 
-namespace {
 expr_id zero_fraction(grammar& g, bool zero_fractions) {
   if (!zero_fractions) return g.empty();
   return g.optional(g.sequence({g.literal("."), g.repeat(g.literal("0"), 1, k_unbounded)}));
 }
-}  // namespace
 
 expr_id integers_with_exponent(grammar& g) {
   digits_builder d{g};
@@ -308,55 +306,6 @@ expr_id decimal_range(grammar& g, const std::optional<bound>& lo, const std::opt
   if (negative_zero && in_range(zero, lo, hi))
     alts.push_back(g.sequence({g.literal("-0"), g.optional(g.sequence({g.literal("."), g.repeat(g.literal("0"), 1, k_unbounded)}))}));
   return g.choice(std::move(alts));
-}
-
-expr_id integer_multiple(grammar& g, std::uint32_t k, bool zero_fractions) {
-  DI_CHECK(k >= 1 && k <= 100000, "multipleOf {} is outside the supported range 1..100000", k);
-  // Right-linear (every rule referenced last, the zero fraction inside residue 0's rule), so
-  // that a large k compiles to one automaton.
-  std::vector<rule_id> rem(k);
-  for (std::uint32_t r = 0; r < k; ++r) rem[r] = g.fresh_rule("multiple_r" + std::to_string(r));
-  for (std::uint32_t r = 0; r < k; ++r) {
-    std::vector<expr_id> alts;
-    if (r == 0) alts.push_back(zero_fraction(g, zero_fractions));
-    for (std::uint32_t dgt = 0; dgt < 10; ++dgt)
-      alts.push_back(g.sequence({g.literal(std::string(1, char('0' + dgt))), g.ref(rem[(10 * r + dgt) % k])}));
-    g.define_rule(rem[r], g.choice(std::move(alts)));
-  }
-  std::vector<expr_id> nonzero;
-  for (std::uint32_t dgt = 1; dgt < 10; ++dgt)
-    nonzero.push_back(
-        g.sequence({g.literal(std::string(1, char('0' + dgt))), g.ref(rem[dgt % k])}));
-  if (!zero_fractions)  // generation: 0|-?[1-9][0-9]*, no negative zero
-    return g.choice(
-        {g.literal("0"), g.sequence({g.optional(g.literal("-")), g.choice(std::move(nonzero))})});
-  nonzero.push_back(g.sequence({g.literal("0"), zero_fraction(g, zero_fractions)}));
-  return g.sequence({g.optional(g.literal("-")), g.choice(std::move(nonzero))});
-}
-
-/// Integers (JSON text) that are multiples of k, one minimized automaton. A remainder
-/// automaton has k states, but divisibility by 2^a or 5^b looks at the last digits only, so
-/// k = m x 2^a x 5^b (m prime to 10) is taken factor by factor and the minimized automata
-/// intersected: the 86400 remainders of 86400 = 27 x 2^7 x 5^2 fall into 141 classes (as rules
-/// they outgrew the grammar's million automaton states). Throws di::error naming a factor past
-/// `limit` or k_max_multiple_factor.
-byte_dfa multiples_of(std::uint64_t k, bool zero_fractions, std::size_t limit) {
-  std::uint64_t two = 1, five = 1, rest = k;
-  while (rest % 2 == 0) rest /= 2, two *= 2;
-  while (rest % 5 == 0) rest /= 5, five *= 5;
-  std::optional<byte_dfa> out;
-  for (const std::uint64_t f : {rest, two, five}) {
-    if (f == 1 && (out || k != 1)) continue;
-    DI_CHECK(f <= std::min<std::uint64_t>(limit, k_max_multiple_factor),
-             "its factor {} would need a remainder automaton of {} states (at most {})", f, f,
-             std::min<std::uint64_t>(limit, k_max_multiple_factor));
-    grammar t;
-    byte_dfa d = byte_dfa::from_expr(t, integer_multiple(t, std::uint32_t(f), zero_fractions),
-                                     std::max<std::size_t>(limit, 64 * f))
-                     .minimize();
-    out = out ? out->intersect(d, limit).minimize() : std::move(d);
-  }
-  return *out;
 }
 
 }  // namespace di::grammar::json_detail

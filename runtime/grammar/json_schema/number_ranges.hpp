@@ -1,7 +1,7 @@
 // Exact numeric bounds as regular languages over decimal digits: JSON integers in [lo, hi] and
 // JSON numbers (no exponent) between bounds with either inclusive or exclusive ends, built digit
-// by digit like llama.cpp's integer ranges but for any size and for fractions too. Also integer
-// multiples (a remainder automaton over the digits), combined with ranges by intersection.
+// by digit like llama.cpp's integer ranges but for any size and for fractions too. Integer
+// multiples (number_multiples.hpp) are combined with ranges by intersection.
 #pragma once
 
 #include "runtime/grammar/grammar.hpp"
@@ -45,6 +45,8 @@ struct bound {
 /// k_max_exponent_shift-th (and a negative exponent at most that): 1.<21 digits>e30 is refused.
 inline constexpr std::uint32_t k_max_exponent_shift = 20;
 expr_id integers_with_exponent(grammar& g);
+/// With `zero_fractions` (validation) an optional zero fraction (.0, .00, ...), else nothing.
+expr_id zero_fraction(grammar& g, bool zero_fractions);
 /// JSON integers (digits, optional "-", with `zero_fractions` -- validation -- optionally a
 /// zero fraction like 3.0, and -0; without, 0|-?[1-9][0-9]*) in the bounds.
 expr_id integer_range(grammar& g, const std::optional<bound>& lo, const std::optional<bound>& hi,
@@ -53,16 +55,5 @@ expr_id integer_range(grammar& g, const std::optional<bound>& lo, const std::opt
 /// (validation; generation never writes a negative zero).
 expr_id decimal_range(grammar& g, const std::optional<bound>& lo, const std::optional<bound>& hi,
                       bool negative_zero);
-/// JSON integers that are multiples of the positive integer `k` (k <= 100000), with
-/// `zero_fractions` also written 6.0, 6.00, ... and -0 (without: 0|-?[1-9][0-9]*).
-expr_id integer_multiple(grammar& g, std::uint32_t k, bool zero_fractions);
-
-/// A factor (m, 2^a or 5^b) of a multipleOf step past this is refused: a remainder automaton
-/// has a rule per residue, and from about 15,000 (5^6, for multipleOf 1000000) they nest too
-/// deep for the compiler.
-inline constexpr std::uint64_t k_max_multiple_factor = 5000;
-/// integer_multiple's language as one minimized automaton, for any k whose factors m, 2^a and 5^b
-/// (k = m x 2^a x 5^b, m prime to 10) are each at most k_max_multiple_factor and `limit`.
-byte_dfa multiples_of(std::uint64_t k, bool zero_fractions, std::size_t limit);
 
 }  // namespace di::grammar::json_detail

@@ -3,6 +3,7 @@
 // validation also takes their exponent spellings (number_exponents.hpp).
 #include "common/error.hpp"
 #include "runtime/grammar/json_schema/number_exponents.hpp"
+#include "runtime/grammar/json_schema/number_multiples.hpp"
 #include "runtime/grammar/json_schema/schema_compiler.hpp"
 #include "runtime/grammar/regular_language.hpp"
 
@@ -17,17 +18,13 @@ namespace di::grammar::json_detail {
 
 namespace {
 
-/// An integer step past this is refused; below it, each factor of the step must fit its own
-/// automaton (multiples_of, k_max_multiple_factor).
-constexpr std::uint64_t k_max_multiple = 1'000'000'000'000;
-
 /// The integer k such that integers are multiples of every m in `ms` exactly when they are
 /// multiples of k; 0 if that is out of range.
 std::uint64_t integer_step(const std::vector<decimal>& ms) {
   std::uint64_t k = 1;
   for (const auto& m : ms) {
     std::string digits = m.int_digits + m.frac_digits;
-    if (digits.size() > 12) return 0;
+    if (digits.size() > 13) return 0;  // 10^12 itself has 13
     std::uint64_t M = std::stoull(digits), p10 = 1;
     for (std::size_t i = 0; i < m.frac_digits.size(); ++i) p10 *= 10;
     if (M == 0) return 0;
@@ -106,31 +103,34 @@ plain_numbers plain_number_schema(schema_compiler& c, const schema_node& n, bool
   if (!n.multiple_of.empty() && (integer_only || all_integer_steps)) {
     const std::uint64_t k = integer_step(n.multiple_of);
     if (k != 0) ex.step = parse_decimal(std::to_string(k));
-    // Unbounded, a step up to the limit goes in as its remainder rules, compiled once with the
-    // schema; else as one automaton, factor by factor (multiples_of).
-    if (k != 0 && k <= std::min<std::uint64_t>(limit, 100000) && !bounded)
-      return {integer_multiple(g, std::uint32_t(k), zero_fractions), false, ex};
-    std::optional<byte_dfa> multiples;
+    // The digits of the multiples as one minimal automaton: unbounded, its rules go into the
+    // schema (compiled once with it); bounded, it is intersected with the range.
+    std::optional<digit_automaton> digits;
     std::string why = fmt::format("multiples whose step exceeds {}", k_max_multiple);
     if (k != 0) {
       try {
-        multiples = multiples_of(k, zero_fractions, limit);
+        digits = multiples_automaton(
+            k, std::min(limit, bounded ? k_max_bounded_multiple_states : k_max_multiple_states));
       } catch (const di::error& e) {
-        why = fmt::format("multiples of {}: {}", k, e.what());
+        why = fmt::format("multiples of {}{}: {}", k, bounded ? " within bounds" : "", e.what());
       }
     }
-    if (!multiples) {
+    if (!digits) {
       c.unsupported("multipleOf", why, {nullptr, ""});
       ex.step.reset();
       return {integer_only ? c.text().any_integer() : c.text().any_number(), true, ex};
     }
-    if (!bounded) return {multiples->emit(g, "multiple"), false, ex};
+    if (!bounded) return {json_integers(g, *digits, zero_fractions, "multiple"), false, ex};
     // Both minimized: multiples of 999 in [0, 100000] as a 999-rule automaton times the range
     // as built needed more than 20000 states.
     grammar scratch;
     const byte_dfa range =
         byte_dfa::from_expr(scratch, integer_range(scratch, lo, hi, zero_fractions), limit);
-    return {multiples->intersect(range.minimize(), limit).minimize().emit(g, "number"), false, ex};
+    return {json_integers_dfa(*digits, zero_fractions, limit)
+                .intersect(range.minimize(), limit)
+                .minimize()
+                .emit(g, "number"),
+            false, ex};
   }
   if (!n.multiple_of.empty()) {
     // Non-integer steps on numbers: only 10^-s (0.1, 0.01...) is supported: at most s decimals.
