@@ -71,18 +71,18 @@ std::shared_ptr<const compiled_grammar> compile_for_check(const check_options& o
   f.schema.whitespace = whitespace;
   f.schema.use = json_schema_use::validation;  // every spelling JSON Schema allows (1.0, 7.00)
   compile_options co;
-  std::shared_ptr<const compiled_grammar> g;
+  compiled_format c;  // the warnings from the same compile: a second built every automaton again
   try {
-    g = compile_response_format(f, co);
+    c = compile_response_format_with_warnings(f, co);
   } catch (const di::error&) {
     co.allow_empty_language = true;  // compiles only if the language was empty: say so
-    g = compile_response_format(f, co);
+    c = compile_response_format_with_warnings(f, co);
     fmt::print(stderr,
                "warning: the grammar matches no string at all: every string is refused here, "
                "and generation refuses the grammar\n");
   }
-  di::cli::print_schema_warnings(f, "--json-schema " + o.json_schema);
-  return g;
+  di::cli::print_schema_warnings(c.warnings, "--json-schema " + o.json_schema);
+  return c.grammar;
 }
 
 void run_check(const check_options& o) {

@@ -112,19 +112,19 @@ std::string modifiers(const response_format& f) {
   return m;
 }
 
-/// The grammar IR of `f` (no after_text).
-grammar grammar_of(const response_format& f) {
+/// The grammar IR of `f` (no after_text), with a JSON Schema's warnings.
+json_schema_result grammar_of(const response_format& f) {
   switch (f.kind) {
     case format_kind::json_schema:
-      return compile_json_schema_text(f.text, f.schema).g;
+      return compile_json_schema_text(f.text, f.schema);
     case format_kind::json_object:
-      return json_object_grammar(f.schema);
+      return {json_object_grammar(f.schema), {}};
     case format_kind::regex:
-      return regex_grammar(f.text);
+      return {regex_grammar(f.text), {}};
     case format_kind::ebnf:
-      return parse_grammar_text(f.text);
+      return {parse_grammar_text(f.text), {}};
     case format_kind::tool_calls:
-      return tool_calls_grammar_text(f.text, f.schema);
+      return {tool_calls_grammar_text(f.text, f.schema), {}};
   }
   DI_FAIL("unknown response format kind");
 }
@@ -154,16 +154,22 @@ std::string to_inline_spec(const response_format& f) {
 
 std::shared_ptr<const compiled_grammar> compile_response_format(const response_format& f,
                                                                 const compile_options& o) {
+  return compile_response_format_with_warnings(f, o).grammar;
+}
+
+compiled_format compile_response_format_with_warnings(const response_format& f,
+                                                      const compile_options& o) {
   response_format own = f;  // the format itself, without the free text before it
   own.after_text.clear();
   try {
-    const grammar g = grammar_of(own);
-    if (f.after_text.empty()) return compiled_grammar::compile(g, o);
+    json_schema_result ir = grammar_of(own);
+    if (f.after_text.empty()) return {compiled_grammar::compile(ir.g, o), std::move(ir.warnings)};
     // One compile, of the free text and the answer together. The answer's own language is
     // checked first (an analysis, nothing built): a format no answer satisfies is refused as it
     // is without the free text (which alone would still match), with its message.
-    if (!o.allow_empty_language) check_derives_some_string(g);
-    return compiled_grammar::compile(free_text_then(g, f.after_text), o);
+    if (!o.allow_empty_language) check_derives_some_string(ir.g);
+    return {compiled_grammar::compile(free_text_then(ir.g, f.after_text), o),
+            std::move(ir.warnings)};
   } catch (const empty_language_error&) {
     if (f.kind == format_kind::json_schema)
       DI_FAIL(

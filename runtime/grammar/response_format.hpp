@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 namespace di::grammar {
 
@@ -59,6 +60,16 @@ std::string to_inline_spec(const response_format& f);
 /// still refused (found by analysis, not by compiling it on its own).
 std::shared_ptr<const compiled_grammar> compile_response_format(const response_format& f,
                                                                 const compile_options& options = {});
+
+/// A compiled format and what its JSON Schema's compile left unenforced.
+struct compiled_format {
+  std::shared_ptr<const compiled_grammar> grammar;
+  std::vector<std::string> warnings;  ///< json_schema_result::warnings (none for other kinds)
+};
+/// compile_response_format with the warnings of the same compile: `grammar check` ran the
+/// schema's front end a second time for them, and with it every number automaton.
+compiled_format compile_response_format_with_warnings(const response_format& f,
+                                                      const compile_options& options = {});
 
 /// Token grammars keyed by format and vocabulary; thread-safe; compiles outside the lock.
 /// Token classes are computed on first use and shared, per vocabulary, between grammars

@@ -177,3 +177,18 @@ TEST_CASE("response formats compile for generation, grammar check's use is part 
   CHECK(di::grammar::test::accepts(*compile_response_format(tools), R"(<{"n":12}>)"));
   CHECK_FALSE(di::grammar::test::accepts(*compile_response_format(tools), R"(<{"n":12.0}>)"));
 }
+
+TEST_CASE("a response format's warnings come from its one compile") {
+  // `grammar check` compiled a JSON Schema, then ran its front end again for the warnings --
+  // every number automaton (multipleOf, bounds, exponent spellings) built twice.
+  response_format f = parse_inline_response_format(
+      R"(json_schema+lenient:{"type":"object","properties":{"n":{"type":"integer","multipleOf":86400},"s":{"type":"string","format":"no-such-format"}}})");
+  f.schema.use = json_schema_use::validation;
+  const compiled_format c = compile_response_format_with_warnings(f);
+  CHECK_FALSE(c.warnings.empty());
+  CHECK(c.warnings == compile_json_schema_text(f.text, f.schema).warnings);
+  CHECK(di::grammar::test::accepts(*c.grammar, R"({"n":172800,"s":"x"})"));
+  CHECK_FALSE(di::grammar::test::accepts(*c.grammar, R"({"n":1000})"));
+  CHECK(compile_response_format_with_warnings(parse_inline_response_format("regex:a+"))
+            .warnings.empty());
+}
