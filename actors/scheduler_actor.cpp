@@ -176,6 +176,7 @@ group_status make_status(const scheduler_state& st) {
                  .scheduler_node = st.params.node, .executor_nodes = st.params.executor_nodes,
                  .timing = st.timing};
   if (st.sched) g.stats = st.sched->stats();
+  g.stats.counters.num_aborts += st.num_prepare_aborts;
   return g;
 }
 
@@ -306,6 +307,7 @@ bool abort_preparing(scheduler_self self, std::uint64_t id) {
   st.preparing.erase(it);
   p->is_ended = true;
   p->request = {};  // the prompt is not needed any more
+  ++st.num_prepare_aborts;
   p->reply.deliver(runtime::admission_result{});
   detail::emit(self, {{.request_id = id, .status = runtime::sequence_status::finished_abort}});
   return true;
@@ -332,6 +334,8 @@ scheduler_actor::behavior_type scheduler_impl(scheduler_self self, scheduler_par
       [=](attach_router& msg) { return on_attach(self, msg); },
       [=](start_request& msg) { return on_start(self, msg); },
       [=](abort_request& msg) {
+        // An id it does not have is ignored: refused or ended already. The router's abort of a
+        // request comes after its start_request (one sender's order), never before it.
         if (abort_preparing(self, msg.id) || !self->state.sched) return;
         if (std::optional<runtime::token_event> e = self->state.sched->abort(msg.id)) {
           detail::emit(self, {std::move(*e)});

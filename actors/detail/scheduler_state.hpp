@@ -54,6 +54,9 @@ struct scheduler_state {
   std::string down_reason;
   /// Requests being prepared, by id: an abort_request finds them here.
   std::unordered_map<std::uint64_t, std::shared_ptr<preparing_request>> preparing;
+  /// Requests aborted while being prepared: the runtime scheduler never saw them, so its
+  /// num_aborts lacks them (make_status adds them).
+  std::int64_t num_prepare_aborts = 0;
   std::deque<pending_step> in_flight;
   int num_row_steps_in_flight = 0;
   executor_timing timing;

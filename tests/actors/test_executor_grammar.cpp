@@ -233,6 +233,7 @@ TEST_CASE("scheduler: a request aborted while its grammar compiles ends at once,
     CHECK(g.stats.counters.num_steps == 0);
     CHECK(g.stats.num_running == 0);
     CHECK(g.stats.num_waiting == 0);
+    CHECK(g.stats.counters.num_aborts == 1);  // the runtime scheduler never saw it
     // Exactly one event reached the router: the final abort, no tokens.
     std::vector<runtime::token_event> events;
     bool is_quiet = false;
