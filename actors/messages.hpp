@@ -211,6 +211,9 @@ struct submit_request {
   std::int64_t max_event_bytes = 0;
 };
 
+/// submit_reply::group of a request no group took.
+inline constexpr int no_group = -1;
+
 /// The router's answer to submit_request.
 struct submit_reply {
   bool accepted = false;
@@ -224,7 +227,11 @@ struct submit_reply {
   runtime::admission_status status = runtime::admission_status::accepted;
   std::uint64_t seed = 0;
   std::vector<std::int32_t> prompt_ids;  ///< the tokenized prompt
-  int group = -1;                        ///< the data-parallel group serving it
+  /// The data-parallel group that took it (accepted replies). no_group (-1) in every refusal,
+  /// and in the accepted reply of a request its client aborted before the router sent it to a
+  /// group (while the groups were probed): no group ever saw it. Not an index to look up
+  /// without checking: no front end reads it (HTTP, metrics and `client` ignore it).
+  int group = no_group;
 };
 
 /// Events of a client's requests (request ids are the client's).
@@ -333,7 +340,10 @@ using scheduler_actor = caf::typed_actor<
     caf::replies_to<attach_router>::with<group_info>,
     /// router → scheduler: queue a request; the answer says accepted or why not (limits).
     caf::replies_to<start_request>::with<runtime::admission_result>,
-    /// router → scheduler: end a request in any phase; its final event has status abort.
+    /// router → scheduler: end a request in any phase, preparing included (answered accepted
+    /// then); its final event has status abort. Sent after the start_request it refers to, it
+    /// arrives after it (CAF keeps one sender's order); an id the group does not have (refused,
+    /// ended) is ignored.
     caf::reacts_to<abort_request>,
     /// router → scheduler: how many leading tokens of a prompt this group has cached.
     caf::replies_to<prefix_probe>::with<std::int64_t>,

@@ -73,13 +73,8 @@ void on_down(router_self self, const caf::down_msg& dm) {
   }
   auto c = st.clients.find(dm.source);
   if (c == st.clients.end()) return;
-  for (const auto& [client_id, id] : c->second) {  // the client is gone: abort its requests
-    detail::live_request& r = st.requests.at(id);
-    if (r.is_admitted)
-      self->send(st.groups[std::size_t(r.group)].handle, abort_request{id});
-    else
-      r.abort_pending = true;
-  }
+  for (const auto& [client_id, id] : c->second)  // the client is gone: abort its requests
+    detail::abort_live(self, id);
 }
 
 void on_node_event(router_self self, node_event& ev) {

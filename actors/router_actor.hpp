@@ -4,9 +4,11 @@
 // of each step to the clients. It monitors its schedulers (a group that goes down stops
 // receiving work, its live requests end with finish_reason "error", and those it had not
 // admitted yet go to another group, as those it refuses for room do) and its clients (a
-// client that goes away has its requests aborted). A request its group does not answer in time
-// is refused and aborted at the group. Refusals are immediate replies with a
-// message; nothing a client sends can stop the router.
+// client that goes away has its requests aborted). A client's abort goes to the request's
+// group at once, admitted or not (the group ends it however far it got: the client sees the
+// accepted reply, then one final event, or the group's refusal); one abort per request. A
+// request its group does not answer in time is refused and aborted at the group. Refusals are
+// immediate replies with a message; nothing a client sends can stop the router.
 #pragma once
 
 #include "actors/grammar_limit.hpp"

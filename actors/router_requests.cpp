@@ -87,6 +87,17 @@ void end_pending(router_self self, std::uint64_t id, failure_kind kind, const st
   --st.counters.num_live;
 }
 
+/// Sends the request's group an abort_request, once per request: a client that aborts twice,
+/// then an admission timeout, send it one. A group reads it after the start_request it
+/// follows (one sender, one receiver: CAF keeps their order in process and over the one
+/// connection between two nodes), so it ends the request however far it got: refused already
+/// (the abort finds nothing), preparing it (scheduler_actor's abort_preparing), or admitted.
+void abort_at_group(router_self self, live_request& r, std::uint64_t id) {
+  if (r.is_abort_sent || r.group < 0) return;
+  r.is_abort_sent = true;
+  self->send(self->state.groups[std::size_t(r.group)].handle, abort_request{id});
+}
+
 /// The up groups that may still take the request: not its group, none that passed it on.
 std::vector<int> untried_groups(const router_state& st, const live_request& r) {
   std::vector<int> out;
@@ -159,8 +170,6 @@ void dispatch(router_self self, std::uint64_t id, runtime::request req, int grou
             ++self->state.counters.num_accepted;
             lr.reply->deliver(std::move(lr.accepted));
             lr.reply.reset();
-            if (lr.abort_pending)
-              self->send(self->state.groups[std::size_t(group)].handle, abort_request{id});
           },
           [=](caf::error& err) {
             auto it = self->state.requests.find(id);
@@ -173,8 +182,7 @@ void dispatch(router_self self, std::uint64_t id, runtime::request req, int grou
             // run it with nobody listening. The abort follows the request on the same path, so it
             // cancels a late admission at once; the late reply and the abort's final event find
             // no live request and are ignored.
-            if (err == caf::sec::request_timeout && ge.is_up)
-              self->send(ge.handle, abort_request{id});
+            if (err == caf::sec::request_timeout && ge.is_up) abort_at_group(self, it->second, id);
             end_pending(
                 self, id, failure_kind::unavailable,
                 fmt::format("group {} did not take the request: {}{}{}", group, describe(err),
@@ -325,14 +333,16 @@ void on_client_abort(router_self self, const abort_request& msg) {
   router_state& st = self->state;
   auto c = st.clients.find(self->current_sender() ? self->current_sender()->address() : caf::actor_addr{});
   if (c == st.clients.end()) return;
-  auto it = c->second.find(msg.id);
-  if (it == c->second.end()) return;
-  live_request& r = st.requests.at(it->second);
-  if (!r.is_admitted) {
-    r.abort_pending = true;
-    return;
-  }
-  self->send(st.groups[std::size_t(r.group)].handle, abort_request{it->second});
+  if (auto it = c->second.find(msg.id); it != c->second.end()) abort_live(self, it->second);
+}
+
+void abort_live(router_self self, std::uint64_t id) {
+  live_request& r = self->state.requests.at(id);
+  r.abort_pending = true;  // not passed on, nor sent to a group once the probe ends (end_unsent)
+  // Sent but not admitted yet, the request ends at its group too (accepted, then finished_abort,
+  // or the group's refusal): held here until the group's answer, it kept the group working for
+  // nobody, for as long as a grammar compiles.
+  abort_at_group(self, r, id);
 }
 
 namespace {
@@ -360,7 +370,7 @@ bool take_event(router_self self, runtime::token_event& e) {
 /// events never apart. A request whose events alone are larger ends with an error instead (and
 /// is aborted at its group): sent, they would close the client's connection, and every other
 /// request of that client would fail with "lost the router".
-std::vector<std::vector<runtime::token_event>> fit_events(router_self self, int group,
+std::vector<std::vector<runtime::token_event>> fit_events(router_self self,
                                                           std::vector<runtime::token_event> events,
                                                           std::int64_t bound) {
   std::vector<std::uint64_t> order;  // request ids in order of their first event
@@ -384,7 +394,7 @@ std::vector<std::vector<runtime::token_event>> fit_events(router_self self, int 
                    "`client`: --max-message-bytes); fewer logprobs or prompt_logprobs fit",
                    bytes, bound),
                .failure = failure_kind::invalid}};
-      if (!finished) self->send(self->state.groups[std::size_t(group)].handle, abort_request{id});
+      if (!finished) abort_at_group(self, self->state.requests.at(id), id);
       bytes = events_message_bytes(mine);
     }
     if (used + bytes - basp_envelope_bytes > bound && !out.back().empty()) {
@@ -405,8 +415,9 @@ void on_group_events(router_self self, group_events& msg) {
   std::map<caf::actor_addr, std::vector<runtime::token_event>> by_client;
   // Requests the group runs that are not live here (refused when it did not answer in time,
   // ended for their size) and go on past this step: the group works for nobody. Their abort
-  // went to the group when they ended here, but one that came while the group had not
-  // admitted the request yet (its grammar still compiling) found nothing to abort.
+  // went to the group when they ended here and the group reads it in order, so these are
+  // mostly steps it sent before it read the abort; a backstop for an abort lost all the same,
+  // each is told again once (st.reaborted), not once per step.
   std::set<std::uint64_t> orphans;
   std::set<std::uint64_t> finished;
   for (runtime::token_event& e : msg.events) {
@@ -417,10 +428,12 @@ void on_group_events(router_self self, group_events& msg) {
     }
     by_client[it->second.client].push_back(std::move(e));
   }
+  // Told once: the steps it sent before it read this abort are orphans too.
+  for (std::uint64_t id : finished) st.reaborted.erase(id);
   if (msg.group >= 0 && std::size_t(msg.group) < st.groups.size() &&
       st.groups[std::size_t(msg.group)].is_up)
     for (std::uint64_t id : orphans)
-      if (!finished.contains(id))
+      if (!finished.contains(id) && st.reaborted.emplace(id, msg.group).second)
         self->send(st.groups[std::size_t(msg.group)].handle, abort_request{id});
   for (auto& [addr, events] : by_client) {
     const live_request& first = st.requests.at(events.front().request_id);
@@ -428,7 +441,7 @@ void on_group_events(router_self self, group_events& msg) {
     const std::int64_t bound = first.max_event_bytes;
     std::vector<std::vector<runtime::token_event>> batches;
     if (bound > 0 && events_bytes_bound(events) > bound)
-      batches = fit_events(self, msg.group, std::move(events), bound);
+      batches = fit_events(self, std::move(events), bound);
     else
       batches.push_back(std::move(events));
     for (std::vector<runtime::token_event>& batch : batches) {
@@ -460,6 +473,9 @@ void fail_requests(router_self self, int group, const std::string& reason) {
                          .failure = failure_kind::unavailable});
   }
   for (auto& [g, ge] : by_group) on_group_events(self, ge);
+  // A group that is down ends nothing more: what it was told again is forgotten.
+  std::erase_if(st.reaborted,
+                [&](const auto& entry) { return group < 0 || entry.second == group; });
 }
 
 }  // namespace di::actors::detail

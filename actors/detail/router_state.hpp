@@ -35,8 +35,9 @@ struct live_request {
   client_actor client_handle;
   std::uint64_t client_id = 0;
   int group = -1;
-  bool is_admitted = false;   ///< the scheduler accepted it
-  bool abort_pending = false;  ///< the client aborted before admission
+  bool is_admitted = false;    ///< the scheduler accepted it
+  bool abort_pending = false;  ///< its client aborted it or went away
+  bool is_abort_sent = false;  ///< its group was sent an abort_request (once per request)
   std::optional<caf::typed_response_promise<submit_reply>> reply;  ///< until admitted
   submit_reply accepted;  ///< the reply to deliver on admission (it holds the prompt)
   /// Until admitted, what another group needs to take the request besides the prompt, when its
@@ -58,6 +59,10 @@ struct router_state {
   std::vector<node_event> nodes;
   std::unordered_map<std::uint64_t, live_request> requests;  // by router id
   std::map<caf::actor_addr, std::map<std::uint64_t, std::uint64_t>> clients;  // client id → router id
+  /// Requests ended here that their group went on with and was told again to abort (router id
+  /// → group; on_group_events): until the group's final event or its end, so that however many
+  /// steps it sends first, it is told once.
+  std::unordered_map<std::uint64_t, int> reaborted;
   std::uint64_t next_id = 1;
   router_counters counters;
   router_counters last_counters;
@@ -80,6 +85,9 @@ std::optional<invalid_request> validate_request(const router_state& st, submit_r
 
 caf::result<submit_reply> on_submit(router_self self, submit_request& req);
 void on_client_abort(router_self self, const abort_request& msg);
+/// Aborts live request `id` for its client (its abort, or the client went away): at its group
+/// at once when it was sent to one, admitted or not; else when the probe of the groups ends.
+void abort_live(router_self self, std::uint64_t id);
 void on_group_events(router_self self, group_events& msg);
 /// Ends the live requests of `group` (or all when -1) with an error event carrying `reason`.
 void fail_requests(router_self self, int group, const std::string& reason);

@@ -1,7 +1,9 @@
 // The executor's response_format preparation: a spec the runner has compiled already is
 // answered at once, not queued on the grammar thread behind a compile still running. And the
-// scheduler's: a request aborted while its grammar compiles ends there, never admitted.
+// scheduler's: a request aborted while its grammar compiles ends there, never admitted (a
+// client's abort reaches it through the router before the compile ends).
 #include "actors/executor_actor.hpp"
+#include "actors/router_actor.hpp"
 #include "actors/scheduler_actor.hpp"
 #include "actors/toy_runner.hpp"
 #include "tests/actors/actor_test_util.hpp"
@@ -210,6 +212,34 @@ struct gated_group {
   }
 };
 
+namespace {
+
+/// The events of the `Events` messages (group_events, client_events) in `self`'s mailbox until
+/// none comes for `quiet`.
+template <class Events>
+std::vector<runtime::token_event> drain_events(caf::scoped_actor& self,
+                                               std::chrono::milliseconds quiet) {
+  std::vector<runtime::token_event> events;
+  bool is_quiet = false;
+  while (!is_quiet)
+    self->receive(
+        [&](Events& msg) {
+          for (runtime::token_event& e : msg.events) events.push_back(std::move(e));
+        },
+        caf::after(quiet) >> [&] { is_quiet = true; });
+  return events;
+}
+
+/// `events` is one event of request `id`: the final abort, no tokens.
+void check_one_abort(const std::vector<runtime::token_event>& events, std::uint64_t id) {
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].request_id == id);
+  CHECK(events[0].status == runtime::sequence_status::finished_abort);
+  CHECK(events[0].token_ids.empty());
+}
+
+}  // namespace
+
 TEST_CASE("scheduler: a request aborted while its grammar compiles ends at once, never admitted") {
   for (const std::string spec : {"slow", "slow-bad"}) {  // the compile then succeeds / fails
     CAPTURE(spec);
@@ -235,18 +265,7 @@ TEST_CASE("scheduler: a request aborted while its grammar compiles ends at once,
     CHECK(g.stats.num_waiting == 0);
     CHECK(g.stats.counters.num_aborts == 1);  // the runtime scheduler never saw it
     // Exactly one event reached the router: the final abort, no tokens.
-    std::vector<runtime::token_event> events;
-    bool is_quiet = false;
-    while (!is_quiet)
-      self->receive(
-          [&](actors::group_events& ge) {
-            for (runtime::token_event& e : ge.events) events.push_back(std::move(e));
-          },
-          caf::after(std::chrono::milliseconds(300)) >> [&] { is_quiet = true; });
-    REQUIRE(events.size() == 1);
-    CHECK(events[0].request_id == 41);
-    CHECK(events[0].status == runtime::sequence_status::finished_abort);
-    CHECK(events[0].token_ids.empty());
+    check_one_abort(drain_events<actors::group_events>(self, std::chrono::milliseconds(300)), 41);
     {
       std::lock_guard lock(grp.state->mutex);
       CHECK(grp.state->num_prepared == 2);  // "after"
@@ -275,4 +294,61 @@ TEST_CASE(
   CHECK(g.stats.num_running == 0);
   CHECK(g.stats.num_waiting == 0);
   CHECK(g.stats.counters.num_steps == 0);
+}
+
+TEST_CASE(
+    "router: a client's abort while the grammar compiles ends the request before the compile") {
+  // The router held a client's abort until the group admitted the request, so the request lived
+  // (and its group worked for it) until the compile ended. The abort now goes to the group at
+  // once: the client has its reply and one final event while the compile is still held.
+  gated_group grp;
+  actors::router_params p;
+  p.groups = {grp.sched};
+  p.status_interval_s = 0;
+  p.vocab_size = 1000;
+  struct router_guard {  // stops the router before the group goes, whatever fails
+    caf::scoped_actor& self;
+    actors::router_handle router;
+    ~router_guard() { self->send_exit(router, caf::exit_reason::user_shutdown); }
+  } guard{grp.self, actors::spawn_router_actor(grp.ts.sys, std::move(p))};
+  caf::scoped_actor client{grp.ts.sys};
+  client->request(guard.router, grp.wait, actors::info_atom::value)
+      .receive([](int n) { CHECK(n == 1); }, [](caf::error& e) { FAIL(caf::to_string(e)); });
+  auto pending =
+      client->request(guard.router, std::chrono::seconds(5),
+                      actors::submit_request{.id = 8,
+                                             .prompt_ids = test::random_prompt(3, 20),
+                                             .params = gated_group::request(0, "slow").params});
+  REQUIRE(grp.compiling(1));
+  client->send(guard.router, actors::abort_request{8});
+  // The router's status request to the group follows the abort it passed on, so the group ended
+  // the request before it answered; the router passed the reply and the final event on before
+  // it answered the client.
+  actors::cluster_status s;
+  client->request(guard.router, grp.wait, actors::status_atom::value)
+      .receive([&](actors::cluster_status& x) { s = std::move(x); },
+               [](caf::error& e) { FAIL(caf::to_string(e)); });
+  actors::submit_reply reply;
+  pending.receive([&](actors::submit_reply& r) { reply = std::move(r); },
+                  [&](caf::error& e) { reply.error = caf::to_string(e); });
+  CHECK_MESSAGE(reply.accepted, reply.error);
+  CHECK(reply.group == 0);
+  // what the router sent before its status answer: one final event
+  check_one_abort(drain_events<actors::client_events>(client, std::chrono::milliseconds(0)), 8);
+  // the router's counters as it answers a status request (the last one's are as it was asked)
+  client->request(guard.router, grp.wait, actors::status_atom::value)
+      .receive([&](actors::cluster_status& x) { s = std::move(x); },
+               [](caf::error& e) { FAIL(caf::to_string(e)); });
+  CHECK(s.router.num_aborts == 1);
+  CHECK(s.router.num_finished == 1);
+  CHECK(s.router.num_live == 0);
+  REQUIRE(s.groups.size() == 1);
+  CHECK(s.groups[0].answered);
+  CHECK(s.groups[0].stats.counters.num_aborts == 1);
+  CHECK(s.groups[0].stats.counters.num_steps == 0);
+  grp.release();  // the compile ends: nothing is admitted
+  const actors::group_status g = grp.status_after_compiles();
+  CHECK(g.stats.counters.num_steps == 0);
+  CHECK(g.stats.num_running + g.stats.num_waiting == 0);
+  CHECK(g.stats.counters.num_aborts == 1);
 }

@@ -27,6 +27,8 @@ enum class on_start {
   /// finds nothing to abort and is lost; a tick_atom admits it late and emits a token (and an
   /// abort then ends it finished_abort)
   compile,
+  /// as compile, but no abort ever ends it: every tick_atom emits one more token
+  deaf,
 };
 
 /// What a fake group was sent, for the test to read (the group's thread writes it).
@@ -57,6 +59,7 @@ struct fake_group_state {
   std::vector<caf::typed_response_promise<std::int64_t>> held_probes;
   std::map<std::uint64_t, caf::typed_response_promise<runtime::admission_result>> compiling;
   std::set<std::uint64_t> running;  ///< admitted by a tick and not ended
+  std::set<std::uint64_t> deaf;     ///< requests no abort ends
 };
 
 using fake_group_self = actors::scheduler_actor::stateful_pointer<fake_group_state>;
@@ -100,6 +103,10 @@ actors::scheduler_actor::behavior_type fake_group(fake_group_self self, int grou
           case on_start::compile:
             self->state.compiling.emplace(m.request.id, rp);
             break;
+          case on_start::deaf:
+            self->state.compiling.emplace(m.request.id, rp);
+            self->state.deaf.insert(m.request.id);
+            break;
           case on_start::die:
             self->quit(caf::make_error(caf::sec::runtime_error,
                                        fmt::format("group {} died (injected)", group)));
@@ -117,7 +124,7 @@ actors::scheduler_actor::behavior_type fake_group(fake_group_self self, int grou
                                            {.request_id = m.id,
                                             .status = runtime::sequence_status::finished_abort}}});
         }
-        if (self->state.running.erase(m.id) != 0)
+        if (!self->state.deaf.contains(m.id) && self->state.running.erase(m.id) != 0)
           self->send(*self->state.router,
                      actors::group_events{group,
                                           {{.request_id = m.id,
@@ -133,16 +140,17 @@ actors::scheduler_actor::behavior_type fake_group(fake_group_self self, int grou
         return self->state.held_probes.back();
       },
       [=](actors::status_atom) { return actors::group_status{.group = group, .is_up = true}; },
-      [=](actors::tick_atom) {  // answers the probes it holds, admits what it compiled
+      [=](actors::tick_atom) {  // answers the probes it holds, admits what it compiled, steps
         for (auto& rp : self->state.held_probes) rp.deliver(cached);
         self->state.held_probes.clear();
         for (auto& [id, rp] : self->state.compiling) {
           rp.deliver(runtime::admission_result{});
           self->state.running.insert(id);
-          self->send(*self->state.router,
-                     actors::group_events{group, {{.request_id = id, .token_ids = {1}}}});
         }
         self->state.compiling.clear();
+        for (std::uint64_t id : self->state.running)  // one step: a token for each
+          self->send(*self->state.router,
+                     actors::group_events{group, {{.request_id = id, .token_ids = {1}}}});
         std::lock_guard lock(log->mutex);
         log->num_held_probes = 0;
       },
@@ -218,6 +226,13 @@ struct router_bench {
     return out;
   }
 
+  /// Returns once the router has taken what the client sent it so far, and each group has read
+  /// what the router sent it before (the router's status request to a group follows it).
+  void sync_client() {
+    client->request(router, std::chrono::seconds(5), actors::status_atom::value)
+        .receive([](actors::cluster_status&) {}, [](caf::error&) {});
+  }
+
   /// Client events in the client's mailbox now, of any request.
   int num_pending_events() {
     int n = 0;
@@ -282,16 +297,16 @@ TEST_CASE("router: refused for room by the group it was passed on to, the reques
 }
 
 TEST_CASE("router: a request aborted before admission is not passed on when its group dies") {
-  // The client aborts while group 0 holds the request, then group 0 goes down: passed on, the
-  // request would start on group 1 only to be aborted there. It is refused with the reason.
-  router_bench bench({{.plan = {on_start::hold}, .cached = 64}, {.cached = 0}});
+  // The client aborts while group 0 has not answered the request; group 0 reads the abort and
+  // goes down before it answers either: passed on, the request would start on group 1 only to
+  // be aborted there. It is refused with the reason.
+  router_bench bench({{.plan = {on_start::compile}, .cached = 64}, {.cached = 0}});
   auto pending = bench.client->request(bench.router, std::chrono::seconds(10),
                                        router_bench::request(7, 4));
   REQUIRE(wait_for([&] { return bench.status().groups[0].num_live == 1; }));
   bench.client->send(bench.router, actors::abort_request{7});
-  // the router has taken the abort once it answers the client's next message
-  bench.client->request(bench.router, std::chrono::seconds(5), actors::status_atom::value)
-      .receive([](actors::cluster_status&) {}, [](caf::error&) {});
+  bench.sync_client();  // group 0 has read the abort
+  CHECK(bench.logs[0]->aborts() == std::vector<std::uint64_t>{1});
   bench.admin->send_exit(bench.groups[0], caf::exit_reason::kill);
   actors::submit_reply reply;
   pending.receive([&](actors::submit_reply& rep) { reply = std::move(rep); },
@@ -299,9 +314,12 @@ TEST_CASE("router: a request aborted before admission is not passed on when its 
   CHECK_FALSE(reply.accepted);
   CHECK(reply.kind == runtime::failure_kind::unavailable);
   CHECK_MESSAGE(reply.error.find("group 0 is down") != std::string::npos, reply.error);
+  CHECK(reply.group == actors::no_group);  // a refusal names no group
   const actors::cluster_status s = bench.status();
   CHECK(s.groups[1].num_requests == 0);
   CHECK(s.router.num_live == 0);
+  CHECK(s.router.num_refused == 1);
+  CHECK(s.router.num_aborts == 0);  // refused, not aborted: counted once
 }
 
 }  // namespace di::test
@@ -351,15 +369,13 @@ TEST_CASE("router: a request aborted while the groups are probed is sent to none
       bench.client->request(bench.router, std::chrono::seconds(10), router_bench::request(9, 7));
   REQUIRE(wait_for([&] { return bench.logs[0]->held_probes() == 1; }));
   bench.client->send(bench.router, actors::abort_request{9});
-  // the router has taken the abort once it answers the client's next message
-  bench.client->request(bench.router, std::chrono::seconds(5), actors::status_atom::value)
-      .receive([](actors::cluster_status&) {}, [](caf::error&) {});
+  bench.sync_client();
   bench.admin->send(bench.groups[0], actors::tick_atom::value);  // the probe's answer
   actors::submit_reply reply;
   pending.receive([&](actors::submit_reply& rep) { reply = std::move(rep); },
                   [&](caf::error& err) { reply.error = actors::describe(err); });
   CHECK_MESSAGE(reply.accepted, reply.error);
-  CHECK(reply.group == -1);
+  CHECK(reply.group == actors::no_group);  // no group ever saw it
   CHECK(reply.prompt_ids == router_bench::request(9, 7).prompt_ids);
   CHECK(bench.final_event(9).status == runtime::sequence_status::finished_abort);
   const actors::cluster_status s = bench.status();
@@ -378,28 +394,97 @@ TEST_CASE("router: a request aborted while the groups are probed is sent to none
 
 namespace di::test {
 
-TEST_CASE("router: a group that admits a request after losing its abort is told again") {
+TEST_CASE("router: a group that admits a request after losing its abort is told again, once") {
   // Group 0 does not answer in time, as while a grammar compiles: the router refuses the
-  // request and aborts it there, but a scheduler that has not admitted the request yet has
-  // nothing to abort. Admitted later, its first token reaches no live request: the router
-  // aborts it again, and the group ends it. The client hears the refusal only.
+  // request and aborts it there, but the group loses the abort (a scheduler before session 52
+  // that had not admitted the request yet had nothing to abort). Admitted later, its first
+  // token reaches no live request: the router aborts it again, and the group ends it. A group
+  // that loses that abort too (deaf) and steps on is not told again at every step (it was: one
+  // abort per step). The client hears the refusal only.
+  for (const on_start plan : {on_start::compile, on_start::deaf}) {
+    CAPTURE(int(plan));
+    router_bench bench({{.plan = {plan}}}, [](actors::router_params& p) {
+      p.admission_timeout = std::chrono::milliseconds(200);
+    });
+    const actors::submit_reply reply = bench.submit(3, 8);
+    CHECK_FALSE(reply.accepted);
+    REQUIRE(wait_for([&] { return bench.logs[0]->aborts().size() == 1; }));  // lost
+    for (int step = 0; step < 3; ++step)  // admitted late, then a token a step while it runs
+      bench.admin->send(bench.groups[0], actors::tick_atom::value);
+    // The router has read the steps once it answers a status request sent after the ticks (its
+    // status request to the group follows them); the group has read the router's aborts, and
+    // the router the group's finished_abort, once it answers the next one.
+    bench.status();
+    const actors::cluster_status s = bench.status();
+    CHECK(bench.logs[0]->aborts().size() == 2);
+    CHECK(bench.logs[0]->aborts() == std::vector<std::uint64_t>{1, 1});
+    CHECK(bench.num_pending_events() == 0);
+    CHECK(s.router.num_live == 0);
+    CHECK(s.router.num_refused == 1);
+    CHECK(s.router.num_finished == 0);
+    CHECK(s.groups[0].num_live == 0);
+  }
+}
+
+}  // namespace di::test
+
+namespace di::test {
+
+TEST_CASE("router: a client's abort before admission goes to the group at once") {
+  // Group 0 has not answered the request (as while its grammar compiles). The router held the
+  // client's abort until the group's answer, and the group worked on for nobody meanwhile; now
+  // the abort goes to the group at once, once however often the client sends it, and the group
+  // (that reads it after the request) ends the request: the accepted reply, then one final event.
+  router_bench bench({{.plan = {on_start::hold}}});
+  auto pending =
+      bench.client->request(bench.router, std::chrono::seconds(10), router_bench::request(5, 9));
+  bench.client->send(bench.router, actors::abort_request{5});  // after the request: sent already
+  bench.client->send(bench.router, actors::abort_request{5});
+  bench.sync_client();  // the group has read what the router passed on
+  CHECK(bench.logs[0]->aborts() == std::vector<std::uint64_t>{1});
+  actors::submit_reply reply;
+  pending.receive([&](actors::submit_reply& rep) { reply = std::move(rep); },
+                  [&](caf::error& err) { reply.error = actors::describe(err); });
+  CHECK_MESSAGE(reply.accepted, reply.error);
+  CHECK(reply.group == 0);
+  CHECK(bench.final_event(5).status == runtime::sequence_status::finished_abort);
+  const actors::cluster_status s = bench.status();
+  CHECK(bench.num_pending_events() == 0);  // one final event, nothing after it
+  CHECK(s.router.num_accepted == 1);
+  CHECK(s.router.num_finished == 1);
+  CHECK(s.router.num_aborts == 1);
+  CHECK(s.router.num_refused == 0);
+  CHECK(s.router.num_live == 0);
+  CHECK(s.groups[0].num_live == 0);
+  // the admission it answered the abort with sent no second abort
+  CHECK(bench.logs[0]->aborts().size() == 1);
+  CHECK(bench.logs[0]->aborts() == std::vector<std::uint64_t>{1});
+}
+
+TEST_CASE("router: a request's group is sent one abort however often it is aborted") {
+  // Group 0 reads the aborts but never answers (as if it lost them): the client aborts twice,
+  // then the admission timeout aborts it once more. The group hears one abort.
   router_bench bench({{.plan = {on_start::compile}}}, [](actors::router_params& p) {
     p.admission_timeout = std::chrono::milliseconds(200);
   });
-  const actors::submit_reply reply = bench.submit(3, 8);
-  CHECK_FALSE(reply.accepted);
-  REQUIRE(wait_for([&] { return bench.logs[0]->aborts().size() == 1; }));  // lost
-  bench.admin->send(bench.groups[0], actors::tick_atom::value);  // admitted late, one token
-  REQUIRE(wait_for([&] { return bench.logs[0]->aborts().size() == 2; }));
-  CHECK(bench.logs[0]->aborts() == std::vector<std::uint64_t>{1, 1});
-  // the group sent its finished_abort before it logged the abort: the router read it before
-  // this status request
-  const actors::cluster_status s = bench.status();
+  auto pending =
+      bench.client->request(bench.router, std::chrono::seconds(10), router_bench::request(6, 11));
+  bench.client->send(bench.router, actors::abort_request{6});
+  bench.client->send(bench.router, actors::abort_request{6});
+  bench.sync_client();  // the group has read what the router passed on
+  CHECK(bench.logs[0]->aborts().size() == 1);
+  actors::submit_reply reply;
+  pending.receive([&](actors::submit_reply& rep) { reply = std::move(rep); },
+                  [&](caf::error& err) { reply.error = actors::describe(err); });
+  CHECK_FALSE(reply.accepted);  // refused at the timeout: the one final answer it gets
+  CHECK_MESSAGE(reply.error.find("did not take the request") != std::string::npos, reply.error);
+  bench.status();  // the group has read what the router sent it before the refusal
+  CHECK(bench.logs[0]->aborts().size() == 1);
   CHECK(bench.num_pending_events() == 0);
-  CHECK(s.router.num_live == 0);
+  const actors::cluster_status s = bench.status();
   CHECK(s.router.num_refused == 1);
-  CHECK(s.router.num_finished == 0);
-  CHECK(s.groups[0].num_live == 0);
+  CHECK(s.router.num_aborts == 0);
+  CHECK(s.router.num_live == 0);
 }
 
 }  // namespace di::test
