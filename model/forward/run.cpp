@@ -73,6 +73,15 @@ tensor gather_rows(const forward_pass& pass, const tensor& t,
   return ops::gather_rows(t, pass.index(picked));
 }
 
+/// gather_rows for a read-only use: `t` itself when `picked` is all its rows in order (a
+/// decode step's logit rows), with no index upload and no copy before the head.
+tensor read_rows(const forward_pass& pass, const tensor& t,
+                 const std::vector<std::int64_t>& picked) {
+  bool all = std::int64_t(picked.size()) == t.size(0);
+  for (std::size_t i = 0; all && i < picked.size(); ++i) all = picked[i] == std::int64_t(i);
+  return all ? t : gather_rows(pass, t, picked);
+}
+
 /// Batch rows whose logits (and captures) were asked for, in request order.
 std::vector<std::int64_t> logit_rows(const forward_pass& pass, std::span<forward_request> batch) {
   std::vector<std::int64_t> rows;
@@ -254,7 +263,7 @@ std::vector<forward_output> run_model(forward_pass& pass, std::span<forward_requ
     timer.mark("layer");
   }
   tensor normed =
-      final_norm(pass, gather_rows(pass, x, picked), gather_rows(pass, pre_mix, picked));
+      final_norm(pass, read_rows(pass, x, picked), read_rows(pass, pre_mix, picked));
   tensor logits = ops::linear(normed, pass.weights.head);  // [picked, vocab]
   timer.mark("head");
   if (pass.on_cuda()) {  // outputs are host tensors (the logits unless asked to stay)
