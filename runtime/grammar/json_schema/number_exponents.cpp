@@ -91,19 +91,11 @@ expr_id exponent_past_window(grammar& g) {
 
 /// Integers (no leading zeros) that are multiples of a, then `tail` zeros.
 expr_id integer_multiples(grammar& g, std::uint32_t a, std::uint32_t tail) {
-  auto digit = [&](std::uint32_t d) { return g.literal(std::string(1, char('0' + d))); };
-  std::vector<rule_id> rem(a);
-  for (auto& r : rem) r = g.fresh_rule("multiple");
-  for (std::uint32_t r = 0; r < a; ++r) {
-    std::vector<expr_id> alts;
-    if (r == 0) alts.push_back(g.repeat(g.literal("0"), tail, tail));
-    for (std::uint32_t d = 0; d < 10; ++d)
-      alts.push_back(g.sequence({digit(d), g.ref(rem[(10 * r + d) % a])}));
-    g.define_rule(rem[r], g.choice(std::move(alts)));
-  }
-  std::vector<expr_id> first{g.literal("0")};
-  for (std::uint32_t d = 1; d < 10; ++d) first.push_back(g.sequence({digit(d), g.ref(rem[d % a])}));
-  return g.choice(std::move(first));
+  const digit_automaton digits = multiples_automaton(a, k_max_exponent_step);
+  return g.choice(
+      {g.literal("0"),
+       nonzero_naturals(
+           g, digits, [&] { return g.repeat(g.literal("0"), tail, tail); }, "multiple")});
 }
 
 /// Plain magnitudes (no sign, no exponent) that are multiples of a x 10^-b, a >= 1. With a > 1
@@ -144,6 +136,16 @@ std::optional<significand> significand_of(const decimal& step) {
   // 1e-300 would need fraction places by the hundred in each exponent's automaton
   if (digits.size() > 6 || b > k_exponent_window || b < -k_exponent_window) return std::nullopt;
   return significand{std::stoull(digits), b};
+}
+
+/// Multiples of a have a digit automaton of at most k_max_exponent_step states.
+bool has_small_automaton(std::uint64_t a) {
+  try {
+    multiples_automaton(a, k_max_exponent_step);
+    return true;
+  } catch (const di::error&) {
+    return false;
+  }
 }
 
 /// Nonzero plain mantissas (no sign) followed by any exponent: a value of that sign, any size.
@@ -282,7 +284,7 @@ expr_id numbers_with_exponent(grammar& g, const exponent_constraint& c, std::siz
   std::optional<significand> step;
   if (c.step) {
     step = significand_of(*c.step);
-    if (!step || step->a > k_max_exponent_step) return g.nothing();
+    if (!step || !has_small_automaton(step->a)) return g.nothing();
   }
   // A mantissa of a larger step needs a remainder automaton per exponent past -b: those
   // exponents take no spellings (86400 = 864e2 takes 864e2 and 8640e1, not 8.64e4).

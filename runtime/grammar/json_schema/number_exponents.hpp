@@ -22,10 +22,11 @@ inline constexpr int k_exponents_per_automaton = 6;
 /// exponents up to -b only (a whole multiple of a as mantissa: 86400 = 864 x 10^2 takes 864e2
 /// and 1728e2, not 8.64e4).
 inline constexpr std::uint32_t k_max_exponent_step_digits = 25;
-/// A step whose a exceeds this (its remainder automaton costs ~0.1 s per 1000), or written with
-/// more than k_exponent_window decimal places or trailing zeros (1e-300, 1e30), takes no
-/// exponent spellings.
-inline constexpr std::uint32_t k_max_exponent_step = 1000;
+/// A step whose a has a digit automaton of more states than this (multiples_automaton: a prime
+/// to 10 has a, 4096 412, 15625 36, 65536 2829; ~0.1 s per 1000 states), or written with more
+/// than k_exponent_window decimal places or trailing zeros (1e-300, 1e30), takes no exponent
+/// spellings.
+inline constexpr std::size_t k_max_exponent_step = 1000;
 
 /// A bound with more digits than this (1.7976931348623157e308 has 309) takes no exponent
 /// spellings: scaled through the window its automata would outgrow the size limits.

@@ -147,10 +147,9 @@ digit_automaton multiples_automaton(std::uint64_t k, std::size_t max_states) {
   return minimize(product(remainders(s.rest), power, k, max_states));
 }
 
-expr_id json_integers(grammar& g, const digit_automaton& digits, bool zero_fractions,
-                      std::string_view name) {
-  // Right-linear (every rule referenced last, the zero fraction inside a final state's rule),
-  // so that a large automaton compiles to one automaton.
+expr_id nonzero_naturals(grammar& g, const digit_automaton& digits,
+                         const std::function<expr_id()>& at_final, std::string_view name) {
+  // Right-linear: every rule referenced last, the tail inside a final state's rule.
   const std::size_t n = digits.num_states();
   std::vector<rule_id> rules(n);
   for (std::size_t s = 0; s < n; ++s)
@@ -160,17 +159,23 @@ expr_id json_integers(grammar& g, const digit_automaton& digits, bool zero_fract
   };
   for (std::size_t s = 0; s < n; ++s) {
     std::vector<expr_id> alts;
-    if (digits.is_final[s]) alts.push_back(zero_fraction(g, zero_fractions));
+    if (digits.is_final[s]) alts.push_back(at_final());
     for (std::uint32_t d = 0; d < 10; ++d) alts.push_back(digit_then(d, digits.next[s][d]));
     g.define_rule(rules[s], g.choice(std::move(alts)));
   }
-  std::vector<expr_id> nonzero;
-  for (std::uint32_t d = 1; d < 10; ++d) nonzero.push_back(digit_then(d, digits.next[0][d]));
+  std::vector<expr_id> first;
+  for (std::uint32_t d = 1; d < 10; ++d) first.push_back(digit_then(d, digits.next[0][d]));
+  return g.choice(std::move(first));
+}
+
+expr_id json_integers(grammar& g, const digit_automaton& digits, bool zero_fractions,
+                      std::string_view name) {
+  const expr_id nonzero = nonzero_naturals(
+      g, digits, [&] { return zero_fraction(g, zero_fractions); }, name);
   if (!zero_fractions)  // generation: 0|-?[1-9][0-9]*, no negative zero
-    return g.choice(
-        {g.literal("0"), g.sequence({g.optional(g.literal("-")), g.choice(std::move(nonzero))})});
-  nonzero.push_back(g.sequence({g.literal("0"), zero_fraction(g, zero_fractions)}));
-  return g.sequence({g.optional(g.literal("-")), g.choice(std::move(nonzero))});
+    return g.choice({g.literal("0"), g.sequence({g.optional(g.literal("-")), nonzero})});
+  return g.sequence({g.optional(g.literal("-")),
+                     g.choice({nonzero, g.sequence({g.literal("0"), zero_fraction(g, true)})})});
 }
 
 byte_dfa json_integers_dfa(const digit_automaton& digits, bool zero_fractions, std::size_t limit) {

@@ -10,6 +10,8 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <string_view>
 #include <vector>
 
 namespace di::grammar::json_detail {
@@ -38,9 +40,14 @@ struct digit_automaton {
 /// states (built no further than that: the cost is bounded by max_states, not by k).
 digit_automaton multiples_automaton(std::uint64_t k, std::size_t max_states);
 
+/// Naturals without leading zeros ([1-9][0-9]*) whose digits `digits` takes, each followed by
+/// `at_final()`: one right-linear rule per state, named after `name`, so that it compiles to one
+/// automaton.
+expr_id nonzero_naturals(grammar& g, const digit_automaton& digits,
+                         const std::function<expr_id()>& at_final, std::string_view name);
+
 /// JSON integers whose digits `digits` takes: 0|-?[1-9][0-9]* and, with `zero_fractions`
-/// (validation), also -0 and a zero fraction (6.0, 6.00). One right-linear rule per state,
-/// named after `name`, so that it compiles to one automaton.
+/// (validation), also -0 and a zero fraction (6.0, 6.00).
 expr_id json_integers(grammar& g, const digit_automaton& digits, bool zero_fractions,
                       std::string_view name);
 
