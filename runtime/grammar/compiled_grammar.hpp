@@ -38,6 +38,14 @@ struct compile_options {
   std::size_t max_repeat_expansion = 60'000;
   /// Deterministic states of one rule before its choices and loops move into sub-rules.
   std::size_t max_rule_states = 50'000;
+  /// Subset construction of one rule, where few states hold large NFA state sets (a long
+  /// pattern searched anywhere that overlaps itself, `(?i)aaaa...`: the square of its length).
+  /// Memory: NFA states summed over the distinct sets kept (4 bytes each; no grammar of the
+  /// test corpora keeps more than 4.5 million in all its rules).
+  std::size_t max_subset_size = 16'000'000;
+  /// Time: NFA states summed over every set formed, one per transition followed (~25 ns each;
+  /// the corpora's most, 42 million, is a patternProperties of \p{Letter}).
+  std::size_t max_subset_work = 100'000'000;
   /// Compile a grammar that matches nothing (e.g. the JSON Schema `false`) instead of failing.
   bool allow_empty_language = false;
   /// Deterministic states in total. compile() first tries generous inlining within a quarter

@@ -102,15 +102,22 @@ std::uint32_t automaton_builder::emit_tail_copy(rule_id r, std::uint32_t from, c
                                                int depth, fragment& f) {
   auto it = f.starts.find(r);
   if (it == f.starts.end()) {
-    std::uint32_t start = new_nfa_state();
-    it = f.starts.emplace(r, start).first;
-    std::uint32_t end = emit(*g_.rule_at(r).body, start, j, depth, true, f);
-    nfa_[end].eps.push_back(f.exit);
+    it = f.starts.emplace(r, new_nfa_state()).first;
+    f.pending.push_back({r, depth});
   }
   nfa_[from].eps.push_back(it->second);
   // The path continues inside the copy up to the fragment's exit; the returned end state has
   // no incoming edge, so whatever the caller appends after it is never reached.
   return new_nfa_state();
+}
+
+void automaton_builder::build_pending(const job& j, fragment& f) {
+  for (std::size_t k = 0; k < f.pending.size(); ++k) {
+    const auto [r, depth] = f.pending[k];
+    std::uint32_t end = emit(*g_.rule_at(r).body, f.starts.at(r), j, depth, true, f);
+    nfa_[end].eps.push_back(f.exit);
+  }
+  f.pending.clear();
 }
 
 std::uint32_t automaton_builder::emit_ref(const expr& e, std::uint32_t from, const job& j,
@@ -123,8 +130,9 @@ std::uint32_t automaton_builder::emit_ref(const expr& e, std::uint32_t from, con
     if (tail) return emit_tail_copy(r, from, j, depth, f);
     if (analysis_.inlined[r]) return emit(*g_.rule_at(r).body, from, j, depth + 1, false, f);
     // A regular component used mid-rule: a private copy with its own exit.
-    fragment inner{new_nfa_state(), {}};
+    fragment inner{new_nfa_state(), {}, {}};
     emit_tail_copy(r, from, j, depth + 1, inner);
+    build_pending(j, inner);
     return inner.exit;
   }
   std::uint32_t to = new_nfa_state();

@@ -36,6 +36,10 @@ class automaton_builder {
   struct fragment {
     std::uint32_t exit;
     std::unordered_map<rule_id, std::uint32_t> starts;
+    /// Copies started (in `starts`) whose bodies are not built yet, with their inlining depth:
+    /// build_pending() builds them in a loop, as recursion a chain of n right-linear rules
+    /// (a KMP automaton's states) nested n deep.
+    std::vector<std::pair<rule_id, int>> pending;
   };
   struct local_dfa {
     std::vector<std::uint8_t> final;
@@ -56,10 +60,18 @@ class automaton_builder {
   std::uint32_t emit_ref(const expr& e, std::uint32_t from, const job& j, int depth, bool tail,
                          fragment& f);
   std::uint32_t emit_tail_copy(rule_id r, std::uint32_t from, const job& j, int depth, fragment& f);
+  void build_pending(const job& j, fragment& f);
   std::uint32_t emit_repeat(const expr& e, std::uint32_t from, const job& j, int depth, fragment& f);
   bool outline_child(expr_id child, const job& j, std::uint32_t from, std::uint32_t& end);
   void closure(std::vector<std::uint32_t>& set);
-  bool determinize(std::uint32_t start, std::uint32_t accept, local_dfa& out);
+  /// Subset construction of the NFA from `start`; false past max_rule_states, di::error past
+  /// max_subset_size or max_subset_work.
+  bool determinize(std::uint32_t start, std::uint32_t accept, const std::string& rule_name,
+                   local_dfa& out);
+  /// di::error where a rule's subset construction keeps more NFA states in its distinct sets
+  /// than max_subset_size or forms sets of more than max_subset_work in all.
+  void check_subset_budget(const std::string& rule_name, std::size_t num_kept,
+                           std::size_t num_visited) const;
   void prune(local_dfa& d);
   void append(std::uint32_t rule, const local_dfa& d);
   void compile_job(std::uint32_t index);

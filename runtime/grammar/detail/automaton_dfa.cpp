@@ -63,13 +63,21 @@ struct set_table {
 
 }  // namespace
 
-bool automaton_builder::determinize(std::uint32_t start, std::uint32_t accept, local_dfa& out) {
+bool automaton_builder::determinize(std::uint32_t start, std::uint32_t accept,
+                                    const std::string& rule_name, local_dfa& out) {
   const std::size_t num_classes = class_rep_.size();
   set_table table;
   const std::vector<std::vector<std::uint32_t>>& sets = table.sets;
+  std::size_t num_kept = 0, num_visited = 0;  // NFA states in the sets kept / formed
   auto intern = [&](std::vector<std::uint32_t>& set) -> std::uint32_t {
     closure(set);
-    return table.intern(set);
+    // Counted per set, not per DFA state: one state of a^n searched holds n NFA states.
+    const std::size_t num_sets = sets.size();
+    const std::uint32_t id = table.intern(set);
+    num_visited += set.size();
+    if (sets.size() > num_sets) num_kept += set.size();
+    check_subset_budget(rule_name, num_kept, num_visited);
+    return id;
   };
   std::vector<std::uint32_t> init{start};
   intern(init);
@@ -100,6 +108,21 @@ bool automaton_builder::determinize(std::uint32_t start, std::uint32_t accept, l
     out.calls.push_back(std::move(calls));
   }
   return true;
+}
+
+void automaton_builder::check_subset_budget(const std::string& rule_name, std::size_t num_kept,
+                                            std::size_t num_visited) const {
+  const bool memory = num_kept > options_.max_subset_size;
+  if (!memory && num_visited <= options_.max_subset_work) return;
+  DI_FAIL(
+      "grammar too complex: building the automaton of rule '{}' {} more than {} NFA states {}, "
+      "the limit. A pattern matched anywhere (JSON Schema `pattern` without ^...$) whose text "
+      "overlaps itself, like 'aaaa...' under (?i) or as classes, or after '.*', costs the "
+      "square of its length: anchor it with ^ and $ or shorten it",
+      rule_name, memory ? "keeps" : "visits",
+      memory ? options_.max_subset_size : options_.max_subset_work,
+      memory ? "in its distinct state sets (memory)"
+             : "summed over the state sets it forms, one per transition (time)");
 }
 
 void automaton_builder::prune(local_dfa& d) {
@@ -141,13 +164,14 @@ void automaton_builder::compile_job(std::uint32_t index) {
     nfa_.clear();
     std::uint32_t start = new_nfa_state();
     std::uint32_t accept = new_nfa_state();
-    fragment top{accept, {}};
+    fragment top{accept, {}, {}};
     // A rule of a regular component loops back to its own start when it tail-calls itself.
     if (auto ir = j.ir_rule; ir && analysis_.regular[*ir] && !outline) top.starts[*ir] = start;
     std::uint32_t end = emit(j.body, start, j, 0, true, top);
     nfa_[end].eps.push_back(accept);
+    build_pending(j, top);
     local_dfa d;
-    if (determinize(start, accept, d)) {
+    if (determinize(start, accept, j.name, d)) {
       prune(d);
       dfas_[index] = std::move(d);
       return;
