@@ -458,8 +458,9 @@ expr_id regex_parser::class_expr(codepoint_set set) const {
   const codepoint_set surrogates = codepoint_set::range(0xD800, 0xDFFF);
   if (!set.empty() && set.minus(surrogates).empty()) surrogates_only_ = true;
   // Characters in their target form (e.g. escaped inside a JSON string), or their UTF-8 bytes.
-  if (options_.char_mapper) return options_.char_mapper(g_, set);
-  return g_.codepoints(set);
+  const expr_id e = options_.char_mapper ? options_.char_mapper(g_, set) : g_.codepoints(set);
+  note_char(e, set);
+  return e;
 }
 
 expr_id regex_parser::char_expr(char32_t cp) const {

@@ -50,21 +50,7 @@ expr_id regex_parser::parse() {
         "the pattern matches only text holding a lone surrogate (U+D800..U+DFFF, e.g. \\ud800), "
         "which cannot be encoded in UTF-8, so it matches no UTF-8 text and nothing could be "
         "generated (a character beyond U+FFFF is one escape, \\U0001F600, not a surrogate pair)");
-  if (!options_.search) return flatten(p);
-  // Search: a path not tied to the start may begin anywhere, one not tied to the end stop anywhere.
-  expr_id pad = g_.repeat(class_expr(codepoint_set::all()), 0, k_unbounded);
-  std::vector<expr_id> alts;
-  for (int s : {0, 1}) {
-    for (int e : {0, 1}) {
-      if (!p.cell[s][e]) continue;
-      std::vector<expr_id> items;
-      if (!s) items.push_back(pad);
-      items.push_back(*p.cell[s][e]);
-      if (!e) items.push_back(pad);
-      alts.push_back(g_.sequence(std::move(items)));
-    }
-  }
-  return g_.choice(std::move(alts));
+  return options_.search ? search(p) : flatten(p);
 }
 
 regex_parser::piece regex_parser::anchor(bool start) const {

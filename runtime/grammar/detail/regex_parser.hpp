@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace di::grammar::detail {
@@ -51,6 +52,22 @@ class regex_parser {
   piece join(const piece& a, const piece& b) const;
   /// The text of all paths (full match, where anchors sit at the ends; atomic groups).
   expr_id flatten(const piece& p) const;
+  /// Search mode's expression for `p`: each path not tied to the start or the end padded with
+  /// "any character"* there, or one starting with literal text (two characters or more) matched
+  /// by that text's KMP automaton (regex_search.cpp).
+  expr_id search(const piece& p);
+  /// The code points that `items` (a sequence's children) spell from the first, and how many
+  /// of the items they take.
+  struct literal_start {
+    std::u32string text;
+    std::size_t num_items = 0;
+  };
+  literal_start literal_prefix(const std::vector<expr_id>& items) const;
+  /// Any text that contains `w`, up to the end of the first occurrence of `w`, then `tail`
+  /// (`sink`), or up to the end of any occurrence of `w`, then `tail`.
+  expr_id search_literal(const std::u32string& w, expr_id tail, bool sink);
+  /// Records that `e` is the expression of `set` where `set` is one code point.
+  void note_char(expr_id e, const codepoint_set& set) const;
   /// Whether expression `id` matches the empty string.
   bool matches_empty(expr_id id) const;
   /// Whether expression `id` matches no string at all.
@@ -118,6 +135,16 @@ class regex_parser {
   // A character or class of lone surrogates only (U+D800..U+DFFF, e.g. Python's \ud800) was
   // read: no UTF-8 text holds one, so it matches nothing here.
   mutable bool surrogates_only_ = false;
+  /// Expressions of single characters, by the expressions a sequence around them holds: byte
+  /// `index` of `length` of one code point's expression (`unit`: which one), for literal_prefix.
+  struct char_part {
+    std::uint32_t unit;
+    std::uint32_t index;
+    std::uint32_t length;
+    char32_t cp;
+  };
+  mutable std::unordered_map<expr_id, char_part> char_parts_;
+  mutable std::uint32_t num_units_ = 0;
 };
 
 }  // namespace di::grammar::detail

@@ -82,6 +82,15 @@ TEST_CASE("hostile EBNF: syntax errors are clear errors") {
     chain += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + "\n";
   chain += "r20000 ::= \"x\"\n";
   CHECK(run_case("ebnf chain of 20000 unit rules", [&] { ebnf(chain); }) == outcome::compiled);
+  // A cycle of 20,000 right-linear rules (one regular component, a loop in the automaton, as a
+  // KMP automaton's states are): each rule's copy was built inside the one before it, 20,000
+  // levels deep, and refused as "too deeply nested"; the copies are built in a loop now.
+  std::string cycle = "root ::= r0\n";
+  for (int i = 0; i < 20000; ++i)
+    cycle +=
+        "r" + std::to_string(i) + " ::= \"a\" r" + std::to_string((i + 1) % 20000) + " | \"b\"\n";
+  CHECK(run_case("ebnf cycle of 20000 right-linear rules", [&] { ebnf(cycle); }) ==
+        outcome::compiled);
 }
 
 TEST_CASE("hostile regexes: backtracking shapes compile to automata, bad syntax is refused") {
@@ -195,6 +204,25 @@ TEST_CASE("hostile JSON Schemas: complements (not, if/then/else, overlapping one
            R"("items":{"enum":[0,1,2,3,4,5,6,7,8,9,10,11]}})");
   });
   run_case("schema maxContains 1e9", [] { schema(R"({"contains":{"type":"integer"},"maxContains":1000000000})"); });
+}
+
+TEST_CASE("hostile patterns: long literals searched anywhere, and what stays quadratic") {
+  // "a" x 20,000 searched anywhere took 10 s and 1.8 GB: padded with "any character"*, one state
+  // set held every border of the text read. It compiles to its KMP automaton now. Under (?i) or
+  // as a class per character it is no literal and stays quadratic: refused by the memory budget
+  // of subset construction (16 million NFA states in its sets).
+  const std::string a(20000, 'a');
+  std::string classes;
+  for (int i = 0; i < 20000; ++i) classes += "[aA]";
+  auto pattern = [](const std::string& p) { return R"({"type":"string","pattern":")" + p + "\"}"; };
+  CHECK(run_case("schema pattern a x 20000", [&] { schema(pattern(a)); }) == outcome::compiled);
+  CHECK(run_case("schema pattern a{20000}", [&] { schema(pattern("a{20000}")); }) ==
+        outcome::compiled);
+  CHECK(run_case("regex search (?i)a x 20000", [&] {
+          compiled_grammar::compile(regex_grammar("(?i)" + a, {.search = true}));
+        }) == outcome::refused);
+  CHECK(run_case("schema pattern [aA] x 20000", [&] { schema(pattern(classes)); }) ==
+        outcome::refused);
 }
 
 TEST_CASE("hostile inputs: peak memory") {
