@@ -15,6 +15,8 @@
 using namespace di::grammar;
 using di::grammar::test::accepts;
 using di::grammar::test::compile_re;
+using di::grammar::test::pattern_accepts;
+using di::grammar::test::pattern_schema;
 
 TEST_CASE("literals, classes and quantifiers match in full") {
   auto g = compile_re("a[bc]+d{2,3}e?");
@@ -266,20 +268,6 @@ TEST_CASE("search mode: alternatives that '^' leaves no way through drop out") {
   // Full match keeps refusing '^' after text.
   CHECK_THROWS_WITH_AS(regex_grammar("c(^a|b)"), doctest::Contains("middle"), di::error);
 }
-
-namespace {
-
-// A JSON Schema `{"type": "string", "pattern": P}`; strings are checked as JSON text.
-std::shared_ptr<const compiled_grammar> pattern_schema(const std::string& pattern) {
-  const nlohmann::ordered_json schema = {{"type", "string"}, {"pattern", pattern}};
-  return compiled_grammar::compile(compile_json_schema_text(schema.dump()).g);
-}
-
-bool pattern_accepts(const compiled_grammar& g, const std::string& text) {
-  return accepts(g, nlohmann::json(text).dump());
-}
-
-}  // namespace
 
 // Each answer below is node 20's (`new RegExp(p, "u")`, and without "u").
 TEST_CASE("JSON Schema patterns: what ECMAScript with the u flag refuses is refused") {

@@ -3,11 +3,9 @@
 // substring search on random strings), in work linear in its length; and subset construction's
 // memory and work budgets, which refuse what stays quadratic with an error naming the problem.
 #include "common/error.hpp"
-#include "runtime/grammar/json_schema.hpp"
 #include "tests/runtime/grammar/grammar_test_util.hpp"
 
 #include <doctest/doctest.h>
-#include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <functional>
@@ -18,6 +16,8 @@
 
 using namespace di::grammar;
 using di::grammar::test::accepts;
+using di::grammar::test::pattern_accepts;
+using di::grammar::test::pattern_schema;
 
 namespace {
 
@@ -25,17 +25,6 @@ namespace {
 std::shared_ptr<const compiled_grammar> search_re(const std::string& pattern,
                                                   const compile_options& o = {}) {
   return compiled_grammar::compile(regex_grammar(pattern, {.search = true}), o);
-}
-
-/// A JSON Schema string with `pattern`, compiled with `o`.
-std::shared_ptr<const compiled_grammar> pattern_schema(const std::string& pattern,
-                                                       const compile_options& o = {}) {
-  const nlohmann::ordered_json schema = {{"type", "string"}, {"pattern", pattern}};
-  return compiled_grammar::compile(compile_json_schema_text(schema.dump()).g, o);
-}
-
-bool pattern_accepts(const compiled_grammar& g, const std::string& text) {
-  return accepts(g, nlohmann::json(text).dump());
 }
 
 struct lcg {
