@@ -395,10 +395,15 @@ TEST_CASE("GPU forward: decode steps through CUDA graphs give the eager logits")
       CHECK(m->captured_graphs() == pieces);
       // Merged (the default), each layer's site is captured in the piece before it -- the
       // start, or with no start piece a site piece of its own for layer 0 -- so one piece per
-      // layer plus one; apart, two per layer plus the start.
+      // layer plus one, and one more for each Engram layer past 0 whose projection is not
+      // computed ahead (DEEPINFER_ENGRAM_AHEAD=0: it runs eagerly before its site); apart, two
+      // per layer plus the start.
       const int layers = m->config().num_layers;
+      int apart_sites = 0;
+      if (!cuda::detail::env_switch("DEEPINFER_ENGRAM_AHEAD", true))
+        for (int l = 1; l < layers; ++l) apart_sites += m->config().is_engram_layer(l);
       CHECK(pieces == (detail::graphs_merge_sites()
-                           ? layers + 1
+                           ? layers + 1 + apart_sites
                            : 2 * layers + (detail::graphs_capture_start() ? 1 : 0)));
       REQUIRE(graphed.size() == eager.size());
       REQUIRE(again.size() == eager.size());
