@@ -177,6 +177,7 @@ group_status make_status(const scheduler_state& st) {
                  .timing = st.timing};
   if (st.sched) g.stats = st.sched->stats();
   g.stats.counters.num_aborts += st.num_prepare_aborts;
+  g.stats.counters.num_refused += st.num_prepare_refusals;
   return g;
 }
 
@@ -261,15 +262,18 @@ caf::result<runtime::admission_result> prepare_then_admit(scheduler_self self,
     if (p->is_ended) return;  // aborted meanwhile: answered then
     st.preparing.erase(id);
     const double seconds = double(now_ns() - p->start_ns) * 1e-9;
+    auto refuse = [&](auto r) {  // an admission_result, or not_serving's error
+      ++st.num_prepare_refusals;
+      p->reply.deliver(std::move(r));
+    };
     if (!st.is_up) {
-      p->reply.deliver(not_serving(st));
+      refuse(not_serving(st));
     } else if (!p->error.empty()) {
-      p->reply.deliver(runtime::admission_result{runtime::admission_status::invalid_request,
-                                                 "invalid response_format: " + p->error,
-                                                 "response_format"});
+      refuse(runtime::admission_result{runtime::admission_status::invalid_request,
+                                       "invalid response_format: " + p->error, "response_format"});
     } else if (p->is_too_slow || now_ns() - p->start_ns > grammar_prepare_limit().count()) {
-      p->reply.deliver(runtime::admission_result{runtime::admission_status::invalid_request,
-                                                 grammar_too_slow(seconds), "response_format"});
+      refuse(runtime::admission_result{runtime::admission_status::invalid_request,
+                                       grammar_too_slow(seconds), "response_format"});
     } else {
       if (seconds > 1)
         st.log->info("group {}: a response_format compiled in {:.1f} s (off the step loop)",

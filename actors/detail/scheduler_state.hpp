@@ -57,6 +57,10 @@ struct scheduler_state {
   /// Requests aborted while being prepared: the runtime scheduler never saw them, so its
   /// num_aborts lacks them (make_status adds them).
   std::int64_t num_prepare_aborts = 0;
+  /// Requests refused at the end of their preparation (a response_format that did not compile,
+  /// took too long, or a group no longer serving): the runtime scheduler never saw them either,
+  /// so make_status adds them to its num_refused.
+  std::int64_t num_prepare_refusals = 0;
   std::deque<pending_step> in_flight;
   int num_row_steps_in_flight = 0;
   executor_timing timing;

@@ -274,6 +274,29 @@ TEST_CASE("scheduler: a request aborted while its grammar compiles ends at once,
   }
 }
 
+TEST_CASE("scheduler: a request whose grammar does not compile is refused and counted once") {
+  // Refused at the end of its preparation, the request never reached the runtime scheduler,
+  // whose num_refused counted only its own refusals: the group's status showed none.
+  gated_group grp;
+  caf::scoped_actor& self = grp.self;
+  REQUIRE(grp.attach(self));
+  auto admission =
+      self->request(grp.sched, grp.wait, actors::start_request{grp.request(43, "slow-bad")});
+  REQUIRE(grp.compiling(1));
+  grp.release();
+  std::optional<runtime::admission_result> reply;
+  admission.receive([&](runtime::admission_result& a) { reply = a; },
+                    [](caf::error& e) { FAIL(caf::to_string(e)); });
+  REQUIRE(reply);
+  CHECK_FALSE(reply->is_accepted());
+  CHECK(reply->status == runtime::admission_status::invalid_request);
+  CHECK(reply->message.find("invalid response_format") != std::string::npos);
+  const actors::group_status g = grp.status_after_compiles();
+  CHECK(g.stats.counters.num_refused == 1);
+  CHECK(g.stats.counters.num_aborts == 0);
+  CHECK(g.stats.counters.num_steps == 0);
+}
+
 TEST_CASE(
     "scheduler: a request whose grammar compiles when the router goes down is never admitted") {
   // The router's down message failed the requests the runtime scheduler held, but one whose
