@@ -168,15 +168,6 @@ bool kernel_reachable(const void* p, bool host_ok) {
 
 }  // namespace
 
-void fill_zero(void* data, std::size_t bytes) {
-  if (bytes == 0) return;
-  if (g_copy_kernels && kernel_reachable(data, false)) {
-    launch_fill_zero(data, bytes, current_stream());
-    return;
-  }
-  CUDA_CHECK(cudaMemsetAsync(data, 0, bytes, current_stream()));
-}
-
 /// DEEPINFER_ZERO_KERNELS=0: zero fills as before session 52 (for comparisons; see
 /// zero_kernels()). Read once.
 const bool g_zero_kernels = detail::env_switch("DEEPINFER_ZERO_KERNELS", true);
@@ -186,13 +177,13 @@ bool zero_kernels() {
 }
 
 void fill_zero_allocated(void* data, std::size_t bytes, int index) {
-  if (!g_zero_kernels) {
-    fill_zero(data, bytes);
-    return;
-  }
   if (bytes == 0) return;
   int current = -1;
-  if (g_copy_kernels && cudaGetDevice(&current) == cudaSuccess && current == index) {
+  // (DEEPINFER_ZERO_KERNELS=0: the driver asked what `data` is, as before session 52)
+  const bool by_kernel =
+      g_copy_kernels && (g_zero_kernels ? cudaGetDevice(&current) == cudaSuccess && current == index
+                                        : kernel_reachable(data, false));
+  if (by_kernel) {
     launch_fill_zero(data, bytes, current_stream());
     return;
   }

@@ -27,12 +27,11 @@ std::shared_ptr<std::byte[]> allocate_host(std::size_t bytes);
 /// addressing), so kernels may read it in place; clears the CUDA error a refusal leaves.
 bool mapped_at_host_address(const void* p);
 
-/// Zero `bytes` at device address `data`, asynchronously on the current stream.
-void fill_zero(void* data, std::size_t bytes);
-/// fill_zero of memory that allocate(bytes, index) returned: a kernel whenever device `index`
-/// is current, without asking the driver what `data` is -- inside a stream capture it does
-/// not know the capture's own allocations yet, so fill_zero left a memset node there (13 in
-/// a v41-flash-L4 decode step's graphs: each holding up the programmatic launch after it).
+/// Zeroes `bytes` of memory that allocate(bytes, index) returned, asynchronously on the current
+/// stream: a kernel whenever device `index` is current, without asking the driver what `data`
+/// is -- inside a stream capture it does not know the capture's own allocations yet, so the
+/// fill asked that way left a memset node there (13 in a v41-flash-L4 decode step's graphs:
+/// each holding up the programmatic launch after it).
 void fill_zero_allocated(void* data, std::size_t bytes, int index);
 /// Whether zero fills inside a forward run as kernels (fill_zero_allocated, the GEMMs'
 /// zero_outputs) and the experts' products skip zeroing outputs that every kernel stores:
