@@ -43,6 +43,8 @@ struct grammar_jobs::job {
   std::string spec;
   bool is_started = false;
   std::vector<waiter> waiters;  // not answered yet
+  /// Stops the compile: once its last waiter has given up (abandon()) or the server stops.
+  grammar::compile_cancel cancel;
 };
 
 static_assert(grammar_jobs::default_num_remembered == grammar::grammar_cache::default_capacity);
@@ -104,18 +106,19 @@ void grammar_jobs::run(const std::shared_ptr<job>& j) {
   {
     std::lock_guard lock(mutex_);
     if (j->waiters.empty()) {  // every request for it was refused while it queued
-      jobs_.erase(j->spec);
+      if (auto it = jobs_.find(j->spec); it != jobs_.end() && it->second == j) jobs_.erase(it);
       return;
     }
     j->is_started = true;
+    ++num_running_;
   }
   std::optional<api_error> failed;
   try {
     if (stopping_) throw stopping_error();
-    const grammar::interrupt_scope interruptible(stopping_);
+    const grammar::interrupt_scope interruptible(j->cancel);
     compile_(j->spec);
   } catch (const grammar::compile_interrupted&) {
-    failed = stopping_error();
+    failed = stopping_error();  // stop(); an abandoned job has nobody to tell
   } catch (const api_error& e) {
     failed = e;
   } catch (const std::exception& e) {
@@ -125,8 +128,10 @@ void grammar_jobs::run(const std::shared_ptr<job>& j) {
   std::vector<job::waiter> waiters;
   {
     std::lock_guard lock(mutex_);
+    --num_running_;
     if (!failed) remember(j->spec);
-    jobs_.erase(j->spec);
+    // An abandoned job is no longer the spec's: a later request may have started another.
+    if (auto it = jobs_.find(j->spec); it != jobs_.end() && it->second == j) jobs_.erase(it);
     waiters.swap(j->waiters);
     for (job::waiter& w : waiters) w.deadline->cancel();
   }
@@ -145,6 +150,7 @@ void grammar_jobs::expire(const std::shared_ptr<job>& j, std::uint64_t waiter_id
         break;
       }
     is_started = j->is_started;
+    if (w && is_started && j->waiters.empty()) abandon(j);
   }
   if (!w) return;  // answered meanwhile
   const double waited =
@@ -157,6 +163,12 @@ void grammar_jobs::expire(const std::shared_ptr<job>& j, std::uint64_t waiter_id
                                 "other grammars; retry later",
                                 waited, num_threads_),
                     "response_format", "rate_limit_exceeded"));
+}
+
+void grammar_jobs::abandon(const std::shared_ptr<job>& j) {
+  j->cancel.cancel(fmt::format("no request waits for it any more (the limit is {:g} s)",
+                               std::chrono::duration<double>(limit_).count()));
+  if (auto it = jobs_.find(j->spec); it != jobs_.end() && it->second == j) jobs_.erase(it);
 }
 
 bool grammar_jobs::is_compiled(const std::string& spec) {
@@ -184,6 +196,7 @@ void grammar_jobs::stop() {
     std::lock_guard lock(mutex_);
     stopping_ = true;
     for (auto& [spec, j] : jobs_) {
+      j->cancel.cancel("the server is stopping");
       for (job::waiter& w : j->waiters) {
         w.deadline->cancel();
         waiters.push_back(std::move(w));
@@ -197,6 +210,11 @@ void grammar_jobs::stop() {
 std::size_t grammar_jobs::num_jobs() const {
   std::lock_guard lock(mutex_);
   return jobs_.size();
+}
+
+std::size_t grammar_jobs::num_running() const {
+  std::lock_guard lock(mutex_);
+  return num_running_;
 }
 
 }  // namespace di::server

@@ -2,11 +2,13 @@
 // on the grammar threads (server.grammar_threads), never the I/O threads; one compile per spec
 // however many requests ask for it meanwhile; none for a spec that compiled lately, whose
 // request starts at once instead of queueing behind other compiles; and no request waits for
-// one longer than the scheduler would (actors/grammar_limit.hpp). A compile cannot be
-// interrupted: one past the limit goes on in the background with its requests refused, and a
-// request for the same spec waits for it instead of taking another grammar thread. A server
-// that stops ends them all (stop()): the requests still waiting get a 503 and the compiles
-// running are interrupted, so neither a client nor the exit waits for them.
+// one longer than the scheduler would (actors/grammar_limit.hpp). A compile that every request
+// waiting for it has given up on (past the limit) is cancelled (grammar::compile_cancel): it
+// stops within milliseconds and frees its memory, nothing is remembered, and a later request
+// for the spec compiles it anew (it used to run on to its end on the grammar thread: 12 s and
+// 300 MB for a hostile schema under a 1 s limit). A server that stops ends them all
+// (stop()): the requests still waiting get a 503 and the compiles running are cancelled, so
+// neither a client nor the exit waits for them.
 #pragma once
 
 #include "server/api_error.hpp"
@@ -61,11 +63,17 @@ class grammar_jobs {
   /// not; when `limit` has passed since this call, a 400 naming response_format if the
   /// compile had started (actors::grammar_too_slow) or a 429 if every grammar thread was
   /// still busy with others. `timers` runs the deadline (an I/O executor: the grammar threads
-  /// may all be busy).
+  /// may all be busy). The compile is shared by the requests for `spec` that come while it is
+  /// queued or running; the last of them to give up cancels it (a request that came later
+  /// still waits for it, and keeps it running).
   void submit(const std::string& spec, const boost::asio::any_io_executor& timers, done_fn done);
 
-  /// Specs queued or compiling (each counted once, however many requests wait for it).
+  /// Specs queued or compiling (each counted once, however many requests wait for it); a
+  /// cancelled compile leaves the count at once, while it unwinds on its grammar thread.
   std::size_t num_jobs() const;
+  /// Compiles running on the grammar threads, cancelled ones that are still unwinding
+  /// included.
+  std::size_t num_running() const;
 
   /// The server is stopping: every request still waiting for a compile is answered with a 503
   /// now, the compiles running stop at their next check (grammar::interrupt_scope), queued ones
@@ -82,6 +90,9 @@ class grammar_jobs {
                                   bool& is_new);
   void run(const std::shared_ptr<job>& j);
   void expire(const std::shared_ptr<job>& j, std::uint64_t waiter_id);
+  /// Cancels `j`, whose compile nobody waits for any more, and forgets it, so that a later
+  /// request for its spec starts another (under mutex_).
+  void abandon(const std::shared_ptr<job>& j);
 
   /// Whether `spec` is remembered as compiled (then it becomes the most recently used).
   bool is_compiled(const std::string& spec);
@@ -93,9 +104,10 @@ class grammar_jobs {
   compile_fn compile_;
   std::chrono::nanoseconds limit_;
   std::size_t num_remembered_;
-  std::atomic<bool> stopping_{false};  // read by the compiles (grammar::check_interrupt)
+  std::atomic<bool> stopping_{false};
   mutable std::mutex mutex_;
   std::uint64_t next_waiter_ = 0;
+  std::size_t num_running_ = 0;
   std::unordered_map<std::string, std::shared_ptr<job>> jobs_;  // by spec
   // Hashes of the specs that compiled, most recently used first, and where each is in that
   // list. A hash collision only starts a request whose grammar the runners then compile

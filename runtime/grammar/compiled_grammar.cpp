@@ -4,10 +4,12 @@
 #include "runtime/grammar/compiled_grammar.hpp"
 
 #include "common/error.hpp"
+#include "runtime/grammar/compile_interrupt.hpp"
 #include "runtime/grammar/detail/automaton_builder.hpp"
 #include "runtime/grammar/detail/grammar_analysis.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <string_view>
 
 namespace di::grammar {
@@ -29,6 +31,8 @@ std::uint64_t compiled_grammar::num_compiles_on_this_thread() {
 std::shared_ptr<const compiled_grammar> compiled_grammar::compile(const grammar& g,
                                                                   const compile_options& options) {
   ++compiles_on_this_thread;
+  std::optional<interrupt_scope> cancellable;
+  if (options.cancel != nullptr) cancellable.emplace(*options.cancel);
   if (options.inline_limit <= k_lean_inline_limit) return automaton_builder(g, options).build();
   // Generous inlining first (fewer rule boundaries: more tokens decided without the parser
   // stack) within a quarter of the size limits. Inlining copies a rule at every use, so a rule

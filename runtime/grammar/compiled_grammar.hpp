@@ -15,6 +15,8 @@
 
 namespace di::grammar {
 
+class compile_cancel;  // compile_interrupt.hpp
+
 using state_id = std::uint32_t;
 constexpr state_id k_dead_state = UINT32_MAX;
 
@@ -51,6 +53,10 @@ struct compile_options {
   /// Deterministic states in total. compile() first tries generous inlining within a quarter
   /// of this and of max_rule_size, then lean inlining (rules called, not copied) within all.
   std::size_t max_total_states = 1'000'000;
+  /// Stops the compile (compile_interrupted, nothing kept) once it says so: a deadline, or
+  /// cancel() from another thread. Null: only the conditions of the thread's interrupt_scope,
+  /// if any. Must outlive the compile.
+  const compile_cancel* cancel = nullptr;
 };
 
 /// What compile() checks `g` for first, without building anything: every rule the root reaches

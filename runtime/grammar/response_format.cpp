@@ -3,11 +3,13 @@
 
 #include "common/error.hpp"
 #include "common/mapped_file.hpp"
+#include "runtime/grammar/compile_interrupt.hpp"
 #include "runtime/grammar/ebnf.hpp"
 #include "runtime/grammar/free_text_prefix.hpp"
 #include "runtime/grammar/regex.hpp"
 #include "runtime/grammar/tool_call_grammar.hpp"
 
+#include <optional>
 #include <vector>
 
 #if defined(__linux__)
@@ -159,6 +161,8 @@ std::shared_ptr<const compiled_grammar> compile_response_format(const response_f
 
 compiled_format compile_response_format_with_warnings(const response_format& f,
                                                       const compile_options& o) {
+  std::optional<interrupt_scope> cancellable;  // the front end obeys o.cancel too
+  if (o.cancel != nullptr) cancellable.emplace(*o.cancel);
   response_format own = f;  // the format itself, without the free text before it
   own.after_text.clear();
   try {

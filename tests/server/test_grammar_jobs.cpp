@@ -5,13 +5,16 @@
 #include "server/grammar_jobs.hpp"
 
 #include "runtime/grammar/compile_interrupt.hpp"
+#include "runtime/grammar/response_format.hpp"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/thread_pool.hpp>
 
 #include <condition_variable>
+#include <functional>
 #include <future>
 #include <map>
 #include <thread>
@@ -113,10 +116,20 @@ TEST_CASE("a grammar that compiles starts its request; one that does not is its 
   CHECK(e->param == "response_format");
 }
 
-TEST_CASE("a compile past the limit: refused at the limit, finished in the background, once") {
+/// Polls `done` for up to `seconds`; whether it came true.
+bool eventually(const std::function<bool()>& done, double seconds = 5) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(10ms);
+  }
+  return true;
+}
+
+TEST_CASE("a compile past the limit: refused at the limit, then cancelled") {
   fixture fx;
   const auto t0 = std::chrono::steady_clock::now();
-  auto first = fx.submit("slow");
+  auto first = fx.submit("spin");  // runs until interrupted
   const std::optional<api_error> e = wait(first);
   const auto waited = std::chrono::steady_clock::now() - t0;
   REQUIRE(e);
@@ -127,14 +140,82 @@ TEST_CASE("a compile past the limit: refused at the limit, finished in the backg
   CHECK(message.ends_with(" s to compile; the limit is 0.3 s"));
   CHECK(waited >= 300ms);
   CHECK(waited < 5s);
-  // It still compiles; a request for the same spec waits for that compile, not another one.
-  CHECK(fx.jobs.num_jobs() == 1);
-  auto again = fx.submit("slow");
-  CHECK(again.wait_for(100ms) == std::future_status::timeout);
-  fx.compiler.release();
-  CHECK(!wait(again));
-  CHECK(fx.compiler.num_compiles("slow") == 1);
+  // Nobody waits for it any more: cancelled (it ran on to its end, holding the grammar thread).
+  CHECK(eventually([&] { return fx.jobs.num_running() == 0; }));
+  CHECK(fx.compiler.num_interrupted() == 1);
   CHECK(fx.jobs.num_jobs() == 0);
+  // Not remembered as compiled, nor as failed: a later request compiles it again.
+  auto again = fx.submit("spin");
+  CHECK(again.wait_for(100ms) == std::future_status::timeout);
+  CHECK(fx.jobs.num_jobs() == 1);
+  REQUIRE(wait(again));
+  CHECK(eventually([&] { return fx.jobs.num_running() == 0; }));
+  CHECK(fx.compiler.num_compiles("spin") == 2);
+  CHECK(fx.compiler.num_interrupted() == 2);
+}
+
+TEST_CASE("a compile shared by requests is cancelled only when the last one gives up") {
+  fixture fx(1s);
+  auto first = fx.submit("spin");
+  std::this_thread::sleep_for(500ms);
+  auto second = fx.submit("spin");  // shares the compile; its limit ends 0.5 s later
+  REQUIRE(wait(first));
+  // The second still waits: the compile runs on.
+  CHECK(second.wait_for(0s) == std::future_status::timeout);
+  CHECK(fx.jobs.num_running() == 1);
+  CHECK(fx.compiler.num_interrupted() == 0);
+  const std::optional<api_error> e = wait(second);
+  REQUIRE(e);
+  CHECK(e->status == 400);
+  CHECK(eventually([&] { return fx.jobs.num_running() == 0; }));
+  CHECK(fx.compiler.num_interrupted() == 1);
+  CHECK(fx.compiler.num_compiles("spin") == 1);
+}
+
+TEST_CASE("a real hostile compile past the limit stops, freeing its grammar thread") {
+  // 20 rules of [aA]* and 3,600 [aA]: 13-18 s of compile when nothing stops it; the limit is
+  // 1 s. Before cancellation the grammar thread compiled it to the end, so the cheap regex
+  // after it waited for those seconds.
+  boost::asio::io_context io;
+  auto work = boost::asio::make_work_guard(io);
+  std::thread io_thread([&] { io.run(); });
+  boost::asio::thread_pool pool{1};
+  grammar_jobs jobs(
+      pool, 1,
+      [](const std::string& spec) {
+        di::grammar::compile_response_format(di::grammar::parse_inline_response_format(spec));
+      },
+      1s);
+  auto submit = [&](const std::string& spec) {
+    auto p = std::make_shared<std::promise<std::optional<api_error>>>();
+    auto f = p->get_future();
+    jobs.submit(spec, io.get_executor(), [p](std::optional<api_error> e) { p->set_value(e); });
+    return f;
+  };
+  std::string grammar = "root ::=";
+  for (int i = 0; i < 20; ++i) grammar += fmt::format(" r{}", i);
+  for (int i = 0; i < 20; ++i) {
+    grammar += fmt::format("\nr{} ::= [aA]*", i);
+    for (int k = 0; k < 3600; ++k) grammar += " [aA]";
+    grammar += fmt::format(" \"{}\"", i % 10);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto hostile = submit("ebnf:" + grammar);
+  const std::optional<api_error> e = wait(hostile);
+  REQUIRE(e);
+  CHECK(e->status == 400);
+  CHECK(std::string(e->what()).ends_with("the limit is 1 s"));
+  auto cheap = submit("regex:[0-9]+");
+  REQUIRE(cheap.wait_for(10s) == std::future_status::ready);
+  CHECK(!cheap.get());
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  MESSAGE("the hostile grammar's refusal and the cheap regex after it: ", seconds, " s");
+  CHECK(seconds < 4.0);  // 13 s and more while the hostile compile ran on
+  CHECK(eventually([&] { return jobs.num_running() == 0 && jobs.num_jobs() == 0; }));
+  pool.join();
+  work.reset();
+  io_thread.join();
 }
 
 TEST_CASE("requests for one spec share its compile") {
