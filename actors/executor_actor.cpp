@@ -2,11 +2,15 @@
 // The actor queues each request as a job and answers it when the device thread reports the
 // job done; the device thread owns the runner and runs the jobs in arrival order. Grammars
 // (a request's response_format) compile on a third thread, started on first use, into the
-// cache the runner reads, while the device thread goes on running steps.
+// cache the runner reads, while the device thread goes on running steps; requests for a spec
+// that is compiling wait for that compile, which stops once the last of them has waited the
+// limit (it used to run on to its end, holding the grammar thread: minutes for a hostile
+// schema, and every later grammar queued behind it).
 #include "actors/executor_actor.hpp"
 
 #include "actors/logging.hpp"
 #include "common/error.hpp"
+#include "runtime/grammar/compile_interrupt.hpp"
 
 #include <caf/all.hpp>
 
@@ -19,6 +23,7 @@
 #include <optional>
 #include <thread>
 #include <variant>
+#include <vector>
 
 namespace di::actors {
 
@@ -223,12 +228,15 @@ struct grammar_job {
   std::uint64_t id = 0;
   std::function<void(const std::string&)> prepare;
   std::string spec;
+  std::shared_ptr<const grammar::compile_cancel> cancel;  ///< set by the actor
 };
 
 /// Compiles `job` and tells `owner` ("" or the error).
 void compile_grammar_job(grammar_job& job, const caf::actor_addr& owner) {
   std::string error;
   try {
+    const grammar::interrupt_scope cancellable(*job.cancel);
+    job.cancel->check();  // one that everybody gave up on while it queued does not start
     job.prepare(job.spec);
   } catch (const std::exception& e) {
     error = e.what();
@@ -238,15 +246,24 @@ void compile_grammar_job(grammar_job& job, const caf::actor_addr& owner) {
     caf::anon_send(a, grammar_done_atom::value, job.id, std::move(error));
 }
 
+/// A compile on the grammar thread and the requests waiting for it.
+struct grammar_compile {
+  std::string spec;
+  std::shared_ptr<grammar::compile_cancel> cancel;
+  std::vector<caf::typed_response_promise<std::string>> waiting;
+};
+
 struct executor_state {
   static inline const char* name = "executor";
   std::unique_ptr<device_thread> device;
+  std::chrono::nanoseconds grammar_limit{0};
   std::uint64_t next_job = 0;
   /// The requests waiting for their job, by job id.
   std::map<std::uint64_t, caf::typed_response_promise<executor_info>> info_waiting;
   std::map<std::uint64_t, caf::typed_response_promise<step_done>> step_waiting;
   std::unique_ptr<job_thread<grammar_job>> grammar;  ///< started by the first response_format
-  std::map<std::uint64_t, caf::typed_response_promise<std::string>> grammar_waiting;
+  std::map<std::uint64_t, grammar_compile> compiles;  ///< by job id, queued or running
+  std::map<std::string, std::uint64_t> compiling;     ///< the job a request for a spec joins
 
   executor_state() = default;
   executor_state(const executor_state&) = delete;
@@ -255,11 +272,13 @@ struct executor_state {
   /// thread (after its current step) and fails the requests still waiting.
   ~executor_state() {
     device.reset();
+    for (auto& [id, c] : compiles) c.cancel->cancel("the executor is stopping");
     grammar.reset();
     const caf::error gone = caf::make_error(caf::sec::request_receiver_down);
     for (auto& [id, rp] : info_waiting) rp.deliver(gone);
     for (auto& [id, rp] : step_waiting) rp.deliver(gone);
-    for (auto& [id, rp] : grammar_waiting) rp.deliver(gone);
+    for (auto& [id, c] : compiles)
+      for (auto& rp : c.waiting) rp.deliver(gone);
   }
 };
 
@@ -288,7 +307,50 @@ void on_job_done(self_ptr self, std::uint64_t id) {
   if (failure) self->quit(failure);
 }
 
+/// A request to compile `spec`: it waits for the spec's compile, a new one when none is in
+/// progress. A compile stops (grammar::compile_cancel) once grammar_limit has passed since
+/// the last of its requests came: each request that joins it moves its deadline.
+caf::result<std::string> prepare_grammar(self_ptr self, std::string& spec) {
+  executor_state& st = self->state;
+  std::function<void(const std::string&)> prepare = st.device->grammar_preparer();
+  if (!prepare) return std::string();  // the runner reports it for the request
+  // Compiled already: answered at once, not queued behind other compiles on the thread.
+  if (auto lookup = st.device->grammar_lookup(); lookup && lookup(spec)) return std::string();
+  if (!st.grammar)
+    st.grammar = std::make_unique<job_thread<grammar_job>>(
+        [owner = self->address()](grammar_job& job) { compile_grammar_job(job, owner); });
+  std::uint64_t job = 0;
+  auto it = st.compiling.find(spec);
+  if (it != st.compiling.end() && st.compiles.at(it->second).cancel->extend_deadline()) {
+    job = it->second;
+  } else {
+    // None, or one past its deadline (stopping; its requests are answered when it has).
+    if (it != st.compiling.end()) st.compiling.erase(it);
+    job = st.next_job++;
+    auto cancel = std::make_shared<grammar::compile_cancel>(st.grammar_limit);
+    st.compiles[job] = {.spec = spec, .cancel = cancel, .waiting = {}};
+    st.compiling.emplace(spec, job);
+    st.grammar->push({.id = job, .prepare = std::move(prepare), .spec = spec, .cancel = cancel});
+  }
+  auto rp = self->make_response_promise<std::string>();
+  st.compiles[job].waiting.emplace_back(rp);
+  return rp;
+}
+
+/// Compile `job` ended: its requests get `error` ("" when it compiled; a cancelled compile's
+/// requests have been refused as too slow by their scheduler by then).
+void finish_grammar(self_ptr self, std::uint64_t job, std::string& error) {
+  executor_state& st = self->state;
+  auto it = st.compiles.find(job);
+  if (it == st.compiles.end()) return;
+  for (auto& rp : it->second.waiting) rp.deliver(error);
+  if (auto c = st.compiling.find(it->second.spec); c != st.compiling.end() && c->second == job)
+    st.compiling.erase(c);
+  st.compiles.erase(it);
+}
+
 executor_actor::behavior_type executor_impl(self_ptr self, executor_params params) {
+  self->state.grammar_limit = params.grammar_limit;
   self->state.device = std::make_unique<device_thread>(std::move(params), self->address());
   self->set_default_handler(
       [](caf::scheduled_actor*, caf::message_view&) -> caf::result<caf::message> {
@@ -311,25 +373,10 @@ executor_actor::behavior_type executor_impl(self_ptr self, executor_params param
       },
       [=](step_ran_atom, std::uint64_t id) { on_job_done(self, id); },
       [=](prepare_grammar_atom, std::string& spec) -> caf::result<std::string> {
-        executor_state& st = self->state;
-        std::function<void(const std::string&)> prepare = st.device->grammar_preparer();
-        if (!prepare) return std::string();  // the runner reports it for the request
-        // Compiled already: answered at once, not queued behind other compiles on the thread.
-        if (auto lookup = st.device->grammar_lookup(); lookup && lookup(spec)) return std::string();
-        if (!st.grammar)
-          st.grammar = std::make_unique<job_thread<grammar_job>>(
-              [owner = self->address()](grammar_job& job) { compile_grammar_job(job, owner); });
-        const std::uint64_t id = st.next_job++;
-        auto rp = self->make_response_promise<std::string>();
-        st.grammar_waiting.emplace(id, rp);
-        st.grammar->push({.id = id, .prepare = std::move(prepare), .spec = std::move(spec)});
-        return rp;
+        return prepare_grammar(self, spec);
       },
       [=](grammar_done_atom, std::uint64_t id, std::string& error) {
-        auto it = self->state.grammar_waiting.find(id);
-        if (it == self->state.grammar_waiting.end()) return;
-        it->second.deliver(std::move(error));
-        self->state.grammar_waiting.erase(it);
+        finish_grammar(self, id, error);
       },
   };
 }

@@ -11,11 +11,13 @@
 // executor answers the step with the error and stops (its scheduler fails the group).
 #pragma once
 
+#include "actors/grammar_limit.hpp"
 #include "actors/messages.hpp"
 #include "actors/runner_factory.hpp"
 
 #include <caf/actor_system.hpp>
 
+#include <chrono>
 #include <functional>
 #include <string>
 
@@ -25,6 +27,10 @@ struct executor_params {
   std::function<runner_bundle()> make_runner;  ///< called once, on the device thread
   int node = 0;                                ///< rank of this node
   std::string label;                           ///< for logs: "group 0 executor 0 (cpu)"
+  /// How long a request waits for its response_format to compile (the scheduler's limit).
+  /// When every request waiting for a compile has waited this long, the compile is cancelled
+  /// (grammar::compile_cancel): it stops at its next check and keeps nothing.
+  std::chrono::nanoseconds grammar_limit = grammar_prepare_limit();
 };
 
 /// Spawns an executor and its device thread (joined when the executor exits).

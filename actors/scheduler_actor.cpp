@@ -300,9 +300,10 @@ caf::result<runtime::admission_result> prepare_then_admit(scheduler_self self,
 /// An abort of a request whose grammar is still compiling: it ends now, as an abort of a
 /// request queued but not yet running does -- accepted, then one final event finished_abort
 /// with no tokens (the reply first, as every admitted request's events follow its reply) --
-/// and is never admitted; the compile runs on (a grammar thread cannot be
-/// interrupted; it lands in the executors' caches) and its answers, success or failure, are
-/// ignored. False when no request with this id is being prepared.
+/// and is never admitted; the compile runs on (the executors do not hear of the abort: it
+/// lands in their caches, or stops at the request's limit, executor_actor.cpp) and its
+/// answers, success or failure, are ignored. False when no request with this id is being
+/// prepared.
 bool abort_preparing(scheduler_self self, std::uint64_t id) {
   scheduler_state& st = self->state;
   auto it = st.preparing.find(id);

@@ -6,12 +6,17 @@
 #include "actors/router_actor.hpp"
 #include "actors/scheduler_actor.hpp"
 #include "actors/toy_runner.hpp"
+#include "runtime/grammar/compile_interrupt.hpp"
+#include "runtime/grammar/response_format.hpp"
 #include "tests/actors/actor_test_util.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <set>
+#include <thread>
 
 using namespace di;
 
@@ -374,4 +379,154 @@ TEST_CASE(
   CHECK(g.stats.counters.num_steps == 0);
   CHECK(g.stats.num_running + g.stats.num_waiting == 0);
   CHECK(g.stats.counters.num_aborts == 1);
+}
+
+namespace {
+
+/// What the compiling runner's preparer counts.
+struct compile_counts {
+  std::atomic<int> num_started{0};
+  std::atomic<int> num_running{0};
+  std::atomic<int> num_interrupted{0};
+};
+
+/// A runner with no model whose preparer compiles the spec for real (nothing is cached: its
+/// lookup knows none); "spin" runs until it is cancelled, like an endless compile.
+class compiling_runner : public runtime::step_runner {
+ public:
+  explicit compiling_runner(std::shared_ptr<compile_counts> c) : c_(std::move(c)) {}
+  runtime::runner_info info() const override { return {"fake", {}, 0, 64}; }
+  runtime::step_result run(const runtime::step_plan&) override {
+    DI_FAIL("the grammar test runs no steps");
+  }
+  std::function<void(const std::string&)> grammar_preparer() const override {
+    return [c = c_](const std::string& spec) {
+      ++c->num_started;
+      ++c->num_running;
+      struct running_guard {
+        compile_counts& c;
+        ~running_guard() { --c.num_running; }
+      } guard{*c};
+      try {
+        if (spec == "spin")
+          for (;;) {
+            grammar::check_interrupt();
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+        grammar::compile_response_format(grammar::parse_inline_response_format(spec));
+      } catch (const grammar::compile_interrupted&) {
+        ++c->num_interrupted;
+        throw;
+      }
+    };
+  }
+  std::function<bool(const std::string&)> grammar_lookup() const override {
+    return [](const std::string&) { return false; };
+  }
+
+ private:
+  std::shared_ptr<compile_counts> c_;
+};
+
+/// An executor of the compiling runner whose requests wait `limit` for a compile, loaded.
+actors::executor_actor spawn_compiling_executor(caf::actor_system& sys,
+                                                std::shared_ptr<compile_counts> counts,
+                                                std::chrono::nanoseconds limit) {
+  actors::executor_params p;
+  p.make_runner = [counts] {
+    return actors::runner_bundle{std::make_unique<compiling_runner>(counts), {}};
+  };
+  p.label = "compiling test executor";
+  p.grammar_limit = limit;
+  auto exec = actors::spawn_executor_actor(sys, std::move(p));
+  caf::scoped_actor self{sys};
+  self->request(exec, std::chrono::seconds(30), actors::info_atom::value)
+      .receive([](actors::executor_info&) {}, [](caf::error& e) { FAIL(caf::to_string(e)); });
+  return exec;
+}
+
+/// The executor's answer to preparing `spec` ("" or the error).
+std::string prepare_on(caf::actor_system& sys, const actors::executor_actor& exec,
+                       const std::string& spec) {
+  caf::scoped_actor self{sys};
+  std::string answer = "(none)";
+  self->request(exec, std::chrono::seconds(60), actors::prepare_grammar_atom::value, spec)
+      .receive([&](std::string& error) { answer = error; },
+               [&](caf::error& e) { answer = caf::to_string(e); });
+  return answer;
+}
+
+/// Polls `done` for up to `seconds`; whether it came true.
+bool eventually(const std::function<bool()>& done, double seconds = 5) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+TEST_CASE("executor: a compile past the limit stops there and frees the grammar thread") {
+  // 20 rules of [aA]* and 3,600 [aA]: 13-18 s of compile when nothing stops it. Under a 1 s
+  // limit it ran on to its end on the grammar thread after its request was refused, and the
+  // cheap regex after it waited those seconds.
+  std::string grammar = "root ::=";
+  for (int i = 0; i < 20; ++i) grammar += fmt::format(" r{}", i);
+  for (int i = 0; i < 20; ++i) {
+    grammar += fmt::format("\nr{} ::= [aA]*", i);
+    for (int k = 0; k < 3600; ++k) grammar += " [aA]";
+    grammar += fmt::format(" \"{}\"", i % 10);
+  }
+  test::test_system ts;
+  auto counts = std::make_shared<compile_counts>();
+  auto exec = spawn_compiling_executor(ts.sys, counts, std::chrono::seconds(1));
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string answer = prepare_on(ts.sys, exec, "ebnf:" + grammar);
+  const double refused_after = seconds_since(t0);
+  CHECK(answer.find("the grammar compile was cancelled after") != std::string::npos);
+  CHECK(answer.find("the limit is 1 s") != std::string::npos);
+  CHECK(prepare_on(ts.sys, exec, "regex:[0-9]+") == "");
+  const double total = seconds_since(t0);
+  MESSAGE("answered after ", refused_after, " s (", answer, "); the regex after it compiled by ",
+          total, " s");
+  CHECK(total < 4.0);  // 13 s and more while the hostile compile ran on
+  CHECK(eventually([&] { return counts->num_running == 0; }));
+  CHECK(counts->num_interrupted == 1);
+  caf::anon_send_exit(exec, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("executor: a compile runs on while a request that shares it still waits") {
+  test::test_system ts;
+  auto counts = std::make_shared<compile_counts>();
+  auto exec = spawn_compiling_executor(ts.sys, counts, std::chrono::seconds(1));
+  const auto t0 = std::chrono::steady_clock::now();
+  double first_done = 0;
+  std::thread first([&] {
+    CHECK(prepare_on(ts.sys, exec, "spin").find("cancelled") != std::string::npos);
+    first_done = seconds_since(t0);
+  });
+  REQUIRE(eventually([&] { return counts->num_started == 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // The second request joins the compile; its limit ends 0.5 s after the first's.
+  CHECK(prepare_on(ts.sys, exec, "spin").find("cancelled") != std::string::npos);
+  const double second_done = seconds_since(t0);
+  first.join();
+  MESSAGE("the shared compile stopped after ", second_done,
+          " s (limit 1 s, second request 0.5 s in)");
+  CHECK(counts->num_started == 1);  // one compile for both
+  CHECK(first_done >= 1.4);         // not cancelled at the first request's limit
+  CHECK(second_done >= 1.4);
+  CHECK(second_done < 5.0);
+  CHECK(eventually([&] { return counts->num_running == 0; }));
+  CHECK(counts->num_interrupted == 1);
+  // Cancelled, not remembered: a later request compiles it again.
+  CHECK(prepare_on(ts.sys, exec, "regex:a+") == "");
+  CHECK(counts->num_started == 2);
+  caf::anon_send_exit(exec, caf::exit_reason::user_shutdown);
 }
