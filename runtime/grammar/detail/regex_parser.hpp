@@ -3,6 +3,7 @@
 // regex_classes.cpp.
 #pragma once
 
+#include "runtime/grammar/detail/search_automaton.hpp"
 #include "runtime/grammar/regex.hpp"
 
 #include <optional>
@@ -53,20 +54,41 @@ class regex_parser {
   /// The text of all paths (full match, where anchors sit at the ends; atomic groups).
   expr_id flatten(const piece& p) const;
   /// Search mode's expression for `p`: each path not tied to the start or the end padded with
-  /// "any character"* there, or one starting with literal text (two characters or more) matched
-  /// by that text's KMP automaton (regex_search.cpp).
+  /// "any character"* there; the alternatives of paths not tied to the start that begin with
+  /// literal text (a character or class per position, the classes pairwise equal or disjoint)
+  /// matched by the texts' Aho-Corasick automaton instead (regex_search.cpp).
   expr_id search(const piece& p);
-  /// The code points that `items` (a sequence's children) spell from the first, and how many
-  /// of the items they take.
+  /// The characters that `items` (a sequence's children) spell from the first, one set per
+  /// character (`units`: indices into unit_sets_), and where it may be cut: (characters,
+  /// items) after each character or counted group.
   struct literal_start {
-    std::u32string text;
-    std::size_t num_items = 0;
+    std::vector<std::uint32_t> units;
+    std::vector<std::pair<std::size_t, std::size_t>> cuts;
   };
   literal_start literal_prefix(const std::vector<expr_id>& items) const;
-  /// Any text that contains `w`, up to the end of the first occurrence of `w`, then `tail`
-  /// (`sink`), or up to the end of any occurrence of `w`, then `tail`.
-  expr_id search_literal(const std::u32string& w, expr_id tail, bool sink);
-  /// Records that `e` is the expression of `set` where `set` is one code point.
+  /// An alternative searched through the literal automaton: its literal start as symbols of the
+  /// automaton's alphabet, then `rest`, at the end of the input (`to_end`) or not.
+  struct literal_path {
+    std::vector<std::uint32_t> symbols;
+    std::vector<expr_id> rest;
+    bool to_end = false;
+    expr_id alternative = 0;  ///< the whole alternative, for the padded form
+  };
+  /// `items`' literal start as symbols of `alphabet` (at most `max_symbols`, up to the first
+  /// class that overlaps a symbol without being one, cut back where an item starts); none where
+  /// that leaves no character.
+  std::optional<literal_path> literal_path_of(const std::vector<expr_id>& items,
+                                              detail::search_alphabet& alphabet,
+                                              std::size_t max_symbols) const;
+  /// The rules of automaton `a` of `paths` (their symbols over `alphabet`): any text up to the
+  /// end of an occurrence of a path's literal, then its rest, and `pad` after it where the path
+  /// is not tied to the end. None where they would be too many (nothing added then).
+  std::optional<expr_id> search_literals(const detail::search_automaton& a,
+                                         const detail::search_alphabet& alphabet,
+                                         const std::vector<literal_path>& paths, expr_id pad);
+  /// `e` as one byte set where it is a choice of single bytes (fewer NFA states).
+  expr_id single_bytes(expr_id e);
+  /// Records that `e` is the expression of `set` (characters of a class or a literal).
   void note_char(expr_id e, const codepoint_set& set) const;
   /// Whether expression `id` matches the empty string.
   bool matches_empty(expr_id id) const;
@@ -135,16 +157,16 @@ class regex_parser {
   // A character or class of lone surrogates only (U+D800..U+DFFF, e.g. Python's \ud800) was
   // read: no UTF-8 text holds one, so it matches nothing here.
   mutable bool surrogates_only_ = false;
-  /// Expressions of single characters, by the expressions a sequence around them holds: byte
-  /// `index` of `length` of one code point's expression (`unit`: which one), for literal_prefix.
+  /// Expressions of characters and classes, by the expressions a sequence around them holds:
+  /// part `index` of `length` of one set's expression (`unit`: which one, its characters in
+  /// unit_sets_), for literal_prefix.
   struct char_part {
     std::uint32_t unit;
     std::uint32_t index;
     std::uint32_t length;
-    char32_t cp;
   };
   mutable std::unordered_map<expr_id, char_part> char_parts_;
-  mutable std::uint32_t num_units_ = 0;
+  mutable std::vector<codepoint_set> unit_sets_;
 };
 
 }  // namespace di::grammar::detail
