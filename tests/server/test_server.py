@@ -922,7 +922,9 @@ def grammar_compile_limit(srv, c):
     # server, which compiles first when the runners share its process, waited without end (a
     # chain of 200,000 unit rules was served after 210 s). Now it answers at the limit -- here
     # 0.5 s, through the test hook DEEPINFER_TEST_GRAMMAR_LIMIT_S -- with the scheduler's
-    # message; the compile goes on in the background and the server keeps serving meanwhile.
+    # message, and the compile, which nobody waits for any more, is cancelled: the process is
+    # idle after the answer (the compile ran on to its end, a CPU core busy for seconds -- 15 s
+    # for a hostile EBNF grammar under a 1 s limit -- and then cached the grammar).
     env = dict(os.environ, DEEPINFER_TEST_GRAMMAR_LIMIT_S="0.5")
     # seconds to compile on the 2-core VM (4.4 s with the executor's part); if compiles get
     # that much faster, make it larger
@@ -940,13 +942,24 @@ def grammar_compile_limit(srv, c):
         assert body["message"].startswith("the response_format took ") and \
             body["message"].endswith(" s to compile; the limit is 0.5 s"), body
         assert waited < 10, waited
-        # while it compiles on: /health, a plain request and a small new grammar are served
+        # The compile is cancelled: a second later the server has used little CPU (a compile
+        # running on uses a core; CPU time is the process's own, whatever else the host runs).
+        tck = os.sysconf("SC_CLK_TCK")
+        cpu_s = lambda: sum(int(x) for x in open(f"/proc/{local.proc.pid}/stat").read()  # noqa: E731
+                            .rsplit(")", 1)[1].split()[11:13]) / tck
+        time.sleep(0.2)
+        c0 = cpu_s()
+        time.sleep(1.0)
+        idle_cpu = cpu_s() - c0
+        assert idle_cpu < 0.5, f"{idle_cpu:.2f} CPU s in the second after the refusal: the compile ran on"
+        # /health, a plain request and a small new grammar are served
         q0 = time.time()
         assert local.request("GET", "/health")[0] == 200
         assert ask(lc, {})().usage.completion_tokens == 2
         r = ask(lc, {"response_format": {"type": "regex", "regex": "[0-9]{2}"}})()
         assert len(r.choices[0].text) == 2 and r.choices[0].text.isdigit(), r.choices[0].text
-        print(f"  refused after {waited:.2f} s; three other requests meanwhile in {time.time() - q0:.2f} s")
+        print(f"  refused after {waited:.2f} s; {idle_cpu:.2f} CPU s in the next second; three other "
+              f"requests after it in {time.time() - q0:.2f} s")
     finally:
         local.stop()
     # The scheduler's own limit (a launched cluster, whose runners compile it) gives the same
