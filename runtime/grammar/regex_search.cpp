@@ -4,12 +4,16 @@
 // equal or disjoint -- are matched by the texts' Aho-Corasick automaton (search_automaton.hpp)
 // instead of "any character"* then the text: subset construction over the padded form holds
 // every prefix of a text that ends the input read in one state set (aaaa..., [aA]...: the square
-// of the length in time and memory; 2,000 words: thousands per set), the automaton one state.
+// of the length in time and memory; 2,000 words: past the work budget), the automaton one state.
 #include "runtime/grammar/detail/regex_parser.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <map>
+#include <optional>
+#include <string_view>
 #include <unordered_map>
+#include <utility>
 
 namespace di::grammar::detail {
 
@@ -157,196 +161,271 @@ expr_id regex_parser::search(const piece& p) {
   return g_.choice(std::move(alts));
 }
 
-std::optional<expr_id> regex_parser::search_literals(const search_automaton& a,
-                                                     const search_alphabet& alphabet,
-                                                     const std::vector<literal_path>& paths,
-                                                     expr_id pad) {
-  constexpr std::uint32_t none = search_automaton::k_none;
-  const std::size_t n = a.states.size();
-  // A state is a sink where a path that nothing but padding follows ends there or at a suffix:
-  // every text from there on matches.
-  std::vector<std::uint8_t> sink(n, 0);
-  for (std::uint32_t s : a.order) {
-    const auto& st = a.states[s];
-    for (std::uint32_t j : st.ends) sink[s] |= paths[j].rest.empty() && !paths[j].to_end;
-    if (st.suffix_end != none) sink[s] |= sink[st.suffix_end];
-  }
-  const rule_id any = g_.fresh_rule("search_any");
-  g_.define_rule(any, pad);
-  const expr_id to_any = g_.ref(any);
-  // Rules made as they are first referred to, so that states only sinks lead to never are.
-  std::vector<rule_id> state_rule(n, none);
-  std::vector<std::uint32_t> work;
-  const auto state_ref = [&](std::uint32_t s) {
-    if (state_rule[s] == none) {
-      state_rule[s] = g_.fresh_rule("search_" + std::to_string(s));
-      work.push_back(s);
-    }
-    return g_.ref(state_rule[s]);
+namespace {
+
+/// What follows a literal: `rest`, then any text unless `to_end`.
+struct literal_tail {
+  std::vector<expr_id> rest;
+  bool to_end = false;
+};
+
+/// Writes a search automaton as right-linear rules: a rule per state (its children, then a
+/// rule for the moves it shares with its failure state, then what follows the literals that
+/// end there), made as they are first referred to.
+class search_rules {
+ public:
+  struct params {
+    grammar& g;
+    const search_automaton& a;
+    const search_alphabet& alphabet;
+    std::vector<literal_tail> tails;                     ///< by literal
+    expr_id pad;                                         ///< any text
+    std::function<expr_id(const codepoint_set&)> chars;  ///< one character of a set
   };
+  explicit search_rules(params p)
+      : g_(p.g),
+        a_(p.a),
+        alphabet_(p.alphabet),
+        tails_(std::move(p.tails)),
+        chars_(std::move(p.chars)),
+        state_rule_(p.a.states.size(), k_none),
+        enter_(p.a.states.size(), k_none),
+        ends_(p.a.states.size(), k_none),
+        symbol_expr_(p.alphabet.symbols().size(), k_none) {
+    const rule_id any = g_.fresh_rule("search_any");
+    g_.define_rule(any, p.pad);
+    to_any_ = g_.ref(any);
+  }
+
+  /// The expression of state 0; none past k_max_search_refs (the rules made stay unused).
+  std::optional<expr_id> build();
+
+ private:
+  static constexpr std::uint32_t k_none = search_automaton::k_none;
+  using symbols = std::vector<std::uint32_t>;
+
+  expr_id state_ref(std::uint32_t s);
+  /// The symbol that enters state t, then t.
+  expr_id enter_ref(std::uint32_t t);
+  expr_id rule_of(std::string_view name, std::vector<expr_id> alts);
+  /// State f's children at [lo, hi): a node of a balanced tree over them.
+  expr_id children_ref(std::uint32_t f, std::uint32_t lo, std::uint32_t hi);
+  /// Appends the fewest nodes that hold f's children at [lo, hi) but those at `skip`.
+  void children_but(std::uint32_t f, std::uint32_t lo, std::uint32_t hi, const symbols& skip,
+                    std::vector<expr_id>& out);
+  /// State f's moves but on the symbols of y.
+  expr_id moves_except(std::uint32_t f, symbols y);
+  /// State 0's moves but on the symbols of y, and its way back to itself.
+  std::vector<expr_id> start_moves(const symbols& y);
+  /// What follows the literals that end at state t or at a suffix of it.
+  expr_id ends_ref(std::uint32_t t);
+  /// The body of state s (not a sink).
+  expr_id state_body(std::uint32_t s);
+
+  grammar& g_;
+  const search_automaton& a_;
+  const search_alphabet& alphabet_;
+  std::vector<literal_tail> tails_;
+  std::function<expr_id(const codepoint_set&)> chars_;
+  expr_id to_any_ = 0;
+  std::optional<expr_id> restart_other_;  // back to state 0 on a character of no symbol
+  std::vector<rule_id> state_rule_;
+  std::vector<std::uint32_t> work_;  // states referred to, in that order
+  std::vector<expr_id> enter_, ends_, symbol_expr_;
+  std::map<std::pair<std::uint32_t, symbols>, expr_id> except_;
+  std::unordered_map<std::uint64_t, expr_id> child_tree_;
+  std::size_t num_refs_ = 0;         // references made
+  std::size_t num_key_symbols_ = 0;  // symbols in the keys of except_ (its memory)
+};
+
+std::optional<expr_id> search_rules::build() {
+  // A state is a sink where a literal that nothing but padding follows ends there or at a
+  // suffix: every text from there on matches.
+  std::vector<std::uint8_t> sink(a_.states.size(), 0);
+  for (std::uint32_t s : a_.order) {
+    const auto& st = a_.states[s];
+    for (std::uint32_t j : st.ends) sink[s] |= tails_[j].rest.empty() && !tails_[j].to_end;
+    if (st.suffix_end != k_none) sink[s] |= sink[st.suffix_end];
+  }
+  if (const codepoint_set others = alphabet_.covered().complement(); !others.empty())
+    restart_other_ = rule_of("search_other", {g_.sequence({chars_(others), state_ref(0)})});
+  const expr_id start = state_ref(0);
+  std::size_t k = 0;
+  for (; k < work_.size(); ++k) {
+    if (num_refs_ > k_max_search_refs || num_key_symbols_ > k_max_search_key_symbols) break;
+    const std::uint32_t s = work_[k];
+    g_.define_rule(state_rule_[s], sink[s] ? to_any_ : state_body(s));
+  }
+  if (k == work_.size()) return start;
+  for (; k < work_.size(); ++k) g_.define_rule(state_rule_[work_[k]], g_.nothing());
+  return std::nullopt;
+}
+
+expr_id search_rules::state_body(std::uint32_t s) {
+  if (s == 0) return moves_except(0, {});
+  const auto& st = a_.states[s];
+  std::vector<expr_id> alts;
+  symbols own;
+  for (auto [c, t] : st.children) alts.push_back(enter_ref(t)), own.push_back(c);
+  alts.push_back(moves_except(st.fail, std::move(own)));
+  if (const std::uint32_t end = st.ends.empty() ? st.suffix_end : s; end != k_none)
+    alts.push_back(ends_ref(end));
+  return g_.choice(std::move(alts));
+}
+
+expr_id search_rules::state_ref(std::uint32_t s) {
+  if (state_rule_[s] == k_none) {
+    state_rule_[s] = g_.fresh_rule("search_" + std::to_string(s));
+    work_.push_back(s);
+  }
+  return g_.ref(state_rule_[s]);
+}
+
+expr_id search_rules::enter_ref(std::uint32_t t) {
   // A symbol of single bytes is one byte set; entering a state on another is a rule shared by
   // every state that moves there, so that the bytes inside a character (UTF-8, JSON escapes)
   // are one path whichever state they start from.
-  std::size_t num_refs = 0;         // references made, and symbols in the keys of `except`
-  std::size_t num_key_symbols = 0;  // (its memory)
-  std::vector<expr_id> symbol_expr(alphabet.symbols().size(), none);
-  std::vector<expr_id> enter(n, none);
-  const auto enter_ref = [&](std::uint32_t t) {
-    ++num_refs;
-    const std::uint32_t c = a.states[t].symbol;
-    if (symbol_expr[c] == none) symbol_expr[c] = single_bytes(class_expr(alphabet.symbols()[c]));
-    if (g_.at(symbol_expr[c]).kind == expr_kind::bytes)
-      return g_.sequence({symbol_expr[c], state_ref(t)});
-    if (enter[t] == none) {
-      const rule_id r = g_.fresh_rule("search_enter");
-      g_.define_rule(r, g_.sequence({symbol_expr[c], state_ref(t)}));
-      enter[t] = g_.ref(r);
+  ++num_refs_;
+  const std::uint32_t c = a_.states[t].symbol;
+  if (symbol_expr_[c] == k_none) symbol_expr_[c] = chars_(alphabet_.symbols()[c]);
+  if (g_.at(symbol_expr_[c]).kind == expr_kind::bytes)
+    return g_.sequence({symbol_expr_[c], state_ref(t)});
+  if (enter_[t] == k_none)
+    enter_[t] = rule_of("search_enter", {g_.sequence({symbol_expr_[c], state_ref(t)})});
+  return enter_[t];
+}
+
+expr_id search_rules::rule_of(std::string_view name, std::vector<expr_id> alts) {
+  const rule_id r = g_.fresh_rule(name);
+  g_.define_rule(r, g_.choice(std::move(alts)));
+  return g_.ref(r);
+}
+
+expr_id search_rules::children_ref(std::uint32_t f, std::uint32_t lo, std::uint32_t hi) {
+  const auto& c = a_.states[f].children;
+  if (hi - lo == 1) return enter_ref(c[lo].second);
+  const std::uint64_t key = std::uint64_t(f) << 40 | std::uint64_t(lo) << 20 | hi;
+  if (auto it = child_tree_.find(key); it != child_tree_.end()) return it->second;
+  const std::uint32_t mid = lo + (hi - lo) / 2;
+  num_refs_ += 2;
+  const expr_id e =
+      rule_of("search_children", {children_ref(f, lo, mid), children_ref(f, mid, hi)});
+  child_tree_.emplace(key, e);
+  return e;
+}
+
+void search_rules::children_but(std::uint32_t f, std::uint32_t lo, std::uint32_t hi,
+                                const symbols& skip, std::vector<expr_id>& out) {
+  auto it = std::lower_bound(skip.begin(), skip.end(), lo);
+  if (it == skip.end() || *it >= hi) return out.push_back(children_ref(f, lo, hi));
+  if (hi - lo == 1) return;
+  const std::uint32_t mid = lo + (hi - lo) / 2;
+  children_but(f, lo, mid, skip, out);
+  children_but(f, mid, hi, skip, out);
+}
+
+expr_id search_rules::moves_except(std::uint32_t f, symbols y) {
+  // A rule per (f, y) where f has a child on a symbol outside y: those children (a few nodes of
+  // their tree, so that excluding one of 26 costs 5 references, not 25), then the rule of its
+  // failure state with y and f's children's symbols excluded; state 0's ends the chain. Made
+  // from the end of the chain of failure states, up to a pair made already.
+  std::vector<std::pair<std::uint32_t, symbols>> chain;
+  std::optional<expr_id> made;
+  for (;;) {
+    if (auto it = except_.find({f, y}); it != except_.end()) {
+      made = it->second;
+      break;
     }
-    return enter[t];
-  };
-  const auto rule_of = [&](std::string_view name, std::vector<expr_id> alts) {
-    const rule_id r = g_.fresh_rule(name);
-    g_.define_rule(r, g_.choice(std::move(alts)));
-    return g_.ref(r);
-  };
-  // Back to state 0 on a character of no symbol: one rule for all.
-  const codepoint_set others = alphabet.covered().complement();
-  std::optional<expr_id> restart_other;
-  if (!others.empty())
-    restart_other = rule_of("search_other", {g_.sequence({class_expr(others), state_ref(0)})});
-  // "State f's moves but on the symbols of y": a rule per such pair where f has a child on
-  // another symbol (its children, then its failure state's moves but on those symbols too);
-  // state 0's moves less y, where the chain ends, are its children and state 0 itself. A
-  // state's children but those in y are a few nodes of a balanced tree over them (a rule per
-  // node, shared by every y), so that excluding one of 26 children costs 5 references, not 25.
-  using symbols = std::vector<std::uint32_t>;
-  std::map<std::pair<std::uint32_t, symbols>, expr_id> except;
-  std::unordered_map<std::uint64_t, expr_id> child_tree;
-  const auto children_ref = [&](auto& self, std::uint32_t f, std::uint32_t lo,
-                                std::uint32_t hi) -> expr_id {
-    const auto& c = a.states[f].children;
-    if (hi - lo == 1) return enter_ref(c[lo].second);
-    const std::uint64_t key = std::uint64_t(f) << 40 | std::uint64_t(lo) << 20 | hi;
-    if (auto it = child_tree.find(key); it != child_tree.end()) return it->second;
-    const std::uint32_t mid = lo + (hi - lo) / 2;
-    num_refs += 2;
-    const expr_id e = rule_of("search_children", {self(self, f, lo, mid), self(self, f, mid, hi)});
-    child_tree.emplace(key, e);
-    return e;
-  };
-  // Appends to `out` the children of f at [lo, hi) but those at `skip` (sorted indices).
-  const auto children_but = [&](auto& self, std::uint32_t f, std::uint32_t lo, std::uint32_t hi,
-                                const std::vector<std::uint32_t>& skip,
-                                std::vector<expr_id>& out) -> void {
-    auto it = std::lower_bound(skip.begin(), skip.end(), lo);
-    if (it == skip.end() || *it >= hi) return out.push_back(children_ref(children_ref, f, lo, hi));
-    if (hi - lo == 1) return;
-    const std::uint32_t mid = lo + (hi - lo) / 2;
-    self(self, f, lo, mid, skip, out);
-    self(self, f, mid, hi, skip, out);
-  };
-  const auto moves_except = [&](std::uint32_t f, symbols y) {
-    struct link {
-      std::uint32_t f;
-      symbols y;
-    };
-    std::vector<link> chain;  // from f along its failure states, up to one made already
-    std::optional<expr_id> made;
-    for (;;) {
-      if (auto it = except.find({f, y}); it != except.end()) {
-        made = it->second;
-        break;
-      }
-      chain.push_back({f, y});
-      if (f == 0) break;
-      for (auto [c, t] : a.states[f].children) y.push_back(c);
-      std::sort(y.begin(), y.end());
-      y.erase(std::unique(y.begin(), y.end()), y.end());
-      f = a.states[f].fail;
-    }
-    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
-      std::vector<expr_id> alts;
-      const auto& children = a.states[it->f].children;
-      std::vector<std::uint32_t> skip;  // indices of the children on symbols of y
-      for (std::uint32_t c : it->y) {
+    chain.push_back({f, y});
+    if (f == 0) break;
+    for (auto [c, t] : a_.states[f].children) y.push_back(c);
+    std::sort(y.begin(), y.end());
+    y.erase(std::unique(y.begin(), y.end()), y.end());
+    f = a_.states[f].fail;
+  }
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    auto& [u, excluded] = *it;
+    num_key_symbols_ += excluded.size();
+    std::vector<expr_id> alts;
+    if (u == 0) {
+      alts = start_moves(excluded);
+    } else {
+      const auto& children = a_.states[u].children;
+      symbols skip;  // indices of the children on excluded symbols
+      for (std::uint32_t c : excluded) {
         auto at = std::lower_bound(children.begin(), children.end(),
                                    std::pair<std::uint32_t, std::uint32_t>{c, 0});
         if (at != children.end() && at->first == c)
           skip.push_back(std::uint32_t(at - children.begin()));
       }
       if (skip.size() < children.size())
-        children_but(children_but, it->f, 0, std::uint32_t(children.size()), skip, alts);
-      num_refs += alts.size();
-      num_key_symbols += it->y.size();
-      if (it->f != 0) {
-        if (alts.empty()) {  // nothing of its own: its failure state's rule
-          ++num_refs;
-          except.emplace(std::pair{it->f, std::move(it->y)}, *made);
-          continue;
-        }
-        alts.push_back(*made);
-      } else {
-        codepoint_set moved;  // the characters state 0 does not move back on
-        for (auto [c, t] : children) moved.add(alphabet.symbols()[c]);
-        for (std::uint32_t c : it->y) moved.add(alphabet.symbols()[c]);
-        if (const codepoint_set back = alphabet.covered().minus(moved); !back.empty())
-          alts.push_back(g_.sequence({class_expr(back), state_ref(0)}));
-        if (restart_other) alts.push_back(*restart_other);
+        children_but(u, 0, std::uint32_t(children.size()), skip, alts);
+      ++num_refs_;
+      if (alts.empty()) {  // nothing of its own: its failure state's rule
+        except_.emplace(std::pair{u, std::move(excluded)}, *made);
+        continue;
       }
-      num_refs += 2;
-      made = rule_of("search_moves", std::move(alts));
-      except.emplace(std::pair{it->f, std::move(it->y)}, *made);
+      alts.push_back(*made);
     }
-    return *made;
-  };
-  // What follows the paths that end at state t or at a suffix of it: a rule per such state,
-  // made shallowest first along the chain of suffixes (which may be as long as a literal).
-  std::vector<expr_id> ends(n, none);
-  const auto ends_ref = [&](std::uint32_t t) {
-    std::vector<std::uint32_t> chain;
-    for (std::uint32_t u = t; u != none && ends[u] == none; u = a.states[u].suffix_end)
-      chain.push_back(u);
-    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
-      const auto& st = a.states[*it];
-      std::vector<expr_id> tails;
-      for (std::uint32_t j : st.ends) {
-        std::vector<expr_id> tail = paths[j].rest;
-        if (!paths[j].to_end) tail.push_back(to_any);
-        tails.push_back(g_.sequence(std::move(tail)));
-      }
-      if (st.suffix_end != none) tails.push_back(ends[st.suffix_end]);
-      ends[*it] = rule_of("search_end", std::move(tails));
-    }
-    return ends[t];
-  };
-  const expr_id start = state_ref(0);
-  std::size_t k = 0;
-  for (; k < work.size() && num_refs <= k_max_search_refs &&
-         num_key_symbols <= k_max_search_key_symbols;
-       ++k) {
-    const std::uint32_t s = work[k];
-    const auto& st = a.states[s];
-    if (sink[s]) {
-      g_.define_rule(state_rule[s], to_any);
-      continue;
-    }
-    if (s == 0) {
-      g_.define_rule(state_rule[s], moves_except(0, {}));
-      continue;
-    }
-    std::vector<expr_id> alts;
-    symbols own;
-    for (auto [c, t] : st.children) alts.push_back(enter_ref(t)), own.push_back(c);
-    alts.push_back(moves_except(st.fail, std::move(own)));
-    const std::uint32_t end = st.ends.empty() ? st.suffix_end : s;
-    if (end != none) alts.push_back(ends_ref(end));
-    g_.define_rule(state_rule[s], g_.choice(std::move(alts)));
+    num_refs_ += alts.size() + 1;
+    made = rule_of("search_moves", std::move(alts));
+    except_.emplace(std::pair{u, std::move(excluded)}, *made);
   }
-  if (k == work.size()) return start;
-  // Too many references (the moves of many states that differ in what they exclude): the
-  // rules made stay unused; those only declared are given a body.
-  for (; k < work.size(); ++k) g_.define_rule(state_rule[work[k]], g_.nothing());
-  return std::nullopt;
+  return *made;
+}
+
+std::vector<expr_id> search_rules::start_moves(const symbols& y) {
+  const auto& children = a_.states[0].children;
+  std::vector<expr_id> alts;
+  codepoint_set moved = alphabet_.covered().complement();  // what state 0 does not go back on
+  for (std::uint32_t c : y) moved.add(alphabet_.symbols()[c]);
+  for (std::uint32_t i = 0; i < children.size(); ++i) {
+    moved.add(alphabet_.symbols()[children[i].first]);
+    if (!std::binary_search(y.begin(), y.end(), children[i].first))
+      alts.push_back(enter_ref(children[i].second));
+  }
+  if (const codepoint_set back = moved.complement(); !back.empty())
+    alts.push_back(g_.sequence({chars_(back), state_ref(0)}));
+  if (restart_other_) alts.push_back(*restart_other_);
+  return alts;
+}
+
+expr_id search_rules::ends_ref(std::uint32_t t) {
+  // A rule per such state, made shallowest first along the chain of suffixes (which may be as
+  // long as a literal).
+  std::vector<std::uint32_t> chain;
+  for (std::uint32_t u = t; u != k_none && ends_[u] == k_none; u = a_.states[u].suffix_end)
+    chain.push_back(u);
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    const auto& st = a_.states[*it];
+    std::vector<expr_id> alts;
+    for (std::uint32_t j : st.ends) {
+      std::vector<expr_id> tail = tails_[j].rest;
+      if (!tails_[j].to_end) tail.push_back(to_any_);
+      alts.push_back(g_.sequence(std::move(tail)));
+    }
+    if (st.suffix_end != k_none) alts.push_back(ends_[st.suffix_end]);
+    ends_[*it] = rule_of("search_end", std::move(alts));
+  }
+  return ends_[t];
+}
+
+}  // namespace
+
+std::optional<expr_id> regex_parser::search_literals(const search_automaton& a,
+                                                     const search_alphabet& alphabet,
+                                                     const std::vector<literal_path>& paths,
+                                                     expr_id pad) {
+  std::vector<literal_tail> tails;
+  for (const literal_path& l : paths) tails.push_back({l.rest, l.to_end});
+  search_rules rules(
+      {.g = g_,
+       .a = a,
+       .alphabet = alphabet,
+       .tails = std::move(tails),
+       .pad = pad,
+       .chars = [this](const codepoint_set& set) { return single_bytes(class_expr(set)); }});
+  return rules.build();
 }
 
 expr_id regex_parser::single_bytes(expr_id e) {
