@@ -121,8 +121,8 @@ void copy_storage(void* dst, device dst_dev, const void* src, device src_dev, st
     return;
   }
 #if defined(DEEPINFER_HAVE_CUDA)
-  cuda::copy_bytes(dst, dst_dev.kind == device_kind::cuda, src, src_dev.kind == device_kind::cuda,
-                   bytes);
+  auto index = [](device d) { return d.kind == device_kind::cuda ? d.index : -1; };
+  cuda::copy_bytes(dst, index(dst_dev), src, index(src_dev), bytes);
 #else
   no_cuda("copy");
 #endif

@@ -72,7 +72,9 @@ class tensor {
   static tensor zeros(const tensor_shape& shape, dtype type, device dev = cpu_device);
   /// Owned fp32 storage filled with `value`.
   static tensor full(const tensor_shape& shape, float value);
-  /// A contiguous view of memory owned by someone else; it must outlive the tensor.
+  /// A contiguous view of memory owned by someone else; it must outlive the tensor. On a CUDA
+  /// device: memory that device's kernels reach at this address (its device memory, or pinned
+  /// host memory mapped at the same address) -- copies between such tensors run as kernels.
   static tensor view_of(void* data, const tensor_shape& shape, dtype type, device dev = cpu_device);
   static tensor view_of(const void* data, const tensor_shape& shape, dtype type,
                         device dev = cpu_device);

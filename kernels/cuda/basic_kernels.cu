@@ -395,6 +395,46 @@ void launch_fill_zero(void* dst, std::size_t bytes, cudaStream_t stream) {
   launch_copy_or_fill(dst, nullptr, bytes, stream);
 }
 
+namespace {
+
+constexpr std::size_t prefetch_chunk = 32 << 10;  // bytes per prefetch request
+
+/// Each thread asks for every (gridDim.x * blockDim.x)-th 32 KB chunk of the ranges (each
+/// range widened to whole 16-byte units, as the instruction requires), then waits for the
+/// kernel before it like every other kernel, so completion stays transitive down the stream.
+__global__ void prefetch_l2_kernel(prefetch_l2_params p) {
+  const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
+  std::size_t chunk = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int r = 0; r < p.ranges; ++r) {
+    const std::uintptr_t a = reinterpret_cast<std::uintptr_t>(p.base[r]);
+    const std::uintptr_t begin = a & ~std::uintptr_t(15);
+    const std::uintptr_t end = (a + p.bytes[r] + 15) & ~std::uintptr_t(15);
+    const std::size_t chunks = (end - begin + prefetch_chunk - 1) / prefetch_chunk;
+    for (; chunk < chunks; chunk += stride) {
+      const std::uintptr_t at = begin + chunk * prefetch_chunk;
+      const unsigned n = unsigned(min(std::uintptr_t(prefetch_chunk), end - at));
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(at), "r"(n) : "memory");
+    }
+    chunk -= chunks;  // this thread's position in the next range's chunks
+  }
+  detail::grid_dependency_sync();
+}
+
+}  // namespace
+
+void launch_prefetch_l2(const prefetch_l2_params& p, cudaStream_t stream) {
+  DI_CHECK(p.ranges >= 0 && p.ranges <= prefetch_l2_max_ranges, "prefetch_l2: {} ranges", p.ranges);
+  std::size_t total = 0;
+  for (int r = 0; r < p.ranges; ++r) {
+    DI_CHECK(p.base[r] != nullptr || p.bytes[r] == 0, "prefetch_l2: range {} has no address", r);
+    total += p.bytes[r];
+  }
+  if (total == 0) return;
+  const std::size_t requests = (total + prefetch_chunk - 1) / prefetch_chunk;
+  const unsigned blocks = unsigned(std::min<std::size_t>((requests + 31) / 32, 264));
+  detail::launch("prefetch_l2", prefetch_l2_kernel, blocks, 32, 0, stream, p);
+}
+
 void launch_add_inplace(float* y, const float* x, std::int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   detail::launch("add", add_kernel, grid_for(n), threads, 0, stream, y, x, n);

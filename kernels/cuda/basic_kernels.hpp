@@ -93,6 +93,19 @@ void launch_add_position_rows(const add_position_rows_params& p, cudaStream_t st
 void launch_copy_bytes(void* dst, const void* src, std::size_t bytes, cudaStream_t stream);
 void launch_fill_zero(void* dst, std::size_t bytes, cudaStream_t stream);
 
+/// Up to prefetch_l2_max_ranges byte ranges of device memory asked into the L2 cache
+/// (cp.async.bulk.prefetch.L2: the copy engine of each SM fetches them; nothing waits for them
+/// and nothing is written). The kernel issues its requests before it waits for the kernel
+/// before it (they read nothing that kernel writes), so the bytes stream in while that one
+/// and the ones after run. A hint: no result depends on it.
+inline constexpr int prefetch_l2_max_ranges = 8;
+struct prefetch_l2_params {
+  const void* base[prefetch_l2_max_ranges] = {};
+  std::size_t bytes[prefetch_l2_max_ranges] = {};
+  int ranges = 0;
+};
+void launch_prefetch_l2(const prefetch_l2_params& p, cudaStream_t stream);
+
 struct rms_norm_params {
   const float* x;       ///< [rows, dim]
   const float* weight;  ///< [dim] or nullptr

@@ -191,14 +191,19 @@ void fill_zero_allocated(void* data, std::size_t bytes, int index) {
   CUDA_CHECK(cudaMemsetAsync(data, 0, bytes, current_stream()));
 }
 
-void copy_bytes(void* dst, bool dst_on_device, const void* src, bool src_on_device,
-                std::size_t bytes) {
+void copy_bytes(void* dst, int dst_device, const void* src, int src_device, std::size_t bytes) {
   if (bytes == 0) return;
   cudaStream_t stream = current_stream();
-  // Between device tensors (a staged upload counts as one): a kernel, so that the programmatic
-  // launch of the kernels around it goes on; the copy engine where a kernel cannot reach.
-  if (dst_on_device && src_on_device && g_copy_kernels && kernel_reachable(dst, false) &&
-      kernel_reachable(src, true)) {
+  const bool dst_on_device = dst_device >= 0, src_on_device = src_device >= 0;
+  bool by_kernel = dst_on_device && src_on_device && g_copy_kernels;
+  if (by_kernel) {
+    int current = -1;
+    // (DEEPINFER_ZERO_KERNELS=0: the driver asked what both sides are, as before session 53)
+    by_kernel = g_zero_kernels ? cudaGetDevice(&current) == cudaSuccess && dst_device == current &&
+                                     src_device == current
+                               : kernel_reachable(dst, false) && kernel_reachable(src, true);
+  }
+  if (by_kernel) {
     launch_copy_bytes(dst, src, bytes, stream);
     return;
   }

@@ -39,9 +39,15 @@ void fill_zero_allocated(void* data, std::size_t bytes, int index);
 bool zero_kernels();
 
 /// Copies `bytes` between host and device memory in any direction, ordered on the current
-/// stream. Returns once a copy that reads or writes host memory has completed; a
-/// device-to-device copy stays asynchronous.
-void copy_bytes(void* dst, bool dst_on_device, const void* src, bool src_on_device,
-                std::size_t bytes);
+/// stream. `dst_device` / `src_device`: the CUDA device index of a side that is a device
+/// tensor's memory, -1 for host memory. Returns once a copy that reads or writes host memory
+/// has completed; a device-to-device copy stays asynchronous. Between two device tensors of
+/// the current device it is a kernel (the programmatic launch of the kernels around it goes
+/// on), told so by the tensor type -- whose CUDA tensors are its own allocations or views of
+/// memory their device's kernels reach at that address (device memory, or pinned host memory
+/// mapped at the same address: the staged uploads) -- rather than by asking the driver, which
+/// inside a stream capture does not know the capture's own allocations yet and so made such a
+/// copy a copy-engine node. DEEPINFER_ZERO_KERNELS=0 asks the driver as before (comparisons).
+void copy_bytes(void* dst, int dst_device, const void* src, int src_device, std::size_t bytes);
 
 }  // namespace di::cuda
