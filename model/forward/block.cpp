@@ -202,6 +202,7 @@ std::vector<tensor> graphed_site_outputs(const forward_pass& padded, int layer, 
   std::vector<tensor> out{a.mix.pre, a.mix.post, a.mix.comb, a.in.q_residual,
                           a.in.q,    a.in.kv,    a.h.x};
   for (tensor& t : tensors_of(a.rows)) out.push_back(std::move(t));
+  prefetch_output_weights(padded, layer);  // streams in while the eager attention runs
   return out;
 }
 

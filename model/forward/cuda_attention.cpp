@@ -7,6 +7,7 @@
 #include "model/forward/detail/forward_pass.hpp"
 
 #if defined(DEEPINFER_HAVE_CUDA)
+#include "kernels/cuda/basic_kernels.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cuda_model_ops.hpp"
 #include "kernels/cuda/device_memory.hpp"
@@ -15,6 +16,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <optional>
@@ -122,6 +124,43 @@ tensor upload_async(const tensor& host, device dev) {
   return out;
 }
 
+namespace {
+/// DEEPINFER_L2_PREFETCH_MB (0 off), read once.
+const std::size_t g_l2_prefetch_bytes =
+    std::size_t(cuda::detail::env_count("DEEPINFER_L2_PREFETCH_MB", 0, 1024, 0)) << 20;
+}  // namespace
+
+std::size_t l2_prefetch_bytes() {
+  return g_l2_prefetch_bytes;
+}
+
+void prefetch_output_weights(const forward_pass& pass, int layer) {
+  if (!pass.on_cuda() || g_l2_prefetch_bytes == 0) return;
+  const layer_weights& w = pass.weights.layers[std::size_t(layer)];
+  cuda::prefetch_l2_params p;
+  std::size_t left = g_l2_prefetch_bytes;
+  auto add = [&](const tensor& t) {
+    if (!t.defined() || left == 0 || p.ranges == cuda::prefetch_l2_max_ranges) return;
+    const std::size_t n = std::min(left, t.nbytes());
+    p.base[p.ranges] = t.raw();
+    p.bytes[p.ranges++] = n;
+    left -= n;
+  };
+  // The bytes a decode step's GEMM reads: the decode tiles up to 8 rows (tile_gemv), else
+  // the codes.
+  const bool tiles = pass.tokens.defined() && pass.tokens.size(0) <= 8;
+  auto add_matrix = [&](const weight_matrix& m) {
+    add(m.scales);
+    add(tiles && m.decode_tiles.defined() ? m.decode_tiles : m.values);
+  };
+  add_matrix(w.attn.wo_a);
+  add_matrix(w.attn.wo_b.w);
+  add_matrix(w.moe.shared.w1.w);
+  add_matrix(w.moe.shared.w3.w);
+  add_matrix(w.moe.shared.w2.w);
+  cuda::launch_prefetch_l2(p, cuda::current_stream());
+}
+
 tensor two_pool_attention(const tensor& q, const tensor& sinks, const tensor& kv1,
                           const tensor& idx1, const tensor& kv2, const tensor& idx2, float scale) {
   check_cuda_tensor(q, dtype::f32, 3, "attention q");
@@ -184,6 +223,11 @@ bool site_branches() {
 void set_site_branches(bool) {}
 
 void reset_uploads() {}
+
+std::size_t l2_prefetch_bytes() {
+  return 0;
+}
+void prefetch_output_weights(const forward_pass&, int) {}
 
 void device_sync(const forward_pass&) {}
 

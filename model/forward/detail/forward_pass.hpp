@@ -271,6 +271,14 @@ class side_branch {
 bool site_branches();
 void set_site_branches(bool on);
 
+/// Asks the L2 cache for the first weights that layer's output piece reads -- wo_a, wo_b, the
+/// shared expert's w1 / w3 / w2, in that order, in the layout decode reads them -- up to
+/// l2_prefetch_bytes() (CUDA, a decode step inside a captured piece: called at the end of the
+/// attention site, so that they stream in while the eager attention runs, which reads little).
+/// A hint: no result changes. DEEPINFER_L2_PREFETCH_MB sets the budget (0: off).
+void prefetch_output_weights(const forward_pass& pass, int layer);
+std::size_t l2_prefetch_bytes();
+
 /// side() on a side branch, main() beside it, then the join: {side's result, main's result}.
 template <class Side, class Main>
 auto beside(const forward_pass& pass, Side&& side, Main&& main) {
