@@ -49,4 +49,17 @@ inline void write_file(const std::filesystem::path& path, std::string_view bytes
   out.write(bytes.data(), std::streamsize(bytes.size()));
 }
 
+/// An EBNF grammar that compiles slowly when nothing stops it (20 rules of `[aA]*` then 3,600
+/// `[aA]`: 13-18 s on a 2-core machine): for tests of the compile limit and its cancellation.
+inline std::string slow_ebnf_grammar() {
+  std::string grammar = "root ::=";
+  for (int i = 0; i < 20; ++i) grammar += " r" + std::to_string(i);
+  for (int i = 0; i < 20; ++i) {
+    grammar += "\nr" + std::to_string(i) + " ::= [aA]*";
+    for (int k = 0; k < 3600; ++k) grammar += " [aA]";
+    grammar += " \"" + std::to_string(i % 10) + "\"";
+  }
+  return grammar;
+}
+
 }  // namespace di::test

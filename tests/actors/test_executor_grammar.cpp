@@ -9,6 +9,7 @@
 #include "runtime/grammar/compile_interrupt.hpp"
 #include "runtime/grammar/response_format.hpp"
 #include "tests/actors/actor_test_util.hpp"
+#include "tests/test_support.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -476,13 +477,7 @@ TEST_CASE("executor: a compile past the limit stops there and frees the grammar 
   // 20 rules of [aA]* and 3,600 [aA]: 13-18 s of compile when nothing stops it. Under a 1 s
   // limit it ran on to its end on the grammar thread after its request was refused, and the
   // cheap regex after it waited those seconds.
-  std::string grammar = "root ::=";
-  for (int i = 0; i < 20; ++i) grammar += fmt::format(" r{}", i);
-  for (int i = 0; i < 20; ++i) {
-    grammar += fmt::format("\nr{} ::= [aA]*", i);
-    for (int k = 0; k < 3600; ++k) grammar += " [aA]";
-    grammar += fmt::format(" \"{}\"", i % 10);
-  }
+  const std::string grammar = test::slow_ebnf_grammar();
   test::test_system ts;
   auto counts = std::make_shared<compile_counts>();
   auto exec = spawn_compiling_executor(ts.sys, counts, std::chrono::seconds(1));

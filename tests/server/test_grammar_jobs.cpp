@@ -6,6 +6,7 @@
 
 #include "runtime/grammar/compile_interrupt.hpp"
 #include "runtime/grammar/response_format.hpp"
+#include "tests/test_support.hpp"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -192,13 +193,7 @@ TEST_CASE("a real hostile compile past the limit stops, freeing its grammar thre
     jobs.submit(spec, io.get_executor(), [p](std::optional<api_error> e) { p->set_value(e); });
     return f;
   };
-  std::string grammar = "root ::=";
-  for (int i = 0; i < 20; ++i) grammar += fmt::format(" r{}", i);
-  for (int i = 0; i < 20; ++i) {
-    grammar += fmt::format("\nr{} ::= [aA]*", i);
-    for (int k = 0; k < 3600; ++k) grammar += " [aA]";
-    grammar += fmt::format(" \"{}\"", i % 10);
-  }
+  const std::string grammar = di::test::slow_ebnf_grammar();
   const auto t0 = std::chrono::steady_clock::now();
   auto hostile = submit("ebnf:" + grammar);
   const std::optional<api_error> e = wait(hostile);
