@@ -106,7 +106,7 @@ void grammar_jobs::run(const std::shared_ptr<job>& j) {
   {
     std::lock_guard lock(mutex_);
     if (j->waiters.empty()) {  // every request for it was refused while it queued
-      if (auto it = jobs_.find(j->spec); it != jobs_.end() && it->second == j) jobs_.erase(it);
+      forget(j);
       return;
     }
     j->is_started = true;
@@ -131,7 +131,7 @@ void grammar_jobs::run(const std::shared_ptr<job>& j) {
     --num_running_;
     if (!failed) remember(j->spec);
     // An abandoned job is no longer the spec's: a later request may have started another.
-    if (auto it = jobs_.find(j->spec); it != jobs_.end() && it->second == j) jobs_.erase(it);
+    forget(j);
     waiters.swap(j->waiters);
     for (job::waiter& w : waiters) w.deadline->cancel();
   }
@@ -168,6 +168,10 @@ void grammar_jobs::expire(const std::shared_ptr<job>& j, std::uint64_t waiter_id
 void grammar_jobs::abandon(const std::shared_ptr<job>& j) {
   j->cancel.cancel(fmt::format("no request waits for it any more (the limit is {:g} s)",
                                std::chrono::duration<double>(limit_).count()));
+  forget(j);
+}
+
+void grammar_jobs::forget(const std::shared_ptr<job>& j) {
   if (auto it = jobs_.find(j->spec); it != jobs_.end() && it->second == j) jobs_.erase(it);
 }
 

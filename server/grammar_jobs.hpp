@@ -93,6 +93,9 @@ class grammar_jobs {
   /// Cancels `j`, whose compile nobody waits for any more, and forgets it, so that a later
   /// request for its spec starts another (under mutex_).
   void abandon(const std::shared_ptr<job>& j);
+  /// Removes `j` from jobs_ if it is still its spec's job (an abandoned one may have been
+  /// replaced by a later request's); under mutex_.
+  void forget(const std::shared_ptr<job>& j);
 
   /// Whether `spec` is remembered as compiled (then it becomes the most recently used).
   bool is_compiled(const std::string& spec);

@@ -166,6 +166,13 @@ bool kernel_reachable(const void* p, bool host_ok) {
   return cudaGetDevice(&current) == cudaSuccess && a.device == current;
 }
 
+/// Whether device `index` is the current device (the tensor type's memory of that device is
+/// then what a kernel launched now reaches).
+bool is_current_device(int index) {
+  int current = -1;
+  return cudaGetDevice(&current) == cudaSuccess && current == index;
+}
+
 }  // namespace
 
 /// DEEPINFER_ZERO_KERNELS=0: zero fills as before session 52 (for comparisons; see
@@ -178,11 +185,9 @@ bool zero_kernels() {
 
 void fill_zero_allocated(void* data, std::size_t bytes, int index) {
   if (bytes == 0) return;
-  int current = -1;
   // (DEEPINFER_ZERO_KERNELS=0: the driver asked what `data` is, as before session 52)
   const bool by_kernel =
-      g_copy_kernels && (g_zero_kernels ? cudaGetDevice(&current) == cudaSuccess && current == index
-                                        : kernel_reachable(data, false));
+      g_copy_kernels && (g_zero_kernels ? is_current_device(index) : kernel_reachable(data, false));
   if (by_kernel) {
     launch_fill_zero(data, bytes, current_stream());
     return;
@@ -196,13 +201,9 @@ void copy_bytes(void* dst, int dst_device, const void* src, int src_device, std:
   cudaStream_t stream = current_stream();
   const bool dst_on_device = dst_device >= 0, src_on_device = src_device >= 0;
   bool by_kernel = dst_on_device && src_on_device && g_copy_kernels;
-  if (by_kernel) {
-    int current = -1;
-    // (DEEPINFER_ZERO_KERNELS=0: the driver asked what both sides are, as before session 53)
-    by_kernel = g_zero_kernels ? cudaGetDevice(&current) == cudaSuccess && dst_device == current &&
-                                     src_device == current
+  if (by_kernel)  // (DEEPINFER_ZERO_KERNELS=0: the driver asked what both sides are, as before)
+    by_kernel = g_zero_kernels ? dst_device == src_device && is_current_device(dst_device)
                                : kernel_reachable(dst, false) && kernel_reachable(src, true);
-  }
   if (by_kernel) {
     launch_copy_bytes(dst, src, bytes, stream);
     return;
