@@ -139,6 +139,12 @@ void ask_executors(scheduler_self self) {
               become_ready(self);
             },
             [=](caf::error& err) {
+              // An executor that quit before answering (stopped while its runner loaded, or
+              // gone before the request reached it) answers only through CAF, or its own
+              // goodbye: request_receiver_down, which says nothing of why. Its down message
+              // follows (it is monitored) with the reason it quit with: on_down fails the
+              // group with that.
+              if (err == caf::sec::request_receiver_down) return;
               detail::fail_group(self, fmt::format("group {}: executor {} (node {}) did not start: {}",
                                                    self->state.params.group, i,
                                                    self->state.params.executor_nodes[i], describe(err)));
@@ -148,11 +154,16 @@ void ask_executors(scheduler_self self) {
 
 void on_down(scheduler_self self, const caf::down_msg& dm) {
   scheduler_state& st = self->state;
-  for (std::size_t i = 0; i < st.params.executors.size(); ++i)
-    if (dm.source == st.params.executors[i].address())
+  for (std::size_t i = 0; i < st.params.executors.size(); ++i) {
+    if (dm.source != st.params.executors[i].address()) continue;
+    if (!st.sched)  // before the group started: as ask_executors words it
       return detail::fail_group(
-          self, fmt::format("group {}: executor {} on node {} is down ({})", st.params.group, i,
+          self, fmt::format("group {}: executor {} (node {}) did not start: {}", st.params.group, i,
                             st.params.executor_nodes[i], describe(dm.reason)));
+    return detail::fail_group(
+        self, fmt::format("group {}: executor {} on node {} is down ({})", st.params.group, i,
+                          st.params.executor_nodes[i], describe(dm.reason)));
+  }
   if (st.router && dm.source == st.router->address()) {
     if (dm.reason != caf::exit_reason::user_shutdown)
       st.log->warn("group {}: the router is down ({}); aborting live requests", st.params.group,

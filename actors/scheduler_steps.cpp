@@ -110,6 +110,9 @@ void send_plan(scheduler_self self, runtime::step_plan plan) {
     self->request(st.params.executors[i], caf::infinite, msg)
         .then([=](step_done& done) { on_step_done(self, i, std::move(done)); },
               [=](caf::error& err) {
+                // An executor stopped from outside answers request_receiver_down, without
+                // why; its down message follows with the reason (on_down fails the group).
+                if (err == caf::sec::request_receiver_down) return;
                 fail_group(self, fmt::format("group {}: executor {} (node {}) failed step {}: {}",
                                              self->state.params.group, i,
                                              self->state.params.executor_nodes[i], step_id,

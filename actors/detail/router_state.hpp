@@ -20,6 +20,9 @@ struct group_entry {
   group_info info;
   bool is_ready = false;
   bool is_up = false;
+  /// It failed before it attached (its attach failed, or it went down first): the router's
+  /// startup_error says why; what comes of it later changes nothing.
+  bool is_start_failed = false;
   std::string down_reason;
   std::int64_t num_live = 0;
   std::int64_t num_requests = 0;

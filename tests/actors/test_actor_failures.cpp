@@ -4,9 +4,14 @@
 // unexpected messages and vanished clients do not hurt the router.
 #include "tests/actors/actor_test_util.hpp"
 
+#include "actors/executor_actor.hpp"
+#include "actors/scheduler_actor.hpp"
 #include "actors/toy_runner.hpp"
 #include "common/error.hpp"
 
+#include <condition_variable>
+#include <functional>
+#include <mutex>
 #include <thread>
 
 namespace di::test {
@@ -197,6 +202,74 @@ TEST_CASE("an executor that stops answering fails the group at the step deadline
   CHECK(out[0].finish_reason() == "error");
   CHECK(out[0].error.find("within 1 s") != std::string::npos);
   CHECK(secs < 2.9);  // before the stalled step would have finished
+}
+
+TEST_CASE("an executor stopped while its runner loads fails the start naming why") {
+  // The scheduler's info request to an executor that quits while its runner loads is answered
+  // request_receiver_down (the executor's goodbye to the requests it holds) before the down
+  // message that carries the reason: the start failed with "executor 0 (node 0) did not start:
+  // request_receiver_down". The load waits here until the executor has been told to stop.
+  test_system ts;
+  const cluster_config c = toy_config();
+  struct load_gate {
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool is_loading = false;
+    bool is_released = false;
+  };
+  auto gate = std::make_shared<load_gate>();
+  actors::executor_params ep;
+  ep.make_runner = [c, gate] {
+    std::unique_lock lock(gate->mutex);
+    gate->is_loading = true;
+    gate->cv.notify_all();
+    gate->cv.wait(lock, [&] { return gate->is_released; });
+    const actors::toy_runner_config t = toy_of(c);
+    return actors::runner_bundle{std::make_unique<actors::toy_runner>(t),
+                                 actors::toy_runner::geometry(t)};
+  };
+  ep.label = "group 0 executor 0";
+  caf::scoped_actor self{ts.sys};
+  const actors::executor_actor exec = actors::spawn_executor_actor(ts.sys, std::move(ep));
+  const actors::scheduler_actor sched =
+      actors::spawn_scheduler_actor(ts.sys, {.group = 0,
+                                             .executors = {exec},
+                                             .executor_nodes = {0},
+                                             .limits = c.scheduler,
+                                             .kv = c.kv,
+                                             .status_interval_s = 0,
+                                             .startup_timeout_s = 30});
+  const actors::router_handle router = actors::spawn_router_actor(
+      ts.sys, {.groups = {sched}, .status_interval_s = 0, .startup_timeout_s = 30});
+  auto release = [&] {
+    std::lock_guard lock(gate->mutex);
+    gate->is_released = true;
+    gate->cv.notify_all();
+  };
+  struct stopper {  // whatever fails: the load ends and every actor stops (the system waits)
+    std::function<void()> stop;
+    ~stopper() { stop(); }
+  } guard{[&] {
+    release();
+    for (const caf::actor& a :
+         {caf::actor_cast<caf::actor>(router), caf::actor_cast<caf::actor>(sched),
+          caf::actor_cast<caf::actor>(exec)})
+      self->send_exit(a, caf::exit_reason::user_shutdown);
+  }};
+  {
+    std::unique_lock lock(gate->mutex);  // the scheduler's info request is being served
+    REQUIRE(gate->cv.wait_for(lock, std::chrono::seconds(10), [&] { return gate->is_loading; }));
+  }
+  self->send_exit(exec,
+                  caf::make_error(caf::sec::runtime_error, "the device went away (injected)"));
+  release();  // the load ends after the exit is queued: its answer is never read
+  std::string error;
+  self->request(router, std::chrono::seconds(30), actors::info_atom::value)
+      .receive([&](int) { error = "it started"; },
+               [&](caf::error& err) { error = actors::describe(err); });
+  CHECK(error ==
+        "group 0 did not start: group 0: executor 0 (node 0) did not start: the device went away "
+        "(injected)");
 }
 
 TEST_CASE("executors of a group run in lockstep and must agree") {

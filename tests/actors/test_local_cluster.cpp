@@ -3,6 +3,9 @@
 // preemption), prefix reuse hits the cache, and the counters say so.
 #include "tests/actors/actor_test_util.hpp"
 
+#include "actors/executor_actor.hpp"
+#include "actors/scheduler_actor.hpp"
+
 #include <map>
 
 namespace di::test {
@@ -105,6 +108,39 @@ TEST_CASE("kv.num_blocks too small for max_model_len fails the start naming both
                            "one request of that length needs 38 blocks of KV stream 0; set "
                            "scheduler.max_model_len to at most 64 or raise kv.num_blocks") !=
                     std::string::npos,
+                error);
+}
+
+TEST_CASE("a group that failed its start before the router attached reports why, not the bounce") {
+  // The case above failed 6 in 100 runs under load with "group 0 did not start:
+  // request_receiver_down": the scheduler failed its start and quit before the router's attach
+  // reached it, and CAF answers a request to an actor gone with that, not the reason. Here
+  // that order every time: the group fails and stops, and only then is the router spawned.
+  test_system ts;
+  const cluster_config c = toy_config({"kv.num_blocks=4", "model.toy.max_model_len=600"});
+  caf::scoped_actor self{ts.sys};
+  const actors::executor_actor exec = actors::spawn_executor_actor(
+      ts.sys, {.make_runner = [c] { return actors::make_step_runner(c, "cpu"); },
+               .label = "group 0 executor 0"});
+  const actors::scheduler_actor sched =
+      actors::spawn_scheduler_actor(ts.sys, {.group = 0,
+                                             .executors = {exec},
+                                             .executor_nodes = {0},
+                                             .limits = c.scheduler,
+                                             .kv = c.kv,
+                                             .status_interval_s = 0,
+                                             .startup_timeout_s = 30});
+  self->wait_for(sched);  // it failed its start and quit (stopping its executor)
+  self->wait_for(exec);
+  const actors::router_handle router = actors::spawn_router_actor(
+      ts.sys, {.groups = {sched}, .status_interval_s = 0, .startup_timeout_s = 30});
+  std::string error;
+  self->request(router, std::chrono::seconds(30), actors::info_atom::value)
+      .receive([&](int) { error = "it started"; },
+               [&](caf::error& err) { error = actors::describe(err); });
+  self->send_exit(router, caf::exit_reason::user_shutdown);
+  CHECK_MESSAGE(error.find("group 0 did not start: group 0 cannot start: kv.num_blocks = 4 is "
+                           "too small for scheduler.max_model_len = 600") != std::string::npos,
                 error);
 }
 
