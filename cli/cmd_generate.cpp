@@ -197,14 +197,19 @@ void run_generate(generate_options& o) {
     req.params.response_format = di::grammar::to_inline_spec(format);
     di::cli::enable_structured_output(m);
     // Compiled here (the runner then finds it in the shared cache), so that an error names
-    // the flag and its file rather than failing the generation.
+    // the flag and its file rather than failing the generation; the warnings are that compile's
+    // (they came from a second run of the schema's front end, number automata and all).
+    std::vector<std::string> warnings;
     try {
-      m.grammars->get(di::grammar::parse_inline_response_format(req.params.response_format),
-                      m.grammar_vocab);
+      warnings = m.grammars
+                     ->get_with_warnings(
+                         di::grammar::parse_inline_response_format(req.params.response_format),
+                         m.grammar_vocab)
+                     .warnings;
     } catch (const di::error& e) {
       DI_FAIL("--response-format {}: {}", o.response_format, e.what());
     }
-    di::cli::print_schema_warnings(format, "--response-format " + o.response_format);
+    di::cli::print_schema_warnings(warnings, "--response-format " + o.response_format);
   }
   if (!o.json)
     req.on_text = [](const std::string& text) {

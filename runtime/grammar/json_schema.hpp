@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -91,6 +92,9 @@ json_schema_result compile_json_schema(const nlohmann::ordered_json& schema,
 /// As above from schema text (a syntax error is a di::error).
 json_schema_result compile_json_schema_text(std::string_view text,
                                             const json_schema_options& options = {});
+/// How many times compile_json_schema (the front end: number automata included) has run on
+/// this thread (a statistic: tests count the front ends a response format costs).
+std::uint64_t num_json_schema_compiles_on_this_thread();
 /// The grammar of any JSON object (OpenAI's `json_object` response format).
 grammar json_object_grammar(const json_schema_options& options = {});
 

@@ -212,28 +212,35 @@ std::shared_ptr<const token_grammar> grammar_cache::find(
 
 std::shared_ptr<const token_grammar> grammar_cache::get(
     const response_format& f, const std::shared_ptr<const token_vocabulary>& v) {
+  return get_with_warnings(f, v).grammar;
+}
+
+grammar_cache::grammar_with_warnings grammar_cache::get_with_warnings(
+    const response_format& f, const std::shared_ptr<const token_vocabulary>& v) {
   std::string key = cache_key(f, v.get());
   std::shared_ptr<token_class_cache> classes;
   {
     std::lock_guard lock(mutex_);
     if (auto it = entries_.find(key); it != entries_.end()) {
       recent_.splice(recent_.begin(), recent_, it->second.use);
-      return it->second.grammar;
+      return {it->second.grammar, it->second.warnings};
     }
     auto& c = classes_[v.get()];
     if (!c) c = std::make_shared<token_class_cache>();
     classes = c;
   }
-  auto tg = token_grammar::create(compile_response_format(f), v, /*precompute=*/false, classes);
+  compiled_format c = compile_response_format_with_warnings(f);
+  auto tg = token_grammar::create(std::move(c.grammar), v, /*precompute=*/false, classes);
   std::lock_guard lock(mutex_);
-  if (auto it = entries_.find(key); it != entries_.end()) return it->second.grammar;  // a race
+  if (auto it = entries_.find(key); it != entries_.end())  // a race
+    return {it->second.grammar, it->second.warnings};
   recent_.push_front(key);
-  entries_.emplace(std::move(key), entry{tg, recent_.begin()});
+  entries_.emplace(std::move(key), entry{tg, c.warnings, recent_.begin()});
   while (entries_.size() > capacity_) {
     entries_.erase(recent_.back());
     recent_.pop_back();
   }
-  return tg;
+  return {tg, std::move(c.warnings)};
 }
 
 std::shared_ptr<const token_grammar> grammar_cache::prepare(

@@ -92,6 +92,16 @@ class grammar_cache {
   grammar_cache& operator=(const grammar_cache&) = delete;
   std::shared_ptr<const token_grammar> get(const response_format& f,
                                            const std::shared_ptr<const token_vocabulary>& v);
+  /// A cached grammar with the warnings of the compile that built it (kept beside it, so a hit
+  /// has them too).
+  struct grammar_with_warnings {
+    std::shared_ptr<const token_grammar> grammar;
+    std::vector<std::string> warnings;  ///< compiled_format::warnings
+  };
+  /// get() and the compile's warnings: a caller that shows them (`generate --response-format`)
+  /// need not run a JSON Schema's front end, number automata and all, a second time.
+  grammar_with_warnings get_with_warnings(const response_format& f,
+                                          const std::shared_ptr<const token_vocabulary>& v);
   /// The cached grammar of `f` (now the most recently used), or null; never compiles.
   std::shared_ptr<const token_grammar> find(const response_format& f,
                                             const std::shared_ptr<const token_vocabulary>& v);
@@ -109,6 +119,7 @@ class grammar_cache {
   void warm_loop();
   struct entry {
     std::shared_ptr<const token_grammar> grammar;
+    std::vector<std::string> warnings;
     std::list<std::string>::iterator use;  // its place in recent_
   };
   mutable std::mutex mutex_;

@@ -311,10 +311,17 @@ void refuse_reserved_keywords(const nlohmann::ordered_json& s, int depth = 0) {
   }
 }
 
+thread_local std::uint64_t json_schema_compiles_on_this_thread = 0;
+
 }  // namespace
+
+std::uint64_t num_json_schema_compiles_on_this_thread() {
+  return json_schema_compiles_on_this_thread;
+}
 
 json_schema_result compile_json_schema(const nlohmann::ordered_json& schema,
                                        const json_schema_options& options) {
+  ++json_schema_compiles_on_this_thread;
   json_detail::check_schema_shape(schema);
   refuse_reserved_keywords(schema);
   json_detail::schema_compiler c(schema, options);

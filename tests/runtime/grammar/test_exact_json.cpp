@@ -7,10 +7,13 @@
 #include "runtime/grammar/exact_json.hpp"
 #include "runtime/grammar/json_schema.hpp"
 #include "runtime/grammar/response_format.hpp"
+#include "runtime/grammar/token_vocabulary.hpp"
 
 #include <doctest/doctest.h>
 
 #include <sstream>
+#include <string>
+#include <vector>
 
 using namespace di::grammar;
 
@@ -191,4 +194,37 @@ TEST_CASE("a response format's warnings come from its one compile") {
   CHECK_FALSE(di::grammar::test::accepts(*c.grammar, R"({"n":1000})"));
   CHECK(compile_response_format_with_warnings(parse_inline_response_format("regex:a+"))
             .warnings.empty());
+}
+
+TEST_CASE("grammar_cache keeps a compile's warnings: one front end per schema, not two") {
+  // `generate --response-format` compiled through the grammar cache (which kept no warnings),
+  // then ran the schema's front end again for them: two front ends per schema, every number
+  // automaton built twice. The cache now keeps a compile's warnings with its grammar.
+  const response_format f = parse_inline_response_format(
+      R"(json_schema+lenient:{"type":"object","properties":{"n":{"type":"integer","multipleOf":86400},"s":{"type":"string","format":"no-such-format"}}})");
+  const std::vector<std::string> expected = compile_json_schema_text(f.text, f.schema).warnings;
+  REQUIRE_FALSE(expected.empty());
+  std::vector<std::string> tokens = {"{", "}", "\"", "n", "s", ":", ",", "0", "1", "x", ""};
+  auto vocab = token_vocabulary::from_tokens(tokens, {std::int32_t(tokens.size())},
+                                             std::int32_t(tokens.size()) + 1);
+  grammar_cache cache(4);
+  const std::uint64_t front_ends = num_json_schema_compiles_on_this_thread();
+  const std::uint64_t compiles = compiled_grammar::num_compiles_on_this_thread();
+  const auto first = cache.get_with_warnings(f, vocab);
+  CHECK(num_json_schema_compiles_on_this_thread() - front_ends == 1);
+  const std::uint64_t compiled = compiled_grammar::num_compiles_on_this_thread() - compiles;
+  CHECK(compiled > 0);  // (a format may call compile() more than once)
+  CHECK(first.warnings == expected);
+  REQUIRE(first.grammar != nullptr);
+  // A hit: the same grammar, the same warnings, nothing run again.
+  const auto again = cache.get_with_warnings(f, vocab);
+  CHECK(again.grammar == first.grammar);
+  CHECK(again.warnings == expected);
+  CHECK(cache.get(f, vocab) == first.grammar);
+  CHECK(num_json_schema_compiles_on_this_thread() - front_ends == 1);
+  CHECK(compiled_grammar::num_compiles_on_this_thread() - compiles == compiled);
+  // Other kinds have none, compiled or cached.
+  const response_format regex = parse_inline_response_format("regex:[01]+");
+  CHECK(cache.get_with_warnings(regex, vocab).warnings.empty());
+  CHECK(cache.get_with_warnings(regex, vocab).warnings.empty());
 }
