@@ -69,7 +69,17 @@ bool automaton_builder::determinize(std::uint32_t start, std::uint32_t accept,
   set_table table;
   const std::vector<std::vector<std::uint32_t>>& sets = table.sets;
   std::size_t num_kept = 0, num_visited = 0;  // NFA states in the sets kept / formed
+  // A transition's target before closure is most often one NFA state (the state after a byte
+  // edge): its set is remembered by that state, so that the many transitions into it (every
+  // state of a literal search automaton falls back to a few) form it once. Counted as formed.
+  std::vector<std::uint32_t> set_of_single(nfa_.size(), UINT32_MAX);
   auto intern = [&](std::vector<std::uint32_t>& set) -> std::uint32_t {
+    std::uint32_t* single = set.size() == 1 ? &set_of_single[set[0]] : nullptr;
+    if (single && *single != UINT32_MAX) {
+      num_visited += sets[*single].size();
+      check_subset_budget(rule_name, num_kept, num_visited);
+      return *single;
+    }
     closure(set);
     // Counted per set, not per DFA state: one state of a^n searched holds n NFA states.
     const std::size_t num_sets = sets.size();
@@ -77,6 +87,7 @@ bool automaton_builder::determinize(std::uint32_t start, std::uint32_t accept,
     num_visited += set.size();
     if (sets.size() > num_sets) num_kept += set.size();
     check_subset_budget(rule_name, num_kept, num_visited);
+    if (single) *single = id;
     return id;
   };
   std::vector<std::uint32_t> init{start};

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Compile time of a JSON Schema `pattern` that searches for one of N random words (an
+# alternation (w1|w2|...|wN), matched anywhere in the string: the literal search automaton of
+# runtime/grammar/regex_search.cpp), through `deepinfer grammar check`. Prints a figure per N:
+# wall and CPU seconds, peak RSS, the compiled grammar's rules and automaton states. Speed goals
+# are reported, not asserted: nothing here fails on a slow run.
+#
+#   scripts/grammar-search-bench.sh [N ...]        (default: 1000 3000 10000)
+#   DEEPINFER=/path/to/deepinfer LETTERS=10 scripts/grammar-search-bench.sh 1000
+#
+# DEEPINFER: the binary (default build/bin/deepinfer); LETTERS: letters a word (default 10; the
+# words are the same for a given N and LETTERS). The time includes the CLI's start (a one-word
+# pattern: about 0.15 s). On a shared machine compare CPU seconds, and two binaries in one run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${DEEPINFER:-build/bin/deepinfer}
+letters=${LETTERS:-10}
+[[ $# -gt 0 ]] || set -- 1000 3000 10000
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+for n in "$@"; do
+  python3 - "$n" "$letters" "$dir/w$n" <<'EOF'
+import json, random, sys
+n, letters, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+rng = random.Random(94)
+words = set()
+while len(words) < n:
+    words.add(''.join(rng.choice('abcdefghijklmnopqrstuvwxyz') for _ in range(letters)))
+words = sorted(words)
+with open(out + '.schema.json', 'w') as f:
+    json.dump({"type": "string", "pattern": "(" + "|".join(words) + ")"}, f)
+with open(out + '.jsonl', 'w') as f:
+    f.write(json.dumps({"text": json.dumps("xx" + words[n // 2] + "yy")}) + "\n")
+    f.write(json.dumps({"text": json.dumps("x" * letters)}) + "\n")
+EOF
+  if /usr/bin/time -f "%e %U %S %M" -o "$dir/time" "$bin" grammar check --print-grammar \
+    --json-schema "$dir/w$n.schema.json" --strings "$dir/w$n.jsonl" >"$dir/out" 2>"$dir/err"; then
+    got=$(tr '\n' ' ' <"$dir/out")
+    [[ $got == '{"accepted": true} {"accepted": false} ' ]] || got="WRONG: $got"
+    size=$(tail -1 "$dir/err")
+  else
+    got="refused: $(grep -o 'grammar too [a-z]*[^.]*' "$dir/err" | head -1 | cut -c1-90)"
+    size="-"
+  fi
+  read -r wall user sys rss < <(tail -1 "$dir/time")
+  printf '%6d words x %2d letters: %6.2f s wall %6.2f s cpu %5d MiB  %s  %s\n' "$n" "$letters" \
+    "$wall" "$(echo "$user + $sys" | bc)" $((rss / 1024)) "$size" "$got"
+done
