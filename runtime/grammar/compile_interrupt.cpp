@@ -1,6 +1,8 @@
 // compile_cancel and the thread's interrupt chain (see compile_interrupt.hpp).
 #include "runtime/grammar/compile_interrupt.hpp"
 
+#include <fmt/format.h>
+
 namespace di::grammar {
 
 namespace {
@@ -51,8 +53,7 @@ void compile_cancel::check() const {
     why = fmt::format("the limit is {:g} s", std::chrono::duration<double>(limit_).count());
   }
   throw compile_interrupted(
-      fmt::format("the grammar compile was cancelled after {:.1f} s: {}", seconds, why), __FILE__,
-      __LINE__);
+      fmt::format("the grammar compile was cancelled after {:.1f} s: {}", seconds, why));
 }
 
 namespace detail {

@@ -7,20 +7,23 @@
 // results go with the exception (nothing is cached). Without a scope it does nothing.
 #pragma once
 
-#include "common/error.hpp"
-
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 
 namespace di::grammar {
 
 /// A compile stopped by its compile_cancel: "the grammar compile was cancelled after N s: WHY".
-class compile_interrupted : public di::error {
+/// Not a di::error, on purpose: the compiler's fallbacks catch di::error (a size limit, a
+/// pattern it cannot handle) and go on with a weaker grammar; a cancel must pass them all and
+/// reach whoever installed the scope (server/grammar_jobs.cpp, actors/executor_actor.cpp),
+/// who catch it by name or as a std::exception.
+class compile_interrupted : public std::runtime_error {
  public:
-  using di::error::error;
+  using std::runtime_error::runtime_error;
 };
 
 /// When a compile should stop: cancel() from any thread, or a deadline, which those who share

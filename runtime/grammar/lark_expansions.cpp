@@ -3,7 +3,6 @@
 // ranges, /regex/flags and name references. Unsupported Lark/xgrammar extensions fail clearly.
 #include "common/error.hpp"
 #include "common/utf8.hpp"
-#include "runtime/grammar/compile_interrupt.hpp"
 #include "runtime/grammar/detail/lark_parser.hpp"
 #include "runtime/grammar/regex.hpp"
 
@@ -301,8 +300,6 @@ expr_id lark_parser::parse_regex_atom() {
   for (char f : wrapped) pattern = std::string("(?") + f + ":" + pattern + ")";
   try {
     return token(compile_regex(g_, pattern, ro));
-  } catch (const compile_interrupted&) {
-    throw;  // cancelled: not a size limit to fall back from
   } catch (const error& e) {
     fail(std::string("failed to compile regular expression: ") + e.what());
   }

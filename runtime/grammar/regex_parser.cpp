@@ -5,7 +5,6 @@
 #include "runtime/grammar/detail/regex_parser.hpp"
 
 #include "common/error.hpp"
-#include "runtime/grammar/compile_interrupt.hpp"
 #include "runtime/grammar/regular_language.hpp"
 
 #include <fmt/format.h>
@@ -511,8 +510,6 @@ bool regex_parser::parse_flag_group() {
 bool regex_parser::is_prefix_free(expr_id e) const {
   try {
     return byte_dfa::from_expr(g_, e, 10'000).prefix_free();
-  } catch (const compile_interrupted&) {
-    throw;  // cancelled: not a size limit to fall back from
   } catch (const di::error&) {
     return false;  // too large to tell (or matching nothing): refused as if not
   }

@@ -3,7 +3,6 @@
 #include "runtime/grammar/tool_call_grammar.hpp"
 
 #include "common/error.hpp"
-#include "runtime/grammar/compile_interrupt.hpp"
 #include "runtime/grammar/compiled_grammar.hpp"
 
 #include <fmt/format.h>
@@ -47,8 +46,6 @@ grammar tool_calls_grammar(const json& spec, const json_schema_options& options)
     json_schema_result schema;
     try {
       schema = compile_json_schema(call["schema"], options);
-    } catch (const compile_interrupted&) {
-      throw;  // cancelled: not a size limit to fall back from
     } catch (const di::error& e) {
       const auto name = call.find("name");  // optional: how errors name the call
       if (name != call.end() && name->is_string())

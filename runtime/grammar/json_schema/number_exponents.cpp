@@ -4,7 +4,6 @@
 #include "runtime/grammar/json_schema/number_exponents.hpp"
 
 #include "common/error.hpp"
-#include "runtime/grammar/compile_interrupt.hpp"
 #include "runtime/grammar/json_schema/number_multiples.hpp"
 #include "runtime/grammar/regular_language.hpp"
 
@@ -144,8 +143,6 @@ bool has_small_automaton(std::uint64_t a) {
   try {
     multiples_automaton(a, k_max_exponent_step);
     return true;
-  } catch (const compile_interrupted&) {
-    throw;  // cancelled: not a size limit to fall back from
   } catch (const di::error&) {
     return false;
   }

@@ -2,7 +2,6 @@
 // as regular languages when both apply. Generation writes bounded numbers without an exponent;
 // validation also takes their exponent spellings (number_exponents.hpp).
 #include "common/error.hpp"
-#include "runtime/grammar/compile_interrupt.hpp"
 #include "runtime/grammar/json_schema/number_exponents.hpp"
 #include "runtime/grammar/json_schema/number_multiples.hpp"
 #include "runtime/grammar/json_schema/schema_compiler.hpp"
@@ -112,8 +111,6 @@ plain_numbers plain_number_schema(schema_compiler& c, const schema_node& n, bool
       try {
         digits = multiples_automaton(
             k, std::min(limit, bounded ? k_max_bounded_multiple_states : k_max_multiple_states));
-      } catch (const compile_interrupted&) {
-        throw;  // cancelled: not a size limit to fall back from
       } catch (const di::error& e) {
         why = fmt::format("multiples of {}{}: {}", k, bounded ? " within bounds" : "", e.what());
       }
@@ -172,8 +169,6 @@ expr_id number_schema(schema_compiler& c, const schema_node& n, bool integer_onl
   try {
     return g.choice(
         {p.plain, c.text().numbers_with_exponent(p.exponents, c.options().max_string_states)});
-  } catch (const compile_interrupted&) {
-    throw;  // cancelled: not a size limit to fall back from
   } catch (const di::error& e) {
     c.warn(fmt::format("numbers written with an exponent are not accepted here ({})", e.what()));
     return p.plain;

@@ -2,7 +2,6 @@
 // regular language over the decoded characters written in their canonical JSON escaping;
 // several of them are intersected as DFAs. Also the scalar checks behind enum filtering.
 #include "common/error.hpp"
-#include "runtime/grammar/compile_interrupt.hpp"
 #include "runtime/grammar/earley_parser.hpp"
 #include "runtime/grammar/json_schema/formats.hpp"
 #include "runtime/grammar/json_schema/schema_compiler.hpp"
@@ -92,8 +91,6 @@ expr_id string_content(schema_compiler& c, const schema_node& n, grammar& target
     for (const auto& h : holes)
       all = all.intersect(byte_dfa::from_expr(scratch, h(scratch), limit).complement(), limit)
                 .minimize();
-  } catch (const compile_interrupted&) {
-    throw;  // cancelled: not a size limit to fall back from
   } catch (const di::error& e) {
     DI_FAIL(
         "JSON Schema: a string's constraints together (minLength/maxLength {}..{} with {} "

@@ -23,6 +23,7 @@
 #include <ctime>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -518,4 +519,68 @@ TEST_CASE("a cancelled compile leaves nothing in the grammar cache; a later one 
   CHECK(cache.find(f, vocab) == nullptr);
   CHECK(cache.prepare(f, vocab) != nullptr);  // not remembered as a failure
   CHECK(cache.size() == 1);
+}
+
+namespace {
+
+/// How a compile of `spec` ends under a cancel that fired before it began: "interrupted" (the
+/// cancel reached the caller as itself), "compiled" (a fallback swallowed it and the compile
+/// went on with a weaker grammar), or "di::error: ..." (a fallback turned it into an ordinary
+/// error, which a server answers as a bad request).
+std::string outcome_when_cancelled(const response_format& f) {
+  compile_cancel fired;
+  fired.cancel("fired before it began");
+  std::string outcome;
+  try {
+    compile_response_format(f, {.cancel = &fired});
+    return "compiled";
+  } catch (const di::error& e) {
+    outcome = "di::error: ";
+    outcome += e.what();
+  } catch (const compile_interrupted& e) {
+    outcome = "interrupted";
+    if (!std::string_view(e.what()).ends_with(": fired before it began"))
+      outcome.append(", another reason: ").append(e.what());
+  }
+  return outcome;
+}
+
+std::string outcome_when_cancelled(const std::string& spec) {
+  return outcome_when_cancelled(parse_inline_response_format(spec));
+}
+
+}  // namespace
+
+TEST_CASE("a cancel passes the compiler's fallbacks: not caught as a di::error on the way") {
+  // Each spec's first cancel check is inside a `catch (const di::error&)` fallback of the
+  // front end, which goes on without what failed (or words a refusal of its own). A cancel is
+  // no di::error, so none of them sees it: each reaches the caller as compile_interrupted.
+  for (const std::string& spec : std::vector<std::string>{
+           // number_schema: multiples_automaton's fallback (multipleOf left unenforced)
+           R"(json_schema:{"type":"integer","multipleOf":7,"minimum":0,"maximum":100000})",
+           // regex_parser::is_prefix_free's (a possessive refused as if not prefix-free)
+           "ebnf:start: /[a-c]*+x/\n",
+           // tool_call_grammar's (the error names the call)
+           R"(tool_calls:{"begin":"","end":"","separator":"","calls":[{"name":"f","begin":"<",)"
+           R"("end":">","schema":{"type":"integer","multipleOf":7,"maximum":90}}]})",
+       }) {
+    CAPTURE(spec);
+    CHECK(outcome_when_cancelled(spec) == "interrupted");
+  }
+  // number_schema: the exponent spellings' fallback (validation: numbers written without them)
+  response_format f =
+      parse_inline_response_format(R"(json_schema:{"type":"integer","minimum":0,"maximum":100})");
+  f.schema.use = json_schema_use::validation;
+  CHECK(outcome_when_cancelled(f) == "interrupted");
+}
+
+TEST_CASE("a cancel in a string's constraint intersection or a Lark regex stays a cancel") {
+  // string_schema wraps what fails while intersecting a string's constraints in its own
+  // message ("a string's constraints together ... need an automaton of more than N states"),
+  // and a Lark terminal in "failed to compile regular expression": a cancel is neither.
+  CHECK(outcome_when_cancelled(
+            R"(json_schema:{"type":"string","maxLength":10,"pattern":"^a+$"})") == "interrupted");
+  CHECK(outcome_when_cancelled(R"(json_schema:{"type":"string","not":{"pattern":"b"}})") ==
+        "interrupted");
+  CHECK(outcome_when_cancelled("ebnf:start: /(?>ab|c)d/\n") == "interrupted");
 }
