@@ -161,18 +161,23 @@ std::shared_ptr<const compiled_grammar> compile_response_format(const response_f
 
 compiled_format compile_response_format_with_warnings(const response_format& f,
                                                       const compile_options& o) {
-  std::optional<interrupt_scope> cancellable;  // the front end obeys o.cancel too
+  // One scope for o.cancel, over the front end and the automaton both: the compile below is
+  // passed none (it would install a second for the same cancel).
+  std::optional<interrupt_scope> cancellable;
   if (o.cancel != nullptr) cancellable.emplace(*o.cancel);
+  compile_options inner = o;
+  inner.cancel = nullptr;
   response_format own = f;  // the format itself, without the free text before it
   own.after_text.clear();
   try {
     json_schema_result ir = grammar_of(own);
-    if (f.after_text.empty()) return {compiled_grammar::compile(ir.g, o), std::move(ir.warnings)};
+    if (f.after_text.empty())
+      return {compiled_grammar::compile(ir.g, inner), std::move(ir.warnings)};
     // One compile, of the free text and the answer together. The answer's own language is
     // checked first (an analysis, nothing built): a format no answer satisfies is refused as it
     // is without the free text (which alone would still match), with its message.
     if (!o.allow_empty_language) check_derives_some_string(ir.g);
-    return {compiled_grammar::compile(free_text_then(ir.g, f.after_text), o),
+    return {compiled_grammar::compile(free_text_then(ir.g, f.after_text), inner),
             std::move(ir.warnings)};
   } catch (const empty_language_error&) {
     if (f.kind == format_kind::json_schema)
