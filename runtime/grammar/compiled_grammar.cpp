@@ -59,6 +59,8 @@ void compiled_grammar::analyze() {
   for (bool changed = true; changed;) {
     changed = false;
     for (std::size_t i = n; i-- > 0;) {
+      // Each pass settles at least one more rule: as many passes as rules, at worst.
+      if (i % 4096 == 0) check_interrupt();
       if (can_end_[i]) continue;
       bool end = final_[i] != 0;
       for (const auto& e : calls(state_id(i)))
@@ -87,6 +89,7 @@ void compiled_grammar::compute_first() {
   for (bool changed = true; changed;) {
     changed = false;
     for (std::size_t i = n; i-- > 0;) {
+      if (i % 4096 == 0) check_interrupt();
       byte_set f = first_[i];
       for (const auto& e : calls(state_id(i))) {
         f |= first_[rule_start_[e.rule]];
@@ -104,6 +107,7 @@ void compiled_grammar::compute_follow() {
   for (bool changed = true; changed;) {
     changed = false;
     for (std::size_t q = 0; q < num_states(); ++q) {
+      if (q % 4096 == 0) check_interrupt();
       rule_id owner = state_rule_[q];
       for (const auto& e : calls(state_id(q))) {
         byte_set f = follow_[e.rule];

@@ -5,6 +5,7 @@
 // instead of "any character"* then the text: subset construction over the padded form holds
 // every prefix of a text that ends the input read in one state set (aaaa..., [aA]...: the square
 // of the length in time and memory; 2,000 words: past the work budget), the automaton one state.
+#include "runtime/grammar/compile_interrupt.hpp"
 #include "runtime/grammar/detail/regex_parser.hpp"
 
 #include <algorithm>
@@ -253,6 +254,7 @@ std::optional<expr_id> search_rules::build() {
   std::size_t k = 0;
   for (; k < work_.size(); ++k) {
     if (num_refs_ > k_max_search_refs || num_key_symbols_ > k_max_search_key_symbols) break;
+    if (k % 1024 == 0) check_interrupt();
     const std::uint32_t s = work_[k];
     g_.define_rule(state_rule_[s], sink[s] ? to_any_ : state_body(s));
   }

@@ -4,6 +4,7 @@
 #include "runtime/grammar/regular_language.hpp"
 
 #include "common/error.hpp"
+#include "runtime/grammar/compile_interrupt.hpp"
 #include "runtime/grammar/compiled_grammar.hpp"
 
 #include <array>
@@ -106,6 +107,7 @@ byte_dfa byte_dfa::product(const byte_dfa& other, bool both, std::size_t max_sta
   std::vector<std::uint32_t> targets(reps.size());
   ids.emplace(0, 0);
   for (std::size_t k = 0; k < pairs.size(); ++k) {
+    if (k % 1024 == 0) check_interrupt();
     DI_CHECK(pairs.size() <= max_states, "regular-language {} needs more than {} states",
              both ? "intersection" : "union", max_states);
     auto [a, b] = pairs[k];
@@ -195,6 +197,7 @@ byte_dfa byte_dfa::minimize() const {
     std::vector<std::uint32_t> next_cls(n);
     std::vector<std::uint32_t> sig(num_bytes + 1);
     for (std::size_t s = 0; s < n; ++s) {
+      if (s % 4096 == 0) check_interrupt();  // rounds: up to the longest word told apart
       sig[0] = cls[s];
       for (std::size_t j = 0; j < num_bytes; ++j)
         sig[j + 1] = cls[next(std::uint32_t(s), bytes.reps[j])];

@@ -3,6 +3,8 @@
 // symbols it has no child on. See search_automaton.hpp.
 #include "runtime/grammar/detail/search_automaton.hpp"
 
+#include "runtime/grammar/compile_interrupt.hpp"
+
 #include <algorithm>
 #include <iterator>
 
@@ -55,6 +57,7 @@ search_automaton build_search_automaton(const std::vector<std::vector<std::uint3
   std::unordered_map<std::uint64_t, std::uint32_t> child;  // the trie's edges while building
   for (std::size_t j = 0; j < literals.size(); ++j) {
     std::uint32_t s = 0;
+    if (j % 256 == 0) check_interrupt();
     for (std::uint32_t c : literals[j]) {
       const std::uint64_t key = std::uint64_t(s) * num_symbols + c;
       auto [it, inserted] = child.emplace(key, std::uint32_t(a.states.size()));
@@ -75,6 +78,7 @@ search_automaton build_search_automaton(const std::vector<std::vector<std::uint3
   // literals' length in all (Aho and Corasick, 1975).
   a.order.push_back(0);
   for (std::size_t k = 0; k < a.order.size(); ++k) {
+    if (k % 4096 == 0) check_interrupt();
     const std::uint32_t s = a.order[k];
     for (const auto& [c, t] : a.states[s].children) {
       a.order.push_back(t);

@@ -7,9 +7,11 @@
 #include "common/error.hpp"
 #include "runtime/grammar/compile_interrupt.hpp"
 #include "runtime/grammar/compiled_grammar.hpp"
+#include "runtime/grammar/detail/search_automaton.hpp"
 #include "runtime/grammar/ebnf.hpp"
 #include "runtime/grammar/json_schema.hpp"
 #include "runtime/grammar/regex.hpp"
+#include "runtime/grammar/regular_language.hpp"
 #include "runtime/grammar/response_format.hpp"
 #include "runtime/grammar/token_grammar.hpp"
 #include "runtime/grammar/token_vocabulary.hpp"
@@ -583,4 +585,31 @@ TEST_CASE("a cancel in a string's constraint intersection or a Lark regex stays 
   CHECK(outcome_when_cancelled(R"(json_schema:{"type":"string","not":{"pattern":"b"}})") ==
         "interrupted");
   CHECK(outcome_when_cancelled("ebnf:start: /(?>ab|c)d/\n") == "interrupted");
+}
+
+TEST_CASE("the DFA product and minimisation, and the literal search automaton, check too") {
+  // A string pattern of 8,000 characters beside a `not`: a chain of ~8,000 states that
+  // Moore's refinement splits one state per round: with no check in its loop it stopped
+  // 15.7 s past the deadline on the busy 2-core machine (the deadline passed unseen until the
+  // next automaton build), 0.0004 s past it now.
+  const response_format f = parse_inline_response_format(
+      R"(json_schema:{"type":"string","pattern":"^a{8000}$","not":{"pattern":"b"}})");
+  const auto [seconds, message] = compile_until(f, std::chrono::milliseconds(300));
+  MESSAGE("an 8,000-state chain minimised: stopped ", seconds - 0.3, " s after a 0.3 s deadline");
+  // The cancel itself, not string_schema's wrapping of what fails in its intersection.
+  CHECK(message.ends_with(": the limit is 0.3 s"));
+  CHECK(seconds < 2.0);
+  // Each loop on its own, under a cancel that has fired: the automata built outside it.
+  grammar g;
+  const byte_dfa chain = byte_dfa::from_expr(g, g.literal(std::string(3000, 'a')), 10'000);
+  const byte_dfa bs = byte_dfa::from_expr(g, g.repeat(g.literal("b"), 0, k_unbounded), 10'000);
+  std::vector<std::vector<std::uint32_t>> texts(1000, std::vector<std::uint32_t>(20, 0));
+  for (std::size_t j = 0; j < texts.size(); ++j)
+    for (std::size_t k = 0; k < 10; ++k) texts[j][k] = std::uint32_t((j >> k) & 1);
+  compile_cancel fired;
+  fired.cancel("fired");
+  const interrupt_scope scope(fired);
+  CHECK_THROWS_AS((void)chain.minimize(), compile_interrupted);
+  CHECK_THROWS_AS((void)chain.unite(bs, 100'000), compile_interrupted);
+  CHECK_THROWS_AS((void)detail::build_search_automaton(texts, 2), compile_interrupted);
 }
