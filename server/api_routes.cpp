@@ -273,6 +273,7 @@ void serve_generation(const session_ptr& s, api_kind kind) {
                                                 : parse_completion_request(body, ctx.settings);
   check_model(ctx, body);
   if (kind == api_kind::chat) render_chat(ctx.model, r);
+  check_prompt_ids(r, *ctx.model.tokenizer);  // before the echo or logprobs must decode them
   if (ctx.num_inflight.fetch_add(1) >= ctx.settings.max_concurrent_requests) {
     --ctx.num_inflight;
     throw api_error(

@@ -396,13 +396,11 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
   std::string prompt_text(const choice_state& c) const {
     const prompt_input& p = req_.prompts[c.prompt];
     if (!p.text.empty()) return p.text;
-    try {
-      // As the output is decoded (and as the logprobs' text offsets count it).
-      return ctx_.model.tokenizer->decode(c.prompt_ids,
-                                          {.skip_special_tokens = req_.params.skip_special_tokens});
-    } catch (const std::exception&) {
-      return "";
-    }
+    // As the output is decoded (and as the logprobs' text offsets count it). Every id decodes:
+    // serve_generation refused a prompt with an id the tokenizer has no token for
+    // (check_prompt_ids), whose echo was "" here, silently.
+    return ctx_.model.tokenizer->decode(c.prompt_ids,
+                                        {.skip_special_tokens = req_.params.skip_special_tokens});
   }
 
   bool all_finished() const {

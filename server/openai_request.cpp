@@ -5,6 +5,7 @@
 #include "common/json_brief.hpp"
 
 #include "model/chat_template/openai_messages.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 #include "runtime/grammar/json_schema.hpp"
 #include "server/api_error.hpp"
 #include "server/detail/json_string_state.hpp"
@@ -724,6 +725,25 @@ generation_request parse_chat_request(const json& body, const server_settings& l
   read_template_inputs(f, r);
   reject_unsupported_chat(f);
   return r;
+}
+
+void check_prompt_ids(const generation_request& r, const tok::tokenizer& tok) {
+  const auto vocab = std::int64_t(tok.vocab_size());
+  for (std::size_t p = 0; p < r.prompts.size(); ++p) {
+    const std::vector<std::int32_t>& ids = r.prompts[p].ids;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (tok.id_to_token(ids[i])) continue;
+      const std::string where = r.prompts.size() > 1 ? fmt::format("prompt {}, position {}", p, i)
+                                                     : fmt::format("position {}", i);
+      if (ids[i] < 0 || ids[i] >= vocab)  // as the router words it
+        bad_param("prompt", fmt::format("prompt token {} ({}) is outside the vocabulary [0, {})",
+                                        ids[i], where, vocab));
+      bad_param("prompt",
+                fmt::format("prompt token {} ({}) is not in the vocabulary: the tokenizer has no "
+                            "token with that id (a gap in its ids)",
+                            ids[i], where));
+    }
+  }
 }
 
 }  // namespace di::server

@@ -16,6 +16,10 @@
 #include <string_view>
 #include <vector>
 
+namespace di::tok {
+class tokenizer;
+}  // namespace di::tok
+
 namespace di::server {
 
 /// A request body as parsed: objects keep their keys in the body's order.
@@ -90,5 +94,11 @@ request_json parse_body(std::string_view body, const server_settings& limits);
 generation_request parse_completion_request(const request_json& body,
                                             const server_settings& limits);
 generation_request parse_chat_request(const request_json& body, const server_settings& limits);
+
+/// A token-id prompt holds only ids `tok` has a token for: 400 (param "prompt") naming the
+/// first other -- outside the tokenizer's ids, or in a gap of them (tokenizer.json lists no
+/// token with that id), which the router's range check lets through. Such a prompt's echo was
+/// "" and its logprobs named the token "", silently.
+void check_prompt_ids(const generation_request& r, const tok::tokenizer& tok);
 
 }  // namespace di::server

@@ -13,18 +13,28 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
+/// Whether the tokenizer has a token of id `id`. Its ids may have gaps (tokenizer.json lists
+/// no token for them) that the model's head still scores, so such an id can be among a
+/// position's top logprobs -- never an output or prompt token: the scheduler fails a request
+/// that samples one, the server refuses a prompt that holds one (check_prompt_ids).
+bool has_token(const tok::tokenizer& tok, std::int32_t id) {
+  return tok.id_to_token(id).has_value();
+}
+
+/// A token's bytes; null for an id without a token (OpenAI: null where a token has no bytes
+/// representation). They were an empty list, as if the token were the empty string.
 json bytes_of(const tok::tokenizer& tok, std::int32_t id) {
+  if (!has_token(tok, id)) return nullptr;
   json b = json::array();
-  try {
-    for (unsigned char c : tok.token_bytes(id)) b.push_back(int(c));
-  } catch (const std::exception&) {
-  }
+  for (unsigned char c : tok.token_bytes(id)) b.push_back(int(c));
   return b;
 }
 
-/// A token as logprobs name it: its text, or "token_id:N" (vLLM's return_tokens_as_token_ids).
+/// A token as logprobs name it: its text, or "token_id:N" (vLLM's return_tokens_as_token_ids),
+/// which also names an id without a token (its text was "", a name any empty token shares).
 std::string token_name(const tok::tokenizer& tok, std::int32_t id, bool as_token_id) {
-  return as_token_id ? "token_id:" + std::to_string(id) : token_text(tok, id);
+  return as_token_id || !has_token(tok, id) ? "token_id:" + std::to_string(id)
+                                            : token_text(tok, id);
 }
 
 }  // namespace
@@ -37,15 +47,12 @@ json usage_json(const usage_counts& u) {
 }
 
 std::string token_text(const tok::tokenizer& tok, std::int32_t id) {
-  try {
-    // One U+FFFD per maximal invalid subpart, as Python's bytes.decode("utf-8", "replace") and
-    // the tokenizer's own decode give it (vLLM names a token by that decode): [236, 149], a
-    // 3-byte character cut short, is one U+FFFD. Each invalid byte was one, and overlong
-    // forms and surrogates ([0xC0, 0x80], [0xED, 0xA0, 0x80]) passed through as if valid.
-    return tok::detail::utf8_lossy(tok.token_bytes(id));
-  } catch (const std::exception&) {
-    return "";
-  }
+  // One U+FFFD per maximal invalid subpart, as Python's bytes.decode("utf-8", "replace") and
+  // the tokenizer's own decode give it (vLLM names a token by that decode): [236, 149], a
+  // 3-byte character cut short, is one U+FFFD. Each invalid byte was one, and overlong
+  // forms and surrogates ([0xC0, 0x80], [0xED, 0xA0, 0x80]) passed through as if valid.
+  // (An id without a token is a di::error; it was "", silently.)
+  return tok::detail::utf8_lossy(tok.token_bytes(id));
 }
 
 std::size_t count_chars(std::string_view text) {
@@ -58,12 +65,12 @@ text_offsets::text_offsets(const tok::tokenizer& tok, bool skip_special_tokens)
 
 std::size_t text_offsets::push(std::int32_t id) {
   std::size_t offset = chars_;
-  try {
-    // A fragment that can never complete is flushed as U+FFFD before this token's text.
-    if (detok_.abandons_pending(id)) ++offset;
-    chars_ += count_chars(detok_.push(id));  // the decoder the output text comes from
-  } catch (const std::exception&) {
-  }  // no token: no text (the router refuses such ids earlier)
+  // Every id pushed has a token (output tokens: the scheduler fails a request that samples
+  // another; prompt tokens: check_prompt_ids), so nothing is caught here: an id without one
+  // is a di::error, where it was taken silently as a token of no text.
+  // A fragment that can never complete is flushed as U+FFFD before this token's text.
+  if (detok_.abandons_pending(id)) ++offset;
+  chars_ += count_chars(detok_.push(id));  // the decoder the output text comes from
   return offset;
 }
 

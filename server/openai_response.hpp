@@ -44,7 +44,8 @@ struct usage_counts {
 nlohmann::ordered_json usage_json(const usage_counts& u);
 
 /// The text of a token for display: its bytes, each maximal invalid UTF-8 subpart shown as one
-/// U+FFFD (Python's decode("utf-8", "replace")).
+/// U+FFFD (Python's decode("utf-8", "replace")). di::error for an id the tokenizer has no
+/// token for.
 std::string token_text(const tok::tokenizer& tok, std::int32_t id);
 
 /// Where each token's text begins in the text of all of them, in characters (code points, as

@@ -654,6 +654,79 @@ TEST_CASE("return_tokens_as_token_ids names logprobs' tokens by id, as vLLM does
   CHECK(chat_logprobs(tok, {e})["content"][0]["token"] == "b");
 }
 
+/// The DeepSeek tokenizer with one more special token at id 128900: ids 128815..128899 are a
+/// gap (no token), as tokenizers whose added tokens skip ids have.
+static di::tok::tokenizer deepseek_tokenizer_with_gap() {
+  std::ifstream in(di::test::shared_path("models/deepseek-v3-tokenizer/tokenizer.json"),
+                   std::ios::binary);
+  json t = json::parse(
+      std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
+  t["added_tokens"].push_back({{"id", 128900},
+                               {"content", "<gap_probe>"},
+                               {"single_word", false},
+                               {"lstrip", false},
+                               {"rstrip", false},
+                               {"normalized", false},
+                               {"special", true}});
+  return di::tok::tokenizer::from_json(t.dump(), "{}");
+}
+
+TEST_CASE("a token-id prompt with an id the tokenizer has no token for is a 400 naming it") {
+  // The router checks the range only: an id in a gap of the tokenizer's ids passed, and its
+  // echo was "" and its logprobs named it "" (prompt_text, token_text and text_offsets caught
+  // the tokenizer's error and went on).
+  const auto tok = deepseek_tokenizer_with_gap();
+  REQUIRE(tok.vocab_size() == 128901);
+  REQUIRE_FALSE(tok.id_to_token(128850).has_value());
+  const server_settings s;
+  const auto request = [&](const std::string& prompt) {
+    return parse_completion_request(parse_body(R"({"prompt": )" + prompt + "}", s), s);
+  };
+  CHECK_NOTHROW(check_prompt_ids(request("[1, 2, 128900]"), tok));
+  CHECK_NOTHROW(check_prompt_ids(request(R"("text")"), tok));
+  const auto refused = [&](const std::string& prompt, const std::string& message) {
+    CAPTURE(prompt);
+    try {
+      check_prompt_ids(request(prompt), tok);
+      FAIL("no error");
+    } catch (const api_error& e) {
+      CHECK(e.status == 400);
+      CHECK(e.param == "prompt");
+      CHECK(std::string(e.what()) == message);
+    }
+  };
+  refused("[1, 128850, 2]",
+          "prompt token 128850 (position 1) is not in the vocabulary: the tokenizer has no token "
+          "with that id (a gap in its ids)");
+  refused("[[1], [5, 6, 128899]]",
+          "prompt token 128899 (prompt 1, position 2) is not in the vocabulary: the tokenizer "
+          "has no token with that id (a gap in its ids)");
+  refused("[3, 128901]", "prompt token 128901 (position 1) is outside the vocabulary [0, 128901)");
+  // The tokenizer's own decode refuses such an id: what the echo would have needed.
+  CHECK_THROWS_AS(tok.decode(std::vector<std::int32_t>{1, 128850}), di::error);
+}
+
+TEST_CASE("logprobs name an id without a token by its id, with null bytes; never as \"\"") {
+  // The model's head scores ids in the tokenizer's gaps, so one can be among the top logprobs:
+  // it was named "" (with bytes []), as if it were an empty token.
+  const auto tok = deepseek_tokenizer_with_gap();
+  const std::int32_t a = *tok.token_to_id("a"), gap = 128850;
+  const di::runtime::position_logprobs e{
+      .id = a, .logprob = -0.5f, .top = {{a, -0.5f}, {gap, -1.f}}};
+  const json c = completion_logprobs(tok, {a}, {&e}, {0});
+  CHECK(c["top_logprobs"][0].dump() == R"({"a":-0.5,"token_id:128850":-1.0})");
+  const json ch = chat_logprobs(tok, {e});
+  CHECK(ch["content"][0]["token"] == "a");
+  CHECK(ch["content"][0]["bytes"] == json::array({int('a')}));
+  CHECK(ch["content"][0]["top_logprobs"][1]["token"] == "token_id:128850");
+  CHECK(ch["content"][0]["top_logprobs"][1]["bytes"].is_null());
+  // token_text and text_offsets, which only ever get ids with a token, now say so loudly.
+  CHECK_THROWS_WITH_AS(token_text(tok, gap), doctest::Contains("not in the vocabulary"), di::error);
+  text_offsets offsets(tok, true);
+  CHECK(offsets.push(a) == 0);
+  CHECK_THROWS_AS(offsets.push(gap), di::error);
+}
+
 TEST_CASE("vLLM fields that would change the output are honoured or refused, never ignored") {
   const char* msgs = R"("messages": [{"role": "user", "content": "q"}])";
   const auto chat = [&](const std::string& more) {
