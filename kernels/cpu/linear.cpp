@@ -294,6 +294,16 @@ tensor expert_linear(const tensor& x, const tensor& offsets, const weight_matrix
            "expert_linear: {} rows per expert is not a multiple of the {}-row scale block",
            out_dim, weights.block.rows);
   const std::int32_t* off = offsets.data<std::int32_t>();
+  // rows_all_grouped is the caller's promise that the experts' ranges cover every row, on which
+  // CUDA leaves its output unzeroed: a row outside them would come back as whatever the memory
+  // held, not zero. Checked here, where the offsets are host memory, so that a CPU forward
+  // (the MoE's own caller, model/forward/moe.cpp) finds a broken promise; on CUDA they are the
+  // device's, and reading them would sync the step and break its graph capture.
+  DI_CHECK(!params.rows_all_grouped || (off[0] == 0 && off[experts] == rows),
+           "expert_linear: rows_all_grouped is set, but the experts' ranges cover rows [{}, {}) "
+           "of x's {} (offsets[0] and offsets[{}]): the rows outside them are in no expert's "
+           "range, and CUDA would leave their outputs unwritten",
+           off[0], off[experts], rows, experts);
   tensor out = tensor::zeros({rows, out_dim}, dtype::f32);  // [rows, out]
   for (std::int64_t e = 0; e < experts; ++e) {
     DI_CHECK(0 <= off[e] && off[e] <= off[e + 1] && off[e + 1] <= rows,

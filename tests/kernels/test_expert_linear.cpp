@@ -57,5 +57,41 @@ TEST_CASE("expert_linear equals a linear per expert over its row range") {
                   di::error);
 }
 
+TEST_CASE("expert_linear: rows_all_grouped with rows outside every expert is a clear error") {
+  // The promise (every row in some expert's range) let CUDA leave the output unzeroed; nothing
+  // checked it, so a caller that broke it got rows of whatever the memory held.
+  const std::int64_t experts = 2, out = 4, in = 32, rows = 5;
+  const tensor w = tensor::zeros({experts * out, in}, dtype::f32);
+  const tensor x = tensor::zeros({rows, in}, dtype::f32);
+  tensor offsets = tensor::empty({experts + 1}, dtype::i32);
+  const auto set = [&](std::int32_t a, std::int32_t b, std::int32_t c) {
+    offsets.data<std::int32_t>()[0] = a;
+    offsets.data<std::int32_t>()[1] = b;
+    offsets.data<std::int32_t>()[2] = c;
+  };
+  ops::expert_linear_params grouped;
+  grouped.rows_all_grouped = true;
+  set(0, 2, 5);  // every row grouped: the promise holds
+  CHECK(ops::expert_linear(x, offsets, weight_matrix(w), grouped).shape() ==
+        tensor_shape({rows, out}));
+  CHECK_NOTHROW(ops::expert_linear_pair(x, offsets, weight_matrix(w), weight_matrix(w), grouped));
+  // the last row, the first row, every row outside
+  const std::int32_t broken[][3] = {{0, 2, 4}, {1, 2, 5}, {0, 0, 0}};
+  for (const auto& o : broken) {
+    CAPTURE(o[0]);
+    CAPTURE(o[2]);
+    set(o[0], o[1], o[2]);
+    // Without the promise, rows outside every range are zero, as documented.
+    CHECK_NOTHROW(ops::expert_linear(x, offsets, weight_matrix(w), {}));
+    CHECK_THROWS_WITH_AS(ops::expert_linear(x, offsets, weight_matrix(w), grouped),
+                         doctest::Contains("rows_all_grouped is set, but the experts' ranges "
+                                           "cover rows"),
+                         di::error);
+    CHECK_THROWS_WITH_AS(
+        ops::expert_linear_pair(x, offsets, weight_matrix(w), weight_matrix(w), grouped),
+        doctest::Contains("rows_all_grouped"), di::error);
+  }
+}
+
 }  // namespace
 }  // namespace di
