@@ -27,8 +27,6 @@ constexpr std::size_t k_max_search_literal = 40'000;
 // The automaton's rules refer to states and to one another about this many times at most: a
 // regular component of more is compiled rule by rule (calls), past 2,000,000 refused.
 constexpr std::size_t k_max_search_refs = 400'000;
-// Symbols in the keys of the rules that exclude some (16 MB).
-constexpr std::size_t k_max_search_key_symbols = 4'000'000;
 
 }  // namespace
 
@@ -170,9 +168,12 @@ struct literal_tail {
   bool to_end = false;
 };
 
-/// Writes a search automaton as right-linear rules: a rule per state (its children, then a
-/// rule for the moves it shares with its failure state, then what follows the literals that
-/// end there), made as they are first referred to.
+/// Writes a search automaton as right-linear rules: a rule per state (its children, then the
+/// moves of its failure state on the other symbols, then what follows the literals that end
+/// there), made as they are first referred to. A state's moves on the symbols [lo, hi) are a
+/// node of a balanced tree over the symbols, shared with its failure state where it has no
+/// child there (a persistent array: a state adds a path per child), so that a state takes
+/// its failure state's moves but on its own children's symbols with a few nodes (2 per level).
 class search_rules {
  public:
   struct params {
@@ -191,6 +192,7 @@ class search_rules {
         chars_(std::move(p.chars)),
         state_rule_(p.a.states.size(), k_none),
         enter_(p.a.states.size(), k_none),
+        back_(p.alphabet.symbols().size(), k_none),
         ends_(p.a.states.size(), k_none),
         symbol_expr_(p.alphabet.symbols().size(), k_none) {
     const rule_id any = g_.fresh_rule("search_any");
@@ -209,15 +211,15 @@ class search_rules {
   /// The symbol that enters state t, then t.
   expr_id enter_ref(std::uint32_t t);
   expr_id rule_of(std::string_view name, std::vector<expr_id> alts);
-  /// State f's children at [lo, hi): a node of a balanced tree over them.
-  expr_id children_ref(std::uint32_t f, std::uint32_t lo, std::uint32_t hi);
-  /// Appends the fewest nodes that hold f's children at [lo, hi) but those at `skip`.
-  void children_but(std::uint32_t f, std::uint32_t lo, std::uint32_t hi, const symbols& skip,
-                    std::vector<expr_id>& out);
-  /// State f's moves but on the symbols of y.
-  expr_id moves_except(std::uint32_t f, symbols y);
-  /// State 0's moves but on the symbols of y, and its way back to itself.
-  std::vector<expr_id> start_moves(const symbols& y);
+  /// Symbol c, then state 0 (state 0 has no child on c).
+  expr_id back_ref(std::uint32_t c);
+  /// Whether state f has a child on a symbol in [lo, hi).
+  bool has_child_in(std::uint32_t f, std::uint32_t lo, std::uint32_t hi) const;
+  /// State f's moves on the symbols [lo, hi): a node of the tree of its moves.
+  expr_id moves_ref(std::uint32_t f, std::uint32_t lo, std::uint32_t hi);
+  /// Appends the fewest nodes that hold f's moves on [lo, hi) but on the symbols `skip`.
+  void moves_but(std::uint32_t f, std::uint32_t lo, std::uint32_t hi, const symbols& skip,
+                 std::vector<expr_id>& out);
   /// What follows the literals that end at state t or at a suffix of it.
   expr_id ends_ref(std::uint32_t t);
   /// The body of state s (not a sink).
@@ -232,11 +234,9 @@ class search_rules {
   std::optional<expr_id> restart_other_;  // back to state 0 on a character of no symbol
   std::vector<rule_id> state_rule_;
   std::vector<std::uint32_t> work_;  // states referred to, in that order
-  std::vector<expr_id> enter_, ends_, symbol_expr_;
-  std::map<std::pair<std::uint32_t, symbols>, expr_id> except_;
-  std::unordered_map<std::uint64_t, expr_id> child_tree_;
-  std::size_t num_refs_ = 0;         // references made
-  std::size_t num_key_symbols_ = 0;  // symbols in the keys of except_ (its memory)
+  std::vector<expr_id> enter_, back_, ends_, symbol_expr_;
+  std::unordered_map<std::uint64_t, expr_id> moves_;  // by (state, lo, hi)
+  std::size_t num_refs_ = 0;                          // references made
 };
 
 std::optional<expr_id> search_rules::build() {
@@ -253,7 +253,7 @@ std::optional<expr_id> search_rules::build() {
   const expr_id start = state_ref(0);
   std::size_t k = 0;
   for (; k < work_.size(); ++k) {
-    if (num_refs_ > k_max_search_refs || num_key_symbols_ > k_max_search_key_symbols) break;
+    if (num_refs_ > k_max_search_refs) break;
     if (k % 1024 == 0) check_interrupt();
     const std::uint32_t s = work_[k];
     g_.define_rule(state_rule_[s], sink[s] ? to_any_ : state_body(s));
@@ -264,14 +264,20 @@ std::optional<expr_id> search_rules::build() {
 }
 
 expr_id search_rules::state_body(std::uint32_t s) {
-  if (s == 0) return moves_except(0, {});
+  const auto num_symbols = std::uint32_t(alphabet_.symbols().size());
   const auto& st = a_.states[s];
   std::vector<expr_id> alts;
-  symbols own;
-  for (auto [c, t] : st.children) alts.push_back(enter_ref(t)), own.push_back(c);
-  alts.push_back(moves_except(st.fail, std::move(own)));
+  if (s == 0) {
+    alts.push_back(moves_ref(0, 0, num_symbols));
+  } else {
+    symbols own;
+    for (auto [c, t] : st.children) alts.push_back(enter_ref(t)), own.push_back(c);
+    moves_but(st.fail, 0, num_symbols, own, alts);
+  }
+  if (restart_other_) alts.push_back(*restart_other_);
   if (const std::uint32_t end = st.ends.empty() ? st.suffix_end : s; end != k_none)
     alts.push_back(ends_ref(end));
+  num_refs_ += alts.size();
   return g_.choice(std::move(alts));
 }
 
@@ -303,93 +309,60 @@ expr_id search_rules::rule_of(std::string_view name, std::vector<expr_id> alts) 
   return g_.ref(r);
 }
 
-expr_id search_rules::children_ref(std::uint32_t f, std::uint32_t lo, std::uint32_t hi) {
+expr_id search_rules::back_ref(std::uint32_t c) {
+  // As enter_ref: one rule per symbol where the symbol is more than one byte set.
+  ++num_refs_;
+  if (symbol_expr_[c] == k_none) symbol_expr_[c] = chars_(alphabet_.symbols()[c]);
+  if (g_.at(symbol_expr_[c]).kind == expr_kind::bytes)
+    return g_.sequence({symbol_expr_[c], state_ref(0)});
+  if (back_[c] == k_none)
+    back_[c] = rule_of("search_enter", {g_.sequence({symbol_expr_[c], state_ref(0)})});
+  return back_[c];
+}
+
+bool search_rules::has_child_in(std::uint32_t f, std::uint32_t lo, std::uint32_t hi) const {
   const auto& c = a_.states[f].children;
-  if (hi - lo == 1) return enter_ref(c[lo].second);
-  const std::uint64_t key = std::uint64_t(f) << 40 | std::uint64_t(lo) << 20 | hi;
-  if (auto it = child_tree_.find(key); it != child_tree_.end()) return it->second;
-  const std::uint32_t mid = lo + (hi - lo) / 2;
-  num_refs_ += 2;
-  const expr_id e =
-      rule_of("search_children", {children_ref(f, lo, mid), children_ref(f, mid, hi)});
-  child_tree_.emplace(key, e);
-  return e;
+  auto it = std::lower_bound(c.begin(), c.end(), std::pair<std::uint32_t, std::uint32_t>{lo, 0});
+  return it != c.end() && it->first < hi;
 }
 
-void search_rules::children_but(std::uint32_t f, std::uint32_t lo, std::uint32_t hi,
-                                const symbols& skip, std::vector<expr_id>& out) {
-  auto it = std::lower_bound(skip.begin(), skip.end(), lo);
-  if (it == skip.end() || *it >= hi) return out.push_back(children_ref(f, lo, hi));
-  if (hi - lo == 1) return;
-  const std::uint32_t mid = lo + (hi - lo) / 2;
-  children_but(f, lo, mid, skip, out);
-  children_but(f, mid, hi, skip, out);
-}
-
-expr_id search_rules::moves_except(std::uint32_t f, symbols y) {
-  // A rule per (f, y) where f has a child on a symbol outside y: those children (a few nodes of
-  // their tree, so that excluding one of 26 costs 5 references, not 25), then the rule of its
-  // failure state with y and f's children's symbols excluded; state 0's ends the chain. Made
-  // from the end of the chain of failure states, up to a pair made already.
-  std::vector<std::pair<std::uint32_t, symbols>> chain;
+expr_id search_rules::moves_ref(std::uint32_t f, std::uint32_t lo, std::uint32_t hi) {
+  // Where f has no child on [lo, hi) it moves there as its failure state does: the first state
+  // down the chain that has one (or state 0) makes the node, and every state passed shares it.
+  std::vector<std::uint64_t> passed;
+  const auto key = [&](std::uint32_t u) {
+    return std::uint64_t(u) << 40 | std::uint64_t(lo) << 20 | hi;
+  };
   std::optional<expr_id> made;
-  for (;;) {
-    if (auto it = except_.find({f, y}); it != except_.end()) {
+  for (;; f = a_.states[f].fail) {
+    if (auto it = moves_.find(key(f)); it != moves_.end()) {
       made = it->second;
       break;
     }
-    chain.push_back({f, y});
-    if (f == 0) break;
-    for (auto [c, t] : a_.states[f].children) y.push_back(c);
-    std::sort(y.begin(), y.end());
-    y.erase(std::unique(y.begin(), y.end()), y.end());
-    f = a_.states[f].fail;
+    passed.push_back(key(f));
+    if (f == 0 || has_child_in(f, lo, hi)) break;
   }
-  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
-    auto& [u, excluded] = *it;
-    num_key_symbols_ += excluded.size();
-    std::vector<expr_id> alts;
-    if (u == 0) {
-      alts = start_moves(excluded);
+  if (!made) {
+    if (hi - lo == 1) {
+      made = f == 0 && !has_child_in(0, lo, hi) ? back_ref(lo) : enter_ref(*a_.child(f, lo));
     } else {
-      const auto& children = a_.states[u].children;
-      symbols skip;  // indices of the children on excluded symbols
-      for (std::uint32_t c : excluded) {
-        auto at = std::lower_bound(children.begin(), children.end(),
-                                   std::pair<std::uint32_t, std::uint32_t>{c, 0});
-        if (at != children.end() && at->first == c)
-          skip.push_back(std::uint32_t(at - children.begin()));
-      }
-      if (skip.size() < children.size())
-        children_but(u, 0, std::uint32_t(children.size()), skip, alts);
-      ++num_refs_;
-      if (alts.empty()) {  // nothing of its own: its failure state's rule
-        except_.emplace(std::pair{u, std::move(excluded)}, *made);
-        continue;
-      }
-      alts.push_back(*made);
+      const std::uint32_t mid = lo + (hi - lo) / 2;
+      num_refs_ += 2;
+      made = rule_of("search_moves", {moves_ref(f, lo, mid), moves_ref(f, mid, hi)});
     }
-    num_refs_ += alts.size() + 1;
-    made = rule_of("search_moves", std::move(alts));
-    except_.emplace(std::pair{u, std::move(excluded)}, *made);
   }
+  for (std::uint64_t k : passed) moves_.emplace(k, *made);
   return *made;
 }
 
-std::vector<expr_id> search_rules::start_moves(const symbols& y) {
-  const auto& children = a_.states[0].children;
-  std::vector<expr_id> alts;
-  codepoint_set moved = alphabet_.covered().complement();  // what state 0 does not go back on
-  for (std::uint32_t c : y) moved.add(alphabet_.symbols()[c]);
-  for (std::uint32_t i = 0; i < children.size(); ++i) {
-    moved.add(alphabet_.symbols()[children[i].first]);
-    if (!std::binary_search(y.begin(), y.end(), children[i].first))
-      alts.push_back(enter_ref(children[i].second));
-  }
-  if (const codepoint_set back = moved.complement(); !back.empty())
-    alts.push_back(g_.sequence({chars_(back), state_ref(0)}));
-  if (restart_other_) alts.push_back(*restart_other_);
-  return alts;
+void search_rules::moves_but(std::uint32_t f, std::uint32_t lo, std::uint32_t hi,
+                             const symbols& skip, std::vector<expr_id>& out) {
+  auto it = std::lower_bound(skip.begin(), skip.end(), lo);
+  if (it == skip.end() || *it >= hi) return out.push_back(moves_ref(f, lo, hi));
+  if (hi - lo == 1) return;
+  const std::uint32_t mid = lo + (hi - lo) / 2;
+  moves_but(f, lo, mid, skip, out);
+  moves_but(f, mid, hi, skip, out);
 }
 
 expr_id search_rules::ends_ref(std::uint32_t t) {

@@ -292,6 +292,37 @@ TEST_CASE("search mode: literal alternatives, (?i) and classes keep the padded f
   CHECK(num_json_literal > 15);
 }
 
+TEST_CASE("search mode: hundreds of literal alternatives keep the padded form's language") {
+  // The automaton's states take their failure state's moves through a shared tree of moves
+  // per state: word lists deep enough for long failure chains (4 letters), wide alphabets
+  // (26 letters, multi-byte characters, a class), some tied to the end, against the padded
+  // form's DFA as in the differential above.
+  lcg r{13};
+  const std::vector<std::string> narrow = {"a", "b", "c", "d"};
+  std::vector<std::string> wide = {"\u00e9", "\u65e5", "[0-9]"};
+  for (char c = 'a'; c <= 'z'; ++c) wide.push_back(std::string(1, c));
+  for (int k = 0; k < 6; ++k) {
+    const std::vector<std::string>& letters = k < 3 ? narrow : wide;
+    std::string search, inside = "(?:", at_end = "(?:";  // padded: the words by where they end
+    for (std::uint32_t w = 0, n = 100 + r.next(100); w < n; ++w) {
+      std::string word;
+      for (std::uint32_t i = 0, len = 2 + r.next(k < 3 ? 6 : 3); i < len; ++i)
+        word += letters[r.next(letters.size())];
+      const bool to_end = r.next(6) == 0;
+      if (w) search += '|';
+      search += word + (to_end ? "$" : "");
+      (to_end ? at_end : inside) += word + "|";
+    }
+    inside.back() = ')', at_end.back() = ')';
+    const std::string padded = "[\\s\\S]*" + inside + "[\\s\\S]*|[\\s\\S]*" + at_end;
+    INFO("pattern ", search);
+    bool took = false, unused = false;
+    const byte_dfa searched = regex_dfa(search, true, took);
+    CHECK(took);
+    CHECK(same_language(searched, regex_dfa(padded, false, unused)));
+  }
+}
+
 TEST_CASE("search automaton: the Aho-Corasick moves are the longest suffix that is a prefix") {
   // Reference by definition: from the state of prefix p, symbol c leads to the longest suffix of
   // p + c that is a prefix of a literal (state 0: none), over random small literal sets.
