@@ -5,7 +5,8 @@
 // cache the runner reads, while the device thread goes on running steps; requests for a spec
 // that is compiling wait for that compile, which stops once the last of them has waited the
 // limit (it used to run on to its end, holding the grammar thread: minutes for a hostile
-// schema, and every later grammar queued behind it).
+// schema, and every later grammar queued behind it) or has been aborted (abandon_grammar_atom:
+// it used to run on to the limit, 100 s, with nobody waiting).
 #include "actors/executor_actor.hpp"
 
 #include "actors/logging.hpp"
@@ -246,11 +247,18 @@ void compile_grammar_job(grammar_job& job, const caf::actor_addr& owner) {
     caf::anon_send(a, grammar_done_atom::value, job.id, std::move(error));
 }
 
+/// A request waiting for a compile: request `id` of the actor `from` (its scheduler).
+struct grammar_waiter {
+  caf::actor_addr from;
+  std::uint64_t id = 0;
+  caf::typed_response_promise<std::string> reply;
+};
+
 /// A compile on the grammar thread and the requests waiting for it.
 struct grammar_compile {
   std::string spec;
   std::shared_ptr<grammar::compile_cancel> cancel;
-  std::vector<caf::typed_response_promise<std::string>> waiting;
+  std::vector<grammar_waiter> waiting;
 };
 
 struct executor_state {
@@ -278,7 +286,7 @@ struct executor_state {
     for (auto& [id, rp] : info_waiting) rp.deliver(gone);
     for (auto& [id, rp] : step_waiting) rp.deliver(gone);
     for (auto& [id, c] : compiles)
-      for (auto& rp : c.waiting) rp.deliver(gone);
+      for (grammar_waiter& w : c.waiting) w.reply.deliver(gone);
   }
 };
 
@@ -307,10 +315,11 @@ void on_job_done(self_ptr self, std::uint64_t id) {
   if (failure) self->quit(failure);
 }
 
-/// A request to compile `spec`: it waits for the spec's compile, a new one when none is in
-/// progress. A compile stops (grammar::compile_cancel) once grammar_limit has passed since
-/// the last of its requests came: each request that joins it moves its deadline.
-caf::result<std::string> prepare_grammar(self_ptr self, std::string& spec) {
+/// Request `id` of the sender compiles `spec`: it waits for the spec's compile, a new one when
+/// none is in progress. A compile stops (grammar::compile_cancel) once grammar_limit has passed
+/// since the last of its requests came -- each request that joins it moves its deadline -- or
+/// once none of its requests waits any more (abandon_grammar).
+caf::result<std::string> prepare_grammar(self_ptr self, std::uint64_t id, std::string& spec) {
   executor_state& st = self->state;
   std::function<void(const std::string&)> prepare = st.device->grammar_preparer();
   if (!prepare) return std::string();  // the runner reports it for the request
@@ -332,9 +341,33 @@ caf::result<std::string> prepare_grammar(self_ptr self, std::string& spec) {
     st.compiling.emplace(spec, job);
     st.grammar->push({.id = job, .prepare = std::move(prepare), .spec = spec, .cancel = cancel});
   }
+  // The sender before the promise: making it takes the sender out of the current message.
+  auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
   auto rp = self->make_response_promise<std::string>();
-  st.compiles[job].waiting.emplace_back(rp);
+  st.compiles[job].waiting.push_back({.from = std::move(from), .id = id, .reply = rp});
   return rp;
+}
+
+/// Request `id` of the sender was aborted: it stops waiting for its compile (answered now, an
+/// answer its scheduler ignores), and a compile that nobody waits for any more is cancelled --
+/// it stops at its next check, or never starts if it is still queued, instead of running on to
+/// the limit for nobody. A compile that another request still waits for runs on.
+void abandon_grammar(self_ptr self, std::uint64_t id) {
+  executor_state& st = self->state;
+  const auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
+  for (auto& [job, c] : st.compiles) {
+    auto it = std::find_if(c.waiting.begin(), c.waiting.end(),
+                           [&](const grammar_waiter& w) { return w.id == id && w.from == from; });
+    if (it == c.waiting.end()) continue;
+    it->reply.deliver(std::string("the request was aborted"));
+    c.waiting.erase(it);
+    if (!c.waiting.empty()) continue;
+    c.cancel->cancel("every request for it was aborted");
+    // A later request for the spec starts a new compile (this one is stopping); this one's
+    // entry goes when the grammar thread reports it ended.
+    if (auto s = st.compiling.find(c.spec); s != st.compiling.end() && s->second == job)
+      st.compiling.erase(s);
+  }
 }
 
 /// Compile `job` ended: its requests get `error` ("" when it compiled; a cancelled compile's
@@ -343,7 +376,7 @@ void finish_grammar(self_ptr self, std::uint64_t job, std::string& error) {
   executor_state& st = self->state;
   auto it = st.compiles.find(job);
   if (it == st.compiles.end()) return;
-  for (auto& rp : it->second.waiting) rp.deliver(error);
+  for (grammar_waiter& w : it->second.waiting) w.reply.deliver(error);
   if (auto c = st.compiling.find(it->second.spec); c != st.compiling.end() && c->second == job)
     st.compiling.erase(c);
   st.compiles.erase(it);
@@ -372,9 +405,10 @@ executor_actor::behavior_type executor_impl(self_ptr self, executor_params param
         return rp;
       },
       [=](step_ran_atom, std::uint64_t id) { on_job_done(self, id); },
-      [=](prepare_grammar_atom, std::string& spec) -> caf::result<std::string> {
-        return prepare_grammar(self, spec);
+      [=](prepare_grammar_atom, std::uint64_t id, std::string& spec) -> caf::result<std::string> {
+        return prepare_grammar(self, id, spec);
       },
+      [=](abandon_grammar_atom, std::uint64_t id) { abandon_grammar(self, id); },
       [=](grammar_done_atom, std::uint64_t id, std::string& error) {
         finish_grammar(self, id, error);
       },

@@ -28,8 +28,9 @@ struct executor_params {
   int node = 0;                                ///< rank of this node
   std::string label;                           ///< for logs: "group 0 executor 0 (cpu)"
   /// How long a request waits for its response_format to compile (the scheduler's limit).
-  /// When every request waiting for a compile has waited this long, the compile is cancelled
-  /// (grammar::compile_cancel): it stops at its next check and keeps nothing.
+  /// When every request waiting for a compile has waited this long, or has been aborted
+  /// (abandon_grammar_atom), the compile is cancelled (grammar::compile_cancel): it stops at
+  /// its next check and keeps nothing.
   std::chrono::nanoseconds grammar_limit = grammar_prepare_limit();
 };
 

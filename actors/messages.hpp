@@ -36,6 +36,7 @@ using tick_atom = caf::atom_constant<caf::atom("di_tick")>;
 using step_ran_atom = caf::atom_constant<caf::atom("di_stepran")>;
 using prepare_grammar_atom = caf::atom_constant<caf::atom("di_prepgr")>;
 using grammar_done_atom = caf::atom_constant<caf::atom("di_gramok")>;
+using abandon_grammar_atom = caf::atom_constant<caf::atom("di_grabndn")>;
 using limits_atom = caf::atom_constant<caf::atom("di_limits")>;
 
 // ---- executor --------------------------------------------------------------------------------
@@ -86,11 +87,16 @@ using executor_actor = caf::typed_actor<
     /// the executor's own device thread → executor (local only, never sent by others): job
     /// `id` has finished and its outcome waits in the executor; it answers the job's request.
     caf::reacts_to<step_ran_atom, std::uint64_t>,
-    /// scheduler → executor: compile a request's response_format (the inline spec) into the
-    /// runner's grammar cache, on a worker thread (the device thread runs steps meanwhile);
-    /// the answer is "" when it compiled (or the runner has no structured output, which it
-    /// reports for the request itself), else why not.
-    caf::replies_to<prepare_grammar_atom, std::string>::with<std::string>,
+    /// scheduler → executor: compile the response_format (the inline spec) of request `id`
+    /// (the router's) into the runner's grammar cache, on a worker thread (the device thread
+    /// runs steps meanwhile); the answer is "" when it compiled (or the runner has no
+    /// structured output, which it reports for the request itself), else why not. Requests
+    /// for a spec that is compiling share its compile.
+    caf::replies_to<prepare_grammar_atom, std::uint64_t, std::string>::with<std::string>,
+    /// scheduler → executor: request `id` of the sender (aborted) no longer waits for its
+    /// response_format; its prepare is answered now, and a compile that no request waits for
+    /// any more is cancelled. An id that waits for nothing is ignored.
+    caf::reacts_to<abandon_grammar_atom, std::uint64_t>,
     /// the executor's own grammar thread → executor (local only): compile `id` ended ("" or
     /// the error).
     caf::reacts_to<grammar_done_atom, std::uint64_t, std::string>>;

@@ -152,6 +152,14 @@ void ask_executors(scheduler_self self) {
   }
 }
 
+/// Request `id` no longer waits for its response_format: every executor drops it from the
+/// compile it waits for, which stops once no request waits for it (it used to run on to the
+/// limit for nobody, a core busy for up to 100 s).
+void abandon_compiles(scheduler_self self, std::uint64_t id) {
+  for (const executor_actor& e : self->state.params.executors)
+    self->send(e, abandon_grammar_atom::value, id);
+}
+
 void on_down(scheduler_self self, const caf::down_msg& dm) {
   scheduler_state& st = self->state;
   for (std::size_t i = 0; i < st.params.executors.size(); ++i) {
@@ -170,8 +178,10 @@ void on_down(scheduler_self self, const caf::down_msg& dm) {
                    describe(dm.reason));
     if (st.sched) st.sched->fail_all("the router is down", runtime::failure_kind::unavailable);
     // Requests whose grammar still compiles end too: admitted later, they would run with
-    // nobody to hear them (until session 51 they did). Their compiles run on and are ignored.
+    // nobody to hear them (until session 51 they did). Their compiles stop unless another
+    // request waits for them.
     for (auto& [id, p] : st.preparing) {
+      abandon_compiles(self, id);
       p->is_ended = true;
       p->request = {};
       p->reply.deliver(runtime::admission_result{runtime::admission_status::unavailable,
@@ -293,7 +303,7 @@ caf::result<runtime::admission_result> prepare_then_admit(scheduler_self self,
     }
   };
   for (const executor_actor& e : executors)
-    self->request(e, grammar_prepare_limit(), prepare_grammar_atom::value,
+    self->request(e, grammar_prepare_limit(), prepare_grammar_atom::value, id,
                   p->request.params.response_format)
         .then([=](std::string& error) { answered(std::move(error)); },
               [=](caf::error& err) {
@@ -311,9 +321,9 @@ caf::result<runtime::admission_result> prepare_then_admit(scheduler_self self,
 /// An abort of a request whose grammar is still compiling: it ends now, as an abort of a
 /// request queued but not yet running does -- accepted, then one final event finished_abort
 /// with no tokens (the reply first, as every admitted request's events follow its reply) --
-/// and is never admitted; the compile runs on (the executors do not hear of the abort: it
-/// lands in their caches, or stops at the request's limit, executor_actor.cpp) and its
-/// answers, success or failure, are ignored. False when no request with this id is being
+/// and is never admitted. The executors drop it from their compiles, which stop once no
+/// request waits for them (executor_actor.cpp; one shared with a live request runs on), and
+/// its answers, success or failure, are ignored. False when no request with this id is being
 /// prepared.
 bool abort_preparing(scheduler_self self, std::uint64_t id) {
   scheduler_state& st = self->state;
@@ -324,6 +334,7 @@ bool abort_preparing(scheduler_self self, std::uint64_t id) {
   p->is_ended = true;
   p->request = {};  // the prompt is not needed any more
   ++st.num_prepare_aborts;
+  abandon_compiles(self, id);
   p->reply.deliver(runtime::admission_result{});
   detail::emit(self, {{.request_id = id, .status = runtime::sequence_status::finished_abort}});
   return true;

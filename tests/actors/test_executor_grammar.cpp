@@ -1,7 +1,8 @@
 // The executor's response_format preparation: a spec the runner has compiled already is
 // answered at once, not queued on the grammar thread behind a compile still running. And the
 // scheduler's: a request aborted while its grammar compiles ends there, never admitted (a
-// client's abort reaches it through the router before the compile ends).
+// client's abort reaches it through the router before the compile ends), and the executors'
+// compile for it stops unless another request still waits for it.
 #include "actors/executor_actor.hpp"
 #include "actors/router_actor.hpp"
 #include "actors/scheduler_actor.hpp"
@@ -78,14 +79,14 @@ TEST_CASE("executor: a compiled response_format is answered at once, not behind 
       .receive([](actors::executor_info&) {}, [](caf::error& e) { FAIL(caf::to_string(e)); });
   auto prepare = [&](const std::string& spec) {
     std::string answer = "(none)";
-    self->request(exec, wait, actors::prepare_grammar_atom::value, spec)
+    self->request(exec, wait, actors::prepare_grammar_atom::value, std::uint64_t(0), spec)
         .receive([&](std::string& error) { answer = error; },
                  [&](caf::error& e) { answer = caf::to_string(e); });
     return answer;
   };
   CHECK(prepare("cached") == "");  // compiled on the grammar thread
   // A slow compile now holds the grammar thread ...
-  self->send(exec, actors::prepare_grammar_atom::value, std::string("slow"));
+  self->send(exec, actors::prepare_grammar_atom::value, std::uint64_t(1), std::string("slow"));
   for (int i = 0; i < 3000; ++i) {  // until the thread has taken it
     {
       std::lock_guard lock(state->mutex);
@@ -207,7 +208,8 @@ struct gated_group {
   /// Waits until every compile answer sent so far has reached the scheduler (the grammar
   /// thread, first in first out, answers one more spec), then returns its status.
   actors::group_status status_after_compiles() {
-    self->request(exec, wait, actors::prepare_grammar_atom::value, std::string("after"))
+    self->request(exec, wait, actors::prepare_grammar_atom::value, std::uint64_t(0),
+                  std::string("after"))
         .receive([](std::string& error) { CHECK(error == ""); },
                  [](caf::error& e) { FAIL(caf::to_string(e)); });
     actors::group_status g;
@@ -391,8 +393,32 @@ struct compile_counts {
   std::atomic<int> num_interrupted{0};
 };
 
-/// A runner with no model whose preparer compiles the spec for real (nothing is cached: its
-/// lookup knows none); "spin" runs until it is cancelled, like an endless compile.
+/// A preparer that compiles the spec for real, counted in `c`; "spin" runs until it is
+/// cancelled, like an endless compile.
+std::function<void(const std::string&)> compiling_preparer(std::shared_ptr<compile_counts> c) {
+  return [c](const std::string& spec) {
+    ++c->num_started;
+    ++c->num_running;
+    struct running_guard {
+      compile_counts& c;
+      ~running_guard() { --c.num_running; }
+    } guard{*c};
+    try {
+      if (spec == "spin")
+        for (;;) {
+          grammar::check_interrupt();
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+      grammar::compile_response_format(grammar::parse_inline_response_format(spec));
+    } catch (const grammar::compile_interrupted&) {
+      ++c->num_interrupted;
+      throw;
+    }
+  };
+}
+
+/// A runner with no model whose preparer compiles the spec for real (compiling_preparer;
+/// nothing is cached: its lookup knows none).
 class compiling_runner : public runtime::step_runner {
  public:
   explicit compiling_runner(std::shared_ptr<compile_counts> c) : c_(std::move(c)) {}
@@ -401,25 +427,7 @@ class compiling_runner : public runtime::step_runner {
     DI_FAIL("the grammar test runs no steps");
   }
   std::function<void(const std::string&)> grammar_preparer() const override {
-    return [c = c_](const std::string& spec) {
-      ++c->num_started;
-      ++c->num_running;
-      struct running_guard {
-        compile_counts& c;
-        ~running_guard() { --c.num_running; }
-      } guard{*c};
-      try {
-        if (spec == "spin")
-          for (;;) {
-            grammar::check_interrupt();
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
-          }
-        grammar::compile_response_format(grammar::parse_inline_response_format(spec));
-      } catch (const grammar::compile_interrupted&) {
-        ++c->num_interrupted;
-        throw;
-      }
-    };
+    return compiling_preparer(c_);
   }
   std::function<bool(const std::string&)> grammar_lookup() const override {
     return [](const std::string&) { return false; };
@@ -451,7 +459,8 @@ std::string prepare_on(caf::actor_system& sys, const actors::executor_actor& exe
                        const std::string& spec) {
   caf::scoped_actor self{sys};
   std::string answer = "(none)";
-  self->request(exec, std::chrono::seconds(60), actors::prepare_grammar_atom::value, spec)
+  self->request(exec, std::chrono::seconds(60), actors::prepare_grammar_atom::value,
+                std::uint64_t(0), spec)
       .receive([&](std::string& error) { answer = error; },
                [&](caf::error& e) { answer = caf::to_string(e); });
   return answer;
@@ -524,4 +533,158 @@ TEST_CASE("executor: a compile runs on while a request that shares it still wait
   CHECK(prepare_on(ts.sys, exec, "regex:a+") == "");
   CHECK(counts->num_started == 2);
   caf::anon_send_exit(exec, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("executor: a compile stops once every request waiting for it is aborted") {
+  // The slow EBNF grammar (13-18 s of compile) under a 60 s limit. Its request aborted, the
+  // compile ran on to its end with nobody waiting (up to the limit, 100 s in a server): the
+  // executors never heard of the abort. Now the scheduler tells them (abandon_grammar_atom)
+  // and the compile stops at its next check.
+  const std::string grammar = test::slow_ebnf_grammar();
+  test::test_system ts;
+  auto counts = std::make_shared<compile_counts>();
+  auto exec = spawn_compiling_executor(ts.sys, counts, std::chrono::seconds(60));
+  caf::scoped_actor sched{ts.sys};  // stands in for the scheduler
+  auto pending = sched->request(exec, std::chrono::seconds(30), actors::prepare_grammar_atom::value,
+                                std::uint64_t(7), "ebnf:" + grammar);
+  REQUIRE(eventually([&] { return counts->num_running == 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // well into the compile
+  const auto t0 = std::chrono::steady_clock::now();
+  sched->send(exec, actors::abandon_grammar_atom::value, std::uint64_t(7));
+  const bool is_stopped = eventually([&] { return counts->num_running == 0; }, 10);
+  const double stopped_after = seconds_since(t0);
+  MESSAGE("the abandoned compile stopped ", stopped_after, " s after the abort");
+  CHECK(is_stopped);
+  CHECK(counts->num_interrupted == 1);  // cancelled, not finished
+  std::string answer = "(none)";
+  pending.receive([&](std::string& error) { answer = error; },
+                  [&](caf::error& e) { answer = caf::to_string(e); });
+  MESSAGE("its request answered ", seconds_since(t0), " s after the abort (", answer, ")");
+  CHECK(answer == "the request was aborted");  // answered at the abort
+  // The grammar thread is free: a cheap regex compiles at once.
+  CHECK(prepare_on(ts.sys, exec, "regex:[0-9]+") == "");
+  CHECK(seconds_since(t0) < 10.0);
+  // An abort of a request that waits for nothing (answered, or never sent) changes nothing.
+  sched->send(exec, actors::abandon_grammar_atom::value, std::uint64_t(7));
+  sched->send(exec, actors::abandon_grammar_atom::value, std::uint64_t(99));
+  CHECK(prepare_on(ts.sys, exec, "regex:a+") == "");
+  CHECK(counts->num_started == 3);
+  caf::anon_send_exit(exec, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("executor: a compile shared with a live request runs on when another is aborted") {
+  test::test_system ts;
+  auto counts = std::make_shared<compile_counts>();
+  auto exec = spawn_compiling_executor(ts.sys, counts, std::chrono::seconds(60));
+  caf::scoped_actor sched{ts.sys};  // stands in for the scheduler
+  const auto wait = std::chrono::seconds(10);
+  auto first = sched->request(exec, wait, actors::prepare_grammar_atom::value, std::uint64_t(1),
+                              std::string("spin"));
+  REQUIRE(eventually([&] { return counts->num_started == 1; }));
+  // The second request joins the compile (it arrives before the abort: one sender's order).
+  auto second = sched->request(exec, wait, actors::prepare_grammar_atom::value, std::uint64_t(2),
+                               std::string("spin"));
+  sched->send(exec, actors::abandon_grammar_atom::value, std::uint64_t(1));
+  std::string answer = "(none)";
+  first.receive([&](std::string& error) { answer = error; },
+                [&](caf::error& e) { answer = caf::to_string(e); });
+  CHECK(answer == "the request was aborted");
+  {
+    // Another actor's request 2 is not this one's: its abort changes nothing either.
+    caf::scoped_actor other{ts.sys};
+    other->send(exec, actors::abandon_grammar_atom::value, std::uint64_t(2));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  CHECK(counts->num_running == 1);  // request 2 still waits: the compile runs on
+  CHECK(counts->num_interrupted == 0);
+  CHECK(counts->num_started == 1);
+  // The last of its requests aborted: the compile stops.
+  const auto t0 = std::chrono::steady_clock::now();
+  sched->send(exec, actors::abandon_grammar_atom::value, std::uint64_t(2));
+  answer = "(none)";
+  second.receive([&](std::string& error) { answer = error; },
+                 [&](caf::error& e) { answer = caf::to_string(e); });
+  CHECK(answer == "the request was aborted");
+  CHECK(eventually([&] { return counts->num_running == 0; }, 5));
+  MESSAGE("the compile stopped ", seconds_since(t0), " s after its last request's abort");
+  CHECK(counts->num_interrupted == 1);
+  // A new request for the spec compiles it anew (the cancelled compile is not joined).
+  auto third = sched->request(exec, wait, actors::prepare_grammar_atom::value, std::uint64_t(3),
+                              std::string("spin"));
+  CHECK(eventually([&] { return counts->num_started == 2 && counts->num_running == 1; }));
+  sched->send(exec, actors::abandon_grammar_atom::value, std::uint64_t(3));
+  third.receive([](std::string&) {}, [](caf::error&) {});
+  CHECK(eventually([&] { return counts->num_running == 0; }, 5));
+  CHECK(counts->num_interrupted == 2);
+  caf::anon_send_exit(exec, caf::exit_reason::user_shutdown);
+}
+
+namespace {
+
+/// The toy runner with compiling_preparer.
+class compiling_toy_runner : public actors::toy_runner {
+ public:
+  compiling_toy_runner(actors::toy_runner_config c, std::shared_ptr<compile_counts> counts)
+      : toy_runner(c), c_(std::move(counts)) {}
+  std::function<void(const std::string&)> grammar_preparer() const override {
+    return compiling_preparer(c_);
+  }
+
+ private:
+  std::shared_ptr<compile_counts> c_;
+};
+
+}  // namespace
+
+TEST_CASE("scheduler: an aborted request's compile stops on its executors") {
+  // The scheduler ended an aborted request (or, its router down, every preparing one) but its
+  // executors compiled on until the limit (100 s), a core busy for nobody.
+  for (const bool is_router_down : {false, true}) {
+    CAPTURE(is_router_down);
+    test::test_system ts;
+    auto counts = std::make_shared<compile_counts>();
+    actors::executor_params ep;
+    ep.make_runner = [counts] {
+      const actors::toy_runner_config tc;
+      return actors::runner_bundle{std::make_unique<compiling_toy_runner>(tc, counts),
+                                   actors::toy_runner::geometry(tc)};
+    };
+    ep.label = "compiling toy executor";
+    ep.grammar_limit = std::chrono::seconds(60);
+    auto exec = actors::spawn_executor_actor(ts.sys, std::move(ep));
+    const cluster_config c = test::toy_config();
+    auto sched = actors::spawn_scheduler_actor(ts.sys, {.group = 0,
+                                                        .executors = {exec},
+                                                        .executor_nodes = {0},
+                                                        .limits = c.scheduler,
+                                                        .kv = c.kv,
+                                                        .status_interval_s = 0,
+                                                        .startup_timeout_s = 30});
+    caf::scoped_actor self{ts.sys};
+    {
+      caf::scoped_actor router{ts.sys};  // stands in for the router
+      router
+          ->request(sched, std::chrono::seconds(30),
+                    actors::attach_router{caf::actor_cast<actors::router_actor>(router)})
+          .receive([](actors::group_info&) {}, [](caf::error& e) { FAIL(caf::to_string(e)); });
+      router->send(sched, actors::start_request{gated_group::request(41, "spin")});
+      REQUIRE(eventually([&] { return counts->num_running == 1; }));
+      if (!is_router_down) router->send(sched, actors::abort_request{41});
+    }  // the router goes down
+    const auto t0 = std::chrono::steady_clock::now();
+    const bool is_stopped = eventually([&] { return counts->num_running == 0; }, 10);
+    MESSAGE("the executor's compile stopped ", seconds_since(t0), " s after the ",
+            std::string(is_router_down ? "router went down" : "abort"));
+    CHECK(is_stopped);
+    CHECK(counts->num_interrupted == 1);
+    actors::group_status g;
+    self->request(sched, std::chrono::seconds(30), actors::status_atom::value)
+        .receive([&](actors::group_status& s) { g = std::move(s); },
+                 [](caf::error& e) { FAIL(caf::to_string(e)); });
+    CHECK(g.is_up);
+    CHECK(g.stats.num_running + g.stats.num_waiting == 0);
+    CHECK(g.stats.counters.num_steps == 0);
+    self->send_exit(sched, caf::exit_reason::user_shutdown);
+    self->send_exit(exec, caf::exit_reason::user_shutdown);
+  }
 }
