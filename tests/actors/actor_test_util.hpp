@@ -4,6 +4,7 @@
 
 #include "actors/local_cluster.hpp"
 #include "actors/messages.hpp"
+#include "actors/scheduler_actor.hpp"
 #include "config/cluster_config.hpp"
 #include "model/tokenizer/tokenizer.hpp"
 #include "runtime/sampling_rng.hpp"
@@ -91,6 +92,21 @@ bool wait_for(F cond, std::chrono::milliseconds timeout = std::chrono::seconds(5
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return false;
+}
+
+/// A scheduler for group 0 over the one executor `exec` (node 0) with `c`'s limits and kv
+/// section, no status reports and a 30 s start-up limit: the group the actor tests build by
+/// hand when they need to order its start against the router's.
+inline actors::scheduler_actor spawn_one_executor_group(caf::actor_system& sys,
+                                                        const actors::executor_actor& exec,
+                                                        const cluster_config& c) {
+  return actors::spawn_scheduler_actor(sys, {.group = 0,
+                                             .executors = {exec},
+                                             .executor_nodes = {0},
+                                             .limits = c.scheduler,
+                                             .kv = c.kv,
+                                             .status_interval_s = 0,
+                                             .startup_timeout_s = 30});
 }
 
 }  // namespace di::test

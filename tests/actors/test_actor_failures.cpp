@@ -231,14 +231,7 @@ TEST_CASE("an executor stopped while its runner loads fails the start naming why
   ep.label = "group 0 executor 0";
   caf::scoped_actor self{ts.sys};
   const actors::executor_actor exec = actors::spawn_executor_actor(ts.sys, std::move(ep));
-  const actors::scheduler_actor sched =
-      actors::spawn_scheduler_actor(ts.sys, {.group = 0,
-                                             .executors = {exec},
-                                             .executor_nodes = {0},
-                                             .limits = c.scheduler,
-                                             .kv = c.kv,
-                                             .status_interval_s = 0,
-                                             .startup_timeout_s = 30});
+  const actors::scheduler_actor sched = test::spawn_one_executor_group(ts.sys, exec, c);
   const actors::router_handle router = actors::spawn_router_actor(
       ts.sys, {.groups = {sched}, .status_interval_s = 0, .startup_timeout_s = 30});
   auto release = [&] {

@@ -157,13 +157,7 @@ struct gated_group {
     ep.label = "gated toy executor";
     exec = actors::spawn_executor_actor(ts.sys, std::move(ep));
     const cluster_config c = test::toy_config();
-    sched = actors::spawn_scheduler_actor(ts.sys, {.group = 0,
-                                                   .executors = {exec},
-                                                   .executor_nodes = {0},
-                                                   .limits = c.scheduler,
-                                                   .kv = c.kv,
-                                                   .status_interval_s = 0,
-                                                   .startup_timeout_s = 30});
+    sched = test::spawn_one_executor_group(ts.sys, exec, c);
   }
   ~gated_group() {
     release();
@@ -653,13 +647,7 @@ TEST_CASE("scheduler: an aborted request's compile stops on its executors") {
     ep.grammar_limit = std::chrono::seconds(60);
     auto exec = actors::spawn_executor_actor(ts.sys, std::move(ep));
     const cluster_config c = test::toy_config();
-    auto sched = actors::spawn_scheduler_actor(ts.sys, {.group = 0,
-                                                        .executors = {exec},
-                                                        .executor_nodes = {0},
-                                                        .limits = c.scheduler,
-                                                        .kv = c.kv,
-                                                        .status_interval_s = 0,
-                                                        .startup_timeout_s = 30});
+    auto sched = test::spawn_one_executor_group(ts.sys, exec, c);
     caf::scoped_actor self{ts.sys};
     {
       caf::scoped_actor router{ts.sys};  // stands in for the router

@@ -122,14 +122,7 @@ TEST_CASE("a group that failed its start before the router attached reports why,
   const actors::executor_actor exec = actors::spawn_executor_actor(
       ts.sys, {.make_runner = [c] { return actors::make_step_runner(c, "cpu"); },
                .label = "group 0 executor 0"});
-  const actors::scheduler_actor sched =
-      actors::spawn_scheduler_actor(ts.sys, {.group = 0,
-                                             .executors = {exec},
-                                             .executor_nodes = {0},
-                                             .limits = c.scheduler,
-                                             .kv = c.kv,
-                                             .status_interval_s = 0,
-                                             .startup_timeout_s = 30});
+  const actors::scheduler_actor sched = test::spawn_one_executor_group(ts.sys, exec, c);
   self->wait_for(sched);  // it failed its start and quit (stopping its executor)
   self->wait_for(exec);
   const actors::router_handle router = actors::spawn_router_actor(
