@@ -1,6 +1,7 @@
 // Routing, authentication and admission (see api_routes.hpp).
 #include "server/api_routes.hpp"
 
+#include "actors/logging.hpp"
 #include "common/json_brief.hpp"
 #include "server/generation.hpp"
 #include "server/grammar_jobs.hpp"
@@ -99,14 +100,29 @@ std::string percent_decoded(std::string_view s) {
   return out;
 }
 
+/// A handler posted to the session's strand threw before it answered: the request gets a 500
+/// (logged) instead of the exception reaching the I/O thread.
+void respond_internal_error(const session_ptr& s, std::string_view what, const std::exception& e) {
+  actors::component_logger("serve")->error("{} failed: {}; answered 500", what, e.what());
+  s->respond_error(api_error(500, fmt::format("internal error: {}", e.what())));
+}
+
 /// Runs `fn(status or null)` on the session's strand once the router answered.
 template <class Fn>
 void with_status(const session_ptr& s, Fn fn) {
-  s->context().cluster->fetch_status(
-      [s, fn](std::optional<actors::cluster_status> st, std::string) mutable {
-        boost::asio::post(s->executor(),
-                          [s, fn, st = std::move(st)]() mutable { fn(st ? &*st : nullptr); });
-      });
+  s->context().cluster->fetch_status([s, fn](std::optional<actors::cluster_status> st,
+                                             std::string) mutable {
+    boost::asio::post(s->executor(), [s, fn, st = std::move(st)]() mutable {
+      try {
+        fn(st ? &*st : nullptr);
+      } catch (const std::exception& e) {
+        respond_internal_error(
+            s,
+            fmt::format("{} {}", std::string(s->request().method_string()), path_of(s->request())),
+            e);
+      }
+    });
+  });
 }
 
 void serve_ready(const session_ptr& s) {
@@ -301,9 +317,15 @@ void serve_generation(const session_ptr& s, api_kind kind) {
   auto r_ptr = std::make_shared<generation_request>(std::move(r));
   ctx.grammars->submit(spec, s->executor(), [s, r_ptr](std::optional<api_error> failed) {
     boost::asio::post(s->executor(), [s, r_ptr, failed = std::move(failed)]() mutable {
-      if (!failed) return start_generation(s, std::move(*r_ptr));
-      --s->context().num_inflight;
-      respond_api_error(s, grammar_error_of(*r_ptr, *failed));
+      if (failed) {
+        --s->context().num_inflight;
+        return respond_api_error(s, grammar_error_of(*r_ptr, *failed));
+      }
+      try {
+        start_generation(s, std::move(*r_ptr));  // (a submit that throws gives the slot back)
+      } catch (const std::exception& e) {
+        respond_internal_error(s, "starting a generation", e);
+      }
     });
   });
 }

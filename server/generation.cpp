@@ -1,6 +1,7 @@
 // The generation of one HTTP request (see generation.hpp).
 #include "server/generation.hpp"
 
+#include "actors/logging.hpp"
 #include "runtime/scheduler.hpp"
 #include "runtime/sequence_status.hpp"
 #include "server/reasoning.hpp"
@@ -82,24 +83,60 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
       }
     auto self = shared_from_this();
     session_->watch_disconnect([self] { self->on_client_gone(); });
-    job_ = ctx_.cluster->submit(std::move(subs), self);
+    try {
+      job_ = ctx_.cluster->submit(std::move(subs), self);
+    } catch (...) {
+      --ctx_.num_inflight;  // no job: its last event, which gives the slot back, never comes
+      throw;
+    }
   }
 
   // job_sink: on a CAF thread; hop to the connection's strand.
   void on_reply(std::size_t index, actors::submit_reply reply) override {
     boost::asio::post(session_->executor(),
                       [self = shared_from_this(), index, reply = std::move(reply)]() mutable {
-                        self->handle_reply(index, std::move(reply));
+                        const bool ends = !reply.accepted;
+                        try {
+                          self->handle_reply(index, std::move(reply));
+                        } catch (const std::exception& e) {
+                          self->fail_internal(index, ends, "the router's reply", e);
+                        }
                       });
   }
   void on_events(std::size_t index, std::vector<runtime::token_event> events) override {
     boost::asio::post(session_->executor(),
                       [self = shared_from_this(), index, events = std::move(events)]() mutable {
-                        self->handle_events(index, std::move(events));
+                        const bool ends = !events.empty() && events.back().is_finished();
+                        try {
+                          self->handle_events(index, std::move(events));
+                        } catch (const std::exception& e) {
+                          self->fail_internal(index, ends, "token events", e);
+                        }
                       });
   }
 
  private:
+  /// A handler of the job's reply or events threw (a di::error of the tokenizer decoding an id
+  /// it has no token for, a JSON error): this response alone fails -- a 500, or in a stream
+  /// that has begun an error event and `data: [DONE]` -- and its job is aborted. (The exception
+  /// escaped to the I/O thread, and std::terminate ended the process: every client's request
+  /// was lost.) `ends`: the handler carried choice `index`'s last word (a refusal or its final
+  /// event), which no later event repeats, so it is counted here if the handler did not.
+  void fail_internal(std::size_t index, bool ends, std::string_view what, const std::exception& e) {
+    actors::component_logger("serve")->error(
+        "request {}: handling {} failed: {}; the response fails (500) and its generation is "
+        "aborted",
+        header_.id, what, e.what());
+    if (ends && !choices_[index].is_ended) {
+      choices_[index].is_ended = true;
+      ended();
+    }
+    if (job_) job_->abort();
+    if (is_answered_ || is_failed_) return;  // answered already, or nobody to answer
+    is_complete_ = false;                    // it may have thrown while composing the answer
+    fail(api_error(500, fmt::format("internal error: {}", e.what()), "", "generation_failed"));
+  }
+
   void handle_reply(std::size_t index, actors::submit_reply reply) {
     choice_state& c = choices_[index];
     if (!reply.accepted) {
@@ -139,9 +176,10 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
       c.out.prompt_logprobs.insert(c.out.prompt_logprobs.end(), e.prompt_logprobs.begin(),
                                    e.prompt_logprobs.end());
       if (e.is_finished()) finish_choice(c, e);
-      if (is_streaming_ && c.holds_echo)
+      // (a stream that failed has ended: its job's last events are not sent after [DONE])
+      if (is_streaming_ && !is_failed_ && c.holds_echo)
         send_first_chunk(index);
-      else if (is_streaming_)
+      else if (is_streaming_ && !is_failed_)
         stream_delta(index, e.text, first_token, first_logprob);
       if (e.is_finished()) {
         c.is_ended = true;
@@ -416,6 +454,7 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
     for (const choice_state& c : choices_)
       if (!c.error.empty()) {
         const api_error e = blame_tools(generation_error(c.failure, c.error, c.failure_param));
+        is_answered_ = true;
         if (is_streaming_) {
           session_->send("data: " + dump(e.body()) + "\n\ndata: [DONE]\n\n");
           return session_->end_stream();
@@ -424,19 +463,22 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
         return session_->respond_error(e, retry_headers(e));
       }
     if (is_streaming_) {
-      if (req_.include_usage)
-        session_->send("data: " + dump([&] {
-                         json chunk = stream_chunk(header_, json::array());
-                         chunk["usage"] = usage_json(usage());
-                         return chunk;
-                       }()) +
-                       "\n\n");
+      std::string usage_chunk;
+      if (req_.include_usage) {
+        json chunk = stream_chunk(header_, json::array());
+        chunk["usage"] = usage_json(usage());
+        usage_chunk = "data: " + dump(chunk) + "\n\n";
+      }
+      is_answered_ = true;
+      if (!usage_chunk.empty()) session_->send(usage_chunk);
       session_->send("data: [DONE]\n\n");
       return session_->end_stream();
     }
     json choices = json::array();
     for (std::size_t i = 0; i < choices_.size(); ++i) choices.push_back(final_choice(i));
-    session_->respond(200, dump(full_response(header_, std::move(choices), usage())));
+    const std::string body = dump(full_response(header_, std::move(choices), usage()));
+    is_answered_ = true;
+    session_->respond(200, body);
   }
 
   json final_choice(std::size_t index) {
@@ -505,6 +547,7 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
   void fail(const api_error& e) {
     if (is_failed_ || is_complete_) return;
     is_failed_ = true;
+    is_answered_ = true;
     if (job_) job_->abort();
     if (is_streaming_) {
       session_->send("data: " + dump(e.body()) + "\n\ndata: [DONE]\n\n");
@@ -549,6 +592,7 @@ class generation : public job_sink, public std::enable_shared_from_this<generati
   bool is_streaming_ = false;
   bool is_failed_ = false;
   bool is_complete_ = false;
+  bool is_answered_ = false;  ///< the response (or the stream's end) was written
 };
 
 }  // namespace

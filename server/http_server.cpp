@@ -2,6 +2,7 @@
 #include "server/http_server.hpp"
 
 #include "actors/grammar_limit.hpp"
+#include "actors/logging.hpp"
 #include "common/error.hpp"
 #include "server/detail/http_session.hpp"
 #include "server/grammar_jobs.hpp"
@@ -103,6 +104,23 @@ struct http_server::impl {
   }
 };
 
+void run_io_context(asio::io_context& ioc) {
+  for (;;) {
+    try {
+      ioc.run();
+      return;  // stopped
+    } catch (const std::exception& e) {
+      actors::component_logger("serve")->error(
+          "an HTTP handler threw: {}; its connection may be left unanswered, the server serves on",
+          e.what());
+    } catch (...) {
+      actors::component_logger("serve")->error(
+          "an HTTP handler threw a non-standard exception; the server serves on");
+    }
+    // (run() may be called again after a handler's exception without restart())
+  }
+}
+
 void raise_open_file_limit() {
   rlimit rl{};
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
@@ -126,7 +144,7 @@ std::uint16_t http_server::port() const {
 void http_server::start() {
   impl_->accept();
   for (int i = 0; i < impl_->ctx.settings.io_threads; ++i)
-    impl_->threads.emplace_back([this] { impl_->ioc.run(); });
+    impl_->threads.emplace_back([this] { run_io_context(impl_->ioc); });
 }
 
 void http_server::stop_accepting() {

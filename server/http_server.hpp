@@ -8,7 +8,16 @@
 #include <cstdint>
 #include <memory>
 
+namespace boost::asio {
+class io_context;
+}
+
 namespace di::server {
+
+/// Runs `ioc` until it is stopped, as each I/O thread does: an exception that escapes a handler
+/// is logged and the loop runs on (it reached std::thread and std::terminate ended the server,
+/// every client's request lost, for one bad handler).
+void run_io_context(boost::asio::io_context& ioc);
 
 /// Raises this process's soft open-file limit to its hard limit (thousands of connections).
 void raise_open_file_limit();

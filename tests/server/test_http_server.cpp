@@ -1,0 +1,242 @@
+// The HTTP server in process, over a fake router: a handler that throws fails its own response
+// (a 500, or an error event and [DONE] in a stream) and the server answers the next request;
+// the I/O threads' loop outlives a handler's exception.
+#include "actors/messages.hpp"
+#include "server/engine.hpp"
+#include "server/http_server.hpp"
+#include "server/server_context.hpp"
+#include "tests/test_support.hpp"
+
+#include <doctest/doctest.h>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+#include <caf/all.hpp>
+#include <nlohmann/json.hpp>
+
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using json = nlohmann::json;
+
+struct caf_config : caf::actor_system_config {
+  caf_config() {
+    di::actors::register_types(*this);
+    set("scheduler.max-threads", 2);
+    set("logger.console-verbosity", caf::atom("quiet"));
+    set("logger.file-verbosity", caf::atom("quiet"));
+  }
+};
+
+/// A prompt that starts with one of these ids is "poisoned": the fake router's accepted reply
+/// gives a prompt id the tokenizer has no token for, so an echo of it cannot be decoded (the
+/// server validated the ids it sent; here the router's reply bypasses that check). The first
+/// finishes at once, the second is held until it is aborted.
+constexpr std::int32_t poison = 4242;
+constexpr std::int32_t poison_held = 4243;
+
+struct router_counts {
+  std::atomic<int> submits{0};
+  std::atomic<int> aborts{0};
+};
+
+struct fake_router_state {
+  std::shared_ptr<router_counts> counts;
+  std::int32_t bad_id = 0;
+  std::map<std::pair<caf::actor_addr, std::uint64_t>, di::actors::client_actor>
+      held;  // live, never finished
+};
+
+/// Accepts every request. A normal one finishes at once (one token, "hi"), as does one
+/// poisoned with `poison` (accepted with an undecodable prompt id); one poisoned with
+/// `poison_held` is held until aborted, when its final event says abort.
+di::actors::router_actor::behavior_type fake_router(
+    di::actors::router_actor::stateful_pointer<fake_router_state> self,
+    std::shared_ptr<router_counts> counts, std::int32_t bad_id) {
+  self->state.counts = std::move(counts);
+  self->state.bad_id = bad_id;
+  return {
+      [=](di::actors::submit_request& req) -> caf::result<di::actors::submit_reply> {
+        ++self->state.counts->submits;
+        auto client = caf::actor_cast<di::actors::client_actor>(self->current_sender());
+        auto rp = self->make_response_promise<di::actors::submit_reply>();
+        const std::int32_t first = req.prompt_ids.empty() ? -1 : req.prompt_ids.front();
+        const bool poisoned = first == poison || first == poison_held;
+        di::actors::submit_reply reply{.accepted = true, .prompt_ids = req.prompt_ids};
+        if (poisoned) reply.prompt_ids = {self->state.bad_id};
+        rp.deliver(std::move(reply));  // before the events, which the client takes in order
+        if (first == poison_held) {
+          self->state.held[{client.address(), req.id}] = client;
+          return rp;
+        }
+        di::runtime::token_event e{.request_id = req.id,
+                                   .token_ids = {72},
+                                   .text = "hi",
+                                   .status = di::runtime::sequence_status::finished_length};
+        self->send(client, di::actors::client_events{{std::move(e)}});
+        return rp;
+      },
+      [=](di::actors::abort_request& a) {
+        ++self->state.counts->aborts;
+        const auto key =
+            std::make_pair(caf::actor_cast<caf::actor_addr>(self->current_sender()), a.id);
+        const auto it = self->state.held.find(key);
+        if (it == self->state.held.end()) return;
+        di::runtime::token_event e{.request_id = a.id,
+                                   .status = di::runtime::sequence_status::finished_abort};
+        self->send(it->second, di::actors::client_events{{std::move(e)}});
+        self->state.held.erase(it);
+      },
+      [](di::actors::group_events&) {},
+      [](di::actors::node_event&) {},
+      [](di::actors::status_atom) { return di::actors::cluster_status{}; },
+      [](di::actors::limits_atom) { return std::int64_t(1) << 30; },
+      [](di::actors::shutdown_atom) { return true; },
+      [](di::actors::tick_atom) {},
+  };
+}
+
+struct reply {
+  int status = 0;
+  std::string body;
+};
+
+/// One request on a fresh connection, read to its end (a stream too); reads give up after 20 s.
+reply post(std::uint16_t port, const std::string& target, const json& body) {
+  asio::io_context ioc;
+  tcp::socket sock(ioc);
+  sock.connect({asio::ip::make_address("127.0.0.1"), port});
+  timeval tv{.tv_sec = 20, .tv_usec = 0};
+  setsockopt(sock.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  http::request<http::string_body> req{http::verb::post, target, 11};
+  req.set(http::field::host, "127.0.0.1");
+  req.set(http::field::content_type, "application/json");
+  req.body() = body.dump();
+  req.prepare_payload();
+  http::write(sock, req);
+  beast::flat_buffer buf;
+  http::response<http::string_body> res;
+  http::read(sock, buf, res);
+  return {int(res.result_int()), res.body()};
+}
+
+/// The server on port 0 in front of a fake router, with the bundled tokenizer.
+struct fake_server {
+  caf_config cfg;
+  caf::actor_system sys{cfg};
+  std::shared_ptr<router_counts> counts = std::make_shared<router_counts>();
+  di::server::server_context ctx;
+  std::unique_ptr<di::server::engine> cluster;
+  std::unique_ptr<di::server::http_server> server;
+  di::actors::router_actor router;
+
+  fake_server() {
+    auto tok = std::make_shared<const di::tok::tokenizer>(di::tok::tokenizer::from_dir(
+        di::test::shared_path("models/deepseek-v3-tokenizer").string(), {}));
+    router = sys.spawn(fake_router, counts, std::int32_t(tok->vocab_size()) + 7);
+    ctx.settings.port = 0;
+    ctx.settings.io_threads = 1;
+    ctx.settings.grammar_threads = 1;
+    ctx.model = {.name = "fake", .tokenizer = tok};
+    cluster = std::make_unique<di::server::engine>(sys, router);
+    ctx.cluster = cluster.get();
+    server = std::make_unique<di::server::http_server>(ctx);
+    server->start();
+  }
+  ~fake_server() {
+    server->stop();
+    cluster->shutdown();
+    caf::anon_send_exit(router, caf::exit_reason::user_shutdown);
+  }
+  std::uint16_t port() const { return server->port(); }
+
+  bool slots_released() const {
+    for (int i = 0; i < 500 && ctx.num_inflight.load() != 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return ctx.num_inflight.load() == 0;
+  }
+};
+
+json completion(std::vector<std::int32_t> prompt, bool stream) {
+  return {
+      {"model", "fake"}, {"prompt", prompt}, {"max_tokens", 4}, {"echo", true}, {"stream", stream}};
+}
+
+void check_served_normally(const fake_server& s) {
+  const reply ok = post(s.port(), "/v1/completions", completion({1, 2, 3}, false));
+  CHECK(ok.status == 200);
+  const json body = json::parse(ok.body);
+  CHECK(body["choices"][0]["text"].get<std::string>().ends_with("hi"));
+  CHECK(body["choices"][0]["finish_reason"] == "length");
+}
+
+}  // namespace
+
+TEST_CASE("http server: a response whose handler throws fails alone, with a 500") {
+  // The echo decodes the router's prompt ids, one of which has no token: di::error in the
+  // handler posted to the connection's strand. It reached the I/O thread and std::terminate
+  // ended the server.
+  fake_server s;
+  const reply bad = post(s.port(), "/v1/completions", completion({poison, 5}, false));
+  CHECK(bad.status == 500);
+  const json err = json::parse(bad.body);
+  REQUIRE(err.contains("error"));
+  CHECK(err["error"]["code"] == "generation_failed");
+  CHECK(err["error"]["message"].get<std::string>().find("internal error") != std::string::npos);
+  CHECK(s.slots_released());
+  check_served_normally(s);  // the same server answers the next request
+  CHECK(s.slots_released());
+}
+
+TEST_CASE("http server: a stream whose handler throws ends with an error event and [DONE]") {
+  // Thrown as the stream opens (the echo of the first chunk): the job is aborted (the router
+  // hears it and ends the request), the client reads an error event and [DONE].
+  fake_server s;
+  const reply bad = post(s.port(), "/v1/completions", completion({poison_held, 5}, true));
+  CHECK(bad.status == 200);
+  const std::string error_event = "data: {\"error\":";
+  const auto at = bad.body.find(error_event);
+  REQUIRE(at != std::string::npos);
+  const std::string tail = bad.body.substr(at);
+  CHECK(tail.find("generation_failed") != std::string::npos);
+  CHECK(tail.ends_with("data: [DONE]\n\n"));
+  CHECK(bad.body.find("data: [DONE]") == bad.body.rfind("data: [DONE]"));  // once
+  CHECK(s.counts->aborts.load() >= 1);
+  CHECK(s.slots_released());  // the aborted request's final event gave the slot back
+  check_served_normally(s);
+  const reply ok = post(s.port(), "/v1/completions", completion({1, 2}, true));
+  CHECK(ok.status == 200);
+  CHECK(ok.body.find("\"error\"") == std::string::npos);
+  CHECK(ok.body.ends_with("data: [DONE]\n\n"));
+}
+
+TEST_CASE("http server: the I/O loop outlives a handler that throws") {
+  asio::io_context ioc;
+  auto guard = asio::make_work_guard(ioc);
+  std::atomic<int> ran{0};
+  asio::post(ioc, [] { throw std::runtime_error("a bad handler"); });
+  asio::post(ioc, [&] { throw 7; });  // not even a std::exception
+  asio::post(ioc, [&] {
+    ++ran;
+    ioc.stop();
+  });
+  std::thread t([&] { di::server::run_io_context(ioc); });
+  t.join();
+  CHECK(ran.load() == 1);
+}
