@@ -58,6 +58,13 @@ class regex_parser {
   /// literal text (a character or class per position, the classes pairwise equal or disjoint)
   /// matched by the texts' Aho-Corasick automaton instead (regex_search.cpp).
   expr_id search(const piece& p);
+  /// Search mode: `e` less the optional text at its end (`at_end`) or start, which the "any
+  /// text" padding there takes in: (result)(any text) is the language of e(any text), likewise
+  /// before. X{m,n} at that end becomes X{m}, X* and X? go, and a path that may match empty is
+  /// the empty string (then the pattern matches every text). Subset construction no longer
+  /// follows the optional copies: [0-9]{2}[A-Z0-9]{11,30} is searched as [0-9]{2}[A-Z0-9]{11}.
+  /// `nullable`: matches_empty by expression, memoised.
+  expr_id search_trim(expr_id e, bool at_end, std::unordered_map<expr_id, bool>& nullable);
   /// The characters that `items` (a sequence's children) spell from the first, one set per
   /// character (`units`: indices into unit_sets_), and where it may be cut: (characters,
   /// items) after each character or counted group.
