@@ -5,8 +5,8 @@
 // cache the runner reads, while the device thread goes on running steps; requests for a spec
 // that is compiling wait for that compile, which stops once the last of them has waited the
 // limit (it used to run on to its end, holding the grammar thread: minutes for a hostile
-// schema, and every later grammar queued behind it) or has been aborted (abandon_grammar_atom:
-// it used to run on to the limit, 100 s, with nobody waiting).
+// schema, and every later grammar queued behind it) or has been aborted (abandon_grammar_atom)
+// or its scheduler has gone down (it used to run on to the limit, 100 s, with nobody waiting).
 #include "actors/executor_actor.hpp"
 
 #include "actors/logging.hpp"
@@ -22,6 +22,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 #include <variant>
 #include <vector>
@@ -272,6 +273,9 @@ struct executor_state {
   std::unique_ptr<job_thread<grammar_job>> grammar;  ///< started by the first response_format
   std::map<std::uint64_t, grammar_compile> compiles;  ///< by job id, queued or running
   std::map<std::string, std::uint64_t> compiling;     ///< the job a request for a spec joins
+  /// The actors that have waited for a compile (schedulers), monitored: one that goes down
+  /// stops waiting (drop_requester).
+  std::set<caf::actor_addr> requesters;
 
   executor_state() = default;
   executor_state(const executor_state&) = delete;
@@ -318,7 +322,7 @@ void on_job_done(self_ptr self, std::uint64_t id) {
 /// Request `id` of the sender compiles `spec`: it waits for the spec's compile, a new one when
 /// none is in progress. A compile stops (grammar::compile_cancel) once grammar_limit has passed
 /// since the last of its requests came -- each request that joins it moves its deadline -- or
-/// once none of its requests waits any more (abandon_grammar).
+/// once none of its requests waits any more (abandon_grammar, drop_requester).
 caf::result<std::string> prepare_grammar(self_ptr self, std::uint64_t id, std::string& spec) {
   executor_state& st = self->state;
   std::function<void(const std::string&)> prepare = st.device->grammar_preparer();
@@ -342,32 +346,55 @@ caf::result<std::string> prepare_grammar(self_ptr self, std::uint64_t id, std::s
     st.grammar->push({.id = job, .prepare = std::move(prepare), .spec = spec, .cancel = cancel});
   }
   // The sender before the promise: making it takes the sender out of the current message.
-  auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
+  // It is monitored: a scheduler that goes down without a word (killed, its node lost) no
+  // longer waits (drop_requester).
+  const caf::strong_actor_ptr& sender = self->current_sender();
+  auto from = caf::actor_cast<caf::actor_addr>(sender);
+  if (sender && st.requesters.insert(from).second) self->monitor(sender);
   auto rp = self->make_response_promise<std::string>();
   st.compiles[job].waiting.push_back({.from = std::move(from), .id = id, .reply = rp});
   return rp;
 }
 
-/// Request `id` of the sender was aborted: it stops waiting for its compile (answered now, an
-/// answer its scheduler ignores), and a compile that nobody waits for any more is cancelled --
-/// it stops at its next check, or never starts if it is still queued, instead of running on to
-/// the limit for nobody. A compile that another request still waits for runs on.
-void abandon_grammar(self_ptr self, std::uint64_t id) {
-  executor_state& st = self->state;
-  const auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
+/// The waiters `is_gone` picks stop waiting (each answered `answer`, if any), and a compile
+/// that nobody waits for any more is cancelled -- it stops at its next check, or never starts
+/// if it is still queued, instead of running on to the limit for nobody. A compile that
+/// another request still waits for runs on.
+void drop_waiters(executor_state& st, const std::function<bool(const grammar_waiter&)>& is_gone,
+                  const std::optional<std::string>& answer) {
   for (auto& [job, c] : st.compiles) {
-    auto it = std::find_if(c.waiting.begin(), c.waiting.end(),
-                           [&](const grammar_waiter& w) { return w.id == id && w.from == from; });
-    if (it == c.waiting.end()) continue;
-    it->reply.deliver(std::string("the request was aborted"));
-    c.waiting.erase(it);
-    if (!c.waiting.empty()) continue;
-    c.cancel->cancel("every request for it was aborted");
+    const std::size_t before = c.waiting.size();
+    std::erase_if(c.waiting, [&](grammar_waiter& w) {
+      if (!is_gone(w)) return false;
+      if (answer) w.reply.deliver(*answer);
+      return true;
+    });
+    if (c.waiting.size() == before || !c.waiting.empty()) continue;
+    c.cancel->cancel("no request waits for it any more");
     // A later request for the spec starts a new compile (this one is stopping); this one's
     // entry goes when the grammar thread reports it ended.
     if (auto s = st.compiling.find(c.spec); s != st.compiling.end() && s->second == job)
       st.compiling.erase(s);
   }
+}
+
+/// Request `id` of the sender was aborted: it stops waiting for its compile (answered now, an
+/// answer its scheduler ignores); a compile that nobody waits for any more is cancelled.
+void abandon_grammar(self_ptr self, std::uint64_t id) {
+  const auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
+  drop_waiters(
+      self->state, [&](const grammar_waiter& w) { return w.id == id && w.from == from; },
+      std::string("the request was aborted"));
+}
+
+/// A requester (a scheduler) is down -- killed, or its node lost -- without having aborted its
+/// requests: none of them waits any more (nobody hears an answer), and a compile that nobody
+/// waits for any more is cancelled. They ran on to the limit (100 s) for nobody.
+void drop_requester(self_ptr self, const caf::down_msg& dm) {
+  executor_state& st = self->state;
+  if (st.requesters.erase(dm.source) == 0) return;
+  drop_waiters(
+      st, [&](const grammar_waiter& w) { return w.from == dm.source; }, std::nullopt);
 }
 
 /// Compile `job` ended: its requests get `error` ("" when it compiled; a cancelled compile's
@@ -385,6 +412,8 @@ void finish_grammar(self_ptr self, std::uint64_t job, std::string& error) {
 executor_actor::behavior_type executor_impl(self_ptr self, executor_params params) {
   self->state.grammar_limit = params.grammar_limit;
   self->state.device = std::make_unique<device_thread>(std::move(params), self->address());
+  // The executor monitors only the requesters of its compiles.
+  self->set_down_handler([=](caf::down_msg& dm) { drop_requester(self, dm); });
   self->set_default_handler(
       [](caf::scheduled_actor*, caf::message_view&) -> caf::result<caf::message> {
         return caf::make_error(caf::sec::unexpected_message);

@@ -29,8 +29,8 @@ struct executor_params {
   std::string label;                           ///< for logs: "group 0 executor 0 (cpu)"
   /// How long a request waits for its response_format to compile (the scheduler's limit).
   /// When every request waiting for a compile has waited this long, or has been aborted
-  /// (abandon_grammar_atom), the compile is cancelled (grammar::compile_cancel): it stops at
-  /// its next check and keeps nothing.
+  /// (abandon_grammar_atom) or its scheduler has gone down, the compile is cancelled
+  /// (grammar::compile_cancel): it stops at its next check and keeps nothing.
   std::chrono::nanoseconds grammar_limit = grammar_prepare_limit();
 };
 

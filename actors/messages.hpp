@@ -91,7 +91,8 @@ using executor_actor = caf::typed_actor<
     /// (the router's) into the runner's grammar cache, on a worker thread (the device thread
     /// runs steps meanwhile); the answer is "" when it compiled (or the runner has no
     /// structured output, which it reports for the request itself), else why not. Requests
-    /// for a spec that is compiling share its compile.
+    /// for a spec that is compiling share its compile. The executor monitors the sender: its
+    /// requests stop waiting when it goes down (a compile nobody waits for is cancelled).
     caf::replies_to<prepare_grammar_atom, std::uint64_t, std::string>::with<std::string>,
     /// scheduler → executor: request `id` of the sender (aborted) no longer waits for its
     /// response_format; its prepare is answered now, and a compile that no request waits for

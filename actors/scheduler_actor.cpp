@@ -276,12 +276,18 @@ caf::result<runtime::admission_result> prepare_then_admit(scheduler_self self,
   p->start_ns = now_ns();
   self->state.preparing.emplace(id, p);
   const std::vector<executor_actor>& executors = self->state.params.executors;
+  // The request is answered once every executor has compiled its grammar, or at the first that
+  // could not: the others' compiles of it are then abandoned (they stop unless another request
+  // waits for them). It waited for them all, and they compiled on for nobody, up to the limit.
   auto answered = [=](std::string error) -> void {
     if (p->error.empty()) p->error = std::move(error);
-    if (++p->num_answers < self->state.params.executors.size()) return;
+    const bool is_last = ++p->num_answers >= self->state.params.executors.size();
     scheduler_state& st = self->state;
-    if (p->is_ended) return;  // aborted meanwhile: answered then
+    if (p->is_ended) return;  // aborted, or refused, meanwhile: answered then
+    if (!is_last && p->error.empty()) return;
     st.preparing.erase(id);
+    p->is_ended = true;
+    if (!is_last) abandon_compiles(self, id);
     const double seconds = double(now_ns() - p->start_ns) * 1e-9;
     auto refuse = [&](auto r) {  // an admission_result, or not_serving's error
       ++st.num_prepare_refusals;

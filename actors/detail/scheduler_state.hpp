@@ -34,7 +34,8 @@ struct preparing_request {
   std::size_t num_answers = 0;
   std::string error;
   bool is_too_slow = false;  ///< an executor did not answer within the limit
-  bool is_ended = false;     ///< answered already (aborted): later compile answers are ignored
+  bool is_ended = false;     ///< answered already (aborted, or refused at an executor's error):
+                             ///< later compile answers are ignored
   std::int64_t start_ns = 0;
 };
 

@@ -676,3 +676,175 @@ TEST_CASE("scheduler: an aborted request's compile stops on its executors") {
     self->send_exit(exec, caf::exit_reason::user_shutdown);
   }
 }
+
+namespace {
+
+/// The toy runner whose preparer fails every spec, once the compile `other` counts has begun
+/// (another executor of the group is then compiling the same spec).
+class failing_toy_runner : public actors::toy_runner {
+ public:
+  failing_toy_runner(actors::toy_runner_config c, std::shared_ptr<compile_counts> other)
+      : toy_runner(c), other_(std::move(other)) {}
+  std::function<void(const std::string&)> grammar_preparer() const override {
+    return [other = other_](const std::string&) {
+      eventually([&] { return other->num_running > 0; }, 10);
+      DI_FAIL("does not compile (fake)");
+    };
+  }
+
+ private:
+  std::shared_ptr<compile_counts> other_;
+};
+
+/// Stops its actors when a test ends, whatever fails (the actor system waits for them).
+struct stop_at_end {
+  std::vector<caf::actor> actors;
+  ~stop_at_end() {
+    for (const caf::actor& a : actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  }
+};
+
+/// A loaded executor of the toy runner `make` builds, whose requests wait 60 s for a compile.
+actors::executor_actor spawn_toy_executor(
+    caf::actor_system& sys,
+    std::function<std::unique_ptr<runtime::step_runner>(const actors::toy_runner_config&)> make) {
+  actors::executor_params ep;
+  ep.make_runner = [make] {
+    const actors::toy_runner_config tc;
+    return actors::runner_bundle{make(tc), actors::toy_runner::geometry(tc)};
+  };
+  ep.label = "toy test executor";
+  ep.grammar_limit = std::chrono::seconds(60);
+  return actors::spawn_executor_actor(sys, std::move(ep));
+}
+
+}  // namespace
+
+TEST_CASE("scheduler: a grammar one executor cannot compile stops the others' compiles") {
+  // A group of two executors: the first fails the spec at once, the second compiles it on (a
+  // 60 s limit). The request waited for both, so its refusal came at the second's limit, and the
+  // second compiled on for a request refused already. Now the first error refuses it and the
+  // scheduler abandons the other executors' compiles of it.
+  test::test_system ts;
+  auto counts = std::make_shared<compile_counts>();
+  auto failing = spawn_toy_executor(ts.sys, [&](const actors::toy_runner_config& tc) {
+    return std::make_unique<failing_toy_runner>(tc, counts);
+  });
+  auto compiling = spawn_toy_executor(ts.sys, [&](const actors::toy_runner_config& tc) {
+    return std::make_unique<compiling_toy_runner>(tc, counts);
+  });
+  const cluster_config c = test::toy_config();
+  auto sched = actors::spawn_scheduler_actor(ts.sys, {.group = 0,
+                                                      .executors = {failing, compiling},
+                                                      .executor_nodes = {0, 0},
+                                                      .limits = c.scheduler,
+                                                      .kv = c.kv,
+                                                      .status_interval_s = 0,
+                                                      .startup_timeout_s = 30});
+  const stop_at_end stop{{caf::actor_cast<caf::actor>(sched), caf::actor_cast<caf::actor>(failing),
+                          caf::actor_cast<caf::actor>(compiling)}};
+  caf::scoped_actor self{ts.sys};
+  {
+    caf::scoped_actor router{ts.sys};  // stands in for the router
+    router
+        ->request(sched, std::chrono::seconds(30),
+                  actors::attach_router{caf::actor_cast<actors::router_actor>(router)})
+        .receive([](actors::group_info&) {}, [](caf::error& e) { FAIL(caf::to_string(e)); });
+    const auto t0 = std::chrono::steady_clock::now();
+    std::optional<runtime::admission_result> reply;
+    router
+        ->request(sched, std::chrono::seconds(10),
+                  actors::start_request{gated_group::request(41, "spin")})
+        .receive([&](runtime::admission_result& a) { reply = a; },
+                 [](caf::error& e) { FAIL_CHECK(caf::to_string(e)); });
+    const double refused_after = seconds_since(t0);
+    const bool is_stopped = eventually([&] { return counts->num_running == 0; }, 10);
+    MESSAGE("refused ", refused_after,
+            " s after the request; the other executor's compile stopped ", seconds_since(t0),
+            " s after it");
+    REQUIRE(reply);
+    CHECK_FALSE(reply->is_accepted());
+    CHECK(reply->status == runtime::admission_status::invalid_request);
+    CHECK(reply->message.find("does not compile (fake)") != std::string::npos);
+    CHECK(is_stopped);
+    CHECK(counts->num_started == 1);
+    CHECK(counts->num_interrupted == 1);  // cancelled, not compiled to the limit
+  }
+  actors::group_status g;
+  self->request(sched, std::chrono::seconds(30), actors::status_atom::value)
+      .receive([&](actors::group_status& s) { g = std::move(s); },
+               [](caf::error& e) { FAIL(caf::to_string(e)); });
+  CHECK(g.is_up);
+  CHECK(g.stats.counters.num_refused == 1);
+  CHECK(g.stats.counters.num_steps == 0);
+}
+
+TEST_CASE("executor: a compile stops once every requester waiting for it is down") {
+  // A scheduler that went down without aborting its requests (killed, its node lost) left its
+  // executors compiling for nobody to the limit (60 s here, 100 s in a server). The executor
+  // monitors its requesters: a compile stops once none that waits for it is up; one shared with
+  // a live requester runs on.
+  test::test_system ts;
+  auto counts = std::make_shared<compile_counts>();
+  auto exec = spawn_compiling_executor(ts.sys, counts, std::chrono::seconds(60));
+  const stop_at_end stop{{caf::actor_cast<caf::actor>(exec)}};
+  const auto wait = std::chrono::seconds(30);
+  auto second = std::make_unique<caf::scoped_actor>(ts.sys);
+  {
+    caf::scoped_actor first{ts.sys};  // stands in for a scheduler, then goes down
+    first->request(exec, wait, actors::prepare_grammar_atom::value, std::uint64_t(1),
+                   std::string("spin"));
+    REQUIRE(eventually([&] { return counts->num_started == 1; }));
+    // Another requester's request (the same id) joins the compile: it is in once a later
+    // message of that sender is answered.
+    (*second)->request(exec, wait, actors::prepare_grammar_atom::value, std::uint64_t(1),
+                       std::string("spin"));
+    (*second)
+        ->request(exec, wait, actors::info_atom::value)
+        .receive([](actors::executor_info&) {}, [](caf::error& e) { FAIL(caf::to_string(e)); });
+  }  // the first requester is down
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  CHECK(counts->num_running == 1);  // the second still waits: the compile runs on
+  CHECK(counts->num_interrupted == 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  second.reset();  // the last requester is down
+  const bool is_stopped = eventually([&] { return counts->num_running == 0; }, 10);
+  MESSAGE("the compile stopped ", seconds_since(t0), " s after its last requester went down");
+  REQUIRE(is_stopped);
+  CHECK(counts->num_interrupted == 1);  // cancelled, not finished
+  CHECK(counts->num_started == 1);
+  // The executor serves on, its grammar thread free; a requester that goes down once answered
+  // (prepare_on's) changes nothing.
+  CHECK(prepare_on(ts.sys, exec, "regex:[0-9]+") == "");
+  CHECK(prepare_on(ts.sys, exec, "regex:a+") == "");
+  CHECK(counts->num_started == 3);
+  CHECK(counts->num_interrupted == 1);
+}
+
+TEST_CASE("scheduler: a killed scheduler's compile stops on its executor") {
+  // A scheduler killed while a request's grammar compiled never abandoned the compile (only an
+  // abort, its router going down or a failed group did): the executor compiled on to the limit.
+  test::test_system ts;
+  auto counts = std::make_shared<compile_counts>();
+  auto exec = spawn_toy_executor(ts.sys, [&](const actors::toy_runner_config& tc) {
+    return std::make_unique<compiling_toy_runner>(tc, counts);
+  });
+  const cluster_config c = test::toy_config();
+  auto sched = test::spawn_one_executor_group(ts.sys, exec, c);
+  const stop_at_end stop{{caf::actor_cast<caf::actor>(sched), caf::actor_cast<caf::actor>(exec)}};
+  caf::scoped_actor router{ts.sys};  // stands in for the router
+  router
+      ->request(sched, std::chrono::seconds(30),
+                actors::attach_router{caf::actor_cast<actors::router_actor>(router)})
+      .receive([](actors::group_info&) {}, [](caf::error& e) { FAIL(caf::to_string(e)); });
+  router->send(sched, actors::start_request{gated_group::request(41, "spin")});
+  REQUIRE(eventually([&] { return counts->num_running == 1; }));
+  router->send_exit(sched, caf::exit_reason::kill);  // no exit handler runs: fail_group does not
+  const auto t0 = std::chrono::steady_clock::now();
+  const bool is_stopped = eventually([&] { return counts->num_running == 0; }, 10);
+  MESSAGE("the executor's compile stopped ", seconds_since(t0),
+          " s after its scheduler was killed");
+  REQUIRE(is_stopped);
+  CHECK(counts->num_interrupted == 1);
+  CHECK(prepare_on(ts.sys, exec, "regex:[0-9]+") == "");  // the executor serves on
+}
