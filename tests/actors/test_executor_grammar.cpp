@@ -114,25 +114,45 @@ TEST_CASE("executor: a compiled response_format is answered at once, not behind 
 
 namespace {
 
-/// The toy runner with a preparer that blocks on the specs "slow" and "slow-bad" until
-/// released; "slow-bad" then fails to compile.
-class gated_toy_runner : public actors::toy_runner {
+/// The toy runner with a grammar preparer of the test's choosing.
+class preparing_toy_runner : public actors::toy_runner {
  public:
-  gated_toy_runner(actors::toy_runner_config c, std::shared_ptr<grammar_state> s)
-      : toy_runner(c), s_(std::move(s)) {}
-  std::function<void(const std::string&)> grammar_preparer() const override {
-    return [s = s_](const std::string& spec) {
-      std::unique_lock lock(s->mutex);
-      ++s->num_prepared;
-      if (spec.starts_with("slow")) s->released_cv.wait(lock, [&] { return s->released; });
-      if (spec == "slow-bad") DI_FAIL("does not compile (fake)");
-      s->compiled.insert(spec);
-    };
-  }
+  preparing_toy_runner(actors::toy_runner_config c,
+                       std::function<void(const std::string&)> preparer)
+      : toy_runner(c), preparer_(std::move(preparer)) {}
+  std::function<void(const std::string&)> grammar_preparer() const override { return preparer_; }
 
  private:
-  std::shared_ptr<grammar_state> s_;
+  std::function<void(const std::string&)> preparer_;
 };
+
+/// A loaded executor of the toy runner with `preparer`, whose requests wait `limit` for a
+/// compile.
+actors::executor_actor spawn_toy_executor(
+    caf::actor_system& sys, std::function<void(const std::string&)> preparer,
+    std::chrono::nanoseconds limit = std::chrono::seconds(60)) {
+  actors::executor_params ep;
+  ep.make_runner = [preparer = std::move(preparer)] {
+    const actors::toy_runner_config tc;
+    return actors::runner_bundle{std::make_unique<preparing_toy_runner>(tc, preparer),
+                                 actors::toy_runner::geometry(tc)};
+  };
+  ep.label = "toy test executor";
+  ep.grammar_limit = limit;
+  return actors::spawn_executor_actor(sys, std::move(ep));
+}
+
+/// A preparer that blocks on the specs "slow" and "slow-bad" until released; "slow-bad" then
+/// fails to compile.
+std::function<void(const std::string&)> gated_preparer(std::shared_ptr<grammar_state> s) {
+  return [s](const std::string& spec) {
+    std::unique_lock lock(s->mutex);
+    ++s->num_prepared;
+    if (spec.starts_with("slow")) s->released_cv.wait(lock, [&] { return s->released; });
+    if (spec == "slow-bad") DI_FAIL("does not compile (fake)");
+    s->compiled.insert(spec);
+  };
+}
 
 }  // namespace
 
@@ -148,14 +168,7 @@ struct gated_group {
   const std::chrono::seconds wait{30};
 
   gated_group() {
-    actors::executor_params ep;
-    ep.make_runner = [s = state] {
-      const actors::toy_runner_config tc;
-      return actors::runner_bundle{std::make_unique<gated_toy_runner>(tc, s),
-                                   actors::toy_runner::geometry(tc)};
-    };
-    ep.label = "gated toy executor";
-    exec = actors::spawn_executor_actor(ts.sys, std::move(ep));
+    exec = spawn_toy_executor(ts.sys, gated_preparer(state), actors::grammar_prepare_limit());
     const cluster_config c = test::toy_config();
     sched = test::spawn_one_executor_group(ts.sys, exec, c);
   }
@@ -613,23 +626,6 @@ TEST_CASE("executor: a compile shared with a live request runs on when another i
   caf::anon_send_exit(exec, caf::exit_reason::user_shutdown);
 }
 
-namespace {
-
-/// The toy runner with compiling_preparer.
-class compiling_toy_runner : public actors::toy_runner {
- public:
-  compiling_toy_runner(actors::toy_runner_config c, std::shared_ptr<compile_counts> counts)
-      : toy_runner(c), c_(std::move(counts)) {}
-  std::function<void(const std::string&)> grammar_preparer() const override {
-    return compiling_preparer(c_);
-  }
-
- private:
-  std::shared_ptr<compile_counts> c_;
-};
-
-}  // namespace
-
 TEST_CASE("scheduler: an aborted request's compile stops on its executors") {
   // The scheduler ended an aborted request (or, its router down, every preparing one) but its
   // executors compiled on until the limit (100 s), a core busy for nobody.
@@ -637,15 +633,7 @@ TEST_CASE("scheduler: an aborted request's compile stops on its executors") {
     CAPTURE(is_router_down);
     test::test_system ts;
     auto counts = std::make_shared<compile_counts>();
-    actors::executor_params ep;
-    ep.make_runner = [counts] {
-      const actors::toy_runner_config tc;
-      return actors::runner_bundle{std::make_unique<compiling_toy_runner>(tc, counts),
-                                   actors::toy_runner::geometry(tc)};
-    };
-    ep.label = "compiling toy executor";
-    ep.grammar_limit = std::chrono::seconds(60);
-    auto exec = actors::spawn_executor_actor(ts.sys, std::move(ep));
+    auto exec = spawn_toy_executor(ts.sys, compiling_preparer(counts));
     const cluster_config c = test::toy_config();
     auto sched = test::spawn_one_executor_group(ts.sys, exec, c);
     caf::scoped_actor self{ts.sys};
@@ -679,22 +667,14 @@ TEST_CASE("scheduler: an aborted request's compile stops on its executors") {
 
 namespace {
 
-/// The toy runner whose preparer fails every spec, once the compile `other` counts has begun
-/// (another executor of the group is then compiling the same spec).
-class failing_toy_runner : public actors::toy_runner {
- public:
-  failing_toy_runner(actors::toy_runner_config c, std::shared_ptr<compile_counts> other)
-      : toy_runner(c), other_(std::move(other)) {}
-  std::function<void(const std::string&)> grammar_preparer() const override {
-    return [other = other_](const std::string&) {
-      eventually([&] { return other->num_running > 0; }, 10);
-      DI_FAIL("does not compile (fake)");
-    };
-  }
-
- private:
-  std::shared_ptr<compile_counts> other_;
-};
+/// A preparer that fails every spec once the compile `other` counts has begun (another
+/// executor of the group is then compiling the same spec).
+std::function<void(const std::string&)> failing_preparer(std::shared_ptr<compile_counts> other) {
+  return [other](const std::string&) {
+    eventually([&] { return other->num_running > 0; }, 10);
+    DI_FAIL("does not compile (fake)");
+  };
+}
 
 /// Stops its actors when a test ends, whatever fails (the actor system waits for them).
 struct stop_at_end {
@@ -703,20 +683,6 @@ struct stop_at_end {
     for (const caf::actor& a : actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   }
 };
-
-/// A loaded executor of the toy runner `make` builds, whose requests wait 60 s for a compile.
-actors::executor_actor spawn_toy_executor(
-    caf::actor_system& sys,
-    std::function<std::unique_ptr<runtime::step_runner>(const actors::toy_runner_config&)> make) {
-  actors::executor_params ep;
-  ep.make_runner = [make] {
-    const actors::toy_runner_config tc;
-    return actors::runner_bundle{make(tc), actors::toy_runner::geometry(tc)};
-  };
-  ep.label = "toy test executor";
-  ep.grammar_limit = std::chrono::seconds(60);
-  return actors::spawn_executor_actor(sys, std::move(ep));
-}
 
 }  // namespace
 
@@ -727,12 +693,8 @@ TEST_CASE("scheduler: a grammar one executor cannot compile stops the others' co
   // scheduler abandons the other executors' compiles of it.
   test::test_system ts;
   auto counts = std::make_shared<compile_counts>();
-  auto failing = spawn_toy_executor(ts.sys, [&](const actors::toy_runner_config& tc) {
-    return std::make_unique<failing_toy_runner>(tc, counts);
-  });
-  auto compiling = spawn_toy_executor(ts.sys, [&](const actors::toy_runner_config& tc) {
-    return std::make_unique<compiling_toy_runner>(tc, counts);
-  });
+  auto failing = spawn_toy_executor(ts.sys, failing_preparer(counts));
+  auto compiling = spawn_toy_executor(ts.sys, compiling_preparer(counts));
   const cluster_config c = test::toy_config();
   auto sched = actors::spawn_scheduler_actor(ts.sys, {.group = 0,
                                                       .executors = {failing, compiling},
@@ -826,9 +788,7 @@ TEST_CASE("scheduler: a killed scheduler's compile stops on its executor") {
   // abort, its router going down or a failed group did): the executor compiled on to the limit.
   test::test_system ts;
   auto counts = std::make_shared<compile_counts>();
-  auto exec = spawn_toy_executor(ts.sys, [&](const actors::toy_runner_config& tc) {
-    return std::make_unique<compiling_toy_runner>(tc, counts);
-  });
+  auto exec = spawn_toy_executor(ts.sys, compiling_preparer(counts));
   const cluster_config c = test::toy_config();
   auto sched = test::spawn_one_executor_group(ts.sys, exec, c);
   const stop_at_end stop{{caf::actor_cast<caf::actor>(sched), caf::actor_cast<caf::actor>(exec)}};
