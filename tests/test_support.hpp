@@ -1,12 +1,14 @@
 // Helpers for tests: paths to the repository, to ../shared test data, and scratch folders.
 #pragma once
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
 #include <string_view>
+#include <thread>
 
 namespace di::test {
 
@@ -47,6 +49,18 @@ class temp_dir {
 inline void write_file(const std::filesystem::path& path, std::string_view bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), std::streamsize(bytes.size()));
+}
+
+/// Polls `done` every 10 ms for up to `seconds`; whether it came true. For what another thread
+/// or actor does after the reply a test waits on (an abort heard, a slot given back).
+template <class F>
+bool eventually(F&& done, double seconds = 5) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
 }
 
 /// An EBNF grammar that compiles slowly when nothing stops it (20 rules of `[aA]*` then 3,600

@@ -473,15 +473,7 @@ std::string prepare_on(caf::actor_system& sys, const actors::executor_actor& exe
   return answer;
 }
 
-/// Polls `done` for up to `seconds`; whether it came true.
-bool eventually(const std::function<bool()>& done, double seconds = 5) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return true;
-}
+using di::test::eventually;
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

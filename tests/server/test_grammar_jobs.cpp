@@ -117,15 +117,7 @@ TEST_CASE("a grammar that compiles starts its request; one that does not is its 
   CHECK(e->param == "response_format");
 }
 
-/// Polls `done` for up to `seconds`; whether it came true.
-bool eventually(const std::function<bool()>& done, double seconds = 5) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::sleep_for(10ms);
-  }
-  return true;
-}
+using di::test::eventually;
 
 TEST_CASE("a compile past the limit: refused at the limit, then cancelled") {
   fixture fx;

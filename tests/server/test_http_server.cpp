@@ -167,9 +167,7 @@ struct fake_server {
   std::uint16_t port() const { return server->port(); }
 
   bool slots_released() const {
-    for (int i = 0; i < 500 && ctx.num_inflight.load() != 0; ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    return ctx.num_inflight.load() == 0;
+    return di::test::eventually([&] { return ctx.num_inflight.load() == 0; });
   }
 };
 
@@ -217,7 +215,8 @@ TEST_CASE("http server: a stream whose handler throws ends with an error event a
   CHECK(tail.find("generation_failed") != std::string::npos);
   CHECK(tail.ends_with("data: [DONE]\n\n"));
   CHECK(bad.body.find("data: [DONE]") == bad.body.rfind("data: [DONE]"));  // once
-  CHECK(s.counts->aborts.load() >= 1);
+  // The abort reaches the router after the client has read [DONE]; wait for it.
+  CHECK(di::test::eventually([&] { return s.counts->aborts.load() >= 1; }));
   CHECK(s.slots_released());  // the aborted request's final event gave the slot back
   check_served_normally(s);
   const reply ok = post(s.port(), "/v1/completions", completion({1, 2}, true));
