@@ -56,6 +56,8 @@ struct child {
   /// too within the shutdown timeout -- then node 0 was stopping the cluster in order (a
   /// SIGTERM sent to node 0 itself made launch report node 1 lost and exit 1).
   std::optional<std::chrono::steady_clock::time_point> clean_exit_at;
+  /// The same before the cluster is ready: when a node ended with 0 (see supervise).
+  std::optional<std::chrono::steady_clock::time_point> stopped_at;
 };
 
 /// The first stop signal's number (0: none yet).
@@ -276,15 +278,39 @@ int supervise(std::vector<child>& children, int shutdown_timeout_s) {
                        c.rank);
       }
     if (coordinator_gone || !any_running(children)) {
+      for (child& c : children) drain(c, printed_ready);  // a ready line written before it ended
+      if (has_coordinator && !printed_ready) {
+        // The coordinator ended before the cluster was ready: the start failed, whatever its
+        // status (its log says why).
+        const child& c0 = *std::find_if(children.begin(), children.end(),
+                                        [](const child& c) { return c.rank == 0; });
+        if (!c0.running)
+          std::fprintf(stderr,
+                       "launch: node 0 exited (status %d) before the cluster was ready; "
+                       "stopping the cluster\n",
+                       c0.status);
+        stop_all(children, shutdown_timeout_s);
+        for (child& c : children) drain(c, printed_ready);
+        return 1;
+      }
       forced = stop_all(children, shutdown_timeout_s);
       break;
     }
     // A node that exits before the cluster is ready: the coordinator would wait for it until
     // cluster.startup_timeout_s (launch hung that long). Only launch's own coordinator prints
     // the ready line; without one here, readiness is unknown: nodes are only reported, as before.
+    // A node that ends with 0 was stopped in order, most often by the coordinator, whose own
+    // start failed (its router port taken, a bad model folder): launch blamed that node ("node 1
+    // exited (status 0) before the cluster was ready", 5 of 5 runs) and then reaped node 0's
+    // status 1. The coordinator gets shutdown_timeout_s to end (the branch above names it).
     if (!printed_ready && has_coordinator) {
-      const auto gone =
-          std::find_if(children.begin(), children.end(), [](const child& c) { return !c.running; });
+      const auto now = std::chrono::steady_clock::now();
+      const auto gone = std::find_if(children.begin(), children.end(), [&](child& c) {
+        if (c.running) return false;
+        if (c.rank == 0 || c.status != 0) return true;
+        if (!c.stopped_at) c.stopped_at = now;
+        return now - *c.stopped_at >= std::chrono::seconds(std::max(1, shutdown_timeout_s));
+      });
       if (gone != children.end()) {
         std::fprintf(stderr,
                      "launch: node %d exited (status %d) before the cluster was ready; stopping "

@@ -782,6 +782,11 @@ class LaunchSupervisionTest(unittest.TestCase):
         self.assertEqual(p.returncode, 1, p.stderr)
         self.assertIn(f"cannot listen for clients on 127.0.0.1:{ports[0]} (router.host / router.port): "
                       "tcp socket creation failed (Address already in use)", p.stderr)
+        # Node 0 failed and stopped node 1 in order (status 0): launch blamed node 1 ("launch:
+        # node 1 exited (status 0) before the cluster was ready", 5 runs of 5); it names node 0.
+        self.assertIn("launch: node 0 exited (status 1) before the cluster was ready; stopping the cluster",
+                      p.stderr)
+        self.assertNotIn("node 1 exited (status 0) before the cluster was ready", p.stderr)
 
     def shut_down_by(self, name, send):
         """Starts a launch leading its own process group, calls send(launch pid), and checks
