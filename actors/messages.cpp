@@ -64,6 +64,17 @@ std::string describe(const caf::error& err) {
   return caf::to_string(err);
 }
 
+std::string describe_down(const caf::error& reason) {
+  constexpr const char* node_stopped = "stopped: its node shut down";
+  if (!reason) return node_stopped;
+  const caf::message& ctx = reason.context();  // (a none error has none: CAF dereferences null)
+  for (std::size_t i = 0; i < ctx.size(); ++i)
+    if (ctx.match_element<std::string>(i)) return ctx.get_as<std::string>(i);
+  if (reason == caf::exit_reason::normal || reason == caf::exit_reason::user_shutdown)
+    return node_stopped;
+  return describe(reason);
+}
+
 caf::error router_shutdown_reason() {
   return caf::error(static_cast<std::uint8_t>(caf::exit_reason::user_shutdown), caf::atom("exit"),
                     caf::make_message(std::string("the router shut down (the cluster stopped)")));

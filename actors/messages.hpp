@@ -455,6 +455,12 @@ std::int64_t now_ns();
 /// The text of an error: its message when it carries one, else CAF's rendering.
 std::string describe(const caf::error& err);
 
+/// The text of a monitored actor's down reason: describe(), except that an actor that ended
+/// without an error of its own -- no reason, `normal` or `user_shutdown` and no message, as
+/// when its node is stopped in order (a SIGTERM to that node) -- "stopped: its node shut
+/// down" (a client read "executor 0 on node 1 is down (no error)").
+std::string describe_down(const caf::error& reason);
+
 /// The exit reason of a router that shut down in order (its cluster stopped, or its node was
 /// told to stop): front ends monitoring it get it as their down reason.
 caf::error router_shutdown_reason();

@@ -77,10 +77,10 @@ void on_down(router_self self, const caf::down_msg& dm) {
     detail::group_entry& e = st.groups[g];
     if (dm.source != e.handle.address()) continue;
     if (!e.is_ready) {  // down before it attached: it did not start, and its exit reason says why
-      if (!e.is_start_failed) fail_start(self, g, describe(dm.reason));
+      if (!e.is_start_failed) fail_start(self, g, describe_down(dm.reason));
     } else if (e.is_up) {
       e.is_up = false;
-      e.down_reason = describe(dm.reason);
+      e.down_reason = describe_down(dm.reason);
       if (st.is_shutting_down)
         st.log->info("group {} stopped", g);
       else

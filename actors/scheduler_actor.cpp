@@ -167,10 +167,10 @@ void on_down(scheduler_self self, const caf::down_msg& dm) {
     if (!st.sched)  // before the group started: as ask_executors words it
       return detail::fail_group(
           self, fmt::format("group {}: executor {} (node {}) did not start: {}", st.params.group, i,
-                            st.params.executor_nodes[i], describe(dm.reason)));
+                            st.params.executor_nodes[i], describe_down(dm.reason)));
     return detail::fail_group(
         self, fmt::format("group {}: executor {} on node {} is down ({})", st.params.group, i,
-                          st.params.executor_nodes[i], describe(dm.reason)));
+                          st.params.executor_nodes[i], describe_down(dm.reason)));
   }
   if (st.router && dm.source == st.router->address()) {
     if (dm.reason != caf::exit_reason::user_shutdown)

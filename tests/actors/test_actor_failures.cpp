@@ -265,6 +265,61 @@ TEST_CASE("an executor stopped while its runner loads fails the start naming why
         "(injected)");
 }
 
+TEST_CASE("an executor that stops in order (its node shut down) is named as such") {
+  // SIGTERM to an executor's node stops its actors in order: the scheduler's down message
+  // carries no error of the executor's own, and the client read "group 0: executor 0 on node 1
+  // is down (no error)" (user_shutdown in process).
+  CHECK(actors::describe_down(caf::error{}) == "stopped: its node shut down");
+  CHECK(actors::describe_down(caf::exit_reason::normal) == "stopped: its node shut down");
+  CHECK(actors::describe_down(actors::router_shutdown_reason()) ==
+        "the router shut down (the cluster stopped)");  // a message of its own is kept
+  CHECK(actors::describe_down(caf::exit_reason::kill) == "kill");
+  test_system ts;
+  const cluster_config c = toy_config({"model.toy.step_ms=5"});
+  actors::executor_params ep;
+  ep.make_runner = [c] {
+    const actors::toy_runner_config t = toy_of(c);
+    return actors::runner_bundle{std::make_unique<actors::toy_runner>(t),
+                                 actors::toy_runner::geometry(t)};
+  };
+  ep.label = "group 0 executor 0";
+  caf::scoped_actor self{ts.sys};
+  const actors::executor_actor exec = actors::spawn_executor_actor(ts.sys, std::move(ep));
+  const actors::scheduler_actor sched = test::spawn_one_executor_group(ts.sys, exec, c);
+  const actors::router_handle router =
+      actors::spawn_router_actor(ts.sys, {.groups = {sched},
+                                          .status_interval_s = 0,
+                                          .startup_timeout_s = 30,
+                                          .vocab_size = c.model.toy.vocab_size});
+  struct stopper {  // whatever fails: every actor stops (the system waits for them)
+    std::function<void()> stop;
+    ~stopper() { stop(); }
+  } guard{[&] {
+    for (const caf::actor& a :
+         {caf::actor_cast<caf::actor>(router), caf::actor_cast<caf::actor>(sched),
+          caf::actor_cast<caf::actor>(exec)})
+      self->send_exit(a, caf::exit_reason::user_shutdown);
+  }};
+  std::string started;
+  self->request(router, std::chrono::seconds(30), actors::info_atom::value)
+      .receive([&](int) { started = "yes"; },
+               [&](caf::error& err) { started = actors::describe(err); });
+  REQUIRE(started == "yes");
+  raw_client client(ts.sys);
+  auto req = ids_request(random_prompt(8, 10), 1000);  // 5 s of steps
+  req.id = 1;
+  REQUIRE(client.submit(caf::actor_cast<actors::router_actor>(router), req).accepted);
+  REQUIRE(!client.until_tokens(1, std::chrono::seconds(5)).empty());
+  self->send_exit(exec, caf::exit_reason::user_shutdown);  // what its node does on SIGTERM
+  const auto events = client.until_final(1, std::chrono::seconds(5));
+  REQUIRE(!events.empty());
+  REQUIRE(events.back().is_finished());
+  CHECK_MESSAGE(
+      events.back().error.find("executor 0 on node 0 is down (stopped: its node shut down)") !=
+          std::string::npos,
+      events.back().error);
+}
+
 TEST_CASE("executors of a group run in lockstep and must agree") {
   const auto reqs = std::vector<actors::submit_request>{ids_request(random_prompt(6, 30), 12),
                                                         ids_request(random_prompt(7, 50), 9)};
