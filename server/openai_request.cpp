@@ -409,6 +409,14 @@ void read_tools(const field_reader& f, generation_request& r, const server_setti
           !t["function"].contains("name") || !t["function"]["name"].is_string())
         bad_param(at + ".function",
                   fmt::format("'{}.function' must be an object with a string 'name'", at));
+      if (const std::string why =
+              unreadable_tool_name(t["function"]["name"].get_ref<const std::string&>());
+          !why.empty())
+        bad_param(at + ".function.name",
+                  fmt::format("'{}.function.name' {}: a call of the function could not be read "
+                              "back from the output (use letters, digits, _ and -, as OpenAI "
+                              "does)",
+                              at, why));
       if (t["function"].contains("parameters") && !t["function"]["parameters"].is_object())
         bad_param(at + ".function.parameters",
                   fmt::format("'{}.function.parameters' must be a JSON Schema object", at));

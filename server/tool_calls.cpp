@@ -63,9 +63,6 @@ struct call_scan {
   tool_call call;
 };
 
-/// Function names longer than this (without their newline) are not names.
-constexpr std::size_t max_name_bytes = 256;
-
 /// One call from `pos`: call_begin "function" sep NAME "\n```json" ARGS "```" call_end, with
 /// whitespace allowed around ARGS and before call_end.
 call_scan scan_call(std::string_view text, std::size_t pos) {
@@ -75,13 +72,14 @@ call_scan scan_call(std::string_view text, std::size_t pos) {
   const std::size_t newline = text.find('\n', pos);
   if (newline == std::string_view::npos) {
     s.status =
-        text.size() - pos > max_name_bytes ? scan_status::malformed : scan_status::incomplete;
+        text.size() - pos > max_tool_name_bytes ? scan_status::malformed : scan_status::incomplete;
     return s;
   }
   std::string_view name = text.substr(pos, newline - pos);
   while (!name.empty() && is_space(name.back())) name.remove_suffix(1);
   while (!name.empty() && is_space(name.front())) name.remove_prefix(1);
-  if (name.empty() || name.size() > max_name_bytes || name.find("<｜") != std::string_view::npos) {
+  if (name.empty() || name.size() > max_tool_name_bytes ||
+      name.find("<｜") != std::string_view::npos) {
     s.status = scan_status::malformed;
     return s;
   }
@@ -170,6 +168,16 @@ void tool_call_parser::read_calls(tool_call_delta& d, bool is_final) {
     stage_ = stage::rest;
     return;
   }
+}
+
+std::string unreadable_tool_name(std::string_view name) {
+  if (name.empty()) return "is empty";
+  if (name.size() > max_tool_name_bytes)
+    return "is longer than " + std::to_string(max_tool_name_bytes) + " bytes";
+  if (name.find('\n') != std::string_view::npos) return "holds a newline";
+  if (is_space(name.front()) || is_space(name.back())) return "begins or ends with whitespace";
+  if (name.find("<｜") != std::string_view::npos) return "holds \"<｜\", which begins the markers";
+  return "";
 }
 
 tool_call_delta parse_tool_calls(std::string_view text, std::size_t max_calls) {

@@ -66,6 +66,16 @@ class tool_call_parser {
   std::size_t num_kept_ = 0;
 };
 
+/// Why a function named `name` could not be called in this format ("" when it can): the parser
+/// reads a call's name up to its newline, trimmed, and takes none that is empty, longer than
+/// max_tool_name_bytes or holds a marker's "<｜". A call of such a function -- forced by
+/// tool_choice "required" or the function's name -- was written under a grammar and then not
+/// read: the answer was the raw markup as content, no tool_calls, finish_reason "stop".
+std::string unreadable_tool_name(std::string_view name);
+
+/// The longest function name a call may carry (bytes).
+inline constexpr std::size_t max_tool_name_bytes = 256;
+
 /// A whole output's content and calls (push + finish).
 tool_call_delta parse_tool_calls(std::string_view text, std::size_t max_calls = 0);
 

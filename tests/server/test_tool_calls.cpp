@@ -311,3 +311,47 @@ TEST_CASE("tool_choice: auto, none, required, a named function; bad values are a
   CHECK(param_of(tools +
                  R"(, "tool_choice": "auto", "response_format": {"type": "json_object"})") == "");
 }
+
+TEST_CASE("a function name the call format cannot carry is a 400 naming it") {
+  // The parser reads a call's name up to its newline, trimmed, and takes none that is empty,
+  // too long or holds a marker's "<｜": a call of such a function -- forced by tool_choice --
+  // was written under the grammar and then not read back (raw markup as content, no
+  // tool_calls, finish_reason "stop").
+  const server_settings s;
+  auto request = [&](const std::string& name, const std::string& choice) {
+    json body = json::parse(R"({"messages": [{"role": "user", "content": "x"}]})");
+    body["tools"] = json::array({{{"type", "function"}, {"function", {{"name", name}}}}});
+    body["tool_choice"] = choice;
+    return body;
+  };
+  auto param_of = [&](const std::string& name, const std::string& choice) -> std::string {
+    try {
+      parse_chat_request(request(name, choice), s);
+    } catch (const api_error& e) {
+      CHECK(e.status == 400);
+      return e.param;
+    }
+    return "";
+  };
+  for (const std::string& name :
+       {std::string(), std::string(" f"), std::string("f\t"), std::string("a\nb"),
+        std::string("a") + std::string(ds::sep), std::string(ds::call_end),
+        std::string(max_tool_name_bytes + 1, 'a')}) {
+    CAPTURE(name);
+    const tool_call_delta read = parse_tool_calls(calls_text({call_text(name, "{}")}));
+    CHECK((read.calls.empty() || read.calls[0].name != name));  // the format cannot carry it
+    CHECK(!unreadable_tool_name(name).empty());
+    CHECK(param_of(name, "required") == "tools[0].function.name");
+    CHECK(param_of(name, "auto") == "tools[0].function.name");
+  }
+  for (const std::string& name :
+       {std::string("get_weather"), std::string("ns.fn-2"), std::string("with space"),
+        std::string("日本"), std::string(max_tool_name_bytes, 'a')}) {
+    CAPTURE(name);
+    const tool_call_delta read = parse_tool_calls(calls_text({call_text(name, "{}")}));
+    REQUIRE(read.calls.size() == 1);
+    CHECK(read.calls[0].name == name);
+    CHECK(unreadable_tool_name(name).empty());
+    CHECK(param_of(name, "required") == "");
+  }
+}
