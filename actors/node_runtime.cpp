@@ -288,6 +288,18 @@ router_actor connect_router(caf::actor_system& sys, const network_settings& s, c
         "cannot connect to the router at {}:{}: what listens there is not the router (a "
         "node's internal port? --connect takes router.host:router.port)",
         host, port);
+  // Something else answers there, or nothing does: CAF's "malformed_basp_message" (an answer
+  // that is not a handshake: `client --connect` to the HTTP port of `deepinfer serve` said only
+  // that), "connection_timeout" (a program that stays silent) or "disconnect_during_handshake"
+  // was all the client said.
+  if (!r &&
+      (r.error() == caf::sec::connection_timeout || r.error() == caf::sec::malformed_basp_message ||
+       r.error() == caf::sec::disconnect_during_handshake))
+    DI_FAIL(
+        "cannot connect to the router at {}:{}: what listens there did not answer as a deepinfer "
+        "router ({}): the HTTP port of `deepinfer serve`, another program{}, or a router whose "
+        "process is stopped? --connect takes the HOST:PORT of launch's `ready:` line",
+        host, port, describe(r.error()), s.tls.enabled ? "" : ", a cluster with TLS (--tls-*)");
   if (!r && r.error() == caf::sec::cannot_connect_to_node) {
     // CAF's "ip_connect failed" names no cause: refused (nothing listens), unreachable, a name
     // that does not resolve.

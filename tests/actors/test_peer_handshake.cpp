@@ -3,8 +3,17 @@
 #include "actors/peer_handshake.hpp"
 
 #include "actor_test_util.hpp"
+#include "actors/node_runtime.hpp"
+#include "common/error.hpp"
 
 #include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
 
 namespace di::test {
 
@@ -31,7 +40,81 @@ struct named_node {
   ~named_node() { caf::anon_send_exit(actor, caf::exit_reason::user_shutdown); }
 };
 
+/// A TCP server on a free port of 127.0.0.1 that is not a deepinfer node: to each connection it
+/// writes `reply` (nothing: it stays silent) and then holds it open until destroyed, or closes it.
+struct foreign_server {
+  int fd = -1;
+  std::uint16_t port = 0;
+  std::atomic<bool> is_stopping{false};
+  std::thread thread;
+
+  foreign_server(std::string reply, bool close_after) {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+    REQUIRE(::listen(fd, 8) == 0);
+    socklen_t len = sizeof(a);
+    REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    port = ntohs(a.sin_port);
+    thread = std::thread([this, reply, close_after] {
+      std::vector<int> open;
+      while (!is_stopping) {
+        pollfd p{.fd = fd, .events = POLLIN};
+        if (::poll(&p, 1, 20) <= 0) continue;
+        const int c = ::accept(fd, nullptr, nullptr);
+        if (c < 0) continue;
+        if (!reply.empty()) (void)!::write(c, reply.data(), reply.size());
+        if (close_after)
+          ::close(c);
+        else
+          open.push_back(c);
+      }
+      for (const int c : open) ::close(c);
+    });
+  }
+  ~foreign_server() {
+    is_stopping = true;
+    thread.join();
+    ::close(fd);
+  }
+};
+
+/// The error connect_router throws for a router at 127.0.0.1:`port` (empty: it connected).
+std::string connect_error(std::uint16_t port) {
+  actors::network_settings net;
+  net.connection_timeout_ms = 2000;
+  actors::process_config cfg(net);
+  caf::actor_system sys{cfg};
+  try {
+    actors::connect_router(sys, net, "127.0.0.1", port);
+  } catch (const di::error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 }  // namespace
+
+TEST_CASE("a port where something else than a router listens is named as such") {
+  // `client --connect` to the HTTP port of `deepinfer serve` (or any other program) said only
+  // CAF's "connection_timeout" (it waits for a handshake that never comes),
+  // "malformed_basp_message" (an answer that is not one) or "disconnect_during_handshake".
+  for (const auto& [reply, close_after, cause] :
+       {std::tuple<std::string, bool, std::string>{"", false, "connection_timeout"},
+        {"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n", true, "malformed_basp_message"},
+        {"", true, "disconnect_during_handshake"}}) {
+    foreign_server server(reply, close_after);
+    const std::string error = connect_error(server.port);
+    INFO(error);
+    CHECK(error.starts_with(
+        fmt::format("cannot connect to the router at 127.0.0.1:{}: ", server.port)));
+    CHECK(error.find("did not answer as a deepinfer router (" + cause + ")") != std::string::npos);
+    CHECK(error.find("`deepinfer serve`") != std::string::npos);  // its HTTP port, a common slip
+  }
+}
 
 TEST_CASE("a node's cluster name is read from its handshake") {
   named_node node("cluster-a");
