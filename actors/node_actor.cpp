@@ -177,8 +177,7 @@ local_node_actor::behavior_type node_impl(node_self self, node_params params) {
       [=](coordinator_found& msg) { on_coordinator_found(self, msg); },
       [=](tick_atom) {
         if (!self->state.is_ready && !self->state.is_stopping)
-          fail_startup(self, fmt::format("the cluster was not ready within {} s (cluster.startup_timeout_s)",
-                                         self->state.params.config.cluster.startup_timeout_s));
+          fail_startup(self, startup_timeout_reason(self->state));
       },
   };
 }

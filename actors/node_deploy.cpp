@@ -4,6 +4,7 @@
 // cluster is shut down in order.
 #include "actors/detail/node_state.hpp"
 
+#include <fmt/ranges.h>
 #include <caf/all.hpp>
 
 namespace di::actors::detail {
@@ -168,6 +169,27 @@ void on_node_down(node_self self, int rank, const caf::error& reason) {
   if (st.router)
     self->send(*st.router, node_event{.rank = rank, .is_up = false,
                                       .address = address_of(st.params.config, rank), .reason = why});
+}
+
+std::string startup_timeout_reason(const node_state& st) {
+  const cluster_config& c = st.params.config;
+  std::string why = fmt::format("the cluster was not ready within {} s (cluster.startup_timeout_s)",
+                                c.cluster.startup_timeout_s);
+  // Which node kept it waiting: the message named none ("waiting for 1 more node(s)" was the
+  // only other word), so a node never started on its host, or one that cannot reach this one,
+  // had to be guessed.
+  std::vector<std::string> missing;
+  for (std::size_t r = 1; r < c.nodes.size(); ++r)
+    if (r >= st.nodes.size() || !st.nodes[r])
+      missing.push_back(fmt::format("{} ({})", r, address_of(c, int(r))));
+  if (!missing.empty())
+    return fmt::format(
+        "{}: {} {} never joined (is `deepinfer node --rank N` running there with the same file, "
+        "and can it reach the coordinator at {}?)",
+        why, missing.size() == 1 ? "node" : "nodes", fmt::join(missing, ", "), address_of(c, 0));
+  return why +
+         ": every node joined; the groups were still starting (executors load the model "
+         "first: a larger checkpoint may need a larger cluster.startup_timeout_s)";
 }
 
 void fail_startup(node_self self, const std::string& reason) {

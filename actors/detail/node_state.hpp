@@ -52,6 +52,9 @@ void start_coordinator(node_self self);
 void deploy(node_self self);
 void on_node_down(node_self self, int rank, const caf::error& reason);
 void fail_startup(node_self self, const std::string& reason);
+/// Why the cluster is not ready at cluster.startup_timeout_s: the nodes that never joined, by
+/// rank and address, or that every node joined and the groups were still starting.
+std::string startup_timeout_reason(const node_state& st);
 /// Orderly shutdown of the whole cluster (the coordinator).
 void shutdown_cluster(node_self self, int exit_code);
 

@@ -851,6 +851,21 @@ class LaunchSupervisionTest(unittest.TestCase):
                     proc.kill()
                     proc.wait()
 
+    def test_startup_timeout_names_the_nodes_that_never_joined(self):
+        # Node 1 never joins (it lives on TEST-NET-1, never this host): node 0 said only "the
+        # cluster was not ready within 2 s (cluster.startup_timeout_s)", naming no node.
+        ports = cu.free_ports(3)
+        path = os.path.join(WORK, "never-joined.toml")
+        with open(path, "w") as f:
+            f.write(self.toml("never-joined", ports)
+                    .replace('host = "127.0.0.1"\nport = %d' % ports[2], 'host = "192.0.2.1"\nport = %d' % ports[2])
+                    .replace("startup_timeout_s = 120", "startup_timeout_s = 2"))
+        p = subprocess.run([cu.BINARY, "launch", path], capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn(f"the cluster could not start: the cluster was not ready within 2 s (cluster.startup_timeout_s): "
+                      f"node 1 (192.0.2.1:{ports[2]}) never joined (is `deepinfer node --rank N` running there "
+                      f"with the same file, and can it reach the coordinator at 127.0.0.1:{ports[1]}?)", p.stderr)
+
     def test_ctrl_c_to_the_process_group_shuts_down_in_order(self):
         # A terminal's Ctrl-C sends SIGINT to the foreground process group. It reached the
         # nodes too: launch exited 130, node 0 exited 130 without its orderly shutdown and
