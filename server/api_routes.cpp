@@ -219,9 +219,10 @@ void serve_tokenize(const session_ptr& s) {
     const auto prompt = body.find("prompt");
     if (prompt == body.end() || !prompt->is_string())
       bad_param("prompt", "'prompt' (a string) or 'messages' is required");
+    // (read before the encode, whose errors blame the prompt: a bad flag named 'prompt')
+    const bool add_bos = flag("add_special_tokens").value_or(true);
     try {
-      ids = ctx.model.tokenizer->encode(prompt->get<std::string>(),
-                                        {.add_bos = flag("add_special_tokens").value_or(true)});
+      ids = ctx.model.tokenizer->encode(prompt->get<std::string>(), {.add_bos = add_bos});
     } catch (const std::exception& e) {
       bad_param("prompt", e.what());
     }

@@ -239,3 +239,16 @@ TEST_CASE("http server: the I/O loop outlives a handler that throws") {
   t.join();
   CHECK(ran.load() == 1);
 }
+
+TEST_CASE("http server: /tokenize names the field at fault") {
+  // A bad add_special_tokens was read inside the encode's try, whose catch blamed the prompt.
+  fake_server s;
+  const reply bad = post(s.port(), "/tokenize", {{"prompt", "hi"}, {"add_special_tokens", "yes"}});
+  CHECK(bad.status == 400);
+  const json err = json::parse(bad.body);
+  CHECK(err["error"]["param"] == "add_special_tokens");
+  CHECK(err["error"]["message"] == "'add_special_tokens' must be a boolean");
+  const reply ok = post(s.port(), "/tokenize", {{"prompt", "hi"}, {"add_special_tokens", false}});
+  CHECK(ok.status == 200);
+  CHECK(json::parse(ok.body)["count"] == 1);
+}
