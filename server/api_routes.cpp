@@ -316,18 +316,33 @@ void serve_generation(const session_ptr& s, api_kind kind) {
   }
   const std::string spec = r.params.response_format;
   auto r_ptr = std::make_shared<generation_request>(std::move(r));
-  ctx.grammars->submit(spec, s->executor(), [s, r_ptr](std::optional<api_error> failed) {
-    boost::asio::post(s->executor(), [s, r_ptr, failed = std::move(failed)]() mutable {
-      if (failed) {
-        --s->context().num_inflight;
-        return respond_api_error(s, grammar_error_of(*r_ptr, *failed));
-      }
-      try {
-        start_generation(s, std::move(*r_ptr));  // (a submit that throws gives the slot back)
-      } catch (const std::exception& e) {
-        respond_internal_error(s, "starting a generation", e);
-      }
-    });
+  const grammar_jobs::waiter_ref waiting =
+      ctx.grammars->submit(spec, s->executor(), [s, r_ptr](std::optional<api_error> failed) {
+        boost::asio::post(s->executor(), [s, r_ptr, failed = std::move(failed)]() mutable {
+          // Its client left after the verdict was given (too late to withdraw): nobody to
+          // answer, nothing to start.
+          if (!s->is_open()) {
+            --s->context().num_inflight;
+            return;
+          }
+          if (failed) {
+            --s->context().num_inflight;
+            return respond_api_error(s, grammar_error_of(*r_ptr, *failed));
+          }
+          try {
+            start_generation(s, std::move(*r_ptr));  // (a submit that throws gives the slot back)
+          } catch (const std::exception& e) {
+            respond_internal_error(s, "starting a generation", e);
+          }
+        });
+      });
+  // A client that leaves while its grammar compiles gives up its wait and its slot, and the
+  // compile stops if nobody else waits for it. (It ran on to its end or the 100 s limit, on a
+  // grammar thread and an admission slot, for nobody; the generation then started and was
+  // aborted at once.)
+  s->watch_disconnect([s, waiting] {
+    grammar_jobs* grammars = s->context().grammars;  // (null once the server stopped)
+    if (grammars != nullptr && grammars->withdraw(waiting)) --s->context().num_inflight;
   });
 }
 

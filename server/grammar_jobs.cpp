@@ -13,6 +13,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 
+#include <algorithm>
 #include <vector>
 
 namespace di::server {
@@ -64,23 +65,47 @@ api_error stopping_error() {
 }
 }  // namespace
 
-void grammar_jobs::submit(const std::string& spec, const asio::any_io_executor& timers,
-                          done_fn done) {
-  if (is_compiled(spec)) return done(std::nullopt);
+grammar_jobs::waiter_ref grammar_jobs::submit(const std::string& spec,
+                                              const asio::any_io_executor& timers, done_fn done) {
+  if (is_compiled(spec)) {
+    done(std::nullopt);
+    return {};
+  }
   std::shared_ptr<job> j;
   bool is_new = false;
+  std::uint64_t id = 0;
   {
     std::lock_guard lock(mutex_);
     // Under the lock: stop() answers every waiter added before it, this one answers itself.
-    if (!stopping_) j = add_waiter(spec, timers, std::move(done), is_new);
+    if (!stopping_) j = add_waiter(spec, timers, std::move(done), is_new, id);
   }
-  if (j == nullptr) return done(stopping_error());
+  if (j == nullptr) {
+    done(stopping_error());
+    return {};
+  }
   if (is_new) asio::post(pool_, [this, j] { run(j); });
+  return {.of = j, .id = id};
+}
+
+bool grammar_jobs::withdraw(const waiter_ref& w) {
+  const std::shared_ptr<job> j = w.of.lock();
+  if (j == nullptr) return false;
+  std::lock_guard lock(mutex_);
+  const auto it = std::find_if(j->waiters.begin(), j->waiters.end(),
+                               [&](const job::waiter& x) { return x.id == w.id; });
+  if (it == j->waiters.end()) return false;  // answered, or being answered
+  it->deadline->cancel();
+  j->waiters.erase(it);
+  // (one still queued finds no waiter when its turn comes, and does not start: run())
+  if (j->is_started && j->waiters.empty())
+    abandon(j, "no request waits for it any more (their clients left)");
+  return true;
 }
 
 std::shared_ptr<grammar_jobs::job> grammar_jobs::add_waiter(const std::string& spec,
                                                             const asio::any_io_executor& timers,
-                                                            done_fn done, bool& is_new) {
+                                                            done_fn done, bool& is_new,
+                                                            std::uint64_t& id) {
   std::shared_ptr<job>& slot = jobs_[spec];
   is_new = slot == nullptr;
   if (is_new) {
@@ -90,7 +115,7 @@ std::shared_ptr<grammar_jobs::job> grammar_jobs::add_waiter(const std::string& s
   std::shared_ptr<job> j = slot;
   // The timer is armed under the lock, as it is cancelled under it (run()).
   auto timer = std::make_shared<asio::steady_timer>(timers, limit_);
-  const std::uint64_t id = next_waiter_++;
+  id = next_waiter_++;
   // Weak: a job holds its waiters' timers, so a strong reference here would be a cycle.
   timer->async_wait([this, weak = std::weak_ptr<job>(j), id](boost::system::error_code ec) {
     if (auto alive = weak.lock(); alive && !ec) expire(alive, id);
@@ -150,7 +175,9 @@ void grammar_jobs::expire(const std::shared_ptr<job>& j, std::uint64_t waiter_id
         break;
       }
     is_started = j->is_started;
-    if (w && is_started && j->waiters.empty()) abandon(j);
+    if (w && is_started && j->waiters.empty())
+      abandon(j, fmt::format("no request waits for it any more (the limit is {:g} s)",
+                             std::chrono::duration<double>(limit_).count()));
   }
   if (!w) return;  // answered meanwhile
   const double waited =
@@ -165,9 +192,8 @@ void grammar_jobs::expire(const std::shared_ptr<job>& j, std::uint64_t waiter_id
                     "response_format", "rate_limit_exceeded"));
 }
 
-void grammar_jobs::abandon(const std::shared_ptr<job>& j) {
-  j->cancel.cancel(fmt::format("no request waits for it any more (the limit is {:g} s)",
-                               std::chrono::duration<double>(limit_).count()));
+void grammar_jobs::abandon(const std::shared_ptr<job>& j, std::string why) {
+  j->cancel.cancel(std::move(why));
   forget(j);
 }
 

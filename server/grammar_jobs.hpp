@@ -40,6 +40,8 @@ struct server_context;
 void compile_request_grammar(const server_context& ctx, const std::string& spec);
 
 class grammar_jobs {
+  struct job;
+
  public:
   /// Compiles one spec on a grammar thread; throws api_error for one that does not compile.
   using compile_fn = std::function<void(const std::string& spec)>;
@@ -66,7 +68,18 @@ class grammar_jobs {
   /// may all be busy). The compile is shared by the requests for `spec` that come while it is
   /// queued or running; the last of them to give up cancels it (a request that came later
   /// still waits for it, and keeps it running).
-  void submit(const std::string& spec, const boost::asio::any_io_executor& timers, done_fn done);
+  /// Returns the request's place among the waiters, for withdraw() (empty when `done` was
+  /// called at once).
+  struct waiter_ref;
+  waiter_ref submit(const std::string& spec, const boost::asio::any_io_executor& timers,
+                    done_fn done);
+
+  /// The request gives up its wait (its client left): its `done` is never called, and a
+  /// compile in progress that no other request waits for is cancelled (one still queued does
+  /// not start). False, changing nothing, when its verdict was given already (`done` called
+  /// or being called). (A request whose client left waited on until the compile ended or its
+  /// limit passed -- up to 100 s of a grammar thread, and of an admission slot, for nobody.)
+  bool withdraw(const waiter_ref& w);
 
   /// Specs queued or compiling (each counted once, however many requests wait for it); a
   /// cancelled compile leaves the count at once, while it unwinds on its grammar thread.
@@ -82,17 +95,21 @@ class grammar_jobs {
   /// answer, and the exit waited for the compile.)
   void stop();
 
+  struct waiter_ref {
+    std::weak_ptr<job> of;
+    std::uint64_t id = 0;
+  };
+
  private:
-  struct job;
   /// Adds `done` to the job of `spec` (a new one when none: `is_new`); under mutex_.
   std::shared_ptr<job> add_waiter(const std::string& spec,
                                   const boost::asio::any_io_executor& timers, done_fn done,
-                                  bool& is_new);
+                                  bool& is_new, std::uint64_t& id);
   void run(const std::shared_ptr<job>& j);
   void expire(const std::shared_ptr<job>& j, std::uint64_t waiter_id);
-  /// Cancels `j`, whose compile nobody waits for any more, and forgets it, so that a later
-  /// request for its spec starts another (under mutex_).
-  void abandon(const std::shared_ptr<job>& j);
+  /// Cancels `j`, whose compile nobody waits for any more (`why`), and forgets it, so that a
+  /// later request for its spec starts another (under mutex_).
+  void abandon(const std::shared_ptr<job>& j, std::string why);
   /// Removes `j` from jobs_ if it is still its spec's job (an abandoned one may have been
   /// replaced by a later request's); under mutex_.
   void forget(const std::shared_ptr<job>& j);

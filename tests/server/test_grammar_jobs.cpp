@@ -307,3 +307,34 @@ TEST_CASE("stop: waiting requests get a 503 at once, the running compile is inte
   CHECK(e->status == 503);
   CHECK(fx.compiler.num_compiles("regex:d") == 0);
 }
+
+TEST_CASE(
+    "withdraw: a request whose client left is never answered; the last one stops the compile") {
+  fixture fx(60s);
+  std::atomic<int> answered{0};
+  const auto count = [&](std::optional<api_error>) { ++answered; };
+  const grammar_jobs::waiter_ref a = fx.jobs.submit("spin", fx.io.get_executor(), count);
+  const grammar_jobs::waiter_ref b = fx.jobs.submit("spin", fx.io.get_executor(), count);
+  const grammar_jobs::waiter_ref queued = fx.jobs.submit("regex:q", fx.io.get_executor(), count);
+  REQUIRE(eventually([&] { return fx.jobs.num_running() == 1; }));
+  CHECK(fx.jobs.withdraw(a));
+  CHECK(!fx.jobs.withdraw(a));  // once
+  std::this_thread::sleep_for(100ms);
+  CHECK(fx.jobs.num_running() == 1);  // b still waits for it
+  CHECK(fx.compiler.num_interrupted() == 0);
+  CHECK(fx.jobs.withdraw(queued));  // queued behind it: never starts
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(fx.jobs.withdraw(b));
+  CHECK(eventually([&] { return fx.compiler.num_interrupted() == 1; }));
+  CHECK(eventually([&] { return fx.jobs.num_running() == 0 && fx.jobs.num_jobs() == 0; }));
+  CHECK(std::chrono::steady_clock::now() - t0 < 2s);  // it ran on to the 60 s limit
+  CHECK(fx.compiler.num_compiles("regex:q") == 0);
+  CHECK(answered.load() == 0);
+  // A later request for the spec compiles it anew; one answered already cannot withdraw.
+  auto again = fx.submit("regex:q");
+  CHECK(!wait(again));
+  CHECK(fx.compiler.num_compiles("regex:q") == 1);
+  const grammar_jobs::waiter_ref cached = fx.jobs.submit("regex:q", fx.io.get_executor(), count);
+  CHECK(answered.load() == 1);  // at once: compiled lately
+  CHECK(!fx.jobs.withdraw(cached));
+}

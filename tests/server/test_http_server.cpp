@@ -2,6 +2,7 @@
 // (a 500, or an error event and [DONE] in a stream) and the server answers the next request;
 // the I/O threads' loop outlives a handler's exception.
 #include "actors/messages.hpp"
+#include "runtime/grammar/compile_interrupt.hpp"
 #include "server/engine.hpp"
 #include "server/http_server.hpp"
 #include "server/server_context.hpp"
@@ -146,7 +147,25 @@ struct fake_server {
   std::unique_ptr<di::server::http_server> server;
   di::actors::router_actor router;
 
+  /// The in-process runners' compile of a request's grammar: "spin" runs until interrupted.
+  std::atomic<int> compiles_running{0};
+  std::atomic<int> compiles_interrupted{0};
+
   fake_server() {
+    ctx.prepare_grammar = [this](const std::string& spec) {
+      if (spec.find("spin") == std::string::npos) return;
+      ++compiles_running;
+      try {
+        for (;;) {
+          di::grammar::check_interrupt();
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+      } catch (const di::grammar::compile_interrupted&) {
+        ++compiles_interrupted;
+        --compiles_running;
+        throw;
+      }
+    };
     auto tok = std::make_shared<const di::tok::tokenizer>(di::tok::tokenizer::from_dir(
         di::test::shared_path("models/deepseek-v3-tokenizer").string(), {}));
     router = sys.spawn(fake_router, counts, std::int32_t(tok->vocab_size()) + 7);
@@ -251,4 +270,33 @@ TEST_CASE("http server: /tokenize names the field at fault") {
   const reply ok = post(s.port(), "/tokenize", {{"prompt", "hi"}, {"add_special_tokens", false}});
   CHECK(ok.status == 200);
   CHECK(json::parse(ok.body)["count"] == 1);
+}
+
+TEST_CASE("http server: a client that leaves while its grammar compiles stops the compile") {
+  // Its wait went on until the compile ended or the 100 s limit passed, holding a grammar
+  // thread and an admission slot for nobody.
+  fake_server s;
+  asio::io_context ioc;
+  tcp::socket sock(ioc);
+  sock.connect({asio::ip::make_address("127.0.0.1"), s.port()});
+  http::request<http::string_body> req{http::verb::post, "/v1/completions", 11};
+  req.set(http::field::host, "127.0.0.1");
+  req.body() = json{{"prompt", "x"},
+                    {"max_tokens", 4},
+                    {"response_format", {{"type", "regex"}, {"regex", "spin"}}}}
+                   .dump();
+  req.prepare_payload();
+  http::write(sock, req);
+  REQUIRE(di::test::eventually([&] { return s.compiles_running.load() == 1; }));
+  CHECK(s.ctx.num_inflight.load() == 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  sock.close();
+  CHECK(di::test::eventually([&] { return s.compiles_interrupted.load() == 1; }));
+  CHECK(s.slots_released());
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  MESSAGE("the compile stopped and the slot came back ", seconds, " s after the client left");
+  CHECK(seconds < 2.0);
+  CHECK(s.counts->submits.load() == 0);  // nothing was started for it
+  check_served_normally(s);
 }
