@@ -91,6 +91,10 @@ void spawn_router_here(node_self self, spawn_router order,
           [=](int) {
             caf::expected<std::uint16_t> port = publish(self, router);
             if (!port) {
+              // The router stops first: it watched the groups stop in the shutdown that follows
+              // and logged "error: group 0 is down: ...; it receives no more work" after the
+              // real error, as if a group had failed.
+              self->send_exit(router, caf::exit_reason::user_shutdown);
               const std::string cause = listen_failure_cause(c.router.host, c.router.port);
               return done(caf::make_error(
                   caf::sec::runtime_error,
