@@ -59,8 +59,13 @@ void prepare_out_dir(const std::filesystem::path& dir, bool force, created_files
       missing.push_back(p);
       if (p == p.parent_path()) break;
     }
-    fs::create_directories(dir);
-    for (auto p = missing.rbegin(); p != missing.rend(); ++p) files.add_dir(*p);
+    // The library's own words named neither the option nor the cause in plain terms:
+    // "filesystem error: cannot create directories: Not a directory [/etc/passwd/x]".
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    for (auto p = missing.rbegin(); p != missing.rend(); ++p)
+      if (!ec || fs::exists(*p)) files.add_dir(*p);  // a failure removes what it made
+    DI_CHECK(!ec, "--out {}: cannot create the folder: {}", dir.string(), ec.message());
     return;
   }
   DI_CHECK(fs::is_directory(dir), "{}: exists and is not a directory", dir.string());

@@ -98,6 +98,15 @@ class MakeModelCliTest(unittest.TestCase):
             self.assertIn("--out", p.stderr)
             p = run("make-model", "--out", os.path.join(d, "x"))
             self.assertIn("--preset", p.stderr)
+            # a folder that cannot be made: a file where a parent folder should be; it said
+            # "error: filesystem error: cannot create directories: Not a directory [...]"
+            blocker = os.path.join(d, "a-file")
+            with open(blocker, "w") as f:
+                f.write("x")
+            out = os.path.join(blocker, "sub", "model")
+            p = run("make-model", "--preset", "tiny-v41", "--out", out)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertEqual(error_lines(p), [f"error: --out {out}: cannot create the folder: Not a directory"])
 
 
 if __name__ == "__main__":
