@@ -52,6 +52,7 @@ struct client_options {
 /// One request to send, or the reason its input line was rejected.
 struct input_item {
   std::size_t index = 0;
+  std::size_t line = 0;  ///< its line of --file (from 1)
   std::optional<di::actors::submit_request> request;
   std::string error;
 };
@@ -167,7 +168,7 @@ std::vector<input_item> read_inputs(const client_options& o) {
   std::size_t line_no = 0;
   for (std::string line; std::getline(in, line); ++line_no) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    input_item item{.index = items.size()};
+    input_item item{.index = items.size(), .line = line_no + 1};
     try {
       di::actors::submit_request r = base_request(o);
       // (strict: a key given twice was taken silently, the last one winning)
@@ -330,6 +331,7 @@ std::size_t run_items(caf::actor_system& sys, const di::actors::router_actor& ro
   const bool with_index = !o.file.empty();
   std::vector<di::actors::submit_request> reqs;
   std::vector<std::size_t> index_of;  // request → item
+  std::vector<std::size_t> line_of;   // request → its --file line
   std::vector<std::pair<bool, bool>> asks_logprobs;  // request → (logprobs, prompt_logprobs)
   std::size_t errors = 0, done = 0;
   std::int64_t tokens = 0;
@@ -337,6 +339,7 @@ std::size_t run_items(caf::actor_system& sys, const di::actors::router_actor& ro
   for (input_item& it : items) {
     if (it.request) {
       index_of.push_back(it.index);
+      line_of.push_back(it.line);
       asks_logprobs.emplace_back(it.request->params.logprobs.has_value(),
                                  it.request->params.prompt_logprobs.has_value());
       reqs.push_back(std::move(*it.request));
@@ -358,6 +361,13 @@ std::size_t run_items(caf::actor_system& sys, const di::actors::router_actor& ro
     tokens += std::int64_t(r.output_ids.size());
     di::actors::request_outcome out = r;
     out.index = index_of[r.index];
+    // A line the router refused as invalid (an id outside the vocabulary, a prompt over
+    // router.max_prompt_bytes, too many stop strings, ...) is named like one refused here: its
+    // error came without the line ("prompt token 999999999 (position 0) is outside ...").
+    // Refusals that are not the line's fault (queue_full, shutting down) stay as they are.
+    if (with_index && !r.reply.accepted && r.reply.kind == di::runtime::failure_kind::invalid &&
+        !out.error.empty())
+      out.error = fmt::format("{} line {}: {}", o.file, line_of[r.index], out.error);
     if (stream_text) {
       if (r.reply.accepted) std::printf("\n");  // ends the streamed text (a refusal has none)
       std::fflush(stdout);  // before stderr's lines: "...text" and "error: ..." shared a line

@@ -171,8 +171,11 @@ class TwoNodeTest(unittest.TestCase):
         # max_tokens came back without it) and the real range ([-2147483648, ...] read as if
         # negatives were fine)
         path = os.path.join(WORK, "malformed.jsonl")
-        for i in (2, 3, 8, 9, 10, 11, 13, 14, 15):
+        # ... and so does every refusal of the router (1, 4, 5, 6 came without it)
+        for i in (1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 13, 14, 15):
             self.assertTrue(out[i]["error"].startswith(f"{path} line {i + 1}: "), out[i])
+        self.assertEqual(out[1]["error"], f"{path} line 2: prompt token 999999999 (position 2) is outside the "
+                         "vocabulary [0, 128815)")
         self.assertEqual(out[2]["error"], f"{path} line 3: top_p must be in (0, 1], got 0")
         self.assertEqual(out[3]["error"], f'{path} line 4: "max_tokens" must be in [1, 2147483647], got -3')
         self.assertEqual(out[8]["error"],
