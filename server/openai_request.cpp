@@ -393,6 +393,34 @@ request_json read_messages(const json* v) {
       *v, [](const std::string& param, const std::string& why) { bad_param(param, why); });
 }
 
+/// A tool's members as OpenAI defines them -- `type` and `function`; the function's `name`,
+/// `description` (a string), `parameters` and `strict` (a boolean) -- null counting as absent:
+/// any other is refused rather than ignored. They were not read: a misspelt "parameter" left
+/// the function without a schema, so tool_choice "required" wrote its calls with `{}` as
+/// arguments, and "description": 5 or "strict": "yes" passed.
+void check_tool_members(const json& tool, const std::string& at) {
+  for (const auto& [key, value] : tool.items())
+    if (!value.is_null() && key != "type" && key != "function")
+      bad_param(at + "." + key,
+                fmt::format("'{}.{}' is not a member of a tool (type, function)", at, key));
+  const json& fn = tool["function"];
+  for (const auto& [key, value] : fn.items())
+    if (!value.is_null() && key != "name" && key != "description" && key != "parameters" &&
+        key != "strict")
+      bad_param(at + ".function." + key,
+                fmt::format("'{}.function.{}' is not a member of a function (name, description, "
+                            "parameters, strict)",
+                            at, key));
+  if (const auto d = fn.find("description"); d != fn.end() && !d->is_null() && !d->is_string())
+    bad_param(
+        at + ".function.description",
+        fmt::format("'{}.function.description' must be a string, got {}", at, json_brief(*d)));
+  if (const auto st = fn.find("strict"); st != fn.end() && !st->is_null() && !st->is_boolean())
+    bad_param(
+        at + ".function.strict",
+        fmt::format("'{}.function.strict' must be true or false, got {}", at, json_brief(*st)));
+}
+
 /// `tools` (for the template) and how the output may call them: tool_choice "auto" (the
 /// default with tools: calls are parsed), "none" (the answer is text), "required" or
 /// {"type": "function", "function": {"name": N}} (the output is constrained to calls, of
@@ -420,6 +448,7 @@ void read_tools(const field_reader& f, generation_request& r, const server_setti
       if (t["function"].contains("parameters") && !t["function"]["parameters"].is_object())
         bad_param(at + ".function.parameters",
                   fmt::format("'{}.function.parameters' must be a JSON Schema object", at));
+      check_tool_members(t, at);
     }
     r.tools = *tools;
   }

@@ -355,3 +355,35 @@ TEST_CASE("a function name the call format cannot carry is a 400 naming it") {
     CHECK(param_of(name, "required") == "");
   }
 }
+
+TEST_CASE("a tool's members are OpenAI's: others and wrong types are a 400 naming them") {
+  // They were not read: a misspelt "parameter" left the function without a schema (its forced
+  // calls' arguments were `{}`), and a description or strict of any type passed.
+  const server_settings s;
+  auto param_of = [&](const std::string& tool) -> std::string {
+    try {
+      parse_chat_request(json::parse(R"({"messages": [{"role": "user", "content": "x"}],
+                                         "tool_choice": "required", "tools": [)" +
+                                     tool + "]}"),
+                         s);
+    } catch (const api_error& e) {
+      CHECK(e.status == 400);
+      return e.param;
+    }
+    return "";
+  };
+  CHECK(param_of(R"({"type": "function", "function": {"name": "f", "parameter":
+                    {"type": "object", "properties": {"a": {"type": "integer"}}}}})") ==
+        "tools[0].function.parameter");
+  CHECK(param_of(R"({"type": "function", "function": {"name": "f", "description": 5}})") ==
+        "tools[0].function.description");
+  CHECK(param_of(R"({"type": "function", "function": {"name": "f", "strict": "yes"}})") ==
+        "tools[0].function.strict");
+  CHECK(param_of(R"({"type": "function", "function": {"name": "f"}, "parameters": {}})") ==
+        "tools[0].parameters");
+  // OpenAI's members pass, null ones too.
+  CHECK(param_of(R"({"type": "function", "function": {"name": "f", "description": "d",
+                    "strict": true, "parameters": {"type": "object"}}})") == "");
+  CHECK(param_of(R"({"type": "function", "function": {"name": "f", "description": null,
+                    "strict": null, "extra": null}, "other": null})") == "");
+}
