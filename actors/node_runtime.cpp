@@ -271,8 +271,20 @@ int run_node(const cluster_config& c, int rank, std::function<void(const std::st
 
 router_actor connect_router(caf::actor_system& sys, const network_settings& s, const std::string& host,
                             std::uint16_t port) {
-  caf::expected<router_actor> r = s.tls.enabled ? caf::openssl::remote_actor<router_actor>(sys, host, port)
-                                                 : sys.middleman().remote_actor<router_actor>(host, port);
+  auto attempt = [&] {
+    return s.tls.enabled ? caf::openssl::remote_actor<router_actor>(sys, host, port)
+                         : sys.middleman().remote_actor<router_actor>(host, port);
+  };
+  // CAF 0.17 gives up on a handshake at the first heartbeat tick that finds the connection
+  // silent (~0.5-0.8 s), whatever the connection timeout: a router stopped for 1.5 s failed
+  // `client --connection-timeout-ms 10000` after 0.8 s with "connection_timeout". Silence is
+  // given the settings' connection timeout (0: CAF waits itself).
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(std::max(0, s.connection_timeout_ms));
+  caf::expected<router_actor> r = attempt();
+  while (!r && r.error() == caf::sec::connection_timeout &&
+         std::chrono::steady_clock::now() < deadline)
+    r = attempt();
   if (!r && r.error() == caf::sec::incompatible_application_ids)
     throw cluster_name_error(
         fmt::format("cannot connect to the router: {}",

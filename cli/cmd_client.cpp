@@ -406,7 +406,8 @@ void run_client(const client_options& o) {
   if (!o.status) items = read_inputs(o);
   std::unique_ptr<di::actors::process_config> cfg_holder;
   caf::actor_system sys{client_config(o, cfg_holder)};
-  di::actors::network_settings net{.app_id = o.cluster_name, .tls = o.tls};
+  di::actors::network_settings net{
+      .app_id = o.cluster_name, .connection_timeout_ms = o.connection_timeout_ms, .tls = o.tls};
   net.tls.enabled = !o.tls.certificate.empty() || !o.tls.cafile.empty();
   const di::actors::router_actor router = di::actors::connect_router(sys, net, host, port);
   if (o.status) return print_status(sys, router);
