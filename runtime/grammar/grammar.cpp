@@ -132,6 +132,12 @@ rule_id grammar::fresh_rule(std::string_view hint) {
 void grammar::define_rule(rule_id id, expr_id body) {
   DI_CHECK(id < rules_.size(), "define_rule: no rule {}", id);
   rules_[id].body = body;
+  automata_.erase(id);
+}
+
+void grammar::set_automaton(rule_id id, std::shared_ptr<const symbol_automaton> a) {
+  DI_CHECK(id < rules_.size() && rules_[id].body, "set_automaton: rule {} is not defined", id);
+  automata_[id] = std::move(a);
 }
 
 std::optional<rule_id> grammar::find_rule(std::string_view name) const {
@@ -174,6 +180,12 @@ rule_id grammar::import_rules(const grammar& other, std::string_view prefix) {
   }
   for (std::size_t r = 0; r < other.rules_.size(); ++r)
     if (other.rules_[r].body) define_rule(rule_map[r], expr_map[*other.rules_[r].body]);
+  for (const auto& [r, a] : other.automata_) {
+    auto copy = std::make_shared<symbol_automaton>(*a);
+    for (expr_id& e : copy->symbols) e = expr_map[e];
+    for (expr_id& e : copy->exit_exprs) e = expr_map[e];
+    set_automaton(rule_map[r], std::move(copy));
+  }
   return rule_map[other.root_];
 }
 

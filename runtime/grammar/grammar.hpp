@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -61,6 +62,25 @@ struct rule {
   std::optional<expr_id> body;  ///< unset while only declared (a forward reference)
 };
 
+/// A rule's language as a deterministic automaton over symbols, which the compiler builds as it
+/// is instead of the rule's body (a literal search: regex_search.cpp). The body stays the same
+/// language in plain expressions, for everything else that reads the grammar. Symbols are
+/// expressions of one character each, of pairwise disjoint character sets (their byte strings
+/// are a prefix-free code, each string of one symbol only). From a state, a character of symbol
+/// c moves to next[state * symbols + c] (k_none: no move); where a state's exits say, the rule
+/// may go on with an exit expression instead and end after it.
+struct symbol_automaton {
+  static constexpr std::uint32_t k_none = UINT32_MAX;
+  std::vector<expr_id> symbols;
+  std::vector<std::uint32_t> next;  ///< [num_states * symbols.size()]; state 0 is the start
+  std::vector<expr_id> exit_exprs;
+  /// [num_states]: the exits (indices into exit_exprs) of each state...
+  std::vector<std::vector<std::uint32_t>> exits;
+  /// ...and those of this state too (k_none: none), so that chains of suffixes stay linear.
+  std::vector<std::uint32_t> exits_also;
+  std::size_t num_states() const { return exits.size(); }
+};
+
 /// Size limits that make hostile input fail with a clear error instead of exhausting memory.
 struct grammar_limits {
   std::size_t max_exprs = 4'000'000;
@@ -93,6 +113,14 @@ class grammar {
   rule_id fresh_rule(std::string_view hint);
   void define_rule(rule_id id, expr_id body);
   std::optional<rule_id> find_rule(std::string_view name) const;
+  /// Compiles rule `id` (defined: its body the same language) as automaton `a`; define_rule
+  /// drops it.
+  void set_automaton(rule_id id, std::shared_ptr<const symbol_automaton> a);
+  /// The automaton rule `id` compiles as, if any.
+  const symbol_automaton* automaton(rule_id id) const {
+    auto it = automata_.find(id);
+    return it == automata_.end() ? nullptr : it->second.get();
+  }
   void set_root(rule_id id) { root_ = id; }
   /// Copies every rule of `other` into this grammar under fresh names (`prefix` + its name)
   /// and returns the copy of its root: how one grammar embeds another (a JSON Schema's inside
@@ -117,6 +145,7 @@ class grammar {
   std::vector<expr> exprs_;
   std::vector<rule> rules_;
   std::unordered_map<std::string, rule_id> by_name_;
+  std::unordered_map<rule_id, std::shared_ptr<const symbol_automaton>> automata_;
   rule_id root_ = 0;
   expr_id empty_id_ = UINT32_MAX;
 };

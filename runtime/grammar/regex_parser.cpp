@@ -5,6 +5,7 @@
 #include "runtime/grammar/detail/regex_parser.hpp"
 
 #include "common/error.hpp"
+#include "runtime/grammar/compile_interrupt.hpp"
 #include "runtime/grammar/regular_language.hpp"
 
 #include <fmt/format.h>
@@ -166,6 +167,7 @@ regex_parser::piece regex_parser::parse_concat(std::size_t depth) {
     skip_extended();
     if (at_end() || p_[pos_] == '|' || p_[pos_] == ')') break;
     const std::size_t offset = pos_;
+    if (++num_atoms_ % 4096 == 0) check_interrupt();  // a pattern of 100,000s of characters
     std::optional<piece> a = parse_atom(depth);
     if (!a) continue;
     at_pattern_start_ = false;

@@ -5,6 +5,11 @@
 // instead of "any character"* then the text: subset construction over the padded form holds
 // every prefix of a text that ends the input read in one state set (aaaa..., [aA]...: the square
 // of the length in time and memory; 2,000 words: past the work budget), the automaton one state.
+// The automaton goes to the compiler as a rule's symbol_automaton (grammar.hpp: its moves written
+// out, a row per state), which it builds state for state: 10,000 words of 10 letters
+// (100,000 characters) are one rule of 68,000 states in ~1 s. Written as right-linear rules
+// instead (search_rules, where the rows would be too large: thousands of distinct characters),
+// the rules outgrow a regular component past ~1,200 words and compile rule by rule.
 // First each path loses the optional text at its padded ends, which the padding takes in
 // (search_trim): X{m,n} there is X{m}, X* nothing; an IBAN pattern,
 // [A-Z]{2}[0-9]{2}[A-Z0-9]{11,30}, was refused by the work budget with its 20 optional copies, now
@@ -24,10 +29,16 @@ namespace di::grammar::detail {
 
 namespace {
 
-// Longer literals keep the padded form: their automaton would pass the 50,000 states a rule may
-// have, and split into sub-rules it would be a chain of parser calls, one per character. The
-// limit is on all alternatives' characters together (the automaton's states).
-constexpr std::size_t k_max_search_literal = 40'000;
+// Longer literals keep the padded form (which the work budget refuses). The limit is on all
+// alternatives' characters together (the automaton's states); the automaton's DFA may have that
+// many states besides the max_rule_states a rule may have.
+constexpr std::size_t k_max_search_literal = 400'000;
+// The automaton as a rule's symbol_automaton: its moves written out, at most this many (states
+// times symbols: 4 bytes each); more (thousands of distinct characters) are written as rules.
+constexpr std::size_t k_max_search_moves = 16'000'000;
+// Written as rules past this many characters, the automaton would pass the 50,000 states a rule
+// may have, and split into sub-rules it would be a chain of parser calls, one per character.
+constexpr std::size_t k_max_search_rules_literal = 40'000;
 // The automaton's rules refer to states and to one another about this many times at most: a
 // regular component of more is compiled rule by rule (calls), past 2,000,000 refused.
 constexpr std::size_t k_max_search_refs = 400'000;
@@ -212,7 +223,10 @@ expr_id regex_parser::search(const piece& p_in) {
     for (const literal_path& l : literals) texts.push_back(l.symbols);
     const search_automaton a =
         build_search_automaton(texts, std::uint32_t(alphabet.symbols().size()));
-    if (std::optional<expr_id> e = search_literals(a, alphabet, literals, pad)) {
+    std::optional<expr_id> e = search_rule(a, alphabet, literals, pad);
+    if (!e && num_chars <= k_max_search_rules_literal)
+      e = search_literals(a, alphabet, literals, pad);
+    if (e) {
       alts.push_back(*e);
       literals.clear();
     }
@@ -238,7 +252,8 @@ struct literal_tail {
   bool to_end = false;
 };
 
-/// Writes a search automaton as right-linear rules: a rule per state (its children, then the
+/// Writes a search automaton as right-linear rules (where regex_parser::search_rule's rows
+/// would be too large): a rule per state (its children, then the
 /// moves of its failure state on the other symbols, then what follows the literals that end
 /// there), made as they are first referred to. A state's moves on the symbols [lo, hi) are a
 /// node of a balanced tree over the symbols, shared with its failure state where it has no
@@ -456,6 +471,69 @@ expr_id search_rules::ends_ref(std::uint32_t t) {
 }
 
 }  // namespace
+
+std::optional<expr_id> regex_parser::search_rule(const search_automaton& a,
+                                                 const search_alphabet& alphabet,
+                                                 const std::vector<literal_path>& paths,
+                                                 expr_id pad) {
+  // Symbols: the alphabet's, then the characters of none (which lead back to state 0).
+  const codepoint_set others = alphabet.covered().complement();
+  const std::size_t num_symbols = alphabet.symbols().size() + (others.empty() ? 0 : 1);
+  const std::size_t n = a.states.size();
+  if (n > k_max_search_moves / num_symbols) return std::nullopt;
+  constexpr std::uint32_t k_none = symbol_automaton::k_none;
+  auto m = std::make_shared<symbol_automaton>();
+  for (const codepoint_set& set : alphabet.symbols())
+    m->symbols.push_back(single_bytes(class_expr(set)));
+  if (!others.empty()) m->symbols.push_back(single_bytes(class_expr(others)));
+  // Exit j: what follows literal j (its rest, then any text unless tied to the end); the last,
+  // any text: a state where a literal followed by any text alone ends (or at a suffix of it) is
+  // a sink, whose every text from there on matches.
+  for (const literal_path& l : paths) {
+    std::vector<expr_id> tail = l.rest;
+    if (!l.to_end) tail.push_back(pad);
+    m->exit_exprs.push_back(g_.sequence(std::move(tail)));
+  }
+  const auto any_text = std::uint32_t(m->exit_exprs.size());
+  m->exit_exprs.push_back(pad);
+  m->next.assign(n * num_symbols, k_none);
+  m->exits.resize(n);
+  m->exits_also.assign(n, k_none);
+  std::vector<std::uint8_t> sink(n, 0);
+  for (std::size_t k = 0; k < a.order.size(); ++k) {
+    if (k % 1024 == 0) check_interrupt();
+    const std::uint32_t s = a.order[k];
+    const search_automaton::state& st = a.states[s];
+    for (std::uint32_t j : st.ends) sink[s] |= paths[j].rest.empty() && !paths[j].to_end;
+    if (st.suffix_end != k_none) sink[s] |= sink[st.suffix_end];
+    if (sink[s]) {
+      m->exits[s] = {any_text};
+      continue;
+    }
+    // Breadth first: the failure state's row is written already; state 0's moves are its
+    // children's, else back to itself.
+    std::uint32_t* row = &m->next[std::size_t(s) * num_symbols];
+    if (s == 0) {
+      std::fill(row, row + num_symbols, 0);
+    } else {
+      const std::uint32_t* fail = &m->next[std::size_t(st.fail) * num_symbols];
+      std::copy(fail, fail + num_symbols, row);
+    }
+    for (auto [c, t] : st.children) row[c] = t;
+    m->exits[s] = st.ends;
+    m->exits_also[s] = st.suffix_end;
+  }
+  // The same language in plain expressions: the alternatives padded.
+  std::vector<expr_id> inside, at_end;
+  for (const literal_path& l : paths) (l.to_end ? at_end : inside).push_back(l.alternative);
+  std::vector<expr_id> body;
+  if (!inside.empty()) body.push_back(g_.sequence({pad, g_.choice(std::move(inside)), pad}));
+  if (!at_end.empty()) body.push_back(g_.sequence({pad, g_.choice(std::move(at_end))}));
+  const rule_id r = g_.fresh_rule("search_literals");
+  g_.define_rule(r, g_.choice(std::move(body)));
+  g_.set_automaton(r, std::move(m));
+  return g_.ref(r);
+}
 
 std::optional<expr_id> regex_parser::search_literals(const search_automaton& a,
                                                      const search_alphabet& alphabet,

@@ -2,6 +2,7 @@
 #include "runtime/grammar/detail/automaton_builder.hpp"
 
 #include "common/error.hpp"
+#include "runtime/grammar/compile_interrupt.hpp"
 
 #include <algorithm>
 #include <unordered_set>
@@ -114,7 +115,7 @@ std::uint32_t automaton_builder::emit_tail_copy(rule_id r, std::uint32_t from, c
 void automaton_builder::build_pending(const job& j, fragment& f) {
   for (std::size_t k = 0; k < f.pending.size(); ++k) {
     const auto [r, depth] = f.pending[k];
-    std::uint32_t end = emit(*g_.rule_at(r).body, f.starts.at(r), j, depth, true, f);
+    std::uint32_t end = emit_rule_body(r, f.starts.at(r), j, depth, true, f);
     nfa_[end].eps.push_back(f.exit);
   }
   f.pending.clear();
@@ -128,7 +129,7 @@ std::uint32_t automaton_builder::emit_ref(const expr& e, std::uint32_t from, con
                     depth < k_max_inline_depth;
   if (expandable || f.starts.count(r)) {
     if (tail) return emit_tail_copy(r, from, j, depth, f);
-    if (analysis_.inlined[r]) return emit(*g_.rule_at(r).body, from, j, depth + 1, false, f);
+    if (analysis_.inlined[r]) return emit_rule_body(r, from, j, depth + 1, false, f);
     // A regular component used mid-rule: a private copy with its own exit.
     fragment inner{new_nfa_state(), {}, {}};
     emit_tail_copy(r, from, j, depth + 1, inner);
@@ -138,6 +139,101 @@ std::uint32_t automaton_builder::emit_ref(const expr& e, std::uint32_t from, con
   std::uint32_t to = new_nfa_state();
   nfa_[from].calls.push_back({rule_for_ir(r), to});
   return to;
+}
+
+std::uint32_t automaton_builder::emit_rule_body(rule_id r, std::uint32_t from, const job& j,
+                                                int depth, bool tail, fragment& f) {
+  if (const symbol_automaton* a = g_.automaton(r)) return emit_automaton(*a, from, j, depth, f);
+  return emit(*g_.rule_at(r).body, from, j, depth, tail, f);
+}
+
+std::uint32_t automaton_builder::emit_automaton(const symbol_automaton& a, std::uint32_t from,
+                                                const job& j, int depth, fragment& f) {
+  // State s is NFA state base + s with a byte edge per one-byte-set symbol. Another symbol
+  // (UTF-8, JSON escapes) is a copy of its expression per target state, shared by every state
+  // that moves there on it; a state takes the copy's first byte edges as its own (no epsilon:
+  // its state set stays itself alone). Exits: one copy of each exit expression, reached through
+  // a node per state that has exits, which leads on to that of its exits_also.
+  constexpr std::uint32_t k_none = symbol_automaton::k_none;
+  const std::size_t n = a.num_states(), num_symbols = a.symbols.size();
+  automaton_states_ += n;
+  const std::uint32_t end = new_nfa_state();
+  const auto base = std::uint32_t(nfa_.size());
+  for (std::size_t s = 0; s < n; ++s) new_nfa_state();
+  nfa_[from].eps.push_back(base);
+  std::vector<std::uint32_t> symbol_set(num_symbols, k_none);
+  for (std::size_t c = 0; c < num_symbols; ++c)
+    if (const expr& e = g_.at(a.symbols[c]); e.kind == expr_kind::bytes && !e.bytes.empty())
+      symbol_set[c] = byte_set_index(e.bytes);
+  struct entry {
+    std::uint32_t start;
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> first;  // its first byte edges
+    bool copy_first;  // they stand for the start (no calls or ends in its closure)
+  };
+  std::unordered_map<std::uint64_t, entry> enter;  // by (symbol, target)
+  std::vector<std::uint32_t> exit_start(a.exit_exprs.size(), k_none);
+  std::vector<std::uint32_t> exits_node(n, k_none);
+  const auto exit_of = [&](std::uint32_t k) {
+    if (exit_start[k] == k_none) {
+      exit_start[k] = new_nfa_state();
+      const std::uint32_t last = emit(a.exit_exprs[k], exit_start[k], j, depth + 1, false, f);
+      nfa_[last].eps.push_back(end);
+    }
+    return exit_start[k];
+  };
+  const auto exits_of = [&](std::uint32_t s) {
+    // Made deepest-suffix first along the chain (which may be as long as a literal).
+    std::vector<std::uint32_t> chain;
+    for (std::uint32_t u = s; u != k_none && exits_node[u] == k_none; u = a.exits_also[u])
+      chain.push_back(u);
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+      const std::uint32_t node = new_nfa_state();
+      for (std::uint32_t k : a.exits[*it]) {
+        const std::uint32_t start = exit_of(k);  // grows nfa_: before nfa_[node] is taken
+        nfa_[node].eps.push_back(start);
+      }
+      if (a.exits_also[*it] != k_none) nfa_[node].eps.push_back(exits_node[a.exits_also[*it]]);
+      exits_node[*it] = node;
+    }
+    return exits_node[s];
+  };
+  std::vector<std::uint32_t> set;
+  for (std::size_t s = 0; s < n; ++s) {
+    if (s % 1024 == 0) check_interrupt();
+    const std::uint32_t state = base + std::uint32_t(s);
+    for (std::size_t c = 0; c < num_symbols; ++c) {
+      const std::uint32_t t = a.next[s * num_symbols + c];
+      if (t == k_none) continue;
+      if (symbol_set[c] != k_none) {
+        nfa_[state].bytes.push_back({symbol_set[c], base + t});
+        continue;
+      }
+      auto [it, inserted] = enter.try_emplace(std::uint64_t(c) << 32 | t);
+      entry& e = it->second;
+      if (inserted) {
+        e.start = new_nfa_state();
+        const std::uint32_t last = emit(a.symbols[c], e.start, j, depth + 1, false, f);
+        nfa_[last].eps.push_back(base + t);
+        set.assign(1, e.start);
+        closure(set);
+        e.copy_first = true;
+        for (std::uint32_t x : set) {
+          e.copy_first = e.copy_first && nfa_[x].calls.empty() && !nfa_[x].bytes.empty();
+          e.first.insert(e.first.end(), nfa_[x].bytes.begin(), nfa_[x].bytes.end());
+        }
+      }
+      if (e.copy_first) {
+        nfa_[state].bytes.insert(nfa_[state].bytes.end(), e.first.begin(), e.first.end());
+      } else {
+        nfa_[state].eps.push_back(e.start);
+      }
+    }
+    if (!a.exits[s].empty() || a.exits_also[s] != k_none) {
+      const std::uint32_t node = exits_of(std::uint32_t(s));
+      nfa_[state].eps.push_back(node);
+    }
+  }
+  return end;
 }
 
 std::uint32_t automaton_builder::emit(expr_id id, std::uint32_t from, const job& j, int depth,

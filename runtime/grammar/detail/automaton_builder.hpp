@@ -60,6 +60,13 @@ class automaton_builder {
   std::uint32_t emit_ref(const expr& e, std::uint32_t from, const job& j, int depth, bool tail,
                          fragment& f);
   std::uint32_t emit_tail_copy(rule_id r, std::uint32_t from, const job& j, int depth, fragment& f);
+  /// Rule `r`'s body from `from` (its automaton where it has one); returns its end state.
+  std::uint32_t emit_rule_body(rule_id r, std::uint32_t from, const job& j, int depth, bool tail,
+                               fragment& f);
+  /// A symbol_automaton from `from`, a state of it per NFA state (deterministic: subset
+  /// construction keeps one state set per automaton state); returns its end state.
+  std::uint32_t emit_automaton(const symbol_automaton& a, std::uint32_t from, const job& j,
+                               int depth, fragment& f);
   void build_pending(const job& j, fragment& f);
   std::uint32_t emit_repeat(const expr& e, std::uint32_t from, const job& j, int depth, fragment& f);
   bool outline_child(expr_id child, const job& j, std::uint32_t from, std::uint32_t& end);
@@ -85,6 +92,9 @@ class automaton_builder {
   std::vector<nfa_state> nfa_;
   int emit_depth_ = 0;
   std::uint32_t accept_ = 0;                               // accept state of the NFA in progress
+  // States of the automata (symbol_automaton) in the NFA in progress: its DFA may have as many
+  // more than max_rule_states (they are what the grammar asks for, not a blow-up).
+  std::size_t automaton_states_ = 0;
   std::unordered_map<rule_id, std::uint32_t> tail_start_;  // shared tail fragments
   std::vector<std::uint32_t> mark_;                        // closure visit stamps
   std::uint32_t stamp_ = 0;

@@ -95,7 +95,7 @@ bool automaton_builder::determinize(std::uint32_t start, std::uint32_t accept,
   std::vector<std::vector<std::uint32_t>> bucket(num_classes);
   std::vector<std::uint8_t> touched;
   for (std::size_t d = 0; d < sets.size(); ++d) {
-    if (sets.size() > options_.max_rule_states) return false;
+    if (sets.size() > options_.max_rule_states + automaton_states_) return false;
     if (d % 256 == 0) check_interrupt();
     out.trans.resize((d + 1) * num_classes, k_dead_state);
     out.final.push_back(std::binary_search(sets[d].begin(), sets[d].end(), accept));
@@ -173,12 +173,14 @@ void automaton_builder::compile_job(std::uint32_t index) {
     jobs_[index].outline = outline;
     job j = jobs_[index];
     nfa_.clear();
+    automaton_states_ = 0;
     std::uint32_t start = new_nfa_state();
     std::uint32_t accept = new_nfa_state();
     fragment top{accept, {}, {}};
     // A rule of a regular component loops back to its own start when it tail-calls itself.
     if (auto ir = j.ir_rule; ir && analysis_.regular[*ir] && !outline) top.starts[*ir] = start;
-    std::uint32_t end = emit(j.body, start, j, 0, true, top);
+    std::uint32_t end = j.ir_rule ? emit_rule_body(*j.ir_rule, start, j, 0, true, top)
+                                  : emit(j.body, start, j, 0, true, top);
     nfa_[end].eps.push_back(accept);
     build_pending(j, top);
     local_dfa d;

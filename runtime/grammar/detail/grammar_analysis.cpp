@@ -278,7 +278,10 @@ grammar_analysis analyze_grammar(const grammar& g, std::uint64_t inline_limit,
     for (rule_id r : comp) {
       a.size[r] = total;
       a.regular[r] = regular;
-      a.inlined[r] = !recursive && r != g.root() && total <= inline_limit;
+      // A rule built as its automaton (its body: the same language) is inlined up to the size of
+      // a regular component: it is one, written out (a literal search's loop).
+      const std::uint64_t limit = g.automaton(r) ? regular_inline_limit : inline_limit;
+      a.inlined[r] = !recursive && r != g.root() && total <= limit;
     }
   }
   return a;

@@ -87,6 +87,12 @@ class regex_parser {
   std::optional<literal_path> literal_path_of(const std::vector<expr_id>& items,
                                               detail::search_alphabet& alphabet,
                                               std::size_t max_symbols) const;
+  /// A rule that compiles as automaton `a` of `paths` (grammar::set_automaton: its moves
+  /// written out, a row per state; its body: the alternatives padded, the same language), or
+  /// none where the rows would be too large (states times symbols).
+  std::optional<expr_id> search_rule(const detail::search_automaton& a,
+                                     const detail::search_alphabet& alphabet,
+                                     const std::vector<literal_path>& paths, expr_id pad);
   /// The rules of automaton `a` of `paths` (their symbols over `alphabet`): any text up to the
   /// end of an occurrence of a path's literal, then its rest, and `pad` after it where the path
   /// is not tied to the end. None where they would be too many (nothing added then).
@@ -161,6 +167,7 @@ class regex_parser {
   bool global_ascii_ = false;
   bool global_unicode_ = false;
   std::vector<std::string> group_names_;
+  std::size_t num_atoms_ = 0;  // atoms read, for check_interrupt() now and then
   // A character or class of lone surrogates only (U+D800..U+DFFF, e.g. Python's \ud800) was
   // read: no UTF-8 text holds one, so it matches nothing here.
   mutable bool surrogates_only_ = false;

@@ -475,9 +475,19 @@ TEST_CASE("every slow phase of a compile checks its deadline") {
     growing +=
         fmt::format(R"({}"w{}":{{"type":"string","maxLength":{}}})", i ? "," : "", i, 20 + i);
   growing += "}}";
+  // A JSON Schema pattern searching for 20,000 words of 10 letters: its literal automaton, the
+  // moves written out and built as one rule (~1.5 s).
+  std::string words;
+  std::uint32_t x = 31;
+  for (int k = 0; k < 20'000; ++k) {
+    words += k ? "|" : "";
+    for (int i = 0; i < 10; ++i) words += char('a' + (x = x * 1103515245u + 12345u, x >> 16) % 26);
+  }
   const std::vector<slow_case> cases = {
       {"20 rules of [aA]* and 3,600 [aA]", slow_grammar()},
       {"300 strings of growing maxLength", "json_schema:" + growing},
+      {"a pattern searching for 20,000 words",
+       "json_schema:{\"type\":\"string\",\"pattern\":\"(" + words + ")\"}"},
   };
   for (const slow_case& c : cases) {
     const response_format f = parse_inline_response_format(c.spec);

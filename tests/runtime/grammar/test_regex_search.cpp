@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -186,13 +187,20 @@ TEST_CASE("subset construction stops at its memory and work budgets with an erro
 
 namespace {
 
+/// Whether `g` searches with the literal automaton: a rule built as it (search_literals) or
+/// written as rules (search_any, their "any text" rule).
+bool took_automaton(const grammar& g) {
+  const std::optional<rule_id> built = g.find_rule("search_literals");
+  return (built && g.automaton(*built)) || g.find_rule("search_any").has_value();
+}
+
 /// The automaton of `pattern` (rust flavor), searched or matched in full.
 byte_dfa regex_dfa(const std::string& pattern, bool search, bool& took_literals) {
   grammar g;
   regex_options o;
   o.search = search;
   const expr_id e = compile_regex(g, pattern, o);
-  took_literals = g.find_rule("search_any").has_value();
+  took_literals = took_automaton(g);
   return byte_dfa::from_expr(g, e, 20'000);
 }
 
@@ -200,7 +208,7 @@ byte_dfa regex_dfa(const std::string& pattern, bool search, bool& took_literals)
 byte_dfa pattern_dfa(const std::string& pattern, bool& took_literals) {
   const nlohmann::ordered_json schema = {{"type", "string"}, {"pattern", pattern}};
   const grammar g = compile_json_schema_text(schema.dump()).g;
-  took_literals = g.find_rule("search_any").has_value();
+  took_literals = took_automaton(g);
   return byte_dfa::from_expr(g, *g.rule_at(g.root()).body, 20'000);
 }
 
@@ -537,4 +545,208 @@ TEST_CASE("search mode: an IBAN pattern (counted ranges at its end) compiles and
   CHECK_FALSE(pattern_accepts(*anchored, "DE89370400440532013000!"));
   CHECK_FALSE(pattern_accepts(*pattern_schema("[A-Z]{2}[0-9]{2}[A-Z0-9]{11,30}"),
                               "de89370400440532013000"));
+}
+
+namespace {
+
+/// `text` as a regex that matches it literally (escaped: the characters special in both Rust's
+/// syntax and ECMAScript's with the u flag).
+std::string escape_regex(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (std::string_view("\\.+*?()|[]{}^$").find(c) != std::string_view::npos) out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+/// A random word list over `letters`: new words, and words that are a prefix, a suffix or the
+/// middle of an earlier one, or an earlier one again, or one extended; each tied to the end
+/// (`$`) or not (second).
+std::vector<std::pair<std::string, bool>> random_word_list(lcg& r,
+                                                           const std::vector<std::string>& letters,
+                                                           std::uint32_t num_words) {
+  std::vector<std::vector<std::uint32_t>> words;  // letters by index: cut whole characters
+  std::vector<std::pair<std::string, bool>> out;
+  for (std::uint32_t w = 0; w < num_words; ++w) {
+    std::vector<std::uint32_t> word;
+    const std::uint32_t how = words.empty() ? 0 : r.next(6);
+    if (how >= 1) word = words[r.next(std::uint32_t(words.size()))];  // 5: the same again
+    if (how == 1 || how == 3) word.resize(1 + r.next(std::uint32_t(word.size())));  // prefix
+    if (how == 2 || how == 3)
+      word.erase(word.begin(), word.begin() + r.next(std::uint32_t(word.size())));
+    if (how == 0 || how == 4)  // the first word has 2 letters or more: one alone is padded
+      for (std::uint32_t i = 0, n = 2 + r.next(4); i < n; ++i)
+        word.push_back(r.next(std::uint32_t(letters.size())));
+    words.push_back(word);
+    std::string text;
+    for (std::uint32_t i : word) text += letters[i];
+    out.push_back({text, r.next(5) == 0});
+  }
+  return out;
+}
+
+/// The search pattern of `words`, and the same language padded with "any text" (`padded`).
+std::string word_pattern(const std::vector<std::pair<std::string, bool>>& words,
+                         std::string& padded) {
+  std::string pattern, inside, at_end;
+  for (const auto& [w, to_end] : words) {
+    if (!pattern.empty()) pattern += '|';
+    pattern += escape_regex(w);
+    if (to_end) pattern += '$';
+    std::string& part = to_end ? at_end : inside;
+    part += (part.empty() ? "" : "|") + escape_regex(w);
+  }
+  const std::string any = "[\\s\\S]*";
+  padded.clear();
+  if (!inside.empty()) padded = any + "(?:" + inside + ")" + any;
+  if (!at_end.empty()) padded += (padded.empty() ? "" : "|") + any + "(?:" + at_end + ")";
+  return pattern;
+}
+
+bool built_automaton(const grammar& g) {
+  const std::optional<rule_id> r = g.find_rule("search_literals");
+  return r && g.automaton(*r) != nullptr;
+}
+
+/// Whether `text` holds one of `words` (the second: tied to the end), by brute force.
+bool has_word(const std::string& text, const std::vector<std::pair<std::string, bool>>& words) {
+  for (const auto& [w, to_end] : words)
+    if (to_end ? ends_with(text, w) : text.find(w) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("search mode: word lists built as one automaton rule keep the padded form's language") {
+  // Differential: random word lists -- words that are prefixes, suffixes and middles of others,
+  // repeated, overlapping; regex-special, multi-byte and case-variant characters; some tied to
+  // the end, some lists under (?i) -- searched through the automaton rule (its moves written
+  // out, built without subset construction's state sets) against the words padded with "any
+  // text" and matched in full, compared as byte DFAs. Then the same as JSON Schema patterns.
+  lcg r{19};
+  const std::vector<std::vector<std::string>> alphabets = {
+      {"a", "b"},
+      {"a", "b", "c", "A"},
+      {"a", ".", "(", "$", "|", "+", "\\", "b"},
+      {"\u00e9", "\u00c9", "e", "\u65e5", "\U0001F600", "x"},
+      {"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", " ", "-"},
+  };
+  for (int k = 0; k < 60; ++k) {
+    const auto& letters = alphabets[k % alphabets.size()];
+    const auto words = random_word_list(r, letters, 1 + r.next(40));
+    std::string padded;
+    std::string pattern = word_pattern(words, padded);
+    if (k % 7 == 3) pattern = "(?i)(?:" + pattern + ")", padded = "(?i)(?:" + padded + ")";
+    INFO("pattern ", pattern, " vs ", padded);
+    grammar g;
+    const expr_id e = compile_regex(g, pattern, {.search = true});
+    CHECK(built_automaton(g));
+    bool unused = false;
+    CHECK(same_language(byte_dfa::from_expr(g, e, 20'000), regex_dfa(padded, false, unused)));
+  }
+  for (int k = 0; k < 25; ++k) {
+    const auto& letters = alphabets[k % alphabets.size()];
+    const auto words = random_word_list(r, letters, 1 + r.next(30));
+    std::string padded;
+    const std::string pattern = word_pattern(words, padded);
+    INFO("pattern ", pattern, " vs ", padded);
+    const nlohmann::ordered_json schema = {{"type", "string"}, {"pattern", pattern}};
+    const grammar g = compile_json_schema_text(schema.dump()).g;
+    CHECK(built_automaton(g));
+    bool unused = false;
+    CHECK(same_language(byte_dfa::from_expr(g, *g.rule_at(g.root()).body, 20'000),
+                        pattern_dfa("^(?:" + padded + ")$", unused)));
+  }
+}
+
+TEST_CASE("search mode: a word list takes exactly the texts that hold one of its words") {
+  // Against substring search: words at the start, middle and end of a text, overlapping
+  // (she/he/hers), prefixes and suffixes of each other, one inside another's prefix (a state's
+  // suffix chain), regex-special characters, non-ASCII UTF-8, case variants (case-sensitive),
+  // and one tied to the end.
+  // clang-format off
+  const std::vector<std::pair<std::string, bool>> words = {
+      {"he", false},    {"she", false},         {"his", false},   {"hers", false},
+      {"a.b", false},   {"(x)", false},         {"c+d", false},   {"[y]", false},
+      {"q$", false},    {"caf\u00e9", false},   {"\u65e5\u672c", false},
+      {"Word", false},  {"na\u00efve", false},  {"zz", true},     {"\\n", false},
+      {"scale", false}, {"cal", false},  // inside a longer word's prefix: "scal" holds "cal"
+      {"tally", false}, {"all", true},   // "tall" ends with "all": its suffix chain's exit
+  };
+  std::string pattern;
+  for (const auto& [w, to_end] : words)
+    pattern += (pattern.empty() ? "" : "|") + escape_regex(w) + (to_end ? "$" : "");
+  const std::vector<std::string> texts = {
+      "he", "xhe", "hex", "ushers", "sh", "h", "hi", "this", "hrs", "a.b", "axb", "a.", "(x)", "(x",
+      "x)", "c+d", "ccd", "cd", "[y]", "y]", "q$", "q", "$q", "caf\u00e9", "cafe", "caf\u00c9",
+      "CAF\u00c9", "\u65e5\u672c\u8a9e", "\u65e5", "\u672c\u65e5", "Word", "word", "WORD", "Words",
+      "sWord", "na\u00efve", "naive", "zz", "zzx", "xzz", "z", "\\n", "\n", "", "w\u00f6rd",
+      "\"\"", "\\", "Wor", "ord", "scal", "xscaly", "scalx", "sca", "scale", "ca",
+      "tall", "talls", "tally", "xall", "alls", "al"};
+  // clang-format on
+  std::shared_ptr<const compiled_grammar> searched, schema;
+  REQUIRE_NOTHROW(searched = search_re(pattern));
+  REQUIRE_NOTHROW(schema = pattern_schema(pattern));
+  const std::vector<std::string> pieces = {"h", "e", "s",      "r",   "i",      "x",      "a",
+                                           ".", "b", "z",      "W",   "ord",    "l",      "sca",
+                                           "t", "y", "\u00e9", "caf", "\u65e5", "\u672c", "\""};
+  std::vector<std::string> all = texts;
+  lcg r{23};
+  for (int t = 0; t < 300; ++t) all.push_back(random_text(r, pieces, 8));
+  for (const std::string& text : all) {
+    INFO("text '", text, "'");
+    const bool expected = has_word(text, words);
+    CHECK(accepts(*searched, text) == expected);
+    CHECK(pattern_accepts(*schema, text) == expected);
+  }
+}
+
+TEST_CASE("search mode: 10,000 words (100,000 characters) compile to one loop in linear work") {
+  // Refused before: past 40,000 characters the words left were padded with "any text", which
+  // subset construction refused by its memory budget (16 million NFA states kept, after 3.4 s);
+  // 1,200-5,000 words compiled rule by rule (3,000: 35,621 rules) or were refused by the work
+  // budget. The automaton rule's states are the words' prefixes, each one state set of one NFA
+  // state: a budget of 100 formed NFA states per character proves the work linear, and its
+  // states are at most one per character.
+  lcg r{29};
+  std::vector<std::pair<std::string, bool>> words;
+  std::string alternation;
+  std::size_t length = 0;
+  for (int k = 0; k < 10'000; ++k) {
+    std::string w;
+    for (int i = 0; i < 10; ++i) w += char('a' + r.next(26));
+    alternation += (k ? "|" : "") + w;
+    length += w.size();
+    words.push_back({w, false});
+  }
+  compile_options linear;
+  linear.max_subset_work = 100 * length;
+  linear.max_subset_size = 10 * length;
+  std::shared_ptr<const compiled_grammar> g, schema;
+  REQUIRE_NOTHROW(g = search_re("(" + alternation + ")", linear));
+  CHECK(g->num_rules() == 1);
+  CHECK(g->num_states() <= length + 64);
+  REQUIRE_NOTHROW(schema = pattern_schema("(" + alternation + ")", linear));
+  CHECK(schema->num_states() <= length + 256);
+  for (int t = 0; t < 300; ++t) {
+    std::string text;
+    for (std::uint32_t i = 0, len = r.next(40); i < len; ++i) text += char('a' + r.next(26));
+    if (t % 2) {
+      const std::string& w = words[r.next(std::uint32_t(words.size()))].first;
+      // a whole word, or one cut by a letter (then only by chance a word)
+      text.insert(r.next(std::uint32_t(text.size()) + 1),
+                  t % 4 == 1 ? w : w.substr(0, 5) + "-" + w.substr(5));
+    }
+    INFO("text ", text);
+    const bool expected = has_word(text, words);
+    CHECK(accepts(*g, text) == expected);
+    CHECK(pattern_accepts(*schema, text) == expected);
+  }
+  // The words tied to the end: taken only where a text ends with one.
+  std::shared_ptr<const compiled_grammar> at_end;
+  REQUIRE_NOTHROW(at_end = search_re("(?:" + alternation + ")$", linear));
+  CHECK(accepts(*at_end, "xyz" + words[17].first));
+  CHECK_FALSE(accepts(*at_end, "xyz" + words[17].first + "a"));
+  CHECK_FALSE(accepts(*at_end, words[17].first.substr(1)));
 }
