@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <csignal>
 
 #include <memory>
@@ -133,8 +134,19 @@ void setup_make_model(CLI::App& app) {
   sub->add_option("--max-shard-size", opts->max_shard_bytes,
                   "Largest safetensors file, e.g. 4GiB (default) or 500MB")
       ->check(CLI::Validator(
-          [](std::string& s) {  // the size parser wraps "-5" to 2^64 - 5
-            return s.find('-') == std::string::npos ? std::string() : "must not be negative";
+          [](std::string& s) -> std::string {  // the size parser wraps "-5" to 2^64 - 5
+            if (s.find('-') != std::string::npos) return "must not be negative";
+            // ... and saturated a number past 2^64 - 1 ("18446744073709551616" was taken as
+            // 2^64 - 1, where every other unsigned option refuses it)
+            const std::size_t start = s.find_first_not_of(" \t");
+            const std::size_t end = s.find_first_not_of("0123456789", start);
+            std::uint64_t value = 0;
+            if (start != std::string::npos &&
+                std::from_chars(s.data() + start,
+                                s.data() + (end == std::string::npos ? s.size() : end), value)
+                        .ec == std::errc::result_out_of_range)
+              return "'" + s + "' is out of range [0, 18446744073709551615] bytes";
+            return {};
           },
           "SIZE"))
       ->transform(CLI::AsSizeValue(true));

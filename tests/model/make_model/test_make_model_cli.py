@@ -107,6 +107,14 @@ class MakeModelCliTest(unittest.TestCase):
             p = run("make-model", "--preset", "tiny-v41", "--out", out)
             self.assertEqual(p.returncode, 1, p.stderr)
             self.assertEqual(error_lines(p), [f"error: --out {out}: cannot create the folder: Not a directory"])
+            # a size past 2^64 - 1 was taken as 2^64 - 1 (exit 0), where other unsigned options refuse it
+            for value in ("18446744073709551616", "99999999999999999999999"):  # (with a unit: CLI11 refuses)
+                p = run("make-model", "--preset", "tiny-v41", "--dry-run", "--max-shard-size", value)
+                self.assertEqual(p.returncode, 2, (value, p.stderr))
+                self.assertEqual(error_lines(p), [f"error: --max-shard-size: '{value}' is out of range "
+                                                  "[0, 18446744073709551615] bytes (see --help)"], value)
+            p = run("make-model", "--preset", "tiny-v41", "--dry-run", "--max-shard-size", "18446744073709551615")
+            self.assertEqual(p.returncode, 0, p.stderr)  # the largest is fine
 
 
 if __name__ == "__main__":
