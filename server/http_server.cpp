@@ -11,12 +11,14 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/write.hpp>
 
 #include <sys/resource.h>
 
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -39,6 +41,9 @@ struct http_server::impl {
   grammar_jobs grammars;  // its compiles run on grammar_pool, which goes first (joined)
   asio::thread_pool grammar_pool;
   bool is_stopped = false;
+  asio::steady_timer accept_pause{ioc};  ///< after a failed accept (pause_accepting)
+  static constexpr std::chrono::milliseconds accept_retry{50};
+  std::int64_t num_accept_failures = 0;  ///< in a row
 
   explicit impl(server_context& c)
       : ctx(c),
@@ -70,9 +75,29 @@ struct http_server::impl {
     acceptor.async_accept(asio::make_strand(ioc),
                           [this](boost::system::error_code ec, tcp::socket socket) {
                             if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
-                            if (!ec) admit(std::move(socket));
+                            if (ec) return pause_accepting(ec);
+                            num_accept_failures = 0;
+                            admit(std::move(socket));
                             accept();
                           });
+  }
+
+  /// An accept that failed -- the process out of file descriptors (EMFILE), the system out of
+  /// them or of memory -- is tried again after a pause. It was tried again at once, failed
+  /// again at once while the connection waited in the backlog, and the I/O thread spun (0.7
+  /// CPU s/s on a 2-core box) until a descriptor came free. (One accept is pending at a time,
+  /// so the timer is touched by one handler at a time.)
+  void pause_accepting(boost::system::error_code ec) {
+    if (num_accept_failures++ == 0)
+      actors::component_logger("serve")->warn(
+          "accepting a connection failed: {}; trying again every {} ms (server.max_connections "
+          "is {}; the open-file limit may be lower)",
+          ec.message(), accept_retry.count(), ctx.settings.max_connections);
+    accept_pause.expires_after(accept_retry);
+    accept_pause.async_wait([this](boost::system::error_code wait_ec) {
+      if (wait_ec || !acceptor.is_open()) return;
+      accept();
+    });
   }
 
   void admit(tcp::socket socket) {

@@ -17,8 +17,11 @@
 #include <caf/all.hpp>
 #include <nlohmann/json.hpp>
 
+#include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -298,5 +301,57 @@ TEST_CASE("http server: a client that leaves while its grammar compiles stops th
   MESSAGE("the compile stopped and the slot came back ", seconds, " s after the client left");
   CHECK(seconds < 2.0);
   CHECK(s.counts->submits.load() == 0);  // nothing was started for it
+  check_served_normally(s);
+}
+
+namespace {
+/// CPU seconds this process used (every thread).
+double process_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         double(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+}  // namespace
+
+TEST_CASE("http server: out of file descriptors, the accept loop waits instead of spinning") {
+  // The failed accept was tried again at once, failed again at once while the connections
+  // waited in the backlog, and the I/O thread spun until a descriptor came free.
+  fake_server s;
+  // The client sockets exist before the limit drops (connect() takes no descriptor).
+  std::vector<int> clients;
+  for (int i = 0; i < 3; ++i) clients.push_back(::socket(AF_INET, SOCK_STREAM, 0));
+  for (int fd : clients) REQUIRE(fd >= 0);
+  rlimit old_limit{};
+  REQUIRE(getrlimit(RLIMIT_NOFILE, &old_limit) == 0);
+  rlimit low = old_limit;
+  low.rlim_cur = 3;  // below every descriptor open: each accept fails with EMFILE
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &low) == 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(s.port());
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int connected = 0;
+  for (int fd : clients)
+    connected += ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const double cpu0 = process_cpu_seconds();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const double busy = process_cpu_seconds() - cpu0;
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &old_limit) == 0);
+  CHECK(connected == 3);  // in the backlog
+  MESSAGE("CPU seconds in the second the accepts failed: ", busy);
+  CHECK(busy < 0.3);  // one I/O thread spinning: about 1
+  // Once descriptors are free again, the waiting connections are served.
+  const std::string get = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  for (int fd : clients) {
+    timeval tv{.tv_sec = 10, .tv_usec = 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    REQUIRE(::send(fd, get.data(), get.size(), 0) == ssize_t(get.size()));
+    char buf[64] = {};
+    const ssize_t n = ::recv(fd, buf, sizeof buf - 1, 0);
+    CHECK(std::string(buf, n > 0 ? std::size_t(n) : 0).starts_with("HTTP/1.1 200"));
+    ::close(fd);
+  }
   check_served_normally(s);
 }
