@@ -11,6 +11,7 @@
 
 #include <condition_variable>
 #include <functional>
+#include <initializer_list>
 #include <mutex>
 #include <thread>
 
@@ -44,6 +45,23 @@ actors::toy_runner_config toy_of(const cluster_config& c) {
   return {.vocab_size = c.model.toy.vocab_size, .entries_per_block = c.model.toy.entries_per_block,
           .num_blocks = std::int32_t(c.kv.pool_tokens / c.model.toy.entries_per_block),
           .max_model_len = c.model.toy.max_model_len, .step_ms = c.model.toy.step_ms};
+}
+
+/// The toy runner of `c` and its geometry, as an executor's make_runner returns them.
+actors::runner_bundle toy_bundle(const cluster_config& c) {
+  const actors::toy_runner_config t = toy_of(c);
+  return {std::make_unique<actors::toy_runner>(t), actors::toy_runner::geometry(t)};
+}
+
+/// Runs `stop` when the scope ends, whatever fails in it.
+struct scope_stop {
+  std::function<void()> stop;
+  ~scope_stop() { stop(); }
+};
+
+/// Tells each of `all` to stop in order (user_shutdown); the actor system waits for them.
+void stop_actors(caf::scoped_actor& self, std::initializer_list<caf::actor> all) {
+  for (const caf::actor& a : all) self->send_exit(a, caf::exit_reason::user_shutdown);
 }
 
 /// Runners of group `g` executor `i`: `faulty(g, i)` decides which one is faulty.
@@ -224,9 +242,7 @@ TEST_CASE("an executor stopped while its runner loads fails the start naming why
     gate->is_loading = true;
     gate->cv.notify_all();
     gate->cv.wait(lock, [&] { return gate->is_released; });
-    const actors::toy_runner_config t = toy_of(c);
-    return actors::runner_bundle{std::make_unique<actors::toy_runner>(t),
-                                 actors::toy_runner::geometry(t)};
+    return toy_bundle(c);
   };
   ep.label = "group 0 executor 0";
   caf::scoped_actor self{ts.sys};
@@ -239,15 +255,10 @@ TEST_CASE("an executor stopped while its runner loads fails the start naming why
     gate->is_released = true;
     gate->cv.notify_all();
   };
-  struct stopper {  // whatever fails: the load ends and every actor stops (the system waits)
-    std::function<void()> stop;
-    ~stopper() { stop(); }
-  } guard{[&] {
+  const scope_stop guard{[&] {  // whatever fails: the load ends and every actor stops
     release();
-    for (const caf::actor& a :
-         {caf::actor_cast<caf::actor>(router), caf::actor_cast<caf::actor>(sched),
-          caf::actor_cast<caf::actor>(exec)})
-      self->send_exit(a, caf::exit_reason::user_shutdown);
+    stop_actors(self, {caf::actor_cast<caf::actor>(router), caf::actor_cast<caf::actor>(sched),
+                       caf::actor_cast<caf::actor>(exec)});
   }};
   {
     std::unique_lock lock(gate->mutex);  // the scheduler's info request is being served
@@ -277,11 +288,7 @@ TEST_CASE("an executor that stops in order (its node shut down) is named as such
   test_system ts;
   const cluster_config c = toy_config({"model.toy.step_ms=5"});
   actors::executor_params ep;
-  ep.make_runner = [c] {
-    const actors::toy_runner_config t = toy_of(c);
-    return actors::runner_bundle{std::make_unique<actors::toy_runner>(t),
-                                 actors::toy_runner::geometry(t)};
-  };
+  ep.make_runner = [c] { return toy_bundle(c); };
   ep.label = "group 0 executor 0";
   caf::scoped_actor self{ts.sys};
   const actors::executor_actor exec = actors::spawn_executor_actor(ts.sys, std::move(ep));
@@ -291,14 +298,9 @@ TEST_CASE("an executor that stops in order (its node shut down) is named as such
                                           .status_interval_s = 0,
                                           .startup_timeout_s = 30,
                                           .vocab_size = c.model.toy.vocab_size});
-  struct stopper {  // whatever fails: every actor stops (the system waits for them)
-    std::function<void()> stop;
-    ~stopper() { stop(); }
-  } guard{[&] {
-    for (const caf::actor& a :
-         {caf::actor_cast<caf::actor>(router), caf::actor_cast<caf::actor>(sched),
-          caf::actor_cast<caf::actor>(exec)})
-      self->send_exit(a, caf::exit_reason::user_shutdown);
+  const scope_stop guard{[&] {  // whatever fails: every actor stops
+    stop_actors(self, {caf::actor_cast<caf::actor>(router), caf::actor_cast<caf::actor>(sched),
+                       caf::actor_cast<caf::actor>(exec)});
   }};
   std::string started;
   self->request(router, std::chrono::seconds(30), actors::info_atom::value)
