@@ -18,6 +18,7 @@
 #include <cmath>
 #include <initializer_list>
 #include <limits>
+#include <set>
 
 namespace di::server {
 
@@ -428,6 +429,10 @@ void check_tool_members(const json& tool, const std::string& at) {
 void read_tools(const field_reader& f, generation_request& r, const server_settings& limits) {
   if (const json* tools = f.find("tools")) {
     if (!tools->is_array()) bad_param("tools", "'tools' must be a list");
+    // Two functions of one name are refused, as OpenAI refuses them: a call names its function
+    // by name alone, so which of the two it meant could not be told (tool_choice naming it
+    // constrained the output to either's parameters).
+    std::set<std::string> names;
     for (std::size_t i = 0; i < tools->size(); ++i) {
       const json& t = (*tools)[i];
       const std::string at = fmt::format("tools[{}]", i);
@@ -449,6 +454,12 @@ void read_tools(const field_reader& f, generation_request& r, const server_setti
         bad_param(at + ".function.parameters",
                   fmt::format("'{}.function.parameters' must be a JSON Schema object", at));
       check_tool_members(t, at);
+      if (const std::string& name = t["function"]["name"].get_ref<const std::string&>();
+          !names.insert(name).second)
+        bad_param(at + ".function.name",
+                  fmt::format("'{}.function.name': the function '{}' is defined twice in "
+                              "'tools'; names must be unique",
+                              at, name));
     }
     r.tools = *tools;
   }

@@ -387,3 +387,32 @@ TEST_CASE("a tool's members are OpenAI's: others and wrong types are a 400 namin
   CHECK(param_of(R"({"type": "function", "function": {"name": "f", "description": null,
                     "strict": null, "extra": null}, "other": null})") == "");
 }
+
+TEST_CASE("two tools of one name are a 400 naming the later one's name") {
+  // OpenAI refuses them; they were accepted, and a call naming the function could mean either
+  // (tool_choice naming it constrained the output to the first's or the second's parameters).
+  const server_settings s;
+  auto param_of = [&](const std::string& tools) -> std::string {
+    try {
+      parse_chat_request(json::parse(R"({"messages": [{"role": "user", "content": "x"}],
+                                         "tools": [)" +
+                                     tools + "]}"),
+                         s);
+    } catch (const api_error& e) {
+      CHECK(e.status == 400);
+      CHECK(std::string(e.what()).find("'f'") != std::string::npos);
+      return e.param;
+    }
+    return "";
+  };
+  const std::string f = R"({"type": "function", "function": {"name": "f"}})";
+  const std::string g = R"({"type": "function", "function": {"name": "g"}})";
+  CHECK(param_of(f + ", " + f) == "tools[1].function.name");
+  CHECK(
+      param_of(
+          f + ", " + g + ", " +
+          R"({"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}})") ==
+      "tools[2].function.name");
+  CHECK(param_of(f + ", " + g) == "");
+  CHECK(param_of(R"({"type": "function", "function": {"name": "F"}}, )" + f) == "");  // exact
+}
