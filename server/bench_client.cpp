@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <set>
@@ -50,19 +51,29 @@ target parse_url(const std::string& url) {
   return {rest.substr(0, colon), rest.substr(colon + 1)};
 }
 
-/// GET path synchronously (for /v1/models before the run).
-std::string get(const target& t, const std::string& path, const std::string& key) {
+/// GET path synchronously (for /v1/models before the run). A server that cannot be reached
+/// or that breaks the exchange is a di::error naming `url` (it was Asio's bare "connect:
+/// Connection refused").
+std::string get(const target& t, const std::string& url, const std::string& path,
+                const std::string& key) {
   asio::io_context ioc;
   beast::tcp_stream stream(ioc);
-  stream.expires_after(std::chrono::seconds(30));
-  stream.connect(tcp::resolver(ioc).resolve(t.host, t.port));
-  http::request<http::empty_body> req{http::verb::get, path, 11};
-  req.set(http::field::host, t.host);
-  if (!key.empty()) req.set(http::field::authorization, "Bearer " + key);
-  http::write(stream, req);
-  beast::flat_buffer buf;
   http::response<http::string_body> res;
-  http::read(stream, buf, res);
+  try {
+    stream.expires_after(std::chrono::seconds(30));
+    stream.connect(tcp::resolver(ioc).resolve(t.host, t.port));
+    http::request<http::empty_body> req{http::verb::get, path, 11};
+    req.set(http::field::host, t.host);
+    if (!key.empty()) req.set(http::field::authorization, "Bearer " + key);
+    http::write(stream, req);
+    beast::flat_buffer buf;
+    http::read(stream, buf, res);
+  } catch (const boost::system::system_error& e) {
+    DI_FAIL(
+        "--url {}: GET {} failed: {} (is `deepinfer serve` or another OpenAI-compatible "
+        "server listening there?)",
+        url, path, e.code().message());
+  }
   DI_CHECK(res.result_int() == 200, "GET {}: HTTP {}: {}", path, res.result_int(), res.body());
   return res.body();
 }
@@ -94,6 +105,9 @@ std::string random_text(const tok::tokenizer& tok, std::size_t len, std::mt19937
 std::vector<prompt_item> make_prompts(const bench_params& p, bool chat) {
   std::vector<prompt_item> items;
   if (!p.dataset.empty()) {
+    std::error_code ec;  // a folder opens as a stream with no lines: "no prompts" said nothing
+    DI_CHECK(!std::filesystem::is_directory(p.dataset, ec),
+             "--dataset {}: is a directory, not a file", p.dataset);
     std::ifstream in(p.dataset);
     DI_CHECK(in, "--dataset {}: cannot read", p.dataset);
     int line_number = 0;
@@ -274,7 +288,7 @@ void bench_conn::start() {
 }
 
 void bench_conn::on_connected(beast::error_code ec) {
-  if (ec) return finish("connect: " + ec.message());
+  if (ec) return finish(fmt::format("connect to {}: {}", run_.params.url, ec.message()));
   http::async_write(stream_, req_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
     self->on_written(ec);
   });
@@ -410,7 +424,7 @@ bench_report run_bench(const bench_params& p) {
   const target t = parse_url(p.url);
   std::string model = p.model;
   if (model.empty()) {
-    const json models = json::parse(get(t, "/v1/models", p.api_key), nullptr, false);
+    const json models = json::parse(get(t, p.url, "/v1/models", p.api_key), nullptr, false);
     DI_CHECK(models.is_object() && models.contains("data") && !models["data"].empty(),
              "{}/v1/models: no model listed", p.url);
     model = models["data"][0].value("id", "");

@@ -8,6 +8,7 @@ Usage: test_bench_serve.py BUILD/bin/deepinfer [SOURCE_DIR]"""
 import http.server
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -200,6 +201,27 @@ def dataset_lines_are_checked():
     r = json.loads(p.stdout)
     assert r["dataset"] == path and "input_len" not in r and "output_len" not in r, r
     assert sorted(b["max_tokens"] for b in Fake.bodies) == [2, 3, 5], Fake.bodies  # 2: --output-len
+
+
+@test
+def an_unreachable_url_or_a_folder_is_named():
+    # a folder as --dataset read as no lines ("no prompts"); a server that is not there gave
+    # Asio's bare "connect: Connection refused", naming no URL (session 55)
+    d = tempfile.mkdtemp()
+    Fake.reset()
+    p = bench("--num-prompts", "1", "--dataset", d)
+    assert p.returncode == 1 and p.stderr.strip() == f"error: --dataset {d}: is a directory, not a file", p.stderr
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    base = [BINARY, "bench", "serve", "--url", dead, "--num-prompts", "2", "--input-len", "4", "--output-len", "2"]
+    p = subprocess.run(base, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and f"--url {dead}: GET /v1/models failed" in p.stderr, p.stderr
+    p = subprocess.run(base + ["--model", "m", "--json"], capture_output=True, text=True, timeout=60)
+    r = json.loads(p.stdout)
+    assert p.returncode == 1 and r["failed"] == 2, (p.returncode, r)
+    assert any(e.startswith(f"connect to {dead}: ") for e in r["errors"]), r["errors"]
+    assert Fake.count == 0, Fake.count
 
 
 @test
