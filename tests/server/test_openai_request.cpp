@@ -156,6 +156,33 @@ TEST_CASE("chat fields: max_completion_tokens wins, logprobs and top_logprobs, c
   CHECK(param_of(R"({"prompt": "x", "max_completion_tokens": "3"})") == "max_completion_tokens");
 }
 
+TEST_CASE("an assistant message's refusal content part is its text, as OpenAI's schema has it") {
+  // {"type": "refusal", "refusal": TEXT} is one of an assistant message's content parts in
+  // OpenAI's schema; it was a 400 ("only text content parts"), so a conversation holding a
+  // refused answer could not be sent back.
+  const server_settings s;
+  const generation_request r =
+      parse_chat_request(json::parse(R"({"messages": [{"role": "user", "content": "q"},
+          {"role": "assistant", "content": [{"type": "refusal", "refusal": "I can't help."}]},
+          {"role": "assistant", "content": [{"type": "text", "text": "a"},
+                                            {"type": "refusal", "refusal": "b"}]},
+          {"role": "user", "content": "again"}]})"),
+                         s);
+  REQUIRE(r.messages.size() == 4);
+  CHECK(r.messages[1]["content"] == "I can't help.");
+  CHECK(r.messages[2]["content"] == "ab");
+  // Only assistant messages take one, and it needs its string.
+  CHECK(param_of(R"({"messages": [{"role": "user", "content": [{"type": "refusal",
+                     "refusal": "x"}]}]})",
+                 true) == "messages[0].content");
+  CHECK(param_of(R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant",
+                     "content": [{"type": "refusal", "refusal": 5}]}]})",
+                 true) == "messages[1].content");
+  CHECK(param_of(R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant",
+                     "content": [{"type": "refusal", "text": "x"}]}]})",
+                 true) == "messages[1].content");
+}
+
 TEST_CASE("every invalid field is a 400 naming it") {
   CHECK(param_of(R"({"prompt": "x", "temperature": 2.5})") == "temperature");
   CHECK(param_of(R"({"prompt": "x", "temperature": "1"})") == "temperature");
