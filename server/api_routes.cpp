@@ -10,6 +10,9 @@
 #include <fmt/format.h>
 #include <boost/asio/post.hpp>
 
+#include <algorithm>
+#include <string_view>
+
 namespace di::server {
 
 namespace {
@@ -19,9 +22,26 @@ using session_ptr = std::shared_ptr<detail::http_session>;
 using detail::header_list;
 namespace http = boost::beast::http;
 
+/// The path the request is routed by: its target less the query. An absolute-form target
+/// ("http://host:8000/v1/completions?x", which RFC 9112 3.2.2 says a server must accept, as a
+/// proxy-minded client sends it) gives the path after its scheme and authority, which are
+/// ignored, or "/" where it has none; it was routed as written, a 404.
 std::string path_of(const detail::http_request& req) {
-  std::string target(req.target());
-  return target.substr(0, target.find('?'));
+  std::string_view target(req.target().data(), req.target().size());
+  target = target.substr(0, target.find('?'));
+  if (target.starts_with('/')) return std::string(target);
+  // absolute-URI = scheme ":" "//" authority path-abempty; scheme = ALPHA *( ALPHA / DIGIT /
+  // "+" / "-" / "." ) (RFC 3986 3.1); the authority ends at the path's '/'.
+  const auto is_alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); };
+  const std::size_t sep = target.find("://");
+  if (sep == std::string_view::npos || sep == 0 || !is_alpha(target[0]) ||
+      !std::all_of(target.begin(), target.begin() + std::ptrdiff_t(sep), [&](char c) {
+        return is_alpha(c) || (c >= '0' && c <= '9') || c == '+' || c == '-' || c == '.';
+      }))
+    return std::string(target);
+  const std::string_view rest = target.substr(sep + 3);
+  const std::size_t slash = rest.find('/');
+  return slash == std::string_view::npos ? std::string("/") : std::string(rest.substr(slash));
 }
 
 void check_auth(const session_ptr& s) {

@@ -9,6 +9,7 @@
 #include "tests/test_support.hpp"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -353,5 +354,26 @@ TEST_CASE("http server: out of file descriptors, the accept loop waits instead o
     CHECK(std::string(buf, n > 0 ? std::size_t(n) : 0).starts_with("HTTP/1.1 200"));
     ::close(fd);
   }
+  check_served_normally(s);
+}
+
+TEST_CASE("http server: an absolute-form target is routed by its path") {
+  // RFC 9112 3.2.2: a server must accept "POST http://host:port/v1/completions HTTP/1.1". It
+  // was routed as written, a 404 "no route".
+  fake_server s;
+  const std::string origin = fmt::format("http://127.0.0.1:{}", s.port());
+  const reply ok = post(s.port(), origin + "/v1/completions", completion({1, 2, 3}, false));
+  CHECK(ok.status == 200);
+  CHECK(json::parse(ok.body)["choices"][0]["text"].get<std::string>().ends_with("hi"));
+  // The scheme and authority are ignored (any case, any host); the query as in origin form.
+  const reply tok = post(s.port(), "HTTPS://example.com:443/tokenize?x=1", {{"prompt", "hi"}});
+  CHECK(tok.status == 200);
+  CHECK(json::parse(tok.body)["count"] == 2);
+  const reply none = post(s.port(), origin + "/nothing?a=/b", {{"prompt", "hi"}});
+  CHECK(none.status == 404);
+  CHECK(json::parse(none.body)["error"]["message"] == "no route POST /nothing");
+  const reply root = post(s.port(), origin + "?q", {{"prompt", "hi"}});
+  CHECK(root.status == 404);
+  CHECK(json::parse(root.body)["error"]["message"] == "no route POST /");
   check_served_normally(s);
 }
