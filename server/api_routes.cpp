@@ -11,6 +11,7 @@
 #include <boost/asio/post.hpp>
 
 #include <algorithm>
+#include <optional>
 #include <string_view>
 
 namespace di::server {
@@ -44,12 +45,12 @@ std::string path_of(const detail::http_request& req) {
   return slash == std::string_view::npos ? std::string("/") : std::string(rest.substr(slash));
 }
 
-void check_auth(const session_ptr& s) {
-  const auto& keys = s->context().settings.api_keys;
+void check_auth(const detail::http_request& req, const server_context& ctx) {
+  const auto& keys = ctx.settings.api_keys;
   if (keys.empty()) return;
-  const auto it = s->request().find(http::field::authorization);
+  const auto it = req.find(http::field::authorization);
   std::string_view value;
-  if (it != s->request().end()) value = std::string_view(it->value().data(), it->value().size());
+  if (it != req.end()) value = std::string_view(it->value().data(), it->value().size());
   // The scheme is case-insensitive (RFC 9110 11.1): "bearer KEY" is the same credential.
   constexpr std::string_view bearer = "bearer ";
   const bool has_bearer =
@@ -64,24 +65,50 @@ void check_auth(const session_ptr& s) {
         "", "invalid_api_key");
 }
 
-/// The error response of `e`, with Retry-After on a 429 or 503 and the error's own headers.
-void respond_api_error(const session_ptr& s, const api_error& e) {
-  header_list extra;
-  if (e.status == 429 || e.status == 503)
-    extra.push_back({"Retry-After", std::to_string(s->context().settings.retry_after_s)});
-  extra.insert(extra.end(), e.headers.begin(), e.headers.end());
-  s->respond_error(e, extra);
-}
-
-void require_method(const session_ptr& s, http::verb verb) {
-  const http::verb m = s->request().method();
+void require_method(const detail::http_request& req, http::verb verb) {
+  const http::verb m = req.method();
   if (m == verb || (verb == http::verb::get && m == http::verb::head)) return;
   api_error e(405,
-              fmt::format("{} {} is not allowed; use {}", std::string(s->request().method_string()),
-                          path_of(s->request()), std::string(http::to_string(verb))),
+              fmt::format("{} {} is not allowed; use {}", std::string(req.method_string()),
+                          path_of(req), std::string(http::to_string(verb))),
               "", "method_not_allowed");
   e.headers.push_back({"Allow", std::string(http::to_string(verb))});
   throw e;
+}
+
+/// What a route takes: its method (a GET route HEAD too) and whether it is open (no API key).
+struct route_rule {
+  http::verb method;
+  bool is_open = false;
+};
+
+/// The rule of the route that serves `path`; none where no route does. (handle_request
+/// dispatches on the same paths.)
+std::optional<route_rule> route_rule_of(std::string_view path) {
+  if (path == "/health" || path == "/version" || path == "/ready")  // open, as vLLM's
+    return route_rule{http::verb::get, true};
+  if (path == "/metrics" || path == "/v1/models" || path.starts_with("/v1/models/"))
+    return route_rule{http::verb::get};
+  if (path == "/tokenize" || path == "/detokenize" || path == "/v1/completions" ||
+      path == "/v1/chat/completions")
+    return route_rule{http::verb::post};
+  return std::nullopt;
+}
+
+/// Throws the error a request gets from its head alone: a route that takes another method
+/// (405 with Allow; an open route's before the key), a missing or wrong API key (401), no route
+/// (404). The GET routes refuse other methods, as vLLM's: /health, /ready, /metrics and
+/// /v1/models/ID answered any method, so the official client's models.delete(ID) got the model
+/// card back as if it had been deleted.
+void check_route(const detail::http_request& req, const server_context& ctx) {
+  const std::string path = path_of(req);
+  const std::optional<route_rule> rule = route_rule_of(path);
+  if (rule && rule->is_open) return require_method(req, rule->method);
+  check_auth(req, ctx);
+  if (!rule)
+    throw api_error(404, fmt::format("no route {} {}", std::string(req.method_string()), path), "",
+                    "not_found");
+  require_method(req, rule->method);
 }
 
 /// A model card as vLLM's: with `max_model_len`, the context the cluster's ready groups take
@@ -220,7 +247,6 @@ void render_chat(const served_model& m, generation_request& r) {
 /// `return_token_strs` adds each token's text. Answers {"count", "max_model_len", "tokens",
 /// "token_strs"}.
 void serve_tokenize(const session_ptr& s) {
-  require_method(s, http::verb::post);
   server_context& ctx = s->context();
   const request_json body = parse_body(s->request().body(), ctx.settings);
   check_model(ctx, body);
@@ -266,7 +292,6 @@ void serve_tokenize(const session_ptr& s) {
 /// vLLM's POST /detokenize: {"tokens": [ids]} -> {"prompt": text} (special tokens kept, as
 /// vLLM decodes them).
 void serve_detokenize(const session_ptr& s) {
-  require_method(s, http::verb::post);
   server_context& ctx = s->context();
   const request_json body = parse_body(s->request().body(), ctx.settings);
   check_model(ctx, body);
@@ -298,7 +323,6 @@ api_error grammar_error_of(const generation_request& r, api_error e) {
 }
 
 void serve_generation(const session_ptr& s, api_kind kind) {
-  require_method(s, http::verb::post);
   server_context& ctx = s->context();
   if (ctx.is_draining)
     throw api_error(
@@ -368,6 +392,23 @@ void serve_generation(const session_ptr& s, api_kind kind) {
 
 }  // namespace
 
+std::optional<api_error> header_error(const detail::http_request& req, const server_context& ctx) {
+  try {
+    check_route(req, ctx);
+  } catch (const api_error& e) {
+    return e;
+  }
+  return std::nullopt;
+}
+
+void respond_api_error(const session_ptr& s, const api_error& e) {
+  header_list extra;
+  if (e.status == 429 || e.status == 503)
+    extra.push_back({"Retry-After", std::to_string(s->context().settings.retry_after_s)});
+  extra.insert(extra.end(), e.headers.begin(), e.headers.end());
+  s->respond_error(e, extra);
+}
+
 bool key_matches(std::string_view given, const std::vector<std::string>& keys) {
   unsigned match = 0;
   for (const std::string& key : keys) {
@@ -383,35 +424,18 @@ bool key_matches(std::string_view given, const std::vector<std::string>& keys) {
 void handle_request(const session_ptr& s) {
   const std::string path = path_of(s->request());
   try {
-    // The GET routes refuse other methods (405 with Allow, as vLLM's): /health, /ready,
-    // /metrics and /v1/models/ID answered any method, so the official client's
-    // models.delete(ID) got the model card back as if it had been deleted.
-    if (path == "/health") {
-      require_method(s, http::verb::get);
-      return s->respond(200, dump({{"status", "ok"}}));
-    }
-    if (path == "/version") {  // open, as vLLM's
-      require_method(s, http::verb::get);
-      return s->respond(200, dump({{"version", DEEPINFER_VERSION}}));
-    }
-    if (path == "/ready") {
-      require_method(s, http::verb::get);
-      return serve_ready(s);
-    }
-    check_auth(s);
-    if (path == "/metrics") {
-      require_method(s, http::verb::get);
-      return serve_metrics(s);
-    }
+    check_route(s->request(), s->context());  // the route, its method and the API key
+    if (path == "/health") return s->respond(200, dump({{"status", "ok"}}));
+    if (path == "/version") return s->respond(200, dump({{"version", DEEPINFER_VERSION}}));
+    if (path == "/ready") return serve_ready(s);
+    if (path == "/metrics") return serve_metrics(s);
     if (path == "/v1/models") {
-      require_method(s, http::verb::get);
       return with_status(s, [s](const actors::cluster_status* st) {
         s->respond(200, dump({{"object", "list"},
                               {"data", json::array({model_json(s->context().model, st)})}}));
       });
     }
     if (path.rfind("/v1/models/", 0) == 0) {
-      require_method(s, http::verb::get);
       const std::string id = percent_decoded(std::string_view(path).substr(11));
       if (id != s->context().model.name)
         throw api_error(404, fmt::format("the model '{}' does not exist", id), "model",

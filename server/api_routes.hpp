@@ -7,12 +7,22 @@
 #include "server/detail/http_session.hpp"
 
 #include <memory>
+#include <optional>
 #include <string_view>
 
 namespace di::server {
 
 /// Answers the request the session just read (on its strand). Throws api_error for errors.
 void handle_request(const std::shared_ptr<detail::http_session>& session);
+
+/// The error `req` gets whatever its body -- no route (404), a missing or wrong API key (401),
+/// a method its route does not take (405, with Allow) -- found from its head alone, as
+/// handle_request finds it; none when the body decides. A request that asked `Expect:
+/// 100-continue` gets it instead of the 100, so it does not upload a body only to be refused.
+std::optional<api_error> header_error(const detail::http_request& req, const server_context& ctx);
+
+/// Answers `e`, with Retry-After on a 429 or 503 and the error's own headers (Allow on a 405).
+void respond_api_error(const std::shared_ptr<detail::http_session>& session, const api_error& e);
 
 /// True when `given` equals one of `keys`; the time taken depends only on the keys' lengths.
 bool key_matches(std::string_view given, const std::vector<std::string>& keys);

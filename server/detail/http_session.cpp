@@ -72,12 +72,52 @@ void http_session::do_read() {
       [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_header(ec); });
 }
 
+namespace {
+/// A request whose body arrives in a coding we do not decode: 501 for a transfer coding other
+/// than chunked (RFC 9112 6.1), 415 for a content coding (RFC 9110 15.5.16). Both were ignored
+/// and the coded bytes parsed as JSON.
+void refuse_codings(const http_request& r) {
+  const auto te = r[http::field::transfer_encoding];
+  if (!te.empty() && !beast::iequals(te, "chunked"))
+    throw api_error(501,
+                    fmt::format("Transfer-Encoding '{}' is not supported (only chunked)",
+                                std::string(te.substr(0, 100))),
+                    "", "not_implemented");
+  const auto ce = r[http::field::content_encoding];
+  if (!ce.empty() && !beast::iequals(ce, "identity"))
+    throw api_error(415,
+                    fmt::format("Content-Encoding '{}' is not supported (send the body "
+                                "uncompressed)",
+                                std::string(ce.substr(0, 100))),
+                    "", "unsupported_media_type");
+}
+}  // namespace
+
 void http_session::on_header(beast::error_code ec) {
   if (ec) return on_read_error(ec);
   auto read_body = [self = shared_from_this()] { self->read_body(); };
   const auto& h = parser_->get();
   if (!beast::iequals(h[http::field::expect], "100-continue") || parser_->is_done())
     return read_body();
+  // The answer its head alone decides -- no route, a wrong API key, a method the route does not
+  // take, a coding we do not decode -- goes out instead of the 100 Continue (RFC 9110 10.1.1
+  // lets a server answer with a final status): the client was told to upload its body, up to
+  // server.max_body_bytes, only to be refused. The connection closes after it (a client that
+  // sends the body anyway is drained by linger_close).
+  request_ = http_request(h.base());
+  std::optional<api_error> refused;
+  try {
+    refuse_codings(request_);
+    refused = header_error(request_, ctx_);
+  } catch (const api_error& e) {
+    refused = e;
+  }
+  if (refused) {
+    stream_.expires_never();
+    begin_request();
+    close_after_ = true;
+    return respond_api_error(shared_from_this(), *refused);
+  }
   // curl and others wait for this before sending a large body.
   writing_ = "HTTP/1.1 100 Continue\r\n\r\n";
   is_writing_ = true;
@@ -102,37 +142,11 @@ void http_session::read_body() {
                         });
 }
 
-namespace {
-/// A request whose body arrives in a coding we do not decode: 501 for a transfer coding other
-/// than chunked (RFC 9112 6.1), 415 for a content coding (RFC 9110 15.5.16). Both were ignored
-/// and the coded bytes parsed as JSON.
-void refuse_codings(const http_request& r) {
-  const auto te = r[http::field::transfer_encoding];
-  if (!te.empty() && !beast::iequals(te, "chunked"))
-    throw api_error(501,
-                    fmt::format("Transfer-Encoding '{}' is not supported (only chunked)",
-                                std::string(te.substr(0, 100))),
-                    "", "not_implemented");
-  const auto ce = r[http::field::content_encoding];
-  if (!ce.empty() && !beast::iequals(ce, "identity"))
-    throw api_error(415,
-                    fmt::format("Content-Encoding '{}' is not supported (send the body "
-                                "uncompressed)",
-                                std::string(ce.substr(0, 100))),
-                    "", "unsupported_media_type");
-}
-}  // namespace
-
 void http_session::on_read(beast::error_code ec) {
   if (ec) return on_read_error(ec);
   stream_.expires_never();
   request_ = parser_->release();
-  ++request_serial_;
-  request_start_ = std::chrono::steady_clock::now();
-  set_responding(true);
-  response_ended_ = false;
-  on_gone_ = nullptr;
-  if (!request_.keep_alive() || ctx_.is_draining) close_after_ = true;
+  begin_request();
   try {
     refuse_codings(request_);
     handle_request(shared_from_this());
@@ -142,6 +156,15 @@ void http_session::on_read(beast::error_code ec) {
     if (!response_ended_)
       respond_error(api_error(500, fmt::format("internal error: {}", e.what())));
   }
+}
+
+void http_session::begin_request() {
+  ++request_serial_;
+  request_start_ = std::chrono::steady_clock::now();
+  set_responding(true);
+  response_ended_ = false;
+  on_gone_ = nullptr;
+  if (!request_.keep_alive() || ctx_.is_draining) close_after_ = true;
 }
 
 void http_session::on_read_error(beast::error_code ec) {

@@ -59,6 +59,8 @@ class http_session : public std::enable_shared_from_this<http_session> {
   void on_header(boost::beast::error_code ec);
   void read_body();
   void on_read(boost::beast::error_code ec);
+  /// The request_ just read (or its head, answered before its body) is being answered.
+  void begin_request();
   void on_read_error(boost::beast::error_code ec);
   void queue(std::string bytes);
   void flush();

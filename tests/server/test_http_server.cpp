@@ -13,6 +13,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <caf/all.hpp>
@@ -31,6 +32,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -375,5 +377,86 @@ TEST_CASE("http server: an absolute-form target is routed by its path") {
   const reply root = post(s.port(), origin + "?q", {{"prompt", "hi"}});
   CHECK(root.status == 404);
   CHECK(json::parse(root.body)["error"]["message"] == "no route POST /");
+  check_served_normally(s);
+}
+
+namespace {
+
+/// A connection that sends a request head with `Expect: 100-continue` and a Content-Length,
+/// and reads what comes back, one response (an interim 100 too) at a time.
+struct expecting_client {
+  asio::io_context ioc;
+  tcp::socket sock{ioc};
+  beast::flat_buffer buf;
+
+  expecting_client(std::uint16_t port, const std::string& method, const std::string& target,
+                   const std::string& extra_headers, std::size_t content_length) {
+    sock.connect({asio::ip::make_address("127.0.0.1"), port});
+    timeval tv{.tv_sec = 20, .tv_usec = 0};
+    setsockopt(sock.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    asio::write(sock, asio::buffer(fmt::format(
+                          "{} {} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                          "Content-Length: {}\r\nExpect: 100-continue\r\n{}\r\n",
+                          method, target, content_length, extra_headers)));
+  }
+  http::response<http::string_body> read() {
+    http::response<http::string_body> res;
+    http::read(sock, buf, res);
+    return res;
+  }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "http server: Expect: 100-continue is answered with the final status when the head decides") {
+  // The 100 Continue went out before the API key, the route and the method were checked: a
+  // client about to be refused 401/404/405 was told to upload its body (up to 8 MB) first.
+  fake_server s;
+  s.ctx.settings.api_keys = {"sk-right"};  // (read per request; none is in flight yet)
+  const std::string body = completion({1, 2, 3}, false).dump();
+  const std::string key = "Authorization: Bearer sk-right\r\n";
+  struct refused_case {
+    std::string method, target, headers;
+    int status;
+  };
+  for (const refused_case& c : std::vector<refused_case>{
+           {"POST", "/v1/completions", "Authorization: Bearer sk-wrong\r\n", 401},
+           {"POST", "/v1/completions", "", 401},
+           {"POST", "/v1/nothing", key, 404},
+           {"POST", "/v1/nothing", "", 401},  // the key first, as without Expect
+           {"PUT", "/v1/completions", key, 405},
+           {"POST", "/health", "", 405},
+           {"POST", "/v1/completions", key + "Content-Encoding: gzip\r\n", 415}}) {
+    CAPTURE(c.method);
+    CAPTURE(c.target);
+    CAPTURE(c.headers);
+    expecting_client client(s.port(), c.method, c.target, c.headers, 8'000'000);
+    const auto res = client.read();  // without sending a byte of the body
+    CHECK(res.result_int() == c.status);
+    if (res.result_int() == 100) continue;  // (the old code: it waits for the body)
+    CHECK(res[http::field::connection] == "close");
+    if (c.status == 405) CHECK(!res[http::field::allow].empty());
+    const json err = json::parse(res.body());
+    CHECK(err["error"].contains("message"));
+    // The server closes the connection after it.
+    beast::error_code ec;
+    http::response<http::string_body> next;
+    http::read(client.sock, client.buf, next, ec);
+    CHECK(ec);
+  }
+  // A request the head does not refuse gets the 100, then its answer once the body is sent.
+  expecting_client ok(s.port(), "POST", "/v1/completions", key, body.size());
+  CHECK(ok.read().result_int() == 100);
+  asio::write(ok.sock, asio::buffer(body));
+  const auto res = ok.read();
+  CHECK(res.result_int() == 200);
+  CHECK(json::parse(res.body())["choices"][0]["text"].get<std::string>().ends_with("hi"));
+  // A body that decides the answer is read first, as before: a 400 after the 100.
+  expecting_client bad(s.port(), "POST", "/v1/completions", key, 2);
+  CHECK(bad.read().result_int() == 100);
+  asio::write(bad.sock, asio::buffer(std::string("{]")));
+  CHECK(bad.read().result_int() == 400);
+  s.ctx.settings.api_keys.clear();
   check_served_normally(s);
 }
