@@ -31,6 +31,8 @@
 #include <memory>
 #include <sstream>
 
+#include <unistd.h>
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -211,6 +213,15 @@ void run_generate(generate_options& o) {
     }
     di::cli::print_schema_warnings(warnings, "--response-format " + o.response_format);
   }
+  if (isatty(STDERR_FILENO))  // a long prefill shows how far it has come, on the terminal only
+    req.on_prefill_progress = [](const di::cli::prefill_progress& p) {
+      if (p.is_final)
+        fmt::print(stderr, "\r\033[K");  // the line goes before the text comes
+      else
+        fmt::print(stderr, "\rprefill: {}/{} prompt tokens ({:.0f} s)\033[K", p.done, p.total,
+                   p.seconds);
+      std::fflush(stderr);
+    };
   if (!o.json)
     req.on_text = [](const std::string& text) {
       std::fwrite(text.data(), 1, text.size(), stdout);

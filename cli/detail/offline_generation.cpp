@@ -14,10 +14,14 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <future>
 #include <mutex>
+#include <optional>
+#include <thread>
 
 namespace di::cli {
 
@@ -53,8 +57,9 @@ void check_request(const loaded_model& m, const generation_request& r) {
 /// `len` tokens (the prompt plus max_tokens each), one whole prompt per step, all n running at
 /// once, no prefix cache (copies are not guaranteed to be prefilled after one another). The
 /// executor's device is the model's (make_runner wraps it); "cpu" here only fills the slot.
-cluster_config cluster_for(std::int64_t num_prompt, std::int64_t len, int n) {
+cluster_config cluster_for(std::int64_t num_prompt, std::int64_t len, int n, std::int64_t chunk) {
   cluster_config c;
+  c.scheduler.max_prefill_chunk = chunk;
   c.nodes = {node_config{}};
   c.groups = {
       group_config{.scheduler_node = 0, .executor_nodes = {0}, .executor_devices = {"cpu"}}};
@@ -100,6 +105,79 @@ void quiet_actor_logs() {
 struct event_times {
   clock_type::time_point submitted, first_token, last;
   bool has_token = false;
+};
+
+/// Reports a one-request prefill's progress (generation_request::on_prefill_progress) from a
+/// thread that asks the router for its scheduler's counters: the prefill rows planned, of which
+/// the chunk in flight is not done yet. Stopped at the first token (token_arrived) or at the
+/// end (stop, before the cluster stops).
+class progress_reporter {
+ public:
+  progress_reporter(actors::local_cluster& cluster, const generation_request& r, std::int64_t chunk,
+                    clock_type::time_point submitted)
+      : cluster_(cluster),
+        report_(r.on_prefill_progress),
+        total_(std::int64_t(r.prompt_ids.size())),
+        chunk_(chunk > 0 ? chunk : total_),
+        submitted_(submitted) {
+    if (report_) thread_ = std::thread([this] { run(); });
+  }
+  ~progress_reporter() { stop(); }
+  progress_reporter(const progress_reporter&) = delete;
+  progress_reporter& operator=(const progress_reporter&) = delete;
+
+  /// The first token came: the last report (if any was made) says so, and none follows.
+  void token_arrived() {
+    std::lock_guard lock(mutex_);
+    if (is_over_) return;
+    is_over_ = true;
+    if (num_reports_ > 0) report_({total_, total_, seconds(), true});
+    wake_.notify_all();
+  }
+  void stop() {
+    {
+      std::lock_guard lock(mutex_);
+      is_stopping_ = true;
+      wake_.notify_all();
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  double seconds() const {
+    return std::chrono::duration<double>(clock_type::now() - submitted_).count();
+  }
+  void run() {
+    std::unique_lock lock(mutex_);
+    wake_.wait_for(lock, std::chrono::seconds(1), [&] { return is_over_ || is_stopping_; });
+    while (!is_over_ && !is_stopping_) {
+      lock.unlock();
+      std::int64_t planned = 0;
+      try {
+        const actors::cluster_status s = cluster_.status();
+        if (!s.groups.empty()) planned = s.groups.front().stats.counters.num_prefill_tokens;
+      } catch (const di::error&) {
+      }
+      lock.lock();
+      if (is_over_ || is_stopping_) break;
+      // The chunk in flight is not done: the rows of the chunks before it are.
+      const std::int64_t done = planned > 0 ? (planned - 1) / chunk_ * chunk_ : 0;
+      report_({std::min(done, total_), total_, seconds(), false});
+      ++num_reports_;
+      wake_.wait_for(lock, std::chrono::milliseconds(500),
+                     [&] { return is_over_ || is_stopping_; });
+    }
+  }
+
+  actors::local_cluster& cluster_;
+  std::function<void(const prefill_progress&)> report_;
+  std::int64_t total_, chunk_;
+  clock_type::time_point submitted_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool is_over_ = false, is_stopping_ = false;
+  int num_reports_ = 0;
+  std::thread thread_;
 };
 
 /// Fills `out` from the request's outcome; a refusal or failure throws its message.
@@ -159,8 +237,14 @@ std::vector<generation_result> generate_n(const loaded_model& m, const generatio
                                              : runtime::draw_request_seed();
 
   quiet_actor_logs();
+  // Progress is shown for one request; on the CPU a long prompt then advances in chunks.
+  const bool show_progress = n == 1 && r.on_prefill_progress != nullptr;
+  const std::int64_t chunk = show_progress && m.model->dev().kind == device_kind::cpu &&
+                                     num_prompt > 2 * prefill_progress_chunk
+                                 ? prefill_progress_chunk
+                                 : 0;
   actors::local_cluster_params params{
-      .config = cluster_for(num_prompt, len, n),
+      .config = cluster_for(num_prompt, len, n, chunk),
       .assets = assets_of(m),
       .make_runner = [&m, len, n](int, int) { return runner_for(m, len, n); }};
   actors::process_config cfg(actors::network_settings_of(params.config));
@@ -168,6 +252,7 @@ std::vector<generation_result> generate_n(const loaded_model& m, const generatio
   actors::local_cluster cluster(sys, std::move(params));
   std::vector<actors::request_outcome> outcomes(static_cast<std::size_t>(n));
   std::vector<event_times> times(static_cast<std::size_t>(n));
+  std::optional<progress_reporter> progress;
   {
     actors::client_session session(sys, caf::actor_cast<actors::router_actor>(cluster.router()));
     std::vector<std::future<actors::request_outcome>> pending;
@@ -176,18 +261,21 @@ std::vector<generation_result> generate_n(const loaded_model& m, const generatio
       req.params.seed = out[std::size_t(i)].seed;
       event_times& t = times[std::size_t(i)];
       t.submitted = clock_type::now();
+      if (show_progress) progress.emplace(cluster, r, chunk, t.submitted);
       const bool stream = n == 1 && r.on_text != nullptr;
-      auto on_event = [&r, &t, stream](const runtime::token_event& e) {
+      auto on_event = [&r, &t, &progress, stream](const runtime::token_event& e) {
         t.last = clock_type::now();
         if (!t.has_token && !e.token_ids.empty()) {
           t.first_token = t.last;
           t.has_token = true;
+          if (progress) progress->token_arrived();  // its line ends before the text
         }
         if (stream && !e.text.empty()) r.on_text(e.text);
       };
       pending.push_back(session.submit(std::move(req), on_event));
     }
     for (int i = 0; i < n; ++i) outcomes[std::size_t(i)] = pending[std::size_t(i)].get();
+    if (progress) progress->stop();  // before the cluster stops
   }
   cluster.shutdown();
   for (int i = 0; i < n; ++i)

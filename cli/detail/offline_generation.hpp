@@ -38,12 +38,30 @@ loaded_model load_model_for_generation(const std::string& dir, bool act_quant);
 /// Builds what requests with params.response_format need (the token trie; once per model).
 void enable_structured_output(loaded_model& m);
 
+/// Rows of one prefill chunk when progress is shown (on the CPU, chunks compute bitwise what
+/// one pass does).
+inline constexpr std::int64_t prefill_progress_chunk = 512;
+
+/// How far the prefill of a one-request generation has come: every ~0.5 s from 1 s after the
+/// submit until its first token, then once with is_final (only if it was called before), so
+/// that a progress line can be ended before the text. Calls never overlap, and on_text is not
+/// called while one runs.
+struct prefill_progress {
+  std::int64_t done = 0;   ///< prompt tokens computed (whole chunks)
+  std::int64_t total = 0;  ///< prompt tokens
+  double seconds = 0;      ///< since the submit
+  bool is_final = false;
+};
+
 struct generation_request {
   std::vector<std::int32_t> prompt_ids;
   runtime::sampling_params params;  ///< validated by generate()
   /// Called with text as soon as it is final (never part of a UTF-8 character or of a
   /// possible stop string).
   std::function<void(const std::string&)> on_text;
+  /// Called while a long prefill runs (see prefill_progress); set, a CPU prefill of more than
+  /// two prefill_progress_chunk tokens runs in chunks of that many, so that it advances.
+  std::function<void(const prefill_progress&)> on_prefill_progress;
 };
 
 struct generation_result {

@@ -5,6 +5,8 @@ errors for bad input. Usage: test_generate.py PATH/TO/deepinfer (run by ctest)."
 import json
 import math
 import os
+import pty
+import re
 import shutil
 import signal
 import subprocess
@@ -464,6 +466,47 @@ class GenerateTest(unittest.TestCase):
                                stdout=full, stderr=subprocess.PIPE, text=True, timeout=600)
         self.assertEqual(p.returncode, 1)
         self.assertIn("cannot write the output", error_lines(p)[0])
+
+    def test_long_prefill_shows_progress_on_a_terminal(self):
+        # A long prompt ran its prefill in silence (8,000 tokens: 98 s). On a terminal the
+        # prefill now advances in 512-token chunks and a line says how far it has come (from 1 s
+        # on); the line is cleared before the text, and the tokens and logprobs are those of the
+        # one-pass prefill off a terminal (chunks compute the same bits on the CPU).
+        ids = ",".join(str(100 + (i * 7) % 5000) for i in range(1500))
+        args = [BINARY, "generate", "--model", MODEL, "--prompt-ids", ids, "--max-tokens", "3",
+                "--seed", "5", "--json", "--logprobs", "3"]
+        plain = subprocess.run(args, capture_output=True, text=True, timeout=600)
+        self.assertEqual(plain.returncode, 0, plain.stderr)
+        self.assertNotIn("prefill:", plain.stderr)  # not a terminal: no progress line
+        master, slave = pty.openpty()
+        t0 = time.monotonic()
+        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=slave)
+        os.close(slave)
+        err = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            err += chunk
+        out = p.stdout.read()
+        p.wait(timeout=600)
+        os.close(master)
+        seconds = time.monotonic() - t0
+        self.assertEqual(p.returncode, 0, err)
+        self.assertEqual(json.loads(out), json.loads(plain.stdout))
+        text = err.decode()
+        shown = re.findall(r"\rprefill: (\d+)/1500 prompt tokens \((\d+) s\)\x1b\[K", text)
+        if seconds < 3:  # a prefill done within the first second shows nothing
+            self.assertEqual(shown, [], text)
+            return
+        self.assertTrue(shown, text)
+        done = [int(d) for d, _ in shown]
+        self.assertTrue(all(d in (0, 512, 1024) for d in done), done)
+        self.assertEqual(done, sorted(done))
+        self.assertTrue(text.endswith("\r\x1b[K"), repr(text[-80:]))  # cleared before the text
 
     def test_prompt_longer_than_the_context(self):
         small = os.path.join(WORK, "small-context")
