@@ -18,7 +18,6 @@
 #include <cmath>
 #include <initializer_list>
 #include <limits>
-#include <optional>
 #include <set>
 
 namespace di::server {
@@ -388,45 +387,11 @@ std::vector<prompt_input> read_prompts(const json* v) {
   return out;
 }
 
-/// `messages` with each refusal content part of an assistant message ({"type": "refusal",
-/// "refusal": TEXT}, which OpenAI's schema allows there beside text parts) made a text part of
-/// its text; null when there is none. They were a 400 ("only text content parts"), so a
-/// conversation holding a refused answer, sent back as the API's types write it, could not go
-/// on. Other roles take no refusal part: it stays, and is refused as before.
-std::optional<json> refusals_as_text(const json& messages) {
-  std::optional<json> out;
-  if (!messages.is_array()) return out;
-  for (std::size_t i = 0; i < messages.size(); ++i) {
-    const json& m = messages[i];
-    if (!m.is_object() || m.value("role", json()) != "assistant" || !m.contains("content") ||
-        !m["content"].is_array())
-      continue;
-    const json& parts = m["content"];
-    for (std::size_t k = 0; k < parts.size(); ++k) {
-      const json& part = parts[k];
-      if (!part.is_object() || part.value("type", json()) != "refusal") continue;
-      const auto refusal = part.find("refusal");
-      if (refusal == part.end() || !refusal->is_string())
-        bad_param(
-            fmt::format("messages[{}].content", i),
-            fmt::format("'messages[{}].content[{}]' is a refusal part: it needs a string "
-                        "'refusal' ({{\"type\": \"refusal\", \"refusal\": ...}}){}",
-                        i, k,
-                        refusal == part.end() ? std::string() : ", got " + json_brief(*refusal)));
-      if (!out) out = messages;
-      (*out)[i]["content"][k] = json{{"type", "text"}, {"text", *refusal}};
-    }
-  }
-  return out;
-}
-
 /// The request's messages as the chat template sees them (model/chat_template/openai_messages.hpp).
 request_json read_messages(const json* v) {
   if (v == nullptr) bad_param("messages", "'messages' is required");
-  const std::optional<json> converted = refusals_as_text(*v);
   return openai_chat_messages(
-      converted ? *converted : *v,
-      [](const std::string& param, const std::string& why) { bad_param(param, why); });
+      *v, [](const std::string& param, const std::string& why) { bad_param(param, why); });
 }
 
 /// A tool's members as OpenAI defines them -- `type` and `function`; the function's `name`,

@@ -14,14 +14,29 @@ using ojson = nlohmann::ordered_json;
 
 /// Chat content: a string, or text parts [{"type": "text", "text": ...}] joined. A bare string is
 /// a text part too, as in vLLM, and so is an object with a string "text" and no "type" (both
-/// were refused).
-ojson content_text(const ojson& content, const std::string& param, const message_error& fail) {
+/// were refused). An assistant message (`is_assistant`) may also hold refusal parts
+/// ({"type": "refusal", "refusal": ...}, as OpenAI's schema has them there): their text is
+/// joined too (they were refused, so a conversation holding a refused answer could not go on).
+ojson content_text(const ojson& content, const std::string& param, bool is_assistant,
+                   const message_error& fail) {
   if (content.is_null() || content.is_string()) return content;
   if (!content.is_array()) fail(param, "content must be a string or a list of text parts");
   std::string text;
-  for (const ojson& part : content) {
+  for (std::size_t k = 0; k < content.size(); ++k) {
+    const ojson& part = content[k];
     if (part.is_string()) {
       text += part.get<std::string>();
+      continue;
+    }
+    if (is_assistant && part.is_object() && part.value("type", ojson()) == "refusal") {
+      const auto refusal = part.find("refusal");
+      if (refusal == part.end() || !refusal->is_string())
+        fail(param,
+             fmt::format("'{}[{}]' is a refusal part: it needs a string 'refusal' "
+                         "({{\"type\": \"refusal\", \"refusal\": ...}}){}",
+                         param, k,
+                         refusal == part.end() ? std::string() : ", got " + json_brief(*refusal)));
+      text += refusal->get<std::string>();
       continue;
     }
     const bool is_text = part.is_object() && part.contains("text") && part["text"].is_string() &&
@@ -155,8 +170,9 @@ ojson openai_chat_messages(const ojson& messages, const message_error& report) {
       fail(param + ".role", fmt::format("unknown role '{}'", role));
     ojson msg = m;
     msg["role"] = role == "developer" ? "system" : role;
-    msg["content"] = m.contains("content") ? content_text(m["content"], param + ".content", fail)
-                                           : ojson(nullptr);
+    msg["content"] = m.contains("content")
+                         ? content_text(m["content"], param + ".content", role == "assistant", fail)
+                         : ojson(nullptr);
     if (msg["content"].is_null() && role != "assistant")
       fail(param + ".content", "only assistant messages may omit 'content'");
     check_message_fields(m, param, fail);

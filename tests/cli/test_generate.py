@@ -145,6 +145,26 @@ class GenerateTest(unittest.TestCase):
         b = gen_json("--chat", path, "--max-tokens", "1", "--temperature", "0")
         self.assertEqual(a["prompt_ids"], b["prompt_ids"])
 
+    def test_chat_takes_an_assistant_refusal_part_as_the_server_does(self):
+        # {"type": "refusal", "refusal": ...} in an assistant message (OpenAI's schema): its text
+        # is the message's content, as on the chat endpoint; in a user message it stays an error
+        convo = [{"role": "user", "content": "hi"},
+                 {"role": "assistant", "content": [{"type": "refusal", "refusal": "No."}]},
+                 {"role": "user", "content": "why"}]
+        as_text = [dict(m, content="No.") if m["role"] == "assistant" else m for m in convo]
+        outs = []
+        for messages in (convo, as_text):
+            path = os.path.join(WORK, "refusal.json")
+            with open(path, "w") as f:
+                json.dump(messages, f)
+            outs.append(gen_json("--chat", path, "--max-tokens", "3", "--temperature", "0"))
+        self.assertEqual(outs[0]["prompt_ids"], outs[1]["prompt_ids"])
+        with open(path, "w") as f:
+            json.dump([{"role": "user", "content": [{"type": "refusal", "refusal": "x"}]}], f)
+        p = run("generate", "--model", MODEL, "--chat", path)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("messages[0].content: only text content parts", error_lines(p)[0])
+
     def test_chat_messages_the_template_would_drop_are_errors(self):
         cases = [([{"role": 5, "content": "Hi"}], "messages[0].role: a message needs a string 'role'"),
                  ([{"role": "user", "content": "Hi"}, {"role": "usr", "content": "x"}],
