@@ -66,6 +66,16 @@ std::vector<int> parse_list(const std::string& s, const char* what) {
   return out;
 }
 
+/// The check of --batch and --context: parse_list's rule, as a usage error.
+CLI::Validator positive_list() {
+  return CLI::Validator(
+      [](const std::string& s) {
+        return di::cli::integer_list_error(s, 1, std::numeric_limits<int>::max(),
+                                           "a positive integer");
+      },
+      "");
+}
+
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -400,7 +410,6 @@ void print_table(const nlohmann::json& rows, const nlohmann::json& env) {
 }
 
 void run_bench(const bench_options& o, bool decode) {
-  DI_CHECK(o.steps > 0, "--steps must be positive");
   DI_CHECK(o.logits == "device" || o.logits == "host", "--logits must be device or host, got '{}'",
            o.logits);
   DI_CHECK(o.cuda_graphs == "off" || o.cuda_graphs == "on" || o.cuda_graphs == "both",
@@ -451,7 +460,6 @@ void run_bench(const bench_options& o, bool decode) {
   if (o.cuda_graphs == "both") graph_modes = {false, true};
   if (!on_gpu || !decode) graph_modes = {false};  // graphs: CUDA decode steps only
   DI_CHECK(!o.ordered_splits || on_gpu, "--ordered-splits needs --device cuda");
-  DI_CHECK(o.timeline >= 0, "--timeline must be 0 (off) or a number of steps, got {}", o.timeline);
   DI_CHECK(o.timeline == 0 || on_gpu, "--timeline traces CUDA steps: it needs --device cuda");
   // Started before the rows' first steps, so that kernels of the graphs they capture are
   // recorded as well; the tracer's own cost is then part of every timed step too.
@@ -511,14 +519,19 @@ void add_common(CLI::App* sub, const std::shared_ptr<bench_options>& o, bool dec
       sub->add_option("--device-weights", o->device_weights,
                       "CUDA weight layout: stored (FP8/FP4 as the checkpoint stores them) or f32")
           ->capture_default_str());
-  sub->add_option("--batch", o->batches, "Comma-separated batch sizes")->capture_default_str();
+  // Values out of range are usage errors (exit 2), as for every other option; they were found
+  // in run_bench and exited 1.
+  sub->add_option("--batch", o->batches, "Comma-separated batch sizes")
+      ->check(positive_list())
+      ->capture_default_str();
   sub->add_option("--context", o->contexts,
                   "Comma-separated context lengths (tokens already in "
                   "each sequence for decode; prompt length for prefill)")
+      ->check(positive_list())
       ->capture_default_str();
   sub->add_option("--steps", o->steps,
                   "Timed steps: decode steps, or prefills for bench prefill (median reported)")
-      ->check(di::cli::integer_fits<int>())
+      ->check(di::cli::integer_range<int>(1))
       ->capture_default_str();
   // generate's spellings: --act-quant on|off and --no-act-quant (bench had only the flags
   // --act-quant / --no-act-quant, so `--act-quant off` was a usage error)
@@ -560,7 +573,7 @@ void add_timeline(CLI::App* sub, const std::shared_ptr<bench_options>& o, const 
                      "kernels, time per kernel (the tracer runs from the start, so the "
                      "timed {0} carry its cost: compare them with a run without it)",
                      what))
-      ->check(di::cli::integer_fits<int>())
+      ->check(di::cli::integer_range<int>(0))
       ->capture_default_str();
 }
 

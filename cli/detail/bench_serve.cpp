@@ -126,21 +126,21 @@ void add_bench_serve(CLI::App* bench) {
   sub->add_option("--model", p->model, "Model id (default: the first of GET /v1/models)");
   sub->add_option("--api-key", p->api_key, "Bearer key (default: $DEEPINFER_API_KEY)");
   sub->add_option("--num-prompts", p->num_prompts, "Requests to send")
-      ->check(integer_fits<int>())
+      ->check(integer_range<int>(1))
       ->capture_default_str();
   sub->add_option("--request-rate", *rate,
                   "Mean arrival rate in requests/s (Poisson); inf = all at once; several "
                   "(e.g. 1,2,4,inf) run a sweep, one benchmark per rate")
       ->capture_default_str();
   sub->add_option("--concurrency", p->concurrency, "Most requests in flight (0 = no limit)")
-      ->check(integer_fits<int>())
+      ->check(integer_range<int>(0))
       ->capture_default_str();
   sub->add_option("--input-len", p->input_len,
                   "Prompt tokens (random ids; chat: of the message text, before the template)")
-      ->check(integer_fits<int>())
+      ->check(integer_range<int>(1))
       ->capture_default_str();
   sub->add_option("--output-len", p->output_len, "Generated tokens per request (ignore_eos)")
-      ->check(integer_fits<int>())
+      ->check(integer_range<int>(1))
       ->capture_default_str();
   sub->add_option("--dataset", p->dataset,
                   "JSONL file of {\"prompt\": ..., \"output_len\": N} instead of random");

@@ -16,6 +16,12 @@ std::vector<std::int64_t> parse_integer_list(const std::string& list, const char
                                              std::int64_t lo, std::int64_t hi,
                                              const char* expected);
 
+/// What parse_integer_list would refuse `list` for, without the option's name ("'0' is not a
+/// positive integer"), or "" for a valid list: a CLI11 check of a list option, so that a bad
+/// list is a usage error (exit 2) like any other option value out of range.
+std::string integer_list_error(const std::string& list, std::int64_t lo, std::int64_t hi,
+                               const char* expected);
+
 /// "0,1234,42" -> {0, 1234, 42}; a clear error (naming --prompt-ids) for anything else.
 std::vector<std::int32_t> parse_token_id_list(const std::string& list);
 

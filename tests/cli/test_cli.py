@@ -66,6 +66,28 @@ class HelpTest(unittest.TestCase):
             self.assertIn(f"{args[-1]}: '99999999999' is ", error_lines(p)[0])
             self.assertIn("2147483647", error_lines(p)[0])
 
+    def test_bench_values_out_of_range_are_usage_errors(self):
+        # --steps 0 and the like exited 1 after the option parse ("--steps must be positive"),
+        # where every other out-of-range value is a usage error (exit 2) naming the range
+        cases = ((["bench", "decode", "--model", "x", "--steps", "0"], "--steps: '0' is out of range [1, 2147483647]"),
+                 (["bench", "prefill", "--model", "x", "--timeline", "-1"],
+                  "--timeline: '-1' is out of range [0, 2147483647]"),
+                 (["bench", "decode", "--model", "x", "--batch", "1,0"], "--batch: '0' is not a positive integer"),
+                 (["bench", "prefill", "--model", "x", "--context", "1,,2"], "--context: '1,,2' has an empty item"),
+                 (["bench", "serve", "--num-prompts", "0"], "--num-prompts: '0' is out of range [1, 2147483647]"),
+                 (["bench", "serve", "--concurrency", "-1"], "--concurrency: '-1' is out of range [0, 2147483647]"),
+                 (["bench", "serve", "--input-len", "0"], "--input-len: '0' is out of range [1, 2147483647]"),
+                 (["bench", "serve", "--output-len", "0"], "--output-len: '0' is out of range [1, 2147483647]"))
+        for args, message in cases:
+            p = run(*args)
+            self.assertEqual(p.returncode, 2, (args, p.stderr))
+            self.assertEqual(error_lines(p), [f"error: {message} (see --help)"], args)
+        # the values at the bounds still get past the parse (to the missing model)
+        p = run("bench", "decode", "--model", "/nonexistent", "--steps", "1", "--timeline", "0",
+                "--batch", "1, 2", "--context", "+3")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("/nonexistent", p.stderr)
+
     def test_bench_help_flags_are_not_contradictory(self):
         # "--act-quant,--no-act-quant{false}" next to "(default on)" read as "default off"
         for phase in ("decode", "prefill"):
