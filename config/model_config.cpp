@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
@@ -45,15 +46,17 @@ class key_reader {
   std::int64_t integer_or(const char* key, std::int64_t fallback) const {
     return has(key) ? to_int(key, obj_.at(key)) : fallback;
   }
+  /// A positive int: a value past INT32_MAX is "too large", not "not positive" (2^40 experts
+  /// were told they "must be a positive integer").
   int positive(const char* key) const {
-    std::int64_t v = integer(key);
-    if (v <= 0 || v > INT32_MAX) fail(key, fmt::format("must be a positive integer, got {}", v));
+    const std::int64_t v = to_int(key, required(key), INT32_MAX);
+    if (v <= 0) fail(key, fmt::format("must be a positive integer, got {}", v));
     return int(v);
   }
   /// An int in [lo, hi] (a wider integer was truncated: 2^32 + 1 heads read as 1).
   int int_or(const char* key, std::int64_t fallback, std::int64_t lo, std::int64_t hi) const {
-    const std::int64_t v = integer_or(key, fallback);
-    if (v < lo || v > hi) fail(key, fmt::format("must be in [{}, {}], got {}", lo, hi, v));
+    const std::int64_t v = has(key) ? to_int(key, obj_.at(key), hi) : fallback;
+    if (v < lo) fail(key, fmt::format("must be in [{}, {}], got {}", lo, hi, v));
     return int(v);
   }
   double number(const char* key) const { return to_double(key, required(key)); }
@@ -84,7 +87,10 @@ class key_reader {
     if (!has(key)) return out;
     const json& v = obj_.at(key);
     if (!v.is_array()) fail(key, fmt::format("expected a list of integers, got {}", short_dump(v)));
-    for (const auto& x : v) out.push_back(T(to_int(key, x)));
+    // Each entry within T (an int entry of 2^32 + 4 was truncated to 4).
+    for (const auto& x : v)
+      out.push_back(T(to_int(key, x, std::numeric_limits<T>::max(), std::numeric_limits<T>::min(),
+                             fmt::format("entry {}: ", out.size()))));
     return out;
   }
   key_reader child(const char* key) const {
@@ -98,13 +104,35 @@ class key_reader {
     std::string s = v.dump();
     return s.size() > 60 ? s.substr(0, 57) + "..." : s;
   }
-  std::int64_t to_int(const char* key, const json& v) const {
-    if (v.is_number_integer()) return v.get<std::int64_t>();
-    if (v.is_number_float()) {
-      double d = v.get<double>();
-      if (d == double(std::int64_t(d)) && std::abs(d) < 9e15) return std::int64_t(d);
+  /// The integer `v` (a float with no fraction counts), refused with "VALUE is too large (at
+  /// most HI)" above `hi` or "too small (at least LO)" below `lo`. Above 2^63 - 1 it read
+  /// 18446744073709551615 as -1 (the key then "must be a positive integer, got -1") and 1e16 was
+  /// "expected an integer".
+  std::int64_t to_int(const char* key, const json& v, std::int64_t hi = INT64_MAX,
+                      std::int64_t lo = INT64_MIN, const std::string& entry = {}) const {
+    const auto too = [&](bool large) {
+      fail(key, large ? fmt::format("{}{} is too large (at most {})", entry, short_dump(v), hi)
+                      : fmt::format("{}{} is too small (at least {})", entry, short_dump(v), lo));
+    };
+    if (v.is_number_unsigned()) {
+      if (v.get<std::uint64_t>() > std::uint64_t(hi)) too(true);
+      return std::int64_t(v.get<std::uint64_t>());
     }
-    fail(key, fmt::format("expected an integer, got {}", short_dump(v)));
+    std::int64_t i = 0;
+    if (v.is_number_integer()) {
+      i = v.get<std::int64_t>();
+    } else if (v.is_number_float() && std::isfinite(v.get<double>()) &&
+               std::trunc(v.get<double>()) == v.get<double>()) {
+      const double d = v.get<double>();
+      if (d >= 0x1p63) too(true);
+      if (d < -0x1p63) too(false);
+      i = std::int64_t(d);
+    } else {
+      fail(key, fmt::format("{}expected an integer, got {}", entry, short_dump(v)));
+    }
+    if (i > hi) too(true);
+    if (i < lo) too(false);
+    return i;
   }
   double to_double(const char* key, const json& v) const {
     if (!v.is_number()) fail(key, fmt::format("expected a number, got {}", short_dump(v)));
