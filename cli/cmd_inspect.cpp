@@ -4,6 +4,7 @@
 #include "cli/command.hpp"
 #include "cli/detail/model_folder.hpp"
 #include "common/error.hpp"
+#include "common/printable.hpp"
 #include "config/model_config.hpp"
 #include "model/model_summary.hpp"
 
@@ -86,7 +87,7 @@ void print_problems(const di::model_summary& s) {
   for (const auto& n : s.missing)
     if (listed++ < max_listed) fmt::print(stderr, "  missing: {}\n", n);
   for (const auto& n : s.unexpected)
-    if (listed++ < max_listed) fmt::print(stderr, "  unexpected: {}\n", n);
+    if (listed++ < max_listed) fmt::print(stderr, "  unexpected: {}\n", di::printable(n));
   if (listed > max_listed) fmt::print(stderr, "  ... and {} more\n", listed - max_listed);
 }
 

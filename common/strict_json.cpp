@@ -1,6 +1,8 @@
 // Duplicate keys through nlohmann's parser callback: one key set per open object.
 #include "common/strict_json.hpp"
 
+#include "common/printable.hpp"
+
 #include <set>
 
 namespace di {
@@ -25,17 +27,20 @@ nlohmann::json parse_json_strict(std::string_view text, int max_depth) {
     } else if (event == json::parse_event_t::key) {
       const std::string& k = parsed.get_ref<const std::string&>();
       path.resize(keys.size() - 1);
-      path.push_back(k);
+      path.push_back(printable(k));  // the path is for messages: keys as they print
       if (!keys.back().insert(k).second)
-        throw json_input_error(json_input_error::kind::duplicate_key, "duplicate key '" + k + "'",
-                               path);
+        throw json_input_error(json_input_error::kind::duplicate_key,
+                               "duplicate key '" + path.back() + "'", path);
     }
     return true;
   };
   try {
     return json::parse(text.begin(), text.end(), check);
   } catch (const json::exception& e) {
-    throw json_input_error(json_input_error::kind::syntax, without_nlohmann_tag(e.what()));
+    // nlohmann's message quotes the bytes it last read ("last read: '\"x<0xFF>'"), so an
+    // invalid UTF-8 byte of the input reached the message raw.
+    throw json_input_error(json_input_error::kind::syntax,
+                           printable(without_nlohmann_tag(e.what())));
   }
 }
 

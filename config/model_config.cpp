@@ -5,6 +5,7 @@
 
 #include "common/error.hpp"
 #include "common/mapped_file.hpp"
+#include "common/printable.hpp"
 #include "common/strict_json.hpp"
 
 #include <nlohmann/json.hpp>
@@ -33,8 +34,10 @@ class key_reader {
   const json& raw(const char* key) const { return obj_.at(key); }
   std::string path(const char* key) const { return prefix_ + key; }
 
+  /// `what` may quote the file's strings ("unsupported model type '...'"): printable() keeps
+  /// their control characters (JSON escapes such as \u001b) out of the message.
   [[noreturn]] void fail(const char* key, std::string_view what) const {
-    DI_FAIL("{}: key '{}': {}", source_, path(key), what);
+    DI_FAIL("{}: key '{}': {}", source_, path(key), printable(what));
   }
 
   const json& required(const char* key) const {

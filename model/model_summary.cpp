@@ -2,6 +2,7 @@
 #include "model/model_summary.hpp"
 
 #include "common/error.hpp"
+#include "common/printable.hpp"
 
 #include <fmt/format.h>
 
@@ -75,7 +76,7 @@ std::string describe_mismatch(const model_summary& s, const std::string& dir) {
   else if (!s.missing.empty())
     first = fmt::format("missing: {}", s.missing.front());
   else
-    first = fmt::format("unexpected: {}", s.unexpected.front());
+    first = fmt::format("unexpected: {}", printable(s.unexpected.front()));  // the file's bytes
   return fmt::format("{} ({} problem{}; `deepinfer inspect --model {}` lists {})", first, n,
                      n == 1 ? "" : "s", dir, n == 1 ? "it" : "them");
 }

@@ -3,6 +3,7 @@
 #include "model/checkpoint/checkpoint.hpp"
 
 #include "common/error.hpp"
+#include "common/printable.hpp"
 #include "model/checkpoint/detail/strict_json.hpp"
 
 #include <algorithm>
@@ -27,7 +28,7 @@ void check_shard_name(const std::string& shard, const std::string& tensor,
   DI_CHECK(is_plain,
            "{}: tensor '{}': shard '{}' is not a plain file name in the checkpoint directory "
            "(no '/', '..' or absolute paths)",
-           index_file, tensor, shard);
+           index_file, printable(tensor), printable(shard));
 }
 
 shard_index read_index(const fs::path& index_path) {
@@ -46,7 +47,7 @@ shard_index read_index(const fs::path& index_path) {
   shard_index index;
   for (const auto& [tensor, shard] : weight_map.items()) {
     DI_CHECK(shard.is_string(), "{}: tensor '{}': shard must be a string, got {}", index_file,
-             tensor, shard.type_name());
+             printable(tensor), shard.type_name());
     const std::string& shard_name = shard.get_ref<const std::string&>();
     check_shard_name(shard_name, tensor, index_file);
     index.shard_of.emplace(tensor, shard_name);
@@ -62,10 +63,10 @@ void check_shard_against_index(const safetensors_header& header, const std::stri
                                const std::string& index_file) {
   for (const tensor_entry& t : header.tensors) {
     auto it = index.shard_of.find(t.name);
-    DI_CHECK(it != index.shard_of.end(), "{}: tensor '{}' is not listed in {}", shard_file, t.name,
-             index_file);
+    DI_CHECK(it != index.shard_of.end(), "{}: tensor '{}' is not listed in {}", shard_file,
+             printable(t.name), index_file);
     DI_CHECK(it->second == shard, "{}: tensor '{}' is in shard '{}' but the index maps it to '{}'",
-             index_file, t.name, shard, it->second);
+             index_file, printable(t.name), printable(shard), printable(it->second));
   }
   for (const std::string& name : index.tensors_of.at(shard)) {
     auto it =
@@ -73,7 +74,7 @@ void check_shard_against_index(const safetensors_header& header, const std::stri
                          [](const tensor_entry& t, const std::string& n) { return t.name < n; });
     bool present = it != header.tensors.end() && it->name == name;
     DI_CHECK(present, "{}: tensor '{}' is mapped to shard '{}', but {} does not contain it",
-             index_file, name, shard, shard_file);
+             index_file, printable(name), printable(shard), shard_file);
   }
 }
 
@@ -108,8 +109,8 @@ checkpoint::checkpoint(const fs::path& path) : path_(path.string()) {
             [](const tensor_view& a, const tensor_view& b) { return a.name < b.name; });
   auto dup = std::adjacent_find(tensors_.begin(), tensors_.end(),
                                 [](const auto& a, const auto& b) { return a.name == b.name; });
-  DI_CHECK(dup == tensors_.end(), "{}: tensor '{}' appears in both {} and {}", path_, dup->name,
-           dup->file, std::next(dup)->file);
+  DI_CHECK(dup == tensors_.end(), "{}: tensor '{}' appears in both {} and {}", path_,
+           printable(dup->name), dup->file, std::next(dup)->file);
 }
 
 void checkpoint::load_single(const fs::path& file) {
@@ -124,7 +125,7 @@ void checkpoint::load_sharded(const fs::path& dir, const fs::path& index_path) {
     std::error_code ec;  // the overload that throws gave a raw message for a symlink loop
     const fs::file_status st = fs::status(shard_path, ec);
     DI_CHECK(fs::is_regular_file(st), "{}: shard '{}' (holding tensor '{}'): {} {}", index_file,
-             shard, names.front(), shard_path.string(),
+             printable(shard), printable(names.front()), printable(shard_path.string()),
              fs::is_directory(st)                    ? "is a directory, not a file"
              : st.type() == fs::file_type::not_found ? "does not exist"
              : ec ? fmt::format("cannot be read: {}", ec.message())

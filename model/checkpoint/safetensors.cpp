@@ -4,6 +4,7 @@
 #include "model/checkpoint/safetensors.hpp"
 
 #include "common/error.hpp"
+#include "common/printable.hpp"
 #include "model/checkpoint/detail/strict_json.hpp"
 
 #include <fmt/format.h>
@@ -18,10 +19,11 @@ namespace {
 
 using nlohmann::json;
 
-// Context for messages about one tensor: "<file>: tensor '<name>': ...".
+// Context for messages about one tensor: "<file>: tensor '<name>': ...". `name` is the
+// tensor's name as printable() shows it: names, dtypes and keys are the file's bytes.
 struct entry_context {
   std::string_view file;
-  const std::string& name;
+  std::string name;
   std::uint64_t data_size;  // bytes in the data section
 };
 
@@ -45,7 +47,7 @@ void check_entry_keys(const json& entry, const entry_context& c) {
   for (const auto& [key, value] : entry.items())
     DI_CHECK(key == "dtype" || key == "shape" || key == "data_offsets",
              "{}: tensor '{}': unexpected key '{}' (allowed: dtype, shape, data_offsets)", c.file,
-             c.name, key);
+             c.name, printable(key));
   for (const char* key : {"dtype", "shape", "data_offsets"})
     DI_CHECK(entry.contains(key), "{}: tensor '{}': missing '{}'", c.file, c.name, key);
 }
@@ -55,7 +57,7 @@ dtype parse_entry_dtype(const json& v, const entry_context& c) {
            v.type_name());
   const auto& s = v.get_ref<const std::string&>();
   auto t = parse_dtype(s);
-  DI_CHECK(t.has_value(), "{}: tensor '{}': unknown dtype '{}'", c.file, c.name, s);
+  DI_CHECK(t.has_value(), "{}: tensor '{}': unknown dtype '{}'", c.file, c.name, printable(s));
   return *t;
 }
 
@@ -109,10 +111,11 @@ tensor_entry parse_entry(const std::string& name, const json& entry, const entry
   t.end = range.end;
   auto expected = checked_byte_size(t.shape, dtype_size(t.type));
   DI_CHECK(expected.has_value(), "{}: tensor '{}': shape {} overflows 64-bit byte size", c.file,
-           name, format_shape(t.shape));
+           c.name, format_shape(t.shape));
   DI_CHECK(*expected == t.end - t.begin,
-           "{}: tensor '{}': {} {} needs {} bytes but data_offsets [{}, {}] hold {}", c.file, name,
-           dtype_name(t.type), format_shape(t.shape), *expected, t.begin, t.end, t.end - t.begin);
+           "{}: tensor '{}': {} {} needs {} bytes but data_offsets [{}, {}] hold {}", c.file,
+           c.name, dtype_name(t.type), format_shape(t.shape), *expected, t.begin, t.end,
+           t.end - t.begin);
   return t;
 }
 
@@ -122,7 +125,7 @@ std::map<std::string, std::string> parse_metadata(const json& v, std::string_vie
   std::map<std::string, std::string> metadata;
   for (const auto& [key, value] : v.items()) {
     DI_CHECK(value.is_string(), "{}: '__metadata__' value of '{}' must be a string, got {}", file,
-             key, value.type_name());
+             printable(key), value.type_name());
     metadata.emplace(key, value.get<std::string>());
   }
   return metadata;
@@ -146,13 +149,14 @@ void check_layout(const std::vector<tensor_entry>& tensors, std::string_view fil
     if (furthest != nullptr)
       DI_CHECK(t->begin >= furthest->end,
                "{}: tensors '{}' [{}, {}] and '{}' [{}, {}] overlap in the data section", file,
-               furthest->name, furthest->begin, furthest->end, t->name, t->begin, t->end);
+               printable(furthest->name), furthest->begin, furthest->end, printable(t->name),
+               t->begin, t->end);
     const std::uint64_t filled = furthest == nullptr ? 0 : furthest->end;
     DI_CHECK(
         t->begin == filled,
         "{}: tensor '{}' starts at byte {} of the data section, leaving bytes [{}, {}) that no "
         "tensor names (safetensors tensors fill it end to end)",
-        file, t->name, t->begin, filled, t->begin);
+        file, printable(t->name), t->begin, filled, t->begin);
     if (furthest == nullptr || t->end > furthest->end) furthest = t;
   }
   const std::uint64_t end = furthest == nullptr ? 0 : furthest->end;
@@ -173,7 +177,7 @@ safetensors_header parse_header_json(const json& root, std::string_view file,
       header.metadata = parse_metadata(entry, file);
       continue;
     }
-    header.tensors.push_back(parse_entry(name, entry, {file, name, data_size}));
+    header.tensors.push_back(parse_entry(name, entry, {file, printable(name), data_size}));
   }
   std::sort(header.tensors.begin(), header.tensors.end(),
             [](const tensor_entry& a, const tensor_entry& b) { return a.name < b.name; });
@@ -220,7 +224,7 @@ safetensors_header parse_safetensors_header(std::span<const std::uint8_t> file_b
   try {
     return parse_header_json(root, file, data_offset, file_bytes.size() - data_offset);
   } catch (const json::exception& e) {  // a type check above missed a case: still one clear error
-    DI_FAIL("{}: malformed header: {}", file, e.what());
+    DI_FAIL("{}: malformed header: {}", file, printable(e.what()));
   }
 }
 

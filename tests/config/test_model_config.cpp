@@ -240,6 +240,9 @@ TEST_CASE("malformed config.json gives one clear error naming the key") {
        "key 'pad_token_id': 129280 outside the vocabulary [0, 129280) (-1: none)"},
       {"image id", v41, [](json& j) { j["image_token_id"] = -2; },
        "key 'image_token_id': -2 outside the vocabulary"},
+      // the file's strings are quoted with what does not print escaped (ESC cleared a terminal)
+      {"model type with control characters", v4, [](json& j) { j["model_type"] = "x\x1b[2J\n"; },
+       "key 'model_type': unsupported model type 'x\\x1B[2J\\n'"},
   };
   for (const auto& m : cases) {
     CAPTURE(m.what);
@@ -269,6 +272,11 @@ TEST_CASE("non-JSON and non-object config files are rejected") {
       parse_model_config(text, "x.json"),
       "x.json: key 'text_config.rope_scaling.beta_fast' is given twice in one object", di::error);
   CHECK_NOTHROW(parse_model_config(nested.dump(1), "x.json"));  // the same keys in two objects
+  // the key and the bytes the parser last read are shown escaped, not raw
+  CHECK_THROWS_WITH_AS(parse_model_config(R"({"a\u001b\n": 1, "a\u001b\n": 2})", "x.json"),
+                       "x.json: key 'a\\x1B\\n' is given twice in one object", di::error);
+  CHECK_THROWS_WITH_AS(parse_model_config("{\"model_type\": \"\xFF\"}", "x.json"),
+                       doctest::Contains("last read: '\"\\xFF'"), di::error);
   CHECK_THROWS_WITH_AS(parse_model_config("[1,2]", "x.json"),
                        "x.json: expected a JSON object at the top level", di::error);
   test::temp_dir dir;

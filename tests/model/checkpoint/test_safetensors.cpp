@@ -3,6 +3,7 @@
 #include "model/checkpoint/safetensors.hpp"
 
 #include "common/error.hpp"
+#include "common/printable.hpp"
 #include "safetensors_writer.hpp"
 
 #include <doctest/doctest.h>
@@ -153,6 +154,20 @@ std::vector<malformed_case> malformed_cases() {
        "'__metadata__' value of 'format' must be a string, got number", nullptr},
       {"duplicate __metadata__", raw_safetensors(R"({"__metadata__":{},"__metadata__":{}})"),
        "duplicate key '__metadata__'", nullptr},
+      // the file's bytes are escaped in the message: an invalid UTF-8 byte came through raw
+      // (nlohmann's "last read"), JSON escapes as a newline and a terminal's ESC
+      {"invalid UTF-8 in a name", raw_safetensors("{\"x\xFF\xFE\": 1}"), "last read: '\"x\\xFF'",
+       nullptr},
+      {"control characters in a name",
+       raw_safetensors(R"({"w\u001b[2J\n\u0085":{"dtype":"Q9","shape":[2],"data_offsets":[0,8]}})",
+                       d8),
+       "tensor 'w\\x1B[2J\\n\\u0085': unknown dtype 'Q9'", nullptr},
+      {"control character in a dtype",
+       raw_safetensors(R"({"w":{"dtype":"F\u0007\u202e","shape":[2],"data_offsets":[0,8]}})", d8),
+       "unknown dtype 'F\\x07\\u202E'", "w"},
+      {"control character in a duplicate key",
+       raw_safetensors("{\"\\r\":" + f32x2_at(0) + ",\"\\r\":" + f32x2_at(0) + "}", d8),
+       "duplicate key '\\r'", nullptr},
       // nested objects cost ~56x their bytes: a 183 MB header took 5.6 GB before failing
       {"nested deeper than 64 levels", raw_safetensors(nested_objects(100000)),
        "nested deeper than 64 levels", nullptr},
@@ -171,6 +186,33 @@ TEST_CASE("safetensors header: every malformed file gives one clear error") {
     if (c.tensor != nullptr)
       CHECK(message.find(fmt::format("'{}'", c.tensor)) != std::string::npos);
   }
+}
+
+TEST_CASE("safetensors header: a message holds no byte of the file that does not print") {
+  for (const malformed_case& c : malformed_cases()) {
+    CAPTURE(c.label);
+    const std::string message = parse_error(c.file_bytes);
+    CAPTURE(message);
+    // printable ASCII or valid UTF-8 of printable characters; the cases above are ASCII
+    for (char ch : message) CHECK((ch >= 0x20 && ch < 0x7F));
+  }
+}
+
+TEST_CASE("printable: what does not print is escaped, other text is kept") {
+  CHECK(di::printable("layers.0.attn.wq") == "layers.0.attn.wq");
+  CHECK(di::printable("名字 é \\ 'q'") == "名字 é \\ 'q'");
+  CHECK(di::printable("a\nb\rc\td\x1B[2J\x7F") == "a\\nb\\rc\\td\\x1B[2J\\x7F");
+  CHECK(di::printable(std::string("a\0b", 3)) == "a\\x00b");
+  // invalid UTF-8, byte by byte: a stray continuation, a cut sequence, an overlong '/', a
+  // surrogate, past U+10FFFF
+  CHECK(di::printable("\x80x\xE4\xB8") == "\\x80x\\xE4\\xB8");
+  CHECK(di::printable("\xC0\xAF") == "\\xC0\\xAF");
+  CHECK(di::printable("\xED\xA0\x80") == "\\xED\\xA0\\x80");
+  CHECK(di::printable("\xF4\x90\x80\x80") == "\\xF4\\x90\\x80\\x80");
+  CHECK(di::printable("\xF0\x9F\x98\x80") == "\xF0\x9F\x98\x80");  // U+1F600 is kept
+  // C1 controls, line separators and bidirectional overrides
+  CHECK(di::printable("\xC2\x85|\xE2\x80\xA8|\xE2\x80\xAE|\xE2\x81\xA6") ==
+        "\\u0085|\\u2028|\\u202E|\\u2066");
 }
 
 TEST_CASE("safetensors header: every prefix of a valid file is rejected, never misread") {
