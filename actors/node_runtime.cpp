@@ -261,6 +261,17 @@ int serve_node(caf::actor_system& sys, const cluster_config& c, const network_se
 int run_node(const cluster_config& c, int rank, std::function<void(const std::string&)> on_ready) {
   DI_CHECK(rank >= 0 && rank < int(c.nodes.size()), "--rank {}: the cluster file has nodes 0..{}", rank,
            c.nodes.size() - 1);
+  // The router's node opens the clients' port only once every group is ready, after the
+  // executors have loaded the model (minutes on a large one): a port already taken failed the
+  // cluster only then. It is tried here first, before anything starts or loads. (Whatever takes
+  // the port in between still fails the publish later, with the same message.)
+  if (rank == c.router.node && c.router.port != 0) {
+    const std::string cause = listen_failure_cause(c.router.host, c.router.port);
+    DI_CHECK(cause.empty(),
+             "node {}: cannot listen for clients on {}:{} (router.host / router.port): {}; "
+             "nothing was started",
+             rank, c.router.host, c.router.port, cause);
+  }
   install_signal_handlers();
   const network_settings net = network_settings_of(c);
   auto cfg = std::make_unique<process_config>(net);
