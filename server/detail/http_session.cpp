@@ -11,6 +11,7 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 
 namespace di::server::detail {
@@ -307,25 +308,40 @@ void http_session::arm_watch() {
           return;
         }
         if (ec) return self->gone();
-        switch (self->peer_state()) {
+        switch (self->read_ahead()) {
           case peer::closed:
             return self->gone();
-          case peer::quiet:
-            // A stale readiness edge (the request's own bytes, already
-            // read by a speculative read): still connected, watch on.
+          case peer::connected:
+            // Nothing more to read (a stale readiness edge, or pipelined bytes now in
+            // buffer_): watch on.
             return self->arm_watch();
-          case peer::sent_more:
-            return;  // a pipelined next request waits in the socket
+          case peer::sent_too_much:
+            return;
         }
       });
 }
 
-http_session::peer http_session::peer_state() {
-  char byte = 0;
-  const ssize_t n = ::recv(stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-  if (n > 0) return peer::sent_more;
-  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return peer::quiet;
-  return peer::closed;  // 0: orderly shutdown; other errors: reset
+http_session::peer http_session::read_ahead() {
+  // A wait on a socket with unread bytes wakes at once (asio re-arms its epoll registration,
+  // which reports them again), so the watch cannot wait behind a pipelined request: it stopped
+  // at its first byte, and a client that left then went unnoticed -- the request in progress
+  // ran on to its max_tokens for nobody. Reading them here empties the socket, and its end
+  // shows. Bounded by one request's worth; past that the watch stops as before.
+  const auto limit =
+      std::size_t(ctx_.settings.max_header_bytes) + std::size_t(ctx_.settings.max_body_bytes);
+  const int fd = stream_.socket().native_handle();
+  while (buffer_.size() < limit) {
+    const auto room = buffer_.prepare(std::min<std::size_t>(limit - buffer_.size(), 65536));
+    const ssize_t n = ::recv(fd, room.data(), room.size(), MSG_DONTWAIT);
+    if (n > 0) {
+      buffer_.commit(std::size_t(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return peer::connected;
+    return peer::closed;  // 0: orderly shutdown; other errors: reset
+  }
+  return peer::sent_too_much;
 }
 
 void http_session::gone() {

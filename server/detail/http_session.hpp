@@ -2,7 +2,8 @@
 // requests with bounded headers and body, answers them through the routes, writes complete
 // responses or a chunked SSE stream from a queue, keeps the connection alive between requests,
 // and notices a peer that goes away while a response is pending (so its generation is
-// aborted). Never more than one request at a time per connection.
+// aborted; also with pipelined requests waiting behind it). Never more than one request at a
+// time per connection.
 #pragma once
 
 #include "server/api_error.hpp"
@@ -70,9 +71,12 @@ class http_session : public std::enable_shared_from_this<http_session> {
   void set_responding(bool on);
   void count_responding(bool on);
   void arm_watch();
-  /// What a non-blocking peek sees on the socket: nothing yet, more bytes, or the end.
-  enum class peer { quiet, sent_more, closed };
-  peer peer_state();
+  /// What read_ahead found: the peer still there, gone, or more bytes waiting than buffer_
+  /// takes (the watch stops there).
+  enum class peer { connected, closed, sent_too_much };
+  /// Moves the bytes the peer sent after the request being answered (pipelined requests) from
+  /// the socket to buffer_, where the next do_read parses them, without blocking.
+  peer read_ahead();
   void gone();
   void linger_close();
   void close();

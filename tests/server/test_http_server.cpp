@@ -57,6 +57,9 @@ struct caf_config : caf::actor_system_config {
 /// finishes at once, the second is held until it is aborted.
 constexpr std::int32_t poison = 4242;
 constexpr std::int32_t poison_held = 4243;
+/// A prompt that starts with this id is served normally ("hi") after `slow_delay`.
+constexpr std::int32_t slow = 4244;
+constexpr std::chrono::milliseconds slow_delay{400};
 
 struct router_counts {
   std::atomic<int> submits{0};
@@ -72,7 +75,8 @@ struct fake_router_state {
 
 /// Accepts every request. A normal one finishes at once (one token, "hi"), as does one
 /// poisoned with `poison` (accepted with an undecodable prompt id); one poisoned with
-/// `poison_held` is held until aborted, when its final event says abort.
+/// `poison_held` is held until aborted, when its final event says abort; a `slow` one finishes
+/// after slow_delay.
 di::actors::router_actor::behavior_type fake_router(
     di::actors::router_actor::stateful_pointer<fake_router_state> self,
     std::shared_ptr<router_counts> counts, std::int32_t bad_id) {
@@ -96,7 +100,10 @@ di::actors::router_actor::behavior_type fake_router(
                                    .token_ids = {72},
                                    .text = "hi",
                                    .status = di::runtime::sequence_status::finished_length};
-        self->send(client, di::actors::client_events{{std::move(e)}});
+        if (first == slow)
+          self->delayed_send(client, slow_delay, di::actors::client_events{{std::move(e)}});
+        else
+          self->send(client, di::actors::client_events{{std::move(e)}});
         return rp;
       },
       [=](di::actors::abort_request& a) {
@@ -459,4 +466,89 @@ TEST_CASE(
   CHECK(bad.read().result_int() == 400);
   s.ctx.settings.api_keys.clear();
   check_served_normally(s);
+}
+
+namespace {
+
+/// The bytes of a POST with a JSON body.
+std::string post_bytes(const std::string& target, const json& body) {
+  const std::string b = body.dump();
+  return fmt::format(
+      "POST {} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Content-Length: {}\r\n\r\n{}",
+      target, b.size(), b);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "http server: a client that leaves after pipelining a request aborts the one in progress") {
+  // The disconnect watch stopped at the first byte of a pipelined request (a wait on a socket
+  // with unread bytes wakes at once): a client that left then was not noticed, and the request
+  // in progress ran on to its max_tokens for nobody, holding its admission slot.
+  fake_server s;
+  const std::string held = post_bytes("/v1/completions", completion({poison_held, 5}, false));
+  const std::string normal = post_bytes("/v1/completions", completion({1, 2, 3}, false));
+  {
+    // The connection's first request, the next one behind it in the socket.
+    asio::io_context ioc;
+    tcp::socket sock(ioc);
+    sock.connect({asio::ip::make_address("127.0.0.1"), s.port()});
+    asio::write(sock, asio::buffer(held));
+    REQUIRE(di::test::eventually([&] { return s.counts->submits.load() == 1; }));
+    asio::write(sock, asio::buffer(normal));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the watch sees its bytes
+    sock.close();
+    CHECK(di::test::eventually([&] { return s.counts->aborts.load() == 1; }));
+    CHECK(s.slots_released());
+  }
+  {
+    // The second of a pipelined pair (read from the session's buffer), a third behind it.
+    asio::io_context ioc;
+    tcp::socket sock(ioc);
+    sock.connect({asio::ip::make_address("127.0.0.1"), s.port()});
+    asio::write(sock, asio::buffer(normal + held));
+    REQUIRE(di::test::eventually([&] { return s.counts->submits.load() == 3; }));
+    asio::write(sock, asio::buffer(normal));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    sock.close();
+    CHECK(di::test::eventually([&] { return s.counts->aborts.load() == 2; }));
+    CHECK(s.slots_released());
+  }
+  CHECK(s.counts->submits.load() == 3);  // nothing was started after the client left
+  check_served_normally(s);
+}
+
+TEST_CASE("http server: requests pipelined behind a slow one are answered in order") {
+  // The bytes of the next requests are read while the slow one is answered (so that the
+  // disconnect watch sees a client that leaves), one of them in two parts: they must be parsed
+  // as sent.
+  fake_server s;
+  asio::io_context ioc;
+  tcp::socket sock(ioc);
+  sock.connect({asio::ip::make_address("127.0.0.1"), s.port()});
+  timeval tv{.tv_sec = 20, .tv_usec = 0};
+  setsockopt(sock.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  asio::write(sock, asio::buffer(post_bytes("/v1/completions", completion({slow, 5}, false))));
+  REQUIRE(di::test::eventually([&] { return s.counts->submits.load() == 1; }));
+  const std::string second = post_bytes("/tokenize", {{"prompt", "hi"}});
+  asio::write(sock, asio::buffer(second.substr(0, 40)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  asio::write(sock, asio::buffer(second.substr(40) +
+                                 post_bytes("/v1/completions", completion({1, 2}, false))));
+  beast::flat_buffer buf;
+  for (int i = 0; i < 3; ++i) {
+    CAPTURE(i);
+    http::response<http::string_body> res;
+    beast::error_code ec;
+    http::read(sock, buf, res, ec);
+    REQUIRE(!ec);
+    CHECK(res.result_int() == 200);
+    const json body = json::parse(res.body());
+    if (i == 1)
+      CHECK(body["count"] == 2);
+    else
+      CHECK(body["choices"][0]["text"].get<std::string>().ends_with("hi"));
+  }
+  CHECK(s.slots_released());
 }
