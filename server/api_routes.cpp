@@ -111,6 +111,17 @@ void check_route(const detail::http_request& req, const server_context& ctx) {
   require_method(req, rule->method);
 }
 
+/// A generation request's answer while the server drains.
+api_error shutting_down_error() {
+  return api_error(
+      503, "the server is shutting down: it finishes the requests in flight and takes no new ones",
+      "", "shutting_down");
+}
+
+bool is_generation_path(std::string_view path) {
+  return path == "/v1/completions" || path == "/v1/chat/completions";
+}
+
 /// A model card as vLLM's: with `max_model_len`, the context the cluster's ready groups take
 /// (null while none is, or the router does not answer).
 json model_json(const served_model& m, const actors::cluster_status* st) {
@@ -324,11 +335,7 @@ api_error grammar_error_of(const generation_request& r, api_error e) {
 
 void serve_generation(const session_ptr& s, api_kind kind) {
   server_context& ctx = s->context();
-  if (ctx.is_draining)
-    throw api_error(
-        503,
-        "the server is shutting down: it finishes the requests in flight and takes no new ones", "",
-        "shutting_down");
+  if (ctx.is_draining) throw shutting_down_error();
   const request_json body = parse_body(s->request().body(), ctx.settings);
   generation_request r = kind == api_kind::chat ? parse_chat_request(body, ctx.settings)
                                                 : parse_completion_request(body, ctx.settings);
@@ -398,6 +405,7 @@ std::optional<api_error> header_error(const detail::http_request& req, const ser
   } catch (const api_error& e) {
     return e;
   }
+  if (ctx.is_draining && is_generation_path(path_of(req))) return shutting_down_error();
   return std::nullopt;
 }
 

@@ -16,9 +16,10 @@ namespace di::server {
 void handle_request(const std::shared_ptr<detail::http_session>& session);
 
 /// The error `req` gets whatever its body -- no route (404), a missing or wrong API key (401),
-/// a method its route does not take (405, with Allow) -- found from its head alone, as
-/// handle_request finds it; none when the body decides. A request that asked `Expect:
-/// 100-continue` gets it instead of the 100, so it does not upload a body only to be refused.
+/// a method its route does not take (405, with Allow), a generation while the server drains
+/// (503) -- found from its head alone, as handle_request finds it; none when the body decides.
+/// A request that asked `Expect: 100-continue` gets it instead of the 100, and while draining
+/// every request gets it before its body is read, so none uploads a body only to be refused.
 std::optional<api_error> header_error(const detail::http_request& req, const server_context& ctx);
 
 /// Answers `e`, with Retry-After on a 429 or 503 and the error's own headers (Allow on a 405).

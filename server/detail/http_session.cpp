@@ -98,11 +98,12 @@ void http_session::on_header(beast::error_code ec) {
   if (ec) return on_read_error(ec);
   auto read_body = [self = shared_from_this()] { self->read_body(); };
   const auto& h = parser_->get();
-  if (!beast::iequals(h[http::field::expect], "100-continue") || parser_->is_done())
-    return read_body();
+  const bool expects_100 = beast::iequals(h[http::field::expect], "100-continue");
+  if (parser_->is_done() || (!expects_100 && !ctx_.is_draining)) return read_body();
   // The answer its head alone decides -- no route, a wrong API key, a method the route does not
-  // take, a coding we do not decode -- goes out instead of the 100 Continue (RFC 9110 10.1.1
-  // lets a server answer with a final status): the client was told to upload its body, up to
+  // take, a coding we do not decode, a generation while the server shuts down -- goes out
+  // instead of the 100 Continue (RFC 9110 10.1.1 lets a server answer with a final status), and
+  // while draining before the body is read at all: the client uploaded its body, up to
   // server.max_body_bytes, only to be refused. The connection closes after it (a client that
   // sends the body anyway is drained by linger_close).
   request_ = http_request(h.base());
@@ -119,6 +120,7 @@ void http_session::on_header(beast::error_code ec) {
     close_after_ = true;
     return respond_api_error(shared_from_this(), *refused);
   }
+  if (!expects_100) return read_body();
   // curl and others wait for this before sending a large body.
   writing_ = "HTTP/1.1 100 Continue\r\n\r\n";
   is_writing_ = true;

@@ -396,15 +396,17 @@ struct expecting_client {
   tcp::socket sock{ioc};
   beast::flat_buffer buf;
 
+  /// `expect`: the Expect header line ("" for none).
   expecting_client(std::uint16_t port, const std::string& method, const std::string& target,
-                   const std::string& extra_headers, std::size_t content_length) {
+                   const std::string& extra_headers, std::size_t content_length,
+                   const std::string& expect = "Expect: 100-continue\r\n") {
     sock.connect({asio::ip::make_address("127.0.0.1"), port});
     timeval tv{.tv_sec = 20, .tv_usec = 0};
     setsockopt(sock.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     asio::write(sock, asio::buffer(fmt::format(
                           "{} {} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                          "Content-Length: {}\r\nExpect: 100-continue\r\n{}\r\n",
-                          method, target, content_length, extra_headers)));
+                          "Content-Length: {}\r\n{}{}\r\n",
+                          method, target, content_length, expect, extra_headers)));
   }
   http::response<http::string_body> read() {
     http::response<http::string_body> res;
@@ -466,6 +468,36 @@ TEST_CASE(
   CHECK(bad.read().result_int() == 400);
   s.ctx.settings.api_keys.clear();
   check_served_normally(s);
+}
+
+TEST_CASE("http server: while draining, a generation request is refused 503 from its head") {
+  // The 503 of a server shutting down went out only after the whole body was read (up to
+  // server.max_body_bytes): a client uploading a large prompt sent it all to be refused.
+  fake_server s;
+  s.ctx.is_draining = true;
+  for (const std::string target : {"/v1/completions", "/v1/chat/completions"}) {
+    CAPTURE(target);
+    expecting_client client(s.port(), "POST", target, "", 8'000'000, "");
+    const auto res = client.read();  // without sending a byte of the body
+    CHECK(res.result_int() == 503);
+    CHECK(res[http::field::connection] == "close");
+    CHECK(!res[http::field::retry_after].empty());
+    const json err = json::parse(res.body().empty() ? "{}" : res.body());
+    CHECK(err["error"]["code"] == "shutting_down");
+    beast::error_code ec;  // and closes the connection
+    http::response<http::string_body> next;
+    http::read(client.sock, client.buf, next, ec);
+    CHECK(ec);
+  }
+  // What the head alone refuses comes first, as when the body was read: no route is a 404.
+  expecting_client none(s.port(), "POST", "/v1/nothing", "", 8'000'000, "");
+  CHECK(none.read().result_int() == 404);
+  // Routes the drain does not refuse still read their body and answer.
+  const reply tok = post(s.port(), "/tokenize", {{"prompt", "hi"}});
+  CHECK(tok.status == 200);
+  s.ctx.is_draining = false;
+  check_served_normally(s);
+  CHECK(s.counts->submits.load() == 1);  // (check_served_normally's)
 }
 
 namespace {
