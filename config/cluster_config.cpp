@@ -9,6 +9,10 @@
 
 #include <toml++/toml.h>
 
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cstdlib>
 #include <fstream>
@@ -379,6 +383,62 @@ void check(bool cond, const read_context& ctx, const std::string& key, const std
   if (!cond) ctx.fail(key, what);
 }
 
+/// Whether `host` reaches only the machine it is used on: a loopback name or address
+/// (localhost, 127.0.0.0/8, ::1, also IPv4-mapped) or an unspecified one (0.0.0.0, ::), which
+/// a connect takes as this machine too. Other names are not resolved.
+bool is_local_only(std::string host) {
+  std::transform(host.begin(), host.end(), host.begin(),
+                 [](unsigned char ch) { return char(std::tolower(ch)); });
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  if (host == "localhost" || host.ends_with(".localhost")) return true;
+  unsigned char a[16] = {};
+  if (inet_pton(AF_INET, host.c_str(), a) == 1)
+    return a[0] == 127 || (a[0] | a[1] | a[2] | a[3]) == 0;
+  if (inet_pton(AF_INET6, host.c_str(), a) != 1) return false;
+  bool zero_to_14 = true;
+  for (int i = 0; i < 15; ++i) zero_to_14 &= a[i] == 0;
+  if (zero_to_14 && (a[15] == 0 || a[15] == 1)) return true;  // :: and ::1
+  bool mapped = a[10] == 0xFF && a[11] == 0xFF;               // ::ffff:127.x.y.z
+  for (int i = 0; i < 10; ++i) mapped &= a[i] == 0;
+  return mapped && a[12] == 127;
+}
+
+/// Every node finds the coordinator at nodes.0.host, and a node on another host can reach only
+/// an address that is not local-only: a file that gave node 0 a loopback address and another
+/// node another host's address was accepted, and that node waited for the coordinator on its
+/// own host until cluster.startup_timeout_s (node 0 as long for it). No setup needs the mix --
+/// on one host, 127.0.0.1 serves every node -- so it is refused. And the other nodes connect to
+/// nodes.0.host, so node 0 must listen there: bound to a loopback address (the default
+/// cluster.bind_address) it refuses them.
+void validate_node_addresses(const cluster_config& c, const read_context& ctx) {
+  if (c.nodes.size() < 2) return;  // nobody connects to a lone node
+  const std::string& coordinator = c.nodes[0].host;
+  if (is_local_only(coordinator)) {
+    for (std::size_t i = 1; i < c.nodes.size(); ++i)
+      check(is_local_only(c.nodes[i].host), ctx, fmt::format("nodes.{}.host", i),
+            fmt::format("'{}' is not a loopback address, but the coordinator's nodes.0.host is "
+                        "'{}': every node looks for the coordinator at nodes.0.host, and from "
+                        "another host that address is the other host itself, so node {} would "
+                        "never join. Across hosts, give every node an address the others reach "
+                        "(nodes.0.host included); with every node on one host, use 127.0.0.1 "
+                        "for all",
+                        c.nodes[i].host, coordinator, i));
+    return;
+  }
+  const std::string& bind = c.bind_of(0);
+  const bool own_bind = !c.nodes[0].bind.empty();
+  check(!is_local_only(bind) || bind == "0.0.0.0" || bind == "::", ctx,
+        own_bind ? "nodes.0.bind" : "cluster.bind_address",
+        fmt::format("node 0 would listen on '{}' only, but the other nodes connect to it at "
+                    "nodes.0.host = '{}', which is not a loopback address: they would be "
+                    "refused. Make node 0 listen on that address ({}), or give every node "
+                    "127.0.0.1 when all are on one host (the internal plane is unauthenticated: "
+                    "on a network you do not control, see tls.enabled)",
+                    bind, coordinator,
+                    own_bind ? "nodes.0.bind" : "nodes.0.bind or cluster.bind_address"));
+}
+
 void validate_nodes(const cluster_config& c, const read_context& ctx) {
   check(!c.nodes.empty(), ctx, "nodes", "at least one [[nodes]] entry is required");
   std::set<std::pair<std::string, int>> used;
@@ -402,6 +462,7 @@ void validate_nodes(const cluster_config& c, const read_context& ctx) {
         fmt::format("no node {} (the file has {} nodes)", router_node, c.nodes.size()));
   check(!used.contains({c.router.host, c.router.port}), ctx, "router.port",
         fmt::format("{}:{} is already a node's port", c.router.host, c.router.port));
+  validate_node_addresses(c, ctx);
 }
 
 /// The model runner's executors of one group on one backend: they run every step in lockstep

@@ -178,6 +178,43 @@ TEST_CASE("cross-checks name the key") {
   CHECK(error_of(base, {"kv.num_snapshots=8", "kv.snapshot_interval=2"}).empty());
 }
 
+TEST_CASE("a node address the others cannot reach is refused, naming the key") {
+  // node 0 on loopback, node 1 on another host: node 1 would look for the coordinator on its
+  // own host and never join (the file was accepted; both waited for startup_timeout_s)
+  CHECK(error_of(base, {"nodes.1.host=10.0.0.2"})
+            .find("c.toml: nodes.1.host: '10.0.0.2' is not a loopback address, but the "
+                  "coordinator's nodes.0.host is '127.0.0.1': every node looks for the "
+                  "coordinator at nodes.0.host") != std::string::npos);
+  CHECK(error_of(base, {"nodes.0.host=localhost", "nodes.1.host=gpu-box.example"})
+            .find("nodes.1.host: 'gpu-box.example' is not a loopback address") !=
+        std::string::npos);
+  CHECK(
+      error_of(base, {"nodes.0.host=[::1]", "nodes.1.host=::ffff:10.0.0.2"}).find("nodes.1.host") !=
+      std::string::npos);
+  // every loopback spelling is one host
+  for (const char* h : {"127.0.0.2", "::1", "[::1]", "LOCALHOST", "::ffff:127.0.0.1", "0.0.0.0"})
+    CHECK_MESSAGE(
+        error_of(base, {"nodes.0.host=localhost", std::string("nodes.1.host=") + h}).empty(), h);
+  // node 0 on a network address while it listens on loopback (the default bind): refused
+  CHECK(error_of(base, {"nodes.0.host=10.0.0.1", "nodes.1.host=10.0.0.2"})
+            .find("c.toml: cluster.bind_address: node 0 would listen on '127.0.0.1' only, but the "
+                  "other nodes connect to it at nodes.0.host = '10.0.0.1'") != std::string::npos);
+  CHECK(error_of(base, {"nodes.0.host=10.0.0.1", "nodes.1.host=10.0.0.2",
+                        "cluster.bind_address=0.0.0.0", "nodes.0.bind=127.0.0.1"})
+            .find("nodes.0.bind: node 0 would listen on '127.0.0.1' only") != std::string::npos);
+  CHECK(error_of(base,
+                 {"nodes.0.host=10.0.0.1", "nodes.1.host=10.0.0.2", "cluster.bind_address=0.0.0.0"})
+            .empty());
+  CHECK(error_of(base, {"nodes.0.host=10.0.0.1", "nodes.1.host=10.0.0.2", "nodes.0.bind=10.0.0.1"})
+            .empty());
+  // node 1 on loopback reaches node 0's network address from node 0's host
+  CHECK(error_of(base, {"nodes.0.host=10.0.0.1", "nodes.0.bind=10.0.0.1"}).empty());
+  // a lone node is reached by nobody: any address, any bind
+  CHECK(error_of("[model]\nrunner = \"toy\"\n[[nodes]]\nhost = \"10.0.0.1\"\nport = 7100\n"
+                 "[[groups]]\nexecutors = [0]\n")
+            .empty());
+}
+
 TEST_CASE("TLS without a certificate is refused (anonymous TLS authenticates nobody)") {
   CHECK(error_of(base, {"tls.enabled=true"}).find("tls.certificate: required") != std::string::npos);
   CHECK(error_of(base, {"tls.enabled=true", "tls.certificate=a.pem"}).find("tls.key: required") != std::string::npos);

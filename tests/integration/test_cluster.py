@@ -827,14 +827,16 @@ class LaunchSupervisionTest(unittest.TestCase):
     def test_a_signal_during_startup_exits_128_plus_its_number(self):
         # launch exited 0 when interrupted before the cluster was ready, where serve exits 130
         # (SIGINT) or 143 (SIGTERM): a script took the interrupted start for a clean run. Node 1
-        # lives on another host (TEST-NET-1, never this one), so node 0 waits for it.
+        # lives on 127.0.0.2, which launch does not take for this host (it takes the addresses
+        # of this host's interfaces), so node 0 waits for it. (TEST-NET-1's 192.0.2.1 beside a
+        # loopback node 0 is refused now: such a node could never reach the coordinator.)
         for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
             ports = cu.free_ports(3)
             name = f"startup-{sig.name}"
             path = os.path.join(WORK, f"{name}.toml")
             with open(path, "w") as f:
                 f.write(self.toml(name, ports).replace('host = "127.0.0.1"\nport = %d' % ports[2],
-                                                       'host = "192.0.2.1"\nport = %d' % ports[2]))
+                                                       'host = "127.0.0.2"\nport = %d' % ports[2]))
             log_path = os.path.join(WORK, f"{name}.log")
             with open(log_path, "w") as log:
                 proc = subprocess.Popen([cu.BINARY, "launch", path], stdout=subprocess.PIPE, stderr=log, text=True)
@@ -850,7 +852,7 @@ class LaunchSupervisionTest(unittest.TestCase):
                 out, _ = proc.communicate(timeout=60)
                 log = read_log()
                 self.assertEqual(proc.returncode, code, log)
-                self.assertIn("node 1 lives on 192.0.2.1", log)
+                self.assertIn("node 1 lives on 127.0.0.2", log)
                 self.assertIn(f"launch: stopped by signal {int(sig)} while the cluster was starting", log)
                 self.assertRegex(log, r"launch: node 0 \(pid \d+\) exited with status 0")  # stopped in order
                 self.assertNotIn("ready:", out)
@@ -863,18 +865,18 @@ class LaunchSupervisionTest(unittest.TestCase):
                     proc.wait()
 
     def test_startup_timeout_names_the_nodes_that_never_joined(self):
-        # Node 1 never joins (it lives on TEST-NET-1, never this host): node 0 said only "the
-        # cluster was not ready within 2 s (cluster.startup_timeout_s)", naming no node.
+        # Node 1 never joins (it lives on 127.0.0.2, which launch leaves to others): node 0 said
+        # only "the cluster was not ready within 2 s (cluster.startup_timeout_s)", naming no node.
         ports = cu.free_ports(3)
         path = os.path.join(WORK, "never-joined.toml")
         with open(path, "w") as f:
             f.write(self.toml("never-joined", ports)
-                    .replace('host = "127.0.0.1"\nport = %d' % ports[2], 'host = "192.0.2.1"\nport = %d' % ports[2])
+                    .replace('host = "127.0.0.1"\nport = %d' % ports[2], 'host = "127.0.0.2"\nport = %d' % ports[2])
                     .replace("startup_timeout_s = 120", "startup_timeout_s = 2"))
         p = subprocess.run([cu.BINARY, "launch", path], capture_output=True, text=True, timeout=60)
         self.assertEqual(p.returncode, 1, p.stderr)
         self.assertIn(f"the cluster could not start: the cluster was not ready within 2 s (cluster.startup_timeout_s): "
-                      f"node 1 (192.0.2.1:{ports[2]}) never joined (is `deepinfer node --rank N` running there "
+                      f"node 1 (127.0.0.2:{ports[2]}) never joined (is `deepinfer node --rank N` running there "
                       f"with the same file, and can it reach the coordinator at 127.0.0.1:{ports[1]}?)", p.stderr)
 
     def test_ctrl_c_to_the_process_group_shuts_down_in_order(self):
