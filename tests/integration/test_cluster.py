@@ -790,6 +790,15 @@ class LaunchSupervisionTest(unittest.TestCase):
                       "Address already in use; nothing was started", p.stderr)
         self.assertNotIn("runner ready", p.stderr)
         self.assertNotIn("joined", p.stderr)
+        # node 1, stopped by launch while it waited for the coordinator, said "error: stopped by a
+        # signal while waiting for the coordinator (node 0) at ..." (exit 1) under node 0's real
+        # error: node 0's is the only error line now, node 1 logs its stop and exits 143
+        self.assertEqual([line for line in p.stderr.splitlines() if "error" in line],
+                         [f"error: node 0: cannot listen for clients on 127.0.0.1:{ports[0]} (router.host / "
+                          "router.port): Address already in use; nothing was started"], p.stderr)
+        self.assertIn(f"node 1: stopped by signal 15 while waiting for the coordinator (node 0) at "
+                      f"127.0.0.1:{ports[1]}", p.stderr)
+        self.assertRegex(p.stderr, r"launch: node 1 \(pid \d+\) exited with status 143")
         # Node 0 failed and stopped node 1 in order (status 0): launch blamed node 1 ("launch:
         # node 1 exited (status 0) before the cluster was ready", 5 runs of 5); it names node 0.
         self.assertIn("launch: node 0 exited (status 1) before the cluster was ready; stopping the cluster",
