@@ -98,7 +98,10 @@ void http_session::on_header(beast::error_code ec) {
   if (ec) return on_read_error(ec);
   auto read_body = [self = shared_from_this()] { self->read_body(); };
   const auto& h = parser_->get();
-  const bool expects_100 = beast::iequals(h[http::field::expect], "100-continue");
+  // An HTTP/1.0 client's expectation is ignored (RFC 9110 10.1.1): it cannot read a 1xx
+  // response (15.2), and took the 100 for its answer.
+  const bool expects_100 =
+      h.version() >= 11 && beast::iequals(h[http::field::expect], "100-continue");
   if (parser_->is_done() || (!expects_100 && !ctx_.is_draining)) return read_body();
   // The answer its head alone decides -- no route, a wrong API key, a method the route does not
   // take, a coding we do not decode, a generation while the server shuts down -- goes out

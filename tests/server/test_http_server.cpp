@@ -584,3 +584,25 @@ TEST_CASE("http server: requests pipelined behind a slow one are answered in ord
   }
   CHECK(s.slots_released());
 }
+
+TEST_CASE("http server: an HTTP/1.0 request's Expect: 100-continue is ignored") {
+  // RFC 9110 10.1.1: a server must ignore it, and must not send a 1xx to an HTTP/1.0 client
+  // (15.2), which reads the 100 as its answer. The 100 went out.
+  fake_server s;
+  asio::io_context ioc;
+  tcp::socket sock(ioc);
+  sock.connect({asio::ip::make_address("127.0.0.1"), s.port()});
+  timeval tv{.tv_sec = 20, .tv_usec = 0};
+  setsockopt(sock.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  const std::string body = completion({1, 2, 3}, false).dump();
+  asio::write(sock, asio::buffer(fmt::format(
+                        "POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\n"
+                        "Content-Length: {}\r\nExpect: 100-continue\r\n\r\n{}",
+                        body.size(), body)));
+  beast::flat_buffer buf;
+  http::response<http::string_body> res;
+  http::read(sock, buf, res);
+  CHECK(res.result_int() == 200);  // the answer, with no interim response before it
+  if (res.result_int() == 200)
+    CHECK(json::parse(res.body())["choices"][0]["text"].get<std::string>().ends_with("hi"));
+}
