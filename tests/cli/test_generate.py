@@ -298,7 +298,7 @@ class GenerateTest(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertGreater(json.loads(p.stdout)["results"][0]["tokens_per_s"], 0)
         p = run("bench", "decode", "--model", MODEL, "--batch", "0")
-        self.assertEqual(p.returncode, 1)
+        self.assertEqual(p.returncode, 2)  # a usage error, as every option's range (exit 1 before)
         self.assertIn("--batch", error_lines(p)[0])
         p = run("bench", "decode", "--model", MODEL, "--device", "tpu")
         self.assertEqual(p.returncode, 1)
@@ -362,8 +362,8 @@ class GenerateTest(unittest.TestCase):
         self.assertEqual(p.returncode, 1)
         self.assertIn("--timeline traces CUDA steps: it needs --device cuda", error_lines(p)[0])
         p = run("bench", "decode", "--model", MODEL, "--timeline", "-1")
-        self.assertEqual(p.returncode, 1)
-        self.assertIn("--timeline must be 0 (off) or a number of steps", error_lines(p)[0])
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--timeline: '-1' is out of range [0, 2147483647]", error_lines(p)[0])
         p = run("bench", "prefill", "--model", MODEL, "--timeline", "2")  # CUDA prefill too
         self.assertEqual(p.returncode, 1)
         self.assertIn("--timeline traces CUDA steps: it needs --device cuda", error_lines(p)[0])
@@ -848,8 +848,8 @@ class GenerateTest(unittest.TestCase):
                                  ("--context", ",", "',' has an empty item")):
             for phase in ("decode", "prefill"):
                 p = run("bench", phase, "--model", MODEL, flag + "=" + value)
-                self.assertEqual(p.returncode, 1, (flag, value, p.stderr))
-                self.assertEqual(error_lines(p), [f"error: {flag}: {why}"], (flag, value))
+                self.assertEqual(p.returncode, 2, (flag, value, p.stderr))  # usage errors (exit 1 before)
+                self.assertEqual(error_lines(p), [f"error: {flag}: {why} (see --help)"], (flag, value))
                 self.assertNotIn("bench:", p.stderr)  # refused before any row ran
         # the same rule as --prompt-ids (which took "1, 2" and a trailing comma, where these
         # refused "1, 2" and "+1"): spaces around an item and a leading '+' are fine, an empty
