@@ -3,6 +3,7 @@
 #include "actors/peer_handshake.hpp"
 #include "cli/command.hpp"
 #include "common/error.hpp"
+#include "common/printable.hpp"
 
 #include <pthread.h>
 
@@ -152,14 +153,18 @@ int main(int argc, char** argv) {
     // `deepinfer nosuchcmd` (or `bench nosuch`): name the word rather than saying that a
     // subcommand is required.
     if (const std::string word = unknown_command(app); !word.empty()) {
-      std::fprintf(stderr, "error: unknown command '%s' (see --help)\n", word.c_str());
+      std::fprintf(stderr, "error: unknown command '%s' (see --help)\n",
+                   di::printable(word).c_str());
       return 2;
     }
     // A usage error is one line too ("The following argument was not expected: x").
-    std::fprintf(stderr, "error: %s (see --help)\n", e.what());
+    std::fprintf(stderr, "error: %s (see --help)\n", di::printable(e.what()).c_str());
     return 2;
   } catch (const di::error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    // One line of text whatever the message quotes (an argument, a file's bytes): control
+    // characters and bytes that are not UTF-8 are escaped (a newline split the line, an ESC
+    // sequence reached the terminal; see common/printable.hpp).
+    std::fprintf(stderr, "error: %s\n", di::printable(e.what()).c_str());
     return 1;
   } catch (const std::bad_alloc&) {  // said only "std::bad_alloc" (e.g. bench --batch 1000000000)
     std::fprintf(stderr,
@@ -167,7 +172,7 @@ int main(int argc, char** argv) {
                  "(smaller --batch, --context or model?)\n");
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "error: %s\n", di::printable(e.what()).c_str());
     return 1;
   }
   // Output that could not be written (a full disk, a closed pipe) is a failure, not rc 0.

@@ -4,6 +4,8 @@
 
 #include "common/error.hpp"
 #include "common/mapped_file.hpp"
+#include "common/printable.hpp"
+#include "common/strict_json.hpp"
 #include "model/chat_template/detail/text.hpp"
 
 #include <fmt/format.h>
@@ -139,7 +141,9 @@ tokenizer_chat_template tokenizer_chat_template::load(const std::string& tokeniz
     try {
       config = ojson::parse(read_text_file(config_path.string()));
     } catch (const ojson::exception& e) {
-      DI_FAIL("{}: invalid JSON: {}", config_path.string(), e.what());
+      // (the bytes nlohmann quotes are the file's: escaped, as in every file's parse error)
+      DI_FAIL("{}: invalid JSON: {}", config_path.string(),
+              printable(without_nlohmann_tag(e.what())));
     }
   }
   tokenizer_chat_template t;

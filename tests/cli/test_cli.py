@@ -261,6 +261,33 @@ class InspectTest(unittest.TestCase):
             self.assertEqual(p.returncode, 1)
             self.assertIn("not valid JSON", p.stderr)
 
+    def test_bytes_that_do_not_print_are_escaped_in_the_error_line(self):
+        # A tokenizer file's invalid UTF-8 byte came through nlohmann's "last read: '...'" raw,
+        # and an argument's ESC or newline reached the terminal / split the line: the line is
+        # printable ASCII now, the bytes written \xHH.
+        def error_bytes(args, stdin=b""):
+            p = subprocess.run([BINARY, *args], input=stdin, capture_output=True, timeout=60)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertTrue(p.stderr.endswith(b"\n"), p.stderr)
+            line = p.stderr[:-1]
+            self.assertTrue(all(32 <= b < 127 for b in line), p.stderr)  # one line, all printable
+            return line.decode()
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "tokenizer.json"), "wb") as f:
+                f.write(b'{"model": \xff\x1b[2J')
+            self.assertIn("""tokenizer.json: not valid JSON: parse error at line 1, column 11: syntax error """
+                          """while parsing value - invalid literal; last read: '"model": \\xFF'""",
+                          error_bytes(["tokenize", "--tokenizer", d], b'{"text": "a"}\n'))
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "tokenizer_config.json"), "wb") as f:
+                f.write(b'{"chat_template": "\xff')
+            self.assertIn("""tokenizer_config.json: invalid JSON: parse error at line 1, column 20: """
+                          """syntax error while parsing value - invalid string: ill-formed UTF-8 byte; """
+                          """last read: '"\\xFF'""",
+                          error_bytes(["chat-template", "--tokenizer", d], b'[{"role": "user", "content": "hi"}]'))
+        self.assertEqual(error_bytes(["inspect", "--model", "x\x1b[2J\n"]),
+                         "error: --model: 'x\\x1B[2J\\n': no such directory")
+
     def test_missing_required_option(self):
         p = run("inspect")
         self.assertNotEqual(p.returncode, 0)

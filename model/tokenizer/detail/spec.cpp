@@ -7,6 +7,8 @@
 #include <unordered_map>
 
 #include "common/error.hpp"
+#include "common/printable.hpp"
+#include "common/strict_json.hpp"
 
 namespace di::tok::detail {
 
@@ -29,7 +31,9 @@ struct parser {
     try {
       return json::parse(text.begin(), text.end());
     } catch (const json::parse_error& e) {
-      DI_FAIL("{}: not valid JSON: {}", origin, e.what());
+      // nlohmann's message quotes the bytes it last read: escaped, an invalid UTF-8 byte or a
+      // control character of the file does not reach the error line raw.
+      DI_FAIL("{}: not valid JSON: {}", origin, printable(without_nlohmann_tag(e.what())));
     }
   }
 
