@@ -279,12 +279,13 @@ int run_node(const cluster_config& c, int rank, std::function<void(const std::st
   // The router's node opens the clients' port only once every group is ready, after the
   // executors have loaded the model (minutes on a large one): a port already taken failed the
   // cluster only then. It is tried here first, before anything starts or loads. (Whatever takes
-  // the port in between still fails the publish later, with the same message.)
+  // the port in between still fails the publish later.) The cause stays in parentheses, as
+  // in the publish's message: tests/integration/cluster_util.py finds a taken port by it.
   if (rank == c.router.node && c.router.port != 0) {
     const std::string cause = listen_failure_cause(c.router.host, c.router.port);
     DI_CHECK(cause.empty(),
-             "node {}: cannot listen for clients on {}:{} (router.host / router.port): {}; "
-             "nothing was started",
+             "node {}: cannot listen for clients on {}:{} (router.host / router.port): tried "
+             "before anything started ({})",
              rank, c.router.host, c.router.port, cause);
   }
   install_signal_handlers();

@@ -787,7 +787,7 @@ class LaunchSupervisionTest(unittest.TestCase):
         # executors had loaded the model (minutes on a large one); now no node joins and no
         # runner starts.
         self.assertIn(f"node 0: cannot listen for clients on 127.0.0.1:{ports[0]} (router.host / router.port): "
-                      "Address already in use; nothing was started", p.stderr)
+                      "tried before anything started (Address already in use)", p.stderr)
         self.assertNotIn("runner ready", p.stderr)
         self.assertNotIn("joined", p.stderr)
         # node 1, stopped by launch while it waited for the coordinator, said "error: stopped by a
@@ -795,7 +795,8 @@ class LaunchSupervisionTest(unittest.TestCase):
         # error: node 0's is the only error line now, node 1 logs its stop and exits 143
         self.assertEqual([line for line in p.stderr.splitlines() if "error" in line],
                          [f"error: node 0: cannot listen for clients on 127.0.0.1:{ports[0]} (router.host / "
-                          "router.port): Address already in use; nothing was started"], p.stderr)
+                          "router.port): tried before anything started (Address already in use)"], p.stderr)
+        self.assertEqual(cu.taken_ports(p.stderr), {ports[0]})  # the harness finds the taken port
         self.assertIn(f"node 1: stopped by signal 15 while waiting for the coordinator (node 0) at "
                       f"127.0.0.1:{ports[1]}", p.stderr)
         self.assertRegex(p.stderr, r"launch: node 1 \(pid \d+\) exited with status 143")
