@@ -11,6 +11,7 @@
 
 #include <charconv>
 #include <csignal>
+#include <cstdlib>
 
 #include <memory>
 
@@ -141,11 +142,17 @@ void setup_make_model(CLI::App& app) {
             const std::size_t start = s.find_first_not_of(" \t");
             const std::size_t end = s.find_first_not_of("0123456789", start);
             std::uint64_t value = 0;
+            const std::string range = "'" + s + "' is out of range [1, 18446744073709551615] bytes";
             if (start != std::string::npos &&
                 std::from_chars(s.data() + start,
                                 s.data() + (end == std::string::npos ? s.size() : end), value)
                         .ec == std::errc::result_out_of_range)
-              return "'" + s + "' is out of range [0, 18446744073709551615] bytes";
+              return range;
+            // Zero in any unit ("0", "0MB", "0.0GiB") was refused only after the parse, as
+            // "the largest shard must hold at least one byte", naming no option (exit 1).
+            char* number_end = nullptr;
+            const double number = std::strtod(s.c_str(), &number_end);
+            if (number_end != s.c_str() && number == 0) return range;
             return {};
           },
           "SIZE"))

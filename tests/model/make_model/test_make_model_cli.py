@@ -112,7 +112,17 @@ class MakeModelCliTest(unittest.TestCase):
                 p = run("make-model", "--preset", "tiny-v41", "--dry-run", "--max-shard-size", value)
                 self.assertEqual(p.returncode, 2, (value, p.stderr))
                 self.assertEqual(error_lines(p), [f"error: --max-shard-size: '{value}' is out of range "
-                                                  "[0, 18446744073709551615] bytes (see --help)"], value)
+                                                  "[1, 18446744073709551615] bytes (see --help)"], value)
+            # zero, in any unit: it was "error: the largest shard must hold at least one byte"
+            # (exit 1) after the parse, naming no option, and the range said 0 was in it
+            for value in ("0", "00", "0MB"):  # (with a unit the check sees the bytes: '0')
+                p = run("make-model", "--preset", "tiny-v41", "--dry-run", "--max-shard-size", value)
+                self.assertEqual(p.returncode, 2, (value, p.stderr))
+                self.assertEqual(error_lines(p), [f"error: --max-shard-size: '{value if value != '0MB' else '0'}' is "
+                                                  "out of range [1, 18446744073709551615] bytes (see --help)"], value)
+            for value in ("1", "1b", "1KB"):
+                p = run("make-model", "--preset", "tiny-v41", "--dry-run", "--max-shard-size", value)
+                self.assertEqual(p.returncode, 0, (value, p.stderr))
             p = run("make-model", "--preset", "tiny-v41", "--dry-run", "--max-shard-size", "18446744073709551615")
             self.assertEqual(p.returncode, 0, p.stderr)  # the largest is fine
 
