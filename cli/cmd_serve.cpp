@@ -280,6 +280,12 @@ void run_serve(const serve_options& o) {
   // Never freed: its thread waits in sigwait until the process ends.
   stop_signals& stops = *new stop_signals();
   di::server::raise_open_file_limit();
+  // The port is taken (or the host is no address here) before anything loads: that failed only
+  // once the cluster was up, after the model had loaded (minutes on a large checkpoint). It is
+  // bound, not listened on, until the server starts, so clients are refused meanwhile.
+  auto ctx = std::make_unique<di::server::server_context>();
+  ctx->settings = c.server;
+  auto server = std::make_unique<di::server::http_server>(*ctx);
   const di::actors::model_assets assets = di::actors::load_model_assets(c.cluster);
   di::actors::process_config cfg(di::actors::network_settings_of(c.cluster));
   caf::actor_system sys{cfg};
@@ -304,8 +310,6 @@ void run_serve(const serve_options& o) {
                                         c.cluster.router.host, c.cluster.router.port);
     };
   di::server::engine engine(sys, router, std::move(reconnect));
-  auto ctx = std::make_unique<di::server::server_context>();
-  ctx->settings = c.server;
   ctx->cluster = &engine;
   ctx->model = served_model_of(c, assets);
   if (grammars)
@@ -314,7 +318,6 @@ void run_serve(const serve_options& o) {
       // its token classes (scheduler.grammar_classify_ms) are computed here.
       g.cache->prepare(di::grammar::parse_inline_response_format(spec), g.vocab);
     };
-  auto server = std::make_unique<di::server::http_server>(*ctx);
   server->start();
   stops.set_ready();  // from here on a signal drains
   std::fprintf(stdout, "ready: http://%s:%u\n", c.server.host.c_str(), unsigned(server->port()));

@@ -67,9 +67,16 @@ struct http_server::impl {
     acceptor.open(ep.protocol(), ec);
     if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
     if (!ec) acceptor.bind(ep, ec);
-    if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
     DI_CHECK(!ec, "cannot listen on {}:{}: {}", ctx.settings.host, ctx.settings.port, ec.message());
   }
+
+  void listen() {
+    boost::system::error_code ec;
+    acceptor.listen(asio::socket_base::max_listen_connections, ec);
+    DI_CHECK(!ec, "cannot listen on {}:{}: {}", ctx.settings.host, port(), ec.message());
+  }
+
+  std::uint16_t port() const { return acceptor.local_endpoint().port(); }
 
   void accept() {
     acceptor.async_accept(asio::make_strand(ioc),
@@ -163,10 +170,11 @@ http_server::~http_server() {
 }
 
 std::uint16_t http_server::port() const {
-  return impl_->acceptor.local_endpoint().port();
+  return impl_->port();
 }
 
 void http_server::start() {
+  impl_->listen();
   impl_->accept();
   for (int i = 0; i < impl_->ctx.settings.io_threads; ++i)
     impl_->threads.emplace_back([this] { run_io_context(impl_->ioc); });

@@ -24,7 +24,9 @@ void raise_open_file_limit();
 
 class http_server {
  public:
-  /// Binds server.host:server.port (throws di::error if it cannot); serves after start().
+  /// Binds server.host:server.port (throws di::error if it cannot: a taken port, a host that
+  /// is no address of this machine) without listening yet -- so that serve can fail at once,
+  /// before the model loads, and clients are refused rather than queued until start().
   explicit http_server(server_context& ctx);
   ~http_server();
   http_server(const http_server&) = delete;
@@ -32,7 +34,7 @@ class http_server {
 
   /// The bound port (the chosen one when server.port = 0).
   std::uint16_t port() const;
-  /// Starts accepting on the I/O threads.
+  /// Listens and starts accepting on the I/O threads.
   void start();
   /// Closes the listening socket: new connections are refused; open ones are served on.
   void stop_accepting();

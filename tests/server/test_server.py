@@ -1753,6 +1753,39 @@ def stop_signal_while_starting(srv, c):
 
 
 @test
+def listen_failure_before_the_model_loads(srv, c):
+    # A taken port, or a host that is no address of this machine, was found only once the
+    # cluster was up, after the model had loaded (2.4 s on tiny-v41, minutes on a large
+    # checkpoint): the address is now bound before anything loads.
+    import subprocess
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    try:
+        for args, message in ((["--port", str(port)], f"cannot listen on 127.0.0.1:{port}: "),
+                              (["--host", "10.255.255.1", "--port", "0"], "cannot listen on 10.255.255.1:0: ")):
+            p = subprocess.run([srv.binary, "serve", "--model", srv.model, *args], capture_output=True,
+                               text=True, timeout=120)
+            assert p.returncode == 1 and message in p.stderr, (p.returncode, p.stderr[-500:])
+            assert "runner ready" not in p.stderr and "ready:" not in p.stdout, p.stderr[-800:]
+    finally:
+        holder.close()
+    # Once the port is free, serve binds it early, listens when it is ready, and answers there.
+    p = subprocess.Popen([srv.binary, "serve", "--model", srv.model, "--port", str(port)],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = p.stdout.readline()
+        assert line.startswith("ready: "), line
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert s.recv(64).startswith(b"HTTP/1.1 200"), "the server does not answer on its port"
+    finally:
+        p.terminate()
+        p.wait(30)
+
+
+@test
 def stop_signal_drains_in_flight(srv, c):
     """SIGTERM: requests in flight finish (up to server.drain_timeout_s), new ones get 503, and
     those still running then end as aborts with a proper ending; a second signal cuts the wait
