@@ -280,9 +280,9 @@ void run_serve(const serve_options& o) {
   // Never freed: its thread waits in sigwait until the process ends.
   stop_signals& stops = *new stop_signals();
   di::server::raise_open_file_limit();
-  // The port is taken (or the host is no address here) before anything loads: that failed only
-  // once the cluster was up, after the model had loaded (minutes on a large checkpoint). It is
-  // bound, not listened on, until the server starts, so clients are refused meanwhile.
+  // The address is bound before anything loads: a taken port, or a host that is no address
+  // here, failed only once the cluster was up, after the model had loaded (minutes on a large
+  // checkpoint). It is not listened on until the server starts, so clients are refused meanwhile.
   auto ctx = std::make_unique<di::server::server_context>();
   ctx->settings = c.server;
   auto server = std::make_unique<di::server::http_server>(*ctx);
