@@ -26,6 +26,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -151,6 +152,11 @@ void validate_here(const di::runtime::sampling_params& p) {
              {.max_logprobs = std::numeric_limits<int>::max()});
 }
 
+/// How messages name the --file: "stdin" for "-".
+std::string file_name(const client_options& o) {
+  return o.file == "-" ? "stdin" : o.file;
+}
+
 std::vector<input_item> read_inputs(const client_options& o) {
   DI_CHECK(o.concurrency >= 1, "--concurrency must be at least 1, got {}", o.concurrency);
   validate_here(base_request(o).params);  // the flags' values: before any line's
@@ -164,7 +170,11 @@ std::vector<input_item> read_inputs(const client_options& o) {
     items.push_back({.index = 0, .request = std::move(r)});
     return items;
   }
-  std::ifstream in = di::open_input_file(o.file, "--file");
+  // "-": the lines come from stdin (as generate --chat -), read to its end before any request
+  // is sent; it opened a file named "-" ("--file: -: cannot open: No such file or directory").
+  std::ifstream file;
+  if (o.file != "-") file = di::open_input_file(o.file, "--file");
+  std::istream& in = o.file == "-" ? std::cin : file;
   std::size_t line_no = 0;
   for (std::string line; std::getline(in, line); ++line_no) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -176,7 +186,7 @@ std::vector<input_item> read_inputs(const client_options& o) {
       validate_here(r.params);
       item.request = std::move(r);
     } catch (const std::exception& e) {
-      item.error = fmt::format("{} line {}: {}", o.file, line_no + 1, e.what());
+      item.error = fmt::format("{} line {}: {}", file_name(o), line_no + 1, e.what());
     }
     items.push_back(std::move(item));
   }
@@ -367,7 +377,7 @@ std::size_t run_items(caf::actor_system& sys, const di::actors::router_actor& ro
     // Refusals that are not the line's fault (queue_full, shutting down) stay as they are.
     if (with_index && !r.reply.accepted && r.reply.kind == di::runtime::failure_kind::invalid &&
         !out.error.empty())
-      out.error = fmt::format("{} line {}: {}", o.file, line_of[r.index], out.error);
+      out.error = fmt::format("{} line {}: {}", file_name(o), line_of[r.index], out.error);
     if (stream_text) {
       if (r.reply.accepted) std::printf("\n");  // ends the streamed text (a refusal has none)
       std::fflush(stdout);  // before stderr's lines: "...text" and "error: ..." shared a line
@@ -421,8 +431,10 @@ void setup_client(CLI::App& app) {
   sub->add_option("--prompt", o->prompt,
                   "Prompt text (the router tokenizes it, adding BOS; \"\" is BOS alone)");
   sub->add_option("--prompt-ids", o->prompt_ids, "Prompt as comma-separated token ids");
-  sub->add_option("--file", o->file, "JSON lines: {\"prompt\": TEXT} or {\"prompt_ids\": [...]}, optional "
-                  "per-line sampling fields (max_tokens, temperature, top_k, top_p, min_p, seed, stop, ...)");
+  sub->add_option(
+      "--file", o->file,
+      "JSON lines (- reads stdin): {\"prompt\": TEXT} or {\"prompt_ids\": [...]}, optional "
+      "per-line sampling fields (max_tokens, temperature, top_k, top_p, min_p, seed, stop, ...)");
   sub->add_flag("--status", o->status, "Print the cluster's nodes, groups and counters as JSON");
   sub->add_option("--concurrency", o->concurrency, "Requests in flight at once (files)")
       ->capture_default_str()

@@ -1033,6 +1033,24 @@ class GroupLayoutTest(unittest.TestCase):
             c.stop()
 
 
+class ClientStdinTest(unittest.TestCase):
+    def test_file_dash_reads_the_lines_from_stdin(self):
+        # `client --file -` opened a file named "-": "error: --file: -: cannot open: No such file
+        # or directory" (generate --chat - reads stdin). Lines are named "stdin line N".
+        ports = cu.free_ports(3)
+        c = cu.Cluster(WORK, "stdin", cu.cluster_toml("stdin", ports[0], ports[1:], [(0, [1])], "", runner="toy"))
+        try:
+            lines = ['{"prompt": "a", "max_tokens": 2}', "{not json", "", '{"prompt_ids": [0, 5], "max_tokens": 3}']
+            p = c.client("--json", "--file", "-", stdin="\n".join(lines) + "\n", timeout=120)
+            self.assertEqual(p.returncode, 1, p.stderr)  # one line failed
+            rows = sorted((json.loads(line) for line in p.stdout.splitlines()), key=lambda r: r["index"])
+            self.assertEqual([r["index"] for r in rows], [0, 1, 2])
+            self.assertEqual([len(r.get("output_ids", [])) for r in rows], [2, 0, 3])
+            self.assertTrue(rows[1]["error"].startswith("stdin line 2: the line is not valid JSON"), rows[1])
+        finally:
+            c.stop()
+
+
 class ClusterNameTest(unittest.TestCase):
     """cluster.name (CAF's application id) differing between a node and its cluster."""
 
