@@ -12,11 +12,13 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-/// Chat content: a string, or text parts [{"type": "text", "text": ...}] joined. A bare string is
-/// a text part too, as in vLLM, and so is an object with a string "text" and no "type" (both
-/// were refused). An assistant message (`is_assistant`) may also hold refusal parts
-/// ({"type": "refusal", "refusal": ...}, as OpenAI's schema has them there): their text is
-/// joined too (they were refused, so a conversation holding a refused answer could not go on).
+/// Chat content: a string, or text parts [{"type": "text", "text": ...}] joined with a newline,
+/// as vLLM joins them (they were joined with nothing: ["Question:", "Why?"] rendered as
+/// "Question:Why?", a prompt vLLM never shows the model). A bare string is a text part too, as
+/// in vLLM, and so is an object with a string "text" and no "type" (both were refused). An
+/// assistant message (`is_assistant`) may also hold refusal parts ({"type": "refusal",
+/// "refusal": ...}, as OpenAI's schema has them there): their text is joined too (they were
+/// refused, so a conversation holding a refused answer could not go on).
 ojson content_text(const ojson& content, const std::string& param, bool is_assistant,
                    const message_error& fail) {
   if (content.is_null() || content.is_string()) return content;
@@ -24,6 +26,7 @@ ojson content_text(const ojson& content, const std::string& param, bool is_assis
   std::string text;
   for (std::size_t k = 0; k < content.size(); ++k) {
     const ojson& part = content[k];
+    if (k > 0) text += '\n';
     if (part.is_string()) {
       text += part.get<std::string>();
       continue;

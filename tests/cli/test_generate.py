@@ -134,14 +134,15 @@ class GenerateTest(unittest.TestCase):
         r = gen_json("--chat", path, "--max-tokens", "3", "--temperature", "0")
         self.assertEqual(r["prompt_ids"][0], 0)
         self.assertEqual(len(r["output_ids"]), 3)
-        # The server's message rules: "developer" renders as "system", text parts are joined.
+        # The server's message rules: "developer" renders as "system", text parts are joined with
+        # a newline (as vLLM joins them).
         with open(path, "w") as f:
             json.dump({"messages": [{"role": "developer", "content": "Be brief."},
                                     {"role": "user", "content": [{"type": "text", "text": "H"},
                                                                  {"type": "text", "text": "i"}]}]}, f)
         a = gen_json("--chat", path, "--max-tokens", "1", "--temperature", "0")
         with open(path, "w") as f:
-            json.dump([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}], f)
+            json.dump([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "H\ni"}], f)
         b = gen_json("--chat", path, "--max-tokens", "1", "--temperature", "0")
         self.assertEqual(a["prompt_ids"], b["prompt_ids"])
 

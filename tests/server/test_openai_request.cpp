@@ -136,7 +136,7 @@ TEST_CASE("chat fields: max_completion_tokens wins, logprobs and top_logprobs, c
   CHECK(r.params.max_tokens == 5);
   CHECK(r.logprobs == 4);
   CHECK(r.messages[0]["role"] == "system");
-  CHECK(r.messages[0]["content"] == "ab");
+  CHECK(r.messages[0]["content"] == "a\nb");  // joined as vLLM joins them
   CHECK(!parse_chat_request(json::parse(R"({"messages": [{"role": "user", "content": "q"}]})"), s)
              .params.max_tokens);
   // A bad max_tokens beside a good max_completion_tokens is a 400 (it was never read).
@@ -170,7 +170,7 @@ TEST_CASE("an assistant message's refusal content part is its text, as OpenAI's 
                          s);
   REQUIRE(r.messages.size() == 4);
   CHECK(r.messages[1]["content"] == "I can't help.");
-  CHECK(r.messages[2]["content"] == "ab");
+  CHECK(r.messages[2]["content"] == "a\nb");
   // Only assistant messages take one, and it needs its string.
   CHECK(param_of(R"({"messages": [{"role": "user", "content": [{"type": "refusal",
                      "refusal": "x"}]}]})",

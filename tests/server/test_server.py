@@ -89,12 +89,16 @@ def chat_basic(srv, c):
     assert r.object == "chat.completion" and r.choices[0].message.role == "assistant"
     assert isinstance(r.choices[0].message.content, str)
     assert r.usage.completion_tokens == 6 or r.choices[0].finish_reason == "stop"
-    parts = c.chat.completions.create(model="tiny", max_tokens=6, seed=3, messages=[
+    ids = {"return_token_ids": True}
+    parts = c.chat.completions.create(model="tiny", max_tokens=6, seed=3, extra_body=ids, messages=[
         {"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
         {"role": "user", "content": [{"type": "text", "text": "Hel"}, {"type": "text", "text": "lo!"}]}])
-    # Same prompt after joining the parts, same seed: the same sampled text (temperature 1).
-    assert parts.usage.prompt_tokens == r.usage.prompt_tokens
-    assert parts.choices[0].message.content == r.choices[0].message.content
+    # The parts are joined with a newline, as vLLM joins them (they were joined with nothing):
+    # the same prompt, same seed, the same sampled text (temperature 1).
+    joined = c.chat.completions.create(model="tiny", max_tokens=6, seed=3, extra_body=ids, messages=[
+        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hel\nlo!"}])
+    assert parts.choices[0].model_extra["prompt_token_ids"] == joined.choices[0].model_extra["prompt_token_ids"]
+    assert parts.choices[0].message.content == joined.choices[0].message.content
     # A prompt long enough for the prefix cache (whole 128-token blocks): the warm run reuses
     # the cached prefix and still samples exactly the cold run's text.
     long_msgs = [{"role": "user", "content": "Tell me about the sea, the wind and the rain. " * 20}]
@@ -1444,7 +1448,7 @@ def logprobs_as_token_ids(srv, c):
 def chat_short_text_parts(srv, c):
     # vLLM's short forms of a text part: a bare string, and {"text": ...} without a type (400)
     ids = {}
-    for content in ("ab", ["a", "b"], [{"text": "a"}, {"type": "text", "text": "b"}]):
+    for content in ("a\nb", ["a", "b"], [{"text": "a"}, {"type": "text", "text": "b"}]):  # joined as vLLM's
         r = c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": content}], max_tokens=1,
                                       extra_body={"return_token_ids": True})
         ids[json.dumps(content)] = r.choices[0].model_extra["prompt_token_ids"]

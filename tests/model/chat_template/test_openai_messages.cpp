@@ -36,6 +36,7 @@ std::string refused_param(const char* messages) {
 }  // namespace
 
 TEST_CASE("chat messages: developer becomes system, text parts join, other keys stay") {
+  // Parts are joined with a newline, as vLLM joins them (they were joined with nothing).
   const ojson out = openai_chat_messages(
       ojson::parse(R"([{"role": "developer", "content": [{"type": "text", "text": "a"},
                         {"type": "text", "text": "b"}]},
@@ -44,7 +45,7 @@ TEST_CASE("chat messages: developer becomes system, text parts join, other keys 
       [](const std::string& p, const std::string& w) { throw refusal(p, w); });
   REQUIRE(out.size() == 2);
   CHECK(out[0]["role"] == "system");
-  CHECK(out[0]["content"] == "ab");
+  CHECK(out[0]["content"] == "a\nb");
   CHECK(out[1]["content"].is_null());
   CHECK(out[1]["tool_calls"][0]["id"] == "x");
 }
@@ -54,7 +55,7 @@ TEST_CASE("chat messages: short text parts -- a bare string (vLLM's), a text wit
       ojson::parse(R"([{"role": "user", "content": ["a", {"text": "b"}, {"type": "text",
                                                      "text": "c"}]}])"),
       [](const std::string& p, const std::string& w) { throw refusal(p, w); });
-  CHECK(out[0]["content"] == "abc");
+  CHECK(out[0]["content"] == "a\nb\nc");
   // still refused: a part of another type, a text that is not a string, a string-less object
   CHECK(refused_param(R"([{"role": "user", "content": [{"type": "image_url", "text": "a"}]}])") ==
         "messages[0].content");
