@@ -86,6 +86,15 @@ std::vector<std::int32_t> integer_list(const json& v, const std::string& key) {
   return ids;
 }
 
+/// What a JSON line's field of a non-integer type holds, for its error ("a string").
+const char* expected_type(const std::string& key) {
+  if (key == "prompt" || key == "cache_salt") return "a string";
+  if (key == "stop") return "a string or a list of strings";
+  if (key == "ignore_eos" || key == "skip_special_tokens" || key == "include_stop_str_in_output")
+    return "true or false";
+  return "a number";  // temperature, top_p, min_p and the penalties
+}
+
 /// Applies one JSON line's fields over the command line's defaults.
 void apply_line(const json& j, di::actors::submit_request& r) {
   DI_CHECK(j.is_object(), "expected a JSON object");
@@ -136,7 +145,8 @@ void apply_line(const json& j, di::actors::submit_request& r) {
       } else
         DI_FAIL("unknown field '{}'", key);
     } catch (const json::type_error&) {  // nlohmann's own message named no field
-      DI_FAIL("\"{}\" has the wrong type for it: {}", key, di::json_brief(v));
+      // (it said "has the wrong type for it", naming no type)
+      DI_FAIL("\"{}\" must be {}, got {}", key, expected_type(key), di::json_brief(v));
     }
   DI_CHECK(j.contains("prompt") != j.contains("prompt_ids"),
            "give exactly one of \"prompt\" and \"prompt_ids\"");

@@ -161,8 +161,8 @@ class TwoNodeTest(unittest.TestCase):
         expect = {1: "outside the vocabulary", 2: "top_p", 3: "max_tokens", 4: "max_prompt_bytes",
                   5: "max_stop_strings", 6: "logprobs", 8: '"max_tokens" must be in', 9: '"prompt_ids" must be in',
                   10: '"max_tokens" must be an integer', 11: "the prompt is empty",
-                  13: '"temperature" has the wrong type for it: "0"',
-                  14: '"cache_salt" must be a non-empty string', 15: '"cache_salt" has the wrong type for it: 5'}
+                  13: '"temperature" must be a number, got "0"',
+                  14: '"cache_salt" must be a non-empty string', 15: '"cache_salt" must be a string, got 5'}
         for i, text in expect.items():
             self.assertEqual(out[i]["finish_reason"], "error")
             self.assertIn(text, out[i]["error"])
@@ -1047,6 +1047,18 @@ class ClientStdinTest(unittest.TestCase):
             self.assertEqual([r["index"] for r in rows], [0, 1, 2])
             self.assertEqual([len(r.get("output_ids", [])) for r in rows], [2, 0, 3])
             self.assertTrue(rows[1]["error"].startswith("stdin line 2: the line is not valid JSON"), rows[1])
+            # a field of the wrong type names the type it takes ("has the wrong type for it: 5")
+            bad = ['{"prompt": 5}', '{"prompt": "a", "temperature": "hot"}', '{"prompt": "a", "stop": [1]}',
+                   '{"prompt": "a", "ignore_eos": 1}', '{"prompt": "a", "cache_salt": null}']
+            p = c.client("--json", "--file", "-", stdin="\n".join(bad) + "\n", timeout=120)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            rows = sorted((json.loads(line) for line in p.stdout.splitlines()), key=lambda r: r["index"])
+            self.assertEqual([r["error"] for r in rows],
+                             ['stdin line 1: "prompt" must be a string, got 5',
+                              'stdin line 2: "temperature" must be a number, got "hot"',
+                              'stdin line 3: "stop" must be a string or a list of strings, got [1]',
+                              'stdin line 4: "ignore_eos" must be true or false, got 1',
+                              'stdin line 5: "cache_salt" must be a string, got null'])
         finally:
             c.stop()
 
