@@ -304,27 +304,15 @@ std::vector<std::optional<state_signature>> sharing_keys(const compiled_grammar&
 
 namespace {
 
-/// A state's behaviour one byte deep, in terms of the current classes: its byte transitions
-/// grouped by the target's class (bytes united, sorted by byte set), and the calls of rules
-/// that read a byte as (exact callee start, class of the return target), sorted.
-struct class_key {
-  std::vector<std::pair<std::uint32_t, byte_set>> edges;
-  std::vector<std::pair<state_signature, std::uint32_t>> calls;
-  bool operator==(const class_key&) const = default;
-  bool operator<(const class_key& o) const {
-    auto edge_less = [](const auto& x, const auto& y) {
-      return x.first != y.first ? x.first < y.first : x.second.words < y.second.words;
-    };
-    if (edges != o.edges)
-      return std::lexicographical_compare(edges.begin(), edges.end(), o.edges.begin(),
-                                          o.edges.end(), edge_less);
-    return std::lexicographical_compare(calls.begin(), calls.end(), o.calls.begin(), o.calls.end(),
-                                        [](const auto& x, const auto& y) {
-                                          return sig_less(x.first, y.first) ||
-                                                 (x.first == y.first && x.second < y.second);
-                                        });
-  }
-};
+/// Calls of rules that read a byte, as (exact callee start, class of the return target).
+using class_calls = std::vector<std::pair<state_signature, std::uint32_t>>;
+
+bool calls_less(const class_calls& x, const class_calls& y) {
+  return std::lexicographical_compare(
+      x.begin(), x.end(), y.begin(), y.end(), [](const auto& p, const auto& q) {
+        return sig_less(p.first, q.first) || (p.first == q.first && p.second < q.second);
+      });
+}
 
 }  // namespace
 
@@ -337,9 +325,18 @@ std::vector<state_id> token_equivalence_classes(const compiled_grammar& g,
   // return into a state that changed class in the round before (the rest keep their key, which
   // is their class's). Every state was rehashed every round, up to the longest token's length
   // (128+ rounds for a schema of long strings): half of such a compile (perf, session 46).
+  //
+  // A state's key is its behaviour one byte deep: the class reached on each byte class of the
+  // grammar (or none), then its calls of rules that read a byte. Byte classes partition the
+  // bytes grammar-wide, so two keys are equal exactly when the byte transitions grouped by
+  // target class (each group's bytes united) are; the grouped form cost a search among the
+  // groups per byte class, a sort of byte sets per state and ~1 KB per key, which a search
+  // automaton, where every state moves on every letter, paid for every state in most rounds
+  // (3,000 words: 2.1 G instructions here, now 0.5 G; callgrind, session 56).
   const std::size_t n = g.num_states();
+  const int num_byte_classes = g.num_byte_classes();
+  const std::size_t width = std::size_t(std::max(num_byte_classes, 0));
   const byte_classes byte_class_table(g);
-  const state_targets targets(g, byte_class_table);
   std::vector<std::uint32_t> cls(n);
   std::uint32_t num_classes = 0;
   {
@@ -352,78 +349,142 @@ std::vector<state_id> token_equivalence_classes(const compiled_grammar& g,
   // Who depends on a state's class: predecessors by byte edges and by call returns.
   std::vector<std::size_t> pred_begin(n + 1, 0);
   std::vector<state_id> preds;
-  auto for_each_successor = [&](state_id s, auto&& fn) {
-    for (std::size_t i = targets.begin[s]; i < targets.begin[s + 1]; ++i)
-      fn(targets.entries[i].first);
-    for (const call_edge& c : g.calls(s))
-      if (!g.nullable(c.rule)) fn(c.target);
-  };
-  for (state_id s = 0; s < n; ++s) for_each_successor(s, [&](state_id t) { ++pred_begin[t + 1]; });
-  for (std::size_t i = 0; i < n; ++i) pred_begin[i + 1] += pred_begin[i];
-  preds.resize(pred_begin[n]);
   {
+    std::vector<std::size_t> succ_begin(n + 1, 0);
+    std::vector<state_id> succ;
+    for (state_id s = 0; s < n; ++s) {
+      if (s % 4096 == 0) check_interrupt();
+      const std::size_t row = succ.size();
+      if (g.has_bytes(s))
+        for (int c = 0; c < num_byte_classes; ++c)
+          if (const state_id t = g.next(s, byte_class_table.rep[std::size_t(c)]); t != k_dead_state)
+            succ.push_back(t);
+      for (const call_edge& c : g.calls(s))
+        if (!g.nullable(c.rule)) succ.push_back(c.target);
+      std::sort(succ.begin() + std::ptrdiff_t(row), succ.end());
+      succ.erase(std::unique(succ.begin() + std::ptrdiff_t(row), succ.end()), succ.end());
+      succ_begin[s + 1] = succ.size();
+      for (std::size_t i = row; i < succ.size(); ++i) ++pred_begin[succ[i] + 1];
+    }
+    for (std::size_t i = 0; i < n; ++i) pred_begin[i + 1] += pred_begin[i];
+    preds.resize(pred_begin[n]);
     std::vector<std::size_t> fill(pred_begin.begin(), pred_begin.end() - 1);
     for (state_id s = 0; s < n; ++s)
-      for_each_successor(s, [&](state_id t) { preds[fill[t]++] = s; });
+      for (std::size_t i = succ_begin[s]; i < succ_begin[s + 1]; ++i) preds[fill[succ[i]]++] = s;
   }
-  auto key_of = [&](state_id s, class_key& k) {
-    group_targets(
-        targets, s, [&](state_id t) { return cls[t]; }, k.edges);
-    k.calls.clear();
+  constexpr std::uint32_t k_none = UINT32_MAX;  // no transition on the byte class
+  // The key of `s` into `row` (`width` entries) and `calls`, with a hash of both.
+  auto key_of = [&](state_id s, std::uint32_t* row, class_calls& calls) {
+    std::uint64_t h = 0x243F6A8885A308D3ull;
+    if (g.has_bytes(s)) {
+      for (std::size_t c = 0; c < width; ++c) {
+        const state_id t = g.next(s, byte_class_table.rep[c]);
+        row[c] = t == k_dead_state ? k_none : cls[t];
+        h = (h ^ row[c]) * 0x100000001B3ull;
+      }
+    } else {
+      std::fill(row, row + width, k_none);
+    }
+    calls.clear();
     for (const call_edge& c : g.calls(s))
-      if (!g.nullable(c.rule)) k.calls.push_back({exact_id(exact, g.start(c.rule)), cls[c.target]});
-    std::sort(k.calls.begin(), k.calls.end(), [](const auto& x, const auto& y) {
+      if (!g.nullable(c.rule)) calls.push_back({exact_id(exact, g.start(c.rule)), cls[c.target]});
+    std::sort(calls.begin(), calls.end(), [](const auto& x, const auto& y) {
       return sig_less(x.first, y.first) || (x.first == y.first && x.second < y.second);
     });
+    for (const auto& [start, target] : calls) h = mix(mix(h, start.a ^ start.b), target);
+    return h;
+  };
+  auto rows_equal = [&](const std::uint32_t* x, const std::uint32_t* y) {
+    return std::equal(x, x + width, y);
   };
   // The key every member of a class has that was not looked at this round (set when a round
-  // first splits the class or creates it).
-  std::vector<class_key> key_of_class(num_classes);
+  // first splits the class or creates it): `width` entries per class, and its calls.
+  std::vector<std::uint32_t> class_rows(std::size_t(num_classes) * width);
+  std::vector<class_calls> class_call_lists(num_classes);
   std::vector<bool> has_key(num_classes, false);
   std::vector<std::uint32_t> class_size(num_classes, 0);
   for (state_id s = 0; s < n; ++s) ++class_size[cls[s]];
   std::vector<state_id> dirty(n);
   for (state_id s = 0; s < n; ++s) dirty[s] = s;
   std::vector<std::uint32_t> stamp(n, 0);
-  std::vector<class_key> keys;
+  // Keys of the members of one class being split.
+  std::vector<std::uint32_t> rows;
+  std::vector<class_calls> calls;
+  std::vector<std::uint64_t> hashes;
+  std::vector<std::pair<std::uint64_t, std::size_t>> by_hash;
+  std::vector<std::uint64_t> packed;
   std::vector<std::size_t> order;
   std::vector<std::pair<state_id, std::uint32_t>> moves;  // applied after the round
   for (std::uint32_t round = 0; round < max_token_bytes && !dirty.empty(); ++round) {
-    std::sort(dirty.begin(), dirty.end(),
-              [&](state_id x, state_id y) { return cls[x] != cls[y] ? cls[x] < cls[y] : x < y; });
+    // By class, then by state: (class, state) packed in one word sorts without lookups.
+    packed.resize(dirty.size());
+    for (std::size_t i = 0; i < dirty.size(); ++i)
+      packed[i] = std::uint64_t(cls[dirty[i]]) << 32 | dirty[i];
+    std::sort(packed.begin(), packed.end());
+    for (std::size_t i = 0; i < dirty.size(); ++i) dirty[i] = state_id(packed[i]);
     moves.clear();
     for (std::size_t from = 0; from < dirty.size();) {
       const std::uint32_t c = cls[dirty[from]];
       std::size_t to = from;
       while (to < dirty.size() && cls[dirty[to]] == c) ++to;
       const std::size_t m = to - from;
-      if (keys.size() < m) keys.resize(m);
+      if (calls.size() < m) calls.resize(m);
+      rows.resize(m * width);
+      hashes.resize(m);
       for (std::size_t i = 0; i < m; ++i) {
         if ((from + i) % 4096 == 0) check_interrupt();
-        key_of(dirty[from + i], keys[i]);
+        hashes[i] = key_of(dirty[from + i], rows.data() + i * width, calls[i]);
       }
+      auto row = [&](std::size_t i) { return rows.data() + i * width; };
+      auto class_row = [&](std::uint32_t k) { return class_rows.data() + std::size_t(k) * width; };
+      auto is_class_key = [&](std::size_t i) {
+        return rows_equal(row(i), class_row(c)) && calls[i] == class_call_lists[c];
+      };
       // The members that keep the class: those with its key; when every member was looked at
       // and none has it (or the class has none yet), those with the first member's key.
       const bool all_dirty = m == class_size[c];
-      bool keep_known =
-          has_key[c] &&
-          !(all_dirty && std::none_of(keys.begin(), keys.begin() + m,
-                                      [&](const class_key& k) { return k == key_of_class[c]; }));
+      bool keep_known = has_key[c];
+      if (keep_known && all_dirty) {
+        keep_known = false;
+        for (std::size_t i = 0; i < m && !keep_known; ++i) keep_known = is_class_key(i);
+      }
       if (!keep_known) {
-        key_of_class[c] = keys[0];  // dirty is sorted by state within the class
+        std::copy(row(0), row(0) + width, class_row(c));  // dirty is sorted by state
+        class_call_lists[c] = calls[0];
         has_key[c] = true;
       }
+      // Equal keys next to each other: sorted by hash, then (only where one hash is shared by
+      // different keys, which must not interleave) by the keys themselves.
+      by_hash.resize(m);
+      for (std::size_t i = 0; i < m; ++i) by_hash[i] = {hashes[i], i};
+      std::sort(by_hash.begin(), by_hash.end());
       order.resize(m);
-      for (std::size_t i = 0; i < m; ++i) order[i] = i;
-      std::sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
-        return keys[x] < keys[y] || (!(keys[y] < keys[x]) && x < y);
-      });
+      for (std::size_t i = 0; i < m; ++i) order[i] = by_hash[i].second;
+      auto same_key = [&](std::size_t x, std::size_t y) {
+        return hashes[x] == hashes[y] && rows_equal(row(x), row(y)) && calls[x] == calls[y];
+      };
+      for (std::size_t i = 0; i < m;) {
+        std::size_t j = i + 1;
+        bool mixed = false;
+        for (; j < m && hashes[order[j]] == hashes[order[i]]; ++j)
+          mixed = mixed || !same_key(order[j], order[i]);
+        if (mixed)
+          std::sort(order.begin() + std::ptrdiff_t(i), order.begin() + std::ptrdiff_t(j),
+                    [&](std::size_t x, std::size_t y) {
+                      const auto [px, py] = std::mismatch(row(x), row(x) + width, row(y));
+                      if (px != row(x) + width) return *px < *py;
+                      if (calls[x] != calls[y]) return calls_less(calls[x], calls[y]);
+                      return x < y;
+                    });
+        i = j;
+      }
       for (std::size_t i = 0; i < m;) {
         std::size_t j = i;
-        while (j < m && keys[order[j]] == keys[order[i]]) ++j;
-        if (!(keys[order[i]] == key_of_class[c])) {
+        while (j < m && same_key(order[j], order[i])) ++j;
+        if (!is_class_key(order[i])) {
           const std::uint32_t fresh = num_classes++;
-          key_of_class.push_back(keys[order[i]]);
+          class_rows.insert(class_rows.end(), row(order[i]), row(order[i]) + width);
+          class_call_lists.push_back(calls[order[i]]);
           has_key.push_back(true);
           class_size.push_back(std::uint32_t(j - i));
           class_size[c] -= std::uint32_t(j - i);

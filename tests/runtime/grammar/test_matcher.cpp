@@ -5,6 +5,7 @@
 #include "runtime/grammar/grammar_matcher.hpp"
 #include "runtime/grammar/json_schema.hpp"
 #include "runtime/grammar/response_format.hpp"
+#include "runtime/grammar/state_signature.hpp"
 #include "runtime/grammar/token_class_cache.hpp"
 #include "tests/runtime/grammar/conformance_util.hpp"
 #include "tests/runtime/grammar/grammar_test_util.hpp"
@@ -12,9 +13,13 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
+#include <map>
 #include <random>
 #include <thread>
+#include <unordered_set>
 
 using namespace di::grammar;
 
@@ -309,4 +314,127 @@ TEST_CASE("grammar_cache: what prepare's budget leaves is classified in the back
   CHECK(tg->num_classified() == all);
   CHECK(cache.num_warming() == 0);
   check_walks(tg, 10, 30, rng);  // the background's classes give the reference masks
+}
+
+namespace {
+
+/// Moore's refinement written plainly, as the reference for token_equivalence_classes: round 0
+/// splits states by finality, their rule's follow set and end flag, and their calls of nullable
+/// rules (exact callee start, exact return target); each round then splits classes by the class
+/// reached on each of the 256 bytes (or none) and by the calls of rules that read a byte (exact
+/// callee start, class of the return target), for `rounds` rounds or until a round splits
+/// nothing. Returns, per state, the first state of its class.
+std::vector<state_id> moore_token_classes(const compiled_grammar& g,
+                                          const std::vector<state_signature>& exact,
+                                          std::uint32_t rounds) {
+  const std::size_t n = g.num_states();
+  auto id = [&](state_id s) {
+    return exact.empty() ? std::pair<std::uint64_t, std::uint64_t>{s, ~std::uint64_t(s)}
+                         : std::pair<std::uint64_t, std::uint64_t>{exact[s].a, exact[s].b};
+  };
+  auto number = [&](const std::vector<std::vector<std::uint64_t>>& keys) {
+    std::map<std::vector<std::uint64_t>, std::uint32_t> ids;
+    std::vector<std::uint32_t> cls(n);
+    for (state_id s = 0; s < n; ++s)
+      cls[s] = ids.emplace(keys[s], std::uint32_t(ids.size())).first->second;
+    return std::pair{cls, ids.size()};
+  };
+  std::vector<std::vector<std::uint64_t>> keys(n);
+  for (state_id s = 0; s < n; ++s) {
+    const rule_id r = g.rule_of(s);
+    std::vector<std::uint64_t>& k = keys[s];
+    k = {g.is_final(s), g.follow_end(r)};
+    k.insert(k.end(), g.follow(r).words.begin(), g.follow(r).words.end());
+    std::vector<std::array<std::uint64_t, 4>> calls;
+    for (const call_edge& c : g.calls(s))
+      if (g.nullable(c.rule))
+        calls.push_back({id(g.start(c.rule)).first, id(g.start(c.rule)).second, id(c.target).first,
+                         id(c.target).second});
+    std::sort(calls.begin(), calls.end());
+    for (const auto& c : calls) k.insert(k.end(), c.begin(), c.end());
+  }
+  auto [cls, count] = number(keys);
+  for (std::uint32_t round = 0; round < rounds; ++round) {
+    for (state_id s = 0; s < n; ++s) {
+      std::vector<std::uint64_t>& k = keys[s];
+      k.assign(1, cls[s]);
+      for (int b = 0; b < 256; ++b) {
+        const state_id t = g.next(s, std::uint8_t(b));
+        k.push_back(t == k_dead_state ? ~std::uint64_t(0) : cls[t]);
+      }
+      std::vector<std::array<std::uint64_t, 3>> calls;
+      for (const call_edge& c : g.calls(s))
+        if (!g.nullable(c.rule))
+          calls.push_back({id(g.start(c.rule)).first, id(g.start(c.rule)).second, cls[c.target]});
+      std::sort(calls.begin(), calls.end());
+      for (const auto& c : calls) k.insert(k.end(), c.begin(), c.end());
+    }
+    auto [next, next_count] = number(keys);
+    cls = next;
+    if (next_count == count) break;
+    count = next_count;
+  }
+  std::vector<state_id> first(count, k_dead_state), rep(n);
+  for (state_id s = 0; s < n; ++s) {
+    if (first[cls[s]] == k_dead_state) first[cls[s]] = s;
+    rep[s] = first[cls[s]];
+  }
+  return rep;
+}
+
+/// Grammars for the state-class checks: unanchored word lists over small alphabets (the search
+/// automaton, one rule, where states agree for a few bytes and split late), anchored ones, and
+/// grammars with calls (recursive EBNF, a JSON Schema object).
+std::vector<std::shared_ptr<const compiled_grammar>> varied_grammars() {
+  std::mt19937 rng(106);
+  std::vector<std::shared_ptr<const compiled_grammar>> grammars;
+  for (int list = 0; list < 12; ++list) {
+    const std::vector<std::string> alphabet =
+        list % 3 == 0   ? std::vector<std::string>{"a", "b"}
+        : list % 3 == 1 ? std::vector<std::string>{"a", "b", "c"}
+                        : std::vector<std::string>{"a", "b", "c", "d", "x", "y", "\xC3\xA9"};
+    std::uniform_int_distribution<std::size_t> len(1, 9), words(2, 60),
+        pick(0, alphabet.size() - 1);
+    std::string pattern = "(";
+    for (std::size_t w = words(rng); w > 0; --w) {
+      for (std::size_t k = len(rng); k > 0; --k) pattern += alphabet[pick(rng)];
+      pattern += w > 1 ? "|" : ")";
+    }
+    if (list % 2 == 0) grammars.push_back(test::compile_re(pattern, {.search = true}));
+    grammars.push_back(test::pattern_schema(list % 4 == 1 ? "^" + pattern + "x{2,7}$" : pattern));
+  }
+  grammars.push_back(test::compile_ebnf(k_json_ebnf));
+  grammars.push_back(test::compile_ebnf(
+      "root ::= expr\nexpr ::= expr \"+\" term | term\nterm ::= [0-9]+ | \"(\" expr \")\""));
+  grammars.push_back(compiled_grammar::compile(
+      compile_json_schema_text(
+          R"({"type":"object","properties":{"a":{"type":"string","maxLength":40},"b":{"type":"array","items":{"type":"integer"}}},"required":["a"]})")
+          .g));
+  return grammars;
+}
+
+}  // namespace
+
+TEST_CASE("token-bounded state classes equal plain Moore refinement") {
+  // token_equivalence_classes refines only the states a split can affect, with keys over the
+  // grammar's byte classes; the reference looks at every state and every byte each round. Their
+  // partitions must be equal (masks are classified once per class), for the exact signatures and
+  // without them, and for round limits that cut the refinement short.
+  const auto grammars = varied_grammars();
+  std::size_t merged = 0, states = 0;
+  for (const auto& g : grammars) {
+    const std::vector<state_signature> exact = compute_state_signatures(*g);
+    REQUIRE(exact.size() == g->num_states());
+    for (std::uint32_t rounds : {1u, 3u, 6u, 40u}) {
+      CAPTURE(rounds);
+      CAPTURE(g->num_states());
+      const std::vector<state_id> rep = token_equivalence_classes(*g, exact, rounds);
+      REQUIRE(rep == moore_token_classes(*g, exact, rounds));
+      REQUIRE(token_equivalence_classes(*g, {}, rounds) == moore_token_classes(*g, {}, rounds));
+      for (state_id s = 0; s < g->num_states(); ++s) merged += rep[s] != s;
+      states += g->num_states();
+    }
+  }
+  MESSAGE(grammars.size() << " grammars, " << states << " states, " << merged << " merged");
+  CHECK(merged > 0);
 }
