@@ -438,3 +438,60 @@ TEST_CASE("token-bounded state classes equal plain Moore refinement") {
   MESSAGE(grammars.size() << " grammars, " << states << " states, " << merged << " merged");
   CHECK(merged > 0);
 }
+
+TEST_CASE("sharing keys: a state has one exactly when its reachable part is small enough") {
+  // sharing_keys gives a state a key when the classes of exact signatures it reaches (through
+  // bytes, callee starts and return targets) are at most max_classes, and stops a walk early at
+  // a class already known to reach more. The reference counts the reached classes state by state.
+  const auto grammars = varied_grammars();
+  std::size_t with = 0, without = 0;
+  for (const auto& g : grammars) {
+    const std::size_t n = g->num_states();
+    const std::vector<state_signature> exact = compute_state_signatures(*g);
+    REQUIRE(exact.size() == n);
+    std::vector<std::uint8_t> byte_of_class(std::size_t(g->num_byte_classes()));
+    for (int b = 255; b >= 0; --b) byte_of_class[g->byte_class(std::uint8_t(b))] = std::uint8_t(b);
+    // Whether the classes reached from `s` (itself included) are at most `limit`.
+    auto small = [&](state_id s, std::size_t limit) {
+      std::vector<bool> seen(n, false);
+      std::unordered_set<state_signature, state_signature_hash> classes;
+      std::vector<state_id> todo{s};
+      seen[s] = true;
+      while (!todo.empty()) {
+        const state_id x = todo.back();
+        todo.pop_back();
+        classes.insert(exact[x]);
+        if (classes.size() > limit) return false;
+        auto go = [&](state_id t) {
+          if (t != k_dead_state && !seen[t]) {
+            seen[t] = true;
+            todo.push_back(t);
+          }
+        };
+        for (std::uint8_t b : byte_of_class) go(g->next(x, b));
+        for (const call_edge& c : g->calls(x)) {
+          go(g->start(c.rule));
+          go(c.target);
+        }
+      }
+      return true;
+    };
+    for (std::size_t limit : {3u, 30u, 200u}) {
+      CAPTURE(limit);
+      CAPTURE(n);
+      std::vector<bool> wanted(n);
+      for (state_id s = 0; s < n; ++s) wanted[s] = s % 3 != 1;
+      const auto keys = sharing_keys(*g, exact, wanted, limit);
+      REQUIRE(keys.size() == n);
+      for (state_id s = 0; s < n; ++s) {
+        if (limit == 200 && s % 5 != 0) continue;  // the reference is slow at 200
+        CAPTURE(s);
+        REQUIRE(keys[s].has_value() == (wanted[s] && small(s, limit)));
+        (keys[s] ? with : without) += wanted[s];
+      }
+    }
+  }
+  MESSAGE(with << " states with a key, " << without << " without");
+  CHECK(with > 0);
+  CHECK(without > 0);
+}
