@@ -131,13 +131,19 @@ struct reply {
   std::string body;
 };
 
+/// Connects `sock` to the server on 127.0.0.1:port; its reads give up after 20 s (a test that
+/// waits for an answer that never comes fails instead of hanging).
+void connect_local(tcp::socket& sock, std::uint16_t port) {
+  sock.connect({asio::ip::make_address("127.0.0.1"), port});
+  timeval tv{.tv_sec = 20, .tv_usec = 0};
+  setsockopt(sock.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+}
+
 /// One request on a fresh connection, read to its end (a stream too); reads give up after 20 s.
 reply post(std::uint16_t port, const std::string& target, const json& body) {
   asio::io_context ioc;
   tcp::socket sock(ioc);
-  sock.connect({asio::ip::make_address("127.0.0.1"), port});
-  timeval tv{.tv_sec = 20, .tv_usec = 0};
-  setsockopt(sock.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  connect_local(sock, port);
   http::request<http::string_body> req{http::verb::post, target, 11};
   req.set(http::field::host, "127.0.0.1");
   req.set(http::field::content_type, "application/json");
@@ -400,9 +406,7 @@ struct expecting_client {
   expecting_client(std::uint16_t port, const std::string& method, const std::string& target,
                    const std::string& extra_headers, std::size_t content_length,
                    const std::string& expect = "Expect: 100-continue\r\n") {
-    sock.connect({asio::ip::make_address("127.0.0.1"), port});
-    timeval tv{.tv_sec = 20, .tv_usec = 0};
-    setsockopt(sock.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    connect_local(sock, port);
     asio::write(sock, asio::buffer(fmt::format(
                           "{} {} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                           "Content-Length: {}\r\n{}{}\r\n",
@@ -558,9 +562,7 @@ TEST_CASE("http server: requests pipelined behind a slow one are answered in ord
   fake_server s;
   asio::io_context ioc;
   tcp::socket sock(ioc);
-  sock.connect({asio::ip::make_address("127.0.0.1"), s.port()});
-  timeval tv{.tv_sec = 20, .tv_usec = 0};
-  setsockopt(sock.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  connect_local(sock, s.port());
   asio::write(sock, asio::buffer(post_bytes("/v1/completions", completion({slow, 5}, false))));
   REQUIRE(di::test::eventually([&] { return s.counts->submits.load() == 1; }));
   const std::string second = post_bytes("/tokenize", {{"prompt", "hi"}});
@@ -591,9 +593,7 @@ TEST_CASE("http server: an HTTP/1.0 request's Expect: 100-continue is ignored") 
   fake_server s;
   asio::io_context ioc;
   tcp::socket sock(ioc);
-  sock.connect({asio::ip::make_address("127.0.0.1"), s.port()});
-  timeval tv{.tv_sec = 20, .tv_usec = 0};
-  setsockopt(sock.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  connect_local(sock, s.port());
   const std::string body = completion({1, 2, 3}, false).dump();
   asio::write(sock, asio::buffer(fmt::format(
                         "POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\n"
