@@ -456,17 +456,17 @@ TEST_CASE("sharing keys: a state has one exactly when its reachable part is smal
     auto small = [&](state_id s, std::size_t limit) {
       std::vector<bool> seen(n, false);
       std::unordered_set<state_signature, state_signature_hash> classes;
-      std::vector<state_id> todo{s};
+      std::vector<state_id> frontier{s};
       seen[s] = true;
-      while (!todo.empty()) {
-        const state_id x = todo.back();
-        todo.pop_back();
+      while (!frontier.empty()) {
+        const state_id x = frontier.back();
+        frontier.pop_back();
         classes.insert(exact[x]);
         if (classes.size() > limit) return false;
         auto go = [&](state_id t) {
           if (t != k_dead_state && !seen[t]) {
             seen[t] = true;
-            todo.push_back(t);
+            frontier.push_back(t);
           }
         };
         for (std::uint8_t b : byte_of_class) go(g->next(x, b));
